@@ -1,0 +1,3 @@
+from mongoshift.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The ``mongoshift`` command line: a thin layer over :mod:`mongoshift.runner.command`."""

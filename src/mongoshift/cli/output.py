@@ -1,0 +1,92 @@
+"""How results reach the terminal.
+
+``--json``: exactly one JSON document on stdout, everything else on stderr.
+Otherwise rich tables on a terminal and plain tab-separated text when piped;
+rich honours ``NO_COLOR``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import MongoshiftError
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+class Output:
+    def __init__(self, *, json_mode: bool = False, quiet: bool = False, verbose: bool = False) -> None:
+        self.json_mode = json_mode
+        self.quiet = quiet
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self._configure_logging(verbose)
+
+    def _configure_logging(self, verbose: bool) -> None:
+        logger = logging.getLogger("mongoshift")
+        logger.handlers.clear()
+        if self.err.is_terminal:
+            handler: logging.Handler = RichHandler(console=self.err, show_path=False, show_time=False)
+        else:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("mongoshift: %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbose else logging.WARNING if self.quiet else logging.INFO)
+        logger.propagate = False
+
+    def json(self, document: Any) -> None:
+        sys.stdout.write(json.dumps(document, default=_default, indent=2) + "\n")
+        sys.stdout.flush()
+
+    def say(self, message: str) -> None:
+        """A human line: stdout normally, stderr in JSON mode, nothing when quiet."""
+        if self.quiet:
+            return
+        if self.json_mode:
+            print(message, file=sys.stderr)
+        elif self.out.is_terminal:
+            self.out.print(escape(message))
+        else:
+            print(message)
+
+    def warn(self, message: str) -> None:
+        if self.err.is_terminal:
+            self.err.print(f"[yellow]warning:[/yellow] {escape(message)}")
+        else:
+            print(f"warning: {message}", file=sys.stderr)
+
+    def error(self, exc: MongoshiftError) -> None:
+        if self.json_mode:
+            self.json({"error": exc.to_json()})
+        if self.err.is_terminal:
+            self.err.print(f"[red]error:[/red] {escape(exc.message)}")
+        else:
+            print(f"error: {exc.message}", file=sys.stderr)
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+        cells = [["" if v is None else (v.isoformat(timespec="seconds") if isinstance(v, datetime) else str(v)) for v in row] for row in rows]
+        if self.out.is_terminal:
+            table = Table(*columns, title=title)
+            for row in cells:
+                table.add_row(*row)
+            self.out.print(table)
+            return
+        if title:
+            print(title)
+        print("\t".join(columns))
+        for row in cells:
+            print("\t".join(row))

@@ -1,0 +1,9 @@
+"""A local MongoDB-compatible server for development and tests (mongoeco, patched).
+
+``import mongoshift.embedded`` works without mongoeco; starting a server needs
+``pip install "mongoshift[embedded]"``. See docs/embedded.md.
+"""
+
+from mongoshift.embedded.server import EmbeddedServerUnavailable, print_uri, run, serve
+
+__all__ = ["EmbeddedServerUnavailable", "print_uri", "run", "serve"]

@@ -1,0 +1,54 @@
+"""``python -m mongoshift.embedded``: run the embedded server in the foreground.
+
+The URI is the first line of stdout (flushed as soon as the server accepts
+connections); logs go to stderr. SIGINT or SIGTERM stops it (writing the
+``--path`` snapshot) with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from mongoshift.embedded.server import DEFAULT_HOST, DEFAULT_PORT, EmbeddedServerUnavailable, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mongoshift.embedded",
+        description="Run a local MongoDB-compatible server (mongoeco memory engine, patched). "
+        "Prints its URI as the first line of stdout.",
+    )
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port, 0 for a free one (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--path",
+        type=Path,
+        default=None,
+        help="snapshot file: loaded at start, written at clean shutdown (a crash loses "
+        "everything since the last clean shutdown); default: memory only",
+    )
+    parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return run(args.host, args.port, args.path)
+    except EmbeddedServerUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        logging.getLogger("mongoshift.embedded").exception("embedded server failed")
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""Version-pinned fixes for the wire server of mongoeco 4.11.0.
+
+mongoeco serves the MongoDB wire protocol from Python. Probed through the real
+pymongo driver, version 4.11.0 has a handful of gaps that would break or mislead
+mongoshift's tests (docs/embedded.md lists each one with its cause and its test).
+Every fix below replaces or wraps one private function of mongoeco, so it is only
+valid for the exact version it was written against: :func:`apply` refuses to run
+on any other version instead of patching code it has never seen.
+
+The fixes only make mongoeco answer the way a MongoDB replica set does; none
+adds a feature. They are process-wide and idempotent; call :func:`apply` before
+building the server (``mongoshift.embedded.server`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+PINNED_VERSION = "4.11.0"
+
+log = logging.getLogger(__name__)
+
+_applied = False
+
+# MongoDB error codes the fixes produce.
+_WRITE_CONFLICT = 112
+_NO_SUCH_TRANSACTION = 251
+_COMMAND_NOT_FOUND = 59
+_NAMESPACE_EXISTS = 48
+_NAMESPACE_NOT_FOUND = 26
+_TRANSIENT = "TransientTransactionError"
+
+
+class UnsupportedMongoecoVersion(RuntimeError):
+    """The installed mongoeco is not the version these patches were written for."""
+
+
+def check_version(version: str | None = None) -> None:
+    """Raise unless ``version`` (default: the installed mongoeco's) is the pinned one."""
+    if version is None:
+        import mongoeco
+
+        version = str(getattr(mongoeco, "__version__", "unknown"))
+    if version != PINNED_VERSION:
+        raise UnsupportedMongoecoVersion(
+            f"mongoshift's embedded server needs mongoeco=={PINNED_VERSION}, found {version}: "
+            f"its fixes patch private mongoeco code and are only valid for that version "
+            f'(pip install "mongoeco=={PINNED_VERSION}", or "mongoshift[embedded]")'
+        )
+
+
+def apply() -> None:
+    """Check the mongoeco version, then install every fix once per process."""
+    global _applied
+    check_version()
+    if _applied:
+        return
+    _patch_insert()
+    _patch_transactions()
+    _patch_fail_points_on_transaction_commands()
+    _patch_rename_from_admin()
+    _patch_unknown_command()
+    _patch_bson_size()
+    _applied = True
+    log.debug("mongoeco %s patched", PINNED_VERSION)
+
+
+def _failure(message: str, code: int, code_name: str, labels: tuple[str, ...] = ()) -> Exception:
+    from mongoeco.errors import OperationFailure
+
+    return OperationFailure(message, code=code, details={"codeName": code_name}, error_labels=labels)
+
+
+def _as_int(value: object) -> int | None:
+    # Wire Int64 values arrive as mongoeco BsonInt64 (a wrapper with .value).
+    value = getattr(value, "value", value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+# (a) Wire `insert` is O(n·N).
+# _database_admin_write_commands.command_insert calls insert_one per document; a
+# single-document insert runs MemoryEngine._ensure_unique_indexes with
+# scan_payload_id=True, which compares every stored _id. insert_many with more
+# than one document skips that scan, so the command is routed to one
+# insert_many call; its BulkWriteError is turned back into the command's
+# `writeErrors` (index, code, errmsg, keyPattern, keyValue) and `n`. insert_many
+# already implements ordered (stop at the first error) and unordered (go on)
+# semantics. Single-document commands keep the original path.
+def _patch_insert() -> None:
+    from mongoeco.api._async import _database_admin_write_commands as module
+    from mongoeco.api._command_bson import command_boolean
+    from mongoeco.errors import BulkWriteError
+    from mongoeco.types import WriteCommandResult, WriteErrorEntry
+
+    service = module.DatabaseAdminWriteCommandService
+    original = service.command_insert
+
+    async def command_insert(self: Any, spec: dict[str, Any], *, session: Any = None) -> object:
+        documents = spec.get("documents")
+        if not isinstance(documents, list) or len(documents) < 2:
+            return await original(self, spec, session=session)
+        admin = self._admin
+        collection_name = admin._require_collection_name(spec.get("insert"), "insert")
+        documents = admin._normalize_insert_documents(documents)
+        ordered = admin._normalize_ordered_from_command(spec.get("ordered"))
+        bypass = command_boolean(
+            spec.get("bypassDocumentValidation", False), "bypassDocumentValidation", numeric=True
+        )
+        acknowledged = module.write_command_acknowledged(spec, dialect=admin._mongodb_dialect.key)
+        collection = admin._database.get_collection(collection_name)
+        write_errors: list[Any] = []
+        try:
+            result = await collection.insert_many(
+                documents, ordered=ordered, bypass_document_validation=bypass, session=session
+            )
+            inserted = len(result.inserted_ids)
+        except BulkWriteError as error:
+            details = error.details or {}
+            inserted = int(details.get("nInserted", 0))
+            for entry in details.get("writeErrors", []):
+                # The server reply carries no "op": pymongo adds it on its side.
+                extra = {k: v for k, v in entry.items() if k not in {"index", "code", "errmsg", "op"}}
+                write_errors.append(
+                    WriteErrorEntry(
+                        index=entry["index"],
+                        errmsg=entry.get("errmsg", ""),
+                        code=entry.get("code"),
+                        details=extra or None,
+                    )
+                )
+        return module._write_command_result(
+            WriteCommandResult(count=inserted, write_errors=write_errors or None),
+            acknowledged=acknowledged,
+        )
+
+    service.command_insert = command_insert
+
+
+# (b) Zombie transaction after a failed commit, (c) commit-time conflict without
+# code or label, (e) commit of an unknown txnNumber returns ok.
+# wire/sessions.WireSessionStore.commit_transaction lets ClientSession's failure
+# propagate while the session stays in its transaction: pymongo pools the lsid
+# and reuses it for implicit sessions, so every later operation of that client
+# runs inside a transaction nobody commits. The fix aborts it on any commit
+# failure, and aborts an open transaction when a new startTransaction arrives
+# or when a command outside any transaction (no autocommit field) uses the
+# session, as mongod does when a session moves on.
+# MemoryEngine._commit_session_transaction raises a bare OperationFailure("Write
+# conflict during transaction commit") when anything committed after the
+# transaction started; it becomes 112 WriteConflict + TransientTransactionError
+# so that drivers' with_transaction and mongoshift's retry loop retry it.
+# The store never looks at txnNumber: the wire number of the open (or last)
+# transaction is remembered on the session, and a commit for another number,
+# for an aborted one, or on an unknown session gets 251 NoSuchTransaction.
+# Retrying the commit of a committed transaction still answers ok, as in mongod.
+def _patch_transactions() -> None:
+    from mongoeco.errors import OperationFailure
+    from mongoeco.wire.sessions import WireSessionStore
+
+    original_apply = WireSessionStore._apply_transaction_metadata
+    original_commit = WireSessionStore.commit_transaction
+    original_abort = WireSessionStore.abort_transaction
+
+    def abort_quietly(session: Any) -> None:
+        try:
+            if session.transaction_active:
+                session.abort_transaction()
+        except Exception:  # pragma: no cover - best effort, the txn is dropped anyway
+            log.exception("could not abort a stale transaction")
+        _remember(session, state="aborted")
+
+    def _remember(session: Any, *, number: int | None = None, state: str) -> None:
+        current = getattr(session, "_mongoshift_txn", None)
+        if number is None and current is not None:
+            number = current[0]
+        session._mongoshift_txn = (number, state)
+
+    def apply_transaction_metadata(session: Any, body: dict[str, Any]) -> None:
+        if session.transaction_active and (
+            body.get("startTransaction") is True or "autocommit" not in body
+        ):
+            abort_quietly(session)
+        original_apply(session, body)
+        if body.get("startTransaction") is True and session.transaction_active:
+            _remember(session, number=_as_int(body.get("txnNumber")), state="open")
+
+    def no_such_transaction(number: int | None) -> Exception:
+        return _failure(
+            f"Given transaction number {number} does not match any in-progress transactions",
+            _NO_SUCH_TRANSACTION,
+            "NoSuchTransaction",
+            (_TRANSIENT,),
+        )
+
+    def commit_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
+        number = _as_int(body.get("txnNumber"))
+        try:
+            session = self._require_session(body)
+        except OperationFailure:
+            if number is None:
+                raise
+            raise no_such_transaction(number) from None
+        known = getattr(session, "_mongoshift_txn", None)
+        if number is not None:
+            same = known is not None and known[0] == number
+            if session.transaction_active and known is not None and not same:
+                raise no_such_transaction(number)
+            if not session.transaction_active:
+                if same and known[1] == "committed":
+                    return {"ok": 1.0}
+                raise no_such_transaction(number)
+        try:
+            result = original_commit(self, body)
+        except Exception as error:
+            abort_quietly(session)
+            if isinstance(error, OperationFailure) and error.code is None and "conflict" in str(error).lower():
+                raise _failure(
+                    f"WriteConflict error: this operation conflicted with another operation ({error})",
+                    _WRITE_CONFLICT,
+                    "WriteConflict",
+                    (_TRANSIENT,),
+                ) from error
+            raise
+        _remember(session, state="committed")
+        return result
+
+    def abort_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
+        result = original_abort(self, body)
+        session = self._require_session(body)
+        _remember(session, state="aborted")
+        return result
+
+    WireSessionStore._apply_transaction_metadata = staticmethod(apply_transaction_metadata)
+    WireSessionStore.commit_transaction = commit_transaction
+    WireSessionStore.abort_transaction = abort_transaction
+
+
+# (d) failCommand fail points ignored on commitTransaction/abortTransaction.
+# The fail point is consumed in AsyncDatabaseCommandService.execute_document,
+# which commit/abort never reach: wire/_executor_handlers.py sends them straight
+# to the session store. The handlers now consume the same fail point state
+# (engine._command_failpoint_state) first and fail the same way; a
+# writeConcernError fail point lets the commit happen and reports the error with
+# ok:1, as mongod does.
+def _patch_fail_points_on_transaction_commands() -> None:
+    from mongoeco.errors import ConnectionFailure, OperationFailure
+    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
+
+    async def fire(handlers: Any, context: Any) -> dict[str, Any] | None:
+        state = getattr(handlers._client._engine, "_command_failpoint_state", None)
+        if state is None:
+            return None
+        name = context.command_name
+        injected = state.consume_fail_command(name, namespace=f"{context.db_name}.$cmd")
+        if injected is None:
+            return None
+        if injected.block_time_ms > 0:
+            await asyncio.sleep(injected.block_time_ms / 1000.0)
+        if injected.close_connection:
+            raise ConnectionFailure(injected.error_message, error_labels=injected.error_labels)
+        if injected.write_concern_error is not None:
+            return dict(injected.write_concern_error)
+        raise OperationFailure(
+            injected.error_message,
+            code=injected.error_code,
+            details={"failPoint": "failCommand", "commandName": name},
+            error_labels=injected.error_labels,
+        )
+
+    def wrap(original: Any) -> Any:
+        async def handler(self: Any, context: Any) -> dict[str, Any]:
+            write_concern_error = await fire(self, context)
+            result = await original(self, context)
+            if write_concern_error is not None:
+                result = {**result, "writeConcernError": write_concern_error}
+            return result
+
+        return handler
+
+    cls = WireSpecialCommandHandlers
+    cls._handle_commit_transaction = wrap(cls._handle_commit_transaction)
+    cls._handle_abort_transaction = wrap(cls._handle_abort_transaction)
+
+
+# (g) Collection.rename fails: pymongo sends renameCollection to the admin
+# database, and command_rename_collection (_database_admin_write_commands.py)
+# only accepts namespaces of the database the command was sent to. A rename
+# within one database sent to admin is now run on that database. Its
+# CollectionInvalid errors, which have no code, get mongod's: 48 NamespaceExists
+# for a target that exists (without dropTarget), 26 NamespaceNotFound for a
+# missing source.
+def _patch_rename_from_admin() -> None:
+    from mongoeco.errors import CollectionInvalid
+    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
+
+    original = WireSpecialCommandHandlers.dispatch
+
+    async def dispatch(self: Any, context: Any) -> dict[str, object]:
+        if context.command_name != "renameCollection":
+            return await original(self, context)
+        source = context.command_document.get("renameCollection")
+        target = context.command_document.get("to")
+        if context.db_name == "admin" and isinstance(source, str) and isinstance(target, str):
+            source_db = source.partition(".")[0]
+            if source_db and source_db == target.partition(".")[0]:
+                context = dataclasses.replace(context, db_name=source_db)
+        try:
+            return await original(self, context)
+        except CollectionInvalid as error:
+            message = str(error)
+            if message.endswith("already exists"):
+                raise _failure(message, _NAMESPACE_EXISTS, "NamespaceExists") from error
+            if message.endswith("does not exist"):
+                raise _failure(message, _NAMESPACE_NOT_FOUND, "NamespaceNotFound") from error
+            raise
+
+    WireSpecialCommandHandlers.dispatch = dispatch
+
+
+# (h) An unknown command fails without a code. _executor_support.build_request_context
+# raises a bare OperationFailure("unsupported wire command: X"); drivers and
+# mongoshift look for code 59 CommandNotFound (e.g. to detect replSetGetStatus).
+def _patch_unknown_command() -> None:
+    from mongoeco.wire._executor_support import WIRE_INTERNAL_KEYS
+    from mongoeco.wire.executor import WireCommandExecutor
+
+    original = WireCommandExecutor._build_request_context
+
+    def build_request_context(self: Any, body: dict[str, Any], **kwargs: Any) -> Any:
+        name = next((key for key in body if key not in WIRE_INTERNAL_KEYS), None)
+        if isinstance(name, str) and name and not self._surface.supports_command(name):
+            raise _failure(f"no such command: '{name}'", _COMMAND_NOT_FOUND, "CommandNotFound")
+        return original(self, body, **kwargs)
+
+    WireCommandExecutor._build_request_context = build_request_context
+
+
+# (i) collStats/dbStats fail on Decimal128 (and other values mongoeco's $bsonSize
+# does not know): core/aggregation/runtime._bson_value_size raises "cannot encode
+# value of type ...". Sizes of the types it knows are kept; others are measured
+# by encoding them with the bson package, as the wire layer would send them.
+def _patch_bson_size() -> None:
+    import bson
+    from mongoeco.core.aggregation import runtime
+    from mongoeco.errors import OperationFailure
+    from mongoeco.types import Decimal128
+    from mongoeco.wire.bson_bridge import encode_wire_value
+
+    original = runtime._bson_value_size
+
+    def bson_value_size(value: Any) -> int:
+        if isinstance(value, Decimal128):
+            return 16
+        try:
+            return original(value)
+        except OperationFailure as error:
+            if "cannot encode value of type" not in str(error):
+                raise
+            try:
+                # document = int32 length + type byte + "" key NUL + value + NUL.
+                return len(bson.encode({"": encode_wire_value(value)})) - 7
+            except Exception:
+                raise error from None
+
+    runtime._bson_value_size = bson_value_size

@@ -1,0 +1,151 @@
+"""The embedded MongoDB-compatible server: mongoeco's wire server on its memory engine.
+
+Used by ``mongoshift embedded`` and ``python -m mongoshift.embedded`` to give
+developers and tests a local server that the real pymongo driver talks to, with
+no ``mongod`` to install. mongoeco is an optional dependency
+(``pip install "mongoshift[embedded]"``) and is imported only when a server starts.
+
+The server runs mongoeco's memory engine with the fixes of
+:mod:`mongoshift.embedded.patches`; with ``path`` it loads a snapshot at start
+and writes it at a clean shutdown (:mod:`mongoshift.embedded.snapshot`):
+**a crash loses every write since the last clean shutdown**.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 27017
+
+# MemoryEngine options (mongoeco.engines.memory.MemoryEngine.__init__):
+# - the change-stream hub degrades for good once one command publishes more
+#   events than change_log_max_entries (default 10,000); the log is pruned to
+#   the slowest consumer, so a high cap costs no memory without watchers;
+# - count_documents is an aggregation, and fails past
+#   aggregation_materialization_limit matching documents (default 50,000).
+ENGINE_OPTIONS: dict[str, object] = {
+    "change_log_max_entries": 1_000_000,
+    "aggregation_materialization_limit": None,
+}
+
+
+class EmbeddedServerUnavailable(Exception):
+    """The embedded server cannot run here: mongoeco is missing or has the wrong version."""
+
+
+def print_uri(uri: str) -> None:
+    """Default ``on_ready``: print the URI as one line on stdout and flush it."""
+    print(uri, flush=True)
+
+
+def _import_mongoeco() -> None:
+    try:
+        import mongoeco  # noqa: F401
+    except ImportError as error:
+        raise EmbeddedServerUnavailable(
+            "the embedded server needs mongoeco, which is not installed: "
+            'install mongoshift[embedded] (pip install "mongoshift[embedded]")'
+        ) from error
+    from mongoshift.embedded import patches
+
+    try:
+        patches.apply()
+    except patches.UnsupportedMongoecoVersion as error:
+        raise EmbeddedServerUnavailable(str(error)) from error
+
+
+def _advertised_uri(host: str, port: int) -> str:
+    # A wildcard bind is reachable locally through the loopback address.
+    if host in {"", "0.0.0.0"}:
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    # The server reports itself as a standalone: connect to it directly.
+    return f"mongodb://{host}:{port}/?directConnection=true"
+
+
+async def serve(
+    host: str,
+    port: int,
+    path: Path | None,
+    *,
+    on_ready: Callable[[str], None],
+    stop: asyncio.Event,
+) -> None:
+    """Serve until ``stop`` is set, then shut down (and write the snapshot if ``path``).
+
+    ``port`` 0 picks a free port. ``on_ready`` gets the URI (for pymongo) once the
+    snapshot, if any, is loaded and the server accepts connections.
+    Raises :class:`EmbeddedServerUnavailable` without mongoeco 4.11.0,
+    :class:`~mongoshift.embedded.snapshot.SnapshotError` if ``path`` is not a
+    readable snapshot (the file is then left untouched), and ``OSError`` if the
+    address cannot be bound.
+    """
+    _import_mongoeco()
+    from mongoeco.api import AsyncMongoClient
+    from mongoeco.engines.memory import MemoryEngine
+    from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
+
+    from mongoshift.embedded import snapshot
+
+    engine = MemoryEngine(**ENGINE_OPTIONS)  # type: ignore[arg-type]
+    client = AsyncMongoClient(engine)
+    await engine.connect()
+    try:
+        if path is not None:
+            await snapshot.load(client, Path(path))
+        # The server does not own the client: the engine outlives the listener
+        # so the snapshot is written after the last connection is closed.
+        server = AsyncMongoEcoProxyServer(client=client, host=host, port=port)
+        address = await server.start()
+        try:
+            uri = _advertised_uri(host, address.port)
+            log.info("embedded server (mongoeco memory engine) listening on %s", uri)
+            on_ready(uri)
+            await stop.wait()
+            log.info("stopping")
+        finally:
+            # Closing also ends every session, so open transactions are aborted.
+            await server.close()
+            if path is not None:
+                await snapshot.save(client, Path(path))
+    finally:
+        await engine.disconnect()
+
+
+def run(
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    path: Path | str | None = None,
+    on_ready: Callable[[str], None] = print_uri,
+) -> int:
+    """Run :func:`serve` until SIGINT or SIGTERM; return 0 after a clean stop."""
+    path = Path(path) if path is not None else None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
+                signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+        try:
+            await serve(host, port, path, on_ready=on_ready, stop=stop)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,237 @@
+"""Persistence for ``--path``: a BSON snapshot loaded at start and written at clean shutdown.
+
+mongoeco's own SQLite engine is far too slow for mongoshift (about 30 updates/s,
+every update scans and decodes the collection), so the embedded server always
+runs the in-memory engine and persists it as a whole:
+
+* at start, :func:`load` restores the snapshot file (if it exists) before the
+  server accepts connections;
+* at a clean shutdown (SIGINT/SIGTERM, or the ``stop`` event of
+  :func:`mongoshift.embedded.server.serve`), :func:`save` writes it again,
+  after the listener is closed, so no write can land half-way.
+
+**A crash loses everything written since the last clean shutdown**: ``kill -9``,
+an out-of-memory kill or a power cut leave the previous snapshot as it was.
+The write is atomic (temporary file in the same directory, ``fsync``, then
+``os.replace``), so the file is always either the old snapshot or the new one,
+never a torn mix.
+
+The file is a sequence of BSON documents, encoded exactly as the wire protocol
+encodes them, so every BSON type survives as it was (Int64, Decimal128,
+datetimes, ObjectId, Binary/UUID, Regex, Timestamp...)::
+
+    {"mongoshift": "embedded-snapshot", "format": 1, "mongoeco": "4.11.0", "created": <date>}
+    {"collection": {"db", "name", "type", "options", "indexes"}}   # one per collection or view
+    {"d": <document>}                                                # its documents follow it
+    ...
+    {"end": true, "collections": <n>, "documents": <n>}
+
+Collection options (validator, validationLevel/Action, capped, collation, views'
+viewOn/pipeline...) are restored through the ``create`` command and indexes
+(unique, partial, sparse, TTL, collation...) through ``createIndexes``, from what
+``listCollections`` and ``listIndexes`` report. Documents are restored without
+re-running validators (they passed when written). ``system.*`` collections are
+not saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+MAGIC = "embedded-snapshot"
+FORMAT = 1
+_RESTORE_BATCH = 1_000
+
+
+class SnapshotError(Exception):
+    """The snapshot file cannot be read (not a snapshot, unknown format, or truncated)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStats:
+    collections: int
+    documents: int
+
+
+async def save(client: Any, path: Path) -> SnapshotStats:
+    """Write every database of ``client`` (a mongoeco ``AsyncMongoClient``) to ``path`` atomically."""
+    from mongoeco import __version__ as mongoeco_version
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    collections = documents = 0
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _write(
+                out,
+                {
+                    "mongoshift": MAGIC,
+                    "format": FORMAT,
+                    "mongoeco": mongoeco_version,
+                    "created": datetime.datetime.now(datetime.UTC),
+                },
+            )
+            for db_name in sorted(await client.list_database_names()):
+                database = client.get_database(db_name)
+                specs = [spec async for spec in await database.list_collections()]
+                # Views after collections: a view may be defined on any of them.
+                specs.sort(key=lambda spec: (spec.get("type") == "view", spec["name"]))
+                for spec in specs:
+                    name = spec["name"]
+                    if name.startswith("system."):
+                        continue
+                    kind = spec.get("type", "collection")
+                    indexes: list[dict[str, Any]] = []
+                    if kind == "collection":
+                        collection = database.get_collection(name)
+                        indexes = [
+                            {k: v for k, v in index.items() if k not in {"ns", "v"}}
+                            async for index in await collection.list_indexes()
+                            if index.get("name") != "_id_"
+                        ]
+                    _write(
+                        out,
+                        {
+                            "collection": {
+                                "db": db_name,
+                                "name": name,
+                                "type": kind,
+                                "options": spec.get("options") or {},
+                                "indexes": indexes,
+                            }
+                        },
+                    )
+                    collections += 1
+                    if kind == "collection":
+                        async for document in database.get_collection(name).find({}):
+                            _write(out, {"d": document})
+                            documents += 1
+            _write(out, {"end": True, "collections": collections, "documents": documents})
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_directory(path.parent)
+    log.info("snapshot saved to %s: %d collections, %d documents", path, collections, documents)
+    return SnapshotStats(collections, documents)
+
+
+async def load(client: Any, path: Path) -> SnapshotStats:
+    """Restore the snapshot at ``path`` into ``client``; a missing file is an empty start."""
+    path = Path(path)
+    if not path.exists():
+        log.info("no snapshot at %s: starting empty", path)
+        return SnapshotStats(0, 0)
+    collections = documents = 0
+    current: dict[str, Any] | None = None
+    batch: list[dict[str, Any]] = []
+    with path.open("rb") as source:
+        records = _read(source, path)
+        header = next(records, None)
+        if not header or header.get("mongoshift") != MAGIC:
+            raise SnapshotError(f"{path} is not a mongoshift embedded snapshot")
+        if header.get("format") != FORMAT:
+            raise SnapshotError(f"{path} has snapshot format {header.get('format')!r}, expected {FORMAT}")
+        for record in records:
+            if "d" in record:
+                if current is None:
+                    raise SnapshotError(f"{path}: document before any collection record")
+                batch.append(record["d"])
+                if len(batch) >= _RESTORE_BATCH:
+                    documents += await _insert(client, current, batch)
+                    batch = []
+            elif "collection" in record:
+                if current is not None:
+                    documents += await _insert(client, current, batch)
+                    await _create_indexes(client, current)
+                batch = []
+                current = record["collection"]
+                await _create_collection(client, current)
+                collections += 1
+            elif record.get("end") is True:
+                if current is not None:
+                    documents += await _insert(client, current, batch)
+                    await _create_indexes(client, current)
+                log.info(
+                    "snapshot loaded from %s: %d collections, %d documents", path, collections, documents
+                )
+                return SnapshotStats(collections, documents)
+            else:
+                raise SnapshotError(f"{path}: unexpected record {sorted(record)!r}")
+    raise SnapshotError(f"{path} is truncated (no end record): refusing to start from a partial snapshot")
+
+
+def _write(out: BinaryIO, record: dict[str, Any]) -> None:
+    from bson import BSON
+    from mongoeco.wire.bson_bridge import encode_wire_value
+
+    # The same conversion as the wire layer's replies (mongoeco.wire.protocol).
+    out.write(BSON.encode(encode_wire_value(record)))
+
+
+def _read(source: BinaryIO, path: Path) -> Iterator[dict[str, Any]]:
+    from bson import BSON
+    from mongoeco.wire.bson_bridge import decode_wire_value
+
+    while True:
+        head = source.read(4)
+        if not head:
+            return
+        size = int.from_bytes(head, "little", signed=True)
+        if len(head) < 4 or size < 5:
+            raise SnapshotError(f"{path} is corrupt or truncated")
+        body = source.read(size - 4)
+        if len(body) != size - 4:
+            raise SnapshotError(f"{path} is truncated")
+        try:
+            # The same conversion as the wire layer's requests (mongoeco.wire.protocol).
+            yield decode_wire_value(BSON(head + body).decode())
+        except Exception as error:
+            raise SnapshotError(f"{path} is corrupt: {error}") from error
+
+
+async def _create_collection(client: Any, spec: dict[str, Any]) -> None:
+    database = client.get_database(spec["db"])
+    await database.command({"create": spec["name"], **spec["options"]})
+
+
+async def _insert(client: Any, spec: dict[str, Any], batch: list[dict[str, Any]]) -> int:
+    if not batch:
+        return 0
+    collection = client.get_database(spec["db"]).get_collection(spec["name"])
+    result = await collection.insert_many(batch, ordered=True, bypass_document_validation=True)
+    return len(result.inserted_ids)
+
+
+async def _create_indexes(client: Any, spec: dict[str, Any]) -> None:
+    if spec["indexes"]:
+        database = client.get_database(spec["db"])
+        await database.command({"createIndexes": spec["name"], "indexes": spec["indexes"]})
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Make the rename itself durable (POSIX); not possible on every platform.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,194 @@
+"""Every failure mongoshift reports, each with a stable exit code.
+
+The codes are part of the public contract (CI scripts branch on them); the table
+lives in docs/exit-codes.md and must change together with this module.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    UNEXPECTED = 1
+    PENDING = 2
+    LOCK_HELD = 3
+    CHECKSUM_MISMATCH = 4
+    CONNECTION_FAILED = 5
+    CONFIG_INVALID = 6
+    EXECUTION_FAILED = 7
+    FILE_NOT_FOUND = 8
+    NOT_APPLIED = 9
+    LOCK_LOST = 10
+    ABORTED = 11
+    HOOK_FAILED = 12
+    IRREVERSIBLE = 13
+    TIMEOUT = 14
+    TRANSACTIONS_UNSUPPORTED = 15
+    CONFIG_FILE_EXISTS = 16
+    MIGRATION_FILE_EXISTS = 18
+    INVALID_NAME = 19
+    INVALID_EXPORT = 20
+    LOCK_RELEASE_FAILED = 21
+    OUT_OF_ORDER = 23
+    SECOND_SIGNAL = 130
+
+
+class MongoshiftError(Exception):
+    """Base of every expected failure; ``details`` goes into ``--json`` output."""
+
+    exit_code: ExitCode = ExitCode.UNEXPECTED
+    kind: str = "error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": int(self.exit_code), "kind": self.kind, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class PendingMigrationsError(MongoshiftError):
+    """``status --check`` found migrations that are not applied."""
+
+    exit_code = ExitCode.PENDING
+    kind = "pending"
+
+
+class LockHeldError(MongoshiftError):
+    """Another run holds the migration lock."""
+
+    exit_code = ExitCode.LOCK_HELD
+    kind = "lock_held"
+
+
+class ChecksumMismatchError(MongoshiftError):
+    """An applied file changed on disk and strict checksums are on."""
+
+    exit_code = ExitCode.CHECKSUM_MISMATCH
+    kind = "checksum_mismatch"
+
+
+class ConnectionFailedError(MongoshiftError):
+    """The server could not be reached within the connection timeout."""
+
+    exit_code = ExitCode.CONNECTION_FAILED
+    kind = "connection_failed"
+
+
+class ConfigInvalidError(MongoshiftError):
+    """A setting, flag or argument is invalid; the message names it and its source."""
+
+    exit_code = ExitCode.CONFIG_INVALID
+    kind = "config_invalid"
+
+
+class ExecutionFailedError(MongoshiftError):
+    """A migration raised; it is recorded as failed and the run stops there."""
+
+    exit_code = ExitCode.EXECUTION_FAILED
+    kind = "execution_failed"
+
+
+class FileNotFoundMigrationError(MongoshiftError):
+    """A named migration file (or the file of an applied record) does not exist."""
+
+    exit_code = ExitCode.FILE_NOT_FOUND
+    kind = "file_not_found"
+
+
+class NotAppliedError(MongoshiftError):
+    """The migration named for a rollback (or as a target) is not applied."""
+
+    exit_code = ExitCode.NOT_APPLIED
+    kind = "not_applied"
+
+
+class LockLostError(MongoshiftError):
+    """The run lost its lock (expired or cleared) and the policy is ``abort``."""
+
+    exit_code = ExitCode.LOCK_LOST
+    kind = "lock_lost"
+
+
+class RunAbortedError(MongoshiftError):
+    """The run was stopped (Ctrl-C or API) at a migration boundary."""
+
+    exit_code = ExitCode.ABORTED
+    kind = "aborted"
+
+
+class HookFailedError(MongoshiftError):
+    """A lifecycle hook raised."""
+
+    exit_code = ExitCode.HOOK_FAILED
+    kind = "hook_failed"
+
+
+class IrreversibleMigrationError(MongoshiftError):
+    """A rollback was asked of a migration without ``down``."""
+
+    exit_code = ExitCode.IRREVERSIBLE
+    kind = "irreversible"
+
+
+class MigrationTimeoutError(MongoshiftError):
+    """A migration ran past the configured timeout."""
+
+    exit_code = ExitCode.TIMEOUT
+    kind = "timeout"
+
+
+class TransactionsUnsupportedError(MongoshiftError):
+    """A transactional migration met a server without transactions (a standalone)."""
+
+    exit_code = ExitCode.TRANSACTIONS_UNSUPPORTED
+    kind = "transactions_unsupported"
+
+
+class ConfigFileExistsError(MongoshiftError):
+    """``init`` found a configuration already in place."""
+
+    exit_code = ExitCode.CONFIG_FILE_EXISTS
+    kind = "config_file_exists"
+
+
+class MigrationFileExistsError(MongoshiftError):
+    """``create`` would overwrite a file."""
+
+    exit_code = ExitCode.MIGRATION_FILE_EXISTS
+    kind = "migration_file_exists"
+
+
+class InvalidNameError(MongoshiftError):
+    """A migration name or file name does not follow the naming rule."""
+
+    exit_code = ExitCode.INVALID_NAME
+    kind = "invalid_name"
+
+
+class InvalidExportError(MongoshiftError):
+    """A migration file does not import, or lacks ``up``."""
+
+    exit_code = ExitCode.INVALID_EXPORT
+    kind = "invalid_export"
+
+
+class LockReleaseFailedError(MongoshiftError):
+    """The lock could not be released at the end of a run (the TTL will clear it)."""
+
+    exit_code = ExitCode.LOCK_RELEASE_FAILED
+    kind = "lock_release_failed"
+
+
+class OutOfOrderError(MongoshiftError):
+    """A pending file sorts before an applied one and the policy is ``error``."""
+
+    exit_code = ExitCode.OUT_OF_ORDER
+    kind = "out_of_order"

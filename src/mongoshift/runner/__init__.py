@@ -1,0 +1,1 @@
+"""The classic migration line: files, changelog, lock, plan, execution."""

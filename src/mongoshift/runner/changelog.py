@@ -1,0 +1,152 @@
+"""The changelog: one record per migration file, kept for good.
+
+Records are upserted by name and never deleted: a rollback marks a record
+``reverted``, a failure marks it ``failed`` (never over an ``applied`` one).
+Times come from the server clock (``$$NOW``) so that machines with skewed
+clocks still write a consistent history. Each write is built as a
+``(filter, update)`` pair so that the same definition serves the async path
+and the sync path that runs inside a migration's own transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import DuplicateKeyError
+
+Status = Literal["applied", "reverted", "failed"]
+
+INDEXES = [
+    IndexModel([("name", ASCENDING)], name="name_unique", unique=True),
+    IndexModel([("status", ASCENDING), ("batch", DESCENDING)], name="status_batch"),
+    IndexModel([("batch", DESCENDING)], name="batch"),
+    IndexModel(
+        [("status", ASCENDING), ("applied_at", DESCENDING), ("name", DESCENDING)],
+        name="status_applied_at_name",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Who is running: stamped on every record a run writes."""
+
+    run_id: str
+    executed_by: str
+    host: str
+    environment: str
+
+
+@dataclass
+class ChangelogRecord:
+    name: str
+    status: Status
+    batch: int | None = None
+    checksum: str | None = None
+    applied_at: datetime | None = None
+    first_applied_at: datetime | None = None
+    reverted_at: datetime | None = None
+    failed_at: datetime | None = None
+    duration_ms: int | None = None
+    run_id: str | None = None
+    executed_by: str | None = None
+    host: str | None = None
+    environment: str | None = None
+    description: str | None = None
+    error: str | None = None
+    kind: str = "migration"
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> ChangelogRecord:
+        known = set(cls.__dataclass_fields__) - {"extra"}
+        values = {k: v for k, v in doc.items() if k in known}
+        extra = {k: v for k, v in doc.items() if k not in known and k != "_id"}
+        return cls(**values, extra=extra)
+
+
+def _literal(value: Any) -> Any:
+    """Pipeline updates read ``"$x"`` as a field path; user text must stay text."""
+    return {"$literal": value}
+
+
+def applied_update(
+    name: str, *, batch: int, checksum: str, duration_ms: int, run: RunInfo, description: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    fields = {
+        "name": _literal(name),
+        "kind": "migration",
+        "status": "applied",
+        "batch": batch,
+        "checksum": _literal(checksum),
+        "duration_ms": duration_ms,
+        "run_id": _literal(run.run_id),
+        "executed_by": _literal(run.executed_by),
+        "host": _literal(run.host),
+        "environment": _literal(run.environment),
+        "description": _literal(description),
+        "applied_at": "$$NOW",
+        "first_applied_at": {"$ifNull": ["$first_applied_at", "$$NOW"]},
+    }
+    return {"name": name}, [{"$set": fields}, {"$unset": ["reverted_at", "error", "failed_checksum"]}]
+
+
+def reverted_update(name: str, *, duration_ms: int, run: RunInfo) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    fields = {
+        "status": "reverted",
+        "reverted_at": "$$NOW",
+        "revert_duration_ms": duration_ms,
+        "revert_run_id": _literal(run.run_id),
+        "reverted_by": _literal(run.executed_by),
+    }
+    return {"name": name, "status": "applied"}, [{"$set": fields}]
+
+
+def failed_update(
+    name: str, *, batch: int, checksum: str, error: str, run: RunInfo, description: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    fields = {
+        "name": _literal(name),
+        "kind": "migration",
+        "status": "failed",
+        "batch": batch,
+        "failed_checksum": _literal(checksum),
+        "failed_at": "$$NOW",
+        "error": _literal(error[:4000]),
+        "run_id": _literal(run.run_id),
+        "executed_by": _literal(run.executed_by),
+        "host": _literal(run.host),
+        "environment": _literal(run.environment),
+        "description": _literal(description),
+    }
+    return {"name": name, "status": {"$ne": "applied"}}, [{"$set": fields}]
+
+
+class Changelog:
+    """The async view of the changelog collection used by the runner."""
+
+    def __init__(self, collection: AsyncCollection[dict[str, Any]]) -> None:
+        self.collection = collection
+
+    async def ensure_indexes(self) -> None:
+        await self.collection.create_indexes(INDEXES)
+
+    async def records(self) -> dict[str, ChangelogRecord]:
+        cursor = self.collection.find({}, sort=[("name", ASCENDING)])
+        return {doc["name"]: ChangelogRecord.from_document(doc) async for doc in cursor}
+
+    async def next_batch(self) -> int:
+        """One more than the highest batch ever used, so numbers never repeat."""
+        doc = await self.collection.find_one({"batch": {"$type": "number"}}, sort=[("batch", DESCENDING)])
+        return int(doc["batch"]) + 1 if doc else 1
+
+    async def mark_failed(self, **kwargs: Any) -> None:
+        filter_, update = failed_update(**kwargs)
+        try:
+            await self.collection.update_one(filter_, update, upsert=True)
+        except DuplicateKeyError:
+            pass  # an applied record exists: a failed re-run must not overwrite it

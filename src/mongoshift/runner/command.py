@@ -1,0 +1,282 @@
+"""The commands, as an async Python API; the CLI is a thin layer over these.
+
+Each writing command opens one connection, takes the lock (unless told not
+to), re-reads the changelog under it, plans, imports every file it will run,
+and only then executes, so a broken file or a bad selection never leaves half
+a run behind.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ..config import Settings
+from ..connection import connect
+from ..errors import LockReleaseFailedError, MongoshiftError
+from .changelog import Changelog, ChangelogRecord, RunInfo
+from .context import CancelSignal
+from .executor import Executor, MigrationResult, Runtime
+from .hooks import load_hooks
+from .loader import MigrationFile, discover, load
+from .lock import LockHolder, MigrationLock
+from .plan import Plan, StatusRow, plan_down, plan_up, status_rows
+
+
+@dataclass
+class RunReport:
+    """What a writing command did."""
+
+    command: str
+    run_id: str
+    results: list[MigrationResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "run_id": self.run_id,
+            "results": [r.to_json() for r in self.results],
+            "warnings": self.warnings,
+        }
+
+
+@dataclass
+class DryRunRow:
+    name: str
+    direction: Literal["up", "down"]
+    batch: int | None
+    checksum: str
+    description: str | None
+    transaction: bool
+
+
+def run_info(settings: Settings, run_id: str | None = None) -> RunInfo:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return RunInfo(
+        run_id=run_id or uuid.uuid4().hex,
+        executed_by=settings.executed_by or user,
+        host=socket.gethostname(),
+        environment=settings.environment,
+    )
+
+
+@dataclass
+class Session:
+    """One connected run: the runtime, the changelog and (when taken) the lock."""
+
+    settings: Settings
+    runtime: Runtime
+    changelog: Changelog
+    lock: MigrationLock | None
+    files: list[MigrationFile]
+
+    async def records(self) -> dict[str, ChangelogRecord]:
+        return await self.changelog.records()
+
+    def executor(self) -> Executor:
+        return Executor(self.runtime, self.changelog, load_hooks(self.settings.hooks), self.lock)
+
+
+@asynccontextmanager
+async def open_session(
+    settings: Settings,
+    *,
+    take_lock: bool,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+    run_id: str | None = None,
+    with_files: bool = True,
+) -> AsyncIterator[Session]:
+    files = discover(settings.migrations_dir) if with_files else []
+    client = await connect(settings)
+    run = run_info(settings, run_id)
+    runtime = Runtime(settings, client, run, cancel or CancelSignal())
+    db = client[runtime.db_name]
+    changelog = Changelog(db[settings.changelog_collection])
+    lock: MigrationLock | None = None
+    try:
+        if take_lock:
+            if settings.ensure_indexes:
+                await changelog.ensure_indexes()
+            lock = MigrationLock(db[settings.lock_collection], run, ttl_seconds=settings.lock_ttl_seconds)
+            await lock.acquire(wait_seconds=wait)
+            lock.start_heartbeat()
+        yield Session(settings, runtime, changelog, lock, files)
+    finally:
+        try:
+            if lock is not None:
+                await lock.release()
+        except LockReleaseFailedError:
+            raise
+        finally:
+            await runtime.close()
+            await client.close()
+
+
+async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
+    report = RunReport(command, session.runtime.run.run_id, warnings=list(plan.warnings))
+    batch = await session.changelog.next_batch()
+    try:
+        report.results = await session.executor().execute(plan, batch=batch, batch_per_step=batch_per_step)
+    except MongoshiftError as exc:
+        exc.details["warnings"] = report.warnings
+        raise
+    return report
+
+
+async def up(
+    settings: Settings,
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    step: bool = False,
+    force: bool = False,
+    strict: bool | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+) -> RunReport:
+    """Apply pending migrations (or one FILE), in name order."""
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        plan = plan_up(
+            session.files,
+            await session.records(),
+            target=target,
+            to=to,
+            force=force,
+            strict=settings.strict if strict is None else strict,
+            out_of_order="allow" if target else settings.out_of_order,
+        )
+        return await _execute(session, "up", plan, batch_per_step=step)
+
+
+async def down(
+    settings: Settings,
+    *,
+    target: str | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    to: str | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+) -> RunReport:
+    """Roll back the last batch, or what a selector names."""
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        plan = plan_down(session.files, await session.records(), target=target, batch=batch, steps=steps, to=to)
+        return await _execute(session, "down", plan)
+
+
+async def redo(
+    settings: Settings,
+    *,
+    target: str | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+) -> RunReport:
+    """Roll back and re-apply one migration (default: the newest applied) under one lock."""
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        records = await session.records()
+        plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
+        if not plan.steps:
+            return RunReport("redo", session.runtime.run.run_id, warnings=["nothing is applied: nothing to redo"])
+        back = plan.steps[0]
+        reapply = plan_up(session.files, records, target=back.name, force=True, strict=False)
+        combined = Plan(plan.steps + reapply.steps, reapply.warnings)
+        return await _execute(session, "redo", combined)
+
+
+async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRow]:
+    async with open_session(settings, take_lock=False) as session:
+        return status_rows(session.files, await session.records(), checksums=checksums)
+
+
+async def dry_run(
+    settings: Settings,
+    direction: Literal["up", "down"],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    batch: int | None = None,
+    steps: int | None = None,
+    step: bool = False,
+) -> tuple[list[DryRunRow], list[str]]:
+    """The selection the real command would make, with every file imported; no lock, no writes."""
+    async with open_session(settings, take_lock=False) as session:
+        records = await session.records()
+        if direction == "up":
+            plan = plan_up(
+                session.files,
+                records,
+                target=target,
+                to=to,
+                force=force,
+                strict=settings.strict,
+                out_of_order="allow" if target else settings.out_of_order,
+            )
+            next_batch = await session.changelog.next_batch()
+        else:
+            plan = plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
+            next_batch = None
+        rows = []
+        for index, item in enumerate(plan.steps):
+            load(item.file)
+            use_txn = item.file.use_transaction
+            rows.append(
+                DryRunRow(
+                    name=item.name,
+                    direction=direction,
+                    batch=(next_batch + (index if step else 0)) if next_batch else (item.record.batch if item.record else None),
+                    checksum=item.file.checksum,
+                    description=item.file.description,
+                    transaction=settings.use_transaction if use_txn is None else use_txn,
+                )
+            )
+        warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
+        return rows, warnings
+
+
+async def lock_status(settings: Settings) -> LockHolder | None:
+    async with open_session(settings, take_lock=False, with_files=False) as session:
+        lock = MigrationLock(
+            session.runtime.client[session.runtime.db_name][settings.lock_collection],
+            session.runtime.run,
+            ttl_seconds=settings.lock_ttl_seconds,
+        )
+        return await lock.holder()
+
+
+async def unlock(settings: Settings) -> LockHolder | None:
+    """Clear the lock whoever holds it; returns who held it (None: nothing to clear)."""
+    async with open_session(settings, take_lock=False, with_files=False) as session:
+        lock = MigrationLock(
+            session.runtime.client[session.runtime.db_name][settings.lock_collection],
+            session.runtime.run,
+            ttl_seconds=settings.lock_ttl_seconds,
+        )
+        holder = await lock.holder()
+        if holder is not None:
+            await lock.force_release()
+        return holder
+
+
+def rows_to_json(rows: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        data = asdict(row)
+        for key, value in data.items():
+            if hasattr(value, "isoformat"):
+                data[key] = value.isoformat()
+        out.append(data)
+    return out

@@ -1,0 +1,330 @@
+"""Running a plan: hooks, per-file transactions, changelog records, stop points.
+
+The executor only stops *between* migrations (Ctrl-C, a lost lock), so a
+migration either ran and was recorded, or did not run. With a per-file
+transaction the body and its changelog record commit together; without one, a
+crash between the two re-runs the migration next time, which is why bodies
+should be idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pymongo import AsyncMongoClient, MongoClient
+from pymongo.errors import OperationFailure, PyMongoError
+
+from ..config import Settings
+from ..connection import redact, sync_client
+from ..errors import (
+    ExecutionFailedError,
+    HookFailedError,
+    IrreversibleMigrationError,
+    LockLostError,
+    MigrationTimeoutError,
+    MongoshiftError,
+    RunAbortedError,
+    TransactionsUnsupportedError,
+)
+from . import changelog as records
+from .changelog import Changelog, RunInfo
+from .context import CancelSignal, Direction, MigrationContext, call, is_async
+from .hooks import Hooks
+from .loader import load
+from .lock import MigrationLock
+from .plan import Plan, Step
+
+log = logging.getLogger("mongoshift")
+
+Outcome = Literal["applied", "reverted", "skipped", "failed"]
+
+
+@dataclass
+class MigrationResult:
+    name: str
+    direction: Direction
+    status: Outcome
+    batch: int | None = None
+    duration_ms: int = 0
+    error: str | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Runtime:
+    """The connections and identity one run shares between migrations and hooks."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: AsyncMongoClient[Any],
+        run: RunInfo,
+        cancel: CancelSignal,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.db_name = settings.require_connection()[1]
+        self.run = run
+        self.cancel = cancel
+        self.logger = logger
+        self._sync: MongoClient[Any] | None = None
+
+    def sync_client(self) -> MongoClient[Any]:
+        if self._sync is None:
+            self._sync = sync_client(self.settings)
+        return self._sync
+
+    def context(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        direction: Direction | None = None,
+        session: Any = None,
+        attempt: int = 1,
+    ) -> MigrationContext:
+        client: Any = self.client if is_async(fn) else self.sync_client()
+        return MigrationContext(
+            db=client[self.db_name],
+            client=client,
+            run_id=self.run.run_id,
+            logger=self.logger.getChild(name.removesuffix(".py")) if name else self.logger,
+            cancelled=self.cancel,
+            name=name,
+            direction=direction,
+            session=session,
+            attempt=attempt,
+        )
+
+    async def close(self) -> None:
+        if self._sync is not None:
+            await asyncio.to_thread(self._sync.close)
+            self._sync = None
+
+
+def _describe(exc: BaseException) -> str:
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+def _transactions_unsupported(exc: BaseException) -> bool:
+    if isinstance(exc, OperationFailure):
+        return exc.code == 20 or "Transaction numbers are only allowed" in str(exc)
+    return False
+
+
+class Executor:
+    def __init__(
+        self, runtime: Runtime, changelog: Changelog, hooks: Hooks, lock: MigrationLock | None = None
+    ) -> None:
+        self.runtime = runtime
+        self.changelog = changelog
+        self.hooks = hooks
+        self.lock = lock
+        self._lock_warned = False
+
+    async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
+        """Run every step of ``plan`` in order; raise with the results so far on failure."""
+        results = [MigrationResult(name, "up", "skipped", reason=why) for name, why in plan.skipped]
+        self._prepare(plan.steps)
+        if not plan.steps:
+            return results
+        success = False
+        try:
+            await self._hook("before_all", self._hook_ctx("before_all"))
+            for index, step in enumerate(plan.steps):
+                self._check_stop(results)
+                step_batch = batch + index if batch_per_step and step.direction == "up" else batch
+                if step.direction == "down":
+                    step_batch = step.record.batch if step.record else None  # type: ignore[assignment]
+                info = {"direction": step.direction, "index": index, "total": len(plan.steps), "batch": step_batch}
+                await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
+                result = await self._run_step(step, step_batch, results)
+                results.append(result)
+                await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
+            success = True
+            return results
+        except MongoshiftError as exc:
+            exc.details.setdefault("results", [r.to_json() for r in results])
+            raise
+        finally:
+            summary = {
+                "success": success,
+                "applied": [r.name for r in results if r.status in ("applied", "reverted")],
+                "direction": plan.steps[0].direction,
+            }
+            try:
+                await self._hook("after_all", self._hook_ctx("after_all"), summary)
+            except HookFailedError:
+                if success:
+                    raise
+                log.exception("after_all hook failed after a failed run")
+
+    def _prepare(self, steps: list[Step]) -> None:
+        """Import every file first: a broken file fails the run before anything is written."""
+        for step in steps:
+            load(step.file)
+            if step.direction == "down" and step.file.down is None:
+                raise IrreversibleMigrationError(
+                    f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
+                )
+
+    def _check_stop(self, results: list[MigrationResult]) -> None:
+        if self.runtime.cancel.is_set():
+            raise RunAbortedError(
+                f"run stopped ({self.runtime.cancel.reason}); {len(results)} migration(s) completed, "
+                "the rest were not started"
+            )
+        if self.lock is not None and self.lock.lost.is_set():
+            if self.runtime.settings.on_lock_lost == "abort":
+                raise LockLostError(f"the migration lock was lost: {self.lock.lost_reason}")
+            if not self._lock_warned:
+                self._lock_warned = True
+                log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
+
+    def _hook_ctx(self, hook: str) -> MigrationContext | None:
+        fn = self.hooks.get(hook)
+        return self.runtime.context(fn) if fn else None
+
+    async def _hook(self, hook: str, *args: Any) -> None:
+        fn = self.hooks.get(hook)
+        if fn is None:
+            return
+        try:
+            await call(fn, *args)
+        except Exception as exc:
+            raise HookFailedError(f"hook {hook} failed: {_describe(exc)}", hook=hook) from exc
+
+    async def _run_step(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
+        fn = step.file.up if step.direction == "up" else step.file.down
+        assert fn is not None
+        use_txn = step.file.use_transaction
+        if use_txn is None:
+            use_txn = self.runtime.settings.use_transaction
+        started = time.monotonic()
+        log.info("%s %s", "applying" if step.direction == "up" else "reverting", step.name)
+        try:
+            body = self._transactional(step, fn, batch, started) if use_txn else self._plain(step, fn, batch, started)
+            timeout = self.runtime.settings.migration_timeout_seconds
+            if timeout is None:
+                await body
+            else:
+                try:
+                    await asyncio.wait_for(body, timeout)
+                except TimeoutError:
+                    self.runtime.cancel.set(f"{step.name} timed out")
+                    raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
+        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError) as exc:
+            await self._failed(step, batch, exc, results, started)
+            raise
+        except Exception as exc:
+            error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
+            await self._failed(step, batch, exc, results, started)
+            raise error from exc
+        duration = int((time.monotonic() - started) * 1000)
+        status: Outcome = "applied" if step.direction == "up" else "reverted"
+        return MigrationResult(step.name, step.direction, status, batch, duration)
+
+    def _record(self, step: Step, batch: int | None, started: float) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+        duration = int((time.monotonic() - started) * 1000)
+        if step.direction == "up":
+            f, u = records.applied_update(
+                step.name,
+                batch=batch or 0,
+                checksum=step.file.checksum,
+                duration_ms=duration,
+                run=self.runtime.run,
+                description=step.file.description,
+            )
+            return f, u, True
+        f, u = records.reverted_update(step.name, duration_ms=duration, run=self.runtime.run)
+        return f, u, False
+
+    async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        await call(fn, self.runtime.context(fn, name=step.name, direction=step.direction))
+        filter_, update, upsert = self._record(step, batch, started)
+        try:
+            await self.changelog.collection.update_one(filter_, update, upsert=upsert)
+        except PyMongoError as exc:
+            raise ExecutionFailedError(
+                f"{step.name} ran, but its changelog record could not be written ({_describe(exc)}); "
+                "it will run again next time unless you record it",
+                file=step.name,
+                phase="changelog-write",
+                body_succeeded=True,
+            ) from exc
+
+    async def _transactional(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        try:
+            if is_async(fn):
+                await self._async_transaction(step, fn, batch, started)
+            else:
+                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started)
+        except PyMongoError as exc:
+            if _transactions_unsupported(exc):
+                raise TransactionsUnsupportedError(
+                    f"{step.name} asks for a transaction, but this server does not support them "
+                    "(a standalone server); use a replica set or set use_transaction = False",
+                    file=step.name,
+                ) from None
+            raise
+
+    async def _async_transaction(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        attempt = 0
+        async with self.runtime.client.start_session() as session:
+
+            async def body(s: Any) -> None:
+                nonlocal attempt
+                attempt += 1
+                await fn(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                filter_, update, upsert = self._record(step, batch, started)
+                await self.changelog.collection.update_one(filter_, update, upsert=upsert, session=s)
+
+            await session.with_transaction(body)
+
+    def _sync_transaction(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        client = self.runtime.sync_client()
+        collection = client[self.runtime.db_name][self.changelog.collection.name]
+        attempt = 0
+        with client.start_session() as session:
+
+            def body(s: Any) -> None:
+                nonlocal attempt
+                attempt += 1
+                fn(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                filter_, update, upsert = self._record(step, batch, started)
+                collection.update_one(filter_, update, upsert=upsert, session=s)
+
+            session.with_transaction(body)
+
+    async def _failed(
+        self, step: Step, batch: int | None, exc: BaseException, results: list[MigrationResult], started: float
+    ) -> None:
+        duration = int((time.monotonic() - started) * 1000)
+        message = exc.message if isinstance(exc, MongoshiftError) else _describe(exc)
+        results.append(MigrationResult(step.name, step.direction, "failed", batch, duration, error=message))
+        if step.direction == "up":
+            try:
+                await self.changelog.mark_failed(
+                    name=step.name,
+                    batch=batch or 0,
+                    checksum=step.file.checksum,
+                    error=message,
+                    run=self.runtime.run,
+                    description=step.file.description,
+                )
+            except PyMongoError:
+                log.exception("could not record the failure of %s", step.name)
+        fn = self.hooks.get("on_error")
+        if fn is not None:
+            try:
+                await call(fn, step.name, exc, self.runtime.context(fn))
+            except Exception:
+                log.exception("on_error hook failed")

@@ -1,0 +1,60 @@
+"""Lifecycle hooks from a module named in the config (``hooks = "migrations/_hooks.py"``).
+
+The module may define any of ``before_all(ctx)``, ``after_all(ctx, summary)``,
+``before_each(name, ctx, info)``, ``after_each(name, duration_ms, ctx, info)``
+and ``on_error(name, error, ctx)``, sync or async. A hook that raises stops
+the run with the hook-failed exit code, except ``on_error`` and ``after_all``
+on a failed run, whose errors are logged so that the original failure is the
+one reported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from ..errors import ConfigInvalidError, HookFailedError
+
+HOOK_NAMES = ("before_all", "after_all", "before_each", "after_each", "on_error")
+
+
+@dataclass
+class Hooks:
+    functions: dict[str, Callable[..., Any]]
+
+    def get(self, name: str) -> Callable[..., Any] | None:
+        return self.functions.get(name)
+
+
+def load_hooks(spec: str | None) -> Hooks:
+    if not spec:
+        return Hooks({})
+    module = _import(spec)
+    found = {name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))}
+    return Hooks(found)
+
+
+def _import(spec: str) -> ModuleType:
+    try:
+        if spec.endswith(".py"):
+            path = Path(spec)
+            if not path.is_file():
+                raise ConfigInvalidError(f"setting 'hooks': file not found: {spec}")
+            module_spec = importlib.util.spec_from_file_location("mongoshift_hooks", path)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigInvalidError(f"setting 'hooks': cannot import {spec}")
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            return module
+        return importlib.import_module(spec)
+    except ConfigInvalidError:
+        raise
+    except Exception as exc:
+        raise HookFailedError(f"hooks module {spec} failed to import: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.modules.pop("mongoshift_hooks", None)

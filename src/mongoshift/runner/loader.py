@@ -1,0 +1,182 @@
+"""Finding migration files on disk and importing them.
+
+A file is a migration when its name is ``YYYYMMDDHHMMSS_slug.py`` (or
+``0001_slug.py`` in a sequential project). Files starting with ``_`` or ``.``
+are private helpers and ignored; any other ``.py`` file in the folder is an
+error, because a misnamed migration that silently never runs is worse than a
+refusal. Importing happens only for the files a command is about to run, and
+all of them are imported before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
+
+TIMESTAMP_NAME = re.compile(r"^\d{14}_[a-z0-9][a-z0-9_]*\.py$")
+SEQUENTIAL_NAME = re.compile(r"^\d{4,}_[a-z0-9][a-z0-9_]*\.py$")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9_]{0,80}$")
+
+
+def checksum(path: Path) -> str:
+    """SHA-256 of the file, BOM- and CRLF-normalised so editors and git settings don't matter."""
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    data = data.replace(b"\r\n", b"\n")
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_migration_name(name: str) -> bool:
+    return bool(TIMESTAMP_NAME.match(name) or SEQUENTIAL_NAME.match(name))
+
+
+def slugify(name: str) -> str:
+    """A migration name as typed by a user → the slug used in the file name."""
+    slug = re.sub(r"[\s\-]+", "_", name.strip().lower())
+    if not SLUG.match(slug):
+        raise InvalidNameError(
+            f"invalid migration name {name!r}: use letters, digits, spaces, '-' or '_' (max 81 characters)"
+        )
+    return slug
+
+
+@dataclass
+class MigrationFile:
+    """One migration file on disk; ``module`` is filled by :func:`load`."""
+
+    name: str
+    path: Path
+    module: ModuleType | None = field(default=None, repr=False)
+
+    @property
+    def checksum(self) -> str:
+        return checksum(self.path)
+
+    @property
+    def up(self) -> Callable[..., Any]:
+        return self._export("up")
+
+    @property
+    def down(self) -> Callable[..., Any] | None:
+        module = self._loaded()
+        fn = getattr(module, "down", None)
+        return fn if callable(fn) else None
+
+    @property
+    def description(self) -> str | None:
+        value = getattr(self._loaded(), "description", None)
+        return value if isinstance(value, str) else None
+
+    @property
+    def use_transaction(self) -> bool | None:
+        value = getattr(self._loaded(), "use_transaction", None)
+        return value if isinstance(value, bool) else None
+
+    def _loaded(self) -> ModuleType:
+        if self.module is None:
+            raise RuntimeError(f"{self.name} was not loaded")
+        return self.module
+
+    def _export(self, attr: str) -> Callable[..., Any]:
+        fn = getattr(self._loaded(), attr)
+        return fn  # type: ignore[no-any-return]
+
+
+def discover(directory: Path) -> list[MigrationFile]:
+    """The migration files of ``directory``, in name order (the order they apply in)."""
+    if not directory.is_dir():
+        raise FileNotFoundMigrationError(
+            f"migrations folder not found: {directory} (run 'mongoshift init' or pass --dir)"
+        )
+    files: list[MigrationFile] = []
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(("_", ".")) or path.suffix != ".py" or not path.is_file():
+            continue
+        if not is_migration_name(path.name):
+            raise InvalidNameError(
+                f"{path.name} in {directory} is not a migration name (YYYYMMDDHHMMSS_slug.py or "
+                "0001_slug.py); rename it, or prefix it with '_' if it is a helper module"
+            )
+        files.append(MigrationFile(name=path.name, path=path))
+    return files
+
+
+def find(files: list[MigrationFile], name: str) -> MigrationFile:
+    """A file by its name, with or without ``.py``."""
+    wanted = name if name.endswith(".py") else name + ".py"
+    if "/" in wanted or "\\" in wanted or wanted.startswith("."):
+        raise InvalidNameError(f"{name!r} is not a bare migration file name")
+    for item in files:
+        if item.name == wanted:
+            return item
+    raise FileNotFoundMigrationError(f"migration file not found: {wanted}")
+
+
+def load(item: MigrationFile) -> MigrationFile:
+    """Import the file and check its exports; every failure names the file."""
+    if item.module is not None:
+        return item
+    module_name = f"mongoshift_migrations.{item.path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, item.path)
+    if spec is None or spec.loader is None:
+        raise InvalidExportError(f"{item.name}: cannot be imported as a Python module", file=item.name)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # a migration file may raise anything while importing, even SystemExit
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        where = _where(exc, item.path)
+        raise InvalidExportError(
+            f"{item.name}: failed to import{where}: {type(exc).__name__}: {exc}", file=item.name
+        ) from None
+    finally:
+        sys.modules.pop(module_name, None)
+    if hasattr(module, "background"):
+        raise InvalidExportError(
+            f"{item.name}: background migrations are not supported by this version", file=item.name
+        )
+    up = getattr(module, "up", None)
+    if not callable(up):
+        raise InvalidExportError(f"{item.name}: must define a function up(ctx)", file=item.name)
+    down = getattr(module, "down", None)
+    if down is not None and not callable(down):
+        raise InvalidExportError(f"{item.name}: down must be a function down(ctx)", file=item.name)
+    for fn_name, fn in (("up", up), ("down", down)):
+        if fn is not None and not _takes_one_argument(fn):
+            raise InvalidExportError(f"{item.name}: {fn_name} must take one argument (ctx)", file=item.name)
+    for attr, kind in (("description", str), ("use_transaction", bool)):
+        if hasattr(module, attr) and not isinstance(getattr(module, attr), kind):
+            raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
+    item.module = module
+    return item
+
+
+def _takes_one_argument(fn: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(fn).bind(object())
+    except TypeError:
+        return False
+    except ValueError:  # builtins without a signature: let the call decide
+        return True
+    return True
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f" (line {exc.lineno})"
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(frame.filename) == path:
+            return f" (line {frame.lineno})"
+    return ""

@@ -1,0 +1,192 @@
+"""The migration lock: one document, taken atomically, kept alive by a heartbeat.
+
+The lock is a single document with a fixed ``_id``. Taking it is one upsert
+that only matches an *expired* lock, judged by the server's clock, so a holder
+killed with ``kill -9`` is replaced once its TTL has passed and clients with
+skewed clocks cannot steal a live lock. While a live lock exists the upsert
+tries to insert a second document with the same ``_id`` and the server refuses
+it (duplicate key): that refusal is the "held" answer. Every renewal and the
+release are scoped to this run's owner id and a private nonce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+from ..errors import LockHeldError, LockReleaseFailedError
+from .changelog import RunInfo
+
+LOCK_ID = "migration_lock"
+log = logging.getLogger("mongoshift.lock")
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    owner: str
+    host: str | None
+    pid: int | None
+    executed_by: str | None
+    locked_at: datetime | None
+    expires_at: datetime | None
+    ttl_seconds: float | None
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> LockHolder:
+        ttl_ms = doc.get("ttl_ms")
+        return cls(
+            owner=str(doc.get("owner")),
+            host=doc.get("host"),
+            pid=doc.get("pid"),
+            executed_by=doc.get("executed_by"),
+            locked_at=doc.get("locked_at"),
+            expires_at=doc.get("expires_at"),
+            ttl_seconds=ttl_ms / 1000 if isinstance(ttl_ms, (int, float)) else None,
+        )
+
+    def describe(self) -> str:
+        since = self.locked_at.isoformat(timespec="seconds") if self.locked_at else "?"
+        return f"{self.executed_by or '?'} on {self.host or '?'} (pid {self.pid}, since {since}, run {self.owner})"
+
+
+class MigrationLock:
+    """The lock a writing run holds from start to end."""
+
+    def __init__(
+        self,
+        collection: AsyncCollection[dict[str, Any]],
+        run: RunInfo,
+        *,
+        ttl_seconds: float,
+        lock_id: str = LOCK_ID,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.collection = collection
+        self.run = run
+        self.ttl_ms = int(ttl_seconds * 1000)
+        self.lock_id = lock_id
+        self.nonce = secrets.token_hex(16)
+        self.lost = asyncio.Event()
+        self.lost_reason: str | None = None
+        self._monotonic = monotonic
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._held = False
+
+    def _scope(self) -> dict[str, Any]:
+        return {"_id": self.lock_id, "owner": self.run.run_id, "nonce": self.nonce}
+
+    def _fresh_until(self) -> dict[str, Any]:
+        return {"$add": ["$$NOW", self.ttl_ms]}
+
+    async def try_acquire(self) -> bool:
+        """Take the lock if free or expired; False if a live holder has it."""
+        fields = {
+            "owner": {"$literal": self.run.run_id},
+            "nonce": {"$literal": self.nonce},
+            "host": {"$literal": self.run.host},
+            "pid": os.getpid(),
+            "executed_by": {"$literal": self.run.executed_by},
+            "ttl_ms": self.ttl_ms,
+            "locked_at": "$$NOW",
+            "renewed_at": "$$NOW",
+            "expires_at": self._fresh_until(),
+        }
+        try:
+            result = await self.collection.update_one(
+                {"_id": self.lock_id, "$expr": {"$lt": ["$expires_at", "$$NOW"]}},
+                [{"$set": fields}],
+                upsert=True,
+            )
+        except DuplicateKeyError:
+            return False
+        if result.upserted_id is None and result.modified_count == 0:
+            return False
+        self._held = True
+        return True
+
+    async def acquire(self, wait_seconds: float | None = None, poll_seconds: float = 0.5) -> None:
+        """Take the lock, waiting up to ``wait_seconds`` (None: do not wait)."""
+        deadline = None if wait_seconds is None else self._monotonic() + wait_seconds
+        delay = poll_seconds
+        while not await self.try_acquire():
+            if deadline is None or self._monotonic() >= deadline:
+                holder = await self.holder()
+                who = holder.describe() if holder else "another run"
+                raise LockHeldError(
+                    f"the migration lock is held by {who}; wait with --wait, or clear a stuck lock "
+                    "with 'mongoshift unlock'",
+                    holder=holder.__dict__ if holder else None,
+                )
+            await asyncio.sleep(min(delay, max(0.0, deadline - self._monotonic())))
+            delay = min(delay * 2, 5.0)
+
+    async def renew(self) -> bool:
+        result = await self.collection.update_one(
+            self._scope(), [{"$set": {"renewed_at": "$$NOW", "expires_at": self._fresh_until()}}]
+        )
+        return result.matched_count == 1
+
+    async def holder(self) -> LockHolder | None:
+        doc = await self.collection.find_one({"_id": self.lock_id})
+        return LockHolder.from_document(doc) if doc else None
+
+    def start_heartbeat(self) -> None:
+        self._heartbeat = asyncio.create_task(self._beat(), name="mongoshift-lock-heartbeat")
+
+    async def _beat(self) -> None:
+        interval = self.ttl_ms / 3000
+        # Renewal errors are tolerated only until a deadline that falls before the
+        # lock could be taken by someone else; after it we must assume it is gone.
+        deadline = self._monotonic() + self.ttl_ms / 1000 * 0.8
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if not await self.renew():
+                    self._mark_lost("the lock was cleared or taken over by another run")
+                    return
+                deadline = self._monotonic() + self.ttl_ms / 1000 * 0.8
+            except PyMongoError as exc:
+                log.warning("lock renewal failed: %s", type(exc).__name__)
+                if self._monotonic() >= deadline:
+                    self._mark_lost("the lock could not be renewed before its TTL ran out")
+                    return
+
+    def _mark_lost(self, reason: str) -> None:
+        self.lost_reason = reason
+        self._held = False
+        self.lost.set()
+        log.error("migration lock lost: %s", reason)
+
+    async def release(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            try:
+                await self._heartbeat
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._heartbeat = None
+        if not self._held:
+            return
+        try:
+            await self.collection.delete_one(self._scope())
+        except PyMongoError as exc:
+            raise LockReleaseFailedError(
+                f"could not release the migration lock ({type(exc).__name__}); it expires after its TTL"
+            ) from None
+        finally:
+            self._held = False
+
+    async def force_release(self) -> bool:
+        """Delete the lock whoever holds it (``mongoshift unlock``)."""
+        result = await self.collection.delete_one({"_id": self.lock_id})
+        return result.deleted_count == 1

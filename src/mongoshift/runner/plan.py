@@ -1,0 +1,188 @@
+"""Which files a command touches, decided from the files on disk and the changelog.
+
+Pure functions: no I/O beyond hashing files, so every selection rule is
+unit-testable and ``dry-run`` shows exactly what the real command would do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from ..errors import (
+    ChecksumMismatchError,
+    ConfigInvalidError,
+    FileNotFoundMigrationError,
+    NotAppliedError,
+    OutOfOrderError,
+)
+from .changelog import ChangelogRecord
+from .context import Direction
+from .loader import MigrationFile, find
+
+State = Literal["applied", "pending", "failed", "reverted", "missing"]
+
+
+@dataclass
+class StatusRow:
+    name: str
+    state: State
+    batch: int | None = None
+    applied_at: datetime | None = None
+    checksum: Literal["ok", "mismatch"] | None = None
+    kind: str = "migration"
+    error: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state in ("pending", "failed", "reverted")
+
+
+@dataclass
+class Step:
+    """One migration to run in one direction."""
+
+    file: MigrationFile
+    direction: Direction
+    record: ChangelogRecord | None = None
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _applied(records: dict[str, ChangelogRecord]) -> list[ChangelogRecord]:
+    return [r for r in records.values() if r.status == "applied"]
+
+
+def status_rows(
+    files: list[MigrationFile], records: dict[str, ChangelogRecord], *, checksums: bool = True
+) -> list[StatusRow]:
+    rows: list[StatusRow] = []
+    names = {f.name for f in files}
+    for f in files:
+        record = records.get(f.name)
+        if record is None:
+            rows.append(StatusRow(f.name, "pending"))
+            continue
+        row = StatusRow(f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error)
+        if record.status == "applied" and checksums and record.checksum:
+            row.checksum = "ok" if f.checksum == record.checksum else "mismatch"
+        rows.append(row)
+    for record in _applied(records):
+        if record.name not in names:
+            rows.append(StatusRow(record.name, "missing", record.batch, record.applied_at, kind=record.kind))
+    rows.sort(key=lambda r: r.name)
+    return rows
+
+
+def checksum_warnings(files: list[MigrationFile], records: dict[str, ChangelogRecord], *, strict: bool) -> list[str]:
+    """Applied files changed since they ran: an error when strict, warnings otherwise."""
+    changed = [r.name for r in status_rows(files, records) if r.checksum == "mismatch"]
+    if changed and strict:
+        raise ChecksumMismatchError(
+            f"applied migration files changed on disk: {', '.join(changed)} "
+            "(restore them, or run without --strict)",
+            files=changed,
+        )
+    return [f"{name} changed on disk after it was applied (checksum mismatch)" for name in changed]
+
+
+def plan_up(
+    files: list[MigrationFile],
+    records: dict[str, ChangelogRecord],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    strict: bool = False,
+    out_of_order: Literal["warn", "error", "allow"] = "warn",
+) -> Plan:
+    if target and to:
+        raise ConfigInvalidError("give either a FILE or --to, not both")
+    if force and not target:
+        raise ConfigInvalidError("--force re-runs one named FILE; name it")
+    warnings = checksum_warnings(files, records, strict=strict)
+
+    if target:
+        item = find(files, target)
+        record = records.get(item.name)
+        if record is not None and record.status == "applied" and not force:
+            return Plan([], warnings, skipped=[(item.name, "already applied (use --force to run it again)")])
+        return Plan([Step(item, "up", record)], warnings)
+
+    pending = [f for f in files if (records.get(f.name) is None or records[f.name].status != "applied")]
+    if to:
+        limit = find(files, to).name
+        pending = [f for f in pending if f.name <= limit]
+
+    applied_names = [r.name for r in _applied(records)]
+    latest = max(applied_names) if applied_names else None
+    late = [f.name for f in pending if latest is not None and f.name < latest]
+    if late and out_of_order == "error":
+        raise OutOfOrderError(
+            f"pending migrations sort before the latest applied one ({latest}): {', '.join(late)}; "
+            "apply them one by one with 'up FILE', or set out_of_order = \"warn\"",
+            files=late,
+        )
+    if late and out_of_order == "warn":
+        warnings.extend(f"{name} is applied out of order (it sorts before {latest})" for name in late)
+    return Plan([Step(f, "up", records.get(f.name)) for f in pending], warnings)
+
+
+def plan_down(
+    files: list[MigrationFile],
+    records: dict[str, ChangelogRecord],
+    *,
+    target: str | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    to: str | None = None,
+) -> Plan:
+    chosen = [x for x in (target, batch, steps, to) if x is not None]
+    if len(chosen) > 1:
+        raise ConfigInvalidError("FILE, --batch, --steps and --to are mutually exclusive")
+    applied = _applied(records)
+
+    if target is not None:
+        name = target if target.endswith(".py") else target + ".py"
+        record = records.get(name)
+        if record is None or record.status != "applied":
+            raise NotAppliedError(f"{name} is not applied", file=name)
+        selected = [record]
+    elif to is not None:
+        name = to if to.endswith(".py") else to + ".py"
+        if name not in records or records[name].status != "applied":
+            raise NotAppliedError(f"--to {name}: that migration is not applied", file=name)
+        selected = sorted((r for r in applied if r.name > name), key=lambda r: r.name, reverse=True)
+    elif steps is not None:
+        if steps < 1:
+            raise ConfigInvalidError("--steps must be at least 1")
+        newest_first = sorted(applied, key=lambda r: (r.applied_at or datetime.min, r.name), reverse=True)
+        selected = newest_first[:steps]
+    else:
+        if batch is None:
+            batches = [r.batch for r in applied if r.batch is not None]
+            if not batches:
+                return Plan([])
+            batch = max(batches)
+        selected = sorted((r for r in applied if r.batch == batch), key=lambda r: r.name, reverse=True)
+        if not selected:
+            raise NotAppliedError(f"no applied migration in batch {batch}", batch=batch)
+
+    by_name = {f.name: f for f in files}
+    missing = [r.name for r in selected if r.name not in by_name]
+    if missing:
+        raise FileNotFoundMigrationError(
+            f"cannot roll back: the files of applied migrations are missing: {', '.join(missing)}",
+            files=missing,
+        )
+    return Plan([Step(by_name[r.name], "down", r) for r in selected])

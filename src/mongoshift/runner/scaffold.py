@@ -1,0 +1,102 @@
+"""Writing new files: the project config (``init``) and migration skeletons (``create``)."""
+
+from __future__ import annotations
+
+import re
+import string
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..errors import ConfigFileExistsError, ConfigInvalidError, MigrationFileExistsError
+from .loader import SEQUENTIAL_NAME, slugify
+
+MIGRATION_TEMPLATE = '''"""$title"""
+
+description = "$title"
+# use_transaction = True  # run up/down and the changelog record in one transaction
+
+
+async def up(ctx):
+    """Apply the change. ctx.db is the async database; use ctx.session inside a transaction."""
+    # await ctx.db.users.update_many({"status": {"$$exists": False}}, {"$$set": {"status": "active"}})
+
+
+async def down(ctx):
+    """Undo up(). Delete this function if the migration cannot be rolled back."""
+'''
+
+CONFIG_TEMPLATE = '''# mongoshift settings; environment variables (MONGOSHIFT_URI, MONGOSHIFT_DB, ...)
+# and command-line flags override them.
+[mongoshift]
+$uri_line
+$db_line
+migrations_dir = "$migrations_dir"
+# lock_ttl_seconds = 60
+# strict = false            # refuse to run when an applied file changed on disk
+# use_transaction = false   # default for files that do not say
+# out_of_order = "warn"     # warn | error | allow
+# hooks = "migrations/_hooks.py"
+'''
+
+
+def _toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_config(directory: Path, *, uri: str | None, db: str | None, migrations_dir: str, force: bool) -> Path:
+    """Write mongoshift.toml and create the migrations folder."""
+    target = directory / "mongoshift.toml"
+    if target.exists() and not force:
+        raise ConfigFileExistsError(f"{target.name} already exists (use --force to overwrite it)")
+    text = string.Template(CONFIG_TEMPLATE).substitute(
+        uri_line=f"uri = {_toml_string(uri)}" if uri else '# uri = "mongodb://localhost:27017"',
+        db_line=f"db = {_toml_string(db)}" if db else '# db = "myapp"',
+        migrations_dir=migrations_dir.replace("\\", "/"),
+    )
+    target.write_text(text, encoding="utf-8")
+    (directory / migrations_dir).mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def next_prefix(directory: Path, *, sequential: bool, now: datetime | None = None) -> str:
+    if not sequential:
+        return (now or datetime.now(UTC)).strftime("%Y%m%d%H%M%S")
+    numbers = [
+        int(p.name.split("_", 1)[0])
+        for p in directory.glob("*.py")
+        if SEQUENTIAL_NAME.match(p.name) and len(p.name.split("_", 1)[0]) < 14
+    ]
+    return f"{max(numbers, default=0) + 1:04d}"
+
+
+def create_migration(
+    directory: Path,
+    name: str,
+    *,
+    sequential: bool = False,
+    template: Path | None = None,
+    now: datetime | None = None,
+) -> Path:
+    """Write a new migration skeleton; the name becomes the file's slug."""
+    slug = slugify(name)
+    if not directory.is_dir():
+        raise ConfigInvalidError(f"migrations folder not found: {directory} (run 'mongoshift init' first)")
+    path = directory / f"{next_prefix(directory, sequential=sequential, now=now)}_{slug}.py"
+    if path.exists():
+        raise MigrationFileExistsError(f"{path.name} already exists")
+    if template is not None:
+        try:
+            source = template.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigInvalidError(f"template {template} cannot be read: {exc.strerror}") from None
+    else:
+        source = MIGRATION_TEMPLATE
+    title = re.sub(r"_+", " ", slug).strip().capitalize()
+    try:
+        text = string.Template(source).substitute(title=title, name=path.stem, slug=slug)
+    except (KeyError, ValueError) as exc:
+        raise ConfigInvalidError(
+            f"template {template}: unknown or broken placeholder {exc} (use $title, $name, $slug; $$ for $)"
+        ) from None
+    path.write_text(text, encoding="utf-8")
+    return path
