@@ -8,13 +8,13 @@ With ``MONGOSHIFT_TEST_URI`` set, the same tests run against that server instead
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from pymongo import AsyncMongoClient, MongoClient
+
+from mongoshift.embedded.process import embedded_server
 
 # mongoeco serves every connection from one event loop: a long command stalls the
 # monitor's hello, so tests use generous timeouts (docs/embedded.md, defect 7).
@@ -42,25 +42,8 @@ def mongo_uri() -> Iterator[str]:
     if REAL_URI:
         yield REAL_URI
         return
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mongoshift.embedded", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=None,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if not line.startswith("mongodb://"):
-        proc.kill()
-        raise RuntimeError(f"embedded server did not start (first line: {line!r})")
-    try:
-        yield line
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with embedded_server() as uri:
+        yield uri
 
 
 @pytest.fixture
@@ -91,3 +74,44 @@ def sync_client(mongo_uri: str) -> Iterator[MongoClient]:
         yield c
     finally:
         c.close()
+
+
+class Project:
+    """A throwaway mongoshift project pointing at the test database."""
+
+    def __init__(self, root: "os.PathLike[str] | str", uri: str, db: str) -> None:
+        from pathlib import Path
+
+        self.root = Path(root)
+        self.uri = uri
+        self.db = db
+        self.migrations = self.root / "migrations"
+        self.migrations.mkdir(parents=True, exist_ok=True)
+        self.config = self.root / "mongoshift.toml"
+        self.write_config()
+
+    def write_config(self, **extra: object) -> None:
+        import json
+
+        lines = ["[mongoshift]", f"uri = {json.dumps(self.uri)}", f"db = {json.dumps(self.db)}", 'migrations_dir = "migrations"']
+        for key, value in extra.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+        self.config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def add(self, name: str, source: str) -> "os.PathLike[str]":
+        import textwrap
+
+        path = self.migrations / name
+        path.write_text(textwrap.dedent(source), encoding="utf-8")
+        return path
+
+    def settings(self, **flags: object):  # type: ignore[no-untyped-def]
+        from mongoshift.config import load_settings
+
+        return load_settings(flags, config_path=self.config, environ={})
+
+
+@pytest.fixture
+def project(tmp_path, mongo_uri: str, db_name: str, sync_client: MongoClient) -> Iterator[Project]:  # type: ignore[no-untyped-def]
+    yield Project(tmp_path, mongo_uri, db_name)
+    sync_client.drop_database(db_name)

@@ -54,13 +54,6 @@ class MongoshiftError(Exception):
         return body
 
 
-class PendingMigrationsError(MongoshiftError):
-    """``status --check`` found migrations that are not applied."""
-
-    exit_code = ExitCode.PENDING
-    kind = "pending"
-
-
 class LockHeldError(MongoshiftError):
     """Another run holds the migration lock."""
 

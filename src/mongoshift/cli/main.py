@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from ..config import Settings, load_settings
-from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, PendingMigrationsError, RunAbortedError
+from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
 from ..runner import command
 from ..runner.context import CancelSignal
 from ..runner.scaffold import create_migration, write_config
@@ -234,7 +234,7 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
 @cli.command()
 @click.option("--check", is_flag=True, help="Exit with code 2 when anything is pending (for CI).")
 @global_options
-def status(check: bool) -> None:
+def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
     s = settings()
     rows = run_async(lambda cancel: command.status(s))
@@ -244,10 +244,12 @@ def status(check: bool) -> None:
     out = output()
     if mismatched:
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
-    if check and pending:
-        raise PendingMigrationsError(f"{len(pending)} migration(s) pending", pending=pending)
     if not out.json_mode:
         out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
+    if check and pending:
+        out.warn(f"{len(pending)} migration(s) pending")
+        return int(ExitCode.PENDING)
+    return 0
 
 
 @cli.command(name="list")

@@ -1,0 +1,49 @@
+"""The embedded server as a child process, for the demo and the test suite.
+
+mongoeco serves every connection from one event loop, so it runs in its own
+process: the caller's event loop and threads never stall it, and ``kill``
+tests can treat it like a real server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class EmbeddedStartError(RuntimeError):
+    pass
+
+
+@contextmanager
+def embedded_server(*, port: int = 0, path: Path | None = None, timeout: float = 60.0) -> Iterator[str]:
+    """Start ``python -m mongoshift.embedded``, yield its URI, stop it (SIGTERM) at exit."""
+    args = [sys.executable, "-m", "mongoshift.embedded", "--port", str(port)]
+    if path is not None:
+        args += ["--path", str(path)]
+    # stderr goes to a file, not a pipe: an undrained pipe would block the server once full.
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("mongodb://"):
+        proc.kill()
+        proc.wait()
+        log.seek(0)
+        detail = (log.read() or line).strip()[-800:]
+        log.close()
+        raise EmbeddedStartError(f"the embedded server did not start: {detail}")
+    try:
+        yield line
+    finally:
+        log.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,189 @@
+"""The command line as a user runs it: real processes, real exit codes, one JSON document."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SLOW = """
+import time
+
+def up(ctx):
+    ctx.db.marks.insert_one({{"file": "{name}", "at": "start"}})
+    time.sleep({seconds})
+    ctx.db.marks.insert_one({{"file": "{name}", "at": "end"}})
+
+def down(ctx):
+    ctx.db.marks.delete_many({{"file": "{name}"}})
+"""
+
+QUICK = "def up(ctx):\n    ctx.db.marks.insert_one({'file': __name__})\n\ndef down(ctx):\n    pass\n"
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
+    clean["NO_COLOR"] = "1"
+    return clean
+
+
+def cli(project, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start(project, *args: str) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
+    return subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.1)
+
+
+def test_json_status_and_check_exit_code(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "status", "--check", "--json")
+    assert result.returncode == 2
+    document = json.loads(result.stdout)  # exactly one JSON document
+    assert document["migrations"][0]["state"] == "pending"
+    assert cli(project, "up", "--json").returncode == 0
+    result = cli(project, "--json", "status", "--check")
+    assert result.returncode == 0 and json.loads(result.stdout)["migrations"][0]["checksum"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["up", "--bogus-flag"], 6, "No such option"),
+        (["up", "0099_missing.py"], 8, "not found"),
+        (["down", "0001_a.py"], 9, "not applied"),
+        (["down", "--batch", "1", "--steps", "1"], 6, "mutually exclusive"),
+        (["create", "bad/name"], 19, "invalid migration name"),
+        (["up", "--force"], 6, "name it"),
+        (["init"], 16, "already exists"),
+    ],
+)
+def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text: str) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    result = cli(project, *args, "--json")
+    assert result.returncode == code, result.stderr
+    assert text in json.loads(result.stdout)["error"]["message"]
+    assert text in result.stderr
+
+
+def test_broken_file_gets_invalid_export(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", "def up(ctx:\n")
+    result = cli(project, "up")
+    assert result.returncode == 20 and "0001_a.py" in result.stderr
+
+
+def test_bad_environment_value_fails_closed(project) -> None:  # type: ignore[no-untyped-def]
+    result = subprocess.run(
+        [sys.executable, "-m", "mongoshift", "status"],
+        cwd=project.root, env={**env(), "MONGOSHIFT_LOCK_TTL_SECONDS": "soon"}, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 6 and "MONGOSHIFT_LOCK_TTL_SECONDS" in result.stderr
+
+
+def test_unreachable_server_fails_fast_without_the_password(project) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(connect_timeout_seconds=1.5)
+    started = time.monotonic()
+    result = cli(project, "status", "--uri", "mongodb://admin:s3cret@127.0.0.1:1/?directConnection=true")
+    assert result.returncode == 5
+    assert time.monotonic() - started < 20
+    assert "127.0.0.1:1" in result.stderr and "s3cret" not in result.stderr + result.stdout
+
+
+def test_full_cycle_from_the_command_line(project) -> None:  # type: ignore[no-untyped-def]
+    project.migrations.rmdir()
+    project.config.unlink()
+    assert cli(project, "init", "--uri", project.uri, "--db", project.db).returncode == 0
+    created = cli(project, "create", "add users", "--json")
+    assert created.returncode == 0
+    name = json.loads(created.stdout)["file"]
+    assert cli(project, "dry-run", "up", "--json").returncode == 0
+    up = cli(project, "up", "--json")
+    assert [r["status"] for r in json.loads(up.stdout)["results"]] == ["applied"]
+    listed = json.loads(cli(project, "list", "--applied", "--json").stdout)["migrations"]
+    assert [r["name"] for r in listed] == [name]
+    assert json.loads(cli(project, "redo", "--json").stdout)["results"][1]["status"] == "applied"
+    assert json.loads(cli(project, "down", "--json").stdout)["results"][0]["status"] == "reverted"
+    assert json.loads(cli(project, "list", "--pending", "--json").stdout)["migrations"][0]["state"] == "reverted"
+
+
+def test_strict_refuses_a_changed_file(project) -> None:  # type: ignore[no-untyped-def]
+    path = project.add("0001_a.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    path.write_text(QUICK + "# edited\n")
+    project.add("0002_b.py", QUICK)
+    status = cli(project, "status", "--json")
+    assert json.loads(status.stdout)["migrations"][0]["checksum"] == "mismatch"
+    assert cli(project, "up", "--strict").returncode == 4
+    assert cli(project, "up").returncode == 0  # not strict: a warning
+
+
+def test_two_runs_at_once_never_both_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=2))
+    first, second = start(project, "up"), start(project, "up")
+    codes = sorted([first.wait(timeout=60), second.wait(timeout=60)])
+    assert codes == [0, 3]
+    marks = list(sync_client[project.db].marks.find({"file": "slow"}))
+    assert sorted(m["at"] for m in marks) == ["end", "start"]  # applied exactly once
+    waiting = [start(project, "up", "0001_slow.py", "--force", "--yes", "--wait", "60") for _ in range(2)]
+    assert [p.wait(timeout=60) for p in waiting] == [0, 0]  # --wait serialises them
+    assert sync_client[project.db].marks.count_documents({"at": "end"}) == 3
+
+
+def test_kill_9_leaves_a_lock_that_unlock_or_the_ttl_clears(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(lock_ttl_seconds=3)
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=60))
+    victim = start(project, "up")
+    locks = sync_client[project.db]["_mongoshift_locks"]
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert locks.count_documents({}) == 1
+    held = cli(project, "up", "--json")
+    assert held.returncode == 3 and json.loads(held.stdout)["error"]["kind"] == "lock_held"
+    shown = json.loads(cli(project, "lock", "--json").stdout)
+    assert shown["held"] and shown["holder"]["pid"] == victim.pid
+    assert cli(project, "unlock").returncode == 6  # not interactive: needs --yes
+    assert cli(project, "unlock", "--yes").returncode == 0
+    assert locks.count_documents({}) == 0
+
+    # The TTL path: kill again and let the lock expire on its own.
+    victim = start(project, "up")
+    wait_for(lambda: locks.count_documents({}) == 1 and sync_client[project.db].marks.count_documents({}) == 2)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    project.add("0001_slow.py", QUICK)
+    time.sleep(3.5)
+    assert cli(project, "up").returncode == 0
+
+
+def test_ctrl_c_stops_at_the_next_migration_boundary(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_slow.py", SLOW.format(name="first", seconds=2))
+    project.add("0002_next.py", QUICK)
+    proc = start(project, "up", "--json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 11, err
+    error = json.loads(out)["error"]
+    assert [r["name"] for r in error["details"]["results"]] == ["0001_slow.py"]
+    records = {r["name"]: r["status"] for r in sync_client[project.db]["_mongoshift_migrations"].find()}
+    assert records == {"0001_slow.py": "applied"}
+    assert sync_client[project.db]["_mongoshift_locks"].count_documents({}) == 0

@@ -1,0 +1,204 @@
+"""The migration line through the Python API, against the server."""
+
+from __future__ import annotations
+
+import pytest
+
+from mongoshift.errors import (
+    ExecutionFailedError,
+    HookFailedError,
+    InvalidExportError,
+    IrreversibleMigrationError,
+    RunAbortedError,
+)
+from mongoshift.runner import command
+from mongoshift.runner.context import CancelSignal
+
+ASYNC_INSERT = """
+description = "insert {tag}"
+
+async def up(ctx):
+    await ctx.db.items.insert_one({{"tag": "{tag}"}})
+
+async def down(ctx):
+    await ctx.db.items.delete_one({{"tag": "{tag}"}})
+"""
+
+SYNC_INSERT = """
+def up(ctx):
+    ctx.db.items.insert_one({{"tag": "{tag}", "sync": True}})
+
+def down(ctx):
+    ctx.db.items.delete_one({{"tag": "{tag}"}})
+"""
+
+
+async def tags(db) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted([d["tag"] async for d in db.items.find({}, {"tag": 1})])
+
+
+async def changelog(db) -> dict[str, dict]:  # type: ignore[no-untyped-def, type-arg]
+    return {d["name"]: d async for d in db["_mongoshift_migrations"].find()}
+
+
+async def test_up_down_redo_and_history(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    project.add("0002_b.py", SYNC_INSERT.format(tag="b"))
+    s = project.settings()
+
+    report = await command.up(s)
+    assert [(r.name, r.status, r.batch) for r in report.results] == [("0001_a.py", "applied", 1), ("0002_b.py", "applied", 1)]
+    assert await tags(db) == ["a", "b"]
+    records = await changelog(db)
+    assert records["0001_a.py"]["description"] == "insert a"
+    assert len(records["0001_a.py"]["checksum"]) == 64
+    assert records["0001_a.py"]["applied_at"] is not None and records["0001_a.py"]["first_applied_at"] is not None
+
+    project.add("0003_c.py", ASYNC_INSERT.format(tag="c"))
+    assert [r.batch for r in (await command.up(s)).results] == [2]
+
+    report = await command.down(s)  # the last batch only
+    assert [r.name for r in report.results] == ["0003_c.py"]
+    assert await tags(db) == ["a", "b"]
+
+    report = await command.redo(s)
+    assert [(r.name, r.direction) for r in report.results] == [("0002_b.py", "down"), ("0002_b.py", "up")]
+    records = await changelog(db)
+    assert records["0003_c.py"]["status"] == "reverted"  # kept, marked, never deleted
+    assert records["0002_b.py"]["status"] == "applied"
+    assert records["0002_b.py"]["first_applied_at"] <= records["0002_b.py"]["applied_at"]
+
+    rows = await command.status(s)
+    assert [(r.name, r.state) for r in rows] == [("0001_a.py", "applied"), ("0002_b.py", "applied"), ("0003_c.py", "reverted")]
+
+
+async def test_step_and_down_selectors(project, db) -> None:  # type: ignore[no-untyped-def]
+    for i in range(1, 5):
+        project.add(f"000{i}_m.py", ASYNC_INSERT.format(tag=f"t{i}"))
+    s = project.settings()
+    report = await command.up(s, step=True)
+    assert [r.batch for r in report.results] == [1, 2, 3, 4]
+    assert [r.name for r in (await command.down(s, steps=2)).results] == ["0004_m.py", "0003_m.py"]
+    assert [r.name for r in (await command.up(s, to="0003_m")).results] == ["0003_m.py"]
+    assert [r.name for r in (await command.down(s, to="0001_m.py")).results] == ["0003_m.py", "0002_m.py"]
+    assert await tags(db) == ["t1"]
+
+
+async def test_failure_is_recorded_and_stops_the_run(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_ok.py", ASYNC_INSERT.format(tag="ok"))
+    project.add("0002_boom.py", "async def up(ctx):\n    raise ValueError('no good')\n")
+    project.add("0003_never.py", ASYNC_INSERT.format(tag="never"))
+    with pytest.raises(ExecutionFailedError) as info:
+        await command.up(project.settings())
+    assert "0002_boom.py" in info.value.message and "no good" in info.value.message
+    assert [r["status"] for r in info.value.details["results"]] == ["applied", "failed"]
+    records = await changelog(db)
+    assert records["0002_boom.py"]["status"] == "failed" and "no good" in records["0002_boom.py"]["error"]
+    assert "0003_never.py" not in records
+    assert await tags(db) == ["ok"]
+    rows = {r.name: r for r in await command.status(project.settings())}
+    assert rows["0002_boom.py"].pending
+
+
+async def test_broken_file_fails_before_anything_is_written(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_ok.py", ASYNC_INSERT.format(tag="ok"))
+    project.add("0002_broken.py", "def up(ctx)\n    pass\n")
+    with pytest.raises(InvalidExportError, match="0002_broken.py"):
+        await command.up(project.settings())
+    assert await tags(db) == []
+    assert await changelog(db) == {}
+
+
+async def test_down_without_down_is_irreversible(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_oneway.py", "async def up(ctx):\n    pass\n")
+    s = project.settings()
+    await command.up(s)
+    with pytest.raises(IrreversibleMigrationError):
+        await command.down(s)
+    assert (await command.status(s))[0].state == "applied"
+
+
+async def test_transaction_commits_body_and_record_together(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.items.insert_one({"tag": "seed"})
+    project.add(
+        "0001_txn.py",
+        """
+        use_transaction = True
+
+        async def up(ctx):
+            assert ctx.session is not None and ctx.session.in_transaction
+            await ctx.db.items.insert_one({"tag": "in-txn"}, session=ctx.session)
+            raise RuntimeError("after the write")
+        """,
+    )
+    project.add(
+        "0002_sync_txn.py",
+        """
+        use_transaction = True
+
+        def up(ctx):
+            ctx.db.items.insert_one({"tag": "sync-txn"}, session=ctx.session)
+        """,
+    )
+    s = project.settings()
+    with pytest.raises(ExecutionFailedError):
+        await command.up(s)
+    assert await tags(db) == ["seed"]  # the write rolled back with the failure
+    project.add("0001_txn.py", "use_transaction = True\nasync def up(ctx):\n    await ctx.db.items.insert_one({'tag': 'fixed'}, session=ctx.session)\n")
+    await command.up(s)
+    assert await tags(db) == ["fixed", "seed", "sync-txn"]
+    assert {r["status"] for r in (await changelog(db)).values()} == {"applied"}
+
+
+async def test_hooks_run_in_order_and_a_failing_hook_stops(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    hooks = tmp_path / "hooks_file.py"
+    hooks.write_text(
+        """
+calls = []
+
+async def before_all(ctx):
+    await ctx.db.hooklog.insert_one({"event": "before_all"})
+
+def before_each(name, ctx, info):
+    ctx.db.hooklog.insert_one({"event": "before_each", "name": name, "total": info["total"]})
+
+async def after_each(name, duration_ms, ctx, info):
+    await ctx.db.hooklog.insert_one({"event": "after_each", "name": name})
+
+async def after_all(ctx, summary):
+    await ctx.db.hooklog.insert_one({"event": "after_all", "success": summary["success"]})
+"""
+    )
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    await command.up(project.settings())
+    events = [(d["event"], d.get("name")) async for d in db.hooklog.find().sort("_id", 1)]
+    assert events == [("before_all", None), ("before_each", "0001_a.py"), ("after_each", "0001_a.py"), ("after_all", None)]
+
+    hooks.write_text("def before_each(name, ctx, info):\n    raise RuntimeError('not today')\n")
+    project.add("0002_b.py", ASYNC_INSERT.format(tag="b"))
+    with pytest.raises(HookFailedError, match="not today"):
+        await command.up(project.settings())
+    assert await tags(db) == ["a"]
+
+
+async def test_cancel_stops_at_the_next_boundary(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add(
+        "0001_stops.py",
+        "async def up(ctx):\n    await ctx.db.items.insert_one({'tag': 'first'})\n    ctx.cancelled.set('test asked to stop')\n",
+    )
+    project.add("0002_never.py", ASYNC_INSERT.format(tag="never"))
+    with pytest.raises(RunAbortedError, match="test asked to stop") as info:
+        await command.up(project.settings(), cancel=CancelSignal())
+    assert [r["name"] for r in info.value.details["results"]] == ["0001_stops.py"]
+    assert await tags(db) == ["first"]
+    assert list(await changelog(db)) == ["0001_stops.py"]
+
+
+async def test_dry_run_writes_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    project.add("0002_b.py", "use_transaction = True\n" + ASYNC_INSERT.format(tag="b"))
+    rows, warnings = await command.dry_run(project.settings(), "up")
+    assert [(r.name, r.batch, r.transaction) for r in rows] == [("0001_a.py", 1, False), ("0002_b.py", 1, True)]
+    assert await tags(db) == [] and await changelog(db) == {}
+    assert await db["_mongoshift_locks"].count_documents({}) == 0

@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import pytest
+
+from mongoshift.config import load_settings
+from mongoshift.errors import ConfigInvalidError
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_any_source(tmp_path: Path) -> None:
+    s = load_settings({}, environ={}, cwd=tmp_path)
+    assert s.changelog_collection == "_mongoshift_migrations"
+    assert s.lock_ttl_seconds == 60 and s.out_of_order == "warn" and s.on_lock_lost == "abort"
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+    write(tmp_path / "mongoshift.toml", '[mongoshift]\nuri = "mongodb://file"\ndb = "filedb"\nlock_ttl_seconds = 5\n')
+    env = {"MONGOSHIFT_DB": "envdb", "MONGOSHIFT_LOCK_TTL_SECONDS": "7"}
+    s = load_settings({"db": "flagdb"}, environ=env, cwd=tmp_path)
+    assert (s.uri, s.db, s.lock_ttl_seconds) == ("mongodb://file", "flagdb", 7)
+
+
+def test_pyproject_section_and_relative_dir(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.mongoshift]\nmigrations_dir = "db/migrations"\nstrict = true\n')
+    s = load_settings({}, environ={}, cwd=tmp_path)
+    assert s.strict is True
+    assert s.migrations_dir == tmp_path / "db" / "migrations"
+
+
+def test_bad_environment_value_fails_closed_naming_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalidError, match="MONGOSHIFT_STRICT"):
+        load_settings({}, environ={"MONGOSHIFT_STRICT": "perhaps"}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError, match="MONGOSHIFT_OUT_OF_ORDER"):
+        load_settings({}, environ={"MONGOSHIFT_OUT_OF_ORDER": "sometimes"}, cwd=tmp_path)
+
+
+def test_unknown_key_in_file_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "mongoshift.toml", "[mongoshift]\nlock_tll_seconds = 5\n")
+    with pytest.raises(ConfigInvalidError, match="lock_tll_seconds"):
+        load_settings({}, environ={}, cwd=tmp_path)
+
+
+def test_invalid_value_in_file_names_key_and_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "mongoshift.toml", "[mongoshift]\nlock_ttl_seconds = 0\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert "lock_ttl_seconds" in info.value.message and str(path) in info.value.message
+
+
+def test_broken_toml_and_missing_config(tmp_path: Path) -> None:
+    write(tmp_path / "mongoshift.toml", "[mongoshift\n")
+    with pytest.raises(ConfigInvalidError, match="not valid TOML"):
+        load_settings({}, environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError, match="not found"):
+        load_settings({}, config_path=tmp_path / "nope.toml", environ={}, cwd=tmp_path)
+
+
+def test_uri_scheme_and_collection_names(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalidError, match="--uri"):
+        load_settings({"uri": "http://x"}, environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError, match="changelog_collection"):
+        load_settings({}, environ={"MONGOSHIFT_CHANGELOG_COLLECTION": "system.x"}, cwd=tmp_path)
+
+
+def test_connection_settings_required_only_when_connecting(tmp_path: Path) -> None:
+    s = load_settings({}, environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError, match="no server"):
+        s.require_connection()

@@ -1,0 +1,95 @@
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mongoshift.errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
+from mongoshift.runner.loader import checksum, discover, find, is_migration_name, load, slugify
+from mongoshift.runner.scaffold import create_migration
+
+
+def test_discover_orders_by_name_and_skips_private(tmp_path: Path) -> None:
+    for name in ("20260102000000_b.py", "20260101000000_a.py", "_helpers.py", "__init__.py", "notes.txt"):
+        (tmp_path / name).write_text("def up(ctx): pass\n")
+    assert [f.name for f in discover(tmp_path)] == ["20260101000000_a.py", "20260102000000_b.py"]
+
+
+def test_misnamed_python_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "add_users.py").write_text("def up(ctx): pass\n")
+    with pytest.raises(InvalidNameError, match="add_users.py"):
+        discover(tmp_path)
+
+
+def test_missing_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundMigrationError, match="init"):
+        discover(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("def up(ctx):\n    return (\n", "line"),
+        ("import does_not_exist_anywhere\n", "ModuleNotFoundError"),
+        ("x = 1\n", "must define a function up"),
+        ("def up():\n    pass\n", "one argument"),
+        ("def up(ctx): pass\ndown = 3\n", "down must be a function"),
+        ("def up(ctx): pass\nuse_transaction = 'yes'\n", "use_transaction must be a bool"),
+        ("raise SystemExit(3)\n", "SystemExit"),
+    ],
+)
+def test_broken_files_name_the_file(tmp_path: Path, source: str, message: str) -> None:
+    (tmp_path / "20260101000000_broken.py").write_text(source)
+    (item,) = discover(tmp_path)
+    with pytest.raises(InvalidExportError) as info:
+        load(item)
+    assert "20260101000000_broken.py" in info.value.message and message in info.value.message
+
+
+def test_checksum_ignores_bom_and_line_endings(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_bytes(b"def up(ctx):\n    pass\n")
+    b.write_bytes(b"\xef\xbb\xbfdef up(ctx):\r\n    pass\r\n")
+    assert checksum(a) == checksum(b)
+    b.write_bytes(b"def up(ctx):\n    return 1\n")
+    assert checksum(a) != checksum(b)
+
+
+def test_find_refuses_paths(tmp_path: Path) -> None:
+    (tmp_path / "20260101000000_a.py").write_text("def up(ctx): pass\n")
+    files = discover(tmp_path)
+    assert find(files, "20260101000000_a").name == "20260101000000_a.py"
+    with pytest.raises(InvalidNameError):
+        find(files, "../20260101000000_a.py")
+    with pytest.raises(FileNotFoundMigrationError):
+        find(files, "20990101000000_zzz.py")
+
+
+@given(st.text(alphabet="abcdefghij XYZ-_0123456789", min_size=1, max_size=40))
+def test_slugify_gives_loadable_names_or_refuses(name: str) -> None:
+    try:
+        slug = slugify(name)
+    except InvalidNameError:
+        return
+    assert is_migration_name(f"20260101000000_{slug}.py")
+    assert is_migration_name(f"0001_{slug}.py")
+
+
+def test_create_writes_a_loadable_skeleton_and_refuses_bad_names(tmp_path: Path) -> None:
+    path = create_migration(tmp_path, "Add users index")
+    assert path.name.endswith("_add_users_index.py")
+    (item,) = discover(tmp_path)
+    assert load(item).down is not None
+    with pytest.raises(InvalidNameError):
+        create_migration(tmp_path, "bad/name")
+
+
+def test_create_sequential_and_template(tmp_path: Path) -> None:
+    template = tmp_path / "tpl.txt"
+    template.write_text('description = "$title"\ndef up(ctx):\n    return "$$literal"\n')
+    folder = tmp_path / "m"
+    folder.mkdir()
+    first = create_migration(folder, "one", sequential=True, template=template)
+    second = create_migration(folder, "two", sequential=True, template=template)
+    assert (first.name, second.name) == ("0001_one.py", "0002_two.py")
+    assert 'description = "One"' in first.read_text() and '"$literal"' in first.read_text()
