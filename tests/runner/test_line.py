@@ -202,3 +202,54 @@ async def test_dry_run_writes_nothing(project, db) -> None:  # type: ignore[no-u
     assert [(r.name, r.batch, r.transaction) for r in rows] == [("0001_a.py", 1, False), ("0002_b.py", 1, True)]
     assert await tags(db) == [] and await changelog(db) == {}
     assert await db["_mongoshift_locks"].count_documents({}) == 0
+
+
+async def test_timeout_fails_the_migration(project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import MigrationTimeoutError
+
+    project.write_config(migration_timeout_seconds=0.5)
+    project.add("0001_slow.py", "import asyncio\nasync def up(ctx):\n    await asyncio.sleep(10)\n")
+    with pytest.raises(MigrationTimeoutError):
+        await command.up(project.settings())
+    assert (await changelog(db))["0001_slow.py"]["status"] == "failed"
+
+
+async def test_server_without_transactions_gets_its_own_error(project, db, client) -> None:  # type: ignore[no-untyped-def]
+    """A standalone mongod answers code 20 inside a transaction; injected with the fail point."""
+    from mongoshift.errors import TransactionsUnsupportedError
+
+    project.add("0001_txn.py", "use_transaction = True\nasync def up(ctx):\n    await ctx.db.items.insert_one({'tag': 'x'}, session=ctx.session)\n")
+    await client.admin.command(
+        {"configureFailPoint": "failCommand", "mode": {"times": 1}, "data": {"failCommands": ["insert"], "errorCode": 20, "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}}
+    )
+    try:
+        with pytest.raises(TransactionsUnsupportedError, match="replica set"):
+            await command.up(project.settings())
+    finally:
+        await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+    assert await tags(db) == []
+
+
+LOSES_LOCK = """
+import time
+
+def up(ctx):
+    ctx.db["_mongoshift_locks"].delete_many({})
+    time.sleep(1.2)
+"""
+
+
+@pytest.mark.parametrize("policy", ["abort", "warn"])
+async def test_lost_lock_stops_or_warns(project, db, policy: str) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import LockLostError
+
+    project.write_config(lock_ttl_seconds=1, on_lock_lost=policy)
+    project.add("0001_loses.py", LOSES_LOCK)
+    project.add("0002_next.py", ASYNC_INSERT.format(tag="next"))
+    if policy == "abort":
+        with pytest.raises(LockLostError):
+            await command.up(project.settings())
+        assert list(await changelog(db)) == ["0001_loses.py"]
+    else:
+        await command.up(project.settings())
+        assert await tags(db) == ["next"]
