@@ -362,9 +362,15 @@ def unlock(yes: bool) -> None:
 @click.option("--path", type=click.Path(dir_okay=False, path_type=Path), help="Snapshot file: data survives a clean restart.")
 def embedded(host: str, port: int, path: Path | None) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
-    from ..embedded.server import run
+    import logging
 
-    return run(host=host, port=port, path=path)
+    from ..embedded.server import EmbeddedServerUnavailable, run
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
+    try:
+        return run(host=host, port=port, path=path)
+    except EmbeddedServerUnavailable as exc:
+        raise ConfigInvalidError(str(exc)) from None
 
 
 @cli.command()

@@ -60,6 +60,7 @@ def apply() -> None:
         return
     _patch_insert()
     _patch_transactions()
+    _patch_errors_abort_transaction()
     _patch_fail_points_on_transaction_commands()
     _patch_rename_from_admin()
     _patch_unknown_command()
@@ -141,6 +142,32 @@ def _patch_insert() -> None:
     service.command_insert = command_insert
 
 
+def _remember(session: Any, *, state: str, number: int | None = None) -> None:
+    # The wire txnNumber of the session's open (or last) transaction and its fate.
+    current = getattr(session, "_mongoshift_txn", None)
+    if number is None and current is not None:
+        number = current[0]
+    session._mongoshift_txn = (number, state)
+
+
+def _abort_open_transaction(session: Any) -> None:
+    try:
+        if session.transaction_active:
+            session.abort_transaction()
+    except Exception:  # pragma: no cover - best effort, the snapshot is dropped anyway
+        log.exception("could not abort a transaction")
+    _remember(session, state="aborted")
+
+
+def _no_such_transaction(number: int | None) -> Exception:
+    return _failure(
+        f"Transaction {number} has been aborted or does not exist",
+        _NO_SUCH_TRANSACTION,
+        "NoSuchTransaction",
+        (_TRANSIENT,),
+    )
+
+
 # (b) Zombie transaction after a failed commit, (c) commit-time conflict without
 # code or label, (e) commit of an unknown txnNumber returns ok.
 # wire/sessions.WireSessionStore.commit_transaction lets ClientSession's failure
@@ -149,7 +176,9 @@ def _patch_insert() -> None:
 # runs inside a transaction nobody commits. The fix aborts it on any commit
 # failure, and aborts an open transaction when a new startTransaction arrives
 # or when a command outside any transaction (no autocommit field) uses the
-# session, as mongod does when a session moves on.
+# session, as mongod does when a session moves on. A command that continues a
+# transaction (autocommit: false) which is no longer open gets 251 instead of
+# silently running outside any transaction.
 # MemoryEngine._commit_session_transaction raises a bare OperationFailure("Write
 # conflict during transaction commit") when anything committed after the
 # transaction started; it becomes 112 WriteConflict + TransientTransactionError
@@ -166,36 +195,21 @@ def _patch_transactions() -> None:
     original_commit = WireSessionStore.commit_transaction
     original_abort = WireSessionStore.abort_transaction
 
-    def abort_quietly(session: Any) -> None:
-        try:
-            if session.transaction_active:
-                session.abort_transaction()
-        except Exception:  # pragma: no cover - best effort, the txn is dropped anyway
-            log.exception("could not abort a stale transaction")
-        _remember(session, state="aborted")
-
-    def _remember(session: Any, *, number: int | None = None, state: str) -> None:
-        current = getattr(session, "_mongoshift_txn", None)
-        if number is None and current is not None:
-            number = current[0]
-        session._mongoshift_txn = (number, state)
-
     def apply_transaction_metadata(session: Any, body: dict[str, Any]) -> None:
-        if session.transaction_active and (
-            body.get("startTransaction") is True or "autocommit" not in body
+        starts = body.get("startTransaction") is True
+        if session.transaction_active and (starts or "autocommit" not in body):
+            _abort_open_transaction(session)
+        if (
+            body.get("autocommit") is False
+            and not starts
+            and not session.transaction_active
+            and "commitTransaction" not in body
+            and "abortTransaction" not in body
         ):
-            abort_quietly(session)
+            raise _no_such_transaction(_as_int(body.get("txnNumber")))
         original_apply(session, body)
-        if body.get("startTransaction") is True and session.transaction_active:
+        if starts and session.transaction_active:
             _remember(session, number=_as_int(body.get("txnNumber")), state="open")
-
-    def no_such_transaction(number: int | None) -> Exception:
-        return _failure(
-            f"Given transaction number {number} does not match any in-progress transactions",
-            _NO_SUCH_TRANSACTION,
-            "NoSuchTransaction",
-            (_TRANSIENT,),
-        )
 
     def commit_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
         number = _as_int(body.get("txnNumber"))
@@ -204,20 +218,20 @@ def _patch_transactions() -> None:
         except OperationFailure:
             if number is None:
                 raise
-            raise no_such_transaction(number) from None
+            raise _no_such_transaction(number) from None
         known = getattr(session, "_mongoshift_txn", None)
         if number is not None:
             same = known is not None and known[0] == number
             if session.transaction_active and known is not None and not same:
-                raise no_such_transaction(number)
+                raise _no_such_transaction(number)
             if not session.transaction_active:
                 if same and known[1] == "committed":
                     return {"ok": 1.0}
-                raise no_such_transaction(number)
+                raise _no_such_transaction(number)
         try:
             result = original_commit(self, body)
         except Exception as error:
-            abort_quietly(session)
+            _abort_open_transaction(session)
             if isinstance(error, OperationFailure) and error.code is None and "conflict" in str(error).lower():
                 raise _failure(
                     f"WriteConflict error: this operation conflicted with another operation ({error})",
@@ -231,13 +245,43 @@ def _patch_transactions() -> None:
 
     def abort_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
         result = original_abort(self, body)
-        session = self._require_session(body)
-        _remember(session, state="aborted")
+        _remember(self._require_session(body), state="aborted")
         return result
 
     WireSessionStore._apply_transaction_metadata = staticmethod(apply_transaction_metadata)
     WireSessionStore.commit_transaction = commit_transaction
     WireSessionStore.abort_transaction = abort_transaction
+
+
+# (j) A failed statement leaves its transaction open: mongoeco commits the
+# statements before and after a duplicate key inside a transaction, where mongod
+# aborts the whole transaction on any error (write errors included) and answers
+# the commit with 251 NoSuchTransaction. The wire handlers now abort the
+# session's transaction when a command inside it raises or reports writeErrors.
+def _patch_errors_abort_transaction() -> None:
+    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
+
+    original = WireSpecialCommandHandlers.dispatch
+    transaction_commands = {"commitTransaction", "abortTransaction"}
+
+    async def dispatch(self: Any, context: Any) -> dict[str, object]:
+        session = context.session
+        if (
+            session is None
+            or context.raw_body.get("autocommit") is not False
+            or context.command_name in transaction_commands
+        ):
+            return await original(self, context)
+        try:
+            result = await original(self, context)
+        except Exception:
+            _abort_open_transaction(session)
+            raise
+        if isinstance(result, dict) and result.get("writeErrors"):
+            _abort_open_transaction(session)
+        return result
+
+    WireSpecialCommandHandlers.dispatch = dispatch
 
 
 # (d) failCommand fail points ignored on commitTransaction/abortTransaction.

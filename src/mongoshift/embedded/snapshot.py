@@ -29,7 +29,10 @@ datetimes, ObjectId, Binary/UUID, Regex, Timestamp...)::
 Collection options (validator, validationLevel/Action, capped, collation, views'
 viewOn/pipeline...) are restored through the ``create`` command and indexes
 (unique, partial, sparse, TTL, collation...) through ``createIndexes``, from what
-``listCollections`` and ``listIndexes`` report. Documents are restored without
+``listCollections`` and ``listIndexes`` report. Indexes are created *before* the
+documents are inserted: mongoeco 4.11 builds a unique index over existing
+documents pairwise (O(N²), minutes for a few thousand documents), while inserting
+under a single-field unique index is cheap. Documents are restored without
 re-running validators (they passed when written). ``system.*`` collections are
 not saved.
 """
@@ -157,15 +160,14 @@ async def load(client: Any, path: Path) -> SnapshotStats:
             elif "collection" in record:
                 if current is not None:
                     documents += await _insert(client, current, batch)
-                    await _create_indexes(client, current)
                 batch = []
                 current = record["collection"]
                 await _create_collection(client, current)
+                await _create_indexes(client, current)
                 collections += 1
             elif record.get("end") is True:
                 if current is not None:
                     documents += await _insert(client, current, batch)
-                    await _create_indexes(client, current)
                 log.info(
                     "snapshot loaded from %s: %d collections, %d documents", path, collections, documents
                 )
