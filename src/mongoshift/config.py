@@ -53,8 +53,11 @@ class Settings(BaseModel):
     environment: str = Field(default="production", min_length=1, max_length=64)
     executed_by: str | None = Field(default=None, max_length=128)
     ensure_indexes: bool = True
+    background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME)
+    background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
+    background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
 
-    @field_validator("changelog_collection", "lock_collection")
+    @field_validator("changelog_collection", "lock_collection", "background_collection")
     @classmethod
     def _not_system(cls, value: str) -> str:
         if value.startswith("system."):

@@ -33,6 +33,9 @@ class ExitCode(IntEnum):
     INVALID_EXPORT = 20
     LOCK_RELEASE_FAILED = 21
     OUT_OF_ORDER = 23
+    BACKGROUND_PENDING = 31
+    BACKGROUND_FAILED = 32
+    BACKGROUND_CONFLICT = 33
     SECOND_SIGNAL = 130
 
 
@@ -185,3 +188,24 @@ class OutOfOrderError(MongoshiftError):
 
     exit_code = ExitCode.OUT_OF_ORDER
     kind = "out_of_order"
+
+
+class BackgroundPendingError(MongoshiftError):
+    """``background status --check``: a background migration has not completed yet."""
+
+    exit_code = ExitCode.BACKGROUND_PENDING
+    kind = "background_pending"
+
+
+class BackgroundFailedError(MongoshiftError):
+    """A background migration failed (or ``status --check`` found a failed one)."""
+
+    exit_code = ExitCode.BACKGROUND_FAILED
+    kind = "background_failed"
+
+
+class BackgroundConflictError(MongoshiftError):
+    """A control (pause, resume, cancel, retry) that does not fit the migration's status."""
+
+    exit_code = ExitCode.BACKGROUND_CONFLICT
+    kind = "background_conflict"

@@ -136,11 +136,16 @@ def init(force: bool) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("--template", type=click.Path(dir_okay=False, path_type=Path), help="Template file ($title, $name, $slug).")
+@click.option("--background", "background_", is_flag=True, help="A background migration skeleton.")
 @global_options
-def create(name: str, template: Path | None) -> None:
+def create(name: str, template: Path | None, background_: bool) -> None:
     """Write a new migration file NAME into the migrations folder."""
     s = settings()
-    path = create_migration(s.migrations_dir, name, sequential=s.sequential, template=template or s.template_path)
+    if background_ and template:
+        raise ConfigInvalidError("--background and --template cannot be combined")
+    path = create_migration(
+        s.migrations_dir, name, sequential=s.sequential, template=template or (None if background_ else s.template_path), background=background_
+    )
     out = output()
     if out.json_mode:
         out.json({"file": path.name, "path": str(path)})
@@ -380,6 +385,9 @@ def demo() -> None:
     from .demo import run_demo
 
     run_demo(output())
+
+
+from . import background as _background  # noqa: E402,F401  (registers the command group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -75,11 +75,18 @@ def _literal(value: Any) -> Any:
 
 
 def applied_update(
-    name: str, *, batch: int, checksum: str, duration_ms: int, run: RunInfo, description: str | None
+    name: str,
+    *,
+    batch: int,
+    checksum: str,
+    duration_ms: int,
+    run: RunInfo,
+    description: str | None,
+    kind: str = "migration",
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     fields = {
         "name": _literal(name),
-        "kind": "migration",
+        "kind": kind,
         "status": "applied",
         "batch": batch,
         "checksum": _literal(checksum),

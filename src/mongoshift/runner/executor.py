@@ -34,6 +34,8 @@ from ..errors import (
 from . import changelog as records
 from .changelog import Changelog, RunInfo
 from .context import CancelSignal, Direction, MigrationContext, call, is_async
+from ..background.registration import register, revert_or_withdraw
+from ..background.store import BackgroundStore
 from .hooks import Hooks
 from .loader import load
 from .lock import MigrationLock
@@ -171,7 +173,7 @@ class Executor:
         """Import every file first: a broken file fails the run before anything is written."""
         for step in steps:
             load(step.file)
-            if step.direction == "down" and step.file.down is None:
+            if step.direction == "down" and step.file.background is None and step.file.down is None:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
                 )
@@ -203,6 +205,8 @@ class Executor:
             raise HookFailedError(f"hook {hook} failed: {_describe(exc)}", hook=hook) from exc
 
     async def _run_step(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
+        if step.file.background is not None:
+            return await self._background(step, batch, results)
         fn = step.file.up if step.direction == "up" else step.file.down
         assert fn is not None
         use_txn = step.file.use_transaction
@@ -232,7 +236,35 @@ class Executor:
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         return MigrationResult(step.name, step.direction, status, batch, duration)
 
-    def _record(self, step: Step, batch: int | None, started: float) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    async def _background(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
+        """A background file: up registers it (no document is touched), down registers its revert."""
+        spec = step.file.background
+        assert spec is not None
+        started = time.monotonic()
+        store = BackgroundStore(self.changelog.collection.database, self.runtime.settings.background_collection)
+        by = self.runtime.run.executed_by
+        try:
+            if step.direction == "up":
+                await register(store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by)
+                note = "registered: run it with 'mongoshift background run'"
+            else:
+                outcome = await revert_or_withdraw(store, step.name, spec, checksum=step.file.checksum, by=by)
+                note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
+            filter_, update, upsert = self._record(step, batch, started, kind="background")
+            await self.changelog.collection.update_one(filter_, update, upsert=upsert)
+        except MongoshiftError as exc:
+            await self._failed(step, batch, exc, results, started)
+            raise
+        except PyMongoError as exc:
+            error = ExecutionFailedError(f"{step.name}: registration failed: {_describe(exc)}", file=step.name)
+            await self._failed(step, batch, exc, results, started)
+            raise error from exc
+        duration = int((time.monotonic() - started) * 1000)
+        status: Outcome = "applied" if step.direction == "up" else "reverted"
+        log.info("%s: %s", step.name, note)
+        return MigrationResult(step.name, step.direction, status, batch, duration, reason=note)
+
+    def _record(self, step: Step, batch: int | None, started: float, kind: str = "migration") -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
         duration = int((time.monotonic() - started) * 1000)
         if step.direction == "up":
             f, u = records.applied_update(
@@ -242,6 +274,7 @@ class Executor:
                 duration_ms=duration,
                 run=self.runtime.run,
                 description=step.file.description,
+                kind=kind,
             )
             return f, u, True
         f, u = records.reverted_update(step.name, duration_ms=duration, run=self.runtime.run)

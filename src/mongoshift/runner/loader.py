@@ -21,6 +21,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
+from ..background.spec import Background, describe_errors
 from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
 
 TIMESTAMP_NAME = re.compile(r"^\d{14}_[a-z0-9][a-z0-9_]*\.py$")
@@ -68,6 +71,15 @@ class MigrationFile:
         return self._export("up")
 
     @property
+    def background(self) -> Background | None:
+        value = getattr(self._loaded(), "background", None)
+        return value if isinstance(value, Background) else None
+
+    @property
+    def kind(self) -> str:
+        return "background" if self.background is not None else "migration"
+
+    @property
     def down(self) -> Callable[..., Any] | None:
         module = self._loaded()
         fn = getattr(module, "down", None)
@@ -76,6 +88,8 @@ class MigrationFile:
     @property
     def description(self) -> str | None:
         value = getattr(self._loaded(), "description", None)
+        if value is None and self.background is not None:
+            value = self.background.description
         return value if isinstance(value, str) else None
 
     @property
@@ -134,6 +148,8 @@ def load(item: MigrationFile) -> MigrationFile:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+    except ValidationError as exc:
+        raise InvalidExportError(f"{item.name}: invalid background spec: {describe_errors(exc)}", file=item.name) from None
     except BaseException as exc:  # a migration file may raise anything while importing, even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -144,9 +160,9 @@ def load(item: MigrationFile) -> MigrationFile:
     finally:
         sys.modules.pop(module_name, None)
     if hasattr(module, "background"):
-        raise InvalidExportError(
-            f"{item.name}: background migrations are not supported by this version", file=item.name
-        )
+        _check_background(item, module)
+        item.module = module
+        return item
     up = getattr(module, "up", None)
     if not callable(up):
         raise InvalidExportError(f"{item.name}: must define a function up(ctx)", file=item.name)
@@ -161,6 +177,21 @@ def load(item: MigrationFile) -> MigrationFile:
             raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
     item.module = module
     return item
+
+
+def _check_background(item: MigrationFile, module: ModuleType) -> None:
+    spec = getattr(module, "background")
+    if not isinstance(spec, Background):
+        raise InvalidExportError(
+            f"{item.name}: background must be a mongoshift.Background(...), not {type(spec).__name__}", file=item.name
+        )
+    both = [name for name in ("up", "down") if hasattr(module, name)]
+    if both:
+        raise InvalidExportError(
+            f"{item.name}: a background migration declares background and no {' or '.join(both)}; "
+            "split it into two files",
+            file=item.name,
+        )
 
 
 def _takes_one_argument(fn: Callable[..., Any]) -> bool:

@@ -25,6 +25,33 @@ async def down(ctx):
     """Undo up(). Delete this function if the migration cannot be rolled back."""
 '''
 
+BACKGROUND_TEMPLATE = '''"""$title: a background migration (up registers it; 'mongoshift background run' runs it)."""
+
+from mongoshift import Background
+
+
+def migrate(doc, ctx):
+    """Return the whole new document; fields you drop are unset, others keep their BSON types."""
+    # doc["full_name"] = f"{doc.pop('first', '')} {doc.pop('last', '')}".strip()
+    return doc
+
+
+def revert(doc, ctx):
+    """Undo migrate() for one document; delete this (and revert=) for a one-way migration."""
+    return doc
+
+
+background = Background(
+    collection="TODO",  # the collection to rewrite
+    from_version=1,
+    to_version=2,
+    migrate=migrate,
+    revert=revert,
+    description="$title",
+    # batch_size=500, max_parallel=1, max_document_errors=0, filter={...}
+)
+'''
+
 CONFIG_TEMPLATE = '''# mongoshift settings; environment variables (MONGOSHIFT_URI, MONGOSHIFT_DB, ...)
 # and command-line flags override them.
 [mongoshift]
@@ -76,6 +103,7 @@ def create_migration(
     sequential: bool = False,
     template: Path | None = None,
     now: datetime | None = None,
+    background: bool = False,
 ) -> Path:
     """Write a new migration skeleton; the name becomes the file's slug."""
     slug = slugify(name)
@@ -90,7 +118,7 @@ def create_migration(
         except OSError as exc:
             raise ConfigInvalidError(f"template {template} cannot be read: {exc.strerror}") from None
     else:
-        source = MIGRATION_TEMPLATE
+        source = BACKGROUND_TEMPLATE if background else MIGRATION_TEMPLATE
     title = re.sub(r"_+", " ", slug).strip().capitalize()
     try:
         text = string.Template(source).substitute(title=title, name=path.stem, slug=slug)

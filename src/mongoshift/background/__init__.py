@@ -1,0 +1,11 @@
+"""Background migrations: rewriting every document of a collection while the application runs.
+
+``up`` only registers a background migration; lanes in any number of
+processes then claim partitions under leases and rewrite them batch by batch
+(:mod:`.batch` is the one write path), moving a fenced checkpoint after each
+batch, pass after pass until nothing of the old shape is left.
+"""
+
+from .spec import Adaptive, Background, Partitions
+
+__all__ = ["Adaptive", "Background", "Partitions"]

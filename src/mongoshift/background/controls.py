@@ -1,0 +1,84 @@
+"""Pause, resume, cancel, retry and unlock: each a checked move, recorded with who and why.
+
+A control that does not fit the status fails (exit code 33); one whose result
+is already in place answers ``unchanged``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import BackgroundConflictError, NotAppliedError
+from .model import zero_counters
+from .store import BackgroundStore
+
+Action = Literal["pause", "resume", "cancel", "retry", "unlock"]
+
+#: action -> (statuses it applies to, the status it leads to, statuses where it is already done)
+TRANSITIONS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    "pause": (("pending", "running"), "paused", ("paused",)),
+    "resume": (("paused",), "pending", ("pending", "running")),
+    "cancel": (("pending", "running", "paused"), "cancelled", ("cancelled",)),
+    "retry": (("failed", "cancelled", "completed"), "pending", ()),
+}
+
+
+@dataclass
+class ControlResult:
+    name: str
+    action: str
+    applied: Literal["applied", "unchanged"]
+    status: str
+
+
+async def control(
+    store: BackgroundStore,
+    name: str,
+    action: Action,
+    *,
+    by: str,
+    reason: str | None = None,
+    from_start: bool = False,
+    lock_collection: str | None = None,
+) -> ControlResult:
+    state = await store.state(name)
+    if state is None:
+        raise NotAppliedError(f"{name} is not a registered background migration", file=name)
+    if action == "unlock":
+        result = await store.partitions.update_many({"background": name, "lease": {"$exists": True}}, {"$unset": {"lease": ""}})
+        if lock_collection:
+            await store.db[lock_collection].delete_one({"_id": f"background:{name}"})
+        await store.transition(name, allowed=(state.status,), to=state.status, action="unlock", by=by, reason=reason)
+        return ControlResult(name, action, "applied" if result.modified_count else "unchanged", state.status)
+    allowed, target, already = TRANSITIONS[action]
+    if state.status in already and not (action == "retry" and from_start):
+        return ControlResult(name, action, "unchanged", state.status)
+    if state.status not in allowed:
+        raise BackgroundConflictError(
+            f"cannot {action} {name}: it is {state.status} (allowed from: {', '.join(allowed)})", status=state.status
+        )
+    set_: dict[str, object] = {"last_error": None}
+    if action == "retry":
+        await store.partitions.update_many(
+            {"background": name, "generation": state.generation, "status": "failed"},
+            {"$set": {"status": "pending", "failures": 0}},
+        )
+        if from_start:
+            await store.partitions.delete_many({"background": name})
+            set_.update(
+                generation=0,
+                rolled_generation=0,
+                plan=None,
+                bad_ids=[],
+                doc_errors=[],
+                totals=zero_counters(),
+                started_at=None,
+                completed_at=None,
+                previous={"registration": state.registration, "status": state.status, "totals": state.totals},
+            )
+            set_["pass"] = 0
+    if not await store.transition(name, allowed=allowed, to=target, action=action, by=by, reason=reason, set_=set_):
+        fresh = await store.state(name)
+        raise BackgroundConflictError(f"{name} changed while {action} was applied; try again", status=fresh.status if fresh else None)
+    return ControlResult(name, action, "applied", target)

@@ -1,0 +1,142 @@
+"""The coordinator: one idempotent step that moves a migration along.
+
+Each step starts from what MongoDB says, under the ``background:<name>``
+lock so that only one coordinator acts at a time (another answers ``busy``),
+and does the one thing due: plan a pass, hand out lanes, or finalize the
+pass (roll the counters up once, count what is left, then complete, fail, or
+plan the next pass over the leftovers).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from ..runner.changelog import RunInfo
+from ..runner.lock import MigrationLock
+from .events import Events
+from .job import Job
+from .lane import EngineContext
+from .model import TERMINAL, Scope, State
+from .planner import PlannedPartition, plan_pass
+from .spec import Background
+
+log = logging.getLogger("mongoshift.background")
+
+Next = Literal["process", "wait", "done", "busy"]
+
+
+@dataclass
+class Decision:
+    next: Next
+    state: State | None
+    lanes: int = 0
+    reason: str | None = None
+
+
+def old_versions_message(name: str, remaining: int, passes: int) -> str:
+    return (
+        f"{name}: {remaining} document(s) still have the old shape after {passes} pass(es). "
+        "Is an old version of the application still writing them? Stop it, then "
+        f"'mongoshift background retry {name}'."
+    )
+
+
+class Coordinator:
+    def __init__(self, engine: EngineContext, run: RunInfo, lock_collection: str, lock_ttl_seconds: float = 30) -> None:
+        self.engine = engine
+        self.run = run
+        self.lock_collection = lock_collection
+        self.lock_ttl_seconds = lock_ttl_seconds
+
+    async def step(self, name: str, spec: Background) -> Decision:
+        lock = MigrationLock(
+            self.engine.db[self.lock_collection], self.run, ttl_seconds=self.lock_ttl_seconds, lock_id=f"background:{name}"
+        )
+        if not await lock.try_acquire():
+            return Decision("busy", await self.engine.store.state(name), reason="another coordinator is stepping")
+        try:
+            return await self._step(name, spec)
+        finally:
+            await lock.release()
+
+    async def _step(self, name: str, spec: Background) -> Decision:
+        store = self.engine.store
+        state = await store.state(name)
+        if state is None:
+            return Decision("done", None, reason="not registered")
+        if state.status in TERMINAL or state.status == "paused":
+            return Decision("done", state, reason=state.status)
+        if state.status == "pending":
+            if state.generation == 0 or await store.open_partitions(name, state.generation) == 0:
+                if not await self._plan(state, spec, new_pass=True):
+                    return Decision("wait", await store.state(name), reason="another plan won")
+                state = await store.state(name)
+                assert state is not None
+            await store.transition(name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",))
+            state = await store.state(name)
+            assert state is not None
+        await store.reap(name)
+        open_ = await store.open_partitions(name, state.generation)
+        if open_:
+            free = spec.max_parallel - await store.live_leases(name)
+            return Decision("process", state, lanes=max(0, min(open_, free)))
+        return await self._finalize(state, spec)
+
+    async def _plan(self, state: State, spec: Background, *, new_pass: bool) -> bool:
+        job = Job.of(state, spec)
+        collection = self.engine.db[spec.collection]
+        if spec.mode == "step":
+            planned, estimate = [PlannedPartition(Scope(None), 0)], 0
+        else:
+            planned, estimate = await plan_pass(
+                collection,
+                job.match(),
+                target=spec.partition_target,
+                min_partition_docs=spec.min_partition_docs,
+                sample_size=spec.sample_size,
+            )
+        adopted = await self.engine.store.adopt_plan(
+            state, [p.to_document() for p in planned], estimate=estimate, method="step" if spec.mode == "step" else "id-range", new_pass=new_pass
+        )
+        if adopted:
+            self.engine.events.emit("partitioned", state.name, partitions=len(planned), estimate=estimate, generation=state.generation + 1)
+        return adopted
+
+    async def _finalize(self, state: State, spec: Background) -> Decision:
+        store = self.engine.store
+        failed = await store.partitions.count_documents({"background": state.name, "generation": state.generation, "status": "failed"})
+        state = await store.rollup(state)
+        if failed:
+            doc = await store.partitions.find_one({"background": state.name, "generation": state.generation, "status": "failed"}, {"last_error": 1})
+            message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {(doc or {}).get('last_error')}"
+            return await self._fail(state, message)
+        if len(state.bad_ids) > spec.max_document_errors:
+            return await self._fail(state, f"{len(state.bad_ids)} document(s) could not be migrated, more than max_document_errors ({spec.max_document_errors})")
+        remaining = 0 if spec.mode == "step" else await self._remaining(state, spec)
+        if remaining == 0:
+            if await store.transition(state.name, allowed=("running",), to="completed", action="complete", now_fields=("completed_at",)):
+                fresh = await store.state(state.name)
+                totals = fresh.totals if fresh else state.totals
+                if state.bad_ids:
+                    log.warning("%s completed, but %d document(s) could not be migrated", state.name, len(state.bad_ids))
+                self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **totals)
+            return Decision("done", await store.state(state.name), reason="completed")
+        if state.pass_number >= spec.max_passes:
+            return await self._fail(state, old_versions_message(state.name, remaining, state.pass_number))
+        self.engine.events.emit("pass", state.name, number=state.pass_number + 1, remaining=remaining)
+        await self._plan(state, spec, new_pass=True)
+        fresh = await store.state(state.name)
+        return Decision("process", fresh, lanes=spec.max_parallel)
+
+    async def _remaining(self, state: State, spec: Background) -> int:
+        job = Job.of(state, spec)
+        return await self.engine.db[spec.collection].count_documents(job.match())
+
+    async def _fail(self, state: State, message: str) -> Decision:
+        if await self.engine.store.transition(
+            state.name, allowed=("running", "pending"), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
+        ):
+            self.engine.events.emit("failed", state.name, reason=message)
+        return Decision("done", await self.engine.store.state(state.name), reason="failed")

@@ -1,0 +1,115 @@
+"""One document's guard and diff: how a transformed copy becomes a guarded update.
+
+Only the top-level fields a transform changed are ``$set`` (a changed nested
+field rewrites its whole subdocument), the ones it dropped are ``$unset``, the
+version is set and the revision incremented. Every other field is left alone
+on the server and so keeps its stored BSON type. Equality is BSON-exact:
+``Int64(1)``, ``1`` and ``1.0`` are different values here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bson import encode
+
+_MISSING = object()
+
+
+class ShapeError(ValueError):
+    """A transform result that cannot be written (not a document, a changed _id, a bad key)."""
+
+
+def version_match(field: str, version: int) -> dict[str, Any]:
+    """Documents at ``version``; a missing or null version counts as 0."""
+    if version == 0:
+        return {field: {"$in": [None, 0]}}
+    return {field: version}
+
+
+def version_of(doc: dict[str, Any], field: str) -> int:
+    value = doc.get(field)
+    return 0 if value is None else int(value)
+
+
+def _exact(value: Any) -> Any:
+    """The filter value matching exactly what was read: absent stays absent."""
+    return {"$exists": False} if value is _MISSING else value
+
+
+def guard(doc: dict[str, Any], version_field: str, revision_field: str | None) -> dict[str, Any]:
+    """The filter that matches this document only while nobody has written it since it was read."""
+    filter_: dict[str, Any] = {"_id": doc["_id"], version_field: _exact(doc.get(version_field, _MISSING))}
+    if revision_field is not None:
+        filter_[revision_field] = _exact(doc.get(revision_field, _MISSING))
+    return filter_
+
+
+def same(a: Any, b: Any) -> bool:
+    """BSON-exact equality: same types all the way down, same key order."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    try:
+        return bool(a == b)
+    except Exception:
+        return encode({"v": a}) == encode({"v": b})
+
+
+def _check_keys(value: Any, path: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or key.startswith("$") or "." in key or "\x00" in key:
+                raise ShapeError(f"field name {key!r} under {path or 'the document'} cannot be stored")
+            _check_keys(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for item in value:
+            _check_keys(item, path)
+
+
+def stamped_diff(
+    old: dict[str, Any],
+    new: Any,
+    *,
+    version_field: str,
+    revision_field: str | None,
+    to_version: int,
+) -> dict[str, Any]:
+    """The update that turns ``old`` into ``new`` at ``to_version`` with the revision bumped."""
+    if not isinstance(new, dict):
+        raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
+    if "_id" in new and not same(new["_id"], old["_id"]):
+        raise ShapeError("the transform changed _id")
+    system = {"_id", version_field, revision_field}
+    set_: dict[str, Any] = {}
+    unset: dict[str, str] = {}
+    for key, value in new.items():
+        if key in system:
+            continue
+        before = old.get(key, _MISSING)
+        if before is _MISSING or not same(before, value):
+            _check_keys({key: value}, "")
+            set_[key] = value
+    for key in old:
+        if key not in system and key not in new:
+            unset[key] = ""
+    if to_version == 0:
+        unset[version_field] = ""
+    else:
+        set_[version_field] = to_version
+    update: dict[str, Any] = {}
+    if set_:
+        update["$set"] = set_
+    if unset:
+        update["$unset"] = unset
+    if revision_field is not None:
+        update["$inc"] = {revision_field: 1}
+    return update

@@ -1,0 +1,47 @@
+"""Events of background migrations, through one observer interface and the stdlib logger.
+
+Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
+``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``.
+Events carry counts and names, never a document or an ``_id``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("mongoshift.background")
+
+#: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
+NOTABLE = frozenset({"registered", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "throttle"})
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    migration: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Observer = Callable[[Event], None]
+
+
+class Events:
+    """Fans events out to observers; an observer that raises is logged and ignored."""
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self.observers = list(observers)
+
+    def emit(self, kind: str, migration: str, **data: Any) -> None:
+        event = Event(kind, migration, data)
+        level = logging.WARNING if kind in ("failed", "lease_lost") else logging.INFO if kind in NOTABLE else logging.DEBUG
+        if log.isEnabledFor(level):
+            details = " ".join(f"{k}={v}" for k, v in data.items())
+            log.log(level, "%s %s %s", migration, kind, details)
+        for observer in self.observers:
+            try:
+                observer(event)
+            except Exception:
+                log.exception("a background event observer failed")

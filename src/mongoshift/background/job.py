@@ -1,0 +1,87 @@
+"""A registered migration bound to its code: which direction, what it matches, which functions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..runner.context import CancelSignal
+from .document import version_match
+from .model import State
+from .spec import Background
+
+log = logging.getLogger("mongoshift.background")
+
+
+@dataclass
+class TransformContext:
+    """The second argument of ``migrate(doc, ctx)`` and friends."""
+
+    name: str
+    collection: str
+    direction: str
+    generation: int
+    partition: str
+    logger: logging.Logger
+    cancelled: CancelSignal
+    session: Any = None
+    db: Any = None
+    client: Any = None
+    checkpoint: Any = None
+    deadline: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    name: str
+    spec: Background
+    direction: str
+    generation: int
+    source: int
+    target: int
+    one: Callable[..., Any] | None
+    many: Callable[..., Any] | None
+    step: Callable[..., Any] | None
+    bad_ids: list[Any]
+
+    @classmethod
+    def of(cls, state: State, spec: Background) -> Job:
+        forward = state.direction == "forward"
+        return cls(
+            name=state.name,
+            spec=spec,
+            direction=state.direction,
+            generation=state.generation,
+            source=spec.from_version if forward else spec.to_version,
+            target=spec.to_version if forward else spec.from_version,
+            one=spec.migrate if forward else spec.revert,
+            many=spec.migrate_batch if forward else spec.revert_batch,
+            step=spec.step if forward else spec.revert_step,
+            bad_ids=list(state.bad_ids),
+        )
+
+    @property
+    def revision_field(self) -> str | None:
+        return self.spec.revision_field if self.spec.occ == "revision" else None
+
+    def match(self, *, exclude_bad: bool = True) -> dict[str, Any]:
+        """What is still to rewrite: the filter at the source version, minus documents that failed."""
+        base = {**self.spec.filter, **version_match(self.spec.version_field, self.source)}
+        if exclude_bad and self.bad_ids:
+            return {"$and": [base, {"_id": {"$nin": self.bad_ids}}]}
+        return base
+
+    def context(self, partition: str, cancel: CancelSignal, **extra: Any) -> TransformContext:
+        return TransformContext(
+            name=self.name,
+            collection=self.spec.collection,
+            direction=self.direction,
+            generation=self.generation,
+            partition=partition,
+            logger=log.getChild(self.name.removesuffix(".py")),
+            cancelled=cancel,
+            **extra,
+        )

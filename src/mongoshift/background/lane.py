@@ -1,0 +1,298 @@
+"""A lane: claim a partition under a lease, work it batch by batch, checkpoint after each.
+
+A slice works at least one batch and then yields at ``slice_ms``, so lanes
+take turns and a paused, cancelled or replanned migration is noticed within
+one batch. Every checkpoint is fenced by the lease token: a lane whose lease
+was reaped (it stalled past the TTL) learns it at its next checkpoint and
+stops without counting anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bson import encode
+from pymongo.asynchronous.database import AsyncDatabase
+
+from ..runner.context import CancelSignal
+from .batch import BatchFailed, BatchResult, apply_batch
+from .events import Events
+from .job import Job
+from .model import Checkpoint, Lease, Partition, State
+from .planner import batch_filter
+from .spec import MAX_CHECKPOINT_BYTES, Adaptive, Background
+from .store import BackgroundStore
+from .throttle import AdaptiveController, ThrottleContext, before_batch
+
+log = logging.getLogger("mongoshift.background")
+
+Outcome = Literal["exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error"]
+
+#: Errors that mean the server is overloaded, not that the data is wrong.
+OVERLOAD_CODES = frozenset({50, 262, 64, 91, 189, 6, 7, 89, 9001, 10107, 11600, 11602, 13435, 13436})
+
+
+@dataclass
+class SliceResult:
+    outcome: Outcome
+    counters: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class EngineContext:
+    """What lanes and coordinators of one process share."""
+
+    db: AsyncDatabase[dict[str, Any]]
+    store: BackgroundStore
+    events: Events
+    cancel: CancelSignal
+    lease_ttl_ms: int = 30_000
+    now: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+    version_index_warned: set[str] = field(default_factory=set)
+    client: Any = None
+
+
+def _overloaded(exc: BaseException) -> bool:
+    code = getattr(exc, "code", None)
+    labels = getattr(exc, "_error_labels", None) or set()
+    return code in OVERLOAD_CODES or "TransientTransactionError" in labels or "RetryableWriteError" in labels
+
+
+def _add(into: dict[str, int], result: BatchResult, scanned: int) -> dict[str, int]:
+    counts = {
+        "scanned": scanned,
+        "migrated": result.migrated,
+        "skipped": result.skipped,
+        "conflicts": result.conflicts,
+        "failed": len(result.errors),
+        "retried": result.retried,
+        "batches": 1,
+    }
+    for key, value in counts.items():
+        into[key] = into.get(key, 0) + value
+    return counts
+
+
+class Lane:
+    def __init__(self, engine: EngineContext, lane_id: str) -> None:
+        self.engine = engine
+        self.id = lane_id
+
+    async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
+        """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
+        engine = self.engine
+        job = Job.of(state, spec)
+        await engine.store.reap(state.name)
+        slots = list(range(spec.max_parallel))
+        offset = engine.rng.randrange(len(slots))
+        claimed = await engine.store.claim(state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms)
+        if claimed is None:
+            return SliceResult("exhausted")
+        if claimed is False:
+            return SliceResult("busy")
+        lease, partition = claimed
+        engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id)
+        lost = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(lease, lost))
+        counters: dict[str, int] = {}
+        outcome: SliceResult
+        try:
+            outcome = await self._work(job, state, spec, lease, partition, lost, counters, slice_ms or spec.slice_ms)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"[:2000]
+            log.warning("%s: a slice failed: %s", state.name, message)
+            await engine.store.release(lease, failure=message, max_failures=spec.max_slice_failures)
+            outcome = SliceResult("error", counters, message)
+        finally:
+            heartbeat.cancel()
+            try:
+                await heartbeat
+            except asyncio.CancelledError:
+                pass
+        if outcome.outcome == "lost":
+            engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
+        elif outcome.outcome not in ("done", "error"):
+            await engine.store.release(lease)
+        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters)
+        return outcome
+
+    async def _heartbeat(self, lease: Lease, lost: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(lease.ttl_ms / 3000)
+            try:
+                if not await self.engine.store.renew(lease):
+                    lost.set()
+                    return
+            except Exception as exc:  # a blip: the fenced checkpoint is the real guard
+                log.debug("lease renewal failed: %s", type(exc).__name__)
+
+    async def _control(self, state: State, partition: Partition) -> Outcome | None:
+        doc = await self.engine.store.states.find_one(
+            {"_id": state.name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1}
+        )
+        if doc is None or doc.get("registration") != state.registration:
+            return "stale"
+        status = doc.get("status")
+        if status in ("paused", "cancelled", "failed"):
+            return status  # type: ignore[no-any-return]
+        if status != "running" or doc.get("generation") != partition.generation or (doc.get("plan") or {}).get("token") != partition.plan:
+            return "stale"
+        return None
+
+    async def _hint(self, spec: Background) -> list[tuple[str, int]] | None:
+        """The version index, when it exists; otherwise warn once and scan."""
+        key = [(spec.version_field, 1), ("_id", 1)]
+        async for index in await self.engine.db[spec.collection].list_indexes():
+            if [(k, int(v)) for k, v in index["key"].items() if isinstance(v, (int, float))] == key:
+                return key
+        if spec.collection not in self.engine.version_index_warned:
+            self.engine.version_index_warned.add(spec.collection)
+            log.warning(
+                "%s has no index {%s: 1, _id: 1}: batches scan the collection; create it for speed",
+                spec.collection,
+                spec.version_field,
+            )
+        return None
+
+    async def _work(
+        self,
+        job: Job,
+        state: State,
+        spec: Background,
+        lease: Lease,
+        partition: Partition,
+        lost: asyncio.Event,
+        counters: dict[str, int],
+        slice_ms: int,
+    ) -> SliceResult:
+        engine = self.engine
+        deadline = engine.now() + slice_ms / 1000
+        collection = engine.db[spec.collection]
+        cursor = partition.cursor
+        adaptive = AdaptiveController(spec.adaptive, spec.batch_size, partition.throttle) if isinstance(spec.adaptive, Adaptive) else None
+        hint = await self._hint(spec) if job.step is None else None
+        match = job.match()
+        batches = 0
+        while True:
+            if engine.cancel.is_set():
+                return SliceResult("stopped", counters)
+            if lost.is_set():
+                return SliceResult("lost", counters)
+            if batches > 0 and engine.now() >= deadline:
+                return SliceResult("yielded", counters)
+            control = await self._control(state, partition)
+            if control is not None:
+                return SliceResult(control, counters)
+            size = adaptive.batch_size() if adaptive else spec.batch_size
+            await before_batch(
+                pause_ms=spec.pause_ms,
+                hook=spec.throttle,
+                context=ThrottleContext(state.name, spec.collection, state.generation, str(partition.seq), size, engine.cancel),
+                adaptive_pause_ms=adaptive.pause_ms() if adaptive else 0,
+                first=batches == 0,
+                cancel=engine.cancel,
+            )
+            failed_before = counters.get("failed", 0)
+            if job.step is not None:
+                done, cursor, ok = await self._step(job, spec, lease, partition, cursor, deadline, counters)
+            else:
+                done, cursor, ok = await self._batch(job, spec, lease, partition, cursor, size, collection, match, hint, adaptive, counters)
+            if not ok:
+                return SliceResult("lost", counters)
+            batches += 1
+            if done:
+                return SliceResult("done", counters)
+            if counters.get("failed", 0) > failed_before and await self._over_budget(state, spec):
+                return SliceResult("failed", counters)
+
+    async def _batch(self, job, spec, lease, partition, cursor, size, collection, match, hint, adaptive, counters):  # type: ignore[no-untyped-def]
+        engine = self.engine
+        filter_ = batch_filter(match, partition.scope, cursor)
+        find = collection.find(filter_, sort=[("_id", 1)], limit=size)
+        if hint is not None:
+            find = find.hint(hint)
+        docs = await find.to_list(None)
+        ctx = job.context(str(partition.seq), engine.cancel)
+        started = engine.now()
+        try:
+            result = await apply_batch(job, docs, collection, ctx) if docs else BatchResult()
+        except BatchFailed:
+            raise
+        except Exception as exc:
+            if adaptive is not None and _overloaded(exc):
+                change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
+                if change:
+                    engine.events.emit("throttle", job.name, change=change, **adaptive.state())
+            raise
+        latency_ms = (engine.now() - started) * 1000
+        if adaptive is not None and docs:
+            change = adaptive.record(latency_ms)
+            if change:
+                engine.events.emit("throttle", job.name, change=change, **adaptive.state())
+        done = len(docs) < size
+        next_cursor = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
+        batch_counts = _add(counters, result, len(docs))
+        ok = await engine.store.checkpoint(
+            lease,
+            cursor=next_cursor.to_document(),
+            counters=batch_counts,
+            done=done,
+            bad_ids=[e.id for e in result.errors],
+            doc_errors=[e.to_document() for e in result.errors],
+            throttle=adaptive.state() if adaptive else None,
+        )
+        if ok:
+            engine.events.emit("batch", job.name, partition=partition.seq, size=size, latency_ms=round(latency_ms, 1), **batch_counts)
+        return done, next_cursor, ok
+
+    async def _step(self, job, spec, lease, partition, cursor, deadline, counters):  # type: ignore[no-untyped-def]
+        """One call of a step migration; its checkpoint is what it returned."""
+        engine = self.engine
+        ctx = job.context(
+            str(partition.seq), engine.cancel, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=deadline
+        )
+        out = job.step(ctx)
+        if inspect.isawaitable(out):
+            out = await out
+        if not isinstance(out, dict) or not isinstance(out.get("done"), bool):
+            raise BatchFailed("step() must return a dict with 'done' (a bool) and 'checkpoint'")
+        checkpoint = out.get("checkpoint")
+        if len(encode({"checkpoint": checkpoint})) > MAX_CHECKPOINT_BYTES:
+            raise BatchFailed(f"step() returned a checkpoint larger than {MAX_CHECKPOINT_BYTES // 1024} KiB: keep a cursor in it, not data")
+        step_counts = {"batches": 1}
+        for key in ("scanned", "migrated"):
+            value = out.get(key, out.get("processed") if key == "scanned" else None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                step_counts[key] = value
+        for key, value in step_counts.items():
+            counters[key] = counters.get(key, 0) + value
+        next_cursor = Checkpoint(last_id=None, started=True, step=checkpoint)
+        ok = await engine.store.checkpoint(lease, cursor=next_cursor.to_document(), counters=step_counts, done=out["done"])
+        return out["done"], next_cursor, ok
+
+    async def _over_budget(self, state: State, spec: Background) -> bool:
+        """More distinct failed documents than ``max_document_errors``: fail the migration now."""
+        fresh = await self.engine.store.state(state.name)
+        if fresh is None:
+            return False
+        total = await self.engine.store.bad_id_count(fresh)
+        if total <= spec.max_document_errors:
+            return False
+        message = (
+            f"{total} document(s) could not be migrated, more than max_document_errors "
+            f"({spec.max_document_errors}); see 'mongoshift background status {state.name}'"
+        )
+        if await self.engine.store.transition(
+            state.name, allowed=("running",), to="failed", action="fail", reason="document errors", set_={"last_error": message}, now_fields=("failed_at",)
+        ):
+            self.engine.events.emit("failed", state.name, reason="document errors", failed_documents=total)
+        return True

@@ -1,0 +1,169 @@
+"""The records a background migration keeps in MongoDB, as typed values.
+
+``State`` is one document per migration in ``_mongoshift_background``;
+``Partition`` one ``_id`` range of one pass in
+``_mongoshift_background_partitions``, with its ``Lease`` while a lane works
+it and its ``Checkpoint`` (the cursor) between batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Status = Literal["pending", "running", "paused", "completed", "failed", "cancelled"]
+PartitionStatus = Literal["pending", "running", "done", "failed", "superseded"]
+Direction = Literal["forward", "revert"]
+
+COUNTERS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches")
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+def zero_counters() -> dict[str, int]:
+    return dict.fromkeys(COUNTERS, 0)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """An ``_id`` range inside one BSON type bracket: ``gte <= _id < lt``."""
+
+    bracket: str | None
+    gte: Any = None
+    lt: Any = None
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"bracket": self.bracket}
+        if self.gte is not None:
+            doc["gte"] = self.gte
+        if self.lt is not None:
+            doc["lt"] = self.lt
+        return doc
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> Scope:
+        return cls(doc.get("bracket"), doc.get("gte"), doc.get("lt"))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lane's claim on a partition: fenced by ``token``, capped by ``slot``."""
+
+    partition_id: Any
+    token: str
+    slot: int
+    owner: str
+    ttl_ms: int
+
+
+@dataclass
+class Checkpoint:
+    """Where a partition's scan stands: the last ``_id`` done, or a step's own value."""
+
+    last_id: Any = None
+    started: bool = False
+    step: Any = None
+
+    def to_document(self) -> dict[str, Any]:
+        if not self.started:
+            return {}
+        doc: dict[str, Any] = {"last_id": self.last_id}
+        if self.step is not None:
+            doc["step"] = self.step
+        return doc
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any] | None) -> Checkpoint:
+        if not doc:
+            return cls()
+        return cls(last_id=doc.get("last_id"), started=True, step=doc.get("step"))
+
+
+@dataclass
+class Partition:
+    id: Any
+    background: str
+    generation: int
+    plan: str
+    seq: int
+    scope: Scope
+    status: PartitionStatus
+    estimate: int
+    cursor: Checkpoint
+    counters: dict[str, int]
+    throttle: dict[str, Any] | None
+    lease: dict[str, Any] | None
+    failures: int = 0
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> Partition:
+        return cls(
+            id=doc["_id"],
+            background=doc["background"],
+            generation=doc["generation"],
+            plan=doc["plan"],
+            seq=doc["seq"],
+            scope=Scope.from_document(doc.get("scope") or {}),
+            status=doc["status"],
+            estimate=doc.get("estimate", 0),
+            cursor=Checkpoint.from_document(doc.get("cursor")),
+            counters={k: int(doc.get("counters", {}).get(k, 0)) for k in COUNTERS},
+            throttle=doc.get("throttle"),
+            lease=doc.get("lease"),
+            failures=int(doc.get("failures", 0)),
+        )
+
+
+@dataclass
+class State:
+    name: str
+    registration: str
+    status: Status
+    direction: Direction
+    collection: str
+    spec: dict[str, Any]
+    checksum: str
+    generation: int
+    pass_number: int
+    plan: dict[str, Any] | None
+    totals: dict[str, int]
+    bad_ids: list[Any]
+    doc_errors: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    registered_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_error: str | None = None
+    previous: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def mode(self) -> str:
+        return str(self.spec.get("mode", "documents"))
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> State:
+        return cls(
+            name=doc["_id"],
+            registration=doc["registration"],
+            status=doc["status"],
+            direction=doc.get("direction", "forward"),
+            collection=doc["collection"],
+            spec=doc.get("spec", {}),
+            checksum=doc.get("checksum", ""),
+            generation=int(doc.get("generation", 0)),
+            pass_number=int(doc.get("pass", 0)),
+            plan=doc.get("plan"),
+            totals={k: int(doc.get("totals", {}).get(k, 0)) for k in COUNTERS},
+            bad_ids=list(doc.get("bad_ids", [])),
+            doc_errors=list(doc.get("doc_errors", [])),
+            history=list(doc.get("history", [])),
+            registered_at=doc.get("registered_at"),
+            started_at=doc.get("started_at"),
+            completed_at=doc.get("completed_at"),
+            updated_at=doc.get("updated_at"),
+            last_error=doc.get("last_error"),
+            previous=doc.get("previous"),
+            raw=doc,
+        )

@@ -1,0 +1,97 @@
+"""Cutting a pass into partitions: ``_id`` ranges sampled and cut by the server.
+
+``_id``s of different BSON types never share a partition: a range query on
+``_id`` only matches values of the bound's own type, so each type present
+gets its own bracket. Splittable brackets are cut at quantiles of a server
+side ``$sample``; partitions are handed out largest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+
+from .model import Checkpoint, Scope
+
+#: Type brackets in BSON comparison order; "number" spans int, long, double and decimal.
+BRACKETS = ("null", "number", "string", "object", "binData", "objectId", "bool", "date", "timestamp", "regex")
+SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
+
+
+@dataclass
+class PlannedPartition:
+    scope: Scope
+    estimate: int
+
+    def to_document(self) -> dict[str, Any]:
+        return {"scope": self.scope.to_document(), "estimate": self.estimate}
+
+
+def _and(*parts: dict[str, Any]) -> dict[str, Any]:
+    kept = [p for p in parts if p]
+    if not kept:
+        return {}
+    return kept[0] if len(kept) == 1 else {"$and": kept}
+
+
+def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dict[str, Any]:
+    """The next batch of ``scope`` after ``cursor``, within ``match``."""
+    condition: dict[str, Any] = {}
+    if scope.bracket is not None:
+        condition["$type"] = scope.bracket
+    if cursor.started:
+        condition["$gt"] = cursor.last_id
+    elif scope.gte is not None:
+        condition["$gte"] = scope.gte
+    if scope.lt is not None:
+        condition["$lt"] = scope.lt
+    return _and(match, {"_id": condition} if condition else {})
+
+
+async def plan_pass(
+    collection: AsyncCollection[dict[str, Any]],
+    match: dict[str, Any],
+    *,
+    target: int,
+    min_partition_docs: int,
+    sample_size: int,
+) -> tuple[list[PlannedPartition], int]:
+    """The partitions of one pass (largest first) and the estimated number of documents."""
+    counts: dict[str, int] = {}
+    for bracket in BRACKETS:
+        n = await collection.count_documents(_and(match, {"_id": {"$type": bracket}}))
+        if n:
+            counts[bracket] = n
+    estimate = sum(counts.values())
+    if estimate == 0:
+        return [], 0
+    wanted = max(1, min(target, estimate // max(1, min_partition_docs)))
+    planned: list[PlannedPartition] = []
+    for bracket, n in counts.items():
+        share = max(1, round(wanted * n / estimate)) if bracket in SPLITTABLE else 1
+        if share == 1:
+            planned.append(PlannedPartition(Scope(bracket), n))
+            continue
+        bounds = await _quantiles(collection, _and(match, {"_id": {"$type": bracket}}), share, min(sample_size, n))
+        edges: list[Any] = [None, *bounds, None]
+        pieces = len(edges) - 1
+        for i in range(pieces):
+            planned.append(PlannedPartition(Scope(bracket, edges[i], edges[i + 1]), n // pieces))
+    planned.sort(key=lambda p: p.estimate, reverse=True)
+    return planned, estimate
+
+
+async def _quantiles(collection: AsyncCollection[dict[str, Any]], match: dict[str, Any], pieces: int, size: int) -> list[Any]:
+    """``pieces - 1`` cut points from a sorted server-side sample, duplicates dropped."""
+    pipeline = [{"$match": match}, {"$sample": {"size": size}}, {"$project": {"_id": 1}}, {"$sort": {"_id": 1}}]
+    ids = [doc["_id"] async for doc in await collection.aggregate(pipeline)]
+    if len(ids) < 2:
+        return []
+    bounds: list[Any] = []
+    for i in range(1, pieces):
+        candidate = ids[i * len(ids) // pieces]
+        if not bounds or bounds[-1] != candidate:
+            bounds.append(candidate)
+    return bounds

@@ -1,0 +1,60 @@
+"""What ``up`` and ``down`` do with a background migration file: register, revert, withdraw.
+
+``up`` never touches a document: it stores a pending state (a new
+registration id each time, the previous one kept as ``previous``) and the
+line goes on. ``down`` registers the revert direction when the spec has one;
+a one-way migration can only be withdrawn while nothing has been rewritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+from ..errors import IrreversibleMigrationError
+from .events import Events
+from .spec import Background
+from .store import BackgroundStore
+
+
+async def register(
+    store: BackgroundStore, name: str, spec: Background, *, checksum: str, direction: str, by: str, events: Events | None = None
+) -> None:
+    state = await store.register(
+        name, collection=spec.collection, spec=spec.settings(), checksum=checksum, direction=direction, by=by
+    )
+    (events or Events()).emit("registered", name, direction=direction, registration=state.registration)
+
+
+async def revert_or_withdraw(
+    store: BackgroundStore, name: str, spec: Background, *, checksum: str, by: str, drain_seconds: float = 60.0
+) -> Literal["revert", "withdrawn"]:
+    """Register the revert, or withdraw a one-way migration that has not rewritten anything yet."""
+    if spec.reversible:
+        await register(store, name, spec, checksum=checksum, direction="revert", by=by)
+        return "revert"
+    state = await store.state(name)
+    if state is None:
+        return "withdrawn"
+    was = state.status
+    paused = await store.transition(name, allowed=("pending", "running"), to="paused", action="pause", by=by, reason="down: withdrawing")
+    deadline = time.monotonic() + drain_seconds
+    while paused and await store.live_leases(name) and time.monotonic() < deadline:
+        await store.reap(name)
+        await asyncio.sleep(0.2)
+    fresh = await store.state(name)
+    assert fresh is not None
+    rewritten = (await store.live_counters(fresh))["migrated"]
+    if fresh.mode == "step":
+        rewritten += await store.partitions.count_documents({"background": name, "cursor.last_id": {"$exists": True}})
+    if rewritten or fresh.previous and fresh.previous.get("totals", {}).get("migrated"):
+        if paused:
+            await store.transition(name, allowed=("paused",), to=was if was == "pending" else "running", action="resume", by=by, reason="down refused")
+        raise IrreversibleMigrationError(
+            f"{name} has no revert and has already rewritten {rewritten} document(s): it cannot be rolled back",
+            file=name,
+        )
+    await store.partitions.delete_many({"background": name})
+    await store.states.delete_one({"_id": name, "registration": fresh.registration})
+    return "withdrawn"

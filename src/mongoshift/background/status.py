@@ -1,0 +1,133 @@
+"""What ``background status`` reports: progress with a rate and an ETA, not just counts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .model import COUNTERS, Partition, State
+from .store import BackgroundStore
+
+
+@dataclass
+class PartitionRow:
+    seq: int
+    status: str
+    bracket: str | None
+    estimate: int
+    scanned: int
+    migrated: int
+    failed: int
+    leased: bool
+    slot: int | None
+    failures: int
+
+    @classmethod
+    def of(cls, p: Partition) -> PartitionRow:
+        return cls(
+            seq=p.seq,
+            status=p.status,
+            bracket=p.scope.bracket,
+            estimate=p.estimate,
+            scanned=p.counters["scanned"],
+            migrated=p.counters["migrated"],
+            failed=p.counters["failed"],
+            leased=p.lease is not None,
+            slot=(p.lease or {}).get("slot"),
+            failures=p.failures,
+        )
+
+
+@dataclass
+class BackgroundReport:
+    name: str
+    status: str
+    direction: str
+    collection: str
+    mode: str
+    pass_number: int
+    generation: int
+    partitions_total: int
+    partitions_open: int
+    partitions_done: int
+    partitions_failed: int
+    leases: int
+    totals: dict[str, int]
+    failed_documents: int
+    estimate: int
+    remaining: int
+    rate_per_second: float | None
+    eta_seconds: float | None
+    elapsed_seconds: float | None
+    last_error: str | None
+    registered_at: datetime | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    doc_errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                data[key] = value.isoformat()
+        data["history"] = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in h.items()} for h in self.history]
+        data["doc_errors"] = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in e.items()} for e in self.doc_errors]
+        return data
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def report(store: BackgroundStore, state: State, *, now: datetime | None = None) -> BackgroundReport:
+    parts = await store.partitions_of(state.name, state.generation) if state.generation else []
+    counters = dict(state.totals)
+    rolled = state.raw.get("rolled_generation", 0) >= state.generation
+    scanned_now = 0
+    for p in parts:
+        scanned_now += p.counters["scanned"]
+        if not rolled:
+            for key in COUNTERS:
+                counters[key] += p.counters[key]
+    plan = state.plan or {}
+    estimate = int(plan.get("estimate", 0))
+    done_parts = sum(1 for p in parts if p.status == "done")
+    remaining = 0 if state.status == "completed" else max(0, estimate - scanned_now)
+    started = _aware(state.started_at)
+    end = _aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
+    elapsed = (end - started).total_seconds() if started and end else None
+    processed = counters["scanned"]
+    rate = processed / elapsed if elapsed and elapsed > 0 and processed else None
+    eta = remaining / rate if rate and state.status in ("running", "pending") else None
+    failed_documents = len(state.bad_ids) if rolled else await store.bad_id_count(state)
+    return BackgroundReport(
+        name=state.name,
+        status=state.status,
+        direction=state.direction,
+        collection=state.collection,
+        mode=state.mode,
+        pass_number=state.pass_number,
+        generation=state.generation,
+        partitions_total=len(parts),
+        partitions_open=sum(1 for p in parts if p.status in ("pending", "running")),
+        partitions_done=done_parts,
+        partitions_failed=sum(1 for p in parts if p.status == "failed"),
+        leases=sum(1 for p in parts if p.lease is not None),
+        totals=counters,
+        failed_documents=failed_documents,
+        estimate=estimate,
+        remaining=remaining,
+        rate_per_second=round(rate, 1) if rate else None,
+        eta_seconds=round(eta, 1) if eta is not None else None,
+        elapsed_seconds=round(elapsed, 1) if elapsed is not None else None,
+        last_error=state.last_error,
+        registered_at=state.registered_at,
+        started_at=state.started_at,
+        completed_at=state.completed_at,
+        history=state.history[-10:],
+        doc_errors=state.doc_errors[-5:],
+    )

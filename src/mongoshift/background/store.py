@@ -1,0 +1,386 @@
+"""Every read and write of the background collections, each one atomic on its own.
+
+Nothing here keeps state in memory: any number of coordinators and lanes in
+any number of processes stay correct because every decision is one
+conditional write that only one of them can win (a claim, a fenced
+checkpoint, a plan adoption, the once-per-generation roll-up).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
+
+from .model import COUNTERS, Lease, Partition, State, zero_counters
+
+HISTORY_LIMIT = 50
+DOC_ERRORS_KEPT = 20
+
+STATE_INDEXES = [IndexModel([("status", ASCENDING), ("registered_at", ASCENDING)], name="status_registered_at")]
+PARTITION_INDEXES = [
+    IndexModel(
+        [("background", ASCENDING), ("generation", ASCENDING), ("status", DESCENDING), ("seq", ASCENDING)],
+        name="claim",
+    ),
+    # The cap on lanes across every process: one live lease per slot.
+    IndexModel(
+        [("background", ASCENDING), ("lease.slot", ASCENDING)],
+        name="lease_slot",
+        unique=True,
+        partialFilterExpression={"lease.slot": {"$exists": True}},
+    ),
+]
+
+
+def lease_expired() -> dict[str, Any]:
+    """Judged by the server's clock, so a skewed client cannot reap a live lease."""
+    return {"$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms"]}, "$$NOW"]}}
+
+
+class BackgroundStore:
+    def __init__(self, db: AsyncDatabase[dict[str, Any]], collection: str = "_mongoshift_background") -> None:
+        self.db = db
+        self.states: AsyncCollection[dict[str, Any]] = db[collection]
+        self.partitions: AsyncCollection[dict[str, Any]] = db[f"{collection}_partitions"]
+        self._indexed = False
+
+    async def ensure_indexes(self) -> None:
+        if self._indexed:
+            return
+        await self.states.create_indexes(STATE_INDEXES)
+        await self.partitions.create_indexes(PARTITION_INDEXES)
+        self._indexed = True
+
+    # -- state ----------------------------------------------------------------
+
+    async def state(self, name: str) -> State | None:
+        doc = await self.states.find_one({"_id": name})
+        return State.from_document(doc) if doc else None
+
+    async def states_all(self) -> list[State]:
+        return [State.from_document(d) async for d in self.states.find({}, sort=[("_id", ASCENDING)])]
+
+    async def register(
+        self,
+        name: str,
+        *,
+        collection: str,
+        spec: dict[str, Any],
+        checksum: str,
+        direction: str,
+        by: str,
+        reason: str | None = None,
+        session: Any = None,
+    ) -> State:
+        """(Re)register: a new registration id, a fresh pending state, the old one kept as ``previous``."""
+        await self.ensure_indexes()
+        old = await self.state(name)
+        registration = secrets.token_hex(8)
+        entry = {"action": "register", "from": old.status if old else None, "to": "pending", "by": by, "reason": reason}
+        fields: dict[str, Any] = {
+            "registration": registration,
+            "status": "pending",
+            "direction": direction,
+            "collection": collection,
+            "spec": spec,
+            "checksum": checksum,
+            "generation": 0,
+            "rolled_generation": 0,
+            "pass": 0,
+            "plan": None,
+            "totals": zero_counters(),
+            "bad_ids": [],
+            "doc_errors": [],
+            "last_error": None,
+            "started_at": None,
+            "completed_at": None,
+        }
+        if old is not None:
+            fields["previous"] = {
+                "registration": old.registration,
+                "status": old.status,
+                "direction": old.direction,
+                "totals": old.totals,
+                "completed_at": old.completed_at,
+            }
+            await self.partitions.delete_many({"background": name}, session=session)
+        await self.states.update_one(
+            {"_id": name},
+            {
+                "$set": fields,
+                "$currentDate": {"registered_at": True, "updated_at": True},
+                "$push": {"history": {"$each": [self._stamp(entry)], "$slice": -HISTORY_LIMIT}},
+            },
+            upsert=True,
+            session=session,
+        )
+        state = await self.state(name)
+        assert state is not None
+        return state
+
+    @staticmethod
+    def _stamp(entry: dict[str, Any]) -> dict[str, Any]:
+        from datetime import UTC, datetime
+
+        return {"at": datetime.now(UTC), **entry}
+
+    async def transition(
+        self,
+        name: str,
+        *,
+        allowed: Sequence[str],
+        to: str,
+        action: str,
+        by: str = "mongoshift",
+        reason: str | None = None,
+        expect: dict[str, Any] | None = None,
+        set_: dict[str, Any] | None = None,
+        now_fields: Sequence[str] = (),
+    ) -> bool:
+        """Move the state to ``to`` only from an ``allowed`` status; False when another move won."""
+        state = await self.state(name)
+        if state is None or state.status not in allowed:
+            return False
+        entry = {"action": action, "from": state.status, "to": to, "by": by, "reason": reason}
+        result = await self.states.update_one(
+            {"_id": name, "status": state.status, "registration": state.registration, **(expect or {})},
+            {
+                "$set": {"status": to, **(set_ or {})},
+                "$currentDate": {"updated_at": True, **dict.fromkeys(now_fields, True)},
+                "$push": {"history": {"$each": [self._stamp(entry)], "$slice": -HISTORY_LIMIT}},
+            },
+        )
+        return result.modified_count == 1
+
+    async def set_fields(self, name: str, registration: str, fields: dict[str, Any]) -> None:
+        await self.states.update_one(
+            {"_id": name, "registration": registration}, {"$set": fields, "$currentDate": {"updated_at": True}}
+        )
+
+    # -- plans ----------------------------------------------------------------
+
+    async def adopt_plan(
+        self, state: State, partitions: list[dict[str, Any]], *, estimate: int, method: str, new_pass: bool
+    ) -> bool:
+        """Insert a new generation's partitions and make it current, unless another plan won."""
+        token = secrets.token_hex(8)
+        generation = state.generation + 1
+        for seq, doc in enumerate(partitions):
+            doc.update(
+                background=state.name,
+                registration=state.registration,
+                generation=generation,
+                plan=token,
+                seq=seq,
+                status="pending",
+                counters=zero_counters(),
+                bad_ids=[],
+                doc_errors=[],
+                failures=0,
+                claims=0,
+                reclaims=0,
+            )
+        if partitions:
+            await self.partitions.insert_many(partitions, ordered=False)
+        plan = {"token": token, "generation": generation, "partitions": len(partitions), "estimate": estimate, "method": method}
+        result = await self.states.update_one(
+            {"_id": state.name, "registration": state.registration, "generation": state.generation},
+            {
+                "$set": {"generation": generation, "plan": plan, "pass": state.pass_number + 1 if new_pass else max(state.pass_number, 1)},
+                "$currentDate": {"updated_at": True, "planned_at": True},
+            },
+        )
+        if result.modified_count != 1:
+            await self.partitions.delete_many({"background": state.name, "plan": token})
+            return False
+        # Older generations are finished (or superseded); keep only the current one.
+        await self.partitions.delete_many({"background": state.name, "generation": {"$lt": generation}})
+        return True
+
+    async def partitions_of(self, name: str, generation: int) -> list[Partition]:
+        cursor = self.partitions.find({"background": name, "generation": generation}, sort=[("seq", ASCENDING)])
+        return [Partition.from_document(d) async for d in cursor]
+
+    async def open_partitions(self, name: str, generation: int) -> int:
+        return await self.partitions.count_documents(
+            {"background": name, "generation": generation, "status": {"$in": ["pending", "running"]}}
+        )
+
+    async def live_leases(self, name: str) -> int:
+        return await self.partitions.count_documents({"background": name, "lease.slot": {"$exists": True}})
+
+    # -- leases ---------------------------------------------------------------
+
+    async def reap(self, name: str) -> int:
+        """Free the leases of lanes that stopped renewing (crashed, killed, partitioned away)."""
+        result = await self.partitions.update_many(
+            {"background": name, "lease.slot": {"$exists": True}, **lease_expired()},
+            {"$unset": {"lease": ""}, "$inc": {"reclaims": 1}},
+        )
+        return result.modified_count
+
+    async def claim(
+        self, state: State, *, slots: Sequence[int], owner: str, ttl_ms: int
+    ) -> tuple[Lease, Partition] | None | bool:
+        """Claim an open partition in one free slot: (lease, partition), None if none is open, False if every slot is taken."""
+        plan = state.plan or {}
+        query = {
+            "background": state.name,
+            "generation": state.generation,
+            "plan": plan.get("token"),
+            "status": {"$in": ["pending", "running"]},
+            "lease": {"$exists": False},
+        }
+        busy = False
+        for slot in slots:
+            token = secrets.token_hex(12)
+            try:
+                doc = await self.partitions.find_one_and_update(
+                    query,
+                    {
+                        "$set": {
+                            "status": "running",
+                            "lease.slot": slot,
+                            "lease.token": token,
+                            "lease.owner": owner,
+                            "lease.host": socket.gethostname(),
+                            "lease.pid": os.getpid(),
+                            "lease.ttl_ms": ttl_ms,
+                        },
+                        "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
+                        "$inc": {"claims": 1},
+                    },
+                    sort=[("status", DESCENDING), ("seq", ASCENDING)],
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                busy = True  # this slot is held by a live lane somewhere
+                continue
+            if doc is None:
+                return None if not busy else False
+            return Lease(doc["_id"], token, slot, owner, ttl_ms), Partition.from_document(doc)
+        return False
+
+    async def renew(self, lease: Lease) -> bool:
+        result = await self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token}, {"$currentDate": {"lease.renewed_at": True}}
+        )
+        return result.matched_count == 1
+
+    async def release(self, lease: Lease, *, failure: str | None = None, max_failures: int = 3) -> None:
+        """Give the partition back; a failed slice is counted, and too many in a row fail the partition."""
+        update: dict[str, Any] = {"$unset": {"lease": ""}}
+        if failure is not None:
+            update["$inc"] = {"failures": 1}
+            update["$set"] = {"last_error": failure[:2000]}
+        result = await self.partitions.find_one_and_update(
+            {"_id": lease.partition_id, "lease.token": lease.token}, update, return_document=ReturnDocument.AFTER
+        )
+        if failure is not None and result is not None and result.get("failures", 0) >= max_failures:
+            await self.partitions.update_one(
+                {"_id": lease.partition_id, "status": "running"}, {"$set": {"status": "failed"}}
+            )
+
+    async def checkpoint(
+        self,
+        lease: Lease,
+        *,
+        cursor: dict[str, Any],
+        counters: dict[str, int],
+        done: bool,
+        bad_ids: Sequence[Any] = (),
+        doc_errors: Sequence[dict[str, Any]] = (),
+        throttle: dict[str, Any] | None = None,
+        clean: bool = True,
+        session: Any = None,
+    ) -> bool:
+        """Move the cursor and add the counters, only while ``lease`` still holds the partition."""
+        set_: dict[str, Any] = {"cursor": cursor}
+        if throttle is not None:
+            set_["throttle"] = throttle
+        if clean:
+            set_["failures"] = 0
+        update: dict[str, Any] = {
+            "$set": set_,
+            "$inc": {f"counters.{k}": int(v) for k, v in counters.items() if v},
+        }
+        if done:
+            set_["status"] = "done"
+            update["$unset"] = {"lease": ""}
+            update["$currentDate"] = {"done_at": True}
+        else:
+            update["$currentDate"] = {"lease.renewed_at": True}
+        if bad_ids:
+            update["$addToSet"] = {"bad_ids": {"$each": list(bad_ids)}}
+        if doc_errors:
+            update["$push"] = {"doc_errors": {"$each": list(doc_errors), "$slice": -DOC_ERRORS_KEPT}}
+        if not update["$inc"]:
+            del update["$inc"]
+        result = await self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": "running"}, update, session=session
+        )
+        return result.matched_count == 1
+
+    async def bad_id_count(self, state: State) -> int:
+        """Distinct failed documents: earlier generations' (rolled into the state) plus the current one's."""
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"background": state.name, "generation": state.generation}},
+            {"$project": {"n": {"$size": {"$ifNull": ["$bad_ids", []]}}}},
+            {"$group": {"_id": None, "n": {"$sum": "$n"}}},
+        ]
+        rows = [row async for row in await self.partitions.aggregate(pipeline)]
+        return len(state.bad_ids) + (int(rows[0]["n"]) if rows else 0)
+
+    # -- finishing a pass -----------------------------------------------------
+
+    async def rollup(self, state: State) -> State:
+        """Add the generation's counters into the totals, once, even if two coordinators race or one crashes."""
+        if state.raw.get("rolled_generation", 0) >= state.generation:
+            return state
+        parts = await self.partitions_of(state.name, state.generation)
+        totals = zero_counters()
+        bad_ids: list[Any] = []
+        doc_errors: list[dict[str, Any]] = []
+        for part in parts:
+            for key in COUNTERS:
+                totals[key] += part.counters.get(key, 0)
+        async for doc in self.partitions.find(
+            {"background": state.name, "generation": state.generation}, {"bad_ids": 1, "doc_errors": 1}
+        ):
+            bad_ids.extend(doc.get("bad_ids", []))
+            doc_errors.extend(doc.get("doc_errors", []))
+        update: dict[str, Any] = {
+            "$set": {"rolled_generation": state.generation},
+            "$inc": {f"totals.{k}": v for k, v in totals.items() if v},
+            "$currentDate": {"updated_at": True},
+        }
+        if not update["$inc"]:
+            del update["$inc"]
+        if bad_ids:
+            update["$addToSet"] = {"bad_ids": {"$each": bad_ids}}
+        if doc_errors:
+            update["$push"] = {"doc_errors": {"$each": doc_errors[-DOC_ERRORS_KEPT:], "$slice": -DOC_ERRORS_KEPT}}
+        await self.states.update_one(
+            {"_id": state.name, "registration": state.registration, "rolled_generation": {"$lt": state.generation}},
+            update,
+        )
+        fresh = await self.state(state.name)
+        assert fresh is not None
+        return fresh
+
+    async def live_counters(self, state: State) -> dict[str, int]:
+        """Totals so far: rolled-up passes plus the current generation's partitions."""
+        counters = dict(state.totals)
+        if state.raw.get("rolled_generation", 0) < state.generation:
+            for part in await self.partitions_of(state.name, state.generation):
+                for key in COUNTERS:
+                    counters[key] += part.counters.get(key, 0)
+        return counters

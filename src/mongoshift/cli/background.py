@@ -1,0 +1,206 @@
+"""``mongoshift background ...``: run, watch and steer background migrations."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..background import command as bg
+from ..background.status import BackgroundReport
+from ..errors import BackgroundFailedError, BackgroundPendingError, ConfigInvalidError, ExitCode, RunAbortedError
+from ..runner.context import CancelSignal
+from .main import cli, confirm, global_options, output, run_async, settings
+
+
+@cli.group()
+def background() -> None:
+    """Background migrations: run them, see their progress, pause, resume, cancel, retry."""
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    value = int(value)
+    return f"{value // 3600}h{value % 3600 // 60:02d}m" if value >= 3600 else f"{value // 60}m{value % 60:02d}s"
+
+
+def _render(reports: list[BackgroundReport]) -> None:
+    out = output()
+    if out.json_mode:
+        out.json({"background": [r.to_json() for r in reports]})
+        return
+    if not reports:
+        out.say("no background migrations registered")
+        return
+    rows = [
+        (
+            r.name,
+            r.status,
+            r.direction,
+            r.pass_number,
+            f"{r.partitions_done}/{r.partitions_total}",
+            r.leases,
+            r.totals["migrated"],
+            r.totals["conflicts"],
+            r.failed_documents,
+            f"{r.rate_per_second:g}/s" if r.rate_per_second else "-",
+            _seconds(r.eta_seconds),
+            (r.last_error or "")[:80],
+        )
+        for r in reports
+    ]
+    out.table(
+        ["migration", "status", "direction", "pass", "partitions", "leases", "migrated", "conflicts", "failed", "rate", "eta", "last error"],
+        rows,
+    )
+
+
+@background.command(name="run")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every registered migration that is pending or running.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True, help="Lanes in this process (capped by max_parallel).")
+@global_options
+def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
+    """Run background migrations in this process until they end; Ctrl-C stops at the next batch."""
+    if bool(names) == all_:
+        raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
+    s = settings()
+    out = output()
+
+    async def go(cancel: CancelSignal) -> list[BackgroundReport]:
+        task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel))
+        if out.out.is_terminal and not out.json_mode and not out.quiet:
+            await _progress(s, task, list(names) or None)
+        return await task
+
+    reports = run_async(go)
+    _render(reports)
+    failed = [r for r in reports if r.status == "failed"]
+    if failed:
+        raise BackgroundFailedError(f"failed: {', '.join(r.name for r in failed)}: {failed[0].last_error}")
+    unfinished = [r for r in reports if r.status not in ("completed",)]
+    if unfinished and any(r.status in ("pending", "running") for r in unfinished):
+        raise RunAbortedError("stopped before the end; run it again to continue from the checkpoints")
+    return 0
+
+
+async def _progress(s: Any, task: asyncio.Task[Any], names: list[str] | None) -> None:
+    """A live bar per migration with documents, rate and ETA, read from the server (all processes count)."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
+    with Progress(*columns, console=output().out, transient=False) as progress:
+        bars: dict[str, Any] = {}
+        while not task.done():
+            try:
+                reports = await bg.status(s)
+            except Exception:
+                reports = []
+            for r in reports:
+                if names and r.name.removesuffix(".py") not in {n.removesuffix(".py") for n in names}:
+                    continue
+                done = r.estimate - r.remaining if r.estimate else r.totals["scanned"]
+                rate = f"{r.rate_per_second:g} docs/s" if r.rate_per_second else ""
+                if r.name not in bars:
+                    bars[r.name] = progress.add_task(r.name, total=r.estimate or None, rate=rate)
+                progress.update(bars[r.name], completed=done, total=r.estimate or None, rate=rate, description=f"{r.name} [{r.status}, pass {r.pass_number}]")
+            await asyncio.wait({task}, timeout=1.0)
+
+
+@background.command(name="status")
+@click.argument("name", required=False)
+@click.option("--partitions", "show_partitions", is_flag=True, help="List the partitions of NAME's current pass.")
+@click.option("--check", is_flag=True, help="Exit 32 if any failed, 31 if any is not completed.")
+@global_options
+def status_(name: str | None, show_partitions: bool, check: bool) -> int:
+    """Status, pass, partitions, leases, totals, rate and ETA of background migrations."""
+    s = settings()
+    out = output()
+    if show_partitions:
+        if not name:
+            raise ConfigInvalidError("--partitions needs a NAME")
+        rows = run_async(lambda cancel: bg.partitions(s, name))
+        if out.json_mode:
+            out.json({"partitions": [r.__dict__ for r in rows]})
+        else:
+            out.table(
+                ["seq", "status", "bracket", "estimate", "scanned", "migrated", "failed", "leased", "slot", "failures"],
+                [(r.seq, r.status, r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
+            )
+        return 0
+    reports = run_async(lambda cancel: bg.status(s, name))
+    _render(reports)
+    if check:
+        if any(r.status == "failed" for r in reports):
+            out.warn("a background migration failed")
+            return int(ExitCode.BACKGROUND_FAILED)
+        if any(r.status != "completed" for r in reports):
+            out.warn("background migrations are not all completed")
+            return int(ExitCode.BACKGROUND_PENDING)
+    return 0
+
+
+def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
+    s = settings()
+    if action in ("cancel", "unlock") or from_start:
+        confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
+    result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
+    out = output()
+    if out.json_mode:
+        out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})
+    else:
+        out.say(f"{result.name}: {action} {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; now {result.status}")
+
+
+REASON = click.option("--reason", help="Why: recorded in the migration's history.")
+YES = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+
+
+@background.command()
+@click.argument("name")
+@REASON
+@global_options
+def pause(name: str, reason: str | None) -> None:
+    """Pause NAME: lanes stop at their next batch."""
+    _control("pause", name, reason, True)
+
+
+@background.command()
+@click.argument("name")
+@REASON
+@global_options
+def resume(name: str, reason: str | None) -> None:
+    """Resume a paused NAME from its checkpoints."""
+    _control("resume", name, reason, True)
+
+
+@background.command()
+@click.argument("name")
+@REASON
+@YES
+@global_options
+def cancel(name: str, reason: str | None, yes: bool) -> None:
+    """Cancel NAME (retry brings it back)."""
+    _control("cancel", name, reason, yes)
+
+
+@background.command()
+@click.argument("name")
+@click.option("--from-start", is_flag=True, help="Forget checkpoints, counters and failed documents; plan anew.")
+@REASON
+@YES
+@global_options
+def retry(name: str, from_start: bool, reason: str | None, yes: bool) -> None:
+    """Retry a failed or cancelled NAME (or reopen a completed one)."""
+    _control("retry", name, reason, yes, from_start=from_start)
+
+
+@background.command()
+@click.argument("name")
+@REASON
+@YES
+@global_options
+def unlock(name: str, reason: str | None, yes: bool) -> None:
+    """Clear NAME's leases and coordinator lock (after lanes were killed and you cannot wait for the TTL)."""
+    _control("unlock", name, reason, yes)

@@ -1,0 +1,325 @@
+"""The background engine end to end against the server."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+import pytest
+from bson import Decimal128, Int64
+
+from mongoshift.background import command as bg
+from mongoshift.runner import command
+
+from .conftest import background_file, seed
+
+
+async def test_up_only_registers_then_run_rewrites_every_document(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 1500)
+    fast_project.add("0001_names.py", background_file(batch_size=200))
+    report = await command.up(fast_project.settings())
+    assert report.results[0].status == "applied" and "registered" in (report.results[0].reason or "")
+    assert await db.people.count_documents({"__v": 1}) == 1500  # nothing touched yet
+    record = await db["_mongoshift_migrations"].find_one({"name": "0001_names.py"})
+    assert record["kind"] == "background"
+
+    (result,) = await bg.run(fast_project.settings(), ["0001_names"])
+    assert result.status == "completed"
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 1500
+    doc = await db.people.find_one({"_id": 7})
+    assert doc["full_name"] == "F7 L7" and "first" not in doc and "last" not in doc
+    assert result.totals["migrated"] == 1500 and result.totals["scanned"] == 1500
+    assert result.rate_per_second and result.rate_per_second > 0
+
+
+async def test_untouched_fields_keep_their_bson_types(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
+    await db.people.insert_one(
+        {"_id": 1, "__v": 1, "__rev": 5, "first": "A", "last": "B", "big": Int64(2**53 + 1), "small": Int64(3),
+         "price": Decimal128("10.10"), "ratio": 2.0, "at": when, "nested": {"x": Int64(1), "y": [1.0, 2]}}
+    )
+    fast_project.add("0001_names.py", background_file())
+    await command.up(fast_project.settings())
+    await bg.run(fast_project.settings(), ["0001_names.py"])
+    raw = await db.people.with_options(codec_options=db.people.codec_options.with_options(type_registry=None)).find_one({"_id": 1})
+    assert raw["__v"] == 2 and raw["__rev"] == 6
+    assert type(raw["big"]) is Int64 and raw["big"] == 2**53 + 1
+    assert type(raw["small"]) is Int64
+    assert raw["price"] == Decimal128("10.10")
+    assert type(raw["ratio"]) is float
+    assert type(raw["nested"]["x"]) is Int64 and type(raw["nested"]["y"][0]) is float
+    assert "first" not in raw and raw["full_name"] == "A B"
+
+
+async def test_an_application_write_mid_batch_is_never_lost(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """The transform sees an old copy; the application bumps the revision before the write lands."""
+    await seed(db.people, 50)
+    fast_project.add(
+        "0001_names.py",
+        background_file(
+            batch_size=50,
+            extra="",
+        ).replace(
+            "def migrate(doc, ctx):",
+            "import pymongo\n_app = {}\n\ndef migrate(doc, ctx):\n"
+            "    if doc['_id'] == 10 and not _app:\n"
+            "        _app['c'] = pymongo.MongoClient(URI)\n"
+            "        _app['c'][DB].people.update_one({'_id': 10}, {'$set': {'email': 'app@example.com'}, '$inc': {'__rev': 1}})\n",
+        ).replace("from mongoshift import Background", f"from mongoshift import Background\nURI = {fast_project.uri!r}\nDB = {fast_project.db!r}"),
+    )
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    doc = await db.people.find_one({"_id": 10})
+    assert doc["email"] == "app@example.com"  # the application's write survived
+    assert doc["full_name"] == "F10 L10" and doc["__v"] == 2 and doc["__rev"] == 3
+    assert result.totals["retried"] >= 1 and result.status == "completed"
+    assert await db.people.count_documents({"__v": 2}) == 50
+
+
+async def test_thirty_concurrent_claims_give_exactly_max_parallel_leases(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.background.lane import Lane
+
+    await seed(db.people, 3000)
+    fast_project.add("0001_names.py", background_file(batch_size=50, max_parallel=4, extra="partitions={'min_partition_docs': 50},"))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        spec = engine.spec("0001_names.py")
+        decision = await engine.coordinator.step("0001_names.py", spec)
+        assert decision.next == "process" and decision.state is not None
+        assert decision.state.plan["partitions"] == 16
+        state = decision.state
+        claims = await asyncio.gather(
+            *(engine.store.claim(state, slots=list(range(4)), owner=f"lane-{i}", ttl_ms=30_000) for i in range(30))
+        )
+        won = [c for c in claims if c not in (None, False)]
+        assert len(won) == 4
+        assert sorted(lease.slot for lease, _ in won) == [0, 1, 2, 3]
+        assert await engine.store.live_leases("0001_names.py") == 4
+        assert Lane  # the lanes use this same claim
+
+
+async def test_document_errors_within_budget_complete_with_a_warning(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 600)
+    source = background_file(batch_size=100, extra="max_document_errors=10,").replace(
+        "def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] % 100 == 0:\n        raise ValueError('cannot split')"
+    )
+    fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    assert result.status == "completed"
+    assert result.failed_documents == 6
+    assert await db.people.count_documents({"__v": 1}) == 6  # left alone, excluded from later passes
+    assert result.pass_number == 1
+    assert result.doc_errors and result.doc_errors[-1]["reason"] == "transform"
+
+
+async def test_document_errors_over_budget_fail_the_migration(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 600)
+    source = background_file(batch_size=100, extra="max_document_errors=2,").replace(
+        "def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] % 50 == 0:\n        raise ValueError('cannot split')"
+    )
+    fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    assert result.status == "failed"
+    assert "max_document_errors" in (result.last_error or "")
+
+
+async def test_duplicate_keys_and_validator_refusals_fail_only_their_document(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.people.create_index("slug", unique=True, sparse=True)
+    await seed(db.people, 40)
+    source = background_file(batch_size=40, extra="max_document_errors=5,").replace(
+        "    return doc", "    doc['slug'] = 'same' if doc['_id'] in (3, 4) else f\"s{doc['_id']}\"\n    return doc"
+    )
+    fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    assert result.status == "completed" and result.failed_documents == 1
+    assert await db.people.count_documents({"__v": 2}) == 39
+    assert "duplicate key" in result.doc_errors[-1]["error"] and "same" not in result.doc_errors[-1]["error"]
+
+
+async def test_late_old_shape_writes_get_another_pass(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 300)
+    source = background_file(batch_size=100).replace(
+        "def migrate(doc, ctx):",
+        "import pymongo\n_c = {}\ndef migrate(doc, ctx):\n"
+        "    if doc['_id'] == 5 and not _c:\n"
+        "        _c['c'] = pymongo.MongoClient(URI)\n"
+        "        _c['c'][DB].people.insert_one({'_id': 10_000, 'first': 'late', 'last': 'writer', '__v': 1, '__rev': 1})\n",
+    ).replace("from mongoshift import Background", f"from mongoshift import Background\nURI = {fast_project.uri!r}\nDB = {fast_project.db!r}")
+    fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    assert result.status == "completed"
+    assert (await db.people.find_one({"_id": 10_000}))["full_name"] == "late writer"
+    assert result.pass_number >= 1 and result.totals["migrated"] == 301
+
+
+async def test_an_old_writer_that_never_stops_fails_after_max_passes(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 20)
+    source = background_file(batch_size=100, extra="max_passes=2,").replace(
+        "def migrate(doc, ctx):",
+        "import pymongo, itertools\n_c = {}\n_n = itertools.count(100_000)\ndef migrate(doc, ctx):\n"
+        "    _c.setdefault('c', pymongo.MongoClient(URI))\n"
+        "    _c['c'][DB].people.insert_one({'_id': next(_n), 'first': 'old', 'last': 'app', '__v': 1, '__rev': 1})\n",
+    ).replace("from mongoshift import Background", f"from mongoshift import Background\nURI = {fast_project.uri!r}\nDB = {fast_project.db!r}")
+    fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    assert result.status == "failed" and result.pass_number == 2
+    assert "old version of the application" in (result.last_error or "")
+
+
+async def test_revert_brings_documents_back(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    source = background_file(batch_size=100, extra="revert=revert,").replace(
+        "background = Background(",
+        "def revert(doc, ctx):\n    doc['first'], doc['last'] = doc.pop('full_name').split(' ')\n    return doc\n\nbackground = Background(",
+    )
+    fast_project.add("0001_names.py", source)
+    s = fast_project.settings()
+    await command.up(s)
+    await bg.run(s, ["0001_names.py"])
+    report = await command.down(s)
+    assert report.results[0].reason == "revert registered"
+    (result,) = await bg.run(s, ["0001_names.py"])
+    assert result.status == "completed" and result.direction == "revert"
+    doc = await db.people.find_one({"_id": 42})
+    assert doc["first"] == "F42" and doc["last"] == "L42" and "full_name" not in doc
+    assert doc["__v"] == 1 and doc["__rev"] == 3
+
+
+async def test_one_way_migration_is_withdrawn_only_before_it_rewrites(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import IrreversibleMigrationError
+
+    await seed(db.people, 50)
+    fast_project.add("0001_names.py", background_file())
+    s = fast_project.settings()
+    await command.up(s)
+    assert (await command.down(s)).results[0].reason == "withdrawn (nothing was rewritten)"
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+    await command.up(s)
+    await bg.run(s, ["0001_names.py"])
+    with pytest.raises(IrreversibleMigrationError):
+        await command.down(s)
+    assert (await db["_mongoshift_migrations"].find_one({"name": "0001_names.py"}))["status"] == "applied"
+
+
+async def test_up_force_registers_again_and_keeps_history(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 10)
+    fast_project.add("0001_names.py", background_file())
+    s = fast_project.settings()
+    await command.up(s)
+    await bg.run(s, ["0001_names.py"])
+    first = await db["_mongoshift_background"].find_one({"_id": "0001_names.py"})
+    await command.up(s, target="0001_names.py", force=True)
+    second = await db["_mongoshift_background"].find_one({"_id": "0001_names.py"})
+    assert second["registration"] != first["registration"] and second["status"] == "pending"
+    assert second["previous"]["status"] == "completed" and second["previous"]["totals"]["migrated"] == 10
+    assert [h["action"] for h in second["history"]][:1] == ["register"]
+
+
+async def test_step_migration_checkpoints_and_resumes(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 230, version=None)
+    fast_project.add(
+        "0001_step.py",
+        """
+        from mongoshift import Background
+
+        async def step(ctx):
+            after = (ctx.checkpoint or {}).get("after", -1)
+            ids = [d["_id"] async for d in ctx.db.people.find({"_id": {"$gt": after}}, {"_id": 1}).sort("_id", 1).limit(50)]
+            if ids:
+                await ctx.db.people.update_many({"_id": {"$in": ids}}, {"$inc": {"stepped": 1}})
+            await ctx.db.calls.insert_one({"after": after})
+            if after == 99:
+                ctx.cancelled.set("simulated stop")
+            return {"checkpoint": {"after": ids[-1] if ids else after}, "done": len(ids) < 50, "migrated": len(ids)}
+
+        background = Background(collection="people", from_version=0, to_version=1, step=step, pause_ms=0)
+        """,
+    )
+    s = fast_project.settings()
+    await command.up(s)
+    (stopped,) = await bg.run(s, ["0001_step.py"])
+    assert stopped.status == "running"
+    assert await db.people.count_documents({"stepped": 1}) == 150
+    (result,) = await bg.run(s, ["0001_step.py"])
+    assert result.status == "completed"
+    assert await db.people.count_documents({"stepped": 1}) == 230  # every document exactly once
+    assert await db.people.count_documents({"stepped": {"$gt": 1}}) == 0
+    assert [c["after"] async for c in db.calls.find().sort("_id", 1)] == [-1, 49, 99, 149, 199]
+    assert result.totals["migrated"] == 230
+
+
+async def test_controls_through_the_api(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import BackgroundConflictError, NotAppliedError
+
+    await seed(db.people, 100)
+    fast_project.add("0001_names.py", background_file(batch_size=10))
+    s = fast_project.settings()
+    await command.up(s)
+    assert (await bg.apply_control(s, "0001_names", "pause", reason="maintenance")).applied == "applied"
+    assert (await bg.apply_control(s, "0001_names", "pause")).applied == "unchanged"
+    (paused,) = await bg.run(s, ["0001_names"])
+    assert paused.status == "paused" and await db.people.count_documents({"__v": 2}) == 0
+    await bg.apply_control(s, "0001_names", "resume")
+    await bg.apply_control(s, "0001_names", "cancel")
+    with pytest.raises(BackgroundConflictError):
+        await bg.apply_control(s, "0001_names", "pause")
+    await bg.apply_control(s, "0001_names", "retry")
+    (done,) = await bg.run(s, ["0001_names"])
+    assert done.status == "completed"
+    with pytest.raises(BackgroundConflictError):
+        await bg.apply_control(s, "0001_names", "resume")
+    with pytest.raises(NotAppliedError):
+        await bg.apply_control(s, "0099_nothing", "pause")
+    history = (await db["_mongoshift_background"].find_one({"_id": "0001_names.py"}))["history"]
+    assert [h["action"] for h in history] == ["register", "pause", "resume", "cancel", "retry", "start", "complete"]
+    assert history[1]["reason"] == "maintenance" and history[1]["by"]
+
+
+async def test_in_application_runner_runs_and_stops(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 300)
+    fast_project.add("0001_names.py", background_file(batch_size=50))
+    s = fast_project.settings()
+    await command.up(s)
+    runner = await bg.start_background_runner(s, concurrency=1)
+    for _ in range(200):
+        if await db.people.count_documents({"__v": 2}) == 300:
+            break
+        await asyncio.sleep(0.1)
+    await runner.stop()
+    assert not runner.running
+    assert await db.people.count_documents({"__v": 2}) == 300
+    assert await db["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("bogus_key=1,", "background.bogus_key: unknown setting"),
+        ("write_concern={'w': 0},", "w: 0 is refused"),
+        ("filter={'__v': {'$gt': 0}},", "filter may not name __v"),
+        ("batch_size=0,", "background.batch_size"),
+    ],
+)
+async def test_bad_specs_fail_at_registration(fast_project, db, extra: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import InvalidExportError
+
+    fast_project.add("0001_names.py", background_file(extra=extra).replace("    batch_size=200,\n", "" if "batch_size" in extra else "    batch_size=200,\n"))
+    with pytest.raises(InvalidExportError, match=message.replace("(", r"\(")):
+        await command.up(fast_project.settings())
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+async def test_from_equal_to_and_mixed_exports_are_refused(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import InvalidExportError
+
+    fast_project.add("0001_names.py", background_file().replace("to_version=2", "to_version=1"))
+    with pytest.raises(InvalidExportError, match="from_version and to_version must differ"):
+        await command.up(fast_project.settings())
+    fast_project.add("0001_names.py", background_file() + "\ndef up(ctx):\n    pass\n")
+    with pytest.raises(InvalidExportError, match="background and no up"):
+        await command.up(fast_project.settings())
