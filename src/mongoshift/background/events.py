@@ -15,7 +15,7 @@ from typing import Any
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "throttle"})
+NOTABLE = frozenset({"registered", "partitioned", "pass", "lease_lost", "control", "completed", "failed"})
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,10 @@ class Events:
 
     def emit(self, kind: str, migration: str, **data: Any) -> None:
         event = Event(kind, migration, data)
-        level = logging.WARNING if kind in ("failed", "lease_lost") else logging.INFO if kind in NOTABLE else logging.DEBUG
+        if kind in ("failed", "lease_lost") or (kind == "throttle" and data.get("change") == "overload"):
+            level = logging.WARNING
+        else:
+            level = logging.INFO if kind in NOTABLE else logging.DEBUG
         if log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
             log.log(level, "%s %s %s", migration, kind, details)

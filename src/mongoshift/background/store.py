@@ -257,6 +257,7 @@ class BackgroundStore:
                         },
                         "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
                         "$inc": {"claims": 1},
+                        "$addToSet": {"claimed_by": f"{socket.gethostname()}:{os.getpid()}"},
                     },
                     sort=[("status", DESCENDING), ("seq", ASCENDING)],
                     return_document=ReturnDocument.AFTER,

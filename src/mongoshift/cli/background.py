@@ -6,12 +6,12 @@ import asyncio
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..background import command as bg
 from ..background.status import BackgroundReport
 from ..errors import BackgroundFailedError, BackgroundPendingError, ConfigInvalidError, ExitCode, RunAbortedError
 from ..runner.context import CancelSignal
+from .progress import show_progress
 from .main import cli, confirm, global_options, output, run_async, settings
 
 
@@ -73,7 +73,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
     async def go(cancel: CancelSignal) -> list[BackgroundReport]:
         task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel))
         if out.out.is_terminal and not out.json_mode and not out.quiet:
-            await _progress(s, task, list(names) or None)
+            await show_progress(s, task, output().out, list(names) or None)
         return await task
 
     reports = run_async(go)
@@ -85,27 +85,6 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
     if unfinished and any(r.status in ("pending", "running") for r in unfinished):
         raise RunAbortedError("stopped before the end; run it again to continue from the checkpoints")
     return 0
-
-
-async def _progress(s: Any, task: asyncio.Task[Any], names: list[str] | None) -> None:
-    """A live bar per migration with documents, rate and ETA, read from the server (all processes count)."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
-    with Progress(*columns, console=output().out, transient=False) as progress:
-        bars: dict[str, Any] = {}
-        while not task.done():
-            try:
-                reports = await bg.status(s)
-            except Exception:
-                reports = []
-            for r in reports:
-                if names and r.name.removesuffix(".py") not in {n.removesuffix(".py") for n in names}:
-                    continue
-                done = r.estimate - r.remaining if r.estimate else r.totals["scanned"]
-                rate = f"{r.rate_per_second:g} docs/s" if r.rate_per_second else ""
-                if r.name not in bars:
-                    bars[r.name] = progress.add_task(r.name, total=r.estimate or None, rate=rate)
-                progress.update(bars[r.name], completed=done, total=r.estimate or None, rate=rate, description=f"{r.name} [{r.status}, pass {r.pass_number}]")
-            await asyncio.wait({task}, timeout=1.0)
 
 
 @background.command(name="status")

@@ -1,0 +1,103 @@
+"""Background migrations across processes: shared leases, kill -9, the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from .conftest import background_file, seed
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
+    clean["NO_COLOR"] = "1"
+    return clean
+
+
+def start(project, *args: str) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
+    return subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def cli(project, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+async def test_two_processes_with_four_lanes_each_rewrite_every_document_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 20_000)
+    fast_project.add(
+        "0001_names.py", background_file(batch_size=250, max_parallel=8, extra="partitions={'min_partition_docs': 250},")
+    )
+    assert cli(fast_project, "up").returncode == 0
+    procs = [start(fast_project, "background", "run", "0001_names", "--concurrency", "4", "--json") for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 20_000  # revision +1: rewritten exactly once
+    assert await db.people.count_documents({"__rev": {"$ne": 2}}) == 0
+    report = json.loads(outputs[0][0])["background"][0]
+    assert report["status"] == "completed" and report["totals"]["migrated"] == 20_000
+    partitions = db["_mongoshift_background_partitions"]
+    assert await partitions.count_documents({"lease": {"$exists": True}}) == 0  # every lease released
+    processes = {who async for p in partitions.find() for who in p.get("claimed_by", [])}
+    assert len(processes) == 2  # both processes did part of the work
+
+
+async def test_a_killed_lane_process_is_resumed_from_its_checkpoint(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 4_000)
+    fast_project.add("0001_names.py", background_file(batch_size=50, max_parallel=2, extra="partitions={'min_partition_docs': 50}, adaptive=False,"))
+    assert cli(fast_project, "up").returncode == 0
+    victim = start(fast_project, "background", "run", "0001_names", "--concurrency", "2")
+    people = sync_client[fast_project.db].people
+    deadline = time.monotonic() + 60
+    while people.count_documents({"__v": 2}) < 600:
+        assert time.monotonic() < deadline and victim.poll() is None
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    partitions = sync_client[fast_project.db]["_mongoshift_background_partitions"]
+    assert partitions.count_documents({"lease": {"$exists": True}}) >= 1  # the dead lanes' leases are still there
+    survivor = cli(fast_project, "background", "run", "0001_names", "--concurrency", "2", "--json")
+    assert survivor.returncode == 0, survivor.stderr[-2000:]
+    assert people.count_documents({"__v": 2, "__rev": 2}) == 4_000
+    assert sum(p.get("reclaims", 0) for p in partitions.find()) >= 1  # reaped after the TTL, in server time
+    report = json.loads(survivor.stdout)["background"][0]
+    assert report["status"] == "completed"
+
+
+async def test_controls_and_exit_codes_from_the_command_line(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    fast_project.add("0001_names.py", background_file(batch_size=50))
+    assert cli(fast_project, "up").returncode == 0
+    assert cli(fast_project, "background", "status", "--check").returncode == 31
+    assert cli(fast_project, "background", "run").returncode == 6
+    assert cli(fast_project, "background", "pause", "0099_missing").returncode == 9
+    paused = cli(fast_project, "background", "pause", "0001_names", "--reason", "night", "--json")
+    assert paused.returncode == 0 and json.loads(paused.stdout)["applied"] == "applied"
+    assert json.loads(cli(fast_project, "background", "pause", "0001_names", "--json").stdout)["applied"] == "unchanged"
+    assert cli(fast_project, "background", "cancel", "0001_names").returncode == 6  # not interactive: needs --yes
+    assert cli(fast_project, "background", "cancel", "0001_names", "--yes").returncode == 0
+    assert cli(fast_project, "background", "resume", "0001_names").returncode == 33
+    assert cli(fast_project, "background", "retry", "0001_names").returncode == 0
+    run = cli(fast_project, "background", "run", "--all")
+    assert run.returncode == 0, run.stderr
+    assert cli(fast_project, "background", "status", "0001_names", "--check").returncode == 0
+    parts = json.loads(cli(fast_project, "background", "status", "0001_names", "--partitions", "--json").stdout)["partitions"]
+    assert parts and all(p["status"] == "done" for p in parts)
+    status = json.loads(cli(fast_project, "background", "status", "--json").stdout)["background"][0]
+    assert status["totals"]["migrated"] == 200 and status["rate_per_second"] > 0
+
+
+async def test_a_failed_migration_exits_32(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 50)
+    fast_project.add("0001_names.py", background_file().replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"))
+    assert cli(fast_project, "up").returncode == 0
+    run = cli(fast_project, "background", "run", "0001_names")
+    assert run.returncode == 32 and "max_document_errors" in run.stderr
+    assert cli(fast_project, "background", "status", "--check").returncode == 32
