@@ -323,3 +323,90 @@ async def test_from_equal_to_and_mixed_exports_are_refused(fast_project, db) -> 
     fast_project.add("0001_names.py", background_file() + "\ndef up(ctx):\n    pass\n")
     with pytest.raises(InvalidExportError, match="background and no up"):
         await command.up(fast_project.settings())
+
+
+async def test_a_lane_that_lost_its_lease_stops_at_the_fenced_checkpoint(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.background.lane import Lane
+
+    await seed(db.people, 300)
+    fast_project.add("0001_names.py", background_file(batch_size=100))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        spec = engine.spec("0001_names.py")
+        decision = await engine.coordinator.step("0001_names.py", spec)
+        state = decision.state
+        claimed = await engine.store.claim(state, slots=[0], owner="stalled", ttl_ms=60_000)
+        assert claimed not in (None, False)
+        lease, partition = claimed
+        # An operator (or the reaper, after a stall) takes the lease away.
+        await engine.store.partitions.update_one({"_id": lease.partition_id}, {"$unset": {"lease": ""}})
+        assert not await engine.store.checkpoint(lease, cursor={"last_id": 99}, counters={"migrated": 100}, done=False)
+        part = await engine.store.partitions.find_one({"_id": lease.partition_id})
+        assert part["counters"]["migrated"] == 0 and not part.get("cursor")
+        result = await Lane(engine.context, "fresh").run_slice(state, spec)
+        assert result.outcome == "done" and result.counters["migrated"] == 300
+
+
+async def test_migrate_batch_and_a_wrong_result_count_fails_the_partition(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 120)
+    good = '''
+from mongoshift import Background
+
+async def migrate_batch(docs, ctx):
+    out = []
+    for doc in docs:
+        if doc["_id"] == 7:
+            out.append(ValueError("seven"))
+            continue
+        doc["tag"] = "batch"
+        out.append(doc)
+    return out
+
+background = Background(collection="people", from_version=1, to_version=2, migrate_batch=migrate_batch,
+                        batch_size=50, pause_ms=0, max_document_errors=1)
+'''
+    fast_project.add("0001_batch.py", good)
+    s = fast_project.settings()
+    await command.up(s)
+    (result,) = await bg.run(s, ["0001_batch.py"])
+    assert result.status == "completed" and result.failed_documents == 1
+    assert await db.people.count_documents({"tag": "batch", "__v": 2}) == 119
+
+    fast_project.add("0002_wrong.py", good.replace('collection="people"', 'collection="people2"').replace("return out", "return out[:-1]").replace("max_document_errors=1", "max_document_errors=1, max_slice_failures=2"))
+    await seed(db.people2, 60)
+    await command.up(s)
+    (failed,) = await bg.run(s, ["0002_wrong.py"])
+    assert failed.status == "failed"
+    assert "returned 49 result(s) for 50 document(s)" in (failed.last_error or "")
+
+
+async def test_throttle_hook_sees_the_batch_and_adds_a_pause(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 100)
+    source = background_file(batch_size=25, extra="throttle=throttle, adaptive=False,").replace(
+        "background = Background(",
+        "def throttle(ctx):\n    assert ctx.collection == 'people' and ctx.batch_size == 25\n    return 50\n\nbackground = Background(",
+    )
+    fast_project.add("0001_names.py", source)
+    s = fast_project.settings()
+    await command.up(s)
+    started = asyncio.get_running_loop().time()
+    (result,) = await bg.run(s, ["0001_names.py"])
+    assert result.status == "completed"
+    assert asyncio.get_running_loop().time() - started >= 0.2  # 5 batches x 50 ms asked for by the hook
+
+
+async def test_retry_from_start_forgets_failed_documents(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 100)
+    path = fast_project.add(
+        "0001_names.py",
+        background_file(batch_size=50, extra="max_document_errors=5,").replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] < 3:\n        raise ValueError('not yet')"),
+    )
+    s = fast_project.settings()
+    await command.up(s)
+    (first,) = await bg.run(s, ["0001_names.py"])
+    assert first.status == "completed" and first.failed_documents == 3
+    path.write_text(background_file(batch_size=50, extra="max_document_errors=5,"))  # the fix is deployed
+    await bg.apply_control(s, "0001_names.py", "retry", from_start=True)
+    (second,) = await bg.run(s, ["0001_names.py"])
+    assert second.status == "completed" and second.failed_documents == 0
+    assert await db.people.count_documents({"__v": 2}) == 100

@@ -7,6 +7,9 @@ old revision. A write that matched nothing means someone wrote the document
 since it was read: it is read again and, if it still has the old shape and
 still matches, transformed again (up to ``max_conflict_retries`` rounds);
 whatever is still in the way is left for the next pass.
+
+``migrated`` counts the guarded writes that matched, which is exact: a
+document's guard matches at most once, since the write bumps its revision.
 """
 
 from __future__ import annotations
@@ -145,12 +148,13 @@ async def apply_batch(
         for index, error in failed.items():
             result.errors.append(DocumentError(owners[index]["_id"], "write", _write_error_text(error)))
         written = len(ops) - len(failed)
+        result.migrated += matched  # each guarded write matches at most once: this count is exact
         if matched == written:
-            result.migrated += written
             return result
-        # Some guarded writes matched nothing: find out what those documents are now.
+        # Some guarded writes matched nothing: someone wrote those documents since they were read.
         candidates = [doc for i, doc in enumerate(owners) if i not in failed]
-        stale = await _reconcile(job, candidates, collection, result, session=session)
+        stale = await _still_old(job, candidates, collection, session=session)
+        result.skipped += max(0, written - matched - len(stale))  # gone, or moved on to another version
         if not stale:
             return result
         again = [d async for d in collection.find({"$and": [job.match(exclude_bad=False), {"_id": {"$in": [d["_id"] for d in stale]}}]}, session=session)]
@@ -165,36 +169,20 @@ async def apply_batch(
     return result
 
 
-async def _reconcile(
-    job: Job, candidates: list[dict[str, Any]], collection: AsyncCollection[dict[str, Any]], result: BatchResult, *, session: Any
+async def _still_old(
+    job: Job, candidates: list[dict[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any
 ) -> list[dict[str, Any]]:
-    """Count what was written by us, skip what is gone or moved on, return what is still old."""
-    spec = job.spec
-    projection = {spec.version_field: 1}
-    if job.revision_field:
-        projection[job.revision_field] = 1
+    """The candidates that still have the source version: the ones worth transforming again."""
+    field = job.spec.version_field
     current = {
         _key(d["_id"]): d
-        async for d in collection.find({"_id": {"$in": [c["_id"] for c in candidates]}}, projection, session=session)
+        async for d in collection.find({"_id": {"$in": [c["_id"] for c in candidates]}}, {field: 1}, session=session)
     }
-    stale: list[dict[str, Any]] = []
+    stale = []
     for before in candidates:
         now = current.get(_key(before["_id"]))
-        if now is None:
-            result.skipped += 1
-            continue
-        version = version_of(now, spec.version_field)
-        if version == job.target:
-            if job.revision_field is None:
-                result.migrated += 1
-            elif (now.get(job.revision_field) or 0) == (before.get(job.revision_field) or 0) + 1:
-                result.migrated += 1  # our own write; the bulk result lost count of it
-            else:
-                result.skipped += 1  # upgraded by someone else, or touched again since
-        elif version == job.source:
+        if now is not None and version_of(now, field) == job.source:
             stale.append(before)
-        else:
-            result.skipped += 1
     return stale
 
 

@@ -46,6 +46,7 @@ class Job:
     many: Callable[..., Any] | None
     step: Callable[..., Any] | None
     bad_ids: list[Any]
+    registration: str = ""
 
     @classmethod
     def of(cls, state: State, spec: Background) -> Job:
@@ -61,6 +62,7 @@ class Job:
             many=spec.migrate_batch if forward else spec.revert_batch,
             step=spec.step if forward else spec.revert_step,
             bad_ids=list(state.bad_ids),
+            registration=state.registration,
         )
 
     @property

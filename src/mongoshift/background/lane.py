@@ -252,6 +252,10 @@ class Lane:
         )
         if ok:
             engine.events.emit("batch", job.name, partition=partition.seq, size=size, latency_ms=round(latency_ms, 1), **batch_counts)
+        else:
+            # The lease was taken over, but these guarded writes did happen and nobody else will
+            # count them (the next holder's read no longer matches them): count them on the state.
+            await engine.store.add_to_totals(job.name, job.registration, batch_counts)
         return done, next_cursor, ok
 
     async def _step(self, job, spec, lease, partition, cursor, deadline, counters):  # type: ignore[no-untyped-def]

@@ -330,6 +330,12 @@ class BackgroundStore:
         )
         return result.matched_count == 1
 
+    async def add_to_totals(self, name: str, registration: str, counters: dict[str, int]) -> None:
+        """Counts of a batch whose checkpoint was fenced off (its lane lost the lease after writing)."""
+        inc = {f"totals.{k}": int(v) for k, v in counters.items() if v and k != "batches"}
+        if inc:
+            await self.states.update_one({"_id": name, "registration": registration}, {"$inc": inc})
+
     async def bad_id_count(self, state: State) -> int:
         """Distinct failed documents: earlier generations' (rolled into the state) plus the current one's."""
         pipeline: list[dict[str, Any]] = [

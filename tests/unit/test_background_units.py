@@ -1,0 +1,98 @@
+"""Pure pieces of the background engine: the diff, the guard, the controller, events."""
+
+from __future__ import annotations
+
+import pytest
+from bson import Decimal128, Int64, ObjectId
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mongoshift.background.document import ShapeError, guard, same, stamped_diff, version_match
+from mongoshift.background.events import Event, Events
+from mongoshift.background.spec import Adaptive
+from mongoshift.background.throttle import AdaptiveController
+
+scalars = st.one_of(
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**62), 2**62).map(Int64),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.booleans(),
+    st.none(),
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3), max_leaves=8)
+documents = st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), values, max_size=5)
+
+
+def apply(old: dict, update: dict) -> dict:  # type: ignore[type-arg]
+    """What the server does with the update, for the operators the diff uses."""
+    new = dict(old)
+    for key, value in update.get("$set", {}).items():
+        new[key] = value
+    for key in update.get("$unset", {}):
+        new.pop(key, None)
+    for key, value in update.get("$inc", {}).items():
+        new[key] = new.get(key, 0) + value
+    return new
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, max_examples=200)
+@given(documents, documents)
+def test_the_diff_applied_to_the_old_document_gives_the_new_one(before: dict, after: dict) -> None:  # type: ignore[type-arg]
+    old = {"_id": 1, "__v": 1, "__rev": 4, **before}
+    update = stamped_diff(old, dict(after), version_field="__v", revision_field="__rev", to_version=2)
+    result = apply(old, update)
+    expected = {"_id": 1, "__v": 2, "__rev": 5, **after}
+    assert set(result) == set(expected)
+    assert all(same(result[k], expected[k]) for k in expected)
+    for key in update.get("$set", {}):
+        assert key in ("__v",) or not same(old.get(key, object()), after[key])  # only what changed is sent
+
+
+def test_types_are_compared_exactly() -> None:
+    assert not same(Int64(1), 1) and not same(1, 1.0) and not same(True, 1)
+    assert same({"a": [1, Decimal128("1.0")]}, {"a": [1, Decimal128("1.0")]})
+    assert not same({"a": 1, "b": 2}, {"b": 2, "a": 1})  # key order is part of a BSON document
+    assert same(float("nan"), float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("new", "message"),
+    [([1, 2], "not a document"), ({"_id": 2}, "changed _id"), ({"_id": 1, "$bad": 1}, "cannot be stored"), ({"_id": 1, "a": {"x.y": 1}}, "cannot be stored")],
+)
+def test_results_that_cannot_be_written_are_shape_errors(new: object, message: str) -> None:
+    with pytest.raises(ShapeError, match=message):
+        stamped_diff({"_id": 1, "__v": 1}, new, version_field="__v", revision_field="__rev", to_version=2)
+
+
+def test_version_zero_unsets_and_guard_matches_exactly() -> None:
+    oid = ObjectId()
+    update = stamped_diff({"_id": oid, "__v": 1, "__rev": 2, "x": 1}, {"_id": oid, "x": 1}, version_field="__v", revision_field="__rev", to_version=0)
+    assert update == {"$unset": {"__v": ""}, "$inc": {"__rev": 1}}
+    assert guard({"_id": oid}, "__v", "__rev") == {"_id": oid, "__v": {"$exists": False}, "__rev": {"$exists": False}}
+    assert guard({"_id": oid, "__v": None, "__rev": 3}, "__v", None) == {"_id": oid, "__v": None}
+    assert version_match("__v", 0) == {"__v": {"$in": [None, 0]}}
+
+
+def test_aimd_halves_on_slow_batches_pauses_at_the_floor_and_recovers() -> None:
+    c = AdaptiveController(Adaptive(target_latency_ms=100, min_batch_size=50, max_pause_ms=1000), 200)
+    assert c.record(1000) is None  # warm-up
+    assert (c.record(1000), c.batch_size()) == ("slow", 100)
+    assert (c.record(1000), c.batch_size()) == ("slow", 50)
+    assert (c.record(1000), c.pause_ms()) == ("slow", 100)
+    assert (c.record(1000, overloaded=True), c.pause_ms()) == ("overload", 200)
+    assert [c.record(10) for _ in range(3)] == ["recover", "recover", "recover"]
+    assert c.pause_ms() == 0 and c.batch_size() == 60  # pause first, then +max/20
+    saved = AdaptiveController(Adaptive(), 500, c.state())
+    assert saved.batch_size() == 60 and saved.record(10) == "recover"  # no warm-up after a resume
+
+
+def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
+    seen: list[Event] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("observer bug")
+
+    events = Events([broken, seen.append])
+    events.emit("batch", "m.py", migrated=3)
+    assert seen == [Event("batch", "m.py", {"migrated": 3})]
