@@ -410,3 +410,38 @@ async def test_retry_from_start_forgets_failed_documents(fast_project, db) -> No
     (second,) = await bg.run(s, ["0001_names.py"])
     assert second.status == "completed" and second.failed_documents == 0
     assert await db.people.count_documents({"__v": 2}) == 100
+
+
+async def test_mixed_id_types_get_their_own_partitions(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from bson import ObjectId
+
+    ids = [*range(300), *(f"s{i:04d}" for i in range(300)), *(ObjectId() for _ in range(300)), 1.5, Int64(10**12)]
+    await db.people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in ids])
+    await db.people.create_index([("__v", 1), ("_id", 1)])
+    fast_project.add("0001_names.py", background_file(batch_size=50, max_parallel=4, extra="partitions={'min_partition_docs': 50},"))
+    s = fast_project.settings()
+    await command.up(s)
+    (result,) = await bg.run(s, ["0001_names.py"], concurrency=4)
+    assert result.status == "completed" and result.totals["migrated"] == len(ids)
+    assert await db.people.count_documents({"__v": 2}) == len(ids)
+    rows = await bg.partitions(s, "0001_names.py")
+    assert {r.bracket for r in rows} == {"number", "string", "objectId"}
+    assert all(r.status == "done" for r in rows) and len(rows) > 3
+
+
+async def test_a_step_checkpoint_over_64_kib_is_refused(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    fast_project.add(
+        "0001_step.py",
+        """
+        from mongoshift import Background
+
+        def step(ctx):
+            return {"checkpoint": {"blob": "x" * 70_000}, "done": False}
+
+        background = Background(collection="people", from_version=0, to_version=1, step=step, pause_ms=0, max_slice_failures=1)
+        """,
+    )
+    s = fast_project.settings()
+    await command.up(s)
+    (result,) = await bg.run(s, ["0001_step.py"])
+    assert result.status == "failed" and "64 KiB" in (result.last_error or "")

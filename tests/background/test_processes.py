@@ -101,3 +101,32 @@ async def test_a_failed_migration_exits_32(fast_project, db) -> None:  # type: i
     run = cli(fast_project, "background", "run", "0001_names")
     assert run.returncode == 32 and "max_document_errors" in run.stderr
     assert cli(fast_project, "background", "status", "--check").returncode == 32
+
+
+async def test_ctrl_c_stops_the_lanes_and_a_later_run_continues(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 3_000)
+    fast_project.add("0001_names.py", background_file(batch_size=50, extra="adaptive=False,"))
+    assert cli(fast_project, "up").returncode == 0
+    proc = start(fast_project, "background", "run", "0001_names", "--json")
+    people = sync_client[fast_project.db].people
+    deadline = time.monotonic() + 60
+    while people.count_documents({"__v": 2}) < 300:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 11, err[-2000:]
+    assert json.loads(out)["error"]["kind"] == "aborted"
+    assert sync_client[fast_project.db]["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
+    assert 0 < people.count_documents({"__v": 2}) < 3_000
+    assert cli(fast_project, "background", "run", "0001_names").returncode == 0
+    assert people.count_documents({"__v": 2, "__rev": 2}) == 3_000
+
+
+def test_create_background_writes_a_skeleton_that_refuses_todo(fast_project) -> None:  # type: ignore[no-untyped-def]
+    created = cli(fast_project, "create", "split names", "--background", "--json")
+    assert created.returncode == 0
+    name = json.loads(created.stdout)["file"]
+    assert "Background(" in (fast_project.migrations / name).read_text()
+    refused = cli(fast_project, "up")
+    assert refused.returncode == 20 and "TODO" in refused.stderr

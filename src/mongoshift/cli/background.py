@@ -77,13 +77,15 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
         return await task
 
     reports = run_async(go)
-    _render(reports)
     failed = [r for r in reports if r.status == "failed"]
+    stopped = [r for r in reports if r.status in ("pending", "running")]
+    if not (failed or stopped) or not out.json_mode:
+        _render(reports)
+    details = {"background": [r.to_json() for r in reports]}
     if failed:
-        raise BackgroundFailedError(f"failed: {', '.join(r.name for r in failed)}: {failed[0].last_error}")
-    unfinished = [r for r in reports if r.status not in ("completed",)]
-    if unfinished and any(r.status in ("pending", "running") for r in unfinished):
-        raise RunAbortedError("stopped before the end; run it again to continue from the checkpoints")
+        raise BackgroundFailedError(f"failed: {', '.join(r.name for r in failed)}: {failed[0].last_error}", **details)
+    if stopped:
+        raise RunAbortedError("stopped before the end; run it again to continue from the checkpoints", **details)
     return 0
 
 

@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..background import command as bg
 from ..config import Settings
@@ -18,7 +18,13 @@ from ..config import Settings
 
 async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Console, names: list[str] | None = None) -> None:
     wanted = {n.removesuffix(".py") for n in names} if names else None
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("ETA {task.fields[eta]}"),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         bars: dict[str, Any] = {}
         while not task.done():
@@ -35,7 +41,15 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
                 done = (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
                 rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else ""
                 label = f"{r.name} [{r.status}, pass {r.pass_number}]"
+                eta = _clock(r.eta_seconds)
                 if r.name not in bars:
-                    bars[r.name] = progress.add_task(label, total=total, rate=rate)
-                progress.update(bars[r.name], completed=done, total=total, rate=rate, description=label)
+                    bars[r.name] = progress.add_task(label, total=total, rate=rate, eta=eta)
+                progress.update(bars[r.name], completed=done, total=total, rate=rate, eta=eta, description=label)
             await asyncio.wait({task}, timeout=1.0)
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
