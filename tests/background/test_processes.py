@@ -30,6 +30,14 @@ def cli(project, *args: str, timeout: float = 120) -> subprocess.CompletedProces
     )
 
 
+def wait_for_migrated(collection, count: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    """Until ``count`` documents have the new shape, while ``proc`` is still running."""
+    deadline = time.monotonic() + timeout
+    while collection.count_documents({"__v": 2}) < count:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+
+
 async def test_two_processes_with_four_lanes_each_rewrite_every_document_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 20_000)
     fast_project.add(
@@ -55,10 +63,7 @@ async def test_a_killed_lane_process_is_resumed_from_its_checkpoint(fast_project
     assert cli(fast_project, "up").returncode == 0
     victim = start(fast_project, "background", "run", "0001_names", "--concurrency", "2")
     people = sync_client[fast_project.db].people
-    deadline = time.monotonic() + 60
-    while people.count_documents({"__v": 2}) < 600:
-        assert time.monotonic() < deadline and victim.poll() is None
-        time.sleep(0.05)
+    wait_for_migrated(people, 600, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     partitions = sync_client[fast_project.db]["_mongoshift_background_partitions"]
@@ -109,10 +114,7 @@ async def test_ctrl_c_stops_the_lanes_and_a_later_run_continues(fast_project, db
     assert cli(fast_project, "up").returncode == 0
     proc = start(fast_project, "background", "run", "0001_names", "--json")
     people = sync_client[fast_project.db].people
-    deadline = time.monotonic() + 60
-    while people.count_documents({"__v": 2}) < 300:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
+    wait_for_migrated(people, 300, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 11, err[-2000:]
