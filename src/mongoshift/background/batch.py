@@ -35,6 +35,18 @@ class BatchFailed(Exception):
     """The batch cannot go on (a wrong ``migrate_batch`` result, a server error): fails the slice."""
 
 
+class DocumentFailed(Exception):
+    """Strict mode (a transaction): one document failed, so the batch aborts and is retried without it."""
+
+    def __init__(self, error: DocumentError) -> None:
+        super().__init__(error.error)
+        self.document = error
+
+
+class WriteConflict(Exception):
+    """Strict mode: a document changed under the transaction; the retry reads it again."""
+
+
 @dataclass
 class DocumentError:
     """A document that could not be migrated; its id is stored, never logged."""
@@ -93,8 +105,18 @@ async def _transform(job: Job, docs: list[dict[str, Any]], ctx: TransformContext
                 new = await new
             results.append((doc, new, None))
         except Exception as exc:
+            if is_transient(exc):
+                raise  # a side write's transaction error belongs to the batch: it is retried whole
             results.append((doc, None, exc))
     return results
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A transaction error that a retry of the whole transaction can cure."""
+    has_label = getattr(exc, "has_error_label", None)
+    if has_label is not None and has_label("TransientTransactionError"):
+        return True
+    return getattr(exc, "code", None) in (112, 251, 24)
 
 
 async def _write(collection: AsyncCollection[dict[str, Any]], ops: list[UpdateOne], *, session: Any) -> tuple[int, dict[int, dict[str, Any]]]:
@@ -123,8 +145,14 @@ async def apply_batch(
     ctx: TransformContext,
     *,
     session: Any = None,
+    strict: bool = False,
 ) -> BatchResult:
-    """Transform and write ``docs``; see the module docstring for the conflict rules."""
+    """Transform and write ``docs``; see the module docstring for the conflict rules.
+
+    ``strict`` (a transactional batch): the first document error raises
+    :class:`DocumentFailed` and a write that matched nothing raises
+    :class:`WriteConflict`, so that nothing of the batch commits with them.
+    """
     spec = job.spec
     if session is None:
         collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
@@ -144,13 +172,19 @@ async def apply_batch(
                 continue
             ops.append(UpdateOne(guard(doc, spec.version_field, job.revision_field), update))
             owners.append(doc)
+        if strict and result.errors:
+            raise DocumentFailed(result.errors[0])
         matched, failed = await _write(collection, ops, session=session)
         for index, error in failed.items():
             result.errors.append(DocumentError(owners[index]["_id"], "write", _write_error_text(error)))
+        if strict and result.errors:
+            raise DocumentFailed(result.errors[0])
         written = len(ops) - len(failed)
         result.migrated += matched  # each guarded write matches at most once: this count is exact
         if matched == written:
             return result
+        if strict:
+            raise WriteConflict(f"{written - matched} document(s) changed under the transaction")
         # Some guarded writes matched nothing: someone wrote those documents since they were read.
         candidates = [doc for i, doc in enumerate(owners) if i not in failed]
         stale = await _still_old(job, candidates, collection, session=session)

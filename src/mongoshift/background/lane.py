@@ -22,7 +22,9 @@ from bson import encode
 from pymongo.asynchronous.database import AsyncDatabase
 
 from ..runner.context import CancelSignal
-from .batch import BatchFailed, BatchResult, apply_batch
+from pymongo.errors import PyMongoError
+
+from .batch import BatchFailed, BatchResult, apply_batch, is_transient
 from .events import Events
 from .job import Job
 from .model import Checkpoint, Lease, Partition, State
@@ -30,6 +32,7 @@ from .planner import batch_filter
 from .spec import MAX_CHECKPOINT_BYTES, Adaptive, Background
 from .store import BackgroundStore
 from .throttle import AdaptiveController, ThrottleContext, before_batch
+from .transaction import Skip, TransactionalBatchSize, TransactionsUnsupported, backoff_seconds, commit, run_batch, transaction_options, unsupported
 
 log = logging.getLogger("mongoshift.background")
 
@@ -62,13 +65,14 @@ class EngineContext:
 
 
 def _overloaded(exc: BaseException) -> bool:
-    code = getattr(exc, "code", None)
-    labels = getattr(exc, "_error_labels", None) or set()
-    return code in OVERLOAD_CODES or "TransientTransactionError" in labels or "RetryableWriteError" in labels
+    has_label = getattr(exc, "has_error_label", None)
+    if has_label is not None and (has_label("TransientTransactionError") or has_label("RetryableWriteError")):
+        return True
+    return getattr(exc, "code", None) in OVERLOAD_CODES
 
 
-def _add(into: dict[str, int], result: BatchResult, scanned: int) -> dict[str, int]:
-    counts = {
+def _counts(result: BatchResult, scanned: int) -> dict[str, int]:
+    return {
         "scanned": scanned,
         "migrated": result.migrated,
         "skipped": result.skipped,
@@ -77,15 +81,18 @@ def _add(into: dict[str, int], result: BatchResult, scanned: int) -> dict[str, i
         "retried": result.retried,
         "batches": 1,
     }
+
+
+def _merge(into: dict[str, int], counts: dict[str, int]) -> None:
     for key, value in counts.items():
         into[key] = into.get(key, 0) + value
-    return counts
 
 
 class Lane:
     def __init__(self, engine: EngineContext, lane_id: str) -> None:
         self.engine = engine
         self.id = lane_id
+        self._touched = float("-inf")  # when a checkpoint last renewed the lease
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
@@ -126,8 +133,14 @@ class Lane:
         return outcome
 
     async def _heartbeat(self, lease: Lease, lost: asyncio.Event) -> None:
+        """Renew the lease between checkpoints; a checkpoint renews it too, so skip when one just did.
+
+        Skipping matters in transaction mode: every extra write is a chance of a commit conflict.
+        """
         while True:
             await asyncio.sleep(lease.ttl_ms / 3000)
+            if self.engine.now() - self._touched < lease.ttl_ms / 4000:
+                continue
             try:
                 if not await self.engine.store.renew(lease):
                     lost.set()
@@ -181,6 +194,7 @@ class Lane:
         adaptive = AdaptiveController(spec.adaptive, spec.batch_size, partition.throttle) if isinstance(spec.adaptive, Adaptive) else None
         hint = await self._hint(spec) if job.step is None else None
         match = job.match()
+        sizing = TransactionalBatchSize(spec.batch_size)
         batches = 0
         while True:
             if engine.cancel.is_set():
@@ -202,10 +216,16 @@ class Lane:
                 cancel=engine.cancel,
             )
             failed_before = counters.get("failed", 0)
-            if job.step is not None:
-                done, cursor, ok = await self._step(job, spec, lease, partition, cursor, deadline, counters)
-            else:
-                done, cursor, ok = await self._batch(job, spec, lease, partition, cursor, size, collection, match, hint, adaptive, counters)
+            try:
+                if job.step is not None:
+                    done, cursor, ok = await self._step(job, spec, lease, partition, cursor, deadline, counters)
+                elif spec.transaction is not None:
+                    done, cursor, ok = await self._transactional(job, spec, lease, partition, cursor, collection, match, hint, counters, sizing)
+                else:
+                    done, cursor, ok = await self._batch(job, spec, lease, partition, cursor, size, collection, match, hint, adaptive, counters)
+            except TransactionsUnsupported:
+                await self._fail(state, f"{state.name} asks for transactions, but this server does not support them; run it without transaction")
+                return SliceResult("failed", counters)
             if not ok:
                 return SliceResult("lost", counters)
             batches += 1
@@ -240,7 +260,8 @@ class Lane:
                 engine.events.emit("throttle", job.name, change=change, **adaptive.state())
         done = len(docs) < size
         next_cursor = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
-        batch_counts = _add(counters, result, len(docs))
+        batch_counts = _counts(result, len(docs))
+        _merge(counters, batch_counts)
         ok = await engine.store.checkpoint(
             lease,
             cursor=next_cursor.to_document(),
@@ -251,6 +272,7 @@ class Lane:
             throttle=adaptive.state() if adaptive else None,
         )
         if ok:
+            self._touched = engine.now()
             engine.events.emit("batch", job.name, partition=partition.seq, size=size, latency_ms=round(latency_ms, 1), **batch_counts)
         else:
             # The lease was taken over, but these guarded writes did happen and nobody else will
@@ -258,11 +280,87 @@ class Lane:
             await engine.store.add_to_totals(job.name, job.registration, batch_counts)
         return done, next_cursor, ok
 
+    async def _transactional(self, job, spec, lease, partition, cursor, collection, match, hint, counters, sizing):  # type: ignore[no-untyped-def]
+        """One batch in a transaction (see :mod:`.transaction`); counters are exact."""
+        engine = self.engine
+
+        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+            assert spec.transaction is not None
+            find = collection.find(
+                batch_filter(match, partition.scope, cursor), sort=[("_id", 1)], limit=limit, session=session, max_time_ms=spec.transaction.timeout_ms
+            )
+            if hint is not None:
+                find = find.hint(hint)
+            return await find.to_list(None)
+
+        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
+            ctx = job.context(str(partition.seq), engine.cancel, session=session, db=engine.db, client=engine.client)
+            return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
+
+        async def checkpoint(session, docs, fetched, limit, result, excluded, retries):  # type: ignore[no-untyped-def]
+            done = len(docs) == len(fetched) and len(fetched) < limit
+            moved = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
+            counts = _counts(result, len(docs))
+            counts["txn_retries"] = retries
+            return await engine.store.checkpoint(
+                lease,
+                cursor=moved.to_document(),
+                counters=counts,
+                done=done,
+                bad_ids=[e.id for e in excluded],
+                doc_errors=[e.to_document() for e in excluded],
+                session=session,
+            )
+
+        try:
+            outcome = await run_batch(
+                client=engine.client, collection=collection, spec=spec, read=read, write=write, checkpoint=checkpoint,
+                sizing=sizing, rng=engine.rng,
+            )
+        except Skip as skip:  # alone and still in the way: the next pass takes it
+            moved = Checkpoint(last_id=skip.doc["_id"], started=True)
+            counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
+            _merge(counters, counts)
+            return False, moved, await engine.store.checkpoint(lease, cursor=moved.to_document(), counters=counts, done=False)
+        if outcome.lost:
+            return False, cursor, False
+        counts = _counts(outcome.result, len(outcome.docs))
+        counts["txn_retries"] = outcome.retries
+        _merge(counters, counts)
+        self._touched = engine.now()
+        engine.events.emit("batch", job.name, partition=partition.seq, size=len(outcome.docs), transaction=True, **counts)
+        moved = Checkpoint(last_id=outcome.last_id, started=True) if outcome.docs else cursor
+        return outcome.done, moved, True
+
     async def _step(self, job, spec, lease, partition, cursor, deadline, counters):  # type: ignore[no-untyped-def]
-        """One call of a step migration; its checkpoint is what it returned."""
+        """One call of a step migration; its checkpoint is what it returned (in a transaction if asked)."""
+        engine = self.engine
+        if spec.transaction is None:
+            return await self._step_once(job, lease, partition, cursor, deadline, counters, session=None)
+        for attempt in range(spec.transaction.max_retries + 1):
+            async with engine.client.start_session() as session:
+                try:
+                    await session.start_transaction(**transaction_options(spec))
+                    done, moved, ok = await self._step_once(job, lease, partition, cursor, deadline, counters, session=session)
+                    if not ok:
+                        await session.abort_transaction()
+                        return done, moved, ok
+                    await commit(session)
+                    return done, moved, ok
+                except PyMongoError as exc:
+                    if session.in_transaction:
+                        await session.abort_transaction()
+                    if unsupported(exc):
+                        raise TransactionsUnsupported(str(exc)) from None
+                    if not is_transient(exc) or attempt == spec.transaction.max_retries:
+                        raise
+                    await asyncio.sleep(backoff_seconds(attempt + 1, engine.rng))
+        raise AssertionError("unreachable")
+
+    async def _step_once(self, job, lease, partition, cursor, deadline, counters, *, session):  # type: ignore[no-untyped-def]
         engine = self.engine
         ctx = job.context(
-            str(partition.seq), engine.cancel, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=deadline
+            str(partition.seq), engine.cancel, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=deadline, session=session
         )
         out = job.step(ctx)
         if inspect.isawaitable(out):
@@ -277,10 +375,11 @@ class Lane:
             value = out.get(key, out.get("processed") if key == "scanned" else None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 step_counts[key] = value
-        for key, value in step_counts.items():
-            counters[key] = counters.get(key, 0) + value
         next_cursor = Checkpoint(last_id=None, started=True, step=checkpoint)
-        ok = await engine.store.checkpoint(lease, cursor=next_cursor.to_document(), counters=step_counts, done=out["done"])
+        ok = await engine.store.checkpoint(lease, cursor=next_cursor.to_document(), counters=step_counts, done=out["done"], session=session)
+        if ok:
+            _merge(counters, step_counts)
+            self._touched = engine.now()
         return out["done"], next_cursor, ok
 
     async def _over_budget(self, state: State, spec: Background) -> bool:
@@ -291,12 +390,15 @@ class Lane:
         total = await self.engine.store.bad_id_count(fresh)
         if total <= spec.max_document_errors:
             return False
-        message = (
+        await self._fail(
+            state,
             f"{total} document(s) could not be migrated, more than max_document_errors "
-            f"({spec.max_document_errors}); see 'mongoshift background status {state.name}'"
+            f"({spec.max_document_errors}); see 'mongoshift background status {state.name}'",
         )
-        if await self.engine.store.transition(
-            state.name, allowed=("running",), to="failed", action="fail", reason="document errors", set_={"last_error": message}, now_fields=("failed_at",)
-        ):
-            self.engine.events.emit("failed", state.name, reason="document errors", failed_documents=total)
         return True
+
+    async def _fail(self, state: State, message: str) -> None:
+        if await self.engine.store.transition(
+            state.name, allowed=("running",), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
+        ):
+            self.engine.events.emit("failed", state.name, reason=message)

@@ -16,7 +16,7 @@ Status = Literal["pending", "running", "paused", "completed", "failed", "cancell
 PartitionStatus = Literal["pending", "running", "done", "failed", "superseded"]
 Direction = Literal["forward", "revert"]
 
-COUNTERS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches")
+COUNTERS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "txn_retries")
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 

@@ -46,6 +46,15 @@ def _mentions(value: Any, field: str) -> bool:
     return False
 
 
+class Transaction(BaseModel):
+    """Each batch (or step) in one snapshot transaction with its checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_ms: int = Field(default=10_000, ge=100, le=50_000)
+    max_retries: int = Field(default=5, ge=0, le=20)
+
+
 class Background(BaseModel):
     """A background migration: rewrite ``collection`` from one shape version to another.
 
@@ -84,6 +93,21 @@ class Background(BaseModel):
     revision_field: str = "__rev"
     occ: Literal["revision", "version-only"] = "revision"
     description: str | None = Field(default=None, max_length=512)
+    transaction: Transaction | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transaction_defaults(cls, data: Any) -> Any:
+        """``transaction=True`` means the defaults; a transactional batch defaults to 100 documents."""
+        if isinstance(data, dict):
+            value = data.get("transaction")
+            if value is True:
+                data = {**data, "transaction": Transaction()}
+            elif value is False:
+                data = {**data, "transaction": None}
+            if data.get("transaction") is not None and "batch_size" not in data:
+                data = {**data, "batch_size": 100}
+        return data
 
     @field_validator("collection")
     @classmethod

@@ -1,0 +1,604 @@
+"""Benchmark: the background engine against the baselines of a client-side rewrite.
+
+Run from the repository root::
+
+    python bench/background.py                       # own embedded server, 20k and 100k docs
+    python bench/background.py --sizes 20000 --json out.json
+    python bench/background.py --uri mongodb://host/?replicaSet=rs   # a throwaway db, dropped
+
+It is a script, not a timed test: it prints a table and verdicts and stops by itself.
+
+What is compared (the protocol and the results are in ``docs/performance.md``):
+
+* **B0**  one server-side ``update_many`` with a pipeline: no data leaves the server.
+* **B1**  the raw client loop: keyset ``find`` of 500 documents through the version index,
+  the transform, one unordered ``bulk_write`` of ``UpdateOne({_id}, {$set/$unset/$inc})``, w:1.
+* **B3**  B1 with the optimistic guard ``{_id, __v, __rev}`` and ``w: "majority"``: the
+  same write path as the engine minus leases, checkpoints and planning.
+* **engine** ``max_parallel`` 1 and 4, throttling off (``pause_ms=0, adaptive=False``),
+  with and without an application writer (random ``update_one`` at a bounded rate).
+
+Why every scenario runs in a fresh child process: ``getrusage(RUSAGE_SELF)`` and
+``ru_maxrss`` are per process and only ever grow, so a shared process would add up
+CPU and hide a memory regression behind the previous scenario's high-water mark.
+
+Why the data is re-seeded before each scenario (drop the database, insert again):
+every scenario then starts from byte-identical documents with deterministic
+ObjectIds, a fresh version index and no engine state. Re-seeding costs more than
+resetting ``__v``/``__rev`` in place, but an in-place reset would reorder fields
+and leave the server's per-collection structures in a different state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import inspect
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from bson import ObjectId
+from pymongo import AsyncMongoClient, MongoClient, UpdateOne
+from pymongo.write_concern import WriteConcern
+
+# ---------------------------------------------------------------------------------------------
+# Fixed parameters: the same for every scenario, so that only the write path differs.
+# ---------------------------------------------------------------------------------------------
+
+COLLECTION = "docs"
+BATCH_SIZE = 500
+SEED_BATCH = 1_000
+WRITER_RATE = 200.0  # application updates per second (an upper bound: never bursts to catch up)
+VERSION_INDEX = [("__v", 1), ("_id", 1)]
+#: The embedded server runs every connection on one event loop; a long command stalls
+#: pymongo's monitor, which would then cancel operations in flight (docs/embedded.md).
+CLIENT_OPTIONS: dict[str, int] = {
+    "connectTimeoutMS": 120_000,
+    "socketTimeoutMS": 300_000,
+    "heartbeatFrequencyMS": 60_000,
+    "serverSelectionTimeoutMS": 60_000,
+}
+CHILD_TIMEOUT_S = 3 * 3600  # one scenario; far above the slowest expected (about 4 min at 100k)
+WRITER_MAX_S = 4 * 3600  # the writer stops by itself even if nobody tells it to
+TARGET_SPEED = 0.9  # engine docs/s >= 0.9 x B3 docs/s (i.e. wall time <= 1.11 x B3)
+TARGET_CPU = 1.3  # engine client CPU per document <= 1.3 x B3
+TARGET_RSS_GROWTH = 1.2  # "flat": peak RSS at the largest size within 20 % of the smallest
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    kind: str  # b0 | b1 | b3 | engine
+    parallel: int = 1
+    writer: bool = False
+
+
+SCENARIOS = [
+    Scenario("B0 server update_many", "b0"),
+    Scenario("B1 keyset+bulk w:1", "b1"),
+    Scenario("B3 B1+guard+majority", "b3"),
+    Scenario("engine p=1", "engine", 1),
+    Scenario("engine p=4", "engine", 4),
+    Scenario("engine p=1 +writer", "engine", 1, True),
+    Scenario("engine p=4 +writer", "engine", 4, True),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and transform
+# ---------------------------------------------------------------------------------------------
+
+_WORDS = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
+    "labore et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris"
+).split()
+_CITIES = ["Lyon", "Porto", "Turin", "Ghent", "Bergen", "Cork", "Graz", "Brno", "Malmo", "Split"]
+_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def object_id(i: int) -> ObjectId:
+    """The i-th document's ``_id``: deterministic, so every seeding is identical and the
+    application writer can pick random documents without reading the ids first.
+    Increasing like the ObjectIds of one inserting process (timestamp, fixed process part, counter)."""
+    return ObjectId(f"{0x66000000 + i // 1000:08x}62656e6368{i:06x}")
+
+
+def make_doc(i: int, rng: random.Random) -> dict[str, Any]:
+    """About 1 KB of BSON in 10 fields plus ``_id``, ``__v`` and ``__rev``."""
+    return {
+        "_id": object_id(i),
+        "name": f"{rng.choice(_WORDS).title()} {rng.choice(_WORDS).title()}-{i}",
+        "email": f"user{i}@example{i % 50}.org",
+        "age": rng.randrange(18, 90),
+        "city": rng.choice(_CITIES),
+        "country": "EU",
+        "score": rng.random() * 100,
+        "created": _EPOCH + timedelta(seconds=i),
+        "tags": rng.sample(_WORDS, 5),
+        "legacy": {"code": f"L{i:07d}", "flags": [rng.randrange(100) for _ in range(4)]},
+        "bio": " ".join(rng.choices(_WORDS, k=120))[:760],
+        "__v": 1,
+        "__rev": 1,
+    }
+
+
+def migrate(doc, ctx):  # type: ignore[no-untyped-def]
+    """Version 1 -> 2: rename two fields, compute one, drop one (the engine's transform)."""
+    doc["full_name"] = doc.pop("name")
+    doc["town"] = doc.pop("city")
+    doc["email_domain"] = doc["email"].partition("@")[2]
+    doc.pop("legacy", None)
+    return doc
+
+
+def raw_update(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same transform as ``migrate``, written the way a hand-rolled script writes it:
+    straight to the update that the engine's generic diff produces for ``migrate``."""
+    return {
+        "$set": {"full_name": doc["name"], "town": doc["city"], "email_domain": doc["email"].partition("@")[2], "__v": 2},
+        "$unset": {"name": "", "city": "", "legacy": ""},
+        "$inc": {"__rev": 1},
+    }
+
+
+#: B0: the same transform as a server-side pipeline.
+B0_PIPELINE: list[dict[str, Any]] = [
+    {
+        "$set": {
+            "full_name": "$name",
+            "town": "$city",
+            "email_domain": {"$arrayElemAt": [{"$split": ["$email", "@"]}, 1]},
+            "__v": 2,
+            "__rev": {"$add": ["$__rev", 1]},
+        }
+    },
+    {"$unset": ["name", "city", "legacy"]},
+]
+
+MIGRATION_FILE = '''\
+"""Written by bench/background.py for one scenario."""
+from mongoshift import Background
+
+{migrate}
+
+background = Background(
+    collection={collection!r},
+    from_version=1,
+    to_version=2,
+    migrate=migrate,
+    batch_size={batch_size},
+    pause_ms=0,
+    adaptive=False,
+    max_parallel={parallel},
+    partitions={{"min_partition_docs": {batch_size}}},
+)
+'''
+
+
+def with_client_options(uri: str) -> str:
+    """The URI with the generous timeouts, so that the engine's own client gets them too
+    (mongoshift's ``connect()`` sets only the connect and selection timeouts)."""
+    options = {k: v for k, v in CLIENT_OPTIONS.items() if k not in ("connectTimeoutMS", "serverSelectionTimeoutMS")}
+    query = urlencode(options)
+    if "?" in uri:
+        return f"{uri}&{query}"
+    return f"{uri}{'' if uri.endswith('/') else '/'}?{query}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side: one scenario, measured in its own process
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measure:
+    """What one child reports (RSS in MB; ``cpu_s`` = user + sys of the timed section)."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    rss_start_mb: float = 0.0
+    rss_peak_mb: float = 0.0
+    migrated: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _rusage() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / scale
+
+
+async def _timed(work: Any, profile: str | None) -> Measure:
+    """Run ``work()`` (a coroutine function returning (migrated, extra)) under the meters."""
+    cpu0, rss0 = _rusage()
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    t0 = time.perf_counter()
+    migrated, extra = await work()
+    wall = time.perf_counter() - t0
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    cpu1, rss1 = _rusage()
+    return Measure(wall, cpu1 - cpu0, rss0, rss1, migrated, extra)
+
+
+async def _b0(db: Any, size: int) -> tuple[int, dict[str, Any]]:
+    result = await db[COLLECTION].update_many({"__v": 1}, B0_PIPELINE)
+    return result.modified_count, {}
+
+
+async def _keyset(db: Any, size: int, *, guarded: bool) -> tuple[int, dict[str, Any]]:
+    """B1 (``guarded=False``) and B3 (``guarded=True``): the loop every engine batch is made of."""
+    collection = db[COLLECTION]
+    if guarded:
+        collection = collection.with_options(write_concern=WriteConcern(w="majority"))
+    last: Any = None
+    migrated = batches = 0
+    for _ in range(size // BATCH_SIZE + 10):  # bounded: a keyset walk ends after size/batch batches
+        filter_: dict[str, Any] = {"__v": 1} if last is None else {"__v": 1, "_id": {"$gt": last}}
+        docs = await collection.find(filter_, sort=[("_id", 1)], limit=BATCH_SIZE).hint(VERSION_INDEX).to_list(None)
+        if not docs:
+            break
+        ops = []
+        for doc in docs:
+            where = {"_id": doc["_id"], "__v": doc["__v"], "__rev": doc["__rev"]} if guarded else {"_id": doc["_id"]}
+            ops.append(UpdateOne(where, raw_update(doc)))
+        result = await collection.bulk_write(ops, ordered=False)
+        migrated += result.matched_count
+        batches += 1
+        last = docs[-1]["_id"]
+        if len(docs) < BATCH_SIZE:
+            break
+    return migrated, {"batches": batches}
+
+
+async def _engine(project: Path, parallel: int) -> Any:
+    """Register (untimed) and return the timed run of the engine, as ``mongoshift background run``."""
+    from mongoshift.background import command as bg
+    from mongoshift.config import load_settings
+    from mongoshift.runner import command
+
+    settings = load_settings({}, config_path=project / "mongoshift.toml", environ={})
+    await command.up(settings)
+
+    async def work() -> tuple[int, dict[str, Any]]:
+        reports = await bg.run(settings, ["0001_bench.py"], concurrency=parallel)
+        report = reports[0]
+        totals = dict(report.totals)
+        return int(totals.get("migrated", 0)), {"status": report.status, "totals": totals}
+
+    return work
+
+
+async def child_scenario(args: argparse.Namespace) -> Measure:
+    if args.scenario == "engine":
+        work = await _engine(Path(args.project), args.parallel)
+        return await _timed(work, args.profile)
+    client: AsyncMongoClient[Any] = AsyncMongoClient(args.uri, **CLIENT_OPTIONS)
+    try:
+        await client.admin.command("ping")  # connect before the clock starts, as the engine's run
+        db = client[args.db]
+        if args.scenario == "b0":
+            return await _timed(lambda: _b0(db, args.size), args.profile)
+        return await _timed(lambda: _keyset(db, args.size, guarded=args.scenario == "b3"), args.profile)
+    finally:
+        await client.close()
+
+
+def child_writer(args: argparse.Namespace) -> dict[str, Any]:
+    """The application: ``update_one`` on random documents, bumping ``__rev`` as the contract asks.
+
+    Paced at ``--rate`` at most (it never bursts to catch up, so a slow server sees less, not
+    more); stops at SIGTERM or after ``WRITER_MAX_S``. Synchronous pymongo on purpose: a
+    typical application thread, and independent of the engine's async driver."""
+    stop = False
+
+    def on_term(*_: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    client: MongoClient[Any] = MongoClient(args.uri, **CLIENT_OPTIONS)
+    collection = client[args.db][COLLECTION]
+    rng = random.Random(7)
+    client.admin.command("ping")
+    print("ready", flush=True)
+    interval = 1.0 / args.rate
+    started = next_at = time.monotonic()
+    writes = matched = 0
+    while not stop and time.monotonic() - started < WRITER_MAX_S:
+        result = collection.update_one(
+            {"_id": object_id(rng.randrange(args.size))},
+            {"$set": {"score": rng.random() * 100, "touched": writes}, "$inc": {"__rev": 1}},
+        )
+        writes += 1
+        matched += result.matched_count
+        next_at = max(next_at + interval, time.monotonic() - interval)  # no catch-up bursts
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    elapsed = time.monotonic() - started
+    client.close()
+    return {"writes": writes, "matched": matched, "seconds": round(elapsed, 2), "rate": round(writes / elapsed, 1) if elapsed else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent side: server, data, children, table
+# ---------------------------------------------------------------------------------------------
+
+
+def seed(client: MongoClient[Any], db_name: str, size: int) -> float:
+    """Drop the database and insert ``size`` identical documents; returns the seconds it took."""
+    t0 = time.perf_counter()
+    client.drop_database(db_name)
+    collection = client[db_name][COLLECTION]
+    rng = random.Random(42)
+    for start in range(0, size, SEED_BATCH):
+        collection.insert_many([make_doc(i, rng) for i in range(start, min(size, start + SEED_BATCH))], ordered=False)
+    collection.create_index(VERSION_INDEX)
+    return time.perf_counter() - t0
+
+
+def verify(client: MongoClient[Any], db_name: str, size: int) -> str | None:
+    """Every document at version 2 with the new shape: a scenario that did less is not a result."""
+    collection = client[db_name][COLLECTION]
+    done = collection.count_documents({"__v": 2})
+    left = collection.count_documents({"$or": [{"__v": {"$ne": 2}}, {"legacy": {"$exists": True}}, {"full_name": {"$exists": False}}]})
+    if done != size or left:
+        return f"{done}/{size} at version 2, {left} not in the new shape"
+    return None
+
+
+def write_project(root: Path, uri: str, db_name: str, parallel: int) -> Path:
+    """A throwaway mongoshift project: config plus the one background migration file."""
+    project = root / f"project-p{parallel}-{uuid.uuid4().hex[:6]}"
+    (project / "migrations").mkdir(parents=True)
+    config = {
+        "uri": with_client_options(uri),
+        "db": db_name,
+        "migrations_dir": str(project / "migrations"),
+        "connect_timeout_seconds": CLIENT_OPTIONS["connectTimeoutMS"] / 1000,
+        "background_poll_seconds": 0.2,
+        "background_lease_ttl_seconds": 30,
+    }
+    lines = ["[mongoshift]", *(f"{k} = {json.dumps(v)}" for k, v in config.items())]
+    (project / "mongoshift.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    source = MIGRATION_FILE.format(
+        migrate=inspect.getsource(migrate), collection=COLLECTION, batch_size=BATCH_SIZE, parallel=parallel
+    )
+    (project / "migrations" / "0001_bench.py").write_text(source, encoding="utf-8")
+    return project
+
+
+def start_writer(uri: str, db_name: str, size: int) -> subprocess.Popen[str]:
+    args = [sys.executable, __file__, "--writer", "--uri", uri, "--db", db_name, "--size", str(size), "--rate", str(WRITER_RATE)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("the application writer did not start")
+    return proc
+
+
+def stop_writer(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": "writer did not stop"}
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": f"writer exited {proc.returncode}"}
+
+
+def run_child(scenario: Scenario, size: int, uri: str, db_name: str, project: Path | None, profile: str | None) -> Measure:
+    args = [sys.executable, __file__, "--scenario", scenario.kind, "--size", str(size), "--uri", uri, "--db", db_name]
+    if project is not None:
+        args += ["--project", str(project), "--parallel", str(scenario.parallel)]
+    if profile:
+        args += ["--profile", profile]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{scenario.name} at {size} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    return Measure(**json.loads(lines[-1]))
+
+
+@dataclass
+class Row:
+    size: int
+    scenario: str
+    kind: str
+    parallel: int
+    writer: bool
+    seed_s: float
+    measure: Measure
+    writer_stats: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.size / self.measure.wall_s if self.measure.wall_s else 0.0
+
+    @property
+    def cpu_per_1k(self) -> float:
+        return self.measure.cpu_s / self.size * 1000
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_all(uri: str, sizes: list[int], only: list[str] | None, profile_dir: Path | None) -> list[Row]:
+    rows: list[Row] = []
+    db_name = f"mongoshift_bench_{uuid.uuid4().hex[:8]}"
+    client: MongoClient[Any] = MongoClient(uri, **CLIENT_OPTIONS)
+    scenarios = [s for s in SCENARIOS if only is None or s.kind in only or s.name in only]
+    with tempfile.TemporaryDirectory(prefix="mongoshift-bench-") as tmp:
+        try:
+            for size in sizes:
+                for scenario in scenarios:
+                    seed_s = seed(client, db_name, size)
+                    log(f"{size:>7} {scenario.name:<24} seeded in {seed_s:.1f}s; running")
+                    project = write_project(Path(tmp), uri, db_name, scenario.parallel) if scenario.kind == "engine" else None
+                    profile = None
+                    if profile_dir is not None:
+                        slug = scenario.name.split()[0].lower() + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
+                        profile = str(profile_dir / f"{slug}{'-writer' if scenario.writer else ''}-{size}.prof")
+                    writer = start_writer(uri, db_name, size) if scenario.writer else None
+                    try:
+                        measure = run_child(scenario, size, uri, db_name, project, profile)
+                    finally:
+                        writer_stats = stop_writer(writer) if writer else None
+                    row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats)
+                    row.error = verify(client, db_name, size)
+                    rows.append(row)
+                    log(
+                        f"{size:>7} {scenario.name:<24} {row.docs_per_s:8.0f} docs/s  {row.cpu_per_1k:6.3f} cpu-s/1k  "
+                        f"{measure.rss_peak_mb:6.1f} MB" + (f"  INVALID: {row.error}" if row.error else "")
+                    )
+        finally:
+            client.drop_database(db_name)
+            client.close()
+    return rows
+
+
+def _b3(rows: list[Row], size: int) -> Row | None:
+    return next((r for r in rows if r.size == size and r.kind == "b3"), None)
+
+
+def render(rows: list[Row]) -> str:
+    """The markdown table, RSS growth and verdicts (what goes into docs/performance.md)."""
+    out: list[str] = []
+    sizes = sorted({r.size for r in rows})
+    header = (
+        "| docs | scenario | wall s | docs/s | CPU s / 1k docs | peak RSS MB | RSS growth MB | "
+        "docs/s ÷ B3 | CPU ÷ B3 | conflicts | retried | app writes/s |"
+    )
+    out += [header, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        b3 = _b3(rows, size)
+        for r in (r for r in rows if r.size == size):
+            totals = r.measure.extra.get("totals", {})
+            speed = f"{r.docs_per_s / b3.docs_per_s:.2f}" if b3 and b3.docs_per_s else "–"
+            cpu = f"{r.cpu_per_1k / b3.cpu_per_1k:.2f}" if b3 and b3.cpu_per_1k else "–"
+            name = r.scenario + (" **(invalid)**" if r.error else "")
+            out.append(
+                f"| {size:,} | {name} | {r.measure.wall_s:.1f} | {r.docs_per_s:,.0f} | {r.cpu_per_1k:.3f} | "
+                f"{r.measure.rss_peak_mb:.1f} | {r.measure.rss_peak_mb - r.measure.rss_start_mb:.1f} | {speed} | {cpu} | "
+                f"{totals.get('conflicts', '–') if r.kind == 'engine' else '–'} | {totals.get('retried', '–') if r.kind == 'engine' else '–'} | "
+                f"{r.writer_stats.get('rate', '–') if r.writer_stats else '–'} |"
+            )
+    out.append("")
+    verdicts: list[str] = []
+    if len(sizes) > 1:
+        small, large = sizes[0], sizes[-1]
+        out.append(f"Peak client RSS, {large:,} ÷ {small:,} documents:")
+        out.append("")
+        for name in dict.fromkeys(r.scenario for r in rows):
+            a = next((r for r in rows if r.size == small and r.scenario == name), None)
+            b = next((r for r in rows if r.size == large and r.scenario == name), None)
+            if a and b and a.measure.rss_peak_mb:
+                ratio = b.measure.rss_peak_mb / a.measure.rss_peak_mb
+                out.append(f"* {name}: {a.measure.rss_peak_mb:.1f} → {b.measure.rss_peak_mb:.1f} MB = **{ratio:.2f}×**")
+                if name.startswith("engine"):
+                    ok = ratio <= TARGET_RSS_GROWTH
+                    verdicts.append(f"* RSS flat ({name}, ≤ {TARGET_RSS_GROWTH}×): {'**meets**' if ok else '**misses**'} ({ratio:.2f}×)")
+        out.append("")
+    for size in sizes:
+        b3 = _b3(rows, size)
+        if b3 is None:
+            continue
+        for r in (r for r in rows if r.size == size and r.kind == "engine" and not r.writer):
+            speed, cpu = r.docs_per_s / b3.docs_per_s, r.cpu_per_1k / b3.cpu_per_1k
+            verdicts.append(
+                f"* {size:,} {r.scenario}: throughput {speed:.2f}× B3 (target ≥ {TARGET_SPEED}) "
+                f"{'**meets**' if speed >= TARGET_SPEED else '**misses**'}; CPU/doc {cpu:.2f}× B3 (target ≤ {TARGET_CPU}) "
+                f"{'**meets**' if cpu <= TARGET_CPU else '**misses**'}"
+            )
+    if verdicts:
+        out += ["Verdicts (engine without the writer, against B3 at the same size):", "", *verdicts, ""]
+    invalid = [r for r in rows if r.error]
+    for r in invalid:
+        out.append(f"* INVALID {r.size:,} {r.scenario}: {r.error}")
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="20000,100000", help="comma-separated document counts (default 20000,100000)")
+    parser.add_argument("--uri", help="use this server (a throwaway database, dropped at the end) instead of an embedded one")
+    parser.add_argument("--json", type=Path, help="also write every measurement to this file")
+    parser.add_argument("--only", help="comma-separated scenario kinds to run (b0,b1,b3,engine)")
+    parser.add_argument("--profile-dir", type=Path, help="cProfile each child into this directory (slows them down: not for the table)")
+    # child modes (internal)
+    parser.add_argument("--scenario", choices=["b0", "b1", "b3", "engine"], help=argparse.SUPPRESS)
+    parser.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--project", help=argparse.SUPPRESS)
+    parser.add_argument("--parallel", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, default=WRITER_RATE, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.writer:
+        print(json.dumps(child_writer(args)), flush=True)
+        return 0
+    if args.scenario:
+        print(json.dumps(asdict(asyncio.run(child_scenario(args)))), flush=True)
+        return 0
+
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    only = [s.strip() for s in args.only.split(",")] if args.only else None
+    if args.profile_dir:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        if args.uri:
+            uri = args.uri
+        else:
+            from mongoshift.embedded.process import embedded_server
+
+            uri = stack.enter_context(embedded_server())
+            log("embedded server started")
+        rows = run_all(uri, sizes, only, args.profile_dir)
+    table = render(rows)
+    print(textwrap.dedent(f"""
+        mongoshift background benchmark: batch {BATCH_SIZE}, ~1 KB documents, app writer ≤ {WRITER_RATE:.0f} updates/s,
+        {'server ' + ('given by --uri' if args.uri else 'embedded (mongoeco)')}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]},
+        {time.perf_counter() - started:.0f} s in all
+    """).strip())
+    print()
+    print(table)
+    if args.json:
+        payload = [{**asdict(r.measure), **{k: v for k, v in asdict(r).items() if k != "measure"}, "docs_per_s": r.docs_per_s, "cpu_s_per_1k": r.cpu_per_1k} for r in rows]
+        args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    return 1 if any(r.error for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Transactional batches: exact counters and once-only side writes, through injected errors."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mongoshift.background import command as bg
+from mongoshift.runner import command
+
+from .conftest import seed
+
+TXN_FILE = '''
+from mongoshift import Background
+
+async def migrate(doc, ctx):
+    # A side write in the same transaction: it must happen once per migrated document.
+    await ctx.db.audit.insert_one({{"order": doc["_id"]}}, session=ctx.session)
+    {bad}
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+
+background = Background(
+    collection="people", from_version=1, to_version=2, migrate=migrate, pause_ms=0,
+    transaction={{"timeout_ms": 5000, "max_retries": {retries}}}, max_document_errors=5, {extra}
+)
+'''
+
+
+def txn_file(bad: str = "", retries: int = 6, extra: str = "") -> str:
+    return TXN_FILE.format(bad=bad, retries=retries, extra=extra)
+
+
+@asynccontextmanager
+async def fail_point(client: Any, data: dict[str, Any], times: int):  # type: ignore[no-untyped-def]
+    await client.admin.command({"configureFailPoint": "failCommand", "mode": {"times": times}, "data": data})
+    try:
+        yield
+    finally:
+        await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+
+
+async def test_transactional_batches_count_exactly_and_side_write_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 450)
+    fast_project.add("0001_txn.py", txn_file())
+    s = fast_project.settings()
+    await command.up(s)
+    (result,) = await bg.run(s, ["0001_txn.py"])
+    assert result.status == "completed"
+    assert result.totals["migrated"] == 450 and result.totals["scanned"] == 450
+    assert await db.audit.count_documents({}) == 450
+    assert len(await db.audit.distinct("order")) == 450
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 450
+    assert result.totals["batches"] == 5  # batch size 100 by default in transaction mode
+
+
+async def test_injected_transient_errors_are_retried_without_double_writes(fast_project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 300)
+    fast_project.add("0001_txn.py", txn_file())
+    s = fast_project.settings()
+    await command.up(s)
+    transient = {"failCommands": ["update"], "errorCode": 112, "errorLabels": ["TransientTransactionError"], "namespace": f"{db.name}.people"}
+    async with fail_point(client, transient, times=3):
+        (result,) = await bg.run(s, ["0001_txn.py"])
+    assert result.status == "completed"
+    assert result.totals["migrated"] == 300 and result.totals["txn_retries"] >= 3
+    assert await db.audit.count_documents({}) == 300  # the aborted attempts' side writes never committed
+    assert await db.people.count_documents({"__rev": 2}) == 300
+
+
+async def test_an_unknown_commit_result_is_committed_again(fast_project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 150)
+    fast_project.add("0001_txn.py", txn_file())
+    s = fast_project.settings()
+    await command.up(s)
+    unknown = {"failCommands": ["commitTransaction"], "errorCode": 91, "errorLabels": ["UnknownTransactionCommitResult"]}
+    async with fail_point(client, unknown, times=1):
+        (result,) = await bg.run(s, ["0001_txn.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 150
+    assert await db.audit.count_documents({}) == 150
+
+
+async def test_a_bad_document_is_rolled_back_alone(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 250)
+    fast_project.add("0001_txn.py", txn_file(bad="if doc['_id'] == 42:\n        raise ValueError('bad 42')"))
+    s = fast_project.settings()
+    await command.up(s)
+    (result,) = await bg.run(s, ["0001_txn.py"])
+    assert result.status == "completed" and result.failed_documents == 1
+    assert result.totals["migrated"] == 249 and result.totals["failed"] == 1
+    assert await db.audit.count_documents({"order": 42}) == 0  # its side write rolled back with it
+    assert await db.audit.count_documents({}) == 249
+    assert (await db.people.find_one({"_id": 42}))["__v"] == 1
+
+
+async def test_a_time_limit_error_halves_the_batch(fast_project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    fast_project.add("0001_txn.py", txn_file())
+    s = fast_project.settings()
+    await command.up(s)
+    async with fail_point(client, {"failCommands": ["find"], "errorCode": 50, "namespace": f"{db.name}.people"}, times=2):
+        (result,) = await bg.run(s, ["0001_txn.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 200
+    assert result.totals["batches"] > 2  # ran at 25 documents per batch after two halvings, growing back
+    assert await db.audit.count_documents({}) == 200
+
+
+async def test_a_lane_without_its_lease_commits_nothing(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.background.lane import Lane
+
+    await seed(db.people, 100)
+    fast_project.add("0001_txn.py", txn_file().replace("    doc[\"full_name\"]", "    await ctx.db['_mongoshift_background_partitions'].update_many({}, {'$unset': {'lease.token': ''}})\n    doc[\"full_name\"]"))
+    s = fast_project.settings()
+    await command.up(s)
+    async with bg.open_engine(s) as engine:
+        spec = engine.spec("0001_txn.py")
+        state = (await engine.coordinator.step("0001_txn.py", spec)).state
+        result = await Lane(engine.context, "doomed").run_slice(state, spec)
+    assert result.outcome in ("lost", "error")
+    assert await db.audit.count_documents({}) == 0
+    assert await db.people.count_documents({"__v": 2}) == 0
+
+
+async def test_a_step_runs_in_a_transaction_with_its_checkpoint(fast_project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 120, version=None)
+    fast_project.add(
+        "0001_step.py",
+        """
+        from mongoshift import Background
+
+        async def step(ctx):
+            after = (ctx.checkpoint or {}).get("after", -1)
+            ids = [d["_id"] async for d in ctx.db.people.find({"_id": {"$gt": after}}, {"_id": 1}, session=ctx.session).sort("_id", 1).limit(40)]
+            if ids:
+                await ctx.db.people.update_many({"_id": {"$in": ids}}, {"$inc": {"stepped": 1}}, session=ctx.session)
+            return {"checkpoint": {"after": ids[-1] if ids else after}, "done": len(ids) < 40, "migrated": len(ids)}
+
+        background = Background(collection="people", from_version=0, to_version=1, step=step, pause_ms=0, transaction=True)
+        """,
+    )
+    s = fast_project.settings()
+    await command.up(s)
+    transient = {"failCommands": ["update"], "errorCode": 112, "errorLabels": ["TransientTransactionError"], "namespace": f"{db.name}.people"}
+    async with fail_point(client, transient, times=2):
+        (result,) = await bg.run(s, ["0001_step.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 120
+    assert await db.people.count_documents({"stepped": 1}) == 120  # the failed attempts rolled back
+
+
+async def test_a_server_without_transactions_fails_the_migration_clearly(fast_project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 20)
+    fast_project.add("0001_txn.py", txn_file())
+    s = fast_project.settings()
+    await command.up(s)
+    no_txn = {"failCommands": ["find"], "errorCode": 20, "namespace": f"{db.name}.people", "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}
+    async with fail_point(client, no_txn, times=1):
+        (result,) = await bg.run(s, ["0001_txn.py"])
+    assert result.status == "failed" and "without transaction" in (result.last_error or "")
