@@ -445,3 +445,19 @@ async def test_a_step_checkpoint_over_64_kib_is_refused(fast_project, db) -> Non
     await command.up(s)
     (result,) = await bg.run(s, ["0001_step.py"])
     assert result.status == "failed" and "64 KiB" in (result.last_error or "")
+
+
+async def test_health_signals_hold_batches_until_healthy(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A user signal (say, the application's latency) pauses the lanes; the lag reader is off quietly here."""
+    await seed(db.people, 60)
+    source = background_file(batch_size=30, extra="health=[busy],").replace(
+        "background = Background(",
+        "import time\n_until = time.monotonic() + 0.6\n\ndef busy():\n    return 100 if time.monotonic() < _until else 0\n\nbackground = Background(",
+    )
+    fast_project.add("0001_names.py", source)
+    s = fast_project.settings()
+    await command.up(s)
+    started = asyncio.get_running_loop().time()
+    (result,) = await bg.run(s, ["0001_names.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 60
+    assert asyncio.get_running_loop().time() - started >= 0.5

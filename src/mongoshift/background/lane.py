@@ -31,6 +31,7 @@ from .model import Checkpoint, Lease, Partition, State
 from .planner import batch_filter
 from .spec import MAX_CHECKPOINT_BYTES, Adaptive, Background
 from .store import BackgroundStore
+from .health import CallableSignal, HealthSignal, ReplicationLag, wait_while_unhealthy
 from .throttle import AdaptiveController, ThrottleContext, before_batch
 from .transaction import Skip, TransactionalBatchSize, TransactionsUnsupported, backoff_seconds, commit, run_batch, transaction_options, unsupported
 
@@ -62,6 +63,17 @@ class EngineContext:
     rng: random.Random = field(default_factory=random.Random)
     version_index_warned: set[str] = field(default_factory=set)
     client: Any = None
+    lag_signals: dict[int, ReplicationLag] = field(default_factory=dict)
+
+    def health_signals(self, spec: Background) -> list[HealthSignal]:
+        """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""
+        signals: list[HealthSignal] = [CallableSignal(fn) for fn in spec.health]
+        if spec.max_replication_lag_ms is not False and self.client is not None:
+            limit = spec.max_replication_lag_ms
+            if limit not in self.lag_signals:
+                self.lag_signals[limit] = ReplicationLag(self.client.admin.command, max_lag_ms=limit)
+            signals.insert(0, self.lag_signals[limit])
+        return signals
 
 
 def _overloaded(exc: BaseException) -> bool:
@@ -193,6 +205,7 @@ class Lane:
         cursor = partition.cursor
         adaptive = AdaptiveController(spec.adaptive, spec.batch_size, partition.throttle) if isinstance(spec.adaptive, Adaptive) else None
         hint = await self._hint(spec) if job.step is None else None
+        health = engine.health_signals(spec)
         match = job.match()
         sizing = TransactionalBatchSize(spec.batch_size)
         batches = 0
@@ -215,6 +228,10 @@ class Lane:
                 first=batches == 0,
                 cancel=engine.cancel,
             )
+            if health:
+                waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set)
+                if waited:
+                    engine.events.emit("throttle", state.name, change="health", waited_ms=round(waited))
             failed_before = counters.get("failed", 0)
             try:
                 if job.step is not None:

@@ -94,6 +94,8 @@ class Background(BaseModel):
     occ: Literal["revision", "version-only"] = "revision"
     description: str | None = Field(default=None, max_length=512)
     transaction: Transaction | None = None
+    max_replication_lag_ms: int | Literal[False] = Field(default=10_000)
+    health: list[Callable[..., Any]] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -108,6 +110,13 @@ class Background(BaseModel):
             if data.get("transaction") is not None and "batch_size" not in data:
                 data = {**data, "batch_size": 100}
         return data
+
+    @field_validator("max_replication_lag_ms")
+    @classmethod
+    def _lag(cls, value: int | bool) -> int | bool:
+        if value is True or (value is not False and not 0 <= value <= 3_600_000):
+            raise ValueError("must be False (never wait) or a number of ms from 0 to 3,600,000")
+        return value
 
     @field_validator("collection")
     @classmethod
@@ -196,7 +205,7 @@ class Background(BaseModel):
     def settings(self) -> dict[str, Any]:
         """The plain values stored with the registration (functions are not)."""
         data = self.model_dump(
-            exclude={"migrate", "migrate_batch", "revert", "revert_batch", "step", "revert_step", "throttle"}
+            exclude={"migrate", "migrate_batch", "revert", "revert_batch", "step", "revert_step", "throttle", "health"}
         )
         data["mode"] = self.mode
         data["reversible"] = self.reversible
