@@ -56,6 +56,8 @@ class Settings(BaseModel):
     background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME)
     background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
+    background_inline: bool = False
+    on_requires_pending: Literal["error", "stop"] = "error"
 
     @field_validator("changelog_collection", "lock_collection", "background_collection")
     @classmethod

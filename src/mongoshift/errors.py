@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     INVALID_EXPORT = 20
     LOCK_RELEASE_FAILED = 21
     OUT_OF_ORDER = 23
+    REQUIREMENTS_PENDING = 24
     BACKGROUND_PENDING = 31
     BACKGROUND_FAILED = 32
     BACKGROUND_CONFLICT = 33
@@ -209,3 +210,10 @@ class BackgroundConflictError(MongoshiftError):
 
     exit_code = ExitCode.BACKGROUND_CONFLICT
     kind = "background_conflict"
+
+
+class RequirementsPendingError(MongoshiftError):
+    """``up`` reached a migration whose required background migrations are not done yet."""
+
+    exit_code = ExitCode.REQUIREMENTS_PENDING
+    kind = "requirements_pending"

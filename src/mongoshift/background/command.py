@@ -98,7 +98,7 @@ async def run(
     """Run the named migrations (None: every runnable one) in this process until each ends."""
     async with open_engine(settings, cancel=cancel, observers=observers) as engine:
         if names is None:
-            targets = [s.name for s in await engine.store.states_all() if s.status in ("pending", "running")]
+            targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
             targets = [await _registered(engine, n) for n in names]
         reports = []
@@ -166,7 +166,7 @@ class BackgroundRunner:
         async with open_engine(self.settings, cancel=self.cancel, observers=self.observers, client=self.client) as engine:
             while not self.cancel.is_set():
                 try:
-                    runnable = [s.name for s in await engine.store.states_all() if s.status in ("pending", "running")]
+                    runnable = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
                     for name in runnable:
                         if self.cancel.is_set():
                             break

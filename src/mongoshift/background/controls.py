@@ -17,9 +17,9 @@ Action = Literal["pause", "resume", "cancel", "retry", "unlock"]
 
 #: action -> (statuses it applies to, the status it leads to, statuses where it is already done)
 TRANSITIONS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
-    "pause": (("pending", "running"), "paused", ("paused",)),
-    "resume": (("paused",), "pending", ("pending", "running")),
-    "cancel": (("pending", "running", "paused"), "cancelled", ("cancelled",)),
+    "pause": (("blocked", "pending", "running"), "paused", ("paused",)),
+    "resume": (("paused",), "pending", ("blocked", "pending", "running")),
+    "cancel": (("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",)),
     "retry": (("failed", "cancelled", "completed"), "pending", ()),
 }
 

@@ -20,6 +20,7 @@ from .job import Job
 from .lane import EngineContext
 from .model import TERMINAL, Scope, State
 from .planner import PlannedPartition, plan_pass
+from .requires import unmet
 from .spec import Background
 
 log = logging.getLogger("mongoshift.background")
@@ -68,6 +69,15 @@ class Coordinator:
             return Decision("done", None, reason="not registered")
         if state.status in TERMINAL or state.status == "paused":
             return Decision("done", state, reason=state.status)
+        if state.status == "blocked":
+            waiting = await unmet(store, list(state.raw.get("requires", [])))
+            if waiting:
+                await store.set_fields(name, state.registration, {"waits_for": [w.name for w in waiting]})
+                return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting))
+            await store.transition(name, allowed=("blocked",), to="pending", action="unblock", set_={"waits_for": []})
+            self.engine.events.emit("unblocked", name)
+            state = await store.state(name)
+            assert state is not None
         if state.status == "pending":
             if state.generation == 0 or await store.open_partitions(name, state.generation) == 0:
                 if not await self._plan(state, spec, new_pass=True):

@@ -15,7 +15,7 @@ from typing import Any
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "partitioned", "pass", "lease_lost", "control", "completed", "failed"})
+NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed"})
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-Status = Literal["pending", "running", "paused", "completed", "failed", "cancelled"]
+Status = Literal["blocked", "pending", "running", "paused", "completed", "failed", "cancelled"]
 PartitionStatus = Literal["pending", "running", "done", "failed", "superseded"]
 Direction = Literal["forward", "revert"]
 

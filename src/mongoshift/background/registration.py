@@ -14,17 +14,30 @@ from typing import Literal
 
 from ..errors import IrreversibleMigrationError
 from .events import Events
+from .requires import unmet
 from .spec import Background
 from .store import BackgroundStore
 
 
 async def register(
-    store: BackgroundStore, name: str, spec: Background, *, checksum: str, direction: str, by: str, events: Events | None = None
+    store: BackgroundStore,
+    name: str,
+    spec: Background,
+    *,
+    checksum: str,
+    direction: str,
+    by: str,
+    requires: list[str] | None = None,
+    events: Events | None = None,
 ) -> None:
+    """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete."""
+    required = list(requires or []) if direction == "forward" else []
+    waits = [w.name for w in await unmet(store, required, by=by)] if required else []
     state = await store.register(
-        name, collection=spec.collection, spec=spec.settings(), checksum=checksum, direction=direction, by=by
+        name, collection=spec.collection, spec=spec.settings(), checksum=checksum, direction=direction, by=by,
+        requires=required, waits_for=waits,
     )
-    (events or Events()).emit("registered", name, direction=direction, registration=state.registration)
+    (events or Events()).emit("registered", name, direction=direction, registration=state.registration, blocked_on=waits)
 
 
 async def revert_or_withdraw(

@@ -35,10 +35,14 @@ class MigrationRun:
 
     async def run(self, name: str, spec: Background, *, concurrency: int = 1) -> State | None:
         lanes = max(1, min(concurrency, spec.max_parallel))
+        said = None
         while not self.engine.cancel.is_set():
             decision = await self.coordinator.step(name, spec)
             if decision.next == "done":
                 return decision.state
+            if decision.next == "wait" and decision.reason != said:
+                said = decision.reason
+                log.info("%s: waiting: %s", name, decision.reason)
             if decision.next != "process" or decision.lanes == 0:
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
                 continue

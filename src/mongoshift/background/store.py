@@ -79,15 +79,20 @@ class BackgroundStore:
         by: str,
         reason: str | None = None,
         session: Any = None,
+        requires: Sequence[str] = (),
+        waits_for: Sequence[str] = (),
     ) -> State:
-        """(Re)register: a new registration id, a fresh pending state, the old one kept as ``previous``."""
+        """(Re)register: a new registration id, a fresh state (pending, or blocked on ``waits_for``), the old one kept as ``previous``."""
         await self.ensure_indexes()
         old = await self.state(name)
         registration = secrets.token_hex(8)
-        entry = {"action": "register", "from": old.status if old else None, "to": "pending", "by": by, "reason": reason}
+        status = "blocked" if waits_for else "pending"
+        entry = {"action": "register", "from": old.status if old else None, "to": status, "by": by, "reason": reason}
         fields: dict[str, Any] = {
             "registration": registration,
-            "status": "pending",
+            "status": status,
+            "requires": list(requires),
+            "waits_for": list(waits_for),
             "direction": direction,
             "collection": collection,
             "spec": spec,

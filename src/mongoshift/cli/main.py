@@ -165,6 +165,8 @@ def _render_report(report: command.RunReport) -> None:
     if out.json_mode:
         out.json(report.to_json())
         return
+    for item in report.waiting:
+        out.warn(f"stopped before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
     if not report.results:
         out.say("nothing to do")
         return

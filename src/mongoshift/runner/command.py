@@ -36,6 +36,8 @@ class RunReport:
     run_id: str
     results: list[MigrationResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: With ``on_requires_pending = "stop"``: the migration the run stopped before, and what it waits for.
+    waiting: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class RunReport:
             "run_id": self.run_id,
             "results": [r.to_json() for r in self.results],
             "warnings": self.warnings,
+            "waiting": self.waiting,
         }
 
 
@@ -125,11 +128,13 @@ async def open_session(
 async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
     report = RunReport(command, session.runtime.run.run_id, warnings=list(plan.warnings))
     batch = await session.changelog.next_batch()
+    executor = session.executor()
     try:
-        report.results = await session.executor().execute(plan, batch=batch, batch_per_step=batch_per_step)
+        report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
     except MongoshiftError as exc:
         exc.details["warnings"] = report.warnings
         raise
+    report.waiting = executor.waiting
     return report
 
 

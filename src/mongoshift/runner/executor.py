@@ -22,12 +22,14 @@ from pymongo.errors import OperationFailure, PyMongoError
 from ..config import Settings
 from ..connection import redact, sync_client
 from ..errors import (
+    BackgroundFailedError,
     ExecutionFailedError,
     HookFailedError,
     IrreversibleMigrationError,
     LockLostError,
     MigrationTimeoutError,
     MongoshiftError,
+    RequirementsPendingError,
     RunAbortedError,
     TransactionsUnsupportedError,
 )
@@ -35,6 +37,7 @@ from . import changelog as records
 from .changelog import Changelog, RunInfo
 from .context import CancelSignal, Direction, MigrationContext, call, is_async
 from ..background.registration import register, revert_or_withdraw
+from ..background.requires import unmet
 from ..background.store import BackgroundStore
 from .hooks import Hooks
 from .loader import load
@@ -131,6 +134,10 @@ class Executor:
         self.hooks = hooks
         self.lock = lock
         self._lock_warned = False
+        self.waiting: list[dict[str, Any]] = []
+
+    def _store(self) -> BackgroundStore:
+        return BackgroundStore(self.changelog.collection.database, self.runtime.settings.background_collection)
 
     async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
         """Run every step of ``plan`` in order; raise with the results so far on failure."""
@@ -147,6 +154,21 @@ class Executor:
                 if step.direction == "down":
                     step_batch = step.record.batch if step.record else None  # type: ignore[assignment]
                 info = {"direction": step.direction, "index": index, "total": len(plan.steps), "batch": step_batch}
+                if step.direction == "up" and step.file.background is None and step.file.requires:
+                    waiting = await unmet(self._store(), step.file.requires, by=self.runtime.run.executed_by)
+                    if waiting:
+                        listed = ", ".join(w.describe() for w in waiting)
+                        if self.runtime.settings.on_requires_pending == "stop":
+                            self.waiting = [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
+                            log.warning("stopping before %s: it requires %s", step.name, listed)
+                            success = True
+                            return results
+                        raise RequirementsPendingError(
+                            f"{step.name} requires background migrations that are not done: {listed}; "
+                            "run 'mongoshift background run' and try again",
+                            file=step.name,
+                            waits_for=[w.name for w in waiting],
+                        )
                 await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
                 result = await self._run_step(step, step_batch, results)
                 results.append(result)
@@ -241,15 +263,18 @@ class Executor:
         spec = step.file.background
         assert spec is not None
         started = time.monotonic()
-        store = BackgroundStore(self.changelog.collection.database, self.runtime.settings.background_collection)
+        store = self._store()
         by = self.runtime.run.executed_by
+        outcome: str | None = None
         try:
             if step.direction == "up":
-                await register(store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by)
+                await register(store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by, requires=step.file.requires)
                 note = "registered: run it with 'mongoshift background run'"
             else:
                 outcome = await revert_or_withdraw(store, step.name, spec, checksum=step.file.checksum, by=by)
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
+            if self.runtime.settings.background_inline and (step.direction == "up" or outcome == "revert"):
+                note = await self._run_inline(step.name, spec)
             filter_, update, upsert = self._record(step, batch, started, kind="background")
             await self.changelog.collection.update_one(filter_, update, upsert=upsert)
         except MongoshiftError as exc:
@@ -263,6 +288,21 @@ class Executor:
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         log.info("%s: %s", step.name, note)
         return MigrationResult(step.name, step.direction, status, batch, duration, reason=note)
+
+    async def _run_inline(self, name: str, spec: Any) -> str:
+        """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""
+        from ..background.command import open_engine
+
+        async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client) as engine:
+            state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel)
+        status = state.status if state else "missing"
+        if status == "completed":
+            return "registered and run inline: completed"
+        if status == "failed":
+            raise BackgroundFailedError(f"{name} failed while running inline: {state.last_error if state else ''}", file=name)
+        if self.runtime.cancel.is_set():
+            raise RunAbortedError(f"stopped while {name} ran inline; 'mongoshift background run {name}' continues it")
+        raise BackgroundFailedError(f"{name} ran inline but ended {status}", file=name)
 
     def _record(self, step: Step, batch: int | None, started: float, kind: str = "migration") -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
         duration = int((time.monotonic() - started) * 1000)

@@ -76,6 +76,11 @@ class MigrationFile:
         return value if isinstance(value, Background) else None
 
     @property
+    def requires(self) -> list[str]:
+        value = getattr(self._loaded(), "requires", None) or []
+        return [name if name.endswith(".py") else name + ".py" for name in value]
+
+    @property
     def kind(self) -> str:
         return "background" if self.background is not None else "migration"
 
@@ -161,6 +166,7 @@ def load(item: MigrationFile) -> MigrationFile:
         sys.modules.pop(module_name, None)
     if hasattr(module, "background"):
         _check_background(item, module)
+        _check_requires(item, module)
         item.module = module
         return item
     up = getattr(module, "up", None)
@@ -172,11 +178,26 @@ def load(item: MigrationFile) -> MigrationFile:
     for fn_name, fn in (("up", up), ("down", down)):
         if fn is not None and not _takes_one_argument(fn):
             raise InvalidExportError(f"{item.name}: {fn_name} must take one argument (ctx)", file=item.name)
+    _check_requires(item, module)
     for attr, kind in (("description", str), ("use_transaction", bool)):
         if hasattr(module, attr) and not isinstance(getattr(module, attr), kind):
             raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
     item.module = module
     return item
+
+
+def _check_requires(item: MigrationFile, module: ModuleType) -> None:
+    value = getattr(module, "requires", None)
+    if value is None:
+        return
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidExportError(f"{item.name}: requires must be a list of background migration file names", file=item.name)
+    for name in value:
+        wanted = name if name.endswith(".py") else name + ".py"
+        if not is_migration_name(wanted) or wanted >= item.name:
+            raise InvalidExportError(
+                f"{item.name}: requires {name!r}: a requirement must be an earlier migration file", file=item.name
+            )
 
 
 def _check_background(item: MigrationFile, module: ModuleType) -> None:
