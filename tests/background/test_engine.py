@@ -461,3 +461,36 @@ async def test_health_signals_hold_batches_until_healthy(fast_project, db) -> No
     (result,) = await bg.run(s, ["0001_names.py"])
     assert result.status == "completed" and result.totals["migrated"] == 60
     assert asyncio.get_running_loop().time() - started >= 0.5
+
+
+async def test_a_changed_file_waits_until_repinned(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 100)
+    path = fast_project.add("0001_names.py", background_file(batch_size=50))
+    s = fast_project.settings()
+    await command.up(s)
+    path.write_text(path.read_text() + "\n# deployed a fix\n")  # a rolling deploy changed the file
+    run = asyncio.create_task(bg.run(s, ["0001_names.py"]))
+    await asyncio.sleep(1.0)
+    assert not run.done() and await db.people.count_documents({"__v": 2}) == 0  # waiting, not running
+    result = await bg.repin(s, "0001_names.py", reason="deploy 42")
+    assert result.applied == "applied" and not result.replan
+    (report,) = await asyncio.wait_for(run, 30)
+    assert report.status == "completed" and await db.people.count_documents({"__v": 2}) == 100
+    record = await db["_mongoshift_migrations"].find_one({"name": "0001_names.py"})
+    assert record["checksum"] == result.checksum  # status shows the file as ok again
+
+
+async def test_repin_with_a_new_max_parallel_recuts_the_same_pass(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 400)
+    path = fast_project.add("0001_names.py", background_file(batch_size=50, extra="partitions={'min_partition_docs': 50},"))
+    s = fast_project.settings()
+    await command.up(s)
+    async with bg.open_engine(s) as engine:
+        state = (await engine.coordinator.step("0001_names.py", engine.spec("0001_names.py"))).state
+    assert state.plan["partitions"] == 1 and state.generation == 1
+    path.write_text(background_file(batch_size=50, max_parallel=4, extra="partitions={'min_partition_docs': 50},"))
+    result = await bg.repin(s, "0001_names.py")
+    assert result.replan
+    (report,) = await bg.run(s, ["0001_names.py"], concurrency=4)
+    assert report.status == "completed" and report.pass_number == 1 and report.generation == 2
+    assert report.partitions_total > 1 and report.totals["migrated"] == 400

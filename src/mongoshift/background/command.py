@@ -17,7 +17,7 @@ from ..errors import ConfigInvalidError, NotAppliedError
 from ..runner.command import run_info
 from ..runner.context import CancelSignal
 from ..runner.loader import discover, find, load
-from .controls import Action, ControlResult, control
+from .controls import Action, ControlResult, RepinResult, control, pin
 from .coordinator import Coordinator
 from .events import Events, Observer
 from .lane import EngineContext
@@ -45,11 +45,19 @@ class Engine:
 
     def spec(self, name: str) -> Background:
         """The file's spec (its code): the functions are only in the file, not in the database."""
+        return self.loaded(name)[0]
+
+    def loaded(self, name: str) -> tuple[Background, str]:
+        """The file's spec and the checksum of the version that was imported."""
         item = load(find(discover(self.settings.migrations_dir), name))
         spec = item.background
         if spec is None:
             raise ConfigInvalidError(f"{item.name} is not a background migration")
-        return spec
+        return spec, item.checksum
+
+    async def run_one(self, name: str, concurrency: int) -> None:
+        spec, checksum = self.loaded(name)
+        await self.migration_run().run(name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.loaded(name))
 
     def migration_run(self) -> MigrationRun:
         return MigrationRun(self.context, self.coordinator, poll_seconds=self.settings.background_poll_seconds)
@@ -105,7 +113,7 @@ async def run(
         for name in targets:
             if engine.context.cancel.is_set():
                 break
-            await engine.migration_run().run(name, engine.spec(name), concurrency=concurrency)
+            await engine.run_one(name, concurrency)
             state = await engine.store.state(name)
             if state is not None:
                 reports.append(await report(engine.store, state))
@@ -144,6 +152,19 @@ async def apply_control(
         return result
 
 
+async def repin(settings: Settings, name: str, *, reason: str | None = None) -> RepinResult:
+    """Pin the file as it is on disk now (after a deploy changed it); replan when what it matches changed."""
+    async with open_engine(settings) as engine:
+        wanted = await _registered(engine, name)
+        spec, checksum = engine.loaded(wanted)
+        result = await pin(engine.store, wanted, spec, checksum, by=run_info(settings).executed_by, reason=reason)
+        await engine.client[settings.require_connection()[1]][settings.changelog_collection].update_one(
+            {"name": wanted}, {"$set": {"checksum": checksum}}
+        )
+        engine.context.events.emit("control", wanted, action="repin", applied=result.applied, replan=result.replan)
+        return result
+
+
 class BackgroundRunner:
     """Runs every runnable background migration inside an application's event loop."""
 
@@ -170,7 +191,7 @@ class BackgroundRunner:
                     for name in runnable:
                         if self.cancel.is_set():
                             break
-                        await engine.migration_run().run(name, engine.spec(name), concurrency=self.concurrency)
+                        await engine.run_one(name, self.concurrency)
                 except Exception:
                     log.exception("the background runner hit an error; retrying")
                 await sleep(self.settings.background_poll_seconds * 1000, self.cancel)

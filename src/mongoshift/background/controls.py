@@ -11,6 +11,7 @@ from typing import Literal
 
 from ..errors import BackgroundConflictError, NotAppliedError
 from .model import zero_counters
+from .spec import Background
 from .store import BackgroundStore
 
 Action = Literal["pause", "resume", "cancel", "retry", "unlock"]
@@ -82,3 +83,38 @@ async def control(
         fresh = await store.state(name)
         raise BackgroundConflictError(f"{name} changed while {action} was applied; try again", status=fresh.status if fresh else None)
     return ControlResult(name, action, "applied", target)
+
+
+#: Settings whose change alters which documents a pass covers or how it is cut: a repin replans.
+REPLAN_KEYS = ("collection", "from_version", "to_version", "filter", "version_field", "revision_field", "occ", "max_parallel", "partitions")
+
+
+@dataclass
+class RepinResult:
+    name: str
+    applied: Literal["applied", "unchanged"]
+    checksum: str
+    replan: bool
+
+
+async def pin(store: BackgroundStore, name: str, spec: Background, checksum: str, *, by: str, reason: str | None = None) -> RepinResult:
+    """Store the file's checksum and settings as the ones lanes must run."""
+    state = await store.state(name)
+    if state is None:
+        raise NotAppliedError(f"{name} is not a registered background migration", file=name)
+    settings = spec.settings()
+    if state.checksum == checksum and state.spec == settings:
+        return RepinResult(name, "unchanged", checksum, False)
+    replan = state.generation > 0 and state.status not in ("completed", "failed", "cancelled") and any(
+        state.spec.get(key) != settings.get(key) for key in REPLAN_KEYS
+    )
+    await store.transition(
+        name,
+        allowed=(state.status,),
+        to=state.status,
+        action="repin",
+        by=by,
+        reason=reason,
+        set_={"checksum": checksum, "spec": settings, "collection": spec.collection, "replan": replan},
+    )
+    return RepinResult(name, "applied", checksum, replan)

@@ -87,6 +87,8 @@ class Coordinator:
             await store.transition(name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",))
             state = await store.state(name)
             assert state is not None
+        if state.raw.get("replan") and state.generation > 0:
+            state = await self._replan(state, spec)
         await store.reap(name)
         open_ = await store.open_partitions(name, state.generation)
         if open_:
@@ -113,6 +115,20 @@ class Coordinator:
         if adopted:
             self.engine.events.emit("partitioned", state.name, partitions=len(planned), estimate=estimate, generation=state.generation + 1)
         return adopted
+
+    async def _replan(self, state: State, spec: Background) -> State:
+        """A repin changed what the pass covers: supersede the open partitions, keep their counts, re-cut the same pass."""
+        store = self.engine.store
+        await store.partitions.update_many(
+            {"background": state.name, "generation": state.generation, "status": {"$in": ["pending", "running"]}},
+            {"$set": {"status": "superseded"}, "$unset": {"lease": ""}},
+        )
+        state = await store.rollup(state)
+        await self._plan(state, spec, new_pass=False)
+        await store.set_fields(state.name, state.registration, {"replan": False})
+        fresh = await store.state(state.name)
+        assert fresh is not None
+        return fresh
 
     async def _finalize(self, state: State, spec: Background) -> Decision:
         store = self.engine.store

@@ -21,7 +21,6 @@ from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")
 
-SpecLoader = Callable[[str], Background]
 
 
 @dataclass
@@ -33,10 +32,37 @@ class MigrationRun:
     poll_seconds: float = 2.0
     lane_ids: list[str] = field(default_factory=list)
 
-    async def run(self, name: str, spec: Background, *, concurrency: int = 1) -> State | None:
+    async def run(
+        self,
+        name: str,
+        spec: Background,
+        *,
+        concurrency: int = 1,
+        checksum: str | None = None,
+        reload: Callable[[], tuple[Background, str]] | None = None,
+    ) -> State | None:
+        """Drive ``name`` to an end state. ``checksum`` is the version of the file this process imported:
+        while the registration pins another one (a rolling deploy), it warns and waits instead of
+        running the wrong code, reloading the file with ``reload`` until the two agree."""
         lanes = max(1, min(concurrency, spec.max_parallel))
         said = None
         while not self.engine.cancel.is_set():
+            state = await self.engine.store.state(name)
+            if state is not None and checksum is not None and state.checksum != checksum:
+                if reload is not None:
+                    spec, checksum = reload()
+                if state.checksum != checksum:
+                    if said != "checksum":
+                        said = "checksum"
+                        log.warning(
+                            "%s: the file differs from the registered version (a deploy in progress?); waiting. "
+                            "'mongoshift background repin %s' pins the file as it is now",
+                            name,
+                            name,
+                        )
+                    await sleep(self.poll_seconds * 1000, self.engine.cancel)
+                    continue
+                lanes = max(1, min(concurrency, spec.max_parallel))
             decision = await self.coordinator.step(name, spec)
             if decision.next == "done":
                 return decision.state
@@ -47,17 +73,17 @@ class MigrationRun:
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
                 continue
             count = min(lanes, decision.lanes)
-            outcomes = await asyncio.gather(*(self._lane(name, spec) for _ in range(count)))
+            outcomes = await asyncio.gather(*(self._lane(name, spec, checksum) for _ in range(count)))
             if all(o in ("busy", "stale") for o in outcomes):
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
         return await self.engine.store.state(name)
 
-    async def _lane(self, name: str, spec: Background) -> str:
+    async def _lane(self, name: str, spec: Background, checksum: str | None) -> str:
         lane = Lane(self.engine, f"lane-{secrets.token_hex(4)}")
         errors = 0
         while not self.engine.cancel.is_set():
             state = await self.engine.store.state(name)
-            if state is None or state.status != "running":
+            if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
                 return "stale"
             result = await lane.run_slice(state, spec)
             if result.outcome in ("yielded", "done"):

@@ -169,12 +169,39 @@ def cancel(name: str, reason: str | None, yes: bool) -> None:
 @background.command()
 @click.argument("name")
 @click.option("--from-start", is_flag=True, help="Forget checkpoints, counters and failed documents; plan anew.")
+@click.option("--repin", "repin_", is_flag=True, help="Pin the file as it is on disk first (after fixing the code).")
 @REASON
 @YES
 @global_options
-def retry(name: str, from_start: bool, reason: str | None, yes: bool) -> None:
+def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bool) -> None:
     """Retry a failed or cancelled NAME (or reopen a completed one)."""
+    if repin_:
+        _repin(name, reason, quiet=True)
     _control("retry", name, reason, yes, from_start=from_start)
+
+
+def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
+    s = settings()
+    result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
+    out = output()
+    if quiet:
+        return
+    if out.json_mode:
+        out.json({"name": result.name, "applied": result.applied, "checksum": result.checksum, "replan": result.replan})
+    else:
+        note = "; the pass is re-cut" if result.replan else ""
+        out.say(f"{result.name}: {'pinned ' + result.checksum[:12] if result.applied == 'applied' else 'already pinned'}{note}")
+
+
+@background.command()
+@click.argument("name")
+@REASON
+@YES
+@global_options
+def repin(name: str, reason: str | None, yes: bool) -> None:
+    """Pin NAME's file as it is on disk now, so lanes run this version (after a deploy changed it)."""
+    confirm(f"Pin the current file of {name}? Lanes running the old code will wait.", yes)
+    _repin(name, reason)
 
 
 @background.command()

@@ -274,7 +274,7 @@ class Executor:
                 outcome = await revert_or_withdraw(store, step.name, spec, checksum=step.file.checksum, by=by)
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
             if self.runtime.settings.background_inline and (step.direction == "up" or outcome == "revert"):
-                note = await self._run_inline(step.name, spec)
+                note = await self._run_inline(step.name, spec, step.file.checksum)
             filter_, update, upsert = self._record(step, batch, started, kind="background")
             await self.changelog.collection.update_one(filter_, update, upsert=upsert)
         except MongoshiftError as exc:
@@ -289,12 +289,12 @@ class Executor:
         log.info("%s: %s", step.name, note)
         return MigrationResult(step.name, step.direction, status, batch, duration, reason=note)
 
-    async def _run_inline(self, name: str, spec: Any) -> str:
+    async def _run_inline(self, name: str, spec: Any, checksum: str) -> str:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""
         from ..background.command import open_engine
 
         async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client) as engine:
-            state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel)
+            state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel, checksum=checksum)
         status = state.status if state else "missing"
         if status == "completed":
             return "registered and run inline: completed"
