@@ -406,6 +406,7 @@ async def test_retry_from_start_forgets_failed_documents(fast_project, db) -> No
     (first,) = await bg.run(s, ["0001_names.py"])
     assert first.status == "completed" and first.failed_documents == 3
     path.write_text(background_file(batch_size=50, extra="max_document_errors=5,"))  # the fix is deployed
+    await bg.repin(s, "0001_names.py")
     await bg.apply_control(s, "0001_names.py", "retry", from_start=True)
     (second,) = await bg.run(s, ["0001_names.py"])
     assert second.status == "completed" and second.failed_documents == 0

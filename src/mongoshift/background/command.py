@@ -132,7 +132,7 @@ async def partitions(settings: Settings, name: str) -> list[PartitionRow]:
     async with open_engine(settings) as engine:
         state = await engine.store.state(await _registered(engine, name))
         assert state is not None
-        return [PartitionRow.of(p) for p in await engine.store.partitions_of(state.name, state.generation)]
+        return [PartitionRow.of(p) for p in await engine.store.partitions_of(state)]
 
 
 async def apply_control(

@@ -62,7 +62,7 @@ async def control(
     set_: dict[str, object] = {"last_error": None}
     if action == "retry":
         await store.partitions.update_many(
-            {"background": name, "generation": state.generation, "status": "failed"},
+            {**store.current(state), "status": "failed"},
             {"$set": {"status": "pending", "failures": 0}},
         )
         if from_start:

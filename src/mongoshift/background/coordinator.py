@@ -52,6 +52,20 @@ class Coordinator:
         self.lock_ttl_seconds = lock_ttl_seconds
 
     async def step(self, name: str, spec: Background) -> Decision:
+        """Hand out lanes without writing anything while a pass is under way; lock for the rest.
+
+        The fast path matters: polling runners would otherwise write the lock twice per poll,
+        and on servers that judge transaction conflicts globally every such write makes a
+        transactional batch retry.
+        """
+        store = self.engine.store
+        state = await store.state(name)
+        if state is not None and state.status == "running" and state.generation and not state.raw.get("replan"):
+            open_ = await store.open_partitions(state)
+            if open_:
+                await store.reap(name)
+                free = spec.max_parallel - await store.live_leases(name)
+                return Decision("process", state, lanes=max(0, min(open_, free)))
         lock = MigrationLock(
             self.engine.db[self.lock_collection], self.run, ttl_seconds=self.lock_ttl_seconds, lock_id=f"background:{name}"
         )
@@ -79,7 +93,7 @@ class Coordinator:
             state = await store.state(name)
             assert state is not None
         if state.status == "pending":
-            if state.generation == 0 or await store.open_partitions(name, state.generation) == 0:
+            if state.generation == 0 or await store.open_partitions(state) == 0:
                 if not await self._plan(state, spec, new_pass=True):
                     return Decision("wait", await store.state(name), reason="another plan won")
                 state = await store.state(name)
@@ -90,7 +104,7 @@ class Coordinator:
         if state.raw.get("replan") and state.generation > 0:
             state = await self._replan(state, spec)
         await store.reap(name)
-        open_ = await store.open_partitions(name, state.generation)
+        open_ = await store.open_partitions(state)
         if open_:
             free = spec.max_parallel - await store.live_leases(name)
             return Decision("process", state, lanes=max(0, min(open_, free)))
@@ -120,7 +134,7 @@ class Coordinator:
         """A repin changed what the pass covers: supersede the open partitions, keep their counts, re-cut the same pass."""
         store = self.engine.store
         await store.partitions.update_many(
-            {"background": state.name, "generation": state.generation, "status": {"$in": ["pending", "running"]}},
+            {**store.current(state), "status": {"$in": ["pending", "running"]}},
             {"$set": {"status": "superseded"}, "$unset": {"lease": ""}},
         )
         state = await store.rollup(state)
@@ -132,10 +146,10 @@ class Coordinator:
 
     async def _finalize(self, state: State, spec: Background) -> Decision:
         store = self.engine.store
-        failed = await store.partitions.count_documents({"background": state.name, "generation": state.generation, "status": "failed"})
+        failed = await store.partitions.count_documents({**store.current(state), "status": "failed"})
         state = await store.rollup(state)
         if failed:
-            doc = await store.partitions.find_one({"background": state.name, "generation": state.generation, "status": "failed"}, {"last_error": 1})
+            doc = await store.partitions.find_one({**store.current(state), "status": "failed"}, {"last_error": 1})
             message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {(doc or {}).get('last_error')}"
             return await self._fail(state, message)
         if len(state.bad_ids) > spec.max_document_errors:

@@ -105,6 +105,7 @@ class Lane:
         self.engine = engine
         self.id = lane_id
         self._touched = float("-inf")  # when a checkpoint last renewed the lease
+        self._in_transaction = False
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
@@ -121,7 +122,8 @@ class Lane:
         lease, partition = claimed
         engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id)
         lost = asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(lease, lost))
+        self._touched = engine.now()  # the claim renewed the lease
+        heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))
         counters: dict[str, int] = {}
         outcome: SliceResult
         try:
@@ -144,15 +146,24 @@ class Lane:
         engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters)
         return outcome
 
-    async def _heartbeat(self, lease: Lease, lost: asyncio.Event) -> None:
+    async def _heartbeat(self, lease: Lease, lost: asyncio.Event, *, stall_s: float) -> None:
         """Renew the lease between checkpoints; a checkpoint renews it too, so skip when one just did.
 
         Skipping matters in transaction mode: every extra write is a chance of a commit conflict.
+        A lane that has not checkpointed for ``stall_s`` (a slice and three TTLs) is stuck, say
+        on a request that never returns: it stops renewing, so that another lane can reap the
+        lease and go on, and its own late checkpoint will be fenced off.
         """
         while True:
             await asyncio.sleep(lease.ttl_ms / 3000)
-            if self.engine.now() - self._touched < lease.ttl_ms / 4000:
+            idle = self.engine.now() - self._touched
+            if idle < lease.ttl_ms / 4000:
                 continue
+            if self._in_transaction and idle < lease.ttl_ms * 0.6 / 1000:
+                continue  # the transaction's checkpoint renews it; a write now would only make it conflict
+            if idle > stall_s:
+                log.warning("a lane made no progress for %.0fs: letting its lease expire", idle)
+                return
             try:
                 if not await self.engine.store.renew(lease):
                     lost.set()
@@ -329,6 +340,7 @@ class Lane:
                 session=session,
             )
 
+        self._in_transaction = True
         try:
             outcome = await run_batch(
                 client=engine.client, collection=collection, spec=spec, read=read, write=write, checkpoint=checkpoint,
@@ -339,6 +351,8 @@ class Lane:
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             _merge(counters, counts)
             return False, moved, await engine.store.checkpoint(lease, cursor=moved.to_document(), counters=counts, done=False)
+        finally:
+            self._in_transaction = False
         if outcome.lost:
             return False, cursor, False
         counts = _counts(outcome.result, len(outcome.docs))

@@ -84,7 +84,7 @@ def _aware(value: datetime | None) -> datetime | None:
 
 
 async def report(store: BackgroundStore, state: State, *, now: datetime | None = None) -> BackgroundReport:
-    parts = await store.partitions_of(state.name, state.generation) if state.generation else []
+    parts = await store.partitions_of(state) if state.generation else []
     counters = dict(state.totals)
     rolled = state.raw.get("rolled_generation", 0) >= state.generation
     scanned_now = 0

@@ -206,18 +206,24 @@ class BackgroundStore:
         if result.modified_count != 1:
             await self.partitions.delete_many({"background": state.name, "plan": token})
             return False
-        # Older generations are finished (or superseded); keep only the current one.
-        await self.partitions.delete_many({"background": state.name, "generation": {"$lt": generation}})
+        # Older generations are finished (or superseded); keep only the current plan. A planner
+        # killed between its insert and its adoption leaves partitions under a token nobody adopted.
+        await self.partitions.delete_many(
+            {"background": state.name, "$or": [{"generation": {"$lt": generation}}, {"generation": generation, "plan": {"$ne": token}}]}
+        )
         return True
 
-    async def partitions_of(self, name: str, generation: int) -> list[Partition]:
-        cursor = self.partitions.find({"background": name, "generation": generation}, sort=[("seq", ASCENDING)])
+    @staticmethod
+    def current(state: State) -> dict[str, Any]:
+        """The partitions of the adopted plan (never those of a planner that died before adoption)."""
+        return {"background": state.name, "generation": state.generation, "plan": (state.plan or {}).get("token")}
+
+    async def partitions_of(self, state: State) -> list[Partition]:
+        cursor = self.partitions.find(self.current(state), sort=[("seq", ASCENDING)])
         return [Partition.from_document(d) async for d in cursor]
 
-    async def open_partitions(self, name: str, generation: int) -> int:
-        return await self.partitions.count_documents(
-            {"background": name, "generation": generation, "status": {"$in": ["pending", "running"]}}
-        )
+    async def open_partitions(self, state: State) -> int:
+        return await self.partitions.count_documents({**self.current(state), "status": {"$in": ["pending", "running"]}})
 
     async def live_leases(self, name: str) -> int:
         return await self.partitions.count_documents({"background": name, "lease.slot": {"$exists": True}})
@@ -225,11 +231,14 @@ class BackgroundStore:
     # -- leases ---------------------------------------------------------------
 
     async def reap(self, name: str) -> int:
-        """Free the leases of lanes that stopped renewing (crashed, killed, partitioned away)."""
-        result = await self.partitions.update_many(
-            {"background": name, "lease.slot": {"$exists": True}, **lease_expired()},
-            {"$unset": {"lease": ""}, "$inc": {"reclaims": 1}},
-        )
+        """Free the leases of lanes that stopped renewing (crashed, killed, partitioned away).
+
+        It looks before it writes: most of the time nothing has expired, and a write costs more.
+        """
+        expired = {"background": name, "lease.slot": {"$exists": True}, **lease_expired()}
+        if not await self.partitions.count_documents(expired, limit=1):
+            return 0
+        result = await self.partitions.update_many(expired, {"$unset": {"lease": ""}, "$inc": {"reclaims": 1}})
         return result.modified_count
 
     async def claim(
@@ -344,7 +353,7 @@ class BackgroundStore:
     async def bad_id_count(self, state: State) -> int:
         """Distinct failed documents: earlier generations' (rolled into the state) plus the current one's."""
         pipeline: list[dict[str, Any]] = [
-            {"$match": {"background": state.name, "generation": state.generation}},
+            {"$match": self.current(state)},
             {"$project": {"n": {"$size": {"$ifNull": ["$bad_ids", []]}}}},
             {"$group": {"_id": None, "n": {"$sum": "$n"}}},
         ]
@@ -357,16 +366,14 @@ class BackgroundStore:
         """Add the generation's counters into the totals, once, even if two coordinators race or one crashes."""
         if state.raw.get("rolled_generation", 0) >= state.generation:
             return state
-        parts = await self.partitions_of(state.name, state.generation)
+        parts = await self.partitions_of(state)
         totals = zero_counters()
         bad_ids: list[Any] = []
         doc_errors: list[dict[str, Any]] = []
         for part in parts:
             for key in COUNTERS:
                 totals[key] += part.counters.get(key, 0)
-        async for doc in self.partitions.find(
-            {"background": state.name, "generation": state.generation}, {"bad_ids": 1, "doc_errors": 1}
-        ):
+        async for doc in self.partitions.find(self.current(state), {"bad_ids": 1, "doc_errors": 1}):
             bad_ids.extend(doc.get("bad_ids", []))
             doc_errors.extend(doc.get("doc_errors", []))
         update: dict[str, Any] = {
@@ -392,7 +399,7 @@ class BackgroundStore:
         """Totals so far: rolled-up passes plus the current generation's partitions."""
         counters = dict(state.totals)
         if state.raw.get("rolled_generation", 0) < state.generation:
-            for part in await self.partitions_of(state.name, state.generation):
+            for part in await self.partitions_of(state):
                 for key in COUNTERS:
                     counters[key] += part.counters.get(key, 0)
         return counters
