@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient, MongoClient
@@ -26,6 +28,17 @@ TEST_CLIENT_OPTIONS: dict[str, int] = {
 }
 
 REAL_URI = os.environ.get("MONGOSHIFT_TEST_URI")
+
+
+@asynccontextmanager
+async def fail_command(client: AsyncMongoClient, mode: Any, **data: Any) -> AsyncIterator[None]:
+    """The server's ``failCommand`` fail point, switched off again on exit (also on a real
+    mongod started with ``--setParameter enableTestCommands=1``)."""
+    await client.admin.command({"configureFailPoint": "failCommand", "mode": mode, "data": data})
+    try:
+        yield
+    finally:
+        await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-from typing import Any
-
 from mongoshift.background import command as bg
 from mongoshift.runner import command
 
+from ..conftest import fail_command
 from .conftest import seed
 
 TXN_FILE = '''
@@ -31,15 +29,6 @@ def txn_file(bad: str = "", retries: int = 6, extra: str = "") -> str:
     return TXN_FILE.format(bad=bad, retries=retries, extra=extra)
 
 
-@asynccontextmanager
-async def fail_point(client: Any, data: dict[str, Any], times: int):  # type: ignore[no-untyped-def]
-    await client.admin.command({"configureFailPoint": "failCommand", "mode": {"times": times}, "data": data})
-    try:
-        yield
-    finally:
-        await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
-
-
 async def test_transactional_batches_count_exactly_and_side_write_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 450)
     fast_project.add("0001_txn.py", txn_file())
@@ -60,7 +49,7 @@ async def test_injected_transient_errors_are_retried_without_double_writes(fast_
     s = fast_project.settings()
     await command.up(s)
     transient = {"failCommands": ["update"], "errorCode": 112, "errorLabels": ["TransientTransactionError"], "namespace": f"{db.name}.people"}
-    async with fail_point(client, transient, times=3):
+    async with fail_command(client, {"times": 3}, **transient):
         (result,) = await bg.run(s, ["0001_txn.py"])
     assert result.status == "completed"
     assert result.totals["migrated"] == 300 and result.totals["txn_retries"] >= 3
@@ -74,7 +63,7 @@ async def test_an_unknown_commit_result_is_committed_again(fast_project, db, cli
     s = fast_project.settings()
     await command.up(s)
     unknown = {"failCommands": ["commitTransaction"], "errorCode": 91, "errorLabels": ["UnknownTransactionCommitResult"]}
-    async with fail_point(client, unknown, times=1):
+    async with fail_command(client, {"times": 1}, **unknown):
         (result,) = await bg.run(s, ["0001_txn.py"])
     assert result.status == "completed" and result.totals["migrated"] == 150
     assert await db.audit.count_documents({}) == 150
@@ -98,7 +87,7 @@ async def test_a_time_limit_error_halves_the_batch(fast_project, db, client) -> 
     fast_project.add("0001_txn.py", txn_file())
     s = fast_project.settings()
     await command.up(s)
-    async with fail_point(client, {"failCommands": ["find"], "errorCode": 50, "namespace": f"{db.name}.people"}, times=2):
+    async with fail_command(client, {"times": 2}, failCommands=["find"], errorCode=50, namespace=f"{db.name}.people"):
         (result,) = await bg.run(s, ["0001_txn.py"])
     assert result.status == "completed" and result.totals["migrated"] == 200
     assert result.totals["batches"] > 2  # ran at 25 documents per batch after two halvings, growing back
@@ -141,7 +130,7 @@ async def test_a_step_runs_in_a_transaction_with_its_checkpoint(fast_project, db
     s = fast_project.settings()
     await command.up(s)
     transient = {"failCommands": ["update"], "errorCode": 112, "errorLabels": ["TransientTransactionError"], "namespace": f"{db.name}.people"}
-    async with fail_point(client, transient, times=2):
+    async with fail_command(client, {"times": 2}, **transient):
         (result,) = await bg.run(s, ["0001_step.py"])
     assert result.status == "completed" and result.totals["migrated"] == 120
     assert await db.people.count_documents({"stepped": 1}) == 120  # the failed attempts rolled back
@@ -153,6 +142,6 @@ async def test_a_server_without_transactions_fails_the_migration_clearly(fast_pr
     s = fast_project.settings()
     await command.up(s)
     no_txn = {"failCommands": ["find"], "errorCode": 20, "namespace": f"{db.name}.people", "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}
-    async with fail_point(client, no_txn, times=1):
+    async with fail_command(client, {"times": 1}, **no_txn):
         (result,) = await bg.run(s, ["0001_txn.py"])
     assert result.status == "failed" and "without transaction" in (result.last_error or "")

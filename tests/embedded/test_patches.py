@@ -12,14 +12,13 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 from bson import Decimal128, Int64, Regex, Timestamp
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+
+from ..conftest import fail_command
 
 CLIENT_OPTIONS: dict[str, int] = {
     "connectTimeoutMS": 120_000,
@@ -27,15 +26,6 @@ CLIENT_OPTIONS: dict[str, int] = {
     "heartbeatFrequencyMS": 60_000,
     "serverSelectionTimeoutMS": 30_000,
 }
-
-
-@asynccontextmanager
-async def fail_command(client: AsyncMongoClient, mode: Any, **data: Any) -> AsyncIterator[None]:
-    await client.admin.command({"configureFailPoint": "failCommand", "mode": mode, "data": data})
-    try:
-        yield
-    finally:
-        await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
 
 
 # (a) wire insert -------------------------------------------------------------
@@ -180,7 +170,14 @@ async def test_a_write_error_inside_a_transaction_aborts_it(client, db) -> None:
 # (d) fail points on commitTransaction / abortTransaction ---------------------
 
 
-async def test_fail_point_on_commit_with_transient_label_retries_the_transaction(client, db) -> None:
+@pytest.mark.parametrize(
+    ("code", "label", "calls_expected"),
+    [
+        (251, "TransientTransactionError", 2),  # the whole transaction is run again
+        (91, "UnknownTransactionCommitResult", 1),  # only the commit is sent again
+    ],
+)
+async def test_fail_points_on_commit_drive_the_driver_retries(client, db, code: int, label: str, calls_expected: int) -> None:
     await db.t.insert_one({"_id": 1, "n": 0})
     calls = 0
 
@@ -189,38 +186,10 @@ async def test_fail_point_on_commit_with_transient_label_retries_the_transaction
         calls += 1
         await db.t.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=session)
 
-    async with fail_command(
-        client,
-        {"times": 1},
-        failCommands=["commitTransaction"],
-        errorCode=251,
-        errorLabels=["TransientTransactionError"],
-    ):
+    async with fail_command(client, {"times": 1}, failCommands=["commitTransaction"], errorCode=code, errorLabels=[label]):
         async with client.start_session() as session:
             await session.with_transaction(callback)
-    assert calls == 2
-    assert (await db.t.find_one({"_id": 1}))["n"] == 1
-
-
-async def test_fail_point_on_commit_with_unknown_result_retries_the_commit(client, db) -> None:
-    await db.t.insert_one({"_id": 1, "n": 0})
-    calls = 0
-
-    async def callback(session) -> None:
-        nonlocal calls
-        calls += 1
-        await db.t.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=session)
-
-    async with fail_command(
-        client,
-        {"times": 1},
-        failCommands=["commitTransaction"],
-        errorCode=91,
-        errorLabels=["UnknownTransactionCommitResult"],
-    ):
-        async with client.start_session() as session:
-            await session.with_transaction(callback)
-    assert calls == 1
+    assert calls == calls_expected
     assert (await db.t.find_one({"_id": 1}))["n"] == 1
 
 

@@ -14,6 +14,8 @@ from mongoshift.errors import (
 from mongoshift.runner import command
 from mongoshift.runner.context import CancelSignal
 
+from ..conftest import fail_command
+
 ASYNC_INSERT = """
 description = "insert {tag}"
 
@@ -219,14 +221,10 @@ async def test_server_without_transactions_gets_its_own_error(project, db, clien
     from mongoshift.errors import TransactionsUnsupportedError
 
     project.add("0001_txn.py", "use_transaction = True\nasync def up(ctx):\n    await ctx.db.items.insert_one({'tag': 'x'}, session=ctx.session)\n")
-    await client.admin.command(
-        {"configureFailPoint": "failCommand", "mode": {"times": 1}, "data": {"failCommands": ["insert"], "errorCode": 20, "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}}
-    )
-    try:
+    no_txn = {"failCommands": ["insert"], "errorCode": 20, "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}
+    async with fail_command(client, {"times": 1}, **no_txn):
         with pytest.raises(TransactionsUnsupportedError, match="replica set"):
             await command.up(project.settings())
-    finally:
-        await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
     assert await tags(db) == []
 
 

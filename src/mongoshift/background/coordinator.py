@@ -15,7 +15,6 @@ from typing import Literal
 
 from ..runner.changelog import RunInfo
 from ..runner.lock import MigrationLock
-from .events import Events
 from .job import Job
 from .lane import EngineContext
 from .model import TERMINAL, Scope, State

@@ -29,7 +29,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, _key, apply_batch, is_transient
+from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, _key, is_transient
 from .spec import Background
 
 #: Errors that say the batch took too long or grew too big.

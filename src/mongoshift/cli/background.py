@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import click
 
 from ..background import command as bg
 from ..background.status import BackgroundReport
-from ..errors import BackgroundFailedError, BackgroundPendingError, ConfigInvalidError, ExitCode, RunAbortedError
+from ..errors import BackgroundFailedError, ConfigInvalidError, ExitCode, RunAbortedError
 from ..runner.context import CancelSignal
 from .progress import show_progress
 from .main import cli, confirm, global_options, output, run_async, settings
