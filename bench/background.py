@@ -64,6 +64,10 @@ from pymongo.write_concern import WriteConcern
 COLLECTION = "docs"
 BATCH_SIZE = 500
 SEED_BATCH = 1_000
+#: B0 runs one update_many per 20,000 documents (an ``_id`` range): a single 100k-document
+#: command keeps the embedded server's only event loop busy for minutes, past pymongo's
+#: monitor timeout, which then cancels the operation. Still one round trip per 20k documents.
+B0_CHUNK = 20_000
 WRITER_RATE = 200.0  # application updates per second (an upper bound: never bursts to catch up)
 VERSION_INDEX = [("__v", 1), ("_id", 1)]
 #: The embedded server runs every connection on one event loop; a long command stalls
@@ -95,6 +99,9 @@ SCENARIOS = [
     Scenario("B3 B1+guard+majority", "b3"),
     Scenario("engine p=1", "engine", 1),
     Scenario("engine p=4", "engine", 4),
+    # The reference for the writer rows: same load on the server, but the guard's misses are
+    # simply left behind (B3 has no re-read), so it does less work than the engine.
+    Scenario("B3 +writer", "b3", 1, True),
     Scenario("engine p=1 +writer", "engine", 1, True),
     Scenario("engine p=4 +writer", "engine", 4, True),
 ]
@@ -241,8 +248,16 @@ async def _timed(work: Any, profile: str | None) -> Measure:
 
 
 async def _b0(db: Any, size: int) -> tuple[int, dict[str, Any]]:
-    result = await db[COLLECTION].update_many({"__v": 1}, B0_PIPELINE)
-    return result.modified_count, {}
+    """The server-side tier: the pipeline over ``_id`` ranges of ``B0_CHUNK`` documents."""
+    modified = chunks = 0
+    for start in range(0, size, B0_CHUNK):
+        ids: dict[str, Any] = {"$gte": object_id(start)}
+        if start + B0_CHUNK < size:
+            ids["$lt"] = object_id(start + B0_CHUNK)
+        result = await db[COLLECTION].update_many({"__v": 1, "_id": ids}, B0_PIPELINE)
+        modified += result.modified_count
+        chunks += 1
+    return modified, {"commands": chunks}
 
 
 async def _keyset(db: Any, size: int, *, guarded: bool) -> tuple[int, dict[str, Any]]:
@@ -357,14 +372,15 @@ def seed(client: MongoClient[Any], db_name: str, size: int) -> float:
     return time.perf_counter() - t0
 
 
-def verify(client: MongoClient[Any], db_name: str, size: int) -> str | None:
-    """Every document at version 2 with the new shape: a scenario that did less is not a result."""
+def verify(client: MongoClient[Any], db_name: str, size: int) -> tuple[int, int]:
+    """How many documents reached version 2, and how many are not in the new shape.
+
+    A scenario that leaves documents behind is not a result (except B3 with a writer,
+    whose guard is expected to skip the documents the application wrote mid-batch)."""
     collection = client[db_name][COLLECTION]
     done = collection.count_documents({"__v": 2})
     left = collection.count_documents({"$or": [{"__v": {"$ne": 2}}, {"legacy": {"$exists": True}}, {"full_name": {"$exists": False}}]})
-    if done != size or left:
-        return f"{done}/{size} at version 2, {left} not in the new shape"
-    return None
+    return done, left
 
 
 def write_project(root: Path, uri: str, db_name: str, parallel: int) -> Path:
@@ -411,17 +427,26 @@ def stop_writer(proc: subprocess.Popen[str]) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {"error": f"writer exited {proc.returncode}"}
 
 
+class ScenarioFailed(Exception):
+    """A child gave no measurement; its row says why and the other scenarios still run."""
+
+
 def run_child(scenario: Scenario, size: int, uri: str, db_name: str, project: Path | None, profile: str | None) -> Measure:
     args = [sys.executable, __file__, "--scenario", scenario.kind, "--size", str(size), "--uri", uri, "--db", db_name]
     if project is not None:
         args += ["--project", str(project), "--parallel", str(scenario.parallel)]
     if profile:
         args += ["--profile", profile]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ScenarioFailed(f"no result within {CHILD_TIMEOUT_S} s") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{scenario.name} at {size} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        tail = done.stderr.strip().splitlines()[-12:]
+        raise ScenarioFailed(f"exit {done.returncode}: " + " | ".join(line.strip() for line in tail)[-1500:])
     return Measure(**json.loads(lines[-1]))
+
 
 
 @dataclass
@@ -435,6 +460,12 @@ class Row:
     measure: Measure
     writer_stats: dict[str, Any] | None = None
     error: str | None = None
+    left: int = 0  # documents not in the new shape afterwards
+
+    @property
+    def measured(self) -> bool:
+        """False when the child gave no numbers (a row that is only invalid still has them)."""
+        return not (self.error or "").startswith("failed")
 
     @property
     def docs_per_s(self) -> float:
@@ -449,8 +480,13 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run_all(uri: str, sizes: list[int], writer_sizes: set[int], only: list[str] | None, profile_dir: Path | None) -> list[Row]:
-    """Every scenario at every size, each on freshly seeded data; writer scenarios only at ``writer_sizes``."""
+def run_all(
+    uri: str, sizes: list[int], writer_sizes: set[int], only: list[str] | None, profile_dir: Path | None, json_path: Path | None
+) -> list[Row]:
+    """Every scenario at every size, each on freshly seeded data; writer scenarios only at ``writer_sizes``.
+
+    A failed scenario becomes a row marked failed instead of ending the run, and the JSON
+    file is rewritten after every scenario, so a long run is never lost to its last step."""
     rows: list[Row] = []
     db_name = f"mongoshift_bench_{uuid.uuid4().hex[:8]}"
     client: MongoClient[Any] = MongoClient(uri, **CLIENT_OPTIONS)
@@ -470,25 +506,49 @@ def run_all(uri: str, sizes: list[int], writer_sizes: set[int], only: list[str] 
                         slug = scenario.name.split()[0].lower() + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
                         profile = str(profile_dir / f"{slug}{'-writer' if scenario.writer else ''}-{size}.prof")
                     writer = start_writer(uri, db_name, size) if scenario.writer else None
+                    failure = None
                     try:
                         measure = run_child(scenario, size, uri, db_name, project, profile)
+                    except ScenarioFailed as exc:
+                        measure, failure = Measure(), f"failed: {exc}"
                     finally:
                         writer_stats = stop_writer(writer) if writer else None
                     row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats)
-                    row.error = verify(client, db_name, size)
+                    done, row.left = verify(client, db_name, size)
+                    if failure:
+                        row.error = failure
+                    elif (done != size or row.left) and not (scenario.kind == "b3" and scenario.writer):
+                        row.error = f"{done}/{size} at version 2, {row.left} not in the new shape"
                     rows.append(row)
+                    if json_path is not None:
+                        write_json(json_path, rows)
                     log(
                         f"{size:>7} {scenario.name:<24} {measure.wall_s:7.1f} s {row.docs_per_s:6.0f} docs/s  {row.cpu_per_1k:6.3f} cpu-s/1k  "
                         f"{measure.rss_peak_mb:6.1f} MB" + (f"  INVALID: {row.error}" if row.error else "")
                     )
         finally:
-            client.drop_database(db_name)
+            try:
+                client.drop_database(db_name)
+            except Exception as exc:  # never hide the error that got us here
+                log(f"could not drop {db_name}: {type(exc).__name__}")
             client.close()
     return rows
 
 
-def _b3(rows: list[Row], size: int) -> Row | None:
-    return next((r for r in rows if r.size == size and r.kind == "b3"), None)
+def write_json(path: Path, rows: list[Row]) -> None:
+    payload = [
+        {**asdict(r.measure), **{k: v for k, v in asdict(r).items() if k != "measure"}, "docs_per_s": r.docs_per_s, "cpu_s_per_1k": r.cpu_per_1k}
+        for r in rows
+    ]
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def _b3(rows: list[Row], size: int, writer: bool = False) -> Row | None:
+    """The reference row at ``size`` (with or without the writer), if it ran and verified."""
+    return next(
+        (r for r in rows if r.size == size and r.kind == "b3" and r.writer == writer and not r.error and r.docs_per_s and r.cpu_per_1k),
+        None,
+    )
 
 
 def render(rows: list[Row]) -> str:
@@ -497,43 +557,47 @@ def render(rows: list[Row]) -> str:
     sizes = sorted({r.size for r in rows})
     header = (
         "| docs | scenario | wall s | docs/s | CPU s / 1k docs | peak RSS MB | RSS growth MB | "
-        "docs/s ÷ B3 | CPU ÷ B3 | conflicts | retried | app writes/s |"
+        "docs/s ÷ B3 | CPU ÷ B3 | conflicts (B3: left behind) | retried | app writes/s |"
     )
     out += [header, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for size in sizes:
-        b3 = _b3(rows, size)
         for r in (r for r in rows if r.size == size):
+            b3 = _b3(rows, size, r.writer)
             totals = r.measure.extra.get("totals", {})
-            speed = f"{r.docs_per_s / b3.docs_per_s:.2f}" if b3 and b3.docs_per_s else "–"
-            cpu = f"{r.cpu_per_1k / b3.cpu_per_1k:.2f}" if b3 and b3.cpu_per_1k else "–"
+            conflicts = totals.get("conflicts", "–") if r.kind == "engine" else (r.left if r.kind == "b3" and r.writer else "–")
+            if not r.measured:
+                out.append(f"| {size:,} | {r.scenario} **(failed)** |" + " – |" * 10)
+                continue
+            speed = f"{r.docs_per_s / b3.docs_per_s:.2f}" if b3 else "–"
+            cpu = f"{r.cpu_per_1k / b3.cpu_per_1k:.2f}" if b3 else "–"
             name = r.scenario + (" **(invalid)**" if r.error else "")
             out.append(
                 f"| {size:,} | {name} | {r.measure.wall_s:.1f} | {r.docs_per_s:,.0f} | {r.cpu_per_1k:.3f} | "
                 f"{r.measure.rss_peak_mb:.1f} | {r.measure.rss_peak_mb - r.measure.rss_start_mb:.1f} | {speed} | {cpu} | "
-                f"{totals.get('conflicts', '–') if r.kind == 'engine' else '–'} | {totals.get('retried', '–') if r.kind == 'engine' else '–'} | "
+                f"{conflicts} | {totals.get('retried', '–') if r.kind == 'engine' else '–'} | "
                 f"{r.writer_stats.get('rate', '–') if r.writer_stats else '–'} |"
             )
-    out.append("")
+    out += ["", "Ratios are against B3 at the same size; rows with the writer against B3 +writer.", ""]
     verdicts: list[str] = []
     if len(sizes) > 1:
         small, large = sizes[0], sizes[-1]
-        out.append(f"Peak client RSS, {large:,} ÷ {small:,} documents:")
-        out.append("")
+        growth: list[str] = []
         for name in dict.fromkeys(r.scenario for r in rows):
-            a = next((r for r in rows if r.size == small and r.scenario == name), None)
-            b = next((r for r in rows if r.size == large and r.scenario == name), None)
+            a = next((r for r in rows if r.size == small and r.scenario == name and r.measured), None)
+            b = next((r for r in rows if r.size == large and r.scenario == name and r.measured), None)
             if a and b and a.measure.rss_peak_mb:
                 ratio = b.measure.rss_peak_mb / a.measure.rss_peak_mb
-                out.append(f"* {name}: {a.measure.rss_peak_mb:.1f} → {b.measure.rss_peak_mb:.1f} MB = **{ratio:.2f}×**")
+                growth.append(f"* {name}: {a.measure.rss_peak_mb:.1f} → {b.measure.rss_peak_mb:.1f} MB = **{ratio:.2f}×**")
                 if name.startswith("engine"):
                     ok = ratio <= TARGET_RSS_GROWTH
                     verdicts.append(f"* RSS flat ({name}, ≤ {TARGET_RSS_GROWTH}×): {'**meets**' if ok else '**misses**'} ({ratio:.2f}×)")
-        out.append("")
+        if growth:
+            out += [f"Peak client RSS, {large:,} ÷ {small:,} documents:", "", *growth, ""]
     for size in sizes:
         b3 = _b3(rows, size)
         if b3 is None:
             continue
-        for r in (r for r in rows if r.size == size and r.kind == "engine" and not r.writer):
+        for r in (r for r in rows if r.size == size and r.kind == "engine" and not r.writer and r.measured):
             speed, cpu = r.docs_per_s / b3.docs_per_s, r.cpu_per_1k / b3.cpu_per_1k
             verdicts.append(
                 f"* {size:,} {r.scenario}: throughput {speed:.2f}× B3 (target ≥ {TARGET_SPEED}) "
@@ -542,9 +606,8 @@ def render(rows: list[Row]) -> str:
             )
     if verdicts:
         out += ["Verdicts (engine without the writer, against B3 at the same size):", "", *verdicts, ""]
-    invalid = [r for r in rows if r.error]
-    for r in invalid:
-        out.append(f"* INVALID {r.size:,} {r.scenario}: {r.error}")
+    for r in (r for r in rows if r.error):
+        out.append(f"* {'FAILED' if not r.measured else 'INVALID'} {r.size:,} {r.scenario}: {r.error}")
     return "\n".join(out)
 
 
@@ -596,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
 
             uri = stack.enter_context(embedded_server())
             log("embedded server started")
-        rows = run_all(uri, sizes, writer_sizes, only, args.profile_dir)
+        rows = run_all(uri, sizes, writer_sizes, only, args.profile_dir, args.json)
     table = render(rows)
     print(textwrap.dedent(f"""
         mongoshift background benchmark: batch {BATCH_SIZE}, ~1 KB documents, app writer ≤ {WRITER_RATE:.0f} updates/s,
@@ -605,9 +668,6 @@ def main(argv: list[str] | None = None) -> int:
     """).strip())
     print()
     print(table)
-    if args.json:
-        payload = [{**asdict(r.measure), **{k: v for k, v in asdict(r).items() if k != "measure"}, "docs_per_s": r.docs_per_s, "cpu_s_per_1k": r.cpu_per_1k} for r in rows]
-        args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     return 1 if any(r.error for r in rows) else 0
 
 
