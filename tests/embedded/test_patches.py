@@ -337,3 +337,41 @@ async def test_get_more_on_an_unknown_cursor_is_cursor_not_found_43(db) -> None:
     with pytest.raises(OperationFailure) as info:
         await db.command("getMore", Int64(123456789), collection="c")
     assert info.value.code == 43
+
+
+# (k) $in over ObjectIds ------------------------------------------------------
+
+
+async def test_in_over_object_ids_keeps_mongodb_semantics(db) -> None:
+    from bson import ObjectId
+
+    a, b, c = ObjectId(), ObjectId(), ObjectId()
+    await db.ids.insert_many(
+        [
+            {"_id": 1, "ref": a},
+            {"_id": 2, "ref": [c, b]},  # an array matches through any element
+            {"_id": 3, "ref": str(a)},  # the same hex as a string is another value
+            {"_id": 4},  # missing never matches a list without null
+            {"_id": 5, "ref": None},
+        ]
+    )
+    found = [d["_id"] async for d in db.ids.find({"ref": {"$in": [a, b]}}).sort("_id")]
+    assert found == [1, 2]
+    # A list that is not all ObjectIds keeps the original matcher (null matches missing).
+    found = [d["_id"] async for d in db.ids.find({"ref": {"$in": [a, None]}}).sort("_id")]
+    assert found == [1, 4, 5]
+    assert [d["_id"] async for d in db.ids.find({"ref": {"$nin": [a, b]}}).sort("_id")] == [3, 4, 5]
+
+
+async def test_reading_500_documents_back_by_id_is_linear(db) -> None:
+    from bson import ObjectId
+
+    docs = [{"_id": ObjectId(), "pad": "x" * 200} for _ in range(5_000)]
+    await db.many.insert_many(docs)
+    wanted = [d["_id"] for d in docs[2_000:2_500]]
+    started = time.perf_counter()
+    found = [d["_id"] async for d in db.many.find({"_id": {"$in": wanted}}, {"_id": 1})]
+    elapsed = time.perf_counter() - started
+    assert sorted(found) == sorted(wanted)
+    # Unpatched, this read compares 5,000 x 500 pairs and takes about a minute.
+    assert elapsed < 10, f"reading 500 documents by _id took {elapsed:.1f} s"

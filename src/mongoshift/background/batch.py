@@ -24,7 +24,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
-from .document import ShapeError, guard, stamped_diff, version_of
+from .document import ShapeError, guard, stamped_diff
 from .job import Job, TransformContext
 
 #: Server errors that fail one document, not the batch.
@@ -186,13 +186,16 @@ async def apply_batch(
         if strict:
             raise WriteConflict(f"{written - matched} document(s) changed under the transaction")
         # Some guarded writes matched nothing: someone wrote those documents since they were read.
-        candidates = [doc for i, doc in enumerate(owners) if i not in failed]
-        stale = await _still_old(job, candidates, collection, session=session)
-        result.skipped += max(0, written - matched - len(stale))  # gone, or moved on to another version
-        if not stale:
-            return result
-        again = [d async for d in collection.find({"$and": [job.match(exclude_bad=False), {"_id": {"$in": [d["_id"] for d in stale]}}]}, session=session)]
-        result.skipped += len(stale) - len(again)
+        # One read finds the ones still in the old shape and still matching; the others are gone
+        # or moved on to another version, which is nothing left to do for this batch.
+        candidates = [doc["_id"] for i, doc in enumerate(owners) if i not in failed]
+        again = [
+            d
+            async for d in collection.find(
+                {"$and": [job.match(exclude_bad=False), {"_id": {"$in": candidates}}]}, session=session
+            )
+        ]
+        result.skipped += max(0, written - matched - len(again))
         if not again:
             return result
         if round_ == spec.max_conflict_retries:
@@ -203,23 +206,6 @@ async def apply_batch(
     return result
 
 
-async def _still_old(
-    job: Job, candidates: list[dict[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any
-) -> list[dict[str, Any]]:
-    """The candidates that still have the source version: the ones worth transforming again."""
-    field = job.spec.version_field
-    current = {
-        _key(d["_id"]): d
-        async for d in collection.find({"_id": {"$in": [c["_id"] for c in candidates]}}, {field: 1}, session=session)
-    }
-    stale = []
-    for before in candidates:
-        now = current.get(_key(before["_id"]))
-        if now is not None and version_of(now, field) == job.source:
-            stale.append(before)
-    return stale
-
-
-def _key(value: Any) -> bytes:
-    """A hashable, type-exact key for any ``_id``."""
+def id_key(value: Any) -> bytes:
+    """A hashable, type-exact key for any ``_id`` (``1`` and ``1.0`` stay apart)."""
     return encode({"k": value})

@@ -29,7 +29,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, _key, is_transient
+from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key, is_transient
 from .spec import Background
 
 #: Errors that say the batch took too long or grew too big.
@@ -142,7 +142,7 @@ async def run_batch(
                 await session.start_transaction(**transaction_options(spec))
                 fetched = await read(session, size)
                 docs = fitting(fetched)
-                work = [d for d in docs if _key(d["_id"]) not in excluded]
+                work = [d for d in docs if id_key(d["_id"]) not in excluded]
                 result = await write(session, work) if work else BatchResult()
                 result.errors = list(excluded.values())
                 ok = await checkpoint(session, docs, fetched, size, result, list(excluded.values()), retries)
@@ -155,7 +155,7 @@ async def run_batch(
                 return Outcome(result, docs, done, docs[-1]["_id"] if docs else None, retries, list(excluded.values()))
             except DocumentFailed as failed:
                 await _abort(session)
-                excluded[_key(failed.document.id)] = failed.document
+                excluded[id_key(failed.document.id)] = failed.document
                 continue
             except (WriteConflict, PyMongoError) as exc:
                 await _abort(session)
@@ -170,7 +170,7 @@ async def run_batch(
                 if len(docs) == 1 and size == 1:
                     if time_or_size:
                         doc = docs[0]
-                        excluded[_key(doc["_id"])] = DocumentError(doc["_id"], "transaction", f"too big or too slow for a transaction ({exc.code})")  # type: ignore[union-attr]
+                        excluded[id_key(doc["_id"])] = DocumentError(doc["_id"], "transaction", f"too big or too slow for a transaction ({exc.code})")  # type: ignore[union-attr]
                         continue
                     if conflict:
                         raise Skip(docs[0], retries) from None

@@ -65,6 +65,7 @@ def apply() -> None:
     _patch_rename_from_admin()
     _patch_unknown_command()
     _patch_bson_size()
+    _patch_in_object_ids()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
 
@@ -412,3 +413,35 @@ def _patch_bson_size() -> None:
                 raise error from None
 
     runtime._bson_value_size = bson_value_size
+
+
+# (k) `{field: {$in: [...]}}` costs O(documents x values): the compiled matcher of
+# core/compiled_query.CompiledQuery compares every candidate with every listed
+# value through QueryEngine._in_item_matches_candidate, so re-reading the 500
+# documents of a batch by `_id` on 3,000 documents takes ~10 s. When every
+# listed value is an ObjectId (no collation, null or array semantics apply to
+# them), membership is a set lookup: same result, O(documents). Any other list
+# keeps the original matcher.
+def _patch_in_object_ids() -> None:
+    from bson import ObjectId
+    from mongoeco.core.compiled_query import CompiledQuery
+    from mongoeco.core.query_plan import InCondition
+
+    original = CompiledQuery._node_to_code
+
+    def node_to_code(self: Any, node: Any, depth: int) -> str:
+        if (
+            isinstance(node, InCondition)
+            and node.values
+            and all(isinstance(value, ObjectId) for value in node.values)
+        ):
+            field_key = self._field(node.field)
+            members = self._store("values", frozenset(node.values))
+            kind = self._store("kind", ObjectId)
+            return (
+                f"any(isinstance(candidate, {kind}) and candidate in {members}"
+                f" for candidate in (_extract(doc, {field_key}) or ()))"
+            )
+        return original(self, node, depth)
+
+    CompiledQuery._node_to_code = node_to_code
