@@ -1,0 +1,53 @@
+"""The stored contract: two top-level integer fields, and how a stored value reads.
+
+A missing or null value reads as 0, so collections written before versioning
+need no backfill; anything that is not a non-negative integer is corrupt and
+is reported rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+VERSION_FIELD = "__v"
+REVISION_FIELD = "__rev"
+
+
+def check_fields(version_field: str, revision_field: str) -> None:
+    """Refuse field names the helpers could not filter or update safely."""
+    for name in (version_field, revision_field):
+        if not isinstance(name, str) or not name or "." in name or name.startswith("$") or "\x00" in name or name == "_id":
+            raise ValueError(f"{name!r} must be a top-level field name (no dots, no leading $, not _id)")
+    if version_field == revision_field:
+        raise ValueError("the version and revision fields must differ")
+
+
+def check_number(value: object, what: str) -> int:
+    """An argument that must be an integer ≥ 0 (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be an integer >= 0, got {type(value).__name__}")
+    return int(value)
+
+
+def stored_number(doc: Mapping[str, Any], field: str) -> int | None:
+    """The field as a version or revision: 0 when missing or null, None when it is not a non-negative integer."""
+    value = doc.get(field)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return int(value)
+
+
+def number_match(field: str, value: int) -> dict[str, Any]:
+    """The filter for ``field == value``, where 0 also matches a missing or null field."""
+    return {field: {"$in": [None, 0]}} if value == 0 else {field: value}
+
+
+def revision_of(doc: Mapping[str, Any], field: str = REVISION_FIELD) -> int:
+    """The revision a read document carries, to pass back as ``expected_revision``."""
+    number = stored_number(doc, field)
+    if number is None:
+        raise ValueError(f"{field} is not an integer >= 0 in this document")
+    return number
