@@ -54,6 +54,9 @@ def test_types_are_compared_exactly() -> None:
     assert same({"a": [1, Decimal128("1.0")]}, {"a": [1, Decimal128("1.0")]})
     assert not same({"a": 1, "b": 2}, {"b": 2, "a": 1})  # key order is part of a BSON document
     assert same(float("nan"), float("nan"))
+    # Containers compare by their BSON bytes: nested types count too.
+    assert not same([1], [1.0]) and not same([Int64(1)], [1]) and not same({"a": [True]}, {"a": [1]})
+    assert same([{"x": "y"}], [{"x": "y"}]) and same({1: "a"}, {1: "a"})  # a non-string key falls back to the walk
 
 
 @pytest.mark.parametrize(

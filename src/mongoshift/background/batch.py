@@ -15,10 +15,13 @@ document's guard matches at most once, since the write bumps its revision.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bson import decode, encode
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError
@@ -68,9 +71,21 @@ class BatchResult:
     errors: list[DocumentError] = field(default_factory=list)
 
 
-def _copy(doc: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy through BSON: faster than copy.deepcopy and exact for every BSON type."""
-    return decode(encode(doc))
+Pair = tuple[dict[str, Any], dict[str, Any]]
+
+
+def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[Pair]:
+    """Each document as (original, private copy for the transform), exact for every BSON type.
+
+    Documents read as raw BSON (what lanes do) are decoded twice; a decoded one is copied
+    through BSON, which is faster than ``copy.deepcopy``."""
+    pairs: list[Pair] = []
+    for doc in docs:
+        if isinstance(doc, RawBSONDocument):
+            pairs.append((decode(doc.raw, codec), decode(doc.raw, codec)))
+        else:
+            pairs.append((doc, decode(encode(doc), codec)))  # type: ignore[arg-type]
+    return pairs
 
 
 def _error_text(exc: BaseException) -> str:
@@ -87,20 +102,20 @@ def _write_error_text(error: dict[str, Any]) -> str:
     return f"write error {code}"
 
 
-async def _transform(job: Job, docs: list[dict[str, Any]], ctx: TransformContext) -> list[tuple[dict[str, Any], Any, BaseException | None]]:
+async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[tuple[dict[str, Any], Any, BaseException | None]]:
     if job.many is not None:
-        out = job.many([_copy(d) for d in docs], ctx)
+        out = job.many([copy for _, copy in pairs], ctx)
         if inspect.isawaitable(out):
             out = await out
-        if not isinstance(out, list) or len(out) != len(docs):
+        if not isinstance(out, list) or len(out) != len(pairs):
             got = len(out) if isinstance(out, list) else type(out).__name__
-            raise BatchFailed(f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(docs)} document(s); it must return one per document, in order")
-        return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for d, r in zip(docs, out)]
+            raise BatchFailed(f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(pairs)} document(s); it must return one per document, in order")
+        return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for (d, _), r in zip(pairs, out)]
     assert job.one is not None
     results: list[tuple[dict[str, Any], Any, BaseException | None]] = []
-    for doc in docs:
+    for doc, copy in pairs:
         try:
-            new = job.one(_copy(doc), ctx)
+            new = job.one(copy, ctx)
             if inspect.isawaitable(new):
                 new = await new
             results.append((doc, new, None))
@@ -140,7 +155,7 @@ async def _write(collection: AsyncCollection[dict[str, Any]], ops: list[UpdateOn
 
 async def apply_batch(
     job: Job,
-    docs: list[dict[str, Any]],
+    docs: Sequence[Mapping[str, Any]],
     collection: AsyncCollection[dict[str, Any]],
     ctx: TransformContext,
     *,
@@ -157,7 +172,8 @@ async def apply_batch(
     if session is None:
         collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
     result = BatchResult()
-    pending = docs
+    codec = collection.codec_options.with_options(document_class=dict)
+    pending = _pairs(docs, codec)
     for round_ in range(spec.max_conflict_retries + 1):
         ops: list[UpdateOne] = []
         owners: list[dict[str, Any]] = []
@@ -202,7 +218,7 @@ async def apply_batch(
             result.conflicts += len(again)  # still in the way: the next pass takes them
             return result
         result.retried += len(again)
-        pending = again
+        pending = _pairs(again, codec)
     return result
 
 

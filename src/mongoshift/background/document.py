@@ -9,12 +9,16 @@ on the server and so keeps its stored BSON type. Equality is BSON-exact:
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import Any
 
-from bson import encode
+from bson import Int64, ObjectId, encode
 
 _MISSING = object()
+
+#: Types whose ``==`` is already BSON-exact once both sides have the same type.
+_PLAIN = frozenset({str, int, bool, bytes, datetime.datetime, ObjectId, Int64})
 
 
 class ShapeError(ValueError):
@@ -47,16 +51,25 @@ def guard(doc: dict[str, Any], version_field: str, revision_field: str | None) -
 
 
 def same(a: Any, b: Any) -> bool:
-    """BSON-exact equality: same types all the way down, same key order."""
+    """BSON-exact equality: same types all the way down, same key order.
+
+    Containers are compared by their BSON encoding (one C call instead of a Python
+    walk): equal bytes mean equal types, values and key order."""
     if a is b:
         return True
-    if type(a) is not type(b):
+    kind = type(a)
+    if kind is not type(b):
         return False
+    if kind is dict or kind is list:
+        try:
+            return encode({"v": a}) == encode({"v": b})
+        except Exception:  # not encodable as is (a non-string key...): walk it
+            pass
     if isinstance(a, dict):
         return len(a) == len(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float):
+    if kind is float:
         return a == b or (math.isnan(a) and math.isnan(b))
     try:
         return bool(a == b)
@@ -64,15 +77,22 @@ def same(a: Any, b: Any) -> bool:
         return encode({"v": a}) == encode({"v": b})
 
 
+def _plain_same(a: Any, b: Any) -> bool:
+    kind = type(a)
+    return kind is type(b) and kind in _PLAIN and bool(a == b)
+
+
 def _check_keys(value: Any, path: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str) or key.startswith("$") or "." in key or "\x00" in key:
                 raise ShapeError(f"field name {key!r} under {path or 'the document'} cannot be stored")
-            _check_keys(item, f"{path}.{key}" if path else key)
+            if isinstance(item, (dict, list)):
+                _check_keys(item, f"{path}.{key}" if path else key)
     elif isinstance(value, list):
         for item in value:
-            _check_keys(item, path)
+            if isinstance(item, (dict, list)):
+                _check_keys(item, path)
 
 
 def stamped_diff(
@@ -86,7 +106,8 @@ def stamped_diff(
     """The update that turns ``old`` into ``new`` at ``to_version`` with the revision bumped."""
     if not isinstance(new, dict):
         raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
-    if "_id" in new and not same(new["_id"], old["_id"]):
+    new_id = new.get("_id", _MISSING)
+    if new_id is not _MISSING and not _plain_same(new_id, old["_id"]) and not same(new_id, old["_id"]):
         raise ShapeError("the transform changed _id")
     system = {"_id", version_field, revision_field}
     set_: dict[str, Any] = {}
@@ -95,8 +116,14 @@ def stamped_diff(
         if key in system:
             continue
         before = old.get(key, _MISSING)
+        kind = type(value)
+        if kind is type(before) and kind in _PLAIN and before == value:
+            continue  # the common case, without a call: an untouched string, number, date or id
         if before is _MISSING or not same(before, value):
-            _check_keys({key: value}, "")
+            if not isinstance(key, str) or key.startswith("$") or "." in key or "\x00" in key:
+                raise ShapeError(f"field name {key!r} under the document cannot be stored")
+            if kind is dict or kind is list or isinstance(value, (dict, list)):
+                _check_keys(value, key)
             set_[key] = value
     for key in old:
         if key not in system and key not in new:

@@ -18,20 +18,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bson import encode
+from bson import decode, encode
+from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.database import AsyncDatabase
-
-from ..runner.context import CancelSignal
 from pymongo.errors import PyMongoError
 
+from ..runner.context import CancelSignal
 from .batch import BatchFailed, BatchResult, apply_batch, is_transient
 from .events import Events
 from .job import Job
 from .model import Checkpoint, Lease, Partition, State
 from .planner import batch_filter
 from .spec import MAX_CHECKPOINT_BYTES, Adaptive, Background
-from .store import BackgroundStore
 from .health import CallableSignal, HealthSignal, ReplicationLag, wait_while_unhealthy
+from .store import BackgroundStore
 from .throttle import AdaptiveController, ThrottleContext, before_batch
 from .transaction import Skip, TransactionalBatchSize, TransactionsUnsupported, backoff_seconds, commit, run_batch, transaction_options, unsupported
 
@@ -265,7 +265,10 @@ class Lane:
     async def _batch(self, job, spec, lease, partition, cursor, size, collection, match, hint, adaptive, counters):  # type: ignore[no-untyped-def]
         engine = self.engine
         filter_ = batch_filter(match, partition.scope, cursor)
-        find = collection.find(filter_, sort=[("_id", 1)], limit=size)
+        # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
+        # decoding it here and copying it through an encode.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+        find = raw.find(filter_, sort=[("_id", 1)], limit=size)
         if hint is not None:
             find = find.hint(hint)
         docs = await find.to_list(None)
@@ -287,7 +290,7 @@ class Lane:
             if change:
                 engine.events.emit("throttle", job.name, change=change, **adaptive.state())
         done = len(docs) < size
-        next_cursor = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
+        next_cursor = Checkpoint(last_id=decode(docs[-1].raw, collection.codec_options)["_id"], started=True) if docs else cursor
         batch_counts = _counts(result, len(docs))
         _merge(counters, batch_counts)
         ok = await engine.store.checkpoint(
