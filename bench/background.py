@@ -17,6 +17,9 @@ What is compared (the protocol and the results are in ``docs/performance.md``):
   same write path as the engine minus leases, checkpoints and planning.
 * **engine** ``max_parallel`` 1 and 4, throttling off (``pause_ms=0, adaptive=False``),
   with and without an application writer (random ``update_one`` at a bounded rate).
+* **engine pipeline** the engine's server-side form (``pipeline=B0_PIPELINE``): lanes read
+  only ``_id``s and each guarded update runs ``ENGINE_PIPELINE`` (B0's, minus the stamp the
+  engine adds itself) on the server.
 
 Why every scenario runs in a fresh child process: ``getrusage(RUSAGE_SELF)`` and
 ``ru_maxrss`` are per process and only ever grow, so a shared process would add up
@@ -91,6 +94,7 @@ class Scenario:
     kind: str  # b0 | b1 | b3 | engine
     parallel: int = 1
     writer: bool = False
+    pipeline: bool = False  # the engine's server-side form: B0_PIPELINE instead of migrate
 
 
 SCENARIOS = [
@@ -99,11 +103,14 @@ SCENARIOS = [
     Scenario("B3 B1+guard+majority", "b3"),
     Scenario("engine p=1", "engine", 1),
     Scenario("engine p=4", "engine", 4),
+    Scenario("engine pipeline p=1", "engine", 1, pipeline=True),
+    Scenario("engine pipeline p=4", "engine", 4, pipeline=True),
     # The reference for the writer rows: same load on the server, but the guard's misses are
     # simply left behind (B3 has no re-read), so it does less work than the engine.
     Scenario("B3 +writer", "b3", 1, True),
     Scenario("engine p=1 +writer", "engine", 1, True),
     Scenario("engine p=4 +writer", "engine", 4, True),
+    Scenario("engine pipeline p=4 +writer", "engine", 4, True, pipeline=True),
 ]
 
 
@@ -178,6 +185,12 @@ B0_PIPELINE: list[dict[str, Any]] = [
     {"$unset": ["name", "city", "legacy"]},
 ]
 
+#: The engine's server-side form of the same transform: the engine adds the version and revision stamp.
+ENGINE_PIPELINE: list[dict[str, Any]] = [
+    {"$set": {k: v for k, v in B0_PIPELINE[0]["$set"].items() if k not in ("__v", "__rev")}},
+    B0_PIPELINE[1],
+]
+
 MIGRATION_FILE = '''\
 """Written by bench/background.py for one scenario."""
 from mongoshift import Background
@@ -188,7 +201,7 @@ background = Background(
     collection={collection!r},
     from_version=1,
     to_version=2,
-    migrate=migrate,
+    {transform},
     batch_size={batch_size},
     pause_ms=0,
     adaptive=False,
@@ -383,7 +396,7 @@ def verify(client: MongoClient[Any], db_name: str, size: int) -> tuple[int, int]
     return done, left
 
 
-def write_project(root: Path, uri: str, db_name: str, parallel: int) -> Path:
+def write_project(root: Path, uri: str, db_name: str, parallel: int, pipeline: bool = False) -> Path:
     """A throwaway mongoshift project: config plus the one background migration file."""
     project = root / f"project-p{parallel}-{uuid.uuid4().hex[:6]}"
     (project / "migrations").mkdir(parents=True)
@@ -398,7 +411,11 @@ def write_project(root: Path, uri: str, db_name: str, parallel: int) -> Path:
     lines = ["[mongoshift]", *(f"{k} = {json.dumps(v)}" for k, v in config.items())]
     (project / "mongoshift.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     source = MIGRATION_FILE.format(
-        migrate=inspect.getsource(migrate), collection=COLLECTION, batch_size=BATCH_SIZE, parallel=parallel
+        migrate=inspect.getsource(migrate),
+        transform=f"pipeline={ENGINE_PIPELINE!r}" if pipeline else "migrate=migrate",
+        collection=COLLECTION,
+        batch_size=BATCH_SIZE,
+        parallel=parallel,
     )
     (project / "migrations" / "0001_bench.py").write_text(source, encoding="utf-8")
     return project
@@ -500,10 +517,10 @@ def run_all(
                         continue
                     seed_s = seed(client, db_name, size)
                     log(f"{size:>7} {scenario.name:<24} seeded in {seed_s:.1f}s; running")
-                    project = write_project(Path(tmp), uri, db_name, scenario.parallel) if scenario.kind == "engine" else None
+                    project = write_project(Path(tmp), uri, db_name, scenario.parallel, scenario.pipeline) if scenario.kind == "engine" else None
                     profile = None
                     if profile_dir is not None:
-                        slug = scenario.name.split()[0].lower() + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
+                        slug = scenario.name.split()[0].lower() + ("-pipeline" if scenario.pipeline else "") + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
                         profile = str(profile_dir / f"{slug}{'-writer' if scenario.writer else ''}-{size}.prof")
                     writer = start_writer(uri, db_name, size) if scenario.writer else None
                     failure = None

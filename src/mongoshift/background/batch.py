@@ -10,12 +10,18 @@ whatever is still in the way is left for the next pass.
 
 ``migrated`` counts the guarded writes that matched, which is exact: a
 document's guard matches at most once, since the write bumps its revision.
+
+A ``pipeline`` migration is the server-side fast path: the batch holds only
+``_id``s, and each ``UpdateOne`` runs the pipeline on the server, filtered by
+its ``_id`` and the source shape. The server applies it to the document as it
+is at that moment, so an application write made since the read is kept
+without any re-read; a document that moved on is simply not matched.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +38,11 @@ from .job import Job, TransformContext
 
 #: Server errors that fail one document, not the batch.
 DOCUMENT_ERRORS = frozenset({11000, 121, 66, 72, 17280})
+
+#: Per-operation errors that say nothing about the document: the batch fails (and is retried)
+#: instead. Any other error of a pipeline update is the document's (an expression that cannot
+#: evaluate on it, such as ``$concat`` of a number, has one of many codes).
+BATCH_ERRORS = frozenset({6, 24, 50, 64, 89, 91, 112, 133, 189, 251, 262, 290, 9001, 10107, 11600, 11602, 13435, 13436})
 
 
 class BatchFailed(Exception):
@@ -134,7 +145,21 @@ def is_transient(exc: BaseException) -> bool:
     return getattr(exc, "code", None) in (112, 251, 24)
 
 
-async def _write(collection: AsyncCollection[dict[str, Any]], ops: list[UpdateOne], *, session: Any) -> tuple[int, dict[int, dict[str, Any]]]:
+def _is_document_error(code: Any) -> bool:
+    return code in DOCUMENT_ERRORS
+
+
+def _is_pipeline_document_error(code: Any) -> bool:
+    return code not in BATCH_ERRORS
+
+
+async def _write(
+    collection: AsyncCollection[dict[str, Any]],
+    ops: list[UpdateOne],
+    *,
+    session: Any,
+    document_error: Callable[[Any], bool] = _is_document_error,
+) -> tuple[int, dict[int, dict[str, Any]]]:
     """Matched count and the per-document failures by op index; anything else raises."""
     if not ops:
         return 0, {}
@@ -147,7 +172,7 @@ async def _write(collection: AsyncCollection[dict[str, Any]], ops: list[UpdateOn
             raise
         failed: dict[int, dict[str, Any]] = {}
         for error in details.get("writeErrors", []):
-            if error.get("code") not in DOCUMENT_ERRORS:
+            if not document_error(error.get("code")):
                 raise
             failed[error["index"]] = error
         return int(details.get("nMatched", 0)), failed
@@ -171,6 +196,8 @@ async def apply_batch(
     spec = job.spec
     if session is None:
         collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
+    if job.pipeline is not None:
+        return await _apply_pipeline(job, docs, collection, session=session, strict=strict)
     result = BatchResult()
     codec = collection.codec_options.with_options(document_class=dict)
     pending = _pairs(docs, codec)
@@ -220,6 +247,39 @@ async def apply_batch(
         result.retried += len(again)
         pending = _pairs(again, codec)
     return result
+
+
+async def _apply_pipeline(
+    job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
+) -> BatchResult:
+    """The server runs the transform: one pipeline update per ``_id``, guarded by the source shape."""
+    assert job.pipeline is not None
+    match = job.match(exclude_bad=False)
+    update = [*job.pipeline, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
+    ids = [doc["_id"] for doc in docs]
+    ops = [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
+    matched, failed = await _write(collection, ops, session=session, document_error=_is_pipeline_document_error)
+    result = BatchResult(migrated=matched, skipped=len(ops) - len(failed) - matched)
+    for index, error in failed.items():
+        result.errors.append(DocumentError(ids[index], "write", _write_error_text(error)))
+    if strict and result.errors:
+        raise DocumentFailed(result.errors[0])
+    return result
+
+
+def stamp_stages(version_field: str, revision_field: str | None, to_version: int) -> list[dict[str, Any]]:
+    """The pipeline stages that do what :func:`stamped_diff` does: set the version, bump the revision."""
+    stages: list[dict[str, Any]] = []
+    set_: dict[str, Any] = {}
+    if to_version == 0:
+        stages.append({"$unset": version_field})
+    else:
+        set_[version_field] = {"$literal": to_version}
+    if revision_field is not None:
+        set_[revision_field] = {"$add": [{"$ifNull": [f"${revision_field}", 0]}, 1]}
+    if set_:
+        stages.append({"$set": set_})
+    return stages
 
 
 def id_key(value: Any) -> bytes:

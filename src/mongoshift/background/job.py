@@ -47,6 +47,7 @@ class Job:
     step: Callable[..., Any] | None
     bad_ids: list[Any]
     registration: str = ""
+    pipeline: list[dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, state: State, spec: Background) -> Job:
@@ -63,11 +64,17 @@ class Job:
             step=spec.step if forward else spec.revert_step,
             bad_ids=list(state.bad_ids),
             registration=state.registration,
+            pipeline=spec.pipeline if forward else spec.revert_pipeline,
         )
 
     @property
     def revision_field(self) -> str | None:
         return self.spec.revision_field if self.spec.occ == "revision" else None
+
+    @property
+    def projection(self) -> dict[str, int] | None:
+        """What a batch read needs: only the ``_id`` when the server runs the transform."""
+        return {"_id": 1} if self.pipeline is not None else None
 
     def match(self, *, exclude_bad: bool = True) -> dict[str, Any]:
         """What is still to rewrite: the filter at the source version, minus documents that failed."""

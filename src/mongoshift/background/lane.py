@@ -268,7 +268,7 @@ class Lane:
         # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
         # decoding it here and copying it through an encode.
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
-        find = raw.find(filter_, sort=[("_id", 1)], limit=size)
+        find = raw.find(filter_, job.projection, sort=[("_id", 1)], limit=size)
         if hint is not None:
             find = find.hint(hint)
         docs = await find.to_list(None)
@@ -318,7 +318,12 @@ class Lane:
         async def read(session: Any, limit: int) -> list[dict[str, Any]]:
             assert spec.transaction is not None
             find = collection.find(
-                batch_filter(match, partition.scope, cursor), sort=[("_id", 1)], limit=limit, session=session, max_time_ms=spec.transaction.timeout_ms
+                batch_filter(match, partition.scope, cursor),
+                job.projection,
+                sort=[("_id", 1)],
+                limit=limit,
+                session=session,
+                max_time_ms=spec.transaction.timeout_ms,
             )
             if hint is not None:
                 find = find.hint(hint)

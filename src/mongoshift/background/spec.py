@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
+from bson import json_util
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -46,6 +47,35 @@ def _mentions(value: Any, field: str) -> bool:
     return False
 
 
+#: Update-pipeline stages a ``pipeline`` may use: they change fields and keep the rest of the
+#: document, so the engine's own last stage can still stamp the version and the revision.
+PIPELINE_STAGES = frozenset({"$set", "$addFields", "$unset"})
+
+
+def _check_pipeline(name: str, stages: list[dict[str, Any]], reserved: tuple[str, ...]) -> None:
+    """Refuse what the server would take but the engine cannot guard: other stages, or stages
+    that write the fields the engine owns."""
+    if not stages:
+        raise ValueError(f"{name} is empty")
+    for i, stage in enumerate(stages):
+        if not isinstance(stage, dict) or len(stage) != 1:
+            raise ValueError(f"{name}[{i}] must be one stage: a dict with one key such as $set")
+        (op, body), = stage.items()
+        if op not in PIPELINE_STAGES:
+            raise ValueError(f"{name}[{i}]: {op} is not allowed; use {', '.join(sorted(PIPELINE_STAGES))}")
+        if op == "$unset":
+            names = [body] if isinstance(body, str) else body
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ValueError(f"{name}[{i}]: $unset takes a field name or a list of them")
+        elif isinstance(body, dict):
+            names = list(body)
+        else:
+            raise ValueError(f"{name}[{i}]: {op} takes a document of fields")
+        for field in names:
+            if field.split(".")[0] in reserved:
+                raise ValueError(f"{name}[{i}] may not write {field}: the engine sets the version and the revision itself")
+
+
 class Transaction(BaseModel):
     """Each batch (or step) in one snapshot transaction with its checkpoint."""
 
@@ -60,9 +90,11 @@ class Background(BaseModel):
 
     Give exactly one of ``migrate(doc, ctx)`` (returns the whole new document),
     ``migrate_batch(docs, ctx)`` (one result per document, in order; an
-    ``Exception`` element fails that document) or ``step(ctx)`` (for work that
-    is not one document in, one out). Functions may be sync or async; sync
-    transforms run inline on the event loop, so keep them quick.
+    ``Exception`` element fails that document), ``pipeline=[...]`` (an update
+    pipeline the server runs on each document: nothing is read into Python but
+    the ``_id``) or ``step(ctx)`` (for work that is not one document in, one
+    out). Functions may be sync or async; sync transforms run inline on the
+    event loop, so keep them quick.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -77,6 +109,8 @@ class Background(BaseModel):
     revert_batch: Callable[..., Any] | None = None
     step: Callable[..., Any] | None = None
     revert_step: Callable[..., Any] | None = None
+    pipeline: list[dict[str, Any]] | None = None
+    revert_pipeline: list[dict[str, Any]] | None = None
     batch_size: int = Field(default=500, ge=1, le=10_000)
     pause_ms: int = Field(default=100, ge=0, le=3_600_000)
     slice_ms: int = Field(default=30_000, ge=1_000, le=3_600_000)
@@ -157,17 +191,22 @@ class Background(BaseModel):
             raise ValueError("from_version and to_version must differ")
         if self.to_version < self.from_version:
             raise ValueError("to_version must be greater than from_version (revert is declared with revert=...)")
-        forms = [n for n in ("migrate", "migrate_batch", "step") if getattr(self, n) is not None]
+        forms = [n for n in ("migrate", "migrate_batch", "pipeline", "step") if getattr(self, n) is not None]
         if len(forms) != 1:
-            raise ValueError(f"give exactly one of migrate, migrate_batch or step (got {', '.join(forms) or 'none'})")
-        if self.step is not None and (self.revert or self.revert_batch):
+            raise ValueError(f"give exactly one of migrate, migrate_batch, pipeline or step (got {', '.join(forms) or 'none'})")
+        if self.step is not None and (self.revert or self.revert_batch or self.revert_pipeline):
             raise ValueError("a step migration reverts with revert_step")
         if self.step is None and self.revert_step is not None:
             raise ValueError("revert_step goes with step")
-        if self.revert is not None and self.revert_batch is not None:
-            raise ValueError("give revert or revert_batch, not both")
+        reverts = [n for n in ("revert", "revert_batch", "revert_pipeline") if getattr(self, n) is not None]
+        if len(reverts) > 1:
+            raise ValueError(f"give at most one of revert, revert_batch or revert_pipeline (got {', '.join(reverts)})")
         if self.version_field == self.revision_field:
             raise ValueError("version_field and revision_field must differ")
+        for name in ("pipeline", "revert_pipeline"):
+            stages = getattr(self, name)
+            if stages is not None:
+                _check_pipeline(name, stages, (self.version_field, self.revision_field, "_id"))
         for name in (self.version_field, self.revision_field):
             if _mentions(self.filter, name):
                 raise ValueError(f"filter may not name {name}: the engine matches the version itself")
@@ -186,7 +225,7 @@ class Background(BaseModel):
 
     @property
     def reversible(self) -> bool:
-        return any(f is not None for f in (self.revert, self.revert_batch, self.revert_step))
+        return any(f is not None for f in (self.revert, self.revert_batch, self.revert_step, self.revert_pipeline))
 
     @property
     def min_partition_docs(self) -> int:
@@ -207,6 +246,9 @@ class Background(BaseModel):
         data = self.model_dump(
             exclude={"migrate", "migrate_batch", "revert", "revert_batch", "step", "revert_step", "throttle", "health"}
         )
+        for name in ("pipeline", "revert_pipeline"):
+            if data.get(name) is not None:  # stored as text: stage names start with $, which a stored field name should not
+                data[name] = json_util.dumps(data[name], json_options=json_util.CANONICAL_JSON_OPTIONS)
         data["mode"] = self.mode
         data["reversible"] = self.reversible
         return data
