@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .converge.declaration import CollectionDeclaration, declared_name, loc_path
 from .errors import ConfigInvalidError
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
@@ -58,8 +59,13 @@ class Settings(BaseModel):
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
     background_inline: bool = False
     on_requires_pending: Literal["error", "stop"] = "error"
+    #: Declared collections (``[[collections]]``); more come from ``collections_dir`` at converge time.
+    collections: tuple[CollectionDeclaration, ...] = ()
+    collections_dir: Path = Path("collections")
+    converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME)
+    converge_after_up: bool = False
 
-    @field_validator("changelog_collection", "lock_collection", "background_collection")
+    @field_validator("changelog_collection", "lock_collection", "background_collection", "converge_collection")
     @classmethod
     def _not_system(cls, value: str) -> str:
         if value.startswith("system."):
@@ -123,6 +129,12 @@ def read_project_file(path: Path) -> dict[str, Any]:
         section = data.get("tool", {}).get("mongoshift", {})
     else:
         section = data.get("mongoshift", data)
+        stray = [key for key in data if key != "mongoshift"] if "mongoshift" in data else []
+        if stray:
+            raise ConfigInvalidError(
+                f"{path}: {stray[0]!r} is outside the [mongoshift] table, so it would be ignored; "
+                f"write it as mongoshift.{stray[0]} (for example [[mongoshift.collections]])"
+            )
     if not isinstance(section, dict):
         raise ConfigInvalidError(f"config file {path}: the mongoshift section must be a table")
     for key in section:
@@ -130,7 +142,7 @@ def read_project_file(path: Path) -> dict[str, Any]:
             raise ConfigInvalidError(f"unknown setting {key!r} in {path} (known: {', '.join(FIELDS)})")
     values = dict(section)
     # Relative paths in a file are relative to that file, not to where the command runs.
-    for key in ("migrations_dir", "template_path"):
+    for key in ("migrations_dir", "template_path", "collections_dir"):
         if isinstance(values.get(key), str):
             values[key] = str((path.parent / values[key]))
     if isinstance(values.get("hooks"), str) and values["hooks"].endswith(".py"):
@@ -178,5 +190,11 @@ def load_settings(
         problems = []
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(f"setting {key!r} from {sources.get(key, 'defaults')}: {err['msg']}")
+            where = loc_path(err["loc"]) or "?"
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            if name := declared_name(err["loc"], merged):
+                message += f" (collection {name!r})"
+            problems.append(f"setting {where!r} from {sources.get(key, 'defaults')}: {message}")
         raise ConfigInvalidError("; ".join(problems)) from None

@@ -34,6 +34,8 @@ class ExitCode(IntEnum):
     LOCK_RELEASE_FAILED = 21
     OUT_OF_ORDER = 23
     REQUIREMENTS_PENDING = 24
+    CONVERGE_FAILED = 27
+    COLLECTIONS_DRIFT = 28
     BACKGROUND_PENDING = 31
     BACKGROUND_FAILED = 32
     BACKGROUND_CONFLICT = 33
@@ -217,3 +219,17 @@ class RequirementsPendingError(MongoshiftError):
 
     exit_code = ExitCode.REQUIREMENTS_PENDING
     kind = "requirements_pending"
+
+
+class ConvergeFailedError(MongoshiftError):
+    """``converge`` refused its plan (a conflict) or an action failed; ``details`` holds the report."""
+
+    exit_code = ExitCode.CONVERGE_FAILED
+    kind = "converge_failed"
+
+
+class CollectionsDriftError(MongoshiftError):
+    """``converge --check``: the server differs from the declared collections."""
+
+    exit_code = ExitCode.COLLECTIONS_DRIFT
+    kind = "collections_drift"

@@ -169,9 +169,17 @@ def _render_report(report: command.RunReport) -> None:
         out.warn(f"stopped before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
     if not report.results:
         out.say("nothing to do")
+        if report.converge is not None:
+            from .converge import render
+
+            render(report.converge, title="converge")
         return
     rows = [(r.name, r.direction, r.status, r.batch, f"{r.duration_ms} ms", r.reason or r.error or "") for r in report.results]
     out.table(["migration", "direction", "status", "batch", "duration", "note"], rows)
+    if report.converge is not None:
+        from .converge import render
+
+        render(report.converge, title="converge")
 
 
 @cli.command()
@@ -183,16 +191,27 @@ def _render_report(report: command.RunReport) -> None:
 @click.option("--strict", is_flag=True, default=None, help="Refuse to run if an applied file changed on disk.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option(
+    "--converge/--no-converge", "converge", default=None, help="End a bulk up with a converge of the declared collections (default: converge_after_up)."
+)
 @global_options
-def up(file: str | None, to: str | None, step: bool, force: bool, yes: bool, strict: bool | None, no_lock: bool, wait: float | None) -> None:
+def up(
+    file: str | None, to: str | None, step: bool, force: bool, yes: bool, strict: bool | None, no_lock: bool, wait: float | None, converge: bool | None
+) -> None:
     """Apply pending migrations, or FILE alone."""
+    from .converge import interactive_confirm
+
     s = settings()
     if force:
         if not file:
             raise ConfigInvalidError("--force re-runs one named FILE; name it")
         confirm(f"Run {file} again although it is applied?", yes)
+    ask = interactive_confirm(yes)
     report = run_async(
-        lambda cancel: command.up(s, target=file, to=to, step=step, force=force, strict=strict or None, no_lock=no_lock, wait=wait, cancel=cancel)
+        lambda cancel: command.up(
+            s, target=file, to=to, step=step, force=force, strict=strict or None, no_lock=no_lock, wait=wait, cancel=cancel,
+            converge=converge, yes=yes, confirm=ask,
+        )
     )
     _render_report(report)
 
@@ -390,6 +409,9 @@ def demo() -> None:
 
 
 from . import background as _background  # noqa: E402,F401  (registers the command group)
+from .converge import converge_command  # noqa: E402
+
+cli.add_command(converge_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..config import Settings
 from ..connection import connect
-from ..errors import LockReleaseFailedError, MongoshiftError
+from ..errors import ConfigInvalidError, LockReleaseFailedError, MongoshiftError
 from .changelog import Changelog, ChangelogRecord, RunInfo
 from .context import CancelSignal
 from .executor import Executor, MigrationResult, Runtime
@@ -38,15 +38,20 @@ class RunReport:
     warnings: list[str] = field(default_factory=list)
     #: With ``on_requires_pending = "stop"``: the migration the run stopped before, and what it waits for.
     waiting: list[dict[str, Any]] = field(default_factory=list)
+    #: The converge that ended a bulk ``up`` (a ``ConvergeReport``), when one ran.
+    converge: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "command": self.command,
             "run_id": self.run_id,
             "results": [r.to_json() for r in self.results],
             "warnings": self.warnings,
             "waiting": self.waiting,
         }
+        if self.converge is not None:
+            body["converge"] = self.converge.to_json()
+        return body
 
 
 @dataclass
@@ -149,8 +154,25 @@ async def up(
     no_lock: bool = False,
     wait: float | None = None,
     cancel: CancelSignal | None = None,
+    converge: bool | None = None,
+    yes: bool = False,
+    confirm: Any = None,
 ) -> RunReport:
-    """Apply pending migrations (or one FILE), in name order."""
+    """Apply pending migrations (or one FILE), in name order.
+
+    A bulk run (no FILE, no ``to``) ends with a converge of the declared
+    collections under the same lock when ``converge`` (default: the
+    ``converge_after_up`` setting) is on; ``yes`` / ``confirm`` decide its
+    destructive steps as for ``mongoshift converge``.
+    """
+    if converge and (target or to):
+        raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
+    converge_after = bool(settings.converge_after_up if converge is None else converge) and not (target or to)
+    declarations = None
+    if converge_after:
+        from ..converge.declaration import load_declarations
+
+        declarations = load_declarations(settings)  # a bad declaration fails before any migration runs
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
         plan = plan_up(
             session.files,
@@ -161,7 +183,16 @@ async def up(
             strict=settings.strict if strict is None else strict,
             out_of_order="allow" if target else settings.out_of_order,
         )
-        return await _execute(session, "up", plan, batch_per_step=step)
+        report = await _execute(session, "up", plan, batch_per_step=step)
+        if declarations is not None and not report.waiting:
+            from ..converge.command import converge_after_up
+
+            try:
+                report.converge = await converge_after_up(session, declarations, yes=yes, confirm=confirm)
+            except MongoshiftError as exc:
+                exc.details.setdefault("results", [r.to_json() for r in report.results])  # the migrations did apply
+                raise
+        return report
 
 
 async def down(

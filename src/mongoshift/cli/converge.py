@@ -1,0 +1,101 @@
+"""``mongoshift converge``: make the server's indexes and validators match the declared collections."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from ..converge import command as cv
+from ..converge.planner import Action
+from ..errors import ConvergeFailedError, ExitCode
+from .main import WAIT_HELP, global_options, output, run_async, settings
+
+
+def _rows(actions: list[tuple[Action, str]]) -> list[tuple[str, ...]]:
+    return [
+        (a.collection, a.target, a.name or "", a.action, status, a.reason or "")
+        for a, status in actions
+    ]
+
+
+def render(report: cv.ConvergeReport, *, title: str | None = None) -> None:
+    """The plan or outcome as a table: rows that change something, conflicts, and kept indexes."""
+    out = output()
+    for warning in report.warnings:
+        out.warn(warning)
+    for line in report.unstable:
+        out.warn(f"still differs after converge: {line}")
+    if out.json_mode:
+        out.json(report.to_json())
+        return
+    shown = [(r.action, r.status if not r.error else f"{r.status}: {r.error}") for r in report.results if r.action.action != "unchanged"]
+    if shown:
+        out.table(["collection", "target", "name", "action", "status", "note"], _rows(shown), title=title)
+    unchanged = sum(1 for a in report.actions if a.action == "unchanged")
+    collections = len({a.collection for a in report.actions})
+    if not report.drift:
+        out.say(f"in sync: {collections} collection(s), {unchanged} item(s) as declared")
+    elif unchanged:
+        out.say(f"{unchanged} item(s) already as declared")
+
+
+def interactive_confirm(yes: bool):  # type: ignore[no-untyped-def]
+    """The callback that asks before destructive steps, or None (refuse them) without a terminal."""
+    out = output()
+    if yes or out.json_mode or not sys.stdin.isatty():
+        return None
+
+    async def ask(actions: list[Action]) -> bool:
+        out.table(["collection", "name", "action", "why"], [(a.collection, a.name or "", a.action, a.reason or "") for a in actions], title="destructive steps")
+        question = f"Drop or rebuild {len(actions)} index(es)? The index is missing while it rebuilds."
+        # In a thread: the lock's heartbeat keeps running while the user reads.
+        return await asyncio.to_thread(click.confirm, question, default=False)
+
+    return ask
+
+
+@click.command(name="converge")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing (no lock).")
+@click.option("--check", is_flag=True, help="Exit 28 when the server differs from the declarations (for CI); write nothing.")
+@click.option("--prune", is_flag=True, help="Drop indexes that are not declared (never _id_ or a shard-key index).")
+@click.option("--yes", "-y", is_flag=True, help="Allow rebuilds and drops without asking.")
+@click.option("--no-lock", is_flag=True, help="Do not take the migration lock (local work only).")
+@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@global_options
+def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None) -> int:
+    """Create, modify, rebuild or (with --prune) drop indexes and validators to match the declared collections."""
+    s = settings()
+    out = output()
+    if dry_run or check:
+        report = run_async(lambda cancel: cv.plan_converge(s, prune=prune, check=check))
+        render(report, title="check: nothing was written" if check else "dry run: nothing was written")
+        if report.conflicts:
+            out.warn(f"{len(report.conflicts)} conflict(s): converge would refuse to run")
+        if check and not report.in_sync:
+            out.warn(f"{len(report.drift)} difference(s) from the declared collections")
+            return int(ExitCode.COLLECTIONS_DRIFT)
+        if report.conflicts:
+            return int(ExitCode.CONVERGE_FAILED)
+        return 0
+    confirm = interactive_confirm(yes)
+    try:
+        report = run_async(lambda cancel: cv.converge(s, prune=prune, yes=yes, confirm=confirm, no_lock=no_lock, wait=wait, cancel=cancel))
+    except ConvergeFailedError as exc:
+        if not out.json_mode and "converge" in exc.details:
+            _render_failed(exc.details["converge"])
+        raise
+    render(report)
+    return 0
+
+
+def _render_failed(body: dict) -> None:  # type: ignore[type-arg]
+    """A refused or failed run's rows, from the report in the error's details."""
+    rows = [
+        (r["collection"], r["target"], r["name"] or "", r["action"], r["status"] + (f": {r['error']}" if r.get("error") else ""), r["reason"] or "")
+        for r in body.get("actions", [])
+        if r["action"] != "unchanged"
+    ]
+    if rows:
+        output().table(["collection", "target", "name", "action", "status", "note"], rows)

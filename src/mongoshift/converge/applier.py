@@ -1,0 +1,246 @@
+"""Making the plan happen, collection by collection, in the planner's fixed order.
+
+Before touching a collection its state is read and planned again: between the
+plan and this moment an application may have created an index, or an old
+writer may have put a document below a new ``min``. A conflict found then, or
+a destructive step nobody approved, stops the run.
+
+In-place changes are *tried*: when the server refuses ``collMod`` (an older
+server, or one without it) the index is rebuilt instead, which is
+destructive, so only with ``--yes`` or a yes at the prompt. A rebuild drops
+and re-creates the index; if the create fails the old index is put back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import OperationFailure, PyMongoError
+
+from ..connection import redact
+from .declaration import CollectionDeclaration
+from .inspection import inspect
+from .planner import Action, plan_collection
+
+log = logging.getLogger("mongoshift.converge")
+
+Status = Literal["planned", "applied", "failed", "skipped", "ok", "refused"]
+#: Asked before destructive actions (rebuilds, drops) when ``--yes`` was not given.
+Confirm = Callable[[list[Action]], Awaitable[bool]]
+
+#: Codes with which a server says "I do not do that" to a ``collMod`` (not "your data is wrong").
+REFUSED_CODES = frozenset({9, 59, 72, 115, 238, 40415})
+INDEX_NOT_FOUND = 27
+
+
+@dataclass
+class ActionResult:
+    """An action and what became of it."""
+
+    action: Action
+    status: Status
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body = self.action.to_json(self.status)
+        body["error"] = self.error
+        return body
+
+
+class ApplyFailed(Exception):
+    """An action failed: the run stops after this collection."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``code CodeName: message`` (not the full server reply), credentials stripped."""
+    if isinstance(exc, OperationFailure):
+        details = exc.details or {}
+        name = details.get("codeName") or "error"
+        message = details.get("errmsg") or str(exc).split(", full error:")[0]
+        return redact(f"{exc.code} {name}: {message}")[:1000]
+    return redact(f"{type(exc).__name__}: {exc}")[:1000]
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, OperationFailure) and exc.code in REFUSED_CODES
+
+
+def _create_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """An index document as ``createIndexes`` takes it back (without what only listIndexes adds)."""
+    return {k: v for k, v in document.items() if k not in ("v", "ns", "background")}
+
+
+class Applier:
+    """Applies the approved actions of one run."""
+
+    def __init__(self, db: AsyncDatabase[Any], *, yes: bool, confirm: Confirm | None) -> None:
+        self.db = db
+        self.yes = yes
+        self.confirm = confirm
+
+    async def _consent(self, actions: list[Action]) -> bool:
+        if self.yes:
+            return True
+        if self.confirm is None:
+            return False
+        return await self.confirm(actions)
+
+    async def apply_collection(
+        self, declaration: CollectionDeclaration, approved: list[Action], *, prune: bool
+    ) -> list[ActionResult]:
+        """Re-plan one collection, check it against what was approved, then apply it in order.
+
+        Raises :class:`ApplyFailed` (with the results so far as its argument) when something fails.
+        """
+        state = await inspect(self.db, declaration)
+        actions = plan_collection(declaration, state, prune=prune)
+        conflicts = [a for a in actions if a.action == "conflict"]
+        approved_keys = {a.key for a in approved if a.destructive}
+        unapproved = [a for a in actions if a.destructive and a.key not in approved_keys]
+        if conflicts or unapproved:
+            results = [ActionResult(a, "refused", "found when re-planning before applying") for a in conflicts + unapproved]
+            raise ApplyFailed(results)
+        results: list[ActionResult] = []
+        failed = False
+        creates = [a for a in actions if a.target == "index" and a.action == "create"]
+        created = False
+        for action in actions:  # already in application order
+            if not action.changing:
+                results.append(ActionResult(action, "ok"))
+            elif failed:
+                results.append(ActionResult(action, "skipped", "an earlier action of this collection failed"))
+            elif action in creates:
+                if not created:
+                    created = True
+                    batch = await self._create_indexes(declaration.name, creates)
+                    results += batch
+                    failed = any(r.status == "failed" for r in batch)
+            else:
+                result = await self._apply(action)
+                results.append(result)
+                failed = result.status == "failed"
+        if failed:
+            raise ApplyFailed(results)
+        return results
+
+    # ------------------------------------------------------------ the actions
+
+    async def _apply(self, action: Action) -> ActionResult:
+        try:
+            if action.target == "collection":
+                await self.db.command({"create": action.collection, **dict(action.after or {})})
+            elif action.target == "validator":
+                return await self._validator(action)
+            elif action.action == "modify":
+                return await self._modify(action)
+            elif action.action == "rebuild":
+                return await self._rebuild(action)
+            elif action.action == "drop":
+                await self._drop(action.collection, action.name or "")
+        except PyMongoError as exc:
+            log.error("%s failed: %s", action.describe(), describe_error(exc))
+            return ActionResult(action, "failed", describe_error(exc))
+        log.info("%s", action.describe())
+        return ActionResult(action, "applied")
+
+    async def _validator(self, action: Action) -> ActionResult:
+        try:
+            await self.db.command({"collMod": action.collection, **dict(action.after or {})})
+        except OperationFailure as exc:
+            why = describe_error(exc)
+            if _refused(exc):
+                why = f"the server refused collMod, so the validator cannot be changed here ({why})"
+            return ActionResult(action, "failed", why)
+        log.info("%s", action.describe())
+        return ActionResult(action, "applied")
+
+    async def _create_indexes(self, collection: str, creates: list[Action]) -> list[ActionResult]:
+        """One ``createIndexes`` for every new index of the collection."""
+        if not creates:
+            return []
+        try:
+            await self.db.command({"createIndexes": collection, "indexes": [dict(a.after or {}) for a in creates]})
+        except PyMongoError as exc:
+            log.error("%s: createIndexes failed: %s", collection, describe_error(exc))
+            return [ActionResult(a, "failed", describe_error(exc)) for a in creates]
+        for action in creates:
+            log.info("%s", action.describe())
+        return [ActionResult(a, "applied") for a in creates]
+
+    async def _coll_mod_index(self, collection: str, name: str, **options: Any) -> None:
+        await self.db.command({"collMod": collection, "index": {"name": name, **options}})
+
+    async def _modify(self, action: Action) -> ActionResult:
+        """collMod per changed option; a refusal turns into a rebuild (with consent)."""
+        wanted = dict(action.after or {})
+        name = action.name or ""
+        try:
+            if "expireAfterSeconds" in action.changes:
+                await self._coll_mod_index(action.collection, name, expireAfterSeconds=wanted["expireAfterSeconds"])
+            if "hidden" in action.changes:
+                await self._coll_mod_index(action.collection, name, hidden=bool(wanted.get("hidden", False)))
+            if "unique" in action.changes:
+                await self._make_unique(action.collection, name)
+        except OperationFailure as exc:
+            if not _refused(exc):
+                return ActionResult(action, "failed", describe_error(exc))
+            rebuild = replace(
+                action,
+                action="rebuild",
+                reason=f"the server refused collMod ({describe_error(exc)}): rebuild instead (drop + create)",
+            )
+            if not await self._consent([rebuild]):
+                return ActionResult(
+                    rebuild,
+                    "failed",
+                    "the server refused the in-place change; converge again with --yes to rebuild the index (drop + create)",
+                )
+            return await self._rebuild(rebuild)
+        log.info("%s", action.describe())
+        return ActionResult(action, "applied")
+
+    async def _make_unique(self, collection: str, name: str) -> None:
+        """Two steps: ``prepareUnique`` stops new duplicates, then ``unique`` converts (fails on existing ones)."""
+        await self._coll_mod_index(collection, name, prepareUnique=True)
+        try:
+            await self._coll_mod_index(collection, name, unique=True)
+        except OperationFailure:
+            try:
+                await self._coll_mod_index(collection, name, prepareUnique=False)
+            except PyMongoError:
+                log.warning("%s: could not clear prepareUnique on %s after the failed conversion", collection, name)
+            raise
+
+    async def _drop(self, collection: str, name: str) -> None:
+        try:
+            await self.db.command({"dropIndexes": collection, "index": name})
+        except OperationFailure as exc:
+            if exc.code != INDEX_NOT_FOUND:
+                raise
+
+    async def _rebuild(self, action: Action) -> ActionResult:
+        """Drop, then create; a failed create puts the old index back."""
+        old = _create_document(action.before or {})
+        drop_name = action.replaces or action.name or ""
+        try:
+            await self._drop(action.collection, drop_name)
+        except PyMongoError as exc:
+            return ActionResult(action, "failed", describe_error(exc))
+        try:
+            await self.db.command({"createIndexes": action.collection, "indexes": [dict(action.after or {})]})
+        except PyMongoError as exc:
+            why = describe_error(exc)
+            try:
+                if old:
+                    await self.db.command({"createIndexes": action.collection, "indexes": [old]})
+                why += f"; the old index {drop_name!r} was restored"
+            except PyMongoError as again:
+                why += f"; the old index {drop_name!r} could NOT be restored: {describe_error(again)}"
+            log.error("%s failed: %s", action.describe(), why)
+            return ActionResult(action, "failed", why)
+        log.info("%s", action.describe())
+        return ActionResult(action, "applied")

@@ -1,0 +1,480 @@
+"""What a project declares about its collections: indexes, a validator, versioning.
+
+A declaration is an end state, not a list of steps: ``converge`` compares it
+with the server and makes the difference. A part left out is *unmanaged*
+(converge neither adds nor removes anything there); ``validator = false`` in
+TOML or ``None`` in Python means "this collection has no validator".
+
+Declarations come from ``[[collections]]`` in the project file (validated with
+the other settings, so a typo fails every command at once) and from one file
+per collection in ``collections_dir`` (``users.toml`` or ``users.py`` with
+``collection = {...}``), read only when converge runs. Every key is checked:
+an unknown key is an error naming it and where it was written, because a
+misspelt ``uniqe`` that is silently ignored builds the wrong index.
+
+Index options use the server's spelling (``expireAfterSeconds``,
+``partialFilterExpression``), the one pymongo's ``IndexModel`` takes, since
+they are sent to ``createIndexes`` as written; a pymongo ``IndexModel`` is
+accepted as is in Python declarations.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib.util
+import re
+import sys
+import tomllib
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pymongo.operations import IndexModel
+
+from ..errors import ConfigInvalidError
+from .spec import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+INLINE_SOURCE = "[[collections]] in the project config"
+UNREADABLE = (".json", ".yaml", ".yml", ".js", ".ts")
+
+
+def loc_path(loc: Sequence[Any]) -> str:
+    """A pydantic error location as written in a file: ``collections[0].indexes[1].keys``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def declared_name(loc: Sequence[Any], values: Mapping[str, Any]) -> str | None:
+    """The collection an error inside ``[[collections]]`` belongs to, for the message."""
+    if len(loc) < 2 or loc[0] != "collections" or not isinstance(loc[1], int):
+        return None
+    items = values.get("collections")
+    if isinstance(items, (list, tuple)) and 0 <= loc[1] < len(items) and isinstance(items[loc[1]], Mapping):
+        name = items[loc[1]].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = loc_path(err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown key"
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+class _Strict(BaseModel):
+    """Unknown keys are refused with a suggestion (``uniqe`` → did you mean ``unique``?)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_known_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = [f.alias or name for name, f in cls.model_fields.items()]
+            problems = []
+            for key in data:
+                if key in known:
+                    continue
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+                problems.append(f"unknown key {str(key)!r}{hint}")
+            if problems:
+                raise ValueError("; ".join(problems))
+        return data
+
+
+class Collation(_Strict):
+    """An index collation; only the fields written are compared (the server fills the rest)."""
+
+    locale: str = Field(min_length=1)
+    caseLevel: bool | None = None
+    caseFirst: Literal["upper", "lower", "off"] | None = None
+    strength: int | None = Field(default=None, ge=1, le=5)
+    numericOrdering: bool | None = None
+    alternate: Literal["non-ignorable", "shifted"] | None = None
+    maxVariable: Literal["punct", "space"] | None = None
+    normalization: bool | None = None
+    backwards: bool | None = None
+
+
+def _pairs(value: Any) -> list[tuple[Any, Any]]:
+    if isinstance(value, str):
+        return [(value, 1)]
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, (list, tuple)):
+        pairs: list[tuple[Any, Any]] = []
+        for item in value:
+            if isinstance(item, str):
+                pairs.append((item, 1))
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                pairs.append((item[0], item[1]))
+            else:
+                raise ValueError("each key must be a [field, direction] pair")
+        return pairs
+    raise ValueError("keys must be a table {field = direction} or a list of [field, direction] pairs")
+
+
+class IndexDeclaration(_Strict):
+    """One index: pymongo's ``IndexModel`` options, in the server's spelling."""
+
+    keys: tuple[tuple[str, int | str], ...]
+    name: str | None = Field(default=None, min_length=1, max_length=127)
+    unique: bool = False
+    sparse: bool = False
+    hidden: bool = False
+    expireAfterSeconds: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    partialFilterExpression: dict[str, Any] | None = None
+    collation: Collation | None = None
+    wildcardProjection: dict[str, Any] | None = None
+    weights: dict[str, int] | None = None
+    default_language: str | None = None
+    language_override: str | None = None
+    textIndexVersion: int | None = Field(default=None, ge=1, le=3)
+    sphereIndexVersion: int | None = Field(default=None, alias="2dsphereIndexVersion", ge=1, le=3)
+    bits: int | None = Field(default=None, ge=1, le=32)
+    min: float | None = None
+    max: float | None = None
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _keys(cls, value: Any) -> tuple[tuple[str, int | str], ...]:
+        pairs = _pairs(value)
+        if not pairs:
+            raise ValueError("keys must name at least one field")
+        out: list[tuple[str, int | str]] = []
+        seen: set[str] = set()
+        for name, direction in pairs:
+            if not isinstance(name, str) or not name or "\0" in name:
+                raise ValueError(f"invalid key field {name!r}")
+            if name.startswith("$") and name != "$**":
+                raise ValueError(f"invalid key field {name!r}: only the wildcard '$**' may start with '$'")
+            if name in seen:
+                raise ValueError(f"key field {name!r} appears twice")
+            seen.add(name)
+            if isinstance(direction, str) and direction in KEY_TYPES:
+                out.append((name, direction))
+            elif not isinstance(direction, bool) and isinstance(direction, (int, float)) and direction in (1, -1):
+                out.append((name, int(direction)))
+            else:
+                raise ValueError(f"direction of {name!r} must be 1, -1, 'text', '2d', '2dsphere' or 'hashed', not {direction!r}")
+        return tuple(out)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> IndexDeclaration:
+        types = {d for _, d in self.keys if isinstance(d, str)}
+        if self.index_name == "_id_" or self.keys == (("_id", 1),):
+            raise ValueError("the _id index belongs to the server: do not declare it")
+        if self.wildcardProjection is not None and self.keys != (("$**", 1),):
+            raise ValueError("wildcardProjection needs keys = {\"$**\" = 1}")
+        text_options = (self.weights, self.default_language, self.language_override, self.textIndexVersion)
+        if "text" not in types and any(v is not None for v in text_options):
+            raise ValueError("weights, default_language, language_override and textIndexVersion need a 'text' key")
+        if "2d" not in types and any(v is not None for v in (self.bits, self.min, self.max)):
+            raise ValueError("bits, min and max need a '2d' key")
+        if "2dsphere" not in types and self.sphereIndexVersion is not None:
+            raise ValueError("2dsphereIndexVersion needs a '2dsphere' key")
+        if self.expireAfterSeconds is not None and (len(self.keys) != 1 or types):
+            raise ValueError("expireAfterSeconds (TTL) needs a single-field ascending or descending index")
+        return self
+
+    @property
+    def index_name(self) -> str:
+        return self.name or default_name(self.keys)
+
+    def document(self) -> dict[str, Any]:
+        """The ``createIndexes`` entry: false booleans are not sent (the server does not store them)."""
+        doc: dict[str, Any] = {"key": dict(self.keys), "name": self.index_name}
+        for flag in ("unique", "sparse", "hidden"):
+            if getattr(self, flag):
+                doc[flag] = True
+        for option, value in self.model_dump(by_alias=True, exclude_none=True).items():
+            if option in ("keys", "name", "unique", "sparse", "hidden"):
+                continue
+            doc[option] = value
+        return doc
+
+    def spec(self) -> IndexSpec:
+        return IndexSpec.from_document(self.document())
+
+
+class Versioning(_Strict):
+    """Document versioning: converge turns it into validator rules and the version index."""
+
+    current: int = Field(ge=1)
+    min: int = Field(default=1, ge=0)
+    field: str = "__v"
+    revision_field: str = "__rev"
+    index: bool = True
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Versioning:
+        for key in ("field", "revision_field"):
+            value = getattr(self, key)
+            if not FIELD_NAME.match(value) or value == "_id":
+                raise ValueError(f"{key} must be a top-level field name (letters, digits, '_', at most 64), not {value!r}")
+        if self.field == self.revision_field:
+            raise ValueError("field and revision_field must differ")
+        if self.min > self.current:
+            raise ValueError(f"min ({self.min}) cannot be above current ({self.current})")
+        return self
+
+    def rules(self) -> tuple[dict[str, Any], list[str]]:
+        """The ``$jsonSchema`` properties and required fields: no maximum, so newer writers are never refused."""
+        properties = {
+            self.field: {"bsonType": "int", "minimum": self.min},
+            self.revision_field: {"bsonType": ["int", "long"], "minimum": 0},
+        }
+        required = [self.field, self.revision_field] if self.min > 0 else []
+        return properties, required
+
+    def index_declaration(self) -> IndexDeclaration:
+        return IndexDeclaration.model_validate({"keys": [[self.field, 1], ["_id", 1]]})
+
+
+def _touches(validator: Mapping[str, Any], field_name: str) -> bool:
+    for key in validator:
+        if key == field_name or str(key).startswith(field_name + "."):
+            return True
+    schema = validator.get("$jsonSchema")
+    if isinstance(schema, Mapping):
+        if field_name in (schema.get("properties") or {}) or field_name in (schema.get("required") or []):
+            return True
+    return False
+
+
+def merge_versioning(validator: Mapping[str, Any], versioning: Versioning) -> dict[str, Any]:
+    """The user's validator with the versioning rules added to its ``$jsonSchema`` (or a new one)."""
+    properties, required = versioning.rules()
+    merged = copy.deepcopy(dict(validator))
+    schema = dict(merged.get("$jsonSchema") or {})
+    schema["properties"] = {**(schema.get("properties") or {}), **properties}
+    if required:
+        schema["required"] = [*(schema.get("required") or []), *required]
+    merged["$jsonSchema"] = schema
+    return merged
+
+
+class CollectionDeclaration(_Strict):
+    """One declared collection. ``None`` parts are unmanaged, except ``validator`` when written."""
+
+    name: str = Field(min_length=1, max_length=255)
+    indexes: tuple[IndexDeclaration, ...] | None = None
+    validator: dict[str, Any] | None = None
+    validation_level: Literal["off", "strict", "moderate"] | None = None
+    validation_action: Literal["error", "warn", "errorAndLog"] | None = None
+    prune: bool = False
+    versioning: Versioning | None = None
+
+    _source: str = PrivateAttr(default=INLINE_SOURCE)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value.startswith("system.") or "$" in value or "\0" in value or value.startswith(".") or value.endswith("."):
+            raise ValueError(f"{value!r} is not a collection name mongoshift may manage")
+        return value
+
+    @field_validator("indexes", mode="before")
+    @classmethod
+    def _index_models(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            out = []
+            for item in value:
+                if isinstance(item, IndexModel):
+                    document = dict(item.document)
+                    document["keys"] = list(document.pop("key").items())
+                    item = document
+                out.append(item)
+            return out
+        return value
+
+    @field_validator("validator", mode="before")
+    @classmethod
+    def _validator(cls, value: Any) -> Any:
+        if value is False:
+            return None
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError("validator must be a table (a query filter such as {\"$jsonSchema\": {...}}), or false for none")
+        return value
+
+    @model_validator(mode="after")
+    def _coherent(self) -> CollectionDeclaration:
+        if not self.manages_validator and (self.validation_level or self.validation_action):
+            raise ValueError("validation_level and validation_action need a validator (or a versioning block)")
+        if self.versioning is not None and self.validator:
+            for field_name in (self.versioning.field, self.versioning.revision_field):
+                if _touches(self.validator, field_name):
+                    raise ValueError(
+                        f"the validator has rules on {field_name!r}, which the versioning block owns: remove them"
+                    )
+        names: dict[str, IndexSpec] = {}
+        for declared in self.indexes or ():
+            spec = declared.spec()
+            if spec.name in names:
+                raise ValueError(f"index name {spec.name!r} is declared twice")
+            for other in names.values():
+                if spec.same_identity(other, None):
+                    raise ValueError(f"indexes {other.name!r} and {spec.name!r} have the same keys, filter and collation")
+            names[spec.name] = spec
+        version = self.version_index()
+        if version is not None and version.index_name in names and names[version.index_name].key != version.spec().key:
+            raise ValueError(f"index name {version.index_name!r} is the version index's: use another name")
+        return self
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def manages_validator(self) -> bool:
+        return "validator" in self.model_fields_set or self.versioning is not None
+
+    @property
+    def manages_indexes(self) -> bool:
+        """Whether the index list is declared at all: only then can undeclared indexes be pruned."""
+        return self.indexes is not None
+
+    def version_index(self) -> IndexDeclaration | None:
+        if self.versioning is None or not self.versioning.index:
+            return None
+        return self.versioning.index_declaration()
+
+    def index_specs(self) -> list[IndexSpec]:
+        """Every index converge manages here: the declared ones, then the version index unless one covers it."""
+        specs = [declared.spec() for declared in self.indexes or ()]
+        version = self.version_index()
+        if version is not None:
+            wanted = version.spec()
+            if not any(s.same_identity(wanted, None) for s in specs):
+                specs.append(wanted)
+        return specs
+
+    def validator_spec(self) -> ValidatorSpec | None:
+        """The validator converge sets (versioning rules merged in), or None when unmanaged."""
+        if not self.manages_validator:
+            return None
+        user = dict(self.validator or {})
+        action = self.validation_action or "error"
+        if self.versioning is None:
+            return ValidatorSpec(user, self.validation_level or "strict", action)
+        level = self.validation_level or ("strict" if user else "moderate")
+        return ValidatorSpec(merge_versioning(user, self.versioning), level, action)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _validated(data: Any, path: Path) -> CollectionDeclaration:
+    if isinstance(data, CollectionDeclaration):
+        declaration = data
+    else:
+        if not isinstance(data, Mapping):
+            raise ConfigInvalidError(f"{path}: the declaration must be a table/dict, not {type(data).__name__}")
+        values = dict(data)
+        values.setdefault("name", path.stem)
+        try:
+            declaration = CollectionDeclaration.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigInvalidError(f"{path}: {describe(exc)}", file=str(path)) from None
+    declaration._source = str(path)
+    return declaration
+
+
+def _read_toml(path: Path) -> Any:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigInvalidError(f"{path} is not valid TOML: {exc}", file=str(path)) from None
+
+
+def _read_python(path: Path) -> Any:
+    module_name = f"mongoshift_collections.{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigInvalidError(f"{path}: cannot be imported as a Python module", file=str(path))
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # a declaration file may raise anything while importing, even SystemExit
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        line = exc.lineno if isinstance(exc, SyntaxError) else next(
+            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if Path(f.filename) == path), None
+        )
+        where = f" (line {line})" if line else ""
+        raise ConfigInvalidError(f"{path}: failed to import{where}: {type(exc).__name__}: {exc}", file=str(path)) from None
+    finally:
+        sys.modules.pop(module_name, None)
+    if not hasattr(module, "collection"):
+        raise ConfigInvalidError(f"{path}: must define collection = {{...}}", file=str(path))
+    value = module.collection
+    if callable(value) and not isinstance(value, (Mapping, CollectionDeclaration)):
+        raise ConfigInvalidError(f"{path}: collection must be a dict, not a function", file=str(path))
+    return value
+
+
+def load_folder(directory: Path, *, required: bool = False) -> list[CollectionDeclaration]:
+    """One declaration per ``.toml`` / ``.py`` file, in name order; ``_`` and ``.`` files are helpers."""
+    if not directory.is_dir():
+        if required:
+            raise ConfigInvalidError(f"collections folder not found: {directory} (setting collections_dir)")
+        return []
+    declarations = []
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(("_", ".")) or not path.is_file():
+            continue
+        if path.suffix == ".toml":
+            declarations.append(_validated(_read_toml(path), path))
+        elif path.suffix == ".py":
+            declarations.append(_validated(_read_python(path), path))
+        elif path.suffix in UNREADABLE:
+            raise ConfigInvalidError(f"{path}: collection declarations are .toml or .py files", file=str(path))
+    return declarations
+
+
+def reserved_names(settings: Settings) -> set[str]:
+    return {settings.changelog_collection, settings.lock_collection, settings.converge_collection}
+
+
+def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
+    """Every declared collection: the project config first, then the folder. Duplicates are an error."""
+    declarations = list(settings.collections) + load_folder(
+        settings.collections_dir, required="collections_dir" in settings.model_fields_set
+    )
+    seen: dict[str, str] = {}
+    reserved = reserved_names(settings)
+    for declaration in declarations:
+        if declaration.name in seen:
+            raise ConfigInvalidError(
+                f"collection {declaration.name!r} is declared twice: in {seen[declaration.name]} and in {declaration.source}"
+            )
+        if declaration.name in reserved or declaration.name.startswith(settings.background_collection):
+            raise ConfigInvalidError(f"{declaration.source}: {declaration.name!r} is one of mongoshift's own collections")
+        seen[declaration.name] = declaration.source
+    return declarations
+
+
+def declaration_for(settings: Settings, collection_name: str) -> CollectionDeclaration | None:
+    """The declaration of one collection (for the background engine's version field), or None."""
+    for declaration in load_declarations(settings):
+        if declaration.name == collection_name:
+            return declaration
+    return None

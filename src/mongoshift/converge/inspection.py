@@ -1,0 +1,121 @@
+"""What the server has for a declared collection, read from the primary and normalised.
+
+Everything the planner needs is read here, so that the planner stays a pure
+function: the collection's kind and options (``listCollections``), its indexes
+(``listIndexes``), its shard key (``config.collections``, when readable) and,
+when a versioning ``min`` is being raised, whether any document is still below
+it. That probe is bounded in time and returns a yes/no, never a document or an
+``_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
+
+from .declaration import CollectionDeclaration
+from .spec import IndexSpec, ValidatorSpec, normalize_collation, versioning_minimum
+
+Kind = Literal["missing", "collection", "view", "timeseries"]
+
+#: How long the "is any document below the new min?" probe may run.
+PROBE_MAX_TIME_MS = 60_000
+
+
+@dataclass(frozen=True)
+class MinProbe:
+    """The answer to "is a document below ``minimum``?": found, none, or unknown (``error``)."""
+
+    minimum: int
+    found: bool | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CollectionState:
+    """One collection as the server reports it, in the comparable form."""
+
+    name: str
+    kind: Kind
+    validator: ValidatorSpec = field(default_factory=lambda: ValidatorSpec({}))
+    default_collation: Mapping[str, Any] | None = None
+    indexes: tuple[IndexSpec, ...] = ()
+    shard_key: tuple[str, ...] | None = None
+    #: The minimum version the server's validator enforces now (0: none).
+    version_minimum: int = 0
+    probe: MinProbe | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.kind != "missing"
+
+
+def _kind(info: Mapping[str, Any]) -> Kind:
+    # Some servers (mongoeco) report every namespace as type "collection"; the options tell.
+    options = info.get("options") or {}
+    if info.get("type") == "view" or "viewOn" in options:
+        return "view"
+    if info.get("type") == "timeseries" or "timeseries" in options:
+        return "timeseries"
+    return "collection"
+
+
+async def _shard_key(db: AsyncDatabase[Any], name: str) -> tuple[str, ...] | None:
+    """The shard key's fields, or None when not sharded or not readable (the server still guards it)."""
+    try:
+        doc = await db.client["config"]["collections"].find_one({"_id": f"{db.name}.{name}", "dropped": {"$ne": True}})
+    except PyMongoError:
+        return None
+    if not doc or not isinstance(doc.get("key"), Mapping):
+        return None
+    return tuple(doc["key"])
+
+
+async def probe_below(db: AsyncDatabase[Any], name: str, field_name: str, minimum: int, *, max_time_ms: int = PROBE_MAX_TIME_MS) -> MinProbe:
+    """Whether one document has ``field < minimum`` (missing or null counts as 0); ids are never read."""
+    query: dict[str, Any] = {"$or": [{field_name: {"$lt": minimum}}, {field_name: None}]}
+    try:
+        doc = await db[name].find_one(query, projection={"_id": 0, field_name: 1}, max_time_ms=max_time_ms)
+    except ExecutionTimeout:
+        return MinProbe(minimum, None, f"the check did not finish within {max_time_ms / 1000:g}s")
+    except OperationFailure as exc:
+        return MinProbe(minimum, None, f"the check failed: {exc.code} {type(exc).__name__}")
+    return MinProbe(minimum, doc is not None)
+
+
+async def inspect(db: AsyncDatabase[Any], declaration: CollectionDeclaration, *, probe: bool = True) -> CollectionState:
+    """Read one declared collection's state; probe for old documents only when ``min`` goes up."""
+    name = declaration.name
+    infos = [info async for info in await db.list_collections(filter={"name": name})]
+    if not infos:
+        return CollectionState(name, "missing")
+    info = infos[0]
+    kind = _kind(info)
+    options = info.get("options") or {}
+    validator = ValidatorSpec.from_options(options)
+    if kind != "collection":
+        return CollectionState(name, kind, validator)
+    indexes = tuple(
+        [IndexSpec.from_document(doc) async for doc in await db[name].list_indexes() if doc.get("name") != "_id_"]
+    )
+    minimum = 0
+    result: MinProbe | None = None
+    versioning = declaration.versioning
+    if versioning is not None:
+        minimum = versioning_minimum(validator.validator, versioning.field)
+        if probe and versioning.min > minimum:
+            result = await probe_below(db, name, versioning.field, versioning.min)
+    return CollectionState(
+        name,
+        kind,
+        validator,
+        default_collation=normalize_collation(options.get("collation")),
+        indexes=indexes,
+        shard_key=await _shard_key(db, name),
+        version_minimum=minimum,
+        probe=result,
+    )

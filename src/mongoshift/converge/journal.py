@@ -1,0 +1,96 @@
+"""The converge log (``converge_collection``, default ``_mongoshift_converge``).
+
+One document per run that changed something or failed: who ran it, where,
+when (server clock), whether it succeeded and every action with its outcome.
+A run that found everything in place, a dry run and ``--check`` write nothing.
+The document is written when applying starts and completed at the end, so a
+run killed half-way is still visible (``success: null``).
+
+Index documents and validators are stored as relaxed Extended JSON text in
+``from`` / ``to``: a partial filter's ``$exists`` would otherwise become a
+``$``-prefixed field name, which not every server version stores.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pymongo import DESCENDING
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import PyMongoError
+
+from ..runner.changelog import RunInfo
+from .spec import as_text
+
+if TYPE_CHECKING:
+    from .command import ConvergeReport
+
+log = logging.getLogger("mongoshift.converge")
+
+
+def _literal(value: Any) -> Any:
+    return {"$literal": value}
+
+
+def action_document(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "collection": row["collection"],
+        "target": row["target"],
+        "name": row["name"],
+        "action": row["action"],
+        "status": row["status"],
+        "from": as_text(row["from"]),
+        "to": as_text(row["to"]),
+        "reason": row["reason"],
+        "error": row.get("error"),
+    }
+
+
+class ConvergeJournal:
+    def __init__(self, collection: AsyncCollection[dict[str, Any]]) -> None:
+        self.collection = collection
+        self._indexed = False
+
+    async def _ensure_index(self) -> None:
+        if not self._indexed:
+            await self.collection.create_index([("started_at", DESCENDING)], name="started_at")
+            self._indexed = True
+
+    def _identity(self, run: RunInfo, trigger: str) -> dict[str, Any]:
+        return {
+            "run_id": _literal(run.run_id),
+            "trigger": _literal(trigger),
+            "executed_by": _literal(run.executed_by),
+            "host": _literal(run.host),
+            "environment": _literal(run.environment),
+        }
+
+    async def start(self, run: RunInfo, trigger: str) -> None:
+        """Mark the run as applying; a crash from here on leaves ``success: null`` behind."""
+        await self._ensure_index()
+        fields = {**self._identity(run, trigger), "started_at": "$$NOW", "success": None}
+        await self.collection.update_one({"run_id": run.run_id}, [{"$set": fields}], upsert=True)
+
+    async def finish(self, run: RunInfo, report: ConvergeReport) -> None:
+        """Write the outcome; never raises (a failed log write must not hide the run's own result)."""
+        body = report.to_json()
+        fields = {
+            **self._identity(run, report.trigger),
+            "started_at": {"$ifNull": ["$started_at", "$$NOW"]},
+            "finished_at": "$$NOW",
+            "duration_ms": report.duration_ms,
+            "success": report.success,
+            "error": _literal(report.error),
+            "changed": report.changed,
+            "actions": _literal([action_document(row) for row in body["actions"] if row["action"] not in ("unchanged", "keep")]),
+            "unstable": _literal(report.unstable),
+        }
+        try:
+            await self._ensure_index()
+            await self.collection.update_one({"run_id": run.run_id}, [{"$set": fields}], upsert=True)
+        except PyMongoError as exc:
+            log.warning("could not write the converge log (%s): %s", self.collection.name, type(exc).__name__)
+
+    async def history(self, limit: int = 20) -> list[dict[str, Any]]:
+        return [doc async for doc in self.collection.find({}, {"_id": 0}).sort("started_at", DESCENDING).limit(limit)]

@@ -1,0 +1,263 @@
+"""Declaration + server state → the actions that make one into the other. Pure: no I/O.
+
+Per collection the actions come in the order they are applied: create the
+collection (with its validator), change the validator, create indexes (one
+``createIndexes``), modify indexes in place (``collMod``), rebuild indexes
+(drop + create: destructive), drop undeclared indexes (only with prune). Rows
+that change nothing (``unchanged``, ``keep``) and ``conflict`` rows are listed
+too, so that a plan says why nothing happens to an index. One conflict refuses
+the whole run before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .declaration import CollectionDeclaration
+from .inspection import CollectionState
+from .spec import IN_PLACE, IndexSpec, ValidatorSpec, as_json, key_document
+
+Target = Literal["collection", "validator", "index"]
+Kind = Literal["create", "modify", "rebuild", "drop", "keep", "unchanged", "conflict"]
+
+#: The application order within one collection.
+PHASES: dict[tuple[str, str], int] = {
+    ("collection", "create"): 0,
+    ("validator", "modify"): 1,
+    ("index", "create"): 2,
+    ("index", "modify"): 3,
+    ("index", "rebuild"): 4,
+    ("index", "drop"): 5,
+}
+CHANGING = frozenset({"create", "modify", "rebuild", "drop"})
+DESTRUCTIVE = frozenset({"rebuild", "drop"})
+
+
+@dataclass(frozen=True)
+class Action:
+    """One planned step (or a reason why there is none) for one collection, validator or index."""
+
+    collection: str
+    target: Target
+    action: Kind
+    name: str | None = None
+    reason: str | None = None
+    #: What the server has (index document, validator fields); None when absent.
+    before: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: What the declaration wants.
+    after: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: The options that differ (server spelling), for modify and rebuild.
+    changes: tuple[str, ...] = ()
+    #: A rebuild that replaces a server index of another name: the one dropped first.
+    replaces: str | None = None
+
+    @property
+    def changing(self) -> bool:
+        return self.action in CHANGING
+
+    @property
+    def destructive(self) -> bool:
+        return self.action in DESTRUCTIVE
+
+    @property
+    def phase(self) -> int:
+        return PHASES.get((self.target, self.action), len(PHASES))
+
+    @property
+    def key(self) -> tuple[str, str, str | None, str]:
+        """Identity for comparing a re-plan with the approved plan."""
+        return (self.collection, self.target, self.name, self.action)
+
+    def describe(self) -> str:
+        what = self.target if self.name is None else f"index {self.name}"
+        return f"{self.collection}: {self.action} {what}" + (f" ({self.reason})" if self.reason else "")
+
+    def to_json(self, status: str) -> dict[str, Any]:
+        return {
+            "collection": self.collection,
+            "target": self.target,
+            "name": self.name,
+            "action": self.action,
+            "status": status,
+            "destructive": self.destructive,
+            "changes": list(self.changes),
+            "replaces": self.replaces,
+            "reason": self.reason,
+            "from": as_json(dict(self.before)) if self.before is not None else None,
+            "to": as_json(dict(self.after)) if self.after is not None else None,
+        }
+
+
+def _index_document(spec: IndexSpec) -> dict[str, Any]:
+    """The document shown for an index: the declared/reported one, keys in the written form."""
+    doc = {k: v for k, v in spec.document.items() if k not in ("v", "ns")}
+    doc.setdefault("key", key_document(spec.key))
+    return doc
+
+
+def _in_place(changes: Iterable[str], declared: IndexSpec) -> bool:
+    """collMod can set a TTL, hide/unhide, and make an index unique; removing a TTL or unique cannot."""
+    changes = set(changes)
+    if not changes <= IN_PLACE:
+        return False
+    if "expireAfterSeconds" in changes and declared.options.get("expireAfterSeconds") is None:
+        return False
+    if "unique" in changes and not declared.options.get("unique"):
+        return False
+    return True
+
+
+def _validator_actions(declaration: CollectionDeclaration, state: CollectionState, wanted: ValidatorSpec) -> list[Action]:
+    name = declaration.name
+    actions: list[Action] = []
+    versioning = declaration.versioning
+    probe = state.probe
+    if versioning is not None and probe is not None and probe.found is not False:
+        field_name = versioning.field
+        if probe.found:
+            why = (
+                f"raising min to {versioning.min} is refused: a document still has {field_name} below "
+                f"{versioning.min} (or none); rewrite those documents first"
+            )
+        else:
+            why = f"raising min to {versioning.min} is refused: {probe.error}"
+        actions.append(Action(name, "validator", "conflict", reason=why, before=state.validator.document(), after=wanted.document()))
+        return actions
+    if wanted.same_as(state.validator):
+        actions.append(Action(name, "validator", "unchanged"))
+    else:
+        reason = "remove the validator" if wanted.empty else ("add a validator" if state.validator.empty else "change the validator")
+        actions.append(Action(name, "validator", "modify", reason=reason, before=state.validator.document(), after=wanted.document()))
+    return actions
+
+
+def _index_actions(declaration: CollectionDeclaration, state: CollectionState, *, prune: bool) -> list[Action]:
+    name = declaration.name
+    wanted = declaration.index_specs()
+    declared_names = {spec.name for spec in wanted}
+    server_by_name = {spec.name: spec for spec in state.indexes}
+    claimed: set[str] = set()
+    actions: list[Action] = []
+    for spec in wanted:
+        current = server_by_name.get(spec.name)
+        if current is not None:
+            claimed.add(current.name)
+            if current.key != spec.key:
+                actions.append(
+                    Action(
+                        name, "index", "conflict", spec.name,
+                        reason=f"the server's index {spec.name!r} has other keys {key_document(current.key)}; "
+                        "declare the new keys under a new name",
+                        before=_index_document(current), after=_index_document(spec),
+                    )
+                )
+                continue
+            changes = spec.differences(current, state.default_collation)
+            if not changes:
+                actions.append(Action(name, "index", "unchanged", spec.name))
+            elif _in_place(changes, spec):
+                actions.append(
+                    Action(name, "index", "modify", spec.name, reason="change " + ", ".join(changes),
+                           before=_index_document(current), after=_index_document(spec), changes=changes)
+                )
+            else:
+                actions.append(
+                    Action(name, "index", "rebuild", spec.name, reason=", ".join(changes) + " cannot change in place",
+                           before=_index_document(current), after=_index_document(spec), changes=changes)
+                )
+            continue
+        twin = next(
+            (s for s in state.indexes if s.name not in declared_names and s.name not in claimed and spec.same_identity(s, state.default_collation)),
+            None,
+        )
+        if twin is None:
+            actions.append(Action(name, "index", "create", spec.name, after=_index_document(spec)))
+            continue
+        claimed.add(twin.name)
+        changes = spec.differences(twin, state.default_collation)
+        if not changes:
+            actions.append(
+                Action(name, "index", "unchanged", spec.name,
+                       reason=f"exists as {twin.name!r} (the server keeps one index per key, filter and collation)")
+            )
+        elif prune:
+            actions.append(
+                Action(name, "index", "rebuild", spec.name, reason=f"replaces the undeclared {twin.name!r} ({', '.join(changes)} differ)",
+                       before=_index_document(twin), after=_index_document(spec), changes=changes, replaces=twin.name)
+            )
+        else:
+            actions.append(
+                Action(
+                    name, "index", "conflict", spec.name,
+                    reason=f"the undeclared index {twin.name!r} has the same keys with other options ({', '.join(changes)}); "
+                    "drop it, or converge with --prune to replace it",
+                    before=_index_document(twin), after=_index_document(spec),
+                )
+            )
+    if not declaration.manages_indexes:
+        return actions
+    shard = state.shard_key
+    for spec in state.indexes:
+        if spec.name in claimed or spec.name in declared_names:
+            continue
+        fields = tuple(field_name for field_name, _ in spec.key)
+        if shard and fields[: len(shard)] == shard:
+            actions.append(Action(name, "index", "keep", spec.name, reason="supports the shard key: never pruned"))
+        elif prune:
+            actions.append(Action(name, "index", "drop", spec.name, reason="not declared; pruned", before=_index_document(spec)))
+        else:
+            actions.append(Action(name, "index", "keep", spec.name, reason="not declared; kept without --prune"))
+    return actions
+
+
+def plan_collection(declaration: CollectionDeclaration, state: CollectionState, *, prune: bool = False) -> list[Action]:
+    """The actions for one collection, in application order."""
+    name = declaration.name
+    prune = prune or declaration.prune
+    if state.kind in ("view", "timeseries"):
+        return [Action(name, "collection", "conflict", reason=f"{name!r} is a {state.kind}: converge manages only plain collections")]
+    wanted_validator = declaration.validator_spec()
+    if not state.exists:
+        after: dict[str, Any] = {}
+        if wanted_validator is not None and not wanted_validator.empty:
+            after = wanted_validator.document()
+        actions = [Action(name, "collection", "create", after=after)]
+        actions += [Action(name, "index", "create", spec.name, after=_index_document(spec)) for spec in declaration.index_specs()]
+        return actions
+    actions = []
+    if wanted_validator is not None:
+        actions += _validator_actions(declaration, state, wanted_validator)
+    actions += _index_actions(declaration, state, prune=prune)
+    return sorted(actions, key=lambda a: a.phase)  # stable: declaration order within a phase
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every action of a run, collection by collection in declaration order."""
+
+    actions: tuple[Action, ...]
+
+    @property
+    def conflicts(self) -> list[Action]:
+        return [a for a in self.actions if a.action == "conflict"]
+
+    @property
+    def changes(self) -> list[Action]:
+        return [a for a in self.actions if a.changing]
+
+    @property
+    def destructive(self) -> list[Action]:
+        return [a for a in self.actions if a.destructive]
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.changes and not self.conflicts
+
+
+def plan(declarations: Iterable[CollectionDeclaration], states: Mapping[str, CollectionState], *, prune: bool = False) -> Plan:
+    actions: list[Action] = []
+    for declaration in declarations:
+        actions += plan_collection(declaration, states[declaration.name], prune=prune)
+    return Plan(tuple(actions))

@@ -1,0 +1,145 @@
+"""``mongoshift converge`` and ``up --converge`` as a user runs them: real processes, exit codes, JSON."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from ..cli.test_cli import QUICK, cli
+
+USERS = """
+[[mongoshift.collections]]
+name = "users"
+validator = false
+indexes = [
+  { keys = { email = 1 }, name = "by_email", unique = true },
+  { keys = { seen = 1 }, expireAfterSeconds = 3600 },
+]
+"""
+
+
+def declare(project, text: str = USERS, **settings: object) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(**settings)
+    with project.config.open("a", encoding="utf-8") as f:
+        f.write(textwrap.dedent(text))
+
+
+def test_check_dry_run_and_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    declare(project)
+    db = sync_client[project.db]
+
+    result = cli(project, "converge", "--check", "--json")
+    assert result.returncode == 28, result.stderr
+    document = json.loads(result.stdout)
+    assert document["in_sync"] is False and document["mode"] == "check"
+    assert {(a["target"], a["name"], a["action"], a["status"]) for a in document["actions"]} == {
+        ("collection", None, "create", "planned"),
+        ("index", "by_email", "create", "planned"),
+        ("index", "seen_1", "create", "planned"),
+    }
+
+    result = cli(project, "converge", "--dry-run")
+    assert result.returncode == 0 and "dry run: nothing was written" in result.stdout and "by_email" in result.stdout
+    assert db.list_collection_names() == []  # not even the converge log or the lock
+
+    result = cli(project, "converge", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["success"] and document["changed"] and document["summary"] == {"create": 3}
+    assert db.users.index_information()["by_email"]["unique"] is True
+    assert db["_mongoshift_converge"].count_documents({"success": True}) == 1
+
+    result = cli(project, "converge", "--check")
+    assert result.returncode == 0 and "in sync: 1 collection(s)" in result.stdout
+    result = cli(project, "converge", "--json")
+    assert result.returncode == 0 and json.loads(result.stdout)["changed"] is False
+
+
+def test_destructive_plan_needs_yes_with_json(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    db = sync_client[project.db]
+    db.users.create_index("email", name="by_email")  # declared unique: collMod, or a rebuild where the server refuses it
+    db.users.create_index("stray", name="stray_1")
+    declare(project)
+
+    result = cli(project, "converge", "--prune", "--json")
+    assert result.returncode == 6, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "config_invalid" and "--yes" in error["message"] and "users: drop index stray_1" in error["message"]
+    assert "stray_1" in db.users.index_information() and "seen_1" not in db.users.index_information()
+
+    result = cli(project, "converge", "--prune", "--json", "--yes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    indexes = db.users.index_information()
+    assert "stray_1" not in indexes and indexes["by_email"]["unique"] is True and "_id_" in indexes
+
+
+def test_conflict_exits_27_with_the_plan(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    sync_client[project.db].users.create_index([("email", 1), ("tenant", 1)], name="by_email")
+    declare(project)
+    result = cli(project, "converge", "--json", "--yes")
+    assert result.returncode == 27
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "converge_failed" and "conflict" in error["message"]
+    rows = error["details"]["converge"]["actions"]
+    assert [(r["name"], r["status"]) for r in rows if r["action"] == "conflict"] == [("by_email", "refused")]
+    assert "seen_1" not in sync_client[project.db].users.index_information()
+
+    result = cli(project, "converge", "--dry-run")
+    assert result.returncode == 27 and "conflict" in result.stdout
+
+
+def test_invalid_declaration_exits_6_naming_key_and_file(project) -> None:  # type: ignore[no-untyped-def]
+    declare(project, USERS.replace("unique = true", "uniqe = true"))
+    result = cli(project, "converge", "--json")
+    assert result.returncode == 6
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "uniqe" in message and "did you mean 'unique'" in message and "mongoshift.toml" in message
+
+    declare(project, "")
+    (project.root / "collections").mkdir()
+    (project.root / "collections" / "orders.toml").write_text("indexes = [{ keys = { at = 1 }, expireAfterSecs = 5 }]\n")
+    result = cli(project, "converge")
+    assert result.returncode == 6 and "orders.toml: indexes[0]: unknown key 'expireAfterSecs'" in result.stderr
+
+
+def test_folder_declarations_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    declare(project, "")
+    folder = project.root / "collections"
+    folder.mkdir()
+    (folder / "orders.py").write_text('collection = {"indexes": [{"keys": {"customer": 1, "at": -1}}], "validator": None}\n')
+    result = cli(project, "converge", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "customer_1_at_-1" in sync_client[project.db].orders.index_information()
+
+
+def test_bulk_up_ends_with_a_converge(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    declare(project, converge_after_up=True)
+    db = sync_client[project.db]
+
+    result = cli(project, "up", "0001_a.py", "--converge")
+    assert result.returncode == 6 and "bulk up" in result.stderr
+    result = cli(project, "up", "--to", "0001_a.py", "--json")  # --to: never a converge
+    assert result.returncode == 0 and "converge" not in json.loads(result.stdout)
+    assert "users" not in db.list_collection_names()
+    result = cli(project, "up", "--no-converge", "--json")
+    assert result.returncode == 0 and "converge" not in json.loads(result.stdout)
+
+    result = cli(project, "up", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["results"] == [] and document["converge"]["trigger"] == "up" and document["converge"]["changed"]
+    assert "by_email" in db.users.index_information()
+    entry = db["_mongoshift_converge"].find_one()
+    assert entry is not None and entry["trigger"] == "up" and entry["run_id"] == document["run_id"]
+
+
+def test_up_with_a_bad_declaration_runs_no_migration(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    declare(project, "")
+    (project.root / "collections").mkdir()
+    (project.root / "collections" / "users.toml").write_text("indexes = [{ keys = { a = 3 } }]\n")
+    result = cli(project, "up", "--converge")
+    assert result.returncode == 6 and "users.toml" in result.stderr
+    assert sync_client[project.db]["_mongoshift_migrations"].count_documents({}) == 0

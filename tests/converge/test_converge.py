@@ -1,0 +1,300 @@
+"""Converge through the Python API, against the server.
+
+The embedded server (mongoeco 4.11) has no ``collMod``: in-place index changes
+fall back to a rebuild there, and a validator cannot be changed on an existing
+collection. Tests of what needs ``collMod`` are marked ``real_mongodb``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo.errors import WriteError
+
+from mongoshift.converge import command as cv
+from mongoshift.converge.planner import Action
+from mongoshift.errors import ConfigInvalidError, ConvergeFailedError, LockHeldError, RunAbortedError
+from mongoshift.runner.changelog import RunInfo
+from mongoshift.runner.lock import MigrationLock
+
+from ..conftest import fail_command
+from .conftest import journal, server_indexes, settings_with
+
+USERS: dict[str, Any] = {
+    "name": "users",
+    "indexes": [
+        {"keys": {"email": 1}, "name": "by_email", "unique": True, "collation": {"locale": "en", "strength": 2}},
+        {"keys": {"seen": 1}, "expireAfterSeconds": 3600},
+        {"keys": {"bio": "text"}, "weights": {"bio": 3}},
+        {"keys": {"kind": 1, "at": -1}, "partialFilterExpression": {"kind": {"$exists": True}}},
+        {"keys": {"loc": "2dsphere"}},
+        {"keys": {"old": 1}, "hidden": True, "sparse": True},
+    ],
+    "validator": {"$jsonSchema": {"bsonType": "object", "properties": {"email": {"bsonType": "string"}}}},
+    "versioning": {"current": 2, "min": 1},
+}
+
+
+def kinds(report: cv.ConvergeReport) -> list[tuple[str, str | None, str, str]]:
+    return [(a.collection, a.name, a.action, r.status) for r, a in zip(report.results, report.actions) if a.action != "unchanged"]
+
+
+async def test_converge_creates_everything_then_plans_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
+    s = settings_with(project, USERS, {"name": "audit"})
+    report = await cv.converge(s)
+    assert report.success and report.changed and report.unstable == []
+    assert [(a.target, a.name) for a in report.actions if a.action == "create"] == [
+        ("collection", None),
+        ("index", "by_email"),
+        ("index", "seen_1"),
+        ("index", "bio_text"),
+        ("index", "kind_1_at_-1"),
+        ("index", "loc_2dsphere"),
+        ("index", "old_1"),
+        ("index", "__v_1__id_1"),
+        ("collection", None),
+    ]
+    indexes = await server_indexes(db, "users")
+    assert indexes["by_email"]["unique"] is True and indexes["seen_1"]["expireAfterSeconds"] == 3600
+    assert indexes["old_1"].get("hidden") is True and dict(indexes["__v_1__id_1"]["key"]) == {"__v": 1, "_id": 1}
+    assert "audit" in await db.list_collection_names()
+
+    # the validator is in force: versioning rules merged into the user's schema
+    await db.users.insert_one({"email": "a@x", "__v": 1, "__rev": 0})
+    with pytest.raises(WriteError) as refused:
+        await db.users.insert_one({"email": "b@x"})
+    assert refused.value.code == 121
+
+    again = await cv.converge(s)
+    assert again.in_sync and not again.changed and again.success
+    assert len(await journal(db)) == 1  # the run that changed nothing is not logged
+    check = await cv.plan_converge(s, check=True)
+    assert check.in_sync and check.mode == "check"
+
+
+async def test_journal_records_changing_and_failed_runs(project, db) -> None:  # type: ignore[no-untyped-def]
+    s = settings_with(project, {"name": "items", "indexes": [{"keys": {"sku": 1}, "unique": True}]})
+    report = await cv.converge(s)
+    [entry] = await journal(db)
+    assert entry["run_id"] == report.run_id and entry["success"] is True and entry["trigger"] == "converge"
+    assert entry["started_at"] is not None and entry["finished_at"] >= entry["started_at"]
+    assert entry["executed_by"] and entry["environment"] == "production" and entry["changed"] is True
+    assert [(a["target"], a["name"], a["action"], a["status"]) for a in entry["actions"]] == [
+        ("collection", None, "create", "applied"),
+        ("index", "sku_1", "create", "applied"),
+    ]
+    assert entry["actions"][1]["to"] == '{"key": {"sku": 1}, "name": "sku_1", "unique": true}'
+
+    await db.create_collection("view_me", viewOn="items", pipeline=[])
+    with pytest.raises(ConvergeFailedError):
+        await cv.converge(settings_with(project, {"name": "view_me", "indexes": []}))
+    failed = (await journal(db))[-1]
+    assert failed["success"] is False and "conflict" in failed["error"] and failed["changed"] is False
+    assert failed["actions"][0]["status"] == "refused"
+
+
+@pytest.mark.parametrize("case", ["view", "name with other keys", "twin with other options"])
+async def test_a_conflict_refuses_the_whole_run_before_any_write(project, db, case: str) -> None:  # type: ignore[no-untyped-def]
+    if case == "view":
+        await db.create_collection("users", viewOn="other", pipeline=[])
+        conflicting: dict[str, Any] = {"name": "users", "indexes": [{"keys": {"email": 1}}]}
+    elif case == "name with other keys":
+        await db.users.create_index("email", name="by_email")
+        conflicting = {"name": "users", "indexes": [{"keys": {"email": 1, "tenant": 1}, "name": "by_email"}]}
+    else:
+        await db.users.create_index("email", name="legacy_email")
+        conflicting = {"name": "users", "indexes": [{"keys": {"email": 1}, "name": "by_email", "unique": True}]}
+    s = settings_with(project, {"name": "first", "indexes": [{"keys": {"a": 1}}]}, conflicting)
+    before = await server_indexes(db, "users") if case != "view" else None
+
+    with pytest.raises(ConvergeFailedError) as info:
+        await cv.converge(s, yes=True)
+    assert info.value.exit_code == 27 and "nothing was changed" in info.value.message
+    assert "first" not in await db.list_collection_names()  # planned before the conflicting one, still not created
+    if before is not None:
+        assert await server_indexes(db, "users") == before
+    body = info.value.details["converge"]
+    assert [r["action"] for r in body["actions"] if r["collection"] == "users"] == ["conflict"]
+
+    dry = await cv.plan_converge(s)
+    assert [a.collection for a in dry.conflicts] == ["users"] and not dry.success
+
+
+async def test_twin_with_other_options_is_replaced_with_prune(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.users.create_index("email", name="legacy_email")
+    s = settings_with(project, {"name": "users", "indexes": [{"keys": {"email": 1}, "name": "by_email", "unique": True}]})
+    report = await cv.converge(s, prune=True, yes=True)
+    assert kinds(report) == [("users", "by_email", "rebuild", "applied")]
+    indexes = await server_indexes(db, "users")
+    assert "legacy_email" not in indexes and indexes["by_email"]["unique"] is True
+
+
+async def test_rebuild_asks_first(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.events.create_index("kind", name="kind_1", partialFilterExpression={"kind": {"$exists": True}})
+    s = settings_with(project, {"name": "events", "indexes": [{"keys": {"kind": 1}, "partialFilterExpression": {"kind": {"$type": "string"}}}]})
+    before = await server_indexes(db, "events")
+
+    with pytest.raises(ConfigInvalidError, match="would drop or rebuild indexes.*events: rebuild index kind_1.*--yes"):
+        await cv.converge(s)  # no --yes and nobody to ask
+    asked: list[list[Action]] = []
+
+    async def no(actions: list[Action]) -> bool:
+        asked.append(actions)
+        return False
+
+    with pytest.raises(RunAbortedError, match="nothing was changed"):
+        await cv.converge(s, confirm=no)
+    assert [(a.name, a.action) for a in asked[0]] == [("kind_1", "rebuild")]
+    assert await server_indexes(db, "events") == before
+
+    async def yes(actions: list[Action]) -> bool:
+        return True
+
+    report = await cv.converge(s, confirm=yes)
+    assert kinds(report) == [("events", "kind_1", "rebuild", "applied")]
+    assert (await server_indexes(db, "events"))["kind_1"]["partialFilterExpression"] == {"kind": {"$type": "string"}}
+    assert (await cv.plan_converge(s)).in_sync
+
+
+async def test_prune_only_with_prune_and_never_the_id_index(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.things.create_index("extra", name="extra_1")
+    await db.things.create_index("kept", name="kept_1")
+    declaration = {"name": "things", "indexes": [{"keys": {"kept": 1}}]}
+    s = settings_with(project, declaration)
+
+    report = await cv.converge(s)
+    assert kinds(report) == [("things", "extra_1", "keep", "ok")] and not report.changed
+    assert "extra_1" in await server_indexes(db, "things")
+
+    with pytest.raises(ConfigInvalidError, match="things: drop index extra_1"):
+        await cv.converge(s, prune=True)
+    report = await cv.converge(s, prune=True, yes=True)
+    assert kinds(report) == [("things", "extra_1", "drop", "applied")]
+    assert set(await server_indexes(db, "things")) == {"_id_", "kept_1"}
+
+    # prune = true in the declaration, and nothing declared: everything but _id_ goes
+    report = await cv.converge(settings_with(project, {**declaration, "indexes": [], "prune": True}), yes=True)
+    assert kinds(report) == [("things", "kept_1", "drop", "applied")]
+    assert set(await server_indexes(db, "things")) == {"_id_"}
+
+
+async def test_refused_collmod_falls_back_to_a_rebuild_only_with_consent(project, client, db) -> None:  # type: ignore[no-untyped-def]
+    """A server that refuses collMod (mongoeco has none; a real one is made to refuse by a fail point)."""
+    await db.sessions.create_index("seen", name="seen_1", expireAfterSeconds=3600)
+    s = settings_with(project, {"name": "sessions", "indexes": [{"keys": {"seen": 1}, "expireAfterSeconds": 60}]})
+    plan = await cv.plan_converge(s)
+    assert [(a.name, a.action, a.changes) for a in plan.drift] == [("seen_1", "modify", ("expireAfterSeconds",))]
+
+    async with fail_command(client, {"times": 1}, failCommands=["collMod"], errorCode=59):
+        with pytest.raises(ConvergeFailedError, match="refused the in-place change.*--yes to rebuild") as info:
+            await cv.converge(s)  # not destructive as planned, so nobody was asked; the fallback needs consent
+    assert (await server_indexes(db, "sessions"))["seen_1"]["expireAfterSeconds"] == 3600
+    [row] = [r for r in info.value.details["converge"]["actions"] if r["name"] == "seen_1"]
+    assert (row["action"], row["status"]) == ("rebuild", "failed")
+
+    async with fail_command(client, {"times": 1}, failCommands=["collMod"], errorCode=59):
+        report = await cv.converge(s, yes=True)
+    [result] = [r for r in report.results if r.action.name == "seen_1"]
+    assert (result.action.action, result.status) == ("rebuild", "applied") and "refused collMod" in (result.action.reason or "")
+    assert (await server_indexes(db, "sessions"))["seen_1"]["expireAfterSeconds"] == 60
+
+
+async def test_min_guard_refuses_while_old_documents_remain(project, db) -> None:  # type: ignore[no-untyped-def]
+    v1 = {"name": "docs", "versioning": {"current": 1, "min": 1}}
+    await cv.converge(settings_with(project, v1))
+    await db.docs.insert_many([{"n": i, "__v": 1, "__rev": 0} for i in range(20)])
+    v2 = settings_with(project, {"name": "docs", "versioning": {"current": 2, "min": 2}})
+
+    with pytest.raises(ConvergeFailedError) as info:
+        await cv.converge(v2)
+    message = info.value.message
+    assert "raising min to 2 is refused" in message and "rewrite those documents first" in message
+    assert "ObjectId" not in str(info.value.details)  # ids are never shown
+    plan = await cv.plan_converge(v2)
+    assert [(a.target, a.action) for a in plan.conflicts] == [("validator", "conflict")]
+
+    await db.docs.update_many({}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}})
+    plan = await cv.plan_converge(v2)
+    assert plan.conflicts == [] and [(a.target, a.action) for a in plan.drift] == [("validator", "modify")]
+    after = plan.drift[0].after
+    assert after is not None and after["validator"]["$jsonSchema"]["properties"]["__v"] == {"bsonType": "int", "minimum": 2}
+
+    # a document without a version counts as version 0
+    await db.docs.insert_one({"n": 99, "__rev": 0, "__v": None}, bypass_document_validation=True)
+    assert [(a.target, a.action) for a in (await cv.plan_converge(v2)).conflicts] == [("validator", "conflict")]
+
+
+@pytest.mark.real_mongodb
+async def test_min_guard_then_applies_after_the_rewrite(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Needs collMod to change the validator of an existing collection (mongoeco has none)."""
+    await cv.converge(settings_with(project, {"name": "docs", "versioning": {"current": 1, "min": 1}}))
+    await db.docs.insert_many([{"n": i, "__v": 1, "__rev": 0} for i in range(5)])
+    v2 = settings_with(project, {"name": "docs", "versioning": {"current": 2, "min": 2}})
+    with pytest.raises(ConvergeFailedError):
+        await cv.converge(v2)
+    await db.docs.update_many({}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}})
+    report = await cv.converge(v2)
+    assert [(a.target, a.action) for a in report.actions if a.changing] == [("validator", "modify")]
+    with pytest.raises(WriteError):
+        await db.docs.insert_one({"n": 6, "__v": 1, "__rev": 0})
+    assert (await cv.plan_converge(v2)).in_sync
+
+
+@pytest.mark.real_mongodb
+async def test_in_place_modifies_ttl_hidden_unique_and_validator(project, db) -> None:  # type: ignore[no-untyped-def]
+    """collMod changes the index without dropping it (mongoeco has no collMod)."""
+    await db.create_collection("mods", validator={"a": {"$exists": True}})
+    await db.mods.create_index("seen", name="seen_1", expireAfterSeconds=3600)
+    await db.mods.create_index("h", name="h_1")
+    await db.mods.create_index("u", name="u_1")
+    s = settings_with(
+        project,
+        {
+            "name": "mods",
+            "indexes": [
+                {"keys": {"seen": 1}, "expireAfterSeconds": 60},
+                {"keys": {"h": 1}, "hidden": True},
+                {"keys": {"u": 1}, "unique": True},
+            ],
+            "validator": {"b": {"$exists": True}},
+            "validation_action": "warn",
+        },
+    )
+    report = await cv.converge(s)  # no --yes needed: nothing destructive
+    assert sorted((a.target, a.name, a.action) for a in report.actions if a.changing) == [
+        ("index", "h_1", "modify"),
+        ("index", "seen_1", "modify"),
+        ("index", "u_1", "modify"),
+        ("validator", None, "modify"),
+    ]
+    assert all(r.status == "applied" for r in report.results if r.action.changing)
+    indexes = await server_indexes(db, "mods")
+    assert indexes["seen_1"]["expireAfterSeconds"] == 60 and indexes["h_1"]["hidden"] is True and indexes["u_1"]["unique"] is True
+    [info] = [c async for c in await db.list_collections(filter={"name": "mods"})]
+    assert info["options"]["validator"] == {"b": {"$exists": True}} and info["options"]["validationAction"] == "warn"
+    assert (await cv.plan_converge(s)).in_sync
+
+
+@pytest.mark.real_mongodb
+async def test_unique_conversion_fails_on_duplicates_and_leaves_the_index(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.dups.create_index("u", name="u_1")
+    await db.dups.insert_many([{"u": 1}, {"u": 1}])
+    s = settings_with(project, {"name": "dups", "indexes": [{"keys": {"u": 1}, "unique": True}]})
+    with pytest.raises(ConvergeFailedError):
+        await cv.converge(s)
+    assert "unique" not in (await server_indexes(db, "dups"))["u_1"]
+
+
+async def test_converge_takes_the_lock(project, db) -> None:  # type: ignore[no-untyped-def]
+    s = settings_with(project, {"name": "locked", "indexes": [{"keys": {"a": 1}}]})
+    holder = MigrationLock(db[s.lock_collection], RunInfo("other-run", "someone", "elsewhere", "production"), ttl_seconds=60)
+    assert await holder.try_acquire()
+    try:
+        with pytest.raises(LockHeldError):
+            await cv.converge(s)
+        assert "locked" not in await db.list_collection_names()
+        report = await cv.converge(s, no_lock=True)
+        assert report.changed
+    finally:
+        await holder.release()

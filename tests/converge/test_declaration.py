@@ -1,0 +1,205 @@
+"""Declarations: strict validation with messages that name the key and the file, and loading."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import IndexModel
+
+from mongoshift.config import Settings, load_settings
+from mongoshift.converge.declaration import CollectionDeclaration, declaration_for, load_declarations
+from mongoshift.errors import ConfigInvalidError
+
+
+def declare(**values: Any) -> CollectionDeclaration:
+    return CollectionDeclaration.model_validate({"name": "users", **values})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"indexes": [{"keys": {"a": 1}, "uniqe": True}]}, "unknown key 'uniqe' (did you mean 'unique'?)"),
+        ({"indexes": [{"keys": {"a": 1}, "expire_after_seconds": 5}]}, "did you mean 'expireAfterSeconds'?"),
+        ({"indexs": []}, "unknown key 'indexs' (did you mean 'indexes'?)"),
+        ({"indexes": [{"keys": {"a": 2}}]}, "direction of 'a' must be 1, -1"),
+        ({"indexes": [{"keys": {"a": True}}]}, "direction of 'a' must be 1, -1"),
+        ({"indexes": [{"keys": {}}]}, "at least one field"),
+        ({"indexes": [{"keys": {"a": 1, "b": 1}, "expireAfterSeconds": 5}]}, "single-field"),
+        ({"indexes": [{"keys": {"a": 1}, "weights": {"a": 2}}]}, "need a 'text' key"),
+        ({"indexes": [{"keys": {"a": 1}, "wildcardProjection": {"a": 1}}]}, "wildcardProjection needs"),
+        ({"indexes": [{"keys": {"_id": 1}}]}, "the _id index belongs to the server"),
+        ({"indexes": [{"keys": {"a": 1}}, {"keys": {"b": 1}, "name": "a_1"}]}, "index name 'a_1' is declared twice"),
+        ({"indexes": [{"keys": {"a": 1}}, {"keys": {"a": 1.0}, "name": "again"}]}, "have the same keys, filter and collation"),
+        ({"indexes": [{"keys": {"a": 1}, "collation": {"locale": "fr", "strenght": 2}}]}, "did you mean 'strength'?"),
+        ({"validator": "yes"}, "validator must be a table"),
+        ({"validation_level": "moderate"}, "need a validator"),
+        ({"validation_action": "shout", "validator": {}}, "validation_action"),
+        ({"versioning": {"min": 1}}, "versioning.current"),
+        ({"versioning": {"current": 1, "min": 2}}, "min (2) cannot be above current (1)"),
+        ({"versioning": {"current": 1, "field": "_id"}}, "field must be a top-level field name"),
+        ({"versioning": {"current": 1, "field": "a.b"}}, "field must be a top-level field name"),
+        ({"versioning": {"current": 1, "revision_field": "__v"}}, "must differ"),
+        ({"versioning": {"current": 1, "revison_field": "r"}}, "did you mean 'revision_field'?"),
+        (
+            {"versioning": {"current": 1}, "validator": {"$jsonSchema": {"properties": {"__v": {"bsonType": "long"}}}}},
+            "rules on '__v', which the versioning block owns",
+        ),
+        ({"versioning": {"current": 1}, "validator": {"__rev": {"$gte": 0}}}, "rules on '__rev'"),
+        ({"versioning": {"current": 1}, "indexes": [{"keys": {"x": 1}, "name": "__v_1__id_1"}]}, "is the version index's"),
+        ({"name": "system.users"}, "not a collection name"),
+    ],
+)
+def test_invalid_declarations_name_the_problem(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=None) as info:
+        declare(**values)
+    assert message in str(info.value)
+
+
+def test_keys_forms_and_pymongo_index_models() -> None:
+    d = declare(
+        indexes=[
+            {"keys": [["a", 1], ["b", -1.0]]},
+            {"keys": "email", "unique": True},
+            IndexModel([("body", "text")], name="search", weights={"body": 4}),
+            {"keys": {"g": "2dsphere"}, "2dsphereIndexVersion": 3},
+        ]
+    )
+    assert [(i.index_name, i.keys) for i in d.indexes or ()] == [
+        ("a_1_b_-1", (("a", 1), ("b", -1))),
+        ("email_1", (("email", 1),)),
+        ("search", (("body", "text"),)),
+        ("g_2dsphere", (("g", "2dsphere"),)),
+    ]
+    assert d.indexes is not None and d.indexes[2].document() == {"key": {"body": "text"}, "name": "search", "weights": {"body": 4}}
+    assert d.indexes[3].document()["2dsphereIndexVersion"] == 3
+
+
+def test_omitted_parts_are_unmanaged_and_false_means_no_validator() -> None:
+    bare = declare()
+    assert not bare.manages_indexes and not bare.manages_validator and bare.validator_spec() is None
+    for none in (False, None, {}):
+        d = declare(validator=none)
+        assert d.manages_validator
+        spec = d.validator_spec()
+        assert spec is not None and spec.empty
+
+
+def test_inline_error_names_key_file_and_collection(tmp_path: Path) -> None:
+    config = tmp_path / "mongoshift.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [mongoshift]
+            [[mongoshift.collections]]
+            name = "users"
+            indexes = [{ keys = { email = 1 }, uniqe = true }]
+            """
+        )
+    )
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    message = info.value.message
+    assert "collections[0].indexes[0]" in message and "uniqe" in message and str(config) in message and "'users'" in message
+    assert info.value.exit_code == 6
+
+
+def test_collections_outside_the_mongoshift_table_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\ndb = "x"\n\n[[collections]]\nname = "users"\n')
+    with pytest.raises(ConfigInvalidError, match=r"outside the \[mongoshift\] table.*mongoshift.collections"):
+        load_settings({}, environ={}, cwd=tmp_path)
+
+
+def test_pyproject_and_toml_tables(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        textwrap.dedent(
+            """
+            [tool.mongoshift]
+            db = "app"
+
+            [[tool.mongoshift.collections]]
+            name = "users"
+            validator = false
+
+            [[tool.mongoshift.collections.indexes]]
+            keys = { email = 1 }
+            unique = true
+            collation = { locale = "en", strength = 2 }
+            """
+        )
+    )
+    s = load_settings({}, environ={}, cwd=tmp_path)
+    [users] = s.collections
+    assert users.indexes is not None and users.indexes[0].unique and users.indexes[0].collation is not None
+    assert users.manages_validator and users.validator is None
+
+
+def folder_settings(tmp_path: Path, *inline: dict[str, Any]) -> Settings:
+    folder = tmp_path / "collections"
+    folder.mkdir(exist_ok=True)
+    return Settings(collections_dir=folder, collections=list(inline))
+
+
+def test_folder_declarations_toml_and_python(tmp_path: Path) -> None:
+    s = folder_settings(tmp_path, {"name": "inline"})
+    (s.collections_dir / "users.toml").write_text('indexes = [{ keys = { email = 1 }, unique = true }]\nvalidator = false\n')
+    (s.collections_dir / "orders.py").write_text(
+        textwrap.dedent(
+            """
+            from pymongo import IndexModel
+
+            TTL = 3600
+
+            collection = {
+                "indexes": [IndexModel([("created", 1)], expireAfterSeconds=TTL), {"keys": {"customer": 1, "at": -1}}],
+                "versioning": {"current": 2, "min": 1},
+            }
+            """
+        )
+    )
+    (s.collections_dir / "_shared.py").write_text("raise RuntimeError('a helper is never loaded as a declaration')\n")
+    (s.collections_dir / "README.md").write_text("notes\n")
+    declarations = load_declarations(s)
+    assert [d.name for d in declarations] == ["inline", "orders", "users"]
+    orders = declarations[1]
+    assert orders.source.endswith("orders.py")
+    assert [i.name for i in orders.index_specs()] == ["created_1", "customer_1_at_-1", "__v_1__id_1"]
+    assert orders.index_specs()[0].options == {"expireAfterSeconds": 3600}
+    assert declaration_for(s, "users") is not None and declaration_for(s, "nobody") is None
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"users.toml": "indexes = [{ keys = { a = 1 }, sparce = true }]\n"}, "users.toml: indexes[0]: unknown key 'sparce' (did you mean 'sparse'?)"),
+        ({"users.toml": "indexes = [\n"}, "users.toml is not valid TOML"),
+        ({"users.py": "x = 1\n"}, "users.py: must define collection = {...}"),
+        ({"users.py": "def collection():\n    return {}\n"}, "collection must be a dict, not a function"),
+        ({"users.py": "collection = {}\nraise RuntimeError('boom')\n"}, "users.py: failed to import (line 2): RuntimeError: boom"),
+        ({"users.json": "{}"}, "declarations are .toml or .py files"),
+        ({"users.toml": "", "users.py": "collection = {}\n"}, "'users' is declared twice"),
+        ({"inline.toml": ""}, "'inline' is declared twice: in [[collections]] in the project config and in"),
+        ({"locks.toml": 'name = "_mongoshift_locks"\n'}, "one of mongoshift's own collections"),
+    ],
+)
+def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
+    s = folder_settings(tmp_path, {"name": "inline"})
+    for name, text in files.items():
+        (s.collections_dir / name).write_text(text)
+    with pytest.raises(ConfigInvalidError) as info:
+        load_declarations(s)
+    assert message in info.value.message
+
+
+def test_folder_is_optional_unless_named(tmp_path: Path) -> None:
+    assert load_declarations(Settings(collections=[{"name": "a"}])) != []  # default folder absent: fine
+    with pytest.raises(ConfigInvalidError, match="collections folder not found"):
+        load_declarations(Settings(collections_dir=tmp_path / "nope"))
+
+
+def test_collections_dir_in_a_file_is_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\ncollections_dir = "db/collections"\n')
+    s = load_settings({}, environ={}, cwd=Path("/"), config_path=tmp_path / "mongoshift.toml")
+    assert s.collections_dir == tmp_path / "db" / "collections"
