@@ -184,8 +184,17 @@ def load_settings(
         if value is not None:
             merged[key], sources[key] = value, "--" + key.replace("_", "-")
 
+    # The default collections folder sits next to the project file, as the relative paths
+    # written in it do; it stays "not set" so that its absence is not an error.
+    default_folder = path is not None and "collections_dir" not in merged
+    if default_folder:
+        assert path is not None
+        merged["collections_dir"] = str(path.parent / "collections")
     try:
-        return Settings(**merged)
+        settings = Settings(**merged)
+        if default_folder:
+            settings.__pydantic_fields_set__.discard("collections_dir")
+        return settings
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -19,6 +19,7 @@ from ..runner.context import CancelSignal
 from ..runner.loader import discover, find, load
 from .controls import Action, ControlResult, RepinResult, control, pin
 from .coordinator import Coordinator
+from .declared import align_file
 from .events import Events, Observer
 from .lane import EngineContext
 from .runner import MigrationRun
@@ -50,6 +51,7 @@ class Engine:
     def loaded(self, name: str) -> tuple[Background, str]:
         """The file's spec and the checksum of the version that was imported."""
         item = load(find(discover(self.settings.migrations_dir), name))
+        align_file(item, self.settings)
         spec = item.background
         if spec is None:
             raise ConfigInvalidError(f"{item.name} is not a background migration")

@@ -36,6 +36,7 @@ from ..errors import (
 from . import changelog as records
 from .changelog import Changelog, RunInfo
 from .context import CancelSignal, Direction, MigrationContext, call, is_async
+from ..background.declared import align_file
 from ..background.registration import register, revert_or_withdraw
 from ..background.requires import unmet
 from ..background.store import BackgroundStore
@@ -195,6 +196,7 @@ class Executor:
         """Import every file first: a broken file fails the run before anything is written."""
         for step in steps:
             load(step.file)
+            align_file(step.file, self.runtime.settings)
             if step.direction == "down" and step.file.background is None and step.file.down is None:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name

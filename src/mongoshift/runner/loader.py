@@ -61,6 +61,9 @@ class MigrationFile:
     name: str
     path: Path
     module: ModuleType | None = field(default=None, repr=False)
+    #: The file's background spec as the engine runs it, once aligned with the collection's
+    #: declaration (see :mod:`mongoshift.background.declared`); None means as written.
+    aligned: Background | None = field(default=None, repr=False)
 
     @property
     def checksum(self) -> str:
@@ -72,6 +75,8 @@ class MigrationFile:
 
     @property
     def background(self) -> Background | None:
+        if self.aligned is not None:
+            return self.aligned
         value = getattr(self._loaded(), "background", None)
         return value if isinstance(value, Background) else None
 
