@@ -1,8 +1,8 @@
 """Converge through the Python API, against the server.
 
-The embedded server (mongoeco 4.11) has no ``collMod``: in-place index changes
-fall back to a rebuild there, and a validator cannot be changed on an existing
-collection. Tests of what needs ``collMod`` are marked ``real_mongodb``.
+The embedded server serves ``collMod`` (mongoshift.embedded.patches, fix (l)), so
+in-place changes run on it as on a real replica set; a server that refuses
+``collMod`` is simulated with a fail point.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ async def test_prune_only_with_prune_and_never_the_id_index(project, db) -> None
 
 
 async def test_refused_collmod_falls_back_to_a_rebuild_only_with_consent(project, client, db) -> None:  # type: ignore[no-untyped-def]
-    """A server that refuses collMod (mongoeco has none; a real one is made to refuse by a fail point)."""
+    """A server that refuses collMod (made to refuse by a fail point)."""
     await db.sessions.create_index("seen", name="seen_1", expireAfterSeconds=3600)
     s = settings_with(project, {"name": "sessions", "indexes": [{"keys": {"seen": 1}, "expireAfterSeconds": 60}]})
     plan = await cv.plan_converge(s)
@@ -225,9 +225,8 @@ async def test_min_guard_refuses_while_old_documents_remain(project, db) -> None
     assert [(a.target, a.action) for a in (await cv.plan_converge(v2)).conflicts] == [("validator", "conflict")]
 
 
-@pytest.mark.real_mongodb
 async def test_min_guard_then_applies_after_the_rewrite(project, db) -> None:  # type: ignore[no-untyped-def]
-    """Needs collMod to change the validator of an existing collection (mongoeco has none)."""
+    """collMod changes the validator of the existing collection."""
     await cv.converge(settings_with(project, {"name": "docs", "versioning": {"current": 1, "min": 1}}))
     await db.docs.insert_many([{"n": i, "__v": 1, "__rev": 0} for i in range(5)])
     v2 = settings_with(project, {"name": "docs", "versioning": {"current": 2, "min": 2}})
@@ -241,9 +240,8 @@ async def test_min_guard_then_applies_after_the_rewrite(project, db) -> None:  #
     assert (await cv.plan_converge(v2)).in_sync
 
 
-@pytest.mark.real_mongodb
 async def test_in_place_modifies_ttl_hidden_unique_and_validator(project, db) -> None:  # type: ignore[no-untyped-def]
-    """collMod changes the index without dropping it (mongoeco has no collMod)."""
+    """collMod changes the index without dropping it."""
     await db.create_collection("mods", validator={"a": {"$exists": True}})
     await db.mods.create_index("seen", name="seen_1", expireAfterSeconds=3600)
     await db.mods.create_index("h", name="h_1")
@@ -278,6 +276,10 @@ async def test_in_place_modifies_ttl_hidden_unique_and_validator(project, db) ->
 
 @pytest.mark.real_mongodb
 async def test_unique_conversion_fails_on_duplicates_and_leaves_the_index(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Real only: mongoeco's listIndexes reports ``unique: false`` on every index, where mongod leaves it out.
+
+    (The collMod part, 359 CannotConvertIndexToUnique, is served by the embedded server.)
+    """
     await db.dups.create_index("u", name="u_1")
     await db.dups.insert_many([{"u": 1}, {"u": 1}])
     s = settings_with(project, {"name": "dups", "indexes": [{"keys": {"u": 1}, "unique": True}]})

@@ -9,6 +9,7 @@ The version-pin tests are pure unit tests of the shim.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import sys
 import time
@@ -16,7 +17,7 @@ import time
 import pytest
 from bson import Decimal128, Int64, Regex, Timestamp
 from pymongo import AsyncMongoClient, monitoring
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
 
 from ..conftest import fail_command
 
@@ -292,6 +293,150 @@ async def test_stats_on_decimal_regex_timestamp(db) -> None:
     assert (await db.command("dbStats"))["objects"] >= 1
     [sized] = await (await db.s.aggregate([{"$project": {"size": {"$bsonSize": "$$ROOT"}}}])).to_list()
     assert sized["size"] > 16
+
+
+# (l) collMod -------------------------------------------------------------------
+
+
+async def _options(db, name: str) -> dict:
+    [info] = [c async for c in await db.list_collections(filter={"name": name})]
+    return info["options"]
+
+
+async def _indexes(collection) -> dict[str, dict]:
+    return {index["name"]: dict(index) async for index in await collection.list_indexes()}
+
+
+async def test_coll_mod_validator_is_listed_and_enforced(db) -> None:
+    await db.create_collection("v", validator={"a": {"$exists": True}})
+    await db.v.insert_one({"_id": "old", "a": 1})
+    reply = await db.command("collMod", "v", validator={"b": {"$exists": True}})
+    assert reply["ok"] == 1
+    assert (await _options(db, "v"))["validator"] == {"b": {"$exists": True}}
+    with pytest.raises(WriteError) as refused:
+        await db.v.insert_one({"a": 2})
+    assert refused.value.code == 121
+    await db.v.insert_one({"b": 1})
+    # existing documents are not checked by collMod itself, only by later writes (strict)
+    with pytest.raises(WriteError):
+        await db.v.update_one({"_id": "old"}, {"$set": {"a": 3}})
+
+
+async def test_coll_mod_validation_level_and_action(db) -> None:
+    await db.create_collection("v", validator={"b": {"$exists": True}})
+    await db.v.insert_one({"_id": "invalid", "c": 1}, bypass_document_validation=True)
+    await db.command({"collMod": "v", "validationLevel": "moderate", "validationAction": "warn"})
+    options = await _options(db, "v")
+    assert (options["validationLevel"], options["validationAction"]) == ("moderate", "warn")
+    await db.v.insert_one({"_id": "warned", "c": 2})  # warn: logged, accepted
+
+    await db.command({"collMod": "v", "validationAction": "error"})
+    assert (await _options(db, "v"))["validationAction"] == "error"
+    # moderate: a document that was already invalid may still be updated...
+    await db.v.update_one({"_id": "invalid"}, {"$set": {"c": 10}})
+    # ...but new documents are checked
+    with pytest.raises(WriteError):
+        await db.v.insert_one({"c": 3})
+
+    await db.command({"collMod": "v", "validationLevel": "off"})
+    assert (await _options(db, "v"))["validationLevel"] == "off"
+    await db.v.insert_one({"_id": "unchecked", "c": 4})
+    assert await db.v.count_documents({}) == 3
+
+
+async def test_coll_mod_ttl_and_hidden_by_key_pattern_and_by_name(db) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    await db.s.create_index("seen", expireAfterSeconds=3600)
+    await db.s.create_index("h", name="by_h")
+    await db.s.insert_many(
+        [
+            {"_id": "old", "seen": now - datetime.timedelta(minutes=10)},
+            {"_id": "future", "seen": now + datetime.timedelta(days=1)},
+        ]
+    )
+    assert await db.s.count_documents({}) == 2
+
+    reply = await db.command("collMod", "s", index={"keyPattern": {"seen": 1}, "expireAfterSeconds": 60})
+    assert (reply["expireAfterSeconds_old"], reply["expireAfterSeconds_new"]) == (3600, 60)
+    reply = await db.command("collMod", "s", index={"name": "by_h", "hidden": True})
+    assert (reply["hidden_old"], reply["hidden_new"]) == (False, True)
+
+    indexes = await _indexes(db.s)
+    assert indexes["seen_1"]["expireAfterSeconds"] == 60
+    assert indexes["by_h"]["hidden"] is True
+    with pytest.raises(OperationFailure):  # a hidden index cannot be hinted
+        await db.s.find({"h": 1}).hint("by_h").to_list()
+
+    reply = await db.command("collMod", "s", index={"keyPattern": {"h": 1}, "hidden": False})
+    assert (reply["hidden_old"], reply["hidden_new"]) == (True, False)
+    assert not (await _indexes(db.s))["by_h"].get("hidden", False)
+    reply = await db.command("collMod", "s", index={"name": "seen_1", "expireAfterSeconds": 30})
+    assert (reply["expireAfterSeconds_old"], reply["expireAfterSeconds_new"]) == (60, 30)
+
+    # The new TTL is the one that expires documents. mongod's TTL monitor runs every
+    # 60 s; the embedded server expires them on the next read.
+    deadline = time.monotonic() + 150
+    while await db.s.find_one({"_id": "old"}) is not None and time.monotonic() < deadline:
+        await asyncio.sleep(1)
+    assert [d["_id"] async for d in db.s.find()] == ["future"]
+
+
+async def test_coll_mod_converts_an_index_to_unique_after_prepare_unique(db) -> None:
+    await db.u.create_index("k", name="k_1")
+    await db.u.insert_many([{"_id": 1, "k": 1}, {"_id": 2, "k": 1}, {"_id": 3, "k": 2}])
+    with pytest.raises(OperationFailure) as one_step:
+        await db.command("collMod", "u", index={"name": "k_1", "unique": True})
+    assert one_step.value.code == 72  # InvalidOptions: prepareUnique first
+
+    reply = await db.command("collMod", "u", index={"name": "k_1", "prepareUnique": True})
+    assert (reply["prepareUnique_old"], reply["prepareUnique_new"]) == (False, True)
+    assert (await _indexes(db.u))["k_1"]["prepareUnique"] is True
+
+    with pytest.raises(OperationFailure) as duplicates:
+        await db.command("collMod", "u", index={"keyPattern": {"k": 1}, "unique": True})
+    assert duplicates.value.code == 359  # CannotConvertIndexToUnique
+    assert duplicates.value.details["violations"] == [{"ids": [1, 2]}]
+    assert not (await _indexes(db.u))["k_1"].get("unique", False)
+
+    await db.u.delete_one({"_id": 2})
+    reply = await db.command("collMod", "u", index={"keyPattern": {"k": 1}, "unique": True})
+    assert reply["unique_new"] is True
+    index = (await _indexes(db.u))["k_1"]
+    assert index["unique"] is True
+    assert not index.get("prepareUnique", False)  # reset by the conversion
+    with pytest.raises(DuplicateKeyError):
+        await db.u.insert_one({"k": 2})
+
+
+async def test_create_index_with_prepare_unique(db) -> None:
+    await db.p.create_index("k", prepareUnique=True)
+    assert (await _indexes(db.p))["k_1"]["prepareUnique"] is True
+    reply = await db.command("collMod", "p", index={"name": "k_1", "unique": True})
+    assert reply["unique_new"] is True
+
+
+async def test_coll_mod_errors_have_mongodb_codes(client, db) -> None:
+    async def code(command: dict, **kwargs) -> int | None:
+        with pytest.raises(OperationFailure) as info:
+            await db.command(command, **kwargs)
+        return info.value.code
+
+    await db.e.create_index("a")
+    assert await code({"collMod": "missing", "validator": {}}) == 26  # NamespaceNotFound
+    assert await code({"collMod": "e", "index": {"name": "nope", "hidden": True}}) == 27  # IndexNotFound
+    assert await code({"collMod": "e", "index": {"keyPattern": {"b": 1}, "hidden": True}}) == 27
+    assert await code({"collMod": "e", "noSuchOption": 1}) == 40415  # unknown field
+    assert await code({"collMod": "e", "index": {"name": "a_1", "noSuchOption": 1}}) == 40415
+    assert await code({"collMod": "e", "validationLevel": "sometimes"}) == 2  # BadValue
+    assert await code({"collMod": "e", "index": {"name": "a_1"}}) == 72  # nothing to change
+    assert await code({"collMod": "e", "index": {"name": "a_1", "keyPattern": {"a": 1}, "hidden": True}}) == 72
+    assert await code({"collMod": "e", "index": {"name": "a_1", "unique": False}}) == 2
+    assert await code({"collMod": "e", "index": {"name": "_id_", "hidden": True}}) == 2
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.e.insert_one({"a": 1}, session=session)
+        assert await code({"collMod": "e", "validator": {}}, session=session) == 263
+        await session.abort_transaction()
 
 
 # version pin (unit tests of the shim) ------------------------------------------
