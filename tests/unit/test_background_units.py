@@ -99,3 +99,18 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
     events = Events([broken, seen.append])
     events.emit("batch", "m.py", migrated=3)
     assert seen == [Event("batch", "m.py", {"migrated": 3})]
+
+
+def test_batch_filters_stay_inside_their_type_bracket() -> None:
+    from mongoshift.background.model import Checkpoint, Scope
+    from mongoshift.background.planner import MAX_OBJECT_ID, MIN_OBJECT_ID, batch_filter
+
+    match = {"__v": 1}
+    oid = ObjectId()
+    # ObjectIds: the smallest and largest ObjectId close the range (no $type check per document).
+    assert batch_filter(match, Scope("objectId"), Checkpoint()) == {"$and": [match, {"_id": {"$gte": MIN_OBJECT_ID, "$lte": MAX_OBJECT_ID}}]}
+    assert batch_filter(match, Scope("objectId", lt=oid), Checkpoint(last_id=MIN_OBJECT_ID, started=True)) == {
+        "$and": [match, {"_id": {"$gt": MIN_OBJECT_ID, "$lt": oid}}]
+    }
+    # Other brackets keep $type, whatever the bounds.
+    assert batch_filter(match, Scope("number", gte=5), Checkpoint()) == {"$and": [match, {"_id": {"$gte": 5, "$type": "number"}}]}

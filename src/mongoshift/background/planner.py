@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bson import ObjectId
 from pymongo.asynchronous.collection import AsyncCollection
 
 from .model import Checkpoint, Scope
 
 #: Type brackets in BSON comparison order; "number" spans int, long, double and decimal.
 BRACKETS = ("null", "number", "string", "object", "binData", "objectId", "bool", "date", "timestamp", "regex")
+MIN_OBJECT_ID = ObjectId("0" * 24)
+MAX_OBJECT_ID = ObjectId("f" * 24)
 SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
 
 
@@ -39,14 +42,21 @@ def _and(*parts: dict[str, Any]) -> dict[str, Any]:
 def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dict[str, Any]:
     """The next batch of ``scope`` after ``cursor``, within ``match``."""
     condition: dict[str, Any] = {}
-    if scope.bracket is not None:
-        condition["$type"] = scope.bracket
     if cursor.started:
         condition["$gt"] = cursor.last_id
     elif scope.gte is not None:
         condition["$gte"] = scope.gte
     if scope.lt is not None:
         condition["$lt"] = scope.lt
+    if scope.bracket == "objectId":
+        # The smallest and largest ObjectIds close the range instead of a $type check: the
+        # same documents, and cheaper where the server evaluates $type per document.
+        if "$gt" not in condition and "$gte" not in condition:
+            condition["$gte"] = MIN_OBJECT_ID
+        if "$lt" not in condition:
+            condition["$lte"] = MAX_OBJECT_ID
+    elif scope.bracket is not None:
+        condition["$type"] = scope.bracket
     return _and(match, {"_id": condition} if condition else {})
 
 
