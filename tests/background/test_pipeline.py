@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from bson import Int64
 
@@ -127,4 +125,3 @@ def test_pipeline_is_one_form_among_migrate_and_step() -> None:
         Background(collection="people", from_version=1, to_version=2, pipeline=NAMES, migrate=lambda d, c: d)
     spec = Background(collection="people", from_version=1, to_version=2, pipeline=NAMES)
     assert spec.settings()["pipeline"].startswith('[{"$set"') and not spec.reversible
-    logging.getLogger(__name__).debug("settings are plain data: %s", spec.settings())
