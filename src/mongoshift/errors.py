@@ -39,6 +39,11 @@ class ExitCode(IntEnum):
     BACKGROUND_PENDING = 31
     BACKGROUND_FAILED = 32
     BACKGROUND_CONFLICT = 33
+    AUTH_FAILED = 35
+    BACKGROUND_PAUSED = 36
+    BACKGROUND_CANCELLED = 37
+    BACKGROUND_FILE_CHANGED = 38
+    COLLECTION_CLASH = 39
     SECOND_SIGNAL = 130
 
 
@@ -233,3 +238,38 @@ class CollectionsDriftError(MongoshiftError):
 
     exit_code = ExitCode.COLLECTIONS_DRIFT
     kind = "collections_drift"
+
+
+class AuthFailedError(MongoshiftError):
+    """The server answered but refused the credentials (wrong user, password or mechanism)."""
+
+    exit_code = ExitCode.AUTH_FAILED
+    kind = "auth_failed"
+
+
+class BackgroundPausedError(MongoshiftError):
+    """``background run`` stopped because the migration was paused: not a success, not a failure."""
+
+    exit_code = ExitCode.BACKGROUND_PAUSED
+    kind = "background_paused"
+
+
+class BackgroundCancelledError(MongoshiftError):
+    """``background run`` stopped because the migration was cancelled."""
+
+    exit_code = ExitCode.BACKGROUND_CANCELLED
+    kind = "background_cancelled"
+
+
+class BackgroundFileChangedError(MongoshiftError):
+    """The file on disk differs from the registered version and did not come back within the wait bound."""
+
+    exit_code = ExitCode.BACKGROUND_FILE_CHANGED
+    kind = "background_file_changed"
+
+
+class CollectionClashError(MongoshiftError):
+    """A collection mongoshift would write its own records to holds other documents, or is a declared one."""
+
+    exit_code = ExitCode.COLLECTION_CLASH
+    kind = "collection_clash"
