@@ -22,11 +22,12 @@ REDACTED = "<redacted>"
 
 # C0 controls except tab and newline, DEL, and the C1 block (0x9b is a one-character CSI).
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"'<>]*@", re.IGNORECASE)
+_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"'<>]{0,512}@", re.IGNORECASE)
 # key=value / key:value / 'key': 'value' pairs whose key names a secret: proxyPassword,
-# tlsCertificateKeyFilePassword, sslPEMKeyPassword, AWS_SESSION_TOKEN, ...
+# tlsCertificateKeyFilePassword, sslPEMKeyPassword, AWS_SESSION_TOKEN, ... (bounded
+# repetitions: the text may be anything a migration raised)
 _SECRET_PAIR = re.compile(
-    r"(?P<key>\b[\w.-]*?(?:password|secret|token)['\"]?\s*[:=]\s*['\"]?)(?P<value>[^,&\s'\"}\])]+)",
+    r"(?P<key>\b[\w.-]{0,64}?(?:password|secret|token)['\"]?\s*[:=]\s*['\"]?)(?P<value>[^,&\s'\"}\])]+)",
     re.IGNORECASE,
 )
 # pymongo appends the whole server reply (documents included) after this marker.
@@ -55,7 +56,10 @@ def redact(text: str, limit: int | None = LIMIT) -> str:
     """``text`` safe to show and store: credentials and secret URI options masked, document
     values quoted by server errors replaced, control characters dropped, at most ``limit``
     characters (``None``: unbounded, for tracebacks)."""
-    text = strip_controls(str(text))
+    text = str(text)
+    if limit is not None:
+        text = text[: limit * 8]  # bounds the work on a huge message; a value cut here is masked whole
+    text = strip_controls(text)
     text = _USERINFO.sub(rf"\1{MASK}@", text)
     text = _SECRET_PAIR.sub(rf"\g<key>{MASK}", text)
     text = _FULL_ERROR.sub("", text)

@@ -84,8 +84,8 @@ class Output:
             print(f"warning: {message}", file=sys.stderr)
 
     def error(self, exc: MongoshiftError) -> None:
-        """The failure, through the one redaction whoever built its message (unbounded: it was built to size)."""
-        message = redact(exc.message, limit=None)
+        """The failure, through the one redaction whoever built its message (built to size: a loose bound)."""
+        message = redact(exc.message, limit=10_000)
         if self.json_mode:
             self.json({"error": {**exc.to_json(), "message": message}})
         if self.err.is_terminal:
