@@ -230,7 +230,9 @@ def test_log_lines_with_a_traceback_are_stripped() -> None:
     assert isinstance(handler, logging.StreamHandler)
     handler.setStream(stream)
     try:
-        raise ValueError("in \x1b[2J traceback \x9b")
+        raise ValueError(f"in \x1b[2J traceback \x9b mongodb://u:log-hunter@h/ {E11000}")
     except ValueError:
         logger.exception("failed \x1b]0;x\x07")
-    assert "\x1b" not in stream.getvalue() and "\x9b" not in stream.getvalue() and "traceback" in stream.getvalue()
+    text = stream.getvalue()
+    assert "\x1b" not in text and "\x9b" not in text and "traceback" in text
+    assert "log-hunter" not in text and "alice" not in text and "dup key: { <redacted> }" in text

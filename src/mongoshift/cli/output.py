@@ -33,10 +33,14 @@ def _default(value: Any) -> Any:
 
 
 class SafeFormatter(logging.Formatter):
-    """A log line (traceback included) without terminal control characters."""
+    """A log line without terminal control characters; a logged traceback (``log.exception``)
+    also through the shared redaction, since its last line is the raw exception text."""
 
     def format(self, record: logging.LogRecord) -> str:
         return strip_controls(super().format(record))
+
+    def formatException(self, ei: Any) -> str:
+        return redact(super().formatException(ei), limit=20_000)
 
 
 class Output:
