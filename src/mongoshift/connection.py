@@ -12,7 +12,7 @@ from .config import Settings
 from .errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
 from .redaction import redact
 
-__all__ = ["auth_failure", "client_options", "connect", "hosts_of", "redact", "sync_client"]
+__all__ = ["auth_failure", "auth_summary", "client_options", "connect", "hosts_of", "redact", "sync_client"]
 
 #: AuthenticationFailed (18) and MechanismUnavailable (334): the server answered and refused.
 AUTH_CODES = frozenset({18, 334})
