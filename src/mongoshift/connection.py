@@ -1,23 +1,50 @@
-"""Opening a client: bounded in time, and never showing a password."""
+"""Opening a client: bounded in time, refused credentials told apart, never showing a password."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pymongo import AsyncMongoClient, MongoClient
-from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
+from pymongo.errors import ConfigurationError, InvalidURI, OperationFailure, PyMongoError
 from pymongo.uri_parser import parse_uri
 
 from .config import Settings
-from .errors import ConfigInvalidError, ConnectionFailedError
+from .errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
+from .redaction import redact
 
-_CREDENTIALS = re.compile(r"(mongodb(?:\+srv)?://)[^@/]*@")
+__all__ = ["auth_failure", "auth_summary", "client_options", "connect", "hosts_of", "redact", "sync_client"]
+
+#: AuthenticationFailed (18) and MechanismUnavailable (334): the server answered and refused.
+AUTH_CODES = frozenset({18, 334})
+#: Mechanisms whose users live in ``$external`` unless the URI names another auth source.
+EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC", "PLAIN"})
 
 
-def redact(text: str) -> str:
-    """Strip ``user:password@`` from any URI inside ``text``."""
-    return _CREDENTIALS.sub(r"\1***@", text)
+def auth_failure(exc: BaseException) -> bool:
+    """The server refused the credentials (not: it could not be reached, or a command failed).
+
+    mongod answers code 18; servers that leave the code out (the embedded one) still say
+    "Authentication failed" in the reply to the handshake's SASL command."""
+    if not isinstance(exc, OperationFailure):
+        return False
+    if exc.code in AUTH_CODES:
+        return True
+    message = str((exc.details or {}).get("errmsg") or "")
+    return exc.code is None and message.lower().startswith("authentication failed")
+
+
+def auth_summary(uri: str) -> tuple[str, str]:
+    """The URI's auth mechanism and auth source, as the driver would use them (never the user)."""
+    try:
+        parsed = parse_uri(uri, validate=False, connect_timeout=1)
+    except (InvalidURI, ConfigurationError, ValueError):
+        return "default", "admin"
+    options = {str(k).lower(): v for k, v in (parsed.get("options") or {}).items()}
+    mechanism = str(options.get("authmechanism") or "default (SCRAM)")
+    source = options.get("authsource")
+    if not source:
+        source = "$external" if mechanism.upper() in EXTERNAL_MECHANISMS else (parsed.get("database") or "admin")
+    return mechanism, str(source)
 
 
 def hosts_of(uri: str) -> str:
@@ -51,6 +78,15 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
         await client.admin.command("ping")
     except PyMongoError as exc:
         await client.close()
+        if auth_failure(exc):
+            mechanism, source = auth_summary(uri)
+            raise AuthFailedError(
+                f"authentication failed at {hosts_of(uri)} (mechanism {mechanism}, auth source {source}): "
+                "the server refused the user name or password of the URI",
+                hosts=hosts_of(uri),
+                mechanism=mechanism,
+                auth_source=source,
+            ) from None
         raise ConnectionFailedError(
             f"cannot reach MongoDB at {hosts_of(uri)} within {settings.connect_timeout_seconds:g}s: "
             f"{redact(type(exc).__name__)}",

@@ -33,6 +33,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
+from ..redaction import describe_error, describe_write_error
 from .document import ShapeError, guard, stamped_diff
 from .job import Job, TransformContext
 
@@ -97,20 +98,6 @@ def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[
         else:
             pairs.append((doc, decode(encode(doc), codec)))  # type: ignore[arg-type]
     return pairs
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _write_error_text(error: dict[str, Any]) -> str:
-    code = error.get("code")
-    if code == 11000:  # the server's message quotes the duplicate values: keep them out
-        pattern = error.get("keyPattern") or {}
-        return f"duplicate key on {', '.join(pattern) or 'a unique index'} (11000)"
-    if code == 121:
-        return "document failed validation (121)"
-    return f"write error {code}"
 
 
 async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[tuple[dict[str, Any], Any, BaseException | None]]:
@@ -206,7 +193,7 @@ async def apply_batch(
         owners: list[dict[str, Any]] = []
         for doc, new, error in await _transform(job, pending, ctx):
             if error is not None:
-                result.errors.append(DocumentError(doc["_id"], "transform", _error_text(error)))
+                result.errors.append(DocumentError(doc["_id"], "transform", describe_error(error)))
                 continue
             try:
                 update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
@@ -219,7 +206,7 @@ async def apply_batch(
             raise DocumentFailed(result.errors[0])
         matched, failed = await _write(collection, ops, session=session)
         for index, error in failed.items():
-            result.errors.append(DocumentError(owners[index]["_id"], "write", _write_error_text(error)))
+            result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
         written = len(ops) - len(failed)
@@ -261,7 +248,7 @@ async def _apply_pipeline(
     matched, failed = await _write(collection, ops, session=session, document_error=_is_pipeline_document_error)
     result = BatchResult(migrated=matched, skipped=len(ops) - len(failed) - matched)
     for index, error in failed.items():
-        result.errors.append(DocumentError(ids[index], "write", _write_error_text(error)))
+        result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))
     if strict and result.errors:
         raise DocumentFailed(result.errors[0])
     return result

@@ -23,6 +23,7 @@ from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from ..redaction import describe_error
 from ..runner.context import CancelSignal
 from .batch import BatchFailed, BatchResult, apply_batch, is_transient
 from .events import Events
@@ -129,7 +130,7 @@ class Lane:
         try:
             outcome = await self._work(job, state, spec, lease, partition, lost, counters, slice_ms or spec.slice_ms)
         except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"[:2000]
+            message = describe_error(exc)  # a bulk write error carries whole documents
             log.warning("%s: a slice failed: %s", state.name, message)
             await engine.store.release(lease, failure=message, max_failures=spec.max_slice_failures)
             outcome = SliceResult("error", counters, message)

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from ..config import Settings, load_settings
+from ..config import Settings, find_project_file, load_settings, read_project_file
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
+from ..redaction import strip_controls, uri_secrets
 from ..runner import command
 from ..runner.context import CancelSignal
 from ..runner.scaffold import create_migration, write_config
@@ -69,10 +70,28 @@ def output() -> Output:
 
 
 def settings() -> Settings:
-    output()  # logging is configured before anything runs
+    out = output()  # logging is configured before anything runs
     obj = _obj()
     flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
-    return load_settings(flags, config_path=obj.get("config"))
+    loaded = load_settings(flags, config_path=obj.get("config"))
+    if not obj.get("secrets_checked"):
+        obj["secrets_checked"] = True
+        _warn_secrets_in_file(out, obj.get("config"))
+    return loaded
+
+
+def _warn_secrets_in_file(out: Output, config_path: Path | None) -> None:
+    """A project file is committed: a password in its ``uri`` is a leak waiting to happen."""
+    path = config_path or (Path(os.environ["MONGOSHIFT_CONFIG"]) if os.environ.get("MONGOSHIFT_CONFIG") else find_project_file(Path.cwd()))
+    if path is None:
+        return
+    uri = read_project_file(path).get("uri")
+    found = uri_secrets(uri) if isinstance(uri, str) else []
+    if found:
+        out.warn(
+            f"{path.name} holds secrets in its uri ({', '.join(found)}): move the full URI to MONGOSHIFT_URI "
+            "(environment or a .env file kept out of git) and keep the file's uri without them"
+        )
 
 
 def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
@@ -127,6 +146,12 @@ def init(force: bool) -> None:
     obj = _obj()
     path = write_config(Path.cwd(), uri=obj.get("uri"), db=obj.get("db"), migrations_dir=obj.get("dir") or "migrations", force=force)
     out = output()
+    secrets = uri_secrets(obj["uri"]) if obj.get("uri") else []
+    if secrets:
+        out.warn(
+            f"the URI holds secrets ({', '.join(secrets)}): {path.name} got it without them; "
+            "set the full URI in MONGOSHIFT_URI (environment or a .env file kept out of git), which overrides the file"
+        )
     if out.json_mode:
         out.json({"config": str(path), "migrations_dir": obj.get("dir") or "migrations"})
     else:
@@ -425,7 +450,7 @@ def main(argv: list[str] | None = None) -> None:
         error = ConfigInvalidError(exc.format_message())
         if "--json" in args:
             Output(json_mode=True).json({"error": error.to_json()})
-        print(f"error: {exc.format_message()}", file=sys.stderr)
+        print(f"error: {strip_controls(exc.format_message())}", file=sys.stderr)  # it quotes the arguments
         if exc.ctx is not None:
             print(f"(see '{exc.ctx.command_path} --help')", file=sys.stderr)
         sys.exit(error.exit_code)

@@ -2,7 +2,10 @@
 
 ``--json``: exactly one JSON document on stdout, everything else on stderr.
 Otherwise rich tables on a terminal and plain tab-separated text when piped;
-rich honours ``NO_COLOR``.
+rich honours ``NO_COLOR``. Every text this class prints, and every log line of the
+handler it installs, loses its terminal control characters first: file names, changelog
+records, migration errors and ``ctx.logger`` lines are not ours to trust. JSON output
+keeps them, escaped by ``json.dumps``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MongoshiftError
+from ..redaction import redact, strip_controls
 
 
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return str(value)
+
+
+class SafeFormatter(logging.Formatter):
+    """A log line without terminal control characters; a logged traceback (``log.exception``)
+    also through the shared redaction, since its last line is the raw exception text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return strip_controls(super().format(record))
+
+    def formatException(self, ei: Any) -> str:
+        return redact(super().formatException(ei), limit=20_000)
 
 
 class Output:
@@ -41,9 +56,10 @@ class Output:
         logger.handlers.clear()
         if self.err.is_terminal:
             handler: logging.Handler = RichHandler(console=self.err, show_path=False, show_time=False)
+            handler.setFormatter(SafeFormatter("%(message)s"))
         else:
             handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("mongoshift: %(levelname)s %(message)s"))
+            handler.setFormatter(SafeFormatter("mongoshift: %(levelname)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbose else logging.WARNING if self.quiet else logging.INFO)
         logger.propagate = False
@@ -56,6 +72,7 @@ class Output:
         """A human line: stdout normally, stderr in JSON mode, nothing when quiet."""
         if self.quiet:
             return
+        message = strip_controls(message)
         if self.json_mode:
             print(message, file=sys.stderr)
         elif self.out.is_terminal:
@@ -64,21 +81,26 @@ class Output:
             print(message)
 
     def warn(self, message: str) -> None:
+        message = strip_controls(message)
         if self.err.is_terminal:
             self.err.print(f"[yellow]warning:[/yellow] {escape(message)}")
         else:
             print(f"warning: {message}", file=sys.stderr)
 
     def error(self, exc: MongoshiftError) -> None:
+        """The failure, through the one redaction whoever built its message (built to size: a loose bound)."""
+        message = redact(exc.message, limit=10_000)
         if self.json_mode:
-            self.json({"error": exc.to_json()})
+            self.json({"error": {**exc.to_json(), "message": message}})
         if self.err.is_terminal:
-            self.err.print(f"[red]error:[/red] {escape(exc.message)}")
+            self.err.print(f"[red]error:[/red] {escape(message)}")
         else:
-            print(f"error: {exc.message}", file=sys.stderr)
+            print(f"error: {message}", file=sys.stderr)
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
-        cells = [["" if v is None else (v.isoformat(timespec="seconds") if isinstance(v, datetime) else str(v)) for v in row] for row in rows]
+        cells = [[strip_controls("" if v is None else (v.isoformat(timespec="seconds") if isinstance(v, datetime) else str(v))) for v in row] for row in rows]
+        columns = [strip_controls(c) for c in columns]
+        title = strip_controls(title) if title else title
         if self.out.is_terminal:
             table = Table(*columns, title=title)
             for row in cells:

@@ -18,6 +18,8 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
+from ..redaction import redact
+
 Status = Literal["applied", "reverted", "failed"]
 
 INDEXES = [
@@ -123,7 +125,7 @@ def failed_update(
         "batch": batch,
         "failed_checksum": _literal(checksum),
         "failed_at": "$$NOW",
-        "error": _literal(error[:4000]),
+        "error": _literal(redact(error, limit=2000)),  # whoever built it, nothing secret is stored
         "run_id": _literal(run.run_id),
         "executed_by": _literal(run.executed_by),
         "host": _literal(run.host),

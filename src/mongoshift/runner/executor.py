@@ -12,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ..config import Settings
-from ..connection import redact, sync_client
+from ..connection import sync_client
 from ..errors import (
     BackgroundFailedError,
     ExecutionFailedError,
@@ -36,6 +38,7 @@ from ..errors import (
 from . import changelog as records
 from .changelog import Changelog, RunInfo
 from .context import CancelSignal, Direction, MigrationContext, call, is_async
+from ..redaction import describe_error, redact
 from ..background.declared import align_file
 from ..background.registration import register, revert_or_withdraw
 from ..background.requires import unmet
@@ -117,7 +120,16 @@ class Runtime:
 
 
 def _describe(exc: BaseException) -> str:
-    return redact(f"{type(exc).__name__}: {exc}")
+    return describe_error(exc)
+
+
+def _traceback(exc: BaseException, path: Path) -> str:
+    """The traceback from the migration file's first frame on (the runner's own frames
+    before it say nothing to the author), through the same redaction as the error."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    start = next((i for i, frame in enumerate(frames) if Path(frame.filename) == path), 0)
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])]
+    return redact("".join(lines), limit=20_000) + describe_error(exc)
 
 
 def _transactions_unsupported(exc: BaseException) -> bool:
@@ -254,6 +266,8 @@ class Executor:
             raise
         except Exception as exc:
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
             await self._failed(step, batch, exc, results, started)
             raise error from exc
         duration = int((time.monotonic() - started) * 1000)

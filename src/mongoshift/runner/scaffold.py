@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import ConfigFileExistsError, ConfigInvalidError, MigrationFileExistsError
+from ..redaction import without_secrets
 from .loader import SEQUENTIAL_NAME, slugify
 
 MIGRATION_TEMPLATE = '''"""$title"""
@@ -53,7 +54,8 @@ background = Background(
 '''
 
 CONFIG_TEMPLATE = '''# mongoshift settings; environment variables (MONGOSHIFT_URI, MONGOSHIFT_DB, ...)
-# and command-line flags override them.
+# and command-line flags override them. Keep passwords out of this file: put the
+# full URI (with credentials) in MONGOSHIFT_URI.
 [mongoshift]
 $uri_line
 $db_line
@@ -71,12 +73,15 @@ def _toml_string(value: str) -> str:
 
 
 def write_config(directory: Path, *, uri: str | None, db: str | None, migrations_dir: str, force: bool) -> Path:
-    """Write mongoshift.toml and create the migrations folder."""
+    """Write mongoshift.toml and create the migrations folder.
+
+    The file is meant to be committed, so ``uri`` is written without its user, password
+    and secret options; the full URI goes in ``MONGOSHIFT_URI``, which overrides it."""
     target = directory / "mongoshift.toml"
     if target.exists() and not force:
         raise ConfigFileExistsError(f"{target.name} already exists (use --force to overwrite it)")
     text = string.Template(CONFIG_TEMPLATE).substitute(
-        uri_line=f"uri = {_toml_string(uri)}" if uri else '# uri = "mongodb://localhost:27017"',
+        uri_line=f"uri = {_toml_string(without_secrets(uri))}" if uri else '# uri = "mongodb://localhost:27017"',
         db_line=f"db = {_toml_string(db)}" if db else '# db = "myapp"',
         migrations_dir=migrations_dir.replace("\\", "/"),
     )

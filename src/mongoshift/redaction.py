@@ -1,0 +1,207 @@
+"""Text that leaves mongoshift: no credential, no document value, no terminal control, bounded.
+
+Error text is printed, returned in ``--json`` and stored (the changelog, background
+state), and it often quotes what it must not: a connection string with its password,
+the values a duplicate key error repeats, the documents a bulk write error carries.
+:func:`redact` is the one place that cleans such text and :func:`describe_error` the
+one place that turns an exception into it. Every layer calls them, so this module
+imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+#: Default bound of an error text (a migration may raise a message of any size).
+LIMIT = 1000
+MASK = "***"
+REDACTED = "<redacted>"
+
+# C0 controls except tab and newline, DEL, and the C1 block (0x9b is a one-character CSI).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"'<>]{0,512}@", re.IGNORECASE)
+# key=value / key:value / 'key': 'value' pairs whose key names a secret: proxyPassword,
+# tlsCertificateKeyFilePassword, sslPEMKeyPassword, AWS_SESSION_TOKEN, ... (bounded
+# repetitions: the text may be anything a migration raised)
+_SECRET_PAIR = re.compile(
+    r"(?P<key>\b[\w.-]{0,64}?(?:password|secret|token)['\"]?\s*[:=]\s*['\"]?)(?P<value>[^,&\s'\"}\])]+)",
+    re.IGNORECASE,
+)
+# pymongo appends the whole server reply (documents included) after this marker.
+_FULL_ERROR = re.compile(r",? full error: .*$", re.MULTILINE)
+# Markers whose following value is document data: the duplicate key, a write's document,
+# a validation failure's details, a document id.
+_VALUE_MARKERS = re.compile(
+    r"(?:dup key:\s*|['\"]?\b(?:keyValue|errInfo|failingDocumentId)['\"]?\s*:\s*|['\"]op['\"]\s*:\s*|\b_id['\"]?\s*:\s*)"
+)
+_INDEX_NAME = re.compile(r"\bindex: (\S+) dup key")
+_SECRET_KEY = re.compile(r"(?:password|secret|token)$", re.IGNORECASE)
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without terminal control characters (tab and newline stay)."""
+    return _CONTROLS.sub("", text)
+
+
+def cap(text: str, limit: int | None = LIMIT) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"
+
+
+def redact(text: str, limit: int | None = LIMIT) -> str:
+    """``text`` safe to show and store: credentials and secret URI options masked, document
+    values quoted by server errors replaced, control characters dropped, at most ``limit``
+    characters (``None``: unbounded, for tracebacks)."""
+    text = str(text)
+    if limit is not None:
+        text = text[: limit * 8]  # bounds the work on a huge message; a value cut here is masked whole
+    text = strip_controls(text)
+    text = _USERINFO.sub(rf"\1{MASK}@", text)
+    text = _SECRET_PAIR.sub(rf"\g<key>{MASK}", text)
+    text = _FULL_ERROR.sub("", text)
+    text = _mask_values(text)
+    return cap(text, limit)
+
+
+def _mask_values(text: str) -> str:
+    out: list[str] = []
+    position = 0
+    for match in _VALUE_MARKERS.finditer(text):
+        if match.start() < position:
+            continue  # inside a value already masked
+        end = _value_end(text, match.end())
+        out.append(text[position : match.end()])
+        out.append("{ " + REDACTED + " }" if text.startswith("{", match.end()) else REDACTED)
+        position = end
+    out.append(text[position:])
+    return "".join(out)
+
+
+def _value_end(text: str, i: int) -> int:
+    """Where the value starting at ``i`` ends: a quoted string, a bracketed group (quotes
+    inside respected), or a bare token; an unclosed value runs to the end of the text."""
+    depth = 0
+    quote: str | None = None
+    while i < len(text):
+        c = text[i]
+        if quote is not None:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+                if depth == 0:
+                    return i + 1
+        elif c in "'\"":
+            quote = c
+        elif c in "{[(":
+            depth += 1
+        elif c in "}])":
+            if depth == 0:
+                return i
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif depth == 0 and c in ",\n ":
+            return i
+        i += 1
+    return len(text)
+
+
+def describe_write_error(error: Mapping[str, Any]) -> str:
+    """One write error of a server reply, without the document or the key values it quotes."""
+    code = error.get("code")
+    if code == 11000:
+        pattern = error.get("keyPattern") or {}
+        found = _INDEX_NAME.search(str(error.get("errmsg") or ""))
+        index = f"index {strip_controls(found.group(1))}, " if found else ""
+        return f"duplicate key on {', '.join(pattern) or 'a unique index'} ({index}11000)"
+    if code == 121:
+        return "document failed validation (121)"
+    name = error.get("codeName")
+    return f"write error {code}" + (f" {name}" if name else "")
+
+
+def describe_error(exc: BaseException, limit: int | None = LIMIT) -> str:
+    """``Type: what happened`` for any exception, through :func:`redact`.
+
+    Server errors are described from their reply's code and message, never from the
+    reply itself (a bulk write error carries the documents it failed to write)."""
+    name = type(exc).__name__
+    details = getattr(exc, "details", None)
+    if isinstance(details, Mapping) and isinstance(details.get("writeErrors"), list):
+        body = _bulk_text(details)
+    elif isinstance(details, Mapping) and hasattr(exc, "code"):
+        body = _failure_text(getattr(exc, "code"), details, str(exc))
+    else:
+        body = str(exc)
+    return redact(f"{name}: {body}" if body else name, limit)
+
+
+def _failure_text(code: Any, details: Mapping[str, Any], fallback: str) -> str:
+    if code in (11000, 121):
+        return describe_write_error({**details, "code": code})
+    message = details.get("errmsg") or fallback
+    label = " ".join(str(part) for part in (code, details.get("codeName")) if part is not None)
+    return f"{label}: {message}" if label else str(message)
+
+
+def _bulk_text(details: Mapping[str, Any]) -> str:
+    errors = [e for e in details["writeErrors"] if isinstance(e, Mapping)]
+    described = list(dict.fromkeys(describe_write_error(e) for e in errors))
+    parts = [f"{len(errors)} write error(s): " + "; ".join(described[:3]) + (f"; {len(described) - 3} more" if len(described) > 3 else "")]
+    for concern in details.get("writeConcernErrors") or []:
+        if isinstance(concern, Mapping):
+            parts.append(f"write concern error {concern.get('code')} {concern.get('codeName') or ''}".rstrip())
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- connection strings
+
+
+def uri_secrets(uri: str) -> list[str]:
+    """What in ``uri`` is secret (``password``, option names), to warn about it."""
+    found: list[str] = []
+    rest = uri.split("://", 1)[-1]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in authority and ":" in authority.rsplit("@", 1)[0]:
+        found.append("password")
+    query = rest.split("?", 1)[1] if "?" in rest else ""
+    for key, value in parse_qsl(query.split("#", 1)[0], keep_blank_values=True):
+        if _SECRET_KEY.search(key) or (key.lower() == "authmechanismproperties" and _secret_properties(value)):
+            found.append(key)
+    return found
+
+
+def _secret_properties(value: str) -> list[str]:
+    return [pair for pair in value.split(",") if _SECRET_KEY.search(pair.split(":", 1)[0])]
+
+
+def without_secrets(uri: str) -> str:
+    """``uri`` without its user information and secret options: safe to write into a file
+    that is committed (the full URI belongs in ``MONGOSHIFT_URI``)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    authority, tail = re.match(r"([^/?#]*)(.*)", rest, re.DOTALL).groups()  # type: ignore[union-attr]
+    authority = authority.rsplit("@", 1)[-1]
+    path, qmark, query = tail.partition("?")
+    if not qmark:
+        return f"{scheme}://{authority}{tail}"
+    query, hash_, fragment = query.partition("#")
+    kept: list[str] = []
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if _SECRET_KEY.search(key):
+            continue
+        if key.lower() == "authmechanismproperties":
+            secret = _secret_properties(value)
+            value = ",".join(p for p in value.split(",") if p not in secret)
+            if not value:
+                continue
+        kept.append(f"{key}={quote(value, safe=':,/@$')}")
+    query_text = "?" + "&".join(kept) if kept else ""
+    return f"{scheme}://{authority}{path}{query_text}{hash_}{fragment}"

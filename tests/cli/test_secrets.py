@@ -1,0 +1,333 @@
+"""What the command line shows and stores about failures: no document value, no secret,
+no terminal control sequence, the right exit code for refused credentials, and a
+traceback only when asked for (``-v``)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from typing import Any
+
+from pymongo import MongoClient
+
+from mongoshift.connection import auth_summary
+
+from .test_cli import cli, env
+
+DUPLICATE_KEY = """
+async def up(ctx):
+    await ctx.db.people.create_index("email", unique=True, name="email_unique")
+    await ctx.db.people.insert_one({"email": "zebra-7731@leak.example"})
+    await ctx.db.people.insert_one({"email": "zebra-7731@leak.example"})
+"""
+
+BULK_WRITE = """
+async def up(ctx):
+    await ctx.db.people.create_index("email", unique=True, name="email_unique")
+    await ctx.db.people.insert_many(
+        [
+            {"email": "walrus-9902@leak.example", "note": "quokka-secret-note"},
+            {"email": "walrus-9902@leak.example", "note": "quokka-secret-note"},
+        ],
+        ordered=False,
+    )
+"""
+
+SECRETS_IN_MESSAGE = """
+def up(ctx):
+    raise RuntimeError(
+        "could not open mongodb://report:pa55-hunter2@10.0.0.9:27017/?proxyPassword=prox-hunter3"
+        "&tlsCertificateKeyFilePassword=pem-hunter4"
+        "&authMechanismProperties=SERVICE_NAME:mongodb,AWS_SESSION_TOKEN:aws-hunter5&retryWrites=true"
+    )
+"""
+
+SECRET_WORDS = ("pa55-hunter2", "prox-hunter3", "pem-hunter4", "aws-hunter5")
+
+
+def changelog_record(project: Any, name: str) -> dict[str, Any]:
+    with MongoClient(project.uri, serverSelectionTimeoutMS=30_000) as client:
+        record = client[project.db]["_mongoshift_migrations"].find_one({"name": name})
+    assert record is not None, f"no changelog record for {name}"
+    return record
+
+
+def everything(*results: subprocess.CompletedProcess[str]) -> str:
+    return "\n".join(r.stdout + r.stderr for r in results)
+
+
+# ---------------------------------------------------------------- item 12: document values
+
+
+def test_duplicate_key_value_stays_out_of_every_output_and_the_changelog(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_dup.py", DUPLICATE_KEY)
+    plain = cli(project, "up")
+    assert plain.returncode == 7, plain.stderr
+    as_json = cli(project, "up", "--json")
+    assert as_json.returncode == 7, as_json.stderr
+    document = json.loads(as_json.stdout)
+    record = changelog_record(project, "0001_dup.py")
+    seen = everything(plain, as_json) + json.dumps(document) + str(record)
+    assert "zebra-7731" not in seen
+    assert "11000" in plain.stderr and "email_unique" in plain.stderr
+    assert "11000" in document["error"]["message"] and "email_unique" in document["error"]["message"]
+    assert "11000" in record["error"] and "email_unique" in record["error"]
+
+
+def test_bulk_write_error_documents_stay_out_of_every_output_and_the_changelog(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_bulk.py", BULK_WRITE)
+    plain = cli(project, "up")
+    assert plain.returncode == 7, plain.stderr
+    as_json = cli(project, "up", "--json")
+    assert as_json.returncode == 7
+    document = json.loads(as_json.stdout)
+    record = changelog_record(project, "0001_bulk.py")
+    seen = everything(plain, as_json) + json.dumps(document) + str(record)
+    assert "walrus-9902" not in seen and "quokka-secret-note" not in seen
+    assert "BulkWriteError" in plain.stderr and "11000" in plain.stderr
+    assert "11000" in record["error"] and "email_unique" in record["error"]
+
+
+def test_a_migrations_own_long_message_is_capped(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_long.py", "def up(ctx):\n    raise ValueError('x' * 50_000)\n")
+    result = cli(project, "up", "--json")
+    assert result.returncode == 7
+    record = changelog_record(project, "0001_long.py")
+    assert len(record["error"]) <= 1100
+    assert len(json.loads(result.stdout)["error"]["message"]) <= 1100
+    assert len(result.stderr) < 3000
+
+
+# ---------------------------------------------------------------- item 13: credentials
+
+
+def test_secret_uri_parts_are_masked_in_errors_json_and_the_changelog(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_secret.py", SECRETS_IN_MESSAGE)
+    plain = cli(project, "up")
+    as_json = cli(project, "up", "--json")
+    assert plain.returncode == 7 and as_json.returncode == 7
+    record = changelog_record(project, "0001_secret.py")
+    seen = everything(plain, as_json) + str(record)
+    for word in SECRET_WORDS:
+        assert word not in seen, word
+    # what is not secret stays readable
+    assert "10.0.0.9:27017" in record["error"] and "SERVICE_NAME:mongodb" in record["error"]
+    assert "retryWrites=true" in record["error"]
+
+
+def test_init_with_a_password_keeps_it_out_of_the_config_file(project) -> None:  # type: ignore[no-untyped-def]
+    project.config.unlink()
+    uri = "mongodb://deploy:init-hunter6@db.internal.example:27017/?authSource=admin&proxyPassword=init-hunter7"
+    result = cli(project, "init", "--uri", uri, "--db", "app")
+    assert result.returncode == 0, result.stderr
+    text = project.config.read_text(encoding="utf-8")
+    assert "init-hunter6" not in text and "init-hunter7" not in text
+    assert "db.internal.example:27017" in text and "authSource=admin" in text
+    assert "MONGOSHIFT_URI" in result.stderr
+    assert "init-hunter6" not in result.stdout + result.stderr
+
+
+def test_init_without_a_password_writes_the_uri_as_given(project) -> None:  # type: ignore[no-untyped-def]
+    project.config.unlink()
+    result = cli(project, "init", "--uri", "mongodb://db.internal.example:27017/?replicaSet=rs0", "--db", "app")
+    assert result.returncode == 0
+    assert 'uri = "mongodb://db.internal.example:27017/?replicaSet=rs0"' in project.config.read_text(encoding="utf-8")
+    assert "MONGOSHIFT_URI" not in result.stderr
+
+
+def test_a_password_in_the_config_file_is_warned_about_once(project) -> None:  # type: ignore[no-untyped-def]
+    project.uri = "mongodb://deploy:cfg-hunter8@127.0.0.1:1/?directConnection=true"
+    project.write_config(connect_timeout_seconds=0.5)
+    result = cli(project, "status")
+    assert result.returncode in (5, 35)
+    assert result.stderr.count("password") >= 1
+    warnings = [line for line in result.stderr.splitlines() if "mongoshift.toml" in line and "password" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "cfg-hunter8" not in result.stdout + result.stderr
+
+
+def test_a_password_from_the_environment_is_not_warned_about(project) -> None:  # type: ignore[no-untyped-def]
+    project.uri = "mongodb://127.0.0.1:1/?directConnection=true"
+    project.write_config(connect_timeout_seconds=0.5)
+    result = subprocess.run(
+        [sys.executable, "-m", "mongoshift", "status"], cwd=project.root, capture_output=True, text=True, timeout=60,
+        env={**env(), "MONGOSHIFT_URI": "mongodb://deploy:env-hunter9@127.0.0.1:1/?directConnection=true"},
+    )
+    assert result.returncode in (5, 35)
+    assert "password" not in result.stderr.lower().replace("wrong user, password", "")
+    assert "env-hunter9" not in result.stderr + result.stdout
+
+
+# ---------------------------------------------------------------- item 15: refused credentials
+
+
+def _with_credentials(uri: str, user: str, password: str) -> str:
+    scheme, rest = uri.split("://", 1)
+    return f"{scheme}://{user}:{password}@{rest.split('@', 1)[-1]}"
+
+
+def test_wrong_credentials_are_reported_as_an_authentication_failure(project) -> None:  # type: ignore[no-untyped-def]
+    uri = _with_credentials(project.uri, "nobody-user", "wrong-hunter10")
+    started = time.monotonic()
+    plain = subprocess.run(
+        [sys.executable, "-m", "mongoshift", "status"], cwd=project.root, capture_output=True, text=True, timeout=60,
+        env={**env(), "MONGOSHIFT_URI": uri},
+    )
+    as_json = subprocess.run(
+        [sys.executable, "-m", "mongoshift", "status", "--json"], cwd=project.root, capture_output=True, text=True, timeout=60,
+        env={**env(), "MONGOSHIFT_URI": uri},
+    )
+    assert plain.returncode == 35, plain.stderr
+    assert as_json.returncode == 35
+    error = json.loads(as_json.stdout)["error"]
+    assert error["kind"] == "auth_failed" and error["code"] == 35
+    assert "authentication failed" in plain.stderr
+    assert "cannot reach" not in plain.stderr
+    host = re.split(r"[/?]", uri.split("@", 1)[1])[0]
+    assert host in plain.stderr
+    assert f"auth source {auth_summary(uri)[1]}" in plain.stderr  # admin, unless the test URI names another
+    seen = everything(plain, as_json)
+    assert "wrong-hunter10" not in seen and "nobody-user" not in seen
+    assert time.monotonic() - started < 40
+
+
+# ---------------------------------------------------------------- item 14: control characters
+
+HOSTILE_FAILURE = """
+def up(ctx):
+    ctx.logger.warning("logged \\x1b[2Jclear \\x9bcsi \\x07bell")
+    raise RuntimeError("boom \\x1b[2Jclear \\x9bcsi \\x1b]0;title\\x07 end")
+"""
+
+HOSTILE = ("\x1b[2J", "\x9b", "\x1b]0;", "\x07", "\x1b]2;", "\x1b[31")
+
+
+def run_on_terminal(project: Any, *args: str) -> tuple[int, str]:
+    """The CLI with stdout and stderr on a pseudo-terminal, as a user at a shell sees it."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env={**env(), "TERM": "xterm", "COLUMNS": "200"},
+        stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(leader, 65536)
+            except OSError as exc:
+                if exc.errno == errno.EIO:
+                    break
+                raise
+            if not data:
+                break
+            chunks.append(data)
+        elif process.poll() is not None:
+            break
+    os.close(leader)
+    code = process.wait(timeout=30)
+    return code, b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _no_hostile(text: str) -> None:
+    for sequence in HOSTILE:
+        assert sequence not in text, repr(sequence)
+
+
+def test_control_characters_never_reach_a_pipe(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_hostile.py", HOSTILE_FAILURE)
+    result = cli(project, "up")
+    assert result.returncode == 7
+    assert "boom" in result.stderr and "clear" in result.stderr and "logged" in result.stderr
+    _no_hostile(result.stdout + result.stderr)
+    status = cli(project, "status")  # the failed record's error, read back from the changelog
+    _no_hostile(status.stdout + status.stderr)
+
+
+def test_control_characters_never_reach_a_terminal(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_hostile.py", HOSTILE_FAILURE)
+    code, text = run_on_terminal(project, "up")
+    assert code == 7, text
+    assert "boom" in text and "logged" in text
+    _no_hostile(text)
+
+
+def test_a_misnamed_file_with_an_escape_sequence_is_named_safely(project) -> None:  # type: ignore[no-untyped-def]
+    (project.migrations / "evil\x1b]2;owned\x07\x1b[31mname.py").write_text("def up(ctx):\n    pass\n", encoding="utf-8")
+    piped = cli(project, "status")
+    assert piped.returncode == 19
+    assert "owned" in piped.stderr
+    _no_hostile(piped.stdout + piped.stderr)
+    code, text = run_on_terminal(project, "status")
+    assert code == 19 and "owned" in text
+    _no_hostile(text)
+    as_json = cli(project, "status", "--json")
+    message = json.loads(as_json.stdout)["error"]["message"]  # still valid JSON
+    assert "owned" in message
+    assert "\x1b" not in as_json.stdout and "\x07" not in as_json.stdout
+
+
+def test_a_changelog_record_with_control_characters_is_shown_safely(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """A record written by an older version (or by hand) holds raw control characters; its file is gone."""
+    sync_client[project.db]["_mongoshift_migrations"].insert_one(
+        {"name": "0009_gone\x1b[2J\x9bx.py", "status": "applied", "batch": 1, "checksum": "0" * 64}
+    )
+    piped = cli(project, "status")
+    assert piped.returncode == 0, piped.stderr
+    assert "0009_gone" in piped.stdout
+    _no_hostile(piped.stdout + piped.stderr)
+    code, text = run_on_terminal(project, "status")
+    assert code == 0 and "0009_gone" in text
+    _no_hostile(text)
+    as_json = cli(project, "status", "--json")
+    assert json.loads(as_json.stdout)["migrations"][0]["name"].startswith("0009_gone")
+    assert "\x1b" not in as_json.stdout and "\x9b" not in as_json.stdout
+
+
+# ---------------------------------------------------------------- item 20: -v shows the traceback
+
+TRACEBACK_FAILURE = """
+def helper(value):
+    raise KeyError("missing field for mongodb://tb-user:tb-hunter11@10.1.1.1/")
+
+
+def up(ctx):
+    helper(1)
+"""
+
+
+def test_verbose_shows_the_migrations_traceback_redacted(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_trace.py", TRACEBACK_FAILURE)
+    result = cli(project, "up", "-v")
+    assert result.returncode == 7
+    assert "Traceback" in result.stderr
+    assert "0001_trace.py" in result.stderr and "line 7" in result.stderr and "line 3" in result.stderr
+    assert "in helper" in result.stderr
+    assert "tb-hunter11" not in result.stderr + result.stdout
+
+
+def test_without_verbose_a_failure_is_one_line(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_trace.py", TRACEBACK_FAILURE)
+    result = cli(project, "up")
+    assert result.returncode == 7
+    assert "Traceback" not in result.stderr and "line 3" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "0001_trace.py" in errors[0]
+    assert "tb-hunter11" not in result.stderr
+
+
+def test_verbose_with_json_keeps_one_document_on_stdout(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_trace.py", TRACEBACK_FAILURE)
+    result = cli(project, "up", "-v", "--json")
+    assert result.returncode == 7
+    assert json.loads(result.stdout)["error"]["kind"] == "execution_failed"
+    assert "Traceback" in result.stderr and "tb-hunter11" not in result.stdout + result.stderr

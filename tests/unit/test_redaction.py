@@ -1,0 +1,238 @@
+"""The one redaction of error text, and the places that must go through it."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
+
+from mongoshift.cli.output import Output
+from mongoshift.connection import auth_failure, auth_summary
+from mongoshift.errors import ExecutionFailedError
+from mongoshift.redaction import LIMIT, cap, describe_error, describe_write_error, redact, strip_controls, uri_secrets, without_secrets
+
+E11000 = 'E11000 duplicate key error collection: app.users index: email_1 dup key: { email: "ali}ce@example.com" }'
+
+
+# ---------------------------------------------------------------- credentials and secret options
+
+
+@pytest.mark.parametrize(
+    ("text", "gone", "kept"),
+    [
+        ("failed: mongodb://ci:sup3r@h1:27017,h2/db", "sup3r", "h1:27017,h2/db"),
+        ("mongodb+srv://user:pa@ss@cluster.example.com/db", "pa@ss", "cluster.example.com/db"),
+        ("a mongodb://u:one@h b mongodb://u:two@h", "one", "b mongodb://"),
+        ("mongodb://:pw-only@host/db", "pw-only", "host/db"),
+        ("mongodb://h/db?proxyPassword=hunter2&retryWrites=true", "hunter2", "retryWrites=true"),
+        ("mongodb://h/?tlsCertificateKeyFilePassword=pemPw&tls=true", "pemPw", "tls=true"),
+        ("mongodb://h/?sslPEMKeyPassword=legacy", "legacy", "sslPEMKeyPassword="),
+        (
+            "mongodb://h/?authMechanismProperties=SERVICE_NAME:mongodb,AWS_SESSION_TOKEN:FQoGtoken&w=1",
+            "FQoGtoken",
+            "SERVICE_NAME:mongodb,AWS_SESSION_TOKEN:",
+        ),
+        ("options {'proxypassword': 'dict-form', 'w': 1}", "dict-form", "'w': 1"),
+    ],
+)
+def test_secrets_in_connection_strings_are_masked(text: str, gone: str, kept: str) -> None:
+    masked = redact(text)
+    assert gone not in masked
+    assert kept in masked
+
+
+def test_a_uri_without_secrets_is_left_alone() -> None:
+    text = "connect to mongodb://localhost:27017/db?replicaSet=rs0 failed"
+    assert redact(text) == text
+
+
+# ---------------------------------------------------------------- document values
+
+
+def test_duplicate_key_values_are_masked_and_the_index_kept() -> None:
+    masked = redact(E11000)
+    assert "alice" not in masked and "ali}ce" not in masked
+    assert masked.endswith("index: email_1 dup key: { <redacted> }")
+    compound = redact('... dup key: { a: "x}y", b: { c: 1 } } then more')
+    assert compound == "... dup key: { <redacted> } then more"
+
+
+def test_the_full_server_reply_is_cut_and_quoted_documents_masked() -> None:
+    text = "batch op errors occurred, full error: {'writeErrors': [{'op': {'email': 'doc-value'}}]}"
+    assert redact(text) == "batch op errors occurred"
+    shown = redact("{'keyValue': {'email': 'kv-value'}, 'op': {'n': 'op-value'}, '_id': ObjectId('65aa'), 'code': 11000}")
+    assert "kv-value" not in shown and "op-value" not in shown and "65aa" not in shown and "'code': 11000" in shown
+
+
+def test_a_multi_line_text_keeps_its_other_lines() -> None:
+    text = f"Traceback:\n  File x.py, line 3\nDuplicateKeyError: {E11000}, full error: {{'keyValue': 1}}\nnext"
+    lines = redact(text, limit=None).split("\n")
+    assert lines[1] == "  File x.py, line 3" and lines[3] == "next" and "alice" not in lines[2]
+
+
+def test_duplicate_key_error_is_described_by_code_and_index() -> None:
+    exc = DuplicateKeyError(
+        E11000, 11000, {"index": 0, "code": 11000, "errmsg": E11000, "keyPattern": {"email": 1}, "keyValue": {"email": "ali}ce@example.com"}}
+    )
+    assert describe_error(exc) == "DuplicateKeyError: duplicate key on email (index email_1, 11000)"
+
+
+def test_bulk_write_error_is_described_without_its_documents() -> None:
+    details = {
+        "writeErrors": [
+            {"index": 1, "code": 11000, "errmsg": E11000, "keyPattern": {"email": 1}, "keyValue": {"email": "bulk-value"}, "op": {"email": "bulk-value", "secret": "s"}},
+            {"index": 2, "code": 121, "errmsg": "Document failed validation", "errInfo": {"details": "v"}, "op": {"x": "other-value"}},
+        ],
+        "writeConcernErrors": [],
+        "nInserted": 1,
+    }
+    text = describe_error(BulkWriteError(details))
+    assert "bulk-value" not in text and "other-value" not in text
+    assert text == "BulkWriteError: 2 write error(s): duplicate key on email (index email_1, 11000); document failed validation (121)"
+
+
+def test_other_server_errors_keep_code_name_and_message() -> None:
+    exc = OperationFailure("not allowed", 13, {"ok": 0, "errmsg": "not allowed", "code": 13, "codeName": "Unauthorized"})
+    assert describe_error(exc) == "OperationFailure: 13 Unauthorized: not allowed"
+    assert describe_error(WriteError("failed", 121, {"code": 121, "errmsg": "Document failed validation", "errInfo": {"v": 1}})) == (
+        "WriteError: document failed validation (121)"
+    )
+
+
+def test_background_write_errors_keep_their_masking() -> None:
+    """The background engine's per-document text, now from this module."""
+    assert describe_write_error({"code": 11000, "keyPattern": {"a": 1, "b": 1}, "keyValue": {"a": 1}}) == "duplicate key on a, b (11000)"
+    assert describe_write_error({"code": 11000}) == "duplicate key on a unique index (11000)"
+    assert describe_write_error({"code": 121, "errInfo": {"x": 1}}) == "document failed validation (121)"
+    assert describe_write_error({"code": 14, "errmsg": "value 'leak' of _id: 5"}) == "write error 14"
+
+
+def test_background_batch_uses_the_shared_redaction() -> None:
+    from mongoshift.background import batch
+
+    assert batch.describe_error is describe_error and batch.describe_write_error is describe_write_error
+
+
+# ---------------------------------------------------------------- control characters and size
+
+
+@pytest.mark.parametrize("code", [0x00, 0x07, 0x08, 0x0B, 0x0D, 0x1B, 0x1F, 0x7F, 0x80, 0x90, 0x9B, 0x9D, 0x9F])
+def test_controls_are_stripped(code: int) -> None:
+    assert strip_controls(f"a{chr(code)}b") == "ab"
+    assert redact(f"a{chr(code)}b") == "ab"
+
+
+def test_tab_newline_and_text_are_kept() -> None:
+    assert strip_controls("a\tb\nc é ✓") == "a\tb\nc é ✓"
+
+
+def test_everything_is_capped() -> None:
+    assert len(redact("x" * 5000)) == LIMIT and redact("x" * 5000).endswith("…")
+    assert len(describe_error(ValueError("y" * 50_000))) == LIMIT
+    assert cap("short") == "short" and redact("z" * 5000, limit=None) == "z" * 5000
+
+
+def test_a_migrations_own_message_is_redacted() -> None:
+    exc = RuntimeError(f"copy failed for mongodb://u:p4ss@h/ {E11000}\x1b[2J")
+    text = describe_error(exc)
+    assert "p4ss" not in text and "alice" not in text and "\x1b" not in text
+    assert text.startswith("RuntimeError: copy failed for mongodb://***@h/ E11000")
+
+
+# ---------------------------------------------------------------- init and the project file
+
+
+def test_without_secrets_keeps_hosts_and_harmless_options() -> None:
+    uri = "mongodb://deploy:pw@h1:27017,h2/app?authSource=admin&proxyPassword=p&authMechanismProperties=SERVICE_NAME:s,AWS_SESSION_TOKEN:t&w=majority"
+    assert without_secrets(uri) == "mongodb://h1:27017,h2/app?authSource=admin&authMechanismProperties=SERVICE_NAME:s&w=majority"
+    assert without_secrets("mongodb+srv://u:p@c.example.com/db?authMechanismProperties=AWS_SESSION_TOKEN:t") == "mongodb+srv://c.example.com/db"
+    assert without_secrets("mongodb://localhost:27017") == "mongodb://localhost:27017"
+
+
+def test_uri_secrets_names_what_is_secret() -> None:
+    assert uri_secrets("mongodb://u:p@h/?proxyPassword=x") == ["password", "proxyPassword"]
+    assert uri_secrets("mongodb://x509user@h/?authMechanism=MONGODB-X509") == []
+    assert uri_secrets("mongodb://h/?authMechanismProperties=AWS_SESSION_TOKEN:t") == ["authMechanismProperties"]
+    assert uri_secrets("mongodb://h/?replicaSet=rs0") == []
+
+
+# ---------------------------------------------------------------- refused credentials
+
+
+def test_code_18_is_an_authentication_failure() -> None:
+    exc = OperationFailure(
+        "Authentication failed.", 18, {"ok": 0.0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed"}
+    )
+    assert auth_failure(exc)
+
+
+def test_other_failures_are_not_authentication_failures() -> None:
+    assert not auth_failure(OperationFailure("not primary", 10107, {"errmsg": "not primary", "code": 10107}))
+    assert not auth_failure(OperationFailure("command failed", None, {"errmsg": "command failed"}))
+    assert not auth_failure(ValueError("Authentication failed"))
+
+
+def test_auth_summary_names_mechanism_and_source_never_the_user() -> None:
+    assert auth_summary("mongodb://alice:pw@h/app") == ("default (SCRAM)", "app")
+    assert auth_summary("mongodb://alice:pw@h/?authSource=ops&authMechanism=SCRAM-SHA-256") == ("SCRAM-SHA-256", "ops")
+    assert auth_summary("mongodb://alice@h/app?authMechanism=MONGODB-X509") == ("MONGODB-X509", "$external")
+
+
+# ---------------------------------------------------------------- what the Output class prints
+
+HOSTILE = "name\x1b[2J\x9b\x1b]0;title\x07end"
+
+
+@pytest.fixture(params=["piped", "terminal"])
+def output(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Output:
+    """An Output on captured streams, as on a pipe or (rich forced) as on a terminal."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "300")
+    if request.param == "terminal":
+        monkeypatch.setenv("FORCE_COLOR", "1")
+    else:
+        monkeypatch.delenv("FORCE_COLOR", raising=False)
+        monkeypatch.setenv("TTY_COMPATIBLE", "0")
+    out = Output()
+    assert out.out.is_terminal is (request.param == "terminal")
+    return out
+
+
+def test_output_strips_controls_from_every_kind_of_text(output: Output, capsys: pytest.CaptureFixture[str]) -> None:
+    output.say(HOSTILE)
+    output.warn(HOSTILE)
+    output.error(ExecutionFailedError(HOSTILE))
+    output.table([HOSTILE], [[HOSTILE]], title=HOSTILE)
+    logging.getLogger("mongoshift").getChild("0001_x").warning(HOSTILE)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert text.count("name[2J]0;titleend") >= 5  # said, warned, error, table, log line
+    for sequence in ("\x1b[2J", "\x9b", "\x1b]0;", "\x07"):
+        assert sequence not in text
+
+
+def test_json_output_escapes_controls_and_stays_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    out = Output(json_mode=True)
+    out.json({"name": HOSTILE})
+    text = capsys.readouterr().out
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+    assert json.loads(text)["name"] == HOSTILE
+
+
+def test_log_lines_with_a_traceback_are_stripped() -> None:
+    stream = io.StringIO()
+    Output()  # installs the handler
+    logger = logging.getLogger("mongoshift")
+    handler = logger.handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    try:
+        raise ValueError(f"in \x1b[2J traceback \x9b mongodb://u:log-hunter@h/ {E11000}")
+    except ValueError:
+        logger.exception("failed \x1b]0;x\x07")
+    text = stream.getvalue()
+    assert "\x1b" not in text and "\x9b" not in text and "traceback" in text
+    assert "log-hunter" not in text and "alice" not in text and "dup key: { <redacted> }" in text
