@@ -16,12 +16,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from .converge.declaration import CollectionDeclaration, declared_name, loc_path
 from .errors import ConfigInvalidError
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
+
+#: The settings that name a collection mongoshift keeps its own records in (in field order).
+OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection")
 
 #: Environment variables whose names are not simply MONGOSHIFT_<KEY>.
 ENV_ALIASES: dict[str, str] = {
@@ -39,8 +42,8 @@ class Settings(BaseModel):
     uri: str | None = None
     db: str | None = Field(default=None, pattern=r"^[^/\\. \"$]{1,63}$")
     migrations_dir: Path = Path("migrations")
-    changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME)
-    lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME)
+    changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME, validate_default=True)
+    lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME, validate_default=True)
     lock_ttl_seconds: int = Field(default=60, ge=1, le=86_400)
     strict: bool = False
     use_transaction: bool = False
@@ -54,7 +57,7 @@ class Settings(BaseModel):
     environment: str = Field(default="production", min_length=1, max_length=64)
     executed_by: str | None = Field(default=None, max_length=128)
     ensure_indexes: bool = True
-    background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME)
+    background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME, validate_default=True)
     background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
     background_inline: bool = False
@@ -62,14 +65,30 @@ class Settings(BaseModel):
     #: Declared collections (``[[collections]]``); more come from ``collections_dir`` at converge time.
     collections: tuple[CollectionDeclaration, ...] = ()
     collections_dir: Path = Path("collections")
-    converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME)
+    converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME, validate_default=True)
     converge_after_up: bool = False
 
-    @field_validator("changelog_collection", "lock_collection", "background_collection", "converge_collection")
+    @field_validator(*OWN_COLLECTION_SETTINGS)
     @classmethod
-    def _not_system(cls, value: str) -> str:
+    def _own_collection(cls, value: str, info: ValidationInfo) -> str:
+        """Not the server's, and not a collection another of these settings already names.
+
+        Each setting is compared with the ones validated before it (field order), so the
+        error lands on the later key; the background setting owns ``<name>_partitions`` too.
+        """
         if value.startswith("system."):
             raise ValueError("collections named system.* belong to the server")
+        mine = [value, f"{value}_partitions"] if info.field_name == "background_collection" else [value]
+        for other in OWN_COLLECTION_SETTINGS:
+            if other == info.field_name:
+                break
+            earlier = info.data.get(other)
+            if not isinstance(earlier, str):
+                continue
+            theirs = [earlier, f"{earlier}_partitions"] if other == "background_collection" else [earlier]
+            for name in mine:
+                if name in theirs:
+                    raise ValueError(f"{other} already uses the collection {name!r}: each needs its own")
         return value
 
     @field_validator("uri")
@@ -203,6 +222,8 @@ def load_settings(
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
+            for other in OWN_COLLECTION_SETTINGS:  # a clash names where the other setting came from
+                message = message.replace(f"{other} already", f"{other} (from {sources.get(other, 'defaults')}) already")
             if name := declared_name(err["loc"], merged):
                 message += f" (collection {name!r})"
             problems.append(f"setting {where!r} from {sources.get(key, 'defaults')}: {message}")

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pymongo.operations import IndexModel
 
 from ..errors import ConfigInvalidError
+from ..own_collections import refuse_declared
 from .spec import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
 
 if TYPE_CHECKING:
@@ -450,25 +451,19 @@ def load_folder(directory: Path, *, required: bool = False) -> list[CollectionDe
     return declarations
 
 
-def reserved_names(settings: Settings) -> set[str]:
-    return {settings.changelog_collection, settings.lock_collection, settings.converge_collection}
-
-
 def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
     """Every declared collection: the project config first, then the folder. Duplicates are an error."""
     declarations = list(settings.collections) + load_folder(
         settings.collections_dir, required="collections_dir" in settings.model_fields_set
     )
     seen: dict[str, str] = {}
-    reserved = reserved_names(settings)
     for declaration in declarations:
         if declaration.name in seen:
             raise ConfigInvalidError(
                 f"collection {declaration.name!r} is declared twice: in {seen[declaration.name]} and in {declaration.source}"
             )
-        if declaration.name in reserved or declaration.name.startswith(settings.background_collection):
-            raise ConfigInvalidError(f"{declaration.source}: {declaration.name!r} is one of mongoshift's own collections")
         seen[declaration.name] = declaration.source
+    refuse_declared(settings, seen)
     return declarations
 
 
