@@ -10,13 +10,14 @@ silently falling back to a default.
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
 
 from .converge.declaration import CollectionDeclaration, declared_name, loc_path
 from .errors import ConfigInvalidError
@@ -128,22 +129,28 @@ def find_project_file(cwd: Path) -> Path | None:
         return candidate
     pyproject = cwd / "pyproject.toml"
     if pyproject.is_file():
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            return None
+        # A broken pyproject.toml is an error, not "no configuration": skipping it would run
+        # against the defaults (or another server) while the project meant its own settings.
+        data = _read_toml(pyproject)
         if isinstance(data.get("tool"), dict) and "mongoshift" in data["tool"]:
             return pyproject
     return None
 
 
-def read_project_file(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigInvalidError(f"config file not found: {path}") from None
+        raise ConfigInvalidError(f"config file not found: {path}", file=str(path)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}") from None
+        # TOMLDecodeError names the line and column: "Invalid value (at line 5, column 10)".
+        raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigInvalidError(f"config file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+
+
+def read_project_file(path: Path) -> dict[str, Any]:
+    data = _read_toml(path)
     if path.name == "pyproject.toml":
         section = data.get("tool", {}).get("mongoshift", {})
     else:
@@ -167,6 +174,33 @@ def read_project_file(path: Path) -> dict[str, Any]:
     if isinstance(values.get("hooks"), str) and values["hooks"].endswith(".py"):
         values["hooks"] = str(path.parent / values["hooks"])
     return values
+
+
+#: Settings whose file value is not type-checked here: paths (a file gives text, made
+#: relative to the file) and declarations (their models are strict themselves).
+_NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "collections"})
+
+
+@functools.cache
+def _strict_type(key: str) -> TypeAdapter[Any]:
+    return TypeAdapter(Settings.model_fields[key].annotation, config=ConfigDict(strict=True))
+
+
+def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """Values of a project file whose TOML type is wrong (``strict = "yes"``, ``lock_ttl_seconds = "60"``).
+
+    TOML has booleans and numbers, so a file gets no string coercion: a quoted value is
+    most likely a mistake. Only the environment, which has nothing but text, is parsed.
+    """
+    problems: dict[str, str] = {}
+    for key, value in values.items():
+        if key in _NOT_SCALAR or key not in Settings.model_fields:
+            continue
+        try:
+            _strict_type(key).validate_python(value)
+        except ValidationError as exc:
+            problems[key] = exc.errors()[0]["msg"] + f", not {type(value).__name__}"
+    return problems
 
 
 def read_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -194,9 +228,14 @@ def load_settings(
     path = config_path if config_path is not None else find_project_file(cwd)
     if config_path is None and environ.get("MONGOSHIFT_CONFIG"):
         path = Path(environ["MONGOSHIFT_CONFIG"])
+    problems: list[str] = []
     if path is not None:
-        for key, value in read_project_file(path).items():
-            merged[key], sources[key] = value, str(path)
+        values = read_project_file(path)
+        wrong = file_type_problems(values)
+        problems += [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
+        for key, value in values.items():
+            if key not in wrong:  # reported once above; the rest is still validated
+                merged[key], sources[key] = value, str(path)
     for key, value in read_environment(environ).items():
         merged[key], sources[key] = value, env_name(key)
     for key, value in (flags or {}).items():
@@ -213,9 +252,10 @@ def load_settings(
         settings = Settings(**merged)
         if default_folder:
             settings.__pydantic_fields_set__.discard("collections_dir")
+        if problems:
+            raise ConfigInvalidError("; ".join(problems))
         return settings
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
             where = loc_path(err["loc"]) or "?"
