@@ -225,9 +225,12 @@ def load_settings(
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
-    path = config_path if config_path is not None else find_project_file(cwd)
-    if config_path is None and environ.get("MONGOSHIFT_CONFIG"):
+    if config_path is not None:
+        path: Path | None = config_path
+    elif environ.get("MONGOSHIFT_CONFIG"):
         path = Path(environ["MONGOSHIFT_CONFIG"])
+    else:  # only now is the working directory searched (and a broken pyproject.toml there an error)
+        path = find_project_file(cwd)
     problems: list[str] = []
     if path is not None:
         values = read_project_file(path)

@@ -28,6 +28,14 @@ def test_a_malformed_mongoshift_toml_names_the_file_and_line(tmp_path: Path) -> 
     assert str(path) in info.value.message and "line 3" in info.value.message
 
 
+def test_a_broken_pyproject_is_not_read_when_the_config_is_named(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool\n")
+    named = tmp_path / "elsewhere.toml"
+    named.write_text("[mongoshift]\nstrict = true\n")
+    assert load_settings({}, environ={"MONGOSHIFT_CONFIG": str(named)}, cwd=tmp_path).strict is True
+    assert load_settings({}, config_path=named, environ={}, cwd=tmp_path).strict is True
+
+
 def test_a_pyproject_without_a_mongoshift_section_is_still_ignored(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\n')
     assert load_settings({}, environ={}, cwd=tmp_path).strict is False
