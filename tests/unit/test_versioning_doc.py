@@ -4,7 +4,6 @@ so the guide cannot drift from the code again."""
 from __future__ import annotations
 
 import re
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +125,3 @@ async def test_the_complete_example_runs_expand_rewrite_contract(project, db, mo
     with pytest.raises(ShapeVersionError):
         namespace["PEOPLE"].upcast({"name": "x y", "__v": 1})
 
-
-def test_the_doc_blocks_are_plain_python() -> None:
-    for block in python_blocks():
-        textwrap.dedent(block)  # indented blocks would not run as written
-        assert not block.startswith((" ", "\t")), block[:40]
