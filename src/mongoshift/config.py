@@ -10,18 +10,22 @@ silently falling back to a default.
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
 
 from .converge.declaration import CollectionDeclaration, declared_name, loc_path
 from .errors import ConfigInvalidError
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
+
+#: The settings that name a collection mongoshift keeps its own records in (in field order).
+OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection")
 
 #: Environment variables whose names are not simply MONGOSHIFT_<KEY>.
 ENV_ALIASES: dict[str, str] = {
@@ -39,8 +43,8 @@ class Settings(BaseModel):
     uri: str | None = None
     db: str | None = Field(default=None, pattern=r"^[^/\\. \"$]{1,63}$")
     migrations_dir: Path = Path("migrations")
-    changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME)
-    lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME)
+    changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME, validate_default=True)
+    lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME, validate_default=True)
     lock_ttl_seconds: int = Field(default=60, ge=1, le=86_400)
     strict: bool = False
     use_transaction: bool = False
@@ -54,7 +58,7 @@ class Settings(BaseModel):
     environment: str = Field(default="production", min_length=1, max_length=64)
     executed_by: str | None = Field(default=None, max_length=128)
     ensure_indexes: bool = True
-    background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME)
+    background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME, validate_default=True)
     background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
     background_inline: bool = False
@@ -62,14 +66,30 @@ class Settings(BaseModel):
     #: Declared collections (``[[collections]]``); more come from ``collections_dir`` at converge time.
     collections: tuple[CollectionDeclaration, ...] = ()
     collections_dir: Path = Path("collections")
-    converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME)
+    converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME, validate_default=True)
     converge_after_up: bool = False
 
-    @field_validator("changelog_collection", "lock_collection", "background_collection", "converge_collection")
+    @field_validator(*OWN_COLLECTION_SETTINGS)
     @classmethod
-    def _not_system(cls, value: str) -> str:
+    def _own_collection(cls, value: str, info: ValidationInfo) -> str:
+        """Not the server's, and not a collection another of these settings already names.
+
+        Each setting is compared with the ones validated before it (field order), so the
+        error lands on the later key; the background setting owns ``<name>_partitions`` too.
+        """
         if value.startswith("system."):
             raise ValueError("collections named system.* belong to the server")
+        mine = [value, f"{value}_partitions"] if info.field_name == "background_collection" else [value]
+        for other in OWN_COLLECTION_SETTINGS:
+            if other == info.field_name:
+                break
+            earlier = info.data.get(other)
+            if not isinstance(earlier, str):
+                continue
+            theirs = [earlier, f"{earlier}_partitions"] if other == "background_collection" else [earlier]
+            for name in mine:
+                if name in theirs:
+                    raise ValueError(f"{other} already uses the collection {name!r}: each needs its own")
         return value
 
     @field_validator("uri")
@@ -109,22 +129,28 @@ def find_project_file(cwd: Path) -> Path | None:
         return candidate
     pyproject = cwd / "pyproject.toml"
     if pyproject.is_file():
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            return None
+        # A broken pyproject.toml is an error, not "no configuration": skipping it would run
+        # against the defaults (or another server) while the project meant its own settings.
+        data = _read_toml(pyproject)
         if isinstance(data.get("tool"), dict) and "mongoshift" in data["tool"]:
             return pyproject
     return None
 
 
-def read_project_file(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigInvalidError(f"config file not found: {path}") from None
+        raise ConfigInvalidError(f"config file not found: {path}", file=str(path)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}") from None
+        # TOMLDecodeError names the line and column: "Invalid value (at line 5, column 10)".
+        raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigInvalidError(f"config file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+
+
+def read_project_file(path: Path) -> dict[str, Any]:
+    data = _read_toml(path)
     if path.name == "pyproject.toml":
         section = data.get("tool", {}).get("mongoshift", {})
     else:
@@ -150,6 +176,33 @@ def read_project_file(path: Path) -> dict[str, Any]:
     return values
 
 
+#: Settings whose file value is not type-checked here: paths (a file gives text, made
+#: relative to the file) and declarations (their models are strict themselves).
+_NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "collections"})
+
+
+@functools.cache
+def _strict_type(key: str) -> TypeAdapter[Any]:
+    return TypeAdapter(Settings.model_fields[key].annotation, config=ConfigDict(strict=True))
+
+
+def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """Values of a project file whose TOML type is wrong (``strict = "yes"``, ``lock_ttl_seconds = "60"``).
+
+    TOML has booleans and numbers, so a file gets no string coercion: a quoted value is
+    most likely a mistake. Only the environment, which has nothing but text, is parsed.
+    """
+    problems: dict[str, str] = {}
+    for key, value in values.items():
+        if key in _NOT_SCALAR or key not in Settings.model_fields:
+            continue
+        try:
+            _strict_type(key).validate_python(value)
+        except ValidationError as exc:
+            problems[key] = exc.errors()[0]["msg"] + f", not {type(value).__name__}"
+    return problems
+
+
 def read_environment(environ: Mapping[str, str]) -> dict[str, str]:
     values: dict[str, str] = {}
     for key in FIELDS:
@@ -172,12 +225,20 @@ def load_settings(
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
-    path = config_path if config_path is not None else find_project_file(cwd)
-    if config_path is None and environ.get("MONGOSHIFT_CONFIG"):
+    if config_path is not None:
+        path: Path | None = config_path
+    elif environ.get("MONGOSHIFT_CONFIG"):
         path = Path(environ["MONGOSHIFT_CONFIG"])
+    else:  # only now is the working directory searched (and a broken pyproject.toml there an error)
+        path = find_project_file(cwd)
+    problems: list[str] = []
     if path is not None:
-        for key, value in read_project_file(path).items():
-            merged[key], sources[key] = value, str(path)
+        values = read_project_file(path)
+        wrong = file_type_problems(values)
+        problems += [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
+        for key, value in values.items():
+            if key not in wrong:  # reported once above; the rest is still validated
+                merged[key], sources[key] = value, str(path)
     for key, value in read_environment(environ).items():
         merged[key], sources[key] = value, env_name(key)
     for key, value in (flags or {}).items():
@@ -194,15 +255,18 @@ def load_settings(
         settings = Settings(**merged)
         if default_folder:
             settings.__pydantic_fields_set__.discard("collections_dir")
+        if problems:
+            raise ConfigInvalidError("; ".join(problems))
         return settings
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
             where = loc_path(err["loc"]) or "?"
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
+            for other in OWN_COLLECTION_SETTINGS:  # a clash names where the other setting came from
+                message = message.replace(f"{other} already", f"{other} (from {sources.get(other, 'defaults')}) already")
             if name := declared_name(err["loc"], merged):
                 message += f" (collection {name!r})"
             problems.append(f"setting {where!r} from {sources.get(key, 'defaults')}: {message}")

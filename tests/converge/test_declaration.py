@@ -181,7 +181,6 @@ def test_folder_declarations_toml_and_python(tmp_path: Path) -> None:
         ({"users.json": "{}"}, "declarations are .toml or .py files"),
         ({"users.toml": "", "users.py": "collection = {}\n"}, "'users' is declared twice"),
         ({"inline.toml": ""}, "'inline' is declared twice: in [[collections]] in the project config and in"),
-        ({"locks.toml": 'name = "_mongoshift_locks"\n'}, "one of mongoshift's own collections"),
     ],
 )
 def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], message: str) -> None:

@@ -171,6 +171,7 @@ def _check_sample(uri: str) -> None:
 
 def test_path_persists_data_types_indexes_and_validators_across_a_clean_restart(tmp_path: Path) -> None:
     snapshot = tmp_path / "data" / "embedded.bson"
+    snapshot.parent.mkdir()  # a missing folder is refused at start (test_path.py)
     with server("--path", str(snapshot)) as first:
         _write_sample(first.uri)
         code, err = first.stop()

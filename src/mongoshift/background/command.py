@@ -14,6 +14,7 @@ from pymongo import AsyncMongoClient
 from ..config import Settings
 from ..connection import connect
 from ..errors import ConfigInvalidError, NotAppliedError
+from ..own_collections import check_own_collections
 from ..runner.command import run_info
 from ..runner.context import CancelSignal
 from ..runner.loader import discover, find, load
@@ -67,12 +68,20 @@ class Engine:
 
 @asynccontextmanager
 async def open_engine(
-    settings: Settings, *, cancel: CancelSignal | None = None, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
+    settings: Settings,
+    *,
+    cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
+    checked: bool = False,
 ) -> AsyncIterator[Engine]:
+    """``checked``: the caller's run already checked the own collections (``open_session``)."""
     own = client is None
     client = client or await connect(settings)
     try:
         db = client[settings.require_connection()[1]]
+        if not checked:
+            await check_own_collections(db, settings)  # before the indexes below
         store = BackgroundStore(db, settings.background_collection)
         await store.ensure_indexes()
         context = EngineContext(

@@ -410,17 +410,18 @@ def unlock(yes: bool) -> None:
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
-@click.option("--path", type=click.Path(dir_okay=False, path_type=Path), help="Snapshot file: data survives a clean restart.")
+@click.option("--path", type=click.Path(path_type=Path), help="Snapshot file: data survives a clean restart.")
 def embedded(host: str, port: int, path: Path | None) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
     import logging
 
     from ..embedded.server import EmbeddedServerUnavailable, run
+    from ..embedded.snapshot import SnapshotError
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
     try:
         return run(host=host, port=port, path=path)
-    except EmbeddedServerUnavailable as exc:
+    except (EmbeddedServerUnavailable, SnapshotError) as exc:
         raise ConfigInvalidError(str(exc)) from None
 
 

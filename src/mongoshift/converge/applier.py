@@ -14,6 +14,7 @@ and re-creates the index; if the create fails the old index is put back.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -55,14 +56,39 @@ class ApplyFailed(Exception):
     """An action failed: the run stops after this collection."""
 
 
+class ApplyStopped(Exception):
+    """The stop signal (Ctrl-C, cancel, a lost lock) came between two steps of a collection.
+
+    ``results`` holds what was done and the rest as skipped; ``error`` is what to raise.
+    """
+
+    def __init__(self, results: list[ActionResult], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.results = results
+        self.error = error
+
+
+#: The key values a duplicate-key message quotes: document values never reach the output.
+_DUP_KEY = re.compile(r"dup key: \{.*?\}(?=\s*$|,)", re.S)
+
+
 def describe_error(exc: BaseException) -> str:
-    """``code CodeName: message`` (not the full server reply), credentials stripped."""
+    """``code CodeName: message`` (not the full server reply), credentials and key values stripped.
+
+    Each part appears only when known: an error without a code, a code name or a message
+    is named by its type, never "None error".
+    """
+    message = str(exc).split(", full error:")[0].strip()
     if isinstance(exc, OperationFailure):
-        details = exc.details or {}
-        name = details.get("codeName") or "error"
-        message = details.get("errmsg") or str(exc).split(", full error:")[0]
-        return redact(f"{exc.code} {name}: {message}")[:1000]
-    return redact(f"{type(exc).__name__}: {exc}")[:1000]
+        details = exc.details if isinstance(exc.details, Mapping) else {}
+        errmsg = details.get("errmsg")
+        message = errmsg.strip() if isinstance(errmsg, str) and errmsg.strip() else message
+        code = " ".join(str(part) for part in (exc.code, details.get("codeName")) if part not in (None, ""))
+        head = code or type(exc).__name__
+    else:
+        head = type(exc).__name__
+    text = f"{head}: {message}" if message else head
+    return redact(_DUP_KEY.sub("dup key: {…}", text))[:1000]
 
 
 def _refused(exc: BaseException) -> bool:
@@ -77,10 +103,15 @@ def _create_document(document: Mapping[str, Any]) -> dict[str, Any]:
 class Applier:
     """Applies the approved actions of one run."""
 
-    def __init__(self, db: AsyncDatabase[Any], *, yes: bool, confirm: Confirm | None) -> None:
+    def __init__(
+        self, db: AsyncDatabase[Any], *, yes: bool, confirm: Confirm | None, check_stop: Callable[[], None] | None = None
+    ) -> None:
         self.db = db
         self.yes = yes
         self.confirm = confirm
+        #: Raises when the run must stop; called before every step that writes.
+        self.check_stop = check_stop or (lambda: None)
+        self._stop_error: Exception | None = None
 
     async def _consent(self, actions: list[Action]) -> bool:
         if self.yes:
@@ -94,7 +125,8 @@ class Applier:
     ) -> list[ActionResult]:
         """Re-plan one collection, check it against what was approved, then apply it in order.
 
-        Raises :class:`ApplyFailed` (with the results so far as its argument) when something fails.
+        Raises :class:`ApplyFailed` (with the results so far as its argument) when something fails,
+        and :class:`ApplyStopped` when the stop signal comes before a step.
         """
         state = await inspect(self.db, declaration)
         actions = plan_collection(declaration, state, prune=prune)
@@ -111,14 +143,24 @@ class Applier:
         for action in actions:  # already in application order
             if not action.changing:
                 results.append(ActionResult(action, "ok"))
+            elif action in creates and created:
+                continue  # listed once, with the batch's outcome
             elif failed:
                 results.append(ActionResult(action, "skipped", "an earlier action of this collection failed"))
+            elif stopped := self._stop_now():
+                listed = {id(r.action) for r in results}
+                why = f"converge stopped before this step ({stopped})"
+                results += [
+                    ActionResult(a, "skipped", why) if a.changing else ActionResult(a, "ok")
+                    for a in actions
+                    if id(a) not in listed
+                ]
+                raise ApplyStopped(results, self._stop_error or RuntimeError(stopped))
             elif action in creates:
-                if not created:
-                    created = True
-                    batch = await self._create_indexes(declaration.name, creates)
-                    results += batch
-                    failed = any(r.status == "failed" for r in batch)
+                created = True
+                batch = await self._create_indexes(declaration.name, creates)
+                results += batch
+                failed = any(r.status == "failed" for r in batch)
             else:
                 result = await self._apply(action)
                 results.append(result)
@@ -126,6 +168,15 @@ class Applier:
         if failed:
             raise ApplyFailed(results)
         return results
+
+    def _stop_now(self) -> str | None:
+        """The stop reason when the run must stop before the next step, else None."""
+        try:
+            self.check_stop()
+        except Exception as exc:  # the caller's own error type (aborted, lock lost)
+            self._stop_error = exc
+            return getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        return None
 
     # ------------------------------------------------------------ the actions
 

@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..runner.command import Session, open_session
 from ..runner.context import CancelSignal
-from .applier import ActionResult, Applier, ApplyFailed, Confirm, describe_error
+from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm, describe_error
 from .declaration import CollectionDeclaration, load_declarations
 from .inspection import CollectionState, inspect
 from .journal import ConvergeJournal
@@ -183,7 +183,7 @@ async def converge_in_session(
 
     def check_stop() -> None:
         if runtime.cancel.is_set():
-            raise RunAbortedError(f"converge stopped ({runtime.cancel.reason}) between collections")
+            raise RunAbortedError(f"converge stopped ({runtime.cancel.reason}); the steps after it were skipped")
         lock = session.lock
         if lock is not None and lock.lost.is_set() and settings.on_lock_lost == "abort":
             raise LockLostError(f"the migration lock was lost: {lock.lost_reason}")
@@ -248,7 +248,7 @@ async def _apply(
     check_stop: Callable[[], None],
 ) -> None:
     """Apply collection by collection into ``report.results``; after a failure the rest is skipped."""
-    applier = Applier(db, yes=yes, confirm=confirm)
+    applier = Applier(db, yes=yes, confirm=confirm, check_stop=check_stop)
     results: list[ActionResult] = []
 
     def rest(index: int, why: str) -> list[ActionResult]:
@@ -274,6 +274,9 @@ async def _apply(
         except ApplyFailed as exc:
             report.results = results + exc.args[0] + rest(index + 1, "an earlier collection failed")
             return
+        except ApplyStopped as exc:
+            report.results = results + exc.results + rest(index + 1, "converge stopped before this collection")
+            raise exc.error from None
         except PyMongoError as exc:
             failed = [ActionResult(a, "failed", describe_error(exc)) if a.changing else ActionResult(a, "ok") for a in approved]
             report.results = results + failed + rest(index + 1, "an earlier collection failed")

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pymongo.operations import IndexModel
 
 from ..errors import ConfigInvalidError
+from ..own_collections import refuse_declared
 from .spec import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
 
 if TYPE_CHECKING:
@@ -78,10 +79,57 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-class _Strict(BaseModel):
-    """Unknown keys are refused with a suggestion (``uniqe`` → did you mean ``unique``?)."""
+def bson_problem(value: Any, path: str = "") -> str | None:
+    """Why ``value`` cannot be sent to the server as BSON (a function, a cycle, a non-text key), or None.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A Python declaration can hold anything; without this check a function in a validator
+    would only fail (with a traceback) when converge encodes it.
+    """
+    import bson
+    from bson.errors import InvalidDocument
+
+    ancestors: set[int] = set()
+
+    def walk(item: Any, where: str) -> str | None:
+        if isinstance(item, (Mapping, list, tuple)):
+            if id(item) in ancestors:
+                return f"{where or 'the value'} contains itself (a circular reference)"
+            ancestors.add(id(item))
+            try:
+                pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
+                for key, child in pairs:
+                    if isinstance(item, Mapping) and not isinstance(key, str):
+                        return f"{where or 'the value'} has the key {key!r}: keys must be text"
+                    inner = f"{where}.{key}" if isinstance(item, Mapping) else f"{where}[{key}]"
+                    if problem := walk(child, inner.lstrip(".")):
+                        return problem
+            finally:
+                ancestors.discard(id(item))
+            return None
+        try:
+            bson.encode({"v": item})
+        except (InvalidDocument, TypeError, ValueError, OverflowError):
+            return f"{where or 'the value'} is a {type(item).__name__}, which is not a BSON value"
+        return None
+
+    return walk(value, path)
+
+
+def _bson_only(value: Any) -> Any:
+    if value is not None and (problem := bson_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+class _Strict(BaseModel):
+    """Unknown keys are refused with a suggestion (``uniqe`` → did you mean ``unique``?).
+
+    Types are strict: declarations come from files (TOML has real booleans and numbers)
+    and Python, so ``unique = "yes"`` or ``expireAfterSeconds = "60"`` is a mistake to
+    report, not a string to coerce.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -135,7 +183,7 @@ def _pairs(value: Any) -> list[tuple[Any, Any]]:
 class IndexDeclaration(_Strict):
     """One index: pymongo's ``IndexModel`` options, in the server's spelling."""
 
-    keys: tuple[tuple[str, int | str], ...]
+    keys: tuple[tuple[str, int | str], ...] = Field(strict=False)
     name: str | None = Field(default=None, min_length=1, max_length=127)
     unique: bool = False
     sparse: bool = False
@@ -176,6 +224,11 @@ class IndexDeclaration(_Strict):
             else:
                 raise ValueError(f"direction of {name!r} must be 1, -1, 'text', '2d', '2dsphere' or 'hashed', not {direction!r}")
         return tuple(out)
+
+    @field_validator("partialFilterExpression", "wildcardProjection")
+    @classmethod
+    def _bson(cls, value: Any) -> Any:
+        return _bson_only(value)
 
     @model_validator(mode="after")
     def _coherent(self) -> IndexDeclaration:
@@ -276,7 +329,7 @@ class CollectionDeclaration(_Strict):
     """One declared collection. ``None`` parts are unmanaged, except ``validator`` when written."""
 
     name: str = Field(min_length=1, max_length=255)
-    indexes: tuple[IndexDeclaration, ...] | None = None
+    indexes: tuple[IndexDeclaration, ...] | None = Field(default=None, strict=False)
     validator: dict[str, Any] | None = None
     validation_level: Literal["off", "strict", "moderate"] | None = None
     validation_action: Literal["error", "warn", "errorAndLog"] | None = None
@@ -313,7 +366,7 @@ class CollectionDeclaration(_Strict):
             return None
         if value is not None and not isinstance(value, Mapping):
             raise ValueError("validator must be a table (a query filter such as {\"$jsonSchema\": {...}}), or false for none")
-        return value
+        return _bson_only(dict(value) if isinstance(value, Mapping) else value)
 
     @model_validator(mode="after")
     def _coherent(self) -> CollectionDeclaration:
@@ -387,7 +440,7 @@ def _validated(data: Any, path: Path) -> CollectionDeclaration:
         declaration = data
     else:
         if not isinstance(data, Mapping):
-            raise ConfigInvalidError(f"{path}: the declaration must be a table/dict, not {type(data).__name__}")
+            raise ConfigInvalidError(f"{path}: the declaration must be a table/dict, not {type(data).__name__}", file=str(path))
         values = dict(data)
         values.setdefault("name", path.stem)
         try:
@@ -438,20 +491,29 @@ def load_folder(directory: Path, *, required: bool = False) -> list[CollectionDe
             raise ConfigInvalidError(f"collections folder not found: {directory} (setting collections_dir)")
         return []
     declarations = []
+    failures: list[ConfigInvalidError] = []  # every broken file is reported at once, not one per try
     for path in sorted(directory.iterdir()):
         if path.name.startswith(("_", ".")) or not path.is_file():
             continue
-        if path.suffix == ".toml":
-            declarations.append(_validated(_read_toml(path), path))
-        elif path.suffix == ".py":
-            declarations.append(_validated(_read_python(path), path))
-        elif path.suffix in UNREADABLE:
-            raise ConfigInvalidError(f"{path}: collection declarations are .toml or .py files", file=str(path))
+        try:
+            if path.suffix == ".toml":
+                declarations.append(_validated(_read_toml(path), path))
+            elif path.suffix == ".py":
+                declarations.append(_validated(_read_python(path), path))
+            elif path.suffix in UNREADABLE:
+                raise ConfigInvalidError(f"{path}: collection declarations are .toml or .py files", file=str(path))
+        except ConfigInvalidError as exc:
+            failures.append(exc)
+    files = [str(f.details.get("file")) for f in failures]
+    if len(failures) == 1:
+        failures[0].details["files"] = files
+        raise failures[0]
+    if failures:
+        raise ConfigInvalidError(
+            f"{len(failures)} invalid collection declaration files:\n" + "\n".join(f"  - {f.message}" for f in failures),
+            files=files,
+        )
     return declarations
-
-
-def reserved_names(settings: Settings) -> set[str]:
-    return {settings.changelog_collection, settings.lock_collection, settings.converge_collection}
 
 
 def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
@@ -460,15 +522,13 @@ def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
         settings.collections_dir, required="collections_dir" in settings.model_fields_set
     )
     seen: dict[str, str] = {}
-    reserved = reserved_names(settings)
     for declaration in declarations:
         if declaration.name in seen:
             raise ConfigInvalidError(
                 f"collection {declaration.name!r} is declared twice: in {seen[declaration.name]} and in {declaration.source}"
             )
-        if declaration.name in reserved or declaration.name.startswith(settings.background_collection):
-            raise ConfigInvalidError(f"{declaration.source}: {declaration.name!r} is one of mongoshift's own collections")
         seen[declaration.name] = declaration.source
+    refuse_declared(settings, seen)
     return declarations
 
 

@@ -2,7 +2,8 @@
 
 The URI is the first line of stdout (flushed as soon as the server accepts
 connections); logs go to stderr. SIGINT or SIGTERM stops it (writing the
-``--path`` snapshot) with exit status 0.
+``--path`` snapshot) with exit status 0. A ``--path`` that cannot be written or
+is not a readable snapshot exits 6 at start.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import sys
 from pathlib import Path
 
 from mongoshift.embedded.server import DEFAULT_HOST, DEFAULT_PORT, EmbeddedServerUnavailable, run
+from mongoshift.embedded.snapshot import SnapshotError
+
+#: Exit status for a ``--path`` that cannot be used (mongoshift's CONFIG_INVALID).
+PATH_UNUSABLE = 6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     except EmbeddedServerUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except SnapshotError as error:
+        # The same status as `mongoshift embedded`: 6, an unusable --path.
+        print(f"error: {error}", file=sys.stderr)
+        return PATH_UNUSABLE
     except Exception as error:
         logging.getLogger("mongoshift.embedded").exception("embedded server failed")
         print(f"error: {error}", file=sys.stderr)

@@ -86,16 +86,18 @@ async def serve(
     ``port`` 0 picks a free port. ``on_ready`` gets the URI (for pymongo) once the
     snapshot, if any, is loaded and the server accepts connections.
     Raises :class:`EmbeddedServerUnavailable` without mongoeco 4.11.0,
-    :class:`~mongoshift.embedded.snapshot.SnapshotError` if ``path`` is not a
-    readable snapshot (the file is then left untouched), and ``OSError`` if the
-    address cannot be bound.
+    :class:`~mongoshift.embedded.snapshot.SnapshotError` if ``path`` cannot be
+    written (a missing folder, a read-only location) or is not a readable snapshot
+    (the file is then left untouched), and ``OSError`` if the address cannot be bound.
     """
+    from mongoshift.embedded import snapshot
+
+    if path is not None:
+        snapshot.check_path(Path(path))  # before anything starts: a bad location fails at once
     _import_mongoeco()
     from mongoeco.api import AsyncMongoClient
     from mongoeco.engines.memory import MemoryEngine
     from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
-
-    from mongoshift.embedded import snapshot
 
     engine = MemoryEngine(**ENGINE_OPTIONS)  # type: ignore[arg-type]
     client = AsyncMongoClient(engine)

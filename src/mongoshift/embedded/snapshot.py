@@ -57,7 +57,37 @@ _RESTORE_BATCH = 1_000
 
 
 class SnapshotError(Exception):
-    """The snapshot file cannot be read (not a snapshot, unknown format, or truncated)."""
+    """The snapshot file cannot be read (not a snapshot, unknown format, truncated or corrupt),
+    or its location cannot be written; the message names the file."""
+
+
+def check_path(path: Path) -> None:
+    """Fail at start, not at shutdown: the snapshot's folder must exist and take a new file.
+
+    A missing folder or a read-only location would otherwise only show when the server
+    stops, and the whole session's data would be lost with it. Writing is tested by
+    creating (and removing) a file next to the snapshot, as :func:`save` will.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise SnapshotError(f"{path} is a folder: --path names the snapshot file")
+    folder = path.parent
+    if not folder.exists():
+        raise SnapshotError(f"cannot use {path}: the folder {folder} does not exist")
+    if not folder.is_dir():
+        raise SnapshotError(f"cannot use {path}: {folder} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
+    except OSError as error:
+        raise SnapshotError(f"cannot write in {folder} (for {path}): {error.strerror or error}") from None
+    os.close(fd)
+    os.unlink(probe)
+    if path.exists():
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as error:
+            raise SnapshotError(f"cannot read {path}: {error.strerror or error}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +169,15 @@ async def load(client: Any, path: Path) -> SnapshotStats:
     if not path.exists():
         log.info("no snapshot at %s: starting empty", path)
         return SnapshotStats(0, 0)
+    try:
+        return await _restore(client, path)
+    except SnapshotError:
+        raise
+    except Exception as error:  # a record of the wrong shape, or one the server refuses
+        raise SnapshotError(f"{path} is corrupt: {type(error).__name__}: {error}") from error
+
+
+async def _restore(client: Any, path: Path) -> SnapshotStats:
     collections = documents = 0
     current: dict[str, Any] | None = None
     batch: list[dict[str, Any]] = []

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ..config import Settings
 from ..connection import connect
 from ..errors import ConfigInvalidError, LockReleaseFailedError, MongoshiftError
+from ..own_collections import check_own_collections
 from .changelog import Changelog, ChangelogRecord, RunInfo
 from .context import CancelSignal
 from .executor import Executor, MigrationResult, Runtime
@@ -112,6 +113,7 @@ async def open_session(
     changelog = Changelog(db[settings.changelog_collection])
     lock: MigrationLock | None = None
     try:
+        await check_own_collections(db, settings)  # before any index or record is written
         if take_lock:
             if settings.ensure_indexes:
                 await changelog.ensure_indexes()

@@ -309,7 +309,7 @@ class Executor:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""
         from ..background.command import open_engine
 
-        async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client) as engine:
+        async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client, checked=True) as engine:
             state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel, checksum=checksum)
         status = state.status if state else "missing"
         if status == "completed":

@@ -1,0 +1,91 @@
+"""What converge reports when something fails or the run is stopped: each action once, with its reason."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from pymongo.errors import OperationFailure, PyMongoError
+
+from mongoshift.converge import command as cv
+from mongoshift.converge.applier import Applier, describe_error
+from mongoshift.errors import ConvergeFailedError, RunAbortedError
+from mongoshift.runner.context import CancelSignal
+
+from ..cli.test_cli import cli
+from .conftest import server_indexes, settings_with
+from .test_cli import declare
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (OperationFailure("boom"), "OperationFailure: boom"),
+        (OperationFailure("", code=None), "OperationFailure"),
+        (OperationFailure("bad index", code=67), "67: bad index"),
+        (OperationFailure("dup", code=11000, details={"codeName": "DuplicateKey", "errmsg": "E11000 dup"}), "11000 DuplicateKey: E11000 dup"),
+        (OperationFailure("x", code=None, details={"codeName": "Weird"}), "Weird: x"),
+        (OperationFailure("x", code=None, details={"errmsg": None}), "OperationFailure: x"),
+        (PyMongoError(), "PyMongoError"),
+        (RuntimeError(), "RuntimeError"),
+        (ValueError("a value"), "ValueError: a value"),
+    ],
+)
+def test_describe_error_never_says_none(error: BaseException, expected: str) -> None:
+    text = describe_error(error)
+    assert text == expected
+    assert "None" not in text
+
+
+def test_describe_error_strips_credentials() -> None:
+    text = describe_error(OperationFailure("cannot reach mongodb://user:secret@host/db", code=6))
+    assert "secret" not in text
+
+
+async def test_a_failed_index_batch_lists_each_index_once_with_the_reason(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.users.insert_many([{"b": 1}, {"b": 1}])  # the unique b_1 fails the one createIndexes of the batch
+    s = settings_with(project, {"name": "users", "indexes": [{"keys": {"a": 1}}, {"keys": {"b": 1}, "unique": True}, {"keys": {"c": 1}}]})
+    with pytest.raises(ConvergeFailedError) as info:
+        await cv.converge(s)
+    rows = [r for r in info.value.details["converge"]["actions"] if r["target"] == "index"]
+    assert Counter(r["name"] for r in rows) == {"a_1": 1, "b_1": 1, "c_1": 1}
+    assert all(r["status"] == "failed" and r["error"].startswith("11000 DuplicateKey: ") for r in rows), rows
+    assert "11000" in info.value.message and "None" not in info.value.message
+
+
+def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    declare(project, '[[mongoshift.collections]]\nname = "users"\nindexes = [{ keys = { a = 1 } }, { keys = { b = 1 }, unique = true }]\n')
+    # Duplicates under the declared unique index: the one createIndexes of the batch fails.
+    sync_client[project.db].users.insert_many([{"b": 1}, {"b": 1}])
+    result = cli(project, "converge", "--json")
+    assert result.returncode == 27, result.stderr
+    rows = [r for r in json.loads(result.stdout)["error"]["details"]["converge"]["actions"] if r["target"] == "index"]
+    assert sorted(r["name"] for r in rows) == ["a_1", "b_1"]
+    assert all(r["status"] == "failed" and "11000" in r["error"] for r in rows), rows
+    result = cli(project, "converge")
+    assert result.returncode == 27
+    rows = [line.split("\t")[:5] for line in result.stdout.splitlines() if line.startswith("users\tindex\t")]
+    assert sorted(r[2] for r in rows) == ["a_1", "b_1"], result.stdout
+    assert all(r[4].startswith("failed: 11000") and "dup key: {…}" in r[4] for r in rows), rows  # the key value is not shown
+
+
+async def test_converge_checks_the_stop_signal_between_steps(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    await db.users.create_index("old", name="old_1")
+    s = settings_with(project, {"name": "users", "indexes": [{"keys": {"a": 1}}], "prune": True})
+    cancel = CancelSignal()
+    real = Applier._create_indexes
+
+    async def create_then_stop(self, collection, creates):  # type: ignore[no-untyped-def]
+        results = await real(self, collection, creates)
+        cancel.set("Ctrl-C")  # arrives while the batch is running
+        return results
+
+    monkeypatch.setattr(Applier, "_create_indexes", create_then_stop)
+    with pytest.raises(RunAbortedError) as info:
+        await cv.converge(s, yes=True, prune=True, cancel=cancel)
+    indexes = await server_indexes(db, "users")
+    assert "a_1" in indexes and "old_1" in indexes  # the drop after the create never ran
+    rows = {(r["name"], r["action"]): r for r in info.value.details["converge"]["actions"]}
+    assert rows[("a_1", "create")]["status"] == "applied"
+    assert rows[("old_1", "drop")]["status"] == "skipped" and "stopped" in rows[("old_1", "drop")]["error"]

@@ -1,0 +1,147 @@
+"""Project and declaration files: broken TOML and wrong types are errors naming the file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mongoshift.config import Settings, load_settings
+from mongoshift.converge.declaration import load_declarations
+from mongoshift.errors import ConfigInvalidError
+
+
+def test_a_malformed_pyproject_is_an_error_naming_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nname = "app"\n\n[tool.mongoshift]\nstrict = tru\n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert info.value.exit_code == 6
+    assert str(path) in info.value.message and "line 5" in info.value.message
+
+
+def test_a_malformed_mongoshift_toml_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "mongoshift.toml"
+    path.write_text('[mongoshift]\ndb = "a"\nuri = \n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert str(path) in info.value.message and "line 3" in info.value.message
+
+
+def test_a_broken_pyproject_is_not_read_when_the_config_is_named(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool\n")
+    named = tmp_path / "elsewhere.toml"
+    named.write_text("[mongoshift]\nstrict = true\n")
+    assert load_settings({}, environ={"MONGOSHIFT_CONFIG": str(named)}, cwd=tmp_path).strict is True
+    assert load_settings({}, config_path=named, environ={}, cwd=tmp_path).strict is True
+
+
+def test_a_pyproject_without_a_mongoshift_section_is_still_ignored(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\n')
+    assert load_settings({}, environ={}, cwd=tmp_path).strict is False
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('strict = "yes"', "strict"),
+        ('use_transaction = 1', "use_transaction"),
+        ('lock_ttl_seconds = "60"', "lock_ttl_seconds"),
+        ("lock_ttl_seconds = 60.5", "lock_ttl_seconds"),
+        ('connect_timeout_seconds = "10"', "connect_timeout_seconds"),
+        ("environment = 5", "environment"),
+        ("db = 12", "db"),
+        ("migrations_dir = 3", "migrations_dir"),
+        ("background_inline = 0", "background_inline"),
+    ],
+)
+def test_wrong_types_in_a_project_file_are_refused(tmp_path: Path, line: str, key: str) -> None:
+    path = tmp_path / "mongoshift.toml"
+    path.write_text(f"[mongoshift]\n{line}\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert f"setting {key!r} from {path}" in info.value.message
+
+
+def test_every_wrong_key_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nstrict = "yes"\nlock_ttl_seconds = "60"\n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert "'strict'" in info.value.message and "'lock_ttl_seconds'" in info.value.message
+
+
+def test_the_environment_keeps_parsing_strings(tmp_path: Path) -> None:
+    env = {"MONGOSHIFT_STRICT": "yes", "MONGOSHIFT_LOCK_TTL_SECONDS": "60", "MONGOSHIFT_CONNECT_TIMEOUT_SECONDS": "2.5"}
+    s = load_settings({}, environ=env, cwd=tmp_path)
+    assert (s.strict, s.lock_ttl_seconds, s.connect_timeout_seconds) == (True, 60, 2.5)
+
+
+def test_integers_are_accepted_for_float_settings_in_a_file(tmp_path: Path) -> None:
+    (tmp_path / "mongoshift.toml").write_text("[mongoshift]\nconnect_timeout_seconds = 3\nbackground_poll_seconds = 0.5\n")
+    s = load_settings({}, environ={}, cwd=tmp_path)
+    assert (s.connect_timeout_seconds, s.background_poll_seconds) == (3.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("declaration", "where"),
+    [
+        ('indexes = [{ keys = { a = 1 }, unique = "yes" }]', "indexes[0].unique"),
+        ('indexes = [{ keys = { a = 1 }, sparse = 1 }]', "indexes[0].sparse"),
+        ('indexes = [{ keys = { a = 1 }, expireAfterSeconds = "60" }]', "indexes[0].expireAfterSeconds"),
+        ('prune = "true"', "prune"),
+        ('versioning = { current = "2" }', "versioning.current"),
+        ('versioning = { current = 2, index = "no" }', "versioning.index"),
+        ('indexes = [{ keys = { a = 1 }, name = 5 }]', "indexes[0].name"),
+    ],
+)
+def test_wrong_types_in_a_declaration_are_refused(tmp_path: Path, declaration: str, where: str) -> None:
+    (tmp_path / "mongoshift.toml").write_text(f'[mongoshift]\n[[mongoshift.collections]]\nname = "users"\n{declaration}\n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert f"collections[0].{where}" in info.value.message and "'users'" in info.value.message
+
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    (folder / "users.toml").write_text(declaration + "\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        load_declarations(Settings(collections_dir=folder))
+    assert "users.toml" in info.value.message and where in info.value.message
+
+
+def test_every_invalid_declaration_file_is_reported_at_once(tmp_path: Path) -> None:
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    (folder / "a.toml").write_text('indexes = [{ keys = { a = 1 }, uniqe = true }]\n')
+    (folder / "b.toml").write_text("indexes = [\n")
+    (folder / "c.py").write_text("collection = {'prune': 'yes'}\n")
+    (folder / "d.py").write_text("raise RuntimeError('boom')\n")
+    (folder / "e.toml").write_text("indexes = [{ keys = { e = 1 } }]\n")  # valid
+    with pytest.raises(ConfigInvalidError) as info:
+        load_declarations(Settings(collections_dir=folder))
+    message = info.value.message
+    for name, what in [("a.toml", "uniqe"), ("b.toml", "not valid TOML"), ("c.py", "prune"), ("d.py", "failed to import")]:
+        assert name in message and what in message, (name, message)
+    assert "e.toml" not in message
+    assert sorted(info.value.details["files"]) == sorted(str(folder / n) for n in ("a.toml", "b.toml", "c.py", "d.py"))
+
+
+@pytest.mark.parametrize(
+    ("source", "key"),
+    [
+        ("def check(doc):\n    return True\n\ncollection = {'validator': {'$where': check}}\n", "validator"),
+        ("loop = {}\nloop['$and'] = [loop]\ncollection = {'validator': loop}\n", "validator"),
+        (
+            "collection = {'indexes': [{'keys': {'a': 1}, 'partialFilterExpression': {'a': object()}}]}\n",
+            "indexes[0].partialFilterExpression",
+        ),
+        ("collection = {'validator': {1: 2}}\n", "validator"),
+    ],
+)
+def test_a_validator_that_is_not_bson_is_refused_at_load(tmp_path: Path, source: str, key: str) -> None:
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    (folder / "users.py").write_text(source)
+    with pytest.raises(ConfigInvalidError) as info:
+        load_declarations(Settings(collections_dir=folder))
+    assert info.value.exit_code == 6
+    assert "users.py" in info.value.message and key in info.value.message
