@@ -5,7 +5,7 @@ state), and it often quotes what it must not: a connection string with its passw
 the values a duplicate key error repeats, the documents a bulk write error carries.
 :func:`redact` is the one place that cleans such text and :func:`describe_error` the
 one place that turns an exception into it. Every layer calls them, so this module
-imports only the standard library.
+imports only the standard library and the driver's error classes.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote
+
+from pymongo.errors import OperationFailure
 
 #: Default bound of an error text (a migration may raise a message of any size).
 LIMIT = 1000
@@ -135,8 +137,8 @@ def describe_error(exc: BaseException, limit: int | None = LIMIT) -> str:
     details = getattr(exc, "details", None)
     if isinstance(details, Mapping) and isinstance(details.get("writeErrors"), list):
         body = _bulk_text(details)
-    elif isinstance(details, Mapping) and hasattr(exc, "code"):
-        body = _failure_text(getattr(exc, "code"), details, str(exc))
+    elif isinstance(exc, OperationFailure):
+        body = _failure_text(exc.code, details if isinstance(details, Mapping) else {}, str(exc))
     else:
         body = str(exc)
     return redact(f"{name}: {body}" if body else name, limit)
@@ -145,7 +147,8 @@ def describe_error(exc: BaseException, limit: int | None = LIMIT) -> str:
 def _failure_text(code: Any, details: Mapping[str, Any], fallback: str) -> str:
     if code in (11000, 121):
         return describe_write_error({**details, "code": code})
-    message = details.get("errmsg") or fallback
+    errmsg = details.get("errmsg")
+    message = errmsg.strip() if isinstance(errmsg, str) and errmsg.strip() else fallback
     label = " ".join(str(part) for part in (code, details.get("codeName")) if part is not None)
     return f"{label}: {message}" if label else str(message)
 

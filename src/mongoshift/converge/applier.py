@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
-from ..connection import redact
+from ..redaction import describe_error
 from .declaration import CollectionDeclaration
 from .inspection import inspect
 from .planner import Action, plan_collection
@@ -66,29 +66,6 @@ class ApplyStopped(Exception):
         super().__init__(str(error))
         self.results = results
         self.error = error
-
-
-#: The key values a duplicate-key message quotes: document values never reach the output.
-_DUP_KEY = re.compile(r"dup key: \{.*?\}(?=\s*$|,)", re.S)
-
-
-def describe_error(exc: BaseException) -> str:
-    """``code CodeName: message`` (not the full server reply), credentials and key values stripped.
-
-    Each part appears only when known: an error without a code, a code name or a message
-    is named by its type, never "None error".
-    """
-    message = str(exc).split(", full error:")[0].strip()
-    if isinstance(exc, OperationFailure):
-        details = exc.details if isinstance(exc.details, Mapping) else {}
-        errmsg = details.get("errmsg")
-        message = errmsg.strip() if isinstance(errmsg, str) and errmsg.strip() else message
-        code = " ".join(str(part) for part in (exc.code, details.get("codeName")) if part not in (None, ""))
-        head = code or type(exc).__name__
-    else:
-        head = type(exc).__name__
-    text = f"{head}: {message}" if message else head
-    return redact(_DUP_KEY.sub("dup key: {…}", text))[:1000]
 
 
 def _refused(exc: BaseException) -> bool:

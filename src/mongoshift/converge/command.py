@@ -32,7 +32,8 @@ from ..errors import (
 )
 from ..runner.command import Session, open_session
 from ..runner.context import CancelSignal
-from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm, describe_error
+from ..redaction import describe_error
+from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm
 from .declaration import CollectionDeclaration, load_declarations
 from .inspection import CollectionState, inspect
 from .journal import ConvergeJournal
@@ -228,7 +229,7 @@ async def converge_in_session(
         report.error = describe_error(exc)
         raise ConvergeFailedError(f"converge failed: {report.error}", converge=report.to_json()) from None
     except BaseException as exc:
-        report.error = f"{type(exc).__name__}: {exc}"
+        report.error = describe_error(exc)
         raise
     finally:
         report.duration_ms = int((time.monotonic() - began) * 1000)
