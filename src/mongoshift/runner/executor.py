@@ -35,7 +35,7 @@ from ..errors import (
 )
 from . import changelog as records
 from .changelog import Changelog, RunInfo
-from .context import CancelSignal, Direction, MigrationContext, call, is_async
+from .context import CancelSignal, Direction, MigrationContext, call, guard_exit, is_async
 from ..background.declared import align_file
 from ..background.registration import register, revert_or_withdraw
 from ..background.requires import unmet
@@ -203,17 +203,36 @@ class Executor:
                 )
 
     def _check_stop(self, results: list[MigrationResult]) -> None:
-        if self.runtime.cancel.is_set():
-            raise RunAbortedError(
-                f"run stopped ({self.runtime.cancel.reason}); {len(results)} migration(s) completed, "
-                "the rest were not started"
-            )
         if self.lock is not None and self.lock.lost.is_set():
             if self.runtime.settings.on_lock_lost == "abort":
                 raise LockLostError(f"the migration lock was lost: {self.lock.lost_reason}")
             if not self._lock_warned:
                 self._lock_warned = True
                 log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
+        if self.runtime.cancel.is_set():
+            raise RunAbortedError(
+                f"run stopped ({self.runtime.cancel.reason}); {len(results)} migration(s) completed, "
+                "the rest were not started"
+            )
+
+    def _lock_lost(self, step: Step) -> LockLostError | None:
+        """The error of a step that ran while the lock was lost (policy ``abort``), else None."""
+        if self.lock is None or not self.lock.lost.is_set() or self.runtime.settings.on_lock_lost != "abort":
+            return None
+        return LockLostError(
+            f"{step.name}: the migration lock was lost while it ran ({self.lock.lost_reason}); "
+            "it is not recorded as done",
+            file=step.name,
+        )
+
+    async def _confirm_lock(self, step: Step) -> None:
+        """Checked on the server right before a record is written: a run without its lock records nothing done."""
+        if self.lock is None or self.runtime.settings.on_lock_lost != "abort":
+            return
+        await self.lock.confirm()
+        error = self._lock_lost(step)
+        if error is not None:
+            raise error
 
     def _hook_ctx(self, hook: str) -> MigrationContext | None:
         fn = self.hooks.get(hook)
@@ -249,10 +268,14 @@ class Executor:
                 except TimeoutError:
                     self.runtime.cancel.set(f"{step.name} timed out")
                     raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
-        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError) as exc:
+        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError) as exc:
             await self._failed(step, batch, exc, results, started)
             raise
         except Exception as exc:
+            lost = self._lock_lost(step)  # a body that stopped on ctx.cancelled after the lock was lost
+            if lost is not None:
+                await self._failed(step, batch, lost, results, started)
+                raise lost from exc
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
             await self._failed(step, batch, exc, results, started)
             raise error from exc
@@ -277,6 +300,7 @@ class Executor:
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
             if self.runtime.settings.background_inline and (step.direction == "up" or outcome == "revert"):
                 note = await self._run_inline(step.name, spec, step.file.checksum)
+            await self._confirm_lock(step)
             filter_, update, upsert = self._record(step, batch, started, kind="background")
             await self.changelog.collection.update_one(filter_, update, upsert=upsert)
         except MongoshiftError as exc:
@@ -298,6 +322,8 @@ class Executor:
         async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client) as engine:
             state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel, checksum=checksum)
         status = state.status if state else "missing"
+        if status != "completed" and self.lock is not None and self.lock.lost.is_set() and self.runtime.settings.on_lock_lost == "abort":
+            raise LockLostError(f"the migration lock was lost while {name} ran inline ({self.lock.lost_reason})", file=name)
         if status == "completed":
             return "registered and run inline: completed"
         if status == "failed":
@@ -324,6 +350,7 @@ class Executor:
 
     async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
         await call(fn, self.runtime.context(fn, name=step.name, direction=step.direction))
+        await self._confirm_lock(step)
         filter_, update, upsert = self._record(step, batch, started)
         try:
             await self.changelog.collection.update_one(filter_, update, upsert=upsert)
@@ -341,7 +368,7 @@ class Executor:
             if is_async(fn):
                 await self._async_transaction(step, fn, batch, started)
             else:
-                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started)
+                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
         except PyMongoError as exc:
             if _transactions_unsupported(exc):
                 raise TransactionsUnsupportedError(
@@ -358,13 +385,16 @@ class Executor:
             async def body(s: Any) -> None:
                 nonlocal attempt
                 attempt += 1
-                await fn(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                await guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                await self._confirm_lock(step)
                 filter_, update, upsert = self._record(step, batch, started)
                 await self.changelog.collection.update_one(filter_, update, upsert=upsert, session=s)
 
             await session.with_transaction(body)
 
-    def _sync_transaction(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+    def _sync_transaction(
+        self, step: Step, fn: Callable[..., Any], batch: int | None, started: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
         client = self.runtime.sync_client()
         collection = client[self.runtime.db_name][self.changelog.collection.name]
         attempt = 0
@@ -373,7 +403,8 @@ class Executor:
             def body(s: Any) -> None:
                 nonlocal attempt
                 attempt += 1
-                fn(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
                 filter_, update, upsert = self._record(step, batch, started)
                 collection.update_one(filter_, update, upsert=upsert, session=s)
 
