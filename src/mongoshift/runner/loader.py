@@ -160,9 +160,7 @@ def load(item: MigrationFile) -> MigrationFile:
         spec.loader.exec_module(module)
     except ValidationError as exc:
         raise InvalidExportError(f"{item.name}: invalid background spec: {describe_errors(exc)}", file=item.name) from None
-    except BaseException as exc:  # a migration file may raise anything while importing, even SystemExit
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
         where = _where(exc, item.path)
         raise InvalidExportError(
             f"{item.name}: failed to import{where}: {type(exc).__name__}: {exc}", file=item.name
