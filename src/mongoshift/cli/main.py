@@ -11,17 +11,20 @@ import asyncio
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pymongo.errors import PyMongoError
 
 from ..config import Settings, load_settings
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
 from ..runner import command
 from ..runner.context import CancelSignal
 from ..runner.scaffold import create_migration, write_config
+from ..server_errors import from_pymongo
 from .output import Output
 
 T = TypeVar("T")
@@ -414,6 +417,14 @@ from .converge import converge_command  # noqa: E402
 cli.add_command(converge_command)
 
 
+def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None = None) -> None:
+    """Report ``error`` (one JSON document with --json) and exit with its code; -v adds the traceback."""
+    if cause is not None and ("-v" in args or "--verbose" in args):
+        traceback.print_exception(cause, file=sys.stderr)
+    Output(json_mode="--json" in args, quiet=True).error(error)
+    sys.exit(error.exit_code)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -433,9 +444,12 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(ExitCode.CONFIG_INVALID)
     except MongoshiftError as exc:
-        ctx_out = Output(json_mode="--json" in args, quiet=True)
-        ctx_out.error(exc)
-        sys.exit(exc.exit_code)
+        _fail(exc, args, exc.__cause__ if isinstance(exc.__cause__, PyMongoError) else None)
+    except PyMongoError as exc:
+        _fail(from_pymongo(exc), args, exc)
     except KeyboardInterrupt:
         sys.exit(ExitCode.SECOND_SIGNAL)
+    except Exception as exc:  # a bug: still one JSON document and a stable code; the traceback with -v
+        hint = "" if "-v" in args or "--verbose" in args else " (run again with -v for the traceback, and please report it)"
+        _fail(MongoshiftError(f"unexpected {type(exc).__name__}{hint}"), args, exc)
     sys.exit(result if isinstance(result, int) else 0)

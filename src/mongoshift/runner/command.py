@@ -9,16 +9,20 @@ a run behind.
 from __future__ import annotations
 
 import getpass
+import logging
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pymongo.errors import PyMongoError
+
 from ..config import Settings
 from ..connection import connect
 from ..errors import ConfigInvalidError, LockReleaseFailedError, MongoshiftError
+from ..server_errors import from_pymongo
 from .changelog import Changelog, ChangelogRecord, RunInfo
 from .context import CancelSignal
 from .executor import Executor, MigrationResult, Runtime
@@ -26,6 +30,8 @@ from .hooks import load_hooks
 from .loader import MigrationFile, discover, load
 from .lock import LockHolder, MigrationLock
 from .plan import Plan, StatusRow, plan_down, plan_up, status_rows
+
+log = logging.getLogger("mongoshift")
 
 
 @dataclass
@@ -94,6 +100,16 @@ class Session:
         return Executor(self.runtime, self.changelog, load_hooks(self.settings.hooks), self.lock)
 
 
+def _on_lock_lost(settings: Settings, cancel: CancelSignal) -> Callable[[str], None]:
+    """With ``on_lock_lost = "abort"`` a lost lock sets ``ctx.cancelled`` at once; ``warn`` lets the run go on."""
+
+    def lost(reason: str) -> None:
+        if settings.on_lock_lost == "abort":
+            cancel.set(f"the migration lock was lost: {reason}")
+
+    return lost
+
+
 @asynccontextmanager
 async def open_session(
     settings: Settings,
@@ -111,23 +127,44 @@ async def open_session(
     db = client[runtime.db_name]
     changelog = Changelog(db[settings.changelog_collection])
     lock: MigrationLock | None = None
+    failure: BaseException | None = None
     try:
-        if take_lock:
-            if settings.ensure_indexes:
-                await changelog.ensure_indexes()
-            lock = MigrationLock(db[settings.lock_collection], run, ttl_seconds=settings.lock_ttl_seconds)
-            await lock.acquire(wait_seconds=wait)
-            lock.start_heartbeat()
-        yield Session(settings, runtime, changelog, lock, files)
+        try:
+            if take_lock:
+                if settings.ensure_indexes:
+                    await changelog.ensure_indexes()
+                lock = MigrationLock(
+                    db[settings.lock_collection], run, ttl_seconds=settings.lock_ttl_seconds, on_lost=_on_lock_lost(settings, runtime.cancel)
+                )
+                await lock.acquire(wait_seconds=wait)
+                lock.start_heartbeat()
+            yield Session(settings, runtime, changelog, lock, files)
+        except PyMongoError as exc:
+            raise from_pymongo(exc) from exc
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        await _close(lock, runtime, client, failure)
+
+
+async def _close(lock: MigrationLock | None, runtime: Runtime, client: Any, failure: BaseException | None) -> None:
+    """Release the lock and the connections; a release failure never masks the failure that ended the run."""
+    try:
+        if lock is not None:
+            await lock.release()
+    except LockReleaseFailedError as later:
+        if failure is None:
+            raise
+        log.error("%s (after the run had already failed)", later.message)
+        if isinstance(failure, MongoshiftError):
+            failure.details.setdefault("later_errors", []).append(later.to_json())
     finally:
         try:
-            if lock is not None:
-                await lock.release()
-        except LockReleaseFailedError:
-            raise
-        finally:
             await runtime.close()
             await client.close()
+        except PyMongoError as exc:
+            log.debug("closing the connection failed: %s", type(exc).__name__)
 
 
 async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
