@@ -301,19 +301,21 @@ def dry_run() -> None:
     """Show what up or down would run: same selection, no lock, no writes."""
 
 
-def _render_dry(rows: list[command.DryRunRow], warnings: list[str]) -> None:
+def _render_dry(report: command.DryRunReport) -> None:
     out = output()
-    for warning in warnings:
+    for warning in report.warnings:
         out.warn(warning)
     if out.json_mode:
-        out.json({"dry_run": command.rows_to_json(rows), "warnings": warnings})
+        out.json({"dry_run": command.rows_to_json(report.rows), "warnings": report.warnings, "waiting": report.waiting})
         return
-    if not rows:
+    for item in report.waiting:
+        out.warn(f"would stop before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
+    if not report.rows:
         out.say("nothing to do")
         return
     out.table(
         ["migration", "direction", "batch", "transaction", "checksum"],
-        [(r.name, r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in rows],
+        [(r.name, r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in report.rows],
         title="dry run: nothing was written",
     )
 
@@ -323,12 +325,12 @@ def _render_dry(rows: list[command.DryRunRow], warnings: list[str]) -> None:
 @click.option("--to", "to", metavar="NAME")
 @click.option("--step", is_flag=True)
 @click.option("--force", is_flag=True)
+@click.option("--strict", is_flag=True, default=None, help="Refuse, as 'up --strict' would, if an applied file changed on disk.")
 @global_options
-def dry_up(file: str | None, to: str | None, step: bool, force: bool) -> None:
+def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None) -> None:
     """What 'up' would apply."""
     s = settings()
-    rows, warnings = run_async(lambda cancel: command.dry_run(s, "up", target=file, to=to, step=step, force=force))
-    _render_dry(rows, warnings)
+    _render_dry(run_async(lambda cancel: command.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
 
 
 @dry_run.command(name="down")
@@ -340,8 +342,7 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool) -> None:
 def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None) -> None:
     """What 'down' would roll back."""
     s = settings()
-    rows, warnings = run_async(lambda cancel: command.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to))
-    _render_dry(rows, warnings)
+    _render_dry(run_async(lambda cancel: command.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
 
 
 # ---------------------------------------------------------------- the lock

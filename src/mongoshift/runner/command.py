@@ -27,7 +27,7 @@ from .changelog import Changelog, ChangelogRecord, RunInfo
 from .context import CancelSignal
 from .executor import Executor, MigrationResult, Runtime
 from .hooks import load_hooks
-from .loader import MigrationFile, discover, load
+from .loader import MigrationFile, discover
 from .lock import LockHolder, MigrationLock
 from .plan import Plan, StatusRow, plan_down, plan_up, status_rows
 
@@ -68,6 +68,16 @@ class DryRunRow:
     checksum: str
     description: str | None
     transaction: bool
+
+
+@dataclass
+class DryRunReport:
+    """What ``dry-run`` found: the rows the real command would run, its warnings, and where it would stop."""
+
+    rows: list[DryRunRow]
+    warnings: list[str] = field(default_factory=list)
+    #: With ``on_requires_pending = "stop"``: the migration the real run would stop before.
+    waiting: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_info(settings: Settings, run_id: str | None = None) -> RunInfo:
@@ -167,6 +177,33 @@ async def _close(lock: MigrationLock | None, runtime: Runtime, client: Any, fail
             log.debug("closing the connection failed: %s", type(exc).__name__)
 
 
+async def _plan(
+    session: Session,
+    direction: Literal["up", "down"],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    strict: bool | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+) -> Plan:
+    """The selection of ``up``/``down`` and of their dry runs: one function, so they cannot diverge."""
+    settings = session.settings
+    records = await session.records()
+    if direction == "up":
+        return plan_up(
+            session.files,
+            records,
+            target=target,
+            to=to,
+            force=force,
+            strict=settings.strict if strict is None else strict,
+            out_of_order="allow" if target else settings.out_of_order,
+        )
+    return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
+
+
 async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
     report = RunReport(command, session.runtime.run.run_id, warnings=list(plan.warnings))
     batch = await session.changelog.next_batch()
@@ -211,15 +248,7 @@ async def up(
 
         declarations = load_declarations(settings)  # a bad declaration fails before any migration runs
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        plan = plan_up(
-            session.files,
-            await session.records(),
-            target=target,
-            to=to,
-            force=force,
-            strict=settings.strict if strict is None else strict,
-            out_of_order="allow" if target else settings.out_of_order,
-        )
+        plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
         report = await _execute(session, "up", plan, batch_per_step=step)
         if declarations is not None and not report.waiting:
             from ..converge.command import converge_after_up
@@ -245,7 +274,7 @@ async def down(
 ) -> RunReport:
     """Roll back the last batch, or what a selector names."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        plan = plan_down(session.files, await session.records(), target=target, batch=batch, steps=steps, to=to)
+        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
         return await _execute(session, "down", plan)
 
 
@@ -281,30 +310,23 @@ async def dry_run(
     target: str | None = None,
     to: str | None = None,
     force: bool = False,
+    strict: bool | None = None,
     batch: int | None = None,
     steps: int | None = None,
     step: bool = False,
-) -> tuple[list[DryRunRow], list[str]]:
-    """The selection the real command would make, with every file imported; no lock, no writes."""
+) -> DryRunReport:
+    """What the real command would do, refused exactly as it would refuse; no lock, no writes.
+
+    The selection, the hooks module, the import and checks of every file and
+    the ``requires`` gate are the real command's own code (:func:`_plan`,
+    :meth:`Executor.preview`); only the writes are left out.
+    """
     async with open_session(settings, take_lock=False) as session:
-        records = await session.records()
-        if direction == "up":
-            plan = plan_up(
-                session.files,
-                records,
-                target=target,
-                to=to,
-                force=force,
-                strict=settings.strict,
-                out_of_order="allow" if target else settings.out_of_order,
-            )
-            next_batch = await session.changelog.next_batch()
-        else:
-            plan = plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
-            next_batch = None
+        plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps)
+        next_batch = await session.changelog.next_batch() if direction == "up" else None
+        would_run, waiting = await session.executor().preview(plan)
         rows = []
-        for index, item in enumerate(plan.steps):
-            load(item.file)
+        for index, item in enumerate(would_run):
             use_txn = item.file.use_transaction
             rows.append(
                 DryRunRow(
@@ -317,7 +339,7 @@ async def dry_run(
                 )
             )
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
-        return rows, warnings
+        return DryRunReport(rows, warnings, waiting)
 
 
 async def lock_status(settings: Settings) -> LockHolder | None:

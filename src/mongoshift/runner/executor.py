@@ -38,7 +38,7 @@ from .changelog import Changelog, RunInfo
 from .context import CancelSignal, Direction, MigrationContext, call, guard_exit, is_async
 from ..background.declared import align_file
 from ..background.registration import register, revert_or_withdraw
-from ..background.requires import unmet
+from ..background.requires import Waiting, unmet
 from ..background.store import BackgroundStore
 from .hooks import Hooks
 from .loader import load
@@ -155,21 +155,11 @@ class Executor:
                 if step.direction == "down":
                     step_batch = step.record.batch if step.record else None  # type: ignore[assignment]
                 info = {"direction": step.direction, "index": index, "total": len(plan.steps), "batch": step_batch}
-                if step.direction == "up" and step.file.background is None and step.file.requires:
-                    waiting = await unmet(self._store(), step.file.requires, by=self.runtime.run.executed_by)
-                    if waiting:
-                        listed = ", ".join(w.describe() for w in waiting)
-                        if self.runtime.settings.on_requires_pending == "stop":
-                            self.waiting = [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
-                            log.warning("stopping before %s: it requires %s", step.name, listed)
-                            success = True
-                            return results
-                        raise RequirementsPendingError(
-                            f"{step.name} requires background migrations that are not done: {listed}; "
-                            "run 'mongoshift background run' and try again",
-                            file=step.name,
-                            waits_for=[w.name for w in waiting],
-                        )
+                stop = await self._requirements(step)
+                if stop:
+                    self.waiting = stop
+                    success = True
+                    return results
                 await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
                 result = await self._run_step(step, step_batch, results)
                 results.append(result)
@@ -191,6 +181,55 @@ class Executor:
                 if success:
                     raise
                 log.exception("after_all hook failed after a failed run")
+
+    async def preview(self, plan: Plan) -> tuple[list[Step], list[dict[str, Any]]]:
+        """What :meth:`execute` would run, refused exactly as it would refuse: nothing is written.
+
+        ``dry-run`` calls this after the same planning as the real command, so
+        the two cannot diverge: every file imported and checked, rollbacks
+        without ``down`` refused, and ``requires`` judged in order (a
+        background migration this run would register counts as registered).
+        """
+        self._prepare(plan.steps)
+        registered: set[str] = set()
+        for index, step in enumerate(plan.steps):
+            stop = await self._requirements(step, planned=registered)
+            if stop:
+                return plan.steps[:index], stop
+            if step.direction == "up" and step.file.background is not None:
+                registered.add(step.name)
+        return plan.steps, []
+
+    async def _requirements(self, step: Step, *, planned: set[str] | None = None) -> list[dict[str, Any]] | None:
+        """Check ``requires`` before ``step``: raise (policy ``error``), or return where the run stops (``stop``).
+
+        ``planned`` (a preview): background migrations registered earlier in
+        the same run; nothing is read-modified, nothing reopened.
+        """
+        if step.direction != "up" or step.file.background is not None or not step.file.requires:
+            return None
+        settings = self.runtime.settings
+        by = self.runtime.run.executed_by
+        waiting: list[Waiting] = []
+        for name in step.file.requires:
+            if planned is not None and name in planned:
+                if not settings.background_inline:  # registered by this run, not run by it
+                    waiting.append(Waiting(name, "pending", "pending"))
+                continue
+            waiting.extend(await unmet(self._store(), [name], by=by, reopen=planned is None))
+        if not waiting:
+            return None
+        listed = ", ".join(w.describe() for w in waiting)
+        if settings.on_requires_pending == "stop":
+            if planned is None:
+                log.warning("stopping before %s: it requires %s", step.name, listed)
+            return [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
+        raise RequirementsPendingError(
+            f"{step.name} requires background migrations that are not done: {listed}; "
+            "run 'mongoshift background run' and try again",
+            file=step.name,
+            waits_for=[w.name for w in waiting],
+        )
 
     def _prepare(self, steps: list[Step]) -> None:
         """Import every file first: a broken file fails the run before anything is written."""
