@@ -23,6 +23,7 @@ from ..config import Settings, load_settings
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
 from ..runner import command
 from ..runner.context import CancelSignal
+from ..runner.plan import status_verdict
 from ..runner.scaffold import create_migration, write_config
 from ..server_errors import from_pymongo
 from .output import Output
@@ -256,12 +257,16 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
     if not rows:
         out.say("no migrations")
         return
-    table = [(r.name, r.state, r.batch, r.applied_at, r.checksum or "") for r in rows]
+    table = [(r.name, r.shown_state, r.batch, r.applied_at, r.checksum or "") for r in rows]
     out.table(["migration", "state", "batch", "applied at", "checksum"], table, title=title)
 
 
 @cli.command()
-@click.option("--check", is_flag=True, help="Exit with code 2 when anything is pending (for CI).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Fail when work is unfinished (for CI): 8 missing file, 32 background failed, 2 pending, 31 background not completed.",
+)
 @global_options
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
@@ -275,9 +280,11 @@ def status(check: bool) -> int:
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
     if not out.json_mode:
         out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
-    if check and pending:
-        out.warn(f"{len(pending)} migration(s) pending")
-        return int(ExitCode.PENDING)
+    verdict = status_verdict(rows) if check else None
+    if verdict is not None:
+        code, message = verdict
+        out.warn(message)
+        return int(code)
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pymongo.errors import PyMongoError
 
+from ..background.store import BackgroundStore
 from ..config import Settings
 from ..connection import connect
 from ..errors import ConfigInvalidError, LockReleaseFailedError, MongoshiftError
@@ -105,6 +106,10 @@ class Session:
 
     async def records(self) -> dict[str, ChangelogRecord]:
         return await self.changelog.records()
+
+    def background_store(self) -> BackgroundStore:
+        """The background store, read by ``status`` (through the API the engine itself uses)."""
+        return BackgroundStore(self.changelog.collection.database, self.settings.background_collection)
 
     def executor(self) -> Executor:
         return Executor(self.runtime, self.changelog, load_hooks(self.settings.hooks), self.lock)
@@ -299,8 +304,15 @@ async def redo(
 
 
 async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRow]:
+    """Every file with its state; an applied background migration also with its own status."""
     async with open_session(settings, take_lock=False) as session:
-        return status_rows(session.files, await session.records(), checksums=checksums)
+        rows = status_rows(session.files, await session.records(), checksums=checksums)
+        store = session.background_store()
+        for row in rows:
+            if row.kind == "background" and row.state == "applied":
+                state = await store.state(row.name)
+                row.background = "unregistered" if state is None else state.status if state.direction == "forward" else f"revert {state.status}"
+        return rows
 
 
 async def dry_run(
