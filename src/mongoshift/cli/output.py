@@ -78,6 +78,9 @@ class Output:
             print(f"error: {exc.message}", file=sys.stderr)
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+        """A result table on stdout; nothing when quiet (``--json`` documents are printed by :meth:`json`)."""
+        if self.quiet:
+            return
         cells = [["" if v is None else (v.isoformat(timespec="seconds") if isinstance(v, datetime) else str(v)) for v in row] for row in rows]
         if self.out.is_terminal:
             table = Table(*columns, title=title)

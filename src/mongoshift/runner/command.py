@@ -28,7 +28,7 @@ from .changelog import Changelog, ChangelogRecord, RunInfo
 from .context import CancelSignal
 from .executor import Executor, MigrationResult, Runtime
 from .hooks import load_hooks
-from .loader import MigrationFile, discover
+from .loader import MigrationFile, discover, resolve_name
 from .lock import LockHolder, MigrationLock
 from .plan import Plan, StatusRow, plan_down, plan_up, status_rows
 
@@ -195,6 +195,8 @@ async def _plan(
 ) -> Plan:
     """The selection of ``up``/``down`` and of their dry runs: one function, so they cannot diverge."""
     settings = session.settings
+    target = _bare(settings, target)
+    to = _bare(settings, to)
     records = await session.records()
     if direction == "up":
         return plan_up(
@@ -207,6 +209,19 @@ async def _plan(
             out_of_order="allow" if target else settings.out_of_order,
         )
     return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
+
+
+def _bare(settings: Settings, name: str | None) -> str | None:
+    return None if name is None else resolve_name(name, settings.migrations_dir)
+
+
+def _warn_unlocked(no_lock: bool) -> None:
+    """Said once per run, before anything is written."""
+    if no_lock:
+        log.warning(
+            "running without the migration lock (--no-lock): another run could apply the same migrations "
+            "at the same time; use it for local work only"
+        )
 
 
 async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
@@ -253,6 +268,7 @@ async def up(
 
         declarations = load_declarations(settings)  # a bad declaration fails before any migration runs
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        _warn_unlocked(no_lock)
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
         report = await _execute(session, "up", plan, batch_per_step=step)
         if declarations is not None and not report.waiting:
@@ -279,6 +295,7 @@ async def down(
 ) -> RunReport:
     """Roll back the last batch, or what a selector names."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        _warn_unlocked(no_lock)
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
         return await _execute(session, "down", plan)
 
@@ -293,6 +310,8 @@ async def redo(
 ) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        _warn_unlocked(no_lock)
+        target = _bare(settings, target)
         records = await session.records()
         plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
         if not plan.steps:
