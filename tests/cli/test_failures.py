@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 
 import pytest
 
@@ -153,3 +155,17 @@ def test_server_error_shows_its_traceback_with_verbose(project, sync_client) -> 
         fail_point(sync_client, "off")
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "BadValue" in result.stderr
+
+
+def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Only user code's own SystemExit/KeyboardInterrupt became failures: real signals keep their meaning."""
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
+    proc = start(project, "up", "--json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    error = json.loads(out)["error"]  # one JSON document, even here
+    assert error["code"] == 130 and error["kind"] == "second_signal"

@@ -82,6 +82,8 @@ def settings() -> Settings:
 def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary, the second ends it now."""
     cancel = CancelSignal()
+    context = click.get_current_context(silent=True)
+    json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
@@ -89,6 +91,9 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
         def on_signal(signum: int) -> None:
             if cancel.is_set():
                 sys.stderr.write("\nmongoshift: second signal, stopping now\n")
+                if json_mode:  # even now, one JSON document
+                    stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
+                    Output.emit_json({"error": stopped})
                 os._exit(128 + signum)
             cancel.set(f"interrupted by {signal.Signals(signum).name}")
             sys.stderr.write("\nmongoshift: stopping after the current migration (press Ctrl-C again to stop now)\n")

@@ -49,6 +49,11 @@ class Output:
         logger.propagate = False
 
     def json(self, document: Any) -> None:
+        self.emit_json(document)
+
+    @staticmethod
+    def emit_json(document: Any) -> None:
+        """The one JSON document, written and flushed (also from a signal handler about to exit)."""
         sys.stdout.write(json.dumps(document, default=_default, indent=2) + "\n")
         sys.stdout.flush()
 
