@@ -330,7 +330,10 @@ async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRo
         for row in rows:
             if row.kind == "background" and row.state == "applied":
                 state = await store.state(row.name)
-                row.background = "unregistered" if state is None else state.status if state.direction == "forward" else f"revert {state.status}"
+                if state is None:
+                    row.background = "unregistered"
+                else:
+                    row.background = state.status if state.direction == "forward" else f"revert {state.status}"
         return rows
 
 

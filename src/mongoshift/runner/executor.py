@@ -1,10 +1,12 @@
 """Running a plan: hooks, per-file transactions, changelog records, stop points.
 
-The executor only stops *between* migrations (Ctrl-C, a lost lock), so a
-migration either ran and was recorded, or did not run. With a per-file
-transaction the body and its changelog record commit together; without one, a
-crash between the two re-runs the migration next time, which is why bodies
-should be idempotent.
+The executor only stops *between* migrations (Ctrl-C), so a migration
+either ran and was recorded, or did not run. A lost lock is the exception:
+``ctx.cancelled`` is set at once, and the lock is read again before each
+record, so a migration that ran without it is recorded failed, never applied.
+With a per-file transaction the body and its changelog record commit
+together; without one, a crash between the two re-runs the migration next
+time, which is why bodies should be idempotent.
 """
 
 from __future__ import annotations
