@@ -5,32 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from pymongo import AsyncMongoClient, MongoClient
-from pymongo.errors import ConfigurationError, InvalidURI, OperationFailure, PyMongoError
+from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 from pymongo.uri_parser import parse_uri
 
 from .config import Settings
 from .errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
 from .redaction import redact
+from .server_errors import auth_failure
 
 __all__ = ["auth_failure", "auth_summary", "client_options", "connect", "hosts_of", "redact", "sync_client"]
 
-#: AuthenticationFailed (18) and MechanismUnavailable (334): the server answered and refused.
-AUTH_CODES = frozenset({18, 334})
 #: Mechanisms whose users live in ``$external`` unless the URI names another auth source.
 EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC", "PLAIN"})
 
-
-def auth_failure(exc: BaseException) -> bool:
-    """The server refused the credentials (not: it could not be reached, or a command failed).
-
-    mongod answers code 18; servers that leave the code out (the embedded one) still say
-    "Authentication failed" in the reply to the handshake's SASL command."""
-    if not isinstance(exc, OperationFailure):
-        return False
-    if exc.code in AUTH_CODES:
-        return True
-    message = str((exc.details or {}).get("errmsg") or "")
-    return exc.code is None and message.lower().startswith("authentication failed")
 
 
 def auth_summary(uri: str) -> tuple[str, str]:

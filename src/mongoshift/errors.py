@@ -65,6 +65,12 @@ class MongoshiftError(Exception):
         return body
 
 
+class ServerError(MongoshiftError):
+    """The server refused an operation for a reason that is not about the connection (code and name only)."""
+
+    kind = "server_error"
+
+
 class LockHeldError(MongoshiftError):
     """Another run holds the migration lock."""
 

@@ -200,8 +200,8 @@ async def test_cancel_stops_at_the_next_boundary(project, db) -> None:  # type: 
 async def test_dry_run_writes_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
     project.add("0002_b.py", "use_transaction = True\n" + ASYNC_INSERT.format(tag="b"))
-    rows, warnings = await command.dry_run(project.settings(), "up")
-    assert [(r.name, r.batch, r.transaction) for r in rows] == [("0001_a.py", 1, False), ("0002_b.py", 1, True)]
+    report = await command.dry_run(project.settings(), "up")
+    assert [(r.name, r.batch, r.transaction) for r in report.rows] == [("0001_a.py", 1, False), ("0002_b.py", 1, True)]
     assert await tags(db) == [] and await changelog(db) == {}
     assert await db["_mongoshift_locks"].count_documents({}) == 0
 

@@ -44,7 +44,8 @@ async def _old_shape_left(store: BackgroundStore, spec: dict[str, Any]) -> bool:
     return doc is not None
 
 
-async def unmet(store: BackgroundStore, required: list[str], *, by: str = "mongoshift") -> list[Waiting]:
+async def unmet(store: BackgroundStore, required: list[str], *, by: str = "mongoshift", reopen: bool = True) -> list[Waiting]:
+    """The requirements not met; ``reopen=False`` (a dry run) reports old shapes without reopening anything."""
     waiting: list[Waiting] = []
     for name in required:
         state = await store.state(name)
@@ -55,6 +56,9 @@ async def unmet(store: BackgroundStore, required: list[str], *, by: str = "mongo
         elif state.status != "completed":
             waiting.append(Waiting(name, state.status, state.status))
         elif state.mode != "step" and await _old_shape_left(store, state.spec):
+            if not reopen:
+                waiting.append(Waiting(name, "completed", "old shapes found: it would be reopened for another pass"))
+                continue
             await store.transition(name, allowed=("completed",), to="pending", action="reopen", by=by, reason="requires found old shapes")
             waiting.append(Waiting(name, "pending", "old shapes found: reopened for another pass"))
     return waiting

@@ -11,18 +11,22 @@ import asyncio
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pymongo.errors import PyMongoError
 
 from ..config import Settings, find_project_file, load_settings, read_project_file
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
 from ..redaction import strip_controls, uri_secrets
 from ..runner import command
 from ..runner.context import CancelSignal
+from ..runner.plan import status_verdict
 from ..runner.scaffold import create_migration, write_config
+from ..server_errors import from_pymongo
 from .output import Output
 
 T = TypeVar("T")
@@ -97,6 +101,8 @@ def _warn_secrets_in_file(out: Output, config_path: Path | None) -> None:
 def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary, the second ends it now."""
     cancel = CancelSignal()
+    context = click.get_current_context(silent=True)
+    json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
@@ -104,6 +110,9 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
         def on_signal(signum: int) -> None:
             if cancel.is_set():
                 sys.stderr.write("\nmongoshift: second signal, stopping now\n")
+                if json_mode:  # even now, one JSON document
+                    stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
+                    Output.emit_json({"error": stopped})
                 os._exit(128 + signum)
             cancel.set(f"interrupted by {signal.Signals(signum).name}")
             sys.stderr.write("\nmongoshift: stopping after the current migration (press Ctrl-C again to stop now)\n")
@@ -278,12 +287,16 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
     if not rows:
         out.say("no migrations")
         return
-    table = [(r.name, r.state, r.batch, r.applied_at, r.checksum or "") for r in rows]
+    table = [(r.name, r.shown_state, r.batch, r.applied_at, r.checksum or "") for r in rows]
     out.table(["migration", "state", "batch", "applied at", "checksum"], table, title=title)
 
 
 @cli.command()
-@click.option("--check", is_flag=True, help="Exit with code 2 when anything is pending (for CI).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Fail when work is unfinished (for CI): 8 missing file, 32 background failed, 2 pending, 31 background not completed.",
+)
 @global_options
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
@@ -297,9 +310,11 @@ def status(check: bool) -> int:
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
     if not out.json_mode:
         out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
-    if check and pending:
-        out.warn(f"{len(pending)} migration(s) pending")
-        return int(ExitCode.PENDING)
+    verdict = status_verdict(rows) if check else None
+    if verdict is not None:
+        code, message = verdict
+        out.warn(message)
+        return int(code)
     return 0
 
 
@@ -323,19 +338,21 @@ def dry_run() -> None:
     """Show what up or down would run: same selection, no lock, no writes."""
 
 
-def _render_dry(rows: list[command.DryRunRow], warnings: list[str]) -> None:
+def _render_dry(report: command.DryRunReport) -> None:
     out = output()
-    for warning in warnings:
+    for warning in report.warnings:
         out.warn(warning)
     if out.json_mode:
-        out.json({"dry_run": command.rows_to_json(rows), "warnings": warnings})
+        out.json({"dry_run": command.rows_to_json(report.rows), "warnings": report.warnings, "waiting": report.waiting})
         return
-    if not rows:
+    for item in report.waiting:
+        out.warn(f"would stop before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
+    if not report.rows:
         out.say("nothing to do")
         return
     out.table(
         ["migration", "direction", "batch", "transaction", "checksum"],
-        [(r.name, r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in rows],
+        [(r.name, r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in report.rows],
         title="dry run: nothing was written",
     )
 
@@ -345,12 +362,12 @@ def _render_dry(rows: list[command.DryRunRow], warnings: list[str]) -> None:
 @click.option("--to", "to", metavar="NAME")
 @click.option("--step", is_flag=True)
 @click.option("--force", is_flag=True)
+@click.option("--strict", is_flag=True, default=None, help="Refuse, as 'up --strict' would, if an applied file changed on disk.")
 @global_options
-def dry_up(file: str | None, to: str | None, step: bool, force: bool) -> None:
+def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None) -> None:
     """What 'up' would apply."""
     s = settings()
-    rows, warnings = run_async(lambda cancel: command.dry_run(s, "up", target=file, to=to, step=step, force=force))
-    _render_dry(rows, warnings)
+    _render_dry(run_async(lambda cancel: command.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
 
 
 @dry_run.command(name="down")
@@ -362,8 +379,7 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool) -> None:
 def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None) -> None:
     """What 'down' would roll back."""
     s = settings()
-    rows, warnings = run_async(lambda cancel: command.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to))
-    _render_dry(rows, warnings)
+    _render_dry(run_async(lambda cancel: command.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
 
 
 # ---------------------------------------------------------------- the lock
@@ -440,6 +456,14 @@ from .converge import converge_command  # noqa: E402
 cli.add_command(converge_command)
 
 
+def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None = None) -> None:
+    """Report ``error`` (one JSON document with --json) and exit with its code; -v adds the traceback."""
+    if cause is not None and ("-v" in args or "--verbose" in args):
+        traceback.print_exception(cause, file=sys.stderr)
+    Output(json_mode="--json" in args, quiet=True).error(error)
+    sys.exit(error.exit_code)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -459,9 +483,12 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(ExitCode.CONFIG_INVALID)
     except MongoshiftError as exc:
-        ctx_out = Output(json_mode="--json" in args, quiet=True)
-        ctx_out.error(exc)
-        sys.exit(exc.exit_code)
+        _fail(exc, args, exc.__cause__ if isinstance(exc.__cause__, PyMongoError) else None)
+    except PyMongoError as exc:
+        _fail(from_pymongo(exc), args, exc)
     except KeyboardInterrupt:
         sys.exit(ExitCode.SECOND_SIGNAL)
+    except Exception as exc:  # a bug: still one JSON document and a stable code; the traceback with -v
+        hint = "" if "-v" in args or "--verbose" in args else " (run again with -v for the traceback, and please report it)"
+        _fail(MongoshiftError(f"unexpected {type(exc).__name__}{hint}"), args, exc)
     sys.exit(result if isinstance(result, int) else 0)

@@ -65,6 +65,11 @@ class Output:
         logger.propagate = False
 
     def json(self, document: Any) -> None:
+        self.emit_json(document)
+
+    @staticmethod
+    def emit_json(document: Any) -> None:
+        """The one JSON document, written and flushed (also from a signal handler about to exit)."""
         sys.stdout.write(json.dumps(document, default=_default, indent=2) + "\n")
         sys.stdout.flush()
 
@@ -98,6 +103,9 @@ class Output:
             print(f"error: {message}", file=sys.stderr)
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+        """A result table on stdout; nothing when quiet (``--json`` documents are printed by :meth:`json`)."""
+        if self.quiet:
+            return
         cells = [[strip_controls("" if v is None else (v.isoformat(timespec="seconds") if isinstance(v, datetime) else str(v))) for v in row] for row in rows]
         columns = [strip_controls(c) for c in columns]
         title = strip_controls(title) if title else title

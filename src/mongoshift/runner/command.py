@@ -9,24 +9,31 @@ a run behind.
 from __future__ import annotations
 
 import getpass
+import logging
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pymongo.errors import PyMongoError
+
+from ..background.store import BackgroundStore
 from ..config import Settings
 from ..connection import connect
 from ..errors import ConfigInvalidError, LockReleaseFailedError, MongoshiftError
 from ..own_collections import check_own_collections
+from ..server_errors import from_pymongo
 from .changelog import Changelog, ChangelogRecord, RunInfo
 from .context import CancelSignal
 from .executor import Executor, MigrationResult, Runtime
 from .hooks import load_hooks
-from .loader import MigrationFile, discover, load
+from .loader import MigrationFile, discover, resolve_name
 from .lock import LockHolder, MigrationLock
 from .plan import Plan, StatusRow, plan_down, plan_up, status_rows
+
+log = logging.getLogger("mongoshift")
 
 
 @dataclass
@@ -65,6 +72,16 @@ class DryRunRow:
     transaction: bool
 
 
+@dataclass
+class DryRunReport:
+    """What ``dry-run`` found: the rows the real command would run, its warnings, and where it would stop."""
+
+    rows: list[DryRunRow]
+    warnings: list[str] = field(default_factory=list)
+    #: With ``on_requires_pending = "stop"``: the migration the real run would stop before.
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+
+
 def run_info(settings: Settings, run_id: str | None = None) -> RunInfo:
     try:
         user = getpass.getuser()
@@ -91,8 +108,22 @@ class Session:
     async def records(self) -> dict[str, ChangelogRecord]:
         return await self.changelog.records()
 
+    def background_store(self) -> BackgroundStore:
+        """The background store, read by ``status`` (through the API the engine itself uses)."""
+        return BackgroundStore(self.changelog.collection.database, self.settings.background_collection)
+
     def executor(self) -> Executor:
         return Executor(self.runtime, self.changelog, load_hooks(self.settings.hooks), self.lock)
+
+
+def _on_lock_lost(settings: Settings, cancel: CancelSignal) -> Callable[[str], None]:
+    """With ``on_lock_lost = "abort"`` a lost lock sets ``ctx.cancelled`` at once; ``warn`` lets the run go on."""
+
+    def lost(reason: str) -> None:
+        if settings.on_lock_lost == "abort":
+            cancel.set(f"the migration lock was lost: {reason}")
+
+    return lost
 
 
 @asynccontextmanager
@@ -112,24 +143,87 @@ async def open_session(
     db = client[runtime.db_name]
     changelog = Changelog(db[settings.changelog_collection])
     lock: MigrationLock | None = None
+    failure: BaseException | None = None
     try:
-        await check_own_collections(db, settings)  # before any index or record is written
-        if take_lock:
-            if settings.ensure_indexes:
-                await changelog.ensure_indexes()
-            lock = MigrationLock(db[settings.lock_collection], run, ttl_seconds=settings.lock_ttl_seconds)
-            await lock.acquire(wait_seconds=wait)
-            lock.start_heartbeat()
-        yield Session(settings, runtime, changelog, lock, files)
+        try:
+            await check_own_collections(db, settings)  # before any index or record is written
+            if take_lock:
+                if settings.ensure_indexes:
+                    await changelog.ensure_indexes()
+                lock = MigrationLock(
+                    db[settings.lock_collection], run, ttl_seconds=settings.lock_ttl_seconds, on_lost=_on_lock_lost(settings, runtime.cancel)
+                )
+                await lock.acquire(wait_seconds=wait)
+                lock.start_heartbeat()
+            yield Session(settings, runtime, changelog, lock, files)
+        except PyMongoError as exc:
+            raise from_pymongo(exc) from exc
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        await _close(lock, runtime, client, failure)
+
+
+async def _close(lock: MigrationLock | None, runtime: Runtime, client: Any, failure: BaseException | None) -> None:
+    """Release the lock and the connections; a release failure never masks the failure that ended the run."""
+    try:
+        if lock is not None:
+            await lock.release()
+    except LockReleaseFailedError as later:
+        if failure is None:
+            raise
+        log.error("%s (after the run had already failed)", later.message)
+        if isinstance(failure, MongoshiftError):
+            failure.details.setdefault("later_errors", []).append(later.to_json())
     finally:
         try:
-            if lock is not None:
-                await lock.release()
-        except LockReleaseFailedError:
-            raise
-        finally:
             await runtime.close()
             await client.close()
+        except PyMongoError as exc:
+            log.debug("closing the connection failed: %s", type(exc).__name__)
+
+
+async def _plan(
+    session: Session,
+    direction: Literal["up", "down"],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    strict: bool | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+) -> Plan:
+    """The selection of ``up``/``down`` and of their dry runs: one function, so they cannot diverge."""
+    settings = session.settings
+    target = _bare(settings, target)
+    to = _bare(settings, to)
+    records = await session.records()
+    if direction == "up":
+        return plan_up(
+            session.files,
+            records,
+            target=target,
+            to=to,
+            force=force,
+            strict=settings.strict if strict is None else strict,
+            out_of_order="allow" if target else settings.out_of_order,
+        )
+    return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
+
+
+def _bare(settings: Settings, name: str | None) -> str | None:
+    return None if name is None else resolve_name(name, settings.migrations_dir)
+
+
+def _warn_unlocked(no_lock: bool) -> None:
+    """Said once per run, before anything is written."""
+    if no_lock:
+        log.warning(
+            "running without the migration lock (--no-lock): another run could apply the same migrations "
+            "at the same time; use it for local work only"
+        )
 
 
 async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
@@ -176,15 +270,8 @@ async def up(
 
         declarations = load_declarations(settings)  # a bad declaration fails before any migration runs
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        plan = plan_up(
-            session.files,
-            await session.records(),
-            target=target,
-            to=to,
-            force=force,
-            strict=settings.strict if strict is None else strict,
-            out_of_order="allow" if target else settings.out_of_order,
-        )
+        _warn_unlocked(no_lock)
+        plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
         report = await _execute(session, "up", plan, batch_per_step=step)
         if declarations is not None and not report.waiting:
             from ..converge.command import converge_after_up
@@ -210,7 +297,8 @@ async def down(
 ) -> RunReport:
     """Roll back the last batch, or what a selector names."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        plan = plan_down(session.files, await session.records(), target=target, batch=batch, steps=steps, to=to)
+        _warn_unlocked(no_lock)
+        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
         return await _execute(session, "down", plan)
 
 
@@ -224,6 +312,8 @@ async def redo(
 ) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        _warn_unlocked(no_lock)
+        target = _bare(settings, target)
         records = await session.records()
         plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
         if not plan.steps:
@@ -235,8 +325,18 @@ async def redo(
 
 
 async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRow]:
+    """Every file with its state; an applied background migration also with its own status."""
     async with open_session(settings, take_lock=False) as session:
-        return status_rows(session.files, await session.records(), checksums=checksums)
+        rows = status_rows(session.files, await session.records(), checksums=checksums)
+        store = session.background_store()
+        for row in rows:
+            if row.kind == "background" and row.state == "applied":
+                state = await store.state(row.name)
+                if state is None:
+                    row.background = "unregistered"
+                else:
+                    row.background = state.status if state.direction == "forward" else f"revert {state.status}"
+        return rows
 
 
 async def dry_run(
@@ -246,30 +346,23 @@ async def dry_run(
     target: str | None = None,
     to: str | None = None,
     force: bool = False,
+    strict: bool | None = None,
     batch: int | None = None,
     steps: int | None = None,
     step: bool = False,
-) -> tuple[list[DryRunRow], list[str]]:
-    """The selection the real command would make, with every file imported; no lock, no writes."""
+) -> DryRunReport:
+    """What the real command would do, refused exactly as it would refuse; no lock, no writes.
+
+    The selection, the hooks module, the import and checks of every file and
+    the ``requires`` gate are the real command's own code (:func:`_plan`,
+    :meth:`Executor.preview`); only the writes are left out.
+    """
     async with open_session(settings, take_lock=False) as session:
-        records = await session.records()
-        if direction == "up":
-            plan = plan_up(
-                session.files,
-                records,
-                target=target,
-                to=to,
-                force=force,
-                strict=settings.strict,
-                out_of_order="allow" if target else settings.out_of_order,
-            )
-            next_batch = await session.changelog.next_batch()
-        else:
-            plan = plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
-            next_batch = None
+        plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps)
+        next_batch = await session.changelog.next_batch() if direction == "up" else None
+        would_run, waiting = await session.executor().preview(plan)
         rows = []
-        for index, item in enumerate(plan.steps):
-            load(item.file)
+        for index, item in enumerate(would_run):
             use_txn = item.file.use_transaction
             rows.append(
                 DryRunRow(
@@ -282,7 +375,7 @@ async def dry_run(
                 )
             )
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
-        return rows, warnings
+        return DryRunReport(rows, warnings, waiting)
 
 
 async def lock_status(settings: Settings) -> LockHolder | None:

@@ -1,10 +1,12 @@
 """Running a plan: hooks, per-file transactions, changelog records, stop points.
 
-The executor only stops *between* migrations (Ctrl-C, a lost lock), so a
-migration either ran and was recorded, or did not run. With a per-file
-transaction the body and its changelog record commit together; without one, a
-crash between the two re-runs the migration next time, which is why bodies
-should be idempotent.
+The executor only stops *between* migrations (Ctrl-C), so a migration
+either ran and was recorded, or did not run. A lost lock is the exception:
+``ctx.cancelled`` is set at once, and the lock is read again before each
+record, so a migration that ran without it is recorded failed, never applied.
+With a per-file transaction the body and its changelog record commit
+together; without one, a crash between the two re-runs the migration next
+time, which is why bodies should be idempotent.
 """
 
 from __future__ import annotations
@@ -37,11 +39,11 @@ from ..errors import (
 )
 from . import changelog as records
 from .changelog import Changelog, RunInfo
-from .context import CancelSignal, Direction, MigrationContext, call, is_async
+from .context import CancelSignal, Direction, MigrationContext, call, guard_exit, is_async
 from ..redaction import describe_error, redact
 from ..background.declared import align_file
 from ..background.registration import register, revert_or_withdraw
-from ..background.requires import unmet
+from ..background.requires import Waiting, unmet
 from ..background.store import BackgroundStore
 from .hooks import Hooks
 from .loader import load
@@ -167,21 +169,11 @@ class Executor:
                 if step.direction == "down":
                     step_batch = step.record.batch if step.record else None  # type: ignore[assignment]
                 info = {"direction": step.direction, "index": index, "total": len(plan.steps), "batch": step_batch}
-                if step.direction == "up" and step.file.background is None and step.file.requires:
-                    waiting = await unmet(self._store(), step.file.requires, by=self.runtime.run.executed_by)
-                    if waiting:
-                        listed = ", ".join(w.describe() for w in waiting)
-                        if self.runtime.settings.on_requires_pending == "stop":
-                            self.waiting = [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
-                            log.warning("stopping before %s: it requires %s", step.name, listed)
-                            success = True
-                            return results
-                        raise RequirementsPendingError(
-                            f"{step.name} requires background migrations that are not done: {listed}; "
-                            "run 'mongoshift background run' and try again",
-                            file=step.name,
-                            waits_for=[w.name for w in waiting],
-                        )
+                stop = await self._requirements(step)
+                if stop:
+                    self.waiting = stop
+                    success = True
+                    return results
                 await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
                 result = await self._run_step(step, step_batch, results)
                 results.append(result)
@@ -204,6 +196,55 @@ class Executor:
                     raise
                 log.exception("after_all hook failed after a failed run")
 
+    async def preview(self, plan: Plan) -> tuple[list[Step], list[dict[str, Any]]]:
+        """What :meth:`execute` would run, refused exactly as it would refuse: nothing is written.
+
+        ``dry-run`` calls this after the same planning as the real command, so
+        the two cannot diverge: every file imported and checked, rollbacks
+        without ``down`` refused, and ``requires`` judged in order (a
+        background migration this run would register counts as registered).
+        """
+        self._prepare(plan.steps)
+        registered: set[str] = set()
+        for index, step in enumerate(plan.steps):
+            stop = await self._requirements(step, planned=registered)
+            if stop:
+                return plan.steps[:index], stop
+            if step.direction == "up" and step.file.background is not None:
+                registered.add(step.name)
+        return plan.steps, []
+
+    async def _requirements(self, step: Step, *, planned: set[str] | None = None) -> list[dict[str, Any]] | None:
+        """Check ``requires`` before ``step``: raise (policy ``error``), or return where the run stops (``stop``).
+
+        ``planned`` (a preview): background migrations registered earlier in
+        the same run; nothing is read-modified, nothing reopened.
+        """
+        if step.direction != "up" or step.file.background is not None or not step.file.requires:
+            return None
+        settings = self.runtime.settings
+        by = self.runtime.run.executed_by
+        waiting: list[Waiting] = []
+        for name in step.file.requires:
+            if planned is not None and name in planned:
+                if not settings.background_inline:  # registered by this run, not run by it
+                    waiting.append(Waiting(name, "pending", "pending"))
+                continue
+            waiting.extend(await unmet(self._store(), [name], by=by, reopen=planned is None))
+        if not waiting:
+            return None
+        listed = ", ".join(w.describe() for w in waiting)
+        if settings.on_requires_pending == "stop":
+            if planned is None:
+                log.warning("stopping before %s: it requires %s", step.name, listed)
+            return [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
+        raise RequirementsPendingError(
+            f"{step.name} requires background migrations that are not done: {listed}; "
+            "run 'mongoshift background run' and try again",
+            file=step.name,
+            waits_for=[w.name for w in waiting],
+        )
+
     def _prepare(self, steps: list[Step]) -> None:
         """Import every file first: a broken file fails the run before anything is written."""
         for step in steps:
@@ -215,17 +256,36 @@ class Executor:
                 )
 
     def _check_stop(self, results: list[MigrationResult]) -> None:
-        if self.runtime.cancel.is_set():
-            raise RunAbortedError(
-                f"run stopped ({self.runtime.cancel.reason}); {len(results)} migration(s) completed, "
-                "the rest were not started"
-            )
         if self.lock is not None and self.lock.lost.is_set():
             if self.runtime.settings.on_lock_lost == "abort":
                 raise LockLostError(f"the migration lock was lost: {self.lock.lost_reason}")
             if not self._lock_warned:
                 self._lock_warned = True
                 log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
+        if self.runtime.cancel.is_set():
+            raise RunAbortedError(
+                f"run stopped ({self.runtime.cancel.reason}); {len(results)} migration(s) completed, "
+                "the rest were not started"
+            )
+
+    def _lock_lost(self, step: Step) -> LockLostError | None:
+        """The error of a step that ran while the lock was lost (policy ``abort``), else None."""
+        if self.lock is None or not self.lock.lost.is_set() or self.runtime.settings.on_lock_lost != "abort":
+            return None
+        return LockLostError(
+            f"{step.name}: the migration lock was lost while it ran ({self.lock.lost_reason}); "
+            "it is not recorded as done",
+            file=step.name,
+        )
+
+    async def _confirm_lock(self, step: Step) -> None:
+        """Checked on the server right before a record is written: a run without its lock records nothing done."""
+        if self.lock is None or self.runtime.settings.on_lock_lost != "abort":
+            return
+        await self.lock.confirm()
+        error = self._lock_lost(step)
+        if error is not None:
+            raise error
 
     def _hook_ctx(self, hook: str) -> MigrationContext | None:
         fn = self.hooks.get(hook)
@@ -261,10 +321,14 @@ class Executor:
                 except TimeoutError:
                     self.runtime.cancel.set(f"{step.name} timed out")
                     raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
-        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError) as exc:
+        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError) as exc:
             await self._failed(step, batch, exc, results, started)
             raise
         except Exception as exc:
+            lost = self._lock_lost(step)  # a body that stopped on ctx.cancelled after the lock was lost
+            if lost is not None:
+                await self._failed(step, batch, lost, results, started)
+                raise lost from exc
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
@@ -291,6 +355,7 @@ class Executor:
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
             if self.runtime.settings.background_inline and (step.direction == "up" or outcome == "revert"):
                 note = await self._run_inline(step.name, spec, step.file.checksum)
+            await self._confirm_lock(step)
             filter_, update, upsert = self._record(step, batch, started, kind="background")
             await self.changelog.collection.update_one(filter_, update, upsert=upsert)
         except MongoshiftError as exc:
@@ -312,6 +377,8 @@ class Executor:
         async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client, checked=True) as engine:
             state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel, checksum=checksum)
         status = state.status if state else "missing"
+        if status != "completed" and self.lock is not None and self.lock.lost.is_set() and self.runtime.settings.on_lock_lost == "abort":
+            raise LockLostError(f"the migration lock was lost while {name} ran inline ({self.lock.lost_reason})", file=name)
         if status == "completed":
             return "registered and run inline: completed"
         if status == "failed":
@@ -338,6 +405,7 @@ class Executor:
 
     async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
         await call(fn, self.runtime.context(fn, name=step.name, direction=step.direction))
+        await self._confirm_lock(step)
         filter_, update, upsert = self._record(step, batch, started)
         try:
             await self.changelog.collection.update_one(filter_, update, upsert=upsert)
@@ -355,7 +423,7 @@ class Executor:
             if is_async(fn):
                 await self._async_transaction(step, fn, batch, started)
             else:
-                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started)
+                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
         except PyMongoError as exc:
             if _transactions_unsupported(exc):
                 raise TransactionsUnsupportedError(
@@ -372,13 +440,16 @@ class Executor:
             async def body(s: Any) -> None:
                 nonlocal attempt
                 attempt += 1
-                await fn(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                await guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                await self._confirm_lock(step)
                 filter_, update, upsert = self._record(step, batch, started)
                 await self.changelog.collection.update_one(filter_, update, upsert=upsert, session=s)
 
             await session.with_transaction(body)
 
-    def _sync_transaction(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+    def _sync_transaction(
+        self, step: Step, fn: Callable[..., Any], batch: int | None, started: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
         client = self.runtime.sync_client()
         collection = client[self.runtime.db_name][self.changelog.collection.name]
         attempt = 0
@@ -387,7 +458,8 @@ class Executor:
             def body(s: Any) -> None:
                 nonlocal attempt
                 attempt += 1
-                fn(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
                 filter_, update, upsert = self._record(step, batch, started)
                 collection.update_one(filter_, update, upsert=upsert, session=s)
 

@@ -54,7 +54,7 @@ def _import(spec: str) -> ModuleType:
         return importlib.import_module(spec)
     except ConfigInvalidError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a module may even call sys.exit while importing
         raise HookFailedError(f"hooks module {spec} failed to import: {type(exc).__name__}: {exc}") from None
     finally:
         sys.modules.pop("mongoshift_hooks", None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 import traceback
@@ -125,7 +126,15 @@ def discover(directory: Path) -> list[MigrationFile]:
         )
     files: list[MigrationFile] = []
     for path in sorted(directory.iterdir()):
-        if path.name.startswith(("_", ".")) or path.suffix != ".py" or not path.is_file():
+        if path.name.startswith(("_", ".")) or path.suffix != ".py":
+            continue
+        if path.is_symlink() and not path.exists():
+            raise FileNotFoundMigrationError(
+                f"{path.name} in {directory} is a symbolic link to a file that does not exist; "
+                "restore its target or remove the link",
+                file=path.name,
+            )
+        if not path.is_file():
             continue
         if not is_migration_name(path.name):
             raise InvalidNameError(
@@ -134,6 +143,25 @@ def discover(directory: Path) -> list[MigrationFile]:
             )
         files.append(MigrationFile(name=path.name, path=path))
     return files
+
+
+def resolve_name(name: str, directory: Path) -> str:
+    """A FILE argument as the bare name :func:`find` takes: ``migrations/0001_a.py`` (as a shell
+    completes it) names ``0001_a.py``; a path to anywhere else is refused."""
+    if "/" not in name and "\\" not in name and os.sep not in name:
+        return name
+    given = Path(name)
+    parent = Path(os.path.abspath(given)).parent
+    try:
+        inside = parent.resolve() == directory.resolve()
+    except OSError:
+        inside = False
+    if not inside:
+        raise InvalidNameError(
+            f"{name!r} is outside the migrations folder ({directory}); name a file in it, "
+            "or point --dir at the folder it is in"
+        )
+    return given.name
 
 
 def find(files: list[MigrationFile], name: str) -> MigrationFile:
@@ -160,9 +188,7 @@ def load(item: MigrationFile) -> MigrationFile:
         spec.loader.exec_module(module)
     except ValidationError as exc:
         raise InvalidExportError(f"{item.name}: invalid background spec: {describe_errors(exc)}", file=item.name) from None
-    except BaseException as exc:  # a migration file may raise anything while importing, even SystemExit
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
         where = _where(exc, item.path)
         raise InvalidExportError(
             f"{item.name}: failed to import{where}: {type(exc).__name__}: {exc}", file=item.name

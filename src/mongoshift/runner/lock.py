@@ -28,6 +28,9 @@ from ..errors import LockHeldError, LockReleaseFailedError
 from .changelog import RunInfo
 
 LOCK_ID = "migration_lock"
+#: Share of the TTL kept in reserve: renewal is given up this long before the lock could expire,
+#: so that the run is told to stop while nobody else can have taken the lock yet.
+SAFETY_MARGIN = 0.25
 log = logging.getLogger("mongoshift.lock")
 
 
@@ -70,6 +73,7 @@ class MigrationLock:
         ttl_seconds: float,
         lock_id: str = LOCK_ID,
         monotonic: Callable[[], float] = time.monotonic,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.collection = collection
         self.run = run
@@ -79,8 +83,11 @@ class MigrationLock:
         self.lost = asyncio.Event()
         self.lost_reason: str | None = None
         self._monotonic = monotonic
+        self._on_lost = on_lost
         self._heartbeat: asyncio.Task[None] | None = None
         self._held = False
+        #: When the last acquire or renewal that succeeded was *sent*: the server's expiry is later.
+        self._renewed_at = 0.0
 
     def _scope(self) -> dict[str, Any]:
         return {"_id": self.lock_id, "owner": self.run.run_id, "nonce": self.nonce}
@@ -101,6 +108,7 @@ class MigrationLock:
             "renewed_at": "$$NOW",
             "expires_at": self._fresh_until(),
         }
+        sent = self._monotonic()
         try:
             result = await self.collection.update_one(
                 {"_id": self.lock_id, "$expr": {"$lt": ["$expires_at", "$$NOW"]}},
@@ -112,6 +120,7 @@ class MigrationLock:
         if result.upserted_id is None and result.modified_count == 0:
             return False
         self._held = True
+        self._renewed_at = sent
         return True
 
     async def acquire(self, wait_seconds: float | None = None, poll_seconds: float = 0.5) -> None:
@@ -131,10 +140,46 @@ class MigrationLock:
             delay = min(delay * 2, 5.0)
 
     async def renew(self) -> bool:
+        sent = self._monotonic()
         result = await self.collection.update_one(
             self._scope(), [{"$set": {"renewed_at": "$$NOW", "expires_at": self._fresh_until()}}]
         )
-        return result.matched_count == 1
+        if result.matched_count == 1:
+            self._renewed_at = sent
+            return True
+        return False
+
+    def _give_up_at(self) -> float:
+        """The monotonic time after which this run must assume the lock is gone."""
+        return self._renewed_at + self.ttl_ms / 1000 * (1 - SAFETY_MARGIN)
+
+    async def confirm(self) -> bool:
+        """Whether the lock is still this run's, read on the server now (right before a record is written).
+
+        A read, not a renewal: it must not write next to a migration's own
+        transaction. A lock document that is gone, another run's, or expired
+        marks the lock lost at once; a read that fails is judged by the
+        give-up time, as the heartbeat does.
+        """
+        if self.lost.is_set():
+            return False
+        remaining = self._give_up_at() - self._monotonic()
+        if remaining <= 0:
+            self._mark_lost("the lock could not be renewed before its TTL ran out")
+            return False
+        live = {**self._scope(), "$expr": {"$gt": ["$expires_at", "$$NOW"]}}
+        try:
+            doc = await asyncio.wait_for(self.collection.find_one(live, {"_id": 1}), remaining)
+        except (PyMongoError, TimeoutError) as exc:
+            log.warning("lock check failed: %s", type(exc).__name__)
+            if self._monotonic() >= self._give_up_at():
+                self._mark_lost("the lock could not be renewed before its TTL ran out")
+                return False
+            return True
+        if doc is None:
+            self._mark_lost("the lock was cleared or taken over by another run")
+            return False
+        return True
 
     async def holder(self) -> LockHolder | None:
         doc = await self.collection.find_one({"_id": self.lock_id})
@@ -145,27 +190,34 @@ class MigrationLock:
 
     async def _beat(self) -> None:
         interval = self.ttl_ms / 3000
-        # Renewal errors are tolerated only until a deadline that falls before the
-        # lock could be taken by someone else; after it we must assume it is gone.
-        deadline = self._monotonic() + self.ttl_ms / 1000 * 0.8
+        # A renewal that fails is retried until the give-up time, which falls a safety
+        # margin before the lock could expire; no attempt may run past it.
+        delay = interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(max(0.0, min(delay, self._give_up_at() - self._monotonic())))
+            remaining = self._give_up_at() - self._monotonic()
+            if remaining <= 0:
+                self._mark_lost("the lock could not be renewed before its TTL ran out")
+                return
             try:
-                if not await self.renew():
-                    self._mark_lost("the lock was cleared or taken over by another run")
-                    return
-                deadline = self._monotonic() + self.ttl_ms / 1000 * 0.8
-            except PyMongoError as exc:
+                held = await asyncio.wait_for(self.renew(), remaining)
+            except (PyMongoError, TimeoutError) as exc:
                 log.warning("lock renewal failed: %s", type(exc).__name__)
-                if self._monotonic() >= deadline:
-                    self._mark_lost("the lock could not be renewed before its TTL ran out")
-                    return
+                delay = interval / 3
+                continue
+            if not held:
+                self._mark_lost("the lock was cleared or taken over by another run")
+                return
+            delay = interval
 
     def _mark_lost(self, reason: str) -> None:
+        if self.lost.is_set():
+            return
         self.lost_reason = reason
-        self._held = False
         self.lost.set()
         log.error("migration lock lost: %s", reason)
+        if self._on_lost is not None:
+            self._on_lost(reason)
 
     async def release(self) -> None:
         if self._heartbeat is not None:

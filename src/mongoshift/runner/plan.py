@@ -12,6 +12,7 @@ from typing import Literal
 
 from ..errors import (
     ChecksumMismatchError,
+    ExitCode,
     ConfigInvalidError,
     FileNotFoundMigrationError,
     NotAppliedError,
@@ -33,10 +34,37 @@ class StatusRow:
     checksum: Literal["ok", "mismatch"] | None = None
     kind: str = "migration"
     error: str | None = None
+    #: An applied background migration's own status (``pending``, ``running``, ``completed``,
+    #: ``failed``...; ``unregistered`` when its state is gone): applied only registered it.
+    background: str | None = None
 
     @property
     def pending(self) -> bool:
         return self.state in ("pending", "failed", "reverted")
+
+    @property
+    def shown_state(self) -> str:
+        return f"{self.state} ({self.background})" if self.background else self.state
+
+
+def status_verdict(rows: list[StatusRow]) -> tuple[ExitCode, str] | None:
+    """What ``status --check`` fails with: the first of missing (8), background failed (32),
+    pending (2), background not completed (31); None when everything is done."""
+    missing = [r.name for r in rows if r.state == "missing"]
+    if missing:
+        return ExitCode.FILE_NOT_FOUND, f"the files of applied migrations are missing: {', '.join(missing)}"
+    failed = [r.name for r in rows if r.background == "failed"]
+    if failed:
+        return ExitCode.BACKGROUND_FAILED, f"background migrations failed: {', '.join(failed)} (see 'mongoshift background status')"
+    pending = [r.name for r in rows if r.pending]
+    if pending:
+        return ExitCode.PENDING, f"{len(pending)} migration(s) pending"
+    unfinished = [r.name for r in rows if r.background not in (None, "completed")]
+    if unfinished:
+        return ExitCode.BACKGROUND_PENDING, (
+            f"background migrations not completed: {', '.join(unfinished)} (run 'mongoshift background run NAME')"
+        )
+    return None
 
 
 @dataclass

@@ -1,0 +1,171 @@
+"""How failures end a command: the right exit code, one JSON document, the lock released."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from .test_cli import QUICK, SLOW, cli, start, wait_for
+
+LOCKS = "_mongoshift_locks"
+CHANGELOG = "_mongoshift_migrations"
+
+
+def records(sync_client, project) -> dict[str, dict]:  # type: ignore[no-untyped-def, type-arg]
+    return {r["name"]: r for r in sync_client[project.db][CHANGELOG].find()}
+
+
+def one_error(result) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    """stdout holds exactly one JSON document, an error; stderr no traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)["error"]  # type: ignore[no-any-return]
+
+
+def test_cleared_lock_fails_the_last_migration_with_exit_10(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """A body that never polls ctx.cancelled: the lock is cleared while it runs, it is not recorded applied."""
+    project.write_config(lock_ttl_seconds=3)
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=3))
+    proc = start(project, "up", "--json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    assert cli(project, "unlock", "--yes").returncode == 0
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 10, err
+    error = json.loads(out)["error"]
+    assert error["kind"] == "lock_lost" and "0001_slow.py" in error["message"]
+    assert records(sync_client, project)["0001_slow.py"]["status"] == "failed"
+
+
+USER_EXITS = {
+    "sync-exit-0": "import sys\ndef up(ctx):\n    ctx.db.marks.insert_one({'at': 'before'})\n    sys.exit(0)\n",
+    "sync-exit-3": "import sys\ndef up(ctx):\n    sys.exit(3)\n",
+    "async-exit-0": "import sys\nasync def up(ctx):\n    await ctx.db.marks.insert_one({'at': 'before'})\n    sys.exit(0)\n",
+    "async-keyboard-interrupt": "async def up(ctx):\n    raise KeyboardInterrupt\n",
+    "sync-keyboard-interrupt": "def up(ctx):\n    raise KeyboardInterrupt\n",
+    "sync-transaction-exit-0": "import sys\nuse_transaction = True\ndef up(ctx):\n    sys.exit(0)\n",
+    "async-transaction-exit-3": "import sys\nuse_transaction = True\nasync def up(ctx):\n    sys.exit(3)\n",
+}
+
+
+@pytest.mark.parametrize("source", list(USER_EXITS.values()), ids=list(USER_EXITS))
+def test_sys_exit_or_keyboard_interrupt_in_a_migration_is_its_failure(project, sync_client, source: str) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_exits.py", source)
+    project.add("0002_next.py", QUICK)
+    result = cli(project, "up", "--json")
+    assert result.returncode == 7, result.stderr
+    error = one_error(result)
+    assert error["kind"] == "execution_failed" and "0001_exits.py" in error["message"]
+    found = records(sync_client, project)
+    assert found["0001_exits.py"]["status"] == "failed"
+    assert "0002_next.py" not in found
+    assert sync_client[project.db][LOCKS].count_documents({}) == 0
+
+
+@pytest.mark.parametrize("hook", ["before_each", "after_each"])
+def test_sys_exit_in_a_hook_is_a_hook_failure(project, sync_client, tmp_path, hook: str) -> None:  # type: ignore[no-untyped-def]
+    args = "name, ctx, info" if hook == "before_each" else "name, duration_ms, ctx, info"
+    hooks = tmp_path / "hooks_file.py"
+    hooks.write_text(f"import sys\ndef {hook}({args}):\n    sys.exit(0)\n")
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "up", "--json")
+    assert result.returncode == 12, result.stderr
+    assert one_error(result)["kind"] == "hook_failed"
+    assert sync_client[project.db][LOCKS].count_documents({}) == 0
+
+
+def test_sys_exit_while_the_hooks_module_imports_is_a_hook_failure(project, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    hooks = tmp_path / "hooks_file.py"
+    hooks.write_text("import sys\nsys.exit(0)\n")
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "up", "--json")
+    assert result.returncode == 12, result.stderr
+    assert one_error(result)["kind"] == "hook_failed"
+
+
+def fail_point(sync_client, mode, **data) -> None:  # type: ignore[no-untyped-def]
+    command = {"configureFailPoint": "failCommand", "mode": mode}
+    if data:
+        command["data"] = data
+    sync_client.admin.command(command)
+
+
+def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_boom.py", "def up(ctx):\n    raise ValueError('no good')\n")
+    fail_point(sync_client, {"times": 1}, failCommands=["delete"], errorCode=2)  # the release
+    try:
+        result = cli(project, "up", "--json")
+    finally:
+        fail_point(sync_client, "off")
+    assert result.returncode == 7, result.stderr
+    error = one_error(result)
+    assert error["kind"] == "execution_failed" and "no good" in error["message"]
+    later = error["details"]["later_errors"]
+    assert [e["kind"] for e in later] == ["lock_release_failed"]
+    assert "lock" in result.stderr.split("error:")[0]  # the later failure is logged too
+
+
+def test_failed_lock_release_alone_still_exits_21(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    fail_point(sync_client, {"times": 1}, failCommands=["delete"], errorCode=2)
+    try:
+        result = cli(project, "up", "--json")
+    finally:
+        fail_point(sync_client, "off")
+    assert result.returncode == 21, result.stderr
+    assert one_error(result)["kind"] == "lock_release_failed"
+
+
+def test_server_error_while_taking_the_lock_is_one_json_error(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    fail_point(sync_client, {"times": 1}, failCommands=["update"], errorCode=2)
+    try:
+        result = cli(project, "up", "--json")
+    finally:
+        fail_point(sync_client, "off")
+    assert result.returncode == 1, result.stderr
+    error = one_error(result)
+    assert error["kind"] == "server_error" and "code 2" in error["message"]
+    assert records(sync_client, project) == {}
+
+
+def test_lost_connection_while_taking_the_lock_exits_5(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """The server stops answering the lock's command (and its retry) past the socket timeout."""
+    project.add("0001_a.py", QUICK)
+    separator = "&" if "?" in project.uri else "?"
+    uri = f"{project.uri}{separator}socketTimeoutMS=500"
+    fail_point(sync_client, {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000)
+    try:
+        result = cli(project, "up", "--json", "--uri", uri)
+    finally:
+        fail_point(sync_client, "off")
+    assert result.returncode == 5, result.stderr
+    assert one_error(result)["kind"] == "connection_failed"
+
+
+def test_server_error_shows_its_traceback_with_verbose(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    fail_point(sync_client, {"times": 1}, failCommands=["update"], errorCode=2)
+    try:
+        result = cli(project, "up", "-v")
+    finally:
+        fail_point(sync_client, "off")
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "BadValue" in result.stderr
+
+
+def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Only user code's own SystemExit/KeyboardInterrupt became failures: real signals keep their meaning."""
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
+    proc = start(project, "up", "--json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    error = json.loads(out)["error"]  # one JSON document, even here
+    assert error["code"] == 130 and error["kind"] == "second_signal"

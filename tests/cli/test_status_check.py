@@ -1,0 +1,91 @@
+"""``status --check`` fails on unfinished work: missing files, background migrations not done, pending files."""
+
+from __future__ import annotations
+
+import json
+
+from .test_cli import QUICK, cli
+
+BACKGROUND = """
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    {body}
+    doc["full_name"] = doc.pop("first", "")
+    return doc
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, pause_ms=0, max_document_errors=0)
+"""
+
+WORKS = BACKGROUND.format(body="pass")
+BREAKS = BACKGROUND.format(body="raise ValueError('cannot')")
+
+
+def seed(sync_client, project, n: int = 20) -> None:  # type: ignore[no-untyped-def]
+    people = sync_client[project.db].people
+    people.insert_many([{"_id": i, "first": f"F{i}", "__v": 1, "__rev": 1} for i in range(n)])
+    people.create_index([("__v", 1), ("_id", 1)])
+
+
+def status(project, *args: str):  # type: ignore[no-untyped-def]
+    result = cli(project, "status", "--json", *args)
+    return result.returncode, {r["name"]: r for r in json.loads(result.stdout)["migrations"]}
+
+
+def test_registered_background_migration_shows_its_state_and_fails_the_check_until_completed(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    seed(sync_client, project)
+    project.add("0001_names.py", WORKS)
+    assert cli(project, "up").returncode == 0  # registers it; no document is touched
+    code, rows = status(project, "--check")
+    assert code == 31
+    assert rows["0001_names.py"]["state"] == "applied" and rows["0001_names.py"]["background"] == "pending"
+    human = cli(project, "status")
+    assert "applied (pending)" in human.stdout
+    assert cli(project, "background", "run", "0001_names.py").returncode == 0
+    code, rows = status(project, "--check")
+    assert code == 0 and rows["0001_names.py"]["background"] == "completed"
+
+
+def test_failed_background_migration_fails_the_check_with_32(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    seed(sync_client, project)
+    project.add("0001_names.py", BREAKS)
+    assert cli(project, "up").returncode == 0
+    assert cli(project, "background", "run", "0001_names.py").returncode == 32
+    code, rows = status(project, "--check")
+    assert code == 32 and rows["0001_names.py"]["background"] == "failed"
+    assert status(project)[0] == 0  # without --check: a report, not a verdict
+
+
+def test_missing_applied_file_fails_the_check_with_8(project) -> None:  # type: ignore[no-untyped-def]
+    path = project.add("0001_a.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    path.unlink()
+    result = cli(project, "status", "--check", "--json")
+    assert result.returncode == 8, result.stderr
+    assert json.loads(result.stdout)["migrations"][0]["state"] == "missing"  # the normal document
+    assert "0001_a.py" in result.stderr
+
+
+def test_check_reports_the_first_problem_in_a_fixed_order(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """missing (8), then background failed (32), then pending (2), then background not completed (31)."""
+    seed(sync_client, project)
+    project.add("0001_works.py", WORKS.replace('"people"', '"others"'))  # registered, never run
+    project.add("0002_breaks.py", BREAKS)
+    gone = project.add("0003_gone.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    assert cli(project, "background", "run", "0002_breaks.py").returncode == 32
+    gone.unlink()
+    project.add("0004_pending.py", QUICK)
+    assert status(project, "--check")[0] == 8  # all four apply
+    project.add("0003_gone.py", QUICK)
+    assert status(project, "--check")[0] == 32  # failed, pending, not completed
+
+
+def test_pending_file_comes_before_an_unfinished_background_migration(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    seed(sync_client, project)
+    project.add("0001_names.py", WORKS)
+    assert cli(project, "up").returncode == 0
+    project.add("0002_next.py", QUICK)
+    assert status(project, "--check")[0] == 2
+    assert cli(project, "up").returncode == 0
+    assert status(project, "--check")[0] == 31
