@@ -100,7 +100,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     started = _aware(state.started_at)
     end = _aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
     elapsed = (end - started).total_seconds() if started and end else None
-    processed = counters["scanned"]
+    processed = counters["scanned"] - int(state.raw.get("rate_base", 0))  # since the last retry
     rate = processed / elapsed if elapsed and elapsed > 0 and processed else None
     eta = remaining / rate if rate and state.status in ("running", "pending") else None
     failed_documents = len(state.bad_ids) if rolled else await store.bad_id_count(state)

@@ -104,6 +104,7 @@ class BackgroundStore:
             "totals": zero_counters(),
             "bad_ids": [],
             "doc_errors": [],
+            "rate_base": 0,
             "last_error": None,
             "started_at": None,
             "completed_at": None,
