@@ -4,10 +4,13 @@ stopped runs, progress lines without a terminal, failed-document reasons and a s
 
 from __future__ import annotations
 
+import json
+
 from mongoshift.background import command as bg
 from mongoshift.runner import command
 
 from .conftest import background_file, seed
+from .test_processes import cli, start, wait_for_migrated
 
 NAME = "0001_names.py"
 
@@ -61,3 +64,55 @@ async def test_totals_after_retry_from_start_keep_what_earlier_generations_migra
     assert done.totals["migrated"] == migrated
     (shown,) = await bg.status(s, NAME)
     assert shown.totals["migrated"] == migrated
+
+
+def _people(fast_project, sync_client):  # type: ignore[no-untyped-def]
+    return sync_client[fast_project.db].people
+
+
+async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 3_000)
+    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,"))
+    assert cli(fast_project, "up").returncode == 0
+    proc = start(fast_project, "background", "run", "0001_names", "--json")
+    wait_for_migrated(_people(fast_project, sync_client), 200, proc)
+    assert cli(fast_project, "background", "pause", "0001_names", "--reason", "night").returncode == 0
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 36, err[-2000:]
+    error = json.loads(out)["error"]  # exactly one JSON document, saying which
+    assert error["kind"] == "background_paused" and error["details"]["paused"] == [NAME]
+    assert cli(fast_project, "background", "run", "0001_names").returncode == 36  # still paused: not a success
+
+    assert cli(fast_project, "background", "resume", "0001_names").returncode == 0
+    proc = start(fast_project, "background", "run", "0001_names", "--json")
+    wait_for_migrated(_people(fast_project, sync_client), 600, proc)
+    assert cli(fast_project, "background", "cancel", "0001_names", "--yes").returncode == 0
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 37, err[-2000:]
+    error = json.loads(out)["error"]
+    assert error["kind"] == "background_cancelled" and error["details"]["cancelled"] == [NAME]
+    assert "retry" in error["message"]
+
+
+async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """Failed (32) outranks cancelled (37), which outranks paused (36); the others still ran."""
+    for collection in ("people", "people2", "people3"):
+        await seed(db[collection], 20)
+    fast_project.add("0001_a.py", background_file())
+    fast_project.add("0002_b.py", background_file().replace('collection="people"', 'collection="people2"'))
+    fast_project.add(
+        "0003_c.py",
+        background_file().replace('collection="people"', 'collection="people3"').replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"),
+    )
+    assert cli(fast_project, "up").returncode == 0
+    assert cli(fast_project, "background", "pause", "0001_a").returncode == 0
+    assert cli(fast_project, "background", "cancel", "0002_b", "--yes").returncode == 0
+    both = cli(fast_project, "background", "run", "0001_a", "0002_b", "--json")
+    assert both.returncode == 37
+    assert json.loads(both.stdout)["error"]["details"] == {
+        "paused": ["0001_a.py"], "cancelled": ["0002_b.py"], "failed": [], "stopped": [], "background": json.loads(both.stdout)["error"]["details"]["background"]
+    }
+    assert cli(fast_project, "background", "run", "0001_a", "0003_c").returncode == 32
+    assert await db.people3.count_documents({"__v": 2}) == 0
+    assert cli(fast_project, "background", "resume", "0001_a").returncode == 0
+    assert cli(fast_project, "background", "run", "0001_a").returncode == 0

@@ -8,7 +8,15 @@ import click
 
 from ..background import command as bg
 from ..background.status import BackgroundReport
-from ..errors import BackgroundFailedError, ConfigInvalidError, ExitCode, RunAbortedError
+from ..errors import (
+    BackgroundCancelledError,
+    BackgroundFailedError,
+    BackgroundPausedError,
+    ConfigInvalidError,
+    ExitCode,
+    MongoshiftError,
+    RunAbortedError,
+)
 from ..runner.context import CancelSignal
 from .progress import show_progress
 from .main import cli, confirm, global_options, output, run_async, settings
@@ -76,16 +84,40 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
         return await task
 
     reports = run_async(go)
-    failed = [r for r in reports if r.status == "failed"]
-    stopped = [r for r in reports if r.status in ("pending", "running")]
-    if not (failed or stopped) or not out.json_mode:
+    verdict = run_verdict(reports)
+    if verdict is None or not out.json_mode:
         _render(reports)
-    details = {"background": [r.to_json() for r in reports]}
-    if failed:
-        raise BackgroundFailedError(f"failed: {', '.join(r.name for r in failed)}: {failed[0].last_error}", **details)
-    if stopped:
-        raise RunAbortedError("stopped before the end; run it again to continue from the checkpoints", **details)
+    if verdict is not None:
+        raise verdict
     return 0
+
+
+def run_verdict(reports: list[BackgroundReport]) -> MongoshiftError | None:
+    """How a ``background run`` ends, by the most serious outcome among its migrations.
+
+    A failure (32) needs a person; a run stopped by a signal before the end (11) did not do
+    what was asked; a cancelled migration (37) will not go on without ``retry``; a paused one
+    (36) goes on after ``resume``. Every migration named still ran; the order of the names
+    plays no part. ``details`` lists the migration names by outcome, and every report.
+    """
+    by: dict[str, list[str]] = {"failed": [], "stopped": [], "cancelled": [], "paused": []}
+    for r in reports:
+        outcome = "stopped" if r.status in ("pending", "running", "blocked") else r.status
+        if outcome in by:
+            by[outcome].append(r.name)
+    details = {**by, "background": [r.to_json() for r in reports]}
+    failed = [r for r in reports if r.status == "failed"]
+    if failed:
+        return BackgroundFailedError(f"failed: {', '.join(by['failed'])}: {failed[0].last_error}", **details)
+    if by["stopped"]:
+        return RunAbortedError("stopped before the end; run it again to continue from the checkpoints", **details)
+    if by["cancelled"]:
+        names = ", ".join(by["cancelled"])
+        return BackgroundCancelledError(f"cancelled: {names}; 'mongoshift background retry NAME' takes it up again", **details)
+    if by["paused"]:
+        names = ", ".join(by["paused"])
+        return BackgroundPausedError(f"paused: {names}; 'mongoshift background resume NAME' continues it", **details)
+    return None
 
 
 @background.command(name="status")
