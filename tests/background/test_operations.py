@@ -5,6 +5,7 @@ stopped runs, progress lines without a terminal, failed-document reasons and a s
 from __future__ import annotations
 
 import json
+import re
 
 from mongoshift.background import command as bg
 from mongoshift.runner import command
@@ -116,3 +117,34 @@ async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project
     assert await db.people3.count_documents({"__v": 2}) == 0
     assert cli(fast_project, "background", "resume", "0001_a").returncode == 0
     assert cli(fast_project, "background", "run", "0001_a").returncode == 0
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 2_000)
+    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=30"))
+    assert cli(fast_project, "up").returncode == 0
+    run = cli(fast_project, "background", "run", "0001_names", "--json", "--progress-interval", "0.3")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout)["background"][0]["status"] == "completed"  # stdout: one JSON document
+    lines = [line for line in run.stderr.splitlines() if " progress " in line]
+    assert len(lines) >= 2, run.stderr
+    shape = re.compile(r"^mongoshift: INFO progress 0001_names\.py: \d[\d,]*/2,000 documents \(\d+%\), (-|[\d,]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$")
+    assert all(shape.match(line) for line in lines), lines
+    assert not CONTROL.search(run.stderr)
+    assert "lane-" not in run.stderr and "_id" not in run.stderr
+
+
+async def test_quiet_runs_log_no_progress_and_a_bad_interval_exits_6(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 300)
+    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=30"))
+    assert cli(fast_project, "up").returncode == 0
+    for bad in ("0", "-1", "soon", "nan"):
+        refused = cli(fast_project, "background", "run", "0001_names", "--progress-interval", bad, "--json")
+        assert refused.returncode == 6, (bad, refused.stderr)
+        assert json.loads(refused.stdout)["error"]["kind"] == "config_invalid" and "--progress-interval" in refused.stderr
+    quiet = cli(fast_project, "background", "run", "0001_names", "-q", "--progress-interval", "0.1")
+    assert quiet.returncode == 0
+    assert " progress " not in quiet.stderr and quiet.stderr.strip() == ""

@@ -18,7 +18,7 @@ from ..errors import (
     RunAbortedError,
 )
 from ..runner.context import CancelSignal
-from .progress import show_progress
+from .progress import log_progress, show_progress
 from .main import cli, confirm, global_options, output, run_async, settings
 
 
@@ -32,6 +32,12 @@ def _seconds(value: float | None) -> str:
         return "-"
     value = int(value)
     return f"{value // 3600}h{value % 3600 // 60:02d}m" if value >= 3600 else f"{value // 60}m{value % 60:02d}s"
+
+
+def _interval(value: float) -> float:
+    if not 0.1 <= value <= 86_400:  # also refuses nan
+        raise click.BadParameter(f"must be between 0.1 and 86400 seconds, got {value}", param_hint="'--progress-interval'")
+    return value
 
 
 def _render(reports: list[BackgroundReport]) -> None:
@@ -69,9 +75,21 @@ def _render(reports: list[BackgroundReport]) -> None:
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every registered migration that is pending or running.")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True, help="Lanes in this process (capped by max_parallel).")
+@click.option(
+    "--progress-interval",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    callback=lambda ctx, param, value: _interval(value),
+    help="Without a terminal (CI, Kubernetes): log one progress line per migration this often (0.1 to 86400).",
+)
 @global_options
-def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
-    """Run background migrations in this process until they end; Ctrl-C stops at the next batch."""
+def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float) -> int:
+    """Run background migrations in this process until they end; Ctrl-C stops at the next batch.
+
+    On a terminal a live bar shows the progress; otherwise one plain line per migration goes to
+    stderr every --progress-interval seconds (none with -q)."""
     if bool(names) == all_:
         raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
     s = settings()
@@ -79,8 +97,12 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
 
     async def go(cancel: CancelSignal) -> list[BackgroundReport]:
         task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel))
-        if out.out.is_terminal and not out.json_mode and not out.quiet:
+        if out.quiet:
+            pass
+        elif out.out.is_terminal and not out.json_mode:
             await show_progress(s, task, output().out, list(names) or None)
+        else:
+            await log_progress(s, task, progress_interval, list(names) or None)
         return await task
 
     reports = run_async(go)
