@@ -18,6 +18,7 @@ from ..errors import (
     RunAbortedError,
 )
 from ..runner.context import CancelSignal
+from . import background_view as view
 from .progress import log_progress, show_progress
 from .main import cli, confirm, global_options, output, run_async, settings
 
@@ -40,13 +41,36 @@ def _interval(value: float) -> float:
     return value
 
 
-def _render(reports: list[BackgroundReport]) -> None:
+def _render(reports: list[BackgroundReport], *, detail: bool = False) -> None:
+    """The list (one migration in two lines), or with ``detail`` everything about one migration.
+
+    On a terminal both wrap to its width (docs/background.md); piped, the list is tab-separated
+    text with a fixed set of columns and the detail ``label<TAB>value`` lines."""
     out = output()
     if out.json_mode:
         out.json({"background": [r.to_json() for r in reports]})
         return
     if not reports:
         out.say("no background migrations registered")
+        return
+    if out.out.is_terminal:
+        if detail:
+            view.render_detail(out.out, reports[0])
+        else:
+            view.render_list(out.out, reports)
+        return
+    for r in reports:
+        for warning in r.warnings:
+            out.warn(f"{r.name}: {warning}")
+    if detail:
+        r = reports[0]
+        print(f"migration\t{r.name}")
+        for label, value in view.details(r):
+            print(f"{label}\t{value}")
+        if r.doc_error_counts:
+            out.table(["count", "reason", "class / code"], view.error_rows(r), title="failed documents (counts per reason)")
+        if r.doc_errors:
+            out.table(["last seen", "times", "reason", "class / code", "message"], view.recent_rows(r), title="most recent messages")
         return
     rows = [
         (
@@ -164,7 +188,7 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
             )
         return 0
     reports = run_async(lambda cancel: bg.status(s, name))
-    _render(reports)
+    _render(reports, detail=name is not None)
     if check:
         if any(r.status == "failed" for r in reports):
             out.warn("a background migration failed")
