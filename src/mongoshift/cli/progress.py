@@ -79,7 +79,8 @@ def progress_line(r: BackgroundReport) -> str:
 async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:
     """Until ``task`` ends, every ``interval`` seconds one INFO line per migration of the run.
 
-    A migration is logged while it is under way, and once more when it reaches an end state.
+    A migration is logged while it is under way, and once more when it reaches an end state
+    (from the run's own reports when the run ends).
     A status read that fails is skipped: the next interval tries again.
     """
     wanted = {n.removesuffix(".py") for n in names} if names else None
@@ -87,6 +88,10 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
     while not task.done():
         await asyncio.wait({task}, timeout=interval)
         if task.done():
+            if not task.cancelled() and task.exception() is None:
+                for r in task.result():  # the last line of each one logged: how it ended
+                    if r.name in active:
+                        log.info("progress %s", progress_line(r))
             return
         try:
             reports = await bg.status(settings)
