@@ -73,7 +73,7 @@ def _people(fast_project, sync_client):  # type: ignore[no-untyped-def]
 
 async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 3_000)
-    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,"))
+    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=50"))  # >= 3 s of work
     assert cli(fast_project, "up").returncode == 0
     proc = start(fast_project, "background", "run", "0001_names", "--json")
     wait_for_migrated(_people(fast_project, sync_client), 200, proc)

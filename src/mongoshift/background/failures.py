@@ -26,10 +26,13 @@ _CODE = re.compile(r"(?:\((-?\d+)\)|^write error (-?\d+))$")
 def signature(entry: Mapping[str, Any]) -> tuple[str, str | None, int | None]:
     """(reason, error class, server code) of one stored reason."""
     reason = str(entry.get("reason") or "unknown")
+    if "error_class" in entry or "code" in entry:  # stored apart already
+        code = entry.get("code")
+        return reason, entry.get("error_class"), int(code) if isinstance(code, int) else None
     text = str(entry.get("error") or "")
     found = _CLASS.match(text) if reason == "transform" else None
-    code = _CODE.search(text)
-    number = next((g for g in code.groups() if g is not None), None) if code else None
+    match = _CODE.search(text)
+    number = next((g for g in match.groups() if g is not None), None) if match else None
     return reason, found.group(1) if found else None, int(number) if number is not None else None
 
 
@@ -50,7 +53,7 @@ def shown(entry: Mapping[str, Any]) -> dict[str, Any]:
     """One stored reason as shown: class, code and the first ``MESSAGE_CHARS`` characters."""
     reason, cls, code = signature(entry)
     text = str(entry.get("error") or "")
-    if cls is not None:
+    if cls is not None and text.startswith(f"{cls}: "):
         text = text[len(cls) + 2 :]
     if len(text) > MESSAGE_CHARS:
         text = text[: MESSAGE_CHARS - 1] + "…"
