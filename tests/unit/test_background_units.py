@@ -114,3 +114,19 @@ def test_batch_filters_stay_inside_their_type_bracket() -> None:
     }
     # Other brackets keep $type, whatever the bounds.
     assert batch_filter(match, Scope("number", gte=5), Checkpoint()) == {"$and": [match, {"_id": {"$gte": 5, "$type": "number"}}]}
+
+
+def test_failed_document_reasons_are_parsed_and_counted_without_the_text_of_the_values() -> None:
+    from mongoshift.background.failures import count_key, counted, shown, signature
+
+    transform = {"reason": "transform", "error": "KeyError: 'first'"}
+    duplicate = {"reason": "write", "error": "duplicate key on slug (11000)"}
+    other = {"reason": "write", "error": "write error 2"}
+    assert signature(transform) == ("transform", "KeyError", None)
+    assert signature(duplicate) == ("write", None, 11000) and signature(other) == ("write", None, 2)
+    assert count_key(transform) == "transform:KeyError" and count_key({"reason": "shape", "error": "the transform changed _id"}) == "shape:-"
+    assert shown({"reason": "transform", "error": "ValueError: " + "x" * 500})["error"] == "x" * 199 + "…"
+    assert counted({}, [transform, duplicate, duplicate]) == [
+        {"reason": "write", "error_class": None, "code": 11000, "count": 2},
+        {"reason": "transform", "error_class": "KeyError", "code": None, "count": 1},
+    ]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import BackgroundConflictError, NotAppliedError
-from .model import zero_counters
+from .model import State
 from .spec import Background
 from .store import BackgroundStore
 
@@ -60,29 +60,52 @@ async def control(
             f"cannot {action} {name}: it is {state.status} (allowed from: {', '.join(allowed)})", status=state.status
         )
     set_: dict[str, object] = {"last_error": None}
+    old_plans: list[object] = []
     if action == "retry":
-        await store.partitions.update_many(
-            {**store.current(state), "status": "failed"},
-            {"$set": {"status": "pending", "failures": 0}},
-        )
+        live = await store.live_counters(state)
+        # The rate of the retried run is measured from its own start, over what it scans itself.
+        set_.update(started_at=None, rate_base=live["scanned"])
         if from_start:
-            await store.partitions.delete_many({"background": name})
-            set_.update(
-                generation=0,
-                rolled_generation=0,
-                plan=None,
-                bad_ids=[],
-                doc_errors=[],
-                totals=zero_counters(),
-                started_at=None,
-                completed_at=None,
-                previous={"registration": state.registration, "status": state.status, "totals": state.totals},
+            old_plans = await store.partitions.distinct("plan", {"background": name})
+            set_.update(_from_start(state, live))
+        elif state.raw.get("rolled_generation", 0) < state.generation:
+            # The generation's counters are not in the totals yet: its failed partitions go on in place.
+            await store.partitions.update_many(
+                {**store.current(state), "status": "failed"},
+                {"$set": {"status": "pending", "failures": 0}},
             )
-            set_["pass"] = 0
+        # Otherwise the generation was rolled up (once, for good): reopening its partitions would
+        # count their new work nowhere. Left failed, they let the coordinator plan a new generation
+        # over what is still in the old shape, whose counters roll up on top of the totals.
     if not await store.transition(name, allowed=allowed, to=target, action=action, by=by, reason=reason, set_=set_):
         fresh = await store.state(name)
         raise BackgroundConflictError(f"{name} changed while {action} was applied; try again", status=fresh.status if fresh else None)
+    if action == "retry" and from_start:
+        # Only once the state no longer points at them (a failed transition leaves everything as it
+        # was), and only the old plans' (a coordinator may already have adopted a new one).
+        await store.partitions.delete_many({"background": name, "plan": {"$in": old_plans}})
     return ControlResult(name, action, "applied", target)
+
+
+def _from_start(state: State, live: dict[str, int]) -> dict[str, object]:
+    """Forget checkpoints, passes and failed documents; keep the totals.
+
+    The totals say what was rewritten, and those documents stay rewritten: forgetting the
+    counters would make ``status`` disagree with the collection. The counters of the current
+    generation that were not rolled up yet are added here, since its partitions go away.
+    """
+    return {
+        "generation": 0,
+        "rolled_generation": 0,
+        "plan": None,
+        "bad_ids": [],
+        "doc_errors": [],
+        "error_counts": {},
+        "totals": live,
+        "pass": 0,
+        "completed_at": None,
+        "previous": {"registration": state.registration, "status": state.status, "totals": state.totals},
+    }
 
 
 #: Settings whose change alters which documents a pass covers or how it is cut: a repin replans.

@@ -6,8 +6,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pymongo.asynchronous.collection import AsyncCollection
+
+from .failures import RECENT_SHOWN, counted, shown
 from .model import COUNTERS, Partition, State
 from .store import BackgroundStore
+
+#: How many documents the zero-migrated check counts at most: enough to tell, cheap on any size.
+PROBE_LIMIT = 1000
 
 
 @dataclass
@@ -65,7 +71,11 @@ class BackgroundReport:
     started_at: datetime | None
     completed_at: datetime | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: The most recent reasons documents failed (oldest first), redacted: see :mod:`.failures`.
     doc_errors: list[dict[str, Any]] = field(default_factory=list)
+    #: Every failed document counted once per reason, largest first.
+    doc_error_counts: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -100,10 +110,16 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     started = _aware(state.started_at)
     end = _aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
     elapsed = (end - started).total_seconds() if started and end else None
-    processed = counters["scanned"]
+    processed = counters["scanned"] - int(state.raw.get("rate_base", 0))  # since the last retry
     rate = processed / elapsed if elapsed and elapsed > 0 and processed else None
     eta = remaining / rate if rate and state.status in ("running", "pending") else None
     failed_documents = len(state.bad_ids) if rolled else await store.bad_id_count(state)
+    entries, error_counts = await store.live_doc_errors(state)
+    warnings = []
+    if state.status == "completed" and counters["migrated"] == 0 and state.mode != "step":
+        warning = await zero_migrated_warning(store.db[state.collection], state)
+        if warning:
+            warnings.append(warning)
     return BackgroundReport(
         name=state.name,
         status=state.status,
@@ -129,5 +145,34 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
         started_at=state.started_at,
         completed_at=state.completed_at,
         history=state.history[-10:],
-        doc_errors=state.doc_errors[-5:],
+        doc_errors=[shown(e) for e in entries[-RECENT_SHOWN:]],
+        doc_error_counts=counted(error_counts, entries),
+        warnings=warnings,
+    )
+
+
+async def zero_migrated_warning(collection: AsyncCollection[dict[str, Any]], state: State) -> str | None:
+    """A completed migration that rewrote nothing while documents of the filter sit at another version.
+
+    Most often ``from_version`` is wrong: documents written before versioning have no version
+    field, which counts as 0, not 1. Counted with a limit, so it stays cheap on a large collection.
+    """
+    spec = state.spec
+    field_ = str(spec.get("version_field") or "__v")
+    forward = state.direction == "forward"
+    source = int(spec.get("from_version", 0) if forward else spec.get("to_version", 0))
+    target = int(spec.get("to_version", 0) if forward else spec.get("from_version", 0))
+    other = {field_: {"$nin": [None, 0]}} if target == 0 else {field_: {"$ne": target}}
+    query = {"$and": [dict(spec.get("filter") or {}), other]}
+    try:
+        found = await collection.count_documents(query, limit=PROBE_LIMIT)
+    except Exception:  # noqa: BLE001 - a warning is not worth failing the status
+        return None
+    if not found:
+        return None
+    many = f"{PROBE_LIMIT:,} or more" if found >= PROBE_LIMIT else f"{found:,}"
+    return (
+        f"completed but migrated 0 documents while {many} document(s) in {state.collection} match the filter "
+        f"at a version other than {target}: was from_version ({source}) right? "
+        f"Documents without a {field_} field count as version 0"
     )

@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
@@ -19,6 +20,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
+from .failures import count_key
 from .model import COUNTERS, Lease, Partition, State, zero_counters
 
 HISTORY_LIMIT = 50
@@ -38,6 +40,11 @@ PARTITION_INDEXES = [
         partialFilterExpression={"lease.slot": {"$exists": True}},
     ),
 ]
+
+
+def _naive(at: Any) -> datetime:
+    """A sort key for stored times (read back naive, written aware); entries without one sort first."""
+    return at.replace(tzinfo=None) if isinstance(at, datetime) else datetime.min
 
 
 def lease_expired() -> dict[str, Any]:
@@ -104,6 +111,8 @@ class BackgroundStore:
             "totals": zero_counters(),
             "bad_ids": [],
             "doc_errors": [],
+            "error_counts": {},
+            "rate_base": 0,
             "last_error": None,
             "started_at": None,
             "completed_at": None,
@@ -336,7 +345,11 @@ class BackgroundStore:
         if bad_ids:
             update["$addToSet"] = {"bad_ids": {"$each": list(bad_ids)}}
         if doc_errors:
-            update["$push"] = {"doc_errors": {"$each": list(doc_errors), "$slice": -DOC_ERRORS_KEPT}}
+            stamped = [{**e, "at": e.get("at") or datetime.now(UTC)} for e in doc_errors]
+            update["$push"] = {"doc_errors": {"$each": stamped, "$slice": -DOC_ERRORS_KEPT}}
+            for entry in doc_errors:  # exact per reason, though only the last few texts are kept
+                key = f"error_counts.{count_key(entry)}"
+                update["$inc"][key] = update["$inc"].get(key, 0) + 1
         if not update["$inc"]:
             del update["$inc"]
         result = await self.partitions.update_one(
@@ -373,12 +386,16 @@ class BackgroundStore:
         for part in parts:
             for key in COUNTERS:
                 totals[key] += part.counters.get(key, 0)
-        async for doc in self.partitions.find(self.current(state), {"bad_ids": 1, "doc_errors": 1}):
+        error_counts: dict[str, int] = {}
+        async for doc in self.partitions.find(self.current(state), {"bad_ids": 1, "doc_errors": 1, "error_counts": 1}):
             bad_ids.extend(doc.get("bad_ids", []))
             doc_errors.extend(doc.get("doc_errors", []))
+            for key, n in (doc.get("error_counts") or {}).items():
+                error_counts[key] = error_counts.get(key, 0) + int(n)
+        doc_errors.sort(key=lambda e: _naive(e.get("at")))
         update: dict[str, Any] = {
             "$set": {"rolled_generation": state.generation},
-            "$inc": {f"totals.{k}": v for k, v in totals.items() if v},
+            "$inc": {**{f"totals.{k}": v for k, v in totals.items() if v}, **{f"error_counts.{k}": n for k, n in error_counts.items() if n}},
             "$currentDate": {"updated_at": True},
         }
         if not update["$inc"]:
@@ -394,6 +411,18 @@ class BackgroundStore:
         fresh = await self.state(state.name)
         assert fresh is not None
         return fresh
+
+    async def live_doc_errors(self, state: State) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Failed documents' reasons (oldest first) and counts per reason: rolled-up passes plus the current one."""
+        entries = list(state.doc_errors)
+        counts = {k: int(v) for k, v in (state.raw.get("error_counts") or {}).items()}
+        if state.raw.get("rolled_generation", 0) < state.generation:
+            async for doc in self.partitions.find(self.current(state), {"doc_errors": 1, "error_counts": 1}):
+                entries.extend(doc.get("doc_errors", []))
+                for key, n in (doc.get("error_counts") or {}).items():
+                    counts[key] = counts.get(key, 0) + int(n)
+        entries.sort(key=lambda e: _naive(e.get("at")))
+        return entries, counts
 
     async def live_counters(self, state: State) -> dict[str, int]:
         """Totals so far: rolled-up passes plus the current generation's partitions."""

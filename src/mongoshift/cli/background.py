@@ -8,9 +8,18 @@ import click
 
 from ..background import command as bg
 from ..background.status import BackgroundReport
-from ..errors import BackgroundFailedError, ConfigInvalidError, ExitCode, RunAbortedError
+from ..errors import (
+    BackgroundCancelledError,
+    BackgroundFailedError,
+    BackgroundPausedError,
+    ConfigInvalidError,
+    ExitCode,
+    MongoshiftError,
+    RunAbortedError,
+)
 from ..runner.context import CancelSignal
-from .progress import show_progress
+from . import background_view as view
+from .progress import log_progress, show_progress
 from .main import cli, confirm, global_options, output, run_async, settings
 
 
@@ -26,13 +35,42 @@ def _seconds(value: float | None) -> str:
     return f"{value // 3600}h{value % 3600 // 60:02d}m" if value >= 3600 else f"{value // 60}m{value % 60:02d}s"
 
 
-def _render(reports: list[BackgroundReport]) -> None:
+def _interval(value: float) -> float:
+    if not 0.1 <= value <= 86_400:  # also refuses nan
+        raise click.BadParameter(f"must be between 0.1 and 86400 seconds, got {value}", param_hint="'--progress-interval'")
+    return value
+
+
+def _render(reports: list[BackgroundReport], *, detail: bool = False) -> None:
+    """The list (one migration in two lines), or with ``detail`` everything about one migration.
+
+    On a terminal both wrap to its width (docs/background.md); piped, the list is tab-separated
+    text with a fixed set of columns and the detail ``label<TAB>value`` lines."""
     out = output()
     if out.json_mode:
         out.json({"background": [r.to_json() for r in reports]})
         return
     if not reports:
         out.say("no background migrations registered")
+        return
+    if out.out.is_terminal:
+        if detail:
+            view.render_detail(out.out, reports[0])
+        else:
+            view.render_list(out.out, reports)
+        return
+    for r in reports:
+        for warning in r.warnings:
+            out.warn(f"{r.name}: {warning}")
+    if detail:
+        r = reports[0]
+        print(f"migration\t{r.name}")
+        for label, value in view.details(r):
+            print(f"{label}\t{value}")
+        if r.doc_error_counts:
+            out.table(["count", "reason", "class / code"], view.error_rows(r), title="failed documents (counts per reason)")
+        if r.doc_errors:
+            out.table(["last seen", "times", "reason", "class / code", "message"], view.recent_rows(r), title="most recent messages")
         return
     rows = [
         (
@@ -61,9 +99,21 @@ def _render(reports: list[BackgroundReport]) -> None:
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every registered migration that is pending or running.")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True, help="Lanes in this process (capped by max_parallel).")
+@click.option(
+    "--progress-interval",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    callback=lambda ctx, param, value: _interval(value),
+    help="Without a terminal (CI, Kubernetes): log one progress line per migration this often (0.1 to 86400).",
+)
 @global_options
-def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
-    """Run background migrations in this process until they end; Ctrl-C stops at the next batch."""
+def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float) -> int:
+    """Run background migrations in this process until they end; Ctrl-C stops at the next batch.
+
+    On a terminal a live bar shows the progress; otherwise one plain line per migration goes to
+    stderr every --progress-interval seconds (none with -q)."""
     if bool(names) == all_:
         raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
     s = settings()
@@ -71,21 +121,49 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int) -> int:
 
     async def go(cancel: CancelSignal) -> list[BackgroundReport]:
         task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel))
-        if out.out.is_terminal and not out.json_mode and not out.quiet:
+        if out.quiet:
+            pass
+        elif out.out.is_terminal and not out.json_mode:
             await show_progress(s, task, output().out, list(names) or None)
+        else:
+            await log_progress(s, task, progress_interval, list(names) or None)
         return await task
 
     reports = run_async(go)
-    failed = [r for r in reports if r.status == "failed"]
-    stopped = [r for r in reports if r.status in ("pending", "running")]
-    if not (failed or stopped) or not out.json_mode:
+    verdict = run_verdict(reports)
+    if verdict is None or not out.json_mode:
         _render(reports)
-    details = {"background": [r.to_json() for r in reports]}
-    if failed:
-        raise BackgroundFailedError(f"failed: {', '.join(r.name for r in failed)}: {failed[0].last_error}", **details)
-    if stopped:
-        raise RunAbortedError("stopped before the end; run it again to continue from the checkpoints", **details)
+    if verdict is not None:
+        raise verdict
     return 0
+
+
+def run_verdict(reports: list[BackgroundReport]) -> MongoshiftError | None:
+    """How a ``background run`` ends, by the most serious outcome among its migrations.
+
+    A failure (32) needs a person; a run stopped by a signal before the end (11) did not do
+    what was asked; a cancelled migration (37) will not go on without ``retry``; a paused one
+    (36) goes on after ``resume``. Every migration named still ran; the order of the names
+    plays no part. ``details`` lists the migration names by outcome, and every report.
+    """
+    by: dict[str, list[str]] = {"failed": [], "stopped": [], "cancelled": [], "paused": []}
+    for r in reports:
+        outcome = "stopped" if r.status in ("pending", "running", "blocked") else r.status
+        if outcome in by:
+            by[outcome].append(r.name)
+    details = {**by, "background": [r.to_json() for r in reports]}
+    failed = [r for r in reports if r.status == "failed"]
+    if failed:
+        return BackgroundFailedError(f"failed: {', '.join(by['failed'])}: {failed[0].last_error}", **details)
+    if by["stopped"]:
+        return RunAbortedError("stopped before the end; run it again to continue from the checkpoints", **details)
+    if by["cancelled"]:
+        names = ", ".join(by["cancelled"])
+        return BackgroundCancelledError(f"cancelled: {names}; 'mongoshift background retry NAME' takes it up again", **details)
+    if by["paused"]:
+        names = ", ".join(by["paused"])
+        return BackgroundPausedError(f"paused: {names}; 'mongoshift background resume NAME' continues it", **details)
+    return None
 
 
 @background.command(name="status")
@@ -110,7 +188,7 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
             )
         return 0
     reports = run_async(lambda cancel: bg.status(s, name))
-    _render(reports)
+    _render(reports, detail=name is not None)
     if check:
         if any(r.status == "failed" for r in reports):
             out.warn("a background migration failed")

@@ -1,19 +1,27 @@
-"""The live progress bar of background migrations: documents, rate and ETA.
+"""Progress of background migrations: a live bar on a terminal, a plain line per interval otherwise.
 
-It reads the status from the server once a second, so it counts the work of
-every process, not only this one's lanes.
+Both read the status from the server, so they count the work of every process,
+not only this one's lanes. The lines are for CI logs and Kubernetes pods, where a
+bar would be noise: one line each, plain text, counts and names only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..background import command as bg
+from ..background.status import BackgroundReport
 from ..config import Settings
+
+log = logging.getLogger("mongoshift.background.progress")
+
+#: Statuses after which a migration's line is written once more, then no longer.
+_FINAL = frozenset({"completed", "failed", "cancelled", "paused"})
 
 
 async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Console, names: list[str] | None = None) -> None:
@@ -38,7 +46,7 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
                 if r.status == "completed" and r.name not in bars:
                     continue
                 total = r.estimate or None
-                done = (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
+                done = _done(r)
                 rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else ""
                 label = f"{r.name} [{r.status}, pass {r.pass_number}]"
                 eta = _clock(r.eta_seconds)
@@ -53,3 +61,49 @@ def _clock(seconds: float | None) -> str:
         return "-"
     whole = int(seconds)
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _done(r: BackgroundReport) -> int:
+    return (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
+
+
+def progress_line(r: BackgroundReport) -> str:
+    """``NAME: done/total documents (pct), rate, ETA, pass, status``: no id, no document value."""
+    done = _done(r)
+    total = f"{r.estimate:,}" if r.estimate else "?"
+    percent = f"{min(100, done * 100 // r.estimate)}%" if r.estimate else "-"
+    rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else "-"
+    return f"{r.name}: {done:,}/{total} documents ({percent}), {rate}, ETA {_clock(r.eta_seconds)}, pass {r.pass_number}, {r.status}"
+
+
+async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:
+    """Until ``task`` ends, every ``interval`` seconds one INFO line per migration of the run.
+
+    A migration is logged while it is under way, and once more when it reaches an end state
+    (from the run's own reports when the run ends).
+    A status read that fails is skipped: the next interval tries again.
+    """
+    wanted = {n.removesuffix(".py") for n in names} if names else None
+    active: set[str] = set()
+    while not task.done():
+        await asyncio.wait({task}, timeout=interval)
+        if task.done():
+            if not task.cancelled() and task.exception() is None:
+                for r in task.result():  # the last line of each one logged: how it ended
+                    if r.name in active:
+                        log.info("progress %s", progress_line(r))
+            return
+        try:
+            reports = await bg.status(settings)
+        except Exception:  # noqa: BLE001 - a progress line is never worth failing the run
+            continue
+        for r in reports:
+            if wanted is not None and r.name.removesuffix(".py") not in wanted:
+                continue
+            if r.status not in _FINAL:
+                active.add(r.name)
+            elif r.name in active:
+                active.discard(r.name)
+            else:
+                continue
+            log.info("progress %s", progress_line(r))
