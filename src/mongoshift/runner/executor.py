@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pymongo import AsyncMongoClient, MongoClient
@@ -59,6 +59,8 @@ class MigrationResult:
     duration_ms: int = 0
     error: str | None = None
     reason: str | None = None
+    #: What registration noticed (a background file): counts only, never ids or values.
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -268,9 +270,12 @@ class Executor:
         store = self._store()
         by = self.runtime.run.executed_by
         outcome: str | None = None
+        warnings: list[str] = []
         try:
             if step.direction == "up":
-                await register(store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by, requires=step.file.requires)
+                warnings = await register(
+                    store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by, requires=step.file.requires
+                )
                 note = "registered: run it with 'mongoshift background run'"
             else:
                 outcome = await revert_or_withdraw(store, step.name, spec, checksum=step.file.checksum, by=by)
@@ -289,7 +294,7 @@ class Executor:
         duration = int((time.monotonic() - started) * 1000)
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         log.info("%s: %s", step.name, note)
-        return MigrationResult(step.name, step.direction, status, batch, duration, reason=note)
+        return MigrationResult(step.name, step.direction, status, batch, duration, reason=note, warnings=warnings)
 
     async def _run_inline(self, name: str, spec: Any, checksum: str) -> str:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""
