@@ -61,6 +61,7 @@ class Settings(BaseModel):
     background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME, validate_default=True)
     background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
+    background_checksum_wait_seconds: float = Field(default=300.0, ge=0, le=86_400)
     background_inline: bool = False
     on_requires_pending: Literal["error", "stop"] = "error"
     #: Declared collections (``[[collections]]``); more come from ``collections_dir`` at converge time.

@@ -124,6 +124,8 @@ def describe_write_error(error: Mapping[str, Any]) -> str:
         return f"duplicate key on {', '.join(pattern) or 'a unique index'} ({index}11000)"
     if code == 121:
         return "document failed validation (121)"
+    if code in (17419, 10334):
+        return f"the document would be larger than 16 MiB ({code})"
     name = error.get("codeName")
     return f"write error {code}" + (f" {name}" if name else "")
 

@@ -34,11 +34,11 @@ from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from ..redaction import describe_error, describe_write_error
-from .document import ShapeError, guard, stamped_diff
+from .document import ShapeError, bson_problem, guard, stamped_diff
 from .job import Job, TransformContext
 
-#: Server errors that fail one document, not the batch.
-DOCUMENT_ERRORS = frozenset({11000, 121, 66, 72, 17280})
+#: Server errors that fail one document, not the batch (17419, 10334: the document would pass 16 MiB).
+DOCUMENT_ERRORS = frozenset({11000, 121, 66, 72, 17280, 17419, 10334})
 
 #: Per-operation errors that say nothing about the document: the batch fails (and is retried)
 #: instead. Any other error of a pipeline update is the document's (an expression that cannot
@@ -199,6 +199,10 @@ async def apply_batch(
                 update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
             except ShapeError as exc:
                 result.errors.append(DocumentError(doc["_id"], "shape", str(exc)))
+                continue
+            problem = bson_problem(update, collection.codec_options)
+            if problem is not None:
+                result.errors.append(DocumentError(doc["_id"], "shape", problem))
                 continue
             ops.append(UpdateOne(guard(doc, spec.version_field, job.revision_field), update))
             owners.append(doc)

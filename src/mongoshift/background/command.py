@@ -13,7 +13,7 @@ from pymongo import AsyncMongoClient
 
 from ..config import Settings
 from ..connection import connect
-from ..errors import ConfigInvalidError, NotAppliedError
+from ..errors import BackgroundFileChangedError, ConfigInvalidError, NotAppliedError
 from ..own_collections import check_own_collections
 from ..runner.command import run_info
 from ..runner.context import CancelSignal
@@ -63,7 +63,12 @@ class Engine:
         await self.migration_run().run(name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.loaded(name))
 
     def migration_run(self) -> MigrationRun:
-        return MigrationRun(self.context, self.coordinator, poll_seconds=self.settings.background_poll_seconds)
+        return MigrationRun(
+            self.context,
+            self.coordinator,
+            poll_seconds=self.settings.background_poll_seconds,
+            checksum_wait_seconds=self.settings.background_checksum_wait_seconds,
+        )
 
 
 @asynccontextmanager
@@ -202,7 +207,10 @@ class BackgroundRunner:
                     for name in runnable:
                         if self.cancel.is_set():
                             break
-                        await engine.run_one(name, self.concurrency)
+                        try:
+                            await engine.run_one(name, self.concurrency)
+                        except BackgroundFileChangedError as exc:  # the others can still run; this one is retried later
+                            log.warning("%s", exc.message)
                 except Exception:
                     log.exception("the background runner hit an error; retrying")
                 await sleep(self.settings.background_poll_seconds * 1000, self.cancel)

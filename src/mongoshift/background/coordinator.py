@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from pymongo.errors import PyMongoError
 
 from ..runner.changelog import RunInfo
 from ..runner.lock import MigrationLock
 from .job import Job
 from .lane import EngineContext
-from .model import TERMINAL, Scope, State
-from .planner import PlannedPartition, plan_pass
+from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
+from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import unmet
 from .spec import Background
 
@@ -35,12 +37,46 @@ class Decision:
     reason: str | None = None
 
 
-def old_versions_message(name: str, remaining: int, passes: int) -> str:
-    return (
-        f"{name}: {remaining} document(s) still have the old shape after {passes} pass(es). "
-        "Is an old version of the application still writing them? Stop it, then "
-        f"'mongoshift background retry {name}'."
-    )
+@dataclass
+class Leftovers:
+    """Why documents are still in the old shape after the last pass: counts only, never ids."""
+
+    remaining: int
+    source: int
+    passes: int
+    last_pass: dict[str, int]
+    unread: int = 0
+    unread_types: str = ""
+
+    def message(self, name: str, max_conflict_retries: int) -> str:
+        last = self.last_pass
+        head = (
+            f"{name}: {self.remaining} document(s) matching the filter are still at version {self.source} after "
+            f"{self.passes} pass(es) (max_passes). The last pass read {last.get('scanned', 0)}, rewrote "
+            f"{last.get('migrated', 0)} and met {last.get('conflicts', 0)} write conflict(s). "
+        )
+        retry = f"'mongoshift background retry {name}'"
+        if self.unread:
+            types = f" (_id types: {self.unread_types})" if self.unread_types else ""
+            return head + (
+                f"No partition covers {self.unread} of them{types}, so no pass can read them: "
+                "please report this as a mongoshift bug."
+            )
+        if last.get("conflicts", 0):
+            return head + (
+                "The application kept writing documents between their read and their rewrite "
+                f"(each was read again max_conflict_retries={max_conflict_retries} time(s)): "
+                f"{retry} at a quieter time, or raise max_conflict_retries or max_passes."
+            )
+        if last.get("migrated", 0):
+            return head + (
+                "Documents keep arriving in the old shape: is an old version of the application still writing them? "
+                f"Stop it, then {retry}."
+            )
+        return head + (
+            f"The last pass did not rewrite them: 'mongoshift background status {name} --partitions' shows what "
+            f"each partition read; then {retry}."
+        )
 
 
 class Coordinator:
@@ -163,7 +199,8 @@ class Coordinator:
                 self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **totals)
             return Decision("done", await store.state(state.name), reason="completed")
         if state.pass_number >= spec.max_passes:
-            return await self._fail(state, old_versions_message(state.name, remaining, state.pass_number))
+            leftovers = await self._leftovers(state, spec, remaining)
+            return await self._fail(state, leftovers.message(state.name, spec.max_conflict_retries))
         self.engine.events.emit("pass", state.name, number=state.pass_number + 1, remaining=remaining)
         await self._plan(state, spec, new_pass=True)
         fresh = await store.state(state.name)
@@ -172,6 +209,30 @@ class Coordinator:
     async def _remaining(self, state: State, spec: Background) -> int:
         job = Job.of(state, spec)
         return await self.engine.db[spec.collection].count_documents(job.match())
+
+    async def _leftovers(self, state: State, spec: Background, remaining: int) -> Leftovers:
+        """What the last pass did, and how many of the leftovers no partition of it covered."""
+        job = Job.of(state, spec)
+        parts = await self.engine.store.partitions_of(state)
+        last = dict.fromkeys(COUNTERS, 0)
+        for part in parts:
+            for key in COUNTERS:
+                last[key] += part.counters.get(key, 0)
+        found = Leftovers(remaining, job.source, state.pass_number, last)
+        scopes = [batch_filter({}, part.scope, Checkpoint()) for part in parts]
+        if any(not scope for scope in scopes):
+            return found  # a partition without bounds covers everything
+        collection = self.engine.db[spec.collection]
+        outside: dict[str, Any] = {"$and": [job.match(), {"$nor": scopes}]} if scopes else job.match()
+        try:
+            found.unread = await collection.count_documents(outside, limit=remaining or 1)
+            if found.unread:
+                pipeline = [{"$match": outside}, {"$limit": 10_000}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
+                kinds = [doc async for doc in await collection.aggregate(pipeline)]
+                found.unread_types = ", ".join(f"{k['_id']} {k['n']}" for k in sorted(kinds, key=lambda k: -k["n"]))
+        except PyMongoError as exc:  # a diagnosis only: the failure is reported either way
+            log.debug("counting the documents no partition covers failed: %s", type(exc).__name__)
+        return found
 
     async def _fail(self, state: State, message: str) -> Decision:
         if await self.engine.store.transition(

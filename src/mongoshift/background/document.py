@@ -14,8 +14,12 @@ import math
 from typing import Any
 
 from bson import Int64, ObjectId, encode
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 
 _MISSING = object()
+
+#: The largest document the server stores; an update bigger than this cannot make one.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 
 #: Types whose ``==`` is already BSON-exact once both sides have the same type.
 _PLAIN = frozenset({str, int, bool, bytes, datetime.datetime, ObjectId, Int64})
@@ -82,17 +86,74 @@ def _plain_same(a: Any, b: Any) -> bool:
     return kind is type(b) and kind in _PLAIN and bool(a == b)
 
 
-def _check_keys(value: Any, path: str) -> None:
+def _key_problem(key: Any) -> str | None:
+    """What is wrong with a field name, without quoting it (a key can be data: an email, a user id)."""
+    if not isinstance(key, str):
+        return f"is a {type(key).__name__}, not a string"
+    if key.startswith("$"):
+        return "starts with '$'"
+    if "." in key:
+        return "contains '.'"
+    if "\x00" in key:
+        return "contains a NUL character"
+    return None
+
+
+def _check_keys(value: Any, top: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str) or key.startswith("$") or "." in key or "\x00" in key:
-                raise ShapeError(f"field name {key!r} under {path or 'the document'} cannot be stored")
+            problem = _key_problem(key)
+            if problem:
+                raise ShapeError(f"a field name inside field {top!r} {problem}: it cannot be stored")
             if isinstance(item, (dict, list)):
-                _check_keys(item, f"{path}.{key}" if path else key)
+                _check_keys(item, top)
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, (dict, list)):
-                _check_keys(item, path)
+                _check_keys(item, top)
+
+
+def _unencodable(value: Any, codec: CodecOptions[Any]) -> str:
+    """The kind of the first value inside ``value`` that BSON cannot hold (a type name, never the value)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            found = _unencodable(item, codec)
+            if found:
+                return found
+        return ""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _unencodable(item, codec)
+            if found:
+                return found
+        return ""
+    try:
+        encode({"v": value}, codec_options=codec)
+    except OverflowError:
+        return "an integer outside the 64-bit range"
+    except Exception:
+        return f"a value of type {type(value).__name__}"
+    return ""
+
+
+def bson_problem(document: dict[str, Any], codec: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS) -> str | None:
+    """Why ``document`` cannot be sent as BSON, in words without its values; None when it can.
+
+    Checked per document before a batch is written, so one bad result fails its own document
+    instead of the whole bulk write (whose error would also quote the value)."""
+    try:
+        size = len(encode(document, codec_options=codec))
+    except Exception:
+        for key, value in document.items():
+            fields = value.items() if isinstance(value, dict) and key.startswith("$") else [(key, value)]
+            for name, item in fields:
+                kind = _unencodable(item, codec)
+                if kind:
+                    return f"field {name!r} cannot be stored as BSON: it holds {kind}"
+        return "the result cannot be stored as BSON"
+    if size > MAX_DOCUMENT_BYTES:
+        return f"the result is larger than the 16 MiB a document may hold ({size} bytes of changes)"
+    return None
 
 
 def stamped_diff(
@@ -120,8 +181,9 @@ def stamped_diff(
         if kind is type(before) and kind in _PLAIN and before == value:
             continue  # the common case, without a call: an untouched string, number, date or id
         if before is _MISSING or not same(before, value):
-            if not isinstance(key, str) or key.startswith("$") or "." in key or "\x00" in key:
-                raise ShapeError(f"field name {key!r} under the document cannot be stored")
+            problem = _key_problem(key)
+            if problem:
+                raise ShapeError(f"a top-level field name {problem}: it cannot be stored")
             if kind is dict or kind is list or isinstance(value, (dict, list)):
                 _check_keys(value, key)
             set_[key] = value

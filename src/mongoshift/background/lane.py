@@ -26,6 +26,7 @@ from pymongo.errors import PyMongoError
 from ..redaction import describe_error
 from ..runner.context import CancelSignal
 from .batch import BatchFailed, BatchResult, apply_batch, is_transient
+from .document import bson_problem
 from .events import Events
 from .job import Job
 from .model import Checkpoint, Lease, Partition, State
@@ -408,7 +409,11 @@ class Lane:
         if not isinstance(out, dict) or not isinstance(out.get("done"), bool):
             raise BatchFailed("step() must return a dict with 'done' (a bool) and 'checkpoint'")
         checkpoint = out.get("checkpoint")
-        if len(encode({"checkpoint": checkpoint})) > MAX_CHECKPOINT_BYTES:
+        try:
+            size = len(encode({"checkpoint": checkpoint}))
+        except Exception:  # the encoder's own message quotes the value
+            raise BatchFailed(f"step() returned a checkpoint that cannot be stored: {bson_problem({'checkpoint': checkpoint})}") from None
+        if size > MAX_CHECKPOINT_BYTES:
             raise BatchFailed(f"step() returned a checkpoint larger than {MAX_CHECKPOINT_BYTES // 1024} KiB: keep a cursor in it, not data")
         step_counts = {"batches": 1}
         for key in ("scanned", "migrated"):

@@ -2,22 +2,29 @@
 
 ``_id``s of different BSON types never share a partition: a range query on
 ``_id`` only matches values of the bound's own type, so each type present
-gets its own bracket. Splittable brackets are cut at quantiles of a server
-side ``$sample``; partitions are handed out largest first.
+gets its own bracket. Every type an ``_id`` can have is a bracket (the server
+refuses arrays and regular expressions): a type left out would never be read,
+and its documents would stay behind pass after pass. Splittable brackets are
+cut at quantiles of a server side ``$sample``; partitions are handed out
+largest first.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from bson import ObjectId
+from bson import Decimal128, ObjectId
 from pymongo.asynchronous.collection import AsyncCollection
 
 from .model import Checkpoint, Scope
 
 #: Type brackets in BSON comparison order; "number" spans int, long, double and decimal.
-BRACKETS = ("null", "number", "string", "object", "binData", "objectId", "bool", "date", "timestamp", "regex")
+BRACKETS = (
+    "minKey", "null", "number", "symbol", "string", "object", "binData", "undefined", "objectId", "bool", "date",
+    "timestamp", "regex", "dbPointer", "javascript", "javascriptWithScope", "maxKey",
+)
 MIN_OBJECT_ID = ObjectId("0" * 24)
 MAX_OBJECT_ID = ObjectId("f" * 24)
 SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
@@ -39,10 +46,20 @@ def _and(*parts: dict[str, Any]) -> dict[str, Any]:
     return kept[0] if len(kept) == 1 else {"$and": kept}
 
 
+def is_nan(value: Any) -> bool:
+    """A double or decimal NaN: it sorts before every other number, and no range query matches it."""
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, Decimal128) and value.to_decimal().is_nan()
+
+
 def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dict[str, Any]:
     """The next batch of ``scope`` after ``cursor``, within ``match``."""
     condition: dict[str, Any] = {}
-    if cursor.started:
+    if cursor.started and is_nan(cursor.last_id):
+        # ``$gt: NaN`` matches no number at all; every number but NaN (at most one _id) is >= -inf.
+        condition["$gte"] = float("-inf")
+    elif cursor.started:
         condition["$gt"] = cursor.last_id
     elif scope.gte is not None:
         condition["$gte"] = scope.gte
@@ -69,11 +86,7 @@ async def plan_pass(
     sample_size: int,
 ) -> tuple[list[PlannedPartition], int]:
     """The partitions of one pass (largest first) and the estimated number of documents."""
-    counts: dict[str, int] = {}
-    for bracket in BRACKETS:
-        n = await collection.count_documents(_and(match, {"_id": {"$type": bracket}}))
-        if n:
-            counts[bracket] = n
+    counts = await bracket_counts(collection, match)
     estimate = sum(counts.values())
     if estimate == 0:
         return [], 0
@@ -93,6 +106,16 @@ async def plan_pass(
     return planned, estimate
 
 
+async def bracket_counts(collection: AsyncCollection[dict[str, Any]], match: dict[str, Any]) -> dict[str, int]:
+    """The documents of each ``_id`` type bracket present, in BSON order."""
+    counts: dict[str, int] = {}
+    for bracket in BRACKETS:
+        n = await collection.count_documents(_and(match, {"_id": {"$type": bracket}}))
+        if n:
+            counts[bracket] = n
+    return counts
+
+
 async def _quantiles(collection: AsyncCollection[dict[str, Any]], match: dict[str, Any], pieces: int, size: int) -> list[Any]:
     """``pieces - 1`` cut points from a sorted server-side sample, duplicates dropped."""
     pipeline = [{"$match": match}, {"$sample": {"size": size}}, {"$project": {"_id": 1}}, {"$sort": {"_id": 1}}]
@@ -102,6 +125,8 @@ async def _quantiles(collection: AsyncCollection[dict[str, Any]], match: dict[st
     bounds: list[Any] = []
     for i in range(1, pieces):
         candidate = ids[i * len(ids) // pieces]
+        if is_nan(candidate):
+            continue  # no range query matches NaN: it cannot be a bound
         if not bounds or bounds[-1] != candidate:
             bounds.append(candidate)
     return bounds

@@ -9,14 +9,18 @@ a one-way migration can only be withdrawn while nothing has been rewritten.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Literal
 
 from ..errors import IrreversibleMigrationError
 from .events import Events
+from .input_probe import unversioned_warning
 from .requires import unmet
 from .spec import Background
 from .store import BackgroundStore
+
+log = logging.getLogger("mongoshift.background")
 
 
 async def register(
@@ -29,8 +33,16 @@ async def register(
     by: str,
     requires: list[str] | None = None,
     events: Events | None = None,
-) -> None:
-    """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete."""
+) -> list[str]:
+    """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete.
+
+    Returns the warnings about the collection (documents the migration will never touch), also logged."""
+    warnings: list[str] = []
+    if direction == "forward":
+        found = await unversioned_warning(store.states.database, store, name, spec)
+        if found:
+            log.warning("%s", found)
+            warnings.append(found)
     required = list(requires or []) if direction == "forward" else []
     waits = [w.name for w in await unmet(store, required, by=by)] if required else []
     state = await store.register(
@@ -38,6 +50,7 @@ async def register(
         requires=required, waits_for=waits,
     )
     (events or Events()).emit("registered", name, direction=direction, registration=state.registration, blocked_on=waits)
+    return warnings
 
 
 async def revert_or_withdraw(

@@ -13,14 +13,17 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import BackgroundFileChangedError
 from .coordinator import Coordinator
 from .lane import EngineContext, Lane
-from .model import State
+from .model import TERMINAL, State
 from .spec import Background
 from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")
 
+#: How often a runner waiting for a changed file says it still waits (each poll would be noise).
+CHECKSUM_WAIT_LOG_SECONDS = 30.0
 
 
 @dataclass
@@ -30,6 +33,7 @@ class MigrationRun:
     engine: EngineContext
     coordinator: Coordinator
     poll_seconds: float = 2.0
+    checksum_wait_seconds: float = 300.0
     lane_ids: list[str] = field(default_factory=list)
 
     async def run(
@@ -42,26 +46,52 @@ class MigrationRun:
         reload: Callable[[], tuple[Background, str]] | None = None,
     ) -> State | None:
         """Drive ``name`` to an end state. ``checksum`` is the version of the file this process imported:
-        while the registration pins another one (a rolling deploy), it warns and waits instead of
-        running the wrong code, reloading the file with ``reload`` until the two agree."""
+        while the registration pins another one (a rolling deploy), it does not run the wrong code.
+        A finished or paused migration has nothing to wait for: its state is returned at once. A
+        live one waits, reloading the file with ``reload``, until the two agree, for at most
+        ``checksum_wait_seconds``; then :class:`BackgroundFileChangedError`."""
         lanes = max(1, min(concurrency, spec.max_parallel))
         said = None
+        waiting_since: float | None = None
+        told = 0.0
         while not self.engine.cancel.is_set():
             state = await self.engine.store.state(name)
             if state is not None and checksum is not None and state.checksum != checksum:
                 if reload is not None:
                     spec, checksum = reload()
                 if state.checksum != checksum:
-                    if said != "checksum":
-                        said = "checksum"
+                    if state.status in TERMINAL or state.status == "paused":
+                        _tell_changed_file(name, state.status)
+                        return state
+                    now = self.engine.now()
+                    if waiting_since is None:
+                        waiting_since = told = now
                         log.warning(
-                            "%s: the file differs from the registered version (a deploy in progress?); waiting. "
-                            "'mongoshift background repin %s' pins the file as it is now",
-                            name,
-                            name,
+                            "%s: the file differs from the registered version (a deploy in progress?): waiting up to "
+                            "%gs for them to agree. 'mongoshift background repin %s' pins the file as it is now",
+                            name, self.checksum_wait_seconds, name,
                         )
-                    await sleep(self.poll_seconds * 1000, self.engine.cancel)
+                    waited = now - waiting_since
+                    if waited >= self.checksum_wait_seconds:
+                        raise BackgroundFileChangedError(
+                            f"{name}: the file still differs from the registered version after "
+                            f"{self.checksum_wait_seconds:g}s, so nothing was run. Deploy the registered file to every "
+                            f"runner, or pin this one with 'mongoshift background repin {name}'",
+                            file=name,
+                            status=state.status,
+                        )
+                    if now - told >= CHECKSUM_WAIT_LOG_SECONDS:
+                        told = now
+                        log.warning(
+                            "%s: still waiting for the file to match the registered version (%.0fs of %gs)",
+                            name, waited, self.checksum_wait_seconds,
+                        )
+                    left = self.checksum_wait_seconds - waited
+                    await sleep(max(0.0, min(self.poll_seconds, left)) * 1000, self.engine.cancel)
                     continue
+                if waiting_since is not None:
+                    log.info("%s: the file matches the registered version again; running it", name)
+                    waiting_since = None
                 lanes = max(1, min(concurrency, spec.max_parallel))
             decision = await self.coordinator.step(name, spec)
             if decision.next == "done":
@@ -95,3 +125,18 @@ class MigrationRun:
                 continue
             return result.outcome
         return "stopped"
+
+
+def _tell_changed_file(name: str, status: str) -> None:
+    """What to do about a finished or paused migration whose file changed since it was registered."""
+    then = {
+        "failed": f"then 'mongoshift background retry {name}'",
+        "cancelled": f"then 'mongoshift background retry {name}'",
+        "paused": f"then 'mongoshift background resume {name}'",
+        "completed": "so that status shows the file as it is",
+    }.get(status, "")
+    log.warning(
+        "%s is %s and its file differs from the registered version; nothing was run. Pin the file as it is now "
+        "with 'mongoshift background repin %s' (or deploy the registered file), %s",
+        name, status, name, then,
+    )

@@ -19,6 +19,9 @@ from typing import Any, Literal
 
 from pymongo.errors import PyMongoError
 
+from ..background.declared import align_file
+from ..background.input_probe import unversioned_warning
+from ..background.spec import Background
 from ..background.store import BackgroundStore
 from ..config import Settings
 from ..connection import connect
@@ -31,7 +34,7 @@ from .executor import Executor, MigrationResult, Runtime
 from .hooks import load_hooks
 from .loader import MigrationFile, discover, resolve_name
 from .lock import LockHolder, MigrationLock
-from .plan import Plan, StatusRow, plan_down, plan_up, status_rows
+from .plan import Plan, Step, StatusRow, plan_down, plan_up, status_rows
 
 log = logging.getLogger("mongoshift")
 
@@ -375,7 +378,27 @@ async def dry_run(
                 )
             )
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
+        if direction == "up":
+            warnings += await _registration_warnings(session, plan.steps)
         return DryRunReport(rows, warnings, waiting)
+
+
+async def _registration_warnings(session: Session, steps: list[Step]) -> list[str]:
+    """What registering the plan's background files would warn about (read only)."""
+    db = session.runtime.client[session.runtime.db_name]
+    store = BackgroundStore(db, session.settings.background_collection)
+    earlier: list[Background] = []
+    found: list[str] = []
+    for item in steps:
+        align_file(item.file, session.settings)
+        spec = item.file.background
+        if spec is None:
+            continue
+        warning = await unversioned_warning(db, store, item.name, spec, planned_before=earlier)
+        if warning:
+            found.append(warning)
+        earlier.append(spec)
+    return found
 
 
 async def lock_status(settings: Settings) -> LockHolder | None:

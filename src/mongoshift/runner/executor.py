@@ -16,7 +16,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,6 +64,8 @@ class MigrationResult:
     duration_ms: int = 0
     error: str | None = None
     reason: str | None = None
+    #: What registration noticed (a background file): counts only, never ids or values.
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -346,9 +348,12 @@ class Executor:
         store = self._store()
         by = self.runtime.run.executed_by
         outcome: str | None = None
+        warnings: list[str] = []
         try:
             if step.direction == "up":
-                await register(store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by, requires=step.file.requires)
+                warnings = await register(
+                    store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by, requires=step.file.requires
+                )
                 note = "registered: run it with 'mongoshift background run'"
             else:
                 outcome = await revert_or_withdraw(store, step.name, spec, checksum=step.file.checksum, by=by)
@@ -368,7 +373,7 @@ class Executor:
         duration = int((time.monotonic() - started) * 1000)
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         log.info("%s: %s", step.name, note)
-        return MigrationResult(step.name, step.direction, status, batch, duration, reason=note)
+        return MigrationResult(step.name, step.direction, status, batch, duration, reason=note, warnings=warnings)
 
     async def _run_inline(self, name: str, spec: Any, checksum: str) -> str:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""

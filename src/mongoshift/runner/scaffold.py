@@ -44,8 +44,8 @@ def revert(doc, ctx):
 
 background = Background(
     collection="TODO",  # the collection to rewrite
-    from_version=1,
-    to_version=2,
+    from_version=0,  # documents without __v are version 0: a collection never versioned starts here
+    to_version=1,
     migrate=migrate,
     revert=revert,
     description="$title",

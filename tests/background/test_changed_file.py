@@ -1,0 +1,110 @@
+"""A runner whose copy of the file differs from the registered one: wait a bounded time, or not at all."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from mongoshift.background import command as bg
+from mongoshift.background import runner as bg_runner
+from mongoshift.errors import BackgroundFileChangedError
+from mongoshift.runner import command
+
+from .conftest import background_file, seed
+from .test_processes import cli
+
+FAILING = background_file(batch_size=50).replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('not yet')")
+
+
+async def _registered(fast_project, db, source: str = background_file(batch_size=50)):  # type: ignore[no-untyped-def]
+    await seed(db.people, 100)
+    path = fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    return path
+
+
+def _deploy_a_change(path) -> None:  # type: ignore[no-untyped-def]
+    path.write_text(path.read_text() + "\n# deployed a fix\n")
+
+
+async def test_a_failed_migration_whose_file_changed_reports_failed_at_once(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    path = await _registered(fast_project, db, FAILING)
+    s = fast_project.settings()
+    (failed,) = await bg.run(s, ["0001_names.py"])
+    assert failed.status == "failed"
+    _deploy_a_change(path)
+    caplog.set_level(logging.INFO, logger="mongoshift")
+    (report,) = await asyncio.wait_for(bg.run(s, ["0001_names.py"]), 10)  # it used to wait forever
+    assert report.status == "failed"
+    hint = " ".join(r.getMessage() for r in caplog.records if "differs" in r.getMessage())
+    assert "background repin 0001_names.py" in hint and "background retry 0001_names.py" in hint
+
+
+@pytest.mark.parametrize("status", ["cancelled", "completed"])
+async def test_a_finished_migration_whose_file_changed_does_not_wait(fast_project, db, status: str) -> None:  # type: ignore[no-untyped-def]
+    path = await _registered(fast_project, db)
+    s = fast_project.settings()
+    if status == "cancelled":
+        await bg.apply_control(s, "0001_names.py", "cancel")
+    else:
+        await bg.run(s, ["0001_names.py"])
+    _deploy_a_change(path)
+    (report,) = await asyncio.wait_for(bg.run(s, ["0001_names.py"]), 10)
+    assert report.status == status
+
+
+async def test_a_pending_migration_waits_at_most_the_bound_then_fails_with_what_to_do(fast_project, db, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(bg_runner, "CHECKSUM_WAIT_LOG_SECONDS", 0.4)
+    fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=1.5)
+    path = await _registered(fast_project, db)
+    _deploy_a_change(path)
+    caplog.set_level(logging.INFO, logger="mongoshift")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(BackgroundFileChangedError) as info:
+        await asyncio.wait_for(bg.run(fast_project.settings(), ["0001_names.py"]), 20)
+    waited = asyncio.get_running_loop().time() - started
+    assert 1.5 <= waited < 10
+    assert info.value.exit_code == 38
+    assert "background repin 0001_names.py" in info.value.message and "1.5" in info.value.message
+    assert await db.people.count_documents({"__v": 2}) == 0  # nothing ran with the wrong code
+    waits = [r.getMessage() for r in caplog.records if "0001_names.py" in r.getMessage() and "registered version" in r.getMessage()]
+    assert "waiting up to 1.5s" in waits[0]
+    progress = [m for m in waits[1:] if "still waiting" in m]
+    assert 2 <= len(progress) <= 4  # every 0.4 s here (30 s by default), not on every 0.1 s poll
+    assert all("s of 1.5s" in m for m in progress)
+
+
+async def test_a_deploy_that_finishes_within_the_bound_runs_the_migration(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=30)
+    path = await _registered(fast_project, db)
+    registered = path.read_text()
+    _deploy_a_change(path)
+    run = asyncio.create_task(bg.run(fast_project.settings(), ["0001_names.py"]))
+    await asyncio.sleep(0.5)
+    assert not run.done()
+    path.write_text(registered)  # the rollout was rolled back: the registered file is here again
+    (report,) = await asyncio.wait_for(run, 30)
+    assert report.status == "completed" and await db.people.count_documents({"__v": 2}) == 100
+
+
+def test_background_run_exits_38_after_the_bound_and_32_for_a_failed_one(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=1)
+    people = sync_client[fast_project.db].people
+    people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(20)])
+    path = fast_project.add("0001_names.py", background_file(batch_size=50))
+    assert cli(fast_project, "up").returncode == 0
+    _deploy_a_change(path)
+    pending = cli(fast_project, "background", "run", "0001_names", "--json", timeout=60)
+    assert pending.returncode == 38, pending.stderr[-2000:]
+    assert "repin" in __import__("json").loads(pending.stdout)["error"]["message"]
+
+    path2 = fast_project.add("0002_fails.py", FAILING.replace('collection="people"', 'collection="others"'))
+    sync_client[fast_project.db].others.insert_many([{"_id": i, "__v": 1, "__rev": 1} for i in range(5)])
+    assert cli(fast_project, "up").returncode == 0
+    assert cli(fast_project, "background", "run", "0002_fails").returncode == 32
+    _deploy_a_change(path2)
+    failed = cli(fast_project, "background", "run", "0002_fails", timeout=60)  # it used to wait forever
+    assert failed.returncode == 32
+    assert "background repin 0002_fails.py" in failed.stderr and "background retry 0002_fails.py" in failed.stderr

@@ -1,0 +1,122 @@
+"""Documents without a version field: version 0 for the engine, and a loud warning when a migration skips them."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from mongoshift.background import command as bg
+from mongoshift.background import input_probe
+from mongoshift.runner import command
+from mongoshift.runner.scaffold import create_migration
+
+from .conftest import background_file, seed
+from .test_processes import cli
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["", "transaction=True,", "__pipeline__"],
+    ids=["migrate", "transaction", "pipeline"],
+)
+async def test_from_version_0_migrates_documents_that_have_no_version_or_revision_field(fast_project, db, extra: str) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 120, version=None)  # no __v and no __rev at all, as in a collection never versioned
+    await db.people.insert_one({"_id": 1000, "first": "N", "last": "ull", "__v": None})
+    source = background_file(batch_size=50).replace("from_version=1", "from_version=0").replace("to_version=2", "to_version=1")
+    if extra == "__pipeline__":
+        source = source.replace(
+            "migrate=migrate,", "pipeline=[{'$set': {'full_name': {'$concat': ['$first', ' ', '$last']}}}, {'$unset': ['first', 'last']}],"
+        )
+    else:
+        source = source.replace("    pause_ms=0,", f"    pause_ms=0, {extra}")
+    fast_project.add("0001_names.py", source)
+    s = fast_project.settings()
+    report = await command.up(s)
+    assert report.results[0].warnings == []  # from_version=0 is the version they have
+    (result,) = await bg.run(s, ["0001_names.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 121
+    assert await db.people.count_documents({"__v": 1, "__rev": 1}) == 121
+    assert (await db.people.find_one({"_id": 7}))["full_name"] == "F7 L7"
+
+
+async def test_up_warns_when_documents_without_a_version_field_would_be_skipped(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30, version=None)
+    await seed(db.people, 5, version=1, start=100)
+    fast_project.add("0001_names.py", background_file())
+    caplog.set_level(logging.WARNING, logger="mongoshift")
+    report = await command.up(fast_project.settings())
+    (warning,) = report.results[0].warnings
+    assert "30 document(s)" in warning and "no __v" in warning and "from_version=1" in warning
+    assert "5 at version 1" in warning and "from_version=0" in warning
+    assert "F1" not in warning and "L1" not in warning  # counts only: no id, no value
+    assert report.to_json()["results"][0]["warnings"] == [warning]
+    assert any(warning in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    assert await db["_mongoshift_background"].count_documents({"_id": "0001_names.py"}) == 1  # still registered
+
+
+async def test_up_does_not_warn_when_every_document_has_a_version(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30, version=1)
+    await db.people.insert_one({"_id": "elsewhere", "__v": 7})  # a later version is not this migration's input
+    fast_project.add("0001_names.py", background_file())
+    report = await command.up(fast_project.settings())
+    assert report.results[0].warnings == []
+
+
+async def test_the_filter_narrows_what_is_counted(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30, version=None)
+    fast_project.add("0001_names.py", background_file(extra="filter={'n': {'$lt': 4}},"))
+    report = await command.up(fast_project.settings())
+    (warning,) = report.results[0].warnings
+    assert "4 document(s)" in warning
+
+
+async def test_no_warning_when_a_registered_migration_brings_unversioned_documents_to_from_version(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30, version=None)
+    first = background_file().replace("from_version=1", "from_version=0").replace("to_version=2", "to_version=1")
+    fast_project.add("0001_stamp.py", first)
+    fast_project.add("0002_names.py", background_file() + "\nrequires = ['0001_stamp']\n")
+    report = await command.up(fast_project.settings())
+    assert [r.warnings for r in report.results] == [[], []]
+
+
+async def test_the_count_is_bounded_and_says_when_it_stopped(fast_project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(input_probe, "COUNT_LIMIT", 10)
+    await seed(db.people, 30, version=None)
+    fast_project.add("0001_names.py", background_file())
+    report = await command.up(fast_project.settings())
+    (warning,) = report.results[0].warnings
+    assert "at least 10 document(s)" in warning and "stopped counting at 10" in warning
+
+
+async def test_dry_run_up_gives_the_same_warning_and_writes_nothing(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30, version=None)
+    fast_project.add("0001_names.py", background_file())
+    rows, warnings = await command.dry_run(fast_project.settings(), "up")
+    assert [r.name for r in rows] == ["0001_names.py"]
+    assert any("0001_names.py" in w and "30 document(s)" in w and "no __v" in w for w in warnings)
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+async def test_dry_run_knows_an_earlier_file_of_the_same_run_stamps_them(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30, version=None)
+    fast_project.add("0001_stamp.py", background_file().replace("from_version=1", "from_version=0").replace("to_version=2", "to_version=1"))
+    fast_project.add("0002_names.py", background_file())
+    _, warnings = await command.dry_run(fast_project.settings(), "up")
+    assert not any("no __v" in w for w in warnings)
+
+
+def test_up_json_carries_the_warning_and_stderr_shows_it(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b"} for i in range(12)])
+    fast_project.add("0001_names.py", background_file())
+    up = cli(fast_project, "up", "--json")
+    assert up.returncode == 0, up.stderr[-2000:]
+    (result,) = json.loads(up.stdout)["results"]
+    assert len(result["warnings"]) == 1 and "12 document(s)" in result["warnings"][0]
+    assert "12 document(s)" in up.stderr and "WARNING" in up.stderr
+
+
+def test_the_background_skeleton_starts_from_version_0(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    text = create_migration(tmp_path, "split names", background=True).read_text()
+    assert "from_version=0," in text and "to_version=1," in text
