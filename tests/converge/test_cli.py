@@ -143,3 +143,11 @@ def test_up_with_a_bad_declaration_runs_no_migration(project, sync_client) -> No
     result = cli(project, "up", "--converge")
     assert result.returncode == 6 and "users.toml" in result.stderr
     assert sync_client[project.db]["_mongoshift_migrations"].count_documents({}) == 0
+
+
+def test_converge_without_the_lock_warns_once(project) -> None:  # type: ignore[no-untyped-def]
+    declare(project)
+    result = cli(project, "converge", "--no-lock", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("without the migration lock") == 1, result.stderr
+    assert "without the migration lock" not in cli(project, "converge", "--yes").stderr

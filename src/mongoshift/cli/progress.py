@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..background import command as bg
 from ..background.status import BackgroundReport
+from .background_view import clock
 from ..config import Settings
 
 log = logging.getLogger("mongoshift.background.progress")
@@ -49,18 +50,11 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
                 done = _done(r)
                 rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else ""
                 label = f"{r.name} [{r.status}, pass {r.pass_number}]"
-                eta = _clock(r.eta_seconds)
+                eta = clock(r.eta_seconds)
                 if r.name not in bars:
                     bars[r.name] = progress.add_task(label, total=total, rate=rate, eta=eta)
                 progress.update(bars[r.name], completed=done, total=total, rate=rate, eta=eta, description=label)
             await asyncio.wait({task}, timeout=1.0)
-
-
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 def _done(r: BackgroundReport) -> int:
@@ -73,7 +67,7 @@ def progress_line(r: BackgroundReport) -> str:
     total = f"{r.estimate:,}" if r.estimate else "?"
     percent = f"{min(100, done * 100 // r.estimate)}%" if r.estimate else "-"
     rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else "-"
-    return f"{r.name}: {done:,}/{total} documents ({percent}), {rate}, ETA {_clock(r.eta_seconds)}, pass {r.pass_number}, {r.status}"
+    return f"{r.name}: {done:,}/{total} documents ({percent}), {rate}, ETA {clock(r.eta_seconds)}, pass {r.pass_number}, {r.status}"
 
 
 async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:

@@ -30,7 +30,7 @@ from ..errors import (
     MongoshiftError,
     RunAbortedError,
 )
-from ..runner.command import Session, open_session
+from ..runner.command import Session, open_session, warn_unlocked
 from ..runner.context import CancelSignal
 from ..redaction import describe_error
 from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm
@@ -163,6 +163,7 @@ async def converge(
     """
     declarations = load_declarations(settings)
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, with_files=False) as session:
+        warn_unlocked(no_lock)
         return await converge_in_session(session, declarations, prune=prune, yes=yes, confirm=confirm)
 
 

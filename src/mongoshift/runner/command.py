@@ -220,8 +220,8 @@ def _bare(settings: Settings, name: str | None) -> str | None:
     return None if name is None else resolve_name(name, settings.migrations_dir)
 
 
-def _warn_unlocked(no_lock: bool) -> None:
-    """Said once per run, before anything is written."""
+def warn_unlocked(no_lock: bool) -> None:
+    """Said once per writing run without the lock, before anything is written."""
     if no_lock:
         log.warning(
             "running without the migration lock (--no-lock): another run could apply the same migrations "
@@ -273,7 +273,7 @@ async def up(
 
         declarations = load_declarations(settings)  # a bad declaration fails before any migration runs
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        _warn_unlocked(no_lock)
+        warn_unlocked(no_lock)
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
         report = await _execute(session, "up", plan, batch_per_step=step)
         if declarations is not None and not report.waiting:
@@ -300,7 +300,7 @@ async def down(
 ) -> RunReport:
     """Roll back the last batch, or what a selector names."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        _warn_unlocked(no_lock)
+        warn_unlocked(no_lock)
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
         return await _execute(session, "down", plan)
 
@@ -315,7 +315,7 @@ async def redo(
 ) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
-        _warn_unlocked(no_lock)
+        warn_unlocked(no_lock)
         target = _bare(settings, target)
         records = await session.records()
         plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
