@@ -93,9 +93,9 @@ async def test_the_count_is_bounded_and_says_when_it_stopped(fast_project, db, m
 async def test_dry_run_up_gives_the_same_warning_and_writes_nothing(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 30, version=None)
     fast_project.add("0001_names.py", background_file())
-    rows, warnings = await command.dry_run(fast_project.settings(), "up")
-    assert [r.name for r in rows] == ["0001_names.py"]
-    assert any("0001_names.py" in w and "30 document(s)" in w and "no __v" in w for w in warnings)
+    report = await command.dry_run(fast_project.settings(), "up")
+    assert [r.name for r in report.rows] == ["0001_names.py"]
+    assert any("0001_names.py" in w and "30 document(s)" in w and "no __v" in w for w in report.warnings)
     assert await db["_mongoshift_background"].count_documents({}) == 0
 
 
@@ -103,8 +103,8 @@ async def test_dry_run_knows_an_earlier_file_of_the_same_run_stamps_them(fast_pr
     await seed(db.people, 30, version=None)
     fast_project.add("0001_stamp.py", background_file().replace("from_version=1", "from_version=0").replace("to_version=2", "to_version=1"))
     fast_project.add("0002_names.py", background_file())
-    _, warnings = await command.dry_run(fast_project.settings(), "up")
-    assert not any("no __v" in w for w in warnings)
+    report = await command.dry_run(fast_project.settings(), "up")
+    assert not any("no __v" in w for w in report.warnings)
 
 
 def test_up_json_carries_the_warning_and_stderr_shows_it(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]

@@ -124,6 +124,8 @@ def test_failed_document_reasons_are_parsed_and_counted_without_the_text_of_the_
     other = {"reason": "write", "error": "write error 2"}
     assert signature(transform) == ("transform", "KeyError", None)
     assert signature(duplicate) == ("write", None, 11000) and signature(other) == ("write", None, 2)
+    named = {"reason": "write", "error": "duplicate key on slug (index slug_1, 11000)"}  # as the shared redaction words it
+    assert signature(named) == ("write", None, 11000)
     assert count_key(transform) == "transform:KeyError" and count_key({"reason": "shape", "error": "the transform changed _id"}) == "shape:-"
     assert shown({"reason": "transform", "error": "ValueError: " + "x" * 500})["error"] == "x" * 199 + "…"
     assert counted({}, [transform, duplicate, duplicate]) == [

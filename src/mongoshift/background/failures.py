@@ -20,7 +20,7 @@ RECENT_SHOWN = 20
 MESSAGE_CHARS = 200
 
 _CLASS = re.compile(r"^([A-Za-z_]\w*): ")
-_CODE = re.compile(r"(?:\((-?\d+)\)|^write error (-?\d+))$")
+_CODE = re.compile(r"(?:\((?:[^()]*, )?(-?\d+)\)|^write error (-?\d+))$")
 
 
 def signature(entry: Mapping[str, Any]) -> tuple[str, str | None, int | None]:
