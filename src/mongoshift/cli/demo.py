@@ -100,7 +100,7 @@ def write_sample_project(folder: Path, uri: str, db: str) -> Path:
 
 
 def _show_status(out: Output, rows: list[command.StatusRow], title: str) -> None:
-    out.table(["migration", "state", "batch", "checksum"], [(r.name, r.state, r.batch, r.checksum or "") for r in rows], title=title)
+    out.table(["migration", "state", "batch", "checksum"], [(r.name, r.shown_state, r.batch, r.checksum or "") for r in rows], title=title)
 
 
 async def seed_orders(client: AsyncMongoClient[Any], n: int = ORDERS) -> None:
