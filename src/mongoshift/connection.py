@@ -65,7 +65,7 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
         await client.admin.command("ping")
     except PyMongoError as exc:
         await client.close()
-        if auth_failure(exc):
+        if auth_failure(exc, handshake=True):
             mechanism, source = auth_summary(uri)
             raise AuthFailedError(
                 f"authentication failed at {hosts_of(uri)} (mechanism {mechanism}, auth source {source}): "

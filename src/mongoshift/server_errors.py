@@ -13,18 +13,21 @@ from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from .errors import AuthFailedError, ConnectionFailedError, MongoshiftError, ServerError
 
-#: AuthenticationFailed (18) and MechanismUnavailable (334): the server answered but refused who we are.
-AUTH_CODES = frozenset({18, 334})
+#: AuthenticationFailed: the server answered but refused who we are.
+AUTH_CODES = frozenset({18})
+#: MechanismUnavailable, an auth failure only in the handshake: the same number means
+#: TransactionTooLarge in a transaction's reply (the background engine halves its batch on it).
+HANDSHAKE_AUTH_CODES = AUTH_CODES | {334}
 
 
-def auth_failure(exc: BaseException) -> bool:
+def auth_failure(exc: BaseException, *, handshake: bool = False) -> bool:
     """The server refused the credentials (not: it could not be reached, or a command failed).
 
     mongod answers code 18; servers that leave the code out (the embedded one) still say
     "Authentication failed" in the reply to the handshake's SASL command."""
     if not isinstance(exc, OperationFailure):
         return False
-    if exc.code in AUTH_CODES:
+    if exc.code in (HANDSHAKE_AUTH_CODES if handshake else AUTH_CODES):
         return True
     message = str((exc.details or {}).get("errmsg") or "")
     return exc.code is None and message.lower().startswith("authentication failed")

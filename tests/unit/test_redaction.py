@@ -236,3 +236,12 @@ def test_log_lines_with_a_traceback_are_stripped() -> None:
     text = stream.getvalue()
     assert "\x1b" not in text and "\x9b" not in text and "traceback" in text
     assert "log-hunter" not in text and "alice" not in text and "dup key: { <redacted> }" in text
+
+
+def test_code_334_is_an_auth_failure_only_in_the_handshake() -> None:
+    from mongoshift.errors import AuthFailedError
+    from mongoshift.server_errors import from_pymongo
+
+    exc = OperationFailure("too large", 334, {"errmsg": "too large", "code": 334})
+    assert auth_failure(exc, handshake=True) and not auth_failure(exc)
+    assert not isinstance(from_pymongo(exc), AuthFailedError)
