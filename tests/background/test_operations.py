@@ -264,3 +264,18 @@ async def test_a_completed_migration_with_nothing_left_to_do_does_not_warn(fast_
     run = cli(fast_project, "background", "run", "0001_names", "--json")
     report = json.loads(run.stdout)["background"][0]
     assert report["totals"]["migrated"] == 0 and report["warnings"] == []
+
+
+async def test_run_all_with_nothing_runnable_says_so_and_names_the_failed_ones(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """`run --all` after a failure: not "no background migrations registered", and the failed one is named."""
+    await seed(db.people, 50)
+    failing = background_file(batch_size=10).replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('cannot split')")
+    fast_project.add(NAME, failing)
+    await command.up(fast_project.settings())
+    assert cli(fast_project, "background", "run", "--all").returncode == 32
+    again = cli(fast_project, "background", "run", "--all")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to run" in again.stdout and "no background migrations registered" not in again.stdout
+    assert f"{NAME} (failed)" in again.stderr
+    as_json = cli(fast_project, "background", "run", "--all", "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == {"background": [], "not_runnable": {NAME: "failed"}}

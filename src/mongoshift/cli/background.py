@@ -8,6 +8,7 @@ import click
 
 from ..background import command as bg
 from ..background.status import BackgroundReport
+from ..config import Settings
 from ..errors import (
     BackgroundCancelledError,
     BackgroundFailedError,
@@ -130,12 +131,29 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
         return await task
 
     reports = run_async(go)
+    if all_ and not reports:
+        _nothing_to_run(s)
+        return 0
     verdict = run_verdict(reports)
     if verdict is None or not out.json_mode:
         _render(reports)
     if verdict is not None:
         raise verdict
     return 0
+
+
+def _nothing_to_run(s: Settings) -> None:
+    """``run --all`` found nothing runnable: say so, and name what waits on a person (failed, paused...)."""
+    out = output()
+    others = run_async(lambda cancel: bg.status(s))
+    if out.json_mode:
+        out.json({"background": [], "not_runnable": {r.name: r.status for r in others}})
+        return
+    out.say("nothing to run: no registered background migration is pending, blocked or running")
+    waiting = [r for r in others if r.status in ("failed", "paused", "cancelled")]
+    if waiting:
+        listed = ", ".join(f"{r.name} ({r.status})" for r in waiting)
+        out.warn(f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry")
 
 
 def run_verdict(reports: list[BackgroundReport]) -> MongoshiftError | None:
