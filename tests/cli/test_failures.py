@@ -93,13 +93,18 @@ def fail_point(sync_client, mode, **data) -> None:  # type: ignore[no-untyped-de
     sync_client.admin.command(command)
 
 
-def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_client) -> None:  # type: ignore[no-untyped-def]
-    project.add("0001_boom.py", "def up(ctx):\n    raise ValueError('no good')\n")
-    fail_point(sync_client, {"times": 1}, failCommands=["delete"], errorCode=2)  # the release
+def cli_under_fail_point(project, sync_client, args: list[str], mode, **data):  # type: ignore[no-untyped-def]
+    """Run the CLI while the ``failCommand`` fail point is set (from this process: the CLI is another one)."""
+    fail_point(sync_client, mode, **data)
     try:
-        result = cli(project, "up", "--json")
+        return cli(project, *args)
     finally:
         fail_point(sync_client, "off")
+
+
+def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_boom.py", "def up(ctx):\n    raise ValueError('no good')\n")
+    result = cli_under_fail_point(project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["delete"], errorCode=2)  # the release
     assert result.returncode == 7, result.stderr
     error = one_error(result)
     assert error["kind"] == "execution_failed" and "no good" in error["message"]
@@ -110,22 +115,14 @@ def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_
 
 def test_failed_lock_release_alone_still_exits_21(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    fail_point(sync_client, {"times": 1}, failCommands=["delete"], errorCode=2)
-    try:
-        result = cli(project, "up", "--json")
-    finally:
-        fail_point(sync_client, "off")
+    result = cli_under_fail_point(project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["delete"], errorCode=2)
     assert result.returncode == 21, result.stderr
     assert one_error(result)["kind"] == "lock_release_failed"
 
 
 def test_server_error_while_taking_the_lock_is_one_json_error(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    fail_point(sync_client, {"times": 1}, failCommands=["update"], errorCode=2)
-    try:
-        result = cli(project, "up", "--json")
-    finally:
-        fail_point(sync_client, "off")
+    result = cli_under_fail_point(project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["update"], errorCode=2)
     assert result.returncode == 1, result.stderr
     error = one_error(result)
     assert error["kind"] == "server_error" and "code 2" in error["message"]
@@ -137,22 +134,14 @@ def test_lost_connection_while_taking_the_lock_exits_5(project, sync_client) -> 
     project.add("0001_a.py", QUICK)
     separator = "&" if "?" in project.uri else "?"
     uri = f"{project.uri}{separator}socketTimeoutMS=500"
-    fail_point(sync_client, {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000)
-    try:
-        result = cli(project, "up", "--json", "--uri", uri)
-    finally:
-        fail_point(sync_client, "off")
+    result = cli_under_fail_point(project, sync_client, ["up", "--json", "--uri", uri], {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000)
     assert result.returncode == 5, result.stderr
     assert one_error(result)["kind"] == "connection_failed"
 
 
 def test_server_error_shows_its_traceback_with_verbose(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    fail_point(sync_client, {"times": 1}, failCommands=["update"], errorCode=2)
-    try:
-        result = cli(project, "up", "-v")
-    finally:
-        fail_point(sync_client, "off")
+    result = cli_under_fail_point(project, sync_client, ["up", "-v"], {"times": 1}, failCommands=["update"], errorCode=2)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "BadValue" in result.stderr
 
