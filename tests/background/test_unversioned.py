@@ -120,3 +120,15 @@ def test_up_json_carries_the_warning_and_stderr_shows_it(fast_project, sync_clie
 def test_the_background_skeleton_starts_from_version_0(tmp_path) -> None:  # type: ignore[no-untyped-def]
     text = create_migration(tmp_path, "split names", background=True).read_text()
     assert "from_version=0," in text and "to_version=1," in text
+
+
+def test_the_background_skeleton_loads_with_its_commented_options_switched_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A new user fills in the collection and uncomments the options line: the file must still load."""
+    path = create_migration(tmp_path, "split names", background=True)
+    text = path.read_text().replace('collection="TODO"', 'collection="users"').replace("    # batch_size=", "    batch_size=")
+    path.write_text(text)
+    from mongoshift.runner.loader import discover, load
+
+    (item,) = discover(tmp_path)
+    spec = load(item).background
+    assert spec is not None and spec.filter == {"status": "active"} and spec.batch_size == 500

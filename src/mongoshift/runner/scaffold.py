@@ -49,7 +49,7 @@ background = Background(
     migrate=migrate,
     revert=revert,
     description="$title",
-    # batch_size=500, max_parallel=1, max_document_errors=0, filter={...}
+    # batch_size=500, max_parallel=1, max_document_errors=0, filter={"status": "active"},
 )
 '''
 
