@@ -119,7 +119,7 @@ class Project:
         return path
 
     def settings(self, **flags: object):  # type: ignore[no-untyped-def]
-        from mongoshift.config import load_settings
+        from mongoshift.project.settings import load_settings
 
         return load_settings(flags, config_path=self.config, environ={})
 

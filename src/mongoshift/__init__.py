@@ -1,14 +1,16 @@
 """mongoshift: MongoDB schema and data migrations.
 
-The commands are async functions in :mod:`mongoshift.runner.command`; settings
-come from :func:`load_settings`; every failure is a :class:`MongoshiftError`
-with a stable ``exit_code``.
+The Python API is :mod:`mongoshift.api` (async functions with typed results);
+settings come from :func:`load_settings`; every failure is a
+:class:`MongoshiftError` with a stable ``exit_code``. What migration files
+use (``Background``, ``MigrationContext``, ``CancelSignal``) is here too.
 """
 
-from .background.spec import Adaptive, Background, Partitions
-from .config import Settings, load_settings
 from .errors import ExitCode, MongoshiftError
-from .runner.context import CancelSignal, MigrationContext
+from .project.run import CancelSignal
+from .project.settings import Settings, load_settings
+from .runner.context import MigrationContext
+from .schema.background import Adaptive, Background, Partitions
 
 __version__ = "0.1.0"
 

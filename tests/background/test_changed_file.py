@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from mongoshift.background import command as bg
+from mongoshift.api import background as bg
 from mongoshift.background import runner as bg_runner
 from mongoshift.errors import BackgroundFileChangedError
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 
 from .conftest import background_file, seed
 from .test_processes import cli

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import WriteError
 
-from mongoshift.background import command as bg
-from mongoshift.converge import command as cv
+from mongoshift.api import background as bg
+from mongoshift.api import collections as cv
 from mongoshift.errors import ConfigInvalidError, ConvergeFailedError
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 
 from .conftest import background_file
 

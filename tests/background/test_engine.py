@@ -8,8 +8,8 @@ import datetime
 import pytest
 from bson import Decimal128, Int64
 
-from mongoshift.background import command as bg
-from mongoshift.runner import command
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
 
 from .conftest import background_file, seed
 

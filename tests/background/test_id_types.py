@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Timestamp
 
-from mongoshift.background import command as bg
+from mongoshift.api import background as bg
 from mongoshift.background.model import Checkpoint, Scope
 from mongoshift.background.planner import batch_filter
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 
 from .conftest import background_file
 

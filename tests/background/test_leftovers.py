@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mongoshift.background import command as bg
+from mongoshift.api import background as bg
 from mongoshift.background import planner
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 
 from .conftest import background_file
 

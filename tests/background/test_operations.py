@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import re
 
-from mongoshift.background import command as bg
-from mongoshift.runner import command
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
 
 from .conftest import background_file, seed
 from .test_processes import cli, start, wait_for_migrated

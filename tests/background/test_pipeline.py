@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from bson import Int64
 
-from mongoshift.background import command as bg
+from mongoshift.api import background as bg
 from mongoshift.background.batch import apply_batch
 from mongoshift.background.job import Job
-from mongoshift.background.spec import Background
-from mongoshift.runner import command
-from mongoshift.runner.context import CancelSignal
+from mongoshift.schema.background import Background
+from mongoshift.api import migrations as command
+from mongoshift.project.run import CancelSignal
 
 from .conftest import seed
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mongoshift.background import command as bg
+from mongoshift.api import background as bg
 from mongoshift.errors import RequirementsPendingError
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 
 from .conftest import background_file, seed
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mongoshift.background import command as bg
-from mongoshift.runner import command
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
 
 from ..conftest import fail_command
 from .conftest import seed

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from mongoshift.background import command as bg
+from mongoshift.api import background as bg
 from mongoshift.background import input_probe
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 from mongoshift.runner.scaffold import create_migration
 
 from .conftest import background_file, seed
@@ -127,7 +127,7 @@ def test_the_background_skeleton_loads_with_its_commented_options_switched_on(tm
     path = create_migration(tmp_path, "split names", background=True)
     text = path.read_text().replace('collection="TODO"', 'collection="users"').replace("    # batch_size=", "    batch_size=")
     path.write_text(text)
-    from mongoshift.runner.loader import discover, load
+    from mongoshift.project.loader import discover, load
 
     (item,) = discover(tmp_path)
     spec = load(item).background

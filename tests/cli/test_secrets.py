@@ -17,7 +17,7 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from mongoshift.connection import auth_summary
+from mongoshift.project.connection import auth_summary
 
 from .test_cli import cli, env
 

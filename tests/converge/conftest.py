@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mongoshift.config import Settings
+from mongoshift.project.settings import Settings
 
 
 def settings_with(project, *declarations: dict[str, Any], **extra: Any) -> Settings:  # type: ignore[no-untyped-def]

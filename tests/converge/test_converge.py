@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from pymongo.errors import WriteError
 
-from mongoshift.converge import command as cv
+from mongoshift.api import collections as cv
 from mongoshift.converge.planner import Action
 from mongoshift.errors import ConfigInvalidError, ConvergeFailedError, LockHeldError, RunAbortedError
-from mongoshift.runner.changelog import RunInfo
-from mongoshift.runner.lock import MigrationLock
+from mongoshift.project.run import RunInfo
+from mongoshift.project.lock import LeaseLock
 
 from ..conftest import fail_command
 from .conftest import journal, server_indexes, settings_with
@@ -290,7 +290,7 @@ async def test_unique_conversion_fails_on_duplicates_and_leaves_the_index(projec
 
 async def test_converge_takes_the_lock(project, db) -> None:  # type: ignore[no-untyped-def]
     s = settings_with(project, {"name": "locked", "indexes": [{"keys": {"a": 1}}]})
-    holder = MigrationLock(db[s.lock_collection], RunInfo("other-run", "someone", "elsewhere", "production"), ttl_seconds=60)
+    holder = LeaseLock(db[s.lock_collection], RunInfo("other-run", "someone", "elsewhere", "production"), ttl_seconds=60)
     assert await holder.try_acquire()
     try:
         with pytest.raises(LockHeldError):

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pymongo import IndexModel
 
-from mongoshift.config import Settings, load_settings
-from mongoshift.converge.declaration import CollectionDeclaration, declaration_for, load_declarations
+from mongoshift.project.settings import Settings, load_settings
+from mongoshift.schema.collections import CollectionDeclaration
+from mongoshift.project.declarations import declarations_by_name, load_declarations
 from mongoshift.errors import ConfigInvalidError
 
 
@@ -167,7 +168,7 @@ def test_folder_declarations_toml_and_python(tmp_path: Path) -> None:
     assert orders.source.endswith("orders.py")
     assert [i.name for i in orders.index_specs()] == ["created_1", "customer_1_at_-1", "__v_1__id_1"]
     assert orders.index_specs()[0].options == {"expireAfterSeconds": 3600}
-    assert declaration_for(s, "users") is not None and declaration_for(s, "nobody") is None
+    assert "users" in declarations_by_name(s) and "nobody" not in declarations_by_name(s)
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
-from mongoshift.converge import command as cv
+from mongoshift.api import collections as cv
 from mongoshift.converge.applier import Applier
-from mongoshift.redaction import describe_error
+from mongoshift.project.redaction import describe_error
 from mongoshift.errors import ConvergeFailedError, RunAbortedError
-from mongoshift.runner.context import CancelSignal
+from mongoshift.project.run import CancelSignal
 
 from ..cli.test_cli import cli
 from .conftest import server_indexes, settings_with

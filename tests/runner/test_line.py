@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mongoshift.errors import (
-    ExecutionFailedError,
-    HookFailedError,
-    InvalidExportError,
-    IrreversibleMigrationError,
-    RunAbortedError,
-)
-from mongoshift.runner import command
-from mongoshift.runner.context import CancelSignal
+from mongoshift.errors import ExecutionFailedError, HookFailedError, InvalidExportError, IrreversibleMigrationError, RunAbortedError
+from mongoshift.api import migrations as command
+from mongoshift.project.run import CancelSignal
 
 from ..conftest import fail_command
 

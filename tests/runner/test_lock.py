@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from mongoshift.errors import LockHeldError
-from mongoshift.runner.changelog import RunInfo
-from mongoshift.runner.lock import MigrationLock
+from mongoshift.project.run import RunInfo
+from mongoshift.project.lock import LeaseLock
 
 
 def run(i: int) -> RunInfo:
@@ -16,7 +16,7 @@ def run(i: int) -> RunInfo:
 
 
 async def test_concurrent_claims_give_exactly_one_holder(db) -> None:  # type: ignore[no-untyped-def]
-    locks = [MigrationLock(db["locks"], run(i), ttl_seconds=30) for i in range(20)]
+    locks = [LeaseLock(db["locks"], run(i), ttl_seconds=30) for i in range(20)]
     won = await asyncio.gather(*(lock.try_acquire() for lock in locks))
     assert sum(won) == 1
     holder = await locks[0].holder()
@@ -24,19 +24,19 @@ async def test_concurrent_claims_give_exactly_one_holder(db) -> None:  # type: i
 
 
 async def test_held_lock_refuses_and_names_the_holder(db) -> None:  # type: ignore[no-untyped-def]
-    a = MigrationLock(db["locks"], run(1), ttl_seconds=30)
+    a = LeaseLock(db["locks"], run(1), ttl_seconds=30)
     await a.acquire()
     with pytest.raises(LockHeldError, match="tester on host") as info:
-        await MigrationLock(db["locks"], run(2), ttl_seconds=30).acquire()
+        await LeaseLock(db["locks"], run(2), ttl_seconds=30).acquire()
     assert info.value.details["holder"]["owner"] == "run-1"
     await a.release()
-    await MigrationLock(db["locks"], run(3), ttl_seconds=30).acquire()
+    await LeaseLock(db["locks"], run(3), ttl_seconds=30).acquire()
 
 
 async def test_expired_lock_is_taken_over_and_the_old_holder_is_fenced(db) -> None:  # type: ignore[no-untyped-def]
-    a = MigrationLock(db["locks"], run(1), ttl_seconds=1)
+    a = LeaseLock(db["locks"], run(1), ttl_seconds=1)
     await a.acquire()  # no heartbeat: as if the process was killed
-    b = MigrationLock(db["locks"], run(2), ttl_seconds=30)
+    b = LeaseLock(db["locks"], run(2), ttl_seconds=30)
     assert not await b.try_acquire()
     await asyncio.sleep(1.3)
     assert await b.try_acquire()
@@ -47,19 +47,19 @@ async def test_expired_lock_is_taken_over_and_the_old_holder_is_fenced(db) -> No
 
 
 async def test_heartbeat_keeps_the_lock_and_detects_loss(db) -> None:  # type: ignore[no-untyped-def]
-    a = MigrationLock(db["locks"], run(1), ttl_seconds=1)
+    a = LeaseLock(db["locks"], run(1), ttl_seconds=1)
     await a.acquire()
     a.start_heartbeat()
     await asyncio.sleep(1.6)
-    assert not await MigrationLock(db["locks"], run(2), ttl_seconds=30).try_acquire()
-    assert await MigrationLock(db["locks"], run(3), ttl_seconds=1).force_release()
+    assert not await LeaseLock(db["locks"], run(2), ttl_seconds=30).try_acquire()
+    assert await LeaseLock(db["locks"], run(3), ttl_seconds=1).force_release()
     await asyncio.wait_for(a.lost.wait(), timeout=3)
     assert a.lost_reason and "cleared" in a.lost_reason
     await a.release()
 
 
 async def test_wait_takes_the_lock_once_it_is_released(db) -> None:  # type: ignore[no-untyped-def]
-    a = MigrationLock(db["locks"], run(1), ttl_seconds=30)
+    a = LeaseLock(db["locks"], run(1), ttl_seconds=30)
     await a.acquire()
 
     async def release_later() -> None:
@@ -67,7 +67,7 @@ async def test_wait_takes_the_lock_once_it_is_released(db) -> None:  # type: ign
         await a.release()
 
     task = asyncio.create_task(release_later())
-    b = MigrationLock(db["locks"], run(2), ttl_seconds=30)
+    b = LeaseLock(db["locks"], run(2), ttl_seconds=30)
     await b.acquire(wait_seconds=10, poll_seconds=0.1)
     await task
     holder = await b.holder()

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from mongoshift.errors import LockLostError
-from mongoshift.runner import command
-from mongoshift.runner.changelog import RunInfo
-from mongoshift.runner.lock import MigrationLock
+from mongoshift.api import migrations as command
+from mongoshift.project.run import RunInfo
+from mongoshift.project.lock import LeaseLock
 
 from ..conftest import fail_command
 
@@ -31,12 +31,12 @@ async def up(ctx):
 # Another run really takes the lock over (after clearing it) while this body runs.
 TAKEN_OVER_AND_POLLS = """
 import asyncio
-from mongoshift.runner.changelog import RunInfo
-from mongoshift.runner.lock import MigrationLock
+from mongoshift.project.run import RunInfo
+from mongoshift.project.lock import LeaseLock
 
 async def up(ctx):
     await ctx.db["_mongoshift_locks"].delete_many({})
-    other = MigrationLock(ctx.db["_mongoshift_locks"], RunInfo("other-run", "someone", "elsewhere", "test"), ttl_seconds=60)
+    other = LeaseLock(ctx.db["_mongoshift_locks"], RunInfo("other-run", "someone", "elsewhere", "test"), ttl_seconds=60)
     assert await other.try_acquire()
     for _ in range(100):
         if ctx.cancelled.is_set():
@@ -120,7 +120,7 @@ async def test_warn_policy_goes_on_and_records_applied(project, db) -> None:  # 
 async def test_renewal_gives_up_before_the_ttl_runs_out(db, client) -> None:  # type: ignore[no-untyped-def]
     """When renewals keep failing, the lock is declared lost while its document is still live,
     so the run stops before anybody else can take the lock over."""
-    lock = MigrationLock(db["locks"], RunInfo("run-1", "tester", "host", "test"), ttl_seconds=1.5)
+    lock = LeaseLock(db["locks"], RunInfo("run-1", "tester", "host", "test"), ttl_seconds=1.5)
     await lock.acquire()
     lock.start_heartbeat()
     try:

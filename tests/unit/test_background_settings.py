@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.config import load_settings
+from mongoshift.project.settings import load_settings
 from mongoshift.errors import ConfigInvalidError
 
 

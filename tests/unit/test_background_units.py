@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mongoshift.background.document import ShapeError, guard, same, stamped_diff, version_match
 from mongoshift.background.events import Event, Events
-from mongoshift.background.spec import Adaptive
+from mongoshift.schema.background import Adaptive
 from mongoshift.background.throttle import AdaptiveController
 
 scalars = st.one_of(

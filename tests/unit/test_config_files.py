@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.config import Settings, load_settings
-from mongoshift.converge.declaration import load_declarations
+from mongoshift.project.settings import Settings, load_settings
+from mongoshift.project.declarations import load_declarations
 from mongoshift.errors import ConfigInvalidError
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.background import command as background
-from mongoshift.config import load_settings
-from mongoshift.converge import command as cv
+from mongoshift.api import background
+from mongoshift.project.settings import load_settings
+from mongoshift.api import collections as cv
 from mongoshift.errors import CollectionClashError, ConfigInvalidError, ExitCode
-from mongoshift.runner import command
+from mongoshift.api import migrations as command
 
 from ..cli.test_cli import QUICK, cli
 

@@ -5,15 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mongoshift.errors import (
-    ChecksumMismatchError,
-    ConfigInvalidError,
-    FileNotFoundMigrationError,
-    NotAppliedError,
-    OutOfOrderError,
-)
-from mongoshift.runner.changelog import ChangelogRecord
-from mongoshift.runner.loader import MigrationFile, checksum
+from mongoshift.errors import ChecksumMismatchError, ConfigInvalidError, FileNotFoundMigrationError, NotAppliedError, OutOfOrderError
+from mongoshift.project.changelog import ChangelogRecord
+from mongoshift.project.loader import MigrationFile, checksum
 from mongoshift.runner.plan import plan_down, plan_up, status_rows
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,9 +10,9 @@ import pytest
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
 
 from mongoshift.cli.output import Output
-from mongoshift.connection import auth_failure, auth_summary
+from mongoshift.project.connection import auth_failure, auth_summary
 from mongoshift.errors import ExecutionFailedError
-from mongoshift.redaction import LIMIT, cap, describe_error, describe_write_error, redact, strip_controls, uri_secrets, without_secrets
+from mongoshift.project.redaction import LIMIT, cap, describe_error, describe_write_error, redact, strip_controls, uri_secrets, without_secrets
 
 E11000 = 'E11000 duplicate key error collection: app.users index: email_1 dup key: { email: "ali}ce@example.com" }'
 
@@ -240,7 +240,7 @@ def test_log_lines_with_a_traceback_are_stripped() -> None:
 
 def test_code_334_is_an_auth_failure_only_in_the_handshake() -> None:
     from mongoshift.errors import AuthFailedError
-    from mongoshift.server_errors import from_pymongo
+    from mongoshift.project.server_errors import from_pymongo
 
     exc = OperationFailure("too large", 334, {"errmsg": "too large", "code": 334})
     assert auth_failure(exc, handshake=True) and not auth_failure(exc)

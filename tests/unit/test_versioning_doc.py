@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mongoshift.background import command as background
-from mongoshift.runner import command
+from mongoshift.api import background
+from mongoshift.api import migrations as command
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "versioning.md"
 FILE_HEADER = re.compile(r"^# ([\w/]+\.py)\n")

@@ -6,6 +6,6 @@ processes then claim partitions under leases and rewrite them batch by batch
 batch, pass after pass until nothing of the old shape is left.
 """
 
-from .spec import Adaptive, Background, Partitions, Transaction
+from ..schema.background import Adaptive, Background, Partitions, Transaction
 
 __all__ = ["Adaptive", "Background", "Partitions", "Transaction"]

@@ -33,7 +33,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
-from ..redaction import describe_error, describe_write_error
+from ..project.redaction import describe_error, describe_write_error
 from .document import ShapeError, bson_problem, guard, stamped_diff
 from .job import Job, TransformContext
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from ..errors import BackgroundConflictError, NotAppliedError
 from .model import State
-from .spec import Background
+from ..schema.background import Background
 from .store import BackgroundStore
 
 Action = Literal["pause", "resume", "cancel", "retry", "unlock"]

@@ -10,19 +10,19 @@ plan the next pass over the leftovers).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pymongo.errors import PyMongoError
 
-from ..runner.changelog import RunInfo
-from ..runner.lock import MigrationLock
+from ..project.lock import LeaseLock
 from .job import Job
 from .lane import EngineContext
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import unmet
-from .spec import Background
+from ..schema.background import Background
 
 log = logging.getLogger("mongoshift.background")
 
@@ -80,11 +80,10 @@ class Leftovers:
 
 
 class Coordinator:
-    def __init__(self, engine: EngineContext, run: RunInfo, lock_collection: str, lock_ttl_seconds: float = 30) -> None:
+    def __init__(self, engine: EngineContext, new_lock: Callable[[str], LeaseLock]) -> None:
+        """``new_lock(lock_id)``: a lease lock in the project's lock collection (:meth:`Session.new_lock`)."""
         self.engine = engine
-        self.run = run
-        self.lock_collection = lock_collection
-        self.lock_ttl_seconds = lock_ttl_seconds
+        self.new_lock = new_lock
 
     async def step(self, name: str, spec: Background) -> Decision:
         """Hand out lanes without writing anything while a pass is under way; lock for the rest.
@@ -101,9 +100,7 @@ class Coordinator:
                 await store.reap(name)
                 free = spec.max_parallel - await store.live_leases(name)
                 return Decision("process", state, lanes=max(0, min(open_, free)))
-        lock = MigrationLock(
-            self.engine.db[self.lock_collection], self.run, ttl_seconds=self.lock_ttl_seconds, lock_id=f"background:{name}"
-        )
+        lock = self.new_lock(f"background:{name}")
         if not await lock.try_acquire():
             return Decision("busy", await self.engine.store.state(name), reason="another coordinator is stepping")
         try:

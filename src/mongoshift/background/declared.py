@@ -10,15 +10,11 @@ a silent override: one of the two is wrong.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..errors import ConfigInvalidError
-from .spec import Background
-
-if TYPE_CHECKING:
-    from ..config import Settings
-    from ..converge.declaration import Versioning
-    from ..runner.loader import MigrationFile
+from ..project.declarations import Declarations
+from ..project.loader import MigrationFile
+from ..schema.background import Background
+from ..schema.collections import Versioning
 
 
 def align(spec: Background, versioning: Versioning | None, *, file: str, collection: str) -> Background:
@@ -46,13 +42,11 @@ def align(spec: Background, versioning: Versioning | None, *, file: str, collect
     return Background(**{**values, **declared})
 
 
-def align_file(item: MigrationFile, settings: Settings) -> None:
+def align_file(item: MigrationFile, declarations: Declarations) -> None:
     """Align a loaded background file with the project's declarations (a no-op without one)."""
-    from ..converge.declaration import declaration_for
-
     spec = item.background
     if spec is None:
         return
-    declaration = declaration_for(settings, spec.collection)
+    declaration = declarations.get(spec.collection)
     versioning = declaration.versioning if declaration is not None else None
     item.aligned = align(spec, versioning, file=item.name, collection=spec.collection)

@@ -17,7 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from .document import version_match
-from .spec import Background
+from ..schema.background import Background
 from .store import BackgroundStore
 
 log = logging.getLogger("mongoshift.background")

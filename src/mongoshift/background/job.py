@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runner.context import CancelSignal
+from ..project.run import CancelSignal
 from .document import version_match
 from .model import State
-from .spec import Background
+from ..schema.background import Background
 
 log = logging.getLogger("mongoshift.background")
 

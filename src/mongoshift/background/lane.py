@@ -23,15 +23,15 @@ from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from ..redaction import describe_error
-from ..runner.context import CancelSignal
+from ..project.redaction import describe_error
+from ..project.run import CancelSignal
 from .batch import BatchFailed, BatchResult, apply_batch, is_transient
 from .document import bson_problem
 from .events import Events
 from .job import Job
 from .model import Checkpoint, Lease, Partition, State
 from .planner import batch_filter
-from .spec import MAX_CHECKPOINT_BYTES, Adaptive, Background
+from ..schema.background import MAX_CHECKPOINT_BYTES, Adaptive, Background
 from .health import CallableSignal, HealthSignal, ReplicationLag, wait_while_unhealthy
 from .store import BackgroundStore
 from .throttle import AdaptiveController, ThrottleContext, before_batch

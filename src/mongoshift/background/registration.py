@@ -17,7 +17,7 @@ from ..errors import IrreversibleMigrationError
 from .events import Events
 from .input_probe import unversioned_warning
 from .requires import unmet
-from .spec import Background
+from ..schema.background import Background
 from .store import BackgroundStore
 
 log = logging.getLogger("mongoshift.background")

@@ -17,7 +17,7 @@ from ..errors import BackgroundFileChangedError
 from .coordinator import Coordinator
 from .lane import EngineContext, Lane
 from .model import TERMINAL, State
-from .spec import Background
+from ..schema.background import Background
 from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")

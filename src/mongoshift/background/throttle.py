@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..runner.context import CancelSignal
-from .spec import Adaptive
+from ..project.run import CancelSignal
+from ..schema.background import Adaptive
 
 Change = Literal["slow", "overload", "recover"]
 

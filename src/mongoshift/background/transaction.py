@@ -30,7 +30,7 @@ from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
 from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key, is_transient
-from .spec import Background
+from ..schema.background import Background
 
 #: Errors that say the batch took too long or grew too big.
 TIME_OR_SIZE = frozenset({50, 262, 290, 334, 10334, 17419})

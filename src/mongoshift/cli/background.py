@@ -6,22 +6,14 @@ import asyncio
 
 import click
 
-from ..background import command as bg
+from ..api import background as bg
 from ..background.status import BackgroundReport
-from ..config import Settings
-from ..errors import (
-    BackgroundCancelledError,
-    BackgroundFailedError,
-    BackgroundPausedError,
-    ConfigInvalidError,
-    ExitCode,
-    MongoshiftError,
-    RunAbortedError,
-)
-from ..runner.context import CancelSignal
+from ..project.settings import Settings
+from ..errors import BackgroundCancelledError, BackgroundFailedError, BackgroundPausedError, ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
+from ..project.run import CancelSignal
 from . import background_view as view
 from .progress import log_progress, show_progress
-from .main import cli, confirm, global_options, output, run_async, settings
+from .app import cli, confirm, global_options, output, run_async, settings
 
 
 @cli.group()

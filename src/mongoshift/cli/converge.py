@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from ..converge import command as cv
+from ..api import collections as cv
 from ..converge.planner import Action
 from ..errors import ConvergeFailedError, ExitCode
-from .main import WAIT_HELP, global_options, output, run_async, settings
+from .app import WAIT_HELP, global_options, output, run_async, settings
 
 
 def _rows(actions: list[tuple[Action, str]]) -> list[tuple[str, ...]]:

@@ -11,11 +11,11 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from ..background import command as bg
-from ..config import Settings, load_settings
-from ..connection import connect
+from ..api import background as bg
+from ..project.settings import Settings, load_settings
+from ..project.connection import connect
 from ..embedded.process import embedded_server
-from ..runner import command
+from .. import api
 from .output import Output
 from .progress import show_progress
 
@@ -99,7 +99,7 @@ def write_sample_project(folder: Path, uri: str, db: str) -> Path:
     return config
 
 
-def _show_status(out: Output, rows: list[command.StatusRow], title: str) -> None:
+def _show_status(out: Output, rows: list[api.StatusRow], title: str) -> None:
     out.table(["migration", "state", "batch", "checksum"], [(r.name, r.shown_state, r.batch, r.checksum or "") for r in rows], title=title)
 
 
@@ -174,9 +174,9 @@ def run_demo(out: Output) -> None:
             client = await connect(settings)
             try:
                 await seed_orders(client)
-                before = await command.status(settings)
-                report = await command.up(settings)
-                after = await command.status(settings)
+                before = await api.status(settings)
+                report = await api.up(settings)
+                after = await api.status(settings)
                 user = await client[DEMO_DB].users.find_one({"email": "ada@example.com"}, {"_id": 0})
             finally:
                 await client.close()
@@ -185,7 +185,7 @@ def run_demo(out: Output) -> None:
         out.say(f"seeding {ORDERS:,} orders for the background migration ...")
         result = asyncio.run(scenario())
         report = result["report"]
-        assert isinstance(report, command.RunReport)
+        assert isinstance(report, api.RunReport)
         if not out.json_mode:
             _show_status(out, result["before"], "before 'mongoshift up'")  # type: ignore[arg-type]
             out.table(
@@ -201,7 +201,7 @@ def run_demo(out: Output) -> None:
             out.json({
                 "uri": uri,
                 "up": report.to_json(),
-                "status": command.rows_to_json(result["after"]),  # type: ignore[arg-type]
+                "status": api.rows_to_json(result["after"]),  # type: ignore[arg-type]
                 "sample_document": result["user"],
                 "background": bg_report.to_json(),
                 "application": {k: v for k, v in bg_result.items() if k not in ("report",)},

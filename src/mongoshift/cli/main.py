@@ -1,148 +1,30 @@
-"""``mongoshift``: the command line.
+"""``mongoshift``: the command line, and the migration line's own commands.
 
 Each command turns its flags into settings, calls one function of
-:mod:`mongoshift.runner.command`, and renders the result. Every failure ends
+:mod:`mongoshift.api`, and renders the result. Every failure ends
 with the exit code of its kind (docs/exit-codes.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal
 
 import click
 from pymongo.errors import PyMongoError
 
-from ..config import Settings, find_project_file, load_settings, read_project_file
-from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
-from ..redaction import strip_controls, uri_secrets
-from ..runner import command
-from ..runner.context import CancelSignal
+from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
+from ..project.redaction import strip_controls, uri_secrets
+from .. import api
 from ..runner.plan import status_verdict
 from ..runner.scaffold import create_migration, write_config
-from ..server_errors import from_pymongo
+from ..project.server_errors import from_pymongo
+from . import background as _background  # noqa: F401  (registers the 'background' group)
+from .app import WAIT_HELP, cli, confirm, global_options, options, output, run_async, settings
+from .converge import converge_command, interactive_confirm, render
 from .output import Output
-
-T = TypeVar("T")
-
-GLOBAL_KEYS = ("uri", "db", "dir", "config", "json", "verbose", "quiet")
-
-
-def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value not in (None, False) and param.name:
-        ctx.find_root().ensure_object(dict)[param.name] = value
-    return value
-
-
-def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The connection and output flags, accepted before or after the command name."""
-    options = [
-        click.option("--uri", help="MongoDB connection string (MONGOSHIFT_URI).", callback=_store, expose_value=False),
-        click.option("--db", help="Database name (MONGOSHIFT_DB).", callback=_store, expose_value=False),
-        click.option("--dir", help="Migrations folder (MONGOSHIFT_MIGRATIONS_DIR).", callback=_store, expose_value=False),
-        click.option(
-            "--config",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml).",
-            callback=_store,
-            expose_value=False,
-        ),
-        click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
-        click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
-        click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.", callback=_store, expose_value=False),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def _obj() -> dict[str, Any]:
-    return click.get_current_context().find_root().ensure_object(dict)
-
-
-def output() -> Output:
-    obj = _obj()
-    if "output" not in obj:
-        obj["output"] = Output(json_mode=bool(obj.get("json")), quiet=bool(obj.get("quiet")), verbose=bool(obj.get("verbose")))
-    return obj["output"]  # type: ignore[no-any-return]
-
-
-def settings() -> Settings:
-    out = output()  # logging is configured before anything runs
-    obj = _obj()
-    flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
-    loaded = load_settings(flags, config_path=obj.get("config"))
-    if not obj.get("secrets_checked"):
-        obj["secrets_checked"] = True
-        _warn_secrets_in_file(out, obj.get("config"))
-    return loaded
-
-
-def _warn_secrets_in_file(out: Output, config_path: Path | None) -> None:
-    """A project file is committed: a password in its ``uri`` is a leak waiting to happen."""
-    path = config_path or (Path(os.environ["MONGOSHIFT_CONFIG"]) if os.environ.get("MONGOSHIFT_CONFIG") else find_project_file(Path.cwd()))
-    if path is None:
-        return
-    uri = read_project_file(path).get("uri")
-    found = uri_secrets(uri) if isinstance(uri, str) else []
-    if found:
-        out.warn(
-            f"{path.name} holds secrets in its uri ({', '.join(found)}): move the full URI to MONGOSHIFT_URI "
-            "(environment or a .env file kept out of git) and keep the file's uri without them"
-        )
-
-
-def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
-    """Run a command; the first Ctrl-C asks it to stop at the next boundary, the second ends it now."""
-    cancel = CancelSignal()
-    context = click.get_current_context(silent=True)
-    json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
-
-    async def main() -> T:
-        loop = asyncio.get_running_loop()
-
-        def on_signal(signum: int) -> None:
-            if cancel.is_set():
-                sys.stderr.write("\nmongoshift: second signal, stopping now\n")
-                if json_mode:  # even now, one JSON document
-                    stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
-                    Output.emit_json({"error": stopped})
-                os._exit(128 + signum)
-            cancel.set(f"interrupted by {signal.Signals(signum).name}")
-            sys.stderr.write("\nmongoshift: stopping after the current migration (press Ctrl-C again to stop now)\n")
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(signum, on_signal, signum)
-            except (NotImplementedError, RuntimeError):
-                pass
-        return await make(cancel)
-
-    return asyncio.run(main())
-
-
-def confirm(question: str, yes: bool) -> None:
-    """Ask before something destructive; refuse without a terminal unless --yes."""
-    if yes:
-        return
-    if output().json_mode or not sys.stdin.isatty():
-        raise ConfigInvalidError(f"{question} Pass --yes to confirm when not running interactively.")
-    if not click.confirm(question, default=False):
-        raise RunAbortedError("cancelled at the prompt")
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="mongoshift", prog_name="mongoshift")
-@global_options
-def cli() -> None:
-    """MongoDB schema and data migrations."""
-
 
 # ---------------------------------------------------------------- project files
 
@@ -152,7 +34,7 @@ def cli() -> None:
 @global_options
 def init(force: bool) -> None:
     """Create mongoshift.toml and the migrations folder here."""
-    obj = _obj()
+    obj = options()
     path = write_config(Path.cwd(), uri=obj.get("uri"), db=obj.get("db"), migrations_dir=obj.get("dir") or "migrations", force=force)
     out = output()
     secrets = uri_secrets(obj["uri"]) if obj.get("uri") else []
@@ -189,10 +71,7 @@ def create(name: str, template: Path | None, background_: bool) -> None:
 
 # ---------------------------------------------------------------- the line
 
-WAIT_HELP = "Wait for a held lock (SECONDS, default 600) instead of failing."
-
-
-def _render_report(report: command.RunReport) -> None:
+def _render_report(report: api.RunReport) -> None:
     out = output()
     for warning in report.warnings:
         out.warn(warning)
@@ -204,15 +83,11 @@ def _render_report(report: command.RunReport) -> None:
     if not report.results:
         out.say("nothing to do")
         if report.converge is not None:
-            from .converge import render
-
             render(report.converge, title="converge")
         return
     rows = [(r.name, r.direction, r.status, r.batch, f"{r.duration_ms} ms", r.reason or r.error or "") for r in report.results]
     out.table(["migration", "direction", "status", "batch", "duration", "note"], rows)
     if report.converge is not None:
-        from .converge import render
-
         render(report.converge, title="converge")
 
 
@@ -233,8 +108,6 @@ def up(
     file: str | None, to: str | None, step: bool, force: bool, yes: bool, strict: bool | None, no_lock: bool, wait: float | None, converge: bool | None
 ) -> None:
     """Apply pending migrations, or FILE alone."""
-    from .converge import interactive_confirm
-
     s = settings()
     if force:
         if not file:
@@ -242,7 +115,7 @@ def up(
         confirm(f"Run {file} again although it is applied?", yes)
     ask = interactive_confirm(yes)
     report = run_async(
-        lambda cancel: command.up(
+        lambda cancel: api.up(
             s, target=file, to=to, step=step, force=force, strict=strict or None, no_lock=no_lock, wait=wait, cancel=cancel,
             converge=converge, yes=yes, confirm=ask,
         )
@@ -262,7 +135,7 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
     s = settings()
     report = run_async(
-        lambda cancel: command.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel)
+        lambda cancel: api.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel)
     )
     _render_report(report)
 
@@ -275,14 +148,14 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 def redo(file: str | None, no_lock: bool, wait: float | None) -> None:
     """Roll back and re-apply FILE (default: the most recently applied migration)."""
     s = settings()
-    report = run_async(lambda cancel: command.redo(s, target=file, no_lock=no_lock, wait=wait, cancel=cancel))
+    report = run_async(lambda cancel: api.redo(s, target=file, no_lock=no_lock, wait=wait, cancel=cancel))
     _render_report(report)
 
 
 def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
     out = output()
     if out.json_mode:
-        out.json({"migrations": command.rows_to_json(rows)})
+        out.json({"migrations": api.rows_to_json(rows)})
         return
     if not rows:
         out.say("no migrations")
@@ -301,7 +174,7 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
     s = settings()
-    rows = run_async(lambda cancel: command.status(s))
+    rows = run_async(lambda cancel: api.status(s))
     _render_rows(rows)
     pending = [r.name for r in rows if r.pending]
     mismatched = [r.name for r in rows if r.checksum == "mismatch"]
@@ -322,15 +195,10 @@ def status(check: bool) -> int:
 @click.option("--pending", "only", flag_value="pending", help="Only pending migrations.")
 @click.option("--applied", "only", flag_value="applied", help="Only applied migrations.")
 @global_options
-def list_(only: str | None) -> None:
+def list_(only: Literal["pending", "applied"] | None) -> None:
     """List migrations, optionally only pending or applied ones."""
     s = settings()
-    rows = run_async(lambda cancel: command.status(s, checksums=False))
-    if only == "pending":
-        rows = [r for r in rows if r.pending]
-    elif only == "applied":
-        rows = [r for r in rows if r.state == "applied"]
-    _render_rows(rows)
+    _render_rows(run_async(lambda cancel: api.list_migrations(s, only=only)))
 
 
 @cli.group(name="dry-run")
@@ -338,12 +206,12 @@ def dry_run() -> None:
     """Show what up or down would run: same selection, no lock, no writes."""
 
 
-def _render_dry(report: command.DryRunReport) -> None:
+def _render_dry(report: api.DryRunReport) -> None:
     out = output()
     for warning in report.warnings:
         out.warn(warning)
     if out.json_mode:
-        out.json({"dry_run": command.rows_to_json(report.rows), "warnings": report.warnings, "waiting": report.waiting})
+        out.json({"dry_run": api.rows_to_json(report.rows), "warnings": report.warnings, "waiting": report.waiting})
         return
     for item in report.waiting:
         out.warn(f"would stop before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
@@ -367,7 +235,7 @@ def _render_dry(report: command.DryRunReport) -> None:
 def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None) -> None:
     """What 'up' would apply."""
     s = settings()
-    _render_dry(run_async(lambda cancel: command.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
+    _render_dry(run_async(lambda cancel: api.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
 
 
 @dry_run.command(name="down")
@@ -379,7 +247,7 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None) -> None:
     """What 'down' would roll back."""
     s = settings()
-    _render_dry(run_async(lambda cancel: command.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
+    _render_dry(run_async(lambda cancel: api.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
 
 
 # ---------------------------------------------------------------- the lock
@@ -390,7 +258,7 @@ def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | N
 def lock() -> None:
     """Show who holds the migration lock."""
     s = settings()
-    holder = run_async(lambda cancel: command.lock_status(s))
+    holder = run_async(lambda cancel: api.lock_status(s))
     out = output()
     if out.json_mode:
         out.json({"held": holder is not None, "holder": holder.__dict__ if holder else None})
@@ -404,7 +272,7 @@ def lock() -> None:
 def unlock(yes: bool) -> None:
     """Clear a stuck migration lock (for example after a run was killed)."""
     s = settings()
-    holder = run_async(lambda cancel: command.lock_status(s))
+    holder = run_async(lambda cancel: api.lock_status(s))
     out = output()
     if holder is None:
         if out.json_mode:
@@ -413,7 +281,7 @@ def unlock(yes: bool) -> None:
             out.say("the lock is free: nothing to clear")
         return
     confirm(f"Clear the lock held by {holder.describe()}?", yes)
-    cleared = run_async(lambda cancel: command.unlock(s))
+    cleared = run_async(lambda cancel: api.unlock(s))
     if out.json_mode:
         out.json({"cleared": cleared is not None, "holder": cleared.__dict__ if cleared else None})
     else:
@@ -450,10 +318,6 @@ def demo() -> None:
     run_demo(output())
 
 
-from . import background as _background  # noqa: E402,F401  (registers the command group)
-from .converge import converge_command  # noqa: E402
-
-cli.add_command(converge_command)
 
 
 def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None = None) -> None:
@@ -492,3 +356,6 @@ def main(argv: list[str] | None = None) -> None:
         hint = "" if "-v" in args or "--verbose" in args else " (run again with -v for the traceback, and please report it)"
         _fail(MongoshiftError(f"unexpected {type(exc).__name__}{hint}"), args, exc)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+cli.add_command(converge_command)

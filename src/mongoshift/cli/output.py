@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MongoshiftError
-from ..redaction import redact, strip_controls
+from ..project.redaction import redact, strip_controls
 
 
 def _default(value: Any) -> Any:

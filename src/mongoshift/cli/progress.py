@@ -14,10 +14,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from ..background import command as bg
+from ..api import background as bg
 from ..background.status import BackgroundReport
 from .background_view import clock
-from ..config import Settings
+from ..project.settings import Settings
 
 log = logging.getLogger("mongoshift.background.progress")
 

@@ -14,7 +14,6 @@ and re-creates the index; if the create fails the old index is put back.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -22,8 +21,8 @@ from typing import Any, Literal
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
-from ..redaction import describe_error
-from .declaration import CollectionDeclaration
+from ..project.redaction import describe_error
+from ..schema.collections import CollectionDeclaration
 from .inspection import inspect
 from .planner import Action, plan_collection
 

@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
 
-from .declaration import CollectionDeclaration
-from .spec import IndexSpec, ValidatorSpec, normalize_collation, versioning_minimum
+from ..schema.collections import CollectionDeclaration
+from ..schema.index_specs import IndexSpec, ValidatorSpec, normalize_collation, versioning_minimum
 
 Kind = Literal["missing", "collection", "view", "timeseries"]
 

@@ -14,17 +14,15 @@ Index documents and validators are stored as relaxed Extended JSON text in
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from ..runner.changelog import RunInfo
-from .spec import as_text
-
-if TYPE_CHECKING:
-    from .command import ConvergeReport
+from ..project.run import RunInfo
+from ..schema.index_specs import as_text
+from .report import ConvergeReport
 
 log = logging.getLogger("mongoshift.converge")
 

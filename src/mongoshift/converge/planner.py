@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .declaration import CollectionDeclaration
+from ..schema.collections import CollectionDeclaration
 from .inspection import CollectionState
-from .spec import IN_PLACE, IndexSpec, ValidatorSpec, as_json, key_document
+from ..schema.index_specs import IN_PLACE, IndexSpec, ValidatorSpec, as_json, key_document
 
 Target = Literal["collection", "validator", "index"]
 Kind = Literal["create", "modify", "rebuild", "drop", "keep", "unchanged", "conflict"]

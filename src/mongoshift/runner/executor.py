@@ -20,11 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pymongo import AsyncMongoClient, MongoClient
+from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
-from ..config import Settings
-from ..connection import sync_client
+from ..background.line import BackgroundSteps, Waiting
 from ..errors import (
     BackgroundFailedError,
     ExecutionFailedError,
@@ -37,17 +36,14 @@ from ..errors import (
     RunAbortedError,
     TransactionsUnsupportedError,
 )
-from . import changelog as records
-from .changelog import Changelog, RunInfo
-from .context import CancelSignal, Direction, MigrationContext, call, guard_exit, is_async
-from ..redaction import describe_error, redact
-from ..background.declared import align_file
-from ..background.registration import register, revert_or_withdraw
-from ..background.requires import Waiting, unmet
-from ..background.store import BackgroundStore
-from .hooks import Hooks
-from .loader import load
-from .lock import MigrationLock
+from ..project.changelog import Changelog, RecordWrite
+from ..project.loader import load
+from ..project.redaction import describe_error, redact
+from ..project.session import Session
+from ..schema.background import Background
+from ..project.user_code import call, guard_exit, is_async
+from .context import Direction, MigrationContext
+from .hooks import Hooks, load_hooks
 from .plan import Plan, Step
 
 log = logging.getLogger("mongoshift")
@@ -72,28 +68,19 @@ class MigrationResult:
 
 
 class Runtime:
-    """The connections and identity one run shares between migrations and hooks."""
+    """What migrations and hooks of one run share: its session, and the context each function receives."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        client: AsyncMongoClient[Any],
-        run: RunInfo,
-        cancel: CancelSignal,
-        logger: logging.Logger = log,
-    ) -> None:
-        self.settings = settings
-        self.client = client
-        self.db_name = settings.require_connection()[1]
-        self.run = run
-        self.cancel = cancel
+    def __init__(self, session: Session, logger: logging.Logger = log) -> None:
+        self.session = session
+        self.settings = session.settings
+        self.client = session.client
+        self.db_name = session.db_name
+        self.run = session.run
+        self.cancel = session.cancel
         self.logger = logger
-        self._sync: MongoClient[Any] | None = None
 
     def sync_client(self) -> MongoClient[Any]:
-        if self._sync is None:
-            self._sync = sync_client(self.settings)
-        return self._sync
+        return self.session.sync_client()
 
     def context(
         self,
@@ -117,11 +104,6 @@ class Runtime:
             attempt=attempt,
         )
 
-    async def close(self) -> None:
-        if self._sync is not None:
-            await asyncio.to_thread(self._sync.close)
-            self._sync = None
-
 
 def _describe(exc: BaseException) -> str:
     return describe_error(exc)
@@ -143,18 +125,17 @@ def _transactions_unsupported(exc: BaseException) -> bool:
 
 
 class Executor:
-    def __init__(
-        self, runtime: Runtime, changelog: Changelog, hooks: Hooks, lock: MigrationLock | None = None
-    ) -> None:
-        self.runtime = runtime
-        self.changelog = changelog
-        self.hooks = hooks
-        self.lock = lock
+    """Runs the steps of a plan on one session: hooks, bodies, records, and background files through :mod:`~mongoshift.background.line`."""
+
+    def __init__(self, session: Session, hooks: Hooks | None = None) -> None:
+        self.session = session
+        self.runtime = Runtime(session)
+        self.changelog = session.changelog
+        self.hooks = load_hooks(session.settings.hooks) if hooks is None else hooks
+        self.lock = session.lock
+        self.background = BackgroundSteps(session)
         self._lock_warned = False
         self.waiting: list[dict[str, Any]] = []
-
-    def _store(self) -> BackgroundStore:
-        return BackgroundStore(self.changelog.collection.database, self.runtime.settings.background_collection)
 
     async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
         """Run every step of ``plan`` in order; raise with the results so far on failure."""
@@ -225,14 +206,13 @@ class Executor:
         if step.direction != "up" or step.file.background is not None or not step.file.requires:
             return None
         settings = self.runtime.settings
-        by = self.runtime.run.executed_by
         waiting: list[Waiting] = []
         for name in step.file.requires:
             if planned is not None and name in planned:
                 if not settings.background_inline:  # registered by this run, not run by it
                     waiting.append(Waiting(name, "pending", "pending"))
                 continue
-            waiting.extend(await unmet(self._store(), [name], by=by, reopen=planned is None))
+            waiting.extend(await self.background.unmet(name, reopen=planned is None))
         if not waiting:
             return None
         listed = ", ".join(w.describe() for w in waiting)
@@ -251,28 +231,23 @@ class Executor:
         """Import every file first: a broken file fails the run before anything is written."""
         for step in steps:
             load(step.file)
-            align_file(step.file, self.runtime.settings)
+            self.background.align(step.file)
             if step.direction == "down" and step.file.background is None and step.file.down is None:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
                 )
 
     def _check_stop(self, results: list[MigrationResult]) -> None:
-        if self.lock is not None and self.lock.lost.is_set():
-            if self.runtime.settings.on_lock_lost == "abort":
-                raise LockLostError(f"the migration lock was lost: {self.lock.lost_reason}")
-            if not self._lock_warned:
-                self._lock_warned = True
-                log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
-        if self.runtime.cancel.is_set():
-            raise RunAbortedError(
-                f"run stopped ({self.runtime.cancel.reason}); {len(results)} migration(s) completed, "
-                "the rest were not started"
-            )
+        if self.lock is not None and self.lock.lost.is_set() and not self.session.lock_lost() and not self._lock_warned:
+            self._lock_warned = True
+            log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
+        self.session.check_stop(
+            lambda reason: f"run stopped ({reason}); {len(results)} migration(s) completed, the rest were not started"
+        )
 
     def _lock_lost(self, step: Step) -> LockLostError | None:
         """The error of a step that ran while the lock was lost (policy ``abort``), else None."""
-        if self.lock is None or not self.lock.lost.is_set() or self.runtime.settings.on_lock_lost != "abort":
+        if self.lock is None or not self.session.lock_lost():
             return None
         return LockLostError(
             f"{step.name}: the migration lock was lost while it ran ({self.lock.lost_reason}); "
@@ -282,7 +257,7 @@ class Executor:
 
     async def _confirm_lock(self, step: Step) -> None:
         """Checked on the server right before a record is written: a run without its lock records nothing done."""
-        if self.lock is None or self.runtime.settings.on_lock_lost != "abort":
+        if self.lock is None or self.session.settings.on_lock_lost != "abort":
             return
         await self.lock.confirm()
         error = self._lock_lost(step)
@@ -345,24 +320,19 @@ class Executor:
         spec = step.file.background
         assert spec is not None
         started = time.monotonic()
-        store = self._store()
-        by = self.runtime.run.executed_by
         outcome: str | None = None
         warnings: list[str] = []
         try:
             if step.direction == "up":
-                warnings = await register(
-                    store, step.name, spec, checksum=step.file.checksum, direction="forward", by=by, requires=step.file.requires
-                )
+                warnings = await self.background.register(step.name, spec, checksum=step.file.checksum, requires=step.file.requires)
                 note = "registered: run it with 'mongoshift background run'"
             else:
-                outcome = await revert_or_withdraw(store, step.name, spec, checksum=step.file.checksum, by=by)
+                outcome = await self.background.revert(step.name, spec, checksum=step.file.checksum)
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
             if self.runtime.settings.background_inline and (step.direction == "up" or outcome == "revert"):
                 note = await self._run_inline(step.name, spec, step.file.checksum)
             await self._confirm_lock(step)
-            filter_, update, upsert = self._record(step, batch, started, kind="background")
-            await self.changelog.collection.update_one(filter_, update, upsert=upsert)
+            await self.changelog.write(self._record(step, batch, started, kind="background"))
         except MongoshiftError as exc:
             await self._failed(step, batch, exc, results, started)
             raise
@@ -375,14 +345,11 @@ class Executor:
         log.info("%s: %s", step.name, note)
         return MigrationResult(step.name, step.direction, status, batch, duration, reason=note, warnings=warnings)
 
-    async def _run_inline(self, name: str, spec: Any, checksum: str) -> str:
+    async def _run_inline(self, name: str, spec: Background, checksum: str) -> str:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""
-        from ..background.command import open_engine
-
-        async with open_engine(self.runtime.settings, cancel=self.runtime.cancel, client=self.runtime.client, checked=True) as engine:
-            state = await engine.migration_run().run(name, spec, concurrency=spec.max_parallel, checksum=checksum)
+        state = await self.background.run_inline(name, spec, checksum=checksum)
         status = state.status if state else "missing"
-        if status != "completed" and self.lock is not None and self.lock.lost.is_set() and self.runtime.settings.on_lock_lost == "abort":
+        if status != "completed" and self.lock is not None and self.session.lock_lost():
             raise LockLostError(f"the migration lock was lost while {name} ran inline ({self.lock.lost_reason})", file=name)
         if status == "completed":
             return "registered and run inline: completed"
@@ -392,10 +359,10 @@ class Executor:
             raise RunAbortedError(f"stopped while {name} ran inline; 'mongoshift background run {name}' continues it")
         raise BackgroundFailedError(f"{name} ran inline but ended {status}", file=name)
 
-    def _record(self, step: Step, batch: int | None, started: float, kind: str = "migration") -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    def _record(self, step: Step, batch: int | None, started: float, kind: str = "migration") -> RecordWrite:
         duration = int((time.monotonic() - started) * 1000)
         if step.direction == "up":
-            f, u = records.applied_update(
+            return Changelog.applied(
                 step.name,
                 batch=batch or 0,
                 checksum=step.file.checksum,
@@ -404,16 +371,13 @@ class Executor:
                 description=step.file.description,
                 kind=kind,
             )
-            return f, u, True
-        f, u = records.reverted_update(step.name, duration_ms=duration, run=self.runtime.run)
-        return f, u, False
+        return Changelog.reverted(step.name, duration_ms=duration, run=self.runtime.run)
 
     async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
         await call(fn, self.runtime.context(fn, name=step.name, direction=step.direction))
         await self._confirm_lock(step)
-        filter_, update, upsert = self._record(step, batch, started)
         try:
-            await self.changelog.collection.update_one(filter_, update, upsert=upsert)
+            await self.changelog.write(self._record(step, batch, started))
         except PyMongoError as exc:
             raise ExecutionFailedError(
                 f"{step.name} ran, but its changelog record could not be written ({_describe(exc)}); "
@@ -447,8 +411,7 @@ class Executor:
                 attempt += 1
                 await guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
                 await self._confirm_lock(step)
-                filter_, update, upsert = self._record(step, batch, started)
-                await self.changelog.collection.update_one(filter_, update, upsert=upsert, session=s)
+                await self.changelog.write(self._record(step, batch, started), session=s)
 
             await session.with_transaction(body)
 
@@ -456,7 +419,6 @@ class Executor:
         self, step: Step, fn: Callable[..., Any], batch: int | None, started: float, loop: asyncio.AbstractEventLoop
     ) -> None:
         client = self.runtime.sync_client()
-        collection = client[self.runtime.db_name][self.changelog.collection.name]
         attempt = 0
         with client.start_session() as session:
 
@@ -465,8 +427,7 @@ class Executor:
                 attempt += 1
                 guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
                 asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
-                filter_, update, upsert = self._record(step, batch, started)
-                collection.update_one(filter_, update, upsert=upsert, session=s)
+                self.changelog.write_sync(client, self._record(step, batch, started), session=s)
 
             session.with_transaction(body)
 

@@ -10,17 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from ..errors import (
-    ChecksumMismatchError,
-    ExitCode,
-    ConfigInvalidError,
-    FileNotFoundMigrationError,
-    NotAppliedError,
-    OutOfOrderError,
-)
-from .changelog import ChangelogRecord
+from ..errors import ChecksumMismatchError, ExitCode, ConfigInvalidError, FileNotFoundMigrationError, NotAppliedError, OutOfOrderError
+from ..project.changelog import ChangelogRecord
 from .context import Direction
-from .loader import MigrationFile, find
+from ..project.loader import MigrationFile, find
 
 State = Literal["applied", "pending", "failed", "reverted", "missing"]
 

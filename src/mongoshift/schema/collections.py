@@ -8,7 +8,8 @@ TOML or ``None`` in Python means "this collection has no validator".
 Declarations come from ``[[collections]]`` in the project file (validated with
 the other settings, so a typo fails every command at once) and from one file
 per collection in ``collections_dir`` (``users.toml`` or ``users.py`` with
-``collection = {...}``), read only when converge runs. Every key is checked:
+``collection = {...}``), read by :mod:`mongoshift.project.declarations`.
+This module holds only the declared values, with no I/O. Every key is checked:
 an unknown key is an error naming it and where it was written, because a
 misspelt ``uniqe`` that is silently ignored builds the wrong index.
 
@@ -22,61 +23,17 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib.util
 import re
-import sys
-import tomllib
-import traceback
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pymongo.operations import IndexModel
 
-from ..errors import ConfigInvalidError
-from ..own_collections import refuse_declared
-from .spec import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
-
-if TYPE_CHECKING:
-    from ..config import Settings
+from .index_specs import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 INLINE_SOURCE = "[[collections]] in the project config"
-UNREADABLE = (".json", ".yaml", ".yml", ".js", ".ts")
-
-
-def loc_path(loc: Sequence[Any]) -> str:
-    """A pydantic error location as written in a file: ``collections[0].indexes[1].keys``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def declared_name(loc: Sequence[Any], values: Mapping[str, Any]) -> str | None:
-    """The collection an error inside ``[[collections]]`` belongs to, for the message."""
-    if len(loc) < 2 or loc[0] != "collections" or not isinstance(loc[1], int):
-        return None
-    items = values.get("collections")
-    if isinstance(items, (list, tuple)) and 0 <= loc[1] < len(items) and isinstance(items[loc[1]], Mapping):
-        name = items[loc[1]].get("name")
-        return name if isinstance(name, str) else None
-    return None
-
-
-def describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = loc_path(err["loc"])
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
 
 
 def bson_problem(value: Any, path: str = "") -> str | None:
@@ -430,111 +387,3 @@ class CollectionDeclaration(_Strict):
             return ValidatorSpec(user, self.validation_level or "strict", action)
         level = self.validation_level or ("strict" if user else "moderate")
         return ValidatorSpec(merge_versioning(user, self.versioning), level, action)
-
-
-# ---------------------------------------------------------------- loading
-
-
-def _validated(data: Any, path: Path) -> CollectionDeclaration:
-    if isinstance(data, CollectionDeclaration):
-        declaration = data
-    else:
-        if not isinstance(data, Mapping):
-            raise ConfigInvalidError(f"{path}: the declaration must be a table/dict, not {type(data).__name__}", file=str(path))
-        values = dict(data)
-        values.setdefault("name", path.stem)
-        try:
-            declaration = CollectionDeclaration.model_validate(values)
-        except ValidationError as exc:
-            raise ConfigInvalidError(f"{path}: {describe(exc)}", file=str(path)) from None
-    declaration._source = str(path)
-    return declaration
-
-
-def _read_toml(path: Path) -> Any:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigInvalidError(f"{path} is not valid TOML: {exc}", file=str(path)) from None
-
-
-def _read_python(path: Path) -> Any:
-    module_name = f"mongoshift_collections.{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigInvalidError(f"{path}: cannot be imported as a Python module", file=str(path))
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as exc:  # a declaration file may raise anything while importing, even SystemExit
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        line = exc.lineno if isinstance(exc, SyntaxError) else next(
-            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if Path(f.filename) == path), None
-        )
-        where = f" (line {line})" if line else ""
-        raise ConfigInvalidError(f"{path}: failed to import{where}: {type(exc).__name__}: {exc}", file=str(path)) from None
-    finally:
-        sys.modules.pop(module_name, None)
-    if not hasattr(module, "collection"):
-        raise ConfigInvalidError(f"{path}: must define collection = {{...}}", file=str(path))
-    value = module.collection
-    if callable(value) and not isinstance(value, (Mapping, CollectionDeclaration)):
-        raise ConfigInvalidError(f"{path}: collection must be a dict, not a function", file=str(path))
-    return value
-
-
-def load_folder(directory: Path, *, required: bool = False) -> list[CollectionDeclaration]:
-    """One declaration per ``.toml`` / ``.py`` file, in name order; ``_`` and ``.`` files are helpers."""
-    if not directory.is_dir():
-        if required:
-            raise ConfigInvalidError(f"collections folder not found: {directory} (setting collections_dir)")
-        return []
-    declarations = []
-    failures: list[ConfigInvalidError] = []  # every broken file is reported at once, not one per try
-    for path in sorted(directory.iterdir()):
-        if path.name.startswith(("_", ".")) or not path.is_file():
-            continue
-        try:
-            if path.suffix == ".toml":
-                declarations.append(_validated(_read_toml(path), path))
-            elif path.suffix == ".py":
-                declarations.append(_validated(_read_python(path), path))
-            elif path.suffix in UNREADABLE:
-                raise ConfigInvalidError(f"{path}: collection declarations are .toml or .py files", file=str(path))
-        except ConfigInvalidError as exc:
-            failures.append(exc)
-    files = [str(f.details.get("file")) for f in failures]
-    if len(failures) == 1:
-        failures[0].details["files"] = files
-        raise failures[0]
-    if failures:
-        raise ConfigInvalidError(
-            f"{len(failures)} invalid collection declaration files:\n" + "\n".join(f"  - {f.message}" for f in failures),
-            files=files,
-        )
-    return declarations
-
-
-def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
-    """Every declared collection: the project config first, then the folder. Duplicates are an error."""
-    declarations = list(settings.collections) + load_folder(
-        settings.collections_dir, required="collections_dir" in settings.model_fields_set
-    )
-    seen: dict[str, str] = {}
-    for declaration in declarations:
-        if declaration.name in seen:
-            raise ConfigInvalidError(
-                f"collection {declaration.name!r} is declared twice: in {seen[declaration.name]} and in {declaration.source}"
-            )
-        seen[declaration.name] = declaration.source
-    refuse_declared(settings, seen)
-    return declarations
-
-
-def declaration_for(settings: Settings, collection_name: str) -> CollectionDeclaration | None:
-    """The declaration of one collection (for the background engine's version field), or None."""
-    for declaration in load_declarations(settings):
-        if declaration.name == collection_name:
-            return declaration
-    return None

@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from ..background.spec import Background, describe_errors
+from ..schema.background import Background
+from ..schema.validation import describe_errors
 from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
 
 TIMESTAMP_NAME = re.compile(r"^\d{14}_[a-z0-9][a-z0-9_]*\.py$")
@@ -187,7 +188,7 @@ def load(item: MigrationFile) -> MigrationFile:
     try:
         spec.loader.exec_module(module)
     except ValidationError as exc:
-        raise InvalidExportError(f"{item.name}: invalid background spec: {describe_errors(exc)}", file=item.name) from None
+        raise InvalidExportError(f"{item.name}: invalid background spec: {describe_errors(exc, prefix="background", unknown="unknown setting")}", file=item.name) from None
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
         where = _where(exc, item.path)
         raise InvalidExportError(

@@ -252,16 +252,3 @@ class Background(BaseModel):
         data["mode"] = self.mode
         data["reversible"] = self.reversible
         return data
-
-
-def describe_errors(exc: Any, prefix: str = "background") -> str:
-    """A pydantic ValidationError as one line per problem, each naming its key."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        where = f"{prefix}.{loc}" if loc else prefix
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = "unknown setting"
-        parts.append(f"{where}: {message}")
-    return "; ".join(parts)

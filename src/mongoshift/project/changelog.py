@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
-from ..redaction import redact
+from .redaction import redact
+from .run import RunInfo
 
 Status = Literal["applied", "reverted", "failed"]
 
@@ -31,16 +32,6 @@ INDEXES = [
         name="status_applied_at_name",
     ),
 ]
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """Who is running: stamped on every record a run writes."""
-
-    run_id: str
-    executed_by: str
-    host: str
-    environment: str
 
 
 @dataclass
@@ -135,8 +126,17 @@ def failed_update(
     return {"name": name, "status": {"$ne": "applied"}}, [{"$set": fields}]
 
 
+@dataclass(frozen=True)
+class RecordWrite:
+    """One changelog write, built once so the async path and a migration's own sync transaction send the same."""
+
+    filter: dict[str, Any]
+    update: list[dict[str, Any]]
+    upsert: bool
+
+
 class Changelog:
-    """The async view of the changelog collection used by the runner."""
+    """The changelog collection; every writer (runner, background registration, repin) goes through it."""
 
     def __init__(self, collection: AsyncCollection[dict[str, Any]]) -> None:
         self.collection = collection
@@ -152,6 +152,30 @@ class Changelog:
         """One more than the highest batch ever used, so numbers never repeat."""
         doc = await self.collection.find_one({"batch": {"$type": "number"}}, sort=[("batch", DESCENDING)])
         return int(doc["batch"]) + 1 if doc else 1
+
+    @staticmethod
+    def applied(name: str, **kwargs: Any) -> RecordWrite:
+        """The write that records ``name`` applied (see :func:`applied_update` for the fields)."""
+        filter_, update = applied_update(name, **kwargs)
+        return RecordWrite(filter_, update, upsert=True)
+
+    @staticmethod
+    def reverted(name: str, *, duration_ms: int, run: RunInfo) -> RecordWrite:
+        """The write that records ``name`` reverted; it only turns an applied record."""
+        filter_, update = reverted_update(name, duration_ms=duration_ms, run=run)
+        return RecordWrite(filter_, update, upsert=False)
+
+    async def write(self, entry: RecordWrite, *, session: Any = None) -> None:
+        await self.collection.update_one(entry.filter, entry.update, upsert=entry.upsert, session=session)
+
+    def write_sync(self, client: MongoClient[Any], entry: RecordWrite, *, session: Any) -> None:
+        """The same write through the sync driver, inside a sync migration's own transaction."""
+        collection = client[self.collection.database.name][self.collection.name]
+        collection.update_one(entry.filter, entry.update, upsert=entry.upsert, session=session)
+
+    async def repin(self, name: str, checksum: str) -> None:
+        """Record the checksum of the file as it is now (``background repin`` after a deploy changed it)."""
+        await self.collection.update_one({"name": name}, {"$set": {"checksum": checksum}})
 
     async def mark_failed(self, **kwargs: Any) -> None:
         filter_, update = failed_update(**kwargs)

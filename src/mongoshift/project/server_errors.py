@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
-from .errors import AuthFailedError, ConnectionFailedError, MongoshiftError, ServerError
+from ..errors import AuthFailedError, ConnectionFailedError, MongoshiftError, ServerError
 
 #: AuthenticationFailed: the server answered but refused who we are.
 AUTH_CODES = frozenset({18})

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import CollectionClashError
+from ..errors import CollectionClashError
 
-if TYPE_CHECKING:  # config imports the declarations, which use this module
+if TYPE_CHECKING:
     from pymongo.asynchronous.database import AsyncDatabase
 
-    from .config import Settings
+    from .settings import Settings
 
 #: Documents read per collection.
 SAMPLE = 5

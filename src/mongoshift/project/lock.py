@@ -1,5 +1,7 @@
-"""The migration lock: one document, taken atomically, kept alive by a heartbeat.
+"""A lease lock: one document, taken atomically, kept alive by a heartbeat.
 
+It is the migration lock (``_id`` ``migration_lock``) that a writing run
+holds, and the ``background:<name>`` lock of a background migration's lanes.
 The lock is a single document with a fixed ``_id``. Taking it is one upsert
 that only matches an *expired* lock, judged by the server's clock, so a holder
 killed with ``kill -9`` is replaced once its TTL has passed and clients with
@@ -25,7 +27,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from ..errors import LockHeldError, LockReleaseFailedError
-from .changelog import RunInfo
+from .run import RunInfo
 
 LOCK_ID = "migration_lock"
 #: Share of the TTL kept in reserve: renewal is given up this long before the lock could expire,
@@ -62,8 +64,8 @@ class LockHolder:
         return f"{self.executed_by or '?'} on {self.host or '?'} (pid {self.pid}, since {since}, run {self.owner})"
 
 
-class MigrationLock:
-    """The lock a writing run holds from start to end."""
+class LeaseLock:
+    """A lock held from start to end of a run (or a lane set), renewed before its lease runs out."""
 
     def __init__(
         self,
@@ -71,14 +73,14 @@ class MigrationLock:
         run: RunInfo,
         *,
         ttl_seconds: float,
-        lock_id: str = LOCK_ID,
+        lock_id: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.collection = collection
         self.run = run
         self.ttl_ms = int(ttl_seconds * 1000)
-        self.lock_id = lock_id
+        self.lock_id = lock_id or LOCK_ID
         self.nonce = secrets.token_hex(16)
         self.lost = asyncio.Event()
         self.lost_reason: str | None = None

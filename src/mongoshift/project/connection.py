@@ -8,8 +8,8 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 from pymongo.uri_parser import parse_uri
 
-from .config import Settings
-from .errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
+from .settings import Settings
+from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
 from .redaction import redact
 from .server_errors import auth_failure
 

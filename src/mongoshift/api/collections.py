@@ -1,0 +1,53 @@
+"""Converge as an async Python API; ``mongoshift converge`` calls it.
+
+Declarations are read before connecting, so a bad file costs no server round
+trip, and only once per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..converge.applier import Confirm
+from ..converge.report import ConvergeReport
+from ..converge.run import converge_in_session, plan_in_session
+from ..project.declarations import declarations_by_name
+from ..project.run import CancelSignal
+from ..project.session import open_session, warn_unlocked
+from ..project.settings import Settings
+from ..schema.collections import CollectionDeclaration
+
+
+async def plan_converge(
+    settings: Settings, *, prune: bool = False, check: bool = False, declarations: Sequence[CollectionDeclaration] | None = None
+) -> ConvergeReport:
+    """Plan without the lock and without writing anything (``--dry-run`` and ``--check``).
+
+    ``declarations``: plan these instead of the project's (they are not checked against the own collections).
+    """
+    declared = declarations_by_name(settings) if declarations is None else {d.name: d for d in declarations}
+    async with open_session(settings, take_lock=False, with_files=False, declarations=declared) as session:
+        return await plan_in_session(session, prune=prune, check=check)
+
+
+async def converge(
+    settings: Settings,
+    *,
+    prune: bool = False,
+    yes: bool = False,
+    confirm: Confirm | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+) -> ConvergeReport:
+    """Make the server match the declarations, under the migration lock.
+
+    Destructive actions (rebuilds, drops) need ``yes=True`` or a ``confirm``
+    callback that answers True; without either they are refused before
+    anything is written. Raises :class:`~mongoshift.errors.ConvergeFailedError`
+    on a conflict or a failed action (the report is in ``details["converge"]``).
+    """
+    declared = declarations_by_name(settings)
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, with_files=False, declarations=declared) as session:
+        warn_unlocked(no_lock)
+        return await converge_in_session(session, prune=prune, yes=yes, confirm=confirm)

@@ -1,0 +1,289 @@
+"""The migration line as an async Python API: up, down, redo, status, dry-run, lock.
+
+Each writing command opens one connection, takes the lock (unless told not
+to), re-reads the changelog under it, plans, imports every file it will run,
+and only then executes, so a broken file or a bad selection never leaves half
+a run behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ..background.line import BackgroundSteps
+from ..converge.applier import Confirm
+from ..converge.report import ConvergeReport
+from ..converge.run import converge_in_session
+from ..errors import ConfigInvalidError, MongoshiftError
+from ..project.declarations import declarations_by_name
+from ..project.loader import resolve_name
+from ..project.lock import LockHolder
+from ..project.run import CancelSignal
+from ..project.session import Session, open_session, warn_unlocked
+from ..project.settings import Settings
+from ..runner.executor import Executor, MigrationResult
+from ..runner.plan import Plan, StatusRow, plan_down, plan_up, status_rows
+
+log = logging.getLogger("mongoshift")
+
+
+@dataclass
+class RunReport:
+    """What a writing command did."""
+
+    command: str
+    run_id: str
+    results: list[MigrationResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: With ``on_requires_pending = "stop"``: the migration the run stopped before, and what it waits for.
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    #: The converge that ended a bulk ``up``, when one ran.
+    converge: ConvergeReport | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body = {
+            "command": self.command,
+            "run_id": self.run_id,
+            "results": [r.to_json() for r in self.results],
+            "warnings": self.warnings,
+            "waiting": self.waiting,
+        }
+        if self.converge is not None:
+            body["converge"] = self.converge.to_json()
+        return body
+
+
+@dataclass
+class DryRunRow:
+    name: str
+    direction: Literal["up", "down"]
+    batch: int | None
+    checksum: str
+    description: str | None
+    transaction: bool
+
+
+@dataclass
+class DryRunReport:
+    """What ``dry-run`` found: the rows the real command would run, its warnings, and where it would stop."""
+
+    rows: list[DryRunRow]
+    warnings: list[str] = field(default_factory=list)
+    #: With ``on_requires_pending = "stop"``: the migration the real run would stop before.
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def _plan(
+    session: Session,
+    direction: Literal["up", "down"],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    strict: bool | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+) -> Plan:
+    """The selection of ``up``/``down`` and of their dry runs: one function, so they cannot diverge."""
+    settings = session.settings
+    target = _bare(settings, target)
+    to = _bare(settings, to)
+    records = await session.changelog.records()
+    if direction == "up":
+        return plan_up(
+            session.files,
+            records,
+            target=target,
+            to=to,
+            force=force,
+            strict=settings.strict if strict is None else strict,
+            out_of_order="allow" if target else settings.out_of_order,
+        )
+    return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
+
+
+def _bare(settings: Settings, name: str | None) -> str | None:
+    return None if name is None else resolve_name(name, settings.migrations_dir)
+
+
+async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
+    report = RunReport(command, session.run.run_id, warnings=list(plan.warnings))
+    batch = await session.changelog.next_batch()
+    executor = Executor(session)
+    try:
+        report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
+    except MongoshiftError as exc:
+        exc.details["warnings"] = report.warnings
+        raise
+    report.waiting = executor.waiting
+    return report
+
+
+async def up(
+    settings: Settings,
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    step: bool = False,
+    force: bool = False,
+    strict: bool | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+    converge: bool | None = None,
+    yes: bool = False,
+    confirm: Confirm | None = None,
+) -> RunReport:
+    """Apply pending migrations (or one FILE), in name order.
+
+    A bulk run (no FILE, no ``to``) ends with a converge of the declared
+    collections under the same lock when ``converge`` (default: the
+    ``converge_after_up`` setting) is on; ``yes`` / ``confirm`` decide its
+    destructive steps as for ``mongoshift converge``.
+    """
+    if converge and (target or to):
+        raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
+    converge_after = bool(settings.converge_after_up if converge is None else converge) and not (target or to)
+    # a bad declaration fails before connecting, and the run reads the declarations only this once
+    declarations = declarations_by_name(settings) if converge_after else None
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations) as session:
+        warn_unlocked(no_lock)
+        plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
+        report = await _execute(session, "up", plan, batch_per_step=step)
+        if declarations is not None and not report.waiting:
+            try:
+                report.converge = await converge_in_session(session, yes=yes, confirm=confirm, trigger="up")
+            except MongoshiftError as exc:
+                exc.details.setdefault("results", [r.to_json() for r in report.results])  # the migrations did apply
+                raise
+        return report
+
+
+async def down(
+    settings: Settings,
+    *,
+    target: str | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    to: str | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+) -> RunReport:
+    """Roll back the last batch, or what a selector names."""
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        warn_unlocked(no_lock)
+        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
+        return await _execute(session, "down", plan)
+
+
+async def redo(
+    settings: Settings,
+    *,
+    target: str | None = None,
+    no_lock: bool = False,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+) -> RunReport:
+    """Roll back and re-apply one migration (default: the newest applied) under one lock."""
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+        warn_unlocked(no_lock)
+        target = _bare(settings, target)
+        records = await session.changelog.records()
+        plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
+        if not plan.steps:
+            return RunReport("redo", session.run.run_id, warnings=["nothing is applied: nothing to redo"])
+        back = plan.steps[0]
+        reapply = plan_up(session.files, records, target=back.name, force=True, strict=False)
+        combined = Plan(plan.steps + reapply.steps, reapply.warnings)
+        return await _execute(session, "redo", combined)
+
+
+async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRow]:
+    """Every file with its state; an applied background migration also with its own status."""
+    async with open_session(settings, take_lock=False) as session:
+        rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
+        background = BackgroundSteps(session)
+        for row in rows:
+            if row.kind == "background" and row.state == "applied":
+                row.background = await background.shown_state(row.name)
+        return rows
+
+
+async def list_migrations(settings: Settings, *, only: Literal["pending", "applied"] | None = None) -> list[StatusRow]:
+    """Every migration file with its state (no checksums compared), optionally only the pending or applied ones."""
+    rows = await status(settings, checksums=False)
+    if only == "pending":
+        return [r for r in rows if r.pending]
+    if only == "applied":
+        return [r for r in rows if r.state == "applied"]
+    return rows
+
+
+async def dry_run(
+    settings: Settings,
+    direction: Literal["up", "down"],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    strict: bool | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    step: bool = False,
+) -> DryRunReport:
+    """What the real command would do, refused exactly as it would refuse; no lock, no writes.
+
+    The selection, the hooks module, the import and checks of every file and
+    the ``requires`` gate are the real command's own code (:func:`_plan`,
+    :meth:`Executor.preview`); only the writes are left out.
+    """
+    async with open_session(settings, take_lock=False) as session:
+        plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps)
+        next_batch = await session.changelog.next_batch() if direction == "up" else None
+        would_run, waiting = await Executor(session).preview(plan)
+        rows = []
+        for index, item in enumerate(would_run):
+            use_txn = item.file.use_transaction
+            rows.append(
+                DryRunRow(
+                    name=item.name,
+                    direction=direction,
+                    batch=(next_batch + (index if step else 0)) if next_batch else (item.record.batch if item.record else None),
+                    checksum=item.file.checksum,
+                    description=item.file.description,
+                    transaction=settings.use_transaction if use_txn is None else use_txn,
+                )
+            )
+        warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
+        if direction == "up":
+            warnings += await BackgroundSteps(session).registration_warnings((item.name, item.file) for item in plan.steps)
+        return DryRunReport(rows, warnings, waiting)
+
+
+async def lock_status(settings: Settings) -> LockHolder | None:
+    async with open_session(settings, take_lock=False, with_files=False) as session:
+        return await session.new_lock().holder()
+
+
+async def unlock(settings: Settings) -> LockHolder | None:
+    """Clear the lock whoever holds it; returns who held it (None: nothing to clear)."""
+    async with open_session(settings, take_lock=False, with_files=False) as session:
+        lock = session.new_lock()
+        holder = await lock.holder()
+        if holder is not None:
+            await lock.force_release()
+        return holder
+
+
+def rows_to_json(rows: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        data = asdict(row)
+        for key, value in data.items():
+            if hasattr(value, "isoformat"):
+                data[key] = value.isoformat()
+        out.append(data)
+    return out

@@ -1,0 +1,108 @@
+"""The engine of one connected run: the machinery every background command and lane set shares.
+
+An :class:`Engine` is built on a project :class:`~mongoshift.project.session.Session`,
+so it connects, identifies itself, takes ``background:<name>`` locks and reads
+the declarations the same way every other command does (declarations once per
+run, even when a deploy makes the engine reload a file on every poll).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo import AsyncMongoClient
+
+from ..errors import ConfigInvalidError
+from ..project.loader import discover, find, load
+from ..project.run import CancelSignal
+from ..project.session import Session, open_session
+from ..project.settings import Settings
+from ..schema.background import Background
+from .coordinator import Coordinator
+from .declared import align_file
+from .events import Events, Observer
+from .lane import EngineContext
+from .runner import MigrationRun
+from .store import BackgroundStore
+
+
+@dataclass
+class Engine:
+    """One connection's worth of background machinery."""
+
+    session: Session
+    context: EngineContext
+    coordinator: Coordinator
+
+    @property
+    def settings(self) -> Settings:
+        return self.session.settings
+
+    @property
+    def client(self) -> AsyncMongoClient[Any]:
+        return self.session.client
+
+    @property
+    def store(self) -> BackgroundStore:
+        return self.context.store
+
+    def spec(self, name: str) -> Background:
+        """The file's spec (its code): the functions are only in the file, not in the database."""
+        return self.loaded(name)[0]
+
+    def loaded(self, name: str) -> tuple[Background, str]:
+        """The file's spec and the checksum of the version that was imported."""
+        item = load(find(discover(self.settings.migrations_dir), name))
+        align_file(item, self.session.declarations())
+        spec = item.background
+        if spec is None:
+            raise ConfigInvalidError(f"{item.name} is not a background migration")
+        return spec, item.checksum
+
+    async def run_one(self, name: str, concurrency: int) -> None:
+        spec, checksum = self.loaded(name)
+        await self.migration_run().run(name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.loaded(name))
+
+    def migration_run(self) -> MigrationRun:
+        return MigrationRun(
+            self.context,
+            self.coordinator,
+            poll_seconds=self.settings.background_poll_seconds,
+            checksum_wait_seconds=self.settings.background_checksum_wait_seconds,
+        )
+
+
+async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) -> Engine:
+    """The engine on an open session (its connection, identity, cancel signal and lock collection)."""
+    settings = session.settings
+    store = BackgroundStore(session.db, settings.background_collection)
+    await store.ensure_indexes()
+    context = EngineContext(
+        db=session.db,
+        store=store,
+        events=Events(observers),
+        cancel=session.cancel,
+        lease_ttl_ms=int(settings.background_lease_ttl_seconds * 1000),
+        client=session.client,
+    )
+
+    def new_lock(lock_id: str) -> Any:
+        return session.new_lock(lock_id, ttl_seconds=settings.background_lease_ttl_seconds)
+
+    return Engine(session, context, Coordinator(context, new_lock))
+
+
+@asynccontextmanager
+async def open_engine(
+    settings: Settings,
+    *,
+    cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
+) -> AsyncIterator[Engine]:
+    """Connect (or use ``client``, left open) and start the engine; closed on exit."""
+    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=client) as session:
+        yield await start_engine(session, observers=observers)

@@ -1,0 +1,140 @@
+"""What every ``mongoshift`` command shares: the group, the global flags, settings, output, Ctrl-C, prompts.
+
+Sub-command modules import this module, never :mod:`mongoshift.cli.main`
+(which only gathers them and runs the program).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import ConfigInvalidError, RunAbortedError
+from ..project.redaction import uri_secrets
+from ..project.run import CancelSignal
+from ..project.settings import Settings, find_project_file, load_settings, read_project_file
+from .output import Output
+
+T = TypeVar("T")
+
+GLOBAL_KEYS = ("uri", "db", "dir", "config", "json", "verbose", "quiet")
+
+
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value not in (None, False) and param.name:
+        ctx.find_root().ensure_object(dict)[param.name] = value
+    return value
+
+
+def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The connection and output flags, accepted before or after the command name."""
+    options = [
+        click.option("--uri", help="MongoDB connection string (MONGOSHIFT_URI).", callback=_store, expose_value=False),
+        click.option("--db", help="Database name (MONGOSHIFT_DB).", callback=_store, expose_value=False),
+        click.option("--dir", help="Migrations folder (MONGOSHIFT_MIGRATIONS_DIR).", callback=_store, expose_value=False),
+        click.option(
+            "--config",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml).",
+            callback=_store,
+            expose_value=False,
+        ),
+        click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
+        click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
+        click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.", callback=_store, expose_value=False),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def options() -> dict[str, Any]:
+    return click.get_current_context().find_root().ensure_object(dict)
+
+
+def output() -> Output:
+    obj = options()
+    if "output" not in obj:
+        obj["output"] = Output(json_mode=bool(obj.get("json")), quiet=bool(obj.get("quiet")), verbose=bool(obj.get("verbose")))
+    return obj["output"]  # type: ignore[no-any-return]
+
+
+def settings() -> Settings:
+    out = output()  # logging is configured before anything runs
+    obj = options()
+    flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
+    loaded = load_settings(flags, config_path=obj.get("config"))
+    if not obj.get("secrets_checked"):
+        obj["secrets_checked"] = True
+        _warn_secrets_in_file(out, obj.get("config"))
+    return loaded
+
+
+def _warn_secrets_in_file(out: Output, config_path: Path | None) -> None:
+    """A project file is committed: a password in its ``uri`` is a leak waiting to happen."""
+    path = config_path or (Path(os.environ["MONGOSHIFT_CONFIG"]) if os.environ.get("MONGOSHIFT_CONFIG") else find_project_file(Path.cwd()))
+    if path is None:
+        return
+    uri = read_project_file(path).get("uri")
+    found = uri_secrets(uri) if isinstance(uri, str) else []
+    if found:
+        out.warn(
+            f"{path.name} holds secrets in its uri ({', '.join(found)}): move the full URI to MONGOSHIFT_URI "
+            "(environment or a .env file kept out of git) and keep the file's uri without them"
+        )
+
+
+def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
+    """Run a command; the first Ctrl-C asks it to stop at the next boundary, the second ends it now."""
+    cancel = CancelSignal()
+    context = click.get_current_context(silent=True)
+    json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
+
+    async def main() -> T:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if cancel.is_set():
+                sys.stderr.write("\nmongoshift: second signal, stopping now\n")
+                if json_mode:  # even now, one JSON document
+                    stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
+                    Output.emit_json({"error": stopped})
+                os._exit(128 + signum)
+            cancel.set(f"interrupted by {signal.Signals(signum).name}")
+            sys.stderr.write("\nmongoshift: stopping after the current migration (press Ctrl-C again to stop now)\n")
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signum, on_signal, signum)
+            except (NotImplementedError, RuntimeError):
+                pass
+        return await make(cancel)
+
+    return asyncio.run(main())
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before something destructive; refuse without a terminal unless --yes."""
+    if yes:
+        return
+    if output().json_mode or not sys.stdin.isatty():
+        raise ConfigInvalidError(f"{question} Pass --yes to confirm when not running interactively.")
+    if not click.confirm(question, default=False):
+        raise RunAbortedError("cancelled at the prompt")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mongoshift", prog_name="mongoshift")
+@global_options
+def cli() -> None:
+    """MongoDB schema and data migrations."""
+
+
+WAIT_HELP = "Wait for a held lock (SECONDS, default 600) instead of failing."

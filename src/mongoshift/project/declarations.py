@@ -1,0 +1,132 @@
+"""Reading the project's collection declarations: ``[[collections]]`` and ``collections_dir``.
+
+A ``.py`` declaration file is user code, so it is executed once per connected
+run (:meth:`mongoshift.project.session.Session.declarations`) and handed out
+as a mapping by collection name; nothing re-reads the folder per background
+file or per poll.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ConfigInvalidError
+from ..schema.collections import CollectionDeclaration
+from ..schema.validation import describe_errors
+from .own_collections import refuse_declared
+from .settings import Settings
+
+UNREADABLE = (".json", ".yaml", ".yml", ".js", ".ts")
+
+#: Declared collections by name, in declaration order.
+Declarations = Mapping[str, CollectionDeclaration]
+
+
+def _validated(data: Any, path: Path) -> CollectionDeclaration:
+    if isinstance(data, CollectionDeclaration):
+        declaration = data
+    else:
+        if not isinstance(data, Mapping):
+            raise ConfigInvalidError(f"{path}: the declaration must be a table/dict, not {type(data).__name__}", file=str(path))
+        values = dict(data)
+        values.setdefault("name", path.stem)
+        try:
+            declaration = CollectionDeclaration.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigInvalidError(f"{path}: {describe_errors(exc)}", file=str(path)) from None
+    declaration._source = str(path)
+    return declaration
+
+
+def _read_toml(path: Path) -> Any:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigInvalidError(f"{path} is not valid TOML: {exc}", file=str(path)) from None
+
+
+def _read_python(path: Path) -> Any:
+    module_name = f"mongoshift_collections.{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigInvalidError(f"{path}: cannot be imported as a Python module", file=str(path))
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # a declaration file may raise anything while importing, even SystemExit
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        line = exc.lineno if isinstance(exc, SyntaxError) else next(
+            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if Path(f.filename) == path), None
+        )
+        where = f" (line {line})" if line else ""
+        raise ConfigInvalidError(f"{path}: failed to import{where}: {type(exc).__name__}: {exc}", file=str(path)) from None
+    finally:
+        sys.modules.pop(module_name, None)
+    if not hasattr(module, "collection"):
+        raise ConfigInvalidError(f"{path}: must define collection = {{...}}", file=str(path))
+    value = module.collection
+    if callable(value) and not isinstance(value, (Mapping, CollectionDeclaration)):
+        raise ConfigInvalidError(f"{path}: collection must be a dict, not a function", file=str(path))
+    return value
+
+
+def load_folder(directory: Path, *, required: bool = False) -> list[CollectionDeclaration]:
+    """One declaration per ``.toml`` / ``.py`` file, in name order; ``_`` and ``.`` files are helpers."""
+    if not directory.is_dir():
+        if required:
+            raise ConfigInvalidError(f"collections folder not found: {directory} (setting collections_dir)")
+        return []
+    declarations = []
+    failures: list[ConfigInvalidError] = []  # every broken file is reported at once, not one per try
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(("_", ".")) or not path.is_file():
+            continue
+        try:
+            if path.suffix == ".toml":
+                declarations.append(_validated(_read_toml(path), path))
+            elif path.suffix == ".py":
+                declarations.append(_validated(_read_python(path), path))
+            elif path.suffix in UNREADABLE:
+                raise ConfigInvalidError(f"{path}: collection declarations are .toml or .py files", file=str(path))
+        except ConfigInvalidError as exc:
+            failures.append(exc)
+    files = [str(f.details.get("file")) for f in failures]
+    if len(failures) == 1:
+        failures[0].details["files"] = files
+        raise failures[0]
+    if failures:
+        raise ConfigInvalidError(
+            f"{len(failures)} invalid collection declaration files:\n" + "\n".join(f"  - {f.message}" for f in failures),
+            files=files,
+        )
+    return declarations
+
+
+def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
+    """Every declared collection: the project config first, then the folder. Duplicates are an error."""
+    declarations = list(settings.collections) + load_folder(
+        settings.collections_dir, required="collections_dir" in settings.model_fields_set
+    )
+    seen: dict[str, str] = {}
+    for declaration in declarations:
+        if declaration.name in seen:
+            raise ConfigInvalidError(
+                f"collection {declaration.name!r} is declared twice: in {seen[declaration.name]} and in {declaration.source}"
+            )
+        seen[declaration.name] = declaration.source
+    refuse_declared(settings, seen)
+    return declarations
+
+
+def declarations_by_name(settings: Settings) -> dict[str, CollectionDeclaration]:
+    """:func:`load_declarations` keyed by collection name (the form a session hands out)."""
+    return {declaration.name: declaration for declaration in load_declarations(settings)}

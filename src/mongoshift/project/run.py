@@ -1,0 +1,63 @@
+"""Run identity and cancellation: who is running, and whether the run should stop.
+
+Every record a run writes (changelog, locks, background state, converge log)
+carries the same :class:`RunInfo`; every long loop polls the same
+:class:`CancelSignal`. Both belong to the project, not to one feature.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+
+from .settings import Settings
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Who is running: stamped on every record a run writes."""
+
+    run_id: str
+    executed_by: str
+    host: str
+    environment: str
+
+
+def run_info(settings: Settings, run_id: str | None = None) -> RunInfo:
+    """This process's identity for one run (a fresh ``run_id`` unless one is given)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return RunInfo(
+        run_id=run_id or uuid.uuid4().hex,
+        executed_by=settings.executed_by or user,
+        host=socket.gethostname(),
+        environment=settings.environment,
+    )
+
+
+class CancelSignal:
+    """Set when the run should stop (Ctrl-C, lost lock, timeout); safe across threads.
+
+    Long migrations can poll ``ctx.cancelled.is_set()`` and stop early; the
+    runner itself only acts on it between migrations.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)

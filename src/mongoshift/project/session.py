@@ -1,0 +1,179 @@
+"""One connected run of a project: the connection, who runs, the changelog, the lock.
+
+Every command (migrations, converge, background) opens its run here, so they
+share one way to connect, check mongoshift's own collections, take and lose
+the lock, stop, read the declarations (once per run) and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo import AsyncMongoClient, MongoClient
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
+
+from ..errors import LockLostError, LockReleaseFailedError, MongoshiftError, RunAbortedError
+from .changelog import Changelog
+from .connection import connect, sync_client
+from .declarations import Declarations, declarations_by_name
+from .loader import MigrationFile, discover
+from .lock import LeaseLock
+from .own_collections import check_own_collections
+from .run import CancelSignal, RunInfo, run_info
+from .server_errors import from_pymongo
+from .settings import Settings
+
+log = logging.getLogger("mongoshift")
+
+
+@dataclass
+class Session:
+    """One connected run: settings, connection, identity, changelog, files and (when taken) the lock."""
+
+    settings: Settings
+    client: AsyncMongoClient[Any]
+    run: RunInfo
+    cancel: CancelSignal
+    changelog: Changelog
+    files: list[MigrationFile]
+    lock: LeaseLock | None = None
+    _declarations: Declarations | None = field(default=None, repr=False)
+    _sync: MongoClient[Any] | None = field(default=None, repr=False)
+
+    @property
+    def db_name(self) -> str:
+        return self.settings.require_connection()[1]
+
+    @property
+    def db(self) -> AsyncDatabase[Any]:
+        return self.client[self.db_name]
+
+    def declarations(self) -> Declarations:
+        """The declared collections by name, read (and their ``.py`` files executed) once per run."""
+        if self._declarations is None:
+            self._declarations = declarations_by_name(self.settings)
+        return self._declarations
+
+    def sync_client(self) -> MongoClient[Any]:
+        """The sync driver for plain ``def`` user code; opened on first use, closed with the run."""
+        if self._sync is None:
+            self._sync = sync_client(self.settings)
+        return self._sync
+
+    def new_lock(self, lock_id: str | None = None, *, ttl_seconds: float | None = None, on_lost: Callable[[str], None] | None = None) -> LeaseLock:
+        """A lease lock in the lock collection: the migration lock by default, ``background:<name>`` for a lane set."""
+        return LeaseLock(
+            self.db[self.settings.lock_collection],
+            self.run,
+            ttl_seconds=self.settings.lock_ttl_seconds if ttl_seconds is None else ttl_seconds,
+            lock_id=lock_id,
+            on_lost=on_lost,
+        )
+
+    def lock_lost(self) -> bool:
+        """The run's lock was lost and ``on_lock_lost = "abort"``: nothing more may be recorded as done."""
+        return self.lock is not None and self.lock.lost.is_set() and self.settings.on_lock_lost == "abort"
+
+    def check_stop(self, stopped: Callable[[str], str]) -> None:
+        """Raise when the run must stop: its lock lost (policy ``abort``) or a cancel (Ctrl-C, timeout).
+
+        ``stopped`` words the :class:`RunAbortedError` from the cancel reason.
+        """
+        if self.lock_lost():
+            assert self.lock is not None
+            raise LockLostError(f"the migration lock was lost: {self.lock.lost_reason}")
+        if self.cancel.is_set():
+            raise RunAbortedError(stopped(self.cancel.reason or "cancelled"))
+
+
+def _on_lock_lost(settings: Settings, cancel: CancelSignal) -> Callable[[str], None]:
+    """With ``on_lock_lost = "abort"`` a lost lock sets ``ctx.cancelled`` at once; ``warn`` lets the run go on."""
+
+    def lost(reason: str) -> None:
+        if settings.on_lock_lost == "abort":
+            cancel.set(f"the migration lock was lost: {reason}")
+
+    return lost
+
+
+@asynccontextmanager
+async def open_session(
+    settings: Settings,
+    *,
+    take_lock: bool,
+    wait: float | None = None,
+    cancel: CancelSignal | None = None,
+    run_id: str | None = None,
+    with_files: bool = True,
+    client: AsyncMongoClient[Any] | None = None,
+    checked: bool = False,
+    declarations: Declarations | None = None,
+) -> AsyncIterator[Session]:
+    """Connect (or use ``client``, left open), check the own collections, take the lock, and always clean up.
+
+    ``checked``: the caller's run already checked the own collections.
+    ``declarations``: already read by the caller (a bad file failed before connecting).
+    """
+    files = discover(settings.migrations_dir) if with_files else []
+    own = client is None
+    client = client or await connect(settings)
+    cancel = cancel or CancelSignal()
+    db = client[settings.require_connection()[1]]
+    session = Session(settings, client, run_info(settings, run_id), cancel, Changelog(db[settings.changelog_collection]), files)
+    session._declarations = declarations
+    failure: BaseException | None = None
+    try:
+        try:
+            if not checked:
+                await check_own_collections(db, settings)  # before any index or record is written
+            if take_lock:
+                if settings.ensure_indexes:
+                    await session.changelog.ensure_indexes()
+                session.lock = session.new_lock(on_lost=_on_lock_lost(settings, cancel))
+                await session.lock.acquire(wait_seconds=wait)
+                session.lock.start_heartbeat()
+            yield session
+        except PyMongoError as exc:
+            raise from_pymongo(exc) from exc
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        await _close(session, own, failure)
+
+
+async def _close(session: Session, own_client: bool, failure: BaseException | None) -> None:
+    """Release the lock and the connections; a release failure never masks the failure that ended the run."""
+    try:
+        if session.lock is not None:
+            await session.lock.release()
+    except LockReleaseFailedError as later:
+        if failure is None:
+            raise
+        log.error("%s (after the run had already failed)", later.message)
+        if isinstance(failure, MongoshiftError):
+            failure.details.setdefault("later_errors", []).append(later.to_json())
+    finally:
+        try:
+            if session._sync is not None:
+                await asyncio.to_thread(session._sync.close)
+                session._sync = None
+            if own_client:
+                await session.client.close()
+        except PyMongoError as exc:
+            log.debug("closing the connection failed: %s", type(exc).__name__)
+
+
+def warn_unlocked(no_lock: bool) -> None:
+    """Said once per writing run without the lock, before anything is written."""
+    if no_lock:
+        log.warning(
+            "running without the migration lock (--no-lock): another run could apply the same migrations "
+            "at the same time; use it for local work only"
+        )

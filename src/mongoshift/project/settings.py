@@ -1,0 +1,275 @@
+"""Settings and where they come from.
+
+Precedence, highest first: command-line flags, ``MONGOSHIFT_*`` environment
+variables, the project file (``mongoshift.toml`` or ``[tool.mongoshift]`` in
+``pyproject.toml``, found in the working directory or named by ``--config``),
+then the defaults below. Every value is validated; an error names the key and
+the source it came from, so a bad environment value fails closed instead of
+silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
+
+from ..errors import ConfigInvalidError
+from ..schema.collections import CollectionDeclaration
+from ..schema.validation import declared_name, loc_path
+
+_COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
+
+#: The settings that name a collection mongoshift keeps its own records in (in field order).
+OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection")
+
+#: Environment variables whose names are not simply MONGOSHIFT_<KEY>.
+ENV_ALIASES: dict[str, str] = {
+    "MONGOSHIFT_URI": "uri",
+    "MONGOSHIFT_DB": "db",
+    "MONGOSHIFT_MIGRATIONS_DIR": "migrations_dir",
+}
+
+
+class Settings(BaseModel):
+    """Resolved, validated settings of one project."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str | None = None
+    db: str | None = Field(default=None, pattern=r"^[^/\\. \"$]{1,63}$")
+    migrations_dir: Path = Path("migrations")
+    changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME, validate_default=True)
+    lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME, validate_default=True)
+    lock_ttl_seconds: int = Field(default=60, ge=1, le=86_400)
+    strict: bool = False
+    use_transaction: bool = False
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    migration_timeout_seconds: float | None = Field(default=None, gt=0)
+    out_of_order: Literal["warn", "error", "allow"] = "warn"
+    on_lock_lost: Literal["abort", "warn"] = "abort"
+    sequential: bool = False
+    template_path: Path | None = None
+    hooks: str | None = None
+    environment: str = Field(default="production", min_length=1, max_length=64)
+    executed_by: str | None = Field(default=None, max_length=128)
+    ensure_indexes: bool = True
+    background_collection: str = Field(default="_mongoshift_background", pattern=_COLLECTION_NAME, validate_default=True)
+    background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
+    background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
+    background_checksum_wait_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    background_inline: bool = False
+    on_requires_pending: Literal["error", "stop"] = "error"
+    #: Declared collections (``[[collections]]``); more come from ``collections_dir`` at converge time.
+    collections: tuple[CollectionDeclaration, ...] = ()
+    collections_dir: Path = Path("collections")
+    converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME, validate_default=True)
+    converge_after_up: bool = False
+
+    @field_validator(*OWN_COLLECTION_SETTINGS)
+    @classmethod
+    def _own_collection(cls, value: str, info: ValidationInfo) -> str:
+        """Not the server's, and not a collection another of these settings already names.
+
+        Each setting is compared with the ones validated before it (field order), so the
+        error lands on the later key; the background setting owns ``<name>_partitions`` too.
+        """
+        if value.startswith("system."):
+            raise ValueError("collections named system.* belong to the server")
+        mine = [value, f"{value}_partitions"] if info.field_name == "background_collection" else [value]
+        for other in OWN_COLLECTION_SETTINGS:
+            if other == info.field_name:
+                break
+            earlier = info.data.get(other)
+            if not isinstance(earlier, str):
+                continue
+            theirs = [earlier, f"{earlier}_partitions"] if other == "background_collection" else [earlier]
+            for name in mine:
+                if name in theirs:
+                    raise ValueError(f"{other} already uses the collection {name!r}: each needs its own")
+        return value
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("mongodb://", "mongodb+srv://")):
+            raise ValueError("must start with mongodb:// or mongodb+srv://")
+        return value
+
+    def require_connection(self) -> tuple[str, str]:
+        """The URI and database, or a clear error for commands that connect."""
+        if not self.uri:
+            raise ConfigInvalidError(
+                "no server given: pass --uri, set MONGOSHIFT_URI, or put uri in mongoshift.toml"
+            )
+        if not self.db:
+            raise ConfigInvalidError(
+                "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml"
+            )
+        return self.uri, self.db
+
+
+FIELDS = tuple(Settings.model_fields)
+
+
+def env_name(key: str) -> str:
+    for name, target in ENV_ALIASES.items():
+        if target == key:
+            return name
+    return "MONGOSHIFT_" + key.upper()
+
+
+def find_project_file(cwd: Path) -> Path | None:
+    """The project file in ``cwd``: mongoshift.toml, else a pyproject.toml with [tool.mongoshift]."""
+    candidate = cwd / "mongoshift.toml"
+    if candidate.is_file():
+        return candidate
+    pyproject = cwd / "pyproject.toml"
+    if pyproject.is_file():
+        # A broken pyproject.toml is an error, not "no configuration": skipping it would run
+        # against the defaults (or another server) while the project meant its own settings.
+        data = _read_toml(pyproject)
+        if isinstance(data.get("tool"), dict) and "mongoshift" in data["tool"]:
+            return pyproject
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigInvalidError(f"config file not found: {path}", file=str(path)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        # TOMLDecodeError names the line and column: "Invalid value (at line 5, column 10)".
+        raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigInvalidError(f"config file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+
+
+def read_project_file(path: Path) -> dict[str, Any]:
+    data = _read_toml(path)
+    if path.name == "pyproject.toml":
+        section = data.get("tool", {}).get("mongoshift", {})
+    else:
+        section = data.get("mongoshift", data)
+        stray = [key for key in data if key != "mongoshift"] if "mongoshift" in data else []
+        if stray:
+            raise ConfigInvalidError(
+                f"{path}: {stray[0]!r} is outside the [mongoshift] table, so it would be ignored; "
+                f"write it as mongoshift.{stray[0]} (for example [[mongoshift.collections]])"
+            )
+    if not isinstance(section, dict):
+        raise ConfigInvalidError(f"config file {path}: the mongoshift section must be a table")
+    for key in section:
+        if key not in FIELDS:
+            raise ConfigInvalidError(f"unknown setting {key!r} in {path} (known: {', '.join(FIELDS)})")
+    values = dict(section)
+    # Relative paths in a file are relative to that file, not to where the command runs.
+    for key in ("migrations_dir", "template_path", "collections_dir"):
+        if isinstance(values.get(key), str):
+            values[key] = str((path.parent / values[key]))
+    if isinstance(values.get("hooks"), str) and values["hooks"].endswith(".py"):
+        values["hooks"] = str(path.parent / values["hooks"])
+    return values
+
+
+#: Settings whose file value is not type-checked here: paths (a file gives text, made
+#: relative to the file) and declarations (their models are strict themselves).
+_NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "collections"})
+
+
+@functools.cache
+def _strict_type(key: str) -> TypeAdapter[Any]:
+    return TypeAdapter(Settings.model_fields[key].annotation, config=ConfigDict(strict=True))
+
+
+def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """Values of a project file whose TOML type is wrong (``strict = "yes"``, ``lock_ttl_seconds = "60"``).
+
+    TOML has booleans and numbers, so a file gets no string coercion: a quoted value is
+    most likely a mistake. Only the environment, which has nothing but text, is parsed.
+    """
+    problems: dict[str, str] = {}
+    for key, value in values.items():
+        if key in _NOT_SCALAR or key not in Settings.model_fields:
+            continue
+        try:
+            _strict_type(key).validate_python(value)
+        except ValidationError as exc:
+            problems[key] = exc.errors()[0]["msg"] + f", not {type(value).__name__}"
+    return problems
+
+
+def read_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for key in FIELDS:
+        name = env_name(key)
+        if name in environ and environ[name] != "":
+            values[key] = environ[name]
+    return values
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    *,
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Settings:
+    """Merge defaults, project file, environment and flags, then validate once."""
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd() if cwd is None else cwd
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    if config_path is not None:
+        path: Path | None = config_path
+    elif environ.get("MONGOSHIFT_CONFIG"):
+        path = Path(environ["MONGOSHIFT_CONFIG"])
+    else:  # only now is the working directory searched (and a broken pyproject.toml there an error)
+        path = find_project_file(cwd)
+    problems: list[str] = []
+    if path is not None:
+        values = read_project_file(path)
+        wrong = file_type_problems(values)
+        problems += [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
+        for key, value in values.items():
+            if key not in wrong:  # reported once above; the rest is still validated
+                merged[key], sources[key] = value, str(path)
+    for key, value in read_environment(environ).items():
+        merged[key], sources[key] = value, env_name(key)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            merged[key], sources[key] = value, "--" + key.replace("_", "-")
+
+    # The default collections folder sits next to the project file, as the relative paths
+    # written in it do; it stays "not set" so that its absence is not an error.
+    default_folder = path is not None and "collections_dir" not in merged
+    if default_folder:
+        assert path is not None
+        merged["collections_dir"] = str(path.parent / "collections")
+    try:
+        settings = Settings(**merged)
+        if default_folder:
+            settings.__pydantic_fields_set__.discard("collections_dir")
+        if problems:
+            raise ConfigInvalidError("; ".join(problems))
+        return settings
+    except ValidationError as exc:
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            where = loc_path(err["loc"]) or "?"
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            for other in OWN_COLLECTION_SETTINGS:  # a clash names where the other setting came from
+                message = message.replace(f"{other} already", f"{other} (from {sources.get(other, 'defaults')}) already")
+            if name := declared_name(err["loc"], merged):
+                message += f" (collection {name!r})"
+            problems.append(f"setting {where!r} from {sources.get(key, 'defaults')}: {message}")
+        raise ConfigInvalidError("; ".join(problems)) from None

@@ -1,0 +1,69 @@
+"""How mongoshift calls the project's own functions (migrations, hooks, transforms).
+
+One policy for every user function: an ``async def`` runs on the event loop;
+a plain ``def`` runs in a worker thread, so a blocking call inside it never
+stalls the loop that renews leases and locks. ``sys.exit`` or
+``KeyboardInterrupt`` raised by user code is a failure of that code, never a
+way to end mongoshift with an exit code of the user's choosing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+class UserCodeExit(Exception):
+    """User code (a migration or a hook) raised ``SystemExit`` or ``KeyboardInterrupt``.
+
+    Such code does not decide how mongoshift ends: ``sys.exit(0)`` after half
+    the writes must not look like success, nor ``sys.exit(3)`` like a held
+    lock. It is turned into an ordinary failure of that code; a real Ctrl-C
+    never arrives this way, the CLI's signal handler sets ``ctx.cancelled``.
+    """
+
+    @classmethod
+    def of(cls, exc: BaseException) -> UserCodeExit:
+        if isinstance(exc, SystemExit):
+            return cls(f"sys.exit({exc.code!r}) was called; raise an exception to fail a migration")
+        return cls(f"{type(exc).__name__} was raised")
+
+
+def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with ``SystemExit``/``KeyboardInterrupt`` turned into :class:`UserCodeExit` (sync or async)."""
+    if is_async(fn):
+
+        async def guarded_async(*args: Any) -> Any:
+            try:
+                return await fn(*args)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                raise UserCodeExit.of(exc) from None
+
+        return guarded_async
+
+    def guarded(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise UserCodeExit.of(exc) from None
+
+    return guarded
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+async def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await an async function; run a sync one in a thread. ``sys.exit`` inside either is a failure."""
+    try:
+        if is_async(fn):
+            return await fn(*args)
+        result = await asyncio.to_thread(fn, *args)
+        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+            return await result
+        return result
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise UserCodeExit.of(exc) from None
