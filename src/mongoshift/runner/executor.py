@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pymongo import AsyncMongoClient, MongoClient
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import PyMongoError
 
 from ..config import Settings
 from ..connection import sync_client
@@ -41,6 +41,7 @@ from . import changelog as records
 from .changelog import Changelog, RunInfo
 from .context import CancelSignal, Direction, MigrationContext, call, guard_exit, is_async
 from ..redaction import describe_error, redact
+from ..server_errors import transactions_unsupported
 from ..background.declared import align_file
 from ..background.registration import register, revert_or_withdraw
 from ..background.requires import Waiting, unmet
@@ -134,12 +135,6 @@ def _traceback(exc: BaseException, path: Path) -> str:
     start = next((i for i, frame in enumerate(frames) if Path(frame.filename) == path), 0)
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])]
     return redact("".join(lines), limit=20_000) + describe_error(exc)
-
-
-def _transactions_unsupported(exc: BaseException) -> bool:
-    if isinstance(exc, OperationFailure):
-        return exc.code == 20 or "Transaction numbers are only allowed" in str(exc)
-    return False
 
 
 class Executor:
@@ -430,7 +425,7 @@ class Executor:
             else:
                 await asyncio.to_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
         except PyMongoError as exc:
-            if _transactions_unsupported(exc):
+            if transactions_unsupported(exc):
                 raise TransactionsUnsupportedError(
                     f"{step.name} asks for a transaction, but this server does not support them "
                     "(a standalone server); use a replica set or set use_transaction = False",
