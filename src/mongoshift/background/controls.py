@@ -68,7 +68,7 @@ async def control(
         if from_start:
             old_plans = await store.partitions.distinct("plan", {"background": name})
             set_.update(_from_start(state, live))
-        elif state.raw.get("rolled_generation", 0) < state.generation:
+        elif state.rolled_generation < state.generation:
             # The generation's counters are not in the totals yet: its failed partitions go on in place.
             await store.partitions.update_many(
                 {**store.current(state), "status": "failed"},

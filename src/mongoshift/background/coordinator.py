@@ -95,7 +95,7 @@ class Coordinator:
         """
         store = self.engine.store
         state = await store.state(name)
-        if state is not None and state.status == "running" and state.generation and not state.raw.get("replan"):
+        if state is not None and state.status == "running" and state.generation and not state.replan:
             open_ = await store.open_partitions(state)
             if open_:
                 await store.reap(name)
@@ -119,7 +119,7 @@ class Coordinator:
         if state.status in TERMINAL or state.status == "paused":
             return Decision("done", state, reason=state.status)
         if state.status == "blocked":
-            waiting = await unmet(store, list(state.raw.get("requires", [])))
+            waiting = await unmet(store, state.requires)
             if waiting:
                 await store.set_fields(name, state.registration, {"waits_for": [w.name for w in waiting]})
                 return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting))
@@ -136,7 +136,7 @@ class Coordinator:
             await store.transition(name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",))
             state = await store.state(name)
             assert state is not None
-        if state.raw.get("replan") and state.generation > 0:
+        if state.replan and state.generation > 0:
             state = await self._replan(state, spec)
         await store.reap(name)
         open_ = await store.open_partitions(state)

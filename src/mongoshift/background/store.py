@@ -377,7 +377,7 @@ class BackgroundStore:
 
     async def rollup(self, state: State) -> State:
         """Add the generation's counters into the totals, once, even if two coordinators race or one crashes."""
-        if state.raw.get("rolled_generation", 0) >= state.generation:
+        if state.rolled_generation >= state.generation:
             return state
         parts = await self.partitions_of(state)
         totals = zero_counters()
@@ -415,8 +415,8 @@ class BackgroundStore:
     async def live_doc_errors(self, state: State) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Failed documents' reasons (oldest first) and counts per reason: rolled-up passes plus the current one."""
         entries = list(state.doc_errors)
-        counts = {k: int(v) for k, v in (state.raw.get("error_counts") or {}).items()}
-        if state.raw.get("rolled_generation", 0) < state.generation:
+        counts = dict(state.error_counts)
+        if state.rolled_generation < state.generation:
             async for doc in self.partitions.find(self.current(state), {"doc_errors": 1, "error_counts": 1}):
                 entries.extend(doc.get("doc_errors", []))
                 for key, n in (doc.get("error_counts") or {}).items():
@@ -427,7 +427,7 @@ class BackgroundStore:
     async def live_counters(self, state: State) -> dict[str, int]:
         """Totals so far: rolled-up passes plus the current generation's partitions."""
         counters = dict(state.totals)
-        if state.raw.get("rolled_generation", 0) < state.generation:
+        if state.rolled_generation < state.generation:
             for part in await self.partitions_of(state):
                 for key in COUNTERS:
                     counters[key] += part.counters.get(key, 0)
