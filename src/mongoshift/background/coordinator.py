@@ -23,6 +23,7 @@ from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import unmet
 from .spec import Background
+from .store import lock_id
 
 log = logging.getLogger("mongoshift.background")
 
@@ -102,7 +103,7 @@ class Coordinator:
                 free = spec.max_parallel - await store.live_leases(name)
                 return Decision("process", state, lanes=max(0, min(open_, free)))
         lock = MigrationLock(
-            self.engine.db[self.lock_collection], self.run, ttl_seconds=self.lock_ttl_seconds, lock_id=f"background:{name}"
+            self.engine.db[self.lock_collection], self.run, ttl_seconds=self.lock_ttl_seconds, lock_id=lock_id(name)
         )
         if not await lock.try_acquire():
             return Decision("busy", await self.engine.store.state(name), reason="another coordinator is stepping")
@@ -168,10 +169,7 @@ class Coordinator:
     async def _replan(self, state: State, spec: Background) -> State:
         """A repin changed what the pass covers: supersede the open partitions, keep their counts, re-cut the same pass."""
         store = self.engine.store
-        await store.partitions.update_many(
-            {**store.current(state), "status": {"$in": ["pending", "running"]}},
-            {"$set": {"status": "superseded"}, "$unset": {"lease": ""}},
-        )
+        await store.supersede_open_partitions(state)
         state = await store.rollup(state)
         await self._plan(state, spec, new_pass=False)
         await store.set_fields(state.name, state.registration, {"replan": False})
@@ -181,11 +179,10 @@ class Coordinator:
 
     async def _finalize(self, state: State, spec: Background) -> Decision:
         store = self.engine.store
-        failed = await store.partitions.count_documents({**store.current(state), "status": "failed"})
+        failed, last_error = await store.failed_partitions(state)
         state = await store.rollup(state)
         if failed:
-            doc = await store.partitions.find_one({**store.current(state), "status": "failed"}, {"last_error": 1})
-            message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {(doc or {}).get('last_error')}"
+            message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {last_error}"
             return await self._fail(state, message)
         if len(state.bad_ids) > spec.max_document_errors:
             return await self._fail(state, f"{len(state.bad_ids)} document(s) could not be migrated, more than max_document_errors ({spec.max_document_errors})")

@@ -165,9 +165,7 @@ class Lane:
                 log.debug("lease renewal failed: %s", type(exc).__name__)
 
     async def _control(self, state: State, partition: Partition) -> Outcome | None:
-        doc = await self.engine.store.states.find_one(
-            {"_id": state.name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1}
-        )
+        doc = await self.engine.store.control_fields(state.name)
         if doc is None or doc.get("registration") != state.registration:
             return "stale"
         status = doc.get("status")
