@@ -34,17 +34,9 @@ from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from ..project.redaction import describe_error, describe_write_error
+from ..project.server_errors import document_write_error, pipeline_document_write_error, transient_transaction_error
 from .document import ShapeError, bson_problem, guard, stamped_diff
 from .job import Job, TransformContext
-
-#: Server errors that fail one document, not the batch (17419, 10334: the document would pass 16 MiB).
-DOCUMENT_ERRORS = frozenset({11000, 121, 66, 72, 17280, 17419, 10334})
-
-#: Per-operation errors that say nothing about the document: the batch fails (and is retried)
-#: instead. Any other error of a pipeline update is the document's (an expression that cannot
-#: evaluate on it, such as ``$concat`` of a number, has one of many codes).
-BATCH_ERRORS = frozenset({6, 24, 50, 64, 89, 91, 112, 133, 189, 251, 262, 290, 9001, 10107, 11600, 11602, 13435, 13436})
-
 
 class BatchFailed(Exception):
     """The batch cannot go on (a wrong ``migrate_batch`` result, a server error): fails the slice."""
@@ -118,26 +110,10 @@ async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list
                 new = await new
             results.append((doc, new, None))
         except Exception as exc:
-            if is_transient(exc):
+            if transient_transaction_error(exc):
                 raise  # a side write's transaction error belongs to the batch: it is retried whole
             results.append((doc, None, exc))
     return results
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A transaction error that a retry of the whole transaction can cure."""
-    has_label = getattr(exc, "has_error_label", None)
-    if has_label is not None and has_label("TransientTransactionError"):
-        return True
-    return getattr(exc, "code", None) in (112, 251, 24)
-
-
-def _is_document_error(code: Any) -> bool:
-    return code in DOCUMENT_ERRORS
-
-
-def _is_pipeline_document_error(code: Any) -> bool:
-    return code not in BATCH_ERRORS
 
 
 async def _write(
@@ -145,7 +121,7 @@ async def _write(
     ops: list[UpdateOne],
     *,
     session: Any,
-    document_error: Callable[[Any], bool] = _is_document_error,
+    document_error: Callable[[Any], bool] = document_write_error,
 ) -> tuple[int, dict[int, dict[str, Any]]]:
     """Matched count and the per-document failures by op index; anything else raises."""
     if not ops:
@@ -249,7 +225,7 @@ async def _apply_pipeline(
     update = [*job.pipeline, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
     ids = [doc["_id"] for doc in docs]
     ops = [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
-    matched, failed = await _write(collection, ops, session=session, document_error=_is_pipeline_document_error)
+    matched, failed = await _write(collection, ops, session=session, document_error=pipeline_document_write_error)
     result = BatchResult(migrated=matched, skipped=len(ops) - len(failed) - matched)
     for index, error in failed.items():
         result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))

@@ -7,7 +7,7 @@ is already in place answers ``unchanged``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import BackgroundConflictError, NotAppliedError
 from .model import State
@@ -47,11 +47,9 @@ async def control(
     if state is None:
         raise NotAppliedError(f"{name} is not a registered background migration", file=name)
     if action == "unlock":
-        result = await store.partitions.update_many({"background": name, "lease": {"$exists": True}}, {"$unset": {"lease": ""}})
-        if lock_collection:
-            await store.db[lock_collection].delete_one({"_id": f"background:{name}"})
+        freed = await store.unlock(name, lock_collection)
         await store.transition(name, allowed=(state.status,), to=state.status, action="unlock", by=by, reason=reason)
-        return ControlResult(name, action, "applied" if result.modified_count else "unchanged", state.status)
+        return ControlResult(name, action, "applied" if freed else "unchanged", state.status)
     allowed, target, already = TRANSITIONS[action]
     if state.status in already and not (action == "retry" and from_start):
         return ControlResult(name, action, "unchanged", state.status)
@@ -60,20 +58,17 @@ async def control(
             f"cannot {action} {name}: it is {state.status} (allowed from: {', '.join(allowed)})", status=state.status
         )
     set_: dict[str, object] = {"last_error": None}
-    old_plans: list[object] = []
+    old_plans: list[Any] = []
     if action == "retry":
         live = await store.live_counters(state)
         # The rate of the retried run is measured from its own start, over what it scans itself.
         set_.update(started_at=None, rate_base=live["scanned"])
         if from_start:
-            old_plans = await store.partitions.distinct("plan", {"background": name})
+            old_plans = await store.plan_tokens(name)
             set_.update(_from_start(state, live))
-        elif state.raw.get("rolled_generation", 0) < state.generation:
+        elif state.rolled_generation < state.generation:
             # The generation's counters are not in the totals yet: its failed partitions go on in place.
-            await store.partitions.update_many(
-                {**store.current(state), "status": "failed"},
-                {"$set": {"status": "pending", "failures": 0}},
-            )
+            await store.reopen_failed_partitions(state)
         # Otherwise the generation was rolled up (once, for good): reopening its partitions would
         # count their new work nowhere. Left failed, they let the coordinator plan a new generation
         # over what is still in the old shape, whose counters roll up on top of the totals.
@@ -83,7 +78,7 @@ async def control(
     if action == "retry" and from_start:
         # Only once the state no longer points at them (a failed transition leaves everything as it
         # was), and only the old plans' (a coordinator may already have adopted a new one).
-        await store.partitions.delete_many({"background": name, "plan": {"$in": old_plans}})
+        await store.delete_plans(name, old_plans)
     return ControlResult(name, action, "applied", target)
 
 

@@ -23,6 +23,7 @@ from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import unmet
 from ..schema.background import Background
+from .store import lock_id
 
 log = logging.getLogger("mongoshift.background")
 
@@ -94,13 +95,13 @@ class Coordinator:
         """
         store = self.engine.store
         state = await store.state(name)
-        if state is not None and state.status == "running" and state.generation and not state.raw.get("replan"):
+        if state is not None and state.status == "running" and state.generation and not state.replan:
             open_ = await store.open_partitions(state)
             if open_:
                 await store.reap(name)
                 free = spec.max_parallel - await store.live_leases(name)
                 return Decision("process", state, lanes=max(0, min(open_, free)))
-        lock = self.new_lock(f"background:{name}")
+        lock = self.new_lock(lock_id(name))
         if not await lock.try_acquire():
             return Decision("busy", await self.engine.store.state(name), reason="another coordinator is stepping")
         try:
@@ -116,7 +117,7 @@ class Coordinator:
         if state.status in TERMINAL or state.status == "paused":
             return Decision("done", state, reason=state.status)
         if state.status == "blocked":
-            waiting = await unmet(store, list(state.raw.get("requires", [])))
+            waiting = await unmet(store, state.requires)
             if waiting:
                 await store.set_fields(name, state.registration, {"waits_for": [w.name for w in waiting]})
                 return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting))
@@ -133,7 +134,7 @@ class Coordinator:
             await store.transition(name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",))
             state = await store.state(name)
             assert state is not None
-        if state.raw.get("replan") and state.generation > 0:
+        if state.replan and state.generation > 0:
             state = await self._replan(state, spec)
         await store.reap(name)
         open_ = await store.open_partitions(state)
@@ -165,10 +166,7 @@ class Coordinator:
     async def _replan(self, state: State, spec: Background) -> State:
         """A repin changed what the pass covers: supersede the open partitions, keep their counts, re-cut the same pass."""
         store = self.engine.store
-        await store.partitions.update_many(
-            {**store.current(state), "status": {"$in": ["pending", "running"]}},
-            {"$set": {"status": "superseded"}, "$unset": {"lease": ""}},
-        )
+        await store.supersede_open_partitions(state)
         state = await store.rollup(state)
         await self._plan(state, spec, new_pass=False)
         await store.set_fields(state.name, state.registration, {"replan": False})
@@ -178,11 +176,10 @@ class Coordinator:
 
     async def _finalize(self, state: State, spec: Background) -> Decision:
         store = self.engine.store
-        failed = await store.partitions.count_documents({**store.current(state), "status": "failed"})
+        failed, last_error = await store.failed_partitions(state)
         state = await store.rollup(state)
         if failed:
-            doc = await store.partitions.find_one({**store.current(state), "status": "failed"}, {"last_error": 1})
-            message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {(doc or {}).get('last_error')}"
+            message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {last_error}"
             return await self._fail(state, message)
         if len(state.bad_ids) > spec.max_document_errors:
             return await self._fail(state, f"{len(state.bad_ids)} document(s) could not be migrated, more than max_document_errors ({spec.max_document_errors})")

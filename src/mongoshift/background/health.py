@@ -28,15 +28,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from bson.timestamp import Timestamp
 
+from ..project.server_errors import not_a_replica_set, unauthorized
+
 log = logging.getLogger("mongoshift.background")
 
 AdminCommand = Callable[[dict[str, Any]], Awaitable[Mapping[str, Any]]]
 
-#: ``replSetGetStatus`` is not allowed: warn once, stop watching.
-UNAUTHORIZED = 13
-#: ``replSetGetStatus`` failing with these means "not a replica set": NoReplicationEnabled
-#: (standalone), CommandNotFound (some servers), IllegalOperation (mongos).
-NOT_A_REPLICA_SET = frozenset({76, 59, 20})
 PRIMARY, SECONDARY = 1, 2
 
 _CHUNK_S = 0.1  # how often a wait looks at cancellation
@@ -133,15 +130,15 @@ class ReplicationLag:
         return reply
 
     def _failed(self, exc: Exception) -> None:
-        code, message = _code(exc), _message(exc)
-        if code == UNAUTHORIZED:
+        message = _message(exc)
+        if unauthorized(exc):  # not allowed: warn once, stop watching
             self.enabled = False
             self._log.warning(
                 "replication lag is not watched: not authorized to run replSetGetStatus "
                 "(grant the clusterMonitor role to watch it): %s",
                 message,
             )
-        elif code in NOT_A_REPLICA_SET or "not running with --replSet" in message:
+        elif not_a_replica_set(exc, message):
             self.enabled = False
             self._log.debug("replication lag is not watched: not a replica set (%s)", message)
         else:
@@ -253,11 +250,6 @@ class _CommandFailed(Exception):
         super().__init__(str(reply.get("errmsg", "command failed")))
         self.code = reply.get("code")
         self.details = dict(reply)
-
-
-def _code(exc: BaseException) -> int | None:
-    code = getattr(exc, "code", None)
-    return code if isinstance(code, int) else None
 
 
 def _message(exc: BaseException) -> str:

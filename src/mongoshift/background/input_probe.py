@@ -16,6 +16,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
+from ..project.server_errors import max_time_expired
 from .document import version_match
 from ..schema.background import Background
 from .store import BackgroundStore
@@ -33,7 +34,7 @@ async def _bounded_count(collection: Any, filter_: dict[str, Any]) -> tuple[int,
     try:
         n = await collection.count_documents(filter_, limit=COUNT_LIMIT, maxTimeMS=COUNT_TIME_MS)
     except OperationFailure as exc:
-        if exc.code != 50:  # 50: maxTimeMS expired
+        if not max_time_expired(exc):
             raise
         found = await collection.find_one(filter_, {"_id": 1}, max_time_ms=COUNT_TIME_MS)
         return (1, f"stopped counting after {COUNT_TIME_MS / 1000:g}s") if found is not None else (0, None)

@@ -25,7 +25,8 @@ from pymongo.errors import PyMongoError
 
 from ..project.redaction import describe_error
 from ..project.run import CancelSignal
-from .batch import BatchFailed, BatchResult, apply_batch, is_transient
+from ..project.server_errors import overloaded, transactions_unsupported, transient_transaction_error
+from .batch import BatchFailed, BatchResult, apply_batch
 from .document import bson_problem
 from .events import Events
 from .job import Job
@@ -35,14 +36,11 @@ from ..schema.background import MAX_CHECKPOINT_BYTES, Adaptive, Background
 from .health import CallableSignal, HealthSignal, ReplicationLag, wait_while_unhealthy
 from .store import BackgroundStore
 from .throttle import AdaptiveController, ThrottleContext, before_batch
-from .transaction import Skip, TransactionalBatchSize, TransactionsUnsupported, backoff_seconds, commit, run_batch, transaction_options, unsupported
+from .transaction import Skip, TransactionalBatchSize, TransactionsUnsupported, backoff_seconds, commit, run_batch, transaction_options
 
 log = logging.getLogger("mongoshift.background")
 
 Outcome = Literal["exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error"]
-
-#: Errors that mean the server is overloaded, not that the data is wrong.
-OVERLOAD_CODES = frozenset({50, 262, 64, 91, 189, 6, 7, 89, 9001, 10107, 11600, 11602, 13435, 13436})
 
 
 @dataclass
@@ -76,13 +74,6 @@ class EngineContext:
                 self.lag_signals[limit] = ReplicationLag(self.client.admin.command, max_lag_ms=limit)
             signals.insert(0, self.lag_signals[limit])
         return signals
-
-
-def _overloaded(exc: BaseException) -> bool:
-    has_label = getattr(exc, "has_error_label", None)
-    if has_label is not None and (has_label("TransientTransactionError") or has_label("RetryableWriteError")):
-        return True
-    return getattr(exc, "code", None) in OVERLOAD_CODES
 
 
 def _counts(result: BatchResult, scanned: int) -> dict[str, int]:
@@ -174,9 +165,7 @@ class Lane:
                 log.debug("lease renewal failed: %s", type(exc).__name__)
 
     async def _control(self, state: State, partition: Partition) -> Outcome | None:
-        doc = await self.engine.store.states.find_one(
-            {"_id": state.name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1}
-        )
+        doc = await self.engine.store.control_fields(state.name)
         if doc is None or doc.get("registration") != state.registration:
             return "stale"
         status = doc.get("status")
@@ -281,7 +270,7 @@ class Lane:
         except BatchFailed:
             raise
         except Exception as exc:
-            if adaptive is not None and _overloaded(exc):
+            if adaptive is not None and overloaded(exc):
                 change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
                 if change:
                     engine.events.emit("throttle", job.name, change=change, **adaptive.state())
@@ -391,9 +380,9 @@ class Lane:
                 except PyMongoError as exc:
                     if session.in_transaction:
                         await session.abort_transaction()
-                    if unsupported(exc):
+                    if transactions_unsupported(exc):
                         raise TransactionsUnsupported(str(exc)) from None
-                    if not is_transient(exc) or attempt == spec.transaction.max_retries:
+                    if not transient_transaction_error(exc) or attempt == spec.transaction.max_retries:
                         raise
                     await asyncio.sleep(backoff_seconds(attempt + 1, engine.rng))
         raise AssertionError("unreachable")

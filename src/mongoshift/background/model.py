@@ -136,7 +136,17 @@ class State:
     updated_at: datetime | None = None
     last_error: str | None = None
     previous: dict[str, Any] | None = None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The last generation whose partition counters were added into ``totals`` (once each).
+    rolled_generation: int = 0
+    #: A repin changed what the pass covers: the coordinator re-cuts it.
+    replan: bool = False
+    #: Background migrations that must complete first, and those of them still unmet.
+    requires: list[str] = field(default_factory=list)
+    waits_for: list[str] = field(default_factory=list)
+    #: ``scanned`` at the last retry: the rate counts from there.
+    rate_base: int = 0
+    #: Failed documents per reason, over the rolled-up generations.
+    error_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -165,5 +175,10 @@ class State:
             updated_at=doc.get("updated_at"),
             last_error=doc.get("last_error"),
             previous=doc.get("previous"),
-            raw=doc,
+            rolled_generation=int(doc.get("rolled_generation") or 0),
+            replan=bool(doc.get("replan")),
+            requires=list(doc.get("requires") or []),
+            waits_for=list(doc.get("waits_for") or []),
+            rate_base=int(doc.get("rate_base") or 0),
+            error_counts={str(k): int(v) for k, v in (doc.get("error_counts") or {}).items()},
         )

@@ -39,7 +39,7 @@ async def register(
     Returns the warnings about the collection (documents the migration will never touch), also logged."""
     warnings: list[str] = []
     if direction == "forward":
-        found = await unversioned_warning(store.states.database, store, name, spec)
+        found = await unversioned_warning(store.db, store, name, spec)
         if found:
             log.warning("%s", found)
             warnings.append(found)
@@ -73,7 +73,7 @@ async def revert_or_withdraw(
     assert fresh is not None
     rewritten = (await store.live_counters(fresh))["migrated"]
     if fresh.mode == "step":
-        rewritten += await store.partitions.count_documents({"background": name, "cursor.last_id": {"$exists": True}})
+        rewritten += await store.started_partitions(name)
     if rewritten or fresh.previous and fresh.previous.get("totals", {}).get("migrated"):
         if paused:
             await store.transition(name, allowed=("paused",), to=was if was == "pending" else "running", action="resume", by=by, reason="down refused")
@@ -81,6 +81,5 @@ async def revert_or_withdraw(
             f"{name} has no revert and has already rewritten {rewritten} document(s): it cannot be rolled back",
             file=name,
         )
-    await store.partitions.delete_many({"background": name})
-    await store.states.delete_one({"_id": name, "registration": fresh.registration})
+    await store.withdraw(name, fresh.registration)
     return "withdrawn"

@@ -13,6 +13,7 @@ from typing import Any
 
 from pymongo.errors import OperationFailure
 
+from ..project.server_errors import bad_hint
 from .document import version_match
 from .store import BackgroundStore
 
@@ -38,7 +39,7 @@ async def _old_shape_left(store: BackgroundStore, spec: dict[str, Any]) -> bool:
     try:
         doc = await collection.find_one(match, {"_id": 1}, hint=hint, max_time_ms=PROBE_MS)
     except OperationFailure as exc:
-        if exc.code != 2:  # 2: no such index to hint; probe without it
+        if not bad_hint(exc):  # no such index to hint: probe without it
             raise
         doc = await collection.find_one(match, {"_id": 1}, max_time_ms=PROBE_MS)
     return doc is not None

@@ -96,7 +96,7 @@ def _aware(value: datetime | None) -> datetime | None:
 async def report(store: BackgroundStore, state: State, *, now: datetime | None = None) -> BackgroundReport:
     parts = await store.partitions_of(state) if state.generation else []
     counters = dict(state.totals)
-    rolled = state.raw.get("rolled_generation", 0) >= state.generation
+    rolled = state.rolled_generation >= state.generation
     scanned_now = 0
     for p in parts:
         scanned_now += p.counters["scanned"]
@@ -110,7 +110,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     started = _aware(state.started_at)
     end = _aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
     elapsed = (end - started).total_seconds() if started and end else None
-    processed = counters["scanned"] - int(state.raw.get("rate_base", 0))  # since the last retry
+    processed = counters["scanned"] - state.rate_base  # since the last retry
     rate = processed / elapsed if elapsed and elapsed > 0 and processed else None
     eta = remaining / rate if rate and state.status in ("running", "pending") else None
     failed_documents = len(state.bad_ids) if rolled else await store.bad_id_count(state)

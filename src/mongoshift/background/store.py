@@ -47,12 +47,22 @@ def _naive(at: Any) -> datetime:
     return at.replace(tzinfo=None) if isinstance(at, datetime) else datetime.min
 
 
+def lock_id(name: str) -> str:
+    """The ``_id`` of the lock document a coordinator of ``name`` holds in the lock collection."""
+    return f"background:{name}"
+
+
 def lease_expired() -> dict[str, Any]:
     """Judged by the server's clock, so a skewed client cannot reap a live lease."""
     return {"$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms"]}, "$$NOW"]}}
 
 
 class BackgroundStore:
+    """The only code that reads or writes the engine's state collections (states, partitions).
+
+    It also deletes a coordinator's lock document on ``unlock``. ``db`` is there for the
+    user's collections (the ones being migrated), never for the engine's own."""
+
     def __init__(self, db: AsyncDatabase[dict[str, Any]], collection: str = "_mongoshift_background") -> None:
         self.db = db
         self.states: AsyncCollection[dict[str, Any]] = db[collection]
@@ -179,6 +189,22 @@ class BackgroundStore:
             {"_id": name, "registration": registration}, {"$set": fields, "$currentDate": {"updated_at": True}}
         )
 
+    async def control_fields(self, name: str) -> dict[str, Any] | None:
+        """What a lane checks before each batch, read alone to stay cheap: status, generation, plan token, registration."""
+        return await self.states.find_one({"_id": name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1})
+
+    async def withdraw(self, name: str, registration: str) -> None:
+        """Forget a migration: its partitions, then its state (only while ``registration`` is the current one)."""
+        await self.partitions.delete_many({"background": name})
+        await self.states.delete_one({"_id": name, "registration": registration})
+
+    async def unlock(self, name: str, lock_collection: str | None = None) -> int:
+        """Free every lease of ``name``, and its coordinator's lock in ``lock_collection``; how many leases were held."""
+        result = await self.partitions.update_many({"background": name, "lease": {"$exists": True}}, {"$unset": {"lease": ""}})
+        if lock_collection:
+            await self.db[lock_collection].delete_one({"_id": lock_id(name)})
+        return result.modified_count
+
     # -- plans ----------------------------------------------------------------
 
     async def adopt_plan(
@@ -236,6 +262,40 @@ class BackgroundStore:
 
     async def live_leases(self, name: str) -> int:
         return await self.partitions.count_documents({"background": name, "lease.slot": {"$exists": True}})
+
+    async def started_partitions(self, name: str) -> int:
+        """Partitions (of any plan) whose cursor moved: for a step migration, a sign that it changed something."""
+        return await self.partitions.count_documents({"background": name, "cursor.last_id": {"$exists": True}})
+
+    async def failed_partitions(self, state: State) -> tuple[int, str | None]:
+        """How many partitions of the current plan failed, and the last error of one of them."""
+        failed = await self.partitions.count_documents({**self.current(state), "status": "failed"})
+        if not failed:
+            return 0, None
+        doc = await self.partitions.find_one({**self.current(state), "status": "failed"}, {"last_error": 1})
+        return failed, (doc or {}).get("last_error")
+
+    async def reopen_failed_partitions(self, state: State) -> None:
+        """Give the current plan's failed partitions another go, from their checkpoints."""
+        await self.partitions.update_many(
+            {**self.current(state), "status": "failed"},
+            {"$set": {"status": "pending", "failures": 0}},
+        )
+
+    async def supersede_open_partitions(self, state: State) -> None:
+        """Close the current plan's open partitions (a replan cuts new ones) and free their leases; their counts stay."""
+        await self.partitions.update_many(
+            {**self.current(state), "status": {"$in": ["pending", "running"]}},
+            {"$set": {"status": "superseded"}, "$unset": {"lease": ""}},
+        )
+
+    async def plan_tokens(self, name: str) -> list[Any]:
+        """The tokens of every plan whose partitions are still stored."""
+        return list(await self.partitions.distinct("plan", {"background": name}))
+
+    async def delete_plans(self, name: str, tokens: Sequence[Any]) -> None:
+        """Delete the partitions of these plans only (a newer plan adopted meanwhile stays)."""
+        await self.partitions.delete_many({"background": name, "plan": {"$in": list(tokens)}})
 
     # -- leases ---------------------------------------------------------------
 
@@ -377,7 +437,7 @@ class BackgroundStore:
 
     async def rollup(self, state: State) -> State:
         """Add the generation's counters into the totals, once, even if two coordinators race or one crashes."""
-        if state.raw.get("rolled_generation", 0) >= state.generation:
+        if state.rolled_generation >= state.generation:
             return state
         parts = await self.partitions_of(state)
         totals = zero_counters()
@@ -415,8 +475,8 @@ class BackgroundStore:
     async def live_doc_errors(self, state: State) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Failed documents' reasons (oldest first) and counts per reason: rolled-up passes plus the current one."""
         entries = list(state.doc_errors)
-        counts = {k: int(v) for k, v in (state.raw.get("error_counts") or {}).items()}
-        if state.raw.get("rolled_generation", 0) < state.generation:
+        counts = dict(state.error_counts)
+        if state.rolled_generation < state.generation:
             async for doc in self.partitions.find(self.current(state), {"doc_errors": 1, "error_counts": 1}):
                 entries.extend(doc.get("doc_errors", []))
                 for key, n in (doc.get("error_counts") or {}).items():
@@ -427,7 +487,7 @@ class BackgroundStore:
     async def live_counters(self, state: State) -> dict[str, int]:
         """Totals so far: rolled-up passes plus the current generation's partitions."""
         counters = dict(state.totals)
-        if state.raw.get("rolled_generation", 0) < state.generation:
+        if state.rolled_generation < state.generation:
             for part in await self.partitions_of(state):
                 for key in COUNTERS:
                     counters[key] += part.counters.get(key, 0)

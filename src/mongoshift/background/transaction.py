@@ -24,16 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bson import encode
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key, is_transient
+from ..project.server_errors import error_code, transaction_too_big_or_slow, transactions_unsupported, transient_transaction_error, unknown_commit_result
 from ..schema.background import Background
+from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key
 
-#: Errors that say the batch took too long or grew too big.
-TIME_OR_SIZE = frozenset({50, 262, 290, 334, 10334, 17419})
 #: What one batch may read into a transaction, well under 16 MiB.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
 CLEAN_BATCHES_TO_GROW = 5
@@ -41,15 +40,6 @@ CLEAN_BATCHES_TO_GROW = 5
 
 class TransactionsUnsupported(Exception):
     """The server refused to start a transaction (a standalone mongod)."""
-
-
-def unsupported(exc: BaseException) -> bool:
-    return isinstance(exc, OperationFailure) and (exc.code == 20 or "Transaction numbers are only allowed" in str(exc))
-
-
-def unknown_commit(exc: BaseException) -> bool:
-    has_label = getattr(exc, "has_error_label", None)
-    return bool(has_label and has_label("UnknownTransactionCommitResult"))
 
 
 def backoff_seconds(attempt: int, rng: random.Random) -> float:
@@ -82,7 +72,7 @@ async def commit(session: Any) -> None:
             await session.commit_transaction()
             return
         except PyMongoError as exc:
-            if not unknown_commit(exc) or attempt == 2:
+            if not unknown_commit_result(exc) or attempt == 2:
                 raise
 
 
@@ -159,18 +149,18 @@ async def run_batch(
                 continue
             except (WriteConflict, PyMongoError) as exc:
                 await _abort(session)
-                if isinstance(exc, PyMongoError) and unsupported(exc):
+                if transactions_unsupported(exc):
                     raise TransactionsUnsupported(str(exc)) from None
                 conflict = isinstance(exc, WriteConflict)
-                time_or_size = getattr(exc, "code", None) in TIME_OR_SIZE
-                if not (conflict or time_or_size or is_transient(exc)):
+                time_or_size = transaction_too_big_or_slow(exc)
+                if not (conflict or time_or_size or transient_transaction_error(exc)):
                     raise
                 retries += 1
                 sizing.clean = 0
                 if len(docs) == 1 and size == 1:
                     if time_or_size:
                         doc = docs[0]
-                        excluded[id_key(doc["_id"])] = DocumentError(doc["_id"], "transaction", f"too big or too slow for a transaction ({exc.code})")  # type: ignore[union-attr]
+                        excluded[id_key(doc["_id"])] = DocumentError(doc["_id"], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
                         continue
                     if conflict:
                         raise Skip(docs[0], retries) from None

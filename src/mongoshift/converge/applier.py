@@ -22,6 +22,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ..project.redaction import describe_error
+from ..project.server_errors import coll_mod_refused, index_not_found
 from ..schema.collections import CollectionDeclaration
 from .inspection import inspect
 from .planner import Action, plan_collection
@@ -32,9 +33,6 @@ Status = Literal["planned", "applied", "failed", "skipped", "ok", "refused"]
 #: Asked before destructive actions (rebuilds, drops) when ``--yes`` was not given.
 Confirm = Callable[[list[Action]], Awaitable[bool]]
 
-#: Codes with which a server says "I do not do that" to a ``collMod`` (not "your data is wrong").
-REFUSED_CODES = frozenset({9, 59, 72, 115, 238, 40415})
-INDEX_NOT_FOUND = 27
 
 
 @dataclass
@@ -65,10 +63,6 @@ class ApplyStopped(Exception):
         super().__init__(str(error))
         self.results = results
         self.error = error
-
-
-def _refused(exc: BaseException) -> bool:
-    return isinstance(exc, OperationFailure) and exc.code in REFUSED_CODES
 
 
 def _create_document(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,7 +173,7 @@ class Applier:
             await self.db.command({"collMod": action.collection, **dict(action.after or {})})
         except OperationFailure as exc:
             why = describe_error(exc)
-            if _refused(exc):
+            if coll_mod_refused(exc):
                 why = f"the server refused collMod, so the validator cannot be changed here ({why})"
             return ActionResult(action, "failed", why)
         log.info("%s", action.describe())
@@ -213,7 +207,7 @@ class Applier:
             if "unique" in action.changes:
                 await self._make_unique(action.collection, name)
         except OperationFailure as exc:
-            if not _refused(exc):
+            if not coll_mod_refused(exc):
                 return ActionResult(action, "failed", describe_error(exc))
             rebuild = replace(
                 action,
@@ -246,7 +240,7 @@ class Applier:
         try:
             await self.db.command({"dropIndexes": collection, "index": name})
         except OperationFailure as exc:
-            if exc.code != INDEX_NOT_FOUND:
+            if not index_not_found(exc):
                 raise
 
     async def _rebuild(self, action: Action) -> ActionResult:

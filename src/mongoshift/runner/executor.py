@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pymongo import MongoClient
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import PyMongoError
 
 from ..background.line import BackgroundSteps, Waiting
 from ..errors import (
@@ -39,9 +39,10 @@ from ..errors import (
 from ..project.changelog import Changelog, RecordWrite
 from ..project.loader import load
 from ..project.redaction import describe_error, redact
+from ..project.server_errors import transactions_unsupported
 from ..project.session import Session
-from ..schema.background import Background
 from ..project.user_code import call, guard_exit, is_async
+from ..schema.background import Background
 from .context import Direction, MigrationContext
 from .hooks import Hooks, load_hooks
 from .plan import Plan, Step
@@ -116,12 +117,6 @@ def _traceback(exc: BaseException, path: Path) -> str:
     start = next((i for i, frame in enumerate(frames) if Path(frame.filename) == path), 0)
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])]
     return redact("".join(lines), limit=20_000) + describe_error(exc)
-
-
-def _transactions_unsupported(exc: BaseException) -> bool:
-    if isinstance(exc, OperationFailure):
-        return exc.code == 20 or "Transaction numbers are only allowed" in str(exc)
-    return False
 
 
 class Executor:
@@ -394,7 +389,7 @@ class Executor:
             else:
                 await asyncio.to_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
         except PyMongoError as exc:
-            if _transactions_unsupported(exc):
+            if transactions_unsupported(exc):
                 raise TransactionsUnsupportedError(
                     f"{step.name} asks for a transaction, but this server does not support them "
                     "(a standalone server); use a replica set or set use_transaction = False",
