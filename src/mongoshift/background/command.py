@@ -22,7 +22,7 @@ from .controls import Action, ControlResult, RepinResult, control, pin
 from .coordinator import Coordinator
 from .declared import align_file
 from .events import Events, Observer
-from .lane import EngineContext
+from .engine import EngineContext
 from .runner import MigrationRun
 from .spec import Background
 from .status import BackgroundReport, PartitionRow, report

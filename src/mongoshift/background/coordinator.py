@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 from ..runner.changelog import RunInfo
 from ..runner.lock import MigrationLock
 from .job import Job
-from .lane import EngineContext
+from .engine import EngineContext
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import unmet

@@ -12,28 +12,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import random
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bson import decode, encode
 from bson.raw_bson import RawBSONDocument
-from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from ..redaction import describe_error
-from ..runner.context import CancelSignal
 from .batch import BatchFailed, BatchResult, apply_batch, is_transient
 from .document import bson_problem
-from .events import Events
+from .engine import EngineContext
 from .job import Job
 from .model import Checkpoint, Lease, Partition, State
 from .planner import batch_filter
 from .spec import MAX_CHECKPOINT_BYTES, Adaptive, Background
-from .health import CallableSignal, HealthSignal, ReplicationLag, wait_while_unhealthy
-from .store import BackgroundStore
+from .health import wait_while_unhealthy
 from .throttle import AdaptiveController, ThrottleContext, before_batch
 from .transaction import Skip, TransactionalBatchSize, TransactionsUnsupported, backoff_seconds, commit, run_batch, transaction_options, unsupported
 
@@ -50,32 +44,6 @@ class SliceResult:
     outcome: Outcome
     counters: dict[str, int] = field(default_factory=dict)
     error: str | None = None
-
-
-@dataclass
-class EngineContext:
-    """What lanes and coordinators of one process share."""
-
-    db: AsyncDatabase[dict[str, Any]]
-    store: BackgroundStore
-    events: Events
-    cancel: CancelSignal
-    lease_ttl_ms: int = 30_000
-    now: Callable[[], float] = time.monotonic
-    rng: random.Random = field(default_factory=random.Random)
-    version_index_warned: set[str] = field(default_factory=set)
-    client: Any = None
-    lag_signals: dict[int, ReplicationLag] = field(default_factory=dict)
-
-    def health_signals(self, spec: Background) -> list[HealthSignal]:
-        """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""
-        signals: list[HealthSignal] = [CallableSignal(fn) for fn in spec.health]
-        if spec.max_replication_lag_ms is not False and self.client is not None:
-            limit = spec.max_replication_lag_ms
-            if limit not in self.lag_signals:
-                self.lag_signals[limit] = ReplicationLag(self.client.admin.command, max_lag_ms=limit)
-            signals.insert(0, self.lag_signals[limit])
-        return signals
 
 
 def _overloaded(exc: BaseException) -> bool:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from ..errors import BackgroundFileChangedError
 from .coordinator import Coordinator
-from .lane import EngineContext, Lane
+from .engine import EngineContext
+from .lane import Lane
 from .model import TERMINAL, State
 from .spec import Background
 from .throttle import sleep
