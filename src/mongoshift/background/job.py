@@ -1,13 +1,21 @@
-"""A registered migration bound to its code: which direction, what it matches, which functions."""
+"""A registered migration bound to its code: which direction, what it matches, which functions.
+
+How the user's functions are called (see docs/background.md, "Sync and async functions"): an
+``async def`` runs on the event loop; a plain ``def`` runs in a worker thread, once per batch
+(``migrate`` is called for every document of the batch inside that one thread call), so that
+however long it blocks, the loop keeps renewing the lane's lease and the migration lock.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runner.context import CancelSignal
+from ..runner.context import CancelSignal, is_async
 from .document import version_match
 from .model import State
 from .spec import Background
@@ -94,3 +102,17 @@ class Job:
             cancelled=cancel,
             **extra,
         )
+
+
+async def call_transform(fn: Callable[..., Any], *args: Any) -> Any:
+    """One call of a user's function: awaited on the loop if async, in a worker thread if sync.
+
+    A sync function that returns an awaitable (a lambda around an ``async def``) has that
+    awaited here, on the loop. Exceptions pass through unchanged.
+    """
+    if is_async(fn):
+        return await fn(*args)
+    out = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
