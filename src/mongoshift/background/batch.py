@@ -102,8 +102,8 @@ def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[
     return pairs
 
 
+#: A document, what its transform returned (None if it raised) and what it raised.
 Transformed = tuple[dict[str, Any], Any, BaseException | None]
-"""A document, what its transform returned (None if it raised) and what it raised."""
 
 
 async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:

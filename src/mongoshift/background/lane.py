@@ -5,6 +5,9 @@ take turns and a paused, cancelled or replanned migration is noticed within
 one batch. Every checkpoint is fenced by the lease token: a lane whose lease
 was reaped (it stalled past the TTL) learns it at its next checkpoint and
 stops without counting anything twice.
+
+What one batch is (plain, transactional, a step call) is the mode's business:
+see :mod:`.modes`; the lane holds the lease, the controls and the pauses around it.
 """
 
 from __future__ import annotations
