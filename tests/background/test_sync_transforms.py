@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
 
 from mongoshift.background import batch
 from mongoshift.background import command as bg
@@ -17,7 +18,7 @@ from mongoshift.background.events import Event
 from mongoshift.background.store import BackgroundStore
 from mongoshift.runner import command
 
-from ..conftest import TEST_CLIENT_OPTIONS
+from ..conftest import TEST_CLIENT_OPTIONS, Project
 from .conftest import background_file, seed
 
 LEASE_TTL_SECONDS = 1  # the smallest background_lease_ttl_seconds allows
@@ -64,7 +65,9 @@ class RivalReaper:
             raise self.error
 
 
-async def test_a_sync_transform_blocking_past_the_lease_ttl_never_loses_its_lease(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_sync_transform_blocking_past_the_lease_ttl_never_loses_its_lease(
+    fast_project: Project, db: AsyncDatabase[dict[str, Any]]
+) -> None:
     fast_project.write_config(background_lease_ttl_seconds=LEASE_TTL_SECONDS, background_poll_seconds=0.2)
     assert BATCH * SLEEP_PER_DOC > LEASE_TTL_SECONDS  # every batch alone outlasts the lease
     assert DOCS * SLEEP_PER_DOC > 4 * LEASE_TTL_SECONDS
@@ -117,7 +120,7 @@ def on_loop():
     ids=["sync-migrate", "async-migrate", "sync-migrate_batch"],
 )
 async def test_sync_transforms_run_off_the_loop_one_thread_call_per_batch(
-    fast_project, db, monkeypatch, kind: str, body: str, expect_on_loop: bool  # type: ignore[no-untyped-def]
+    fast_project: Project, db: AsyncDatabase[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, kind: str, body: str, expect_on_loop: bool
 ) -> None:
     calls: list[Callable[..., Any]] = []
     real_to_thread = asyncio.to_thread
@@ -148,7 +151,7 @@ async def test_sync_transforms_run_off_the_loop_one_thread_call_per_batch(
             assert len({d["thread"] for d in docs[first : first + 10]}) == 1
 
 
-async def test_a_sync_step_runs_off_the_loop(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_sync_step_runs_off_the_loop(fast_project: Project, db: AsyncDatabase[dict[str, Any]]) -> None:
     fast_project.add(
         "0001_step.py",
         ON_LOOP
@@ -168,4 +171,5 @@ background = Background(collection="people", from_version=0, to_version=1, step=
     (result,) = await bg.run(settings, ["0001_step.py"])
     assert result.status == "completed"
     part = await db[f"{settings.background_collection}_partitions"].find_one({"background": "0001_step.py"})
+    assert part is not None
     assert part["cursor"]["step"] == {"on_loop": [False, False, False]}
