@@ -301,8 +301,8 @@ async def _keyset(db: Any, size: int, *, guarded: bool) -> tuple[int, dict[str, 
 async def _engine(project: Path, parallel: int) -> Any:
     """Register (untimed) and return the timed run of the engine, as ``mongoshift background run``."""
     from mongoshift.api import background as bg
-    from mongoshift.project.settings import load_settings
     from mongoshift.api import migrations as command
+    from mongoshift.project.settings import load_settings
 
     settings = load_settings({}, config_path=project / "mongoshift.toml", environ={})
     await command.up(settings)

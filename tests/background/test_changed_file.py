@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
 from mongoshift.background import runner as bg_runner
 from mongoshift.errors import BackgroundFileChangedError
-from mongoshift.api import migrations as command
 
 from .conftest import background_file, seed
 from .test_processes import cli

@@ -7,8 +7,8 @@ from pymongo.errors import WriteError
 
 from mongoshift.api import background as bg
 from mongoshift.api import collections as cv
-from mongoshift.errors import ConfigInvalidError, ConvergeFailedError
 from mongoshift.api import migrations as command
+from mongoshift.errors import ConfigInvalidError, ConvergeFailedError
 
 from .conftest import background_file
 

@@ -12,12 +12,22 @@ import uuid
 from typing import Any
 
 import pytest
-from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Timestamp
+from bson import (
+    Binary,
+    Code,
+    DBRef,
+    Decimal128,
+    Int64,
+    MaxKey,
+    MinKey,
+    ObjectId,
+    Timestamp,
+)
 
 from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
 from mongoshift.background.model import Checkpoint, Scope
 from mongoshift.background.planner import batch_filter
-from mongoshift.api import migrations as command
 
 from .conftest import background_file
 

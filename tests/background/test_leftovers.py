@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mongoshift.api import background as bg
-from mongoshift.background import planner
 from mongoshift.api import migrations as command
+from mongoshift.background import planner
 
 from .conftest import background_file
 

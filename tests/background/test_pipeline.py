@@ -6,11 +6,11 @@ import pytest
 from bson import Int64
 
 from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
 from mongoshift.background.batch import apply_batch
 from mongoshift.background.job import Job
-from mongoshift.schema.background import Background
-from mongoshift.api import migrations as command
 from mongoshift.project.run import CancelSignal
+from mongoshift.schema.background import Background
 
 from .conftest import seed
 

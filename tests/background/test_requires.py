@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mongoshift.api import background as bg
-from mongoshift.errors import RequirementsPendingError
 from mongoshift.api import migrations as command
+from mongoshift.errors import RequirementsPendingError
 
 from .conftest import background_file, seed
 

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from mongoshift.api import background as bg
-from mongoshift.background import input_probe
 from mongoshift.api import migrations as command
+from mongoshift.background import input_probe
 from mongoshift.runner.scaffold import create_migration
 
 from .conftest import background_file, seed

@@ -14,9 +14,14 @@ from pymongo.errors import WriteError
 
 from mongoshift.api import collections as cv
 from mongoshift.converge.planner import Action
-from mongoshift.errors import ConfigInvalidError, ConvergeFailedError, LockHeldError, RunAbortedError
-from mongoshift.project.run import RunInfo
+from mongoshift.errors import (
+    ConfigInvalidError,
+    ConvergeFailedError,
+    LockHeldError,
+    RunAbortedError,
+)
 from mongoshift.project.lock import LeaseLock
+from mongoshift.project.run import RunInfo
 
 from ..conftest import fail_command
 from .conftest import journal, server_indexes, settings_with

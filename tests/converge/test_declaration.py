@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pymongo import IndexModel
 
+from mongoshift.errors import ConfigInvalidError
+from mongoshift.project.declarations import declarations_by_name, load_declarations
 from mongoshift.project.settings import Settings, load_settings
 from mongoshift.schema.collections import CollectionDeclaration
-from mongoshift.project.declarations import declarations_by_name, load_declarations
-from mongoshift.errors import ConfigInvalidError
 
 
 def declare(**values: Any) -> CollectionDeclaration:

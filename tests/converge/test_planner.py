@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from bson import Int64
 
-from mongoshift.schema.collections import CollectionDeclaration
 from mongoshift.converge.inspection import CollectionState, MinProbe
 from mongoshift.converge.planner import plan, plan_collection
+from mongoshift.schema.collections import CollectionDeclaration
 from mongoshift.schema.index_specs import IndexSpec, ValidatorSpec
 
 FR_FILLED = {

@@ -10,8 +10,8 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 from mongoshift.api import collections as cv
 from mongoshift.converge.applier import Applier
-from mongoshift.project.redaction import describe_error
 from mongoshift.errors import ConvergeFailedError, RunAbortedError
+from mongoshift.project.redaction import describe_error
 from mongoshift.project.run import CancelSignal
 
 from ..cli.test_cli import cli

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 BLOCK = re.compile(r"```(python|toml)\n(.*?)```", re.S)
 

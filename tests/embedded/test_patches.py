@@ -17,7 +17,12 @@ import time
 import pytest
 from bson import Decimal128, Int64, Regex, Timestamp
 from pymongo import AsyncMongoClient, monitoring
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
+from pymongo.errors import (
+    BulkWriteError,
+    DuplicateKeyError,
+    OperationFailure,
+    WriteError,
+)
 
 from ..conftest import fail_command
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from mongoshift.errors import ExecutionFailedError, HookFailedError, InvalidExportError, IrreversibleMigrationError, RunAbortedError
 from mongoshift.api import migrations as command
+from mongoshift.errors import (
+    ExecutionFailedError,
+    HookFailedError,
+    InvalidExportError,
+    IrreversibleMigrationError,
+    RunAbortedError,
+)
 from mongoshift.project.run import CancelSignal
 
 from ..conftest import fail_command

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from mongoshift.errors import LockHeldError
-from mongoshift.project.run import RunInfo
 from mongoshift.project.lock import LeaseLock
+from mongoshift.project.run import RunInfo
 
 
 def run(i: int) -> RunInfo:

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from mongoshift.errors import LockLostError
 from mongoshift.api import migrations as command
-from mongoshift.project.run import RunInfo
+from mongoshift.errors import LockLostError
 from mongoshift.project.lock import LeaseLock
+from mongoshift.project.run import RunInfo
 
 from ..conftest import fail_command
 

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.project.settings import load_settings
 from mongoshift.errors import ConfigInvalidError
+from mongoshift.project.settings import load_settings
 
 
 def test_the_changed_file_wait_defaults_to_five_minutes_and_is_validated(tmp_path: Path) -> None:

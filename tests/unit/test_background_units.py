@@ -7,10 +7,16 @@ from bson import Decimal128, Int64, ObjectId
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mongoshift.background.document import ShapeError, guard, same, stamped_diff, version_match
+from mongoshift.background.document import (
+    ShapeError,
+    guard,
+    same,
+    stamped_diff,
+    version_match,
+)
 from mongoshift.background.events import Event, Events
-from mongoshift.schema.background import Adaptive
 from mongoshift.background.throttle import AdaptiveController
+from mongoshift.schema.background import Adaptive
 
 scalars = st.one_of(
     st.integers(-(2**31), 2**31 - 1),

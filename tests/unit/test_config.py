@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.project.settings import load_settings
 from mongoshift.errors import ConfigInvalidError
+from mongoshift.project.settings import load_settings
 
 
 def write(path: Path, text: str) -> Path:

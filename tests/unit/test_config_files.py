@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.project.settings import Settings, load_settings
-from mongoshift.project.declarations import load_declarations
 from mongoshift.errors import ConfigInvalidError
+from mongoshift.project.declarations import load_declarations
+from mongoshift.project.settings import Settings, load_settings
 
 
 def test_a_malformed_pyproject_is_an_error_naming_the_file_and_line(tmp_path: Path) -> None:

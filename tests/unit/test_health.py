@@ -11,7 +11,14 @@ from bson import Int64
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
-from mongoshift.background.health import CallableSignal, HealthSignal, ReplicationLag, excluded_members, max_secondary_lag, wait_while_unhealthy
+from mongoshift.background.health import (
+    CallableSignal,
+    HealthSignal,
+    ReplicationLag,
+    excluded_members,
+    max_secondary_lag,
+    wait_while_unhealthy,
+)
 
 NOW = datetime(2024, 5, 2, 10, 0, 0)  # pymongo decodes dates as naive UTC
 STATE_STR = {1: "PRIMARY", 2: "SECONDARY", 3: "RECOVERING", 5: "STARTUP2", 7: "ARBITER", 8: "(not reachable/healthy)"}

@@ -4,8 +4,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mongoshift.errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
-from mongoshift.project.loader import checksum, discover, find, is_migration_name, load, slugify
+from mongoshift.errors import (
+    FileNotFoundMigrationError,
+    InvalidExportError,
+    InvalidNameError,
+)
+from mongoshift.project.loader import (
+    checksum,
+    discover,
+    find,
+    is_migration_name,
+    load,
+    slugify,
+)
 from mongoshift.runner.scaffold import create_migration
 
 

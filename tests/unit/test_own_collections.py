@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from mongoshift.api import background
-from mongoshift.project.settings import load_settings
 from mongoshift.api import collections as cv
-from mongoshift.errors import CollectionClashError, ConfigInvalidError, ExitCode
 from mongoshift.api import migrations as command
+from mongoshift.errors import CollectionClashError, ConfigInvalidError, ExitCode
+from mongoshift.project.settings import load_settings
 
 from ..cli.test_cli import QUICK, cli
 

@@ -5,7 +5,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mongoshift.errors import ChecksumMismatchError, ConfigInvalidError, FileNotFoundMigrationError, NotAppliedError, OutOfOrderError
+from mongoshift.errors import (
+    ChecksumMismatchError,
+    ConfigInvalidError,
+    FileNotFoundMigrationError,
+    NotAppliedError,
+    OutOfOrderError,
+)
 from mongoshift.project.changelog import ChangelogRecord
 from mongoshift.project.loader import MigrationFile, checksum
 from mongoshift.runner.plan import plan_down, plan_up, status_rows

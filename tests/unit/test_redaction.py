@@ -7,12 +7,26 @@ import json
 import logging
 
 import pytest
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
+from pymongo.errors import (
+    BulkWriteError,
+    DuplicateKeyError,
+    OperationFailure,
+    WriteError,
+)
 
 from mongoshift.cli.output import Output
-from mongoshift.project.connection import auth_failure, auth_summary
 from mongoshift.errors import ExecutionFailedError
-from mongoshift.project.redaction import LIMIT, cap, describe_error, describe_write_error, redact, strip_controls, uri_secrets, without_secrets
+from mongoshift.project.connection import auth_failure, auth_summary
+from mongoshift.project.redaction import (
+    LIMIT,
+    cap,
+    describe_error,
+    describe_write_error,
+    redact,
+    strip_controls,
+    uri_secrets,
+    without_secrets,
+)
 
 E11000 = 'E11000 duplicate key error collection: app.users index: email_1 dup key: { email: "ali}ce@example.com" }'
 

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mongoshift.versioning import Backoff, RevisionConflictError, UnguardedWriteError, retry_on_conflict, retry_on_conflict_sync
+from mongoshift.versioning import (
+    Backoff,
+    RevisionConflictError,
+    UnguardedWriteError,
+    retry_on_conflict,
+    retry_on_conflict_sync,
+)
 from mongoshift.versioning.guard import guard_bump, guard_replacement, guard_update
 
 FIELDS = {"version_field": "__v", "revision_field": "__rev"}

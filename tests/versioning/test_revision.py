@@ -7,7 +7,16 @@ from typing import Any
 import pytest
 from pymongo import ReturnDocument, WriteConcern
 
-from mongoshift.versioning import RevisionConflictError, UnguardedWriteError, bump_revision, find_one_and_update_with_revision, replace_with_revision, retry_on_conflict, revision_of, update_with_revision
+from mongoshift.versioning import (
+    RevisionConflictError,
+    UnguardedWriteError,
+    bump_revision,
+    find_one_and_update_with_revision,
+    replace_with_revision,
+    retry_on_conflict,
+    revision_of,
+    update_with_revision,
+)
 
 from .conftest import PEOPLE
 

@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 from pymongo import WriteConcern
 
-from mongoshift.versioning import RevisionConflictError, UnguardedWriteError, bump_revision_sync, find_one_and_update_with_revision_sync, replace_with_revision_sync, retry_on_conflict_sync, update_with_revision_sync
+from mongoshift.versioning import (
+    RevisionConflictError,
+    UnguardedWriteError,
+    bump_revision_sync,
+    find_one_and_update_with_revision_sync,
+    replace_with_revision_sync,
+    retry_on_conflict_sync,
+    update_with_revision_sync,
+)
 
 from .conftest import PEOPLE
 

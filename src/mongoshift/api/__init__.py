@@ -34,7 +34,20 @@ from .background import repin as repin_background
 from .background import run as run_background
 from .background import status as background_status
 from .collections import converge, plan_converge
-from .migrations import DryRunReport, DryRunRow, RunReport, down, dry_run, list_migrations, lock_status, redo, rows_to_json, status, unlock, up
+from .migrations import (
+    DryRunReport,
+    DryRunRow,
+    RunReport,
+    down,
+    dry_run,
+    list_migrations,
+    lock_status,
+    redo,
+    rows_to_json,
+    status,
+    unlock,
+    up,
+)
 
 __all__ = [
     "BackgroundReport",

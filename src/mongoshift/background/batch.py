@@ -20,6 +20,7 @@ without any re-read; a document that moved on is simply not matched.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,15 @@ from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from ..project.redaction import describe_error, describe_write_error
-from ..project.server_errors import document_write_error, pipeline_document_write_error, transient_transaction_error
+from ..project.server_errors import (
+    document_write_error,
+    pipeline_document_write_error,
+    transient_transaction_error,
+)
+from ..project.user_code import call, guard_exit, is_async
 from .document import ShapeError, bson_problem, guard, stamped_diff
 from .job import Job, TransformContext
+
 
 class BatchFailed(Exception):
     """The batch cannot go on (a wrong ``migrate_batch`` result, a server error): fails the slice."""
@@ -92,28 +99,72 @@ def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[
     return pairs
 
 
-async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[tuple[dict[str, Any], Any, BaseException | None]]:
+#: A document, what its transform returned (None if it raised) and what it raised.
+Transformed = tuple[dict[str, Any], Any, BaseException | None]
+
+
+async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+    """Each document with its new version or its error; a sync function runs off the loop (see :mod:`.job`)."""
     if job.many is not None:
-        out = job.many([copy for _, copy in pairs], ctx)
-        if inspect.isawaitable(out):
-            out = await out
+        out = await call(job.many, [copy for _, copy in pairs], ctx)
         if not isinstance(out, list) or len(out) != len(pairs):
             got = len(out) if isinstance(out, list) else type(out).__name__
             raise BatchFailed(f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(pairs)} document(s); it must return one per document, in order")
         return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for (d, _), r in zip(pairs, out)]
     assert job.one is not None
-    results: list[tuple[dict[str, Any], Any, BaseException | None]] = []
+    if not pairs:
+        return []
+    if is_async(job.one):
+        return await _each_on_loop(job.one, pairs, ctx)
+    results = await asyncio.to_thread(_each_in_thread, job.one, pairs, ctx)
+    if any(inspect.isawaitable(new) for _, new, _ in results):
+        results = await _settle(results)  # a sync function that returned awaitables
+    return results
+
+
+async def _each_on_loop(fn: Callable[..., Any], pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+    """An async ``migrate`` for each document in turn: one document's error is its own."""
+    results: list[Transformed] = []
     for doc, copy in pairs:
         try:
-            new = job.one(copy, ctx)
-            if inspect.isawaitable(new):
-                new = await new
-            results.append((doc, new, None))
+            results.append((doc, await fn(copy, ctx), None))
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise  # a side write's transaction error belongs to the batch: it is retried whole
             results.append((doc, None, exc))
     return results
+
+
+def _each_in_thread(fn: Callable[..., Any], pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+    """A sync ``migrate`` for every document of the batch, in one worker-thread call; the same error rules.
+
+    ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`).
+    """
+    fn = guard_exit(fn)
+    results: list[Transformed] = []
+    for doc, copy in pairs:
+        try:
+            results.append((doc, fn(copy, ctx), None))
+        except Exception as exc:
+            if transient_transaction_error(exc):
+                raise
+            results.append((doc, None, exc))
+    return results
+
+
+async def _settle(results: list[Transformed]) -> list[Transformed]:
+    """Await, on the loop, what a sync function returned as an awaitable; its error is its document's."""
+    settled: list[Transformed] = []
+    for doc, new, error in results:
+        if inspect.isawaitable(new):
+            try:
+                new = await new
+            except Exception as exc:
+                if transient_transaction_error(exc):
+                    raise
+                new, error = None, exc
+        settled.append((doc, new, error))
+    return settled
 
 
 async def _write(

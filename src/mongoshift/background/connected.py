@@ -23,8 +23,8 @@ from ..project.settings import Settings
 from ..schema.background import Background
 from .coordinator import Coordinator
 from .declared import align_file
+from .engine import EngineContext
 from .events import Events, Observer
-from .lane import EngineContext
 from .runner import MigrationRun
 from .store import BackgroundStore
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import BackgroundConflictError, NotAppliedError
-from .model import State
 from ..schema.background import Background
+from .model import State
 from .store import BackgroundStore
 
 Action = Literal["pause", "resume", "cancel", "retry", "unlock"]

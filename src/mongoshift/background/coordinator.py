@@ -17,12 +17,12 @@ from typing import Any, Literal
 from pymongo.errors import PyMongoError
 
 from ..project.lock import LeaseLock
+from ..schema.background import Background
+from .engine import EngineContext
 from .job import Job
-from .lane import EngineContext
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import unmet
-from ..schema.background import Background
 from .store import lock_id
 
 log = logging.getLogger("mongoshift.background")

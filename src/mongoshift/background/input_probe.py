@@ -17,8 +17,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ..project.server_errors import max_time_expired
-from .document import version_match
 from ..schema.background import Background
+from .document import version_match
 from .store import BackgroundStore
 
 log = logging.getLogger("mongoshift.background")

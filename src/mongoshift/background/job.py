@@ -1,4 +1,10 @@
-"""A registered migration bound to its code: which direction, what it matches, which functions."""
+"""A registered migration bound to its code: which direction, what it matches, which functions.
+
+How the user's functions are called (see docs/background.md, "Sync and async functions"): an
+``async def`` runs on the event loop; a plain ``def`` runs in a worker thread, once per batch
+(``migrate`` is called for every document of the batch inside that one thread call), so that
+however long it blocks, the loop keeps renewing the lane's lease and the migration lock.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..project.run import CancelSignal
+from ..schema.background import Background
 from .document import version_match
 from .model import State
-from ..schema.background import Background
 
 log = logging.getLogger("mongoshift.background")
 

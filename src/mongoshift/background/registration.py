@@ -14,10 +14,10 @@ import time
 from typing import Literal
 
 from ..errors import IrreversibleMigrationError
+from ..schema.background import Background
 from .events import Events
 from .input_probe import unversioned_warning
 from .requires import unmet
-from ..schema.background import Background
 from .store import BackgroundStore
 
 log = logging.getLogger("mongoshift.background")

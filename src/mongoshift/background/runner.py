@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import BackgroundFileChangedError
-from .coordinator import Coordinator
-from .lane import EngineContext, Lane
-from .model import TERMINAL, State
 from ..schema.background import Background
+from .coordinator import Coordinator
+from .engine import EngineContext
+from .lane import Lane
+from .model import TERMINAL, State
 from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")

@@ -29,7 +29,13 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from ..project.server_errors import error_code, transaction_too_big_or_slow, transactions_unsupported, transient_transaction_error, unknown_commit_result
+from ..project.server_errors import (
+    error_code,
+    transaction_too_big_or_slow,
+    transactions_unsupported,
+    transient_transaction_error,
+    unknown_commit_result,
+)
 from ..schema.background import Background
 from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key
 

@@ -19,7 +19,12 @@ import click
 from ..errors import ConfigInvalidError, RunAbortedError
 from ..project.redaction import uri_secrets
 from ..project.run import CancelSignal
-from ..project.settings import Settings, find_project_file, load_settings, read_project_file
+from ..project.settings import (
+    Settings,
+    find_project_file,
+    load_settings,
+    read_project_file,
+)
 from .output import Output
 
 T = TypeVar("T")

@@ -8,12 +8,20 @@ import click
 
 from ..api import background as bg
 from ..background.status import BackgroundReport
-from ..project.settings import Settings
-from ..errors import BackgroundCancelledError, BackgroundFailedError, BackgroundPausedError, ConfigInvalidError, ExitCode, MongoshiftError, RunAbortedError
+from ..errors import (
+    BackgroundCancelledError,
+    BackgroundFailedError,
+    BackgroundPausedError,
+    ConfigInvalidError,
+    ExitCode,
+    MongoshiftError,
+    RunAbortedError,
+)
 from ..project.run import CancelSignal
+from ..project.settings import Settings
 from . import background_view as view
-from .progress import log_progress, show_progress
 from .app import cli, confirm, global_options, output, run_async, settings
+from .progress import log_progress, show_progress
 
 
 @cli.group()

@@ -11,11 +11,11 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from ..api import background as bg
-from ..project.settings import Settings, load_settings
-from ..project.connection import connect
-from ..embedded.process import embedded_server
 from .. import api
+from ..api import background as bg
+from ..embedded.process import embedded_server
+from ..project.connection import connect
+from ..project.settings import Settings, load_settings
 from .output import Output
 from .progress import show_progress
 

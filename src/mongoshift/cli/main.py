@@ -15,14 +15,23 @@ from typing import Any, Literal
 import click
 from pymongo.errors import PyMongoError
 
+from .. import api
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
 from ..project.redaction import strip_controls, uri_secrets
-from .. import api
+from ..project.server_errors import from_pymongo
 from ..runner.plan import status_verdict
 from ..runner.scaffold import create_migration, write_config
-from ..project.server_errors import from_pymongo
 from . import background as _background  # noqa: F401  (registers the 'background' group)
-from .app import WAIT_HELP, cli, confirm, global_options, options, output, run_async, settings
+from .app import (
+    WAIT_HELP,
+    cli,
+    confirm,
+    global_options,
+    options,
+    output,
+    run_async,
+    settings,
+)
 from .converge import converge_command, interactive_confirm, render
 from .output import Output
 

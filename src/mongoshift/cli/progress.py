@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..api import background as bg
 from ..background.status import BackgroundReport
-from .background_view import clock
 from ..project.settings import Settings
+from .background_view import clock
 
 log = logging.getLogger("mongoshift.background.progress")
 

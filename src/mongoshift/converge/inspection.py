@@ -18,7 +18,12 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
 
 from ..schema.collections import CollectionDeclaration
-from ..schema.index_specs import IndexSpec, ValidatorSpec, normalize_collation, versioning_minimum
+from ..schema.index_specs import (
+    IndexSpec,
+    ValidatorSpec,
+    normalize_collation,
+    versioning_minimum,
+)
 
 Kind = Literal["missing", "collection", "view", "timeseries"]
 

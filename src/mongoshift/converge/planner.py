@@ -16,8 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..schema.collections import CollectionDeclaration
+from ..schema.index_specs import (
+    IN_PLACE,
+    IndexSpec,
+    ValidatorSpec,
+    as_json,
+    key_document,
+)
 from .inspection import CollectionState
-from ..schema.index_specs import IN_PLACE, IndexSpec, ValidatorSpec, as_json, key_document
 
 Target = Literal["collection", "validator", "index"]
 Kind = Literal["create", "modify", "rebuild", "drop", "keep", "unchanged", "conflict"]

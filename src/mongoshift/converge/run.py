@@ -17,7 +17,12 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from ..errors import ConfigInvalidError, ConvergeFailedError, MongoshiftError, RunAbortedError
+from ..errors import (
+    ConfigInvalidError,
+    ConvergeFailedError,
+    MongoshiftError,
+    RunAbortedError,
+)
 from ..project.redaction import describe_error
 from ..project.session import Session
 from ..schema.collections import CollectionDeclaration

@@ -13,7 +13,12 @@ import logging
 import sys
 from pathlib import Path
 
-from mongoshift.embedded.server import DEFAULT_HOST, DEFAULT_PORT, EmbeddedServerUnavailable, run
+from mongoshift.embedded.server import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    EmbeddedServerUnavailable,
+    run,
+)
 from mongoshift.embedded.snapshot import SnapshotError
 
 #: Exit status for a ``--path`` that cannot be used (mongoshift's CONFIG_INVALID).

@@ -8,10 +8,10 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 from pymongo.uri_parser import parse_uri
 
-from .settings import Settings
 from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
 from .redaction import redact
 from .server_errors import auth_failure
+from .settings import Settings
 
 __all__ = ["auth_failure", "auth_summary", "client_options", "connect", "hosts_of", "redact", "sync_client"]
 

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
 from ..schema.background import Background
 from ..schema.validation import describe_errors
-from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
 
 TIMESTAMP_NAME = re.compile(r"^\d{14}_[a-z0-9][a-z0-9_]*\.py$")
 SEQUENTIAL_NAME = re.compile(r"^\d{4,}_[a-z0-9][a-z0-9_]*\.py$")

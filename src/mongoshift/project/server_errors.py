@@ -24,7 +24,12 @@ from typing import Any
 
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
-from ..errors import AuthFailedError, ConnectionFailedError, MongoshiftError, ServerError
+from ..errors import (
+    AuthFailedError,
+    ConnectionFailedError,
+    MongoshiftError,
+    ServerError,
+)
 
 # -- single codes ---------------------------------------------------------------
 

@@ -18,7 +18,12 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from ..errors import LockLostError, LockReleaseFailedError, MongoshiftError, RunAbortedError
+from ..errors import (
+    LockLostError,
+    LockReleaseFailedError,
+    MongoshiftError,
+    RunAbortedError,
+)
 from .changelog import Changelog
 from .connection import connect, sync_client
 from .declarations import Declarations, declarations_by_name

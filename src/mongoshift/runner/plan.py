@@ -10,10 +10,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from ..errors import ChecksumMismatchError, ExitCode, ConfigInvalidError, FileNotFoundMigrationError, NotAppliedError, OutOfOrderError
+from ..errors import (
+    ChecksumMismatchError,
+    ConfigInvalidError,
+    ExitCode,
+    FileNotFoundMigrationError,
+    NotAppliedError,
+    OutOfOrderError,
+)
 from ..project.changelog import ChangelogRecord
-from .context import Direction
 from ..project.loader import MigrationFile, find
+from .context import Direction
 
 State = Literal["applied", "pending", "failed", "reverted", "missing"]
 

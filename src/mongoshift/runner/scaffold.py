@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import ConfigFileExistsError, ConfigInvalidError, MigrationFileExistsError
-from ..project.redaction import without_secrets
 from ..project.loader import SEQUENTIAL_NAME, slugify
+from ..project.redaction import without_secrets
 
 MIGRATION_TEMPLATE = '''"""$title"""
 

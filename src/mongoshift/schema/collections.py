@@ -27,7 +27,14 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pymongo.operations import IndexModel
 
 from .index_specs import KEY_TYPES, IndexSpec, ValidatorSpec, default_name

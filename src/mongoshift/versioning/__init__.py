@@ -10,12 +10,27 @@ Async helpers take a pymongo ``AsyncCollection``; the ``*_sync`` ones a ``Collec
 This package imports nothing else from mongoshift, so applications can use it alone.
 """
 
-from .errors import RevisionConflictError, ShapeVersionError, UnguardedWriteError, VersioningError
+from .errors import (
+    RevisionConflictError,
+    ShapeVersionError,
+    UnguardedWriteError,
+    VersioningError,
+)
 from .fields import REVISION_FIELD, VERSION_FIELD, revision_of
 from .guard import RevisionResult
 from .retry import Backoff, retry_on_conflict, retry_on_conflict_sync
-from .revision import bump_revision, find_one_and_update_with_revision, replace_with_revision, update_with_revision
-from .revision_sync import bump_revision_sync, find_one_and_update_with_revision_sync, replace_with_revision_sync, update_with_revision_sync
+from .revision import (
+    bump_revision,
+    find_one_and_update_with_revision,
+    replace_with_revision,
+    update_with_revision,
+)
+from .revision_sync import (
+    bump_revision_sync,
+    find_one_and_update_with_revision_sync,
+    replace_with_revision_sync,
+    update_with_revision_sync,
+)
 from .shapes import Shapes, Step, StepMigration, define_shapes
 
 __all__ = [

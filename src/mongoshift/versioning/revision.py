@@ -16,7 +16,15 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 
 from .fields import REVISION_FIELD, VERSION_FIELD, revision_of
-from .guard import GuardedWrite, RevisionResult, Update, guard_bump, guard_replacement, guard_update, require_acknowledged
+from .guard import (
+    GuardedWrite,
+    RevisionResult,
+    Update,
+    guard_bump,
+    guard_replacement,
+    guard_update,
+    require_acknowledged,
+)
 
 
 async def update_with_revision(

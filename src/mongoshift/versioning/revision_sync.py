@@ -13,7 +13,15 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 
 from .fields import REVISION_FIELD, VERSION_FIELD, revision_of
-from .guard import GuardedWrite, RevisionResult, Update, guard_bump, guard_replacement, guard_update, require_acknowledged
+from .guard import (
+    GuardedWrite,
+    RevisionResult,
+    Update,
+    guard_bump,
+    guard_replacement,
+    guard_update,
+    require_acknowledged,
+)
 
 
 def update_with_revision_sync(

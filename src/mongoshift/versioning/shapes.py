@@ -16,7 +16,14 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import ShapeProblem, ShapeVersionError
-from .fields import REVISION_FIELD, VERSION_FIELD, check_fields, check_number, number_match, stored_number
+from .fields import (
+    REVISION_FIELD,
+    VERSION_FIELD,
+    check_fields,
+    check_number,
+    number_match,
+    stored_number,
+)
 
 Document = dict[str, Any]
 Step = Callable[[Document], Document]

@@ -1,0 +1,43 @@
+"""What the lanes and the coordinator of one process share: the database, the store, events, timing."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from ..project.run import CancelSignal
+from ..schema.background import Background
+from .events import Events
+from .health import CallableSignal, HealthSignal, ReplicationLag
+from .store import BackgroundStore
+
+
+@dataclass
+class EngineContext:
+    """What lanes and coordinators of one process share."""
+
+    db: AsyncDatabase[dict[str, Any]]
+    store: BackgroundStore
+    events: Events
+    cancel: CancelSignal
+    lease_ttl_ms: int = 30_000
+    now: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+    version_index_warned: set[str] = field(default_factory=set)
+    client: Any = None
+    lag_signals: dict[int, ReplicationLag] = field(default_factory=dict)
+
+    def health_signals(self, spec: Background) -> list[HealthSignal]:
+        """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""
+        signals: list[HealthSignal] = [CallableSignal(fn) for fn in spec.health]
+        if spec.max_replication_lag_ms is not False and self.client is not None:
+            limit = spec.max_replication_lag_ms
+            if limit not in self.lag_signals:
+                self.lag_signals[limit] = ReplicationLag(self.client.admin.command, max_lag_ms=limit)
+            signals.insert(0, self.lag_signals[limit])
+        return signals

@@ -1,0 +1,313 @@
+"""How a lane moves through its partition: one strategy per kind of migration, chosen once per slice.
+
+* :class:`PlainBatches`: read a batch, transform it, write it as guarded updates, then move the
+  fenced checkpoint (``migrate``, ``migrate_batch`` and ``pipeline`` migrations);
+* :class:`TransactionalBatches`: all of that in one snapshot transaction (see :mod:`.transaction`);
+* :class:`StepCalls`: one call of the user's ``step``, whose result is the checkpoint.
+
+Each one takes the slice's :class:`PartitionWork` and the cursor to start from and answers with
+:class:`Progress`; the lane around them handles controls, pauses and the slice's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bson import decode, encode
+from bson.raw_bson import RawBSONDocument
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import PyMongoError
+
+from ..project.server_errors import (
+    overloaded,
+    transactions_unsupported,
+    transient_transaction_error,
+)
+from ..project.user_code import call
+from ..schema.background import MAX_CHECKPOINT_BYTES
+from .batch import BatchFailed, BatchResult, DocumentError, apply_batch
+from .document import bson_problem
+from .engine import EngineContext
+from .job import Job
+from .model import Checkpoint, Lease, Partition
+from .planner import batch_filter
+from .throttle import AdaptiveController
+from .transaction import (
+    Skip,
+    TransactionalBatchSize,
+    TransactionsUnsupported,
+    backoff_seconds,
+    commit,
+    run_batch,
+    transaction_options,
+)
+
+
+@dataclass
+class LeaseActivity:
+    """What a lane's heartbeat reads: when a checkpoint last renewed the lease, and whether a transaction is open."""
+
+    touched: float = float("-inf")
+    in_transaction: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionWork:
+    """What every batch (or step) of one slice on a claimed partition works with and reports to."""
+
+    engine: EngineContext
+    job: Job
+    lease: Lease
+    partition: Partition
+    collection: AsyncCollection[dict[str, Any]]
+    match: dict[str, Any]
+    hint: list[tuple[str, int]] | None
+    adaptive: AdaptiveController | None
+    deadline: float
+    counters: dict[str, int]
+    activity: LeaseActivity
+
+    def renewed(self) -> None:
+        """A checkpoint just renewed the lease: the heartbeat can rest."""
+        self.activity.touched = self.engine.now()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one batch (or step) left the partition."""
+
+    done: bool
+    cursor: Checkpoint
+    lease_held: bool  # False: the checkpoint was fenced off, another lane holds the partition now
+
+
+class Mode(Protocol):
+    #: Whether it reads the collection in batches (and so wants the version index as a hint).
+    reads_documents: bool
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        """One batch (or step) from ``cursor``; ``size`` is the batch size the throttle settled on."""
+        ...
+
+
+def mode_for(job: Job) -> Mode:
+    if job.step is not None:
+        return StepCalls(job.step)
+    if job.spec.transaction is not None:
+        return TransactionalBatches(TransactionalBatchSize(job.spec.batch_size))
+    return PlainBatches()
+
+
+def counts_of(result: BatchResult, scanned: int) -> dict[str, int]:
+    return {
+        "scanned": scanned,
+        "migrated": result.migrated,
+        "skipped": result.skipped,
+        "conflicts": result.conflicts,
+        "failed": len(result.errors),
+        "retried": result.retried,
+        "batches": 1,
+    }
+
+
+def add_counts(into: dict[str, int], counts: dict[str, int]) -> None:
+    for key, value in counts.items():
+        into[key] = into.get(key, 0) + value
+
+
+class PlainBatches:
+    """A batch read as raw BSON, written through :func:`apply_batch`, then the fenced checkpoint."""
+
+    reads_documents = True
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
+        filter_ = batch_filter(work.match, work.partition.scope, cursor)
+        # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
+        # decoding it here and copying it through an encode.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+        find = raw.find(filter_, job.projection, sort=[("_id", 1)], limit=size)
+        if work.hint is not None:
+            find = find.hint(work.hint)
+        docs = await find.to_list(None)
+        ctx = job.context(str(work.partition.seq), engine.cancel)
+        started = engine.now()
+        try:
+            result = await apply_batch(job, docs, collection, ctx) if docs else BatchResult()
+        except BatchFailed:
+            raise
+        except Exception as exc:
+            if adaptive is not None and overloaded(exc):
+                change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
+                if change:
+                    engine.events.emit("throttle", job.name, change=change, **adaptive.state())
+            raise
+        latency_ms = (engine.now() - started) * 1000
+        if adaptive is not None and docs:
+            change = adaptive.record(latency_ms)
+            if change:
+                engine.events.emit("throttle", job.name, change=change, **adaptive.state())
+        done = len(docs) < size
+        next_cursor = Checkpoint(last_id=decode(docs[-1].raw, collection.codec_options)["_id"], started=True) if docs else cursor
+        batch_counts = counts_of(result, len(docs))
+        add_counts(work.counters, batch_counts)
+        held = await engine.store.checkpoint(
+            work.lease,
+            cursor=next_cursor.to_document(),
+            counters=batch_counts,
+            done=done,
+            bad_ids=[e.id for e in result.errors],
+            doc_errors=[e.to_document() for e in result.errors],
+            throttle=adaptive.state() if adaptive else None,
+        )
+        if held:
+            work.renewed()
+            engine.events.emit("batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), **batch_counts)
+        else:
+            # The lease was taken over, but these guarded writes did happen and nobody else will
+            # count them (the next holder's read no longer matches them): count them on the state.
+            await engine.store.add_to_totals(job.name, job.registration, batch_counts)
+        return Progress(done, next_cursor, held)
+
+
+@dataclass
+class TransactionalBatches:
+    """One batch in a transaction (see :mod:`.transaction`); counters are exact.
+
+    ``sizing`` carries the batch size from one batch to the next: halved on trouble, grown back.
+    """
+
+    sizing: TransactionalBatchSize
+    reads_documents = True
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine, job, collection = work.engine, work.job, work.collection
+        spec = job.spec
+
+        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+            assert spec.transaction is not None
+            find = collection.find(
+                batch_filter(work.match, work.partition.scope, cursor),
+                job.projection,
+                sort=[("_id", 1)],
+                limit=limit,
+                session=session,
+                max_time_ms=spec.transaction.timeout_ms,
+            )
+            if work.hint is not None:
+                find = find.hint(work.hint)
+            return await find.to_list(None)
+
+        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
+            ctx = job.context(str(work.partition.seq), engine.cancel, session=session, db=engine.db, client=engine.client)
+            return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
+
+        async def checkpoint(
+            session: Any,
+            docs: list[dict[str, Any]],
+            fetched: list[dict[str, Any]],
+            limit: int,
+            result: BatchResult,
+            excluded: list[DocumentError],
+            retries: int,
+        ) -> bool:
+            done = len(docs) == len(fetched) and len(fetched) < limit
+            moved = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
+            counts = counts_of(result, len(docs))
+            counts["txn_retries"] = retries
+            return await engine.store.checkpoint(
+                work.lease,
+                cursor=moved.to_document(),
+                counters=counts,
+                done=done,
+                bad_ids=[e.id for e in excluded],
+                doc_errors=[e.to_document() for e in excluded],
+                session=session,
+            )
+
+        work.activity.in_transaction = True
+        try:
+            outcome = await run_batch(
+                client=engine.client, collection=collection, spec=spec, read=read, write=write, checkpoint=checkpoint,
+                sizing=self.sizing, rng=engine.rng,
+            )
+        except Skip as skip:  # alone and still in the way: the next pass takes it
+            moved = Checkpoint(last_id=skip.doc["_id"], started=True)
+            counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
+            add_counts(work.counters, counts)
+            held = await engine.store.checkpoint(work.lease, cursor=moved.to_document(), counters=counts, done=False)
+            return Progress(False, moved, held)
+        finally:
+            work.activity.in_transaction = False
+        if outcome.lost:
+            return Progress(False, cursor, False)
+        counts = counts_of(outcome.result, len(outcome.docs))
+        counts["txn_retries"] = outcome.retries
+        add_counts(work.counters, counts)
+        work.renewed()
+        engine.events.emit("batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, **counts)
+        moved = Checkpoint(last_id=outcome.last_id, started=True) if outcome.docs else cursor
+        return Progress(outcome.done, moved, True)
+
+
+@dataclass
+class StepCalls:
+    """One call of a step migration; its checkpoint is what it returned (in a transaction if asked)."""
+
+    step: Callable[..., Any]
+    reads_documents = False
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine, spec = work.engine, work.job.spec
+        if spec.transaction is None:
+            return await self._once(work, cursor, session=None)
+        for attempt in range(spec.transaction.max_retries + 1):
+            async with engine.client.start_session() as session:
+                try:
+                    await session.start_transaction(**transaction_options(spec))
+                    progress = await self._once(work, cursor, session=session)
+                    if not progress.lease_held:
+                        await session.abort_transaction()
+                        return progress
+                    await commit(session)
+                    return progress
+                except PyMongoError as exc:
+                    if session.in_transaction:
+                        await session.abort_transaction()
+                    if transactions_unsupported(exc):
+                        raise TransactionsUnsupported(str(exc)) from None
+                    if not transient_transaction_error(exc) or attempt == spec.transaction.max_retries:
+                        raise
+                    await asyncio.sleep(backoff_seconds(attempt + 1, engine.rng))
+        raise AssertionError("unreachable")
+
+    async def _once(self, work: PartitionWork, cursor: Checkpoint, *, session: Any) -> Progress:
+        engine = work.engine
+        ctx = work.job.context(
+            str(work.partition.seq), engine.cancel, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline, session=session
+        )
+        out = await call(self.step, ctx)
+        if not isinstance(out, dict) or not isinstance(out.get("done"), bool):
+            raise BatchFailed("step() must return a dict with 'done' (a bool) and 'checkpoint'")
+        checkpoint = out.get("checkpoint")
+        try:
+            encoded_size = len(encode({"checkpoint": checkpoint}))
+        except Exception:  # the encoder's own message quotes the value
+            raise BatchFailed(f"step() returned a checkpoint that cannot be stored: {bson_problem({'checkpoint': checkpoint})}") from None
+        if encoded_size > MAX_CHECKPOINT_BYTES:
+            raise BatchFailed(f"step() returned a checkpoint larger than {MAX_CHECKPOINT_BYTES // 1024} KiB: keep a cursor in it, not data")
+        step_counts = {"batches": 1}
+        for key in ("scanned", "migrated"):
+            value = out.get(key, out.get("processed") if key == "scanned" else None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                step_counts[key] = value
+        next_cursor = Checkpoint(last_id=None, started=True, step=checkpoint)
+        done: bool = out["done"]
+        held = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=step_counts, done=done, session=session)
+        if held:
+            add_counts(work.counters, step_counts)
+            work.renewed()
+        return Progress(done, next_cursor, held)
