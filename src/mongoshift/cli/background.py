@@ -20,11 +20,11 @@ from ..errors import (
 from ..project.run import CancelSignal
 from ..project.settings import Settings
 from . import background_view as view
-from .app import cli, confirm, global_options, output, run_async, settings
+from .app import confirm, global_options, output, run_async, settings
 from .progress import log_progress, show_progress
 
 
-@cli.group()
+@click.group(name="background")
 def background() -> None:
     """Background migrations: run them, see their progress, pause, resume, cancel, retry."""
 

@@ -21,7 +21,6 @@ from ..project.redaction import strip_controls, uri_secrets
 from ..project.server_errors import from_pymongo
 from ..runner.plan import status_verdict
 from ..runner.scaffold import create_migration, write_config
-from . import background as _background  # noqa: F401  (registers the 'background' group)
 from .app import (
     WAIT_HELP,
     cli,
@@ -32,6 +31,7 @@ from .app import (
     run_async,
     settings,
 )
+from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
 from .output import Output
 
@@ -308,6 +308,7 @@ def embedded(host: str, port: int, path: Path | None) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
     import logging
 
+    # the embedded server needs the optional mongoeco extra: only this command and demo load it
     from ..embedded.server import EmbeddedServerUnavailable, run
     from ..embedded.snapshot import SnapshotError
 
@@ -322,7 +323,7 @@ def embedded(host: str, port: int, path: Path | None) -> int:
 @global_options
 def demo() -> None:
     """Start the embedded server, create a sample project, apply it and show the status."""
-    from .demo import run_demo
+    from .demo import run_demo  # starts the embedded server (the optional mongoeco extra)
 
     run_demo(output())
 
@@ -367,4 +368,5 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(result if isinstance(result, int) else 0)
 
 
+cli.add_command(background_group)
 cli.add_command(converge_command)
