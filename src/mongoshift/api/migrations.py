@@ -43,7 +43,7 @@ class RunReport:
     converge: ConvergeReport | None = None
 
     def to_json(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "command": self.command,
             "run_id": self.run_id,
             "results": [r.to_json() for r in self.results],
