@@ -124,6 +124,7 @@ def up(
 ) -> None:
     """Apply pending migrations, or FILE alone."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     if force:
         if not file:
@@ -150,6 +151,7 @@ def up(
 def down(file: str | None, batch: int | None, steps: int | None, to: str | None, no_lock: bool, wait: float | None) -> None:
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     report = run_async(
         lambda cancel: api.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel)
@@ -165,6 +167,7 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 def redo(file: str | None, no_lock: bool, wait: float | None) -> None:
     """Roll back and re-apply FILE (default: the most recently applied migration)."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     report = run_async(lambda cancel: api.redo(s, target=file, no_lock=no_lock, wait=wait, cancel=cancel))
     _render_report(report)
@@ -172,6 +175,7 @@ def redo(file: str | None, no_lock: bool, wait: float | None) -> None:
 
 def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     out = output()
     if out.json_mode:
         out.json({"migrations": api.rows_to_json(rows)})
@@ -193,6 +197,7 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     rows = run_async(lambda cancel: api.status(s))
     _render_rows(rows)
@@ -220,6 +225,7 @@ def status(check: bool) -> int:
 def list_(only: Literal["pending", "applied"] | None) -> None:
     """List migrations, optionally only pending or applied ones."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     _render_rows(run_async(lambda cancel: api.list_migrations(s, only=only)))
 
@@ -231,6 +237,7 @@ def dry_run() -> None:
 
 def _render_dry(report: api.DryRunReport) -> None:
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     out = output()
     for warning in report.warnings:
         out.warn(warning)
@@ -259,6 +266,7 @@ def _render_dry(report: api.DryRunReport) -> None:
 def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None) -> None:
     """What 'up' would apply."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     _render_dry(run_async(lambda cancel: api.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
 
@@ -272,6 +280,7 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None) -> None:
     """What 'down' would roll back."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     _render_dry(run_async(lambda cancel: api.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
 
@@ -284,6 +293,7 @@ def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | N
 def lock() -> None:
     """Show who holds the migration lock."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     holder = run_async(lambda cancel: api.lock_status(s))
     out = output()
@@ -299,6 +309,7 @@ def lock() -> None:
 def unlock(yes: bool) -> None:
     """Clear a stuck migration lock (for example after a run was killed)."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     holder = run_async(lambda cancel: api.lock_status(s))
     out = output()
