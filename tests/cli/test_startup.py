@@ -14,7 +14,7 @@ import sys
 #: Never loaded by ``import mongoshift.cli.main`` (which every command and --help pays for).
 HEAVY_FOR_HELP = ("mongoshift.background", "mongoshift.converge", "mongoshift.api", "mongoshift.runner", "rich", "pydantic", "pymongo")
 #: Never loaded by the API module behind ``status``, ``list`` and ``lock``.
-HEAVY_FOR_STATUS = ("mongoshift.background", "mongoshift.converge", "mongoshift.runner.executor", "rich")
+HEAVY_FOR_STATUS = ("mongoshift.background", "mongoshift.converge", "mongoshift.runner.executor", "mongoshift.schema.background", "rich")
 
 
 def _loaded_after(statement: str) -> list[str]:
