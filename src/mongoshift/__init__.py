@@ -4,14 +4,48 @@ The Python API is :mod:`mongoshift.api` (async functions with typed results);
 settings come from :func:`load_settings`; every failure is a
 :class:`MongoshiftError` with a stable ``exit_code``. What migration files
 use (``Background``, ``MigrationContext``, ``CancelSignal``) is here too.
+
+The names below pydantic (settings, ``Background``...) load on first use, so that
+``mongoshift --help`` does not pay for them (start-up time, see bench/cli.py).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import ExitCode, MongoshiftError
-from .project.run import CancelSignal
-from .project.settings import Settings, load_settings
-from .runner.context import MigrationContext
-from .schema.background import Adaptive, Background, Partitions
+
+if TYPE_CHECKING:
+    from .project.run import CancelSignal
+    from .project.settings import Settings, load_settings
+    from .runner.context import MigrationContext
+    from .schema.background import Adaptive, Background, Partitions
 
 __version__ = "0.1.0"
 
 __all__ = ["Adaptive", "Background", "CancelSignal", "Partitions", "ExitCode", "MigrationContext", "MongoshiftError", "Settings", "__version__", "load_settings"]
+
+#: Public name → the module that defines it, imported on first access.
+_LAZY = {
+    "CancelSignal": ".project.run",
+    "Settings": ".project.settings",
+    "load_settings": ".project.settings",
+    "MigrationContext": ".runner.context",
+    "Adaptive": ".schema.background",
+    "Background": ".schema.background",
+    "Partitions": ".schema.background",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups do not come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -15,39 +15,49 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 (:func:`start_background_runner`) inside an application. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
+
+Every name loads with its module on first use: importing ``mongoshift.api`` (or one of its
+modules, as the CLI does) does not load the background engine or converge until they are
+used (start-up time, see bench/cli.py).
 """
 
-from ..background.controls import ControlResult, RepinResult
-from ..background.events import Observer
-from ..background.status import BackgroundReport, PartitionRow
-from ..converge.report import ConvergeReport
-from ..errors import ExitCode, MongoshiftError
-from ..project.lock import LockHolder
-from ..project.run import CancelSignal
-from ..project.settings import Settings, load_settings
-from ..runner.executor import MigrationResult
-from ..runner.plan import StatusRow
-from .background import BackgroundRunner, start_background_runner
-from .background import apply_control as control_background
-from .background import partitions as background_partitions
-from .background import repin as repin_background
-from .background import run as run_background
-from .background import status as background_status
-from .collections import converge, plan_converge
-from .migrations import (
-    DryRunReport,
-    DryRunRow,
-    RunReport,
-    down,
-    dry_run,
-    list_migrations,
-    lock_status,
-    redo,
-    rows_to_json,
-    status,
-    unlock,
-    up,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..background.controls import ControlResult, RepinResult
+    from ..background.events import Observer
+    from ..background.status import BackgroundReport, PartitionRow
+    from ..converge.report import ConvergeReport
+    from ..errors import ExitCode, MongoshiftError
+    from ..project.lock import LockHolder
+    from ..project.run import CancelSignal
+    from ..project.settings import Settings, load_settings
+    from ..runner.executor import MigrationResult
+    from ..runner.plan import StatusRow
+    from .background import BackgroundRunner, start_background_runner
+    from .background import apply_control as control_background
+    from .background import partitions as background_partitions
+    from .background import repin as repin_background
+    from .background import run as run_background
+    from .background import status as background_status
+    from .collections import converge, plan_converge
+    from .migrations import (
+        DryRunReport,
+        DryRunRow,
+        RunReport,
+        down,
+        dry_run,
+        list_migrations,
+        lock_status,
+        redo,
+        rows_to_json,
+        status,
+        unlock,
+        up,
+    )
 
 __all__ = [
     "BackgroundReport",
@@ -86,3 +96,50 @@ __all__ = [
     "unlock",
     "up",
 ]
+
+#: Public name → (module, name there), imported on first access.
+_LAZY: dict[str, tuple[str, str]] = {
+    "ControlResult": ("..background.controls", "ControlResult"),
+    "RepinResult": ("..background.controls", "RepinResult"),
+    "Observer": ("..background.events", "Observer"),
+    "BackgroundReport": ("..background.status", "BackgroundReport"),
+    "PartitionRow": ("..background.status", "PartitionRow"),
+    "ConvergeReport": ("..converge.report", "ConvergeReport"),
+    "ExitCode": ("..errors", "ExitCode"),
+    "MongoshiftError": ("..errors", "MongoshiftError"),
+    "LockHolder": ("..project.lock", "LockHolder"),
+    "CancelSignal": ("..project.run", "CancelSignal"),
+    "Settings": ("..project.settings", "Settings"),
+    "load_settings": ("..project.settings", "load_settings"),
+    "MigrationResult": ("..runner.executor", "MigrationResult"),
+    "StatusRow": ("..runner.plan", "StatusRow"),
+    "BackgroundRunner": (".background", "BackgroundRunner"),
+    "start_background_runner": (".background", "start_background_runner"),
+    "control_background": (".background", "apply_control"),
+    "background_partitions": (".background", "partitions"),
+    "repin_background": (".background", "repin"),
+    "run_background": (".background", "run"),
+    "background_status": (".background", "status"),
+    "converge": (".collections", "converge"),
+    "plan_converge": (".collections", "plan_converge"),
+    **{
+        name: (".migrations", name)
+        for name in (
+            "DryRunReport", "DryRunRow", "RunReport", "down", "dry_run", "list_migrations",
+            "lock_status", "redo", "rows_to_json", "status", "unlock", "up",
+        )
+    },
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0], __name__), where[1])
+    globals()[name] = value  # once: later lookups do not come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

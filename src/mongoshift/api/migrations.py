@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..background.line import BackgroundSteps
-from ..converge.applier import Confirm
-from ..converge.report import ConvergeReport
-from ..converge.run import converge_in_session
 from ..errors import ConfigInvalidError, MongoshiftError
-from ..project.declarations import declarations_by_name
 from ..project.loader import resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from ..runner.executor import Executor, MigrationResult
 from ..runner.plan import Plan, StatusRow, plan_down, plan_up, status_rows
+
+if TYPE_CHECKING:
+    from ..converge.applier import Confirm
+    from ..converge.report import ConvergeReport
+    from ..runner.executor import MigrationResult
+
+# Start-up time (bench/cli.py): ``status``, ``list`` and ``lock`` load this module, so the
+# executor (and through it the background engine) and converge are imported by the
+# functions that use them, not here.
 
 log = logging.getLogger("mongoshift")
 
@@ -109,6 +112,8 @@ def _bare(settings: Settings, name: str | None) -> str | None:
 
 
 async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
+    from ..runner.executor import Executor  # start-up time: see the note at the top
+
     report = RunReport(command, session.run.run_id, warnings=list(plan.warnings))
     batch = await session.changelog.next_batch()
     executor = Executor(session)
@@ -146,6 +151,8 @@ async def up(
     if converge and (target or to):
         raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
     converge_after = bool(settings.converge_after_up if converge is None else converge) and not (target or to)
+    from ..project.declarations import declarations_by_name  # start-up time: see the note at the top
+
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations) as session:
@@ -153,6 +160,8 @@ async def up(
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
         report = await _execute(session, "up", plan, batch_per_step=step)
         if declarations is not None and not report.waiting:
+            from ..converge.run import converge_in_session  # start-up time: see the note at the top
+
             try:
                 report.converge = await converge_in_session(session, yes=yes, confirm=confirm, trigger="up")
             except MongoshiftError as exc:
@@ -205,9 +214,12 @@ async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRo
     """Every file with its state; an applied background migration also with its own status."""
     async with open_session(settings, take_lock=False) as session:
         rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
-        background = BackgroundSteps(session)
-        for row in rows:
-            if row.kind == "background" and row.state == "applied":
+        shown = [row for row in rows if row.kind == "background" and row.state == "applied"]
+        if shown:
+            from ..background.line import BackgroundSteps  # start-up time: see the note at the top
+
+            background = BackgroundSteps(session)
+            for row in shown:
                 row.background = await background.shown_state(row.name)
         return rows
 
@@ -240,6 +252,9 @@ async def dry_run(
     the ``requires`` gate are the real command's own code (:func:`_plan`,
     :meth:`Executor.preview`); only the writes are left out.
     """
+    from ..background.line import BackgroundSteps  # start-up time: see the note at the top
+    from ..runner.executor import Executor
+
     async with open_session(settings, take_lock=False) as session:
         plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps)
         next_batch = await session.changelog.next_batch() if direction == "up" else None

@@ -12,20 +12,17 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..errors import ConfigInvalidError, RunAbortedError
 from ..project.redaction import uri_secrets
 from ..project.run import CancelSignal
-from ..project.settings import (
-    Settings,
-    find_project_file,
-    load_settings,
-    read_project_file,
-)
 from .output import Output
+
+if TYPE_CHECKING:
+    from ..project.settings import Settings
 
 T = TypeVar("T")
 
@@ -72,6 +69,8 @@ def output() -> Output:
 
 
 def settings() -> Settings:
+    from ..project.settings import load_settings  # start-up time: pydantic loads when a command needs settings
+
     out = output()  # logging is configured before anything runs
     obj = options()
     flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
@@ -84,6 +83,8 @@ def settings() -> Settings:
 
 def _warn_secrets_in_file(out: Output, config_path: Path | None) -> None:
     """A project file is committed: a password in its ``uri`` is a leak waiting to happen."""
+    from ..project.settings import find_project_file, read_project_file  # start-up time: see settings()
+
     path = config_path or (Path(os.environ["MONGOSHIFT_CONFIG"]) if os.environ.get("MONGOSHIFT_CONFIG") else find_project_file(Path.cwd()))
     if path is None:
         return

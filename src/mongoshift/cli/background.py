@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import click
 
-from ..api import background as bg
-from ..background.status import BackgroundReport
 from ..errors import (
     BackgroundCancelledError,
     BackgroundFailedError,
@@ -18,10 +17,11 @@ from ..errors import (
     RunAbortedError,
 )
 from ..project.run import CancelSignal
-from ..project.settings import Settings
-from . import background_view as view
 from .app import confirm, global_options, output, run_async, settings
-from .progress import log_progress, show_progress
+
+if TYPE_CHECKING:
+    from ..background.status import BackgroundReport
+    from ..project.settings import Settings
 
 
 @click.group(name="background")
@@ -47,6 +47,8 @@ def _render(reports: list[BackgroundReport], *, detail: bool = False) -> None:
 
     On a terminal both wrap to its width (docs/background.md); piped, the list is tab-separated
     text with a fixed set of columns and the detail ``label<TAB>value`` lines."""
+    from . import background_view as view  # start-up time: rich loads only when a background command runs
+
     out = output()
     if out.json_mode:
         out.json({"background": [r.to_json() for r in reports]})
@@ -117,6 +119,9 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     stderr every --progress-interval seconds (none with -q)."""
     if bool(names) == all_:
         raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from .progress import log_progress, show_progress  # start-up time: as above, with rich's progress bar
+
     s = settings()
     out = output()
 
@@ -144,6 +149,8 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
 
 def _nothing_to_run(s: Settings) -> None:
     """``run --all`` found nothing runnable: say so, and name what waits on a person (failed, paused...)."""
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+
     out = output()
     others = run_async(lambda cancel: bg.status(s))
     if out.json_mode:
@@ -191,6 +198,8 @@ def run_verdict(reports: list[BackgroundReport]) -> MongoshiftError | None:
 @global_options
 def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     """Status, pass, partitions, leases, totals, rate and ETA of background migrations."""
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+
     s = settings()
     out = output()
     if show_partitions:
@@ -218,6 +227,8 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
 
 
 def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+
     s = settings()
     if action in ("cancel", "unlock") or from_start:
         confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
@@ -276,6 +287,8 @@ def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bo
 
 
 def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+
     s = settings()
     result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
     out = output()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from ..api import collections as cv
-from ..converge.planner import Action
 from ..errors import ConvergeFailedError, ExitCode
 from .app import WAIT_HELP, global_options, output, run_async, settings
+
+if TYPE_CHECKING:
+    from ..converge.planner import Action
+    from ..converge.report import ConvergeReport
 
 
 def _rows(actions: list[tuple[Action, str]]) -> list[tuple[str, ...]]:
@@ -20,7 +23,7 @@ def _rows(actions: list[tuple[Action, str]]) -> list[tuple[str, ...]]:
     ]
 
 
-def render(report: cv.ConvergeReport, *, title: str | None = None) -> None:
+def render(report: ConvergeReport, *, title: str | None = None) -> None:
     """The plan or outcome as a table: rows that change something, conflicts, and kept indexes."""
     out = output()
     for warning in report.warnings:
@@ -66,6 +69,8 @@ def interactive_confirm(yes: bool):  # type: ignore[no-untyped-def]
 @global_options
 def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None) -> int:
     """Create, modify, rebuild or (with --prune) drop indexes and validators to match the declared collections."""
+    from ..api import collections as cv  # start-up time: converge loads only when this command runs
+
     s = settings()
     out = output()
     if dry_run or check:

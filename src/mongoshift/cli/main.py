@@ -10,17 +10,12 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
-from pymongo.errors import PyMongoError
 
-from .. import api
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
 from ..project.redaction import strip_controls, uri_secrets
-from ..project.server_errors import from_pymongo
-from ..runner.plan import status_verdict
-from ..runner.scaffold import create_migration, write_config
 from .app import (
     WAIT_HELP,
     cli,
@@ -35,6 +30,13 @@ from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
 from .output import Output
 
+if TYPE_CHECKING:
+    from ..api import migrations as api
+
+# Start-up time (bench/cli.py): this module loads for every command and for --help, so it
+# imports only click and light modules; each command imports the API (the driver, pydantic,
+# the runner) when it runs, and only the parts it uses.
+
 # ---------------------------------------------------------------- project files
 
 
@@ -43,6 +45,8 @@ from .output import Output
 @global_options
 def init(force: bool) -> None:
     """Create mongoshift.toml and the migrations folder here."""
+    from ..runner.scaffold import write_config  # start-up time: the runner loads when a command runs
+
     obj = options()
     path = write_config(Path.cwd(), uri=obj.get("uri"), db=obj.get("db"), migrations_dir=obj.get("dir") or "migrations", force=force)
     out = output()
@@ -65,6 +69,8 @@ def init(force: bool) -> None:
 @global_options
 def create(name: str, template: Path | None, background_: bool) -> None:
     """Write a new migration file NAME into the migrations folder."""
+    from ..runner.scaffold import create_migration  # start-up time: the runner loads when a command runs
+
     s = settings()
     if background_ and template:
         raise ConfigInvalidError("--background and --template cannot be combined")
@@ -117,6 +123,8 @@ def up(
     file: str | None, to: str | None, step: bool, force: bool, yes: bool, strict: bool | None, no_lock: bool, wait: float | None, converge: bool | None
 ) -> None:
     """Apply pending migrations, or FILE alone."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     if force:
         if not file:
@@ -142,6 +150,8 @@ def up(
 @global_options
 def down(file: str | None, batch: int | None, steps: int | None, to: str | None, no_lock: bool, wait: float | None) -> None:
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     report = run_async(
         lambda cancel: api.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel)
@@ -156,12 +166,16 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 @global_options
 def redo(file: str | None, no_lock: bool, wait: float | None) -> None:
     """Roll back and re-apply FILE (default: the most recently applied migration)."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     report = run_async(lambda cancel: api.redo(s, target=file, no_lock=no_lock, wait=wait, cancel=cancel))
     _render_report(report)
 
 
 def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     out = output()
     if out.json_mode:
         out.json({"migrations": api.rows_to_json(rows)})
@@ -182,6 +196,8 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
 @global_options
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     rows = run_async(lambda cancel: api.status(s))
     _render_rows(rows)
@@ -192,6 +208,8 @@ def status(check: bool) -> int:
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
     if not out.json_mode:
         out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
+    from ..runner.plan import status_verdict  # start-up time: the runner loads when a command runs
+
     verdict = status_verdict(rows) if check else None
     if verdict is not None:
         code, message = verdict
@@ -206,6 +224,8 @@ def status(check: bool) -> int:
 @global_options
 def list_(only: Literal["pending", "applied"] | None) -> None:
     """List migrations, optionally only pending or applied ones."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     _render_rows(run_async(lambda cancel: api.list_migrations(s, only=only)))
 
@@ -216,6 +236,8 @@ def dry_run() -> None:
 
 
 def _render_dry(report: api.DryRunReport) -> None:
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     out = output()
     for warning in report.warnings:
         out.warn(warning)
@@ -243,6 +265,8 @@ def _render_dry(report: api.DryRunReport) -> None:
 @global_options
 def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None) -> None:
     """What 'up' would apply."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     _render_dry(run_async(lambda cancel: api.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
 
@@ -255,6 +279,8 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 @global_options
 def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None) -> None:
     """What 'down' would roll back."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     _render_dry(run_async(lambda cancel: api.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
 
@@ -266,6 +292,8 @@ def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | N
 @global_options
 def lock() -> None:
     """Show who holds the migration lock."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     holder = run_async(lambda cancel: api.lock_status(s))
     out = output()
@@ -280,6 +308,8 @@ def lock() -> None:
 @global_options
 def unlock(yes: bool) -> None:
     """Clear a stuck migration lock (for example after a run was killed)."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
     s = settings()
     holder = run_async(lambda cancel: api.lock_status(s))
     out = output()
@@ -338,6 +368,13 @@ def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None =
     sys.exit(error.exit_code)
 
 
+def _driver_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is one of pymongo's errors; none can be while the driver is not even loaded
+    (start-up time: this module does not import it, see the note at the top)."""
+    errors = sys.modules.get("pymongo.errors")
+    return exc is not None and errors is not None and isinstance(exc, errors.PyMongoError)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -357,12 +394,14 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(ExitCode.CONFIG_INVALID)
     except MongoshiftError as exc:
-        _fail(exc, args, exc.__cause__ if isinstance(exc.__cause__, PyMongoError) else None)
-    except PyMongoError as exc:
-        _fail(from_pymongo(exc), args, exc)
+        _fail(exc, args, exc.__cause__ if _driver_error(exc.__cause__) else None)
     except KeyboardInterrupt:
         sys.exit(ExitCode.SECOND_SIGNAL)
     except Exception as exc:  # a bug: still one JSON document and a stable code; the traceback with -v
+        if _driver_error(exc):
+            from ..project.server_errors import from_pymongo  # start-up time: loaded only for a driver error
+
+            _fail(from_pymongo(exc), args, exc)
         hint = "" if "-v" in args or "--verbose" in args else " (run again with -v for the traceback, and please report it)"
         _fail(MongoshiftError(f"unexpected {type(exc).__name__}{hint}"), args, exc)
     sys.exit(result if isinstance(result, int) else 0)

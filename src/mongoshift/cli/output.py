@@ -15,15 +15,20 @@ import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
-
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MongoshiftError
 from ..project.redaction import redact, strip_controls
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def escape(text: str) -> str:
+    """``text`` as rich markup that prints as is."""
+    from rich.markup import escape  # start-up time: rich loads with the first Output, not with the CLI
+
+    return escape(text)
 
 
 def _default(value: Any) -> Any:
@@ -47,7 +52,9 @@ class Output:
     def __init__(self, *, json_mode: bool = False, quiet: bool = False, verbose: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
-        self.out = Console(highlight=False, soft_wrap=True)
+        from rich.console import Console  # start-up time: rich loads with the first Output, not with the CLI
+
+        self.out: Console = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._configure_logging(verbose)
 
@@ -55,6 +62,8 @@ class Output:
         logger = logging.getLogger("mongoshift")
         logger.handlers.clear()
         if self.err.is_terminal:
+            from rich.logging import RichHandler  # start-up time: only a terminal's log lines need it
+
             handler: logging.Handler = RichHandler(console=self.err, show_path=False, show_time=False)
             handler.setFormatter(SafeFormatter("%(message)s"))
         else:
@@ -110,6 +119,8 @@ class Output:
         columns = [strip_controls(c) for c in columns]
         title = strip_controls(title) if title else title
         if self.out.is_terminal:
+            from rich.table import Table  # start-up time: only a terminal's tables need it
+
             table = Table(*columns, title=title)
             for row in cells:
                 table.add_row(*row)

@@ -20,13 +20,15 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
 from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
-from ..schema.background import Background
 from ..schema.validation import describe_errors
+
+if TYPE_CHECKING:
+    from ..schema.background import Background
 
 TIMESTAMP_NAME = re.compile(r"^\d{14}_[a-z0-9][a-z0-9_]*\.py$")
 SEQUENTIAL_NAME = re.compile(r"^\d{4,}_[a-z0-9][a-z0-9_]*\.py$")
@@ -80,6 +82,10 @@ class MigrationFile:
         if self.aligned is not None:
             return self.aligned
         value = getattr(self._loaded(), "background", None)
+        if value is None:
+            return None
+        from ..schema.background import Background  # start-up time: status and list never load a file
+
         return value if isinstance(value, Background) else None
 
     @property
@@ -233,6 +239,8 @@ def _check_requires(item: MigrationFile, module: ModuleType) -> None:
 
 
 def _check_background(item: MigrationFile, module: ModuleType) -> None:
+    from ..schema.background import Background  # start-up time: see MigrationFile.background
+
     spec = getattr(module, "background")
     if not isinstance(spec, Background):
         raise InvalidExportError(

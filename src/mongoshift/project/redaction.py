@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
-from pymongo.errors import OperationFailure
-
 #: Default bound of an error text (a migration may raise a message of any size).
 LIMIT = 1000
 MASK = "***"
@@ -135,6 +133,8 @@ def describe_error(exc: BaseException, limit: int | None = LIMIT) -> str:
 
     Server errors are described from their reply's code and message, never from the
     reply itself (a bulk write error carries the documents it failed to write)."""
+    from pymongo.errors import OperationFailure  # start-up time: the CLI loads this module before the driver
+
     name = type(exc).__name__
     details = getattr(exc, "details", None)
     if isinstance(details, Mapping) and isinstance(details.get("writeErrors"), list):

@@ -12,8 +12,10 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .settings import Settings
+if TYPE_CHECKING:  # start-up time: the CLI imports CancelSignal without pydantic
+    from .settings import Settings
 
 
 @dataclass(frozen=True)
