@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient, monitoring
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import AutoReconnect
+
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from pymongo.asynchronous.database import AsyncDatabase
-
 from mongoshift.background.controls import Action, control
 from mongoshift.background.lane import Lane
 from mongoshift.background.store import BackgroundStore
@@ -171,3 +172,23 @@ async def test_a_stamp_without_a_halting_change_costs_one_read_and_the_lane_goes
         result = await Lane(engine.context, "stamped").run_slice(state, spec)
     assert result.outcome == "done" and result.counters["migrated"] == 500
     assert commands.sent.count(("find", "_mongoshift_background")) == 2
+
+
+async def test_a_control_whose_stamp_fails_is_still_made_and_says_so(
+    monitored_project: Project, db: AsyncDatabase[Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state moved: the control is made; its lanes read the state again at their next slice at the latest."""
+    await seed(db.people, 10)
+    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    await command.up(monitored_project.settings())
+    store = BackgroundStore(db)
+
+    async def unreachable(name: str) -> None:
+        raise AutoReconnect("connection closed")
+
+    monkeypatch.setattr(store, "stamp_control", unreachable)
+    result = await control(store, NAME, "pause", by="operator")
+    assert result.applied == "applied" and result.status == "paused"
+    state = await store.state(NAME)
+    assert state is not None and state.status == "paused"
+    assert "pause is done, but its lanes may notice it only at their next slice: AutoReconnect" in caplog.text

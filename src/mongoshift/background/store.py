@@ -8,6 +8,7 @@ checkpoint, a plan adoption, the once-per-generation roll-up).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -18,10 +19,12 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from .failures import count_key
 from .model import COUNTERS, Checkpointed, Lease, Partition, State, zero_counters
+
+log = logging.getLogger("mongoshift.background")
 
 HISTORY_LIMIT = 50
 DOC_ERRORS_KEPT = 20
@@ -200,7 +203,10 @@ class BackgroundStore:
         )
         if result.modified_count != 1:
             return False
-        await self.stamp_control(name)
+        try:
+            await self.stamp_control(name)
+        except PyMongoError as exc:  # the move is made: lanes read the state again at their next slice
+            log.warning("%s: %s is done, but its lanes may notice it only at their next slice: %s", name, action, type(exc).__name__)
         return True
 
     async def set_fields(self, name: str, registration: str, fields: dict[str, Any]) -> None:
