@@ -6,6 +6,13 @@ one batch. Every checkpoint is fenced by the lease token: a lane whose lease
 was reaped (it stalled past the TTL) learns it at its next checkpoint and
 stops without counting anything twice.
 
+A batch spends one round trip on bookkeeping, its checkpoint. The lane reads
+the migration's state before its first batch; after that, only when the
+checkpoint comes back with a control stamp it has not seen: every change of
+the state (pause, cancel, repin, failure, ...) stamps the open partitions
+after it is made, so a change made before a checkpoint is read before the
+next batch, as if the lane had read the state then.
+
 What one batch is (plain, transactional, a step call) is the mode's business:
 see :mod:`.modes`; the lane holds the lease, the controls and the pauses around it.
 """
@@ -169,6 +176,8 @@ class Lane:
         health = engine.health_signals(spec)
         cursor = partition.cursor
         batches = 0
+        seen = partition.control  # the stamp as claimed; the state is read below, after the claim
+        look = True
         while True:
             if engine.cancel.is_set():
                 return SliceResult("stopped", counters)
@@ -176,9 +185,11 @@ class Lane:
                 return SliceResult("lost", counters)
             if batches > 0 and engine.now() >= deadline:
                 return SliceResult("yielded", counters)
-            control = await self._control(state, partition)
-            if control is not None:
-                return SliceResult(control, counters)
+            if look:
+                control = await self._control(state, partition)
+                if control is not None:
+                    return SliceResult(control, counters)
+                look = False
             size = adaptive.batch_size() if adaptive else spec.batch_size
             await before_batch(
                 pause_ms=spec.pause_ms,
@@ -202,6 +213,8 @@ class Lane:
                 return SliceResult("lost", counters)
             cursor = progress.cursor
             batches += 1
+            if progress.control != seen:  # the state changed since the lane last read it
+                seen, look = progress.control, True
             if progress.done:
                 return SliceResult("done", counters)
             if counters.get("failed", 0) > failed_before and await self._over_budget(state, spec):

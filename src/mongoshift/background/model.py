@@ -56,6 +56,17 @@ class Lease:
     ttl_ms: int
 
 
+@dataclass(frozen=True)
+class Checkpointed:
+    """A checkpoint that held (the lease still had the partition), with the partition's control stamp after it.
+
+    Every change of the migration's state stamps its open partitions anew (see
+    :meth:`~.store.BackgroundStore.stamp_control`): a stamp other than the one a lane saw
+    last means that the state changed since, and the lane reads it before its next batch."""
+
+    control: Any
+
+
 @dataclass
 class Checkpoint:
     """Where a partition's scan stands: the last ``_id`` done, or a step's own value."""
@@ -94,6 +105,8 @@ class Partition:
     throttle: dict[str, Any] | None
     lease: dict[str, Any] | None
     failures: int = 0
+    #: The control stamp when the partition was read (see :class:`Checkpointed`).
+    control: Any = None
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> Partition:
@@ -111,6 +124,7 @@ class Partition:
             throttle=doc.get("throttle"),
             lease=doc.get("lease"),
             failures=int(doc.get("failures", 0)),
+            control=doc.get("control"),
         )
 
 

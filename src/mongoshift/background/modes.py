@@ -32,7 +32,7 @@ from .batch import BatchFailed, BatchResult, DocumentError, apply_batch
 from .document import bson_problem
 from .engine import EngineContext
 from .job import Job
-from .model import Checkpoint, Lease, Partition
+from .model import Checkpoint, Checkpointed, Lease, Partition
 from .planner import batch_filter
 from .throttle import AdaptiveController
 from .transaction import (
@@ -82,6 +82,13 @@ class Progress:
     done: bool
     cursor: Checkpoint
     lease_held: bool  # False: the checkpoint was fenced off, another lane holds the partition now
+    #: The partition's control stamp its checkpoint returned: the lane compares it with the last one it saw.
+    control: Any = None
+
+    @classmethod
+    def after(cls, done: bool, cursor: Checkpoint, checkpointed: Checkpointed | None) -> Progress:
+        """Where a batch left the partition, from its checkpoint's answer (None: fenced off)."""
+        return cls(done, cursor, checkpointed is not None, checkpointed.control if checkpointed else None)
 
 
 class Mode(Protocol):
@@ -154,7 +161,7 @@ class PlainBatches:
         next_cursor = Checkpoint(last_id=decode(docs[-1].raw, collection.codec_options)["_id"], started=True) if docs else cursor
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
-        held = await engine.store.checkpoint(
+        checkpointed = await engine.store.checkpoint(
             work.lease,
             cursor=next_cursor.to_document(),
             counters=batch_counts,
@@ -163,14 +170,14 @@ class PlainBatches:
             doc_errors=[e.to_document() for e in result.errors],
             throttle=adaptive.state() if adaptive else None,
         )
-        if held:
+        if checkpointed is not None:
             work.renewed()
             engine.events.emit("batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), **batch_counts)
         else:
             # The lease was taken over, but these guarded writes did happen and nobody else will
             # count them (the next holder's read no longer matches them): count them on the state.
             await engine.store.add_to_totals(job.name, job.registration, batch_counts)
-        return Progress(done, next_cursor, held)
+        return Progress.after(done, next_cursor, checkpointed)
 
 
 @dataclass
@@ -186,6 +193,8 @@ class TransactionalBatches:
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection = work.engine, work.job, work.collection
         spec = job.spec
+        # The answer of the last checkpoint written: the one the committed transaction holds.
+        checkpointed: Checkpointed | None = None
 
         async def read(session: Any, limit: int) -> list[dict[str, Any]]:
             assert spec.transaction is not None
@@ -218,7 +227,8 @@ class TransactionalBatches:
             moved = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
             counts = counts_of(result, len(docs))
             counts["txn_retries"] = retries
-            return await engine.store.checkpoint(
+            nonlocal checkpointed
+            checkpointed = await engine.store.checkpoint(
                 work.lease,
                 cursor=moved.to_document(),
                 counters=counts,
@@ -227,6 +237,7 @@ class TransactionalBatches:
                 doc_errors=[e.to_document() for e in excluded],
                 session=session,
             )
+            return checkpointed is not None
 
         work.activity.in_transaction = True
         try:
@@ -238,8 +249,8 @@ class TransactionalBatches:
             moved = Checkpoint(last_id=skip.doc["_id"], started=True)
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
-            held = await engine.store.checkpoint(work.lease, cursor=moved.to_document(), counters=counts, done=False)
-            return Progress(False, moved, held)
+            skipped = await engine.store.checkpoint(work.lease, cursor=moved.to_document(), counters=counts, done=False)
+            return Progress.after(False, moved, skipped)
         finally:
             work.activity.in_transaction = False
         if outcome.lost:
@@ -250,7 +261,7 @@ class TransactionalBatches:
         work.renewed()
         engine.events.emit("batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, **counts)
         moved = Checkpoint(last_id=outcome.last_id, started=True) if outcome.docs else cursor
-        return Progress(outcome.done, moved, True)
+        return Progress(outcome.done, moved, True, checkpointed.control if checkpointed else None)
 
 
 @dataclass
@@ -306,8 +317,8 @@ class StepCalls:
                 step_counts[key] = value
         next_cursor = Checkpoint(last_id=None, started=True, step=checkpoint)
         done: bool = out["done"]
-        held = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=step_counts, done=done, session=session)
-        if held:
+        checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=step_counts, done=done, session=session)
+        if checkpointed is not None:
             add_counts(work.counters, step_counts)
             work.renewed()
-        return Progress(done, next_cursor, held)
+        return Progress.after(done, next_cursor, checkpointed)

@@ -8,6 +8,7 @@ checkpoint, a plan adoption, the once-per-generation roll-up).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -18,13 +19,17 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from .failures import count_key
-from .model import COUNTERS, Lease, Partition, State, zero_counters
+from .model import COUNTERS, Checkpointed, Lease, Partition, State, zero_counters
+
+log = logging.getLogger("mongoshift.background")
 
 HISTORY_LIMIT = 50
 DOC_ERRORS_KEPT = 20
+#: The statuses of a partition a lane may hold (or claim): the ones a control stamps.
+OPEN = ("pending", "running")
 
 STATE_INDEXES = [IndexModel([("status", ASCENDING), ("registered_at", ASCENDING)], name="status_registered_at")]
 PARTITION_INDEXES = [
@@ -156,6 +161,17 @@ class BackgroundStore:
 
         return {"at": datetime.now(UTC), **entry}
 
+    async def stamp_control(self, name: str) -> None:
+        """Tell the lanes of ``name`` that its state changed: a fresh control stamp on its open partitions.
+
+        A lane's fenced checkpoint returns the stamp, so a lane reads the state again only when it
+        changed (see :meth:`checkpoint`). Always after the change itself: a lane whose checkpoint
+        sees the new stamp then reads the new state.
+        """
+        await self.partitions.update_many(
+            {"background": name, "status": {"$in": OPEN}}, {"$set": {"control": secrets.token_hex(8)}}
+        )
+
     async def transition(
         self,
         name: str,
@@ -169,7 +185,10 @@ class BackgroundStore:
         set_: dict[str, Any] | None = None,
         now_fields: Sequence[str] = (),
     ) -> bool:
-        """Move the state to ``to`` only from an ``allowed`` status; False when another move won."""
+        """Move the state to ``to`` only from an ``allowed`` status; False when another move won.
+
+        Every move stamps the migration's open partitions, so that the lanes working them learn it
+        at their next checkpoint (a pause, a cancel, a repin, a failure, ...)."""
         state = await self.state(name)
         if state is None or state.status not in allowed:
             return False
@@ -182,7 +201,13 @@ class BackgroundStore:
                 "$push": {"history": {"$each": [self._stamp(entry)], "$slice": -HISTORY_LIMIT}},
             },
         )
-        return result.modified_count == 1
+        if result.modified_count != 1:
+            return False
+        try:
+            await self.stamp_control(name)
+        except PyMongoError as exc:  # the move is made: lanes read the state again at their next slice
+            log.warning("%s: %s is done, but its lanes may notice it only at their next slice: %s", name, action, type(exc).__name__)
+        return True
 
     async def set_fields(self, name: str, registration: str, fields: dict[str, Any]) -> None:
         await self.states.update_one(
@@ -190,7 +215,7 @@ class BackgroundStore:
         )
 
     async def control_fields(self, name: str) -> dict[str, Any] | None:
-        """What a lane checks before each batch, read alone to stay cheap: status, generation, plan token, registration."""
+        """What a lane checks before its first batch and after a control stamp: status, generation, plan token, registration."""
         return await self.states.find_one({"_id": name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1})
 
     async def withdraw(self, name: str, registration: str) -> None:
@@ -258,7 +283,7 @@ class BackgroundStore:
         return [Partition.from_document(d) async for d in cursor]
 
     async def open_partitions(self, state: State) -> int:
-        return await self.partitions.count_documents({**self.current(state), "status": {"$in": ["pending", "running"]}})
+        return await self.partitions.count_documents({**self.current(state), "status": {"$in": OPEN}})
 
     async def live_leases(self, name: str) -> int:
         return await self.partitions.count_documents({"background": name, "lease.slot": {"$exists": True}})
@@ -285,7 +310,7 @@ class BackgroundStore:
     async def supersede_open_partitions(self, state: State) -> None:
         """Close the current plan's open partitions (a replan cuts new ones) and free their leases; their counts stay."""
         await self.partitions.update_many(
-            {**self.current(state), "status": {"$in": ["pending", "running"]}},
+            {**self.current(state), "status": {"$in": OPEN}},
             {"$set": {"status": "superseded"}, "$unset": {"lease": ""}},
         )
 
@@ -319,7 +344,7 @@ class BackgroundStore:
             "background": state.name,
             "generation": state.generation,
             "plan": plan.get("token"),
-            "status": {"$in": ["pending", "running"]},
+            "status": {"$in": OPEN},
             "lease": {"$exists": False},
         }
         busy = False
@@ -385,8 +410,12 @@ class BackgroundStore:
         throttle: dict[str, Any] | None = None,
         clean: bool = True,
         session: Any = None,
-    ) -> bool:
-        """Move the cursor and add the counters, only while ``lease`` still holds the partition."""
+    ) -> Checkpointed | None:
+        """Move the cursor and add the counters, only while ``lease`` still holds the partition.
+
+        None when it does not (the checkpoint was fenced off). Otherwise the partition's control
+        stamp comes back with it: the one round trip a batch spends on bookkeeping also tells the
+        lane whether a control changed the migration since it last looked."""
         set_: dict[str, Any] = {"cursor": cursor}
         if throttle is not None:
             set_["throttle"] = throttle
@@ -412,10 +441,14 @@ class BackgroundStore:
                 update["$inc"][key] = update["$inc"].get(key, 0) + 1
         if not update["$inc"]:
             del update["$inc"]
-        result = await self.partitions.update_one(
-            {"_id": lease.partition_id, "lease.token": lease.token, "status": "running"}, update, session=session
+        doc = await self.partitions.find_one_and_update(
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": "running"},
+            update,
+            projection={"_id": 0, "control": 1},
+            return_document=ReturnDocument.AFTER,
+            session=session,
         )
-        return result.matched_count == 1
+        return None if doc is None else Checkpointed(doc.get("control"))
 
     async def add_to_totals(self, name: str, registration: str, counters: dict[str, int]) -> None:
         """Counts of a batch whose checkpoint was fenced off (its lane lost the lease after writing)."""

@@ -1,0 +1,194 @@
+"""A lane's steady-state batch costs its read, its write and ONE bookkeeping round trip: the fenced
+checkpoint, whose answer also says whether a control changed the migration (issue 11).
+
+Counted with pymongo's command monitoring on the lane's own client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient, monitoring
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import AutoReconnect
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.controls import Action, control
+from mongoshift.background.lane import Lane
+from mongoshift.background.store import BackgroundStore
+
+from ..conftest import TEST_CLIENT_OPTIONS, Project
+from .conftest import background_file, seed
+
+NAME = "0001_names.py"
+#: The driver's own traffic (connection checks, session ends), not the engine's.
+DRIVER = frozenset({"hello", "ismaster", "isMaster", "ping", "endSessions", "killCursors"})
+
+
+class Commands(monitoring.CommandListener):
+    """Every command the engine sends, as (command name, collection or database)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in DRIVER:
+            target = event.command.get(event.command_name)
+            self.sent.append((event.command_name, target if isinstance(target, str) else event.database_name))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def batches(sent: list[tuple[str, str]], collection: str) -> list[list[tuple[str, str]]]:
+    """The commands from each batch read of ``collection`` to the next one (what came before the first is the slice's start)."""
+    starts = [i for i, (name, target) in enumerate(sent) if name == "find" and target == collection]
+    return [sent[start:end] for start, end in zip(starts, [*starts[1:], len(sent)], strict=True)]
+
+
+def bookkeeping(batch: list[tuple[str, str]], collection: str) -> list[tuple[str, str]]:
+    return [c for c in batch if c[1] != collection]
+
+
+Monitored = tuple[AsyncMongoClient[Any], Commands]
+
+
+@pytest.fixture
+def monitored_project(project: Project) -> Project:
+    """A long lease TTL: no heartbeat renewal falls between two batches of a test."""
+    project.write_config(background_lease_ttl_seconds=30, background_poll_seconds=0.2)
+    return project
+
+
+@pytest.fixture
+async def monitored(mongo_uri: str) -> AsyncIterator[Monitored]:
+    commands = Commands()
+    client: AsyncMongoClient[Any] = AsyncMongoClient(mongo_uri, event_listeners=[commands], **TEST_CLIENT_OPTIONS)
+    try:
+        yield client, commands
+    finally:
+        await client.close()
+
+
+# The replication-lag signal reads the server every 5 s, not per batch: off, so that a slow
+# machine cannot put one of its reads between two batches.
+QUIET = "adaptive=False, max_replication_lag_ms=False,"
+
+
+@pytest.mark.parametrize("transform", ["migrate", "pipeline"])
+async def test_a_steady_state_batch_is_a_read_a_write_and_one_checkpoint(
+    monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, transform: str
+) -> None:
+    client, commands = monitored
+    await seed(db.people, 600)
+    source = background_file(batch_size=100, extra=QUIET)
+    if transform == "pipeline":
+        source = source.replace("migrate=migrate,", "pipeline=[{'$set': {'full_name': {'$concat': ['$first', ' ', '$last']}}}, {'$unset': ['first', 'last']}],")
+    monitored_project.add(NAME, source)
+    settings = monitored_project.settings()
+    await command.up(settings)
+    async with bg.open_engine(settings, client=client) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        commands.sent.clear()
+        result = await Lane(engine.context, "counted").run_slice(state, spec)
+    assert result.outcome == "done" and result.counters["migrated"] == 600
+    assert await db.people.count_documents({"__v": 2, "full_name": {"$exists": True}}) == 600
+
+    read = batches(commands.sent, "people")
+    assert len(read) == 7  # six full batches, then the read that finds the partition empty
+    for batch in read[:-1]:
+        assert [c for c in batch if c[1] == "people"] == [("find", "people"), ("update", "people")], batch
+        assert bookkeeping(batch, "people") == [("findAndModify", "_mongoshift_background_partitions")], batch
+    # The last read finds nothing: its checkpoint closes the partition, and nothing else is sent.
+    assert read[-1] == [("find", "people"), ("findAndModify", "_mongoshift_background_partitions")]
+
+
+@pytest.mark.parametrize(("action", "outcome"), [("pause", "paused"), ("cancel", "cancelled")])
+async def test_a_control_made_during_a_batch_stops_the_lane_before_the_next(
+    monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch, action: Action, outcome: str
+) -> None:
+    """The control lands while the third batch is written, before its checkpoint: the lane reads it
+    back with that checkpoint and runs no fourth batch, though it no longer reads the state per batch."""
+    client, commands = monitored
+    await seed(db.people, 1000)
+    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    settings = monitored_project.settings()
+    await command.up(settings)
+    async with bg.open_engine(settings, client=client) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        store = engine.store
+        checkpoint = store.checkpoint
+        calls = 0
+
+        async def controlled_midway(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 3:  # an operator, on another connection
+                await control(BackgroundStore(db), NAME, action, by="operator")
+            return await checkpoint(*args, **kwargs)
+
+        monkeypatch.setattr(store, "checkpoint", controlled_midway)
+        commands.sent.clear()
+        result = await Lane(engine.context, "controlled").run_slice(state, spec)
+    assert result.outcome == outcome
+    assert result.counters["batches"] == 3 and result.counters["migrated"] == 300
+    assert await db.people.count_documents({"__v": 2}) == 300
+    # One state read at the start of the slice, one after the stamped checkpoint; none in between.
+    assert commands.sent.count(("find", "_mongoshift_background")) == 2
+
+
+async def test_a_stamp_without_a_halting_change_costs_one_read_and_the_lane_goes_on(
+    monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, commands = monitored
+    await seed(db.people, 500)
+    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    settings = monitored_project.settings()
+    await command.up(settings)
+    async with bg.open_engine(settings, client=client) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        store = engine.store
+        checkpoint = store.checkpoint
+        calls = 0
+
+        async def stamped_midway(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # say, a repin that changes no setting a pass depends on
+                await BackgroundStore(db).stamp_control(NAME)
+            return await checkpoint(*args, **kwargs)
+
+        monkeypatch.setattr(store, "checkpoint", stamped_midway)
+        commands.sent.clear()
+        result = await Lane(engine.context, "stamped").run_slice(state, spec)
+    assert result.outcome == "done" and result.counters["migrated"] == 500
+    assert commands.sent.count(("find", "_mongoshift_background")) == 2
+
+
+async def test_a_control_whose_stamp_fails_is_still_made_and_says_so(
+    monitored_project: Project, db: AsyncDatabase[Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state moved: the control is made; its lanes read the state again at their next slice at the latest."""
+    await seed(db.people, 10)
+    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    await command.up(monitored_project.settings())
+    store = BackgroundStore(db)
+
+    async def unreachable(name: str) -> None:
+        raise AutoReconnect("connection closed")
+
+    monkeypatch.setattr(store, "stamp_control", unreachable)
+    result = await control(store, NAME, "pause", by="operator")
+    assert result.applied == "applied" and result.status == "paused"
+    state = await store.state(NAME)
+    assert state is not None and state.status == "paused"
+    assert "pause is done, but its lanes may notice it only at their next slice: AutoReconnect" in caplog.text
