@@ -21,12 +21,13 @@ without any re-read; a document that moved on is simply not matched.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bson import decode, encode
+from bson import decode, decode_all, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo import UpdateOne
@@ -41,8 +42,12 @@ from ..project.server_errors import (
     transient_transaction_error,
 )
 from ..project.user_code import call, guard_exit, is_async
-from .document import ShapeError, bson_problem, guard, stamped_diff
+from .document import ShapeError, bson_problems, guard, stamped_diff
 from .job import Job, TransformContext
+
+
+#: The operation kind pymongo's own ``UpdateOne`` adds to a bulk (see :class:`_GuardedUpdates`).
+_UPDATE_OP: int | None = getattr(importlib.import_module("pymongo.message"), "_UPDATE", None)
 
 
 class BatchFailed(Exception):
@@ -88,8 +93,12 @@ Pair = tuple[dict[str, Any], dict[str, Any]]
 def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[Pair]:
     """Each document as (original, private copy for the transform), exact for every BSON type.
 
-    Documents read as raw BSON (what lanes do) are decoded twice; a decoded one is copied
-    through BSON, which is faster than ``copy.deepcopy``."""
+    Documents read as raw BSON (what lanes do) are decoded twice, the whole batch in one C
+    call each; a decoded one is copied through BSON, which is faster than ``copy.deepcopy``."""
+    raws = [doc.raw for doc in docs if isinstance(doc, RawBSONDocument)]
+    if len(raws) == len(docs):
+        data = b"".join(raws)
+        return list(zip(decode_all(data, codec), decode_all(data, codec)))
     pairs: list[Pair] = []
     for doc in docs:
         if isinstance(doc, RawBSONDocument):
@@ -167,9 +176,71 @@ async def _settle(results: list[Transformed]) -> list[Transformed]:
     return settled
 
 
+def _updates(
+    job: Job, transformed: list[Transformed], codec: CodecOptions[Any], errors: list[DocumentError]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order."""
+    spec = job.spec
+    owners: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    failures: list[tuple[int, DocumentError]] = []
+    at: list[int] = []
+    for index, (doc, new, error) in enumerate(transformed):
+        if error is not None:
+            failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
+            continue
+        try:
+            update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
+        except ShapeError as exc:
+            failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
+            continue
+        owners.append(doc)
+        updates.append(update)
+        at.append(index)
+    problems = bson_problems(updates, codec)  # one encode for the batch when all is well
+    if problems:
+        failures += [(at[i], DocumentError(owners[i]["_id"], "shape", problem)) for i, problem in problems.items()]
+        failures.sort(key=lambda failure: failure[0])
+        owners = [doc for i, doc in enumerate(owners) if i not in problems]
+        updates = [update for i, update in enumerate(updates) if i not in problems]
+    errors += [failure for _, failure in failures]
+    return owners, updates
+
+
+class _GuardedUpdates:
+    """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
+
+    ``bulk_write`` takes any request that adds itself to the bulk (``_add_to_bulk``). This one
+    adds ``{q: guard, u: update, multi: false}`` for each document, exactly what an ``UpdateOne``
+    without options adds, straight to the bulk's operations, skipping the checks ``UpdateOne``
+    and ``add_update`` make on each (the guard and the update are built here and always valid).
+    A bulk that does not look as expected gets real ``UpdateOne`` requests instead.
+    """
+
+    __slots__ = ("owners", "revision_field", "updates", "version_field")
+
+    def __init__(self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None) -> None:
+        self.owners = owners
+        self.updates = updates
+        self.version_field = version_field
+        self.revision_field = revision_field
+
+    def _add_to_bulk(self, bulk: Any) -> None:
+        version_field, revision_field = self.version_field, self.revision_field
+        ops = getattr(bulk, "ops", None)
+        if _UPDATE_OP is None or not isinstance(ops, list):
+            for doc, update in zip(self.owners, self.updates):
+                UpdateOne(guard(doc, version_field, revision_field), update)._add_to_bulk(bulk)
+            return
+        ops += [
+            (_UPDATE_OP, {"q": guard(doc, version_field, revision_field), "u": update, "multi": False})
+            for doc, update in zip(self.owners, self.updates)
+        ]
+
+
 async def _write(
     collection: AsyncCollection[dict[str, Any]],
-    ops: list[UpdateOne],
+    ops: Sequence[Any],
     *,
     session: Any,
     document_error: Callable[[Any], bool] = document_write_error,
@@ -216,23 +287,8 @@ async def apply_batch(
     codec = collection.codec_options.with_options(document_class=dict)
     pending = _pairs(docs, codec)
     for round_ in range(spec.max_conflict_retries + 1):
-        ops: list[UpdateOne] = []
-        owners: list[dict[str, Any]] = []
-        for doc, new, error in await _transform(job, pending, ctx):
-            if error is not None:
-                result.errors.append(DocumentError(doc["_id"], "transform", describe_error(error)))
-                continue
-            try:
-                update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
-            except ShapeError as exc:
-                result.errors.append(DocumentError(doc["_id"], "shape", str(exc)))
-                continue
-            problem = bson_problem(update, collection.codec_options)
-            if problem is not None:
-                result.errors.append(DocumentError(doc["_id"], "shape", problem))
-                continue
-            ops.append(UpdateOne(guard(doc, spec.version_field, job.revision_field), update))
-            owners.append(doc)
+        owners, updates = _updates(job, await _transform(job, pending, ctx), collection.codec_options, result.errors)
+        ops: list[_GuardedUpdates] = [_GuardedUpdates(owners, updates, spec.version_field, job.revision_field)] if owners else []
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
         matched, failed = await _write(collection, ops, session=session)
@@ -240,7 +296,7 @@ async def apply_batch(
             result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
-        written = len(ops) - len(failed)
+        written = len(owners) - len(failed)
         result.migrated += matched  # each guarded write matches at most once: this count is exact
         if matched == written:
             return result
