@@ -211,7 +211,7 @@ class _GuardedUpdates:
     """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
 
     ``bulk_write`` takes any request that adds itself to the bulk (``_add_to_bulk``). This one
-    adds ``{q: guard, u: update, multi: false}`` for each document, exactly what an ``UpdateOne``
+    adds ``{q: guard, u: update, multi: false, upsert: false}`` for each document, exactly what an ``UpdateOne``
     without options adds, straight to the bulk's operations, skipping the checks ``UpdateOne``
     and ``add_update`` make on each (the guard and the update are built here and always valid).
     A bulk that does not look as expected gets real ``UpdateOne`` requests instead.
@@ -233,7 +233,7 @@ class _GuardedUpdates:
                 UpdateOne(guard(doc, version_field, revision_field), update)._add_to_bulk(bulk)
             return
         ops += [
-            (_UPDATE_OP, {"q": guard(doc, version_field, revision_field), "u": update, "multi": False})
+            (_UPDATE_OP, {"q": guard(doc, version_field, revision_field), "u": update, "multi": False, "upsert": False})
             for doc, update in zip(self.owners, self.updates)
         ]
 
