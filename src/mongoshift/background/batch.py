@@ -42,7 +42,7 @@ from ..project.server_errors import (
     transient_transaction_error,
 )
 from ..project.user_code import call, guard_exit, is_async
-from .document import ShapeError, bson_problems, guard, stamped_diff
+from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff
 from .job import Job, TransformContext
 
 
@@ -87,29 +87,62 @@ class BatchResult:
     errors: list[DocumentError] = field(default_factory=list)
 
 
-Pair = tuple[dict[str, Any], dict[str, Any]]
+class _Lent:
+    """A document lent to its transform, and how to tell afterwards what it was as read.
+
+    The transform gets the one decoded copy (``copy``). A shallow copy of its top level
+    (``top``) keeps the values it was read with: an immutable value (:data:`IMMUTABLE`) cannot
+    change, and the mutable ones (arrays, subdocuments...) are encoded before the transform
+    (``encoded``) and again after the whole batch's transforms; if the bytes still match,
+    ``top`` is the document as read, else it is decoded again from ``raw``. So a transform that
+    leaves nested values alone costs no second decode, and one that edits them in place
+    cannot alter the original the diff compares with.
+    """
+
+    __slots__ = ("copy", "encoded", "mutables", "raw", "top")
+
+    def __init__(self, raw: bytes, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
+        self.raw = raw
+        self.copy = copy
+        self.top: dict[str, Any] | None = dict(copy)
+        self.mutables = {key: value for key, value in copy.items() if type(value) not in IMMUTABLE}
+        self.encoded = b""
+        if self.mutables:
+            try:
+                self.encoded = encode(self.mutables, codec_options=codec)
+            except Exception:  # a value only the codec can decode: keep a decoded original instead
+                self.top = None
+
+    def original(self, codec: CodecOptions[Any]) -> dict[str, Any]:
+        """The document as read (call after the batch's transforms)."""
+        if self.top is not None:
+            if not self.mutables:
+                return self.top
+            try:
+                if encode(self.mutables, codec_options=codec) == self.encoded:
+                    return self.top
+            except Exception:  # the transform put something unencodable inside a value read
+                pass
+            self.top = None
+        original: dict[str, Any] = decode(self.raw, codec)
+        return original
+
+
+Pair = tuple[_Lent, dict[str, Any]]
 
 
 def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[Pair]:
-    """Each document as (original, private copy for the transform), exact for every BSON type.
+    """Each document lent to the transform: one C decode for the batch (see :class:`_Lent`).
 
-    Documents read as raw BSON (what lanes do) are decoded twice, the whole batch in one C
-    call each; a decoded one is copied through BSON, which is faster than ``copy.deepcopy``."""
-    raws = [doc.raw for doc in docs if isinstance(doc, RawBSONDocument)]
-    if len(raws) == len(docs):
-        data = b"".join(raws)
-        return list(zip(decode_all(data, codec), decode_all(data, codec)))
-    pairs: list[Pair] = []
-    for doc in docs:
-        if isinstance(doc, RawBSONDocument):
-            pairs.append((decode(doc.raw, codec), decode(doc.raw, codec)))
-        else:
-            pairs.append((doc, decode(encode(doc), codec)))  # type: ignore[arg-type]
-    return pairs
+    Documents read as raw BSON (what lanes do) are used as read; a decoded one (a
+    transaction's batch, a re-read) is encoded first, so the caller's dict is never lent."""
+    raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
+    lent = [_Lent(raw, copy, codec) for raw, copy in zip(raws, decode_all(b"".join(raws), codec))]
+    return [(item, item.copy) for item in lent]
 
 
-#: A document, what its transform returned (None if it raised) and what it raised.
-Transformed = tuple[dict[str, Any], Any, BaseException | None]
+#: A lent document, what its transform returned (None if it raised) and what it raised.
+Transformed = tuple[_Lent, Any, BaseException | None]
 
 
 async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
@@ -185,7 +218,8 @@ def _updates(
     updates: list[dict[str, Any]] = []
     failures: list[tuple[int, DocumentError]] = []
     at: list[int] = []
-    for index, (doc, new, error) in enumerate(transformed):
+    for index, (lent, new, error) in enumerate(transformed):
+        doc = lent.original(codec)
         if error is not None:
             failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
             continue
@@ -287,7 +321,7 @@ async def apply_batch(
     codec = collection.codec_options.with_options(document_class=dict)
     pending = _pairs(docs, codec)
     for round_ in range(spec.max_conflict_retries + 1):
-        owners, updates = _updates(job, await _transform(job, pending, ctx), collection.codec_options, result.errors)
+        owners, updates = _updates(job, await _transform(job, pending, ctx), codec, result.errors)
         ops: list[_GuardedUpdates] = [_GuardedUpdates(owners, updates, spec.version_field, job.revision_field)] if owners else []
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])

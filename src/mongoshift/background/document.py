@@ -26,6 +26,8 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 _PLAIN = frozenset({str, int, bool, bytes, datetime.datetime, ObjectId, Int64})
 #: The same, plus the types a container compare may meet often (``==`` exact for them too).
 _EXACT = _PLAIN | {type(None), Decimal128}
+#: Types whose values cannot change in place: the same object is still the same BSON value.
+IMMUTABLE = frozenset({str, int, bool, float, bytes, type(None), datetime.datetime, ObjectId, Int64, Decimal128})
 #: A double exactly as BSON stores it: ``0.0`` and ``-0.0`` differ, a NaN equals itself.
 _DOUBLE = struct.Struct("<d").pack
 
@@ -179,7 +181,7 @@ def stamped_diff(
     revision_field: str | None,
     to_version: int,
 ) -> dict[str, Any]:
-    """The update that turns ``old`` into ``new`` at ``to_version`` with the revision bumped.
+    """The update that turns ``old`` (the document as read) into ``new`` at ``to_version`` with the revision bumped.
 
     Called once per document: the common case (an untouched plain value) costs one lookup
     and one comparison, a field name is checked once per batch-ish (:data:`_GOOD_KEYS`)."""
@@ -196,6 +198,8 @@ def stamped_diff(
         if key in system:
             continue
         before = get(key, _MISSING)
+        if value is before:
+            continue  # the very object ``old`` holds: ``old`` is the document as read, so unchanged
         kind = type(value)
         if kind is type(before):
             if kind in _PLAIN:
