@@ -141,6 +141,9 @@ def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[
     return [(item, item.copy) for item in lent]
 
 
+#: What a transform returns that is never awaitable (its new document; None when it raised).
+_PLAIN_RESULTS = frozenset({dict, type(None)})
+
 #: A lent document, what its transform returned (None if it raised) and what it raised.
 Transformed = tuple[_Lent, Any, BaseException | None]
 
@@ -159,7 +162,8 @@ async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list
     if is_async(job.one):
         return await _each_on_loop(job.one, pairs, ctx)
     results = await asyncio.to_thread(_each_in_thread, job.one, pairs, ctx)
-    if any(inspect.isawaitable(new) for _, new, _ in results):
+    returned = {type(new) for _, new, _ in results} - _PLAIN_RESULTS  # isawaitable per document only if needed
+    if returned and any(inspect.isawaitable(new) for _, new, _ in results):
         results = await _settle(results)  # a sync function that returned awaitables
     return results
 
