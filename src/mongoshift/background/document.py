@@ -183,8 +183,8 @@ def stamped_diff(
 ) -> dict[str, Any]:
     """The update that turns ``old`` (the document as read) into ``new`` at ``to_version`` with the revision bumped.
 
-    Called once per document: the common case (an untouched plain value) costs one lookup
-    and one comparison, a field name is checked once per batch-ish (:data:`_GOOD_KEYS`)."""
+    Called once per document: an untouched value costs one lookup and an identity or ``==``
+    check, and a field name is checked the first time it is set (:data:`_GOOD_KEYS`)."""
     if not isinstance(new, dict):
         raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
     old_id = old["_id"]
