@@ -525,3 +525,18 @@ async def test_reading_500_documents_back_by_id_is_linear(db) -> None:
     assert sorted(found) == sorted(wanted)
     # Unpatched, this read compares 5,000 x 500 pairs and takes about a minute.
     assert elapsed < 10, f"reading 500 documents by _id took {elapsed:.1f} s"
+
+
+# (m) $set of a Decimal128 with other digits -------------------------------------
+
+
+async def test_set_of_a_decimal_with_other_digits_is_stored(db) -> None:
+    await db.dec.insert_one({"_id": 1, "d": Decimal128("1.0"), "n": {"d": Decimal128("0")}, "a": [Decimal128("2.50")]})
+    result = await db.dec.update_one({"_id": 1}, {"$set": {"d": Decimal128("1.00"), "n": {"d": Decimal128("-0")}, "a.0": Decimal128("2.5")}})
+    assert result.modified_count == 1
+    doc = await db.dec.find_one({"_id": 1})
+    assert [str(doc["d"]), str(doc["n"]["d"]), str(doc["a"][0])] == ["1.00", "-0", "2.5"]
+    # The same digits are still a no-op, and queries still compare decimals by value.
+    assert (await db.dec.update_one({"_id": 1}, {"$set": {"d": Decimal128("1.00")}})).modified_count == 0
+    assert await db.dec.count_documents({"d": Decimal128("1")}) == 1
+

@@ -21,12 +21,13 @@ without any re-read; a document that moved on is simply not matched.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bson import decode, encode
+from bson import decode, decode_all, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo import UpdateOne
@@ -41,8 +42,12 @@ from ..project.server_errors import (
     transient_transaction_error,
 )
 from ..project.user_code import call, guard_exit, is_async
-from .document import ShapeError, bson_problem, guard, stamped_diff
+from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff
 from .job import Job, TransformContext
+
+
+#: The operation kind pymongo's own ``UpdateOne`` adds to a bulk (see :class:`_GuardedUpdates`).
+_UPDATE_OP: int | None = getattr(importlib.import_module("pymongo.message"), "_UPDATE", None)
 
 
 class BatchFailed(Exception):
@@ -82,25 +87,65 @@ class BatchResult:
     errors: list[DocumentError] = field(default_factory=list)
 
 
-Pair = tuple[dict[str, Any], dict[str, Any]]
+class _Lent:
+    """A document lent to its transform, and how to tell afterwards what it was as read.
+
+    The transform gets the one decoded copy (``copy``). A shallow copy of its top level
+    (``top``) keeps the values it was read with: an immutable value (:data:`IMMUTABLE`) cannot
+    change, and the mutable ones (arrays, subdocuments...) are encoded before the transform
+    (``encoded``) and again after the whole batch's transforms; if the bytes still match,
+    ``top`` is the document as read, else it is decoded again from ``raw``. So a transform that
+    leaves nested values alone costs no second decode, and one that edits them in place
+    cannot alter the original the diff compares with.
+    """
+
+    __slots__ = ("copy", "encoded", "mutables", "raw", "top")
+
+    def __init__(self, raw: bytes, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
+        self.raw = raw
+        self.copy = copy
+        self.top: dict[str, Any] | None = dict(copy)
+        self.mutables = {key: value for key, value in copy.items() if type(value) not in IMMUTABLE}
+        self.encoded = b""
+        if self.mutables:
+            try:
+                self.encoded = encode(self.mutables, codec_options=codec)
+            except Exception:  # a value only the codec can decode: keep a decoded original instead
+                self.top = None
+
+    def original(self, codec: CodecOptions[Any]) -> dict[str, Any]:
+        """The document as read (call after the batch's transforms)."""
+        if self.top is not None:
+            if not self.mutables:
+                return self.top
+            try:
+                if encode(self.mutables, codec_options=codec) == self.encoded:
+                    return self.top
+            except Exception:  # the transform put something unencodable inside a value read
+                pass
+            self.top = None
+        original: dict[str, Any] = decode(self.raw, codec)
+        return original
+
+
+Pair = tuple[_Lent, dict[str, Any]]
 
 
 def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[Pair]:
-    """Each document as (original, private copy for the transform), exact for every BSON type.
+    """Each document lent to the transform: one C decode for the batch (see :class:`_Lent`).
 
-    Documents read as raw BSON (what lanes do) are decoded twice; a decoded one is copied
-    through BSON, which is faster than ``copy.deepcopy``."""
-    pairs: list[Pair] = []
-    for doc in docs:
-        if isinstance(doc, RawBSONDocument):
-            pairs.append((decode(doc.raw, codec), decode(doc.raw, codec)))
-        else:
-            pairs.append((doc, decode(encode(doc), codec)))  # type: ignore[arg-type]
-    return pairs
+    Documents read as raw BSON (what lanes do) are used as read; a decoded one (a
+    transaction's batch, a re-read) is encoded first, so the caller's dict is never lent."""
+    raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
+    lent = [_Lent(raw, copy, codec) for raw, copy in zip(raws, decode_all(b"".join(raws), codec))]
+    return [(item, item.copy) for item in lent]
 
 
-#: A document, what its transform returned (None if it raised) and what it raised.
-Transformed = tuple[dict[str, Any], Any, BaseException | None]
+#: What a transform returns that is never awaitable (its new document; None when it raised).
+_PLAIN_RESULTS = frozenset({dict, type(None)})
+
+#: A lent document, what its transform returned (None if it raised) and what it raised.
+Transformed = tuple[_Lent, Any, BaseException | None]
 
 
 async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
@@ -117,7 +162,8 @@ async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list
     if is_async(job.one):
         return await _each_on_loop(job.one, pairs, ctx)
     results = await asyncio.to_thread(_each_in_thread, job.one, pairs, ctx)
-    if any(inspect.isawaitable(new) for _, new, _ in results):
+    returned = {type(new) for _, new, _ in results} - _PLAIN_RESULTS  # isawaitable per document only if needed
+    if returned and any(inspect.isawaitable(new) for _, new, _ in results):
         results = await _settle(results)  # a sync function that returned awaitables
     return results
 
@@ -167,9 +213,72 @@ async def _settle(results: list[Transformed]) -> list[Transformed]:
     return settled
 
 
+def _updates(
+    job: Job, transformed: list[Transformed], codec: CodecOptions[Any], errors: list[DocumentError]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order."""
+    spec = job.spec
+    owners: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    failures: list[tuple[int, DocumentError]] = []
+    at: list[int] = []
+    for index, (lent, new, error) in enumerate(transformed):
+        doc = lent.original(codec)
+        if error is not None:
+            failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
+            continue
+        try:
+            update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
+        except ShapeError as exc:
+            failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
+            continue
+        owners.append(doc)
+        updates.append(update)
+        at.append(index)
+    problems = bson_problems(updates, codec)  # one encode for the batch when all is well
+    if problems:
+        failures += [(at[i], DocumentError(owners[i]["_id"], "shape", problem)) for i, problem in problems.items()]
+        failures.sort(key=lambda failure: failure[0])
+        owners = [doc for i, doc in enumerate(owners) if i not in problems]
+        updates = [update for i, update in enumerate(updates) if i not in problems]
+    errors += [failure for _, failure in failures]
+    return owners, updates
+
+
+class _GuardedUpdates:
+    """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
+
+    ``bulk_write`` takes any request that adds itself to the bulk (``_add_to_bulk``). This one
+    adds ``{q: guard, u: update, multi: false, upsert: false}`` for each document, exactly what an ``UpdateOne``
+    without options adds, straight to the bulk's operations, skipping the checks ``UpdateOne``
+    and ``add_update`` make on each (the guard and the update are built here and always valid).
+    A bulk that does not look as expected gets real ``UpdateOne`` requests instead.
+    """
+
+    __slots__ = ("owners", "revision_field", "updates", "version_field")
+
+    def __init__(self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None) -> None:
+        self.owners = owners
+        self.updates = updates
+        self.version_field = version_field
+        self.revision_field = revision_field
+
+    def _add_to_bulk(self, bulk: Any) -> None:
+        version_field, revision_field = self.version_field, self.revision_field
+        ops = getattr(bulk, "ops", None)
+        if _UPDATE_OP is None or not isinstance(ops, list):
+            for doc, update in zip(self.owners, self.updates):
+                UpdateOne(guard(doc, version_field, revision_field), update)._add_to_bulk(bulk)
+            return
+        ops += [
+            (_UPDATE_OP, {"q": guard(doc, version_field, revision_field), "u": update, "multi": False, "upsert": False})
+            for doc, update in zip(self.owners, self.updates)
+        ]
+
+
 async def _write(
     collection: AsyncCollection[dict[str, Any]],
-    ops: list[UpdateOne],
+    ops: Sequence[Any],
     *,
     session: Any,
     document_error: Callable[[Any], bool] = document_write_error,
@@ -216,23 +325,8 @@ async def apply_batch(
     codec = collection.codec_options.with_options(document_class=dict)
     pending = _pairs(docs, codec)
     for round_ in range(spec.max_conflict_retries + 1):
-        ops: list[UpdateOne] = []
-        owners: list[dict[str, Any]] = []
-        for doc, new, error in await _transform(job, pending, ctx):
-            if error is not None:
-                result.errors.append(DocumentError(doc["_id"], "transform", describe_error(error)))
-                continue
-            try:
-                update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
-            except ShapeError as exc:
-                result.errors.append(DocumentError(doc["_id"], "shape", str(exc)))
-                continue
-            problem = bson_problem(update, collection.codec_options)
-            if problem is not None:
-                result.errors.append(DocumentError(doc["_id"], "shape", problem))
-                continue
-            ops.append(UpdateOne(guard(doc, spec.version_field, job.revision_field), update))
-            owners.append(doc)
+        owners, updates = _updates(job, await _transform(job, pending, ctx), codec, result.errors)
+        ops: list[_GuardedUpdates] = [_GuardedUpdates(owners, updates, spec.version_field, job.revision_field)] if owners else []
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
         matched, failed = await _write(collection, ops, session=session)
@@ -240,7 +334,7 @@ async def apply_batch(
             result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
-        written = len(ops) - len(failed)
+        written = len(owners) - len(failed)
         result.migrated += matched  # each guarded write matches at most once: this count is exact
         if matched == written:
             return result

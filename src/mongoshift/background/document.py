@@ -10,10 +10,11 @@ on the server and so keeps its stored BSON type. Equality is BSON-exact:
 from __future__ import annotations
 
 import datetime
-import math
+import struct
+from collections.abc import Sequence
 from typing import Any
 
-from bson import Int64, ObjectId, encode
+from bson import Decimal128, Int64, ObjectId, encode
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 
 _MISSING = object()
@@ -23,6 +24,17 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 
 #: Types whose ``==`` is already BSON-exact once both sides have the same type.
 _PLAIN = frozenset({str, int, bool, bytes, datetime.datetime, ObjectId, Int64})
+#: The same, plus the types a container compare may meet often (``==`` exact for them too).
+_EXACT = _PLAIN | {type(None), Decimal128}
+#: Types whose values cannot change in place: the same object is still the same BSON value.
+IMMUTABLE = frozenset({str, int, bool, float, bytes, type(None), datetime.datetime, ObjectId, Int64, Decimal128})
+#: A double exactly as BSON stores it: ``0.0`` and ``-0.0`` differ, a NaN equals itself.
+_DOUBLE = struct.Struct("<d").pack
+
+#: Top-level field names already found storable; a batch repeats the same few names, so the
+#: check runs once per name. Bounded: field names can be data (ids, emails), never logged.
+_GOOD_KEYS: set[str] = set()
+_GOOD_KEYS_MAX = 4096
 
 
 class ShapeError(ValueError):
@@ -41,49 +53,54 @@ def version_of(doc: dict[str, Any], field: str) -> int:
     return 0 if value is None else int(value)
 
 
-def _exact(value: Any) -> Any:
-    """The filter value matching exactly what was read: absent stays absent."""
-    return {"$exists": False} if value is _MISSING else value
-
-
 def guard(doc: dict[str, Any], version_field: str, revision_field: str | None) -> dict[str, Any]:
     """The filter that matches this document only while nobody has written it since it was read."""
-    filter_: dict[str, Any] = {"_id": doc["_id"], version_field: _exact(doc.get(version_field, _MISSING))}
+    version = doc.get(version_field, _MISSING)
+    filter_: dict[str, Any] = {"_id": doc["_id"], version_field: {"$exists": False} if version is _MISSING else version}
     if revision_field is not None:
-        filter_[revision_field] = _exact(doc.get(revision_field, _MISSING))
+        revision = doc.get(revision_field, _MISSING)
+        filter_[revision_field] = {"$exists": False} if revision is _MISSING else revision
     return filter_
 
 
 def same(a: Any, b: Any) -> bool:
     """BSON-exact equality: same types all the way down, same key order.
 
-    Containers are compared by their BSON encoding (one C call instead of a Python
-    walk): equal bytes mean equal types, values and key order."""
+    Containers are compared structurally: their element types first (one C pass each),
+    then ``==``, which is exact once every element has the same type of :data:`_EXACT`;
+    anything else inside is compared element by element. A double is compared by its
+    eight bytes, so ``0.0`` and ``-0.0`` differ."""
     if a is b:
         return True
     kind = type(a)
     if kind is not type(b):
         return False
-    if kind is dict or kind is list:
-        try:
-            return encode({"v": a}) == encode({"v": b})
-        except Exception:  # not encodable as is (a non-string key...): walk it
-            pass
+    if kind in _EXACT:
+        return bool(a == b)
+    if kind is float:
+        return _DOUBLE(a) == _DOUBLE(b)
+    if kind is list:
+        return len(a) == len(b) and _same_items(a, b)
+    if kind is dict:
+        return len(a) == len(b) and list(a) == list(b) and _same_items(list(a.values()), list(b.values()))
     if isinstance(a, dict):
         return len(a) == len(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if kind is float:
-        return a == b or (math.isnan(a) and math.isnan(b))
-    try:
-        return bool(a == b)
-    except Exception:
+    try:  # any other BSON type (Binary, Regex, Code...): its bytes are what the server keeps
         return encode({"v": a}) == encode({"v": b})
+    except Exception:  # not encodable: the update will say so; compare as Python does
+        return bool(a == b)
 
 
-def _plain_same(a: Any, b: Any) -> bool:
-    kind = type(a)
-    return kind is type(b) and kind in _PLAIN and bool(a == b)
+def _same_items(a: list[Any], b: list[Any]) -> bool:
+    """Two lists of the same length: the same types in the same places, then the same values."""
+    kinds = list(map(type, a))
+    if kinds != list(map(type, b)):
+        return False
+    if _EXACT.issuperset(kinds):
+        return a == b
+    return all(map(same, a, b))
 
 
 def _key_problem(key: Any) -> str | None:
@@ -164,32 +181,38 @@ def stamped_diff(
     revision_field: str | None,
     to_version: int,
 ) -> dict[str, Any]:
-    """The update that turns ``old`` into ``new`` at ``to_version`` with the revision bumped."""
+    """The update that turns ``old`` (the document as read) into ``new`` at ``to_version`` with the revision bumped.
+
+    Called once per document: an untouched value costs one lookup and an identity or ``==``
+    check, and a field name is checked the first time it is set (:data:`_GOOD_KEYS`)."""
     if not isinstance(new, dict):
         raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
-    new_id = new.get("_id", _MISSING)
-    if new_id is not _MISSING and not _plain_same(new_id, old["_id"]) and not same(new_id, old["_id"]):
+    old_id = old["_id"]
+    new_id = new.get("_id", old_id)
+    if new_id is not old_id and not same(new_id, old_id):
         raise ShapeError("the transform changed _id")
     system = {"_id", version_field, revision_field}
+    get = old.get
     set_: dict[str, Any] = {}
-    unset: dict[str, str] = {}
     for key, value in new.items():
         if key in system:
             continue
-        before = old.get(key, _MISSING)
+        before = get(key, _MISSING)
+        if value is before:
+            continue  # the very object ``old`` holds: ``old`` is the document as read, so unchanged
         kind = type(value)
-        if kind is type(before) and kind in _PLAIN and before == value:
-            continue  # the common case, without a call: an untouched string, number, date or id
-        if before is _MISSING or not same(before, value):
-            problem = _key_problem(key)
-            if problem:
-                raise ShapeError(f"a top-level field name {problem}: it cannot be stored")
-            if kind is dict or kind is list or isinstance(value, (dict, list)):
-                _check_keys(value, key)
-            set_[key] = value
-    for key in old:
-        if key not in system and key not in new:
-            unset[key] = ""
+        if kind is type(before):
+            if kind in _PLAIN:
+                if before == value:
+                    continue  # the common case, without a call: an untouched string, number, date or id
+            elif same(before, value):
+                continue
+        if key not in _GOOD_KEYS:
+            _check_top_key(key)
+        if kind is dict or kind is list or isinstance(value, (dict, list)):
+            _check_keys(value, key)
+        set_[key] = value
+    unset = {key: "" for key in old if key not in new and key not in system}
     if to_version == 0:
         unset[version_field] = ""
     else:
@@ -202,3 +225,25 @@ def stamped_diff(
     if revision_field is not None:
         update["$inc"] = {revision_field: 1}
     return update
+
+
+def _check_top_key(key: Any) -> None:
+    problem = _key_problem(key)
+    if problem:
+        raise ShapeError(f"a top-level field name {problem}: it cannot be stored")
+    if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
+        _GOOD_KEYS.add(key)
+
+
+def bson_problems(updates: Sequence[dict[str, Any]], codec: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS) -> dict[int, str]:
+    """:func:`bson_problem` for each update of a batch, by index; empty when all can be sent.
+
+    One encode of the whole list answers for every update at once when they all encode
+    and fit together in 16 MiB (then each one fits); otherwise each is checked on its own."""
+    try:
+        if len(encode({"u": updates}, codec_options=codec)) <= MAX_DOCUMENT_BYTES:
+            return {}
+    except Exception:
+        pass
+    found = {i: bson_problem(update, codec) for i, update in enumerate(updates)}
+    return {i: problem for i, problem in found.items() if problem is not None}

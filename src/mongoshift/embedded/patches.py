@@ -68,6 +68,7 @@ def apply() -> None:
     _patch_bson_size()
     _patch_in_object_ids()
     _patch_coll_mod()
+    _patch_decimal_set()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
 
@@ -805,3 +806,25 @@ def _patch_coll_mod() -> None:
     memory.MemoryEngine.list_indexes = list_indexes
     write_commands.DatabaseAdminWriteCommandService.command_create_indexes = command_create_indexes
     wire_validation.normalize_index_models_from_command = wire_check
+
+
+# (m) `$set` of a Decimal128 equal in value but not in digits is a no-op: setting
+# 1.00 over a stored 1.0 (or -0 over 0) keeps 1.0 and reports nModified 0.
+# core/paths._same_value_for_update decides whether a $set changes anything and
+# compares with mongoeco's Decimal128.__eq__, which is by value (right for
+# queries). mongod's no-op check is binary equality, so the new digits are
+# stored. Decimals are compared by their digits and exponent here; every other
+# value keeps the original check (which the nested comparison calls back into).
+def _patch_decimal_set() -> None:
+    from mongoeco.core import paths, update_array_operators
+    from mongoeco.types import Decimal128
+
+    original = paths._same_value_for_update
+
+    def same_value_for_update(left: Any, right: Any) -> bool:
+        if type(left) is Decimal128 and type(right) is Decimal128:
+            return bool(left.value.as_tuple() == right.value.as_tuple())
+        return bool(original(left, right))
+
+    paths._same_value_for_update = same_value_for_update
+    update_array_operators._same_value_for_update = same_value_for_update
