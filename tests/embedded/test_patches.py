@@ -16,7 +16,7 @@ import time
 
 import pytest
 from bson import Decimal128, Int64, Regex, Timestamp
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import AsyncMongoClient, UpdateMany, monitoring
 from pymongo.errors import (
     BulkWriteError,
     DuplicateKeyError,
@@ -525,3 +525,34 @@ async def test_reading_500_documents_back_by_id_is_linear(db) -> None:
     assert sorted(found) == sorted(wanted)
     # Unpatched, this read compares 5,000 x 500 pairs and takes about a minute.
     assert elapsed < 10, f"reading 500 documents by _id took {elapsed:.1f} s"
+
+
+# Not a gap: a failed multi-update answers as mongod does (the pipeline form relies on it) ----
+
+
+async def test_a_multi_update_that_fails_part_way_reports_nothing_and_keeps_what_it_wrote(db) -> None:
+    """mongod stops a multi-update at the first document it cannot update, keeps the documents it
+    had already rewritten, and reports n: 0 and nModified: 0 with the one write error (SERVER-8537,
+    SERVER-25716). mongoeco 4.11 answers the same, so patches.py has no fix for it; the background
+    engine never trusts n after a failed multi-update and reads the documents again."""
+    await db.m.insert_many([{"_id": i, "a": "x", "b": 12 if i == 5 else "y", "v": 1} for i in range(10)])
+    pipeline = [{"$set": {"c": {"$concat": ["$a", "$b"]}, "v": 2}}]
+    reply = await db.command(
+        {"update": "m", "updates": [{"q": {"_id": {"$in": list(range(10))}, "v": 1}, "u": pipeline, "multi": True}], "ordered": False}
+    )
+    assert (reply["ok"], reply["n"], reply["nModified"]) == (1.0, 0, 0)
+    ((error,),) = [reply["writeErrors"]]
+    assert (error["index"], error["code"]) == (0, 16702)  # $concat requires string arguments
+    # The _id index gives the order: everything before the failing document is rewritten, nothing after.
+    assert [d["_id"] async for d in db.m.find({"v": 2}).sort("_id")] == [0, 1, 2, 3, 4]
+    assert await db.m.find_one({"_id": 5}) == {"_id": 5, "a": "x", "b": 12, "v": 1}
+    # What pymongo makes of it: update_many raises a WriteError (no UpdateResult at all), and a
+    # bulk_write a BulkWriteError whose details say nMatched 0. Both stop at _id 5 again at once.
+    with pytest.raises(WriteError) as info:
+        await db.m.update_many({"_id": {"$in": list(range(10))}, "v": 1}, pipeline)
+    assert info.value.code == 16702
+    with pytest.raises(BulkWriteError) as bulk:
+        await db.m.bulk_write([UpdateMany({"_id": {"$in": list(range(10))}, "v": 1}, pipeline)], ordered=False)
+    details = bulk.value.details
+    assert (details["nMatched"], details["nModified"], [e["code"] for e in details["writeErrors"]]) == (0, 0, [16702])
+    assert await db.m.count_documents({"v": 2}) == 5
