@@ -194,6 +194,19 @@ async def test_the_multi_update_writes_exactly_what_one_update_per_document_writ
     assert many == each and len(many) == 15  # byte for byte: field order, BSON types, stamps
 
 
+async def test_lanes_count_exactly_around_documents_the_pipeline_cannot_evaluate(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 120)
+    bad = [7, 35, 36, 118]  # mid-batch, two in one batch, in the last batch
+    await db.people.update_many({"_id": {"$in": bad}}, {"$set": {"last": 12}})
+    fast_project.add("0001_names.py", pipeline_file(batch_size=25, max_parallel=2, extra="max_document_errors=10,"))
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"], concurrency=2)
+    assert result.status == "completed" and result.failed_documents == 4
+    assert (result.totals["migrated"], result.totals.get("skipped", 0)) == (116, 0)
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 116
+    assert sorted([d["_id"] async for d in db.people.find({"__v": 1})]) == bad
+
+
 async def test_revert_pipeline_brings_documents_back(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 100)
     revert = '[{"$set": {"first": {"$arrayElemAt": [{"$split": ["$full_name", " "]}, 0]}, "last": {"$arrayElemAt": [{"$split": ["$full_name", " "]}, 1]}}}, {"$unset": "full_name"}]'
