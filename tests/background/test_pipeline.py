@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from bson import Int64
+from bson import Decimal128, Int64
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
+from pymongo import AsyncMongoClient, monitoring
+from pymongo.errors import OperationFailure
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
@@ -12,6 +16,7 @@ from mongoshift.background.job import Job
 from mongoshift.project.run import CancelSignal
 from mongoshift.schema.background import Background
 
+from ..conftest import TEST_CLIENT_OPTIONS, fail_command
 from .conftest import seed
 
 PIPELINE_FILE = '''
@@ -78,6 +83,128 @@ async def test_a_document_the_server_refuses_is_a_document_error(fast_project, d
     assert result.status == "completed" and result.failed_documents == 1
     assert await db.people.count_documents({"__v": 2}) == 29
     assert (await db.people.find_one({"_id": 9}))["__v"] == 1
+
+
+def names_job(pipeline: list | None = None, *, occ: str = "revision") -> Job:  # type: ignore[type-arg]
+    spec = Background(collection="people", from_version=1, to_version=2, pipeline=pipeline or NAMES, occ=occ)
+    return Job("0001_names.py", spec, "forward", 1, 1, 2, None, None, None, [], pipeline=spec.pipeline)
+
+
+class _Updates(monitoring.CommandListener):
+    """The ``multi`` flag of every statement of every ``update`` command, per command."""
+
+    def __init__(self) -> None:
+        self.commands: list[list[bool]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "update":
+            self.commands.append([bool(u.get("multi")) for u in event.command["updates"]])
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_a_batch_is_one_multi_document_update(db, mongo_uri: str) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30)
+    job = names_job()
+    docs = await db.people.find({}, {"_id": 1}).sort("_id").to_list(None)
+    updates = _Updates()
+    watched: AsyncMongoClient = AsyncMongoClient(mongo_uri, event_listeners=[updates], **TEST_CLIENT_OPTIONS)
+    try:
+        result = await apply_batch(job, docs, watched[db.name].people, job.context("0", CancelSignal()))
+    finally:
+        await watched.close()
+    assert (result.migrated, result.skipped, result.errors) == (30, 0, [])
+    assert updates.commands == [[True]]  # one command, one multi-document statement, for the whole batch
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 30
+
+
+async def test_a_document_the_pipeline_cannot_evaluate_fails_alone_in_its_batch(db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 20)
+    await db.people.update_one({"_id": 3}, {"$set": {"__rev": Int64(7)}})
+    await db.people.update_one({"_id": 9}, {"$set": {"last": 12}})  # $concat of a number fails on the server
+    job = names_job()
+    docs = await db.people.find({}, {"_id": 1}).sort("_id").to_list(None)
+    # After the read: one document moves on to v3 (not ours any more), one gets an application write.
+    await db.people.update_one({"_id": 4}, {"$set": {"__v": 3}, "$inc": {"__rev": 1}})
+    await db.people.update_one({"_id": 15}, {"$set": {"first": "Ann"}, "$inc": {"__rev": 1}})
+    result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    # The multi-update stopped at _id 9 after rewriting some of the others; the count is still exact.
+    assert (result.migrated, result.skipped, result.conflicts, result.retried) == (18, 1, 0, 0)
+    assert [(e.id, e.reason) for e in result.errors] == [(9, "write")] and "16702" in result.errors[0].error
+    assert await db.people.find_one({"_id": 9}) == {"_id": 9, "first": "F9", "last": 12, "n": 9, "__v": 1, "__rev": 1}
+    assert await db.people.find_one({"_id": 4}) == {"_id": 4, "first": "F4", "last": "L4", "n": 4, "__v": 3, "__rev": 2}
+    # Every other document rewritten exactly once: one revision bump each.
+    rewritten = {d["_id"]: d async for d in db.people.find({"__v": 2})}
+    assert sorted(rewritten) == [i for i in range(20) if i not in (4, 9)]
+    for id_, doc in rewritten.items():
+        first = "Ann" if id_ == 15 else f"F{id_}"
+        assert doc == {"_id": id_, "n": id_, "__v": 2, "__rev": {3: 8, 15: 3}.get(id_, 2), "full_name": f"{first} L{id_}"}
+
+
+@pytest.mark.parametrize("code", [2, 91])  # BadValue; ShutdownInProgress (a batch error: not the document's)
+async def test_a_multi_update_refused_as_a_whole_falls_back_to_one_update_per_document(db, client, code: int) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 25)
+    job = names_job()
+    docs = await db.people.find({}, {"_id": 1}).sort("_id").to_list(None)
+    async with fail_command(client, {"times": 1}, failCommands=["update"], errorCode=code, namespace=f"{db.name}.people"):
+        result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    assert (result.migrated, result.skipped, result.errors) == (25, 0, [])
+    assert await db.people.count_documents({"__v": 2, "__rev": 2, "full_name": {"$exists": True}, "first": {"$exists": False}}) == 25
+
+
+async def test_a_batch_error_in_the_fallback_still_fails_the_batch(db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 10)
+    job = names_job()
+    docs = await db.people.find({}, {"_id": 1}).to_list(None)
+    async with fail_command(client, {"times": 2}, failCommands=["update"], errorCode=2, namespace=f"{db.name}.people"):
+        with pytest.raises(OperationFailure) as info:
+            await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    assert info.value.code == 2  # the second refusal is the fallback's own: the lane retries the batch
+    assert await db.people.count_documents({"__v": 1}) == 10
+
+
+@pytest.mark.parametrize("occ", ["revision", "version-only"])
+async def test_the_multi_update_writes_exactly_what_one_update_per_document_writes(db, client, occ: str) -> None:  # type: ignore[no-untyped-def]
+    """Same documents, same batch: once as one multi-update, once forced into the per-document form."""
+    odd = [
+        {"_id": "s", "first": "A", "last": "B", "__v": 1, "__rev": Int64(41), "keep": Decimal128("1.10"), "nested": {"x": [1, 2.0]}},
+        {"_id": 7.5, "first": "C", "last": "D", "__v": 1.0},  # no revision yet: $ifNull starts it at 1
+        {"_id": {"k": 1}, "first": "E", "last": "F", "__v": Int64(1), "__rev": 3, "extra": None},
+    ]
+    for name in ("many", "each"):
+        await seed(db[name], 12)
+        await db[name].insert_many([dict(d) for d in odd])
+    job = names_job(occ=occ)
+    for name in ("many", "each"):
+        docs = await db[name].find({}, {"_id": 1}).to_list(None)
+        ctx = job.context("0", CancelSignal())
+        if name == "each":
+            async with fail_command(client, {"times": 1}, failCommands=["update"], errorCode=2, namespace=f"{db.name}.{name}"):
+                result = await apply_batch(job, docs, db[name], ctx)
+        else:
+            result = await apply_batch(job, docs, db[name], ctx)
+        assert (result.migrated, result.skipped, result.errors) == (15, 0, [])
+    raw = CodecOptions(document_class=RawBSONDocument)
+    many = {d["_id"] if not isinstance(d["_id"], RawBSONDocument) else "k": d.raw async for d in db.many.with_options(codec_options=raw).find()}
+    each = {d["_id"] if not isinstance(d["_id"], RawBSONDocument) else "k": d.raw async for d in db.each.with_options(codec_options=raw).find()}
+    assert many == each and len(many) == 15  # byte for byte: field order, BSON types, stamps
+
+
+async def test_lanes_count_exactly_around_documents_the_pipeline_cannot_evaluate(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 120)
+    bad = [7, 35, 36, 118]  # mid-batch, two in one batch, in the last batch
+    await db.people.update_many({"_id": {"$in": bad}}, {"$set": {"last": 12}})
+    fast_project.add("0001_names.py", pipeline_file(batch_size=25, max_parallel=2, extra="max_document_errors=10,"))
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"], concurrency=2)
+    assert result.status == "completed" and result.failed_documents == 4
+    assert (result.totals["migrated"], result.totals.get("skipped", 0)) == (116, 0)
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 116
+    assert sorted([d["_id"] async for d in db.people.find({"__v": 1})]) == bad
 
 
 async def test_revert_pipeline_brings_documents_back(fast_project, db) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ import time
 
 import pytest
 from bson import Decimal128, Int64, Regex, Timestamp
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import AsyncMongoClient, UpdateMany, monitoring
 from pymongo.errors import (
     BulkWriteError,
     DuplicateKeyError,
@@ -540,3 +540,77 @@ async def test_set_of_a_decimal_with_other_digits_is_stored(db) -> None:
     assert (await db.dec.update_one({"_id": 1}, {"$set": {"d": Decimal128("1.00")}})).modified_count == 0
     assert await db.dec.count_documents({"d": Decimal128("1")}) == 1
 
+
+
+# Not a gap: a failed multi-update answers as mongod does (the pipeline form relies on it) ----
+
+
+async def test_a_multi_update_that_fails_part_way_reports_nothing_and_keeps_what_it_wrote(db) -> None:
+    """mongod stops a multi-update at the first document it cannot update, keeps the documents it
+    had already rewritten, and reports n: 0 and nModified: 0 with the one write error (SERVER-8537,
+    SERVER-25716). mongoeco 4.11 answers the same, so patches.py has no fix for it; the background
+    engine never trusts n after a failed multi-update and reads the documents again."""
+    await db.m.insert_many([{"_id": i, "a": "x", "b": 12 if i == 5 else "y", "v": 1} for i in range(10)])
+    pipeline = [{"$set": {"c": {"$concat": ["$a", "$b"]}, "v": 2}}]
+    reply = await db.command(
+        {"update": "m", "updates": [{"q": {"_id": {"$in": list(range(10))}, "v": 1}, "u": pipeline, "multi": True}], "ordered": False}
+    )
+    assert (reply["ok"], reply["n"], reply["nModified"]) == (1.0, 0, 0)
+    ((error,),) = [reply["writeErrors"]]
+    assert (error["index"], error["code"]) == (0, 16702)  # $concat requires string arguments
+    # The _id index gives the order: everything before the failing document is rewritten, nothing after.
+    assert [d["_id"] async for d in db.m.find({"v": 2}).sort("_id")] == [0, 1, 2, 3, 4]
+    assert await db.m.find_one({"_id": 5}) == {"_id": 5, "a": "x", "b": 12, "v": 1}
+    # What pymongo makes of it: update_many raises a WriteError (no UpdateResult at all), and a
+    # bulk_write a BulkWriteError whose details say nMatched 0. Both stop at _id 5 again at once.
+    with pytest.raises(WriteError) as info:
+        await db.m.update_many({"_id": {"$in": list(range(10))}, "v": 1}, pipeline)
+    assert info.value.code == 16702
+    with pytest.raises(BulkWriteError) as bulk:
+        await db.m.bulk_write([UpdateMany({"_id": {"$in": list(range(10))}, "v": 1}, pipeline)], ordered=False)
+    details = bulk.value.details
+    assert (details["nMatched"], details["nModified"], [e["code"] for e in details["writeErrors"]]) == (0, 0, [16702])
+    assert await db.m.count_documents({"v": 2}) == 5
+
+
+# (n) $in prepared once per multi-document update ------------------------------
+
+
+async def test_a_multi_update_over_listed_ids_keeps_mongodb_in_semantics(db) -> None:
+    """Through the wire: the kept preparation answers what the original one does, across commands."""
+    await db.mi.insert_many(
+        [{"_id": i, "v": 1} for i in range(40)] + [{"_id": "7", "v": 1}, {"_id": 1.5, "v": 1}, {"_id": Int64(90), "v": 1}]
+    )
+    listed = [*range(0, 40, 2), "7", Int64(90), 1.0]  # 1.0 matches 1; "7" only the string
+    first = await db.mi.update_many({"_id": {"$in": listed}, "v": 1}, [{"$set": {"v": 2}}])
+    assert first.matched_count == 20 + 1 + 1 + 1
+    updated = sorted([d["_id"] async for d in db.mi.find({"v": 2, "_id": {"$type": "number"}})])
+    assert updated == sorted([*range(0, 40, 2), 1, 90])
+    assert await db.mi.count_documents({"_id": "7", "v": 2}) == 1
+    # The same values again (a second command), then other values: each answers for its own list.
+    again = await db.mi.update_many({"_id": {"$in": listed}, "v": 2}, [{"$set": {"v": 3}}])
+    assert again.matched_count == 23
+    odd = await db.mi.update_many({"_id": {"$in": list(range(1, 40, 2))}, "v": 1}, [{"$set": {"v": 4}}])
+    assert odd.matched_count == 19  # 1 moved on to v3 with the first list
+    assert await db.mi.count_documents({"_id": {"$nin": listed}, "v": 1}) == 1  # only 1.5 is left
+
+
+def test_membership_values_are_prepared_once_per_list_of_values() -> None:
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    from mongoeco.core.filtering import QueryEngine
+
+    values = tuple(range(1000, 1020)) + ("a", None)
+    first = QueryEngine._prepare_membership_values(values, null_matches_undefined=True)
+    assert QueryEngine._prepare_membership_values(tuple(values), null_matches_undefined=True) is first
+    # The null rule is part of what is prepared: never shared across it.
+    other = QueryEngine._prepare_membership_values(values, null_matches_undefined=False)
+    assert other is not first and other != first
+    # Equal values in other objects: prepared again, the same answer.
+    copies = tuple(int(str(v)) for v in range(1000, 1020)) + ("".join(["a"]), None)
+    assert QueryEngine._prepare_membership_values(copies, null_matches_undefined=True) == first
+    # A document among the values (mutable) is never kept.
+    with_doc = (*values, {"k": 1})
+    once = QueryEngine._prepare_membership_values(with_doc, null_matches_undefined=True)
+    assert QueryEngine._prepare_membership_values(with_doc, null_matches_undefined=True) is not once

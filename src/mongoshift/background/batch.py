@@ -12,10 +12,19 @@ whatever is still in the way is left for the next pass.
 document's guard matches at most once, since the write bumps its revision.
 
 A ``pipeline`` migration is the server-side fast path: the batch holds only
-``_id``s, and each ``UpdateOne`` runs the pipeline on the server, filtered by
-its ``_id`` and the source shape. The server applies it to the document as it
-is at that moment, so an application write made since the read is kept
-without any re-read; a document that moved on is simply not matched.
+``_id``s, and one multi-document update runs the pipeline on the server,
+filtered by those ``_id``s and the source shape. The server applies it to each
+document as it is at that moment, so an application write made since the read
+is kept without any re-read; a document that moved on is simply not matched,
+and the reply's match count is the exact ``migrated``. If that update fails
+(a document the pipeline cannot evaluate, a refused command), the server does
+not say which documents it had already rewritten (mongod reports nothing of a
+failed multi-update, yet keeps what it wrote before the failing document), so
+the batch's documents are read again: those now at the target version were
+rewritten by it, those still in the source shape are written one by one as
+guarded ``UpdateOne``s, so that the failing one is a document error of its own.
+A transactional batch keeps the one-by-one form: a failed write aborts the
+transaction, and the retry must know which document to leave out.
 """
 
 from __future__ import annotations
@@ -27,12 +36,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bson import decode, decode_all, encode
+from bson import Decimal128, decode, decode_all, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, PyMongoError, WriteConcernError
+from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
 from ..project.redaction import describe_error, describe_write_error
@@ -42,7 +52,7 @@ from ..project.server_errors import (
     transient_transaction_error,
 )
 from ..project.user_code import call, guard_exit, is_async
-from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff
+from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff, version_match
 from .job import Job, TransformContext
 
 
@@ -364,11 +374,52 @@ async def apply_batch(
 async def _apply_pipeline(
     job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
 ) -> BatchResult:
-    """The server runs the transform: one pipeline update per ``_id``, guarded by the source shape."""
+    """The server runs the transform: one multi-document update per batch, guarded by the source shape.
+
+    See the module docstring for what happens when that update fails."""
     assert job.pipeline is not None
     match = job.match(exclude_bad=False)
     update = [*job.pipeline, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
     ids = [doc["_id"] for doc in docs]
+    if strict:
+        return await _pipeline_each(ids, match, update, collection, session=session, strict=True)
+    if not ids:
+        return BatchResult()
+    try:
+        written = await collection.update_many({"$and": [match, {"_id": {"$in": ids}}]}, update, session=session)
+    except WriteConcernError:
+        raise  # the writes happened; like a write-concern error of the one-by-one form, the batch fails
+    except PyMongoError:
+        # Which documents it rewrote before it stopped is not in the reply (mongod says n: 0), so the
+        # primary's documents say it, in one read that sees each document once: at the target version
+        # (rewritten: the batch was read in the source shape, and only a rewrite leaves it), or still
+        # in the source shape (not rewritten: written one by one now). Anything else moved on.
+        field, target = job.spec.version_field, job.target
+        rewritten: set[bytes] = set()
+        waiting: set[bytes] = set()
+        primary = collection.with_options(read_preference=ReadPreference.PRIMARY)
+        async for doc in primary.find(
+            {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session
+        ):
+            (rewritten if _at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
+        pending = [id_ for id_ in ids if id_key(id_) in waiting]
+        result = await _pipeline_each(pending, match, update, collection, session=session, strict=False)
+        result.migrated += len(rewritten)
+        result.skipped += len(ids) - len(pending) - len(rewritten)
+        return result
+    return BatchResult(migrated=written.matched_count, skipped=len(ids) - written.matched_count)
+
+
+async def _pipeline_each(
+    ids: Sequence[Any],
+    match: Mapping[str, Any],
+    update: list[dict[str, Any]],
+    collection: AsyncCollection[dict[str, Any]],
+    *,
+    session: Any,
+    strict: bool,
+) -> BatchResult:
+    """One guarded pipeline ``UpdateOne`` per ``_id``: each document's error is its own."""
     ops = [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
     matched, failed = await _write(collection, ops, session=session, document_error=pipeline_document_write_error)
     result = BatchResult(migrated=matched, skipped=len(ops) - len(failed) - matched)
@@ -377,6 +428,19 @@ async def _apply_pipeline(
     if strict and result.errors:
         raise DocumentFailed(result.errors[0])
     return result
+
+
+def _at_version(value: Any, version: int) -> bool:
+    """Whether a stored version ``value`` (None: missing) is one that ``version_match(field, version)`` matches.
+
+    As on the server: any numeric type compares by value, a boolean is not a number."""
+    if value is None:
+        return version == 0
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, Decimal128):
+        return value.to_decimal() == version
+    return isinstance(value, (int, float)) and value == version
 
 
 def stamp_stages(version_field: str, revision_field: str | None, to_version: int) -> list[dict[str, Any]]:

@@ -69,6 +69,7 @@ def apply() -> None:
     _patch_in_object_ids()
     _patch_coll_mod()
     _patch_decimal_set()
+    _patch_in_membership_once()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
 
@@ -828,3 +829,49 @@ def _patch_decimal_set() -> None:
 
     paths._same_value_for_update = same_value_for_update
     update_array_operators._same_value_for_update = same_value_for_update
+
+
+# (n) A multi-document update costs O(matched x listed) on a `$in` filter:
+# _collection_modify.update_many finds the matching documents, then updates each
+# one with the whole filter as `selector_filter`, parsed again for each document
+# and re-checked by the interpreted matcher, whose _evaluate_in calls
+# FilteringMatchingMixin._prepare_membership_values: the lookup set of every
+# listed value is built again for every document. An update_many of a batch of
+# 500 `_id`s spent a third of its time there. Each parse lists the very same value
+# objects (those of the command's filter), and what is prepared from them depends
+# only on them and on the null and collation rules (callers only read it), so the
+# last few preparations are kept, keyed by the identity of the values (the entry
+# holds them, so no other object can take their ids): built once per command.
+# Lists of fewer than 16 values, with a document or an array among them (mutable),
+# or under a collation keep the original path.
+_MEMBERSHIP_KEPT = 8
+
+
+def _patch_in_membership_once() -> None:
+    from collections import OrderedDict
+
+    from mongoeco.core._filtering_matching import FilteringMatchingMixin
+
+    original = vars(FilteringMatchingMixin)["_prepare_membership_values"].__func__
+    kept: OrderedDict[Any, Any] = OrderedDict()
+
+    def prepare_membership_values(
+        cls: Any, values: tuple[Any, ...], *, null_matches_undefined: bool, collation: Any = None
+    ) -> Any:
+        if collation is not None or len(values) < 16:
+            return original(cls, values, null_matches_undefined=null_matches_undefined, collation=collation)
+        if any(isinstance(value, (dict, list)) for value in values):
+            return original(cls, values, null_matches_undefined=null_matches_undefined, collation=collation)
+        key = (tuple(map(id, values)), bool(null_matches_undefined))
+        entry = kept.get(key)
+        if entry is None:
+            prepared = original(cls, values, null_matches_undefined=null_matches_undefined, collation=collation)
+            # The entry holds the values themselves: while it is kept, no other object can have their ids.
+            kept[key] = (tuple(values), prepared)
+            if len(kept) > _MEMBERSHIP_KEPT:
+                kept.popitem(last=False)
+            return prepared
+        kept.move_to_end(key)
+        return entry[1]
+
+    FilteringMatchingMixin._prepare_membership_values = classmethod(prepare_membership_values)
