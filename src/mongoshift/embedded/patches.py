@@ -60,6 +60,7 @@ def apply() -> None:
     if _applied:
         return
     _patch_insert()
+    _patch_single_insert_id_scan()
     _patch_transactions()
     _patch_errors_abort_transaction()
     _patch_fail_points_on_transaction_commands()
@@ -144,6 +145,32 @@ def _patch_insert() -> None:
         )
 
     service.command_insert = command_insert
+
+
+# (n) A single-document insert is O(N) too: _insert_documents_impl (and
+# merge_document) call MemoryEngine._ensure_unique_indexes with
+# scan_payload_id=True, which decodes every stored document and compares
+# bson_equality_key(_id), to catch an _id equal to a stored one under another
+# storage key. That can only happen for values whose storage key
+# (bson_engine_key) is finer than BSON equality: numbers (1, 1.0, Int64(1)),
+# containers of them, bytes vs Binary. For an ObjectId or a string both keys are
+# the same, so the storage-key lookup the function makes just before the scan
+# already gives its answer: the scan is skipped for those _ids only. Every
+# other _id keeps it.
+def _patch_single_insert_id_scan() -> None:
+    from mongoeco.engines import memory
+    from mongoeco.types import is_object_id_like
+
+    original = memory.MemoryEngine._ensure_unique_indexes
+
+    def ensure_unique_indexes(self: Any, db_name: str, coll_name: str, candidate: Any, **options: Any) -> None:
+        if options.get("scan_payload_id") and options.get("check_id_storage") and isinstance(candidate, dict):
+            value = candidate.get("_id")
+            if type(value) is str or is_object_id_like(value):
+                options["scan_payload_id"] = False
+        original(self, db_name, coll_name, candidate, **options)
+
+    memory.MemoryEngine._ensure_unique_indexes = ensure_unique_indexes
 
 
 def _remember(session: Any, *, state: str, number: int | None = None) -> None:
