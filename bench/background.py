@@ -17,6 +17,9 @@ What is compared (the protocol and the results are in ``docs/performance.md``):
   same write path as the engine minus leases, checkpoints and planning.
 * **engine** ``max_parallel`` 1 and 4, throttling off (``pause_ms=0, adaptive=False``),
   with and without an application writer (random ``update_one`` at a bounded rate).
+* **engine txn** ``max_parallel`` 1 in transactional mode (``transaction=True``): each batch of
+  500, its guarded writes and its checkpoint in one snapshot transaction; compared with B3 of
+  the same run like the other engine rows, but not held to the engine's targets.
 * **engine pipeline** the engine's server-side form (``pipeline=B0_PIPELINE``): lanes read
   only ``_id``s and each guarded update runs ``ENGINE_PIPELINE`` (B0's, minus the stamp the
   engine adds itself) on the server.
@@ -95,6 +98,7 @@ class Scenario:
     parallel: int = 1
     writer: bool = False
     pipeline: bool = False  # the engine's server-side form: B0_PIPELINE instead of migrate
+    transaction: bool = False  # each batch in one transaction (transaction=True)
 
 
 SCENARIOS = [
@@ -103,6 +107,7 @@ SCENARIOS = [
     Scenario("B3 B1+guard+majority", "b3"),
     Scenario("engine p=1", "engine", 1),
     Scenario("engine p=4", "engine", 4),
+    Scenario("engine txn p=1", "engine", 1, transaction=True),
     Scenario("engine pipeline p=1", "engine", 1, pipeline=True),
     Scenario("engine pipeline p=4", "engine", 4, pipeline=True),
     # The reference for the writer rows: same load on the server, but the guard's misses are
@@ -206,6 +211,7 @@ background = Background(
     pause_ms=0,
     adaptive=False,
     max_parallel={parallel},
+    transaction={transaction!r},
     partitions={{"min_partition_docs": {batch_size}}},
 )
 '''
@@ -396,7 +402,7 @@ def verify(client: MongoClient[Any], db_name: str, size: int) -> tuple[int, int]
     return done, left
 
 
-def write_project(root: Path, uri: str, db_name: str, parallel: int, pipeline: bool = False) -> Path:
+def write_project(root: Path, uri: str, db_name: str, parallel: int, pipeline: bool = False, transaction: bool = False) -> Path:
     """A throwaway mongoshift project: config plus the one background migration file."""
     project = root / f"project-p{parallel}-{uuid.uuid4().hex[:6]}"
     (project / "migrations").mkdir(parents=True)
@@ -416,6 +422,7 @@ def write_project(root: Path, uri: str, db_name: str, parallel: int, pipeline: b
         collection=COLLECTION,
         batch_size=BATCH_SIZE,
         parallel=parallel,
+        transaction=True if transaction else None,
     )
     (project / "migrations" / "0001_bench.py").write_text(source, encoding="utf-8")
     return project
@@ -478,6 +485,7 @@ class Row:
     writer_stats: dict[str, Any] | None = None
     error: str | None = None
     left: int = 0  # documents not in the new shape afterwards
+    transaction: bool = False  # a transactional engine row: in the table, not in the verdicts
 
     @property
     def measured(self) -> bool:
@@ -517,10 +525,10 @@ def run_all(
                         continue
                     seed_s = seed(client, db_name, size)
                     log(f"{size:>7} {scenario.name:<24} seeded in {seed_s:.1f}s; running")
-                    project = write_project(Path(tmp), uri, db_name, scenario.parallel, scenario.pipeline) if scenario.kind == "engine" else None
+                    project = write_project(Path(tmp), uri, db_name, scenario.parallel, scenario.pipeline, scenario.transaction) if scenario.kind == "engine" else None
                     profile = None
                     if profile_dir is not None:
-                        slug = scenario.name.split()[0].lower() + ("-pipeline" if scenario.pipeline else "") + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
+                        slug = scenario.name.split()[0].lower() + ("-pipeline" if scenario.pipeline else "") + ("-txn" if scenario.transaction else "") + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
                         profile = str(profile_dir / f"{slug}{'-writer' if scenario.writer else ''}-{size}.prof")
                     writer = start_writer(uri, db_name, size) if scenario.writer else None
                     failure = None
@@ -530,7 +538,7 @@ def run_all(
                         measure, failure = Measure(), f"failed: {exc}"
                     finally:
                         writer_stats = stop_writer(writer) if writer else None
-                    row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats)
+                    row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats, transaction=scenario.transaction)
                     done, row.left = verify(client, db_name, size)
                     if failure:
                         row.error = failure
@@ -614,7 +622,7 @@ def render(rows: list[Row]) -> str:
         b3 = _b3(rows, size)
         if b3 is None:
             continue
-        for r in (r for r in rows if r.size == size and r.kind == "engine" and not r.writer and r.measured):
+        for r in (r for r in rows if r.size == size and r.kind == "engine" and not r.writer and not r.transaction and r.measured):
             speed, cpu = r.docs_per_s / b3.docs_per_s, r.cpu_per_1k / b3.cpu_per_1k
             verdicts.append(
                 f"* {size:,} {r.scenario}: throughput {speed:.2f}× B3 (target ≥ {TARGET_SPEED}) "

@@ -85,6 +85,31 @@ async def test_unordered_insert_reports_validation_failures_by_index(db) -> None
     assert [(e["index"], e["code"]) for e in details["writeErrors"]] == [(1, 121)]
 
 
+# (p) single-document insert -----------------------------------------------------
+
+
+async def test_inserting_documents_one_by_one_does_not_scan_the_collection(db) -> None:
+    for start in range(0, 20_000, 5_000):
+        await db.one.insert_many([{"i": i} for i in range(start, start + 5_000)])
+    started = time.perf_counter()
+    for i in range(200):
+        await db.one.insert_one({"i": -i})
+        await db.one.insert_one({"_id": f"s{i}"})
+    elapsed = time.perf_counter() - started
+    print(f"400 single inserts next to 20,000 documents in {elapsed:.1f} s", file=sys.stderr)
+    assert elapsed < 20, f"400 single inserts took {elapsed:.1f} s"
+    assert await db.one.count_documents({}) == 20_400
+
+
+async def test_single_insert_still_rejects_an_equal_id(db) -> None:
+    first = await db.d.insert_one({})
+    await db.d.insert_many([{"_id": "a"}, {"_id": 1}, {"_id": {"k": 1}}])
+    for duplicate in (first.inserted_id, "a", 1.0, Int64(1), {"k": 1.0}):
+        with pytest.raises(DuplicateKeyError):
+            await db.d.insert_one({"_id": duplicate})
+    assert await db.d.count_documents({}) == 4
+
+
 # (b), (c) transactions -------------------------------------------------------
 
 

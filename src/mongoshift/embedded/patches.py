@@ -60,6 +60,7 @@ def apply() -> None:
     if _applied:
         return
     _patch_insert()
+    _patch_single_insert_id_scan()
     _patch_transactions()
     _patch_errors_abort_transaction()
     _patch_fail_points_on_transaction_commands()
@@ -70,6 +71,7 @@ def apply() -> None:
     _patch_coll_mod()
     _patch_decimal_set()
     _patch_in_membership_once()
+    _patch_transaction_conflicts()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
 
@@ -145,6 +147,32 @@ def _patch_insert() -> None:
         )
 
     service.command_insert = command_insert
+
+
+# (p) A single-document insert is O(N) too: _insert_documents_impl (and
+# merge_document) call MemoryEngine._ensure_unique_indexes with
+# scan_payload_id=True, which decodes every stored document and compares
+# bson_equality_key(_id), to catch an _id equal to a stored one under another
+# storage key. That can only happen for values whose storage key
+# (bson_engine_key) is finer than BSON equality: numbers (1, 1.0, Int64(1)),
+# containers of them, bytes vs Binary. For an ObjectId or a string both keys are
+# the same, so the storage-key lookup the function makes just before the scan
+# already gives its answer: the scan is skipped for those _ids only. Every
+# other _id keeps it.
+def _patch_single_insert_id_scan() -> None:
+    from mongoeco.engines import memory
+    from mongoeco.types import is_object_id_like
+
+    original = memory.MemoryEngine._ensure_unique_indexes
+
+    def ensure_unique_indexes(self: Any, db_name: str, coll_name: str, candidate: Any, **options: Any) -> None:
+        if options.get("scan_payload_id") and options.get("check_id_storage") and isinstance(candidate, dict):
+            value = candidate.get("_id")
+            if type(value) is str or is_object_id_like(value):
+                options["scan_payload_id"] = False
+        original(self, db_name, coll_name, candidate, **options)
+
+    memory.MemoryEngine._ensure_unique_indexes = ensure_unique_indexes
 
 
 def _remember(session: Any, *, state: str, number: int | None = None) -> None:
@@ -875,3 +903,273 @@ def _patch_in_membership_once() -> None:
         return entry[1]
 
     FilteringMatchingMixin._prepare_membership_values = classmethod(prepare_membership_values)
+
+
+# (o) Transaction conflicts are global: MemoryEngine._commit_session_transaction
+# fails a commit when the engine's single version counter (_mvcc_version, bumped
+# by every write anywhere) moved since the transaction began, then installs the
+# transaction's copy of every namespace it touched over the live one. So a
+# transaction conflicts with any write to any document, and only a commit with
+# nothing written since its start can succeed.
+# mongod conflicts per document. The fix records, for each document a
+# transaction writes (every engine write goes through
+# _set_storage_document_locked / _delete_storage_document_locked), its stored
+# value in the transaction's snapshot. At commit, a document whose live value is
+# no longer that one (updated, replaced, deleted or inserted since) is a write
+# conflict (the message mapped to 112 + TransientTransactionError by (c)); else
+# the transaction's documents are applied one by one to the live collections
+# with mongoeco's own write steps (index maintenance, TTL data, rollback
+# journal), so concurrent writes to other documents survive. A secondary unique
+# key taken meanwhile by another document is a write conflict too, as in mongod
+# where the index key is what conflicts. A collection the transaction created is
+# installed as mongoeco does, unless it appeared meanwhile. Anything else (a
+# transaction that changed indexes, options or databases, a namespace whose
+# collection was replaced, a document whose _id type a replacement changed) keeps
+# the original global rule. Snapshot reads are untouched: each transaction
+# still reads its own copy taken at start.
+_ABSENT = object()
+
+
+@dataclasses.dataclass
+class _TransactionWrites:
+    """What one open transaction wrote, by namespace: storage key -> value in its snapshot."""
+
+    state: Any
+    started: dict[tuple[str, str], Any]  # the live collection objects when it began
+    base: dict[tuple[str, str], dict[Any, Any]] = dataclasses.field(default_factory=dict)
+    collections: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+    sizes: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    untracked: bool = False
+
+
+def _transaction_table(engine: Any) -> dict[int, _TransactionWrites]:
+    table = getattr(engine, "_mongoshift_transaction_writes", None)
+    if table is None:
+        table = {}
+        engine._mongoshift_transaction_writes = table
+    return table
+
+
+def _write_conflict(detail: str) -> Exception:
+    from mongoeco.errors import OperationFailure
+
+    # (c) turns this into 112 WriteConflict + TransientTransactionError.
+    return OperationFailure(f"Write conflict during transaction commit: {detail}")
+
+
+def _patch_transaction_conflicts() -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    from mongoeco.engines import memory
+    from mongoeco.engines._memory_collection import MemoryCollection
+    from mongoeco.errors import DuplicateKeyError
+
+    engine_class = memory.MemoryEngine
+    original_start = engine_class._start_session_transaction
+    original_commit = engine_class._commit_session_transaction
+    original_abort = engine_class._abort_session_transaction
+    original_set = engine_class._set_storage_document_locked
+    original_delete = engine_class._delete_storage_document_locked
+    original_replace_key = MemoryCollection.replace_key
+
+    def start(self: Any, session: Any) -> None:
+        with self._meta_lock:
+            original_start(self, session)
+            table = _transaction_table(self)
+            open_states = {id(state) for state in self._mvcc_states.values()}
+            for key in [key for key in table if key not in open_states]:
+                del table[key]  # ended without passing through commit/abort (engine reset)
+            state = self._mvcc_states.get(session.session_id)
+            if state is not None:
+                table[id(state)] = _TransactionWrites(
+                    state,
+                    {(db, name): coll for db, colls in self._storage.items() for name, coll in colls.items()},
+                )
+
+    def note(self: Any, collection: Any, key: Any) -> None:
+        stack = self._publication_stack
+        state = stack[-1].state if stack else None
+        if state is None:
+            return
+        entry = _transaction_table(self).get(id(state))
+        if entry is None or entry.state is not state:
+            return  # not tracked: its commit keeps the global rule
+        namespace = next((ns for ns, coll in entry.collections.items() if coll is collection), None)
+        if namespace is None:
+            namespace = next(
+                ((db, name) for db, colls in state.storage.items() for name, coll in colls.items() if coll is collection),
+                None,
+            )
+            if namespace is None or namespace in entry.collections:
+                entry.untracked = True
+                return
+            entry.collections[namespace] = collection
+            entry.sizes[namespace] = len(collection)
+        entry.base.setdefault(namespace, {}).setdefault(key, collection.get(key, _ABSENT))
+
+    def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
+        note(self, collection, storage_key)
+        original_set(self, collection, storage_key, document)
+
+    def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
+        note(self, collection, storage_key)
+        original_delete(self, collection, storage_key)
+
+    def replace_key(self: Any, key: Any, replacement: Any) -> None:
+        original_replace_key(self, key, replacement)
+        self._mongoshift_rekeyed = True  # a write outside note(): that transaction keeps the global rule
+
+    def namespace_unchanged(self: Any, state: Any, db: str, name: str) -> bool:
+        def same(live: dict[str, dict[str, Any]], mine: dict[str, dict[str, Any]]) -> bool:
+            return live.get(db, {}).get(name) == mine.get(db, {}).get(name)
+
+        return (
+            same(self._indexes, state.indexes)
+            and same(self._collection_options, state.collection_options)
+            and same(self._search_indexes, state.search_indexes)
+            and (name in self._collections.get(db, set())) == (name in state.collections.get(db, set()))
+        )
+
+    def plan(self: Any, state: Any, entry: _TransactionWrites, concurrent: bool) -> tuple[list[Any], list[Any]] | None:
+        """(namespaces to merge, namespaces to install) or None: the global rule applies."""
+        if entry.untracked or state.touched_databases or not state.touched_namespaces <= set(entry.base):
+            return None
+        merged, created = [], []
+        for (db, name), written in entry.base.items():
+            mine = state.storage.get(db, {}).get(name)
+            if (
+                mine is not entry.collections[(db, name)]
+                or not isinstance(mine, MemoryCollection)
+                or getattr(mine, "_mongoshift_rekeyed", False)
+            ):
+                return None
+            size = entry.sizes[(db, name)]
+            inserted = sum(1 for k, b in written.items() if b is _ABSENT and k in mine)
+            deleted = sum(1 for k, b in written.items() if b is not _ABSENT and k not in mine)
+            if len(mine) != size + inserted - deleted:
+                return None  # a change that note() did not see
+            live = self._storage.get(db, {}).get(name)
+            if (db, name) not in entry.started:
+                if live is not None or name in self._collections.get(db, set()):
+                    return None  # created meanwhile: the global rule reports the conflict
+                created.append((db, name))
+                continue
+            if live is not entry.started[(db, name)] or not namespace_unchanged(self, state, db, name):
+                return None
+            merged.append(((db, name), written, mine, live))
+        return merged, created
+
+    def merge(self: Any, merged: list[Any], concurrent: bool) -> None:
+        views = {
+            "storage": self._storage,
+            "indexes": self._indexes,
+            "index_data": self._index_data,
+            "search_indexes": self._search_indexes,
+            "collections": self._collections,
+            "options": self._collection_options,
+        }
+        with contextlib.ExitStack() as scopes:
+            for (db, name), _, _, _ in merged:
+                scopes.enter_context(self._document_state_rollback_locked(db, name, **views))
+            for (db, name), written, mine, live in merged:
+                self._invalidate_search_runtime_cache(db, name)
+                for key, before in written.items():
+                    after = mine.get(key, _ABSENT)
+                    if after is before:
+                        continue
+                    if before is not _ABSENT:
+                        document = self._borrow_storage_document(before)
+                        self._update_indexes_locked(db, name, key, document, action="delete")
+                        if after is _ABSENT:
+                            self._delete_storage_document_locked(live, key)
+                    if after is not _ABSENT:
+                        self._set_storage_document_locked(live, key, after)
+                        document = self._borrow_storage_document(after)
+                        self._update_indexes_locked(db, name, key, document, action="insert")
+            if not concurrent:
+                return  # the live collections were the snapshot: the transaction's own checks hold
+            for (db, name), written, mine, _ in merged:
+                for key, before in written.items():
+                    after = mine.get(key, _ABSENT)
+                    if after is _ABSENT or after is before:
+                        continue
+                    document = self._borrow_storage_document(after)
+                    inserted = before is _ABSENT
+                    try:
+                        self._ensure_unique_indexes(
+                            db,
+                            name,
+                            document,
+                            exclude_storage_key=key,
+                            check_id_storage=inserted,
+                            # _id 1 and 1.0 are one key for mongod, two storage keys here: scanned as on insert
+                            scan_payload_id=inserted and memory.id_contains_numeric_value(document.get("_id")),
+                        )
+                    except DuplicateKeyError as error:
+                        raise _write_conflict(f"a unique key of {db}.{name} was taken meanwhile ({error})") from None
+
+    def commit(self: Any, session: Any) -> None:
+        with self._meta_lock:
+            state = self._mvcc_states.get(session.session_id)
+            table = _transaction_table(self)
+            entry = table.get(id(state)) if state is not None else None
+            if entry is None or entry.state is not state or not state.has_writes:
+                table.pop(id(state), None)
+                return original_commit(self, session)
+            self._ensure_publication_boundary()
+            concurrent = state.snapshot_version != self._mvcc_version
+            steps = plan(self, state, entry, concurrent)
+            if steps is None:
+                original_commit(self, session)
+                table.pop(id(state), None)
+                return None
+            merged, created = steps
+            for (db, name), written, _, live in merged:
+                for key, before in written.items():
+                    if live.get(key, _ABSENT) is not before:
+                        raise _write_conflict(f"a document of {db}.{name} that it wrote was written meanwhile")
+            sequence, changes, pruned_through = self._prepare_committed_changes_locked(state.pending_changes)
+            merge(self, merged, concurrent)
+            if created:
+                scope = SimpleNamespace(
+                    storage=state.storage,
+                    indexes=state.indexes,
+                    index_data=state.index_data,
+                    search_indexes=state.search_indexes,
+                    collections=state.collections,
+                    collection_options=state.collection_options,
+                    touched_namespaces=set(created),
+                    touched_databases=set(),
+                )
+                (
+                    self._storage,
+                    self._indexes,
+                    self._index_data,
+                    self._search_indexes,
+                    self._collections,
+                    self._collection_options,
+                ) = self._prepare_transaction_write_set_locked(scope)
+            self._mvcc_states.pop(session.session_id, None)
+            table.pop(id(state), None)
+            self._commit_sequence = sequence
+            self._committed_changes = changes
+            self._change_pruned_through = pruned_through
+            self._mvcc_version += 1
+            self._invalidate_transaction_search_runtime_cache(state)
+        self._sync_session_state(session, transaction_active=False, snapshot_version=self._mvcc_version)
+        return None
+
+    def abort(self: Any, session: Any) -> None:
+        with self._meta_lock:
+            state = self._mvcc_states.get(session.session_id)
+            if state is not None:
+                _transaction_table(self).pop(id(state), None)
+        original_abort(self, session)
+
+    engine_class._start_session_transaction = start
+    engine_class._commit_session_transaction = commit
+    engine_class._abort_session_transaction = abort
+    engine_class._set_storage_document_locked = set_document
+    engine_class._delete_storage_document_locked = delete_document
+    MemoryCollection.replace_key = replace_key
