@@ -6,7 +6,7 @@ Counted with pymongo's command monitoring on the lane's own client.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -110,68 +110,63 @@ async def test_a_steady_state_batch_is_a_read_a_write_and_one_checkpoint(
     assert read[-1] == [("find", "people"), ("findAndModify", "_mongoshift_background_partitions")]
 
 
+async def slice_with_a_change_at_checkpoint(
+    project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch,
+    *, documents: int, at: int, change: Callable[[], Awaitable[Any]],
+) -> Any:
+    """One lane's slice over ``documents`` in batches of 100; ``change`` runs (as an operator on
+    another connection would) just before the ``at``-th checkpoint is written."""
+    client, commands = monitored
+    await seed(db.people, documents)
+    project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    settings = project.settings()
+    await command.up(settings)
+    async with bg.open_engine(settings, client=client) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        store = engine.store
+        checkpoint = store.checkpoint
+        calls = 0
+
+        async def changed_midway(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == at:
+                await change()
+            return await checkpoint(*args, **kwargs)
+
+        monkeypatch.setattr(store, "checkpoint", changed_midway)
+        commands.sent.clear()
+        return await Lane(engine.context, "changed").run_slice(state, spec)
+
+
 @pytest.mark.parametrize(("action", "outcome"), [("pause", "paused"), ("cancel", "cancelled")])
 async def test_a_control_made_during_a_batch_stops_the_lane_before_the_next(
     monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch, action: Action, outcome: str
 ) -> None:
     """The control lands while the third batch is written, before its checkpoint: the lane reads it
     back with that checkpoint and runs no fourth batch, though it no longer reads the state per batch."""
-    client, commands = monitored
-    await seed(db.people, 1000)
-    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
-    settings = monitored_project.settings()
-    await command.up(settings)
-    async with bg.open_engine(settings, client=client) as engine:
-        spec = engine.spec(NAME)
-        state = (await engine.coordinator.step(NAME, spec)).state
-        store = engine.store
-        checkpoint = store.checkpoint
-        calls = 0
-
-        async def controlled_midway(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            if calls == 3:  # an operator, on another connection
-                await control(BackgroundStore(db), NAME, action, by="operator")
-            return await checkpoint(*args, **kwargs)
-
-        monkeypatch.setattr(store, "checkpoint", controlled_midway)
-        commands.sent.clear()
-        result = await Lane(engine.context, "controlled").run_slice(state, spec)
+    result = await slice_with_a_change_at_checkpoint(
+        monitored_project, db, monitored, monkeypatch, documents=1000, at=3,
+        change=lambda: control(BackgroundStore(db), NAME, action, by="operator"),
+    )
     assert result.outcome == outcome
     assert result.counters["batches"] == 3 and result.counters["migrated"] == 300
     assert await db.people.count_documents({"__v": 2}) == 300
     # One state read at the start of the slice, one after the stamped checkpoint; none in between.
-    assert commands.sent.count(("find", "_mongoshift_background")) == 2
+    assert monitored[1].sent.count(("find", "_mongoshift_background")) == 2
 
 
 async def test_a_stamp_without_a_halting_change_costs_one_read_and_the_lane_goes_on(
     monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client, commands = monitored
-    await seed(db.people, 500)
-    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
-    settings = monitored_project.settings()
-    await command.up(settings)
-    async with bg.open_engine(settings, client=client) as engine:
-        spec = engine.spec(NAME)
-        state = (await engine.coordinator.step(NAME, spec)).state
-        store = engine.store
-        checkpoint = store.checkpoint
-        calls = 0
-
-        async def stamped_midway(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            if calls == 2:  # say, a repin that changes no setting a pass depends on
-                await BackgroundStore(db).stamp_control(NAME)
-            return await checkpoint(*args, **kwargs)
-
-        monkeypatch.setattr(store, "checkpoint", stamped_midway)
-        commands.sent.clear()
-        result = await Lane(engine.context, "stamped").run_slice(state, spec)
+    # say, a repin that changes no setting a pass depends on
+    result = await slice_with_a_change_at_checkpoint(
+        monitored_project, db, monitored, monkeypatch, documents=500, at=2,
+        change=lambda: BackgroundStore(db).stamp_control(NAME),
+    )
     assert result.outcome == "done" and result.counters["migrated"] == 500
-    assert commands.sent.count(("find", "_mongoshift_background")) == 2
+    assert monitored[1].sent.count(("find", "_mongoshift_background")) == 2
 
 
 async def test_a_control_whose_stamp_fails_is_still_made_and_says_so(
