@@ -63,6 +63,8 @@ from bson import ObjectId
 from pymongo import AsyncMongoClient, MongoClient, UpdateOne
 from pymongo.write_concern import WriteConcern
 
+from _server import server_uri  # bench/_server.py (scripts run from bench/)
+
 # ---------------------------------------------------------------------------------------------
 # Fixed parameters: the same for every scenario, so that only the write path differs.
 # ---------------------------------------------------------------------------------------------
@@ -677,13 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with ExitStack() as stack:
-        if args.uri:
-            uri = args.uri
-        else:
-            from mongoshift.embedded.process import embedded_server
-
-            uri = stack.enter_context(embedded_server())
-            log("embedded server started")
+        uri = server_uri(stack, args.uri)
         rows = run_all(uri, sizes, writer_sizes, only, args.profile_dir, args.json)
     table = render(rows)
     print(textwrap.dedent(f"""

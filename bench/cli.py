@@ -37,6 +37,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from _server import server_uri  # bench/_server.py (scripts run from bench/)
+
 TARGET_HELP = 1.3  # mongoshift --help <= 1.3 x python -c "import pymongo"
 FILES = 5
 
@@ -126,13 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     with ExitStack() as stack:
-        if args.uri:
-            uri = args.uri
-        else:
-            from mongoshift.embedded.process import embedded_server
-
-            uri = stack.enter_context(embedded_server())
-            log("embedded server started")
+        uri = server_uri(stack, args.uri)
         walls = run_all(uri, args.runs)
     table, met = render(walls)
     print(textwrap.dedent(f"""

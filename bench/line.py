@@ -51,6 +51,8 @@ from typing import Any
 
 from pymongo import MongoClient, monitoring
 
+from _server import server_uri  # bench/_server.py (scripts run from bench/)
+
 CHANGELOG = "_mongoshift_migrations"
 #: Targets of issue 11, per migration of ``up``: overhead over the raw loop.
 TARGET_RT = 3.0  # round trips per migration, mongoshift's own (the record's write included)
@@ -335,13 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     with ExitStack() as stack:
-        if args.uri:
-            uri = args.uri
-        else:
-            from mongoshift.embedded.process import embedded_server
-
-            uri = stack.enter_context(embedded_server())
-            log("embedded server started")
+        uri = server_uri(stack, args.uri)
         result = run_all(uri, args)
     table, ok = render(result, args)
     print(textwrap.dedent(f"""
