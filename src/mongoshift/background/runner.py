@@ -73,7 +73,8 @@ class MigrationRun:
             if spec is None or (checksum is not None and state.checksum != checksum):
                 if reload is not None:
                     loaded = reload()
-                    spec, checksum = loaded if loaded is not None else (None, checksum)
+                    spec = loaded[0] if loaded is not None else None
+                    checksum = loaded[1] if loaded is not None else checksum
                 mismatch: Mismatch | None = "missing" if spec is None else "changed" if state.checksum != checksum else None
                 if mismatch is not None:
                     if state.status in TERMINAL or state.status == "paused":
