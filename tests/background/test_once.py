@@ -38,7 +38,9 @@ def test_rounds_continue_where_the_last_stopped_and_the_last_exits_0(fast_projec
         result = cli(fast_project, "background", "run", "0001_names", "--once", "--json")
         codes.append(result.returncode)
         now = _migrated(sync_client, fast_project)
-        assert now > done  # each round goes on from the checkpoints
+        # each round goes on from the checkpoints; the second always has more to write (a round of
+        # three batches never ends a partition of 200 or more without noticing), a later one may only close it
+        assert now > done if len(codes) == 1 else now >= done
         done = now
         if result.returncode != 31:
             break

@@ -180,9 +180,12 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
     left (31) only needs the next round. Every migration named still ran; the order of the
     names plays no part. ``details`` lists the migration names by outcome, and every report.
     """
-    by: dict[str, list[str]] = {"failed": [], "stopped": [], "cancelled": [], "paused": [], "remaining": []}
+    by: dict[str, list[str]] = {"failed": [], "stopped": [], "cancelled": [], "paused": []}
+    unfinished = "stopped"
+    if once:
+        by["remaining"] = []
+        unfinished = "remaining"
     for r in reports:
-        unfinished = "remaining" if once else "stopped"
         outcome = unfinished if r.status in ("pending", "running", "blocked") else r.status
         if outcome in by:
             by[outcome].append(r.name)
@@ -198,7 +201,7 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
     if by["paused"]:
         names = ", ".join(by["paused"])
         return BackgroundPausedError(f"paused: {names}; 'mongoshift background resume NAME' continues it", **details)
-    if by["remaining"]:
+    if by.get("remaining"):
         left = ", ".join(
             f"{r.name} ({r.status}{f', about {r.remaining:,} document(s) left' if r.remaining else ''})" for r in reports if r.name in by["remaining"]
         )
