@@ -14,7 +14,7 @@ from ..background.controls import Action, ControlResult, RepinResult, control, p
 from ..background.events import Observer
 from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
-from ..errors import BackgroundFileChangedError, NotAppliedError
+from ..errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.run import CancelSignal
 from ..project.settings import Settings
 
@@ -35,22 +35,55 @@ async def run(
     concurrency: int = 1,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
+    once: bool = False,
 ) -> list[BackgroundReport]:
-    """Run the named migrations (None: every runnable one) in this process until each ends."""
+    """Run the named migrations (None: every runnable one) in this process until each ends.
+
+    ``once``: one round each (one coordinator step and one slice per lane) instead; a report whose
+    status is still ``pending``, ``running`` or ``blocked`` has work left (``remaining`` estimates it).
+    A migration whose file is missing or differs from the registered version holds up no other:
+    the others run first, and its error (exit 8 or 38, after the wait bound) is raised once they
+    did, with their reports in ``details["background"]``.
+    """
     async with open_engine(settings, cancel=cancel, observers=observers) as engine:
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
             targets = [await _registered(engine, n) for n in names]
+        targets.sort(key=engine.absent)  # stable: a file not deployed here yet is waited for last
         reports = []
+        unrunnable: list[MongoshiftError] = []
         for name in targets:
             if engine.context.cancel.is_set():
                 break
-            await engine.run_one(name, concurrency)
+            try:
+                await engine.run_one(name, concurrency, once=once)
+            except (FileNotFoundMigrationError, BackgroundFileChangedError) as exc:
+                if len(targets) > 1:
+                    log.warning("%s", exc.message)
+                unrunnable.append(exc)
+                continue
             state = await engine.store.state(name)
             if state is not None:
                 reports.append(await report(engine.store, state))
+        if unrunnable:
+            raise _unrunnable(unrunnable, reports)
         return reports
+
+
+def _unrunnable(errors: list[MongoshiftError], reports: list[BackgroundReport]) -> MongoshiftError:
+    """The first file error of a run, naming every migration whose file was missing or changed, with the others' reports."""
+    first = errors[0]
+    by_kind = {
+        kind: [str(e.details.get("file")) for e in errors if isinstance(e, cls)]
+        for kind, cls in (("missing", FileNotFoundMigrationError), ("file_changed", BackgroundFileChangedError))
+    }
+    message = first.message
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more: {', '.join(str(e.details.get('file')) for e in errors[1:])})"
+    if reports:
+        message += "; the others ran: " + ", ".join(f"{r.name} {r.status}" for r in reports)
+    return type(first)(message, **{**first.details, **by_kind, "background": [r.to_json() for r in reports]})
 
 
 async def status(settings: Settings, name: str | None = None) -> list[BackgroundReport]:
@@ -124,7 +157,7 @@ class BackgroundRunner:
                             break
                         try:
                             await engine.run_one(name, self.concurrency)
-                        except BackgroundFileChangedError as exc:  # the others can still run; this one is retried later
+                        except (BackgroundFileChangedError, FileNotFoundMigrationError) as exc:  # the others can still run; this one is retried later
                             log.warning("%s", exc.message)
                 except Exception:
                     log.exception("the background runner hit an error; retrying")

@@ -15,7 +15,7 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from ..errors import ConfigInvalidError
+from ..errors import ConfigInvalidError, FileNotFoundMigrationError
 from ..project.loader import discover, find, load
 from ..project.run import CancelSignal
 from ..project.session import Session, open_session
@@ -25,7 +25,8 @@ from .coordinator import Coordinator
 from .declared import align_file
 from .engine import EngineContext
 from .events import Events, Observer
-from .runner import MigrationRun
+from .model import State
+from .runner import Loaded, MigrationRun
 from .store import BackgroundStore
 
 
@@ -62,9 +63,27 @@ class Engine:
             raise ConfigInvalidError(f"{item.name} is not a background migration")
         return spec, item.checksum
 
-    async def run_one(self, name: str, concurrency: int) -> None:
-        spec, checksum = self.loaded(name)
-        await self.migration_run().run(name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.loaded(name))
+    def absent(self, name: str) -> bool:
+        """The file is not in the migrations folder (a rolling deploy that has not brought it yet)."""
+        folder = self.settings.migrations_dir
+        return folder.is_dir() and not (folder / name).exists()
+
+    def present(self, name: str) -> Loaded:
+        """:meth:`loaded`, or None while the file is :meth:`absent`; a missing folder is still an error."""
+        try:
+            return self.loaded(name)
+        except FileNotFoundMigrationError:
+            if self.absent(name):
+                return None
+            raise
+
+    async def run_one(self, name: str, concurrency: int, *, once: bool = False) -> State | None:
+        """Run a registered migration to its end (``once``: one round); a missing or changed file is waited for."""
+        loaded = self.present(name)
+        spec, checksum = loaded if loaded is not None else (None, None)
+        return await self.migration_run().run(
+            name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.present(name), once=once
+        )
 
     def migration_run(self) -> MigrationRun:
         return MigrationRun(

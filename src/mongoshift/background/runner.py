@@ -12,8 +12,9 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
-from ..errors import BackgroundFileChangedError
+from ..errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError
 from ..schema.background import Background
 from .coordinator import Coordinator
 from .engine import EngineContext
@@ -23,8 +24,15 @@ from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")
 
-#: How often a runner waiting for a changed file says it still waits (each poll would be noise).
+#: How often a runner waiting for a changed or missing file says it still waits (each poll would be noise).
 CHECKSUM_WAIT_LOG_SECONDS = 30.0
+
+#: The file this process has for a migration: its spec and the checksum of the version imported;
+#: None while the file is not in the migrations folder.
+Loaded = tuple[Background, str] | None
+
+#: Why this process's copy of a file cannot run: it differs from the registered version, or it is not there.
+Mismatch = Literal["changed", "missing"]
 
 
 @dataclass
@@ -40,76 +48,64 @@ class MigrationRun:
     async def run(
         self,
         name: str,
-        spec: Background,
+        spec: Background | None,
         *,
         concurrency: int = 1,
         checksum: str | None = None,
-        reload: Callable[[], tuple[Background, str]] | None = None,
+        reload: Callable[[], Loaded] | None = None,
+        once: bool = False,
     ) -> State | None:
-        """Drive ``name`` to an end state. ``checksum`` is the version of the file this process imported:
-        while the registration pins another one (a rolling deploy), it does not run the wrong code.
-        A finished or paused migration has nothing to wait for: its state is returned at once. A
-        live one waits, reloading the file with ``reload``, until the two agree, for at most
-        ``checksum_wait_seconds``; then :class:`BackgroundFileChangedError`."""
-        lanes = max(1, min(concurrency, spec.max_parallel))
+        """Drive ``name`` to an end state, or with ``once`` through one round: one coordinator step,
+        one slice per lane, and one more step, which closes the pass when the round finished it.
+
+        ``checksum`` is the version of the file this process imported; ``spec`` None says the file
+        is not in the migrations folder. While the registration pins another version, or the file is
+        missing (a rolling deploy), it does not run the wrong code. A finished or paused migration
+        has nothing to wait for: its state is returned at once. A live one waits, reloading the file
+        with ``reload``, until the two agree, for at most ``checksum_wait_seconds``; then
+        :class:`BackgroundFileChangedError` or :class:`FileNotFoundMigrationError`."""
+        wait = _FileWait(name, self.checksum_wait_seconds)
         said = None
-        waiting_since: float | None = None
-        told = 0.0
         while not self.engine.cancel.is_set():
             state = await self.engine.store.state(name)
-            if state is not None and checksum is not None and state.checksum != checksum:
+            if state is None:
+                return None
+            if spec is None or (checksum is not None and state.checksum != checksum):
                 if reload is not None:
-                    spec, checksum = reload()
-                if state.checksum != checksum:
+                    loaded = reload()
+                    spec = loaded[0] if loaded is not None else None
+                    checksum = loaded[1] if loaded is not None else checksum
+                mismatch: Mismatch | None = "missing" if spec is None else "changed" if state.checksum != checksum else None
+                if mismatch is not None:
                     if state.status in TERMINAL or state.status == "paused":
-                        _tell_changed_file(name, state.status)
+                        _tell_unrunnable(name, state.status, mismatch)
                         return state
-                    now = self.engine.now()
-                    if waiting_since is None:
-                        waiting_since = told = now
-                        log.warning(
-                            "%s: the file differs from the registered version (a deploy in progress?): waiting up to "
-                            "%gs for them to agree. 'mongoshift background repin %s' pins the file as it is now",
-                            name, self.checksum_wait_seconds, name,
-                        )
-                    waited = now - waiting_since
-                    if waited >= self.checksum_wait_seconds:
-                        raise BackgroundFileChangedError(
-                            f"{name}: the file still differs from the registered version after "
-                            f"{self.checksum_wait_seconds:g}s, so nothing was run. Deploy the registered file to every "
-                            f"runner, or pin this one with 'mongoshift background repin {name}'",
-                            file=name,
-                            status=state.status,
-                        )
-                    if now - told >= CHECKSUM_WAIT_LOG_SECONDS:
-                        told = now
-                        log.warning(
-                            "%s: still waiting for the file to match the registered version (%.0fs of %gs)",
-                            name, waited, self.checksum_wait_seconds,
-                        )
-                    left = self.checksum_wait_seconds - waited
+                    left = wait.still(mismatch, self.engine.now(), state.status)
                     await sleep(max(0.0, min(self.poll_seconds, left)) * 1000, self.engine.cancel)
                     continue
-                if waiting_since is not None:
-                    log.info("%s: the file matches the registered version again; running it", name)
-                    waiting_since = None
-                lanes = max(1, min(concurrency, spec.max_parallel))
+                wait.over()
+            assert spec is not None
             decision = await self.coordinator.step(name, spec)
             if decision.next == "done":
                 return decision.state
             if decision.next == "wait" and decision.reason != said:
                 said = decision.reason
                 log.info("%s: waiting: %s", name, decision.reason)
-            if decision.next != "process" or decision.lanes == 0:
+            count = min(max(1, min(concurrency, spec.max_parallel)), decision.lanes) if decision.next == "process" else 0
+            if once:
+                if count:
+                    await asyncio.gather(*(self._lane(name, spec, checksum, once=True) for _ in range(count)))
+                    decision = await self.coordinator.step(name, spec)
+                return decision.state if decision.next == "done" else await self.engine.store.state(name)
+            if count == 0:
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
                 continue
-            count = min(lanes, decision.lanes)
             outcomes = await asyncio.gather(*(self._lane(name, spec, checksum) for _ in range(count)))
             if all(o in ("busy", "stale") for o in outcomes):
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
         return await self.engine.store.state(name)
 
-    async def _lane(self, name: str, spec: Background, checksum: str | None) -> str:
+    async def _lane(self, name: str, spec: Background, checksum: str | None, *, once: bool = False) -> str:
         lane = Lane(self.engine, f"lane-{secrets.token_hex(4)}")
         errors = 0
         while not self.engine.cancel.is_set():
@@ -117,6 +113,8 @@ class MigrationRun:
             if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
                 return "stale"
             result = await lane.run_slice(state, spec)
+            if once:
+                return result.outcome
             if result.outcome in ("yielded", "done"):
                 errors = 0
                 continue
@@ -128,8 +126,76 @@ class MigrationRun:
         return "stopped"
 
 
-def _tell_changed_file(name: str, status: str) -> None:
-    """What to do about a finished or paused migration whose file changed since it was registered."""
+@dataclass
+class _FileWait:
+    """A live migration waiting for this process's copy of its file to be the registered one.
+
+    One clock for both ways the copy can be wrong: a deploy may first remove the old file and then
+    bring a version that still differs, and the bound covers the whole wait."""
+
+    name: str
+    bound: float
+    since: float | None = None
+    told: float = 0.0
+    why: Mismatch | None = None
+
+    def still(self, why: Mismatch, now: float, status: str) -> float:
+        """Note one more poll of the wait; the seconds left, or the error once the bound has passed."""
+        if self.since is None:
+            self.since = now
+        if why != self.why:
+            self.why, self.told = why, now
+            log.warning("%s: %s: waiting up to %gs for it. %s", self.name, _PROBLEM[why], self.bound, _REMEDY[why].format(name=self.name))
+        waited = now - self.since
+        if waited >= self.bound:
+            raise self._gave_up(why, status)
+        if now - self.told >= CHECKSUM_WAIT_LOG_SECONDS:
+            self.told = now
+            log.warning("%s: still waiting for %s (%.0fs of %gs)", self.name, _AWAITED[why], waited, self.bound)
+        return self.bound - waited
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.info("%s: the file matches the registered version again; running it", self.name)
+        self.since, self.why = None, None
+
+    def _gave_up(self, why: Mismatch, status: str) -> MongoshiftError:
+        if why == "missing":
+            return FileNotFoundMigrationError(
+                f"{self.name}: the file of this registered background migration is still missing from the migrations "
+                f"folder after {self.bound:g}s, so nothing was run. Deploy it to every runner, or give the migration "
+                f"up with 'mongoshift background cancel {self.name}'",
+                file=self.name,
+                status=status,
+            )
+        return BackgroundFileChangedError(
+            f"{self.name}: the file still differs from the registered version after "
+            f"{self.bound:g}s, so nothing was run. Deploy the registered file to every "
+            f"runner, or pin this one with 'mongoshift background repin {self.name}'",
+            file=self.name,
+            status=status,
+        )
+
+
+_PROBLEM: dict[Mismatch, str] = {
+    "changed": "the file differs from the registered version (a deploy in progress?)",
+    "missing": "the file is not in the migrations folder (a deploy in progress?)",
+}
+_AWAITED: dict[Mismatch, str] = {"changed": "the file to match the registered version", "missing": "the file to appear"}
+_REMEDY: dict[Mismatch, str] = {
+    "changed": "'mongoshift background repin {name}' pins the file as it is now",
+    "missing": "Deploy the registered file to this runner",
+}
+
+
+def _tell_unrunnable(name: str, status: str, why: Mismatch) -> None:
+    """What to do about a finished or paused migration whose file changed since it was registered, or is gone."""
+    if why == "missing":
+        log.warning(
+            "%s is %s and its file is not in the migrations folder; nothing was run. Deploy the registered file%s",
+            name, status, "" if status == "completed" else f" before you {'resume' if status == 'paused' else 'retry'} it",
+        )
+        return
     then = {
         "failed": f"then 'mongoshift background retry {name}'",
         "cancelled": f"then 'mongoshift background retry {name}'",

@@ -11,6 +11,7 @@ from ..errors import (
     BackgroundCancelledError,
     BackgroundFailedError,
     BackgroundPausedError,
+    BackgroundPendingError,
     ConfigInvalidError,
     ExitCode,
     MongoshiftError,
@@ -111,12 +112,14 @@ def _render(reports: list[BackgroundReport], *, detail: bool = False) -> None:
     callback=lambda ctx, param, value: _interval(value),
     help="Without a terminal (CI, Kubernetes): log one progress line per migration this often (0.1 to 86400).",
 )
+@click.option("--once", is_flag=True, help="One round (a coordinator step and one slice per lane), then exit: 0 when nothing is left, 31 when work remains.")
 @global_options
-def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float) -> int:
+def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float, once: bool) -> int:
     """Run background migrations in this process until they end; Ctrl-C stops at the next batch.
 
-    On a terminal a live bar shows the progress; otherwise one plain line per migration goes to
-    stderr every --progress-interval seconds (none with -q)."""
+    With --once, one bounded round for a cron job or a Kubernetes Job. On a terminal a live bar
+    shows the progress; otherwise one plain line per migration goes to stderr every
+    --progress-interval seconds (none with -q)."""
     if bool(names) == all_:
         raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
@@ -125,21 +128,26 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     s = settings()
     out = output()
 
+    interrupted = False
+
     async def go(cancel: CancelSignal) -> list[BackgroundReport]:
-        task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel))
+        nonlocal interrupted
+        task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel, once=once))
         if out.quiet:
             pass
         elif out.out.is_terminal and not out.json_mode:
             await show_progress(s, task, output().out, list(names) or None)
         else:
             await log_progress(s, task, progress_interval, list(names) or None)
-        return await task
+        reports = await task
+        interrupted = cancel.is_set()
+        return reports
 
     reports = run_async(go)
     if all_ and not reports:
         _nothing_to_run(s)
         return 0
-    verdict = run_verdict(reports)
+    verdict = run_verdict(reports, once=once and not interrupted)
     if verdict is None or not out.json_mode:
         _render(reports)
     if verdict is not None:
@@ -163,17 +171,22 @@ def _nothing_to_run(s: Settings) -> None:
         out.warn(f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry")
 
 
-def run_verdict(reports: list[BackgroundReport]) -> MongoshiftError | None:
+def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> MongoshiftError | None:
     """How a ``background run`` ends, by the most serious outcome among its migrations.
 
     A failure (32) needs a person; a run stopped by a signal before the end (11) did not do
     what was asked; a cancelled migration (37) will not go on without ``retry``; a paused one
-    (36) goes on after ``resume``. Every migration named still ran; the order of the names
-    plays no part. ``details`` lists the migration names by outcome, and every report.
+    (36) goes on after ``resume``; after a ``--once`` round (``once``, not interrupted), work
+    left (31) only needs the next round. Every migration named still ran; the order of the
+    names plays no part. ``details`` lists the migration names by outcome, and every report.
     """
     by: dict[str, list[str]] = {"failed": [], "stopped": [], "cancelled": [], "paused": []}
+    unfinished = "stopped"
+    if once:
+        by["remaining"] = []
+        unfinished = "remaining"
     for r in reports:
-        outcome = "stopped" if r.status in ("pending", "running", "blocked") else r.status
+        outcome = unfinished if r.status in ("pending", "running", "blocked") else r.status
         if outcome in by:
             by[outcome].append(r.name)
     details = {**by, "background": [r.to_json() for r in reports]}
@@ -188,6 +201,11 @@ def run_verdict(reports: list[BackgroundReport]) -> MongoshiftError | None:
     if by["paused"]:
         names = ", ".join(by["paused"])
         return BackgroundPausedError(f"paused: {names}; 'mongoshift background resume NAME' continues it", **details)
+    if by.get("remaining"):
+        left = ", ".join(
+            f"{r.name} ({r.status}{f', about {r.remaining:,} document(s) left' if r.remaining else ''})" for r in reports if r.name in by["remaining"]
+        )
+        return BackgroundPendingError(f"work remains after this round: {left}; run it again to continue", **details)
     return None
 
 
