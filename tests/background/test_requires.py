@@ -94,6 +94,8 @@ async def test_a_background_migration_that_requires_another_is_blocked_until_it_
     results = await bg.run(s)  # --all, in name order: the first completes, the second unblocks
     assert [r.status for r in results] == ["completed", "completed"]
     assert await db.people.count_documents({"__v": 3, "upper": {"$exists": True}}) == 60
+    detail = cli(fast_project, "background", "status", "0003_pets").stdout
+    assert "waits for\t0002_upper.py" in detail and "status\tblocked" in detail
     history = (await db["_mongoshift_background"].find_one({"_id": "0002_upper.py"}))["history"]
     assert "unblock" in [h["action"] for h in history]
 
@@ -192,3 +194,33 @@ async def test_dry_run_counts_an_ordinary_requirement_the_same_run_applies_as_me
     assert [r.name for r in preview.rows] == ["0001_index.py", "0002_names.py"] and preview.waiting == []
     assert await db["_mongoshift_migrations"].count_documents({}) == 0
 
+
+async def test_a_dependent_leaves_blocked_the_moment_its_requirements_complete(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """Unblocking is part of completing the requirement: status is right at once, no runner of the dependent needed."""
+    from .test_processes import cli
+
+    await seed(db.people, 30)
+    await db.pets.insert_many([{"_id": i} for i in range(5)])
+    fast_project.add("0001_names.py", background_file(batch_size=50))
+    upper = background_file(batch_size=50).replace("from_version=1", "from_version=2").replace("to_version=2", "to_version=3")
+    fast_project.add("0002_upper.py", 'requires = ["0001_names"]\n' + upper)
+    pets = background_file().replace('collection="people"', 'collection="pets"').replace("from_version=1", "from_version=0")
+    fast_project.add("0003_pets.py", 'requires = ["0001_names", "0002_upper"]\n' + pets.replace("to_version=2", "to_version=1"))
+    s = fast_project.settings()
+    await command.up(s)
+    assert [r.status for r in await bg.status(s)] == ["pending", "blocked", "blocked"]
+
+    await _run(s, ["0001_names.py"])  # only the requirement's runner
+    upper_now, pets_now = (await bg.status(s, "0002_upper.py"))[0], (await bg.status(s, "0003_pets.py"))[0]
+    assert upper_now.status == "pending" and upper_now.waits_for == []
+    assert pets_now.status == "blocked" and pets_now.waits_for == ["0002_upper.py"]  # still waits, for less
+    shown = {r["name"]: r for r in json.loads(cli(fast_project, "background", "status", "--json").stdout)["background"]}
+    assert shown["0002_upper.py"]["status"] == "pending" and shown["0003_pets.py"]["waits_for"] == ["0002_upper.py"]
+    detail = cli(fast_project, "background", "status", "0003_pets").stdout
+    assert "waits for\t0002_upper.py" in detail and "status\tblocked" in detail
+    history = (await db["_mongoshift_background"].find_one({"_id": "0002_upper.py"}))["history"]
+    assert history[-1]["action"] == "unblock" and history[-1]["from"] == "blocked"
+
+    await _run(s, ["0002_upper.py"])
+    assert (await bg.status(s, "0003_pets.py"))[0].status == "pending"
+    assert await db.pets.count_documents({"__v": {"$exists": True}}) == 0  # nothing ran it

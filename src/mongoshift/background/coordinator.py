@@ -150,6 +150,14 @@ class Coordinator:
             self.engine.events.emit("unblocked", state.name)
         return waiting
 
+    async def _unblock_dependents(self, name: str) -> None:
+        """Part of completing ``name``: the migrations blocked on it move on at once, not when a runner of theirs polls.
+
+        Each move is conditional on the state still being blocked, so a coordinator of the
+        dependent doing the same at the same moment is harmless."""
+        for dependent in await self.engine.store.blocked_on(name):
+            await self._unblock(dependent)
+
     async def _plan(self, state: State, spec: Background, *, new_pass: bool) -> bool:
         job = Job.of(state, spec)
         collection = self.engine.db[spec.collection]
@@ -198,6 +206,7 @@ class Coordinator:
                 if state.bad_ids:
                     log.warning("%s completed, but %d document(s) could not be migrated", state.name, len(state.bad_ids))
                 self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **totals)
+                await self._unblock_dependents(state.name)
             return Decision("done", await store.state(state.name), reason="completed")
         if state.pass_number >= spec.max_passes:
             leftovers = await self._leftovers(state, spec, remaining)
