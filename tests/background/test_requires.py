@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mongoshift.api import background as bg
@@ -105,3 +107,118 @@ def test_requires_must_name_an_earlier_file(fast_project) -> None:  # type: igno
     fast_project.add("0002_later.py", background_file())
     with pytest.raises(InvalidExportError, match="earlier migration"):
         asyncio.run(command.up(fast_project.settings()))
+
+
+INDEX = """
+async def up(ctx):
+    await ctx.db.people.create_index("last")
+"""
+
+
+def names_requiring(*required: str) -> str:
+    """The usual 1 → 2 background rewrite of people, declaring ``requires``."""
+    return f"requires = {list(required)!r}\n" + background_file(batch_size=50)
+
+
+async def _run(s, names):  # type: ignore[no-untyped-def]
+    """``background run`` with a bound: a requirement that is never met would wait forever."""
+    import asyncio
+
+    return await asyncio.wait_for(bg.run(s, names), 60)
+
+
+async def test_a_background_migration_may_require_an_ordinary_migration_the_changelog_has_applied(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 40)
+    fast_project.add("0001_index.py", INDEX)
+    fast_project.add("0002_names.py", names_requiring("0001_index"))
+    s = fast_project.settings()
+    report = await command.up(s)  # one run: the index is applied first, so the rewrite registers runnable
+    assert [r.status for r in report.results] == ["applied", "applied"]
+    state = await db["_mongoshift_background"].find_one({"_id": "0002_names.py"})
+    assert state["status"] == "pending" and state["waits_for"] == []
+    assert state["requires"] == ["0001_index.py"]  # kept as declared
+    (result,) = await _run(s, ["0002_names.py"])
+    assert result.status == "completed" and await db.people.count_documents({"__v": 2}) == 40
+
+
+async def test_a_background_migration_whose_ordinary_requirement_is_not_applied_is_refused_at_up(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 10)
+    fast_project.add("0001_index.py", INDEX)
+    fast_project.add("0002_names.py", names_requiring("0001_index"))
+    s = fast_project.settings()
+    with pytest.raises(RequirementsPendingError, match=r"0001_index\.py \(not applied yet\)") as info:
+        await command.up(s, target="0002_names.py")  # one file: its requirement stays pending
+    assert info.value.details["waits_for"] == ["0001_index.py"]
+    assert await db["_mongoshift_background"].count_documents({}) == 0  # never registered blocked
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0  # no trace
+    await command.up(s, target="0001_index.py")
+    await command.up(s, target="0002_names.py")  # now met
+    assert (await db["_mongoshift_background"].find_one({"_id": "0002_names.py"}))["status"] == "pending"
+
+
+async def test_an_ordinary_migration_may_require_an_ordinary_one(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    fast_project.add("0001_index.py", INDEX)
+    fast_project.add("0002_contract.py", CONTRACT.replace("0001_names", "0001_index"))
+    report = await command.up(fast_project.settings())
+    assert [r.status for r in report.results] == ["applied", "applied"]
+    assert await db.contract.count_documents({}) == 1
+
+
+async def test_a_requirement_that_names_no_migration_is_refused_at_up(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import ExitCode, FileNotFoundMigrationError
+
+    from .test_processes import cli
+
+    await seed(db.people, 10)
+    fast_project.add("0001_index.py", INDEX)
+    fast_project.add("0002_names.py", names_requiring("0001_idx"))  # a typo: nothing has this name
+    s = fast_project.settings()
+    with pytest.raises(FileNotFoundMigrationError, match=r"0002_names\.py requires 0001_idx\.py, but no migration") as info:
+        await command.up(s)
+    assert info.value.exit_code == ExitCode.FILE_NOT_FOUND and info.value.details["requires"] == "0001_idx.py"
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+    with pytest.raises(FileNotFoundMigrationError):
+        await command.dry_run(s, "up")  # the same refusal, read only
+    done = cli(fast_project, "up", "--json")
+    assert done.returncode == 8, done.stderr
+    assert json.loads(done.stdout)["error"]["kind"] == "file_not_found"
+
+
+async def test_dry_run_counts_an_ordinary_requirement_the_same_run_applies_as_met(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 10)
+    fast_project.add("0001_index.py", INDEX)
+    fast_project.add("0002_names.py", names_requiring("0001_index"))
+    preview = await command.dry_run(fast_project.settings(), "up")
+    assert [r.name for r in preview.rows] == ["0001_index.py", "0002_names.py"] and preview.waiting == []
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0
+
+
+async def test_a_dependent_leaves_blocked_the_moment_its_requirements_complete(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """Unblocking is part of completing the requirement: status is right at once, no runner of the dependent needed."""
+    from .test_processes import cli
+
+    await seed(db.people, 30)
+    await db.pets.insert_many([{"_id": i} for i in range(5)])
+    fast_project.add("0001_names.py", background_file(batch_size=50))
+    upper = background_file(batch_size=50).replace("from_version=1", "from_version=2").replace("to_version=2", "to_version=3")
+    fast_project.add("0002_upper.py", 'requires = ["0001_names"]\n' + upper)
+    pets = background_file().replace('collection="people"', 'collection="pets"').replace("from_version=1", "from_version=0")
+    fast_project.add("0003_pets.py", 'requires = ["0001_names", "0002_upper"]\n' + pets.replace("to_version=2", "to_version=1"))
+    s = fast_project.settings()
+    await command.up(s)
+    assert [r.status for r in await bg.status(s)] == ["pending", "blocked", "blocked"]
+
+    await _run(s, ["0001_names.py"])  # only the requirement's runner
+    upper_now, pets_now = (await bg.status(s, "0002_upper.py"))[0], (await bg.status(s, "0003_pets.py"))[0]
+    assert upper_now.status == "pending" and upper_now.waits_for == []
+    assert pets_now.status == "blocked" and pets_now.waits_for == ["0002_upper.py"]  # still waits, for less
+    shown = {r["name"]: r for r in json.loads(cli(fast_project, "background", "status", "--json").stdout)["background"]}
+    assert shown["0002_upper.py"]["status"] == "pending" and shown["0003_pets.py"]["waits_for"] == ["0002_upper.py"]
+    detail = cli(fast_project, "background", "status", "0003_pets").stdout
+    assert "waits for\t0002_upper.py" in detail and "status\tblocked" in detail
+    history = (await db["_mongoshift_background"].find_one({"_id": "0002_upper.py"}))["history"]
+    assert history[-1]["action"] == "unblock" and history[-1]["from"] == "blocked"
+
+    await _run(s, ["0002_upper.py"])
+    assert (await bg.status(s, "0003_pets.py"))[0].status == "pending"
+    assert await db.pets.count_documents({"__v": {"$exists": True}}) == 0  # nothing ran it

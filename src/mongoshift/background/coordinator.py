@@ -22,7 +22,7 @@ from .engine import EngineContext
 from .job import Job
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
-from .requires import unmet
+from .requires import Waiting, unmet
 from .store import lock_id
 
 log = logging.getLogger("mongoshift.background")
@@ -117,12 +117,9 @@ class Coordinator:
         if state.status in TERMINAL or state.status == "paused":
             return Decision("done", state, reason=state.status)
         if state.status == "blocked":
-            waiting = await unmet(store, state.requires)
+            waiting = await self._unblock(state)
             if waiting:
-                await store.set_fields(name, state.registration, {"waits_for": [w.name for w in waiting]})
                 return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting))
-            await store.transition(name, allowed=("blocked",), to="pending", action="unblock", set_={"waits_for": []})
-            self.engine.events.emit("unblocked", name)
             state = await store.state(name)
             assert state is not None
         if state.status == "pending":
@@ -142,6 +139,24 @@ class Coordinator:
             free = spec.max_parallel - await store.live_leases(name)
             return Decision("process", state, lanes=max(0, min(open_, free)))
         return await self._finalize(state, spec)
+
+    async def _unblock(self, state: State) -> list[Waiting]:
+        """Move a blocked migration to pending once all it requires is done; else record what it still waits for."""
+        store = self.engine.store
+        waiting = await unmet(store, state.requires, changelog=self.engine.changelog)
+        if waiting:
+            await store.set_fields(state.name, state.registration, {"waits_for": [w.name for w in waiting]})
+        elif await store.transition(state.name, allowed=("blocked",), to="pending", action="unblock", set_={"waits_for": []}):
+            self.engine.events.emit("unblocked", state.name)
+        return waiting
+
+    async def _unblock_dependents(self, name: str) -> None:
+        """Part of completing ``name``: the migrations blocked on it move on at once, not when a runner of theirs polls.
+
+        Each move is conditional on the state still being blocked, so a coordinator of the
+        dependent doing the same at the same moment is harmless."""
+        for dependent in await self.engine.store.blocked_on(name):
+            await self._unblock(dependent)
 
     async def _plan(self, state: State, spec: Background, *, new_pass: bool) -> bool:
         job = Job.of(state, spec)
@@ -191,6 +206,7 @@ class Coordinator:
                 if state.bad_ids:
                     log.warning("%s completed, but %d document(s) could not be migrated", state.name, len(state.bad_ids))
                 self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **totals)
+                await self._unblock_dependents(state.name)
             return Decision("done", await store.state(state.name), reason="completed")
         if state.pass_number >= spec.max_passes:
             leftovers = await self._leftovers(state, spec, remaining)

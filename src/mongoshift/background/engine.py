@@ -10,6 +10,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from ..project.changelog import Changelog
 from ..project.run import CancelSignal
 from ..schema.background import Background
 from .events import Events
@@ -31,6 +32,8 @@ class EngineContext:
     version_index_warned: set[str] = field(default_factory=set)
     client: Any = None
     lag_signals: dict[int, ReplicationLag] = field(default_factory=dict)
+    #: Where a ``requires`` that names an ordinary migration is judged met (applied).
+    changelog: Changelog | None = None
 
     def health_signals(self, spec: Background) -> list[HealthSignal]:
         """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""

@@ -39,15 +39,21 @@ class BackgroundSteps:
     async def register(self, name: str, spec: Background, *, checksum: str, requires: list[str]) -> list[str]:
         """Register the forward run; returns what registration noticed (counts only)."""
         by = self.session.run.executed_by
-        return await register(self.store, name, spec, checksum=checksum, direction="forward", by=by, requires=requires)
+        return await register(
+            self.store, name, spec, checksum=checksum, direction="forward", by=by, requires=requires, changelog=self.session.changelog
+        )
 
     async def revert(self, name: str, spec: Background, *, checksum: str) -> str:
         """Register the revert (``"revert"``), or withdraw one that never rewrote a document (``"withdrawn"``)."""
         return await revert_or_withdraw(self.store, name, spec, checksum=checksum, by=self.session.run.executed_by)
 
     async def unmet(self, name: str, *, reopen: bool) -> list[Waiting]:
-        """What of ``name`` is not done yet, for the ``requires`` gate (``reopen``: a completed one that left work)."""
-        return await unmet(self.store, [name], by=self.session.run.executed_by, reopen=reopen)
+        """What of ``name`` is not done yet, for the ``requires`` gate (``reopen``: a completed one that left work).
+
+        An ordinary migration is judged by the changelog; a name nothing knows comes back ``unknown``."""
+        return await unmet(
+            self.store, [name], changelog=self.session.changelog, files=self.session.files, by=self.session.run.executed_by, reopen=reopen
+        )
 
     async def run_inline(self, name: str, spec: Background, *, checksum: str) -> State | None:
         """Run one to the end in this run, on its connection and under its lock (``background_inline``)."""

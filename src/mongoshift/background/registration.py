@@ -14,6 +14,7 @@ import time
 from typing import Literal
 
 from ..errors import IrreversibleMigrationError
+from ..project.changelog import Changelog
 from ..schema.background import Background
 from .events import Events
 from .input_probe import unversioned_warning
@@ -32,9 +33,11 @@ async def register(
     direction: str,
     by: str,
     requires: list[str] | None = None,
+    changelog: Changelog | None = None,
     events: Events | None = None,
 ) -> list[str]:
-    """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete.
+    """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete
+    (an ordinary migration among them is met once ``changelog`` has it applied).
 
     Returns the warnings about the collection (documents the migration will never touch), also logged."""
     warnings: list[str] = []
@@ -44,7 +47,7 @@ async def register(
             log.warning("%s", found)
             warnings.append(found)
     required = list(requires or []) if direction == "forward" else []
-    waits = [w.name for w in await unmet(store, required, by=by)] if required else []
+    waits = [w.name for w in await unmet(store, required, changelog=changelog, by=by)] if required else []
     state = await store.register(
         name, collection=spec.collection, spec=spec.settings(), checksum=checksum, direction=direction, by=by,
         requires=required, waits_for=waits,

@@ -76,6 +76,8 @@ class BackgroundReport:
     #: Every failed document counted once per reason, largest first.
     doc_error_counts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: While blocked: the migrations it requires that are not done yet.
+    waits_for: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -148,6 +150,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
         doc_errors=[shown(e) for e in entries[-RECENT_SHOWN:]],
         doc_error_counts=counted(error_counts, entries),
         warnings=warnings,
+        waits_for=list(state.waits_for),
     )
 
 

@@ -90,6 +90,10 @@ class BackgroundStore:
     async def states_all(self) -> list[State]:
         return [State.from_document(d) async for d in self.states.find({}, sort=[("_id", ASCENDING)])]
 
+    async def blocked_on(self, name: str) -> list[State]:
+        """The migrations blocked while ``name`` is among what they require."""
+        return [State.from_document(d) async for d in self.states.find({"status": "blocked", "requires": name}, sort=[("_id", ASCENDING)])]
+
     async def register(
         self,
         name: str,

@@ -88,6 +88,8 @@ def details(r: BackgroundReport) -> list[tuple[str, str]]:
         ("started", _when(r.started_at)),
         ("completed", _when(r.completed_at)),
     ]
+    if r.waits_for:
+        rows.append(("waits for", ", ".join(r.waits_for)))
     if r.last_error:
         rows.append(("last error", _cut(r.last_error, 1000)))
     rows += [("warning", w) for w in r.warnings]

@@ -148,6 +148,10 @@ class Changelog:
         cursor = self.collection.find({}, sort=[("name", ASCENDING)])
         return {doc["name"]: ChangelogRecord.from_document(doc) async for doc in cursor}
 
+    async def record(self, name: str) -> ChangelogRecord | None:
+        doc = await self.collection.find_one({"name": name})
+        return ChangelogRecord.from_document(doc) if doc else None
+
     async def next_batch(self) -> int:
         """One more than the highest batch ever used, so numbers never repeat."""
         doc = await self.collection.find_one({"batch": {"$type": "number"}}, sort=[("batch", DESCENDING)])

@@ -27,6 +27,7 @@ from ..background.line import BackgroundSteps, Waiting
 from ..errors import (
     BackgroundFailedError,
     ExecutionFailedError,
+    FileNotFoundMigrationError,
     HookFailedError,
     IrreversibleMigrationError,
     LockLostError,
@@ -180,34 +181,48 @@ class Executor:
         ``dry-run`` calls this after the same planning as the real command, so
         the two cannot diverge: every file imported and checked, rollbacks
         without ``down`` refused, and ``requires`` judged in order (a
-        background migration this run would register counts as registered).
+        background migration this run would register counts as registered,
+        an ordinary one it would apply as applied).
         """
         self._prepare(plan.steps)
-        registered: set[str] = set()
+        planned: dict[str, str] = {}
         for index, step in enumerate(plan.steps):
-            stop = await self._requirements(step, planned=registered)
+            stop = await self._requirements(step, planned=planned)
             if stop:
                 return plan.steps[:index], stop
-            if step.direction == "up" and step.file.background is not None:
-                registered.add(step.name)
+            if step.direction == "up":
+                planned[step.name] = "background" if step.file.background is not None else "migration"
         return plan.steps, []
 
-    async def _requirements(self, step: Step, *, planned: set[str] | None = None) -> list[dict[str, Any]] | None:
+    async def _requirements(self, step: Step, *, planned: dict[str, str] | None = None) -> list[dict[str, Any]] | None:
         """Check ``requires`` before ``step``: raise (policy ``error``), or return where the run stops (``stop``).
 
-        ``planned`` (a preview): background migrations registered earlier in
-        the same run; nothing is read-modified, nothing reopened.
+        Every requirement must be done before an ordinary file runs. A background file only needs
+        its ordinary requirements applied: it registers blocked on background ones. A name that
+        matches no migration is refused (exit 8), whatever the policy: waiting would never end.
+        ``planned`` (a preview): the kind of each file this run handles earlier; nothing is
+        read-modified, nothing reopened.
         """
-        if step.direction != "up" or step.file.background is not None or not step.file.requires:
+        if step.direction != "up" or not step.file.requires:
             return None
         settings = self.runtime.settings
+        background = step.file.background is not None
         waiting: list[Waiting] = []
         for name in step.file.requires:
             if planned is not None and name in planned:
-                if not settings.background_inline:  # registered by this run, not run by it
-                    waiting.append(Waiting(name, "pending", "pending"))
+                if planned[name] == "background" and not background and not settings.background_inline:
+                    waiting.append(Waiting(name, "pending", "pending"))  # registered by this run, not run by it
                 continue
-            waiting.extend(await self.background.unmet(name, reopen=planned is None))
+            for gap in await self.background.unmet(name, reopen=planned is None and not background):
+                if gap.kind == "unknown":
+                    raise FileNotFoundMigrationError(
+                        f"{step.name} requires {name}, but no migration has that name (no file in the migrations "
+                        "folder, no changelog record, no background migration): fix the name in its requires",
+                        file=step.name,
+                        requires=name,
+                    )
+                if not (background and gap.kind == "background"):
+                    waiting.append(gap)
         if not waiting:
             return None
         listed = ", ".join(w.describe() for w in waiting)
@@ -215,9 +230,14 @@ class Executor:
             if planned is None:
                 log.warning("stopping before %s: it requires %s", step.name, listed)
             return [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
+        todo = []
+        if any(w.kind == "migration" for w in waiting):
+            todo.append("apply the ordinary ones first ('mongoshift up' applies in name order)")
+        if any(w.kind == "background" for w in waiting):
+            todo.append("run 'mongoshift background run'")
+        kinds = "background migrations" if all(w.kind == "background" for w in waiting) else "migrations"
         raise RequirementsPendingError(
-            f"{step.name} requires background migrations that are not done: {listed}; "
-            "run 'mongoshift background run' and try again",
+            f"{step.name} requires {kinds} that are not done: {listed}; {' and '.join(todo)} and try again",
             file=step.name,
             waits_for=[w.name for w in waiting],
         )
