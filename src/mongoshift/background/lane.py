@@ -179,10 +179,8 @@ class Lane:
         seen = partition.control  # the stamp as claimed; the state is read below, after the claim
         look = True
         while True:
-            if engine.cancel.is_set():
-                return SliceResult("stopped", counters)
-            if lost.is_set():
-                return SliceResult("lost", counters)
+            if (halt := _interrupted(engine, lost)) is not None:
+                return SliceResult(halt, counters)
             if batches > 0 and engine.now() >= deadline:
                 return SliceResult("yielded", counters)
             if look:
@@ -203,6 +201,10 @@ class Lane:
                 waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set)
                 if waited:
                     engine.events.emit("throttle", state.name, change="health", waited_ms=round(waited))
+            # A stop (or a lost lease) during the waits above ends the slice before its batch:
+            # the wait was cut short for that, not to write one more batch sooner.
+            if (halt := _interrupted(engine, lost)) is not None:
+                return SliceResult(halt, counters)
             failed_before = counters.get("failed", 0)
             try:
                 progress = await mode.advance(work, cursor, size)
@@ -240,3 +242,12 @@ class Lane:
             state.name, allowed=("running",), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
         ):
             self.engine.events.emit("failed", state.name, reason=message)
+
+
+def _interrupted(engine: EngineContext, lost: asyncio.Event) -> Outcome | None:
+    """Whether the slice must end now: this process stops, or another lane took the lease."""
+    if engine.cancel.is_set():
+        return "stopped"
+    if lost.is_set():
+        return "lost"
+    return None
