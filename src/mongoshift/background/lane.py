@@ -31,7 +31,7 @@ from .health import wait_while_unhealthy
 from .job import Job
 from .model import Lease, Partition, State
 from .modes import LeaseActivity, PartitionWork, mode_for
-from .throttle import AdaptiveController, ThrottleContext, before_batch
+from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 from .transaction import TransactionsUnsupported
 
 log = logging.getLogger("mongoshift.background")
@@ -54,6 +54,7 @@ class Lane:
         self.engine = engine
         self.id = lane_id
         self.activity = LeaseActivity()
+        self.throttle = ThrottleReport(engine.now)
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
@@ -172,6 +173,7 @@ class Lane:
             deadline=deadline,
             counters=counters,
             activity=self.activity,
+            throttle=self.throttle,
         )
         health = engine.health_signals(spec)
         cursor = partition.cursor
@@ -200,7 +202,7 @@ class Lane:
             if health:
                 waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set)
                 if waited:
-                    engine.events.emit("throttle", state.name, change="health", waited_ms=round(waited))
+                    work.throttled("health", waited_ms=waited)
             # A stop (or a lost lease) during the waits above ends the slice before its batch:
             # the wait was cut short for that, not to write one more batch sooner.
             if (halt := _interrupted(engine, lost)) is not None:
