@@ -92,7 +92,8 @@ class Lane:
             engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
         elif outcome.outcome not in ("done", "error"):
             await engine.store.release(lease)
-        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters)
+        failure = {"error": outcome.error} if outcome.error else {}  # redacted by describe_error
+        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters, **failure)
         return outcome
 
     async def _heartbeat(self, lease: Lease, lost: asyncio.Event, *, stall_s: float) -> None:
