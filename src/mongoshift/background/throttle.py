@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..project.run import CancelSignal
@@ -80,10 +80,10 @@ class ThrottleReport:
 
     now: Callable[[], float]
     interval_s: float = THROTTLE_REPORT_SECONDS
-    _reported_at: float | None = None
-    _changes: int = 0
-    _overloads: int = 0
-    _waited_ms: float = 0.0
+    _reported_at: float | None = field(default=None, init=False)
+    _changes: int = field(default=0, init=False)
+    _overloads: int = field(default=0, init=False)
+    _waited_ms: float = field(default=0.0, init=False)
 
     def note(self, change: str, *, waited_ms: float = 0.0, **state: int) -> dict[str, Any] | None:
         """Count one change; the event's data when a report is due, else None.
