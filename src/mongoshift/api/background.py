@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pymongo import AsyncMongoClient
 
 from ..background.connected import Engine, open_engine
 from ..background.controls import Action, ControlResult, RepinResult, control, pin
-from ..background.events import Observer
+from ..background.events import Event, Observer
 from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
-from ..errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
+from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
+from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.settings import Settings
 
@@ -45,6 +47,7 @@ async def run(
     the others run first, and its error (exit 8 or 38, after the wait bound) is raised once they
     did, with their reports in ``details["background"]``.
     """
+    _check_concurrency(concurrency)
     async with open_engine(settings, cancel=cancel, observers=observers) as engine:
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
@@ -129,14 +132,32 @@ async def repin(settings: Settings, name: str, *, reason: str | None = None) -> 
         return result
 
 
-class BackgroundRunner:
-    """Runs every runnable background migration inside an application's event loop."""
+#: ``on_error(migration, message)``; ``migration`` is None when a round of the runner itself failed.
+ErrorCallback = Callable[[str | None, str], object]
 
-    def __init__(self, settings: Settings, *, concurrency: int = 1, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None) -> None:
+
+class BackgroundRunner:
+    """Runs every runnable background migration inside an application's event loop.
+
+    It never raises for a migration's trouble (its lanes retry, the others go on), so
+    ``on_error`` is how the application hears of it: a failed slice, a failed migration, a
+    changed file, a failed round. The message is redacted like every stored error.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        concurrency: int = 1,
+        observers: Iterable[Observer] = (),
+        client: AsyncMongoClient[Any] | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        self.observers = _check_runner_options(settings, concurrency, observers, client, on_error)
         self.settings = settings
         self.concurrency = concurrency
-        self.observers = list(observers)
         self.client = client
+        self.on_error = on_error
         self.cancel = CancelSignal()
         self._task: asyncio.Task[None] | None = None
 
@@ -148,7 +169,8 @@ class BackgroundRunner:
         self._task = asyncio.create_task(self._loop(), name="mongoshift-background-runner")
 
     async def _loop(self) -> None:
-        async with open_engine(self.settings, cancel=self.cancel, observers=self.observers, client=self.client) as engine:
+        observers = [*self.observers, self._forward_error] if self.on_error else self.observers
+        async with open_engine(self.settings, cancel=self.cancel, observers=observers, client=self.client) as engine:
             while not self.cancel.is_set():
                 try:
                     runnable = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
@@ -159,9 +181,25 @@ class BackgroundRunner:
                             await engine.run_one(name, self.concurrency)
                         except (BackgroundFileChangedError, FileNotFoundMigrationError) as exc:  # the others can still run; this one is retried later
                             log.warning("%s", exc.message)
-                except Exception:
+                            self._report(name, exc.message)
+                except Exception as exc:
                     log.exception("the background runner hit an error; retrying")
+                    self._report(None, describe_error(exc))
                 await sleep(self.settings.background_poll_seconds * 1000, self.cancel)
+
+    def _forward_error(self, event: Event) -> None:
+        if event.kind == "slice_end" and event.data.get("error"):
+            self._report(event.migration, str(event.data["error"]))
+        elif event.kind == "failed":
+            self._report(event.migration, str(event.data.get("reason") or "failed"))
+
+    def _report(self, migration: str | None, message: str) -> None:
+        if self.on_error is None:
+            return
+        try:
+            self.on_error(migration, redact(message))
+        except Exception:  # the application's callback must not stop the runner
+            log.exception("the background runner's on_error callback failed")
 
     async def stop(self) -> None:
         """Finish the current batches, release every lease, and return."""
@@ -172,8 +210,42 @@ class BackgroundRunner:
 
 
 async def start_background_runner(
-    settings: Settings, *, concurrency: int = 1, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
+    settings: Settings,
+    *,
+    concurrency: int = 1,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
+    on_error: ErrorCallback | None = None,
 ) -> BackgroundRunner:
-    runner = BackgroundRunner(settings, concurrency=concurrency, observers=observers, client=client)
+    runner = BackgroundRunner(settings, concurrency=concurrency, observers=observers, client=client, on_error=on_error)
     runner.start()
     return runner
+
+
+def _check_concurrency(concurrency: object) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 64:
+        raise ConfigInvalidError(f"concurrency must be an integer from 1 to 64 (lanes in this process), not {concurrency!r}")
+
+
+def _check_runner_options(
+    settings: object, concurrency: object, observers: object, client: object, on_error: object
+) -> list[Observer]:
+    """The runner's options, refused when it is built: a wrong one would only show in a lane, or never."""
+    if not isinstance(settings, Settings):
+        raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
+    _check_concurrency(concurrency)
+    if isinstance(observers, (str, bytes)) or not isinstance(observers, Iterable):
+        raise ConfigInvalidError(f"observers must be a list of functions, not {type(observers).__name__}")
+    listed = list(observers)
+    for observer in listed:
+        _check_function("observers", observer)
+    if on_error is not None:
+        _check_function("on_error", on_error)
+    if client is not None and not isinstance(client, AsyncMongoClient):
+        raise ConfigInvalidError(f"client must be a pymongo AsyncMongoClient, not {type(client).__name__}")
+    return listed
+
+
+def _check_function(option: str, function: object) -> None:
+    if not callable(function) or inspect.iscoroutinefunction(function):
+        raise ConfigInvalidError(f"{option} takes plain functions (called, not awaited), not {type(function).__name__}")

@@ -2,7 +2,8 @@
 
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
 ``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``.
-Events carry counts and names, never a document or an ``_id``.
+Events carry counts and names, never a document or an ``_id``. A lane emits at most one
+``throttle`` every 10 s, counting the changes folded into it (:class:`.throttle.ThrottleReport`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Events:
 
     def emit(self, kind: str, migration: str, **data: Any) -> None:
         event = Event(kind, migration, data)
-        if kind in ("failed", "lease_lost") or (kind == "throttle" and data.get("change") == "overload"):
+        if kind in ("failed", "lease_lost") or (kind == "throttle" and data.get("overloads")):
             level = logging.WARNING
         else:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG

@@ -31,7 +31,7 @@ from .health import wait_while_unhealthy
 from .job import Job
 from .model import Lease, Partition, State
 from .modes import LeaseActivity, PartitionWork, mode_for
-from .throttle import AdaptiveController, ThrottleContext, before_batch
+from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 from .transaction import TransactionsUnsupported
 
 log = logging.getLogger("mongoshift.background")
@@ -54,6 +54,7 @@ class Lane:
         self.engine = engine
         self.id = lane_id
         self.activity = LeaseActivity()
+        self.throttle = ThrottleReport(engine.now)
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
@@ -91,7 +92,8 @@ class Lane:
             engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
         elif outcome.outcome not in ("done", "error"):
             await engine.store.release(lease)
-        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters)
+        failure = {"error": outcome.error} if outcome.error else {}  # redacted by describe_error
+        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters, **failure)
         return outcome
 
     async def _heartbeat(self, lease: Lease, lost: asyncio.Event, *, stall_s: float) -> None:
@@ -172,6 +174,7 @@ class Lane:
             deadline=deadline,
             counters=counters,
             activity=self.activity,
+            throttle=self.throttle,
         )
         health = engine.health_signals(spec)
         cursor = partition.cursor
@@ -179,10 +182,8 @@ class Lane:
         seen = partition.control  # the stamp as claimed; the state is read below, after the claim
         look = True
         while True:
-            if engine.cancel.is_set():
-                return SliceResult("stopped", counters)
-            if lost.is_set():
-                return SliceResult("lost", counters)
+            if (halt := _interrupted(engine, lost)) is not None:
+                return SliceResult(halt, counters)
             if batches > 0 and engine.now() >= deadline:
                 return SliceResult("yielded", counters)
             if look:
@@ -202,7 +203,11 @@ class Lane:
             if health:
                 waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set)
                 if waited:
-                    engine.events.emit("throttle", state.name, change="health", waited_ms=round(waited))
+                    work.throttled("health", waited_ms=waited)
+            # A stop (or a lost lease) during the waits above ends the slice before its batch:
+            # the wait was cut short for that, not to write one more batch sooner.
+            if (halt := _interrupted(engine, lost)) is not None:
+                return SliceResult(halt, counters)
             failed_before = counters.get("failed", 0)
             try:
                 progress = await mode.advance(work, cursor, size)
@@ -240,3 +245,12 @@ class Lane:
             state.name, allowed=("running",), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
         ):
             self.engine.events.emit("failed", state.name, reason=message)
+
+
+def _interrupted(engine: EngineContext, lost: asyncio.Event) -> Outcome | None:
+    """Whether the slice must end now: this process stops, or another lane took the lease."""
+    if engine.cancel.is_set():
+        return "stopped"
+    if lost.is_set():
+        return "lost"
+    return None

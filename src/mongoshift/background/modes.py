@@ -34,7 +34,7 @@ from .engine import EngineContext
 from .job import Job
 from .model import Checkpoint, Checkpointed, Lease, Partition
 from .planner import batch_filter
-from .throttle import AdaptiveController
+from .throttle import AdaptiveController, ThrottleReport
 from .transaction import (
     Skip,
     TransactionalBatchSize,
@@ -69,10 +69,17 @@ class PartitionWork:
     deadline: float
     counters: dict[str, int]
     activity: LeaseActivity
+    throttle: ThrottleReport  # the lane's, across its slices
 
     def renewed(self) -> None:
         """A checkpoint just renewed the lease: the heartbeat can rest."""
         self.activity.touched = self.engine.now()
+
+    def throttled(self, change: str, *, waited_ms: float = 0.0, **state: int) -> None:
+        """A change of pace: a ``throttle`` event when the lane's report is due (see :class:`ThrottleReport`)."""
+        data = self.throttle.note(change, waited_ms=waited_ms, **state)
+        if data is not None:
+            self.engine.events.emit("throttle", self.job.name, **data)
 
 
 @dataclass(frozen=True)
@@ -150,13 +157,13 @@ class PlainBatches:
             if adaptive is not None and overloaded(exc):
                 change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
                 if change:
-                    engine.events.emit("throttle", job.name, change=change, **adaptive.state())
+                    work.throttled(change, **adaptive.state())
             raise
         latency_ms = (engine.now() - started) * 1000
         if adaptive is not None and docs:
             change = adaptive.record(latency_ms)
             if change:
-                engine.events.emit("throttle", job.name, change=change, **adaptive.state())
+                work.throttled(change, **adaptive.state())
         done = len(docs) < size
         next_cursor = Checkpoint(last_id=decode(docs[-1].raw, collection.codec_options)["_id"], started=True) if docs else cursor
         batch_counts = counts_of(result, len(docs))

@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..project.run import CancelSignal
 from ..schema.background import Adaptive
 
 Change = Literal["slow", "overload", "recover"]
+
+#: A lane reports its throttle changes at most this often; the ones in between are counted in the next report.
+THROTTLE_REPORT_SECONDS = 10.0
 
 
 class AdaptiveController:
@@ -63,6 +66,43 @@ class AdaptiveController:
             self.size = min(self.max_size, self.size + self.step)
             return "recover"
         return None
+
+
+@dataclass
+class ThrottleReport:
+    """A lane's changes of pace, as at most one ``throttle`` event every ``interval_s``.
+
+    An overloaded server can halve a batch every few seconds; one event (and one
+    log line) per change would flood the log just when the operator reads it.
+    The first change is reported at once; the ones within the interval after a
+    report are folded into the next, which counts them.
+    """
+
+    now: Callable[[], float]
+    interval_s: float = THROTTLE_REPORT_SECONDS
+    _reported_at: float | None = field(default=None, init=False)
+    _changes: int = field(default=0, init=False)
+    _overloads: int = field(default=0, init=False)
+    _waited_ms: float = field(default=0.0, init=False)
+
+    def note(self, change: str, *, waited_ms: float = 0.0, **state: int) -> dict[str, Any] | None:
+        """Count one change; the event's data when a report is due, else None.
+
+        ``state`` is the pace after the change (batch size, pause); the report carries
+        the latest ``change`` and, since the last report, how many ``changes`` (this one
+        included), how many ``overloads`` and the health waits' total ``waited_ms``.
+        """
+        self._changes += 1
+        self._overloads += change == "overload"
+        self._waited_ms += waited_ms
+        at = self.now()
+        if self._reported_at is not None and at - self._reported_at < self.interval_s:
+            return None
+        data: dict[str, Any] = {"change": change, **state, "changes": self._changes, "overloads": self._overloads}
+        if self._waited_ms:
+            data["waited_ms"] = round(self._waited_ms)
+        self._reported_at, self._changes, self._overloads, self._waited_ms = at, 0, 0, 0.0
+        return data
 
 
 async def sleep(ms: float, cancel: CancelSignal | None = None) -> None:

@@ -1,0 +1,103 @@
+"""The in-app runner: failed slices reach observers and ``on_error`` with their redacted error; bad options are refused."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.events import Event
+from mongoshift.errors import ConfigInvalidError, ExitCode
+
+NAME = "0001_step.py"
+
+FAILING_STEP = """
+from mongoshift import Background
+
+def step(ctx):
+    raise RuntimeError("cannot reach mongodb://app:hunter2@db.internal:27017/app")
+
+background = Background(collection="people", from_version=0, to_version=1, step=step, pause_ms=0, max_slice_failures=100)
+"""
+
+
+async def test_failed_slices_reach_observers_with_their_redacted_error(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    fast_project.add(NAME, FAILING_STEP.replace("max_slice_failures=100", "max_slice_failures=2"))
+    s = fast_project.settings()
+    await command.up(s)
+    events: list[Event] = []
+    (result,) = await bg.run(s, [NAME], observers=[events.append])
+    assert result.status == "failed"
+    failed = [e for e in events if e.kind == "slice_end" and e.data["outcome"] == "error"]
+    assert len(failed) == 2
+    for event in failed:
+        assert event.data["error"].startswith("RuntimeError: cannot reach mongodb://") and "db.internal" in event.data["error"]
+        assert "hunter2" not in event.data["error"]
+
+
+async def test_on_error_hears_of_failed_slices_and_the_runner_goes_on(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    fast_project.add(NAME, FAILING_STEP)
+    s = fast_project.settings()
+    await command.up(s)
+    events: list[Event] = []
+    errors: list[tuple[str | None, str]] = []
+
+    def on_error(migration: str | None, message: str) -> None:
+        errors.append((migration, message))
+        raise ValueError("the application's callback is broken too")  # logged, and the runner goes on
+
+    runner = await bg.start_background_runner(s, observers=[events.append], on_error=on_error)
+    try:
+        for _ in range(600):
+            if len(errors) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert runner.running
+    finally:
+        await runner.stop()
+
+    assert len(errors) >= 2, "on_error never heard of the failed slices"
+    migration, message = errors[0]
+    assert migration == NAME
+    assert message.startswith("RuntimeError: cannot reach mongodb://") and "db.internal" in message
+    assert "hunter2" not in message and "app:" not in message
+    failed = [e for e in events if e.kind == "slice_end" and e.data["outcome"] == "error"]
+    assert failed and all(e.data["error"] == message for e in failed)
+
+
+async def _async_callback(*args: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": -2}, "concurrency"),
+        ({"concurrency": 1.5}, "concurrency"),
+        ({"concurrency": True}, "concurrency"),
+        ({"concurrency": "2"}, "concurrency"),
+        ({"concurrency": 65}, "concurrency"),
+        ({"observers": print}, "observers"),
+        ({"observers": [1]}, "observers"),
+        ({"observers": [_async_callback]}, "observers"),
+        ({"on_error": 1}, "on_error"),
+        ({"on_error": _async_callback}, "on_error"),
+        ({"client": "mongodb://localhost"}, "client"),
+    ],
+)
+async def test_bad_runner_options_are_refused_when_it_is_built(fast_project, options: dict[str, Any], named: str) -> None:  # type: ignore[no-untyped-def]
+    s = fast_project.settings()
+    with pytest.raises(ConfigInvalidError, match=named) as refused:
+        bg.BackgroundRunner(s, **options)
+    assert refused.value.exit_code == ExitCode.CONFIG_INVALID
+    with pytest.raises(ConfigInvalidError, match=named):
+        await bg.start_background_runner(s, **options)
+    if named == "concurrency":
+        with pytest.raises(ConfigInvalidError, match=named):
+            await bg.run(s, concurrency=options["concurrency"])
+    with pytest.raises(ConfigInvalidError, match="settings"):
+        bg.BackgroundRunner({"uri": "mongodb://localhost"})  # type: ignore[arg-type]

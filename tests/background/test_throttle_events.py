@@ -1,0 +1,79 @@
+"""Throttle events: at most one every 10 s per lane, counting the changes folded into it."""
+
+from __future__ import annotations
+
+import logging
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.events import Event, Events
+from mongoshift.background.lane import Lane
+
+from .conftest import background_file, seed
+
+NAME = "0001_names.py"
+
+
+async def test_a_lane_reports_its_throttle_changes_at_most_every_ten_seconds(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    fast_project.add(NAME, background_file(batch_size=10, extra="adaptive=False, max_replication_lag_ms=False,"))
+    s = fast_project.settings()
+    await command.up(s)
+    clock = [1000.0]  # the engine's time, moved by the health signal below: no test sleeps 10 s
+    seen: list[tuple[float, Event]] = []
+    asks = []
+
+    def busy() -> int:
+        """Before each batch: busy once (1 ms, and 3 s pass), then healthy."""
+        asks.append(1)
+        if len(asks) % 2:
+            clock[0] += 3
+            return 1
+        return 0
+
+    caplog.set_level(logging.DEBUG, logger="mongoshift.background")
+    async with bg.open_engine(s, observers=[lambda event: seen.append((clock[0], event))]) as engine:
+        engine.context.now = lambda: clock[0]
+        spec = engine.spec(NAME).model_copy(update={"health": [busy]})
+        state = (await engine.coordinator.step(NAME, spec)).state
+        assert state is not None
+        result = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=10**9)
+    assert result.outcome == "done" and result.counters["migrated"] == 200
+
+    waits = len(asks) // 2  # one health wait per batch: 21 (the last batch reads nothing)
+    throttles = [(at, event) for at, event in seen if event.kind == "throttle"]
+    assert waits == 21
+    # Without the rate limit: one event per wait. With it: at t+3 s, then every 12 s (4 waits each).
+    assert len(throttles) == 6, f"{len(throttles)} throttle events for {waits} changes"
+    assert [event.data["changes"] for _, event in throttles] == [1, 4, 4, 4, 4, 4]
+    assert all(event.data["change"] == "health" and event.data["overloads"] == 0 for _, event in throttles)
+    assert [event.data["waited_ms"] for _, event in throttles] == [1, 4, 4, 4, 4, 4]
+    times = [at for at, _ in throttles]
+    assert all(later - earlier >= 10 for earlier, later in zip(times, times[1:]))
+    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle " in r.getMessage()]
+    assert len(lines) == len(throttles) and all(r.levelno == logging.DEBUG for r in lines)
+
+
+def test_overloads_are_folded_and_logged_at_warning_once_per_report(caplog) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.background.throttle import ThrottleReport
+
+    clock = [0.0]
+    report = ThrottleReport(lambda: clock[0])
+    events: list[Event] = []
+    fan = Events([events.append])
+    caplog.set_level(logging.DEBUG, logger="mongoshift.background")
+    for step in range(14):  # 14 changes in 5 s, as in the issue
+        clock[0] = step * 5 / 14
+        data = report.note("overload" if step % 2 else "slow", batch_size=10, pause_ms=100)
+        if data is not None:
+            fan.emit("throttle", NAME, **data)
+    clock[0] = 10.0
+    data = report.note("recover", batch_size=20, pause_ms=0)
+    assert data is not None
+    fan.emit("throttle", NAME, **data)
+    assert [e.data for e in events] == [
+        {"change": "slow", "batch_size": 10, "pause_ms": 100, "changes": 1, "overloads": 0},
+        {"change": "recover", "batch_size": 20, "pause_ms": 0, "changes": 14, "overloads": 7},
+    ]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "overloads=7" in warnings[0].getMessage()
