@@ -238,7 +238,8 @@ def _requires_problems(item: MigrationFile, module: ModuleType) -> list[str]:
         return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
         return ["requires must be a list of background migration file names"]
-    problems, seen = [], set()
+    problems: list[str] = []
+    seen: set[str] = set()
     for name in value:
         wanted = name if name.endswith(".py") else name + ".py"
         if wanted in seen:
@@ -253,7 +254,7 @@ def _background_problems(module: ModuleType) -> list[str]:
     from ..schema.background import Background  # start-up time: see MigrationFile.background
 
     spec = getattr(module, "background")
-    problems = []
+    problems: list[str] = []
     if not isinstance(spec, Background):
         problems.append(f"background must be a mongoshift.Background(...), not {type(spec).__name__}")
     both = [name for name in ("up", "down") if hasattr(module, name)]
