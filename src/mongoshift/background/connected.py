@@ -97,7 +97,7 @@ class Engine:
 async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) -> Engine:
     """The engine on an open session (its connection, identity, cancel signal and lock collection)."""
     settings = session.settings
-    store = BackgroundStore(session.db, settings.background_collection)
+    store = BackgroundStore(session.db, settings.background_collection, create_indexes=settings.ensure_indexes)
     await store.ensure_indexes()
     context = EngineContext(
         db=session.db,

@@ -16,13 +16,45 @@ from .store import BackgroundStore
 
 Action = Literal["pause", "resume", "cancel", "retry", "unlock"]
 
-#: action -> (statuses it applies to, the status it leads to, statuses where it is already done)
-TRANSITIONS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
-    "pause": (("blocked", "pending", "running"), "paused", ("paused",)),
-    "resume": (("paused",), "pending", ("blocked", "pending", "running")),
-    "cancel": (("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",)),
-    "retry": (("failed", "cancelled", "completed"), "pending", ()),
+
+@dataclass(frozen=True)
+class Rule:
+    """Where one action takes a migration: ``moves`` lead to ``to``, ``done`` are already there."""
+
+    moves: tuple[str, ...]
+    to: str
+    done: tuple[str, ...]
+    #: What to do instead, for the statuses the action does not fit.
+    hint: str = ""
+
+
+#: The transition table (docs/background.md, "Controls"). A status in neither ``moves`` nor
+#: ``done`` is a conflict (exit code 33). ``pending`` means ``blocked`` while a requirement is
+#: unmet, so that neither ``resume`` nor ``retry`` can step over a ``requires``.
+TRANSITIONS: dict[str, Rule] = {
+    "pause": Rule(("blocked", "pending", "running"), "paused", ("paused",), "it has stopped already"),
+    "resume": Rule(("paused",), "pending", ("blocked", "pending", "running"), "use 'retry' for a failed, cancelled or completed one"),
+    "cancel": Rule(("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",), "it has stopped already; 'retry' takes it up again"),
+    "retry": Rule(("failed", "cancelled", "completed"), "pending", ("blocked", "pending", "running"), "use 'resume' for a paused one"),
+    # Forgetting checkpoints under working lanes would lose track of their writes: never "already done".
+    "retry --from-start": Rule(("failed", "cancelled", "completed"), "pending", (), "cancel it first, then retry it from the start"),
 }
+
+
+def decide(name: str, status: str, action: str, *, waits_for: bool = False) -> str | None:
+    """The status ``action`` leads to from ``status``; None when it is already in effect.
+
+    Pure, so that the whole table can be checked case by case (and documented as one)."""
+    rule = TRANSITIONS[action]
+    if status in rule.done:
+        return None
+    if status not in rule.moves:
+        raise BackgroundConflictError(
+            f"cannot {action} {name}: it is {status} (allowed from: {', '.join(rule.moves)}); {rule.hint}",
+            status=status,
+            action=action,
+        )
+    return "blocked" if rule.to == "pending" and waits_for else rule.to
 
 
 @dataclass
@@ -50,13 +82,10 @@ async def control(
         freed = await store.unlock(name, lock_collection)
         await store.transition(name, allowed=(state.status,), to=state.status, action="unlock", by=by, reason=reason)
         return ControlResult(name, action, "applied" if freed else "unchanged", state.status)
-    allowed, target, already = TRANSITIONS[action]
-    if state.status in already and not (action == "retry" and from_start):
+    rule = "retry --from-start" if action == "retry" and from_start else action
+    target = decide(name, state.status, rule, waits_for=bool(state.waits_for))
+    if target is None:
         return ControlResult(name, action, "unchanged", state.status)
-    if state.status not in allowed:
-        raise BackgroundConflictError(
-            f"cannot {action} {name}: it is {state.status} (allowed from: {', '.join(allowed)})", status=state.status
-        )
     set_: dict[str, object] = {"last_error": None}
     old_plans: list[Any] = []
     if action == "retry":
@@ -72,7 +101,7 @@ async def control(
         # Otherwise the generation was rolled up (once, for good): reopening its partitions would
         # count their new work nowhere. Left failed, they let the coordinator plan a new generation
         # over what is still in the old shape, whose counters roll up on top of the totals.
-    if not await store.transition(name, allowed=allowed, to=target, action=action, by=by, reason=reason, set_=set_):
+    if not await store.transition(name, allowed=(state.status,), to=target, action=action, by=by, reason=reason, set_=set_):
         fresh = await store.state(name)
         raise BackgroundConflictError(f"{name} changed while {action} was applied; try again", status=fresh.status if fresh else None)
     if action == "retry" and from_start:

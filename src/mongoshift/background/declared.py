@@ -36,8 +36,8 @@ def align(spec: Background, versioning: Versioning | None, *, file: str, collect
             f"{collection!r}: raise current first (and converge), so that the validator accepts the new shape",
             file=file,
         )
-    if all(getattr(spec, key) == value for key, value in declared.items()):
-        return spec
+    if spec.mode == "step" or all(getattr(spec, key) == value for key, value in declared.items()):
+        return spec  # a step does its own reads and writes: it names no version field
     values = {key: getattr(spec, key) for key in spec.model_fields_set}
     return Background(**{**values, **declared})
 

@@ -30,7 +30,7 @@ class BackgroundSteps:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.store = BackgroundStore(session.db, session.settings.background_collection)
+        self.store = BackgroundStore(session.db, session.settings.background_collection, create_indexes=session.settings.ensure_indexes)
 
     def align(self, item: MigrationFile) -> None:
         """Take the declared version fields into a loaded background file (a no-op for others)."""

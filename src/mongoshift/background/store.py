@@ -32,18 +32,19 @@ DOC_ERRORS_KEPT = 20
 OPEN = ("pending", "running")
 
 STATE_INDEXES = [IndexModel([("status", ASCENDING), ("registered_at", ASCENDING)], name="status_registered_at")]
+#: The cap on lanes across every process: one live lease per slot.
+LEASE_SLOT = IndexModel(
+    [("background", ASCENDING), ("lease.slot", ASCENDING)],
+    name="lease_slot",
+    unique=True,
+    partialFilterExpression={"lease.slot": {"$exists": True}},
+)
 PARTITION_INDEXES = [
     IndexModel(
         [("background", ASCENDING), ("generation", ASCENDING), ("status", DESCENDING), ("seq", ASCENDING)],
         name="claim",
     ),
-    # The cap on lanes across every process: one live lease per slot.
-    IndexModel(
-        [("background", ASCENDING), ("lease.slot", ASCENDING)],
-        name="lease_slot",
-        unique=True,
-        partialFilterExpression={"lease.slot": {"$exists": True}},
-    ),
+    LEASE_SLOT,
 ]
 
 
@@ -68,17 +69,30 @@ class BackgroundStore:
     It also deletes a coordinator's lock document on ``unlock``. ``db`` is there for the
     user's collections (the ones being migrated), never for the engine's own."""
 
-    def __init__(self, db: AsyncDatabase[dict[str, Any]], collection: str = "_mongoshift_background") -> None:
+    def __init__(
+        self, db: AsyncDatabase[dict[str, Any]], collection: str = "_mongoshift_background", *, create_indexes: bool = True
+    ) -> None:
         self.db = db
         self.states: AsyncCollection[dict[str, Any]] = db[collection]
         self.partitions: AsyncCollection[dict[str, Any]] = db[f"{collection}_partitions"]
+        self.create_indexes = create_indexes
         self._indexed = False
 
     async def ensure_indexes(self) -> None:
+        """Every index, or (``ensure_indexes = false``) only the one the lanes' cap cannot do without.
+
+        The others make the engine's queries faster; ``lease_slot`` is what refuses a lane a slot
+        another process holds. Without it, it is looked for first and created only when missing, so
+        a user without the privilege to create indexes runs once someone else made it."""
         if self._indexed:
             return
-        await self.states.create_indexes(STATE_INDEXES)
-        await self.partitions.create_indexes(PARTITION_INDEXES)
+        if self.create_indexes:
+            await self.states.create_indexes(STATE_INDEXES)
+            await self.partitions.create_indexes(PARTITION_INDEXES)
+        else:
+            names = [index["name"] async for index in await self.partitions.list_indexes()]
+            if LEASE_SLOT.document["name"] not in names:
+                await self.partitions.create_indexes([LEASE_SLOT])
         self._indexed = True
 
     # -- state ----------------------------------------------------------------

@@ -46,9 +46,9 @@ def action_document(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class ConvergeJournal:
-    def __init__(self, collection: AsyncCollection[dict[str, Any]]) -> None:
+    def __init__(self, collection: AsyncCollection[dict[str, Any]], *, create_index: bool = True) -> None:
         self.collection = collection
-        self._indexed = False
+        self._indexed = not create_index  # ensure_indexes = false: the log is read newest first, by a scan
 
     async def _ensure_index(self) -> None:
         if not self._indexed:

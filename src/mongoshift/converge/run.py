@@ -77,7 +77,7 @@ async def converge_in_session(
     """
     db = session.db
     declarations = list(session.declarations().values())
-    journal = ConvergeJournal(db[session.settings.converge_collection])
+    journal = ConvergeJournal(db[session.settings.converge_collection], create_index=session.settings.ensure_indexes)
     report = ConvergeReport(session.run.run_id, "apply", trigger)
     began = time.monotonic()
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import ValidationError
 
 from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
-from ..schema.validation import describe_errors
+from ..schema.validation import list_errors
 
 if TYPE_CHECKING:
     from ..schema.background import Background
@@ -194,7 +194,8 @@ def load(item: MigrationFile) -> MigrationFile:
     try:
         spec.loader.exec_module(module)
     except ValidationError as exc:
-        raise InvalidExportError(f"{item.name}: invalid background spec: {describe_errors(exc, prefix="background", unknown="unknown setting")}", file=item.name) from None
+        # The module stopped at Background(...): what it defined before (requires) is checked too.
+        _refuse(item, list_errors(exc, prefix="background", unknown="unknown setting") + _requires_problems(item, module))
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
         where = _where(exc, item.path)
         raise InvalidExportError(
@@ -203,8 +204,7 @@ def load(item: MigrationFile) -> MigrationFile:
     finally:
         sys.modules.pop(module_name, None)
     if hasattr(module, "background"):
-        _check_background(item, module)
-        _check_requires(item, module)
+        _refuse(item, _background_problems(module) + _requires_problems(item, module))
         item.module = module
         return item
     up = getattr(module, "up", None)
@@ -216,7 +216,7 @@ def load(item: MigrationFile) -> MigrationFile:
     for fn_name, fn in (("up", up), ("down", down)):
         if fn is not None and not _takes_one_argument(fn):
             raise InvalidExportError(f"{item.name}: {fn_name} must take one argument (ctx)", file=item.name)
-    _check_requires(item, module)
+    _refuse(item, _requires_problems(item, module))
     for attr, kind in (("description", str), ("use_transaction", bool)):
         if hasattr(module, attr) and not isinstance(getattr(module, attr), kind):
             raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
@@ -224,35 +224,43 @@ def load(item: MigrationFile) -> MigrationFile:
     return item
 
 
-def _check_requires(item: MigrationFile, module: ModuleType) -> None:
+def _refuse(item: MigrationFile, problems: list[str]) -> None:
+    """One error for every problem of the file, so that one edit fixes them all."""
+    if len(problems) == 1:
+        raise InvalidExportError(f"{item.name}: {problems[0]}", file=item.name, problems=problems) from None
+    if problems:
+        raise InvalidExportError(f"{item.name}: {len(problems)} problems: {'; '.join(problems)}", file=item.name, problems=problems) from None
+
+
+def _requires_problems(item: MigrationFile, module: ModuleType) -> list[str]:
     value = getattr(module, "requires", None)
     if value is None:
-        return
+        return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        raise InvalidExportError(f"{item.name}: requires must be a list of background migration file names", file=item.name)
+        return ["requires must be a list of background migration file names"]
+    problems: list[str] = []
+    seen: set[str] = set()
     for name in value:
         wanted = name if name.endswith(".py") else name + ".py"
-        if not is_migration_name(wanted) or wanted >= item.name:
-            raise InvalidExportError(
-                f"{item.name}: requires {name!r}: a requirement must be an earlier migration file", file=item.name
-            )
+        if wanted in seen:
+            problems.append(f"requires names {name!r} twice")
+        elif not is_migration_name(wanted) or wanted >= item.name:
+            problems.append(f"requires {name!r}: a requirement must be an earlier migration file")
+        seen.add(wanted)
+    return problems
 
 
-def _check_background(item: MigrationFile, module: ModuleType) -> None:
+def _background_problems(module: ModuleType) -> list[str]:
     from ..schema.background import Background  # start-up time: see MigrationFile.background
 
     spec = getattr(module, "background")
+    problems: list[str] = []
     if not isinstance(spec, Background):
-        raise InvalidExportError(
-            f"{item.name}: background must be a mongoshift.Background(...), not {type(spec).__name__}", file=item.name
-        )
+        problems.append(f"background must be a mongoshift.Background(...), not {type(spec).__name__}")
     both = [name for name in ("up", "down") if hasattr(module, name)]
     if both:
-        raise InvalidExportError(
-            f"{item.name}: a background migration declares background and no {' or '.join(both)}; "
-            "split it into two files",
-            file=item.name,
-        )
+        problems.append(f"a background migration declares background and no {' or '.join(both)}; split it into two files")
+    return problems
 
 
 def _takes_one_argument(fn: Callable[..., Any]) -> bool:

@@ -1,17 +1,23 @@
 """The typed spec a background migration file declares: ``background = Background(...)``.
 
 Every value is checked when the file is imported, so a bad spec fails
-registration with a message naming the key, before anything is written.
+registration with a message naming the key, before anything is written. The
+check is complete and strict: numbers must be ``int`` (``True`` or ``"100"`` is
+not one), everything stored must be BSON, and every problem is reported at once
+(the value-by-value ones and the rules between values), never a value itself.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from bson import json_util
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from .collections import bson_problem
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_CHECKPOINT_BYTES = 64 * 1024
@@ -22,10 +28,10 @@ class Partitions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    over_partition: int = Field(default=4, ge=1, le=64)
-    max_partitions: int = Field(default=256, ge=1, le=4096)
-    min_partition_docs: int | None = Field(default=None, ge=1)
-    sample_size: int | None = Field(default=None, ge=1, le=100_000)
+    over_partition: StrictInt = Field(default=4, ge=1, le=64)
+    max_partitions: StrictInt = Field(default=256, ge=1, le=4096)
+    min_partition_docs: StrictInt | None = Field(default=None, ge=1)
+    sample_size: StrictInt | None = Field(default=None, ge=1, le=100_000)
 
 
 class Adaptive(BaseModel):
@@ -33,10 +39,10 @@ class Adaptive(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target_latency_ms: int = Field(default=500, ge=1, le=600_000)
-    min_batch_size: int = Field(default=10, ge=1, le=10_000)
-    max_batch_size: int | None = Field(default=None, ge=1, le=10_000)
-    max_pause_ms: int = Field(default=30_000, ge=0, le=3_600_000)
+    target_latency_ms: StrictInt = Field(default=500, ge=1, le=600_000)
+    min_batch_size: StrictInt = Field(default=10, ge=1, le=10_000)
+    max_batch_size: StrictInt | None = Field(default=None, ge=1, le=10_000)
+    max_pause_ms: StrictInt = Field(default=30_000, ge=0, le=3_600_000)
 
 
 def _mentions(value: Any, field: str) -> bool:
@@ -81,8 +87,8 @@ class Transaction(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timeout_ms: int = Field(default=10_000, ge=100, le=50_000)
-    max_retries: int = Field(default=5, ge=0, le=20)
+    timeout_ms: StrictInt = Field(default=10_000, ge=100, le=50_000)
+    max_retries: StrictInt = Field(default=5, ge=0, le=20)
 
 
 class Background(BaseModel):
@@ -100,8 +106,8 @@ class Background(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     collection: str = Field(min_length=1, max_length=120)
-    from_version: int = Field(ge=0)
-    to_version: int = Field(ge=0)
+    from_version: StrictInt = Field(ge=0)
+    to_version: StrictInt = Field(ge=0)
     filter: dict[str, Any] = Field(default_factory=dict)
     migrate: Callable[..., Any] | None = None
     migrate_batch: Callable[..., Any] | None = None
@@ -111,15 +117,15 @@ class Background(BaseModel):
     revert_step: Callable[..., Any] | None = None
     pipeline: list[dict[str, Any]] | None = None
     revert_pipeline: list[dict[str, Any]] | None = None
-    batch_size: int = Field(default=500, ge=1, le=10_000)
-    pause_ms: int = Field(default=100, ge=0, le=3_600_000)
-    slice_ms: int = Field(default=30_000, ge=1_000, le=3_600_000)
+    batch_size: StrictInt = Field(default=500, ge=1, le=10_000)
+    pause_ms: StrictInt = Field(default=100, ge=0, le=3_600_000)
+    slice_ms: StrictInt = Field(default=30_000, ge=1_000, le=3_600_000)
     write_concern: dict[str, Any] = Field(default_factory=lambda: {"w": "majority"})
-    max_document_errors: int = Field(default=0, ge=0, le=1_000)
-    max_passes: int = Field(default=10, ge=1, le=1_000)
-    max_conflict_retries: int = Field(default=3, ge=0, le=100)
-    max_slice_failures: int = Field(default=3, ge=1, le=100)
-    max_parallel: int = Field(default=1, ge=1, le=64)
+    max_document_errors: StrictInt = Field(default=0, ge=0, le=1_000)
+    max_passes: StrictInt = Field(default=10, ge=1, le=1_000)
+    max_conflict_retries: StrictInt = Field(default=3, ge=0, le=100)
+    max_slice_failures: StrictInt = Field(default=3, ge=1, le=100)
+    max_parallel: StrictInt = Field(default=1, ge=1, le=64)
     partitions: Partitions = Field(default_factory=Partitions)
     adaptive: Adaptive | Literal[False] = Field(default_factory=Adaptive)
     throttle: Callable[..., Any] | None = None
@@ -128,28 +134,43 @@ class Background(BaseModel):
     occ: Literal["revision", "version-only"] = "revision"
     description: str | None = Field(default=None, max_length=512)
     transaction: Transaction | None = None
-    max_replication_lag_ms: int | Literal[False] = Field(default=10_000)
+    max_replication_lag_ms: StrictInt | Literal[False] = Field(default=10_000)
     health: list[Callable[..., Any]] = Field(default_factory=list)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _transaction_defaults(cls, data: Any) -> Any:
-        """``transaction=True`` means the defaults; a transactional batch defaults to 100 documents."""
-        if isinstance(data, dict):
-            value = data.get("transaction")
-            if value is True:
-                data = {**data, "transaction": Transaction()}
-            elif value is False:
-                data = {**data, "transaction": None}
-            if data.get("transaction") is not None and "batch_size" not in data:
-                data = {**data, "batch_size": 100}
-        return data
+    def _every_problem(cls, data: Any, handler: Any) -> Background:
+        """Check the values one by one (pydantic), then the rules between them, and report both at once.
 
-    @field_validator("max_replication_lag_ms")
+        Pydantic stops before the rules when a value is wrong; here the rules still run over the
+        values that are right, so that one error lists everything to fix."""
+        if isinstance(data, Mapping):
+            data = _transaction_defaults(dict(data))
+        try:
+            spec = handler(data)
+        except ValidationError as exc:
+            errors: list[Any] = list(exc.errors())
+            if not isinstance(data, Mapping):
+                raise
+            failed = {err["loc"][0] for err in errors if err["loc"]}
+            given = {k for k in data if k in cls.model_fields and k not in failed}
+            values = {**_defaults(cls), **{k: data[k] for k in given}}
+            values = {k: v for k, v in values.items() if k not in failed}
+        else:
+            errors, values, given = [], dict(spec), set(spec.model_fields_set)
+        problems = [
+            InitErrorDetails(type=PydanticCustomError("background_spec", message), loc=(key,) if key else (), input=None)
+            for key, message in _rule_problems(values, given)
+        ]
+        if errors or problems:
+            raise ValidationError.from_exception_data(cls.__name__, [*errors, *problems])
+        return spec  # type: ignore[no-any-return]
+
+    @field_validator("max_replication_lag_ms", mode="before")
     @classmethod
-    def _lag(cls, value: int | bool) -> int | bool:
-        if value is True or (value is not False and not 0 <= value <= 3_600_000):
-            raise ValueError("must be False (never wait) or a number of ms from 0 to 3,600,000")
+    def _lag(cls, value: Any) -> Any:
+        if value is not False and (type(value) is not int or not 0 <= value <= 3_600_000):
+            raise ValueError("must be False (never wait) or a whole number of ms from 0 to 3,600,000")
         return value
 
     @field_validator("collection")
@@ -168,14 +189,28 @@ class Background(BaseModel):
             raise ValueError(f"{value!r} must be a top-level field name (letters, digits, _), not _id")
         return value
 
+    @field_validator("filter", "pipeline", "revert_pipeline")
+    @classmethod
+    def _bson(cls, value: Any) -> Any:
+        """Stored with the registration and sent to the server: a value BSON cannot hold would only
+        fail there, with a traceback that quotes it. The message names the place and the type."""
+        if value is not None and (problem := bson_problem(value)):
+            raise ValueError(problem)
+        return value
+
     @field_validator("write_concern")
     @classmethod
     def _write_concern(cls, value: dict[str, Any]) -> dict[str, Any]:
         unknown = set(value) - {"w", "j", "wtimeout"}
         if unknown:
             raise ValueError(f"unknown write concern option(s): {', '.join(sorted(unknown))}")
-        if value.get("w", 1) == 0:
+        w, j, wtimeout = value.get("w", 1), value.get("j", False), value.get("wtimeout", 0)
+        if w == 0 and type(w) is int:
             raise ValueError("w: 0 is refused: unacknowledged writes cannot be checked or counted")
+        if not ((type(w) is int and w > 0) or (isinstance(w, str) and w)):
+            raise ValueError("w must be a number of members (1 or more) or a tag such as 'majority'")
+        if not isinstance(j, bool) or type(wtimeout) is not int or wtimeout < 0:
+            raise ValueError("j must be True or False and wtimeout a whole number of ms (0 or more)")
         return value
 
     @field_validator("adaptive", mode="before")
@@ -183,39 +218,9 @@ class Background(BaseModel):
     def _adaptive(cls, value: Any) -> Any:
         if value is True or value is None:
             return Adaptive()
+        if isinstance(value, Mapping):  # its own errors, not those of every member of the union
+            return Adaptive.model_validate(value)
         return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Background:
-        if self.to_version == self.from_version:
-            raise ValueError("from_version and to_version must differ")
-        if self.to_version < self.from_version:
-            raise ValueError("to_version must be greater than from_version (revert is declared with revert=...)")
-        forms = [n for n in ("migrate", "migrate_batch", "pipeline", "step") if getattr(self, n) is not None]
-        if len(forms) != 1:
-            raise ValueError(f"give exactly one of migrate, migrate_batch, pipeline or step (got {', '.join(forms) or 'none'})")
-        if self.step is not None and (self.revert or self.revert_batch or self.revert_pipeline):
-            raise ValueError("a step migration reverts with revert_step")
-        if self.step is None and self.revert_step is not None:
-            raise ValueError("revert_step goes with step")
-        reverts = [n for n in ("revert", "revert_batch", "revert_pipeline") if getattr(self, n) is not None]
-        if len(reverts) > 1:
-            raise ValueError(f"give at most one of revert, revert_batch or revert_pipeline (got {', '.join(reverts)})")
-        if self.version_field == self.revision_field:
-            raise ValueError("version_field and revision_field must differ")
-        for name in ("pipeline", "revert_pipeline"):
-            stages = getattr(self, name)
-            if stages is not None:
-                _check_pipeline(name, stages, (self.version_field, self.revision_field, "_id"))
-        for name in (self.version_field, self.revision_field):
-            if _mentions(self.filter, name):
-                raise ValueError(f"filter may not name {name}: the engine matches the version itself")
-        if self.step is not None and self.max_parallel != 1:
-            raise ValueError("a step migration runs as one partition: max_parallel must be 1")
-        if isinstance(self.adaptive, Adaptive):
-            if self.adaptive.max_batch_size is not None and self.adaptive.max_batch_size < self.adaptive.min_batch_size:
-                raise ValueError("adaptive.max_batch_size is below adaptive.min_batch_size")
-        return self
 
     # -- derived values -------------------------------------------------------
 
@@ -252,3 +257,73 @@ class Background(BaseModel):
         data["mode"] = self.mode
         data["reversible"] = self.reversible
         return data
+
+
+#: Settings that only mean something when the engine reads the documents itself: a step
+#: migration does its own reads and writes, so giving one of them is a mistake, not a no-op.
+DOCUMENT_ONLY = (
+    "filter", "version_field", "revision_field", "occ", "batch_size", "adaptive", "partitions",
+    "max_conflict_retries", "max_document_errors", "max_passes",
+)
+
+
+def _transaction_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``transaction=True`` means the defaults; a transactional batch defaults to 100 documents."""
+    value = data.get("transaction")
+    if value is True:
+        data["transaction"] = Transaction()
+    elif value is False:
+        data["transaction"] = None
+    if data.get("transaction") is not None and "batch_size" not in data and data.get("step") is None:
+        data["batch_size"] = 100
+    return data
+
+
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    return {name: f.get_default(call_default_factory=True) for name, f in model.model_fields.items() if not f.is_required()}
+
+
+def _rule_problems(v: Mapping[str, Any], given: set[str]) -> list[tuple[str, str]]:
+    """The rules between values, as ``(key, problem)``: each runs only over values that are valid.
+
+    ``v`` holds every setting (defaults for the ones not given) but those that failed their own
+    check: a rule over a missing value is skipped. ``given`` holds the keys written."""
+    out: list[tuple[str, str]] = []
+    old, new = v.get("from_version"), v.get("to_version")
+    if type(old) is int and type(new) is int:
+        if new == old:
+            out.append(("to_version", "from_version and to_version must differ"))
+        elif new < old:
+            out.append(("to_version", "to_version must be greater than from_version (revert is declared with revert=...)"))
+    transforms = {"migrate", "migrate_batch", "pipeline", "step"}
+    if transforms <= set(v):
+        forms = [n for n in ("migrate", "migrate_batch", "pipeline", "step") if v[n] is not None]
+        if len(forms) != 1:
+            out.append(("", f"give exactly one of migrate, migrate_batch, pipeline or step (got {', '.join(forms) or 'none'})"))
+    step = v.get("step") is not None
+    reverts = [n for n in ("revert", "revert_batch", "revert_pipeline") if v.get(n) is not None]
+    if step and reverts:
+        out.append((reverts[0], "a step migration reverts with revert_step"))
+    if not step and v.get("revert_step") is not None and "step" in v:
+        out.append(("revert_step", "revert_step goes with step"))
+    if len(reverts) > 1:
+        out.append(("", f"give at most one of revert, revert_batch or revert_pipeline (got {', '.join(reverts)})"))
+    fields = [v[n] for n in ("version_field", "revision_field") if isinstance(v.get(n), str)]
+    if len(fields) == 2 and fields[0] == fields[1]:
+        out.append(("revision_field", "version_field and revision_field must differ"))
+    if step:
+        out += [(key, "a step migration does its own reads and writes: leave it out") for key in DOCUMENT_ONLY if key in given]
+        if type(v.get("max_parallel")) is int and v["max_parallel"] != 1:
+            out.append(("max_parallel", "a step migration runs as one partition: max_parallel must be 1"))
+    for name in ("pipeline", "revert_pipeline"):
+        if isinstance(v.get(name), list):
+            try:
+                _check_pipeline(name, v[name], (*fields, "_id"))
+            except ValueError as exc:
+                out.append((name, str(exc)))
+    if isinstance(v.get("filter"), dict):
+        out += [("filter", f"filter may not name {f}: the engine matches the version itself") for f in fields if _mentions(v["filter"], f)]
+    adaptive = v.get("adaptive")
+    if isinstance(adaptive, Adaptive) and adaptive.max_batch_size is not None and adaptive.max_batch_size < adaptive.min_batch_size:
+        out.append(("adaptive", "adaptive.max_batch_size is below adaptive.min_batch_size"))
+    return out

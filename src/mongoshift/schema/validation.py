@@ -36,6 +36,11 @@ def declared_name(loc: Sequence[Any], values: Mapping[str, Any]) -> str | None:
 
 def describe_errors(exc: ValidationError, *, prefix: str = "", unknown: str = "unknown key") -> str:
     """Every problem of ``exc`` as ``where: what``; ``unknown`` names an extra key ("unknown setting")."""
+    return "; ".join(list_errors(exc, prefix=prefix, unknown=unknown))
+
+
+def list_errors(exc: ValidationError, *, prefix: str = "", unknown: str = "unknown key") -> list[str]:
+    """The problems of ``exc``, one ``where: what`` each (never the value that was refused)."""
     parts = []
     for err in exc.errors():
         where = loc_path(err["loc"])
@@ -45,4 +50,4 @@ def describe_errors(exc: ValidationError, *, prefix: str = "", unknown: str = "u
         if err["type"] == "extra_forbidden":
             message = unknown
         parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
+    return parts

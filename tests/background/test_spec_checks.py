@@ -1,0 +1,116 @@
+"""A background spec is checked completely when its file loads: every problem in one error (exit 20),
+the file named, nothing registered, no traceback and never a value of the filter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .test_processes import cli
+
+SECRET = "leaked-value@example.com"
+
+MANY_PROBLEMS = f'''
+from mongoshift import Background
+
+requires = ["0000_base", "0000_base"]
+
+def migrate(doc, ctx):
+    return doc
+
+background = Background(
+    collection="people",
+    from_version=2,
+    to_version=1,
+    migrate=migrate,
+    filter={{"email": {{"$in": {{"{SECRET}"}}}}}},
+    slice_ms=True,
+    batch_size="100",
+    max_parallel=2.0,
+    partitions={{"over_partition": True}},
+    bogus=1,
+)
+'''
+
+
+def _refused(project, name: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    result = cli(project, "up", "--json")
+    assert result.returncode == 20, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and SECRET not in result.stdout + result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "invalid_export" and error["message"].startswith(f"{name}: ")
+    return error  # type: ignore[no-any-return]
+
+
+async def test_every_problem_of_a_spec_is_reported_at_once(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_bad.py", MANY_PROBLEMS)
+    error = _refused(project, "0001_bad.py")
+    problems = error["details"]["problems"]
+    where = sorted({p.split(":")[0] for p in problems})
+    assert where == [
+        "background.batch_size",
+        "background.bogus",
+        "background.filter",
+        "background.max_parallel",
+        "background.partitions.over_partition",
+        "background.slice_ms",
+        "background.to_version",  # a rule between two values, reported with the values' own problems
+        "requires names '0000_base' twice",
+    ]
+    assert error["message"].startswith(f"0001_bad.py: {len(problems)} problems: ")
+    assert "background.filter: email.$in is a set, which is not a BSON value" in error["message"]  # where and what, never the value
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (f'{{"{SECRET}"}}', "set"),
+        (f'__import__("decimal").Decimal("{len(SECRET)}.5")', "Decimal"),
+        ('__import__("datetime").date(2024, 1, 2)', "date"),
+        ("2 ** 70", "int"),
+        ("object()", "object"),
+    ],
+)
+async def test_a_filter_that_bson_cannot_hold_fails_the_import_check_not_up(project, db, value: str, kind: str) -> None:  # type: ignore[no-untyped-def]
+    project.add(
+        "0001_names.py",
+        f'''
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    return doc
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, filter={{"tag": {value}}})
+''',
+    )
+    error = _refused(project, "0001_names.py")
+    assert error["details"]["problems"] == [f"background.filter: tag is a {kind}, which is not a BSON value"]
+    dry = cli(project, "dry-run", "up", "--json")  # the same check, before anything is written
+    assert dry.returncode == 20 and SECRET not in dry.stdout + dry.stderr
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+async def test_a_step_migration_refuses_the_settings_of_the_document_modes(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add(
+        "0001_step.py",
+        '''
+from mongoshift import Background
+
+async def step(ctx):
+    return {"checkpoint": None, "done": True}
+
+background = Background(
+    collection="people", from_version=0, to_version=1, step=step,
+    filter={"active": True}, version_field="v", batch_size=10, max_conflict_retries=1, transaction=True,
+)
+''',
+    )
+    problems = _refused(project, "0001_step.py")["details"]["problems"]
+    assert sorted(p.split(":")[0] for p in problems) == [
+        "background.batch_size", "background.filter", "background.max_conflict_retries", "background.version_field"
+    ]
+    assert all("a step migration does its own reads and writes" in p for p in problems)
+    assert await db["_mongoshift_background"].count_documents({}) == 0
