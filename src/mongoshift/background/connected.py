@@ -87,6 +87,7 @@ async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) 
         cancel=session.cancel,
         lease_ttl_ms=int(settings.background_lease_ttl_seconds * 1000),
         client=session.client,
+        runner=session.run.run_id,
     )
 
     def new_lock(lock_id: str) -> Any:
