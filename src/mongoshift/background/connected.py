@@ -8,6 +8,8 @@ run, even when a deploy makes the engine reload a file on every poll).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -107,6 +109,7 @@ async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) 
         lease_ttl_ms=int(settings.background_lease_ttl_seconds * 1000),
         client=session.client,
         changelog=session.changelog,
+        runner=runner_key(session.run.run_id),
     )
 
     def new_lock(lock_id: str) -> Any:
@@ -126,3 +129,12 @@ async def open_engine(
     """Connect (or use ``client``, left open) and start the engine; closed on exit."""
     async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=client) as session:
         yield await start_engine(session, observers=observers)
+
+
+def runner_key(run_id: str) -> str:
+    """The run id as this runner's name on leases and asks: a field name in the state document,
+    so an id that is not a plain token (``.``, ``$``; ``open_session(run_id=...)`` takes any
+    string) goes by its hash instead."""
+    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", run_id):
+        return run_id
+    return hashlib.sha256(run_id.encode()).hexdigest()[:32]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ class EngineContext:
     lag_signals: dict[int, ReplicationLag] = field(default_factory=dict)
     #: Where a ``requires`` that names an ordinary migration is judged met (applied).
     changelog: Changelog | None = None
+    #: This runner's identity on its leases and asks (the fair share counts lanes by it).
+    runner: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def health_signals(self, spec: Background) -> list[HealthSignal]:
         """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""

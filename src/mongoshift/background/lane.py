@@ -31,6 +31,7 @@ from .health import wait_while_unhealthy
 from .job import Job
 from .model import Lease, Partition, State
 from .modes import LeaseActivity, PartitionWork, mode_for
+from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 from .transaction import TransactionsUnsupported
 
@@ -61,15 +62,19 @@ class Lane:
         engine = self.engine
         job = Job.of(state, spec)
         await engine.store.reap(state.name)
+        if not await may_claim(engine.store, state.name, engine.runner, spec.max_parallel):
+            return SliceResult("busy")  # this runner holds its share while another waits
         slots = list(range(spec.max_parallel))
         offset = engine.rng.randrange(len(slots))
-        claimed = await engine.store.claim(state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms)
+        claimed = await engine.store.claim(
+            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner
+        )
         if claimed is None:
             return SliceResult("exhausted")
         if claimed is False:
             return SliceResult("busy")
         lease, partition = claimed
-        engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id)
+        engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id, runner=engine.runner)
         lost = asyncio.Event()
         self.activity.touched = engine.now()  # the claim renewed the lease
         heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))

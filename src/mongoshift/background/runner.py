@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pymongo.errors import PyMongoError
+
 from ..errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError
 from ..schema.background import Background
 from .coordinator import Coordinator
@@ -44,6 +46,8 @@ class MigrationRun:
     poll_seconds: float = 2.0
     checksum_wait_seconds: float = 300.0
     lane_ids: list[str] = field(default_factory=list)
+    _slices: int = field(default=0, init=False)
+    _asked_at: float | None = field(default=None, init=False)
 
     async def run(
         self,
@@ -64,6 +68,14 @@ class MigrationRun:
         has nothing to wait for: its state is returned at once. A live one waits, reloading the file
         with ``reload``, until the two agree, for at most ``checksum_wait_seconds``; then
         :class:`BackgroundFileChangedError` or :class:`FileNotFoundMigrationError`."""
+        try:
+            return await self._run(name, spec, concurrency=concurrency, checksum=checksum, reload=reload, once=once)
+        finally:
+            await self._stop_asking(name)
+
+    async def _run(
+        self, name: str, spec: Background | None, *, concurrency: int, checksum: str | None, reload: Callable[[], Loaded] | None, once: bool
+    ) -> State | None:
         wait = _FileWait(name, self.checksum_wait_seconds)
         said = None
         while not self.engine.cancel.is_set():
@@ -91,17 +103,20 @@ class MigrationRun:
             if decision.next == "wait" and decision.reason != said:
                 said = decision.reason
                 log.info("%s: waiting: %s", name, decision.reason)
-            count = min(max(1, min(concurrency, spec.max_parallel)), decision.lanes) if decision.next == "process" else 0
+            lanes = max(1, min(concurrency, spec.max_parallel))
+            if decision.next == "process" and decision.lanes == 0:
+                await self._ask(name)  # every lane is held elsewhere: ask for a share of them
             if once:
-                if count:
-                    await asyncio.gather(*(self._lane(name, spec, checksum, once=True) for _ in range(count)))
+                if decision.next == "process" and decision.lanes:
+                    await asyncio.gather(*(self._lane(name, spec, checksum, once=True) for _ in range(min(lanes, decision.lanes))))
                     decision = await self.coordinator.step(name, spec)
                 return decision.state if decision.next == "done" else await self.engine.store.state(name)
-            if count == 0:
+            if decision.next != "process" or decision.lanes == 0:
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
                 continue
-            outcomes = await asyncio.gather(*(self._lane(name, spec, checksum) for _ in range(count)))
-            if all(o in ("busy", "stale") for o in outcomes):
+            slices = self._slices
+            await asyncio.gather(*(self._lane(name, spec, checksum) for _ in range(lanes)))
+            if self._slices == slices:  # no lane got a partition: look again after a poll, not at once
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
         return await self.engine.store.state(name)
 
@@ -113,6 +128,14 @@ class MigrationRun:
             if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
                 return "stale"
             result = await lane.run_slice(state, spec)
+            if result.outcome == "busy":  # every slot is held, or this runner holds its fair share while another waits
+                await self._ask(name)
+                if once:
+                    return result.outcome
+                await sleep(self.poll_seconds * 1000, self.engine.cancel)
+                continue
+            if result.outcome != "exhausted":
+                self._slices += 1
             if once:
                 return result.outcome
             if result.outcome in ("yielded", "done"):
@@ -124,6 +147,26 @@ class MigrationRun:
                 continue
             return result.outcome
         return "stopped"
+
+    async def _ask(self, name: str) -> None:
+        """Ask for a share of the lanes (see :mod:`.share`), at most twice a poll; the ask outlives a few polls and a lease."""
+        now = self.engine.now()
+        if self._asked_at is not None and now - self._asked_at < self.poll_seconds / 2:
+            return
+        self._asked_at = now
+        ttl_ms = max(self.engine.lease_ttl_ms, int(3 * self.poll_seconds * 1000))
+        await self.engine.store.ask(name, self.engine.runner, ttl_ms=ttl_ms)
+
+    async def _stop_asking(self, name: str) -> None:
+        """Withdraw this runner's ask as it leaves, so the others take the free lanes at once; else it lapses."""
+        if self._asked_at is None:
+            return
+        self._asked_at = None
+        try:
+            await self.engine.store.stop_asking(name, self.engine.runner)
+        except PyMongoError as exc:
+            log.debug("withdrawing the ask for a lane failed: %s", type(exc).__name__)
+
 
 
 @dataclass

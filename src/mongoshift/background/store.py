@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -354,9 +355,11 @@ class BackgroundStore:
         return result.modified_count
 
     async def claim(
-        self, state: State, *, slots: Sequence[int], owner: str, ttl_ms: int
+        self, state: State, *, slots: Sequence[int], owner: str, ttl_ms: int, runner: str | None = None
     ) -> tuple[Lease, Partition] | None | bool:
-        """Claim an open partition in one free slot: (lease, partition), None if none is open, False if every slot is taken."""
+        """Claim an open partition in one free slot: (lease, partition), None if none is open, False if every slot is taken.
+
+        ``runner`` is the claiming process's identity, kept on the lease: the fair share counts leases by it."""
         plan = state.plan or {}
         query = {
             "background": state.name,
@@ -377,6 +380,7 @@ class BackgroundStore:
                             "lease.slot": slot,
                             "lease.token": token,
                             "lease.owner": owner,
+                            "lease.runner": runner,
                             "lease.host": socket.gethostname(),
                             "lease.pid": os.getpid(),
                             "lease.ttl_ms": ttl_ms,
@@ -395,6 +399,38 @@ class BackgroundStore:
                 return None if not busy else False
             return Lease(doc["_id"], token, slot, owner, ttl_ms), Partition.from_document(doc)
         return False
+
+    async def leases_by_runner(self, name: str) -> Counter[str | None]:
+        """How many live leases each runner holds (None: a lease from a version that did not say)."""
+        held: Counter[str | None] = Counter()
+        async for doc in self.partitions.find({"background": name, "lease.slot": {"$exists": True}}, {"lease.runner": 1}):
+            held[(doc.get("lease") or {}).get("runner")] += 1
+        return held
+
+    async def ask(self, name: str, runner: str, *, ttl_ms: int) -> None:
+        """Say that ``runner`` waits for a lane of ``name``; the ask lapses ``ttl_ms`` after it, by the server's clock."""
+        await self.states.update_one(
+            {"_id": name}, {"$currentDate": {f"asking.{runner}.at": True}, "$set": {f"asking.{runner}.ttl_ms": ttl_ms}}
+        )
+
+    async def stop_asking(self, name: str, runner: str) -> None:
+        await self.states.update_one({"_id": name, f"asking.{runner}": {"$exists": True}}, {"$unset": {f"asking.{runner}": ""}})
+
+    async def asking(self, name: str, *, besides: str) -> list[str]:
+        """The runners other than ``besides`` whose ask for a lane of ``name`` is still live.
+
+        Lapsed asks (a runner that died while it waited) are removed on the way, each only if
+        it was not renewed meanwhile."""
+        live = {"$lt": ["$$NOW", {"$add": ["$$this.v.at", "$$this.v.ttl_ms"]}]}
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"_id": name, "asking": {"$exists": True}}},
+            {"$project": {"asks": {"$map": {"input": {"$objectToArray": "$asking"}, "in": {"runner": "$$this.k", "at": "$$this.v.at", "live": live}}}}},
+        ]
+        asks = [ask async for row in await self.states.aggregate(pipeline) for ask in row.get("asks") or []]
+        for ask in asks:
+            if not ask["live"]:
+                await self.states.update_one({"_id": name, f"asking.{ask['runner']}.at": ask["at"]}, {"$unset": {f"asking.{ask['runner']}": ""}})
+        return [ask["runner"] for ask in asks if ask["live"] and ask["runner"] != besides]
 
     async def renew(self, lease: Lease) -> bool:
         result = await self.partitions.update_one(
