@@ -237,7 +237,7 @@ def _requires_problems(item: MigrationFile, module: ModuleType) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        return ["requires must be a list of background migration file names"]
+        return ["requires must be a list of earlier migration file names"]
     problems: list[str] = []
     seen: set[str] = set()
     for name in value:
