@@ -145,3 +145,42 @@ async def test_a_server_without_transactions_fails_the_migration_clearly(fast_pr
     async with fail_command(client, {"times": 1}, **no_txn):
         (result,) = await bg.run(s, ["0001_txn.py"])
     assert result.status == "failed" and "without transaction" in (result.last_error or "")
+
+
+async def test_a_left_out_document_counts_only_in_the_batch_that_holds_it(client, db) -> None:  # type: ignore[no-untyped-def]
+    """Document 60 fails, then a time limit halves the batch to 50: the committed batch (0-49)
+    must not count 60 as failed, or the batch that reaches it again counts it twice."""
+    import random
+
+    from pymongo.errors import OperationFailure
+
+    from mongoshift import Background
+    from mongoshift.background.batch import BatchResult, DocumentError, DocumentFailed
+    from mongoshift.background.transaction import TransactionalBatchSize, run_batch
+
+    spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 6})
+    writes = 0
+    checkpointed: list[list[object]] = []
+
+    async def read(session, limit):  # type: ignore[no-untyped-def]
+        return [{"_id": i} for i in range(limit)]
+
+    async def write(session, docs):  # type: ignore[no-untyped-def]
+        nonlocal writes
+        writes += 1
+        if writes == 1:
+            raise DocumentFailed(DocumentError(60, "transform", "bad 60"))
+        if writes == 2:
+            raise OperationFailure("operation exceeded time limit", code=50)
+        return BatchResult()
+
+    async def checkpoint(session, docs, fetched, limit, result, excluded, retries):  # type: ignore[no-untyped-def]
+        checkpointed.append([e.id for e in excluded])
+        return True
+
+    outcome = await run_batch(
+        client=client, collection=db.people, spec=spec, read=read, write=write, checkpoint=checkpoint,
+        sizing=TransactionalBatchSize(100), rng=random.Random(1),
+    )
+    assert [d["_id"] for d in outcome.docs] == list(range(50))
+    assert checkpointed == [[]] and outcome.result.errors == [] and outcome.excluded == []

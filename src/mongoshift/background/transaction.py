@@ -140,15 +140,18 @@ async def run_batch(
                 docs = fitting(fetched)
                 work = [d for d in docs if id_key(d["_id"]) not in excluded]
                 result = await write(session, work) if work else BatchResult()
-                result.errors = list(excluded.values())
-                ok = await checkpoint(session, docs, fetched, size, result, list(excluded.values()), retries)
+                # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
+                # fit) may end before one, and the batch that reaches it again counts it then.
+                failed_here = [excluded[key] for key in (id_key(d["_id"]) for d in docs) if key in excluded]
+                result.errors = failed_here
+                ok = await checkpoint(session, docs, fetched, size, result, failed_here, retries)
                 if not ok:
                     await session.abort_transaction()
                     return Outcome(result, docs, False, None, retries, lost=True)
                 await commit(session)
                 sizing.succeeded(size, spec.batch_size)
                 done = len(docs) == len(fetched) and len(fetched) < size
-                return Outcome(result, docs, done, docs[-1]["_id"] if docs else None, retries, list(excluded.values()))
+                return Outcome(result, docs, done, docs[-1]["_id"] if docs else None, retries, failed_here)
             except DocumentFailed as failed:
                 await _abort(session)
                 excluded[id_key(failed.document.id)] = failed.document
