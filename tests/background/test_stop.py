@@ -46,3 +46,27 @@ async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, sour
     assert not runner.running
     assert await db.people.count_documents({"__v": 2}) == written, "a batch was written after the stop"
     assert await db["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
+
+
+async def test_a_pause_given_during_a_long_wait_writes_no_further_batch(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 100)
+    fast_project.add("0001_names.py", LONG_PAUSE.replace("pause_ms=60_000", "pause_ms=3_000"))
+    s = fast_project.settings()
+    await command.up(s)
+    first_batch = asyncio.Event()
+
+    def observe(event: Event) -> None:
+        if event.kind == "batch":
+            first_batch.set()
+
+    runner = await bg.start_background_runner(s, observers=[observe])
+    try:
+        await asyncio.wait_for(first_batch.wait(), 60)
+        await asyncio.sleep(0.5)  # the lane now waits out its 3 s pause
+        assert await db.people.count_documents({"__v": 2}) == 10
+        assert (await bg.apply_control(s, "0001_names.py", "pause")).applied == "applied"
+        await asyncio.sleep(4.5)  # past the pause: the lane has looked at the control again
+        assert await db.people.count_documents({"__v": 2}) == 10, "a batch was written after the pause"
+    finally:
+        await runner.stop()
+    assert (await bg.status(s, "0001_names.py"))[0].status == "paused"

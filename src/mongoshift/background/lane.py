@@ -37,6 +37,9 @@ from .transaction import TransactionsUnsupported
 
 log = logging.getLogger("mongoshift.background")
 
+#: After a wait this long (pause, throttle hook, health), the lane reads the control fields again before its batch.
+CONTROL_RECHECK_AFTER_WAIT_S = 1.0
+
 Outcome = Literal["exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error"]
 
 #: A migration's status that stops its lanes, as the slice's outcome.
@@ -197,6 +200,7 @@ class Lane:
                     return SliceResult(control, counters)
                 look = False
             size = adaptive.batch_size() if adaptive else spec.batch_size
+            wait_started = engine.now()
             await before_batch(
                 pause_ms=spec.pause_ms,
                 hook=spec.throttle,
@@ -213,6 +217,10 @@ class Lane:
             # the wait was cut short for that, not to write one more batch sooner.
             if (halt := _interrupted(engine, lost)) is not None:
                 return SliceResult(halt, counters)
+            # A pause or cancel given during a long wait is honoured before the batch, not after it:
+            # one read of the control fields, only when the wait was long enough for one to come.
+            if engine.now() - wait_started >= CONTROL_RECHECK_AFTER_WAIT_S and (control := await self._control(state, partition)) is not None:
+                return SliceResult(control, counters)
             failed_before = counters.get("failed", 0)
             try:
                 progress = await mode.advance(work, cursor, size)
