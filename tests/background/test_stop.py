@@ -21,8 +21,8 @@ BUSY_AFTER_FIRST = background_file(batch_size=10, extra="adaptive=False, health=
 )
 
 
-@pytest.mark.parametrize("source", [LONG_PAUSE, BUSY_AFTER_FIRST], ids=["pause_ms", "health"])
-async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, source: str) -> None:  # type: ignore[no-untyped-def]
+async def _waiting_after_one_batch(fast_project, db, source: str):  # type: ignore[no-untyped-def]
+    """An in-app runner whose one lane wrote its first batch of 10 and now waits before the next."""
     await seed(db.people, 100)
     fast_project.add("0001_names.py", source)
     s = fast_project.settings()
@@ -36,6 +36,12 @@ async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, sour
     runner = await bg.start_background_runner(s, observers=[observe])
     await asyncio.wait_for(first_batch.wait(), 60)
     await asyncio.sleep(0.5)  # the lane now waits before its second batch
+    return s, runner
+
+
+@pytest.mark.parametrize("source", [LONG_PAUSE, BUSY_AFTER_FIRST], ids=["pause_ms", "health"])
+async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, source: str) -> None:  # type: ignore[no-untyped-def]
+    s, runner = await _waiting_after_one_batch(fast_project, db, source)
     written = await db.people.count_documents({"__v": 2})
     assert written == 10
 
@@ -49,20 +55,8 @@ async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, sour
 
 
 async def test_a_pause_given_during_a_long_wait_writes_no_further_batch(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    await seed(db.people, 100)
-    fast_project.add("0001_names.py", LONG_PAUSE.replace("pause_ms=60_000", "pause_ms=3_000"))
-    s = fast_project.settings()
-    await command.up(s)
-    first_batch = asyncio.Event()
-
-    def observe(event: Event) -> None:
-        if event.kind == "batch":
-            first_batch.set()
-
-    runner = await bg.start_background_runner(s, observers=[observe])
+    s, runner = await _waiting_after_one_batch(fast_project, db, LONG_PAUSE.replace("pause_ms=60_000", "pause_ms=3_000"))
     try:
-        await asyncio.wait_for(first_batch.wait(), 60)
-        await asyncio.sleep(0.5)  # the lane now waits out its 3 s pause
         assert await db.people.count_documents({"__v": 2}) == 10
         assert (await bg.apply_control(s, "0001_names.py", "pause")).applied == "applied"
         await asyncio.sleep(4.5)  # past the pause: the lane has looked at the control again
@@ -70,3 +64,27 @@ async def test_a_pause_given_during_a_long_wait_writes_no_further_batch(fast_pro
     finally:
         await runner.stop()
     assert (await bg.status(s, "0001_names.py"))[0].status == "paused"
+
+
+async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lock(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A killed runner's coordinator lock holds the next run up to the lease TTL: it must say so, not sit silent at pass 0."""
+    import logging
+
+    from mongoshift.background.store import lock_id
+    from mongoshift.project.run import CancelSignal
+
+    await seed(db.people, 20)
+    fast_project.add("0001_names.py", background_file(batch_size=10))
+    s = fast_project.settings()
+    await command.up(s)
+    async with bg.open_engine(s) as other:  # another runner's identity holds the lock
+        assert await other.session.new_lock(lock_id("0001_names.py"), ttl_seconds=60).try_acquire()
+        cancel = CancelSignal()
+        caplog.set_level(logging.INFO, logger="mongoshift.background")
+        run = asyncio.create_task(bg.run(s, ["0001_names.py"], cancel=cancel))
+        await asyncio.sleep(1.5)
+        cancel.set("test")
+        await run
+    said = [r.getMessage() for r in caplog.records if "coordinator lock" in r.getMessage()]
+    assert len(said) == 1 and "background_lease_ttl_seconds" in said[0]
+    assert await db.people.count_documents({"__v": 2}) == 0

@@ -103,7 +103,7 @@ class Coordinator:
                 return Decision("process", state, lanes=max(0, min(open_, free)))
         lock = self.new_lock(lock_id(name))
         if not await lock.try_acquire():
-            return Decision("busy", await self.engine.store.state(name), reason="another coordinator is stepping")
+            return Decision("busy", await self.engine.store.state(name), reason="another runner holds its coordinator lock (a killed one's lapses after background_lease_ttl_seconds)")
         try:
             return await self._step(name, spec)
         finally:

@@ -100,7 +100,7 @@ class MigrationRun:
             decision = await self.coordinator.step(name, spec)
             if decision.next == "done":
                 return decision.state
-            if decision.next == "wait" and decision.reason != said:
+            if decision.next in ("wait", "busy") and decision.reason != said:  # said once: why nothing moves yet
                 said = decision.reason
                 log.info("%s: waiting: %s", name, decision.reason)
             lanes = max(1, min(concurrency, spec.max_parallel))
