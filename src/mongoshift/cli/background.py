@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 @click.group(name="background")
 def background() -> None:
-    """Background migrations: run them, see their progress, pause, resume, cancel, retry."""
+    """Background migrations: run them, see their progress, pause, resume, cancel, retry, verify."""
 
 
 def _seconds(value: float | None) -> str:
