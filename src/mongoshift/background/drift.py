@@ -11,7 +11,7 @@ id. ``requires`` asks the same probe before it lets a contract step run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -62,14 +62,7 @@ class Verified:
     detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "migration": self.migration,
-            "collection": self.collection,
-            "found": self.found,
-            "action": self.action,
-            "reason": self.reason,
-            "detail": self.detail,
-        }
+        return asdict(self)
 
 
 async def old_shape_left(db: AsyncDatabase[dict[str, Any]], state: State, *, unindexed: Literal["scan", "skip"]) -> bool | None:
