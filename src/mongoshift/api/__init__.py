@@ -11,7 +11,7 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
-:func:`control_background`, :func:`repin_background`, and :class:`BackgroundRunner`
+:func:`control_background`, :func:`repin_background`, :func:`verify_background`, and :class:`BackgroundRunner`
 (:func:`start_background_runner`) inside an application. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..background.controls import ControlResult, RepinResult
+    from ..background.drift import Verified
     from ..background.events import Observer
     from ..background.status import BackgroundReport, PartitionRow
     from ..converge.report import ConvergeReport
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .background import repin as repin_background
     from .background import run as run_background
     from .background import status as background_status
+    from .background import verify as verify_background
     from .collections import converge, plan_converge
     from .migrations import (
         DryRunReport,
@@ -77,6 +79,7 @@ __all__ = [
     "RunReport",
     "Settings",
     "StatusRow",
+    "Verified",
     "background_partitions",
     "background_status",
     "control_background",
@@ -95,12 +98,14 @@ __all__ = [
     "status",
     "unlock",
     "up",
+    "verify_background",
 ]
 
 #: Public name → (module, name there), imported on first access.
 _LAZY: dict[str, tuple[str, str]] = {
     "ControlResult": ("..background.controls", "ControlResult"),
     "RepinResult": ("..background.controls", "RepinResult"),
+    "Verified": ("..background.drift", "Verified"),
     "Observer": ("..background.events", "Observer"),
     "BackgroundReport": ("..background.status", "BackgroundReport"),
     "PartitionRow": ("..background.status", "PartitionRow"),
@@ -120,6 +125,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "repin_background": (".background", "repin"),
     "run_background": (".background", "run"),
     "background_status": (".background", "status"),
+    "verify_background": (".background", "verify"),
     "converge": (".collections", "converge"),
     "plan_converge": (".collections", "plan_converge"),
     **{

@@ -12,6 +12,8 @@ from pymongo import AsyncMongoClient
 
 from ..background.connected import Engine, open_engine
 from ..background.controls import Action, ControlResult, RepinResult, control, pin
+from ..background.drift import Verified
+from ..background.drift import verify as verify_drift
 from ..background.events import Event, Observer
 from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
@@ -130,6 +132,26 @@ async def repin(settings: Settings, name: str, *, reason: str | None = None) -> 
         await engine.session.changelog.repin(wanted, checksum)
         engine.context.events.emit("control", wanted, action="repin", applied=result.applied, replan=result.replan)
         return result
+
+
+async def verify(
+    settings: Settings, names: list[str] | None = None, *, reopen: bool = False, observers: Iterable[Observer] = ()
+) -> list[Verified]:
+    """Look once for old-shape documents written after each named (None: every) migration completed.
+
+    ``reopen``: a migration where some are found gets one more pass (a runner does it); otherwise
+    it is only reported. Each answer is also a ``drift`` event to ``observers``. No id is returned."""
+    async with open_engine(settings, observers=observers) as engine:
+        wanted = None if names is None else [await _registered(engine, n) for n in names]
+        return await verify_drift(
+            engine.session.db,
+            engine.store,
+            wanted,
+            engine.session.declarations(),
+            engine.context.events,
+            reopen_found=reopen,
+            by=engine.session.run.executed_by,
+        )
 
 
 #: ``on_error(migration, message)``; ``migration`` is None when a round of the runner itself failed.

@@ -1,4 +1,4 @@
-"""Pause, resume, cancel, retry and unlock: each a checked move, recorded with who and why.
+"""Pause, resume, cancel, retry, reopen and unlock: each a checked move, recorded with who and why.
 
 A control that does not fit the status fails (exit code 33); one whose result
 is already in place answers ``unchanged``.
@@ -14,7 +14,7 @@ from ..schema.background import Background
 from .model import State
 from .store import BackgroundStore
 
-Action = Literal["pause", "resume", "cancel", "retry", "unlock"]
+Action = Literal["pause", "resume", "cancel", "retry", "reopen", "unlock"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ TRANSITIONS: dict[str, Rule] = {
     "resume": Rule(("paused",), "pending", ("blocked", "pending", "running"), "use 'retry' for a failed, cancelled or completed one"),
     "cancel": Rule(("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",), "it has stopped already; 'retry' takes it up again"),
     "retry": Rule(("failed", "cancelled", "completed"), "pending", ("blocked", "pending", "running"), "use 'resume' for a paused one"),
+    # Old shapes found after completion (``background verify --reopen``, ``requires``): one more pass.
+    "reopen": Rule(("completed",), "pending", ("blocked", "pending", "running"), "only a completed migration is reopened; 'retry' takes up a failed or cancelled one"),
     # Forgetting checkpoints under working lanes would lose track of their writes: never "already done".
     "retry --from-start": Rule(("failed", "cancelled", "completed"), "pending", (), "cancel it first, then retry it from the start"),
 }
@@ -88,7 +90,7 @@ async def control(
         return ControlResult(name, action, "unchanged", state.status)
     set_: dict[str, object] = {"last_error": None}
     old_plans: list[Any] = []
-    if action == "retry":
+    if action in ("retry", "reopen"):
         live = await store.live_counters(state)
         # The rate of the retried run is measured from its own start, over what it scans itself.
         set_.update(started_at=None, rate_base=live["scanned"])

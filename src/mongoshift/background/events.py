@@ -1,7 +1,8 @@
 """Events of background migrations, through one observer interface and the stdlib logger.
 
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
-``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``.
+``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``, ``drift``
+(``background verify``: found, and what was done).
 Events carry counts and names, never a document or an ``_id``. A lane emits at most one
 ``throttle`` every 10 s, counting the changes folded into it (:class:`.throttle.ThrottleReport`).
 """
@@ -16,7 +17,7 @@ from typing import Any
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed"})
+NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "drift"})
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Events:
 
     def emit(self, kind: str, migration: str, **data: Any) -> None:
         event = Event(kind, migration, data)
-        if kind in ("failed", "lease_lost") or (kind == "throttle" and data.get("overloads")):
+        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found"))
+        if kind in ("failed", "lease_lost") or noisy:
             level = logging.WARNING
         else:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG

@@ -9,7 +9,7 @@ however long it blocks, the loop keeps renewing the lane's lease and the migrati
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,22 @@ from .document import version_match
 from .model import State
 
 log = logging.getLogger("mongoshift.background")
+
+
+def old_shape(filter_: dict[str, Any], version_field: str, source: int, bad_ids: Sequence[Any] = ()) -> dict[str, Any]:
+    """The old shape: what a pass still rewrites (the filter at the source version), minus documents that failed.
+
+    The one definition: the passes, the count that closes them and the drift probe all use it."""
+    base = {**filter_, **version_match(version_field, source)}
+    if bad_ids:
+        return {"$and": [base, {"_id": {"$nin": list(bad_ids)}}]}
+    return base
+
+
+def stored_old_shape(state: State) -> dict[str, Any]:
+    """:func:`old_shape` of a forward migration from its stored settings: no file needed to look."""
+    spec = state.spec
+    return old_shape(spec.get("filter") or {}, spec["version_field"], spec["from_version"], state.bad_ids)
 
 
 @dataclass
@@ -84,10 +100,7 @@ class Job:
 
     def match(self, *, exclude_bad: bool = True) -> dict[str, Any]:
         """What is still to rewrite: the filter at the source version, minus documents that failed."""
-        base = {**self.spec.filter, **version_match(self.spec.version_field, self.source)}
-        if exclude_bad and self.bad_ids:
-            return {"$and": [base, {"_id": {"$nin": self.bad_ids}}]}
-        return base
+        return old_shape(self.spec.filter, self.spec.version_field, self.source, self.bad_ids if exclude_bad else ())
 
     def context(self, partition: str, cancel: CancelSignal, **extra: Any) -> TransformContext:
         return TransformContext(

@@ -13,17 +13,12 @@ is ``unknown``: ``up`` refuses it, since waiting would never end.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from pymongo.errors import OperationFailure
+from typing import Literal
 
 from ..project.changelog import Changelog
 from ..project.loader import MigrationFile, load
-from ..project.server_errors import bad_hint
-from .document import version_match
+from .drift import old_shape_left, reopen as reopen_pass
 from .store import BackgroundStore
-
-PROBE_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -38,19 +33,6 @@ class Waiting:
 
     def describe(self) -> str:
         return f"{self.name} ({self.reason})"
-
-
-async def _old_shape_left(store: BackgroundStore, spec: dict[str, Any]) -> bool:
-    collection = store.db[spec["collection"]]
-    match = {**spec.get("filter", {}), **version_match(spec["version_field"], spec["from_version"])}
-    hint = [(spec["version_field"], 1), ("_id", 1)]
-    try:
-        doc = await collection.find_one(match, {"_id": 1}, hint=hint, max_time_ms=PROBE_MS)
-    except OperationFailure as exc:
-        if not bad_hint(exc):  # no such index to hint: probe without it
-            raise
-        doc = await collection.find_one(match, {"_id": 1}, max_time_ms=PROBE_MS)
-    return doc is not None
 
 
 async def unmet(
@@ -77,11 +59,11 @@ async def unmet(
             waiting.append(Waiting(name, state.status, "its revert is registered"))
         elif state.status != "completed":
             waiting.append(Waiting(name, state.status, state.status))
-        elif state.mode != "step" and await _old_shape_left(store, state.spec):
+        elif state.mode != "step" and await old_shape_left(store.db, state, unindexed="scan"):
             if not reopen:
                 waiting.append(Waiting(name, "completed", "old shapes found: it would be reopened for another pass"))
                 continue
-            await store.transition(name, allowed=("completed",), to="pending", action="reopen", by=by, reason="requires found old shapes")
+            await reopen_pass(store, name, by=by, reason="requires found old shapes")
             waiting.append(Waiting(name, "pending", "old shapes found: reopened for another pass"))
     return waiting
 

@@ -21,13 +21,14 @@ from ..project.run import CancelSignal
 from .app import confirm, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
+    from ..background.drift import Verified
     from ..background.status import BackgroundReport
     from ..project.settings import Settings
 
 
 @click.group(name="background")
 def background() -> None:
-    """Background migrations: run them, see their progress, pause, resume, cancel, retry."""
+    """Background migrations: run them, see their progress, pause, resume, cancel, retry, verify."""
 
 
 def _seconds(value: float | None) -> str:
@@ -338,3 +339,45 @@ def repin(name: str, reason: str | None, yes: bool) -> None:
 def unlock(name: str, reason: str | None, yes: bool) -> None:
     """Clear NAME's leases and coordinator lock (after lanes were killed and you cannot wait for the TTL)."""
     _control("unlock", name, reason, yes)
+
+
+@background.command()
+@click.argument("names", nargs=-1)
+@click.option("--reopen", is_flag=True, help="Give each migration where old shapes are found one more pass (then 'background run' does it).")
+@click.option("--report", is_flag=True, help="Only report what is found (the default).")
+@global_options
+def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
+    """Look once for old-shape documents written after each completed migration (NAMEs, or all).
+
+    Exit 31 when some are found (reported or reopened), 0 otherwise; never shows a document id."""
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+
+    if reopen and report:
+        raise ConfigInvalidError("--reopen and --report exclude each other: pick one (--report is the default)")
+    s = settings()
+    results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
+    out = output()
+    drifted = [r.migration for r in results if r.found]
+    if out.json_mode:
+        out.json({"verify": [r.to_json() for r in results], "drift": drifted})
+    elif not results:
+        out.say("no background migrations registered")
+    else:
+        out.table(["migration", "collection", "result", "why"], [(r.migration, r.collection, *_verdict(r)) for r in results])
+    if drifted:
+        action = "reopened for another pass ('mongoshift background run' does it)" if reopen else "reported (--reopen gives it another pass)"
+        out.warn(f"old-shape documents written after completion: {', '.join(drifted)}; {action}")
+        return int(ExitCode.BACKGROUND_PENDING)
+    return 0
+
+
+def _verdict(r: Verified) -> tuple[str, str]:
+    """The ``result`` and ``why`` cells of a verify row."""
+    from ..background.drift import SKIP_REASONS
+
+    if r.action == "skipped":
+        why = SKIP_REASONS.get(r.reason or "", r.reason or "")
+        return f"skipped ({r.reason})", f"{why} ({r.detail})" if r.detail else why
+    if r.action == "clean":
+        return "clean", ""
+    return f"drift: {r.action}", "old-shape documents found"

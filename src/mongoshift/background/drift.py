@@ -1,0 +1,161 @@
+"""Drift: documents of the old shape written after a background migration completed.
+
+An application version that was never redeployed (a forgotten pod, a cron script) can
+write the old shape again once the rewrite is done. One probe per completed forward
+migration finds out: bounded (one ``_id``, ``maxTimeMS``), hinted on the version index,
+and over the engine's own definition of the old shape (:func:`.job.stored_old_shape`),
+so it finds exactly what another pass would rewrite. The answer is a yes or no, never an
+id. ``requires`` asks the same probe before it lets a contract step run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import OperationFailure
+
+from ..errors import BackgroundConflictError
+from ..project.declarations import Declarations
+from ..project.server_errors import bad_hint, max_time_expired
+from .controls import control
+from .events import Events
+from .job import stored_old_shape
+from .model import State
+from .store import BackgroundStore
+
+#: The probe's time bound (``maxTimeMS``): with the version index it needs one key.
+PROBE_MS = 5_000
+
+#: A migration of the same collection in one of these is at work (or will be): its passes
+#: move documents on, so a probe of an earlier step would race them.
+ACTIVE = ("blocked", "pending", "running", "paused")
+
+Action = Literal["clean", "reported", "reopened", "skipped"]
+
+#: Why a migration was not probed: a stable token (``--json``) and what it means.
+SKIP_REASONS: dict[str, str] = {
+    "not_completed": "not completed: its own passes still look for the old shape",
+    "revert": "a revert: drift is only looked for after a forward rewrite",
+    "step": "a step migration: it has no version field to probe",
+    "busy": "another migration of the collection is at work",
+    "min_guard": "the declared versioning min refuses the old shape",
+    "no_index": "no version index to probe through",
+    "probe_timeout": "the probe ran past its time bound",
+}
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What ``background verify`` found for one migration; counts and names only, never an id."""
+
+    migration: str
+    collection: str
+    #: A document of the old shape exists (what a new pass would rewrite).
+    found: bool
+    action: Action
+    #: When ``skipped``: a token of :data:`SKIP_REASONS`.
+    reason: str | None = None
+    #: The reason in words (``busy``: which migration).
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def old_shape_left(db: AsyncDatabase[dict[str, Any]], state: State, *, unindexed: Literal["scan", "skip"]) -> bool | None:
+    """Whether a document of ``state``'s old shape exists (a forward, document-mode migration).
+
+    ``unindexed="skip"`` answers None when the version index is missing; ``"scan"`` probes
+    without the hint then. A probe past :data:`PROBE_MS` raises (``max_time_expired``)."""
+    spec = state.spec
+    collection = db[spec["collection"]]
+    match = stored_old_shape(state)
+    try:
+        found = await collection.find_one(match, {"_id": 1}, hint=[(spec["version_field"], 1), ("_id", 1)], max_time_ms=PROBE_MS)
+    except OperationFailure as exc:
+        if not bad_hint(exc):
+            raise
+        if unindexed == "skip":
+            return None
+        found = await collection.find_one(match, {"_id": 1}, max_time_ms=PROBE_MS)
+    return found is not None
+
+
+async def reopen(store: BackgroundStore, name: str, *, by: str, reason: str) -> bool:
+    """One more pass for a completed migration (the ``reopen`` control); False when it changed meanwhile."""
+    try:
+        await control(store, name, "reopen", by=by, reason=reason)
+    except BackgroundConflictError:
+        return False
+    return True
+
+
+def _skip_reason(state: State, states: Sequence[State], declarations: Declarations) -> tuple[str, str | None] | None:
+    """Why ``state`` is not probed (a token and a detail), or None to probe it."""
+    if state.direction != "forward":
+        return "revert", None
+    if state.mode == "step":
+        return "step", None
+    if state.status != "completed":
+        return "not_completed", state.status
+    busy = [s.name for s in states if s.name != state.name and s.collection == state.collection and s.status in ACTIVE]
+    if busy:
+        return "busy", ", ".join(busy)
+    declaration = declarations.get(state.collection)
+    versioning = declaration.versioning if declaration is not None else None
+    if versioning is not None and versioning.min > int(state.spec["from_version"]):
+        return "min_guard", f"min {versioning.min} > from_version {state.spec['from_version']}"
+    return None
+
+
+async def verify(
+    db: AsyncDatabase[dict[str, Any]],
+    store: BackgroundStore,
+    names: Sequence[str] | None,
+    declarations: Declarations,
+    events: Events,
+    *,
+    reopen_found: bool,
+    by: str,
+) -> list[Verified]:
+    """Probe each named (None: every registered) migration once; report drift or reopen it.
+
+    Each answer is also a ``drift`` event (migration, collection, found, action, reason)."""
+    states = await store.states_all()
+    wanted = states if names is None else [s for s in states if s.name in names]
+    results = [await _verify_one(db, store, state, states, declarations, reopen_found=reopen_found, by=by) for state in wanted]
+    for r in results:
+        events.emit("drift", r.migration, collection=r.collection, found=r.found, action=r.action, reason=r.reason)
+    return results
+
+
+async def _verify_one(
+    db: AsyncDatabase[dict[str, Any]],
+    store: BackgroundStore,
+    state: State,
+    states: Sequence[State],
+    declarations: Declarations,
+    *,
+    reopen_found: bool,
+    by: str,
+) -> Verified:
+    skip = _skip_reason(state, states, declarations)
+    if skip is not None:
+        return Verified(state.name, state.collection, False, "skipped", *skip)
+    try:
+        found = await old_shape_left(db, state, unindexed="skip")
+    except OperationFailure as exc:
+        if not max_time_expired(exc):
+            raise
+        return Verified(state.name, state.collection, False, "skipped", "probe_timeout", f"{PROBE_MS} ms")
+    if found is None:
+        index = f"{{{state.spec['version_field']}: 1, _id: 1}}"
+        return Verified(state.name, state.collection, False, "skipped", "no_index", index)
+    if not found:
+        return Verified(state.name, state.collection, False, "clean")
+    if reopen_found and await reopen(store, state.name, by=by, reason="verify found old shapes after completion"):
+        return Verified(state.name, state.collection, True, "reopened")
+    return Verified(state.name, state.collection, True, "reported")

@@ -1,0 +1,201 @@
+"""``background verify``: old shapes written after a migration completed are found, reported or reopened.
+
+One probe per completed forward migration; what it cannot or need not probe is skipped with a
+stable reason. No document id ever reaches the output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.events import Event
+from mongoshift.cli.main import main
+
+from ..conftest import TEST_CLIENT_OPTIONS
+from .conftest import background_file, seed
+
+NAME = "0001_names.py"
+#: An id no output may show.
+SECRET_ID = "drift-id-7731"
+
+
+def old_shape(**extra: Any) -> dict[str, Any]:
+    return {"first": "old", "last": "app", "__v": 1, "__rev": 1, **extra}
+
+
+@pytest.fixture
+def cli(fast_project, capsys, monkeypatch):  # type: ignore[no-untyped-def]
+    """``mongoshift ARGS`` in this process: (exit code, stdout, stderr)."""
+    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(fast_project.root)
+    logger = logging.getLogger("mongoshift")  # the CLI points it at this test's captured stderr
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ended:
+            main(list(args))
+        captured = capsys.readouterr()
+        return int(ended.value.code or 0), captured.out, captured.err
+
+    yield call
+    logger.handlers[:] = saved[0]
+    logger.propagate, logger.level = saved[1], saved[2]
+
+
+def test_verify_reports_an_old_shape_written_after_completion_without_its_id(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    db = sync_client[fast_project.db]
+    # One document fails and is tolerated: it stays in the old shape, but no pass would take it
+    # again, so it is not drift (the probe uses the engine's own definition of the old shape).
+    failing = background_file(extra="max_document_errors=1,").replace(
+        "def migrate(doc, ctx):\n", "def migrate(doc, ctx):\n    if doc['n'] == 3:\n        raise ValueError('no')\n"
+    )
+    fast_project.add(NAME, failing)
+    s = fast_project.settings()
+
+    async def complete() -> Any:
+        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
+        try:
+            await seed(client[fast_project.db].people, 40)
+        finally:
+            await client.close()
+        await command.up(s)
+        return await bg.run(s, [NAME])
+
+    (done,) = asyncio.run(complete())
+    assert done.status == "completed" and done.failed_documents == 1
+
+    code, out, _ = cli("background", "verify", "--json")
+    assert code == 0
+    assert json.loads(out)["verify"] == [
+        {"migration": NAME, "collection": "people", "found": False, "action": "clean", "reason": None, "detail": None}
+    ]
+
+    db.people.insert_one(old_shape(_id=SECRET_ID))  # an old application version
+    code, out, err = cli("background", "verify", "--json")
+    assert code == 31
+    document = json.loads(out)
+    assert document["drift"] == [NAME]
+    assert document["verify"][0]["found"] is True and document["verify"][0]["action"] == "reported"
+    assert SECRET_ID not in out + err
+    code, out, err = cli("background", "verify", NAME.removesuffix(".py"), "--report")  # the table, piped
+    assert code == 31 and "drift: reported" in out and SECRET_ID not in out + err
+    assert db["_mongoshift_background"].find_one({"_id": NAME})["status"] == "completed"  # only reported
+
+
+async def test_reopen_gives_one_more_pass_that_a_runner_does_with_the_counters_kept(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 30)
+    fast_project.add(NAME, background_file())
+    s = fast_project.settings()
+    await command.up(s)
+    (before,) = await bg.run(s, [NAME])
+    assert before.status == "completed" and before.totals["migrated"] == 30
+    states = db["_mongoshift_background"]
+    completed = await states.find_one({"_id": NAME})
+
+    await db.people.insert_one(old_shape(_id=SECRET_ID))
+    events: list[Event] = []
+    (found,) = await bg.verify(s, [NAME], reopen=True, observers=[events.append])
+    assert (found.found, found.action) == (True, "reopened")
+    drift = [e for e in events if e.kind == "drift"]
+    assert [(e.migration, e.data["collection"], e.data["found"], e.data["action"]) for e in drift] == [(NAME, "people", True, "reopened")]
+    assert SECRET_ID not in repr(drift)
+    reopened = await states.find_one({"_id": NAME})
+    assert reopened["status"] == "pending" and reopened["history"][-1]["action"] == "reopen"
+    assert reopened["registration"] == completed["registration"]
+
+    (after,) = await bg.run(s, [NAME])
+    assert after.status == "completed"
+    assert (await db.people.find_one({"_id": SECRET_ID}))["__v"] == 2
+    assert after.totals["migrated"] == 31  # the counters went on, not from zero
+    state = await states.find_one({"_id": NAME})
+    assert state["registration"] == completed["registration"]  # the same run, not a new registration
+    assert state["pass"] == completed["pass"] + 1
+    assert state["generation"] == completed["generation"] + 1  # every pass is one more plan
+    (clean,) = await bg.verify(s, reopen=True)
+    assert (clean.found, clean.action) == (False, "clean")
+
+
+def _on(collection: str, source: str) -> str:
+    return source.replace('collection="people"', f'collection="{collection}"')
+
+
+STEP = """
+from mongoshift import Background
+
+async def step(ctx):
+    return {"checkpoint": None, "done": True, "migrated": 0}
+
+background = Background(collection="steps", from_version=0, to_version=1, step=step, pause_ms=0)
+"""
+
+
+async def test_what_is_not_probed_is_skipped_with_its_reason(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    folder = fast_project.root / "collections"
+    folder.mkdir()
+    (folder / "guarded.toml").write_text("versioning = { current = 2, min = 2 }\n", encoding="utf-8")
+    await seed(db.people, 10)
+    await seed(db.guarded, 10)
+    await db.bare.insert_many([old_shape(_id=i) for i in range(10)])  # no version index
+    fast_project.add(NAME, background_file())
+    fast_project.add("0002_steps.py", STEP)
+    fast_project.add("0003_guarded.py", _on("guarded", background_file()))
+    fast_project.add("0004_bare.py", _on("bare", background_file()))
+    s = fast_project.settings()
+    await command.up(s)
+    assert [r.status for r in await bg.run(s)] == ["completed"] * 4
+    for collection in (db.people, db.guarded, db.bare):
+        await collection.insert_one(old_shape(_id="late"))
+    # A later step of people, registered but not run: people is busy.
+    later = background_file().replace("from_version=1", "from_version=2").replace("to_version=2", "to_version=3")
+    fast_project.add("0005_later.py", later)
+    await command.up(s)
+
+    found = {r.migration: (r.found, r.action, r.reason) for r in await bg.verify(s, reopen=True)}
+    assert found == {
+        NAME: (False, "skipped", "busy"),
+        "0002_steps.py": (False, "skipped", "step"),
+        "0003_guarded.py": (False, "skipped", "min_guard"),
+        "0004_bare.py": (False, "skipped", "no_index"),
+        "0005_later.py": (False, "skipped", "not_completed"),
+    }
+    statuses = {d["_id"]: d["status"] async for d in db["_mongoshift_background"].find()}
+    assert statuses == {NAME: "completed", "0002_steps.py": "completed", "0003_guarded.py": "completed", "0004_bare.py": "completed", "0005_later.py": "pending"}
+
+    await bg.apply_control(s, "0005_later.py", "cancel")  # people is no longer busy: the probe runs
+    (first,) = await bg.verify(s, [NAME])
+    assert (first.found, first.action) == (True, "reported")
+
+
+async def test_a_revert_is_not_probed(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 5)
+    source = background_file(extra="revert=revert,").replace(
+        "background = Background(",
+        "def revert(doc, ctx):\n    doc['first'], doc['last'] = doc.pop('full_name').split(' ')\n    return doc\n\nbackground = Background(",
+    )
+    fast_project.add(NAME, source)
+    s = fast_project.settings()
+    await command.up(s)
+    await bg.run(s, [NAME])
+    await command.down(s)  # registers the revert
+    (result,) = await bg.verify(s)
+    assert (result.found, result.action, result.reason) == (False, "skipped", "revert")
+
+
+def test_an_unknown_name_and_both_modes_at_once_are_refused(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = cli("background", "verify", "0009_nothing", "--json")
+    assert code == 9 and json.loads(out)["error"]["kind"] == "not_applied"
+    code, _, err = cli("background", "verify", "--reopen", "--report")
+    assert code == 6 and "exclude each other" in err
+    code, out, _ = cli("background", "verify", "--json")
+    assert code == 0 and json.loads(out) == {"verify": [], "drift": []}
