@@ -230,3 +230,14 @@ def test_the_command_exit_codes(project) -> None:  # type: ignore[no-untyped-def
     assert cli(project, "background", "dry-run", "0009_missing.py").returncode == ExitCode.FILE_NOT_FOUND
     project.add("0002_broken.py", "from mongoshift import Background\nbackground = Background(collection='people', from_version=1)\n")
     assert cli(project, "background", "dry-run", "0002_broken.py").returncode == ExitCode.INVALID_EXPORT
+
+
+def test_after_is_what_the_update_makes_as_mongod_applies_it() -> None:
+    before = {"_id": 1, "b": 1, "a": 2, "__v": 1, "__rev": Int64(4)}
+    update = {"$set": {"z": 1, "b": 10, "c": 3, "__v": 2}, "$unset": {"a": ""}, "$inc": {"__rev": 1}}
+    after = updated(before, update)
+    assert list(after) == ["_id", "b", "__v", "__rev", "c", "z"]  # fields in place; new ones appended in name order
+    assert after["__rev"] == 5 and type(after["__rev"]) is Int64
+    assert updated({"_id": 1}, {"$inc": {"__rev": 1}}) == {"_id": 1, "__rev": 1}
+    with pytest.raises(TypeError):
+        updated({"_id": 1, "__rev": "x"}, {"$inc": {"__rev": 1}})

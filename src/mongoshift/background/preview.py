@@ -46,8 +46,9 @@ Method = Literal["sample", "first"]
 class PreviewRow:
     """One document: as read, the update the engine would send and the document it makes, or why it cannot.
 
-    ``reason`` is ``transform`` (the function raised), ``shape`` (its result cannot be written) or
-    ``server`` (the server could not evaluate the pipeline on it); ``error`` is redacted."""
+    ``reason`` is ``transform`` (the function raised), ``shape`` (its result cannot be written),
+    ``write`` (the server would refuse the update: a revision that is not a number) or ``server``
+    (the server could not evaluate the pipeline on it); ``error`` is redacted."""
 
     id: Any
     before: dict[str, Any]
@@ -195,9 +196,15 @@ async def _transform_rows(
         if key in errors:
             rows.append(PreviewRow(before["_id"], before, reason=errors[key].reason, error=errors[key].error))
         else:
-            update = updates[key]
-            rows.append(PreviewRow(before["_id"], before, update, updated(before, update)))
+            rows.append(_update_row(before, updates[key]))
     return rows
+
+
+def _update_row(before: dict[str, Any], update: dict[str, Any]) -> PreviewRow:
+    try:
+        return PreviewRow(before["_id"], before, update, updated(before, update))
+    except TypeError:
+        return PreviewRow(before["_id"], before, update, reason="write", error="the stored revision is not a number: the server would refuse its $inc")
 
 
 async def _pipeline_rows(job: Job, befores: list[dict[str, Any]], collection: AsyncCollection[dict[str, Any]]) -> list[PreviewRow]:
@@ -263,6 +270,8 @@ def updated(before: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 
 def _add(value: Any, by: int) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal128)):
+        raise TypeError(f"$inc of a {type(value).__name__}")
     if isinstance(value, Int64):
         return Int64(value + by)
     if isinstance(value, Decimal128):
