@@ -11,7 +11,7 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
-:func:`control_background`, :func:`repin_background`, :func:`verify_background`, and :class:`BackgroundRunner`
+:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`, and :class:`BackgroundRunner`
 (:func:`start_background_runner`) inside an application. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..background.controls import ControlResult, RepinResult
     from ..background.drift import Verified
     from ..background.events import Observer
+    from ..background.preview import Preview, PreviewRow
     from ..background.status import BackgroundReport, PartitionRow
     from ..converge.report import ConvergeReport
     from ..errors import ExitCode, MongoshiftError
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .background import BackgroundRunner, start_background_runner
     from .background import apply_control as control_background
     from .background import partitions as background_partitions
+    from .background import preview as preview_background
     from .background import repin as repin_background
     from .background import run as run_background
     from .background import status as background_status
@@ -75,6 +77,8 @@ __all__ = [
     "MongoshiftError",
     "Observer",
     "PartitionRow",
+    "Preview",
+    "PreviewRow",
     "RepinResult",
     "RunReport",
     "Settings",
@@ -90,6 +94,7 @@ __all__ = [
     "load_settings",
     "lock_status",
     "plan_converge",
+    "preview_background",
     "redo",
     "repin_background",
     "rows_to_json",
@@ -107,6 +112,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "RepinResult": ("..background.controls", "RepinResult"),
     "Verified": ("..background.drift", "Verified"),
     "Observer": ("..background.events", "Observer"),
+    "Preview": ("..background.preview", "Preview"),
+    "PreviewRow": ("..background.preview", "PreviewRow"),
     "BackgroundReport": ("..background.status", "BackgroundReport"),
     "PartitionRow": ("..background.status", "PartitionRow"),
     "ConvergeReport": ("..converge.report", "ConvergeReport"),
@@ -122,6 +129,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "start_background_runner": (".background", "start_background_runner"),
     "control_background": (".background", "apply_control"),
     "background_partitions": (".background", "partitions"),
+    "preview_background": (".background", "preview"),
     "repin_background": (".background", "repin"),
     "run_background": (".background", "run"),
     "background_status": (".background", "status"),

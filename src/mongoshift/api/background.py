@@ -10,16 +10,20 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from ..background.connected import Engine, open_engine
+from ..background.connected import Engine, load_background, open_engine
 from ..background.controls import Action, ControlResult, RepinResult, control, pin
 from ..background.drift import Verified
 from ..background.drift import verify as verify_drift
 from ..background.events import Event, Observer
+from ..background.preview import Preview, preview_size
+from ..background.preview import preview as preview_documents
 from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
+from ..project.loader import resolve_name
 from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
+from ..project.session import open_session
 from ..project.settings import Settings
 
 log = logging.getLogger("mongoshift.background")
@@ -152,6 +156,26 @@ async def verify(
             reopen_found=reopen,
             by=engine.session.run.executed_by,
         )
+async def preview(
+    settings: Settings,
+    path: str,
+    *,
+    sample: int | None = None,
+    first: int | None = None,
+    revert: bool = False,
+    cancel: CancelSignal | None = None,
+) -> Preview:
+    """What the engine would do to a few documents of the old shape: before, update, after (or the error).
+
+    ``path`` names a background file of the migrations folder, registered or not. ``sample``: that
+    many documents at random (5 by default); ``first``: the first ones by ``_id``; 1 to 1,000, not
+    both. ``revert`` previews the declared revert. Reads only: no lock, no index, no record."""
+    method, size = preview_size(sample, first)
+    name = resolve_name(path, settings.migrations_dir)
+    name = name if name.endswith(".py") else name + ".py"
+    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel) as session:
+        spec, _ = load_background(session, name)
+        return await preview_documents(session.db, name, spec, method=method, size=size, revert=revert, cancel=session.cancel)
 
 
 #: ``on_error(migration, message)``; ``migration`` is None when a round of the runner itself failed.

@@ -1,6 +1,7 @@
 """The one write path: transform a batch and write it as guarded updates.
 
-Lanes, the drift watcher and the dry-run sandbox all call :func:`apply_batch`.
+Lanes, the drift watcher and the dry-run sandbox all call :func:`apply_batch`; the
+preview shows what :func:`planned_updates` (the part before the write) would send.
 Each document is transformed on a copy and written as one ``UpdateOne`` in an
 unordered bulk, filtered by its ``_id``, its exact old version and its exact
 old revision. A write that matched nothing means someone wrote the document
@@ -255,6 +256,30 @@ def _updates(
     return owners, updates
 
 
+@dataclass
+class PlannedUpdates:
+    """What the engine would write for a batch: each document as read with its update, and the failures.
+
+    ``owners[i]`` is the document as read that ``updates[i]`` rewrites; ``errors`` are the documents
+    that cannot be written (transform or shape), in batch order."""
+
+    owners: list[dict[str, Any]]
+    updates: list[dict[str, Any]]
+    errors: list[DocumentError]
+
+
+async def planned_updates(
+    job: Job, docs: Sequence[Mapping[str, Any]], ctx: TransformContext, codec: CodecOptions[Any]
+) -> PlannedUpdates:
+    """Transform ``docs`` and build their guarded updates, writing nothing.
+
+    The one place a batch's updates come from: :func:`apply_batch` writes them, the preview
+    (:mod:`.preview`) shows them, so what a preview shows is what a run sends."""
+    errors: list[DocumentError] = []
+    owners, updates = _updates(job, await _transform(job, _pairs(docs, codec), ctx), codec, errors)
+    return PlannedUpdates(owners, updates, errors)
+
+
 class _GuardedUpdates:
     """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
 
@@ -333,9 +358,11 @@ async def apply_batch(
         return await _apply_pipeline(job, docs, collection, session=session, strict=strict)
     result = BatchResult()
     codec = collection.codec_options.with_options(document_class=dict)
-    pending = _pairs(docs, codec)
+    pending: Sequence[Mapping[str, Any]] = docs
     for round_ in range(spec.max_conflict_retries + 1):
-        owners, updates = _updates(job, await _transform(job, pending, ctx), codec, result.errors)
+        planned = await planned_updates(job, pending, ctx, codec)
+        owners, updates = planned.owners, planned.updates
+        result.errors += planned.errors
         ops: list[_GuardedUpdates] = [_GuardedUpdates(owners, updates, spec.version_field, job.revision_field)] if owners else []
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
@@ -367,7 +394,7 @@ async def apply_batch(
             result.conflicts += len(again)  # still in the way: the next pass takes them
             return result
         result.retried += len(again)
-        pending = _pairs(again, codec)
+        pending = again
     return result
 
 
@@ -379,7 +406,7 @@ async def _apply_pipeline(
     See the module docstring for what happens when that update fails."""
     assert job.pipeline is not None
     match = job.match(exclude_bad=False)
-    update = [*job.pipeline, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
+    update = pipeline_update(job)
     ids = [doc["_id"] for doc in docs]
     if strict:
         return await _pipeline_each(ids, match, update, collection, session=session, strict=True)
@@ -441,6 +468,12 @@ def _at_version(value: Any, version: int) -> bool:
     if isinstance(value, Decimal128):
         return value.to_decimal() == version
     return isinstance(value, (int, float)) and value == version
+
+
+def pipeline_update(job: Job) -> list[dict[str, Any]]:
+    """The update pipeline a ``pipeline`` migration sends: its own stages, then the version and revision stamp."""
+    assert job.pipeline is not None
+    return [*job.pipeline, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
 
 
 def stamp_stages(version_field: str, revision_field: str | None, to_version: int) -> list[dict[str, Any]]:

@@ -58,12 +58,7 @@ class Engine:
 
     def loaded(self, name: str) -> tuple[Background, str]:
         """The file's spec and the checksum of the version that was imported."""
-        item = load(find(discover(self.settings.migrations_dir), name))
-        align_file(item, self.session.declarations())
-        spec = item.background
-        if spec is None:
-            raise ConfigInvalidError(f"{item.name} is not a background migration")
-        return spec, item.checksum
+        return load_background(self.session, name)
 
     def absent(self, name: str) -> bool:
         """The file is not in the migrations folder (a rolling deploy that has not brought it yet)."""
@@ -94,6 +89,20 @@ class Engine:
             poll_seconds=self.settings.background_poll_seconds,
             checksum_wait_seconds=self.settings.background_checksum_wait_seconds,
         )
+
+
+def load_background(session: Session, name: str) -> tuple[Background, str]:
+    """A background file of the migrations folder, registered or not, as the engine runs it (aligned
+    with its collection's declaration), and the checksum of the version imported.
+
+    A missing file is exit 8, a file that does not import or has a bad spec exit 20, and one that is
+    not a background migration exit 6, as for every other command."""
+    item = load(find(discover(session.settings.migrations_dir), name))
+    align_file(item, session.declarations())
+    spec = item.background
+    if spec is None:
+        raise ConfigInvalidError(f"{item.name} is not a background migration")
+    return spec, item.checksum
 
 
 async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) -> Engine:

@@ -73,19 +73,27 @@ class Job:
 
     @classmethod
     def of(cls, state: State, spec: Background) -> Job:
-        forward = state.direction == "forward"
+        job = cls.of_spec(state.name, spec, state.direction)
+        job.generation = state.generation
+        job.bad_ids = list(state.bad_ids)
+        job.registration = state.registration
+        return job
+
+    @classmethod
+    def of_spec(cls, name: str, spec: Background, direction: str) -> Job:
+        """The file's functions for ``direction``, without a registration (a preview needs none)."""
+        forward = direction == "forward"
         return cls(
-            name=state.name,
+            name=name,
             spec=spec,
-            direction=state.direction,
-            generation=state.generation,
+            direction=direction,
+            generation=0,
             source=spec.from_version if forward else spec.to_version,
             target=spec.to_version if forward else spec.from_version,
             one=spec.migrate if forward else spec.revert,
             many=spec.migrate_batch if forward else spec.revert_batch,
             step=spec.step if forward else spec.revert_step,
-            bad_ids=list(state.bad_ids),
-            registration=state.registration,
+            bad_ids=[],
             pipeline=spec.pipeline if forward else spec.revert_pipeline,
         )
 

@@ -259,6 +259,35 @@ def _control(action: str, name: str, reason: str | None, yes: bool, from_start: 
         out.say(f"{result.name}: {action} {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; now {result.status}")
 
 
+@background.command(name="dry-run")
+@click.argument("file")
+@click.option("--sample", type=click.IntRange(1, 1000), metavar="N", help="N documents of the old shape at random (the default, 5).")
+@click.option("--first", type=click.IntRange(1, 1000), metavar="N", help="The first N documents of the old shape by _id.")
+@click.option("--revert", is_flag=True, help="Preview the declared revert instead (documents at to_version).")
+@global_options
+def dry_run(file: str, sample: int | None, first: int | None, revert: bool) -> None:
+    """Preview FILE on a few documents: before, the exact update the engine would send, after.
+
+    FILE need not be registered. Reads only: no lock, no write, any server. Shows document
+    values and _ids (only here); --json prints them as relaxed Extended JSON."""
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+
+    s = settings()
+    result = run_async(lambda cancel: bg.preview(s, file, sample=sample, first=first, revert=revert, cancel=cancel))
+    out = output()
+    if out.json_mode:
+        out.json({"preview": result.to_json()})
+        return
+    if out.quiet:
+        return
+    from . import preview_view as view  # start-up time: rich loads only when a preview is shown
+
+    if out.out.is_terminal:
+        view.render(out.out, result)
+    else:
+        view.plain(result)
+
+
 REASON = click.option("--reason", help="Why: recorded in the migration's history.")
 YES = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
