@@ -107,12 +107,16 @@ class Facts:
 
     def idle(self, *traces: datetime | None) -> bool:
         """No trace newer than ``stale_after`` (a trace without a time does not count)."""
-        latest = max((t for t in (aware(x) for x in traces) if t is not None), default=None)
+        latest = _latest(traces)
         return latest is None or self.now - latest >= self.stale_after
 
     def minutes_since(self, *traces: datetime | None) -> str:
-        latest = max((t for t in (aware(x) for x in traces) if t is not None), default=None)
+        latest = _latest(traces)
         return "ever" if latest is None else f"{int((self.now - latest).total_seconds() // 60)} min"
+
+
+def _latest(traces: Iterable[datetime | None]) -> datetime | None:
+    return max((t for t in (aware(x) for x in traces) if t is not None), default=None)
 
 
 def _holder_gone(holder: LockHolder) -> bool:
