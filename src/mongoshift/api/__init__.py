@@ -8,7 +8,8 @@ Load settings once, then call what you need::
     report = await api.up(settings)
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
-:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Declared collections:
+:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Health:
+:func:`audit` (read-only, an :class:`AuditReport` with a verdict). Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`, and :class:`BackgroundRunner`
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from ..project.settings import Settings, load_settings
     from ..runner.executor import MigrationResult
     from ..runner.plan import StatusRow
+    from .audit import AuditReport, Finding, audit
     from .background import BackgroundRunner, start_background_runner
     from .background import apply_control as control_background
     from .background import partitions as background_partitions
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AuditReport",
     "BackgroundReport",
     "BackgroundRunner",
     "CancelSignal",
@@ -72,6 +75,7 @@ __all__ = [
     "DryRunReport",
     "DryRunRow",
     "ExitCode",
+    "Finding",
     "LockHolder",
     "MigrationResult",
     "MongoshiftError",
@@ -84,6 +88,7 @@ __all__ = [
     "Settings",
     "StatusRow",
     "Verified",
+    "audit",
     "background_partitions",
     "background_status",
     "control_background",
@@ -125,6 +130,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load_settings": ("..project.settings", "load_settings"),
     "MigrationResult": ("..runner.executor", "MigrationResult"),
     "StatusRow": ("..runner.plan", "StatusRow"),
+    "AuditReport": (".audit", "AuditReport"),
+    "Finding": (".audit", "Finding"),
+    "audit": (".audit", "audit"),
     "BackgroundRunner": (".background", "BackgroundRunner"),
     "start_background_runner": (".background", "start_background_runner"),
     "control_background": (".background", "apply_control"),

@@ -9,7 +9,7 @@ it and its ``Checkpoint`` (the cursor) between batches.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 Status = Literal["blocked", "pending", "running", "paused", "completed", "failed", "cancelled"]
@@ -196,3 +196,25 @@ class State:
             rate_base=int(doc.get("rate_base") or 0),
             error_counts={str(k): int(v) for k, v in (doc.get("error_counts") or {}).items()},
         )
+
+
+def aware(value: Any) -> datetime | None:
+    """A stored time as an aware UTC datetime (the driver reads them back naive); None for anything else."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class LaneSigns:
+    """The traces runners and lanes leave on a migration's records: what ``audit`` judges "is anyone on it" by.
+
+    ``leases``: (last renewal, TTL in ms) of every lease held; ``last_seen``: the latest lease
+    renewal, finished partition or runner ask (None: no trace at all)."""
+
+    leases: tuple[tuple[datetime, int], ...] = ()
+    last_seen: datetime | None = None
+
+    def live_leases(self, now: datetime) -> int:
+        """Leases renewed within their TTL at ``now``: a lane that stopped renewing no longer counts."""
+        return sum(1 for renewed, ttl_ms in self.leases if renewed + timedelta(milliseconds=ttl_ms) > now)

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 
 from .failures import RECENT_SHOWN, counted, shown
-from .model import COUNTERS, Partition, State
+from .model import COUNTERS, Partition, State, aware
 from .store import BackgroundStore
 
 #: How many documents the zero-migrated check counts at most: enough to tell, cheap on any size.
@@ -89,12 +89,6 @@ class BackgroundReport:
         return data
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 async def report(store: BackgroundStore, state: State, *, now: datetime | None = None) -> BackgroundReport:
     parts = await store.partitions_of(state) if state.generation else []
     counters = dict(state.totals)
@@ -109,8 +103,8 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     estimate = int(plan.get("estimate", 0))
     done_parts = sum(1 for p in parts if p.status == "done")
     remaining = 0 if state.status == "completed" else max(0, estimate - scanned_now)
-    started = _aware(state.started_at)
-    end = _aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
+    started = aware(state.started_at)
+    end = aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
     elapsed = (end - started).total_seconds() if started and end else None
     processed = counters["scanned"] - state.rate_base  # since the last retry
     rate = processed / elapsed if elapsed and elapsed > 0 and processed else None

@@ -23,7 +23,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from .failures import count_key
-from .model import COUNTERS, Checkpointed, Lease, Partition, State, zero_counters
+from .model import COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, aware, zero_counters
 
 log = logging.getLogger("mongoshift.background")
 
@@ -104,6 +104,38 @@ class BackgroundStore:
 
     async def states_all(self) -> list[State]:
         return [State.from_document(d) async for d in self.states.find({}, sort=[("_id", ASCENDING)])]
+
+    async def readable_states(self) -> tuple[list[State], list[str]]:
+        """Every state that reads as one, and the names of the records that do not (a status, a
+        registration or a collection missing: written by hand, or by a version that crashed mid-way)."""
+        states: list[State] = []
+        broken: list[str] = []
+        async for doc in self.states.find({}, sort=[("_id", ASCENDING)]):
+            try:
+                states.append(State.from_document(doc))
+            except (KeyError, TypeError, ValueError):
+                broken.append(str(doc.get("_id")))
+        return states, broken
+
+    async def lane_signs(self, name: str) -> LaneSigns:
+        """The leases on ``name``'s partitions and the latest trace of a lane or runner (read only, for ``audit``)."""
+        leases: list[tuple[datetime, int]] = []
+        seen: list[datetime] = []
+        async for doc in self.partitions.find({"background": name}, {"lease.renewed_at": 1, "lease.ttl_ms": 1, "done_at": 1}):
+            lease = doc.get("lease") or {}
+            renewed = aware(lease.get("renewed_at"))
+            if renewed is not None:
+                leases.append((renewed, int(lease.get("ttl_ms") or 0)))
+                seen.append(renewed)
+            done = aware(doc.get("done_at"))
+            if done is not None:
+                seen.append(done)
+        state = await self.states.find_one({"_id": name}, {"asking": 1})
+        for ask in ((state or {}).get("asking") or {}).values():
+            at = aware(ask.get("at")) if isinstance(ask, dict) else None
+            if at is not None:
+                seen.append(at)
+        return LaneSigns(tuple(leases), max(seen, default=None))
 
     async def blocked_on(self, name: str) -> list[State]:
         """The migrations blocked while ``name`` is among what they require."""

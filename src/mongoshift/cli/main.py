@@ -26,6 +26,7 @@ from .app import (
     run_async,
     settings,
 )
+from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
 from .output import Output
@@ -407,5 +408,6 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(result if isinstance(result, int) else 0)
 
 
+cli.add_command(audit_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)

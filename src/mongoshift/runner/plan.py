@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import groupby
 from typing import Literal
 
 from ..errors import (
@@ -112,6 +113,27 @@ def status_rows(
     return rows
 
 
+def sorts_before_applied(pending: list[str], records: dict[str, ChangelogRecord]) -> tuple[list[str], str | None]:
+    """The pending names that sort before the latest applied one (``up`` would apply them out of
+    order), and that latest name."""
+    applied_names = [r.name for r in _applied(records)]
+    latest = max(applied_names) if applied_names else None
+    return [name for name in pending if latest is not None and name < latest], latest
+
+
+def applied_out_of_order(records: dict[str, ChangelogRecord]) -> list[str]:
+    """Applied migrations that ran in a later batch than one that sorts after them: they ran out of order
+    (``out_of_order = "warn"``/``"allow"``, or ``up FILE``), so a fresh database would apply them differently."""
+    late: list[str] = []
+    highest = ""  # the latest name of the earlier batches
+    by_batch = sorted((r for r in _applied(records) if r.batch is not None), key=lambda r: r.batch or 0)
+    for _, group in groupby(by_batch, key=lambda r: r.batch):
+        names = [r.name for r in group]
+        late.extend(name for name in names if name < highest)
+        highest = max(highest, *names)
+    return sorted(late)
+
+
 def checksum_warnings(files: list[MigrationFile], records: dict[str, ChangelogRecord], *, strict: bool) -> list[str]:
     """Applied files changed since they ran: an error when strict, warnings otherwise."""
     changed = [r.name for r in status_rows(files, records) if r.checksum == "mismatch"]
@@ -152,9 +174,7 @@ def plan_up(
         limit = find(files, to).name
         pending = [f for f in pending if f.name <= limit]
 
-    applied_names = [r.name for r in _applied(records)]
-    latest = max(applied_names) if applied_names else None
-    late = [f.name for f in pending if latest is not None and f.name < latest]
+    late, latest = sorts_before_applied([f.name for f in pending], records)
     if late and out_of_order == "error":
         raise OutOfOrderError(
             f"pending migrations sort before the latest applied one ({latest}): {', '.join(late)}; "

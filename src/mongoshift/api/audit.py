@@ -1,0 +1,346 @@
+"""``mongoshift audit``: one read-only look at the migration line and the background migrations, with a verdict.
+
+Audit judges what the other commands already read (the status rows of ``status``, the lock
+holder of ``lock``, the reports of ``background status`` and the traces lanes leave in the
+store) by one table of checks, :data:`CHECKS`: each has a stable id, a severity and a rule.
+It writes nothing (no lock, no index, no record), so it is safe to run from a monitor at any
+time. Messages name migrations, never a document or its ``_id``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from ..background.model import LaneSigns, State, aware
+from ..background.status import BackgroundReport, report
+from ..background.store import BackgroundStore
+from ..errors import ConfigInvalidError, ExitCode
+from ..project.lock import LockHolder
+from ..project.session import Session, open_session
+from ..project.settings import Settings
+from ..runner.plan import StatusRow, applied_out_of_order, sorts_before_applied, status_rows
+
+Severity = Literal["warn", "fail"]
+Verdict = Literal["ok", "warn", "fail"]
+
+#: How long a pending migration may wait for a runner, or a running one go without a lane, before audit warns.
+DEFAULT_STALE_AFTER_SECONDS = 900.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: which check found it, how serious it is, which migration (or ``lock``) it is about, and why."""
+
+    check: str
+    severity: Severity
+    subject: str
+    message: str
+
+
+@dataclass
+class AuditReport:
+    """Every finding, the checks that ran, and the time they were judged at (the server's clock by default)."""
+
+    findings: list[Finding]
+    checks: list[str]
+    checked_at: datetime
+    stale_after_seconds: float
+
+    @property
+    def verdict(self) -> Verdict:
+        severities = {f.severity for f in self.findings}
+        return "fail" if "fail" in severities else "warn" if severities else "ok"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {"ok": ExitCode.OK, "warn": ExitCode.AUDIT_WARNINGS, "fail": ExitCode.AUDIT_FAILED}[self.verdict]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "exit_code": int(self.exit_code),
+            "findings": [f.__dict__ for f in self.findings],
+            "checks": self.checks,
+            "checked_at": self.checked_at.isoformat(),
+            "stale_after_seconds": self.stale_after_seconds,
+        }
+
+
+# ---------------------------------------------------------------- what audit reads
+
+
+@dataclass
+class BackgroundFacts:
+    """One registered background migration as audit sees it."""
+
+    state: State
+    report: BackgroundReport
+    signs: LaneSigns
+    old_plans: int
+    file: Literal["same", "changed", "missing"]
+
+
+@dataclass
+class Facts:
+    """Everything the checks judge, read once; the rules below are pure functions of it."""
+
+    now: datetime
+    stale_after: timedelta
+    rows: list[StatusRow]
+    sorts_before_applied: list[str]
+    latest_applied: str | None
+    applied_out_of_order: list[str]
+    lock: LockHolder | None
+    lock_holder_gone: bool
+    background: list[BackgroundFacts] = field(default_factory=list)
+    unreadable_states: list[str] = field(default_factory=list)
+
+    @property
+    def registered(self) -> set[str]:
+        """Names with a background state: their file is judged by the background checks."""
+        return {b.state.name for b in self.background} | set(self.unreadable_states)
+
+    def idle(self, *traces: datetime | None) -> bool:
+        """No trace newer than ``stale_after`` (a trace without a time does not count)."""
+        latest = _latest(traces)
+        return latest is None or self.now - latest >= self.stale_after
+
+    def minutes_since(self, *traces: datetime | None) -> str:
+        latest = _latest(traces)
+        return "ever" if latest is None else f"{int((self.now - latest).total_seconds() // 60)} min"
+
+
+def _latest(traces: Iterable[datetime | None]) -> datetime | None:
+    return max((t for t in (aware(x) for x in traces) if t is not None), default=None)
+
+
+def _holder_gone(holder: LockHolder) -> bool:
+    """The holder ran on this host and its process is gone (a lock on another host is judged by its expiry only)."""
+    if holder.host != socket.gethostname() or not isinstance(holder.pid, int) or holder.pid <= 0:
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, owned by another user
+        return False
+    return False
+
+
+async def _server_now(session: Session) -> datetime:
+    """The server's clock, which stamped every time audit compares with (a skewed client cannot fake staleness)."""
+    hello = await session.client.admin.command("hello")
+    return aware(hello.get("localTime")) or datetime.now(UTC)
+
+
+async def _background(session: Session, store: BackgroundStore) -> tuple[list[BackgroundFacts], list[str]]:
+    files = {f.name: f for f in session.files}
+    states, unreadable = await store.readable_states()
+    found = []
+    for state in states:
+        item = files.get(state.name)
+        file: Literal["same", "changed", "missing"] = (
+            "missing" if item is None else "same" if not state.checksum or item.checksum == state.checksum else "changed"
+        )
+        current = (state.plan or {}).get("token")
+        old_plans = len([t for t in await store.plan_tokens(state.name) if t != current])
+        found.append(BackgroundFacts(state, await report(store, state), await store.lane_signs(state.name), old_plans, file))
+    return found, unreadable
+
+
+async def _facts(session: Session, *, now: datetime | None, stale_after: float) -> Facts:
+    settings = session.settings
+    records = await session.changelog.records()
+    rows = status_rows(session.files, records)
+    late, latest = sorts_before_applied([r.name for r in rows if r.pending], records)
+    holder = await session.new_lock().holder()
+    # Built without ensure_indexes: audit creates nothing, not even an index.
+    store = BackgroundStore(session.db, settings.background_collection, create_indexes=False)
+    background, unreadable = await _background(session, store)
+    return Facts(
+        now=aware(now) or await _server_now(session),
+        stale_after=timedelta(seconds=stale_after),
+        rows=rows,
+        sorts_before_applied=late,
+        latest_applied=latest,
+        applied_out_of_order=applied_out_of_order(records),
+        lock=holder,
+        lock_holder_gone=holder is not None and _holder_gone(holder),
+        background=background,
+        unreadable_states=unreadable,
+    )
+
+
+# ---------------------------------------------------------------- the checks
+
+Rule = Callable[[Facts], Iterable[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    severity: Severity
+    rule: Rule
+
+
+def _line(facts: Facts, state: str) -> list[StatusRow]:
+    return [r for r in facts.rows if r.state == state and r.name not in facts.registered]
+
+
+def _missing(facts: Facts) -> Iterable[tuple[str, str]]:
+    for row in _line(facts, "missing"):
+        yield row.name, "applied, but its file is not in the migrations folder (it cannot be rolled back)"
+
+
+def _checksum(facts: Facts) -> Iterable[tuple[str, str]]:
+    for row in _line(facts, "applied"):
+        if row.checksum == "mismatch":
+            yield row.name, "changed on disk after it was applied (checksum mismatch): restore the applied version"
+
+
+def _failed(facts: Facts) -> Iterable[tuple[str, str]]:
+    for row in _line(facts, "failed"):
+        yield row.name, "its last run failed (see 'mongoshift status'); it is still pending"
+
+
+def _pending(facts: Facts) -> Iterable[tuple[str, str]]:
+    for row in facts.rows:
+        if row.state in ("pending", "reverted"):
+            yield row.name, "rolled back, not applied" if row.state == "reverted" else "not applied yet ('mongoshift up')"
+
+
+def _out_of_order(facts: Facts) -> Iterable[tuple[str, str]]:
+    for name in facts.applied_out_of_order:
+        yield name, "applied after a migration that sorts after it: a fresh database applies them in another order"
+    for name in facts.sorts_before_applied:
+        yield name, f"pending, and sorts before the latest applied migration ({facts.latest_applied}): 'up' would apply it out of order"
+
+
+def _lock(facts: Facts) -> Iterable[tuple[str, str]]:
+    holder = facts.lock
+    if holder is None:
+        return
+    expires = aware(holder.expires_at)
+    if expires is not None and expires <= facts.now:
+        why = f"expired at {expires.isoformat(timespec='seconds')} without being released"
+    elif facts.lock_holder_gone:
+        why = "is held by a process of this host that no longer runs"
+    else:
+        return
+    yield "lock", f"the migration lock of {holder.describe()} {why} (a killed run?): the next run takes it over, or 'mongoshift unlock --yes' clears it"
+
+
+def _with_status(facts: Facts, status: str) -> list[BackgroundFacts]:
+    return [b for b in facts.background if b.state.status == status]
+
+
+def _background_failed(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in _with_status(facts, "failed"):
+        yield b.state.name, "failed (the reason: 'mongoshift background status NAME'; 'background retry NAME' takes it up again)"
+
+
+def _pending_idle(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in _with_status(facts, "pending"):
+        traces = (b.state.registered_at, b.state.updated_at, b.signs.last_seen)
+        if facts.idle(*traces):
+            yield b.state.name, f"pending, and no runner has taken it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run NAME')"
+
+
+def _running_idle(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in _with_status(facts, "running"):
+        traces = (b.state.updated_at, b.signs.last_seen)
+        if not b.signs.live_leases(facts.now) and facts.idle(*traces):
+            yield b.state.name, f"running, but no lane has worked it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run NAME')"
+
+
+def _paused(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in _with_status(facts, "paused"):
+        yield b.state.name, "paused ('mongoshift background resume NAME' continues it)"
+
+
+def _failed_partitions(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in facts.background:
+        if b.report.partitions_failed and b.state.status != "failed":
+            yield b.state.name, f"{b.report.partitions_failed} partition(s) failed; the next pass takes their documents up again"
+
+
+def _old_plans(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in facts.background:
+        if b.old_plans:
+            yield b.state.name, (
+                f"partitions of {b.old_plans} plan(s) other than the current one are stored "
+                "(a planner that died before its plan was adopted, or one cutting a plan right now)"
+            )
+
+
+def _document_errors(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in _with_status(facts, "completed"):
+        if b.report.failed_documents:
+            yield b.state.name, (
+                f"completed, but {b.report.failed_documents} document(s) could not be migrated "
+                "(the reasons: 'mongoshift background status NAME')"
+            )
+
+
+def _file(kind: Literal["changed", "missing"], message: str) -> Rule:
+    def rule(facts: Facts) -> Iterable[tuple[str, str]]:
+        return [(b.state.name, message) for b in facts.background if b.file == kind]
+
+    return rule
+
+
+def _no_state(facts: Facts) -> Iterable[tuple[str, str]]:
+    for name in facts.unreadable_states:
+        yield name, "its background state record lacks a field the engine needs: it cannot run ('mongoshift up --force FILE' registers it again)"
+    for row in facts.rows:
+        if row.kind == "background" and row.state == "applied" and row.name not in facts.registered:
+            yield row.name, "applied as a background migration, but it has no background state ('mongoshift up --force FILE' registers it again)"
+
+
+#: Every check, in the order findings are listed. Ids are stable (scripts may match them).
+CHECKS: tuple[Check, ...] = (
+    Check("line.missing", "fail", _missing),
+    Check("line.checksum", "fail", _checksum),
+    Check("line.failed", "fail", _failed),
+    Check("line.pending", "warn", _pending),
+    Check("line.out_of_order", "warn", _out_of_order),
+    Check("line.lock_stale", "warn", _lock),
+    Check("background.failed", "fail", _background_failed),
+    Check("background.pending_idle", "warn", _pending_idle),
+    Check("background.running_idle", "warn", _running_idle),
+    Check("background.paused", "warn", _paused),
+    Check("background.failed_partitions", "warn", _failed_partitions),
+    Check("background.old_plan", "warn", _old_plans),
+    Check("background.document_errors", "warn", _document_errors),
+    Check(
+        "background.file_changed", "warn",
+        _file("changed", "the file differs from the registered version: runners wait for it ('mongoshift background repin NAME' adopts it)"),
+    ),
+    Check("background.file_missing", "warn", _file("missing", "the file is not in the migrations folder: runners wait for it to be deployed")),
+    Check("background.no_state", "warn", _no_state),
+)
+
+
+def judge(facts: Facts) -> list[Finding]:
+    """The findings of every check, in table order."""
+    return [Finding(check.id, check.severity, subject, message) for check in CHECKS for subject, message in check.rule(facts)]
+
+
+async def audit(
+    settings: Settings, *, stale_after: float = DEFAULT_STALE_AFTER_SECONDS, now: datetime | None = None
+) -> AuditReport:
+    """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict.
+
+    ``stale_after``: seconds a pending migration may wait for a runner, or a running one go without
+    a lane, before it is a finding. ``now``: the time to judge at (default: the server's clock).
+    """
+    if not stale_after >= 0:
+        raise ConfigInvalidError("--stale-after must be a number of seconds, 0 or more")
+    async with open_session(settings, take_lock=False) as session:
+        facts = await _facts(session, now=now, stale_after=stale_after)
+    return AuditReport(judge(facts), [check.id for check in CHECKS], facts.now, stale_after)

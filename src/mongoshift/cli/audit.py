@@ -1,0 +1,36 @@
+"""``mongoshift audit``: the project's health in one read-only command, for monitors and CI."""
+
+from __future__ import annotations
+
+import click
+
+from .app import global_options, output, run_async, settings
+
+
+@click.command()
+@click.option(
+    "--stale-after",
+    type=click.FloatRange(min=0),
+    default=900.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a pending background migration may wait for a runner, or a running one go without a lane, before audit warns.",
+)
+@global_options
+def audit(stale_after: float) -> int:
+    """Check the migration line and the background migrations; read-only. Exit 0 healthy, 40 warnings, 22 a failed check."""
+    from ..api.audit import audit as run_audit  # start-up time: the API loads when a command runs
+
+    s = settings()
+    report = run_async(lambda cancel: run_audit(s, stale_after=stale_after))
+    out = output()
+    if out.json_mode:
+        out.json(report.to_json())
+        return int(report.exit_code)
+    if report.findings:
+        out.table(["severity", "check", "subject", "message"], [(f.severity, f.check, f.subject, f.message) for f in report.findings])
+    fails = sum(1 for f in report.findings if f.severity == "fail")
+    warns = len(report.findings) - fails
+    summary = "healthy" if not report.findings else f"{fails} failed, {warns} warning(s)"
+    out.say(f"audit: {summary} ({len(report.checks)} checks; exit {int(report.exit_code)})")
+    return int(report.exit_code)

@@ -1,0 +1,277 @@
+"""``mongoshift audit``: each verdict of its table of checks, the exit codes, the JSON shape, and that it writes nothing.
+
+Most cases put the project in the state to judge by writing the records directly (a background
+migration registered by a real ``up``, then its state document edited), and judge it through
+``api.audit`` with an injected ``now``, so that "15 minutes without a runner" needs no wait.
+One case gets its verdict from a real run end to end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from bson import json_util
+
+from mongoshift import api
+from mongoshift.cli.main import main
+from mongoshift.errors import CollectionClashError, ExecutionFailedError
+
+from .test_cli import QUICK
+from .test_status_check import BREAKS, WORKS, seed
+
+NAME = "0001_names.py"
+LATER = timedelta(minutes=16)  # past the default 15 minutes
+SOON = timedelta(minutes=5)
+
+
+def checks(report: api.AuditReport) -> set[str]:
+    return {f.check for f in report.findings}
+
+
+async def registered(project, db) -> tuple[Any, datetime]:  # type: ignore[no-untyped-def]
+    """A registered (pending) background migration; returns the state collection and its registration time."""
+    project.add(NAME, WORKS)
+    await api.up(project.settings())
+    states = db["_mongoshift_background"]
+    state = await states.find_one({"_id": NAME})
+    return states, state["registered_at"].replace(tzinfo=UTC)
+
+
+async def test_a_fresh_registration_is_healthy_and_the_report_says_so(project, db) -> None:  # type: ignore[no-untyped-def]
+    _, at = await registered(project, db)
+    report = await api.audit(project.settings(), now=at + SOON)
+    assert report.findings == [] and report.verdict == "ok" and report.exit_code == 0
+    assert "background.pending_idle" in report.checks and "line.lock_stale" in report.checks
+
+
+def _partition(plan: str, status: str, **extra: Any) -> dict[str, Any]:
+    return {"background": NAME, "generation": 1, "plan": plan, "seq": 0, "status": status, "scope": {"bracket": "number"}, **extra}
+
+
+#: name -> (what is done to the registered migration, the checks that must find it, minutes after registration).
+#: Each edit is a small async function of (states, partitions, project, at).
+async def _failed(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "failed", "last_error": "boom"}})
+
+
+async def _paused(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "paused"}})
+
+
+async def _nothing(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    pass
+
+
+async def _running(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "running"}})
+
+
+async def _running_with_a_lane(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "running", "generation": 1, "plan": {"token": "P", "generation": 1}}})
+    lease = {"slot": 0, "token": "t", "ttl_ms": 30_000, "renewed_at": at + LATER - timedelta(seconds=10)}
+    await partitions.insert_one(_partition("P", "running", lease=lease))
+
+
+async def _running_with_a_dead_lane(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "running", "generation": 1, "plan": {"token": "P", "generation": 1}}})
+    await partitions.insert_one(_partition("P", "running", lease={"slot": 0, "token": "t", "ttl_ms": 30_000, "renewed_at": at}))
+
+
+async def _failed_partition(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"generation": 1, "plan": {"token": "P", "generation": 1}}})
+    await partitions.insert_one(_partition("P", "failed"))
+
+
+async def _old_plan(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await partitions.insert_one(_partition("OLD", "pending", generation=0))
+
+
+async def _document_errors(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "completed", "bad_ids": ["secret-id-1", "secret-id-2"]}})
+
+
+async def _file_changed(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    (project.migrations / NAME).write_text(WORKS + "\n# changed\n", encoding="utf-8")
+
+
+async def _file_missing(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    (project.migrations / NAME).unlink()
+
+
+async def _incomplete(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$unset": {"collection": ""}})
+
+
+async def _state_gone(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.delete_one({"_id": NAME})
+
+
+BACKGROUND_CASES = {
+    "failed": (_failed, {"background.failed"}, SOON),
+    "pending, no runner for 16 min": (_nothing, {"background.pending_idle"}, LATER),
+    "running, no lane for 16 min": (_running, {"background.running_idle"}, LATER),
+    "running, a live lane": (_running_with_a_lane, set(), LATER),
+    "running, its lane stopped 16 min ago": (_running_with_a_dead_lane, {"background.running_idle"}, LATER),
+    "paused": (_paused, {"background.paused"}, SOON),
+    "failed partition": (_failed_partition, {"background.failed_partitions"}, SOON),
+    "old-plan partitions": (_old_plan, {"background.old_plan"}, SOON),
+    "completed with document errors": (_document_errors, {"background.document_errors"}, SOON),
+    "file changed": (_file_changed, {"background.file_changed"}, SOON),
+    "file missing": (_file_missing, {"background.file_missing"}, SOON),
+    "state record incomplete": (_incomplete, {"background.no_state"}, SOON),
+    "applied record without state": (_state_gone, {"background.no_state"}, SOON),
+}
+
+
+@pytest.mark.parametrize("case", list(BACKGROUND_CASES))
+async def test_background_verdicts(project, db, case: str) -> None:  # type: ignore[no-untyped-def]
+    states, at = await registered(project, db)
+    edit, expected, after = BACKGROUND_CASES[case]
+    await edit(states, db["_mongoshift_background_partitions"], project, at)
+    report = await api.audit(project.settings(), now=at + after)
+    assert checks(report) == expected, report.findings
+    assert all(f.subject == NAME for f in report.findings)
+    fails = {"background.failed"}
+    assert report.verdict == ("ok" if not expected else "fail" if expected & fails else "warn")
+    assert "secret-id" not in json.dumps(report.to_json())  # never a document id
+
+
+async def test_a_state_without_status_is_refused_as_every_command_refuses_it(project, db) -> None:  # type: ignore[no-untyped-def]
+    """The own-collection guard reads such a record as not mongoshift's (exit 39), before audit judges anything."""
+    states, _ = await registered(project, db)
+    await states.update_one({"_id": NAME}, {"$unset": {"status": ""}})
+    with pytest.raises(CollectionClashError):
+        await api.audit(project.settings())
+
+
+async def test_the_threshold_is_settable(project, db) -> None:  # type: ignore[no-untyped-def]
+    _, at = await registered(project, db)
+    assert checks(await api.audit(project.settings(), now=at + SOON, stale_after=60)) == {"background.pending_idle"}
+    assert checks(await api.audit(project.settings(), now=at + LATER, stale_after=3600)) == set()
+
+
+# ---------------------------------------------------------------- the migration line
+
+
+async def test_pending_checksum_missing_and_failed_files(project) -> None:  # type: ignore[no-untyped-def]
+    settings = project.settings()
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    assert checks(await api.audit(settings)) == {"line.pending"}
+    await api.up(settings)
+    assert (await api.audit(settings)).verdict == "ok"
+    project.add("0001_a.py", QUICK + "# changed\n")
+    (project.migrations / "0002_b.py").unlink()
+    report = await api.audit(settings)
+    assert {(f.check, f.subject) for f in report.findings} == {("line.checksum", "0001_a.py"), ("line.missing", "0002_b.py")}
+    assert report.verdict == "fail" and report.exit_code == 22
+    project.add("0002_b.py", QUICK)
+    project.add("0001_a.py", QUICK)
+    project.add("0003_c.py", "def up(ctx):\n    raise ValueError('no')\n")
+    with pytest.raises(ExecutionFailedError):
+        await api.up(settings)
+    assert {(f.check, f.subject) for f in (await api.audit(settings)).findings} == {("line.failed", "0003_c.py")}
+
+
+async def test_out_of_order_files(project) -> None:  # type: ignore[no-untyped-def]
+    settings = project.settings()
+    project.add("0002_b.py", QUICK)
+    await api.up(settings)
+    project.add("0001_a.py", QUICK)  # sorts before the applied one
+    report = await api.audit(settings)
+    assert {(f.check, f.subject) for f in report.findings} == {("line.pending", "0001_a.py"), ("line.out_of_order", "0001_a.py")}
+    await api.up(settings)  # out_of_order = "warn": applied, in a later batch
+    report = await api.audit(settings)
+    assert {(f.check, f.subject) for f in report.findings} == {("line.out_of_order", "0001_a.py")}
+    assert report.exit_code == 40
+
+
+def _exited_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize(
+    ("expires", "pid", "stale"),
+    [(-60, None, True), (600, "gone", True), (600, "self", False)],
+    ids=["expired", "holder-process-gone", "live"],
+)
+async def test_a_stale_lock_warns(project, db, expires: int, pid: str | None, stale: bool) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    now = datetime.now(UTC)
+    holder_pid = _exited_pid() if pid == "gone" else os.getpid() if pid == "self" else 4242
+    await db["_mongoshift_locks"].insert_one(
+        {"_id": "migration_lock", "owner": "run-1", "nonce": "n", "host": socket.gethostname(), "pid": holder_pid,
+         "executed_by": "ci", "ttl_ms": 60_000, "locked_at": now, "expires_at": now + timedelta(seconds=expires)}
+    )
+    report = await api.audit(project.settings(), now=now)
+    assert checks(report) == ({"line.lock_stale"} if stale else set())
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run(project, monkeypatch, capsys, *args: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(project.root)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        main(list(args))
+    return int(ended.value.code or 0), capsys.readouterr().out
+
+
+def snapshot(sync_client, name: str) -> str:  # type: ignore[no-untyped-def]
+    """Every collection of the database, its documents and its indexes."""
+    db = sync_client[name]
+    body = {
+        c: {"docs": list(db[c].find(sort=[("_id", 1)])), "indexes": sorted(db[c].index_information().items())}
+        for c in sorted(db.list_collection_names())
+    }
+    return hashlib.sha256(json_util.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def test_the_command_judges_a_real_run_and_writes_nothing(project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    project.add("0000_a.py", QUICK)
+    assert run(project, monkeypatch, capsys, "up")[0] == 0
+    code, out = run(project, monkeypatch, capsys, "audit")
+    assert code == 0 and "healthy" in out
+
+    seed(sync_client, project)
+    project.add(NAME, BREAKS)
+    assert run(project, monkeypatch, capsys, "up")[0] == 0
+    assert run(project, monkeypatch, capsys, "background", "run", NAME)[0] == 32  # a real run, failed
+    project.add("0002_later.py", QUICK)  # pending: a warning beside the failure
+    sync_client[project.db]["_mongoshift_locks"].insert_one(
+        {"_id": "migration_lock", "owner": "dead-run", "host": "elsewhere", "pid": 1, "expires_at": datetime(2000, 1, 1)}
+    )
+    before = snapshot(sync_client, project.db)
+    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    assert snapshot(sync_client, project.db) == before  # no lock, no index, no record
+    document = json.loads(out)
+    assert code == 22 and document["verdict"] == "fail" and document["exit_code"] == 22
+    assert set(document) == {"verdict", "exit_code", "findings", "checks", "checked_at", "stale_after_seconds"}
+    assert {(f["check"], f["severity"], f["subject"]) for f in document["findings"]} == {
+        ("background.failed", "fail", NAME),
+        ("line.pending", "warn", "0002_later.py"),
+        ("line.lock_stale", "warn", "lock"),
+    }
+    assert all(set(f) == {"check", "severity", "subject", "message"} for f in document["findings"])
+    code, out = run(project, monkeypatch, capsys, "audit")
+    assert code == 22 and "background.failed" in out and "1 failed, 2 warning(s)" in out
+
+
+def test_warnings_only_exit_40_and_a_bad_threshold_is_refused(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    assert code == 40 and json.loads(out)["verdict"] == "warn"
+    assert run(project, monkeypatch, capsys, "audit", "--stale-after", "-1")[0] == 6
