@@ -275,3 +275,18 @@ def test_warnings_only_exit_40_and_a_bad_threshold_is_refused(project, monkeypat
     code, out = run(project, monkeypatch, capsys, "audit", "--json")
     assert code == 40 and json.loads(out)["verdict"] == "warn"
     assert run(project, monkeypatch, capsys, "audit", "--stale-after", "-1")[0] == 6
+
+
+def test_old_shapes_written_after_completion_warn_without_their_id(project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    seed(sync_client, project)
+    project.add(NAME, WORKS)
+    assert run(project, monkeypatch, capsys, "up")[0] == 0
+    assert run(project, monkeypatch, capsys, "background", "run", NAME)[0] == 0
+    assert run(project, monkeypatch, capsys, "audit")[0] == 0  # completed, nothing of the old shape left
+    sync_client[project.db].people.insert_one({"_id": "secret-id-late", "first": "F", "__v": 1, "__rev": 1})  # an old writer
+    before = snapshot(sync_client, project.db)
+    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    assert snapshot(sync_client, project.db) == before  # found, not reopened
+    document = json.loads(out)
+    assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.drift", NAME)}
+    assert "secret-id-late" not in out

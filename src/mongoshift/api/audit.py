@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from ..background.drift import look
 from ..background.model import LaneSigns, State, aware
 from ..background.status import BackgroundReport, report
 from ..background.store import BackgroundStore
@@ -83,6 +84,8 @@ class BackgroundFacts:
     signs: LaneSigns
     old_plans: int
     file: Literal["same", "changed", "missing"]
+    #: Old-shape documents exist again after it completed (``background verify``'s probe; False when not probed).
+    drift: bool = False
 
 
 @dataclass
@@ -150,6 +153,9 @@ async def _background(session: Session, store: BackgroundStore) -> tuple[list[Ba
         current = (state.plan or {}).get("token")
         old_plans = len([t for t in await store.plan_tokens(state.name) if t != current])
         found.append(BackgroundFacts(state, await report(store, state), await store.lane_signs(state.name), old_plans, file))
+    drifted = {v.migration for v in await look(session.db, states, session.declarations()) if v.found}
+    for b in found:
+        b.drift = b.state.name in drifted
     return found, unreadable
 
 
@@ -287,6 +293,15 @@ def _document_errors(facts: Facts) -> Iterable[tuple[str, str]]:
             )
 
 
+def _drift(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in facts.background:
+        if b.drift:
+            yield b.state.name, (
+                "completed, but documents of the old shape were written since (an application version not redeployed?): "
+                "'mongoshift background verify NAME --reopen' gives it one more pass"
+            )
+
+
 def _file(kind: Literal["changed", "missing"], message: str) -> Rule:
     def rule(facts: Facts) -> Iterable[tuple[str, str]]:
         return [(b.state.name, message) for b in facts.background if b.file == kind]
@@ -317,6 +332,7 @@ CHECKS: tuple[Check, ...] = (
     Check("background.failed_partitions", "warn", _failed_partitions),
     Check("background.old_plan", "warn", _old_plans),
     Check("background.document_errors", "warn", _document_errors),
+    Check("background.drift", "warn", _drift),
     Check(
         "background.file_changed", "warn",
         _file("changed", "the file differs from the registered version: runners wait for it ('mongoshift background repin NAME' adopts it)"),

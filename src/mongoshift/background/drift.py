@@ -132,9 +132,14 @@ async def verify(
     return results
 
 
+async def look(db: AsyncDatabase[dict[str, Any]], states: Sequence[State], declarations: Declarations) -> list[Verified]:
+    """Read-only: the probe of every migration in ``states``, nothing reopened and no event (``audit``)."""
+    return [await _verify_one(db, None, state, states, declarations, reopen_found=False, by="") for state in states]
+
+
 async def _verify_one(
     db: AsyncDatabase[dict[str, Any]],
-    store: BackgroundStore,
+    store: BackgroundStore | None,
     state: State,
     states: Sequence[State],
     declarations: Declarations,
@@ -156,6 +161,6 @@ async def _verify_one(
         return Verified(state.name, state.collection, False, "skipped", "no_index", index)
     if not found:
         return Verified(state.name, state.collection, False, "clean")
-    if reopen_found and await reopen(store, state.name, by=by, reason="verify found old shapes after completion"):
+    if reopen_found and store is not None and await reopen(store, state.name, by=by, reason="verify found old shapes after completion"):
         return Verified(state.name, state.collection, True, "reopened")
     return Verified(state.name, state.collection, True, "reported")
