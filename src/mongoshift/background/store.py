@@ -400,7 +400,6 @@ class BackgroundStore:
             "status": {"$in": OPEN},
             "lease": {"$exists": False},
         }
-        busy = False
         for slot in slots:
             token = secrets.token_hex(12)
             try:
@@ -425,10 +424,9 @@ class BackgroundStore:
                     return_document=ReturnDocument.AFTER,
                 )
             except DuplicateKeyError:
-                busy = True  # this slot is held by a live lane somewhere
-                continue
+                continue  # this slot is held by a live lane somewhere: try the next
             if doc is None:
-                return None if not busy else False
+                return None  # a free slot, and no open partition for it: the same for every slot
             return Lease(doc["_id"], token, slot, owner, ttl_ms), Partition.from_document(doc)
         return False
 
