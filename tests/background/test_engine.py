@@ -7,6 +7,7 @@ import datetime
 
 import pytest
 from bson import Decimal128, Int64
+from pymongo.errors import DuplicateKeyError
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
@@ -96,6 +97,37 @@ async def test_thirty_concurrent_claims_give_exactly_max_parallel_leases(fast_pr
         assert sorted(lease.slot for lease, _ in won) == [0, 1, 2, 3]
         assert await engine.store.live_leases("0001_names.py") == 4
         assert Lane  # the lanes use this same claim
+
+
+async def test_a_claim_with_no_open_partition_is_exhausted_even_past_a_taken_slot(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """Not "busy": a lane told busy waits a poll before it looks again, so the run would end a poll late."""
+    await seed(db.people, 100)
+    fast_project.add("0001_names.py", background_file(batch_size=50, max_parallel=2))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        decision = await engine.coordinator.step("0001_names.py", engine.spec("0001_names.py"))
+        assert decision.state is not None and decision.state.plan["partitions"] == 1
+        first = await engine.store.claim(decision.state, slots=[0, 1], owner="lane-a", ttl_ms=30_000)
+        assert first not in (None, False)
+        # The race: slot 0 is refused as taken while a partition was still open; by the next slot,
+        # lane-a has taken the last open partition.
+        partitions = engine.store.partitions
+        real = partitions.find_one_and_update
+        calls = 0
+
+        async def taken_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise DuplicateKeyError("E11000 duplicate key error (lease_slot)")
+            return await real(*args, **kwargs)
+
+        partitions.find_one_and_update = taken_once  # type: ignore[method-assign]
+        try:
+            assert await engine.store.claim(decision.state, slots=[0, 1], owner="lane-b", ttl_ms=30_000) is None
+        finally:
+            del partitions.find_one_and_update
+        assert calls == 2
 
 
 async def test_document_errors_within_budget_complete_with_a_warning(fast_project, db) -> None:  # type: ignore[no-untyped-def]
