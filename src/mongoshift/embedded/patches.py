@@ -72,8 +72,17 @@ def apply() -> None:
     _patch_decimal_set()
     _patch_in_membership_once()
     _patch_transaction_conflicts()
+    _patch_change_streams()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
+
+
+def _patch_change_streams() -> None:
+    # (q) No $changeStream over the wire: served from the server's change history
+    # (embedded/change_streams.py, which holds the whole shim).
+    from mongoshift.embedded import change_streams
+
+    change_streams.patch_wire()
 
 
 def _failure(message: str, code: int, code_name: str, labels: tuple[str, ...] = ()) -> Exception:
