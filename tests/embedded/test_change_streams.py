@@ -301,3 +301,22 @@ def test_cluster_times_only_move_forward_even_when_the_clock_goes_back() -> None
     clock = ClusterClock(lambda: next(readings))
     stamps = [clock.tick()[0] for _ in range(5)]
     assert [(s.time, s.inc) for s in stamps] == [(100, 1), (101, 1), (101, 2), (101, 3), (102, 1)]
+
+
+async def test_database_and_cluster_streams_see_every_collection(client, db) -> None:
+    other = client[f"{db.name}_2"]
+    try:
+        async with await db.watch(max_await_time_ms=200) as database_stream, \
+                await client.watch(max_await_time_ms=200) as cluster_stream:
+            await db.a.insert_one({"_id": 1})
+            await db.b.insert_one({"_id": 2})
+            await other.c.insert_one({"_id": 3})
+            in_database = await _drain(database_stream, 2)
+            await _nothing_more(database_stream)
+            everywhere = [e for e in await _drain(cluster_stream, 3)]
+    finally:
+        await client.drop_database(other.name)
+    assert [e["ns"] for e in in_database] == [{"db": db.name, "coll": "a"}, {"db": db.name, "coll": "b"}]
+    assert [e["ns"] for e in everywhere] == [
+        {"db": db.name, "coll": "a"}, {"db": db.name, "coll": "b"}, {"db": other.name, "coll": "c"}
+    ]

@@ -45,6 +45,7 @@ DEFAULT_AWAIT_MS = 1_000
 DEFAULT_FIRST_BATCH = 101
 # The wire cursor store numbers its cursors from 1; change-stream cursors live far above.
 _CURSOR_ID_BASE = 1 << 48
+_WHOLE_DATABASE = "$cmd.aggregate"  # the namespace mongod gives a database-level stream's cursor
 _EVENT_TYPES = frozenset({"insert", "update", "replace", "delete"})
 _FULL_DOCUMENT_MODES = frozenset({"default", "updateLookup", "whenAvailable", "required"})
 _STAGE_OPTIONS = frozenset(
@@ -290,7 +291,7 @@ class StreamCursor:
 
     @property
     def ns(self) -> str:
-        return f"{self.db}.{self.coll if self.coll is not None else '$cmd.aggregate'}"
+        return f"{self.db}.{self.coll if self.coll is not None else _WHOLE_DATABASE}"
 
     def covers(self, event: ChangeEvent) -> bool:
         if self.cluster:
@@ -420,7 +421,7 @@ async def _aggregate(client: Any, history: ChangeHistory, context: Any) -> dict[
                            f"Illegal stage in a $changeStream pipeline: {next(iter(stage))}")
     cursor = StreamCursor(
         db=context.db_name,
-        coll=target if isinstance(target, str) else None,
+        coll=target if isinstance(target, str) and target != _WHOLE_DATABASE else None,
         cluster=cluster,
         stages=list(pipeline[1:]),
         full_document=spec.get("fullDocument", "default"),
@@ -469,8 +470,12 @@ def _is_change_stream(command: dict[str, Any]) -> bool:
         and "$changeStream" in pipeline[0]
 
 
-def _plain_cursor_ids(body: dict[str, Any]) -> dict[str, Any]:
-    """getMore/killCursors with the 64-bit ids mongod replies with (and drivers send back)."""
+def _passable(body: dict[str, Any]) -> dict[str, Any]:
+    """What mongoeco's wire validation lets through: a database-level ``aggregate: 1`` stream
+    gets a stand-in collection name, and getMore/killCursors take the 64-bit cursor ids
+    mongod replies with (and drivers send back) as plain integers."""
+    if body.get("aggregate") == 1 and _is_change_stream(body):
+        return {**body, "aggregate": _WHOLE_DATABASE}
     if isinstance(body.get("getMore"), BsonInt64):
         return {**body, "getMore": body["getMore"].value}
     cursors = body.get("cursors")
@@ -482,8 +487,7 @@ def _plain_cursor_ids(body: dict[str, Any]) -> dict[str, Any]:
 def patch_wire() -> None:
     """(q) Serve $changeStream, and getMore/killCursors on its cursors, before mongoeco's dispatch.
 
-    The wire validation accepts only plain integers as cursor ids; a change-stream cursor id
-    is an Int64 as in mongod's replies, so Int64 ids are turned into integers first.
+    mongoeco's wire validation runs first, so requests are made passable for it (:func:`_passable`).
     """
     from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
     from mongoeco.wire.executor import WireCommandExecutor
@@ -491,7 +495,7 @@ def patch_wire() -> None:
     build_request_context = WireCommandExecutor._build_request_context
 
     def build_with_plain_ids(self: Any, body: dict[str, Any], **kwargs: Any) -> Any:
-        return build_request_context(self, _plain_cursor_ids(body), **kwargs)
+        return build_request_context(self, _passable(body), **kwargs)
 
     WireCommandExecutor._build_request_context = build_with_plain_ids
     original = WireSpecialCommandHandlers.dispatch
