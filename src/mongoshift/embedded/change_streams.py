@@ -61,10 +61,8 @@ _HISTORY_LOST = (286, "ChangeStreamHistoryLost",
 _TOKEN_NOT_FOUND = (280, "ChangeStreamFatalError", "cannot resume stream; the resume token was not found.")
 
 
-def _failure(spec: tuple[int, str, str] | tuple[int, str], message: str | None = None) -> OperationFailure:
-    code, code_name = spec[0], spec[1]
-    text = message if message is not None else spec[2]  # type: ignore[misc]
-    return OperationFailure(text, code=code, details={"codeName": code_name})
+def _failure(code: int, code_name: str, message: str) -> OperationFailure:
+    return OperationFailure(message, code=code, details={"codeName": code_name})
 
 
 def _order(stamp: Timestamp) -> tuple[int, int]:
@@ -72,7 +70,7 @@ def _order(stamp: Timestamp) -> tuple[int, int]:
 
 
 def _bad_value(message: str) -> OperationFailure:
-    return _failure((2, "BadValue"), message)
+    return _failure(2, "BadValue", message)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,14 +104,14 @@ class StreamPoint:
     def from_token(cls, token: object) -> StreamPoint:
         data = token.get("_data") if isinstance(token, dict) else None
         if not isinstance(data, str):
-            raise _failure((40647, "Location40647"),
+            raise _failure(40647, "Location40647",
                            "The change stream resume token has a missing or wrong-typed _data field.")
         try:
             version, seconds, inc, position = struct.unpack(_TOKEN_FORMAT, bytes.fromhex(data))
         except (ValueError, struct.error):
             version = None
         if version != _TOKEN_VERSION:
-            raise _failure((260, "InvalidResumeToken"), "resume token was not issued by this server")
+            raise _failure(260, "InvalidResumeToken", "resume token was not issued by this server")
         return cls(position, Timestamp(seconds, inc))
 
 
@@ -204,13 +202,13 @@ class ChangeHistory(ChangeStreamHub):
         """Check that ``point`` was issued here and that every event after it is still held."""
         with self._condition:
             if point.position > self._last_position:
-                raise _failure(_TOKEN_NOT_FOUND)
+                raise _failure(*_TOKEN_NOT_FOUND)
             if point.position < self._lost.position:
-                raise _failure(_HISTORY_LOST)
+                raise _failure(*_HISTORY_LOST)
             held = self._event_at_locked(point.position)
             expected = self._lost.cluster_time if held is None else held.cluster_time
             if point.cluster_time != expected:
-                raise _failure(_TOKEN_NOT_FOUND)
+                raise _failure(*_TOKEN_NOT_FOUND)
             return point
 
     def at_time(self, cluster_time: Timestamp) -> StreamPoint:
@@ -219,7 +217,7 @@ class ChangeHistory(ChangeStreamHub):
             lost = _order(self._lost.cluster_time)
             # The start stamp has increment 0; a dropped event's time is itself lost.
             if _order(cluster_time) < lost or (_order(cluster_time) == lost and lost[1] > 0):
-                raise _failure(_HISTORY_LOST)
+                raise _failure(*_HISTORY_LOST)
             before = self._lost
             for event in self._history:
                 if _order(event.cluster_time) >= _order(cluster_time):
@@ -237,11 +235,14 @@ class ChangeHistory(ChangeStreamHub):
         """Up to ``limit`` events after ``position``; 286 (as mongod) if some were dropped meanwhile."""
         with self._condition:
             if position < self._lost.position:
-                raise _failure(_HISTORY_LOST)
+                raise _failure(*_HISTORY_LOST)
+            if self._publish_failure is not None:  # mongoeco stopped delivering: events would be missed
+                raise _failure(280, "ChangeStreamFatalError", "change history stopped recording")
             if not self._history:
                 return []
             start = max(0, position + 1 - self._history[0].position)
-            return list(itertools.islice(self._history, start, start + limit))
+            # Index from the newest end: readers are near it, and a deque indexes fast at its ends.
+            return [self._history[i] for i in range(start, min(start + limit, len(self._history)))]
 
     async def wait_after(self, position: int, timeout: float) -> None:
         """Return once an event after ``position`` exists, or after ``timeout`` seconds."""
@@ -301,12 +302,12 @@ class StreamCursor:
 
 def _parse_stage(spec: object, cluster_allowed: bool) -> dict[str, Any]:
     if not isinstance(spec, dict):
-        raise _failure((50808, "Location50808"), "$changeStream stage expects a document as argument")
+        raise _failure(50808, "Location50808", "$changeStream stage expects a document as argument")
     unknown = sorted(set(spec) - _STAGE_OPTIONS)
     if unknown:
-        raise _failure((40415, "IDLUnknownField"), f"BSON field '$changeStream.{unknown[0]}' is an unknown field.")
+        raise _failure(40415, "IDLUnknownField", f"BSON field '$changeStream.{unknown[0]}' is an unknown field.")
     if spec.get("allChangesForCluster") and not cluster_allowed:
-        raise _failure((73, "InvalidNamespace"),
+        raise _failure(73, "InvalidNamespace",
                        "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database")
     mode = spec.get("fullDocument", "default")
     if mode not in _FULL_DOCUMENT_MODES:
@@ -314,10 +315,10 @@ def _parse_stage(spec: object, cluster_allowed: bool) -> dict[str, Any]:
     if spec.get("fullDocumentBeforeChange", "off") != "off":
         raise _bad_value("fullDocumentBeforeChange is not supported by the embedded server")
     if "resumeAfter" in spec and "startAfter" in spec:
-        raise _failure((50865, "Location50865"),
+        raise _failure(50865, "Location50865",
                        "Do not specify both 'resumeAfter' and 'startAfter' in a $changeStream stage")
     if "startAtOperationTime" in spec and ("resumeAfter" in spec or "startAfter" in spec):
-        raise _failure((40674, "Location40674"), "Only one type of resume option is allowed, but multiple were found")
+        raise _failure(40674, "Location40674", "Only one type of resume option is allowed, but multiple were found")
     return spec
 
 
@@ -328,7 +329,7 @@ def _start_point(history: ChangeHistory, spec: dict[str, Any]) -> StreamPoint:
     at = spec.get("startAtOperationTime")
     if at is not None:
         if not isinstance(at, Timestamp):
-            raise _failure((14, "TypeMismatch"), "startAtOperationTime must be a timestamp")
+            raise _failure(14, "TypeMismatch", "startAtOperationTime must be a timestamp")
         return history.at_time(at)
     return history.end()
 
@@ -350,7 +351,7 @@ async def _event_document(client: Any, cursor: StreamCursor, event: ChangeEvent)
         elif cursor.full_document == "whenAvailable":
             document["fullDocument"] = None
         else:
-            raise _failure((280, "ChangeStreamFatalError"),
+            raise _failure(280, "ChangeStreamFatalError",
                            "Change stream was configured to require a post-image for all update, delete and "
                            "replace events, but the post-image was not found for an event.")
     document["ns"] = {"db": event.db, "coll": event.coll}
@@ -404,20 +405,20 @@ def _positive(value: object, default: int) -> int:
 async def _aggregate(client: Any, history: ChangeHistory, context: Any) -> dict[str, Any]:
     command = context.command_document
     if context.raw_body.get("autocommit") is False:
-        raise _failure((263, "OperationNotSupportedInTransaction"),
+        raise _failure(263, "OperationNotSupportedInTransaction",
                        "Operation not permitted in transaction :: caused by :: $changeStream")
     pipeline = command["pipeline"]
     target = command.get("aggregate")
     cluster = context.db_name == "admin"
     spec = _parse_stage(pipeline[0]["$changeStream"], cluster)
     if cluster and not spec.get("allChangesForCluster"):
-        raise _failure((73, "InvalidNamespace"), "$changeStream may not be opened on the internal admin database")
+        raise _failure(73, "InvalidNamespace", "$changeStream may not be opened on the internal admin database")
     for stage in pipeline[1:]:
         if not isinstance(stage, dict) or len(stage) != 1:
             raise _bad_value("a pipeline stage must be a document with one field")
         if next(iter(stage)) not in {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot",
                                      "$replaceWith", "$redact"}:
-            raise _failure((31324, "Location31324"),
+            raise _failure(31324, "Location31324",
                            f"Illegal stage in a $changeStream pipeline: {next(iter(stage))}")
     cursor = StreamCursor(
         db=context.db_name,
@@ -436,7 +437,7 @@ async def _get_more(client: Any, history: ChangeHistory, context: Any, cursor_id
     command = context.command_document
     cursor = history.cursors.get(cursor_id)
     if cursor is None:
-        raise _failure((43, "CursorNotFound"), f"cursor id {cursor_id} not found")
+        raise _failure(43, "CursorNotFound", f"cursor id {cursor_id} not found")
     limit = _positive(command.get("batchSize"), 1_000_000)
     deadline = time.monotonic() + _positive(command.get("maxTimeMS"), DEFAULT_AWAIT_MS) / 1000
     try:

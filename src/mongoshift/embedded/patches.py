@@ -8,7 +8,7 @@ valid for the exact version it was written against: :func:`apply` refuses to run
 on any other version instead of patching code it has never seen.
 
 The fixes only make mongoeco answer the way a MongoDB replica set does; none
-adds a feature mongod lacks (the one added command, collMod, is mongod's). They
+adds a feature mongod lacks (the added commands, collMod and $changeStream, are mongod's). They
 are process-wide and idempotent; call :func:`apply` before building the server
 (``mongoshift.embedded.server`` does).
 """
