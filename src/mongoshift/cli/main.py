@@ -335,13 +335,7 @@ def unlock(yes: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
 @click.option("--path", type=click.Path(path_type=Path), help="Snapshot file: data survives a clean restart.")
-@click.option(
-    "--change-history",
-    type=click.IntRange(min=1),
-    default=100_000,
-    show_default=True,
-    help="Events change streams can resume from; older ones are dropped.",
-)
+@click.option("--change-history", type=click.IntRange(min=1), default=100_000, show_default=True, help="Change-stream window, in events.")
 def embedded(host: str, port: int, path: Path | None, change_history: int) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
     import logging
