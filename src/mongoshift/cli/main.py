@@ -335,7 +335,8 @@ def unlock(yes: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
 @click.option("--path", type=click.Path(path_type=Path), help="Snapshot file: data survives a clean restart.")
-def embedded(host: str, port: int, path: Path | None) -> int:
+@click.option("--change-history", type=click.IntRange(min=1), default=100_000, show_default=True, help="Change-stream window, in events.")
+def embedded(host: str, port: int, path: Path | None, change_history: int) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
     import logging
 
@@ -345,7 +346,7 @@ def embedded(host: str, port: int, path: Path | None) -> int:
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
     try:
-        return run(host=host, port=port, path=path)
+        return run(host=host, port=port, path=path, change_history=change_history)
     except (EmbeddedServerUnavailable, SnapshotError) as exc:
         raise ConfigInvalidError(str(exc)) from None
 

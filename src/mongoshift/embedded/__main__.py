@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from mongoshift.embedded.server import (
+    DEFAULT_CHANGE_HISTORY,
     DEFAULT_HOST,
     DEFAULT_PORT,
     EmbeddedServerUnavailable,
@@ -42,15 +43,25 @@ def main(argv: list[str] | None = None) -> int:
         help="snapshot file: loaded at start, written at clean shutdown (a crash loses "
         "everything since the last clean shutdown); default: memory only",
     )
+    parser.add_argument(
+        "--change-history",
+        type=int,
+        default=DEFAULT_CHANGE_HISTORY,
+        metavar="N",
+        help="events change streams can resume from; older ones are dropped "
+        f"(default {DEFAULT_CHANGE_HISTORY})",
+    )
     parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
     args = parser.parse_args(argv)
+    if args.change_history < 1:
+        parser.error("--change-history must be at least 1")
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return run(args.host, args.port, args.path)
+        return run(args.host, args.port, args.path, change_history=args.change_history)
     except EmbeddedServerUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@ valid for the exact version it was written against: :func:`apply` refuses to run
 on any other version instead of patching code it has never seen.
 
 The fixes only make mongoeco answer the way a MongoDB replica set does; none
-adds a feature mongod lacks (the one added command, collMod, is mongod's). They
+adds a feature mongod lacks (the added commands, collMod and $changeStream, are mongod's). They
 are process-wide and idempotent; call :func:`apply` before building the server
 (``mongoshift.embedded.server`` does).
 """
@@ -72,8 +72,17 @@ def apply() -> None:
     _patch_decimal_set()
     _patch_in_membership_once()
     _patch_transaction_conflicts()
+    _patch_change_streams()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
+
+
+def _patch_change_streams() -> None:
+    # (q) No $changeStream over the wire: served from the server's change history
+    # (embedded/change_streams.py, which holds the whole shim).
+    from mongoshift.embedded import change_streams
+
+    change_streams.patch_wire()
 
 
 def _failure(message: str, code: int, code_name: str, labels: tuple[str, ...] = ()) -> Exception:

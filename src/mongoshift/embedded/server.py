@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 27017
+# Events a change stream can resume from (mongod's oplog window, in events).
+DEFAULT_CHANGE_HISTORY = 100_000
 
 # MemoryEngine options (mongoeco.engines.memory.MemoryEngine.__init__):
 # - the change-stream hub degrades for good once one command publishes more
@@ -80,6 +82,7 @@ async def serve(
     *,
     on_ready: Callable[[str], None],
     stop: asyncio.Event,
+    change_history: int = DEFAULT_CHANGE_HISTORY,
 ) -> None:
     """Serve until ``stop`` is set, then shut down (and write the snapshot if ``path``).
 
@@ -89,6 +92,8 @@ async def serve(
     :class:`~mongoshift.embedded.snapshot.SnapshotError` if ``path`` cannot be
     written (a missing folder, a read-only location) or is not a readable snapshot
     (the file is then left untouched), and ``OSError`` if the address cannot be bound.
+    ``change_history`` bounds the events change streams can resume from
+    (:mod:`mongoshift.embedded.change_streams`).
     """
     from mongoshift.embedded import snapshot
 
@@ -99,12 +104,16 @@ async def serve(
     from mongoeco.engines.memory import MemoryEngine
     from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
 
+    from mongoshift.embedded.change_streams import attach_history
+
     engine = MemoryEngine(**ENGINE_OPTIONS)  # type: ignore[arg-type]
     client = AsyncMongoClient(engine)
+    history = attach_history(client, change_history)
     await engine.connect()
     try:
         if path is not None:
             await snapshot.load(client, Path(path))
+            history.forget()  # loading is not history: resume tokens start after it
         # The server does not own the client: the engine outlives the listener
         # so the snapshot is written after the last connection is closed.
         server = AsyncMongoEcoProxyServer(client=client, host=host, port=port)
@@ -129,6 +138,7 @@ def run(
     port: int = DEFAULT_PORT,
     path: Path | str | None = None,
     on_ready: Callable[[str], None] = print_uri,
+    change_history: int = DEFAULT_CHANGE_HISTORY,
 ) -> int:
     """Run :func:`serve` until SIGINT or SIGTERM; return 0 after a clean stop."""
     path = Path(path) if path is not None else None
@@ -144,7 +154,7 @@ def run(
             except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
         try:
-            await serve(host, port, path, on_ready=on_ready, stop=stop)
+            await serve(host, port, path, on_ready=on_ready, stop=stop, change_history=change_history)
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)

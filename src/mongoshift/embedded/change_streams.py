@@ -1,0 +1,524 @@
+"""Change streams over the wire for the embedded server (mongoeco 4.11 serves none).
+
+mongod answers ``aggregate`` with a leading ``$changeStream`` from its oplog; mongoeco
+has an in-process change hub but no wire command for it, and its hub keeps events
+only while someone watches. This module gives the server what a change stream needs:
+
+* :class:`ChangeHistory`, the server's oplog-like history. It is the sink mongoeco's
+  memory engine delivers committed changes to (its commit sequence: a transaction's
+  writes arrive at commit, an aborted one's never), kept whether or not anyone
+  watches, bounded to ``max_events`` (oldest dropped first). Each event gets a
+  monotonic cluster time (BSON Timestamp) and a wall time from an injected clock.
+* :func:`patch_wire`, a pinned wrapper of mongoeco's wire dispatch that serves
+  ``aggregate`` with ``$changeStream`` (collection, database or cluster level),
+  ``getMore`` (awaits new events up to ``maxTimeMS``) and ``killCursors`` for the
+  cursors it opens, with mongod's reply shapes and error codes.
+
+What it does not give (``updateDescription``, pre-images, ``invalidate``/``drop``
+events, ``showExpandedEvents``...) is listed in docs/embedded.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import itertools
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from mongoeco._change_streams.hub import ChangeStreamHub
+from mongoeco.core.bson_scalars import BsonInt64
+from mongoeco.errors import OperationFailure
+from mongoeco.types import Timestamp
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_EVENTS = 100_000
+# mongod's default await time for a tailable-await getMore without maxTimeMS.
+DEFAULT_AWAIT_MS = 1_000
+# mongod's default first batch size.
+DEFAULT_FIRST_BATCH = 101
+# The wire cursor store numbers its cursors from 1; change-stream cursors live far above.
+_CURSOR_ID_BASE = 1 << 48
+_WHOLE_DATABASE = "$cmd.aggregate"  # the namespace mongod gives a database-level stream's cursor
+_EVENT_TYPES = frozenset({"insert", "update", "replace", "delete"})
+_FULL_DOCUMENT_MODES = frozenset({"default", "updateLookup", "whenAvailable", "required"})
+_STAGE_OPTIONS = frozenset(
+    {"fullDocument", "resumeAfter", "startAfter", "startAtOperationTime", "allChangesForCluster",
+     "fullDocumentBeforeChange", "showExpandedEvents"}
+)
+_TOKEN_FORMAT = ">BIIQ"  # version, seconds, increment, position
+_TOKEN_VERSION = 1
+
+# mongod's codes and messages.
+_HISTORY_LOST = (286, "ChangeStreamHistoryLost",
+                 "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
+_TOKEN_NOT_FOUND = (280, "ChangeStreamFatalError", "cannot resume stream; the resume token was not found.")
+
+
+def _failure(code: int, code_name: str, message: str) -> OperationFailure:
+    return OperationFailure(message, code=code, details={"codeName": code_name})
+
+
+def _order(stamp: Timestamp) -> tuple[int, int]:
+    return (stamp.time, stamp.inc)
+
+
+def _bad_value(message: str) -> OperationFailure:
+    return _failure(2, "BadValue", message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One committed write, as the history keeps it (no document for updates: looked up on read)."""
+
+    position: int
+    cluster_time: Timestamp
+    wall_time: datetime.datetime
+    db: str
+    coll: str
+    operation_type: str
+    document_key: dict[str, Any]
+    full_document: dict[str, Any] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamPoint:
+    """A place in the history: after the event at ``position`` (0: before the first)."""
+
+    position: int
+    cluster_time: Timestamp
+
+    def token(self) -> dict[str, str]:
+        """The opaque resume token mongod-style clients store and hand back."""
+        data = struct.pack(_TOKEN_FORMAT, _TOKEN_VERSION, self.cluster_time.time,
+                           self.cluster_time.inc, self.position)
+        return {"_data": data.hex().upper()}
+
+    @classmethod
+    def from_token(cls, token: object) -> StreamPoint:
+        data = token.get("_data") if isinstance(token, dict) else None
+        if not isinstance(data, str):
+            raise _failure(40647, "Location40647",
+                           "The change stream resume token has a missing or wrong-typed _data field.")
+        try:
+            version, seconds, inc, position = struct.unpack(_TOKEN_FORMAT, bytes.fromhex(data))
+        except (ValueError, struct.error):
+            version = None
+        if version != _TOKEN_VERSION:
+            raise _failure(260, "InvalidResumeToken", "resume token was not issued by this server")
+        return cls(position, Timestamp(seconds, inc))
+
+
+class ClusterClock:
+    """Monotonic cluster times: (seconds, increment), the increment restarting each second."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._last = Timestamp(int(clock()), 0)
+
+    @property
+    def last(self) -> Timestamp:
+        return self._last
+
+    def tick(self) -> tuple[Timestamp, datetime.datetime]:
+        now = self._clock()
+        seconds = int(now)
+        if seconds > self._last.time:
+            self._last = Timestamp(seconds, 1)
+        else:
+            self._last = Timestamp(self._last.time, self._last.inc + 1)
+        wall = datetime.datetime.fromtimestamp(now, tz=datetime.UTC).replace(tzinfo=None)
+        return self._last, wall.replace(microsecond=wall.microsecond // 1000 * 1000)
+
+
+class ChangeHistory(ChangeStreamHub):
+    """The server's change history: mongoeco's change sink, kept without watchers and bounded.
+
+    The memory engine calls :meth:`publish` once per committed write, in commit order
+    (its ``commit-sequence`` delivery); this class keeps its own events instead of the
+    hub's list, and reuses only the hub's lock and async waiters.
+    """
+
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS, *, clock: Callable[[], float] = time.time) -> None:
+        if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 1:
+            raise ValueError("the change history needs a positive number of events")
+        super().__init__(max_retained_events=None)
+        self.max_events = max_events
+        self._clock = ClusterClock(clock)
+        self._history: deque[ChangeEvent] = deque()
+        self._last_position = 0
+        # The newest point no longer held: resuming at or before it is history lost.
+        self._lost = StreamPoint(0, self._clock.last)
+        self.cursors: dict[int, StreamCursor] = {}
+        self._cursor_ids = itertools.count(_CURSOR_ID_BASE + 1)
+
+    # -- mongoeco's sink interface -------------------------------------------------
+    def should_publish_events(self) -> bool:
+        # mongoeco records a gap instead of the event unless this says yes.
+        return not self._closed
+
+    def publish(self, *, operation_type: str, **payload: Any) -> None:
+        # drop/rename/invalidate notices go to the hub outside the commit sequence:
+        # they are not history events (documented) and must not consume a sequence number.
+        if operation_type in _EVENT_TYPES:
+            super().publish(operation_type=operation_type, **payload)
+
+    def _append_committed_event_locked(self, event: Any) -> None:
+        self._next_token = event.token + 1
+        cluster_time, wall_time = self._clock.tick()
+        self._last_position += 1
+        document = event.full_document if event.operation_type in {"insert", "replace"} else None
+        self._history.append(ChangeEvent(
+            self._last_position, cluster_time, wall_time, event.db_name, event.coll_name,
+            event.operation_type, dict(event.document_key), document,
+        ))
+        while len(self._history) > self.max_events:
+            dropped = self._history.popleft()
+            self._lost = StreamPoint(dropped.position, dropped.cluster_time)
+        self._wake_async_waiters_locked()
+
+    # -- reading -------------------------------------------------------------------
+    def forget(self) -> None:
+        """Drop everything recorded so far (the snapshot load is not history)."""
+        with self._condition:
+            self._lost = self.end()
+            self._history.clear()
+
+    def end(self) -> StreamPoint:
+        """The point after the newest event."""
+        with self._condition:
+            if self._history:
+                newest = self._history[-1]
+                return StreamPoint(newest.position, newest.cluster_time)
+            return self._lost
+
+    def resolve(self, point: StreamPoint) -> StreamPoint:
+        """Check that ``point`` was issued here and that every event after it is still held."""
+        with self._condition:
+            if point.position > self._last_position:
+                raise _failure(*_TOKEN_NOT_FOUND)
+            if point.position < self._lost.position:
+                raise _failure(*_HISTORY_LOST)
+            held = self._event_at_locked(point.position)
+            expected = self._lost.cluster_time if held is None else held.cluster_time
+            if point.cluster_time != expected:
+                raise _failure(*_TOKEN_NOT_FOUND)
+            return point
+
+    def at_time(self, cluster_time: Timestamp) -> StreamPoint:
+        """The point just before the first event at or after ``cluster_time``."""
+        with self._condition:
+            lost = _order(self._lost.cluster_time)
+            # The start stamp has increment 0; a dropped event's time is itself lost.
+            if _order(cluster_time) < lost or (_order(cluster_time) == lost and lost[1] > 0):
+                raise _failure(*_HISTORY_LOST)
+            before = self._lost
+            for event in self._history:
+                if _order(event.cluster_time) >= _order(cluster_time):
+                    break
+                before = StreamPoint(event.position, event.cluster_time)
+            return before
+
+    def _event_at_locked(self, position: int) -> ChangeEvent | None:
+        if not self._history or position < self._history[0].position:
+            return None
+        index = position - self._history[0].position
+        return self._history[index] if index < len(self._history) else None
+
+    def events_after(self, position: int, limit: int) -> list[ChangeEvent]:
+        """Up to ``limit`` events after ``position``; 286 (as mongod) if some were dropped meanwhile."""
+        with self._condition:
+            if position < self._lost.position:
+                raise _failure(*_HISTORY_LOST)
+            if self._publish_failure is not None:  # mongoeco stopped delivering: events would be missed
+                raise _failure(280, "ChangeStreamFatalError", "change history stopped recording")
+            if not self._history:
+                return []
+            start = max(0, position + 1 - self._history[0].position)
+            # Index from the newest end: readers are near it, and a deque indexes fast at its ends.
+            return [self._history[i] for i in range(start, min(start + limit, len(self._history)))]
+
+    async def wait_after(self, position: int, timeout: float) -> None:
+        """Return once an event after ``position`` exists, or after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        registration = (loop, waiter)
+        with self._condition:
+            if self._last_position > position or self._closed:
+                return
+            self._async_waiters.add(registration)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            with self._condition:
+                self._async_waiters.discard(registration)
+
+    def open_cursor(self, cursor: StreamCursor) -> int:
+        cursor_id = next(self._cursor_ids)
+        self.cursors[cursor_id] = cursor
+        return cursor_id
+
+
+def attach_history(client: Any, max_events: int) -> ChangeHistory:
+    """Make a new ChangeHistory the change sink of a fresh mongoeco ``AsyncMongoClient``.
+
+    The client builds its own hub in ``__init__`` and takes none as an argument; every
+    database and collection it hands out later reads ``client._change_hub``.
+    """
+    history = ChangeHistory(max_events)
+    client._change_hub.close()
+    client._change_hub = history
+    return history
+
+
+@dataclasses.dataclass(slots=True)
+class StreamCursor:
+    """An open change stream: its scope, stages and the point it has read up to."""
+
+    db: str
+    coll: str | None  # None: every collection of db (db None too: the whole cluster)
+    cluster: bool
+    stages: list[dict[str, Any]]
+    full_document: str
+    point: StreamPoint
+
+    @property
+    def ns(self) -> str:
+        return f"{self.db}.{self.coll if self.coll is not None else _WHOLE_DATABASE}"
+
+    def covers(self, event: ChangeEvent) -> bool:
+        if self.cluster:
+            return True
+        return event.db == self.db and (self.coll is None or event.coll == self.coll)
+
+
+def _parse_stage(spec: object, cluster_allowed: bool) -> dict[str, Any]:
+    if not isinstance(spec, dict):
+        raise _failure(50808, "Location50808", "$changeStream stage expects a document as argument")
+    unknown = sorted(set(spec) - _STAGE_OPTIONS)
+    if unknown:
+        raise _failure(40415, "IDLUnknownField", f"BSON field '$changeStream.{unknown[0]}' is an unknown field.")
+    if spec.get("allChangesForCluster") and not cluster_allowed:
+        raise _failure(73, "InvalidNamespace",
+                       "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database")
+    mode = spec.get("fullDocument", "default")
+    if mode not in _FULL_DOCUMENT_MODES:
+        raise _bad_value(f"unsupported fullDocument mode '{mode}'")
+    if spec.get("fullDocumentBeforeChange", "off") != "off":
+        raise _bad_value("fullDocumentBeforeChange is not supported by the embedded server")
+    if "resumeAfter" in spec and "startAfter" in spec:
+        raise _failure(50865, "Location50865",
+                       "Do not specify both 'resumeAfter' and 'startAfter' in a $changeStream stage")
+    if "startAtOperationTime" in spec and ("resumeAfter" in spec or "startAfter" in spec):
+        raise _failure(40674, "Location40674", "Only one type of resume option is allowed, but multiple were found")
+    return spec
+
+
+def _start_point(history: ChangeHistory, spec: dict[str, Any]) -> StreamPoint:
+    token = spec.get("resumeAfter", spec.get("startAfter"))
+    if token is not None:
+        return history.resolve(StreamPoint.from_token(token))
+    at = spec.get("startAtOperationTime")
+    if at is not None:
+        if not isinstance(at, Timestamp):
+            raise _failure(14, "TypeMismatch", "startAtOperationTime must be a timestamp")
+        return history.at_time(at)
+    return history.end()
+
+
+async def _event_document(client: Any, cursor: StreamCursor, event: ChangeEvent) -> dict[str, Any]:
+    """The event as mongod shapes it (key order included)."""
+    point = StreamPoint(event.position, event.cluster_time)
+    document: dict[str, Any] = {
+        "_id": point.token(),
+        "operationType": event.operation_type,
+        "clusterTime": event.cluster_time,
+        "wallTime": event.wall_time,
+    }
+    if event.operation_type in {"insert", "replace"}:
+        document["fullDocument"] = event.full_document
+    elif event.operation_type == "update" and cursor.full_document != "default":
+        if cursor.full_document == "updateLookup":
+            document["fullDocument"] = await client[event.db][event.coll].find_one(event.document_key)
+        elif cursor.full_document == "whenAvailable":
+            document["fullDocument"] = None
+        else:
+            raise _failure(280, "ChangeStreamFatalError",
+                           "Change stream was configured to require a post-image for all update, delete and "
+                           "replace events, but the post-image was not found for an event.")
+    document["ns"] = {"db": event.db, "coll": event.coll}
+    document["documentKey"] = event.document_key
+    return document
+
+
+async def _next_batch(client: Any, history: ChangeHistory, cursor: StreamCursor, limit: int) -> list[dict[str, Any]]:
+    """Read on from the cursor's point: the events in its scope that pass its stages."""
+    from mongoeco.core.aggregation import apply_pipeline
+
+    batch: list[dict[str, Any]] = []
+    while len(batch) < limit:
+        events = history.events_after(cursor.point.position, limit - len(batch))
+        if not events:
+            break
+        for event in events:
+            cursor.point = StreamPoint(event.position, event.cluster_time)
+            if not cursor.covers(event):
+                continue
+            document = await _event_document(client, cursor, event)
+            if cursor.stages:
+                results = apply_pipeline([document], cursor.stages)
+                batch.extend(results)
+            else:
+                batch.append(document)
+    return batch
+
+
+def _reply(cursor_id: int, cursor: StreamCursor, key: str, batch: list[dict[str, Any]]) -> dict[str, Any]:
+    from bson.int64 import Int64
+
+    return {
+        "cursor": {
+            key: batch,
+            "postBatchResumeToken": cursor.point.token(),
+            "id": Int64(cursor_id),
+            "ns": cursor.ns,
+        },
+        "ok": 1.0,
+    }
+
+
+def _positive(value: object, default: int) -> int:
+    value = getattr(value, "value", value)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return default
+
+
+async def _aggregate(client: Any, history: ChangeHistory, context: Any) -> dict[str, Any]:
+    command = context.command_document
+    if context.raw_body.get("autocommit") is False:
+        raise _failure(263, "OperationNotSupportedInTransaction",
+                       "Operation not permitted in transaction :: caused by :: $changeStream")
+    pipeline = command["pipeline"]
+    target = command.get("aggregate")
+    cluster = context.db_name == "admin"
+    spec = _parse_stage(pipeline[0]["$changeStream"], cluster)
+    if cluster and not spec.get("allChangesForCluster"):
+        raise _failure(73, "InvalidNamespace", "$changeStream may not be opened on the internal admin database")
+    for stage in pipeline[1:]:
+        if not isinstance(stage, dict) or len(stage) != 1:
+            raise _bad_value("a pipeline stage must be a document with one field")
+        if next(iter(stage)) not in {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot",
+                                     "$replaceWith", "$redact"}:
+            raise _failure(31324, "Location31324",
+                           f"Illegal stage in a $changeStream pipeline: {next(iter(stage))}")
+    cursor = StreamCursor(
+        db=context.db_name,
+        coll=target if isinstance(target, str) and target != _WHOLE_DATABASE else None,
+        cluster=cluster,
+        stages=list(pipeline[1:]),
+        full_document=spec.get("fullDocument", "default"),
+        point=_start_point(history, spec),
+    )
+    options = command.get("cursor") or {}
+    batch = await _next_batch(client, history, cursor, _positive(options.get("batchSize"), DEFAULT_FIRST_BATCH))
+    return _reply(history.open_cursor(cursor), cursor, "firstBatch", batch)
+
+
+async def _get_more(client: Any, history: ChangeHistory, context: Any, cursor_id: int) -> dict[str, Any]:
+    command = context.command_document
+    cursor = history.cursors.get(cursor_id)
+    if cursor is None:
+        raise _failure(43, "CursorNotFound", f"cursor id {cursor_id} not found")
+    limit = _positive(command.get("batchSize"), 1_000_000)
+    deadline = time.monotonic() + _positive(command.get("maxTimeMS"), DEFAULT_AWAIT_MS) / 1000
+    try:
+        batch = await _next_batch(client, history, cursor, limit)
+        while not batch and (remaining := deadline - time.monotonic()) > 0:
+            await history.wait_after(cursor.point.position, remaining)
+            batch = await _next_batch(client, history, cursor, limit)
+    except OperationFailure:
+        history.cursors.pop(cursor_id, None)
+        raise
+    return _reply(cursor_id, cursor, "nextBatch", batch)
+
+
+def _kill(history: ChangeHistory, command: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """Kill the change-stream cursors named; return (killed, not found, ids of other cursors)."""
+    killed, not_found, others = [], [], []
+    for cursor_id in command.get("cursors") or []:
+        number = _positive(cursor_id, 0)
+        if number <= _CURSOR_ID_BASE:
+            others.append(cursor_id)
+        elif history.cursors.pop(number, None) is not None:
+            killed.append(cursor_id)
+        else:
+            not_found.append(cursor_id)
+    return killed, not_found, others
+
+
+def _is_change_stream(command: dict[str, Any]) -> bool:
+    pipeline = command.get("pipeline")
+    return bool(pipeline) and isinstance(pipeline, list) and isinstance(pipeline[0], dict) \
+        and "$changeStream" in pipeline[0]
+
+
+def _passable(body: dict[str, Any]) -> dict[str, Any]:
+    """What mongoeco's wire validation lets through: a database-level ``aggregate: 1`` stream
+    gets a stand-in collection name, and getMore/killCursors take the 64-bit cursor ids
+    mongod replies with (and drivers send back) as plain integers."""
+    if body.get("aggregate") == 1 and _is_change_stream(body):
+        return {**body, "aggregate": _WHOLE_DATABASE}
+    if isinstance(body.get("getMore"), BsonInt64):
+        return {**body, "getMore": body["getMore"].value}
+    cursors = body.get("cursors")
+    if "killCursors" in body and isinstance(cursors, list) and any(isinstance(c, BsonInt64) for c in cursors):
+        return {**body, "cursors": [c.value if isinstance(c, BsonInt64) else c for c in cursors]}
+    return body
+
+
+def patch_wire() -> None:
+    """(q) Serve $changeStream, and getMore/killCursors on its cursors, before mongoeco's dispatch.
+
+    mongoeco's wire validation runs first, so requests are made passable for it (:func:`_passable`).
+    """
+    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
+    from mongoeco.wire.executor import WireCommandExecutor
+
+    build_request_context = WireCommandExecutor._build_request_context
+
+    def build_with_plain_ids(self: Any, body: dict[str, Any], **kwargs: Any) -> Any:
+        return build_request_context(self, _passable(body), **kwargs)
+
+    WireCommandExecutor._build_request_context = build_with_plain_ids
+    original = WireSpecialCommandHandlers.dispatch
+
+    async def dispatch(self: Any, context: Any) -> dict[str, object]:
+        history = getattr(self._client, "_change_hub", None)
+        if not isinstance(history, ChangeHistory):
+            return await original(self, context)
+        name, command = context.command_name, context.command_document
+        if name == "aggregate" and _is_change_stream(command):
+            return await _aggregate(self._client, history, context)
+        if name == "getMore" and _positive(command.get("getMore"), 0) > _CURSOR_ID_BASE:
+            return await _get_more(self._client, history, context, _positive(command.get("getMore"), 0))
+        if name == "killCursors" and any(_positive(c, 0) > _CURSOR_ID_BASE for c in command.get("cursors") or []):
+            killed, not_found, others = _kill(history, command)
+            reply: dict[str, Any] = {"cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [],
+                                     "cursorsUnknown": [], "ok": 1.0}
+            if others:
+                rest = await original(self, dataclasses.replace(context, command_document={**command, "cursors": others}))
+                for key in ("cursorsKilled", "cursorsNotFound", "cursorsAlive", "cursorsUnknown"):
+                    reply[key] = reply[key] + list(rest.get(key, []))  # type: ignore[operator]
+            return reply
+        return await original(self, context)
+
+    WireSpecialCommandHandlers.dispatch = dispatch
