@@ -130,6 +130,15 @@ class _Proxy:
     _record: SandboxRecord
     _what: str
 
+    def _bind(self, **attrs: Any) -> None:
+        """Set the proxy's own ``_name`` attributes without going through the refusing ``__getattr__``."""
+        for key, value in attrs.items():
+            object.__setattr__(self, f"_{key}", value)
+
+    @property
+    def name(self) -> str:
+        return str(self._real.name)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -140,9 +149,7 @@ class SandboxSession(_Proxy):
     """``ctx.session``: the sandbox's one transaction. It can be passed to operations; it cannot end or commit."""
 
     def __init__(self, real: Any, record: SandboxRecord) -> None:
-        object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "_record", record)
-        object.__setattr__(self, "_what", "the session")
+        self._bind(real=real, record=record, what="the session")
 
     @property
     def in_transaction(self) -> bool:
@@ -153,9 +160,7 @@ class SandboxClient(_Proxy):
     """``ctx.client``: only the migration's own database can be reached through it."""
 
     def __init__(self, db: SandboxDatabase) -> None:
-        object.__setattr__(self, "_db", db)
-        object.__setattr__(self, "_record", db._record)
-        object.__setattr__(self, "_what", "the client")
+        self._bind(db=db, record=db._record, what="the client")
 
     def __getitem__(self, name: str) -> SandboxDatabase:
         return self.get_database(name)
@@ -176,14 +181,7 @@ class SandboxDatabase(_Proxy):
     """``ctx.db``: the migration's database; its ordinary collections, nothing else."""
 
     def __init__(self, real: Any, session: SandboxSession, record: SandboxRecord) -> None:
-        object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "_session", session)
-        object.__setattr__(self, "_record", record)
-        object.__setattr__(self, "_what", f"the database {real.name}")
-
-    @property
-    def name(self) -> str:
-        return str(self._real.name)
+        self._bind(real=real, session=session, record=record, what=f"the database {real.name}")
 
     @property
     def client(self) -> SandboxClient:
@@ -246,14 +244,7 @@ class SandboxCollection(_Proxy):
     """One ordinary collection of the migration's database: the allow-listed methods, in the sandbox's transaction."""
 
     def __init__(self, real: Any, db: SandboxDatabase) -> None:
-        object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "_db", db)
-        object.__setattr__(self, "_record", db._record)
-        object.__setattr__(self, "_what", f"the collection {real.name}")
-
-    @property
-    def name(self) -> str:
-        return str(self._real.name)
+        self._bind(real=real, db=db, record=db._record, what=f"the collection {real.name}")
 
     @property
     def full_name(self) -> str:
@@ -379,11 +370,7 @@ class SandboxCursor(_Proxy):
     """A cursor opened in the sandbox: read, page or close it; whether it was left open is reported."""
 
     def __init__(self, real: Any, record: SandboxRecord, collection: str) -> None:
-        object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "_record", record)
-        object.__setattr__(self, "_what", f"a cursor on {collection}")
-        object.__setattr__(self, "_exhausted", False)
-        object.__setattr__(self, "_closed", False)
+        self._bind(real=real, record=record, what=f"a cursor on {collection}", exhausted=False, closed=False)
 
     @property
     def open(self) -> bool:
