@@ -129,3 +129,71 @@ async def _saved_with(db: Any, **counters: int) -> dict[str, Any] | None:
     if record and all(record.get("counters", {}).get(k) == v for k, v in counters.items()):
         return record
     return None
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
+
+
+def start_cli_watcher(project: Project, log: Any) -> subprocess.Popen[str]:
+    """``mongoshift background watch`` in a process of its own (it is killed with SIGKILL)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", "background", "watch", "--save-interval", "0.2", "--json"],
+        cwd=project.root, env=_env(), stdout=subprocess.DEVNULL, stderr=log, text=True,
+    )
+
+
+async def test_kill_9_of_the_leader_hands_over_to_the_follower_which_resumes_from_the_token_with_no_event_missed(fast_project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s = await completed(fast_project, db)
+    with open(tmp_path / "leader.log", "w") as log:
+        leader = start_cli_watcher(fast_project, log)
+        try:
+            await until("the process leading", lambda: _leading(db, leader.pid))
+            follower = Running(s)
+            await follower.reached("following")
+            await db.people.insert_many([old_doc(f"a{i}") for i in range(5)])
+            # Saved with its position: the upgrades and the token after their events, in one fenced write.
+            await until("the leader's save", lambda: _saved_with(db, upgraded=5))
+        finally:
+            leader.send_signal(signal.SIGKILL)
+            leader.wait()
+    try:
+        # Written while nobody leads (the dead leader's lease has not expired yet).
+        await db.people.insert_many([old_doc(f"b{i}") for i in range(5)])
+        await db.people.update_one({"_id": "a0"}, {"$set": {"__v": 1}, "$inc": {"__rev": 1}})
+        await until("the handover", lambda: _leading(db, os.getpid()))
+        await until("the writes of the gap upgraded", lambda: upgraded(db, "a0", *[f"b{i}" for i in range(5)]))
+        await until("the follower's save", lambda: _saved_with(db, upgraded=11))
+    finally:
+        await follower.stop()
+    states = follower.states()
+    assert states[0] == "following" and "streaming" in states
+    assert "catching_up" not in states  # resumed from the saved token, not started over from now
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "completed"  # nothing reopened
+
+
+async def _leading(db: Any, pid: int) -> bool:
+    record = await watch_doc(db)
+    return bool(record and record.get("state") == "streaming" and (record.get("leader") or {}).get("pid") == pid)
+
+
+async def test_a_stopped_leader_lets_go_at_once_and_a_fenced_off_one_cannot_save(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    s = await completed(fast_project, db)
+    first = Running(s)
+    await first.reached("streaming")
+    second = Running(s)
+    await second.reached("following")
+    await first.stop()  # a clean stop releases the lease: no TTL to wait for
+    await second.reached("streaming")
+    await db.people.insert_one(old_doc("late"))
+    await until("the upgrade", lambda: upgraded(db, "late"))
+    await second.stop()
+    async with open_engine(s) as engine:
+        store = engine.store
+        await store.watch_lead("people", "fence-a", {"pid": 1})
+        await store.watch_lead("people", "fence-b", {"pid": 2})
+        assert not await store.watch_save("people", "fence-a", state="streaming", guards=[], token={"_data": "x"})
+        assert await store.watch_save("people", "fence-b", state="streaming", guards=[], token={"_data": "y"})
+        (record,) = await store.watch_records()
+    assert record.has_position and record.leader and record.leader["pid"] == 2
+    assert "_data" not in json.dumps(record.to_json())  # the position is never shown

@@ -355,25 +355,35 @@ class CollectionWatcher:
                     if event is None:
                         break
                     events.append(event)
+                changed = False
                 if events:
+                    # The migrations as they are now, not as at the last refresh: a revert registered
+                    # meanwhile must not have its first writes undone.
+                    changed = await self._refresh(names)
                     await self._lagging(events[-1])
                     await self._upgrade([e["documentKey"]["_id"] for e in events])
                     self.tally.add("events", len(events))
                     self.tally.event_seen = True
-                if now() - saved_at >= self.options.save_seconds:
-                    await self._save(stream.resume_token)
-                    saved_at = now()
                 if now() - refreshed_at >= self.options.refresh_seconds:
                     refreshed_at = now()
-                    if await self._guards_changed(names):
-                        await self._save(stream.resume_token)
-                        return stream.resume_token
+                    changed = changed or await self._refresh(names)
+                if changed or now() - saved_at >= self.options.save_seconds:
+                    await self._save(stream.resume_token)
+                    saved_at = now()
+                if changed:  # a new filter (another newest version) from the same position
+                    return stream.resume_token
             return stream.resume_token
 
-    async def _guards_changed(self, names: list[str]) -> bool:
+    async def _refresh(self, names: list[str]) -> bool:
+        """Read the migrations again: a revert under way restarts (to stand aside); True when the guards changed."""
         states = await self.engine.store.states_all()
-        current = [s.name for s in guarded(states, self.collection)]
-        return current != names or reverting(states, self.collection) is not None
+        if reverting(states, self.collection) is not None:
+            raise Restart()
+        current = guarded(states, self.collection)
+        if [s.name for s in current] == names:
+            return False
+        self.guards = self._load(current)
+        return True
 
     async def _lagging(self, last: dict[str, Any]) -> None:
         """Past the bound, the passes do the backlog faster than events one by one: reopen and start over."""
