@@ -197,3 +197,98 @@ async def test_a_stopped_leader_lets_go_at_once_and_a_fenced_off_one_cannot_save
         (record,) = await store.watch_records()
     assert record.has_position and record.leader and record.leader["pid"] == 2
     assert "_data" not in json.dumps(record.to_json())  # the position is never shown
+
+
+@pytest.fixture(scope="module")
+def small_history_uri() -> Any:
+    """An embedded server that keeps only its last 200 writes (a real oplog cannot be shrunk that far)."""
+    from mongoshift.embedded.process import embedded_server
+
+    with embedded_server(change_history=200) as uri:
+        yield uri
+
+
+@pytest.mark.skipif(bool(REAL_URI), reason="needs a 200-event change history: the embedded server's --change-history")
+async def test_a_lost_history_restarts_from_now_after_a_verify_that_reopens_what_was_missed(small_history_uri, tmp_path, db_name) -> None:  # type: ignore[no-untyped-def]
+    project = Project(tmp_path, small_history_uri, db_name)
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    client: AsyncMongoClient[Any] = AsyncMongoClient(small_history_uri, **TEST_CLIENT_OPTIONS)
+    db = client[db_name]
+    try:
+        s = await completed(project, db)
+        first = Running(s)
+        await first.reached("streaming")
+        await until("a saved position", lambda: db["_mongoshift_background_watch"].find_one({"resume_token": {"$exists": True}}))
+        await first.stop()
+        # While nobody watches, more writes than the history keeps: the saved position falls off it.
+        await db.people.insert_many([old_doc(f"m{i}") for i in range(300)])
+        second = Running(s)
+        await second.reached("idle")  # history lost, probed, reopened: nothing completed is left to guard
+        states = second.states()
+        assert states.index("history_lost") < states.index("catching_up")
+        drift = [e for e in second.events if e.kind == "drift"]
+        assert [(e.migration, e.data["action"]) for e in drift] == [(NAME, "reopened")]
+        (done,) = await bg.run(s, [NAME])  # a runner does the reopened pass
+        assert done.status == "completed" and done.totals["migrated"] == 305
+        seen = len(second.states())
+        await second.reached("streaming", after=seen)  # guarding again, from now
+        await db.people.insert_one(old_doc("after"))
+        await until("the upgrade", lambda: upgraded(db, "after"))
+        record = await until("the restart counted", lambda: _saved_with(db, restarts=1))
+        await second.stop()
+        assert record["counters"]["restarts"] == 1
+        assert await db.people.count_documents({"__v": 1}) == 0
+    finally:
+        await client.drop_database(db_name)
+        await client.close()
+
+
+async def test_without_the_privilege_to_watch_it_polls_the_old_shape_query(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    s = await completed(fast_project, db)
+
+    async def refused(collection: Any, **options: Any) -> Any:
+        raise OperationFailure("not authorized to execute command aggregate with $changeStream", code=13)
+
+    watcher = Running(s, watch=refused)
+    try:
+        await watcher.reached("fallback")
+        await db.people.insert_one(old_doc("polled"))
+        await until("the polled upgrade", lambda: upgraded(db, "polled"))
+    finally:
+        await watcher.stop()
+
+
+async def test_a_leader_lagging_past_the_bound_reopens_its_migrations(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    s = await completed(fast_project, db)
+    # Its clock an hour ahead of the server's: every event looks an hour old.
+    watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=0.5, max_await_ms=100, max_lag_seconds=60), clock=lambda: time.time() + 3600)
+    try:
+        await watcher.reached("streaming")
+        await db.people.insert_one(old_doc("late"))
+        await watcher.reached("overloaded")
+        await watcher.reached("idle")
+        record = await until("the reopen counted", lambda: _saved_with(db, reopened=1))
+    finally:
+        await watcher.stop()
+    assert record.get("resume_token") is None  # it starts over from now once the pass is done
+    state = await db["_mongoshift_background"].find_one({"_id": NAME})
+    assert state["status"] == "pending" and state["history"][-1]["action"] == "reopen"
+
+
+async def test_it_stands_aside_while_a_revert_of_the_collection_runs(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    source = background_file(extra="revert=revert,").replace(
+        "background = Background(",
+        "def revert(doc, ctx):\n    doc['first'], doc['last'] = doc.pop('full_name').split(' ')\n    return doc\n\nbackground = Background(",
+    )
+    s = await completed(fast_project, db, n=20, source=source)
+    watcher = Running(s)
+    try:
+        await watcher.reached("streaming")
+        assert (await command.down(s)).results[0].reason == "revert registered"
+        await watcher.reached("suspended")
+        (reverted,) = await bg.run(s, [NAME])
+        assert reverted.status == "completed" and reverted.direction == "revert"
+        await watcher.reached("idle")  # nothing completed forward is left to guard
+    finally:
+        await watcher.stop()
+    assert await db.people.count_documents({"__v": 1}) == 20  # the revert's work untouched
