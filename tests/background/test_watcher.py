@@ -292,3 +292,70 @@ async def test_it_stands_aside_while_a_revert_of_the_collection_runs(fast_projec
     finally:
         await watcher.stop()
     assert await db.people.count_documents({"__v": 1}) == 20  # the revert's work untouched
+
+
+SOAK_SECONDS = 60
+
+
+@pytest.mark.soak
+async def test_soak_beside_an_application_writing_at_full_speed_every_old_shape_ends_new_and_no_write_is_lost(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """60 s of an old and a new application version writing at once, the watcher hosted by the in-app runner.
+
+    Every write bumps the revision (the versioning contract), so a guarded upgrade never overwrites one."""
+    import random
+
+    s = await completed(fast_project, db, n=50)
+    names = {i: f"F{i} L{i}" for i in range(50)}  # the expected full_name of every document
+    hits: dict[Any, int] = dict.fromkeys(range(50), 0)  # the expected count of the new version's increments
+    events: list[Event] = []
+    runner = await bg.start_background_runner(s, watch=FAST, observers=[events.append])
+    try:
+        await until("the stream", lambda: _streaming(events))
+        stop_at = time.monotonic() + SOAK_SECONDS
+
+        async def application(seed_: int) -> int:
+            rng = random.Random(seed_)
+            writes = 0
+            while time.monotonic() < stop_at:
+                roll = rng.random()
+                key = f"w{seed_}-{writes}"
+                if roll < 0.4:  # the old version inserts the old shape
+                    await db.people.insert_one({"_id": key, "first": "O", "last": key, "__v": 1, "__rev": 1})
+                    names[key], hits[key] = f"O {key}", 0
+                elif roll < 0.6:  # the new version inserts the new shape
+                    await db.people.insert_one({"_id": key, "full_name": f"N {key}", "__v": 2, "__rev": 1})
+                    names[key], hits[key] = f"N {key}", 0
+                else:
+                    target = rng.choice(list(hits))
+                    if roll < 0.9:  # the new version counts
+                        await db.people.update_one({"_id": target}, {"$inc": {"hits": 1, "__rev": 1}})
+                    else:  # the old version writes its shape back over a document
+                        await db.people.update_one(
+                            {"_id": target},
+                            {"$set": {"__v": 1, "first": "D", "last": key}, "$unset": {"full_name": ""}, "$inc": {"hits": 1, "__rev": 1}},
+                        )
+                        names[target] = f"D {key}"
+                    hits[target] += 1
+                writes += 1
+            return writes
+
+        writes = sum(await asyncio.gather(application(1), application(2)))
+        await until("no old shape left", lambda: _none_old(db), timeout=180)
+    finally:
+        await runner.stop()
+    assert writes > 100  # it did write at speed for the whole time
+    upgrades = sum(e.data["documents"] for e in events if e.kind == "drift" and e.data.get("action") == "upgraded")
+    print(f"soak: {writes} application writes, {upgrades} upgrades by the watcher, states {[e.data['state'] for e in events if e.kind == 'watch']}")
+    assert upgrades  # the watcher did them, not only a reopened pass
+    stored = {d["_id"]: d async for d in db.people.find({})}
+    assert set(stored) == set(names)  # no document lost
+    wrong = [k for k, d in stored.items() if (d.get("__v"), d.get("full_name"), d.get("hits", 0)) != (2, names[k], hits[k]) or "first" in d]
+    assert not wrong, f"{len(wrong)} document(s) not in the new shape with every application write: {wrong[:5]}"
+
+
+async def _streaming(events: list[Event]) -> bool:
+    return any(e.kind == "watch" and e.data["state"] == "streaming" for e in events)
+
+
+async def _none_old(db: Any) -> bool:
+    return await db.people.count_documents({"__v": {"$ne": 2}}) == 0
