@@ -359,3 +359,49 @@ async def _streaming(events: list[Event]) -> bool:
 
 async def _none_old(db: Any) -> bool:
     return await db.people.count_documents({"__v": {"$ne": 2}}) == 0
+
+
+async def test_audit_warns_of_a_watcher_without_a_live_leader_for_long(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from mongoshift import api
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    long_ago, lately = now - timedelta(minutes=20), now - timedelta(minutes=1)
+    await db["_mongoshift_background_watch"].insert_many([
+        {"_id": "orphan", "fence": "f", "state": "streaming", "updated_at": long_ago},  # its process died
+        {"_id": "led", "fence": "f", "state": "streaming", "updated_at": long_ago},  # a live lease
+        {"_id": "stopped", "fence": "f", "state": "stopped", "updated_at": long_ago},  # stopped on purpose
+        {"_id": "recent", "fence": "f", "state": "streaming", "updated_at": lately},  # within 15 min
+    ])
+    await db["_mongoshift_locks"].insert_one({"_id": "watch:led", "owner": "o", "expires_at": now + timedelta(seconds=30)})
+    report = await api.audit(fast_project.settings(), now=now)
+    found = [(f.check, f.severity, f.subject) for f in report.findings]
+    assert found == [("background.watcher_leaderless", "warn", "orphan")]
+    assert "no live leader for 20 min" in report.findings[0].message
+    assert report.exit_code == 40
+
+
+def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.cli.main import main
+
+    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(fast_project.root)
+    sync_client[fast_project.db]["_mongoshift_background_watch"].insert_one(
+        {"_id": "people", "fence": "f", "state": "streaming", "guards": [NAME], "resume_token": {"_data": "SECRET-TOKEN"},
+         "counters": {"events": 7, "upgraded": 5, "skipped": 2}, "leader": {"host": "h1", "pid": 42}}
+    )
+    for args, parse in ((["--json"], json.loads), ([], str)):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ended:
+            main(["background", "status", *args])
+        out = capsys.readouterr().out
+        assert ended.value.code in (0, None) and "SECRET-TOKEN" not in out
+        shown = parse(out)
+        if isinstance(shown, dict):
+            (row,) = shown["watchers"]
+            assert (row["collection"], row["state"], row["has_position"]) == ("people", "streaming", True)
+            assert row["counters"] == {"events": 7, "upgraded": 5, "skipped": 2, "failed": 0, "restarts": 0, "reopened": 0}
+        else:
+            assert "people\tstreaming\th1:42" in shown
