@@ -12,9 +12,9 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
-:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`, and :class:`BackgroundRunner`
-(:func:`start_background_runner`, ``watch=True`` adds the live watcher), :func:`watch_background`,
-:func:`background_watch_status` inside an application. Every failure is a
+:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
+the live watcher (:func:`watch_background`, :func:`background_watch_status`), and :class:`BackgroundRunner`
+(:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
 

@@ -268,6 +268,9 @@ class BackgroundRunner:
         while not self.cancel.is_set():
             try:
                 await Watcher(engine, self.watch).run()
+            except ConfigInvalidError as exc:  # a standalone server: watching again will not help
+                self._report(None, exc.message)
+                return
             except Exception as exc:
                 log.exception("the live watcher hit an error; restarting it")
                 self._report(None, describe_error(exc))

@@ -50,6 +50,8 @@ log = logging.getLogger("mongoshift.background.watch")
 #: The server lost the stream's place: the oplog moved past it (286), the token is unusable (280, 136).
 HISTORY_LOST = frozenset({286, 280, 136})
 UNAUTHORIZED = 13
+#: "The $changeStream stage is only supported on replica sets": a standalone server.
+NO_CHANGE_STREAMS = 40573
 
 #: What the stream carries past the filter: the token, the key, the kind and the time (never a document).
 EVENT_FIELDS = {"documentKey": 1, "operationType": 1, "clusterTime": 1}
@@ -280,6 +282,11 @@ class CollectionWatcher:
                         await self._save(None)
                     elif error_code(exc) == UNAUTHORIZED:
                         await self._poll()
+                    elif error_code(exc) == NO_CHANGE_STREAMS:
+                        raise ConfigInvalidError(
+                            "the live watcher needs change streams, which a standalone server does not have: "
+                            "run it against a replica set (or use 'mongoshift background verify' from a cron job)"
+                        ) from None
                     else:
                         raise
         finally:
