@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -36,6 +37,16 @@ NAME = "0001_names.py"
 FAST = WatchOptions(save_seconds=0.2, refresh_seconds=0.5, max_await_ms=100)
 #: An id no output may show.
 SECRET_ID = "watch-id-5521"
+
+
+@pytest.fixture
+def cli_logging() -> Any:
+    """``main()`` in this process points the mongoshift logger at the test's captured stderr: put it back after."""
+    logger = logging.getLogger("mongoshift")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.propagate, logger.level = saved[1], saved[2]
 
 
 def old_doc(_id: Any, **extra: Any) -> dict[str, Any]:
@@ -382,7 +393,7 @@ async def test_audit_warns_of_a_watcher_without_a_live_leader_for_long(fast_proj
     assert report.exit_code == 40
 
 
-def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.cli.main import main
 
     for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
@@ -405,3 +416,27 @@ def test_background_status_shows_each_watcher_with_its_counters_never_its_positi
             assert row["counters"] == {"events": 7, "upgraded": 5, "skipped": 2, "failed": 0, "restarts": 0, "reopened": 0}
         else:
             assert "people\tstreaming\th1:42" in shown
+
+
+async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collection_list(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+    await completed(fast_project, db)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", "background", "watch", "--collections", "people", "--json"],
+        cwd=fast_project.root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        await until("the process leading", lambda: _leading(db, proc.pid))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    (record,) = json.loads(out)["watch"]
+    assert (record["collection"], record["state"], record["guards"]) == ("people", "stopped", [NAME])
+    assert (await db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
+    from mongoshift.cli.main import main
+
+    monkeypatch.chdir(fast_project.root)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # refused before it connects
+        main(["background", "watch", "--collections", "people,", "--json"])
+    assert refused.value.code == 6 and json.loads(capsys.readouterr().out)["error"]["kind"] == "config_invalid"
