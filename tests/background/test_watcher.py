@@ -440,3 +440,45 @@ async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collec
     with pytest.raises(SystemExit) as refused:  # refused before it connects
         main(["background", "watch", "--collections", "people,", "--json"])
     assert refused.value.code == 6 and json.loads(capsys.readouterr().out)["error"]["kind"] == "config_invalid"
+
+
+CHAIN_STEP = '''
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    doc["v3"] = True
+    return doc
+
+background = Background(collection="people", from_version=2, to_version=3, migrate=migrate, pause_ms=0)
+'''
+
+
+async def test_a_transactional_step_commits_its_side_write_once_and_a_chain_is_taken_step_by_step(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from .test_transaction import txn_file
+
+    await seed(db.people, 5)
+    fast_project.add("0001_txn.py", txn_file(bad="assert ctx.session is not None and ctx.session.in_transaction"))
+    fast_project.add("0002_v3.py", CHAIN_STEP)
+    s = fast_project.settings()
+    await command.up(s)
+    assert [r.status for r in await bg.run(s, ["0001_txn.py", "0002_v3.py"])] == ["completed", "completed"]
+    await db.audit.delete_many({})
+    watcher = Running(s)
+    try:
+        await watcher.reached("streaming")
+        await db.people.insert_one(old_doc("chained"))
+        await until("both steps", lambda: db.people.find_one({"_id": "chained", "__v": 3}))
+    finally:
+        await watcher.stop()
+    doc = await db.people.find_one({"_id": "chained"})
+    assert doc["full_name"] == "old app" and doc["v3"] is True and doc["__rev"] == 3  # one guarded write per step
+    assert await db.audit.count_documents({"order": "chained"}) == 1  # committed with its step, once
+
+
+def test_watch_options_are_refused_when_the_runner_is_built(fast_project) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import ConfigInvalidError
+
+    s = fast_project.settings()
+    for bad in ("yes", 1, WatchOptions(save_seconds=0), WatchOptions(collections=("",)), WatchOptions(max_await_ms=0)):
+        with pytest.raises(ConfigInvalidError):
+            bg.BackgroundRunner(s, watch=bad)
