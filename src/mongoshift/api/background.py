@@ -15,12 +15,12 @@ from ..background.controls import Action, ControlResult, RepinResult, control, p
 from ..background.drift import Verified
 from ..background.drift import verify as verify_drift
 from ..background.events import Event, Observer
+from ..background.model import WatchRecord
 from ..background.preview import Preview, preview_size
 from ..background.preview import preview as preview_documents
 from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
 from ..background.watcher import Watcher, WatchOptions
-from ..background.model import WatchRecord
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.loader import resolve_name
 from ..project.redaction import describe_error, redact
