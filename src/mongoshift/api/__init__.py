@@ -12,8 +12,9 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
-:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`, and :class:`BackgroundRunner`
-(:func:`start_background_runner`) inside an application. Every failure is a
+:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
+the live watcher (:func:`watch_background`, :func:`background_watch_status`), and :class:`BackgroundRunner`
+(:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
 
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
     from ..background.drift import Verified
     from ..background.events import Observer
     from ..background.preview import Preview, PreviewRow
+    from ..background.model import WatchRecord
     from ..background.status import BackgroundReport, PartitionRow
+    from ..background.watcher import WatchOptions
     from ..converge.report import ConvergeReport
     from ..errors import ExitCode, MongoshiftError
     from ..project.lock import LockHolder
@@ -49,6 +52,8 @@ if TYPE_CHECKING:
     from .background import run as run_background
     from .background import status as background_status
     from .background import verify as verify_background
+    from .background import watch as watch_background
+    from .background import watch_status as background_watch_status
     from .collections import converge, plan_converge
     from .migrations import (
         DryRunReport,
@@ -88,8 +93,11 @@ __all__ = [
     "Settings",
     "StatusRow",
     "Verified",
+    "WatchOptions",
+    "WatchRecord",
     "audit",
     "background_partitions",
+    "background_watch_status",
     "background_status",
     "control_background",
     "converge",
@@ -109,6 +117,7 @@ __all__ = [
     "unlock",
     "up",
     "verify_background",
+    "watch_background",
 ]
 
 #: Public name → (module, name there), imported on first access.
@@ -121,6 +130,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "PreviewRow": ("..background.preview", "PreviewRow"),
     "BackgroundReport": ("..background.status", "BackgroundReport"),
     "PartitionRow": ("..background.status", "PartitionRow"),
+    "WatchRecord": ("..background.model", "WatchRecord"),
+    "WatchOptions": ("..background.watcher", "WatchOptions"),
     "ConvergeReport": ("..converge.report", "ConvergeReport"),
     "ExitCode": ("..errors", "ExitCode"),
     "MongoshiftError": ("..errors", "MongoshiftError"),
@@ -142,6 +153,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "run_background": (".background", "run"),
     "background_status": (".background", "status"),
     "verify_background": (".background", "verify"),
+    "watch_background": (".background", "watch"),
+    "background_watch_status": (".background", "watch_status"),
     "converge": (".collections", "converge"),
     "plan_converge": (".collections", "plan_converge"),
     **{

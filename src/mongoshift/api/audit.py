@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from ..background.drift import look
-from ..background.model import LaneSigns, State, aware
+from ..background.model import LaneSigns, State, WatchRecord, aware
 from ..background.status import BackgroundReport, report
 from ..background.store import BackgroundStore
 from ..errors import ConfigInvalidError, ExitCode
@@ -104,6 +104,8 @@ class Facts:
     lock_holder_gone: bool
     background: list[BackgroundFacts] = field(default_factory=list)
     unreadable_states: list[str] = field(default_factory=list)
+    #: Each live watcher's record, with its lease (None: no lease document).
+    watchers: list[tuple[WatchRecord, LockHolder | None]] = field(default_factory=list)
 
     @property
     def registered(self) -> set[str]:
@@ -172,6 +174,7 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
     # Built without ensure_indexes: audit creates nothing, not even an index.
     store = BackgroundStore(session.db, settings.background_collection, create_indexes=False)
     background, unreadable = await _background(session, store)
+    watchers = [(w, await session.new_lock(f"watch:{w.collection}").holder()) for w in await store.watch_records()]
     return Facts(
         now=aware(now) or await _server_now(session),
         stale_after=timedelta(seconds=stale_after),
@@ -183,6 +186,7 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
         lock_holder_gone=holder is not None and _holder_gone(holder),
         background=background,
         unreadable_states=unreadable,
+        watchers=watchers,
     )
 
 
@@ -330,6 +334,19 @@ def _no_state(facts: Facts) -> Iterable[tuple[str, str]]:
             yield row.name, "applied as a background migration, but it has no background state ('mongoshift up --force FILE' registers it again)"
 
 
+def _watcher_leaderless(facts: Facts) -> Iterable[tuple[str, str]]:
+    for record, lease in facts.watchers:
+        if record.state == "stopped":
+            continue  # stopped on purpose (Ctrl-C, SIGTERM): nobody is meant to lead it
+        expires = aware(lease.expires_at) if lease is not None else None
+        live = expires is not None and expires > facts.now
+        if not live and facts.idle(record.updated_at):
+            yield record.collection, (
+                f"the live watcher of {record.collection} has had no live leader for {facts.minutes_since(record.updated_at)} "
+                "(its process died?): old shapes written since wait for the next leader ('mongoshift background watch')"
+            )
+
+
 #: Every check, in the order findings are listed. Ids are stable (scripts may match them).
 CHECKS: tuple[Check, ...] = (
     Check("line.missing", "fail", _missing),
@@ -353,6 +370,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check("background.file_missing", "warn", _file("missing", "the file is not in the migrations folder: runners wait for it to be deployed")),
     Check("background.no_state", "warn", _no_state),
+    Check("background.watcher_leaderless", "warn", _watcher_leaderless),
 )
 
 

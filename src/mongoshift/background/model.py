@@ -218,3 +218,54 @@ class LaneSigns:
     def live_leases(self, now: datetime) -> int:
         """Leases renewed within their TTL at ``now``: a lane that stopped renewing no longer counts."""
         return sum(1 for renewed, ttl_ms in self.leases if renewed + timedelta(milliseconds=ttl_ms) > now)
+
+
+#: The per-collection counters of a live watcher (``background status``); see :mod:`.watcher`.
+WATCH_COUNTERS = ("events", "upgraded", "skipped", "failed", "restarts", "reopened")
+
+
+@dataclass(frozen=True)
+class WatchRecord:
+    """One collection's live watcher as stored in ``<background_collection>_watch``, without its resume token.
+
+    The token is the watcher's own position in the server's history: it is never shown."""
+
+    collection: str
+    state: str
+    #: The completed migrations it guards (their names).
+    guards: tuple[str, ...]
+    counters: dict[str, int]
+    #: Who leads (``host``, ``pid``, ``runner``) and when it last saved (``at``); None before any leader.
+    leader: dict[str, Any] | None
+    updated_at: datetime | None
+    last_event_at: datetime | None
+    has_position: bool
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> WatchRecord:
+        leader = doc.get("leader")
+        return cls(
+            collection=str(doc["_id"]),
+            state=str(doc.get("state") or "unknown"),
+            guards=tuple(doc.get("guards") or ()),
+            counters={k: int((doc.get("counters") or {}).get(k, 0)) for k in WATCH_COUNTERS},
+            leader=dict(leader) if isinstance(leader, dict) else None,
+            updated_at=aware(doc.get("updated_at")),
+            last_event_at=aware(doc.get("last_event_at")),
+            has_position=doc.get("resume_token") is not None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        leader = dict(self.leader) if self.leader else None
+        if leader and isinstance(leader.get("at"), datetime):
+            leader["at"] = leader["at"].isoformat()
+        return {
+            "collection": self.collection,
+            "state": self.state,
+            "guards": list(self.guards),
+            "counters": dict(self.counters),
+            "leader": leader,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+            "last_event_at": self.last_event_at.isoformat() if self.last_event_at else None,
+            "has_position": self.has_position,
+        }

@@ -14,6 +14,7 @@ import secrets
 import socket
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +24,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from .failures import count_key
-from .model import COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, aware, zero_counters
+from .model import COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, WatchRecord, aware, zero_counters
 
 log = logging.getLogger("mongoshift.background")
 
@@ -76,6 +77,8 @@ class BackgroundStore:
         self.db = db
         self.states: AsyncCollection[dict[str, Any]] = db[collection]
         self.partitions: AsyncCollection[dict[str, Any]] = db[f"{collection}_partitions"]
+        #: One document per watched collection: the live watcher's leader, fence, position, state and counters.
+        self.watches: AsyncCollection[dict[str, Any]] = db[f"{collection}_watch"]
         self.create_indexes = create_indexes
         self._indexed = False
 
@@ -609,3 +612,56 @@ class BackgroundStore:
                 for key in COUNTERS:
                     counters[key] += part.counters.get(key, 0)
         return counters
+
+    # -- the live watcher -----------------------------------------------------
+
+    async def watch_lead(self, collection: str, fence: str, leader: dict[str, Any]) -> Any:
+        """Make ``fence`` (the new leader's lock nonce) the only one whose saves count; the saved resume token.
+
+        Called right after the ``watch:<collection>`` lock was taken: a former leader that still
+        believes it leads finds its fenced saves matching nothing from here on."""
+        doc = await self.watches.find_one_and_update(
+            {"_id": collection},
+            {
+                "$set": {"fence": fence, "state": "leading", **{f"leader.{k}": v for k, v in leader.items()}},
+                "$currentDate": {"updated_at": True, "leader.at": True},
+                "$inc": {"term": 1},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return (doc or {}).get("resume_token")
+
+    async def watch_save(
+        self,
+        collection: str,
+        fence: str,
+        *,
+        state: str,
+        guards: Sequence[str],
+        token: Any,
+        counters: dict[str, int] | None = None,
+        event_seen: bool = False,
+    ) -> bool:
+        """Save the leader's state, position (None: start from now next time) and counters; False when fenced off."""
+        update: dict[str, Any] = {
+            "$set": {"state": state, "guards": list(guards)},
+            "$currentDate": {"updated_at": True, "leader.at": True, **({"last_event_at": True} if event_seen else {})},
+        }
+        if token is None:
+            update["$unset"] = {"resume_token": ""}
+        else:
+            update["$set"]["resume_token"] = token
+        inc = {f"counters.{k}": int(v) for k, v in (counters or {}).items() if v}
+        if inc:
+            update["$inc"] = inc
+        result = await self.watches.update_one({"_id": collection, "fence": fence}, update)
+        return result.matched_count == 1
+
+    async def watch_records(self) -> list[WatchRecord]:
+        """Every collection's watcher record, without its resume token (``background status``, ``audit``)."""
+        cursor = self.watches.find({}, {"resume_token": 0, "fence": 0}, sort=[("_id", ASCENDING)])
+        records = [WatchRecord.from_document(d) async for d in cursor]
+        # has_position comes from a second, token-free look: the token itself never leaves the store.
+        positioned = set(await self.watches.distinct("_id", {"resume_token": {"$exists": True}}))
+        return [replace(r, has_position=r.collection in positioned) for r in records]

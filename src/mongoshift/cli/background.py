@@ -22,6 +22,7 @@ from .app import confirm, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
     from ..background.drift import Verified
+    from ..background.model import WatchRecord
     from ..background.status import BackgroundReport
     from ..project.settings import Settings
 
@@ -44,17 +45,29 @@ def _interval(value: float) -> float:
     return value
 
 
-def _render(reports: list[BackgroundReport], *, detail: bool = False) -> None:
+def _render(reports: list[BackgroundReport], *, detail: bool = False, watchers: list[WatchRecord] | None = None) -> None:
     """The list (one migration in two lines), or with ``detail`` everything about one migration.
 
     On a terminal both wrap to its width (docs/background.md); piped, the list is tab-separated
-    text with a fixed set of columns and the detail ``label<TAB>value`` lines."""
+    text with a fixed set of columns and the detail ``label<TAB>value`` lines. ``watchers``
+    (``background status``) adds the live watchers' table (``watchers`` in ``--json``)."""
+    out = output()
+    if out.json_mode:
+        document: dict[str, object] = {"background": [r.to_json() for r in reports]}
+        if watchers is not None:
+            document["watchers"] = [w.to_json() for w in watchers]
+        out.json(document)
+        return
+    _render_text(reports, detail=detail)
+    if watchers:
+        _render_watchers(watchers)
+
+
+def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
+    """The migrations as rich tables on a terminal, tab-separated text when piped."""
     from . import background_view as view  # start-up time: rich loads only when a background command runs
 
     out = output()
-    if out.json_mode:
-        out.json({"background": [r.to_json() for r in reports]})
-        return
     if not reports:
         out.say("no background migrations registered")
         return
@@ -233,8 +246,13 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
                 [(r.seq, r.status, r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
             )
         return 0
-    reports = run_async(lambda cancel: bg.status(s, name))
-    _render(reports, detail=name is not None)
+    async def both(cancel: CancelSignal) -> tuple[list[BackgroundReport], list[WatchRecord]]:
+        return await bg.status(s, name), await bg.watch_status(s)
+
+    reports, watchers = run_async(both)
+    if name is not None:
+        watchers = [w for w in watchers if any(w.collection == r.collection for r in reports)]
+    _render(reports, detail=name is not None, watchers=watchers)
     if check:
         if any(r.status == "failed" for r in reports):
             out.warn("a background migration failed")
@@ -242,6 +260,55 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
         if any(r.status != "completed" for r in reports):
             out.warn("background migrations are not all completed")
             return int(ExitCode.BACKGROUND_PENDING)
+    return 0
+
+
+def _render_watchers(watchers: list[WatchRecord]) -> None:
+    """One row per watched collection: its state, leader, counters (never its position)."""
+    rows = [
+        (
+            w.collection,
+            w.state,
+            f"{(w.leader or {}).get('host', '-')}:{(w.leader or {}).get('pid', '-')}",
+            ", ".join(w.guards) or "-",
+            *(w.counters[k] for k in ("events", "upgraded", "skipped", "failed", "restarts", "reopened")),
+            w.updated_at.isoformat(timespec="seconds") if w.updated_at else "-",
+        )
+        for w in watchers
+    ]
+    output().table(
+        ["collection", "state", "leader", "guards", "events", "upgraded", "skipped", "failed", "restarts", "reopened", "saved"],
+        rows,
+        title="live watchers",
+    )
+
+
+@background.command(name="watch")
+@click.option("--collections", metavar="A,B", help="Only these collections (default: every collection with a completed migration).")
+@click.option("--save-interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS", help="How often the leader saves its position.")
+@click.option("--max-lag", type=click.FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS", help="Behind by more than this, it reopens the migrations instead.")
+@global_options
+def watch_(collections: str | None, save_interval: float, max_lag: float) -> int:
+    """Upgrade old-shape documents written after their migration completed, as they land.
+
+    One process leads each collection, the others wait to take over. Runs until Ctrl-C or
+    SIGTERM, then saves its position, lets go of its leases and exits 0 (a second signal: 130/143)."""
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..background.watcher import WatchOptions
+
+    names: tuple[str, ...] | None = None
+    if collections is not None:
+        names = tuple(c.strip() for c in collections.split(","))
+        if not all(names):
+            raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
+    options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
+    s = settings()
+    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel))
+    out = output()
+    if out.json_mode:
+        out.json({"watch": [r.to_json() for r in records]})
+    elif records:
+        _render_watchers(records)
     return 0
 
 
