@@ -178,3 +178,25 @@ def test_the_command_exit_codes_and_json(project, sync_client) -> None:  # type:
     plain = cli(project, "background", "dry-run", NAME, "--first", "1", "--validate")
     assert plain.returncode == ExitCode.SANDBOX_REFUSED and "refused\tdrop" in plain.stdout and "validation\tok" in plain.stdout
     assert cli(project, "background", "dry-run", NAME, "--steps", "2").returncode == ExitCode.CONFIG_INVALID
+
+
+PIPELINE = """
+from mongoshift import Background
+
+background = Background(
+    collection="people", from_version=1, to_version=2, batch_size=50, pause_ms=0,
+    pipeline=[{"$set": {"n": {"$multiply": ["$n", 10]}}}],
+)
+"""
+
+
+async def test_a_pipeline_is_validated_by_the_server_and_nothing_stays(project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 5)
+    await db.command({"collMod": "people", "validator": {"$jsonSchema": {"properties": {"n": {"bsonType": "int", "maximum": 35}}}}})
+    project.add(NAME, PIPELINE)
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=5, validate=True)
+    assert await database_hash(db) == before
+    status = {row.id: row.validation.status for row in preview.rows if row.validation}
+    assert status == {0: "ok", 1: "ok", 2: "ok", 3: "ok", 4: "failed"}  # n=4 -> 40 breaks the validator
+    assert preview.invalid == 1
