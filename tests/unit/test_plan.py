@@ -117,3 +117,6 @@ def test_down_refuses_records_mongoshift_never_ran(tmp_path) -> None:  # type: i
         with pytest.raises(IrreversibleMigrationError) as info:
             plan_down(files, records, **selector)
         assert info.value.exit_code == 13 and "never ran" in info.value.message
+    from mongoshift.runner.plan import status_rows
+
+    assert [r.shown_state for r in status_rows(files, records)] == ["applied (migrate-mongo)", "applied (baseline)", "applied"]

@@ -48,7 +48,9 @@ class StatusRow:
 
     @property
     def shown_state(self) -> str:
-        return f"{self.state} ({self.background})" if self.background else self.state
+        """``applied (running)`` for a background migration, ``applied (migrate-mongo)`` for an adopted record."""
+        note = self.background or (self.origin if self.state == "applied" else None)
+        return f"{self.state} ({note})" if note else self.state
 
 
 def status_verdict(rows: list[StatusRow]) -> tuple[ExitCode, str] | None:
