@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
-from mongoshift.api.adoption import baseline
-from mongoshift.api.migrations import down, up
+import pytest
+
+from mongoshift.api.adoption import baseline, import_history
+from mongoshift.api.migrations import down, status, up
+from mongoshift.errors import LockHeldError
+from mongoshift.project.session import open_session
 
 from ..cli.test_cli import cli
 from .test_import import MARK
@@ -38,3 +42,16 @@ async def test_baseline_marks_files_applied_without_running_them(project, sync_c
     for args in (["down"], ["redo", "0002_b"]):
         refused = cli(project, *args)
         assert refused.returncode == 13 and "never ran" in refused.stderr, refused.stderr
+
+
+async def test_import_and_baseline_wait_for_the_migration_lock(project) -> None:  # type: ignore[no-untyped-def]
+    """Both write the changelog under the lock: while another run holds it they refuse (exit 3) and
+    record nothing; their dry runs take no lock."""
+    project.add("0001_a.py", MARK.format(name="0001_a"))
+    settings = project.settings()
+    async with open_session(settings, take_lock=True):
+        for call in (baseline(settings, "0001_a"), import_history(settings, "pymongo-migrate")):
+            with pytest.raises(LockHeldError):
+                await call
+        assert [r.name for r in (await baseline(settings, "0001_a", dry_run=True)).adopted] == ["0001_a.py"]
+    assert [r.state for r in await status(settings)] == ["pending"]
