@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     TIMEOUT = 14
     TRANSACTIONS_UNSUPPORTED = 15
     CONFIG_FILE_EXISTS = 16
+    TARGET_NOT_EMPTY = 17
     MIGRATION_FILE_EXISTS = 18
     INVALID_NAME = 19
     INVALID_EXPORT = 20
@@ -170,6 +171,13 @@ class ConfigFileExistsError(MongoshiftError):
 
     exit_code = ExitCode.CONFIG_FILE_EXISTS
     kind = "config_file_exists"
+
+
+class TargetNotEmptyError(MongoshiftError):
+    """``import`` found records in mongoshift's changelog that it did not import from this source (``--force``)."""
+
+    exit_code = ExitCode.TARGET_NOT_EMPTY
+    kind = "target_not_empty"
 
 
 class MigrationFileExistsError(MongoshiftError):

@@ -8,7 +8,8 @@ Load settings once, then call what you need::
     report = await api.up(settings)
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
-:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Health:
+:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
+:func:`import_history` (another tool's changelog), :func:`baseline`. Health:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ..project.settings import Settings, load_settings
     from ..runner.executor import MigrationResult
     from ..runner.plan import StatusRow
+    from .adoption import AdoptionReport, baseline, import_history
     from .audit import AuditReport, Finding, audit
     from .background import BackgroundRunner, start_background_runner
     from .background import apply_control as control_background
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AdoptionReport",
     "AuditReport",
     "BackgroundReport",
     "BackgroundRunner",
@@ -99,10 +102,12 @@ __all__ = [
     "background_partitions",
     "background_watch_status",
     "background_status",
+    "baseline",
     "control_background",
     "converge",
     "down",
     "dry_run",
+    "import_history",
     "list_migrations",
     "load_settings",
     "lock_status",
@@ -141,6 +146,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load_settings": ("..project.settings", "load_settings"),
     "MigrationResult": ("..runner.executor", "MigrationResult"),
     "StatusRow": ("..runner.plan", "StatusRow"),
+    "AdoptionReport": (".adoption", "AdoptionReport"),
+    "baseline": (".adoption", "baseline"),
+    "import_history": (".adoption", "import_history"),
     "AuditReport": (".audit", "AuditReport"),
     "Finding": (".audit", "Finding"),
     "audit": (".audit", "audit"),
