@@ -18,13 +18,9 @@ from typing import Any
 from bson import Decimal128, ObjectId
 from pymongo.asynchronous.collection import AsyncCollection
 
+from .bson_order import BRACKETS
 from .model import Checkpoint, Scope
 
-#: Type brackets in BSON comparison order; "number" spans int, long, double and decimal.
-BRACKETS = (
-    "minKey", "null", "number", "symbol", "string", "object", "binData", "undefined", "objectId", "bool", "date",
-    "timestamp", "regex", "dbPointer", "javascript", "javascriptWithScope", "maxKey",
-)
 MIN_OBJECT_ID = ObjectId("0" * 24)
 MAX_OBJECT_ID = ObjectId("f" * 24)
 SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
