@@ -284,9 +284,11 @@ class BackgroundStore:
     # -- plans ----------------------------------------------------------------
 
     async def adopt_plan(
-        self, state: State, partitions: list[dict[str, Any]], *, estimate: int, method: str, new_pass: bool
+        self, state: State, partitions: list[dict[str, Any]], *, estimate: int, method: str, new_pass: bool, layout: dict[str, Any] | None = None
     ) -> bool:
-        """Insert a new generation's partitions and make it current, unless another plan won."""
+        """Insert a new generation's partitions and make it current, unless another plan won.
+
+        ``layout``: the shard layout the plan follows (uuid, epoch, key), to notice a reshard."""
         token = secrets.token_hex(8)
         generation = state.generation + 1
         for seq, doc in enumerate(partitions):
@@ -307,6 +309,8 @@ class BackgroundStore:
         if partitions:
             await self.partitions.insert_many(partitions, ordered=False)
         plan = {"token": token, "generation": generation, "partitions": len(partitions), "estimate": estimate, "method": method}
+        if layout is not None:
+            plan["layout"] = layout
         result = await self.states.update_one(
             {"_id": state.name, "registration": state.registration, "generation": state.generation},
             {
