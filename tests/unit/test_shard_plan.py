@@ -154,3 +154,20 @@ def test_unsplittable_and_dropped_are_not_sharded():
 def test_every_plan_covers_the_key_space_once(name: str, target: int):
     lay = layout(name)
     assert covers_once(plan_partitions(lay, target=target, max_partitions=12, per_shard=4), lay.key)
+
+
+def test_status_sums_partitions_per_shard_and_never_shows_bounds():
+    from mongoshift.background.model import Checkpoint, Partition, Scope
+    from mongoshift.background.status import PartitionRow, per_shard
+
+    def part(seq: int, shard: str | None, status: str, scanned: int) -> Partition:
+        scope = Scope(None, shard=shard, key=(("userId", 1),), ranges=(((MinKey(),), (MaxKey(),)),)) if shard else Scope("number")
+        counters = {k: 0 for k in ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "txn_retries")}
+        counters.update(scanned=scanned, migrated=scanned)
+        return Partition(seq, "m", 1, "t", seq, scope, status, 10, Checkpoint(), counters, None, {"slot": 0} if status == "running" else None)  # type: ignore[arg-type]
+
+    rows = [PartitionRow.of(p) for p in (part(0, "shard1", "done", 5), part(1, "shard0", "running", 3), part(2, "shard1", "running", 4))]
+    assert [r.shard for r in rows] == ["shard1", "shard0", "shard1"]
+    progress = per_shard(rows)
+    assert [(p.shard, p.partitions, p.done, p.scanned, p.leased) for p in progress] == [("shard0", 1, 0, 3, 1), ("shard1", 2, 1, 9, 1)]
+    assert "ranges" not in rows[0].__dict__ and per_shard([PartitionRow.of(part(3, None, "done", 1))]) == []

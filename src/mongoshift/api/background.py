@@ -17,7 +17,7 @@ from ..background.drift import verify as verify_drift
 from ..background.events import Event, Observer
 from ..background.preview import Preview, preview_size
 from ..background.preview import preview as preview_documents
-from ..background.status import BackgroundReport, PartitionRow, report
+from ..background.status import BackgroundReport, PartitionRow, per_shard, report
 from ..background.throttle import sleep
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.loader import resolve_name
