@@ -145,3 +145,31 @@ async def test_a_changed_shard_key_is_a_document_error_numbers_compared_by_value
     assert "tenant" in result.errors[0].error and "other" not in result.errors[0].error  # names the field, never the value
     assert result.migrated == 3
     assert (await db.people.find_one({"_id": 0}))["tenant"] == "acme"
+
+
+async def test_shard_concurrency_caps_the_lanes_on_one_shard(db) -> None:  # type: ignore[no-untyped-def]
+    from bson import MaxKey, MinKey
+
+    from mongoshift.background.model import Scope
+    from mongoshift.background.store import BackgroundStore
+
+    store = BackgroundStore(db, "_bg")
+    state = await store.register("m", collection="people", spec={}, checksum="x", direction="forward", by="t")
+    key = (("n", 1),)
+
+    def scope(shard: str, low: Any, high: Any) -> dict[str, Any]:
+        return {"scope": Scope(None, shard=shard, key=key, ranges=(((low,), (high,)),)).to_document(), "estimate": 1}
+
+    plan = [scope("s0", MinKey(), 10), scope("s0", 10, 20), scope("s0", 20, 30), scope("s1", 30, MaxKey())]
+    assert await store.adopt_plan(state, plan, estimate=4, method="shard-key", new_pass=True, layout={"uuid": None, "epoch": None})
+    state = await store.state("m")
+    assert state is not None
+
+    async def claim(owner: str, cap: int) -> Any:
+        return await store.claim(state, slots=list(range(4)), owner=owner, ttl_ms=60_000, shard_concurrency=cap)
+
+    first, second = await claim("a", 1), await claim("b", 1)
+    assert first and second and {first[1].scope.shard, second[1].scope.shard} == {"s0", "s1"}
+    assert await claim("c", 1) is False  # s0 still has open partitions, but its one lane is taken
+    third = await claim("c", 2)
+    assert third and third[1].scope.shard == "s0"  # a cap of two lets a second lane on s0

@@ -71,7 +71,8 @@ class Lane:
         slots = list(range(spec.max_parallel))
         offset = engine.rng.randrange(len(slots))
         claimed = await engine.store.claim(
-            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner
+            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
+            shard_concurrency=spec.shard_concurrency,
         )
         if claimed is None:
             return SliceResult("exhausted")
