@@ -136,8 +136,9 @@ def test_a_reshard_is_seen_and_re_split():
     before = layout_from_documents(data["before"]["collection"], data["before"]["chunks"], "app.users")
     after = layout_from_documents(data["after"]["collection"], data["after"]["chunks"], "app.users")
     assert before is not None and after is not None
-    assert not resharded(before.identity(), before)
-    assert resharded(before.identity(), after)
+    assert not resharded(before.identity(), before.identity())
+    assert resharded(before.identity(), after.identity())
+    assert not resharded(before.identity(), None)  # unreadable now: no change seen
     assert after.key.fields == ("region", "userId")
     assert covers_once(plan_partitions(after, target=1, max_partitions=256), after.key)
 

@@ -25,7 +25,7 @@ from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import Waiting, unmet
 from .shard_pass import plan_sharded_pass
 from .shard_plan import resharded
-from .shards import Detection, detect
+from .shards import Detection, detect, read_identity
 from .store import lock_id
 
 log = logging.getLogger("mongoshift.background")
@@ -98,7 +98,7 @@ class Coordinator:
         """
         store = self.engine.store
         state = await store.state(name)
-        if state is not None and state.status == "running" and state.generation and not state.replan:
+        if state is not None and state.status == "running" and state.generation and not state.replan and not await self._resharded(state, spec):
             open_ = await store.open_partitions(state)
             if open_:
                 await store.reap(name)
@@ -201,8 +201,7 @@ class Coordinator:
         planned = (state.plan or {}).get("layout")
         if spec.mode == "step" or not planned or planned.get("source") != "detected":
             return False
-        layout = (await self._detect(spec)).layout
-        return layout is not None and resharded({"uuid": planned.get("uuid"), "epoch": planned.get("epoch")}, layout)
+        return resharded(planned, await read_identity(self.engine.db, spec.collection))
 
     async def _replan(self, state: State, spec: Background) -> State:
         """A repin changed what the pass covers: supersede the open partitions, keep their counts, re-cut the same pass."""

@@ -122,11 +122,12 @@ def configured_layout(namespace: str, key: ShardKey) -> ShardLayout:
     return ShardLayout(namespace, key, (Chunk(whole_range(key), ""),), source="configured")
 
 
-def resharded(planned: Mapping[str, Any] | None, layout: ShardLayout | None) -> bool:
-    """Whether the layout a pass was planned on is gone (reshard, drop and re-shard)."""
-    if not planned or layout is None:
+def resharded(planned: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> bool:
+    """Whether the layout a pass was planned on (its :meth:`ShardLayout.identity`) is gone: resharded,
+    or dropped and sharded again. Unknown on either side (not sharded, unreadable) is no change."""
+    if not planned or now is None:
         return False
-    return dict(planned) != layout.identity()
+    return {"uuid": planned.get("uuid"), "epoch": planned.get("epoch")} != dict(now)
 
 
 @dataclass

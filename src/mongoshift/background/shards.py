@@ -56,6 +56,17 @@ async def read_layout(db: AsyncDatabase[Any], collection: str) -> ShardLayout | 
     return layout_from_documents(doc, chunks, namespace)
 
 
+async def read_identity(db: AsyncDatabase[Any], collection: str) -> dict[str, Any] | None:
+    """The collection's UUID and epoch as ``config.collections`` has them now (one small read, no chunks);
+    None when not sharded or unreadable (then nothing is re-split)."""
+    try:
+        doc = await db.client["config"]["collections"].find_one({"_id": f"{db.name}.{collection}"}, {"uuid": 1, "lastmodEpoch": 1, "key": 1, "dropped": 1, "unsplittable": 1})
+    except PyMongoError:
+        return None
+    layout = layout_from_documents(doc, [], f"{db.name}.{collection}")
+    return layout.identity() if layout is not None else None
+
+
 async def detect(
     db: AsyncDatabase[Any],
     collection: str,
