@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .background import BackgroundRunner, start_background_runner
     from .background import apply_control as control_background
     from .background import partitions as background_partitions
+    from .background import per_shard as background_shard_progress
     from .background import preview as preview_background
     from .background import repin as repin_background
     from .background import run as run_background
@@ -90,6 +91,7 @@ __all__ = [
     "Verified",
     "audit",
     "background_partitions",
+    "background_shard_progress",
     "background_status",
     "control_background",
     "converge",
@@ -137,6 +139,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "start_background_runner": (".background", "start_background_runner"),
     "control_background": (".background", "apply_control"),
     "background_partitions": (".background", "partitions"),
+    "background_shard_progress": (".background", "per_shard"),
     "preview_background": (".background", "preview"),
     "repin_background": (".background", "repin"),
     "run_background": (".background", "run"),

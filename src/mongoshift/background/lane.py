@@ -32,6 +32,7 @@ from .job import Job
 from .model import Lease, Partition, Scope, State
 from .key_filter import version_index_key
 from .modes import LeaseActivity, PartitionWork, mode_for
+from .shard_pass import has_index
 from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 from .transaction import TransactionsUnsupported
@@ -145,9 +146,8 @@ class Lane:
     async def _hint(self, spec: Background, scope: Scope) -> list[tuple[str, Any]] | None:
         """The version index (``{version, ...shard key, _id}`` on a targeted partition), when it exists; otherwise warn once and scan."""
         key = version_index_key(spec.version_field, scope.key if scope.targeted else ())
-        async for index in await self.engine.db[spec.collection].list_indexes():
-            if [(k, v if isinstance(v, str) else int(v)) for k, v in index["key"].items()] == key:
-                return key
+        if await has_index(self.engine.db[spec.collection], key):
+            return key
         if scope.targeted:
             return None  # the planner checked it: dropped since, the read goes on without a hint
         if spec.collection not in self.engine.version_index_warned:

@@ -31,7 +31,8 @@ class ShardedPlan:
     layout: dict[str, Any]
 
 
-async def _has_index(collection: AsyncCollection[dict[str, Any]], key: list[tuple[str, Any]]) -> bool:
+async def has_index(collection: AsyncCollection[dict[str, Any]], key: list[tuple[str, Any]]) -> bool:
+    """Whether an index has exactly these keys, in this order (``1.0`` from some servers reads as ``1``)."""
     async for index in await collection.list_indexes():
         if [(k, v if isinstance(v, str) else int(v)) for k, v in index["key"].items()] == key:
             return True
@@ -49,7 +50,7 @@ async def plan_sharded_pass(
     key = tuple(layout.key.document().items())
     identity = {**layout.identity(), "key": [[f, d] for f, d in key], "source": layout.source}
     index = version_index_key(spec.version_field, key)
-    if layout.key.hashed is None and await _has_index(collection, index):
+    if layout.key.hashed is None and await has_index(collection, index):
         estimate = await collection.count_documents(match)
         if estimate == 0:
             return ShardedPlan([], 0, "shard-key", identity)
