@@ -193,7 +193,7 @@ class Coordinator:
     async def _detect(self, spec: Background) -> Detection:
         engine = self.engine
         return await detect(
-            engine.db, spec.collection, mode=engine.shard_aware, configured=engine.shard_keys, warned=engine.shard_warned  # type: ignore[arg-type]
+            engine.db, spec.collection, mode=engine.shard_aware, configured=engine.shard_keys, warned=engine.shard_warned
         )
 
     async def _resharded(self, state: State, spec: Background) -> bool:
