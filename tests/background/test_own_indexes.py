@@ -33,8 +33,7 @@ async def _every_feature(project, db, *, ensure_indexes: bool) -> None:  # type:
 async def test_with_ensure_indexes_false_no_own_collection_gets_an_index_but_the_lane_cap(project, db) -> None:  # type: ignore[no-untyped-def]
     await _every_feature(project, db, ensure_indexes=False)
     indexes = await _indexes(db)
-    caps = {"_id_", "lease_slot", "lease_shard_slot"}  # the lane caps: across processes, and per shard
-    assert indexes == {**dict.fromkeys(OWN, {"_id_"}), "_mongoshift_background_partitions": caps}
+    assert indexes == {**dict.fromkeys(OWN, {"_id_"}), "_mongoshift_background_partitions": {"_id_", "lease_slot"}}
 
 
 async def test_with_ensure_indexes_true_every_own_index_is_there(project, db) -> None:  # type: ignore[no-untyped-def]
@@ -42,7 +41,7 @@ async def test_with_ensure_indexes_true_every_own_index_is_there(project, db) ->
     indexes = await _indexes(db)
     assert indexes["_mongoshift_migrations"] > {"_id_", "name_unique", "status_batch", "batch"}
     assert indexes["_mongoshift_background"] == {"_id_", "status_registered_at"}
-    assert indexes["_mongoshift_background_partitions"] == {"_id_", "claim", "lease_slot", "lease_shard_slot"}
+    assert indexes["_mongoshift_background_partitions"] == {"_id_", "claim", "lease_slot"}
     assert indexes["_mongoshift_converge"] == {"_id_", "started_at"}
     assert indexes["_mongoshift_locks"] == {"_id_"}  # looked up by _id only
 

@@ -154,6 +154,8 @@ async def test_shard_concurrency_caps_the_lanes_on_one_shard(db) -> None:  # typ
     from mongoshift.background.store import BackgroundStore
 
     store = BackgroundStore(db, "_bg")
+    await store.ensure_shard_slots()  # what the coordinator does when it plans by shard
+    assert "lease_shard_slot" in [i["name"] async for i in await store.partitions.list_indexes()]
     state = await store.register("m", collection="people", spec={}, checksum="x", direction="forward", by="t")
     key = (("n", 1),)
 

@@ -175,6 +175,8 @@ class Coordinator:
         elif detection is not None and detection.layout is not None:
             sharded = await plan_sharded_pass(collection, job.match(), spec, detection.layout, warned=self.engine.shard_warned)
             planned, estimate, method, layout = sharded.partitions, sharded.estimate, sharded.method, sharded.layout
+            if method == "shard-key":
+                await self.engine.store.ensure_shard_slots()
         else:
             planned, estimate = await plan_pass(
                 collection,

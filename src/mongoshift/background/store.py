@@ -53,7 +53,6 @@ PARTITION_INDEXES = [
         name="claim",
     ),
     LEASE_SLOT,
-    LEASE_SHARD_SLOT,
 ]
 
 
@@ -86,6 +85,7 @@ class BackgroundStore:
         self.partitions: AsyncCollection[dict[str, Any]] = db[f"{collection}_partitions"]
         self.create_indexes = create_indexes
         self._indexed = False
+        self._shard_slots = False
 
     async def ensure_indexes(self) -> None:
         """Every index, or (``ensure_indexes = false``) only the one the lanes' cap cannot do without.
@@ -102,14 +102,21 @@ class BackgroundStore:
             names = [index["name"] async for index in await self.partitions.list_indexes()]
             if LEASE_SLOT.document["name"] not in names:
                 await self.partitions.create_indexes([LEASE_SLOT])
-            if LEASE_SHARD_SLOT.document["name"] not in names:
-                try:
-                    await self.partitions.create_indexes([LEASE_SHARD_SLOT])
-                except OperationFailure as exc:
-                    # Without it the per-shard cap is checked by a count before each claim: a race can
-                    # exceed it for a moment, never the global cap (lease_slot).
-                    log.warning("cannot create the index lease_shard_slot (%s): the per-shard lane cap is best effort", exc.code)
         self._indexed = True
+
+    async def ensure_shard_slots(self) -> None:
+        """The per-shard lane cap's index, made when a pass is first planned by shard (only sharded
+        collections pay for it). Without the privilege to create it, the cap is checked by a count
+        before each claim: a race can exceed it for a moment, never the global cap (``lease_slot``)."""
+        if self._shard_slots:
+            return
+        names = [index["name"] async for index in await self.partitions.list_indexes()]
+        if LEASE_SHARD_SLOT.document["name"] not in names:
+            try:
+                await self.partitions.create_indexes([LEASE_SHARD_SLOT])
+            except OperationFailure as exc:
+                log.warning("cannot create the index lease_shard_slot (%s): the per-shard lane cap is best effort", exc.code)
+        self._shard_slots = True
 
     # -- state ----------------------------------------------------------------
 
