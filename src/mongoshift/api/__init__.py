@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .background import BackgroundRunner, start_background_runner
     from .background import apply_control as control_background
     from .background import partitions as background_partitions
+    from .background import per_shard as background_shard_progress
     from .background import preview as preview_background
     from .background import repin as repin_background
     from .background import run as run_background
@@ -100,6 +101,7 @@ __all__ = [
     "WatchRecord",
     "audit",
     "background_partitions",
+    "background_shard_progress",
     "background_watch_status",
     "background_status",
     "baseline",
@@ -156,6 +158,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "start_background_runner": (".background", "start_background_runner"),
     "control_background": (".background", "apply_control"),
     "background_partitions": (".background", "partitions"),
+    "background_shard_progress": (".background", "per_shard"),
     "preview_background": (".background", "preview"),
     "repin_background": (".background", "repin"),
     "run_background": (".background", "run"),

@@ -18,8 +18,8 @@ from ..background.events import Event, Observer
 from ..background.model import WatchRecord
 from ..background.preview import Preview, preview_size
 from ..background.preview import preview as preview_documents
+from ..background.status import BackgroundReport, PartitionRow, per_shard, report
 from ..background.validate import steps_count
-from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
 from ..background.watcher import Watcher, WatchOptions
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError

@@ -54,7 +54,9 @@ from ..project.server_errors import (
 )
 from ..project.user_code import call, guard_exit, is_async
 from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff, version_match
+from .bson_order import same_value
 from .job import Job, TransformContext
+from .planner import key_values
 
 
 #: The operation kind pymongo's own ``UpdateOne`` adds to a bulk (see :class:`_GuardedUpdates`).
@@ -243,6 +245,9 @@ def _updates(
         except ShapeError as exc:
             failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
             continue
+        if job.shard_key and (moved := shard_key_change(doc, new, job.shard_key)):
+            failures.append((index, DocumentError(doc["_id"], "shard-key-changed", moved)))
+            continue
         owners.append(doc)
         updates.append(update)
         at.append(index)
@@ -280,6 +285,20 @@ async def planned_updates(
     return PlannedUpdates(owners, updates, errors)
 
 
+def shard_key_change(old: Mapping[str, Any], new: Any, fields: Sequence[str]) -> str | None:
+    """Why a rewrite would move a document to another chunk (a changed shard-key field), or None.
+
+    Numbers compare by value (``1``, ``1.0`` and ``Int64(1)`` are the same key); the message
+    names the fields, never their values."""
+    if not isinstance(new, Mapping):
+        return None  # not a document: the shape check says so
+    before, after = key_values(old, fields), key_values(new, fields)
+    changed = [f for f, a, b in zip(fields, before, after) if not same_value(a, b)]
+    if not changed:
+        return None
+    return f"the transform changed the shard key field(s) {', '.join(changed)}: a background migration cannot move documents between chunks"
+
+
 class _GuardedUpdates:
     """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
 
@@ -290,23 +309,29 @@ class _GuardedUpdates:
     A bulk that does not look as expected gets real ``UpdateOne`` requests instead.
     """
 
-    __slots__ = ("owners", "revision_field", "updates", "version_field")
+    __slots__ = ("owners", "revision_field", "shard_key", "updates", "version_field")
 
-    def __init__(self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None) -> None:
+    def __init__(
+        self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None, shard_key: Sequence[str] = ()
+    ) -> None:
         self.owners = owners
         self.updates = updates
         self.version_field = version_field
         self.revision_field = revision_field
+        self.shard_key = tuple(shard_key)
+
+    def _guard(self, doc: dict[str, Any]) -> dict[str, Any]:
+        key = dict(zip(self.shard_key, key_values(doc, self.shard_key))) if self.shard_key else None
+        return guard(doc, self.version_field, self.revision_field, key)
 
     def _add_to_bulk(self, bulk: Any) -> None:
-        version_field, revision_field = self.version_field, self.revision_field
         ops = getattr(bulk, "ops", None)
         if _UPDATE_OP is None or not isinstance(ops, list):
             for doc, update in zip(self.owners, self.updates):
-                UpdateOne(guard(doc, version_field, revision_field), update)._add_to_bulk(bulk)
+                UpdateOne(self._guard(doc), update)._add_to_bulk(bulk)
             return
         ops += [
-            (_UPDATE_OP, {"q": guard(doc, version_field, revision_field), "u": update, "multi": False, "upsert": False})
+            (_UPDATE_OP, {"q": self._guard(doc), "u": update, "multi": False, "upsert": False})
             for doc, update in zip(self.owners, self.updates)
         ]
 
@@ -344,7 +369,7 @@ async def write_planned(
     The write of :func:`apply_batch`, also used by the validation sandbox (:mod:`.validate`) so
     that what it validates is the very update a run sends."""
     owners, updates = planned.owners, planned.updates
-    ops = [_GuardedUpdates(owners, updates, job.spec.version_field, job.revision_field)] if owners else []
+    ops = [_GuardedUpdates(owners, updates, job.spec.version_field, job.revision_field, job.shard_key)] if owners else []
     return await _write(collection, ops, session=session)
 
 

@@ -238,13 +238,19 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
         rows = run_async(lambda cancel: bg.partitions(s, name))
+        shards = bg.per_shard(rows)
         if out.json_mode:
-            out.json({"partitions": [r.__dict__ for r in rows]})
+            out.json({"partitions": [r.__dict__ for r in rows], "shards": [p.__dict__ for p in shards]})
         else:
             out.table(
-                ["seq", "status", "bracket", "estimate", "scanned", "migrated", "failed", "leased", "slot", "failures"],
-                [(r.seq, r.status, r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
+                ["seq", "status", "shard", "bracket", "estimate", "scanned", "migrated", "failed", "leased", "slot", "failures"],
+                [(r.seq, r.status, r.shard or "", r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
             )
+            if shards:
+                out.table(
+                    ["shard", "partitions", "done", "estimate", "scanned", "migrated", "failed", "leased"],
+                    [(p.shard, p.partitions, p.done, p.estimate, p.scanned, p.migrated, p.failed, p.leased) for p in shards],
+                )
         return 0
     async def both(cancel: CancelSignal) -> tuple[list[BackgroundReport], list[WatchRecord]]:
         return await bg.status(s, name), await bg.watch_status(s)
