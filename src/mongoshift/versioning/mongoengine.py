@@ -1,0 +1,74 @@
+"""MongoEngine documents that keep the versioning contract: a signal stamps ``__v`` and
+``__rev`` on insert, and every later ``save()`` or ``update()`` is guarded by the revision
+that was read and bumps it.
+
+Import this module only where MongoEngine is installed (``pip install
+'mongoshift[mongoengine]'``, which brings blinker for the signals): ``import
+mongoshift.versioning`` never imports MongoEngine. Writes go through
+:func:`update_with_revision_sync`, so a conflict raises the same
+:class:`RevisionConflictError` as hand-written code. What it does not cover is in docs/odm.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from mongoengine import Document, IntField, signals
+from mongoengine.context_managers import set_write_concern
+from mongoengine.queryset import transform
+
+from .errors import UnguardedWriteError
+from .fields import REVISION_FIELD, VERSION_FIELD
+from .revision_sync import update_with_revision_sync
+from .shapes import Shapes
+
+
+class VersionedDocument(Document):
+    """An abstract MongoEngine ``Document`` whose writes keep ``__v`` and ``__rev``.
+
+    Subclasses set ``shapes`` (from :func:`define_shapes`). A first ``save()`` inserts at
+    ``shapes.current``, revision 1; a later one sends only the changed fields, and only
+    while the stored revision is the one this instance holds. A miss raises
+    :class:`RevisionConflictError`: reload and retry (``retry_on_conflict_sync``). The
+    version is kept as read; code that lifts a document sets ``shape_version`` itself.
+    """
+
+    meta: ClassVar[dict[str, Any]] = {"abstract": True}
+    shapes: ClassVar[Shapes]
+
+    shape_version = IntField(db_field=VERSION_FIELD, min_value=0, null=True)
+    revision = IntField(db_field=REVISION_FIELD, min_value=0, null=True)
+
+    def _save_update(self, doc: dict[str, Any], save_condition: dict[str, Any] | None, write_concern: dict[str, Any]) -> tuple[Any, bool]:
+        """The update half of ``save()``: the changed fields, guarded and bumping the revision.
+        Never an upsert: a document that vanished is a conflict, not re-created."""
+        update = self._get_update_doc()
+        if not update:
+            return doc["_id"], False  # nothing changed, nothing written
+        where = transform.query(type(self), **save_condition) if save_condition else {}
+        where["_id"] = doc["_id"]
+        with set_write_concern(self._get_collection(), write_concern) as collection:
+            result = update_with_revision_sync(collection, where, update, expected_revision=self.revision or 0)
+        self._data["revision"] = result.revision  # not marked changed: the server holds it already
+        return doc["_id"], False
+
+    def update(self, **kwargs: Any) -> int:
+        """``Document.update`` guarded by the revision this instance read; bumps it here too."""
+        if self.pk is None:
+            raise UnguardedWriteError("a versioned document is inserted with save(), not upserted by update()")
+        if kwargs.pop("upsert", False):
+            raise UnguardedWriteError("update(upsert=True) cannot be guarded by a revision")
+        raw = transform.update(type(self), **kwargs)
+        result = update_with_revision_sync(self._get_collection(), {"_id": self.pk}, raw, expected_revision=self.revision or 0)
+        self._data["revision"] = result.revision
+        return 1
+
+
+def _stamp_on_insert(sender: Any, document: Any, created: bool = False, **_: Any) -> None:
+    """``pre_save_post_validation``: a versioned document being inserted gets the current version, revision 1."""
+    if created and isinstance(document, VersionedDocument):
+        stamped = type(document).shapes.stamp({})
+        document.shape_version, document.revision = stamped[VERSION_FIELD], stamped[REVISION_FIELD]
+
+
+signals.pre_save_post_validation.connect(_stamp_on_insert)

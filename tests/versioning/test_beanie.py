@@ -1,0 +1,135 @@
+"""Beanie documents through mongoshift.versioning.beanie: stamped inserts, guarded and bumped
+saves/updates, and a background migration beside Beanie writes that loses none of them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from bson import ObjectId
+
+pytest.importorskip("beanie", reason="Beanie is not installed (pip install 'mongoshift[beanie]')")
+
+from beanie import init_beanie  # noqa: E402
+
+from mongoshift.api import background as bg  # noqa: E402
+from mongoshift.api import migrations as command  # noqa: E402
+from mongoshift.versioning import RevisionConflictError, UnguardedWriteError, retry_on_conflict  # noqa: E402
+from mongoshift.versioning.beanie import VersionedDocument  # noqa: E402
+
+from .conftest import PEOPLE  # noqa: E402
+from .test_background_reuse import MIGRATION  # noqa: E402
+
+
+class Person(VersionedDocument):
+    shapes = PEOPLE
+    name: str | None = None
+    first: str | None = None
+    last: str | None = None
+    n: int = 0
+
+    class Settings:
+        name = "people"
+        keep_nulls = False  # a replacement writes only the fields the document has
+
+
+@pytest.fixture
+async def people(db: Any) -> Any:
+    await init_beanie(database=db, document_models=[Person])
+    return db.people
+
+
+async def test_insert_stamps_the_current_version_and_revision_one(people: Any) -> None:
+    one = await Person(first="Ada").insert()
+    await Person.insert_many([Person(first="Bob"), Person(first="Cy")])
+    assert one.shape_version == PEOPLE.current and one.revision == 1
+    stored = await people.find({}, {"_id": 0}).sort("first", 1).to_list()
+    assert [(d["__v"], d["__rev"]) for d in stored] == [(3, 1)] * 3
+
+
+async def test_save_replace_and_update_bump_the_revision_and_keep_the_version(people: Any) -> None:
+    await people.insert_one({"_id": ObjectId(b"1" * 12), "__v": 1, "name": "Ada Lovelace"})  # written before revisions: 0
+    person = await Person.get(ObjectId(b"1" * 12))
+    assert person is not None and person.revision is None
+    person.n = 1
+    await person.save()
+    await person.replace()
+    await person.set({Person.n: 5})
+    await person.inc({Person.n: 1})
+    stored = await people.find_one({}, {"_id": 0})
+    assert stored == {"__v": 1, "__rev": 4, "name": "Ada Lovelace", "n": 6}
+    assert (person.revision, person.n) == (4, 6)
+
+
+async def test_a_stale_save_or_update_raises_a_conflict_and_writes_nothing(people: Any) -> None:
+    fresh = await Person(first="Ada").insert()
+    stale = await Person.get(fresh.id)
+    assert stale is not None
+    fresh.n = 1
+    await fresh.save()
+    stale.n = 2
+    with pytest.raises(RevisionConflictError) as caught:
+        await stale.save()
+    assert (caught.value.reason, caught.value.expected_revision, caught.value.actual_revision) == ("conflict", 1, 2)
+    with pytest.raises(RevisionConflictError):
+        await stale.inc({Person.n: 10})
+    stored = await people.find_one({"_id": fresh.id})
+    assert (stored["n"], stored["__rev"]) == (1, 2)
+
+
+async def test_a_save_with_a_new_id_inserts_but_a_deleted_document_is_not_recreated(people: Any) -> None:
+    await Person(id=None, first="Ada").save()
+    assert await people.count_documents({"__rev": 1, "__v": 3}) == 1
+    gone = await Person(first="Bob").insert()
+    await people.delete_one({"_id": gone.id})
+    with pytest.raises(RevisionConflictError) as caught:
+        await gone.save()
+    assert caught.value.reason == "not_found"
+
+
+async def test_unguardable_writes_are_refused(people: Any) -> None:
+    person = await Person(first="Ada").insert()
+    with pytest.raises(UnguardedWriteError):
+        await person.update({"$set": {"n": 1}}, upsert=True)
+    with pytest.raises(UnguardedWriteError):
+        await person.replace(bulk_writer=object())
+    with pytest.raises(UnguardedWriteError):
+        await person.set({"__rev": 9})
+
+
+async def test_a_background_migration_beside_beanie_writes_loses_none(people: Any, project: Any) -> None:
+    ids = [ObjectId(f"{i:024x}") for i in range(60)]
+    await people.insert_many([{"_id": id_, "__v": 1, "__rev": 1, "name": f"F{i} L{i}", "n": 0} for i, id_ in enumerate(ids)])
+    await people.create_index([("__v", 1), ("_id", 1)])
+    stale = await Person.get(ids[0])  # read before the rewrite, saved after it
+    project.write_config(background_lease_ttl_seconds=5, background_poll_seconds=0.1)
+    project.add("0001_people_v2.py", MIGRATION)
+    settings = project.settings()
+    await command.up(settings)
+
+    async def bump(id_: ObjectId) -> None:
+        async def attempt() -> None:
+            person = await Person.get(id_)
+            assert person is not None
+            person.n += 1
+            await person.save()
+
+        await retry_on_conflict(attempt, attempts=20)
+
+    async def application() -> None:
+        for id_ in ids:
+            await bump(id_)
+
+    (report,), _ = await asyncio.gather(bg.run(settings, ["0001_people_v2.py"]), application())
+    assert stale is not None
+    stale.n = 99
+    with pytest.raises(RevisionConflictError):  # the engine rewrote it since the read
+        await stale.save()
+    await bump(ids[0])
+
+    assert report.status == "completed"
+    stored = await people.find({}).sort("_id", 1).to_list()
+    assert [d["n"] for d in stored] == [2] + [1] * 59  # every application write is there
+    assert all(d["__v"] == 2 and "name" not in d for d in stored)
+    assert (stored[7]["first"], stored[7]["last"]) == ("F7", "L7")
