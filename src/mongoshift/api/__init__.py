@@ -13,7 +13,9 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`, and :class:`BackgroundRunner`
-(:func:`start_background_runner`) inside an application. Every failure is a
+(:func:`start_background_runner`) inside an application. Every call takes ``client=``, an
+application's open ``AsyncMongoClient`` (left open); writing calls take ``observers=``, functions
+that receive each :class:`Event` (see ``docs/observability.md``). Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
 
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..background.controls import ControlResult, RepinResult
     from ..background.drift import Verified
-    from ..background.events import Observer
+    from ..project.events import Event, Observer
     from ..background.preview import Preview, PreviewRow
     from ..background.status import BackgroundReport, PartitionRow
     from ..converge.report import ConvergeReport
@@ -74,6 +76,7 @@ __all__ = [
     "ConvergeReport",
     "DryRunReport",
     "DryRunRow",
+    "Event",
     "ExitCode",
     "Finding",
     "LockHolder",
@@ -116,7 +119,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ControlResult": ("..background.controls", "ControlResult"),
     "RepinResult": ("..background.controls", "RepinResult"),
     "Verified": ("..background.drift", "Verified"),
-    "Observer": ("..background.events", "Observer"),
+    "Event": ("..project.events", "Event"),
+    "Observer": ("..project.events", "Observer"),
     "Preview": ("..background.preview", "Preview"),
     "PreviewRow": ("..background.preview", "PreviewRow"),
     "BackgroundReport": ("..background.status", "BackgroundReport"),

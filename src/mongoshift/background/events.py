@@ -1,4 +1,4 @@
-"""Events of background migrations, through one observer interface and the stdlib logger.
+"""Events of background migrations, through the shared observer interface and the stdlib logger.
 
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
 ``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``, ``drift``
@@ -10,9 +10,11 @@ Events carry counts and names, never a document or an ``_id``. A lane emits at m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+
+from ..project.events import Event, Observer
+from ..project.events import Events as LineEvents
+
+__all__ = ["NOTABLE", "Event", "Events", "Observer"]
 
 log = logging.getLogger("mongoshift.background")
 
@@ -20,24 +22,11 @@ log = logging.getLogger("mongoshift.background")
 NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "drift"})
 
 
-@dataclass(frozen=True)
-class Event:
-    kind: str
-    migration: str
-    data: dict[str, Any] = field(default_factory=dict)
+class Events(LineEvents):
+    """The shared event fan-out (:mod:`mongoshift.project.events`), logged at the engine's levels."""
 
-
-Observer = Callable[[Event], None]
-
-
-class Events:
-    """Fans events out to observers; an observer that raises is logged and ignored."""
-
-    def __init__(self, observers: Iterable[Observer] = ()) -> None:
-        self.observers = list(observers)
-
-    def emit(self, kind: str, migration: str, **data: Any) -> None:
-        event = Event(kind, migration, data)
+    def log(self, event: Event) -> None:
+        kind, data = event.kind, event.data
         noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found"))
         if kind in ("failed", "lease_lost") or noisy:
             level = logging.WARNING
@@ -45,9 +34,4 @@ class Events:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG
         if log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
-            log.log(level, "%s %s %s", migration, kind, details)
-        for observer in self.observers:
-            try:
-                observer(event)
-            except Exception:
-                log.exception("a background event observer failed")
+            log.log(level, "%s %s %s", event.migration, kind, details)
