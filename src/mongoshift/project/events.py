@@ -78,8 +78,9 @@ class Events:
         return event
 
     def log(self, event: Event) -> None:
-        """The event as a log line: DEBUG on ``mongoshift.events``, with its fields in ``extra``."""
-        if log.isEnabledFor(logging.DEBUG):
+        """The event as a log line: DEBUG on ``mongoshift.events``, with its fields in ``extra``
+        (not a ``log`` event: ``ctx.log`` writes its own line on the migration's logger)."""
+        if event.kind != "log" and log.isEnabledFor(logging.DEBUG):
             details = " ".join(f"{k}={v}" for k, v in event.data.items() if k != "data")
             log.debug(
                 "%s %s %s",
