@@ -27,6 +27,8 @@ class Events(LineEvents):
 
     def log(self, event: Event) -> None:
         kind, data = event.kind, event.data
+        if kind == "log":  # ctx.log in a transform wrote its own line on the migration's logger
+            return
         noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found"))
         if kind in ("failed", "lease_lost") or noisy:
             level = logging.WARNING

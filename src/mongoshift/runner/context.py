@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..project.run import CancelSignal
 
 if TYPE_CHECKING:
-    from .migration_log import MigrationLog
+    from ..project.migration_log import MigrationLog
 
 Direction = Literal["up", "down"]
 

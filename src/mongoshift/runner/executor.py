@@ -47,7 +47,7 @@ from ..project.user_code import call, guard_exit, is_async
 from ..schema.background import Background
 from .context import Direction, MigrationContext
 from .hooks import Hooks, load_hooks
-from .migration_log import MigrationLog, correlated
+from ..project.migration_log import MigrationLog, correlated
 from .plan import Plan, Step
 
 log = logging.getLogger("mongoshift")

@@ -1,4 +1,4 @@
-"""``ctx.log``: a migration's own log lines, as events that carry where they came from.
+"""``ctx.log``: a migration's (or a background transform's) own log lines, as events that carry where they came from.
 
 ``ctx.log.info("copied", count=n)`` emits a ``log`` event (run id, migration, direction,
 attempt, level, message and a bounded copy of ``data``) whatever the log level, the moment
@@ -18,7 +18,7 @@ from typing import Any
 
 from bson import Binary, Decimal128, Int64, ObjectId, Regex, Timestamp
 
-from ..project.events import Events
+from .events import Events
 
 #: Bounds of a logged ``data``: nesting depth, items per list or mapping, characters per text.
 MAX_DEPTH = 4
@@ -31,7 +31,7 @@ _KEPT = (bool, int, float, type(None), datetime, ObjectId, Decimal128, Int64, Ti
 CorrelatedLogger = logging.LoggerAdapter[logging.Logger]
 
 
-def correlated(logger: logging.Logger, run_id: str, name: str | None, direction: str | None, attempt: int) -> CorrelatedLogger:
+def correlated(logger: logging.Logger, run_id: str | None, name: str | None, direction: str | None, attempt: int) -> CorrelatedLogger:
     """``ctx.logger``: every record carries run id, migration, direction and attempt in ``extra``."""
     fields = {"run_id": run_id, "migration": name, "direction": direction, "attempt": attempt}
     return logging.LoggerAdapter(logger, fields, merge_extra=True)
