@@ -229,3 +229,22 @@ async def test_an_observer_scope_wraps_each_body_and_cannot_break_it(project, db
     assert await db["_mongoshift_migrations"].count_documents({}) == 1  # once, whatever the scope did
     body = ["log"] if fail else ["enter", "log", "exit"]
     assert tracer.trail == ["run_start", "lock_acquired", "migration_start", *body, "migration_end", "run_end"]
+
+
+LOSES_LOCK = """
+import time
+
+def up(ctx):
+    ctx.db["_mongoshift_locks"].delete_many({})
+    time.sleep(1.2)
+"""
+
+
+async def test_a_lost_lock_is_an_event(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(lock_ttl_seconds=1, on_lock_lost="warn")
+    project.add("0001_loses.py", LOSES_LOCK)
+    seen = Recorder()
+    await api.up(project.settings(), observers=[seen])
+    lost = seen.of("lock_lost")
+    assert len(lost) == 1 and lost[0].data["policy"] == "warn" and "cleared" in lost[0].data["reason"]
+    assert seen.kinds().index(("lock_lost", None)) < seen.kinds().index(("migration_end", "0001_loses.py"))

@@ -64,7 +64,7 @@ class Events:
     def __init__(self, observers: Iterable[Observer] = (), *, run_id: str | None = None) -> None:
         self.observers = list(observers)
         self.run_id = run_id
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # an observer may itself emit (a tracer logging through ctx.log)
 
     def emit(self, kind: str, migration: str | None, /, **data: Any) -> Event:
         event = Event(kind, migration, data, self.run_id)

@@ -1,4 +1,4 @@
-"""``ctx.log`` in a background transform: events with the migration and the run id (issue 14 item 2)."""
+"""Background migrations on the events of the line: a transform's ``ctx.log``, an inline run under ``up`` (issue 14 items 1 and 2)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,14 @@ async def test_a_transform_logs_events_with_the_run_id(fast_project, db) -> None
         ("0001_names.py", "first document", "forward", {"partition": "0"})
     ]
     assert logs[0].run_id is not None and {e.run_id for e in seen} == {logs[0].run_id}
+
+
+async def test_an_inline_run_reaches_the_observers_of_up(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 20)
+    fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2, background_inline=True)
+    fast_project.add("0001_names.py", LOGGING)
+    seen: list[Event] = []
+    report = await api.up(fast_project.settings(), observers=[seen.append])
+    kinds = [e.kind for e in seen]
+    assert kinds.index("migration_start") < kinds.index("registered") < kinds.index("log") < kinds.index("completed") < kinds.index("migration_end")
+    assert {e.run_id for e in seen} == {report.run_id}
