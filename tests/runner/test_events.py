@@ -248,3 +248,45 @@ async def test_a_lost_lock_is_an_event(project, db) -> None:  # type: ignore[no-
     lost = seen.of("lock_lost")
     assert len(lost) == 1 and lost[0].data["policy"] == "warn" and "cleared" in lost[0].data["reason"]
     assert seen.kinds().index(("lock_lost", None)) < seen.kinds().index(("migration_end", "0001_loses.py"))
+
+
+READS_SCOPE = """
+import sys
+
+{prefix}def up(ctx):
+    ctx.log.info("inside", current=sys.modules["mongoshift_test_scope"].current.get(None))
+"""
+
+
+async def test_what_a_scope_makes_current_is_current_in_sync_and_async_bodies(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The seam an OpenTelemetry span needs: active around the body, also in a sync body's worker thread."""
+    import contextvars
+    import sys
+    import types
+    from contextlib import contextmanager
+
+    current: contextvars.ContextVar[str] = contextvars.ContextVar("current")
+    monkeypatch.setitem(sys.modules, "mongoshift_test_scope", types.SimpleNamespace(current=current))
+
+    class Tracer:
+        def __call__(self, event: Event) -> None:
+            pass
+
+        @contextmanager
+        def migration_scope(self, event: Event) -> Iterator[None]:
+            token = current.set(f"span of {event.migration}")
+            try:
+                yield
+            finally:
+                current.reset(token)
+
+    project.add("0001_async.py", READS_SCOPE.format(prefix="async "))
+    project.add("0002_sync.py", READS_SCOPE.format(prefix=""))
+    project.add("0003_sync_txn.py", "use_transaction = True\n" + READS_SCOPE.format(prefix=""))
+    report = await api.up(project.settings(), observers=[Tracer()])
+    assert [(e.migration, e.data["data"]["current"]) for e in report.logs] == [
+        ("0001_async.py", "span of 0001_async.py"),
+        ("0002_sync.py", "span of 0002_sync.py"),
+        ("0003_sync_txn.py", "span of 0003_sync_txn.py"),
+    ]
+    assert current.get(None) is None  # left again
