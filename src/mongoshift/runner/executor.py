@@ -40,6 +40,7 @@ from ..errors import (
 from ..project.changelog import Changelog, RecordWrite
 from ..project.events import end_fields
 from ..project.loader import load
+from ..project.migration_log import MigrationLog, correlated
 from ..project.redaction import describe_error, redact
 from ..project.server_errors import transactions_unsupported
 from ..project.session import Session
@@ -47,7 +48,6 @@ from ..project.user_code import call, guard_exit, is_async
 from ..schema.background import Background
 from .context import Direction, MigrationContext
 from .hooks import Hooks, load_hooks
-from ..project.migration_log import MigrationLog, correlated
 from .plan import Plan, Step
 
 log = logging.getLogger("mongoshift")
