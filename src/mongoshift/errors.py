@@ -40,6 +40,7 @@ class ExitCode(IntEnum):
     BACKGROUND_PENDING = 31
     BACKGROUND_FAILED = 32
     BACKGROUND_CONFLICT = 33
+    SANDBOX_REFUSED = 34
     AUTH_FAILED = 35
     BACKGROUND_PAUSED = 36
     BACKGROUND_CANCELLED = 37
@@ -225,6 +226,13 @@ class BackgroundConflictError(MongoshiftError):
 
     exit_code = ExitCode.BACKGROUND_CONFLICT
     kind = "background_conflict"
+
+
+class SandboxRefusedError(MongoshiftError):
+    """The validation sandbox refused an operation of the migration's code (reported even when the code caught it)."""
+
+    exit_code = ExitCode.SANDBOX_REFUSED
+    kind = "sandbox_refused"
 
 
 class RequirementsPendingError(MongoshiftError):

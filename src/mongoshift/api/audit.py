@@ -89,6 +89,8 @@ class BackgroundFacts:
     file: Literal["same", "changed", "missing"]
     #: Old-shape documents exist again after it completed (``background verify``'s probe; False when not probed).
     drift: bool = False
+    #: Completed, but drift cannot be probed: the collection has no version index (its key).
+    unprobed_index: str | None = None
 
 
 @dataclass
@@ -156,9 +158,11 @@ async def _background(session: Session, store: BackgroundStore) -> tuple[list[Ba
         current = (state.plan or {}).get("token")
         old_plans = len([t for t in await store.plan_tokens(state.name) if t != current])
         found.append(BackgroundFacts(state, await report(store, state), await store.lane_signs(state.name), old_plans, file))
-    drifted = {v.migration for v in await look(session.db, states, session.declarations()) if v.found}
+    looked = {v.migration: v for v in await look(session.db, states, session.declarations())}
     for b in found:
-        b.drift = b.state.name in drifted
+        seen = looked.get(b.state.name)
+        b.drift = seen is not None and seen.found
+        b.unprobed_index = seen.detail if seen is not None and seen.reason == "no_index" else None
     return found, unreadable
 
 
@@ -305,6 +309,15 @@ def _drift(facts: Facts) -> Iterable[tuple[str, str]]:
             )
 
 
+def _unprobed(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in facts.background:
+        if b.unprobed_index is not None:
+            yield b.state.name, (
+                f"completed, but old shapes written since cannot be looked for: the collection has no version index "
+                f"{b.unprobed_index} (batches and the probe scan without it; declare versioning and run converge, or create it)"
+            )
+
+
 def _file(kind: Literal["changed", "missing"], message: str) -> Rule:
     def rule(facts: Facts) -> Iterable[tuple[str, str]]:
         return [(b.state.name, message) for b in facts.background if b.file == kind]
@@ -336,6 +349,7 @@ CHECKS: tuple[Check, ...] = (
     Check("background.old_plan", "warn", _old_plans),
     Check("background.document_errors", "warn", _document_errors),
     Check("background.drift", "warn", _drift),
+    Check("background.no_version_index", "warn", _unprobed),
     Check(
         "background.file_changed", "warn",
         _file("changed", "the file differs from the registered version: runners wait for it ('mongoshift background repin NAME' adopts it)"),

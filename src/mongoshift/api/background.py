@@ -16,10 +16,12 @@ from ..background.drift import verify as verify_drift
 from ..background.events import Event, Observer
 from ..background.preview import Preview, preview_size
 from ..background.preview import preview as preview_documents
+from ..background.validate import steps_count
 from ..background.status import BackgroundReport, PartitionRow, report
 from ..background.throttle import sleep
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.loader import resolve_name
+from ..project.own_collections import own_collections
 from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.session import open_session
@@ -179,19 +181,40 @@ async def preview(
     first: int | None = None,
     revert: bool = False,
     cancel: CancelSignal | None = None,
+    validate: bool = False,
+    steps: int | None = None,
     client: AsyncMongoClient[Any] | None = None,
 ) -> Preview:
     """What the engine would do to a few documents of the old shape: before, update, after (or the error).
 
     ``path`` names a background file of the migrations folder, registered or not. ``sample``: that
     many documents at random (5 by default); ``first``: the first ones by ``_id``; 1 to 1,000, not
-    both. ``revert`` previews the declared revert. Reads only: no lock, no index, no record."""
+    both. ``revert`` previews the declared revert. Reads only: no lock, no index, no record.
+
+    ``validate``: each document's write is made, and judged by the server, in a transaction that is
+    always aborted, with the transform in the sandbox; a step migration makes up to ``steps`` calls
+    (1 by default, at most 100). ``Preview.refusals`` lists what the sandbox refused (the CLI exits
+    34); a server without transactions raises ``TransactionsUnsupportedError`` (15)."""
     method, size = preview_size(sample, first)
+    if steps is not None and not validate:
+        raise ConfigInvalidError("--steps is for --validate of a step migration")
+    step_count = steps_count(steps)
     name = resolve_name(path, settings.migrations_dir)
     name = name if name.endswith(".py") else name + ".py"
     async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=checked_client(client)) as session:
         spec, _ = load_background(session, name)
-        return await preview_documents(session.db, name, spec, method=method, size=size, revert=revert, cancel=session.cancel)
+        return await preview_documents(
+            session.db,
+            name,
+            spec,
+            method=method,
+            size=size,
+            revert=revert,
+            cancel=session.cancel,
+            validate=validate,
+            steps=step_count,
+            protected=frozenset(own_collections(settings)),
+        )
 
 
 #: ``on_error(migration, message)``; ``migration`` is None when a round of the runner itself failed.

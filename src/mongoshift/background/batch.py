@@ -336,6 +336,32 @@ async def _write(
         return int(details.get("nMatched", 0)), failed
 
 
+async def write_planned(
+    job: Job, planned: PlannedUpdates, collection: AsyncCollection[dict[str, Any]], *, session: Any
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """Send ``planned``'s guarded updates (one unordered bulk): the matched count and each refused document's error by index.
+
+    The write of :func:`apply_batch`, also used by the validation sandbox (:mod:`.validate`) so
+    that what it validates is the very update a run sends."""
+    owners, updates = planned.owners, planned.updates
+    ops = [_GuardedUpdates(owners, updates, job.spec.version_field, job.revision_field)] if owners else []
+    return await _write(collection, ops, session=session)
+
+
+def pipeline_ops(job: Job, ids: Sequence[Any]) -> list[UpdateOne]:
+    """One guarded pipeline ``UpdateOne`` per ``_id``: the one-by-one form of a ``pipeline`` migration's write."""
+    match = job.match(exclude_bad=False)
+    update = pipeline_update(job)
+    return [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
+
+
+async def write_pipeline(
+    job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """:func:`pipeline_ops` sent as one unordered bulk: the matched count and each refused document's error by index."""
+    return await _write(collection, pipeline_ops(job, ids), session=session, document_error=pipeline_document_write_error)
+
+
 async def apply_batch(
     job: Job,
     docs: Sequence[Mapping[str, Any]],
@@ -363,10 +389,9 @@ async def apply_batch(
         planned = await planned_updates(job, pending, ctx, codec)
         owners, updates = planned.owners, planned.updates
         result.errors += planned.errors
-        ops: list[_GuardedUpdates] = [_GuardedUpdates(owners, updates, spec.version_field, job.revision_field)] if owners else []
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
-        matched, failed = await _write(collection, ops, session=session)
+        matched, failed = await write_planned(job, planned, collection, session=session)
         for index, error in failed.items():
             result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
         if strict and result.errors:
@@ -409,7 +434,7 @@ async def _apply_pipeline(
     update = pipeline_update(job)
     ids = [doc["_id"] for doc in docs]
     if strict:
-        return await _pipeline_each(ids, match, update, collection, session=session, strict=True)
+        return await _pipeline_each(job, ids, collection, session=session, strict=True)
     if not ids:
         return BatchResult()
     try:
@@ -430,7 +455,7 @@ async def _apply_pipeline(
         ):
             (rewritten if _at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
         pending = [id_ for id_ in ids if id_key(id_) in waiting]
-        result = await _pipeline_each(pending, match, update, collection, session=session, strict=False)
+        result = await _pipeline_each(job, pending, collection, session=session, strict=False)
         result.migrated += len(rewritten)
         result.skipped += len(ids) - len(pending) - len(rewritten)
         return result
@@ -438,18 +463,11 @@ async def _apply_pipeline(
 
 
 async def _pipeline_each(
-    ids: Sequence[Any],
-    match: Mapping[str, Any],
-    update: list[dict[str, Any]],
-    collection: AsyncCollection[dict[str, Any]],
-    *,
-    session: Any,
-    strict: bool,
+    job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
 ) -> BatchResult:
     """One guarded pipeline ``UpdateOne`` per ``_id``: each document's error is its own."""
-    ops = [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
-    matched, failed = await _write(collection, ops, session=session, document_error=pipeline_document_write_error)
-    result = BatchResult(migrated=matched, skipped=len(ops) - len(failed) - matched)
+    matched, failed = await write_pipeline(job, ids, collection, session=session)
+    result = BatchResult(migrated=matched, skipped=len(ids) - len(failed) - matched)
     for index, error in failed.items():
         result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))
     if strict and result.errors:

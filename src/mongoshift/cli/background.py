@@ -264,28 +264,32 @@ def _control(action: str, name: str, reason: str | None, yes: bool, from_start: 
 @click.option("--sample", type=click.IntRange(1, 1000), metavar="N", help="N documents of the old shape at random (the default, 5).")
 @click.option("--first", type=click.IntRange(1, 1000), metavar="N", help="The first N documents of the old shape by _id.")
 @click.option("--revert", is_flag=True, help="Preview the declared revert instead (documents at to_version).")
+@click.option("--validate", is_flag=True, help="Write each document in a transaction that is always aborted: the server's verdict per document; the transform runs in a sandbox.")
+@click.option("--steps", type=click.IntRange(1, 100), metavar="K", help="With --validate, a step migration: up to K step calls (default 1).")
 @global_options
-def dry_run(file: str, sample: int | None, first: int | None, revert: bool) -> None:
+def dry_run(file: str, sample: int | None, first: int | None, revert: bool, validate: bool, steps: int | None) -> int | None:
     """Preview FILE on a few documents: before, the exact update the engine would send, after.
 
     FILE need not be registered. Reads only: no lock, no write, any server. Shows document
-    values and _ids (only here); --json prints them as relaxed Extended JSON."""
+    values and _ids (only here); --json prints them as relaxed Extended JSON. --validate needs
+    transactions (exit 15 without) and exits 34 when the sandbox refused an operation."""
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
 
     s = settings()
-    result = run_async(lambda cancel: bg.preview(s, file, sample=sample, first=first, revert=revert, cancel=cancel))
+    result = run_async(
+        lambda cancel: bg.preview(s, file, sample=sample, first=first, revert=revert, cancel=cancel, validate=validate, steps=steps)
+    )
     out = output()
     if out.json_mode:
         out.json({"preview": result.to_json()})
-        return
-    if out.quiet:
-        return
-    from . import preview_view as view  # start-up time: rich loads only when a preview is shown
+    elif not out.quiet:
+        from . import preview_view as view  # start-up time: rich loads only when a preview is shown
 
-    if out.out.is_terminal:
-        view.render(out.out, result)
-    else:
-        view.plain(result)
+        if out.out.is_terminal:
+            view.render(out.out, result)
+        else:
+            view.plain(result)
+    return int(ExitCode.SANDBOX_REFUSED) if result.refusals else None
 
 
 REASON = click.option("--reason", help="Why: recorded in the migration's history.")
