@@ -43,6 +43,8 @@ def test_up_json_carries_the_migration_logs_and_a_dry_run_none(project) -> None:
     assert (plain["level"], plain["run_id"], plain["migration"], plain["attempt"]) == ("warning", report["run_id"], "0001_logs.py", 1)
     copied = next(line for line in logged if line["message"].startswith("copied"))
     assert copied["data"]["marker"] == {"$oid": "65f000000000000000000001"}
+    applying = next(line for line in logged if line["message"] == "applying 0001_logs.py")
+    assert (applying["run_id"], applying["migration"]) == (report["run_id"], "0001_logs.py")
     kinds = [line["event"] for line in logged if "event" in line]
     assert kinds[0] == "run_start" and kinds[-1] == "run_end" and "migration_end" in kinds
 

@@ -323,7 +323,12 @@ class Executor:
         if use_txn is None:
             use_txn = self.runtime.settings.use_transaction
         started = time.monotonic()
-        log.info("%s %s", "applying" if step.direction == "up" else "reverting", step.name)
+        log.info(
+            "%s %s",
+            "applying" if step.direction == "up" else "reverting",
+            step.name,
+            extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction},
+        )
         try:
             body = self._transactional(step, fn, batch, started) if use_txn else self._plain(step, fn, batch, started)
             timeout = step.file.timeout(self.runtime.settings.migration_timeout_seconds)
