@@ -15,7 +15,9 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
 the live watcher (:func:`watch_background`, :func:`background_watch_status`), and :class:`BackgroundRunner`
-(:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every failure is a
+(:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every call takes ``client=``, an
+application's open ``AsyncMongoClient`` (left open); writing calls take ``observers=``, functions
+that receive each :class:`Event` (see ``docs/observability.md``). Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
 
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..background.controls import ControlResult, RepinResult
     from ..background.drift import Verified
-    from ..background.events import Observer
+    from ..project.events import Event, Observer
     from ..background.preview import Preview, PreviewRow
     from ..background.model import WatchRecord
     from ..background.status import BackgroundReport, PartitionRow
@@ -83,6 +85,7 @@ __all__ = [
     "ConvergeReport",
     "DryRunReport",
     "DryRunRow",
+    "Event",
     "ExitCode",
     "Finding",
     "LockHolder",
@@ -132,7 +135,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ControlResult": ("..background.controls", "ControlResult"),
     "RepinResult": ("..background.controls", "RepinResult"),
     "Verified": ("..background.drift", "Verified"),
-    "Observer": ("..background.events", "Observer"),
+    "Event": ("..project.events", "Event"),
+    "Observer": ("..project.events", "Observer"),
     "Preview": ("..background.preview", "Preview"),
     "PreviewRow": ("..background.preview", "PreviewRow"),
     "BackgroundReport": ("..background.status", "BackgroundReport"),

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pymongo import ASCENDING
+from pymongo import ASCENDING, AsyncMongoClient
 
 from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
@@ -22,6 +22,7 @@ from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool
 from ..project.loader import find, resolve_name
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
+from .options import checked_client
 
 BASELINE = "baseline"
 
@@ -80,6 +81,7 @@ async def import_history(
     force: bool = False,
     no_lock: bool = False,
     wait: float | None = None,
+    client: AsyncMongoClient[Any] | None = None,
 ) -> AdoptionReport:
     """Adopt ``tool_name``'s changelog: every file it applied is recorded applied here, forward-only.
 
@@ -89,7 +91,7 @@ async def import_history(
     source_tool = tool(tool_name)
     mapping = read_map(map_file) if map_file is not None else {}
     source_collection = collection or source_tool.collection
-    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait) as session:
+    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait, client=checked_client(client)) as session:
         if not dry_run:
             warn_unlocked(no_lock)
         cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])
@@ -124,9 +126,10 @@ async def baseline(
     dry_run: bool = False,
     no_lock: bool = False,
     wait: float | None = None,
+    client: AsyncMongoClient[Any] | None = None,
 ) -> AdoptionReport:
     """Record every pending file up to ``to`` (inclusive) applied without running it; idempotent."""
-    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait) as session:
+    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait, client=checked_client(client)) as session:
         if not dry_run:
             warn_unlocked(no_lock)
         limit = find(session.files, resolve_name(to, settings.migrations_dir)).name

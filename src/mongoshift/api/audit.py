@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from pymongo import AsyncMongoClient
+
 from ..background.drift import look
 from ..background.model import LaneSigns, State, WatchRecord, aware
 from ..background.status import BackgroundReport, report
@@ -25,6 +27,7 @@ from ..project.lock import LockHolder
 from ..project.session import Session, open_session
 from ..project.settings import Settings
 from ..runner.plan import StatusRow, applied_out_of_order, sorts_before_applied, status_rows
+from .options import checked_client
 
 Severity = Literal["warn", "fail"]
 Verdict = Literal["ok", "warn", "fail"]
@@ -380,7 +383,11 @@ def judge(facts: Facts) -> list[Finding]:
 
 
 async def audit(
-    settings: Settings, *, stale_after: float = DEFAULT_STALE_AFTER_SECONDS, now: datetime | None = None
+    settings: Settings,
+    *,
+    stale_after: float = DEFAULT_STALE_AFTER_SECONDS,
+    now: datetime | None = None,
+    client: AsyncMongoClient[Any] | None = None,
 ) -> AuditReport:
     """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict.
 
@@ -389,6 +396,6 @@ async def audit(
     """
     if not stale_after >= 0:
         raise ConfigInvalidError("--stale-after must be a number of seconds, 0 or more")
-    async with open_session(settings, take_lock=False) as session:
+    async with open_session(settings, take_lock=False, client=checked_client(client)) as session:
         facts = await _facts(session, now=now, stale_after=stale_after)
     return AuditReport(judge(facts), [check.id for check in CHECKS], facts.now, stale_after)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,6 +28,7 @@ from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.session import open_session
 from ..project.settings import Settings
+from .options import checked_client, checked_function, checked_observers
 
 log = logging.getLogger("mongoshift.background")
 
@@ -48,6 +48,7 @@ async def run(
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     once: bool = False,
+    client: AsyncMongoClient[Any] | None = None,
 ) -> list[BackgroundReport]:
     """Run the named migrations (None: every runnable one) in this process until each ends.
 
@@ -58,7 +59,7 @@ async def run(
     did, with their reports in ``details["background"]``.
     """
     _check_concurrency(concurrency)
-    async with open_engine(settings, cancel=cancel, observers=observers) as engine:
+    async with open_engine(settings, cancel=cancel, observers=checked_observers(observers), client=checked_client(client)) as engine:
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
@@ -99,25 +100,32 @@ def _unrunnable(errors: list[MongoshiftError], reports: list[BackgroundReport]) 
     return type(first)(message, **{**first.details, **by_kind, "background": [r.to_json() for r in reports]})
 
 
-async def status(settings: Settings, name: str | None = None) -> list[BackgroundReport]:
-    async with open_engine(settings) as engine:
+async def status(settings: Settings, name: str | None = None, *, client: AsyncMongoClient[Any] | None = None) -> list[BackgroundReport]:
+    async with open_engine(settings, client=checked_client(client)) as engine:
         if name is not None:
             state = await engine.store.state(await _registered(engine, name))
             return [await report(engine.store, state)] if state else []
         return [await report(engine.store, s) for s in await engine.store.states_all()]
 
 
-async def partitions(settings: Settings, name: str) -> list[PartitionRow]:
-    async with open_engine(settings) as engine:
+async def partitions(settings: Settings, name: str, *, client: AsyncMongoClient[Any] | None = None) -> list[PartitionRow]:
+    async with open_engine(settings, client=checked_client(client)) as engine:
         state = await engine.store.state(await _registered(engine, name))
         assert state is not None
         return [PartitionRow.of(p) for p in await engine.store.partitions_of(state)]
 
 
 async def apply_control(
-    settings: Settings, name: str, action: Action, *, reason: str | None = None, from_start: bool = False
+    settings: Settings,
+    name: str,
+    action: Action,
+    *,
+    reason: str | None = None,
+    from_start: bool = False,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> ControlResult:
-    async with open_engine(settings) as engine:
+    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
         result = await control(
             engine.store,
             await _registered(engine, name),
@@ -131,9 +139,11 @@ async def apply_control(
         return result
 
 
-async def repin(settings: Settings, name: str, *, reason: str | None = None) -> RepinResult:
+async def repin(
+    settings: Settings, name: str, *, reason: str | None = None, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
+) -> RepinResult:
     """Pin the file as it is on disk now (after a deploy changed it); replan when what it matches changed."""
-    async with open_engine(settings) as engine:
+    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
         wanted = await _registered(engine, name)
         spec, checksum = engine.loaded(wanted)
         result = await pin(engine.store, wanted, spec, checksum, by=engine.session.run.executed_by, reason=reason)
@@ -143,13 +153,18 @@ async def repin(settings: Settings, name: str, *, reason: str | None = None) -> 
 
 
 async def verify(
-    settings: Settings, names: list[str] | None = None, *, reopen: bool = False, observers: Iterable[Observer] = ()
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    reopen: bool = False,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> list[Verified]:
     """Look once for old-shape documents written after each named (None: every) migration completed.
 
     ``reopen``: a migration where some are found gets one more pass (a runner does it); otherwise
     it is only reported. Each answer is also a ``drift`` event to ``observers``. No id is returned."""
-    async with open_engine(settings, observers=observers) as engine:
+    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
         wanted = None if names is None else [await _registered(engine, n) for n in names]
         return await verify_drift(
             engine.session.db,
@@ -160,25 +175,28 @@ async def verify(
             reopen_found=reopen,
             by=engine.session.run.executed_by,
         )
+
+
 async def watch(
     settings: Settings,
     *,
     options: WatchOptions | None = None,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> list[WatchRecord]:
     """Run the live watcher in this process until ``cancel`` is set; the records of the collections it watched.
 
     It never ends on its own: a collection is followed while another process leads it, led
     (streamed, upgraded, saved) otherwise. See docs/background.md, "The live watcher"."""
     options = (options or WatchOptions()).check()
-    async with open_engine(settings, cancel=cancel, observers=observers) as engine:
+    async with open_engine(settings, cancel=cancel, observers=checked_observers(observers), client=checked_client(client)) as engine:
         return await Watcher(engine, options).run()
 
 
-async def watch_status(settings: Settings) -> list[WatchRecord]:
+async def watch_status(settings: Settings, *, client: AsyncMongoClient[Any] | None = None) -> list[WatchRecord]:
     """Every collection's live watcher as last saved: state, guards, counters, leader (never its position)."""
-    async with open_engine(settings) as engine:
+    async with open_engine(settings, client=checked_client(client)) as engine:
         return await engine.store.watch_records()
 
 
@@ -192,6 +210,7 @@ async def preview(
     cancel: CancelSignal | None = None,
     validate: bool = False,
     steps: int | None = None,
+    client: AsyncMongoClient[Any] | None = None,
 ) -> Preview:
     """What the engine would do to a few documents of the old shape: before, update, after (or the error).
 
@@ -209,7 +228,7 @@ async def preview(
     step_count = steps_count(steps)
     name = resolve_name(path, settings.migrations_dir)
     name = name if name.endswith(".py") else name + ".py"
-    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel) as session:
+    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=checked_client(client)) as session:
         spec, _ = load_background(session, name)
         return await preview_documents(
             session.db,
@@ -359,18 +378,8 @@ def _check_runner_options(
     if not isinstance(settings, Settings):
         raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
     _check_concurrency(concurrency)
-    if isinstance(observers, (str, bytes)) or not isinstance(observers, Iterable):
-        raise ConfigInvalidError(f"observers must be a list of functions, not {type(observers).__name__}")
-    listed = list(observers)
-    for observer in listed:
-        _check_function("observers", observer)
+    listed = checked_observers(observers)
     if on_error is not None:
-        _check_function("on_error", on_error)
-    if client is not None and not isinstance(client, AsyncMongoClient):
-        raise ConfigInvalidError(f"client must be a pymongo AsyncMongoClient, not {type(client).__name__}")
+        checked_function("on_error", on_error)
+    checked_client(client)
     return listed
-
-
-def _check_function(option: str, function: object) -> None:
-    if not callable(function) or inspect.iscoroutinefunction(function):
-        raise ConfigInvalidError(f"{option} takes plain functions (called, not awaited), not {type(function).__name__}")

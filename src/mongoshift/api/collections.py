@@ -6,27 +6,37 @@ trip, and only once per run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pymongo import AsyncMongoClient
 
 from ..converge.applier import Confirm
 from ..converge.report import ConvergeReport
 from ..converge.run import converge_in_session, plan_in_session
 from ..project.declarations import declarations_by_name
+from ..project.events import Observer
 from ..project.run import CancelSignal
 from ..project.session import open_session, warn_unlocked
 from ..project.settings import Settings
 from ..schema.collections import CollectionDeclaration
+from .options import checked_client, checked_observers
 
 
 async def plan_converge(
-    settings: Settings, *, prune: bool = False, check: bool = False, declarations: Sequence[CollectionDeclaration] | None = None
+    settings: Settings,
+    *,
+    prune: bool = False,
+    check: bool = False,
+    declarations: Sequence[CollectionDeclaration] | None = None,
+    client: AsyncMongoClient[Any] | None = None,
 ) -> ConvergeReport:
     """Plan without the lock and without writing anything (``--dry-run`` and ``--check``).
 
     ``declarations``: plan these instead of the project's (they are not checked against the own collections).
     """
     declared = declarations_by_name(settings) if declarations is None else {d.name: d for d in declarations}
-    async with open_session(settings, take_lock=False, with_files=False, declarations=declared) as session:
+    async with open_session(settings, take_lock=False, with_files=False, declarations=declared, client=checked_client(client)) as session:
         return await plan_in_session(session, prune=prune, check=check)
 
 
@@ -39,6 +49,8 @@ async def converge(
     no_lock: bool = False,
     wait: float | None = None,
     cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> ConvergeReport:
     """Make the server match the declarations, under the migration lock.
 
@@ -48,6 +60,16 @@ async def converge(
     on a conflict or a failed action (the report is in ``details["converge"]``).
     """
     declared = declarations_by_name(settings)
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, with_files=False, declarations=declared) as session:
+    async with open_session(
+        settings,
+        take_lock=not no_lock,
+        wait=wait,
+        cancel=cancel,
+        with_files=False,
+        declarations=declared,
+        command="converge",
+        observers=checked_observers(observers),
+        client=checked_client(client),
+    ) as session:
         warn_unlocked(no_lock)
         return await converge_in_session(session, prune=prune, yes=yes, confirm=confirm)

@@ -9,16 +9,21 @@ a run behind.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pymongo import AsyncMongoClient
+
 from ..errors import ConfigInvalidError, MongoshiftError
+from ..project.events import Event, Observer
 from ..project.loader import resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..runner.plan import Plan, StatusRow, plan_down, plan_up, status_rows
+from .options import checked_client, checked_observers, log_entries
 
 if TYPE_CHECKING:
     from ..converge.applier import Confirm
@@ -44,6 +49,8 @@ class RunReport:
     waiting: list[dict[str, Any]] = field(default_factory=list)
     #: The converge that ended a bulk ``up``, when one ran.
     converge: ConvergeReport | None = None
+    #: The ``ctx.log`` events of the run, in order (``log`` events of :mod:`mongoshift.project.events`).
+    logs: list[Event] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -52,6 +59,7 @@ class RunReport:
             "results": [r.to_json() for r in self.results],
             "warnings": self.warnings,
             "waiting": self.waiting,
+            "logs": log_entries(self.logs),
         }
         if self.converge is not None:
             body["converge"] = self.converge.to_json()
@@ -107,6 +115,11 @@ async def _plan(
     return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
 
 
+def _run_options(observers: Iterable[Observer], client: AsyncMongoClient[Any] | None) -> dict[str, Any]:
+    """A writing command's ``observers`` and ``client``, refused before connecting when wrong."""
+    return {"observers": checked_observers(observers), "client": checked_client(client)}
+
+
 def _bare(settings: Settings, name: str | None) -> str | None:
     return None if name is None else resolve_name(name, settings.migrations_dir)
 
@@ -115,12 +128,14 @@ async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step
     from ..runner.executor import Executor  # start-up time: see the note at the top
 
     report = RunReport(command, session.run.run_id, warnings=list(plan.warnings))
+    session.events.observers.append(lambda event: report.logs.append(event) if event.kind == "log" else None)
     batch = await session.changelog.next_batch()
     executor = Executor(session)
     try:
         report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
     except MongoshiftError as exc:
         exc.details["warnings"] = report.warnings
+        exc.details["logs"] = log_entries(report.logs)
         raise
     report.waiting = executor.waiting
     return report
@@ -140,6 +155,8 @@ async def up(
     converge: bool | None = None,
     yes: bool = False,
     confirm: Confirm | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
     """Apply pending migrations (or one FILE), in name order.
 
@@ -155,7 +172,9 @@ async def up(
 
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations) as session:
+    async with open_session(
+        settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations, command="up", **_run_options(observers, client)
+    ) as session:
         warn_unlocked(no_lock)
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
         report = await _execute(session, "up", plan, batch_per_step=step)
@@ -180,9 +199,11 @@ async def down(
     no_lock: bool = False,
     wait: float | None = None,
     cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
     """Roll back the last batch, or what a selector names."""
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="down", **_run_options(observers, client)) as session:
         warn_unlocked(no_lock)
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
         return await _execute(session, "down", plan)
@@ -195,9 +216,11 @@ async def redo(
     no_lock: bool = False,
     wait: float | None = None,
     cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock."""
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel) as session:
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="redo", **_run_options(observers, client)) as session:
         warn_unlocked(no_lock)
         target = _bare(settings, target)
         records = await session.changelog.records()
@@ -210,9 +233,9 @@ async def redo(
         return await _execute(session, "redo", combined)
 
 
-async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRow]:
+async def status(settings: Settings, *, checksums: bool = True, client: AsyncMongoClient[Any] | None = None) -> list[StatusRow]:
     """Every file with its state; an applied background migration also with its own status."""
-    async with open_session(settings, take_lock=False) as session:
+    async with open_session(settings, take_lock=False, client=checked_client(client)) as session:
         rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
         shown = [row for row in rows if row.kind == "background" and row.state == "applied"]
         if shown:
@@ -224,9 +247,11 @@ async def status(settings: Settings, *, checksums: bool = True) -> list[StatusRo
         return rows
 
 
-async def list_migrations(settings: Settings, *, only: Literal["pending", "applied"] | None = None) -> list[StatusRow]:
+async def list_migrations(
+    settings: Settings, *, only: Literal["pending", "applied"] | None = None, client: AsyncMongoClient[Any] | None = None
+) -> list[StatusRow]:
     """Every migration file with its state (no checksums compared), optionally only the pending or applied ones."""
-    rows = await status(settings, checksums=False)
+    rows = await status(settings, checksums=False, client=client)
     if only == "pending":
         return [r for r in rows if r.pending]
     if only == "applied":
@@ -245,17 +270,20 @@ async def dry_run(
     batch: int | None = None,
     steps: int | None = None,
     step: bool = False,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> DryRunReport:
     """What the real command would do, refused exactly as it would refuse; no lock, no writes.
 
     The selection, the hooks module, the import and checks of every file and
     the ``requires`` gate are the real command's own code (:func:`_plan`,
-    :meth:`Executor.preview`); only the writes are left out.
+    :meth:`Executor.preview`); only the writes are left out. No migration body runs and
+    no lock is taken, so ``observers`` (taken as ``up`` takes them) get no event.
     """
     from ..background.line import BackgroundSteps  # start-up time: see the note at the top
     from ..runner.executor import Executor
 
-    async with open_session(settings, take_lock=False) as session:
+    async with open_session(settings, take_lock=False, **_run_options(observers, client)) as session:
         plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps)
         next_batch = await session.changelog.next_batch() if direction == "up" else None
         would_run, waiting = await Executor(session).preview(plan)
@@ -278,14 +306,14 @@ async def dry_run(
         return DryRunReport(rows, warnings, waiting)
 
 
-async def lock_status(settings: Settings) -> LockHolder | None:
-    async with open_session(settings, take_lock=False, with_files=False) as session:
+async def lock_status(settings: Settings, *, client: AsyncMongoClient[Any] | None = None) -> LockHolder | None:
+    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
         return await session.new_lock().holder()
 
 
-async def unlock(settings: Settings) -> LockHolder | None:
+async def unlock(settings: Settings, *, client: AsyncMongoClient[Any] | None = None) -> LockHolder | None:
     """Clear the lock whoever holds it; returns who held it (None: nothing to clear)."""
-    async with open_session(settings, take_lock=False, with_files=False) as session:
+    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
         lock = session.new_lock()
         holder = await lock.holder()
         if holder is not None:

@@ -113,7 +113,7 @@ async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) 
     context = EngineContext(
         db=session.db,
         store=store,
-        events=Events(observers),
+        events=Events(observers, run_id=session.run.run_id),
         cancel=session.cancel,
         lease_ttl_ms=int(settings.background_lease_ttl_seconds * 1000),
         client=session.client,

@@ -1,9 +1,10 @@
-"""Events of background migrations, through one observer interface and the stdlib logger.
+"""Events of background migrations, through the shared observer interface and the stdlib logger.
 
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
 ``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``, ``drift``
 (``background verify``: found, and what was done; the live watcher: ``upgraded`` or ``failed``,
-``source="stream"``) and ``watch`` (a live watcher's new state; its ``migration`` is the collection).
+``source="stream"``), ``watch`` (a live watcher's new state; its ``migration`` is the collection)
+and ``log`` (a transform's ``ctx.log`` line).
 Events carry counts and names, never a document or an ``_id``. A lane emits at most one
 ``throttle`` every 10 s, counting the changes folded into it (:class:`.throttle.ThrottleReport`).
 """
@@ -11,9 +12,11 @@ Events carry counts and names, never a document or an ``_id``. A lane emits at m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+
+from ..project.events import Event, Observer
+from ..project.events import Events as LineEvents
+
+__all__ = ["NOTABLE", "Event", "Events", "Observer"]
 
 log = logging.getLogger("mongoshift.background")
 
@@ -21,24 +24,13 @@ log = logging.getLogger("mongoshift.background")
 NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "drift", "watch"})
 
 
-@dataclass(frozen=True)
-class Event:
-    kind: str
-    migration: str
-    data: dict[str, Any] = field(default_factory=dict)
+class Events(LineEvents):
+    """The shared event fan-out (:mod:`mongoshift.project.events`), logged at the engine's levels."""
 
-
-Observer = Callable[[Event], None]
-
-
-class Events:
-    """Fans events out to observers; an observer that raises is logged and ignored."""
-
-    def __init__(self, observers: Iterable[Observer] = ()) -> None:
-        self.observers = list(observers)
-
-    def emit(self, kind: str, migration: str, **data: Any) -> None:
-        event = Event(kind, migration, data)
+    def log(self, event: Event) -> None:
+        kind, data = event.kind, event.data
+        if kind == "log":  # ctx.log in a transform wrote its own line on the migration's logger
+            return
         noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found") and data.get("action") != "upgraded")
         if kind in ("failed", "lease_lost") or noisy:
             level = logging.WARNING
@@ -46,9 +38,4 @@ class Events:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG
         if log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
-            log.log(level, "%s %s %s", migration, kind, details)
-        for observer in self.observers:
-            try:
-                observer(event)
-            except Exception:
-                log.exception("a background event observer failed")
+            log.log(level, "%s %s %s", event.migration, kind, details)

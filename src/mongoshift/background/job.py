@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..project.events import Events
+from ..project.migration_log import MigrationLog, correlated
 from ..project.run import CancelSignal
 from ..schema.background import Background
 from .document import version_match
@@ -39,14 +41,14 @@ def stored_old_shape(state: State) -> dict[str, Any]:
 
 @dataclass
 class TransformContext:
-    """The second argument of ``migrate(doc, ctx)`` and friends."""
+    """The second argument of ``migrate(doc, ctx)`` and friends; ``log`` as a migration's ``ctx.log``."""
 
     name: str
     collection: str
     direction: str
     generation: int
     partition: str
-    logger: logging.Logger
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
     cancelled: CancelSignal
     session: Any = None
     db: Any = None
@@ -54,6 +56,7 @@ class TransformContext:
     checkpoint: Any = None
     deadline: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    log: MigrationLog | None = None
 
 
 @dataclass
@@ -112,14 +115,18 @@ class Job:
         """What is still to rewrite: the filter at the source version, minus documents that failed."""
         return old_shape(self.spec.filter, self.spec.version_field, self.source, self.bad_ids if exclude_bad else ())
 
-    def context(self, partition: str, cancel: CancelSignal, **extra: Any) -> TransformContext:
+    def context(self, partition: str, cancel: CancelSignal, events: Events | None = None, **extra: Any) -> TransformContext:
+        """``events``: where ``ctx.log`` lines go (none: a preview, whose lines reach no observer)."""
+        events = events or Events()
+        logger = correlated(log.getChild(self.name.removesuffix(".py")), events.run_id, self.name, self.direction, 1)
         return TransformContext(
             name=self.name,
             collection=self.spec.collection,
             direction=self.direction,
             generation=self.generation,
             partition=partition,
-            logger=log.getChild(self.name.removesuffix(".py")),
+            logger=logger,
             cancelled=cancel,
+            log=MigrationLog(events, logger, self.name, self.direction, 1),
             **extra,
         )

@@ -15,6 +15,7 @@ from ..project.loader import MigrationFile
 from ..project.session import Session
 from ..schema.background import Background
 from .connected import start_engine
+from .events import Events
 from .declared import align_file
 from .input_probe import unversioned_warning
 from .model import State
@@ -39,8 +40,9 @@ class BackgroundSteps:
     async def register(self, name: str, spec: Background, *, checksum: str, requires: list[str]) -> list[str]:
         """Register the forward run; returns what registration noticed (counts only)."""
         by = self.session.run.executed_by
+        events = Events(self.session.events.observers, run_id=self.session.run.run_id)  # the run's observers hear ``registered``
         return await register(
-            self.store, name, spec, checksum=checksum, direction="forward", by=by, requires=requires, changelog=self.session.changelog
+            self.store, name, spec, checksum=checksum, direction="forward", by=by, requires=requires, changelog=self.session.changelog, events=events
         )
 
     async def revert(self, name: str, spec: Background, *, checksum: str) -> str:
@@ -57,7 +59,7 @@ class BackgroundSteps:
 
     async def run_inline(self, name: str, spec: Background, *, checksum: str) -> State | None:
         """Run one to the end in this run, on its connection and under its lock (``background_inline``)."""
-        engine = await start_engine(self.session)
+        engine = await start_engine(self.session, observers=self.session.events.observers)
         return await engine.migration_run().run(name, spec, concurrency=spec.max_parallel, checksum=checksum)
 
     async def registration_warnings(self, steps: Iterable[tuple[str, MigrationFile]]) -> list[str]:

@@ -155,7 +155,7 @@ class PlainBatches:
         if work.hint is not None:
             find = find.hint(work.hint)
         docs = await find.to_list(None)
-        ctx = job.context(str(work.partition.seq), engine.cancel)
+        ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
             result = await apply_batch(job, docs, collection, ctx) if docs else BatchResult()
@@ -226,7 +226,7 @@ class TransactionalBatches:
             return await find.to_list(None)
 
         async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
-            ctx = job.context(str(work.partition.seq), engine.cancel, session=session, db=engine.db, client=engine.client)
+            ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
             return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
 
         async def checkpoint(
@@ -313,7 +313,7 @@ class StepCalls:
     async def _once(self, work: PartitionWork, cursor: Checkpoint, *, session: Any) -> Progress:
         engine = work.engine
         ctx = work.job.context(
-            str(work.partition.seq), engine.cancel, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline, session=session
+            str(work.partition.seq), engine.cancel, engine.events, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline, session=session
         )
         out = await call(self.step, ctx)
         if not isinstance(out, dict) or not isinstance(out.get("done"), bool):

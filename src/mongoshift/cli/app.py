@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-GLOBAL_KEYS = ("uri", "db", "dir", "config", "json", "verbose", "quiet")
+GLOBAL_KEYS = ("uri", "db", "dir", "config", "json", "verbose", "quiet", "log_format")
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -51,6 +51,13 @@ def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
         click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
         click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.", callback=_store, expose_value=False),
+        click.option(
+            "--log-format",
+            type=click.Choice(["text", "json"]),
+            help="stderr lines as text (default) or one JSON object per line.",
+            callback=_store,
+            expose_value=False,
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -64,7 +71,12 @@ def options() -> dict[str, Any]:
 def output() -> Output:
     obj = options()
     if "output" not in obj:
-        obj["output"] = Output(json_mode=bool(obj.get("json")), quiet=bool(obj.get("quiet")), verbose=bool(obj.get("verbose")))
+        obj["output"] = Output(
+            json_mode=bool(obj.get("json")),
+            quiet=bool(obj.get("quiet")),
+            verbose=bool(obj.get("verbose")),
+            log_json=obj.get("log_format") == "json",
+        )
     return obj["output"]  # type: ignore[no-any-return]
 
 

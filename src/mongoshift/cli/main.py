@@ -367,8 +367,13 @@ def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None =
     """Report ``error`` (one JSON document with --json) and exit with its code; -v adds the traceback."""
     if cause is not None and ("-v" in args or "--verbose" in args):
         traceback.print_exception(cause, file=sys.stderr)
-    Output(json_mode="--json" in args, quiet=True).error(error)
+    Output(json_mode="--json" in args, quiet=True, log_json=_log_json(args)).error(error)
     sys.exit(error.exit_code)
+
+
+def _log_json(args: list[str]) -> bool:
+    """``--log-format json`` among the arguments (the error of a failed command is a JSON line too)."""
+    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in zip(args, args[1:], strict=False))
 
 
 def _driver_error(exc: BaseException | None) -> bool:

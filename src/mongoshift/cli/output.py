@@ -49,9 +49,11 @@ class SafeFormatter(logging.Formatter):
 
 
 class Output:
-    def __init__(self, *, json_mode: bool = False, quiet: bool = False, verbose: bool = False) -> None:
+    def __init__(self, *, json_mode: bool = False, quiet: bool = False, verbose: bool = False, log_json: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
+        #: ``--log-format json``: every stderr line is one JSON object (:mod:`.log_format`).
+        self.log_json = log_json
         from rich.console import Console  # start-up time: rich loads with the first Output, not with the CLI
 
         self.out: Console = Console(highlight=False, soft_wrap=True)
@@ -61,10 +63,15 @@ class Output:
     def _configure_logging(self, verbose: bool) -> None:
         logger = logging.getLogger("mongoshift")
         logger.handlers.clear()
-        if self.err.is_terminal:
+        if self.log_json:
+            from .log_format import JsonLineFormatter
+
+            handler: logging.Handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(JsonLineFormatter())
+        elif self.err.is_terminal:
             from rich.logging import RichHandler  # start-up time: only a terminal's log lines need it
 
-            handler: logging.Handler = RichHandler(console=self.err, show_path=False, show_time=False)
+            handler = RichHandler(console=self.err, show_path=False, show_time=False)
             handler.setFormatter(SafeFormatter("%(message)s"))
         else:
             handler = logging.StreamHandler(sys.stderr)
@@ -86,6 +93,9 @@ class Output:
         """A human line: stdout normally, stderr in JSON mode, nothing when quiet."""
         if self.quiet:
             return
+        if self.log_json:
+            self._line("info", message)
+            return
         message = strip_controls(message)
         if self.json_mode:
             print(message, file=sys.stderr)
@@ -94,7 +104,15 @@ class Output:
         else:
             print(message)
 
+    def _line(self, level: str, message: str, **fields: Any) -> None:
+        from .log_format import json_line
+
+        print(json_line(level, message, **fields), file=sys.stderr, flush=True)
+
     def warn(self, message: str) -> None:
+        if self.log_json:
+            self._line("warning", message)
+            return
         message = strip_controls(message)
         if self.err.is_terminal:
             self.err.print(f"[yellow]warning:[/yellow] {escape(message)}")
@@ -106,7 +124,9 @@ class Output:
         message = redact(exc.message, limit=10_000)
         if self.json_mode:
             self.json({"error": {**exc.to_json(), "message": message}})
-        if self.err.is_terminal:
+        if self.log_json:
+            self._line("error", message, kind=exc.kind, code=int(exc.exit_code))
+        elif self.err.is_terminal:
             self.err.print(f"[red]error:[/red] {escape(message)}")
         else:
             print(f"error: {message}", file=sys.stderr)

@@ -23,6 +23,7 @@ from ..errors import (
     MongoshiftError,
     RunAbortedError,
 )
+from ..project.events import end_fields
 from ..project.redaction import describe_error
 from ..project.session import Session
 from ..schema.collections import CollectionDeclaration
@@ -73,8 +74,21 @@ async def converge_in_session(
     """Make the server match the session's declarations, under its lock (``converge``, or a bulk ``up`` that ends with one).
 
     Raises :class:`ConvergeFailedError` on a conflict or a failed action (the
-    report is in ``details["converge"]``).
+    report is in ``details["converge"]``). Bracketed by ``converge_start`` / ``converge_end`` events.
     """
+    events = session.events
+    events.emit("converge_start", None, trigger=trigger, prune=prune)
+    started = time.monotonic()
+    try:
+        report = await _converge(session, prune=prune, yes=yes, confirm=confirm, trigger=trigger)
+    except BaseException as exc:
+        events.emit("converge_end", None, trigger=trigger, **end_fields(started, exc))
+        raise
+    events.emit("converge_end", None, trigger=trigger, actions=len(report.results), **end_fields(started, None))
+    return report
+
+
+async def _converge(session: Session, *, prune: bool, yes: bool, confirm: Confirm | None, trigger: Trigger) -> ConvergeReport:
     db = session.db
     declarations = list(session.declarations().values())
     journal = ConvergeJournal(db[session.settings.converge_collection], create_index=session.settings.ensure_indexes)

@@ -115,6 +115,14 @@ class MigrationFile:
         value = getattr(self._loaded(), "use_transaction", None)
         return value if isinstance(value, bool) else None
 
+    def timeout(self, default: float | None) -> float | None:
+        """Seconds the body may run: the file's ``timeout_seconds`` (None: no limit) or else ``default``."""
+        module = self._loaded()
+        if not hasattr(module, "timeout_seconds"):
+            return default
+        value = module.timeout_seconds
+        return None if value is None else float(value)
+
     def _loaded(self) -> ModuleType:
         if self.module is None:
             raise RuntimeError(f"{self.name} was not loaded")
@@ -216,7 +224,7 @@ def load(item: MigrationFile) -> MigrationFile:
     for fn_name, fn in (("up", up), ("down", down)):
         if fn is not None and not _takes_one_argument(fn):
             raise InvalidExportError(f"{item.name}: {fn_name} must take one argument (ctx)", file=item.name)
-    _refuse(item, _requires_problems(item, module))
+    _refuse(item, _requires_problems(item, module) + _timeout_problems(module))
     for attr, kind in (("description", str), ("use_transaction", bool)):
         if hasattr(module, attr) and not isinstance(getattr(module, attr), kind):
             raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
@@ -250,11 +258,30 @@ def _requires_problems(item: MigrationFile, module: ModuleType) -> list[str]:
     return problems
 
 
+#: The largest per-file timeout: a day; anything longer is a typo, not a migration.
+MAX_TIMEOUT_SECONDS = 86_400
+
+
+def _timeout_problems(module: ModuleType) -> list[str]:
+    """``timeout_seconds``: None (no limit for this file) or seconds, more than 0 and at most a day."""
+    if not hasattr(module, "timeout_seconds"):
+        return []
+    value = module.timeout_seconds
+    if value is None:
+        return []
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_SECONDS:
+        shown = type(value).__name__ if not isinstance(value, (int, float)) else repr(value)
+        return [f"timeout_seconds must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS:,} (or None for no limit), not {shown}"]
+    return []
+
+
 def _background_problems(module: ModuleType) -> list[str]:
     from ..schema.background import Background  # start-up time: see MigrationFile.background
 
     spec = getattr(module, "background")
     problems: list[str] = []
+    if hasattr(module, "timeout_seconds"):
+        problems.append("timeout_seconds bounds an up/down body; a background migration runs in slices and has none")
     if not isinstance(spec, Background):
         problems.append(f"background must be a mongoshift.Background(...), not {type(spec).__name__}")
     both = [name for name in ("up", "down") if hasattr(module, name)]

@@ -125,10 +125,13 @@ class LeaseLock:
         self._renewed_at = sent
         return True
 
-    async def acquire(self, wait_seconds: float | None = None, poll_seconds: float = 0.5) -> None:
-        """Take the lock, waiting up to ``wait_seconds`` (None: do not wait)."""
+    async def acquire(
+        self, wait_seconds: float | None = None, poll_seconds: float = 0.5, on_wait: Callable[[], object] | None = None
+    ) -> None:
+        """Take the lock, waiting up to ``wait_seconds`` (None: do not wait); ``on_wait`` is called once when it has to wait."""
         deadline = None if wait_seconds is None else self._monotonic() + wait_seconds
         delay = poll_seconds
+        waited = False
         while not await self.try_acquire():
             if deadline is None or self._monotonic() >= deadline:
                 holder = await self.holder()
@@ -138,6 +141,9 @@ class LeaseLock:
                     "with 'mongoshift unlock'",
                     holder=holder.__dict__ if holder else None,
                 )
+            if not waited and on_wait is not None:
+                on_wait()
+            waited = True
             await asyncio.sleep(min(delay, max(0.0, deadline - self._monotonic())))
             delay = min(delay * 2, 5.0)
 

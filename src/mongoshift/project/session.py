@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from ..errors import (
 from .changelog import Changelog
 from .connection import connect, sync_client
 from .declarations import Declarations, declarations_by_name
+from .events import Events, Observer, end_fields
 from .loader import MigrationFile, discover
 from .lock import LeaseLock
 from .own_collections import check_own_collections
@@ -48,12 +50,14 @@ class Session:
     changelog: Changelog
     files: list[MigrationFile]
     lock: LeaseLock | None = None
+    #: The run's events (:mod:`.events`), all stamped with its ``run_id``.
+    events: Events = field(default_factory=Events)
     _declarations: Declarations | None = field(default=None, repr=False)
     _sync: MongoClient[Any] | None = field(default=None, repr=False)
 
     @property
     def db_name(self) -> str:
-        return self.settings.require_connection()[1]
+        return self.settings.require_db()
 
     @property
     def db(self) -> AsyncDatabase[Any]:
@@ -97,10 +101,11 @@ class Session:
             raise RunAbortedError(stopped(self.cancel.reason or "cancelled"))
 
 
-def _on_lock_lost(settings: Settings, cancel: CancelSignal) -> Callable[[str], None]:
+def _on_lock_lost(settings: Settings, cancel: CancelSignal, events: Events) -> Callable[[str], None]:
     """With ``on_lock_lost = "abort"`` a lost lock sets ``ctx.cancelled`` at once; ``warn`` lets the run go on."""
 
     def lost(reason: str) -> None:
+        events.emit("lock_lost", None, reason=reason, policy=settings.on_lock_lost)
         if settings.on_lock_lost == "abort":
             cancel.set(f"the migration lock was lost: {reason}")
 
@@ -119,20 +124,30 @@ async def open_session(
     client: AsyncMongoClient[Any] | None = None,
     checked: bool = False,
     declarations: Declarations | None = None,
+    observers: Iterable[Observer] = (),
+    command: str | None = None,
 ) -> AsyncIterator[Session]:
     """Connect (or use ``client``, left open), check the own collections, take the lock, and always clean up.
 
     ``checked``: the caller's run already checked the own collections.
     ``declarations``: already read by the caller (a bad file failed before connecting).
+    ``observers`` get the run's events; ``command`` (a writing command) brackets the run
+    with ``run_start`` / ``run_end``.
     """
     files = discover(settings.migrations_dir) if with_files else []
     own = client is None
-    client = client or await connect(settings)
+    if client is None:
+        client = await connect(settings)
     cancel = cancel or CancelSignal()
-    db = client[settings.require_connection()[1]]
-    session = Session(settings, client, run_info(settings, run_id), cancel, Changelog(db[settings.changelog_collection]), files)
+    db = client[settings.require_db()]
+    run = run_info(settings, run_id)
+    events = Events(observers, run_id=run.run_id)
+    session = Session(settings, client, run, cancel, Changelog(db[settings.changelog_collection]), files, events=events)
     session._declarations = declarations
     failure: BaseException | None = None
+    started = time.monotonic()
+    if command is not None:
+        events.emit("run_start", None, command=command, db=settings.db)
     try:
         try:
             if not checked:
@@ -140,8 +155,8 @@ async def open_session(
             if take_lock:
                 if settings.ensure_indexes:
                     await session.changelog.ensure_indexes()
-                session.lock = session.new_lock(on_lost=_on_lock_lost(settings, cancel))
-                await session.lock.acquire(wait_seconds=wait)
+                session.lock = session.new_lock(on_lost=_on_lock_lost(settings, cancel, events))
+                await _acquire(session.lock, events, wait)
                 session.lock.start_heartbeat()
             yield session
         except PyMongoError as exc:
@@ -150,7 +165,26 @@ async def open_session(
         failure = exc
         raise
     finally:
-        await _close(session, own, failure)
+        try:
+            await _close(session, own, failure)
+        finally:
+            if command is not None:
+                events.emit("run_end", None, command=command, db=settings.db, **end_fields(started, failure))
+
+
+async def _acquire(lock: LeaseLock, events: Events, wait: float | None) -> None:
+    """Take the migration lock, telling observers whether it waited, got it, or was refused."""
+    started = time.monotonic()
+    try:
+        await lock.acquire(wait_seconds=wait, on_wait=lambda: events.emit("lock_waited", None, wait_seconds=wait))
+    except MongoshiftError as exc:
+        events.emit("lock_refused", None, waited_ms=_ms_since(started), error_kind=exc.kind)
+        raise
+    events.emit("lock_acquired", None, waited_ms=_ms_since(started), ttl_seconds=lock.ttl_ms / 1000)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
 
 
 async def _close(session: Session, own_client: bool, failure: BaseException | None) -> None:

@@ -123,6 +123,14 @@ class Settings(BaseModel):
                 raise ValueError(f"{name}: a shard key has at most one hashed field")
         return value
 
+    def require_db(self) -> str:
+        """The database, for a run on a client the caller opened (no URI needed)."""
+        if not self.db:
+            raise ConfigInvalidError(
+                "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml"
+            )
+        return self.db
+
     def require_connection(self) -> tuple[str, str]:
         """The URI and database, or a clear error for commands that connect."""
         if not self.uri:

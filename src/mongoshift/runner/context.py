@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..project.run import CancelSignal
+
+if TYPE_CHECKING:
+    from ..project.migration_log import MigrationLog
 
 Direction = Literal["up", "down"]
 
@@ -24,15 +27,18 @@ class MigrationContext:
     ``db``/``client``/``session`` are async driver objects for an ``async def``
     function and sync ones for a plain ``def``; ``session`` is set only inside a
     transaction and must be passed to every operation that belongs to it.
+    ``log`` turns lines into events (:mod:`.migration_log`); ``logger`` is the stdlib
+    logger, its records carrying the run id, migration, direction and attempt.
     """
 
     db: Any
     client: Any
     run_id: str
-    logger: logging.Logger
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
     cancelled: CancelSignal
     name: str | None = None
     direction: Direction | None = None
     session: Any = None
     attempt: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    log: MigrationLog | None = None

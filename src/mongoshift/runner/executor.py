@@ -38,7 +38,9 @@ from ..errors import (
     TransactionsUnsupportedError,
 )
 from ..project.changelog import Changelog, RecordWrite
+from ..project.events import end_fields
 from ..project.loader import load
+from ..project.migration_log import MigrationLog, correlated
 from ..project.redaction import describe_error, redact
 from ..project.server_errors import transactions_unsupported
 from ..project.session import Session
@@ -79,6 +81,7 @@ class Runtime:
         self.db_name = session.db_name
         self.run = session.run
         self.cancel = session.cancel
+        self.events = session.events
         self.logger = logger
 
     def sync_client(self) -> MongoClient[Any]:
@@ -94,16 +97,20 @@ class Runtime:
         attempt: int = 1,
     ) -> MigrationContext:
         client: Any = self.client if is_async(fn) else self.sync_client()
+        logger = correlated(
+            self.logger.getChild(name.removesuffix(".py")) if name else self.logger, self.run.run_id, name, direction, attempt
+        )
         return MigrationContext(
             db=client[self.db_name],
             client=client,
             run_id=self.run.run_id,
-            logger=self.logger.getChild(name.removesuffix(".py")) if name else self.logger,
+            logger=logger,
             cancelled=self.cancel,
             name=name,
             direction=direction,
             session=session,
             attempt=attempt,
+            log=MigrationLog(self.events, logger, name, direction, attempt),
         )
 
 
@@ -293,6 +300,21 @@ class Executor:
             raise HookFailedError(f"hook {hook} failed: {_describe(exc)}", hook=hook) from exc
 
     async def _run_step(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
+        """One step between ``migration_start`` and ``migration_end``, inside the observers' scopes."""
+        events = self.runtime.events
+        fields = {"direction": step.direction, "batch": batch, "kind": step.file.kind}
+        start = events.emit("migration_start", step.name, **fields)
+        started = time.monotonic()
+        try:
+            with events.migration_scope(start):
+                result = await self._run_body(step, batch, results)
+        except BaseException as exc:
+            events.emit("migration_end", step.name, **fields, **end_fields(started, exc))
+            raise
+        events.emit("migration_end", step.name, **fields, **end_fields(started, None, outcome=result.status))
+        return result
+
+    async def _run_body(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
         if step.file.background is not None:
             return await self._background(step, batch, results)
         fn = step.file.up if step.direction == "up" else step.file.down
@@ -301,10 +323,15 @@ class Executor:
         if use_txn is None:
             use_txn = self.runtime.settings.use_transaction
         started = time.monotonic()
-        log.info("%s %s", "applying" if step.direction == "up" else "reverting", step.name)
+        log.info(
+            "%s %s",
+            "applying" if step.direction == "up" else "reverting",
+            step.name,
+            extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction},
+        )
         try:
             body = self._transactional(step, fn, batch, started) if use_txn else self._plain(step, fn, batch, started)
-            timeout = self.runtime.settings.migration_timeout_seconds
+            timeout = step.file.timeout(self.runtime.settings.migration_timeout_seconds)
             if timeout is None:
                 await body
             else:

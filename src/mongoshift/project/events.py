@@ -1,0 +1,138 @@
+"""Events: one type and one observer protocol for the migration line and the background engine.
+
+An :class:`Event` says what happened (``kind``), to which migration (None for the run as a
+whole) and in which run (``run_id``), with small ``data`` (counts, names, durations, never a
+document or an ``_id``; a migration log's own ``data`` is the author's choice). Observers are
+plain functions called synchronously, in order; one that raises is logged and ignored, so
+watching a run can never change its outcome.
+
+Line kinds: ``run_start`` / ``run_end``, ``migration_start`` / ``migration_end``,
+``lock_acquired``, ``lock_waited``, ``lock_refused``, ``lock_lost``, ``converge_start`` /
+``converge_end``, and ``log`` (``ctx.log``). Every ``*_end`` carries ``duration_ms`` and
+``outcome``, and ``error_kind`` (the exit-code kind) when it failed.
+
+The seam for tracers: an observer may also have ``migration_scope(event)``, which returns a
+context manager; the executor enters it around each migration body (sync bodies run in a
+worker thread that inherits the context), so whatever it makes current, such as an
+OpenTelemetry span, is current for the body. A scope that raises on enter or exit is
+logged and skipped, like an observer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import MongoshiftError
+from .redaction import describe_error
+
+log = logging.getLogger("mongoshift.events")
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    migration: str | None
+    data: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+Observer = Callable[[Event], None]
+
+
+@runtime_checkable
+class ScopedObserver(Protocol):
+    """An observer that also wraps each migration body (a tracer making its span current)."""
+
+    def __call__(self, event: Event) -> None: ...
+
+    def migration_scope(self, event: Event) -> AbstractContextManager[Any]: ...
+
+
+class Events:
+    """Fans events out to observers; an observer that raises is logged and ignored.
+
+    Thread-safe: a sync migration's ``ctx.log`` emits from its worker thread, and observers
+    are called one event at a time.
+    """
+
+    def __init__(self, observers: Iterable[Observer] = (), *, run_id: str | None = None) -> None:
+        self.observers = list(observers)
+        self.run_id = run_id
+        self._lock = threading.RLock()  # an observer may itself emit (a tracer logging through ctx.log)
+
+    def emit(self, kind: str, migration: str | None, /, **data: Any) -> Event:
+        event = Event(kind, migration, data, self.run_id)
+        self.log(event)
+        with self._lock:
+            for observer in self.observers:
+                try:
+                    observer(event)
+                except Exception:
+                    log.exception("an event observer failed (ignored)")
+        return event
+
+    def log(self, event: Event) -> None:
+        """The event as a log line: DEBUG on ``mongoshift.events``, with its fields in ``extra``
+        (not a ``log`` event: ``ctx.log`` writes its own line on the migration's logger)."""
+        if event.kind != "log" and log.isEnabledFor(logging.DEBUG):
+            details = " ".join(f"{k}={v}" for k, v in event.data.items() if k != "data")
+            log.debug(
+                "%s %s %s",
+                event.kind,
+                event.migration or "",
+                details,
+                extra={"event": event.kind, "run_id": event.run_id, "migration": event.migration, "data": event.data},
+            )
+
+    @contextmanager
+    def migration_scope(self, event: Event) -> Iterator[None]:
+        """Every observer's ``migration_scope``, entered around one body; a failing one is skipped."""
+        with ExitStack() as stack:
+            for observer in self.observers:
+                if isinstance(observer, ScopedObserver):
+                    stack.enter_context(_guarded(observer, event))
+            yield
+
+
+def end_fields(started: float, failure: BaseException | None, *, outcome: str = "success") -> dict[str, Any]:
+    """The fields every ``*_end`` event shares: ``duration_ms`` since ``started`` (monotonic),
+    ``outcome`` (``failed`` on a failure), ``error_kind`` (the exit-code kind) and ``error``
+    (redacted, as every stored error) of a failure."""
+    data: dict[str, Any] = {"duration_ms": int((time.monotonic() - started) * 1000), "outcome": outcome}
+    if failure is not None:
+        data["outcome"] = "failed"
+        known = isinstance(failure, MongoshiftError)
+        data["error_kind"] = failure.kind if known else "unexpected"
+        data["error"] = failure.message if known else describe_error(failure)
+    return data
+
+
+@contextmanager
+def _guarded(observer: ScopedObserver, event: Event) -> Iterator[None]:
+    """One observer's scope; its failures are logged, never raised, and never swallow the body's."""
+    try:
+        scope = observer.migration_scope(event)
+        scope.__enter__()
+    except Exception:
+        log.exception("an event observer's migration_scope failed to enter (ignored)")
+        yield
+        return
+    try:
+        yield
+    except BaseException as exc:
+        try:
+            scope.__exit__(type(exc), exc, exc.__traceback__)
+        except Exception:
+            log.exception("an event observer's migration_scope failed to exit (ignored)")
+        raise
+    else:
+        try:
+            scope.__exit__(None, None, None)
+        except Exception:
+            log.exception("an event observer's migration_scope failed to exit (ignored)")
