@@ -58,7 +58,9 @@ def init(force: bool) -> None:
             "set the full URI in MONGOSHIFT_URI (environment or a .env file kept out of git), which overrides the file"
         )
     if out.json_mode:
-        out.json({"config": str(path), "migrations_dir": obj.get("dir") or "migrations"})
+        out.json(
+            {"config": str(path), "migrations_dir": obj.get("dir") or "migrations", "uri_secrets_removed": secrets, "uri_env": "MONGOSHIFT_URI"}
+        )
     else:
         out.say(f"created {path.name} and {obj.get('dir') or 'migrations'}/")
 

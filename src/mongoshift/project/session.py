@@ -33,6 +33,7 @@ from .own_collections import check_own_collections
 from .run import CancelSignal, RunInfo, run_info
 from .server_errors import from_pymongo
 from .settings import Settings
+from .uri_source import resolve_uri
 
 log = logging.getLogger("mongoshift")
 
@@ -127,6 +128,8 @@ async def open_session(
     """
     files = discover(settings.migrations_dir) if with_files else []
     own = client is None
+    if own:
+        settings = await resolve_uri(settings)  # uri_command / uri_factory: fetched once per run
     client = client or await connect(settings)
     cancel = cancel or CancelSignal()
     db = client[settings.require_connection()[1]]
