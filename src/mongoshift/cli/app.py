@@ -35,26 +35,18 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+def _file_option(flag: str, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(flag, type=click.Path(dir_okay=False, path_type=Path), help=help_text, callback=_store, expose_value=False)
+
+
 def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The connection and output flags, accepted before or after the command name."""
     options = [
         click.option("--uri", help="MongoDB connection string (MONGOSHIFT_URI).", callback=_store, expose_value=False),
         click.option("--db", help="Database name (MONGOSHIFT_DB).", callback=_store, expose_value=False),
         click.option("--dir", help="Migrations folder (MONGOSHIFT_MIGRATIONS_DIR).", callback=_store, expose_value=False),
-        click.option(
-            "--config",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml).",
-            callback=_store,
-            expose_value=False,
-        ),
-        click.option(
-            "--env-file",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Read this .env file (default: .env next to the project file, when there is one).",
-            callback=_store,
-            expose_value=False,
-        ),
+        _file_option("--config", "Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml)."),
+        _file_option("--env-file", "Read this .env file (default: .env next to the project file, when there is one)."),
         click.option("--no-env", is_flag=True, help="Read no .env file.", callback=_store, expose_value=False),
         click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
         click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
