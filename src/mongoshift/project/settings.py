@@ -5,9 +5,9 @@ variables, the ``MONGOSHIFT_*`` lines of a ``.env`` file next to the project fil
 (:mod:`.env_file`), the project file (``mongoshift.toml`` or ``[tool.mongoshift]`` in
 ``pyproject.toml``, found in the working directory or named by ``--config``),
 then the defaults below. ``uri``, ``uri_command`` and ``uri_factory`` are one
-setting given three ways: the highest source that gives one of them wins. Every value is validated; an error names the key and
-the source it came from, so a bad environment value fails closed instead of
-silently falling back to a default.
+setting given three ways: the highest source that gives one of them wins. Every
+value is validated; an error names the key and the source it came from, so a bad
+environment value fails closed instead of silently falling back to a default.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pydantic import (
 )
 
 from ..errors import ConfigInvalidError
-from .env_file import read_env_file
 from ..schema.collections import CollectionDeclaration
 from ..schema.validation import declared_name, loc_path
+from .env_file import read_env_file
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
