@@ -18,6 +18,8 @@ from pymongo import AsyncMongoClient, MongoClient
 
 from mongoshift.embedded.process import embedded_server
 
+from .node_tools import node_packages  # noqa: F401  (a session fixture: npm packages installed once)
+
 # mongoeco serves every connection from one event loop: a long command stalls the
 # monitor's hello, so tests use generous timeouts (docs/embedded.md, defect 7).
 TEST_CLIENT_OPTIONS: dict[str, int] = {

@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     TIMEOUT = 14
     TRANSACTIONS_UNSUPPORTED = 15
     CONFIG_FILE_EXISTS = 16
+    TARGET_NOT_EMPTY = 17
     MIGRATION_FILE_EXISTS = 18
     INVALID_NAME = 19
     INVALID_EXPORT = 20
@@ -40,6 +41,7 @@ class ExitCode(IntEnum):
     BACKGROUND_PENDING = 31
     BACKGROUND_FAILED = 32
     BACKGROUND_CONFLICT = 33
+    SANDBOX_REFUSED = 34
     AUTH_FAILED = 35
     BACKGROUND_PAUSED = 36
     BACKGROUND_CANCELLED = 37
@@ -172,6 +174,13 @@ class ConfigFileExistsError(MongoshiftError):
     kind = "config_file_exists"
 
 
+class TargetNotEmptyError(MongoshiftError):
+    """``import`` found records in mongoshift's changelog that it did not import from this source (``--force``)."""
+
+    exit_code = ExitCode.TARGET_NOT_EMPTY
+    kind = "target_not_empty"
+
+
 class MigrationFileExistsError(MongoshiftError):
     """``create`` would overwrite a file."""
 
@@ -226,6 +235,13 @@ class BackgroundConflictError(MongoshiftError):
 
     exit_code = ExitCode.BACKGROUND_CONFLICT
     kind = "background_conflict"
+
+
+class SandboxRefusedError(MongoshiftError):
+    """The validation sandbox refused an operation of the migration's code (reported even when the code caught it)."""
+
+    exit_code = ExitCode.SANDBOX_REFUSED
+    kind = "sandbox_refused"
 
 
 class RequirementsPendingError(MongoshiftError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
 
@@ -23,6 +25,16 @@ background = Background(
     transaction={{"timeout_ms": 5000, "max_retries": {retries}}}, max_document_errors=5, {extra}
 )
 '''
+
+
+@pytest.fixture
+def fast_project(project):  # type: ignore[no-untyped-def]
+    """A lease TTL of 15 s, not the 2 s of the other background tests: a transaction that runs past
+    0.6 of the TTL must renew its lease, and that write conflicts with the transaction's own
+    checkpoint (by design). On a loaded machine, batches of 100 take over 1.2 s, so with 2 s every
+    batch conflicted, halved, and the exact batch counts these tests check came out wrong."""
+    project.write_config(background_lease_ttl_seconds=15, background_poll_seconds=0.2)
+    return project
 
 
 def txn_file(bad: str = "", retries: int = 6, extra: str = "") -> str:

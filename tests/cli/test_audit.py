@@ -39,6 +39,7 @@ async def registered(project, db) -> tuple[Any, datetime]:  # type: ignore[no-un
     """A registered (pending) background migration; returns the state collection and its registration time."""
     project.add(NAME, WORKS)
     await api.up(project.settings())
+    await db.people.create_index([("__v", 1), ("_id", 1)])  # the version index: drift can be probed
     states = db["_mongoshift_background"]
     state = await states.find_one({"_id": NAME})
     return states, state["registered_at"].replace(tzinfo=UTC)
@@ -97,6 +98,11 @@ async def _document_errors(states, partitions, project, at):  # type: ignore[no-
     await states.update_one({"_id": NAME}, {"$set": {"status": "completed", "bad_ids": ["secret-id-1", "secret-id-2"]}})
 
 
+async def _completed_without_index(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "completed"}})
+    await states.database.people.drop_index("__v_1__id_1")
+
+
 async def _file_changed(states, partitions, project, at):  # type: ignore[no-untyped-def]
     (project.migrations / NAME).write_text(WORKS + "\n# changed\n", encoding="utf-8")
 
@@ -123,6 +129,7 @@ BACKGROUND_CASES = {
     "failed partition": (_failed_partition, {"background.failed_partitions"}, SOON),
     "old-plan partitions": (_old_plan, {"background.old_plan"}, SOON),
     "completed with document errors": (_document_errors, {"background.document_errors"}, SOON),
+    "completed without the version index": (_completed_without_index, {"background.no_version_index"}, SOON),
     "file changed": (_file_changed, {"background.file_changed"}, SOON),
     "file missing": (_file_missing, {"background.file_missing"}, SOON),
     "state record incomplete": (_incomplete, {"background.no_state"}, SOON),

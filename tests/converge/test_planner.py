@@ -373,3 +373,24 @@ def test_whole_plan_flags() -> None:
     assert [a.collection for a in p.conflicts] == ["orders"]
     assert not p.in_sync
     assert plan([declared(indexes=[{"keys": {"x": 1}}])], {"users": state(ix({"x": 1}))}).in_sync
+
+
+def test_a_sharded_collections_version_index_carries_the_shard_key_and_the_key_index_is_kept() -> None:
+    server = state(
+        ix({"tenant": 1, "at": 1}),
+        ix({"__v": 1, "_id": 1}),
+        shard_key=("tenant", "at"),
+        shard_key_spec=(("tenant", 1), ("at", 1)),
+    )
+    actions = plan_collection(declared(indexes=[], versioning={"current": 2}), server, prune=True)
+    got = {(a.name, a.action) for a in actions if a.target == "index"}
+    assert got == {("__v_1_tenant_1_at_1__id_1", "create"), ("tenant_1_at_1", "keep"), ("__v_1__id_1", "drop")}
+    create = next(a for a in actions if a.action == "create")
+    assert create.after is not None and list(create.after["key"]) == ["__v", "tenant", "at", "_id"]
+
+
+def test_a_hashed_shard_key_goes_into_the_version_index_as_hashed() -> None:
+    server = state(ix({"email": "hashed"}), shard_key=("email",), shard_key_spec=(("email", "hashed"),))
+    actions = plan_collection(declared(versioning={"current": 1}), server)
+    create = next(a for a in actions if a.action == "create")
+    assert create.after is not None and create.after["key"] == {"__v": 1, "email": "hashed", "_id": 1}

@@ -636,3 +636,28 @@ def test_membership_values_are_prepared_once_per_list_of_values() -> None:
     with_doc = (*values, {"k": 1})
     once = QueryEngine._prepare_membership_values(with_doc, null_matches_undefined=True)
     assert QueryEngine._prepare_membership_values(with_doc, null_matches_undefined=True) is not once
+
+
+# (r) 64-bit cursor ids in replies --------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [0, 2])
+async def test_every_cursor_reply_sends_a_64_bit_id(db, batch: int) -> None:
+    """(r) mongod's cursor.id is always BSON int64 (pymongo decodes it as bson's Int64, a plain int
+    for int32); the Node, Go and Java drivers refuse a reply without it. Checked for every cursor
+    command, a cursor left open (batch 2 of 5) and one exhausted in its first batch."""
+    await db.c.insert_many([{"i": i} for i in range(5)])
+    await db.c.create_index("i")
+    cursor_spec = {"batchSize": batch} if batch else {}
+    replies = {
+        "find": await db.command({"find": "c", "batchSize": batch} if batch else {"find": "c"}),
+        "aggregate": await db.command({"aggregate": "c", "pipeline": [], "cursor": cursor_spec}),
+        "listCollections": await db.command({"listCollections": 1, "cursor": cursor_spec}),
+        "listIndexes": await db.command({"listIndexes": "c", "cursor": cursor_spec}),
+    }
+    if batch:
+        open_id = replies["find"]["cursor"]["id"]
+        assert open_id != 0
+        replies["getMore"] = await db.command({"getMore": open_id, "collection": "c", "batchSize": 1})
+    for name, reply in replies.items():
+        assert type(reply["cursor"]["id"]) is Int64, name

@@ -127,3 +127,30 @@ def test_up_then_everything_is_applied(flags: list[bool]) -> None:
     assert chosen == sorted(chosen)
     assert set(chosen) | set(records) == {f.name for f in fs}
     assert not set(chosen) & set(records)
+
+
+def test_down_refuses_records_mongoshift_never_ran(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Imported and baseline records are forward-only: every selector of down (and so redo and dry-run
+    down, which plan through it) refuses them with exit 13, naming them."""
+    from mongoshift.errors import IrreversibleMigrationError
+    from mongoshift.project.changelog import ChangelogRecord
+    from mongoshift.project.loader import MigrationFile
+    from mongoshift.runner.plan import plan_down
+
+    files = []
+    for name in ("0001_a.py", "0002_b.py", "0003_c.py"):
+        (tmp_path / name).write_text("def up(ctx):\n    pass\n")
+        files.append(MigrationFile(name, tmp_path / name))
+    records = {
+        "0001_a.py": ChangelogRecord("0001_a.py", "applied", batch=1, origin="migrate-mongo"),
+        "0002_b.py": ChangelogRecord("0002_b.py", "applied", batch=2, origin="baseline"),
+        "0003_c.py": ChangelogRecord("0003_c.py", "applied", batch=3),
+    }
+    assert [s.name for s in plan_down(files, records).steps] == ["0003_c.py"]
+    for selector in ({"target": "0001_a"}, {"batch": 2}, {"steps": 2}, {"to": "0001_a.py"}):
+        with pytest.raises(IrreversibleMigrationError) as info:
+            plan_down(files, records, **selector)
+        assert info.value.exit_code == 13 and "never ran" in info.value.message
+    from mongoshift.runner.plan import status_rows
+
+    assert [r.shown_state for r in status_rows(files, records)] == ["applied (migrate-mongo)", "applied (baseline)", "applied"]

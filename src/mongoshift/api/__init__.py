@@ -8,12 +8,14 @@ Load settings once, then call what you need::
     report = await api.up(settings)
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
-:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Health:
+:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
+:func:`import_history` (another tool's changelog), :func:`baseline`. Health:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
-:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`, and :class:`BackgroundRunner`
-(:func:`start_background_runner`) inside an application. Every failure is a
+:func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
+the live watcher (:func:`watch_background`, :func:`background_watch_status`), and :class:`BackgroundRunner`
+(:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
 
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
     from ..background.drift import Verified
     from ..background.events import Observer
     from ..background.preview import Preview, PreviewRow
+    from ..background.model import WatchRecord
     from ..background.status import BackgroundReport, PartitionRow
+    from ..background.watcher import WatchOptions
     from ..converge.report import ConvergeReport
     from ..errors import ExitCode, MongoshiftError
     from ..project.lock import LockHolder
@@ -40,15 +44,19 @@ if TYPE_CHECKING:
     from ..project.settings import Settings, load_settings
     from ..runner.executor import MigrationResult
     from ..runner.plan import StatusRow
+    from .adoption import AdoptionReport, baseline, import_history
     from .audit import AuditReport, Finding, audit
     from .background import BackgroundRunner, start_background_runner
     from .background import apply_control as control_background
     from .background import partitions as background_partitions
+    from .background import per_shard as background_shard_progress
     from .background import preview as preview_background
     from .background import repin as repin_background
     from .background import run as run_background
     from .background import status as background_status
     from .background import verify as verify_background
+    from .background import watch as watch_background
+    from .background import watch_status as background_watch_status
     from .collections import converge, plan_converge
     from .migrations import (
         DryRunReport,
@@ -66,6 +74,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AdoptionReport",
     "AuditReport",
     "BackgroundReport",
     "BackgroundRunner",
@@ -88,13 +97,19 @@ __all__ = [
     "Settings",
     "StatusRow",
     "Verified",
+    "WatchOptions",
+    "WatchRecord",
     "audit",
     "background_partitions",
+    "background_shard_progress",
+    "background_watch_status",
     "background_status",
+    "baseline",
     "control_background",
     "converge",
     "down",
     "dry_run",
+    "import_history",
     "list_migrations",
     "load_settings",
     "lock_status",
@@ -109,6 +124,7 @@ __all__ = [
     "unlock",
     "up",
     "verify_background",
+    "watch_background",
 ]
 
 #: Public name → (module, name there), imported on first access.
@@ -121,6 +137,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "PreviewRow": ("..background.preview", "PreviewRow"),
     "BackgroundReport": ("..background.status", "BackgroundReport"),
     "PartitionRow": ("..background.status", "PartitionRow"),
+    "WatchRecord": ("..background.model", "WatchRecord"),
+    "WatchOptions": ("..background.watcher", "WatchOptions"),
     "ConvergeReport": ("..converge.report", "ConvergeReport"),
     "ExitCode": ("..errors", "ExitCode"),
     "MongoshiftError": ("..errors", "MongoshiftError"),
@@ -130,6 +148,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load_settings": ("..project.settings", "load_settings"),
     "MigrationResult": ("..runner.executor", "MigrationResult"),
     "StatusRow": ("..runner.plan", "StatusRow"),
+    "AdoptionReport": (".adoption", "AdoptionReport"),
+    "baseline": (".adoption", "baseline"),
+    "import_history": (".adoption", "import_history"),
     "AuditReport": (".audit", "AuditReport"),
     "Finding": (".audit", "Finding"),
     "audit": (".audit", "audit"),
@@ -137,11 +158,14 @@ _LAZY: dict[str, tuple[str, str]] = {
     "start_background_runner": (".background", "start_background_runner"),
     "control_background": (".background", "apply_control"),
     "background_partitions": (".background", "partitions"),
+    "background_shard_progress": (".background", "per_shard"),
     "preview_background": (".background", "preview"),
     "repin_background": (".background", "repin"),
     "run_background": (".background", "run"),
     "background_status": (".background", "status"),
     "verify_background": (".background", "verify"),
+    "watch_background": (".background", "watch"),
+    "background_watch_status": (".background", "watch_status"),
     "converge": (".collections", "converge"),
     "plan_converge": (".collections", "plan_converge"),
     **{

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from ..background.drift import look
-from ..background.model import LaneSigns, State, aware
+from ..background.model import LaneSigns, State, WatchRecord, aware
 from ..background.status import BackgroundReport, report
 from ..background.store import BackgroundStore
 from ..errors import ConfigInvalidError, ExitCode
@@ -86,6 +86,8 @@ class BackgroundFacts:
     file: Literal["same", "changed", "missing"]
     #: Old-shape documents exist again after it completed (``background verify``'s probe; False when not probed).
     drift: bool = False
+    #: Completed, but drift cannot be probed: the collection has no version index (its key).
+    unprobed_index: str | None = None
 
 
 @dataclass
@@ -102,6 +104,8 @@ class Facts:
     lock_holder_gone: bool
     background: list[BackgroundFacts] = field(default_factory=list)
     unreadable_states: list[str] = field(default_factory=list)
+    #: Each live watcher's record, with its lease (None: no lease document).
+    watchers: list[tuple[WatchRecord, LockHolder | None]] = field(default_factory=list)
 
     @property
     def registered(self) -> set[str]:
@@ -153,9 +157,11 @@ async def _background(session: Session, store: BackgroundStore) -> tuple[list[Ba
         current = (state.plan or {}).get("token")
         old_plans = len([t for t in await store.plan_tokens(state.name) if t != current])
         found.append(BackgroundFacts(state, await report(store, state), await store.lane_signs(state.name), old_plans, file))
-    drifted = {v.migration for v in await look(session.db, states, session.declarations()) if v.found}
+    looked = {v.migration: v for v in await look(session.db, states, session.declarations())}
     for b in found:
-        b.drift = b.state.name in drifted
+        seen = looked.get(b.state.name)
+        b.drift = seen is not None and seen.found
+        b.unprobed_index = seen.detail if seen is not None and seen.reason == "no_index" else None
     return found, unreadable
 
 
@@ -168,6 +174,7 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
     # Built without ensure_indexes: audit creates nothing, not even an index.
     store = BackgroundStore(session.db, settings.background_collection, create_indexes=False)
     background, unreadable = await _background(session, store)
+    watchers = [(w, await session.new_lock(f"watch:{w.collection}").holder()) for w in await store.watch_records()]
     return Facts(
         now=aware(now) or await _server_now(session),
         stale_after=timedelta(seconds=stale_after),
@@ -179,6 +186,7 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
         lock_holder_gone=holder is not None and _holder_gone(holder),
         background=background,
         unreadable_states=unreadable,
+        watchers=watchers,
     )
 
 
@@ -302,6 +310,15 @@ def _drift(facts: Facts) -> Iterable[tuple[str, str]]:
             )
 
 
+def _unprobed(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in facts.background:
+        if b.unprobed_index is not None:
+            yield b.state.name, (
+                f"completed, but old shapes written since cannot be looked for: the collection has no version index "
+                f"{b.unprobed_index} (batches and the probe scan without it; declare versioning and run converge, or create it)"
+            )
+
+
 def _file(kind: Literal["changed", "missing"], message: str) -> Rule:
     def rule(facts: Facts) -> Iterable[tuple[str, str]]:
         return [(b.state.name, message) for b in facts.background if b.file == kind]
@@ -315,6 +332,19 @@ def _no_state(facts: Facts) -> Iterable[tuple[str, str]]:
     for row in facts.rows:
         if row.kind == "background" and row.state == "applied" and row.name not in facts.registered:
             yield row.name, "applied as a background migration, but it has no background state ('mongoshift up --force FILE' registers it again)"
+
+
+def _watcher_leaderless(facts: Facts) -> Iterable[tuple[str, str]]:
+    for record, lease in facts.watchers:
+        if record.state == "stopped":
+            continue  # stopped on purpose (Ctrl-C, SIGTERM): nobody is meant to lead it
+        expires = aware(lease.expires_at) if lease is not None else None
+        live = expires is not None and expires > facts.now
+        if not live and facts.idle(record.updated_at):
+            yield record.collection, (
+                f"the live watcher of {record.collection} has had no live leader for {facts.minutes_since(record.updated_at)} "
+                "(its process died?): old shapes written since wait for the next leader ('mongoshift background watch')"
+            )
 
 
 #: Every check, in the order findings are listed. Ids are stable (scripts may match them).
@@ -333,12 +363,14 @@ CHECKS: tuple[Check, ...] = (
     Check("background.old_plan", "warn", _old_plans),
     Check("background.document_errors", "warn", _document_errors),
     Check("background.drift", "warn", _drift),
+    Check("background.no_version_index", "warn", _unprobed),
     Check(
         "background.file_changed", "warn",
         _file("changed", "the file differs from the registered version: runners wait for it ('mongoshift background repin NAME' adopts it)"),
     ),
     Check("background.file_missing", "warn", _file("missing", "the file is not in the migrations folder: runners wait for it to be deployed")),
     Check("background.no_state", "warn", _no_state),
+    Check("background.watcher_leaderless", "warn", _watcher_leaderless),
 )
 
 

@@ -15,12 +15,16 @@ from ..background.controls import Action, ControlResult, RepinResult, control, p
 from ..background.drift import Verified
 from ..background.drift import verify as verify_drift
 from ..background.events import Event, Observer
+from ..background.model import WatchRecord
 from ..background.preview import Preview, preview_size
 from ..background.preview import preview as preview_documents
-from ..background.status import BackgroundReport, PartitionRow, report
+from ..background.status import BackgroundReport, PartitionRow, per_shard, report
+from ..background.validate import steps_count
 from ..background.throttle import sleep
+from ..background.watcher import Watcher, WatchOptions
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.loader import resolve_name
+from ..project.own_collections import own_collections
 from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.session import open_session
@@ -156,6 +160,28 @@ async def verify(
             reopen_found=reopen,
             by=engine.session.run.executed_by,
         )
+async def watch(
+    settings: Settings,
+    *,
+    options: WatchOptions | None = None,
+    cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+) -> list[WatchRecord]:
+    """Run the live watcher in this process until ``cancel`` is set; the records of the collections it watched.
+
+    It never ends on its own: a collection is followed while another process leads it, led
+    (streamed, upgraded, saved) otherwise. See docs/background.md, "The live watcher"."""
+    options = (options or WatchOptions()).check()
+    async with open_engine(settings, cancel=cancel, observers=observers) as engine:
+        return await Watcher(engine, options).run()
+
+
+async def watch_status(settings: Settings) -> list[WatchRecord]:
+    """Every collection's live watcher as last saved: state, guards, counters, leader (never its position)."""
+    async with open_engine(settings) as engine:
+        return await engine.store.watch_records()
+
+
 async def preview(
     settings: Settings,
     path: str,
@@ -164,18 +190,39 @@ async def preview(
     first: int | None = None,
     revert: bool = False,
     cancel: CancelSignal | None = None,
+    validate: bool = False,
+    steps: int | None = None,
 ) -> Preview:
     """What the engine would do to a few documents of the old shape: before, update, after (or the error).
 
     ``path`` names a background file of the migrations folder, registered or not. ``sample``: that
     many documents at random (5 by default); ``first``: the first ones by ``_id``; 1 to 1,000, not
-    both. ``revert`` previews the declared revert. Reads only: no lock, no index, no record."""
+    both. ``revert`` previews the declared revert. Reads only: no lock, no index, no record.
+
+    ``validate``: each document's write is made, and judged by the server, in a transaction that is
+    always aborted, with the transform in the sandbox; a step migration makes up to ``steps`` calls
+    (1 by default, at most 100). ``Preview.refusals`` lists what the sandbox refused (the CLI exits
+    34); a server without transactions raises ``TransactionsUnsupportedError`` (15)."""
     method, size = preview_size(sample, first)
+    if steps is not None and not validate:
+        raise ConfigInvalidError("--steps is for --validate of a step migration")
+    step_count = steps_count(steps)
     name = resolve_name(path, settings.migrations_dir)
     name = name if name.endswith(".py") else name + ".py"
     async with open_session(settings, take_lock=False, with_files=False, cancel=cancel) as session:
         spec, _ = load_background(session, name)
-        return await preview_documents(session.db, name, spec, method=method, size=size, revert=revert, cancel=session.cancel)
+        return await preview_documents(
+            session.db,
+            name,
+            spec,
+            method=method,
+            size=size,
+            revert=revert,
+            cancel=session.cancel,
+            validate=validate,
+            steps=step_count,
+            protected=frozenset(own_collections(settings)),
+        )
 
 
 #: ``on_error(migration, message)``; ``migration`` is None when a round of the runner itself failed.
@@ -198,8 +245,10 @@ class BackgroundRunner:
         observers: Iterable[Observer] = (),
         client: AsyncMongoClient[Any] | None = None,
         on_error: ErrorCallback | None = None,
+        watch: bool | WatchOptions = False,
     ) -> None:
         self.observers = _check_runner_options(settings, concurrency, observers, client, on_error)
+        self.watch = _check_watch(watch)
         self.settings = settings
         self.concurrency = concurrency
         self.client = client
@@ -217,6 +266,7 @@ class BackgroundRunner:
     async def _loop(self) -> None:
         observers = [*self.observers, self._forward_error] if self.on_error else self.observers
         async with open_engine(self.settings, cancel=self.cancel, observers=observers, client=self.client) as engine:
+            watcher = asyncio.create_task(self._watch(engine), name="mongoshift-watcher") if self.watch else None
             while not self.cancel.is_set():
                 try:
                     runnable = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
@@ -231,6 +281,22 @@ class BackgroundRunner:
                 except Exception as exc:
                     log.exception("the background runner hit an error; retrying")
                     self._report(None, describe_error(exc))
+                await sleep(self.settings.background_poll_seconds * 1000, self.cancel)
+            if watcher is not None:
+                await watcher
+
+    async def _watch(self, engine: Engine) -> None:
+        """The live watcher beside the lanes, on the same engine; it stops with the runner."""
+        assert self.watch is not None
+        while not self.cancel.is_set():
+            try:
+                await Watcher(engine, self.watch).run()
+            except ConfigInvalidError as exc:  # a standalone server: watching again will not help
+                self._report(None, exc.message)
+                return
+            except Exception as exc:
+                log.exception("the live watcher hit an error; restarting it")
+                self._report(None, describe_error(exc))
                 await sleep(self.settings.background_poll_seconds * 1000, self.cancel)
 
     def _forward_error(self, event: Event) -> None:
@@ -262,10 +328,23 @@ async def start_background_runner(
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
     on_error: ErrorCallback | None = None,
+    watch: bool | WatchOptions = False,
 ) -> BackgroundRunner:
-    runner = BackgroundRunner(settings, concurrency=concurrency, observers=observers, client=client, on_error=on_error)
+    """A :class:`BackgroundRunner`, started; ``watch`` also runs the live watcher (True, or its :class:`WatchOptions`)."""
+    runner = BackgroundRunner(settings, concurrency=concurrency, observers=observers, client=client, on_error=on_error, watch=watch)
     runner.start()
     return runner
+
+
+def _check_watch(watch: object) -> WatchOptions | None:
+    """``watch=``: False (none), True (the defaults) or a :class:`WatchOptions`."""
+    if watch is False:
+        return None
+    if watch is True:
+        return WatchOptions()
+    if isinstance(watch, WatchOptions):
+        return watch.check()
+    raise ConfigInvalidError(f"watch must be True, False or a WatchOptions, not {type(watch).__name__}")
 
 
 def _check_concurrency(concurrency: object) -> None:

@@ -54,7 +54,9 @@ from ..project.server_errors import (
 )
 from ..project.user_code import call, guard_exit, is_async
 from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff, version_match
+from .bson_order import same_value
 from .job import Job, TransformContext
+from .planner import key_values
 
 
 #: The operation kind pymongo's own ``UpdateOne`` adds to a bulk (see :class:`_GuardedUpdates`).
@@ -243,6 +245,9 @@ def _updates(
         except ShapeError as exc:
             failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
             continue
+        if job.shard_key and (moved := shard_key_change(doc, new, job.shard_key)):
+            failures.append((index, DocumentError(doc["_id"], "shard-key-changed", moved)))
+            continue
         owners.append(doc)
         updates.append(update)
         at.append(index)
@@ -280,6 +285,20 @@ async def planned_updates(
     return PlannedUpdates(owners, updates, errors)
 
 
+def shard_key_change(old: Mapping[str, Any], new: Any, fields: Sequence[str]) -> str | None:
+    """Why a rewrite would move a document to another chunk (a changed shard-key field), or None.
+
+    Numbers compare by value (``1``, ``1.0`` and ``Int64(1)`` are the same key); the message
+    names the fields, never their values."""
+    if not isinstance(new, Mapping):
+        return None  # not a document: the shape check says so
+    before, after = key_values(old, fields), key_values(new, fields)
+    changed = [f for f, a, b in zip(fields, before, after) if not same_value(a, b)]
+    if not changed:
+        return None
+    return f"the transform changed the shard key field(s) {', '.join(changed)}: a background migration cannot move documents between chunks"
+
+
 class _GuardedUpdates:
     """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
 
@@ -290,23 +309,29 @@ class _GuardedUpdates:
     A bulk that does not look as expected gets real ``UpdateOne`` requests instead.
     """
 
-    __slots__ = ("owners", "revision_field", "updates", "version_field")
+    __slots__ = ("owners", "revision_field", "shard_key", "updates", "version_field")
 
-    def __init__(self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None) -> None:
+    def __init__(
+        self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None, shard_key: Sequence[str] = ()
+    ) -> None:
         self.owners = owners
         self.updates = updates
         self.version_field = version_field
         self.revision_field = revision_field
+        self.shard_key = tuple(shard_key)
+
+    def _guard(self, doc: dict[str, Any]) -> dict[str, Any]:
+        key = dict(zip(self.shard_key, key_values(doc, self.shard_key))) if self.shard_key else None
+        return guard(doc, self.version_field, self.revision_field, key)
 
     def _add_to_bulk(self, bulk: Any) -> None:
-        version_field, revision_field = self.version_field, self.revision_field
         ops = getattr(bulk, "ops", None)
         if _UPDATE_OP is None or not isinstance(ops, list):
             for doc, update in zip(self.owners, self.updates):
-                UpdateOne(guard(doc, version_field, revision_field), update)._add_to_bulk(bulk)
+                UpdateOne(self._guard(doc), update)._add_to_bulk(bulk)
             return
         ops += [
-            (_UPDATE_OP, {"q": guard(doc, version_field, revision_field), "u": update, "multi": False, "upsert": False})
+            (_UPDATE_OP, {"q": self._guard(doc), "u": update, "multi": False, "upsert": False})
             for doc, update in zip(self.owners, self.updates)
         ]
 
@@ -336,6 +361,32 @@ async def _write(
         return int(details.get("nMatched", 0)), failed
 
 
+async def write_planned(
+    job: Job, planned: PlannedUpdates, collection: AsyncCollection[dict[str, Any]], *, session: Any
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """Send ``planned``'s guarded updates (one unordered bulk): the matched count and each refused document's error by index.
+
+    The write of :func:`apply_batch`, also used by the validation sandbox (:mod:`.validate`) so
+    that what it validates is the very update a run sends."""
+    owners, updates = planned.owners, planned.updates
+    ops = [_GuardedUpdates(owners, updates, job.spec.version_field, job.revision_field, job.shard_key)] if owners else []
+    return await _write(collection, ops, session=session)
+
+
+def pipeline_ops(job: Job, ids: Sequence[Any]) -> list[UpdateOne]:
+    """One guarded pipeline ``UpdateOne`` per ``_id``: the one-by-one form of a ``pipeline`` migration's write."""
+    match = job.match(exclude_bad=False)
+    update = pipeline_update(job)
+    return [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
+
+
+async def write_pipeline(
+    job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """:func:`pipeline_ops` sent as one unordered bulk: the matched count and each refused document's error by index."""
+    return await _write(collection, pipeline_ops(job, ids), session=session, document_error=pipeline_document_write_error)
+
+
 async def apply_batch(
     job: Job,
     docs: Sequence[Mapping[str, Any]],
@@ -363,10 +414,9 @@ async def apply_batch(
         planned = await planned_updates(job, pending, ctx, codec)
         owners, updates = planned.owners, planned.updates
         result.errors += planned.errors
-        ops: list[_GuardedUpdates] = [_GuardedUpdates(owners, updates, spec.version_field, job.revision_field)] if owners else []
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
-        matched, failed = await _write(collection, ops, session=session)
+        matched, failed = await write_planned(job, planned, collection, session=session)
         for index, error in failed.items():
             result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
         if strict and result.errors:
@@ -409,7 +459,7 @@ async def _apply_pipeline(
     update = pipeline_update(job)
     ids = [doc["_id"] for doc in docs]
     if strict:
-        return await _pipeline_each(ids, match, update, collection, session=session, strict=True)
+        return await _pipeline_each(job, ids, collection, session=session, strict=True)
     if not ids:
         return BatchResult()
     try:
@@ -430,7 +480,7 @@ async def _apply_pipeline(
         ):
             (rewritten if _at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
         pending = [id_ for id_ in ids if id_key(id_) in waiting]
-        result = await _pipeline_each(pending, match, update, collection, session=session, strict=False)
+        result = await _pipeline_each(job, pending, collection, session=session, strict=False)
         result.migrated += len(rewritten)
         result.skipped += len(ids) - len(pending) - len(rewritten)
         return result
@@ -438,18 +488,11 @@ async def _apply_pipeline(
 
 
 async def _pipeline_each(
-    ids: Sequence[Any],
-    match: Mapping[str, Any],
-    update: list[dict[str, Any]],
-    collection: AsyncCollection[dict[str, Any]],
-    *,
-    session: Any,
-    strict: bool,
+    job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
 ) -> BatchResult:
     """One guarded pipeline ``UpdateOne`` per ``_id``: each document's error is its own."""
-    ops = [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
-    matched, failed = await _write(collection, ops, session=session, document_error=pipeline_document_write_error)
-    result = BatchResult(migrated=matched, skipped=len(ops) - len(failed) - matched)
+    matched, failed = await write_pipeline(job, ids, collection, session=session)
+    result = BatchResult(migrated=matched, skipped=len(ids) - len(failed) - matched)
     for index, error in failed.items():
         result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))
     if strict and result.errors:

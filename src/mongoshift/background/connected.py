@@ -119,6 +119,8 @@ async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) 
         client=session.client,
         changelog=session.changelog,
         runner=runner_key(session.run.run_id),
+        shard_aware=settings.shard_aware,
+        shard_keys={name: dict(key) for name, key in settings.shard_keys.items()},
     )
 
     def new_lock(lock_id: str) -> Any:

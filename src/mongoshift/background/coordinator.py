@@ -23,6 +23,9 @@ from .job import Job
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
 from .requires import Waiting, unmet
+from .shard_pass import plan_sharded_pass
+from .shard_plan import resharded
+from .shards import Detection, detect, read_identity
 from .store import lock_id
 
 log = logging.getLogger("mongoshift.background")
@@ -95,7 +98,7 @@ class Coordinator:
         """
         store = self.engine.store
         state = await store.state(name)
-        if state is not None and state.status == "running" and state.generation and not state.replan:
+        if state is not None and state.status == "running" and state.generation and not state.replan and not await self._resharded(state, spec):
             open_ = await store.open_partitions(state)
             if open_:
                 await store.reap(name)
@@ -131,7 +134,10 @@ class Coordinator:
             await store.transition(name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",))
             state = await store.state(name)
             assert state is not None
-        if state.replan and state.generation > 0:
+        if state.generation > 0 and state.status == "running" and await self._resharded(state, spec):
+            log.warning("%s: %s was resharded since the pass was planned: re-splitting the pass", name, spec.collection)
+            state = await self._replan(state, spec)
+        elif state.replan and state.generation > 0:
             state = await self._replan(state, spec)
         await store.reap(name)
         open_ = await store.open_partitions(state)
@@ -161,8 +167,16 @@ class Coordinator:
     async def _plan(self, state: State, spec: Background, *, new_pass: bool) -> bool:
         job = Job.of(state, spec)
         collection = self.engine.db[spec.collection]
+        method = "step" if spec.mode == "step" else "id-range"
+        layout: dict[str, Any] | None = None
+        detection = await self._detect(spec) if spec.mode != "step" else None
         if spec.mode == "step":
             planned, estimate = [PlannedPartition(Scope(None), 0)], 0
+        elif detection is not None and detection.layout is not None:
+            sharded = await plan_sharded_pass(collection, job.match(), spec, detection.layout, warned=self.engine.shard_warned)
+            planned, estimate, method, layout = sharded.partitions, sharded.estimate, sharded.method, sharded.layout
+            if method == "shard-key":
+                await self.engine.store.ensure_shard_slots()
         else:
             planned, estimate = await plan_pass(
                 collection,
@@ -172,11 +186,24 @@ class Coordinator:
                 sample_size=spec.sample_size,
             )
         adopted = await self.engine.store.adopt_plan(
-            state, [p.to_document() for p in planned], estimate=estimate, method="step" if spec.mode == "step" else "id-range", new_pass=new_pass
+            state, [p.to_document() for p in planned], estimate=estimate, method=method, new_pass=new_pass, layout=layout
         )
         if adopted:
             self.engine.events.emit("partitioned", state.name, partitions=len(planned), estimate=estimate, generation=state.generation + 1)
         return adopted
+
+    async def _detect(self, spec: Background) -> Detection:
+        engine = self.engine
+        return await detect(
+            engine.db, spec.collection, mode=engine.shard_aware, configured=engine.shard_keys, warned=engine.shard_warned
+        )
+
+    async def _resharded(self, state: State, spec: Background) -> bool:
+        """Whether the collection was resharded (new UUID or epoch) since this pass was planned."""
+        planned = (state.plan or {}).get("layout")
+        if spec.mode == "step" or not planned or planned.get("source") != "detected":
+            return False
+        return resharded(planned, await read_identity(self.engine.db, spec.collection))
 
     async def _replan(self, state: State, spec: Background) -> State:
         """A repin changed what the pass covers: supersede the open partitions, keep their counts, re-cut the same pass."""

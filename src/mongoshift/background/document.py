@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bson import Decimal128, Int64, ObjectId, encode
@@ -53,13 +53,20 @@ def version_of(doc: dict[str, Any], field: str) -> int:
     return 0 if value is None else int(value)
 
 
-def guard(doc: dict[str, Any], version_field: str, revision_field: str | None) -> dict[str, Any]:
-    """The filter that matches this document only while nobody has written it since it was read."""
+def guard(
+    doc: dict[str, Any], version_field: str, revision_field: str | None, shard_key: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The filter that matches this document only while nobody has written it since it was read.
+
+    ``shard_key`` (the document's shard-key values as read) makes mongos send it to one shard."""
     version = doc.get(version_field, _MISSING)
     filter_: dict[str, Any] = {"_id": doc["_id"], version_field: {"$exists": False} if version is _MISSING else version}
     if revision_field is not None:
         revision = doc.get(revision_field, _MISSING)
         filter_[revision_field] = {"$exists": False} if revision is _MISSING else revision
+    if shard_key:
+        for key_field, value in shard_key.items():
+            filter_.setdefault(key_field, value)  # None matches a missing field too, as the shard key sees it
     return filter_
 
 

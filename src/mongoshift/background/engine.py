@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -37,6 +37,10 @@ class EngineContext:
     changelog: Changelog | None = None
     #: This runner's identity on its leases and asks (the fair share counts lanes by it).
     runner: str = field(default_factory=lambda: secrets.token_hex(8))
+    #: The ``shard_aware`` and ``shard_keys`` settings (see :mod:`.shards`), and the collections already warned about.
+    shard_aware: Literal["auto", "on", "off"] = "auto"
+    shard_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shard_warned: set[str] = field(default_factory=set)
 
     def health_signals(self, spec: Background) -> list[HealthSignal]:
         """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""

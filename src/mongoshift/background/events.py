@@ -2,7 +2,8 @@
 
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
 ``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``, ``drift``
-(``background verify``: found, and what was done).
+(``background verify``: found, and what was done; the live watcher: ``upgraded`` or ``failed``,
+``source="stream"``) and ``watch`` (a live watcher's new state; its ``migration`` is the collection).
 Events carry counts and names, never a document or an ``_id``. A lane emits at most one
 ``throttle`` every 10 s, counting the changes folded into it (:class:`.throttle.ThrottleReport`).
 """
@@ -17,7 +18,7 @@ from typing import Any
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "drift"})
+NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "drift", "watch"})
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Events:
 
     def emit(self, kind: str, migration: str, **data: Any) -> None:
         event = Event(kind, migration, data)
-        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found"))
+        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found") and data.get("action") != "upgraded")
         if kind in ("failed", "lease_lost") or noisy:
             level = logging.WARNING
         else:

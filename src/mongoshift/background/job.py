@@ -70,6 +70,8 @@ class Job:
     bad_ids: list[Any]
     registration: str = ""
     pipeline: list[dict[str, Any]] | None = None
+    #: The shard key's fields when known (detected or configured): every guarded write carries them.
+    shard_key: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, state: State, spec: Background) -> Job:

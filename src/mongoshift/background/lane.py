@@ -22,15 +22,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..project.redaction import describe_error
 from ..schema.background import Adaptive, Background
 from .engine import EngineContext
 from .health import wait_while_unhealthy
 from .job import Job
-from .model import Lease, Partition, State
+from .model import Lease, Partition, Scope, State
+from .key_filter import version_index_key
 from .modes import LeaseActivity, PartitionWork, mode_for
+from .shard_pass import has_index
 from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 from .transaction import TransactionsUnsupported
@@ -70,7 +72,8 @@ class Lane:
         slots = list(range(spec.max_parallel))
         offset = engine.rng.randrange(len(slots))
         claimed = await engine.store.claim(
-            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner
+            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
+            shard_concurrency=spec.shard_concurrency,
         )
         if claimed is None:
             return SliceResult("exhausted")
@@ -140,12 +143,13 @@ class Lane:
             return "stale"
         return None
 
-    async def _hint(self, spec: Background) -> list[tuple[str, int]] | None:
-        """The version index, when it exists; otherwise warn once and scan."""
-        key = [(spec.version_field, 1), ("_id", 1)]
-        async for index in await self.engine.db[spec.collection].list_indexes():
-            if [(k, int(v)) for k, v in index["key"].items() if isinstance(v, (int, float))] == key:
-                return key
+    async def _hint(self, spec: Background, scope: Scope) -> list[tuple[str, Any]] | None:
+        """The version index (``{version, ...shard key, _id}`` on a targeted partition), when it exists; otherwise warn once and scan."""
+        key = version_index_key(spec.version_field, scope.key if scope.targeted else ())
+        if await has_index(self.engine.db[spec.collection], key):
+            return key
+        if scope.targeted:
+            return None  # the planner checked it: dropped since, the read goes on without a hint
         if spec.collection not in self.engine.version_index_warned:
             self.engine.version_index_warned.add(spec.collection)
             log.warning(
@@ -169,6 +173,7 @@ class Lane:
         engine = self.engine
         deadline = engine.now() + slice_ms / 1000
         mode = mode_for(job)
+        job.shard_key = partition.scope.key_fields
         adaptive = AdaptiveController(spec.adaptive, spec.batch_size, partition.throttle) if isinstance(spec.adaptive, Adaptive) else None
         work = PartitionWork(
             engine=engine,
@@ -177,7 +182,7 @@ class Lane:
             partition=partition,
             collection=engine.db[spec.collection],
             match=job.match(),
-            hint=await self._hint(spec) if mode.reads_documents else None,
+            hint=await self._hint(spec, partition.scope) if mode.reads_documents else None,
             adaptive=adaptive,
             deadline=deadline,
             counters=counters,

@@ -26,11 +26,28 @@ def zero_counters() -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Scope:
-    """An ``_id`` range inside one BSON type bracket: ``gte <= _id < lt``."""
+    """What a partition reads: an ``_id`` range inside one BSON type bracket (``gte <= _id < lt``),
+    or, on a sharded collection, shard-key ``ranges`` on one ``shard``.
+
+    ``key`` (the shard key's fields and directions) is kept whenever the key is known, even on
+    an ``_id`` range: the guarded writes carry the shard key either way."""
 
     bracket: str | None
     gte: Any = None
     lt: Any = None
+    shard: str | None = None
+    key: tuple[tuple[str, Any], ...] = ()
+    ranges: tuple[tuple[tuple[Any, ...], tuple[Any, ...]], ...] = ()
+    jumbo: bool = False
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        return tuple(f for f, _ in self.key)
+
+    @property
+    def targeted(self) -> bool:
+        """Read by shard-key ranges (keyset over the key and ``_id``), not by ``_id`` ranges."""
+        return bool(self.ranges)
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"bracket": self.bracket}
@@ -38,11 +55,27 @@ class Scope:
             doc["gte"] = self.gte
         if self.lt is not None:
             doc["lt"] = self.lt
+        if self.key:
+            doc["key"] = [[f, d] for f, d in self.key]  # pairs: a dotted field is not a stored key
+        if self.shard is not None:
+            doc["shard"] = self.shard
+        if self.ranges:
+            doc["ranges"] = [{"min": list(low), "max": list(high)} for low, high in self.ranges]
+        if self.jumbo:
+            doc["jumbo"] = True
         return doc
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> Scope:
-        return cls(doc.get("bracket"), doc.get("gte"), doc.get("lt"))
+        return cls(
+            doc.get("bracket"),
+            doc.get("gte"),
+            doc.get("lt"),
+            shard=doc.get("shard"),
+            key=tuple((f, d) for f, d in doc.get("key") or ()),
+            ranges=tuple((tuple(r["min"]), tuple(r["max"])) for r in doc.get("ranges") or ()),
+            jumbo=bool(doc.get("jumbo")),
+        )
 
 
 @dataclass(frozen=True)
@@ -69,11 +102,13 @@ class Checkpointed:
 
 @dataclass
 class Checkpoint:
-    """Where a partition's scan stands: the last ``_id`` done, or a step's own value."""
+    """Where a partition's scan stands: the last ``_id`` done (with its shard-key values on a
+    targeted partition, whose keyset is the key then ``_id``), or a step's own value."""
 
     last_id: Any = None
     started: bool = False
     step: Any = None
+    last_key: tuple[Any, ...] | None = None
 
     def to_document(self) -> dict[str, Any]:
         if not self.started:
@@ -81,13 +116,16 @@ class Checkpoint:
         doc: dict[str, Any] = {"last_id": self.last_id}
         if self.step is not None:
             doc["step"] = self.step
+        if self.last_key is not None:
+            doc["last_key"] = list(self.last_key)
         return doc
 
     @classmethod
     def from_document(cls, doc: dict[str, Any] | None) -> Checkpoint:
         if not doc:
             return cls()
-        return cls(last_id=doc.get("last_id"), started=True, step=doc.get("step"))
+        key = doc.get("last_key")
+        return cls(last_id=doc.get("last_id"), started=True, step=doc.get("step"), last_key=tuple(key) if key is not None else None)
 
 
 @dataclass
@@ -218,3 +256,54 @@ class LaneSigns:
     def live_leases(self, now: datetime) -> int:
         """Leases renewed within their TTL at ``now``: a lane that stopped renewing no longer counts."""
         return sum(1 for renewed, ttl_ms in self.leases if renewed + timedelta(milliseconds=ttl_ms) > now)
+
+
+#: The per-collection counters of a live watcher (``background status``); see :mod:`.watcher`.
+WATCH_COUNTERS = ("events", "upgraded", "skipped", "failed", "restarts", "reopened")
+
+
+@dataclass(frozen=True)
+class WatchRecord:
+    """One collection's live watcher as stored in ``<background_collection>_watch``, without its resume token.
+
+    The token is the watcher's own position in the server's history: it is never shown."""
+
+    collection: str
+    state: str
+    #: The completed migrations it guards (their names).
+    guards: tuple[str, ...]
+    counters: dict[str, int]
+    #: Who leads (``host``, ``pid``, ``runner``) and when it last saved (``at``); None before any leader.
+    leader: dict[str, Any] | None
+    updated_at: datetime | None
+    last_event_at: datetime | None
+    has_position: bool
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> WatchRecord:
+        leader = doc.get("leader")
+        return cls(
+            collection=str(doc["_id"]),
+            state=str(doc.get("state") or "unknown"),
+            guards=tuple(doc.get("guards") or ()),
+            counters={k: int((doc.get("counters") or {}).get(k, 0)) for k in WATCH_COUNTERS},
+            leader=dict(leader) if isinstance(leader, dict) else None,
+            updated_at=aware(doc.get("updated_at")),
+            last_event_at=aware(doc.get("last_event_at")),
+            has_position=doc.get("resume_token") is not None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        leader = dict(self.leader) if self.leader else None
+        if leader and isinstance(leader.get("at"), datetime):
+            leader["at"] = leader["at"].isoformat()
+        return {
+            "collection": self.collection,
+            "state": self.state,
+            "guards": list(self.guards),
+            "counters": dict(self.counters),
+            "leader": leader,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+            "last_event_at": self.last_event_at.isoformat() if self.last_event_at else None,
+            "has_position": self.has_position,
+        }

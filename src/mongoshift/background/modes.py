@@ -33,7 +33,7 @@ from .document import bson_problem
 from .engine import EngineContext
 from .job import Job
 from .model import Checkpoint, Checkpointed, Lease, Partition
-from .planner import batch_filter
+from .planner import batch_filter, batch_sort, cursor_after
 from .throttle import AdaptiveController, ThrottleReport
 from .transaction import (
     Skip,
@@ -64,12 +64,20 @@ class PartitionWork:
     partition: Partition
     collection: AsyncCollection[dict[str, Any]]
     match: dict[str, Any]
-    hint: list[tuple[str, int]] | None
+    hint: list[tuple[str, Any]] | None
     adaptive: AdaptiveController | None
     deadline: float
     counters: dict[str, int]
     activity: LeaseActivity
     throttle: ThrottleReport  # the lane's, across its slices
+
+    @property
+    def projection(self) -> dict[str, int] | None:
+        """The job's projection, plus the shard key a targeted keyset cursor needs."""
+        projection = self.job.projection
+        if projection is None or not self.partition.scope.targeted:
+            return projection
+        return {**projection, **dict.fromkeys(self.partition.scope.key_fields, 1)}
 
     def renewed(self) -> None:
         """A checkpoint just renewed the lease: the heartbeat can rest."""
@@ -143,7 +151,7 @@ class PlainBatches:
         # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
         # decoding it here and copying it through an encode.
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
-        find = raw.find(filter_, job.projection, sort=[("_id", 1)], limit=size)
+        find = raw.find(filter_, work.projection, sort=batch_sort(work.partition.scope), limit=size)
         if work.hint is not None:
             find = find.hint(work.hint)
         docs = await find.to_list(None)
@@ -165,7 +173,7 @@ class PlainBatches:
             if change:
                 work.throttled(change, **adaptive.state())
         done = len(docs) < size
-        next_cursor = Checkpoint(last_id=decode(docs[-1].raw, collection.codec_options)["_id"], started=True) if docs else cursor
+        next_cursor = cursor_after(work.partition.scope, decode(docs[-1].raw, collection.codec_options)) if docs else cursor
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
         checkpointed = await engine.store.checkpoint(
@@ -207,8 +215,8 @@ class TransactionalBatches:
             assert spec.transaction is not None
             find = collection.find(
                 batch_filter(work.match, work.partition.scope, cursor),
-                job.projection,
-                sort=[("_id", 1)],
+                work.projection,
+                sort=batch_sort(work.partition.scope),
                 limit=limit,
                 session=session,
                 max_time_ms=spec.transaction.timeout_ms,
@@ -231,7 +239,7 @@ class TransactionalBatches:
             retries: int,
         ) -> bool:
             done = len(docs) == len(fetched) and len(fetched) < limit
-            moved = Checkpoint(last_id=docs[-1]["_id"], started=True) if docs else cursor
+            moved = cursor_after(work.partition.scope, docs[-1]) if docs else cursor
             counts = counts_of(result, len(docs))
             counts["txn_retries"] = retries
             nonlocal checkpointed
@@ -253,7 +261,7 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            moved = Checkpoint(last_id=skip.doc["_id"], started=True)
+            moved = cursor_after(work.partition.scope, skip.doc)
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
             skipped = await engine.store.checkpoint(work.lease, cursor=moved.to_document(), counters=counts, done=False)
@@ -267,7 +275,7 @@ class TransactionalBatches:
         add_counts(work.counters, counts)
         work.renewed()
         engine.events.emit("batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, **counts)
-        moved = Checkpoint(last_id=outcome.last_id, started=True) if outcome.docs else cursor
+        moved = cursor_after(work.partition.scope, outcome.docs[-1]) if outcome.docs else cursor
         return Progress(outcome.done, moved, True, checkpointed.control if checkpointed else None)
 
 

@@ -12,19 +12,17 @@ largest first.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bson import Decimal128, ObjectId
 from pymongo.asynchronous.collection import AsyncCollection
 
+from .bson_order import BRACKETS
+from .key_filter import conjoin, ranges_filter, tuple_compare
 from .model import Checkpoint, Scope
 
-#: Type brackets in BSON comparison order; "number" spans int, long, double and decimal.
-BRACKETS = (
-    "minKey", "null", "number", "symbol", "string", "object", "binData", "undefined", "objectId", "bool", "date",
-    "timestamp", "regex", "dbPointer", "javascript", "javascriptWithScope", "maxKey",
-)
 MIN_OBJECT_ID = ObjectId("0" * 24)
 MAX_OBJECT_ID = ObjectId("f" * 24)
 SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
@@ -53,8 +51,44 @@ def is_nan(value: Any) -> bool:
     return isinstance(value, Decimal128) and value.to_decimal().is_nan()
 
 
+def key_values(doc: Mapping[str, Any], fields: Sequence[str]) -> tuple[Any, ...]:
+    """A document's shard-key values (dotted paths followed; missing is None, as the server sees it)."""
+    values: list[Any] = []
+    for path in fields:
+        value: Any = doc
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        values.append(value)
+    return tuple(values)
+
+
+def batch_sort(scope: Scope) -> list[tuple[str, int]]:
+    """The order a partition is read in: its keyset."""
+    if scope.targeted:
+        return [*((f, 1) for f in scope.key_fields), ("_id", 1)]
+    return [("_id", 1)]
+
+
+def cursor_after(scope: Scope, doc: Mapping[str, Any]) -> Checkpoint:
+    """The checkpoint after ``doc``, the last one of a batch read in :func:`batch_sort` order."""
+    if scope.targeted:
+        return Checkpoint(last_id=doc["_id"], started=True, last_key=key_values(doc, scope.key_fields))
+    return Checkpoint(last_id=doc["_id"], started=True)
+
+
+def _targeted_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dict[str, Any]:
+    """Exact shard-key ranges (and a first-field predicate mongos targets by), after the keyset cursor."""
+    fields = scope.key_fields
+    after = None
+    if cursor.started and cursor.last_key is not None:
+        after = tuple_compare((*fields, "_id"), "gt", (*cursor.last_key, cursor.last_id))
+    return conjoin(match or None, ranges_filter(fields, scope.ranges), after)
+
+
 def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dict[str, Any]:
     """The next batch of ``scope`` after ``cursor``, within ``match``."""
+    if scope.targeted:
+        return _targeted_filter(match, scope, cursor)
     condition: dict[str, Any] = {}
     if cursor.started and is_nan(cursor.last_id):
         # ``$gt: NaN`` matches no number at all; every number but NaN (at most one _id) is >= -inf.

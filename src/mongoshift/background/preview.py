@@ -15,7 +15,9 @@ transform's error is redacted like every stored error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,14 +28,16 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from ..errors import ConfigInvalidError, ExecutionFailedError, IrreversibleMigrationError
+from ..errors import ConfigInvalidError, ExecutionFailedError, IrreversibleMigrationError, MongoshiftError
 from ..project.redaction import describe_error
 from ..project.run import CancelSignal
 from ..schema.background import Background
 from ..schema.index_specs import as_json
-from .batch import BatchFailed, id_key, pipeline_update, planned_updates
+from .batch import BatchFailed, PlannedUpdates, id_key, pipeline_update, planned_updates
 from .document import ShapeError, stamped_diff
 from .job import Job
+from .sandbox import Refusal
+from .validate import StepRow, Validation, validate_pipeline, validate_steps, validate_transform
 
 #: How many documents a preview may show, and how many it shows by default.
 MAX_DOCUMENTS = 1000
@@ -56,6 +60,8 @@ class PreviewRow:
     after: dict[str, Any] | None = None
     reason: str | None = None
     error: str | None = None
+    #: With ``--validate``: what the server said of its write, and what the transform did (:mod:`.validate`).
+    validation: Validation | None = None
 
     @property
     def ok(self) -> bool:
@@ -68,6 +74,8 @@ class PreviewRow:
             row.update(update=as_json(self.update), after=as_json(self.after))
         else:
             row.update(reason=self.reason, error=self.error)
+        if self.validation is not None:
+            row["validation"] = self.validation.to_json()
         return row
 
 
@@ -85,6 +93,18 @@ class Preview:
     rows: list[PreviewRow] = field(default_factory=list)
     #: The update pipeline a ``pipeline`` migration sends for each document (None for a transform).
     pipeline: list[dict[str, Any]] | None = None
+    #: ``--validate``: the rows' writes were validated in an aborted transaction (see :mod:`.validate`).
+    validated: bool = False
+    #: Operations the sandbox refused (reported even when the migration's code caught them): exit 34.
+    refusals: list[Refusal] = field(default_factory=list)
+    #: A step migration's validated calls, and why they stopped.
+    steps: list[StepRow] | None = None
+    stopped: str | None = None
+
+    @property
+    def invalid(self) -> int:
+        """Documents whose validated write the server refused."""
+        return sum(row.validation is not None and row.validation.status == "failed" for row in self.rows)
 
     @property
     def found(self) -> int:
@@ -112,7 +132,16 @@ class Preview:
             "failed": self.failed,
             "pipeline": as_json(self.pipeline),
             "documents": [row.to_json() for row in self.rows],
+            **self._validation_json(),
         }
+
+    def _validation_json(self) -> dict[str, Any]:
+        if not self.validated:
+            return {}
+        out: dict[str, Any] = {"validated": True, "invalid": self.invalid, "refused": [r.to_json() for r in self.refusals]}
+        if self.steps is not None:
+            out.update(steps=[step.to_json() for step in self.steps], stopped=self.stopped)
+        return out
 
 
 def preview_size(sample: int | None, first: int | None) -> tuple[Method, int]:
@@ -126,11 +155,12 @@ def preview_size(sample: int | None, first: int | None) -> tuple[Method, int]:
     return method, size
 
 
-def preview_job(name: str, spec: Background, *, revert: bool) -> Job:
-    """The engine's job for the direction previewed; a step migration, or a revert never declared, is refused."""
-    if spec.mode == "step":
+def preview_job(name: str, spec: Background, *, revert: bool, validate: bool = False) -> Job:
+    """The engine's job for the direction previewed; a step migration (unless validated), or a revert never declared, is refused."""
+    if spec.mode == "step" and not validate:
         raise ConfigInvalidError(
-            f"{name} is a step migration: step(ctx) does its own reads and writes, so it cannot be previewed without writing"
+            f"{name} is a step migration: step(ctx) does its own reads and writes, so it cannot be previewed without writing "
+            "(--validate runs its steps in a transaction that is aborted)"
         )
     if revert and not spec.reversible:
         raise IrreversibleMigrationError(
@@ -141,10 +171,27 @@ def preview_job(name: str, spec: Background, *, revert: bool) -> Job:
 
 
 async def preview(
-    db: AsyncDatabase[Any], name: str, spec: Background, *, method: Method, size: int, revert: bool = False, cancel: CancelSignal | None = None
+    db: AsyncDatabase[Any],
+    name: str,
+    spec: Background,
+    *,
+    method: Method,
+    size: int,
+    revert: bool = False,
+    cancel: CancelSignal | None = None,
+    validate: bool = False,
+    steps: int = 1,
+    protected: frozenset[str] = frozenset(),
 ) -> Preview:
-    """Read ``size`` documents of the old shape and show what the engine would do to each; writes nothing."""
-    job = preview_job(name, spec, revert=revert)
+    """Read ``size`` documents of the old shape and show what the engine would do to each; writes nothing.
+
+    ``validate``: the writes are made in a transaction that is always aborted (:mod:`.validate`);
+    ``protected`` names mongoshift's own collections, which the sandbox refuses; a step migration
+    then makes up to ``steps`` calls."""
+    job = preview_job(name, spec, revert=revert, validate=validate)
+    cancel = cancel or CancelSignal()
+    if job.step is not None:
+        return await _step_preview(db, job, steps, protected, cancel, method=method, size=size)
     collection: AsyncCollection[dict[str, Any]] = db[spec.collection]
     codec = collection.codec_options.with_options(document_class=dict)
     docs = await _read(collection, job, method, size)
@@ -159,12 +206,52 @@ async def preview(
         pipeline=pipeline_update(job) if job.pipeline is not None else None,
     )
     befores = [decode(doc.raw, codec) for doc in docs]
-    if job.pipeline is not None:
+    if validate:
+        await _validated_rows(db, job, result, befores, protected, cancel, codec)
+    elif job.pipeline is not None:
         result.rows = await _pipeline_rows(job, befores, collection)
     else:
-        ctx = job.context("preview", cancel or CancelSignal(), extra={"preview": True})
-        result.rows = await _transform_rows(job, docs, befores, ctx, codec)
+        ctx = job.context("preview", cancel, extra={"preview": True})
+        result.rows = _transform_rows(job, befores, await _planned(job, docs, ctx, codec))
     return result
+
+
+async def _validated_rows(
+    db: AsyncDatabase[Any], job: Job, result: Preview, befores: list[dict[str, Any]], protected: frozenset[str], cancel: CancelSignal, codec: CodecOptions[Any]
+) -> None:
+    """The rows, each with its validation: the transform runs in the sandbox, inside the aborted transaction."""
+    result.validated = True
+    ids = [before["_id"] for before in befores]
+    if job.pipeline is not None:
+        rows = await _pipeline_rows(job, befores, db[job.spec.collection])
+        checked = await validate_pipeline(db, job, [row.id for row in rows if row.ok])
+        skipped = Validation("skipped", "the pipeline failed on it: nothing to write")
+        result.rows = [dataclasses.replace(row, validation=checked.get(id_key(row.id), skipped)) for row in rows]
+        return
+    with _whole_batch_errors(job):
+        validated = await validate_transform(db, job, ids, protected=protected, cancel=cancel, codec=codec)
+    rows = _transform_rows(job, validated.docs, validated.planned)
+    result.rows = [dataclasses.replace(row, validation=validated.validations.get(id_key(row.id))) for row in rows]
+    result.refusals = list(validated.record.refusals)
+
+
+async def _step_preview(
+    db: AsyncDatabase[Any], job: Job, steps: int, protected: frozenset[str], cancel: CancelSignal, *, method: Method, size: int
+) -> Preview:
+    validated = await validate_steps(db, job, steps, protected=protected, cancel=cancel)
+    return Preview(
+        name=job.name,
+        collection=job.spec.collection,
+        direction=job.direction,
+        from_version=job.source,
+        to_version=job.target,
+        method=method,
+        requested=size,
+        validated=True,
+        refusals=list(validated.record.refusals),
+        steps=validated.steps,
+        stopped=validated.stopped,
+    )
 
 
 async def _read(collection: AsyncCollection[dict[str, Any]], job: Job, method: Method, size: int) -> list[RawBSONDocument]:
@@ -177,17 +264,25 @@ async def _read(collection: AsyncCollection[dict[str, Any]], job: Job, method: M
     return await cursor.to_list(None)
 
 
-async def _transform_rows(
-    job: Job, docs: Sequence[RawBSONDocument], befores: list[dict[str, Any]], ctx: Any, codec: CodecOptions[Any]
-) -> list[PreviewRow]:
+async def _planned(job: Job, docs: Sequence[RawBSONDocument], ctx: Any, codec: CodecOptions[Any]) -> PlannedUpdates:
+    with _whole_batch_errors(job):
+        return await planned_updates(job, docs, ctx, codec)
+
+
+@contextmanager
+def _whole_batch_errors(job: Job) -> Iterator[None]:
+    """A transform that fails the whole batch (``migrate_batch`` raised or miscounted) fails the preview: exit 7."""
     try:
-        planned = await planned_updates(job, docs, ctx, codec)
+        yield
     except BatchFailed as exc:
         raise ExecutionFailedError(f"{job.name}: {exc}", file=job.name) from None
-    except PyMongoError:
+    except (PyMongoError, MongoshiftError):
         raise
     except Exception as exc:  # migrate_batch raised for the whole batch
         raise ExecutionFailedError(f"{job.name}: the transform raised for the whole batch: {describe_error(exc)}", file=job.name) from None
+
+
+def _transform_rows(job: Job, befores: list[dict[str, Any]], planned: PlannedUpdates) -> list[PreviewRow]:
     updates = {id_key(owner["_id"]): update for owner, update in zip(planned.owners, planned.updates)}
     errors = {id_key(error.id): error for error in planned.errors}
     rows = []

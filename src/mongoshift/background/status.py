@@ -28,6 +28,8 @@ class PartitionRow:
     leased: bool
     slot: int | None
     failures: int
+    #: The shard its key ranges live on (None: not planned by shard); its bounds are data, never shown.
+    shard: str | None = None
 
     @classmethod
     def of(cls, p: Partition) -> PartitionRow:
@@ -42,7 +44,39 @@ class PartitionRow:
             leased=p.lease is not None,
             slot=(p.lease or {}).get("slot"),
             failures=p.failures,
+            shard=p.scope.shard,
         )
+
+
+@dataclass
+class ShardProgress:
+    """One shard's partitions of the current pass, summed."""
+
+    shard: str
+    partitions: int
+    done: int
+    estimate: int
+    scanned: int
+    migrated: int
+    failed: int
+    leased: int
+
+
+def per_shard(rows: list[PartitionRow]) -> list[ShardProgress]:
+    """Progress by shard, in shard order; empty when the pass was not planned by shard."""
+    out: dict[str, ShardProgress] = {}
+    for r in rows:
+        if r.shard is None:
+            continue
+        p = out.setdefault(r.shard, ShardProgress(r.shard, 0, 0, 0, 0, 0, 0, 0))
+        p.partitions += 1
+        p.done += r.status == "done"
+        p.estimate += r.estimate
+        p.scanned += r.scanned
+        p.migrated += r.migrated
+        p.failed += r.failed
+        p.leased += r.leased
+    return [out[k] for k in sorted(out)]
 
 
 @dataclass

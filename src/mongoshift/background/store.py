@@ -14,16 +14,17 @@ import secrets
 import socket
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from .failures import count_key
-from .model import COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, aware, zero_counters
+from .model import COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, WatchRecord, aware, zero_counters
 
 log = logging.getLogger("mongoshift.background")
 
@@ -39,6 +40,13 @@ LEASE_SLOT = IndexModel(
     name="lease_slot",
     unique=True,
     partialFilterExpression={"lease.slot": {"$exists": True}},
+)
+#: The cap on lanes per shard (``shard_concurrency``): one live lease per ``<shard>/<k>`` slot.
+LEASE_SHARD_SLOT = IndexModel(
+    [("background", ASCENDING), ("lease.shard_slot", ASCENDING)],
+    name="lease_shard_slot",
+    unique=True,
+    partialFilterExpression={"lease.shard_slot": {"$exists": True}},
 )
 PARTITION_INDEXES = [
     IndexModel(
@@ -76,8 +84,11 @@ class BackgroundStore:
         self.db = db
         self.states: AsyncCollection[dict[str, Any]] = db[collection]
         self.partitions: AsyncCollection[dict[str, Any]] = db[f"{collection}_partitions"]
+        #: One document per watched collection: the live watcher's leader, fence, position, state and counters.
+        self.watches: AsyncCollection[dict[str, Any]] = db[f"{collection}_watch"]
         self.create_indexes = create_indexes
         self._indexed = False
+        self._shard_slots = False
 
     async def ensure_indexes(self) -> None:
         """Every index, or (``ensure_indexes = false``) only the one the lanes' cap cannot do without.
@@ -95,6 +106,20 @@ class BackgroundStore:
             if LEASE_SLOT.document["name"] not in names:
                 await self.partitions.create_indexes([LEASE_SLOT])
         self._indexed = True
+
+    async def ensure_shard_slots(self) -> None:
+        """The per-shard lane cap's index, made when a pass is first planned by shard (only sharded
+        collections pay for it). Without the privilege to create it, the cap is checked by a count
+        before each claim: a race can exceed it for a moment, never the global cap (``lease_slot``)."""
+        if self._shard_slots:
+            return
+        names = [index["name"] async for index in await self.partitions.list_indexes()]
+        if LEASE_SHARD_SLOT.document["name"] not in names:
+            try:
+                await self.partitions.create_indexes([LEASE_SHARD_SLOT])
+            except OperationFailure as exc:
+                log.warning("cannot create the index lease_shard_slot (%s): the per-shard lane cap is best effort", exc.code)
+        self._shard_slots = True
 
     # -- state ----------------------------------------------------------------
 
@@ -284,9 +309,11 @@ class BackgroundStore:
     # -- plans ----------------------------------------------------------------
 
     async def adopt_plan(
-        self, state: State, partitions: list[dict[str, Any]], *, estimate: int, method: str, new_pass: bool
+        self, state: State, partitions: list[dict[str, Any]], *, estimate: int, method: str, new_pass: bool, layout: dict[str, Any] | None = None
     ) -> bool:
-        """Insert a new generation's partitions and make it current, unless another plan won."""
+        """Insert a new generation's partitions and make it current, unless another plan won.
+
+        ``layout``: the shard layout the plan follows (uuid, epoch, key), to notice a reshard."""
         token = secrets.token_hex(8)
         generation = state.generation + 1
         for seq, doc in enumerate(partitions):
@@ -307,6 +334,8 @@ class BackgroundStore:
         if partitions:
             await self.partitions.insert_many(partitions, ordered=False)
         plan = {"token": token, "generation": generation, "partitions": len(partitions), "estimate": estimate, "method": method}
+        if layout is not None:
+            plan["layout"] = layout
         result = await self.states.update_one(
             {"_id": state.name, "registration": state.registration, "generation": state.generation},
             {
@@ -387,11 +416,20 @@ class BackgroundStore:
         return result.modified_count
 
     async def claim(
-        self, state: State, *, slots: Sequence[int], owner: str, ttl_ms: int, runner: str | None = None
+        self,
+        state: State,
+        *,
+        slots: Sequence[int],
+        owner: str,
+        ttl_ms: int,
+        runner: str | None = None,
+        shard_concurrency: int | None = None,
     ) -> tuple[Lease, Partition] | None | bool:
         """Claim an open partition in one free slot: (lease, partition), None if none is open, False if every slot is taken.
 
-        ``runner`` is the claiming process's identity, kept on the lease: the fair share counts leases by it."""
+        ``runner`` is the claiming process's identity, kept on the lease: the fair share counts leases by it.
+        ``shard_concurrency`` (a pass planned by shard): a lane also takes one of its shard's slots
+        ``<shard>/0..n-1`` (unique, like the global slot), so no shard gets more lanes than that."""
         plan = state.plan or {}
         query = {
             "background": state.name,
@@ -400,35 +438,77 @@ class BackgroundStore:
             "status": {"$in": OPEN},
             "lease": {"$exists": False},
         }
+        by_shard = shard_concurrency is not None and plan.get("method") == "shard-key"
+        shards = [s for s in await self.partitions.distinct("scope.shard", query) if isinstance(s, str)] if by_shard else []
         for slot in slots:
-            token = secrets.token_hex(12)
-            try:
-                doc = await self.partitions.find_one_and_update(
-                    query,
-                    {
-                        "$set": {
-                            "status": "running",
-                            "lease.slot": slot,
-                            "lease.token": token,
-                            "lease.owner": owner,
-                            "lease.runner": runner,
-                            "lease.host": socket.gethostname(),
-                            "lease.pid": os.getpid(),
-                            "lease.ttl_ms": ttl_ms,
-                        },
-                        "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
-                        "$inc": {"claims": 1},
-                        "$addToSet": {"claimed_by": f"{socket.gethostname()}:{os.getpid()}"},
-                    },
-                    sort=[("status", DESCENDING), ("seq", ASCENDING)],
-                    return_document=ReturnDocument.AFTER,
-                )
-            except DuplicateKeyError:
+            if shards:
+                assert shard_concurrency is not None
+                claimed = await self._claim_by_shard(query, slot, shards, shard_concurrency, owner, ttl_ms, runner)
+            else:
+                claimed = await self._claim_one(query, slot, None, owner, ttl_ms, runner)
+            if claimed == "slot":
                 continue  # this slot is held by a live lane somewhere: try the next
-            if doc is None:
-                return None  # a free slot, and no open partition for it: the same for every slot
-            return Lease(doc["_id"], token, slot, owner, ttl_ms), Partition.from_document(doc)
+            if claimed == "shard-slot":
+                return False  # every shard with open partitions has its lanes: wait
+            return claimed
         return False
+
+    async def _claim_by_shard(
+        self, query: dict[str, Any], slot: int, shards: list[str], cap: int, owner: str, ttl_ms: int, runner: str | None
+    ) -> tuple[Lease, Partition] | None | Literal["slot", "shard-slot"]:
+        """A claim in global ``slot`` and a free slot of some shard; "shard-slot" when every shard is at its cap."""
+        live = {
+            doc["_id"]: doc["n"]
+            async for doc in await self.partitions.aggregate(
+                [{"$match": {"background": query["background"], "lease.shard_slot": {"$exists": True}}}, {"$group": {"_id": "$scope.shard", "n": {"$sum": 1}}}]
+            )
+        }
+        full = any(live.get(shard, 0) >= cap for shard in shards)
+        for shard in (s for s in shards if live.get(s, 0) < cap):
+            for k in range(cap):
+                claimed = await self._claim_one({**query, "scope.shard": shard}, slot, f"{shard}/{k}", owner, ttl_ms, runner)
+                if claimed == "shard-slot":
+                    full = True
+                    continue
+                if claimed is None:
+                    break  # nothing open on this shard: the next shard
+                return claimed
+        return "shard-slot" if full else None
+
+    async def _claim_one(
+        self, query: dict[str, Any], slot: int, shard_slot: str | None, owner: str, ttl_ms: int, runner: str | None
+    ) -> tuple[Lease, Partition] | None | Literal["slot", "shard-slot"]:
+        """One claim attempt; which slot was taken (a duplicate key) when it was refused."""
+        token = secrets.token_hex(12)
+        lease: dict[str, Any] = {
+            "status": "running",
+            "lease.slot": slot,
+            "lease.token": token,
+            "lease.owner": owner,
+            "lease.runner": runner,
+            "lease.host": socket.gethostname(),
+            "lease.pid": os.getpid(),
+            "lease.ttl_ms": ttl_ms,
+        }
+        if shard_slot is not None:
+            lease["lease.shard_slot"] = shard_slot
+        try:
+            doc = await self.partitions.find_one_and_update(
+                query,
+                {
+                    "$set": lease,
+                    "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
+                    "$inc": {"claims": 1},
+                    "$addToSet": {"claimed_by": f"{socket.gethostname()}:{os.getpid()}"},
+                },
+                sort=[("status", DESCENDING), ("seq", ASCENDING)],
+                return_document=ReturnDocument.AFTER,
+            )
+        except DuplicateKeyError as exc:
+            return "shard-slot" if "shard_slot" in str(exc) or "shard_slot" in str((exc.details or {}).get("keyPattern")) else "slot"
+        if doc is None:
+            return None  # a free slot, and no open partition for it: the same for every slot
+        return Lease(doc["_id"], token, slot, owner, ttl_ms), Partition.from_document(doc)
 
     async def leases_by_runner(self, name: str) -> Counter[str | None]:
         """How many live leases each runner holds (None: a lease from a version that did not say)."""
@@ -609,3 +689,56 @@ class BackgroundStore:
                 for key in COUNTERS:
                     counters[key] += part.counters.get(key, 0)
         return counters
+
+    # -- the live watcher -----------------------------------------------------
+
+    async def watch_lead(self, collection: str, fence: str, leader: dict[str, Any]) -> Any:
+        """Make ``fence`` (the new leader's lock nonce) the only one whose saves count; the saved resume token.
+
+        Called right after the ``watch:<collection>`` lock was taken: a former leader that still
+        believes it leads finds its fenced saves matching nothing from here on."""
+        doc = await self.watches.find_one_and_update(
+            {"_id": collection},
+            {
+                "$set": {"fence": fence, "state": "leading", **{f"leader.{k}": v for k, v in leader.items()}},
+                "$currentDate": {"updated_at": True, "leader.at": True},
+                "$inc": {"term": 1},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return (doc or {}).get("resume_token")
+
+    async def watch_save(
+        self,
+        collection: str,
+        fence: str,
+        *,
+        state: str,
+        guards: Sequence[str],
+        token: Any,
+        counters: dict[str, int] | None = None,
+        event_seen: bool = False,
+    ) -> bool:
+        """Save the leader's state, position (None: start from now next time) and counters; False when fenced off."""
+        update: dict[str, Any] = {
+            "$set": {"state": state, "guards": list(guards)},
+            "$currentDate": {"updated_at": True, "leader.at": True, **({"last_event_at": True} if event_seen else {})},
+        }
+        if token is None:
+            update["$unset"] = {"resume_token": ""}
+        else:
+            update["$set"]["resume_token"] = token
+        inc = {f"counters.{k}": int(v) for k, v in (counters or {}).items() if v}
+        if inc:
+            update["$inc"] = inc
+        result = await self.watches.update_one({"_id": collection, "fence": fence}, update)
+        return result.matched_count == 1
+
+    async def watch_records(self) -> list[WatchRecord]:
+        """Every collection's watcher record, without its resume token (``background status``, ``audit``)."""
+        cursor = self.watches.find({}, {"resume_token": 0, "fence": 0}, sort=[("_id", ASCENDING)])
+        records = [WatchRecord.from_document(d) async for d in cursor]
+        # has_position comes from a second, token-free look: the token itself never leaves the store.
+        positioned = set(await self.watches.distinct("_id", {"resume_token": {"$exists": True}}))
+        return [replace(r, has_position=r.collection in positioned) for r in records]

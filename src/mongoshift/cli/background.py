@@ -22,6 +22,7 @@ from .app import confirm, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
     from ..background.drift import Verified
+    from ..background.model import WatchRecord
     from ..background.status import BackgroundReport
     from ..project.settings import Settings
 
@@ -44,17 +45,29 @@ def _interval(value: float) -> float:
     return value
 
 
-def _render(reports: list[BackgroundReport], *, detail: bool = False) -> None:
+def _render(reports: list[BackgroundReport], *, detail: bool = False, watchers: list[WatchRecord] | None = None) -> None:
     """The list (one migration in two lines), or with ``detail`` everything about one migration.
 
     On a terminal both wrap to its width (docs/background.md); piped, the list is tab-separated
-    text with a fixed set of columns and the detail ``label<TAB>value`` lines."""
+    text with a fixed set of columns and the detail ``label<TAB>value`` lines. ``watchers``
+    (``background status``) adds the live watchers' table (``watchers`` in ``--json``)."""
+    out = output()
+    if out.json_mode:
+        document: dict[str, object] = {"background": [r.to_json() for r in reports]}
+        if watchers is not None:
+            document["watchers"] = [w.to_json() for w in watchers]
+        out.json(document)
+        return
+    _render_text(reports, detail=detail)
+    if watchers:
+        _render_watchers(watchers)
+
+
+def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
+    """The migrations as rich tables on a terminal, tab-separated text when piped."""
     from . import background_view as view  # start-up time: rich loads only when a background command runs
 
     out = output()
-    if out.json_mode:
-        out.json({"background": [r.to_json() for r in reports]})
-        return
     if not reports:
         out.say("no background migrations registered")
         return
@@ -225,16 +238,27 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
         rows = run_async(lambda cancel: bg.partitions(s, name))
+        shards = bg.per_shard(rows)
         if out.json_mode:
-            out.json({"partitions": [r.__dict__ for r in rows]})
+            out.json({"partitions": [r.__dict__ for r in rows], "shards": [p.__dict__ for p in shards]})
         else:
             out.table(
-                ["seq", "status", "bracket", "estimate", "scanned", "migrated", "failed", "leased", "slot", "failures"],
-                [(r.seq, r.status, r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
+                ["seq", "status", "shard", "bracket", "estimate", "scanned", "migrated", "failed", "leased", "slot", "failures"],
+                [(r.seq, r.status, r.shard or "", r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
             )
+            if shards:
+                out.table(
+                    ["shard", "partitions", "done", "estimate", "scanned", "migrated", "failed", "leased"],
+                    [(p.shard, p.partitions, p.done, p.estimate, p.scanned, p.migrated, p.failed, p.leased) for p in shards],
+                )
         return 0
-    reports = run_async(lambda cancel: bg.status(s, name))
-    _render(reports, detail=name is not None)
+    async def both(cancel: CancelSignal) -> tuple[list[BackgroundReport], list[WatchRecord]]:
+        return await bg.status(s, name), await bg.watch_status(s)
+
+    reports, watchers = run_async(both)
+    if name is not None:
+        watchers = [w for w in watchers if any(w.collection == r.collection for r in reports)]
+    _render(reports, detail=name is not None, watchers=watchers)
     if check:
         if any(r.status == "failed" for r in reports):
             out.warn("a background migration failed")
@@ -242,6 +266,55 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
         if any(r.status != "completed" for r in reports):
             out.warn("background migrations are not all completed")
             return int(ExitCode.BACKGROUND_PENDING)
+    return 0
+
+
+def _render_watchers(watchers: list[WatchRecord]) -> None:
+    """One row per watched collection: its state, leader, counters (never its position)."""
+    rows = [
+        (
+            w.collection,
+            w.state,
+            f"{(w.leader or {}).get('host', '-')}:{(w.leader or {}).get('pid', '-')}",
+            ", ".join(w.guards) or "-",
+            *(w.counters[k] for k in ("events", "upgraded", "skipped", "failed", "restarts", "reopened")),
+            w.updated_at.isoformat(timespec="seconds") if w.updated_at else "-",
+        )
+        for w in watchers
+    ]
+    output().table(
+        ["collection", "state", "leader", "guards", "events", "upgraded", "skipped", "failed", "restarts", "reopened", "saved"],
+        rows,
+        title="live watchers",
+    )
+
+
+@background.command(name="watch")
+@click.option("--collections", metavar="A,B", help="Only these collections (default: every collection with a completed migration).")
+@click.option("--save-interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS", help="How often the leader saves its position.")
+@click.option("--max-lag", type=click.FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS", help="Behind by more than this, it reopens the migrations instead.")
+@global_options
+def watch_(collections: str | None, save_interval: float, max_lag: float) -> int:
+    """Upgrade old-shape documents written after their migration completed, as they land.
+
+    One process leads each collection, the others wait to take over. Runs until Ctrl-C or
+    SIGTERM, then saves its position, lets go of its leases and exits 0 (a second signal: 130/143)."""
+    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..background.watcher import WatchOptions
+
+    names: tuple[str, ...] | None = None
+    if collections is not None:
+        names = tuple(c.strip() for c in collections.split(","))
+        if not all(names):
+            raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
+    options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
+    s = settings()
+    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel))
+    out = output()
+    if out.json_mode:
+        out.json({"watch": [r.to_json() for r in records]})
+    elif records:
+        _render_watchers(records)
     return 0
 
 
@@ -264,28 +337,32 @@ def _control(action: str, name: str, reason: str | None, yes: bool, from_start: 
 @click.option("--sample", type=click.IntRange(1, 1000), metavar="N", help="N documents of the old shape at random (the default, 5).")
 @click.option("--first", type=click.IntRange(1, 1000), metavar="N", help="The first N documents of the old shape by _id.")
 @click.option("--revert", is_flag=True, help="Preview the declared revert instead (documents at to_version).")
+@click.option("--validate", is_flag=True, help="Write each document in a transaction that is always aborted: the server's verdict per document; the transform runs in a sandbox.")
+@click.option("--steps", type=click.IntRange(1, 100), metavar="K", help="With --validate, a step migration: up to K step calls (default 1).")
 @global_options
-def dry_run(file: str, sample: int | None, first: int | None, revert: bool) -> None:
+def dry_run(file: str, sample: int | None, first: int | None, revert: bool, validate: bool, steps: int | None) -> int | None:
     """Preview FILE on a few documents: before, the exact update the engine would send, after.
 
     FILE need not be registered. Reads only: no lock, no write, any server. Shows document
-    values and _ids (only here); --json prints them as relaxed Extended JSON."""
+    values and _ids (only here); --json prints them as relaxed Extended JSON. --validate needs
+    transactions (exit 15 without) and exits 34 when the sandbox refused an operation."""
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
 
     s = settings()
-    result = run_async(lambda cancel: bg.preview(s, file, sample=sample, first=first, revert=revert, cancel=cancel))
+    result = run_async(
+        lambda cancel: bg.preview(s, file, sample=sample, first=first, revert=revert, cancel=cancel, validate=validate, steps=steps)
+    )
     out = output()
     if out.json_mode:
         out.json({"preview": result.to_json()})
-        return
-    if out.quiet:
-        return
-    from . import preview_view as view  # start-up time: rich loads only when a preview is shown
+    elif not out.quiet:
+        from . import preview_view as view  # start-up time: rich loads only when a preview is shown
 
-    if out.out.is_terminal:
-        view.render(out.out, result)
-    else:
-        view.plain(result)
+        if out.out.is_terminal:
+            view.render(out.out, result)
+        else:
+            view.plain(result)
+    return int(ExitCode.SANDBOX_REFUSED) if result.refusals else None
 
 
 REASON = click.option("--reason", help="Why: recorded in the migration's history.")

@@ -26,6 +26,7 @@ from .app import (
     run_async,
     settings,
 )
+from .adoption import baseline as baseline_command, import_command
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
@@ -429,5 +430,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 cli.add_command(audit_command)
+cli.add_command(import_command)
+cli.add_command(baseline_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)

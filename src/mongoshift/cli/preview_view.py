@@ -50,6 +50,18 @@ def fields(row: PreviewRow) -> list[tuple[str, str, str, str]]:
 def heading(preview: Preview) -> str:
     chosen = "first by _id" if preview.method == "first" else "random sample"
     direction = "" if preview.direction == "forward" else " (revert)"
+    if preview.steps is not None:
+        return (
+            f"{preview.name}: {preview.collection}, {len(preview.steps)} step call(s) validated, stopped: {preview.stopped}; "
+            f"{len(preview.refusals)} operation(s) refused; the transaction was aborted, nothing was written"
+        )
+    if preview.validated:
+        return (
+            f"{preview.name}{direction}: {preview.collection} v{preview.from_version} -> v{preview.to_version}, "
+            f"{preview.found} of {preview.requested} document(s) ({chosen}) validated: {preview.invalid} refused by the server, "
+            f"{preview.failed} failed before writing, {len(preview.refusals)} operation(s) refused by the sandbox; "
+            "the transaction was aborted, nothing was written"
+        )
     return (
         f"{preview.name}{direction}: {preview.collection} v{preview.from_version} -> v{preview.to_version}, "
         f"{preview.found} of {preview.requested} document(s) ({chosen}): {preview.migrated} would be rewritten, "
@@ -64,6 +76,8 @@ def render(console: Console, preview: Preview) -> None:
     for row in preview.rows:
         console.print()
         console.print(escape(f"_id {_value(row.id)}"), style="bold", soft_wrap=True)
+        for line in row_validation(row):
+            console.print(escape(line.replace("\t", "  ")), style="red" if "failed" in line else "", soft_wrap=True)
         if not row.ok:
             console.print(escape(f"{row.reason} error: {row.error}"), style="red", soft_wrap=True)
             continue
@@ -75,6 +89,8 @@ def render(console: Console, preview: Preview) -> None:
             table.add_row(mark, escape(name), escape(old), escape(new), style=style)
         console.print(table, width=console.width)
         console.print(escape(f"update: {_json(row.update)}"), soft_wrap=True)
+    for line in validation_lines(preview):
+        console.print(escape(line.replace("\t", "  ")), soft_wrap=True)
 
 
 def plain(preview: Preview) -> None:
@@ -85,9 +101,39 @@ def plain(preview: Preview) -> None:
         print(f"pipeline\t{_json(preview.pipeline)}")
     for row in preview.rows:
         print(f"_id\t{_value(row.id)}")
+        for line in row_validation(row):
+            print(line)
         if not row.ok:
             print(f"error\t{row.reason}\t{strip_controls(row.error or '')}")
             continue
         for mark, name, old, new in fields(row):
             print(f"{mark or '='}\t{name}\t{old}\t{new}")
         print(f"update\t{_json(row.update)}")
+    for line in validation_lines(preview):
+        print(line)
+
+
+def row_validation(row: PreviewRow) -> list[str]:
+    """``validation<TAB>status<TAB>reason``, then one ``operation``/``side_effect`` line each (names and counts only)."""
+    v = row.validation
+    if v is None:
+        return []
+    lines = [f"validation\t{v.status}\t{strip_controls(v.reason or '')}"]
+    lines += [f"operation\t{op['operation']}\t{op['collection']}\t{op['count']}" for op in v.operations]
+    lines += [f"side_effect\t{name}\t{n}" for name, n in v.side_effects.items()]
+    return lines
+
+
+def validation_lines(preview: Preview) -> list[str]:
+    """The step calls of a validated step migration, then every refused operation."""
+    lines: list[str] = []
+    for step in preview.steps or []:
+        lines.append(f"step\t{step.index}\tdone={step.done}\tcheckpoint={_json(step.checkpoint)}\topen_cursors={step.open_cursors}")
+        if step.error:
+            lines.append(f"error\t{strip_controls(step.error)}")
+        lines += [f"operation\t{op['operation']}\t{op['collection']}\t{op['count']}" for op in step.operations]
+        lines += [f"side_effect\t{name}\t{n}" for name, n in step.side_effects.items()]
+        for image in step.images:
+            lines.append(f"image\t{image['operation']}\t{image['collection']}\t{_json(image['before'])}\t{_json(image['after'])}")
+    lines += [f"refused\t{r.operation}\t{strip_controls(r.target)}\t{r.reason}" for r in preview.refusals]
+    return lines

@@ -50,6 +50,8 @@ class CollectionState:
     default_collation: Mapping[str, Any] | None = None
     indexes: tuple[IndexSpec, ...] = ()
     shard_key: tuple[str, ...] | None = None
+    #: The shard key with its directions (1 or "hashed"), when sharded and readable.
+    shard_key_spec: tuple[tuple[str, Any], ...] = ()
     #: The minimum version the server's validator enforces now (0: none).
     version_minimum: int = 0
     probe: MinProbe | None = None
@@ -69,15 +71,15 @@ def _kind(info: Mapping[str, Any]) -> Kind:
     return "collection"
 
 
-async def _shard_key(db: AsyncDatabase[Any], name: str) -> tuple[str, ...] | None:
-    """The shard key's fields, or None when not sharded or not readable (the server still guards it)."""
+async def _shard_key(db: AsyncDatabase[Any], name: str) -> tuple[tuple[str, Any], ...] | None:
+    """The shard key's fields and directions, or None when not sharded or not readable (the server still guards it)."""
     try:
         doc = await db.client["config"]["collections"].find_one({"_id": f"{db.name}.{name}", "dropped": {"$ne": True}})
     except PyMongoError:
         return None
-    if not doc or not isinstance(doc.get("key"), Mapping):
+    if not doc or doc.get("unsplittable") or not isinstance(doc.get("key"), Mapping):
         return None
-    return tuple(doc["key"])
+    return tuple(doc["key"].items())
 
 
 async def probe_below(db: AsyncDatabase[Any], name: str, field_name: str, minimum: int, *, max_time_ms: int = PROBE_MAX_TIME_MS) -> MinProbe:
@@ -114,13 +116,15 @@ async def inspect(db: AsyncDatabase[Any], declaration: CollectionDeclaration, *,
         minimum = versioning_minimum(validator.validator, versioning.field)
         if probe and versioning.min > minimum:
             result = await probe_below(db, name, versioning.field, versioning.min)
+    key = await _shard_key(db, name)
     return CollectionState(
         name,
         kind,
         validator,
         default_collation=normalize_collation(options.get("collation")),
         indexes=indexes,
-        shard_key=await _shard_key(db, name),
+        shard_key=tuple(f for f, _ in key) if key else None,
+        shard_key_spec=key or (),
         version_minimum=minimum,
         probe=result,
     )

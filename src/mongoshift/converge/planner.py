@@ -141,7 +141,7 @@ def _validator_actions(declaration: CollectionDeclaration, state: CollectionStat
 
 def _index_actions(declaration: CollectionDeclaration, state: CollectionState, *, prune: bool) -> list[Action]:
     name = declaration.name
-    wanted = declaration.index_specs()
+    wanted = declaration.index_specs(state.shard_key_spec)
     declared_names = {spec.name for spec in wanted}
     server_by_name = {spec.name: spec for spec in state.indexes}
     claimed: set[str] = set()
@@ -230,7 +230,7 @@ def plan_collection(declaration: CollectionDeclaration, state: CollectionState, 
         if wanted_validator is not None and not wanted_validator.empty:
             after = wanted_validator.document()
         actions = [Action(name, "collection", "create", after=after)]
-        actions += [Action(name, "index", "create", spec.name, after=_index_document(spec)) for spec in declaration.index_specs()]
+        actions += [Action(name, "index", "create", spec.name, after=_index_document(spec)) for spec in declaration.index_specs(state.shard_key_spec)]
         return actions
     actions = []
     if wanted_validator is not None:

@@ -73,6 +73,7 @@ def apply() -> None:
     _patch_in_membership_once()
     _patch_transaction_conflicts()
     _patch_change_streams()
+    _patch_int64_cursor_ids()
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
 
@@ -83,6 +84,31 @@ def _patch_change_streams() -> None:
     from mongoshift.embedded import change_streams
 
     change_streams.patch_wire()
+
+
+def _patch_int64_cursor_ids() -> None:
+    # (r) Cursor ids go out as 32-bit integers. mongoeco's cursor stores number
+    # their cursors 1, 2, ... and reply with plain ints, which encode as BSON
+    # int32; mongod always sends cursor.id as int64, and the Node, Go and Java
+    # drivers refuse anything else (Node: 'BSON element "id" is missing').
+    # Every reply passes through WireCommandExecutor.execute_prepared (OP_MSG
+    # and legacy OP_QUERY alike), so the id is widened there, once, for every
+    # cursor command (find, aggregate, getMore, listCollections, listIndexes...).
+    from bson.int64 import Int64
+    from mongoeco.wire.executor import WireCommandExecutor
+
+    original = WireCommandExecutor.execute_prepared
+
+    async def execute_prepared(self: Any, context: Any) -> dict[str, Any]:
+        reply = await original(self, context)
+        cursor = reply.get("cursor") if isinstance(reply, dict) else None
+        if isinstance(cursor, dict):
+            cursor_id = _as_int(cursor.get("id"))
+            if cursor_id is not None and not isinstance(cursor.get("id"), Int64):
+                cursor["id"] = Int64(cursor_id)
+        return reply
+
+    WireCommandExecutor.execute_prepared = execute_prepared
 
 
 def _failure(message: str, code: int, code_name: str, labels: tuple[str, ...] = ()) -> Exception:

@@ -52,6 +52,9 @@ class ChangelogRecord:
     description: str | None = None
     error: str | None = None
     kind: str = "migration"
+    #: Who wrote the record when mongoshift did not run the file: ``baseline`` or the tool it was
+    #: imported from (``migrate-mongo``...). Such records are forward-only (``down`` refuses them).
+    origin: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -93,6 +96,45 @@ def applied_update(
         "first_applied_at": {"$ifNull": ["$first_applied_at", "$$NOW"]},
     }
     return {"name": name}, [{"$set": fields}, {"$unset": ["reverted_at", "error", "failed_checksum"]}]
+
+
+def adopted_update(
+    name: str,
+    *,
+    batch: int,
+    checksum: str,
+    applied_at: datetime | None,
+    origin: str,
+    run: RunInfo,
+    source: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A file recorded applied without mongoshift running it (``import``, ``baseline``).
+
+    ``applied_at`` keeps the other tool's time (the server's now when it has none); ``source``
+    says where an imported record came from, so a re-import can recognise its own records.
+    """
+    when: Any = applied_at if applied_at is not None else "$$NOW"
+    fields = {
+        "name": _literal(name),
+        "kind": "migration",
+        "status": "applied",
+        "origin": _literal(origin),
+        "batch": batch,
+        "checksum": _literal(checksum),
+        "run_id": _literal(run.run_id),
+        "executed_by": _literal(run.executed_by),
+        "host": _literal(run.host),
+        "environment": _literal(run.environment),
+        "applied_at": when,
+        "first_applied_at": {"$ifNull": ["$first_applied_at", when]},
+        "recorded_at": "$$NOW",
+    }
+    if source is not None:
+        fields["source"] = _literal(source)
+    return {"name": name}, [
+        {"$set": fields},
+        {"$unset": ["reverted_at", "error", "failed_checksum", "failed_at"]},
+    ]
 
 
 def reverted_update(name: str, *, duration_ms: int, run: RunInfo) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -161,6 +203,12 @@ class Changelog:
     def applied(name: str, **kwargs: Any) -> RecordWrite:
         """The write that records ``name`` applied (see :func:`applied_update` for the fields)."""
         filter_, update = applied_update(name, **kwargs)
+        return RecordWrite(filter_, update, upsert=True)
+
+    @staticmethod
+    def adopted(name: str, **kwargs: Any) -> RecordWrite:
+        """The write that records ``name`` applied without running it (see :func:`adopted_update`)."""
+        filter_, update = adopted_update(name, **kwargs)
         return RecordWrite(filter_, update, upsert=True)
 
     @staticmethod

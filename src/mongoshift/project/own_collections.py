@@ -46,6 +46,10 @@ def _background_partition(doc: Mapping[str, Any]) -> bool:
     return isinstance(doc.get("background"), str) and "generation" in doc and "seq" in doc
 
 
+def _watch(doc: Mapping[str, Any]) -> bool:
+    return isinstance(doc.get("_id"), str) and "fence" in doc and "state" in doc
+
+
 def _converge_log(doc: Mapping[str, Any]) -> bool:
     return isinstance(doc.get("run_id"), str) and "started_at" in doc and "success" in doc
 
@@ -58,6 +62,7 @@ def own_collections(settings: Settings) -> dict[str, tuple[str, str, Shape]]:
         settings.lock_collection: ("lock_collection", "locks", _lock),
         background: ("background_collection", "background migration states", _background_state),
         f"{background}_partitions": ("background_collection", "background migration partitions", _background_partition),
+        f"{background}_watch": ("background_collection", "live watcher records", _watch),
         settings.converge_collection: ("converge_collection", "converge log entries", _converge_log),
     }
 

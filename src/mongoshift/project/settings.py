@@ -85,6 +85,10 @@ class Settings(BaseModel):
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
     background_checksum_wait_seconds: float = Field(default=300.0, ge=0, le=86_400)
     background_inline: bool = False
+    #: Background migrations on sharded clusters (docs/background.md, "Sharded clusters").
+    shard_aware: Literal["auto", "on", "off"] = "auto"
+    #: A shard key per collection, used when none can be read from config (no privilege, or not sharded).
+    shard_keys: dict[str, dict[str, Literal[1, "hashed"]]] = Field(default_factory=dict)
     on_requires_pending: Literal["error", "stop"] = "error"
     #: Declared collections (``[[collections]]``); more come from ``collections_dir`` at converge time.
     collections: tuple[CollectionDeclaration, ...] = ()
@@ -131,6 +135,16 @@ class Settings(BaseModel):
     def _uri_scheme(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("mongodb://", "mongodb+srv://")):
             raise ValueError("must start with mongodb:// or mongodb+srv://")
+        return value
+
+    @field_validator("shard_keys")
+    @classmethod
+    def _shard_keys(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, key in value.items():
+            if not key:
+                raise ValueError(f"{name}: a shard key needs at least one field")
+            if sum(1 for d in key.values() if d == "hashed") > 1:
+                raise ValueError(f"{name}: a shard key has at most one hashed field")
         return value
 
     def require_connection(self) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from ..errors import (
     ConfigInvalidError,
     ExitCode,
     FileNotFoundMigrationError,
+    IrreversibleMigrationError,
     NotAppliedError,
     OutOfOrderError,
 )
@@ -38,6 +39,8 @@ class StatusRow:
     #: An applied background migration's own status (``pending``, ``running``, ``completed``,
     #: ``failed``...; ``unregistered`` when its state is gone): applied only registered it.
     background: str | None = None
+    #: ``baseline`` or the tool a record was imported from: mongoshift never ran it (forward-only).
+    origin: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -45,7 +48,9 @@ class StatusRow:
 
     @property
     def shown_state(self) -> str:
-        return f"{self.state} ({self.background})" if self.background else self.state
+        """``applied (running)`` for a background migration, ``applied (migrate-mongo)`` for an adopted record."""
+        note = self.background or (self.origin if self.state == "applied" else None)
+        return f"{self.state} ({note})" if note else self.state
 
 
 def status_verdict(rows: list[StatusRow]) -> tuple[ExitCode, str] | None:
@@ -102,7 +107,9 @@ def status_rows(
         if record is None:
             rows.append(StatusRow(f.name, "pending"))
             continue
-        row = StatusRow(f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error)
+        row = StatusRow(
+            f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error, origin=record.origin
+        )
         if record.status == "applied" and checksums and record.checksum:
             row.checksum = "ok" if f.checksum == record.checksum else "mismatch"
         rows.append(row)
@@ -268,6 +275,14 @@ def plan_down(
         if not selected:
             raise NotAppliedError(f"no applied migration in batch {batch}", batch=batch)
 
+    adopted = [r.name for r in selected if r.origin]
+    if adopted:
+        origins = sorted({r.origin or "" for r in selected if r.origin})
+        raise IrreversibleMigrationError(
+            f"cannot roll back migrations mongoshift never ran (origin {', '.join(origins)}): {', '.join(adopted)}; "
+            "imported and baseline records are forward-only (write a new migration that undoes them)",
+            files=adopted,
+        )
     by_name = {f.name: f for f in files}
     missing = [r.name for r in selected if r.name not in by_name]
     if missing:

@@ -126,6 +126,8 @@ class Background(BaseModel):
     max_conflict_retries: StrictInt = Field(default=3, ge=0, le=100)
     max_slice_failures: StrictInt = Field(default=3, ge=1, le=100)
     max_parallel: StrictInt = Field(default=1, ge=1, le=64)
+    #: On a collection planned by shard: lanes at once on one shard's partitions (docs/background.md, "Sharded clusters").
+    shard_concurrency: StrictInt = Field(default=1, ge=1, le=64)
     partitions: Partitions = Field(default_factory=Partitions)
     adaptive: Adaptive | Literal[False] = Field(default_factory=Adaptive)
     throttle: Callable[..., Any] | None = None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -262,8 +262,11 @@ class Versioning(_Strict):
         required = [self.field, self.revision_field] if self.min > 0 else []
         return properties, required
 
-    def index_declaration(self) -> IndexDeclaration:
-        return IndexDeclaration.model_validate({"keys": [[self.field, 1], ["_id", 1]]})
+    def index_declaration(self, shard_key: Sequence[tuple[str, int | str]] = ()) -> IndexDeclaration:
+        """``{version: 1, _id: 1}``; on a sharded collection ``{version, ...shard key, _id}``, so that
+        batches read one shard's key ranges through it."""
+        middle = [[f, d] for f, d in shard_key if f != "_id"]
+        return IndexDeclaration.model_validate({"keys": [[self.field, 1], *middle, ["_id", 1]]})
 
 
 def _touches(validator: Mapping[str, Any], field_name: str) -> bool:
@@ -369,15 +372,17 @@ class CollectionDeclaration(_Strict):
         """Whether the index list is declared at all: only then can undeclared indexes be pruned."""
         return self.indexes is not None
 
-    def version_index(self) -> IndexDeclaration | None:
+    def version_index(self, shard_key: Sequence[tuple[str, int | str]] = ()) -> IndexDeclaration | None:
         if self.versioning is None or not self.versioning.index:
             return None
-        return self.versioning.index_declaration()
+        return self.versioning.index_declaration(shard_key)
 
-    def index_specs(self) -> list[IndexSpec]:
-        """Every index converge manages here: the declared ones, then the version index unless one covers it."""
+    def index_specs(self, shard_key: Sequence[tuple[str, int | str]] = ()) -> list[IndexSpec]:
+        """Every index converge manages here: the declared ones, then the version index unless one covers it.
+
+        ``shard_key``: the collection's, when sharded (the version index then carries it)."""
         specs = [declared.spec() for declared in self.indexes or ()]
-        version = self.version_index()
+        version = self.version_index(shard_key)
         if version is not None:
             wanted = version.spec()
             if not any(s.same_identity(wanted, None) for s in specs):

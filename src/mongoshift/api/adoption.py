@@ -1,0 +1,168 @@
+"""Taking over an existing database: ``import`` another tool's history, ``baseline`` what is already there.
+
+Both record files applied without running them, through the one changelog
+writer, in one new batch, under the migration lock, and mark the records with
+their ``origin`` so that ``down`` and ``redo`` refuse them (exit 13): mongoshift
+never ran their ``up``, so it cannot vouch for their ``down``. The other tool's
+collection is only read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pymongo import ASCENDING
+
+from ..errors import TargetNotEmptyError
+from ..project.changelog import Changelog, ChangelogRecord
+from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool
+from ..project.loader import find, resolve_name
+from ..project.session import Session, open_session, warn_unlocked
+from ..project.settings import Settings
+
+BASELINE = "baseline"
+
+
+@dataclass
+class AdoptedRow:
+    """One file recorded applied: its mongoshift name, its name in the source, its time there."""
+
+    name: str
+    source_name: str | None = None
+    applied_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source_name": self.source_name,
+            "applied_at": self.applied_at.isoformat() if self.applied_at else None,
+        }
+
+
+@dataclass
+class AdoptionReport:
+    """What ``import`` or ``baseline`` recorded (or, with ``dry_run``, would record)."""
+
+    command: str
+    origin: str
+    batch: int | None
+    dry_run: bool
+    adopted: list[AdoptedRow] = field(default_factory=list)
+    #: Already applied in mongoshift's changelog: left as they are.
+    kept: list[str] = field(default_factory=list)
+    #: Source names a ``--map`` file left out on purpose.
+    left_out: list[str] = field(default_factory=list)
+    source: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "origin": self.origin,
+            "source": self.source,
+            "batch": self.batch,
+            "dry_run": self.dry_run,
+            "adopted": [row.to_json() for row in self.adopted],
+            "kept": self.kept,
+            "left_out": self.left_out,
+        }
+
+
+async def import_history(
+    settings: Settings,
+    tool_name: str,
+    *,
+    collection: str | None = None,
+    map_file: Path | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    no_lock: bool = False,
+    wait: float | None = None,
+) -> AdoptionReport:
+    """Adopt ``tool_name``'s changelog: every file it applied is recorded applied here, forward-only.
+
+    Refused with exit 17 when mongoshift's changelog holds records that no earlier import of this
+    same source wrote, unless ``force``; then those records are kept as they are.
+    """
+    source_tool = tool(tool_name)
+    mapping = read_map(map_file) if map_file is not None else {}
+    source_collection = collection or source_tool.collection
+    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait) as session:
+        if not dry_run:
+            warn_unlocked(no_lock)
+        cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])
+        entries = source_tool.applied([doc async for doc in cursor])
+        matched, left_out = match(source_tool, entries, session.files, mapping)
+        source = {"tool": source_tool.name, "collection": source_collection}
+        records = await session.changelog.records()
+        foreign = [name for name, r in records.items() if not _imported_from(r, source)]
+        if foreign and not force:
+            raise TargetNotEmptyError(
+                f"mongoshift's changelog already holds {len(foreign)} record(s) that this import did not write; "
+                "pass --force to import beside them (records already applied are kept as they are)",
+                records=len(foreign),
+            )
+        rows = [(m.file.name, m.entry) for m in matched]
+        report = await _adopt(session, records, rows, origin=source_tool.name, source=source, dry_run=dry_run)
+        report.command = "import"
+        report.left_out = left_out
+        report.source = source
+        return report
+
+
+def _imported_from(record: ChangelogRecord, source: dict[str, str]) -> bool:
+    written = record.extra.get("source")
+    return isinstance(written, dict) and all(written.get(k) == v for k, v in source.items())
+
+
+async def baseline(
+    settings: Settings,
+    to: str,
+    *,
+    dry_run: bool = False,
+    no_lock: bool = False,
+    wait: float | None = None,
+) -> AdoptionReport:
+    """Record every pending file up to ``to`` (inclusive) applied without running it; idempotent."""
+    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait) as session:
+        if not dry_run:
+            warn_unlocked(no_lock)
+        limit = find(session.files, resolve_name(to, settings.migrations_dir)).name
+        records = await session.changelog.records()
+        rows = [(f.name, None) for f in session.files if f.name <= limit]
+        report = await _adopt(session, records, rows, origin=BASELINE, source=None, dry_run=dry_run)
+        report.command = "baseline"
+        return report
+
+
+async def _adopt(
+    session: Session,
+    records: dict[str, ChangelogRecord],
+    rows: list[tuple[str, ForeignEntry | None]],
+    *,
+    origin: str,
+    source: dict[str, str] | None,
+    dry_run: bool,
+) -> AdoptionReport:
+    """Record each not-yet-applied file applied, one batch after the current maximum."""
+    kept = [name for name, _ in rows if name in records and records[name].status == "applied"]
+    todo = [(name, entry) for name, entry in rows if name not in kept]
+    batch = await session.changelog.next_batch() if todo else None
+    report = AdoptionReport("", origin, batch, dry_run, kept=kept)
+    files = {f.name: f for f in session.files}
+    for name, entry in todo:
+        applied_at = entry.applied_at if entry else None
+        report.adopted.append(AdoptedRow(name, entry.source_name if entry else None, applied_at))
+        if dry_run:
+            continue
+        assert batch is not None
+        session.check_stop(lambda reason: f"stopped ({reason}) after recording {len(report.adopted) - 1} file(s)")
+        source_fields = {**source, "name": entry.source_name} if source and entry else None
+        write = Changelog.adopted(
+            name, batch=batch, checksum=files[name].checksum, applied_at=applied_at, origin=origin,
+            run=session.run, source=source_fields,
+        )
+        await session.changelog.write(write)
+    return report

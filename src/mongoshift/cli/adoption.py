@@ -1,0 +1,74 @@
+"""``mongoshift import`` and ``mongoshift baseline``: taking over a database that already has a history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from .app import WAIT_HELP, confirm, global_options, output, run_async, settings
+
+if TYPE_CHECKING:
+    from ..api.adoption import AdoptionReport
+
+TOOLS = ("migrate-mongo", "beanie", "pymongo-migrate", "mongodb-migrations")
+
+
+@click.command(name="import")
+@click.option("--from", "tool", required=True, type=click.Choice(TOOLS), help="The tool whose changelog to adopt.")
+@click.option("--collection", metavar="NAME", help="The tool's changelog collection, when not its default.")
+@click.option("--map", "map_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML file: source name = mongoshift file (false: leave out).")
+@click.option("--dry-run", is_flag=True, help="Show what would be recorded; write nothing.")
+@click.option("--force", is_flag=True, help="Import although mongoshift's changelog already holds other records.")
+@click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
+@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@global_options
+def import_command(
+    tool: str, collection: str | None, map_file: Path | None, dry_run: bool, force: bool, no_lock: bool, wait: float | None
+) -> None:
+    """Record what another tool applied as applied here (forward-only); its collection is only read."""
+    from ..api.adoption import import_history  # start-up time: the API loads when a command runs
+
+    s = settings()
+    report = run_async(
+        lambda cancel: import_history(
+            s, tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, no_lock=no_lock, wait=wait
+        )
+    )
+    _render(report)
+
+
+@click.command()
+@click.option("--to", "to", required=True, metavar="NAME", help="The last file (inclusive) to mark applied.")
+@click.option("--dry-run", is_flag=True, help="Show what would be recorded; write nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
+@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@global_options
+def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | None) -> None:
+    """Mark every pending file up to NAME applied without running it (the database already has its changes)."""
+    from ..api.adoption import baseline as run_baseline  # start-up time: the API loads when a command runs
+
+    s = settings()
+    if not dry_run:
+        confirm(f"Mark every pending migration up to {to} applied without running it?", yes)
+    report = run_async(lambda cancel: run_baseline(s, to, dry_run=dry_run, no_lock=no_lock, wait=wait))
+    _render(report)
+
+
+def _render(report: AdoptionReport) -> None:
+    out = output()
+    if out.json_mode:
+        out.json(report.to_json())
+        return
+    if report.adopted:
+        rows = [(r.name, r.source_name or "", r.applied_at or "", report.batch) for r in report.adopted]
+        out.table(["migration", "source", "applied at", "batch"], rows)
+    verb = "would record" if report.dry_run else "recorded"
+    summary = f"{report.command}: {verb} {len(report.adopted)} file(s) applied (origin {report.origin})"
+    if report.kept:
+        summary += f", {len(report.kept)} already applied"
+    if report.left_out:
+        summary += f", {len(report.left_out)} left out by --map"
+    out.say(summary)

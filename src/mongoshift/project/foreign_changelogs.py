@@ -1,0 +1,177 @@
+"""Other migration tools' changelogs, read as "which file was applied, and when".
+
+``mongoshift import`` adopts another tool's history without touching it. Each
+tool keeps its own record shape (from its published source):
+
+* migrate-mongo: ``changelog``, one ``{fileName, appliedAt, migrationBlock[, fileHash]}``
+  per applied file (``down`` deletes it);
+* Beanie: ``migrations_log``, one ``{name, ts, is_current}`` each time a migration became
+  the current one; the files up to the current one (in name order) are applied;
+* pymongo-migrate: ``pymongo_migrate``, one ``{name, applied}`` per file, ``applied`` null
+  once downgraded;
+* mongodb-migrations: ``database_migrations``, one ``{migration_datetime, created_at}``
+  per applied file, named by the file's leading digits only.
+
+The file-name rule (docs/adoption.md): a source name matches the mongoshift file whose
+name, without ``.py``, equals the source name with its folder and extension dropped,
+lowercased, and every run of other characters than letters and digits turned into one
+``_`` (``20240101000000-add-users.js`` → ``20240101000000_add_users.py``). A
+mongodb-migrations record (digits only) matches the one file starting with those digits
+and ``_``. A ``--map`` file overrides the rule for the names it lists.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigInvalidError, FileNotFoundMigrationError
+from .loader import MigrationFile
+
+_EXTENSIONS = (".js", ".cjs", ".mjs", ".ts", ".py")
+
+
+@dataclass(frozen=True)
+class ForeignEntry:
+    """One file the other tool applied: its name there and when it ran (None: the tool keeps no time)."""
+
+    source_name: str
+    applied_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ForeignTool:
+    name: str
+    collection: str
+    #: The source name is only the digits that start a file name (mongodb-migrations).
+    prefix_only: bool = False
+
+    def applied(self, documents: Iterable[dict[str, Any]]) -> list[ForeignEntry]:
+        """The files this tool's records say are applied, each once, with its latest time."""
+        docs = list(documents)
+        if self.name == "beanie":
+            entries = _beanie(docs)
+        else:
+            name_key, time_key = _KEYS[self.name]
+            entries = [
+                ForeignEntry(str(doc[name_key]), _time(doc.get(time_key)))
+                for doc in docs
+                if isinstance(doc.get(name_key), (str, int))
+                and (self.name != "pymongo-migrate" or doc.get(time_key) is not None)
+            ]
+        latest: dict[str, ForeignEntry] = {}
+        for entry in entries:
+            seen = latest.get(entry.source_name)
+            if seen is None or (entry.applied_at and (seen.applied_at is None or entry.applied_at > seen.applied_at)):
+                latest[entry.source_name] = entry
+        return sorted(latest.values(), key=lambda e: e.source_name)
+
+
+_KEYS = {
+    "migrate-mongo": ("fileName", "appliedAt"),
+    "pymongo-migrate": ("name", "applied"),
+    "mongodb-migrations": ("migration_datetime", "created_at"),
+}
+
+TOOLS: dict[str, ForeignTool] = {
+    "migrate-mongo": ForeignTool("migrate-mongo", "changelog"),
+    "beanie": ForeignTool("beanie", "migrations_log"),
+    "pymongo-migrate": ForeignTool("pymongo-migrate", "pymongo_migrate"),
+    "mongodb-migrations": ForeignTool("mongodb-migrations", "database_migrations", prefix_only=True),
+}
+
+
+def _time(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
+
+
+def _beanie(docs: list[dict[str, Any]]) -> list[ForeignEntry]:
+    """Beanie logs each migration as it becomes current; what sorts after the current one was rolled back."""
+    current = [d["name"] for d in docs if d.get("is_current") is True and isinstance(d.get("name"), str)]
+    if not current:
+        return []
+    last = max(current)
+    return [ForeignEntry(d["name"], _time(d.get("ts"))) for d in docs if isinstance(d.get("name"), str) and d["name"] <= last]
+
+
+def tool(name: str) -> ForeignTool:
+    try:
+        return TOOLS[name]
+    except KeyError:
+        raise ConfigInvalidError(f"--from {name!r}: not a known tool (one of {', '.join(sorted(TOOLS))})") from None
+
+
+def normalised(source_name: str) -> str:
+    """The file-name rule: folder and extension dropped, lowercased, other characters → one ``_``."""
+    base = source_name.replace("\\", "/").rsplit("/", 1)[-1]
+    for extension in _EXTENSIONS:
+        if base.lower().endswith(extension):
+            base = base[: -len(extension)]
+            break
+    return re.sub(r"[^a-z0-9]+", "_", base.lower()).strip("_")
+
+
+def read_map(path: Path) -> dict[str, str | None]:
+    """A ``--map`` TOML file: ``"source name" = "mongoshift_file"`` (or ``false``: not imported on purpose)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigInvalidError(f"--map {path}: not a readable TOML file ({type(exc).__name__})") from None
+    mapping: dict[str, str | None] = {}
+    for key, value in data.items():
+        if value is False:
+            mapping[key] = None
+        elif isinstance(value, str) and value:
+            mapping[key] = value if value.endswith(".py") else value + ".py"
+        else:
+            raise ConfigInvalidError(f"--map {path}: {key!r} must map to a migration file name or false")
+    return mapping
+
+
+@dataclass(frozen=True)
+class Matched:
+    entry: ForeignEntry
+    file: MigrationFile
+
+
+def match(
+    tool_: ForeignTool, entries: list[ForeignEntry], files: list[MigrationFile], mapping: dict[str, str | None]
+) -> tuple[list[Matched], list[str]]:
+    """Each entry with its mongoshift file, and the source names left out on purpose (``false`` in the map).
+
+    An entry that matches no file is refused (exit 8): adopting only part of a history would
+    let ``up`` run an applied migration a second time under its new name.
+    """
+    by_name = {f.name: f for f in files}
+    by_key = {normalised(f.name): f for f in files}
+    matched: list[Matched] = []
+    left_out: list[str] = []
+    unmatched: list[str] = []
+    for entry in entries:
+        if entry.source_name in mapping:
+            target = mapping[entry.source_name]
+            if target is None:
+                left_out.append(entry.source_name)
+                continue
+            found = by_name.get(target)
+        elif tool_.prefix_only:
+            candidates = [f for f in files if f.name.startswith(f"{entry.source_name}_")]
+            found = candidates[0] if len(candidates) == 1 else None
+        else:
+            found = by_key.get(normalised(entry.source_name))
+        if found is None:
+            unmatched.append(entry.source_name)
+        else:
+            matched.append(Matched(entry, found))
+    if unmatched:
+        raise FileNotFoundMigrationError(
+            f"{len(unmatched)} applied {tool_.name} migration(s) match no file in the migrations folder: "
+            f"{', '.join(unmatched)}; add the files, or list them in a --map file (docs/adoption.md)",
+            unmatched=unmatched,
+        )
+    return matched, left_out

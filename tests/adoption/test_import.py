@@ -1,0 +1,230 @@
+"""``mongoshift import``: changelogs written by the other tools themselves, then status, up and down.
+
+migrate-mongo 14 (npm, run with node) and Beanie's own migration runner write their
+changelogs against the test server; mongoshift adopts them without touching them.
+pymongo-migrate and mongodb-migrations records are written in the shapes their
+published source writes (docs/adoption.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mongoshift.api.adoption import import_history
+from mongoshift.api.migrations import down, status as migration_status, up
+
+from ..cli.test_cli import cli, env
+from ..node_tools import NodePackages
+
+MARK = """
+def up(ctx):
+    ctx.db.marks.insert_one({{"file": "{name}"}})
+
+def down(ctx):
+    ctx.db.marks.delete_many({{"file": "{name}"}})
+"""
+
+MIGRATE_MONGO_CONFIG = """
+module.exports = {{
+  mongodb: {{ url: {uri}, databaseName: {db}, options: {{}} }},
+  migrationsDir: "migrations",
+  changelogCollectionName: "changelog",
+  lockCollectionName: "changelog_lock",
+  lockTtl: 0,
+  migrationFileExtension: ".js",
+  useFileHash: false,
+  moduleSystem: "commonjs",
+}};
+"""
+
+MIGRATE_MONGO_FILE = """
+module.exports = {{
+  async up(db) {{ await db.collection("seen_by_node").insertOne({{ file: {name} }}); }},
+  async down(db) {{ await db.collection("seen_by_node").deleteMany({{ file: {name} }}); }},
+}};
+"""
+
+
+def _add_marked(project, *names: str) -> None:  # type: ignore[no-untyped-def]
+    for name in names:
+        project.add(f"{name}.py", MARK.format(name=name))
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[type-arg]
+    assert result.stdout, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def migrate_mongo_history(node_packages: NodePackages, project, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """migrate-mongo 14 applies two files to the test database, as a Node team would have."""
+    folder = tmp_path / "node-project"
+    (folder / "migrations").mkdir(parents=True)
+    (folder / "migrate-mongo-config.js").write_text(
+        MIGRATE_MONGO_CONFIG.format(uri=json.dumps(project.uri), db=json.dumps(project.db))
+    )
+    for name in ("20240101000000-create-users.js", "20240102000000-add-Email-index.js"):
+        (folder / "migrations" / name).write_text(MIGRATE_MONGO_FILE.format(name=json.dumps(name)))
+    result = subprocess.run(
+        [str(node_packages.bin("migrate-mongo")), "up"], cwd=folder, env=node_packages.env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder
+
+
+async def test_migrate_mongo_changelog_is_adopted_then_up_runs_only_the_rest_and_down_refuses(
+    project, migrate_mongo_history, sync_client
+) -> None:  # type: ignore[no-untyped-def]
+    db = sync_client[project.db]
+    theirs = list(db.changelog.find({}, sort=[("_id", 1)]))
+    assert [d["fileName"] for d in theirs] == ["20240101000000-create-users.js", "20240102000000-add-Email-index.js"]
+    _add_marked(project, "20240101000000_create_users", "20240102000000_add_email_index", "20240103000000_add_roles")
+
+    dry = await import_history(project.settings(), "migrate-mongo", dry_run=True)
+    assert dry.dry_run and len(dry.adopted) == 2
+    assert db[_changelog()].count_documents({}) == 0  # a dry run writes nothing
+
+    report = _json(cli(project, "import", "--from", "migrate-mongo", "--json"))
+    assert [(r["name"], r["source_name"]) for r in report["adopted"]] == [
+        ("20240101000000_create_users.py", "20240101000000-create-users.js"),
+        ("20240102000000_add_email_index.py", "20240102000000-add-Email-index.js"),
+    ]
+    assert report["batch"] == 1
+    ours = {d["name"]: d for d in db[_changelog()].find()}
+    for doc in theirs:  # the times are the other tool's, to the millisecond
+        name = report["adopted"][theirs.index(doc)]["name"]
+        assert ours[name]["applied_at"] == doc["appliedAt"]
+        assert ours[name]["origin"] == "migrate-mongo" and ours[name]["status"] == "applied"
+    assert list(db.changelog.find({}, sort=[("_id", 1)])) == theirs  # the source is only read
+
+    again = await import_history(project.settings(), "migrate-mongo")  # a re-import is stable
+    assert again.adopted == [] and len(again.kept) == 2
+    assert {d["name"]: d["batch"] for d in db[_changelog()].find()} == {n: 1 for n in ours}
+
+    status = _json(cli(project, "status", "--json"))["migrations"]
+    assert [(r["state"], r["origin"]) for r in status] == [("applied", "migrate-mongo"), ("applied", "migrate-mongo"), ("pending", None)]
+
+    await up(project.settings())
+    assert [d["file"] for d in db.marks.find()] == ["20240103000000_add_roles"]  # only what migrate-mongo had not applied
+
+    await down(project.settings())  # mongoshift's own batch rolls back
+    for args in (["down"], ["dry-run", "down"]):  # the last batch left is the imported one
+        refused = cli(project, *args)
+        assert refused.returncode == 13, (args, refused.stderr)
+        assert "never ran" in refused.stderr
+    assert db[_changelog()].count_documents({"status": "applied"}) == 2
+
+
+def _changelog() -> str:
+    return "_mongoshift_migrations"
+
+
+BEANIE_FILE = """
+from beanie import Document, free_fall_migration
+
+
+class Note(Document):
+    title: str
+
+    class Settings:
+        name = "notes"
+
+
+class Forward:
+    @free_fall_migration(document_models=[Note])
+    async def seed(self, session):
+        await Note(title={title!r}).insert(session=session)
+
+
+class Backward:
+    @free_fall_migration(document_models=[Note])
+    async def unseed(self, session):
+        await Note.find(Note.title == {title!r}, session=session).delete(session=session)
+"""
+
+
+async def test_beanie_migration_log_is_adopted(project, tmp_path: Path, sync_client) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("beanie", reason="beanie is the optional 'beanie' extra")
+    folder = tmp_path / "beanie-migrations"
+    folder.mkdir()
+    for name in ("20240101000000_first_notes", "20240102000000_second_notes", "20240103000000_third_notes"):
+        (folder / f"{name}.py").write_text(textwrap.dedent(BEANIE_FILE.format(title=name)))
+    beanie = [sys.executable, "-m", "beanie.executors.migrate", "migrate", "-uri", project.uri, "-db", project.db, "-p", str(folder),
+              "--no-use-transaction"]
+    for args in ([], ["--backward", "-d", "1"]):  # all three forward, then the last one back
+        result = subprocess.run([*beanie, *args], env=env(), capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+    db = sync_client[project.db]
+    assert db.migrations_log.count_documents({"is_current": True, "name": "20240102000000_second_notes.py"}) == 1
+    _add_marked(project, "20240101000000_first_notes", "20240102000000_second_notes", "20240103000000_third_notes")
+
+    report = await import_history(project.settings(), "beanie")
+    assert [r.name for r in report.adopted] == ["20240101000000_first_notes.py", "20240102000000_second_notes.py"]
+    status = await migration_status(project.settings())
+    assert [r.state for r in status] == ["applied", "applied", "pending"]  # beanie rolled the third back
+    await up(project.settings())
+    assert [d["file"] for d in db.marks.find()] == ["20240103000000_third_notes"]
+    assert cli(project, "down", "--steps", "2").returncode == 13
+
+
+@pytest.mark.parametrize(
+    ("tool", "collection", "documents"),
+    [
+        # pymongo-migrate: one {name, applied} per file; applied is null once downgraded
+        ("pymongo-migrate", "pymongo_migrate", [
+            {"name": "20240101000000_a", "applied": datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)},
+            {"name": "20240102000000_b", "applied": None},
+        ]),
+        # mongodb-migrations: {migration_datetime: the file's leading digits, created_at}
+        ("mongodb-migrations", "database_migrations", [
+            {"migration_datetime": "20240101000000", "created_at": datetime.datetime(2024, 1, 1)},
+        ]),
+    ],
+)
+async def test_python_tools_record_shapes(project, sync_client, tool: str, collection: str, documents: list) -> None:  # type: ignore[no-untyped-def, type-arg]
+    sync_client[project.db][collection].insert_many(documents)
+    _add_marked(project, "20240101000000_a", "20240102000000_b")
+    report = (await import_history(project.settings(), tool)).to_json()
+    assert [r["name"] for r in report["adopted"]] == ["20240101000000_a.py"]
+    assert report["adopted"][0]["applied_at"].startswith("2024-01-01T00:00:00")
+
+
+def test_unmatched_names_are_refused_unless_mapped(project, sync_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = sync_client[project.db]
+    db.changelog.insert_many([
+        {"fileName": "20230101000000-old-name.js", "appliedAt": datetime.datetime(2023, 1, 1), "migrationBlock": 1},
+        {"fileName": "20230102000000-dropped.js", "appliedAt": datetime.datetime(2023, 1, 2), "migrationBlock": 1},
+    ])
+    _add_marked(project, "20230101000000_renamed")
+    refused = cli(project, "import", "--from", "migrate-mongo", "--json")
+    assert refused.returncode == 8
+    assert _json(refused)["error"]["details"]["unmatched"] == ["20230101000000-old-name.js", "20230102000000-dropped.js"]
+    assert db[_changelog()].count_documents({}) == 0
+    mapping = tmp_path / "map.toml"
+    mapping.write_text('"20230101000000-old-name.js" = "20230101000000_renamed"\n"20230102000000-dropped.js" = false\n')
+    report = _json(cli(project, "import", "--from", "migrate-mongo", "--map", str(mapping), "--json"))
+    assert [r["name"] for r in report["adopted"]] == ["20230101000000_renamed.py"]
+    assert report["left_out"] == ["20230102000000-dropped.js"]
+
+
+def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    _add_marked(project, "20240101000000_a", "20240102000000_b")
+    assert cli(project, "up", "--to", "20240101000000_a").returncode == 0
+    sync_client[project.db].mongo_changes.insert_many([
+        {"fileName": "20240101000000_a.js", "appliedAt": datetime.datetime(2024, 1, 1)},
+        {"fileName": "20240102000000_b.js", "appliedAt": datetime.datetime(2024, 1, 2)},
+    ])
+    refused = cli(project, "import", "--from", "migrate-mongo", "--collection", "mongo_changes", "--json")
+    assert refused.returncode == 17 and _json(refused)["error"]["kind"] == "target_not_empty"
+    report = _json(cli(project, "import", "--from", "migrate-mongo", "--collection", "mongo_changes", "--force", "--json"))
+    assert report["kept"] == ["20240101000000_a.py"] and [r["name"] for r in report["adopted"]] == ["20240102000000_b.py"]
+    assert report["batch"] == 2  # after the current maximum
+    records = {d["name"]: d for d in sync_client[project.db][_changelog()].find()}
+    assert "origin" not in records["20240101000000_a.py"]

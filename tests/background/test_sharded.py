@@ -1,0 +1,177 @@
+"""Background migrations with a shard key: the targeted read and write paths on the embedded server.
+
+The embedded server is not sharded, so the key comes from the ``shard_keys`` setting (a real
+mongos is read from ``config``; see test_sharded_cluster.py). The filters, the hint, the keyset
+cursor, the key in every guarded write and the ``shard-key-changed`` guard all run for real, and
+the result must be the same documents the untargeted path writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bson import Int64
+from pymongo import AsyncMongoClient, monitoring
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.batch import apply_batch
+from mongoshift.background.job import Job
+from mongoshift.project.run import CancelSignal
+from mongoshift.schema.background import Background
+
+from ..conftest import TEST_CLIENT_OPTIONS
+
+FILE = '''
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    doc["label"] = f"{{doc['n']}}-{{type(doc.get('tenant')).__name__}}"
+    doc["n"] = float(doc["n"]) if doc["n"] % 5 == 0 else doc["n"]  # same value, other type: not a key change
+    if doc["n"] == 13:
+        doc["tenant"] = "moved"
+    return doc
+
+background = Background(
+    collection="{collection}",
+    from_version=1,
+    to_version=2,
+    migrate=migrate,
+    batch_size=7,
+    pause_ms=0,
+    max_parallel=2,
+    max_document_errors=1,
+    partitions={{"min_partition_docs": 10}},
+)
+'''
+
+TENANTS: list[Any] = ["acme", "globex", 3, 7.5, None, "<missing>", Int64(2**53 + 1), "acme"]
+
+
+async def _seed(collection: Any, n: int, key: list[tuple[str, Any]] | None) -> None:
+    docs = []
+    for i in range(n):
+        doc: dict[str, Any] = {"_id": i, "n": i, "__v": 1, "__rev": 1}
+        tenant = TENANTS[i % len(TENANTS)]
+        if tenant != "<missing>":
+            doc["tenant"] = tenant
+        docs.append(doc)
+    await collection.insert_many(docs)
+    await collection.create_index(key or [("__v", 1), ("_id", 1)])
+
+
+def _configure(project: Any) -> None:
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    with project.config.open("a", encoding="utf-8") as out:
+        out.write("[mongoshift.shard_keys]\npeople = { tenant = 1, n = 1 }\n")
+
+
+async def test_targeted_paths_write_what_the_untargeted_path_writes(project, db) -> None:  # type: ignore[no-untyped-def]
+    _configure(project)
+    await _seed(db.people, 120, [("__v", 1), ("tenant", 1), ("n", 1), ("_id", 1)])
+    await _seed(db.plain, 120, None)
+    project.add("0001_people.py", FILE.format(collection="people"))
+    project.add("0002_plain.py", FILE.format(collection="plain"))
+    settings = project.settings()
+    await command.up(settings)
+    reports = {r.name: r for r in await bg.run(settings, ["0001_people.py", "0002_plain.py"], concurrency=2)}
+    assert {name: r.status for name, r in reports.items()} == {"0001_people.py": "completed", "0002_plain.py": "completed"}
+
+    # Each document read once: the key ranges tile the key space across types (null, missing, numbers, strings).
+    assert reports["0001_people.py"].totals["scanned"] == 120
+    rows = await bg.partitions(settings, "0001_people.py")
+    assert len(rows) > 1
+    stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
+    assert all(p["scope"].get("ranges") and p["scope"]["key"] == [["tenant", 1], ["n", 1]] for p in stored)
+
+    people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
+    plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
+    # The same documents, value for value, but the one whose key the transform changed: only a
+    # collection with a shard key refuses that (the plain one has none to guard).
+    assert [d for d in people if d["_id"] != 13] == [d for d in plain if d["_id"] != 13]
+    assert all(type(a["n"]) is type(b["n"]) for a, b in zip(people, plain))
+    moved = next(d for d in people if d["_id"] == 13)
+    assert moved["__v"] == 1 and moved.get("tenant") != "moved"  # refused, left as it was
+    assert sum(1 for d in people if d["__v"] == 2) == 119
+    (status,) = await bg.status(settings, "0001_people.py")
+    assert status.totals["failed"] == 1
+
+
+async def test_every_guarded_write_carries_the_shard_key(mongo_uri, db) -> None:  # type: ignore[no-untyped-def]
+    await _seed(db.people, 12, None)
+    seen: list[dict[str, Any]] = []
+
+    class Updates(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command_name == "update":
+                seen.extend(u["q"] for u in event.command["updates"])
+
+        def succeeded(self, event: Any) -> None: ...
+
+        def failed(self, event: Any) -> None: ...
+
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri, event_listeners=[Updates()], **TEST_CLIENT_OPTIONS)
+    try:
+        coll = client[db.name].people
+        spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda d, c: {**d, "x": 1})
+        job = Job("0001_x.py", spec, "forward", 1, 1, 2, spec.migrate, None, None, [], shard_key=("tenant", "n"))
+        docs = await coll.find({}, sort=[("_id", 1)]).to_list(None)
+        result = await apply_batch(job, docs, coll, job.context("0", CancelSignal()))
+    finally:
+        await client.close()
+    assert result.migrated == 12
+    assert len(seen) == 12 and all("tenant" in q and "n" in q for q in seen)
+    missing = next(q for q in seen if q["_id"] == 5)
+    assert missing["tenant"] is None  # a missing key field is null to the shard key
+
+
+async def test_a_changed_shard_key_is_a_document_error_numbers_compared_by_value(db) -> None:  # type: ignore[no-untyped-def]
+    await _seed(db.people, 4, None)
+
+    def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        if doc["_id"] == 0:
+            doc["tenant"] = "other"
+        elif doc["_id"] == 2:
+            doc["tenant"] = Int64(3)  # was int 3: the same key
+        elif doc["_id"] == 3:
+            doc["tenant"] = 7.5  # was 7.5: unchanged
+        return doc
+
+    spec = Background(collection="people", from_version=1, to_version=2, migrate=migrate, max_document_errors=5)
+    job = Job("0001_x.py", spec, "forward", 1, 1, 2, migrate, None, None, [], shard_key=("tenant",))
+    docs = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
+    result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    assert [(e.id, e.reason) for e in result.errors] == [(0, "shard-key-changed")]
+    assert "tenant" in result.errors[0].error and "other" not in result.errors[0].error  # names the field, never the value
+    assert result.migrated == 3
+    assert (await db.people.find_one({"_id": 0}))["tenant"] == "acme"
+
+
+async def test_shard_concurrency_caps_the_lanes_on_one_shard(db) -> None:  # type: ignore[no-untyped-def]
+    from bson import MaxKey, MinKey
+
+    from mongoshift.background.model import Scope
+    from mongoshift.background.store import BackgroundStore
+
+    store = BackgroundStore(db, "_bg")
+    await store.ensure_shard_slots()  # what the coordinator does when it plans by shard
+    assert "lease_shard_slot" in [i["name"] async for i in await store.partitions.list_indexes()]
+    state = await store.register("m", collection="people", spec={}, checksum="x", direction="forward", by="t")
+    key = (("n", 1),)
+
+    def scope(shard: str, low: Any, high: Any) -> dict[str, Any]:
+        return {"scope": Scope(None, shard=shard, key=key, ranges=(((low,), (high,)),)).to_document(), "estimate": 1}
+
+    plan = [scope("s0", MinKey(), 10), scope("s0", 10, 20), scope("s0", 20, 30), scope("s1", 30, MaxKey())]
+    assert await store.adopt_plan(state, plan, estimate=4, method="shard-key", new_pass=True, layout={"uuid": None, "epoch": None})
+    state = await store.state("m")
+    assert state is not None
+
+    async def claim(owner: str, cap: int) -> Any:
+        return await store.claim(state, slots=list(range(4)), owner=owner, ttl_ms=60_000, shard_concurrency=cap)
+
+    first, second = await claim("a", 1), await claim("b", 1)
+    assert first and second and {first[1].scope.shard, second[1].scope.shard} == {"s0", "s1"}
+    assert await claim("c", 1) is False  # s0 still has open partitions, but its one lane is taken
+    third = await claim("c", 2)
+    assert third and third[1].scope.shard == "s0"  # a cap of two lets a second lane on s0

@@ -1,0 +1,202 @@
+"""``background dry-run --validate``: the server judges each previewed write in a transaction that is always aborted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mongoshift import api
+from mongoshift.errors import ExitCode, TransactionsUnsupportedError
+
+from ..cli.test_cli import cli
+from ..conftest import fail_command
+from .conftest import seed
+from .test_preview import database_hash
+
+NAME = "0001_names.py"
+
+FILE = '''
+from mongoshift import Background
+
+{body}
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, batch_size=50, pause_ms=0)
+'''
+
+PLAIN = '''
+def migrate(doc, ctx):
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    doc["n"] = doc["n"] * 10
+    doc["tag"] = "t0" if doc["n"] == 20 else "t" + str(doc["n"])
+    return doc
+'''
+
+
+def transform(body: str) -> str:
+    return FILE.format(body=body)
+
+
+async def test_the_validator_and_a_unique_index_refuse_their_documents_and_nothing_stays(project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 5)
+    # n > 35 after the rewrite (n=4 -> 40) fails the validator; n=2 takes tag "t0", which n=0 wrote first: a duplicate
+    await db.command({"collMod": "people", "validator": {"$jsonSchema": {"properties": {"n": {"bsonType": "int", "maximum": 35}}}}})
+    await db.people.create_index("tag", unique=True, sparse=True)
+    project.add(NAME, transform(PLAIN))
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=5, validate=True)
+    assert await database_hash(db) == before  # the transaction was aborted: no trace
+    status = {row.id: (row.validation.status, row.validation.reason) for row in preview.rows if row.validation}
+    assert status[0] == ("ok", None) and status[1] == ("ok", None) and status[3] == ("ok", None)
+    assert status[4] == ("failed", "document failed validation (121)")
+    assert status[2][0] == "failed" and "11000" in (status[2][1] or "") and "t0" not in (status[2][1] or "")  # value masked
+    assert preview.invalid == 2 and preview.refusals == []
+    assert preview.rows[0].validation is not None and preview.rows[0].validation.to_json()["status"] == "ok"
+
+
+SIDE = '''
+async def migrate(doc, ctx):
+    await ctx.db.audit.insert_one({"of": doc["_id"]}, session=ctx.session)
+    await ctx.db.people.find_one({"_id": doc["_id"]})
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+'''
+
+
+async def test_a_side_insert_into_an_ordinary_collection_is_allowed_and_leaves_no_trace(project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 3)
+    await db.audit.insert_one({"_id": "existing"})
+    project.add(NAME, transform(SIDE))
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=3, validate=True)
+    assert await database_hash(db) == before
+    assert preview.refusals == []
+    for row in preview.rows:
+        assert row.validation is not None and row.validation.status == "ok"
+        assert row.validation.operations == [
+            {"operation": "find_one", "collection": "people", "count": 1},
+            {"operation": "insert_one", "collection": "audit", "count": 1},
+        ]
+        assert row.validation.side_effects == {"audit.inserted": 1}
+
+
+REFUSING = '''
+from pymongo import WriteConcern
+from pymongo.read_preferences import ReadPreference
+
+async def migrate(doc, ctx):
+    try:
+        {op}
+    except Exception:
+        pass  # caught: the sandbox reports it all the same
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+'''
+
+REFUSED = [
+    ("drop", "await ctx.db.people.drop()"),
+    ("create_index", "await ctx.db.people.create_index('x')"),
+    ("get_database", "await ctx.client['elsewhere'].things.insert_one({}, session=ctx.session)"),
+    ("get_collection", "await ctx.db['_mongoshift_migrations'].find_one({})"),
+    ("get_collection", "await ctx.db['system.views'].find_one({})"),
+    ("aggregate $out", "await ctx.db.people.aggregate([{'$out': 'copy'}])"),
+    ("aggregate $merge", "await ctx.db.people.aggregate([{'$merge': {'into': 'copy'}}])"),
+    ("with_options", "await ctx.db.people.with_options(write_concern=WriteConcern(w=0)).insert_one({})"),
+    ("get_collection", "await ctx.db.get_collection('people', read_preference=ReadPreference.SECONDARY).find_one({})"),
+    ("command", "await ctx.db.command('ping')"),
+    ("start_session", "ctx.client.start_session()"),
+    ("commit_transaction", "await ctx.session.commit_transaction()"),
+]
+
+
+@pytest.mark.parametrize(("operation", "code"), REFUSED, ids=[f"{i}-{op}" for i, (op, _) in enumerate(REFUSED)])
+async def test_each_refused_operation_is_reported_even_when_caught(project, db, operation, code) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 1)
+    project.add(NAME, transform(REFUSING.replace("{op}", code)))
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=1, validate=True)
+    assert await database_hash(db) == before
+    assert [r.operation for r in preview.refusals] == [operation]
+    assert preview.rows[0].validation is not None and preview.rows[0].validation.status == "ok"  # the transform went on
+
+
+STEP = '''
+from mongoshift import Background
+
+async def step(ctx):
+    start = ctx.checkpoint or 0
+    cursor = ctx.db.people.find({"_id": {"$gte": start}}).sort("_id", 1).batch_size(2)
+    doc = await cursor.next()  # left open on purpose
+    await ctx.db.people.update_one({"_id": doc["_id"]}, {"$set": {"__v": 2}}, session=ctx.session)
+    return {"checkpoint": doc["_id"] + 1, "done": doc["_id"] >= 1}
+
+background = Background(collection="people", from_version=1, to_version=2, step=step)
+'''
+
+
+async def test_a_step_migration_runs_k_steps_in_one_aborted_transaction(project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 4)
+    project.add("0001_step.py", STEP)
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), "0001_step.py", validate=True, steps=5)
+    assert await database_hash(db) == before
+    assert preview.stopped == "done" and preview.steps is not None and len(preview.steps) == 2
+    first, second = preview.steps
+    assert (first.done, first.checkpoint, second.checkpoint) == (False, 1, 2)
+    assert first.operations == [{"operation": "find", "collection": "people", "count": 1}, {"operation": "update_one", "collection": "people", "count": 1}]
+    assert first.side_effects == {"people.matched": 1, "people.modified": 1}
+    assert first.open_cursors == 1
+    (image,) = second.images
+    assert image["before"]["__v"] == 1 and image["after"]["__v"] == 2 and image["before"]["_id"] == 1
+    one = await api.preview_background(project.settings(), "0001_step.py", validate=True)
+    assert one.stopped == "steps" and one.steps is not None and len(one.steps) == 1
+
+
+async def test_a_server_without_transactions_is_a_clear_error(project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 1)
+    project.add(NAME, transform(PLAIN))
+    message = "Transaction numbers are only allowed on a replica set member or mongos"
+    # a random sample is read with aggregate, outside the transaction; the first find is the transaction's
+    async with fail_command(client, {"times": 1}, failCommands=["find"], errorCode=20, errorMessage=message):
+        with pytest.raises(TransactionsUnsupportedError, match="without --validate") as caught:
+            await api.preview_background(project.settings(), NAME, sample=1, validate=True)
+    assert caught.value.exit_code == ExitCode.TRANSACTIONS_UNSUPPORTED
+
+
+def test_the_command_exit_codes_and_json(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    sync_client[project.db].people.insert_many([{"_id": i, "first": "A", "last": "B", "n": i, "__v": 1, "__rev": 1} for i in range(2)])
+    project.add(NAME, transform(PLAIN))
+    clean = cli(project, "background", "dry-run", NAME, "--first", "2", "--validate", "--json")
+    assert clean.returncode == 0, clean.stderr
+    body = json.loads(clean.stdout)["preview"]
+    assert body["validated"] is True and body["refused"] == [] and body["documents"][0]["validation"]["status"] == "ok"
+    project.add(NAME, transform(REFUSING.replace("{op}", "await ctx.db.people.drop()")))
+    refused = cli(project, "background", "dry-run", NAME, "--first", "1", "--validate", "--json")
+    assert refused.returncode == ExitCode.SANDBOX_REFUSED
+    assert json.loads(refused.stdout)["preview"]["refused"] == [{"operation": "drop", "target": "the collection people", "reason": "not on the sandbox's allow-list"}]
+    plain = cli(project, "background", "dry-run", NAME, "--first", "1", "--validate")
+    assert plain.returncode == ExitCode.SANDBOX_REFUSED and "refused\tdrop" in plain.stdout and "validation\tok" in plain.stdout
+    assert cli(project, "background", "dry-run", NAME, "--steps", "2").returncode == ExitCode.CONFIG_INVALID
+
+
+PIPELINE = """
+from mongoshift import Background
+
+background = Background(
+    collection="people", from_version=1, to_version=2, batch_size=50, pause_ms=0,
+    pipeline=[{"$set": {"n": {"$multiply": ["$n", 10]}}}],
+)
+"""
+
+
+async def test_a_pipeline_is_validated_by_the_server_and_nothing_stays(project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 5)
+    await db.command({"collMod": "people", "validator": {"$jsonSchema": {"properties": {"n": {"bsonType": "int", "maximum": 35}}}}})
+    project.add(NAME, PIPELINE)
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=5, validate=True)
+    assert await database_hash(db) == before
+    status = {row.id: row.validation.status for row in preview.rows if row.validation}
+    assert status == {0: "ok", 1: "ok", 2: "ok", 3: "ok", 4: "failed"}  # n=4 -> 40 breaks the validator
+    assert preview.invalid == 1
