@@ -48,6 +48,7 @@ class ExitCode(IntEnum):
     BACKGROUND_FILE_CHANGED = 38
     COLLECTION_CLASH = 39
     AUDIT_WARNINGS = 40
+    URI_UNAVAILABLE = 41
     SECOND_SIGNAL = 130
 
 
@@ -262,6 +263,13 @@ class CollectionsDriftError(MongoshiftError):
 
     exit_code = ExitCode.COLLECTIONS_DRIFT
     kind = "collections_drift"
+
+
+class UriUnavailableError(MongoshiftError):
+    """``uri_command`` or ``uri_factory`` gave no connection string (failed, timed out, printed none)."""
+
+    exit_code = ExitCode.URI_UNAVAILABLE
+    kind = "uri_unavailable"
 
 
 class AuthFailedError(MongoshiftError):

@@ -125,12 +125,16 @@ def test_secret_uri_parts_are_masked_in_errors_json_and_the_changelog(project) -
 def test_init_with_a_password_keeps_it_out_of_the_config_file(project) -> None:  # type: ignore[no-untyped-def]
     project.config.unlink()
     uri = "mongodb://deploy:init-hunter6@db.internal.example:27017/?authSource=admin&proxyPassword=init-hunter7"
-    result = cli(project, "init", "--uri", uri, "--db", "app")
+    result = cli(project, "init", "--uri", uri, "--db", "app", "--json")
     assert result.returncode == 0, result.stderr
     text = project.config.read_text(encoding="utf-8")
     assert "init-hunter6" not in text and "init-hunter7" not in text
     assert "db.internal.example:27017" in text and "authSource=admin" in text
+    # the file points to where the credentials go, right above the uri it wrote
+    assert "# environment variable MONGOSHIFT_URI (or in a .env file git ignores), which overrides it.\nuri = " in text
     assert "MONGOSHIFT_URI" in result.stderr
+    said = json.loads(result.stdout)
+    assert said["uri_secrets_removed"] == ["password", "proxyPassword"] and said["uri_env"] == "MONGOSHIFT_URI"
     assert "init-hunter6" not in result.stdout + result.stderr
 
 
@@ -139,6 +143,7 @@ def test_init_without_a_password_writes_the_uri_as_given(project) -> None:  # ty
     result = cli(project, "init", "--uri", "mongodb://db.internal.example:27017/?replicaSet=rs0", "--db", "app")
     assert result.returncode == 0
     assert 'uri = "mongodb://db.internal.example:27017/?replicaSet=rs0"' in project.config.read_text(encoding="utf-8")
+    assert "not written here" not in project.config.read_text(encoding="utf-8")
     assert "MONGOSHIFT_URI" not in result.stderr
 
 
@@ -163,6 +168,33 @@ def test_a_password_from_the_environment_is_not_warned_about(project) -> None:  
     assert result.returncode in (5, 35)
     assert "password" not in result.stderr.lower().replace("wrong user, password", "")
     assert "env-hunter9" not in result.stderr + result.stdout
+
+
+def test_a_failing_uri_command_or_factory_is_exit_41_and_shows_no_secret(project) -> None:  # type: ignore[no-untyped-def]
+    script = (
+        "import sys; print('mongodb://deploy:cmd-hunter11@db.example:27017'); "
+        "print('vault: denied for token=cmd-hunter12', file=sys.stderr); sys.exit(3)"
+    )
+    project.config.write_text(
+        f'[mongoshift]\nuri_command = {json.dumps([sys.executable, "-c", script])}\ndb = "{project.db}"\nmigrations_dir = "migrations"\n',
+        encoding="utf-8",
+    )
+    by_command = cli(project, "status", "--json")
+    assert by_command.returncode == 41, by_command.stderr
+    error = json.loads(by_command.stdout)["error"]
+    assert error["kind"] == "uri_unavailable" and "exited with code 3" in error["message"] and "vault: denied" in error["message"]
+
+    (project.root / "failing_source.py").write_text(
+        "def mongo_uri():\n    raise RuntimeError('cannot use mongodb://deploy:fac-hunter13@db.example:27017')\n", encoding="utf-8"
+    )
+    project.config.write_text(
+        f'[mongoshift]\nuri_factory = "failing_source:mongo_uri"\ndb = "{project.db}"\nmigrations_dir = "migrations"\n', encoding="utf-8"
+    )
+    by_factory = cli(project, "status")
+    assert by_factory.returncode == 41 and "failing_source:mongo_uri" in by_factory.stderr and "RuntimeError" in by_factory.stderr
+    seen = everything(by_command, by_factory)
+    for word in ("cmd-hunter11", "cmd-hunter12", "fac-hunter13"):
+        assert word not in seen, word
 
 
 # ---------------------------------------------------------------- item 15: refused credentials

@@ -83,6 +83,40 @@ def test_down_selectors(tmp_path: Path) -> None:
         plan_down(fs[:2], records)
 
 
+def test_ordered_up_waits_for_every_earlier_file_a_failed_one_included(tmp_path: Path) -> None:
+    fs = files(tmp_path, 3)
+    failed = ChangelogRecord(fs[0].name, "failed", batch=1)
+    with pytest.raises(OutOfOrderError) as raised:
+        plan_up(fs, {fs[0].name: failed}, target=fs[2].name, ordered=True)
+    assert raised.value.details["blocked_by"] == [fs[0].name, fs[1].name]
+    records = {fs[0].name: applied(fs[0], 1, 0), fs[1].name: applied(fs[1], 1, 1)}
+    assert [s.name for s in plan_up(fs, records, target=fs[2].name, ordered=True).steps] == [fs[2].name]
+    assert plan_up(fs, records, target=fs[1].name, ordered=True).skipped[0][0] == fs[1].name  # a replayed job
+    with pytest.raises(ConfigInvalidError):
+        plan_up(fs, records, ordered=True)  # --ordered needs a FILE
+
+
+def test_ordered_up_keeps_the_out_of_order_policy_a_plain_single_file_run_ignores(tmp_path: Path) -> None:
+    fs = files(tmp_path, 3)
+    records = {fs[0].name: applied(fs[0], 1, 0), fs[2].name: applied(fs[2], 1, 1)}
+    with pytest.raises(OutOfOrderError):
+        plan_up(fs, records, target=fs[1].name, ordered=True, out_of_order="error")
+    assert "out of order" in plan_up(fs, records, target=fs[1].name, ordered=True).warnings[0]
+
+
+def test_ordered_down_only_from_the_end_of_the_line(tmp_path: Path) -> None:
+    fs = files(tmp_path, 3)
+    records = {f.name: applied(f, 1, i) for i, f in enumerate(fs[:2])}
+    records[fs[2].name] = ChangelogRecord(fs[2].name, "reverted", batch=1)  # not applied: does not block
+    with pytest.raises(OutOfOrderError) as raised:
+        plan_down(fs, records, target=fs[0].name, ordered=True)
+    assert raised.value.details["blocked_by"] == [fs[1].name]
+    assert [s.name for s in plan_down(fs, records, target=fs[1].name, ordered=True).steps] == [fs[1].name]
+    assert [s.name for s in plan_down(fs, records, target=fs[0].name).steps] == [fs[0].name]  # without --ordered
+    with pytest.raises(ConfigInvalidError):
+        plan_down(fs, records, ordered=True)
+
+
 @given(st.lists(st.booleans(), min_size=1, max_size=12))
 def test_up_then_everything_is_applied(flags: list[bool]) -> None:
     """Whatever is applied already, up selects exactly the rest, in order."""

@@ -96,8 +96,12 @@ async def _plan(
     strict: bool | None = None,
     batch: int | None = None,
     steps: int | None = None,
+    ordered: bool = False,
 ) -> Plan:
-    """The selection of ``up``/``down`` and of their dry runs: one function, so they cannot diverge."""
+    """The selection of ``up``/``down`` and of their dry runs: one function, so they cannot diverge.
+
+    ``batch`` selects a batch for ``down``; for ``up`` it is only the label the run records
+    (see :func:`up`), so it plays no part in the selection."""
     settings = session.settings
     target = _bare(settings, target)
     to = _bare(settings, to)
@@ -110,9 +114,18 @@ async def _plan(
             to=to,
             force=force,
             strict=settings.strict if strict is None else strict,
-            out_of_order="allow" if target else settings.out_of_order,
+            out_of_order="allow" if target and not ordered else settings.out_of_order,
+            ordered=ordered,
         )
-    return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to)
+    return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered)
+
+
+def _check_batch_label(batch: int | None, step: bool) -> None:
+    """``up --batch N`` names the one batch of the run: it cannot also give each file its own."""
+    if batch is not None and batch < 1:
+        raise ConfigInvalidError("--batch must be at least 1")
+    if batch is not None and step:
+        raise ConfigInvalidError("--batch and --step cannot be combined: --step gives each file its own batch")
 
 
 def _run_options(observers: Iterable[Observer], client: AsyncMongoClient[Any] | None) -> dict[str, Any]:
@@ -124,12 +137,14 @@ def _bare(settings: Settings, name: str | None) -> str | None:
     return None if name is None else resolve_name(name, settings.migrations_dir)
 
 
-async def _execute(session: Session, command: str, plan: Plan, *, batch_per_step: bool = False) -> RunReport:
+async def _execute(
+    session: Session, command: str, plan: Plan, *, batch_per_step: bool = False, batch: int | None = None
+) -> RunReport:
     from ..runner.executor import Executor  # start-up time: see the note at the top
 
     report = RunReport(command, session.run.run_id, warnings=list(plan.warnings))
     session.events.observers.append(lambda event: report.logs.append(event) if event.kind == "log" else None)
-    batch = await session.changelog.next_batch()
+    batch = batch or await session.changelog.next_batch()
     executor = Executor(session)
     try:
         report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
@@ -157,8 +172,14 @@ async def up(
     confirm: Confirm | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
+    batch: int | None = None,
+    ordered: bool = False,
 ) -> RunReport:
     """Apply pending migrations (or one FILE), in name order.
+
+    ``batch`` records the run in batch N instead of a new one (a label, not a reservation),
+    so several single-file runs form one rollback unit; ``ordered`` refuses FILE while an
+    earlier file is not applied (:func:`~mongoshift.runner.plan.plan_up`).
 
     A bulk run (no FILE, no ``to``) ends with a converge of the declared
     collections under the same lock when ``converge`` (default: the
@@ -167,6 +188,7 @@ async def up(
     """
     if converge and (target or to):
         raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
+    _check_batch_label(batch, step)
     converge_after = bool(settings.converge_after_up if converge is None else converge) and not (target or to)
     from ..project.declarations import declarations_by_name  # start-up time: see the note at the top
 
@@ -176,8 +198,8 @@ async def up(
         settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations, command="up", **_run_options(observers, client)
     ) as session:
         warn_unlocked(no_lock)
-        plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict)
-        report = await _execute(session, "up", plan, batch_per_step=step)
+        plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
+        report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
         if declarations is not None and not report.waiting:
             from ..converge.run import converge_in_session  # start-up time: see the note at the top
 
@@ -201,11 +223,12 @@ async def down(
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
+    ordered: bool = False,
 ) -> RunReport:
-    """Roll back the last batch, or what a selector names."""
+    """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="down", **_run_options(observers, client)) as session:
         warn_unlocked(no_lock)
-        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to)
+        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
         return await _execute(session, "down", plan)
 
 
@@ -272,6 +295,7 @@ async def dry_run(
     step: bool = False,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
+    ordered: bool = False,
 ) -> DryRunReport:
     """What the real command would do, refused exactly as it would refuse; no lock, no writes.
 
@@ -283,9 +307,11 @@ async def dry_run(
     from ..background.line import BackgroundSteps  # start-up time: see the note at the top
     from ..runner.executor import Executor
 
+    if direction == "up":
+        _check_batch_label(batch, step)
     async with open_session(settings, take_lock=False, **_run_options(observers, client)) as session:
-        plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps)
-        next_batch = await session.changelog.next_batch() if direction == "up" else None
+        plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, ordered=ordered)
+        next_batch = (batch or await session.changelog.next_batch()) if direction == "up" else None
         would_run, waiting = await Executor(session).preview(plan)
         rows = []
         for index, item in enumerate(would_run):

@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-GLOBAL_KEYS = ("uri", "db", "dir", "config", "json", "verbose", "quiet", "log_format")
+GLOBAL_KEYS = ("uri", "db", "dir", "config", "env_file", "no_env", "json", "verbose", "quiet", "log_format")
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -35,19 +35,19 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+def _file_option(flag: str, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(flag, type=click.Path(dir_okay=False, path_type=Path), help=help_text, callback=_store, expose_value=False)
+
+
 def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The connection and output flags, accepted before or after the command name."""
     options = [
         click.option("--uri", help="MongoDB connection string (MONGOSHIFT_URI).", callback=_store, expose_value=False),
         click.option("--db", help="Database name (MONGOSHIFT_DB).", callback=_store, expose_value=False),
         click.option("--dir", help="Migrations folder (MONGOSHIFT_MIGRATIONS_DIR).", callback=_store, expose_value=False),
-        click.option(
-            "--config",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml).",
-            callback=_store,
-            expose_value=False,
-        ),
+        _file_option("--config", "Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml)."),
+        _file_option("--env-file", "Read this .env file (default: .env next to the project file, when there is one)."),
+        click.option("--no-env", is_flag=True, help="Read no .env file.", callback=_store, expose_value=False),
         click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
         click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
         click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.", callback=_store, expose_value=False),
@@ -86,18 +86,42 @@ def settings() -> Settings:
     out = output()  # logging is configured before anything runs
     obj = options()
     flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
-    loaded = load_settings(flags, config_path=obj.get("config"))
+    if obj.get("no_env") and obj.get("env_file"):
+        raise ConfigInvalidError("--env-file and --no-env cannot be combined")
+    env_file = False if obj.get("no_env") else obj.get("env_file")
+    loaded = load_settings(flags, config_path=obj.get("config"), env_file=env_file)
     if not obj.get("secrets_checked"):
         obj["secrets_checked"] = True
-        _warn_secrets_in_file(out, obj.get("config"))
+        _export_env_file(env_file)
+        _warn_secrets_in_file(out)
     return loaded
 
 
-def _warn_secrets_in_file(out: Output, config_path: Path | None) -> None:
-    """A project file is committed: a password in its ``uri`` is a leak waiting to happen."""
-    from ..project.settings import find_project_file, read_project_file  # start-up time: see settings()
+def _project_file() -> Path | None:
+    from ..project.settings import find_project_file  # start-up time: see settings()
 
-    path = config_path or (Path(os.environ["MONGOSHIFT_CONFIG"]) if os.environ.get("MONGOSHIFT_CONFIG") else find_project_file(Path.cwd()))
+    config_path: Path | None = options().get("config")
+    return config_path or (Path(os.environ["MONGOSHIFT_CONFIG"]) if os.environ.get("MONGOSHIFT_CONFIG") else find_project_file(Path.cwd()))
+
+
+def _export_env_file(env_file: Path | Literal[False] | None) -> None:
+    """The CLI is the process: like a shell that sources the ``.env``, it hands every variable
+    of the file to the code it runs (migrations, hooks, uri_command, uri_factory), never over
+    one already set. (``api.load_settings`` only reads the file's settings.)"""
+    from ..project.env_file import read_env_file  # start-up time: see settings()
+    from ..project.settings import env_file_path
+
+    path = env_file_path(_project_file(), Path.cwd(), env_file)
+    if path is not None:
+        for name, value in read_env_file(path).items():
+            os.environ.setdefault(name, value)
+
+
+def _warn_secrets_in_file(out: Output) -> None:
+    """A project file is committed: a password in its ``uri`` is a leak waiting to happen."""
+    from ..project.settings import read_project_file  # start-up time: see settings()
+
+    path = _project_file()
     if path is None:
         return
     uri = read_project_file(path).get("uri")

@@ -59,7 +59,9 @@ def init(force: bool) -> None:
             "set the full URI in MONGOSHIFT_URI (environment or a .env file kept out of git), which overrides the file"
         )
     if out.json_mode:
-        out.json({"config": str(path), "migrations_dir": obj.get("dir") or "migrations"})
+        out.json(
+            {"config": str(path), "migrations_dir": obj.get("dir") or "migrations", "uri_secrets_removed": secrets, "uri_env": "MONGOSHIFT_URI"}
+        )
     else:
         out.say(f"created {path.name} and {obj.get('dir') or 'migrations'}/")
 
@@ -88,6 +90,10 @@ def create(name: str, template: Path | None, background_: bool) -> None:
 
 # ---------------------------------------------------------------- the line
 
+BATCH_LABEL_HELP = "Record the run in batch N (an existing one joins it): single-file runs that share N roll back together."
+ORDERED_UP_HELP = "With FILE: refuse while a file that sorts before it is not applied (a queue driving files one by one)."
+ORDERED_DOWN_HELP = "With FILE: refuse while a migration that sorts after it is still applied."
+
 def _render_report(report: api.RunReport) -> None:
     out = output()
     for warning in report.warnings:
@@ -113,6 +119,8 @@ def _render_report(report: api.RunReport) -> None:
 @click.option("--to", "to", metavar="NAME", help="Apply pending migrations up to NAME (inclusive).")
 @click.option("--step", is_flag=True, help="One batch per migration, so 'down' rolls back one at a time.")
 @click.option("--force", is_flag=True, help="Run FILE again even though it is applied.")
+@click.option("--batch", "label", type=click.IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
+@click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--strict", is_flag=True, default=None, help="Refuse to run if an applied file changed on disk.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
@@ -122,7 +130,8 @@ def _render_report(report: api.RunReport) -> None:
 )
 @global_options
 def up(
-    file: str | None, to: str | None, step: bool, force: bool, yes: bool, strict: bool | None, no_lock: bool, wait: float | None, converge: bool | None
+    file: str | None, to: str | None, step: bool, force: bool, label: int | None, ordered: bool, yes: bool, strict: bool | None,
+    no_lock: bool, wait: float | None, converge: bool | None,
 ) -> None:
     """Apply pending migrations, or FILE alone."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
@@ -136,7 +145,7 @@ def up(
     report = run_async(
         lambda cancel: api.up(
             s, target=file, to=to, step=step, force=force, strict=strict or None, no_lock=no_lock, wait=wait, cancel=cancel,
-            converge=converge, yes=yes, confirm=ask,
+            converge=converge, yes=yes, confirm=ask, batch=label, ordered=ordered,
         )
     )
     _render_report(report)
@@ -147,16 +156,17 @@ def up(
 @click.option("--batch", type=click.IntRange(min=1), help="Roll back every migration of batch N.")
 @click.option("--steps", type=click.IntRange(min=1), help="Roll back the N most recently applied migrations.")
 @click.option("--to", "to", metavar="NAME", help="Roll back everything applied after NAME (exclusive).")
+@click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @global_options
-def down(file: str | None, batch: int | None, steps: int | None, to: str | None, no_lock: bool, wait: float | None) -> None:
+def down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, no_lock: bool, wait: float | None) -> None:
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
 
     s = settings()
     report = run_async(
-        lambda cancel: api.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel)
+        lambda cancel: api.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel, ordered=ordered)
     )
     _render_report(report)
 
@@ -264,13 +274,21 @@ def _render_dry(report: api.DryRunReport) -> None:
 @click.option("--step", is_flag=True)
 @click.option("--force", is_flag=True)
 @click.option("--strict", is_flag=True, default=None, help="Refuse, as 'up --strict' would, if an applied file changed on disk.")
+@click.option("--batch", "label", type=click.IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
+@click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
 @global_options
-def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None) -> None:
+def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None, label: int | None, ordered: bool) -> None:
     """What 'up' would apply."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
 
     s = settings()
-    _render_dry(run_async(lambda cancel: api.dry_run(s, "up", target=file, to=to, step=step, force=force, strict=strict or None)))
+    _render_dry(
+        run_async(
+            lambda cancel: api.dry_run(
+                s, "up", target=file, to=to, step=step, force=force, strict=strict or None, batch=label, ordered=ordered
+            )
+        )
+    )
 
 
 @dry_run.command(name="down")
@@ -278,13 +296,14 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 @click.option("--batch", type=click.IntRange(min=1))
 @click.option("--steps", type=click.IntRange(min=1))
 @click.option("--to", "to", metavar="NAME")
+@click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
 @global_options
-def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None) -> None:
+def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool) -> None:
     """What 'down' would roll back."""
     from ..api import migrations as api  # start-up time: the API loads when a command runs
 
     s = settings()
-    _render_dry(run_async(lambda cancel: api.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to)))
+    _render_dry(run_async(lambda cancel: api.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to, ordered=ordered)))
 
 
 # ---------------------------------------------------------------- the lock

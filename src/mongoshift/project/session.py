@@ -35,6 +35,7 @@ from .own_collections import check_own_collections
 from .run import CancelSignal, RunInfo, run_info
 from .server_errors import from_pymongo
 from .settings import Settings
+from .uri_source import resolve_uri
 
 log = logging.getLogger("mongoshift")
 
@@ -136,8 +137,9 @@ async def open_session(
     """
     files = discover(settings.migrations_dir) if with_files else []
     own = client is None
-    if client is None:
-        client = await connect(settings)
+    if own:
+        settings = await resolve_uri(settings)  # uri_command / uri_factory: fetched once per run
+    client = client or await connect(settings)
     cancel = cancel or CancelSignal()
     db = client[settings.require_db()]
     run = run_info(settings, run_id)

@@ -1,19 +1,22 @@
 """Settings and where they come from.
 
 Precedence, highest first: command-line flags, ``MONGOSHIFT_*`` environment
-variables, the project file (``mongoshift.toml`` or ``[tool.mongoshift]`` in
+variables, the ``MONGOSHIFT_*`` lines of a ``.env`` file next to the project file
+(:mod:`.env_file`), the project file (``mongoshift.toml`` or ``[tool.mongoshift]`` in
 ``pyproject.toml``, found in the working directory or named by ``--config``),
-then the defaults below. Every value is validated; an error names the key and
-the source it came from, so a bad environment value fails closed instead of
-silently falling back to a default.
+then the defaults below. ``uri``, ``uri_command`` and ``uri_factory`` are one
+setting given three ways: the highest source that gives one of them wins. Every
+value is validated; an error names the key and the source it came from, so a bad
+environment value fails closed instead of silently falling back to a default.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shlex
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +33,7 @@ from pydantic import (
 from ..errors import ConfigInvalidError
 from ..schema.collections import CollectionDeclaration
 from ..schema.validation import declared_name, loc_path
+from .env_file import read_env_file
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
@@ -44,12 +48,21 @@ ENV_ALIASES: dict[str, str] = {
 }
 
 
+#: The ways to give the connection string; one source gives at most one of them.
+URI_SOURCES = ("uri", "uri_command", "uri_factory")
+
+
 class Settings(BaseModel):
     """Resolved, validated settings of one project."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     uri: str | None = None
+    #: A program (an argument list, no shell) whose stdout is the URI, run when a command connects.
+    uri_command: list[str] | None = Field(default=None, min_length=1)
+    #: ``"package.module:function"`` returning the URI (sync or async), called when a command connects.
+    uri_factory: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+    uri_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     db: str | None = Field(default=None, pattern=r"^[^/\\. \"$]{1,63}$")
     migrations_dir: Path = Path("migrations")
     changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME, validate_default=True)
@@ -106,6 +119,17 @@ class Settings(BaseModel):
                     raise ValueError(f"{other} already uses the collection {name!r}: each needs its own")
         return value
 
+    @field_validator("uri_command", mode="before")
+    @classmethod
+    def _command_words(cls, value: object) -> object:
+        """From the environment (text), the program and its arguments split as a shell would, without running one."""
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"not a valid list of words ({exc})") from None
+        return value
+
     @field_validator("uri")
     @classmethod
     def _uri_scheme(cls, value: str | None) -> str | None:
@@ -135,7 +159,7 @@ class Settings(BaseModel):
         """The URI and database, or a clear error for commands that connect."""
         if not self.uri:
             raise ConfigInvalidError(
-                "no server given: pass --uri, set MONGOSHIFT_URI, or put uri in mongoshift.toml"
+                "no server given: pass --uri, set MONGOSHIFT_URI, or put uri (or uri_command, uri_factory) in mongoshift.toml"
             )
         if not self.db:
             raise ConfigInvalidError(
@@ -244,14 +268,61 @@ def read_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
+def env_file_path(project_file: Path | None, cwd: Path, env_file: Path | Literal[False] | None) -> Path | None:
+    """The ``.env`` to read: ``env_file`` when named (it must exist), none when ``False``, else
+    ``.env`` next to the project file (the working directory without one) if it is there."""
+    if env_file is False:
+        return None
+    if env_file is not None:
+        return env_file
+    default = (project_file.parent if project_file is not None else cwd) / ".env"
+    return default if default.exists() else None
+
+
+def read_env_settings(path: Path) -> dict[str, str]:
+    """The settings a ``.env`` file gives: its ``MONGOSHIFT_*`` lines (other names are the
+    application's own). A ``MONGOSHIFT_*`` name that is no setting is a typo: refused, as an
+    unknown key of the project file is."""
+    values = read_env_file(path)
+    known = {env_name(key) for key in FIELDS}
+    unknown = sorted(n for n in values if n.startswith("MONGOSHIFT_") and n not in known)
+    if unknown:
+        raise ConfigInvalidError(
+            f"env file {path}: {', '.join(unknown)} is not a mongoshift setting"
+            + (" (the project file is chosen before the .env is read: use --config)" if "MONGOSHIFT_CONFIG" in unknown else ""),
+            file=str(path),
+        )
+    return read_environment(values)
+
+
+def _layer(merged: dict[str, Any], sources: dict[str, str], values: Mapping[str, Any], source: Callable[[str], str]) -> None:
+    """Put one source's values over the lower ones; a URI given here replaces any way a lower source gave it."""
+    given = [key for key in URI_SOURCES if values.get(key) is not None]
+    if len(given) > 1:
+        where = ", ".join(dict.fromkeys(source(k) for k in given))
+        raise ConfigInvalidError(f"{where}: set only one of {', '.join(given)} (the connection string, given one way)")
+    if given:
+        for key in URI_SOURCES:
+            merged.pop(key, None)
+            sources.pop(key, None)
+    for key, value in values.items():
+        if value is not None:
+            merged[key], sources[key] = value, source(key)
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     *,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    env_file: Path | Literal[False] | None = None,
 ) -> Settings:
-    """Merge defaults, project file, environment and flags, then validate once."""
+    """Merge defaults, project file, ``.env``, environment and flags, then validate once.
+
+    ``env_file``: the ``.env`` to read (it must exist); ``False`` reads none; by default the
+    ``.env`` next to the project file, when there is one. Only its ``MONGOSHIFT_*`` lines are
+    used here, and nothing is written to ``os.environ`` (the CLI exports the rest itself)."""
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else cwd
     merged: dict[str, Any] = {}
@@ -268,14 +339,13 @@ def load_settings(
         values = read_project_file(path)
         wrong = file_type_problems(values)
         problems += [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
-        for key, value in values.items():
-            if key not in wrong:  # reported once above; the rest is still validated
-                merged[key], sources[key] = value, str(path)
-    for key, value in read_environment(environ).items():
-        merged[key], sources[key] = value, env_name(key)
-    for key, value in (flags or {}).items():
-        if value is not None:
-            merged[key], sources[key] = value, "--" + key.replace("_", "-")
+        # wrong ones are reported once above; the rest is still validated
+        _layer(merged, sources, {k: v for k, v in values.items() if k not in wrong}, lambda key: str(path))
+    dotenv = env_file_path(path, cwd, env_file)
+    if dotenv is not None:
+        _layer(merged, sources, read_env_settings(dotenv), lambda key: f"{env_name(key)} in {dotenv}")
+    _layer(merged, sources, read_environment(environ), env_name)
+    _layer(merged, sources, flags or {}, lambda key: "--" + key.replace("_", "-"))
 
     # The default collections folder sits next to the project file, as the relative paths
     # written in it do; it stays "not set" so that its absence is not an error.

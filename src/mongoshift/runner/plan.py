@@ -162,7 +162,13 @@ def plan_up(
     force: bool = False,
     strict: bool = False,
     out_of_order: Literal["warn", "error", "allow"] = "warn",
+    ordered: bool = False,
 ) -> Plan:
+    """What ``up`` applies. ``ordered`` (a queue driving one FILE at a time): refuse the file
+    while a file that sorts before it is not applied, and judge it by ``out_of_order`` as a
+    bulk run would, so the files of a line still apply in name order."""
+    if ordered and not target:
+        raise ConfigInvalidError("--ordered applies to one named FILE; name it")
     if target and to:
         raise ConfigInvalidError("give either a FILE or --to, not both")
     if force and not target:
@@ -174,6 +180,8 @@ def plan_up(
         record = records.get(item.name)
         if record is not None and record.status == "applied" and not force:
             return Plan([], warnings, skipped=[(item.name, "already applied (use --force to run it again)")])
+        if ordered:
+            warnings += _ordered_up(files, records, item.name, out_of_order)
         return Plan([Step(item, "up", record)], warnings)
 
     pending = [f for f in files if (records.get(f.name) is None or records[f.name].status != "applied")]
@@ -181,16 +189,37 @@ def plan_up(
         limit = find(files, to).name
         pending = [f for f in pending if f.name <= limit]
 
-    late, latest = sorts_before_applied([f.name for f in pending], records)
-    if late and out_of_order == "error":
+    warnings += _out_of_order([f.name for f in pending], records, out_of_order)
+    return Plan([Step(f, "up", records.get(f.name)) for f in pending], warnings)
+
+
+def _out_of_order(pending: list[str], records: dict[str, ChangelogRecord], policy: Literal["warn", "error", "allow"]) -> list[str]:
+    """The ``out_of_order`` policy over the files a run would apply: raise (``error``) or the warnings."""
+    late, latest = sorts_before_applied(pending, records)
+    if late and policy == "error":
         raise OutOfOrderError(
             f"pending migrations sort before the latest applied one ({latest}): {', '.join(late)}; "
             "apply them one by one with 'up FILE', or set out_of_order = \"warn\"",
             files=late,
         )
-    if late and out_of_order == "warn":
-        warnings.extend(f"{name} is applied out of order (it sorts before {latest})" for name in late)
-    return Plan([Step(f, "up", records.get(f.name)) for f in pending], warnings)
+    if late and policy == "warn":
+        return [f"{name} is applied out of order (it sorts before {latest})" for name in late]
+    return []
+
+
+def _ordered_up(
+    files: list[MigrationFile], records: dict[str, ChangelogRecord], name: str, policy: Literal["warn", "error", "allow"]
+) -> list[str]:
+    """``up FILE --ordered``: every file that sorts before ``name`` must be applied (a failed one blocks too)."""
+    earlier = [f.name for f in files if f.name < name and (records.get(f.name) is None or records[f.name].status != "applied")]
+    if earlier:
+        raise OutOfOrderError(
+            f"{name} waits for earlier migrations that are not applied: {', '.join(earlier)} "
+            "(--ordered applies files in name order; apply those first)",
+            file=name,
+            blocked_by=earlier,
+        )
+    return _out_of_order([name], records, policy)
 
 
 def plan_down(
@@ -201,10 +230,15 @@ def plan_down(
     batch: int | None = None,
     steps: int | None = None,
     to: str | None = None,
+    ordered: bool = False,
 ) -> Plan:
+    """What ``down`` rolls back. ``ordered``: refuse FILE while a migration that sorts after it
+    is still applied, so a queue undoes a line from its end only."""
     chosen = [x for x in (target, batch, steps, to) if x is not None]
     if len(chosen) > 1:
         raise ConfigInvalidError("FILE, --batch, --steps and --to are mutually exclusive")
+    if ordered and target is None:
+        raise ConfigInvalidError("--ordered applies to one named FILE; name it")
     applied = _applied(records)
 
     if target is not None:
@@ -212,6 +246,14 @@ def plan_down(
         record = records.get(name)
         if record is None or record.status != "applied":
             raise NotAppliedError(f"{name} is not applied", file=name)
+        later = sorted(r.name for r in applied if r.name > name)
+        if ordered and later:
+            raise OutOfOrderError(
+                f"{name} cannot be rolled back while later migrations are applied: {', '.join(later)} "
+                "(--ordered rolls back from the end of the line; roll those back first)",
+                file=name,
+                blocked_by=later,
+            )
         selected = [record]
     elif to is not None:
         name = to if to.endswith(".py") else to + ".py"

@@ -53,9 +53,10 @@ background = Background(
 )
 '''
 
-CONFIG_TEMPLATE = '''# mongoshift settings; environment variables (MONGOSHIFT_URI, MONGOSHIFT_DB, ...)
-# and command-line flags override them. Keep passwords out of this file: put the
-# full URI (with credentials) in MONGOSHIFT_URI.
+CONFIG_TEMPLATE = '''# mongoshift settings; environment variables (MONGOSHIFT_URI, MONGOSHIFT_DB, ...),
+# a .env file next to this one and command-line flags override them. Keep passwords
+# out of this file: put the full URI (with credentials) in MONGOSHIFT_URI, or fetch it
+# at run time with uri_command = ["program", "arg"] or uri_factory = "package.module:function".
 [mongoshift]
 $uri_line
 $db_line
@@ -72,6 +73,20 @@ def _toml_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+CREDENTIALS_NOTE = (
+    "# The credentials of this URI are not written here: set the full URI in the\n"
+    "# environment variable MONGOSHIFT_URI (or in a .env file git ignores), which overrides it.\n"
+)
+
+
+def _uri_line(uri: str | None) -> str:
+    """The ``uri`` line; a URI that held credentials loses them and points to where they go."""
+    if not uri:
+        return '# uri = "mongodb://localhost:27017"'
+    kept = without_secrets(uri)
+    return (CREDENTIALS_NOTE if kept != uri else "") + f"uri = {_toml_string(kept)}"
+
+
 def write_config(directory: Path, *, uri: str | None, db: str | None, migrations_dir: str, force: bool) -> Path:
     """Write mongoshift.toml and create the migrations folder.
 
@@ -81,7 +96,7 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
     if target.exists() and not force:
         raise ConfigFileExistsError(f"{target.name} already exists (use --force to overwrite it)")
     text = string.Template(CONFIG_TEMPLATE).substitute(
-        uri_line=f"uri = {_toml_string(without_secrets(uri))}" if uri else '# uri = "mongodb://localhost:27017"',
+        uri_line=_uri_line(uri),
         db_line=f"db = {_toml_string(db)}" if db else '# db = "myapp"',
         migrations_dir=migrations_dir.replace("\\", "/"),
     )
