@@ -35,7 +35,7 @@ background = Background(
 '''
 
 RUNS = 3
-DOCS = 600
+DOCS = 1200
 
 
 async def _leases(db, count: int, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]

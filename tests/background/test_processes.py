@@ -39,18 +39,18 @@ def wait_for_migrated(collection, count: int, proc: subprocess.Popen[str], timeo
 
 
 async def test_two_processes_with_four_lanes_each_rewrite_every_document_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    await seed(db.people, 20_000)
+    await seed(db.people, 8_000)
     fast_project.add(
-        "0001_names.py", background_file(batch_size=250, max_parallel=8, extra="partitions={'min_partition_docs': 250},")
+        "0001_names.py", background_file(batch_size=100, max_parallel=8, extra="partitions={'min_partition_docs': 100},")
     )
     assert cli(fast_project, "up").returncode == 0
     procs = [start(fast_project, "background", "run", "0001_names", "--concurrency", "4", "--json") for _ in range(2)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
-    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 20_000  # revision +1: rewritten exactly once
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 8_000  # revision +1: rewritten exactly once
     assert await db.people.count_documents({"__rev": {"$ne": 2}}) == 0
     report = json.loads(outputs[0][0])["background"][0]
-    assert report["status"] == "completed" and report["totals"]["migrated"] == 20_000
+    assert report["status"] == "completed" and report["totals"]["migrated"] == 8_000
     partitions = db["_mongoshift_background_partitions"]
     assert await partitions.count_documents({"lease": {"$exists": True}}) == 0  # every lease released
     processes = {who async for p in partitions.find() for who in p.get("claimed_by", [])}

@@ -76,6 +76,11 @@ class Lane:
             shard_concurrency=spec.shard_concurrency,
         )
         if claimed is None:
+            # No open partition. While another runner's lanes hold some, they come back open at their
+            # slice ends: ask for a share of them, or that runner re-claims them for ever.
+            held = await engine.store.leases_by_runner(state.name)
+            if any(count for runner, count in held.items() if runner != engine.runner):
+                return SliceResult("busy")
             return SliceResult("exhausted")
         if claimed is False:
             return SliceResult("busy")
