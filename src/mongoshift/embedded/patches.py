@@ -84,6 +84,7 @@ def _patch_change_streams() -> None:
     from mongoshift.embedded import change_streams
 
     change_streams.patch_wire()
+    change_streams.patch_update_events()
 
 
 def _patch_int64_cursor_ids() -> None:
