@@ -147,7 +147,9 @@ def test_two_runs_at_once_never_both_apply(project, sync_client) -> None:  # typ
 
 
 def test_kill_9_leaves_a_lock_that_unlock_or_the_ttl_clears(project, sync_client) -> None:  # type: ignore[no-untyped-def]
-    project.write_config(lock_ttl_seconds=3)
+    # 30 s: the held-lock checks below must run before the dead run's lock expires, also when a
+    # loaded machine takes seconds to start each command.
+    project.write_config(lock_ttl_seconds=30)
     project.add("0001_slow.py", SLOW.format(name="slow", seconds=60))
     victim = start(project, "up")
     locks = sync_client[project.db]["_mongoshift_locks"]
@@ -163,7 +165,8 @@ def test_kill_9_leaves_a_lock_that_unlock_or_the_ttl_clears(project, sync_client
     assert cli(project, "unlock", "--yes").returncode == 0
     assert locks.count_documents({}) == 0
 
-    # The TTL path: kill again and let the lock expire on its own.
+    # The TTL path: kill again and let the lock expire on its own (a short TTL for this run).
+    project.write_config(lock_ttl_seconds=3)
     victim = start(project, "up")
     wait_for(lambda: locks.count_documents({}) == 1 and sync_client[project.db].marks.count_documents({}) == 2)
     victim.send_signal(signal.SIGKILL)
