@@ -320,19 +320,22 @@ class _GuardedUpdates:
         self.revision_field = revision_field
         self.shard_key = tuple(shard_key)
 
-    def _guard(self, doc: dict[str, Any]) -> dict[str, Any]:
-        key = dict(zip(self.shard_key, key_values(doc, self.shard_key))) if self.shard_key else None
-        return guard(doc, self.version_field, self.revision_field, key)
+    def _guards(self) -> list[dict[str, Any]]:
+        """Each owner's guard; the shard key's values join it only on a sharded collection (a hot loop)."""
+        version_field, revision_field, shard_key = self.version_field, self.revision_field, self.shard_key
+        if not shard_key:
+            return [guard(doc, version_field, revision_field) for doc in self.owners]
+        return [guard(doc, version_field, revision_field, dict(zip(shard_key, key_values(doc, shard_key)))) for doc in self.owners]
 
     def _add_to_bulk(self, bulk: Any) -> None:
         ops = getattr(bulk, "ops", None)
         if _UPDATE_OP is None or not isinstance(ops, list):
-            for doc, update in zip(self.owners, self.updates):
-                UpdateOne(self._guard(doc), update)._add_to_bulk(bulk)
+            for filter_, update in zip(self._guards(), self.updates):
+                UpdateOne(filter_, update)._add_to_bulk(bulk)
             return
         ops += [
-            (_UPDATE_OP, {"q": self._guard(doc), "u": update, "multi": False, "upsert": False})
-            for doc, update in zip(self.owners, self.updates)
+            (_UPDATE_OP, {"q": filter_, "u": update, "multi": False, "upsert": False})
+            for filter_, update in zip(self._guards(), self.updates)
         ]
 
 
