@@ -249,7 +249,7 @@ class MongoshiftTasks:
         try:
             report = _run(api.converge(self.settings(), yes=bool(yes)))
         except MongoshiftError as exc:
-            return {"error": exc.to_json() | {"message": api.redact(exc.message)}}
+            return {"success": False, "error": {"code": int(exc.exit_code), "kind": exc.kind, "message": api.redact(exc.message)}}
         return report.to_json()
 
     def _verify(self, task: Task, reopen: bool = False) -> list[dict[str, Any]]:
