@@ -64,9 +64,9 @@ class Worker:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)  # a warm shutdown: a task that ended is acknowledged
             try:
-                self.process.wait(timeout=15)
+                self.process.wait(timeout=5)  # a solo worker on AMQP lingers ~10 s closing its connection
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -101,7 +101,22 @@ class Harness:
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()
+        queue = self.env["MS_CELERY_QUEUE"]
+        with self.app.connection_for_write() as connection:  # the test's queue goes with it (RabbitMQ keeps it otherwise)
+            connection.default_channel.queue_delete(queue)
+        if self.env["MS_CELERY_BROKER"].startswith("redis://"):
+            forget_redis_queue(queue)
         self.app.close()
+
+
+def forget_redis_queue(queue: str) -> None:
+    """Remove a test's queue and kombu's bindings of it from the Redis database of the suite."""
+    import redis
+
+    with redis.Redis(host=REDIS[0], port=REDIS[1], db=REDIS_DB) as client:
+        stale = list(client.scan_iter(match=f"*{queue}*"))
+        if stale:
+            client.delete(*stale)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REDIS, REDIS_DB, need
+from .conftest import REDIS, REDIS_DB, forget_redis_queue, need
 
 pytestmark = pytest.mark.celery
 
@@ -55,4 +55,5 @@ def test_the_example_runs_as_written(tmp_path: Path, mongo_uri: str, db_name: st
         worker.terminate()
         worker.wait(timeout=30)
         log.close()
+        forget_redis_queue(queue)
         sync_client.drop_database(db_name)

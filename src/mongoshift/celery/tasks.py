@@ -147,6 +147,7 @@ class MongoshiftTasks:
             "max_retries": None,
             "autoretry_for": (),
             "typing": False,  # the payload is validated by its model, with a better message
+            "shared": False,  # on this app only: another app of the process gets its own registration
         }
 
         def run(task: Task, *args: Any, **kwargs: Any) -> Any:  # a plain function: Celery binds the task to it
