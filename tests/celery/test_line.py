@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mongoshift.celery import LineResult
+from mongoshift.errors import MigrationTimeoutError
 
 pytestmark = pytest.mark.celery
 
@@ -75,6 +76,9 @@ def test_enqueuing_twice_runs_once(redis_harness, project, sync_client) -> None:
     second = redis_harness.tasks.enqueue_up()
     assert first.names == names
     assert second.names == [] and second.dropped == names and second.wait() == []
+    with pytest.raises(MigrationTimeoutError) as late:  # no worker yet: the bound names what is still queued
+        first.wait(timeout=0.5)
+    assert late.value.exit_code == 14 and late.value.details["unfinished"] == names
     redis_harness.worker("-P", "solo")
     assert [r.outcome for r in first.wait(timeout=90)] == ["applied"] * 5
     assert [d["name"] for d in sync_client[project.db].steps.find().sort("after", 1)] == names

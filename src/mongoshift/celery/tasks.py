@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from celery import Celery, Task, group
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, GroupResult
 
 from .. import api
@@ -69,7 +70,7 @@ class LineGroup:
             return []
         try:
             values = self.result.join(timeout=timeout, propagate=False, interval=interval)
-        except TimeoutError:
+        except (TimeoutError, CeleryTimeoutError):
             unfinished = [n for n, r in zip(self.names, self.result.results, strict=True) if not r.ready()]
             raise MigrationTimeoutError(
                 f"the line's tasks did not all end within {timeout:g}s: {', '.join(unfinished)} still queued or running",
