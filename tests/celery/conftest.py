@@ -84,6 +84,7 @@ class Harness:
             MS_CELERY_BROKER=broker,
             MS_CELERY_BACKEND=f"redis://{REDIS[0]}:{REDIS[1]}/{REDIS_DB}",
             MS_CELERY_CONFIG=str(project.config),
+            MS_CELERY_EVENTS=str(tmp_path / "events.log"),
             PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
         )
         self.app, self.tasks = make_app(self.env)
@@ -94,6 +95,11 @@ class Harness:
         started = Worker(self.env, self.tmp_path / f"worker-{len(self.workers)}.log", list(pool or ("-P", "solo")))
         self.workers.append(started)
         return started
+
+    def events(self) -> list[tuple[str, str, str]]:
+        """What the workers' observer saw: (kind, migration, run id) per event."""
+        path = Path(self.env["MS_CELERY_EVENTS"])
+        return [tuple(line.split(" ")) for line in path.read_text().splitlines()] if path.exists() else []  # type: ignore[misc]
 
     def logs(self) -> str:
         return "\n".join(w.tail() for w in self.workers)

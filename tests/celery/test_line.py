@@ -49,6 +49,8 @@ def test_an_up_of_five_applies_them_in_order_once(redis_harness, project, sync_c
     assert {records[n]["batch"] for n in names} == {1}  # one batch: one rollback unit
     assert all(r.run_id and r.run_id == records[r.name]["run_id"] for r in results)  # the run id of the record
     assert all(isinstance(r, LineResult) and r.group == line.group for r in results)
+    ended = [(migration, run_id) for kind, migration, run_id in redis_harness.events() if kind == "migration_end"]
+    assert sorted(ended) == sorted((r.name, r.run_id) for r in results)  # the observers given to register() saw each run
 
 
 def test_a_failing_third_blocks_the_fourth_and_fifth(redis_harness, project, sync_client) -> None:  # type: ignore[no-untyped-def]

@@ -64,3 +64,8 @@ def test_registration_refuses_what_a_worker_could_not_use() -> None:
         register(Celery("x", set_as_current=False), prefix="not a name")
     with pytest.raises(ConfigInvalidError, match="settings must be"):
         register(Celery("x", set_as_current=False), settings=42)  # type: ignore[arg-type]
+
+    async def awaited(event: object) -> None: ...
+
+    with pytest.raises(ConfigInvalidError, match="observers"):
+        register(Celery("x", set_as_current=False), observers=[awaited])

@@ -14,6 +14,16 @@ from celery import Celery
 from mongoshift.celery import BackgroundOptions, LineOptions, MongoshiftTasks, register
 
 
+def event_log(path: str):  # type: ignore[no-untyped-def]
+    """An observer that appends ``kind migration run_id`` per event to ``path`` (the worker's events, for the test)."""
+
+    def observe(event) -> None:  # type: ignore[no-untyped-def]
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"{event.kind} {event.migration} {event.run_id}\n")
+
+    return observe
+
+
 def make_app(env: Mapping[str, str]) -> tuple[Celery, MongoshiftTasks]:
     queue = env["MS_CELERY_QUEUE"]
     app = Celery(f"mongoshift-test-{queue}", broker=env["MS_CELERY_BROKER"], backend=env["MS_CELERY_BACKEND"], set_as_current=False)
@@ -30,6 +40,7 @@ def make_app(env: Mapping[str, str]) -> tuple[Celery, MongoshiftTasks]:
         queue=queue,
         line=LineOptions(lock_wait_seconds=1.0, poll_seconds=0.2, line_wait_seconds=120.0, intent_ttl_seconds=300.0),
         background=BackgroundOptions(poll_seconds=0.3, chain_ttl_seconds=3.0),
+        observers=[event_log(env["MS_CELERY_EVENTS"])],
     )
     return app, tasks
 

@@ -14,6 +14,7 @@ exactly as with ``mongoshift background run``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,9 @@ async def hold_chain(settings: api.Settings, name: str, chain: str, ttl: float, 
     return (await api.claim_intents(settings, [api.Claim(key, chain, ttl)], client=client))[0]
 
 
-async def coordinate(settings: api.Settings, payload: CoordinatorPayload, options: BackgroundOptions) -> Tick:
+async def coordinate(
+    settings: api.Settings, payload: CoordinatorPayload, options: BackgroundOptions, observers: Sequence[api.Observer] = ()
+) -> Tick:
     """One step of the chain; an error of the step itself (a lost connection) is logged and asked again."""
     poll = poll_of(settings, options)
     again = Again(poll, payload)
@@ -88,7 +91,7 @@ async def coordinate(settings: api.Settings, payload: CoordinatorPayload, option
         if not await hold_chain(settings, payload.name, payload.chain, options.chain_ttl_seconds, client):
             return Tick(0, BackgroundResult(payload.name, None, "another coordinator chain runs this migration"))
         try:
-            step = await api.coordinate_background(settings, payload.name, client=client)
+            step = await api.coordinate_background(settings, payload.name, observers=observers, client=client)
         except NotAppliedError as exc:
             await api.settle_intent(settings, chain_key(payload.name), payload.chain, None, ttl_seconds=1, client=client)
             return Tick(0, BackgroundResult(payload.name, None, api.redact(exc.message)))
@@ -105,10 +108,12 @@ async def coordinate(settings: api.Settings, payload: CoordinatorPayload, option
         await client.close()
 
 
-async def lane(settings: api.Settings, payload: LanePayload, options: BackgroundOptions) -> Again | api.SliceReport:
+async def lane(
+    settings: api.Settings, payload: LanePayload, options: BackgroundOptions, observers: Sequence[api.Observer] = ()
+) -> Again | api.SliceReport:
     """One slice; ask again at once after work, after a backoff after a failed slice, else end."""
     try:
-        report = await api.run_background_slice(settings, payload.name)
+        report = await api.run_background_slice(settings, payload.name, observers=observers)
     except MongoshiftError as exc:
         report = api.SliceReport(payload.name, "error", None, error=api.redact(exc.message))
     except Exception as exc:  # noqa: BLE001 - counted as a failed slice

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,8 +88,17 @@ async def plan_line(settings: api.Settings, options: LineOptions, *, client: Asy
 class _Run:
     """One task's run of its migration, on one client."""
 
-    def __init__(self, settings: api.Settings, payload: UpPayload, task_id: str, options: LineOptions, client: AsyncMongoClient[Any]) -> None:
+    def __init__(
+        self,
+        settings: api.Settings,
+        payload: UpPayload,
+        task_id: str,
+        options: LineOptions,
+        client: AsyncMongoClient[Any],
+        observers: Sequence[api.Observer] = (),
+    ) -> None:
         self.settings = settings
+        self.observers = observers
         self.payload = payload
         self.task_id = task_id
         self.options = options
@@ -123,7 +133,7 @@ class _Run:
                 batch=self.payload.batch,
                 ordered=True,
                 wait=self.options.lock_wait_seconds,
-                observers=[self._observe],
+                observers=[self._observe, *self.observers],
                 client=self.client,
             )
         except OutOfOrderError as exc:
@@ -171,8 +181,10 @@ class _Run:
             await api.settle_intent(self.settings, key, self.task_id, outcome.outcome, ttl_seconds=ttl, data=data, client=self.client)
 
 
-async def run_up(settings: api.Settings, payload: UpPayload, task_id: str, options: LineOptions) -> LineResult | Wait:
-    """The body of one line task: one client, one ``up NAME --ordered``, the intent settled after."""
+async def run_up(
+    settings: api.Settings, payload: UpPayload, task_id: str, options: LineOptions, observers: Sequence[api.Observer] = ()
+) -> LineResult | Wait:
+    """The body of one line task: one client, one ``up NAME --ordered`` (its events to ``observers``), the intent settled after."""
     try:
         client = await api.open_client(settings)
     except MongoshiftError as exc:  # nothing ran: the tasks behind it find this one not applied and its intent live
@@ -180,7 +192,7 @@ async def run_up(settings: api.Settings, payload: UpPayload, task_id: str, optio
             return Wait(options.poll_seconds, f"cannot connect ({exc.kind})")
         return LineResult(payload.name, "failed", payload.group, payload.batch, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
     try:
-        run = _Run(settings, payload, task_id, options, client)
+        run = _Run(settings, payload, task_id, options, client, observers)
         outcome = await run.run()
         await run.settle(outcome)
         return outcome

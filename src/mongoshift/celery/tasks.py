@@ -16,8 +16,9 @@ that ran is never run again by mongoshift.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,9 +108,17 @@ class MongoshiftTasks:
     """The tasks :func:`register` put on an app, and the calls that queue them."""
 
     def __init__(
-        self, app: Celery, settings: SettingsSource, prefix: str, queue: str | None, line: LineOptions, background: bg.BackgroundOptions
+        self,
+        app: Celery,
+        settings: SettingsSource,
+        prefix: str,
+        queue: str | None,
+        line: LineOptions,
+        background: bg.BackgroundOptions,
+        observers: Sequence[api.Observer] = (),
     ) -> None:
         self.app = app
+        self.observers = tuple(observers)
         self.prefix = prefix
         self.queue = queue
         self.line = line
@@ -191,7 +200,7 @@ class MongoshiftTasks:
     def _up(self, task: Task, payload: Any) -> dict[str, Any]:
         parsed = parse(UpPayload, task.name, payload)
         try:
-            outcome = _run(run_up(self.settings(), parsed, task.request.id, self.line))
+            outcome = _run(run_up(self.settings(), parsed, task.request.id, self.line, self.observers))
         except MongoshiftError as exc:  # the settings: nothing ran
             outcome = LineResult(parsed.name, "failed", parsed.group, parsed.batch, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
         if isinstance(outcome, Wait):
@@ -218,7 +227,7 @@ class MongoshiftTasks:
     def _coordinate(self, task: Task, payload: Any) -> dict[str, Any]:
         parsed = parse(CoordinatorPayload, task.name, payload)
         settings = self.settings()
-        tick = _run(bg.coordinate(settings, parsed, self.background))
+        tick = _run(bg.coordinate(settings, parsed, self.background, self.observers))
         for _ in range(tick.lanes):
             self._send(self.lane, LanePayload(name=parsed.name, chain=parsed.chain).model_dump())
         if isinstance(tick.next, bg.Again):
@@ -227,7 +236,7 @@ class MongoshiftTasks:
 
     def _lane(self, task: Task, payload: Any) -> dict[str, Any]:
         parsed = parse(LanePayload, task.name, payload)
-        outcome = _run(bg.lane(self.settings(), parsed, self.background))
+        outcome = _run(bg.lane(self.settings(), parsed, self.background, self.observers))
         if isinstance(outcome, bg.Again):
             raise task.retry(args=(outcome.payload.model_dump(),), countdown=outcome.countdown, max_retries=None)
         return outcome.to_json()
@@ -249,13 +258,13 @@ class MongoshiftTasks:
 
     def _converge(self, task: Task, yes: bool = False) -> dict[str, Any]:
         try:
-            report = _run(api.converge(self.settings(), yes=bool(yes)))
+            report = _run(api.converge(self.settings(), yes=bool(yes), observers=self.observers))
         except MongoshiftError as exc:
             return {"success": False, "error": {"code": int(exc.exit_code), "kind": exc.kind, "message": api.redact(exc.message)}}
         return report.to_json()
 
     def _verify(self, task: Task, reopen: bool = False) -> list[dict[str, Any]]:
-        return [v.to_json() for v in _run(api.verify_background(self.settings(), reopen=bool(reopen)))]
+        return [v.to_json() for v in _run(api.verify_background(self.settings(), reopen=bool(reopen), observers=self.observers))]
 
     def _audit(self, task: Task) -> dict[str, Any]:
         return _run(api.audit(self.settings())).to_json()
@@ -299,16 +308,21 @@ def register(
     queue: str | None = None,
     line: LineOptions | None = None,
     background: bg.BackgroundOptions | None = None,
+    observers: Sequence[api.Observer] = (),
 ) -> MongoshiftTasks:
     """Register mongoshift's tasks on ``app`` and return the handle that queues them.
 
     ``settings``: a :class:`~mongoshift.api.Settings`, a function returning one, or the path of
     the project file; None: ``MONGOSHIFT_CONFIG``, else the worker's working directory, as the
-    CLI looks. ``prefix`` names the tasks (``mongoshift.up``, ...); ``queue`` routes them."""
+    CLI looks. ``prefix`` names the tasks (``mongoshift.up``, ...); ``queue`` routes them.
+    ``observers``: functions that receive the events of every run in the worker (docs/observability.md)."""
     if not isinstance(app, Celery):
         raise ConfigInvalidError(f"register() takes a Celery app, not {type(app).__name__}")
     if not isinstance(prefix, str) or not prefix or not all(part.isidentifier() for part in prefix.split(".")):
         raise ConfigInvalidError(f"prefix must be a dotted name such as 'mongoshift', not {prefix!r}")
     if settings is not None and not isinstance(settings, (api.Settings, str, Path)) and not callable(settings):
         raise ConfigInvalidError(f"settings must be Settings, a function returning them, or a project file path, not {type(settings).__name__}")
-    return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions())
+    listed = list(observers) if isinstance(observers, (list, tuple)) else None
+    if listed is None or any(not callable(o) or inspect.iscoroutinefunction(o) for o in listed):
+        raise ConfigInvalidError("observers must be a list of plain functions (called, not awaited)")
+    return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions(), listed)
