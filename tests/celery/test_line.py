@@ -104,3 +104,22 @@ def test_a_payload_of_an_unknown_version_is_refused_not_run(redis_harness, proje
         unknown.get(timeout=60)
     assert "extra: extra_forbidden" in str(caught.value)
     assert sync_client[project.db].steps.count_documents({}) == 0
+
+
+async def test_a_group_the_broker_refuses_leaves_no_intent_behind(project, client) -> None:  # type: ignore[no-untyped-def]
+    from celery import Celery
+
+    from mongoshift import api
+    from mongoshift.celery import register
+
+    names = add_line(project)
+    app = Celery("nowhere", broker="redis://127.0.0.1:1/0", set_as_current=False)  # nothing listens on port 1
+    app.conf.update(task_publish_retry=False, broker_connection_retry=False, broker_connection_max_retries=0, broker_connection_timeout=1)
+    tasks = register(app, settings=project.config)
+    with pytest.raises(Exception):  # the broker's own error: kombu's OperationalError
+        await tasks.aenqueue_up(client=client)
+    held = await api.read_intents(project.settings(), [f"up:{n}" for n in names], client=client)
+    assert held == {}  # released: the next enqueue is not dropped as a duplicate
+    with pytest.raises(Exception):
+        tasks.start_background("20260101000001_step_1")
+    assert await api.read_intents(project.settings(), ["background:20260101000001_step_1.py"], client=client) == {}

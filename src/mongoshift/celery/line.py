@@ -85,6 +85,12 @@ async def plan_line(settings: api.Settings, options: LineOptions, *, client: Asy
     return Planned(group, batch, tasks, dropped)
 
 
+async def release_line(settings: api.Settings, planned: Planned, *, client: AsyncMongoClient[Any] | None = None) -> None:
+    """Free the intents of a plan whose tasks the broker did not take, so that the next enqueue is not dropped."""
+    for payload, owner in planned.tasks:
+        await api.settle_intent(settings, intent_key(payload.name), owner, None, ttl_seconds=1, client=client)
+
+
 class _Run:
     """One task's run of its migration, on one client."""
 

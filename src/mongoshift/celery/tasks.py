@@ -27,11 +27,12 @@ from typing import Any, TypeVar
 from celery import Celery, Task, group
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, GroupResult
+from pymongo import AsyncMongoClient
 
 from .. import api
 from ..errors import ConfigInvalidError, MongoshiftError, MigrationTimeoutError
 from . import background as bg
-from .line import LineOptions, Planned, Wait, plan_line, run_up
+from .line import LineOptions, Planned, Wait, plan_line, release_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
@@ -170,21 +171,33 @@ class MongoshiftTasks:
         """Where a message goes: the registration's queue, else the app's routes (a retry keeps its queue)."""
         return {"queue": self.queue} if self.queue else {}
 
-    def _send(self, task: Task, payload: dict[str, Any], *, countdown: float = 0) -> AsyncResult:
-        return task.apply_async(args=(payload,), countdown=countdown or None, **self._routing())
+    def _send(self, task: Task, payload: dict[str, Any]) -> AsyncResult:
+        return task.apply_async(args=(payload,), **self._routing())
 
     # -- the line -----------------------------------------------------------------------------
 
-    async def aenqueue_up(self, *, client: Any = None) -> LineGroup:
+    async def aenqueue_up(self, *, client: AsyncMongoClient[Any] | None = None) -> LineGroup:
         """:meth:`enqueue_up` for an async application (``client``: its open ``AsyncMongoClient``)."""
-        planned = await plan_line(self.settings(), self.line, client=client)
-        return self._queue_line(planned)
+        settings = self.settings()
+        planned = await plan_line(settings, self.line, client=client)
+        try:
+            return self._queue_line(planned)
+        except Exception:
+            await release_line(settings, planned, client=client)
+            raise
 
     def enqueue_up(self) -> LineGroup:
         """Queue one task per pending migration, in order, as one group sharing the next batch.
 
-        A migration another task holds (queued or running) is dropped (``LineGroup.dropped``)."""
-        return self._queue_line(_run(plan_line(self.settings(), self.line)))
+        A migration another task holds (queued or running) is dropped (``LineGroup.dropped``). When
+        the broker refuses the group, the intents are released again and the broker's error raised."""
+        settings = self.settings()
+        planned = _run(plan_line(settings, self.line))
+        try:
+            return self._queue_line(planned)
+        except Exception:
+            _run(release_line(settings, planned))
+            raise
 
     def _queue_line(self, planned: Planned) -> LineGroup:
         names = [payload.name for payload, _ in planned.tasks]
@@ -213,16 +226,20 @@ class MongoshiftTasks:
         """Start the coordinator chain of a registered background migration, unless one already runs it.
 
         ``lanes``: lane tasks the chain keeps at most (1 to 64; the file's ``max_parallel`` caps them too)."""
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
+            raise ConfigInvalidError(f"lanes must be an integer from 1 to 64, not {lanes!r}")
         settings = self.settings()
         chain = uuid.uuid4().hex
-        payload = CoordinatorPayload(name=_file_name(name), chain=chain, lanes=lanes) if 1 <= lanes <= 64 else None
-        if payload is None:
-            raise ConfigInvalidError(f"lanes must be an integer from 1 to 64, not {lanes!r}")
-        key = bg.chain_key(payload.name)
-        claimed = _run(api.claim_intents(settings, [api.Claim(key, chain, self.background.chain_ttl_seconds)]))[0]
-        if not claimed:
+        payload = CoordinatorPayload(name=_file_name(name), chain=chain, lanes=lanes)
+        claim = api.Claim(bg.chain_key(payload.name), chain, self.background.chain_ttl_seconds)
+        if not _run(api.claim_intents(settings, [claim]))[0]:
             return BackgroundStart(payload.name, False)
-        return BackgroundStart(payload.name, True, chain, self._send(self.coordinator, payload.model_dump()))
+        try:
+            sent = self._send(self.coordinator, payload.model_dump())
+        except Exception:
+            _run(api.settle_intent(settings, claim.key, chain, None, ttl_seconds=claim.ttl_seconds))
+            raise
+        return BackgroundStart(payload.name, True, chain, sent)
 
     def _coordinate(self, task: Task, payload: Any) -> dict[str, Any]:
         parsed = parse(CoordinatorPayload, task.name, payload)
