@@ -15,6 +15,11 @@ migrations as tasks of the application's own Celery app. See ``docs/celery.md``.
 
 from __future__ import annotations
 
+try:
+    import celery as _celery  # noqa: F401  (the extra: a clear message instead of a bare ModuleNotFoundError)
+except ModuleNotFoundError as exc:  # pragma: no cover - the test extra installs it
+    raise ModuleNotFoundError("mongoshift.celery needs Celery: pip install 'mongoshift[celery]'", name=exc.name) from exc
+
 from .background import BackgroundOptions
 from .line import LineOptions
 from .payloads import VERSIONS, CoordinatorPayload, LanePayload, UpPayload
