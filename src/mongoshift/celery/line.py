@@ -65,16 +65,22 @@ async def plan_line(settings: api.Settings, options: LineOptions, *, client: Asy
 
     The plan is ``dry-run up``'s, so a file that does not import or a bad selection fails here,
     before anything is queued."""
-    preview = await api.dry_run(settings, "up", client=client)
-    group = uuid.uuid4().hex
-    batch = preview.rows[0].batch if preview.rows else None
-    wait_until = time.time() + options.line_wait_seconds
-    owners = {row.name: uuid.uuid4().hex for row in preview.rows}
-    claims = [
-        api.Claim(intent_key(name), owner, options.intent_ttl_seconds, {"group": group, "batch": batch})
-        for name, owner in owners.items()
-    ]
-    taken = await api.claim_intents(settings, claims, client=client)
+    own = client is None
+    connected = client if client is not None else await api.open_client(settings)  # one connection for both calls
+    try:
+        preview = await api.dry_run(settings, "up", client=connected)
+        group = uuid.uuid4().hex
+        batch = preview.rows[0].batch if preview.rows else None
+        wait_until = time.time() + options.line_wait_seconds
+        owners = {row.name: uuid.uuid4().hex for row in preview.rows}
+        claims = [
+            api.Claim(intent_key(name), owner, options.intent_ttl_seconds, {"group": group, "batch": batch})
+            for name, owner in owners.items()
+        ]
+        taken = await api.claim_intents(settings, claims, client=connected)
+    finally:
+        if own:
+            await connected.close()
     tasks, dropped = [], []
     for (name, owner), ok in zip(owners.items(), taken, strict=True):
         if not ok:
