@@ -116,13 +116,20 @@ class Harness:
 
 
 def forget_redis_queue(queue: str) -> None:
-    """Remove a test's queue and kombu's bindings of it from the Redis database of the suite."""
+    """Remove a test's queue, kombu's bindings of it, and the messages a killed worker left unacknowledged
+    (kombu would put them back in the queue after the visibility timeout) from the suite's Redis database."""
+    import json
+
     import redis
 
     with redis.Redis(host=REDIS[0], port=REDIS[1], db=REDIS_DB) as client:
         stale = list(client.scan_iter(match=f"*{queue}*"))
         if stale:
             client.delete(*stale)
+        for tag, raw in client.hscan_iter("unacked"):
+            if json.loads(raw)[-1] == queue:  # [message, exchange, routing key]
+                client.hdel("unacked", tag)
+                client.zrem("unacked_index", tag)
 
 
 @pytest.fixture
