@@ -36,6 +36,7 @@ class ExitCode(IntEnum):
     AUDIT_FAILED = 22
     OUT_OF_ORDER = 23
     REQUIREMENTS_PENDING = 24
+    TASK_INVALID = 25
     CONVERGE_FAILED = 27
     COLLECTIONS_DRIFT = 28
     BACKGROUND_PENDING = 31
@@ -249,6 +250,13 @@ class RequirementsPendingError(MongoshiftError):
 
     exit_code = ExitCode.REQUIREMENTS_PENDING
     kind = "requirements_pending"
+
+
+class TaskInvalidError(MongoshiftError):
+    """A job-system task (``mongoshift.celery``) carried a payload this version cannot run: it is refused, never retried."""
+
+    exit_code = ExitCode.TASK_INVALID
+    kind = "task_invalid"
 
 
 class ConvergeFailedError(MongoshiftError):

@@ -14,10 +14,13 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
+one step or one slice at a time for a job system (:func:`coordinate_background`, :func:`run_background_slice`),
 the live watcher (:func:`watch_background`, :func:`background_watch_status`), and :class:`BackgroundRunner`
 (:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every call takes ``client=``, an
 application's open ``AsyncMongoClient`` (left open); writing calls take ``observers=``, functions
-that receive each :class:`Event` (see ``docs/observability.md``). Every failure is a
+that receive each :class:`Event` (see ``docs/observability.md``). A runtime making several
+calls per unit of work connects once with :func:`open_client`; a job system keeps its queued
+and running intents with :func:`claim_intents`, :func:`read_intents`, :func:`settle_intent`. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.
 
@@ -48,7 +51,9 @@ if TYPE_CHECKING:
     from ..runner.plan import StatusRow
     from .adoption import AdoptionReport, baseline, import_history
     from .audit import AuditReport, Finding, audit
-    from .background import BackgroundRunner, start_background_runner
+    from .background import BackgroundRunner, CoordinatorStep, SliceReport, start_background_runner
+    from .background import coordinate as coordinate_background
+    from .background import run_slice as run_background_slice
     from .background import apply_control as control_background
     from .background import partitions as background_partitions
     from .background import per_shard as background_shard_progress
@@ -59,7 +64,10 @@ if TYPE_CHECKING:
     from .background import verify as verify_background
     from .background import watch as watch_background
     from .background import watch_status as background_watch_status
+    from .client import open_client
     from .collections import converge, plan_converge
+    from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
+    from ..project.redaction import describe_error, redact
     from .migrations import (
         DryRunReport,
         DryRunRow,
@@ -77,6 +85,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdoptionReport",
+    "Claim",
+    "CoordinatorStep",
+    "Intent",
+    "SliceReport",
+    "claim_intents",
+    "coordinate_background",
+    "describe_error",
+    "redact",
+    "open_client",
+    "read_intents",
+    "run_background_slice",
+    "settle_intent",
     "AuditReport",
     "BackgroundReport",
     "BackgroundRunner",
@@ -170,6 +190,18 @@ _LAZY: dict[str, tuple[str, str]] = {
     "verify_background": (".background", "verify"),
     "watch_background": (".background", "watch"),
     "background_watch_status": (".background", "watch_status"),
+    "CoordinatorStep": (".background", "CoordinatorStep"),
+    "SliceReport": (".background", "SliceReport"),
+    "coordinate_background": (".background", "coordinate"),
+    "run_background_slice": (".background", "run_slice"),
+    "open_client": (".client", "open_client"),
+    "Claim": (".intents", "Claim"),
+    "Intent": (".intents", "Intent"),
+    "claim_intents": (".intents", "claim_intents"),
+    "read_intents": (".intents", "read_intents"),
+    "settle_intent": (".intents", "settle_intent"),
+    "describe_error": ("..project.redaction", "describe_error"),
+    "redact": ("..project.redaction", "redact"),
     "converge": (".collections", "converge"),
     "plan_converge": (".collections", "plan_converge"),
     **{

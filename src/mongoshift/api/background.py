@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from pymongo import AsyncMongoClient
 
@@ -242,6 +243,73 @@ async def preview(
             steps=step_count,
             protected=frozenset(own_collections(settings)),
         )
+
+
+@dataclass(frozen=True)
+class CoordinatorStep:
+    """What one coordinator step of :func:`coordinate` decided: the job system's next move.
+
+    ``next``: ``process`` (start ``lanes`` lane slices), ``wait`` / ``busy`` (ask again after a poll),
+    ``done`` (``status`` is final, or paused)."""
+
+    name: str
+    next: Literal["process", "wait", "done", "busy"]
+    lanes: int
+    status: str | None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SliceReport:
+    """One lane slice of :func:`run_slice`: its outcome (see :mod:`mongoshift.background.lane`), counters only."""
+
+    name: str
+    outcome: str
+    status: str | None
+    counters: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def coordinate(
+    settings: Settings, name: str, *, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
+) -> CoordinatorStep:
+    """One coordinator step of a registered background migration, as ``background run --once`` starts its round.
+
+    For a job system that drives the engine one step and one slice per task: nothing waits in
+    this call. While this process's file is missing or differs from the registered version, a
+    live migration answers ``wait`` (ask again later), a finished or paused one ``done``."""
+    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+        wanted = await _registered(engine, name)
+        decision, state = await engine.step_once(wanted)
+        if decision is not None:
+            final = decision.state.status if decision.state is not None else None
+            return CoordinatorStep(wanted, decision.next, decision.lanes, final, decision.reason)
+        status = state.status if state is not None else None
+        if state is None or status in ("completed", "failed", "cancelled", "paused"):
+            return CoordinatorStep(wanted, "done", 0, status, "not registered" if state is None else status)
+        reason = "the file is missing here" if engine.absent(wanted) else "the file differs from the registered version"
+        return CoordinatorStep(wanted, "wait", 0, status, f"{reason} (a deploy in progress?); 'mongoshift background repin {wanted}' pins it")
+
+
+async def run_slice(
+    settings: Settings, name: str, *, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
+) -> SliceReport:
+    """One slice of one lane: claim a partition under a lease in MongoDB, work it until the slice ends.
+
+    The lease (``background_lease_ttl_seconds``) is what makes a killed process harmless: its
+    partition is reaped once the lease lapses and the next slice goes on from the checkpoint.
+    ``stale``: the migration is not running, or this process's file cannot run it."""
+    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+        wanted = await _registered(engine, name)
+        result = await engine.slice_once(wanted)
+        state = await engine.store.state(wanted)
+        return SliceReport(wanted, result.outcome, state.status if state is not None else None, dict(result.counters), result.error)
 
 
 #: ``on_error(migration, message)``; ``migration`` is None when a round of the runner itself failed.

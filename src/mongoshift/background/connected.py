@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,10 +24,11 @@ from ..project.run import CancelSignal
 from ..project.session import Session, open_session
 from ..project.settings import Settings
 from ..schema.background import Background
-from .coordinator import Coordinator
+from .coordinator import Coordinator, Decision
 from .declared import align_file
 from .engine import EngineContext
 from .events import Events, Observer
+from .lane import Lane, SliceResult
 from .model import State
 from .runner import Loaded, MigrationRun
 from .store import BackgroundStore
@@ -81,6 +83,34 @@ class Engine:
         return await self.migration_run().run(
             name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.present(name), once=once
         )
+
+    def runnable_spec(self, state: State) -> Background | None:
+        """The spec to run ``state`` with, or None while this process's file is missing or differs from the
+        registered version (a rolling deploy): one step or slice at a time, a job system waits by asking again."""
+        loaded = self.present(state.name)
+        if loaded is None or loaded[1] != state.checksum:
+            return None
+        return loaded[0]
+
+    async def step_once(self, name: str) -> tuple[Decision | None, State | None]:
+        """One coordinator step (None while the file cannot run here), and the state it started from."""
+        state = await self.store.state(name)
+        if state is None:
+            return None, None
+        spec = self.runnable_spec(state)
+        if spec is None:
+            return None, state
+        return await self.coordinator.step(name, spec), state
+
+    async def slice_once(self, name: str) -> SliceResult:
+        """One slice of one new lane: the unit a job system's lane task runs between its re-enqueues."""
+        state = await self.store.state(name)
+        if state is None or state.status != "running":
+            return SliceResult("stale")
+        spec = self.runnable_spec(state)
+        if spec is None:
+            return SliceResult("stale")
+        return await Lane(self.context, f"lane-{secrets.token_hex(4)}").run_slice(state, spec)
 
     def migration_run(self) -> MigrationRun:
         return MigrationRun(

@@ -1,0 +1,142 @@
+"""Intents of a job system (``mongoshift.celery``): "this migration is queued, or running, in task X".
+
+A job system's broker holds the intent to run something, MongoDB holds the truth; these records
+let a runtime on top of a broker drop a duplicate while one is queued or running, and let a task
+learn that the one ahead of it failed. Each is a lease in the lock collection (``_id``
+``queue:<key>``), beside the migration lock and the ``background:<name>`` locks, judged by the
+server's clock like them: a record whose task was lost with its broker message lapses at its
+``expires_at`` instead of blocking the key for ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pymongo import AsyncMongoClient
+from pymongo.errors import DuplicateKeyError
+
+from ..errors import ConfigInvalidError
+from ..project.session import open_session
+from ..project.settings import Settings
+from .options import checked_client
+
+#: ``queued`` and ``running`` hold the key while live; ``failed`` and ``blocked`` are kept for the
+#: tasks behind them to read, and a new claim replaces them.
+IntentState = Literal["queued", "running", "failed", "blocked"]
+LIVE: tuple[IntentState, ...] = ("queued", "running")
+SETTLED: tuple[IntentState, ...] = ("failed", "blocked")
+PREFIX = "queue:"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One key's record: who holds it, in what state, until when (the server's clock)."""
+
+    key: str
+    owner: str
+    state: IntentState
+    expires_at: datetime | None
+    live: bool
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Ask for ``key`` for ``owner`` (a task id) for ``ttl_seconds``; ``data`` is stored beside it (no secret, no value)."""
+
+    key: str
+    owner: str
+    ttl_seconds: float
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _checked_ttl(ttl_seconds: float) -> int:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or not 0 < ttl_seconds <= 7 * 86_400:
+        raise ConfigInvalidError(f"an intent's ttl_seconds must be above 0 and at most 604800, not {ttl_seconds!r}")
+    return int(ttl_seconds * 1000)
+
+
+def _expired_or_settled() -> dict[str, Any]:
+    """The records a claim may replace: lapsed, or failed/blocked (a new attempt after a fix)."""
+    return {"$or": [{"$lt": ["$expires_at", "$$NOW"]}, *({"$eq": ["$state", state]} for state in SETTLED)]}
+
+
+async def claim_intents(
+    settings: Settings, claims: Iterable[Claim], *, client: AsyncMongoClient[Any] | None = None
+) -> list[bool]:
+    """Take each key as ``queued``, in order; False where a live record (queued or running) holds it."""
+    listed = list(claims)
+    ttls = [_checked_ttl(c.ttl_seconds) for c in listed]
+    taken: list[bool] = []
+    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
+        collection = session.db[settings.lock_collection]
+        for claim, ttl_ms in zip(listed, ttls, strict=True):
+            fields = {
+                "owner": {"$literal": claim.owner},
+                "state": "queued",
+                "data": {"$literal": dict(claim.data)},
+                "ttl_ms": ttl_ms,
+                "locked_at": "$$NOW",
+                "expires_at": {"$add": ["$$NOW", ttl_ms]},
+            }
+            try:
+                result = await collection.update_one(
+                    {"_id": PREFIX + claim.key, "$expr": _expired_or_settled()}, [{"$set": fields}], upsert=True
+                )
+            except DuplicateKeyError:
+                taken.append(False)
+                continue
+            taken.append(result.upserted_id is not None or result.modified_count == 1)
+    return taken
+
+
+async def read_intents(
+    settings: Settings, keys: Iterable[str], *, client: AsyncMongoClient[Any] | None = None
+) -> dict[str, Intent]:
+    """The records of ``keys`` that exist, by key; ``live`` says whether a queued or running one still holds its key."""
+    wanted = [PREFIX + key for key in keys]
+    found: dict[str, Intent] = {}
+    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"_id": {"$in": wanted}}},
+            {"$addFields": {"live": {"$and": [{"$gte": ["$expires_at", "$$NOW"]}, {"$or": [{"$eq": ["$state", s]} for s in LIVE]}]}}},
+        ]
+        async for doc in await session.db[settings.lock_collection].aggregate(pipeline):
+            key = str(doc["_id"])[len(PREFIX):]
+            found[key] = Intent(
+                key=key,
+                owner=str(doc.get("owner")),
+                state=doc.get("state", "queued"),
+                expires_at=doc.get("expires_at"),
+                live=bool(doc.get("live")),
+                data=dict(doc.get("data") or {}),
+            )
+    return found
+
+
+async def settle_intent(
+    settings: Settings,
+    key: str,
+    owner: str,
+    state: IntentState | None,
+    *,
+    ttl_seconds: float,
+    data: Mapping[str, Any] | None = None,
+    client: AsyncMongoClient[Any] | None = None,
+) -> bool:
+    """Move ``owner``'s record of ``key`` to ``state`` for ``ttl_seconds`` more (None: remove it).
+
+    False when the record is not ``owner``'s any more (it lapsed and another task claimed the key)."""
+    ttl_ms = _checked_ttl(ttl_seconds)
+    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
+        collection = session.db[settings.lock_collection]
+        scope = {"_id": PREFIX + key, "owner": owner}
+        if state is None:
+            return (await collection.delete_one(scope)).deleted_count == 1
+        fields: dict[str, Any] = {"state": state, "ttl_ms": ttl_ms, "renewed_at": "$$NOW", "expires_at": {"$add": ["$$NOW", ttl_ms]}}
+        if data is not None:
+            fields["data"] = {"$literal": dict(data)}
+        return (await collection.update_one(scope, [{"$set": fields}])).matched_count == 1

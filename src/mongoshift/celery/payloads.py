@@ -1,0 +1,77 @@
+"""The task payloads: versioned and validated, so a worker never runs what it misreads.
+
+A payload names a migration and the bookkeeping of its run (group, batch, deadline); nothing
+else crosses the broker. ``v`` is the payload's version: a worker runs the versions it
+knows (:data:`VERSIONS`) and refuses the rest, unknown fields included, with
+:class:`~mongoshift.errors.TaskInvalidError` (exit 25), never retried. The message names the
+field and the problem, never a value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import TaskInvalidError
+
+#: The payload versions this release reads.
+VERSIONS = (1,)
+
+_NAME = r"^[^/\\\x00]{1,255}$"
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+
+
+class UpPayload(Payload):
+    """One migration of the line: ``up NAME`` in ``batch``, part of ``group``."""
+
+    name: str = Field(pattern=_NAME)
+    group: str = Field(min_length=1, max_length=64)
+    batch: int = Field(ge=1)
+    #: Unix time after which a task still waiting for the ones ahead of it gives up (``blocked``).
+    wait_until: float = Field(gt=0)
+
+
+class CoordinatorPayload(Payload):
+    """One step of a background migration's coordinator; ``chain`` owns its ``background:<name>`` intent."""
+
+    name: str = Field(pattern=_NAME)
+    chain: str = Field(min_length=1, max_length=64)
+    #: Lanes this chain keeps at most (1 to 64).
+    lanes: int = Field(ge=1, le=64)
+
+
+class LanePayload(Payload):
+    """One lane: a slice, then itself again; ``errors`` counts the failed slices in a row."""
+
+    name: str = Field(pattern=_NAME)
+    chain: str = Field(min_length=1, max_length=64)
+    errors: int = Field(default=0, ge=0)
+
+
+P = TypeVar("P", bound=Payload)
+
+
+def parse(model: type[P], task: str, data: Any) -> P:
+    """``data`` as a ``model``, or :class:`TaskInvalidError` saying which field is wrong (never its value)."""
+    if not isinstance(data, dict):
+        raise TaskInvalidError(f"{task}: the payload is a {type(data).__name__}, not a mapping", task=task)
+    version = data.get("v")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TaskInvalidError(f"{task}: the payload has no version 'v'", task=task)
+    if version not in VERSIONS:
+        raise TaskInvalidError(
+            f"{task}: payload version {version} is not one this worker reads ({', '.join(map(str, VERSIONS))}): "
+            "upgrade mongoshift on the workers before the producers",
+            task=task,
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['type']}" for err in exc.errors()]
+        raise TaskInvalidError(f"{task}: invalid payload ({'; '.join(problems)})", task=task, problems=problems) from None

@@ -1,0 +1,345 @@
+"""One call, :func:`register`, puts mongoshift's tasks on the application's Celery app.
+
+The worker finds the project the way the CLI does, or the way registration says: ``settings``
+(a :class:`~mongoshift.api.Settings`, or a function returning one, called per task), else
+``config`` (the project file's path), else ``MONGOSHIFT_CONFIG`` / the working directory of
+the worker. The application module that calls :func:`register` is imported by the producers
+and by every worker, so both sides agree on it. Each task opens one connection, makes its
+calls through :mod:`mongoshift.api` and closes it.
+
+Every task is ``acks_late`` (a message is removed only once its task ended) and has no
+automatic retry: a task that has to wait (for the lock, for the tasks ahead of it, for its
+next slice or step) re-sends itself with a countdown, keeping its id; a migration body
+that ran is never run again by mongoshift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from celery import Celery, Task, group
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.result import AsyncResult, GroupResult
+from pymongo import AsyncMongoClient
+
+from .. import api
+from ..errors import ConfigInvalidError, MongoshiftError, MigrationTimeoutError
+from . import background as bg
+from .line import LineOptions, Planned, Wait, plan_line, release_line, run_up
+from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
+from .results import BackgroundResult, LineResult
+
+T = TypeVar("T")
+
+#: Where a worker gets the project's settings: the settings, a function returning them, or a project file.
+SettingsSource = api.Settings | Callable[[], api.Settings] | str | Path | None
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own, also when the caller's thread runs a loop (an async application)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongoshift-celery") as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@dataclass
+class LineGroup:
+    """What :meth:`MongoshiftTasks.enqueue_up` queued: one task per pending migration, in order, in one batch."""
+
+    group: str
+    batch: int | None
+    names: list[str]
+    #: Pending migrations not queued because a task already holds them (queued or running).
+    dropped: list[str] = field(default_factory=list)
+    result: GroupResult | None = None
+
+    def wait(self, timeout: float | None = None, interval: float = 0.2) -> list[LineResult]:
+        """The results in the line's order, once every task ended (a task refused by its worker is ``failed``).
+
+        ``timeout``: seconds in all; past it, :class:`~mongoshift.errors.MigrationTimeoutError` (exit 14)
+        naming the migrations still running; the tasks go on."""
+        if self.result is None:
+            return []
+        try:
+            values = self.result.join(timeout=timeout, propagate=False, interval=interval)
+        except (TimeoutError, CeleryTimeoutError):
+            unfinished = [n for n, r in zip(self.names, self.result.results, strict=True) if not r.ready()]
+            raise MigrationTimeoutError(
+                f"the line's tasks did not all end within {timeout:g}s: {', '.join(unfinished)} still queued or running",
+                group=self.group,
+                unfinished=unfinished,
+            ) from None
+        return [self._read(name, value) for name, value in zip(self.names, values, strict=True)]
+
+    def _read(self, name: str, value: Any) -> LineResult:
+        if isinstance(value, dict):
+            return LineResult.of(value)
+        kind = getattr(value, "kind", "error")
+        code = int(getattr(value, "exit_code", 1))
+        return LineResult(name, "failed", self.group, self.batch, code=code, kind=kind, error=api.redact(str(value)))
+
+
+@dataclass
+class BackgroundStart:
+    """What :meth:`MongoshiftTasks.start_background` did: ``result`` (the chain's last word) when a chain started."""
+
+    name: str
+    started: bool
+    chain: str | None = None
+    result: AsyncResult | None = None
+
+    def wait(self, timeout: float | None = None) -> BackgroundResult:
+        """The migration's status when the chain stopped (``completed``, ``failed``, ``paused``, ...)."""
+        if self.result is None:
+            raise ConfigInvalidError(f"{self.name}: no chain was started here (another one runs it)")
+        return BackgroundResult(**self.result.get(timeout=timeout))
+
+
+class MongoshiftTasks:
+    """The tasks :func:`register` put on an app, and the calls that queue them."""
+
+    def __init__(
+        self,
+        app: Celery,
+        settings: SettingsSource,
+        prefix: str,
+        queue: str | None,
+        line: LineOptions,
+        background: bg.BackgroundOptions,
+        observers: Sequence[api.Observer] = (),
+    ) -> None:
+        self.app = app
+        self.observers = tuple(observers)
+        self.prefix = prefix
+        self.queue = queue
+        self.line = line
+        self.background = background
+        self._source = settings
+        self.up = self._task("up", self._up, reject_on_worker_lost=False)
+        self.coordinator = self._task("background.coordinate", self._coordinate)
+        self.lane = self._task("background.lane", self._lane)
+        self.background_tick = self._task("background.tick", self._tick)
+        self.converge = self._task("converge", self._converge)
+        self.verify = self._task("background.verify", self._verify)
+        self.audit = self._task("audit", self._audit)
+
+    # -- settings -----------------------------------------------------------------------------
+
+    def settings(self) -> api.Settings:
+        """The project's settings as registration says (read per task, so a deploy's change is seen)."""
+        source = self._source
+        if isinstance(source, api.Settings):
+            return source
+        if callable(source):
+            value = source()
+            if not isinstance(value, api.Settings):
+                raise ConfigInvalidError(f"the settings function given to register() returned a {type(value).__name__}, not Settings")
+            return value
+        return api.load_settings(config_path=Path(source) if source is not None else None)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def _task(self, name: str, body: Callable[..., Any], *, reject_on_worker_lost: bool = True) -> Task:
+        options: dict[str, Any] = {
+            "name": f"{self.prefix}.{name}",
+            "bind": True,
+            "acks_late": True,
+            "reject_on_worker_lost": reject_on_worker_lost,
+            "max_retries": None,
+            "autoretry_for": (),
+            "typing": False,  # the payload is validated by its model, with a better message
+            "shared": False,  # on this app only: another app of the process gets its own registration
+        }
+
+        def run(task: Task, *args: Any, **kwargs: Any) -> Any:  # a plain function: Celery binds the task to it
+            return body(task, *args, **kwargs)
+
+        run.__name__ = run.__qualname__ = name.replace(".", "_")
+        return self.app.task(**options)(run)
+
+    def _routing(self) -> dict[str, Any]:
+        """Where a message goes: the registration's queue, else the app's routes (a retry keeps its queue)."""
+        return {"queue": self.queue} if self.queue else {}
+
+    def _send(self, task: Task, payload: dict[str, Any]) -> AsyncResult:
+        return task.apply_async(args=(payload,), **self._routing())
+
+    # -- the line -----------------------------------------------------------------------------
+
+    async def aenqueue_up(self, *, client: AsyncMongoClient[Any] | None = None) -> LineGroup:
+        """:meth:`enqueue_up` for an async application (``client``: its open ``AsyncMongoClient``)."""
+        settings = self.settings()
+        planned = await plan_line(settings, self.line, client=client)
+        try:
+            return self._queue_line(planned)
+        except Exception:
+            await release_line(settings, planned, client=client)
+            raise
+
+    def enqueue_up(self) -> LineGroup:
+        """Queue one task per pending migration, in order, as one group sharing the next batch.
+
+        A migration another task holds (queued or running) is dropped (``LineGroup.dropped``). When
+        the broker refuses the group, the intents are released again and the broker's error raised."""
+        settings = self.settings()
+        planned = _run(plan_line(settings, self.line))
+        try:
+            return self._queue_line(planned)
+        except Exception:
+            _run(release_line(settings, planned))
+            raise
+
+    def _queue_line(self, planned: Planned) -> LineGroup:
+        names = [payload.name for payload, _ in planned.tasks]
+        line = LineGroup(planned.group, planned.batch, names, planned.dropped)
+        if planned.tasks:
+            signatures = [
+                self.up.signature(args=(payload.model_dump(),), task_id=task_id, immutable=True, **self._routing())
+                for payload, task_id in planned.tasks
+            ]
+            line.result = group(signatures).apply_async()
+        return line
+
+    def _up(self, task: Task, payload: Any) -> dict[str, Any]:
+        parsed = parse(UpPayload, task.name, payload)
+        try:
+            outcome = _run(run_up(self.settings(), parsed, task.request.id, self.line, self.observers))
+        except MongoshiftError as exc:  # the settings: nothing ran
+            outcome = LineResult(parsed.name, "failed", parsed.group, parsed.batch, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
+        if isinstance(outcome, Wait):
+            raise task.retry(args=(payload,), countdown=outcome.countdown, max_retries=None)
+        return outcome.to_json()
+
+    # -- background ---------------------------------------------------------------------------
+
+    def start_background(self, name: str, *, lanes: int = 1) -> BackgroundStart:
+        """Start the coordinator chain of a registered background migration, unless one already runs it.
+
+        ``lanes``: lane tasks the chain keeps at most (1 to 64; the file's ``max_parallel`` caps them too)."""
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
+            raise ConfigInvalidError(f"lanes must be an integer from 1 to 64, not {lanes!r}")
+        settings = self.settings()
+        chain = uuid.uuid4().hex
+        payload = CoordinatorPayload(name=_file_name(name), chain=chain, lanes=lanes)
+        claim = api.Claim(bg.chain_key(payload.name), chain, self.background.chain_ttl_seconds)
+        if not _run(api.claim_intents(settings, [claim]))[0]:
+            return BackgroundStart(payload.name, False)
+        try:
+            sent = self._send(self.coordinator, payload.model_dump())
+        except Exception:
+            _run(api.settle_intent(settings, claim.key, chain, None, ttl_seconds=claim.ttl_seconds))
+            raise
+        return BackgroundStart(payload.name, True, chain, sent)
+
+    def _coordinate(self, task: Task, payload: Any) -> dict[str, Any]:
+        parsed = parse(CoordinatorPayload, task.name, payload)
+        settings = self.settings()
+        tick = _run(bg.coordinate(settings, parsed, self.background, self.observers))
+        for _ in range(tick.lanes):
+            self._send(self.lane, LanePayload(name=parsed.name, chain=parsed.chain).model_dump())
+        if isinstance(tick.next, bg.Again):
+            raise task.retry(args=(tick.next.payload.model_dump(),), countdown=tick.next.countdown, max_retries=None)
+        return tick.next.to_json()
+
+    def _lane(self, task: Task, payload: Any) -> dict[str, Any]:
+        parsed = parse(LanePayload, task.name, payload)
+        outcome = _run(bg.lane(self.settings(), parsed, self.background, self.observers))
+        if isinstance(outcome, bg.Again):
+            raise task.retry(args=(outcome.payload.model_dump(),), countdown=outcome.countdown, max_retries=None)
+        return outcome.to_json()
+
+    def _tick(self, task: Task) -> list[str]:
+        """The beat's background tick: start a chain for every runnable migration that has none."""
+        reports = _run(api.background_status(self.settings()))
+        started = []
+        for report in reports:
+            if report.status in ("blocked", "pending", "running") and self.start_background(report.name).started:
+                started.append(report.name)
+        return started
+
+    # -- converge, verify, audit --------------------------------------------------------------
+
+    def enqueue_converge(self, *, yes: bool = False) -> AsyncResult:
+        """Queue a converge of the declared collections (``yes``: its destructive steps too)."""
+        return self.converge.apply_async(kwargs={"yes": bool(yes)}, **self._routing())
+
+    def _converge(self, task: Task, yes: bool = False) -> dict[str, Any]:
+        try:
+            report = _run(api.converge(self.settings(), yes=bool(yes), observers=self.observers))
+        except MongoshiftError as exc:
+            return {"success": False, "error": {"code": int(exc.exit_code), "kind": exc.kind, "message": api.redact(exc.message)}}
+        return report.to_json()
+
+    def _verify(self, task: Task, reopen: bool = False) -> list[dict[str, Any]]:
+        return [v.to_json() for v in _run(api.verify_background(self.settings(), reopen=bool(reopen), observers=self.observers))]
+
+    def _audit(self, task: Task) -> dict[str, Any]:
+        return _run(api.audit(self.settings())).to_json()
+
+    def beat_schedule(
+        self,
+        *,
+        background_every: float | None = 60.0,
+        verify_every: float | None = 600.0,
+        audit_every: float | None = 3600.0,
+        reopen: bool = False,
+    ) -> dict[str, dict[str, Any]]:
+        """Entries for ``app.conf.beat_schedule``: the background tick, ``background verify`` and ``audit``
+        every so many seconds (None leaves one out); ``reopen``: verify gives a drifted migration another pass."""
+        entries: dict[str, dict[str, Any]] = {}
+        for key, task, every, kwargs in (
+            ("background-tick", self.background_tick, background_every, {}),
+            ("background-verify", self.verify, verify_every, {"reopen": reopen}),
+            ("audit", self.audit, audit_every, {}),
+        ):
+            if every is None:
+                continue
+            if isinstance(every, bool) or not isinstance(every, (int, float)) or every < 1:
+                raise ConfigInvalidError(f"{key}: the schedule takes seconds (at least 1) or None, not {every!r}")
+            entry: dict[str, Any] = {"task": task.name, "schedule": float(every), "kwargs": kwargs}
+            if self.queue:
+                entry["options"] = {"queue": self.queue}
+            entries[f"{self.prefix}.{key}"] = entry
+        return entries
+
+
+def _file_name(name: str) -> str:
+    return name if name.endswith(".py") else f"{name}.py"
+
+
+def register(
+    app: Celery,
+    *,
+    settings: SettingsSource = None,
+    prefix: str = "mongoshift",
+    queue: str | None = None,
+    line: LineOptions | None = None,
+    background: bg.BackgroundOptions | None = None,
+    observers: Sequence[api.Observer] = (),
+) -> MongoshiftTasks:
+    """Register mongoshift's tasks on ``app`` and return the handle that queues them.
+
+    ``settings``: a :class:`~mongoshift.api.Settings`, a function returning one, or the path of
+    the project file; None: ``MONGOSHIFT_CONFIG``, else the worker's working directory, as the
+    CLI looks. ``prefix`` names the tasks (``mongoshift.up``, ...); ``queue`` routes them.
+    ``observers``: functions that receive the events of every run in the worker (docs/observability.md)."""
+    if not isinstance(app, Celery):
+        raise ConfigInvalidError(f"register() takes a Celery app, not {type(app).__name__}")
+    if not isinstance(prefix, str) or not prefix or not all(part.isidentifier() for part in prefix.split(".")):
+        raise ConfigInvalidError(f"prefix must be a dotted name such as 'mongoshift', not {prefix!r}")
+    if settings is not None and not isinstance(settings, (api.Settings, str, Path)) and not callable(settings):
+        raise ConfigInvalidError(f"settings must be Settings, a function returning them, or a project file path, not {type(settings).__name__}")
+    listed = list(observers) if isinstance(observers, (list, tuple)) else None
+    if listed is None or any(not callable(o) or inspect.iscoroutinefunction(o) for o in listed):
+        raise ConfigInvalidError("observers must be a list of plain functions (called, not awaited)")
+    return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions(), listed)

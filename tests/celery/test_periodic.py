@@ -1,0 +1,71 @@
+"""Converge as a task, ``background verify`` and ``audit`` as periodic tasks, and the beat schedule helper."""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery
+
+from mongoshift import api
+from mongoshift.celery import register
+from mongoshift.errors import ConfigInvalidError
+
+from ..background.conftest import background_file, seed
+
+
+@pytest.mark.celery
+async def test_converge_verify_and_audit_run_as_tasks(redis_harness, project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+    (project.root / "collections").mkdir()
+    (project.root / "collections" / "users.toml").write_text('indexes = [{ keys = { email = 1 }, unique = true }]\n')
+    await seed(db.people, 30)
+    project.add("20260101000001_names.py", background_file(batch_size=10))
+    await api.up(project.settings())
+    await api.run_background(project.settings())  # completed, so verify has something to look at
+    redis_harness.worker("-P", "solo")
+    tasks = redis_harness.tasks
+
+    converged = tasks.enqueue_converge().get(timeout=60)
+    assert converged["success"] is True, converged
+    indexes = sync_client[project.db].users.index_information()
+    assert any(info["key"] == [("email", 1)] and info.get("unique") for info in indexes.values())
+
+    # one document of the old shape written after the migration completed: verify finds it
+    await db.people.insert_one({"_id": 987654, "first": "a", "last": "b", "__v": 1, "__rev": 1})
+    schedule = tasks.beat_schedule(verify_every=30, audit_every=60, background_every=None)
+    verify, audit = schedule["mongoshift.background-verify"], schedule["mongoshift.audit"]
+    verified = app_send(redis_harness, verify).get(timeout=60)
+    assert [(v["migration"], v["found"]) for v in verified] == [("20260101000001_names.py", True)]
+    assert all("987654" not in str(v) for v in verified)  # never an id
+    audited = app_send(redis_harness, audit).get(timeout=60)
+    assert "findings" in audited
+
+
+def app_send(harness, entry):  # type: ignore[no-untyped-def]
+    """Send a beat entry as the beat would: its task by name, its kwargs and options."""
+    return harness.app.send_task(entry["task"], kwargs=entry["kwargs"], **entry.get("options", {}))
+
+
+def test_the_beat_schedule_names_the_registered_tasks() -> None:
+    app = Celery("schedule-test", set_as_current=False)
+    tasks = register(app, settings="mongoshift.toml", prefix="ops.migrations", queue="migrations")
+    schedule = tasks.beat_schedule(background_every=30, verify_every=None)
+    assert schedule == {
+        "ops.migrations.background-tick": {"task": "ops.migrations.background.tick", "schedule": 30.0, "kwargs": {}, "options": {"queue": "migrations"}},
+        "ops.migrations.audit": {"task": "ops.migrations.audit", "schedule": 3600.0, "kwargs": {}, "options": {"queue": "migrations"}},
+    }
+    assert all(entry["task"] in app.tasks for entry in schedule.values())
+    with pytest.raises(ConfigInvalidError, match="at least 1"):
+        tasks.beat_schedule(audit_every=0)
+
+
+def test_registration_refuses_what_a_worker_could_not_use() -> None:
+    with pytest.raises(ConfigInvalidError, match="Celery app"):
+        register(object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigInvalidError, match="prefix"):
+        register(Celery("x", set_as_current=False), prefix="not a name")
+    with pytest.raises(ConfigInvalidError, match="settings must be"):
+        register(Celery("x", set_as_current=False), settings=42)  # type: ignore[arg-type]
+
+    async def awaited(event: object) -> None: ...
+
+    with pytest.raises(ConfigInvalidError, match="observers"):
+        register(Celery("x", set_as_current=False), observers=[awaited])
