@@ -139,6 +139,20 @@ async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_p
     assert "lane-" not in run.stderr and "_id" not in run.stderr
 
 
+async def test_a_long_interval_still_logs_a_first_line_within_seconds(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A run planning or rewriting a large collection says so at once, not one interval later."""
+    await seed(db.people, 2_000)
+    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=120"))
+    assert cli(fast_project, "up").returncode == 0
+    run = cli(fast_project, "background", "run", "0001_names", "--progress-interval", "3600")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [line for line in run.stderr.splitlines() if " progress " in line]
+    # 40 batches with 120 ms pauses: the run takes about 5 s, far less than the interval, so
+    # a line under way can only come from the early first read.
+    assert len(lines) >= 2 and not lines[0].endswith(", completed"), run.stderr
+    assert lines[-1].endswith("pass 1, completed"), lines
+
+
 async def test_quiet_runs_log_no_progress_and_a_bad_interval_exits_6(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 300)
     fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=30"))

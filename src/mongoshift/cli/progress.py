@@ -57,6 +57,9 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
             await asyncio.wait({task}, timeout=1.0)
 
 
+FIRST_LINE_AFTER = 2.0
+
+
 def _done(r: BackgroundReport) -> int:
     return (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
 
@@ -74,13 +77,17 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
     """Until ``task`` ends, every ``interval`` seconds one INFO line per migration of the run.
 
     A migration is logged while it is under way, and once more when it reaches an end state
-    (from the run's own reports when the run ends).
+    (from the run's own reports when the run ends). The first lines come after at most
+    ``FIRST_LINE_AFTER`` seconds, so that a run planning a large collection says so at once
+    rather than staying silent for a whole interval.
     A status read that fails is skipped: the next interval tries again.
     """
     wanted = {n.removesuffix(".py") for n in names} if names else None
     active: set[str] = set()
+    wait = min(interval, FIRST_LINE_AFTER)
     while not task.done():
-        await asyncio.wait({task}, timeout=interval)
+        await asyncio.wait({task}, timeout=wait)
+        wait = interval
         if task.done():
             if not task.cancelled() and task.exception() is None:
                 for r in task.result():  # the last line of each one logged: how it ended
