@@ -289,3 +289,62 @@ async def test_a_pipeline_run_with_the_shard_key_setting_writes_what_the_untarge
     assert moved["__v"] == 1 and moved["tenant"] != "moved"
     (status,) = await bg.status(settings, "0001_people.py")
     assert status.totals["failed"] == 1 and [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
+
+
+# -- hashed shard keys: hash ranges drained through the index's bounds ----------------------
+
+
+def _configure_hashed(project: Any) -> None:
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    with project.config.open("a", encoding="utf-8") as out:
+        out.write('[mongoshift.shard_keys]\npeople = { tenant = "hashed" }\n')
+
+
+@pytest.mark.parametrize("form", ["migrate", "pipeline", "transaction"])
+async def test_a_hashed_key_drains_hash_ranges_and_writes_what_the_untargeted_path_writes(project, db, form: str) -> None:  # type: ignore[no-untyped-def]
+    _configure_hashed(project)
+    await _seed(db.people, 120, [("__v", 1), ("tenant", "hashed"), ("_id", 1)])
+    await _seed(db.plain, 120, None)
+    moved = 9 if form == "pipeline" else 13
+    for name, collection in (("0001_people.py", "people"), ("0002_plain.py", "plain")):
+        if form == "pipeline":
+            source = PIPELINE_FILE.format(collection=collection, pipeline=KEY_PIPELINE)
+        else:
+            source = FILE.format(collection=collection)
+            if form == "transaction":
+                source = source.replace("batch_size=7,", "batch_size=7, transaction=True,")
+        project.add(name, source)
+    settings = project.settings()
+    await command.up(settings)
+    reports = {r.name: r for r in await bg.run(settings, ["0001_people.py", "0002_plain.py"], concurrency=2)}
+    assert {name: r.status for name, r in reports.items()} == {"0001_people.py": "completed", "0002_plain.py": "completed"}
+
+    # Read by hash range: every partition a range of the hash space, each document read once.
+    stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
+    assert len(stored) > 1 and all(p["scope"].get("ranges") and p["scope"]["key"] == [["tenant", "hashed"]] for p in stored)
+    assert reports["0001_people.py"].totals["scanned"] == 120
+    assert reports["0001_people.py"].totals["migrated"] == 119 and reports["0001_people.py"].totals["failed"] == 1
+
+    people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
+    plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
+    assert [d for d in people if d["_id"] != moved] == [d for d in plain if d["_id"] != moved]
+    assert all(type(a.get("tenant")) is type(b.get("tenant")) and type(a["n"]) is type(b["n"]) for a, b in zip(people, plain) if a["_id"] != moved)
+    assert next(d for d in people if d["_id"] == moved)["__v"] == 1
+    (status,) = await bg.status(settings, "0001_people.py")
+    assert [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
+
+
+async def test_a_key_hashed_on_id_is_read_by_id_ranges(project, db) -> None:  # type: ignore[no-untyped-def]
+    """The version index of ``{_id: "hashed"}`` is ``{version, _id}``: it holds no hash to bound, so the
+    pass is cut in ``_id`` ranges, and the writes still carry the key."""
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    with project.config.open("a", encoding="utf-8") as out:
+        out.write('[mongoshift.shard_keys]\npeople = { _id = "hashed" }\n')
+    await _seed(db.people, 60, None)
+    project.add("0001_people.py", FILE.format(collection="people"))
+    settings = project.settings()
+    await command.up(settings)
+    (report,) = await bg.run(settings, ["0001_people.py"])
+    assert report.status == "completed" and report.totals["migrated"] == 60
+    stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
+    assert stored and all(not p["scope"].get("ranges") and p["scope"]["key"] == [["_id", "hashed"]] for p in stored)

@@ -71,7 +71,7 @@ async def test_a_ranged_key_is_planned_by_chunk_and_rewritten_once(project, clie
     assert (await db.people.find_one({"n": 7}))["tenant"] != "elsewhere"
 
 
-async def test_a_hashed_key_reads_id_ranges_and_targets_the_writes(project, client, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_hashed_key_without_its_version_index_reads_id_ranges_and_targets_the_writes(project, client, db) -> None:  # type: ignore[no-untyped-def]
     await _sharded(client, db, "people", {"tenant": "hashed"}, [])
     await db.people.insert_many([{"_id": i, "tenant": f"t{i % 9}", "n": i, "__v": 1, "__rev": 1} for i in range(300)])
     await db.people.create_index([("__v", 1), ("_id", 1)])
@@ -81,6 +81,24 @@ async def test_a_hashed_key_reads_id_ranges_and_targets_the_writes(project, clie
     await command.up(settings)
     (report,) = await bg.run(settings, ["0001_people.py"], concurrency=2)
     assert report.status == "completed" and report.totals["migrated"] == 299 and report.totals["failed"] == 1
+
+
+async def test_a_hashed_key_is_drained_by_hash_range_on_its_chunks(project, client, db) -> None:  # type: ignore[no-untyped-def]
+    shards = await _sharded(client, db, "people", {"tenant": "hashed"}, [])
+    await db.people.insert_many([{"_id": i, "tenant": f"t{i % 23}", "n": i, "__v": 1, "__rev": 1} for i in range(600)])
+    await db.people.create_index([("__v", 1), ("tenant", "hashed"), ("_id", 1)])
+    project.write_config(background_lease_ttl_seconds=5, background_poll_seconds=0.2)
+    project.add("0001_people.py", FILE.format(collection="people"))
+    settings = project.settings()
+    await command.up(settings)
+    (report,) = await bg.run(settings, ["0001_people.py"], concurrency=4)
+    assert report.status == "completed"
+    assert report.totals["scanned"] == 600 and report.totals["migrated"] == 599 and report.totals["failed"] == 1
+    rows = await bg.partitions(settings, "0001_people.py")
+    assert {r.shard for r in rows} == set(shards)  # a hashed collection starts with chunks on every shard
+    stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
+    assert all(p["scope"].get("ranges") and p["scope"]["key"] == [["tenant", "hashed"]] for p in stored)
+    assert await db.people.count_documents({"__v": 2}) == 599
 
 
 PIPELINE_FILE = '''

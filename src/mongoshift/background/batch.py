@@ -102,6 +102,9 @@ class BatchResult:
     conflicts: int = 0
     retried: int = 0
     errors: list[DocumentError] = field(default_factory=list)
+    #: The ids counted in ``conflicts``: read, still in the source shape, left for the next pass
+    #: (a draining hash range steps over them, :mod:`.hash_drain`).
+    left: list[Any] = field(default_factory=list)
 
 
 class _Lent:
@@ -449,6 +452,7 @@ async def apply_batch(
             return result
         if round_ == spec.max_conflict_retries:
             result.conflicts += len(again)  # still in the way: the next pass takes them
+            result.left += [d["_id"] for d in again]
             return result
         result.retried += len(again)
         pending = again
