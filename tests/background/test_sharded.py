@@ -348,3 +348,26 @@ async def test_a_key_hashed_on_id_is_read_by_id_ranges(project, db) -> None:  # 
     assert report.status == "completed" and report.totals["migrated"] == 60
     stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
     assert stored and all(not p["scope"].get("ranges") and p["scope"]["key"] == [["_id", "hashed"]] for p in stored)
+
+
+async def test_a_hash_range_partition_whose_index_was_dropped_fails_its_slice_saying_so(project, db) -> None:  # type: ignore[no-untyped-def]
+    """A hash range has no filter form: without its index, a lane cannot read it (a ranged partition reads on without a hint)."""
+    from bson import MaxKey, MinKey
+
+    from mongoshift.background.batch import BatchFailed
+    from mongoshift.background.lane import Lane
+    from mongoshift.background.model import Scope
+
+    _configure_hashed(project)
+    await _seed(db.people, 10, [("__v", 1), ("tenant", "hashed"), ("_id", 1)])
+    project.add("0001_people.py", FILE.format(collection="people"))
+    settings = project.settings()
+    await command.up(settings)
+    hashed = Scope(None, key=(("tenant", "hashed"),), ranges=(((MinKey(),), (MaxKey(),)),))
+    async with bg.open_engine(settings) as engine:
+        spec = engine.spec("0001_people.py")
+        lane = Lane(engine.context, "lane")
+        assert await lane._hint(spec, hashed) == [("__v", 1), ("tenant", "hashed"), ("_id", 1)]
+        await db.people.drop_index("__v_1_tenant_hashed__id_1")
+        with pytest.raises(BatchFailed, match="create it again"):
+            await lane._hint(spec, hashed)
