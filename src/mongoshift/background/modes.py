@@ -31,9 +31,9 @@ from ..schema.background import MAX_CHECKPOINT_BYTES
 from .batch import BatchFailed, BatchResult, DocumentError, apply_batch
 from .document import bson_problem
 from .engine import EngineContext
+from .hash_drain import drain_after, drain_read
 from .job import Job
 from .model import Checkpoint, Checkpointed, Lease, Partition
-from .hash_drain import drain_after, drain_read
 from .planner import batch_filter, batch_sort, cursor_after
 from .throttle import AdaptiveController, ThrottleReport
 from .transaction import (
