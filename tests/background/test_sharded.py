@@ -2,8 +2,10 @@
 
 The embedded server is not sharded, so the key comes from the ``shard_keys`` setting (a real
 mongos is read from ``config``; see test_sharded_cluster.py). The filters, the hint, the keyset
-cursor, the key in every guarded write and the ``shard-key-changed`` guard all run for real, and
-the result must be the same documents the untargeted path writes.
+cursor, the key in every guarded write and the ``shard-key-changed`` guard (in Python for
+``migrate``, on the server for ``pipeline``) all run for real, and so do a hashed key's
+hash-range reads (the embedded server's fixes (s) and (t)): the result must be the same
+documents the untargeted path writes.
 """
 
 from __future__ import annotations
@@ -284,7 +286,7 @@ async def test_a_pipeline_run_with_the_shard_key_setting_writes_what_the_untarge
     people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
     plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
     assert [d for d in people if d["_id"] != 9] == [d for d in plain if d["_id"] != 9]
-    assert all(type(a.get("tenant")) is type(b.get("tenant")) for a, b in zip(people, plain))
+    assert all(type(a.get("tenant")) is type(b.get("tenant")) for a, b in zip(people, plain) if a["_id"] != 9)
     moved = next(d for d in people if d["_id"] == 9)
     assert moved["__v"] == 1 and moved["tenant"] != "moved"
     (status,) = await bg.status(settings, "0001_people.py")
