@@ -2,14 +2,17 @@
 
 The embedded server is not sharded, so the key comes from the ``shard_keys`` setting (a real
 mongos is read from ``config``; see test_sharded_cluster.py). The filters, the hint, the keyset
-cursor, the key in every guarded write and the ``shard-key-changed`` guard all run for real, and
-the result must be the same documents the untargeted path writes.
+cursor, the key in every guarded write and the ``shard-key-changed`` guard (in Python for
+``migrate``, on the server for ``pipeline``) all run for real, and so do a hashed key's
+hash-range reads (the embedded server's fixes (s) and (t)): the result must be the same
+documents the untargeted path writes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from bson import Int64
 from pymongo import AsyncMongoClient, monitoring
 
@@ -175,3 +178,198 @@ async def test_shard_concurrency_caps_the_lanes_on_one_shard(db) -> None:  # typ
     assert await claim("c", 1) is False  # s0 still has open partitions, but its one lane is taken
     third = await claim("c", 2)
     assert third and third[1].scope.shard == "s0"  # a cap of two lets a second lane on s0
+
+
+# -- pipeline migrations: the server-side shard-key guard -------------------------------------
+
+#: A pipeline that keeps every key but _id 9's (which it moves), re-typing numbers: the same key by value.
+KEY_PIPELINE: list[dict[str, Any]] = [
+    {
+        "$set": {
+            "label": {"$concat": [{"$toString": "$n"}, "-", {"$type": "$tenant"}]},
+            "tenant": {
+                "$switch": {
+                    "branches": [
+                        {"case": {"$eq": ["$_id", 9]}, "then": "moved"},
+                        {"case": {"$eq": [{"$type": "$tenant"}, "int"]}, "then": {"$toLong": "$tenant"}},
+                        {"case": {"$eq": [{"$type": "$tenant"}, "double"]}, "then": {"$toDecimal": "$tenant"}},
+                    ],
+                    "default": "$tenant",
+                }
+            },
+        }
+    },
+]
+
+
+def _pipeline_job(pipeline: list[dict[str, Any]], shard_key: tuple[str, ...], **settings: Any) -> Job:
+    spec = Background(collection="people", from_version=1, to_version=2, pipeline=pipeline, max_document_errors=5, **settings)
+    return Job("0001_x.py", spec, "forward", 1, 1, 2, None, None, None, [], pipeline=spec.pipeline, shard_key=shard_key)
+
+
+async def test_a_pipeline_that_changes_the_shard_key_fails_that_document_alone(db) -> None:  # type: ignore[no-untyped-def]
+    await _seed(db.people, 20, None)
+    before = await db.people.find_one({"_id": 9})
+    job = _pipeline_job(KEY_PIPELINE, ("tenant", "n"))
+    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    # _id 9 is in the middle of the batch: the multi-update fails there, the rest is counted exactly.
+    assert (result.migrated, result.skipped, result.conflicts) == (19, 0, 0)
+    assert [(e.id, e.reason) for e in result.errors] == [(9, "shard-key-changed")]
+    assert "tenant" in result.errors[0].error and "moved" not in result.errors[0].error
+    assert await db.people.find_one({"_id": 9}) == before  # left exactly as it was
+    stored = {d["_id"]: d async for d in db.people.find({"__v": 2})}
+    assert sorted(stored) == [i for i in range(20) if i != 9]
+    assert all("__mongoshift_shard_key" not in d and d["__rev"] == 2 for d in stored.values())
+    assert type(stored[2]["tenant"]) is Int64 and stored[2]["tenant"] == 3  # int -> long: the same key
+    assert stored[5].get("tenant") is None  # missing before, missing (mongod) or null after: the same key
+
+
+async def test_a_pipeline_document_already_holding_the_reserved_field_fails_instead_of_losing_it(db) -> None:  # type: ignore[no-untyped-def]
+    await _seed(db.people, 6, None)
+    await db.people.update_one({"_id": 2}, {"$set": {"__mongoshift_shard_key": "mine"}})
+    job = _pipeline_job([{"$set": {"x": 1}}], ("tenant",))
+    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    assert result.migrated == 5 and [(e.id, e.reason) for e in result.errors] == [(2, "shard-key-changed")]
+    assert (await db.people.find_one({"_id": 2}))["__mongoshift_shard_key"] == "mine"
+
+
+async def test_without_a_shard_key_the_pipeline_is_not_guarded(db) -> None:  # type: ignore[no-untyped-def]
+    await _seed(db.people, 12, None)
+    job = _pipeline_job(KEY_PIPELINE, ())
+    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
+    assert (result.migrated, result.errors) == (12, [])
+    assert (await db.people.find_one({"_id": 9}))["tenant"] == "moved"
+
+
+async def test_a_transactional_pipeline_batch_leaves_the_moved_document_out(db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.background.batch import DocumentFailed
+
+    await _seed(db.people, 12, None)
+    job = _pipeline_job(KEY_PIPELINE, ("tenant", "n"))
+    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    with pytest.raises(DocumentFailed) as failed:
+        await apply_batch(job, docs, db.people, job.context("0", CancelSignal()), strict=True)
+    assert (failed.value.document.id, failed.value.document.reason) == (9, "shard-key-changed")
+
+
+PIPELINE_FILE = '''
+from mongoshift import Background
+
+background = Background(
+    collection="{collection}",
+    from_version=1,
+    to_version=2,
+    pipeline={pipeline!r},
+    batch_size=7,
+    pause_ms=0,
+    max_parallel=2,
+    max_document_errors=1,
+    partitions={{"min_partition_docs": 10}},
+)
+'''
+
+
+async def test_a_pipeline_run_with_the_shard_key_setting_writes_what_the_untargeted_run_writes(project, db) -> None:  # type: ignore[no-untyped-def]
+    _configure(project)
+    await _seed(db.people, 120, [("__v", 1), ("tenant", 1), ("n", 1), ("_id", 1)])
+    await _seed(db.plain, 120, None)
+    project.add("0001_people.py", PIPELINE_FILE.format(collection="people", pipeline=KEY_PIPELINE))
+    project.add("0002_plain.py", PIPELINE_FILE.format(collection="plain", pipeline=KEY_PIPELINE))
+    settings = project.settings()
+    await command.up(settings)
+    reports = {r.name: r for r in await bg.run(settings, ["0001_people.py", "0002_plain.py"], concurrency=2)}
+    assert {name: r.status for name, r in reports.items()} == {"0001_people.py": "completed", "0002_plain.py": "completed"}
+    assert reports["0001_people.py"].totals["migrated"] == 119 and reports["0002_plain.py"].totals["migrated"] == 120
+    people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
+    plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
+    assert [d for d in people if d["_id"] != 9] == [d for d in plain if d["_id"] != 9]
+    assert all(type(a.get("tenant")) is type(b.get("tenant")) for a, b in zip(people, plain) if a["_id"] != 9)
+    moved = next(d for d in people if d["_id"] == 9)
+    assert moved["__v"] == 1 and moved["tenant"] != "moved"
+    (status,) = await bg.status(settings, "0001_people.py")
+    assert status.totals["failed"] == 1 and [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
+
+
+# -- hashed shard keys: hash ranges drained through the index's bounds ----------------------
+
+
+def _configure_hashed(project: Any) -> None:
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    with project.config.open("a", encoding="utf-8") as out:
+        out.write('[mongoshift.shard_keys]\npeople = { tenant = "hashed" }\n')
+
+
+@pytest.mark.parametrize("form", ["migrate", "pipeline", "transaction"])
+async def test_a_hashed_key_drains_hash_ranges_and_writes_what_the_untargeted_path_writes(project, db, form: str) -> None:  # type: ignore[no-untyped-def]
+    _configure_hashed(project)
+    await _seed(db.people, 120, [("__v", 1), ("tenant", "hashed"), ("_id", 1)])
+    await _seed(db.plain, 120, None)
+    moved = 9 if form == "pipeline" else 13
+    for name, collection in (("0001_people.py", "people"), ("0002_plain.py", "plain")):
+        if form == "pipeline":
+            source = PIPELINE_FILE.format(collection=collection, pipeline=KEY_PIPELINE)
+        else:
+            source = FILE.format(collection=collection)
+            if form == "transaction":
+                source = source.replace("batch_size=7,", "batch_size=7, transaction=True,")
+        project.add(name, source)
+    settings = project.settings()
+    await command.up(settings)
+    reports = {r.name: r for r in await bg.run(settings, ["0001_people.py", "0002_plain.py"], concurrency=2)}
+    assert {name: r.status for name, r in reports.items()} == {"0001_people.py": "completed", "0002_plain.py": "completed"}
+
+    # Read by hash range: every partition a range of the hash space, each document read once.
+    stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
+    assert len(stored) > 1 and all(p["scope"].get("ranges") and p["scope"]["key"] == [["tenant", "hashed"]] for p in stored)
+    assert reports["0001_people.py"].totals["scanned"] == 120
+    assert reports["0001_people.py"].totals["migrated"] == 119 and reports["0001_people.py"].totals["failed"] == 1
+
+    people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
+    plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
+    assert [d for d in people if d["_id"] != moved] == [d for d in plain if d["_id"] != moved]
+    assert all(type(a.get("tenant")) is type(b.get("tenant")) and type(a["n"]) is type(b["n"]) for a, b in zip(people, plain) if a["_id"] != moved)
+    assert next(d for d in people if d["_id"] == moved)["__v"] == 1
+    (status,) = await bg.status(settings, "0001_people.py")
+    assert [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
+
+
+async def test_a_key_hashed_on_id_is_read_by_id_ranges(project, db) -> None:  # type: ignore[no-untyped-def]
+    """The version index of ``{_id: "hashed"}`` is ``{version, _id}``: it holds no hash to bound, so the
+    pass is cut in ``_id`` ranges, and the writes still carry the key."""
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    with project.config.open("a", encoding="utf-8") as out:
+        out.write('[mongoshift.shard_keys]\npeople = { _id = "hashed" }\n')
+    await _seed(db.people, 60, None)
+    project.add("0001_people.py", FILE.format(collection="people"))
+    settings = project.settings()
+    await command.up(settings)
+    (report,) = await bg.run(settings, ["0001_people.py"])
+    assert report.status == "completed" and report.totals["migrated"] == 60
+    stored = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_people.py"})]
+    assert stored and all(not p["scope"].get("ranges") and p["scope"]["key"] == [["_id", "hashed"]] for p in stored)
+
+
+async def test_a_hash_range_partition_whose_index_was_dropped_fails_its_slice_saying_so(project, db) -> None:  # type: ignore[no-untyped-def]
+    """A hash range has no filter form: without its index, a lane cannot read it (a ranged partition reads on without a hint)."""
+    from bson import MaxKey, MinKey
+
+    from mongoshift.background.batch import BatchFailed
+    from mongoshift.background.lane import Lane
+    from mongoshift.background.model import Scope
+
+    _configure_hashed(project)
+    await _seed(db.people, 10, [("__v", 1), ("tenant", "hashed"), ("_id", 1)])
+    project.add("0001_people.py", FILE.format(collection="people"))
+    settings = project.settings()
+    await command.up(settings)
+    hashed = Scope(None, key=(("tenant", "hashed"),), ranges=(((MinKey(),), (MaxKey(),)),))
+    async with bg.open_engine(settings) as engine:
+        spec = engine.spec("0001_people.py")
+        lane = Lane(engine.context, "lane")
+        assert await lane._hint(spec, hashed) == [("__v", 1), ("tenant", "hashed"), ("_id", 1)]
+        await db.people.drop_index("__v_1_tenant_hashed__id_1")
+        with pytest.raises(BatchFailed, match="create it again"):
+            await lane._hint(spec, hashed)

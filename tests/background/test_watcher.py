@@ -482,3 +482,26 @@ def test_watch_options_are_refused_when_the_runner_is_built(fast_project) -> Non
     for bad in ("yes", 1, WatchOptions(save_seconds=0), WatchOptions(collections=("",)), WatchOptions(max_await_ms=0)):
         with pytest.raises(ConfigInvalidError):
             bg.BackgroundRunner(s, watch=bad)
+
+
+MOVING_FILE = background_file().replace(
+    '    doc["full_name"] = doc.pop("first", "") + " " + doc.pop("last", "")\n',
+    '    doc["full_name"] = doc.pop("first", "") + " " + doc.pop("last", "")\n    if doc.get("n") == 99:\n        doc["n"] = 100\n',
+)
+
+
+async def test_on_a_sharded_collection_the_watcher_refuses_a_transform_that_moves_a_document(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    with fast_project.config.open("a", encoding="utf-8") as out:
+        out.write("[mongoshift.shard_keys]\npeople = { n = 1 }\n")
+    assert "doc[\"n\"] = 100" in MOVING_FILE
+    s = await completed(fast_project, db, source=MOVING_FILE)
+    watcher = Running(s)
+    try:
+        await watcher.reached("streaming")
+        await db.people.insert_many([old_doc("moving", n=99), old_doc("staying", n=5)])
+        await until("the upgrade", lambda: upgraded(db, "staying"))
+        await until("the refusal counted", lambda: _saved_with(db, failed=1))
+    finally:
+        await watcher.stop()
+    moving = await db.people.find_one({"_id": "moving"})
+    assert moving["n"] == 99 and moving["__v"] == 1  # left as it was, for the reopened pass to record

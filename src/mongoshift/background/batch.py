@@ -25,7 +25,10 @@ the batch's documents are read again: those now at the target version were
 rewritten by it, those still in the source shape are written one by one as
 guarded ``UpdateOne``s, so that the failing one is a document error of its own.
 A transactional batch keeps the one-by-one form: a failed write aborts the
-transaction, and the retry must know which document to leave out.
+transaction, and the retry must know which document to leave out. When the shard
+key is known, the pipeline runs inside a guard (:mod:`.pipeline_guard`) that makes
+the server refuse a document whose key it would change; in the one-by-one form that
+refusal is the document error ``shard-key-changed``, as for ``migrate``.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from ..project.user_code import call, guard_exit, is_async
 from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff, version_match
 from .bson_order import same_value
 from .job import Job, TransformContext
+from .pipeline_guard import guarded, key_changed_message, refused_by_guard
 from .planner import key_values
 
 
@@ -98,6 +102,9 @@ class BatchResult:
     conflicts: int = 0
     retried: int = 0
     errors: list[DocumentError] = field(default_factory=list)
+    #: The ids counted in ``conflicts``: read, still in the source shape, left for the next pass
+    #: (a draining hash range steps over them, :mod:`.hash_drain`).
+    left: list[Any] = field(default_factory=list)
 
 
 class _Lent:
@@ -445,6 +452,7 @@ async def apply_batch(
             return result
         if round_ == spec.max_conflict_retries:
             result.conflicts += len(again)  # still in the way: the next pass takes them
+            result.left += [d["_id"] for d in again]
             return result
         result.retried += len(again)
         pending = again
@@ -493,11 +501,14 @@ async def _apply_pipeline(
 async def _pipeline_each(
     job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
 ) -> BatchResult:
-    """One guarded pipeline ``UpdateOne`` per ``_id``: each document's error is its own."""
+    """One guarded pipeline ``UpdateOne`` per ``_id``: each document's error is its own (the shard-key guard's is ``shard-key-changed``)."""
     matched, failed = await write_pipeline(job, ids, collection, session=session)
     result = BatchResult(migrated=matched, skipped=len(ids) - len(failed) - matched)
     for index, error in failed.items():
-        result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))
+        if refused_by_guard(error, job.shard_key):
+            result.errors.append(DocumentError(ids[index], "shard-key-changed", key_changed_message(job.shard_key)))
+        else:
+            result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))
     if strict and result.errors:
         raise DocumentFailed(result.errors[0])
     return result
@@ -517,9 +528,11 @@ def _at_version(value: Any, version: int) -> bool:
 
 
 def pipeline_update(job: Job) -> list[dict[str, Any]]:
-    """The update pipeline a ``pipeline`` migration sends: its own stages, then the version and revision stamp."""
+    """The update pipeline a ``pipeline`` migration sends: its own stages (inside the shard-key guard
+    of :mod:`.pipeline_guard` when the key is known), then the version and revision stamp."""
     assert job.pipeline is not None
-    return [*job.pipeline, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
+    stages = guarded(job.pipeline, job.shard_key) if job.shard_key else job.pipeline
+    return [*stages, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
 
 
 def stamp_stages(version_field: str, revision_field: str | None, to_version: int) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from ..project.redaction import describe_error
 from ..schema.background import Adaptive, Background
+from .batch import BatchFailed
 from .engine import EngineContext
 from .health import wait_while_unhealthy
 from .job import Job
@@ -153,6 +154,11 @@ class Lane:
         key = version_index_key(spec.version_field, scope.key if scope.targeted else ())
         if await has_index(self.engine.db[spec.collection], key):
             return key
+        if scope.drains:  # a hash range has no filter: its index's bounds are the only way to read it
+            raise BatchFailed(
+                f"{spec.collection} has no index {{{', '.join(f'{f}: {d!r}' for f, d in key)}}} any more: "
+                "a hash-range partition is read through it; create it again"
+            )
         if scope.targeted:
             return None  # the planner checked it: dropped since, the read goes on without a hint
         if spec.collection not in self.engine.version_index_warned:

@@ -46,8 +46,14 @@ class Scope:
 
     @property
     def targeted(self) -> bool:
-        """Read by shard-key ranges (keyset over the key and ``_id``), not by ``_id`` ranges."""
+        """Read by shard-key ranges (keyset over the key and ``_id``, or drained by hash range), not by ``_id`` ranges."""
         return bool(self.ranges)
+
+    @property
+    def drains(self) -> bool:
+        """Ranges of a hashed key's hash space: read through the index's ``min``/``max`` bounds and
+        drained (see :mod:`.hash_drain`), since no query filter compares a field's hash."""
+        return bool(self.ranges) and bool(self.key) and self.key[0][1] == "hashed"
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"bracket": self.bracket}
@@ -103,12 +109,17 @@ class Checkpointed:
 @dataclass
 class Checkpoint:
     """Where a partition's scan stands: the last ``_id`` done (with its shard-key values on a
-    targeted partition, whose keyset is the key then ``_id``), or a step's own value."""
+    targeted partition, whose keyset is the key then ``_id``), or a step's own value.
+
+    A draining partition (hash ranges, :mod:`.hash_drain`) keeps no position in a range, only
+    which of its ``segment``s it is in and the ids it steps over there (``stuck``)."""
 
     last_id: Any = None
     started: bool = False
     step: Any = None
     last_key: tuple[Any, ...] | None = None
+    segment: int = 0
+    stuck: tuple[Any, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         if not self.started:
@@ -118,6 +129,10 @@ class Checkpoint:
             doc["step"] = self.step
         if self.last_key is not None:
             doc["last_key"] = list(self.last_key)
+        if self.segment:
+            doc["segment"] = self.segment
+        if self.stuck:
+            doc["stuck"] = list(self.stuck)
         return doc
 
     @classmethod
@@ -125,7 +140,14 @@ class Checkpoint:
         if not doc:
             return cls()
         key = doc.get("last_key")
-        return cls(last_id=doc.get("last_id"), started=True, step=doc.get("step"), last_key=tuple(key) if key is not None else None)
+        return cls(
+            last_id=doc.get("last_id"),
+            started=True,
+            step=doc.get("step"),
+            last_key=tuple(key) if key is not None else None,
+            segment=int(doc.get("segment") or 0),
+            stuck=tuple(doc.get("stuck") or ()),
+        )
 
 
 @dataclass

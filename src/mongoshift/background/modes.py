@@ -31,6 +31,7 @@ from ..schema.background import MAX_CHECKPOINT_BYTES
 from .batch import BatchFailed, BatchResult, DocumentError, apply_batch
 from .document import bson_problem
 from .engine import EngineContext
+from .hash_drain import drain_after, drain_read
 from .job import Job
 from .model import Checkpoint, Checkpointed, Lease, Partition
 from .planner import batch_filter, batch_sort, cursor_after
@@ -78,6 +79,26 @@ class PartitionWork:
         if projection is None or not self.partition.scope.targeted:
             return projection
         return {**projection, **dict.fromkeys(self.partition.scope.key_fields, 1)}
+
+    def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, **options: Any) -> Any:
+        """The cursor of the next batch from ``cursor``: a keyset (or ``_id``) range in its order, or a
+        draining hash range through the index's bounds (:mod:`.hash_drain`); None when nothing is left."""
+        scope = self.partition.scope
+        if scope.drains:
+            read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
+            if read is None:
+                return None
+            return collection.find(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
+        find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
+        return find.hint(self.hint) if self.hint is not None else find
+
+    def after(self, cursor: Checkpoint, last: Any, *, read: int, limit: int, left: list[Any]) -> tuple[Checkpoint, bool]:
+        """The cursor after a batch that read ``read`` documents (``last`` the last one, decoded) and
+        left ``left`` in the source shape; and whether the partition is done."""
+        scope = self.partition.scope
+        if scope.drains:
+            return drain_after(scope, cursor, read=read, limit=limit, left=left, source=self.job.source)
+        return (cursor_after(scope, last) if last is not None else cursor), read < limit
 
     def renewed(self) -> None:
         """A checkpoint just renewed the lease: the heartbeat can rest."""
@@ -147,14 +168,11 @@ class PlainBatches:
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
-        filter_ = batch_filter(work.match, work.partition.scope, cursor)
         # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
         # decoding it here and copying it through an encode.
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
-        find = raw.find(filter_, work.projection, sort=batch_sort(work.partition.scope), limit=size)
-        if work.hint is not None:
-            find = find.hint(work.hint)
-        docs = await find.to_list(None)
+        find = work.find(raw, cursor, size)
+        docs = await find.to_list(None) if find is not None else []
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
@@ -172,8 +190,8 @@ class PlainBatches:
             change = adaptive.record(latency_ms)
             if change:
                 work.throttled(change, **adaptive.state())
-        done = len(docs) < size
-        next_cursor = cursor_after(work.partition.scope, decode(docs[-1].raw, collection.codec_options)) if docs else cursor
+        last = decode(docs[-1].raw, collection.codec_options) if docs else None
+        next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
         checkpointed = await engine.store.checkpoint(
@@ -211,19 +229,13 @@ class TransactionalBatches:
         # The answer of the last checkpoint written: the one the committed transaction holds.
         checkpointed: Checkpointed | None = None
 
+        # Where the committed batch left the partition (the last checkpoint written says it).
+        moved, finished = cursor, False
+
         async def read(session: Any, limit: int) -> list[dict[str, Any]]:
             assert spec.transaction is not None
-            find = collection.find(
-                batch_filter(work.match, work.partition.scope, cursor),
-                work.projection,
-                sort=batch_sort(work.partition.scope),
-                limit=limit,
-                session=session,
-                max_time_ms=spec.transaction.timeout_ms,
-            )
-            if work.hint is not None:
-                find = find.hint(work.hint)
-            return await find.to_list(None)
+            find = work.find(collection, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
+            return await find.to_list(None) if find is not None else []
 
         async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
             ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
@@ -238,11 +250,13 @@ class TransactionalBatches:
             excluded: list[DocumentError],
             retries: int,
         ) -> bool:
-            done = len(docs) == len(fetched) and len(fetched) < limit
-            moved = cursor_after(work.partition.scope, docs[-1]) if docs else cursor
+            # A batch cut to fit (fewer documents than were fetched) did not reach the end.
+            read_ = len(fetched) if len(docs) == len(fetched) else limit
+            nonlocal checkpointed, moved, finished
+            moved, done = work.after(cursor, docs[-1] if docs else None, read=read_, limit=limit, left=[e.id for e in excluded])
+            finished = done
             counts = counts_of(result, len(docs))
             counts["txn_retries"] = retries
-            nonlocal checkpointed
             checkpointed = await engine.store.checkpoint(
                 work.lease,
                 cursor=moved.to_document(),
@@ -261,11 +275,11 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            moved = cursor_after(work.partition.scope, skip.doc)
+            past, done = work.after(cursor, skip.doc, read=1, limit=1, left=[skip.doc["_id"]])
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
-            skipped = await engine.store.checkpoint(work.lease, cursor=moved.to_document(), counters=counts, done=False)
-            return Progress.after(False, moved, skipped)
+            skipped = await engine.store.checkpoint(work.lease, cursor=past.to_document(), counters=counts, done=done)
+            return Progress.after(done, past, skipped)
         finally:
             work.activity.in_transaction = False
         if outcome.lost:
@@ -275,8 +289,7 @@ class TransactionalBatches:
         add_counts(work.counters, counts)
         work.renewed()
         engine.events.emit("batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, **counts)
-        moved = cursor_after(work.partition.scope, outcome.docs[-1]) if outcome.docs else cursor
-        return Progress(outcome.done, moved, True, checkpointed.control if checkpointed else None)
+        return Progress(finished, moved, True, checkpointed.control if checkpointed else None)
 
 
 @dataclass

@@ -86,7 +86,12 @@ def _targeted_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) ->
 
 
 def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dict[str, Any]:
-    """The next batch of ``scope`` after ``cursor``, within ``match``."""
+    """The next batch of ``scope`` after ``cursor``, within ``match``.
+
+    A draining scope (hash ranges) has no filter of its own: its bounds are the index's
+    (:mod:`.hash_drain`), so as a filter it covers everything."""
+    if scope.drains:
+        return match
     if scope.targeted:
         return _targeted_filter(match, scope, cursor)
     condition: dict[str, Any] = {}

@@ -1,9 +1,11 @@
 """Planning one pass of a collection whose shard key is known: the I/O around :mod:`.shard_plan`.
 
-Targeted (shard-key ranges read through the ``{version, ...shard key, _id}`` index) when the key
-is ranged and that index exists; otherwise the usual ``_id`` ranges, with the key still on each
-partition so the guarded writes carry it ("untargeted" reads, targeted writes). A hashed key is
-read by ``_id`` ranges too (see docs/background.md, "Sharded clusters").
+Targeted (shard-key ranges read through the ``{version, ...shard key, _id}`` index) when that
+index exists and the key is ranged, or hashed on its first field (other than ``_id``): hash ranges
+cut arithmetically and drained through the index's bounds (:mod:`.hash_drain`). Otherwise the
+usual ``_id`` ranges, with the key still on each partition so the guarded writes carry it
+("untargeted" reads, targeted writes): a key hashed on a later field, or on ``_id`` (whose
+version index is ``{version, _id}``, with no hash in it). See docs/background.md, "Sharded clusters".
 """
 
 from __future__ import annotations
@@ -50,11 +52,14 @@ async def plan_sharded_pass(
     key = tuple(layout.key.document().items())
     identity = {**layout.identity(), "key": [[f, d] for f, d in key], "source": layout.source}
     index = version_index_key(spec.version_field, key)
-    if layout.key.hashed is None and await has_index(collection, index):
+    drains = layout.key.hashed_first and layout.key.hashed != "_id"
+    readable = layout.key.hashed is None or drains
+    if readable and await has_index(collection, index):
         estimate = await collection.count_documents(match)
         if estimate == 0:
             return ShardedPlan([], 0, "shard-key", identity)
-        samples = await _sample_keys(collection, match, layout.key.fields, min(spec.sample_size, estimate))
+        # A hash range is cut arithmetically: no sample needed (nor could one say where a hash falls).
+        samples = [] if drains else await _sample_keys(collection, match, layout.key.fields, min(spec.sample_size, estimate))
         wanted = max(1, min(spec.partition_target, estimate // max(1, spec.min_partition_docs)))
         parts = plan_partitions(layout, target=wanted, max_partitions=spec.partitions.max_partitions, samples=samples)
         total = sum(p.weight for p in parts) or 1
@@ -66,7 +71,7 @@ async def plan_sharded_pass(
             for p in parts
         ]
         return ShardedPlan(planned, estimate, "shard-key", identity)
-    if layout.key.hashed is None and spec.collection not in warned:
+    if readable and spec.collection not in warned:
         warned.add(spec.collection)
         log.warning(
             "%s is sharded but has no index %s: batches read _id ranges across shards (writes are still targeted)",

@@ -98,7 +98,12 @@ class Guard:
 
     @property
     def job(self) -> Job:
-        return Job.of(self.state, self.spec)
+        """Its job, with the shard key its last pass was planned on (so the watcher's writes carry it
+        and a transform that moves a document is ``shard-key-changed``, as in a lane)."""
+        job = Job.of(self.state, self.spec)
+        layout = (self.state.plan or {}).get("layout") or {}
+        job.shard_key = tuple(f for f, _ in layout.get("key") or ())
+        return job
 
 
 def guarded(states: Sequence[State], collection: str) -> list[State]:

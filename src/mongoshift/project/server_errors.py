@@ -41,6 +41,8 @@ UNAUTHORIZED = 13
 ILLEGAL_OPERATION = 20
 #: IndexNotFound: ``dropIndexes`` of an index that is already gone.
 INDEX_NOT_FOUND = 27
+#: ImmutableField: an update would change ``_id`` (or, before 4.2, a shard-key field).
+IMMUTABLE_FIELD = 66
 #: MaxTimeMSExpired: the operation ran past its own ``maxTimeMS``.
 MAX_TIME_MS_EXPIRED = 50
 #: WriteConcernFailed: the write happened but the secondaries did not confirm it in time.
@@ -85,7 +87,7 @@ DOCUMENT_TOO_LARGE_CODES = frozenset({10334, 17419})
 #: Write errors that are one document's own, so the document fails and the batch goes on:
 #: DuplicateKey, DocumentValidationFailure, ImmutableField, InvalidOptions, KeyTooLong (an index
 #: key over the old 1 KiB limit), and a document grown past 16 MiB.
-DOCUMENT_ERRORS = frozenset({11000, 121, 66, 72, 17280}) | DOCUMENT_TOO_LARGE_CODES
+DOCUMENT_ERRORS = frozenset({11000, 121, IMMUTABLE_FIELD, 72, 17280}) | DOCUMENT_TOO_LARGE_CODES
 
 #: A transactional batch took too long or grew too big, so it is halved (alone, the document
 #: fails): the time limits, TransactionExceededLifetimeLimitSeconds, TransactionTooLarge (257),
