@@ -28,7 +28,7 @@ from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.session import open_session
 from ..project.settings import Settings
-from .options import checked_client, checked_function, checked_observers
+from .options import checked_client, checked_function, checked_observers, run_observers
 
 log = logging.getLogger("mongoshift.background")
 
@@ -59,7 +59,7 @@ async def run(
     did, with their reports in ``details["background"]``.
     """
     _check_concurrency(concurrency)
-    async with open_engine(settings, cancel=cancel, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    async with open_engine(settings, cancel=cancel, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
@@ -378,7 +378,7 @@ def _check_runner_options(
     if not isinstance(settings, Settings):
         raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
     _check_concurrency(concurrency)
-    listed = checked_observers(observers)
+    listed = run_observers(observers, settings)
     if on_error is not None:
         checked_function("on_error", on_error)
     checked_client(client)
