@@ -91,7 +91,8 @@ asyncio.run(main())
 """
 
 
-def _run(script: str, tmp_path: Path, mongo_uri: str, db_name: str) -> dict:  # type: ignore[type-arg]
+def _run(script: str, tmp_path: Path, mongo_uri: str, db_name: str) -> tuple[dict, str]:  # type: ignore[type-arg]
+    """What the script printed last (JSON), and its stderr."""
     folder = tmp_path / "migrations"
     folder.mkdir()
     (folder / "0001_items.py").write_text(MIGRATION)
@@ -101,18 +102,19 @@ def _run(script: str, tmp_path: Path, mongo_uri: str, db_name: str) -> dict:  # 
         [sys.executable, "-c", textwrap.dedent(script), str(folder)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 def test_without_the_opentelemetry_package_nothing_imports_it_and_runs_go_on(tmp_path: Path, mongo_uri: str, db_name: str) -> None:
-    found = _run(BLOCKER + WITHOUT, tmp_path, mongo_uri, db_name)
+    found, stderr = _run(BLOCKER + WITHOUT, tmp_path, mongo_uri, db_name)
     assert found == {"statuses": ["applied"], "loaded": [], "named": False}
+    assert "opentelemetry" not in stderr.lower() and "Traceback" not in stderr  # not an error: nothing to say
 
 
 def test_without_an_observer_of_the_caller_the_api_records_on_the_global_providers_and_only_for_writing_calls(
     tmp_path: Path, mongo_uri: str, db_name: str
 ) -> None:
-    found = _run(GLOBAL, tmp_path, mongo_uri, db_name)
+    found, _ = _run(GLOBAL, tmp_path, mongo_uri, db_name)
     assert found["quiet"] == {"spans": [], "metrics": []}  # status, dry run, audit: nothing
     assert found["spans"] == ["app.startup", "mongoshift.migration", "mongoshift.run"]
     assert found["run_parent_is_the_app_span"] and found["db"] == db_name

@@ -87,3 +87,36 @@ async def test_a_runner_traces_each_step_and_slice_as_its_own_root_and_counts_re
     assert telemetry.total("mongoshift.background.reclaims") == 1
     assert telemetry.total("mongoshift.background.documents.migrated") == 120
     assert "reclaimed" in {e.name for s in coordinates + slices for e in s.events}
+
+
+STEP_TXN = """
+from mongoshift import Background
+
+async def step(ctx):
+    after = (ctx.checkpoint or {}).get("after", -1)
+    ids = [d["_id"] async for d in ctx.db.people.find({"_id": {"$gt": after}}, {"_id": 1}, session=ctx.session).sort("_id", 1).limit(40)]
+    if ids:
+        await ctx.db.people.update_many({"_id": {"$in": ids}}, {"$inc": {"stepped": 1}}, session=ctx.session)
+    return {"checkpoint": {"after": ids[-1] if ids else after}, "done": len(ids) < 40, "migrated": len(ids)}
+
+background = Background(collection="people", from_version=0, to_version=1, step=step, pause_ms=0, transaction=True)
+"""
+
+
+async def test_a_step_is_counted_once_even_when_its_commit_is_retried(project, db, client, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import fail_command
+
+    project.write_config(background_lease_ttl_seconds=15, background_poll_seconds=0.2)
+    await seed(db.people, 120, version=None)
+    project.add(NAME, STEP_TXN)
+    settings = project.settings()
+    await api.up(settings)
+    transient = {"failCommands": ["commitTransaction"], "errorCode": 112, "errorLabels": ["TransientTransactionError"]}
+    seen: list[api.Event] = []
+    async with fail_command(client, {"times": 2}, **transient):
+        [report] = await api.run_background(settings, observers=[telemetry.observer, seen.append])
+
+    assert report.status == "completed" and await db.people.count_documents({"stepped": 1}) == 120
+    assert sum(e.data.get("migrated", 0) for e in seen if e.kind == "slice_end") == 120  # the retried attempts count nothing
+    assert [e.data.get("migrated", 0) for e in seen if e.kind == "batch"] == [40, 40, 40, 0]  # the last call found none
+    assert telemetry.total("mongoshift.background.documents.migrated") == 120
