@@ -50,7 +50,10 @@ Observer = Callable[[Event], None]
 
 @runtime_checkable
 class ScopedObserver(Protocol):
-    """An observer that also wraps each migration body (a tracer making its span current)."""
+    """An observer that also wraps each migration body (a tracer making its span current).
+
+    It may also have ``coordinate_scope`` and ``slice_scope`` (same signature) for the engine's
+    units of work: :meth:`Events.scope` enters whichever of them an observer has."""
 
     def __call__(self, event: Event) -> None: ...
 
