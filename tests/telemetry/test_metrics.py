@@ -66,7 +66,7 @@ def test_each_engine_event_feeds_its_instrument(telemetry: Telemetry) -> None:
         "mongoshift.background.documents.migrated": 10,
         "mongoshift.background.documents.failed": 1,
         "mongoshift.background.documents.conflicts": 2,
-        "mongoshift.background.transaction.retries": 3,
+        "mongoshift.transaction.retries": 3,
         "mongoshift.background.throttle.changes": 4,
         "mongoshift.background.reclaims": 2,
         "mongoshift.background.leases.lost": 1,
@@ -83,3 +83,30 @@ def test_each_engine_event_feeds_its_instrument(telemetry: Telemetry) -> None:
     for name in telemetry.metric_names():
         assert all(p.attributes["db.namespace"] == "app" for p in telemetry.points(name)), name
     assert telemetry.metric_names() <= {spec.name for spec in names.INSTRUMENTS}
+
+
+FLAKY = """
+from pymongo.errors import PyMongoError
+
+use_transaction = True
+
+{prefix}def up(ctx):
+    {wait}ctx.db.items.insert_one({{"n": ctx.attempt}}, session=ctx.session)
+    if ctx.attempt == 1:
+        error = PyMongoError("a transient blip")
+        error._add_error_label("TransientTransactionError")
+        raise error
+"""
+
+
+async def test_a_transaction_run_again_is_a_retry_on_its_migration_span_and_counter(project, db, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_async.py", FLAKY.format(prefix="async ", wait="await "))
+    project.add("0002_sync.py", FLAKY.format(prefix="", wait=""))  # the retry is seen from the worker thread
+
+    await api.up(project.settings(), observers=[telemetry.observer])
+
+    assert [d["n"] async for d in db.items.find()] == [2, 2]  # each first attempt was rolled back
+    for span in telemetry.spans("mongoshift.migration"):
+        assert [(e.name, e.attributes["mongoshift.attempt"]) for e in span.events] == [("retry", 2)]
+    retries = {p.attributes["mongoshift.migration"]: p.value for p in telemetry.points("mongoshift.transaction.retries")}
+    assert retries == {"0001_async.py": 1, "0002_sync.py": 1}

@@ -7,6 +7,7 @@ plain functions called synchronously, in order; one that raises is logged and ig
 watching a run can never change its outcome.
 
 Line kinds: ``run_start`` / ``run_end``, ``migration_start`` / ``migration_end``,
+``migration_retry`` (a transaction's body run again after a transient error),
 ``lock_acquired``, ``lock_waited``, ``lock_refused``, ``lock_lost``, ``converge_start`` /
 ``converge_end``, and ``log`` (``ctx.log``). Every ``*_end`` carries ``duration_ms`` and
 ``outcome``, and ``error_kind`` (the exit-code kind) when it failed.

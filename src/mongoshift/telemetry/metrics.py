@@ -72,6 +72,8 @@ class Metrics:
                 (names.TRANSACTION_RETRIES, "txn_retries"),
             ):
                 self._add(spec, data.get(key, 0), of)
+        elif kind == "migration_retry":
+            self._add(names.TRANSACTION_RETRIES, 1, {names.MIGRATION: migration})
         elif kind == "throttle":
             self._add(names.THROTTLE_CHANGES, data.get("changes", 1), {names.MIGRATION: migration, names.CHANGE: data.get("change")})
         elif kind == "reclaimed":

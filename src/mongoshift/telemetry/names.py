@@ -93,7 +93,8 @@ CONFLICTS = Instrument(
     "Guarded writes that found the document changed by the application since it was read", (MIGRATION,),
 )
 TRANSACTION_RETRIES = Instrument(
-    "mongoshift.background.transaction.retries", "counter", "{retry}", "Retries of a transactional batch", (MIGRATION,)
+    "mongoshift.transaction.retries", "counter", "{retry}",
+    "Transactions run again after a transient error: a migration body's, or a background batch's", (MIGRATION,),
 )
 THROTTLE_CHANGES = Instrument(
     "mongoshift.background.throttle.changes", "counter", "{change}",

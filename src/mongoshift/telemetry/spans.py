@@ -71,6 +71,10 @@ class Spans:
                 names.KIND: data.get("kind"),
             }
             self._migrations[(run, event.migration)] = self._start(names.MIGRATION_SPAN, event, self._runs.get(run), attributes)
+        elif kind == "migration_retry":
+            span = self._migrations.get((run, event.migration))
+            if span is not None:
+                span.add_event("retry", {"mongoshift.attempt": data.get("attempt", 0)})
         elif kind == "migration_end":
             span = self._migrations.pop((run, event.migration), None)
             if span is not None:
