@@ -120,3 +120,28 @@ async def test_a_step_is_counted_once_even_when_its_commit_is_retried(project, d
     assert sum(e.data.get("migrated", 0) for e in seen if e.kind == "slice_end") == 120  # the retried attempts count nothing
     assert [e.data.get("migrated", 0) for e in seen if e.kind == "batch"] == [40, 40, 40, 0]  # the last call found none
     assert telemetry.total("mongoshift.background.documents.migrated") == 120
+
+
+async def test_the_in_app_runner_records_on_the_applications_providers(project, db, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    project.add(NAME, background_file(batch_size=20))
+    await seed(db.people, 60)
+    settings = project.settings()
+    await api.up(settings)
+
+    runner = await api.start_background_runner(settings, observers=[telemetry.observer])
+    try:
+        for _ in range(600):
+            if (await api.background_status(settings))[0].status == "completed":
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await runner.stop()
+
+    assert await db.people.count_documents({"__v": 2}) == 60
+    assert telemetry.total("mongoshift.background.documents.migrated") == 60
+    slices = telemetry.spans("mongoshift.background.slice")
+    assert slices and all(s.attributes["db.namespace"] == project.db for s in slices)
+    assert telemetry.observer.db is None  # the runner works on its own bound copy

@@ -34,8 +34,14 @@ BATCH = "mongoshift.batch"
 KIND = "mongoshift.kind"
 OUTCOME = "mongoshift.outcome"
 TRIGGER = "mongoshift.trigger"
+PRUNE = "mongoshift.prune"
+ACTIONS = "mongoshift.converge.actions"
+ATTEMPT = "mongoshift.attempt"
 PARTITION = "mongoshift.background.partition"
 LANE = "mongoshift.background.lane"
+SLOT = "mongoshift.background.slot"
+#: A slice's counts (``slice_end``) go on its span under this prefix: ``mongoshift.background.migrated``, ...
+SLICE_COUNT_PREFIX = "mongoshift.background."
 CHANGE = "mongoshift.background.throttle.change"
 
 #: The value of ``db.system.name`` on every span.

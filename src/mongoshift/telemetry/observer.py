@@ -37,7 +37,9 @@ class OpenTelemetry:
     adds one on the global providers.
     """
 
-    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None, db: str | None = None) -> None:
+    def __init__(
+        self, *, tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None, db: str | None = None
+    ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.db = db

@@ -35,7 +35,7 @@ SPAN_EVENTS = frozenset({"unblocked", "partitioned", "pass", "completed", "faile
 #: Slice outcomes that are failures, with their ``error.type``.
 SLICE_FAILURES = {"error": "background_failed", "failed": "background_failed", "lost": "lock_lost"}
 
-#: ``slice_end`` counters set on the slice span, as ``mongoshift.background.<name>``.
+#: ``slice_end`` counters set on the slice span, under :data:`.names.SLICE_COUNT_PREFIX`.
 SLICE_COUNTS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "txn_retries")
 
 
@@ -74,19 +74,19 @@ class Spans:
         elif kind == "migration_retry":
             span = self._migrations.get((run, event.migration))
             if span is not None:
-                span.add_event("retry", {"mongoshift.attempt": data.get("attempt", 0)})
+                span.add_event("retry", {names.ATTEMPT: data.get("attempt", 0)})
         elif kind == "migration_end":
             span = self._migrations.pop((run, event.migration), None)
             if span is not None:
                 _finish(span, data)
         elif kind == "converge_start":
-            attributes = {names.TRIGGER: data.get("trigger"), "mongoshift.prune": data.get("prune")}
+            attributes = {names.TRIGGER: data.get("trigger"), names.PRUNE: data.get("prune")}
             self._converges[run] = self._start(names.CONVERGE_SPAN, event, self._runs.get(run), attributes)
         elif kind == "converge_end":
             span = self._converges.pop(run, None)
             if span is not None:
                 if "actions" in data:
-                    span.set_attribute("mongoshift.converge.actions", data["actions"])
+                    span.set_attribute(names.ACTIONS, data["actions"])
                 _finish(span, data)
         elif kind == "slice_end":
             self._slice_end(data)
@@ -107,7 +107,7 @@ class Spans:
 
     def slice_scope(self, event: Event) -> AbstractContextManager[Any]:
         data = event.data
-        attributes = {names.PARTITION: data.get("partition"), names.LANE: data.get("lane"), "mongoshift.background.slot": data.get("slot")}
+        attributes = {names.PARTITION: data.get("partition"), names.LANE: data.get("lane"), names.SLOT: data.get("slot")}
         return self._unit_scope(names.SLICE_SPAN, event, attributes)
 
     @contextmanager
@@ -134,7 +134,7 @@ class Spans:
         span.set_attribute(names.OUTCOME, str(outcome))
         for key in SLICE_COUNTS:
             if isinstance(data.get(key), int):
-                span.set_attribute(f"mongoshift.background.{key}", data[key])
+                span.set_attribute(names.SLICE_COUNT_PREFIX + key, data[key])
         if outcome in SLICE_FAILURES:
             _fail(span, SLICE_FAILURES[str(outcome)], str(data.get("error") or f"the slice ended {outcome}"))
 
