@@ -30,8 +30,10 @@ def with_telemetry(observers: list[Observer], db: str | None) -> list[Observer]:
     bound to ``db``, or else one on the global providers; unchanged without the API."""
     try:
         from .observer import OpenTelemetry
-    except ImportError:  # no opentelemetry-api: no spans, no metrics, no cost
-        return observers
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "opentelemetry":  # not its absence: say so, and go on
+            log.exception("OpenTelemetry could not be loaded (ignored)")
+        return observers  # no opentelemetry-api: no spans, no metrics, no cost
     except Exception:  # a broken installation is no reason for a run not to happen
         log.exception("OpenTelemetry could not be loaded (ignored)")
         return observers
