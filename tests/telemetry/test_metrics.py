@@ -47,7 +47,7 @@ async def test_a_wait_for_the_lock_is_timed(project, db, telemetry: Telemetry) -
     [wait] = telemetry.points("mongoshift.lock.wait.duration")
     [acquire] = telemetry.points("mongoshift.lock.acquire.duration")
     assert wait.count == 1 and wait.attributes["mongoshift.outcome"] == "acquired"
-    assert 0 < wait.sum <= acquire.sum
+    assert 0 < wait.sum <= acquire.sum + 0.001  # a part of the acquisition (whose time is in whole milliseconds)
 
 
 def test_each_engine_event_feeds_its_instrument(telemetry: Telemetry) -> None:
