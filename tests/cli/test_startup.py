@@ -12,9 +12,15 @@ import subprocess
 import sys
 
 #: Never loaded by ``import mongoshift.cli.main`` (which every command and --help pays for).
-HEAVY_FOR_HELP = ("mongoshift.background", "mongoshift.converge", "mongoshift.api", "mongoshift.runner", "rich", "pydantic", "pymongo")
+HEAVY_FOR_HELP = (
+    "mongoshift.background", "mongoshift.converge", "mongoshift.api", "mongoshift.runner", "mongoshift.telemetry", "rich", "pydantic", "pymongo",
+    "opentelemetry",
+)
 #: Never loaded by the API module behind ``status``, ``list`` and ``lock``.
-HEAVY_FOR_STATUS = ("mongoshift.background", "mongoshift.converge", "mongoshift.runner.executor", "mongoshift.schema.background", "rich")
+HEAVY_FOR_STATUS = (
+    "mongoshift.background", "mongoshift.converge", "mongoshift.runner.executor", "mongoshift.schema.background", "mongoshift.telemetry", "rich",
+    "opentelemetry",  # installed in the tests (the otel extra): only a writing call loads it
+)
 
 
 def _loaded_after(statement: str) -> list[str]:

@@ -29,7 +29,7 @@ from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.session import open_session
 from ..project.settings import Settings
-from .options import checked_client, checked_function, checked_observers
+from .options import checked_client, checked_function, checked_observers, run_observers
 
 log = logging.getLogger("mongoshift.background")
 
@@ -60,7 +60,7 @@ async def run(
     did, with their reports in ``details["background"]``.
     """
     _check_concurrency(concurrency)
-    async with open_engine(settings, cancel=cancel, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    async with open_engine(settings, cancel=cancel, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
@@ -284,7 +284,7 @@ async def coordinate(
     For a job system that drives the engine one step and one slice per task: nothing waits in
     this call. While this process's file is missing or differs from the registered version, a
     live migration answers ``wait`` (ask again later), a finished or paused one ``done``."""
-    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    async with open_engine(settings, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
         wanted = await _registered(engine, name)
         decision, state = await engine.step_once(wanted)
         if decision is not None:
@@ -305,7 +305,7 @@ async def run_slice(
     The lease (``background_lease_ttl_seconds``) is what makes a killed process harmless: its
     partition is reaped once the lease lapses and the next slice goes on from the checkpoint.
     ``stale``: the migration is not running, or this process's file cannot run it."""
-    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    async with open_engine(settings, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
         wanted = await _registered(engine, name)
         result = await engine.slice_once(wanted)
         state = await engine.store.state(wanted)
@@ -446,7 +446,7 @@ def _check_runner_options(
     if not isinstance(settings, Settings):
         raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
     _check_concurrency(concurrency)
-    listed = checked_observers(observers)
+    listed = run_observers(observers, settings)
     if on_error is not None:
         checked_function("on_error", on_error)
     checked_client(client)

@@ -20,7 +20,7 @@ from ..project.run import CancelSignal
 from ..project.session import open_session, warn_unlocked
 from ..project.settings import Settings
 from ..schema.collections import CollectionDeclaration
-from .options import checked_client, checked_observers
+from .options import checked_client, run_observers
 
 
 async def plan_converge(
@@ -68,7 +68,7 @@ async def converge(
         with_files=False,
         declarations=declared,
         command="converge",
-        observers=checked_observers(observers),
+        observers=run_observers(observers, settings),
         client=checked_client(client),
     ) as session:
         warn_unlocked(no_lock)

@@ -23,7 +23,7 @@ from ..project.run import CancelSignal
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..runner.plan import Plan, StatusRow, plan_down, plan_up, status_rows
-from .options import checked_client, checked_observers, log_entries
+from .options import checked_client, log_entries, run_observers
 
 if TYPE_CHECKING:
     from ..converge.applier import Confirm
@@ -128,9 +128,9 @@ def _check_batch_label(batch: int | None, step: bool) -> None:
         raise ConfigInvalidError("--batch and --step cannot be combined: --step gives each file its own batch")
 
 
-def _run_options(observers: Iterable[Observer], client: AsyncMongoClient[Any] | None) -> dict[str, Any]:
-    """A writing command's ``observers`` and ``client``, refused before connecting when wrong."""
-    return {"observers": checked_observers(observers), "client": checked_client(client)}
+def _run_options(settings: Settings, observers: Iterable[Observer], client: AsyncMongoClient[Any] | None) -> dict[str, Any]:
+    """A writing command's ``observers`` (with OpenTelemetry) and ``client``, refused before connecting when wrong."""
+    return {"observers": run_observers(observers, settings), "client": checked_client(client)}
 
 
 def _bare(settings: Settings, name: str | None) -> str | None:
@@ -195,7 +195,7 @@ async def up(
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
     async with open_session(
-        settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations, command="up", **_run_options(observers, client)
+        settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations, command="up", **_run_options(settings, observers, client)
     ) as session:
         warn_unlocked(no_lock)
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
@@ -226,7 +226,7 @@ async def down(
     ordered: bool = False,
 ) -> RunReport:
     """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied."""
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="down", **_run_options(observers, client)) as session:
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="down", **_run_options(settings, observers, client)) as session:
         warn_unlocked(no_lock)
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
         return await _execute(session, "down", plan)
@@ -243,7 +243,7 @@ async def redo(
     client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock."""
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="redo", **_run_options(observers, client)) as session:
+    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="redo", **_run_options(settings, observers, client)) as session:
         warn_unlocked(no_lock)
         target = _bare(settings, target)
         records = await session.changelog.records()
@@ -309,7 +309,7 @@ async def dry_run(
 
     if direction == "up":
         _check_batch_label(batch, step)
-    async with open_session(settings, take_lock=False, **_run_options(observers, client)) as session:
+    async with open_session(settings, take_lock=False, **_run_options(settings, observers, client)) as session:
         plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, ordered=ordered)
         next_batch = (batch or await session.changelog.next_batch()) if direction == "up" else None
         would_run, waiting = await Executor(session).preview(plan)

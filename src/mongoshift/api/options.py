@@ -1,4 +1,4 @@
-"""Options every API call shares: the application's client, observers, and how log events print.
+"""Options every API call shares: the application's client, observers (with OpenTelemetry), and how log events print.
 
 Checked when the call starts, so a wrong one fails at once with exit code 6 instead of in
 a lane, or never.
@@ -16,6 +16,7 @@ from pymongo import AsyncMongoClient
 
 from ..errors import ConfigInvalidError
 from ..project.events import Event, Observer
+from ..project.settings import Settings
 
 
 def checked_client(client: object) -> AsyncMongoClient[Any] | None:
@@ -33,6 +34,14 @@ def checked_observers(observers: object) -> list[Observer]:
     for observer in listed:
         checked_function("observers", observer)
     return listed
+
+
+def run_observers(observers: object, settings: Settings) -> list[Observer]:
+    """A writing call's ``observers=``, checked, with OpenTelemetry when its API is installed
+    (:func:`mongoshift.telemetry.with_telemetry`: imported here, not by the read-only calls)."""
+    from ..telemetry import with_telemetry
+
+    return with_telemetry(checked_observers(observers), settings.db)
 
 
 def checked_function(option: str, function: object) -> None:

@@ -19,6 +19,7 @@ from pymongo.errors import PyMongoError
 from ..project.lock import LeaseLock
 from ..schema.background import Background
 from .engine import EngineContext
+from .events import Event
 from .job import Job
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
@@ -90,6 +91,12 @@ class Coordinator:
         self.new_lock = new_lock
 
     async def step(self, name: str, spec: Background) -> Decision:
+        """One step, inside the observers' ``coordinate_scope`` (a tracer's coordinate span)."""
+        events = self.engine.events
+        with events.coordinate_scope(Event("coordinate", name, {}, events.run_id)):
+            return await self._locked_step(name, spec)
+
+    async def _locked_step(self, name: str, spec: Background) -> Decision:
         """Hand out lanes without writing anything while a pass is under way; lock for the rest.
 
         The fast path matters: polling runners would otherwise write the lock twice per poll,
@@ -101,7 +108,7 @@ class Coordinator:
         if state is not None and state.status == "running" and state.generation and not state.replan and not await self._resharded(state, spec):
             open_ = await store.open_partitions(state)
             if open_:
-                await store.reap(name)
+                await self.engine.reap(name)
                 free = spec.max_parallel - await store.live_leases(name)
                 return Decision("process", state, lanes=max(0, min(open_, free)))
         lock = self.new_lock(lock_id(name))
@@ -139,7 +146,7 @@ class Coordinator:
             state = await self._replan(state, spec)
         elif state.replan and state.generation > 0:
             state = await self._replan(state, spec)
-        await store.reap(name)
+        await self.engine.reap(name)
         open_ = await store.open_partitions(state)
         if open_:
             free = spec.max_parallel - await store.live_leases(name)

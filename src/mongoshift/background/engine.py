@@ -42,6 +42,13 @@ class EngineContext:
     shard_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     shard_warned: set[str] = field(default_factory=set)
 
+    async def reap(self, name: str) -> int:
+        """Free the expired leases of ``name`` (:meth:`BackgroundStore.reap`); a ``reclaimed`` event counts them."""
+        freed = await self.store.reap(name)
+        if freed:
+            self.events.emit("reclaimed", name, leases=freed)
+        return freed
+
     def health_signals(self, spec: Background) -> list[HealthSignal]:
         """The replication-lag reader (one per limit, shared by the lanes) and the spec's own signals."""
         signals: list[HealthSignal] = [CallableSignal(fn) for fn in spec.health]

@@ -1,7 +1,8 @@
 """Events of background migrations, through the shared observer interface and the stdlib logger.
 
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
-``batch``, ``lease_lost``, ``throttle``, ``control``, ``completed``, ``failed``, ``drift``
+``batch``, ``lease_lost``, ``reclaimed`` (expired leases of stopped lanes freed),
+``throttle``, ``control``, ``completed``, ``failed``, ``drift``
 (``background verify``: found, and what was done; the live watcher: ``upgraded`` or ``failed``,
 ``source="stream"``), ``watch`` (a live watcher's new state; its ``migration`` is the collection)
 and ``log`` (a transform's ``ctx.log`` line).
@@ -21,7 +22,7 @@ __all__ = ["NOTABLE", "Event", "Events", "Observer"]
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "control", "completed", "failed", "drift", "watch"})
+NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "reclaimed", "control", "completed", "failed", "drift", "watch"})
 
 
 class Events(LineEvents):

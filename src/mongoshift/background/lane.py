@@ -67,7 +67,7 @@ class Lane:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
         engine = self.engine
         job = Job.of(state, spec)
-        await engine.store.reap(state.name)
+        await engine.reap(state.name)
         if not await may_claim(engine.store, state.name, engine.runner, spec.max_parallel):
             return SliceResult("busy")  # this runner holds its share while another waits
         slots = list(range(spec.max_parallel))
@@ -86,9 +86,16 @@ class Lane:
         if claimed is False:
             return SliceResult("busy")
         lease, partition = claimed
-        engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id, runner=engine.runner)
+        start = engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id, runner=engine.runner)
+        with engine.events.slice_scope(start):  # a tracer's slice span is current for the slice's own requests
+            return await self._slice(state, spec, job, lease, partition, slice_ms)
+
+    async def _slice(self, state: State, spec: Background, job: Job, lease: Lease, partition: Partition, slice_ms: int | None) -> SliceResult:
+        """The slice on a claimed partition, from the claim to ``slice_end``."""
+        engine = self.engine
+        started = engine.now()
         lost = asyncio.Event()
-        self.activity.touched = engine.now()  # the claim renewed the lease
+        self.activity.touched = started  # the claim renewed the lease
         heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))
         counters: dict[str, int] = {}
         outcome: SliceResult
@@ -110,7 +117,8 @@ class Lane:
         elif outcome.outcome not in ("done", "error"):
             await engine.store.release(lease)
         failure = {"error": outcome.error} if outcome.error else {}  # redacted by describe_error
-        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, **counters, **failure)
+        duration_ms = round((engine.now() - started) * 1000, 1)
+        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, duration_ms=duration_ms, **counters, **failure)
         return outcome
 
     async def _heartbeat(self, lease: Lease, lost: asyncio.Event, *, stall_s: float) -> None:

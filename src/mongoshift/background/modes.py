@@ -168,6 +168,7 @@ class PlainBatches:
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
+        began = engine.now()
         # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
         # decoding it here and copying it through an encode.
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
@@ -205,7 +206,9 @@ class PlainBatches:
         )
         if checkpointed is not None:
             work.renewed()
-            engine.events.emit("batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), **batch_counts)
+            engine.events.emit(
+                "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), duration_ms=_ms_since(engine, began), **batch_counts
+            )
         else:
             # The lease was taken over, but these guarded writes did happen and nobody else will
             # count them (the next holder's read no longer matches them): count them on the state.
@@ -225,6 +228,7 @@ class TransactionalBatches:
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection = work.engine, work.job, work.collection
+        began = engine.now()
         spec = job.spec
         # The answer of the last checkpoint written: the one the committed transaction holds.
         checkpointed: Checkpointed | None = None
@@ -288,7 +292,9 @@ class TransactionalBatches:
         counts["txn_retries"] = outcome.retries
         add_counts(work.counters, counts)
         work.renewed()
-        engine.events.emit("batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, **counts)
+        engine.events.emit(
+            "batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, duration_ms=_ms_since(engine, began), **counts
+        )
         return Progress(finished, moved, True, checkpointed.control if checkpointed else None)
 
 
@@ -300,6 +306,15 @@ class StepCalls:
     reads_documents = False
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine = work.engine
+        began = engine.now()
+        progress, counts = await self._advance(work, cursor)
+        if progress.lease_held:  # counted once its checkpoint holds (committed, with a transaction)
+            add_counts(work.counters, counts)
+            engine.events.emit("batch", work.job.name, partition=work.partition.seq, step=True, duration_ms=_ms_since(engine, began), **counts)
+        return progress
+
+    async def _advance(self, work: PartitionWork, cursor: Checkpoint) -> tuple[Progress, dict[str, int]]:
         engine, spec = work.engine, work.job.spec
         if spec.transaction is None:
             return await self._once(work, cursor, session=None)
@@ -307,12 +322,12 @@ class StepCalls:
             async with engine.client.start_session() as session:
                 try:
                     await session.start_transaction(**transaction_options(spec))
-                    progress = await self._once(work, cursor, session=session)
+                    progress, counts = await self._once(work, cursor, session=session)
                     if not progress.lease_held:
                         await session.abort_transaction()
-                        return progress
+                        return progress, counts
                     await commit(session)
-                    return progress
+                    return progress, counts
                 except PyMongoError as exc:
                     if session.in_transaction:
                         await session.abort_transaction()
@@ -323,7 +338,8 @@ class StepCalls:
                     await asyncio.sleep(backoff_seconds(attempt + 1, engine.rng))
         raise AssertionError("unreachable")
 
-    async def _once(self, work: PartitionWork, cursor: Checkpoint, *, session: Any) -> Progress:
+    async def _once(self, work: PartitionWork, cursor: Checkpoint, *, session: Any) -> tuple[Progress, dict[str, int]]:
+        """One call and its checkpoint; the counts it reports (added by :meth:`advance` once they hold)."""
         engine = work.engine
         ctx = work.job.context(
             str(work.partition.seq), engine.cancel, engine.events, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline, session=session
@@ -347,6 +363,10 @@ class StepCalls:
         done: bool = out["done"]
         checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=step_counts, done=done, session=session)
         if checkpointed is not None:
-            add_counts(work.counters, step_counts)
             work.renewed()
-        return Progress.after(done, next_cursor, checkpointed)
+        return Progress.after(done, next_cursor, checkpointed), step_counts
+
+
+def _ms_since(engine: EngineContext, began: float) -> float:
+    """Milliseconds on the engine's clock since ``began``, to a tenth: a ``batch`` event's ``duration_ms``."""
+    return round((engine.now() - began) * 1000, 1)

@@ -7,6 +7,7 @@ plain functions called synchronously, in order; one that raises is logged and ig
 watching a run can never change its outcome.
 
 Line kinds: ``run_start`` / ``run_end``, ``migration_start`` / ``migration_end``,
+``migration_retry`` (a transaction's body run again after a transient error),
 ``lock_acquired``, ``lock_waited``, ``lock_refused``, ``lock_lost``, ``converge_start`` /
 ``converge_end``, and ``log`` (``ctx.log``). Every ``*_end`` carries ``duration_ms`` and
 ``outcome``, and ``error_kind`` (the exit-code kind) when it failed.
@@ -14,7 +15,10 @@ Line kinds: ``run_start`` / ``run_end``, ``migration_start`` / ``migration_end``
 The seam for tracers: an observer may also have ``migration_scope(event)``, which returns a
 context manager; the executor enters it around each migration body (sync bodies run in a
 worker thread that inherits the context), so whatever it makes current, such as an
-OpenTelemetry span, is current for the body. A scope that raises on enter or exit is
+OpenTelemetry span, is current for the body. The background engine offers the same seam
+around its units of work: ``coordinate_scope(event)`` around a coordinator step (an event
+of kind ``coordinate``, never emitted) and ``slice_scope(event)`` around a lane's slice,
+from its ``slice_start`` to its ``slice_end``. A scope that raises on enter or exit is
 logged and skipped, like an observer.
 """
 
@@ -47,7 +51,10 @@ Observer = Callable[[Event], None]
 
 @runtime_checkable
 class ScopedObserver(Protocol):
-    """An observer that also wraps each migration body (a tracer making its span current)."""
+    """An observer that also wraps each migration body (a tracer making its span current).
+
+    It may also have ``coordinate_scope`` and ``slice_scope`` (same signature) for the engine's
+    units of work: :meth:`Events.scope` enters whichever of them an observer has."""
 
     def __call__(self, event: Event) -> None: ...
 
@@ -90,13 +97,26 @@ class Events:
                 extra={"event": event.kind, "run_id": event.run_id, "migration": event.migration, "data": event.data},
             )
 
-    @contextmanager
-    def migration_scope(self, event: Event) -> Iterator[None]:
+    def migration_scope(self, event: Event) -> AbstractContextManager[None]:
         """Every observer's ``migration_scope``, entered around one body; a failing one is skipped."""
+        return self.scope("migration_scope", event)
+
+    def coordinate_scope(self, event: Event) -> AbstractContextManager[None]:
+        """Every observer's ``coordinate_scope``, entered around one coordinator step."""
+        return self.scope("coordinate_scope", event)
+
+    def slice_scope(self, event: Event) -> AbstractContextManager[None]:
+        """Every observer's ``slice_scope``, entered around one lane's slice (``event``: its ``slice_start``)."""
+        return self.scope("slice_scope", event)
+
+    @contextmanager
+    def scope(self, hook: str, event: Event) -> Iterator[None]:
+        """The ``hook`` method of every observer that has one, entered in order; a failing one is skipped."""
         with ExitStack() as stack:
             for observer in self.observers:
-                if isinstance(observer, ScopedObserver):
-                    stack.enter_context(_guarded(observer, event))
+                enter = getattr(observer, hook, None)
+                if callable(enter):
+                    stack.enter_context(_guarded(enter, hook, event))
             yield
 
 
@@ -114,13 +134,14 @@ def end_fields(started: float, failure: BaseException | None, *, outcome: str = 
 
 
 @contextmanager
-def _guarded(observer: ScopedObserver, event: Event) -> Iterator[None]:
-    """One observer's scope; its failures are logged, never raised, and never swallow the body's."""
+def _guarded(enter: Callable[[Event], AbstractContextManager[Any]], hook: str, event: Event) -> Iterator[None]:
+    """One observer's scope; its failures are logged, never raised, and never swallow the body's
+    (what its ``__exit__`` returns is ignored: a scope cannot hide a failure)."""
     try:
-        scope = observer.migration_scope(event)
+        scope = enter(event)
         scope.__enter__()
     except Exception:
-        log.exception("an event observer's migration_scope failed to enter (ignored)")
+        log.exception("an event observer's %s failed to enter (ignored)", hook)
         yield
         return
     try:
@@ -129,10 +150,10 @@ def _guarded(observer: ScopedObserver, event: Event) -> Iterator[None]:
         try:
             scope.__exit__(type(exc), exc, exc.__traceback__)
         except Exception:
-            log.exception("an event observer's migration_scope failed to exit (ignored)")
+            log.exception("an event observer's %s failed to exit (ignored)", hook)
         raise
     else:
         try:
             scope.__exit__(None, None, None)
         except Exception:
-            log.exception("an event observer's migration_scope failed to exit (ignored)")
+            log.exception("an event observer's %s failed to exit (ignored)", hook)

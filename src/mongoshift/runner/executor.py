@@ -451,6 +451,7 @@ class Executor:
             async def body(s: Any) -> None:
                 nonlocal attempt
                 attempt += 1
+                self._retrying(step, attempt)
                 await guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
                 await self._confirm_lock(step)
                 await self.changelog.write(self._record(step, batch, started), session=s)
@@ -467,11 +468,17 @@ class Executor:
             def body(s: Any) -> None:
                 nonlocal attempt
                 attempt += 1
+                self._retrying(step, attempt)
                 guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
                 asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
                 self.changelog.write_sync(client, self._record(step, batch, started), session=s)
 
             session.with_transaction(body)
+
+    def _retrying(self, step: Step, attempt: int) -> None:
+        """The driver runs a transaction's body again (a transient error): a ``migration_retry`` event."""
+        if attempt > 1:
+            self.runtime.events.emit("migration_retry", step.name, direction=step.direction, attempt=attempt)
 
     async def _failed(
         self, step: Step, batch: int | None, exc: BaseException, results: list[MigrationResult], started: float
