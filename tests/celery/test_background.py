@@ -88,12 +88,14 @@ async def test_a_chain_lost_with_its_worker_is_started_again_by_the_tick(redis_h
     project.add(NAME, background_file(batch_size=50))
     settings = project.settings()
     await api.up(settings)
-    # a chain whose worker died holding it: its hold lapses after its TTL, and nothing renews it
-    assert await api.claim_intents(settings, [api.Claim(f"background:{NAME}", "a-dead-chain", 2.0)]) == [True]
+    # a chain whose worker died holding it: its hold lapses after its TTL, and nothing renews it.
+    # The TTL covers the worker's start and the first tick on a loaded machine (with 2 s, a
+    # worker that took longer to start found the hold already lapsed).
+    assert await api.claim_intents(settings, [api.Claim(f"background:{NAME}", "a-dead-chain", 15.0)]) == [True]
     redis_harness.worker("-P", "solo")
     tick = redis_harness.tasks.background_tick
     assert tick.apply_async().get(timeout=30) == []  # held: no second chain
-    until(lambda: tick.apply_async().get(timeout=30) == [NAME], 30, "the tick started a new chain", redis_harness)
+    until(lambda: tick.apply_async().get(timeout=30) == [NAME], 45, "the tick started a new chain", redis_harness)
     states = sync_client[project.db]["_mongoshift_background"]
     until(lambda: states.find_one({"_id": NAME})["status"] == "completed", 60, "the new chain completed it", redis_harness)
     assert sync_client[project.db].people.count_documents({"__v": 2, "__rev": 2}) == 100
