@@ -15,10 +15,11 @@ document's guard matches at most once, since the write bumps its revision.
 A ``pipeline`` migration is the server-side fast path: the batch holds only
 ``_id``s (with the shard key's values when it is known), and one multi-document
 update runs the pipeline on the server, filtered by those ``_id``s and the source
-shape (and, for mongos to target it, the batch's shard keys: :func:`batch_keys`). The server applies it to each
-document as it is at that moment, so an application write made since the read
-is kept without any re-read; a document that moved on is simply not matched,
-and the reply's match count is the exact ``migrated``. If that update fails
+shape (and, for mongos to target it, the batch's shard keys: :func:`batch_keys`).
+The server applies it to each document as it is at that moment, so an
+application write made since the read is kept without any re-read; a document
+that moved on is simply not matched, and the reply's match count is the exact
+``migrated``. If that update fails
 (a document the pipeline cannot evaluate, a refused command), the server does
 not say which documents it had already rewritten (mongod reports nothing of a
 failed multi-update, yet keeps what it wrote before the failing document), so
