@@ -211,7 +211,7 @@ async def test_a_pipeline_that_changes_the_shard_key_fails_that_document_alone(d
     await _seed(db.people, 20, None)
     before = await db.people.find_one({"_id": 9})
     job = _pipeline_job(KEY_PIPELINE, ("tenant", "n"))
-    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    docs = await db.people.find({}, job.projection, sort=[("_id", 1)]).to_list(None)
     result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
     # _id 9 is in the middle of the batch: the multi-update fails there, the rest is counted exactly.
     assert (result.migrated, result.skipped, result.conflicts) == (19, 0, 0)
@@ -229,7 +229,7 @@ async def test_a_pipeline_document_already_holding_the_reserved_field_fails_inst
     await _seed(db.people, 6, None)
     await db.people.update_one({"_id": 2}, {"$set": {"__mongoshift_shard_key": "mine"}})
     job = _pipeline_job([{"$set": {"x": 1}}], ("tenant",))
-    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    docs = await db.people.find({}, job.projection, sort=[("_id", 1)]).to_list(None)
     result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
     assert result.migrated == 5 and [(e.id, e.reason) for e in result.errors] == [(2, "shard-key-changed")]
     assert (await db.people.find_one({"_id": 2}))["__mongoshift_shard_key"] == "mine"
@@ -238,7 +238,7 @@ async def test_a_pipeline_document_already_holding_the_reserved_field_fails_inst
 async def test_without_a_shard_key_the_pipeline_is_not_guarded(db) -> None:  # type: ignore[no-untyped-def]
     await _seed(db.people, 12, None)
     job = _pipeline_job(KEY_PIPELINE, ())
-    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    docs = await db.people.find({}, job.projection, sort=[("_id", 1)]).to_list(None)
     result = await apply_batch(job, docs, db.people, job.context("0", CancelSignal()))
     assert (result.migrated, result.errors) == (12, [])
     assert (await db.people.find_one({"_id": 9}))["tenant"] == "moved"
@@ -249,7 +249,7 @@ async def test_a_transactional_pipeline_batch_leaves_the_moved_document_out(db) 
 
     await _seed(db.people, 12, None)
     job = _pipeline_job(KEY_PIPELINE, ("tenant", "n"))
-    docs = await db.people.find({}, {"_id": 1}, sort=[("_id", 1)]).to_list(None)
+    docs = await db.people.find({}, job.projection, sort=[("_id", 1)]).to_list(None)
     with pytest.raises(DocumentFailed) as failed:
         await apply_batch(job, docs, db.people, job.context("0", CancelSignal()), strict=True)
     assert (failed.value.document.id, failed.value.document.reason) == (9, "shard-key-changed")
@@ -291,6 +291,87 @@ async def test_a_pipeline_run_with_the_shard_key_setting_writes_what_the_untarge
     assert moved["__v"] == 1 and moved["tenant"] != "moved"
     (status,) = await bg.status(settings, "0001_people.py")
     assert status.totals["failed"] == 1 and [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
+
+
+# -- pipeline migrations: targeted writes -------------------------------------------------------
+
+#: A pipeline the server cannot evaluate on a document whose ``tag`` is a number ($concat of a number).
+TAG_PIPELINE: list[dict[str, Any]] = [{"$set": {"label": {"$concat": [{"$ifNull": ["$tag", "t"]}, "-", {"$toString": "$n"}]}}}]
+
+
+class PipelineWrites(monitoring.CommandListener):
+    """The ``update`` statements a run sends to one collection (their filter and whether they are multi)."""
+
+    def __init__(self, collection: str) -> None:
+        self.collection = collection
+        self.statements: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "update" and event.command.get("update") == self.collection:
+            self.statements += [u for u in event.command["updates"] if isinstance(u["u"], list)]
+
+    def succeeded(self, event: Any) -> None: ...
+
+    def failed(self, event: Any) -> None: ...
+
+
+def _key(doc: dict[str, Any]) -> tuple[Any, Any]:
+    return (doc.get("tenant"), doc.get("n"))
+
+
+def _keys_of(predicate: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """The (tenant, n) pairs of a batch's targeting predicate: one equality or an ``$or`` of them."""
+    branches = predicate["$or"] if set(predicate) == {"$or"} else [predicate]
+    assert all(set(b) == {"tenant", "n"} for b in branches), predicate
+    return [(b["tenant"], b["n"]) for b in branches]
+
+
+@pytest.mark.parametrize("index", ["keyed", "none"], ids=["key-ranges", "id-ranges"])
+async def test_every_pipeline_write_filter_carries_the_shard_key(project, db, monkeypatch, index: str) -> None:  # type: ignore[no-untyped-def]
+    # key-ranges: partitions read shard-key ranges through {__v, tenant, n, _id}; id-ranges: without
+    # that index they read _id ranges, and the lanes still read the key to target the writes.
+    from mongoshift.project import connection
+
+    writes = PipelineWrites("people")
+    options = connection.client_options
+    monkeypatch.setattr(connection, "client_options", lambda settings: {**options(settings), "event_listeners": [writes]})
+    _configure(project)
+    await _seed(db.people, 120, [("__v", 1), ("tenant", 1), ("n", 1), ("_id", 1)] if index == "keyed" else None)
+    await _seed(db.plain, 120, None)
+    for collection in (db.people, db.plain):
+        await collection.update_one({"_id": 45}, {"$set": {"tag": 12}})  # mid-batch, whatever the order
+    seeded = {d["_id"]: _key(d) async for d in db.people.find({})}
+    project.add("0001_people.py", PIPELINE_FILE.format(collection="people", pipeline=TAG_PIPELINE))
+    project.add("0002_plain.py", PIPELINE_FILE.format(collection="plain", pipeline=TAG_PIPELINE))
+    settings = project.settings()
+    await command.up(settings)
+    reports = {r.name: r for r in await bg.run(settings, ["0001_people.py", "0002_plain.py"], concurrency=2)}
+    assert {name: r.status for name, r in reports.items()} == {"0001_people.py": "completed", "0002_plain.py": "completed"}
+
+    # The counts and the documents are those of the untargeted run on the same data.
+    counted = ("scanned", "migrated", "skipped", "conflicts", "failed")
+    assert {k: reports["0001_people.py"].totals[k] for k in counted} == {k: reports["0002_plain.py"].totals[k] for k in counted}
+    assert reports["0001_people.py"].totals["migrated"] == 119 and reports["0001_people.py"].totals["failed"] == 1
+    people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
+    plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
+    assert people == plain
+    assert next(d for d in people if d["_id"] == 45)["__v"] == 1
+    (status,) = await bg.status(settings, "0001_people.py")
+    assert [e["reason"] for e in status.doc_error_counts] == ["write"]
+
+    # Every pipeline write filter carries the key of the documents it writes, as they were seeded.
+    multi = [w for w in writes.statements if w.get("multi")]
+    single = [w for w in writes.statements if not w.get("multi")]
+    assert multi and single
+    for write in multi:
+        _, ids, keys = write["q"]["$and"]
+        batch = ids["_id"]["$in"]
+        assert sorted(_keys_of(keys), key=repr) == sorted({seeded[i] for i in batch}, key=repr)
+    for write in single:
+        _, guard = write["q"]["$and"]
+        assert set(guard) == {"_id", "tenant", "n"} and _key(guard) == seeded[guard["_id"]]
+    # The failing batch's documents went one by one: the one the pipeline cannot evaluate among them.
+    assert 45 in {w["q"]["$and"][1]["_id"] for w in single}
 
 
 # -- hashed shard keys: hash ranges drained through the index's bounds ----------------------

@@ -136,3 +136,19 @@ async def test_a_pipeline_that_moves_a_document_fails_it_alone(project, client, 
     assert [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
     assert await db.people.count_documents({"__v": 2, "__mongoshift_shard_key": {"$exists": False}}) == 599
     assert (await db.people.find_one({"n": 7}))["tenant"] != "elsewhere"
+
+
+async def test_a_pipeline_batch_filter_goes_to_the_one_shard_owning_its_keys(client, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.background.batch import batch_keys
+
+    shards = await _sharded(client, db, "people", {"tenant": 1, "n": 1}, [{"tenant": "m", "n": 0}, {"tenant": "t", "n": 0}])
+    if len(shards) < 2:
+        pytest.skip("one shard: every write is targeted to it")
+    await db.people.insert_many([{"_id": i, "tenant": "aemstx"[i % 6], "n": i, "__v": 1, "__rev": 1} for i in range(60)])
+    # tenants m and s lie in the chunk [{m, 0}, {t, 0}), the one moved to the second shard.
+    docs = await db.people.find({"tenant": {"$in": ["m", "s"]}}, {"_id": 1, "tenant": 1, "n": 1}).to_list(None)
+    filter_ = {"$and": [{"__v": 1}, {"_id": {"$in": [d["_id"] for d in docs]}}, batch_keys(docs, ("tenant", "n"))]}
+    update = {"q": filter_, "u": [{"$set": {"x": 1}}], "multi": True}
+    explained = await db.command("explain", {"update": "people", "updates": [update]}, verbosity="queryPlanner")
+    plan = explained["queryPlanner"]["winningPlan"]
+    assert [s["shardName"] for s in plan.get("shards", [])] == [shards[1]], plan.get("stage")

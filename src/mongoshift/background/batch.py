@@ -13,11 +13,13 @@ whatever is still in the way is left for the next pass.
 document's guard matches at most once, since the write bumps its revision.
 
 A ``pipeline`` migration is the server-side fast path: the batch holds only
-``_id``s, and one multi-document update runs the pipeline on the server,
-filtered by those ``_id``s and the source shape. The server applies it to each
-document as it is at that moment, so an application write made since the read
-is kept without any re-read; a document that moved on is simply not matched,
-and the reply's match count is the exact ``migrated``. If that update fails
+``_id``s (with the shard key's values when it is known), and one multi-document
+update runs the pipeline on the server, filtered by those ``_id``s and the source
+shape (and, for mongos to target it, the batch's shard keys: :func:`batch_keys`).
+The server applies it to each document as it is at that moment, so an
+application write made since the read is kept without any re-read; a document
+that moved on is simply not matched, and the reply's match count is the exact
+``migrated``. If that update fails
 (a document the pipeline cannot evaluate, a refused command), the server does
 not say which documents it had already rewritten (mongod reports nothing of a
 failed multi-update, yet keeps what it wrote before the failing document), so
@@ -28,7 +30,8 @@ A transactional batch keeps the one-by-one form: a failed write aborts the
 transaction, and the retry must know which document to leave out. When the shard
 key is known, the pipeline runs inside a guard (:mod:`.pipeline_guard`) that makes
 the server refuse a document whose key it would change; in the one-by-one form that
-refusal is the document error ``shard-key-changed``, as for ``migrate``.
+refusal is the document error ``shard-key-changed``, as for ``migrate``; each
+one-by-one update carries its document's key as the ``migrate`` guards do (:func:`.document.keyed`).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from ..project.server_errors import (
     transient_transaction_error,
 )
 from ..project.user_code import call, guard_exit, is_async
-from .document import IMMUTABLE, ShapeError, bson_problems, guard, stamped_diff, version_match
+from .document import IMMUTABLE, ShapeError, bson_problems, guard, keyed, stamped_diff, version_match
 from .bson_order import same_value
 from .job import Job, TransformContext
 from .pipeline_guard import guarded, key_changed_message, refused_by_guard
@@ -332,7 +335,7 @@ class _GuardedUpdates:
         version_field, revision_field, shard_key = self.version_field, self.revision_field, self.shard_key
         if not shard_key:
             return [guard(doc, version_field, revision_field) for doc in self.owners]
-        return [guard(doc, version_field, revision_field, dict(zip(shard_key, key_values(doc, shard_key)))) for doc in self.owners]
+        return [guard(doc, version_field, revision_field, key_of(doc, shard_key)) for doc in self.owners]
 
     def _add_to_bulk(self, bulk: Any) -> None:
         ops = getattr(bulk, "ops", None)
@@ -383,18 +386,48 @@ async def write_planned(
     return await _write(collection, ops, session=session)
 
 
-def pipeline_ops(job: Job, ids: Sequence[Any]) -> list[UpdateOne]:
-    """One guarded pipeline ``UpdateOne`` per ``_id``: the one-by-one form of a ``pipeline`` migration's write."""
+def key_of(doc: Mapping[str, Any], shard_key: Sequence[str]) -> dict[str, Any]:
+    """A document's shard-key values as read, by field (a missing field is None): what its guard carries."""
+    return dict(zip(shard_key, key_values(doc, shard_key)))
+
+
+def batch_keys(docs: Sequence[Mapping[str, Any]], shard_key: Sequence[str]) -> dict[str, Any] | None:
+    """The predicate that targets a batch's multi-document update: each distinct shard key of ``docs``
+    as read (one equality, or an ``$or`` of them); None without a shard key.
+
+    mongos sends a ``$or`` of full shard-key equalities to the shards owning those keys only, and
+    each document as read matches its own branch, so the filter leaves out nothing the ``_id``s
+    and the source shape would match, except a document whose key was changed since the read
+    (the one-by-one guards leave it out too: it is counted skipped, and the next pass takes it)."""
+    if not shard_key:
+        return None
+    distinct: dict[bytes, dict[str, Any]] = {}
+    for doc in docs:
+        key = key_of(doc, shard_key)
+        distinct.setdefault(encode({"k": list(key.values())}), key)
+    branches = list(distinct.values())
+    return branches[0] if len(branches) == 1 else {"$or": branches}
+
+
+def pipeline_ops(job: Job, docs: Sequence[Mapping[str, Any]]) -> list[UpdateOne]:
+    """One guarded pipeline ``UpdateOne`` per document: the one-by-one form of a ``pipeline`` migration's write.
+
+    Each filter is the source shape and the document's ``_id``, plus its shard-key values as read
+    when the key is known (``docs`` then carry them: the lanes read them with the ``_id``)."""
     match = job.match(exclude_bad=False)
     update = pipeline_update(job)
-    return [UpdateOne({"$and": [match, {"_id": id_}]}, update) for id_ in ids]
+    shard_key = job.shard_key
+    return [
+        UpdateOne({"$and": [match, keyed({"_id": doc["_id"]}, key_of(doc, shard_key) if shard_key else None)]}, update)
+        for doc in docs
+    ]
 
 
 async def write_pipeline(
-    job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any
+    job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any
 ) -> tuple[int, dict[int, dict[str, Any]]]:
     """:func:`pipeline_ops` sent as one unordered bulk: the matched count and each refused document's error by index."""
-    return await _write(collection, pipeline_ops(job, ids), session=session, document_error=pipeline_document_write_error)
+    return await _write(collection, pipeline_ops(job, docs), session=session, document_error=pipeline_document_write_error)
 
 
 async def apply_batch(
@@ -470,11 +503,13 @@ async def _apply_pipeline(
     update = pipeline_update(job)
     ids = [doc["_id"] for doc in docs]
     if strict:
-        return await _pipeline_each(job, ids, collection, session=session, strict=True)
+        return await _pipeline_each(job, docs, collection, session=session, strict=True)
     if not ids:
         return BatchResult()
+    keys = batch_keys(docs, job.shard_key)
+    targeted = [match, {"_id": {"$in": ids}}] if keys is None else [match, {"_id": {"$in": ids}}, keys]
     try:
-        written = await collection.update_many({"$and": [match, {"_id": {"$in": ids}}]}, update, session=session)
+        written = await collection.update_many({"$and": targeted}, update, session=session)
     except WriteConcernError:
         raise  # the writes happened; like a write-concern error of the one-by-one form, the batch fails
     except PyMongoError:
@@ -482,6 +517,8 @@ async def _apply_pipeline(
         # primary's documents say it, in one read that sees each document once: at the target version
         # (rewritten: the batch was read in the source shape, and only a rewrite leaves it), or still
         # in the source shape (not rewritten: written one by one now). Anything else moved on.
+        # This read leaves the shard key out (it may go to every shard, only when a batch failed):
+        # a document rewritten and then given another key by the application still counts as migrated.
         field, target = job.spec.version_field, job.target
         rewritten: set[bytes] = set()
         waiting: set[bytes] = set()
@@ -490,7 +527,7 @@ async def _apply_pipeline(
             {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session
         ):
             (rewritten if _at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
-        pending = [id_ for id_ in ids if id_key(id_) in waiting]
+        pending = [doc for doc in docs if id_key(doc["_id"]) in waiting]
         result = await _pipeline_each(job, pending, collection, session=session, strict=False)
         result.migrated += len(rewritten)
         result.skipped += len(ids) - len(pending) - len(rewritten)
@@ -499,16 +536,16 @@ async def _apply_pipeline(
 
 
 async def _pipeline_each(
-    job: Job, ids: Sequence[Any], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
+    job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
 ) -> BatchResult:
-    """One guarded pipeline ``UpdateOne`` per ``_id``: each document's error is its own (the shard-key guard's is ``shard-key-changed``)."""
-    matched, failed = await write_pipeline(job, ids, collection, session=session)
-    result = BatchResult(migrated=matched, skipped=len(ids) - len(failed) - matched)
+    """One guarded pipeline ``UpdateOne`` per document: each document's error is its own (the shard-key guard's is ``shard-key-changed``)."""
+    matched, failed = await write_pipeline(job, docs, collection, session=session)
+    result = BatchResult(migrated=matched, skipped=len(docs) - len(failed) - matched)
     for index, error in failed.items():
         if refused_by_guard(error, job.shard_key):
-            result.errors.append(DocumentError(ids[index], "shard-key-changed", key_changed_message(job.shard_key)))
+            result.errors.append(DocumentError(docs[index]["_id"], "shard-key-changed", key_changed_message(job.shard_key)))
         else:
-            result.errors.append(DocumentError(ids[index], "write", describe_write_error(error)))
+            result.errors.append(DocumentError(docs[index]["_id"], "write", describe_write_error(error)))
     if strict and result.errors:
         raise DocumentFailed(result.errors[0])
     return result

@@ -64,6 +64,12 @@ def guard(
     if revision_field is not None:
         revision = doc.get(revision_field, _MISSING)
         filter_[revision_field] = {"$exists": False} if revision is _MISSING else revision
+    return keyed(filter_, shard_key)
+
+
+def keyed(filter_: dict[str, Any], shard_key: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``filter_`` plus the document's shard-key values as read (none: unchanged), so that mongos sends
+    the write to the one shard that owns the document; every targeted write filter is built here."""
     if shard_key:
         for key_field, value in shard_key.items():
             filter_.setdefault(key_field, value)  # None matches a missing field too, as the shard key sees it

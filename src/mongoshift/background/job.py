@@ -108,8 +108,11 @@ class Job:
 
     @property
     def projection(self) -> dict[str, int] | None:
-        """What a batch read needs: only the ``_id`` when the server runs the transform."""
-        return {"_id": 1} if self.pipeline is not None else None
+        """What a batch read needs: only the ``_id`` when the server runs the transform, plus the
+        shard key's fields when it is known, which every pipeline write filter carries."""
+        if self.pipeline is None:
+            return None
+        return {"_id": 1, **dict.fromkeys(self.shard_key, 1)}
 
     def match(self, *, exclude_bad: bool = True) -> dict[str, Any]:
         """What is still to rewrite: the filter at the source version, minus documents that failed."""

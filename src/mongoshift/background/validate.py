@@ -196,9 +196,10 @@ async def validate_pipeline(db: AsyncDatabase[Any], job: Job, ids: Sequence[Any]
     collection: AsyncCollection[Any] = db[job.spec.collection]
 
     async def attempt(session: Any, excluded: dict[bytes, str]) -> _Attempt:
-        writing = [id_ for id_ in ids if id_key(id_) not in excluded]
+        # A preview's job has no shard key (see docs/background.md), so the ``_id`` is all a filter needs.
+        writing = [{"_id": id_} for id_ in ids if id_key(id_) not in excluded]
         _, failed = await write_pipeline(job, writing, collection, session=session)
-        return _first_failure([id_key(id_) for id_ in writing], failed) or _Attempt()
+        return _first_failure([id_key(doc["_id"]) for doc in writing], failed) or _Attempt()
 
     _, excluded = await _excluding(db.client, attempt, len(ids))
     return {id_key(id_): Validation("failed", excluded[id_key(id_)]) if id_key(id_) in excluded else Validation("ok") for id_ in ids}
