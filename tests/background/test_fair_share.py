@@ -77,9 +77,11 @@ async def test_a_second_runner_gets_its_share_of_the_lanes(fast_project, db) -> 
 
     runs = [{who: slices[who][f"000{run}_bump.py"] for who in slices} for run in range(1, RUNS + 1)]
     total = {who: sum(done[who] for done in runs) for who in slices}
-    # Each did at least a quarter of all the slices, and a fifth in every run.
+    # Each did at least a quarter of all the slices, and a tenth in every run (a runner left
+    # out, the fault this guards against, gets next to none; the share within one run of 16
+    # slices moves with the machine's load: 14 to 2 was seen on a loaded suite).
     assert min(total.values()) >= 0.25 * sum(total.values()), runs
-    assert all(min(done.values()) >= 0.2 * sum(done.values()) for done in runs), runs
+    assert all(min(done.values()) >= 0.1 * sum(done.values()) for done in runs), runs
 
 
 async def test_an_ask_holds_the_others_to_their_share_until_it_lapses_or_is_withdrawn(fast_project, db) -> None:  # type: ignore[no-untyped-def]
