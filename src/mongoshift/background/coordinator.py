@@ -20,6 +20,7 @@ from ..project.lock import LeaseLock
 from ..schema.background import Background
 from .engine import EngineContext
 from .events import Event
+from .failures import over_budget
 from .job import Job
 from .model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from .planner import PlannedPartition, batch_filter, plan_pass
@@ -231,7 +232,7 @@ class Coordinator:
             message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {last_error}"
             return await self._fail(state, message)
         if len(state.bad_ids) > spec.max_document_errors:
-            return await self._fail(state, f"{len(state.bad_ids)} document(s) could not be migrated, more than max_document_errors ({spec.max_document_errors})")
+            return await self._fail(state, over_budget(state.name, len(state.bad_ids), spec.max_document_errors))
         remaining = 0 if spec.mode == "step" else await self._remaining(state, spec)
         if remaining == 0:
             if await store.transition(state.name, allowed=("running",), to="completed", action="complete", now_fields=("completed_at",)):

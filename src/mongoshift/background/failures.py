@@ -23,6 +23,16 @@ _CLASS = re.compile(r"^([A-Za-z_]\w*): ")
 _CODE = re.compile(r"(?:\((?:[^()]*, )?(-?\d+)\)|^write error (-?\d+))$")
 
 
+def over_budget(name: str, count: int, limit: int) -> str:
+    """Why a migration failed on too many failed documents, and the way out: a plain ``retry``
+    leaves those documents out, so it would fail again on the same count."""
+    return (
+        f"{count} document(s) could not be migrated, more than max_document_errors ({limit}); "
+        f"see 'mongoshift background status {name}'; once the transform is fixed and pinned, "
+        f"'mongoshift background retry {name} --from-start' tries them again"
+    )
+
+
 def signature(entry: Mapping[str, Any]) -> tuple[str, str | None, int | None]:
     """(reason, error class, server code) of one stored reason."""
     reason = str(entry.get("reason") or "unknown")

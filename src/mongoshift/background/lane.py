@@ -28,6 +28,7 @@ from ..project.redaction import describe_error
 from ..schema.background import Adaptive, Background
 from .batch import BatchFailed
 from .engine import EngineContext
+from .failures import over_budget
 from .health import wait_while_unhealthy
 from .job import Job
 from .model import Lease, Partition, Scope, State
@@ -270,11 +271,7 @@ class Lane:
         total = await self.engine.store.bad_id_count(fresh)
         if total <= spec.max_document_errors:
             return False
-        await self._fail(
-            state,
-            f"{total} document(s) could not be migrated, more than max_document_errors "
-            f"({spec.max_document_errors}); see 'mongoshift background status {state.name}'",
-        )
+        await self._fail(state, over_budget(state.name, total, spec.max_document_errors))
         return True
 
     async def _fail(self, state: State, message: str) -> None:
