@@ -50,6 +50,10 @@ class ExitCode(IntEnum):
     COLLECTION_CLASH = 39
     AUDIT_WARNINGS = 40
     URI_UNAVAILABLE = 41
+    CONFIRMATION_REQUIRED = 42
+    DUPLICATE_VERSION = 43
+    IO_FAILED = 44
+    ADDRESS_IN_USE = 45
     SECOND_SIGNAL = 130
 
 
@@ -313,3 +317,31 @@ class CollectionClashError(MongoshiftError):
 
     exit_code = ExitCode.COLLECTION_CLASH
     kind = "collection_clash"
+
+
+class ConfirmationRequiredError(MongoshiftError):
+    """A command that asks first ran without a terminal and without ``--yes``: nothing is wrong with the configuration."""
+
+    exit_code = ExitCode.CONFIRMATION_REQUIRED
+    kind = "confirmation_required"
+
+
+class DuplicateVersionError(MongoshiftError):
+    """Two migration files share a timestamp or sequence number, so their order would be a guess; both are named."""
+
+    exit_code = ExitCode.DUPLICATE_VERSION
+    kind = "duplicate_version"
+
+
+class IOFailedError(MongoshiftError):
+    """A file or folder could not be read or written (read-only, no permission, disk full); the path and reason are named."""
+
+    exit_code = ExitCode.IO_FAILED
+    kind = "io_failed"
+
+
+class AddressInUseError(MongoshiftError):
+    """A server (``embedded``) could not listen: the host and port are taken or cannot be bound."""
+
+    exit_code = ExitCode.ADDRESS_IN_USE
+    kind = "address_in_use"
