@@ -1,1 +1,1 @@
-"""The ``mongoshift`` command line: a thin layer over :mod:`mongoshift.runner.command`."""
+"""The ``mongoshift`` command line: a thin layer over :mod:`mongoshift.api`."""
