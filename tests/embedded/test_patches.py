@@ -570,7 +570,7 @@ async def test_set_of_a_decimal_with_other_digits_is_stored(db) -> None:
 async def test_a_multi_update_that_fails_part_way_reports_nothing_and_keeps_what_it_wrote(db) -> None:
     """mongod stops a multi-update at the first document it cannot update, keeps the documents it
     had already rewritten, and reports n: 0 and nModified: 0 with the one write error (SERVER-8537,
-    SERVER-25716). mongoeco 4.11 answers the same, so patches.py has no fix for it; the background
+    SERVER-25716). mongoeco 4.11 answers the same, so embedded/patches/ has no fix for it; the background
     engine never trusts n after a failed multi-update and reads the documents again."""
     await db.m.insert_many([{"_id": i, "a": "x", "b": 12 if i == 5 else "y", "v": 1} for i in range(10)])
     pipeline = [{"$set": {"c": {"$concat": ["$a", "$b"]}, "v": 2}}]

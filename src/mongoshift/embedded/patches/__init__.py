@@ -1,0 +1,83 @@
+"""Version-pinned fixes for the wire server of mongoeco 4.11.0.
+
+mongoeco serves the MongoDB wire protocol from Python. Probed through the real
+pymongo driver, version 4.11.0 has a handful of gaps that would break or mislead
+mongoshift's tests (docs/embedded.md lists each one with its cause and its test).
+Every fix below replaces or wraps one private function of mongoeco, so it is only
+valid for the exact version it was written against: :func:`apply` refuses to run
+on any other version instead of patching code it has never seen.
+
+The fixes only make mongoeco answer the way a MongoDB replica set does; none
+adds a feature mongod lacks (the added commands, collMod and $changeStream, are mongod's). They
+are process-wide and idempotent; call :func:`apply` before building the server
+(``mongoshift.embedded.server`` does).
+
+One module per area; each fix keeps the letter of its row in docs/embedded.md:
+
+- :mod:`.wire`: (a) bulk insert, (p) single-insert ``_id`` scan, (g) rename sent to admin,
+  (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids
+- :mod:`.transactions`: (b, c, e) commit and abort, (j) a failed statement aborts,
+  (d) fail points on commit and abort, (o) per-document conflicts
+- :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
+- :mod:`.coll_mod`: (l) collMod
+- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``
+
+The version pin and the order the fixes are applied in are here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import coll_mod, indexes, queries, transactions, wire
+
+PINNED_VERSION = "4.11.0"
+
+log = logging.getLogger(__name__)
+
+_applied = False
+
+
+class UnsupportedMongoecoVersion(RuntimeError):
+    """The installed mongoeco is not the version these patches were written for."""
+
+
+def check_version(version: str | None = None) -> None:
+    """Raise unless ``version`` (default: the installed mongoeco's) is the pinned one."""
+    if version is None:
+        import mongoeco
+
+        version = str(getattr(mongoeco, "__version__", "unknown"))
+    if version != PINNED_VERSION:
+        raise UnsupportedMongoecoVersion(
+            f"mongoshift's embedded server needs mongoeco=={PINNED_VERSION}, found {version}: "
+            f"its fixes patch private mongoeco code and are only valid for that version "
+            f'(pip install "mongoeco=={PINNED_VERSION}", or "mongoshift[embedded]")'
+        )
+
+
+def apply() -> None:
+    """Check the mongoeco version, then install every fix once per process, in this order."""
+    global _applied
+    check_version()
+    if _applied:
+        return
+    wire.patch_insert()  # (a)
+    wire.patch_single_insert_id_scan()  # (p)
+    transactions.patch_transactions()  # (b, c, e)
+    transactions.patch_errors_abort_transaction()  # (j)
+    transactions.patch_fail_points_on_transaction_commands()  # (d)
+    wire.patch_rename_from_admin()  # (g)
+    wire.patch_unknown_command()  # (h)
+    queries.patch_bson_size()  # (i)
+    queries.patch_in_object_ids()  # (k)
+    coll_mod.patch_coll_mod()  # (l)
+    queries.patch_decimal_set()  # (m)
+    queries.patch_in_membership_once()  # (n)
+    transactions.patch_transaction_conflicts()  # (o)
+    wire.patch_change_streams()  # (q)
+    indexes.patch_compound_hashed_indexes()  # (s)
+    indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
+    wire.patch_int64_cursor_ids()  # (r)
+    _applied = True
+    log.debug("mongoeco %s patched", PINNED_VERSION)

@@ -1,0 +1,129 @@
+"""Index fixes: compound hashed indexes are created (s) and a find's min/max bounds are
+honoured (t), so the background engine's hash-range reads work as on mongod."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ._support import BAD_VALUE, CANNOT_CREATE_INDEX, failure, id_key
+
+
+# (s) A compound index with a hashed field is refused ("special index types currently
+# require a single-field key pattern"); mongod (4.4+) creates {a: 1, b: "hashed", c: 1}, with
+# at most one hashed field and never unique, and a sharded collection's version index is one
+# when its shard key is hashed. MemoryEngine.create_index asks special_index_directions (its
+# module's name, used nowhere else) whether the key is special: for such a key the answer is
+# now "not special", so the index is recorded like any index whose key is not plain 1/-1:
+# listed, hintable by fix (t), never used by the planner (no index data is built for it).
+# Two hashed fields, or unique, keep mongod's refusals.
+def patch_compound_hashed_indexes() -> None:
+    from mongoeco.engines import memory
+
+    original = memory.special_index_directions
+    create = memory.MemoryEngine.create_index
+
+    def compound_hashed(keys: Any) -> bool:
+        directions = [direction for _field, direction in keys]
+        hashed = sum(1 for d in directions if d == "hashed")
+        ordered = all(d in (1, -1) and not isinstance(d, bool) for d in directions if d != "hashed")
+        return len(directions) > 1 and hashed == 1 and ordered
+
+    def special_index_directions(keys: Any) -> Any:
+        return () if compound_hashed(keys) else original(keys)
+
+    async def create_index(self: Any, db_name: str, coll_name: str, keys: Any, **options: Any) -> str:
+        normalized = memory.normalize_index_keys(keys)
+        if len(normalized) > 1 and sum(1 for _f, d in normalized if d == "hashed") > 1:
+            raise failure("A maximum of one index field is allowed to be hashed", CANNOT_CREATE_INDEX, "CannotCreateIndex")
+        if compound_hashed(normalized) and options.get("unique"):
+            raise failure("Currently hashed indexes cannot guarantee uniqueness. Use a regular index.", CANNOT_CREATE_INDEX, "CannotCreateIndex")
+        return str(await create(self, db_name, coll_name, keys, **options))
+
+    memory.special_index_directions = special_index_directions
+    memory.MemoryEngine.create_index = create_index  # type: ignore[method-assign]
+
+
+# (t) A find's min/max are ignored: every matching document comes back, so a read bounded
+# to one range of an index (the background engine's hash-range partitions) would silently
+# read them all. A find with min or max is now answered here, as mongod answers it: the
+# hint is required (51173) and must name an existing index (2), the bounds must have the
+# index's fields in order (2); the documents matching the filter whose index key
+# (index_bounds.index_key: hashed fields hashed as mongod hashes them) is >= min and < max
+# come back in index order, then skip and limit, then the projection. One batch, cursor
+# id 0. Not handled (an error, never a silently different answer): a sort, an array on an
+# indexed path.
+def patch_find_min_max() -> None:
+    from mongoeco.core.expression_context import execution_now_scope
+    from mongoeco.wire.executor import WireCommandExecutor
+
+    from mongoshift.embedded import index_bounds
+
+    original = WireCommandExecutor.execute_prepared
+    build = WireCommandExecutor._build_request_context
+
+    def bounded(body: dict[str, Any]) -> bool:
+        return "find" in body and ("min" in body or "max" in body)
+
+    def build_request_context(self: Any, body: dict[str, Any], **kwargs: Any) -> Any:
+        # mongoeco checks a hint as a sort (1/-1 only) while it builds the request: the hint of
+        # a bounded find (a hashed field is "hashed") is checked by _bounded_find instead.
+        if not isinstance(body, dict) or not bounded(body) or "hint" not in body:
+            return build(self, body, **kwargs)
+        context = build(self, {k: v for k, v in body.items() if k != "hint"}, **kwargs)
+        return dataclasses.replace(context, command_document={**context.command_document, "hint": body["hint"]}, raw_body=body)
+
+    async def execute_prepared(self: Any, context: Any) -> dict[str, Any]:
+        body = context.command_document
+        if context.command_name != "find" or not bounded(body):
+            return await original(self, context)
+        with execution_now_scope(context.execution_context.now):
+            try:
+                return await _bounded_find(self._client, context, index_bounds)
+            except index_bounds.UnsupportedKey as error:
+                raise failure(str(error), BAD_VALUE, "BadValue") from error
+
+    WireCommandExecutor._build_request_context = build_request_context
+    WireCommandExecutor.execute_prepared = execute_prepared
+
+
+async def _bounded_find(client: Any, context: Any, index_bounds: Any) -> dict[str, Any]:
+    body = context.command_document
+    name = str(body["find"])
+    collection = client[context.db_name][name]
+    hint = body.get("hint")
+    if hint is None:
+        raise failure("When using min()/max() a hint of which index to use must be provided", 51173, "Location51173")
+    if body.get("sort"):
+        raise failure("the embedded server does not sort a min/max find (fix (t)): leave the sort out", BAD_VALUE, "BadValue")
+    wanted = index_bounds.pairs(hint) if not isinstance(hint, str) else None
+    pattern = None
+    async for index in await collection.list_indexes():
+        key = index_bounds.pairs(index["key"])
+        if (wanted is None and index.get("name") == hint) or key == wanted:
+            pattern = key
+    if pattern is None:
+        raise failure("hint provided does not correspond to an existing index", BAD_VALUE, "BadValue")
+    order = index_bounds.sort_key(pattern)
+    low = index_bounds.bound(body["min"], pattern, "min") if "min" in body else None
+    high = index_bounds.bound(body["max"], pattern, "max") if "max" in body else None
+    keyed = []
+    async for doc in collection.find(body.get("filter") or {}, session=context.session):
+        key = index_bounds.index_key(doc, pattern)
+        if low is not None and index_bounds.compare(key, low, pattern) < 0:
+            continue
+        if high is not None and index_bounds.compare(key, high, pattern) >= 0:
+            continue
+        keyed.append((key, doc))
+    keyed.sort(key=lambda pair: order(pair[0]))  # stable: equal keys keep the scan's (natural) order
+    docs = [doc for _key, doc in keyed][int(index_bounds.plain(body.get("skip") or 0)) :]
+    limit = abs(int(index_bounds.plain(body.get("limit") or 0)))
+    if limit:
+        docs = docs[:limit]
+    projection = body.get("projection")
+    if projection and docs:
+        ids = [doc["_id"] for doc in docs]
+        projected = [d async for d in collection.find({"_id": {"$in": ids}}, projection, session=context.session)]
+        at = {id_key(d["_id"]): d for d in projected}
+        docs = [at[id_key(i)] for i in ids if id_key(i) in at]
+    return {"cursor": {"firstBatch": docs, "id": 0, "ns": f"{context.db_name}.{name}"}, "ok": 1.0}

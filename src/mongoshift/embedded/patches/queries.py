@@ -1,0 +1,136 @@
+"""Query and update fixes: collStats sizes of every BSON type (i), `$in` over ObjectIds as a set
+lookup (k) and once per update (n), and `$set` of a Decimal128 with other digits (m)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+# (i) collStats/dbStats fail on Decimal128 (and other values mongoeco's $bsonSize
+# does not know): core/aggregation/runtime._bson_value_size raises "cannot encode
+# value of type ...". Sizes of the types it knows are kept; others are measured
+# by encoding them with the bson package, as the wire layer would send them.
+def patch_bson_size() -> None:
+    import bson
+    from mongoeco.core.aggregation import runtime
+    from mongoeco.errors import OperationFailure
+    from mongoeco.types import Decimal128
+    from mongoeco.wire.bson_bridge import encode_wire_value
+
+    original = runtime._bson_value_size
+
+    def bson_value_size(value: Any) -> int:
+        if isinstance(value, Decimal128):
+            return 16
+        try:
+            return original(value)
+        except OperationFailure as error:
+            if "cannot encode value of type" not in str(error):
+                raise
+            try:
+                # document = int32 length + type byte + "" key NUL + value + NUL.
+                return len(bson.encode({"": encode_wire_value(value)})) - 7
+            except Exception:
+                raise error from None
+
+    runtime._bson_value_size = bson_value_size
+
+
+# (k) `{field: {$in: [...]}}` costs O(documents x values): the compiled matcher of
+# core/compiled_query.CompiledQuery compares every candidate with every listed
+# value through QueryEngine._in_item_matches_candidate, so re-reading the 500
+# documents of a batch by `_id` on 3,000 documents takes ~10 s. When every
+# listed value is an ObjectId (no collation, null or array semantics apply to
+# them), membership is a set lookup: same result, O(documents). Any other list
+# keeps the original matcher.
+def patch_in_object_ids() -> None:
+    from bson import ObjectId
+    from mongoeco.core.compiled_query import CompiledQuery
+    from mongoeco.core.query_plan import InCondition
+
+    original = CompiledQuery._node_to_code
+
+    def node_to_code(self: Any, node: Any, depth: int) -> str:
+        if (
+            isinstance(node, InCondition)
+            and node.values
+            and all(isinstance(value, ObjectId) for value in node.values)
+        ):
+            field_key = self._field(node.field)
+            members = self._store("values", frozenset(node.values))
+            kind = self._store("kind", ObjectId)
+            return (
+                f"any(isinstance(candidate, {kind}) and candidate in {members}"
+                f" for candidate in (_extract(doc, {field_key}) or ()))"
+            )
+        return original(self, node, depth)
+
+    CompiledQuery._node_to_code = node_to_code
+
+
+# (m) `$set` of a Decimal128 equal in value but not in digits is a no-op: setting
+# 1.00 over a stored 1.0 (or -0 over 0) keeps 1.0 and reports nModified 0.
+# core/paths._same_value_for_update decides whether a $set changes anything and
+# compares with mongoeco's Decimal128.__eq__, which is by value (right for
+# queries). mongod's no-op check is binary equality, so the new digits are
+# stored. Decimals are compared by their digits and exponent here; every other
+# value keeps the original check (which the nested comparison calls back into).
+def patch_decimal_set() -> None:
+    from mongoeco.core import paths, update_array_operators
+    from mongoeco.types import Decimal128
+
+    original = paths._same_value_for_update
+
+    def same_value_for_update(left: Any, right: Any) -> bool:
+        if type(left) is Decimal128 and type(right) is Decimal128:
+            return bool(left.value.as_tuple() == right.value.as_tuple())
+        return bool(original(left, right))
+
+    paths._same_value_for_update = same_value_for_update
+    update_array_operators._same_value_for_update = same_value_for_update
+
+
+# (n) A multi-document update costs O(matched x listed) on a `$in` filter:
+# _collection_modify.update_many finds the matching documents, then updates each
+# one with the whole filter as `selector_filter`, parsed again for each document
+# and re-checked by the interpreted matcher, whose _evaluate_in calls
+# FilteringMatchingMixin._prepare_membership_values: the lookup set of every
+# listed value is built again for every document. An update_many of a batch of
+# 500 `_id`s spent a third of its time there. Each parse lists the very same value
+# objects (those of the command's filter), and what is prepared from them depends
+# only on them and on the null and collation rules (callers only read it), so the
+# last few preparations are kept, keyed by the identity of the values (the entry
+# holds them, so no other object can take their ids): built once per command.
+# Lists of fewer than 16 values, with a document or an array among them (mutable),
+# or under a collation keep the original path.
+_MEMBERSHIP_KEPT = 8
+
+
+def patch_in_membership_once() -> None:
+    from collections import OrderedDict
+
+    from mongoeco.core._filtering_matching import FilteringMatchingMixin
+
+    original = vars(FilteringMatchingMixin)["_prepare_membership_values"].__func__
+    kept: OrderedDict[Any, Any] = OrderedDict()
+
+    def prepare_membership_values(
+        cls: Any, values: tuple[Any, ...], *, null_matches_undefined: bool, collation: Any = None
+    ) -> Any:
+        if collation is not None or len(values) < 16:
+            return original(cls, values, null_matches_undefined=null_matches_undefined, collation=collation)
+        if any(isinstance(value, (dict, list)) for value in values):
+            return original(cls, values, null_matches_undefined=null_matches_undefined, collation=collation)
+        key = (tuple(map(id, values)), bool(null_matches_undefined))
+        entry = kept.get(key)
+        if entry is None:
+            prepared = original(cls, values, null_matches_undefined=null_matches_undefined, collation=collation)
+            # The entry holds the values themselves: while it is kept, no other object can have their ids.
+            kept[key] = (tuple(values), prepared)
+            if len(kept) > _MEMBERSHIP_KEPT:
+                kept.popitem(last=False)
+            return prepared
+        kept.move_to_end(key)
+        return entry[1]
+
+    FilteringMatchingMixin._prepare_membership_values = classmethod(prepare_membership_values)

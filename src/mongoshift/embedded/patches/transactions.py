@@ -1,0 +1,473 @@
+"""Transaction fixes: a failed commit leaves no zombie, conflicts carry code 112 and their label,
+unknown numbers get 251 (b, c, e), a failed statement aborts its transaction (j), fail points
+on commit and abort (d), and conflicts judged per document instead of globally (o)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from ._support import NO_SUCH_TRANSACTION, TRANSIENT, WRITE_CONFLICT, as_int, failure
+
+log = logging.getLogger(__name__)
+
+
+def _remember(session: Any, *, state: str, number: int | None = None) -> None:
+    # The wire txnNumber of the session's open (or last) transaction and its fate.
+    current = getattr(session, "_mongoshift_txn", None)
+    if number is None and current is not None:
+        number = current[0]
+    session._mongoshift_txn = (number, state)
+
+
+def _abort_open_transaction(session: Any) -> None:
+    try:
+        if session.transaction_active:
+            session.abort_transaction()
+    except Exception:  # pragma: no cover - best effort, the snapshot is dropped anyway
+        log.exception("could not abort a transaction")
+    _remember(session, state="aborted")
+
+
+def _no_such_transaction(number: int | None) -> Exception:
+    return failure(
+        f"Transaction {number} has been aborted or does not exist",
+        NO_SUCH_TRANSACTION,
+        "NoSuchTransaction",
+        (TRANSIENT,),
+    )
+
+
+# (b) Zombie transaction after a failed commit, (c) commit-time conflict without
+# code or label, (e) commit of an unknown txnNumber returns ok.
+# wire/sessions.WireSessionStore.commit_transaction lets ClientSession's failure
+# propagate while the session stays in its transaction: pymongo pools the lsid
+# and reuses it for implicit sessions, so every later operation of that client
+# runs inside a transaction nobody commits. The fix aborts it on any commit
+# failure, and aborts an open transaction when a new startTransaction arrives
+# or when a command outside any transaction (no autocommit field) uses the
+# session, as mongod does when a session moves on. A command that continues a
+# transaction (autocommit: false) which is no longer open gets 251 instead of
+# silently running outside any transaction.
+# MemoryEngine._commit_session_transaction raises a bare OperationFailure("Write
+# conflict during transaction commit") when anything committed after the
+# transaction started; it becomes 112 WriteConflict + TransientTransactionError
+# so that drivers' with_transaction and mongoshift's retry loop retry it.
+# The store never looks at txnNumber: the wire number of the open (or last)
+# transaction is remembered on the session, and a commit for another number,
+# for an aborted one, or on an unknown session gets 251 NoSuchTransaction.
+# Retrying the commit of a committed transaction still answers ok, as in mongod.
+def patch_transactions() -> None:
+    from mongoeco.errors import OperationFailure
+    from mongoeco.wire.sessions import WireSessionStore
+
+    original_apply = WireSessionStore._apply_transaction_metadata
+    original_commit = WireSessionStore.commit_transaction
+    original_abort = WireSessionStore.abort_transaction
+
+    def apply_transaction_metadata(session: Any, body: dict[str, Any]) -> None:
+        starts = body.get("startTransaction") is True
+        if session.transaction_active and (starts or "autocommit" not in body):
+            _abort_open_transaction(session)
+        if (
+            body.get("autocommit") is False
+            and not starts
+            and not session.transaction_active
+            and "commitTransaction" not in body
+            and "abortTransaction" not in body
+        ):
+            raise _no_such_transaction(as_int(body.get("txnNumber")))
+        original_apply(session, body)
+        if starts and session.transaction_active:
+            _remember(session, number=as_int(body.get("txnNumber")), state="open")
+
+    def commit_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
+        number = as_int(body.get("txnNumber"))
+        try:
+            session = self._require_session(body)
+        except OperationFailure:
+            if number is None:
+                raise
+            raise _no_such_transaction(number) from None
+        known = getattr(session, "_mongoshift_txn", None)
+        if number is not None:
+            same = known is not None and known[0] == number
+            if session.transaction_active and known is not None and not same:
+                raise _no_such_transaction(number)
+            if not session.transaction_active:
+                if same and known[1] == "committed":
+                    return {"ok": 1.0}
+                raise _no_such_transaction(number)
+        try:
+            result = original_commit(self, body)
+        except Exception as error:
+            _abort_open_transaction(session)
+            if isinstance(error, OperationFailure) and error.code is None and "conflict" in str(error).lower():
+                raise failure(
+                    f"WriteConflict error: this operation conflicted with another operation ({error})",
+                    WRITE_CONFLICT,
+                    "WriteConflict",
+                    (TRANSIENT,),
+                ) from error
+            raise
+        _remember(session, state="committed")
+        return result
+
+    def abort_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
+        result = original_abort(self, body)
+        _remember(self._require_session(body), state="aborted")
+        return result
+
+    WireSessionStore._apply_transaction_metadata = staticmethod(apply_transaction_metadata)
+    WireSessionStore.commit_transaction = commit_transaction
+    WireSessionStore.abort_transaction = abort_transaction
+
+
+# (j) A failed statement leaves its transaction open: mongoeco commits the
+# statements before and after a duplicate key inside a transaction, where mongod
+# aborts the whole transaction on any error (write errors included) and answers
+# the commit with 251 NoSuchTransaction. The wire handlers now abort the
+# session's transaction when a command inside it raises or reports writeErrors.
+def patch_errors_abort_transaction() -> None:
+    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
+
+    original = WireSpecialCommandHandlers.dispatch
+    transaction_commands = {"commitTransaction", "abortTransaction"}
+
+    async def dispatch(self: Any, context: Any) -> dict[str, object]:
+        session = context.session
+        if (
+            session is None
+            or context.raw_body.get("autocommit") is not False
+            or context.command_name in transaction_commands
+        ):
+            return await original(self, context)
+        try:
+            result = await original(self, context)
+        except Exception:
+            _abort_open_transaction(session)
+            raise
+        if isinstance(result, dict) and result.get("writeErrors"):
+            _abort_open_transaction(session)
+        return result
+
+    WireSpecialCommandHandlers.dispatch = dispatch
+
+
+# (d) failCommand fail points ignored on commitTransaction/abortTransaction.
+# The fail point is consumed in AsyncDatabaseCommandService.execute_document,
+# which commit/abort never reach: wire/_executor_handlers.py sends them straight
+# to the session store. The handlers now consume the same fail point state
+# (engine._command_failpoint_state) first and fail the same way; a
+# writeConcernError fail point lets the commit happen and reports the error with
+# ok:1, as mongod does.
+def patch_fail_points_on_transaction_commands() -> None:
+    from mongoeco.errors import ConnectionFailure, OperationFailure
+    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
+
+    async def fire(handlers: Any, context: Any) -> dict[str, Any] | None:
+        state = getattr(handlers._client._engine, "_command_failpoint_state", None)
+        if state is None:
+            return None
+        name = context.command_name
+        injected = state.consume_fail_command(name, namespace=f"{context.db_name}.$cmd")
+        if injected is None:
+            return None
+        if injected.block_time_ms > 0:
+            await asyncio.sleep(injected.block_time_ms / 1000.0)
+        if injected.close_connection:
+            raise ConnectionFailure(injected.error_message, error_labels=injected.error_labels)
+        if injected.write_concern_error is not None:
+            return dict(injected.write_concern_error)
+        raise OperationFailure(
+            injected.error_message,
+            code=injected.error_code,
+            details={"failPoint": "failCommand", "commandName": name},
+            error_labels=injected.error_labels,
+        )
+
+    def wrap(original: Any) -> Any:
+        async def handler(self: Any, context: Any) -> dict[str, Any]:
+            write_concern_error = await fire(self, context)
+            result = await original(self, context)
+            if write_concern_error is not None:
+                result = {**result, "writeConcernError": write_concern_error}
+            return result
+
+        return handler
+
+    cls = WireSpecialCommandHandlers
+    cls._handle_commit_transaction = wrap(cls._handle_commit_transaction)
+    cls._handle_abort_transaction = wrap(cls._handle_abort_transaction)
+
+
+# (o) Transaction conflicts are global: MemoryEngine._commit_session_transaction
+# fails a commit when the engine's single version counter (_mvcc_version, bumped
+# by every write anywhere) moved since the transaction began, then installs the
+# transaction's copy of every namespace it touched over the live one. So a
+# transaction conflicts with any write to any document, and only a commit with
+# nothing written since its start can succeed.
+# mongod conflicts per document. The fix records, for each document a
+# transaction writes (every engine write goes through
+# _set_storage_document_locked / _delete_storage_document_locked), its stored
+# value in the transaction's snapshot. At commit, a document whose live value is
+# no longer that one (updated, replaced, deleted or inserted since) is a write
+# conflict (the message mapped to 112 + TransientTransactionError by (c)); else
+# the transaction's documents are applied one by one to the live collections
+# with mongoeco's own write steps (index maintenance, TTL data, rollback
+# journal), so concurrent writes to other documents survive. A secondary unique
+# key taken meanwhile by another document is a write conflict too, as in mongod
+# where the index key is what conflicts. A collection the transaction created is
+# installed as mongoeco does, unless it appeared meanwhile. Anything else (a
+# transaction that changed indexes, options or databases, a namespace whose
+# collection was replaced, a document whose _id type a replacement changed) keeps
+# the original global rule. Snapshot reads are untouched: each transaction
+# still reads its own copy taken at start.
+_ABSENT = object()
+
+
+@dataclasses.dataclass
+class _TransactionWrites:
+    """What one open transaction wrote, by namespace: storage key -> value in its snapshot."""
+
+    state: Any
+    started: dict[tuple[str, str], Any]  # the live collection objects when it began
+    base: dict[tuple[str, str], dict[Any, Any]] = dataclasses.field(default_factory=dict)
+    collections: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+    sizes: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    untracked: bool = False
+
+
+def _transaction_table(engine: Any) -> dict[int, _TransactionWrites]:
+    table = getattr(engine, "_mongoshift_transaction_writes", None)
+    if table is None:
+        table = {}
+        engine._mongoshift_transaction_writes = table
+    return table
+
+
+def _write_conflict(detail: str) -> Exception:
+    from mongoeco.errors import OperationFailure
+
+    # (c) turns this into 112 WriteConflict + TransientTransactionError.
+    return OperationFailure(f"Write conflict during transaction commit: {detail}")
+
+
+def patch_transaction_conflicts() -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    from mongoeco.engines import memory
+    from mongoeco.engines._memory_collection import MemoryCollection
+    from mongoeco.errors import DuplicateKeyError
+
+    engine_class = memory.MemoryEngine
+    original_start = engine_class._start_session_transaction
+    original_commit = engine_class._commit_session_transaction
+    original_abort = engine_class._abort_session_transaction
+    original_set = engine_class._set_storage_document_locked
+    original_delete = engine_class._delete_storage_document_locked
+    original_replace_key = MemoryCollection.replace_key
+
+    def start(self: Any, session: Any) -> None:
+        with self._meta_lock:
+            original_start(self, session)
+            table = _transaction_table(self)
+            open_states = {id(state) for state in self._mvcc_states.values()}
+            for key in [key for key in table if key not in open_states]:
+                del table[key]  # ended without passing through commit/abort (engine reset)
+            state = self._mvcc_states.get(session.session_id)
+            if state is not None:
+                table[id(state)] = _TransactionWrites(
+                    state,
+                    {(db, name): coll for db, colls in self._storage.items() for name, coll in colls.items()},
+                )
+
+    def note(self: Any, collection: Any, key: Any) -> None:
+        stack = self._publication_stack
+        state = stack[-1].state if stack else None
+        if state is None:
+            return
+        entry = _transaction_table(self).get(id(state))
+        if entry is None or entry.state is not state:
+            return  # not tracked: its commit keeps the global rule
+        namespace = next((ns for ns, coll in entry.collections.items() if coll is collection), None)
+        if namespace is None:
+            namespace = next(
+                ((db, name) for db, colls in state.storage.items() for name, coll in colls.items() if coll is collection),
+                None,
+            )
+            if namespace is None or namespace in entry.collections:
+                entry.untracked = True
+                return
+            entry.collections[namespace] = collection
+            entry.sizes[namespace] = len(collection)
+        entry.base.setdefault(namespace, {}).setdefault(key, collection.get(key, _ABSENT))
+
+    def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
+        note(self, collection, storage_key)
+        original_set(self, collection, storage_key, document)
+
+    def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
+        note(self, collection, storage_key)
+        original_delete(self, collection, storage_key)
+
+    def replace_key(self: Any, key: Any, replacement: Any) -> None:
+        original_replace_key(self, key, replacement)
+        self._mongoshift_rekeyed = True  # a write outside note(): that transaction keeps the global rule
+
+    def namespace_unchanged(self: Any, state: Any, db: str, name: str) -> bool:
+        def same(live: dict[str, dict[str, Any]], mine: dict[str, dict[str, Any]]) -> bool:
+            return live.get(db, {}).get(name) == mine.get(db, {}).get(name)
+
+        return (
+            same(self._indexes, state.indexes)
+            and same(self._collection_options, state.collection_options)
+            and same(self._search_indexes, state.search_indexes)
+            and (name in self._collections.get(db, set())) == (name in state.collections.get(db, set()))
+        )
+
+    def plan(self: Any, state: Any, entry: _TransactionWrites, concurrent: bool) -> tuple[list[Any], list[Any]] | None:
+        """(namespaces to merge, namespaces to install) or None: the global rule applies."""
+        if entry.untracked or state.touched_databases or not state.touched_namespaces <= set(entry.base):
+            return None
+        merged, created = [], []
+        for (db, name), written in entry.base.items():
+            mine = state.storage.get(db, {}).get(name)
+            if (
+                mine is not entry.collections[(db, name)]
+                or not isinstance(mine, MemoryCollection)
+                or getattr(mine, "_mongoshift_rekeyed", False)
+            ):
+                return None
+            size = entry.sizes[(db, name)]
+            inserted = sum(1 for k, b in written.items() if b is _ABSENT and k in mine)
+            deleted = sum(1 for k, b in written.items() if b is not _ABSENT and k not in mine)
+            if len(mine) != size + inserted - deleted:
+                return None  # a change that note() did not see
+            live = self._storage.get(db, {}).get(name)
+            if (db, name) not in entry.started:
+                if live is not None or name in self._collections.get(db, set()):
+                    return None  # created meanwhile: the global rule reports the conflict
+                created.append((db, name))
+                continue
+            if live is not entry.started[(db, name)] or not namespace_unchanged(self, state, db, name):
+                return None
+            merged.append(((db, name), written, mine, live))
+        return merged, created
+
+    def merge(self: Any, merged: list[Any], concurrent: bool) -> None:
+        views = {
+            "storage": self._storage,
+            "indexes": self._indexes,
+            "index_data": self._index_data,
+            "search_indexes": self._search_indexes,
+            "collections": self._collections,
+            "options": self._collection_options,
+        }
+        with contextlib.ExitStack() as scopes:
+            for (db, name), _, _, _ in merged:
+                scopes.enter_context(self._document_state_rollback_locked(db, name, **views))
+            for (db, name), written, mine, live in merged:
+                self._invalidate_search_runtime_cache(db, name)
+                for key, before in written.items():
+                    after = mine.get(key, _ABSENT)
+                    if after is before:
+                        continue
+                    if before is not _ABSENT:
+                        document = self._borrow_storage_document(before)
+                        self._update_indexes_locked(db, name, key, document, action="delete")
+                        if after is _ABSENT:
+                            self._delete_storage_document_locked(live, key)
+                    if after is not _ABSENT:
+                        self._set_storage_document_locked(live, key, after)
+                        document = self._borrow_storage_document(after)
+                        self._update_indexes_locked(db, name, key, document, action="insert")
+            if not concurrent:
+                return  # the live collections were the snapshot: the transaction's own checks hold
+            for (db, name), written, mine, _ in merged:
+                for key, before in written.items():
+                    after = mine.get(key, _ABSENT)
+                    if after is _ABSENT or after is before:
+                        continue
+                    document = self._borrow_storage_document(after)
+                    inserted = before is _ABSENT
+                    try:
+                        self._ensure_unique_indexes(
+                            db,
+                            name,
+                            document,
+                            exclude_storage_key=key,
+                            check_id_storage=inserted,
+                            # _id 1 and 1.0 are one key for mongod, two storage keys here: scanned as on insert
+                            scan_payload_id=inserted and memory.id_contains_numeric_value(document.get("_id")),
+                        )
+                    except DuplicateKeyError as error:
+                        raise _write_conflict(f"a unique key of {db}.{name} was taken meanwhile ({error})") from None
+
+    def commit(self: Any, session: Any) -> None:
+        with self._meta_lock:
+            state = self._mvcc_states.get(session.session_id)
+            table = _transaction_table(self)
+            entry = table.get(id(state)) if state is not None else None
+            if entry is None or entry.state is not state or not state.has_writes:
+                table.pop(id(state), None)
+                return original_commit(self, session)
+            self._ensure_publication_boundary()
+            concurrent = state.snapshot_version != self._mvcc_version
+            steps = plan(self, state, entry, concurrent)
+            if steps is None:
+                original_commit(self, session)
+                table.pop(id(state), None)
+                return None
+            merged, created = steps
+            for (db, name), written, _, live in merged:
+                for key, before in written.items():
+                    if live.get(key, _ABSENT) is not before:
+                        raise _write_conflict(f"a document of {db}.{name} that it wrote was written meanwhile")
+            sequence, changes, pruned_through = self._prepare_committed_changes_locked(state.pending_changes)
+            merge(self, merged, concurrent)
+            if created:
+                scope = SimpleNamespace(
+                    storage=state.storage,
+                    indexes=state.indexes,
+                    index_data=state.index_data,
+                    search_indexes=state.search_indexes,
+                    collections=state.collections,
+                    collection_options=state.collection_options,
+                    touched_namespaces=set(created),
+                    touched_databases=set(),
+                )
+                (
+                    self._storage,
+                    self._indexes,
+                    self._index_data,
+                    self._search_indexes,
+                    self._collections,
+                    self._collection_options,
+                ) = self._prepare_transaction_write_set_locked(scope)
+            self._mvcc_states.pop(session.session_id, None)
+            table.pop(id(state), None)
+            self._commit_sequence = sequence
+            self._committed_changes = changes
+            self._change_pruned_through = pruned_through
+            self._mvcc_version += 1
+            self._invalidate_transaction_search_runtime_cache(state)
+        self._sync_session_state(session, transaction_active=False, snapshot_version=self._mvcc_version)
+        return None
+
+    def abort(self: Any, session: Any) -> None:
+        with self._meta_lock:
+            state = self._mvcc_states.get(session.session_id)
+            if state is not None:
+                _transaction_table(self).pop(id(state), None)
+        original_abort(self, session)
+
+    engine_class._start_session_transaction = start
+    engine_class._commit_session_transaction = commit
+    engine_class._abort_session_transaction = abort
+    engine_class._set_storage_document_locked = set_document
+    engine_class._delete_storage_document_locked = delete_document
+    MemoryCollection.replace_key = replace_key
