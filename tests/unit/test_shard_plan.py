@@ -12,15 +12,28 @@ from bson.json_util import loads
 
 from mongoshift.background.bson_order import same_value, tuple_key
 from mongoshift.background.shard_plan import (
+    ShardKey,
     ShardLayout,
+    ShardPartition,
     chunk_runs,
-    covers_once,
     layout_from_documents,
     plan_partitions,
     resharded,
+    whole_range,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sharding"
+
+
+def covers_once(parts: list[ShardPartition], key: ShardKey) -> bool:
+    """Whether the partitions' ranges tile ``[MinKey, MaxKey)`` with no gap and no overlap."""
+    ranges = sorted((r for p in parts for r in p.ranges), key=lambda r: tuple_key(r.min))
+    edge = tuple_key(whole_range(key).min)
+    for r in ranges:
+        if tuple_key(r.min) != edge:
+            return False
+        edge = tuple_key(r.max)
+    return edge == tuple_key(whole_range(key).max)
 
 
 def fixture(name: str) -> dict[str, Any]:

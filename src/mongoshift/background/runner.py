@@ -45,7 +45,6 @@ class MigrationRun:
     coordinator: Coordinator
     poll_seconds: float = 2.0
     checksum_wait_seconds: float = 300.0
-    lane_ids: list[str] = field(default_factory=list)
     _slices: int = field(default=0, init=False)
     _asked_at: float | None = field(default=None, init=False)
 

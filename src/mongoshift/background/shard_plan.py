@@ -138,9 +138,6 @@ class ShardPartition:
     jumbo: bool = False
     chunks: int = 0
 
-    def to_scope(self) -> dict[str, Any]:
-        return {"shard": self.shard, "ranges": [r.to_document() for r in self.ranges], "jumbo": self.jumbo}
-
 
 @dataclass
 class _Run:
@@ -267,16 +264,3 @@ def _round_robin(parts: list[ShardPartition]) -> list[ShardPartition]:
             if queue:
                 out.append(queue.pop(0))
     return out
-
-
-def covers_once(parts: Sequence[ShardPartition], key: ShardKey) -> bool:
-    """Whether the partitions' ranges tile ``[MinKey, MaxKey)`` with no gap and no overlap (tests, a sanity check)."""
-    ranges = sorted((r for p in parts for r in p.ranges), key=lambda r: tuple_key(r.min))
-    whole = whole_range(key)
-    edge = tuple_key(whole.min)
-    for r in ranges:
-        if tuple_key(r.min) != edge:
-            return False
-        edge = tuple_key(r.max)
-    return edge == tuple_key(whole.max)
-

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-GLOBAL_KEYS = ("uri", "db", "dir", "config", "env_file", "no_env", "json", "verbose", "quiet", "log_format")
-
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value not in (None, False) and param.name:

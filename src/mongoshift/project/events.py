@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..errors import MongoshiftError
 from .redaction import describe_error
@@ -47,18 +47,6 @@ class Event:
 
 
 Observer = Callable[[Event], None]
-
-
-@runtime_checkable
-class ScopedObserver(Protocol):
-    """An observer that also wraps each migration body (a tracer making its span current).
-
-    It may also have ``coordinate_scope`` and ``slice_scope`` (same signature) for the engine's
-    units of work: :meth:`Events.scope` enters whichever of them an observer has."""
-
-    def __call__(self, event: Event) -> None: ...
-
-    def migration_scope(self, event: Event) -> AbstractContextManager[Any]: ...
 
 
 class Events:
