@@ -1,6 +1,6 @@
 """The blocking twins of :mod:`.revision`, for a pymongo ``Collection``: same rules, names ending in ``_sync``.
 
-Only the I/O differs; validation and conflict classification live in :mod:`.guard`.
+Generated from revision.py by tools/synchro.py: edit revision.py and run the tool, never this file.
 """
 
 from __future__ import annotations
