@@ -168,4 +168,10 @@ async def _adopt(
             run=session.run, source=source_fields,
         )
         await session.changelog.write(write)
+    if report.adopted and not dry_run:
+        # A row without the source's time was stamped with the server's clock: report what was stored.
+        stored = await session.changelog.records()
+        for row in report.adopted:
+            if row.name in stored:
+                row.applied_at = stored[row.name].applied_at
     return report

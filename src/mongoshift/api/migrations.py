@@ -273,8 +273,8 @@ async def status(settings: Settings, *, checksums: bool = True, client: AsyncMon
 async def list_migrations(
     settings: Settings, *, only: Literal["pending", "applied"] | None = None, client: AsyncMongoClient[Any] | None = None
 ) -> list[StatusRow]:
-    """Every migration file with its state (no checksums compared), optionally only the pending or applied ones."""
-    rows = await status(settings, checksums=False, client=client)
+    """Every migration file with its state and checksum verdict, as ``status`` shows them, optionally only the pending or applied ones."""
+    rows = await status(settings, client=client)
     if only == "pending":
         return [r for r in rows if r.pending]
     if only == "applied":

@@ -116,26 +116,26 @@ async def seed_orders(client: AsyncMongoClient[Any], n: int = ORDERS) -> None:
         )
 
 
-async def application(client: AsyncMongoClient[Any], stop: asyncio.Event, written: dict[int, int]) -> int:
+async def application(client: AsyncMongoClient[Any], stop: asyncio.Event, written: dict[int, int], orders_count: int) -> int:
     """A running application: updates random orders, bumping the revision as the contract says."""
     orders = client[DEMO_DB].orders
     rng = random.Random(11)
     k = 0
     while not stop.is_set():
         k += 1
-        order = rng.randrange(ORDERS)
+        order = rng.randrange(orders_count)
         await orders.update_one({"_id": order}, {"$set": {"note": f"app write {k}"}, "$inc": {"__rev": 1}})
         written[order] = k
         await asyncio.sleep(0.01)
     return k
 
 
-async def background_scenario(settings: Settings, out: Output) -> dict[str, Any]:
+async def background_scenario(settings: Settings, out: Output, orders_count: int) -> dict[str, Any]:
     client = await connect(settings)
     try:
         stop = asyncio.Event()
         written: dict[int, int] = {}
-        app = asyncio.create_task(application(client, stop, written))
+        app = asyncio.create_task(application(client, stop, written, orders_count))
         started = time.monotonic()
         run = asyncio.create_task(bg.run(settings, ["20260104000000_order_totals.py"], concurrency=4))
         if out.out.is_terminal and not out.json_mode and not out.quiet:
@@ -157,12 +157,15 @@ async def background_scenario(settings: Settings, out: Output) -> dict[str, Any]
             "lost_app_writes": lost,
             "old_shape_left": await orders.count_documents({"__v": 1}),
             "sample": await orders.find_one({"_id": 1}, {"_id": 0}),
+            # what 'mongoshift status' shows now: the background migration's own state is final
+            "status": await api.status(settings, client=client),
         }
     finally:
         await client.close()
 
 
-def run_demo(out: Output) -> None:
+def run_demo(out: Output, orders_count: int = ORDERS) -> None:
+    """The walkthrough; ``orders_count`` sizes the background migration (the tests use a small one)."""
     out.say("starting the embedded server ...")
     with embedded_server() as uri, tempfile.TemporaryDirectory(prefix="mongoshift-demo-") as tmp:
         out.say(f"server: {uri}")
@@ -173,7 +176,7 @@ def run_demo(out: Output) -> None:
         async def scenario() -> dict[str, object]:
             client = await connect(settings)
             try:
-                await seed_orders(client)
+                await seed_orders(client, orders_count)
                 before = await api.status(settings)
                 report = await api.up(settings)
                 after = await api.status(settings)
@@ -182,7 +185,7 @@ def run_demo(out: Output) -> None:
                 await client.close()
             return {"before": before, "report": report, "after": after, "user": user}
 
-        out.say(f"seeding {ORDERS:,} orders for the background migration ...")
+        out.say(f"seeding {orders_count:,} orders for the background migration ...")
         result = asyncio.run(scenario())
         report = result["report"]
         assert isinstance(report, api.RunReport)
@@ -194,20 +197,21 @@ def run_demo(out: Output) -> None:
                 title="mongoshift up",
             )
             out.say(f"a migrated document: {result['user']}")
-            out.say(f"running the background migration over {ORDERS:,} orders with 4 lanes while the application writes ...")
-        bg_result = asyncio.run(background_scenario(settings, out))
+            _show_status(out, result["after"], "after 'mongoshift up': the background migration is registered, not yet run")  # type: ignore[arg-type]
+            out.say(f"running the background migration over {orders_count:,} orders with 4 lanes while the application writes ...")
+        bg_result = asyncio.run(background_scenario(settings, out, orders_count))
         bg_report = bg_result["report"]
         if out.json_mode:
             out.json({
                 "uri": uri,
                 "up": report.to_json(),
-                "status": api.rows_to_json(result["after"]),  # type: ignore[arg-type]
+                "status_after_up": api.rows_to_json(result["after"]),  # type: ignore[arg-type]
+                "status": api.rows_to_json(bg_result["status"]),
                 "sample_document": result["user"],
                 "background": bg_report.to_json(),
-                "application": {k: v for k, v in bg_result.items() if k not in ("report",)},
+                "application": {k: v for k, v in bg_result.items() if k not in ("report", "status")},
             })
             return
-        _show_status(out, result["after"], "after 'mongoshift up'")  # type: ignore[arg-type]
         totals = bg_report.totals
         out.table(
             ["status", "passes", "migrated", "retried", "conflicts", "seconds", "docs/s"],
@@ -220,4 +224,5 @@ def run_demo(out: Output) -> None:
             f"{bg_result['lost_app_writes']} lost; {bg_result['old_shape_left']} orders left in the old shape"
         )
         out.say(f"a migrated order: {bg_result['sample']}")
+        _show_status(out, bg_result["status"], "'mongoshift status' after the background migration")
         out.say("done; the server and the sample project are removed")

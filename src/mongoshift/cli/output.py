@@ -48,6 +48,29 @@ class SafeFormatter(logging.Formatter):
         return redact(super().formatException(ei), limit=20_000)
 
 
+def _column_layout(columns: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> list[dict[str, Any]]:
+    """Rich column options for a table at most ``width`` characters wide.
+
+    The first column names the row (a migration, a partition), so it is never cut: it keeps its
+    whole width while the other columns shrink to about their header's longest word, and only
+    then folds onto more lines. The other columns fold too: no character is ever lost.
+    """
+    natural = [max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
+    overhead = 3 * len(columns) + 1  # a border per column and the last, two spaces of padding each
+    if sum(natural) + overhead <= width:
+        return [{"no_wrap": True}, *({} for _ in columns[1:])]
+    least = [min(natural[i], max(4, min(10, max(len(word) for word in columns[i].split())))) for i in range(1, len(columns))]
+    first = min(natural[0], max(len(columns[0]), width - overhead - sum(least)))
+    widths = list(least)
+    spare = width - overhead - first - sum(widths)
+    while spare > 0 and any(w < n for w, n in zip(widths, natural[1:], strict=True)):
+        for i, n in enumerate(natural[1:]):
+            if spare > 0 and widths[i] < n:
+                widths[i] += 1
+                spare -= 1
+    return [{"width": first, "overflow": "fold"}, *({"width": w, "overflow": "fold"} for w in widths)]
+
+
 class Output:
     def __init__(self, *, json_mode: bool = False, quiet: bool = False, verbose: bool = False, log_json: bool = False) -> None:
         self.json_mode = json_mode
@@ -141,7 +164,9 @@ class Output:
         if self.out.is_terminal:
             from rich.table import Table  # start-up time: only a terminal's tables need it
 
-            table = Table(*columns, title=title)
+            table = Table(title=title)
+            for column, options in zip(columns, _column_layout(columns, cells, self.out.width), strict=True):
+                table.add_column(column, **options)
             for row in cells:
                 table.add_row(*row)
             self.out.print(table)

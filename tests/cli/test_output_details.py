@@ -1,0 +1,94 @@
+"""What the tables and JSON documents show: whole names on a narrow terminal, the checksum
+verdict of ``list``, the time ``baseline`` stored, and the demo's closing status."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from mongoshift.cli.demo import run_demo
+from mongoshift.cli.main import main
+from mongoshift.cli.output import Output
+
+LONG_NAME = "20261201090000_backfill_the_customer_loyalty_tier_and_points.py"
+QUICK = "def up(ctx):\n    ctx.db.marks.insert_one({'file': __name__})\n\ndef down(ctx):\n    pass\n"
+
+
+def run_cli(project, capsys, monkeypatch, *args: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """One command in this process, as the console script runs it: (exit code, stdout)."""
+    monkeypatch.chdir(project.root)
+    for name in [n for n in __import__("os").environ if n.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(name)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main(list(args))
+    return int(stopped.value.code or 0), capsys.readouterr().out
+
+
+def _rendered(width: int, rows: list[tuple[Any, ...]]) -> str:
+    out = Output()
+    buffer = io.StringIO()
+    out.out = Console(file=buffer, force_terminal=True, width=width, highlight=False, soft_wrap=True, color_system=None)
+    out.table(["migration", "state", "batch", "applied at", "checksum"], rows)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("width", [60, 80, 140])
+@pytest.mark.parametrize("name", [LONG_NAME, "20261201090000_add_users_email_index.py"])
+def test_a_narrow_terminal_never_cuts_the_migration_name(width: int, name: str) -> None:
+    text = _rendered(width, [(name, "applied (running)", 3, "2026-12-01T09:00:00+00:00", "ok")])
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines)
+    body = [line for line in lines if line.startswith("│")]
+    first_cells = "".join(line.split("│")[1].strip() for line in body)
+    assert first_cells.startswith(name)  # every character, in order, whatever else wraps
+    if len(name) < 45 and width >= 80:
+        assert name in text  # a usual name stays on one line at 80 columns
+
+
+def test_list_applied_shows_the_checksum_verdict(project, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    path = project.add("0001_a.py", QUICK)
+    assert run_cli(project, capsys, monkeypatch, "up")[0] == 0
+    code, stdout = run_cli(project, capsys, monkeypatch, "list", "--applied", "--json")
+    assert code == 0 and [r["checksum"] for r in json.loads(stdout)["migrations"]] == ["ok"]
+    path.write_text(QUICK + "# edited\n")
+    code, stdout = run_cli(project, capsys, monkeypatch, "list", "--applied")
+    assert code == 0 and stdout.splitlines()[-1].split("\t")[-1] == "mismatch"
+
+
+def test_baseline_json_reports_the_time_it_stored(project, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    code, stdout = run_cli(project, capsys, monkeypatch, "baseline", "--to", "0002_b", "--yes", "--json")
+    assert code == 0
+    reported = {row["name"]: row["applied_at"] for row in json.loads(stdout)["adopted"]}
+    code, stdout = run_cli(project, capsys, monkeypatch, "status", "--json")
+    shown = {row["name"]: row["applied_at"] for row in json.loads(stdout)["migrations"]}
+    assert None not in reported.values()
+    assert reported == shown
+
+
+def test_the_demo_ends_with_the_status_after_the_background_migration(capsys) -> None:  # type: ignore[no-untyped-def]
+    run_demo(Output(), orders_count=400)
+    lines = capsys.readouterr().out.splitlines()
+    registered = lines.index("after 'mongoshift up': the background migration is registered, not yet run")
+    running = next(i for i, line in enumerate(lines) if line.startswith("running the background migration"))
+    final = lines.index("'mongoshift status' after the background migration")
+    assert registered < running < final
+    rows = {line.split("\t")[0]: line.split("\t")[1] for line in lines[final + 2 :] if line.endswith(".py") or "\t" in line}
+    assert rows["20260104000000_order_totals.py"] == "applied (completed)"
+    assert "applied (pending)" not in lines[running:]
+    assert rows["20260103000000_rename_fullname.py"] == "applied"
+
+
+def test_the_demo_json_status_is_the_final_one(capsys) -> None:  # type: ignore[no-untyped-def]
+    run_demo(Output(json_mode=True), orders_count=400)
+    document = json.loads(capsys.readouterr().out)
+    final = {row["name"]: row["background"] for row in document["status"]}
+    assert final["20260104000000_order_totals.py"] == "completed"
+    assert document["background"]["status"] == "completed"
+    assert document["application"]["lost_app_writes"] == 0 and document["application"]["old_shape_left"] == 0
