@@ -46,7 +46,7 @@ def kinds(report: cv.ConvergeReport) -> list[tuple[str, str | None, str, str]]:
 
 
 async def test_converge_creates_everything_then_plans_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
-    s = settings_with(project, USERS, {"name": "audit"})
+    s = settings_with(project, USERS, {"name": "audit", "indexes": []})
     report = await cv.converge(s)
     assert report.success and report.changed and report.unstable == []
     assert [(a.target, a.name) for a in report.actions if a.action == "create"] == [
