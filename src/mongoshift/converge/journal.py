@@ -76,10 +76,8 @@ class ConvergeJournal:
         try:
             await self._ensure_index()
             await self.collection.update_one({"run_id": run.run_id}, [{"$set": fields}], upsert=True)
-        except PyMongoError as exc:
-            warning = f"could not write the converge log ({self.collection.name}): {describe_error(exc)}; applying anyway"
-            log.warning("%s", warning)
-            return warning
+        except PyMongoError as exc:  # reported once, in the report's warnings (the CLI prints them)
+            return f"could not write the converge log ({self.collection.name}): {describe_error(exc)}; applying anyway"
         return None
 
     async def finish(self, run: RunInfo, report: ConvergeReport) -> None:
