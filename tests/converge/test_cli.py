@@ -151,3 +151,15 @@ def test_converge_without_the_lock_warns_once(project) -> None:  # type: ignore[
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("without the migration lock") == 1, result.stderr
     assert "without the migration lock" not in cli(project, "converge", "--yes").stderr
+
+
+def test_reason_is_recorded_in_the_converge_log(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    declare(project, executed_by="deployer")
+    result = cli(project, "converge", "--reason", "ticket OPS-12: email lookups", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["reason"] == "ticket OPS-12: email lookups"
+    entry = sync_client[project.db]["_mongoshift_converge"].find_one()
+    assert entry is not None and entry["reason"] == "ticket OPS-12: email lookups" and entry["requested_by"] == "deployer"
+
+    result = cli(project, "converge", "--reason", "z" * 600)
+    assert result.returncode == 6 and "reason" in result.stderr and "512" in result.stderr

@@ -46,7 +46,7 @@ def kinds(report: cv.ConvergeReport) -> list[tuple[str, str | None, str, str]]:
 
 
 async def test_converge_creates_everything_then_plans_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
-    s = settings_with(project, USERS, {"name": "audit"})
+    s = settings_with(project, USERS, {"name": "audit", "indexes": []})
     report = await cv.converge(s)
     assert report.success and report.changed and report.unstable == []
     assert [(a.target, a.name) for a in report.actions if a.action == "create"] == [
@@ -305,3 +305,128 @@ async def test_converge_takes_the_lock(project, db) -> None:  # type: ignore[no-
         assert report.changed
     finally:
         await holder.release()
+
+
+async def test_who_asked_and_why_are_recorded_redacted_and_bounded(project, db) -> None:  # type: ignore[no-untyped-def]
+    s = settings_with(project, {"name": "items", "indexes": [{"keys": {"sku": 1}}]})
+    report = await cv.converge(s, requested_by="release-bot", reason="deploy 42\x07 uri mongodb://app:hunter2@db1/shop")
+    [entry] = await journal(db)
+    assert entry["requested_by"] == "release-bot" and report.requested_by == "release-bot"
+    assert entry["reason"] == "deploy 42 uri mongodb://***@db1/shop" == report.reason  # no credential, no control
+    assert report.to_json()["reason"] == entry["reason"]
+
+    s2 = settings_with(project, {"name": "items", "indexes": [{"keys": {"sku": 1}}, {"keys": {"at": 1}}]})
+    await cv.converge(s2)
+    entry = (await journal(db))[-1]
+    assert entry["requested_by"] == entry["executed_by"] and entry["reason"] is None  # who ran it, when nobody says
+
+    for bad, message in (({"reason": "x" * 513}, "reason"), ({"requested_by": "y" * 129}, "requested_by"), ({"reason": " "}, "reason")):
+        with pytest.raises(ConfigInvalidError, match=message):
+            await cv.converge(s2, **bad)  # type: ignore[arg-type]
+    assert len(await journal(db)) == 2
+
+
+async def test_a_declarations_own_prune_false_wins_over_the_call(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.shared.create_index("theirs", name="theirs_1")
+    await db.mine.create_index("extra", name="extra_1")
+    s = settings_with(
+        project,
+        {"name": "shared", "indexes": [{"keys": {"ours": 1}}], "prune": False},  # other tools create indexes here
+        {"name": "mine", "indexes": [{"keys": {"ours": 1}}]},
+    )
+    report = await cv.converge(s, prune=True, yes=True)
+    assert ("shared", "theirs_1", "keep", "ok") in kinds(report) and ("mine", "extra_1", "drop", "applied") in kinds(report)
+    assert set(await server_indexes(db, "shared")) == {"_id_", "ours_1", "theirs_1"}
+    assert set(await server_indexes(db, "mine")) == {"_id_", "ours_1"}
+
+
+async def test_one_list_collections_reads_every_declared_collection(project, mongo_uri) -> None:  # type: ignore[no-untyped-def]
+    from pymongo import AsyncMongoClient
+    from pymongo.monitoring import CommandListener, CommandStartedEvent
+
+    from ..conftest import TEST_CLIENT_OPTIONS
+
+    class Count(CommandListener):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def started(self, event: CommandStartedEvent) -> None:
+            wanted = str((event.command.get("filter") or {}).get("name"))
+            if event.command_name != "listCollections" or "_mongoshift" not in wanted:  # not the own collections' check
+                self.names.append(event.command_name)
+
+        def succeeded(self, event: object) -> None: ...
+
+        def failed(self, event: object) -> None: ...
+
+    s = settings_with(project, *({"name": f"c{i}", "indexes": [{"keys": {"a": 1}}]} for i in range(5)))
+    counted = Count()
+    client: AsyncMongoClient[Any] = AsyncMongoClient(mongo_uri, event_listeners=[counted], **TEST_CLIENT_OPTIONS)
+    try:
+        plan = await cv.plan_converge(s, client=client)
+        assert len(plan.drift) == 10
+        assert counted.names.count("listCollections") == 1, counted.names
+        counted.names.clear()
+        await cv.converge(s, client=client)
+        # plan, then per changed collection the re-plan before applying it, then the check after applying
+        assert counted.names.count("listCollections") == 1 + 5 + 1, counted.names
+    finally:
+        await client.close()
+
+
+async def test_a_failing_converge_log_warns_and_the_run_goes_on(project, db, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    from pymongo.errors import OperationFailure
+
+    from mongoshift.converge.journal import ConvergeJournal
+
+    async def refused(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+        raise OperationFailure("not authorized on shop to execute command", code=13)
+
+    monkeypatch.setattr(ConvergeJournal, "_ensure_index", refused)
+    s = settings_with(project, {"name": "items", "indexes": [{"keys": {"sku": 1}}]})
+    report = await cv.converge(s)
+    assert report.success and report.changed
+    assert "sku_1" in await server_indexes(db, "items")
+    assert any("could not write the converge log" in w and "13" in w for w in report.warnings), report.warnings
+    assert await journal(db) == []
+
+
+async def test_a_collection_created_between_plan_and_apply_is_converged(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The application creates the collection after converge read it as missing: its ``create`` then
+    meets an existing collection, which is planned again and converged, not a failed run."""
+    from mongoshift.converge import applier
+
+    real = applier.inspect
+    created: list[str] = []
+
+    async def read_then_the_app_creates_it(db_, declaration, **kwargs):  # type: ignore[no-untyped-def]
+        state = await real(db_, declaration, **kwargs)
+        if declaration.name == "late" and not created:
+            created.append("late")
+            await db.create_collection("late")
+            await db.late.create_index("b", name="b_1")
+        return state
+
+    monkeypatch.setattr(applier, "inspect", read_then_the_app_creates_it)
+    s = settings_with(project, {"name": "late", "indexes": [{"keys": {"a": 1}}], "validator": {"a": {"$exists": True}}})
+    report = await cv.converge(s)
+    assert report.success and created == ["late"]
+    rows = {(a.target, a.name, a.action): r.status for r, a in zip(report.results, report.actions)}
+    assert rows[("validator", None, "modify")] == "applied" and rows[("index", "a_1", "create")] == "applied"
+    assert ("collection", None, "create") not in rows  # reported as what was done
+    assert set(await server_indexes(db, "late")) == {"_id_", "a_1", "b_1"}
+    [info] = [c async for c in await db.list_collections(filter={"name": "late"})]
+    assert info["options"]["validator"] == {"a": {"$exists": True}}
+
+
+async def test_an_empty_index_list_with_prune_warns_that_every_index_goes(project, db) -> None:  # type: ignore[no-untyped-def]
+    await db.things.create_index("a", name="a_1")
+    await db.things.create_index("b", name="b_1")
+    s = settings_with(project, {"name": "things", "indexes": []})
+    plan = await cv.plan_converge(s, prune=True)
+    [warning] = [w for w in plan.warnings if "indexes = []" in w]
+    assert "things" in warning and "every index but _id_" in warning and "2" in warning
+    report = await cv.converge(s, prune=True, yes=True)
+    assert any("indexes = []" in w for w in report.warnings)
+    assert set(await server_indexes(db, "things")) == {"_id_"}
+    assert not any("indexes = []" in w for w in (await cv.plan_converge(s, prune=True)).warnings)  # nothing left to drop

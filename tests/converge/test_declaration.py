@@ -51,6 +51,15 @@ def declare(**values: Any) -> CollectionDeclaration:
         ({"versioning": {"current": 1}, "validator": {"__rev": {"$gte": 0}}}, "rules on '__rev'"),
         ({"versioning": {"current": 1}, "indexes": [{"keys": {"x": 1}, "name": "__v_1__id_1"}]}, "is the version index's"),
         ({"name": "system.users"}, "not a collection name"),
+        ({"indexes": [{"keys": {"g": "2d"}, "min": float("nan")}]}, "min"),
+        ({"indexes": [{"keys": {"g": "2d"}, "max": float("inf")}]}, "max"),
+        ({"indexes": [{"keys": {"g": "2d"}, "min": 10, "max": 10}]}, "min (10) must be below max (10)"),
+        ({"indexes": [{"keys": {"body": "text"}, "default_language": ""}]}, "default_language"),
+        ({"indexes": [{"keys": {"body": "text"}, "language_override": ""}]}, "language_override"),
+        ({"indexes": [{"keys": {"body": "text"}, "weights": {"body": 0}}]}, "weights"),
+        ({"indexes": [{"keys": {"body": "text"}, "weights": {"body": 100_000}}]}, "weights"),
+        ({"validator": False, "validation_action": "warn"}, "need a validator"),
+        ({"validator": {}, "validation_level": "moderate"}, "need a validator"),
     ],
 )
 def test_invalid_declarations_name_the_problem(values: dict[str, Any], message: str) -> None:
@@ -78,9 +87,18 @@ def test_keys_forms_and_pymongo_index_models() -> None:
     assert d.indexes[3].document()["2dsphereIndexVersion"] == 3
 
 
+@pytest.mark.parametrize("values", [{}, {"prune": True}, {"prune": False}])
+def test_a_declaration_that_manages_nothing_is_refused(values: dict[str, Any]) -> None:
+    with pytest.raises(ValueError) as info:
+        declare(**values)
+    assert "manages nothing" in str(info.value) and "indexes, validator or versioning" in str(info.value)
+
+
 def test_omitted_parts_are_unmanaged_and_false_means_no_validator() -> None:
-    bare = declare()
-    assert not bare.manages_indexes and not bare.manages_validator and bare.validator_spec() is None
+    only_validator = declare(validator={"a": {"$exists": True}})
+    assert not only_validator.manages_indexes and only_validator.validator_spec() is not None
+    only_indexes = declare(indexes=[])
+    assert only_indexes.manages_indexes and not only_indexes.manages_validator and only_indexes.validator_spec() is None
     for none in (False, None, {}):
         d = declare(validator=none)
         assert d.manages_validator
@@ -144,7 +162,7 @@ def folder_settings(tmp_path: Path, *inline: dict[str, Any]) -> Settings:
 
 
 def test_folder_declarations_toml_and_python(tmp_path: Path) -> None:
-    s = folder_settings(tmp_path, {"name": "inline"})
+    s = folder_settings(tmp_path, {"name": "inline", "validator": False})
     (s.collections_dir / "users.toml").write_text('indexes = [{ keys = { email = 1 }, unique = true }]\nvalidator = false\n')
     (s.collections_dir / "orders.py").write_text(
         textwrap.dedent(
@@ -178,14 +196,14 @@ def test_folder_declarations_toml_and_python(tmp_path: Path) -> None:
         ({"users.toml": "indexes = [\n"}, "users.toml is not valid TOML"),
         ({"users.py": "x = 1\n"}, "users.py: must define collection = {...}"),
         ({"users.py": "def collection():\n    return {}\n"}, "collection must be a dict, not a function"),
-        ({"users.py": "collection = {}\nraise RuntimeError('boom')\n"}, "users.py: failed to import (line 2): RuntimeError: boom"),
+        ({"users.py": "collection = {'indexes': []}\nraise RuntimeError('boom')\n"}, "users.py: failed to import (line 2): RuntimeError: boom"),
         ({"users.json": "{}"}, "declarations are .toml or .py files"),
-        ({"users.toml": "", "users.py": "collection = {}\n"}, "'users' is declared twice"),
-        ({"inline.toml": ""}, "'inline' is declared twice: in [[collections]] in the project config and in"),
+        ({"users.toml": "indexes = []\n", "users.py": "collection = {'indexes': []}\n"}, "'users' is declared twice"),
+        ({"inline.toml": "indexes = []\n"}, "'inline' is declared twice: in [[collections]] in the project config and in"),
     ],
 )
 def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
-    s = folder_settings(tmp_path, {"name": "inline"})
+    s = folder_settings(tmp_path, {"name": "inline", "validator": False})
     for name, text in files.items():
         (s.collections_dir / name).write_text(text)
     with pytest.raises(ConfigInvalidError) as info:
@@ -194,7 +212,7 @@ def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], mess
 
 
 def test_folder_is_optional_unless_named(tmp_path: Path) -> None:
-    assert load_declarations(Settings(collections=[{"name": "a"}])) != []  # default folder absent: fine
+    assert load_declarations(Settings(collections=[{"name": "a", "indexes": []}])) != []  # default folder absent: fine
     with pytest.raises(ConfigInvalidError, match="collections folder not found"):
         load_declarations(Settings(collections_dir=tmp_path / "nope"))
 

@@ -53,6 +53,9 @@ async def test_a_failed_index_batch_lists_each_index_once_with_the_reason(projec
     assert Counter(r["name"] for r in rows) == {"a_1": 1, "b_1": 1, "c_1": 1}
     assert all(r["status"] == "failed" and "duplicate key" in r["error"] and "(index b_1, 11000)" in r["error"] for r in rows), rows
     assert "11000" in info.value.message and "None" not in info.value.message
+    message = info.value.message
+    assert "a_1, b_1, c_1" in message and "remove the duplicates" in message, message  # the whole batch, and what to do
+    assert all("remove the duplicates" in r["error"] for r in rows)
 
 
 def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client) -> None:  # type: ignore[no-untyped-def]

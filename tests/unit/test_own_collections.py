@@ -69,7 +69,7 @@ async def test_own_collections_with_own_records_empty_or_missing_are_accepted(pr
 
 async def test_a_declared_collection_cannot_be_one_of_the_own_collections(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    settings = project.settings(lock_collection="orders", collections=[{"name": "orders"}])
+    settings = project.settings(lock_collection="orders", collections=[{"name": "orders", "indexes": []}])
     with pytest.raises(CollectionClashError, match="declared"):
         await command.up(settings)
     assert "orders" not in await db.list_collection_names()
@@ -78,7 +78,7 @@ async def test_a_declared_collection_cannot_be_one_of_the_own_collections(projec
 def test_declared_collection_in_the_folder_clashing_is_exit_39(project) -> None:  # type: ignore[no-untyped-def]
     folder = project.root / "collections"
     folder.mkdir()
-    (folder / "locks.toml").write_text('name = "_mongoshift_locks"\n')
+    (folder / "locks.toml").write_text('name = "_mongoshift_locks"\nindexes = []\n')
     result = cli(project, "converge", "--json")
     assert result.returncode == 39, result.stderr
     assert json.loads(result.stdout)["error"]["kind"] == "collection_clash"

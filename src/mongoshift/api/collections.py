@@ -13,7 +13,13 @@ from pymongo import AsyncMongoClient
 
 from ..converge.applier import Confirm
 from ..converge.report import ConvergeReport
-from ..converge.run import converge_in_session, plan_in_session
+from ..converge.run import (
+    REASON_LIMIT,
+    REQUESTED_BY_LIMIT,
+    converge_in_session,
+    plan_in_session,
+    request_text,
+)
 from ..project.declarations import declarations_by_name
 from ..project.events import Observer
 from ..project.run import CancelSignal
@@ -51,6 +57,8 @@ async def converge(
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
+    requested_by: str | None = None,
+    reason: str | None = None,
 ) -> ConvergeReport:
     """Make the server match the declarations, under the migration lock.
 
@@ -58,7 +66,11 @@ async def converge(
     callback that answers True; without either they are refused before
     anything is written. Raises :class:`~mongoshift.errors.ConvergeFailedError`
     on a conflict or a failed action (the report is in ``details["converge"]``).
+    ``requested_by`` (at most 128 characters; default: who runs it) and ``reason``
+    (at most 512) are recorded in the converge log: a worker's OS user says little.
     """
+    requested_by = request_text("requested_by", requested_by, REQUESTED_BY_LIMIT)  # before connecting
+    reason = request_text("reason", reason, REASON_LIMIT)
     declared = declarations_by_name(settings)
     async with open_session(
         settings,
@@ -72,4 +84,4 @@ async def converge(
         client=checked_client(client),
     ) as session:
         warn_unlocked(no_lock)
-        return await converge_in_session(session, prune=prune, yes=yes, confirm=confirm)
+        return await converge_in_session(session, prune=prune, yes=yes, confirm=confirm, requested_by=requested_by, reason=reason)

@@ -66,8 +66,9 @@ def interactive_confirm(yes: bool):  # type: ignore[no-untyped-def]
 @click.option("--yes", "-y", is_flag=True, help="Allow rebuilds and drops without asking.")
 @click.option("--no-lock", is_flag=True, help="Do not take the migration lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--reason", metavar="TEXT", help="Why: recorded in the converge log (at most 512 characters).")
 @global_options
-def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None) -> int:
+def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None, reason: str | None) -> int:
     """Create, modify, rebuild or (with --prune) drop indexes and validators to match the declared collections."""
     from ..api import collections as cv  # start-up time: converge loads only when this command runs
 
@@ -86,7 +87,7 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         return 0
     confirm = interactive_confirm(yes)
     try:
-        report = run_async(lambda cancel: cv.converge(s, prune=prune, yes=yes, confirm=confirm, no_lock=no_lock, wait=wait, cancel=cancel))
+        report = run_async(lambda cancel: cv.converge(s, prune=prune, yes=yes, confirm=confirm, no_lock=no_lock, wait=wait, cancel=cancel, reason=reason))
     except ConvergeFailedError as exc:
         if not out.json_mode and "converge" in exc.details:
             _render_failed(exc.details["converge"])

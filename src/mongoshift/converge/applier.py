@@ -22,7 +22,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ..project.redaction import describe_error
-from ..project.server_errors import coll_mod_refused, index_not_found
+from ..project.server_errors import coll_mod_refused, error_code, index_not_found
 from ..schema.collections import CollectionDeclaration
 from .inspection import inspect
 from .planner import Action, plan_collection
@@ -65,6 +65,22 @@ class ApplyStopped(Exception):
         self.error = error
 
 
+#: What to do when ``createIndexes`` fails with one of these server codes.
+BUILD_HINTS: dict[int, str] = {
+    11000: "remove the duplicates (or declare the index without unique), then converge again",
+    13: "the user needs the createIndex privilege on this collection",
+    67: "the server refuses this index definition: check its options",
+    16755: "a document holds a value this geo index cannot take: fix or remove it, then converge again",
+}
+
+
+def build_failure(exc: PyMongoError) -> str:
+    """Why ``createIndexes`` failed, with what to do about it when the code says."""
+    why = describe_error(exc)
+    hint = BUILD_HINTS.get(error_code(exc) or 0)
+    return f"{why}; {hint}" if hint else why
+
+
 def _create_document(document: Mapping[str, Any]) -> dict[str, Any]:
     """An index document as ``createIndexes`` takes it back (without what only listIndexes adds)."""
     return {k: v for k, v in document.items() if k not in ("v", "ns", "background")}
@@ -91,12 +107,14 @@ class Applier:
         return await self.confirm(actions)
 
     async def apply_collection(
-        self, declaration: CollectionDeclaration, approved: list[Action], *, prune: bool
+        self, declaration: CollectionDeclaration, approved: list[Action], *, prune: bool, replanned: bool = False
     ) -> list[ActionResult]:
         """Re-plan one collection, check it against what was approved, then apply it in order.
 
         Raises :class:`ApplyFailed` (with the results so far as its argument) when something fails,
-        and :class:`ApplyStopped` when the stop signal comes before a step.
+        and :class:`ApplyStopped` when the stop signal comes before a step. When the collection's
+        ``create`` fails because something else created it meanwhile, the collection is planned
+        once more (``replanned``) from what now exists.
         """
         state = await inspect(self.db, declaration)
         actions = plan_collection(declaration, state, prune=prune)
@@ -132,7 +150,9 @@ class Applier:
                 results += batch
                 failed = any(r.status == "failed" for r in batch)
             else:
-                result = await self._apply(action)
+                result = await self._apply(action, declaration if not replanned else None)
+                if result is None:  # created meanwhile by someone else: plan it again from what exists
+                    return await self.apply_collection(declaration, approved, prune=prune, replanned=True)
                 results.append(result)
                 failed = result.status == "failed"
         if failed:
@@ -150,10 +170,17 @@ class Applier:
 
     # ------------------------------------------------------------ the actions
 
-    async def _apply(self, action: Action) -> ActionResult:
+    async def _apply(self, action: Action, declaration: CollectionDeclaration | None = None) -> ActionResult | None:
+        """Make one action; None when the collection to create exists by now (only with ``declaration``)."""
         try:
             if action.target == "collection":
-                await self.db.command({"create": action.collection, **dict(action.after or {})})
+                try:
+                    await self.db.command({"create": action.collection, **dict(action.after or {})})
+                except PyMongoError:
+                    if declaration is not None and (await inspect(self.db, declaration, probe=False)).exists:
+                        log.info("%s: created by someone else since it was read; planned again", action.collection)
+                        return None
+                    raise
             elif action.target == "validator":
                 return await self._validator(action)
             elif action.action == "modify":
@@ -186,8 +213,9 @@ class Applier:
         try:
             await self.db.command({"createIndexes": collection, "indexes": [dict(a.after or {}) for a in creates]})
         except PyMongoError as exc:
-            log.error("%s: createIndexes failed: %s", collection, describe_error(exc))
-            return [ActionResult(a, "failed", describe_error(exc)) for a in creates]
+            why = build_failure(exc)
+            log.error("%s: createIndexes of %s failed: %s", collection, ", ".join(a.name or "" for a in creates), why)
+            return [ActionResult(a, "failed", why) for a in creates]
         for action in creates:
             log.info("%s", action.describe())
         return [ActionResult(a, "applied") for a in creates]

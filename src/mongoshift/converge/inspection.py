@@ -1,7 +1,8 @@
 """What the server has for a declared collection, read from the primary and normalised.
 
 Everything the planner needs is read here, so that the planner stays a pure
-function: the collection's kind and options (``listCollections``), its indexes
+function: the collection's kind and options (``listCollections``, one for every
+declared collection of a run), its indexes
 (``listIndexes``), its shard key (``config.collections``, when readable) and,
 when a versioning ``min`` is being raised, whether any document is still below
 it. That probe is bounded in time and returns a yes/no, never a document or an
@@ -10,7 +11,7 @@ it. That probe is bounded in time and returns a yes/no, never a document or an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -94,13 +95,31 @@ async def probe_below(db: AsyncDatabase[Any], name: str, field_name: str, minimu
     return MinProbe(minimum, doc is not None)
 
 
+async def _infos(db: AsyncDatabase[Any], names: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """What ``listCollections`` reports for these collections, by name: one command, however many."""
+    return {info["name"]: info async for info in await db.list_collections(filter={"name": {"$in": list(names)}})}
+
+
 async def inspect(db: AsyncDatabase[Any], declaration: CollectionDeclaration, *, probe: bool = True) -> CollectionState:
     """Read one declared collection's state; probe for old documents only when ``min`` goes up."""
+    infos = await _infos(db, [declaration.name])
+    return await _state(db, declaration, infos.get(declaration.name), probe=probe)
+
+
+async def inspect_all(
+    db: AsyncDatabase[Any], declarations: Sequence[CollectionDeclaration], *, probe: bool = True
+) -> dict[str, CollectionState]:
+    """Every declared collection's state, by name, from one ``listCollections`` (then per collection its indexes)."""
+    infos = await _infos(db, [d.name for d in declarations]) if declarations else {}
+    return {d.name: await _state(db, d, infos.get(d.name), probe=probe) for d in declarations}
+
+
+async def _state(
+    db: AsyncDatabase[Any], declaration: CollectionDeclaration, info: Mapping[str, Any] | None, *, probe: bool
+) -> CollectionState:
     name = declaration.name
-    infos = [info async for info in await db.list_collections(filter={"name": name})]
-    if not infos:
+    if info is None:
         return CollectionState(name, "missing")
-    info = infos[0]
     kind = _kind(info)
     options = info.get("options") or {}
     validator = ValidatorSpec.from_options(options)

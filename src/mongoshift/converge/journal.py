@@ -1,7 +1,7 @@
 """The converge log (``converge_collection``, default ``_mongoshift_converge``).
 
-One document per run that changed something or failed: who ran it, where,
-when (server clock), whether it succeeded and every action with its outcome.
+One document per run that changed something or failed: who ran it, who asked
+for it and why, where, when (server clock), whether it succeeded and every action with its outcome.
 A run that found everything in place, a dry run and ``--check`` write nothing.
 The document is written when applying starts and completed at the end, so a
 run killed half-way is still visible (``success: null``).
@@ -20,6 +20,7 @@ from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
+from ..project.redaction import describe_error
 from ..project.run import RunInfo
 from ..schema.index_specs import as_text
 from .report import ConvergeReport
@@ -55,26 +56,35 @@ class ConvergeJournal:
             await self.collection.create_index([("started_at", DESCENDING)], name="started_at")
             self._indexed = True
 
-    def _identity(self, run: RunInfo, trigger: str) -> dict[str, Any]:
+    def _identity(self, run: RunInfo, report: ConvergeReport) -> dict[str, Any]:
         return {
             "run_id": _literal(run.run_id),
-            "trigger": _literal(trigger),
+            "trigger": _literal(report.trigger),
             "executed_by": _literal(run.executed_by),
+            "requested_by": _literal(report.requested_by),
+            "reason": _literal(report.reason),
             "host": _literal(run.host),
             "environment": _literal(run.environment),
         }
 
-    async def start(self, run: RunInfo, trigger: str) -> None:
-        """Mark the run as applying; a crash from here on leaves ``success: null`` behind."""
-        await self._ensure_index()
-        fields = {**self._identity(run, trigger), "started_at": "$$NOW", "success": None}
-        await self.collection.update_one({"run_id": run.run_id}, [{"$set": fields}], upsert=True)
+    async def start(self, run: RunInfo, report: ConvergeReport) -> str | None:
+        """Mark the run as applying; a crash from here on leaves ``success: null`` behind.
+
+        Returns a warning instead of raising: the log is a record of the run, and a log the
+        user may not write to must not stop the indexes from being built."""
+        fields = {**self._identity(run, report), "started_at": "$$NOW", "success": None}
+        try:
+            await self._ensure_index()
+            await self.collection.update_one({"run_id": run.run_id}, [{"$set": fields}], upsert=True)
+        except PyMongoError as exc:  # reported once, in the report's warnings (the CLI prints them)
+            return f"could not write the converge log ({self.collection.name}): {describe_error(exc)}; applying anyway"
+        return None
 
     async def finish(self, run: RunInfo, report: ConvergeReport) -> None:
         """Write the outcome; never raises (a failed log write must not hide the run's own result)."""
         body = report.to_json()
         fields = {
-            **self._identity(run, report.trigger),
+            **self._identity(run, report),
             "started_at": {"$ifNull": ["$started_at", "$$NOW"]},
             "finished_at": "$$NOW",
             "duration_ms": report.duration_ms,
@@ -88,7 +98,7 @@ class ConvergeJournal:
             await self._ensure_index()
             await self.collection.update_one({"run_id": run.run_id}, [{"$set": fields}], upsert=True)
         except PyMongoError as exc:
-            log.warning("could not write the converge log (%s): %s", self.collection.name, type(exc).__name__)
+            log.warning("could not write the converge log (%s): %s", self.collection.name, describe_error(exc))
 
     async def history(self, limit: int = 20) -> list[dict[str, Any]]:
         return [doc async for doc in self.collection.find({}, {"_id": 0}).sort("started_at", DESCENDING).limit(limit)]

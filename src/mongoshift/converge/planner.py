@@ -221,7 +221,7 @@ def _index_actions(declaration: CollectionDeclaration, state: CollectionState, *
 def plan_collection(declaration: CollectionDeclaration, state: CollectionState, *, prune: bool = False) -> list[Action]:
     """The actions for one collection, in application order."""
     name = declaration.name
-    prune = prune or declaration.prune
+    prune = declaration.prunes(prune)
     if state.kind in ("view", "timeseries"):
         return [Action(name, "collection", "conflict", reason=f"{name!r} is a {state.kind}: converge manages only plain collections")]
     wanted_validator = declaration.validator_spec()

@@ -21,6 +21,9 @@ class ConvergeReport:
     run_id: str
     mode: Mode
     trigger: Trigger = "converge"
+    #: Who asked for the run (default: who ran it) and why, as recorded in the converge log.
+    requested_by: str | None = None
+    reason: str | None = None
     results: list[ActionResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     #: Differences still planned after applying (the server stores something the comparison did not expect).
@@ -58,6 +61,8 @@ class ConvergeReport:
             "run_id": self.run_id,
             "mode": self.mode,
             "trigger": self.trigger,
+            "requested_by": self.requested_by,
+            "reason": self.reason,
             "success": self.success,
             "error": self.error,
             "in_sync": self.in_sync,

@@ -24,11 +24,11 @@ from ..errors import (
     RunAbortedError,
 )
 from ..project.events import end_fields
-from ..project.redaction import describe_error
+from ..project.redaction import describe_error, redact
 from ..project.session import Session
 from ..schema.collections import CollectionDeclaration
 from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm
-from .inspection import CollectionState, inspect
+from .inspection import CollectionState, inspect_all
 from .journal import ConvergeJournal
 from .planner import Plan, plan
 from .report import ConvergeReport, Trigger, listing
@@ -41,13 +41,53 @@ def _planned(p: Plan) -> list[ActionResult]:
     return [ActionResult(a, status.get(a.action, "planned" if a.changing else "ok")) for a in p.actions]  # type: ignore[arg-type]
 
 
-def _warnings(p: Plan) -> list[str]:
-    return [a.describe() for a in p.actions if a.action == "unchanged" and a.reason]
+def _warnings(p: Plan, declarations: list[CollectionDeclaration]) -> list[str]:
+    """Notes on the plan: undeclared twins accepted, and an empty index list that prunes everything."""
+    warnings = [a.describe() for a in p.actions if a.action == "unchanged" and a.reason]
+    for declaration in declarations:
+        if declaration.indexes != () or declaration.index_specs():
+            continue
+        drops = [a.name or "" for a in p.actions if a.collection == declaration.name and a.target == "index" and a.action == "drop"]
+        if drops:
+            warnings.append(
+                f"{declaration.name}: indexes = [] with prune drops every index but _id_ "
+                f"({len(drops)}: {', '.join(drops[:5])}{', …' if len(drops) > 5 else ''})"
+            )
+    return warnings
+
+
+def _failure(failed: list[ActionResult]) -> str:
+    """What failed first; a failed ``createIndexes`` names every index of its batch (any one may be the cause)."""
+    first = failed[0].action
+    what = first.describe()
+    if (first.target, first.action) == ("index", "create"):
+        batch = [r.action.name or "" for r in failed if r.action.key[:2] == (first.collection, "index") and r.action.action == "create"]
+        if len(batch) > 1:
+            what = f"{first.collection}: createIndexes of {', '.join(batch)}"
+    return f"converge failed at {what}: {failed[0].error}; later actions were skipped"
+
+
+REQUESTED_BY_LIMIT = 128
+REASON_LIMIT = 512
+
+
+def request_text(option: str, value: object, limit: int) -> str | None:
+    """``requested_by`` / ``reason`` as recorded: text of at most ``limit`` characters, with no credential
+    and no control character (:func:`redact`). An empty or over-long value is refused, not cut."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigInvalidError(f"{option} must be text, not {type(value).__name__}")
+    if not value.strip():
+        raise ConfigInvalidError(f"{option} must not be empty")
+    if len(value) > limit:
+        raise ConfigInvalidError(f"{option} is {len(value)} characters long: at most {limit}")
+    return redact(value.strip(), limit)
 
 
 async def _inspect_all(db: AsyncDatabase[Any], declarations: list[CollectionDeclaration]) -> dict[str, CollectionState]:
     try:
-        return {d.name: await inspect(db, d) for d in declarations}
+        return await inspect_all(db, declarations)
     except PyMongoError as exc:
         raise ConvergeFailedError(f"could not read the declared collections: {describe_error(exc)}", phase="plan") from None
 
@@ -57,7 +97,7 @@ async def plan_in_session(session: Session, *, prune: bool = False, check: bool 
     began = time.monotonic()
     declarations = list(session.declarations().values())
     p = plan(declarations, await _inspect_all(session.db, declarations), prune=prune)
-    report = ConvergeReport(session.run.run_id, "check" if check else "dry-run", results=_planned(p), warnings=_warnings(p))
+    report = ConvergeReport(session.run.run_id, "check" if check else "dry-run", results=_planned(p), warnings=_warnings(p, declarations))
     report.success = not p.conflicts
     report.duration_ms = int((time.monotonic() - began) * 1000)
     return report
@@ -70,17 +110,28 @@ async def converge_in_session(
     yes: bool = False,
     confirm: Confirm | None = None,
     trigger: Trigger = "converge",
+    requested_by: str | None = None,
+    reason: str | None = None,
 ) -> ConvergeReport:
     """Make the server match the session's declarations, under its lock (``converge``, or a bulk ``up`` that ends with one).
 
-    Raises :class:`ConvergeFailedError` on a conflict or a failed action (the
-    report is in ``details["converge"]``). Bracketed by ``converge_start`` / ``converge_end`` events.
+    ``requested_by`` (default: who runs it) and ``reason`` go into the converge log, checked
+    with :func:`request_text`. Raises :class:`ConvergeFailedError` on a conflict or a failed
+    action (the report is in ``details["converge"]``). Bracketed by ``converge_start`` /
+    ``converge_end`` events.
     """
+    report = ConvergeReport(
+        session.run.run_id,
+        "apply",
+        trigger,
+        requested_by=request_text("requested_by", requested_by, REQUESTED_BY_LIMIT) or session.run.executed_by,
+        reason=request_text("reason", reason, REASON_LIMIT),
+    )
     events = session.events
     events.emit("converge_start", None, trigger=trigger, prune=prune)
     started = time.monotonic()
     try:
-        report = await _converge(session, prune=prune, yes=yes, confirm=confirm, trigger=trigger)
+        report = await _converge(session, report, prune=prune, yes=yes, confirm=confirm)
     except BaseException as exc:
         events.emit("converge_end", None, trigger=trigger, **end_fields(started, exc))
         raise
@@ -88,11 +139,10 @@ async def converge_in_session(
     return report
 
 
-async def _converge(session: Session, *, prune: bool, yes: bool, confirm: Confirm | None, trigger: Trigger) -> ConvergeReport:
+async def _converge(session: Session, report: ConvergeReport, *, prune: bool, yes: bool, confirm: Confirm | None) -> ConvergeReport:
     db = session.db
     declarations = list(session.declarations().values())
     journal = ConvergeJournal(db[session.settings.converge_collection], create_index=session.settings.ensure_indexes)
-    report = ConvergeReport(session.run.run_id, "apply", trigger)
     began = time.monotonic()
 
     def check_stop() -> None:
@@ -100,7 +150,7 @@ async def _converge(session: Session, *, prune: bool, yes: bool, confirm: Confir
 
     try:
         p = plan(declarations, await _inspect_all(db, declarations), prune=prune)
-        report.results, report.warnings = _planned(p), _warnings(p)
+        report.results, report.warnings = _planned(p), _warnings(p, declarations)
         if p.conflicts:
             raise ConvergeFailedError(
                 f"converge refused, nothing was changed: {len(p.conflicts)} conflict(s): {listing(p.conflicts)}", phase="plan"
@@ -116,15 +166,13 @@ async def _converge(session: Session, *, prune: bool, yes: bool, confirm: Confir
                 )
             if not await confirm(p.destructive):
                 raise RunAbortedError("cancelled at the prompt: nothing was changed")
-        await journal.start(session.run, trigger)
+        if warning := await journal.start(session.run, report):
+            report.warnings.append(warning)
         await _apply(db, declarations, p, report, prune=prune, yes=yes, confirm=confirm, check_stop=check_stop)
         failed = [r for r in report.results if r.status in ("failed", "refused")]
         if failed:
-            first = failed[0]
-            raise ConvergeFailedError(
-                f"converge failed at {first.action.describe()}: {first.error}; later actions were skipped", phase="apply"
-            )
-        after = plan(declarations, {d.name: await inspect(db, d, probe=False) for d in declarations}, prune=prune)
+            raise ConvergeFailedError(_failure(failed), phase="apply")
+        after = plan(declarations, await inspect_all(db, declarations, probe=False), prune=prune)
         report.unstable = [a.describe() for a in after.actions if a.changing or a.action == "conflict"]
         for line in report.unstable:
             log.warning("still differs after converge: %s", line)

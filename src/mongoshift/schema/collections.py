@@ -25,7 +25,7 @@ import copy
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -156,14 +156,16 @@ class IndexDeclaration(_Strict):
     partialFilterExpression: dict[str, Any] | None = None
     collation: Collation | None = None
     wildcardProjection: dict[str, Any] | None = None
-    weights: dict[str, int] | None = None
-    default_language: str | None = None
-    language_override: str | None = None
+    #: The server takes a weight from 1 to 99999.
+    weights: dict[str, Annotated[int, Field(ge=1, le=99_999)]] | None = None
+    default_language: str | None = Field(default=None, min_length=1)
+    language_override: str | None = Field(default=None, min_length=1)
     textIndexVersion: int | None = Field(default=None, ge=1, le=3)
     sphereIndexVersion: int | None = Field(default=None, alias="2dsphereIndexVersion", ge=1, le=3)
     bits: int | None = Field(default=None, ge=1, le=32)
-    min: float | None = None
-    max: float | None = None
+    #: A 2d index's bounds: finite (the server refuses NaN and infinities), ``min`` below ``max``.
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    max: float | None = Field(default=None, allow_inf_nan=False)
 
     @field_validator("keys", mode="before")
     @classmethod
@@ -206,6 +208,10 @@ class IndexDeclaration(_Strict):
             raise ValueError("weights, default_language, language_override and textIndexVersion need a 'text' key")
         if "2d" not in types and any(v is not None for v in (self.bits, self.min, self.max)):
             raise ValueError("bits, min and max need a '2d' key")
+        low = -180 if self.min is None else self.min
+        high = 180 if self.max is None else self.max
+        if low >= high:
+            raise ValueError(f"min ({low:g}) must be below max ({high:g})")
         if "2dsphere" not in types and self.sphereIndexVersion is not None:
             raise ValueError("2dsphereIndexVersion needs a '2dsphere' key")
         if self.expireAfterSeconds is not None and (len(self.keys) != 1 or types):
@@ -300,7 +306,8 @@ class CollectionDeclaration(_Strict):
     validator: dict[str, Any] | None = None
     validation_level: Literal["off", "strict", "moderate"] | None = None
     validation_action: Literal["error", "warn", "errorAndLog"] | None = None
-    prune: bool = False
+    #: True / False: this collection's own choice, whatever the call's ``--prune``; None: the call decides.
+    prune: bool | None = None
     versioning: Versioning | None = None
 
     _source: str = PrivateAttr(default=INLINE_SOURCE)
@@ -337,8 +344,13 @@ class CollectionDeclaration(_Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> CollectionDeclaration:
-        if not self.manages_validator and (self.validation_level or self.validation_action):
+        if (self.validation_level or self.validation_action) and not (self.validator or self.versioning):
             raise ValueError("validation_level and validation_action need a validator (or a versioning block)")
+        if not (self.manages_indexes or self.manages_validator):
+            raise ValueError(
+                "the declaration manages nothing: declare indexes, validator or versioning "
+                "(indexes = [] for exactly none, validator = false for no validator)"
+            )
         if self.versioning is not None and self.validator:
             for field_name in (self.versioning.field, self.versioning.revision_field):
                 if _touches(self.validator, field_name):
@@ -371,6 +383,10 @@ class CollectionDeclaration(_Strict):
     def manages_indexes(self) -> bool:
         """Whether the index list is declared at all: only then can undeclared indexes be pruned."""
         return self.indexes is not None
+
+    def prunes(self, requested: bool) -> bool:
+        """Whether undeclared indexes are dropped here: the declaration's own ``prune`` wins over the call's."""
+        return requested if self.prune is None else self.prune
 
     def version_index(self, shard_key: Sequence[tuple[str, int | str]] = ()) -> IndexDeclaration | None:
         if self.versioning is None or not self.versioning.index:
