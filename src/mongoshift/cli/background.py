@@ -32,6 +32,14 @@ def background() -> None:
     """Background migrations: run them, see their progress, pause, resume, cancel, retry, verify."""
 
 
+#: What a first Ctrl-C or SIGTERM does to ``background run`` and ``background watch`` (a second one stops at once).
+RUN_STOPPING = (
+    "stopping: each lane finishes the batch it is writing, checkpoints it and releases its lease; "
+    "a later run goes on from there (press Ctrl-C again to stop now)"
+)
+WATCH_STOPPING = "stopping: finishing the events at hand, saving the position and releasing the watch leases (press Ctrl-C again to stop now)"
+
+
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
@@ -157,7 +165,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
         interrupted = cancel.is_set()
         return reports
 
-    reports = run_async(go)
+    reports = run_async(go, stopping=RUN_STOPPING)
     if all_ and not reports:
         _nothing_to_run(s)
         return 0
@@ -309,7 +317,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
             raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
     options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
     s = settings()
-    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel))
+    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel), stopping=WATCH_STOPPING)
     out = output()
     if out.json_mode:
         out.json({"watch": [r.to_json() for r in records]})
