@@ -328,11 +328,13 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
 
 def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..background.events import shown_by_caller
 
     s = settings()
     if action in ("cancel", "unlock") or from_start:
         confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
-    result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
+    with shown_by_caller("control"):  # the line below says it
+        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
     out = output()
     if out.json_mode:
         out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})
@@ -421,9 +423,12 @@ def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bo
 
 def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..background.events import shown_by_caller
 
     s = settings()
-    result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
+    shown = () if quiet else ("control",)  # quiet (retry --repin): its log line is all that says it
+    with shown_by_caller(*shown):
+        result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
     out = output()
     if quiet:
         return
@@ -468,8 +473,11 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
 
     if reopen and report:
         raise ConfigInvalidError("--reopen and --report exclude each other: pick one (--report is the default)")
+    from ..background.events import shown_by_caller
+
     s = settings()
-    results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
+    with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
+        results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
     out = output()
     drifted = [r.migration for r in results if r.found]
     if out.json_mode:
