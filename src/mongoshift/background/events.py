@@ -19,13 +19,16 @@ from contextvars import ContextVar
 
 from ..project.events import Event, Observer
 from ..project.events import Events as LineEvents
+from .throttle import describe
 
 __all__ = ["NOTABLE", "Event", "Events", "Observer", "shown_by_caller"]
 
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "reclaimed", "control", "completed", "failed", "drift", "watch"})
+NOTABLE = frozenset(
+    {"registered", "unblocked", "partitioned", "pass", "lease_lost", "reclaimed", "throttle", "control", "completed", "failed", "drift", "watch"}
+)
 
 
 #: Kinds whose outcome the running command prints itself; see :func:`shown_by_caller`.
@@ -58,6 +61,8 @@ class Events(LineEvents):
             level = logging.WARNING
         else:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG
-        if log.isEnabledFor(level):
+        if log.isEnabledFor(level) and kind == "throttle":  # a change of pace says why, in words
+            log.log(level, "%s throttle: %s", event.migration, describe(data))
+        elif log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
             log.log(level, "%s %s %s", event.migration, kind, details)
