@@ -127,10 +127,9 @@ async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_a
     lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.INFO] * 3
     assert [r.getMessage() for r in lines] == [
-        f"{NAME} throttle: slower, a batch took 40,000 ms to write, over the 500 ms target; "
-        "batch size now 20, adaptive pause 0 ms before each batch; 1 change(s) since the last report, 0 overload(s)",
-        f"{NAME} throttle: slower, a batch took 20,000 ms to write, over the 500 ms target; "
-        "batch size now 10, adaptive pause 0 ms before each batch; 1 change(s) since the last report, 0 overload(s)",
-        f"{NAME} throttle: slower, a batch took 10,000 ms to write, over the 500 ms target; "
-        "batch size now 10, adaptive pause 100 ms before each batch; 1 change(s) since the last report, 0 overload(s)",
+        (
+            f"{NAME} throttle: slower, a batch took {latency} ms to write, over the 500 ms target; "
+            f"batch size now {size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
+        )
+        for latency, size, pause in (("40,000", 20, 0), ("20,000", 10, 0), ("10,000", 10, 100))
     ]

@@ -5,8 +5,6 @@ The clock is injected: each reading is placed in time by the test, nothing sleep
 
 from __future__ import annotations
 
-from typing import Any
-
 from mongoshift.background.model import COUNTERS
 from mongoshift.background.status import BackgroundReport
 from mongoshift.cli.progress import RATE_WINDOW_SECONDS, RecentRate, progress_line
@@ -18,14 +16,13 @@ ESTIMATE = 10_000
 def reading(scanned: int, *, status: str = "running", average: float = 17.0) -> BackgroundReport:
     """What ``background status`` returns, its own rate being the average since the start."""
     totals = dict.fromkeys(COUNTERS, 0) | {"scanned": scanned, "migrated": scanned}
-    fields: dict[str, Any] = dict(
+    return BackgroundReport(
         name=NAME, status=status, direction="forward", collection="people", mode="document", pass_number=1, generation=1,
         partitions_total=4, partitions_open=4, partitions_done=0, partitions_failed=0, leases=2, totals=totals,
         failed_documents=0, estimate=ESTIMATE, remaining=ESTIMATE - scanned if status != "completed" else 0,
         rate_per_second=average, eta_seconds=(ESTIMATE - scanned) / average, elapsed_seconds=None, last_error=None,
         registered_at=None, started_at=None, completed_at=None,
     )
-    return BackgroundReport(**fields)
 
 
 def test_a_run_slowed_down_by_the_throttle_shows_its_pace_now_not_its_average() -> None:
