@@ -108,9 +108,9 @@ class PartitionWork:
         """A change of pace: a ``throttle`` event when the lane's report is due (see :class:`ThrottleReport`).
 
         A change of the adaptive controller also carries why: the batch's write latency and the target."""
-        latency = self.adaptive.latency_ms if self.adaptive is not None and change != "health" else None
-        if latency is not None and self.adaptive is not None:
-            state = {**state, "latency_ms": round(latency), "target_ms": self.adaptive.options.target_latency_ms}
+        adaptive = self.adaptive
+        if adaptive is not None and change != "health" and adaptive.latency_ms is not None:
+            state = {**state, "latency_ms": round(adaptive.latency_ms), "target_ms": adaptive.options.target_latency_ms}
         data = self.throttle.note(change, waited_ms=waited_ms, **state)
         if data is not None:
             self.engine.events.emit("throttle", self.job.name, **data)

@@ -97,9 +97,8 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
                 total = r.estimate or None
                 done = _done(r)
                 per_s, left = recent.observe(r)
-                rate = per_second(per_s) if per_s is not None else ""
+                rate, eta = per_second(per_s), clock(left)
                 label = f"{r.name} [{r.status}, pass {r.pass_number}]"
-                eta = clock(left)
                 if r.name not in bars:
                     bars[r.name] = progress.add_task(label, total=total, rate=rate, eta=eta)
                 progress.update(bars[r.name], completed=done, total=total, rate=rate, eta=eta, description=label)
