@@ -134,7 +134,7 @@ async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_p
     lines = [line for line in run.stderr.splitlines() if " progress " in line]
     assert len(lines) >= 2, run.stderr
     counts = r"(\d[\d,]*/2,000 documents \(\d+%\)|\d+/\? documents \(-\))"  # "?" until the pass is planned
-    shape = re.compile(rf"^mongoshift: INFO progress 0001_names\.py: {counts}, (-|[\d,]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$")
+    shape = re.compile(rf"^mongoshift: INFO progress 0001_names\.py: {counts}, (-|[\d,.]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$")
     assert all(shape.match(line) for line in lines), lines
     assert "2,000/2,000 documents (100%)" in lines[-1] and lines[-1].endswith("pass 1, completed"), lines  # how it ended
     assert not CONTROL.search(run.stderr)

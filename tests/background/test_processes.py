@@ -119,6 +119,9 @@ async def test_ctrl_c_stops_the_lanes_and_a_later_run_continues(fast_project, db
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 11, err[-2000:]
     assert json.loads(out)["error"]["kind"] == "aborted"
+    # It says what it does: the lanes' batch and leases, not the migration line's wording.
+    assert "mongoshift: stopping: each lane finishes the batch it is writing, checkpoints it and releases its lease" in err
+    assert "after the current migration" not in err
     assert sync_client[fast_project.db]["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
     assert 0 < people.count_documents({"__v": 2}) < 3_000
     assert cli(fast_project, "background", "run", "0001_names").returncode == 0

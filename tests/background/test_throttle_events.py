@@ -50,8 +50,12 @@ async def test_a_lane_reports_its_throttle_changes_at_most_every_ten_seconds(fas
     assert [event.data["waited_ms"] for _, event in throttles] == [1, 4, 4, 4, 4, 4]
     times = [at for at, _ in throttles]
     assert all(later - earlier >= 10 for earlier, later in zip(times, times[1:]))
-    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle " in r.getMessage()]
-    assert len(lines) == len(throttles) and all(r.levelno == logging.DEBUG for r in lines)
+    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
+    assert len(lines) == len(throttles) and all(r.levelno == logging.INFO for r in lines)  # a change of pace is news
+    assert lines[1].getMessage() == (
+        f"{NAME} throttle: waited for the server's health signals (replication lag or a health check); "
+        "4 change(s) since the last report, 0 overload(s), 4 ms waited for health"
+    )
 
 
 def test_overloads_are_folded_and_logged_at_warning_once_per_report(caplog) -> None:  # type: ignore[no-untyped-def]
@@ -76,4 +80,56 @@ def test_overloads_are_folded_and_logged_at_warning_once_per_report(caplog) -> N
         {"change": "recover", "batch_size": 20, "pause_ms": 0, "changes": 14, "overloads": 7},
     ]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "overloads=7" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "14 change(s) since the last report, 7 overload(s)" in warnings[0].getMessage()
+
+
+SLOW_FILE = """
+from mongoshift import Background
+
+#: The engine's clock in this test: one second per document the transform sees, so a batch of
+#: n documents takes n seconds to write whatever the machine's load.
+CLOCK = [1000.0]
+
+def migrate(doc, ctx):
+    CLOCK[0] += 1
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, batch_size=40, pause_ms=0,
+                        max_replication_lag_ms=False, adaptive={"target_latency_ms": 500, "min_batch_size": 10})
+"""
+
+
+async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_and_pause(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Batches of 40, 40, 20, 10 documents: the first warms up, each later one is slow (n seconds
+    against a 500 ms target): the size halves to the minimum, then the controller pauses."""
+    await seed(db.people, 110)
+    fast_project.add(NAME, SLOW_FILE)
+    s = fast_project.settings()
+    await command.up(s)
+    seen: list[Event] = []
+    caplog.set_level(logging.INFO, logger="mongoshift.background")
+    async with bg.open_engine(s, observers=[seen.append]) as engine:
+        spec = engine.spec(NAME)
+        clock = spec.migrate.__globals__["CLOCK"]
+        engine.context.now = lambda: clock[0]
+        state = (await engine.coordinator.step(NAME, spec)).state
+        assert state is not None
+        result = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=10**9)
+    assert result.outcome == "done" and result.counters["migrated"] == 110
+
+    throttles = [e.data for e in seen if e.kind == "throttle"]
+    assert [(d["change"], d["batch_size"], d["pause_ms"], d["latency_ms"], d["target_ms"]) for d in throttles] == [
+        ("slow", 20, 0, 40_000, 500),
+        ("slow", 10, 0, 20_000, 500),
+        ("slow", 10, 100, 10_000, 500),
+    ]
+    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.INFO] * 3
+    assert [r.getMessage() for r in lines] == [
+        (
+            f"{NAME} throttle: slower, a batch took {latency} ms to write, over the 500 ms target; "
+            f"batch size now {size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
+        )
+        for latency, size, pause in (("40,000", 20, 0), ("20,000", 10, 0), ("10,000", 10, 100))
+    ]

@@ -430,6 +430,8 @@ async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collec
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+    assert "mongoshift: stopping: finishing the events at hand, saving the position and releasing the watch leases" in err
+    assert "after the current migration" not in err
     (record,) = json.loads(out)["watch"]
     assert (record["collection"], record["state"], record["guards"]) == ("people", "stopped", [NAME])
     assert (await db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go

@@ -257,16 +257,17 @@ async def redo(
 
 
 async def status(settings: Settings, *, checksums: bool = True, client: AsyncMongoClient[Any] | None = None) -> list[StatusRow]:
-    """Every file with its state; an applied background migration also with its own status."""
+    """Every file with its state; an applied background migration also with its own status, a
+    reverted one with its revert while that is not completed."""
     async with open_session(settings, take_lock=False, client=checked_client(client)) as session:
         rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
-        shown = [row for row in rows if row.kind == "background" and row.state == "applied"]
+        shown = [row for row in rows if row.kind == "background" and row.state in ("applied", "reverted")]
         if shown:
             from ..background.line import BackgroundSteps  # start-up time: see the note at the top
 
             background = BackgroundSteps(session)
             for row in shown:
-                row.background = await background.shown_state(row.name)
+                row.background = await background.shown_state(row.name, reverted=row.state == "reverted")
         return rows
 
 

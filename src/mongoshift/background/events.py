@@ -13,16 +13,38 @@ Events carry counts and names, never a document or an ``_id``. A lane emits at m
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from ..project.events import Event, Observer
 from ..project.events import Events as LineEvents
+from .throttle import describe
 
-__all__ = ["NOTABLE", "Event", "Events", "Observer"]
+__all__ = ["NOTABLE", "Event", "Events", "Observer", "shown_by_caller"]
 
 log = logging.getLogger("mongoshift.background")
 
 #: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
-NOTABLE = frozenset({"registered", "unblocked", "partitioned", "pass", "lease_lost", "reclaimed", "control", "completed", "failed", "drift", "watch"})
+NOTABLE = frozenset(
+    {"registered", "unblocked", "partitioned", "pass", "lease_lost", "reclaimed", "throttle", "control", "completed", "failed", "drift", "watch"}
+)
+
+
+#: Kinds whose outcome the running command prints itself; see :func:`shown_by_caller`.
+_shown: ContextVar[frozenset[str]] = ContextVar("mongoshift_background_shown", default=frozenset())
+
+
+@contextmanager
+def shown_by_caller(*kinds: str) -> Iterator[None]:
+    """Within it, events of ``kinds`` are logged at DEBUG: the command prints their outcome
+    (a control's line, ``verify``'s table), and saying it twice on a terminal is noise.
+    Observers still get every event; ``-v`` still shows the lines."""
+    token = _shown.set(_shown.get() | frozenset(kinds))
+    try:
+        yield
+    finally:
+        _shown.reset(token)
 
 
 class Events(LineEvents):
@@ -33,10 +55,14 @@ class Events(LineEvents):
         if kind == "log":  # ctx.log in a transform wrote its own line on the migration's logger
             return
         noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found") and data.get("action") != "upgraded")
-        if kind in ("failed", "lease_lost") or noisy:
+        if kind in _shown.get():
+            level = logging.DEBUG
+        elif kind in ("failed", "lease_lost") or noisy:
             level = logging.WARNING
         else:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG
-        if log.isEnabledFor(level):
+        if log.isEnabledFor(level) and kind == "throttle":  # a change of pace says why, in words
+            log.log(level, "%s throttle: %s", event.migration, describe(data))
+        elif log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
             log.log(level, "%s %s %s", event.migration, kind, details)

@@ -77,9 +77,14 @@ class BackgroundSteps:
             earlier.append(spec)
         return found
 
-    async def shown_state(self, name: str) -> str:
-        """The background state an applied file shows in ``status``."""
+    async def shown_state(self, name: str, *, reverted: bool = False) -> str | None:
+        """The background state a file shows in ``status``: an applied one's own status; for a
+        ``reverted`` one the revert still to run (``revert pending``, ``revert running``...), since
+        ``down`` only registered it and the documents keep the new shape until a runner reverts them.
+        None once that revert completed (or when there is none: a withdrawn one-way migration)."""
         state = await self.store.state(name)
+        if reverted:
+            return None if state is None or state.direction != "revert" or state.status == "completed" else f"revert {state.status}"
         if state is None:
             return "unregistered"
         return state.status if state.direction == "forward" else f"revert {state.status}"

@@ -105,7 +105,12 @@ class PartitionWork:
         self.activity.touched = self.engine.now()
 
     def throttled(self, change: str, *, waited_ms: float = 0.0, **state: int) -> None:
-        """A change of pace: a ``throttle`` event when the lane's report is due (see :class:`ThrottleReport`)."""
+        """A change of pace: a ``throttle`` event when the lane's report is due (see :class:`ThrottleReport`).
+
+        A change of the adaptive controller also carries why: the batch's write latency and the target."""
+        adaptive = self.adaptive
+        if adaptive is not None and change != "health" and adaptive.latency_ms is not None:
+            state = {**state, "latency_ms": round(adaptive.latency_ms), "target_ms": adaptive.options.target_latency_ms}
         data = self.throttle.note(change, waited_ms=waited_ms, **state)
         if data is not None:
             self.engine.events.emit("throttle", self.job.name, **data)

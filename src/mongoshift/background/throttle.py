@@ -33,6 +33,8 @@ class AdaptiveController:
         self.size = self.max_size
         self.pause = 0
         self.warmed = False
+        #: The write latency last fed to :meth:`record`: the ``why`` of a change, for its log line.
+        self.latency_ms: float | None = None
         if saved:
             self.size = max(self.min_size, min(self.max_size, int(saved.get("batch_size", self.size))))
             self.pause = max(0, min(options.max_pause_ms, int(saved.get("pause_ms", 0))))
@@ -49,6 +51,7 @@ class AdaptiveController:
 
     def record(self, latency_ms: float, *, overloaded: bool = False) -> Change | None:
         """Feed one batch's write latency; returns what changed, if anything."""
+        self.latency_ms = latency_ms
         if not self.warmed and not overloaded:
             self.warmed = True  # the first batch pays for cold caches and connections
             return None
@@ -103,6 +106,30 @@ class ThrottleReport:
             data["waited_ms"] = round(self._waited_ms)
         self._reported_at, self._changes, self._overloads, self._waited_ms = at, 0, 0, 0.0
         return data
+
+
+def describe(data: dict[str, Any]) -> str:
+    """A ``throttle`` event as one sentence: why the pace changed, the pace now, what was folded in."""
+    change = data.get("change")
+    latency, target = data.get("latency_ms"), data.get("target_ms")
+    if change == "slow":
+        why = f"slower, a batch took {latency:,} ms to write, over the {target:,} ms target" if latency is not None else "slower, a batch was slow to write"
+    elif change == "overload":
+        why = "slower, the server reported it is overloaded (a busy or timed-out write)"
+    elif change == "recover":
+        why = f"faster again, a batch took {latency:,} ms to write, within the {target:,} ms target" if latency is not None else "faster again"
+    elif change == "health":
+        why = "waited for the server's health signals (replication lag or a health check)"
+    else:
+        why = str(change)
+    parts = [why]
+    if "batch_size" in data:
+        parts.append(f"batch size now {data['batch_size']:,}, adaptive pause {data.get('pause_ms', 0):,} ms before each batch")
+    folded = f"{data.get('changes', 1)} change(s) since the last report, {data.get('overloads', 0)} overload(s)"
+    if data.get("waited_ms"):
+        folded += f", {data['waited_ms']:,} ms waited for health"
+    parts.append(folded)
+    return "; ".join(parts)
 
 
 async def sleep(ms: float, cancel: CancelSignal | None = None) -> None:

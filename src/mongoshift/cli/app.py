@@ -131,8 +131,13 @@ def _warn_secrets_in_file(out: Output) -> None:
         )
 
 
-def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
-    """Run a command; the first Ctrl-C asks it to stop at the next boundary, the second ends it now."""
+#: What the first Ctrl-C or SIGTERM makes a command do, said on stderr (each command names its own boundary).
+STOPPING = "stopping after the current migration (press Ctrl-C again to stop now)"
+
+
+def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
+    """Run a command; the first Ctrl-C asks it to stop at the next boundary (``stopping`` says
+    which), the second ends it now."""
     cancel = CancelSignal()
     context = click.get_current_context(silent=True)
     json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
@@ -148,7 +153,7 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
                     Output.emit_json({"error": stopped})
                 os._exit(128 + signum)
             cancel.set(f"interrupted by {signal.Signals(signum).name}")
-            sys.stderr.write("\nmongoshift: stopping after the current migration (press Ctrl-C again to stop now)\n")
+            sys.stderr.write(f"\nmongoshift: {stopping}\n")
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:

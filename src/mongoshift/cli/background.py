@@ -32,6 +32,14 @@ def background() -> None:
     """Background migrations: run them, see their progress, pause, resume, cancel, retry, verify."""
 
 
+#: What a first Ctrl-C or SIGTERM does to ``background run`` and ``background watch`` (a second one stops at once).
+RUN_STOPPING = (
+    "stopping: each lane finishes the batch it is writing, checkpoints it and releases its lease; "
+    "a later run goes on from there (press Ctrl-C again to stop now)"
+)
+WATCH_STOPPING = "stopping: finishing the events at hand, saving the position and releasing the watch leases (press Ctrl-C again to stop now)"
+
+
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
@@ -157,7 +165,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
         interrupted = cancel.is_set()
         return reports
 
-    reports = run_async(go)
+    reports = run_async(go, stopping=RUN_STOPPING)
     if all_ and not reports:
         _nothing_to_run(s)
         return 0
@@ -309,7 +317,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
             raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
     options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
     s = settings()
-    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel))
+    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel), stopping=WATCH_STOPPING)
     out = output()
     if out.json_mode:
         out.json({"watch": [r.to_json() for r in records]})
@@ -320,11 +328,13 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
 
 def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..background.events import shown_by_caller
 
     s = settings()
     if action in ("cancel", "unlock") or from_start:
         confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
-    result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
+    with shown_by_caller("control"):  # the line below says it
+        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
     out = output()
     if out.json_mode:
         out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})
@@ -413,9 +423,12 @@ def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bo
 
 def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..background.events import shown_by_caller
 
     s = settings()
-    result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
+    shown = () if quiet else ("control",)  # quiet (retry --repin): its log line is all that says it
+    with shown_by_caller(*shown):
+        result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
     out = output()
     if quiet:
         return
@@ -460,8 +473,11 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
 
     if reopen and report:
         raise ConfigInvalidError("--reopen and --report exclude each other: pick one (--report is the default)")
+    from ..background.events import shown_by_caller
+
     s = settings()
-    results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
+    with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
+        results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
     out = output()
     drifted = [r.migration for r in results if r.found]
     if out.json_mode:

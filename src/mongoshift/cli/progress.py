@@ -2,13 +2,18 @@
 
 Both read the status from the server, so they count the work of every process,
 not only this one's lanes. The lines are for CI logs and Kubernetes pods, where a
-bar would be noise: one line each, plain text, counts and names only.
+bar would be noise: one line each, plain text, counts and names only. Their rate and
+ETA come from the readings of the last minute (:class:`RecentRate`), not from the
+average since the start, so a run the throttle slowed down shows it at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +30,48 @@ log = logging.getLogger("mongoshift.background.progress")
 _FINAL = frozenset({"completed", "failed", "cancelled", "paused"})
 
 
+#: The stretch of recent readings the progress's rate and ETA are computed over.
+RATE_WINDOW_SECONDS = 60.0
+
+
+class RecentRate:
+    """Each migration's rate and ETA over its readings of the last ``window`` seconds.
+
+    A reading is (when, documents scanned over every pass). The rate is the change from the
+    oldest reading still in the window to the newest, so it drops as soon as the lanes slow
+    down, where an average since the start would stay high for minutes. With fewer than two
+    readings (the first line) nothing is known yet. ``now`` is injectable for tests.
+    """
+
+    def __init__(self, now: Callable[[], float] = time.monotonic, window: float = RATE_WINDOW_SECONDS) -> None:
+        self.now = now
+        self.window = window
+        self._readings: dict[str, deque[tuple[float, int]]] = {}
+
+    def observe(self, r: BackgroundReport) -> tuple[float | None, float | None]:
+        """Take ``r`` as a reading; its documents per second and seconds left (None: not known)."""
+        at, scanned = self.now(), r.totals["scanned"]
+        readings = self._readings.setdefault(r.name, deque())
+        if readings and scanned < readings[-1][1]:  # counted anew (retry --from-start): the old readings no longer apply
+            readings.clear()
+        readings.append((at, scanned))
+        while len(readings) > 2 and readings[1][0] <= at - self.window:
+            readings.popleft()
+        since, before = readings[0]
+        if at <= since:
+            return None, None
+        rate = (scanned - before) / (at - since)
+        eta = r.remaining / rate if rate > 0 and r.status in ("pending", "running") else None
+        return rate, eta
+
+
+def per_second(rate: float | None) -> str:
+    """``1,234 docs/s``; a decimal below 10, so that a throttled crawl does not read as a stop."""
+    if rate is None:
+        return "-"
+    return f"{rate:,.1f} docs/s" if rate < 10 else f"{rate:,.0f} docs/s"
+
+
 async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Console, names: list[str] | None = None) -> None:
     wanted = {n.removesuffix(".py") for n in names} if names else None
     columns = (
@@ -34,6 +81,7 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
         TextColumn("{task.fields[rate]}"),
         TextColumn("ETA {task.fields[eta]}"),
     )
+    recent = RecentRate()
     with Progress(*columns, console=console, transient=False) as progress:
         bars: dict[str, Any] = {}
         while not task.done():
@@ -48,9 +96,9 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
                     continue
                 total = r.estimate or None
                 done = _done(r)
-                rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else ""
+                per_s, left = recent.observe(r)
+                rate, eta = per_second(per_s), clock(left)
                 label = f"{r.name} [{r.status}, pass {r.pass_number}]"
-                eta = clock(r.eta_seconds)
                 if r.name not in bars:
                     bars[r.name] = progress.add_task(label, total=total, rate=rate, eta=eta)
                 progress.update(bars[r.name], completed=done, total=total, rate=rate, eta=eta, description=label)
@@ -64,13 +112,14 @@ def _done(r: BackgroundReport) -> int:
     return (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
 
 
-def progress_line(r: BackgroundReport) -> str:
-    """``NAME: done/total documents (pct), rate, ETA, pass, status``: no id, no document value."""
+def progress_line(r: BackgroundReport, rate: float | None, eta: float | None) -> str:
+    """``NAME: done/total documents (pct), rate, ETA, pass, status``: no id, no document value.
+
+    ``rate`` and ``eta`` are the recent ones (:class:`RecentRate`), not the report's averages."""
     done = _done(r)
     total = f"{r.estimate:,}" if r.estimate else "?"
     percent = f"{min(100, done * 100 // r.estimate)}%" if r.estimate else "-"
-    rate = f"{r.rate_per_second:,.0f} docs/s" if r.rate_per_second else "-"
-    return f"{r.name}: {done:,}/{total} documents ({percent}), {rate}, ETA {clock(r.eta_seconds)}, pass {r.pass_number}, {r.status}"
+    return f"{r.name}: {done:,}/{total} documents ({percent}), {per_second(rate)}, ETA {clock(eta)}, pass {r.pass_number}, {r.status}"
 
 
 async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:
@@ -84,6 +133,7 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
     """
     wanted = {n.removesuffix(".py") for n in names} if names else None
     active: set[str] = set()
+    recent = RecentRate()
     wait = min(interval, FIRST_LINE_AFTER)
     while not task.done():
         await asyncio.wait({task}, timeout=wait)
@@ -92,7 +142,7 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
             if not task.cancelled() and task.exception() is None:
                 for r in task.result():  # the last line of each one logged: how it ended
                     if r.name in active:
-                        log.info("progress %s", progress_line(r))
+                        log.info("progress %s", progress_line(r, *recent.observe(r)))
             return
         try:
             reports = await bg.status(settings)
@@ -107,4 +157,4 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
                 active.discard(r.name)
             else:
                 continue
-            log.info("progress %s", progress_line(r))
+            log.info("progress %s", progress_line(r, *recent.observe(r)))

@@ -37,7 +37,8 @@ class StatusRow:
     kind: str = "migration"
     error: str | None = None
     #: An applied background migration's own status (``pending``, ``running``, ``completed``,
-    #: ``failed``...; ``unregistered`` when its state is gone): applied only registered it.
+    #: ``failed``...; ``unregistered`` when its state is gone): applied only registered it. A reverted
+    #: one's revert while it is not completed (``revert pending``...): down only registered that.
     background: str | None = None
     #: ``baseline`` or the tool a record was imported from: mongoshift never ran it (forward-only).
     origin: str | None = None

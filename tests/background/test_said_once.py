@@ -1,0 +1,60 @@
+"""A command that prints an outcome does not log it again: controls and ``background verify``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pymongo import AsyncMongoClient
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+
+from ..conftest import TEST_CLIENT_OPTIONS
+from .conftest import background_file, seed
+from .test_verify import cli, old_shape  # noqa: F401 - cli is the in-process command line fixture
+
+NAME = "0001_names.py"
+
+
+def _completed(fast_project: Any) -> None:
+    fast_project.add(NAME, background_file())
+    s = fast_project.settings()
+
+    async def complete() -> Any:
+        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
+        try:
+            await seed(client[fast_project.db].people, 20)
+        finally:
+            await client.close()
+        await command.up(s)
+        return await bg.run(s, [NAME])
+
+    (done,) = asyncio.run(complete())
+    assert done.status == "completed"
+
+
+def test_verify_prints_its_table_and_logs_no_line_per_migration(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    _completed(fast_project)
+    code, out, err = cli("background", "verify")
+    assert code == 0 and f"{NAME}\tpeople\tclean" in out
+    assert " drift " not in err, err
+
+    sync_client[fast_project.db].people.insert_one(old_shape(_id="late"))
+    code, out, err = cli("background", "verify")
+    assert code == 31 and "drift: reported" in out
+    assert " drift " not in err and err.count("old-shape documents written after completion") == 1, err
+
+    code, _, err = cli("background", "verify", "-v")  # still there for whoever asks for more
+    assert code == 31 and f"{NAME} drift " in err
+
+
+def test_a_control_prints_one_line_and_logs_no_copy_of_it(fast_project, cli) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    _completed(fast_project)
+    for action, after in (("retry", "pending"), ("pause", "paused"), ("resume", "pending")):
+        code, out, err = cli("background", action, NAME.removesuffix(".py"))
+        assert code == 0 and out == f"{NAME}: {action} done; now {after}\n", out
+        assert " control " not in err, err
+    code, out, err = cli("background", "cancel", NAME.removesuffix(".py"), "--yes", "-v")
+    assert code == 0 and out == f"{NAME}: cancel done; now cancelled\n"
+    assert f"{NAME} control action=cancel" in err  # -v: the event's line, at DEBUG
