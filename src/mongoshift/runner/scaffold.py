@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import string
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ..errors import ConfigFileExistsError, ConfigInvalidError, MigrationFileExistsError
-from ..project.loader import SEQUENTIAL_NAME, slugify
+from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, slugify
 from ..project.redaction import without_secrets
 
 MIGRATION_TEMPLATE = '''"""$title"""
@@ -106,8 +106,13 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
 
 
 def next_prefix(directory: Path, *, sequential: bool, now: datetime | None = None) -> str:
+    """The new file's timestamp or number; never one a file already has (two would be refused, exit 43)."""
     if not sequential:
-        return (now or datetime.now(UTC)).strftime("%Y%m%d%H%M%S")
+        taken = {p.name.split("_", 1)[0] for p in directory.glob("*.py") if TIMESTAMP_NAME.match(p.name)}
+        moment = now or datetime.now(UTC)
+        while moment.strftime("%Y%m%d%H%M%S") in taken:  # a second create within the same second
+            moment += timedelta(seconds=1)
+        return moment.strftime("%Y%m%d%H%M%S")
     numbers = [
         int(p.name.split("_", 1)[0])
         for p in directory.glob("*.py")
