@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import ConfigInvalidError
+from ..errors import ConfigInvalidError, IOFailedError
 
 MAX_BYTES = 1_000_000
 
@@ -43,7 +43,7 @@ def read_env_file(path: Path) -> dict[str, str]:
     except UnicodeDecodeError:
         raise ConfigInvalidError(f"env file {path} is not UTF-8 text", file=str(path)) from None
     except OSError as exc:
-        raise ConfigInvalidError(f"env file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+        raise IOFailedError.from_os(exc, "read the env file", path) from None
     values: dict[str, str] = {}
     lines: dict[str, int] = {}
     problems: list[tuple[int, str]] = []  # every refused line at once, so that one edit fixes them all

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
-from ..errors import DuplicateVersionError, FileNotFoundMigrationError, InvalidExportError, InvalidNameError
+from ..errors import (
+    DuplicateVersionError,
+    FileNotFoundMigrationError,
+    InvalidExportError,
+    InvalidNameError,
+    IOFailedError,
+)
 from ..schema.validation import list_errors
 
 if TYPE_CHECKING:
@@ -139,8 +145,12 @@ def discover(directory: Path) -> list[MigrationFile]:
         raise FileNotFoundMigrationError(
             f"migrations folder not found: {directory} (run 'mongoshift init' or pass --dir)"
         )
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "list the migrations folder", directory) from None
     files: list[MigrationFile] = []
-    for path in sorted(directory.iterdir()):
+    for path in entries:
         if path.name.startswith(("_", ".")) or path.suffix != ".py":
             continue
         if path.is_symlink() and not path.exists():

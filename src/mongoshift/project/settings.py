@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..errors import ConfigInvalidError
+from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.validation import declared_name, loc_path
 from .env_file import read_env_file
@@ -205,7 +205,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         # TOMLDecodeError names the line and column: "Invalid value (at line 5, column 10)".
         raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}", file=str(path)) from None
     except OSError as exc:
-        raise ConfigInvalidError(f"config file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+        raise IOFailedError.from_os(exc, "read the config file", path) from None
 
 
 def read_project_file(path: Path) -> dict[str, Any]:
