@@ -117,8 +117,10 @@ async def serve(
     snapshot, if any, is loaded and the server accepts connections.
     Raises :class:`EmbeddedServerUnavailable` without mongoeco 4.11.0,
     :class:`~mongoshift.embedded.snapshot.SnapshotError` if ``path`` cannot be
-    written (a missing folder, a read-only location) or is not a readable snapshot
-    (the file is then left untouched), and :class:`AddressUnavailable` if the address cannot be bound.
+    used (a missing folder) or is not a readable snapshot (the file is then left
+    untouched), its subclass ``SnapshotIOError`` when the system refuses to read or
+    write it (a read-only location, a full disk at shutdown), and
+    :class:`AddressUnavailable` if the address cannot be bound.
     ``change_history`` bounds the events change streams can resume from
     (:mod:`mongoshift.embedded.change_streams`).
     """
