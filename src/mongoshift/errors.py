@@ -339,6 +339,13 @@ class IOFailedError(MongoshiftError):
     exit_code = ExitCode.IO_FAILED
     kind = "io_failed"
 
+    @classmethod
+    def from_os(cls, error: OSError, doing: str, path: object | None = None) -> IOFailedError:
+        """``cannot <doing> <path>: <the system's reason>``; the path defaults to the one the error names."""
+        where = path if path is not None else error.filename
+        reason = error.strerror or type(error).__name__
+        return cls(f"cannot {doing} {where}: {reason}", path=str(where), reason=reason)
+
 
 class AddressInUseError(MongoshiftError):
     """A server (``embedded``) could not listen: the host and port are taken or cannot be bound."""

@@ -23,7 +23,7 @@ async def test_baseline_marks_files_applied_without_running_them(project, sync_c
     project.add("0003_c.py", REQUIRES_A.format(name="0003_c"))
     db = sync_client[project.db]
 
-    assert cli(project, "baseline", "--to", "0002_b").returncode == 6  # not interactive: --yes is needed
+    assert cli(project, "baseline", "--to", "0002_b").returncode == 42  # not interactive: --yes is needed
     report = json.loads(cli(project, "baseline", "--to", "migrations/0002_b.py", "--yes", "--json").stdout)
     assert [r["name"] for r in report["adopted"]] == ["0001_a.py", "0002_b.py"]
     assert report["origin"] == "baseline" and report["batch"] == 1

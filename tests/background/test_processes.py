@@ -86,7 +86,7 @@ async def test_controls_and_exit_codes_from_the_command_line(fast_project, db) -
     paused = cli(fast_project, "background", "pause", "0001_names", "--reason", "night", "--json")
     assert paused.returncode == 0 and json.loads(paused.stdout)["applied"] == "applied"
     assert json.loads(cli(fast_project, "background", "pause", "0001_names", "--json").stdout)["applied"] == "unchanged"
-    assert cli(fast_project, "background", "cancel", "0001_names").returncode == 6  # not interactive: needs --yes
+    assert cli(fast_project, "background", "cancel", "0001_names").returncode == 42  # not interactive: needs --yes
     assert cli(fast_project, "background", "cancel", "0001_names", "--yes").returncode == 0
     assert cli(fast_project, "background", "resume", "0001_names").returncode == 33
     assert cli(fast_project, "background", "retry", "0001_names").returncode == 0

@@ -161,7 +161,7 @@ def test_kill_9_leaves_a_lock_that_unlock_or_the_ttl_clears(project, sync_client
     assert held.returncode == 3 and json.loads(held.stdout)["error"]["kind"] == "lock_held"
     shown = json.loads(cli(project, "lock", "--json").stdout)
     assert shown["held"] and shown["holder"]["pid"] == victim.pid
-    assert cli(project, "unlock").returncode == 6  # not interactive: needs --yes
+    assert cli(project, "unlock").returncode == 42  # not interactive: needs --yes
     assert cli(project, "unlock", "--yes").returncode == 0
     assert locks.count_documents({}) == 0
 

@@ -158,3 +158,23 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
     assert proc.returncode == 130, err
     error = json.loads(out)["error"]  # one JSON document, even here
     assert error["code"] == 130 and error["kind"] == "second_signal"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("up",), ("down",), ("redo",), ("status",), ("list",), ("dry-run", "up"), ("baseline", "--to", "0002_c", "--yes"),
+        ("background", "dry-run", "0001_a"),
+    ],
+    ids=" ".join,
+)
+def test_two_files_with_one_version_are_refused_by_every_command(project, sync_client, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    project.add("0001_b.py", QUICK)
+    project.add("0002_c.py", QUICK)
+    result = cli(project, *args, "--json")
+    assert result.returncode == 43, result.stderr
+    error = one_error(result)
+    assert error["kind"] == "duplicate_version" and error["details"]["files"] == ["0001_a.py", "0001_b.py"]
+    assert "0001_a.py and 0001_b.py" in error["message"]
+    assert sync_client[project.db].list_collection_names() == []  # refused before anything ran or was recorded

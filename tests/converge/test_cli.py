@@ -62,9 +62,9 @@ def test_destructive_plan_needs_yes_with_json(project, sync_client) -> None:  # 
     declare(project)
 
     result = cli(project, "converge", "--prune", "--json")
-    assert result.returncode == 6, result.stderr
+    assert result.returncode == 42, result.stderr
     error = json.loads(result.stdout)["error"]
-    assert error["kind"] == "config_invalid" and "--yes" in error["message"] and "users: drop index stray_1" in error["message"]
+    assert error["kind"] == "confirmation_required" and "--yes" in error["message"] and "users: drop index stray_1" in error["message"]
     assert "stray_1" in db.users.index_information() and "seen_1" not in db.users.index_information()
 
     result = cli(project, "converge", "--prune", "--json", "--yes")

@@ -15,7 +15,7 @@ from pymongo.errors import WriteError
 from mongoshift.api import collections as cv
 from mongoshift.converge.planner import Action
 from mongoshift.errors import (
-    ConfigInvalidError,
+    ConfirmationRequiredError,
     ConvergeFailedError,
     LockHeldError,
     RunAbortedError,
@@ -140,7 +140,7 @@ async def test_rebuild_asks_first(project, db) -> None:  # type: ignore[no-untyp
     s = settings_with(project, {"name": "events", "indexes": [{"keys": {"kind": 1}, "partialFilterExpression": {"kind": {"$type": "string"}}}]})
     before = await server_indexes(db, "events")
 
-    with pytest.raises(ConfigInvalidError, match="would drop or rebuild indexes.*events: rebuild index kind_1.*--yes"):
+    with pytest.raises(ConfirmationRequiredError, match="would drop or rebuild indexes.*events: rebuild index kind_1.*--yes"):
         await cv.converge(s)  # no --yes and nobody to ask
     asked: list[list[Action]] = []
 
@@ -172,7 +172,7 @@ async def test_prune_only_with_prune_and_never_the_id_index(project, db) -> None
     assert kinds(report) == [("things", "extra_1", "keep", "ok")] and not report.changed
     assert "extra_1" in await server_indexes(db, "things")
 
-    with pytest.raises(ConfigInvalidError, match="things: drop index extra_1"):
+    with pytest.raises(ConfirmationRequiredError, match="things: drop index extra_1"):
         await cv.converge(s, prune=True)
     report = await cv.converge(s, prune=True, yes=True)
     assert kinds(report) == [("things", "extra_1", "drop", "applied")]

@@ -7,6 +7,7 @@ run the same with or without MONGOSHIFT_TEST_URI.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -63,12 +64,29 @@ def test_a_missing_folder_fails_at_start_with_exit_6(tmp_path: Path, entry: str)
     assert not target.parent.exists()
 
 
-def test_a_read_only_location_fails_at_start_with_exit_6(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry", ["cli", "module"])
+def test_a_read_only_location_fails_at_start_with_exit_44(tmp_path: Path, entry: str) -> None:
+    """The system refuses the folder (exit 44, io_failed): not a bad argument, as a missing folder is."""
     target = read_only_folder(tmp_path) / "snap.bson"
-    result = embedded(target)
-    assert result.returncode == 6, result.stderr
+    result = embedded(target, entry=entry)
+    assert result.returncode == 44, result.stderr
     assert str(target.parent) in result.stderr and "cannot write" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("entry", ["cli", "module"])
+def test_a_port_in_use_fails_with_exit_45_naming_host_and_port(entry: str) -> None:
+    command = ["-m", "mongoshift", "embedded"] if entry == "cli" else ["-m", "mongoshift.embedded"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, *command, "--host", "127.0.0.1", "--port", str(port)], capture_output=True, text=True, timeout=120
+        )
+    assert result.returncode == 45, result.stderr
+    assert f"cannot listen on 127.0.0.1 port {port}: the port is taken" in result.stderr and "--port" in result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
 
 
 def test_a_folder_as_the_snapshot_path_fails_at_start(tmp_path: Path) -> None:

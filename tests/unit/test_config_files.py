@@ -70,6 +70,46 @@ def test_every_wrong_key_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
     assert "'strict'" in info.value.message and "'lock_ttl_seconds'" in info.value.message
 
 
+def test_unknown_keys_are_reported_with_the_wrong_values(tmp_path: Path) -> None:
+    path = tmp_path / "mongoshift.toml"
+    path.write_text('[mongoshift]\ndb = 5\nlock_ttl_seconds = "60"\nbogus_key = 1\nstrikt = true\n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    problems = info.value.details["problems"]
+    assert [p.split(":")[0] for p in problems] == [
+        f"setting 'bogus_key' from {path}", f"setting 'strikt' from {path}", f"setting 'db' from {path}",
+        f"setting 'lock_ttl_seconds' from {path}",
+    ]
+    assert "did you mean 'strict'?" in problems[1] and "; ".join(problems) == info.value.message
+
+
+def test_keys_outside_the_table_are_reported_with_the_other_problems(tmp_path: Path) -> None:
+    path = tmp_path / "mongoshift.toml"
+    path.write_text('db = "a"\nstrict = true\n[mongoshift]\nbogus = 1\nlock_ttl_seconds = 0\n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    message = info.value.message
+    for part in ("'db' is outside", "'strict' is outside", "setting 'bogus'", "setting 'lock_ttl_seconds'"):
+        assert part in message, (part, message)
+
+
+def test_every_problem_of_a_dotenv_and_the_project_file_at_once(tmp_path: Path) -> None:
+    (tmp_path / "mongoshift.toml").write_text("[mongoshift]\nbogus = 1\n")
+    (tmp_path / ".env").write_text("MONGOSHIFT_LOCK_TTL_SECONDS=soon\nMONGOSHIFT_STRIKT=1\nMONGOSHIFT_STRICT=maybe\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    message = info.value.message
+    for part in ("setting 'bogus'", "MONGOSHIFT_STRIKT is not a mongoshift setting", "MONGOSHIFT_LOCK_TTL_SECONDS in", "MONGOSHIFT_STRICT in"):
+        assert part in message, (part, message)
+
+    (tmp_path / ".env").write_text("NOT A LINE\nA='open\nA=2\n")  # every refused line, with the file's problem
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    message = info.value.message
+    for part in ("setting 'bogus'", "line 1: expected NAME=value", "line 2 (A): the quote does not close", "line 3: A is already set on line 2"):
+        assert part in message, (part, message)
+
+
 def test_the_environment_keeps_parsing_strings(tmp_path: Path) -> None:
     env = {"MONGOSHIFT_STRICT": "yes", "MONGOSHIFT_LOCK_TTL_SECONDS": "60", "MONGOSHIFT_CONNECT_TIMEOUT_SECONDS": "2.5"}
     s = load_settings({}, environ=env, cwd=tmp_path)
@@ -123,6 +163,21 @@ def test_every_invalid_declaration_file_is_reported_at_once(tmp_path: Path) -> N
         assert name in message and what in message, (name, message)
     assert "e.toml" not in message
     assert sorted(info.value.details["files"]) == sorted(str(folder / n) for n in ("a.toml", "b.toml", "c.py", "d.py"))
+
+
+def test_unknown_keys_of_a_declaration_are_reported_with_its_wrong_values(tmp_path: Path) -> None:
+    table = 'bogus = 1\nprune = "yes"\nindexes = [{ keys = { a = 1 }, uniqe = true, sparse = 1 }]\n'
+    (tmp_path / "mongoshift.toml").write_text(f'[mongoshift]\n[[mongoshift.collections]]\nname = "users"\n{table}')
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    (folder / "users.toml").write_text(table)
+    with pytest.raises(ConfigInvalidError) as inline:
+        load_settings({}, environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError) as in_folder:
+        load_declarations(Settings(collections_dir=folder))
+    for message in (inline.value.message, in_folder.value.message):
+        for part in ("unknown key 'bogus'", "prune: Input should be a valid boolean", "indexes[0]: unknown key 'uniqe'", "sparse: Input should be a valid boolean"):
+            assert part in message, (part, message)
 
 
 @pytest.mark.parametrize(

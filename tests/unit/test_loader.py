@@ -1,3 +1,4 @@
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -5,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mongoshift.errors import (
+    DuplicateVersionError,
     FileNotFoundMigrationError,
     InvalidExportError,
     InvalidNameError,
@@ -30,6 +32,32 @@ def test_misnamed_python_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "add_users.py").write_text("def up(ctx): pass\n")
     with pytest.raises(InvalidNameError, match="add_users.py"):
         discover(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("names", "clashes"),
+    [
+        (["20260101000000_a.py", "20260101000000_b.py", "20260102000000_c.py"], ["20260101000000_a.py", "20260101000000_b.py"]),
+        (["0001_a.py", "0001_b.py", "0002_c.py"], ["0001_a.py", "0001_b.py"]),
+        (["0001_a.py", "00001_b.py"], ["00001_b.py", "0001_a.py"]),  # one number, written two ways
+        (["0001_a.py", "0001_b.py", "0002_c.py", "0002_d.py"], ["0001_a.py", "0001_b.py", "0002_c.py", "0002_d.py"]),
+    ],
+)
+def test_files_sharing_a_version_are_refused_naming_both(tmp_path: Path, names: list[str], clashes: list[str]) -> None:
+    for name in names:
+        (tmp_path / name).write_text("def up(ctx): pass\n")
+    with pytest.raises(DuplicateVersionError) as info:
+        discover(tmp_path)
+    assert info.value.exit_code == 43 and info.value.details["files"] == clashes
+    assert all(name in info.value.message for name in clashes)
+
+
+def test_create_never_reuses_a_timestamp(tmp_path: Path) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    first = create_migration(tmp_path, "one", now=now)
+    second = create_migration(tmp_path, "two", now=now)  # two creates within one second
+    assert (first.name, second.name) == ("20260101000000_one.py", "20260101000001_two.py")
+    assert [f.name for f in discover(tmp_path)] == [first.name, second.name]
 
 
 def test_missing_folder(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
-from ..errors import ConfigInvalidError, RunAbortedError
+from ..errors import ConfigInvalidError, ConfirmationRequiredError, RunAbortedError
 from ..project.redaction import uri_secrets
 from ..project.run import CancelSignal
 from .output import Output
@@ -165,12 +165,20 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = S
     return asyncio.run(main())
 
 
+def can_ask() -> bool:
+    """Whether a question can be put to someone: a terminal on stdin and no ``--json`` (a script reads that)."""
+    return not output().json_mode and sys.stdin.isatty()
+
+
 def confirm(question: str, yes: bool) -> None:
-    """Ask before something destructive; refuse without a terminal unless --yes."""
+    """Ask before something destructive; without anyone to ask, refuse (exit 42) unless --yes.
+
+    Every prompt of the CLI goes through here or :func:`can_ask`, so all of them refuse the
+    same way: a missing answer is not a configuration error."""
     if yes:
         return
-    if output().json_mode or not sys.stdin.isatty():
-        raise ConfigInvalidError(f"{question} Pass --yes to confirm when not running interactively.")
+    if not can_ask():
+        raise ConfirmationRequiredError(f"{question} Nothing was changed: pass --yes to confirm when not running interactively.")
     if not click.confirm(question, default=False):
         raise RunAbortedError("cancelled at the prompt")
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import ConvergeFailedError, ExitCode
-from .app import WAIT_HELP, global_options, output, run_async, settings
+from .app import WAIT_HELP, can_ask, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
     from ..converge.planner import Action
@@ -47,7 +46,7 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
 def interactive_confirm(yes: bool):  # type: ignore[no-untyped-def]
     """The callback that asks before destructive steps, or None (refuse them) without a terminal."""
     out = output()
-    if yes or out.json_mode or not sys.stdin.isatty():
+    if yes or not can_ask():
         return None
 
     async def ask(actions: list[Action]) -> bool:

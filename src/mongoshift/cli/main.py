@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
+from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError
 from ..project.redaction import strip_controls, uri_secrets
 from .app import (
     WAIT_HELP,
@@ -361,12 +361,16 @@ def embedded(host: str, port: int, path: Path | None, change_history: int) -> in
     import logging
 
     # the embedded server needs the optional mongoeco extra: only this command and demo load it
-    from ..embedded.server import EmbeddedServerUnavailable, run
-    from ..embedded.snapshot import SnapshotError
+    from ..embedded.server import AddressUnavailable, EmbeddedServerUnavailable, run
+    from ..embedded.snapshot import SnapshotError, SnapshotIOError
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
     try:
         return run(host=host, port=port, path=path, change_history=change_history)
+    except AddressUnavailable as exc:
+        raise AddressInUseError(str(exc), host=exc.host, port=exc.port, reason=exc.reason) from None
+    except SnapshotIOError as exc:
+        raise IOFailedError(str(exc), path=str(exc.path), reason=exc.reason) from None
     except (EmbeddedServerUnavailable, SnapshotError) as exc:
         raise ConfigInvalidError(str(exc)) from None
 
@@ -424,14 +428,23 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc, args, exc.__cause__ if _driver_error(exc.__cause__) else None)
     except KeyboardInterrupt:
         sys.exit(ExitCode.SECOND_SIGNAL)
+    except OSError as exc:  # the system refused a file or folder where no command expected it
+        if exc.filename is None:
+            _unexpected(exc, args)
+        _fail(IOFailedError.from_os(exc, "use", exc.filename), args, exc)
     except Exception as exc:  # a bug: still one JSON document and a stable code; the traceback with -v
         if _driver_error(exc):
             from ..project.server_errors import from_pymongo  # start-up time: loaded only for a driver error
 
             _fail(from_pymongo(exc), args, exc)
-        hint = "" if "-v" in args or "--verbose" in args else " (run again with -v for the traceback, and please report it)"
-        _fail(MongoshiftError(f"unexpected {type(exc).__name__}{hint}"), args, exc)
+        _unexpected(exc, args)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _unexpected(exc: BaseException, args: list[str]) -> None:
+    """A bug: still one JSON document and a stable code (1); the traceback with -v."""
+    hint = "" if "-v" in args or "--verbose" in args else " (run again with -v for the traceback, and please report it)"
+    _fail(MongoshiftError(f"unexpected {type(exc).__name__}{hint}"), args, exc)
 
 
 cli.add_command(audit_command)

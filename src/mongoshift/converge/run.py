@@ -18,7 +18,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from ..errors import (
-    ConfigInvalidError,
+    ConfirmationRequiredError,
     ConvergeFailedError,
     MongoshiftError,
     RunAbortedError,
@@ -160,7 +160,7 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
             return report
         if p.destructive and not yes:
             if confirm is None:
-                raise ConfigInvalidError(
+                raise ConfirmationRequiredError(
                     f"converge would drop or rebuild indexes ({listing(p.destructive)}); nothing was changed. "
                     "Pass --yes to allow it (converge never asks with --json or without a terminal)."
                 )

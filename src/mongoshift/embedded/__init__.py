@@ -4,6 +4,6 @@
 ``pip install "mongoshift[embedded]"``. See docs/embedded.md.
 """
 
-from mongoshift.embedded.server import EmbeddedServerUnavailable, print_uri, run, serve
+from mongoshift.embedded.server import AddressUnavailable, EmbeddedServerUnavailable, print_uri, run, serve
 
-__all__ = ["EmbeddedServerUnavailable", "print_uri", "run", "serve"]
+__all__ = ["AddressUnavailable", "EmbeddedServerUnavailable", "print_uri", "run", "serve"]

@@ -2,8 +2,9 @@
 
 The URI is the first line of stdout (flushed as soon as the server accepts
 connections); logs go to stderr. SIGINT or SIGTERM stops it (writing the
-``--path`` snapshot) with exit status 0. A ``--path`` that cannot be written or
-is not a readable snapshot exits 6 at start.
+``--path`` snapshot) with exit status 0. A ``--path`` that is not a readable
+snapshot (or names a folder, or one that does not exist) exits 6 at start, one the
+system refuses to read or write 44; an address that cannot be listened on exits 45.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ from mongoshift.embedded.server import (
     DEFAULT_CHANGE_HISTORY,
     DEFAULT_HOST,
     DEFAULT_PORT,
+    AddressUnavailable,
     EmbeddedServerUnavailable,
     run,
 )
-from mongoshift.embedded.snapshot import SnapshotError
+from mongoshift.embedded.snapshot import SnapshotError, SnapshotIOError
 
 #: Exit status for a ``--path`` that cannot be used (mongoshift's CONFIG_INVALID).
 PATH_UNUSABLE = 6
+#: Exit status when the system refuses to read or write the snapshot (mongoshift's IO_FAILED).
+PATH_IO_FAILED = 44
+#: Exit status when the host and port cannot be listened on (mongoshift's ADDRESS_IN_USE).
+ADDRESS_IN_USE = 45
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     except EmbeddedServerUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except AddressUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return ADDRESS_IN_USE
+    except SnapshotIOError as error:
+        # The same statuses as `mongoshift embedded`: 44 when the system refuses the file, 6 for a bad one.
+        print(f"error: {error}", file=sys.stderr)
+        return PATH_IO_FAILED
     except SnapshotError as error:
         # The same status as `mongoshift embedded`: 6, an unusable --path.
         print(f"error: {error}", file=sys.stderr)

@@ -14,8 +14,11 @@ and writes it at a clean shutdown (:mod:`mongoshift.embedded.snapshot`):
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +43,30 @@ ENGINE_OPTIONS: dict[str, object] = {
 
 class EmbeddedServerUnavailable(Exception):
     """The embedded server cannot run here: mongoeco is missing or has the wrong version."""
+
+
+class AddressUnavailable(Exception):
+    """The server cannot listen on ``host``:``port`` (taken, not an address of this machine, ...)."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host} port {port}: {reason}")
+        self.host = host
+        self.port = port
+        self.reason = reason
+
+
+def _bind_reason(error: OSError) -> str:
+    """Why binding failed, in words a user acts on (the usual case: a local mongod on 27017)."""
+    if isinstance(error, socket.gaierror):
+        return f"the host name cannot be resolved ({error.strerror or error})"
+    if error.errno == errno.EADDRINUSE:
+        return "the port is taken by another server (a local mongod?); stop it, or pass another --port (0 picks a free one)"
+    # asyncio drops an address it cannot assign (EADDRNOTAVAIL), then fails with no errno at all
+    if error.errno == errno.EADDRNOTAVAIL or (error.errno is None and str(error).startswith("could not bind on any address")):
+        return "the host is not an address of this machine"
+    if error.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges)"
+    return os.strerror(error.errno) if error.errno else str(error)
 
 
 def print_uri(uri: str) -> None:
@@ -90,8 +117,10 @@ async def serve(
     snapshot, if any, is loaded and the server accepts connections.
     Raises :class:`EmbeddedServerUnavailable` without mongoeco 4.11.0,
     :class:`~mongoshift.embedded.snapshot.SnapshotError` if ``path`` cannot be
-    written (a missing folder, a read-only location) or is not a readable snapshot
-    (the file is then left untouched), and ``OSError`` if the address cannot be bound.
+    used (a missing folder) or is not a readable snapshot (the file is then left
+    untouched), its subclass ``SnapshotIOError`` when the system refuses to read or
+    write it (a read-only location, a full disk at shutdown), and
+    :class:`AddressUnavailable` if the address cannot be bound.
     ``change_history`` bounds the events change streams can resume from
     (:mod:`mongoshift.embedded.change_streams`).
     """
@@ -117,7 +146,10 @@ async def serve(
         # The server does not own the client: the engine outlives the listener
         # so the snapshot is written after the last connection is closed.
         server = AsyncMongoEcoProxyServer(client=client, host=host, port=port)
-        address = await server.start()
+        try:
+            address = await server.start()
+        except OSError as error:  # nothing was served, so the snapshot is left as it was
+            raise AddressUnavailable(host, port, _bind_reason(error)) from None
         try:
             uri = _advertised_uri(host, address.port)
             log.info("embedded server (mongoeco memory engine) listening on %s", uri)
@@ -128,7 +160,14 @@ async def serve(
             # Closing also ends every session, so open transactions are aborted.
             await server.close()
             if path is not None:
-                await snapshot.save(client, Path(path))
+                try:
+                    await snapshot.save(client, Path(path))
+                except OSError as error:  # a full disk, a folder made read-only meanwhile
+                    reason = error.strerror or str(error)
+                    raise snapshot.SnapshotIOError(
+                        f"cannot write the snapshot {path}: {reason}; the previous one is kept, the writes of this session are lost",
+                        Path(path), reason,
+                    ) from None
     finally:
         await engine.disconnect()
 

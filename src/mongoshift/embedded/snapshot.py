@@ -58,7 +58,17 @@ _RESTORE_BATCH = 1_000
 
 class SnapshotError(Exception):
     """The snapshot file cannot be read (not a snapshot, unknown format, truncated or corrupt),
-    or its location cannot be written; the message names the file."""
+    or its location cannot be used; the message names the file."""
+
+
+class SnapshotIOError(SnapshotError):
+    """The system refused to read or write the snapshot or its folder (read-only, no permission,
+    disk full): not a bad file, so it is told apart (``path`` and the system's ``reason``)."""
+
+    def __init__(self, message: str, path: Path, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
 
 
 def check_path(path: Path) -> None:
@@ -79,7 +89,8 @@ def check_path(path: Path) -> None:
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
     except OSError as error:
-        raise SnapshotError(f"cannot write in {folder} (for {path}): {error.strerror or error}") from None
+        reason = error.strerror or str(error)
+        raise SnapshotIOError(f"cannot write in {folder} (for {path}): {reason}", folder, reason) from None
     os.close(fd)
     os.unlink(probe)
     if path.exists():
@@ -87,7 +98,8 @@ def check_path(path: Path) -> None:
             with path.open("rb"):
                 pass
         except OSError as error:
-            raise SnapshotError(f"cannot read {path}: {error.strerror or error}") from None
+            reason = error.strerror or str(error)
+            raise SnapshotIOError(f"cannot read {path}: {reason}", path, reason) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import ConfigInvalidError
+from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.validation import describe_errors
 from .own_collections import refuse_declared
@@ -51,6 +51,8 @@ def _read_toml(path: Path) -> Any:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigInvalidError(f"{path} is not valid TOML: {exc}", file=str(path)) from None
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "read the declaration file", path) from None
 
 
 def _read_python(path: Path) -> Any:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import ConfigInvalidError
+from ..errors import ConfigInvalidError, IOFailedError
 
 MAX_BYTES = 1_000_000
 
@@ -43,26 +43,32 @@ def read_env_file(path: Path) -> dict[str, str]:
     except UnicodeDecodeError:
         raise ConfigInvalidError(f"env file {path} is not UTF-8 text", file=str(path)) from None
     except OSError as exc:
-        raise ConfigInvalidError(f"env file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+        raise IOFailedError.from_os(exc, "read the env file", path) from None
     values: dict[str, str] = {}
     lines: dict[str, int] = {}
+    problems: list[tuple[int, str]] = []  # every refused line at once, so that one edit fixes them all
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         match = _LINE.match(line)
         if match is None:
-            raise ConfigInvalidError(f"env file {path}, line {number}: expected NAME=value", file=str(path), line=number)
+            problems.append((number, f"line {number}: expected NAME=value"))
+            continue
         name = match["name"]
-        if name in values:
-            raise ConfigInvalidError(
-                f"env file {path}, line {number}: {name} is already set on line {lines[name]}", file=str(path), line=number
-            )
+        if name in lines:
+            problems.append((number, f"line {number}: {name} is already set on line {lines[name]}"))
+            continue
+        lines[name] = number
         try:
             values[name] = _value(match["rest"])
         except ValueError as exc:
-            raise ConfigInvalidError(f"env file {path}, line {number} ({name}): {exc}", file=str(path), line=number) from None
-        lines[name] = number
+            problems.append((number, f"line {number} ({name}): {exc}"))
+    if problems:
+        raise ConfigInvalidError(
+            f"env file {path}, {'; '.join(text for _, text in problems)}",
+            file=str(path), line=problems[0][0], lines=[number for number, _ in problems],
+        )
     return values
 
 

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
-from ..errors import FileNotFoundMigrationError, InvalidExportError, InvalidNameError
+from ..errors import (
+    DuplicateVersionError,
+    FileNotFoundMigrationError,
+    InvalidExportError,
+    InvalidNameError,
+    IOFailedError,
+)
 from ..schema.validation import list_errors
 
 if TYPE_CHECKING:
@@ -139,8 +145,12 @@ def discover(directory: Path) -> list[MigrationFile]:
         raise FileNotFoundMigrationError(
             f"migrations folder not found: {directory} (run 'mongoshift init' or pass --dir)"
         )
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "list the migrations folder", directory) from None
     files: list[MigrationFile] = []
-    for path in sorted(directory.iterdir()):
+    for path in entries:
         if path.name.startswith(("_", ".")) or path.suffix != ".py":
             continue
         if path.is_symlink() and not path.exists():
@@ -157,7 +167,30 @@ def discover(directory: Path) -> list[MigrationFile]:
                 "0001_slug.py); rename it, or prefix it with '_' if it is a helper module"
             )
         files.append(MigrationFile(name=path.name, path=path))
+    _refuse_duplicate_versions(files, directory)
     return files
+
+
+def _version(name: str) -> int:
+    """The number a file name starts with: its timestamp, or its sequence number (``0001`` and ``00001`` are one)."""
+    return int(name.split("_", 1)[0])
+
+
+def _refuse_duplicate_versions(files: list[MigrationFile], directory: Path) -> None:
+    """Two files with one timestamp (or sequence number) apply in an order decided by their slugs,
+    which nobody chose (two branches that each created a file in the same second, say): refuse
+    before anything runs, naming every file of every clash, so one look fixes them all."""
+    by_version: dict[int, list[str]] = {}
+    for item in files:
+        by_version.setdefault(_version(item.name), []).append(item.name)
+    clashes = [names for names in by_version.values() if len(names) > 1]
+    if clashes:
+        listed = "; ".join(" and ".join(names) for names in clashes)
+        raise DuplicateVersionError(
+            f"migration files in {directory} share a version, so their order would be a guess: {listed}; "
+            "give one of each a later timestamp or number (rename it, or create it again)",
+            files=[name for names in clashes for name in names],
+        )
 
 
 def resolve_name(name: str, directory: Path) -> str:

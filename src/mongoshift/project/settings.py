@@ -12,13 +12,14 @@ environment value fails closed instead of silently falling back to a default.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -30,12 +31,14 @@ from pydantic import (
     field_validator,
 )
 
-from ..errors import ConfigInvalidError
+from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.validation import declared_name, loc_path
 from .env_file import read_env_file
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
+
+R = TypeVar("R")
 
 #: The settings that name a collection mongoshift keeps its own records in (in field order).
 OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection")
@@ -202,34 +205,50 @@ def _read_toml(path: Path) -> dict[str, Any]:
         # TOMLDecodeError names the line and column: "Invalid value (at line 5, column 10)".
         raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}", file=str(path)) from None
     except OSError as exc:
-        raise ConfigInvalidError(f"config file {path} cannot be read: {exc.strerror or exc}", file=str(path)) from None
+        raise IOFailedError.from_os(exc, "read the config file", path) from None
 
 
 def read_project_file(path: Path) -> dict[str, Any]:
+    """The settings of a project file; any unknown or misplaced key is an error (all of them in one)."""
+    values, problems = read_project_section(path)
+    if problems:
+        raise ConfigInvalidError("; ".join(problems), file=str(path), problems=problems)
+    return values
+
+
+def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The known settings of a project file, and a problem for each key that is unknown or outside
+    the ``[mongoshift]`` table: :func:`load_settings` reports them with the wrong values, at once."""
     data = _read_toml(path)
+    problems: list[str] = []
     if path.name == "pyproject.toml":
         section = data.get("tool", {}).get("mongoshift", {})
     else:
         section = data.get("mongoshift", data)
         stray = [key for key in data if key != "mongoshift"] if "mongoshift" in data else []
-        if stray:
-            raise ConfigInvalidError(
-                f"{path}: {stray[0]!r} is outside the [mongoshift] table, so it would be ignored; "
-                f"write it as mongoshift.{stray[0]} (for example [[mongoshift.collections]])"
-            )
+        problems += [
+            f"{path}: {key!r} is outside the [mongoshift] table, so it would be ignored; "
+            f"write it as mongoshift.{key} (for example [[mongoshift.collections]])"
+            for key in stray
+        ]
     if not isinstance(section, dict):
         raise ConfigInvalidError(f"config file {path}: the mongoshift section must be a table")
-    for key in section:
-        if key not in FIELDS:
-            raise ConfigInvalidError(f"unknown setting {key!r} in {path} (known: {', '.join(FIELDS)})")
-    values = dict(section)
+    unknown = [key for key in section if key not in FIELDS]
+    problems += [f"setting {key!r} from {path}: unknown setting{_suggestion(key)}" for key in unknown]
+    values = {key: value for key, value in section.items() if key not in unknown}
     # Relative paths in a file are relative to that file, not to where the command runs.
     for key in ("migrations_dir", "template_path", "collections_dir"):
         if isinstance(values.get(key), str):
             values[key] = str((path.parent / values[key]))
     if isinstance(values.get("hooks"), str) and values["hooks"].endswith(".py"):
         values["hooks"] = str(path.parent / values["hooks"])
-    return values
+    return values, problems
+
+
+def _suggestion(key: str) -> str:
+    """`` (did you mean 'strict'?)`` for a near miss, else the list of known settings."""
+    close = difflib.get_close_matches(key, FIELDS, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(FIELDS)})"
 
 
 #: Settings whose file value is not type-checked here: paths (a file gives text, made
@@ -279,20 +298,18 @@ def env_file_path(project_file: Path | None, cwd: Path, env_file: Path | Literal
     return default if default.exists() else None
 
 
-def read_env_settings(path: Path) -> dict[str, str]:
+def read_env_settings(path: Path) -> tuple[dict[str, str], list[str]]:
     """The settings a ``.env`` file gives: its ``MONGOSHIFT_*`` lines (other names are the
-    application's own). A ``MONGOSHIFT_*`` name that is no setting is a typo: refused, as an
-    unknown key of the project file is."""
+    application's own), and a problem for each ``MONGOSHIFT_*`` name that is no setting (a typo,
+    refused as an unknown key of the project file is, and reported with the other problems)."""
     values = read_env_file(path)
     known = {env_name(key) for key in FIELDS}
     unknown = sorted(n for n in values if n.startswith("MONGOSHIFT_") and n not in known)
-    if unknown:
-        raise ConfigInvalidError(
-            f"env file {path}: {', '.join(unknown)} is not a mongoshift setting"
-            + (" (the project file is chosen before the .env is read: use --config)" if "MONGOSHIFT_CONFIG" in unknown else ""),
-            file=str(path),
-        )
-    return read_environment(values)
+    problems = [
+        f"env file {path}: {', '.join(unknown)} is not a mongoshift setting"
+        + (" (the project file is chosen before the .env is read: use --config)" if "MONGOSHIFT_CONFIG" in unknown else "")
+    ] if unknown else []
+    return read_environment(values), problems
 
 
 def _layer(merged: dict[str, Any], sources: dict[str, str], values: Mapping[str, Any], source: Callable[[str], str]) -> None:
@@ -334,18 +351,21 @@ def load_settings(
         path = Path(environ["MONGOSHIFT_CONFIG"])
     else:  # only now is the working directory searched (and a broken pyproject.toml there an error)
         path = find_project_file(cwd)
+    # Every problem of every source is collected and reported in one error, so that one edit
+    # fixes them all; a value that is wrong is left out and the rest is still validated.
     problems: list[str] = []
     if path is not None:
-        values = read_project_file(path)
+        values, unknown = read_project_section(path)
         wrong = file_type_problems(values)
-        problems += [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
-        # wrong ones are reported once above; the rest is still validated
-        _layer(merged, sources, {k: v for k, v in values.items() if k not in wrong}, lambda key: str(path))
+        problems += unknown + [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
+        _collect(problems, _layer, merged, sources, {k: v for k, v in values.items() if k not in wrong}, lambda key: str(path))
     dotenv = env_file_path(path, cwd, env_file)
     if dotenv is not None:
-        _layer(merged, sources, read_env_settings(dotenv), lambda key: f"{env_name(key)} in {dotenv}")
-    _layer(merged, sources, read_environment(environ), env_name)
-    _layer(merged, sources, flags or {}, lambda key: "--" + key.replace("_", "-"))
+        env_values, unknown = _collect(problems, read_env_settings, dotenv) or ({}, [])
+        problems += unknown
+        _collect(problems, _layer, merged, sources, env_values, lambda key: f"{env_name(key)} in {dotenv}")
+    _collect(problems, _layer, merged, sources, read_environment(environ), env_name)
+    _collect(problems, _layer, merged, sources, flags or {}, lambda key: "--" + key.replace("_", "-"))
 
     # The default collections folder sits next to the project file, as the relative paths
     # written in it do; it stays "not set" so that its absence is not an error.
@@ -358,7 +378,7 @@ def load_settings(
         if default_folder:
             settings.__pydantic_fields_set__.discard("collections_dir")
         if problems:
-            raise ConfigInvalidError("; ".join(problems))
+            raise ConfigInvalidError("; ".join(problems), problems=problems)
         return settings
     except ValidationError as exc:
         for err in exc.errors():
@@ -372,4 +392,13 @@ def load_settings(
             if name := declared_name(err["loc"], merged):
                 message += f" (collection {name!r})"
             problems.append(f"setting {where!r} from {sources.get(key, 'defaults')}: {message}")
-        raise ConfigInvalidError("; ".join(problems)) from None
+        raise ConfigInvalidError("; ".join(problems), problems=problems) from None
+
+
+def _collect(problems: list[str], step: Callable[..., R], *args: Any) -> R | None:
+    """``step(*args)``, or None with its refusal added to ``problems`` (reported with the others)."""
+    try:
+        return step(*args)
+    except ConfigInvalidError as exc:
+        problems.append(exc.message)
+        return None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import string
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ..errors import ConfigFileExistsError, ConfigInvalidError, MigrationFileExistsError
-from ..project.loader import SEQUENTIAL_NAME, slugify
+from ..errors import ConfigFileExistsError, ConfigInvalidError, IOFailedError, MigrationFileExistsError
+from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, slugify
 from ..project.redaction import without_secrets
 
 MIGRATION_TEMPLATE = '''"""$title"""
@@ -100,14 +100,31 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
         db_line=f"db = {_toml_string(db)}" if db else '# db = "myapp"',
         migrations_dir=migrations_dir.replace("\\", "/"),
     )
-    target.write_text(text, encoding="utf-8")
-    (directory / migrations_dir).mkdir(parents=True, exist_ok=True)
+    _write(target, text)
+    folder = directory / migrations_dir
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "create the migrations folder", folder) from None
     return target
 
 
+def _write(path: Path, text: str) -> None:
+    """Write a new file; a refusal of the system (read-only, no permission, disk full) names the file (exit 44)."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "write", path) from None
+
+
 def next_prefix(directory: Path, *, sequential: bool, now: datetime | None = None) -> str:
+    """The new file's timestamp or number; never one a file already has (two would be refused, exit 43)."""
     if not sequential:
-        return (now or datetime.now(UTC)).strftime("%Y%m%d%H%M%S")
+        taken = {p.name.split("_", 1)[0] for p in directory.glob("*.py") if TIMESTAMP_NAME.match(p.name)}
+        moment = now or datetime.now(UTC)
+        while moment.strftime("%Y%m%d%H%M%S") in taken:  # a second create within the same second
+            moment += timedelta(seconds=1)
+        return moment.strftime("%Y%m%d%H%M%S")
     numbers = [
         int(p.name.split("_", 1)[0])
         for p in directory.glob("*.py")
@@ -135,8 +152,12 @@ def create_migration(
     if template is not None:
         try:
             source = template.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigInvalidError(f"template {template} not found (--template or template_path)") from None
+        except UnicodeDecodeError:
+            raise ConfigInvalidError(f"template {template} is not UTF-8 text") from None
         except OSError as exc:
-            raise ConfigInvalidError(f"template {template} cannot be read: {exc.strerror}") from None
+            raise IOFailedError.from_os(exc, "read the template", template) from None
     else:
         source = BACKGROUND_TEMPLATE if background else MIGRATION_TEMPLATE
     title = re.sub(r"_+", " ", slug).strip().capitalize()
@@ -146,5 +167,5 @@ def create_migration(
         raise ConfigInvalidError(
             f"template {template}: unknown or broken placeholder {exc} (use $title, $name, $slug; $$ for $)"
         ) from None
-    path.write_text(text, encoding="utf-8")
+    _write(path, text)
     return path

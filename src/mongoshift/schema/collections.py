@@ -32,12 +32,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationError,
     field_validator,
     model_validator,
 )
 from pymongo.operations import IndexModel
 
 from .index_specs import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
+from .validation import list_errors
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 INLINE_SOURCE = "[[collections]] in the project config"
@@ -98,6 +100,8 @@ class _Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _only_known_keys(cls, data: Any) -> Any:
+        """Unknown keys are reported together with what is wrong in the known ones, so that one
+        look at the error shows every mistake of the table (not one per try)."""
         if isinstance(data, Mapping):
             known = [f.alias or name for name, f in cls.model_fields.items()]
             problems = []
@@ -108,6 +112,10 @@ class _Strict(BaseModel):
                 hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
                 problems.append(f"unknown key {str(key)!r}{hint}")
             if problems:
+                try:
+                    cls.model_validate({key: value for key, value in data.items() if key in known})
+                except ValidationError as exc:
+                    problems += list_errors(exc)
                 raise ValueError("; ".join(problems))
         return data
 

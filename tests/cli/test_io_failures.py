@@ -1,0 +1,108 @@
+"""A file or folder the system refuses is exit 44 naming the path and the reason, never "unexpected OSError".
+
+Tests run as root, which ignores permissions: the refusal is simulated by making the one
+file operation raise the error a read-only file system (or a missing permission) raises.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mongoshift.cli.main import main
+from mongoshift.errors import IOFailedError
+from mongoshift.project.loader import discover
+from mongoshift.project.settings import load_settings
+from mongoshift.runner.scaffold import create_migration
+
+
+def refuse(monkeypatch: pytest.MonkeyPatch, method: str, code: int = errno.EROFS, only: str | None = None) -> None:
+    """``Path.<method>`` raises the system's error for the paths whose name is ``only`` (every path without it)."""
+    original: Callable[..., Any] = getattr(Path, method)
+
+    def refused(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if only is None or self.name == only:
+            raise OSError(code, os.strerror(code), str(self))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, method, refused)
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    """``mongoshift ARGS --json`` in this process: its exit code, its error document and stderr."""
+    monkeypatch.chdir(where)
+    for name in ("MONGOSHIFT_URI", "MONGOSHIFT_DB", "MONGOSHIFT_MIGRATIONS_DIR", "MONGOSHIFT_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        main([*args, "--json"])
+    captured = capsys.readouterr()
+    return int(ended.value.code or 0), json.loads(captured.out)["error"], captured.err
+
+
+def test_init_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    refuse(monkeypatch, "write_text")
+    code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "init")
+    assert code == 44 and error["kind"] == "io_failed"
+    assert error["details"] == {"path": str(tmp_path / "mongoshift.toml"), "reason": "Read-only file system"}
+    assert f"cannot write {tmp_path / 'mongoshift.toml'}: Read-only file system" in stderr and "please report" not in stderr
+
+
+def test_create_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nmigrations_dir = "migrations"\n')
+    refuse(monkeypatch, "write_text")
+    code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "create", "add users")
+    assert code == 44 and error["details"]["reason"] == "Read-only file system"
+    written = Path(error["details"]["path"])
+    assert written.parent == tmp_path / "migrations" and written.name.endswith("_add_users.py")
+    assert str(written) in error["message"] and "please report" not in stderr
+
+
+def test_init_cannot_create_the_migrations_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    refuse(monkeypatch, "mkdir", errno.EACCES)
+    code, error, _ = run_cli(monkeypatch, capsys, tmp_path, "init")
+    assert code == 44 and error["details"] == {"path": str(tmp_path / "migrations"), "reason": "Permission denied"}
+
+
+def test_an_os_error_no_command_expected_still_names_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last net: an OSError that carries a file name is exit 44 with it, not a bug report."""
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nmigrations_dir = "migrations"\n')
+
+    def broken(*args: Any, **kwargs: Any) -> Path:
+        raise PermissionError(errno.EACCES, "Permission denied", "/srv/app/migrations/x.py")
+
+    monkeypatch.setattr("mongoshift.runner.scaffold.create_migration", broken)
+    code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "create", "x")
+    assert code == 44 and error["details"] == {"path": "/srv/app/migrations/x.py", "reason": "Permission denied"}
+    assert "please report" not in stderr
+
+
+@pytest.mark.parametrize("name", ["mongoshift.toml", ".env"])
+def test_a_config_or_env_file_that_cannot_be_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\ndb = "a"\n')
+    (tmp_path / ".env").write_text("MONGOSHIFT_DB=b\n")
+    refuse(monkeypatch, "read_text", errno.EACCES, only=name)
+    with pytest.raises(IOFailedError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert info.value.exit_code == 44 and info.value.details == {"path": str(tmp_path / name), "reason": "Permission denied"}
+
+
+def test_a_template_or_migrations_folder_that_cannot_be_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    template = tmp_path / "tpl.txt"
+    template.write_text("def up(ctx):\n    pass\n")
+    refuse(monkeypatch, "read_text", errno.EACCES, only="tpl.txt")
+    with pytest.raises(IOFailedError, match=f"cannot read the template {template}: Permission denied"):
+        create_migration(tmp_path, "one", template=template)
+    refuse(monkeypatch, "iterdir", errno.EACCES)
+    with pytest.raises(IOFailedError, match=f"cannot list the migrations folder {tmp_path}: Permission denied"):
+        discover(tmp_path)
