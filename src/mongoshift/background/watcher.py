@@ -197,7 +197,7 @@ class Watcher:
                     failure = task.exception() if task.done() else None
                     if failure is not None:
                         raise failure
-                await sleep(self.options.refresh_seconds * 1000, self.cancel)
+                await self._pause(list(tasks.values()))
         except BaseException:
             for task in tasks.values():
                 task.cancel()
@@ -206,6 +206,15 @@ class Watcher:
             await asyncio.gather(*tasks.values(), return_exceptions=True)
         records = await self.engine.store.watch_records()
         return [r for r in records if r.collection in tasks]
+
+    async def _pause(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Until the next refresh, a stop, or a collection's task ending: a refusal (a server without
+        change streams) is raised at once, not a refresh later."""
+        timer = asyncio.create_task(sleep(self.options.refresh_seconds * 1000, self.cancel))
+        try:
+            await asyncio.wait([timer, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
 
     async def _collections(self) -> list[str]:
         if self.options.collections is not None:
