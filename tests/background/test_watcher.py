@@ -413,7 +413,7 @@ def test_background_status_shows_each_watcher_with_its_counters_never_its_positi
         if isinstance(shown, dict):
             (row,) = shown["watchers"]
             assert (row["collection"], row["state"], row["has_position"]) == ("people", "streaming", True)
-            assert row["counters"] == {"events": 7, "upgraded": 5, "skipped": 2, "failed": 0, "restarts": 0, "reopened": 0}
+            assert row["counters"] == {"events": 7, "upgraded": 5, "skipped": 2, "stranded": 0, "failed": 0, "restarts": 0, "reopened": 0}
         else:
             assert "people\tstreaming\th1:42" in shown
 
@@ -528,3 +528,23 @@ async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_re
 
 async def _done(task: asyncio.Task[Any]) -> bool:
     return task.done()
+
+
+async def test_a_document_no_migration_can_upgrade_is_reported_as_stranded_not_skipped(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    s = await completed(fast_project, db)
+    watcher = Running(s)
+    try:
+        await watcher.reached("streaming")
+        await db.people.insert_many([{"_id": SECRET_ID, "first": "x", "__v": 0}, {"_id": "unversioned", "first": "y"}, old_doc("old")])
+        await until("the upgrade", lambda: upgraded(db, "old"))
+        record = await until("the stranded counted", lambda: _saved_with(db, stranded=2))
+    finally:
+        await watcher.stop()
+    assert record["counters"]["upgraded"] == 1 and record["counters"].get("skipped", 0) == 0
+    reported = [e for e in watcher.events if e.kind == "drift" and e.data.get("stranded")]
+    assert [(e.migration, e.data["action"], e.data["source"]) for e in reported] in (
+        [(NAME, "reported", "stream")] * 1, [(NAME, "reported", "stream")] * 2,  # one group of events, or two
+    )
+    assert sum(e.data["documents"] for e in reported) == 2 and SECRET_ID not in repr(watcher.events)
+    assert await db.people.count_documents({"_id": {"$in": [SECRET_ID, "unversioned"]}, "full_name": {"$exists": True}}) == 0
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "completed"  # a reopen would not help
