@@ -548,3 +548,45 @@ async def test_a_document_no_migration_can_upgrade_is_reported_as_stranded_not_s
     assert sum(e.data["documents"] for e in reported) == 2 and SECRET_ID not in repr(watcher.events)
     assert await db.people.count_documents({"_id": {"$in": [SECRET_ID, "unversioned"]}, "full_name": {"$exists": True}}) == 0
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "completed"  # a reopen would not help
+
+
+async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_runs_and_stops_on_sigterm(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+    """``main(["background", "watch"])`` from async code: it was "asyncio.run() cannot be called from a running event loop"."""
+    import threading
+
+    from pymongo import MongoClient
+
+    from mongoshift.cli.main import main
+
+    await completed(fast_project, db)
+    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(fast_project.root)
+    finished, stopped = threading.Event(), threading.Event()
+
+    def stop_once_leading() -> None:
+        """From another thread (this test's loop is blocked by the command): SIGTERM once it leads, never before."""
+        with MongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS) as sync:
+            deadline = time.monotonic() + 60
+            while not finished.is_set() and time.monotonic() < deadline:
+                record = sync[fast_project.db]["_mongoshift_background_watch"].find_one({"_id": "people"}) or {}
+                if record.get("state") == "streaming" and (record.get("leader") or {}).get("pid") == os.getpid():
+                    stopped.set()
+                    os.kill(os.getpid(), signal.SIGTERM)  # the command's handler, set for the time it runs
+                    return
+                finished.wait(0.1)
+
+    handler = signal.getsignal(signal.SIGTERM)
+    stopper = threading.Thread(target=stop_once_leading)
+    stopper.start()
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main(["background", "watch", "--collections", "people", "--save-interval", "0.2", "--json"])
+    finally:
+        finished.set()
+        stopper.join()
+    out = capsys.readouterr().out
+    assert stopped.is_set() and ended.value.code in (0, None), out
+    (record,) = json.loads(out)["watch"]
+    assert (record["collection"], record["state"]) == ("people", "stopped")
+    assert signal.getsignal(signal.SIGTERM) == handler  # the caller's handler is back
