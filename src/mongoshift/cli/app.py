@@ -185,8 +185,8 @@ def _beside_running_loop(main: Callable[[], Awaitable[T]], on_signal: Callable[[
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongoshift-cli") as pool:
             return pool.submit(asyncio.run, run()).result()
     finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
+        for number, handler in saved.items():
+            signal.signal(number, handler)
 
 
 def confirm(question: str, yes: bool) -> None:
