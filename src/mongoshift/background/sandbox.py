@@ -107,7 +107,7 @@ class SandboxRecord:
         if error_code(exc) == NOT_IN_TRANSACTION:
             self.refuse(operation, collection, f"the server refuses it inside a transaction ({NOT_IN_TRANSACTION})")
         if self.failure is None and not transient_transaction_error(exc):
-            self.failure = (self.owner, f"its {operation} on {collection} failed: {server_failure(exc)}")
+            self.failure = (self.owner, f"{operation} on {collection} failed: {server_failure(exc)}")
 
     def did(self, operation: str, collection: str) -> None:
         self.operations.setdefault(self.owner, Counter())[(operation, collection)] += 1

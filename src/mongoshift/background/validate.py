@@ -193,7 +193,7 @@ async def validate_transform(
             planned = PlannedUpdates([], [], [])
         if record.failure is not None:  # the server failed the transform's own operation: the transaction is gone
             owner, what = record.failure
-            reason = f"the transform's {what.removeprefix('its ')}"
+            reason = f"the transform's {what}"
             if owner is None:
                 raise ExecutionFailedError(f"{job.name}: {reason} (the server aborted the transaction)", file=job.name)
             if not any(id_key(o["_id"]) == owner for o in planned.owners) and not any(id_key(e.id) == owner for e in planned.errors):
@@ -302,7 +302,7 @@ async def validate_steps(db: AsyncDatabase[Any], job: Job, count: int, *, protec
                 row.images = record.images_of(record.owner)
                 row.open_cursors = record.open_cursors() - open_before
             if record.failure is not None:  # caught or not, the server aborted the transaction: no step can follow
-                row.error = f"the step's {record.failure[1].removeprefix('its ')} (the server aborted the transaction)"
+                row.error = f"the step's {record.failure[1]} (the server aborted the transaction)"
             if row.error is None and not (isinstance(out, dict) and isinstance(out.get("done"), bool)):
                 row.error = "step() must return a dict with 'done' (a bool) and 'checkpoint'"
             if row.error is not None:
