@@ -537,10 +537,10 @@ async def test_a_document_no_migration_can_upgrade_is_reported_as_stranded_not_s
         await watcher.reached("streaming")
         await db.people.insert_many([{"_id": SECRET_ID, "first": "x", "__v": 0}, {"_id": "unversioned", "first": "y"}, old_doc("old")])
         await until("the upgrade", lambda: upgraded(db, "old"))
-        record = await until("the stranded counted", lambda: _saved_with(db, stranded=2))
+        record = await until("the stranded counted", lambda: _saved_with(db, stranded=2, upgraded=1))
     finally:
         await watcher.stop()
-    assert record["counters"]["upgraded"] == 1 and record["counters"].get("skipped", 0) == 0
+    assert record["counters"].get("skipped", 0) == 0
     reported = [e for e in watcher.events if e.kind == "drift" and e.data.get("stranded")]
     assert [(e.migration, e.data["action"], e.data["source"]) for e in reported] in (
         [(NAME, "reported", "stream")] * 1, [(NAME, "reported", "stream")] * 2,  # one group of events, or two
@@ -567,7 +567,7 @@ async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_r
     def stop_once_leading() -> None:
         """From another thread (this test's loop is blocked by the command): SIGTERM once it leads, never before."""
         with MongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS) as sync:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120  # a bound, not a measure
             while not finished.is_set() and time.monotonic() < deadline:
                 record = sync[fast_project.db]["_mongoshift_background_watch"].find_one({"_id": "people"}) or {}
                 if record.get("state") == "streaming" and (record.get("leader") or {}).get("pid") == os.getpid():
