@@ -228,3 +228,18 @@ def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project,
     assert report["batch"] == 2  # after the current maximum
     records = {d["name"]: d for d in sync_client[project.db][_changelog()].find()}
     assert "origin" not in records["20240101000000_a.py"]
+
+
+def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    sync_client[project.db].changelog.insert_many([
+        {"fileName": "20240101000000-a.js", "appliedAt": datetime.datetime(2024, 1, 1), "migrationBlock": 1},
+        {"appliedAt": datetime.datetime(2024, 1, 2), "migrationBlock": 1},  # its file name lost
+        {"fileName": None, "appliedAt": datetime.datetime(2024, 1, 3), "migrationBlock": 1},
+    ])
+    _add_marked(project, "20240101000000_a")
+    report = _json(cli(project, "import", "--from", "migrate-mongo", "--dry-run", "--json"))
+    assert [r["name"] for r in report["adopted"]] == ["20240101000000_a.py"]
+    assert report["unnamed"] == 2 and report["left_out"] == []
+    told = cli(project, "import", "--from", "migrate-mongo")
+    assert told.returncode == 0 and "2 left out for naming no file" in told.stdout
+    assert "2 migrate-mongo record(s) name no file" in told.stderr

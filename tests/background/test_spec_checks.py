@@ -114,3 +114,31 @@ background = Background(
     ]
     assert all("a step migration does its own reads and writes" in p for p in problems)
     assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+async def test_occ_version_only_refuses_a_revision_field_it_would_ignore(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add(
+        "0001_names.py",
+        '''
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    return doc
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, occ="version-only", revision_field="r")
+''',
+    )
+    problems = _refused(project, "0001_names.py")["details"]["problems"]
+    assert len(problems) == 1 and problems[0].startswith("background.revision_field: occ='version-only' guards writes by the version alone")
+    assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+def test_occ_version_only_on_a_collection_declaring_versioning_is_still_accepted() -> None:
+    """The declaration's revision field is not forced onto a spec whose guard has none."""
+    from mongoshift.background.declared import align
+    from mongoshift.schema.background import Background
+    from mongoshift.schema.collections import Versioning
+
+    spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, occ="version-only")
+    aligned = align(spec, Versioning(current=2, field="sv", revision_field="rv"), file="0001_names.py", collection="people")
+    assert (aligned.version_field, aligned.occ, "revision_field" in aligned.model_fields_set) == ("sv", "version-only", False)

@@ -200,3 +200,86 @@ async def test_a_pipeline_is_validated_by_the_server_and_nothing_stays(project, 
     status = {row.id: row.validation.status for row in preview.rows if row.validation}
     assert status == {0: "ok", 1: "ok", 2: "ok", 3: "ok", 4: "failed"}  # n=4 -> 40 breaks the validator
     assert preview.invalid == 1
+
+
+STEP_WRITE_ERROR = '''
+from mongoshift import Background
+from pymongo.errors import DuplicateKeyError
+
+async def step(ctx):
+    {write}
+    return {{"checkpoint": 1, "done": False}}
+
+background = Background(collection="people", from_version=1, to_version=2, step=step)
+'''
+
+DUPLICATE = "await ctx.db.people.insert_one({'_id': 0}, session=ctx.session)"
+
+
+@pytest.mark.parametrize("write", [DUPLICATE, f"try:\n        {DUPLICATE}\n    except DuplicateKeyError:\n        pass"], ids=["raised", "caught"])
+async def test_a_step_whose_write_the_server_fails_reports_that_error_not_the_aborted_transaction(project, db, write: str) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 2)
+    project.add("0001_step.py", STEP_WRITE_ERROR.format(write=write))
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), "0001_step.py", validate=True, steps=3)
+    assert await database_hash(db) == before
+    assert preview.stopped == "error" and preview.steps is not None and len(preview.steps) == 1  # no call after the abort
+    (step,) = preview.steps
+    assert step.error == "the step's insert_one on people failed: duplicate key on _id (index _id_, 11000) (the server aborted the transaction)"
+    assert step.operations == [{"operation": "insert_one", "collection": "people", "count": 1}]
+
+
+SIDE_DUPLICATE = '''
+async def migrate(doc, ctx):
+    try:
+        await ctx.db.audit.insert_one({"_id": "once" if doc["_id"] == 1 else doc["_id"]}, session=ctx.session)
+    except Exception:
+        pass  # caught: the server aborted the transaction all the same
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+'''
+
+
+async def test_a_side_write_the_server_fails_refuses_its_document_and_the_others_are_validated(project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 3)
+    await db.audit.insert_one({"_id": "once"})
+    project.add(NAME, transform(SIDE_DUPLICATE))
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=3, validate=True)
+    assert await database_hash(db) == before
+    status = {row.id: (row.validation.status, row.validation.reason) for row in preview.rows if row.validation}
+    assert status == {
+        0: ("ok", None),
+        1: ("failed", "the transform's insert_one on audit failed: duplicate key on _id (index _id_, 11000)"),
+        2: ("ok", None),
+    }
+    refused = next(row for row in preview.rows if row.id == 1)
+    assert refused.after is not None and refused.after["full_name"] == "F1 L1"  # shown as transformed when it failed
+    assert refused.validation is not None and refused.validation.operations == [{"operation": "insert_one", "collection": "audit", "count": 1}]
+    assert "once" not in repr(preview.rows[1].validation)
+
+
+IN_TRANSACTION = [
+    ("aggregate $merge", "await ctx.db.people.aggregate([{'$facet': {'copy': [{'$merge': {'into': 'copy'}}]}}])"),
+    ("insert_one", "await ctx.db.audit.insert_one({}, bypass_document_validation=True)"),
+]
+
+
+@pytest.mark.parametrize(("operation", "code"), IN_TRANSACTION, ids=["merge-in-facet", "bypass-validation"])
+async def test_what_a_transaction_refuses_is_reported_as_refused_even_when_caught(project, db, operation, code) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 1)
+    project.add(NAME, transform(REFUSING.replace("{op}", code)))
+    before = await database_hash(db)
+    preview = await api.preview_background(project.settings(), NAME, first=1, validate=True)
+    assert await database_hash(db) == before
+    assert [r.operation for r in preview.refusals] == [operation]
+
+
+async def test_an_operation_the_server_refuses_in_a_transaction_is_reported_as_refused(project, db, client) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 1)
+    project.add(NAME, transform(REFUSING.replace("{op}", "await ctx.db.audit.insert_one({})")))
+    async with fail_command(client, {"times": 1}, failCommands=["insert"], errorCode=263, namespace=f"{db.name}.audit"):
+        preview = await api.preview_background(project.settings(), NAME, first=1, validate=True)
+    assert [(r.operation, r.target, r.reason) for r in preview.refusals] == [
+        ("insert_one", "audit", "the server refuses it inside a transaction (263)")
+    ]

@@ -78,7 +78,7 @@ def test_verify_reports_an_old_shape_written_after_completion_without_its_id(fas
     code, out, _ = cli("background", "verify", "--json")
     assert code == 0
     assert json.loads(out)["verify"] == [
-        {"migration": NAME, "collection": "people", "found": False, "action": "clean", "reason": None, "detail": None}
+        {"migration": NAME, "collection": "people", "found": False, "action": "clean", "reason": None, "detail": None, "stranded": False}
     ]
 
     db.people.insert_one(old_shape(_id=SECRET_ID))  # an old application version
@@ -198,4 +198,36 @@ def test_an_unknown_name_and_both_modes_at_once_are_refused(fast_project, cli) -
     code, _, err = cli("background", "verify", "--reopen", "--report")
     assert code == 6 and "exclude each other" in err
     code, out, _ = cli("background", "verify", "--json")
-    assert code == 0 and json.loads(out) == {"verify": [], "drift": []}
+    assert code == 0 and json.loads(out) == {"verify": [], "drift": [], "stranded": []}
+
+
+def test_a_document_at_a_version_no_migration_upgrades_is_reported_as_stranded(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    db = sync_client[fast_project.db]
+    fast_project.add(NAME, background_file())
+    s = fast_project.settings()
+
+    async def complete() -> Any:
+        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
+        try:
+            await seed(client[fast_project.db].people, 10)
+        finally:
+            await client.close()
+        await command.up(s)
+        return await bg.run(s, [NAME])
+
+    (done,) = asyncio.run(complete())
+    assert done.status == "completed"
+    for stranded in ({"_id": SECRET_ID, "first": "old", "__v": 0}, {"_id": SECRET_ID, "first": "never versioned"}):
+        db.people.insert_one(stranded)  # below 1 -> 2, and no migration starts from 0: no pass can take it
+        code, out, err = cli("background", "verify", "--json")
+        assert code == 31, err
+        document = json.loads(out)
+        assert document["stranded"] == [NAME] and document["drift"] == []
+        (row,) = document["verify"]
+        assert (row["found"], row["stranded"], row["action"]) == (False, True, "reported")
+        assert SECRET_ID not in out + err
+        code, out, err = cli("background", "verify", "--reopen")
+        assert code == 31 and "documents at a version no migration upgrades" in out and SECRET_ID not in out + err
+        assert db["_mongoshift_background"].find_one({"_id": NAME})["status"] == "completed"  # a pass would not help: not reopened
+        db.people.delete_one({"_id": SECRET_ID})
+    assert cli("background", "verify")[0] == 0

@@ -413,7 +413,7 @@ def test_background_status_shows_each_watcher_with_its_counters_never_its_positi
         if isinstance(shown, dict):
             (row,) = shown["watchers"]
             assert (row["collection"], row["state"], row["has_position"]) == ("people", "streaming", True)
-            assert row["counters"] == {"events": 7, "upgraded": 5, "skipped": 2, "failed": 0, "restarts": 0, "reopened": 0}
+            assert row["counters"] == {"events": 7, "upgraded": 5, "skipped": 2, "stranded": 0, "failed": 0, "restarts": 0, "reopened": 0}
         else:
             assert "people\tstreaming\th1:42" in shown
 
@@ -507,3 +507,88 @@ async def test_on_a_sharded_collection_the_watcher_refuses_a_transform_that_move
         await watcher.stop()
     moving = await db.people.find_one({"_id": "moving"})
     assert moving["n"] == 99 and moving["__v"] == 1  # left as it was, for the reopened pass to record
+
+
+async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_refresh(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.errors import ConfigInvalidError
+
+    s = await completed(fast_project, db)
+
+    async def standalone(collection: Any, **options: Any) -> Any:
+        raise OperationFailure("The $changeStream stage is only supported on replica sets", code=40573)
+
+    # A refresh an hour away: the refusal must not wait for it (the bound below is a bound, not a measure).
+    watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100), watch=standalone)
+    try:
+        await until("the watcher ending", lambda: _done(watcher.task), timeout=120)
+    finally:
+        watcher.cancel.set("test over")
+    with pytest.raises(ConfigInvalidError, match="needs change streams"):
+        watcher.task.result()
+    assert (await db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
+
+
+async def _done(task: asyncio.Task[Any]) -> bool:
+    return task.done()
+
+
+async def test_a_document_no_migration_can_upgrade_is_reported_as_stranded_not_skipped(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    s = await completed(fast_project, db)
+    watcher = Running(s)
+    try:
+        await watcher.reached("streaming")
+        await db.people.insert_many([{"_id": SECRET_ID, "first": "x", "__v": 0}, {"_id": "unversioned", "first": "y"}, old_doc("old")])
+        await until("the upgrade", lambda: upgraded(db, "old"))
+        record = await until("the stranded counted", lambda: _saved_with(db, stranded=2, upgraded=1))
+    finally:
+        await watcher.stop()
+    assert record["counters"].get("skipped", 0) == 0
+    reported = [e for e in watcher.events if e.kind == "drift" and e.data.get("stranded")]
+    assert [(e.migration, e.data["action"], e.data["source"]) for e in reported] in (
+        [(NAME, "reported", "stream")] * 1, [(NAME, "reported", "stream")] * 2,  # one group of events, or two
+    )
+    assert sum(e.data["documents"] for e in reported) == 2 and SECRET_ID not in repr(watcher.events)
+    assert await db.people.count_documents({"_id": {"$in": [SECRET_ID, "unversioned"]}, "full_name": {"$exists": True}}) == 0
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "completed"  # a reopen would not help
+
+
+async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_runs_and_stops_on_sigterm(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+    """``main(["background", "watch"])`` from async code: it was "asyncio.run() cannot be called from a running event loop"."""
+    import threading
+
+    from pymongo import MongoClient
+
+    from mongoshift.cli.main import main
+
+    await completed(fast_project, db)
+    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(fast_project.root)
+    finished, stopped = threading.Event(), threading.Event()
+
+    def stop_once_leading() -> None:
+        """From another thread (this test's loop is blocked by the command): SIGTERM once it leads, never before."""
+        with MongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS) as sync:
+            deadline = time.monotonic() + 120  # a bound, not a measure
+            while not finished.is_set() and time.monotonic() < deadline:
+                record = sync[fast_project.db]["_mongoshift_background_watch"].find_one({"_id": "people"}) or {}
+                if record.get("state") == "streaming" and (record.get("leader") or {}).get("pid") == os.getpid():
+                    stopped.set()
+                    os.kill(os.getpid(), signal.SIGTERM)  # the command's handler, set for the time it runs
+                    return
+                finished.wait(0.1)
+
+    handler = signal.getsignal(signal.SIGTERM)
+    stopper = threading.Thread(target=stop_once_leading)
+    stopper.start()
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main(["background", "watch", "--collections", "people", "--save-interval", "0.2", "--json"])
+    finally:
+        finished.set()
+        stopper.join()
+    out = capsys.readouterr().out
+    assert stopped.is_set() and ended.value.code in (0, None), out
+    (record,) = json.loads(out)["watch"]
+    assert (record["collection"], record["state"]) == ("people", "stopped")
+    assert signal.getsignal(signal.SIGTERM) == handler  # the caller's handler is back

@@ -297,3 +297,15 @@ def test_old_shapes_written_after_completion_warn_without_their_id(project, sync
     document = json.loads(out)
     assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.drift", NAME)}
     assert "secret-id-late" not in out
+
+
+def test_documents_no_migration_can_upgrade_warn_as_stranded_without_their_id(project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    seed(sync_client, project)
+    project.add(NAME, WORKS)
+    assert run(project, monkeypatch, capsys, "up")[0] == 0
+    assert run(project, monkeypatch, capsys, "background", "run", NAME)[0] == 0
+    sync_client[project.db].people.insert_one({"_id": "secret-id-zero", "first": "F", "__v": 0})  # below every migration
+    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    document = json.loads(out)
+    assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.stranded", NAME)}
+    assert "background.stranded" in document["checks"] and "secret-id-zero" not in out

@@ -56,6 +56,8 @@ class AdoptionReport:
     kept: list[str] = field(default_factory=list)
     #: Source names a ``--map`` file left out on purpose.
     left_out: list[str] = field(default_factory=list)
+    #: Source records that name no file (no name field, or not a string): left out, none can be matched.
+    unnamed: int = 0
     source: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -68,6 +70,7 @@ class AdoptionReport:
             "adopted": [row.to_json() for row in self.adopted],
             "kept": self.kept,
             "left_out": self.left_out,
+            "unnamed": self.unnamed,
         }
 
 
@@ -95,7 +98,8 @@ async def import_history(
         if not dry_run:
             warn_unlocked(no_lock)
         cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])
-        entries = source_tool.applied([doc async for doc in cursor])
+        documents = [doc async for doc in cursor]
+        entries = source_tool.applied(documents)
         matched, left_out = match(source_tool, entries, session.files, mapping)
         source = {"tool": source_tool.name, "collection": source_collection}
         records = await session.changelog.records()
@@ -110,6 +114,7 @@ async def import_history(
         report = await _adopt(session, records, rows, origin=source_tool.name, source=source, dry_run=dry_run)
         report.command = "import"
         report.left_out = left_out
+        report.unnamed = source_tool.unnamed(documents)
         report.source = source
         return report
 

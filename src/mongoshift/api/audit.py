@@ -91,6 +91,8 @@ class BackgroundFacts:
     drift: bool = False
     #: Completed, but drift cannot be probed: the collection has no version index (its key).
     unprobed_index: str | None = None
+    #: The newest completed migration of its collection, with documents below its version that no migration upgrades.
+    stranded: bool = False
 
 
 @dataclass
@@ -164,6 +166,7 @@ async def _background(session: Session, store: BackgroundStore) -> tuple[list[Ba
     for b in found:
         seen = looked.get(b.state.name)
         b.drift = seen is not None and seen.found
+        b.stranded = seen is not None and seen.stranded
         b.unprobed_index = seen.detail if seen is not None and seen.reason == "no_index" else None
     return found, unreadable
 
@@ -313,6 +316,16 @@ def _drift(facts: Facts) -> Iterable[tuple[str, str]]:
             )
 
 
+def _stranded(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in facts.background:
+        if b.stranded:
+            yield b.state.name, (
+                f"documents of {b.state.collection} are below version {b.state.spec.get('to_version')} at a version no "
+                "migration upgrades (written by an older application, or never versioned): no pass can rewrite them; "
+                "a migration from their version can"
+            )
+
+
 def _unprobed(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in facts.background:
         if b.unprobed_index is not None:
@@ -366,6 +379,7 @@ CHECKS: tuple[Check, ...] = (
     Check("background.old_plan", "warn", _old_plans),
     Check("background.document_errors", "warn", _document_errors),
     Check("background.drift", "warn", _drift),
+    Check("background.stranded", "warn", _stranded),
     Check("background.no_version_index", "warn", _unprobed),
     Check(
         "background.file_changed", "warn",

@@ -22,6 +22,8 @@ def align(spec: Background, versioning: Versioning | None, *, file: str, collect
     if versioning is None:
         return spec
     declared = {"version_field": versioning.field, "revision_field": versioning.revision_field}
+    if spec.occ == "version-only":  # its guard has no revision: the spec refuses a revision field
+        del declared["revision_field"]
     current = versioning.current
     for key, value in declared.items():
         if key in spec.model_fields_set and getattr(spec, key) != value:

@@ -6,6 +6,12 @@ migration finds out: bounded (one ``_id``, ``maxTimeMS``), hinted on the version
 and over the engine's own definition of the old shape (:func:`.job.stored_old_shape`),
 so it finds exactly what another pass would rewrite. The answer is a yes or no, never an
 id. ``requires`` asks the same probe before it lets a contract step run.
+
+A document below the newest completed version whose version is no migration's
+``from_version`` (say ``__v: 0`` or none, after ``1 -> 2``) is *stranded*: no pass can
+upgrade it, so a reopen would not help. The newest completed migration of the collection
+probes for it the same bounded way (:func:`stranded_match`), and verify, audit and the live
+watcher report it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ class Verified:
     reason: str | None = None
     #: The reason in words (``busy``: which migration).
     detail: str | None = None
+    #: Documents below this migration's ``to_version`` (the newest completed one of its collection)
+    #: at a version no migration upgrades: no pass can rewrite them, a person must look.
+    stranded: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,9 +79,35 @@ async def old_shape_left(db: AsyncDatabase[dict[str, Any]], state: State, *, uni
 
     ``unindexed="skip"`` answers None when the version index is missing; ``"scan"`` probes
     without the hint then. A probe past :data:`PROBE_MS` raises (``max_time_expired``)."""
+    return await _probe(db, state, stored_old_shape(state), unindexed=unindexed)
+
+
+def stranded_match(state: State, states: Sequence[State]) -> dict[str, Any] | None:
+    """The documents no migration can upgrade, when ``state`` is the newest completed forward
+    document migration of its collection (None otherwise): below its ``to_version`` (or without
+    a version), at a version that is no registered migration's ``from_version``."""
+    if not _forward_documents(state) or state.status != "completed":
+        return None
+    field, collection = state.spec["version_field"], state.collection
+    same = [s for s in states if s.collection == collection and s.mode != "step" and s.spec.get("version_field") == field]
+    newest = max((s for s in same if _forward_documents(s) and s.status == "completed"), key=lambda s: (int(s.spec["to_version"]), s.name))
+    if newest.name != state.name:
+        return None
+    sources = sorted({int(s.spec["from_version"]) for s in same})
+    below: list[dict[str, Any]] = [{field: {"$lt": int(state.spec["to_version"]), "$nin": sources}}]
+    if 0 not in sources:  # a missing or null version counts as 0
+        below.append({field: None})
+    return {"$or": below}
+
+
+def _forward_documents(state: State) -> bool:
+    return state.direction == "forward" and state.mode != "step"
+
+
+async def _probe(db: AsyncDatabase[dict[str, Any]], state: State, match: dict[str, Any], *, unindexed: Literal["scan", "skip"]) -> bool | None:
+    """One bounded look for a document of ``match``, hinted on ``state``'s version index (see :func:`old_shape_left`)."""
     spec = state.spec
     collection = db[spec["collection"]]
-    match = stored_old_shape(state)
     try:
         found = await collection.find_one(match, {"_id": 1}, hint=[(spec["version_field"], 1), ("_id", 1)], max_time_ms=PROBE_MS)
     except OperationFailure as exc:
@@ -128,7 +163,7 @@ async def verify(
     wanted = states if names is None else [s for s in states if s.name in names]
     results = [await _verify_one(db, store, state, states, declarations, reopen_found=reopen_found, by=by) for state in wanted]
     for r in results:
-        events.emit("drift", r.migration, collection=r.collection, found=r.found, action=r.action, reason=r.reason)
+        events.emit("drift", r.migration, collection=r.collection, found=r.found, action=r.action, reason=r.reason, stranded=r.stranded)
     return results
 
 
@@ -152,6 +187,8 @@ async def _verify_one(
         return Verified(state.name, state.collection, False, "skipped", *skip)
     try:
         found = await old_shape_left(db, state, unindexed="skip")
+        match = stranded_match(state, states)
+        stranded = bool(match is not None and found is not None and await _probe(db, state, match, unindexed="skip"))
     except OperationFailure as exc:
         if not max_time_expired(exc):
             raise
@@ -160,7 +197,7 @@ async def _verify_one(
         index = f"{{{state.spec['version_field']}: 1, _id: 1}}"
         return Verified(state.name, state.collection, False, "skipped", "no_index", index)
     if not found:
-        return Verified(state.name, state.collection, False, "clean")
+        return Verified(state.name, state.collection, False, "reported" if stranded else "clean", stranded=stranded)
     if reopen_found and store is not None and await reopen(store, state.name, by=by, reason="verify found old shapes after completion"):
-        return Verified(state.name, state.collection, True, "reopened")
-    return Verified(state.name, state.collection, True, "reported")
+        return Verified(state.name, state.collection, True, "reopened", stranded=stranded)
+    return Verified(state.name, state.collection, True, "reported", stranded=stranded)

@@ -3,8 +3,8 @@
 Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
 ``batch``, ``lease_lost``, ``reclaimed`` (expired leases of stopped lanes freed),
 ``throttle``, ``control``, ``completed``, ``failed``, ``drift``
-(``background verify``: found, and what was done; the live watcher: ``upgraded`` or ``failed``,
-``source="stream"``), ``watch`` (a live watcher's new state; its ``migration`` is the collection)
+(``background verify``: found, stranded, and what was done; the live watcher: ``upgraded``,
+``failed`` or ``reported`` (``stranded``), ``source="stream"``), ``watch`` (a live watcher's new state; its ``migration`` is the collection)
 and ``log`` (a transform's ``ctx.log`` line).
 Events carry counts and names, never a document or an ``_id``. A lane emits at most one
 ``throttle`` every 10 s, counting the changes folded into it (:class:`.throttle.ThrottleReport`).
@@ -54,7 +54,7 @@ class Events(LineEvents):
         kind, data = event.kind, event.data
         if kind == "log":  # ctx.log in a transform wrote its own line on the migration's logger
             return
-        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and data.get("found") and data.get("action") != "upgraded")
+        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and (data.get("found") or data.get("stranded")) and data.get("action") != "upgraded")
         if kind in _shown.get():
             level = logging.DEBUG
         elif kind in ("failed", "lease_lost") or noisy:

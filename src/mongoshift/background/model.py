@@ -281,7 +281,7 @@ class LaneSigns:
 
 
 #: The per-collection counters of a live watcher (``background status``); see :mod:`.watcher`.
-WATCH_COUNTERS = ("events", "upgraded", "skipped", "failed", "restarts", "reopened")
+WATCH_COUNTERS = ("events", "upgraded", "skipped", "stranded", "failed", "restarts", "reopened")
 
 
 @dataclass(frozen=True)

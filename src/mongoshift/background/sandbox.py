@@ -5,9 +5,14 @@ only what is listed here goes through (CRUD, ``find`` and ``aggregate`` on the o
 collections of the migration's own database, always inside the sandbox's one transaction,
 whatever ``session=`` the caller passed); anything else (DDL, commands, another database, a
 session of its own, ``$out``/``$merge``, mongoshift's own or a ``system.*`` collection, a read
-or write concern or read preference of its own, an attribute not listed) raises
-:class:`~mongoshift.errors.SandboxRefusedError` *and* is recorded, so a transform that catches
-the exception is reported all the same (exit 34).
+or write concern or read preference of its own, ``bypass_document_validation``, an attribute
+not listed) raises :class:`~mongoshift.errors.SandboxRefusedError` *and* is recorded, so a
+transform that catches the exception is reported all the same (exit 34). So is an operation
+the server itself refuses inside a transaction (code 263).
+
+The server aborts the transaction on an operation's error: the record keeps the first such
+error and whose code caused it (:attr:`SandboxRecord.failure`), so the validation reports it
+as that document's (or that step's) failure, even when the code caught it.
 
 This is a guard rail against mistakes, not a security boundary: the transform is ordinary
 Python in this process and can reach the driver by other means. The record keeps operation
@@ -22,8 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bson import encode
+from pymongo.errors import PyMongoError
 
 from ..errors import SandboxRefusedError
+from ..project.redaction import describe_write_error
+from ..project.server_errors import NOT_IN_TRANSACTION, error_code, transient_transaction_error
 
 #: Collection methods the sandbox lets through: reads (whose result is a document, a count or a cursor) and writes.
 READS = frozenset({"find_one", "count_documents", "distinct"})
@@ -53,6 +61,8 @@ WRITING_STAGES = frozenset({"$out", "$merge"})
 LOOKUP_STAGES = {"$lookup": "from", "$unionWith": "coll", "$graphLookup": "from"}
 #: Keyword arguments that would change where or how an operation reads or writes.
 OVERRIDES = frozenset({"read_preference", "read_concern", "write_concern", "codec_options"})
+#: A keyword argument that would skip the validator the validation is for (and that a transaction refuses).
+BYPASS = "bypass_document_validation"
 #: Cursor methods a sandboxed cursor keeps (paging, reading, closing).
 CURSOR_METHODS = frozenset({"to_list", "next", "try_next", "close", "sort", "limit", "skip", "batch_size", "hint", "alive"})
 
@@ -82,11 +92,22 @@ class SandboxRecord:
     images: list[tuple[bytes | None, dict[str, Any]]] | None = None
     #: The document whose transform is running (see :func:`for_each_document`); None outside a per-document call.
     owner: bytes | None = None
+    #: The first operation the server failed since the attempt began (it aborted the transaction): its
+    #: owner and what failed, in words without a value. Transient errors are not kept: the attempt is retried.
+    failure: tuple[bytes | None, str] | None = None
 
     def refuse(self, operation: str, target: str, reason: str) -> SandboxRefusedError:
         refusal = Refusal(operation, target, reason)
         self.refusals.append(refusal)
         return SandboxRefusedError(f"the validation sandbox refused {operation} on {target}: {reason}", operation=operation, target=target)
+
+    def failed(self, operation: str, collection: str, exc: PyMongoError) -> None:
+        """The server failed an operation of the sandboxed code: a refusal inside a transaction is
+        recorded as one, and the first failure is kept (the server aborted the transaction on it)."""
+        if error_code(exc) == NOT_IN_TRANSACTION:
+            self.refuse(operation, collection, f"the server refuses it inside a transaction ({NOT_IN_TRANSACTION})")
+        if self.failure is None and not transient_transaction_error(exc):
+            self.failure = (self.owner, f"{operation} on {collection} failed: {server_failure(exc)}")
 
     def did(self, operation: str, collection: str) -> None:
         self.operations.setdefault(self.owner, Counter())[(operation, collection)] += 1
@@ -102,6 +123,7 @@ class SandboxRecord:
         self.operations.clear()
         self.effects.clear()
         self.cursors.clear()
+        self.failure = None
         if self.images is not None:
             self.images.clear()
 
@@ -118,6 +140,19 @@ class SandboxRecord:
 
     def open_cursors(self) -> int:
         return sum(cursor.open for cursor in self.cursors)
+
+
+def server_failure(exc: PyMongoError) -> str:
+    """A server error by its code (a write error's index, for a duplicate key), never the message: it may quote a value."""
+    details = getattr(exc, "details", None)
+    details = details if isinstance(details, Mapping) else {}
+    errors = details.get("writeErrors")
+    if isinstance(errors, list) and errors and isinstance(errors[0], Mapping):
+        return describe_write_error(errors[0])
+    code = error_code(exc)
+    if code is None:
+        return type(exc).__name__
+    return describe_write_error({**details, "code": code}).replace("write error", "server error")
 
 
 def document_key(id_: Any) -> bytes:
@@ -272,6 +307,8 @@ class SandboxCollection(_Proxy):
         if given is not None and given is not self._db._session and given is not self._db._session._real:
             raise self._record.refuse(operation, self.name, "a session other than ctx.session")
         _no_overrides(self._record, operation, self.name, {k: v for k, v in kwargs.items() if k in OVERRIDES})
+        if kwargs.get(BYPASS):
+            raise self._record.refuse(operation, self.name, f"{BYPASS} would skip the validator being checked (and a transaction refuses it)")
         kwargs["session"] = self._db._session._real
 
     def _operation(self, operation: str) -> Any:
@@ -280,7 +317,11 @@ class SandboxCollection(_Proxy):
             self._record.did(operation, self.name)
             imaged = self._record.images is not None and operation in IMAGED
             before = await self._touched(operation, args, kwargs) if imaged else []
-            result = await getattr(self._real, operation)(*args, **kwargs)
+            try:
+                result = await getattr(self._real, operation)(*args, **kwargs)
+            except PyMongoError as exc:
+                self._record.failed(operation, self.name, exc)
+                raise
             if operation in WRITES:
                 self._record.affected(self.name, _write_counts(result))
             if imaged:
@@ -325,19 +366,27 @@ class SandboxCollection(_Proxy):
         self._session("aggregate", kwargs)
         _check_pipeline(self._record, self.name, pipeline)
         self._record.did("aggregate", self.name)
-        cursor = SandboxCursor(await self._real.aggregate(pipeline, *args, **kwargs), self._record, self.name)
+        try:
+            real = await self._real.aggregate(pipeline, *args, **kwargs)
+        except PyMongoError as exc:
+            self._record.failed("aggregate", self.name, exc)
+            raise
+        cursor = SandboxCursor(real, self._record, self.name)
         self._record.cursors.append(cursor)
         return cursor
 
 
 def _check_pipeline(record: SandboxRecord, collection: str, pipeline: Any) -> None:
-    """``$out``/``$merge`` are refused; a ``$lookup``/``$unionWith``/``$graphLookup`` must name an allowed collection."""
+    """``$out``/``$merge`` are refused at any depth (``$facet`` too); a ``$lookup``/``$unionWith``/``$graphLookup`` must name an allowed collection."""
     for stage in pipeline if isinstance(pipeline, list) else []:
         if not isinstance(stage, Mapping):
             continue
         for op, body in stage.items():
             if op in WRITING_STAGES:
                 raise record.refuse(f"aggregate {op}", collection, "a stage that writes")
+            if op == "$facet" and isinstance(body, Mapping):
+                for inner in body.values():
+                    _check_pipeline(record, collection, inner)
             if op in LOOKUP_STAGES:
                 other = body if isinstance(body, str) else body.get(LOOKUP_STAGES[op]) if isinstance(body, Mapping) else None
                 if isinstance(other, Mapping):  # {db, coll}: another database

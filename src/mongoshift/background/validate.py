@@ -9,10 +9,14 @@ A write the server refuses aborts the transaction (mongod does, and so does the 
 server), so the refused document's reason is kept, and the transaction starts again without
 writing it: each attempt is one aborted transaction, and the last one validates all the
 others. The transform runs in each attempt with ``ctx.db``/``ctx.client``/``ctx.session`` as
-the sandbox's proxies (:mod:`.sandbox`); what it did is taken from the last attempt.
+the sandbox's proxies (:mod:`.sandbox`); what it did is taken from the last attempt. A
+transform whose own operation the server fails (a side write's duplicate key, caught or not)
+has aborted the transaction too: its document is refused with that reason the same way, and is
+shown as it was in the attempt that refused it (its transform does not run again).
 
 A step migration is validated as ``steps`` calls of ``step(ctx)`` in one aborted transaction,
-each getting the checkpoint the previous one returned.
+each getting the checkpoint the previous one returned. A step whose operation the server fails
+ends the validation there, with that failure as the step's error: the transaction is gone.
 """
 
 from __future__ import annotations
@@ -31,13 +35,13 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 
-from ..errors import ConfigInvalidError, TransactionsUnsupportedError
+from ..errors import ConfigInvalidError, ExecutionFailedError, TransactionsUnsupportedError
 from ..project.redaction import describe_error, describe_write_error
 from ..project.run import CancelSignal
 from ..project.server_errors import transactions_unsupported, transient_transaction_error
 from ..project.user_code import call, is_async
 from ..schema.index_specs import as_json
-from .batch import PlannedUpdates, id_key, planned_updates, write_pipeline, write_planned
+from .batch import DocumentError, PlannedUpdates, id_key, planned_updates, write_pipeline, write_planned
 from .job import Job
 from .sandbox import SandboxRecord, sandbox
 
@@ -165,6 +169,13 @@ async def validate_transform(
     raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
     owned = dataclasses.replace(job, one=_owned(job.one, record)) if job.one is not None else job
     order = {id_key(id_): i for i, id_ in enumerate(ids)}
+    #: Each refused document as transformed in the attempt that refused it: its planned part, operations, effects.
+    refused_as: dict[bytes, tuple[PlannedUpdates, list[dict[str, Any]], dict[str, int]]] = {}
+
+    def keep_refused(key: bytes, planned: PlannedUpdates) -> None:
+        owners = [i for i, owner in enumerate(planned.owners) if id_key(owner["_id"]) == key]
+        part = PlannedUpdates([planned.owners[i] for i in owners], [planned.updates[i] for i in owners], [e for e in planned.errors if id_key(e.id) == key])
+        refused_as[key] = (part, record.operations_of(key), record.effects_of(key))
 
     async def attempt(session: Any, excluded: dict[bytes, str]) -> _Attempt:
         record.reset()
@@ -172,21 +183,41 @@ async def validate_transform(
         found.sort(key=lambda doc: order.get(id_key(doc["_id"]), 0))
         sdb, sclient, ssession = sandbox(db, session, record)
         ctx = job.context("preview", cancel, db=sdb, client=sclient, session=ssession, extra={"preview": True, "validate": True})
-        planned = await planned_updates(owned, found, ctx, codec)
-        keep = [i for i, owner in enumerate(planned.owners) if id_key(owner["_id"]) not in excluded]
-        writing = PlannedUpdates([planned.owners[i] for i in keep], [planned.updates[i] for i in keep], [])
-        _, failed = await write_planned(job, writing, collection, session=session)
-        refused = _first_failure([id_key(owner["_id"]) for owner in writing.owners], failed)
+        # A refused document's transform does not run again: its own failing write would abort this attempt too.
+        todo = [doc for doc in found if id_key(doc["_id"]) not in excluded]
+        try:
+            planned = await planned_updates(owned, todo, ctx, codec)
+        except PyMongoError:  # a later transform's operation in the aborted transaction (NoSuchTransaction)
+            if record.failure is None:
+                raise
+            planned = PlannedUpdates([], [], [])
+        if record.failure is not None:  # the server failed the transform's own operation: the transaction is gone
+            owner, what = record.failure
+            reason = f"the transform's {what}"
+            if owner is None:
+                raise ExecutionFailedError(f"{job.name}: {reason} (the server aborted the transaction)", file=job.name)
+            if not any(id_key(o["_id"]) == owner for o in planned.owners) and not any(id_key(e.id) == owner for e in planned.errors):
+                planned.errors.extend(DocumentError(doc["_id"], "transform", reason) for doc in todo if id_key(doc["_id"]) == owner)
+            keep_refused(owner, planned)
+            return _Attempt(refused=owner, reason=reason)
+        _, failed = await write_planned(job, PlannedUpdates(planned.owners, planned.updates, []), collection, session=session)
+        refused = _first_failure([id_key(owner["_id"]) for owner in planned.owners], failed)
+        if refused is not None and refused.refused is not None:
+            keep_refused(refused.refused, planned)
         return refused or _Attempt(value=(found, planned))
 
     (found, planned), excluded = await _excluding(db.client, attempt, len(ids))
+    for part, _, _ in refused_as.values():
+        planned = PlannedUpdates(planned.owners + part.owners, planned.updates + part.updates, planned.errors + part.errors)
     validations: dict[bytes, Validation] = {}
     for doc in found:
         key = id_key(doc["_id"])
-        ops, effects = record.operations_of(key), record.effects_of(key)
+        _, ops, effects = refused_as.get(key, (None, record.operations_of(key), record.effects_of(key)))
         validations[key] = Validation("failed", excluded[key], ops, effects) if key in excluded else Validation("ok", None, ops, effects)
     for error in planned.errors:
         key = id_key(error.id)
+        if key in excluded:  # the transform failed on its own write: the server's reason says more
+            continue
         validations[key] = Validation("skipped", f"the {error.reason} failed: nothing to write", record.operations_of(key), record.effects_of(key))
     return ValidatedTransform([decode(doc.raw, codec) for doc in found], planned, validations, record)
 
@@ -262,13 +293,16 @@ async def validate_steps(db: AsyncDatabase[Any], job: Job, count: int, *, protec
             try:
                 out = await call(job.step, ctx)
             except PyMongoError:
-                raise
+                if record.failure is None:  # not the sandboxed code's operation (or transient: the attempt is retried)
+                    raise
             except Exception as exc:
                 row.error = describe_error(exc)
             finally:
                 row.operations, row.side_effects = record.operations_of(record.owner), record.effects_of(record.owner)
                 row.images = record.images_of(record.owner)
                 row.open_cursors = record.open_cursors() - open_before
+            if record.failure is not None:  # caught or not, the server aborted the transaction: no step can follow
+                row.error = f"the step's {record.failure[1]} (the server aborted the transaction)"
             if row.error is None and not (isinstance(out, dict) and isinstance(out.get("done"), bool)):
                 row.error = "step() must return a dict with 'done' (a bool) and 'checkpoint'"
             if row.error is not None:

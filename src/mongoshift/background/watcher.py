@@ -8,7 +8,8 @@ inserts, replaces and updates whose document (``fullDocument: updateLookup``, so
 ``to_version``, or none; it reads only ``documentKey`` from each event. Each group of
 events is upgraded through :func:`.batch.apply_batch`, the engine's one write path (in a
 transaction when the migration is), guard by guard, so a document takes every completed
-step of a chain. Nothing is done twice: a document that moved on no longer matches.
+step of a chain. Nothing is done twice: a document that moved on no longer matches. A
+document no guard takes whose version no migration upgrades (``stranded``) is reported.
 
 The resume token is saved, fenced by the leader's lock nonce, every ``save_seconds``
 (also while idle) and only after the events before it were upgraded, so a leader killed
@@ -39,7 +40,7 @@ from ..project.server_errors import error_code
 from ..schema.background import Background
 from .batch import BatchFailed, BatchResult, DocumentError, apply_batch, id_key
 from .connected import Engine
-from .drift import reopen, verify
+from .drift import reopen, stranded_match, verify
 from .job import Job
 from .model import TERMINAL, WATCH_COUNTERS, State, WatchRecord
 from .throttle import sleep
@@ -197,7 +198,7 @@ class Watcher:
                     failure = task.exception() if task.done() else None
                     if failure is not None:
                         raise failure
-                await sleep(self.options.refresh_seconds * 1000, self.cancel)
+                await self._pause(list(tasks.values()))
         except BaseException:
             for task in tasks.values():
                 task.cancel()
@@ -206,6 +207,15 @@ class Watcher:
             await asyncio.gather(*tasks.values(), return_exceptions=True)
         records = await self.engine.store.watch_records()
         return [r for r in records if r.collection in tasks]
+
+    async def _pause(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Until the next refresh, a stop, or a collection's task ending: a refusal (a server without
+        change streams) is raised at once, not a refresh later."""
+        timer = asyncio.create_task(sleep(self.options.refresh_seconds * 1000, self.cancel))
+        try:
+            await asyncio.wait([timer, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
 
     async def _collections(self) -> list[str]:
         if self.options.collections is not None:
@@ -448,7 +458,30 @@ class CollectionWatcher:
                     result = BatchResult(errors=[DocumentError(d["_id"], "transform", str(exc)) for d in docs])
             touched.update(id_key(i) for i in seen)
             await self._count(guard, result)
-        self.tally.add("skipped", len(unique) - len(touched))
+        untouched = [i for i in unique if id_key(i) not in touched]
+        stranded = await self._stranded(untouched) if untouched else 0
+        self.tally.add("skipped", len(untouched) - stranded)
+
+    async def _stranded(self, ids: list[Any]) -> int:
+        """Of the documents no guard took, those at a version no migration upgrades (below the newest, at no
+        ``from_version``): reported, as no pass can rewrite them and a reopen would not help."""
+        states = await self.engine.store.states_all()
+        found = [(g, m) for g in self.guards if (m := stranded_match(g.state, states)) is not None]
+        if not found:
+            return 0
+        query = {"$and": [{"$or": [m for _, m in found]}, {"_id": {"$in": ids}}]}
+        n = await self.engine.context.db[self.collection].count_documents(query)
+        if n:
+            self.tally.add("stranded", n)
+            newest = found[0][0].state
+            log.warning(
+                "watcher of %s: %d document(s) below version %s at a version no migration upgrades: a migration from their version can",
+                self.collection, n, newest.spec["to_version"],
+            )
+            self.engine.context.events.emit(
+                "drift", newest.name, collection=self.collection, found=False, stranded=True, action="reported", source="stream", documents=n
+            )
+        return n
 
     async def _count(self, guard: Guard, result: BatchResult) -> None:
         events = self.engine.context.events

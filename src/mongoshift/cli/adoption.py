@@ -71,4 +71,8 @@ def _render(report: AdoptionReport) -> None:
         summary += f", {len(report.kept)} already applied"
     if report.left_out:
         summary += f", {len(report.left_out)} left out by --map"
+    if report.unnamed:
+        summary += f", {report.unnamed} left out for naming no file"
     out.say(summary)
+    if report.unnamed:
+        out.warn(f"{report.unnamed} {report.origin} record(s) name no file (no file name field): left out, as no file can match them")

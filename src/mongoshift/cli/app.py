@@ -10,7 +10,9 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -137,32 +139,57 @@ STOPPING = "stopping after the current migration (press Ctrl-C again to stop now
 
 def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary (``stopping`` says
-    which), the second ends it now."""
+    which), the second ends it now.
+
+    Called from a running event loop (the CLI hosted in-process by an async application or test),
+    the command runs on a loop of its own in a worker thread, blocking the caller meanwhile, and
+    Ctrl-C / SIGTERM reach it through handlers set in the calling thread for that time."""
     cancel = CancelSignal()
     context = click.get_current_context(silent=True)
     json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
 
+    def on_signal(signum: int) -> None:
+        if cancel.is_set():
+            sys.stderr.write("\nmongoshift: second signal, stopping now\n")
+            if json_mode:  # even now, one JSON document
+                stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
+                Output.emit_json({"error": stopped})
+            os._exit(128 + signum)
+        cancel.set(f"interrupted by {signal.Signals(signum).name}")
+        sys.stderr.write(f"\nmongoshift: {stopping}\n")
+
     async def main() -> T:
         loop = asyncio.get_running_loop()
-
-        def on_signal(signum: int) -> None:
-            if cancel.is_set():
-                sys.stderr.write("\nmongoshift: second signal, stopping now\n")
-                if json_mode:  # even now, one JSON document
-                    stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
-                    Output.emit_json({"error": stopped})
-                os._exit(128 + signum)
-            cancel.set(f"interrupted by {signal.Signals(signum).name}")
-            sys.stderr.write(f"\nmongoshift: {stopping}\n")
-
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(signum, on_signal, signum)
-            except (NotImplementedError, RuntimeError):
+            except (NotImplementedError, RuntimeError):  # not the main thread (see below), or Windows
                 pass
         return await make(cancel)
 
-    return asyncio.run(main())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    return _beside_running_loop(main, on_signal)
+
+
+def _beside_running_loop(main: Callable[[], Awaitable[T]], on_signal: Callable[[int], None]) -> T:
+    """``asyncio.run(main())`` in a worker thread: ``asyncio.run`` refuses a thread whose loop runs."""
+
+    async def run() -> T:
+        return await main()
+
+    saved: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set signal handlers
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, lambda received, _frame: on_signal(received))
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongoshift-cli") as pool:
+            return pool.submit(asyncio.run, run()).result()
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
 
 
 def can_ask() -> bool:

@@ -285,13 +285,13 @@ def _render_watchers(watchers: list[WatchRecord]) -> None:
             w.state,
             f"{(w.leader or {}).get('host', '-')}:{(w.leader or {}).get('pid', '-')}",
             ", ".join(w.guards) or "-",
-            *(w.counters[k] for k in ("events", "upgraded", "skipped", "failed", "restarts", "reopened")),
+            *(w.counters[k] for k in ("events", "upgraded", "skipped", "stranded", "failed", "restarts", "reopened")),
             w.updated_at.isoformat(timespec="seconds") if w.updated_at else "-",
         )
         for w in watchers
     ]
     output().table(
-        ["collection", "state", "leader", "guards", "events", "upgraded", "skipped", "failed", "restarts", "reopened", "saved"],
+        ["collection", "state", "leader", "guards", "events", "upgraded", "skipped", "stranded", "failed", "restarts", "reopened", "saved"],
         rows,
         title="live watchers",
     )
@@ -480,8 +480,9 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
         results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
     out = output()
     drifted = [r.migration for r in results if r.found]
+    stranded = [r.migration for r in results if r.stranded]
     if out.json_mode:
-        out.json({"verify": [r.to_json() for r in results], "drift": drifted})
+        out.json({"verify": [r.to_json() for r in results], "drift": drifted, "stranded": stranded})
     elif not results:
         out.say("no background migrations registered")
     else:
@@ -489,6 +490,9 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     if drifted:
         action = "reopened for another pass ('mongoshift background run' does it)" if reopen else "reported (--reopen gives it another pass)"
         out.warn(f"old-shape documents written after completion: {', '.join(drifted)}; {action}")
+    if stranded:
+        out.warn(f"documents below the version of {', '.join(stranded)} at a version no migration upgrades: no pass can rewrite them (a migration from their version can)")
+    if drifted or stranded:
         return int(ExitCode.BACKGROUND_PENDING)
     return 0
 
@@ -502,4 +506,6 @@ def _verdict(r: Verified) -> tuple[str, str]:
         return f"skipped ({r.reason})", f"{why} ({r.detail})" if r.detail else why
     if r.action == "clean":
         return "clean", ""
-    return f"drift: {r.action}", "old-shape documents found"
+    found = ["old-shape documents found"] if r.found else []
+    found += ["documents at a version no migration upgrades"] if r.stranded else []
+    return f"drift: {r.action}", "; ".join(found)

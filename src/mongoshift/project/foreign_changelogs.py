@@ -71,6 +71,11 @@ class ForeignTool:
                 latest[entry.source_name] = entry
         return sorted(latest.values(), key=lambda e: e.source_name)
 
+    def unnamed(self, documents: Iterable[dict[str, Any]]) -> int:
+        """How many records name no file: no rule can match them, so ``import`` leaves them out and says so."""
+        key, kinds = ("name", (str,)) if self.name == "beanie" else (_KEYS[self.name][0], (str, int))
+        return sum(1 for doc in documents if not isinstance(doc.get(key), kinds))
+
 
 _KEYS = {
     "migrate-mongo": ("fileName", "appliedAt"),

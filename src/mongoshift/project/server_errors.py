@@ -47,6 +47,8 @@ IMMUTABLE_FIELD = 66
 MAX_TIME_MS_EXPIRED = 50
 #: WriteConcernFailed: the write happened but the secondaries did not confirm it in time.
 WRITE_CONCERN_FAILED = 64
+#: OperationNotSupportedInTransaction: the server refuses this operation inside a transaction.
+NOT_IN_TRANSACTION = 263
 #: TransactionExceededLifetimeLimitSeconds: the server aborted a transaction that stayed open too long.
 TRANSACTION_TOO_OLD = 290
 

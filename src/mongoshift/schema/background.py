@@ -313,6 +313,9 @@ def _rule_problems(v: Mapping[str, Any], given: set[str]) -> list[tuple[str, str
     fields = [v[n] for n in ("version_field", "revision_field") if isinstance(v.get(n), str)]
     if len(fields) == 2 and fields[0] == fields[1]:
         out.append(("revision_field", "version_field and revision_field must differ"))
+    if v.get("occ") == "version-only" and "revision_field" in given:
+        # The guard of version-only is the version alone: a revision field given with it would be ignored.
+        out.append(("revision_field", "occ='version-only' guards writes by the version alone: leave revision_field out, or use occ='revision'"))
     if step:
         out += [(key, "a step migration does its own reads and writes: leave it out") for key in DOCUMENT_ONLY if key in given]
         if type(v.get("max_parallel")) is int and v["max_parallel"] != 1:
