@@ -187,5 +187,41 @@ def test_ctrl_c_stops_at_the_next_migration_boundary(project, sync_client) -> No
     error = json.loads(out)["error"]
     assert [r["name"] for r in error["details"]["results"]] == ["0001_slow.py"]
     records = {r["name"]: r["status"] for r in sync_client[project.db]["_mongoshift_migrations"].find()}
-    assert records == {"0001_slow.py": "applied"}
+    assert records == {"0001_slow.py": "failed"}  # it ran on after the stop was asked: not recorded applied
     assert sync_client[project.db]["_mongoshift_locks"].count_documents({}) == 0
+
+
+# The README's advice: a long migration polls ctx.cancelled and stops early. The first run works
+# until the stop arrives (its "start" mark is the test's cue); a later run does the whole job.
+POLLS_CANCELLED = """
+import time
+
+def up(ctx):
+    first = ctx.db.marks.count_documents({}) == 0
+    ctx.db.marks.insert_one({"at": "start"})
+    deadline = time.monotonic() + 120
+    while first and time.monotonic() < deadline:
+        if ctx.cancelled.is_set():
+            ctx.log.info("stopped early")
+            return
+        time.sleep(0.05)
+    ctx.db.marks.insert_one({"at": "end"})
+"""
+
+
+def test_ctrl_c_during_a_migration_that_stops_early_never_records_it_applied(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_polls.py", POLLS_CANCELLED)
+    proc = start(project, "up", "--json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1, timeout=60)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 11, err
+    error = json.loads(out)["error"]
+    assert error["kind"] == "aborted" and "not recorded as applied" in error["message"]
+    assert [(r["name"], r["status"], r["reason"]) for r in error["details"]["results"]] == [("0001_polls.py", "failed", "cancelled")]
+    assert sync_client[project.db].marks.count_documents({"at": "end"}) == 0
+    status = json.loads(cli(project, "status", "--json").stdout)
+    assert [(m["name"], m["state"]) for m in status["migrations"]] == [("0001_polls.py", "failed")]
+    assert cli(project, "up").returncode == 0  # the next up finishes it
+    assert sync_client[project.db].marks.count_documents({"at": "end"}) == 1
+    assert sync_client[project.db]["_mongoshift_migrations"].find_one({"name": "0001_polls.py"})["status"] == "applied"

@@ -150,7 +150,7 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]]) -> T:
                     Output.emit_json({"error": stopped})
                 os._exit(128 + signum)
             cancel.set(f"interrupted by {signal.Signals(signum).name}")
-            sys.stderr.write("\nmongoshift: stopping after the current migration (press Ctrl-C again to stop now)\n")
+            sys.stderr.write("\nmongoshift: stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)\n")
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
