@@ -19,7 +19,7 @@ import click
 from ..errors import ConfigInvalidError, RunAbortedError
 from ..project.redaction import uri_secrets
 from ..project.run import CancelSignal
-from .output import Output
+from .output import Output, reserve_stdout
 
 if TYPE_CHECKING:
     from ..project.settings import Settings
@@ -32,6 +32,8 @@ GLOBAL_KEYS = ("uri", "db", "dir", "config", "env_file", "no_env", "json", "verb
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value not in (None, False) and param.name:
         ctx.find_root().ensure_object(dict)[param.name] = value
+        if param.name == "json":  # before any of the project's code can print
+            reserve_stdout()
     return value
 
 
