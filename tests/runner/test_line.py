@@ -197,6 +197,39 @@ async def test_cancel_stops_at_the_next_boundary(project, db) -> None:  # type: 
     assert list(await changelog(db)) == ["0001_stops.py"]
 
 
+# A body that sees the stop while it runs (here it asks for it itself, as a Ctrl-C would) and
+# returns early, as the README advises: it must not be recorded as done.
+CUT_SHORT = """
+{txn}
+{kw}def up(ctx):
+    {aw}ctx.db.items.insert_one({{"tag": "half"}}, session=ctx.session)
+    ctx.cancelled.set("interrupted by SIGINT")
+    if ctx.cancelled.is_set():
+        return
+    {aw}ctx.db.items.insert_one({{"tag": "rest"}}, session=ctx.session)
+"""
+
+
+@pytest.mark.parametrize("transaction", [False, True], ids=["plain", "transaction"])
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_body_that_returns_after_a_stop_is_not_recorded_applied(project, db, kind: str, transaction: bool) -> None:  # type: ignore[no-untyped-def]
+    aw, kw = ("await ", "async ") if kind == "async" else ("", "")
+    project.add("0001_cut.py", CUT_SHORT.format(txn=f"use_transaction = {transaction}", kw=kw, aw=aw))
+    project.add("0002_never.py", ASYNC_INSERT.format(tag="never"))
+    with pytest.raises(RunAbortedError, match="not recorded as applied") as info:
+        await command.up(project.settings(), cancel=CancelSignal())
+    assert info.value.exit_code == 11
+    [result] = info.value.details["results"]
+    assert (result["name"], result["status"], result["reason"]) == ("0001_cut.py", "failed", "cancelled")
+    record = (await changelog(db))["0001_cut.py"]
+    assert record["status"] == "failed" and "asked to stop" in record["error"]
+    assert await tags(db) == ([] if transaction else ["half"])  # a transactional body is rolled back
+    project.add("0001_cut.py", ASYNC_INSERT.format(tag="whole"))
+    report = await command.up(project.settings(), cancel=CancelSignal())  # the next run runs it again
+    assert [(r.name, r.status) for r in report.results] == [("0001_cut.py", "applied"), ("0002_never.py", "applied")]
+    assert (await changelog(db))["0001_cut.py"]["status"] == "applied"
+
+
 async def test_dry_run_writes_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
     project.add("0002_b.py", "use_transaction = True\n" + ASYNC_INSERT.format(tag="b"))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mongoshift.errors import LockHeldError
-from mongoshift.project.lock import LeaseLock
+from mongoshift.project.lock import LeaseLock, process_identity
 from mongoshift.project.run import RunInfo
 
 
@@ -72,3 +77,55 @@ async def test_wait_takes_the_lock_once_it_is_released(db) -> None:  # type: ign
     await task
     holder = await b.holder()
     assert holder is not None and holder.owner == "run-2"
+
+
+def _exited_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def here(i: int) -> RunInfo:
+    return RunInfo(run_id=f"run-{i}", executed_by="tester", host=socket.gethostname(), environment="test")
+
+
+async def _left_behind(db, holder: RunInfo, **fields: object) -> None:  # type: ignore[no-untyped-def]
+    """A live-looking lock (ten minutes left) of a holder that never released it, as ``kill -9`` leaves one."""
+    now = datetime.now(UTC)
+    await db["locks"].insert_one(
+        {"_id": "migration_lock", "owner": holder.run_id, "nonce": "n", "host": holder.host, "executed_by": "ci",
+         "ttl_ms": 600_000, "locked_at": now, "expires_at": now + timedelta(minutes=10), **fields}
+    )
+
+
+async def test_a_dead_holder_of_this_host_is_taken_over_before_its_ttl(db) -> None:  # type: ignore[no-untyped-def]
+    await _left_behind(db, here(1), pid=_exited_pid(), process=process_identity())
+    taker = LeaseLock(db["locks"], here(2), ttl_seconds=30)
+    assert await taker.try_acquire()
+    holder = await taker.holder()
+    assert holder is not None and holder.owner == "run-2" and holder.pid == os.getpid()
+    assert holder.process == process_identity()  # what the next taker compares
+    await taker.release()
+    assert await db["locks"].count_documents({}) == 0
+
+
+@pytest.mark.skipif(not process_identity().get("started"), reason="needs /proc (Linux) for a process's start time")
+async def test_a_reused_pid_is_a_dead_holder_but_the_same_process_is_not(db) -> None:  # type: ignore[no-untyped-def]
+    mine = process_identity()
+    await _left_behind(db, here(1), pid=os.getpid(), process=mine)  # this very process: alive
+    assert not await LeaseLock(db["locks"], here(2), ttl_seconds=30).try_acquire()
+    await db["locks"].update_one({"_id": "migration_lock"}, {"$set": {"process.started": mine["started"] - 1}})
+    assert await LeaseLock(db["locks"], here(3), ttl_seconds=30).try_acquire()  # the pid now names a later process
+
+
+@pytest.mark.parametrize(
+    ("holder", "process"),
+    [(run(1), {}), (here(1), {"pid_ns": "pid:[1]"}), (here(1), {"boot_id": "another-boot"})],
+    ids=["another-host", "another-container", "before-a-reboot"],
+)
+async def test_a_holder_that_cannot_be_judged_keeps_its_lock_until_the_ttl(db, holder: RunInfo, process: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    await _left_behind(db, holder, pid=_exited_pid(), process={**process_identity(), **process})
+    with pytest.raises(LockHeldError):
+        await LeaseLock(db["locks"], here(2), ttl_seconds=30).acquire()
+    remaining = await LeaseLock(db["locks"], here(3), ttl_seconds=30).holder()
+    assert remaining is not None and remaining.owner == "run-1"

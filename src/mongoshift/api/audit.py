@@ -9,8 +9,6 @@ time. Messages name migrations, never a document or its ``_id``.
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -131,19 +129,6 @@ def _latest(traces: Iterable[datetime | None]) -> datetime | None:
     return max((t for t in (aware(x) for x in traces) if t is not None), default=None)
 
 
-def _holder_gone(holder: LockHolder) -> bool:
-    """The holder ran on this host and its process is gone (a lock on another host is judged by its expiry only)."""
-    if holder.host != socket.gethostname() or not isinstance(holder.pid, int) or holder.pid <= 0:
-        return False
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # alive, owned by another user
-        return False
-    return False
-
-
 async def _server_now(session: Session) -> datetime:
     """The server's clock, which stamped every time audit compares with (a skewed client cannot fake staleness)."""
     hello = await session.client.admin.command("hello")
@@ -189,7 +174,7 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
         latest_applied=latest,
         applied_out_of_order=applied_out_of_order(records),
         lock=holder,
-        lock_holder_gone=holder is not None and _holder_gone(holder),
+        lock_holder_gone=holder is not None and holder.gone(),
         background=background,
         unreadable_states=unreadable,
         watchers=watchers,

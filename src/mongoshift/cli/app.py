@@ -21,7 +21,7 @@ import click
 from ..errors import ConfigInvalidError, ConfirmationRequiredError, RunAbortedError
 from ..project.redaction import uri_secrets
 from ..project.run import CancelSignal
-from .output import Output
+from .output import Output, reserve_stdout
 
 if TYPE_CHECKING:
     from ..project.settings import Settings
@@ -32,6 +32,8 @@ T = TypeVar("T")
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value not in (None, False) and param.name:
         ctx.find_root().ensure_object(dict)[param.name] = value
+        if param.name == "json":  # before any of the project's code can print
+            reserve_stdout()
     return value
 
 
@@ -134,7 +136,7 @@ def _warn_secrets_in_file(out: Output) -> None:
 
 
 #: What the first Ctrl-C or SIGTERM makes a command do, said on stderr (each command names its own boundary).
-STOPPING = "stopping after the current migration (press Ctrl-C again to stop now)"
+STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
 
 
 def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:

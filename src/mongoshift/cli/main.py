@@ -30,7 +30,7 @@ from .adoption import baseline as baseline_command, import_command
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
-from .output import Output
+from .output import Output, release_stdout
 
 if TYPE_CHECKING:
     from ..api import migrations as api
@@ -407,7 +407,13 @@ def _driver_error(exc: BaseException | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        release_stdout()  # --json kept stdout for its document until the very end (the error too)
+
+
+def _main(args: list[str]) -> None:
     try:
         result = cli.main(args=args, prog_name="mongoshift", standalone_mode=False)
     except click.exceptions.Abort:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import MongoshiftError
 from ..project.redaction import redact, strip_controls
@@ -35,6 +36,62 @@ def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return str(value)
+
+
+class _Reserved:
+    """What :func:`reserve_stdout` replaced: the stream of the JSON document, the previous
+    ``sys.stdout``, and a copy of file descriptor 1 when it was redirected too."""
+
+    def __init__(self, stream: TextIO, previous: TextIO, saved_fd: int | None) -> None:
+        self.stream = stream
+        self.previous = previous
+        self.saved_fd = saved_fd
+
+
+_reserved: _Reserved | None = None
+
+
+def reserve_stdout() -> None:
+    """``--json``: from now on stdout carries only the JSON document, whoever else prints.
+
+    Migrations, hooks, transforms and ``uri_factory`` are the project's code, and they may
+    print (from worker threads, coroutines or child processes too): ``sys.stdout`` becomes
+    stderr for the whole command and, in a real process, so does file descriptor 1, while
+    :meth:`Output.emit_json` writes to the stdout kept aside here. In-process (a test's
+    captured stdout has no descriptor) only ``sys.stdout`` is swapped.
+    """
+    global _reserved
+    if _reserved is not None:
+        return
+    previous = sys.stdout
+    previous.flush()
+    try:
+        real = previous.fileno() == 1 and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: a captured stream
+        real = False
+    if real:
+        saved = os.dup(1)
+        stream: TextIO = os.fdopen(saved, "w", encoding="utf-8", closefd=False)
+        os.dup2(2, 1)
+        _reserved = _Reserved(stream, previous, saved)
+    else:
+        _reserved = _Reserved(previous, previous, None)
+    sys.stdout = sys.stderr
+
+
+def release_stdout() -> None:
+    """Undo :func:`reserve_stdout` at the end of a command (``main`` may run again in-process)."""
+    global _reserved
+    reserved, _reserved = _reserved, None
+    if reserved is None:
+        return
+    sys.stdout.flush()
+    reserved.stream.flush()
+    if reserved.saved_fd is not None:
+        os.dup2(reserved.saved_fd, 1)
+        reserved.stream.close()
+        os.close(reserved.saved_fd)
+    sys.stdout = reserved.previous
 
 
 class SafeFormatter(logging.Formatter):
@@ -108,9 +165,11 @@ class Output:
 
     @staticmethod
     def emit_json(document: Any) -> None:
-        """The one JSON document, written and flushed (also from a signal handler about to exit)."""
-        sys.stdout.write(json.dumps(document, default=_default, indent=2) + "\n")
-        sys.stdout.flush()
+        """The one JSON document, written and flushed (also from a signal handler about to exit),
+        on the stdout that :func:`reserve_stdout` kept for it."""
+        stream = _reserved.stream if _reserved is not None else sys.stdout
+        stream.write(json.dumps(document, default=_default, indent=2) + "\n")
+        stream.flush()
 
     def say(self, message: str) -> None:
         """A human line: stdout normally, stderr in JSON mode, nothing when quiet."""

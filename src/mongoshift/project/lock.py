@@ -7,8 +7,11 @@ that only matches an *expired* lock, judged by the server's clock, so a holder
 killed with ``kill -9`` is replaced once its TTL has passed and clients with
 skewed clocks cannot steal a live lock. While a live lock exists the upsert
 tries to insert a second document with the same ``_id`` and the server refuses
-it (duplicate key): that refusal is the "held" answer. Every renewal and the
-release are scoped to this run's owner id and a private nonce.
+it (duplicate key): that refusal is the "held" answer. One exception: a holder
+that provably died on *this* host (its pid gone, or reused by a process started
+later) is replaced at once, by an update scoped to that holder's owner and
+nonce; a holder on another host is only ever replaced once its TTL has passed.
+Every renewal and the release are scoped to this run's owner id and a private nonce.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import logging
 import os
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +40,43 @@ SAFETY_MARGIN = 0.25
 log = logging.getLogger("mongoshift.lock")
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            return file.read().strip()
+    except OSError:
+        return None
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time (clock ticks since boot) from ``/proc`` (Linux), else None."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+    try:
+        return fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_identity() -> dict[str, Any]:
+    """What tells this process apart from a later one with the same pid on this host (Linux:
+    the boot, the pid namespace and the start time); empty where ``/proc`` says nothing."""
+    identity: dict[str, Any] = {}
+    boot_id = _read("/proc/sys/kernel/random/boot_id")
+    if boot_id:
+        identity["boot_id"] = boot_id
+    try:
+        identity["pid_ns"] = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pass
+    stat = _stat(os.getpid())
+    if stat is not None:
+        identity["started"] = stat[1]
+    return identity
+
+
 @dataclass(frozen=True)
 class LockHolder:
     owner: str
@@ -45,6 +86,8 @@ class LockHolder:
     locked_at: datetime | None
     expires_at: datetime | None
     ttl_seconds: float | None
+    #: :func:`process_identity` of the holder when it took the lock (None: an older lock, or no ``/proc``).
+    process: dict[str, Any] | None = None
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> LockHolder:
@@ -57,7 +100,30 @@ class LockHolder:
             locked_at=doc.get("locked_at"),
             expires_at=doc.get("expires_at"),
             ttl_seconds=ttl_ms / 1000 if isinstance(ttl_ms, (int, float)) else None,
+            process=doc.get("process") if isinstance(doc.get("process"), dict) else None,
         )
+
+    def gone(self) -> bool:
+        """Whether the holder provably no longer runs: it ran on this host and its pid is gone, a
+        zombie, or now another process (a later start time). A holder of another host, boot or pid
+        namespace (a container) is never judged gone: only its TTL ends its lock."""
+        if self.host != socket.gethostname() or not isinstance(self.pid, int) or self.pid <= 0:
+            return False
+        recorded = self.process or {}
+        mine = process_identity()
+        if any(key in recorded and recorded[key] != mine.get(key) for key in ("boot_id", "pid_ns")):
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # alive, owned by another user
+            pass
+        stat = _stat(self.pid)
+        if stat is None:
+            return False
+        state, started = stat
+        return state == "Z" or (isinstance(recorded.get("started"), int) and recorded["started"] != started)
 
     def describe(self) -> str:
         since = self.locked_at.isoformat(timespec="seconds") if self.locked_at else "?"
@@ -98,12 +164,13 @@ class LeaseLock:
         return {"$add": ["$$NOW", self.ttl_ms]}
 
     async def try_acquire(self) -> bool:
-        """Take the lock if free or expired; False if a live holder has it."""
+        """Take the lock if free, expired, or left by a dead process of this host; False if a live holder has it."""
         fields = {
             "owner": {"$literal": self.run.run_id},
             "nonce": {"$literal": self.nonce},
             "host": {"$literal": self.run.host},
             "pid": os.getpid(),
+            "process": {"$literal": process_identity()},
             "executed_by": {"$literal": self.run.executed_by},
             "ttl_ms": self.ttl_ms,
             "locked_at": "$$NOW",
@@ -118,9 +185,31 @@ class LeaseLock:
                 upsert=True,
             )
         except DuplicateKeyError:
-            return False
+            return await self._take_over_dead(fields, sent)
         if result.upserted_id is None and result.modified_count == 0:
             return False
+        self._held = True
+        self._renewed_at = sent
+        return True
+
+    async def _take_over_dead(self, fields: dict[str, Any], sent: float) -> bool:
+        """A live-looking lock whose holder died on this host (``kill -9``, OOM) is taken now, not after its TTL.
+
+        The update matches that holder's owner and nonce only: a run that took the lock
+        meanwhile keeps it.
+        """
+        doc = await self.collection.find_one({"_id": self.lock_id})
+        if doc is None:
+            return False  # released meanwhile: the next attempt takes it
+        holder = LockHolder.from_document(doc)
+        if holder.owner == self.run.run_id or not holder.gone():
+            return False
+        result = await self.collection.update_one(
+            {"_id": self.lock_id, "owner": doc.get("owner"), "nonce": doc.get("nonce")}, [{"$set": fields}]
+        )
+        if result.modified_count == 0:
+            return False
+        log.warning("took over the lock %s of %s: that process no longer runs on this host", self.lock_id, holder.describe())
         self._held = True
         self._renewed_at = sent
         return True

@@ -46,7 +46,8 @@ class CancelSignal:
     """Set when the run should stop (Ctrl-C, lost lock, timeout); safe across threads.
 
     Long migrations can poll ``ctx.cancelled.is_set()`` and stop early; the
-    runner itself only acts on it between migrations.
+    runner starts nothing after it is set, and records a migration that
+    returns after it as failed, never applied.
     """
 
     def __init__(self) -> None:

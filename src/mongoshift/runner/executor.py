@@ -1,9 +1,11 @@
 """Running a plan: hooks, per-file transactions, changelog records, stop points.
 
-The executor only stops *between* migrations (Ctrl-C), so a migration
-either ran and was recorded, or did not run. A lost lock is the exception:
-``ctx.cancelled`` is set at once, and the lock is read again before each
-record, so a migration that ran without it is recorded failed, never applied.
+The executor starts no migration after a stop was asked (Ctrl-C, SIGTERM,
+a cancel, a timeout, a lost lock); ``ctx.cancelled`` tells the running body at
+once. A body that returns after that may have stopped early, so it is
+recorded failed (a transactional one rolled back), never applied: the next
+run runs it again. The lock is read again before each record, so a
+migration that ran without it is recorded failed too.
 With a per-file transaction the body and its changelog record commit
 together; without one, a crash between the two re-runs the migration next
 time, which is why bodies should be idempotent.
@@ -286,6 +288,19 @@ class Executor:
         if error is not None:
             raise error
 
+    def _check_cancelled(self, step: Step) -> None:
+        """Right before a record: a body that returned after a stop was asked may have stopped early (it
+        polled ``ctx.cancelled``), and nothing tells a finished body from a cut one, so it is not recorded done."""
+        if not self.runtime.cancel.is_set():
+            return
+        done = "applied" if step.direction == "up" else "reverted"
+        raise RunAbortedError(
+            f"{step.name}: the run was asked to stop while it ran ({self.runtime.cancel.reason or 'cancelled'}); "
+            f"it is not recorded as {done} and runs again with the next '{step.direction}'",
+            file=step.name,
+            reason="cancelled",
+        )
+
     def _hook_ctx(self, hook: str) -> MigrationContext | None:
         fn = self.hooks.get(hook)
         return self.runtime.context(fn) if fn else None
@@ -340,7 +355,7 @@ class Executor:
                 except TimeoutError:
                     self.runtime.cancel.set(f"{step.name} timed out")
                     raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
-        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError) as exc:
+        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError, RunAbortedError) as exc:
             await self._failed(step, batch, exc, results, started)
             raise
         except Exception as exc:
@@ -418,6 +433,7 @@ class Executor:
     async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
         await call(fn, self.runtime.context(fn, name=step.name, direction=step.direction))
         await self._confirm_lock(step)
+        self._check_cancelled(step)
         try:
             await self.changelog.write(self._record(step, batch, started))
         except PyMongoError as exc:
@@ -454,6 +470,7 @@ class Executor:
                 self._retrying(step, attempt)
                 await guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
                 await self._confirm_lock(step)
+                self._check_cancelled(step)
                 await self.changelog.write(self._record(step, batch, started), session=s)
 
             await session.with_transaction(body)
@@ -471,6 +488,7 @@ class Executor:
                 self._retrying(step, attempt)
                 guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
                 asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
+                self._check_cancelled(step)
                 self.changelog.write_sync(client, self._record(step, batch, started), session=s)
 
             session.with_transaction(body)
@@ -485,7 +503,8 @@ class Executor:
     ) -> None:
         duration = int((time.monotonic() - started) * 1000)
         message = exc.message if isinstance(exc, MongoshiftError) else _describe(exc)
-        results.append(MigrationResult(step.name, step.direction, "failed", batch, duration, error=message))
+        reason = "cancelled" if isinstance(exc, RunAbortedError) else None
+        results.append(MigrationResult(step.name, step.direction, "failed", batch, duration, error=message, reason=reason))
         if step.direction == "up":
             try:
                 await self.changelog.mark_failed(
