@@ -138,7 +138,7 @@ class LockLostError(MongoshiftError):
 
 
 class RunAbortedError(MongoshiftError):
-    """The run was stopped (Ctrl-C or API) at a migration boundary; a migration running then is recorded failed."""
+    """The run was stopped (Ctrl-C or API) at a migration boundary; a migration running then that saw the stop is recorded failed."""
 
     exit_code = ExitCode.ABORTED
     kind = "aborted"

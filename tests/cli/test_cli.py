@@ -198,7 +198,7 @@ def test_ctrl_c_stops_at_the_next_migration_boundary(project, sync_client) -> No
     error = json.loads(out)["error"]
     assert [r["name"] for r in error["details"]["results"]] == ["0001_slow.py"]
     records = {r["name"]: r["status"] for r in sync_client[project.db]["_mongoshift_migrations"].find()}
-    assert records == {"0001_slow.py": "failed"}  # it ran on after the stop was asked: not recorded applied
+    assert records == {"0001_slow.py": "applied"}  # it never looked at ctx.cancelled: it ran to its end
     assert sync_client[project.db]["_mongoshift_locks"].count_documents({}) == 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from mongoshift.api import migrations as command
@@ -284,3 +286,56 @@ async def test_lost_lock_stops_or_warns(project, db, policy: str) -> None:  # ty
     else:
         await command.up(project.settings())
         assert await tags(db) == ["next"]
+
+
+# A body that never looks at ctx.cancelled runs to its end when the stop arrives: it is recorded
+# as usual (recording it failed would run a finished, maybe not idempotent, body again).
+NEVER_LOOKS = """
+{txn}
+{kw}def up(ctx):
+    {aw}ctx.db.items.insert_one({{"tag": "half"}}, session=ctx.session)
+    ctx.cancelled.set("interrupted by SIGINT")
+    {aw}ctx.db.items.insert_one({{"tag": "rest"}}, session=ctx.session)
+"""
+
+# `if ctx.cancelled:` is a look too.
+LOOKS_BY_TRUTH = """
+def up(ctx):
+    ctx.db.items.insert_one({"tag": "half"})
+    ctx.cancelled.set("interrupted by SIGINT")
+    if ctx.cancelled:
+        return
+    ctx.db.items.insert_one({"tag": "rest"})
+"""
+
+
+@pytest.mark.parametrize("transaction", [False, True], ids=["plain", "transaction"])
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_body_that_never_looks_at_the_stop_runs_to_its_end_and_is_recorded(project, db, kind: str, transaction: bool) -> None:  # type: ignore[no-untyped-def]
+    aw, kw = ("await ", "async ") if kind == "async" else ("", "")
+    project.add("0001_whole.py", NEVER_LOOKS.format(txn=f"use_transaction = {transaction}", kw=kw, aw=aw))
+    project.add("0002_never.py", ASYNC_INSERT.format(tag="never"))
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("mongoshift").addHandler(handler)
+    try:
+        with pytest.raises(RunAbortedError) as info:
+            await command.up(project.settings(), cancel=CancelSignal())
+    finally:
+        logging.getLogger("mongoshift").removeHandler(handler)
+    assert info.value.exit_code == 11
+    [result] = info.value.details["results"]
+    assert (result["name"], result["status"]) == ("0001_whole.py", "applied")
+    assert (await changelog(db))["0001_whole.py"]["status"] == "applied"
+    assert "0002_never.py" not in await changelog(db)
+    assert sorted(await tags(db)) == ["half", "rest"]
+    assert any("0001_whole.py ran to its end after the stop was asked" in line for line in said)
+
+
+async def test_if_ctx_cancelled_is_a_look_at_the_stop(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_cut.py", LOOKS_BY_TRUTH)
+    with pytest.raises(RunAbortedError, match="saw that and returned"):
+        await command.up(project.settings(), cancel=CancelSignal())
+    assert (await changelog(db))["0001_cut.py"]["status"] == "failed"
+    assert await tags(db) == ["half"]

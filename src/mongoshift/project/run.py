@@ -46,8 +46,8 @@ class CancelSignal:
     """Set when the run should stop (Ctrl-C, lost lock, timeout); safe across threads.
 
     Long migrations can poll ``ctx.cancelled.is_set()`` and stop early; the
-    runner starts nothing after it is set, and records a migration that
-    returns after it as failed, never applied.
+    runner starts nothing after it is set, and records a migration that saw
+    it and returned as failed, never applied (:class:`BodyCancel`).
     """
 
     def __init__(self) -> None:
@@ -64,3 +64,37 @@ class CancelSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
+
+
+class BodyCancel(CancelSignal):
+    """``ctx.cancelled`` as one migration body sees the run's signal: the same signal, which also
+    remembers whether the body saw it set (``is_set()``, ``wait()`` or ``if ctx.cancelled:``).
+
+    A body that saw the stop may have returned early, so it is recorded failed; one that never
+    looked ran to its end, and is recorded as usual.
+    """
+
+    def __init__(self, signal: CancelSignal) -> None:
+        self._signal = signal
+        #: The body saw the signal set.
+        self.seen = False
+
+    @property
+    def reason(self) -> str | None:  # type: ignore[override]  # the run's reason, read-only here
+        return self._signal.reason
+
+    def set(self, reason: str) -> None:
+        self._signal.set(reason)
+
+    def is_set(self) -> bool:
+        value = self._signal.is_set()
+        self.seen = self.seen or value
+        return value
+
+    def wait(self, timeout: float | None = None) -> bool:
+        value = self._signal.wait(timeout)
+        self.seen = self.seen or value
+        return value
+
+    def __bool__(self) -> bool:
+        return self.is_set()

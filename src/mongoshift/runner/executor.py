@@ -44,6 +44,7 @@ from ..project.events import end_fields
 from ..project.loader import load
 from ..project.migration_log import MigrationLog, correlated
 from ..project.redaction import describe_error, redact
+from ..project.run import BodyCancel
 from ..project.server_errors import transactions_unsupported
 from ..project.session import Session
 from ..project.user_code import call, guard_exit, is_async
@@ -107,7 +108,8 @@ class Runtime:
             client=client,
             run_id=self.run.run_id,
             logger=logger,
-            cancelled=self.cancel,
+            # each body its own view, which remembers whether the body saw a stop (Executor._check_cancelled)
+            cancelled=BodyCancel(self.cancel),
             name=name,
             direction=direction,
             session=session,
@@ -141,6 +143,8 @@ class Executor:
         self.background = BackgroundSteps(session)
         self._lock_warned = False
         self.waiting: list[dict[str, Any]] = []
+        #: The step whose time ran out: a sync body still running in its thread never records it.
+        self._timed_out: str | None = None
 
     async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
         """Run every step of ``plan`` in order; raise with the results so far on failure."""
@@ -288,14 +292,25 @@ class Executor:
         if error is not None:
             raise error
 
-    def _check_cancelled(self, step: Step) -> None:
-        """Right before a record: a body that returned after a stop was asked may have stopped early (it
-        polled ``ctx.cancelled``), and nothing tells a finished body from a cut one, so it is not recorded done."""
+    def _check_cancelled(self, step: Step, ctx: MigrationContext) -> None:
+        """Right before a record, when a stop was asked while the body ran. A body that saw it
+        (``ctx.cancelled``) may have returned early, and one whose time ran out was given up:
+        neither is recorded done. One that never looked ran to its end and is recorded as usual."""
         if not self.runtime.cancel.is_set():
             return
         done = "applied" if step.direction == "up" else "reverted"
+        seen = isinstance(ctx.cancelled, BodyCancel) and ctx.cancelled.seen
+        if not seen and self._timed_out != step.name:
+            log.warning(
+                "%s ran to its end after the stop was asked (it did not look at ctx.cancelled): recorded %s",
+                step.name,
+                done,
+                extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction},
+            )
+            return
         raise RunAbortedError(
-            f"{step.name}: the run was asked to stop while it ran ({self.runtime.cancel.reason or 'cancelled'}); "
+            f"{step.name}: the run was asked to stop while it ran ({self.runtime.cancel.reason or 'cancelled'}) "
+            f"and it {'saw that and returned' if seen else 'ran past its time'}; "
             f"it is not recorded as {done} and runs again with the next '{step.direction}'",
             file=step.name,
             reason="cancelled",
@@ -353,6 +368,7 @@ class Executor:
                 try:
                     await asyncio.wait_for(body, timeout)
                 except TimeoutError:
+                    self._timed_out = step.name
                     self.runtime.cancel.set(f"{step.name} timed out")
                     raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
         except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError, RunAbortedError) as exc:
@@ -431,9 +447,10 @@ class Executor:
         return Changelog.reverted(step.name, duration_ms=duration, run=self.runtime.run)
 
     async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
-        await call(fn, self.runtime.context(fn, name=step.name, direction=step.direction))
+        ctx = self.runtime.context(fn, name=step.name, direction=step.direction)
+        await call(fn, ctx)
         await self._confirm_lock(step)
-        self._check_cancelled(step)
+        self._check_cancelled(step, ctx)
         try:
             await self.changelog.write(self._record(step, batch, started))
         except PyMongoError as exc:
@@ -468,9 +485,10 @@ class Executor:
                 nonlocal attempt
                 attempt += 1
                 self._retrying(step, attempt)
-                await guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                ctx = self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt)
+                await guard_exit(fn)(ctx)
                 await self._confirm_lock(step)
-                self._check_cancelled(step)
+                self._check_cancelled(step, ctx)
                 await self.changelog.write(self._record(step, batch, started), session=s)
 
             await session.with_transaction(body)
@@ -486,9 +504,10 @@ class Executor:
                 nonlocal attempt
                 attempt += 1
                 self._retrying(step, attempt)
-                guard_exit(fn)(self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt))
+                ctx = self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt)
+                guard_exit(fn)(ctx)
                 asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
-                self._check_cancelled(step)
+                self._check_cancelled(step, ctx)
                 self.changelog.write_sync(client, self._record(step, batch, started), session=s)
 
             session.with_transaction(body)
