@@ -52,11 +52,18 @@ def hosts_of(uri: str) -> str:
     return ", ".join(f"{host}:{port}" for host, port in nodes)
 
 
+#: The driver's ``connectTimeoutMS`` is also how long its monitor waits for a server's answer to a
+#: heartbeat: a busy server that answers late would be taken for a lost one, its pool cleared and
+#: the requests under way cancelled (``_OperationCancelled``), so it is never below this. How long
+#: an unreachable server is waited for is ``serverSelectionTimeoutMS`` (``connect_timeout_seconds``).
+MIN_CONNECT_TIMEOUT_MS = 60_000
+
+
 def client_options(settings: Settings) -> dict[str, Any]:
     timeout_ms = int(settings.connect_timeout_seconds * 1000)
     return {
         "serverSelectionTimeoutMS": timeout_ms,
-        "connectTimeoutMS": timeout_ms,
+        "connectTimeoutMS": max(timeout_ms, MIN_CONNECT_TIMEOUT_MS),
         "appname": "mongoshift",
         "tz_aware": True,
     }

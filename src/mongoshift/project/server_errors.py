@@ -250,6 +250,13 @@ def connection_cause(exc: BaseException) -> ConnectionCause:
     return "network"
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """The request failed for the connection, not for what it asked: a network error, no server
+    selected in time, an operation cancelled when the driver marked the server unknown, or a node
+    stepping down or shutting down. The same request can succeed later."""
+    return isinstance(exc, ConnectionFailure) or (isinstance(exc, OperationFailure) and exc.code in NODE_UNAVAILABLE_CODES)
+
+
 def says_cause(cause: ConnectionCause, text: str = "") -> str:
     """The cause in words a user can act on; ``text`` (the driver's) gives a TLS error its reason code only."""
     if cause == "refused":
