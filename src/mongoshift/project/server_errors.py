@@ -24,7 +24,13 @@ import errno
 import re
 from typing import Any, Literal
 
-from pymongo.errors import ConnectionFailure, NetworkTimeout, OperationFailure, PyMongoError, ServerSelectionTimeoutError
+from pymongo.errors import (
+    ConnectionFailure,
+    NetworkTimeout,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
 
 from ..errors import (
     AuthFailedError,
