@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from pymongo import AsyncMongoClient, MongoClient
 
 from mongoshift.embedded.process import embedded_server
@@ -30,6 +31,19 @@ TEST_CLIENT_OPTIONS: dict[str, int] = {
 }
 
 REAL_URI = os.environ.get("MONGOSHIFT_TEST_URI")
+
+# Property tests must not depend on the machine's load: no per-example deadline, no health
+# check that times data generation, and the same examples on every run (a failure reproduces
+# as it was seen). ``HYPOTHESIS_PROFILE=explore`` draws fresh examples, with the same timing rules.
+settings.register_profile(
+    "mongoshift",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=True,
+    print_blob=True,
+)
+settings.register_profile("explore", settings.get_profile("mongoshift"), derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mongoshift"))
 
 
 @asynccontextmanager

@@ -36,9 +36,14 @@ DOCS = int(os.environ.get("CHAOS_DOCS", 20_000))
 #: scans every unmigrated document (the ``$type`` filter of the number bracket, sorted and limited
 #: after the scan), so 20,000 documents took about 13 minutes on 2 cores; a real replica set runs 20,000.
 TXN_DOCS = int(os.environ.get("CHAOS_TXN_DOCS", DOCS if REAL_URI else 5_000))
-BUDGET_S = int(os.environ.get("CHAOS_BUDGET", 240))
-TXN_BUDGET_S = int(os.environ.get("CHAOS_TXN_BUDGET", BUDGET_S))
-TXN_TIMEOUT_S = TXN_BUDGET_S + 160
+#: The run fails when no partition moved for this long: a stall, not a slow machine (no budget for
+#: the whole run, which on a loaded machine takes what it takes). A batch takes seconds even at load 10.
+STALL_S = int(os.environ.get("CHAOS_STALL", "180"))
+#: A lease expired this long ago (by the server's clock) and still not reaped while runners live: the
+#: reclaim stalled. Every slice start and coordinator poll reaps, so a live runner does it within a batch.
+UNREAPED_S = int(os.environ.get("CHAOS_UNREAPED", "90"))
+#: Only a guard against a hung harness: the stall checks above are what fail a run.
+TIMEOUT_S = 3600
 
 PLAIN = """
 from mongoshift import Background
@@ -89,32 +94,57 @@ class Writer(threading.Thread):
 
 
 def runner(project) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
+    """A runner process; its warnings go to a log file of its own, which a failure quotes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "mongoshift", "background", "run", "--all", "--concurrency", "2", "-q"],
-        cwd=project.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    logs = project.root / "runner-logs"
+    logs.mkdir(exist_ok=True)
+    log = logs / f"runner-{len(list(logs.iterdir())):03d}.log"
+    with log.open("wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "mongoshift", "background", "run", "--all", "--concurrency", "2", "-q"],
+            cwd=project.root, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+
+
+def runner_logs(project, lines: int = 6) -> str:  # type: ignore[no-untyped-def]
+    """The last lines of every runner's log, for a failure's message."""
+    return "\n".join(
+        f"{log.name}: " + " | ".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+        for log in sorted((project.root / "runner-logs").iterdir())
     )
 
 
-def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: int = 6, budget_s: int = BUDGET_S) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: int = 6) -> dict:  # type: ignore[no-untyped-def,type-arg]
     db = sync_client[project.db]
     writer = Writer(project.uri, project.db, writer_delay, docs)
     writer.start()
     procs = [runner(project) for _ in range(3)]
     rng = random.Random(3)
     kills = 0
-    deadline = time.monotonic() + budget_s
+    died: list[int] = []  # exit codes of runners that ended on their own (not by the killer)
+    progress: object = None
+    moved = time.monotonic()
     next_kill = time.monotonic() + 3
     try:
         while True:
             state = db["_mongoshift_background"].find_one({"_id": "0001_names.py"}) or {}
             if state.get("status") in ("completed", "failed"):
                 break
-            if time.monotonic() >= deadline:
-                parts = list(db["_mongoshift_background_partitions"].find({}, {"status": 1, "lease": 1, "generation": 1, "failures": 1, "last_error": 1, "cursor": 1}))
-                raise AssertionError(f"not done in {budget_s}s: {state.get('status')} gen {state.get('generation')}, "
+            partitions = db["_mongoshift_background_partitions"]
+            now = (state.get("generation"), sorted((p.get("seq", 0), p.get("status"), repr(p.get("cursor"))) for p in partitions.find({}, {"seq": 1, "status": 1, "cursor": 1})))
+            if now != progress:
+                progress, moved = now, time.monotonic()
+            unreaped = list(partitions.find(
+                {"lease": {"$exists": True}, "$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms", UNREAPED_S * 1000]}, "$$NOW"]}},
+                {"seq": 1, "lease": 1},
+            ))
+            if unreaped or time.monotonic() - moved >= STALL_S:
+                parts = list(partitions.find({}, {"status": 1, "lease": 1, "generation": 1, "failures": 1, "last_error": 1, "cursor": 1}))
+                why = f"leases expired over {UNREAPED_S}s ago and not reaped: {unreaped}" if unreaped else f"no partition moved for {STALL_S}s"
+                raise AssertionError(f"{why}: {state.get('status')} gen {state.get('generation')}, "
                                      f"{db.people.count_documents({'__v': 2})} migrated; partitions: {parts}; "
-                                     f"locks: {list(db['_mongoshift_locks'].find())}")
+                                     f"locks: {list(db['_mongoshift_locks'].find())}; runners that died: {died}; "
+                                     f"runner logs:\n{runner_logs(project)}")
             if time.monotonic() >= next_kill and kills < max_kills:
                 victim = procs.pop(rng.randrange(len(procs)))
                 victim.send_signal(signal.SIGKILL)
@@ -122,6 +152,7 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
                 kills += 1
                 procs.append(runner(project))
                 next_kill = time.monotonic() + rng.uniform(2, 4)
+            died.extend(p.returncode for p in procs if p.poll() is not None and p.returncode != 0)
             procs = [p if p.poll() is None else runner(project) for p in procs]
             time.sleep(0.2)
     finally:
@@ -135,6 +166,8 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
             except subprocess.TimeoutExpired:
                 p.kill()
     assert state["status"] == "completed", state.get("last_error")
+    # A slow server is ridden out (docs/background.md, "Riding out a lost connection"): only the killer ends a runner.
+    assert died == [], f"runners died on their own: {died}; runner logs:\n{runner_logs(project)}"
     assert kills >= 1
     return {"state": state, "app_writes": writer.writes, "kills": kills}
 
@@ -150,7 +183,7 @@ def check_documents(sync_client, project, app_writes: int, docs: int) -> None:  
     assert twice == 0
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(TIMEOUT_S)
 async def test_chaos_plain(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, DOCS)
     fast_project.add("0001_names.py", PLAIN)
@@ -164,7 +197,7 @@ async def test_chaos_plain(fast_project, db, sync_client) -> None:  # type: igno
     assert result["app_writes"] > 0
 
 
-@pytest.mark.timeout(TXN_TIMEOUT_S)
+@pytest.mark.timeout(TIMEOUT_S)
 async def test_chaos_transactional(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, TXN_DOCS)
     # The embedded server is about 100 times slower than mongod: a batch there takes about as many
@@ -175,7 +208,7 @@ async def test_chaos_transactional(fast_project, db, sync_client) -> None:  # ty
     fast_project.add("0001_names.py", TRANSACTIONAL.replace("MAX_PARALLEL", "6").replace("BATCH", "200" if real else "50"))
     fast_project.write_config(background_lease_ttl_seconds=2 if real else 10, background_poll_seconds=0.2)
     subprocess.run([sys.executable, "-m", "mongoshift", "up", "-q"], cwd=fast_project.root, check=True)
-    result = chaos(fast_project, sync_client, writer_delay=0.0, docs=TXN_DOCS, budget_s=TXN_BUDGET_S)
+    result = chaos(fast_project, sync_client, writer_delay=0.0, docs=TXN_DOCS)
     check_documents(sync_client, fast_project, result["app_writes"], TXN_DOCS)
     totals = result["state"]["totals"]
     assert totals["migrated"] == TXN_DOCS  # exact: counters commit with the writes

@@ -118,6 +118,7 @@ class Engine:
             self.coordinator,
             poll_seconds=self.settings.background_poll_seconds,
             checksum_wait_seconds=self.settings.background_checksum_wait_seconds,
+            reconnect_seconds=self.settings.background_reconnect_seconds,
         )
 
 

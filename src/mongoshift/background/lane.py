@@ -20,11 +20,15 @@ see :mod:`.modes`; the lane holds the lease, the controls and the pauses around 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pymongo.errors import PyMongoError
+
 from ..project.redaction import describe_error
+from ..project.server_errors import connection_lost
 from ..schema.background import Adaptive, Background
 from .batch import BatchFailed
 from .engine import EngineContext
@@ -44,7 +48,9 @@ log = logging.getLogger("mongoshift.background")
 #: After a wait this long (pause, throttle hook, health), the lane reads the control fields again before its batch.
 CONTROL_RECHECK_AFTER_WAIT_S = 1.0
 
-Outcome = Literal["exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error"]
+Outcome = Literal[
+    "exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error", "disconnected"
+]
 
 #: A migration's status that stops its lanes, as the slice's outcome.
 HALTING: dict[str, Outcome] = {"paused": "paused", "cancelled": "cancelled", "failed": "failed"}
@@ -65,7 +71,10 @@ class Lane:
         self.throttle = ThrottleReport(engine.now)
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
-        """One slice: reap, claim, work until the slice ends; never raises for a batch failure."""
+        """One slice: reap, claim, work until the slice ends; never raises for a batch failure.
+
+        A lost connection (:func:`~mongoshift.project.server_errors.connection_lost`) is raised, after
+        ``slice_end``, for the runner to ride out: it says nothing about the partition."""
         engine = self.engine
         job = Job.of(state, spec)
         await engine.reap(state.name)
@@ -100,13 +109,23 @@ class Lane:
         heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))
         counters: dict[str, int] = {}
         outcome: SliceResult
+        disconnected: PyMongoError | None = None
         try:
             outcome = await self._work(job, state, spec, lease, partition, lost, counters, slice_ms or spec.slice_ms)
         except Exception as exc:
             message = describe_error(exc)  # a bulk write error carries whole documents
-            log.warning("%s: a slice failed: %s", state.name, message)
-            await engine.store.release(lease, failure=message, max_failures=spec.max_slice_failures)
-            outcome = SliceResult("error", counters, message)
+            if isinstance(exc, PyMongoError) and connection_lost(exc):
+                # Not the partition's failure: the runner waits the outage out, and the slice is
+                # not counted towards max_slice_failures. If the release fails too, the lease lapses.
+                log.warning("%s: a slice lost the connection: %s", state.name, message)
+                disconnected = exc
+                with contextlib.suppress(PyMongoError):
+                    await engine.store.release(lease)
+                outcome = SliceResult("disconnected", counters, message)
+            else:
+                log.warning("%s: a slice failed: %s", state.name, message)
+                await engine.store.release(lease, failure=message, max_failures=spec.max_slice_failures)
+                outcome = SliceResult("error", counters, message)
         finally:
             heartbeat.cancel()
             try:
@@ -115,11 +134,13 @@ class Lane:
                 pass
         if outcome.outcome == "lost":
             engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
-        elif outcome.outcome not in ("done", "error"):
+        elif outcome.outcome not in ("done", "error", "disconnected"):
             await engine.store.release(lease)
         failure = {"error": outcome.error} if outcome.error else {}  # redacted by describe_error
         duration_ms = round((engine.now() - started) * 1000, 1)
         engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, duration_ms=duration_ms, **counters, **failure)
+        if disconnected is not None:
+            raise disconnected  # the runner's to ride out (see .outage), after the slice is told ended
         return outcome
 
     async def _heartbeat(self, lease: Lease, lost: asyncio.Event, *, stall_s: float) -> None:

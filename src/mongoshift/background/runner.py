@@ -17,11 +17,13 @@ from typing import Literal
 from pymongo.errors import PyMongoError
 
 from ..errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError
+from ..project.server_errors import connection_lost
 from ..schema.background import Background
 from .coordinator import Coordinator
 from .engine import EngineContext
 from .lane import Lane
 from .model import TERMINAL, State
+from .outage import Outage
 from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")
@@ -45,8 +47,13 @@ class MigrationRun:
     coordinator: Coordinator
     poll_seconds: float = 2.0
     checksum_wait_seconds: float = 300.0
+    reconnect_seconds: float = 300.0
     _slices: int = field(default=0, init=False)
     _asked_at: float | None = field(default=None, init=False)
+    _outage: Outage = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._outage = Outage(self.reconnect_seconds, self.engine.now)
 
     async def run(
         self,
@@ -66,19 +73,37 @@ class MigrationRun:
         missing (a rolling deploy), it does not run the wrong code. A finished or paused migration
         has nothing to wait for: its state is returned at once. A live one waits, reloading the file
         with ``reload``, until the two agree, for at most ``checksum_wait_seconds``; then
-        :class:`BackgroundFileChangedError` or :class:`FileNotFoundMigrationError`."""
+        :class:`BackgroundFileChangedError` or :class:`FileNotFoundMigrationError`.
+
+        A lost connection (see :mod:`.outage`) is ridden out: the round starts again from the
+        state in MongoDB once a request succeeds, for at most ``reconnect_seconds`` without one."""
+        wait = _FileWait(name, self.checksum_wait_seconds)
         try:
-            return await self._run(name, spec, concurrency=concurrency, checksum=checksum, reload=reload, once=once)
+            while True:
+                try:
+                    return await self._run(name, spec, concurrency=concurrency, checksum=checksum, reload=reload, once=once, wait=wait)
+                except PyMongoError as exc:
+                    if not connection_lost(exc):
+                        raise
+                    await sleep(self._outage.failed(exc), self.engine.cancel)
         finally:
             await self._stop_asking(name)
 
     async def _run(
-        self, name: str, spec: Background | None, *, concurrency: int, checksum: str | None, reload: Callable[[], Loaded] | None, once: bool
+        self,
+        name: str,
+        spec: Background | None,
+        *,
+        concurrency: int,
+        checksum: str | None,
+        reload: Callable[[], Loaded] | None,
+        once: bool,
+        wait: _FileWait,
     ) -> State | None:
-        wait = _FileWait(name, self.checksum_wait_seconds)
         said = None
         while not self.engine.cancel.is_set():
             state = await self.engine.store.state(name)
+            self._outage.ok()
             if state is None:
                 return None
             if spec is None or (checksum is not None and state.checksum != checksum):
@@ -123,12 +148,20 @@ class MigrationRun:
         lane = Lane(self.engine, f"lane-{secrets.token_hex(4)}")
         errors = 0
         while not self.engine.cancel.is_set():
-            state = await self.engine.store.state(name)
-            if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
-                return "stale"
-            result = await lane.run_slice(state, spec)
-            if result.outcome == "busy":  # every slot is held, or this runner holds its fair share while another waits
-                await self._ask(name)
+            try:
+                state = await self.engine.store.state(name)
+                if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
+                    return "stale"
+                result = await lane.run_slice(state, spec)
+                if result.outcome == "busy":  # every slot is held, or this runner holds its fair share while another waits
+                    await self._ask(name)
+            except PyMongoError as exc:  # the lane waits the outage out with the rest of this process
+                if not connection_lost(exc):
+                    raise
+                await sleep(self._outage.failed(exc), self.engine.cancel)
+                continue
+            self._outage.ok()
+            if result.outcome == "busy":
                 if once:
                     return result.outcome
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)

@@ -1,16 +1,24 @@
-"""Opening a client: bounded in time, refused credentials told apart, never showing a password."""
+"""Opening a client: bounded in time, the cause of a failure named, never showing a password.
+
+A single host that refuses the connection fails at its first attempt: nothing listens on
+that port, and waiting out ``connect_timeout_seconds`` would not change it. Every other
+failure (a host name that does not resolve may yet, a replica set may elect) waits the
+timeout out, and the message says what the driver last saw of each host.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
-from pymongo import AsyncMongoClient, MongoClient
+from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 from pymongo.uri_parser import parse_uri
 
 from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
 from .redaction import redact
-from .server_errors import auth_failure
+from .server_errors import ConnectionCause, auth_failure, connection_cause, says_cause
 from .settings import Settings
 
 __all__ = ["auth_failure", "auth_summary", "client_options", "connect", "hosts_of", "redact", "sync_client"]
@@ -44,26 +52,100 @@ def hosts_of(uri: str) -> str:
     return ", ".join(f"{host}:{port}" for host, port in nodes)
 
 
+#: The driver's ``connectTimeoutMS`` is also how long its monitor waits for a server's answer to a
+#: heartbeat: a busy server that answers late would be taken for a lost one, its pool cleared and
+#: the requests under way cancelled (``_OperationCancelled``), so it is never below this. How long
+#: an unreachable server is waited for is ``serverSelectionTimeoutMS`` (``connect_timeout_seconds``).
+MIN_CONNECT_TIMEOUT_MS = 60_000
+
+
 def client_options(settings: Settings) -> dict[str, Any]:
     timeout_ms = int(settings.connect_timeout_seconds * 1000)
     return {
         "serverSelectionTimeoutMS": timeout_ms,
-        "connectTimeoutMS": timeout_ms,
+        "connectTimeoutMS": max(timeout_ms, MIN_CONNECT_TIMEOUT_MS),
         "appname": "mongoshift",
         "tz_aware": True,
     }
 
 
-async def connect(settings: Settings) -> AsyncMongoClient[Any]:
-    """An async client whose server has answered a ping, or ConnectionFailedError."""
-    uri, _ = settings.require_connection()
+class _RefusedWatch(monitoring.ServerHeartbeatListener):
+    """Sees the driver's first check of a lone host fail with a refused connection."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.refused = asyncio.Event()
+        self.error: PyMongoError | None = None
+
+    def started(self, event: monitoring.ServerHeartbeatStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.ServerHeartbeatSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.ServerHeartbeatFailedEvent) -> None:
+        reply = event.reply
+        if self.error is None and isinstance(reply, PyMongoError) and connection_cause(reply) == "refused":
+            self.error = reply
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                self.loop.call_soon_threadsafe(self.refused.set)
+
+
+async def _ping(client: AsyncMongoClient[Any], watch: _RefusedWatch | None) -> None:
+    """The server's answer to a ping, or the refusal the watch saw first."""
+    if watch is None:
+        await client.admin.command("ping")
+        return
+    ping = asyncio.ensure_future(client.admin.command("ping"))
+    refused = asyncio.ensure_future(watch.refused.wait())
     try:
-        client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **client_options(settings))
+        await asyncio.wait((ping, refused), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        refused.cancel()
+    if ping.done():
+        ping.result()
+        return
+    ping.cancel()
+    with contextlib.suppress(asyncio.CancelledError, PyMongoError):
+        await ping
+    assert watch.error is not None
+    raise watch.error
+
+
+def _seeds(uri: str) -> int:
+    """How many hosts the URI names (0 for a ``mongodb+srv`` name, which DNS turns into the hosts)."""
+    try:
+        return len(parse_uri(uri, validate=False, connect_timeout=1).get("nodelist") or [])
+    except (InvalidURI, ConfigurationError, ValueError):
+        return 0
+
+
+def _unreachable(client: AsyncMongoClient[Any], exc: PyMongoError) -> tuple[ConnectionCause, str]:
+    """The cause of a failed connection and its words: per host, from what the driver last saw of each."""
+    seen = [(address, server.error) for address, server in client.topology_description.server_descriptions().items() if server.error]
+    if not seen:
+        cause = connection_cause(exc)
+        return cause, says_cause(cause, str(exc))
+    causes = [(f"{host}:{port}", connection_cause(error), str(error)) for (host, port), error in seen]
+    if len({cause for _, cause, _ in causes}) == 1:
+        return causes[0][1], says_cause(causes[0][1], causes[0][2])
+    return "network", "; ".join(f"{host}: {says_cause(cause, text)}" for host, cause, text in causes)
+
+
+async def connect(settings: Settings) -> AsyncMongoClient[Any]:
+    """An async client whose server has answered a ping, or ConnectionFailedError naming the cause."""
+    uri, _ = settings.require_connection()
+    watch = _RefusedWatch(asyncio.get_running_loop()) if _seeds(uri) == 1 else None
+    try:
+        client: AsyncMongoClient[Any] = AsyncMongoClient(
+            uri, **client_options(settings), event_listeners=[watch] if watch is not None else []
+        )
     except (InvalidURI, ConfigurationError, ValueError) as exc:
         raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
     try:
-        await client.admin.command("ping")
+        await _ping(client, watch)
     except PyMongoError as exc:
+        cause, said = _unreachable(client, exc)  # read before the close forgets the servers
         await client.close()
         if auth_failure(exc, handshake=True):
             mechanism, source = auth_summary(uri)
@@ -74,10 +156,11 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
                 mechanism=mechanism,
                 auth_source=source,
             ) from None
+        waited = "" if watch is not None and exc is watch.error else f" within {settings.connect_timeout_seconds:g}s"
         raise ConnectionFailedError(
-            f"cannot reach MongoDB at {hosts_of(uri)} within {settings.connect_timeout_seconds:g}s: "
-            f"{redact(type(exc).__name__)}",
+            f"cannot reach MongoDB at {hosts_of(uri)}{waited}: {redact(said)}",
             hosts=hosts_of(uri),
+            cause=cause,
         ) from None
     return client
 

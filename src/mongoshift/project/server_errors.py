@@ -20,9 +20,17 @@ This module imports only :mod:`mongoshift.errors` and the driver.
 
 from __future__ import annotations
 
-from typing import Any
+import errno
+import re
+from typing import Any, Literal
 
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import (
+    ConnectionFailure,
+    NetworkTimeout,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
 
 from ..errors import (
     AuthFailedError,
@@ -216,11 +224,70 @@ def auth_failure(exc: BaseException, *, handshake: bool = False) -> bool:
     return exc.code is None and message.lower().startswith("authentication failed")
 
 
+# -- why a server cannot be reached ------------------------------------------------
+
+#: Why a connection failed: nothing listens on the port, the host name does not resolve, the TLS
+#: handshake failed, no answer in time, or another network failure (a reset, not a MongoDB server).
+ConnectionCause = Literal["refused", "dns", "tls", "timeout", "network"]
+
+#: The driver keeps only the text of the socket error (no exception chain), so the causes are
+#: read from it: the OS's words, as Linux, macOS and Windows say them.
+_REFUSED = re.compile(rf"\[(?:Errno|WinError) (?:{errno.ECONNREFUSED}|10061)\]|connection refused|actively refused", re.IGNORECASE)
+_DNS = re.compile(
+    r"\[Errno -?(?:2|3|5|8|11001|11002)\] (?:Name|nodename|No address|Temporary failure in name)|getaddrinfo failed"
+    r"|Name or service not known|nodename nor servname|Temporary failure in name resolution|No address associated with hostname"
+    r"|DNS operation timed out|The DNS query name does not exist|None of DNS query names exist",
+    re.IGNORECASE,
+)
+_TLS = re.compile(r"SSL handshake failed|\[SSL[:\]]|certificate verify failed", re.IGNORECASE)
+_TIMED_OUT = re.compile(r"timed out", re.IGNORECASE)
+_SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\]")
+
+
+def connection_cause(exc: BaseException) -> ConnectionCause:
+    """The cause a connection error names (the driver's message covers one host, or several)."""
+    text = str(exc)
+    if _TLS.search(text):
+        return "tls"
+    if _DNS.search(text):
+        return "dns"
+    if _REFUSED.search(text):
+        return "refused"
+    if _TIMED_OUT.search(text) or isinstance(exc, (NetworkTimeout, ServerSelectionTimeoutError)):
+        return "timeout"
+    return "network"
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """The request failed for the connection, not for what it asked: a network error, no server
+    selected in time, an operation cancelled when the driver marked the server unknown, or a node
+    stepping down or shutting down. The same request can succeed later."""
+    return isinstance(exc, ConnectionFailure) or (isinstance(exc, OperationFailure) and exc.code in NODE_UNAVAILABLE_CODES)
+
+
+def says_cause(cause: ConnectionCause, text: str = "") -> str:
+    """The cause in words a user can act on; ``text`` (the driver's) gives a TLS error its reason code only."""
+    if cause == "refused":
+        return "connection refused: nothing listens on that port (is the server running, and is the port right?)"
+    if cause == "dns":
+        return "the host name does not resolve (DNS): check its spelling, and that this machine can resolve it"
+    if cause == "tls":
+        reason = _SSL_REASON.search(text)
+        said = f" ({reason.group(1)})" if reason else ""
+        return f"the TLS handshake failed{said}: check tls in the URI, the CA file, and the server's certificate"
+    if cause == "timeout":
+        return "no answer in time: the host may be down, behind a firewall, or too busy"
+    return "the network connection failed"
+
+
 def from_pymongo(exc: PyMongoError) -> MongoshiftError:
     """``exc`` as the mongoshift error a user and a script can act on."""
     if isinstance(exc, ConnectionFailure):
+        cause = connection_cause(exc)
         return ConnectionFailedError(
-            f"lost the connection to MongoDB ({type(exc).__name__}); check that the server is reachable and try again"
+            f"lost the connection to MongoDB ({type(exc).__name__}: {says_cause(cause, str(exc))}); "
+            "check that the server is reachable and try again",
+            cause=cause,
         )
     if isinstance(exc, OperationFailure):
         name = (exc.details or {}).get("codeName") if isinstance(exc.details, dict) else None

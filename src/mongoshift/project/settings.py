@@ -87,6 +87,7 @@ class Settings(BaseModel):
     background_lease_ttl_seconds: float = Field(default=30.0, ge=1, le=3600)
     background_poll_seconds: float = Field(default=2.0, gt=0, le=300)
     background_checksum_wait_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    background_reconnect_seconds: float = Field(default=300.0, ge=0, le=86_400)
     background_inline: bool = False
     #: Background migrations on sharded clusters (docs/background.md, "Sharded clusters").
     shard_aware: Literal["auto", "on", "off"] = "auto"

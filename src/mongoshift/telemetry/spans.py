@@ -33,7 +33,7 @@ MESSAGE_LIMIT = 1024
 SPAN_EVENTS = frozenset({"unblocked", "partitioned", "pass", "completed", "failed", "reclaimed", "lease_lost", "throttle"})
 
 #: Slice outcomes that are failures, with their ``error.type``.
-SLICE_FAILURES = {"error": "background_failed", "failed": "background_failed", "lost": "lock_lost"}
+SLICE_FAILURES = {"error": "background_failed", "failed": "background_failed", "lost": "lock_lost", "disconnected": "connection_failed"}
 
 #: ``slice_end`` counters set on the slice span, under :data:`.names.SLICE_COUNT_PREFIX`.
 SLICE_COUNTS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "txn_retries")
