@@ -156,3 +156,16 @@ async def test_a_revoked_intent_is_not_made_live_again_by_its_task(project, clie
     intent = (await api.read_intents(settings, ["up:a.py"], client=client))["up:a.py"]
     assert (intent.state, intent.live) == ("revoked", False)
     assert await api.settle_intent(settings, "up:a.py", "task-1", "failed", ttl_seconds=60, client=client)  # it may still end
+
+
+@pytest.mark.celery
+def test_celerys_own_revoke_reaches_a_running_task_on_a_threads_pool(redis_harness, project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add(NAMES[0], WAITS_FOR_CANCEL)
+    redis_harness.worker("-P", "threads", "-c", "2")  # its consumer reads control messages while the task runs
+    line = redis_harness.tasks.enqueue_up()
+    until(lambda: sync_client[project.db].started.count_documents({}) == 1, 60, "the body started", redis_harness)
+
+    redis_harness.app.control.revoke(line.task_ids)
+
+    [first] = line.wait(timeout=90)
+    assert first.outcome == "failed" and "stopped: the task was revoked" in (first.error or ""), first

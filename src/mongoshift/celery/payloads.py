@@ -23,9 +23,9 @@ _NAME = r"^[^/\\\x00]{1,255}$"
 
 
 class Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A task's payload; each kind declares the versions ``v`` it has."""
 
-    v: Literal[1] = 1
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class UpPayload(Payload):
@@ -60,6 +60,7 @@ class UpPayload(Payload):
 class CoordinatorPayload(Payload):
     """One step of a background migration's coordinator; ``chain`` owns its ``background:<name>`` intent."""
 
+    v: Literal[1] = 1
     name: str = Field(pattern=_NAME)
     chain: str = Field(min_length=1, max_length=64)
     #: Lanes this chain keeps at most (1 to 64).
@@ -69,6 +70,7 @@ class CoordinatorPayload(Payload):
 class LanePayload(Payload):
     """One lane: a slice, then itself again; ``errors`` counts the failed slices in a row."""
 
+    v: Literal[1] = 1
     name: str = Field(pattern=_NAME)
     chain: str = Field(min_length=1, max_length=64)
     errors: int = Field(default=0, ge=0)

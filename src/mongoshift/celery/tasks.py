@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from celery import Celery, Task, group
+from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, GroupResult
 from celery.worker import state as worker_state
 from pymongo import AsyncMongoClient
 
 from .. import api
-from ..errors import ConfigInvalidError, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError
+from ..errors import ConfigInvalidError, ExitCode, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError
 from . import background as bg
 from .line import LineOptions, Planned, Wait, plan_line, release_line, revoke_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
@@ -92,9 +93,11 @@ class LineGroup:
     def _read(self, name: str, value: Any) -> LineResult:
         if isinstance(value, dict):
             return LineResult.of(value)
+        if isinstance(value, TaskRevokedError):  # revoked before its worker ran it
+            return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted", error="its task was revoked")
         kind = getattr(value, "kind", "error")
         code = int(getattr(value, "exit_code", 1))
-        return LineResult(name, "failed", self.group, self.batch, code=code, kind=kind, error=api.redact(str(value)))
+        return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=code, kind=kind, error=api.redact(str(value)))
 
 
 @dataclass
