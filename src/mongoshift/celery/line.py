@@ -214,7 +214,8 @@ class _Run:
         return claimed[0] and await api.settle_intent(self.settings, key, self.task_id, "running", ttl_seconds=ttl, client=self.client)
 
     async def run(self) -> LineResult | Wait:
-        if self.revoked is not None and self.revoked() or not await self._hold():
+        told = self.revoked is not None and self.revoked()  # Celery revoked it before it started here
+        if told or not await self._hold():
             if await self._revoked():
                 return self.result("failed", code=int(ExitCode.ABORTED), kind="aborted", error=f"{self.payload.name} was not run: its task was revoked")
             return self.result("dropped", kind="duplicate", error="another task holds this migration (queued or running)")

@@ -35,7 +35,7 @@ from pymongo import AsyncMongoClient
 from .. import api
 from ..errors import ConfigInvalidError, ExitCode, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError
 from . import background as bg
-from .line import LineOptions, Planned, Wait, plan_line, release_line, revoke_line, run_up
+from .line import Direction, LineOptions, Planned, Wait, plan_line, release_line, revoke_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
@@ -70,7 +70,7 @@ class LineGroup:
     #: The task id of each migration of ``names``.
     task_ids: list[str] = field(default_factory=list)
     #: What its tasks run: ``up``, ``down`` or ``redo``.
-    direction: str = "up"
+    direction: Direction = "up"
 
     def wait(self, timeout: float | None = None, interval: float = 0.2) -> list[LineResult]:
         """The results in the line's order, once every task ended (a task refused by its worker is ``failed``).
@@ -268,7 +268,7 @@ class MongoshiftTasks:
         running task only where the pool sees it (``-P threads``); this works on every pool."""
         settings = self.settings()
         pending = list(zip(line.names, line.task_ids, strict=True))
-        marked = _run(revoke_line(settings, line.direction, pending, self.line.intent_ttl_seconds))  # type: ignore[arg-type]
+        marked = _run(revoke_line(settings, line.direction, pending, self.line.intent_ttl_seconds))
         if line.task_ids:
             self.app.control.revoke(line.task_ids)
         return marked
