@@ -95,10 +95,10 @@ def test_enqueuing_twice_runs_once(redis_harness, project, sync_client) -> None:
 def test_a_payload_of_an_unknown_version_is_refused_not_run(redis_harness, project, sync_client) -> None:  # type: ignore[no-untyped-def]
     add_line(project)
     redis_harness.worker("-P", "solo")
-    bad = redis_harness.tasks.up.apply_async(args=({"v": 2, "name": "x.py"},))
+    bad = redis_harness.tasks.up.apply_async(args=({"v": 3, "name": "x.py"},))
     with pytest.raises(Exception) as caught:
         bad.get(timeout=60)
-    assert "payload version 2" in str(caught.value)
+    assert "payload version 3" in str(caught.value)
     unknown = redis_harness.tasks.up.apply_async(args=({"v": 1, "name": "x.py", "group": "g", "batch": 1, "wait_until": 1, "extra": 1},))
     with pytest.raises(Exception) as caught:
         unknown.get(timeout=60)

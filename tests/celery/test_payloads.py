@@ -9,19 +9,31 @@ from mongoshift.celery.payloads import LanePayload, parse
 from mongoshift.errors import ExitCode, TaskInvalidError
 
 GOOD = {"v": 1, "name": "20260101000001_a.py", "group": "g1", "batch": 3, "wait_until": 1.0}
+CHECKSUM = "ab" * 32
+GOOD_2 = {**GOOD, "v": 2, "direction": "down", "checksum": CHECKSUM, "ordered": False}
 
 
 def test_a_version_1_payload_reads_back_as_it_was_written() -> None:
-    assert VERSIONS == (1,)
+    assert VERSIONS == (1, 2)
     payload = parse(UpPayload, "mongoshift.up", GOOD)
-    assert payload.model_dump() == GOOD
+    assert {k: v for k, v in payload.model_dump().items() if k in GOOD} == GOOD
+    assert (payload.direction, payload.checksum, payload.ordered) == ("up", None, True)  # a version 1 line task, as before
     assert parse(LanePayload, "mongoshift.background.lane", {"v": 1, "name": "x.py", "chain": "c"}).errors == 0
+
+
+def test_a_version_2_payload_carries_the_files_checksum_and_its_direction() -> None:
+    payload = parse(UpPayload, "mongoshift.down", GOOD_2)
+    assert payload.model_dump() == GOOD_2
 
 
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        ({**GOOD, "v": 2}, "payload version 2 is not one this worker reads"),
+        ({**GOOD, "v": 3}, "payload version 3 is not one this worker reads"),
+        ({**GOOD, "v": 2}, "payload: checksum_missing"),
+        ({**GOOD, "direction": "down"}, "payload: version_1_has_no_such_field"),
+        ({**GOOD_2, "direction": "sideways"}, "direction: literal_error"),
+        ({**GOOD_2, "checksum": "hunter2"}, "checksum: string_pattern_mismatch"),
         ({k: v for k, v in GOOD.items() if k != "v"}, "no version 'v'"),
         ({**GOOD, "v": True}, "no version 'v'"),
         ({**GOOD, "secret": "hunter2"}, "secret: extra_forbidden"),

@@ -25,7 +25,9 @@ async def test_an_up_records_its_run_its_migrations_and_its_lock(project, db, te
 
     [run] = telemetry.points("mongoshift.run.duration")
     assert run.count == 1 and run.sum > 0
-    assert dict(run.attributes) == {"db.namespace": project.db, "mongoshift.command": "up", "mongoshift.outcome": "failed", "error.type": "execution_failed"}
+    assert dict(run.attributes) == {
+        "db.namespace": project.db, "mongoshift.command": "up", "mongoshift.lock": "taken", "mongoshift.outcome": "failed", "error.type": "execution_failed",
+    }
     migrations = {p.attributes["mongoshift.migration"]: p for p in telemetry.points("mongoshift.migration.duration")}
     assert sorted(migrations) == ["0001_first.py", "0002_second.py", "0003_fails.py"]
     assert all(p.count == 1 and p.attributes["db.namespace"] == project.db and p.attributes["mongoshift.direction"] == "up" for p in migrations.values())

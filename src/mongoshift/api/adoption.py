@@ -9,6 +9,7 @@ collection is only read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,11 +19,12 @@ from pymongo import ASCENDING, AsyncMongoClient
 
 from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
+from ..project.events import Observer
 from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool
 from ..project.loader import find, resolve_name
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from .options import checked_client
+from .options import checked_client, run_observers
 
 BASELINE = "baseline"
 
@@ -131,10 +133,21 @@ async def baseline(
     dry_run: bool = False,
     no_lock: bool = False,
     wait: float | None = None,
+    observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> AdoptionReport:
-    """Record every pending file up to ``to`` (inclusive) applied without running it; idempotent."""
-    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait, client=checked_client(client)) as session:
+    """Record every pending file up to ``to`` (inclusive) applied without running it; idempotent.
+
+    ``observers`` get the run's events as for ``up`` (a ``baseline`` run, no migration
+    events: no body runs); a dry run emits nothing."""
+    async with open_session(
+        settings,
+        take_lock=not (no_lock or dry_run),
+        wait=wait,
+        client=checked_client(client),
+        observers=run_observers(observers, settings),
+        command=None if dry_run else "baseline",
+    ) as session:
         if not dry_run:
             warn_unlocked(no_lock)
         limit = find(session.files, resolve_name(to, settings.migrations_dir)).name

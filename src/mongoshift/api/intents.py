@@ -23,11 +23,12 @@ from ..project.session import open_session
 from ..project.settings import Settings
 from .options import checked_client
 
-#: ``queued`` and ``running`` hold the key while live; ``failed`` and ``blocked`` are kept for the
+#: ``queued`` and ``running`` hold the key while live; ``failed``, ``blocked`` and ``revoked`` (the
+#: producer revoked its task: a running one stops, a queued one never runs) are kept for the
 #: tasks behind them to read, and a new claim replaces them.
-IntentState = Literal["queued", "running", "failed", "blocked"]
+IntentState = Literal["queued", "running", "failed", "blocked", "revoked"]
 LIVE: tuple[IntentState, ...] = ("queued", "running")
-SETTLED: tuple[IntentState, ...] = ("failed", "blocked")
+SETTLED: tuple[IntentState, ...] = ("failed", "blocked", "revoked")
 PREFIX = "queue:"
 
 
@@ -129,11 +130,14 @@ async def settle_intent(
 ) -> bool:
     """Move ``owner``'s record of ``key`` to ``state`` for ``ttl_seconds`` more (None: remove it).
 
-    False when the record is not ``owner``'s any more (it lapsed and another task claimed the key)."""
+    False when the record is not ``owner``'s any more (it lapsed and another task claimed the key),
+    and when a ``revoked`` record would be made live again (``queued``, ``running``): a revoked task stays revoked."""
     ttl_ms = _checked_ttl(ttl_seconds)
     async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
         collection = session.db[settings.lock_collection]
-        scope = {"_id": PREFIX + key, "owner": owner}
+        scope: dict[str, Any] = {"_id": PREFIX + key, "owner": owner}
+        if state in LIVE:
+            scope["state"] = {"$ne": "revoked"}
         if state is None:
             return (await collection.delete_one(scope)).deleted_count == 1
         fields: dict[str, Any] = {"state": state, "ttl_ms": ttl_ms, "renewed_at": "$$NOW", "expires_at": {"$add": ["$$NOW", ttl_ms]}}

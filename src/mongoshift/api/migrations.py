@@ -9,13 +9,13 @@ a run behind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pymongo import AsyncMongoClient
 
-from ..errors import ConfigInvalidError, MongoshiftError
+from ..errors import ChecksumMismatchError, ConfigInvalidError, MongoshiftError
 from ..project.events import Event, Observer
 from ..project.loader import resolve_name
 from ..project.lock import LockHolder
@@ -133,6 +133,19 @@ def _run_options(settings: Settings, observers: Iterable[Observer], client: Asyn
     return {"observers": run_observers(observers, settings), "client": checked_client(client)}
 
 
+def _check_unchanged(plan: Plan, checksums: Mapping[str, str] | None) -> None:
+    """``checksums`` (a job system's, taken when it queued the run): refuse, before anything runs,
+    a planned file that changed since, so that a task never runs another file than the one queued."""
+    for step in plan.steps if checksums else ():
+        expected = checksums.get(step.name) if checksums else None
+        if expected is not None and step.file.checksum != expected:
+            raise ChecksumMismatchError(
+                f"{step.name} changed since it was queued (checksum {step.file.checksum[:12]}, queued {expected[:12]}); "
+                "nothing was run: queue it again to run the file as it is now",
+                file=step.name,
+            )
+
+
 def _bare(settings: Settings, name: str | None) -> str | None:
     return None if name is None else resolve_name(name, settings.migrations_dir)
 
@@ -174,9 +187,13 @@ async def up(
     client: AsyncMongoClient[Any] | None = None,
     batch: int | None = None,
     ordered: bool = False,
+    checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
     """Apply pending migrations (or one FILE), in name order.
 
+    ``checksums`` (file name to checksum, as a job system took them when it queued the run):
+    a planned file whose checksum differs is refused with
+    :class:`~mongoshift.errors.ChecksumMismatchError` before anything runs.
     ``batch`` records the run in batch N instead of a new one (a label, not a reservation),
     so several single-file runs form one rollback unit; ``ordered`` refuses FILE while an
     earlier file is not applied (:func:`~mongoshift.runner.plan.plan_up`).
@@ -199,6 +216,7 @@ async def up(
     ) as session:
         warn_unlocked(no_lock)
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
+        _check_unchanged(plan, checksums)
         report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
         if declarations is not None and not report.waiting:
             from ..converge.run import converge_in_session  # start-up time: see the note at the top
@@ -224,11 +242,15 @@ async def down(
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
     ordered: bool = False,
+    checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
-    """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied."""
+    """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied.
+
+    ``checksums``: as for :func:`up`."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="down", **_run_options(settings, observers, client)) as session:
         warn_unlocked(no_lock)
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
+        _check_unchanged(plan, checksums)
         return await _execute(session, "down", plan)
 
 
@@ -241,8 +263,11 @@ async def redo(
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
+    checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
-    """Roll back and re-apply one migration (default: the newest applied) under one lock."""
+    """Roll back and re-apply one migration (default: the newest applied) under one lock.
+
+    ``checksums``: as for :func:`up`."""
     async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="redo", **_run_options(settings, observers, client)) as session:
         warn_unlocked(no_lock)
         target = _bare(settings, target)
@@ -253,6 +278,7 @@ async def redo(
         back = plan.steps[0]
         reapply = plan_up(session.files, records, target=back.name, force=True, strict=False)
         combined = Plan(plan.steps + reapply.steps, reapply.warnings)
+        _check_unchanged(combined, checksums)
         return await _execute(session, "redo", combined)
 
 

@@ -1,27 +1,38 @@
-"""The migration line on a job system: what ``enqueue_up`` puts in the queue, and what each task does.
+"""The migration line on a job system: what ``enqueue_up`` (``enqueue_down``, ``enqueue_redo``)
+puts in the queue, and what each task does.
 
 MongoDB holds the truth, the broker only the intent. Each task runs exactly one migration
-with ``up NAME --ordered`` in the group's batch, under the migration lock, so that the
-changelog decides: an applied migration is ``skipped``; one whose predecessors are not
-applied waits while their tasks are queued or running (their intents, :mod:`mongoshift.api.intents`),
-and is ``blocked`` once one of them failed, or was never queued. A migration body is never
-retried here: a waiting task asks again later, a failed one reports and stays failed.
+with ``up NAME --ordered`` in the group's batch (``down NAME --ordered`` from the end of the
+line; one FILE queued on its own without ``--ordered``; ``redo NAME``), under the migration
+lock, so that the changelog decides: an applied migration is ``skipped``; one whose
+predecessors are not applied waits while their tasks are queued or running (their intents,
+:mod:`mongoshift.api.intents`), and is ``blocked`` once one of them failed, or was never
+queued. A task that could not run (the lock stayed held, its file changed since it was
+queued) is ``failed``. A migration body is never retried here: a waiting task asks again
+later, a failed one reports and stays failed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pymongo import AsyncMongoClient
 
 from .. import api
-from ..errors import LockHeldError, MongoshiftError, OutOfOrderError
+from ..errors import ExitCode, LockHeldError, MongoshiftError, NotAppliedError, OutOfOrderError
 from .payloads import UpPayload
 from .results import LineResult
+
+log = logging.getLogger("mongoshift.celery")
+
+#: What a line task runs: ``up NAME``, ``down NAME`` or ``redo NAME``.
+Direction = Literal["up", "down", "redo"]
 
 
 @dataclass(frozen=True)
@@ -54,27 +65,46 @@ class Planned:
     batch: int | None
     tasks: list[tuple[UpPayload, str]]
     dropped: list[str]
+    direction: Direction = "up"
 
 
-def intent_key(name: str) -> str:
-    return f"up:{name}"
+def intent_key(name: str, direction: Direction = "up") -> str:
+    return f"{direction}:{name}"
 
 
-async def plan_line(settings: api.Settings, options: LineOptions, *, client: AsyncMongoClient[Any] | None = None) -> Planned:
-    """The pending migrations in order, each claimed for a new task id; one queued or running elsewhere is dropped.
+async def plan_line(
+    settings: api.Settings,
+    options: LineOptions,
+    *,
+    direction: Direction = "up",
+    target: str | None = None,
+    to: str | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    client: AsyncMongoClient[Any] | None = None,
+) -> Planned:
+    """The migrations to run in order, each claimed for a new task id; one queued or running elsewhere is dropped.
 
-    The plan is ``dry-run up``'s, so a file that does not import or a bad selection fails here,
-    before anything is queued."""
+    The plan is the dry run's (``up``; ``down`` for a rollback and for ``redo``, which takes
+    one file, the newest applied by default), so a file that does not import or a bad
+    selection fails here, before anything is queued. Each payload carries the file's
+    checksum: a file changed before its task runs is refused (:func:`mongoshift.api.up`'s
+    ``checksums``). A line (no FILE) is ordered; one FILE runs on its own."""
     own = client is None
     connected = client if client is not None else await api.open_client(settings)  # one connection for both calls
     try:
-        preview = await api.dry_run(settings, "up", client=connected)
+        if direction == "up":
+            preview = await api.dry_run(settings, "up", target=target, to=to, client=connected)
+        elif direction == "down":
+            preview = await api.dry_run(settings, "down", target=target, to=to, batch=batch, steps=steps, client=connected)
+        else:
+            preview = await api.dry_run(settings, "down", target=target, steps=None if target else 1, client=connected)
         group = uuid.uuid4().hex
-        batch = preview.rows[0].batch if preview.rows else None
+        first = preview.rows[0].batch if preview.rows else None
         wait_until = time.time() + options.line_wait_seconds
         owners = {row.name: uuid.uuid4().hex for row in preview.rows}
         claims = [
-            api.Claim(intent_key(name), owner, options.intent_ttl_seconds, {"group": group, "batch": batch})
+            api.Claim(intent_key(name, direction), owner, options.intent_ttl_seconds, {"group": group, "batch": first})
             for name, owner in owners.items()
         ]
         taken = await api.claim_intents(settings, claims, client=connected)
@@ -82,19 +112,40 @@ async def plan_line(settings: api.Settings, options: LineOptions, *, client: Asy
         if own:
             await connected.close()
     tasks, dropped = [], []
-    for (name, owner), ok in zip(owners.items(), taken, strict=True):
+    ordered = target is None and direction != "redo"
+    for row, ok in zip(preview.rows, taken, strict=True):
         if not ok:
-            dropped.append(name)
+            dropped.append(row.name)
             continue
-        assert batch is not None
-        tasks.append((UpPayload(name=name, group=group, batch=batch, wait_until=wait_until), owner))
-    return Planned(group, batch, tasks, dropped)
+        payload = UpPayload(
+            name=row.name,
+            group=group,
+            batch=(first if direction == "up" else row.batch) or 1,
+            wait_until=wait_until,
+            direction=direction,
+            checksum=row.checksum,
+            ordered=ordered,
+        )
+        tasks.append((payload, owners[row.name]))
+    return Planned(group, first, tasks, dropped, direction)
+
+
+async def revoke_line(
+    settings: api.Settings, direction: Direction, tasks: Sequence[tuple[str, str]], ttl_seconds: float, *, client: AsyncMongoClient[Any] | None = None
+) -> list[str]:
+    """Mark the intents of ``tasks`` (name, task id) ``revoked``: a running one sets ``ctx.cancelled``
+    at its next poll, a queued one runs nothing; those already ended are left (returned: the ones marked)."""
+    marked = []
+    for name, task_id in tasks:
+        if await api.settle_intent(settings, intent_key(name, direction), task_id, "revoked", ttl_seconds=ttl_seconds, client=client):
+            marked.append(name)
+    return marked
 
 
 async def release_line(settings: api.Settings, planned: Planned, *, client: AsyncMongoClient[Any] | None = None) -> None:
     """Free the intents of a plan whose tasks the broker did not take, so that the next enqueue is not dropped."""
     for payload, owner in planned.tasks:
-        await api.settle_intent(settings, intent_key(payload.name), owner, None, ttl_seconds=1, client=client)
+        await api.settle_intent(settings, intent_key(payload.name, payload.direction), owner, None, ttl_seconds=1, client=client)
 
 
 class _Run:
@@ -108,8 +159,12 @@ class _Run:
         options: LineOptions,
         client: AsyncMongoClient[Any],
         observers: Sequence[api.Observer] = (),
+        revoked: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
+        self.cancel = api.CancelSignal()
+        #: Whether the worker was told to revoke this task (Celery's own revoke, where the pool sees it).
+        self.revoked = revoked
         self.observers = observers
         self.payload = payload
         self.task_id = task_id
@@ -118,60 +173,106 @@ class _Run:
         self.run_id: str | None = None
 
     def result(self, outcome: Any, **fields: Any) -> LineResult:
-        return LineResult(self.payload.name, outcome, self.payload.group, self.payload.batch, self.run_id, **fields)
+        payload = self.payload
+        return LineResult(payload.name, outcome, payload.group, payload.batch, self.run_id, direction=payload.direction, **fields)
 
     def _observe(self, event: api.Event) -> None:
         if self.run_id is None and event.run_id:
             self.run_id = event.run_id
 
+    @property
+    def key(self) -> str:
+        return intent_key(self.payload.name, self.payload.direction)
+
+    async def _revoked(self) -> bool:
+        """The producer revoked this task (:meth:`~mongoshift.celery.MongoshiftTasks.revoke`), or its worker was told so."""
+        if self.revoked is not None and self.revoked():
+            return True
+        intent = (await api.read_intents(self.settings, [self.key], client=self.client)).get(self.key)
+        return intent is not None and intent.owner == self.task_id and intent.state == "revoked"
+
+    async def _watch(self) -> None:
+        """While the migration runs: a revocation sets ``ctx.cancelled`` (the body may stop; the run stops at its end)."""
+        while not self.cancel.is_set():
+            await asyncio.sleep(self.options.poll_seconds)
+            try:
+                if await self._revoked():
+                    self.cancel.set("the task was revoked")
+            except MongoshiftError as exc:  # a read that failed is asked again at the next poll
+                log.warning("%s: cannot read whether its task was revoked (%s)", self.payload.name, exc.kind)
+
     async def _hold(self) -> bool:
-        """Mark this task's intent running; False when another live task holds the migration (a duplicate)."""
-        key = intent_key(self.payload.name)
+        """Mark this task's intent running; False when another live task holds the migration (a duplicate), or its task was revoked."""
+        key = self.key
         ttl = self.options.intent_ttl_seconds
         if await api.settle_intent(self.settings, key, self.task_id, "running", ttl_seconds=ttl, client=self.client):
             return True
+        if await self._revoked():  # revoked while queued: not taken again
+            return False
         # ours lapsed (the queue was slow) or was never written: take it again unless another task holds it now
         claimed = await api.claim_intents(self.settings, [api.Claim(key, self.task_id, ttl, {"group": self.payload.group})], client=self.client)
         return claimed[0] and await api.settle_intent(self.settings, key, self.task_id, "running", ttl_seconds=ttl, client=self.client)
 
     async def run(self) -> LineResult | Wait:
-        if not await self._hold():
+        told = self.revoked is not None and self.revoked()  # Celery revoked it before it started here
+        if told or not await self._hold():
+            if await self._revoked():
+                return self.result("failed", code=int(ExitCode.ABORTED), kind="aborted", error=f"{self.payload.name} was not run: its task was revoked")
             return self.result("dropped", kind="duplicate", error="another task holds this migration (queued or running)")
         started = time.monotonic()
+        watcher = asyncio.create_task(self._watch())
         try:
-            report = await api.up(
-                self.settings,
-                target=self.payload.name,
-                batch=self.payload.batch,
-                ordered=True,
-                wait=self.options.lock_wait_seconds,
-                observers=[self._observe, *self.observers],
-                client=self.client,
-            )
+            report = await self._command()
         except OutOfOrderError as exc:
             return await self._behind(exc)
+        except NotAppliedError as exc:
+            if self.payload.direction == "down":  # rolled back already: by another task, or the CLI
+                return self.result("skipped")
+            return self.result("failed", duration_ms=_ms(started), code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
         except LockHeldError as exc:
             if time.time() < self.payload.wait_until:
                 return Wait(self.options.poll_seconds, "the migration lock is held")
-            return self.result("blocked", code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
+            # it could not run: failed (blocked is for a task behind another migration)
+            message = f"{self.payload.name} was not run: the migration lock stayed held until the task gave up ({api.redact(exc.message)})"
+            return self.result("failed", code=int(exc.exit_code), kind=exc.kind, error=message)
         except MongoshiftError as exc:
             return self.result("failed", duration_ms=_ms(started), code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
         except Exception as exc:  # noqa: BLE001 - reported as the task's result, redacted, like the CLI's exit 1
             return self.result("failed", duration_ms=_ms(started), code=1, kind="error", error=api.describe_error(exc))
+        finally:
+            watcher.cancel()
         self.run_id = report.run_id
         mine = [r for r in report.results if r.name == self.payload.name]
-        if not mine or mine[0].status == "skipped":  # already applied: by another task, or the CLI
+        if not mine or mine[-1].status == "skipped":  # already applied: by another task, or the CLI
             return self.result("skipped")
-        return self.result("applied", duration_ms=mine[0].duration_ms)
+        return self.result("reverted" if mine[-1].status == "reverted" else "applied", duration_ms=sum(r.duration_ms for r in mine))
+
+    async def _command(self) -> api.RunReport:
+        """The one run of this task: ``up NAME``, ``down NAME`` or ``redo NAME``, refused when the file changed since it was queued."""
+        payload = self.payload
+        common: dict[str, Any] = {
+            "target": payload.name,
+            "wait": self.options.lock_wait_seconds,
+            "cancel": self.cancel,
+            "observers": [self._observe, *self.observers],
+            "client": self.client,
+            "checksums": {payload.name: payload.checksum} if payload.checksum else None,
+        }
+        if payload.direction == "up":
+            return await api.up(self.settings, batch=payload.batch, ordered=payload.ordered, **common)
+        if payload.direction == "down":
+            return await api.down(self.settings, ordered=payload.ordered, **common)
+        return await api.redo(self.settings, **common)
 
     async def _behind(self, exc: OutOfOrderError) -> LineResult | Wait:
         """Earlier migrations are not applied: wait while their tasks are queued or running, else blocked."""
         ahead = [str(n) for n in exc.details.get("blocked_by") or []]
-        intents = await api.read_intents(self.settings, [intent_key(n) for n in ahead], client=self.client)
-        coming = [n for n in ahead if (i := intents.get(intent_key(n))) is not None and i.live]
+        keys = {n: intent_key(n, self.payload.direction) for n in ahead}
+        intents = await api.read_intents(self.settings, list(keys.values()), client=self.client)
+        coming = [n for n in ahead if (i := intents.get(keys[n])) is not None and i.live]
         if coming and time.time() < self.payload.wait_until:
             return Wait(self.options.poll_seconds, f"waits for {', '.join(coming)}")
-        failed = [n for n in ahead if (i := intents.get(intent_key(n))) is not None and i.state in ("failed", "blocked")]
+        failed = [n for n in ahead if (i := intents.get(keys[n])) is not None and i.state in ("failed", "blocked", "revoked")]
         if coming:
             why = f"gave up waiting for {', '.join(coming)} after line_wait_seconds"
         elif failed:
@@ -182,11 +283,11 @@ class _Run:
 
     async def settle(self, outcome: LineResult | Wait) -> None:
         """Free the intent of a done task, keep a failed or blocked one for the tasks behind it, renew a waiting one."""
-        key = intent_key(self.payload.name)
+        key = self.key
         ttl = self.options.intent_ttl_seconds
         if isinstance(outcome, Wait):
             await api.settle_intent(self.settings, key, self.task_id, "queued", ttl_seconds=ttl, client=self.client)
-        elif outcome.outcome in ("applied", "skipped"):
+        elif outcome.outcome in ("applied", "reverted", "skipped"):
             await api.settle_intent(self.settings, key, self.task_id, None, ttl_seconds=ttl, client=self.client)
         elif outcome.outcome in ("failed", "blocked"):
             data = {"group": self.payload.group, "kind": outcome.kind}
@@ -194,17 +295,26 @@ class _Run:
 
 
 async def run_up(
-    settings: api.Settings, payload: UpPayload, task_id: str, options: LineOptions, observers: Sequence[api.Observer] = ()
+    settings: api.Settings,
+    payload: UpPayload,
+    task_id: str,
+    options: LineOptions,
+    observers: Sequence[api.Observer] = (),
+    revoked: Callable[[], bool] | None = None,
 ) -> LineResult | Wait:
-    """The body of one line task: one client, one ``up NAME --ordered`` (its events to ``observers``), the intent settled after."""
+    """The body of one line task: one client, one ``up NAME`` (``down``, ``redo``; its events to
+    ``observers``), the intent settled after; a revocation (``revoked``, or the intent marked
+    ``revoked``) sets ``ctx.cancelled``."""
     try:
         client = await api.open_client(settings)
     except MongoshiftError as exc:  # nothing ran: the tasks behind it find this one not applied and its intent live
         if time.time() < payload.wait_until:
             return Wait(options.poll_seconds, f"cannot connect ({exc.kind})")
-        return LineResult(payload.name, "failed", payload.group, payload.batch, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
+        return LineResult(
+            payload.name, "failed", payload.group, payload.batch, direction=payload.direction, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message)
+        )
     try:
-        run = _Run(settings, payload, task_id, options, client, observers)
+        run = _Run(settings, payload, task_id, options, client, observers, revoked)
         outcome = await run.run()
         await run.settle(outcome)
         return outcome

@@ -11,35 +11,56 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from ..errors import TaskInvalidError
 
-#: The payload versions this release reads.
-VERSIONS = (1,)
+#: The payload versions this release reads (2: an ``up`` task's ``direction``, ``checksum`` and ``ordered``).
+VERSIONS = (1, 2)
 
 _NAME = r"^[^/\\\x00]{1,255}$"
 
 
 class Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A task's payload; each kind declares the versions ``v`` it has."""
 
-    v: Literal[1] = 1
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class UpPayload(Payload):
-    """One migration of the line: ``up NAME`` in ``batch``, part of ``group``."""
+    """One migration of a line: ``up NAME`` in ``batch`` (or ``down NAME``, ``redo NAME``), part of ``group``.
 
+    Version 2 carries the file's ``checksum`` when it was queued (a file changed since is
+    refused, not run), the ``direction`` and ``ordered``; version 1 (an ``up`` of the line,
+    ordered, no checksum) is still read, for the messages queued before an upgrade."""
+
+    v: Literal[1, 2] = 2
     name: str = Field(pattern=_NAME)
     group: str = Field(min_length=1, max_length=64)
+    #: The batch an ``up`` records (``down`` and ``redo``: the batch the migration was in, informative).
     batch: int = Field(ge=1)
-    #: Unix time after which a task still waiting for the ones ahead of it gives up (``blocked``).
+    #: Unix time after which a task still waiting (for the ones ahead of it, or for the lock) gives up.
     wait_until: float = Field(gt=0)
+    direction: Literal["up", "down", "redo"] = "up"
+    #: The file's checksum when the task was queued.
+    checksum: str | None = Field(default=None, pattern=r"^[0-9a-f]{16,128}$")
+    #: True for a line (``up``/``down NAME --ordered``); False for one file queued on its own.
+    ordered: bool = True
+
+    @model_validator(mode="after")
+    def _fields_of_its_version(self) -> UpPayload:
+        if self.v == 1 and (self.direction != "up" or self.checksum is not None or not self.ordered):
+            raise PydanticCustomError("version_1_has_no_such_field", "direction, checksum and ordered came with version 2")
+        if self.v == 2 and self.checksum is None:
+            raise PydanticCustomError("checksum_missing", "a version 2 payload carries the file's checksum")
+        return self
 
 
 class CoordinatorPayload(Payload):
     """One step of a background migration's coordinator; ``chain`` owns its ``background:<name>`` intent."""
 
+    v: Literal[1] = 1
     name: str = Field(pattern=_NAME)
     chain: str = Field(min_length=1, max_length=64)
     #: Lanes this chain keeps at most (1 to 64).
@@ -49,6 +70,7 @@ class CoordinatorPayload(Payload):
 class LanePayload(Payload):
     """One lane: a slice, then itself again; ``errors`` counts the failed slices in a row."""
 
+    v: Literal[1] = 1
     name: str = Field(pattern=_NAME)
     chain: str = Field(min_length=1, max_length=64)
     errors: int = Field(default=0, ge=0)

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-#: ``applied``: run now; ``skipped``: already applied (another task, or the CLI, ran it);
-#: ``failed``: it ran and raised, or could not be run (``code`` / ``kind`` say why);
+#: ``applied``: run now (``redo``: re-applied); ``reverted``: rolled back now (``down``);
+#: ``skipped``: already applied, or already rolled back (another task, or the CLI, did it);
+#: ``failed``: it ran and raised, or could not be run: the lock stayed held, the file changed
+#: since it was queued (``code`` / ``kind`` say why);
 #: ``blocked``: not run, because one ahead of it in the line failed or never came;
 #: ``dropped``: not run, because another task holds this migration (a duplicate).
-Outcome = Literal["applied", "skipped", "failed", "blocked", "dropped"]
+Outcome = Literal["applied", "reverted", "skipped", "failed", "blocked", "dropped"]
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,12 @@ class LineResult:
     error: str | None = None
     #: For ``blocked``: the migrations it waited for.
     blocked_by: list[str] = field(default_factory=list)
+    #: What the task ran: ``up``, ``down`` or ``redo``.
+    direction: str = "up"
 
     @property
     def ok(self) -> bool:
-        return self.outcome in ("applied", "skipped")
+        return self.outcome in ("applied", "reverted", "skipped")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

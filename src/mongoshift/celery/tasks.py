@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,14 +26,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from celery import Celery, Task, group
+from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, GroupResult
+from celery.worker import state as worker_state
 from pymongo import AsyncMongoClient
 
 from .. import api
-from ..errors import ConfigInvalidError, MongoshiftError, MigrationTimeoutError
+from ..errors import ConfigInvalidError, ExitCode, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError
 from . import background as bg
-from .line import LineOptions, Planned, Wait, plan_line, release_line, run_up
+from .line import Direction, LineOptions, Planned, Wait, plan_line, release_line, revoke_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
@@ -54,7 +57,9 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 @dataclass
 class LineGroup:
-    """What :meth:`MongoshiftTasks.enqueue_up` queued: one task per pending migration, in order, in one batch."""
+    """What :meth:`MongoshiftTasks.enqueue_up` (``enqueue_down``, ``enqueue_redo``) queued: one task per migration, in order.
+
+    ``batch``: the batch an ``up`` line records, or the batch of the first migration a rollback takes."""
 
     group: str
     batch: int | None
@@ -62,6 +67,10 @@ class LineGroup:
     #: Pending migrations not queued because a task already holds them (queued or running).
     dropped: list[str] = field(default_factory=list)
     result: GroupResult | None = None
+    #: The task id of each migration of ``names``.
+    task_ids: list[str] = field(default_factory=list)
+    #: What its tasks run: ``up``, ``down`` or ``redo``.
+    direction: Direction = "up"
 
     def wait(self, timeout: float | None = None, interval: float = 0.2) -> list[LineResult]:
         """The results in the line's order, once every task ended (a task refused by its worker is ``failed``).
@@ -84,9 +93,11 @@ class LineGroup:
     def _read(self, name: str, value: Any) -> LineResult:
         if isinstance(value, dict):
             return LineResult.of(value)
+        if isinstance(value, TaskRevokedError):  # revoked before its worker ran it
+            return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted", error="its task was revoked")
         kind = getattr(value, "kind", "error")
         code = int(getattr(value, "exit_code", 1))
-        return LineResult(name, "failed", self.group, self.batch, code=code, kind=kind, error=api.redact(str(value)))
+        return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=code, kind=kind, error=api.redact(str(value)))
 
 
 @dataclass
@@ -125,7 +136,10 @@ class MongoshiftTasks:
         self.line = line
         self.background = background
         self._source = settings
-        self.up = self._task("up", self._up, reject_on_worker_lost=False)
+        self.up = self._task("up", self._line, reject_on_worker_lost=False)
+        self.down = self._task("down", self._line, reject_on_worker_lost=False)
+        self.redo = self._task("redo", self._line, reject_on_worker_lost=False)
+        self._line_tasks = {"up": self.up, "down": self.down, "redo": self.redo}
         self.coordinator = self._task("background.coordinate", self._coordinate)
         self.lane = self._task("background.lane", self._lane)
         self.background_tick = self._task("background.tick", self._tick)
@@ -176,23 +190,59 @@ class MongoshiftTasks:
 
     # -- the line -----------------------------------------------------------------------------
 
-    async def aenqueue_up(self, *, client: AsyncMongoClient[Any] | None = None) -> LineGroup:
+    async def aenqueue_up(self, target: str | None = None, *, to: str | None = None, client: AsyncMongoClient[Any] | None = None) -> LineGroup:
         """:meth:`enqueue_up` for an async application (``client``: its open ``AsyncMongoClient``)."""
+        return await self._aenqueue(client, direction="up", target=target, to=to)
+
+    def enqueue_up(self, target: str | None = None, *, to: str | None = None) -> LineGroup:
+        """Queue one task per pending migration, in order, as one group sharing the next batch.
+
+        ``target``: that one file only (``up FILE``: earlier pending files do not hold it);
+        ``to``: the pending files up to that one, included (``up --to``). A migration another
+        task holds (queued or running) is dropped (``LineGroup.dropped``). When the broker
+        refuses the group, the intents are released again and the broker's error raised."""
+        return self._enqueue(direction="up", target=target, to=to)
+
+    async def aenqueue_down(
+        self,
+        target: str | None = None,
+        *,
+        batch: int | None = None,
+        steps: int | None = None,
+        to: str | None = None,
+        client: AsyncMongoClient[Any] | None = None,
+    ) -> LineGroup:
+        """:meth:`enqueue_down` for an async application."""
+        return await self._aenqueue(client, direction="down", target=target, batch=batch, steps=steps, to=to)
+
+    def enqueue_down(self, target: str | None = None, *, batch: int | None = None, steps: int | None = None, to: str | None = None) -> LineGroup:
+        """Queue one rollback task per migration that ``mongoshift down`` would roll back, newest first.
+
+        The selection is ``down``'s (the last batch by default; ``target``, ``batch``, ``steps``,
+        ``to``), fixed when queued: each task runs ``down NAME --ordered`` (``down FILE`` for
+        ``target``), so a message delivered twice finds its migration rolled back (``skipped``)."""
+        return self._enqueue(direction="down", target=target, batch=batch, steps=steps, to=to)
+
+    async def aenqueue_redo(self, target: str | None = None, *, client: AsyncMongoClient[Any] | None = None) -> LineGroup:
+        """:meth:`enqueue_redo` for an async application."""
+        return await self._aenqueue(client, direction="redo", target=target)
+
+    def enqueue_redo(self, target: str | None = None) -> LineGroup:
+        """Queue ``redo`` of one migration (``target``, else the newest applied, chosen now): one task."""
+        return self._enqueue(direction="redo", target=target)
+
+    async def _aenqueue(self, client: AsyncMongoClient[Any] | None, **selection: Any) -> LineGroup:
         settings = self.settings()
-        planned = await plan_line(settings, self.line, client=client)
+        planned = await plan_line(settings, self.line, client=client, **selection)
         try:
             return self._queue_line(planned)
         except Exception:
             await release_line(settings, planned, client=client)
             raise
 
-    def enqueue_up(self) -> LineGroup:
-        """Queue one task per pending migration, in order, as one group sharing the next batch.
-
-        A migration another task holds (queued or running) is dropped (``LineGroup.dropped``). When
-        the broker refuses the group, the intents are released again and the broker's error raised."""
+    def _enqueue(self, **selection: Any) -> LineGroup:
         settings = self.settings()
-        planned = _run(plan_line(settings, self.line))
+        planned = _run(plan_line(settings, self.line, **selection))
         try:
             return self._queue_line(planned)
         except Exception:
@@ -201,21 +251,39 @@ class MongoshiftTasks:
 
     def _queue_line(self, planned: Planned) -> LineGroup:
         names = [payload.name for payload, _ in planned.tasks]
-        line = LineGroup(planned.group, planned.batch, names, planned.dropped)
+        line = LineGroup(planned.group, planned.batch, names, planned.dropped, task_ids=[task_id for _, task_id in planned.tasks], direction=planned.direction)
         if planned.tasks:
             signatures = [
-                self.up.signature(args=(payload.model_dump(),), task_id=task_id, immutable=True, **self._routing())
+                self._line_tasks[payload.direction].signature(args=(payload.model_dump(),), task_id=task_id, immutable=True, **self._routing())
                 for payload, task_id in planned.tasks
             ]
             line.result = group(signatures).apply_async()
         return line
 
-    def _up(self, task: Task, payload: Any) -> dict[str, Any]:
+    def revoke(self, line: LineGroup) -> list[str]:
+        """Revoke the tasks of ``line``: a running one gets ``ctx.cancelled`` set (within ``poll_seconds``;
+        the body may stop, and the run stops after it), a queued one runs nothing (``failed``, ``aborted``).
+
+        Returns the migrations whose tasks had not ended. Celery's own ``revoke()`` reaches a
+        running task only where the pool sees it (``-P threads``); this works on every pool."""
+        settings = self.settings()
+        pending = list(zip(line.names, line.task_ids, strict=True))
+        marked = _run(revoke_line(settings, line.direction, pending, self.line.intent_ttl_seconds))
+        if line.task_ids:
+            self.app.control.revoke(line.task_ids)
+        return marked
+
+    def _line(self, task: Task, payload: Any) -> dict[str, Any]:
         parsed = parse(UpPayload, task.name, payload)
+        if self._line_tasks[parsed.direction].name != task.name:
+            raise TaskInvalidError(f"{task.name}: a payload of direction {parsed.direction} belongs to another task", task=task.name)
         try:
-            outcome = _run(run_up(self.settings(), parsed, task.request.id, self.line, self.observers))
+            task_id = task.request.id
+            outcome = _run(run_up(self.settings(), parsed, task_id, self.line, self.observers, lambda: task_id in worker_state.revoked))
         except MongoshiftError as exc:  # the settings: nothing ran
-            outcome = LineResult(parsed.name, "failed", parsed.group, parsed.batch, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
+            outcome = LineResult(
+                parsed.name, "failed", parsed.group, parsed.batch, direction=parsed.direction, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message)
+            )
         if isinstance(outcome, Wait):
             raise task.retry(args=(payload,), countdown=outcome.countdown, max_retries=None)
         return outcome.to_json()
@@ -270,14 +338,25 @@ class MongoshiftTasks:
     # -- converge, verify, audit --------------------------------------------------------------
 
     def enqueue_converge(self, *, yes: bool = False) -> AsyncResult:
-        """Queue a converge of the declared collections (``yes``: its destructive steps too)."""
-        return self.converge.apply_async(kwargs={"yes": bool(yes)}, **self._routing())
+        """Queue a converge of the declared collections (``yes``: its destructive steps too).
 
-    def _converge(self, task: Task, yes: bool = False) -> dict[str, Any]:
+        Like a line task, it waits for a held migration lock (``lock_wait_seconds`` at a time,
+        asking again after ``poll_seconds``) for at most ``line_wait_seconds``."""
+        kwargs = {"yes": bool(yes), "wait_until": time.time() + self.line.line_wait_seconds}
+        return self.converge.apply_async(kwargs=kwargs, **self._routing())
+
+    def _converge(self, task: Task, yes: bool = False, wait_until: float | None = None) -> dict[str, Any]:
+        if isinstance(wait_until, bool) or not isinstance(wait_until, (int, float, type(None))):
+            raise TaskInvalidError(f"{task.name}: wait_until must be a Unix time, not a {type(wait_until).__name__}", task=task.name)
+        deadline = wait_until if wait_until is not None else time.time() + self.line.line_wait_seconds  # queued by hand
         try:
-            report = _run(api.converge(self.settings(), yes=bool(yes), observers=self.observers))
+            report = _run(api.converge(self.settings(), yes=bool(yes), wait=self.line.lock_wait_seconds, observers=self.observers))
+        except LockHeldError as exc:
+            if time.time() < deadline:
+                raise task.retry(kwargs={"yes": bool(yes), "wait_until": deadline}, countdown=self.line.poll_seconds, max_retries=None) from None
+            return _failure(exc, f"converge was not run: the migration lock stayed held until the task gave up ({exc.message})")
         except MongoshiftError as exc:
-            return {"success": False, "error": {"code": int(exc.exit_code), "kind": exc.kind, "message": api.redact(exc.message)}}
+            return _failure(exc, exc.message)
         return report.to_json()
 
     def _verify(self, task: Task, reopen: bool = False) -> list[dict[str, Any]]:
@@ -311,6 +390,10 @@ class MongoshiftTasks:
                 entry["options"] = {"queue": self.queue}
             entries[f"{self.prefix}.{key}"] = entry
         return entries
+
+
+def _failure(exc: MongoshiftError, message: str) -> dict[str, Any]:
+    return {"success": False, "error": {"code": int(exc.exit_code), "kind": exc.kind, "message": api.redact(message)}}
 
 
 def _file_name(name: str) -> str:

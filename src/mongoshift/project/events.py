@@ -12,7 +12,9 @@ Line kinds: ``run_start`` / ``run_end``, ``migration_start`` / ``migration_end``
 ``converge_end``, and ``log`` (``ctx.log``). Every ``*_end`` carries ``duration_ms`` and
 ``outcome``, and ``error_kind`` (the exit-code kind) when it failed.
 
-The seam for tracers: an observer may also have ``migration_scope(event)``, which returns a
+The seam for tracers: an observer may also have ``run_scope(event)``, entered around a
+writing command from its ``run_start`` to its ``run_end`` (connecting, checks, lock and
+closing included), and ``migration_scope(event)``, which returns a
 context manager; the executor enters it around each migration body (sync bodies run in a
 worker thread that inherits the context), so whatever it makes current, such as an
 OpenTelemetry span, is current for the body. The background engine offers the same seam
@@ -84,6 +86,10 @@ class Events:
                 details,
                 extra={"event": event.kind, "run_id": event.run_id, "migration": event.migration, "data": event.data},
             )
+
+    def run_scope(self, event: Event) -> AbstractContextManager[None]:
+        """Every observer's ``run_scope``, entered around a writing command (``event``: its ``run_start``)."""
+        return self.scope("run_scope", event)
 
     def migration_scope(self, event: Event) -> AbstractContextManager[None]:
         """Every observer's ``migration_scope``, entered around one body; a failing one is skipped."""

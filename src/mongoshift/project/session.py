@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,23 +133,53 @@ async def open_session(
     ``checked``: the caller's run already checked the own collections.
     ``declarations``: already read by the caller (a bad file failed before connecting).
     ``observers`` get the run's events; ``command`` (a writing command) brackets the run
-    with ``run_start`` / ``run_end``.
+    with ``run_start`` / ``run_end``, connecting and closing included, and enters the
+    observers' ``run_scope`` between them.
     """
     files = discover(settings.migrations_dir) if with_files else []
     own = client is None
     if own:
         settings = await resolve_uri(settings)  # uri_command / uri_factory: fetched once per run
-    client = client or await connect(settings)
     cancel = cancel or CancelSignal()
-    db = client[settings.require_db()]
     run = run_info(settings, run_id)
     events = Events(observers, run_id=run.run_id)
+    failure: BaseException | None = None
+    started = time.monotonic()
+    start = events.emit("run_start", None, command=command, db=settings.db, lock="taken" if take_lock else "skipped") if command else None
+    try:
+        # the run's scope holds its set-up and tear-down too: the driver's ping, listCollections,
+        # createIndexes and endSessions belong to the run
+        with events.run_scope(start) if start is not None else nullcontext():
+            async with _connected(settings, client, own, cancel, run, events, files, declarations, take_lock, wait, checked) as session:
+                yield session
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        if command is not None:
+            events.emit("run_end", None, command=command, db=settings.db, **end_fields(started, failure))
+
+
+@asynccontextmanager
+async def _connected(
+    settings: Settings,
+    client: AsyncMongoClient[Any] | None,
+    own: bool,
+    cancel: CancelSignal,
+    run: RunInfo,
+    events: Events,
+    files: list[MigrationFile],
+    declarations: Declarations | None,
+    take_lock: bool,
+    wait: float | None,
+    checked: bool,
+) -> AsyncIterator[Session]:
+    """The session of :func:`open_session`: connected, checked, locked; always cleaned up."""
+    client = client or await connect(settings)
+    db = client[settings.require_db()]
     session = Session(settings, client, run, cancel, Changelog(db[settings.changelog_collection]), files, events=events)
     session._declarations = declarations
     failure: BaseException | None = None
-    started = time.monotonic()
-    if command is not None:
-        events.emit("run_start", None, command=command, db=settings.db)
     try:
         try:
             if not checked:
@@ -167,11 +197,7 @@ async def open_session(
         failure = exc
         raise
     finally:
-        try:
-            await _close(session, own, failure)
-        finally:
-            if command is not None:
-                events.emit("run_end", None, command=command, db=settings.db, **end_fields(started, failure))
+        await _close(session, own, failure)
 
 
 async def _acquire(lock: LeaseLock, events: Events, wait: float | None) -> None:

@@ -166,8 +166,7 @@ class Executor:
                     self.waiting = stop
                     success = True
                     return results
-                await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
-                result = await self._run_step(step, step_batch, results)
+                result = await self._run_step(step, step_batch, results, info)
                 results.append(result)
                 await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
             success = True
@@ -329,14 +328,16 @@ class Executor:
         except Exception as exc:
             raise HookFailedError(f"hook {hook} failed: {_describe(exc)}", hook=hook) from exc
 
-    async def _run_step(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
-        """One step between ``migration_start`` and ``migration_end``, inside the observers' scopes."""
+    async def _run_step(self, step: Step, batch: int | None, results: list[MigrationResult], info: dict[str, Any]) -> MigrationResult:
+        """One step, its ``before_each`` hook included, between ``migration_start`` and ``migration_end``,
+        inside the observers' scopes: a failed hook is that migration's failure (``hook_failed``)."""
         events = self.runtime.events
         fields = {"direction": step.direction, "batch": batch, "kind": step.file.kind}
         start = events.emit("migration_start", step.name, **fields)
         started = time.monotonic()
         try:
             with events.migration_scope(start):
+                await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
                 result = await self._run_body(step, batch, results)
         except BaseException as exc:
             events.emit("migration_end", step.name, **fields, **end_fields(started, exc))

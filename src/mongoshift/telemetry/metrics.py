@@ -38,11 +38,17 @@ class Metrics:
         }
         #: When each run started waiting for the migration lock (``lock_waited``).
         self._waiting: dict[str | None, float] = {}
+        #: How each open run stands with the lock (``run_start``'s ``lock``, ``refused`` once refused).
+        self._lock: dict[str | None, str | None] = {}
 
     def on(self, event: Event) -> None:
         kind, data, migration = event.kind, event.data, event.migration
-        if kind == "run_end":
-            self._seconds(names.RUN_DURATION, data["duration_ms"], _ended(data, **{names.COMMAND: data.get("command")}))
+        if kind == "run_start":
+            self._lock[event.run_id] = data.get("lock")
+        elif kind == "run_end":
+            lock = self._lock.pop(event.run_id, None)
+            if lock != "refused":  # a run refused the lock did not run: lock.refused counts it
+                self._seconds(names.RUN_DURATION, data["duration_ms"], _ended(data, **{names.COMMAND: data.get("command"), names.LOCK: lock}))
         elif kind == "migration_end":
             attributes = _ended(data, **{names.MIGRATION: migration, names.DIRECTION: data.get("direction")})
             self._seconds(names.MIGRATION_DURATION, data["duration_ms"], attributes)
@@ -57,6 +63,7 @@ class Metrics:
             if since is not None:
                 self._record(names.LOCK_WAIT_DURATION, self.now() - since, outcome)
             if kind == "lock_refused":
+                self._lock[event.run_id] = "refused"
                 self._add(names.LOCK_REFUSED, 1, {})
         elif kind == "lock_lost":
             self._add(names.LOCK_LOST, 1, {})

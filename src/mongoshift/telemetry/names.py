@@ -28,6 +28,8 @@ DB_SYSTEM = "db.system.name"
 ERROR_TYPE = "error.type"
 RUN_ID = "mongoshift.run_id"
 COMMAND = "mongoshift.command"
+#: How a run stood with the migration lock: ``taken``, ``skipped`` (``--no-lock``) or ``refused``.
+LOCK = "mongoshift.lock"
 MIGRATION = "mongoshift.migration"
 DIRECTION = "mongoshift.direction"
 BATCH = "mongoshift.batch"
@@ -63,8 +65,9 @@ class Instrument:
 
 
 RUN_DURATION = Instrument(
-    "mongoshift.run.duration", "histogram", "s", "A writing command (up, down, redo, converge), lock to release",
-    (COMMAND, OUTCOME, ERROR_TYPE),
+    "mongoshift.run.duration", "histogram", "s",
+    "A writing command (up, down, redo, converge, baseline), connect to close; not a run refused the lock",
+    (COMMAND, LOCK, OUTCOME, ERROR_TYPE),
 )
 MIGRATION_DURATION = Instrument(
     "mongoshift.migration.duration", "histogram", "s", "One migration body (or a background file's registration)",

@@ -60,6 +60,9 @@ class OpenTelemetry:
                 except Exception:
                     log.exception("OpenTelemetry: recording %s failed (ignored)", event.kind)
 
+    def run_scope(self, event: Event) -> AbstractContextManager[Any]:
+        return self._scope(lambda spans: spans.run_scope(event))
+
     def migration_scope(self, event: Event) -> AbstractContextManager[Any]:
         return self._scope(lambda spans: spans.migration_scope(event))
 

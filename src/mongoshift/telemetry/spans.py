@@ -1,8 +1,10 @@
 """Spans from events: a run, its migrations and converge, and the background engine's units of work.
 
 ``mongoshift.run`` opens at ``run_start`` (a child of whatever span is current in the
-caller) and closes at ``run_end``; ``mongoshift.migration`` and ``mongoshift.converge`` are
-its children. The migration span is made *current* around the body through
+caller) and closes at ``run_end``, current in between through ``run_scope`` so that the
+driver's spans of the run's set-up and tear-down nest under it; ``mongoshift.lock`` says
+whether the run took the lock, skipped it, or was refused it. ``mongoshift.migration`` and
+``mongoshift.converge`` are its children. The migration span is made *current* around the body through
 ``migration_scope``, so that the driver's own spans (pymongo's instrumentation) nest under
 it, in a plain ``def`` body too (its thread inherits the context). The coordinate and
 slice spans live exactly as long as their scope, current for the engine's requests.
@@ -54,7 +56,7 @@ class Spans:
     def on(self, event: Event) -> None:
         kind, data, run = event.kind, event.data, event.run_id
         if kind == "run_start":
-            self._runs[run] = self._start(names.RUN_SPAN, event, None, {names.COMMAND: data.get("command")})
+            self._runs[run] = self._start(names.RUN_SPAN, event, None, {names.COMMAND: data.get("command"), names.LOCK: data.get("lock")})
         elif kind == "run_end":
             span = self._runs.pop(run, None)
             if span is not None:
@@ -63,6 +65,8 @@ class Spans:
             span = self._runs.get(run)
             if span is not None:
                 span.add_event(kind, _plain(data))
+                if kind == "lock_refused":
+                    span.set_attribute(names.LOCK, "refused")
         elif kind == "migration_start":
             attributes = {
                 names.MIGRATION: event.migration,
@@ -94,6 +98,13 @@ class Spans:
             unit = self._unit.get()
             if unit is not None:
                 unit.add_event(kind, _plain(data))
+
+    def run_scope(self, event: Event) -> AbstractContextManager[Any]:
+        """The run span, current from ``run_start`` to ``run_end`` (set-up and tear-down included); ended by ``run_end``."""
+        span = self._runs.get(event.run_id)
+        if span is None:
+            return nullcontext()
+        return trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
     def migration_scope(self, event: Event) -> AbstractContextManager[Any]:
         """The migration span, current around the body; ended by ``migration_end``, not here."""
