@@ -15,6 +15,7 @@ from pymongo.errors import WriteError
 from mongoshift.api import collections as cv
 from mongoshift.converge.planner import Action
 from mongoshift.errors import (
+    ConfigInvalidError,
     ConfirmationRequiredError,
     ConvergeFailedError,
     LockHeldError,

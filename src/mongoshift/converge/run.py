@@ -18,6 +18,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from ..errors import (
+    ConfigInvalidError,
     ConfirmationRequiredError,
     ConvergeFailedError,
     MongoshiftError,
