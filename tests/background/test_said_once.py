@@ -58,3 +58,10 @@ def test_a_control_prints_one_line_and_logs_no_copy_of_it(fast_project, cli) -> 
     code, out, err = cli("background", "cancel", NAME.removesuffix(".py"), "--yes", "-v")
     assert code == 0 and out == f"{NAME}: cancel done; now cancelled\n"
     assert f"{NAME} control action=cancel" in err  # -v: the event's line, at DEBUG
+
+
+def test_up_of_a_background_file_says_registered_once(fast_project, cli) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    fast_project.add(NAME, background_file())
+    code, out, err = cli("up")
+    assert code == 0 and "registered: run it with 'mongoshift background run'" in out  # the result
+    assert err.count("registered") == 1, err  # one log line in words, not also the event's key=value line

@@ -15,7 +15,7 @@ from ..project.loader import MigrationFile
 from ..project.session import Session
 from ..schema.background import Background
 from .connected import start_engine
-from .events import Events
+from .events import Events, shown_by_caller
 from .declared import align_file
 from .input_probe import unversioned_warning
 from .model import State
@@ -41,9 +41,10 @@ class BackgroundSteps:
         """Register the forward run; returns what registration noticed (counts only)."""
         by = self.session.run.executed_by
         events = Events(self.session.events.observers, run_id=self.session.run.run_id)  # the run's observers hear ``registered``
-        return await register(
-            self.store, name, spec, checksum=checksum, direction="forward", by=by, requires=requires, changelog=self.session.changelog, events=events
-        )
+        with shown_by_caller("registered"):  # the line says the outcome itself, in words and in its results
+            return await register(
+                self.store, name, spec, checksum=checksum, direction="forward", by=by, requires=requires, changelog=self.session.changelog, events=events
+            )
 
     async def revert(self, name: str, spec: Background, *, checksum: str) -> str:
         """Register the revert (``"revert"``), or withdraw one that never rewrote a document (``"withdrawn"``)."""
