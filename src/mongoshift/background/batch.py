@@ -524,7 +524,7 @@ async def _apply_pipeline(
         async for doc in primary.find(
             {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session
         ):
-            (rewritten if _at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
+            (rewritten if at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
         pending = [doc for doc in docs if id_key(doc["_id"]) in waiting]
         result = await _pipeline_each(job, pending, collection, session=session, strict=False)
         result.migrated += len(rewritten)
@@ -549,7 +549,7 @@ async def _pipeline_each(
     return result
 
 
-def _at_version(value: Any, version: int) -> bool:
+def at_version(value: Any, version: int) -> bool:
     """Whether a stored version ``value`` (None: missing) is one that ``version_match(field, version)`` matches.
 
     As on the server: any numeric type compares by value, a boolean is not a number."""
