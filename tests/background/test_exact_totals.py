@@ -71,3 +71,41 @@ async def test_a_lane_killed_between_a_write_and_its_checkpoint_loses_no_count(
     assert report.totals["migrated"] == 1000
     (status,) = await bg.status(fast_project.settings(), NAME)
     assert status.totals["migrated"] == 1000 and status.remaining == 0
+
+
+@pytest.mark.parametrize("first", ["the fenced lane", "the new holder"])
+async def test_a_batch_written_by_a_lane_that_lost_its_lease_is_counted_once(
+    fast_project: Project, db: AsyncDatabase[Any], monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """The lease of a lane that wrote a batch is taken away before that batch's bookkeeping: either
+    the lane counts its batch (it clears the record first) or the partition's new holder does."""
+    await seed(db.people, 1000)
+    fast_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        store = engine.store
+        checkpoint = store.checkpoint
+        calls = 0
+
+        async def taken_away(lease: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # the first batch is written; its counts ride on this checkpoint
+                await store.partitions.update_one({"_id": lease.partition_id}, {"$unset": {"lease": ""}})
+                if first == "the new holder":
+                    claimed = await store.claim(state, slots=[1], owner="new", ttl_ms=60_000)
+                    assert claimed not in (None, False)
+                    holder, _ = claimed
+                    assert await store.settle_intent(holder, lease.token, {"scanned": 100, "migrated": 100, "batches": 1})
+                    await store.release(holder)
+            return await checkpoint(lease, **kwargs)
+
+        monkeypatch.setattr(store, "checkpoint", taken_away)
+        result = await Lane(engine.context, "stalled").run_slice(state, spec)
+        assert result.outcome == "lost"
+    monkeypatch.undo()
+    assert await db.people.count_documents({"__v": 2}) == 100
+    (report,) = await bg.run(fast_project.settings(), [NAME])
+    assert report.status == "completed" and report.totals["migrated"] == 1000
