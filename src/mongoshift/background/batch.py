@@ -55,7 +55,6 @@ from pymongo.write_concern import WriteConcern
 from ..project.redaction import describe_error, describe_write_error
 from ..project.server_errors import (
     document_write_error,
-    pipeline_document_write_error,
     transient_transaction_error,
 )
 from ..project.user_code import call, guard_exit, is_async
@@ -354,7 +353,6 @@ async def _write(
     ops: Sequence[Any],
     *,
     session: Any,
-    document_error: Callable[[Any], bool] = document_write_error,
 ) -> tuple[int, dict[int, dict[str, Any]]]:
     """Matched count and the per-document failures by op index; anything else raises."""
     if not ops:
@@ -368,7 +366,7 @@ async def _write(
             raise
         failed: dict[int, dict[str, Any]] = {}
         for error in details.get("writeErrors", []):
-            if not document_error(error.get("code")):
+            if not document_write_error(error.get("code")):
                 raise
             failed[error["index"]] = error
         return int(details.get("nMatched", 0)), failed
@@ -427,7 +425,7 @@ async def write_pipeline(
     job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any
 ) -> tuple[int, dict[int, dict[str, Any]]]:
     """:func:`pipeline_ops` sent as one unordered bulk: the matched count and each refused document's error by index."""
-    return await _write(collection, pipeline_ops(job, docs), session=session, document_error=pipeline_document_write_error)
+    return await _write(collection, pipeline_ops(job, docs), session=session)
 
 
 async def apply_batch(
@@ -526,7 +524,7 @@ async def _apply_pipeline(
         async for doc in primary.find(
             {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session
         ):
-            (rewritten if _at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
+            (rewritten if at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
         pending = [doc for doc in docs if id_key(doc["_id"]) in waiting]
         result = await _pipeline_each(job, pending, collection, session=session, strict=False)
         result.migrated += len(rewritten)
@@ -551,7 +549,7 @@ async def _pipeline_each(
     return result
 
 
-def _at_version(value: Any, version: int) -> bool:
+def at_version(value: Any, version: int) -> bool:
     """Whether a stored version ``value`` (None: missing) is one that ``version_match(field, version)`` matches.
 
     As on the server: any numeric type compares by value, a boolean is not a number."""

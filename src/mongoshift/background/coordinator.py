@@ -226,13 +226,14 @@ class Coordinator:
 
     async def _finalize(self, state: State, spec: Background) -> Decision:
         store = self.engine.store
+        judged = state.status  # the roll-up reads the state again: a control may have moved it since
         failed, last_error = await store.failed_partitions(state)
         state = await store.rollup(state)
         if failed:
             message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {last_error}"
-            return await self._fail(state, message)
+            return await self._fail(state, message, judged)
         if len(state.bad_ids) > spec.max_document_errors:
-            return await self._fail(state, over_budget(state.name, len(state.bad_ids), spec.max_document_errors))
+            return await self._fail(state, over_budget(state.name, len(state.bad_ids), spec.max_document_errors), judged)
         remaining = 0 if spec.mode == "step" else await self._remaining(state, spec)
         if remaining == 0:
             if await store.transition(state.name, allowed=("running",), to="completed", action="complete", now_fields=("completed_at",)):
@@ -245,7 +246,7 @@ class Coordinator:
             return Decision("done", await store.state(state.name), reason="completed")
         if state.pass_number >= spec.max_passes:
             leftovers = await self._leftovers(state, spec, remaining)
-            return await self._fail(state, leftovers.message(state.name, spec.max_conflict_retries))
+            return await self._fail(state, leftovers.message(state.name, spec.max_conflict_retries), judged)
         self.engine.events.emit("pass", state.name, number=state.pass_number + 1, remaining=remaining)
         await self._plan(state, spec, new_pass=True)
         fresh = await store.state(state.name)
@@ -279,9 +280,12 @@ class Coordinator:
             log.debug("counting the documents no partition covers failed: %s", type(exc).__name__)
         return found
 
-    async def _fail(self, state: State, message: str) -> Decision:
+    async def _fail(self, state: State, message: str, judged: str) -> Decision:
+        """Fail ``state`` only from the status ``judged`` that the verdict was made in: a migration
+        failed by a lane and retried while this step closed the pass is the operator's again, not
+        failed a second time on a verdict about the state before the retry."""
         if await self.engine.store.transition(
-            state.name, allowed=("running", "pending"), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
+            state.name, allowed=(judged,), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
         ):
             self.engine.events.emit("failed", state.name, reason=message)
         return Decision("done", await self.engine.store.state(state.name), reason="failed")

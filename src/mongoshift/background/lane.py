@@ -1,4 +1,4 @@
-"""A lane: claim a partition under a lease, work it batch by batch, checkpoint after each.
+"""A lane: claim a partition under a lease, work it batch by batch, checkpoint with each.
 
 A slice works at least one batch and then yields at ``slice_ms``, so lanes
 take turns and a paused, cancelled or replanned migration is noticed within
@@ -15,6 +15,9 @@ next batch, as if the lane had read the state then.
 
 What one batch is (plain, transactional, a step call) is the mode's business:
 see :mod:`.modes`; the lane holds the lease, the controls and the pauses around it.
+A partition claimed with a batch still in flight from a lane that died counts that batch
+first (:func:`.modes.settle_left_batch`), and every slice ends with what its last batch
+still owes the partition (``finish``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from .health import wait_while_unhealthy
 from .job import Job
 from .model import Lease, Partition, Scope, State
 from .key_filter import version_index_key
-from .modes import LeaseActivity, PartitionWork, mode_for
+from .modes import LeaseActivity, Mode, PartitionWork, mode_for, settle_left_batch
 from .shard_pass import has_index
 from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
@@ -230,6 +233,27 @@ class Lane:
             activity=self.activity,
             throttle=self.throttle,
         )
+        await settle_left_batch(work)
+        outcome = await self._batches(job, state, spec, partition, lost, counters, mode, work, adaptive)
+        if outcome.outcome != "lost" and not await mode.finish(work):
+            return SliceResult("lost", counters)
+        return outcome
+
+    async def _batches(
+        self,
+        job: Job,
+        state: State,
+        spec: Background,
+        partition: Partition,
+        lost: asyncio.Event,
+        counters: dict[str, int],
+        mode: Mode,
+        work: PartitionWork,
+        adaptive: AdaptiveController | None,
+    ) -> SliceResult:
+        """Batch after batch until the slice ends (its deadline, a control, a stop, the partition done)."""
+        engine = self.engine
+        deadline = work.deadline
         health = engine.health_signals(spec)
         cursor = partition.cursor
         batches = 0

@@ -167,6 +167,9 @@ class Partition:
     failures: int = 0
     #: The control stamp when the partition was read (see :class:`Checkpointed`).
     control: Any = None
+    #: The batch a lane was writing when it last checkpointed (its lease token, ids and revisions
+    #: as read), or None: left by a lane that never checkpointed again, it is counted at the next claim.
+    inflight: dict[str, Any] | None = None
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> Partition:
@@ -185,6 +188,7 @@ class Partition:
             lease=doc.get("lease"),
             failures=int(doc.get("failures", 0)),
             control=doc.get("control"),
+            inflight=doc.get("inflight"),
         )
 
 

@@ -1,7 +1,8 @@
 """How a lane moves through its partition: one strategy per kind of migration, chosen once per slice.
 
-* :class:`PlainBatches`: read a batch, transform it, write it as guarded updates, then move the
-  fenced checkpoint (``migrate``, ``migrate_batch`` and ``pipeline`` migrations);
+* :class:`PlainBatches`: read a batch, move the fenced checkpoint (recording the batch in
+  flight), then transform it and write it as guarded updates (``migrate``, ``migrate_batch``
+  and ``pipeline`` migrations);
 * :class:`TransactionalBatches`: all of that in one snapshot transaction (see :mod:`.transaction`);
 * :class:`StepCalls`: one call of the user's ``step``, whose result is the checkpoint.
 
@@ -20,6 +21,7 @@ from bson import decode, encode
 from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
+from pymongo.read_preferences import ReadPreference
 
 from ..project.server_errors import (
     overloaded,
@@ -28,7 +30,7 @@ from ..project.server_errors import (
 )
 from ..project.user_code import call
 from ..schema.background import MAX_CHECKPOINT_BYTES
-from .batch import BatchFailed, BatchResult, DocumentError, apply_batch
+from .batch import BatchFailed, BatchResult, DocumentError, apply_batch, at_version, id_key
 from .document import bson_problem
 from .engine import EngineContext
 from .hash_drain import drain_after, drain_read
@@ -140,6 +142,10 @@ class Mode(Protocol):
         """One batch (or step) from ``cursor``; ``size`` is the batch size the throttle settled on."""
         ...
 
+    async def finish(self, work: PartitionWork) -> bool:
+        """At the slice's end: what the last batch still owes the partition; False when fenced off."""
+        ...
+
 
 def mode_for(job: Job) -> Mode:
     if job.step is not None:
@@ -166,10 +172,41 @@ def add_counts(into: dict[str, int], counts: dict[str, int]) -> None:
         into[key] = into.get(key, 0) + value
 
 
+@dataclass
+class _Owed:
+    """A written batch's checkpoint, not sent yet: the next batch's checkpoint carries it."""
+
+    cursor: Checkpoint
+    counts: dict[str, int]
+    bad_ids: list[Any]
+    doc_errors: list[dict[str, Any]]
+    throttle: dict[str, Any] | None
+
+    def after(self, earlier: _Owed | None) -> _Owed:
+        """This batch's checkpoint carrying ``earlier``'s too, when that one is still owed."""
+        if earlier is None:
+            return self
+        counts = dict(earlier.counts)
+        add_counts(counts, self.counts)
+        return _Owed(self.cursor, counts, [*earlier.bad_ids, *self.bad_ids], [*earlier.doc_errors, *self.doc_errors], self.throttle)
+
+
+@dataclass
 class PlainBatches:
-    """A batch read as raw BSON, written through :func:`apply_batch`, then the fenced checkpoint."""
+    """A batch read as raw BSON, written through :func:`apply_batch`, around one fenced checkpoint.
+
+    The checkpoint goes between the read and the write: it records the batch about to be written
+    (its ids and revisions as read: the partition's ``inflight``) and carries the previous batch's
+    cursor, counters and failed documents. A lane killed between a write and its bookkeeping so
+    leaves on the partition what it was writing, and the next lane to claim the partition counts
+    what of it was rewritten (:func:`settle_left_batch`) before it goes on from the cursor
+    before it: the counters stay exact, still at one bookkeeping round trip per batch. A batch
+    that ends the partition or failed documents is checkpointed at once after its write (the
+    document budget is judged on it), and the last one of a slice when the slice ends (:meth:`finish`).
+    """
 
     reads_documents = True
+    owed: _Owed | None = None
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
@@ -179,6 +216,12 @@ class PlainBatches:
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
         find = work.find(raw, cursor, size)
         docs = await find.to_list(None) if find is not None else []
+        control: Any = None
+        if docs:
+            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, docs))
+            if ahead is None:
+                return Progress(False, cursor, False)  # fenced off: this batch is not written
+            control = ahead.control
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
@@ -200,25 +243,85 @@ class PlainBatches:
         next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
+        self.owed = _Owed(
+            next_cursor, batch_counts, [e.id for e in result.errors], [e.to_document() for e in result.errors], adaptive.state() if adaptive else None
+        ).after(self.owed)  # a read that found nothing wrote no checkpoint: the batch before is still owed
+        if done or result.errors or not docs:
+            closed = await self._checkpoint(work, next_cursor, done=done)
+            if closed is None:
+                return Progress(done, next_cursor, False)
+            control = closed.control
+        engine.events.emit(
+            "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), duration_ms=_ms_since(engine, began), **batch_counts
+        )
+        return Progress(done, next_cursor, True, control)
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """Checkpoint the slice's last written batch, if it is still owed; False when fenced off."""
+        if self.owed is None:
+            return True
+        return await self._checkpoint(work, self.owed.cursor) is not None
+
+    async def _checkpoint(
+        self, work: PartitionWork, cursor: Checkpoint, *, intent: dict[str, Any] | None = None, done: bool = False
+    ) -> Checkpointed | None:
+        """The fenced checkpoint at ``cursor`` carrying the owed batch, recording ``intent`` (None: none in flight).
+
+        Fenced off, the owed batch was written all the same, and its count is this lane's to add to
+        the totals unless the partition's new holder counted it already (:meth:`.BackgroundStore.take_intent`)."""
+        engine, owed = work.engine, self.owed
         checkpointed = await engine.store.checkpoint(
             work.lease,
-            cursor=next_cursor.to_document(),
-            counters=batch_counts,
+            cursor=cursor.to_document(),
+            counters=owed.counts if owed else {},
             done=done,
-            bad_ids=[e.id for e in result.errors],
-            doc_errors=[e.to_document() for e in result.errors],
-            throttle=adaptive.state() if adaptive else None,
+            bad_ids=owed.bad_ids if owed else (),
+            doc_errors=owed.doc_errors if owed else (),
+            throttle=owed.throttle if owed else None,
+            clean=owed is not None,  # a batch written: a slice failing before its own write must count
+            intent=intent,
         )
+        self.owed = None
         if checkpointed is not None:
             work.renewed()
-            engine.events.emit(
-                "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), duration_ms=_ms_since(engine, began), **batch_counts
-            )
-        else:
-            # The lease was taken over, but these guarded writes did happen and nobody else will
-            # count them (the next holder's read no longer matches them): count them on the state.
-            await engine.store.add_to_totals(job.name, job.registration, batch_counts)
-        return Progress.after(done, next_cursor, checkpointed)
+        elif owed is not None and await engine.store.take_intent(work.lease):
+            await engine.store.add_to_totals(work.job.name, work.job.registration, owed.counts)
+        return checkpointed
+
+
+def _intent(job: Job, lease: Lease, docs: list[Any]) -> dict[str, Any]:
+    """What the partition keeps of a batch while it is written: the lease's token, the ids and
+    (with revisions, when the documents were read whole) each one's revision as read."""
+    intent: dict[str, Any] = {"token": lease.token, "ids": [doc["_id"] for doc in docs]}
+    field = job.revision_field
+    if field is not None and job.pipeline is None:
+        intent["revs"] = [doc.get(field) for doc in docs]
+    return intent
+
+
+async def settle_left_batch(work: PartitionWork) -> None:
+    """Count the batch a lane left in flight on the partition just claimed (it died, or failed,
+    between a write and its bookkeeping): each of its documents now at the target version whose
+    revision moved on from the one read was rewritten by it. Once, before this lane reads anything."""
+    left = work.partition.inflight
+    if not left or left.get("token") == work.lease.token:
+        return
+    job = work.job
+    ids: list[Any] = list(left.get("ids") or [])
+    revs: list[Any] | None = left.get("revs")
+    read_as = {id_key(i): rev for i, rev in zip(ids, revs)} if revs is not None else None
+    field, revision, target = job.spec.version_field, job.revision_field, job.target
+    projection = {field: 1, **({revision: 1} if revision else {})}
+    primary = work.collection.with_options(read_preference=ReadPreference.PRIMARY)
+    rewritten = 0
+    async for doc in primary.find({"_id": {"$in": ids}}, projection):
+        if not at_version(doc.get(field), target):
+            continue
+        if read_as is None or revision is None or doc.get(revision) != read_as.get(id_key(doc["_id"])):
+            rewritten += 1
+    counts = {"scanned": len(ids), "migrated": rewritten, "batches": 1}
+    if await work.engine.store.settle_intent(work.lease, str(left.get("token")), counts):
+        add_counts(work.counters, counts)
 
 
 @dataclass
@@ -230,6 +333,10 @@ class TransactionalBatches:
 
     sizing: TransactionalBatchSize
     reads_documents = True
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """Nothing: each batch's checkpoint commits with it."""
+        return True
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection = work.engine, work.job, work.collection
@@ -309,6 +416,10 @@ class StepCalls:
 
     step: Callable[..., Any]
     reads_documents = False
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """Nothing: each step's checkpoint is written with it."""
+        return True
 
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine = work.engine

@@ -28,6 +28,9 @@ from .throttle import sleep
 
 log = logging.getLogger("mongoshift.background")
 
+#: The statuses of a migration that a runner works on (or waits for, blocked).
+LIVE = ("blocked", "pending", "running")
+
 #: How often a runner waiting for a changed or missing file says it still waits (each poll would be noise).
 CHECKSUM_WAIT_LOG_SECONDS = 30.0
 
@@ -123,7 +126,9 @@ class MigrationRun:
             assert spec is not None
             decision = await self.coordinator.step(name, spec)
             if decision.next == "done":
-                return decision.state
+                if once or not await self._taken_up_again(name, decision.state):
+                    return decision.state
+                continue
             if decision.next in ("wait", "busy") and decision.reason != said:  # said once: why nothing moves yet
                 said = decision.reason
                 log.info("%s: waiting: %s", name, decision.reason)
@@ -143,6 +148,20 @@ class MigrationRun:
             if self._slices == slices:  # no lane got a partition: look again after a poll, not at once
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
         return await self.engine.store.state(name)
+
+    async def _taken_up_again(self, name: str, ended: State | None) -> bool:
+        """Whether the migration this run saw end (failed, cancelled, paused) was retried or resumed since.
+
+        A control may land between the step that saw the end and the runner's exit: the runner
+        then goes on with it, so that what it reports (and its exit status) is the final state of
+        what it ran, not a failure someone has already taken up again."""
+        if ended is None or ended.status == "completed":
+            return False
+        fresh = await self.engine.store.state(name)
+        if fresh is None or fresh.registration != ended.registration or fresh.status not in LIVE:
+            return False
+        log.info("%s: %s, then taken up again (%s): running it on", name, ended.status, fresh.status)
+        return True
 
     async def _lane(self, name: str, spec: Background, checksum: str | None, *, once: bool = False) -> str:
         lane = Lane(self.engine, f"lane-{secrets.token_hex(4)}")

@@ -573,25 +573,35 @@ class BackgroundStore:
         doc_errors: Sequence[dict[str, Any]] = (),
         throttle: dict[str, Any] | None = None,
         clean: bool = True,
+        intent: dict[str, Any] | None = None,
         session: Any = None,
     ) -> Checkpointed | None:
         """Move the cursor and add the counters, only while ``lease`` still holds the partition.
 
         None when it does not (the checkpoint was fenced off). Otherwise the partition's control
         stamp comes back with it: the one round trip a batch spends on bookkeeping also tells the
-        lane whether a control changed the migration since it last looked."""
+        lane whether a control changed the migration since it last looked.
+
+        ``intent``: the batch about to be written (see :mod:`.modes`), kept as the partition's
+        ``inflight`` until the next checkpoint, which replaces or clears it."""
         set_: dict[str, Any] = {"cursor": cursor}
+        unset: dict[str, str] = {}
         if throttle is not None:
             set_["throttle"] = throttle
         if clean:
             set_["failures"] = 0
+        if intent is not None:
+            set_["inflight"] = intent
+        else:
+            unset["inflight"] = ""
         update: dict[str, Any] = {
             "$set": set_,
+            "$unset": unset,
             "$inc": {f"counters.{k}": int(v) for k, v in counters.items() if v},
         }
         if done:
             set_["status"] = "done"
-            update["$unset"] = {"lease": ""}
+            unset["lease"] = ""
             update["$currentDate"] = {"done_at": True}
         else:
             update["$currentDate"] = {"lease.renewed_at": True}
@@ -605,6 +615,8 @@ class BackgroundStore:
                 update["$inc"][key] = update["$inc"].get(key, 0) + 1
         if not update["$inc"]:
             del update["$inc"]
+        if not unset:
+            del update["$unset"]
         doc = await self.partitions.find_one_and_update(
             {"_id": lease.partition_id, "lease.token": lease.token, "status": "running"},
             update,
@@ -613,6 +625,24 @@ class BackgroundStore:
             session=session,
         )
         return None if doc is None else Checkpointed(doc.get("control"))
+
+    async def take_intent(self, lease: Lease) -> bool:
+        """Clear the batch ``lease`` left as the partition's ``inflight``; False when another lane counted it first.
+
+        A lane fenced off after writing a batch counts it itself only if this wins (see :meth:`settle_intent`)."""
+        result = await self.partitions.update_one({"_id": lease.partition_id, "inflight.token": lease.token}, {"$unset": {"inflight": ""}})
+        return result.modified_count == 1
+
+    async def settle_intent(self, lease: Lease, token: str, counters: dict[str, int]) -> bool:
+        """Count the batch another lane (lease ``token``) left in flight on the partition ``lease`` now holds, once.
+
+        Conditional on both leases, so that the lane that wrote it (:meth:`take_intent`) and the
+        new holder never both count it."""
+        result = await self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token, "inflight.token": token},
+            {"$unset": {"inflight": ""}, "$inc": {f"counters.{k}": int(v) for k, v in counters.items() if v} or {"counters.migrated": 0}},
+        )
+        return result.modified_count == 1
 
     async def add_to_totals(self, name: str, registration: str, counters: dict[str, int]) -> None:
         """Counts of a batch whose checkpoint was fenced off (its lane lost the lease after writing)."""

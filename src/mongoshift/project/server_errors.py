@@ -87,22 +87,23 @@ OVERLOAD_CODES = NODE_UNAVAILABLE_CODES | TIME_LIMIT_CODES | {WRITE_CONCERN_FAIL
 #: TransientTransactionError label too; servers that leave it out still send these codes.
 TRANSIENT_TRANSACTION_CODES = frozenset({24, 112, 251})
 
+#: TransactionTooLarge (257), and 334 outside the handshake: a transaction grew too big, not a document.
+TRANSACTION_TOO_LARGE_CODES = frozenset({257, 334})
+
 #: Errors that say nothing about the document a write was about, so they fail (and retry) the
-#: batch: the server is overloaded, a transaction lost a race or stayed open too long.
-BATCH_ERRORS = OVERLOAD_CODES | TRANSIENT_TRANSACTION_CODES | {TRANSACTION_TOO_OLD}
+#: batch: the server is overloaded, a transaction lost a race, stayed open too long or grew too
+#: large, the operation was interrupted (Interrupted, 11601) or the user may not write (Unauthorized).
+BATCH_ERRORS = (
+    OVERLOAD_CODES | TRANSIENT_TRANSACTION_CODES | TRANSACTION_TOO_LARGE_CODES | {TRANSACTION_TOO_OLD, 11601, UNAUTHORIZED}
+)
 
 #: The document would pass 16 MiB: BSONObjectTooLarge, and 17419 (an update's result too large).
 DOCUMENT_TOO_LARGE_CODES = frozenset({10334, 17419})
 
-#: Write errors that are one document's own, so the document fails and the batch goes on:
-#: DuplicateKey, DocumentValidationFailure, ImmutableField, InvalidOptions, KeyTooLong (an index
-#: key over the old 1 KiB limit), and a document grown past 16 MiB.
-DOCUMENT_ERRORS = frozenset({11000, 121, IMMUTABLE_FIELD, 72, 17280}) | DOCUMENT_TOO_LARGE_CODES
-
 #: A transactional batch took too long or grew too big, so it is halved (alone, the document
 #: fails): the time limits, TransactionExceededLifetimeLimitSeconds, TransactionTooLarge (257),
 #: 334 (a too-large transaction outside the handshake) and a document past 16 MiB.
-TRANSACTION_TOO_BIG_OR_SLOW_CODES = TIME_LIMIT_CODES | {TRANSACTION_TOO_OLD, 257, 334} | DOCUMENT_TOO_LARGE_CODES
+TRANSACTION_TOO_BIG_OR_SLOW_CODES = TIME_LIMIT_CODES | TRANSACTION_TOO_LARGE_CODES | {TRANSACTION_TOO_OLD} | DOCUMENT_TOO_LARGE_CODES
 
 #: ``replSetGetStatus`` failing with these means "not a replica set": NoReplicationEnabled
 #: (standalone), CommandNotFound (some servers), IllegalOperation (mongos).
@@ -163,15 +164,15 @@ def overloaded(exc: BaseException) -> bool:
 
 
 def document_write_error(code: Any) -> bool:
-    """A write error (by its code) that fails only its document; any other fails the batch."""
-    return code in DOCUMENT_ERRORS
+    """A write error (by its code) that fails only its document: anything but a batch error.
 
-
-def pipeline_document_write_error(code: Any) -> bool:
-    """A pipeline update's write error (by its code) that is the document's: anything but a batch error.
-
-    An expression that cannot evaluate on one document (``$concat`` of a number) fails
-    with one of many codes, so the batch errors are the ones listed instead."""
+    A write error in a bulk's reply is about its own statement, and one document's contents
+    can make the server refuse it with many codes (a revision that is not a number, a validator,
+    a unique index, a path its shape refuses: TypeMismatch 14, DocumentValidationFailure 121,
+    DuplicateKey 11000, PathNotViable 28, ConflictingUpdateOperators 40, a document grown past
+    16 MiB, an expression of a pipeline that cannot evaluate...): a list of those would miss one
+    and fail a whole migration on one document, so the errors that are not the document's are
+    the ones listed. A pipeline update's errors are judged the same way."""
     return code not in BATCH_ERRORS
 
 

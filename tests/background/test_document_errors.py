@@ -1,0 +1,100 @@
+"""Every per-document server error fails only its document (issue 24, item 1).
+
+A write error in a bulk's reply is about its own statement: whatever code one document's
+contents make the server answer with, that document fails and the rest of the batch, the
+migration and its counts go on as if it were not there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo import UpdateOne
+from pymongo.asynchronous.database import AsyncDatabase
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.batch import _write
+
+from ..conftest import Project
+from .conftest import background_file, seed
+
+NAME = "0001_names.py"
+BUDGET = "max_document_errors=10,"
+#: Document 9's slug: a number where the validator wants a string, or the slug of document 8.
+SLUG = "    doc['slug'] = {bad} if doc['_id'] == 9 else f\"s{{doc['_id']}}\"\n    return doc"
+
+
+async def revision_is_a_string(db: AsyncDatabase[Any]) -> str:
+    """The issue's case: ``$inc`` of the revision fails with TypeMismatch (14)."""
+    await db.people.update_one({"_id": 9}, {"$set": {"__rev": "x"}})
+    return background_file(batch_size=100, extra=BUDGET)
+
+
+async def revision_is_a_subdocument(db: AsyncDatabase[Any]) -> str:
+    """``$inc`` on a non-number of another kind (14)."""
+    await db.people.update_one({"_id": 9}, {"$set": {"__rev": {"n": 1}}})
+    return background_file(batch_size=100, extra=BUDGET)
+
+
+async def validator_refuses(db: AsyncDatabase[Any]) -> str:
+    """DocumentValidationFailure (121)."""
+    await db.command({"collMod": "people", "validator": {"$or": [{"slug": {"$exists": False}}, {"slug": {"$type": "string"}}]}})
+    return background_file(batch_size=100, extra=BUDGET).replace("    return doc", SLUG.format(bad="9"))
+
+
+async def duplicate_key(db: AsyncDatabase[Any]) -> str:
+    """DuplicateKey (11000): documents 8 and 9 get the same slug, one of them fails."""
+    await db.people.create_index("slug", unique=True, sparse=True)
+    return background_file(batch_size=100, extra=BUDGET).replace("    return doc", SLUG.format(bad="'s8'"))
+
+
+async def pipeline_cannot_evaluate(db: AsyncDatabase[Any]) -> str:
+    """A pipeline expression that cannot evaluate on one document (``$add`` of a string, 14 or 16554)."""
+    await db.people.update_one({"_id": 9}, {"$set": {"n": "x"}})
+    return background_file(batch_size=100, extra=BUDGET).replace(
+        "migrate=migrate,", "pipeline=[{'$set': {'n': {'$add': ['$n', 1]}}}],"
+    )
+
+
+@pytest.mark.parametrize(
+    "make_bad",
+    [revision_is_a_string, revision_is_a_subdocument, validator_refuses, duplicate_key, pipeline_cannot_evaluate],
+    ids=lambda f: f.__name__,
+)
+async def test_one_bad_document_fails_alone_and_the_counts_are_exact(fast_project: Project, db: AsyncDatabase[Any], make_bad: Any) -> None:
+    await seed(db.people, 10)
+    fast_project.add(NAME, await make_bad(db))
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), [NAME])
+    assert (result.status, result.last_error) == ("completed", None)
+    assert result.failed_documents == 1
+    assert await db.people.count_documents({"__v": 2}) == 9
+    (report,) = await bg.status(fast_project.settings(), NAME)
+    assert report.totals["migrated"] == 9 and report.totals["failed"] == 1
+    assert report.remaining == 0
+    (entry,) = report.doc_error_counts
+    assert entry["reason"] == "write" and entry["count"] == 1
+
+
+async def test_each_server_code_of_a_documents_write_is_that_documents(db: AsyncDatabase[Any]) -> None:
+    """The write path's own judgement, code by code, on what the server answers: one bulk of
+    six updates, each of the first five refused for its document, the last one written."""
+    await db.create_collection("strict", validator={"$or": [{"a": {"$exists": False}}, {"a": {"$type": "int"}}]})
+    await db.strict.create_index("u", unique=True, sparse=True)
+    await db.strict.insert_many(
+        [{"_id": 1, "r": "x"}, {"_id": 2, "m": "s"}, {"_id": 3, "m": {}}, {"_id": 4}, {"_id": 5, "u": 1}, {"_id": 6}, {"_id": 7}]
+    )
+    table = [
+        (UpdateOne({"_id": 1}, {"$inc": {"r": 1}}), 14),  # TypeMismatch: $inc on a non-number
+        (UpdateOne({"_id": 2}, {"$set": {"m.b": 1}}), 28),  # PathNotViable
+        (UpdateOne({"_id": 3}, {"$set": {"m": 1, "m.b": 2}}), 40),  # ConflictingUpdateOperators: a path conflict
+        (UpdateOne({"_id": 4}, {"$set": {"a": "not an int"}}), 121),  # DocumentValidationFailure
+        (UpdateOne({"_id": 6}, {"$set": {"u": 1}}), 11000),  # DuplicateKey
+        (UpdateOne({"_id": 7}, {"$set": {"u": 2}}), None),  # written
+    ]
+    matched, failed = await _write(db.strict, [op for op, _ in table], session=None)
+    assert matched == 1
+    assert {index: error["code"] for index, error in failed.items()} == {i: code for i, (_, code) in enumerate(table) if code is not None}
+    assert (await db.strict.find_one({"_id": 7}) or {}).get("u") == 2

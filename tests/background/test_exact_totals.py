@@ -1,0 +1,111 @@
+"""Totals stay exact when a lane dies between a batch's write and its bookkeeping (issue 24, item 4).
+
+The death is injected, not raced: the lane's process "ends" (an exception no code of the engine
+catches, as a kill -9 leaves nothing to catch) at a chosen checkpoint, with its lease held; the
+next runner reaps the lease once it expired and goes on from the partition's checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo.asynchronous.database import AsyncDatabase
+
+from mongoshift.api import background as bg
+from mongoshift.api import migrations as command
+from mongoshift.background.lane import Lane
+
+from ..conftest import Project
+from .conftest import background_file, seed
+
+NAME = "0001_names.py"
+QUIET = "adaptive=False, max_replication_lag_ms=False,"
+
+
+class Killed(BaseException):
+    """The process ended: nothing in the engine catches it, no lease is released."""
+
+
+async def killed_at_checkpoint(project: Project, monkeypatch: pytest.MonkeyPatch, at: int) -> None:
+    """One lane's slice, its process killed as its ``at``-th checkpoint is about to be written."""
+    async with bg.open_engine(project.settings()) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        store = engine.store
+        checkpoint = store.checkpoint
+        calls = 0
+
+        async def dies(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == at:
+                raise Killed()
+            return await checkpoint(*args, **kwargs)
+
+        monkeypatch.setattr(store, "checkpoint", dies)
+        with pytest.raises(Killed):
+            await Lane(engine.context, "killed").run_slice(state, spec)
+
+
+@pytest.mark.parametrize("transform", ["migrate", "pipeline"])
+@pytest.mark.parametrize("at", [2, 3])
+async def test_a_lane_killed_between_a_write_and_its_checkpoint_loses_no_count(
+    fast_project: Project, db: AsyncDatabase[Any], monkeypatch: pytest.MonkeyPatch, transform: str, at: int
+) -> None:
+    await seed(db.people, 1000)
+    # Already at the target version: never rewritten, so never counted.
+    await db.people.insert_many([{"_id": 5000 + i, "__v": 2, "__rev": 1, "full_name": "x"} for i in range(5)])
+    source = background_file(batch_size=100, extra=QUIET)
+    if transform == "pipeline":
+        source = source.replace("migrate=migrate,", "pipeline=[{'$set': {'full_name': {'$concat': ['$first', ' ', '$last']}}}, {'$unset': ['first', 'last']}],")
+    fast_project.add(NAME, source)
+    await command.up(fast_project.settings())
+    await killed_at_checkpoint(fast_project, monkeypatch, at)
+    written = await db.people.count_documents({"__v": 2}) - 5
+    assert 0 < written < 1000  # the lane wrote batches, one of them without its bookkeeping
+    monkeypatch.undo()
+    (report,) = await bg.run(fast_project.settings(), [NAME])
+    assert report.status == "completed"
+    assert await db.people.count_documents({"__v": 2}) == 1005
+    assert report.totals["migrated"] == 1000
+    (status,) = await bg.status(fast_project.settings(), NAME)
+    assert status.totals["migrated"] == 1000 and status.remaining == 0
+
+
+@pytest.mark.parametrize("first", ["the fenced lane", "the new holder"])
+async def test_a_batch_written_by_a_lane_that_lost_its_lease_is_counted_once(
+    fast_project: Project, db: AsyncDatabase[Any], monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """The lease of a lane that wrote a batch is taken away before that batch's bookkeeping: either
+    the lane counts its batch (it clears the record first) or the partition's new holder does."""
+    await seed(db.people, 1000)
+    fast_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        store = engine.store
+        checkpoint = store.checkpoint
+        calls = 0
+
+        async def taken_away(lease: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # the first batch is written; its counts ride on this checkpoint
+                await store.partitions.update_one({"_id": lease.partition_id}, {"$unset": {"lease": ""}})
+                if first == "the new holder":
+                    claimed = await store.claim(state, slots=[1], owner="new", ttl_ms=60_000)
+                    assert claimed not in (None, False)
+                    holder, _ = claimed
+                    assert await store.settle_intent(holder, lease.token, {"scanned": 100, "migrated": 100, "batches": 1})
+                    await store.release(holder)
+            return await checkpoint(lease, **kwargs)
+
+        monkeypatch.setattr(store, "checkpoint", taken_away)
+        result = await Lane(engine.context, "stalled").run_slice(state, spec)
+        assert result.outcome == "lost"
+    monkeypatch.undo()
+    assert await db.people.count_documents({"__v": 2}) == 100
+    (report,) = await bg.run(fast_project.settings(), [NAME])
+    assert report.status == "completed" and report.totals["migrated"] == 1000
