@@ -175,7 +175,7 @@ def child(args: argparse.Namespace) -> Measure:
     if args.child.startswith("mongoshift"):
         import mongoshift.api.migrations  # noqa: F401
         import mongoshift.project.settings  # noqa: F401
-        import mongoshift.runner.executor  # noqa: F401
+        import mongoshift.line.executor  # noqa: F401
 
     kind = args.child.split("-", 1)[1]
     if args.child == "raw-up":

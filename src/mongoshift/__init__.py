@@ -19,7 +19,7 @@ from .errors import ExitCode, MongoshiftError
 if TYPE_CHECKING:
     from .project.run import CancelSignal
     from .project.settings import Settings, load_settings
-    from .runner.context import MigrationContext
+    from .line.context import MigrationContext
     from .schema.background import Adaptive, Background, Partitions
 
 __version__ = "0.1.0"
@@ -31,7 +31,7 @@ _LAZY = {
     "CancelSignal": ".project.run",
     "Settings": ".project.settings",
     "load_settings": ".project.settings",
-    "MigrationContext": ".runner.context",
+    "MigrationContext": ".line.context",
     "Adaptive": ".schema.background",
     "Background": ".schema.background",
     "Partitions": ".schema.background",

@@ -15,7 +15,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.batch import _write
+from mongoshift.background.write.batch import _write
 
 from ..conftest import Project
 from .conftest import background_file, seed

@@ -78,7 +78,7 @@ async def test_an_application_write_mid_batch_is_never_lost(fast_project, db) ->
 
 
 async def test_thirty_concurrent_claims_give_exactly_max_parallel_leases(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.background.lane import Lane
+    from mongoshift.background.lanes.lane import Lane
 
     await seed(db.people, 3000)
     fast_project.add("0001_names.py", background_file(batch_size=50, max_parallel=4, extra="partitions={'min_partition_docs': 50},"))
@@ -358,7 +358,7 @@ async def test_from_equal_to_and_mixed_exports_are_refused(fast_project, db) -> 
 
 
 async def test_a_lane_that_lost_its_lease_stops_at_the_fenced_checkpoint(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.background.lane import Lane
+    from mongoshift.background.lanes.lane import Lane
 
     await seed(db.people, 300)
     fast_project.add("0001_names.py", background_file(batch_size=100))

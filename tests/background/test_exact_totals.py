@@ -14,7 +14,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.lane import Lane
+from mongoshift.background.lanes.lane import Lane
 
 from ..conftest import Project
 from .conftest import background_file, seed

@@ -8,8 +8,8 @@ from collections import Counter
 from contextlib import AsyncExitStack
 
 from mongoshift.api import migrations as command
-from mongoshift.background.connected import open_engine
-from mongoshift.background.events import Event
+from mongoshift.background.lanes.engine import open_engine
+from mongoshift.background.state.events import Event
 
 from .conftest import seed
 
@@ -86,7 +86,7 @@ async def test_a_second_runner_gets_its_share_of_the_lanes(fast_project, db) -> 
 
 async def test_an_ask_holds_the_others_to_their_share_until_it_lapses_or_is_withdrawn(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     """A runner that waits for a lane (and may die waiting) limits the others only while its ask is live."""
-    from mongoshift.background.share import may_claim
+    from mongoshift.background.lanes.share import may_claim
 
     await seed(db.people, 200)
     fast_project.add("0001_bump.py", BUMP_FILE.format(source=1, target=2))
@@ -112,7 +112,7 @@ async def test_an_ask_holds_the_others_to_their_share_until_it_lapses_or_is_with
 
 
 def test_a_run_id_that_is_no_plain_token_names_the_runner_by_its_hash() -> None:
-    from mongoshift.background.connected import runner_key
+    from mongoshift.background.lanes.engine import runner_key
 
     assert runner_key("3f2a9c") == "3f2a9c"
     for odd in ("deploy.42", "$job", "a" * 65, ""):

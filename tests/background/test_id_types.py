@@ -26,8 +26,8 @@ from bson import (
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.model import Checkpoint, Scope
-from mongoshift.background.planner import batch_filter
+from mongoshift.background.state.model import Checkpoint, Scope
+from mongoshift.background.plan.planner import batch_filter
 
 from .conftest import background_file
 

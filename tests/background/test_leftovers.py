@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background import planner
+from mongoshift.background.plan import planner
 
 from .conftest import background_file
 

@@ -11,8 +11,8 @@ from pymongo.errors import OperationFailure
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.batch import apply_batch
-from mongoshift.background.job import Job
+from mongoshift.background.write.batch import apply_batch
+from mongoshift.background.write.job import Job
 from mongoshift.project.run import CancelSignal
 from mongoshift.schema.background import Background
 

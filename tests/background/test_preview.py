@@ -15,7 +15,7 @@ from bson.raw_bson import RawBSONDocument
 from mongoshift import api
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.preview import updated
+from mongoshift.background.inspect.preview import updated
 from mongoshift.errors import ConfigInvalidError, ExitCode, IrreversibleMigrationError
 from mongoshift.project.session import open_session
 

@@ -9,7 +9,7 @@ import pytest
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.events import Event
+from mongoshift.background.state.events import Event
 from mongoshift.errors import ConfigInvalidError, ExitCode
 
 NAME = "0001_step.py"

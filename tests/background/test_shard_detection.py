@@ -14,7 +14,7 @@ import pytest
 from bson import Int64
 from bson.json_util import loads
 
-from mongoshift.background.shards import detect
+from mongoshift.background.plan.shards import detect
 
 from ..conftest import REAL_URI, fail_command
 
@@ -106,7 +106,7 @@ background = Background(
 async def test_a_detected_layout_plans_by_shard_and_a_reshard_re_splits(config, db, project) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.api import background as bg
     from mongoshift.api import migrations as command
-    from mongoshift.background.connected import open_engine
+    from mongoshift.background.lanes.engine import open_engine
 
     name = await _record(config, db, "ranged_single")
     assert name == "users"

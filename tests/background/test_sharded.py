@@ -18,8 +18,8 @@ from pymongo import AsyncMongoClient, monitoring
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.batch import apply_batch
-from mongoshift.background.job import Job
+from mongoshift.background.write.batch import apply_batch
+from mongoshift.background.write.job import Job
 from mongoshift.project.run import CancelSignal
 from mongoshift.schema.background import Background
 
@@ -153,8 +153,8 @@ async def test_a_changed_shard_key_is_a_document_error_numbers_compared_by_value
 async def test_shard_concurrency_caps_the_lanes_on_one_shard(db) -> None:  # type: ignore[no-untyped-def]
     from bson import MaxKey, MinKey
 
-    from mongoshift.background.model import Scope
-    from mongoshift.background.store import BackgroundStore
+    from mongoshift.background.state.model import Scope
+    from mongoshift.background.state.store import BackgroundStore
 
     store = BackgroundStore(db, "_bg")
     await store.ensure_shard_slots()  # what the coordinator does when it plans by shard
@@ -245,7 +245,7 @@ async def test_without_a_shard_key_the_pipeline_is_not_guarded(db) -> None:  # t
 
 
 async def test_a_transactional_pipeline_batch_leaves_the_moved_document_out(db) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.background.batch import DocumentFailed
+    from mongoshift.background.write.batch import DocumentFailed
 
     await _seed(db.people, 12, None)
     job = _pipeline_job(KEY_PIPELINE, ("tenant", "n"))
@@ -437,9 +437,9 @@ async def test_a_hash_range_partition_whose_index_was_dropped_fails_its_slice_sa
     """A hash range has no filter form: without its index, a lane cannot read it (a ranged partition reads on without a hint)."""
     from bson import MaxKey, MinKey
 
-    from mongoshift.background.batch import BatchFailed
-    from mongoshift.background.lane import Lane
-    from mongoshift.background.model import Scope
+    from mongoshift.background.write.batch import BatchFailed
+    from mongoshift.background.lanes.lane import Lane
+    from mongoshift.background.state.model import Scope
 
     _configure_hashed(project)
     await _seed(db.people, 10, [("__v", 1), ("tenant", "hashed"), ("_id", 1)])

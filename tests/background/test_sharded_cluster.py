@@ -139,7 +139,7 @@ async def test_a_pipeline_that_moves_a_document_fails_it_alone(project, client, 
 
 
 async def test_a_pipeline_batch_filter_goes_to_the_one_shard_owning_its_keys(client, db) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.background.batch import batch_keys
+    from mongoshift.background.write.batch import batch_keys
 
     shards = await _sharded(client, db, "people", {"tenant": 1, "n": 1}, [{"tenant": "m", "n": 0}, {"tenant": "t", "n": 0}])
     if len(shards) < 2:

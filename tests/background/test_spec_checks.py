@@ -135,7 +135,7 @@ background = Background(collection="people", from_version=1, to_version=2, migra
 
 def test_occ_version_only_on_a_collection_declaring_versioning_is_still_accepted() -> None:
     """The declaration's revision field is not forced onto a spec whose guard has none."""
-    from mongoshift.background.declared import align
+    from mongoshift.background.plan.declared import align
     from mongoshift.schema.background import Background
     from mongoshift.schema.collections import Versioning
 

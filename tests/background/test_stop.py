@@ -8,7 +8,7 @@ import pytest
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.events import Event
+from mongoshift.background.state.events import Event
 
 from .conftest import background_file, seed
 
@@ -70,7 +70,7 @@ async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lo
     """A killed runner's coordinator lock holds the next run up to the lease TTL: it must say so, not sit silent at pass 0."""
     import logging
 
-    from mongoshift.background.store import lock_id
+    from mongoshift.background.state.store import lock_id
     from mongoshift.project.run import CancelSignal
 
     await seed(db.people, 20)

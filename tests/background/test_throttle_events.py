@@ -6,8 +6,8 @@ import logging
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.events import Event, Events
-from mongoshift.background.lane import Lane
+from mongoshift.background.state.events import Event, Events
+from mongoshift.background.lanes.lane import Lane
 
 from .conftest import background_file, seed
 
@@ -59,7 +59,7 @@ async def test_a_lane_reports_its_throttle_changes_at_most_every_ten_seconds(fas
 
 
 def test_overloads_are_folded_and_logged_at_warning_once_per_report(caplog) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.background.throttle import ThrottleReport
+    from mongoshift.background.lanes.throttle import ThrottleReport
 
     clock = [0.0]
     report = ThrottleReport(lambda: clock[0])

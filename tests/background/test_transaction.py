@@ -107,7 +107,7 @@ async def test_a_time_limit_error_halves_the_batch(fast_project, db, client) -> 
 
 
 async def test_a_lane_without_its_lease_commits_nothing(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.background.lane import Lane
+    from mongoshift.background.lanes.lane import Lane
 
     await seed(db.people, 100)
     fast_project.add("0001_txn.py", txn_file().replace("    doc[\"full_name\"]", "    await ctx.db['_mongoshift_background_partitions'].update_many({}, {'$unset': {'lease.token': ''}})\n    doc[\"full_name\"]"))
@@ -167,8 +167,8 @@ async def test_a_left_out_document_counts_only_in_the_batch_that_holds_it(client
     from pymongo.errors import OperationFailure
 
     from mongoshift import Background
-    from mongoshift.background.batch import BatchResult, DocumentError, DocumentFailed
-    from mongoshift.background.transaction import TransactionalBatchSize, run_batch
+    from mongoshift.background.write.batch import BatchResult, DocumentError, DocumentFailed
+    from mongoshift.background.write.transaction import TransactionalBatchSize, run_batch
 
     spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 6})
     writes = 0

@@ -9,8 +9,8 @@ import pytest
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background import input_probe
-from mongoshift.runner.scaffold import create_migration
+from mongoshift.background.inspect import input_probe
+from mongoshift.line.scaffold import create_migration
 
 from .conftest import background_file, seed
 from .test_processes import cli

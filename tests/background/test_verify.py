@@ -17,7 +17,7 @@ from pymongo import AsyncMongoClient
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.events import Event
+from mongoshift.background.state.events import Event
 from mongoshift.cli.main import main
 
 from ..conftest import TEST_CLIENT_OPTIONS

@@ -25,9 +25,9 @@ from pymongo.errors import OperationFailure
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.connected import open_engine
-from mongoshift.background.events import Event
-from mongoshift.background.watcher import Watcher, WatchOptions
+from mongoshift.background.lanes.engine import open_engine
+from mongoshift.background.state.events import Event
+from mongoshift.background.watch.watcher import Watcher, WatchOptions
 from mongoshift.project.run import CancelSignal
 
 from ..conftest import REAL_URI, TEST_CLIENT_OPTIONS, Project

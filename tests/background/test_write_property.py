@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pymongo import AsyncMongoClient
 
-from mongoshift.background.batch import apply_batch
-from mongoshift.background.document import stamped_diff
-from mongoshift.background.job import Job
+from mongoshift.background.write.batch import apply_batch
+from mongoshift.background.write.document import stamped_diff
+from mongoshift.background.write.job import Job
 from mongoshift.project.run import CancelSignal
 from mongoshift.schema.background import Background
 
@@ -157,8 +157,8 @@ async def test_the_guarded_updates_go_out_as_update_one_would_send_them(mongo_ur
     """The batch's updates skip ``UpdateOne``'s per-document checks, not anything it sends."""
     from pymongo import UpdateOne, monitoring
 
-    from mongoshift.background.batch import _GuardedUpdates
-    from mongoshift.background.document import guard
+    from mongoshift.background.write.batch import _GuardedUpdates
+    from mongoshift.background.write.document import guard
 
     class Updates(monitoring.CommandListener):
         def __init__(self) -> None:

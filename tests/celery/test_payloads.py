@@ -18,7 +18,7 @@ def test_a_version_1_payload_reads_back_as_it_was_written() -> None:
     payload = parse(UpPayload, "mongoshift.up", GOOD)
     assert {k: v for k, v in payload.model_dump().items() if k in GOOD} == GOOD
     assert (payload.direction, payload.checksum, payload.ordered) == ("up", None, True)  # a version 1 line task, as before
-    assert parse(LanePayload, "mongoshift.background.lane", {"v": 1, "name": "x.py", "chain": "c"}).errors == 0
+    assert parse(LanePayload, "mongoshift.background.lanes.lane", {"v": 1, "name": "x.py", "chain": "c"}).errors == 0
 
 
 def test_a_version_2_payload_carries_the_files_checksum_and_its_direction() -> None:

@@ -19,7 +19,7 @@ from mongoshift.cli.main import main
 from mongoshift.errors import IOFailedError
 from mongoshift.project.loader import discover
 from mongoshift.project.settings import load_settings
-from mongoshift.runner.scaffold import create_migration
+from mongoshift.line.scaffold import create_migration
 
 
 def refuse(monkeypatch: pytest.MonkeyPatch, method: str, code: int = errno.EROFS, only: str | None = None) -> None:
@@ -81,7 +81,7 @@ def test_an_os_error_no_command_expected_still_names_its_path(
     def broken(*args: Any, **kwargs: Any) -> Path:
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/app/migrations/x.py")
 
-    monkeypatch.setattr("mongoshift.runner.scaffold.create_migration", broken)
+    monkeypatch.setattr("mongoshift.line.scaffold.create_migration", broken)
     code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "create", "x")
     assert code == 44 and error["details"] == {"path": "/srv/app/migrations/x.py", "reason": "Permission denied"}
     assert "please report" not in stderr

@@ -13,12 +13,12 @@ import sys
 
 #: Never loaded by ``import mongoshift.cli.main`` (which every command and --help pays for).
 HEAVY_FOR_HELP = (
-    "mongoshift.background", "mongoshift.converge", "mongoshift.api", "mongoshift.runner", "mongoshift.telemetry", "rich", "pydantic", "pymongo",
+    "mongoshift.background", "mongoshift.converge", "mongoshift.api", "mongoshift.line", "mongoshift.telemetry", "rich", "pydantic", "pymongo",
     "opentelemetry",
 )
 #: Never loaded by the API module behind ``status``, ``list`` and ``lock``.
 HEAVY_FOR_STATUS = (
-    "mongoshift.background", "mongoshift.converge", "mongoshift.runner.executor", "mongoshift.schema.background", "mongoshift.telemetry", "rich",
+    "mongoshift.background", "mongoshift.converge", "mongoshift.line.executor", "mongoshift.schema.background", "mongoshift.telemetry", "rich",
     "opentelemetry",  # installed in the tests (the otel extra): only a writing call loads it
 )
 

@@ -56,9 +56,9 @@ async def test_an_inline_background_migration_nests_its_coordinate_and_slice_spa
     assert telemetry.total("mongoshift.background.documents.migrated") == 119
     assert telemetry.total("mongoshift.background.documents.failed") == 1
     assert telemetry.total("mongoshift.background.documents.conflicts") == 0
-    batches = telemetry.points("mongoshift.background.batch.duration")
+    batches = telemetry.points("mongoshift.background.write.batch.duration")
     assert sum(p.count for p in batches) == 3  # 50 + 50 + 20
-    for name in ("mongoshift.background.batch.duration", "mongoshift.background.slice.duration", "mongoshift.background.documents.migrated"):
+    for name in ("mongoshift.background.write.batch.duration", "mongoshift.background.slice.duration", "mongoshift.background.documents.migrated"):
         for point in telemetry.points(name):
             assert (point.attributes["db.namespace"], point.attributes["mongoshift.migration"]) == (project.db, NAME)
 

@@ -69,18 +69,18 @@ def test_each_engine_event_feeds_its_instrument(telemetry: Telemetry) -> None:
         "mongoshift.background.documents.failed": 1,
         "mongoshift.background.documents.conflicts": 2,
         "mongoshift.transaction.retries": 3,
-        "mongoshift.background.throttle.changes": 4,
+        "mongoshift.background.lanes.throttle.changes": 4,
         "mongoshift.background.reclaims": 2,
         "mongoshift.background.leases.lost": 1,
         "mongoshift.lock.lost": 1,
     }
     assert {name: telemetry.total(name) for name in expected} == expected
-    [batch] = telemetry.points("mongoshift.background.batch.duration")
+    [batch] = telemetry.points("mongoshift.background.write.batch.duration")
     assert (batch.count, batch.sum) == (2, pytest.approx(0.0325))
     [piece] = telemetry.points("mongoshift.background.slice.duration")
     assert (piece.sum, piece.attributes["mongoshift.outcome"]) == (pytest.approx(1.5), "yielded")
-    [throttle] = telemetry.points("mongoshift.background.throttle.changes")
-    assert throttle.attributes["mongoshift.background.throttle.change"] == "slow"
+    [throttle] = telemetry.points("mongoshift.background.lanes.throttle.changes")
+    assert throttle.attributes["mongoshift.background.lanes.throttle.change"] == "slow"
     assert "reason" not in str(telemetry.points("mongoshift.lock.lost")[0].attributes)  # free text stays out of the series
     for name in telemetry.metric_names():
         assert all(p.attributes["db.namespace"] == "app" for p in telemetry.points(name)), name

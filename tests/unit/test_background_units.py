@@ -7,15 +7,15 @@ from bson import Decimal128, Int64, ObjectId
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mongoshift.background.document import (
+from mongoshift.background.write.document import (
     ShapeError,
     guard,
     same,
     stamped_diff,
     version_match,
 )
-from mongoshift.background.events import Event, Events
-from mongoshift.background.throttle import AdaptiveController
+from mongoshift.background.state.events import Event, Events
+from mongoshift.background.lanes.throttle import AdaptiveController
 from mongoshift.schema.background import Adaptive
 
 scalars = st.one_of(
@@ -125,8 +125,8 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
 
 
 def test_batch_filters_stay_inside_their_type_bracket() -> None:
-    from mongoshift.background.model import Checkpoint, Scope
-    from mongoshift.background.planner import MAX_OBJECT_ID, MIN_OBJECT_ID, batch_filter
+    from mongoshift.background.state.model import Checkpoint, Scope
+    from mongoshift.background.plan.planner import MAX_OBJECT_ID, MIN_OBJECT_ID, batch_filter
 
     match = {"__v": 1}
     oid = ObjectId()
@@ -140,7 +140,7 @@ def test_batch_filters_stay_inside_their_type_bracket() -> None:
 
 
 def test_failed_document_reasons_are_parsed_and_counted_without_the_text_of_the_values() -> None:
-    from mongoshift.background.failures import count_key, counted, shown, signature
+    from mongoshift.background.state.failures import count_key, counted, shown, signature
 
     transform = {"reason": "transform", "error": "KeyError: 'first'"}
     duplicate = {"reason": "write", "error": "duplicate key on slug (11000)"}

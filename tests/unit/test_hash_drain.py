@@ -1,11 +1,11 @@
-"""The reads of a hashed key's partitions (mongoshift.background.hash_drain): pure, no server."""
+"""The reads of a hashed key's partitions (mongoshift.background.plan.hash_drain): pure, no server."""
 
 from __future__ import annotations
 
 from bson import Int64, MaxKey, MinKey
 
-from mongoshift.background.hash_drain import MAX_STUCK, drain_after, drain_read, segment_count
-from mongoshift.background.model import Checkpoint, Scope
+from mongoshift.background.plan.hash_drain import MAX_STUCK, drain_after, drain_read, segment_count
+from mongoshift.background.state.model import Checkpoint, Scope
 
 LOW, MID = Int64(-(2**62)), Int64(0)
 TWO_RANGES = Scope(None, shard="s0", key=(("tenant", "hashed"),), ranges=(((MinKey(),), (LOW,)), ((MID,), (MaxKey(),))))

@@ -11,7 +11,7 @@ from bson import Int64
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
-from mongoshift.background.health import (
+from mongoshift.background.lanes.health import (
     CallableSignal,
     HealthSignal,
     ReplicationLag,

@@ -19,7 +19,7 @@ from mongoshift.project.loader import (
     load,
     slugify,
 )
-from mongoshift.runner.scaffold import create_migration
+from mongoshift.line.scaffold import create_migration
 
 
 def test_discover_orders_by_name_and_skips_private(tmp_path: Path) -> None:

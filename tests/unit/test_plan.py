@@ -14,7 +14,7 @@ from mongoshift.errors import (
 )
 from mongoshift.project.changelog import ChangelogRecord
 from mongoshift.project.loader import MigrationFile, checksum
-from mongoshift.runner.plan import plan_down, plan_up, status_rows
+from mongoshift.line.plan import plan_down, plan_up, status_rows
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -135,7 +135,7 @@ def test_down_refuses_records_mongoshift_never_ran(tmp_path) -> None:  # type: i
     from mongoshift.errors import IrreversibleMigrationError
     from mongoshift.project.changelog import ChangelogRecord
     from mongoshift.project.loader import MigrationFile
-    from mongoshift.runner.plan import plan_down
+    from mongoshift.line.plan import plan_down
 
     files = []
     for name in ("0001_a.py", "0002_b.py", "0003_c.py"):
@@ -151,6 +151,6 @@ def test_down_refuses_records_mongoshift_never_ran(tmp_path) -> None:  # type: i
         with pytest.raises(IrreversibleMigrationError) as info:
             plan_down(files, records, **selector)
         assert info.value.exit_code == 13 and "never ran" in info.value.message
-    from mongoshift.runner.plan import status_rows
+    from mongoshift.line.plan import status_rows
 
     assert [r.shown_state for r in status_rows(files, records)] == ["applied (migrate-mongo)", "applied (baseline)", "applied"]

@@ -125,7 +125,7 @@ def test_background_write_errors_keep_their_masking() -> None:
 
 
 def test_background_batch_uses_the_shared_redaction() -> None:
-    from mongoshift.background import batch
+    from mongoshift.background.write import batch
 
     assert batch.describe_error is describe_error and batch.describe_write_error is describe_write_error
 

@@ -35,20 +35,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..background.controls import ControlResult, RepinResult
-    from ..background.drift import Verified
+    from ..background.state.controls import ControlResult, RepinResult
+    from ..background.inspect.drift import Verified
     from ..project.events import Event, Observer
-    from ..background.preview import Preview, PreviewRow
-    from ..background.model import WatchRecord
-    from ..background.status import BackgroundReport, PartitionRow
-    from ..background.watcher import WatchOptions
+    from ..background.inspect.preview import Preview, PreviewRow
+    from ..background.state.model import WatchRecord
+    from ..background.inspect.status import BackgroundReport, PartitionRow
+    from ..background.watch.watcher import WatchOptions
     from ..converge.report import ConvergeReport
     from ..errors import ExitCode, MongoshiftError
     from ..project.lock import LockHolder
     from ..project.run import CancelSignal
     from ..project.settings import Settings, load_settings
-    from ..runner.executor import MigrationResult
-    from ..runner.plan import StatusRow
+    from ..line.executor import MigrationResult
+    from ..line.plan import StatusRow
     from .adoption import AdoptionReport, baseline, import_history
     from .audit import AuditReport, Finding, audit
     from .background import BackgroundRunner, CoordinatorStep, SliceReport, start_background_runner
@@ -152,17 +152,17 @@ __all__ = [
 
 #: Public name → (module, name there), imported on first access.
 _LAZY: dict[str, tuple[str, str]] = {
-    "ControlResult": ("..background.controls", "ControlResult"),
-    "RepinResult": ("..background.controls", "RepinResult"),
-    "Verified": ("..background.drift", "Verified"),
+    "ControlResult": ("..background.state.controls", "ControlResult"),
+    "RepinResult": ("..background.state.controls", "RepinResult"),
+    "Verified": ("..background.inspect.drift", "Verified"),
     "Event": ("..project.events", "Event"),
     "Observer": ("..project.events", "Observer"),
-    "Preview": ("..background.preview", "Preview"),
-    "PreviewRow": ("..background.preview", "PreviewRow"),
-    "BackgroundReport": ("..background.status", "BackgroundReport"),
-    "PartitionRow": ("..background.status", "PartitionRow"),
-    "WatchRecord": ("..background.model", "WatchRecord"),
-    "WatchOptions": ("..background.watcher", "WatchOptions"),
+    "Preview": ("..background.inspect.preview", "Preview"),
+    "PreviewRow": ("..background.inspect.preview", "PreviewRow"),
+    "BackgroundReport": ("..background.inspect.status", "BackgroundReport"),
+    "PartitionRow": ("..background.inspect.status", "PartitionRow"),
+    "WatchRecord": ("..background.state.model", "WatchRecord"),
+    "WatchOptions": ("..background.watch.watcher", "WatchOptions"),
     "ConvergeReport": ("..converge.report", "ConvergeReport"),
     "ExitCode": ("..errors", "ExitCode"),
     "MongoshiftError": ("..errors", "MongoshiftError"),
@@ -170,8 +170,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "CancelSignal": ("..project.run", "CancelSignal"),
     "Settings": ("..project.settings", "Settings"),
     "load_settings": ("..project.settings", "load_settings"),
-    "MigrationResult": ("..runner.executor", "MigrationResult"),
-    "StatusRow": ("..runner.plan", "StatusRow"),
+    "MigrationResult": ("..line.executor", "MigrationResult"),
+    "StatusRow": ("..line.plan", "StatusRow"),
     "AdoptionReport": (".adoption", "AdoptionReport"),
     "baseline": (".adoption", "baseline"),
     "import_history": (".adoption", "import_history"),

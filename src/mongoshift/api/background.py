@@ -10,18 +10,18 @@ from typing import Any, Literal
 
 from pymongo import AsyncMongoClient
 
-from ..background.connected import Engine, load_background, open_engine
-from ..background.controls import Action, ControlResult, RepinResult, control, pin
-from ..background.drift import Verified
-from ..background.drift import verify as verify_drift
-from ..background.events import Event, Observer
-from ..background.model import WatchRecord
-from ..background.preview import Preview, preview_size
-from ..background.preview import preview as preview_documents
-from ..background.status import BackgroundReport, PartitionRow, per_shard, report
-from ..background.validate import steps_count
-from ..background.throttle import sleep
-from ..background.watcher import Watcher, WatchOptions
+from ..background.lanes.engine import Engine, load_background, open_engine
+from ..background.state.controls import Action, ControlResult, RepinResult, control, pin
+from ..background.inspect.drift import Verified
+from ..background.inspect.drift import verify as verify_drift
+from ..background.state.events import Event, Observer
+from ..background.state.model import WatchRecord
+from ..background.inspect.preview import Preview, preview_size
+from ..background.inspect.preview import preview as preview_documents
+from ..background.inspect.status import BackgroundReport, PartitionRow, per_shard, report
+from ..background.inspect.validate import steps_count
+from ..background.lanes.throttle import sleep
+from ..background.watch.watcher import Watcher, WatchOptions
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.loader import resolve_name
 from ..project.own_collections import own_collections
@@ -264,7 +264,7 @@ class CoordinatorStep:
 
 @dataclass(frozen=True)
 class SliceReport:
-    """One lane slice of :func:`run_slice`: its outcome (see :mod:`mongoshift.background.lane`), counters only."""
+    """One lane slice of :func:`run_slice`: its outcome (see :mod:`mongoshift.background.lanes.lane`), counters only."""
 
     name: str
     outcome: str

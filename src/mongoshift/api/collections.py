@@ -13,7 +13,7 @@ from pymongo import AsyncMongoClient
 
 from ..converge.applier import Confirm
 from ..converge.report import ConvergeReport
-from ..converge.run import (
+from ..converge.orchestrator import (
     REASON_LIMIT,
     REQUESTED_BY_LIMIT,
     converge_in_session,

@@ -22,13 +22,13 @@ from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from ..runner.plan import Plan, StatusRow, plan_down, plan_up, status_rows
+from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
 from .options import checked_client, log_entries, run_observers
 
 if TYPE_CHECKING:
     from ..converge.applier import Confirm
     from ..converge.report import ConvergeReport
-    from ..runner.executor import MigrationResult
+    from ..line.executor import MigrationResult
 
 # Start-up time (bench/cli.py): ``status``, ``list`` and ``lock`` load this module, so the
 # executor (and through it the background engine) and converge are imported by the
@@ -153,7 +153,7 @@ def _bare(settings: Settings, name: str | None) -> str | None:
 async def _execute(
     session: Session, command: str, plan: Plan, *, batch_per_step: bool = False, batch: int | None = None
 ) -> RunReport:
-    from ..runner.executor import Executor  # start-up time: see the note at the top
+    from ..line.executor import Executor  # start-up time: see the note at the top
 
     report = RunReport(command, session.run.run_id, warnings=list(plan.warnings))
     session.events.observers.append(lambda event: report.logs.append(event) if event.kind == "log" else None)
@@ -196,7 +196,7 @@ async def up(
     :class:`~mongoshift.errors.ChecksumMismatchError` before anything runs.
     ``batch`` records the run in batch N instead of a new one (a label, not a reservation),
     so several single-file runs form one rollback unit; ``ordered`` refuses FILE while an
-    earlier file is not applied (:func:`~mongoshift.runner.plan.plan_up`).
+    earlier file is not applied (:func:`~mongoshift.line.plan.plan_up`).
 
     A bulk run (no FILE, no ``to``) ends with a converge of the declared
     collections under the same lock when ``converge`` (default: the
@@ -219,7 +219,7 @@ async def up(
         _check_unchanged(plan, checksums)
         report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
         if declarations is not None and not report.waiting:
-            from ..converge.run import converge_in_session  # start-up time: see the note at the top
+            from ..converge.orchestrator import converge_in_session  # start-up time: see the note at the top
 
             try:
                 report.converge = await converge_in_session(session, yes=yes, confirm=confirm, trigger="up")
@@ -289,7 +289,7 @@ async def status(settings: Settings, *, checksums: bool = True, client: AsyncMon
         rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
         shown = [row for row in rows if row.kind == "background" and row.state in ("applied", "reverted")]
         if shown:
-            from ..background.line import BackgroundSteps  # start-up time: see the note at the top
+            from ..background.steps import BackgroundSteps  # start-up time: see the note at the top
 
             background = BackgroundSteps(session)
             for row in shown:
@@ -331,8 +331,8 @@ async def dry_run(
     :meth:`Executor.preview`); only the writes are left out. No migration body runs and
     no lock is taken, so ``observers`` (taken as ``up`` takes them) get no event.
     """
-    from ..background.line import BackgroundSteps  # start-up time: see the note at the top
-    from ..runner.executor import Executor
+    from ..background.steps import BackgroundSteps  # start-up time: see the note at the top
+    from ..line.executor import Executor
 
     if direction == "up":
         _check_batch_label(batch, step)

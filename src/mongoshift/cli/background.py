@@ -21,9 +21,9 @@ from ..project.run import CancelSignal
 from .app import confirm, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
-    from ..background.drift import Verified
-    from ..background.model import WatchRecord
-    from ..background.status import BackgroundReport
+    from ..background.inspect.drift import Verified
+    from ..background.state.model import WatchRecord
+    from ..background.inspect.status import BackgroundReport
     from ..project.settings import Settings
 
 
@@ -308,7 +308,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
     One process leads each collection, the others wait to take over. Runs until Ctrl-C or
     SIGTERM, then saves its position, lets go of its leases and exits 0 (a second signal: 130/143)."""
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
-    from ..background.watcher import WatchOptions
+    from ..background.watch.watcher import WatchOptions
 
     names: tuple[str, ...] | None = None
     if collections is not None:
@@ -328,7 +328,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
 
 def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
-    from ..background.events import shown_by_caller
+    from ..background.state.events import shown_by_caller
 
     s = settings()
     if action in ("cancel", "unlock") or from_start:
@@ -423,7 +423,7 @@ def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bo
 
 def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
-    from ..background.events import shown_by_caller
+    from ..background.state.events import shown_by_caller
 
     s = settings()
     shown = () if quiet else ("control",)  # quiet (retry --repin): its log line is all that says it
@@ -473,7 +473,7 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
 
     if reopen and report:
         raise ConfigInvalidError("--reopen and --report exclude each other: pick one (--report is the default)")
-    from ..background.events import shown_by_caller
+    from ..background.state.events import shown_by_caller
 
     s = settings()
     with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
@@ -499,7 +499,7 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
 
 def _verdict(r: Verified) -> tuple[str, str]:
     """The ``result`` and ``why`` cells of a verify row."""
-    from ..background.drift import SKIP_REASONS
+    from ..background.inspect.drift import SKIP_REASONS
 
     if r.action == "skipped":
         why = SKIP_REASONS.get(r.reason or "", r.reason or "")

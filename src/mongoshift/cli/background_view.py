@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from ..background.status import BackgroundReport
+from ..background.inspect.status import BackgroundReport
 
 
 def clock(seconds: float | None) -> str:

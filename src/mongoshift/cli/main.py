@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 @global_options
 def init(force: bool) -> None:
     """Create mongoshift.toml and the migrations folder here."""
-    from ..runner.scaffold import write_config  # start-up time: the runner loads when a command runs
+    from ..line.scaffold import write_config  # start-up time: the runner loads when a command runs
 
     obj = options()
     path = write_config(Path.cwd(), uri=obj.get("uri"), db=obj.get("db"), migrations_dir=obj.get("dir") or "migrations", force=force)
@@ -73,7 +73,7 @@ def init(force: bool) -> None:
 @global_options
 def create(name: str, template: Path | None, background_: bool) -> None:
     """Write a new migration file NAME into the migrations folder."""
-    from ..runner.scaffold import create_migration  # start-up time: the runner loads when a command runs
+    from ..line.scaffold import create_migration  # start-up time: the runner loads when a command runs
 
     s = settings()
     if background_ and template:
@@ -220,7 +220,7 @@ def status(check: bool) -> int:
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
     if not out.json_mode:
         out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
-    from ..runner.plan import status_verdict  # start-up time: the runner loads when a command runs
+    from ..line.plan import status_verdict  # start-up time: the runner loads when a command runs
 
     verdict = status_verdict(rows) if check else None
     if verdict is not None:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..background.preview import Preview, PreviewRow
+from ..background.inspect.preview import Preview, PreviewRow
 from ..project.redaction import strip_controls
 from ..schema.index_specs import as_json
 

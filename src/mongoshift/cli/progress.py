@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..api import background as bg
-from ..background.status import BackgroundReport
+from ..background.inspect.status import BackgroundReport
 from ..project.settings import Settings
 from .background_view import clock
 

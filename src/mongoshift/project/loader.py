@@ -72,7 +72,7 @@ class MigrationFile:
     path: Path
     module: ModuleType | None = field(default=None, repr=False)
     #: The file's background spec as the engine runs it, once aligned with the collection's
-    #: declaration (see :mod:`mongoshift.background.declared`); None means as written.
+    #: declaration (see :mod:`mongoshift.background.plan.declared`); None means as written.
     aligned: Background | None = field(default=None, repr=False)
 
     @property

@@ -40,11 +40,11 @@ PRUNE = "mongoshift.prune"
 ACTIONS = "mongoshift.converge.actions"
 ATTEMPT = "mongoshift.attempt"
 PARTITION = "mongoshift.background.partition"
-LANE = "mongoshift.background.lane"
+LANE = "mongoshift.background.lanes.lane"
 SLOT = "mongoshift.background.slot"
 #: A slice's counts (``slice_end``) go on its span under this prefix: ``mongoshift.background.migrated``, ...
 SLICE_COUNT_PREFIX = "mongoshift.background."
-CHANGE = "mongoshift.background.throttle.change"
+CHANGE = "mongoshift.background.lanes.throttle.change"
 
 #: The value of ``db.system.name`` on every span.
 DB_SYSTEM_VALUE = "mongodb"
@@ -88,7 +88,7 @@ SLICE_DURATION = Instrument(
     (MIGRATION, OUTCOME),
 )
 BATCH_DURATION = Instrument(
-    "mongoshift.background.batch.duration", "histogram", "s", "One batch (or step call) of a background migration, read to checkpoint",
+    "mongoshift.background.write.batch.duration", "histogram", "s", "One batch (or step call) of a background migration, read to checkpoint",
     (MIGRATION,),
 )
 DOCUMENTS_MIGRATED = Instrument(
@@ -106,7 +106,7 @@ TRANSACTION_RETRIES = Instrument(
     "Transactions run again after a transient error: a migration body's, or a background batch's", (MIGRATION,),
 )
 THROTTLE_CHANGES = Instrument(
-    "mongoshift.background.throttle.changes", "counter", "{change}",
+    "mongoshift.background.lanes.throttle.changes", "counter", "{change}",
     "Changes of a lane's pace: slowed down, overloaded, recovered, or a wait for a health signal", (MIGRATION, CHANGE),
 )
 RECLAIMS = Instrument(

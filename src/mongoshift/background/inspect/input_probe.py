@@ -1,0 +1,105 @@
+"""A look at the collection when a migration is registered: the documents it will never touch.
+
+Real collections often have no version field, which counts as version 0. A
+migration that starts at ``from_version=1`` skips those documents silently:
+it completes with nothing migrated, and whatever ``requires`` it then runs.
+So registration (and ``dry-run up``) counts them and warns, in counts only.
+The count is bounded in documents and in time, since it runs on every ``up``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import OperationFailure, PyMongoError
+
+from ...project.server_errors import max_time_expired
+from ...schema.background import Background
+from ..write.document import version_match
+from ..state.store import BackgroundStore
+
+log = logging.getLogger("mongoshift.background")
+
+#: Counting stops here: "at least N" is as useful as the exact number.
+COUNT_LIMIT = 10_000
+#: And after this long (``maxTimeMS``), on a collection without the version index.
+COUNT_TIME_MS = 2_000
+
+
+async def _bounded_count(collection: Any, filter_: dict[str, Any]) -> tuple[int, str | None]:
+    """The count up to :data:`COUNT_LIMIT`, and why it stopped early (None: it is exact)."""
+    try:
+        n = await collection.count_documents(filter_, limit=COUNT_LIMIT, maxTimeMS=COUNT_TIME_MS)
+    except OperationFailure as exc:
+        if not max_time_expired(exc):
+            raise
+        found = await collection.find_one(filter_, {"_id": 1}, max_time_ms=COUNT_TIME_MS)
+        return (1, f"stopped counting after {COUNT_TIME_MS / 1000:g}s") if found is not None else (0, None)
+    if n >= COUNT_LIMIT:
+        return n, f"stopped counting at {COUNT_LIMIT}"
+    return n, None
+
+
+async def _taken_care_of(store: BackgroundStore, name: str, spec: Background, planned_before: Iterable[Background]) -> bool:
+    """Another forward migration of the collection starts at version 0: the unversioned documents are its input."""
+    for other in planned_before:
+        if other.collection == spec.collection and other.from_version == 0 and other.mode == "documents":
+            return True
+    for state in await store.states_all():
+        if (
+            state.name != name
+            and state.direction == "forward"
+            and state.status != "cancelled"
+            and state.collection == spec.collection
+            and state.spec.get("from_version") == 0
+        ):
+            return True
+    return False
+
+
+async def unversioned_warning(
+    db: AsyncDatabase[dict[str, Any]],
+    store: BackgroundStore,
+    name: str,
+    spec: Background,
+    *,
+    planned_before: Iterable[Background] = (),
+) -> str | None:
+    """A warning when documents the filter matches have no version and ``spec`` starts above 0.
+
+    Advisory: a server error while looking is logged and the registration goes on."""
+    if spec.mode != "documents" or spec.from_version < 1:
+        return None
+    try:
+        return await _look(db, store, name, spec, planned_before)
+    except PyMongoError as exc:
+        log.warning("%s: could not look for documents without a version field (%s)", name, type(exc).__name__)
+        return None
+
+
+async def _look(
+    db: AsyncDatabase[dict[str, Any]], store: BackgroundStore, name: str, spec: Background, planned_before: Iterable[Background]
+) -> str | None:
+    if await _taken_care_of(store, name, spec, planned_before):
+        return None
+    collection = db[spec.collection]
+    field = spec.version_field
+    missing, stopped = await _bounded_count(collection, {**spec.filter, **version_match(field, 0)})
+    if missing == 0:
+        return None
+    at_source, stopped_too = await _bounded_count(collection, {**spec.filter, **version_match(field, spec.from_version)})
+
+    def amount(n: int, why: str | None) -> str:
+        return f"at least {n}" if why else str(n)
+
+    notes = sorted({why for why in (stopped, stopped_too) if why})
+    return (
+        f"{name}: {amount(missing, stopped)} document(s) of {spec.collection!r} that match its filter have no "
+        f"{field} (missing, null or 0 count as version 0), but it starts at from_version={spec.from_version}, "
+        f"so it will never touch them ({amount(at_source, stopped_too)} at version {spec.from_version}). "
+        "If they are its input, start it at from_version=0."
+        + (f" ({'; '.join(notes)})" if notes else "")
+    )

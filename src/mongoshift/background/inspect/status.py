@@ -1,0 +1,209 @@
+"""What ``background status`` reports: progress with a rate and an ETA, not just counts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+
+from ..state.failures import RECENT_SHOWN, counted, shown
+from ..state.model import COUNTERS, Partition, State, aware
+from ..state.store import BackgroundStore
+
+#: How many documents the zero-migrated check counts at most: enough to tell, cheap on any size.
+PROBE_LIMIT = 1000
+
+
+@dataclass
+class PartitionRow:
+    seq: int
+    status: str
+    bracket: str | None
+    estimate: int
+    scanned: int
+    migrated: int
+    failed: int
+    leased: bool
+    slot: int | None
+    failures: int
+    #: The shard its key ranges live on (None: not planned by shard); its bounds are data, never shown.
+    shard: str | None = None
+
+    @classmethod
+    def of(cls, p: Partition) -> PartitionRow:
+        return cls(
+            seq=p.seq,
+            status=p.status,
+            bracket=p.scope.bracket,
+            estimate=p.estimate,
+            scanned=p.counters["scanned"],
+            migrated=p.counters["migrated"],
+            failed=p.counters["failed"],
+            leased=p.lease is not None,
+            slot=(p.lease or {}).get("slot"),
+            failures=p.failures,
+            shard=p.scope.shard,
+        )
+
+
+@dataclass
+class ShardProgress:
+    """One shard's partitions of the current pass, summed."""
+
+    shard: str
+    partitions: int
+    done: int
+    estimate: int
+    scanned: int
+    migrated: int
+    failed: int
+    leased: int
+
+
+def per_shard(rows: list[PartitionRow]) -> list[ShardProgress]:
+    """Progress by shard, in shard order; empty when the pass was not planned by shard."""
+    out: dict[str, ShardProgress] = {}
+    for r in rows:
+        if r.shard is None:
+            continue
+        p = out.setdefault(r.shard, ShardProgress(r.shard, 0, 0, 0, 0, 0, 0, 0))
+        p.partitions += 1
+        p.done += r.status == "done"
+        p.estimate += r.estimate
+        p.scanned += r.scanned
+        p.migrated += r.migrated
+        p.failed += r.failed
+        p.leased += r.leased
+    return [out[k] for k in sorted(out)]
+
+
+@dataclass
+class BackgroundReport:
+    name: str
+    status: str
+    direction: str
+    collection: str
+    mode: str
+    pass_number: int
+    generation: int
+    partitions_total: int
+    partitions_open: int
+    partitions_done: int
+    partitions_failed: int
+    leases: int
+    totals: dict[str, int]
+    failed_documents: int
+    estimate: int
+    remaining: int
+    rate_per_second: float | None
+    eta_seconds: float | None
+    elapsed_seconds: float | None
+    last_error: str | None
+    registered_at: datetime | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    #: The most recent reasons documents failed (oldest first), redacted: see :mod:`..state.failures`.
+    doc_errors: list[dict[str, Any]] = field(default_factory=list)
+    #: Every failed document counted once per reason, largest first.
+    doc_error_counts: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: While blocked: the migrations it requires that are not done yet.
+    waits_for: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                data[key] = value.isoformat()
+        data["history"] = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in h.items()} for h in self.history]
+        data["doc_errors"] = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in e.items()} for e in self.doc_errors]
+        return data
+
+
+async def report(store: BackgroundStore, state: State, *, now: datetime | None = None) -> BackgroundReport:
+    parts = await store.partitions_of(state) if state.generation else []
+    counters = dict(state.totals)
+    rolled = state.rolled_generation >= state.generation
+    scanned_now = 0
+    for p in parts:
+        scanned_now += p.counters["scanned"]
+        if not rolled:
+            for key in COUNTERS:
+                counters[key] += p.counters[key]
+    plan = state.plan or {}
+    estimate = int(plan.get("estimate", 0))
+    done_parts = sum(1 for p in parts if p.status == "done")
+    remaining = 0 if state.status == "completed" else max(0, estimate - scanned_now)
+    started = aware(state.started_at)
+    end = aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
+    elapsed = (end - started).total_seconds() if started and end else None
+    processed = counters["scanned"] - state.rate_base  # since the last retry
+    rate = processed / elapsed if elapsed and elapsed > 0 and processed else None
+    eta = remaining / rate if rate and state.status in ("running", "pending") else None
+    failed_documents = len(state.bad_ids) if rolled else await store.bad_id_count(state)
+    entries, error_counts = await store.live_doc_errors(state)
+    warnings = []
+    if state.status == "completed" and counters["migrated"] == 0 and state.mode != "step":
+        warning = await zero_migrated_warning(store.db[state.collection], state)
+        if warning:
+            warnings.append(warning)
+    return BackgroundReport(
+        name=state.name,
+        status=state.status,
+        direction=state.direction,
+        collection=state.collection,
+        mode=state.mode,
+        pass_number=state.pass_number,
+        generation=state.generation,
+        partitions_total=len(parts),
+        partitions_open=sum(1 for p in parts if p.status in ("pending", "running")),
+        partitions_done=done_parts,
+        partitions_failed=sum(1 for p in parts if p.status == "failed"),
+        leases=sum(1 for p in parts if p.lease is not None),
+        totals=counters,
+        failed_documents=failed_documents,
+        estimate=estimate,
+        remaining=remaining,
+        rate_per_second=round(rate, 1) if rate else None,
+        eta_seconds=round(eta, 1) if eta is not None else None,
+        elapsed_seconds=round(elapsed, 1) if elapsed is not None else None,
+        last_error=state.last_error,
+        registered_at=state.registered_at,
+        started_at=state.started_at,
+        completed_at=state.completed_at,
+        history=state.history[-10:],
+        doc_errors=[shown(e) for e in entries[-RECENT_SHOWN:]],
+        doc_error_counts=counted(error_counts, entries),
+        warnings=warnings,
+        waits_for=list(state.waits_for),
+    )
+
+
+async def zero_migrated_warning(collection: AsyncCollection[dict[str, Any]], state: State) -> str | None:
+    """A completed migration that rewrote nothing while documents of the filter sit at another version.
+
+    Most often ``from_version`` is wrong: documents written before versioning have no version
+    field, which counts as 0, not 1. Counted with a limit, so it stays cheap on a large collection.
+    """
+    spec = state.spec
+    field_ = str(spec.get("version_field") or "__v")
+    forward = state.direction == "forward"
+    source = int(spec.get("from_version", 0) if forward else spec.get("to_version", 0))
+    target = int(spec.get("to_version", 0) if forward else spec.get("from_version", 0))
+    other = {field_: {"$nin": [None, 0]}} if target == 0 else {field_: {"$ne": target}}
+    query = {"$and": [dict(spec.get("filter") or {}), other]}
+    try:
+        found = await collection.count_documents(query, limit=PROBE_LIMIT)
+    except Exception:  # noqa: BLE001 - a warning is not worth failing the status
+        return None
+    if not found:
+        return None
+    many = f"{PROBE_LIMIT:,} or more" if found >= PROBE_LIMIT else f"{found:,}"
+    return (
+        f"completed but migrated 0 documents while {many} document(s) in {state.collection} match the filter "
+        f"at a version other than {target}: was from_version ({source}) right? "
+        f"Documents without a {field_} field count as version 0"
+    )

@@ -1,0 +1,335 @@
+"""A lane: claim a partition under a lease, work it batch by batch, checkpoint with each.
+
+A slice works at least one batch and then yields at ``slice_ms``, so lanes
+take turns and a paused, cancelled or replanned migration is noticed within
+one batch. Every checkpoint is fenced by the lease token: a lane whose lease
+was reaped (it stalled past the TTL) learns it at its next checkpoint and
+stops without counting anything twice.
+
+A batch spends one round trip on bookkeeping, its checkpoint. The lane reads
+the migration's state before its first batch; after that, only when the
+checkpoint comes back with a control stamp it has not seen: every change of
+the state (pause, cancel, repin, failure, ...) stamps the open partitions
+after it is made, so a change made before a checkpoint is read before the
+next batch, as if the lane had read the state then.
+
+What one batch is (plain, transactional, a step call) is the mode's business:
+see :mod:`.modes`; the lane holds the lease, the controls and the pauses around it.
+A partition claimed with a batch still in flight from a lane that died counts that batch
+first (:func:`.modes.settle_left_batch`), and every slice ends with what its last batch
+still owes the partition (``finish``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pymongo.errors import PyMongoError
+
+from ...project.redaction import describe_error
+from ...project.server_errors import connection_lost
+from ...schema.background import Adaptive, Background
+from ..write.batch import BatchFailed
+from .context import EngineContext
+from ..state.failures import over_budget
+from .health import wait_while_unhealthy
+from ..write.job import Job
+from ..state.model import Lease, Partition, Scope, State
+from ..plan.key_filter import version_index_key
+from .modes import LeaseActivity, Mode, PartitionWork, mode_for, settle_left_batch
+from ..plan.shard_pass import has_index
+from .share import may_claim
+from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
+from ..write.transaction import TransactionsUnsupported
+
+log = logging.getLogger("mongoshift.background")
+
+#: After a wait this long (pause, throttle hook, health), the lane reads the control fields again before its batch.
+CONTROL_RECHECK_AFTER_WAIT_S = 1.0
+
+Outcome = Literal[
+    "exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error", "disconnected"
+]
+
+#: A migration's status that stops its lanes, as the slice's outcome.
+HALTING: dict[str, Outcome] = {"paused": "paused", "cancelled": "cancelled", "failed": "failed"}
+
+
+@dataclass
+class SliceResult:
+    outcome: Outcome
+    counters: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+class Lane:
+    def __init__(self, engine: EngineContext, lane_id: str) -> None:
+        self.engine = engine
+        self.id = lane_id
+        self.activity = LeaseActivity()
+        self.throttle = ThrottleReport(engine.now)
+
+    async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
+        """One slice: reap, claim, work until the slice ends; never raises for a batch failure.
+
+        A lost connection (:func:`~mongoshift.project.server_errors.connection_lost`) is raised, after
+        ``slice_end``, for the runner to ride out: it says nothing about the partition."""
+        engine = self.engine
+        job = Job.of(state, spec)
+        await engine.reap(state.name)
+        if not await may_claim(engine.store, state.name, engine.runner, spec.max_parallel):
+            return SliceResult("busy")  # this runner holds its share while another waits
+        slots = list(range(spec.max_parallel))
+        offset = engine.rng.randrange(len(slots))
+        claimed = await engine.store.claim(
+            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
+            shard_concurrency=spec.shard_concurrency,
+        )
+        if claimed is None:
+            # No open partition. While another runner's lanes hold some, they come back open at their
+            # slice ends: ask for a share of them, or that runner re-claims them for ever.
+            held = await engine.store.leases_by_runner(state.name)
+            if any(count for runner, count in held.items() if runner != engine.runner):
+                return SliceResult("busy")
+            return SliceResult("exhausted")
+        if claimed is False:
+            return SliceResult("busy")
+        lease, partition = claimed
+        start = engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id, runner=engine.runner)
+        with engine.events.slice_scope(start):  # a tracer's slice span is current for the slice's own requests
+            return await self._slice(state, spec, job, lease, partition, slice_ms)
+
+    async def _slice(self, state: State, spec: Background, job: Job, lease: Lease, partition: Partition, slice_ms: int | None) -> SliceResult:
+        """The slice on a claimed partition, from the claim to ``slice_end``."""
+        engine = self.engine
+        started = engine.now()
+        lost = asyncio.Event()
+        self.activity.touched = started  # the claim renewed the lease
+        heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))
+        counters: dict[str, int] = {}
+        outcome: SliceResult
+        disconnected: PyMongoError | None = None
+        try:
+            outcome = await self._work(job, state, spec, lease, partition, lost, counters, slice_ms or spec.slice_ms)
+        except Exception as exc:
+            message = describe_error(exc)  # a bulk write error carries whole documents
+            if isinstance(exc, PyMongoError) and connection_lost(exc):
+                # Not the partition's failure: the runner waits the outage out, and the slice is
+                # not counted towards max_slice_failures. If the release fails too, the lease lapses.
+                log.warning("%s: a slice lost the connection: %s", state.name, message)
+                disconnected = exc
+                with contextlib.suppress(PyMongoError):
+                    await engine.store.release(lease)
+                outcome = SliceResult("disconnected", counters, message)
+            else:
+                log.warning("%s: a slice failed: %s", state.name, message)
+                await engine.store.release(lease, failure=message, max_failures=spec.max_slice_failures)
+                outcome = SliceResult("error", counters, message)
+        finally:
+            heartbeat.cancel()
+            try:
+                await heartbeat
+            except asyncio.CancelledError:
+                pass
+        if outcome.outcome == "lost":
+            engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
+        elif outcome.outcome not in ("done", "error", "disconnected"):
+            await engine.store.release(lease)
+        failure = {"error": outcome.error} if outcome.error else {}  # redacted by describe_error
+        duration_ms = round((engine.now() - started) * 1000, 1)
+        engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, duration_ms=duration_ms, **counters, **failure)
+        if disconnected is not None:
+            raise disconnected  # the runner's to ride out (see .outage), after the slice is told ended
+        return outcome
+
+    async def _heartbeat(self, lease: Lease, lost: asyncio.Event, *, stall_s: float) -> None:
+        """Renew the lease between checkpoints; a checkpoint renews it too, so skip when one just did.
+
+        Skipping matters in transaction mode: every extra write is a chance of a commit conflict.
+        A lane that has not checkpointed for ``stall_s`` (a slice and three TTLs) is stuck, say
+        on a request that never returns: it stops renewing, so that another lane can reap the
+        lease and go on, and its own late checkpoint will be fenced off.
+        """
+        while True:
+            await asyncio.sleep(lease.ttl_ms / 3000)
+            idle = self.engine.now() - self.activity.touched
+            if idle < lease.ttl_ms / 4000:
+                continue
+            if self.activity.in_transaction and idle < lease.ttl_ms * 0.6 / 1000:
+                continue  # the transaction's checkpoint renews it; a write now would only make it conflict
+            if idle > stall_s:
+                log.warning("a lane made no progress for %.0fs: letting its lease expire", idle)
+                return
+            try:
+                if not await self.engine.store.renew(lease):
+                    lost.set()
+                    return
+            except Exception as exc:  # a blip: the fenced checkpoint is the real guard
+                log.debug("lease renewal failed: %s", type(exc).__name__)
+
+    async def _control(self, state: State, partition: Partition) -> Outcome | None:
+        doc = await self.engine.store.control_fields(state.name)
+        if doc is None or doc.get("registration") != state.registration:
+            return "stale"
+        status = doc.get("status")
+        if status in HALTING:
+            return HALTING[status]
+        if status != "running" or doc.get("generation") != partition.generation or (doc.get("plan") or {}).get("token") != partition.plan:
+            return "stale"
+        return None
+
+    async def _hint(self, spec: Background, scope: Scope) -> list[tuple[str, Any]] | None:
+        """The version index (``{version, ...shard key, _id}`` on a targeted partition), when it exists; otherwise warn once and scan."""
+        key = version_index_key(spec.version_field, scope.key if scope.targeted else ())
+        if await has_index(self.engine.db[spec.collection], key):
+            return key
+        if scope.drains:  # a hash range has no filter: its index's bounds are the only way to read it
+            raise BatchFailed(
+                f"{spec.collection} has no index {{{', '.join(f'{f}: {d!r}' for f, d in key)}}} any more: "
+                "a hash-range partition is read through it; create it again"
+            )
+        if scope.targeted:
+            return None  # the planner checked it: dropped since, the read goes on without a hint
+        if spec.collection not in self.engine.version_index_warned:
+            self.engine.version_index_warned.add(spec.collection)
+            log.warning(
+                "%s has no index {%s: 1, _id: 1}: batches scan the collection; create it for speed",
+                spec.collection,
+                spec.version_field,
+            )
+        return None
+
+    async def _work(
+        self,
+        job: Job,
+        state: State,
+        spec: Background,
+        lease: Lease,
+        partition: Partition,
+        lost: asyncio.Event,
+        counters: dict[str, int],
+        slice_ms: int,
+    ) -> SliceResult:
+        engine = self.engine
+        deadline = engine.now() + slice_ms / 1000
+        mode = mode_for(job)
+        job.shard_key = partition.scope.key_fields
+        adaptive = AdaptiveController(spec.adaptive, spec.batch_size, partition.throttle) if isinstance(spec.adaptive, Adaptive) else None
+        work = PartitionWork(
+            engine=engine,
+            job=job,
+            lease=lease,
+            partition=partition,
+            collection=engine.db[spec.collection],
+            match=job.match(),
+            hint=await self._hint(spec, partition.scope) if mode.reads_documents else None,
+            adaptive=adaptive,
+            deadline=deadline,
+            counters=counters,
+            activity=self.activity,
+            throttle=self.throttle,
+        )
+        await settle_left_batch(work)
+        outcome = await self._batches(job, state, spec, partition, lost, counters, mode, work, adaptive)
+        if outcome.outcome != "lost" and not await mode.finish(work):
+            return SliceResult("lost", counters)
+        return outcome
+
+    async def _batches(
+        self,
+        job: Job,
+        state: State,
+        spec: Background,
+        partition: Partition,
+        lost: asyncio.Event,
+        counters: dict[str, int],
+        mode: Mode,
+        work: PartitionWork,
+        adaptive: AdaptiveController | None,
+    ) -> SliceResult:
+        """Batch after batch until the slice ends (its deadline, a control, a stop, the partition done)."""
+        engine = self.engine
+        deadline = work.deadline
+        health = engine.health_signals(spec)
+        cursor = partition.cursor
+        batches = 0
+        seen = partition.control  # the stamp as claimed; the state is read below, after the claim
+        look = True
+        while True:
+            if (halt := _interrupted(engine, lost)) is not None:
+                return SliceResult(halt, counters)
+            if batches > 0 and engine.now() >= deadline:
+                return SliceResult("yielded", counters)
+            if look:
+                control = await self._control(state, partition)
+                if control is not None:
+                    return SliceResult(control, counters)
+                look = False
+            size = adaptive.batch_size() if adaptive else spec.batch_size
+            wait_started = engine.now()
+            await before_batch(
+                pause_ms=spec.pause_ms,
+                hook=spec.throttle,
+                context=ThrottleContext(state.name, spec.collection, state.generation, str(partition.seq), size, engine.cancel),
+                adaptive_pause_ms=adaptive.pause_ms() if adaptive else 0,
+                first=batches == 0,
+                cancel=engine.cancel,
+            )
+            if health:
+                waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set)
+                if waited:
+                    work.throttled("health", waited_ms=waited)
+            # A stop (or a lost lease) during the waits above ends the slice before its batch:
+            # the wait was cut short for that, not to write one more batch sooner.
+            if (halt := _interrupted(engine, lost)) is not None:
+                return SliceResult(halt, counters)
+            # A pause or cancel given during a long wait is honoured before the batch, not after it:
+            # one read of the control fields, only when the wait was long enough for one to come.
+            if engine.now() - wait_started >= CONTROL_RECHECK_AFTER_WAIT_S and (control := await self._control(state, partition)) is not None:
+                return SliceResult(control, counters)
+            failed_before = counters.get("failed", 0)
+            try:
+                progress = await mode.advance(work, cursor, size)
+            except TransactionsUnsupported:
+                await self._fail(state, f"{state.name} asks for transactions, but this server does not support them; run it without transaction")
+                return SliceResult("failed", counters)
+            if not progress.lease_held:
+                return SliceResult("lost", counters)
+            cursor = progress.cursor
+            batches += 1
+            if progress.control != seen:  # the state changed since the lane last read it
+                seen, look = progress.control, True
+            if progress.done:
+                return SliceResult("done", counters)
+            if counters.get("failed", 0) > failed_before and await self._over_budget(state, spec):
+                return SliceResult("failed", counters)
+
+    async def _over_budget(self, state: State, spec: Background) -> bool:
+        """More distinct failed documents than ``max_document_errors``: fail the migration now."""
+        fresh = await self.engine.store.state(state.name)
+        if fresh is None:
+            return False
+        total = await self.engine.store.bad_id_count(fresh)
+        if total <= spec.max_document_errors:
+            return False
+        await self._fail(state, over_budget(state.name, total, spec.max_document_errors))
+        return True
+
+    async def _fail(self, state: State, message: str) -> None:
+        if await self.engine.store.transition(
+            state.name, allowed=("running",), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
+        ):
+            self.engine.events.emit("failed", state.name, reason=message)
+
+
+def _interrupted(engine: EngineContext, lost: asyncio.Event) -> Outcome | None:
+    """Whether the slice must end now: this process stops, or another lane took the lease."""
+    if engine.cancel.is_set():
+        return "stopped"
+    if lost.is_set():
+        return "lost"
+    return None

@@ -1,0 +1,488 @@
+"""How a lane moves through its partition: one strategy per kind of migration, chosen once per slice.
+
+* :class:`PlainBatches`: read a batch, move the fenced checkpoint (recording the batch in
+  flight), then transform it and write it as guarded updates (``migrate``, ``migrate_batch``
+  and ``pipeline`` migrations);
+* :class:`TransactionalBatches`: all of that in one snapshot transaction (see :mod:`..write.transaction`);
+* :class:`StepCalls`: one call of the user's ``step``, whose result is the checkpoint.
+
+Each one takes the slice's :class:`PartitionWork` and the cursor to start from and answers with
+:class:`Progress`; the lane around them handles controls, pauses and the slice's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bson import decode, encode
+from bson.raw_bson import RawBSONDocument
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import PyMongoError
+from pymongo.read_preferences import ReadPreference
+
+from ...project.server_errors import (
+    overloaded,
+    transactions_unsupported,
+    transient_transaction_error,
+)
+from ...project.user_code import call
+from ...schema.background import MAX_CHECKPOINT_BYTES
+from ..write.batch import BatchFailed, BatchResult, DocumentError, apply_batch, at_version, id_key
+from ..write.document import bson_problem
+from .context import EngineContext
+from ..plan.hash_drain import drain_after, drain_read
+from ..write.job import Job
+from ..state.model import Checkpoint, Checkpointed, Lease, Partition
+from ..plan.planner import batch_filter, batch_sort, cursor_after
+from .throttle import AdaptiveController, ThrottleReport
+from ..write.transaction import (
+    Skip,
+    TransactionalBatchSize,
+    TransactionsUnsupported,
+    backoff_seconds,
+    commit,
+    run_batch,
+    transaction_options,
+)
+
+
+@dataclass
+class LeaseActivity:
+    """What a lane's heartbeat reads: when a checkpoint last renewed the lease, and whether a transaction is open."""
+
+    touched: float = float("-inf")
+    in_transaction: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionWork:
+    """What every batch (or step) of one slice on a claimed partition works with and reports to."""
+
+    engine: EngineContext
+    job: Job
+    lease: Lease
+    partition: Partition
+    collection: AsyncCollection[dict[str, Any]]
+    match: dict[str, Any]
+    hint: list[tuple[str, Any]] | None
+    adaptive: AdaptiveController | None
+    deadline: float
+    counters: dict[str, int]
+    activity: LeaseActivity
+    throttle: ThrottleReport  # the lane's, across its slices
+
+    @property
+    def projection(self) -> dict[str, int] | None:
+        """The job's projection, plus the shard key a targeted keyset cursor needs."""
+        projection = self.job.projection
+        if projection is None or not self.partition.scope.targeted:
+            return projection
+        return {**projection, **dict.fromkeys(self.partition.scope.key_fields, 1)}
+
+    def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, **options: Any) -> Any:
+        """The cursor of the next batch from ``cursor``: a keyset (or ``_id``) range in its order, or a
+        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left."""
+        scope = self.partition.scope
+        if scope.drains:
+            read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
+            if read is None:
+                return None
+            return collection.find(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
+        find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
+        return find.hint(self.hint) if self.hint is not None else find
+
+    def after(self, cursor: Checkpoint, last: Any, *, read: int, limit: int, left: list[Any]) -> tuple[Checkpoint, bool]:
+        """The cursor after a batch that read ``read`` documents (``last`` the last one, decoded) and
+        left ``left`` in the source shape; and whether the partition is done."""
+        scope = self.partition.scope
+        if scope.drains:
+            return drain_after(scope, cursor, read=read, limit=limit, left=left, source=self.job.source)
+        return (cursor_after(scope, last) if last is not None else cursor), read < limit
+
+    def renewed(self) -> None:
+        """A checkpoint just renewed the lease: the heartbeat can rest."""
+        self.activity.touched = self.engine.now()
+
+    def throttled(self, change: str, *, waited_ms: float = 0.0, **state: int) -> None:
+        """A change of pace: a ``throttle`` event when the lane's report is due (see :class:`ThrottleReport`).
+
+        A change of the adaptive controller also carries why: the batch's write latency and the target."""
+        adaptive = self.adaptive
+        if adaptive is not None and change != "health" and adaptive.latency_ms is not None:
+            state = {**state, "latency_ms": round(adaptive.latency_ms), "target_ms": adaptive.options.target_latency_ms}
+        data = self.throttle.note(change, waited_ms=waited_ms, **state)
+        if data is not None:
+            self.engine.events.emit("throttle", self.job.name, **data)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one batch (or step) left the partition."""
+
+    done: bool
+    cursor: Checkpoint
+    lease_held: bool  # False: the checkpoint was fenced off, another lane holds the partition now
+    #: The partition's control stamp its checkpoint returned: the lane compares it with the last one it saw.
+    control: Any = None
+
+    @classmethod
+    def after(cls, done: bool, cursor: Checkpoint, checkpointed: Checkpointed | None) -> Progress:
+        """Where a batch left the partition, from its checkpoint's answer (None: fenced off)."""
+        return cls(done, cursor, checkpointed is not None, checkpointed.control if checkpointed else None)
+
+
+class Mode(Protocol):
+    #: Whether it reads the collection in batches (and so wants the version index as a hint).
+    reads_documents: bool
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        """One batch (or step) from ``cursor``; ``size`` is the batch size the throttle settled on."""
+        ...
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """At the slice's end: what the last batch still owes the partition; False when fenced off."""
+        ...
+
+
+def mode_for(job: Job) -> Mode:
+    if job.step is not None:
+        return StepCalls(job.step)
+    if job.spec.transaction is not None:
+        return TransactionalBatches(TransactionalBatchSize(job.spec.batch_size))
+    return PlainBatches()
+
+
+def counts_of(result: BatchResult, scanned: int) -> dict[str, int]:
+    return {
+        "scanned": scanned,
+        "migrated": result.migrated,
+        "skipped": result.skipped,
+        "conflicts": result.conflicts,
+        "failed": len(result.errors),
+        "retried": result.retried,
+        "batches": 1,
+    }
+
+
+def add_counts(into: dict[str, int], counts: dict[str, int]) -> None:
+    for key, value in counts.items():
+        into[key] = into.get(key, 0) + value
+
+
+@dataclass
+class _Owed:
+    """A written batch's checkpoint, not sent yet: the next batch's checkpoint carries it."""
+
+    cursor: Checkpoint
+    counts: dict[str, int]
+    bad_ids: list[Any]
+    doc_errors: list[dict[str, Any]]
+    throttle: dict[str, Any] | None
+
+    def after(self, earlier: _Owed | None) -> _Owed:
+        """This batch's checkpoint carrying ``earlier``'s too, when that one is still owed."""
+        if earlier is None:
+            return self
+        counts = dict(earlier.counts)
+        add_counts(counts, self.counts)
+        return _Owed(self.cursor, counts, [*earlier.bad_ids, *self.bad_ids], [*earlier.doc_errors, *self.doc_errors], self.throttle)
+
+
+@dataclass
+class PlainBatches:
+    """A batch read as raw BSON, written through :func:`apply_batch`, around one fenced checkpoint.
+
+    The checkpoint goes between the read and the write: it records the batch about to be written
+    (its ids and revisions as read: the partition's ``inflight``) and carries the previous batch's
+    cursor, counters and failed documents. A lane killed between a write and its bookkeeping so
+    leaves on the partition what it was writing, and the next lane to claim the partition counts
+    what of it was rewritten (:func:`settle_left_batch`) before it goes on from the cursor
+    before it: the counters stay exact, still at one bookkeeping round trip per batch. A batch
+    that ends the partition or failed documents is checkpointed at once after its write (the
+    document budget is judged on it), and the last one of a slice when the slice ends (:meth:`finish`).
+    """
+
+    reads_documents = True
+    owed: _Owed | None = None
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
+        began = engine.now()
+        # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
+        # decoding it here and copying it through an encode.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+        find = work.find(raw, cursor, size)
+        docs = await find.to_list(None) if find is not None else []
+        control: Any = None
+        if docs:
+            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, docs))
+            if ahead is None:
+                return Progress(False, cursor, False)  # fenced off: this batch is not written
+            control = ahead.control
+        ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
+        started = engine.now()
+        try:
+            result = await apply_batch(job, docs, collection, ctx) if docs else BatchResult()
+        except BatchFailed:
+            raise
+        except Exception as exc:
+            if adaptive is not None and overloaded(exc):
+                change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
+                if change:
+                    work.throttled(change, **adaptive.state())
+            raise
+        latency_ms = (engine.now() - started) * 1000
+        if adaptive is not None and docs:
+            change = adaptive.record(latency_ms)
+            if change:
+                work.throttled(change, **adaptive.state())
+        last = decode(docs[-1].raw, collection.codec_options) if docs else None
+        next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
+        batch_counts = counts_of(result, len(docs))
+        add_counts(work.counters, batch_counts)
+        self.owed = _Owed(
+            next_cursor, batch_counts, [e.id for e in result.errors], [e.to_document() for e in result.errors], adaptive.state() if adaptive else None
+        ).after(self.owed)  # a read that found nothing wrote no checkpoint: the batch before is still owed
+        if done or result.errors or not docs:
+            closed = await self._checkpoint(work, next_cursor, done=done)
+            if closed is None:
+                return Progress(done, next_cursor, False)
+            control = closed.control
+        engine.events.emit(
+            "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), duration_ms=_ms_since(engine, began), **batch_counts
+        )
+        return Progress(done, next_cursor, True, control)
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """Checkpoint the slice's last written batch, if it is still owed; False when fenced off."""
+        if self.owed is None:
+            return True
+        return await self._checkpoint(work, self.owed.cursor) is not None
+
+    async def _checkpoint(
+        self, work: PartitionWork, cursor: Checkpoint, *, intent: dict[str, Any] | None = None, done: bool = False
+    ) -> Checkpointed | None:
+        """The fenced checkpoint at ``cursor`` carrying the owed batch, recording ``intent`` (None: none in flight).
+
+        Fenced off, the owed batch was written all the same, and its count is this lane's to add to
+        the totals unless the partition's new holder counted it already (:meth:`.BackgroundStore.take_intent`)."""
+        engine, owed = work.engine, self.owed
+        checkpointed = await engine.store.checkpoint(
+            work.lease,
+            cursor=cursor.to_document(),
+            counters=owed.counts if owed else {},
+            done=done,
+            bad_ids=owed.bad_ids if owed else (),
+            doc_errors=owed.doc_errors if owed else (),
+            throttle=owed.throttle if owed else None,
+            clean=owed is not None,  # a batch written: a slice failing before its own write must count
+            intent=intent,
+        )
+        self.owed = None
+        if checkpointed is not None:
+            work.renewed()
+        elif owed is not None and await engine.store.take_intent(work.lease):
+            await engine.store.add_to_totals(work.job.name, work.job.registration, owed.counts)
+        return checkpointed
+
+
+def _intent(job: Job, lease: Lease, docs: list[Any]) -> dict[str, Any]:
+    """What the partition keeps of a batch while it is written: the lease's token, the ids and
+    (with revisions, when the documents were read whole) each one's revision as read."""
+    intent: dict[str, Any] = {"token": lease.token, "ids": [doc["_id"] for doc in docs]}
+    field = job.revision_field
+    if field is not None and job.pipeline is None:
+        intent["revs"] = [doc.get(field) for doc in docs]
+    return intent
+
+
+async def settle_left_batch(work: PartitionWork) -> None:
+    """Count the batch a lane left in flight on the partition just claimed (it died, or failed,
+    between a write and its bookkeeping): each of its documents now at the target version whose
+    revision moved on from the one read was rewritten by it. Once, before this lane reads anything."""
+    left = work.partition.inflight
+    if not left or left.get("token") == work.lease.token:
+        return
+    job = work.job
+    ids: list[Any] = list(left.get("ids") or [])
+    revs: list[Any] | None = left.get("revs")
+    read_as = {id_key(i): rev for i, rev in zip(ids, revs)} if revs is not None else None
+    field, revision, target = job.spec.version_field, job.revision_field, job.target
+    projection = {field: 1, **({revision: 1} if revision else {})}
+    primary = work.collection.with_options(read_preference=ReadPreference.PRIMARY)
+    rewritten = 0
+    async for doc in primary.find({"_id": {"$in": ids}}, projection):
+        if not at_version(doc.get(field), target):
+            continue
+        if read_as is None or revision is None or doc.get(revision) != read_as.get(id_key(doc["_id"])):
+            rewritten += 1
+    counts = {"scanned": len(ids), "migrated": rewritten, "batches": 1}
+    if await work.engine.store.settle_intent(work.lease, str(left.get("token")), counts):
+        add_counts(work.counters, counts)
+
+
+@dataclass
+class TransactionalBatches:
+    """One batch in a transaction (see :mod:`..write.transaction`); counters are exact.
+
+    ``sizing`` carries the batch size from one batch to the next: halved on trouble, grown back.
+    """
+
+    sizing: TransactionalBatchSize
+    reads_documents = True
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """Nothing: each batch's checkpoint commits with it."""
+        return True
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine, job, collection = work.engine, work.job, work.collection
+        began = engine.now()
+        spec = job.spec
+        # The answer of the last checkpoint written: the one the committed transaction holds.
+        checkpointed: Checkpointed | None = None
+
+        # Where the committed batch left the partition (the last checkpoint written says it).
+        moved, finished = cursor, False
+
+        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+            assert spec.transaction is not None
+            find = work.find(collection, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
+            return await find.to_list(None) if find is not None else []
+
+        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
+            ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
+            return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
+
+        async def checkpoint(
+            session: Any,
+            docs: list[dict[str, Any]],
+            fetched: list[dict[str, Any]],
+            limit: int,
+            result: BatchResult,
+            excluded: list[DocumentError],
+            retries: int,
+        ) -> bool:
+            # A batch cut to fit (fewer documents than were fetched) did not reach the end.
+            read_ = len(fetched) if len(docs) == len(fetched) else limit
+            nonlocal checkpointed, moved, finished
+            moved, done = work.after(cursor, docs[-1] if docs else None, read=read_, limit=limit, left=[e.id for e in excluded])
+            finished = done
+            counts = counts_of(result, len(docs))
+            counts["txn_retries"] = retries
+            checkpointed = await engine.store.checkpoint(
+                work.lease,
+                cursor=moved.to_document(),
+                counters=counts,
+                done=done,
+                bad_ids=[e.id for e in excluded],
+                doc_errors=[e.to_document() for e in excluded],
+                session=session,
+            )
+            return checkpointed is not None
+
+        work.activity.in_transaction = True
+        try:
+            outcome = await run_batch(
+                client=engine.client, collection=collection, spec=spec, read=read, write=write, checkpoint=checkpoint,
+                sizing=self.sizing, rng=engine.rng,
+            )
+        except Skip as skip:  # alone and still in the way: the next pass takes it
+            past, done = work.after(cursor, skip.doc, read=1, limit=1, left=[skip.doc["_id"]])
+            counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
+            add_counts(work.counters, counts)
+            skipped = await engine.store.checkpoint(work.lease, cursor=past.to_document(), counters=counts, done=done)
+            return Progress.after(done, past, skipped)
+        finally:
+            work.activity.in_transaction = False
+        if outcome.lost:
+            return Progress(False, cursor, False)
+        counts = counts_of(outcome.result, len(outcome.docs))
+        counts["txn_retries"] = outcome.retries
+        add_counts(work.counters, counts)
+        work.renewed()
+        engine.events.emit(
+            "batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, duration_ms=_ms_since(engine, began), **counts
+        )
+        return Progress(finished, moved, True, checkpointed.control if checkpointed else None)
+
+
+@dataclass
+class StepCalls:
+    """One call of a step migration; its checkpoint is what it returned (in a transaction if asked)."""
+
+    step: Callable[..., Any]
+    reads_documents = False
+
+    async def finish(self, work: PartitionWork) -> bool:
+        """Nothing: each step's checkpoint is written with it."""
+        return True
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        engine = work.engine
+        began = engine.now()
+        progress, counts = await self._advance(work, cursor)
+        if progress.lease_held:  # counted once its checkpoint holds (committed, with a transaction)
+            add_counts(work.counters, counts)
+            engine.events.emit("batch", work.job.name, partition=work.partition.seq, step=True, duration_ms=_ms_since(engine, began), **counts)
+        return progress
+
+    async def _advance(self, work: PartitionWork, cursor: Checkpoint) -> tuple[Progress, dict[str, int]]:
+        engine, spec = work.engine, work.job.spec
+        if spec.transaction is None:
+            return await self._once(work, cursor, session=None)
+        for attempt in range(spec.transaction.max_retries + 1):
+            async with engine.client.start_session() as session:
+                try:
+                    await session.start_transaction(**transaction_options(spec))
+                    progress, counts = await self._once(work, cursor, session=session)
+                    if not progress.lease_held:
+                        await session.abort_transaction()
+                        return progress, counts
+                    await commit(session)
+                    return progress, counts
+                except PyMongoError as exc:
+                    if session.in_transaction:
+                        await session.abort_transaction()
+                    if transactions_unsupported(exc):
+                        raise TransactionsUnsupported(str(exc)) from None
+                    if not transient_transaction_error(exc) or attempt == spec.transaction.max_retries:
+                        raise
+                    await asyncio.sleep(backoff_seconds(attempt + 1, engine.rng))
+        raise AssertionError("unreachable")
+
+    async def _once(self, work: PartitionWork, cursor: Checkpoint, *, session: Any) -> tuple[Progress, dict[str, int]]:
+        """One call and its checkpoint; the counts it reports (added by :meth:`advance` once they hold)."""
+        engine = work.engine
+        ctx = work.job.context(
+            str(work.partition.seq), engine.cancel, engine.events, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline, session=session
+        )
+        out = await call(self.step, ctx)
+        if not isinstance(out, dict) or not isinstance(out.get("done"), bool):
+            raise BatchFailed("step() must return a dict with 'done' (a bool) and 'checkpoint'")
+        checkpoint = out.get("checkpoint")
+        try:
+            encoded_size = len(encode({"checkpoint": checkpoint}))
+        except Exception:  # the encoder's own message quotes the value
+            raise BatchFailed(f"step() returned a checkpoint that cannot be stored: {bson_problem({'checkpoint': checkpoint})}") from None
+        if encoded_size > MAX_CHECKPOINT_BYTES:
+            raise BatchFailed(f"step() returned a checkpoint larger than {MAX_CHECKPOINT_BYTES // 1024} KiB: keep a cursor in it, not data")
+        step_counts = {"batches": 1}
+        for key in ("scanned", "migrated"):
+            value = out.get(key, out.get("processed") if key == "scanned" else None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                step_counts[key] = value
+        next_cursor = Checkpoint(last_id=None, started=True, step=checkpoint)
+        done: bool = out["done"]
+        checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=step_counts, done=done, session=session)
+        if checkpointed is not None:
+            work.renewed()
+        return Progress.after(done, next_cursor, checkpointed), step_counts
+
+
+def _ms_since(engine: EngineContext, began: float) -> float:
+    """Milliseconds on the engine's clock since ``began``, to a tenth: a ``batch`` event's ``duration_ms``."""
+    return round((engine.now() - began) * 1000, 1)

@@ -1,0 +1,88 @@
+"""What ``up`` and ``down`` do with a background migration file: register, revert, withdraw.
+
+``up`` never touches a document: it stores a pending state (a new
+registration id each time, the previous one kept as ``previous``) and the
+line goes on. ``down`` registers the revert direction when the spec has one;
+a one-way migration can only be withdrawn while nothing has been rewritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Literal
+
+from ...errors import IrreversibleMigrationError
+from ...project.changelog import Changelog
+from ...schema.background import Background
+from ..state.events import Events
+from ..inspect.input_probe import unversioned_warning
+from ..inspect.requires import unmet
+from ..state.store import BackgroundStore
+
+log = logging.getLogger("mongoshift.background")
+
+
+async def register(
+    store: BackgroundStore,
+    name: str,
+    spec: Background,
+    *,
+    checksum: str,
+    direction: str,
+    by: str,
+    requires: list[str] | None = None,
+    changelog: Changelog | None = None,
+    events: Events | None = None,
+) -> list[str]:
+    """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete
+    (an ordinary migration among them is met once ``changelog`` has it applied).
+
+    Returns the warnings about the collection (documents the migration will never touch), also logged."""
+    warnings: list[str] = []
+    if direction == "forward":
+        found = await unversioned_warning(store.db, store, name, spec)
+        if found:
+            log.warning("%s", found)
+            warnings.append(found)
+    required = list(requires or []) if direction == "forward" else []
+    waits = [w.name for w in await unmet(store, required, changelog=changelog, by=by)] if required else []
+    state = await store.register(
+        name, collection=spec.collection, spec=spec.settings(), checksum=checksum, direction=direction, by=by,
+        requires=required, waits_for=waits,
+    )
+    (events or Events()).emit("registered", name, direction=direction, registration=state.registration, blocked_on=waits)
+    return warnings
+
+
+async def revert_or_withdraw(
+    store: BackgroundStore, name: str, spec: Background, *, checksum: str, by: str, drain_seconds: float = 60.0
+) -> Literal["revert", "withdrawn"]:
+    """Register the revert, or withdraw a one-way migration that has not rewritten anything yet."""
+    if spec.reversible:
+        await register(store, name, spec, checksum=checksum, direction="revert", by=by)
+        return "revert"
+    state = await store.state(name)
+    if state is None:
+        return "withdrawn"
+    was = state.status
+    paused = await store.transition(name, allowed=("pending", "running"), to="paused", action="pause", by=by, reason="down: withdrawing")
+    deadline = time.monotonic() + drain_seconds
+    while paused and await store.live_leases(name) and time.monotonic() < deadline:
+        await store.reap(name)
+        await asyncio.sleep(0.2)
+    fresh = await store.state(name)
+    assert fresh is not None
+    rewritten = (await store.live_counters(fresh))["migrated"]
+    if fresh.mode == "step":
+        rewritten += await store.started_partitions(name)
+    if rewritten or fresh.previous and fresh.previous.get("totals", {}).get("migrated"):
+        if paused:
+            await store.transition(name, allowed=("paused",), to=was if was == "pending" else "running", action="resume", by=by, reason="down refused")
+        raise IrreversibleMigrationError(
+            f"{name} has no revert and has already rewritten {rewritten} document(s): it cannot be rolled back",
+            file=name,
+        )
+    await store.withdraw(name, fresh.registration)
+    return "withdrawn"

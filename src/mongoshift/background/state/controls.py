@@ -1,0 +1,169 @@
+"""Pause, resume, cancel, retry, reopen and unlock: each a checked move, recorded with who and why.
+
+A control that does not fit the status fails (exit code 33); one whose result
+is already in place answers ``unchanged``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ...errors import BackgroundConflictError, NotAppliedError
+from ...schema.background import Background
+from .model import State
+from .store import BackgroundStore
+
+Action = Literal["pause", "resume", "cancel", "retry", "reopen", "unlock"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Where one action takes a migration: ``moves`` lead to ``to``, ``done`` are already there."""
+
+    moves: tuple[str, ...]
+    to: str
+    done: tuple[str, ...]
+    #: What to do instead, for the statuses the action does not fit.
+    hint: str = ""
+
+
+#: The transition table (docs/background.md, "Controls"). A status in neither ``moves`` nor
+#: ``done`` is a conflict (exit code 33). ``pending`` means ``blocked`` while a requirement is
+#: unmet, so that neither ``resume`` nor ``retry`` can step over a ``requires``.
+TRANSITIONS: dict[str, Rule] = {
+    "pause": Rule(("blocked", "pending", "running"), "paused", ("paused",), "it has stopped already"),
+    "resume": Rule(("paused",), "pending", ("blocked", "pending", "running"), "use 'retry' for a failed, cancelled or completed one"),
+    "cancel": Rule(("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",), "it has stopped already; 'retry' takes it up again"),
+    "retry": Rule(("failed", "cancelled", "completed"), "pending", ("blocked", "pending", "running"), "use 'resume' for a paused one"),
+    # Old shapes found after completion (``background verify --reopen``, ``requires``): one more pass.
+    "reopen": Rule(("completed",), "pending", ("blocked", "pending", "running"), "only a completed migration is reopened; 'retry' takes up a failed or cancelled one"),
+    # Forgetting checkpoints under working lanes would lose track of their writes: never "already done".
+    "retry --from-start": Rule(("failed", "cancelled", "completed"), "pending", (), "cancel it first, then retry it from the start"),
+}
+
+
+def decide(name: str, status: str, action: str, *, waits_for: bool = False) -> str | None:
+    """The status ``action`` leads to from ``status``; None when it is already in effect.
+
+    Pure, so that the whole table can be checked case by case (and documented as one)."""
+    rule = TRANSITIONS[action]
+    if status in rule.done:
+        return None
+    if status not in rule.moves:
+        raise BackgroundConflictError(
+            f"cannot {action} {name}: it is {status} (allowed from: {', '.join(rule.moves)}); {rule.hint}",
+            status=status,
+            action=action,
+        )
+    return "blocked" if rule.to == "pending" and waits_for else rule.to
+
+
+@dataclass
+class ControlResult:
+    name: str
+    action: str
+    applied: Literal["applied", "unchanged"]
+    status: str
+
+
+async def control(
+    store: BackgroundStore,
+    name: str,
+    action: Action,
+    *,
+    by: str,
+    reason: str | None = None,
+    from_start: bool = False,
+    lock_collection: str | None = None,
+) -> ControlResult:
+    state = await store.state(name)
+    if state is None:
+        raise NotAppliedError(f"{name} is not a registered background migration", file=name)
+    if action == "unlock":
+        freed = await store.unlock(name, lock_collection)
+        await store.transition(name, allowed=(state.status,), to=state.status, action="unlock", by=by, reason=reason)
+        return ControlResult(name, action, "applied" if freed else "unchanged", state.status)
+    rule = "retry --from-start" if action == "retry" and from_start else action
+    target = decide(name, state.status, rule, waits_for=bool(state.waits_for))
+    if target is None:
+        return ControlResult(name, action, "unchanged", state.status)
+    set_: dict[str, object] = {"last_error": None}
+    old_plans: list[Any] = []
+    if action in ("retry", "reopen"):
+        live = await store.live_counters(state)
+        # The rate of the retried run is measured from its own start, over what it scans itself.
+        set_.update(started_at=None, rate_base=live["scanned"])
+        if from_start:
+            old_plans = await store.plan_tokens(name)
+            set_.update(_from_start(state, live))
+        elif state.rolled_generation < state.generation:
+            # The generation's counters are not in the totals yet: its failed partitions go on in place.
+            await store.reopen_failed_partitions(state)
+        # Otherwise the generation was rolled up (once, for good): reopening its partitions would
+        # count their new work nowhere. Left failed, they let the coordinator plan a new generation
+        # over what is still in the old shape, whose counters roll up on top of the totals.
+    if not await store.transition(name, allowed=(state.status,), to=target, action=action, by=by, reason=reason, set_=set_):
+        fresh = await store.state(name)
+        raise BackgroundConflictError(f"{name} changed while {action} was applied; try again", status=fresh.status if fresh else None)
+    if action == "retry" and from_start:
+        # Only once the state no longer points at them (a failed transition leaves everything as it
+        # was), and only the old plans' (a coordinator may already have adopted a new one).
+        await store.delete_plans(name, old_plans)
+    return ControlResult(name, action, "applied", target)
+
+
+def _from_start(state: State, live: dict[str, int]) -> dict[str, object]:
+    """Forget checkpoints, passes and failed documents; keep the totals.
+
+    The totals say what was rewritten, and those documents stay rewritten: forgetting the
+    counters would make ``status`` disagree with the collection. The counters of the current
+    generation that were not rolled up yet are added here, since its partitions go away.
+    """
+    return {
+        "generation": 0,
+        "rolled_generation": 0,
+        "plan": None,
+        "bad_ids": [],
+        "doc_errors": [],
+        "error_counts": {},
+        "totals": live,
+        "pass": 0,
+        "completed_at": None,
+        "previous": {"registration": state.registration, "status": state.status, "totals": state.totals},
+    }
+
+
+#: Settings whose change alters which documents a pass covers or how it is cut: a repin replans.
+REPLAN_KEYS = ("collection", "from_version", "to_version", "filter", "version_field", "revision_field", "occ", "max_parallel", "partitions")
+
+
+@dataclass
+class RepinResult:
+    name: str
+    applied: Literal["applied", "unchanged"]
+    checksum: str
+    replan: bool
+
+
+async def pin(store: BackgroundStore, name: str, spec: Background, checksum: str, *, by: str, reason: str | None = None) -> RepinResult:
+    """Store the file's checksum and settings as the ones lanes must run."""
+    state = await store.state(name)
+    if state is None:
+        raise NotAppliedError(f"{name} is not a registered background migration", file=name)
+    settings = spec.settings()
+    if state.checksum == checksum and state.spec == settings:
+        return RepinResult(name, "unchanged", checksum, False)
+    replan = state.generation > 0 and state.status not in ("completed", "failed", "cancelled") and any(
+        state.spec.get(key) != settings.get(key) for key in REPLAN_KEYS
+    )
+    await store.transition(
+        name,
+        allowed=(state.status,),
+        to=state.status,
+        action="repin",
+        by=by,
+        reason=reason,
+        set_={"checksum": checksum, "spec": settings, "collection": spec.collection, "replan": replan},
+    )
+    return RepinResult(name, "applied", checksum, replan)

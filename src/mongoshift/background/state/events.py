@@ -1,0 +1,92 @@
+"""Events of background migrations, through the shared observer interface and the stdlib logger.
+
+Kinds: ``registered``, ``partitioned``, ``pass``, ``slice_start``, ``slice_end``,
+``batch``, ``lease_lost``, ``reclaimed`` (expired leases of stopped lanes freed),
+``throttle``, ``control``, ``completed``, ``failed``, ``drift``
+(``background verify``: found, stranded, and what was done; the live watcher: ``upgraded``,
+``failed`` or ``reported`` (``stranded``), ``source="stream"``), ``watch`` (a live watcher's new state; its ``migration`` is the collection)
+and ``log`` (a transform's ``ctx.log`` line).
+Events carry counts and names, never a document or an ``_id``. A lane emits at most one
+``throttle`` every 10 s, counting the changes folded into it (:class:`..lanes.throttle.ThrottleReport`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from ...project.events import Event, Observer
+from ...project.events import Events as LineEvents
+
+__all__ = ["NOTABLE", "Event", "Events", "Observer", "shown_by_caller"]
+
+log = logging.getLogger("mongoshift.background")
+
+#: Kinds logged at INFO; the rest (per batch, per slice) at DEBUG.
+NOTABLE = frozenset(
+    {"registered", "unblocked", "partitioned", "pass", "lease_lost", "reclaimed", "throttle", "control", "completed", "failed", "drift", "watch"}
+)
+
+
+#: Kinds whose outcome the running command prints itself; see :func:`shown_by_caller`.
+_shown: ContextVar[frozenset[str]] = ContextVar("mongoshift_background_shown", default=frozenset())
+
+
+@contextmanager
+def shown_by_caller(*kinds: str) -> Iterator[None]:
+    """Within it, events of ``kinds`` are logged at DEBUG: the command prints their outcome
+    (a control's line, ``verify``'s table), and saying it twice on a terminal is noise.
+    Observers still get every event; ``-v`` still shows the lines."""
+    token = _shown.set(_shown.get() | frozenset(kinds))
+    try:
+        yield
+    finally:
+        _shown.reset(token)
+
+
+class Events(LineEvents):
+    """The shared event fan-out (:mod:`mongoshift.project.events`), logged at the engine's levels."""
+
+    def log(self, event: Event) -> None:
+        kind, data = event.kind, event.data
+        if kind == "log":  # ctx.log in a transform wrote its own line on the migration's logger
+            return
+        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and (data.get("found") or data.get("stranded")) and data.get("action") != "upgraded")
+        if kind in _shown.get():
+            level = logging.DEBUG
+        elif kind in ("failed", "lease_lost") or noisy:
+            level = logging.WARNING
+        else:
+            level = logging.INFO if kind in NOTABLE else logging.DEBUG
+        if log.isEnabledFor(level) and kind == "throttle":  # a change of pace says why, in words
+            log.log(level, "%s throttle: %s", event.migration, describe_throttle(data))
+        elif log.isEnabledFor(level):
+            details = " ".join(f"{k}={v}" for k, v in data.items())
+            log.log(level, "%s %s %s", event.migration, kind, details)
+
+
+def describe_throttle(data: dict[str, Any]) -> str:
+    """A ``throttle`` event as one sentence: why the pace changed, the pace now, what was folded in."""
+    change = data.get("change")
+    latency, target = data.get("latency_ms"), data.get("target_ms")
+    if change == "slow":
+        why = f"slower, a batch took {latency:,} ms to write, over the {target:,} ms target" if latency is not None else "slower, a batch was slow to write"
+    elif change == "overload":
+        why = "slower, the server reported it is overloaded (a busy or timed-out write)"
+    elif change == "recover":
+        why = f"faster again, a batch took {latency:,} ms to write, within the {target:,} ms target" if latency is not None else "faster again"
+    elif change == "health":
+        why = "waited for the server's health signals (replication lag or a health check)"
+    else:
+        why = str(change)
+    parts = [why]
+    if "batch_size" in data:
+        parts.append(f"batch size now {data['batch_size']:,}, adaptive pause {data.get('pause_ms', 0):,} ms before each batch")
+    folded = f"{data.get('changes', 1)} change(s) since the last report, {data.get('overloads', 0)} overload(s)"
+    if data.get("waited_ms"):
+        folded += f", {data['waited_ms']:,} ms waited for health"
+    parts.append(folded)
+    return "; ".join(parts)

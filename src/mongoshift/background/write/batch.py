@@ -1,0 +1,590 @@
+"""The one write path: transform a batch and write it as guarded updates.
+
+Lanes, the drift watcher and the dry-run sandbox all call :func:`apply_batch`; the
+preview shows what :func:`planned_updates` (the part before the write) would send.
+Each document is transformed on a copy and written as one ``UpdateOne`` in an
+unordered bulk, filtered by its ``_id``, its exact old version and its exact
+old revision. A write that matched nothing means someone wrote the document
+since it was read: it is read again and, if it still has the old shape and
+still matches, transformed again (up to ``max_conflict_retries`` rounds);
+whatever is still in the way is left for the next pass.
+
+``migrated`` counts the guarded writes that matched, which is exact: a
+document's guard matches at most once, since the write bumps its revision.
+
+A ``pipeline`` migration is the server-side fast path: the batch holds only
+``_id``s (with the shard key's values when it is known), and one multi-document
+update runs the pipeline on the server, filtered by those ``_id``s and the source
+shape (and, for mongos to target it, the batch's shard keys: :func:`batch_keys`).
+The server applies it to each document as it is at that moment, so an
+application write made since the read is kept without any re-read; a document
+that moved on is simply not matched, and the reply's match count is the exact
+``migrated``. If that update fails
+(a document the pipeline cannot evaluate, a refused command), the server does
+not say which documents it had already rewritten (mongod reports nothing of a
+failed multi-update, yet keeps what it wrote before the failing document), so
+the batch's documents are read again: those now at the target version were
+rewritten by it, those still in the source shape are written one by one as
+guarded ``UpdateOne``s, so that the failing one is a document error of its own.
+A transactional batch keeps the one-by-one form: a failed write aborts the
+transaction, and the retry must know which document to leave out. When the shard
+key is known, the pipeline runs inside a guard (:mod:`.pipeline_guard`) that makes
+the server refuse a document whose key it would change; in the one-by-one form that
+refusal is the document error ``shard-key-changed``, as for ``migrate``; each
+one-by-one update carries its document's key as the ``migrate`` guards do (:func:`.document.keyed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson import Decimal128, decode, decode_all, encode
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
+from pymongo import UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import BulkWriteError, PyMongoError, WriteConcernError
+from pymongo.read_preferences import ReadPreference
+from pymongo.write_concern import WriteConcern
+
+from ...project.redaction import describe_error, describe_write_error
+from ...project.server_errors import (
+    document_write_error,
+    transient_transaction_error,
+)
+from ...project.user_code import call, guard_exit, is_async
+from .document import IMMUTABLE, ShapeError, bson_problems, guard, keyed, stamped_diff, version_match
+from ..plan.bson_order import same_value
+from .job import Job, TransformContext
+from .pipeline_guard import guarded, key_changed_message, refused_by_guard
+from ..plan.planner import key_values
+
+
+#: The operation kind pymongo's own ``UpdateOne`` adds to a bulk (see :class:`_GuardedUpdates`).
+_UPDATE_OP: int | None = getattr(importlib.import_module("pymongo.message"), "_UPDATE", None)
+
+
+class BatchFailed(Exception):
+    """The batch cannot go on (a wrong ``migrate_batch`` result, a server error): fails the slice."""
+
+
+class DocumentFailed(Exception):
+    """Strict mode (a transaction): one document failed, so the batch aborts and is retried without it."""
+
+    def __init__(self, error: DocumentError) -> None:
+        super().__init__(error.error)
+        self.document = error
+
+
+class WriteConflict(Exception):
+    """Strict mode: a document changed under the transaction; the retry reads it again."""
+
+
+@dataclass
+class DocumentError:
+    """A document that could not be migrated; its id is stored, never logged."""
+
+    id: Any
+    reason: str
+    error: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {"reason": self.reason, "error": self.error[:500]}
+
+
+@dataclass
+class BatchResult:
+    migrated: int = 0
+    skipped: int = 0
+    conflicts: int = 0
+    retried: int = 0
+    errors: list[DocumentError] = field(default_factory=list)
+    #: The ids counted in ``conflicts``: read, still in the source shape, left for the next pass
+    #: (a draining hash range steps over them, :mod:`..plan.hash_drain`).
+    left: list[Any] = field(default_factory=list)
+
+
+class _Lent:
+    """A document lent to its transform, and how to tell afterwards what it was as read.
+
+    The transform gets the one decoded copy (``copy``). A shallow copy of its top level
+    (``top``) keeps the values it was read with: an immutable value (:data:`IMMUTABLE`) cannot
+    change, and the mutable ones (arrays, subdocuments...) are encoded before the transform
+    (``encoded``) and again after the whole batch's transforms; if the bytes still match,
+    ``top`` is the document as read, else it is decoded again from ``raw``. So a transform that
+    leaves nested values alone costs no second decode, and one that edits them in place
+    cannot alter the original the diff compares with.
+    """
+
+    __slots__ = ("copy", "encoded", "mutables", "raw", "top")
+
+    def __init__(self, raw: bytes, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
+        self.raw = raw
+        self.copy = copy
+        self.top: dict[str, Any] | None = dict(copy)
+        self.mutables = {key: value for key, value in copy.items() if type(value) not in IMMUTABLE}
+        self.encoded = b""
+        if self.mutables:
+            try:
+                self.encoded = encode(self.mutables, codec_options=codec)
+            except Exception:  # a value only the codec can decode: keep a decoded original instead
+                self.top = None
+
+    def original(self, codec: CodecOptions[Any]) -> dict[str, Any]:
+        """The document as read (call after the batch's transforms)."""
+        if self.top is not None:
+            if not self.mutables:
+                return self.top
+            try:
+                if encode(self.mutables, codec_options=codec) == self.encoded:
+                    return self.top
+            except Exception:  # the transform put something unencodable inside a value read
+                pass
+            self.top = None
+        original: dict[str, Any] = decode(self.raw, codec)
+        return original
+
+
+Pair = tuple[_Lent, dict[str, Any]]
+
+
+def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[Pair]:
+    """Each document lent to the transform: one C decode for the batch (see :class:`_Lent`).
+
+    Documents read as raw BSON (what lanes do) are used as read; a decoded one (a
+    transaction's batch, a re-read) is encoded first, so the caller's dict is never lent."""
+    raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
+    lent = [_Lent(raw, copy, codec) for raw, copy in zip(raws, decode_all(b"".join(raws), codec))]
+    return [(item, item.copy) for item in lent]
+
+
+#: What a transform returns that is never awaitable (its new document; None when it raised).
+_PLAIN_RESULTS = frozenset({dict, type(None)})
+
+#: A lent document, what its transform returned (None if it raised) and what it raised.
+Transformed = tuple[_Lent, Any, BaseException | None]
+
+
+async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+    """Each document with its new version or its error; a sync function runs off the loop (see :mod:`.job`)."""
+    if job.many is not None:
+        out = await call(job.many, [copy for _, copy in pairs], ctx)
+        if not isinstance(out, list) or len(out) != len(pairs):
+            got = len(out) if isinstance(out, list) else type(out).__name__
+            raise BatchFailed(f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(pairs)} document(s); it must return one per document, in order")
+        return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for (d, _), r in zip(pairs, out)]
+    assert job.one is not None
+    if not pairs:
+        return []
+    if is_async(job.one):
+        return await _each_on_loop(job.one, pairs, ctx)
+    results = await asyncio.to_thread(_each_in_thread, job.one, pairs, ctx)
+    returned = {type(new) for _, new, _ in results} - _PLAIN_RESULTS  # isawaitable per document only if needed
+    if returned and any(inspect.isawaitable(new) for _, new, _ in results):
+        results = await _settle(results)  # a sync function that returned awaitables
+    return results
+
+
+async def _each_on_loop(fn: Callable[..., Any], pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+    """An async ``migrate`` for each document in turn: one document's error is its own."""
+    results: list[Transformed] = []
+    for doc, copy in pairs:
+        try:
+            results.append((doc, await fn(copy, ctx), None))
+        except Exception as exc:
+            if transient_transaction_error(exc):
+                raise  # a side write's transaction error belongs to the batch: it is retried whole
+            results.append((doc, None, exc))
+    return results
+
+
+def _each_in_thread(fn: Callable[..., Any], pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+    """A sync ``migrate`` for every document of the batch, in one worker-thread call; the same error rules.
+
+    ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`).
+    """
+    fn = guard_exit(fn)
+    results: list[Transformed] = []
+    for doc, copy in pairs:
+        try:
+            results.append((doc, fn(copy, ctx), None))
+        except Exception as exc:
+            if transient_transaction_error(exc):
+                raise
+            results.append((doc, None, exc))
+    return results
+
+
+async def _settle(results: list[Transformed]) -> list[Transformed]:
+    """Await, on the loop, what a sync function returned as an awaitable; its error is its document's."""
+    settled: list[Transformed] = []
+    for doc, new, error in results:
+        if inspect.isawaitable(new):
+            try:
+                new = await new
+            except Exception as exc:
+                if transient_transaction_error(exc):
+                    raise
+                new, error = None, exc
+        settled.append((doc, new, error))
+    return settled
+
+
+def _updates(
+    job: Job, transformed: list[Transformed], codec: CodecOptions[Any], errors: list[DocumentError]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order."""
+    spec = job.spec
+    owners: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    failures: list[tuple[int, DocumentError]] = []
+    at: list[int] = []
+    for index, (lent, new, error) in enumerate(transformed):
+        doc = lent.original(codec)
+        if error is not None:
+            failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
+            continue
+        try:
+            update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
+        except ShapeError as exc:
+            failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
+            continue
+        if job.shard_key and (moved := shard_key_change(doc, new, job.shard_key)):
+            failures.append((index, DocumentError(doc["_id"], "shard-key-changed", moved)))
+            continue
+        owners.append(doc)
+        updates.append(update)
+        at.append(index)
+    problems = bson_problems(updates, codec)  # one encode for the batch when all is well
+    if problems:
+        failures += [(at[i], DocumentError(owners[i]["_id"], "shape", problem)) for i, problem in problems.items()]
+        failures.sort(key=lambda failure: failure[0])
+        owners = [doc for i, doc in enumerate(owners) if i not in problems]
+        updates = [update for i, update in enumerate(updates) if i not in problems]
+    errors += [failure for _, failure in failures]
+    return owners, updates
+
+
+@dataclass
+class PlannedUpdates:
+    """What the engine would write for a batch: each document as read with its update, and the failures.
+
+    ``owners[i]`` is the document as read that ``updates[i]`` rewrites; ``errors`` are the documents
+    that cannot be written (transform or shape), in batch order."""
+
+    owners: list[dict[str, Any]]
+    updates: list[dict[str, Any]]
+    errors: list[DocumentError]
+
+
+async def planned_updates(
+    job: Job, docs: Sequence[Mapping[str, Any]], ctx: TransformContext, codec: CodecOptions[Any]
+) -> PlannedUpdates:
+    """Transform ``docs`` and build their guarded updates, writing nothing.
+
+    The one place a batch's updates come from: :func:`apply_batch` writes them, the preview
+    (:mod:`..inspect.preview`) shows them, so what a preview shows is what a run sends."""
+    errors: list[DocumentError] = []
+    owners, updates = _updates(job, await _transform(job, _pairs(docs, codec), ctx), codec, errors)
+    return PlannedUpdates(owners, updates, errors)
+
+
+def shard_key_change(old: Mapping[str, Any], new: Any, fields: Sequence[str]) -> str | None:
+    """Why a rewrite would move a document to another chunk (a changed shard-key field), or None.
+
+    Numbers compare by value (``1``, ``1.0`` and ``Int64(1)`` are the same key); the message
+    names the fields, never their values."""
+    if not isinstance(new, Mapping):
+        return None  # not a document: the shape check says so
+    before, after = key_values(old, fields), key_values(new, fields)
+    changed = [f for f, a, b in zip(fields, before, after) if not same_value(a, b)]
+    if not changed:
+        return None
+    return f"the transform changed the shard key field(s) {', '.join(changed)}: a background migration cannot move documents between chunks"
+
+
+class _GuardedUpdates:
+    """A batch's guarded updates as one request of ``bulk_write``: ``UpdateOne`` without its per-document cost.
+
+    ``bulk_write`` takes any request that adds itself to the bulk (``_add_to_bulk``). This one
+    adds ``{q: guard, u: update, multi: false, upsert: false}`` for each document, exactly what an ``UpdateOne``
+    without options adds, straight to the bulk's operations, skipping the checks ``UpdateOne``
+    and ``add_update`` make on each (the guard and the update are built here and always valid).
+    A bulk that does not look as expected gets real ``UpdateOne`` requests instead.
+    """
+
+    __slots__ = ("owners", "revision_field", "shard_key", "updates", "version_field")
+
+    def __init__(
+        self, owners: list[dict[str, Any]], updates: list[dict[str, Any]], version_field: str, revision_field: str | None, shard_key: Sequence[str] = ()
+    ) -> None:
+        self.owners = owners
+        self.updates = updates
+        self.version_field = version_field
+        self.revision_field = revision_field
+        self.shard_key = tuple(shard_key)
+
+    def _guards(self) -> list[dict[str, Any]]:
+        """Each owner's guard; the shard key's values join it only on a sharded collection (a hot loop)."""
+        version_field, revision_field, shard_key = self.version_field, self.revision_field, self.shard_key
+        if not shard_key:
+            return [guard(doc, version_field, revision_field) for doc in self.owners]
+        return [guard(doc, version_field, revision_field, key_of(doc, shard_key)) for doc in self.owners]
+
+    def _add_to_bulk(self, bulk: Any) -> None:
+        ops = getattr(bulk, "ops", None)
+        if _UPDATE_OP is None or not isinstance(ops, list):
+            for filter_, update in zip(self._guards(), self.updates):
+                UpdateOne(filter_, update)._add_to_bulk(bulk)
+            return
+        ops += [
+            (_UPDATE_OP, {"q": filter_, "u": update, "multi": False, "upsert": False})
+            for filter_, update in zip(self._guards(), self.updates)
+        ]
+
+
+async def _write(
+    collection: AsyncCollection[dict[str, Any]],
+    ops: Sequence[Any],
+    *,
+    session: Any,
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """Matched count and the per-document failures by op index; anything else raises."""
+    if not ops:
+        return 0, {}
+    try:
+        result = await collection.bulk_write(ops, ordered=False, session=session)
+        return result.matched_count, {}
+    except BulkWriteError as exc:
+        details = exc.details
+        if details.get("writeConcernErrors"):
+            raise
+        failed: dict[int, dict[str, Any]] = {}
+        for error in details.get("writeErrors", []):
+            if not document_write_error(error.get("code")):
+                raise
+            failed[error["index"]] = error
+        return int(details.get("nMatched", 0)), failed
+
+
+async def write_planned(
+    job: Job, planned: PlannedUpdates, collection: AsyncCollection[dict[str, Any]], *, session: Any
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """Send ``planned``'s guarded updates (one unordered bulk): the matched count and each refused document's error by index.
+
+    The write of :func:`apply_batch`, also used by the validation sandbox (:mod:`..inspect.validate`) so
+    that what it validates is the very update a run sends."""
+    owners, updates = planned.owners, planned.updates
+    ops = [_GuardedUpdates(owners, updates, job.spec.version_field, job.revision_field, job.shard_key)] if owners else []
+    return await _write(collection, ops, session=session)
+
+
+def key_of(doc: Mapping[str, Any], shard_key: Sequence[str]) -> dict[str, Any]:
+    """A document's shard-key values as read, by field (a missing field is None): what its guard carries."""
+    return dict(zip(shard_key, key_values(doc, shard_key)))
+
+
+def batch_keys(docs: Sequence[Mapping[str, Any]], shard_key: Sequence[str]) -> dict[str, Any] | None:
+    """The predicate that targets a batch's multi-document update: each distinct shard key of ``docs``
+    as read (one equality, or an ``$or`` of them); None without a shard key.
+
+    mongos sends a ``$or`` of full shard-key equalities to the shards owning those keys only, and
+    each document as read matches its own branch, so the filter leaves out nothing the ``_id``s
+    and the source shape would match, except a document whose key was changed since the read
+    (the one-by-one guards leave it out too: it is counted skipped, and the next pass takes it)."""
+    if not shard_key:
+        return None
+    distinct: dict[bytes, dict[str, Any]] = {}
+    for doc in docs:
+        key = key_of(doc, shard_key)
+        distinct.setdefault(encode({"k": list(key.values())}), key)
+    branches = list(distinct.values())
+    return branches[0] if len(branches) == 1 else {"$or": branches}
+
+
+def pipeline_ops(job: Job, docs: Sequence[Mapping[str, Any]]) -> list[UpdateOne]:
+    """One guarded pipeline ``UpdateOne`` per document: the one-by-one form of a ``pipeline`` migration's write.
+
+    Each filter is the source shape and the document's ``_id``, plus its shard-key values as read
+    when the key is known (``docs`` then carry them: the lanes read them with the ``_id``)."""
+    match = job.match(exclude_bad=False)
+    update = pipeline_update(job)
+    shard_key = job.shard_key
+    return [
+        UpdateOne({"$and": [match, keyed({"_id": doc["_id"]}, key_of(doc, shard_key) if shard_key else None)]}, update)
+        for doc in docs
+    ]
+
+
+async def write_pipeline(
+    job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any
+) -> tuple[int, dict[int, dict[str, Any]]]:
+    """:func:`pipeline_ops` sent as one unordered bulk: the matched count and each refused document's error by index."""
+    return await _write(collection, pipeline_ops(job, docs), session=session)
+
+
+async def apply_batch(
+    job: Job,
+    docs: Sequence[Mapping[str, Any]],
+    collection: AsyncCollection[dict[str, Any]],
+    ctx: TransformContext,
+    *,
+    session: Any = None,
+    strict: bool = False,
+) -> BatchResult:
+    """Transform and write ``docs``; see the module docstring for the conflict rules.
+
+    ``strict`` (a transactional batch): the first document error raises
+    :class:`DocumentFailed` and a write that matched nothing raises
+    :class:`WriteConflict`, so that nothing of the batch commits with them.
+    """
+    spec = job.spec
+    if session is None:
+        collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
+    if job.pipeline is not None:
+        return await _apply_pipeline(job, docs, collection, session=session, strict=strict)
+    result = BatchResult()
+    codec = collection.codec_options.with_options(document_class=dict)
+    pending: Sequence[Mapping[str, Any]] = docs
+    for round_ in range(spec.max_conflict_retries + 1):
+        planned = await planned_updates(job, pending, ctx, codec)
+        owners, updates = planned.owners, planned.updates
+        result.errors += planned.errors
+        if strict and result.errors:
+            raise DocumentFailed(result.errors[0])
+        matched, failed = await write_planned(job, planned, collection, session=session)
+        for index, error in failed.items():
+            result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
+        if strict and result.errors:
+            raise DocumentFailed(result.errors[0])
+        written = len(owners) - len(failed)
+        result.migrated += matched  # each guarded write matches at most once: this count is exact
+        if matched == written:
+            return result
+        if strict:
+            raise WriteConflict(f"{written - matched} document(s) changed under the transaction")
+        # Some guarded writes matched nothing: someone wrote those documents since they were read.
+        # One read finds the ones still in the old shape and still matching; the others are gone
+        # or moved on to another version, which is nothing left to do for this batch.
+        candidates = [doc["_id"] for i, doc in enumerate(owners) if i not in failed]
+        again = [
+            d
+            async for d in collection.find(
+                {"$and": [job.match(exclude_bad=False), {"_id": {"$in": candidates}}]}, session=session
+            )
+        ]
+        result.skipped += max(0, written - matched - len(again))
+        if not again:
+            return result
+        if round_ == spec.max_conflict_retries:
+            result.conflicts += len(again)  # still in the way: the next pass takes them
+            result.left += [d["_id"] for d in again]
+            return result
+        result.retried += len(again)
+        pending = again
+    return result
+
+
+async def _apply_pipeline(
+    job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
+) -> BatchResult:
+    """The server runs the transform: one multi-document update per batch, guarded by the source shape.
+
+    See the module docstring for what happens when that update fails."""
+    assert job.pipeline is not None
+    match = job.match(exclude_bad=False)
+    update = pipeline_update(job)
+    ids = [doc["_id"] for doc in docs]
+    if strict:
+        return await _pipeline_each(job, docs, collection, session=session, strict=True)
+    if not ids:
+        return BatchResult()
+    keys = batch_keys(docs, job.shard_key)
+    targeted = [match, {"_id": {"$in": ids}}] if keys is None else [match, {"_id": {"$in": ids}}, keys]
+    try:
+        written = await collection.update_many({"$and": targeted}, update, session=session)
+    except WriteConcernError:
+        raise  # the writes happened; like a write-concern error of the one-by-one form, the batch fails
+    except PyMongoError:
+        # Which documents it rewrote before it stopped is not in the reply (mongod says n: 0), so the
+        # primary's documents say it, in one read that sees each document once: at the target version
+        # (rewritten: the batch was read in the source shape, and only a rewrite leaves it), or still
+        # in the source shape (not rewritten: written one by one now). Anything else moved on.
+        # This read leaves the shard key out (it may go to every shard, only when a batch failed):
+        # a document rewritten and then given another key by the application still counts as migrated.
+        field, target = job.spec.version_field, job.target
+        rewritten: set[bytes] = set()
+        waiting: set[bytes] = set()
+        primary = collection.with_options(read_preference=ReadPreference.PRIMARY)
+        async for doc in primary.find(
+            {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session
+        ):
+            (rewritten if at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
+        pending = [doc for doc in docs if id_key(doc["_id"]) in waiting]
+        result = await _pipeline_each(job, pending, collection, session=session, strict=False)
+        result.migrated += len(rewritten)
+        result.skipped += len(ids) - len(pending) - len(rewritten)
+        return result
+    return BatchResult(migrated=written.matched_count, skipped=len(ids) - written.matched_count)
+
+
+async def _pipeline_each(
+    job: Job, docs: Sequence[Mapping[str, Any]], collection: AsyncCollection[dict[str, Any]], *, session: Any, strict: bool
+) -> BatchResult:
+    """One guarded pipeline ``UpdateOne`` per document: each document's error is its own (the shard-key guard's is ``shard-key-changed``)."""
+    matched, failed = await write_pipeline(job, docs, collection, session=session)
+    result = BatchResult(migrated=matched, skipped=len(docs) - len(failed) - matched)
+    for index, error in failed.items():
+        if refused_by_guard(error, job.shard_key):
+            result.errors.append(DocumentError(docs[index]["_id"], "shard-key-changed", key_changed_message(job.shard_key)))
+        else:
+            result.errors.append(DocumentError(docs[index]["_id"], "write", describe_write_error(error)))
+    if strict and result.errors:
+        raise DocumentFailed(result.errors[0])
+    return result
+
+
+def at_version(value: Any, version: int) -> bool:
+    """Whether a stored version ``value`` (None: missing) is one that ``version_match(field, version)`` matches.
+
+    As on the server: any numeric type compares by value, a boolean is not a number."""
+    if value is None:
+        return version == 0
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, Decimal128):
+        return value.to_decimal() == version
+    return isinstance(value, (int, float)) and value == version
+
+
+def pipeline_update(job: Job) -> list[dict[str, Any]]:
+    """The update pipeline a ``pipeline`` migration sends: its own stages (inside the shard-key guard
+    of :mod:`.pipeline_guard` when the key is known), then the version and revision stamp."""
+    assert job.pipeline is not None
+    stages = guarded(job.pipeline, job.shard_key) if job.shard_key else job.pipeline
+    return [*stages, *stamp_stages(job.spec.version_field, job.revision_field, job.target)]
+
+
+def stamp_stages(version_field: str, revision_field: str | None, to_version: int) -> list[dict[str, Any]]:
+    """The pipeline stages that do what :func:`stamped_diff` does: set the version, bump the revision."""
+    stages: list[dict[str, Any]] = []
+    set_: dict[str, Any] = {}
+    if to_version == 0:
+        stages.append({"$unset": version_field})
+    else:
+        set_[version_field] = {"$literal": to_version}
+    if revision_field is not None:
+        set_[revision_field] = {"$add": [{"$ifNull": [f"${revision_field}", 0]}, 1]}
+    if set_:
+        stages.append({"$set": set_})
+    return stages
+
+
+def id_key(value: Any) -> bytes:
+    """A hashable, type-exact key for any ``_id`` (``1`` and ``1.0`` stay apart)."""
+    return encode({"k": value})

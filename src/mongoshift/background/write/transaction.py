@@ -1,0 +1,202 @@
+"""A batch (or a step) inside one snapshot transaction, with its checkpoint as the last write.
+
+The read, the transforms (which may write elsewhere through ``ctx.session``),
+the guarded writes and the fenced checkpoint commit together or not at all.
+So the counters are exact, a lane that lost its lease commits nothing (its
+checkpoint matches nothing), and a side write happens once per migrated
+document.
+
+Retry rules: a document that fails aborts the batch, which is retried without
+it (it is recorded as failed); a conflict aborts and the retry reads the
+documents again; transient errors (label, 112, 251, 24) back off with full
+jitter (at most min(2 s, 50 ms·2ⁿ)) up to ``max_retries``, halving the batch
+after half of them; time or size errors halve it at once. Alone in a batch, a
+conflicting document is passed to the next pass and one too big or too slow
+is a document error. An unknown commit result is committed again; clean
+batches grow back ×1.5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson import encode
+from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
+from pymongo.read_preferences import ReadPreference
+from pymongo.write_concern import WriteConcern
+
+from ...project.server_errors import (
+    error_code,
+    transaction_too_big_or_slow,
+    transactions_unsupported,
+    transient_transaction_error,
+    unknown_commit_result,
+)
+from ...schema.background import Background
+from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key
+
+#: What one batch may read into a transaction, well under 16 MiB.
+MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
+CLEAN_BATCHES_TO_GROW = 5
+
+
+class TransactionsUnsupported(Exception):
+    """The server refused to start a transaction (a standalone mongod)."""
+
+
+def backoff_seconds(attempt: int, rng: random.Random) -> float:
+    return rng.random() * min(2.0, 0.05 * 2**attempt)
+
+
+def fitting(docs: list[dict[str, Any]], limit: int = MAX_TRANSACTION_BYTES) -> list[dict[str, Any]]:
+    """The leading documents whose BSON fits in ``limit`` bytes: at least one."""
+    total = 0
+    for i, doc in enumerate(docs):
+        total += len(encode(doc))
+        if total > limit and i > 0:
+            return docs[:i]
+    return docs
+
+
+def transaction_options(spec: Background) -> dict[str, Any]:
+    assert spec.transaction is not None
+    return {
+        "read_concern": ReadConcern("snapshot"),
+        "write_concern": WriteConcern(**spec.write_concern),
+        "read_preference": ReadPreference.PRIMARY,
+        "max_commit_time_ms": spec.transaction.timeout_ms,
+    }
+
+
+async def commit(session: Any) -> None:
+    for attempt in range(3):
+        try:
+            await session.commit_transaction()
+            return
+        except PyMongoError as exc:
+            if not unknown_commit_result(exc) or attempt == 2:
+                raise
+
+
+@dataclass
+class TransactionalBatchSize:
+    """The lane's current batch size in transaction mode: halved on trouble, grown back ×1.5."""
+
+    size: int
+    clean: int = 0
+
+    def succeeded(self, used: int, maximum: int) -> None:
+        self.clean += 1
+        if self.clean >= CLEAN_BATCHES_TO_GROW and used < maximum:
+            self.size, self.clean = min(maximum, -(-used * 3 // 2)), 0
+        else:
+            self.size = used
+
+
+@dataclass
+class Outcome:
+    """What a committed transactional batch did, for the lane's events and checkpoint bookkeeping."""
+
+    result: BatchResult
+    docs: list[dict[str, Any]]
+    done: bool
+    last_id: Any
+    retries: int
+    excluded: list[DocumentError] = field(default_factory=list)
+    lost: bool = False
+
+
+async def run_batch(
+    *,
+    client: Any,
+    collection: Any,
+    spec: Background,
+    read: Any,
+    write: Any,
+    checkpoint: Any,
+    sizing: TransactionalBatchSize,
+    rng: random.Random,
+) -> Outcome:
+    """One transactional batch with its retries.
+
+    ``read(session, limit)`` returns the batch's documents; ``write(session, docs)``
+    runs the shared write path in strict mode; ``checkpoint(session, docs, fetched,
+    limit, result, excluded, retries)`` writes the fenced checkpoint (False: lease lost).
+    """
+    assert spec.transaction is not None
+    size = min(sizing.size, spec.batch_size)
+    excluded: dict[bytes, DocumentError] = {}
+    attempts = retries = 0
+    while True:
+        docs: list[dict[str, Any]] = []
+        async with client.start_session() as session:
+            try:
+                await session.start_transaction(**transaction_options(spec))
+                fetched = await read(session, size)
+                docs = fitting(fetched)
+                work = [d for d in docs if id_key(d["_id"]) not in excluded]
+                result = await write(session, work) if work else BatchResult()
+                # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
+                # fit) may end before one, and the batch that reaches it again counts it then.
+                failed_here = [excluded[key] for key in (id_key(d["_id"]) for d in docs) if key in excluded]
+                result.errors = failed_here
+                ok = await checkpoint(session, docs, fetched, size, result, failed_here, retries)
+                if not ok:
+                    await session.abort_transaction()
+                    return Outcome(result, docs, False, None, retries, lost=True)
+                await commit(session)
+                sizing.succeeded(size, spec.batch_size)
+                done = len(docs) == len(fetched) and len(fetched) < size
+                return Outcome(result, docs, done, docs[-1]["_id"] if docs else None, retries, failed_here)
+            except DocumentFailed as failed:
+                await _abort(session)
+                excluded[id_key(failed.document.id)] = failed.document
+                continue
+            except (WriteConflict, PyMongoError) as exc:
+                await _abort(session)
+                if transactions_unsupported(exc):
+                    raise TransactionsUnsupported(str(exc)) from None
+                conflict = isinstance(exc, WriteConflict)
+                time_or_size = transaction_too_big_or_slow(exc)
+                if not (conflict or time_or_size or transient_transaction_error(exc)):
+                    raise
+                retries += 1
+                sizing.clean = 0
+                if len(docs) == 1 and size == 1:
+                    if time_or_size:
+                        doc = docs[0]
+                        excluded[id_key(doc["_id"])] = DocumentError(doc["_id"], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
+                        continue
+                    if conflict:
+                        raise Skip(docs[0], retries) from None
+                if time_or_size and size > 1:
+                    size = max(1, size // 2)
+                    continue
+                attempts += 1
+                if attempts > spec.transaction.max_retries:
+                    raise
+                if attempts > spec.transaction.max_retries / 2:
+                    size = max(1, size // 2)
+                await asyncio.sleep(backoff_seconds(attempts, rng))
+
+
+class Skip(Exception):
+    """A lone document still in the way: the caller moves the cursor past it (the next pass takes it)."""
+
+    def __init__(self, doc: dict[str, Any], retries: int) -> None:
+        super().__init__("conflict")
+        self.doc = doc
+        self.retries = retries
+
+
+
+async def _abort(session: Any) -> None:
+    try:
+        if session.in_transaction:
+            await session.abort_transaction()
+    except PyMongoError:
+        pass

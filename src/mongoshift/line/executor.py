@@ -1,0 +1,545 @@
+"""Running a plan: hooks, per-file transactions, changelog records, stop points.
+
+The executor starts no migration after a stop was asked (Ctrl-C, SIGTERM,
+a cancel, a timeout, a lost lock); ``ctx.cancelled`` tells the running body at
+once. A body that returns after that may have stopped early, so it is
+recorded failed (a transactional one rolled back), never applied: the next
+run runs it again. The lock is read again before each record, so a
+migration that ran without it is recorded failed too.
+With a per-file transaction the body and its changelog record commit
+together; without one, a crash between the two re-runs the migration next
+time, which is why bodies should be idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+from ..background.steps import BackgroundSteps, Waiting
+from ..errors import (
+    BackgroundFailedError,
+    ExecutionFailedError,
+    FileNotFoundMigrationError,
+    HookFailedError,
+    IrreversibleMigrationError,
+    LockLostError,
+    MigrationTimeoutError,
+    MongoshiftError,
+    RequirementsPendingError,
+    RunAbortedError,
+    TransactionsUnsupportedError,
+)
+from ..project.changelog import Changelog, RecordWrite
+from ..project.events import end_fields
+from ..project.loader import load
+from ..project.migration_log import MigrationLog, correlated
+from ..project.redaction import describe_error, redact
+from ..project.run import BodyCancel
+from ..project.server_errors import transactions_unsupported
+from ..project.session import Session
+from ..project.user_code import call, guard_exit, is_async
+from ..schema.background import Background
+from .context import Direction, MigrationContext
+from .hooks import Hooks, load_hooks
+from .plan import Plan, Step
+
+log = logging.getLogger("mongoshift")
+
+Outcome = Literal["applied", "reverted", "skipped", "failed"]
+
+
+@dataclass
+class MigrationResult:
+    name: str
+    direction: Direction
+    status: Outcome
+    batch: int | None = None
+    duration_ms: int = 0
+    error: str | None = None
+    reason: str | None = None
+    #: What registration noticed (a background file): counts only, never ids or values.
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Runtime:
+    """What migrations and hooks of one run share: its session, and the context each function receives."""
+
+    def __init__(self, session: Session, logger: logging.Logger = log) -> None:
+        self.session = session
+        self.settings = session.settings
+        self.client = session.client
+        self.db_name = session.db_name
+        self.run = session.run
+        self.cancel = session.cancel
+        self.events = session.events
+        self.logger = logger
+
+    def sync_client(self) -> MongoClient[Any]:
+        return self.session.sync_client()
+
+    def context(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        direction: Direction | None = None,
+        session: Any = None,
+        attempt: int = 1,
+    ) -> MigrationContext:
+        client: Any = self.client if is_async(fn) else self.sync_client()
+        logger = correlated(
+            self.logger.getChild(name.removesuffix(".py")) if name else self.logger, self.run.run_id, name, direction, attempt
+        )
+        return MigrationContext(
+            db=client[self.db_name],
+            client=client,
+            run_id=self.run.run_id,
+            logger=logger,
+            # each body its own view, which remembers whether the body saw a stop (Executor._check_cancelled)
+            cancelled=BodyCancel(self.cancel),
+            name=name,
+            direction=direction,
+            session=session,
+            attempt=attempt,
+            log=MigrationLog(self.events, logger, name, direction, attempt),
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    return describe_error(exc)
+
+
+def _traceback(exc: BaseException, path: Path) -> str:
+    """The traceback from the migration file's first frame on (the runner's own frames
+    before it say nothing to the author), through the same redaction as the error."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    start = next((i for i, frame in enumerate(frames) if Path(frame.filename) == path), 0)
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])]
+    return redact("".join(lines), limit=20_000) + describe_error(exc)
+
+
+class Executor:
+    """Runs the steps of a plan on one session: hooks, bodies, records, and background files through :mod:`~mongoshift.background.steps`."""
+
+    def __init__(self, session: Session, hooks: Hooks | None = None) -> None:
+        self.session = session
+        self.runtime = Runtime(session)
+        self.changelog = session.changelog
+        self.hooks = load_hooks(session.settings.hooks) if hooks is None else hooks
+        self.lock = session.lock
+        self.background = BackgroundSteps(session)
+        self._lock_warned = False
+        self.waiting: list[dict[str, Any]] = []
+        #: The step whose time ran out: a sync body still running in its thread never records it.
+        self._timed_out: str | None = None
+
+    async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
+        """Run every step of ``plan`` in order; raise with the results so far on failure."""
+        results = [MigrationResult(name, "up", "skipped", reason=why) for name, why in plan.skipped]
+        self._prepare(plan.steps)
+        if not plan.steps:
+            return results
+        success = False
+        try:
+            await self._hook("before_all", self._hook_ctx("before_all"))
+            for index, step in enumerate(plan.steps):
+                self._check_stop(results)
+                step_batch = batch + index if batch_per_step and step.direction == "up" else batch
+                if step.direction == "down":
+                    step_batch = step.record.batch if step.record else None  # type: ignore[assignment]
+                info = {"direction": step.direction, "index": index, "total": len(plan.steps), "batch": step_batch}
+                stop = await self._requirements(step)
+                if stop:
+                    self.waiting = stop
+                    success = True
+                    return results
+                result = await self._run_step(step, step_batch, results, info)
+                results.append(result)
+                await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
+            success = True
+            return results
+        except MongoshiftError as exc:
+            exc.details.setdefault("results", [r.to_json() for r in results])
+            raise
+        finally:
+            summary = {
+                "success": success,
+                "applied": [r.name for r in results if r.status in ("applied", "reverted")],
+                "direction": plan.steps[0].direction,
+            }
+            try:
+                await self._hook("after_all", self._hook_ctx("after_all"), summary)
+            except HookFailedError:
+                if success:
+                    raise
+                log.exception("after_all hook failed after a failed run")
+
+    async def preview(self, plan: Plan) -> tuple[list[Step], list[dict[str, Any]]]:
+        """What :meth:`execute` would run, refused exactly as it would refuse: nothing is written.
+
+        ``dry-run`` calls this after the same planning as the real command, so
+        the two cannot diverge: every file imported and checked, rollbacks
+        without ``down`` refused, and ``requires`` judged in order (a
+        background migration this run would register counts as registered,
+        an ordinary one it would apply as applied).
+        """
+        self._prepare(plan.steps)
+        planned: dict[str, str] = {}
+        for index, step in enumerate(plan.steps):
+            stop = await self._requirements(step, planned=planned)
+            if stop:
+                return plan.steps[:index], stop
+            if step.direction == "up":
+                planned[step.name] = "background" if step.file.background is not None else "migration"
+        return plan.steps, []
+
+    async def _requirements(self, step: Step, *, planned: dict[str, str] | None = None) -> list[dict[str, Any]] | None:
+        """Check ``requires`` before ``step``: raise (policy ``error``), or return where the run stops (``stop``).
+
+        Every requirement must be done before an ordinary file runs. A background file only needs
+        its ordinary requirements applied: it registers blocked on background ones. A name that
+        matches no migration is refused (exit 8), whatever the policy: waiting would never end.
+        ``planned`` (a preview): the kind of each file this run handles earlier; nothing is
+        read-modified, nothing reopened.
+        """
+        if step.direction != "up" or not step.file.requires:
+            return None
+        settings = self.runtime.settings
+        background = step.file.background is not None
+        waiting: list[Waiting] = []
+        for name in step.file.requires:
+            if planned is not None and name in planned:
+                if planned[name] == "background" and not background and not settings.background_inline:
+                    waiting.append(Waiting(name, "pending", "pending"))  # registered by this run, not run by it
+                continue
+            for gap in await self.background.unmet(name, reopen=planned is None and not background):
+                if gap.kind == "unknown":
+                    raise FileNotFoundMigrationError(
+                        f"{step.name} requires {name}, but no migration has that name (no file in the migrations "
+                        "folder, no changelog record, no background migration): fix the name in its requires",
+                        file=step.name,
+                        requires=name,
+                    )
+                if not (background and gap.kind == "background"):
+                    waiting.append(gap)
+        if not waiting:
+            return None
+        listed = ", ".join(w.describe() for w in waiting)
+        if settings.on_requires_pending == "stop":
+            if planned is None:
+                log.warning("stopping before %s: it requires %s", step.name, listed)
+            return [{"migration": step.name, "waits_for": [w.name for w in waiting]}]
+        todo = []
+        if any(w.kind == "migration" for w in waiting):
+            todo.append("apply the ordinary ones first ('mongoshift up' applies in name order)")
+        if any(w.kind == "background" for w in waiting):
+            todo.append("run 'mongoshift background run'")
+        kinds = "background migrations" if all(w.kind == "background" for w in waiting) else "migrations"
+        raise RequirementsPendingError(
+            f"{step.name} requires {kinds} that are not done: {listed}; {' and '.join(todo)} and try again",
+            file=step.name,
+            waits_for=[w.name for w in waiting],
+        )
+
+    def _prepare(self, steps: list[Step]) -> None:
+        """Import every file first: a broken file fails the run before anything is written."""
+        for step in steps:
+            load(step.file)
+            self.background.align(step.file)
+            if step.direction == "down" and step.file.background is None and step.file.down is None:
+                raise IrreversibleMigrationError(
+                    f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
+                )
+
+    def _check_stop(self, results: list[MigrationResult]) -> None:
+        if self.lock is not None and self.lock.lost.is_set() and not self.session.lock_lost() and not self._lock_warned:
+            self._lock_warned = True
+            log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
+        self.session.check_stop(
+            lambda reason: f"run stopped ({reason}); {len(results)} migration(s) completed, the rest were not started"
+        )
+
+    def _lock_lost(self, step: Step) -> LockLostError | None:
+        """The error of a step that ran while the lock was lost (policy ``abort``), else None."""
+        if self.lock is None or not self.session.lock_lost():
+            return None
+        return LockLostError(
+            f"{step.name}: the migration lock was lost while it ran ({self.lock.lost_reason}); "
+            "it is not recorded as done",
+            file=step.name,
+        )
+
+    async def _confirm_lock(self, step: Step) -> None:
+        """Checked on the server right before a record is written: a run without its lock records nothing done."""
+        if self.lock is None or self.session.settings.on_lock_lost != "abort":
+            return
+        await self.lock.confirm()
+        error = self._lock_lost(step)
+        if error is not None:
+            raise error
+
+    def _check_cancelled(self, step: Step, ctx: MigrationContext) -> None:
+        """Right before a record, when a stop was asked while the body ran. A body that saw it
+        (``ctx.cancelled``) may have returned early, and one whose time ran out was given up:
+        neither is recorded done. One that never looked ran to its end and is recorded as usual."""
+        if not self.runtime.cancel.is_set():
+            return
+        done = "applied" if step.direction == "up" else "reverted"
+        seen = isinstance(ctx.cancelled, BodyCancel) and ctx.cancelled.seen
+        if not seen and self._timed_out != step.name:
+            log.warning(
+                "%s ran to its end after the stop was asked (it did not look at ctx.cancelled): recorded %s",
+                step.name,
+                done,
+                extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction},
+            )
+            return
+        raise RunAbortedError(
+            f"{step.name}: the run was asked to stop while it ran ({self.runtime.cancel.reason or 'cancelled'}) "
+            f"and it {'saw that and returned' if seen else 'ran past its time'}; "
+            f"it is not recorded as {done} and runs again with the next '{step.direction}'",
+            file=step.name,
+            reason="cancelled",
+        )
+
+    def _hook_ctx(self, hook: str) -> MigrationContext | None:
+        fn = self.hooks.get(hook)
+        return self.runtime.context(fn) if fn else None
+
+    async def _hook(self, hook: str, *args: Any) -> None:
+        fn = self.hooks.get(hook)
+        if fn is None:
+            return
+        try:
+            await call(fn, *args)
+        except Exception as exc:
+            raise HookFailedError(f"hook {hook} failed: {_describe(exc)}", hook=hook) from exc
+
+    async def _run_step(self, step: Step, batch: int | None, results: list[MigrationResult], info: dict[str, Any]) -> MigrationResult:
+        """One step, its ``before_each`` hook included, between ``migration_start`` and ``migration_end``,
+        inside the observers' scopes: a failed hook is that migration's failure (``hook_failed``)."""
+        events = self.runtime.events
+        fields = {"direction": step.direction, "batch": batch, "kind": step.file.kind}
+        start = events.emit("migration_start", step.name, **fields)
+        started = time.monotonic()
+        try:
+            with events.migration_scope(start):
+                await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
+                result = await self._run_body(step, batch, results)
+        except BaseException as exc:
+            events.emit("migration_end", step.name, **fields, **end_fields(started, exc))
+            raise
+        events.emit("migration_end", step.name, **fields, **end_fields(started, None, outcome=result.status))
+        return result
+
+    async def _run_body(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
+        if step.file.background is not None:
+            return await self._background(step, batch, results)
+        fn = step.file.up if step.direction == "up" else step.file.down
+        assert fn is not None
+        use_txn = step.file.use_transaction
+        if use_txn is None:
+            use_txn = self.runtime.settings.use_transaction
+        started = time.monotonic()
+        log.info(
+            "%s %s",
+            "applying" if step.direction == "up" else "reverting",
+            step.name,
+            extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction},
+        )
+        try:
+            body = self._transactional(step, fn, batch, started) if use_txn else self._plain(step, fn, batch, started)
+            timeout = step.file.timeout(self.runtime.settings.migration_timeout_seconds)
+            if timeout is None:
+                await body
+            else:
+                try:
+                    await asyncio.wait_for(body, timeout)
+                except TimeoutError:
+                    self._timed_out = step.name
+                    self.runtime.cancel.set(f"{step.name} timed out")
+                    raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
+        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError, RunAbortedError) as exc:
+            await self._failed(step, batch, exc, results, started)
+            raise
+        except Exception as exc:
+            lost = self._lock_lost(step)  # a body that stopped on ctx.cancelled after the lock was lost
+            if lost is not None:
+                await self._failed(step, batch, lost, results, started)
+                raise lost from exc
+            error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
+            await self._failed(step, batch, exc, results, started)
+            raise error from exc
+        duration = int((time.monotonic() - started) * 1000)
+        status: Outcome = "applied" if step.direction == "up" else "reverted"
+        return MigrationResult(step.name, step.direction, status, batch, duration)
+
+    async def _background(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
+        """A background file: up registers it (no document is touched), down registers its revert."""
+        spec = step.file.background
+        assert spec is not None
+        started = time.monotonic()
+        outcome: str | None = None
+        warnings: list[str] = []
+        try:
+            if step.direction == "up":
+                warnings = await self.background.register(step.name, spec, checksum=step.file.checksum, requires=step.file.requires)
+                note = "registered: run it with 'mongoshift background run'"
+            else:
+                outcome = await self.background.revert(step.name, spec, checksum=step.file.checksum)
+                note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"
+            if self.runtime.settings.background_inline and (step.direction == "up" or outcome == "revert"):
+                note = await self._run_inline(step.name, spec, step.file.checksum)
+            await self._confirm_lock(step)
+            await self.changelog.write(self._record(step, batch, started, kind="background"))
+        except MongoshiftError as exc:
+            await self._failed(step, batch, exc, results, started)
+            raise
+        except PyMongoError as exc:
+            error = ExecutionFailedError(f"{step.name}: registration failed: {_describe(exc)}", file=step.name)
+            await self._failed(step, batch, exc, results, started)
+            raise error from exc
+        duration = int((time.monotonic() - started) * 1000)
+        status: Outcome = "applied" if step.direction == "up" else "reverted"
+        log.info("%s: %s", step.name, note)
+        return MigrationResult(step.name, step.direction, status, batch, duration, reason=note, warnings=warnings)
+
+    async def _run_inline(self, name: str, spec: Background, checksum: str) -> str:
+        """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""
+        state = await self.background.run_inline(name, spec, checksum=checksum)
+        status = state.status if state else "missing"
+        if status != "completed" and self.lock is not None and self.session.lock_lost():
+            raise LockLostError(f"the migration lock was lost while {name} ran inline ({self.lock.lost_reason})", file=name)
+        if status == "completed":
+            return "registered and run inline: completed"
+        if status == "failed":
+            raise BackgroundFailedError(f"{name} failed while running inline: {state.last_error if state else ''}", file=name)
+        if self.runtime.cancel.is_set():
+            raise RunAbortedError(f"stopped while {name} ran inline; 'mongoshift background run {name}' continues it")
+        raise BackgroundFailedError(f"{name} ran inline but ended {status}", file=name)
+
+    def _record(self, step: Step, batch: int | None, started: float, kind: str = "migration") -> RecordWrite:
+        duration = int((time.monotonic() - started) * 1000)
+        if step.direction == "up":
+            return Changelog.applied(
+                step.name,
+                batch=batch or 0,
+                checksum=step.file.checksum,
+                duration_ms=duration,
+                run=self.runtime.run,
+                description=step.file.description,
+                kind=kind,
+            )
+        return Changelog.reverted(step.name, duration_ms=duration, run=self.runtime.run)
+
+    async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        ctx = self.runtime.context(fn, name=step.name, direction=step.direction)
+        await call(fn, ctx)
+        await self._confirm_lock(step)
+        self._check_cancelled(step, ctx)
+        try:
+            await self.changelog.write(self._record(step, batch, started))
+        except PyMongoError as exc:
+            raise ExecutionFailedError(
+                f"{step.name} ran, but its changelog record could not be written ({_describe(exc)}); "
+                "it will run again next time unless you record it",
+                file=step.name,
+                phase="changelog-write",
+                body_succeeded=True,
+            ) from exc
+
+    async def _transactional(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        try:
+            if is_async(fn):
+                await self._async_transaction(step, fn, batch, started)
+            else:
+                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
+        except PyMongoError as exc:
+            if transactions_unsupported(exc):
+                raise TransactionsUnsupportedError(
+                    f"{step.name} asks for a transaction, but this server does not support them "
+                    "(a standalone server); use a replica set or set use_transaction = False",
+                    file=step.name,
+                ) from None
+            raise
+
+    async def _async_transaction(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
+        attempt = 0
+        async with self.runtime.client.start_session() as session:
+
+            async def body(s: Any) -> None:
+                nonlocal attempt
+                attempt += 1
+                self._retrying(step, attempt)
+                ctx = self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt)
+                await guard_exit(fn)(ctx)
+                await self._confirm_lock(step)
+                self._check_cancelled(step, ctx)
+                await self.changelog.write(self._record(step, batch, started), session=s)
+
+            await session.with_transaction(body)
+
+    def _sync_transaction(
+        self, step: Step, fn: Callable[..., Any], batch: int | None, started: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        client = self.runtime.sync_client()
+        attempt = 0
+        with client.start_session() as session:
+
+            def body(s: Any) -> None:
+                nonlocal attempt
+                attempt += 1
+                self._retrying(step, attempt)
+                ctx = self.runtime.context(fn, name=step.name, direction=step.direction, session=s, attempt=attempt)
+                guard_exit(fn)(ctx)
+                asyncio.run_coroutine_threadsafe(self._confirm_lock(step), loop).result()
+                self._check_cancelled(step, ctx)
+                self.changelog.write_sync(client, self._record(step, batch, started), session=s)
+
+            session.with_transaction(body)
+
+    def _retrying(self, step: Step, attempt: int) -> None:
+        """The driver runs a transaction's body again (a transient error): a ``migration_retry`` event."""
+        if attempt > 1:
+            self.runtime.events.emit("migration_retry", step.name, direction=step.direction, attempt=attempt)
+
+    async def _failed(
+        self, step: Step, batch: int | None, exc: BaseException, results: list[MigrationResult], started: float
+    ) -> None:
+        duration = int((time.monotonic() - started) * 1000)
+        message = exc.message if isinstance(exc, MongoshiftError) else _describe(exc)
+        reason = "cancelled" if isinstance(exc, RunAbortedError) else None
+        results.append(MigrationResult(step.name, step.direction, "failed", batch, duration, error=message, reason=reason))
+        if step.direction == "up":
+            try:
+                await self.changelog.mark_failed(
+                    name=step.name,
+                    batch=batch or 0,
+                    checksum=step.file.checksum,
+                    error=message,
+                    run=self.runtime.run,
+                    description=step.file.description,
+                )
+            except PyMongoError:
+                log.exception("could not record the failure of %s", step.name)
+        fn = self.hooks.get("on_error")
+        if fn is not None:
+            try:
+                await call(fn, step.name, exc, self.runtime.context(fn))
+            except Exception:
+                log.exception("on_error hook failed")
