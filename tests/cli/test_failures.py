@@ -24,10 +24,23 @@ def one_error(result) -> dict:  # type: ignore[no-untyped-def, type-arg]
     return json.loads(result.stdout)["error"]  # type: ignore[no-any-return]
 
 
+# Works until the lock is gone (a fixed sleep raced the unlock command's start-up on a loaded machine).
+UNTIL_UNLOCKED = """
+import time
+
+def up(ctx):
+    ctx.db.marks.insert_one({"at": "start"})
+    deadline = time.monotonic() + 120
+    while ctx.db["_mongoshift_locks"].count_documents({}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ctx.db.marks.insert_one({"at": "end"})
+"""
+
+
 def test_cleared_lock_fails_the_last_migration_with_exit_10(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     """A body that never polls ctx.cancelled: the lock is cleared while it runs, it is not recorded applied."""
     project.write_config(lock_ttl_seconds=3)
-    project.add("0001_slow.py", SLOW.format(name="slow", seconds=3))
+    project.add("0001_slow.py", UNTIL_UNLOCKED)
     proc = start(project, "up", "--json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
     assert cli(project, "unlock", "--yes").returncode == 0

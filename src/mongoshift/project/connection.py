@@ -136,10 +136,10 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
     """An async client whose server has answered a ping, or ConnectionFailedError naming the cause."""
     uri, _ = settings.require_connection()
     watch = _RefusedWatch(asyncio.get_running_loop()) if _seeds(uri) == 1 else None
+    options = client_options(settings)
+    listeners = [*options.pop("event_listeners", ()), *([watch] if watch is not None else [])]
     try:
-        client: AsyncMongoClient[Any] = AsyncMongoClient(
-            uri, **client_options(settings), event_listeners=[watch] if watch is not None else []
-        )
+        client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **options, event_listeners=listeners)
     except (InvalidURI, ConfigurationError, ValueError) as exc:
         raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
     try:
