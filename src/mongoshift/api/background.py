@@ -18,7 +18,8 @@ from ..background.state.events import Event, Observer
 from ..background.state.model import WatchRecord
 from ..background.inspect.preview import Preview, preview_size
 from ..background.inspect.preview import preview as preview_documents
-from ..background.inspect.status import BackgroundReport, PartitionRow, per_shard, report
+from ..background.inspect.status import BackgroundReport, PartitionRow, report
+from ..background.inspect.status import per_shard as per_shard  # the API's, re-exported: background_shard_progress
 from ..background.inspect.validate import steps_count
 from ..background.lanes.throttle import sleep
 from ..background.watch.watcher import Watcher, WatchOptions

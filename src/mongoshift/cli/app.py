@@ -43,7 +43,7 @@ def _file_option(flag: str, help_text: str) -> Callable[[Callable[..., Any]], Ca
 
 def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The connection and output flags, accepted before or after the command name."""
-    options = [
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--uri", help="MongoDB connection string (MONGOSHIFT_URI).", callback=_store, expose_value=False),
         click.option("--db", help="Database name (MONGOSHIFT_DB).", callback=_store, expose_value=False),
         click.option("--dir", help="Migrations folder (MONGOSHIFT_MIGRATIONS_DIR).", callback=_store, expose_value=False),
@@ -90,7 +90,7 @@ def settings() -> Settings:
     flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
     if obj.get("no_env") and obj.get("env_file"):
         raise ConfigInvalidError("--env-file and --no-env cannot be combined")
-    env_file = False if obj.get("no_env") else obj.get("env_file")
+    env_file: Path | Literal[False] | None = False if obj.get("no_env") else obj.get("env_file")
     loaded = load_settings(flags, config_path=obj.get("config"), env_file=env_file)
     if not obj.get("secrets_checked"):
         obj["secrets_checked"] = True

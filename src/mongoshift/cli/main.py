@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeIs
 
 import click
 
@@ -33,6 +33,8 @@ from .converge import converge_command, interactive_confirm, render
 from .output import Output, release_stdout
 
 if TYPE_CHECKING:
+    from pymongo.errors import PyMongoError
+
     from ..api import migrations as api
 
 # Start-up time (bench/cli.py): this module loads for every command and for --help, so it
@@ -399,7 +401,7 @@ def _log_json(args: list[str]) -> bool:
     return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in zip(args, args[1:], strict=False))
 
 
-def _driver_error(exc: BaseException | None) -> bool:
+def _driver_error(exc: BaseException | None) -> TypeIs[PyMongoError]:
     """Whether ``exc`` is one of pymongo's errors; none can be while the driver is not even loaded
     (start-up time: this module does not import it, see the note at the top)."""
     errors = sys.modules.get("pymongo.errors")

@@ -500,7 +500,7 @@ def patch_update_events() -> None:
             kwargs["full_document"] = kwargs["update_description"] = None
         publish(self, operation_type=operation_type, **kwargs)
 
-    CollectionRuntimeCoordinator.publish_change_event = publish_lean  # type: ignore[method-assign]
+    CollectionRuntimeCoordinator.publish_change_event = publish_lean
 
 
 def patch_wire() -> None:
@@ -535,7 +535,7 @@ def patch_wire() -> None:
             if others:
                 rest = await original(self, dataclasses.replace(context, command_document={**command, "cursors": others}))
                 for key in ("cursorsKilled", "cursorsNotFound", "cursorsAlive", "cursorsUnknown"):
-                    reply[key] = reply[key] + list(rest.get(key, []))  # type: ignore[operator]
+                    reply[key] = reply[key] + list(rest.get(key, []))  # type: ignore[call-overload]  # mongoeco types a reply's values as object: these are lists
             return reply
         return await original(self, context)
 

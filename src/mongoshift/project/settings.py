@@ -259,7 +259,9 @@ _NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "
 
 @functools.cache
 def _strict_type(key: str) -> TypeAdapter[Any]:
-    return TypeAdapter(Settings.model_fields[key].annotation, config=ConfigDict(strict=True))
+    annotation = Settings.model_fields[key].annotation
+    assert annotation is not None  # every field of Settings is annotated
+    return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
 def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:

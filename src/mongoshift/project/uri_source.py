@@ -34,7 +34,7 @@ async def resolve_uri(settings: Settings) -> Settings:
     return settings.model_copy(update={"uri": _checked(uri, where)})
 
 
-def _checked(uri: Any, where: str) -> str:
+def _checked(uri: object, where: str) -> str:
     """One mongodb:// line; the error says what is wrong with it, never what it is."""
     if not isinstance(uri, str):
         raise UriUnavailableError(f"{where} returned a {type(uri).__name__}, not a connection string")

@@ -32,7 +32,7 @@ P = ParamSpec("P")
 
 #: The embedded server answers every connection from one event loop: be patient with it
 #: (docs/embedded.md, defect 7), as the project's own suite is.
-CLIENT_OPTIONS: dict[str, int] = {
+CLIENT_OPTIONS: dict[str, Any] = {
     "connectTimeoutMS": 120_000,
     "socketTimeoutMS": 300_000,
     "serverSelectionTimeoutMS": 30_000,

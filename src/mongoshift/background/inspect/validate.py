@@ -274,7 +274,8 @@ async def validate_steps(db: AsyncDatabase[Any], job: Job, count: int, *, protec
 
     ``stopped``: ``done`` (a step returned ``done: True``), ``steps`` (``count`` calls made), ``error``
     (a step raised or returned something a run refuses) or ``cancelled``."""
-    assert job.step is not None
+    step = job.step
+    assert step is not None
     record = SandboxRecord(protected, images=[])
 
     async def body(session: Any) -> ValidatedSteps:
@@ -291,7 +292,7 @@ async def validate_steps(db: AsyncDatabase[Any], job: Job, count: int, *, protec
             row = StepRow(index)
             rows.append(row)
             try:
-                out = await call(job.step, ctx)
+                out = await call(step, ctx)
             except PyMongoError:
                 if record.failure is None:  # not the sandboxed code's operation (or transient: the attempt is retried)
                     raise

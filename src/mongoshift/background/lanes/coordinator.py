@@ -273,7 +273,7 @@ class Coordinator:
         try:
             found.unread = await collection.count_documents(outside, limit=remaining or 1)
             if found.unread:
-                pipeline = [{"$match": outside}, {"$limit": 10_000}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
+                pipeline: list[dict[str, Any]] = [{"$match": outside}, {"$limit": 10_000}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
                 kinds = [doc async for doc in await collection.aggregate(pipeline)]
                 found.unread_types = ", ".join(f"{k['_id']} {k['n']}" for k in sorted(kinds, key=lambda k: -k["n"]))
         except PyMongoError as exc:  # a diagnosis only: the failure is reported either way

@@ -375,7 +375,7 @@ class CollectionWatcher:
             now = time.monotonic
             saved_at = refreshed_at = now()
             while self._leading():
-                events = []
+                events: list[dict[str, Any]] = []
                 while len(events) < self.options.batch_events:
                     event = await stream.try_next()
                     if event is None:

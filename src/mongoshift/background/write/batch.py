@@ -123,7 +123,7 @@ class _Lent:
 
     __slots__ = ("copy", "encoded", "mutables", "raw", "top")
 
-    def __init__(self, raw: bytes, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
+    def __init__(self, raw: bytes | memoryview, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
         self.raw = raw
         self.copy = copy
         self.top: dict[str, Any] | None = dict(copy)
@@ -453,7 +453,7 @@ async def apply_batch(
     pending: Sequence[Mapping[str, Any]] = docs
     for round_ in range(spec.max_conflict_retries + 1):
         planned = await planned_updates(job, pending, ctx, codec)
-        owners, updates = planned.owners, planned.updates
+        owners = planned.owners
         result.errors += planned.errors
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
