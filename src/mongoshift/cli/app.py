@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -25,8 +25,6 @@ from .output import Output, reserve_stdout
 
 if TYPE_CHECKING:
     from ..project.settings import Settings
-
-T = TypeVar("T")
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -139,7 +137,7 @@ def _warn_secrets_in_file(out: Output) -> None:
 STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
 
 
-def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
+def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary (``stopping`` says
     which), the second ends it now.
 
@@ -176,7 +174,7 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = S
     return _beside_running_loop(main, on_signal)
 
 
-def _beside_running_loop(main: Callable[[], Awaitable[T]], on_signal: Callable[[int], None]) -> T:
+def _beside_running_loop[T](main: Callable[[], Awaitable[T]], on_signal: Callable[[int], None]) -> T:
     """``asyncio.run(main())`` in a worker thread: ``asyncio.run`` refuses a thread whose loop runs."""
 
     async def run() -> T:

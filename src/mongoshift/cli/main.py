@@ -7,6 +7,7 @@ with the exit code of its kind (docs/exit-codes.md).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import traceback
 from pathlib import Path
@@ -16,6 +17,7 @@ import click
 
 from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError
 from ..project.redaction import strip_controls, uri_secrets
+from .adoption import baseline as baseline_command, import_command
 from .app import (
     WAIT_HELP,
     cli,
@@ -26,7 +28,6 @@ from .app import (
     run_async,
     settings,
 )
-from .adoption import baseline as baseline_command, import_command
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
@@ -398,7 +399,7 @@ def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None =
 
 def _log_json(args: list[str]) -> bool:
     """``--log-format json`` among the arguments (the error of a failed command is a JSON line too)."""
-    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in zip(args, args[1:], strict=False))
+    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in itertools.pairwise(args))
 
 
 def _driver_error(exc: BaseException | None) -> TypeIs[PyMongoError]:

@@ -244,7 +244,7 @@ class ChangeHistory(ChangeStreamHub):
             # Index from the newest end: readers are near it, and a deque indexes fast at its ends.
             return [self._history[i] for i in range(start, min(start + limit, len(self._history)))]
 
-    async def wait_after(self, position: int, timeout: float) -> None:
+    async def wait_after(self, position: int, timeout: float) -> None:  # noqa: ASYNC109 - a getMore's await: it returns at the timeout
         """Return once an event after ``position`` exists, or after ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()

@@ -94,7 +94,8 @@ class VersionedDocument(Document):
         return self
 
     @save_state_after
-    async def update(self, *args: Any, session: AsyncClientSession | None = None, bulk_writer: Any = None, skip_actions: list[Any] | None = None, **kwargs: Any) -> Self:
+    async def update(self, *args: Any, session: AsyncClientSession | None = None, bulk_writer: Any = None, skip_actions: list[Any] | None = None,
+        **kwargs: Any) -> Self:
         """A partial update (also behind ``set``, ``inc``, ``current_date``, ``save_changes``),
         guarded by the revision and bumping it; the instance gets the stored result."""
         _refuse_bulk(bulk_writer)
@@ -119,7 +120,8 @@ class VersionedDocument(Document):
     async def _guarded_replace(self, session: AsyncClientSession | None) -> None:
         document = get_dict(self, to_db=True, keep_nulls=self.get_settings().keep_nulls)
         result = await replace_with_revision(
-            self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0, expected_version=self.shape_version or 0, session=session
+            self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0, expected_version=self.shape_version or 0,
+                session=session
         )
         self.revision = result.revision
 

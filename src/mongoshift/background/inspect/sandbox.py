@@ -444,7 +444,7 @@ class SandboxCursor(_Proxy):
         if name == "to_list":
             async def to_list(*args: Any, **kwargs: Any) -> Any:
                 out = await attr(*args, **kwargs)
-                if not args and kwargs.get("length") is None or not self._real.alive:
+                if (not args and kwargs.get("length") is None) or not self._real.alive:
                     object.__setattr__(self, "_exhausted", True)
                 return out
 

@@ -23,7 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from bson.timestamp import Timestamp
@@ -269,7 +269,7 @@ def _optime_ms(member: Mapping[str, Any]) -> float | None:
     value = member.get("optimeDate")
     if isinstance(value, datetime):
         if value.tzinfo is None:  # pymongo's default: naive UTC
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value.timestamp() * 1000
     optime = member.get("optime")
     ts = optime.get("ts") if isinstance(optime, Mapping) else None
