@@ -77,7 +77,8 @@ def output() -> Output:
             verbose=bool(obj.get("verbose")),
             log_json=obj.get("log_format") == "json",
         )
-    return obj["output"]  # type: ignore[no-any-return]
+    out: Output = obj["output"]
+    return out
 
 
 def settings() -> Settings:

@@ -23,6 +23,7 @@ from .app import confirm, global_options, output, run_async, settings
 if TYPE_CHECKING:
     from ..background.inspect.drift import Verified
     from ..background.inspect.status import BackgroundReport
+    from ..background.state.controls import Action
     from ..background.state.model import WatchRecord
     from ..project.settings import Settings
 
@@ -329,7 +330,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
     return 0
 
 
-def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
+def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
 
@@ -337,7 +338,7 @@ def _control(action: str, name: str, reason: str | None, yes: bool, from_start: 
     if action in ("cancel", "unlock") or from_start:
         confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
+        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))
     out = output()
     if out.json_mode:
         out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})

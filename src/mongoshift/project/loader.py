@@ -136,8 +136,8 @@ class MigrationFile:
         return self.module
 
     def _export(self, attr: str) -> Callable[..., Any]:
-        fn = getattr(self._loaded(), attr)
-        return fn  # type: ignore[no-any-return]
+        fn: Callable[..., Any] = getattr(self._loaded(), attr)
+        return fn
 
 
 def discover(directory: Path) -> list[MigrationFile]:

@@ -75,7 +75,7 @@ class ReplicationLag:
     ) -> None:
         self._command = admin_command
         off = max_lag_ms is None or max_lag_ms is False
-        self.max_lag_ms: float | None = None if off else float(max_lag_ms)  # type: ignore[arg-type]
+        self.max_lag_ms: float | None = None if max_lag_ms is None or max_lag_ms is False else float(max_lag_ms)
         self.refresh_s = refresh_s
         self.config_refresh_s = config_refresh_s
         self._now = now
