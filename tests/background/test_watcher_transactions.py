@@ -1,8 +1,9 @@
 """The live watcher on a transactional migration: more documents than one transaction takes.
 
-The watcher upgrades a batch of events in several transactions, each reading the documents still
-pending (its read is defined once, outside the loop that narrows what is pending: the ruff
-finding B023 of issue 25). Every document is upgraded once, its side write committed once.
+The watcher upgrades a burst of events in several transactions (``batch_size=2``), each reading
+the documents still pending and still in the old shape. Every document is upgraded once, its side
+write committed once. (Ruff's B023 pointed at the closures of that loop in issue 25: they were
+awaited within their own iteration, so no bug; they are now defined once, outside the loop.)
 Waits poll the database with a generous bound: nothing here asserts a duration.
 """
 
