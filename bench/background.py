@@ -54,7 +54,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -130,7 +130,7 @@ _WORDS = (
     "labore et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris"
 ).split()
 _CITIES = ["Lyon", "Porto", "Turin", "Ghent", "Bergen", "Cork", "Graz", "Brno", "Malmo", "Split"]
-_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def object_id(i: int) -> ObjectId:
@@ -308,8 +308,7 @@ async def _keyset(db: Any, size: int, *, guarded: bool) -> tuple[int, dict[str, 
 
 async def _engine(project: Path, parallel: int) -> Any:
     """Register (untimed) and return the timed run of the engine, as ``mongoshift background run``."""
-    from mongoshift.api import background as bg
-    from mongoshift.api import migrations as command
+    from mongoshift.api import background as bg, migrations as command
     from mongoshift.project.settings import load_settings
 
     settings = load_settings({}, config_path=project / "mongoshift.toml", environ={})
@@ -527,10 +526,14 @@ def run_all(
                         continue
                     seed_s = seed(client, db_name, size)
                     log(f"{size:>7} {scenario.name:<24} seeded in {seed_s:.1f}s; running")
-                    project = write_project(Path(tmp), uri, db_name, scenario.parallel, scenario.pipeline, scenario.transaction) if scenario.kind == "engine" else None
+                    project = write_project(Path(tmp), uri, db_name, scenario.parallel, scenario.pipeline,
+                        scenario.transaction) if scenario.kind == "engine" else None
                     profile = None
                     if profile_dir is not None:
-                        slug = scenario.name.split()[0].lower() + ("-pipeline" if scenario.pipeline else "") + ("-txn" if scenario.transaction else "") + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
+                        slug = (
+                            scenario.name.split()[0].lower() + ("-pipeline" if scenario.pipeline else "") + ("-txn" if scenario.transaction else "")
+                            + (f"-p{scenario.parallel}" if scenario.kind == "engine" else "")
+                        )
                         profile = str(profile_dir / f"{slug}{'-writer' if scenario.writer else ''}-{size}.prof")
                     writer = start_writer(uri, db_name, size) if scenario.writer else None
                     failure = None
@@ -540,7 +543,8 @@ def run_all(
                         measure, failure = Measure(), f"failed: {exc}"
                     finally:
                         writer_stats = stop_writer(writer) if writer else None
-                    row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats, transaction=scenario.transaction)
+                    row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats,
+                        transaction=scenario.transaction)
                     done, row.left = verify(client, db_name, size)
                     if failure:
                         row.error = failure

@@ -45,7 +45,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +173,9 @@ def child(args: argparse.Namespace) -> Measure:
     import pymongo.asynchronous.mongo_client  # noqa: F401
 
     if args.child.startswith("mongoshift"):
-        import mongoshift.api.migrations  # noqa: F401
+        import mongoshift.api.migrations
+        import mongoshift.line.executor
         import mongoshift.project.settings  # noqa: F401
-        import mongoshift.line.executor  # noqa: F401
 
     kind = args.child.split("-", 1)[1]
     if args.child == "raw-up":
@@ -210,7 +210,7 @@ def write_project(root: Path, count: int) -> Path:
 def seed_applied(client: MongoClient[Any], db_name: str, count: int) -> None:
     """``count`` applied records, as ``up`` writes them, whose checksums match the files."""
     checksum = hashlib.sha256(TRIVIAL.encode()).hexdigest()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     docs = [
         {
             "name": name,

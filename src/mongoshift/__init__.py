@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Any
 from .errors import ExitCode, MongoshiftError
 
 if TYPE_CHECKING:
+    from .line.context import MigrationContext
     from .project.run import CancelSignal
     from .project.settings import Settings, load_settings
-    from .line.context import MigrationContext
     from .schema.background import Adaptive, Background, Partitions
 
 __version__ = "0.1.0"
 
-__all__ = ["Adaptive", "Background", "CancelSignal", "Partitions", "ExitCode", "MigrationContext", "MongoshiftError", "Settings", "__version__", "load_settings"]
+__all__ = [
+    "Adaptive", "Background", "CancelSignal", "Partitions", "ExitCode", "MigrationContext", "MongoshiftError", "Settings", "__version__", "load_settings"
+]
 
 #: Public name → the module that defines it, imported on first access.
 _LAZY = {

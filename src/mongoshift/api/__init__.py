@@ -35,39 +35,44 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..background.state.controls import ControlResult, RepinResult
     from ..background.inspect.drift import Verified
-    from ..project.events import Event, Observer
     from ..background.inspect.preview import Preview, PreviewRow
-    from ..background.state.model import WatchRecord
     from ..background.inspect.status import BackgroundReport, PartitionRow
+    from ..background.state.controls import ControlResult, RepinResult
+    from ..background.state.model import WatchRecord
     from ..background.watch.watcher import WatchOptions
     from ..converge.report import ConvergeReport
     from ..errors import ExitCode, MongoshiftError
-    from ..project.lock import LockHolder
-    from ..project.run import CancelSignal
-    from ..project.settings import Settings, load_settings
     from ..line.executor import MigrationResult
     from ..line.plan import StatusRow
+    from ..project.events import Event, Observer
+    from ..project.lock import LockHolder
+    from ..project.redaction import describe_error, redact
+    from ..project.run import CancelSignal
+    from ..project.settings import Settings, load_settings
     from .adoption import AdoptionReport, baseline, import_history
     from .audit import AuditReport, Finding, audit
-    from .background import BackgroundRunner, CoordinatorStep, SliceReport, start_background_runner
-    from .background import coordinate as coordinate_background
-    from .background import run_slice as run_background_slice
-    from .background import apply_control as control_background
-    from .background import partitions as background_partitions
-    from .background import per_shard as background_shard_progress
-    from .background import preview as preview_background
-    from .background import repin as repin_background
-    from .background import run as run_background
-    from .background import status as background_status
-    from .background import verify as verify_background
-    from .background import watch as watch_background
-    from .background import watch_status as background_watch_status
+    from .background import (
+        BackgroundRunner,
+        CoordinatorStep,
+        SliceReport,
+        apply_control as control_background,
+        coordinate as coordinate_background,
+        partitions as background_partitions,
+        per_shard as background_shard_progress,
+        preview as preview_background,
+        repin as repin_background,
+        run as run_background,
+        run_slice as run_background_slice,
+        start_background_runner,
+        status as background_status,
+        verify as verify_background,
+        watch as watch_background,
+        watch_status as background_watch_status,
+    )
     from .client import open_client
     from .collections import converge, plan_converge
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
-    from ..project.redaction import describe_error, redact
     from .migrations import (
         DryRunReport,
         DryRunRow,

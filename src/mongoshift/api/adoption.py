@@ -9,7 +9,7 @@ collection is only read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -161,7 +161,7 @@ async def baseline(
 async def _adopt(
     session: Session,
     records: dict[str, ChangelogRecord],
-    rows: list[tuple[str, ForeignEntry | None]],
+    rows: Sequence[tuple[str, ForeignEntry | None]],
     *,
     origin: str,
     source: dict[str, str] | None,

@@ -17,14 +17,14 @@ from typing import Any, Literal
 from pymongo import AsyncMongoClient
 
 from ..background.inspect.drift import look
-from ..background.state.model import LaneSigns, State, WatchRecord, aware
 from ..background.inspect.status import BackgroundReport, report
+from ..background.state.model import LaneSigns, State, WatchRecord, aware
 from ..background.state.store import BackgroundStore
 from ..errors import ConfigInvalidError, ExitCode
+from ..line.plan import StatusRow, applied_out_of_order, sorts_before_applied, status_rows
 from ..project.lock import LockHolder
 from ..project.session import Session, open_session
 from ..project.settings import Settings
-from ..line.plan import StatusRow, applied_out_of_order, sorts_before_applied, status_rows
 from .options import checked_client
 
 Severity = Literal["warn", "fail"]

@@ -10,17 +10,20 @@ from typing import Any, Literal
 
 from pymongo import AsyncMongoClient
 
+from ..background.inspect.drift import Verified, verify as verify_drift
+from ..background.inspect.preview import Preview, preview as preview_documents, preview_size
+from ..background.inspect.status import (
+    BackgroundReport,
+    PartitionRow,
+    per_shard as per_shard,  # the API's, re-exported: background_shard_progress
+    report,
+)
+from ..background.inspect.validate import steps_count
 from ..background.lanes.engine import Engine, load_background, open_engine
+from ..background.lanes.throttle import sleep
 from ..background.state.controls import Action, ControlResult, RepinResult, control, pin
-from ..background.inspect.drift import Verified
-from ..background.inspect.drift import verify as verify_drift
 from ..background.state.events import Event, Observer
 from ..background.state.model import WatchRecord
-from ..background.inspect.preview import Preview, preview_size
-from ..background.inspect.preview import preview as preview_documents
-from ..background.inspect.status import BackgroundReport, PartitionRow, per_shard, report
-from ..background.inspect.validate import steps_count
-from ..background.lanes.throttle import sleep
 from ..background.watch.watcher import Watcher, WatchOptions
 from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
 from ..project.loader import resolve_name

@@ -12,7 +12,6 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from ..converge.applier import Confirm
-from ..converge.report import ConvergeReport
 from ..converge.orchestrator import (
     REASON_LIMIT,
     REQUESTED_BY_LIMIT,
@@ -20,6 +19,7 @@ from ..converge.orchestrator import (
     plan_in_session,
     request_text,
 )
+from ..converge.report import ConvergeReport
 from ..project.declarations import declarations_by_name
 from ..project.events import Observer
 from ..project.run import CancelSignal

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pymongo import AsyncMongoClient
 
 from ..errors import ChecksumMismatchError, ConfigInvalidError, MongoshiftError
+from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
 from ..project.events import Event, Observer
 from ..project.loader import resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.session import Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
 from .options import checked_client, log_entries, run_observers
 
 if TYPE_CHECKING:

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from ..project.loader import MigrationFile
 from ..project.session import Session
 from ..schema.background import Background
-from .lanes.engine import start_engine
-from .state.events import Events, shown_by_caller
-from .plan.declared import align_file
 from .inspect.input_probe import unversioned_warning
-from .state.model import State
-from .registry.registration import register, revert_or_withdraw
 from .inspect.requires import Waiting, unmet
+from .lanes.engine import start_engine
+from .plan.declared import align_file
+from .registry.registration import register, revert_or_withdraw
+from .state.events import Events, shown_by_caller
+from .state.model import State
 from .state.store import BackgroundStore
 
 __all__ = ["BackgroundSteps", "Waiting"]

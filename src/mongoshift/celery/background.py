@@ -101,7 +101,7 @@ async def coordinate(
         if step.next == "wait" and step.reason:
             log.info("%s: waiting: %s", step.name, step.reason)
         return Tick(min(step.lanes, payload.lanes) if step.next == "process" else 0, again)
-    except Exception as exc:  # noqa: BLE001 - the chain outlives a failed step, as the CLI runner's loop does
+    except Exception as exc:  # the chain outlives a failed step, as the CLI runner's loop does
         log.warning("%s: a coordinator step failed: %s; asking again", payload.name, api.describe_error(exc))
         return Tick(0, again)
     finally:
@@ -116,7 +116,7 @@ async def lane(
         report = await api.run_background_slice(settings, payload.name, observers=observers)
     except MongoshiftError as exc:
         report = api.SliceReport(payload.name, "error", None, error=api.redact(exc.message))
-    except Exception as exc:  # noqa: BLE001 - counted as a failed slice
+    except Exception as exc:  # counted as a failed slice
         report = api.SliceReport(payload.name, "error", None, error=api.describe_error(exc))
     if report.outcome in WORKING:
         return Again(0, payload.model_copy(update={"errors": 0}))

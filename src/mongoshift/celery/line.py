@@ -237,7 +237,7 @@ class _Run:
             return self.result("failed", code=int(exc.exit_code), kind=exc.kind, error=message)
         except MongoshiftError as exc:
             return self.result("failed", duration_ms=_ms(started), code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message))
-        except Exception as exc:  # noqa: BLE001 - reported as the task's result, redacted, like the CLI's exit 1
+        except Exception as exc:  # reported as the task's result, redacted, like the CLI's exit 1
             return self.result("failed", duration_ms=_ms(started), code=1, kind="error", error=api.describe_error(exc))
         finally:
             watcher.cancel()
@@ -311,7 +311,8 @@ async def run_up(
         if time.time() < payload.wait_until:
             return Wait(options.poll_seconds, f"cannot connect ({exc.kind})")
         return LineResult(
-            payload.name, "failed", payload.group, payload.batch, direction=payload.direction, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message)
+            payload.name, "failed", payload.group, payload.batch, direction=payload.direction, code=int(exc.exit_code), kind=exc.kind,
+                error=api.redact(exc.message)
         )
     try:
         run = _Run(settings, payload, task_id, options, client, observers, revoked)

@@ -9,7 +9,7 @@ field and the problem, never a value.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -76,10 +76,7 @@ class LanePayload(Payload):
     errors: int = Field(default=0, ge=0)
 
 
-P = TypeVar("P", bound=Payload)
-
-
-def parse(model: type[P], task: str, data: Any) -> P:
+def parse[P: Payload](model: type[P], task: str, data: Any) -> P:
     """``data`` as a ``model``, or :class:`TaskInvalidError` saying which field is wrong (never its value)."""
     if not isinstance(data, dict):
         raise TaskInvalidError(f"{task}: the payload is a {type(data).__name__}, not a mapping", task=task)

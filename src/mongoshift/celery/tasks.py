@@ -23,11 +23,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from celery import Celery, Task, group
-from celery.exceptions import TaskRevokedError
-from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.exceptions import TaskRevokedError, TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, GroupResult
 from celery.worker import state as worker_state
 from pymongo import AsyncMongoClient
@@ -39,13 +38,11 @@ from .line import Direction, LineOptions, Planned, Wait, plan_line, release_line
 from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
-T = TypeVar("T")
-
 #: Where a worker gets the project's settings: the settings, a function returning them, or a project file.
 SettingsSource = api.Settings | Callable[[], api.Settings] | str | Path | None
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
+def _run[T](coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on a loop of its own, also when the caller's thread runs a loop (an async application)."""
     try:
         asyncio.get_running_loop()
@@ -94,7 +91,8 @@ class LineGroup:
         if isinstance(value, dict):
             return LineResult.of(value)
         if isinstance(value, TaskRevokedError):  # revoked before its worker ran it
-            return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted", error="its task was revoked")
+            return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted",
+                error="its task was revoked")
         kind = getattr(value, "kind", "error")
         code = int(getattr(value, "exit_code", 1))
         return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=code, kind=kind, error=api.redact(str(value)))
@@ -282,7 +280,8 @@ class MongoshiftTasks:
             outcome = _run(run_up(self.settings(), parsed, task_id, self.line, self.observers, lambda: task_id in worker_state.revoked))
         except MongoshiftError as exc:  # the settings: nothing ran
             outcome = LineResult(
-                parsed.name, "failed", parsed.group, parsed.batch, direction=parsed.direction, code=int(exc.exit_code), kind=exc.kind, error=api.redact(exc.message)
+                parsed.name, "failed", parsed.group, parsed.batch, direction=parsed.direction, code=int(exc.exit_code), kind=exc.kind,
+                    error=api.redact(exc.message)
             )
         if isinstance(outcome, Wait):
             raise task.retry(args=(payload,), countdown=outcome.countdown, max_retries=None)

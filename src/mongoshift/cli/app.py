@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -25,8 +25,6 @@ from .output import Output, reserve_stdout
 
 if TYPE_CHECKING:
     from ..project.settings import Settings
-
-T = TypeVar("T")
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -43,7 +41,7 @@ def _file_option(flag: str, help_text: str) -> Callable[[Callable[..., Any]], Ca
 
 def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The connection and output flags, accepted before or after the command name."""
-    options = [
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--uri", help="MongoDB connection string (MONGOSHIFT_URI).", callback=_store, expose_value=False),
         click.option("--db", help="Database name (MONGOSHIFT_DB).", callback=_store, expose_value=False),
         click.option("--dir", help="Migrations folder (MONGOSHIFT_MIGRATIONS_DIR).", callback=_store, expose_value=False),
@@ -79,7 +77,8 @@ def output() -> Output:
             verbose=bool(obj.get("verbose")),
             log_json=obj.get("log_format") == "json",
         )
-    return obj["output"]  # type: ignore[no-any-return]
+    out: Output = obj["output"]
+    return out
 
 
 def settings() -> Settings:
@@ -90,7 +89,7 @@ def settings() -> Settings:
     flags = {"uri": obj.get("uri"), "db": obj.get("db"), "migrations_dir": obj.get("dir")}
     if obj.get("no_env") and obj.get("env_file"):
         raise ConfigInvalidError("--env-file and --no-env cannot be combined")
-    env_file = False if obj.get("no_env") else obj.get("env_file")
+    env_file: Path | Literal[False] | None = False if obj.get("no_env") else obj.get("env_file")
     loaded = load_settings(flags, config_path=obj.get("config"), env_file=env_file)
     if not obj.get("secrets_checked"):
         obj["secrets_checked"] = True
@@ -139,7 +138,7 @@ def _warn_secrets_in_file(out: Output) -> None:
 STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
 
 
-def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
+def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary (``stopping`` says
     which), the second ends it now.
 
@@ -176,7 +175,7 @@ def run_async(make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = S
     return _beside_running_loop(main, on_signal)
 
 
-def _beside_running_loop(main: Callable[[], Awaitable[T]], on_signal: Callable[[int], None]) -> T:
+def _beside_running_loop[T](main: Callable[[], Awaitable[T]], on_signal: Callable[[int], None]) -> T:
     """``asyncio.run(main())`` in a worker thread: ``asyncio.run`` refuses a thread whose loop runs."""
 
     async def run() -> T:

@@ -22,8 +22,9 @@ from .app import confirm, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
     from ..background.inspect.drift import Verified
-    from ..background.state.model import WatchRecord
     from ..background.inspect.status import BackgroundReport
+    from ..background.state.controls import Action
+    from ..background.state.model import WatchRecord
     from ..project.settings import Settings
 
 
@@ -252,7 +253,8 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
         else:
             out.table(
                 ["seq", "status", "shard", "bracket", "estimate", "scanned", "migrated", "failed", "leased", "slot", "failures"],
-                [(r.seq, r.status, r.shard or "", r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot, r.failures) for r in rows],
+                [(r.seq, r.status, r.shard or "", r.bracket, r.estimate, r.scanned, r.migrated, r.failed, "yes" if r.leased else "", r.slot,
+                    r.failures) for r in rows],
             )
             if shards:
                 out.table(
@@ -299,8 +301,10 @@ def _render_watchers(watchers: list[WatchRecord]) -> None:
 
 @background.command(name="watch")
 @click.option("--collections", metavar="A,B", help="Only these collections (default: every collection with a completed migration).")
-@click.option("--save-interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS", help="How often the leader saves its position.")
-@click.option("--max-lag", type=click.FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS", help="Behind by more than this, it reopens the migrations instead.")
+@click.option("--save-interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
+    help="How often the leader saves its position.")
+@click.option("--max-lag", type=click.FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS",
+    help="Behind by more than this, it reopens the migrations instead.")
 @global_options
 def watch_(collections: str | None, save_interval: float, max_lag: float) -> int:
     """Upgrade old-shape documents written after their migration completed, as they land.
@@ -326,7 +330,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
     return 0
 
 
-def _control(action: str, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
+def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
 
@@ -334,7 +338,7 @@ def _control(action: str, name: str, reason: str | None, yes: bool, from_start: 
     if action in ("cancel", "unlock") or from_start:
         confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))  # type: ignore[arg-type]
+        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))
     out = output()
     if out.json_mode:
         out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})
@@ -347,7 +351,8 @@ def _control(action: str, name: str, reason: str | None, yes: bool, from_start: 
 @click.option("--sample", type=click.IntRange(1, 1000), metavar="N", help="N documents of the old shape at random (the default, 5).")
 @click.option("--first", type=click.IntRange(1, 1000), metavar="N", help="The first N documents of the old shape by _id.")
 @click.option("--revert", is_flag=True, help="Preview the declared revert instead (documents at to_version).")
-@click.option("--validate", is_flag=True, help="Write each document in a transaction that is always aborted: the server's verdict per document; the transform runs in a sandbox.")
+@click.option("--validate", is_flag=True,
+    help="Write each document in a transaction that is always aborted: the server's verdict per document; the transform runs in a sandbox.")
 @click.option("--steps", type=click.IntRange(1, 100), metavar="K", help="With --validate, a step migration: up to K step calls (default 1).")
 @global_options
 def dry_run(file: str, sample: int | None, first: int | None, revert: bool, validate: bool, steps: int | None) -> int | None:
@@ -491,7 +496,10 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
         action = "reopened for another pass ('mongoshift background run' does it)" if reopen else "reported (--reopen gives it another pass)"
         out.warn(f"old-shape documents written after completion: {', '.join(drifted)}; {action}")
     if stranded:
-        out.warn(f"documents below the version of {', '.join(stranded)} at a version no migration upgrades: no pass can rewrite them (a migration from their version can)")
+        out.warn(
+            f"documents below the version of {', '.join(stranded)} at a version no migration upgrades: "
+            "no pass can rewrite them (a migration from their version can)"
+        )
     if drifted or stranded:
         return int(ExitCode.BACKGROUND_PENDING)
     return 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -43,7 +44,7 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
         out.say(f"{unchanged} item(s) already as declared")
 
 
-def interactive_confirm(yes: bool):  # type: ignore[no-untyped-def]
+def interactive_confirm(yes: bool) -> Callable[[list[Action]], Awaitable[bool]] | None:
     """The callback that asks before destructive steps, or None (refuse them) without a terminal."""
     out = output()
     if yes or not can_ask():
@@ -95,7 +96,7 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
     return 0
 
 
-def _render_failed(body: dict) -> None:  # type: ignore[type-arg]
+def _render_failed(body: dict[str, Any]) -> None:
     """A refused or failed run's rows, from the report in the error's details."""
     rows = [
         (r["collection"], r["target"], r["name"] or "", r["action"], r["status"] + (f": {r['error']}" if r.get("error") else ""), r["reason"] or "")

@@ -173,7 +173,7 @@ def run_demo(out: Output, orders_count: int = ORDERS) -> None:
         settings = load_settings({}, config_path=config)
         out.say(f"sample project: {tmp} ({len(SAMPLE_MIGRATIONS)} migrations)")
 
-        async def scenario() -> dict[str, object]:
+        async def scenario() -> dict[str, Any]:
             client = await connect(settings)
             try:
                 await seed_orders(client, orders_count)
@@ -190,14 +190,14 @@ def run_demo(out: Output, orders_count: int = ORDERS) -> None:
         report = result["report"]
         assert isinstance(report, api.RunReport)
         if not out.json_mode:
-            _show_status(out, result["before"], "before 'mongoshift up'")  # type: ignore[arg-type]
+            _show_status(out, result["before"], "before 'mongoshift up'")
             out.table(
                 ["migration", "status", "batch", "duration", "note"],
                 [(r.name, r.status, r.batch, f"{r.duration_ms} ms", r.reason or "") for r in report.results],
                 title="mongoshift up",
             )
             out.say(f"a migrated document: {result['user']}")
-            _show_status(out, result["after"], "after 'mongoshift up': the background migration is registered, not yet run")  # type: ignore[arg-type]
+            _show_status(out, result["after"], "after 'mongoshift up': the background migration is registered, not yet run")
             out.say(f"running the background migration over {orders_count:,} orders with 4 lanes while the application writes ...")
         bg_result = asyncio.run(background_scenario(settings, out, orders_count))
         bg_report = bg_result["report"]
@@ -205,7 +205,7 @@ def run_demo(out: Output, orders_count: int = ORDERS) -> None:
             out.json({
                 "uri": uri,
                 "up": report.to_json(),
-                "status_after_up": api.rows_to_json(result["after"]),  # type: ignore[arg-type]
+                "status_after_up": api.rows_to_json(result["after"]),
                 "status": api.rows_to_json(bg_result["status"]),
                 "sample_document": result["user"],
                 "background": bg_report.to_json(),

@@ -7,15 +7,17 @@ with the exit code of its kind (docs/exit-codes.md).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeIs
 
 import click
 
 from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError
 from ..project.redaction import strip_controls, uri_secrets
+from .adoption import baseline as baseline_command, import_command
 from .app import (
     WAIT_HELP,
     cli,
@@ -26,13 +28,14 @@ from .app import (
     run_async,
     settings,
 )
-from .adoption import baseline as baseline_command, import_command
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
 from .output import Output, release_stdout
 
 if TYPE_CHECKING:
+    from pymongo.errors import PyMongoError
+
     from ..api import migrations as api
 
 # Start-up time (bench/cli.py): this module loads for every command and for --help, so it
@@ -396,10 +399,10 @@ def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None =
 
 def _log_json(args: list[str]) -> bool:
     """``--log-format json`` among the arguments (the error of a failed command is a JSON line too)."""
-    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in zip(args, args[1:], strict=False))
+    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in itertools.pairwise(args))
 
 
-def _driver_error(exc: BaseException | None) -> bool:
+def _driver_error(exc: BaseException | None) -> TypeIs[PyMongoError]:
     """Whether ``exc`` is one of pymongo's errors; none can be while the driver is not even loaded
     (start-up time: this module does not import it, see the note at the top)."""
     errors = sys.modules.get("pymongo.errors")

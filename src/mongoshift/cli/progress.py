@@ -146,7 +146,7 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
             return
         try:
             reports = await bg.status(settings)
-        except Exception:  # noqa: BLE001 - a progress line is never worth failing the run
+        except Exception:  # a progress line is never worth failing the run
             continue
         for r in reports:
             if wanted is not None and r.name.removesuffix(".py") not in wanted:

@@ -122,8 +122,7 @@ class Applier:
         approved_keys = {a.key for a in approved if a.destructive}
         unapproved = [a for a in actions if a.destructive and a.key not in approved_keys]
         if conflicts or unapproved:
-            results = [ActionResult(a, "refused", "found when re-planning before applying") for a in conflicts + unapproved]
-            raise ApplyFailed(results)
+            raise ApplyFailed([ActionResult(a, "refused", "found when re-planning before applying") for a in conflicts + unapproved])
         results: list[ActionResult] = []
         failed = False
         creates = [a for a in actions if a.target == "index" and a.action == "create"]

@@ -28,7 +28,7 @@ from ..project.events import end_fields
 from ..project.redaction import describe_error, redact
 from ..project.session import Session
 from ..schema.collections import CollectionDeclaration
-from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm
+from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm, Status
 from .inspection import CollectionState, inspect_all
 from .journal import ConvergeJournal
 from .planner import Plan, plan
@@ -38,8 +38,8 @@ log = logging.getLogger("mongoshift.converge")
 
 
 def _planned(p: Plan) -> list[ActionResult]:
-    status = {"conflict": "refused"}
-    return [ActionResult(a, status.get(a.action, "planned" if a.changing else "ok")) for a in p.actions]  # type: ignore[arg-type]
+    status: dict[str, Status] = {"conflict": "refused"}
+    return [ActionResult(a, status.get(a.action, "planned" if a.changing else "ok")) for a in p.actions]
 
 
 def _warnings(p: Plan, declarations: list[CollectionDeclaration]) -> list[str]:

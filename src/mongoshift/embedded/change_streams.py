@@ -244,7 +244,7 @@ class ChangeHistory(ChangeStreamHub):
             # Index from the newest end: readers are near it, and a deque indexes fast at its ends.
             return [self._history[i] for i in range(start, min(start + limit, len(self._history)))]
 
-    async def wait_after(self, position: int, timeout: float) -> None:
+    async def wait_after(self, position: int, timeout: float) -> None:  # noqa: ASYNC109 - a getMore's await: it returns at the timeout
         """Return once an event after ``position`` exists, or after ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
@@ -500,7 +500,7 @@ def patch_update_events() -> None:
             kwargs["full_document"] = kwargs["update_description"] = None
         publish(self, operation_type=operation_type, **kwargs)
 
-    CollectionRuntimeCoordinator.publish_change_event = publish_lean  # type: ignore[method-assign]
+    CollectionRuntimeCoordinator.publish_change_event = publish_lean
 
 
 def patch_wire() -> None:
@@ -535,7 +535,7 @@ def patch_wire() -> None:
             if others:
                 rest = await original(self, dataclasses.replace(context, command_document={**command, "cursors": others}))
                 for key in ("cursorsKilled", "cursorsNotFound", "cursorsAlive", "cursorsUnknown"):
-                    reply[key] = reply[key] + list(rest.get(key, []))  # type: ignore[operator]
+                    reply[key] = reply[key] + list(rest.get(key, []))  # type: ignore[call-overload]  # mongoeco types a reply's values as object: these are lists
             return reply
         return await original(self, context)
 

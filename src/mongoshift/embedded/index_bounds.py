@@ -130,7 +130,7 @@ def index_key(doc: Mapping[str, Any], pattern: Pattern) -> tuple[Any, ...]:
 
 def compare(a: Sequence[Any], b: Sequence[Any], pattern: Pattern) -> int:
     """-1, 0 or 1: ``a`` before, at or after ``b`` in the index's order."""
-    for x, y, (_, direction) in zip(a, b, pattern):
+    for x, y, (_, direction) in zip(a, b, pattern, strict=False):
         ox, oy = order(x), order(y)
         if ox != oy:
             before = ox < oy
@@ -150,4 +150,4 @@ def bound(spec: Any, pattern: Pattern, name: str) -> tuple[Any, ...]:
     fields = pairs(spec)
     if [f for f, _ in fields] != [f for f, _ in pattern]:
         raise UnsupportedKey(f"the {name} bound's fields must be the hinted index's key pattern, in order")
-    return tuple(Int64(v) if d == "hashed" and isinstance(v, int) and not isinstance(v, bool) else v for (_, v), (_, d) in zip(fields, pattern))
+    return tuple(Int64(v) if d == "hashed" and isinstance(v, int) and not isinstance(v, bool) else v for (_, v), (_, d) in zip(fields, pattern, strict=True))

@@ -21,6 +21,7 @@ import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ DEFAULT_CHANGE_HISTORY = 100_000
 #   the slowest consumer, so a high cap costs no memory without watchers;
 # - count_documents is an aggregation, and fails past
 #   aggregation_materialization_limit matching documents (default 50,000).
-ENGINE_OPTIONS: dict[str, object] = {
+ENGINE_OPTIONS: dict[str, Any] = {
     "change_log_max_entries": 1_000_000,
     "aggregation_materialization_limit": None,
 }
@@ -135,7 +136,7 @@ async def serve(
 
     from mongoshift.embedded.change_streams import attach_history
 
-    engine = MemoryEngine(**ENGINE_OPTIONS)  # type: ignore[arg-type]
+    engine = MemoryEngine(**ENGINE_OPTIONS)
     client = AsyncMongoClient(engine)
     history = attach_history(client, change_history)
     await engine.connect()

@@ -157,9 +157,9 @@ class Executor:
             await self._hook("before_all", self._hook_ctx("before_all"))
             for index, step in enumerate(plan.steps):
                 self._check_stop(results)
-                step_batch = batch + index if batch_per_step and step.direction == "up" else batch
+                step_batch: int | None = batch + index if batch_per_step and step.direction == "up" else batch
                 if step.direction == "down":
-                    step_batch = step.record.batch if step.record else None  # type: ignore[assignment]
+                    step_batch = step.record.batch if step.record else None
                 info = {"direction": step.direction, "index": index, "total": len(plan.steps), "batch": step_batch}
                 stop = await self._requirements(step)
                 if stop:

@@ -121,9 +121,10 @@ def end_fields(started: float, failure: BaseException | None, *, outcome: str = 
     data: dict[str, Any] = {"duration_ms": int((time.monotonic() - started) * 1000), "outcome": outcome}
     if failure is not None:
         data["outcome"] = "failed"
-        known = isinstance(failure, MongoshiftError)
-        data["error_kind"] = failure.kind if known else "unexpected"
-        data["error"] = failure.message if known else describe_error(failure)
+        if isinstance(failure, MongoshiftError):
+            data["error_kind"], data["error"] = failure.kind, failure.message
+        else:
+            data["error_kind"], data["error"] = "unexpected", describe_error(failure)
     return data
 
 

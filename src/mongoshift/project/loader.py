@@ -17,10 +17,11 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -135,8 +136,8 @@ class MigrationFile:
         return self.module
 
     def _export(self, attr: str) -> Callable[..., Any]:
-        fn = getattr(self._loaded(), attr)
-        return fn  # type: ignore[no-any-return]
+        fn: Callable[..., Any] = getattr(self._loaded(), attr)
+        return fn
 
 
 def discover(directory: Path) -> list[MigrationFile]:
@@ -311,7 +312,7 @@ def _timeout_problems(module: ModuleType) -> list[str]:
 def _background_problems(module: ModuleType) -> list[str]:
     from ..schema.background import Background  # start-up time: see MigrationFile.background
 
-    spec = getattr(module, "background")
+    spec = module.background
     problems: list[str] = []
     if hasattr(module, "timeout_seconds"):
         problems.append("timeout_seconds bounds an up/down body; a background migration runs in slices and has none")

@@ -192,7 +192,9 @@ def without_secrets(uri: str) -> str:
     scheme, sep, rest = uri.partition("://")
     if not sep:
         return uri
-    authority, tail = re.match(r"([^/?#]*)(.*)", rest, re.DOTALL).groups()  # type: ignore[union-attr]
+    parts = re.match(r"([^/?#]*)(.*)", rest, re.DOTALL)
+    assert parts is not None  # both groups match the empty string: any text matches
+    authority, tail = parts.groups()
     authority = authority.rsplit("@", 1)[-1]
     path, qmark, query = tail.partition("?")
     if not qmark:

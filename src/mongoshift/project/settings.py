@@ -19,7 +19,7 @@ import shlex
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -38,7 +38,6 @@ from .env_file import read_env_file
 
 _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
-R = TypeVar("R")
 
 #: The settings that name a collection mongoshift keeps its own records in (in field order).
 OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection")
@@ -240,7 +239,7 @@ def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
     # Relative paths in a file are relative to that file, not to where the command runs.
     for key in ("migrations_dir", "template_path", "collections_dir"):
         if isinstance(values.get(key), str):
-            values[key] = str((path.parent / values[key]))
+            values[key] = str(path.parent / values[key])
     if isinstance(values.get("hooks"), str) and values["hooks"].endswith(".py"):
         values["hooks"] = str(path.parent / values["hooks"])
     return values, problems
@@ -259,7 +258,9 @@ _NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "
 
 @functools.cache
 def _strict_type(key: str) -> TypeAdapter[Any]:
-    return TypeAdapter(Settings.model_fields[key].annotation, config=ConfigDict(strict=True))
+    annotation = Settings.model_fields[key].annotation
+    assert annotation is not None  # every field of Settings is annotated
+    return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
 def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
@@ -396,7 +397,7 @@ def load_settings(
         raise ConfigInvalidError("; ".join(problems), problems=problems) from None
 
 
-def _collect(problems: list[str], step: Callable[..., R], *args: Any) -> R | None:
+def _collect[R](problems: list[str], step: Callable[..., R], *args: Any) -> R | None:
     """``step(*args)``, or None with its refusal added to ``problems`` (reported with the others)."""
     try:
         return step(*args)

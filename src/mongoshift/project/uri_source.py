@@ -34,7 +34,7 @@ async def resolve_uri(settings: Settings) -> Settings:
     return settings.model_copy(update={"uri": _checked(uri, where)})
 
 
-def _checked(uri: Any, where: str) -> str:
+def _checked(uri: object, where: str) -> str:
     """One mongodb:// line; the error says what is wrong with it, never what it is."""
     if not isinstance(uri, str):
         raise UriUnavailableError(f"{where} returned a {type(uri).__name__}, not a connection string")
@@ -48,7 +48,7 @@ def _checked(uri: Any, where: str) -> str:
     return uri
 
 
-async def _from_command(argv: list[str], timeout: float, where: str) -> str:
+async def _from_command(argv: list[str], timeout: float, where: str) -> str:  # noqa: ASYNC109 - it kills the program and says so
     """Run the program without a shell, stdin closed; its stdout is the URI."""
     try:
         process = await asyncio.create_subprocess_exec(
@@ -72,7 +72,7 @@ async def _from_command(argv: list[str], timeout: float, where: str) -> str:
         raise UriUnavailableError(f"{where} printed something that is not UTF-8 text") from None
 
 
-async def _from_factory(spec: str, timeout: float, where: str) -> Any:
+async def _from_factory(spec: str, timeout: float, where: str) -> Any:  # noqa: ASYNC109 - it says which setting bounds it
     """Import ``package.module`` and call ``function()``: an ``async def`` on the loop, a plain one in a thread."""
     module_name, _, attribute = spec.partition(":")
     try:

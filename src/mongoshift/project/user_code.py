@@ -53,7 +53,7 @@ def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 - an object whose __call__ is async
 
 
 async def call(fn: Callable[..., Any], *args: Any) -> Any:

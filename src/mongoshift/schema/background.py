@@ -149,7 +149,7 @@ class Background(BaseModel):
         if isinstance(data, Mapping):
             data = _transaction_defaults(dict(data))
         try:
-            spec = handler(data)
+            spec: Background = handler(data)
         except ValidationError as exc:
             errors: list[Any] = list(exc.errors())
             if not isinstance(data, Mapping):
@@ -166,7 +166,7 @@ class Background(BaseModel):
         ]
         if errors or problems:
             raise ValidationError.from_exception_data(cls.__name__, [*errors, *problems])
-        return spec  # type: ignore[no-any-return]
+        return spec
 
     @field_validator("max_replication_lag_ms", mode="before")
     @classmethod

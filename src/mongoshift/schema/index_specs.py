@@ -123,11 +123,11 @@ def normalize_collation(value: Any) -> dict[str, Any] | None:
     """``None`` for no collation; ``{locale: "simple"}`` is the binary comparison, the same as none."""
     if not value:
         return None
-    doc = canonical(value)
+    doc: dict[str, Any] = canonical(value)
     if doc.get("locale") == "simple":
         return None
     doc.pop("version", None)
-    return doc  # type: ignore[no-any-return]
+    return doc
 
 
 def collation_matches(declared: Mapping[str, Any] | None, server: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -> bool:

@@ -89,7 +89,8 @@ class OpenTelemetry:
         except Exception:
             log.exception("OpenTelemetry: no tracer, so no spans (ignored)")
         try:
-            meter = metrics.get_meter(names.SCOPE, release, meter_provider=self.meter_provider)
+            # The provider's own get_meter: metrics.get_meter wants a version string, and a bare checkout has none.
+            meter = (self.meter_provider or metrics.get_meter_provider()).get_meter(names.SCOPE, release)
             self._metrics = Metrics(meter, attributes)
         except Exception:
             log.exception("OpenTelemetry: no meter, so no metrics (ignored)")

@@ -130,8 +130,10 @@ class Spans:
             with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 yield
         except Exception as exc:
-            known = isinstance(exc, MongoshiftError)
-            _fail(span, exc.kind if known else "unexpected", exc.message if known else describe_error(exc))
+            if isinstance(exc, MongoshiftError):
+                _fail(span, exc.kind, exc.message)
+            else:
+                _fail(span, "unexpected", describe_error(exc))
             raise
         finally:  # a cancelled task (the runner stopping) is no failure
             self._unit.reset(token)

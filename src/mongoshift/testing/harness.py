@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from mongoshift import api
 
@@ -27,19 +27,17 @@ if TYPE_CHECKING:
 
     from mongoshift.api import BackgroundReport, RunReport, Settings, StatusRow
 
-T = TypeVar("T")
-P = ParamSpec("P")
 
 #: The embedded server answers every connection from one event loop: be patient with it
 #: (docs/embedded.md, defect 7), as the project's own suite is.
-CLIENT_OPTIONS: dict[str, int] = {
+CLIENT_OPTIONS: dict[str, Any] = {
     "connectTimeoutMS": 120_000,
     "socketTimeoutMS": 300_000,
     "serverSelectionTimeoutMS": 30_000,
 }
 
 
-def _blocking(call: Callable[[], Awaitable[T]]) -> T:
+def _blocking[T](call: Callable[[], Awaitable[T]]) -> T:
     """Run ``call()`` to its end on a loop of its own, whatever the calling thread is doing."""
 
     __tracebackhide__ = True
@@ -51,7 +49,7 @@ def _blocking(call: Callable[[], Awaitable[T]]) -> T:
         try:
             return pool.submit(asyncio.run, main()).result()
         except (api.MongoshiftError, AssertionError) as exc:  # the thread hand-off is noise to the user
-            raise exc.with_traceback(None)
+            raise exc.with_traceback(None)  # noqa: B904 - the same exception, its cause kept
 
 
 def _frames_in(folder: Path, tb: TracebackType | None) -> TracebackType | None:
@@ -67,7 +65,7 @@ def _frames_in(folder: Path, tb: TracebackType | None) -> TracebackType | None:
     return kept
 
 
-def _users_view(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+def _users_view[**P, T](method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """A failure shows where it happens to the user: their test line, the error, and their migration's lines.
 
     The error is mongoshift's own (``pytest.raises`` still catches it); only mongoshift's internal

@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -96,7 +96,7 @@ def mongoshift_project(
             f"set {CONFIG_OPTION} in the pytest configuration to the project file to test",
             pytrace=False,
         )
-    client: MongoClient = MongoClient(mongoshift_uri, **CLIENT_OPTIONS)
+    client: MongoClient[dict[str, Any]] = MongoClient(mongoshift_uri, **CLIENT_OPTIONS)
     try:
         yield MigrationHarness(settings, client)
     finally:
@@ -107,6 +107,6 @@ def mongoshift_project(
 
 
 @pytest.fixture
-def mongoshift_db(mongoshift_project: MigrationHarness) -> Database:
+def mongoshift_db(mongoshift_project: MigrationHarness) -> Database[dict[str, Any]]:
     """The test's fresh database (pymongo's sync API); the same one ``mongoshift_project`` migrates."""
     return mongoshift_project.db

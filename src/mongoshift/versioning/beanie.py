@@ -53,7 +53,8 @@ class VersionedDocument(Document):
         return await super().insert(session=session, **kwargs)
 
     @classmethod
-    async def insert_many(cls, documents: Any, session: AsyncClientSession | None = None, **kwargs: Any) -> Any:
+    # Beanie's further options are passed through by keyword (type: ignore: mypy wants them positional too).
+    async def insert_many(cls, documents: Any, session: AsyncClientSession | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
         """``insert_many`` with every document stamped first."""
         documents = list(documents)
         for document in documents:
@@ -63,7 +64,8 @@ class VersionedDocument(Document):
     @validate_self_before
     @wrap_with_actions(EventTypes.REPLACE)
     @save_state_after
-    async def replace(self, *, session: AsyncClientSession | None = None, bulk_writer: Any = None, **kwargs: Any) -> Self:
+    # Keyword-only on purpose (type: ignore): Beanie's positional ignore_revision has no meaning here, the revision always guards.
+    async def replace(self, *, session: AsyncClientSession | None = None, bulk_writer: Any = None, **kwargs: Any) -> Self:  # type: ignore[override]
         """Replace the stored document, only at the revision this instance read."""
         _refuse_bulk(bulk_writer)
         if self.id is None:
@@ -74,7 +76,8 @@ class VersionedDocument(Document):
     @validate_self_before
     @wrap_with_actions(EventTypes.SAVE)
     @save_state_after
-    async def save(self, *, session: AsyncClientSession | None = None, **kwargs: Any) -> Self:
+    # Keyword-only on purpose (type: ignore): Beanie's link_rule and ignore_revision have no meaning here.
+    async def save(self, *, session: AsyncClientSession | None = None, **kwargs: Any) -> Self:  # type: ignore[override]
         """Insert a new document, or replace a stored one guarded by its revision.
 
         A document with an id but no revision that is not stored yet is inserted
@@ -91,7 +94,8 @@ class VersionedDocument(Document):
         return self
 
     @save_state_after
-    async def update(self, *args: Any, session: AsyncClientSession | None = None, bulk_writer: Any = None, skip_actions: list[Any] | None = None, **kwargs: Any) -> Self:
+    async def update(self, *args: Any, session: AsyncClientSession | None = None, bulk_writer: Any = None, skip_actions: list[Any] | None = None,
+        **kwargs: Any) -> Self:
         """A partial update (also behind ``set``, ``inc``, ``current_date``, ``save_changes``),
         guarded by the revision and bumping it; the instance gets the stored result."""
         _refuse_bulk(bulk_writer)
@@ -116,7 +120,8 @@ class VersionedDocument(Document):
     async def _guarded_replace(self, session: AsyncClientSession | None) -> None:
         document = get_dict(self, to_db=True, keep_nulls=self.get_settings().keep_nulls)
         result = await replace_with_revision(
-            self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0, expected_version=self.shape_version or 0, session=session
+            self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0, expected_version=self.shape_version or 0,
+                session=session
         )
         self.revision = result.revision
 

@@ -141,7 +141,8 @@ def guard_bump(
 ) -> GuardedWrite:
     """Only the revision bump; unguarded when ``expected_revision`` is None (a missing or null revision becomes 1)."""
     if expected_revision is not None:
-        return guard_update(filter, {}, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field, revision_field=revision_field)
+        return guard_update(filter, {}, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field,
+            revision_field=revision_field)
     base = _guarded_filter(filter, None, expected_version, False, version_field, revision_field)
     bump = [{"$set": {revision_field: {"$add": [{"$ifNull": [f"${revision_field}", 0]}, 1]}}}]
     return _write(base, bump, filter, None, expected_version, version_field, revision_field)
@@ -150,7 +151,8 @@ def guard_bump(
 # -- the rules -------------------------------------------------------------
 
 
-def _write(base: dict[str, Any], document: Any, filter: Mapping[str, Any], expected_revision: int | None, expected_version: int | None, version_field: str, revision_field: str) -> GuardedWrite:
+def _write(base: dict[str, Any], document: Any, filter: Mapping[str, Any], expected_revision: int | None, expected_version: int | None, version_field: str,
+    revision_field: str) -> GuardedWrite:
     lookup = {"_id": filter["_id"]} if "_id" in filter else dict(filter)
     return GuardedWrite(base, document, lookup, expected_revision, expected_version, version_field, revision_field)
 

@@ -14,12 +14,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from .errors import RevisionConflictError
 from .fields import check_number
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,7 +39,7 @@ def _retryable(exc: RevisionConflictError, attempt: int, attempts: int) -> bool:
     return exc.reason == "conflict" and attempt < attempts
 
 
-async def retry_on_conflict(
+async def retry_on_conflict[T](
     fn: Callable[[], Awaitable[T]],
     attempts: int = 3,
     *,
@@ -65,7 +62,7 @@ async def retry_on_conflict(
         attempt += 1
 
 
-def retry_on_conflict_sync(
+def retry_on_conflict_sync[T](
     fn: Callable[[], T],
     attempts: int = 3,
     *,

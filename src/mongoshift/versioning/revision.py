@@ -42,7 +42,8 @@ async def update_with_revision(
 ) -> RevisionResult:
     """``update_one`` that applies only while the document is at ``expected_revision`` (and
     ``expected_version``), and bumps the revision. ``options`` go to ``update_one``."""
-    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field, revision_field=revision_field)
+    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field,
+        revision_field=revision_field)
     require_acknowledged(collection)
     result = await collection.update_one(plan.filter, plan.document, session=session, **options)
     if result.matched_count == 0:
@@ -65,7 +66,8 @@ async def replace_with_revision(
 ) -> RevisionResult:
     """``replace_one`` guarded like :func:`update_with_revision`; stores revision + 1 and
     keeps the version (the replacement's own, else ``expected_version``)."""
-    plan = guard_replacement(filter, replacement, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field, revision_field=revision_field)
+    plan = guard_replacement(filter, replacement, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert,
+        version_field=version_field, revision_field=revision_field)
     require_acknowledged(collection)
     result = await collection.replace_one(plan.filter, plan.document, session=session, **options)
     if result.matched_count == 0:
@@ -89,7 +91,8 @@ async def find_one_and_update_with_revision(
 ) -> dict[str, Any]:
     """``find_one_and_update`` guarded like :func:`update_with_revision`; returns the
     document after the write by default (so its new revision is at hand)."""
-    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field, revision_field=revision_field)
+    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field,
+        revision_field=revision_field)
     require_acknowledged(collection)
     doc: dict[str, Any] | None = await collection.find_one_and_update(plan.filter, plan.document, session=session, return_document=return_document, **options)
     if doc is None:
@@ -109,9 +112,11 @@ async def bump_revision(
 ) -> int:
     """Increment the revision and nothing else, so that writers holding the old one conflict
     (e.g. after a change stored elsewhere). Returns the new revision."""
-    plan = guard_bump(filter, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field, revision_field=revision_field)
+    plan = guard_bump(filter, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field,
+        revision_field=revision_field)
     require_acknowledged(collection)
-    doc = await collection.find_one_and_update(plan.filter, plan.document, projection={revision_field: 1, "_id": 0}, session=session, return_document=ReturnDocument.AFTER)
+    doc = await collection.find_one_and_update(plan.filter, plan.document, projection={revision_field: 1, "_id": 0}, session=session,
+        return_document=ReturnDocument.AFTER)
     if doc is None:
         raise await _explain(collection, plan, session)
     return revision_of(doc, revision_field)

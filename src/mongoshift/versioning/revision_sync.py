@@ -39,7 +39,8 @@ def update_with_revision_sync(
 ) -> RevisionResult:
     """``update_one`` that applies only while the document is at ``expected_revision`` (and
     ``expected_version``), and bumps the revision. ``options`` go to ``update_one``."""
-    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field, revision_field=revision_field)
+    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field,
+        revision_field=revision_field)
     require_acknowledged(collection)
     result = collection.update_one(plan.filter, plan.document, session=session, **options)
     if result.matched_count == 0:
@@ -62,7 +63,8 @@ def replace_with_revision_sync(
 ) -> RevisionResult:
     """``replace_one`` guarded like :func:`update_with_revision_sync`; stores revision + 1 and
     keeps the version (the replacement's own, else ``expected_version``)."""
-    plan = guard_replacement(filter, replacement, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field, revision_field=revision_field)
+    plan = guard_replacement(filter, replacement, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert,
+        version_field=version_field, revision_field=revision_field)
     require_acknowledged(collection)
     result = collection.replace_one(plan.filter, plan.document, session=session, **options)
     if result.matched_count == 0:
@@ -86,7 +88,8 @@ def find_one_and_update_with_revision_sync(
 ) -> dict[str, Any]:
     """``find_one_and_update`` guarded like :func:`update_with_revision_sync`; returns the
     document after the write by default (so its new revision is at hand)."""
-    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field, revision_field=revision_field)
+    plan = guard_update(filter, update, expected_revision=expected_revision, expected_version=expected_version, upsert=upsert, version_field=version_field,
+        revision_field=revision_field)
     require_acknowledged(collection)
     doc: dict[str, Any] | None = collection.find_one_and_update(plan.filter, plan.document, session=session, return_document=return_document, **options)
     if doc is None:
@@ -106,9 +109,11 @@ def bump_revision_sync(
 ) -> int:
     """Increment the revision and nothing else, so that writers holding the old one conflict
     (e.g. after a change stored elsewhere). Returns the new revision."""
-    plan = guard_bump(filter, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field, revision_field=revision_field)
+    plan = guard_bump(filter, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field,
+        revision_field=revision_field)
     require_acknowledged(collection)
-    doc = collection.find_one_and_update(plan.filter, plan.document, projection={revision_field: 1, "_id": 0}, session=session, return_document=ReturnDocument.AFTER)
+    doc = collection.find_one_and_update(plan.filter, plan.document, projection={revision_field: 1, "_id": 0}, session=session,
+        return_document=ReturnDocument.AFTER)
     if doc is None:
         raise _explain(collection, plan, session)
     return revision_of(doc, revision_field)

@@ -28,9 +28,9 @@ from ...project.declarations import Declarations
 from ...project.server_errors import bad_hint, max_time_expired
 from ..state.controls import control
 from ..state.events import Events
-from ..write.job import stored_old_shape
 from ..state.model import State
 from ..state.store import BackgroundStore
+from ..write.job import stored_old_shape
 
 #: The probe's time bound (``maxTimeMS``): with the version index it needs one key.
 PROBE_MS = 5_000

@@ -18,8 +18,8 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 from ...project.server_errors import max_time_expired
 from ...schema.background import Background
-from ..write.document import version_match
 from ..state.store import BackgroundStore
+from ..write.document import version_match
 
 log = logging.getLogger("mongoshift.background")
 

@@ -283,7 +283,7 @@ def _whole_batch_errors(job: Job) -> Iterator[None]:
 
 
 def _transform_rows(job: Job, befores: list[dict[str, Any]], planned: PlannedUpdates) -> list[PreviewRow]:
-    updates = {id_key(owner["_id"]): update for owner, update in zip(planned.owners, planned.updates)}
+    updates = {id_key(owner["_id"]): update for owner, update in zip(planned.owners, planned.updates, strict=True)}
     errors = {id_key(error.id): error for error in planned.errors}
     rows = []
     for before in befores:

@@ -17,8 +17,8 @@ from typing import Literal
 
 from ...project.changelog import Changelog
 from ...project.loader import MigrationFile, load
-from .drift import old_shape_left, reopen as reopen_pass
 from ..state.store import BackgroundStore
+from .drift import old_shape_left, reopen as reopen_pass
 
 
 @dataclass(frozen=True)

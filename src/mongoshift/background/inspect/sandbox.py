@@ -194,6 +194,8 @@ class SandboxSession(_Proxy):
 class SandboxClient(_Proxy):
     """``ctx.client``: only the migration's own database can be reached through it."""
 
+    _db: SandboxDatabase
+
     def __init__(self, db: SandboxDatabase) -> None:
         self._bind(db=db, record=db._record, what="the client")
 
@@ -278,6 +280,8 @@ def _no_overrides(record: SandboxRecord, operation: str, target: str, options: M
 class SandboxCollection(_Proxy):
     """One ordinary collection of the migration's database: the allow-listed methods, in the sandbox's transaction."""
 
+    _db: SandboxDatabase
+
     def __init__(self, real: Any, db: SandboxDatabase) -> None:
         self._bind(real=real, db=db, record=db._record, what=f"the collection {real.name}")
 
@@ -336,7 +340,8 @@ class SandboxCollection(_Proxy):
             return []
         filter_ = args[0] if args else kwargs.get("filter", {})
         limit = 1 if operation.endswith("_one") or operation.startswith("find_one") else MAX_IMAGES
-        return await self._real.find(filter_, session=kwargs["session"], limit=limit).to_list(None)
+        images: list[Any] = await self._real.find(filter_, session=kwargs["session"], limit=limit).to_list(None)
+        return images
 
     async def _image(self, operation: str, before: list[Any], result: Any, session: Any) -> None:
         ids = [doc["_id"] for doc in before]
@@ -439,7 +444,7 @@ class SandboxCursor(_Proxy):
         if name == "to_list":
             async def to_list(*args: Any, **kwargs: Any) -> Any:
                 out = await attr(*args, **kwargs)
-                if not args and kwargs.get("length") is None or not self._real.alive:
+                if (not args and kwargs.get("length") is None) or not self._real.alive:
                     object.__setattr__(self, "_exhausted", True)
                 return out
 

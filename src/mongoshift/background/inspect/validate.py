@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from bson import decode
 from bson.codec_options import CodecOptions
@@ -44,8 +44,6 @@ from ...schema.index_specs import as_json
 from ..write.batch import DocumentError, PlannedUpdates, id_key, planned_updates, write_pipeline, write_planned
 from ..write.job import Job
 from .sandbox import SandboxRecord, sandbox
-
-T = TypeVar("T")
 
 #: How often a transient transaction error (a conflict with a concurrent writer) starts an attempt again.
 TRANSIENT_RETRIES = 3
@@ -74,7 +72,7 @@ def steps_count(steps: int | None) -> int:
     return size
 
 
-async def aborted(client: Any, body: Callable[[Any], Awaitable[T]]) -> T:
+async def aborted[T](client: Any, body: Callable[[Any], Awaitable[T]]) -> T:
     """``body(session)`` inside a snapshot transaction on the primary that is always aborted.
 
     A server without transactions is :class:`~mongoshift.errors.TransactionsUnsupportedError` (exit 15)."""
@@ -274,7 +272,8 @@ async def validate_steps(db: AsyncDatabase[Any], job: Job, count: int, *, protec
 
     ``stopped``: ``done`` (a step returned ``done: True``), ``steps`` (``count`` calls made), ``error``
     (a step raised or returned something a run refuses) or ``cancelled``."""
-    assert job.step is not None
+    step = job.step
+    assert step is not None
     record = SandboxRecord(protected, images=[])
 
     async def body(session: Any) -> ValidatedSteps:
@@ -291,7 +290,7 @@ async def validate_steps(db: AsyncDatabase[Any], job: Job, count: int, *, protec
             row = StepRow(index)
             rows.append(row)
             try:
-                out = await call(job.step, ctx)
+                out = await call(step, ctx)
             except PyMongoError:
                 if record.failure is None:  # not the sandboxed code's operation (or transient: the attempt is retried)
                     raise

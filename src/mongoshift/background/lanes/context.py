@@ -15,8 +15,8 @@ from ...project.changelog import Changelog
 from ...project.run import CancelSignal
 from ...schema.background import Background
 from ..state.events import Events
-from .health import CallableSignal, HealthSignal, ReplicationLag
 from ..state.store import BackgroundStore
+from .health import CallableSignal, HealthSignal, ReplicationLag
 
 
 @dataclass

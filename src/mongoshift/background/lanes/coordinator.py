@@ -18,17 +18,17 @@ from pymongo.errors import PyMongoError
 
 from ...project.lock import LeaseLock
 from ...schema.background import Background
-from .context import EngineContext
-from ..state.events import Event
-from ..state.failures import over_budget
-from ..write.job import Job
-from ..state.model import COUNTERS, TERMINAL, Checkpoint, Scope, State
-from ..plan.planner import PlannedPartition, batch_filter, plan_pass
 from ..inspect.requires import Waiting, unmet
+from ..plan.planner import PlannedPartition, batch_filter, plan_pass
 from ..plan.shard_pass import plan_sharded_pass
 from ..plan.shard_plan import resharded
 from ..plan.shards import Detection, detect, read_identity
+from ..state.events import Event
+from ..state.failures import over_budget
+from ..state.model import COUNTERS, TERMINAL, Checkpoint, Scope, State
 from ..state.store import lock_id
+from ..write.job import Job
+from .context import EngineContext
 
 log = logging.getLogger("mongoshift.background")
 
@@ -114,7 +114,8 @@ class Coordinator:
                 return Decision("process", state, lanes=max(0, min(open_, free)))
         lock = self.new_lock(lock_id(name))
         if not await lock.try_acquire():
-            return Decision("busy", await self.engine.store.state(name), reason="another runner holds its coordinator lock (a killed one's lapses after background_lease_ttl_seconds)")
+            return Decision("busy", await self.engine.store.state(name),
+                reason="another runner holds its coordinator lock (a killed one's lapses after background_lease_ttl_seconds)")
         try:
             return await self._step(name, spec)
         finally:
@@ -273,7 +274,7 @@ class Coordinator:
         try:
             found.unread = await collection.count_documents(outside, limit=remaining or 1)
             if found.unread:
-                pipeline = [{"$match": outside}, {"$limit": 10_000}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
+                pipeline: list[dict[str, Any]] = [{"$match": outside}, {"$limit": 10_000}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
                 kinds = [doc async for doc in await collection.aggregate(pipeline)]
                 found.unread_types = ", ".join(f"{k['_id']} {k['n']}" for k in sorted(kinds, key=lambda k: -k["n"]))
         except PyMongoError as exc:  # a diagnosis only: the failure is reported either way

@@ -19,10 +19,10 @@ from pymongo.errors import PyMongoError
 from ...errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError
 from ...project.server_errors import connection_lost
 from ...schema.background import Background
-from .coordinator import Coordinator
-from .context import EngineContext
-from .lane import Lane
 from ..state.model import TERMINAL, State
+from .context import EngineContext
+from .coordinator import Coordinator
+from .lane import Lane
 from .outage import Outage
 from .throttle import sleep
 

@@ -24,14 +24,14 @@ from ...project.run import CancelSignal
 from ...project.session import Session, open_session
 from ...project.settings import Settings
 from ...schema.background import Background
-from .coordinator import Coordinator, Decision
 from ..plan.declared import align_file
-from .context import EngineContext
 from ..state.events import Events, Observer
-from .lane import Lane, SliceResult
 from ..state.model import State
-from .drive import Loaded, MigrationRun
 from ..state.store import BackgroundStore
+from .context import EngineContext
+from .coordinator import Coordinator, Decision
+from .drive import Loaded, MigrationRun
+from .lane import Lane, SliceResult
 
 
 @dataclass

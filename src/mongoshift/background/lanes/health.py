@@ -23,7 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from bson.timestamp import Timestamp
@@ -75,7 +75,7 @@ class ReplicationLag:
     ) -> None:
         self._command = admin_command
         off = max_lag_ms is None or max_lag_ms is False
-        self.max_lag_ms: float | None = None if off else float(max_lag_ms)  # type: ignore[arg-type]
+        self.max_lag_ms: float | None = None if max_lag_ms is None or max_lag_ms is False else float(max_lag_ms)
         self.refresh_s = refresh_s
         self.config_refresh_s = config_refresh_s
         self._now = now
@@ -269,7 +269,7 @@ def _optime_ms(member: Mapping[str, Any]) -> float | None:
     value = member.get("optimeDate")
     if isinstance(value, datetime):
         if value.tzinfo is None:  # pymongo's default: naive UTC
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value.timestamp() * 1000
     optime = member.get("optime")
     ts = optime.get("ts") if isinstance(optime, Mapping) else None

@@ -33,18 +33,18 @@ from pymongo.errors import PyMongoError
 from ...project.redaction import describe_error
 from ...project.server_errors import connection_lost
 from ...schema.background import Adaptive, Background
-from ..write.batch import BatchFailed
-from .context import EngineContext
-from ..state.failures import over_budget
-from .health import wait_while_unhealthy
-from ..write.job import Job
-from ..state.model import Lease, Partition, Scope, State
 from ..plan.key_filter import version_index_key
-from .modes import LeaseActivity, Mode, PartitionWork, mode_for, settle_left_batch
 from ..plan.shard_pass import has_index
+from ..state.failures import over_budget
+from ..state.model import Lease, Partition, Scope, State
+from ..write.batch import BatchFailed
+from ..write.job import Job
+from ..write.transaction import TransactionsUnsupported
+from .context import EngineContext
+from .health import wait_while_unhealthy
+from .modes import LeaseActivity, Mode, PartitionWork, mode_for, settle_left_batch
 from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
-from ..write.transaction import TransactionsUnsupported
 
 log = logging.getLogger("mongoshift.background")
 

@@ -30,14 +30,12 @@ from ...project.server_errors import (
 )
 from ...project.user_code import call
 from ...schema.background import MAX_CHECKPOINT_BYTES
+from ..plan.hash_drain import drain_after, drain_read
+from ..plan.planner import batch_filter, batch_sort, cursor_after
+from ..state.model import Checkpoint, Checkpointed, Lease, Partition
 from ..write.batch import BatchFailed, BatchResult, DocumentError, apply_batch, at_version, id_key
 from ..write.document import bson_problem
-from .context import EngineContext
-from ..plan.hash_drain import drain_after, drain_read
 from ..write.job import Job
-from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..plan.planner import batch_filter, batch_sort, cursor_after
-from .throttle import AdaptiveController, ThrottleReport
 from ..write.transaction import (
     Skip,
     TransactionalBatchSize,
@@ -47,6 +45,8 @@ from ..write.transaction import (
     run_batch,
     transaction_options,
 )
+from .context import EngineContext
+from .throttle import AdaptiveController, ThrottleReport
 
 
 @dataclass
@@ -309,7 +309,7 @@ async def settle_left_batch(work: PartitionWork) -> None:
     job = work.job
     ids: list[Any] = list(left.get("ids") or [])
     revs: list[Any] | None = left.get("revs")
-    read_as = {id_key(i): rev for i, rev in zip(ids, revs)} if revs is not None else None
+    read_as = {id_key(i): rev for i, rev in zip(ids, revs, strict=False)} if revs is not None else None
     field, revision, target = job.spec.version_field, job.revision_field, job.target
     projection = {field: 1, **({revision: 1} if revision else {})}
     primary = work.collection.with_options(read_preference=ReadPreference.PRIMARY)
@@ -458,7 +458,8 @@ class StepCalls:
         """One call and its checkpoint; the counts it reports (added by :meth:`advance` once they hold)."""
         engine = work.engine
         ctx = work.job.context(
-            str(work.partition.seq), engine.cancel, engine.events, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline, session=session
+            str(work.partition.seq), engine.cancel, engine.events, db=engine.db, client=engine.client, checkpoint=cursor.step, deadline=work.deadline,
+                session=session
         )
         out = await call(self.step, ctx)
         if not isinstance(out, dict) or not isinstance(out.get("done"), bool):

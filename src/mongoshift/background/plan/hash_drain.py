@@ -24,8 +24,8 @@ from typing import Any
 
 from bson import MinKey
 
-from .key_filter import conjoin, version_index_key
 from ..state.model import Checkpoint, Scope
+from .key_filter import conjoin, version_index_key
 
 #: Ids a draining segment steps over before it leaves the rest to the next pass.
 MAX_STUCK = 100
@@ -73,8 +73,8 @@ def drain_read(scope: Scope, cursor: Checkpoint, match: dict[str, Any], *, versi
     return DrainRead(
         filter=conjoin(match or None, stuck),
         hint=index,
-        min=_bound(index, version_field, region, dict(zip(fields, low))),
-        max=_bound(index, version_field, region, dict(zip(fields, high))),
+        min=_bound(index, version_field, region, dict(zip(fields, low, strict=False))),
+        max=_bound(index, version_field, region, dict(zip(fields, high, strict=False))),
     )
 
 

@@ -80,10 +80,10 @@ def tuple_compare(fields: Sequence[str], op: str, values: Sequence[Any]) -> dict
     strict = "gt" if op in ("gt", "gte") else "lt"
     clauses: list[dict[str, Any] | None] = []
     for i, field in enumerate(fields):
-        prefix = [_equal(f, v) for f, v in zip(fields[:i], values[:i])]
+        prefix = [_equal(f, v) for f, v in zip(fields[:i], values[:i], strict=True)]
         clauses.append(_both([*prefix, compare(field, strict, values[i])]))
     if op == "gte":
-        clauses.append(_both([_equal(f, v) for f, v in zip(fields, values)]))
+        clauses.append(_both([_equal(f, v) for f, v in zip(fields, values, strict=False)]))
     return _either(clauses)
 
 

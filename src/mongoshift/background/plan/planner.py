@@ -19,9 +19,9 @@ from typing import Any
 from bson import Decimal128, ObjectId
 from pymongo.asynchronous.collection import AsyncCollection
 
+from ..state.model import Checkpoint, Scope
 from .bson_order import BRACKETS
 from .key_filter import conjoin, ranges_filter, tuple_compare
-from ..state.model import Checkpoint, Scope
 
 MIN_OBJECT_ID = ObjectId("0" * 24)
 MAX_OBJECT_ID = ObjectId("f" * 24)

@@ -17,8 +17,8 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 
 from ...schema.background import Background
-from .key_filter import version_index_key
 from ..state.model import Scope
+from .key_filter import version_index_key
 from .planner import PlannedPartition, key_values, plan_pass
 from .shard_plan import ShardLayout, plan_partitions
 

@@ -60,7 +60,8 @@ async def read_identity(db: AsyncDatabase[Any], collection: str) -> dict[str, An
     """The collection's UUID and epoch as ``config.collections`` has them now (one small read, no chunks);
     None when not sharded or unreadable (then nothing is re-split)."""
     try:
-        doc = await db.client["config"]["collections"].find_one({"_id": f"{db.name}.{collection}"}, {"uuid": 1, "lastmodEpoch": 1, "key": 1, "dropped": 1, "unsplittable": 1})
+        doc = await db.client["config"]["collections"].find_one({"_id": f"{db.name}.{collection}"}, {"uuid": 1, "lastmodEpoch": 1, "key": 1, "dropped": 1,
+            "unsplittable": 1})
     except PyMongoError:
         return None
     layout = layout_from_documents(doc, [], f"{db.name}.{collection}")

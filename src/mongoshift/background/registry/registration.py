@@ -16,9 +16,9 @@ from typing import Literal
 from ...errors import IrreversibleMigrationError
 from ...project.changelog import Changelog
 from ...schema.background import Background
-from ..state.events import Events
 from ..inspect.input_probe import unversioned_warning
 from ..inspect.requires import unmet
+from ..state.events import Events
 from ..state.store import BackgroundStore
 
 log = logging.getLogger("mongoshift.background")
@@ -77,7 +77,7 @@ async def revert_or_withdraw(
     rewritten = (await store.live_counters(fresh))["migrated"]
     if fresh.mode == "step":
         rewritten += await store.started_partitions(name)
-    if rewritten or fresh.previous and fresh.previous.get("totals", {}).get("migrated"):
+    if rewritten or (fresh.previous and fresh.previous.get("totals", {}).get("migrated")):
         if paused:
             await store.transition(name, allowed=("paused",), to=was if was == "pending" else "running", action="resume", by=by, reason="down refused")
         raise IrreversibleMigrationError(

@@ -37,7 +37,8 @@ TRANSITIONS: dict[str, Rule] = {
     "cancel": Rule(("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",), "it has stopped already; 'retry' takes it up again"),
     "retry": Rule(("failed", "cancelled", "completed"), "pending", ("blocked", "pending", "running"), "use 'resume' for a paused one"),
     # Old shapes found after completion (``background verify --reopen``, ``requires``): one more pass.
-    "reopen": Rule(("completed",), "pending", ("blocked", "pending", "running"), "only a completed migration is reopened; 'retry' takes up a failed or cancelled one"),
+    "reopen": Rule(("completed",), "pending", ("blocked", "pending", "running"),
+        "only a completed migration is reopened; 'retry' takes up a failed or cancelled one"),
     # Forgetting checkpoints under working lanes would lose track of their writes: never "already done".
     "retry --from-start": Rule(("failed", "cancelled", "completed"), "pending", (), "cancel it first, then retry it from the start"),
 }

@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from ...project.events import Event, Observer
-from ...project.events import Events as LineEvents
+from ...project.events import Event, Events as LineEvents, Observer
 
 __all__ = ["NOTABLE", "Event", "Events", "Observer", "shown_by_caller"]
 
@@ -54,7 +53,9 @@ class Events(LineEvents):
         kind, data = event.kind, event.data
         if kind == "log":  # ctx.log in a transform wrote its own line on the migration's logger
             return
-        noisy = (kind == "throttle" and data.get("overloads")) or (kind == "drift" and (data.get("found") or data.get("stranded")) and data.get("action") != "upgraded")
+        noisy = (kind == "throttle" and data.get("overloads")) or (
+            kind == "drift" and (data.get("found") or data.get("stranded")) and data.get("action") != "upgraded"
+        )
         if kind in _shown.get():
             level = logging.DEBUG
         elif kind in ("failed", "lease_lost") or noisy:

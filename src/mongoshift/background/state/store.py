@@ -424,7 +424,7 @@ class BackgroundStore:
         ttl_ms: int,
         runner: str | None = None,
         shard_concurrency: int | None = None,
-    ) -> tuple[Lease, Partition] | None | bool:
+    ) -> tuple[Lease, Partition] | Literal[False] | None:
         """Claim an open partition in one free slot: (lease, partition), None if none is open, False if every slot is taken.
 
         ``runner`` is the claiming process's identity, kept on the lease: the fair share counts leases by it.
@@ -455,7 +455,7 @@ class BackgroundStore:
 
     async def _claim_by_shard(
         self, query: dict[str, Any], slot: int, shards: list[str], cap: int, owner: str, ttl_ms: int, runner: str | None
-    ) -> tuple[Lease, Partition] | None | Literal["slot", "shard-slot"]:
+    ) -> tuple[Lease, Partition] | Literal["slot", "shard-slot"] | None:
         """A claim in global ``slot`` and a free slot of some shard; "shard-slot" when every shard is at its cap."""
         live = {
             doc["_id"]: doc["n"]
@@ -477,7 +477,7 @@ class BackgroundStore:
 
     async def _claim_one(
         self, query: dict[str, Any], slot: int, shard_slot: str | None, owner: str, ttl_ms: int, runner: str | None
-    ) -> tuple[Lease, Partition] | None | Literal["slot", "shard-slot"]:
+    ) -> tuple[Lease, Partition] | Literal["slot", "shard-slot"] | None:
         """One claim attempt; which slot was taken (a duplicate key) when it was refused."""
         token = secrets.token_hex(12)
         lease: dict[str, Any] = {

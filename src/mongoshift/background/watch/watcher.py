@@ -38,12 +38,12 @@ from ...errors import ConfigInvalidError
 from ...project.lock import LeaseLock
 from ...project.server_errors import error_code
 from ...schema.background import Background
-from ..write.batch import BatchFailed, BatchResult, DocumentError, apply_batch, id_key
-from ..lanes.engine import Engine
 from ..inspect.drift import reopen, stranded_match, verify
-from ..write.job import Job
-from ..state.model import TERMINAL, WATCH_COUNTERS, State, WatchRecord
+from ..lanes.engine import Engine
 from ..lanes.throttle import sleep
+from ..state.model import TERMINAL, WATCH_COUNTERS, State, WatchRecord
+from ..write.batch import BatchFailed, BatchResult, DocumentError, apply_batch, id_key
+from ..write.job import Job
 from ..write.transaction import Skip, TransactionalBatchSize, run_batch
 
 log = logging.getLogger("mongoshift.background.watch")
@@ -263,7 +263,7 @@ class CollectionWatcher:
             finally:
                 try:
                     await lock.release()
-                except Exception:  # noqa: BLE001 - the lease expires on its own
+                except Exception:  # the lease expires on its own
                     log.warning("watcher of %s: its lease could not be released; it expires after its TTL", self.collection)
         self._set("stopped")
 
@@ -321,7 +321,7 @@ class CollectionWatcher:
         for state in states:
             try:
                 loaded = self.engine.present(state.name)
-            except Exception as exc:  # noqa: BLE001 - one broken file does not stop the others' watch
+            except Exception as exc:  # one broken file does not stop the others' watch
                 log.warning("watcher of %s: %s cannot be loaded (%s); not guarded", self.collection, state.name, type(exc).__name__)
                 continue
             if loaded is None or (state.checksum and loaded[1] != state.checksum):
@@ -375,7 +375,7 @@ class CollectionWatcher:
             now = time.monotonic
             saved_at = refreshed_at = now()
             while self._leading():
-                events = []
+                events: list[dict[str, Any]] = []
                 while len(events) < self.options.batch_events:
                     event = await stream.try_next()
                     if event is None:
@@ -503,19 +503,20 @@ class CollectionWatcher:
         total = BatchResult()
         seen: list[Any] = []
         pending = list(ids)
+
+        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+            """The documents still ``pending`` (read at each call: the loop below narrows it between batches)."""
+            query = {"$and": [job.match(), {"_id": {"$in": pending}}]}
+            return await collection.find(query, sort=[("_id", 1)], limit=limit, session=session).to_list(None)
+
+        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
+            ctx = job.context("watch", self.watcher.cancel, session=session, db=self.engine.context.db, client=self.engine.client)
+            return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
+
+        async def checkpoint(session: Any, docs: Any, fetched: Any, limit: int, result: BatchResult, excluded: list[DocumentError], retries: int) -> bool:
+            return self._leading()
+
         while pending:
-
-            async def read(session: Any, limit: int) -> list[dict[str, Any]]:
-                query = {"$and": [job.match(), {"_id": {"$in": pending}}]}
-                return await collection.find(query, sort=[("_id", 1)], limit=limit, session=session).to_list(None)
-
-            async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
-                ctx = job.context("watch", self.watcher.cancel, session=session, db=self.engine.context.db, client=self.engine.client)
-                return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
-
-            async def checkpoint(session: Any, docs: Any, fetched: Any, limit: int, result: BatchResult, excluded: list[DocumentError], retries: int) -> bool:
-                return self._leading()
-
             try:
                 outcome = await run_batch(
                     client=self.engine.client, collection=collection, spec=spec, read=read, write=write, checkpoint=checkpoint,

@@ -58,12 +58,11 @@ from ...project.server_errors import (
     transient_transaction_error,
 )
 from ...project.user_code import call, guard_exit, is_async
-from .document import IMMUTABLE, ShapeError, bson_problems, guard, keyed, stamped_diff, version_match
 from ..plan.bson_order import same_value
+from ..plan.planner import key_values
+from .document import IMMUTABLE, ShapeError, bson_problems, guard, keyed, stamped_diff, version_match
 from .job import Job, TransformContext
 from .pipeline_guard import guarded, key_changed_message, refused_by_guard
-from ..plan.planner import key_values
-
 
 #: The operation kind pymongo's own ``UpdateOne`` adds to a bulk (see :class:`_GuardedUpdates`).
 _UPDATE_OP: int | None = getattr(importlib.import_module("pymongo.message"), "_UPDATE", None)
@@ -123,7 +122,7 @@ class _Lent:
 
     __slots__ = ("copy", "encoded", "mutables", "raw", "top")
 
-    def __init__(self, raw: bytes, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
+    def __init__(self, raw: bytes | memoryview, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
         self.raw = raw
         self.copy = copy
         self.top: dict[str, Any] | None = dict(copy)
@@ -159,7 +158,7 @@ def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[
     Documents read as raw BSON (what lanes do) are used as read; a decoded one (a
     transaction's batch, a re-read) is encoded first, so the caller's dict is never lent."""
     raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
-    lent = [_Lent(raw, copy, codec) for raw, copy in zip(raws, decode_all(b"".join(raws), codec))]
+    lent = [_Lent(raw, copy, codec) for raw, copy in zip(raws, decode_all(b"".join(raws), codec), strict=True)]
     return [(item, item.copy) for item in lent]
 
 
@@ -176,8 +175,11 @@ async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list
         out = await call(job.many, [copy for _, copy in pairs], ctx)
         if not isinstance(out, list) or len(out) != len(pairs):
             got = len(out) if isinstance(out, list) else type(out).__name__
-            raise BatchFailed(f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(pairs)} document(s); it must return one per document, in order")
-        return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for (d, _), r in zip(pairs, out)]
+            raise BatchFailed(
+                f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(pairs)} document(s); "
+                "it must return one per document, in order"
+            )
+        return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for (d, _), r in zip(pairs, out, strict=True)]
     assert job.one is not None
     if not pairs:
         return []
@@ -302,7 +304,7 @@ def shard_key_change(old: Mapping[str, Any], new: Any, fields: Sequence[str]) ->
     if not isinstance(new, Mapping):
         return None  # not a document: the shape check says so
     before, after = key_values(old, fields), key_values(new, fields)
-    changed = [f for f, a, b in zip(fields, before, after) if not same_value(a, b)]
+    changed = [f for f, a, b in zip(fields, before, after, strict=True) if not same_value(a, b)]
     if not changed:
         return None
     return f"the transform changed the shard key field(s) {', '.join(changed)}: a background migration cannot move documents between chunks"
@@ -339,12 +341,12 @@ class _GuardedUpdates:
     def _add_to_bulk(self, bulk: Any) -> None:
         ops = getattr(bulk, "ops", None)
         if _UPDATE_OP is None or not isinstance(ops, list):
-            for filter_, update in zip(self._guards(), self.updates):
+            for filter_, update in zip(self._guards(), self.updates, strict=True):
                 UpdateOne(filter_, update)._add_to_bulk(bulk)
             return
         ops += [
             (_UPDATE_OP, {"q": filter_, "u": update, "multi": False, "upsert": False})
-            for filter_, update in zip(self._guards(), self.updates)
+            for filter_, update in zip(self._guards(), self.updates, strict=True)
         ]
 
 
@@ -386,7 +388,7 @@ async def write_planned(
 
 def key_of(doc: Mapping[str, Any], shard_key: Sequence[str]) -> dict[str, Any]:
     """A document's shard-key values as read, by field (a missing field is None): what its guard carries."""
-    return dict(zip(shard_key, key_values(doc, shard_key)))
+    return dict(zip(shard_key, key_values(doc, shard_key), strict=True))
 
 
 def batch_keys(docs: Sequence[Mapping[str, Any]], shard_key: Sequence[str]) -> dict[str, Any] | None:
@@ -453,7 +455,7 @@ async def apply_batch(
     pending: Sequence[Mapping[str, Any]] = docs
     for round_ in range(spec.max_conflict_retries + 1):
         planned = await planned_updates(job, pending, ctx, codec)
-        owners, updates = planned.owners, planned.updates
+        owners = planned.owners
         result.errors += planned.errors
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])

@@ -99,7 +99,7 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return len(a) == len(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     try:  # any other BSON type (Binary, Regex, Code...): its bytes are what the server keeps
         return encode({"v": a}) == encode({"v": b})
     except Exception:  # not encodable: the update will say so; compare as Python does

@@ -17,8 +17,8 @@ from ...project.events import Events
 from ...project.migration_log import MigrationLog, correlated
 from ...project.run import CancelSignal
 from ...schema.background import Background
-from .document import version_match
 from ..state.model import State
+from .document import version_match
 
 log = logging.getLogger("mongoshift.background")
 

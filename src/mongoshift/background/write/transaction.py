@@ -49,7 +49,7 @@ class TransactionsUnsupported(Exception):
 
 
 def backoff_seconds(attempt: int, rng: random.Random) -> float:
-    return rng.random() * min(2.0, 0.05 * 2**attempt)
+    return rng.random() * min(2.0, 0.05 * 2.0**attempt)
 
 
 def fitting(docs: list[dict[str, Any]], limit: int = MAX_TRANSACTION_BYTES) -> list[dict[str, Any]]:

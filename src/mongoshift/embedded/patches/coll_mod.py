@@ -52,7 +52,7 @@ def _unknown_field(path: str) -> Exception:
 
 def _coll_mod_value(path: str, value: object, kind: str) -> Any:
     """An IDL field as mongod parses it: 14 TypeMismatch, or the value as Python."""
-    raw = getattr(value, "value", value)  # wire Int64
+    raw: Any = getattr(value, "value", value)  # wire Int64
     number = isinstance(raw, (int, float)) and not isinstance(raw, bool)
     if kind == "bool" and (isinstance(raw, bool) or number):  # safeBool takes numbers too
         return bool(raw)
@@ -260,7 +260,8 @@ def patch_coll_mod() -> None:
                 if not options["validator"]:
                     new_options.pop("validator")  # mongod does not list an empty validator
             records = indexes.get(db_name, {}).get(name, [])
-            position, record, changes = -1, None, {}
+            position, record = -1, None
+            changes: dict[str, Any] = {}
             if request is not None:
                 position, record = find_index(records, request, namespace)
                 changes, reply = modify_index(record, request, modifications)
@@ -347,7 +348,7 @@ def patch_coll_mod() -> None:
 
     original_wire_check = wire_validation.normalize_index_models_from_command
 
-    def wire_check(indexes: object) -> object:
+    def wire_check(indexes: object) -> list[Any]:
         return original_wire_check(without_prepare_unique(indexes))
 
     original_supports = WireSurface.supports_command
@@ -359,7 +360,7 @@ def patch_coll_mod() -> None:
     AsyncDatabaseCommandService._DELEGATED_COMMAND_HANDLERS["collMod"] = AsyncDatabaseCommandService.Route(
         "_mongoshift_coll_mod"
     )
-    DatabaseAdminRoutingService._mongoshift_coll_mod = coll_mod
+    DatabaseAdminRoutingService._mongoshift_coll_mod = coll_mod  # type: ignore[attr-defined]  # a new handler, found by the route's name
     memory.MemoryEngine.list_indexes = list_indexes
     write_commands.DatabaseAdminWriteCommandService.command_create_indexes = command_create_indexes
     wire_validation.normalize_index_models_from_command = wire_check

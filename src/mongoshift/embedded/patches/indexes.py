@@ -41,7 +41,7 @@ def patch_compound_hashed_indexes() -> None:
         return str(await create(self, db_name, coll_name, keys, **options))
 
     memory.special_index_directions = special_index_directions
-    memory.MemoryEngine.create_index = create_index  # type: ignore[method-assign]
+    memory.MemoryEngine.create_index = create_index
 
 
 # (t) A find's min/max are ignored: every matching document comes back, so a read bounded

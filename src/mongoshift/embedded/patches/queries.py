@@ -133,4 +133,4 @@ def patch_in_membership_once() -> None:
         kept.move_to_end(key)
         return entry[1]
 
-    FilteringMatchingMixin._prepare_membership_values = classmethod(prepare_membership_values)
+    FilteringMatchingMixin._prepare_membership_values = classmethod(prepare_membership_values)  # type: ignore[assignment]  # mypy sees the bound method

@@ -91,7 +91,7 @@ def patch_transactions() -> None:
             if number is None:
                 raise
             raise _no_such_transaction(number) from None
-        known = getattr(session, "_mongoshift_txn", None)
+        known: Any = getattr(session, "_mongoshift_txn", None)  # (number, outcome), set by this patch
         if number is not None:
             same = known is not None and known[0] == number
             if session.transaction_active and known is not None and not same:
@@ -104,7 +104,8 @@ def patch_transactions() -> None:
             result = original_commit(self, body)
         except Exception as error:
             _abort_open_transaction(session)
-            if isinstance(error, OperationFailure) and error.code is None and "conflict" in str(error).lower():
+            # mongoeco picks its error bases at import time (pymongo's when installed): mypy sees Exception's.
+            if isinstance(error, OperationFailure) and error.code is None and "conflict" in str(error).lower():  # type: ignore[attr-defined]
                 raise failure(
                     f"WriteConflict error: this operation conflicted with another operation ({error})",
                     WRITE_CONFLICT,
@@ -191,7 +192,7 @@ def patch_fail_points_on_transaction_commands() -> None:
     def wrap(original: Any) -> Any:
         async def handler(self: Any, context: Any) -> dict[str, Any]:
             write_concern_error = await fire(self, context)
-            result = await original(self, context)
+            result: dict[str, Any] = await original(self, context)
             if write_concern_error is not None:
                 result = {**result, "writeConcernError": write_concern_error}
             return result

@@ -75,7 +75,7 @@ def patch_insert() -> None:
         collection_name = admin._require_collection_name(spec.get("insert"), "insert")
         documents = admin._normalize_insert_documents(documents)
         ordered = admin._normalize_ordered_from_command(spec.get("ordered"))
-        bypass = command_boolean(
+        bypass = command_boolean(  # type: ignore[no-untyped-call]  # mongoeco leaves it unannotated
             spec.get("bypassDocumentValidation", False), "bypassDocumentValidation", numeric=True
         )
         acknowledged = module.write_command_acknowledged(spec, dialect=admin._mongodb_dialect.key)
@@ -87,7 +87,7 @@ def patch_insert() -> None:
             )
             inserted = len(result.inserted_ids)
         except BulkWriteError as error:
-            details = error.details or {}
+            details = error.details or {}  # type: ignore[attr-defined]  # pymongo's BulkWriteError base: mypy sees Exception
             inserted = int(details.get("nInserted", 0))
             for entry in details.get("writeErrors", []):
                 # The server reply carries no "op": pymongo adds it on its side.
