@@ -1,11 +1,18 @@
 """The Python API of mongoshift: everything the CLI does, as async functions with typed results.
 
-Load settings once, then call what you need::
+Open a session once, then call what you need; the project (files, URI, client, own
+collections) is opened once for every call, the lock taken per writing call::
+
+    import mongoshift
+
+    async with mongoshift.connect(mongoshift.load_settings()) as ms:
+        report = await ms.up()
+
+The functions below are the same calls, each on a project of its own (one-shot)::
 
     from mongoshift import api
 
-    settings = api.load_settings()
-    report = await api.up(settings)
+    report = await api.up(api.load_settings())
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
@@ -65,6 +72,8 @@ if TYPE_CHECKING:
     from .background import watch as watch_background
     from .background import watch_status as background_watch_status
     from .client import open_client
+    from .options import Confirmation, Lock
+    from .session import Mongoshift, connect
     from .collections import converge, plan_converge
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
     from ..project.redaction import describe_error, redact
@@ -84,6 +93,10 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "Confirmation",
+    "Lock",
+    "Mongoshift",
+    "connect",
     "AdoptionReport",
     "Claim",
     "CoordinatorStep",
@@ -195,6 +208,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "coordinate_background": (".background", "coordinate"),
     "run_background_slice": (".background", "run_slice"),
     "open_client": (".client", "open_client"),
+    "Confirmation": (".options", "Confirmation"),
+    "Lock": (".options", "Lock"),
+    "Mongoshift": (".session", "Mongoshift"),
+    "connect": (".session", "connect"),
     "Claim": (".intents", "Claim"),
     "Intent": (".intents", "Intent"),
     "claim_intents": (".intents", "claim_intents"),
