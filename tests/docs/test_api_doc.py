@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
-BLOCK = re.compile(r"```(python|toml)\n(.*?)```", re.S)
+BLOCK = re.compile(r"```(python|toml)\n(.*?)```", re.DOTALL)
 
 
 def blocks() -> tuple[dict[str, str], list[str]]:

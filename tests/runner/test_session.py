@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest

@@ -30,7 +30,7 @@ from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
 from ..project.session import Project, open_session
 from ..project.settings import Settings
-from .options import checked_client, checked_function, checked_observers, one_shot, run_observers
+from .options import checked_client, checked_function, one_shot, run_observers
 
 log = logging.getLogger("mongoshift.background")
 

@@ -26,7 +26,7 @@ from ..project.run import CancelSignal
 from ..project.session import Project, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..schema.collections import CollectionDeclaration
-from .options import Confirmation, Lock, checked_lock, confirm_parts, confirmation, one_shot, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, confirmation, one_shot, run_observers
 
 
 async def plan_converge(
@@ -83,7 +83,7 @@ async def converge_in(
     *,
     prune: bool = False,
     confirm: Confirmation = False,
-    lock: Lock = Lock(),
+    lock: Lock = DEFAULT_LOCK,
     requested_by: str | None = None,
     reason: str | None = None,
 ) -> ConvergeReport:

@@ -25,7 +25,7 @@ from ..project.declarations import Declarations
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
-from .options import Confirmation, Lock, checked_lock, confirm_parts, confirmation, log_entries, one_shot, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, confirmation, log_entries, one_shot, run_observers
 
 if TYPE_CHECKING:
     from ..converge.applier import Confirm
@@ -203,7 +203,7 @@ async def up_in(
     step: bool = False,
     force: bool = False,
     strict: bool | None = None,
-    lock: Lock = Lock(),
+    lock: Lock = DEFAULT_LOCK,
     converge: bool | None = None,
     confirm: Confirmation = False,
     batch: int | None = None,
@@ -294,7 +294,7 @@ async def down_in(
     batch: int | None = None,
     steps: int | None = None,
     to: str | None = None,
-    lock: Lock = Lock(),
+    lock: Lock = DEFAULT_LOCK,
     ordered: bool = False,
     checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
@@ -323,7 +323,7 @@ async def redo(
     return await redo_in(project, target=target, lock=Lock(not no_lock, wait), checksums=checksums)
 
 
-async def redo_in(project: Project, *, target: str | None = None, lock: Lock = Lock(), checksums: Mapping[str, str] | None = None) -> RunReport:
+async def redo_in(project: Project, *, target: str | None = None, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock.
 
     ``checksums``: as for :func:`up_in`."""

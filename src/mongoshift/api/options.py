@@ -51,6 +51,10 @@ class Lock:
         return self
 
 
+#: The default of every writing call: take the lock, refused at once when another run holds it.
+DEFAULT_LOCK = Lock()
+
+
 def checked_lock(lock: object) -> Lock:
     """``lock=``: a :class:`Lock`, checked before connecting."""
     if not isinstance(lock, Lock):

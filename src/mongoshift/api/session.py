@@ -1,8 +1,9 @@
 """The session API: ``async with mongoshift.connect(settings) as ms:`` opens the project once for many calls.
 
-Opening reads the migrations folder, fetches the URI (``uri_command`` / ``uri_factory``),
-connects (or takes the application's ``client``, left open) and checks mongoshift's own
-collections, once; every call of the session reuses them. The migration lock is not part
+Opening fetches the URI (``uri_command`` / ``uri_factory``), connects (or takes the
+application's ``client``, left open) and checks mongoshift's own collections, once; the
+migrations folder is read by the first call that needs it, once; every call of the session
+reuses them. The migration lock is not part
 of a session: each writing call takes it (as its :class:`~mongoshift.api.options.Lock`
 says) and releases it before it returns, so a session left open blocks no other run.
 
@@ -26,7 +27,7 @@ from ..project.events import Observer
 from ..project.run import CancelSignal
 from ..project.session import Project
 from ..project.settings import Settings
-from .options import Confirmation, Lock, checked_client, checked_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_client, checked_observers
 
 if TYPE_CHECKING:
     from ..background.inspect.drift import Verified
@@ -59,7 +60,7 @@ async def connect(
     ``client``: the application's open ``AsyncMongoClient`` (used and left open).
     ``observers``: plain functions that receive every event of every writing call.
     ``cancel``: one signal for every call (Ctrl-C, a timeout); without it each call has its own.
-    A wrong option, URI, folder or own collection fails here, before any call.
+    A wrong option, URI or own collection fails here, before any call.
     """
     project = Project(settings, checked_client(client), checked_observers(observers), cancel, one_shot=False)
     try:
@@ -67,6 +68,20 @@ async def connect(
         yield Mongoshift(project)
     finally:
         await project.close()
+
+
+def per_call(
+    settings: Settings,
+    client: AsyncMongoClient[Any] | None = None,
+    observers: Iterable[Observer] = (),
+    cancel: CancelSignal | None = None,
+) -> Mongoshift:
+    """A session whose connection belongs to each call: opened inside the call's run, closed at its end.
+
+    The files and the URI are still read once. For a CLI command (each call on its own event
+    loop, its connect and close within its run's telemetry); an application uses :func:`connect`.
+    """
+    return Mongoshift(Project(settings, checked_client(client), checked_observers(observers), cancel))
 
 
 class Mongoshift:
@@ -92,7 +107,7 @@ class Mongoshift:
         step: bool = False,
         force: bool = False,
         strict: bool | None = None,
-        lock: Lock = Lock(),
+        lock: Lock = DEFAULT_LOCK,
         converge: bool | None = None,
         confirm: Confirmation = False,
         batch: int | None = None,
@@ -116,7 +131,7 @@ class Mongoshift:
         batch: int | None = None,
         steps: int | None = None,
         to: str | None = None,
-        lock: Lock = Lock(),
+        lock: Lock = DEFAULT_LOCK,
         ordered: bool = False,
         checksums: Mapping[str, str] | None = None,
     ) -> RunReport:
@@ -125,7 +140,7 @@ class Mongoshift:
 
         return await down_in(self._project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums)
 
-    async def redo(self, target: str | None = None, *, lock: Lock = Lock(), checksums: Mapping[str, str] | None = None) -> RunReport:
+    async def redo(self, target: str | None = None, *, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
         """Roll back and re-apply one migration (default: the newest applied) under one lock."""
         from .migrations import redo_in
 
@@ -193,7 +208,7 @@ class Collections:
         *,
         prune: bool = False,
         confirm: Confirmation = False,
-        lock: Lock = Lock(),
+        lock: Lock = DEFAULT_LOCK,
         requested_by: str | None = None,
         reason: str | None = None,
     ) -> ConvergeReport:

@@ -101,8 +101,9 @@ class Project:
             self.checked = True
 
     async def open(self) -> None:
-        """Everything at once (a session opens eagerly, so a wrong URI or folder fails at its start)."""
-        self.scanned()
+        """Connect and check now (a session opens eagerly, so a wrong URI or own collection fails at its
+        start); the folder is read by the first call that needs it (``lock``, ``converge`` or
+        ``background status`` need none, and may run where there is no migrations folder)."""
         await self.check()
 
     async def close(self) -> None:
