@@ -79,7 +79,8 @@ def per_call(
     """A session whose connection belongs to each call: opened inside the call's run, closed at its end.
 
     The files and the URI are still read once. For a CLI command (each call on its own event
-    loop, its connect and close within its run's telemetry); an application uses :func:`connect`.
+    loop, its connect and close within its run's telemetry), one call at a time: a call's end
+    closes the connection. An application uses :func:`connect`.
     """
     return Mongoshift(Project(settings, checked_client(client), checked_observers(observers), cancel))
 
