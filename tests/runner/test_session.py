@@ -5,6 +5,7 @@ migration lock per writing call only, and refuses a wrong lock or confirmation v
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -170,3 +171,25 @@ async def test_a_wrong_option_fails_when_the_session_opens(project) -> None:  # 
     with pytest.raises(ConfigInvalidError):
         async with mongoshift.connect(project.settings(), observers=[print, "not a function"]):  # type: ignore[list-item]
             pass
+
+
+def test_the_cli_reads_background_status_and_its_watchers_on_one_connection(project, opened: Counter[str], capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``background status`` makes two reads (the migrations, the live watchers): one session, one connection."""
+    from mongoshift.cli.main import main
+
+    project.add("0001_people.py", background_file())
+    monkeypatch.chdir(project.root)
+    for name in [n for n in os.environ if n.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(name)
+
+    def run(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stopped:
+            main(list(args))
+        return int(stopped.value.code or 0), capsys.readouterr().out
+
+    assert run("up")[0] == 0
+    opened.clear()
+    code, stdout = run("background", "status", "--json")
+    assert code == 0 and [r["status"] for r in json.loads(stdout)["background"]] == ["pending"]
+    assert opened["connect"] == 1
