@@ -1,6 +1,7 @@
 """mongoshift: MongoDB schema and data migrations.
 
-The Python API is :mod:`mongoshift.api` (async functions with typed results);
+The Python API is :func:`connect` (a session: ``async with mongoshift.connect(settings) as ms``)
+and :mod:`mongoshift.api` (the same calls as one-shot async functions, typed results);
 settings come from :func:`load_settings`; every failure is a
 :class:`MongoshiftError` with a stable ``exit_code``. What migration files
 use (``Background``, ``MigrationContext``, ``CancelSignal``) is here too.
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import ExitCode, MongoshiftError
 
 if TYPE_CHECKING:
+    from .api.options import Lock
+    from .api.session import Mongoshift, connect
     from .line.context import MigrationContext
     from .project.run import CancelSignal
     from .project.settings import Settings, load_settings
@@ -25,12 +28,16 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "Adaptive", "Background", "CancelSignal", "Partitions", "ExitCode", "MigrationContext", "MongoshiftError", "Settings", "__version__", "load_settings"
+    "Adaptive", "Background", "CancelSignal", "Lock", "Mongoshift", "Partitions", "ExitCode", "MigrationContext", "MongoshiftError",
+    "Settings", "__version__", "connect", "load_settings",
 ]
 
 #: Public name → the module that defines it, imported on first access.
 _LAZY = {
     "CancelSignal": ".project.run",
+    "Lock": ".api.options",
+    "Mongoshift": ".api.session",
+    "connect": ".api.session",
     "Settings": ".project.settings",
     "load_settings": ".project.settings",
     "MigrationContext": ".line.context",

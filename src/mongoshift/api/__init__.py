@@ -1,11 +1,18 @@
 """The Python API of mongoshift: everything the CLI does, as async functions with typed results.
 
-Load settings once, then call what you need::
+Open a session once, then call what you need; the project (files, URI, client, own
+collections) is opened once for every call, the lock taken per writing call::
+
+    import mongoshift
+
+    async with mongoshift.connect(mongoshift.load_settings()) as ms:
+        report = await ms.up()
+
+The functions below are the same calls, each on a project of its own (one-shot)::
 
     from mongoshift import api
 
-    settings = api.load_settings()
-    report = await api.up(settings)
+    report = await api.up(api.load_settings())
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
@@ -87,8 +94,14 @@ if TYPE_CHECKING:
         unlock,
         up,
     )
+    from .options import Confirmation, Lock
+    from .session import Mongoshift, connect
 
 __all__ = [
+    "Confirmation",
+    "Lock",
+    "Mongoshift",
+    "connect",
     "AdoptionReport",
     "Claim",
     "CoordinatorStep",
@@ -200,6 +213,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "coordinate_background": (".background", "coordinate"),
     "run_background_slice": (".background", "run_slice"),
     "open_client": (".client", "open_client"),
+    "Confirmation": (".options", "Confirmation"),
+    "Lock": (".options", "Lock"),
+    "Mongoshift": (".session", "Mongoshift"),
+    "connect": (".session", "connect"),
     "Claim": (".intents", "Claim"),
     "Intent": (".intents", "Intent"),
     "claim_intents": (".intents", "claim_intents"),

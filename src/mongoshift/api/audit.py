@@ -23,9 +23,9 @@ from ..background.state.store import BackgroundStore
 from ..errors import ConfigInvalidError, ExitCode
 from ..line.plan import StatusRow, applied_out_of_order, sorts_before_applied, status_rows
 from ..project.lock import LockHolder
-from ..project.session import Session, open_session
+from ..project.session import Project, Session, open_session
 from ..project.settings import Settings
-from .options import checked_client
+from .options import one_shot
 
 Severity = Literal["warn", "fail"]
 Verdict = Literal["ok", "warn", "fail"]
@@ -388,6 +388,11 @@ async def audit(
     now: datetime | None = None,
     client: AsyncMongoClient[Any] | None = None,
 ) -> AuditReport:
+    """One-shot :meth:`Mongoshift.audit <mongoshift.api.session.Mongoshift.audit>`."""
+    return await audit_in(one_shot(settings, client=client), stale_after=stale_after, now=now)
+
+
+async def audit_in(project: Project, *, stale_after: float = DEFAULT_STALE_AFTER_SECONDS, now: datetime | None = None) -> AuditReport:
     """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict.
 
     ``stale_after``: seconds a pending migration may wait for a runner, or a running one go without
@@ -395,6 +400,6 @@ async def audit(
     """
     if not stale_after >= 0:
         raise ConfigInvalidError("--stale-after must be a number of seconds, 0 or more")
-    async with open_session(settings, take_lock=False, client=checked_client(client)) as session:
+    async with open_session(project.settings, take_lock=False, cancel=project.cancel, project=project) as session:
         facts = await _facts(session, now=now, stale_after=stale_after)
     return AuditReport(judge(facts), [check.id for check in CHECKS], facts.now, stale_after)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -30,11 +31,16 @@ from ..project.loader import resolve_name
 from ..project.own_collections import own_collections
 from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal
-from ..project.session import open_session
+from ..project.session import Project, open_session
 from ..project.settings import Settings
-from .options import checked_client, checked_function, checked_observers, run_observers
+from .options import checked_client, checked_function, one_shot, run_observers
 
 log = logging.getLogger("mongoshift.background")
+
+
+def _engine(project: Project, observers: Iterable[Observer] = ()) -> AbstractAsyncContextManager[Engine]:
+    """The engine on one run of ``project``; ``observers`` (checked, with OpenTelemetry for a writing call) get its events."""
+    return open_engine(project.settings, cancel=project.cancel, observers=observers, project=project)
 
 
 async def _registered(engine: Engine, name: str) -> str:
@@ -54,6 +60,11 @@ async def run(
     once: bool = False,
     client: AsyncMongoClient[Any] | None = None,
 ) -> list[BackgroundReport]:
+    """One-shot ``Mongoshift.background.run`` (:func:`run_in`)."""
+    return await run_in(one_shot(settings, client=client, observers=observers, cancel=cancel), names, concurrency=concurrency, once=once)
+
+
+async def run_in(project: Project, names: list[str] | None = None, *, concurrency: int = 1, once: bool = False) -> list[BackgroundReport]:
     """Run the named migrations (None: every runnable one) in this process until each ends.
 
     ``once``: one round each (one coordinator step and one slice per lane) instead; a report whose
@@ -63,7 +74,7 @@ async def run(
     did, with their reports in ``details["background"]``.
     """
     _check_concurrency(concurrency)
-    async with open_engine(settings, cancel=cancel, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
+    async with _engine(project, run_observers(project.observers, project.settings)) as engine:
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
@@ -105,7 +116,13 @@ def _unrunnable(errors: list[MongoshiftError], reports: list[BackgroundReport]) 
 
 
 async def status(settings: Settings, name: str | None = None, *, client: AsyncMongoClient[Any] | None = None) -> list[BackgroundReport]:
-    async with open_engine(settings, client=checked_client(client)) as engine:
+    """One-shot ``Mongoshift.background.status`` (:func:`status_in`)."""
+    return await status_in(one_shot(settings, client=client), name)
+
+
+async def status_in(project: Project, name: str | None = None) -> list[BackgroundReport]:
+    """The report of one registered migration (None: of every one)."""
+    async with _engine(project) as engine:
         if name is not None:
             state = await engine.store.state(await _registered(engine, name))
             return [await report(engine.store, state)] if state else []
@@ -113,7 +130,13 @@ async def status(settings: Settings, name: str | None = None, *, client: AsyncMo
 
 
 async def partitions(settings: Settings, name: str, *, client: AsyncMongoClient[Any] | None = None) -> list[PartitionRow]:
-    async with open_engine(settings, client=checked_client(client)) as engine:
+    """One-shot ``Mongoshift.background.partitions`` (:func:`partitions_in`)."""
+    return await partitions_in(one_shot(settings, client=client), name)
+
+
+async def partitions_in(project: Project, name: str) -> list[PartitionRow]:
+    """The partitions of one registered migration."""
+    async with _engine(project) as engine:
         state = await engine.store.state(await _registered(engine, name))
         assert state is not None
         return [PartitionRow.of(p) for p in await engine.store.partitions_of(state)]
@@ -129,7 +152,14 @@ async def apply_control(
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> ControlResult:
-    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    """One-shot ``Mongoshift.background.control`` (:func:`control_in`)."""
+    return await control_in(one_shot(settings, client=client, observers=observers), name, action, reason=reason, from_start=from_start)
+
+
+async def control_in(project: Project, name: str, action: Action, *, reason: str | None = None, from_start: bool = False) -> ControlResult:
+    """Pause, resume, cancel or retry a registered migration (``from_start``: retry from the beginning)."""
+    settings = project.settings
+    async with _engine(project, project.observers) as engine:
         result = await control(
             engine.store,
             await _registered(engine, name),
@@ -146,8 +176,13 @@ async def apply_control(
 async def repin(
     settings: Settings, name: str, *, reason: str | None = None, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
 ) -> RepinResult:
+    """One-shot ``Mongoshift.background.repin`` (:func:`repin_in`)."""
+    return await repin_in(one_shot(settings, client=client, observers=observers), name, reason=reason)
+
+
+async def repin_in(project: Project, name: str, *, reason: str | None = None) -> RepinResult:
     """Pin the file as it is on disk now (after a deploy changed it); replan when what it matches changed."""
-    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    async with _engine(project, project.observers) as engine:
         wanted = await _registered(engine, name)
         spec, checksum = engine.loaded(wanted)
         result = await pin(engine.store, wanted, spec, checksum, by=engine.session.run.executed_by, reason=reason)
@@ -164,11 +199,16 @@ async def verify(
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> list[Verified]:
+    """One-shot ``Mongoshift.background.verify`` (:func:`verify_in`)."""
+    return await verify_in(one_shot(settings, client=client, observers=observers), names, reopen=reopen)
+
+
+async def verify_in(project: Project, names: list[str] | None = None, *, reopen: bool = False) -> list[Verified]:
     """Look once for old-shape documents written after each named (None: every) migration completed.
 
     ``reopen``: a migration where some are found gets one more pass (a runner does it); otherwise
-    it is only reported. Each answer is also a ``drift`` event to ``observers``. No id is returned."""
-    async with open_engine(settings, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    it is only reported. Each answer is also a ``drift`` event to the observers. No id is returned."""
+    async with _engine(project, project.observers) as engine:
         wanted = None if names is None else [await _registered(engine, n) for n in names]
         return await verify_drift(
             engine.session.db,
@@ -189,18 +229,28 @@ async def watch(
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> list[WatchRecord]:
+    """One-shot ``Mongoshift.background.watch`` (:func:`watch_in`)."""
+    return await watch_in(one_shot(settings, client=client, observers=observers, cancel=cancel), options=options)
+
+
+async def watch_in(project: Project, *, options: WatchOptions | None = None) -> list[WatchRecord]:
     """Run the live watcher in this process until ``cancel`` is set; the records of the collections it watched.
 
     It never ends on its own: a collection is followed while another process leads it, led
     (streamed, upgraded, saved) otherwise. See docs/background.md, "The live watcher"."""
     options = (options or WatchOptions()).check()
-    async with open_engine(settings, cancel=cancel, observers=checked_observers(observers), client=checked_client(client)) as engine:
+    async with _engine(project, project.observers) as engine:
         return await Watcher(engine, options).run()
 
 
 async def watch_status(settings: Settings, *, client: AsyncMongoClient[Any] | None = None) -> list[WatchRecord]:
+    """One-shot ``Mongoshift.background.watch_status`` (:func:`watch_status_in`)."""
+    return await watch_status_in(one_shot(settings, client=client))
+
+
+async def watch_status_in(project: Project) -> list[WatchRecord]:
     """Every collection's live watcher as last saved: state, guards, counters, leader (never its position)."""
-    async with open_engine(settings, client=checked_client(client)) as engine:
+    async with _engine(project) as engine:
         return await engine.store.watch_records()
 
 
@@ -216,6 +266,21 @@ async def preview(
     steps: int | None = None,
     client: AsyncMongoClient[Any] | None = None,
 ) -> Preview:
+    """One-shot ``Mongoshift.background.preview`` (:func:`preview_in`)."""
+    project = one_shot(settings, client=client, cancel=cancel)
+    return await preview_in(project, path, sample=sample, first=first, revert=revert, validate=validate, steps=steps)
+
+
+async def preview_in(
+    project: Project,
+    path: str,
+    *,
+    sample: int | None = None,
+    first: int | None = None,
+    revert: bool = False,
+    validate: bool = False,
+    steps: int | None = None,
+) -> Preview:
     """What the engine would do to a few documents of the old shape: before, update, after (or the error).
 
     ``path`` names a background file of the migrations folder, registered or not. ``sample``: that
@@ -230,9 +295,10 @@ async def preview(
     if steps is not None and not validate:
         raise ConfigInvalidError("--steps is for --validate of a step migration")
     step_count = steps_count(steps)
+    settings = project.settings
     name = resolve_name(path, settings.migrations_dir)
     name = name if name.endswith(".py") else name + ".py"
-    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=checked_client(client)) as session:
+    async with open_session(settings, take_lock=False, with_files=False, cancel=project.cancel, project=project) as session:
         spec, _ = load_background(session, name)
         return await preview_documents(
             session.db,
@@ -282,12 +348,17 @@ class SliceReport:
 async def coordinate(
     settings: Settings, name: str, *, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
 ) -> CoordinatorStep:
+    """One-shot ``Mongoshift.background.coordinate`` (:func:`coordinate_in`)."""
+    return await coordinate_in(one_shot(settings, client=client, observers=observers), name)
+
+
+async def coordinate_in(project: Project, name: str) -> CoordinatorStep:
     """One coordinator step of a registered background migration, as ``background run --once`` starts its round.
 
     For a job system that drives the engine one step and one slice per task: nothing waits in
     this call. While this process's file is missing or differs from the registered version, a
     live migration answers ``wait`` (ask again later), a finished or paused one ``done``."""
-    async with open_engine(settings, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
+    async with _engine(project, run_observers(project.observers, project.settings)) as engine:
         wanted = await _registered(engine, name)
         decision, state = await engine.step_once(wanted)
         if decision is not None:
@@ -303,12 +374,17 @@ async def coordinate(
 async def run_slice(
     settings: Settings, name: str, *, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
 ) -> SliceReport:
+    """One-shot ``Mongoshift.background.run_slice`` (:func:`run_slice_in`)."""
+    return await run_slice_in(one_shot(settings, client=client, observers=observers), name)
+
+
+async def run_slice_in(project: Project, name: str) -> SliceReport:
     """One slice of one lane: claim a partition under a lease in MongoDB, work it until the slice ends.
 
     The lease (``background_lease_ttl_seconds``) is what makes a killed process harmless: its
     partition is reaped once the lease lapses and the next slice goes on from the checkpoint.
     ``stale``: the migration is not running, or this process's file cannot run it."""
-    async with open_engine(settings, observers=run_observers(observers, settings), client=checked_client(client)) as engine:
+    async with _engine(project, run_observers(project.observers, project.settings)) as engine:
         wanted = await _registered(engine, name)
         result = await engine.slice_once(wanted)
         state = await engine.store.state(wanted)

@@ -23,10 +23,10 @@ from ..converge.report import ConvergeReport
 from ..project.declarations import declarations_by_name
 from ..project.events import Observer
 from ..project.run import CancelSignal
-from ..project.session import open_session, warn_unlocked
+from ..project.session import Project, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..schema.collections import CollectionDeclaration
-from .options import checked_client, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, confirmation, one_shot, run_observers
 
 
 async def plan_converge(
@@ -37,12 +37,22 @@ async def plan_converge(
     declarations: Sequence[CollectionDeclaration] | None = None,
     client: AsyncMongoClient[Any] | None = None,
 ) -> ConvergeReport:
+    """One-shot ``Mongoshift.collections.plan`` (:func:`plan_converge_in`)."""
+    return await plan_converge_in(one_shot(settings, client=client), prune=prune, check=check, declarations=declarations)
+
+
+async def plan_converge_in(
+    project: Project, *, prune: bool = False, check: bool = False, declarations: Sequence[CollectionDeclaration] | None = None
+) -> ConvergeReport:
     """Plan without the lock and without writing anything (``--dry-run`` and ``--check``).
 
     ``declarations``: plan these instead of the project's (they are not checked against the own collections).
     """
+    settings = project.settings
     declared = declarations_by_name(settings) if declarations is None else {d.name: d for d in declarations}
-    async with open_session(settings, take_lock=False, with_files=False, declarations=declared, client=checked_client(client)) as session:
+    async with open_session(
+        settings, take_lock=False, with_files=False, cancel=project.cancel, declarations=declared, project=project
+    ) as session:
         return await plan_in_session(session, prune=prune, check=check)
 
 
@@ -60,28 +70,48 @@ async def converge(
     requested_by: str | None = None,
     reason: str | None = None,
 ) -> ConvergeReport:
+    """One-shot ``Mongoshift.collections.converge`` (:func:`converge_in`): ``no_lock`` / ``wait`` are its
+    ``lock``, ``yes`` / ``confirm`` its ``confirm``."""
+    project = one_shot(settings, client=client, observers=observers, cancel=cancel)
+    return await converge_in(
+        project, prune=prune, confirm=confirmation(yes, confirm), lock=Lock(not no_lock, wait), requested_by=requested_by, reason=reason
+    )
+
+
+async def converge_in(
+    project: Project,
+    *,
+    prune: bool = False,
+    confirm: Confirmation = False,
+    lock: Lock = DEFAULT_LOCK,
+    requested_by: str | None = None,
+    reason: str | None = None,
+) -> ConvergeReport:
     """Make the server match the declarations, under the migration lock.
 
-    Destructive actions (rebuilds, drops) need ``yes=True`` or a ``confirm``
-    callback that answers True; without either they are refused before
-    anything is written. Raises :class:`~mongoshift.errors.ConvergeFailedError`
-    on a conflict or a failed action (the report is in ``details["converge"]``).
-    ``requested_by`` (at most 128 characters; default: who runs it) and ``reason``
-    (at most 512) are recorded in the converge log: a worker's OS user says little.
+    Destructive actions (rebuilds, drops) need ``confirm=True`` or a ``confirm`` callback
+    that answers True; without either they are refused before anything is written. Raises
+    :class:`~mongoshift.errors.ConvergeFailedError` on a conflict or a failed action (the
+    report is in ``details["converge"]``). ``requested_by`` (at most 128 characters; default:
+    who runs it) and ``reason`` (at most 512) are recorded in the converge log: a worker's OS
+    user says little.
     """
+    settings = project.settings
+    lock = checked_lock(lock)
+    yes, ask = confirm_parts(confirm)
     requested_by = request_text("requested_by", requested_by, REQUESTED_BY_LIMIT)  # before connecting
     reason = request_text("reason", reason, REASON_LIMIT)
     declared = declarations_by_name(settings)
     async with open_session(
         settings,
-        take_lock=not no_lock,
-        wait=wait,
-        cancel=cancel,
+        take_lock=lock.take,
+        wait=lock.wait,
+        cancel=project.cancel,
         with_files=False,
         declarations=declared,
         command="converge",
-        observers=run_observers(observers, settings),
-        client=checked_client(client),
+        observers=run_observers(project.observers, settings),
+        project=project,
     ) as session:
-        warn_unlocked(no_lock)
-        return await converge_in_session(session, prune=prune, yes=yes, confirm=confirm, requested_by=requested_by, reason=reason)
+        warn_unlocked(not lock.take)
+        return await converge_in_session(session, prune=prune, yes=yes, confirm=ask, requested_by=requested_by, reason=reason)

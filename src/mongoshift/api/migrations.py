@@ -9,7 +9,8 @@ a run behind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,13 +18,14 @@ from pymongo import AsyncMongoClient
 
 from ..errors import ChecksumMismatchError, ConfigInvalidError, MongoshiftError
 from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
+from ..project.declarations import Declarations
 from ..project.events import Event, Observer
 from ..project.loader import resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
-from ..project.session import Session, open_session, warn_unlocked
+from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from .options import checked_client, log_entries, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, confirmation, log_entries, one_shot, run_observers
 
 if TYPE_CHECKING:
     from ..converge.applier import Confirm
@@ -128,11 +130,6 @@ def _check_batch_label(batch: int | None, step: bool) -> None:
         raise ConfigInvalidError("--batch and --step cannot be combined: --step gives each file its own batch")
 
 
-def _run_options(settings: Settings, observers: Iterable[Observer], client: AsyncMongoClient[Any] | None) -> dict[str, Any]:
-    """A writing command's ``observers`` (with OpenTelemetry) and ``client``, refused before connecting when wrong."""
-    return {"observers": run_observers(observers, settings), "client": checked_client(client)}
-
-
 def _check_unchanged(plan: Plan, checksums: Mapping[str, str] | None) -> None:
     """``checksums`` (a job system's, taken when it queued the run): refuse, before anything runs,
     a planned file that changed since, so that a task never runs another file than the one queued."""
@@ -189,6 +186,30 @@ async def up(
     ordered: bool = False,
     checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
+    """One-shot :meth:`Mongoshift.up <mongoshift.api.session.Mongoshift.up>`: ``no_lock`` / ``wait`` are its
+    ``lock``, ``yes`` / ``confirm`` its ``confirm``."""
+    project = one_shot(settings, client=client, observers=observers, cancel=cancel)
+    return await up_in(
+        project, target=target, to=to, step=step, force=force, strict=strict, lock=Lock(not no_lock, wait),
+        converge=converge, confirm=confirmation(yes, confirm), batch=batch, ordered=ordered, checksums=checksums,
+    )
+
+
+async def up_in(
+    project: Project,
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    step: bool = False,
+    force: bool = False,
+    strict: bool | None = None,
+    lock: Lock = DEFAULT_LOCK,
+    converge: bool | None = None,
+    confirm: Confirmation = False,
+    batch: int | None = None,
+    ordered: bool = False,
+    checksums: Mapping[str, str] | None = None,
+) -> RunReport:
     """Apply pending migrations (or one FILE), in name order.
 
     ``checksums`` (file name to checksum, as a job system took them when it queued the run):
@@ -200,9 +221,12 @@ async def up(
 
     A bulk run (no FILE, no ``to``) ends with a converge of the declared
     collections under the same lock when ``converge`` (default: the
-    ``converge_after_up`` setting) is on; ``yes`` / ``confirm`` decide its
+    ``converge_after_up`` setting) is on; ``confirm`` decides its
     destructive steps as for ``mongoshift converge``.
     """
+    settings = project.settings
+    lock = checked_lock(lock)
+    yes, ask = confirm_parts(confirm)
     if converge and (target or to):
         raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
     _check_batch_label(batch, step)
@@ -211,10 +235,7 @@ async def up(
 
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
-    async with open_session(
-        settings, take_lock=not no_lock, wait=wait, cancel=cancel, declarations=declarations, command="up", **_run_options(settings, observers, client)
-    ) as session:
-        warn_unlocked(no_lock)
+    async with _writing(project, lock, "up", declarations=declarations) as session:
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
         _check_unchanged(plan, checksums)
         report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
@@ -222,11 +243,28 @@ async def up(
             from ..converge.orchestrator import converge_in_session  # start-up time: see the note at the top
 
             try:
-                report.converge = await converge_in_session(session, yes=yes, confirm=confirm, trigger="up")
+                report.converge = await converge_in_session(session, yes=yes, confirm=ask, trigger="up")
             except MongoshiftError as exc:
                 exc.details.setdefault("results", [r.to_json() for r in report.results])  # the migrations did apply
                 raise
         return report
+
+
+@asynccontextmanager
+async def _writing(project: Project, lock: Lock, command: str, *, declarations: Declarations | None = None) -> AsyncIterator[Session]:
+    """A writing run of ``project``: its observers with OpenTelemetry, the lock as ``lock`` says, said when skipped."""
+    async with open_session(
+        project.settings,
+        take_lock=lock.take,
+        wait=lock.wait,
+        cancel=project.cancel,
+        declarations=declarations,
+        command=command,
+        observers=run_observers(project.observers, project.settings),
+        project=project,
+    ) as session:
+        warn_unlocked(not lock.take)
+        yield session
 
 
 async def down(
@@ -244,11 +282,26 @@ async def down(
     ordered: bool = False,
     checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
+    """One-shot :meth:`Mongoshift.down <mongoshift.api.session.Mongoshift.down>`; ``no_lock`` / ``wait`` are its ``lock``."""
+    project = one_shot(settings, client=client, observers=observers, cancel=cancel)
+    return await down_in(project, target=target, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered, checksums=checksums)
+
+
+async def down_in(
+    project: Project,
+    *,
+    target: str | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    to: str | None = None,
+    lock: Lock = DEFAULT_LOCK,
+    ordered: bool = False,
+    checksums: Mapping[str, str] | None = None,
+) -> RunReport:
     """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied.
 
-    ``checksums``: as for :func:`up`."""
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="down", **_run_options(settings, observers, client)) as session:
-        warn_unlocked(no_lock)
+    ``checksums``: as for :func:`up_in`."""
+    async with _writing(project, checked_lock(lock), "down") as session:
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
         _check_unchanged(plan, checksums)
         return await _execute(session, "down", plan)
@@ -265,12 +318,17 @@ async def redo(
     client: AsyncMongoClient[Any] | None = None,
     checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
+    """One-shot :meth:`Mongoshift.redo <mongoshift.api.session.Mongoshift.redo>`; ``no_lock`` / ``wait`` are its ``lock``."""
+    project = one_shot(settings, client=client, observers=observers, cancel=cancel)
+    return await redo_in(project, target=target, lock=Lock(not no_lock, wait), checksums=checksums)
+
+
+async def redo_in(project: Project, *, target: str | None = None, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock.
 
-    ``checksums``: as for :func:`up`."""
-    async with open_session(settings, take_lock=not no_lock, wait=wait, cancel=cancel, command="redo", **_run_options(settings, observers, client)) as session:
-        warn_unlocked(no_lock)
-        target = _bare(settings, target)
+    ``checksums``: as for :func:`up_in`."""
+    async with _writing(project, checked_lock(lock), "redo") as session:
+        target = _bare(project.settings, target)
         records = await session.changelog.records()
         plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
         if not plan.steps:
@@ -282,10 +340,20 @@ async def redo(
         return await _execute(session, "redo", combined)
 
 
+def _reading(project: Project, *, with_files: bool = True) -> AbstractAsyncContextManager[Session]:
+    """A read-only run of ``project``: no lock, no observers (nothing it does is an event)."""
+    return open_session(project.settings, take_lock=False, with_files=with_files, cancel=project.cancel, project=project)
+
+
 async def status(settings: Settings, *, checksums: bool = True, client: AsyncMongoClient[Any] | None = None) -> list[StatusRow]:
+    """One-shot :meth:`Mongoshift.status <mongoshift.api.session.Mongoshift.status>`."""
+    return await status_in(one_shot(settings, client=client), checksums=checksums)
+
+
+async def status_in(project: Project, *, checksums: bool = True) -> list[StatusRow]:
     """Every file with its state; an applied background migration also with its own status, a
     reverted one with its revert while that is not completed."""
-    async with open_session(settings, take_lock=False, client=checked_client(client)) as session:
+    async with _reading(project) as session:
         rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
         shown = [row for row in rows if row.kind == "background" and row.state in ("applied", "reverted")]
         if shown:
@@ -297,16 +365,20 @@ async def status(settings: Settings, *, checksums: bool = True, client: AsyncMon
         return rows
 
 
-async def list_migrations(
-    settings: Settings, *, only: Literal["pending", "applied"] | None = None, client: AsyncMongoClient[Any] | None = None
-) -> list[StatusRow]:
-    """Every migration file with its state and checksum verdict, as ``status`` shows them, optionally only the pending or applied ones."""
-    rows = await status(settings, client=client)
+def only_rows(rows: list[StatusRow], only: Literal["pending", "applied"] | None) -> list[StatusRow]:
+    """``list --pending`` / ``--applied``: the status rows of one kind (None: all)."""
     if only == "pending":
         return [r for r in rows if r.pending]
     if only == "applied":
         return [r for r in rows if r.state == "applied"]
     return rows
+
+
+async def list_migrations(
+    settings: Settings, *, only: Literal["pending", "applied"] | None = None, client: AsyncMongoClient[Any] | None = None
+) -> list[StatusRow]:
+    """Every migration file with its state and checksum verdict, as ``status`` shows them, optionally only the pending or applied ones."""
+    return only_rows(await status(settings, client=client), only)
 
 
 async def dry_run(
@@ -324,19 +396,42 @@ async def dry_run(
     client: AsyncMongoClient[Any] | None = None,
     ordered: bool = False,
 ) -> DryRunReport:
+    """One-shot :meth:`Mongoshift.plan <mongoshift.api.session.Mongoshift.plan>`."""
+    project = one_shot(settings, client=client, observers=observers)
+    return await dry_run_in(project, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, step=step, ordered=ordered)
+
+
+async def dry_run_in(
+    project: Project,
+    direction: Literal["up", "down"],
+    *,
+    target: str | None = None,
+    to: str | None = None,
+    force: bool = False,
+    strict: bool | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    step: bool = False,
+    ordered: bool = False,
+) -> DryRunReport:
     """What the real command would do, refused exactly as it would refuse; no lock, no writes.
 
     The selection, the hooks module, the import and checks of every file and
     the ``requires`` gate are the real command's own code (:func:`_plan`,
     :meth:`Executor.preview`); only the writes are left out. No migration body runs and
-    no lock is taken, so ``observers`` (taken as ``up`` takes them) get no event.
+    no lock is taken, so the project's observers get no event.
     """
     from ..background.steps import BackgroundSteps  # start-up time: see the note at the top
     from ..line.executor import Executor
 
+    settings = project.settings
+    if direction not in ("up", "down"):
+        raise ConfigInvalidError(f"direction must be 'up' or 'down', not {direction!r}")
     if direction == "up":
         _check_batch_label(batch, step)
-    async with open_session(settings, take_lock=False, **_run_options(settings, observers, client)) as session:
+    async with open_session(
+        settings, take_lock=False, cancel=project.cancel, observers=run_observers(project.observers, settings), project=project
+    ) as session:
         plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, ordered=ordered)
         next_batch = (batch or await session.changelog.next_batch()) if direction == "up" else None
         would_run, waiting = await Executor(session).preview(plan)
@@ -360,13 +455,24 @@ async def dry_run(
 
 
 async def lock_status(settings: Settings, *, client: AsyncMongoClient[Any] | None = None) -> LockHolder | None:
-    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
+    """One-shot :meth:`Mongoshift.lock_status <mongoshift.api.session.Mongoshift.lock_status>`."""
+    return await lock_status_in(one_shot(settings, client=client))
+
+
+async def lock_status_in(project: Project) -> LockHolder | None:
+    """Who holds the migration lock (None: nobody)."""
+    async with _reading(project, with_files=False) as session:
         return await session.new_lock().holder()
 
 
 async def unlock(settings: Settings, *, client: AsyncMongoClient[Any] | None = None) -> LockHolder | None:
+    """One-shot :meth:`Mongoshift.unlock <mongoshift.api.session.Mongoshift.unlock>`."""
+    return await unlock_in(one_shot(settings, client=client))
+
+
+async def unlock_in(project: Project) -> LockHolder | None:
     """Clear the lock whoever holds it; returns who held it (None: nothing to clear)."""
-    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
+    async with _reading(project, with_files=False) as session:
         lock = session.new_lock()
         holder = await lock.holder()
         if holder is not None:

@@ -1,4 +1,5 @@
-"""Options every API call shares: the application's client, observers (with OpenTelemetry), and how log events print.
+"""Options every API call shares: the application's client, observers (with OpenTelemetry), the lock and
+confirmation values, the one-shot project of a flat call, and how log events print.
 
 Checked when the call starts, so a wrong one fails at once with exit code 6 instead of in
 a lane, or never.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from bson import json_util
@@ -16,7 +18,71 @@ from pymongo import AsyncMongoClient
 
 from ..errors import ConfigInvalidError
 from ..project.events import Event, Observer
+from ..project.run import CancelSignal
+from ..project.session import Project
 from ..project.settings import Settings
+
+#: Asked with the destructive actions of a converge (the converge plan's actions); True lets them run.
+#: The same type as :data:`mongoshift.converge.applier.Confirm`, named here so that the API
+#: does not load converge before a converge runs.
+ConfirmCallback = Callable[[list[Any]], Awaitable[bool]]
+
+#: One confirmation of a call's destructive steps: True (confirmed), False (refused unless
+#: nothing destructive is planned), or a callback asked with the actions.
+Confirmation = bool | ConfirmCallback
+
+
+@dataclass(frozen=True)
+class Lock:
+    """How a writing call takes the migration lock (taken per call, released when it ends).
+
+    ``take=False`` runs without it (local work only: another run could apply the same
+    migrations at the same time); ``wait``: seconds to wait for another holder (None: refuse at once).
+    """
+
+    take: bool = True
+    wait: float | None = None
+
+    def check(self) -> Lock:
+        if not isinstance(self.take, bool):
+            raise ConfigInvalidError(f"Lock.take must be True or False, not {type(self.take).__name__}")
+        if self.wait is not None and (isinstance(self.wait, bool) or not isinstance(self.wait, (int, float)) or self.wait < 0):
+            raise ConfigInvalidError(f"Lock.wait must be a number of seconds (0 or more) or None, not {self.wait!r}")
+        return self
+
+
+#: The default of every writing call: take the lock, refused at once when another run holds it.
+DEFAULT_LOCK = Lock()
+
+
+def checked_lock(lock: object) -> Lock:
+    """``lock=``: a :class:`Lock`, checked before connecting."""
+    if not isinstance(lock, Lock):
+        raise ConfigInvalidError(f"lock must be a mongoshift Lock(take=..., wait=...), not {type(lock).__name__}")
+    return lock.check()
+
+
+def confirm_parts(confirm: object) -> tuple[bool, ConfirmCallback | None]:
+    """``confirm=``, as converge takes it: (confirmed, callback)."""
+    if isinstance(confirm, bool):
+        return confirm, None
+    if callable(confirm):
+        return False, confirm
+    raise ConfigInvalidError(f"confirm must be True, False or an async function asked with the actions, not {type(confirm).__name__}")
+
+
+def confirmation(yes: bool, confirm: ConfirmCallback | None) -> Confirmation:
+    """A flat call's ``yes`` and ``confirm`` as the one value of a session call."""
+    return True if yes else confirm if confirm is not None else False
+
+
+def one_shot(
+    settings: Settings, *, client: object = None, observers: object = (), cancel: CancelSignal | None = None
+) -> Project:
+    """The project of one flat call: opened by its run, closed when the run ends."""
+    if not isinstance(settings, Settings):
+        raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
+    return Project(settings, checked_client(client), checked_observers(observers), cancel)
 
 
 def checked_client(client: object) -> AsyncMongoClient[Any] | None:

@@ -19,10 +19,10 @@ from .app import global_options, output, run_async, settings
 @global_options
 def audit(stale_after: float) -> int:
     """Check the migration line and the background migrations; read-only. Exit 0 healthy, 40 warnings, 22 a failed check."""
-    from ..api.audit import audit as run_audit  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    report = run_async(lambda cancel: run_audit(s, stale_after=stale_after))
+    report = run_async(lambda cancel: per_call(s).audit(stale_after=stale_after))
     out = output()
     if out.json_mode:
         out.json(report.to_json())

@@ -145,7 +145,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     --progress-interval seconds (none with -q)."""
     if bool(names) == all_:
         raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import connect  # start-up time: the engine loads only when a background command runs
     from .progress import log_progress, show_progress  # start-up time: as above, with rich's progress bar
 
     s = settings()
@@ -155,14 +155,15 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
 
     async def go(cancel: CancelSignal) -> list[BackgroundReport]:
         nonlocal interrupted
-        task = asyncio.create_task(bg.run(s, None if all_ else list(names), concurrency=concurrency, cancel=cancel, once=once))
-        if out.quiet:
-            pass
-        elif out.out.is_terminal and not out.json_mode:
-            await show_progress(s, task, output().out, list(names) or None)
-        else:
-            await log_progress(s, task, progress_interval, list(names) or None)
-        reports = await task
+        async with connect(s, cancel=cancel) as ms:  # the run and its progress readings share one connection
+            task = asyncio.create_task(ms.background.run(None if all_ else list(names), concurrency=concurrency, once=once))
+            if out.quiet:
+                pass
+            elif out.out.is_terminal and not out.json_mode:
+                await show_progress(ms.background.status, task, output().out, list(names) or None)
+            else:
+                await log_progress(ms.background.status, task, progress_interval, list(names) or None)
+            reports = await task
         interrupted = cancel.is_set()
         return reports
 
@@ -180,10 +181,10 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
 
 def _nothing_to_run(s: Settings) -> None:
     """``run --all`` found nothing runnable: say so, and name what waits on a person (failed, paused...)."""
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     out = output()
-    others = run_async(lambda cancel: bg.status(s))
+    others = run_async(lambda cancel: per_call(s).background.status())
     if out.json_mode:
         out.json({"background": [], "not_runnable": {r.name: r.status for r in others}})
         return
@@ -240,13 +241,14 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
 def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     """Status, pass, partitions, leases, totals, rate and ETA of background migrations."""
     from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import connect, per_call
 
     s = settings()
     out = output()
     if show_partitions:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
-        rows = run_async(lambda cancel: bg.partitions(s, name))
+        rows = run_async(lambda cancel: per_call(s).background.partitions(name))
         shards = bg.per_shard(rows)
         if out.json_mode:
             out.json({"partitions": [r.__dict__ for r in rows], "shards": [p.__dict__ for p in shards]})
@@ -263,7 +265,8 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
                 )
         return 0
     async def both(cancel: CancelSignal) -> tuple[list[BackgroundReport], list[WatchRecord]]:
-        return await bg.status(s, name), await bg.watch_status(s)
+        async with connect(s, cancel=cancel) as ms:  # two reads, one connection
+            return await ms.background.status(name), await ms.background.watch_status()
 
     reports, watchers = run_async(both)
     if name is not None:
@@ -311,7 +314,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
 
     One process leads each collection, the others wait to take over. Runs until Ctrl-C or
     SIGTERM, then saves its position, lets go of its leases and exits 0 (a second signal: 130/143)."""
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.watch.watcher import WatchOptions
 
     names: tuple[str, ...] | None = None
@@ -321,7 +324,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
             raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
     options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
     s = settings()
-    records = run_async(lambda cancel: bg.watch(s, options=options, cancel=cancel), stopping=WATCH_STOPPING)
+    records = run_async(lambda cancel: per_call(s, cancel=cancel).background.watch(options), stopping=WATCH_STOPPING)
     out = output()
     if out.json_mode:
         out.json({"watch": [r.to_json() for r in records]})
@@ -331,14 +334,14 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
 
 
 def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
 
     s = settings()
     if action in ("cancel", "unlock") or from_start:
         confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: bg.apply_control(s, name, action, reason=reason, from_start=from_start))
+        result = run_async(lambda cancel: per_call(s).background.control(name, action, reason=reason, from_start=from_start))
     out = output()
     if out.json_mode:
         out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})
@@ -361,11 +364,11 @@ def dry_run(file: str, sample: int | None, first: int | None, revert: bool, vali
     FILE need not be registered. Reads only: no lock, no write, any server. Shows document
     values and _ids (only here); --json prints them as relaxed Extended JSON. --validate needs
     transactions (exit 15 without) and exits 34 when the sandbox refused an operation."""
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     s = settings()
     result = run_async(
-        lambda cancel: bg.preview(s, file, sample=sample, first=first, revert=revert, cancel=cancel, validate=validate, steps=steps)
+        lambda cancel: per_call(s, cancel=cancel).background.preview(file, sample=sample, first=first, revert=revert, validate=validate, steps=steps)
     )
     out = output()
     if out.json_mode:
@@ -427,13 +430,13 @@ def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bo
 
 
 def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
 
     s = settings()
     shown = () if quiet else ("control",)  # quiet (retry --repin): its log line is all that says it
     with shown_by_caller(*shown):
-        result = run_async(lambda cancel: bg.repin(s, name, reason=reason))
+        result = run_async(lambda cancel: per_call(s).background.repin(name, reason=reason))
     out = output()
     if quiet:
         return
@@ -474,7 +477,7 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     """Look once for old-shape documents written after each completed migration (NAMEs, or all).
 
     Exit 31 when some are found (reported or reopened), 0 otherwise; never shows a document id."""
-    from ..api import background as bg  # start-up time: the engine loads only when a background command runs
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     if reopen and report:
         raise ConfigInvalidError("--reopen and --report exclude each other: pick one (--report is the default)")
@@ -482,7 +485,7 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
 
     s = settings()
     with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
-        results = run_async(lambda cancel: bg.verify(s, list(names) or None, reopen=reopen))
+        results = run_async(lambda cancel: per_call(s).background.verify(list(names) or None, reopen=reopen))
     out = output()
     drifted = [r.migration for r in results if r.found]
     stranded = [r.migration for r in results if r.stranded]

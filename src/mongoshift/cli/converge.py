@@ -70,12 +70,13 @@ def interactive_confirm(yes: bool) -> Callable[[list[Action]], Awaitable[bool]] 
 @global_options
 def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None, reason: str | None) -> int:
     """Create, modify, rebuild or (with --prune) drop indexes and validators to match the declared collections."""
-    from ..api import collections as cv  # start-up time: converge loads only when this command runs
+    from ..api.options import Lock, confirmation  # start-up time: converge loads only when this command runs
+    from ..api.session import per_call
 
     s = settings()
     out = output()
     if dry_run or check:
-        report = run_async(lambda cancel: cv.plan_converge(s, prune=prune, check=check))
+        report = run_async(lambda cancel: per_call(s).collections.plan(prune=prune, check=check))
         render(report, title="check: nothing was written" if check else "dry run: nothing was written")
         if report.conflicts:
             out.warn(f"{len(report.conflicts)} conflict(s): converge would refuse to run")
@@ -87,7 +88,11 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         return 0
     confirm = interactive_confirm(yes)
     try:
-        report = run_async(lambda cancel: cv.converge(s, prune=prune, yes=yes, confirm=confirm, no_lock=no_lock, wait=wait, cancel=cancel, reason=reason))
+        report = run_async(
+            lambda cancel: per_call(s, cancel=cancel).collections.converge(
+                prune=prune, confirm=confirmation(yes, confirm), lock=Lock(not no_lock, wait), reason=reason
+            )
+        )
     except ConvergeFailedError as exc:
         if not out.json_mode and "converge" in exc.details:
             _render_failed(exc.details["converge"])

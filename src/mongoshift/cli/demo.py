@@ -139,7 +139,7 @@ async def background_scenario(settings: Settings, out: Output, orders_count: int
         started = time.monotonic()
         run = asyncio.create_task(bg.run(settings, ["20260104000000_order_totals.py"], concurrency=4))
         if out.out.is_terminal and not out.json_mode and not out.quiet:
-            await show_progress(settings, run, out.out)
+            await show_progress(lambda: bg.status(settings), run, out.out)
         reports = await run
         stop.set()
         app_writes = await app

@@ -137,7 +137,8 @@ def up(
     no_lock: bool, wait: float | None, converge: bool | None,
 ) -> None:
     """Apply pending migrations, or FILE alone."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.options import Lock, confirmation  # start-up time: the API loads when a command runs
+    from ..api.session import per_call
 
     s = settings()
     if force:
@@ -146,9 +147,9 @@ def up(
         confirm(f"Run {file} again although it is applied?", yes)
     ask = interactive_confirm(yes)
     report = run_async(
-        lambda cancel: api.up(
-            s, target=file, to=to, step=step, force=force, strict=strict or None, no_lock=no_lock, wait=wait, cancel=cancel,
-            converge=converge, yes=yes, confirm=ask, batch=label, ordered=ordered,
+        lambda cancel: per_call(s, cancel=cancel).up(
+            file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
+            converge=converge, confirm=confirmation(yes, ask), batch=label, ordered=ordered,
         )
     )
     _render_report(report)
@@ -165,11 +166,12 @@ def up(
 @global_options
 def down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, no_lock: bool, wait: float | None) -> None:
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.options import Lock  # start-up time: the API loads when a command runs
+    from ..api.session import per_call
 
     s = settings()
     report = run_async(
-        lambda cancel: api.down(s, target=file, batch=batch, steps=steps, to=to, no_lock=no_lock, wait=wait, cancel=cancel, ordered=ordered)
+        lambda cancel: per_call(s, cancel=cancel).down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered)
     )
     _render_report(report)
 
@@ -181,10 +183,11 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 @global_options
 def redo(file: str | None, no_lock: bool, wait: float | None) -> None:
     """Roll back and re-apply FILE (default: the most recently applied migration)."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.options import Lock  # start-up time: the API loads when a command runs
+    from ..api.session import per_call
 
     s = settings()
-    report = run_async(lambda cancel: api.redo(s, target=file, no_lock=no_lock, wait=wait, cancel=cancel))
+    report = run_async(lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait)))
     _render_report(report)
 
 
@@ -211,10 +214,10 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
 @global_options
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    rows = run_async(lambda cancel: api.status(s))
+    rows = run_async(lambda cancel: per_call(s).status())
     _render_rows(rows)
     pending = [r.name for r in rows if r.pending]
     mismatched = [r.name for r in rows if r.checksum == "mismatch"]
@@ -239,10 +242,10 @@ def status(check: bool) -> int:
 @global_options
 def list_(only: Literal["pending", "applied"] | None) -> None:
     """List migrations, optionally only pending or applied ones."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    _render_rows(run_async(lambda cancel: api.list_migrations(s, only=only)))
+    _render_rows(run_async(lambda cancel: per_call(s).migrations(only)))
 
 
 @cli.group(name="dry-run")
@@ -282,13 +285,13 @@ def _render_dry(report: api.DryRunReport) -> None:
 @global_options
 def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None, label: int | None, ordered: bool) -> None:
     """What 'up' would apply."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
     _render_dry(
         run_async(
-            lambda cancel: api.dry_run(
-                s, "up", target=file, to=to, step=step, force=force, strict=strict or None, batch=label, ordered=ordered
+            lambda cancel: per_call(s).plan(
+                "up", file, to=to, step=step, force=force, strict=strict or None, batch=label, ordered=ordered
             )
         )
     )
@@ -303,10 +306,10 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 @global_options
 def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool) -> None:
     """What 'down' would roll back."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    _render_dry(run_async(lambda cancel: api.dry_run(s, "down", target=file, batch=batch, steps=steps, to=to, ordered=ordered)))
+    _render_dry(run_async(lambda cancel: per_call(s).plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered)))
 
 
 # ---------------------------------------------------------------- the lock
@@ -316,10 +319,10 @@ def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | N
 @global_options
 def lock() -> None:
     """Show who holds the migration lock."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    holder = run_async(lambda cancel: api.lock_status(s))
+    holder = run_async(lambda cancel: per_call(s).lock_status())
     out = output()
     if out.json_mode:
         out.json({"held": holder is not None, "holder": holder.__dict__ if holder else None})
@@ -332,10 +335,10 @@ def lock() -> None:
 @global_options
 def unlock(yes: bool) -> None:
     """Clear a stuck migration lock (for example after a run was killed)."""
-    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    holder = run_async(lambda cancel: api.lock_status(s))
+    holder = run_async(lambda cancel: per_call(s).lock_status())
     out = output()
     if holder is None:
         if out.json_mode:
@@ -344,7 +347,7 @@ def unlock(yes: bool) -> None:
             out.say("the lock is free: nothing to clear")
         return
     confirm(f"Clear the lock held by {holder.describe()}?", yes)
-    cleared = run_async(lambda cancel: api.unlock(s))
+    cleared = run_async(lambda cancel: per_call(s).unlock())
     if out.json_mode:
         out.json({"cleared": cleared is not None, "holder": cleared.__dict__ if cleared else None})
     else:

@@ -13,18 +13,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from ..api import background as bg
 from ..background.inspect.status import BackgroundReport
-from ..project.settings import Settings
 from .background_view import clock
 
 log = logging.getLogger("mongoshift.background.progress")
+
+#: Reads every background migration's report (``ms.background.status`` of the run's session).
+StatusReader = Callable[[], Awaitable[list[BackgroundReport]]]
 
 #: Statuses after which a migration's line is written once more, then no longer.
 _FINAL = frozenset({"completed", "failed", "cancelled", "paused"})
@@ -72,7 +73,7 @@ def per_second(rate: float | None) -> str:
     return f"{rate:,.1f} docs/s" if rate < 10 else f"{rate:,.0f} docs/s"
 
 
-async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Console, names: list[str] | None = None) -> None:
+async def show_progress(status: StatusReader, task: asyncio.Task[Any], console: Console, names: list[str] | None = None) -> None:
     wanted = {n.removesuffix(".py") for n in names} if names else None
     columns = (
         TextColumn("{task.description}"),
@@ -86,7 +87,7 @@ async def show_progress(settings: Settings, task: asyncio.Task[Any], console: Co
         bars: dict[str, Any] = {}
         while not task.done():
             try:
-                reports = await bg.status(settings)
+                reports = await status()
             except Exception:
                 reports = []
             for r in reports:
@@ -122,7 +123,7 @@ def progress_line(r: BackgroundReport, rate: float | None, eta: float | None) ->
     return f"{r.name}: {done:,}/{total} documents ({percent}), {per_second(rate)}, ETA {clock(eta)}, pass {r.pass_number}, {r.status}"
 
 
-async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:
+async def log_progress(status: StatusReader, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:
     """Until ``task`` ends, every ``interval`` seconds one INFO line per migration of the run.
 
     A migration is logged while it is under way, and once more when it reaches an end state
@@ -145,7 +146,7 @@ async def log_progress(settings: Settings, task: asyncio.Task[Any], interval: fl
                         log.info("progress %s", progress_line(r, *recent.observe(r)))
             return
         try:
-            reports = await bg.status(settings)
+            reports = await status()
         except Exception:  # a progress line is never worth failing the run
             continue
         for r in reports:

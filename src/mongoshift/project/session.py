@@ -3,6 +3,11 @@
 Every command (migrations, converge, background) opens its run here, so they
 share one way to connect, check mongoshift's own collections, take and lose
 the lock, stop, read the declarations (once per run) and close.
+
+What a run needs from its project (the files, the fetched URI, the client, the check of
+the own collections) is a :class:`Project`: opened once by ``mongoshift.connect`` for
+every call of a session, or by the run itself for a one-shot call. The lock is never
+part of it: each writing run takes and releases its own.
 """
 
 from __future__ import annotations
@@ -38,6 +43,78 @@ from .settings import Settings
 from .uri_source import resolve_uri
 
 log = logging.getLogger("mongoshift")
+
+
+@dataclass
+class Project:
+    """A project as its runs use it, each part resolved at most once however many runs it serves.
+
+    ``files`` (the migrations folder, scanned on first need), ``settings`` (with the URI
+    fetched from ``uri_command`` / ``uri_factory``), ``client`` (connected, or the
+    application's, left open) and ``checked`` (the own collections checked). ``one_shot``:
+    the project of a single call, closed by the run that opened it (so its connect and close
+    belong to that run, as its telemetry shows); otherwise :meth:`close` ends it.
+    """
+
+    settings: Settings
+    client: AsyncMongoClient[Any] | None = None
+    observers: list[Observer] = field(default_factory=list)
+    #: The caller's cancel signal, shared by every run; None: each run gets its own.
+    cancel: CancelSignal | None = None
+    one_shot: bool = True
+    files: list[MigrationFile] | None = None
+    checked: bool = False
+    resolved: bool = False
+    _own_client: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.resolved = self.resolved or self.client is not None  # an application's client: its URI is its own
+
+    def scanned(self) -> list[MigrationFile]:
+        """The migration files, read from the folder on the first call only."""
+        if self.files is None:
+            self.files = discover(self.settings.migrations_dir)
+        return self.files
+
+    async def resolve(self) -> Settings:
+        """The settings with the URI fetched (``uri_command`` / ``uri_factory``), once."""
+        if not self.resolved:
+            self.settings = await resolve_uri(self.settings)
+            self.resolved = True
+        return self.settings
+
+    async def connected(self) -> AsyncMongoClient[Any]:
+        """The client: the application's, or one connected now and kept until :meth:`close`."""
+        if self.client is None:
+            self.client = await connect(await self.resolve())
+            self._own_client = True
+        return self.client
+
+    async def check(self) -> None:
+        """Check mongoshift's own collections once, before anything of this project writes."""
+        if not self.checked:
+            client = await self.connected()
+            try:
+                await check_own_collections(client[self.settings.require_db()], self.settings)
+            except PyMongoError as exc:
+                raise from_pymongo(exc) from exc
+            self.checked = True
+
+    async def open(self) -> None:
+        """Connect and check now (a session opens eagerly, so a wrong URI or own collection fails at its
+        start); the folder is read by the first call that needs it (``lock``, ``converge`` or
+        ``background status`` need none, and may run where there is no migrations folder)."""
+        await self.check()
+
+    async def close(self) -> None:
+        """Close the client this project connected (an application's stays open); idempotent."""
+        client, self.client = (self.client, None) if self._own_client else (None, self.client)
+        self._own_client = False
+        if client is not None:
+            try:
+                await client.close()
+            except PyMongoError as exc:
+                log.debug("closing the connection failed: %s", type(exc).__name__)
 
 
 @dataclass
@@ -127,19 +204,22 @@ async def open_session(
     declarations: Declarations | None = None,
     observers: Iterable[Observer] = (),
     command: str | None = None,
+    project: Project | None = None,
 ) -> AsyncIterator[Session]:
     """Connect (or use ``client``, left open), check the own collections, take the lock, and always clean up.
 
+    ``project``: an open :class:`Project` whose files, URI, client and check this run reuses
+    (``client`` and ``checked`` are then its own); without one, the run opens a one-shot project.
     ``checked``: the caller's run already checked the own collections.
     ``declarations``: already read by the caller (a bad file failed before connecting).
     ``observers`` get the run's events; ``command`` (a writing command) brackets the run
     with ``run_start`` / ``run_end``, connecting and closing included, and enters the
     observers' ``run_scope`` between them.
     """
-    files = discover(settings.migrations_dir) if with_files else []
-    own = client is None
-    if own:
-        settings = await resolve_uri(settings)  # uri_command / uri_factory: fetched once per run
+    if project is None:
+        project = Project(settings, client, checked=checked)
+    files = project.scanned() if with_files else []
+    settings = await project.resolve()  # uri_command / uri_factory: fetched once per project
     cancel = cancel or CancelSignal()
     run = run_info(settings, run_id)
     events = Events(observers, run_id=run.run_id)
@@ -150,7 +230,7 @@ async def open_session(
         # the run's scope holds its set-up and tear-down too: the driver's ping, listCollections,
         # createIndexes and endSessions belong to the run
         with events.run_scope(start) if start is not None else nullcontext():
-            async with _connected(settings, client, own, cancel, run, events, files, declarations, take_lock, wait, checked) as session:
+            async with _connected(project, cancel, run, events, files, declarations, take_lock, wait) as session:
                 yield session
     except BaseException as exc:
         failure = exc
@@ -162,9 +242,7 @@ async def open_session(
 
 @asynccontextmanager
 async def _connected(
-    settings: Settings,
-    client: AsyncMongoClient[Any] | None,
-    own: bool,
+    project: Project,
     cancel: CancelSignal,
     run: RunInfo,
     events: Events,
@@ -172,18 +250,22 @@ async def _connected(
     declarations: Declarations | None,
     take_lock: bool,
     wait: float | None,
-    checked: bool,
 ) -> AsyncIterator[Session]:
     """The session of :func:`open_session`: connected, checked, locked; always cleaned up."""
-    client = client or await connect(settings)
+    settings = project.settings
+    try:
+        client = await project.connected()
+    except BaseException:
+        if project.one_shot:
+            await project.close()
+        raise
     db = client[settings.require_db()]
     session = Session(settings, client, run, cancel, Changelog(db[settings.changelog_collection]), files, events=events)
     session._declarations = declarations
     failure: BaseException | None = None
     try:
         try:
-            if not checked:
-                await check_own_collections(db, settings)  # before any index or record is written
+            await project.check()  # before any index or record is written
             if take_lock:
                 if settings.ensure_indexes:
                     await session.changelog.ensure_indexes()
@@ -197,7 +279,7 @@ async def _connected(
         failure = exc
         raise
     finally:
-        await _close(session, own, failure)
+        await _close(session, project, failure)
 
 
 async def _acquire(lock: LeaseLock, events: Events, wait: float | None) -> None:
@@ -215,7 +297,7 @@ def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
-async def _close(session: Session, own_client: bool, failure: BaseException | None) -> None:
+async def _close(session: Session, project: Project, failure: BaseException | None) -> None:
     """Release the lock and the connections; a release failure never masks the failure that ended the run."""
     try:
         if session.lock is not None:
@@ -231,10 +313,11 @@ async def _close(session: Session, own_client: bool, failure: BaseException | No
             if session._sync is not None:
                 await asyncio.to_thread(session._sync.close)
                 session._sync = None
-            if own_client:
-                await session.client.close()
         except PyMongoError as exc:
             log.debug("closing the connection failed: %s", type(exc).__name__)
+        finally:
+            if project.one_shot:
+                await project.close()
 
 
 def warn_unlocked(no_lock: bool) -> None:

@@ -21,7 +21,7 @@ from pymongo import AsyncMongoClient
 from ...errors import ConfigInvalidError, FileNotFoundMigrationError
 from ...project.loader import discover, find, load
 from ...project.run import CancelSignal
-from ...project.session import Session, open_session
+from ...project.session import Project, Session, open_session
 from ...project.settings import Settings
 from ...schema.background import Background
 from ..plan.declared import align_file
@@ -167,9 +167,10 @@ async def open_engine(
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
+    project: Project | None = None,
 ) -> AsyncIterator[Engine]:
-    """Connect (or use ``client``, left open) and start the engine; closed on exit."""
-    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=client) as session:
+    """Connect (or use ``client``, left open; or ``project``'s connection) and start the engine; closed on exit."""
+    async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=client, project=project) as session:
         yield await start_engine(session, observers=observers)
 
 

@@ -1,0 +1,309 @@
+"""The session API: ``async with mongoshift.connect(settings) as ms:`` opens the project once for many calls.
+
+Opening fetches the URI (``uri_command`` / ``uri_factory``), connects (or takes the
+application's ``client``, left open) and checks mongoshift's own collections, once; the
+migrations folder is read by the first call that needs it, once; every call of the session
+reuses them. The migration lock is not part
+of a session: each writing call takes it (as its :class:`~mongoshift.api.options.Lock`
+says) and releases it before it returns, so a session left open blocks no other run.
+
+The calls come in three groups: the migration line on the session itself (``up``,
+``down``, ``redo``, ``plan``, ``status``, ``migrations``, ``audit``, ``lock_status``,
+``unlock``), declared collections on ``ms.collections``, background migrations on
+``ms.background``. The flat functions of :mod:`mongoshift.api` are the same calls on a
+one-shot project. See docs/api.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pymongo import AsyncMongoClient
+
+from ..project.events import Observer
+from ..project.run import CancelSignal
+from ..project.session import Project
+from ..project.settings import Settings
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_client, checked_observers
+
+if TYPE_CHECKING:
+    from ..background.inspect.drift import Verified
+    from ..background.inspect.preview import Preview
+    from ..background.inspect.status import BackgroundReport, PartitionRow
+    from ..background.state.controls import Action, ControlResult, RepinResult
+    from ..background.state.model import WatchRecord
+    from ..background.watch.watcher import WatchOptions
+    from ..converge.report import ConvergeReport
+    from ..line.plan import StatusRow
+    from ..project.lock import LockHolder
+    from ..schema.collections import CollectionDeclaration
+    from .audit import AuditReport
+    from .background import CoordinatorStep, SliceReport
+    from .migrations import DryRunReport, RunReport
+
+# Start-up time (bench/cli.py): each call imports its module when it runs, so a session that
+# only reads the status loads neither converge nor the background engine.
+
+
+@asynccontextmanager
+async def connect(
+    settings: Settings,
+    client: AsyncMongoClient[Any] | None = None,
+    observers: Iterable[Observer] = (),
+    cancel: CancelSignal | None = None,
+) -> AsyncIterator[Mongoshift]:
+    """Open the project once and yield its :class:`Mongoshift` session; the connection closes on exit.
+
+    ``client``: the application's open ``AsyncMongoClient`` (used and left open).
+    ``observers``: plain functions that receive every event of every writing call.
+    ``cancel``: one signal for every call (Ctrl-C, a timeout); without it each call has its own.
+    A wrong option, URI or own collection fails here, before any call.
+    """
+    project = Project(settings, checked_client(client), checked_observers(observers), cancel, one_shot=False)
+    try:
+        await project.open()
+        yield Mongoshift(project)
+    finally:
+        await project.close()
+
+
+def per_call(
+    settings: Settings,
+    client: AsyncMongoClient[Any] | None = None,
+    observers: Iterable[Observer] = (),
+    cancel: CancelSignal | None = None,
+) -> Mongoshift:
+    """A session whose connection belongs to each call: opened inside the call's run, closed at its end.
+
+    The files and the URI are still read once. For a CLI command (each call on its own event
+    loop, its connect and close within its run's telemetry), one call at a time: a call's end
+    closes the connection. An application uses :func:`connect`.
+    """
+    return Mongoshift(Project(settings, checked_client(client), checked_observers(observers), cancel))
+
+
+class Mongoshift:
+    """An open project: the migration line's calls, ``collections`` and ``background``."""
+
+    def __init__(self, project: Project) -> None:
+        self._project = project
+        #: Declared collections: ``converge`` and ``plan``.
+        self.collections = Collections(project)
+        #: Background migrations: run, inspect, control.
+        self.background = Background(project)
+
+    @property
+    def settings(self) -> Settings:
+        """The project's settings, with the URI as it was fetched."""
+        return self._project.settings
+
+    async def up(
+        self,
+        target: str | None = None,
+        *,
+        to: str | None = None,
+        step: bool = False,
+        force: bool = False,
+        strict: bool | None = None,
+        lock: Lock = DEFAULT_LOCK,
+        converge: bool | None = None,
+        confirm: Confirmation = False,
+        batch: int | None = None,
+        ordered: bool = False,
+        checksums: Mapping[str, str] | None = None,
+    ) -> RunReport:
+        """Apply pending migrations (or ``target``, one file) in name order; a bulk run may end with a
+        converge (``converge``, default the ``converge_after_up`` setting) whose destructive steps
+        need ``confirm``. See :func:`mongoshift.api.migrations.up_in`."""
+        from .migrations import up_in
+
+        return await up_in(
+            self._project, target=target, to=to, step=step, force=force, strict=strict, lock=lock,
+            converge=converge, confirm=confirm, batch=batch, ordered=ordered, checksums=checksums,
+        )
+
+    async def down(
+        self,
+        target: str | None = None,
+        *,
+        batch: int | None = None,
+        steps: int | None = None,
+        to: str | None = None,
+        lock: Lock = DEFAULT_LOCK,
+        ordered: bool = False,
+        checksums: Mapping[str, str] | None = None,
+    ) -> RunReport:
+        """Roll back the last batch, or what ``target`` / ``batch`` / ``steps`` / ``to`` selects."""
+        from .migrations import down_in
+
+        return await down_in(self._project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums)
+
+    async def redo(self, target: str | None = None, *, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
+        """Roll back and re-apply one migration (default: the newest applied) under one lock."""
+        from .migrations import redo_in
+
+        return await redo_in(self._project, target=target, lock=lock, checksums=checksums)
+
+    async def plan(
+        self,
+        direction: Literal["up", "down"] = "up",
+        target: str | None = None,
+        *,
+        to: str | None = None,
+        force: bool = False,
+        strict: bool | None = None,
+        batch: int | None = None,
+        steps: int | None = None,
+        step: bool = False,
+        ordered: bool = False,
+    ) -> DryRunReport:
+        """What ``up`` (or ``down``) with the same selection would run, refused as it would be; writes nothing."""
+        from .migrations import dry_run_in
+
+        return await dry_run_in(
+            self._project, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, step=step, ordered=ordered
+        )
+
+    async def status(self, *, checksums: bool = True) -> list[StatusRow]:
+        """Every migration file with its state (a background one also with its own status)."""
+        from .migrations import status_in
+
+        return await status_in(self._project, checksums=checksums)
+
+    async def migrations(self, only: Literal["pending", "applied"] | None = None) -> list[StatusRow]:
+        """The status rows, optionally only the pending or the applied ones (``mongoshift list``)."""
+        from .migrations import only_rows, status_in
+
+        return only_rows(await status_in(self._project), only)
+
+    async def audit(self, *, stale_after: float | None = None, now: datetime | None = None) -> AuditReport:
+        """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict."""
+        from .audit import DEFAULT_STALE_AFTER_SECONDS, audit_in
+
+        return await audit_in(self._project, stale_after=DEFAULT_STALE_AFTER_SECONDS if stale_after is None else stale_after, now=now)
+
+    async def lock_status(self) -> LockHolder | None:
+        """Who holds the migration lock (None: nobody)."""
+        from .migrations import lock_status_in
+
+        return await lock_status_in(self._project)
+
+    async def unlock(self) -> LockHolder | None:
+        """Clear the migration lock whoever holds it; who held it (None: nothing to clear)."""
+        from .migrations import unlock_in
+
+        return await unlock_in(self._project)
+
+
+class Collections:
+    """The declared collections of an open project."""
+
+    def __init__(self, project: Project) -> None:
+        self._project = project
+
+    async def converge(
+        self,
+        *,
+        prune: bool = False,
+        confirm: Confirmation = False,
+        lock: Lock = DEFAULT_LOCK,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> ConvergeReport:
+        """Make the server match the declarations under the migration lock; destructive steps need ``confirm``."""
+        from .collections import converge_in
+
+        return await converge_in(self._project, prune=prune, confirm=confirm, lock=lock, requested_by=requested_by, reason=reason)
+
+    async def plan(
+        self, *, prune: bool = False, check: bool = False, declarations: Sequence[CollectionDeclaration] | None = None
+    ) -> ConvergeReport:
+        """What ``converge`` would do, without the lock and without writing anything."""
+        from .collections import plan_converge_in
+
+        return await plan_converge_in(self._project, prune=prune, check=check, declarations=declarations)
+
+
+class Background:
+    """The background migrations of an open project (registered by ``up``)."""
+
+    def __init__(self, project: Project) -> None:
+        self._project = project
+
+    async def run(self, names: list[str] | None = None, *, concurrency: int = 1, once: bool = False) -> list[BackgroundReport]:
+        """Run the named migrations (None: every runnable one) in this process until each ends (``once``: one round)."""
+        from .background import run_in
+
+        return await run_in(self._project, names, concurrency=concurrency, once=once)
+
+    async def status(self, name: str | None = None) -> list[BackgroundReport]:
+        """The report of one registered migration (None: of every one)."""
+        from .background import status_in
+
+        return await status_in(self._project, name)
+
+    async def partitions(self, name: str) -> list[PartitionRow]:
+        """The partitions of one registered migration."""
+        from .background import partitions_in
+
+        return await partitions_in(self._project, name)
+
+    async def control(self, name: str, action: Action, *, reason: str | None = None, from_start: bool = False) -> ControlResult:
+        """Pause, resume, cancel or retry a registered migration."""
+        from .background import control_in
+
+        return await control_in(self._project, name, action, reason=reason, from_start=from_start)
+
+    async def repin(self, name: str, *, reason: str | None = None) -> RepinResult:
+        """Pin the file as it is on disk now (after a deploy changed it)."""
+        from .background import repin_in
+
+        return await repin_in(self._project, name, reason=reason)
+
+    async def verify(self, names: list[str] | None = None, *, reopen: bool = False) -> list[Verified]:
+        """Look once for old-shape documents written after each migration completed (``reopen``: one more pass)."""
+        from .background import verify_in
+
+        return await verify_in(self._project, names, reopen=reopen)
+
+    async def watch(self, options: WatchOptions | None = None) -> list[WatchRecord]:
+        """Run the live watcher until the session's ``cancel`` is set."""
+        from .background import watch_in
+
+        return await watch_in(self._project, options=options)
+
+    async def watch_status(self) -> list[WatchRecord]:
+        """Every collection's live watcher as last saved."""
+        from .background import watch_status_in
+
+        return await watch_status_in(self._project)
+
+    async def preview(
+        self,
+        path: str,
+        *,
+        sample: int | None = None,
+        first: int | None = None,
+        revert: bool = False,
+        validate: bool = False,
+        steps: int | None = None,
+    ) -> Preview:
+        """What the engine would do to a few documents of the old shape; reads only."""
+        from .background import preview_in
+
+        return await preview_in(self._project, path, sample=sample, first=first, revert=revert, validate=validate, steps=steps)
+
+    async def coordinate(self, name: str) -> CoordinatorStep:
+        """One coordinator step (a job system's unit): what to do next."""
+        from .background import coordinate_in
+
+        return await coordinate_in(self._project, name)
+
+    async def run_slice(self, name: str) -> SliceReport:
+        """One slice of one lane (a job system's unit)."""
+        from .background import run_slice_in
+
+        return await run_slice_in(self._project, name)
