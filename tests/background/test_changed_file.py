@@ -9,7 +9,7 @@ import pytest
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.lanes import runner as bg_runner
+from mongoshift.background.lanes import drive as bg_runner
 from mongoshift.errors import BackgroundFileChangedError
 
 from .conftest import background_file, seed
