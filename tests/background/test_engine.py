@@ -369,7 +369,7 @@ async def test_a_lane_that_lost_its_lease_stops_at_the_fenced_checkpoint(fast_pr
         state = decision.state
         claimed = await engine.store.claim(state, slots=[0], owner="stalled", ttl_ms=60_000)
         assert claimed not in (None, False)
-        lease, partition = claimed
+        lease, _partition = claimed
         # An operator (or the reaper, after a stall) takes the lease away.
         await engine.store.partitions.update_one({"_id": lease.partition_id}, {"$unset": {"lease": ""}})
         assert not await engine.store.checkpoint(lease, cursor={"last_id": 99}, counters={"migrated": 100}, done=False)

@@ -19,7 +19,6 @@ from mongoshift.background.inspect.preview import updated
 from mongoshift.errors import ConfigInvalidError, ExitCode, IrreversibleMigrationError
 from mongoshift.project.session import open_session
 
-from ..cli.test_cli import cli
 from .conftest import seed
 from .test_pipeline import pipeline_file
 
@@ -198,7 +197,7 @@ async def test_a_step_migration_or_a_plain_one_is_refused(project, db) -> None: 
         await api.preview_background(project.settings(), "0002_plain.py")
 
 
-def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     when = datetime.datetime(2026, 1, 2, 3, 4, 5)
     ref = ObjectId()
     people = sync_client[project.db].people
@@ -221,7 +220,7 @@ def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync
     assert "update\t" in plain.stdout and '"$unset": {"first": "", "last": ""}' in plain.stdout
 
 
-def test_the_command_exit_codes(project) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_exit_codes(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add(NAME, transform_file(revert=False))
     assert cli(project, "background", "dry-run", NAME, "--first", "0").returncode == ExitCode.CONFIG_INVALID
     both = cli(project, "background", "dry-run", NAME, "--first", "1", "--sample", "1", "--json")

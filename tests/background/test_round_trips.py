@@ -16,8 +16,8 @@ from pymongo.errors import AutoReconnect
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.state.controls import Action, control
 from mongoshift.background.lanes.lane import Lane
+from mongoshift.background.state.controls import Action, control
 from mongoshift.background.state.store import BackgroundStore
 
 from ..conftest import TEST_CLIENT_OPTIONS, Project

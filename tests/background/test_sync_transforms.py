@@ -14,9 +14,9 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from mongoshift.api import background as bg
 from mongoshift.api import migrations as command
-from mongoshift.background.write import batch
 from mongoshift.background.state.events import Event
 from mongoshift.background.state.store import BackgroundStore
+from mongoshift.background.write import batch
 
 from ..conftest import TEST_CLIENT_OPTIONS, Project
 from .conftest import background_file, seed

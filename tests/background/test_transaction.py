@@ -167,8 +167,15 @@ async def test_a_left_out_document_counts_only_in_the_batch_that_holds_it(client
     from pymongo.errors import OperationFailure
 
     from mongoshift import Background
-    from mongoshift.background.write.batch import BatchResult, DocumentError, DocumentFailed
-    from mongoshift.background.write.transaction import TransactionalBatchSize, run_batch
+    from mongoshift.background.write.batch import (
+        BatchResult,
+        DocumentError,
+        DocumentFailed,
+    )
+    from mongoshift.background.write.transaction import (
+        TransactionalBatchSize,
+        run_batch,
+    )
 
     spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 6})
     writes = 0

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from mongoshift import api
 from mongoshift.errors import ExitCode, TransactionsUnsupportedError
 
-from ..cli.test_cli import cli
 from ..conftest import fail_command
 from .conftest import seed
 from .test_preview import database_hash
@@ -164,7 +162,7 @@ async def test_a_server_without_transactions_is_a_clear_error(project, db, clien
     assert caught.value.exit_code == ExitCode.TRANSACTIONS_UNSUPPORTED
 
 
-def test_the_command_exit_codes_and_json(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_exit_codes_and_json(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[project.db].people.insert_many([{"_id": i, "first": "A", "last": "B", "n": i, "__v": 1, "__rev": 1} for i in range(2)])
     project.add(NAME, transform(PLAIN))
     clean = cli(project, "background", "dry-run", NAME, "--first", "2", "--validate", "--json")

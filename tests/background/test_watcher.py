@@ -53,9 +53,9 @@ def old_doc(_id: Any, **extra: Any) -> dict[str, Any]:
     return {"_id": _id, "first": "old", "last": "app", "__v": 1, "__rev": 1, **extra}
 
 
-async def until(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
-    """Poll ``check`` until it gives something true; fail after ``timeout`` (a bound, not a measure)."""
-    deadline = time.monotonic() + timeout
+async def until(what: str, check: Callable[[], Awaitable[Any]], bound: float = 30.0) -> Any:
+    """Poll ``check`` until it gives something true; fail after ``bound`` seconds (a bound, not a measure)."""
+    deadline = time.monotonic() + bound
     while True:
         value = await check()
         if value:
@@ -156,7 +156,7 @@ def start_cli_watcher(project: Project, log: Any) -> subprocess.Popen[str]:
 
 async def test_kill_9_of_the_leader_hands_over_to_the_follower_which_resumes_from_the_token_with_no_event_missed(fast_project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
     s = await completed(fast_project, db)
-    with open(tmp_path / "leader.log", "w") as log:
+    with open(tmp_path / "leader.log", "w") as log:  # noqa: ASYNC230 - a local file for the child process, opened once
         leader = start_cli_watcher(fast_project, log)
         try:
             await until("the process leading", lambda: _leading(db, leader.pid))
@@ -308,7 +308,7 @@ async def test_it_stands_aside_while_a_revert_of_the_collection_runs(fast_projec
 SOAK_SECONDS = 60
 
 
-@pytest.mark.soak
+@pytest.mark.slow
 async def test_soak_beside_an_application_writing_at_full_speed_every_old_shape_ends_new_and_no_write_is_lost(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     """60 s of an old and a new application version writing at once, the watcher hosted by the in-app runner.
 
@@ -351,7 +351,7 @@ async def test_soak_beside_an_application_writing_at_full_speed_every_old_shape_
             return writes
 
         writes = sum(await asyncio.gather(application(1), application(2)))
-        await until("no old shape left", lambda: _none_old(db), timeout=180)
+        await until("no old shape left", lambda: _none_old(db), bound=180)
     finally:
         await runner.stop()
     assert writes > 100  # it did write at speed for the whole time
@@ -420,7 +420,7 @@ def test_background_status_shows_each_watcher_with_its_counters_never_its_positi
 
 async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collection_list(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
     await completed(fast_project, db)
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started and left running: Popen does not wait for it
         [sys.executable, "-m", "mongoshift", "background", "watch", "--collections", "people", "--json"],
         cwd=fast_project.root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -520,7 +520,7 @@ async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_re
     # A refresh an hour away: the refusal must not wait for it (the bound below is a bound, not a measure).
     watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100), watch=standalone)
     try:
-        await until("the watcher ending", lambda: _done(watcher.task), timeout=120)
+        await until("the watcher ending", lambda: _done(watcher.task), bound=120)
     finally:
         watcher.cancel.set("test over")
     with pytest.raises(ConfigInvalidError, match="needs change streams"):

@@ -14,7 +14,6 @@ from mongoshift.errors import ConvergeFailedError, RunAbortedError
 from mongoshift.project.redaction import describe_error
 from mongoshift.project.run import CancelSignal
 
-from ..cli.test_cli import cli
 from .conftest import server_indexes, settings_with
 from .test_cli import declare
 
@@ -58,7 +57,7 @@ async def test_a_failed_index_batch_lists_each_index_once_with_the_reason(projec
     assert all("remove the duplicates" in r["error"] for r in rows)
 
 
-def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project, '[[mongoshift.collections]]\nname = "users"\nindexes = [{ keys = { a = 1 } }, { keys = { b = 1 }, unique = true }]\n')
     # Duplicates under the declared unique index: the one createIndexes of the batch fails.
     sync_client[project.db].users.insert_many([{"b": "dup-value-7f3a"}, {"b": "dup-value-7f3a"}])
