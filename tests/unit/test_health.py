@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -185,7 +185,7 @@ async def test_the_status_is_read_at_most_every_five_seconds() -> None:
     admin = FakeAdmin(status(member(0, 1, self_=True), member(1, 2, 20.0)), config(config_member(0), config_member(1)))
     clock = Clock()
     lag = signal(admin, clock)
-    for step in range(10):  # 0 .. 4.5 s
+    for _ in range(10):  # 0 .. 4.5 s
         assert await lag.wait_ms() == 1000
         clock.t += 0.5
     assert admin.count("replSetGetStatus") == 1
@@ -257,11 +257,10 @@ async def test_no_limit_never_asks_the_server(off: Any) -> None:
 
 
 async def test_timezone_aware_dates() -> None:
-    from datetime import timezone
 
     primary, secondary = member(0, 1), member(1, 2, 11.0)
-    primary["optimeDate"] = primary["optimeDate"].replace(tzinfo=timezone.utc)
-    secondary["optimeDate"] = secondary["optimeDate"].replace(tzinfo=timezone.utc)
+    primary["optimeDate"] = primary["optimeDate"].replace(tzinfo=UTC)
+    secondary["optimeDate"] = secondary["optimeDate"].replace(tzinfo=UTC)
     assert max_secondary_lag(status(primary, secondary))[0] == pytest.approx(11_000)
 
 

@@ -11,6 +11,7 @@ from mongoshift.errors import (
     InvalidExportError,
     InvalidNameError,
 )
+from mongoshift.line.scaffold import create_migration
 from mongoshift.project.loader import (
     checksum,
     discover,
@@ -19,7 +20,6 @@ from mongoshift.project.loader import (
     load,
     slugify,
 )
-from mongoshift.line.scaffold import create_migration
 
 
 def test_discover_orders_by_name_and_skips_private(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_discover_orders_by_name_and_skips_private(tmp_path: Path) -> None:
 
 def test_misnamed_python_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "add_users.py").write_text("def up(ctx): pass\n")
-    with pytest.raises(InvalidNameError, match="add_users.py"):
+    with pytest.raises(InvalidNameError, match=r"add_users\.py"):
         discover(tmp_path)
 
 

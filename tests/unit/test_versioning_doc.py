@@ -34,7 +34,7 @@ async def run_block(source: str, namespace: dict[str, Any]) -> None:
     import ast
 
     code = compile(source, str(DOC), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, namespace)  # noqa: S307 - the project's own documentation
+    result = eval(code, namespace)
     if result is not None:
         await result
 
@@ -118,7 +118,7 @@ async def test_the_complete_example_runs_expand_rewrite_contract(project, db, mo
     import myapp.shapes as shapes  # type: ignore[import-not-found]
 
     namespace = dict(vars(shapes))
-    exec(line.group(1), namespace)  # noqa: S102
+    exec(line.group(1), namespace)
     assert namespace["PEOPLE"].minimum == 2
     from mongoshift.versioning.errors import ShapeVersionError
 
