@@ -134,20 +134,27 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
             if state.get("status") in ("completed", "failed"):
                 break
             partitions = db["_mongoshift_background_partitions"]
-            now = (state.get("generation"), sorted((p.get("seq", 0), p.get("status"), repr(p.get("cursor"))) for p in partitions.find({}, {"seq": 1, "status": 1, "cursor": 1})))
+            now = (
+                state.get("generation"),
+                sorted((p.get("seq", 0), p.get("status"), repr(p.get("cursor"))) for p in partitions.find({}, {"seq": 1, "status": 1, "cursor": 1})),
+            )
             if now != progress:
                 progress, moved = now, time.monotonic()
-            unreaped = list(partitions.find(
-                {"lease": {"$exists": True}, "$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms", UNREAPED_S * 1000]}, "$$NOW"]}},
-                {"seq": 1, "lease": 1},
-            ))
+            unreaped = list(
+                partitions.find(
+                    {"lease": {"$exists": True}, "$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms", UNREAPED_S * 1000]}, "$$NOW"]}},
+                    {"seq": 1, "lease": 1},
+                )
+            )
             if unreaped or time.monotonic() - moved >= STALL_S:
                 parts = list(partitions.find({}, {"status": 1, "lease": 1, "generation": 1, "failures": 1, "last_error": 1, "cursor": 1}))
                 why = f"leases expired over {UNREAPED_S}s ago and not reaped: {unreaped}" if unreaped else f"no partition moved for {STALL_S}s"
-                raise AssertionError(f"{why}: {state.get('status')} gen {state.get('generation')}, "
-                                     f"{db.people.count_documents({'__v': 2})} migrated; partitions: {parts}; "
-                                     f"locks: {list(db['_mongoshift_locks'].find())}; runners that died: {died}; "
-                                     f"runner logs:\n{runner_logs(project)}")
+                raise AssertionError(
+                    f"{why}: {state.get('status')} gen {state.get('generation')}, "
+                    f"{db.people.count_documents({'__v': 2})} migrated; partitions: {parts}; "
+                    f"locks: {list(db['_mongoshift_locks'].find())}; runners that died: {died}; "
+                    f"runner logs:\n{runner_logs(project)}"
+                )
             if time.monotonic() >= next_kill and kills < max_kills:
                 victim = procs.pop(rng.randrange(len(procs)))
                 victim.send_signal(signal.SIGKILL)

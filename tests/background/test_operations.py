@@ -52,7 +52,9 @@ async def test_totals_after_retry_from_start_keep_what_earlier_generations_migra
     """Documents fail over budget, the fix is pinned, retry --from-start: the totals still match the collection."""
     await seed(db.people, 1000)
     failing = background_file(batch_size=100, extra="max_document_errors=5,")
-    path = fast_project.add(NAME, failing.replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] % 50 == 0:\n        raise ValueError('cannot split')"))
+    path = fast_project.add(
+        NAME, failing.replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] % 50 == 0:\n        raise ValueError('cannot split')")
+    )
     s = fast_project.settings()
     await command.up(s)
     (failed,) = await bg.run(s, [NAME])
@@ -106,7 +108,9 @@ async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project
     fast_project.add("0002_b.py", background_file().replace('collection="people"', 'collection="people2"'))
     fast_project.add(
         "0003_c.py",
-        background_file().replace('collection="people"', 'collection="people3"').replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"),
+        background_file()
+        .replace('collection="people"', 'collection="people3"')
+        .replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"),
     )
     assert cli(fast_project, "up").returncode == 0
     assert cli(fast_project, "background", "pause", "0001_a").returncode == 0
@@ -114,7 +118,11 @@ async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project
     both = cli(fast_project, "background", "run", "0001_a", "0002_b", "--json")
     assert both.returncode == 37
     assert json.loads(both.stdout)["error"]["details"] == {
-        "paused": ["0001_a.py"], "cancelled": ["0002_b.py"], "failed": [], "stopped": [], "background": json.loads(both.stdout)["error"]["details"]["background"]
+        "paused": ["0001_a.py"],
+        "cancelled": ["0002_b.py"],
+        "failed": [],
+        "stopped": [],
+        "background": json.loads(both.stdout)["error"]["details"]["background"],
     }
     assert cli(fast_project, "background", "run", "0001_a", "0003_c").returncode == 32
     assert await db.people3.count_documents({"__v": 2}) == 0
@@ -135,7 +143,9 @@ async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_p
     lines = [line for line in run.stderr.splitlines() if " progress " in line]
     assert len(lines) >= 2, run.stderr
     counts = r"(\d[\d,]*/2,000 documents \(\d+%\)|\d+/\? documents \(-\))"  # "?" until the pass is planned
-    shape = re.compile(rf"^mongoshift: INFO progress 0001_names\.py: {counts}, (-|[\d,.]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$")
+    shape = re.compile(
+        rf"^mongoshift: INFO progress 0001_names\.py: {counts}, (-|[\d,.]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$"
+    )
     assert all(shape.match(line) for line in lines), lines
     assert "2,000/2,000 documents (100%)" in lines[-1] and lines[-1].endswith("pass 1, completed"), lines  # how it ended
     assert not CONTROL.search(run.stderr)
@@ -181,15 +191,11 @@ def terminal(project, width: int, *args: str):  # type: ignore[no-untyped-def]
 
 async def _failing_documents(cli, fast_project, db, *, failing: int, budget: int) -> None:  # type: ignore[no-untyped-def]
     """Documents with secret-looking ids and values; ``failing`` of them make the transform raise."""
-    await db.people.insert_many(
-        [{"_id": f"uid-{i:04d}-zq", "first": f"secret-{i:04d}", "last": "x", "__v": 1, "__rev": 1} for i in range(300)]
-    )
+    await db.people.insert_many([{"_id": f"uid-{i:04d}-zq", "first": f"secret-{i:04d}", "last": "x", "__v": 1, "__rev": 1} for i in range(300)])
     await db.people.create_index([("__v", 1), ("_id", 1)])
     source = background_file(batch_size=50, extra=f"max_document_errors={budget},").replace(
         "def migrate(doc, ctx):",
-        "def migrate(doc, ctx):\n"
-        f"    if int(doc['_id'][4:8]) < {failing}:\n"
-        "        raise ValueError('cannot split the name: ' + 'it has no space ' * 30)",
+        f"def migrate(doc, ctx):\n    if int(doc['_id'][4:8]) < {failing}:\n        raise ValueError('cannot split the name: ' + 'it has no space ' * 30)",
     )
     fast_project.add(LONG_NAME, source)
     assert cli(fast_project, "up").returncode == 0

@@ -189,7 +189,11 @@ async def test_bad_sizes_are_refused_before_connecting(project, options, message
 
 
 async def test_a_step_migration_or_a_plain_one_is_refused(project, db) -> None:  # type: ignore[no-untyped-def]
-    project.add("0001_step.py", "from mongoshift import Background\n\ndef step(ctx):\n    return {'checkpoint': None, 'done': True}\n\nbackground = Background(collection='people', from_version=1, to_version=2, step=step)\n")
+    project.add(
+        "0001_step.py",
+        "from mongoshift import Background\n\ndef step(ctx):\n    return {'checkpoint': None, 'done': True}\n\n"
+        "background = Background(collection='people', from_version=1, to_version=2, step=step)\n",
+    )
     project.add("0002_plain.py", "def up(ctx):\n    pass\n")
     with pytest.raises(ConfigInvalidError, match="step migration"):
         await api.preview_background(project.settings(), "0001_step.py")
@@ -215,7 +219,13 @@ def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync
     lines = plain.stdout.splitlines()
     assert "nothing was written" in lines[0]
     assert lines[1:3] == ["_id\t1", "=\t_id\t1\t1"]
-    for line in ["~\tn\t4\t40", "~\t__v\t1\t2", '+\tfull_name\t\t"A B"', '-\tfirst\t"A"\t', '=\twhen\t{"$date": "2026-01-02T03:04:05Z"}\t{"$date": "2026-01-02T03:04:05Z"}']:
+    for line in [
+        "~\tn\t4\t40",
+        "~\t__v\t1\t2",
+        '+\tfull_name\t\t"A B"',
+        '-\tfirst\t"A"\t',
+        '=\twhen\t{"$date": "2026-01-02T03:04:05Z"}\t{"$date": "2026-01-02T03:04:05Z"}',
+    ]:
         assert line in lines
     assert "update\t" in plain.stdout and '"$unset": {"first": "", "last": ""}' in plain.stdout
 

@@ -113,7 +113,8 @@ def on_loop():
         ("migrate", "async def migrate(doc, ctx):\n    doc['on_loop'] = on_loop()\n    doc['thread'] = threading.get_ident()\n    return doc\n", True),
         (
             "migrate_batch",
-            "def migrate_batch(docs, ctx):\n    for doc in docs:\n        doc['on_loop'] = on_loop()\n        doc['thread'] = threading.get_ident()\n    return docs\n",
+            "def migrate_batch(docs, ctx):\n    for doc in docs:\n"
+            "        doc['on_loop'] = on_loop()\n        doc['thread'] = threading.get_ident()\n    return docs\n",
             False,
         ),
     ],

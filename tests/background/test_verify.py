@@ -145,7 +145,13 @@ async def test_what_is_not_probed_is_skipped_with_its_reason(fast_project, db) -
         "0005_later.py": (False, "skipped", "not_completed"),
     }
     statuses = {d["_id"]: d["status"] async for d in db["_mongoshift_background"].find()}
-    assert statuses == {NAME: "completed", "0002_steps.py": "completed", "0003_guarded.py": "completed", "0004_bare.py": "completed", "0005_later.py": "pending"}
+    assert statuses == {
+        NAME: "completed",
+        "0002_steps.py": "completed",
+        "0003_guarded.py": "completed",
+        "0004_bare.py": "completed",
+        "0005_later.py": "pending",
+    }
 
     await bg.apply_control(s, "0005_later.py", "cancel")  # people is no longer busy: the probe runs
     (first,) = await bg.verify(s, [NAME])

@@ -552,7 +552,9 @@ async def test_a_document_no_migration_can_upgrade_is_reported_as_stranded_not_s
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "completed"  # a reopen would not help
 
 
-async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_runs_and_stops_on_sigterm(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_runs_and_stops_on_sigterm(  # type: ignore[no-untyped-def]
+    fast_project, db, monkeypatch, capsys, cli_logging
+) -> None:
     """``main(["background", "watch"])`` from async code: it was "asyncio.run() cannot be called from a running event loop"."""
     import threading
 

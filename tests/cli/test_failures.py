@@ -135,7 +135,9 @@ def test_lost_connection_while_taking_the_lock_exits_5(project, sync_client, cli
     project.add("0001_a.py", QUICK)
     separator = "&" if "?" in project.uri else "?"
     uri = f"{project.uri}{separator}socketTimeoutMS=500"
-    result = cli_under_fail_point(cli, project, sync_client, ["up", "--json", "--uri", uri], {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000)
+    result = cli_under_fail_point(
+        cli, project, sync_client, ["up", "--json", "--uri", uri], {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000
+    )
     assert result.returncode == 5, result.stderr
     assert one_error(result)["kind"] == "connection_failed"
 
@@ -164,7 +166,13 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
 @pytest.mark.parametrize(
     "args",
     [
-        ("up",), ("down",), ("redo",), ("status",), ("list",), ("dry-run", "up"), ("baseline", "--to", "0002_c", "--yes"),
+        ("up",),
+        ("down",),
+        ("redo",),
+        ("status",),
+        ("list",),
+        ("dry-run", "up"),
+        ("baseline", "--to", "0002_c", "--yes"),
         ("background", "dry-run", "0001_a"),
     ],
     ids=" ".join,

@@ -91,8 +91,12 @@ def test_without_json_user_output_stays_on_stdout(project, cli) -> None:  # type
 def test_json_through_a_pipe_like_a_user(project) -> None:  # type: ignore[no-untyped-def]
     """The issue's reproduction: ``mongoshift up --json | python -c 'json.load(sys.stdin)'``."""
     project.add("0001_prints.py", "def up(ctx):\n    print('migrating...')\n")
-    up = subprocess.Popen([sys.executable, "-m", "mongoshift", "up", "--json"], cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    reader = subprocess.run([sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], stdin=up.stdout, capture_output=True, text=True, timeout=120, check=False)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", "up", "--json"], cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    reader = subprocess.run(
+        [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], stdin=up.stdout, capture_output=True, text=True, timeout=120, check=False
+    )
     assert up.stdout is not None
     up.stdout.close()
     assert up.wait(timeout=120) == 0

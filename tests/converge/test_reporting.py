@@ -24,7 +24,10 @@ from .test_cli import declare
         (OperationFailure("boom"), "OperationFailure: boom"),
         (OperationFailure("", code=None), "OperationFailure"),
         (OperationFailure("bad index", code=67), "OperationFailure: 67: bad index"),
-        (OperationFailure("dup", code=11000, details={"codeName": "DuplicateKey", "errmsg": "E11000 dup"}), "OperationFailure: duplicate key on a unique index (11000)"),
+        (
+            OperationFailure("dup", code=11000, details={"codeName": "DuplicateKey", "errmsg": "E11000 dup"}),
+            "OperationFailure: duplicate key on a unique index (11000)",
+        ),
         (OperationFailure("x", code=None, details={"codeName": "Weird"}), "OperationFailure: Weird: x"),
         (OperationFailure("x", code=None, details={"errmsg": None}), "OperationFailure: x"),
         (PyMongoError(), "PyMongoError"),

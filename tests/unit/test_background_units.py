@@ -26,7 +26,9 @@ scalars = st.one_of(
     st.booleans(),
     st.none(),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3), max_leaves=8
+)
 documents = st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), values, max_size=5)
 
 

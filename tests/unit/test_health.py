@@ -200,7 +200,8 @@ async def test_the_status_is_read_at_most_every_five_seconds() -> None:
 
 
 async def test_unauthorized_warns_once_and_never_waits_again(caplog: pytest.LogCaptureFixture) -> None:
-    admin = FakeAdmin(OperationFailure("not authorized on admin to execute command { replSetGetStatus: 1 }", 13, {"ok": 0.0, "code": 13, "codeName": "Unauthorized"}))
+    refusal = {"ok": 0.0, "code": 13, "codeName": "Unauthorized"}
+    admin = FakeAdmin(OperationFailure("not authorized on admin to execute command { replSetGetStatus: 1 }", 13, refusal))
     clock = Clock()
     lag = signal(admin, clock)
     with caplog.at_level(logging.DEBUG, logger="mongoshift.background"):
