@@ -30,7 +30,7 @@ from mongoshift.background.state.events import Event
 from mongoshift.background.watch.watcher import Watcher, WatchOptions
 from mongoshift.project.run import CancelSignal
 
-from ..conftest import REAL_URI, TEST_CLIENT_OPTIONS, Project
+from ..conftest import REAL_URI, TEST_CLIENT_OPTIONS, Project, cli_env, start_cli
 from .conftest import background_file, seed
 
 NAME = "0001_names.py"
@@ -142,15 +142,11 @@ async def _saved_with(db: Any, **counters: int) -> dict[str, Any] | None:
     return None
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
-
-
 def start_cli_watcher(project: Project, log: Any) -> subprocess.Popen[str]:
     """``mongoshift background watch`` in a process of its own (it is killed with SIGKILL)."""
     return subprocess.Popen(
         [sys.executable, "-m", "mongoshift", "background", "watch", "--save-interval", "0.2", "--json"],
-        cwd=project.root, env=_env(), stdout=subprocess.DEVNULL, stderr=log, text=True,
+        cwd=project.root, env=cli_env(), stdout=subprocess.DEVNULL, stderr=log, text=True,
     )
 
 
@@ -393,22 +389,14 @@ async def test_audit_warns_of_a_watcher_without_a_live_leader_for_long(fast_proj
     assert report.exit_code == 40
 
 
-def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.cli.main import main
-
-    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.chdir(fast_project.root)
+def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[fast_project.db]["_mongoshift_background_watch"].insert_one(
         {"_id": "people", "fence": "f", "state": "streaming", "guards": [NAME], "resume_token": {"_data": "SECRET-TOKEN"},
          "counters": {"events": 7, "upgraded": 5, "skipped": 2}, "leader": {"host": "h1", "pid": 42}}
     )
     for args, parse in ((["--json"], json.loads), ([], str)):
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as ended:
-            main(["background", "status", *args])
-        out = capsys.readouterr().out
-        assert ended.value.code in (0, None) and "SECRET-TOKEN" not in out
+        code, out, _ = cli(fast_project, "background", "status", *args)
+        assert code == 0 and "SECRET-TOKEN" not in out
         shown = parse(out)
         if isinstance(shown, dict):
             (row,) = shown["watchers"]
@@ -418,12 +406,9 @@ def test_background_status_shows_each_watcher_with_its_counters_never_its_positi
             assert "people\tstreaming\th1:42" in shown
 
 
-async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collection_list(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collection_list(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await completed(fast_project, db)
-    proc = subprocess.Popen(  # noqa: ASYNC220 - started and left running: Popen does not wait for it
-        [sys.executable, "-m", "mongoshift", "background", "watch", "--collections", "people", "--json"],
-        cwd=fast_project.root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = start_cli(fast_project, "background", "watch", "--collections", "people", "--json")
     try:
         await until("the process leading", lambda: _leading(db, proc.pid))
     finally:
@@ -435,13 +420,8 @@ async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collec
     (record,) = json.loads(out)["watch"]
     assert (record["collection"], record["state"], record["guards"]) == ("people", "stopped", [NAME])
     assert (await db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
-    from mongoshift.cli.main import main
-
-    monkeypatch.chdir(fast_project.root)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as refused:  # refused before it connects
-        main(["background", "watch", "--collections", "people,", "--json"])
-    assert refused.value.code == 6 and json.loads(capsys.readouterr().out)["error"]["kind"] == "config_invalid"
+    refused = cli(fast_project, "background", "watch", "--collections", "people,", "--json")  # refused before it connects
+    assert refused.returncode == 6 and json.loads(refused.stdout)["error"]["kind"] == "config_invalid"
 
 
 CHAIN_STEP = '''
