@@ -7,11 +7,17 @@ With ``MONGOSHIFT_TEST_URI`` set, the same tests run against that server instead
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import subprocess
+import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -108,7 +114,7 @@ def sync_client(mongo_uri: str) -> Iterator[MongoClient]:
 class Project:
     """A throwaway mongoshift project pointing at the test database."""
 
-    def __init__(self, root: "os.PathLike[str] | str", uri: str, db: str) -> None:
+    def __init__(self, root: os.PathLike[str] | str, uri: str, db: str) -> None:
         from pathlib import Path
 
         self.root = Path(root)
@@ -127,7 +133,7 @@ class Project:
             lines.append(f"{key} = {json.dumps(value)}")
         self.config.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    def add(self, name: str, source: str) -> "os.PathLike[str]":
+    def add(self, name: str, source: str) -> os.PathLike[str]:
         import textwrap
 
         path = self.migrations / name
@@ -144,3 +150,109 @@ class Project:
 def project(tmp_path, mongo_uri: str, db_name: str, sync_client: MongoClient) -> Iterator[Project]:  # type: ignore[no-untyped-def]
     yield Project(tmp_path, mongo_uri, db_name)
     sync_client.drop_database(db_name)
+
+
+# ---------------------------------------------------------------- the command line
+
+class CliResult(NamedTuple):
+    """What one ``mongoshift`` command left: its exit code, stdout and stderr (named as
+    :class:`subprocess.CompletedProcess` names them, so both kinds of call read the same)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a CLI child process: the test's own, without ``MONGOSHIFT_*``."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
+    clean["NO_COLOR"] = "1"
+    return clean
+
+
+def cli_process(project: Project, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``mongoshift ARGS`` as a real process, for a test that needs one (its environment,
+    file descriptors, start-up time); every other test uses the in-process ``cli`` fixture."""
+    return subprocess.run(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env or cli_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_cli(project: Project, *args: str) -> subprocess.Popen[str]:
+    """``mongoshift ARGS`` started as a process and left running (signals, kill -9, several processes)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
+    """``cli(where, *args)``: ``mongoshift ARGS`` run in this process from ``where`` (a
+    :class:`Project` or a folder), as ``python -m mongoshift`` runs it there, without ``MONGOSHIFT_*``
+    variables; a :class:`CliResult`.
+
+    A command costs about a tenth of a child process's start. Each call leaves the process as
+    it found it: the current folder, the environment (the CLI exports a project's ``.env``),
+    ``sys.path`` and the project's modules it imported, the ``mongoshift`` logger the CLI points
+    at its stderr, and stdout (``--json`` swaps it until ``main`` returns). From an async test the command runs in a thread, since it runs its own
+    event loop; the test's loop waits meanwhile.
+    """
+    from mongoshift.cli.main import main  # loaded by the first test that runs a command
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
+        monkeypatch.delenv(key)
+    logger = logging.getLogger("mongoshift")
+    saved_logger = (list(logger.handlers), logger.propagate, logger.level)
+
+    def run(args: list[str]) -> int:
+        try:
+            main(args)
+        except SystemExit as ended:
+            return int(ended.code) if isinstance(ended.code, int) else (0 if ended.code is None else 1)
+        return 0
+
+    def call(where: Project | Path, *args: str) -> CliResult:
+        root = where.root if isinstance(where, Project) else Path(where)
+        environ, path, modules = dict(os.environ), list(sys.path), set(sys.modules)
+        folder = os.getcwd()
+        capsys.readouterr()
+        os.chdir(root)
+        sys.path.insert(0, str(root))  # as `python -m mongoshift` starts: the project's modules import (uri_factory)
+        try:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                code = run(list(args))
+            else:
+                ended: list[int | BaseException] = []
+
+                def in_thread() -> None:
+                    try:
+                        ended.append(run(list(args)))
+                    except BaseException as exc:  # raised again in the test's own thread
+                        ended.append(exc)
+
+                worker = threading.Thread(target=in_thread, name="mongoshift-cli")
+                worker.start()
+                worker.join()
+                if isinstance(ended[0], BaseException):
+                    raise ended[0]
+                code = ended[0]
+        finally:
+            os.chdir(folder)
+            os.environ.clear()
+            os.environ.update(environ)
+            sys.path[:] = path
+            for name in set(sys.modules) - modules:  # the project's own modules (hooks, uri_factory): the next test has its own
+                if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(root)):
+                    del sys.modules[name]
+            logger.handlers[:] = saved_logger[0]
+            logger.propagate, logger.level = saved_logger[1], saved_logger[2]
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    yield call

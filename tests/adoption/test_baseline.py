@@ -11,13 +11,12 @@ from mongoshift.api.migrations import down, status, up
 from mongoshift.errors import LockHeldError
 from mongoshift.project.session import open_session
 
-from ..cli.test_cli import cli
 from .test_import import MARK
 
 REQUIRES_A = MARK + '\nrequires = ["0001_a"]\n'
 
 
-async def test_baseline_marks_files_applied_without_running_them(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+async def test_baseline_marks_files_applied_without_running_them(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", MARK.format(name="0001_a"))
     project.add("0002_b.py", MARK.format(name="0002_b"))
     project.add("0003_c.py", REQUIRES_A.format(name="0003_c"))

@@ -8,6 +8,7 @@ published source writes (docs/adoption.md).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from mongoshift.api.adoption import import_history
 from mongoshift.api.migrations import down, status as migration_status, up
 
-from ..cli.test_cli import cli, env
+from ..conftest import cli_env
 from ..node_tools import NodePackages
 
 MARK = """
@@ -81,7 +82,7 @@ def migrate_mongo_history(node_packages: NodePackages, project, tmp_path: Path):
 
 async def test_migrate_mongo_changelog_is_adopted_then_up_runs_only_the_rest_and_down_refuses(
     project, migrate_mongo_history, sync_client
-) -> None:  # type: ignore[no-untyped-def]
+, cli) -> None:  # type: ignore[no-untyped-def]
     db = sync_client[project.db]
     theirs = list(db.changelog.find({}, sort=[("_id", 1)]))
     assert [d["fileName"] for d in theirs] == ["20240101000000-create-users.js", "20240102000000-add-Email-index.js"]
@@ -150,7 +151,7 @@ class Backward:
 """
 
 
-async def test_beanie_migration_log_is_adopted(project, tmp_path: Path, sync_client) -> None:  # type: ignore[no-untyped-def]
+async def test_beanie_migration_log_is_adopted(project, tmp_path: Path, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("beanie", reason="beanie is the optional 'beanie' extra")
     folder = tmp_path / "beanie-migrations"
     folder.mkdir()
@@ -159,7 +160,7 @@ async def test_beanie_migration_log_is_adopted(project, tmp_path: Path, sync_cli
     beanie = [sys.executable, "-m", "beanie.executors.migrate", "migrate", "-uri", project.uri, "-db", project.db, "-p", str(folder),
               "--no-use-transaction"]
     for args in ([], ["--backward", "-d", "1"]):  # all three forward, then the last one back
-        result = subprocess.run([*beanie, *args], env=env(), capture_output=True, text=True, timeout=120)
+        result = await asyncio.to_thread(subprocess.run, [*beanie, *args], env=cli_env(), capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
     db = sync_client[project.db]
     assert db.migrations_log.count_documents({"is_current": True, "name": "20240102000000_second_notes.py"}) == 1
@@ -196,7 +197,7 @@ async def test_python_tools_record_shapes(project, sync_client, tool: str, colle
     assert report["adopted"][0]["applied_at"].startswith("2024-01-01T00:00:00")
 
 
-def test_unmatched_names_are_refused_unless_mapped(project, sync_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unmatched_names_are_refused_unless_mapped(project, sync_client, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     db = sync_client[project.db]
     db.changelog.insert_many([
         {"fileName": "20230101000000-old-name.js", "appliedAt": datetime.datetime(2023, 1, 1), "migrationBlock": 1},
@@ -214,7 +215,7 @@ def test_unmatched_names_are_refused_unless_mapped(project, sync_client, tmp_pat
     assert report["left_out"] == ["20230102000000-dropped.js"]
 
 
-def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     _add_marked(project, "20240101000000_a", "20240102000000_b")
     assert cli(project, "up", "--to", "20240101000000_a").returncode == 0
     sync_client[project.db].mongo_changes.insert_many([
@@ -230,7 +231,7 @@ def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project,
     assert "origin" not in records["20240101000000_a.py"]
 
 
-def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[project.db].changelog.insert_many([
         {"fileName": "20240101000000-a.js", "appliedAt": datetime.datetime(2024, 1, 1), "migrationBlock": 1},
         {"appliedAt": datetime.datetime(2024, 1, 2), "migrationBlock": 1},  # its file name lost

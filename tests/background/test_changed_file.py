@@ -7,13 +7,11 @@ import logging
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes import drive as bg_runner
 from mongoshift.errors import BackgroundFileChangedError
 
 from .conftest import background_file, seed
-from .test_processes import cli
 
 FAILING = background_file(batch_size=50).replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('not yet')")
 
@@ -89,14 +87,14 @@ async def test_a_deploy_that_finishes_within_the_bound_runs_the_migration(fast_p
     assert report.status == "completed" and await db.people.count_documents({"__v": 2}) == 100
 
 
-def test_background_run_exits_38_after_the_bound_and_32_for_a_failed_one(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_background_run_exits_38_after_the_bound_and_32_for_a_failed_one(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=1)
     people = sync_client[fast_project.db].people
     people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(20)])
     path = fast_project.add("0001_names.py", background_file(batch_size=50))
     assert cli(fast_project, "up").returncode == 0
     _deploy_a_change(path)
-    pending = cli(fast_project, "background", "run", "0001_names", "--json", timeout=60)
+    pending = cli(fast_project, "background", "run", "0001_names", "--json")
     assert pending.returncode == 38, pending.stderr[-2000:]
     assert "repin" in __import__("json").loads(pending.stdout)["error"]["message"]
 
@@ -105,6 +103,6 @@ def test_background_run_exits_38_after_the_bound_and_32_for_a_failed_one(fast_pr
     assert cli(fast_project, "up").returncode == 0
     assert cli(fast_project, "background", "run", "0002_fails").returncode == 32
     _deploy_a_change(path2)
-    failed = cli(fast_project, "background", "run", "0002_fails", timeout=60)  # it used to wait forever
+    failed = cli(fast_project, "background", "run", "0002_fails")  # it used to wait forever
     assert failed.returncode == 32
     assert "background repin 0002_fails.py" in failed.stderr and "background retry 0002_fails.py" in failed.stderr

@@ -31,6 +31,9 @@ from pymongo import MongoClient
 from ..conftest import REAL_URI
 from .conftest import seed
 
+#: Minutes each, on 2 cores: left out of the default run (``pytest -m slow`` runs them, CI does).
+pytestmark = pytest.mark.slow
+
 DOCS = int(os.environ.get("CHAOS_DOCS", 20_000))
 #: The embedded server's transactional run stays at 5,000 documents: each batch's read there
 #: scans every unmigrated document (the ``$type`` filter of the number bracket, sorted and limited
@@ -131,20 +134,27 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
             if state.get("status") in ("completed", "failed"):
                 break
             partitions = db["_mongoshift_background_partitions"]
-            now = (state.get("generation"), sorted((p.get("seq", 0), p.get("status"), repr(p.get("cursor"))) for p in partitions.find({}, {"seq": 1, "status": 1, "cursor": 1})))
+            now = (
+                state.get("generation"),
+                sorted((p.get("seq", 0), p.get("status"), repr(p.get("cursor"))) for p in partitions.find({}, {"seq": 1, "status": 1, "cursor": 1})),
+            )
             if now != progress:
                 progress, moved = now, time.monotonic()
-            unreaped = list(partitions.find(
-                {"lease": {"$exists": True}, "$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms", UNREAPED_S * 1000]}, "$$NOW"]}},
-                {"seq": 1, "lease": 1},
-            ))
+            unreaped = list(
+                partitions.find(
+                    {"lease": {"$exists": True}, "$expr": {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms", UNREAPED_S * 1000]}, "$$NOW"]}},
+                    {"seq": 1, "lease": 1},
+                )
+            )
             if unreaped or time.monotonic() - moved >= STALL_S:
                 parts = list(partitions.find({}, {"status": 1, "lease": 1, "generation": 1, "failures": 1, "last_error": 1, "cursor": 1}))
                 why = f"leases expired over {UNREAPED_S}s ago and not reaped: {unreaped}" if unreaped else f"no partition moved for {STALL_S}s"
-                raise AssertionError(f"{why}: {state.get('status')} gen {state.get('generation')}, "
-                                     f"{db.people.count_documents({'__v': 2})} migrated; partitions: {parts}; "
-                                     f"locks: {list(db['_mongoshift_locks'].find())}; runners that died: {died}; "
-                                     f"runner logs:\n{runner_logs(project)}")
+                raise AssertionError(
+                    f"{why}: {state.get('status')} gen {state.get('generation')}, "
+                    f"{db.people.count_documents({'__v': 2})} migrated; partitions: {parts}; "
+                    f"locks: {list(db['_mongoshift_locks'].find())}; runners that died: {died}; "
+                    f"runner logs:\n{runner_logs(project)}"
+                )
             if time.monotonic() >= next_kill and kills < max_kills:
                 victim = procs.pop(rng.randrange(len(procs)))
                 victim.send_signal(signal.SIGKILL)
@@ -184,10 +194,10 @@ def check_documents(sync_client, project, app_writes: int, docs: int) -> None:  
 
 
 @pytest.mark.timeout(TIMEOUT_S)
-async def test_chaos_plain(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+async def test_chaos_plain(fast_project, db, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, DOCS)
     fast_project.add("0001_names.py", PLAIN)
-    subprocess.run([sys.executable, "-m", "mongoshift", "up", "-q"], cwd=fast_project.root, check=True)
+    assert cli(fast_project, "up", "-q").returncode == 0
     result = chaos(fast_project, sync_client, writer_delay=0.0, docs=DOCS)
     check_documents(sync_client, fast_project, result["app_writes"], DOCS)
     totals = result["state"]["totals"]
@@ -198,7 +208,7 @@ async def test_chaos_plain(fast_project, db, sync_client) -> None:  # type: igno
 
 
 @pytest.mark.timeout(TIMEOUT_S)
-async def test_chaos_transactional(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+async def test_chaos_transactional(fast_project, db, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, TXN_DOCS)
     # The embedded server is about 100 times slower than mongod: a batch there takes about as many
     # application writes as a batch of 200 on mongod, and seconds where mongod takes milliseconds.
@@ -207,7 +217,7 @@ async def test_chaos_transactional(fast_project, db, sync_client) -> None:  # ty
     real = REAL_URI is not None
     fast_project.add("0001_names.py", TRANSACTIONAL.replace("MAX_PARALLEL", "6").replace("BATCH", "200" if real else "50"))
     fast_project.write_config(background_lease_ttl_seconds=2 if real else 10, background_poll_seconds=0.2)
-    subprocess.run([sys.executable, "-m", "mongoshift", "up", "-q"], cwd=fast_project.root, check=True)
+    assert cli(fast_project, "up", "-q").returncode == 0
     result = chaos(fast_project, sync_client, writer_delay=0.0, docs=TXN_DOCS)
     check_documents(sync_client, fast_project, result["app_writes"], TXN_DOCS)
     totals = result["state"]["totals"]

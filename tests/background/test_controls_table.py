@@ -4,18 +4,15 @@ The table below is docs/background.md's ("Controls"), written out again on purpo
 must not read it from the code it checks. A control's decision depends only on the status (and,
 for the moves back to ``pending``, on an unmet ``requires``), so each case puts the migration in
 its status by writing the state document, then runs the real command in-process through
-``mongoshift.cli.main.main`` (argv to exit code and JSON, as a shell gets them).
+the shared ``cli`` fixture (argv to exit code and JSON, as a shell gets them).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
-
-from mongoshift.cli.main import main
 
 from .conftest import background_file
 
@@ -38,21 +35,15 @@ A, B = "0001_a.py", "0002_b.py"  # B requires A: registered blocked
 class Cli:
     """The project's command line, in this process; the state collection, written directly."""
 
-    def __init__(self, project, sync_client, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-        for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
-            monkeypatch.delenv(key)
-        monkeypatch.chdir(project.root)
+    def __init__(self, project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
         self.project = project
-        self.capsys = capsys
+        self.cli = cli
         self.states = sync_client[project.db]["_mongoshift_background"]
         self.partitions = sync_client[project.db]["_mongoshift_background_partitions"]
 
     def __call__(self, *args: str) -> tuple[int, dict[str, Any]]:
-        self.capsys.readouterr()
-        with pytest.raises(SystemExit) as ended:
-            main([*args, "--json"])
-        out = self.capsys.readouterr().out
-        return int(ended.value.code or 0), json.loads(out) if out.strip() else {}
+        code, out, _ = self.cli(self.project, *args, "--json")
+        return code, json.loads(out) if out.strip() else {}
 
     def control(self, command: tuple[str, ...], name: str) -> tuple[int, dict[str, Any]]:
         return self("background", command[0], name.removesuffix(".py"), *command[1:])
@@ -65,14 +56,14 @@ class Cli:
 
 
 @pytest.fixture
-def table_cli(project, sync_client, capsys, monkeypatch):  # type: ignore[no-untyped-def]
+def table_cli(project, sync_client, cli):  # type: ignore[no-untyped-def]
     project.add(A, background_file())
     project.add(B, 'requires = ["0001_a"]\n' + background_file())
-    cli = Cli(project, sync_client, capsys, monkeypatch)
-    code, _ = cli("up")
+    table = Cli(project, sync_client, cli)
+    code, _ = table("up")
     assert code == 0
-    assert (cli.status(A), cli.status(B)) == ("pending", "blocked")
-    return cli
+    assert (table.status(A), table.status(B)) == ("pending", "blocked")
+    return table
 
 
 def _cases() -> list[tuple[tuple[str, ...], str, str | int]]:

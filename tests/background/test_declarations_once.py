@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
 from .conftest import seed
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import WriteError
 
-from mongoshift.api import background as bg
-from mongoshift.api import collections as cv
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, collections as cv, migrations as command
 from mongoshift.errors import ConfigInvalidError, ConvergeFailedError
 
 from .conftest import background_file

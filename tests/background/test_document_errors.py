@@ -13,8 +13,7 @@ import pytest
 from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.write.batch import _write
 
 from ..conftest import Project

@@ -9,8 +9,7 @@ import pytest
 from bson import Decimal128, Int64
 from pymongo.errors import DuplicateKeyError
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
 from .conftest import background_file, seed
 
@@ -369,7 +368,7 @@ async def test_a_lane_that_lost_its_lease_stops_at_the_fenced_checkpoint(fast_pr
         state = decision.state
         claimed = await engine.store.claim(state, slots=[0], owner="stalled", ttl_ms=60_000)
         assert claimed not in (None, False)
-        lease, partition = claimed
+        lease, _partition = claimed
         # An operator (or the reaper, after a stall) takes the lease away.
         await engine.store.partitions.update_one({"_id": lease.partition_id}, {"$unset": {"lease": ""}})
         assert not await engine.store.checkpoint(lease, cursor={"last_id": 99}, counters={"migrated": 100}, done=False)
@@ -404,7 +403,8 @@ background = Background(collection="people", from_version=1, to_version=2, migra
     assert result.status == "completed" and result.failed_documents == 1
     assert await db.people.count_documents({"tag": "batch", "__v": 2}) == 119
 
-    fast_project.add("0002_wrong.py", good.replace('collection="people"', 'collection="people2"').replace("return out", "return out[:-1]").replace("max_document_errors=1", "max_document_errors=1, max_slice_failures=2"))
+    wrong = good.replace('collection="people"', 'collection="people2"').replace("return out", "return out[:-1]")
+    fast_project.add("0002_wrong.py", wrong.replace("max_document_errors=1", "max_document_errors=1, max_slice_failures=2"))
     await seed(db.people2, 60)
     await command.up(s)
     (failed,) = await bg.run(s, ["0002_wrong.py"])
@@ -431,7 +431,9 @@ async def test_retry_from_start_forgets_failed_documents(fast_project, db) -> No
     await seed(db.people, 100)
     path = fast_project.add(
         "0001_names.py",
-        background_file(batch_size=50, extra="max_document_errors=5,").replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] < 3:\n        raise ValueError('not yet')"),
+        background_file(batch_size=50, extra="max_document_errors=5,").replace(
+            "def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] < 3:\n        raise ValueError('not yet')"
+        ),
     )
     s = fast_project.settings()
     await command.up(s)

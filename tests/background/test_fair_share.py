@@ -38,9 +38,9 @@ RUNS = 3
 DOCS = 1200
 
 
-async def _leases(db, count: int, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+async def _leases(db, count: int, bound: float = 30) -> None:  # type: ignore[no-untyped-def]
     """Until ``count`` lanes hold a lease."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + bound
     while await db["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) < count:
         assert time.monotonic() < deadline, "the first runner never held every lane"
         await asyncio.sleep(0.02)

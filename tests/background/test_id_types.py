@@ -24,10 +24,9 @@ from bson import (
     Timestamp,
 )
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
-from mongoshift.background.state.model import Checkpoint, Scope
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.plan.planner import batch_filter
+from mongoshift.background.state.model import Checkpoint, Scope
 
 from .conftest import background_file
 
@@ -71,9 +70,9 @@ REAL_ONLY: dict[str, list[Any]] = {
 def _mixed(extra: dict[str, list[Any]] | None = None) -> list[Any]:
     """One collection holding every type at once (one NaN only: the _id index holds every NaN as one key)."""
     ids = [i for name, values in IDS.items() if name not in ("decimal NaN", "mixed numbers") for i in values]
-    for name, values in (extra or {}).items():
+    for values in (extra or {}).values():
         ids += [v for v in values if not (isinstance(v, bytes) and type(v) is bytes)]
-    return ids + [Int64(10**15), Decimal128("42.5")]
+    return [*ids, Int64(10**15), Decimal128("42.5")]
 
 
 CASES = {

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.plan import planner
 
 from .conftest import background_file

@@ -13,10 +13,9 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import AutoReconnect
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
-from mongoshift.background.state.events import Event
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.outage import FIRST_RETRY_MS, RETRY_CAP_MS, Outage
+from mongoshift.background.state.events import Event
 from mongoshift.project.connection import MIN_CONNECT_TIMEOUT_MS, client_options
 
 from ..conftest import fail_command

@@ -10,12 +10,10 @@ import time
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.errors import FileNotFoundMigrationError
 
 from .conftest import background_file, seed
-from .test_processes import cli
 
 OTHER = background_file(batch_size=50).replace('collection="people"', 'collection="others"')
 
@@ -52,14 +50,14 @@ async def test_a_stopped_migration_whose_file_is_missing_does_not_wait(fast_proj
     assert report.status == status
 
 
-def test_a_named_run_waits_out_the_bound_then_exits_8_naming_the_file(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_named_run_waits_out_the_bound_then_exits_8_naming_the_file(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=1.5)
     sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "Ada", "last": "Lovelace", "__v": 1, "__rev": 1} for i in range(20)])
     path = fast_project.add("0001_names.py", background_file(batch_size=50))
     assert cli(fast_project, "up").returncode == 0
     path.unlink()
     started = time.monotonic()
-    result = cli(fast_project, "background", "run", "0001_names", "--json", timeout=60)
+    result = cli(fast_project, "background", "run", "0001_names", "--json")
     assert result.returncode == 8, result.stderr[-2000:]
     assert time.monotonic() - started >= 1.5
     error = json.loads(result.stdout)["error"]
@@ -71,7 +69,7 @@ def test_a_named_run_waits_out_the_bound_then_exits_8_naming_the_file(fast_proje
     assert sync_client[fast_project.db].people.count_documents({"__v": 2}) == 0
 
 
-def test_run_all_runs_the_others_then_reports_the_missing_file(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_run_all_runs_the_others_then_reports_the_missing_file(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=1)
     db = sync_client[fast_project.db]
     db.people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(20)])
@@ -80,7 +78,7 @@ def test_run_all_runs_the_others_then_reports_the_missing_file(fast_project, syn
     fast_project.add("0002_others.py", OTHER)
     assert cli(fast_project, "up").returncode == 0
     missing.unlink()  # the first in name order: it used to stop --all before the second ran
-    result = cli(fast_project, "background", "run", "--all", "--json", timeout=60)
+    result = cli(fast_project, "background", "run", "--all", "--json")
     assert result.returncode == 8, result.stderr[-2000:]
     assert db.others.count_documents({"__v": 2}) == 30  # the other one ran to the end
     error = json.loads(result.stdout)["error"]

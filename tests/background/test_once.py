@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
 from .conftest import background_file, seed
-from .test_processes import cli
 
 #: One lane whose slice (1 s) holds about three batches of 50 (a 400 ms pause between them): a
 #: round rewrites far fewer than the 400 documents.
@@ -19,7 +17,7 @@ def _migrated(sync_client, project) -> int:  # type: ignore[no-untyped-def]
     return int(sync_client[project.db].people.count_documents({"__v": 2}))
 
 
-def test_rounds_continue_where_the_last_stopped_and_the_last_exits_0(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_rounds_continue_where_the_last_stopped_and_the_last_exits_0(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(400)])
     fast_project.add("0001_names.py", SLOW)
     assert cli(fast_project, "up").returncode == 0
@@ -64,7 +62,7 @@ async def test_the_api_runs_one_round_and_returns_what_is_left(fast_project, db)
     assert await db.people.count_documents({"__v": 2}) == 400
 
 
-def test_a_paused_migration_keeps_exit_36_with_once(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_paused_migration_keeps_exit_36_with_once(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(10)])
     fast_project.add("0001_names.py", SLOW)
     assert cli(fast_project, "up").returncode == 0

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import re
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
+from ..conftest import cli_env, cli_process, start_cli
 from .conftest import background_file, seed
-from .test_processes import cli, start, wait_for_migrated
+from .test_processes import wait_for_migrated
 
 NAME = "0001_names.py"
 
@@ -51,7 +51,9 @@ async def test_totals_after_retry_from_start_keep_what_earlier_generations_migra
     """Documents fail over budget, the fix is pinned, retry --from-start: the totals still match the collection."""
     await seed(db.people, 1000)
     failing = background_file(batch_size=100, extra="max_document_errors=5,")
-    path = fast_project.add(NAME, failing.replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] % 50 == 0:\n        raise ValueError('cannot split')"))
+    path = fast_project.add(
+        NAME, failing.replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] % 50 == 0:\n        raise ValueError('cannot split')")
+    )
     s = fast_project.settings()
     await command.up(s)
     (failed,) = await bg.run(s, [NAME])
@@ -73,11 +75,11 @@ def _people(fast_project, sync_client):  # type: ignore[no-untyped-def]
     return sync_client[fast_project.db].people
 
 
-async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_project, db, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 3_000)
     fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=50"))  # >= 3 s of work
     assert cli(fast_project, "up").returncode == 0
-    proc = start(fast_project, "background", "run", "0001_names", "--json")
+    proc = start_cli(fast_project, "background", "run", "0001_names", "--json")
     wait_for_migrated(_people(fast_project, sync_client), 200, proc)
     assert cli(fast_project, "background", "pause", "0001_names", "--reason", "night").returncode == 0
     out, err = proc.communicate(timeout=60)
@@ -87,7 +89,7 @@ async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_proje
     assert cli(fast_project, "background", "run", "0001_names").returncode == 36  # still paused: not a success
 
     assert cli(fast_project, "background", "resume", "0001_names").returncode == 0
-    proc = start(fast_project, "background", "run", "0001_names", "--json")
+    proc = start_cli(fast_project, "background", "run", "0001_names", "--json")
     wait_for_migrated(_people(fast_project, sync_client), 600, proc)
     assert cli(fast_project, "background", "cancel", "0001_names", "--yes").returncode == 0
     out, err = proc.communicate(timeout=60)
@@ -97,7 +99,7 @@ async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_proje
     assert "retry" in error["message"]
 
 
-async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     """Failed (32) outranks cancelled (37), which outranks paused (36); the others still ran."""
     for collection in ("people", "people2", "people3"):
         await seed(db[collection], 20)
@@ -105,7 +107,9 @@ async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project
     fast_project.add("0002_b.py", background_file().replace('collection="people"', 'collection="people2"'))
     fast_project.add(
         "0003_c.py",
-        background_file().replace('collection="people"', 'collection="people3"').replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"),
+        background_file()
+        .replace('collection="people"', 'collection="people3"')
+        .replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"),
     )
     assert cli(fast_project, "up").returncode == 0
     assert cli(fast_project, "background", "pause", "0001_a").returncode == 0
@@ -113,7 +117,11 @@ async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project
     both = cli(fast_project, "background", "run", "0001_a", "0002_b", "--json")
     assert both.returncode == 37
     assert json.loads(both.stdout)["error"]["details"] == {
-        "paused": ["0001_a.py"], "cancelled": ["0002_b.py"], "failed": [], "stopped": [], "background": json.loads(both.stdout)["error"]["details"]["background"]
+        "paused": ["0001_a.py"],
+        "cancelled": ["0002_b.py"],
+        "failed": [],
+        "stopped": [],
+        "background": json.loads(both.stdout)["error"]["details"]["background"],
     }
     assert cli(fast_project, "background", "run", "0001_a", "0003_c").returncode == 32
     assert await db.people3.count_documents({"__v": 2}) == 0
@@ -124,7 +132,7 @@ async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 2_000)
     fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=30"))
     assert cli(fast_project, "up").returncode == 0
@@ -134,14 +142,16 @@ async def test_a_run_without_a_terminal_logs_a_progress_line_per_interval(fast_p
     lines = [line for line in run.stderr.splitlines() if " progress " in line]
     assert len(lines) >= 2, run.stderr
     counts = r"(\d[\d,]*/2,000 documents \(\d+%\)|\d+/\? documents \(-\))"  # "?" until the pass is planned
-    shape = re.compile(rf"^mongoshift: INFO progress 0001_names\.py: {counts}, (-|[\d,.]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$")
+    shape = re.compile(
+        rf"^mongoshift: INFO progress 0001_names\.py: {counts}, (-|[\d,.]+ docs/s), ETA (-|\d+:\d\d:\d\d), pass \d+, (pending|running|completed)$"
+    )
     assert all(shape.match(line) for line in lines), lines
     assert "2,000/2,000 documents (100%)" in lines[-1] and lines[-1].endswith("pass 1, completed"), lines  # how it ended
     assert not CONTROL.search(run.stderr)
     assert "lane-" not in run.stderr and "_id" not in run.stderr
 
 
-async def test_a_long_interval_still_logs_a_first_line_within_seconds(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_long_interval_still_logs_a_first_line_within_seconds(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     """A run planning or rewriting a large collection says so at once, not one interval later."""
     await seed(db.people, 2_000)
     fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=120"))
@@ -155,7 +165,7 @@ async def test_a_long_interval_still_logs_a_first_line_within_seconds(fast_proje
     assert lines[-1].endswith("pass 1, completed"), lines
 
 
-async def test_quiet_runs_log_no_progress_and_a_bad_interval_exits_6(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_quiet_runs_log_no_progress_and_a_bad_interval_exits_6(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 300)
     fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=30"))
     assert cli(fast_project, "up").returncode == 0
@@ -174,36 +184,24 @@ LONG_NAME = "20261201090000_split_customer_names_into_first_and_last.py"
 
 def terminal(project, width: int, *args: str):  # type: ignore[no-untyped-def]
     """The command as on a terminal of ``width`` columns (rich honours FORCE_COLOR and COLUMNS)."""
-    import subprocess
-    import sys
-
-    from .test_processes import env
-
-    environment = {**env(), "FORCE_COLOR": "1", "COLUMNS": str(width)}
-    done = subprocess.run(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=environment, capture_output=True, text=True, timeout=120
-    )
+    done = cli_process(project, *args, env={**cli_env(), "FORCE_COLOR": "1", "COLUMNS": str(width)})
     return done.returncode, ANSI.sub("", done.stdout)
 
 
-async def _failing_documents(fast_project, db, *, failing: int, budget: int) -> None:  # type: ignore[no-untyped-def]
+async def _failing_documents(cli, fast_project, db, *, failing: int, budget: int) -> None:  # type: ignore[no-untyped-def]
     """Documents with secret-looking ids and values; ``failing`` of them make the transform raise."""
-    await db.people.insert_many(
-        [{"_id": f"uid-{i:04d}-zq", "first": f"secret-{i:04d}", "last": "x", "__v": 1, "__rev": 1} for i in range(300)]
-    )
+    await db.people.insert_many([{"_id": f"uid-{i:04d}-zq", "first": f"secret-{i:04d}", "last": "x", "__v": 1, "__rev": 1} for i in range(300)])
     await db.people.create_index([("__v", 1), ("_id", 1)])
     source = background_file(batch_size=50, extra=f"max_document_errors={budget},").replace(
         "def migrate(doc, ctx):",
-        "def migrate(doc, ctx):\n"
-        f"    if int(doc['_id'][4:8]) < {failing}:\n"
-        "        raise ValueError('cannot split the name: ' + 'it has no space ' * 30)",
+        f"def migrate(doc, ctx):\n    if int(doc['_id'][4:8]) < {failing}:\n        raise ValueError('cannot split the name: ' + 'it has no space ' * 30)",
     )
     fast_project.add(LONG_NAME, source)
     assert cli(fast_project, "up").returncode == 0
 
 
-async def test_status_of_a_migration_shows_why_documents_failed_without_their_ids(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    await _failing_documents(fast_project, db, failing=30, budget=100)
+async def test_status_of_a_migration_shows_why_documents_failed_without_their_ids(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    await _failing_documents(cli, fast_project, db, failing=30, budget=100)
     assert cli(fast_project, "background", "run", LONG_NAME).returncode == 0
     shown = cli(fast_project, "background", "status", LONG_NAME, "--json")
     report = json.loads(shown.stdout)["background"][0]
@@ -217,9 +215,9 @@ async def test_status_of_a_migration_shows_why_documents_failed_without_their_id
         assert "uid-" not in output and "secret-" not in output  # no document id, no document value
 
 
-async def test_status_of_a_failed_run_shows_its_reasons_before_any_roll_up(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_status_of_a_failed_run_shows_its_reasons_before_any_roll_up(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     """Failed over budget by a lane mid-pass: the reasons are still in the partitions, and shown."""
-    await _failing_documents(fast_project, db, failing=10, budget=2)
+    await _failing_documents(cli, fast_project, db, failing=10, budget=2)
     assert cli(fast_project, "background", "run", LONG_NAME).returncode == 32
     report = json.loads(cli(fast_project, "background", "status", LONG_NAME, "--json").stdout)["background"][0]
     assert report["status"] == "failed" and report["failed_documents"] >= 3
@@ -228,7 +226,7 @@ async def test_status_of_a_failed_run_shows_its_reasons_before_any_roll_up(fast_
     assert "transform" in text and "ValueError" in text and "uid-" not in text
 
 
-async def test_duplicate_key_reasons_show_the_index_and_code_but_not_the_values(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_duplicate_key_reasons_show_the_index_and_code_but_not_the_values(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await db.people.create_index("slug", unique=True, sparse=True)
     await seed(db.people, 40)
     source = background_file(batch_size=40, extra="max_document_errors=5,").replace(
@@ -243,8 +241,8 @@ async def test_duplicate_key_reasons_show_the_index_and_code_but_not_the_values(
     assert "slug" in report["doc_errors"][0]["error"] and "taken-slug-value" not in shown.stdout
 
 
-async def test_status_fits_80_and_60_columns_and_never_cuts_the_name(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    await _failing_documents(fast_project, db, failing=10, budget=2)
+async def test_status_fits_80_and_60_columns_and_never_cuts_the_name(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    await _failing_documents(cli, fast_project, db, failing=10, budget=2)
     assert cli(fast_project, "background", "run", LONG_NAME).returncode == 32  # a failed one: a long last error too
     for width in (80, 60):
         for args in (("background", "status"), ("background", "status", LONG_NAME)):
@@ -257,7 +255,7 @@ async def test_status_fits_80_and_60_columns_and_never_cuts_the_name(fast_projec
             assert "failed" in text
 
 
-async def test_a_completed_migration_that_migrated_nothing_warns_about_from_version(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_completed_migration_that_migrated_nothing_warns_about_from_version(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     """Documents written before versioning have no __v (version 0): from_version=1 matches none of them."""
     await seed(db.people, 120, version=None)
     fast_project.add(NAME, background_file(batch_size=50))
@@ -272,7 +270,7 @@ async def test_a_completed_migration_that_migrated_nothing_warns_about_from_vers
     assert "was from_version (1) right?" in terminal(fast_project, 80, "background", "status")[1]
 
 
-async def test_a_completed_migration_with_nothing_left_to_do_does_not_warn(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_completed_migration_with_nothing_left_to_do_does_not_warn(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 30, version=2)
     await db.people.insert_one({"_id": "other", "kind": "x", "__v": 1})
     fast_project.add(NAME, background_file(extra="filter={'kind': {'$exists': False}},"))
@@ -282,7 +280,7 @@ async def test_a_completed_migration_with_nothing_left_to_do_does_not_warn(fast_
     assert report["totals"]["migrated"] == 0 and report["warnings"] == []
 
 
-async def test_run_all_with_nothing_runnable_says_so_and_names_the_failed_ones(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_run_all_with_nothing_runnable_says_so_and_names_the_failed_ones(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     """`run --all` after a failure: not "no background migrations registered", and the failed one is named."""
     await seed(db.people, 50)
     failing = background_file(batch_size=10).replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('cannot split')")

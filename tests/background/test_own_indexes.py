@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ..conftest import fail_command
 from .conftest import background_file, seed
-from .test_processes import cli
 
 OWN = ("_mongoshift_migrations", "_mongoshift_locks", "_mongoshift_background", "_mongoshift_background_partitions", "_mongoshift_converge")
 
@@ -15,7 +14,7 @@ async def _indexes(db) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
     return {name: {index["name"] async for index in await db[name].list_indexes()} for name in OWN}
 
 
-async def _every_feature(project, db, *, ensure_indexes: bool) -> None:  # type: ignore[no-untyped-def]
+async def _every_feature(cli, project, db, *, ensure_indexes: bool) -> None:  # type: ignore[no-untyped-def]
     """up (a plain migration and a background one), background run, converge."""
     project.write_config(ensure_indexes=ensure_indexes, background_lease_ttl_seconds=2, background_poll_seconds=0.2)
     await seed(db.people, 50)
@@ -30,14 +29,14 @@ async def _every_feature(project, db, *, ensure_indexes: bool) -> None:  # type:
     assert await db["_mongoshift_converge"].count_documents({}) == 1  # converge wrote its journal
 
 
-async def test_with_ensure_indexes_false_no_own_collection_gets_an_index_but_the_lane_cap(project, db) -> None:  # type: ignore[no-untyped-def]
-    await _every_feature(project, db, ensure_indexes=False)
+async def test_with_ensure_indexes_false_no_own_collection_gets_an_index_but_the_lane_cap(project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    await _every_feature(cli, project, db, ensure_indexes=False)
     indexes = await _indexes(db)
-    assert indexes == {**dict.fromkeys(OWN, {"_id_"}), "_mongoshift_background_partitions": {"_id_", "lease_slot"}}
+    assert indexes == {**{name: {"_id_"} for name in OWN}, "_mongoshift_background_partitions": {"_id_", "lease_slot"}}
 
 
-async def test_with_ensure_indexes_true_every_own_index_is_there(project, db) -> None:  # type: ignore[no-untyped-def]
-    await _every_feature(project, db, ensure_indexes=True)
+async def test_with_ensure_indexes_true_every_own_index_is_there(project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    await _every_feature(cli, project, db, ensure_indexes=True)
     indexes = await _indexes(db)
     assert indexes["_mongoshift_migrations"] > {"_id_", "name_unique", "status_batch", "batch"}
     assert indexes["_mongoshift_background"] == {"_id_", "status_registered_at"}
@@ -46,7 +45,7 @@ async def test_with_ensure_indexes_true_every_own_index_is_there(project, db) ->
     assert indexes["_mongoshift_locks"] == {"_id_"}  # looked up by _id only
 
 
-async def test_without_ensure_indexes_a_lane_cap_made_beforehand_needs_no_create_index(project, db, client) -> None:  # type: ignore[no-untyped-def]
+async def test_without_ensure_indexes_a_lane_cap_made_beforehand_needs_no_create_index(project, db, client, cli) -> None:  # type: ignore[no-untyped-def]
     """A user without the privilege to create indexes runs once the lane cap's index exists."""
     project.write_config(ensure_indexes=False, background_lease_ttl_seconds=2, background_poll_seconds=0.2)
     await seed(db.people, 30)

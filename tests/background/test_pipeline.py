@@ -9,8 +9,7 @@ from bson.raw_bson import RawBSONDocument
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import OperationFailure
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.write.batch import apply_batch
 from mongoshift.background.write.job import Job
 from mongoshift.project.run import CancelSignal
@@ -209,7 +208,10 @@ async def test_lanes_count_exactly_around_documents_the_pipeline_cannot_evaluate
 
 async def test_revert_pipeline_brings_documents_back(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 100)
-    revert = '[{"$set": {"first": {"$arrayElemAt": [{"$split": ["$full_name", " "]}, 0]}, "last": {"$arrayElemAt": [{"$split": ["$full_name", " "]}, 1]}}}, {"$unset": "full_name"}]'
+    revert = (
+        '[{"$set": {"first": {"$arrayElemAt": [{"$split": ["$full_name", " "]}, 0]}, '
+        '"last": {"$arrayElemAt": [{"$split": ["$full_name", " "]}, 1]}}}, {"$unset": "full_name"}]'
+    )
     fast_project.add("0001_names.py", pipeline_file(batch_size=40, extra=f"revert_pipeline={revert},"))
     s = fast_project.settings()
     await command.up(s)

@@ -13,13 +13,11 @@ from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
 from mongoshift import api
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.inspect.preview import updated
 from mongoshift.errors import ConfigInvalidError, ExitCode, IrreversibleMigrationError
 from mongoshift.project.session import open_session
 
-from ..cli.test_cli import cli
 from .conftest import seed
 from .test_pipeline import pipeline_file
 
@@ -190,7 +188,11 @@ async def test_bad_sizes_are_refused_before_connecting(project, options, message
 
 
 async def test_a_step_migration_or_a_plain_one_is_refused(project, db) -> None:  # type: ignore[no-untyped-def]
-    project.add("0001_step.py", "from mongoshift import Background\n\ndef step(ctx):\n    return {'checkpoint': None, 'done': True}\n\nbackground = Background(collection='people', from_version=1, to_version=2, step=step)\n")
+    project.add(
+        "0001_step.py",
+        "from mongoshift import Background\n\ndef step(ctx):\n    return {'checkpoint': None, 'done': True}\n\n"
+        "background = Background(collection='people', from_version=1, to_version=2, step=step)\n",
+    )
     project.add("0002_plain.py", "def up(ctx):\n    pass\n")
     with pytest.raises(ConfigInvalidError, match="step migration"):
         await api.preview_background(project.settings(), "0001_step.py")
@@ -198,7 +200,7 @@ async def test_a_step_migration_or_a_plain_one_is_refused(project, db) -> None: 
         await api.preview_background(project.settings(), "0002_plain.py")
 
 
-def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     when = datetime.datetime(2026, 1, 2, 3, 4, 5)
     ref = ObjectId()
     people = sync_client[project.db].people
@@ -216,12 +218,18 @@ def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync
     lines = plain.stdout.splitlines()
     assert "nothing was written" in lines[0]
     assert lines[1:3] == ["_id\t1", "=\t_id\t1\t1"]
-    for line in ["~\tn\t4\t40", "~\t__v\t1\t2", '+\tfull_name\t\t"A B"', '-\tfirst\t"A"\t', '=\twhen\t{"$date": "2026-01-02T03:04:05Z"}\t{"$date": "2026-01-02T03:04:05Z"}']:
+    for line in [
+        "~\tn\t4\t40",
+        "~\t__v\t1\t2",
+        '+\tfull_name\t\t"A B"',
+        '-\tfirst\t"A"\t',
+        '=\twhen\t{"$date": "2026-01-02T03:04:05Z"}\t{"$date": "2026-01-02T03:04:05Z"}',
+    ]:
         assert line in lines
     assert "update\t" in plain.stdout and '"$unset": {"first": "", "last": ""}' in plain.stdout
 
 
-def test_the_command_exit_codes(project) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_exit_codes(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add(NAME, transform_file(revert=False))
     assert cli(project, "background", "dry-run", NAME, "--first", "0").returncode == ExitCode.CONFIG_INVALID
     both = cli(project, "background", "dry-run", NAME, "--first", "1", "--sample", "1", "--json")

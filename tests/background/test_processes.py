@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
+import pytest
+
+from ..conftest import start_cli
 from .conftest import background_file, seed
-
-
-def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
-    clean["NO_COLOR"] = "1"
-    return clean
-
-
-def start(project, *args: str) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
-    return subprocess.Popen(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def cli(project, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), capture_output=True, text=True, timeout=timeout
-    )
 
 
 def wait_for_migrated(collection, count: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
@@ -38,13 +21,14 @@ def wait_for_migrated(collection, count: int, proc: subprocess.Popen[str], timeo
         time.sleep(0.05)
 
 
-async def test_two_processes_with_four_lanes_each_rewrite_every_document_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow  # 8,000 documents through two processes
+async def test_two_processes_with_four_lanes_each_rewrite_every_document_once(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 8_000)
     fast_project.add(
         "0001_names.py", background_file(batch_size=100, max_parallel=8, extra="partitions={'min_partition_docs': 100},")
     )
     assert cli(fast_project, "up").returncode == 0
-    procs = [start(fast_project, "background", "run", "0001_names", "--concurrency", "4", "--json") for _ in range(2)]
+    procs = [start_cli(fast_project, "background", "run", "0001_names", "--concurrency", "4", "--json") for _ in range(2)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
     assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 8_000  # revision +1: rewritten exactly once
@@ -57,11 +41,12 @@ async def test_two_processes_with_four_lanes_each_rewrite_every_document_once(fa
     assert len(processes) == 2  # both processes did part of the work
 
 
-async def test_a_killed_lane_process_is_resumed_from_its_checkpoint(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow  # kill -9 of a process with lanes, then a second process over 4,000 documents
+async def test_a_killed_lane_process_is_resumed_from_its_checkpoint(fast_project, db, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 4_000)
     fast_project.add("0001_names.py", background_file(batch_size=50, max_parallel=2, extra="partitions={'min_partition_docs': 50}, adaptive=False,"))
     assert cli(fast_project, "up").returncode == 0
-    victim = start(fast_project, "background", "run", "0001_names", "--concurrency", "2")
+    victim = start_cli(fast_project, "background", "run", "0001_names", "--concurrency", "2")
     people = sync_client[fast_project.db].people
     wait_for_migrated(people, 600, victim)
     victim.send_signal(signal.SIGKILL)
@@ -77,7 +62,7 @@ async def test_a_killed_lane_process_is_resumed_from_its_checkpoint(fast_project
     assert report["totals"]["migrated"] == 4_000  # the batches the dead lanes wrote without their bookkeeping are counted
 
 
-async def test_controls_and_exit_codes_from_the_command_line(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_controls_and_exit_codes_from_the_command_line(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 200)
     fast_project.add("0001_names.py", background_file(batch_size=50))
     assert cli(fast_project, "up").returncode == 0
@@ -100,7 +85,7 @@ async def test_controls_and_exit_codes_from_the_command_line(fast_project, db) -
     assert status["totals"]["migrated"] == 200 and status["rate_per_second"] > 0
 
 
-async def test_a_failed_migration_exits_32(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_failed_migration_exits_32(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 50)
     fast_project.add("0001_names.py", background_file().replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise RuntimeError('bad')"))
     assert cli(fast_project, "up").returncode == 0
@@ -109,11 +94,11 @@ async def test_a_failed_migration_exits_32(fast_project, db) -> None:  # type: i
     assert cli(fast_project, "background", "status", "--check").returncode == 32
 
 
-async def test_ctrl_c_stops_the_lanes_and_a_later_run_continues(fast_project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+async def test_ctrl_c_stops_the_lanes_and_a_later_run_continues(fast_project, db, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 3_000)
     fast_project.add("0001_names.py", background_file(batch_size=50, extra="adaptive=False,"))
     assert cli(fast_project, "up").returncode == 0
-    proc = start(fast_project, "background", "run", "0001_names", "--json")
+    proc = start_cli(fast_project, "background", "run", "0001_names", "--json")
     people = sync_client[fast_project.db].people
     wait_for_migrated(people, 300, proc)
     proc.send_signal(signal.SIGINT)
@@ -129,7 +114,7 @@ async def test_ctrl_c_stops_the_lanes_and_a_later_run_continues(fast_project, db
     assert people.count_documents({"__v": 2, "__rev": 2}) == 3_000
 
 
-def test_create_background_writes_a_skeleton_that_refuses_todo(fast_project) -> None:  # type: ignore[no-untyped-def]
+def test_create_background_writes_a_skeleton_that_refuses_todo(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
     created = cli(fast_project, "create", "split names", "--background", "--json")
     assert created.returncode == 0
     name = json.loads(created.stdout)["file"]

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.errors import RequirementsPendingError
 
 from .conftest import background_file, seed
@@ -31,7 +30,7 @@ async def test_up_stops_before_a_migration_whose_background_requirement_is_not_d
     fast_project.add("0001_names.py", background_file(batch_size=50))
     fast_project.add("0002_contract.py", CONTRACT)
     s = fast_project.settings()
-    with pytest.raises(RequirementsPendingError, match="0001_names.py") as info:
+    with pytest.raises(RequirementsPendingError, match=r"0001_names\.py") as info:
         await command.up(s)
     assert info.value.details["waits_for"] == ["0001_names.py"]
     assert await db["_mongoshift_migrations"].find_one({"name": "0002_contract.py"}) is None  # no trace
@@ -164,10 +163,8 @@ async def test_an_ordinary_migration_may_require_an_ordinary_one(fast_project, d
     assert await db.contract.count_documents({}) == 1
 
 
-async def test_a_requirement_that_names_no_migration_is_refused_at_up(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_requirement_that_names_no_migration_is_refused_at_up(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.errors import ExitCode, FileNotFoundMigrationError
-
-    from .test_processes import cli
 
     await seed(db.people, 10)
     fast_project.add("0001_index.py", INDEX)
@@ -193,9 +190,8 @@ async def test_dry_run_counts_an_ordinary_requirement_the_same_run_applies_as_me
     assert await db["_mongoshift_migrations"].count_documents({}) == 0
 
 
-async def test_a_dependent_leaves_blocked_the_moment_its_requirements_complete(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_dependent_leaves_blocked_the_moment_its_requirements_complete(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     """Unblocking is part of completing the requirement: status is right at once, no runner of the dependent needed."""
-    from .test_processes import cli
 
     await seed(db.people, 30)
     await db.pets.insert_many([{"_id": i} for i in range(5)])

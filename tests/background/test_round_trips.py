@@ -14,10 +14,9 @@ from pymongo import AsyncMongoClient, monitoring
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import AutoReconnect
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
-from mongoshift.background.state.controls import Action, control
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.lane import Lane
+from mongoshift.background.state.controls import Action, control
 from mongoshift.background.state.store import BackgroundStore
 
 from ..conftest import TEST_CLIENT_OPTIONS, Project

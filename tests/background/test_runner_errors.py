@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
 from mongoshift.errors import ConfigInvalidError, ExitCode
 

@@ -104,8 +104,7 @@ background = Background(
 
 
 async def test_a_detected_layout_plans_by_shard_and_a_reshard_re_splits(config, db, project) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.api import background as bg
-    from mongoshift.api import migrations as command
+    from mongoshift.api import background as bg, migrations as command
     from mongoshift.background.lanes.engine import open_engine
 
     name = await _record(config, db, "ranged_single")

@@ -16,8 +16,7 @@ import pytest
 from bson import Int64
 from pymongo import AsyncMongoClient, monitoring
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.write.batch import apply_batch
 from mongoshift.background.write.job import Job
 from mongoshift.project.run import CancelSignal
@@ -92,7 +91,7 @@ async def test_targeted_paths_write_what_the_untargeted_path_writes(project, db)
     # The same documents, value for value, but the one whose key the transform changed: only a
     # collection with a shard key refuses that (the plain one has none to guard).
     assert [d for d in people if d["_id"] != 13] == [d for d in plain if d["_id"] != 13]
-    assert all(type(a["n"]) is type(b["n"]) for a, b in zip(people, plain))
+    assert all(type(a["n"]) is type(b["n"]) for a, b in zip(people, plain, strict=False))
     moved = next(d for d in people if d["_id"] == 13)
     assert moved["__v"] == 1 and moved.get("tenant") != "moved"  # refused, left as it was
     assert sum(1 for d in people if d["__v"] == 2) == 119
@@ -286,7 +285,7 @@ async def test_a_pipeline_run_with_the_shard_key_setting_writes_what_the_untarge
     people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
     plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
     assert [d for d in people if d["_id"] != 9] == [d for d in plain if d["_id"] != 9]
-    assert all(type(a.get("tenant")) is type(b.get("tenant")) for a, b in zip(people, plain) if a["_id"] != 9)
+    assert all(type(a.get("tenant")) is type(b.get("tenant")) for a, b in zip(people, plain, strict=False) if a["_id"] != 9)
     moved = next(d for d in people if d["_id"] == 9)
     assert moved["__v"] == 1 and moved["tenant"] != "moved"
     (status,) = await bg.status(settings, "0001_people.py")
@@ -411,7 +410,8 @@ async def test_a_hashed_key_drains_hash_ranges_and_writes_what_the_untargeted_pa
     people = await db.people.find({}, sort=[("_id", 1)]).to_list(None)
     plain = await db.plain.find({}, sort=[("_id", 1)]).to_list(None)
     assert [d for d in people if d["_id"] != moved] == [d for d in plain if d["_id"] != moved]
-    assert all(type(a.get("tenant")) is type(b.get("tenant")) and type(a["n"]) is type(b["n"]) for a, b in zip(people, plain) if a["_id"] != moved)
+    pairs = [(a, b) for a, b in zip(people, plain, strict=False) if a["_id"] != moved]
+    assert all(type(a.get("tenant")) is type(b.get("tenant")) and type(a["n"]) is type(b["n"]) for a, b in pairs)
     assert next(d for d in people if d["_id"] == moved)["__v"] == 1
     (status,) = await bg.status(settings, "0001_people.py")
     assert [e["reason"] for e in status.doc_error_counts] == ["shard-key-changed"]
@@ -437,9 +437,9 @@ async def test_a_hash_range_partition_whose_index_was_dropped_fails_its_slice_sa
     """A hash range has no filter form: without its index, a lane cannot read it (a ranged partition reads on without a hint)."""
     from bson import MaxKey, MinKey
 
-    from mongoshift.background.write.batch import BatchFailed
     from mongoshift.background.lanes.lane import Lane
     from mongoshift.background.state.model import Scope
+    from mongoshift.background.write.batch import BatchFailed
 
     _configure_hashed(project)
     await _seed(db.people, 10, [("__v", 1), ("tenant", "hashed"), ("_id", 1)])

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
 pytestmark = pytest.mark.real_mongodb
 

@@ -7,8 +7,6 @@ import json
 
 import pytest
 
-from .test_processes import cli
-
 SECRET = "leaked-value@example.com"
 
 MANY_PROBLEMS = f'''
@@ -34,7 +32,7 @@ background = Background(
 '''
 
 
-def _refused(project, name: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+def _refused(cli, project, name: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
     result = cli(project, "up", "--json")
     assert result.returncode == 20, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and SECRET not in result.stdout + result.stderr
@@ -43,9 +41,9 @@ def _refused(project, name: str) -> dict:  # type: ignore[no-untyped-def, type-a
     return error  # type: ignore[no-any-return]
 
 
-async def test_every_problem_of_a_spec_is_reported_at_once(project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_every_problem_of_a_spec_is_reported_at_once(project, db, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_bad.py", MANY_PROBLEMS)
-    error = _refused(project, "0001_bad.py")
+    error = _refused(cli, project, "0001_bad.py")
     problems = error["details"]["problems"]
     where = sorted({p.split(":")[0] for p in problems})
     assert where == [
@@ -74,7 +72,7 @@ async def test_every_problem_of_a_spec_is_reported_at_once(project, db) -> None:
         ("object()", "object"),
     ],
 )
-async def test_a_filter_that_bson_cannot_hold_fails_the_import_check_not_up(project, db, value: str, kind: str) -> None:  # type: ignore[no-untyped-def]
+async def test_a_filter_that_bson_cannot_hold_fails_the_import_check_not_up(project, db, value: str, kind: str, cli) -> None:  # type: ignore[no-untyped-def]
     project.add(
         "0001_names.py",
         f'''
@@ -86,14 +84,14 @@ def migrate(doc, ctx):
 background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, filter={{"tag": {value}}})
 ''',
     )
-    error = _refused(project, "0001_names.py")
+    error = _refused(cli, project, "0001_names.py")
     assert error["details"]["problems"] == [f"background.filter: tag is a {kind}, which is not a BSON value"]
     dry = cli(project, "dry-run", "up", "--json")  # the same check, before anything is written
     assert dry.returncode == 20 and SECRET not in dry.stdout + dry.stderr
     assert await db["_mongoshift_background"].count_documents({}) == 0
 
 
-async def test_a_step_migration_refuses_the_settings_of_the_document_modes(project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_step_migration_refuses_the_settings_of_the_document_modes(project, db, cli) -> None:  # type: ignore[no-untyped-def]
     project.add(
         "0001_step.py",
         '''
@@ -108,7 +106,7 @@ background = Background(
 )
 ''',
     )
-    problems = _refused(project, "0001_step.py")["details"]["problems"]
+    problems = _refused(cli, project, "0001_step.py")["details"]["problems"]
     assert sorted(p.split(":")[0] for p in problems) == [
         "background.batch_size", "background.filter", "background.max_conflict_retries", "background.version_field"
     ]
@@ -116,7 +114,7 @@ background = Background(
     assert await db["_mongoshift_background"].count_documents({}) == 0
 
 
-async def test_occ_version_only_refuses_a_revision_field_it_would_ignore(project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_occ_version_only_refuses_a_revision_field_it_would_ignore(project, db, cli) -> None:  # type: ignore[no-untyped-def]
     project.add(
         "0001_names.py",
         '''
@@ -128,7 +126,7 @@ def migrate(doc, ctx):
 background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, occ="version-only", revision_field="r")
 ''',
     )
-    problems = _refused(project, "0001_names.py")["details"]["problems"]
+    problems = _refused(cli, project, "0001_names.py")["details"]["problems"]
     assert len(problems) == 1 and problems[0].startswith("background.revision_field: occ='version-only' guards writes by the version alone")
     assert await db["_mongoshift_background"].count_documents({}) == 0
 

@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
 
 from .conftest import background_file, seed
@@ -41,7 +40,7 @@ async def _waiting_after_one_batch(fast_project, db, source: str):  # type: igno
 
 @pytest.mark.parametrize("source", [LONG_PAUSE, BUSY_AFTER_FIRST], ids=["pause_ms", "health"])
 async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, source: str) -> None:  # type: ignore[no-untyped-def]
-    s, runner = await _waiting_after_one_batch(fast_project, db, source)
+    _, runner = await _waiting_after_one_batch(fast_project, db, source)
     written = await db.people.count_documents({"__v": 2})
     assert written == 10
 

@@ -12,11 +12,10 @@ import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
-from mongoshift.background.write import batch
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
 from mongoshift.background.state.store import BackgroundStore
+from mongoshift.background.write import batch
 
 from ..conftest import TEST_CLIENT_OPTIONS, Project
 from .conftest import background_file, seed
@@ -113,7 +112,8 @@ def on_loop():
         ("migrate", "async def migrate(doc, ctx):\n    doc['on_loop'] = on_loop()\n    doc['thread'] = threading.get_ident()\n    return doc\n", True),
         (
             "migrate_batch",
-            "def migrate_batch(docs, ctx):\n    for doc in docs:\n        doc['on_loop'] = on_loop()\n        doc['thread'] = threading.get_ident()\n    return docs\n",
+            "def migrate_batch(docs, ctx):\n    for doc in docs:\n"
+            "        doc['on_loop'] = on_loop()\n        doc['thread'] = threading.get_ident()\n    return docs\n",
             False,
         ),
     ],

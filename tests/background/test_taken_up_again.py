@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from pymongo.asynchronous.database import AsyncDatabase
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
-from mongoshift.background.state.controls import Action, control
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.coordinator import Coordinator, Decision
+from mongoshift.background.state.controls import Action, control
 from mongoshift.background.state.store import BackgroundStore
 from mongoshift.cli.background import run_verdict
 from mongoshift.schema.background import Background

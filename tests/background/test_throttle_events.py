@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
-from mongoshift.background.state.events import Event, Events
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.lane import Lane
+from mongoshift.background.state.events import Event, Events
 
 from .conftest import background_file, seed
 
@@ -49,7 +49,7 @@ async def test_a_lane_reports_its_throttle_changes_at_most_every_ten_seconds(fas
     assert all(event.data["change"] == "health" and event.data["overloads"] == 0 for _, event in throttles)
     assert [event.data["waited_ms"] for _, event in throttles] == [1, 4, 4, 4, 4, 4]
     times = [at for at, _ in throttles]
-    assert all(later - earlier >= 10 for earlier, later in zip(times, times[1:]))
+    assert all(later - earlier >= 10 for earlier, later in itertools.pairwise(times))
     lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
     assert len(lines) == len(throttles) and all(r.levelno == logging.INFO for r in lines)  # a change of pace is news
     assert lines[1].getMessage() == (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
 from ..conftest import fail_command
 from .conftest import seed
@@ -110,7 +109,13 @@ async def test_a_lane_without_its_lease_commits_nothing(fast_project, db) -> Non
     from mongoshift.background.lanes.lane import Lane
 
     await seed(db.people, 100)
-    fast_project.add("0001_txn.py", txn_file().replace("    doc[\"full_name\"]", "    await ctx.db['_mongoshift_background_partitions'].update_many({}, {'$unset': {'lease.token': ''}})\n    doc[\"full_name\"]"))
+    fast_project.add(
+        "0001_txn.py",
+        txn_file().replace(
+            '    doc["full_name"]',
+            "    await ctx.db['_mongoshift_background_partitions'].update_many({}, {'$unset': {'lease.token': ''}})\n    doc[\"full_name\"]",
+        ),
+    )
     s = fast_project.settings()
     await command.up(s)
     async with bg.open_engine(s) as engine:
@@ -153,7 +158,12 @@ async def test_a_server_without_transactions_fails_the_migration_clearly(fast_pr
     fast_project.add("0001_txn.py", txn_file())
     s = fast_project.settings()
     await command.up(s)
-    no_txn = {"failCommands": ["find"], "errorCode": 20, "namespace": f"{db.name}.people", "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}
+    no_txn = {
+        "failCommands": ["find"],
+        "errorCode": 20,
+        "namespace": f"{db.name}.people",
+        "errmsg": "Transaction numbers are only allowed on a replica set member or mongos",
+    }
     async with fail_command(client, {"times": 1}, **no_txn):
         (result,) = await bg.run(s, ["0001_txn.py"])
     assert result.status == "failed" and "without transaction" in (result.last_error or "")
@@ -167,8 +177,15 @@ async def test_a_left_out_document_counts_only_in_the_batch_that_holds_it(client
     from pymongo.errors import OperationFailure
 
     from mongoshift import Background
-    from mongoshift.background.write.batch import BatchResult, DocumentError, DocumentFailed
-    from mongoshift.background.write.transaction import TransactionalBatchSize, run_batch
+    from mongoshift.background.write.batch import (
+        BatchResult,
+        DocumentError,
+        DocumentFailed,
+    )
+    from mongoshift.background.write.transaction import (
+        TransactionalBatchSize,
+        run_batch,
+    )
 
     spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 6})
     writes = 0
@@ -191,8 +208,14 @@ async def test_a_left_out_document_counts_only_in_the_batch_that_holds_it(client
         return True
 
     outcome = await run_batch(
-        client=client, collection=db.people, spec=spec, read=read, write=write, checkpoint=checkpoint,
-        sizing=TransactionalBatchSize(100), rng=random.Random(1),
+        client=client,
+        collection=db.people,
+        spec=spec,
+        read=read,
+        write=write,
+        checkpoint=checkpoint,
+        sizing=TransactionalBatchSize(100),
+        rng=random.Random(1),
     )
     assert [d["_id"] for d in outcome.docs] == list(range(50))
     assert checkpointed == [[]] and outcome.result.errors == [] and outcome.excluded == []

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 
 from .conftest import seed
 

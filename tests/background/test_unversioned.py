@@ -7,13 +7,11 @@ import logging
 
 import pytest
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.inspect import input_probe
 from mongoshift.line.scaffold import create_migration
 
 from .conftest import background_file, seed
-from .test_processes import cli
 
 
 @pytest.mark.parametrize(
@@ -107,7 +105,7 @@ async def test_dry_run_knows_an_earlier_file_of_the_same_run_stamps_them(fast_pr
     assert not any("no __v" in w for w in report.warnings)
 
 
-def test_up_json_carries_the_warning_and_stderr_shows_it(fast_project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_up_json_carries_the_warning_and_stderr_shows_it(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b"} for i in range(12)])
     fast_project.add("0001_names.py", background_file())
     up = cli(fast_project, "up", "--json")

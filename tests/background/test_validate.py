@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from mongoshift import api
 from mongoshift.errors import ExitCode, TransactionsUnsupportedError
 
-from ..cli.test_cli import cli
 from ..conftest import fail_command
 from .conftest import seed
 from .test_preview import database_hash
@@ -164,7 +162,7 @@ async def test_a_server_without_transactions_is_a_clear_error(project, db, clien
     assert caught.value.exit_code == ExitCode.TRANSACTIONS_UNSUPPORTED
 
 
-def test_the_command_exit_codes_and_json(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_exit_codes_and_json(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[project.db].people.insert_many([{"_id": i, "first": "A", "last": "B", "n": i, "__v": 1, "__rev": 1} for i in range(2)])
     project.add(NAME, transform(PLAIN))
     clean = cli(project, "background", "dry-run", NAME, "--first", "2", "--validate", "--json")
@@ -174,7 +172,9 @@ def test_the_command_exit_codes_and_json(project, sync_client) -> None:  # type:
     project.add(NAME, transform(REFUSING.replace("{op}", "await ctx.db.people.drop()")))
     refused = cli(project, "background", "dry-run", NAME, "--first", "1", "--validate", "--json")
     assert refused.returncode == ExitCode.SANDBOX_REFUSED
-    assert json.loads(refused.stdout)["preview"]["refused"] == [{"operation": "drop", "target": "the collection people", "reason": "not on the sandbox's allow-list"}]
+    assert json.loads(refused.stdout)["preview"]["refused"] == [
+        {"operation": "drop", "target": "the collection people", "reason": "not on the sandbox's allow-list"}
+    ]
     plain = cli(project, "background", "dry-run", NAME, "--first", "1", "--validate")
     assert plain.returncode == ExitCode.SANDBOX_REFUSED and "refused\tdrop" in plain.stdout and "validation\tok" in plain.stdout
     assert cli(project, "background", "dry-run", NAME, "--steps", "2").returncode == ExitCode.CONFIG_INVALID
@@ -202,7 +202,7 @@ async def test_a_pipeline_is_validated_by_the_server_and_nothing_stays(project, 
     assert preview.invalid == 1
 
 
-STEP_WRITE_ERROR = '''
+STEP_WRITE_ERROR = """
 from mongoshift import Background
 from pymongo.errors import DuplicateKeyError
 
@@ -211,7 +211,7 @@ async def step(ctx):
     return {{"checkpoint": 1, "done": False}}
 
 background = Background(collection="people", from_version=1, to_version=2, step=step)
-'''
+"""
 
 DUPLICATE = "await ctx.db.people.insert_one({'_id': 0}, session=ctx.session)"
 
@@ -229,7 +229,7 @@ async def test_a_step_whose_write_the_server_fails_reports_that_error_not_the_ab
     assert step.operations == [{"operation": "insert_one", "collection": "people", "count": 1}]
 
 
-SIDE_DUPLICATE = '''
+SIDE_DUPLICATE = """
 async def migrate(doc, ctx):
     try:
         await ctx.db.audit.insert_one({"_id": "once" if doc["_id"] == 1 else doc["_id"]}, session=ctx.session)
@@ -237,7 +237,7 @@ async def migrate(doc, ctx):
         pass  # caught: the server aborted the transaction all the same
     doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
     return doc
-'''
+"""
 
 
 async def test_a_side_write_the_server_fails_refuses_its_document_and_the_others_are_validated(project, db) -> None:  # type: ignore[no-untyped-def]
@@ -280,6 +280,4 @@ async def test_an_operation_the_server_refuses_in_a_transaction_is_reported_as_r
     project.add(NAME, transform(REFUSING.replace("{op}", "await ctx.db.audit.insert_one({})")))
     async with fail_command(client, {"times": 1}, failCommands=["insert"], errorCode=263, namespace=f"{db.name}.audit"):
         preview = await api.preview_background(project.settings(), NAME, first=1, validate=True)
-    assert [(r.operation, r.target, r.reason) for r in preview.refusals] == [
-        ("insert_one", "audit", "the server refuses it inside a transaction (263)")
-    ]
+    assert [(r.operation, r.target, r.reason) for r in preview.refusals] == [("insert_one", "audit", "the server refuses it inside a transaction (263)")]

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import os
 from typing import Any
 
-import pytest
 from pymongo import AsyncMongoClient
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
-from mongoshift.cli.main import main
 
 from ..conftest import TEST_CLIENT_OPTIONS
 from .conftest import background_file, seed
@@ -30,27 +25,6 @@ SECRET_ID = "drift-id-7731"
 
 def old_shape(**extra: Any) -> dict[str, Any]:
     return {"first": "old", "last": "app", "__v": 1, "__rev": 1, **extra}
-
-
-@pytest.fixture
-def cli(fast_project, capsys, monkeypatch):  # type: ignore[no-untyped-def]
-    """``mongoshift ARGS`` in this process: (exit code, stdout, stderr)."""
-    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.chdir(fast_project.root)
-    logger = logging.getLogger("mongoshift")  # the CLI points it at this test's captured stderr
-    saved = (list(logger.handlers), logger.propagate, logger.level)
-
-    def call(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as ended:
-            main(list(args))
-        captured = capsys.readouterr()
-        return int(ended.value.code or 0), captured.out, captured.err
-
-    yield call
-    logger.handlers[:] = saved[0]
-    logger.propagate, logger.level = saved[1], saved[2]
 
 
 def test_verify_reports_an_old_shape_written_after_completion_without_its_id(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
@@ -75,20 +49,20 @@ def test_verify_reports_an_old_shape_written_after_completion_without_its_id(fas
     (done,) = asyncio.run(complete())
     assert done.status == "completed" and done.failed_documents == 1
 
-    code, out, _ = cli("background", "verify", "--json")
+    code, out, _ = cli(fast_project, "background", "verify", "--json")
     assert code == 0
     assert json.loads(out)["verify"] == [
         {"migration": NAME, "collection": "people", "found": False, "action": "clean", "reason": None, "detail": None, "stranded": False}
     ]
 
     db.people.insert_one(old_shape(_id=SECRET_ID))  # an old application version
-    code, out, err = cli("background", "verify", "--json")
+    code, out, err = cli(fast_project, "background", "verify", "--json")
     assert code == 31
     document = json.loads(out)
     assert document["drift"] == [NAME]
     assert document["verify"][0]["found"] is True and document["verify"][0]["action"] == "reported"
     assert SECRET_ID not in out + err
-    code, out, err = cli("background", "verify", NAME.removesuffix(".py"), "--report")  # the table, piped
+    code, out, err = cli(fast_project, "background", "verify", NAME.removesuffix(".py"), "--report")  # the table, piped
     assert code == 31 and "drift: reported" in out and SECRET_ID not in out + err
     assert db["_mongoshift_background"].find_one({"_id": NAME})["status"] == "completed"  # only reported
 
@@ -170,7 +144,13 @@ async def test_what_is_not_probed_is_skipped_with_its_reason(fast_project, db) -
         "0005_later.py": (False, "skipped", "not_completed"),
     }
     statuses = {d["_id"]: d["status"] async for d in db["_mongoshift_background"].find()}
-    assert statuses == {NAME: "completed", "0002_steps.py": "completed", "0003_guarded.py": "completed", "0004_bare.py": "completed", "0005_later.py": "pending"}
+    assert statuses == {
+        NAME: "completed",
+        "0002_steps.py": "completed",
+        "0003_guarded.py": "completed",
+        "0004_bare.py": "completed",
+        "0005_later.py": "pending",
+    }
 
     await bg.apply_control(s, "0005_later.py", "cancel")  # people is no longer busy: the probe runs
     (first,) = await bg.verify(s, [NAME])
@@ -193,11 +173,11 @@ async def test_a_revert_is_not_probed(fast_project, db) -> None:  # type: ignore
 
 
 def test_an_unknown_name_and_both_modes_at_once_are_refused(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
-    code, out, _ = cli("background", "verify", "0009_nothing", "--json")
+    code, out, _ = cli(fast_project, "background", "verify", "0009_nothing", "--json")
     assert code == 9 and json.loads(out)["error"]["kind"] == "not_applied"
-    code, _, err = cli("background", "verify", "--reopen", "--report")
+    code, _, err = cli(fast_project, "background", "verify", "--reopen", "--report")
     assert code == 6 and "exclude each other" in err
-    code, out, _ = cli("background", "verify", "--json")
+    code, out, _ = cli(fast_project, "background", "verify", "--json")
     assert code == 0 and json.loads(out) == {"verify": [], "drift": [], "stranded": []}
 
 
@@ -219,15 +199,15 @@ def test_a_document_at_a_version_no_migration_upgrades_is_reported_as_stranded(f
     assert done.status == "completed"
     for stranded in ({"_id": SECRET_ID, "first": "old", "__v": 0}, {"_id": SECRET_ID, "first": "never versioned"}):
         db.people.insert_one(stranded)  # below 1 -> 2, and no migration starts from 0: no pass can take it
-        code, out, err = cli("background", "verify", "--json")
+        code, out, err = cli(fast_project, "background", "verify", "--json")
         assert code == 31, err
         document = json.loads(out)
         assert document["stranded"] == [NAME] and document["drift"] == []
         (row,) = document["verify"]
         assert (row["found"], row["stranded"], row["action"]) == (False, True, "reported")
         assert SECRET_ID not in out + err
-        code, out, err = cli("background", "verify", "--reopen")
+        code, out, err = cli(fast_project, "background", "verify", "--reopen")
         assert code == 31 and "documents at a version no migration upgrades" in out and SECRET_ID not in out + err
         assert db["_mongoshift_background"].find_one({"_id": NAME})["status"] == "completed"  # a pass would not help: not reopened
         db.people.delete_one({"_id": SECRET_ID})
-    assert cli("background", "verify")[0] == 0
+    assert cli(fast_project, "background", "verify")[0] == 0

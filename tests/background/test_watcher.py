@@ -23,14 +23,13 @@ import pytest
 from pymongo import AsyncMongoClient
 from pymongo.errors import OperationFailure
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.engine import open_engine
 from mongoshift.background.state.events import Event
 from mongoshift.background.watch.watcher import Watcher, WatchOptions
 from mongoshift.project.run import CancelSignal
 
-from ..conftest import REAL_URI, TEST_CLIENT_OPTIONS, Project
+from ..conftest import REAL_URI, TEST_CLIENT_OPTIONS, Project, cli_env, start_cli
 from .conftest import background_file, seed
 
 NAME = "0001_names.py"
@@ -53,9 +52,9 @@ def old_doc(_id: Any, **extra: Any) -> dict[str, Any]:
     return {"_id": _id, "first": "old", "last": "app", "__v": 1, "__rev": 1, **extra}
 
 
-async def until(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
-    """Poll ``check`` until it gives something true; fail after ``timeout`` (a bound, not a measure)."""
-    deadline = time.monotonic() + timeout
+async def until(what: str, check: Callable[[], Awaitable[Any]], bound: float = 30.0) -> Any:
+    """Poll ``check`` until it gives something true; fail after ``bound`` seconds (a bound, not a measure)."""
+    deadline = time.monotonic() + bound
     while True:
         value = await check()
         if value:
@@ -142,21 +141,17 @@ async def _saved_with(db: Any, **counters: int) -> dict[str, Any] | None:
     return None
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
-
-
 def start_cli_watcher(project: Project, log: Any) -> subprocess.Popen[str]:
     """``mongoshift background watch`` in a process of its own (it is killed with SIGKILL)."""
     return subprocess.Popen(
         [sys.executable, "-m", "mongoshift", "background", "watch", "--save-interval", "0.2", "--json"],
-        cwd=project.root, env=_env(), stdout=subprocess.DEVNULL, stderr=log, text=True,
+        cwd=project.root, env=cli_env(), stdout=subprocess.DEVNULL, stderr=log, text=True,
     )
 
 
 async def test_kill_9_of_the_leader_hands_over_to_the_follower_which_resumes_from_the_token_with_no_event_missed(fast_project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
     s = await completed(fast_project, db)
-    with open(tmp_path / "leader.log", "w") as log:
+    with open(tmp_path / "leader.log", "w") as log:  # noqa: ASYNC230 - a local file for the child process, opened once
         leader = start_cli_watcher(fast_project, log)
         try:
             await until("the process leading", lambda: _leading(db, leader.pid))
@@ -308,7 +303,7 @@ async def test_it_stands_aside_while_a_revert_of_the_collection_runs(fast_projec
 SOAK_SECONDS = 60
 
 
-@pytest.mark.soak
+@pytest.mark.slow
 async def test_soak_beside_an_application_writing_at_full_speed_every_old_shape_ends_new_and_no_write_is_lost(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     """60 s of an old and a new application version writing at once, the watcher hosted by the in-app runner.
 
@@ -351,7 +346,7 @@ async def test_soak_beside_an_application_writing_at_full_speed_every_old_shape_
             return writes
 
         writes = sum(await asyncio.gather(application(1), application(2)))
-        await until("no old shape left", lambda: _none_old(db), timeout=180)
+        await until("no old shape left", lambda: _none_old(db), bound=180)
     finally:
         await runner.stop()
     assert writes > 100  # it did write at speed for the whole time
@@ -393,22 +388,14 @@ async def test_audit_warns_of_a_watcher_without_a_live_leader_for_long(fast_proj
     assert report.exit_code == 40
 
 
-def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
-    from mongoshift.cli.main import main
-
-    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.chdir(fast_project.root)
+def test_background_status_shows_each_watcher_with_its_counters_never_its_position(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[fast_project.db]["_mongoshift_background_watch"].insert_one(
         {"_id": "people", "fence": "f", "state": "streaming", "guards": [NAME], "resume_token": {"_data": "SECRET-TOKEN"},
          "counters": {"events": 7, "upgraded": 5, "skipped": 2}, "leader": {"host": "h1", "pid": 42}}
     )
     for args, parse in ((["--json"], json.loads), ([], str)):
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as ended:
-            main(["background", "status", *args])
-        out = capsys.readouterr().out
-        assert ended.value.code in (0, None) and "SECRET-TOKEN" not in out
+        code, out, _ = cli(fast_project, "background", "status", *args)
+        assert code == 0 and "SECRET-TOKEN" not in out
         shown = parse(out)
         if isinstance(shown, dict):
             (row,) = shown["watchers"]
@@ -418,12 +405,9 @@ def test_background_status_shows_each_watcher_with_its_counters_never_its_positi
             assert "people\tstreaming\th1:42" in shown
 
 
-async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collection_list(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collection_list(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
     await completed(fast_project, db)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mongoshift", "background", "watch", "--collections", "people", "--json"],
-        cwd=fast_project.root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = start_cli(fast_project, "background", "watch", "--collections", "people", "--json")
     try:
         await until("the process leading", lambda: _leading(db, proc.pid))
     finally:
@@ -435,13 +419,8 @@ async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collec
     (record,) = json.loads(out)["watch"]
     assert (record["collection"], record["state"], record["guards"]) == ("people", "stopped", [NAME])
     assert (await db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
-    from mongoshift.cli.main import main
-
-    monkeypatch.chdir(fast_project.root)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as refused:  # refused before it connects
-        main(["background", "watch", "--collections", "people,", "--json"])
-    assert refused.value.code == 6 and json.loads(capsys.readouterr().out)["error"]["kind"] == "config_invalid"
+    refused = cli(fast_project, "background", "watch", "--collections", "people,", "--json")  # refused before it connects
+    assert refused.returncode == 6 and json.loads(refused.stdout)["error"]["kind"] == "config_invalid"
 
 
 CHAIN_STEP = '''
@@ -520,7 +499,7 @@ async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_re
     # A refresh an hour away: the refusal must not wait for it (the bound below is a bound, not a measure).
     watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100), watch=standalone)
     try:
-        await until("the watcher ending", lambda: _done(watcher.task), timeout=120)
+        await until("the watcher ending", lambda: _done(watcher.task), bound=120)
     finally:
         watcher.cancel.set("test over")
     with pytest.raises(ConfigInvalidError, match="needs change streams"):
@@ -552,7 +531,9 @@ async def test_a_document_no_migration_can_upgrade_is_reported_as_stranded_not_s
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "completed"  # a reopen would not help
 
 
-async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_runs_and_stops_on_sigterm(fast_project, db, monkeypatch, capsys, cli_logging) -> None:  # type: ignore[no-untyped-def]
+async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_runs_and_stops_on_sigterm(  # type: ignore[no-untyped-def]
+    fast_project, db, monkeypatch, capsys, cli_logging
+) -> None:
     """``main(["background", "watch"])`` from async code: it was "asyncio.run() cannot be called from a running event loop"."""
     import threading
 

@@ -17,8 +17,7 @@ from typing import Any
 from bson import Decimal128, Int64, ObjectId, decode, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from pymongo import AsyncMongoClient
 
 from mongoshift.background.write.batch import apply_batch
@@ -181,7 +180,7 @@ async def test_the_guarded_updates_go_out_as_update_one_would_send_them(mongo_ur
         await db.docs.insert_many([{"_id": 1, "a": 1, "__v": 1, "__rev": 1}, {"_id": 2, "a": 2, "__v": 1}])
         owners = await db.docs.find({}).sort("_id").to_list(None)
         updates = [{"$set": {"a": 10, "__v": 2}, "$inc": {"__rev": 1}}, {"$unset": {"a": ""}, "$set": {"__v": 2}, "$inc": {"__rev": 1}}]
-        await db.docs.bulk_write([UpdateOne(guard(d, "__v", "__rev"), u) for d, u in zip(owners, updates)], ordered=False)
+        await db.docs.bulk_write([UpdateOne(guard(d, "__v", "__rev"), u) for d, u in zip(owners, updates, strict=True)], ordered=False)
         await db.docs.update_many({}, {"$set": {"__v": 1}})
         await db.docs.bulk_write([_GuardedUpdates(owners, updates, "__v", "__rev")], ordered=False)
         by_update_one, by_batch = listener.sent[0], listener.sent[2]  # [1] is the update_many

@@ -20,7 +20,6 @@ import pytest
 from bson import json_util
 
 from mongoshift import api
-from mongoshift.cli.main import main
 from mongoshift.errors import CollectionClashError, ExecutionFailedError
 
 from .test_cli import QUICK
@@ -227,16 +226,6 @@ async def test_a_stale_lock_warns(project, db, expires: int, pid: str | None, st
 # ---------------------------------------------------------------- the command
 
 
-def run(project, monkeypatch, capsys, *args: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
-    for key in [k for k in os.environ if k.startswith("MONGOSHIFT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.chdir(project.root)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as ended:
-        main(list(args))
-    return int(ended.value.code or 0), capsys.readouterr().out
-
-
 def snapshot(sync_client, name: str) -> str:  # type: ignore[no-untyped-def]
     """Every collection of the database, its documents and its indexes."""
     db = sync_client[name]
@@ -247,22 +236,22 @@ def snapshot(sync_client, name: str) -> str:  # type: ignore[no-untyped-def]
     return hashlib.sha256(json_util.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def test_the_command_judges_a_real_run_and_writes_nothing(project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_judges_a_real_run_and_writes_nothing(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0000_a.py", QUICK)
-    assert run(project, monkeypatch, capsys, "up")[0] == 0
-    code, out = run(project, monkeypatch, capsys, "audit")
+    assert cli(project, "up")[0] == 0
+    code, out, _ = cli(project, "audit")
     assert code == 0 and "healthy" in out
 
     seed(sync_client, project)
     project.add(NAME, BREAKS)
-    assert run(project, monkeypatch, capsys, "up")[0] == 0
-    assert run(project, monkeypatch, capsys, "background", "run", NAME)[0] == 32  # a real run, failed
+    assert cli(project, "up")[0] == 0
+    assert cli(project, "background", "run", NAME)[0] == 32  # a real run, failed
     project.add("0002_later.py", QUICK)  # pending: a warning beside the failure
     sync_client[project.db]["_mongoshift_locks"].insert_one(
         {"_id": "migration_lock", "owner": "dead-run", "host": "elsewhere", "pid": 1, "expires_at": datetime(2000, 1, 1)}
     )
     before = snapshot(sync_client, project.db)
-    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    code, out, _ = cli(project, "audit", "--json")
     assert snapshot(sync_client, project.db) == before  # no lock, no index, no record
     document = json.loads(out)
     assert code == 22 and document["verdict"] == "fail" and document["exit_code"] == 22
@@ -273,39 +262,39 @@ def test_the_command_judges_a_real_run_and_writes_nothing(project, sync_client, 
         ("line.lock_stale", "warn", "lock"),
     }
     assert all(set(f) == {"check", "severity", "subject", "message"} for f in document["findings"])
-    code, out = run(project, monkeypatch, capsys, "audit")
+    code, out, _ = cli(project, "audit")
     assert code == 22 and "background.failed" in out and "1 failed, 2 warning(s)" in out
 
 
-def test_warnings_only_exit_40_and_a_bad_threshold_is_refused(project, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_warnings_only_exit_40_and_a_bad_threshold_is_refused(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    code, out, _ = cli(project, "audit", "--json")
     assert code == 40 and json.loads(out)["verdict"] == "warn"
-    assert run(project, monkeypatch, capsys, "audit", "--stale-after", "-1")[0] == 6
+    assert cli(project, "audit", "--stale-after", "-1")[0] == 6
 
 
-def test_old_shapes_written_after_completion_warn_without_their_id(project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_old_shapes_written_after_completion_warn_without_their_id(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     seed(sync_client, project)
     project.add(NAME, WORKS)
-    assert run(project, monkeypatch, capsys, "up")[0] == 0
-    assert run(project, monkeypatch, capsys, "background", "run", NAME)[0] == 0
-    assert run(project, monkeypatch, capsys, "audit")[0] == 0  # completed, nothing of the old shape left
+    assert cli(project, "up")[0] == 0
+    assert cli(project, "background", "run", NAME)[0] == 0
+    assert cli(project, "audit")[0] == 0  # completed, nothing of the old shape left
     sync_client[project.db].people.insert_one({"_id": "secret-id-late", "first": "F", "__v": 1, "__rev": 1})  # an old writer
     before = snapshot(sync_client, project.db)
-    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    code, out, _ = cli(project, "audit", "--json")
     assert snapshot(sync_client, project.db) == before  # found, not reopened
     document = json.loads(out)
     assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.drift", NAME)}
     assert "secret-id-late" not in out
 
 
-def test_documents_no_migration_can_upgrade_warn_as_stranded_without_their_id(project, sync_client, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_documents_no_migration_can_upgrade_warn_as_stranded_without_their_id(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     seed(sync_client, project)
     project.add(NAME, WORKS)
-    assert run(project, monkeypatch, capsys, "up")[0] == 0
-    assert run(project, monkeypatch, capsys, "background", "run", NAME)[0] == 0
+    assert cli(project, "up")[0] == 0
+    assert cli(project, "background", "run", NAME)[0] == 0
     sync_client[project.db].people.insert_one({"_id": "secret-id-zero", "first": "F", "__v": 0})  # below every migration
-    code, out = run(project, monkeypatch, capsys, "audit", "--json")
+    code, out, _ = cli(project, "audit", "--json")
     document = json.loads(out)
     assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.stranded", NAME)}
     assert "background.stranded" in document["checks"] and "secret-id-zero" not in out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
+from ..conftest import cli_env, cli_process, start_cli
 
 SLOW = """
 import time
@@ -27,24 +28,6 @@ def down(ctx):
 QUICK = "def up(ctx):\n    ctx.db.marks.insert_one({'file': __name__})\n\ndef down(ctx):\n    pass\n"
 
 
-def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MONGOSHIFT_")}
-    clean["NO_COLOR"] = "1"
-    return clean
-
-
-def cli(project, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), capture_output=True, text=True, timeout=timeout
-    )
-
-
-def start(project, *args: str) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
-    return subprocess.Popen(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
 def wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -53,7 +36,7 @@ def wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped
         time.sleep(0.1)
 
 
-def test_json_status_and_check_exit_code(project) -> None:  # type: ignore[no-untyped-def]
+def test_json_status_and_check_exit_code(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     result = cli(project, "status", "--check", "--json")
     assert result.returncode == 2
@@ -76,7 +59,7 @@ def test_json_status_and_check_exit_code(project) -> None:  # type: ignore[no-un
         (["init"], 16, "already exists"),
     ],
 )
-def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text: str) -> None:  # type: ignore[no-untyped-def]
+def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text: str, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     result = cli(project, *args, "--json")
     assert result.returncode == code, result.stderr
@@ -84,21 +67,18 @@ def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text:
     assert text in result.stderr
 
 
-def test_broken_file_gets_invalid_export(project) -> None:  # type: ignore[no-untyped-def]
+def test_broken_file_gets_invalid_export(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", "def up(ctx:\n")
     result = cli(project, "up")
     assert result.returncode == 20 and "0001_a.py" in result.stderr
 
 
 def test_bad_environment_value_fails_closed(project) -> None:  # type: ignore[no-untyped-def]
-    result = subprocess.run(
-        [sys.executable, "-m", "mongoshift", "status"],
-        cwd=project.root, env={**env(), "MONGOSHIFT_LOCK_TTL_SECONDS": "soon"}, capture_output=True, text=True, timeout=60,
-    )
+    result = cli_process(project, "status", env={**cli_env(), "MONGOSHIFT_LOCK_TTL_SECONDS": "soon"})
     assert result.returncode == 6 and "MONGOSHIFT_LOCK_TTL_SECONDS" in result.stderr
 
 
-def test_unreachable_server_fails_fast_without_the_password(project) -> None:  # type: ignore[no-untyped-def]
+def test_unreachable_server_fails_fast_without_the_password(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.write_config(connect_timeout_seconds=1.5)
     started = time.monotonic()
     result = cli(project, "status", "--uri", "mongodb://admin:s3cret@127.0.0.1:1/?directConnection=true")
@@ -107,7 +87,7 @@ def test_unreachable_server_fails_fast_without_the_password(project) -> None:  #
     assert "127.0.0.1:1" in result.stderr and "s3cret" not in result.stderr + result.stdout
 
 
-def test_full_cycle_from_the_command_line(project) -> None:  # type: ignore[no-untyped-def]
+def test_full_cycle_from_the_command_line(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.migrations.rmdir()
     project.config.unlink()
     assert cli(project, "init", "--uri", project.uri, "--db", project.db).returncode == 0
@@ -124,7 +104,7 @@ def test_full_cycle_from_the_command_line(project) -> None:  # type: ignore[no-u
     assert json.loads(cli(project, "list", "--pending", "--json").stdout)["migrations"][0]["state"] == "reverted"
 
 
-def test_strict_refuses_a_changed_file(project) -> None:  # type: ignore[no-untyped-def]
+def test_strict_refuses_a_changed_file(project, cli) -> None:  # type: ignore[no-untyped-def]
     path = project.add("0001_a.py", QUICK)
     assert cli(project, "up").returncode == 0
     path.write_text(QUICK + "# edited\n")
@@ -137,20 +117,20 @@ def test_strict_refuses_a_changed_file(project) -> None:  # type: ignore[no-unty
 
 def test_two_runs_at_once_never_both_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_slow.py", SLOW.format(name="slow", seconds=2))
-    first, second = start(project, "up"), start(project, "up")
+    first, second = start_cli(project, "up"), start_cli(project, "up")
     codes = sorted([first.wait(timeout=60), second.wait(timeout=60)])
     assert codes == [0, 3]
     marks = list(sync_client[project.db].marks.find({"file": "slow"}))
     assert sorted(m["at"] for m in marks) == ["end", "start"]  # applied exactly once
-    waiting = [start(project, "up", "0001_slow.py", "--force", "--yes", "--wait", "60") for _ in range(2)]
+    waiting = [start_cli(project, "up", "0001_slow.py", "--force", "--yes", "--wait", "60") for _ in range(2)]
     assert [p.wait(timeout=60) for p in waiting] == [0, 0]  # --wait serialises them
     assert sync_client[project.db].marks.count_documents({"at": "end"}) == 3
 
 
-def test_kill_9_leaves_a_lock_that_the_next_run_on_this_host_takes_over(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_leaves_a_lock_that_the_next_run_on_this_host_takes_over(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.write_config(lock_ttl_seconds=600)  # far off: the takeover owes nothing to the TTL
     project.add("0001_slow.py", SLOW.format(name="slow", seconds=60))
-    victim = start(project, "up")
+    victim = start_cli(project, "up")
     locks = sync_client[project.db]["_mongoshift_locks"]
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
     victim.send_signal(signal.SIGKILL)
@@ -168,7 +148,7 @@ def test_kill_9_leaves_a_lock_that_the_next_run_on_this_host_takes_over(project,
     assert locks.count_documents({}) == 0
 
 
-def test_a_lock_of_another_host_waits_for_unlock_or_its_ttl(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_of_another_host_waits_for_unlock_or_its_ttl(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """Its pid means nothing here, dead or not: only ``unlock`` or its TTL end it."""
     project.add("0001_a.py", QUICK)
     locks = sync_client[project.db]["_mongoshift_locks"]
@@ -190,7 +170,7 @@ def test_a_lock_of_another_host_waits_for_unlock_or_its_ttl(project, sync_client
 def test_ctrl_c_stops_at_the_next_migration_boundary(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_slow.py", SLOW.format(name="first", seconds=2))
     project.add("0002_next.py", QUICK)
-    proc = start(project, "up", "--json")
+    proc = start_cli(project, "up", "--json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -220,9 +200,9 @@ def up(ctx):
 """
 
 
-def test_ctrl_c_during_a_migration_that_stops_early_never_records_it_applied(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_during_a_migration_that_stops_early_never_records_it_applied(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_polls.py", POLLS_CANCELLED)
-    proc = start(project, "up", "--json")
+    proc = start_cli(project, "up", "--json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1, timeout=60)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

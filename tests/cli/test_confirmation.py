@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
 
 import pytest
 
-from .test_cli import QUICK, env
+from .test_cli import QUICK
 
 ASKING = [
     ("up", "--force", "0001_a"),
@@ -21,16 +21,15 @@ ASKING = [
 ]
 
 
-def no_terminal(project, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def no_terminal(cli, monkeypatch):  # type: ignore[no-untyped-def]
     """The command with stdin not a terminal (as in CI), whatever runs the tests."""
-    return subprocess.run(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=env(), stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=60,
-    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
+    return cli
 
 
 @pytest.mark.parametrize("args", ASKING, ids=lambda a: " ".join(a))
-def test_a_prompt_without_a_terminal_exits_42_and_names_yes(project, sync_client, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+def test_a_prompt_without_a_terminal_exits_42_and_names_yes(project, sync_client, args: tuple[str, ...], no_terminal) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     result = no_terminal(project, *args)
     assert result.returncode == 42, result.stderr

@@ -13,8 +13,6 @@ from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeout
 
 from mongoshift.project.server_errors import connection_cause, from_pymongo
 
-from .test_cli import cli
-
 
 def free_port() -> int:
     """A port nothing listens on: bound, then closed."""
@@ -28,7 +26,7 @@ def failure(result) -> dict:  # type: ignore[no-untyped-def, type-arg]
     return json.loads(result.stdout)["error"]  # type: ignore[no-any-return]
 
 
-def test_a_refused_port_on_a_single_host_fails_at_once_and_says_refused(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_port_on_a_single_host_fails_at_once_and_says_refused(project, cli) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     project.write_config(connect_timeout_seconds=30)
     result = cli(project, "status", "--json", "--uri", f"mongodb://admin:s3cret@127.0.0.1:{port}/?directConnection=true")
@@ -40,7 +38,7 @@ def test_a_refused_port_on_a_single_host_fails_at_once_and_says_refused(project)
     assert "s3cret" not in result.stdout + result.stderr
 
 
-def test_an_unknown_host_says_the_name_does_not_resolve(project) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_host_says_the_name_does_not_resolve(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.write_config(connect_timeout_seconds=1)
     result = cli(project, "status", "--json", "--uri", "mongodb://db.mongoshift-test.invalid:27017/")
     assert result.returncode == 5, result.stderr
@@ -50,7 +48,7 @@ def test_an_unknown_host_says_the_name_does_not_resolve(project) -> None:  # typ
     assert "ServerSelectionTimeoutError" not in error["message"]
 
 
-def test_hosts_failing_for_different_causes_are_each_named(project) -> None:  # type: ignore[no-untyped-def]
+def test_hosts_failing_for_different_causes_are_each_named(project, cli) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     project.write_config(connect_timeout_seconds=1)
     result = cli(project, "status", "--json", "--uri", f"mongodb://db.mongoshift-test.invalid:27017,127.0.0.1:{port}/")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from .test_cli import QUICK, cli
+from .test_cli import QUICK
 
 ONE_WAY = "def up(ctx):\n    ctx.db.marks.insert_one({'one': 'way'})\n"
 
@@ -25,18 +25,18 @@ background = Background(collection="people", from_version=1, to_version=2, migra
 NEEDS_BACKGROUND = "requires = ['0001_names']\n\ndef up(ctx):\n    ctx.db.marks.insert_one({'contract': True})\n"
 
 
-def irreversible(project: Any) -> list[str]:
+def irreversible(project: Any, cli: Any) -> list[str]:
     project.add("0001_oneway.py", ONE_WAY)
     assert cli(project, "up").returncode == 0
     return ["down"]
 
 
-def irreversible_file(project: Any) -> list[str]:
-    irreversible(project)
+def irreversible_file(project: Any, cli: Any) -> list[str]:
+    irreversible(project, cli)
     return ["down", "0001_oneway.py"]
 
 
-def out_of_order(project: Any) -> list[str]:
+def out_of_order(project: Any, cli: Any) -> list[str]:
     project.write_config(out_of_order="error")
     project.add("0002_b.py", QUICK)
     assert cli(project, "up").returncode == 0
@@ -44,7 +44,7 @@ def out_of_order(project: Any) -> list[str]:
     return ["up"]
 
 
-def strict_mismatch(project: Any) -> list[str]:
+def strict_mismatch(project: Any, cli: Any) -> list[str]:
     path = project.add("0001_a.py", QUICK)
     assert cli(project, "up").returncode == 0
     path.write_text(QUICK + "# edited\n")
@@ -52,37 +52,37 @@ def strict_mismatch(project: Any) -> list[str]:
     return ["up", "--strict"]
 
 
-def strict_setting_mismatch(project: Any) -> list[str]:
-    args = strict_mismatch(project)
+def strict_setting_mismatch(project: Any, cli: Any) -> list[str]:
+    args = strict_mismatch(project, cli)
     project.write_config(strict=True)
     return args[:1]
 
 
-def invalid_export(project: Any) -> list[str]:
+def invalid_export(project: Any, cli: Any) -> list[str]:
     project.add("0001_a.py", "def up():\n    pass\n")
     return ["up"]
 
 
-def missing_named_file(project: Any) -> list[str]:
+def missing_named_file(project: Any, cli: Any) -> list[str]:
     project.add("0001_a.py", QUICK)
     return ["up", "0009_missing.py"]
 
 
-def missing_applied_file(project: Any) -> list[str]:
+def missing_applied_file(project: Any, cli: Any) -> list[str]:
     path = project.add("0001_a.py", QUICK)
     assert cli(project, "up").returncode == 0
     path.unlink()
     return ["down"]
 
 
-def requirements_pending(project: Any) -> list[str]:
+def requirements_pending(project: Any, cli: Any) -> list[str]:
     project.add("0001_names.py", BACKGROUND)
     assert cli(project, "up").returncode == 0  # registered, not run
     project.add("0002_contract.py", NEEDS_BACKGROUND)
     return ["up"]
 
 
-def broken_hooks(project: Any) -> list[str]:
+def broken_hooks(project: Any, cli: Any) -> list[str]:
     hooks = project.root / "hooks_file.py"
     hooks.write_text("raise RuntimeError('broken hooks')\n")
     project.write_config(hooks=str(hooks))
@@ -90,12 +90,12 @@ def broken_hooks(project: Any) -> list[str]:
     return ["up"]
 
 
-def down_not_applied(project: Any) -> list[str]:
+def down_not_applied(project: Any, cli: Any) -> list[str]:
     project.add("0001_a.py", QUICK)
     return ["down", "0001_a.py"]
 
 
-REFUSALS: dict[str, tuple[Callable[[Any], list[str]], int]] = {
+REFUSALS: dict[str, tuple[Callable[[Any, Any], list[str]], int]] = {
     "down-without-down": (irreversible, 13),
     "down-file-without-down": (irreversible_file, 13),
     "out-of-order-error": (out_of_order, 23),
@@ -115,8 +115,8 @@ def snapshot(sync_client: Any, project: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("setup", "code"), list(REFUSALS.values()), ids=list(REFUSALS))
-def test_dry_run_refuses_what_the_real_command_refuses(project, sync_client, setup, code: int) -> None:  # type: ignore[no-untyped-def]
-    args = setup(project)
+def test_dry_run_refuses_what_the_real_command_refuses(project, sync_client, setup, code: int, cli) -> None:  # type: ignore[no-untyped-def]
+    args = setup(project, cli)
     dry = cli(project, "dry-run", *args, "--json")
     before = snapshot(sync_client, project)
     real = cli(project, *args, "--json")
@@ -126,7 +126,7 @@ def test_dry_run_refuses_what_the_real_command_refuses(project, sync_client, set
     assert snapshot(sync_client, project) == before  # the real command refused before writing
 
 
-def test_dry_run_stops_where_the_real_command_stops(project) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_stops_where_the_real_command_stops(project, cli) -> None:  # type: ignore[no-untyped-def]
     """on_requires_pending = "stop": both end cleanly before the migration that waits."""
     project.write_config(on_requires_pending="stop")
     project.add("0001_names.py", BACKGROUND)

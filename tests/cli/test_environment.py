@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import sys
 
-from .test_cli import cli
-
 SEES_THE_DOTENV = """
 import os
 
@@ -21,7 +19,7 @@ def without_connection(project) -> None:  # type: ignore[no-untyped-def]
     project.config.write_text('[mongoshift]\nmigrations_dir = "migrations"\n', encoding="utf-8")
 
 
-def test_dotenv_is_read_by_default_and_exported_env_file_and_no_env(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_dotenv_is_read_by_default_and_exported_env_file_and_no_env(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     without_connection(project)
     project.add("0001_a.py", SEES_THE_DOTENV)
     (project.root / ".env").write_text(f"MONGOSHIFT_URI={project.uri}\nMONGOSHIFT_DB={project.db}\nAPP_FLAG='from .env'\n", encoding="utf-8")
@@ -38,7 +36,7 @@ def test_dotenv_is_read_by_default_and_exported_env_file_and_no_env(project, syn
     assert json.loads(other.stdout)["migrations"][0]["state"] == "pending"  # another database: nothing applied there
 
 
-def test_uri_factory_and_uri_command_fetch_the_uri_when_a_command_connects(project) -> None:  # type: ignore[no-untyped-def]
+def test_uri_factory_and_uri_command_fetch_the_uri_when_a_command_connects(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", "def up(ctx):\n    pass\n")
     (project.root / "secret_source.py").write_text(f"async def mongo_uri():\n    return {project.uri!r}\n", encoding="utf-8")
     project.config.write_text(

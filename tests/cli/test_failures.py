@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from .test_cli import QUICK, SLOW, cli, start, wait_for
+from ..conftest import start_cli
+from .test_cli import QUICK, SLOW, wait_for
 
 LOCKS = "_mongoshift_locks"
 CHANGELOG = "_mongoshift_migrations"
@@ -37,11 +38,11 @@ def up(ctx):
 """
 
 
-def test_cleared_lock_fails_the_last_migration_with_exit_10(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_cleared_lock_fails_the_last_migration_with_exit_10(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """A body that never polls ctx.cancelled: the lock is cleared while it runs, it is not recorded applied."""
     project.write_config(lock_ttl_seconds=3)
     project.add("0001_slow.py", UNTIL_UNLOCKED)
-    proc = start(project, "up", "--json")
+    proc = start_cli(project, "up", "--json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
     assert cli(project, "unlock", "--yes").returncode == 0
     out, err = proc.communicate(timeout=60)
@@ -63,7 +64,7 @@ USER_EXITS = {
 
 
 @pytest.mark.parametrize("source", list(USER_EXITS.values()), ids=list(USER_EXITS))
-def test_sys_exit_or_keyboard_interrupt_in_a_migration_is_its_failure(project, sync_client, source: str) -> None:  # type: ignore[no-untyped-def]
+def test_sys_exit_or_keyboard_interrupt_in_a_migration_is_its_failure(project, sync_client, source: str, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_exits.py", source)
     project.add("0002_next.py", QUICK)
     result = cli(project, "up", "--json")
@@ -77,7 +78,7 @@ def test_sys_exit_or_keyboard_interrupt_in_a_migration_is_its_failure(project, s
 
 
 @pytest.mark.parametrize("hook", ["before_each", "after_each"])
-def test_sys_exit_in_a_hook_is_a_hook_failure(project, sync_client, tmp_path, hook: str) -> None:  # type: ignore[no-untyped-def]
+def test_sys_exit_in_a_hook_is_a_hook_failure(project, sync_client, tmp_path, hook: str, cli) -> None:  # type: ignore[no-untyped-def]
     args = "name, ctx, info" if hook == "before_each" else "name, duration_ms, ctx, info"
     hooks = tmp_path / "hooks_file.py"
     hooks.write_text(f"import sys\ndef {hook}({args}):\n    sys.exit(0)\n")
@@ -89,7 +90,7 @@ def test_sys_exit_in_a_hook_is_a_hook_failure(project, sync_client, tmp_path, ho
     assert sync_client[project.db][LOCKS].count_documents({}) == 0
 
 
-def test_sys_exit_while_the_hooks_module_imports_is_a_hook_failure(project, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sys_exit_while_the_hooks_module_imports_is_a_hook_failure(project, tmp_path, cli) -> None:  # type: ignore[no-untyped-def]
     hooks = tmp_path / "hooks_file.py"
     hooks.write_text("import sys\nsys.exit(0)\n")
     project.write_config(hooks=str(hooks))
@@ -106,7 +107,7 @@ def fail_point(sync_client, mode, **data) -> None:  # type: ignore[no-untyped-de
     sync_client.admin.command(command)
 
 
-def cli_under_fail_point(project, sync_client, args: list[str], mode, **data):  # type: ignore[no-untyped-def]
+def cli_under_fail_point(cli, project, sync_client, args: list[str], mode, **data):  # type: ignore[no-untyped-def]
     """Run the CLI while the ``failCommand`` fail point is set (from this process: the CLI is another one)."""
     fail_point(sync_client, mode, **data)
     try:
@@ -115,9 +116,9 @@ def cli_under_fail_point(project, sync_client, args: list[str], mode, **data):  
         fail_point(sync_client, "off")
 
 
-def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_boom.py", "def up(ctx):\n    raise ValueError('no good')\n")
-    result = cli_under_fail_point(project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["delete"], errorCode=2)  # the release
+    result = cli_under_fail_point(cli, project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["delete"], errorCode=2)  # the release
     assert result.returncode == 7, result.stderr
     error = one_error(result)
     assert error["kind"] == "execution_failed" and "no good" in error["message"]
@@ -126,35 +127,37 @@ def test_migration_failure_is_not_masked_by_a_failed_lock_release(project, sync_
     assert "lock" in result.stderr.split("error:")[0]  # the later failure is logged too
 
 
-def test_failed_lock_release_alone_still_exits_21(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_failed_lock_release_alone_still_exits_21(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    result = cli_under_fail_point(project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["delete"], errorCode=2)
+    result = cli_under_fail_point(cli, project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["delete"], errorCode=2)
     assert result.returncode == 21, result.stderr
     assert one_error(result)["kind"] == "lock_release_failed"
 
 
-def test_server_error_while_taking_the_lock_is_one_json_error(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_server_error_while_taking_the_lock_is_one_json_error(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    result = cli_under_fail_point(project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["update"], errorCode=2)
+    result = cli_under_fail_point(cli, project, sync_client, ["up", "--json"], {"times": 1}, failCommands=["update"], errorCode=2)
     assert result.returncode == 1, result.stderr
     error = one_error(result)
     assert error["kind"] == "server_error" and "code 2" in error["message"]
     assert records(sync_client, project) == {}
 
 
-def test_lost_connection_while_taking_the_lock_exits_5(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_lost_connection_while_taking_the_lock_exits_5(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """The server stops answering the lock's command (and its retry) past the socket timeout."""
     project.add("0001_a.py", QUICK)
     separator = "&" if "?" in project.uri else "?"
     uri = f"{project.uri}{separator}socketTimeoutMS=500"
-    result = cli_under_fail_point(project, sync_client, ["up", "--json", "--uri", uri], {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000)
+    result = cli_under_fail_point(
+        cli, project, sync_client, ["up", "--json", "--uri", uri], {"times": 2}, failCommands=["update"], blockConnection=True, blockTimeMS=2000
+    )
     assert result.returncode == 5, result.stderr
     assert one_error(result)["kind"] == "connection_failed"
 
 
-def test_server_error_shows_its_traceback_with_verbose(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_server_error_shows_its_traceback_with_verbose(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
-    result = cli_under_fail_point(project, sync_client, ["up", "-v"], {"times": 1}, failCommands=["update"], errorCode=2)
+    result = cli_under_fail_point(cli, project, sync_client, ["up", "-v"], {"times": 1}, failCommands=["update"], errorCode=2)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "BadValue" in result.stderr
 
@@ -162,7 +165,7 @@ def test_server_error_shows_its_traceback_with_verbose(project, sync_client) -> 
 def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     """Only user code's own SystemExit/KeyboardInterrupt became failures: real signals keep their meaning."""
     project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
-    proc = start(project, "up", "--json")
+    proc = start_cli(project, "up", "--json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
@@ -176,12 +179,18 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
 @pytest.mark.parametrize(
     "args",
     [
-        ("up",), ("down",), ("redo",), ("status",), ("list",), ("dry-run", "up"), ("baseline", "--to", "0002_c", "--yes"),
+        ("up",),
+        ("down",),
+        ("redo",),
+        ("status",),
+        ("list",),
+        ("dry-run", "up"),
+        ("baseline", "--to", "0002_c", "--yes"),
         ("background", "dry-run", "0001_a"),
     ],
     ids=" ".join,
 )
-def test_two_files_with_one_version_are_refused_by_every_command(project, sync_client, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+def test_two_files_with_one_version_are_refused_by_every_command(project, sync_client, args: tuple[str, ...], cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     project.add("0001_b.py", QUICK)
     project.add("0002_c.py", QUICK)

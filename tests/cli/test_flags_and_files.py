@@ -7,20 +7,20 @@ import os
 
 import pytest
 
-from .test_cli import QUICK, cli
+from .test_cli import QUICK
 
 NO_LOCK_WARNING = "without the migration lock"
 
 
 @pytest.mark.parametrize("args", [["up"], ["status"], ["list"], ["dry-run", "up"], ["lock"]])
-def test_quiet_success_prints_nothing_on_stdout(project, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_quiet_success_prints_nothing_on_stdout(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     result = cli(project, *args, "-q")
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
 
 
-def test_quiet_keeps_json_and_errors(project) -> None:  # type: ignore[no-untyped-def]
+def test_quiet_keeps_json_and_errors(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     result = cli(project, "up", "-q", "--json")
     assert result.returncode == 0 and json.loads(result.stdout)["results"][0]["status"] == "applied"
@@ -29,7 +29,7 @@ def test_quiet_keeps_json_and_errors(project) -> None:  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize("args", [["up"], ["redo"], ["down"]])
-def test_no_lock_warns_once_per_run(project, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_no_lock_warns_once_per_run(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
     for i in range(1, 4):
         project.add(f"000{i}_m.py", QUICK)
     if args != ["up"]:
@@ -39,7 +39,7 @@ def test_no_lock_warns_once_per_run(project, args: list[str]) -> None:  # type: 
     assert result.stderr.count(NO_LOCK_WARNING) == 1, result.stderr
 
 
-def test_dangling_symlink_in_the_migrations_folder_is_refused(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_dangling_symlink_in_the_migrations_folder_is_refused(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     os.symlink(project.root / "nowhere" / "0002_b.py", project.migrations / "0002_b.py")
     for args in (["up"], ["status"]):
@@ -49,14 +49,14 @@ def test_dangling_symlink_in_the_migrations_folder_is_refused(project, sync_clie
     assert sync_client[project.db]["_mongoshift_migrations"].count_documents({}) == 0
 
 
-def test_dangling_symlink_with_any_python_name_is_refused(project) -> None:  # type: ignore[no-untyped-def]
+def test_dangling_symlink_with_any_python_name_is_refused(project, cli) -> None:  # type: ignore[no-untyped-def]
     os.symlink(project.root / "gone.py", project.migrations / "helpers.py")
     result = cli(project, "status", "--json")
     assert result.returncode == 8 and "helpers.py" in json.loads(result.stdout)["error"]["message"]
 
 
 @pytest.mark.parametrize("spelled", ["migrations/0001_a.py", "./migrations/0001_a.py", "migrations/0001_a"])
-def test_file_may_be_given_as_a_path_into_the_migrations_folder(project, spelled: str) -> None:  # type: ignore[no-untyped-def]
+def test_file_may_be_given_as_a_path_into_the_migrations_folder(project, spelled: str, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     project.add("0002_b.py", QUICK)
     up = cli(project, "up", spelled, "--json")
@@ -68,7 +68,7 @@ def test_file_may_be_given_as_a_path_into_the_migrations_folder(project, spelled
     assert down.returncode == 0 and json.loads(down.stdout)["results"][0]["status"] == "reverted"
 
 
-def test_up_to_may_be_given_as_a_path(project) -> None:  # type: ignore[no-untyped-def]
+def test_up_to_may_be_given_as_a_path(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     project.add("0002_b.py", QUICK)
     up = cli(project, "up", "--to", "migrations/0001_a.py", "--json")
@@ -76,7 +76,7 @@ def test_up_to_may_be_given_as_a_path(project) -> None:  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize("spelled", ["elsewhere/0001_a.py", "../0001_a.py", "{absolute}"])
-def test_path_outside_the_migrations_folder_is_refused(project, spelled: str) -> None:  # type: ignore[no-untyped-def]
+def test_path_outside_the_migrations_folder_is_refused(project, spelled: str, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     (project.root / "elsewhere").mkdir()
     (project.root / "elsewhere" / "0001_a.py").write_text(QUICK)

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from mongoshift.cli.main import main
 from mongoshift.errors import IOFailedError
+from mongoshift.line.scaffold import create_migration
 from mongoshift.project.loader import discover
 from mongoshift.project.settings import load_settings
-from mongoshift.line.scaffold import create_migration
+
+from ..conftest import Cli
 
 
 def refuse(monkeypatch: pytest.MonkeyPatch, method: str, code: int = errno.EROFS, only: str | None = None) -> None:
@@ -34,45 +35,39 @@ def refuse(monkeypatch: pytest.MonkeyPatch, method: str, code: int = errno.EROFS
     monkeypatch.setattr(Path, method, refused)
 
 
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+def run_cli(cli: Any, where: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     """``mongoshift ARGS --json`` in this process: its exit code, its error document and stderr."""
-    monkeypatch.chdir(where)
-    for name in ("MONGOSHIFT_URI", "MONGOSHIFT_DB", "MONGOSHIFT_MIGRATIONS_DIR", "MONGOSHIFT_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as ended:
-        main([*args, "--json"])
-    captured = capsys.readouterr()
-    return int(ended.value.code or 0), json.loads(captured.out)["error"], captured.err
+    code, out, err = cli(where, *args, "--json")
+    return code, json.loads(out)["error"], err
 
 
-def test_init_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     refuse(monkeypatch, "write_text")
-    code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "init")
+    code, error, stderr = run_cli(cli, tmp_path, "init")
     assert code == 44 and error["kind"] == "io_failed"
     assert error["details"] == {"path": str(tmp_path / "mongoshift.toml"), "reason": "Read-only file system"}
     assert f"cannot write {tmp_path / 'mongoshift.toml'}: Read-only file system" in stderr and "please report" not in stderr
 
 
-def test_create_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_create_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     (tmp_path / "migrations").mkdir()
     (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nmigrations_dir = "migrations"\n')
     refuse(monkeypatch, "write_text")
-    code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "create", "add users")
+    code, error, stderr = run_cli(cli, tmp_path, "create", "add users")
     assert code == 44 and error["details"]["reason"] == "Read-only file system"
     written = Path(error["details"]["path"])
     assert written.parent == tmp_path / "migrations" and written.name.endswith("_add_users.py")
     assert str(written) in error["message"] and "please report" not in stderr
 
 
-def test_init_cannot_create_the_migrations_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_cannot_create_the_migrations_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     refuse(monkeypatch, "mkdir", errno.EACCES)
-    code, error, _ = run_cli(monkeypatch, capsys, tmp_path, "init")
+    code, error, _ = run_cli(cli, tmp_path, "init")
     assert code == 44 and error["details"] == {"path": str(tmp_path / "migrations"), "reason": "Permission denied"}
 
 
 def test_an_os_error_no_command_expected_still_names_its_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
 ) -> None:
     """The last net: an OSError that carries a file name is exit 44 with it, not a bug report."""
     (tmp_path / "migrations").mkdir()
@@ -82,7 +77,7 @@ def test_an_os_error_no_command_expected_still_names_its_path(
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/app/migrations/x.py")
 
     monkeypatch.setattr("mongoshift.line.scaffold.create_migration", broken)
-    code, error, stderr = run_cli(monkeypatch, capsys, tmp_path, "create", "x")
+    code, error, stderr = run_cli(cli, tmp_path, "create", "x")
     assert code == 44 and error["details"] == {"path": "/srv/app/migrations/x.py", "reason": "Permission denied"}
     assert "please report" not in stderr
 

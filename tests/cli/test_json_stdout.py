@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from .test_cli import cli
+from ..conftest import cli_env, cli_process
 
 SYNC_PRINTS = """
 import os
@@ -63,7 +63,7 @@ def test_user_output_never_breaks_the_json_document(project, sync_client) -> Non
         'hooks = "hooks.py"\nbackground_inline = true\n',
         encoding="utf-8",
     )
-    result = cli(project, "up", "--json")
+    result = cli_process(project, "up", "--json")  # a real process: descriptor 1 and a child's output too
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)  # the whole of stdout is one document
     assert [r["status"] for r in document["results"]] == ["applied", "applied", "applied"]
@@ -72,7 +72,7 @@ def test_user_output_never_breaks_the_json_document(project, sync_client) -> Non
     assert sync_client[project.db].people.count_documents({"v2": True}) == 3
 
 
-def test_a_failing_migration_that_printed_still_gives_one_error_document(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_migration_that_printed_still_gives_one_error_document(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_fails.py", "def up(ctx):\n    print('about to fail')\n    raise RuntimeError('no')\n")
     result = cli(project, "up", "--json")
     assert result.returncode == 7
@@ -80,7 +80,7 @@ def test_a_failing_migration_that_printed_still_gives_one_error_document(project
     assert "about to fail" in result.stderr
 
 
-def test_without_json_user_output_stays_on_stdout(project) -> None:  # type: ignore[no-untyped-def]
+def test_without_json_user_output_stays_on_stdout(project, cli) -> None:  # type: ignore[no-untyped-def]
     """Documented: a table and the project's prints share stdout when no document is asked for."""
     project.add("0001_prints.py", "def up(ctx):\n    print('migrating...')\n")
     result = cli(project, "up")
@@ -91,10 +91,12 @@ def test_without_json_user_output_stays_on_stdout(project) -> None:  # type: ign
 def test_json_through_a_pipe_like_a_user(project) -> None:  # type: ignore[no-untyped-def]
     """The issue's reproduction: ``mongoshift up --json | python -c 'json.load(sys.stdin)'``."""
     project.add("0001_prints.py", "def up(ctx):\n    print('migrating...')\n")
-    from .test_cli import env
-
-    up = subprocess.Popen([sys.executable, "-m", "mongoshift", "up", "--json"], cwd=project.root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    reader = subprocess.run([sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], stdin=up.stdout, capture_output=True, text=True, timeout=120, check=False)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", "up", "--json"], cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    reader = subprocess.run(
+        [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], stdin=up.stdout, capture_output=True, text=True, timeout=120, check=False
+    )
     assert up.stdout is not None
     up.stdout.close()
     assert up.wait(timeout=120) == 0

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from .test_cli import cli
-
 LOGS = """
 from bson import ObjectId
 
@@ -25,7 +23,7 @@ def lines(stderr: str) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(line) for line in stderr.splitlines() if line.strip()]  # every line is one JSON object
 
 
-def test_up_json_carries_the_migration_logs_and_a_dry_run_none(project) -> None:  # type: ignore[no-untyped-def]
+def test_up_json_carries_the_migration_logs_and_a_dry_run_none(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_logs.py", LOGS)
     dry = cli(project, "dry-run", "up", "--json")
     assert dry.returncode == 0, dry.stderr
@@ -49,7 +47,7 @@ def test_up_json_carries_the_migration_logs_and_a_dry_run_none(project) -> None:
     assert kinds[0] == "run_start" and kinds[-1] == "run_end" and "migration_end" in kinds
 
 
-def test_a_failure_is_a_json_line_and_keeps_its_logs(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_failure_is_a_json_line_and_keeps_its_logs(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_fails.py", FAILS)
     failed = cli(project, "up", "--json", "--log-format=json")
     assert failed.returncode == 7

@@ -11,22 +11,10 @@ import pytest
 from rich.console import Console
 
 from mongoshift.cli.demo import run_demo
-from mongoshift.cli.main import main
 from mongoshift.cli.output import Output
 
 LONG_NAME = "20261201090000_backfill_the_customer_loyalty_tier_and_points.py"
 QUICK = "def up(ctx):\n    ctx.db.marks.insert_one({'file': __name__})\n\ndef down(ctx):\n    pass\n"
-
-
-def run_cli(project, capsys, monkeypatch, *args: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
-    """One command in this process, as the console script runs it: (exit code, stdout)."""
-    monkeypatch.chdir(project.root)
-    for name in [n for n in __import__("os").environ if n.startswith("MONGOSHIFT_")]:
-        monkeypatch.delenv(name)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as stopped:
-        main(list(args))
-    return int(stopped.value.code or 0), capsys.readouterr().out
 
 
 def _rendered(width: int, rows: list[tuple[Any, ...]]) -> str:
@@ -50,23 +38,23 @@ def test_a_narrow_terminal_never_cuts_the_migration_name(width: int, name: str) 
         assert name in text  # a usual name stays on one line at 80 columns
 
 
-def test_list_applied_shows_the_checksum_verdict(project, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_list_applied_shows_the_checksum_verdict(project, cli) -> None:  # type: ignore[no-untyped-def]
     path = project.add("0001_a.py", QUICK)
-    assert run_cli(project, capsys, monkeypatch, "up")[0] == 0
-    code, stdout = run_cli(project, capsys, monkeypatch, "list", "--applied", "--json")
+    assert cli(project, "up")[0] == 0
+    code, stdout, _ = cli(project, "list", "--applied", "--json")
     assert code == 0 and [r["checksum"] for r in json.loads(stdout)["migrations"]] == ["ok"]
     path.write_text(QUICK + "# edited\n")
-    code, stdout = run_cli(project, capsys, monkeypatch, "list", "--applied")
+    code, stdout, _ = cli(project, "list", "--applied")
     assert code == 0 and stdout.splitlines()[-1].split("\t")[-1] == "mismatch"
 
 
-def test_baseline_json_reports_the_time_it_stored(project, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_baseline_json_reports_the_time_it_stored(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     project.add("0002_b.py", QUICK)
-    code, stdout = run_cli(project, capsys, monkeypatch, "baseline", "--to", "0002_b", "--yes", "--json")
+    code, stdout, _ = cli(project, "baseline", "--to", "0002_b", "--yes", "--json")
     assert code == 0
     reported = {row["name"]: row["applied_at"] for row in json.loads(stdout)["adopted"]}
-    code, stdout = run_cli(project, capsys, monkeypatch, "status", "--json")
+    code, stdout, _ = cli(project, "status", "--json")
     shown = {row["name"]: row["applied_at"] for row in json.loads(stdout)["migrations"]}
     assert None not in reported.values()
     assert reported == shown

@@ -19,7 +19,7 @@ from pymongo import MongoClient
 
 from mongoshift.project.connection import auth_summary
 
-from .test_cli import cli, env
+from ..conftest import cli_env, cli_process
 
 DUPLICATE_KEY = """
 async def up(ctx):
@@ -59,14 +59,14 @@ def changelog_record(project: Any, name: str) -> dict[str, Any]:
     return record
 
 
-def everything(*results: subprocess.CompletedProcess[str]) -> str:
+def everything(*results: Any) -> str:
     return "\n".join(r.stdout + r.stderr for r in results)
 
 
 # ---------------------------------------------------------------- item 12: document values
 
 
-def test_duplicate_key_value_stays_out_of_every_output_and_the_changelog(project) -> None:  # type: ignore[no-untyped-def]
+def test_duplicate_key_value_stays_out_of_every_output_and_the_changelog(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_dup.py", DUPLICATE_KEY)
     plain = cli(project, "up")
     assert plain.returncode == 7, plain.stderr
@@ -81,7 +81,7 @@ def test_duplicate_key_value_stays_out_of_every_output_and_the_changelog(project
     assert "11000" in record["error"] and "email_unique" in record["error"]
 
 
-def test_bulk_write_error_documents_stay_out_of_every_output_and_the_changelog(project) -> None:  # type: ignore[no-untyped-def]
+def test_bulk_write_error_documents_stay_out_of_every_output_and_the_changelog(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_bulk.py", BULK_WRITE)
     plain = cli(project, "up")
     assert plain.returncode == 7, plain.stderr
@@ -95,7 +95,7 @@ def test_bulk_write_error_documents_stay_out_of_every_output_and_the_changelog(p
     assert "11000" in record["error"] and "email_unique" in record["error"]
 
 
-def test_a_migrations_own_long_message_is_capped(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_migrations_own_long_message_is_capped(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_long.py", "def up(ctx):\n    raise ValueError('x' * 50_000)\n")
     result = cli(project, "up", "--json")
     assert result.returncode == 7
@@ -108,7 +108,7 @@ def test_a_migrations_own_long_message_is_capped(project) -> None:  # type: igno
 # ---------------------------------------------------------------- item 13: credentials
 
 
-def test_secret_uri_parts_are_masked_in_errors_json_and_the_changelog(project) -> None:  # type: ignore[no-untyped-def]
+def test_secret_uri_parts_are_masked_in_errors_json_and_the_changelog(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_secret.py", SECRETS_IN_MESSAGE)
     plain = cli(project, "up")
     as_json = cli(project, "up", "--json")
@@ -122,7 +122,7 @@ def test_secret_uri_parts_are_masked_in_errors_json_and_the_changelog(project) -
     assert "retryWrites=true" in record["error"]
 
 
-def test_init_with_a_password_keeps_it_out_of_the_config_file(project) -> None:  # type: ignore[no-untyped-def]
+def test_init_with_a_password_keeps_it_out_of_the_config_file(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.config.unlink()
     uri = "mongodb://deploy:init-hunter6@db.internal.example:27017/?authSource=admin&proxyPassword=init-hunter7"
     result = cli(project, "init", "--uri", uri, "--db", "app", "--json")
@@ -138,7 +138,7 @@ def test_init_with_a_password_keeps_it_out_of_the_config_file(project) -> None: 
     assert "init-hunter6" not in result.stdout + result.stderr
 
 
-def test_init_without_a_password_writes_the_uri_as_given(project) -> None:  # type: ignore[no-untyped-def]
+def test_init_without_a_password_writes_the_uri_as_given(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.config.unlink()
     result = cli(project, "init", "--uri", "mongodb://db.internal.example:27017/?replicaSet=rs0", "--db", "app")
     assert result.returncode == 0
@@ -147,7 +147,7 @@ def test_init_without_a_password_writes_the_uri_as_given(project) -> None:  # ty
     assert "MONGOSHIFT_URI" not in result.stderr
 
 
-def test_a_password_in_the_config_file_is_warned_about_once(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_password_in_the_config_file_is_warned_about_once(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.uri = "mongodb://deploy:cfg-hunter8@127.0.0.1:1/?directConnection=true"
     project.write_config(connect_timeout_seconds=0.5)
     result = cli(project, "status")
@@ -161,16 +161,13 @@ def test_a_password_in_the_config_file_is_warned_about_once(project) -> None:  #
 def test_a_password_from_the_environment_is_not_warned_about(project) -> None:  # type: ignore[no-untyped-def]
     project.uri = "mongodb://127.0.0.1:1/?directConnection=true"
     project.write_config(connect_timeout_seconds=0.5)
-    result = subprocess.run(
-        [sys.executable, "-m", "mongoshift", "status"], cwd=project.root, capture_output=True, text=True, timeout=60,
-        env={**env(), "MONGOSHIFT_URI": "mongodb://deploy:env-hunter9@127.0.0.1:1/?directConnection=true"},
-    )
+    result = cli_process(project, "status", env={**cli_env(), "MONGOSHIFT_URI": "mongodb://deploy:env-hunter9@127.0.0.1:1/?directConnection=true"})
     assert result.returncode in (5, 35)
     assert "password" not in result.stderr.lower().replace("wrong user, password", "")
     assert "env-hunter9" not in result.stderr + result.stdout
 
 
-def test_a_failing_uri_command_or_factory_is_exit_41_and_shows_no_secret(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_uri_command_or_factory_is_exit_41_and_shows_no_secret(project, cli) -> None:  # type: ignore[no-untyped-def]
     script = (
         "import sys; print('mongodb://deploy:cmd-hunter11@db.example:27017'); "
         "print('vault: denied for token=cmd-hunter12', file=sys.stderr); sys.exit(3)"
@@ -208,14 +205,8 @@ def _with_credentials(uri: str, user: str, password: str) -> str:
 def test_wrong_credentials_are_reported_as_an_authentication_failure(project) -> None:  # type: ignore[no-untyped-def]
     uri = _with_credentials(project.uri, "nobody-user", "wrong-hunter10")
     started = time.monotonic()
-    plain = subprocess.run(
-        [sys.executable, "-m", "mongoshift", "status"], cwd=project.root, capture_output=True, text=True, timeout=60,
-        env={**env(), "MONGOSHIFT_URI": uri},
-    )
-    as_json = subprocess.run(
-        [sys.executable, "-m", "mongoshift", "status", "--json"], cwd=project.root, capture_output=True, text=True, timeout=60,
-        env={**env(), "MONGOSHIFT_URI": uri},
-    )
+    plain = cli_process(project, "status", env={**cli_env(), "MONGOSHIFT_URI": uri})
+    as_json = cli_process(project, "status", "--json", env={**cli_env(), "MONGOSHIFT_URI": uri})
     assert plain.returncode == 35, plain.stderr
     assert as_json.returncode == 35
     error = json.loads(as_json.stdout)["error"]
@@ -245,7 +236,7 @@ def run_on_terminal(project: Any, *args: str) -> tuple[int, str]:
     """The CLI with stdout and stderr on a pseudo-terminal, as a user at a shell sees it."""
     leader, follower = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env={**env(), "TERM": "xterm", "COLUMNS": "200"},
+        [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env={**cli_env(), "TERM": "xterm", "COLUMNS": "200"},
         stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
     )
     os.close(follower)
@@ -275,7 +266,7 @@ def _no_hostile(text: str) -> None:
         assert sequence not in text, repr(sequence)
 
 
-def test_control_characters_never_reach_a_pipe(project) -> None:  # type: ignore[no-untyped-def]
+def test_control_characters_never_reach_a_pipe(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_hostile.py", HOSTILE_FAILURE)
     result = cli(project, "up")
     assert result.returncode == 7
@@ -293,7 +284,7 @@ def test_control_characters_never_reach_a_terminal(project) -> None:  # type: ig
     _no_hostile(text)
 
 
-def test_a_misnamed_file_with_an_escape_sequence_is_named_safely(project) -> None:  # type: ignore[no-untyped-def]
+def test_a_misnamed_file_with_an_escape_sequence_is_named_safely(project, cli) -> None:  # type: ignore[no-untyped-def]
     (project.migrations / "evil\x1b]2;owned\x07\x1b[31mname.py").write_text("def up(ctx):\n    pass\n", encoding="utf-8")
     piped = cli(project, "status")
     assert piped.returncode == 19
@@ -308,7 +299,7 @@ def test_a_misnamed_file_with_an_escape_sequence_is_named_safely(project) -> Non
     assert "\x1b" not in as_json.stdout and "\x07" not in as_json.stdout
 
 
-def test_a_changelog_record_with_control_characters_is_shown_safely(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_changelog_record_with_control_characters_is_shown_safely(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """A record written by an older version (or by hand) holds raw control characters; its file is gone."""
     sync_client[project.db]["_mongoshift_migrations"].insert_one(
         {"name": "0009_gone\x1b[2J\x9bx.py", "status": "applied", "batch": 1, "checksum": "0" * 64}
@@ -337,7 +328,7 @@ def up(ctx):
 """
 
 
-def test_verbose_shows_the_migrations_traceback_redacted(project) -> None:  # type: ignore[no-untyped-def]
+def test_verbose_shows_the_migrations_traceback_redacted(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_trace.py", TRACEBACK_FAILURE)
     result = cli(project, "up", "-v")
     assert result.returncode == 7
@@ -347,7 +338,7 @@ def test_verbose_shows_the_migrations_traceback_redacted(project) -> None:  # ty
     assert "tb-hunter11" not in result.stderr + result.stdout
 
 
-def test_without_verbose_a_failure_is_one_line(project) -> None:  # type: ignore[no-untyped-def]
+def test_without_verbose_a_failure_is_one_line(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_trace.py", TRACEBACK_FAILURE)
     result = cli(project, "up")
     assert result.returncode == 7
@@ -357,7 +348,7 @@ def test_without_verbose_a_failure_is_one_line(project) -> None:  # type: ignore
     assert "tb-hunter11" not in result.stderr
 
 
-def test_verbose_with_json_keeps_one_document_on_stdout(project) -> None:  # type: ignore[no-untyped-def]
+def test_verbose_with_json_keeps_one_document_on_stdout(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_trace.py", TRACEBACK_FAILURE)
     result = cli(project, "up", "-v", "--json")
     assert result.returncode == 7

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from .test_cli import QUICK, cli
+from .test_cli import QUICK
 
 
 def results(run) -> list[tuple[str, str, int | None]]:  # type: ignore[no-untyped-def]
@@ -14,7 +14,7 @@ def results(run) -> list[tuple[str, str, int | None]]:  # type: ignore[no-untype
     return [(r["name"], r["status"], r["batch"]) for r in json.loads(run.stdout)["results"]]
 
 
-def test_single_file_runs_sharing_a_batch_roll_back_together(project) -> None:  # type: ignore[no-untyped-def]
+def test_single_file_runs_sharing_a_batch_roll_back_together(project, cli) -> None:  # type: ignore[no-untyped-def]
     for name in ("0001_a.py", "0002_b.py", "0003_c.py"):
         project.add(name, QUICK)
     assert results(cli(project, "up", "0001_a.py", "--json")) == [("0001_a.py", "applied", 1)]
@@ -25,7 +25,7 @@ def test_single_file_runs_sharing_a_batch_roll_back_together(project) -> None:  
     assert [(n, s) for n, s, _ in results(cli(project, "down", "--json"))] == [("0002_b.py", "reverted"), ("0001_a.py", "reverted")]
 
 
-def test_ordered_refuses_a_file_ahead_of_the_line_and_a_rollback_under_later_files(project) -> None:  # type: ignore[no-untyped-def]
+def test_ordered_refuses_a_file_ahead_of_the_line_and_a_rollback_under_later_files(project, cli) -> None:  # type: ignore[no-untyped-def]
     for name in ("0001_a.py", "0002_b.py"):
         project.add(name, QUICK)
     refused = cli(project, "up", "0002_b.py", "--ordered", "--json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .test_cli import QUICK, cli
+from .test_cli import QUICK
 
 BACKGROUND = """
 from mongoshift import Background
@@ -27,36 +27,36 @@ def seed(sync_client, project, n: int = 20) -> None:  # type: ignore[no-untyped-
     people.create_index([("__v", 1), ("_id", 1)])
 
 
-def status(project, *args: str):  # type: ignore[no-untyped-def]
+def status(cli, project, *args: str):  # type: ignore[no-untyped-def]
     result = cli(project, "status", "--json", *args)
     return result.returncode, {r["name"]: r for r in json.loads(result.stdout)["migrations"]}
 
 
-def test_registered_background_migration_shows_its_state_and_fails_the_check_until_completed(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_registered_background_migration_shows_its_state_and_fails_the_check_until_completed(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     seed(sync_client, project)
     project.add("0001_names.py", WORKS)
     assert cli(project, "up").returncode == 0  # registers it; no document is touched
-    code, rows = status(project, "--check")
+    code, rows = status(cli, project, "--check")
     assert code == 31
     assert rows["0001_names.py"]["state"] == "applied" and rows["0001_names.py"]["background"] == "pending"
     human = cli(project, "status")
     assert "applied (pending)" in human.stdout
     assert cli(project, "background", "run", "0001_names.py").returncode == 0
-    code, rows = status(project, "--check")
+    code, rows = status(cli, project, "--check")
     assert code == 0 and rows["0001_names.py"]["background"] == "completed"
 
 
-def test_failed_background_migration_fails_the_check_with_32(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_failed_background_migration_fails_the_check_with_32(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     seed(sync_client, project)
     project.add("0001_names.py", BREAKS)
     assert cli(project, "up").returncode == 0
     assert cli(project, "background", "run", "0001_names.py").returncode == 32
-    code, rows = status(project, "--check")
+    code, rows = status(cli, project, "--check")
     assert code == 32 and rows["0001_names.py"]["background"] == "failed"
-    assert status(project)[0] == 0  # without --check: a report, not a verdict
+    assert status(cli, project)[0] == 0  # without --check: a report, not a verdict
 
 
-def test_missing_applied_file_fails_the_check_with_8(project) -> None:  # type: ignore[no-untyped-def]
+def test_missing_applied_file_fails_the_check_with_8(project, cli) -> None:  # type: ignore[no-untyped-def]
     path = project.add("0001_a.py", QUICK)
     assert cli(project, "up").returncode == 0
     path.unlink()
@@ -66,7 +66,7 @@ def test_missing_applied_file_fails_the_check_with_8(project) -> None:  # type: 
     assert "0001_a.py" in result.stderr
 
 
-def test_check_reports_the_first_problem_in_a_fixed_order(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_check_reports_the_first_problem_in_a_fixed_order(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """missing (8), then background failed (32), then pending (2), then background not completed (31)."""
     seed(sync_client, project)
     project.add("0001_works.py", WORKS.replace('"people"', '"others"'))  # registered, never run
@@ -76,16 +76,16 @@ def test_check_reports_the_first_problem_in_a_fixed_order(project, sync_client) 
     assert cli(project, "background", "run", "0002_breaks.py").returncode == 32
     gone.unlink()
     project.add("0004_pending.py", QUICK)
-    assert status(project, "--check")[0] == 8  # all four apply
+    assert status(cli, project, "--check")[0] == 8  # all four apply
     project.add("0003_gone.py", QUICK)
-    assert status(project, "--check")[0] == 32  # failed, pending, not completed
+    assert status(cli, project, "--check")[0] == 32  # failed, pending, not completed
 
 
-def test_pending_file_comes_before_an_unfinished_background_migration(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_pending_file_comes_before_an_unfinished_background_migration(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     seed(sync_client, project)
     project.add("0001_names.py", WORKS)
     assert cli(project, "up").returncode == 0
     project.add("0002_next.py", QUICK)
-    assert status(project, "--check")[0] == 2
+    assert status(cli, project, "--check")[0] == 2
     assert cli(project, "up").returncode == 0
-    assert status(project, "--check")[0] == 31
+    assert status(cli, project, "--check")[0] == 31

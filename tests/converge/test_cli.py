@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from ..cli.test_cli import QUICK, cli
+from ..cli.test_cli import QUICK
 
 USERS = """
 [[mongoshift.collections]]
@@ -24,7 +24,7 @@ def declare(project, text: str = USERS, **settings: object) -> None:  # type: ig
         f.write(textwrap.dedent(text))
 
 
-def test_check_dry_run_and_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_check_dry_run_and_apply(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project)
     db = sync_client[project.db]
 
@@ -55,7 +55,7 @@ def test_check_dry_run_and_apply(project, sync_client) -> None:  # type: ignore[
     assert result.returncode == 0 and json.loads(result.stdout)["changed"] is False
 
 
-def test_destructive_plan_needs_yes_with_json(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_destructive_plan_needs_yes_with_json(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     db = sync_client[project.db]
     db.users.create_index("email", name="by_email")  # declared unique: collMod, or a rebuild where the server refuses it
     db.users.create_index("stray", name="stray_1")
@@ -73,7 +73,7 @@ def test_destructive_plan_needs_yes_with_json(project, sync_client) -> None:  # 
     assert "stray_1" not in indexes and indexes["by_email"]["unique"] is True and "_id_" in indexes
 
 
-def test_conflict_exits_27_with_the_plan(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_conflict_exits_27_with_the_plan(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[project.db].users.create_index([("email", 1), ("tenant", 1)], name="by_email")
     declare(project)
     result = cli(project, "converge", "--json", "--yes")
@@ -88,7 +88,7 @@ def test_conflict_exits_27_with_the_plan(project, sync_client) -> None:  # type:
     assert result.returncode == 27 and "conflict" in result.stdout
 
 
-def test_invalid_declaration_exits_6_naming_key_and_file(project) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_declaration_exits_6_naming_key_and_file(project, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project, USERS.replace("unique = true", "uniqe = true"))
     result = cli(project, "converge", "--json")
     assert result.returncode == 6
@@ -102,7 +102,7 @@ def test_invalid_declaration_exits_6_naming_key_and_file(project) -> None:  # ty
     assert result.returncode == 6 and "orders.toml: indexes[0]: unknown key 'expireAfterSecs'" in result.stderr
 
 
-def test_folder_declarations_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_folder_declarations_apply(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project, "")
     folder = project.root / "collections"
     folder.mkdir()
@@ -112,7 +112,7 @@ def test_folder_declarations_apply(project, sync_client) -> None:  # type: ignor
     assert "customer_1_at_-1" in sync_client[project.db].orders.index_information()
 
 
-def test_bulk_up_ends_with_a_converge(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_bulk_up_ends_with_a_converge(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     project.add("0002_b.py", QUICK)
     declare(project, converge_after_up=True)
@@ -135,7 +135,7 @@ def test_bulk_up_ends_with_a_converge(project, sync_client) -> None:  # type: ig
     assert entry is not None and entry["trigger"] == "up" and entry["run_id"] == document["run_id"]
 
 
-def test_up_with_a_bad_declaration_runs_no_migration(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_up_with_a_bad_declaration_runs_no_migration(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     declare(project, "")
     (project.root / "collections").mkdir()
@@ -145,7 +145,7 @@ def test_up_with_a_bad_declaration_runs_no_migration(project, sync_client) -> No
     assert sync_client[project.db]["_mongoshift_migrations"].count_documents({}) == 0
 
 
-def test_converge_without_the_lock_warns_once(project) -> None:  # type: ignore[no-untyped-def]
+def test_converge_without_the_lock_warns_once(project, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project)
     result = cli(project, "converge", "--no-lock", "--yes")
     assert result.returncode == 0, result.stderr
@@ -153,7 +153,7 @@ def test_converge_without_the_lock_warns_once(project) -> None:  # type: ignore[
     assert "without the migration lock" not in cli(project, "converge", "--yes").stderr
 
 
-def test_reason_is_recorded_in_the_converge_log(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_reason_is_recorded_in_the_converge_log(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project, executed_by="deployer")
     result = cli(project, "converge", "--reason", "ticket OPS-12: email lookups", "--json")
     assert result.returncode == 0, result.stderr

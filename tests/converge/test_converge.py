@@ -43,7 +43,7 @@ USERS: dict[str, Any] = {
 
 
 def kinds(report: cv.ConvergeReport) -> list[tuple[str, str | None, str, str]]:
-    return [(a.collection, a.name, a.action, r.status) for r, a in zip(report.results, report.actions) if a.action != "unchanged"]
+    return [(a.collection, a.name, a.action, r.status) for r, a in zip(report.results, report.actions, strict=False) if a.action != "unchanged"]
 
 
 async def test_converge_creates_everything_then_plans_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
@@ -141,7 +141,7 @@ async def test_rebuild_asks_first(project, db) -> None:  # type: ignore[no-untyp
     s = settings_with(project, {"name": "events", "indexes": [{"keys": {"kind": 1}, "partialFilterExpression": {"kind": {"$type": "string"}}}]})
     before = await server_indexes(db, "events")
 
-    with pytest.raises(ConfirmationRequiredError, match="would drop or rebuild indexes.*events: rebuild index kind_1.*--yes"):
+    with pytest.raises(ConfirmationRequiredError, match=r"would drop or rebuild indexes.*events: rebuild index kind_1.*--yes"):
         await cv.converge(s)  # no --yes and nobody to ask
     asked: list[list[Action]] = []
 
@@ -193,7 +193,7 @@ async def test_refused_collmod_falls_back_to_a_rebuild_only_with_consent(project
     assert [(a.name, a.action, a.changes) for a in plan.drift] == [("seen_1", "modify", ("expireAfterSeconds",))]
 
     async with fail_command(client, {"times": 1}, failCommands=["collMod"], errorCode=59):
-        with pytest.raises(ConvergeFailedError, match="refused the in-place change.*--yes to rebuild") as info:
+        with pytest.raises(ConvergeFailedError, match=r"refused the in-place change.*--yes to rebuild") as info:
             await cv.converge(s)  # not destructive as planned, so nobody was asked; the fallback needs consent
     assert (await server_indexes(db, "sessions"))["seen_1"]["expireAfterSeconds"] == 3600
     [row] = [r for r in info.value.details["converge"]["actions"] if r["name"] == "seen_1"]
@@ -412,7 +412,7 @@ async def test_a_collection_created_between_plan_and_apply_is_converged(project,
     s = settings_with(project, {"name": "late", "indexes": [{"keys": {"a": 1}}], "validator": {"a": {"$exists": True}}})
     report = await cv.converge(s)
     assert report.success and created == ["late"]
-    rows = {(a.target, a.name, a.action): r.status for r, a in zip(report.results, report.actions)}
+    rows = {(a.target, a.name, a.action): r.status for r, a in zip(report.results, report.actions, strict=False)}
     assert rows[("validator", None, "modify")] == "applied" and rows[("index", "a_1", "create")] == "applied"
     assert ("collection", None, "create") not in rows  # reported as what was done
     assert set(await server_indexes(db, "late")) == {"_id_", "a_1", "b_1"}

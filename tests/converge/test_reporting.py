@@ -14,7 +14,6 @@ from mongoshift.errors import ConvergeFailedError, RunAbortedError
 from mongoshift.project.redaction import describe_error
 from mongoshift.project.run import CancelSignal
 
-from ..cli.test_cli import cli
 from .conftest import server_indexes, settings_with
 from .test_cli import declare
 
@@ -25,7 +24,10 @@ from .test_cli import declare
         (OperationFailure("boom"), "OperationFailure: boom"),
         (OperationFailure("", code=None), "OperationFailure"),
         (OperationFailure("bad index", code=67), "OperationFailure: 67: bad index"),
-        (OperationFailure("dup", code=11000, details={"codeName": "DuplicateKey", "errmsg": "E11000 dup"}), "OperationFailure: duplicate key on a unique index (11000)"),
+        (
+            OperationFailure("dup", code=11000, details={"codeName": "DuplicateKey", "errmsg": "E11000 dup"}),
+            "OperationFailure: duplicate key on a unique index (11000)",
+        ),
         (OperationFailure("x", code=None, details={"codeName": "Weird"}), "OperationFailure: Weird: x"),
         (OperationFailure("x", code=None, details={"errmsg": None}), "OperationFailure: x"),
         (PyMongoError(), "PyMongoError"),
@@ -58,7 +60,7 @@ async def test_a_failed_index_batch_lists_each_index_once_with_the_reason(projec
     assert all("remove the duplicates" in r["error"] for r in rows)
 
 
-def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project, '[[mongoshift.collections]]\nname = "users"\nindexes = [{ keys = { a = 1 } }, { keys = { b = 1 }, unique = true }]\n')
     # Duplicates under the declared unique index: the one createIndexes of the batch fails.
     sync_client[project.db].users.insert_many([{"b": "dup-value-7f3a"}, {"b": "dup-value-7f3a"}])

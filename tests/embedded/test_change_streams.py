@@ -273,8 +273,9 @@ async def test_a_resume_point_off_the_history_is_change_stream_history_lost_286(
 
 @embedded_only
 async def test_a_token_this_server_never_issued_is_change_stream_fatal_error_280(small_history_uri: str) -> None:
-    from mongoshift.embedded.change_streams import StreamPoint
     from mongoeco.types import Timestamp as EcoTimestamp
+
+    from mongoshift.embedded.change_streams import StreamPoint
 
     client: AsyncMongoClient = AsyncMongoClient(small_history_uri, **TEST_CLIENT_OPTIONS)
     try:

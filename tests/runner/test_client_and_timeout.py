@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from mongoshift import api
-from mongoshift.errors import ConfigInvalidError, InvalidExportError, MigrationTimeoutError
+from mongoshift.errors import (
+    ConfigInvalidError,
+    InvalidExportError,
+    MigrationTimeoutError,
+)
 from mongoshift.project.loader import discover, load
 from mongoshift.project.settings import load_settings
 
@@ -51,7 +55,7 @@ async def test_a_file_timeout_overrides_the_setting(project, db) -> None:  # typ
     project.add("0002_unbounded.py", "import asyncio\ntimeout_seconds = None\n\nasync def up(ctx):\n    await asyncio.sleep(0.4)\n")
     project.add("0003_hasty.py", "import asyncio\ntimeout_seconds = 0.2\n\nasync def up(ctx):\n    await asyncio.sleep(30)\n")
     s = project.settings()
-    with pytest.raises(MigrationTimeoutError, match="0003_hasty.py ran longer than 0.2s") as failure:
+    with pytest.raises(MigrationTimeoutError, match=r"0003_hasty\.py ran longer than 0\.2s") as failure:
         await api.up(s)
     assert [r["status"] for r in failure.value.details["results"]] == ["applied", "applied", "failed"]
 
@@ -63,7 +67,7 @@ async def test_a_file_timeout_overrides_the_setting(project, db) -> None:  # typ
 @pytest.mark.parametrize("value", ["'10'", "0", "-1", "True", "float('nan')", "86401"])
 def test_a_bad_timeout_is_the_file_s_load_error(tmp_path, value: str) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "0001_bad.py").write_text(f"timeout_seconds = {value}\n\ndef up(ctx):\n    pass\n")
-    with pytest.raises(InvalidExportError, match="0001_bad.py: timeout_seconds must be a number of seconds") as failure:
+    with pytest.raises(InvalidExportError, match=r"0001_bad\.py: timeout_seconds must be a number of seconds") as failure:
         load(discover(tmp_path)[0])
     assert failure.value.exit_code == 20
 

@@ -107,7 +107,7 @@ async def test_failure_is_recorded_and_stops_the_run(project, db) -> None:  # ty
 async def test_broken_file_fails_before_anything_is_written(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_ok.py", ASYNC_INSERT.format(tag="ok"))
     project.add("0002_broken.py", "def up(ctx)\n    pass\n")
-    with pytest.raises(InvalidExportError, match="0002_broken.py"):
+    with pytest.raises(InvalidExportError, match=r"0002_broken\.py"):
         await command.up(project.settings())
     assert await tags(db) == []
     assert await changelog(db) == {}

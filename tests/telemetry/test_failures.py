@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from mongoshift import api
 from mongoshift.telemetry import OpenTelemetry
 
-from ..background.conftest import background_file, seed
+from ..background.conftest import seed
 
 
 class Broken(RuntimeError):

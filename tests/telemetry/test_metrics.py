@@ -32,7 +32,10 @@ async def test_an_up_records_its_run_its_migrations_and_its_lock(project, db, te
     assert sorted(migrations) == ["0001_first.py", "0002_second.py", "0003_fails.py"]
     assert all(p.count == 1 and p.attributes["db.namespace"] == project.db and p.attributes["mongoshift.direction"] == "up" for p in migrations.values())
     assert migrations["0001_first.py"].attributes["mongoshift.outcome"] == "applied" and "error.type" not in migrations["0001_first.py"].attributes
-    assert (migrations["0003_fails.py"].attributes["mongoshift.outcome"], migrations["0003_fails.py"].attributes["error.type"]) == ("failed", "execution_failed")
+    assert (migrations["0003_fails.py"].attributes["mongoshift.outcome"], migrations["0003_fails.py"].attributes["error.type"]) == (
+        "failed",
+        "execution_failed",
+    )
     [acquire] = telemetry.points("mongoshift.lock.acquire.duration")
     assert acquire.count == 1 and dict(acquire.attributes) == {"db.namespace": project.db, "mongoshift.outcome": "acquired"}
     assert telemetry.points("mongoshift.lock.wait.duration") == []  # it was free: no wait

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 from bson import Decimal128, Int64, ObjectId
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from mongoshift.background.lanes.throttle import AdaptiveController
+from mongoshift.background.state.events import Event, Events
 from mongoshift.background.write.document import (
     ShapeError,
     guard,
@@ -14,8 +15,6 @@ from mongoshift.background.write.document import (
     stamped_diff,
     version_match,
 )
-from mongoshift.background.state.events import Event, Events
-from mongoshift.background.lanes.throttle import AdaptiveController
 from mongoshift.schema.background import Adaptive
 
 scalars = st.one_of(
@@ -26,7 +25,9 @@ scalars = st.one_of(
     st.booleans(),
     st.none(),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3), max_leaves=8
+)
 documents = st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), values, max_size=5)
 
 
@@ -75,10 +76,10 @@ def test_doubles_and_decimals_compare_by_their_bson_bytes() -> None:
 
 def test_a_bad_field_name_is_refused_every_time() -> None:
     for _ in range(2):  # names found good are remembered; a bad one never is
-        with pytest.raises(ShapeError, match="contains '.'"):
+        with pytest.raises(ShapeError, match=r"contains '\.'"):
             stamped_diff({"_id": 1, "__v": 1}, {"_id": 1, "a.b": 1}, version_field="__v", revision_field="__rev", to_version=2)
     stamped_diff({"_id": 1, "__v": 1}, {"_id": 1, "ok": 1}, version_field="__v", revision_field="__rev", to_version=2)
-    with pytest.raises(ShapeError, match="contains '.'"):
+    with pytest.raises(ShapeError, match=r"contains '\.'"):
         stamped_diff({"_id": 1, "__v": 1}, {"_id": 1, "ok": {"x.y": 1}}, version_field="__v", revision_field="__rev", to_version=2)
 
 
@@ -125,8 +126,12 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
 
 
 def test_batch_filters_stay_inside_their_type_bracket() -> None:
+    from mongoshift.background.plan.planner import (
+        MAX_OBJECT_ID,
+        MIN_OBJECT_ID,
+        batch_filter,
+    )
     from mongoshift.background.state.model import Checkpoint, Scope
-    from mongoshift.background.plan.planner import MAX_OBJECT_ID, MIN_OBJECT_ID, batch_filter
 
     match = {"__v": 1}
     oid = ObjectId()
@@ -140,7 +145,12 @@ def test_batch_filters_stay_inside_their_type_bracket() -> None:
 
 
 def test_failed_document_reasons_are_parsed_and_counted_without_the_text_of_the_values() -> None:
-    from mongoshift.background.state.failures import count_key, counted, shown, signature
+    from mongoshift.background.state.failures import (
+        count_key,
+        counted,
+        shown,
+        signature,
+    )
 
     transform = {"reason": "transform", "error": "KeyError: 'first'"}
     duplicate = {"reason": "write", "error": "duplicate key on slug (11000)"}

@@ -176,7 +176,9 @@ def test_unknown_keys_of_a_declaration_are_reported_with_its_wrong_values(tmp_pa
     with pytest.raises(ConfigInvalidError) as in_folder:
         load_declarations(Settings(collections_dir=folder))
     for message in (inline.value.message, in_folder.value.message):
-        for part in ("unknown key 'bogus'", "prune: Input should be a valid boolean", "indexes[0]: unknown key 'uniqe'", "sparse: Input should be a valid boolean"):
+        for part in (
+            "unknown key 'bogus'", "prune: Input should be a valid boolean", "indexes[0]: unknown key 'uniqe'", "sparse: Input should be a valid boolean"
+        ):
             assert part in message, (part, message)
 
 

@@ -92,7 +92,7 @@ def test_the_uri_is_one_setting_given_three_ways(tmp_path: Path) -> None:
 
 async def test_a_command_that_hangs_is_stopped_and_a_sync_factory_runs(tmp_path: Path) -> None:
     slow = load_settings({"uri_command": [sys.executable, "-c", "import time; time.sleep(30)"], "uri_timeout_seconds": 0.5}, environ={}, cwd=tmp_path)
-    with pytest.raises(UriUnavailableError, match="did not finish within 0.5s"):
+    with pytest.raises(UriUnavailableError, match=r"did not finish within 0\.5s"):
         await resolve_uri(slow)
     two_lines = load_settings({"uri_command": [sys.executable, "-c", "print('mongodb://a:hunter9@h');print('x')"]}, environ={}, cwd=tmp_path)
     with pytest.raises(UriUnavailableError, match="more than one line") as raised:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from bson import Int64, MaxKey, MinKey
 
-from mongoshift.background.plan.hash_drain import MAX_STUCK, drain_after, drain_read, segment_count
+from mongoshift.background.plan.hash_drain import (
+    MAX_STUCK,
+    drain_after,
+    drain_read,
+    segment_count,
+)
 from mongoshift.background.state.model import Checkpoint, Scope
 
 LOW, MID = Int64(-(2**62)), Int64(0)

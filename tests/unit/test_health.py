@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -185,7 +185,7 @@ async def test_the_status_is_read_at_most_every_five_seconds() -> None:
     admin = FakeAdmin(status(member(0, 1, self_=True), member(1, 2, 20.0)), config(config_member(0), config_member(1)))
     clock = Clock()
     lag = signal(admin, clock)
-    for step in range(10):  # 0 .. 4.5 s
+    for _ in range(10):  # 0 .. 4.5 s
         assert await lag.wait_ms() == 1000
         clock.t += 0.5
     assert admin.count("replSetGetStatus") == 1
@@ -200,7 +200,8 @@ async def test_the_status_is_read_at_most_every_five_seconds() -> None:
 
 
 async def test_unauthorized_warns_once_and_never_waits_again(caplog: pytest.LogCaptureFixture) -> None:
-    admin = FakeAdmin(OperationFailure("not authorized on admin to execute command { replSetGetStatus: 1 }", 13, {"ok": 0.0, "code": 13, "codeName": "Unauthorized"}))
+    refusal = {"ok": 0.0, "code": 13, "codeName": "Unauthorized"}
+    admin = FakeAdmin(OperationFailure("not authorized on admin to execute command { replSetGetStatus: 1 }", 13, refusal))
     clock = Clock()
     lag = signal(admin, clock)
     with caplog.at_level(logging.DEBUG, logger="mongoshift.background"):
@@ -257,11 +258,10 @@ async def test_no_limit_never_asks_the_server(off: Any) -> None:
 
 
 async def test_timezone_aware_dates() -> None:
-    from datetime import timezone
 
     primary, secondary = member(0, 1), member(1, 2, 11.0)
-    primary["optimeDate"] = primary["optimeDate"].replace(tzinfo=timezone.utc)
-    secondary["optimeDate"] = secondary["optimeDate"].replace(tzinfo=timezone.utc)
+    primary["optimeDate"] = primary["optimeDate"].replace(tzinfo=UTC)
+    secondary["optimeDate"] = secondary["optimeDate"].replace(tzinfo=UTC)
     assert max_secondary_lag(status(primary, secondary))[0] == pytest.approx(11_000)
 
 

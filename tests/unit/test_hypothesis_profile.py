@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import time
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 
 def test_a_slow_example_is_not_a_failure() -> None:

@@ -2,8 +2,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from mongoshift.errors import (
     DuplicateVersionError,
@@ -11,6 +10,7 @@ from mongoshift.errors import (
     InvalidExportError,
     InvalidNameError,
 )
+from mongoshift.line.scaffold import create_migration
 from mongoshift.project.loader import (
     checksum,
     discover,
@@ -19,7 +19,6 @@ from mongoshift.project.loader import (
     load,
     slugify,
 )
-from mongoshift.line.scaffold import create_migration
 
 
 def test_discover_orders_by_name_and_skips_private(tmp_path: Path) -> None:
@@ -30,7 +29,7 @@ def test_discover_orders_by_name_and_skips_private(tmp_path: Path) -> None:
 
 def test_misnamed_python_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "add_users.py").write_text("def up(ctx): pass\n")
-    with pytest.raises(InvalidNameError, match="add_users.py"):
+    with pytest.raises(InvalidNameError, match=r"add_users\.py"):
         discover(tmp_path)
 
 

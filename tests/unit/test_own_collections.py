@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mongoshift.api import background
-from mongoshift.api import collections as cv
-from mongoshift.api import migrations as command
+from mongoshift.api import background, collections as cv, migrations as command
 from mongoshift.errors import CollectionClashError, ConfigInvalidError, ExitCode
 from mongoshift.project.settings import load_settings
 
-from ..cli.test_cli import QUICK, cli
+from ..cli.test_cli import QUICK
 
 
 async def indexes(db, name: str) -> set[str]:  # type: ignore[no-untyped-def]
@@ -75,7 +73,7 @@ async def test_a_declared_collection_cannot_be_one_of_the_own_collections(projec
     assert "orders" not in await db.list_collection_names()
 
 
-def test_declared_collection_in_the_folder_clashing_is_exit_39(project) -> None:  # type: ignore[no-untyped-def]
+def test_declared_collection_in_the_folder_clashing_is_exit_39(project, cli) -> None:  # type: ignore[no-untyped-def]
     folder = project.root / "collections"
     folder.mkdir()
     (folder / "locks.toml").write_text('name = "_mongoshift_locks"\nindexes = []\n')
@@ -84,7 +82,7 @@ def test_declared_collection_in_the_folder_clashing_is_exit_39(project) -> None:
     assert json.loads(result.stdout)["error"]["kind"] == "collection_clash"
 
 
-def test_cli_exit_code_and_message(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+def test_cli_exit_code_and_message(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[project.db].users.insert_one({"name": "a"})
     project.add("0001_a.py", QUICK)
     project.write_config(changelog_collection="users")

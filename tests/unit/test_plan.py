@@ -2,8 +2,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from mongoshift.errors import (
     ChecksumMismatchError,
@@ -12,9 +11,9 @@ from mongoshift.errors import (
     NotAppliedError,
     OutOfOrderError,
 )
+from mongoshift.line.plan import plan_down, plan_up, status_rows
 from mongoshift.project.changelog import ChangelogRecord
 from mongoshift.project.loader import MigrationFile, checksum
-from mongoshift.line.plan import plan_down, plan_up, status_rows
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -122,7 +121,7 @@ def test_up_then_everything_is_applied(flags: list[bool]) -> None:
     """Whatever is applied already, up selects exactly the rest, in order."""
     tmp = Path(__import__("tempfile").mkdtemp())
     fs = files(tmp, len(flags))
-    records = {f.name: applied(f, 1, i) for i, (f, on) in enumerate(zip(fs, flags)) if on}
+    records = {f.name: applied(f, 1, i) for i, (f, on) in enumerate(zip(fs, flags, strict=True)) if on}
     chosen = [s.name for s in plan_up(fs, records, out_of_order="allow").steps]
     assert chosen == sorted(chosen)
     assert set(chosen) | set(records) == {f.name for f in fs}
@@ -133,9 +132,9 @@ def test_down_refuses_records_mongoshift_never_ran(tmp_path) -> None:  # type: i
     """Imported and baseline records are forward-only: every selector of down (and so redo and dry-run
     down, which plan through it) refuses them with exit 13, naming them."""
     from mongoshift.errors import IrreversibleMigrationError
+    from mongoshift.line.plan import plan_down
     from mongoshift.project.changelog import ChangelogRecord
     from mongoshift.project.loader import MigrationFile
-    from mongoshift.line.plan import plan_down
 
     files = []
     for name in ("0001_a.py", "0002_b.py", "0003_c.py"):

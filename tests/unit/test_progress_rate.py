@@ -5,8 +5,8 @@ The clock is injected: each reading is placed in time by the test, nothing sleep
 
 from __future__ import annotations
 
-from mongoshift.background.state.model import COUNTERS
 from mongoshift.background.inspect.status import BackgroundReport
+from mongoshift.background.state.model import COUNTERS
 from mongoshift.cli.progress import RATE_WINDOW_SECONDS, RecentRate, progress_line
 
 NAME = "0001_names.py"

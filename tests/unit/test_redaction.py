@@ -97,7 +97,14 @@ def test_duplicate_key_error_is_described_by_code_and_index() -> None:
 def test_bulk_write_error_is_described_without_its_documents() -> None:
     details = {
         "writeErrors": [
-            {"index": 1, "code": 11000, "errmsg": E11000, "keyPattern": {"email": 1}, "keyValue": {"email": "bulk-value"}, "op": {"email": "bulk-value", "secret": "s"}},
+            {
+                "index": 1,
+                "code": 11000,
+                "errmsg": E11000,
+                "keyPattern": {"email": 1},
+                "keyValue": {"email": "bulk-value"},
+                "op": {"email": "bulk-value", "secret": "s"},
+            },
             {"index": 2, "code": 121, "errmsg": "Document failed validation", "errInfo": {"details": "v"}, "op": {"x": "other-value"}},
         ],
         "writeConcernErrors": [],
@@ -177,9 +184,7 @@ def test_uri_secrets_names_what_is_secret() -> None:
 
 
 def test_code_18_is_an_authentication_failure() -> None:
-    exc = OperationFailure(
-        "Authentication failed.", 18, {"ok": 0.0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed"}
-    )
+    exc = OperationFailure("Authentication failed.", 18, {"ok": 0.0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed"})
     assert auth_failure(exc)
 
 

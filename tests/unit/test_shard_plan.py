@@ -171,8 +171,8 @@ def test_every_plan_covers_the_key_space_once(name: str, target: int):
 
 
 def test_status_sums_partitions_per_shard_and_never_shows_bounds():
-    from mongoshift.background.state.model import Checkpoint, Partition, Scope
     from mongoshift.background.inspect.status import PartitionRow, per_shard
+    from mongoshift.background.state.model import Checkpoint, Partition, Scope
 
     def part(seq: int, shard: str | None, status: str, scanned: int) -> Partition:
         scope = Scope(None, shard=shard, key=(("userId", 1),), ranges=(((MinKey(),), (MaxKey(),)),)) if shard else Scope("number")

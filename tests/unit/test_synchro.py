@@ -27,7 +27,11 @@ def test_every_committed_twin_is_what_the_tool_generates() -> None:
 
 def test_the_twin_has_the_sync_io_and_names() -> None:
     tool = _tool()
-    source = '"""doc"""\nfrom pymongo.asynchronous.collection import AsyncCollection\n\n\nasync def put(c: AsyncCollection) -> None:\n    """Like :func:`put`."""\n    await c.insert_one({})\n    return await _explain(c)\n\n\nasync def _explain(c: AsyncCollection) -> None:\n    await c.find_one({})\n'
+    source = (
+        '"""doc"""\nfrom pymongo.asynchronous.collection import AsyncCollection\n\n\n'
+        'async def put(c: AsyncCollection) -> None:\n    """Like :func:`put`."""\n    await c.insert_one({})\n    return await _explain(c)\n\n\n'
+        "async def _explain(c: AsyncCollection) -> None:\n    await c.find_one({})\n"
+    )
     twin = tool.synchronous(source, "twin")
     assert twin.startswith('"""twin\n"""')
     assert "def put_sync(c: Collection)" in twin and ":func:`put_sync`" in twin

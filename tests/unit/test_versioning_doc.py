@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from mongoshift.api import background
-from mongoshift.api import migrations as command
+from mongoshift.api import background, migrations as command
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "versioning.md"
 FILE_HEADER = re.compile(r"^# ([\w/]+\.py)\n")
@@ -34,7 +33,7 @@ async def run_block(source: str, namespace: dict[str, Any]) -> None:
     import ast
 
     code = compile(source, str(DOC), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, namespace)  # noqa: S307 - the project's own documentation
+    result = eval(code, namespace)
     if result is not None:
         await result
 
@@ -118,7 +117,7 @@ async def test_the_complete_example_runs_expand_rewrite_contract(project, db, mo
     import myapp.shapes as shapes  # type: ignore[import-not-found]
 
     namespace = dict(vars(shapes))
-    exec(line.group(1), namespace)  # noqa: S102
+    exec(line.group(1), namespace)
     assert namespace["PEOPLE"].minimum == 2
     from mongoshift.versioning.errors import ShapeVersionError
 

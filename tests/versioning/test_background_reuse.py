@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mongoshift.api import background as bg
-from mongoshift.api import migrations as command
+from mongoshift.api import background as bg, migrations as command
 from mongoshift.versioning import update_with_revision
 
 from .conftest import PEOPLE

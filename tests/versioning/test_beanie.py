@@ -11,15 +11,18 @@ from bson import ObjectId
 
 pytest.importorskip("beanie", reason="Beanie is not installed (pip install 'mongoshift[beanie]')")
 
-from beanie import init_beanie  # noqa: E402
+from beanie import init_beanie
 
-from mongoshift.api import background as bg  # noqa: E402
-from mongoshift.api import migrations as command  # noqa: E402
-from mongoshift.versioning import RevisionConflictError, UnguardedWriteError, retry_on_conflict  # noqa: E402
-from mongoshift.versioning.beanie import VersionedDocument  # noqa: E402
+from mongoshift.api import background as bg, migrations as command
+from mongoshift.versioning import (
+    RevisionConflictError,
+    UnguardedWriteError,
+    retry_on_conflict,
+)
+from mongoshift.versioning.beanie import VersionedDocument
 
-from .conftest import PEOPLE  # noqa: E402
-from .test_background_reuse import MIGRATION  # noqa: E402
+from .conftest import PEOPLE
+from .test_background_reuse import MIGRATION
 
 
 class Person(VersionedDocument):

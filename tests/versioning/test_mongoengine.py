@@ -14,9 +14,15 @@ mongoengine = pytest.importorskip("mongoengine", reason="MongoEngine is not inst
 
 from bson import ObjectId  # noqa: E402
 
-from mongoshift.api import background as bg  # noqa: E402
-from mongoshift.api import migrations as command  # noqa: E402
-from mongoshift.versioning import RevisionConflictError, UnguardedWriteError, retry_on_conflict_sync  # noqa: E402
+from mongoshift.api import (  # noqa: E402
+    background as bg,
+    migrations as command,
+)
+from mongoshift.versioning import (  # noqa: E402
+    RevisionConflictError,
+    UnguardedWriteError,
+    retry_on_conflict_sync,
+)
 from mongoshift.versioning.mongoengine import VersionedDocument  # noqa: E402
 
 from .conftest import PEOPLE  # noqa: E402
@@ -29,7 +35,7 @@ class Person(VersionedDocument):
     first = mongoengine.StringField()
     last = mongoengine.StringField()
     n = mongoengine.IntField(default=0)
-    meta = {"collection": "people"}
+    meta = {"collection": "people"}  # noqa: RUF012 - mongoengine reads this class attribute
 
 
 @pytest.fixture

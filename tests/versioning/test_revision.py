@@ -183,7 +183,10 @@ async def test_custom_field_names(db: Any) -> None:
         (lambda c: update_with_revision(c, {"_id": 1}, [{"$set": {"__rev": 50}}], expected_revision=1), UnguardedWriteError),
         (lambda c: replace_with_revision(c, {"_id": 1}, {"__v": 3, "__rev": 50}, expected_revision=1), UnguardedWriteError),
         (lambda c: find_one_and_update_with_revision(c, {"_id": 1}, {"$inc": {"__rev": 1}}, expected_revision=1), UnguardedWriteError),
-        (lambda c: update_with_revision(c.with_options(write_concern=WriteConcern(w=0)), {"_id": 1}, {"$set": {"a": 1}}, expected_revision=1), UnguardedWriteError),
+        (
+            lambda c: update_with_revision(c.with_options(write_concern=WriteConcern(w=0)), {"_id": 1}, {"$set": {"a": 1}}, expected_revision=1),
+            UnguardedWriteError,
+        ),
         (lambda c: bump_revision(c.with_options(write_concern=WriteConcern(w=0)), {"_id": 1}), UnguardedWriteError),
         (lambda c: update_with_revision(c, {"_id": 1, "__rev": 1}, {"$set": {"a": 1}}, expected_revision=1), ValueError),
     ],

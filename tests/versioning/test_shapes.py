@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 from bson import Int64, ObjectId
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from mongoshift.versioning import ShapeVersionError, define_shapes
 
