@@ -80,10 +80,10 @@ def test_bad_environment_value_fails_closed(project) -> None:  # type: ignore[no
 
 def test_unreachable_server_fails_fast_without_the_password(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.write_config(connect_timeout_seconds=1.5)
-    started = time.monotonic()
     result = cli(project, "status", "--uri", "mongodb://admin:s3cret@127.0.0.1:1/?directConnection=true")
     assert result.returncode == 5
-    assert time.monotonic() - started < 20
+    # fast, and said why: a refused port fails at the first attempt, not after the timeout
+    assert "connection refused" in result.stderr and "within" not in result.stderr, result.stderr
     assert "127.0.0.1:1" in result.stderr and "s3cret" not in result.stderr + result.stdout
 
 

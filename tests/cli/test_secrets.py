@@ -204,7 +204,6 @@ def _with_credentials(uri: str, user: str, password: str) -> str:
 
 def test_wrong_credentials_are_reported_as_an_authentication_failure(project) -> None:  # type: ignore[no-untyped-def]
     uri = _with_credentials(project.uri, "nobody-user", "wrong-hunter10")
-    started = time.monotonic()
     plain = cli_process(project, "status", env={**cli_env(), "MONGOSHIFT_URI": uri})
     as_json = cli_process(project, "status", "--json", env={**cli_env(), "MONGOSHIFT_URI": uri})
     assert plain.returncode == 35, plain.stderr
@@ -218,7 +217,6 @@ def test_wrong_credentials_are_reported_as_an_authentication_failure(project) ->
     assert f"auth source {auth_summary(uri)[1]}" in plain.stderr  # admin, unless the test URI names another
     seen = everything(plain, as_json)
     assert "wrong-hunter10" not in seen and "nobody-user" not in seen
-    assert time.monotonic() - started < 40
 
 
 # ---------------------------------------------------------------- item 14: control characters
