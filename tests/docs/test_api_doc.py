@@ -64,3 +64,18 @@ def test_every_example_runs_as_written(tmp_path: Path, mongo_uri: str, db_name: 
             assert result.returncode == 0, f"example {index + 1} of docs/api.md failed:\n{script}\n{result.stderr}"
     finally:
         sync_client.drop_database(db_name)
+
+
+def test_no_module_of_the_api_shadows_a_function_of_the_same_name() -> None:
+    """``mongoshift.api`` loads its names lazily; a submodule named like one of them would, once
+    imported (by the session, say), replace the function on the package with the module."""
+    import importlib
+    import pkgutil
+
+    import mongoshift.api as api
+
+    for info in pkgutil.iter_modules(api.__path__):
+        importlib.import_module(f"mongoshift.api.{info.name}")
+    for name in api.__all__:
+        value = getattr(api, name)
+        assert not isinstance(value, type(api)), f"mongoshift.api.{name} is a module, not the API's {name}"

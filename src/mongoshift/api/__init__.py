@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from ..project.run import CancelSignal
     from ..project.settings import Settings, load_settings
     from .adoption import AdoptionReport, baseline, import_history
-    from .audit import AuditReport, Finding, audit
+    from .health import AuditReport, Finding, audit
     from .background import (
         BackgroundRunner,
         CoordinatorStep,
@@ -193,9 +193,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "AdoptionReport": (".adoption", "AdoptionReport"),
     "baseline": (".adoption", "baseline"),
     "import_history": (".adoption", "import_history"),
-    "AuditReport": (".audit", "AuditReport"),
-    "Finding": (".audit", "Finding"),
-    "audit": (".audit", "audit"),
+    "AuditReport": (".health", "AuditReport"),
+    "Finding": (".health", "Finding"),
+    "audit": (".health", "audit"),
     "BackgroundRunner": (".background", "BackgroundRunner"),
     "start_background_runner": (".background", "start_background_runner"),
     "control_background": (".background", "apply_control"),

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..line.plan import StatusRow
     from ..project.lock import LockHolder
     from ..schema.collections import CollectionDeclaration
-    from .audit import AuditReport
+    from .health import AuditReport
     from .background import CoordinatorStep, SliceReport
     from .migrations import DryRunReport, RunReport
 
@@ -181,7 +181,7 @@ class Mongoshift:
 
     async def audit(self, *, stale_after: float | None = None, now: datetime | None = None) -> AuditReport:
         """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict."""
-        from .audit import DEFAULT_STALE_AFTER_SECONDS, audit_in
+        from .health import DEFAULT_STALE_AFTER_SECONDS, audit_in
 
         return await audit_in(self._project, stale_after=DEFAULT_STALE_AFTER_SECONDS if stale_after is None else stale_after, now=now)
 
