@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from ..project.run import CancelSignal
     from ..project.settings import Settings, load_settings
     from .adoption import AdoptionReport, baseline, import_history
-    from .health import AuditReport, Finding, audit
     from .background import (
         BackgroundRunner,
         CoordinatorStep,
@@ -79,6 +78,7 @@ if TYPE_CHECKING:
     )
     from .client import open_client
     from .collections import converge, plan_converge
+    from .health import AuditReport, Finding, audit
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
     from .migrations import (
         DryRunReport,

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from ..line.plan import StatusRow
     from ..project.lock import LockHolder
     from ..schema.collections import CollectionDeclaration
-    from .health import AuditReport
     from .background import CoordinatorStep, SliceReport
+    from .health import AuditReport
     from .migrations import DryRunReport, RunReport
 
 # Start-up time (bench/cli.py): each call imports its module when it runs, so a session that
