@@ -181,3 +181,17 @@ def test_auth_failure_by_code_and_by_message() -> None:
     assert se.auth_failure(failure(None, message="Authentication failed."))
     assert not se.auth_failure(failure(13))
     assert not se.auth_failure(AutoReconnect("gone"))
+
+
+def test_a_lost_connection_is_said_by_its_cause_not_the_drivers_topology_dump() -> None:
+    from pymongo.errors import ServerSelectionTimeoutError
+
+    from mongoshift.project.server_errors import connection_words
+
+    driver = (
+        "operation cancelled, Timeout: 30.0s, Topology Description: <TopologyDescription id: 1f, topology_type: Single, "
+        "servers: [<ServerDescription ('127.0.0.1', 27017) server_type: Unknown, rtt: None, error=_OperationCancelled('operation cancelled')>]>"
+    )
+    said = connection_words(ServerSelectionTimeoutError(driver))
+    assert said.startswith("ServerSelectionTimeoutError: ")
+    assert "TopologyDescription" not in said and "127.0.0.1" not in said

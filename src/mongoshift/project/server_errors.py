@@ -281,12 +281,18 @@ def says_cause(cause: ConnectionCause, text: str = "") -> str:
     return "the network connection failed"
 
 
+def connection_words(exc: BaseException) -> str:
+    """A lost connection as ``Type: its cause in words``: the driver's own text can carry a whole
+    topology description, which says nothing a user can act on."""
+    return f"{type(exc).__name__}: {says_cause(connection_cause(exc), str(exc))}"
+
+
 def from_pymongo(exc: PyMongoError) -> MongoshiftError:
     """``exc`` as the mongoshift error a user and a script can act on."""
     if isinstance(exc, ConnectionFailure):
         cause = connection_cause(exc)
         return ConnectionFailedError(
-            f"lost the connection to MongoDB ({type(exc).__name__}: {says_cause(cause, str(exc))}); "
+            f"lost the connection to MongoDB ({connection_words(exc)}); "
             "check that the server is reachable and try again",
             cause=cause,
         )

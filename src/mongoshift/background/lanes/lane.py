@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pymongo.errors import PyMongoError
 
 from ...project.redaction import describe_error
-from ...project.server_errors import connection_lost
+from ...project.server_errors import connection_lost, connection_words
 from ...schema.background import Adaptive, Background
 from ..plan.key_filter import version_index_key
 from ..plan.shard_pass import has_index
@@ -118,6 +118,7 @@ class Lane:
         except Exception as exc:
             message = describe_error(exc)  # a bulk write error carries whole documents
             if isinstance(exc, PyMongoError) and connection_lost(exc):
+                message = connection_words(exc)
                 # Not the partition's failure: the runner waits the outage out, and the slice is
                 # not counted towards max_slice_failures. If the release fails too, the lease lapses.
                 log.warning("%s: a slice lost the connection: %s", state.name, message)

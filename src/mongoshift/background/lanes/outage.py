@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pymongo.errors import PyMongoError
 
-from ...project.server_errors import connection_cause, says_cause
+from ...project.server_errors import connection_words
 
 log = logging.getLogger("mongoshift.background")
 
@@ -39,10 +39,9 @@ class Outage:
         now = self.now()
         if self.since is None:
             self.since = now
-            cause = connection_cause(exc)
             log.warning(
-                "lost the connection to MongoDB (%s: %s): retrying for up to %gs (background_reconnect_seconds)",
-                type(exc).__name__, says_cause(cause, str(exc)), self.bound_s,
+                "lost the connection to MongoDB (%s): retrying for up to %gs (background_reconnect_seconds)",
+                connection_words(exc), self.bound_s,
             )
         self.tries += 1
         if now - self.since >= self.bound_s:
