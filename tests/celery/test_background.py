@@ -50,10 +50,10 @@ async def test_a_worker_killed_mid_slice_is_recovered_by_the_lease_ttl(redis_har
     people = sync_client[project.db].people
     partitions = sync_client[project.db]["_mongoshift_background_partitions"]
 
-    victim = redis_harness.worker("-P", "solo")
     start = redis_harness.tasks.start_background(NAME, lanes=2)
     assert start.started
-    assert not redis_harness.tasks.start_background(NAME).started  # one chain per migration
+    assert not redis_harness.tasks.start_background(NAME).started  # one chain per migration (its claim, queued)
+    victim = redis_harness.worker("-P", "solo")
     until(lambda: people.count_documents({"__v": 2}) >= 100, 60, "the first worker migrated 100 documents", redis_harness)
     victim.kill()
     done_before = people.count_documents({"__v": 2})
