@@ -1,0 +1,92 @@
+"""The cost fixes of mongoshift.embedded.patches, counted instead of timed.
+
+A test that asserts seconds passes or fails with the machine's load; these count
+the work the unpatched code does per document (the comparisons of a scan) on an
+in-process mongoeco engine with the patches applied, so the verdict is the same on
+a busy machine. They are embedded-only by nature: a real server has no mongoeco.
+The wire-level behaviour of the same fixes (results, errors) is proved in
+test_patches.py, also against a real replica set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mongoeco")
+
+from mongoeco.api import AsyncMongoClient as EngineClient
+from mongoeco.engines.memory import MemoryEngine
+from mongoeco.types import ObjectId
+
+from mongoshift.embedded import patches
+from mongoshift.embedded.server import ENGINE_OPTIONS
+
+
+@pytest.fixture
+async def engine_db() -> AsyncIterator[Any]:
+    patches.apply()
+    engine = MemoryEngine(**ENGINE_OPTIONS)
+    client = EngineClient(engine)
+    await engine.connect()
+    try:
+        yield client.get_database("costs")
+    finally:
+        await engine.disconnect()
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """Replace ``owner.name`` by a wrapper that counts its calls; the count is ``calls[0]``."""
+    calls = [0]
+    original: Callable[..., Any] = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+# (p) single-document insert -----------------------------------------------------
+
+
+async def test_a_single_insert_does_not_compare_its_id_with_every_stored_one(engine_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mongoeco.engines import memory
+
+    await engine_db.one.insert_many([{"_id": ObjectId(), "i": i} for i in range(2_000)])
+    compared = counting(monkeypatch, memory, "bson_equality_key")
+    for i in range(50):
+        await engine_db.one.insert_one({"_id": ObjectId(), "i": -i})
+        await engine_db.one.insert_one({"_id": f"s{i}"})
+    # Unpatched, each insert compares its _id with all 2,000+ stored ones: 100 inserts, 400,000 calls.
+    assert compared[0] < 1_000, f"{compared[0]} _id comparisons for 100 single inserts"
+    assert await engine_db.one.count_documents({}) == 2_100
+
+
+async def test_a_numeric_id_is_still_checked_against_equal_numbers_of_another_type(engine_db: Any) -> None:
+    from mongoeco.errors import DuplicateKeyError
+
+    await engine_db.num.insert_one({"_id": 1})
+    with pytest.raises(DuplicateKeyError):
+        await engine_db.num.insert_one({"_id": 1.0})
+
+
+# (k) $in over ObjectIds -----------------------------------------------------------
+
+
+async def test_an_in_of_object_ids_is_a_set_lookup(engine_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mongoeco.core._filtering_matching import FilteringMatchingMixin
+    from mongoeco.core.compiled_query import CompiledQuery
+
+    refs = [ObjectId() for _ in range(2_000)]
+    await engine_db.many.insert_many([{"_id": i, "ref": ref} for i, ref in enumerate(refs)])
+    wanted = refs[500:1_000]
+    compared = counting(monkeypatch, FilteringMatchingMixin, "_in_item_matches_candidate")
+    CompiledQuery._compile_expression.cache_clear()  # compiled matchers bind the function they were built with
+    found = [d["_id"] async for d in engine_db.many.find({"ref": {"$in": wanted}}, {"_id": 1})]
+    assert sorted(found) == list(range(500, 1_000))
+    # Unpatched, every stored document is compared with listed values until one matches: about 1,000,000 calls.
+    assert compared[0] == 0, f"{compared[0]} pairwise $in comparisons"
