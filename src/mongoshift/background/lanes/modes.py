@@ -112,7 +112,12 @@ class PartitionWork:
         A change of the adaptive controller also carries why: the batch's write latency and the target."""
         adaptive = self.adaptive
         if adaptive is not None and change != "health" and adaptive.latency_ms is not None:
-            state = {**state, "latency_ms": round(adaptive.latency_ms), "target_ms": adaptive.options.target_latency_ms}
+            state = {
+                **state,
+                "latency_ms": round(adaptive.latency_ms),
+                "target_ms": adaptive.options.target_latency_ms,
+                "min_batch_size": adaptive.min_size,
+            }
         data = self.throttle.note(change, waited_ms=waited_ms, **state)
         if data is not None:
             self.engine.events.emit("throttle", self.job.name, **data)

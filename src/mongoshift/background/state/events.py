@@ -85,7 +85,11 @@ def describe_throttle(data: dict[str, Any]) -> str:
         why = str(change)
     parts = [why]
     if "batch_size" in data:
-        parts.append(f"batch size now {data['batch_size']:,}, adaptive pause {data.get('pause_ms', 0):,} ms before each batch")
+        size = data["batch_size"]
+        # Slowed at the smallest batch, only the pause grows: say so, not "batch size now N" as if it shrank.
+        smallest = size == data.get("min_batch_size") and change in ("slow", "overload")
+        size_words = f"batch size at its smallest, {size:,}" if smallest else f"batch size now {size:,}"
+        parts.append(f"{size_words}, adaptive pause {data.get('pause_ms', 0):,} ms before each batch")
     folded = f"{data.get('changes', 1)} change(s) since the last report, {data.get('overloads', 0)} overload(s)"
     if data.get("waited_ms"):
         folded += f", {data['waited_ms']:,} ms waited for health"
