@@ -132,5 +132,9 @@ async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_a
             f"{size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
         )
         # at the minimum (10) the size cannot shrink: the line says so instead of "now 10" again
-        for latency, size, pause in (("40,000", "batch size now 20", 0), ("20,000", "batch size at its smallest, 10", 0), ("10,000", "batch size at its smallest, 10", 100))
+        for latency, size, pause in (
+            ("40,000", "batch size now 20", 0),
+            ("20,000", "batch size at its smallest, 10", 0),
+            ("10,000", "batch size at its smallest, 10", 100),
+        )
     ]
