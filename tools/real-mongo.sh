@@ -188,9 +188,12 @@ run_tests() {
     venv
     brokers
     uri="$(up_rs "$version")"
-    # The README's test command (two workers, the slow tests left out), then the slow tests, as .ci/run does.
-    MONGOSHIFT_TEST_URI="$uri" .venv/bin/python -m pytest
-    MONGOSHIFT_TEST_URI="$uri" .venv/bin/python -m pytest -m slow
+    # The README's test command (two workers, the slow tests left out), then the slow tests, as .ci/run
+    # does; the slow tests run even when the first run failed, so that one run reports both.
+    local failed=0
+    MONGOSHIFT_TEST_URI="$uri" .venv/bin/python -m pytest || failed=1
+    MONGOSHIFT_TEST_URI="$uri" .venv/bin/python -m pytest -m slow || failed=1
+    return "$failed"
 }
 
 run_sharded() {
