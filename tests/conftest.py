@@ -38,6 +38,33 @@ TEST_CLIENT_OPTIONS: dict[str, int] = {
 
 REAL_URI = os.environ.get("MONGOSHIFT_TEST_URI")
 
+#: The ``appName`` of every client of this pytest process on a real server (the test's own, and
+#: mongoshift's, which keeps the URI's): pytest-xdist's workers share that one server, and a fail
+#: point is server-wide, so each worker's fail points name its own clients (``fail_point_data``).
+#: An embedded server serves one worker only.
+APP_NAME = f"mongoshift-tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+
+
+def with_app_name(uri: str, name: str | None) -> str:
+    """``uri`` with its ``appName`` option set to ``name`` (replacing one it had), or without one
+    for ``None``; the other options are kept as written."""
+    base, _, query = uri.partition("?")
+    options = [part for part in query.split("&") if part and part.split("=", 1)[0].lower() != "appname"]
+    if name is not None:
+        options.append(f"appName={name}")
+    if not options:
+        return base
+    if "/" not in base.partition("://")[2]:
+        base += "/"  # a URI needs the slash before its options
+    return f"{base}?{'&'.join(options)}"
+
+
+def fail_point_data(**data: Any) -> dict[str, Any]:
+    """The ``data`` of a ``failCommand`` fail point: on a real server, limited to this process's clients."""
+    if REAL_URI:
+        data.setdefault("appName", APP_NAME)
+    return data
+
 # Property tests must not depend on the machine's load: no per-example deadline, no health
 # check that times data generation, and the same examples on every run (a failure reproduces
 # as it was seen). ``HYPOTHESIS_PROFILE=explore`` draws fresh examples, with the same timing rules.
@@ -56,7 +83,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mongoshift"))
 async def fail_command(client: AsyncMongoClient, mode: Any, **data: Any) -> AsyncIterator[None]:
     """The server's ``failCommand`` fail point, switched off again on exit (also on a real
     mongod started with ``--setParameter enableTestCommands=1``)."""
-    await client.admin.command({"configureFailPoint": "failCommand", "mode": mode, "data": data})
+    await client.admin.command({"configureFailPoint": "failCommand", "mode": mode, "data": fail_point_data(**data)})
     try:
         yield
     finally:
@@ -75,7 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def mongo_uri() -> Iterator[str]:
     if REAL_URI:
-        yield REAL_URI
+        yield with_app_name(REAL_URI, APP_NAME)
         return
     with embedded_server() as uri:
         yield uri

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ..conftest import start_cli
+from ..conftest import fail_point_data, start_cli
 from .test_cli import QUICK, SLOW, wait_for
 
 LOCKS = "_mongoshift_locks"
@@ -103,7 +103,7 @@ def test_sys_exit_while_the_hooks_module_imports_is_a_hook_failure(project, tmp_
 def fail_point(sync_client, mode, **data) -> None:  # type: ignore[no-untyped-def]
     command = {"configureFailPoint": "failCommand", "mode": mode}
     if data:
-        command["data"] = data
+        command["data"] = fail_point_data(**data)
     sync_client.admin.command(command)
 
 

@@ -306,9 +306,12 @@ def test_cluster_times_only_move_forward_even_when_the_clock_goes_back() -> None
 
 async def test_database_and_cluster_streams_see_every_collection(client, db) -> None:
     other = client[f"{db.name}_2"]
+    # The cluster stream sees every database: on a real server that other tests (another pytest-xdist
+    # worker) write to at the same time, only these two databases' events are this test's.
+    these = [{"$match": {"ns.db": {"$in": [db.name, other.name]}}}]
     try:
         async with await db.watch(max_await_time_ms=200) as database_stream, \
-                await client.watch(max_await_time_ms=200) as cluster_stream:
+                await client.watch(these, max_await_time_ms=200) as cluster_stream:
             await db.a.insert_one({"_id": 1})
             await db.b.insert_one({"_id": 2})
             await other.c.insert_one({"_id": 3})

@@ -10,8 +10,11 @@ from mongoshift.errors import (
     InvalidExportError,
     MigrationTimeoutError,
 )
+from mongoshift.project.connection import connect, sync_client
 from mongoshift.project.loader import discover, load
 from mongoshift.project.settings import load_settings
+
+from ..conftest import with_app_name
 
 ASYNC = "async def up(ctx):\n    await ctx.db.items.insert_one({'n': 1})\n\nasync def down(ctx):\n    await ctx.db.items.delete_many({})\n"
 
@@ -40,6 +43,23 @@ async def test_every_call_runs_on_the_given_client_and_leaves_it_open(project, d
 
     assert (await client.admin.command("ping"))["ok"] == 1  # still open
     assert await db.items.count_documents({}) == 0
+
+
+@pytest.mark.parametrize("name", ["billing-migrations", None])
+async def test_the_uri_s_app_name_is_kept_and_mongoshift_is_the_default(project, name: str | None) -> None:  # type: ignore[no-untyped-def]
+    """Operators filter the server's log and currentOp by appName, and a fail point can target it:
+    a keyword option would override the URI's, so mongoshift's default applies only without one."""
+    settings = project.settings(uri=with_app_name(project.uri, name))
+    client = await connect(settings)
+    try:
+        assert client.options.pool_options.metadata["application"] == {"name": name or "mongoshift"}
+    finally:
+        await client.close()
+    blocking = sync_client(settings)
+    try:
+        assert blocking.options.pool_options.metadata["application"] == {"name": name or "mongoshift"}
+    finally:
+        blocking.close()
 
 
 async def test_a_client_that_is_not_an_async_client_is_refused(project) -> None:  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import Any
+from urllib.parse import parse_qsl
 
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
@@ -59,14 +60,24 @@ def hosts_of(uri: str) -> str:
 MIN_CONNECT_TIMEOUT_MS = 60_000
 
 
+def names_app(uri: str) -> bool:
+    """Whether the URI sets ``appName`` itself (URI options are case-insensitive); read from the
+    query string alone, so that a ``mongodb+srv`` URI is not resolved to answer it."""
+    return any(key.lower() == "appname" for key, _ in parse_qsl(uri.partition("?")[2], keep_blank_values=True))
+
+
 def client_options(settings: Settings) -> dict[str, Any]:
     timeout_ms = int(settings.connect_timeout_seconds * 1000)
-    return {
+    options: dict[str, Any] = {
         "serverSelectionTimeoutMS": timeout_ms,
         "connectTimeoutMS": max(timeout_ms, MIN_CONNECT_TIMEOUT_MS),
-        "appname": "mongoshift",
         "tz_aware": True,
     }
+    # A keyword option overrides the URI's: the URI's appName (what the operators filter the
+    # server's logs and currentOp by, and what a fail point may target) wins over the default.
+    if not names_app(settings.uri or ""):
+        options["appname"] = "mongoshift"
+    return options
 
 
 class _RefusedWatch(monitoring.ServerHeartbeatListener):
