@@ -252,7 +252,7 @@ class _Run:
         payload = self.payload
         common: dict[str, Any] = {
             "target": payload.name,
-            "wait": self.options.lock_wait_seconds,
+            "lock": api.Lock(wait=self.options.lock_wait_seconds),
             "cancel": self.cancel,
             "observers": [self._observe, *self.observers],
             "client": self.client,
