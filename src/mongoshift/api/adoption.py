@@ -22,7 +22,7 @@ from pymongo import ASCENDING, AsyncMongoClient
 from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
 from ..project.events import Observer
-from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool
+from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool as find_tool
 from ..project.loader import find, resolve_name
 from ..project.run import CancelSignal
 from ..project.session import Project, Session, open_session, warn_unlocked
@@ -81,7 +81,7 @@ class AdoptionReport:
 
 async def import_history(
     settings: Settings,
-    tool_name: str,
+    tool: str,
     *,
     collection: str | None = None,
     map_file: Path | None = None,
@@ -94,12 +94,12 @@ async def import_history(
 ) -> AdoptionReport:
     """One-shot :meth:`Mongoshift.import_history <mongoshift.api.session.Mongoshift.import_history>` (:func:`import_history_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
-    return await import_history_in(project, tool_name, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=lock)
+    return await import_history_in(project, tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=lock)
 
 
 async def import_history_in(
     project: Project,
-    tool_name: str,
+    tool: str,
     *,
     collection: str | None = None,
     map_file: Path | None = None,
@@ -107,7 +107,7 @@ async def import_history_in(
     force: bool = False,
     lock: Lock = DEFAULT_LOCK,
 ) -> AdoptionReport:
-    """Adopt ``tool_name``'s changelog: every file it applied is recorded applied here, forward-only.
+    """Adopt ``tool``'s changelog: every file it applied is recorded applied here, forward-only.
 
     Refused with exit 17 when mongoshift's changelog holds records that no earlier import of this
     same source wrote, unless ``force``; then those records are kept as they are. ``collection``:
@@ -115,7 +115,7 @@ async def import_history_in(
     name = mongoshift file (``false``: leave it out). A dry run takes no lock and writes nothing.
     """
     lock = checked_lock(lock)
-    source_tool = tool(tool_name)  # an unknown tool or a bad map fails before connecting
+    source_tool = find_tool(tool)  # an unknown tool or a bad map fails before connecting
     mapping = read_map(map_file) if map_file is not None else {}
     source_collection = collection or source_tool.collection
     async with _adopting(project, lock, "import", dry_run=dry_run) as session:

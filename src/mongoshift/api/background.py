@@ -223,8 +223,8 @@ async def verify_in(project: Project, names: list[str] | None = None, *, reopen:
 
 async def watch(
     settings: Settings,
-    *,
     options: WatchOptions | None = None,
+    *,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,

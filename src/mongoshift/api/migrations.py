@@ -377,7 +377,7 @@ async def list_migrations(
 
 async def dry_run(
     settings: Settings,
-    direction: Literal["up", "down"],
+    direction: Literal["up", "down"] = "up",
     target: str | None = None,
     *,
     to: str | None = None,

@@ -193,9 +193,9 @@ class Mongoshift:
 
     async def audit(self, *, stale_after: float | None = None, now: datetime | None = None) -> AuditReport:
         """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict."""
-        from .health import DEFAULT_STALE_AFTER_SECONDS, audit_in
+        from .health import audit_in
 
-        return await audit_in(self._project, stale_after=DEFAULT_STALE_AFTER_SECONDS if stale_after is None else stale_after, now=now)
+        return await audit_in(self._project, stale_after=stale_after, now=now)
 
     async def lock_status(self) -> LockHolder | None:
         """Who holds the migration lock (None: nobody)."""
