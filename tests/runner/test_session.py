@@ -317,7 +317,7 @@ ONE_SHOTS = {
 
 def test_every_session_call_has_its_one_shot_function() -> None:
     calls = {f"{cls.__name__}.{name}" for cls in (Mongoshift, Collections, Background, Intents) for name in vars(cls) if not name.startswith("_")}
-    calls -= {"Mongoshift.settings", "Background.stop_runners"}  # a property; the session's own clean-up
+    calls -= {"Mongoshift.settings"}  # a property
     assert calls == {method.__qualname__ for method in ONE_SHOTS.values()}
 
 

@@ -75,7 +75,7 @@ async def connect(
         try:
             yield ms
         finally:
-            await ms.background.stop_runners()  # before the connection they run on closes
+            await ms.background._stop_runners()  # before the connection they run on closes
     finally:
         await project.end()
 
@@ -367,7 +367,7 @@ class Background:
         runner.start()
         return runner
 
-    async def stop_runners(self) -> None:
+    async def _stop_runners(self) -> None:
         """Stop every runner this session started that still runs (each as ``runner.stop()`` does)."""
         runners, self._runners = self._runners, []
         failures: list[BaseException] = []
