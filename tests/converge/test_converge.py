@@ -13,6 +13,7 @@ import pytest
 from pymongo.errors import WriteError
 
 from mongoshift.api import collections as cv
+from mongoshift.api.options import Lock
 from mongoshift.converge.planner import Action
 from mongoshift.errors import (
     ConfigInvalidError,
@@ -115,7 +116,7 @@ async def test_a_conflict_refuses_the_whole_run_before_any_write(project, db, ca
     before = await server_indexes(db, "users") if case != "view" else None
 
     with pytest.raises(ConvergeFailedError) as info:
-        await cv.converge(s, yes=True)
+        await cv.converge(s, confirm=True)
     assert info.value.exit_code == 27 and "nothing was changed" in info.value.message
     assert "first" not in await db.list_collection_names()  # planned before the conflicting one, still not created
     if before is not None:
@@ -130,7 +131,7 @@ async def test_a_conflict_refuses_the_whole_run_before_any_write(project, db, ca
 async def test_twin_with_other_options_is_replaced_with_prune(project, db) -> None:  # type: ignore[no-untyped-def]
     await db.users.create_index("email", name="legacy_email")
     s = settings_with(project, {"name": "users", "indexes": [{"keys": {"email": 1}, "name": "by_email", "unique": True}]})
-    report = await cv.converge(s, prune=True, yes=True)
+    report = await cv.converge(s, prune=True, confirm=True)
     assert kinds(report) == [("users", "by_email", "rebuild", "applied")]
     indexes = await server_indexes(db, "users")
     assert "legacy_email" not in indexes and indexes["by_email"]["unique"] is True
@@ -175,12 +176,12 @@ async def test_prune_only_with_prune_and_never_the_id_index(project, db) -> None
 
     with pytest.raises(ConfirmationRequiredError, match="things: drop index extra_1"):
         await cv.converge(s, prune=True)
-    report = await cv.converge(s, prune=True, yes=True)
+    report = await cv.converge(s, prune=True, confirm=True)
     assert kinds(report) == [("things", "extra_1", "drop", "applied")]
     assert set(await server_indexes(db, "things")) == {"_id_", "kept_1"}
 
     # prune = true in the declaration, and nothing declared: everything but _id_ goes
-    report = await cv.converge(settings_with(project, {**declaration, "indexes": [], "prune": True}), yes=True)
+    report = await cv.converge(settings_with(project, {**declaration, "indexes": [], "prune": True}), confirm=True)
     assert kinds(report) == [("things", "kept_1", "drop", "applied")]
     assert set(await server_indexes(db, "things")) == {"_id_"}
 
@@ -200,7 +201,7 @@ async def test_refused_collmod_falls_back_to_a_rebuild_only_with_consent(project
     assert (row["action"], row["status"]) == ("rebuild", "failed")
 
     async with fail_command(client, {"times": 1}, failCommands=["collMod"], errorCode=59):
-        report = await cv.converge(s, yes=True)
+        report = await cv.converge(s, confirm=True)
     [result] = [r for r in report.results if r.action.name == "seen_1"]
     assert (result.action.action, result.status) == ("rebuild", "applied") and "refused collMod" in (result.action.reason or "")
     assert (await server_indexes(db, "sessions"))["seen_1"]["expireAfterSeconds"] == 60
@@ -302,7 +303,7 @@ async def test_converge_takes_the_lock(project, db) -> None:  # type: ignore[no-
         with pytest.raises(LockHeldError):
             await cv.converge(s)
         assert "locked" not in await db.list_collection_names()
-        report = await cv.converge(s, no_lock=True)
+        report = await cv.converge(s, lock=Lock(take=False))
         assert report.changed
     finally:
         await holder.release()
@@ -335,7 +336,7 @@ async def test_a_declarations_own_prune_false_wins_over_the_call(project, db) ->
         {"name": "shared", "indexes": [{"keys": {"ours": 1}}], "prune": False},  # other tools create indexes here
         {"name": "mine", "indexes": [{"keys": {"ours": 1}}]},
     )
-    report = await cv.converge(s, prune=True, yes=True)
+    report = await cv.converge(s, prune=True, confirm=True)
     assert ("shared", "theirs_1", "keep", "ok") in kinds(report) and ("mine", "extra_1", "drop", "applied") in kinds(report)
     assert set(await server_indexes(db, "shared")) == {"_id_", "ours_1", "theirs_1"}
     assert set(await server_indexes(db, "mine")) == {"_id_", "ours_1"}
@@ -427,7 +428,7 @@ async def test_an_empty_index_list_with_prune_warns_that_every_index_goes(projec
     plan = await cv.plan_converge(s, prune=True)
     [warning] = [w for w in plan.warnings if "indexes = []" in w]
     assert "things" in warning and "every index but _id_" in warning and "2" in warning
-    report = await cv.converge(s, prune=True, yes=True)
+    report = await cv.converge(s, prune=True, confirm=True)
     assert any("indexes = []" in w for w in report.warnings)
     assert set(await server_indexes(db, "things")) == {"_id_"}
     assert not any("indexes = []" in w for w in (await cv.plan_converge(s, prune=True)).warnings)  # nothing left to drop

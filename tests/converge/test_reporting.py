@@ -90,7 +90,7 @@ async def test_converge_checks_the_stop_signal_between_steps(project, db, monkey
 
     monkeypatch.setattr(Applier, "_create_indexes", create_then_stop)
     with pytest.raises(RunAbortedError) as info:
-        await cv.converge(s, yes=True, prune=True, cancel=cancel)
+        await cv.converge(s, confirm=True, prune=True, cancel=cancel)
     indexes = await server_indexes(db, "users")
     assert "a_1" in indexes and "old_1" in indexes  # the drop after the create never ran
     rows = {(r["name"], r["action"]): r for r in info.value.details["converge"]["actions"]}

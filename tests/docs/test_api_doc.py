@@ -40,14 +40,20 @@ def test_the_doc_has_an_example_for_every_call() -> None:
 
 
 def test_the_doc_has_an_example_for_every_call_of_a_session() -> None:
-    from mongoshift.api.session import Background, Collections, Mongoshift
+    from mongoshift.api.session import Background, Collections, Intents, Mongoshift
 
     _, scripts = blocks()
     text = "\n".join(scripts)
-    groups = {"ms.": Mongoshift, "ms.collections.": Collections, "ms.background.": Background}
+    groups = {"ms.": Mongoshift, "ms.collections.": Collections, "ms.background.": Background, "ms.intents.": Intents}
     calls = [prefix + name for prefix, cls in groups.items() for name in vars(cls) if not name.startswith("_") and callable(getattr(cls, name))]
     missing = [call for call in calls if f"{call}(" not in text]
     assert not missing, f"docs/api.md has no runnable example of {missing}"
+
+
+def test_the_doc_names_no_removed_keyword() -> None:
+    """``no_lock=`` / ``wait=`` / ``yes=`` were the flat functions' spellings of ``lock=Lock(...)`` and ``confirm=``."""
+    text = re.sub(r"Lock\([^)]*\)", "Lock()", DOC.read_text(encoding="utf-8"))  # Lock(wait=...) is the new spelling
+    assert re.findall(r"\b(?:no_lock|yes|wait)=", text) == []
 
 
 def test_every_example_runs_as_written(tmp_path: Path, mongo_uri: str, db_name: str, sync_client) -> None:  # type: ignore[no-untyped-def]

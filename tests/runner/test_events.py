@@ -178,7 +178,7 @@ async def test_lock_refused_and_waited(project, db) -> None:  # type: ignore[no-
 
     await locks.update_one({"_id": "migration_lock"}, {"$set": {"expires_at": _in(0.3)}})
     seen = Recorder()
-    await api.up(project.settings(), observers=[seen], wait=10)
+    await api.up(project.settings(), observers=[seen], lock=api.Lock(wait=10))
     assert [k for k, _ in seen.kinds()][:3] == ["run_start", "lock_waited", "lock_acquired"]
     assert seen.of("lock_acquired")[0].data["waited_ms"] > 0
 

@@ -4,6 +4,8 @@ migration lock per writing call only, and refuses a wrong lock or confirmation v
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
 import uuid
@@ -16,8 +18,10 @@ import pytest
 
 import mongoshift
 from mongoshift import api
+from mongoshift.api.session import Background, Collections, Intents, Mongoshift
 from mongoshift.errors import ConfigInvalidError, LockHeldError
 from mongoshift.project import session as project_session
+from mongoshift.project.events import Event
 
 from ..background.conftest import background_file, seed
 
@@ -87,12 +91,22 @@ async def test_a_session_opens_the_project_once_however_many_calls_it_serves(fac
         assert (await ms.collections.plan()).success
         assert (await ms.audit()).verdict in ("ok", "warn")
         assert [row.state for row in await ms.status()] == ["applied", "applied"]
+        assert (await ms.baseline("0002_people.py", dry_run=True)).kept == ["0001_items.py", "0002_people.py"]
+        assert (await ms.import_history("migrate-mongo", dry_run=True, force=True)).adopted == []
+        claims = [api.Claim("up:0003_later.py", "task-1", ttl_seconds=60)]
+        assert await ms.intents.claim(claims) == [True]
+        assert await ms.intents.claim(claims) == [False]  # a duplicate while the first is live
+        assert await ms.intents.settle("up:0003_later.py", "task-1", "failed", ttl_seconds=60)
+        assert (await ms.intents.read(["up:0003_later.py"]))["up:0003_later.py"].state == "failed"
+        runner = await ms.background.start_runner()
+        assert runner.running
+        await runner.stop()
         assert [r.name for r in (await ms.redo("0001_items.py")).results] == ["0001_items.py", "0001_items.py"]
         assert [r.name for r in (await ms.down("0001_items.py")).results] == ["0001_items.py"]
         assert [row.name for row in await ms.migrations("pending")] == ["0001_items.py"]
         assert await ms.unlock() is None
 
-    # one scan of the folder, one URI fetch, one connection, one check of the own collections: for 13 calls
+    # one scan of the folder, one URI fetch, one connection, one check of the own collections: for 21 calls
     assert (opened["discover"], project.factory_calls(), opened["connect"], opened["check_own_collections"]) == (1, 1, 1, 1)
 
 
@@ -143,8 +157,12 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.up(lock=True), "lock must be a mongoshift Lock"),
         (lambda ms: ms.down(lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a number of seconds"),
         (lambda ms: ms.collections.converge(confirm="yes"), "confirm must be True, False or an async function"),
+        (lambda ms: ms.baseline("0001_items.py", lock=True), "lock must be a mongoshift Lock"),
+        (lambda ms: ms.import_history("migrate-mongo", lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a number of seconds"),
+        (lambda ms: ms.intents.claim([api.Claim("up:0001_items.py", "task-1", ttl_seconds=0)]), "ttl_seconds must be above 0"),
+        (lambda ms: ms.background.start_runner(concurrency=0), "concurrency must be an integer from 1 to 64"),
     ],
-    ids=["lock-not-a-Lock", "negative-wait", "confirm-not-bool-or-function"],
+    ids=["lock-not-a-Lock", "negative-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency"],
 )
 async def test_a_wrong_lock_or_confirmation_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_items.py", LINE)
@@ -193,3 +211,152 @@ def test_the_cli_reads_background_status_and_its_watchers_on_one_connection(proj
     code, stdout = run("background", "status", "--json")
     assert code == 0 and [r["status"] for r in json.loads(stdout)["background"]] == ["pending"]
     assert opened["connect"] == 1
+
+
+@pytest.fixture
+def fast_project(project):  # type: ignore[no-untyped-def]
+    """Short background timings: a stopped runner ends at its next poll."""
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    return project
+
+
+#: A background migration whose lane waits a minute after each batch of 10: a runner is caught mid-migration.
+SLOW = background_file(batch_size=10, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=60_000")
+
+
+async def _runner_after_one_batch(ms: Mongoshift, first_batch: asyncio.Event) -> api.BackgroundRunner:
+    await ms.up()
+    runner = await ms.background.start_runner()
+    await asyncio.wait_for(first_batch.wait(), 60)  # a bound, not a measure
+    return runner
+
+
+def _on_batch(first_batch: asyncio.Event) -> Callable[[Event], None]:
+    return lambda event: first_batch.set() if event.kind == "batch" else None
+
+
+async def test_leaving_the_session_stops_its_runner_and_refuses_later_calls(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A session's runner runs on the session's connection: leaving the session stops it (batches
+    finished, leases released) before that connection closes, and the session takes no call after."""
+    await seed(db.people, 100)
+    fast_project.add("0001_people.py", SLOW)
+    first_batch = asyncio.Event()
+    stop = mongoshift.CancelSignal()
+
+    async with mongoshift.connect(fast_project.settings(), observers=[_on_batch(first_batch)], cancel=stop) as ms:
+        runner = await _runner_after_one_batch(ms, first_batch)  # the session's observers hear the runner
+        assert runner.running
+
+    assert not runner.running
+    assert not stop.is_set()  # the session's cancel is the caller's: leaving does not set it
+    assert await db.people.count_documents({"__v": 2}) == 10  # its one batch; the minute's wait was cut short
+    assert await db["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
+    with pytest.raises(ConfigInvalidError, match="session is closed"):
+        await ms.status()
+    with pytest.raises(ConfigInvalidError, match="session is closed"):
+        await ms.background.start_runner()
+
+
+async def test_the_sessions_cancel_stops_its_runner_and_stopping_the_runner_leaves_the_session(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 100)
+    fast_project.add("0001_people.py", SLOW)
+    first_batch = asyncio.Event()
+    stop = mongoshift.CancelSignal()
+
+    async with mongoshift.connect(fast_project.settings(), observers=[_on_batch(first_batch)], cancel=stop) as ms:
+        runner = await _runner_after_one_batch(ms, first_batch)
+        await runner.stop()
+        assert not stop.is_set()  # the runner's stop is its own
+        (status,) = await ms.background.status()
+        assert status.status == "running"  # the session still serves calls
+
+        again = await ms.background.start_runner()
+        assert again.running
+        stop.set("shutting down")
+
+        for _ in range(1200):  # the runner has no event for its end: its state, looked at for at most a minute (a bound)
+            if not again.running:
+                break
+            await asyncio.sleep(0.05)
+        assert not again.running
+    assert await db["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
+
+
+async def test_import_is_a_writing_run_that_the_sessions_observers_see(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_items.py", LINE)
+    await db.changelog.insert_one({"fileName": "0001_items.py", "appliedAt": datetime.now(UTC)})  # migrate-mongo's record
+    seen: list[Event] = []
+
+    async with mongoshift.connect(project.settings(), observers=[seen.append]) as ms:
+        dry = await ms.import_history("migrate-mongo", dry_run=True)
+        assert [row.name for row in dry.adopted] == ["0001_items.py"] and seen == []  # a dry run writes nothing, says nothing
+        report = await ms.import_history("migrate-mongo")
+        assert [row.name for row in report.adopted] == ["0001_items.py"]
+        assert [row.state for row in await ms.status()] == ["applied"]
+        assert (await ms.baseline("0001_items.py")).kept == ["0001_items.py"]
+
+    runs = [(e.kind, e.data["command"]) for e in seen if e.kind in ("run_start", "run_end")]
+    assert runs == [("run_start", "import"), ("run_end", "import"), ("run_start", "baseline"), ("run_end", "baseline")]
+
+
+#: Each flat function of ``mongoshift.api`` and the session call it is the one-shot of.
+ONE_SHOTS = {
+    "up": Mongoshift.up, "down": Mongoshift.down, "redo": Mongoshift.redo, "dry_run": Mongoshift.plan,
+    "status": Mongoshift.status, "list_migrations": Mongoshift.migrations, "audit": Mongoshift.audit,
+    "lock_status": Mongoshift.lock_status, "unlock": Mongoshift.unlock,
+    "import_history": Mongoshift.import_history, "baseline": Mongoshift.baseline,
+    "converge": Collections.converge, "plan_converge": Collections.plan,
+    "run_background": Background.run, "background_status": Background.status, "background_partitions": Background.partitions,
+    "control_background": Background.control, "repin_background": Background.repin, "verify_background": Background.verify,
+    "watch_background": Background.watch, "background_watch_status": Background.watch_status,
+    "preview_background": Background.preview, "coordinate_background": Background.coordinate,
+    "run_background_slice": Background.run_slice, "start_background_runner": Background.start_runner,
+    "claim_intents": Intents.claim, "read_intents": Intents.read, "settle_intent": Intents.settle,
+}
+
+
+def test_every_session_call_has_its_one_shot_function() -> None:
+    calls = {f"{cls.__name__}.{name}" for cls in (Mongoshift, Collections, Background, Intents) for name in vars(cls) if not name.startswith("_")}
+    calls -= {"Mongoshift.settings"}  # a property
+    assert calls == {method.__qualname__ for method in ONE_SHOTS.values()}
+
+
+@pytest.mark.parametrize("flat", sorted(ONE_SHOTS))
+def test_a_flat_function_takes_exactly_its_session_calls_options(flat: str) -> None:
+    """Plus what a session takes when it opens (``settings``, ``client``, ``observers``, ``cancel``); nothing else."""
+    opening = {"settings", "client", "observers", "cancel"}
+    function = inspect.signature(getattr(api, flat)).parameters
+    method = inspect.signature(ONE_SHOTS[flat]).parameters
+    assert next(iter(function)) == "settings"
+    assert set(function) - set(method) <= opening
+    options = [(name, p.kind, p.default) for name, p in function.items() if name not in opening]
+    assert options == [(name, p.kind, p.default) for name, p in method.items() if name != "self"]
+
+
+@pytest.mark.parametrize(
+    ("call", "keyword"),
+    [
+        (lambda s, **old: api.up(s, **old), {"no_lock": True}),
+        (lambda s, **old: api.up(s, **old), {"wait": 5}),
+        (lambda s, **old: api.up(s, **old), {"yes": True}),
+        (lambda s, **old: api.down(s, **old), {"no_lock": True}),
+        (lambda s, **old: api.down(s, **old), {"wait": 5}),
+        (lambda s, **old: api.redo(s, **old), {"no_lock": True}),
+        (lambda s, **old: api.redo(s, **old), {"wait": 5}),
+        (lambda s, **old: api.converge(s, **old), {"yes": True}),
+        (lambda s, **old: api.converge(s, **old), {"no_lock": True}),
+        (lambda s, **old: api.converge(s, **old), {"wait": 5}),
+        (lambda s, **old: api.import_history(s, "migrate-mongo", **old), {"no_lock": True}),
+        (lambda s, **old: api.import_history(s, "migrate-mongo", **old), {"wait": 5}),
+        (lambda s, **old: api.baseline(s, "0001_items.py", **old), {"no_lock": True}),
+        (lambda s, **old: api.baseline(s, "0001_items.py", **old), {"wait": 5}),
+        (lambda s, **old: api.baseline(s, "0001_items.py", **old), {"yes": True}),
+    ],
+    ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
+)
+async def test_the_flat_functions_refuse_the_old_lock_and_confirmation_keywords(project, db, call, keyword: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+    """``no_lock``/``wait`` are ``lock=Lock(take, wait)`` and ``yes`` is ``confirm=True``: the old spellings do not exist."""
+    project.add("0001_items.py", LINE)
+    with pytest.raises(TypeError, match=next(iter(keyword))):
+        await call(project.settings(), **keyword)
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0

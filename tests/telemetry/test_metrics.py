@@ -47,7 +47,7 @@ async def test_a_wait_for_the_lock_is_timed(project, db, telemetry: Telemetry) -
     held = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "h", "pid": 1, "executed_by": "x", "ttl_ms": 60_000}
     await db["_mongoshift_locks"].insert_one({**held, "expires_at": datetime.now(UTC) + timedelta(seconds=0.5)})
 
-    await api.up(project.settings(), observers=[telemetry.observer], wait=10)
+    await api.up(project.settings(), observers=[telemetry.observer], lock=api.Lock(wait=10))
 
     [wait] = telemetry.points("mongoshift.lock.wait.duration")
     [acquire] = telemetry.points("mongoshift.lock.acquire.duration")

@@ -46,7 +46,7 @@ async def test_a_run_refused_the_lock_is_marked_refused_and_records_no_run_durat
 async def test_a_run_without_the_lock_says_so_on_its_span_and_its_duration(project, db, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_first.py", BODY % "first")
 
-    await api.up(project.settings(), no_lock=True, observers=[telemetry.observer])
+    await api.up(project.settings(), lock=api.Lock(take=False), observers=[telemetry.observer])
     await api.down(project.settings(), observers=[telemetry.observer])
 
     runs = telemetry.spans("mongoshift.run")

@@ -8,7 +8,11 @@ collections) is opened once for every call, the lock taken per writing call::
     async with mongoshift.connect(mongoshift.load_settings()) as ms:
         report = await ms.up()
 
-The functions below are the same calls, each on a project of its own (one-shot)::
+Its groups: the migration line and adoption on ``ms``, ``ms.collections``, ``ms.background``
+(with ``start_runner``, the in-application runner) and ``ms.intents`` (a job system's).
+The functions below are the same calls, each on a project of its own (one-shot), with the
+same options as the session's call plus ``client=`` (and ``observers=`` / ``cancel=`` where
+the call uses them)::
 
     from mongoshift import api
 
@@ -26,7 +30,7 @@ the live watcher (:func:`watch_background`, :func:`background_watch_status`), an
 (:func:`start_background_runner`; ``watch=True`` adds the live watcher) inside an application. Every call takes ``client=``, an
 application's open ``AsyncMongoClient`` (left open); writing calls take ``observers=``, functions
 that receive each :class:`Event` (see ``docs/observability.md``). A runtime making several
-calls per unit of work connects once with :func:`open_client`; a job system keeps its queued
+calls per unit of work opens a session (or connects once with :func:`open_client`); a job system keeps its queued
 and running intents with :func:`claim_intents`, :func:`read_intents`, :func:`settle_intent`. Every failure is a
 :class:`~mongoshift.errors.MongoshiftError` with a stable ``exit_code``.
 See ``docs/api.md``.

@@ -4,12 +4,14 @@ Both record files applied without running them, through the one changelog
 writer, in one new batch, under the migration lock, and mark the records with
 their ``origin`` so that ``down`` and ``redo`` refuse them (exit 13): mongoshift
 never ran their ``up``, so it cannot vouch for their ``down``. The other tool's
-collection is only read.
+collection is only read. ``*_in`` run on an open project (a session's); the flat
+functions are their one-shot wrappers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,11 +22,12 @@ from pymongo import ASCENDING, AsyncMongoClient
 from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
 from ..project.events import Observer
-from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool
+from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool as find_tool
 from ..project.loader import find, resolve_name
-from ..project.session import Session, open_session, warn_unlocked
+from ..project.run import CancelSignal
+from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from .options import checked_client, run_observers
+from .options import DEFAULT_LOCK, Lock, checked_lock, one_shot, run_observers
 
 BASELINE = "baseline"
 
@@ -78,27 +81,44 @@ class AdoptionReport:
 
 async def import_history(
     settings: Settings,
-    tool_name: str,
+    tool: str,
     *,
     collection: str | None = None,
     map_file: Path | None = None,
     dry_run: bool = False,
     force: bool = False,
-    no_lock: bool = False,
-    wait: float | None = None,
+    lock: Lock = DEFAULT_LOCK,
+    cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> AdoptionReport:
-    """Adopt ``tool_name``'s changelog: every file it applied is recorded applied here, forward-only.
+    """One-shot :meth:`Mongoshift.import_history <mongoshift.api.session.Mongoshift.import_history>` (:func:`import_history_in`)."""
+    project = one_shot(settings, client=client, observers=observers, cancel=cancel)
+    return await import_history_in(project, tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=lock)
+
+
+async def import_history_in(
+    project: Project,
+    tool: str,
+    *,
+    collection: str | None = None,
+    map_file: Path | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    lock: Lock = DEFAULT_LOCK,
+) -> AdoptionReport:
+    """Adopt ``tool``'s changelog: every file it applied is recorded applied here, forward-only.
 
     Refused with exit 17 when mongoshift's changelog holds records that no earlier import of this
-    same source wrote, unless ``force``; then those records are kept as they are.
+    same source wrote, unless ``force``; then those records are kept as they are. ``collection``:
+    the tool's changelog collection when not its default; ``map_file``: a TOML file of source
+    name = mongoshift file (``false``: leave it out). A dry run takes no lock and writes nothing.
     """
-    source_tool = tool(tool_name)
+    lock = checked_lock(lock)
+    source_tool = find_tool(tool)  # an unknown tool or a bad map fails before connecting
     mapping = read_map(map_file) if map_file is not None else {}
     source_collection = collection or source_tool.collection
-    async with open_session(settings, take_lock=not (no_lock or dry_run), wait=wait, client=checked_client(client)) as session:
-        if not dry_run:
-            warn_unlocked(no_lock)
+    async with _adopting(project, lock, "import", dry_run=dry_run) as session:
         cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])
         documents = [doc async for doc in cursor]
         entries = source_tool.applied(documents)
@@ -121,6 +141,24 @@ async def import_history(
         return report
 
 
+@asynccontextmanager
+async def _adopting(project: Project, lock: Lock, command: str, *, dry_run: bool) -> AsyncIterator[Session]:
+    """An adoption run of ``project``: under the lock as ``lock`` says and bracketed by ``command``'s
+    run events, or, for a dry run, without the lock and without run events (it writes nothing)."""
+    async with open_session(
+        project.settings,
+        take_lock=lock.take and not dry_run,
+        wait=lock.wait,
+        cancel=project.cancel,
+        observers=run_observers(project.observers, project.settings),
+        command=None if dry_run else command,
+        project=project,
+    ) as session:
+        if not dry_run:
+            warn_unlocked(not lock.take)
+        yield session
+
+
 def _imported_from(record: ChangelogRecord, source: dict[str, str]) -> bool:
     written = record.extra.get("source")
     return isinstance(written, dict) and all(written.get(k) == v for k, v in source.items())
@@ -131,26 +169,24 @@ async def baseline(
     to: str,
     *,
     dry_run: bool = False,
-    no_lock: bool = False,
-    wait: float | None = None,
+    lock: Lock = DEFAULT_LOCK,
+    cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> AdoptionReport:
+    """One-shot :meth:`Mongoshift.baseline <mongoshift.api.session.Mongoshift.baseline>` (:func:`baseline_in`)."""
+    project = one_shot(settings, client=client, observers=observers, cancel=cancel)
+    return await baseline_in(project, to, dry_run=dry_run, lock=lock)
+
+
+async def baseline_in(project: Project, to: str, *, dry_run: bool = False, lock: Lock = DEFAULT_LOCK) -> AdoptionReport:
     """Record every pending file up to ``to`` (inclusive) applied without running it; idempotent.
 
-    ``observers`` get the run's events as for ``up`` (a ``baseline`` run, no migration
-    events: no body runs); a dry run emits nothing."""
-    async with open_session(
-        settings,
-        take_lock=not (no_lock or dry_run),
-        wait=wait,
-        client=checked_client(client),
-        observers=run_observers(observers, settings),
-        command=None if dry_run else "baseline",
-    ) as session:
-        if not dry_run:
-            warn_unlocked(no_lock)
-        limit = find(session.files, resolve_name(to, settings.migrations_dir)).name
+    The project's observers get the run's events as for ``up`` (a ``baseline`` run, no migration
+    events: no body runs); a dry run takes no lock and emits nothing."""
+    lock = checked_lock(lock)
+    async with _adopting(project, lock, "baseline", dry_run=dry_run) as session:
+        limit = find(session.files, resolve_name(to, project.settings.migrations_dir)).name
         records = await session.changelog.records()
         rows = [(f.name, None) for f in session.files if f.name <= limit]
         report = await _adopt(session, records, rows, origin=BASELINE, source=None, dry_run=dry_run)

@@ -30,10 +30,10 @@ from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoun
 from ..project.loader import resolve_name
 from ..project.own_collections import own_collections
 from ..project.redaction import describe_error, redact
-from ..project.run import CancelSignal
+from ..project.run import CancelSignal, LinkedCancel
 from ..project.session import Project, open_session
 from ..project.settings import Settings
-from .options import checked_client, checked_function, one_shot, run_observers
+from .options import checked_function, one_shot, run_observers
 
 log = logging.getLogger("mongoshift.background")
 
@@ -223,8 +223,8 @@ async def verify_in(project: Project, names: list[str] | None = None, *, reopen:
 
 async def watch(
     settings: Settings,
-    *,
     options: WatchOptions | None = None,
+    *,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
@@ -401,6 +401,12 @@ class BackgroundRunner:
     It never raises for a migration's trouble (its lanes retry, the others go on), so
     ``on_error`` is how the application hears of it: a failed slice, a failed migration, a
     changed file, a failed round. The message is redacted like every stored error.
+
+    Built from settings (:func:`start_background_runner`), it connects when it starts (or runs
+    on ``client``) and closes that connection when it stops. Built on a session
+    (``ms.background.start_runner``, :meth:`on`), it runs on the session's connection, gives
+    its events to the session's observers and stops when the session's ``cancel`` is set;
+    leaving the session stops it (see :meth:`mongoshift.api.session.Background.start_runner`).
     """
 
     def __init__(
@@ -412,14 +418,32 @@ class BackgroundRunner:
         client: AsyncMongoClient[Any] | None = None,
         on_error: ErrorCallback | None = None,
         watch: bool | WatchOptions = False,
+        cancel: CancelSignal | None = None,
     ) -> None:
-        self.observers = _check_runner_options(settings, concurrency, observers, client, on_error)
+        self._build(one_shot(settings, client=client, observers=observers, cancel=cancel), concurrency, on_error, watch)
+
+    @classmethod
+    def on(
+        cls, project: Project, *, concurrency: int = 1, on_error: ErrorCallback | None = None, watch: bool | WatchOptions = False
+    ) -> BackgroundRunner:
+        """A runner on an open project (a session's): its connection, its observers, its ``cancel``."""
+        runner = cls.__new__(cls)
+        runner._build(project, concurrency, on_error, watch)
+        return runner
+
+    def _build(self, project: Project, concurrency: int, on_error: ErrorCallback | None, watch: bool | WatchOptions) -> None:
+        """Every option checked when the runner is built: a wrong one would only show in a lane, or never."""
+        _check_concurrency(concurrency)
+        if on_error is not None:
+            checked_function("on_error", on_error)
         self.watch = _check_watch(watch)
-        self.settings = settings
+        self.observers = run_observers(project.observers, project.settings)
+        self.settings = project.settings
         self.concurrency = concurrency
-        self.client = client
         self.on_error = on_error
-        self.cancel = CancelSignal()
+        #: Set by :meth:`stop`; it also follows the project's own cancel (a session's), when it has one.
+        self.cancel = CancelSignal() if project.cancel is None else LinkedCancel(project.cancel)
+        self._project = project
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -431,7 +455,7 @@ class BackgroundRunner:
 
     async def _loop(self) -> None:
         observers = [*self.observers, self._forward_error] if self.on_error else self.observers
-        async with open_engine(self.settings, cancel=self.cancel, observers=observers, client=self.client) as engine:
+        async with open_engine(self.settings, cancel=self.cancel, observers=observers, project=self._project) as engine:
             watcher = asyncio.create_task(self._watch(engine), name="mongoshift-watcher") if self.watch else None
             while not self.cancel.is_set():
                 try:
@@ -491,13 +515,15 @@ async def start_background_runner(
     settings: Settings,
     *,
     concurrency: int = 1,
-    observers: Iterable[Observer] = (),
-    client: AsyncMongoClient[Any] | None = None,
     on_error: ErrorCallback | None = None,
     watch: bool | WatchOptions = False,
+    cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> BackgroundRunner:
-    """A :class:`BackgroundRunner`, started; ``watch`` also runs the live watcher (True, or its :class:`WatchOptions`)."""
-    runner = BackgroundRunner(settings, concurrency=concurrency, observers=observers, client=client, on_error=on_error, watch=watch)
+    """One-shot ``Mongoshift.background.start_runner``: a :class:`BackgroundRunner` on a connection of
+    its own (or ``client``), started; it runs until :meth:`BackgroundRunner.stop` (or ``cancel``)."""
+    runner = BackgroundRunner(settings, concurrency=concurrency, observers=observers, client=client, on_error=on_error, watch=watch, cancel=cancel)
     runner.start()
     return runner
 
@@ -516,17 +542,3 @@ def _check_watch(watch: object) -> WatchOptions | None:
 def _check_concurrency(concurrency: object) -> None:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 64:
         raise ConfigInvalidError(f"concurrency must be an integer from 1 to 64 (lanes in this process), not {concurrency!r}")
-
-
-def _check_runner_options(
-    settings: object, concurrency: object, observers: object, client: object, on_error: object
-) -> list[Observer]:
-    """The runner's options, refused when it is built: a wrong one would only show in a lane, or never."""
-    if not isinstance(settings, Settings):
-        raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
-    _check_concurrency(concurrency)
-    listed = run_observers(observers, settings)
-    if on_error is not None:
-        checked_function("on_error", on_error)
-    checked_client(client)
-    return listed

@@ -11,7 +11,6 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from ..converge.applier import Confirm
 from ..converge.orchestrator import (
     REASON_LIMIT,
     REQUESTED_BY_LIMIT,
@@ -26,7 +25,7 @@ from ..project.run import CancelSignal
 from ..project.session import Project, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..schema.collections import CollectionDeclaration
-from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, confirmation, one_shot, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, one_shot, run_observers
 
 
 async def plan_converge(
@@ -60,22 +59,17 @@ async def converge(
     settings: Settings,
     *,
     prune: bool = False,
-    yes: bool = False,
-    confirm: Confirm | None = None,
-    no_lock: bool = False,
-    wait: float | None = None,
+    confirm: Confirmation = False,
+    lock: Lock = DEFAULT_LOCK,
+    requested_by: str | None = None,
+    reason: str | None = None,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
-    requested_by: str | None = None,
-    reason: str | None = None,
 ) -> ConvergeReport:
-    """One-shot ``Mongoshift.collections.converge`` (:func:`converge_in`): ``no_lock`` / ``wait`` are its
-    ``lock``, ``yes`` / ``confirm`` its ``confirm``."""
+    """One-shot ``Mongoshift.collections.converge`` (:func:`converge_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
-    return await converge_in(
-        project, prune=prune, confirm=confirmation(yes, confirm), lock=Lock(not no_lock, wait), requested_by=requested_by, reason=reason
-    )
+    return await converge_in(project, prune=prune, confirm=confirm, lock=lock, requested_by=requested_by, reason=reason)
 
 
 async def converge_in(

@@ -384,7 +384,7 @@ def judge(facts: Facts) -> list[Finding]:
 async def audit(
     settings: Settings,
     *,
-    stale_after: float = DEFAULT_STALE_AFTER_SECONDS,
+    stale_after: float | None = None,
     now: datetime | None = None,
     client: AsyncMongoClient[Any] | None = None,
 ) -> AuditReport:
@@ -392,12 +392,15 @@ async def audit(
     return await audit_in(one_shot(settings, client=client), stale_after=stale_after, now=now)
 
 
-async def audit_in(project: Project, *, stale_after: float = DEFAULT_STALE_AFTER_SECONDS, now: datetime | None = None) -> AuditReport:
+async def audit_in(project: Project, *, stale_after: float | None = None, now: datetime | None = None) -> AuditReport:
     """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict.
 
     ``stale_after``: seconds a pending migration may wait for a runner, or a running one go without
-    a lane, before it is a finding. ``now``: the time to judge at (default: the server's clock).
+    a lane, before it is a finding (None: :data:`DEFAULT_STALE_AFTER_SECONDS`). ``now``: the time to
+    judge at (default: the server's clock).
     """
+    if stale_after is None:
+        stale_after = DEFAULT_STALE_AFTER_SECONDS
     if not stale_after >= 0:
         raise ConfigInvalidError("--stale-after must be a number of seconds, 0 or more")
     async with open_session(project.settings, take_lock=False, cancel=project.cancel, project=project) as session:

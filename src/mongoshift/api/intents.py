@@ -5,12 +5,15 @@ let a runtime on top of a broker drop a duplicate while one is queued or running
 learn that the one ahead of it failed. Each is a lease in the lock collection (``_id``
 ``queue:<key>``), beside the migration lock and the ``background:<name>`` locks, judged by the
 server's clock like them: a record whose task was lost with its broker message lapses at its
-``expires_at`` instead of blocking the key for ever.
+``expires_at`` instead of blocking the key for ever. ``*_in`` run on an open project (a session's
+``ms.intents``: one connection and one check of the own collections for a task's many calls);
+the flat functions are their one-shot wrappers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -19,9 +22,9 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError
 
 from ..errors import ConfigInvalidError
-from ..project.session import open_session
+from ..project.session import Project, Session, open_session
 from ..project.settings import Settings
-from .options import checked_client
+from .options import one_shot
 
 #: ``queued`` and ``running`` hold the key while live; ``failed``, ``blocked`` and ``revoked`` (the
 #: producer revoked its task: a running one stops, a queued one never runs) are kept for the
@@ -65,15 +68,23 @@ def _expired_or_settled() -> dict[str, Any]:
     return {"$or": [{"$lt": ["$expires_at", "$$NOW"]}, *({"$eq": ["$state", state]} for state in SETTLED)]}
 
 
-async def claim_intents(
-    settings: Settings, claims: Iterable[Claim], *, client: AsyncMongoClient[Any] | None = None
-) -> list[bool]:
+def _reading(project: Project) -> AbstractAsyncContextManager[Session]:
+    """A run of ``project`` for the intents: no lock, no files (a worker may have no migrations folder)."""
+    return open_session(project.settings, take_lock=False, with_files=False, cancel=project.cancel, project=project)
+
+
+async def claim_intents(settings: Settings, claims: Iterable[Claim], *, client: AsyncMongoClient[Any] | None = None) -> list[bool]:
+    """One-shot ``Mongoshift.intents.claim`` (:func:`claim_intents_in`)."""
+    return await claim_intents_in(one_shot(settings, client=client), claims)
+
+
+async def claim_intents_in(project: Project, claims: Iterable[Claim]) -> list[bool]:
     """Take each key as ``queued``, in order; False where a live record (queued or running) holds it."""
     listed = list(claims)
     ttls = [_checked_ttl(c.ttl_seconds) for c in listed]
     taken: list[bool] = []
-    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
-        collection = session.db[settings.lock_collection]
+    async with _reading(project) as session:
+        collection = session.db[project.settings.lock_collection]
         for claim, ttl_ms in zip(listed, ttls, strict=True):
             fields = {
                 "owner": {"$literal": claim.owner},
@@ -94,18 +105,21 @@ async def claim_intents(
     return taken
 
 
-async def read_intents(
-    settings: Settings, keys: Iterable[str], *, client: AsyncMongoClient[Any] | None = None
-) -> dict[str, Intent]:
+async def read_intents(settings: Settings, keys: Iterable[str], *, client: AsyncMongoClient[Any] | None = None) -> dict[str, Intent]:
+    """One-shot ``Mongoshift.intents.read`` (:func:`read_intents_in`)."""
+    return await read_intents_in(one_shot(settings, client=client), keys)
+
+
+async def read_intents_in(project: Project, keys: Iterable[str]) -> dict[str, Intent]:
     """The records of ``keys`` that exist, by key; ``live`` says whether a queued or running one still holds its key."""
     wanted = [PREFIX + key for key in keys]
     found: dict[str, Intent] = {}
-    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
+    async with _reading(project) as session:
         pipeline: list[dict[str, Any]] = [
             {"$match": {"_id": {"$in": wanted}}},
             {"$addFields": {"live": {"$and": [{"$gte": ["$expires_at", "$$NOW"]}, {"$or": [{"$eq": ["$state", s]} for s in LIVE]}]}}},
         ]
-        async for doc in await session.db[settings.lock_collection].aggregate(pipeline):
+        async for doc in await session.db[project.settings.lock_collection].aggregate(pipeline):
             key = str(doc["_id"])[len(PREFIX):]
             found[key] = Intent(
                 key=key,
@@ -128,13 +142,20 @@ async def settle_intent(
     data: Mapping[str, Any] | None = None,
     client: AsyncMongoClient[Any] | None = None,
 ) -> bool:
+    """One-shot ``Mongoshift.intents.settle`` (:func:`settle_intent_in`)."""
+    return await settle_intent_in(one_shot(settings, client=client), key, owner, state, ttl_seconds=ttl_seconds, data=data)
+
+
+async def settle_intent_in(
+    project: Project, key: str, owner: str, state: IntentState | None, *, ttl_seconds: float, data: Mapping[str, Any] | None = None
+) -> bool:
     """Move ``owner``'s record of ``key`` to ``state`` for ``ttl_seconds`` more (None: remove it).
 
     False when the record is not ``owner``'s any more (it lapsed and another task claimed the key),
     and when a ``revoked`` record would be made live again (``queued``, ``running``): a revoked task stays revoked."""
     ttl_ms = _checked_ttl(ttl_seconds)
-    async with open_session(settings, take_lock=False, with_files=False, client=checked_client(client)) as session:
-        collection = session.db[settings.lock_collection]
+    async with _reading(project) as session:
+        collection = session.db[project.settings.lock_collection]
         scope: dict[str, Any] = {"_id": PREFIX + key, "owner": owner}
         if state in LIVE:
             scope["state"] = {"$ne": "revoked"}

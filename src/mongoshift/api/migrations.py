@@ -25,10 +25,9 @@ from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, confirmation, log_entries, one_shot, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, log_entries, one_shot, run_observers
 
 if TYPE_CHECKING:
-    from ..converge.applier import Confirm
     from ..converge.report import ConvergeReport
     from ..line.executor import MigrationResult
 
@@ -168,30 +167,27 @@ async def _execute(
 
 async def up(
     settings: Settings,
-    *,
     target: str | None = None,
+    *,
     to: str | None = None,
     step: bool = False,
     force: bool = False,
     strict: bool | None = None,
-    no_lock: bool = False,
-    wait: float | None = None,
-    cancel: CancelSignal | None = None,
+    lock: Lock = DEFAULT_LOCK,
     converge: bool | None = None,
-    yes: bool = False,
-    confirm: Confirm | None = None,
-    observers: Iterable[Observer] = (),
-    client: AsyncMongoClient[Any] | None = None,
+    confirm: Confirmation = False,
     batch: int | None = None,
     ordered: bool = False,
     checksums: Mapping[str, str] | None = None,
+    cancel: CancelSignal | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
-    """One-shot :meth:`Mongoshift.up <mongoshift.api.session.Mongoshift.up>`: ``no_lock`` / ``wait`` are its
-    ``lock``, ``yes`` / ``confirm`` its ``confirm``."""
+    """One-shot :meth:`Mongoshift.up <mongoshift.api.session.Mongoshift.up>` (:func:`up_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
     return await up_in(
-        project, target=target, to=to, step=step, force=force, strict=strict, lock=Lock(not no_lock, wait),
-        converge=converge, confirm=confirmation(yes, confirm), batch=batch, ordered=ordered, checksums=checksums,
+        project, target=target, to=to, step=step, force=force, strict=strict, lock=lock,
+        converge=converge, confirm=confirm, batch=batch, ordered=ordered, checksums=checksums,
     )
 
 
@@ -269,22 +265,21 @@ async def _writing(project: Project, lock: Lock, command: str, *, declarations: 
 
 async def down(
     settings: Settings,
-    *,
     target: str | None = None,
+    *,
     batch: int | None = None,
     steps: int | None = None,
     to: str | None = None,
-    no_lock: bool = False,
-    wait: float | None = None,
+    lock: Lock = DEFAULT_LOCK,
+    ordered: bool = False,
+    checksums: Mapping[str, str] | None = None,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
-    ordered: bool = False,
-    checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
-    """One-shot :meth:`Mongoshift.down <mongoshift.api.session.Mongoshift.down>`; ``no_lock`` / ``wait`` are its ``lock``."""
+    """One-shot :meth:`Mongoshift.down <mongoshift.api.session.Mongoshift.down>` (:func:`down_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
-    return await down_in(project, target=target, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered, checksums=checksums)
+    return await down_in(project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums)
 
 
 async def down_in(
@@ -309,18 +304,17 @@ async def down_in(
 
 async def redo(
     settings: Settings,
-    *,
     target: str | None = None,
-    no_lock: bool = False,
-    wait: float | None = None,
+    *,
+    lock: Lock = DEFAULT_LOCK,
+    checksums: Mapping[str, str] | None = None,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
-    checksums: Mapping[str, str] | None = None,
 ) -> RunReport:
-    """One-shot :meth:`Mongoshift.redo <mongoshift.api.session.Mongoshift.redo>`; ``no_lock`` / ``wait`` are its ``lock``."""
+    """One-shot :meth:`Mongoshift.redo <mongoshift.api.session.Mongoshift.redo>` (:func:`redo_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
-    return await redo_in(project, target=target, lock=Lock(not no_lock, wait), checksums=checksums)
+    return await redo_in(project, target=target, lock=lock, checksums=checksums)
 
 
 async def redo_in(project: Project, *, target: str | None = None, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
@@ -375,7 +369,7 @@ def only_rows(rows: list[StatusRow], only: Literal["pending", "applied"] | None)
 
 
 async def list_migrations(
-    settings: Settings, *, only: Literal["pending", "applied"] | None = None, client: AsyncMongoClient[Any] | None = None
+    settings: Settings, only: Literal["pending", "applied"] | None = None, *, client: AsyncMongoClient[Any] | None = None
 ) -> list[StatusRow]:
     """Every migration file with its state and checksum verdict, as ``status`` shows them, optionally only the pending or applied ones."""
     return only_rows(await status(settings, client=client), only)
@@ -383,9 +377,9 @@ async def list_migrations(
 
 async def dry_run(
     settings: Settings,
-    direction: Literal["up", "down"],
-    *,
+    direction: Literal["up", "down"] = "up",
     target: str | None = None,
+    *,
     to: str | None = None,
     force: bool = False,
     strict: bool | None = None,

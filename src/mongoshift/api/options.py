@@ -71,11 +71,6 @@ def confirm_parts(confirm: object) -> tuple[bool, ConfirmCallback | None]:
     raise ConfigInvalidError(f"confirm must be True, False or an async function asked with the actions, not {type(confirm).__name__}")
 
 
-def confirmation(yes: bool, confirm: ConfirmCallback | None) -> Confirmation:
-    """A flat call's ``yes`` and ``confirm`` as the one value of a session call."""
-    return True if yes else confirm if confirm is not None else False
-
-
 def one_shot(
     settings: Settings, *, client: object = None, observers: object = (), cancel: CancelSignal | None = None
 ) -> Project:

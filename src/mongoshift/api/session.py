@@ -7,11 +7,12 @@ reuses them. The migration lock is not part
 of a session: each writing call takes it (as its :class:`~mongoshift.api.options.Lock`
 says) and releases it before it returns, so a session left open blocks no other run.
 
-The calls come in three groups: the migration line on the session itself (``up``,
+The calls come in four groups: the migration line on the session itself (``up``,
 ``down``, ``redo``, ``plan``, ``status``, ``migrations``, ``audit``, ``lock_status``,
-``unlock``), declared collections on ``ms.collections``, background migrations on
-``ms.background``. The flat functions of :mod:`mongoshift.api` are the same calls on a
-one-shot project. See docs/api.md.
+``unlock``, and the adoption of a database: ``import_history``, ``baseline``), declared
+collections on ``ms.collections``, background migrations on ``ms.background`` (the
+in-application runner too: ``start_runner``), a job system's intents on ``ms.intents``. The
+flat functions of :mod:`mongoshift.api` are the same calls on a one-shot project. See docs/api.md.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from ..project.settings import Settings
 from .options import DEFAULT_LOCK, Confirmation, Lock, checked_client, checked_observers
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..background.inspect.drift import Verified
     from ..background.inspect.preview import Preview
     from ..background.inspect.status import BackgroundReport, PartitionRow
@@ -40,8 +43,10 @@ if TYPE_CHECKING:
     from ..line.plan import StatusRow
     from ..project.lock import LockHolder
     from ..schema.collections import CollectionDeclaration
-    from .background import CoordinatorStep, SliceReport
+    from .adoption import AdoptionReport
+    from .background import BackgroundRunner, CoordinatorStep, ErrorCallback, SliceReport
     from .health import AuditReport
+    from .intents import Claim, Intent, IntentState
     from .migrations import DryRunReport, RunReport
 
 # Start-up time (bench/cli.py): each call imports its module when it runs, so a session that
@@ -60,14 +65,19 @@ async def connect(
     ``client``: the application's open ``AsyncMongoClient`` (used and left open).
     ``observers``: plain functions that receive every event of every writing call.
     ``cancel``: one signal for every call (Ctrl-C, a timeout); without it each call has its own.
-    A wrong option, URI or own collection fails here, before any call.
+    A wrong option, URI or own collection fails here, before any call. Leaving it stops the
+    background runners the session started, then closes; a call after that is refused.
     """
     project = Project(settings, checked_client(client), checked_observers(observers), cancel, one_shot=False)
     try:
         await project.open()
-        yield Mongoshift(project)
+        ms = Mongoshift(project)
+        try:
+            yield ms
+        finally:
+            await ms.background._stop_runners()  # before the connection they run on closes
     finally:
-        await project.close()
+        await project.end()
 
 
 def per_call(
@@ -86,14 +96,16 @@ def per_call(
 
 
 class Mongoshift:
-    """An open project: the migration line's calls, ``collections`` and ``background``."""
+    """An open project: the migration line's calls, ``collections``, ``background`` and ``intents``."""
 
     def __init__(self, project: Project) -> None:
         self._project = project
         #: Declared collections: ``converge`` and ``plan``.
         self.collections = Collections(project)
-        #: Background migrations: run, inspect, control.
+        #: Background migrations: run, inspect, control, the in-application runner.
         self.background = Background(project)
+        #: A job system's queued and running intents: ``claim``, ``read``, ``settle``.
+        self.intents = Intents(project)
 
     @property
     def settings(self) -> Settings:
@@ -181,9 +193,9 @@ class Mongoshift:
 
     async def audit(self, *, stale_after: float | None = None, now: datetime | None = None) -> AuditReport:
         """Judge the project's health without writing anything; ``report.exit_code`` is the CLI's verdict."""
-        from .health import DEFAULT_STALE_AFTER_SECONDS, audit_in
+        from .health import audit_in
 
-        return await audit_in(self._project, stale_after=DEFAULT_STALE_AFTER_SECONDS if stale_after is None else stale_after, now=now)
+        return await audit_in(self._project, stale_after=stale_after, now=now)
 
     async def lock_status(self) -> LockHolder | None:
         """Who holds the migration lock (None: nobody)."""
@@ -196,6 +208,30 @@ class Mongoshift:
         from .migrations import unlock_in
 
         return await unlock_in(self._project)
+
+    async def import_history(
+        self,
+        tool: str,
+        *,
+        collection: str | None = None,
+        map_file: Path | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        lock: Lock = DEFAULT_LOCK,
+    ) -> AdoptionReport:
+        """Record what another tool (``migrate-mongo``, ``beanie``, ...) applied as applied here, forward-only;
+        its collection is only read. See :func:`mongoshift.api.adoption.import_history_in`."""
+        from .adoption import import_history_in
+
+        return await import_history_in(
+            self._project, tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=lock
+        )
+
+    async def baseline(self, to: str, *, dry_run: bool = False, lock: Lock = DEFAULT_LOCK) -> AdoptionReport:
+        """Record every pending file up to ``to`` (inclusive) applied without running it; calling it is the confirmation."""
+        from .adoption import baseline_in
+
+        return await baseline_in(self._project, to, dry_run=dry_run, lock=lock)
 
 
 class Collections:
@@ -232,6 +268,7 @@ class Background:
 
     def __init__(self, project: Project) -> None:
         self._project = project
+        self._runners: list[BackgroundRunner] = []
 
     async def run(self, names: list[str] | None = None, *, concurrency: int = 1, once: bool = False) -> list[BackgroundReport]:
         """Run the named migrations (None: every runnable one) in this process until each ends (``once``: one round)."""
@@ -307,3 +344,67 @@ class Background:
         from .background import run_slice_in
 
         return await run_slice_in(self._project, name)
+
+    async def start_runner(
+        self, *, concurrency: int = 1, on_error: ErrorCallback | None = None, watch: bool | WatchOptions = False
+    ) -> BackgroundRunner:
+        """A :class:`~mongoshift.api.background.BackgroundRunner` on this session, started: it runs every
+        runnable migration until :meth:`~mongoshift.api.background.BackgroundRunner.stop`.
+
+        It lives inside the session: it runs on the session's connection, its events go to the
+        session's observers, and the session's ``cancel`` stops it too. Leaving the session stops
+        it (its batches finished, its leases released, as ``stop()`` does) before the connection
+        closes, so a runner never outlives the connection it runs on; a closed session refuses
+        to start one. ``watch`` also runs the live watcher (True, or its ``WatchOptions``);
+        ``on_error(migration, message)`` hears of a migration's trouble. Options are checked here.
+        """
+        from .background import BackgroundRunner
+
+        self._project.check_open()
+        runner = BackgroundRunner.on(self._project, concurrency=concurrency, on_error=on_error, watch=watch)
+        self._runners = [r for r in self._runners if r.running]
+        self._runners.append(runner)
+        runner.start()
+        return runner
+
+    async def _stop_runners(self) -> None:
+        """Stop every runner this session started that still runs (each as ``runner.stop()`` does)."""
+        runners, self._runners = self._runners, []
+        failures: list[BaseException] = []
+        for runner in runners:
+            try:
+                await runner.stop()
+            except Exception as exc:  # stop the others first: each holds leases
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+
+class Intents:
+    """A job system's intents on an open project: leases in the lock collection (``queue:<key>``)
+    that say a migration is queued or running in one of its tasks (see :mod:`mongoshift.api.intents`).
+
+    Every call of one task on one session: one connection, one check of the own collections."""
+
+    def __init__(self, project: Project) -> None:
+        self._project = project
+
+    async def claim(self, claims: Iterable[Claim]) -> list[bool]:
+        """Take each key as ``queued``, in order; False where a live record (queued or running) holds it."""
+        from .intents import claim_intents_in
+
+        return await claim_intents_in(self._project, claims)
+
+    async def read(self, keys: Iterable[str]) -> dict[str, Intent]:
+        """The records of ``keys`` that exist, by key; ``live``: a queued or running one still holds its key."""
+        from .intents import read_intents_in
+
+        return await read_intents_in(self._project, keys)
+
+    async def settle(
+        self, key: str, owner: str, state: IntentState | None, *, ttl_seconds: float, data: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Move ``owner``'s record of ``key`` to ``state`` for ``ttl_seconds`` more (None: remove it); False when it is not ``owner``'s."""
+        from .intents import settle_intent_in
+
+        return await settle_intent_in(self._project, key, owner, state, ttl_seconds=ttl_seconds, data=data)

@@ -1,7 +1,7 @@
 """Background migrations on a job system: a coordinator chain and its lanes, one step or slice per task.
 
-The coordinator task takes one step (:func:`mongoshift.api.coordinate_background`), starts the
-lanes it hands out, and asks again after a poll until the migration is done; one chain per
+The coordinator task takes one step (``ms.background.coordinate`` on a session that also
+renews the chain's hold), starts the lanes it hands out, and asks again after a poll until the migration is done; one chain per
 migration, held by its ``background:<name>`` intent (a lost chain's intent lapses after
 ``chain_ttl_seconds``, and the next :meth:`~mongoshift.celery.MongoshiftTasks.start_background`,
 or the beat's background tick, starts a new one). A lane task runs one slice
@@ -16,9 +16,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from pymongo import AsyncMongoClient
 
 from .. import api
 from ..errors import MongoshiftError, NotAppliedError
@@ -68,12 +65,12 @@ def poll_of(settings: api.Settings, options: BackgroundOptions) -> float:
     return options.poll_seconds if options.poll_seconds is not None else settings.background_poll_seconds
 
 
-async def hold_chain(settings: api.Settings, name: str, chain: str, ttl: float, client: AsyncMongoClient[Any]) -> bool:
+async def hold_chain(ms: api.Mongoshift, name: str, chain: str, ttl: float) -> bool:
     """Renew ``chain``'s hold on the migration, or take it when nobody live holds it."""
     key = chain_key(name)
-    if await api.settle_intent(settings, key, chain, "running", ttl_seconds=ttl, client=client):
+    if await ms.intents.settle(key, chain, "running", ttl_seconds=ttl):
         return True
-    return (await api.claim_intents(settings, [api.Claim(key, chain, ttl)], client=client))[0]
+    return (await ms.intents.claim([api.Claim(key, chain, ttl)]))[0]
 
 
 async def coordinate(
@@ -82,30 +79,32 @@ async def coordinate(
     """One step of the chain; an error of the step itself (a lost connection) is logged and asked again."""
     poll = poll_of(settings, options)
     again = Again(poll, payload)
+    opened = False
     try:
-        client = await api.open_client(settings)
+        async with api.connect(settings, observers=observers) as ms:  # one connection for the hold, the step and the release
+            opened = True
+            if not await hold_chain(ms, payload.name, payload.chain, options.chain_ttl_seconds):
+                return Tick(0, BackgroundResult(payload.name, None, "another coordinator chain runs this migration"))
+            try:
+                step = await ms.background.coordinate(payload.name)
+            except NotAppliedError as exc:
+                await ms.intents.settle(chain_key(payload.name), payload.chain, None, ttl_seconds=1)
+                return Tick(0, BackgroundResult(payload.name, None, api.redact(exc.message)))
+            if step.next == "done":
+                await ms.intents.settle(chain_key(payload.name), payload.chain, None, ttl_seconds=1)
+                return Tick(0, BackgroundResult(step.name, step.status, step.reason))
+            if step.next == "wait" and step.reason:
+                log.info("%s: waiting: %s", step.name, step.reason)
+            return Tick(min(step.lanes, payload.lanes) if step.next == "process" else 0, again)
     except MongoshiftError as exc:
-        log.warning("%s: coordinator cannot connect (%s); asking again", payload.name, exc.kind)
+        if opened:
+            log.warning("%s: a coordinator step failed: %s; asking again", payload.name, api.describe_error(exc))
+        else:
+            log.warning("%s: coordinator cannot connect (%s); asking again", payload.name, exc.kind)
         return Tick(0, again)
-    try:
-        if not await hold_chain(settings, payload.name, payload.chain, options.chain_ttl_seconds, client):
-            return Tick(0, BackgroundResult(payload.name, None, "another coordinator chain runs this migration"))
-        try:
-            step = await api.coordinate_background(settings, payload.name, observers=observers, client=client)
-        except NotAppliedError as exc:
-            await api.settle_intent(settings, chain_key(payload.name), payload.chain, None, ttl_seconds=1, client=client)
-            return Tick(0, BackgroundResult(payload.name, None, api.redact(exc.message)))
-        if step.next == "done":
-            await api.settle_intent(settings, chain_key(payload.name), payload.chain, None, ttl_seconds=1, client=client)
-            return Tick(0, BackgroundResult(step.name, step.status, step.reason))
-        if step.next == "wait" and step.reason:
-            log.info("%s: waiting: %s", step.name, step.reason)
-        return Tick(min(step.lanes, payload.lanes) if step.next == "process" else 0, again)
     except Exception as exc:  # the chain outlives a failed step, as the CLI runner's loop does
         log.warning("%s: a coordinator step failed: %s; asking again", payload.name, api.describe_error(exc))
         return Tick(0, again)
-    finally:
-        await client.close()
 
 
 async def lane(

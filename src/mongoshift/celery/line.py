@@ -89,16 +89,15 @@ async def plan_line(
     one file, the newest applied by default), so a file that does not import or a bad
     selection fails here, before anything is queued. Each payload carries the file's
     checksum: a file changed before its task runs is refused (:func:`mongoshift.api.up`'s
-    ``checksums``). A line (no FILE) is ordered; one FILE runs on its own."""
-    own = client is None
-    connected = client if client is not None else await api.open_client(settings)  # one connection for both calls
-    try:
+    ``checksums``). A line (no FILE) is ordered; one FILE runs on its own. ``client``: the
+    application's (left open); without it, one connection of its own for the plan and the claims."""
+    async with api.connect(settings, client=client) as ms:
         if direction == "up":
-            preview = await api.dry_run(settings, "up", target=target, to=to, client=connected)
+            preview = await ms.plan("up", target, to=to)
         elif direction == "down":
-            preview = await api.dry_run(settings, "down", target=target, to=to, batch=batch, steps=steps, client=connected)
+            preview = await ms.plan("down", target, to=to, batch=batch, steps=steps)
         else:
-            preview = await api.dry_run(settings, "down", target=target, steps=None if target else 1, client=connected)
+            preview = await ms.plan("down", target, steps=None if target else 1)
         group = uuid.uuid4().hex
         first = preview.rows[0].batch if preview.rows else None
         wait_until = time.time() + options.line_wait_seconds
@@ -107,10 +106,7 @@ async def plan_line(
             api.Claim(intent_key(name, direction), owner, options.intent_ttl_seconds, {"group": group, "batch": first})
             for name, owner in owners.items()
         ]
-        taken = await api.claim_intents(settings, claims, client=connected)
-    finally:
-        if own:
-            await connected.close()
+        taken = await ms.intents.claim(claims)
     tasks, dropped = [], []
     ordered = target is None and direction != "redo"
     for row, ok in zip(preview.rows, taken, strict=True):
@@ -136,41 +132,45 @@ async def revoke_line(
     """Mark the intents of ``tasks`` (name, task id) ``revoked``: a running one sets ``ctx.cancelled``
     at its next poll, a queued one runs nothing; those already ended are left (returned: the ones marked)."""
     marked = []
-    for name, task_id in tasks:
-        if await api.settle_intent(settings, intent_key(name, direction), task_id, "revoked", ttl_seconds=ttl_seconds, client=client):
-            marked.append(name)
+    async with api.connect(settings, client=client) as ms:
+        for name, task_id in tasks:
+            if await ms.intents.settle(intent_key(name, direction), task_id, "revoked", ttl_seconds=ttl_seconds):
+                marked.append(name)
     return marked
 
 
 async def release_line(settings: api.Settings, planned: Planned, *, client: AsyncMongoClient[Any] | None = None) -> None:
     """Free the intents of a plan whose tasks the broker did not take, so that the next enqueue is not dropped."""
-    for payload, owner in planned.tasks:
-        await api.settle_intent(settings, intent_key(payload.name, payload.direction), owner, None, ttl_seconds=1, client=client)
+    async with api.connect(settings, client=client) as ms:
+        for payload, owner in planned.tasks:
+            await ms.intents.settle(intent_key(payload.name, payload.direction), owner, None, ttl_seconds=1)
 
 
 class _Run:
-    """One task's run of its migration, on one client."""
+    """One task's run of its migration, on one session (its connection, its check of the own
+    collections, its ``cancel``): the intents' reads and writes and the one run share them."""
 
     def __init__(
         self,
-        settings: api.Settings,
         payload: UpPayload,
         task_id: str,
         options: LineOptions,
-        client: AsyncMongoClient[Any],
-        observers: Sequence[api.Observer] = (),
         revoked: Callable[[], bool] | None = None,
     ) -> None:
-        self.settings = settings
+        #: The session's cancel: set when the task is revoked, it stops the run.
         self.cancel = api.CancelSignal()
         #: Whether the worker was told to revoke this task (Celery's own revoke, where the pool sees it).
         self.revoked = revoked
-        self.observers = observers
         self.payload = payload
         self.task_id = task_id
         self.options = options
-        self.client = client
         self.run_id: str | None = None
+        self._ms: api.Mongoshift | None = None
+
+    @property
+    def ms(self) -> api.Mongoshift:
+        assert self._ms is not None, "the task's session is opened by run_up"
+        return self._ms
 
     def result(self, outcome: Any, **fields: Any) -> LineResult:
         payload = self.payload
@@ -188,7 +188,7 @@ class _Run:
         """The producer revoked this task (:meth:`~mongoshift.celery.MongoshiftTasks.revoke`), or its worker was told so."""
         if self.revoked is not None and self.revoked():
             return True
-        intent = (await api.read_intents(self.settings, [self.key], client=self.client)).get(self.key)
+        intent = (await self.ms.intents.read([self.key])).get(self.key)
         return intent is not None and intent.owner == self.task_id and intent.state == "revoked"
 
     async def _watch(self) -> None:
@@ -205,13 +205,13 @@ class _Run:
         """Mark this task's intent running; False when another live task holds the migration (a duplicate), or its task was revoked."""
         key = self.key
         ttl = self.options.intent_ttl_seconds
-        if await api.settle_intent(self.settings, key, self.task_id, "running", ttl_seconds=ttl, client=self.client):
+        if await self.ms.intents.settle(key, self.task_id, "running", ttl_seconds=ttl):
             return True
         if await self._revoked():  # revoked while queued: not taken again
             return False
         # ours lapsed (the queue was slow) or was never written: take it again unless another task holds it now
-        claimed = await api.claim_intents(self.settings, [api.Claim(key, self.task_id, ttl, {"group": self.payload.group})], client=self.client)
-        return claimed[0] and await api.settle_intent(self.settings, key, self.task_id, "running", ttl_seconds=ttl, client=self.client)
+        claimed = await self.ms.intents.claim([api.Claim(key, self.task_id, ttl, {"group": self.payload.group})])
+        return claimed[0] and await self.ms.intents.settle(key, self.task_id, "running", ttl_seconds=ttl)
 
     async def run(self) -> LineResult | Wait:
         told = self.revoked is not None and self.revoked()  # Celery revoked it before it started here
@@ -250,25 +250,19 @@ class _Run:
     async def _command(self) -> api.RunReport:
         """The one run of this task: ``up NAME``, ``down NAME`` or ``redo NAME``, refused when the file changed since it was queued."""
         payload = self.payload
-        common: dict[str, Any] = {
-            "target": payload.name,
-            "wait": self.options.lock_wait_seconds,
-            "cancel": self.cancel,
-            "observers": [self._observe, *self.observers],
-            "client": self.client,
-            "checksums": {payload.name: payload.checksum} if payload.checksum else None,
-        }
+        lock = api.Lock(wait=self.options.lock_wait_seconds)
+        checksums = {payload.name: payload.checksum} if payload.checksum else None
         if payload.direction == "up":
-            return await api.up(self.settings, batch=payload.batch, ordered=payload.ordered, **common)
+            return await self.ms.up(payload.name, lock=lock, batch=payload.batch, ordered=payload.ordered, checksums=checksums)
         if payload.direction == "down":
-            return await api.down(self.settings, ordered=payload.ordered, **common)
-        return await api.redo(self.settings, **common)
+            return await self.ms.down(payload.name, lock=lock, ordered=payload.ordered, checksums=checksums)
+        return await self.ms.redo(payload.name, lock=lock, checksums=checksums)
 
     async def _behind(self, exc: OutOfOrderError) -> LineResult | Wait:
         """Earlier migrations are not applied: wait while their tasks are queued or running, else blocked."""
         ahead = [str(n) for n in exc.details.get("blocked_by") or []]
         keys = {n: intent_key(n, self.payload.direction) for n in ahead}
-        intents = await api.read_intents(self.settings, list(keys.values()), client=self.client)
+        intents = await self.ms.intents.read(list(keys.values()))
         coming = [n for n in ahead if (i := intents.get(keys[n])) is not None and i.live]
         if coming and time.time() < self.payload.wait_until:
             return Wait(self.options.poll_seconds, f"waits for {', '.join(coming)}")
@@ -286,12 +280,12 @@ class _Run:
         key = self.key
         ttl = self.options.intent_ttl_seconds
         if isinstance(outcome, Wait):
-            await api.settle_intent(self.settings, key, self.task_id, "queued", ttl_seconds=ttl, client=self.client)
+            await self.ms.intents.settle(key, self.task_id, "queued", ttl_seconds=ttl)
         elif outcome.outcome in ("applied", "reverted", "skipped"):
-            await api.settle_intent(self.settings, key, self.task_id, None, ttl_seconds=ttl, client=self.client)
+            await self.ms.intents.settle(key, self.task_id, None, ttl_seconds=ttl)
         elif outcome.outcome in ("failed", "blocked"):
             data = {"group": self.payload.group, "kind": outcome.kind}
-            await api.settle_intent(self.settings, key, self.task_id, outcome.outcome, ttl_seconds=ttl, data=data, client=self.client)
+            await self.ms.intents.settle(key, self.task_id, outcome.outcome, ttl_seconds=ttl, data=data)
 
 
 async def run_up(
@@ -302,25 +296,26 @@ async def run_up(
     observers: Sequence[api.Observer] = (),
     revoked: Callable[[], bool] | None = None,
 ) -> LineResult | Wait:
-    """The body of one line task: one client, one ``up NAME`` (``down``, ``redo``; its events to
+    """The body of one line task: one session, one ``up NAME`` (``down``, ``redo``; its events to
     ``observers``), the intent settled after; a revocation (``revoked``, or the intent marked
     ``revoked``) sets ``ctx.cancelled``."""
+    run = _Run(payload, task_id, options, revoked)
     try:
-        client = await api.open_client(settings)
-    except MongoshiftError as exc:  # nothing ran: the tasks behind it find this one not applied and its intent live
+        async with api.connect(settings, observers=[run._observe, *observers], cancel=run.cancel) as ms:
+            run._ms = ms
+            outcome = await run.run()
+            await run.settle(outcome)
+            return outcome
+    except MongoshiftError as exc:
+        if run._ms is not None:  # the session opened: not a failure to connect
+            raise
+        # nothing ran: the tasks behind it find this one not applied and its intent live
         if time.time() < payload.wait_until:
             return Wait(options.poll_seconds, f"cannot connect ({exc.kind})")
         return LineResult(
             payload.name, "failed", payload.group, payload.batch, direction=payload.direction, code=int(exc.exit_code), kind=exc.kind,
                 error=api.redact(exc.message)
         )
-    try:
-        run = _Run(settings, payload, task_id, options, client, observers, revoked)
-        outcome = await run.run()
-        await run.settle(outcome)
-        return outcome
-    finally:
-        await client.close()
 
 
 def _ms(started: float) -> int:

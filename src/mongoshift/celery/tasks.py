@@ -349,7 +349,7 @@ class MongoshiftTasks:
             raise TaskInvalidError(f"{task.name}: wait_until must be a Unix time, not a {type(wait_until).__name__}", task=task.name)
         deadline = wait_until if wait_until is not None else time.time() + self.line.line_wait_seconds  # queued by hand
         try:
-            report = _run(api.converge(self.settings(), yes=bool(yes), wait=self.line.lock_wait_seconds, observers=self.observers))
+            report = _run(api.converge(self.settings(), confirm=bool(yes), lock=api.Lock(wait=self.line.lock_wait_seconds), observers=self.observers))
         except LockHeldError as exc:
             if time.time() < deadline:
                 raise task.retry(kwargs={"yes": bool(yes), "wait_until": deadline}, countdown=self.line.poll_seconds, max_retries=None) from None

@@ -28,12 +28,13 @@ def import_command(
     tool: str, collection: str | None, map_file: Path | None, dry_run: bool, force: bool, no_lock: bool, wait: float | None
 ) -> None:
     """Record what another tool applied as applied here (forward-only); its collection is only read."""
-    from ..api.adoption import import_history  # start-up time: the API loads when a command runs
+    from ..api.options import Lock  # start-up time: the API loads when a command runs
+    from ..api.session import per_call
 
     s = settings()
     report = run_async(
-        lambda cancel: import_history(
-            s, tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, no_lock=no_lock, wait=wait
+        lambda cancel: per_call(s, cancel=cancel).import_history(
+            tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=Lock(not no_lock, wait)
         )
     )
     _render(report)
@@ -48,12 +49,13 @@ def import_command(
 @global_options
 def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | None) -> None:
     """Mark every pending file up to NAME applied without running it (the database already has its changes)."""
-    from ..api.adoption import baseline as run_baseline  # start-up time: the API loads when a command runs
+    from ..api.options import Lock  # start-up time: the API loads when a command runs
+    from ..api.session import per_call
 
     s = settings()
     if not dry_run:
         confirm(f"Mark every pending migration up to {to} applied without running it?", yes)
-    report = run_async(lambda cancel: run_baseline(s, to, dry_run=dry_run, no_lock=no_lock, wait=wait))
+    report = run_async(lambda cancel: per_call(s, cancel=cancel).baseline(to, dry_run=dry_run, lock=Lock(not no_lock, wait)))
     _render(report)
 
 

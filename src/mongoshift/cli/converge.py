@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,6 +11,7 @@ from ..errors import ConvergeFailedError, ExitCode
 from .app import WAIT_HELP, can_ask, global_options, output, run_async, settings
 
 if TYPE_CHECKING:
+    from ..api.options import Confirmation
     from ..converge.planner import Action
     from ..converge.report import ConvergeReport
 
@@ -44,11 +44,14 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
         out.say(f"{unchanged} item(s) already as declared")
 
 
-def interactive_confirm(yes: bool) -> Callable[[list[Action]], Awaitable[bool]] | None:
-    """The callback that asks before destructive steps, or None (refuse them) without a terminal."""
+def interactive_confirm(yes: bool) -> Confirmation:
+    """``--yes`` and the terminal as the API's one confirmation: True with ``--yes``, else a callback
+    that asks before destructive steps on a terminal, else False (they are refused)."""
     out = output()
-    if yes or not can_ask():
-        return None
+    if yes:
+        return True
+    if not can_ask():
+        return False
 
     async def ask(actions: list[Action]) -> bool:
         out.table(["collection", "name", "action", "why"], [(a.collection, a.name or "", a.action, a.reason or "") for a in actions], title="destructive steps")
@@ -70,7 +73,7 @@ def interactive_confirm(yes: bool) -> Callable[[list[Action]], Awaitable[bool]] 
 @global_options
 def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None, reason: str | None) -> int:
     """Create, modify, rebuild or (with --prune) drop indexes and validators to match the declared collections."""
-    from ..api.options import Lock, confirmation  # start-up time: converge loads only when this command runs
+    from ..api.options import Lock  # start-up time: converge loads only when this command runs
     from ..api.session import per_call
 
     s = settings()
@@ -89,9 +92,7 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
     confirm = interactive_confirm(yes)
     try:
         report = run_async(
-            lambda cancel: per_call(s, cancel=cancel).collections.converge(
-                prune=prune, confirm=confirmation(yes, confirm), lock=Lock(not no_lock, wait), reason=reason
-            )
+            lambda cancel: per_call(s, cancel=cancel).collections.converge(prune=prune, confirm=confirm, lock=Lock(not no_lock, wait), reason=reason)
         )
     except ConvergeFailedError as exc:
         if not out.json_mode and "converge" in exc.details:

@@ -137,7 +137,7 @@ def up(
     no_lock: bool, wait: float | None, converge: bool | None,
 ) -> None:
     """Apply pending migrations, or FILE alone."""
-    from ..api.options import Lock, confirmation  # start-up time: the API loads when a command runs
+    from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
 
     s = settings()
@@ -145,11 +145,11 @@ def up(
         if not file:
             raise ConfigInvalidError("--force re-runs one named FILE; name it")
         confirm(f"Run {file} again although it is applied?", yes)
-    ask = interactive_confirm(yes)
+    confirmation = interactive_confirm(yes)
     report = run_async(
         lambda cancel: per_call(s, cancel=cancel).up(
             file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
-            converge=converge, confirm=confirmation(yes, ask), batch=label, ordered=ordered,
+            converge=converge, confirm=confirmation, batch=label, ordered=ordered,
         )
     )
     _render_report(report)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,6 +65,33 @@ class CancelSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
+
+
+class LinkedCancel(CancelSignal):
+    """A signal of its own that also follows ``parent``: set when either is; setting it leaves ``parent`` alone.
+
+    A session's background runner: ``runner.stop()`` stops the runner alone, while the session's
+    ``cancel`` stops it with every call of the session.
+    """
+
+    def __init__(self, parent: CancelSignal) -> None:
+        super().__init__()
+        self._parent = parent
+
+    def is_set(self) -> bool:
+        if not self._event.is_set() and self._parent.is_set():
+            self.set(self._parent.reason or "cancelled")
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        # threading has no wait on two events: the parent is looked at every 50 ms meanwhile
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            self._event.wait(0.05 if remaining is None else min(remaining, 0.05))
+        return True
 
 
 class BodyCancel(CancelSignal):

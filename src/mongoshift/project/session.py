@@ -25,6 +25,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from ..errors import (
+    ConfigInvalidError,
     LockLostError,
     LockReleaseFailedError,
     MongoshiftError,
@@ -65,6 +66,8 @@ class Project:
     files: list[MigrationFile] | None = None
     checked: bool = False
     resolved: bool = False
+    #: Closed for good (a session that was left): a later call would connect again and never close.
+    ended: bool = False
     _own_client: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -83,8 +86,14 @@ class Project:
             self.resolved = True
         return self.settings
 
+    def check_open(self) -> None:
+        """Refuse a call on a project that was :meth:`end`-ed (a call after its session was left)."""
+        if self.ended:
+            raise ConfigInvalidError("this mongoshift session is closed: make the call inside 'async with mongoshift.connect(...)'")
+
     async def connected(self) -> AsyncMongoClient[Any]:
         """The client: the application's, or one connected now and kept until :meth:`close`."""
+        self.check_open()
         if self.client is None:
             self.client = await connect(await self.resolve())
             self._own_client = True
@@ -105,6 +114,11 @@ class Project:
         start); the folder is read by the first call that needs it (``lock``, ``converge`` or
         ``background status`` need none, and may run where there is no migrations folder)."""
         await self.check()
+
+    async def end(self) -> None:
+        """Close for good: every later call is refused (:meth:`check_open`) instead of connecting again."""
+        self.ended = True
+        await self.close()
 
     async def close(self) -> None:
         """Close the client this project connected (an application's stays open); idempotent."""
@@ -218,6 +232,7 @@ async def open_session(
     """
     if project is None:
         project = Project(settings, client, checked=checked)
+    project.check_open()
     files = project.scanned() if with_files else []
     settings = await project.resolve()  # uri_command / uri_factory: fetched once per project
     cancel = cancel or CancelSignal()

@@ -66,7 +66,7 @@ class Instrument:
 
 RUN_DURATION = Instrument(
     "mongoshift.run.duration", "histogram", "s",
-    "A writing command (up, down, redo, converge, baseline), connect to close; not a run refused the lock",
+    "A writing command (up, down, redo, converge, import, baseline), connect to close; not a run refused the lock",
     (COMMAND, LOCK, OUTCOME, ERROR_TYPE),
 )
 MIGRATION_DURATION = Instrument(

@@ -139,12 +139,13 @@ class MigrationHarness:
     @_users_view
     async def rollback(self, to: str | None = None) -> RunReport:
         """Roll back everything applied after NAME (``down --to NAME``); without NAME, everything applied."""
-        if to is not None:
-            return await api.down(self.settings, to=to)
-        applied = [row for row in await api.status(self.settings, checksums=False) if row.state == "applied"]
-        if not applied:
-            return api.RunReport("down", "", warnings=["nothing is applied: nothing to roll back"])
-        return await api.down(self.settings, steps=len(applied))
+        async with api.connect(self.settings) as ms:  # the status and the rollback on one connection
+            if to is not None:
+                return await ms.down(to=to)
+            applied = [row for row in await ms.status(checksums=False) if row.state == "applied"]
+            if not applied:
+                return api.RunReport("down", "", warnings=["nothing is applied: nothing to roll back"])
+            return await ms.down(steps=len(applied))
 
     @_users_view
     async def run_background(self, name: str, *, concurrency: int = 1) -> BackgroundReport:
