@@ -256,7 +256,8 @@ def _message(report: pytest.TestReport) -> str:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Every phase of every test, on the process that writes the results (xdist's controller)."""
-    record = _records.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "message": ""})
+    record = _records.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "message": "", "seconds": 0.0})
+    record["seconds"] = round(record["seconds"] + report.duration, 3)
     for key, value in report.user_properties:
         if key == _KEY:
             facts = json.loads(str(value))
