@@ -81,6 +81,19 @@ def mongo_uri() -> Iterator[str]:
         yield uri
 
 
+@pytest.fixture(scope="session")
+def standalone_uri() -> Iterator[str]:
+    """A standalone server, for what mongoshift does where there are no transactions and no
+    change streams: ``MONGOSHIFT_TEST_STANDALONE_URI`` (a standalone mongod), else the embedded
+    server started with ``--standalone`` (also when MONGOSHIFT_TEST_URI names a replica set)."""
+    real = os.environ.get("MONGOSHIFT_TEST_STANDALONE_URI")
+    if real:
+        yield real
+        return
+    with embedded_server(standalone=True) as uri:
+        yield uri
+
+
 @pytest.fixture
 def db_name() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"

@@ -158,6 +158,11 @@ class ChangeHistory(ChangeStreamHub):
         self.cursors: dict[int, StreamCursor] = {}
         self._cursor_ids = itertools.count(_CURSOR_ID_BASE + 1)
 
+    @property
+    def clock(self) -> ClusterClock:
+        """The server's cluster clock: one tick per event (the replica-set layer reads it too)."""
+        return self._clock
+
     # -- mongoeco's sink interface -------------------------------------------------
     def should_publish_events(self) -> bool:
         # mongoeco records a gap instead of the event unless this says yes.
@@ -189,6 +194,9 @@ class ChangeHistory(ChangeStreamHub):
         with self._condition:
             self._lost = self.end()
             self._history.clear()
+            # Replies carry the clock as their operationTime: it moves past the forgotten point,
+            # so a stream started at that time is not history lost.
+            self._clock.tick()
 
     def end(self) -> StreamPoint:
         """The point after the newest event."""
@@ -265,6 +273,11 @@ class ChangeHistory(ChangeStreamHub):
         cursor_id = next(self._cursor_ids)
         self.cursors[cursor_id] = cursor
         return cursor_id
+
+
+def is_change_stream_cursor(cursor_id: object) -> bool:
+    """Whether a getMore's cursor id names one of the change-stream cursors served here."""
+    return _positive(cursor_id, 0) > _CURSOR_ID_BASE
 
 
 def attach_history(client: Any, max_events: int) -> ChangeHistory:

@@ -17,7 +17,10 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.wire`: (a) bulk insert, (p) single-insert ``_id`` scan, (g) rename sent to admin,
   (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids
 - :mod:`.transactions`: (b, c, e) commit and abort, (j) a failed statement aborts,
-  (d) fail points on commit and abort, (o) per-document conflicts
+  (o) per-document conflicts
+- :mod:`.replica_set`: (u) a replica set's hello, (v) cluster time, (w) fail points
+  (with (d), fail points on commit and abort), (x) retryable writes, (y) error labels,
+  (z) getParameter and buildinfo, (aa) a standalone's refusals
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from . import coll_mod, indexes, queries, transactions, wire
+from . import coll_mod, indexes, queries, replica_set, transactions, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -66,7 +69,6 @@ def apply() -> None:
     wire.patch_single_insert_id_scan()  # (p)
     transactions.patch_transactions()  # (b, c, e)
     transactions.patch_errors_abort_transaction()  # (j)
-    transactions.patch_fail_points_on_transaction_commands()  # (d)
     wire.patch_rename_from_admin()  # (g)
     wire.patch_unknown_command()  # (h)
     queries.patch_bson_size()  # (i)
@@ -79,5 +81,7 @@ def apply() -> None:
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
     wire.patch_int64_cursor_ids()  # (r)
+    replica_set.patch_replica_set()  # (u)-(aa), last: outside every other fix, it sees each command whole
+    replica_set.patch_close_connection()  # (w)
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)

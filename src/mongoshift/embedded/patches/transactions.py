@@ -1,10 +1,10 @@
 """Transaction fixes: a failed commit leaves no zombie, conflicts carry code 112 and their label,
-unknown numbers get 251 (b, c, e), a failed statement aborts its transaction (j), fail points
-on commit and abort (d), and conflicts judged per document instead of globally (o)."""
+unknown numbers get 251 (b, c, e), a failed statement aborts its transaction (j), and conflicts
+judged per document instead of globally (o). Fail points on commit and abort (d) are the
+replica-set layer's (patches/replica_set.py), which every command passes through."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from typing import Any
@@ -155,53 +155,6 @@ def patch_errors_abort_transaction() -> None:
         return result
 
     WireSpecialCommandHandlers.dispatch = dispatch
-
-
-# (d) failCommand fail points ignored on commitTransaction/abortTransaction.
-# The fail point is consumed in AsyncDatabaseCommandService.execute_document,
-# which commit/abort never reach: wire/_executor_handlers.py sends them straight
-# to the session store. The handlers now consume the same fail point state
-# (engine._command_failpoint_state) first and fail the same way; a
-# writeConcernError fail point lets the commit happen and reports the error with
-# ok:1, as mongod does.
-def patch_fail_points_on_transaction_commands() -> None:
-    from mongoeco.errors import ConnectionFailure, OperationFailure
-    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
-
-    async def fire(handlers: Any, context: Any) -> dict[str, Any] | None:
-        state = getattr(handlers._client._engine, "_command_failpoint_state", None)
-        if state is None:
-            return None
-        name = context.command_name
-        injected = state.consume_fail_command(name, namespace=f"{context.db_name}.$cmd")
-        if injected is None:
-            return None
-        if injected.block_time_ms > 0:
-            await asyncio.sleep(injected.block_time_ms / 1000.0)
-        if injected.close_connection:
-            raise ConnectionFailure(injected.error_message, error_labels=injected.error_labels)
-        if injected.write_concern_error is not None:
-            return dict(injected.write_concern_error)
-        raise OperationFailure(
-            injected.error_message,
-            code=injected.error_code,
-            details={"failPoint": "failCommand", "commandName": name},
-            error_labels=injected.error_labels,
-        )
-
-    def wrap(original: Any) -> Any:
-        async def handler(self: Any, context: Any) -> dict[str, Any]:
-            write_concern_error = await fire(self, context)
-            result: dict[str, Any] = await original(self, context)
-            if write_concern_error is not None:
-                result = {**result, "writeConcernError": write_concern_error}
-            return result
-
-        return handler
-
-    cls = WireSpecialCommandHandlers
-    cls._handle_commit_transaction = wrap(cls._handle_commit_transaction)
-    cls._handle_abort_transaction = wrap(cls._handle_abort_transaction)
 
 
 # (o) Transaction conflicts are global: MemoryEngine._commit_session_transaction

@@ -1,0 +1,275 @@
+"""The replica-set layer around every command: hello (u), cluster time (v), fail points (w),
+retryable writes (x), error labels (y), getParameter and buildinfo (z), the standalone's
+refusals (aa).
+
+It wraps mongoeco's ``WireCommandExecutor.execute_prepared``, the one call every
+command goes through (OP_MSG and legacy OP_QUERY alike), outside every other fix. A
+server's state (:class:`~mongoshift.embedded.replica_set.ServerState`) hangs on its
+mongoeco client; a client without one (mongoeco used on its own) is served as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mongoshift.embedded import fail_points as points, replica_set as rs, retryable_writes as retryable
+
+_HELLO = frozenset({"hello", "isMaster", "ismaster"})
+_ADDED_COMMANDS = frozenset({"buildinfo", "getParameter"})
+_COMMIT_OR_ABORT = frozenset({"commitTransaction", "abortTransaction"})
+_NO_TRANSACTION_NUMBERS = "Transaction numbers are only allowed on a replica set member or mongos"
+_NO_CHANGE_STREAMS = "The $changeStream stage is only supported on replica sets"
+
+
+class _Refusal(Exception):
+    """A command answered with an error document of this layer's own (code, codeName, extra fields)."""
+
+    def __init__(self, message: str, code: int, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.extra = extra or {}
+
+    def document(self) -> dict[str, Any]:
+        return {"ok": 0.0, "errmsg": str(self), "code": self.code, "codeName": rs.code_name(self.code), **self.extra}
+
+
+class _Call:
+    """One command's passage through the layer: the labels a fail point imposed on it."""
+
+    __slots__ = ("label_override",)
+
+    def __init__(self) -> None:
+        self.label_override: list[str] | None = None
+
+
+def _namespace(context: Any) -> str:
+    """The namespace mongod gives a command (what a fail point's ``namespace`` selects)."""
+    command = context.command_document
+    target = command.get("collection") if context.command_name == "getMore" else command.get(context.command_name)
+    return f"{context.db_name}.{target}" if isinstance(target, str) and target else f"{context.db_name}.$cmd"
+
+
+def _app_name(connection: Any) -> str | None:
+    metadata = getattr(connection, "client_metadata", None) or {}
+    application = metadata.get("application") if isinstance(metadata, dict) else None
+    name = application.get("name") if isinstance(application, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _in_transaction(context: Any) -> bool:
+    return context.raw_body.get("autocommit") is False and context.command_name not in _COMMIT_OR_ABORT
+
+
+def _abort_transaction(context: Any) -> None:
+    """A command that fails inside a transaction aborts it, as in mongod (and fix (j))."""
+    from .transactions import _abort_open_transaction
+
+    if context.session is not None and _in_transaction(context):
+        _abort_open_transaction(context.session)
+
+
+def _standalone_refusal(context: Any) -> _Refusal | None:
+    """What a standalone mongod refuses: transaction numbers (20) and change streams (40573)."""
+    if "txnNumber" in context.raw_body:
+        return _Refusal(_NO_TRANSACTION_NUMBERS, 20)
+    if rs.is_change_stream(context.command_name, context.command_document, change_stream_cursor=False):
+        return _Refusal(_NO_CHANGE_STREAMS, 40573)
+    return None
+
+
+def _is_change_stream_cursor(command: dict[str, Any]) -> bool:
+    from mongoshift.embedded.change_streams import is_change_stream_cursor
+
+    return is_change_stream_cursor(command.get("getMore"))
+
+
+async def _hello(state: rs.ServerState, run: Any, context: Any) -> dict[str, Any]:
+    base = await run(context)  # mongoeco's handshake: it registers the client's metadata on the connection
+    await rs.await_topology_change(state.replica_set, context.raw_body)
+    return rs.hello_reply(state.replica_set, context.command_name, context.raw_body, context.connection.connection_id, base)
+
+
+async def _build_info(client: Any) -> dict[str, Any]:
+    from mongoeco.api._async.database_commands import build_info_result
+
+    info = build_info_result(client.mongodb_dialect)
+    return rs.build_info(
+        {"version": info.version, "gitVersion": info.git_version, "versionArray": list(info.version_array)}
+    )
+
+
+async def _retryable_write(state: rs.ServerState, run: Any, context: Any) -> dict[str, Any]:
+    """(x) Apply a retryable write once: a retry of the same (lsid, txnNumber) gets the recorded reply."""
+    from mongoeco.wire._session_identity import wire_session_key
+
+    body, name = context.raw_body, context.command_name
+    number = retryable._integer(body.get("txnNumber"))
+    assert number is not None  # is_retryable_write checked it
+    statements = retryable.statement_ids(name, context.command_document)
+    entry = state.retryable.session(wire_session_key(body["lsid"]))
+    async with entry.lock:  # a retry waits for the first attempt, as on mongod's session checkout
+        try:
+            recorded = entry.check(number, statements, name)
+        except retryable.RetryError as error:
+            raise _Refusal(str(error), error.code) from None
+        if recorded is not None:
+            return recorded
+        injected = state.fail_points.transactional_write()
+        if injected is not None and injected[1] is not None:  # failBeforeCommitExceptionCode: nothing applied
+            if injected[0]:
+                raise points.CloseConnection("onPrimaryTransactionalWrite closed the connection")
+            raise _Refusal("Failing write via 'onPrimaryTransactionalWrite' failpoint", injected[1])
+        reply: dict[str, Any] = await run(context)
+        if reply.get("ok"):
+            entry.record(number, statements, name, reply)
+        if injected is not None and injected[0]:  # applied and recorded, then the reply is lost
+            raise points.CloseConnection("onPrimaryTransactionalWrite closed the connection")
+        return reply
+
+
+async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, context: Any) -> dict[str, Any]:
+    """Run one command as a replica-set member does: the part that can fail, before labels and times."""
+    name = context.command_name
+    if state.replica_set.standalone:
+        refusal = _standalone_refusal(context)
+        if refusal is not None:
+            if context.session is not None and context.session.transaction_active:
+                from .transactions import _abort_open_transaction
+
+                _abort_open_transaction(context.session)  # startTransaction opened one while the request was read
+            raise refusal
+    if name == "configureFailPoint":
+        try:
+            return state.fail_points.configure(context.command_document)
+        except points.FailPointError as error:
+            raise _Refusal(str(error), 2) from None
+    view = points.CommandView(name, _namespace(context), _app_name(context.connection))
+    injected = state.fail_points.before_command(view)
+    if injected is not None:
+        call.label_override = injected.error_labels
+        if injected.block_ms:
+            await asyncio.sleep(injected.block_ms / 1000)  # this connection only: the loop serves the others
+        if injected.close_connection:
+            _abort_transaction(context)
+            raise points.CloseConnection("failCommand closed the connection")
+        if injected.error_code is not None:
+            _abort_transaction(context)
+            raise _Refusal(points.FAIL_COMMAND_MESSAGE, injected.error_code, injected.error_extra)
+    if name == "getMore":
+        code = state.fail_points.get_more()
+        if code is not None:
+            raise _Refusal("Hit the 'failGetMoreAfterCursorCheckout' failpoint", code)
+    if name in _HELLO:
+        return await _hello(state, run, context)
+    if name in ("buildinfo", "buildInfo"):
+        return await _build_info(client)
+    if name == "getParameter":
+        try:
+            return rs.get_parameter(context.command_document)
+        except KeyError as error:
+            raise _Refusal(str(error.args[0]), 72) from None
+    if not state.replica_set.standalone and retryable.is_retryable_write(name, context.raw_body):
+        return await _retryable_write(state, run, context)
+    reply: dict[str, Any] = await run(context)
+    return reply
+
+
+def _label(context: Any, reply: dict[str, Any], override: list[str] | None) -> None:
+    """(y) The labels mongod puts on a failed reply, or one with a write concern error."""
+    failed = not reply.get("ok")
+    concern = reply.get("writeConcernError")
+    if not failed and not isinstance(concern, dict):
+        return
+    if override is not None:  # a fail point's errorLabels replace the server's own
+        if override:
+            reply["errorLabels"] = list(override)
+        else:
+            reply.pop("errorLabels", None)
+        return
+    code = rs_code(reply.get("code")) if failed else None
+    concern_code = rs_code(concern.get("code")) if isinstance(concern, dict) else None
+    added = rs.error_labels(
+        command_name=context.command_name,
+        body=context.raw_body,
+        code=code,
+        write_concern_code=concern_code,
+        change_stream=rs.is_change_stream(
+            context.command_name, context.command_document, _is_change_stream_cursor(context.command_document)
+        ),
+    )
+    labels = list(reply.get("errorLabels") or [])
+    labels += [label for label in added if label not in labels]
+    if labels:
+        reply["errorLabels"] = labels
+
+
+def rs_code(value: object) -> int | None:
+    value = getattr(value, "value", value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def patch_replica_set() -> None:
+    """(u)-(aa) Wrap execute_prepared (after (r), so outside every other fix)."""
+    from mongoeco.wire.executor import WireCommandExecutor
+    from mongoeco.wire.surface import WireSurface
+
+    original = WireCommandExecutor.execute_prepared
+    supports = WireSurface.supports_command
+
+    def supports_command(self: Any, command_name: str) -> bool:
+        # (z) buildinfo (lower case, which pymongo's server_info() sends) and getParameter
+        # pass mongoeco's command check; the layer below answers them.
+        return command_name in _ADDED_COMMANDS or bool(supports(self, command_name))
+
+    async def execute_prepared(self: Any, context: Any) -> dict[str, Any]:
+        state = rs.state_of(self._client)
+        if state is None:
+            return await original(self, context)
+
+        async def run(context: Any) -> dict[str, Any]:
+            return await original(self, context)
+
+        call = _Call()
+        try:
+            reply = await _execute(state, call, run, self._client, context)
+        except points.CloseConnection:
+            raise  # the connection handler drops the socket without a reply
+        except _Refusal as refusal:
+            reply = refusal.document()
+        except Exception as error:  # every other failure is the command's error reply, as before
+            reply = WireCommandExecutor.error_document(error)
+        override = call.label_override
+        if reply.get("ok") and context.command_name not in _HELLO:
+            injected = state.fail_points.write_concern_error(
+                points.CommandView(context.command_name, _namespace(context), _app_name(context.connection))
+            )
+            if injected is not None:  # (w) after the write, which stays applied
+                reply = {**reply, "writeConcernError": injected[0]}
+                override = injected[1] if injected[1] is not None else override
+        _label(context, reply, override)
+        if not state.replica_set.standalone:
+            reply.update(state.replica_set.gossip())  # (v)
+        return reply
+
+    WireSurface.supports_command = supports_command
+    WireCommandExecutor.execute_prepared = execute_prepared
+
+
+def patch_close_connection() -> None:
+    """(w) closeConnection drops the socket: the proxy's failure path lets CloseConnection through.
+
+    AsyncMongoEcoProxyServer._dispatch_wire_request turns every exception of a command
+    into an error reply (through _wire_failure); CloseConnection, a ConnectionError,
+    now leaves it, and _handle_connection closes the connection as it does when the
+    peer goes away."""
+    from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
+
+    original = AsyncMongoEcoProxyServer._wire_failure
+
+    def wire_failure(self: Any, error: BaseException, header: Any, state: Any) -> None:
+        if isinstance(error, points.CloseConnection):
+            raise error
+        original(self, error, header, state)  # type: ignore[no-untyped-call]  # mongoeco leaves it unannotated
+
+    AsyncMongoEcoProxyServer._wire_failure = wire_failure
