@@ -165,6 +165,23 @@ def project(tmp_path, mongo_uri: str, db_name: str, sync_client: MongoClient) ->
     sync_client.drop_database(db_name)
 
 
+@pytest.fixture
+async def standalone_db(standalone_uri: str, db_name: str):  # type: ignore[no-untyped-def]
+    """A fresh database on the standalone server (``standalone_uri``)."""
+    c: AsyncMongoClient = AsyncMongoClient(standalone_uri, **TEST_CLIENT_OPTIONS)
+    try:
+        yield c[db_name]
+        await c.drop_database(db_name)
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+def standalone_project(tmp_path, standalone_uri: str, db_name: str, standalone_db) -> Project:  # type: ignore[no-untyped-def]
+    """A throwaway project on the standalone server, its database being ``standalone_db``."""
+    return Project(tmp_path, standalone_uri, db_name)
+
+
 # ---------------------------------------------------------------- the command line
 
 class CliResult(NamedTuple):

@@ -9,6 +9,7 @@ points); the standalone ones run against ``standalone_uri``.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,12 +28,12 @@ class Replies(monitoring.CommandListener):
     """Every reply and failure a client saw, by command name."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.sent: dict[str, asyncio.Event] = collections.defaultdict(asyncio.Event)
         self.replies: list[tuple[str, dict[str, Any]]] = []
         self.failures: list[tuple[str, dict[str, Any] | None, BaseException | None]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.sent.append((event.command_name, dict(event.command)))
+        self.sent[event.command_name].set()
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         self.replies.append((event.command_name, dict(event.reply)))
@@ -186,8 +187,7 @@ async def test_block_connection_delays_only_the_blocked_connection(client, mongo
         async with fail_command(client, {"times": 1}, failCommands=["find"], appName="blocked", blockConnection=True, blockTimeMS=600_000):
             waiting = asyncio.create_task(blocked[db.name].t.find_one({}))
             try:
-                while not [name for name, *_ in seen.sent if name == "find"]:
-                    await asyncio.sleep(0)  # until the find is on its way
+                await seen.sent["find"].wait()  # the find is on its way
                 for n in range(3):
                     await db.t.insert_one({"n": n})  # the other connections go on meanwhile
                 assert not waiting.done()
