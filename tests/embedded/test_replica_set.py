@@ -1,6 +1,6 @@
 """The embedded server as a single-node replica set, proved through the real pymongo driver.
 
-Each test would fail on the standalone mongoeco answered as before (patches (u)-(aa) in
+Each test would fail on the standalone mongoeco answered as before (patches (u)-(y) in
 docs/embedded.md). Like test_patches.py, they run unchanged against a real replica set
 (MONGOSHIFT_TEST_URI, a mongod with ``--setParameter enableTestCommands=1`` for the fail
 points); the standalone ones run against ``standalone_uri``.
@@ -94,7 +94,7 @@ async def test_the_driver_sees_a_replica_set_primary_and_connects_by_set_name(cl
         assert (await by_name.admin.command("ping"))["ok"] == 1.0
 
 
-# (v) cluster time -------------------------------------------------------------
+# (u) cluster time -------------------------------------------------------------
 
 
 async def test_every_reply_carries_operation_time_and_a_growing_cluster_time(db, mongo_uri) -> None:
@@ -124,7 +124,7 @@ async def test_a_read_after_cluster_time_is_served(client, db) -> None:
         assert await db.t.find_one({"_id": 1}, session=session) == {"_id": 1}  # sends readConcern.afterClusterTime
 
 
-# (x) retryable writes ---------------------------------------------------------
+# (w) retryable writes ---------------------------------------------------------
 
 
 async def test_a_retried_write_is_applied_once(client, db) -> None:
@@ -167,7 +167,7 @@ async def test_find_and_modify_retried_returns_the_recorded_document(client, db)
     assert (await db.t.find_one({"_id": 1}))["n"] == 1
 
 
-# (w) fail points --------------------------------------------------------------
+# (v) fail points --------------------------------------------------------------
 
 
 async def test_close_connection_drops_the_socket_without_a_reply(client, mongo_uri) -> None:
@@ -227,7 +227,7 @@ async def test_skip_mode_and_configure_fail_point_itself_never_failing(client, d
     assert [d["_id"] async for d in db.t.find()] == [1]
 
 
-# (y) error labels -------------------------------------------------------------
+# (x) error labels -------------------------------------------------------------
 
 
 async def test_the_server_labels_retryable_write_and_transient_transaction_errors(client, db, mongo_uri) -> None:
@@ -249,7 +249,7 @@ async def test_the_server_labels_retryable_write_and_transient_transaction_error
     assert [d["_id"] async for d in db.t.find()] == ["retried"]
 
 
-# (z) getParameter and buildinfo -----------------------------------------------
+# (y) getParameter and buildinfo -----------------------------------------------
 
 
 async def test_build_info_in_both_spellings_and_get_parameter(client) -> None:
@@ -264,7 +264,7 @@ async def test_build_info_in_both_spellings_and_get_parameter(client) -> None:
     assert info_unknown.value.code == 72
 
 
-# (aa) the standalone mode ---------------------------------------------------------
+# (y) the standalone mode ---------------------------------------------------------
 
 
 async def test_a_standalone_refuses_transactions_and_change_streams(standalone_uri) -> None:

@@ -21,6 +21,7 @@ no cluster time; :mod:`mongoshift.embedded.patches.replica_set` adds its refusal
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 from typing import Any
@@ -112,13 +113,36 @@ class ReplicaSet:
         return {"processId": self.process_id, "counter": Int64(0)}
 
 
+class LocalSessions:
+    """The sessions clients have used and not ended (``$listLocalSessions``), the most recent ``limit``."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._sessions: collections.OrderedDict[str, tuple[dict[str, Any], datetime.datetime]] = collections.OrderedDict()
+
+    def seen(self, key: str, lsid: dict[str, Any]) -> None:
+        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        self._sessions[key] = (lsid, now.replace(microsecond=now.microsecond // 1000 * 1000))
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > self._limit:
+            self._sessions.popitem(last=False)
+
+    def ended(self, key: str) -> None:
+        self._sessions.pop(key, None)
+
+    def listed(self) -> list[tuple[dict[str, Any], datetime.datetime]]:
+        return list(self._sessions.values())
+
+
 @dataclasses.dataclass
 class ServerState:
-    """What one embedded server keeps besides its data: its identity, fail points, retryable writes."""
+    """What one embedded server keeps besides its data: its identity, fail points, retryable
+    writes and the sessions in use."""
 
     replica_set: ReplicaSet
     fail_points: FailPoints = dataclasses.field(default_factory=FailPoints)
     retryable: RetryableWrites = dataclasses.field(default_factory=RetryableWrites)
+    sessions: LocalSessions = dataclasses.field(default_factory=LocalSessions)
 
 
 def attach(client: Any, history: ChangeHistory, *, standalone: bool = False, set_name: str = DEFAULT_SET_NAME) -> ServerState:

@@ -1,6 +1,6 @@
-"""The replica-set layer around every command: hello (u), cluster time (v), fail points (w),
-retryable writes (x), error labels (y), getParameter and buildinfo (z), the standalone's
-refusals (aa).
+"""The replica-set layer around every command: hello and cluster time (u), fail points (v),
+retryable writes (w), error labels (x), getParameter, buildinfo and the standalone's
+refusals (y).
 
 It wraps mongoeco's ``WireCommandExecutor.execute_prepared``, the one call every
 command goes through (OP_MSG and legacy OP_QUERY alike), outside every other fix. A
@@ -57,18 +57,6 @@ def _app_name(connection: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _in_transaction(context: Any) -> bool:
-    return context.raw_body.get("autocommit") is False and context.command_name not in _COMMIT_OR_ABORT
-
-
-def _abort_transaction(context: Any) -> None:
-    """A command that fails inside a transaction aborts it, as in mongod (and fix (j))."""
-    from .transactions import _abort_open_transaction
-
-    if context.session is not None and _in_transaction(context):
-        _abort_open_transaction(context.session)
-
-
 def _standalone_refusal(context: Any) -> _Refusal | None:
     """What a standalone mongod refuses: transaction numbers (20) and change streams (40573)."""
     if "txnNumber" in context.raw_body:
@@ -100,7 +88,7 @@ async def _build_info(client: Any) -> dict[str, Any]:
 
 
 async def _retryable_write(state: rs.ServerState, run: Any, context: Any) -> dict[str, Any]:
-    """(x) Apply a retryable write once: a retry of the same (lsid, txnNumber) gets the recorded reply."""
+    """(w) Apply a retryable write once: a retry of the same (lsid, txnNumber) gets the recorded reply."""
     from mongoeco.wire._session_identity import wire_session_key
 
     body, name = context.raw_body, context.command_name
@@ -150,11 +138,11 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
         call.label_override = injected.error_labels
         if injected.block_ms:
             await asyncio.sleep(injected.block_ms / 1000)  # this connection only: the loop serves the others
+        # A command failed here never ran: a transaction it belongs to stays open, as in mongod
+        # (the driver may retry the statement inside it).
         if injected.close_connection:
-            _abort_transaction(context)
             raise points.CloseConnection("failCommand closed the connection")
         if injected.error_code is not None:
-            _abort_transaction(context)
             raise _Refusal(points.FAIL_COMMAND_MESSAGE, injected.error_code, injected.error_extra)
     if name == "getMore":
         code = state.fail_points.get_more()
@@ -176,7 +164,7 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
 
 
 def _label(context: Any, reply: dict[str, Any], override: list[str] | None) -> None:
-    """(y) The labels mongod puts on a failed reply, or one with a write concern error."""
+    """(x) The labels mongod puts on a failed reply, or one with a write concern error."""
     failed = not reply.get("ok")
     concern = reply.get("writeConcernError")
     if not failed and not isinstance(concern, dict):
@@ -204,13 +192,26 @@ def _label(context: Any, reply: dict[str, Any], override: list[str] | None) -> N
         reply["errorLabels"] = labels
 
 
+def _track_sessions(state: rs.ServerState, context: Any) -> None:
+    """The sessions in use, for $listLocalSessions: every lsid seen, until endSessions."""
+    from mongoeco.wire._session_identity import wire_session_key
+
+    lsid = context.raw_body.get("lsid")
+    if isinstance(lsid, dict):
+        state.sessions.seen(wire_session_key(lsid), lsid)
+    if context.command_name == "endSessions":
+        for ended in context.command_document.get("endSessions") or []:
+            if isinstance(ended, dict):
+                state.sessions.ended(wire_session_key(ended))
+
+
 def rs_code(value: object) -> int | None:
     value = getattr(value, "value", value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def patch_replica_set() -> None:
-    """(u)-(aa) Wrap execute_prepared (after (r), so outside every other fix)."""
+    """(u)-(y) Wrap execute_prepared (after (r), so outside every other fix)."""
     from mongoeco.wire.executor import WireCommandExecutor
     from mongoeco.wire.surface import WireSurface
 
@@ -218,7 +219,7 @@ def patch_replica_set() -> None:
     supports = WireSurface.supports_command
 
     def supports_command(self: Any, command_name: str) -> bool:
-        # (z) buildinfo (lower case, which pymongo's server_info() sends) and getParameter
+        # (y) buildinfo (lower case, which pymongo's server_info() sends) and getParameter
         # pass mongoeco's command check; the layer below answers them.
         return command_name in _ADDED_COMMANDS or bool(supports(self, command_name))
 
@@ -230,6 +231,7 @@ def patch_replica_set() -> None:
         async def run(context: Any) -> dict[str, Any]:
             return await original(self, context)
 
+        _track_sessions(state, context)
         call = _Call()
         try:
             reply = await _execute(state, call, run, self._client, context)
@@ -244,12 +246,12 @@ def patch_replica_set() -> None:
             injected = state.fail_points.write_concern_error(
                 points.CommandView(context.command_name, _namespace(context), _app_name(context.connection))
             )
-            if injected is not None:  # (w) after the write, which stays applied
+            if injected is not None:  # (v) after the write, which stays applied
                 reply = {**reply, "writeConcernError": injected[0]}
                 override = injected[1] if injected[1] is not None else override
         _label(context, reply, override)
         if not state.replica_set.standalone:
-            reply.update(state.replica_set.gossip())  # (v)
+            reply.update(state.replica_set.gossip())  # (u)
         return reply
 
     WireSurface.supports_command = supports_command
@@ -257,7 +259,7 @@ def patch_replica_set() -> None:
 
 
 def patch_close_connection() -> None:
-    """(w) closeConnection drops the socket: the proxy's failure path lets CloseConnection through.
+    """(v) closeConnection drops the socket: the proxy's failure path lets CloseConnection through.
 
     AsyncMongoEcoProxyServer._dispatch_wire_request turns every exception of a command
     into an error reply (through _wire_failure); CloseConnection, a ConnectionError,
