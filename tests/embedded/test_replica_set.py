@@ -227,6 +227,17 @@ async def test_skip_mode_and_configure_fail_point_itself_never_failing(client, d
     assert [d["_id"] async for d in db.t.find()] == [1]
 
 
+async def test_a_write_concern_the_set_cannot_satisfy_is_reported_after_the_write(db) -> None:
+    from pymongo import WriteConcern
+
+    with pytest.raises(WriteConcernError) as many:
+        await db.get_collection("t", write_concern=WriteConcern(w=10)).insert_one({"_id": 1})
+    with pytest.raises(WriteConcernError) as tagged:
+        await db.get_collection("t", write_concern=WriteConcern(w="noSuchTagSet")).insert_one({"_id": 2})
+    assert many.value.code == 100 and tagged.value.code == 79
+    assert await db.t.count_documents({}) == 2  # both written, as by mongod
+
+
 # (x) error labels -------------------------------------------------------------
 
 

@@ -163,6 +163,59 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
     return reply
 
 
+# Commands that wait for a write concern (mongod's supportsWriteConcern).
+_TAKE_WRITE_CONCERN = frozenset(
+    {
+        "insert", "update", "delete", "findAndModify", "findandmodify", "create", "drop", "dropDatabase",
+        "createIndexes", "dropIndexes", "renameCollection", "collMod", "commitTransaction", "abortTransaction",
+        "aggregate",
+    }
+)
+
+
+def _unsatisfiable_write_concern(state: rs.ServerState, context: Any) -> dict[str, Any] | None:
+    """The write concern error a one-member set reports after the write: ``w`` above 1
+    (100 UnsatisfiableWriteConcern) or a tag set it has no mode for (79 UnknownReplWriteConcern)."""
+    concern = context.raw_body.get("writeConcern")
+    if state.replica_set.standalone or context.command_name not in _TAKE_WRITE_CONCERN or not isinstance(concern, dict):
+        return None
+    w = rs_code(concern.get("w"))
+    if w is not None and w > 1:
+        return {"code": 100, "codeName": "UnsatisfiableWriteConcern", "errmsg": "Not enough data-bearing nodes",
+                "errInfo": {"writeConcern": dict(concern)}}
+    tag = concern.get("w")
+    if isinstance(tag, str) and tag != "majority":
+        return {"code": 79, "codeName": "UnknownReplWriteConcern",
+                "errmsg": f"No write concern mode named '{tag}' found in replica set configuration",
+                "errInfo": {"writeConcern": dict(concern)}}
+    return None
+
+
+def _acknowledged_by_one(context: Any) -> Any:
+    """The request with ``w: 1``: the write is made as mongod makes it before it finds that no
+    other member can acknowledge it (mongoeco refuses ``w`` > 1 as a standalone does)."""
+    import dataclasses
+
+    concern = {**context.raw_body["writeConcern"], "w": 1}
+    return dataclasses.replace(
+        context,
+        command_document={**context.command_document, "writeConcern": concern},
+        raw_body={**context.raw_body, "writeConcern": concern},
+    )
+
+
+def _write_conflict_as_command_error(context: Any, reply: dict[str, Any]) -> dict[str, Any]:
+    """Inside a transaction, mongod fails the command with a WriteConflict (labelled, below)
+    where mongoeco reports it as a statement's write error."""
+    errors = reply.get("writeErrors")
+    if context.raw_body.get("autocommit") is not False or not reply.get("ok") or not isinstance(errors, list):
+        return reply
+    conflict = next((error for error in errors if isinstance(error, dict) and rs_code(error.get("code")) == 112), None)
+    if conflict is None:
+        return reply
+    return {"ok": 0.0, "errmsg": str(conflict.get("errmsg", "")), "code": 112, "codeName": "WriteConflict"}
+
+
 def _label(context: Any, reply: dict[str, Any], override: list[str] | None) -> None:
     """(x) The labels mongod puts on a failed reply, or one with a write concern error."""
     failed = not reply.get("ok")
@@ -233,8 +286,9 @@ def patch_replica_set() -> None:
 
         _track_sessions(state, context)
         call = _Call()
+        unsatisfiable = _unsatisfiable_write_concern(state, context)
         try:
-            reply = await _execute(state, call, run, self._client, context)
+            reply = await _execute(state, call, run, self._client, _acknowledged_by_one(context) if unsatisfiable else context)
         except points.CloseConnection:
             raise  # the connection handler drops the socket without a reply
         except _Refusal as refusal:
@@ -242,6 +296,9 @@ def patch_replica_set() -> None:
         except Exception as error:  # every other failure is the command's error reply, as before
             reply = WireCommandExecutor.error_document(error)
         override = call.label_override
+        reply = _write_conflict_as_command_error(context, reply)
+        if reply.get("ok") and unsatisfiable is not None and "writeConcernError" not in reply:
+            reply = {**reply, "writeConcernError": unsatisfiable}
         if reply.get("ok") and context.command_name not in _HELLO:
             injected = state.fail_points.write_concern_error(
                 points.CommandView(context.command_name, _namespace(context), _app_name(context.connection))

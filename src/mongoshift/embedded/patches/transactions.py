@@ -179,6 +179,12 @@ def patch_errors_abort_transaction() -> None:
 # collection was replaced, a document whose _id type a replacement changed) keeps
 # the original global rule. Snapshot reads are untouched: each transaction
 # still reads its own copy taken at start.
+# As in mongod, the first writer wins: the first write of a document (by its
+# storage key) that another open transaction has written, or that was written
+# since this transaction's snapshot, fails at once with 112 +
+# TransientTransactionError (a failed statement then aborts the transaction, (j));
+# the commit-time check stays for what the write-time one cannot see (a secondary
+# unique key, _ids equal under another storage key such as 1 and 1.0).
 _ABSENT = object()
 
 
@@ -207,6 +213,15 @@ def _write_conflict(detail: str) -> Exception:
 
     # (c) turns this into 112 WriteConflict + TransientTransactionError.
     return OperationFailure(f"Write conflict during transaction commit: {detail}")
+
+
+def _write_conflict_now() -> Exception:
+    return failure(
+        "Write conflict during plan execution and yielding is disabled. :: Please retry your operation or multi-document transaction.",
+        WRITE_CONFLICT,
+        "WriteConflict",
+        (TRANSIENT,),
+    )
 
 
 def patch_transaction_conflicts() -> None:
@@ -258,7 +273,20 @@ def patch_transaction_conflicts() -> None:
                 return
             entry.collections[namespace] = collection
             entry.sizes[namespace] = len(collection)
+        written = entry.base.get(namespace)
+        if written is None or key not in written:
+            conflict_at_write(self, entry, namespace, collection, key)
         entry.base.setdefault(namespace, {}).setdefault(key, collection.get(key, _ABSENT))
+
+    def conflict_at_write(self: Any, entry: _TransactionWrites, namespace: tuple[str, str], collection: Any, key: Any) -> None:
+        """mongod's first-writer-wins: the first write of a document another open transaction
+        wrote, or one written since this transaction's snapshot, fails at once."""
+        for other in _transaction_table(self).values():
+            if other is not entry and key in other.base.get(namespace, {}):
+                raise _write_conflict_now()
+        live = self._storage.get(namespace[0], {}).get(namespace[1])
+        if live is not None and entry.started.get(namespace) is live and live.get(key, _ABSENT) is not collection.get(key, _ABSENT):
+            raise _write_conflict_now()
 
     def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
         note(self, collection, storage_key)
