@@ -207,15 +207,23 @@ async def test_a_write_concern_error_is_reported_after_the_write(client, db) -> 
     assert await db.t.find_one({"_id": "kept"}) == {"_id": "kept"}
 
 
-async def test_fail_points_fire_on_change_stream_getmore_and_the_stream_resumes(client, db, mongo_uri) -> None:
+async def test_fail_points_fire_on_change_stream_getmore_as_mongod_labels_them(client, db, mongo_uri) -> None:
+    """failCommand fails a getMore before its cursor is known: no ResumableChangeStreamError, the
+    error reaches the application; failGetMoreAfterCursorCheckout fails it after: labelled, resumed."""
     async with watched(mongo_uri) as (other, seen):
         async with await other[db.name].t.watch(max_await_time_ms=100) as stream:
+            await client.admin.command(
+                {"configureFailPoint": "failGetMoreAfterCursorCheckout", "mode": {"times": 1}, "data": {"errorCode": 6}}
+            )
+            await db.t.insert_one({"_id": "resumed"})
+            change = await stream.next()
             async with fail_command(client, {"times": 1}, failCommands=["getMore"], errorCode=6):
-                await db.t.insert_one({"_id": "event"})
-                change = await stream.next()
-        assert change["documentKey"] == {"_id": "event"}
-        assert seen.failed_codes("getMore") == [6]
-        assert seen.failure_labels("getMore") == [["ResumableChangeStreamError"]]  # the server's own label
+                await db.t.insert_one({"_id": "lost"})
+                with pytest.raises(OperationFailure) as info:
+                    await stream.next()
+        assert change["documentKey"] == {"_id": "resumed"} and info.value.code == 6
+        assert seen.failed_codes("getMore") == [6, 6]
+        assert seen.failure_labels("getMore") == [["ResumableChangeStreamError"], []]
 
 
 async def test_skip_mode_and_configure_fail_point_itself_never_failing(client, db) -> None:

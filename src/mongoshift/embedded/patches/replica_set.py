@@ -37,10 +37,13 @@ class _Refusal(Exception):
 class _Call:
     """One command's passage through the layer: the labels a fail point imposed on it."""
 
-    __slots__ = ("label_override",)
+    __slots__ = ("failed_before_checkout", "label_override")
 
     def __init__(self) -> None:
         self.label_override: list[str] | None = None
+        # failCommand fails a getMore before its cursor is checked out: mongod then cannot
+        # tell it is a change stream's, and adds no ResumableChangeStreamError.
+        self.failed_before_checkout = False
 
 
 def _namespace(context: Any) -> str:
@@ -136,6 +139,7 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
     injected = state.fail_points.before_command(view)
     if injected is not None:
         call.label_override = injected.error_labels
+        call.failed_before_checkout = injected.close_connection or injected.error_code is not None
         if injected.block_ms:
             await asyncio.sleep(injected.block_ms / 1000)  # this connection only: the loop serves the others
         # A command failed here never ran: a transaction it belongs to stays open, as in mongod
@@ -216,7 +220,7 @@ def _write_conflict_as_command_error(context: Any, reply: dict[str, Any]) -> dic
     return {"ok": 0.0, "errmsg": str(conflict.get("errmsg", "")), "code": 112, "codeName": "WriteConflict"}
 
 
-def _label(context: Any, reply: dict[str, Any], override: list[str] | None) -> None:
+def _label(context: Any, reply: dict[str, Any], override: list[str] | None, cursor_known: bool = True) -> None:
     """(x) The labels mongod puts on a failed reply, or one with a write concern error."""
     failed = not reply.get("ok")
     concern = reply.get("writeConcernError")
@@ -236,7 +240,7 @@ def _label(context: Any, reply: dict[str, Any], override: list[str] | None) -> N
         code=code,
         write_concern_code=concern_code,
         change_stream=rs.is_change_stream(
-            context.command_name, context.command_document, _is_change_stream_cursor(context.command_document)
+            context.command_name, context.command_document, cursor_known and _is_change_stream_cursor(context.command_document)
         ),
     )
     labels = list(reply.get("errorLabels") or [])
@@ -306,7 +310,7 @@ def patch_replica_set() -> None:
             if injected is not None:  # (v) after the write, which stays applied
                 reply = {**reply, "writeConcernError": injected[0]}
                 override = injected[1] if injected[1] is not None else override
-        _label(context, reply, override)
+        _label(context, reply, override, cursor_known=not call.failed_before_checkout)
         if not state.replica_set.standalone:
             reply.update(state.replica_set.gossip())  # (u)
         return reply

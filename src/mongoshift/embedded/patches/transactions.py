@@ -284,8 +284,11 @@ def patch_transaction_conflicts() -> None:
         for other in _transaction_table(self).values():
             if other is not entry and key in other.base.get(namespace, {}):
                 raise _write_conflict_now()
-        live = self._storage.get(namespace[0], {}).get(namespace[1])
-        if live is not None and entry.started.get(namespace) is live and live.get(key, _ABSENT) is not collection.get(key, _ABSENT):
+        collections: Any = self._storage.get(namespace[0]) or {}
+        live: Any = collections.get(namespace[1])
+        if live is None or id(entry.started.get(namespace)) != id(live):
+            return  # created, or replaced, since it began: the commit-time rule judges it
+        if live.get(key, _ABSENT) is not collection.get(key, _ABSENT):
             raise _write_conflict_now()
 
     def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
