@@ -69,3 +69,17 @@ async def test_a_database_level_aggregate_starts_from_its_source_stage(client, d
     with pytest.raises(OperationFailure) as info:
         await db.aggregate([{"$match": {}}])
     assert info.value.code == 73
+
+
+async def test_snapshot_reads_outside_a_transaction_read_at_one_cluster_time(client, db) -> None:
+    """(ad) A snapshot session's reads all see the data of its first read; writes are refused in it."""
+    await db.t.insert_many([{"_id": 1}, {"_id": 2}])
+    async with client.start_session(snapshot=True) as session:
+        assert [d["_id"] async for d in db.t.find({}, session=session)] == [1, 2]
+        await db.t.insert_one({"_id": 3})  # another session's write, after the snapshot
+        assert [d["_id"] async for d in db.t.find({}, session=session)] == [1, 2]
+        assert sorted(await db.t.distinct("_id", session=session)) == [1, 2]
+        with pytest.raises(OperationFailure) as info:
+            await db.t.insert_one({"_id": 4}, session=session)
+    assert info.value.code == 72
+    assert await db.t.count_documents({}) == 3

@@ -134,6 +134,49 @@ class LocalSessions:
         return list(self._sessions.values())
 
 
+class SnapshotTooOld(Exception):
+    """A snapshot read at a cluster time whose snapshot the server no longer holds."""
+
+
+class SnapshotReads:
+    """Snapshots for reads with ``readConcern: {level: "snapshot"}`` outside transactions.
+
+    A snapshot read without ``atClusterTime`` reads at the latest cluster time, which its
+    reply names; the session's later reads name that time back. Each time read at keeps
+    an engine snapshot (a mongoeco session in a read-only transaction, taken when the
+    time was current); the ``limit`` most recent are kept, older times are 239
+    SnapshotTooOld (mongod keeps five minutes of history)."""
+
+    def __init__(self, limit: int = 8) -> None:
+        self._limit = limit
+        self._sessions: collections.OrderedDict[tuple[int, int], Any] = collections.OrderedDict()
+
+    def reader(self, client: Any, at: Timestamp | None, now: Timestamp) -> tuple[Any, Timestamp]:
+        """The session holding the snapshot at ``at`` (the latest time when None or later), and that time."""
+        wanted = now if at is None or (at.time, at.inc) >= (now.time, now.inc) else at
+        key = (wanted.time, wanted.inc)
+        session = self._sessions.get(key)
+        if session is None:
+            if wanted is not now:
+                raise SnapshotTooOld(
+                    "the snapshot at that cluster time is no longer held by the embedded server (it keeps the "
+                    f"{self._limit} most recent ones)"
+                )
+            session = client.start_session()
+            session.start_transaction()
+            self._sessions[key] = session
+            while len(self._sessions) > self._limit:
+                _, oldest = self._sessions.popitem(last=False)
+                oldest.close()  # aborts its transaction: the engine drops the snapshot
+        else:
+            self._sessions.move_to_end(key)
+        return session, wanted
+
+    def close(self) -> None:
+        while self._sessions:
+            self._sessions.popitem()[1].close()
+
+
 @dataclasses.dataclass
 class ServerState:
     """What one embedded server keeps besides its data: its identity, fail points, retryable
@@ -143,6 +186,7 @@ class ServerState:
     fail_points: FailPoints = dataclasses.field(default_factory=FailPoints)
     retryable: RetryableWrites = dataclasses.field(default_factory=RetryableWrites)
     sessions: LocalSessions = dataclasses.field(default_factory=LocalSessions)
+    snapshots: SnapshotReads = dataclasses.field(default_factory=SnapshotReads)
 
 
 def attach(client: Any, history: ChangeHistory, *, standalone: bool = False, set_name: str = DEFAULT_SET_NAME) -> ServerState:

@@ -178,6 +178,7 @@ async def serve(
         finally:
             # Closing also ends every session, so open transactions are aborted.
             await server.close()
+            state.snapshots.close()
             if path is not None:
                 try:
                     await snapshot.save(client, Path(path))

@@ -119,6 +119,40 @@ async def _retryable_write(state: rs.ServerState, run: Any, context: Any) -> dic
         return reply
 
 
+_SNAPSHOT_READS = frozenset({"find", "aggregate", "distinct"})
+
+
+async def _snapshot_read(state: rs.ServerState, run: Any, client: Any, context: Any, concern: dict[str, Any]) -> dict[str, Any]:
+    """(ad) A read at one cluster time outside a transaction (mongod 5.0's snapshot reads).
+
+    mongoeco reads the latest data whatever the read concern, so a session's later reads
+    saw writes made after its first one. The read now runs in the snapshot the server
+    keeps for that time (``SnapshotReads``), and its reply names the time (``atClusterTime``)."""
+    import dataclasses
+
+    from mongoeco.types import Timestamp
+
+    name = context.command_name
+    if name not in _SNAPSHOT_READS:
+        raise _Refusal(f"Command {name} does not support {{ readConcern: {{ level: \"snapshot\" }} }} outside of a transaction", 72)
+    at = concern.get("atClusterTime")
+    if at is not None and not isinstance(at, Timestamp):
+        raise _Refusal("atClusterTime must be a timestamp", 2)
+    try:
+        reader, time = state.snapshots.reader(client, at, state.replica_set.cluster_time())
+    except rs.SnapshotTooOld as error:
+        raise _Refusal(str(error), 239) from None
+    command = {key: value for key, value in context.command_document.items() if key != "readConcern"}
+    reply: dict[str, Any] = await run(dataclasses.replace(context, session=reader, command_document=command))
+    if reply.get("ok"):
+        cursor = reply.get("cursor")
+        if isinstance(cursor, dict):
+            cursor["atClusterTime"] = time
+        else:
+            reply["atClusterTime"] = time
+    return reply
+
+
 async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, context: Any) -> dict[str, Any]:
     """Run one command as a replica-set member does: the part that can fail, before labels and times."""
     name = context.command_name
@@ -161,6 +195,14 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
             return rs.get_parameter(context.command_document)
         except KeyError as error:
             raise _Refusal(str(error.args[0]), 72) from None
+    concern = context.command_document.get("readConcern")
+    if (
+        not state.replica_set.standalone
+        and isinstance(concern, dict)
+        and concern.get("level") == "snapshot"
+        and "autocommit" not in context.raw_body
+    ):
+        return await _snapshot_read(state, run, client, context, concern)
     if not state.replica_set.standalone and retryable.is_retryable_write(name, context.raw_body):
         return await _retryable_write(state, run, context)
     reply: dict[str, Any] = await run(context)
