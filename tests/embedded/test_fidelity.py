@@ -83,3 +83,13 @@ async def test_snapshot_reads_outside_a_transaction_read_at_one_cluster_time(cli
             await db.t.insert_one({"_id": 4}, session=session)
     assert info.value.code == 72
     assert await db.t.count_documents({}) == 3
+
+
+async def test_a_bounded_find_sorts_what_its_bounds_keep(db) -> None:
+    """(t) min/max with a sort: the documents inside the bounds, sorted, skipped and projected."""
+    await db.t.insert_many([{"_id": i, "x": i * 11} for i in range(1, 7)])
+    rows = await db.command(
+        {"find": "t", "filter": {"_id": {"$gt": 1}}, "sort": {"x": -1}, "projection": {"_id": 0, "x": 1}, "skip": 2,
+         "hint": {"_id": 1}, "min": {"_id": 0}, "max": {"_id": 6}}
+    )
+    assert rows["cursor"]["firstBatch"] == [{"x": 33}, {"x": 22}]
