@@ -93,3 +93,17 @@ async def test_a_bounded_find_sorts_what_its_bounds_keep(db) -> None:
          "hint": {"_id": 1}, "min": {"_id": 0}, "max": {"_id": 6}}
     )
     assert rows["cursor"]["firstBatch"] == [{"x": 33}, {"x": 22}]
+
+
+async def test_search_index_commands_answer_as_a_mongod_outside_atlas(db) -> None:
+    """(y) createSearchIndexes, updateSearchIndex, dropSearchIndex and $listSearchIndexes: 31082."""
+    await db.t.insert_one({"_id": 1})
+    for command in (
+        {"createSearchIndexes": "t", "indexes": [{"definition": {"mappings": {"dynamic": True}}}]},
+        {"updateSearchIndex": "t", "name": "default", "definition": {"mappings": {"dynamic": True}}},
+        {"dropSearchIndex": "t", "name": "default"},
+        {"aggregate": "t", "pipeline": [{"$listSearchIndexes": {}}], "cursor": {}},
+    ):
+        with pytest.raises(OperationFailure) as info:
+            await db.command(command)
+        assert info.value.code == 31082 and "Atlas" in str(info.value)

@@ -79,7 +79,7 @@ CODE_NAMES: dict[int, str] = {
     280: "ChangeStreamFatalError", 286: "ChangeStreamHistoryLost", 9001: "SocketException",
     10107: "NotWritablePrimary", 11000: "DuplicateKey", 11600: "InterruptedAtShutdown", 11601: "Interrupted",
     11602: "InterruptedDueToReplStateChange", 13388: "StaleConfig", 13435: "NotPrimaryNoSecondaryOk",
-    13436: "NotPrimaryOrSecondary", 40573: "Location40573",
+    13436: "NotPrimaryOrSecondary", 31082: "SearchNotEnabled", 40573: "Location40573",
 }
 
 

@@ -16,7 +16,13 @@ from typing import Any
 from mongoshift.embedded import fail_points as points, replica_set as rs, retryable_writes as retryable
 
 _HELLO = frozenset({"hello", "isMaster", "ismaster"})
-_ADDED_COMMANDS = frozenset({"buildinfo", "getParameter"})
+_SEARCH_INDEX_COMMANDS = frozenset({"createSearchIndexes", "updateSearchIndex", "dropSearchIndex"})
+_ADDED_COMMANDS = frozenset({"buildinfo", "getParameter"}) | _SEARCH_INDEX_COMMANDS
+# A mongod outside Atlas (no search host configured) answers search-index management so (31082).
+_SEARCH_NOT_ENABLED = (
+    "Using Atlas Search Database Commands and the $listSearchIndexes aggregation stage requires additional "
+    "configuration. Please connect to Atlas or an AtlasCLI local deployment to enable."
+)
 _COMMIT_OR_ABORT = frozenset({"commitTransaction", "abortTransaction"})
 _NO_TRANSACTION_NUMBERS = "Transaction numbers are only allowed on a replica set member or mongos"
 _NO_CHANGE_STREAMS = "The $changeStream stage is only supported on replica sets"
@@ -188,6 +194,11 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
             raise _Refusal("Hit the 'failGetMoreAfterCursorCheckout' failpoint", code)
     if name in _HELLO:
         return await _hello(state, run, context)
+    pipeline = context.command_document.get("pipeline") if name == "aggregate" else None
+    if name in _SEARCH_INDEX_COMMANDS or (
+        isinstance(pipeline, list) and pipeline and isinstance(pipeline[0], dict) and "$listSearchIndexes" in pipeline[0]
+    ):
+        raise _Refusal(_SEARCH_NOT_ENABLED, 31082)
     if name in ("buildinfo", "buildInfo"):
         return await _build_info(client)
     if name == "getParameter":
