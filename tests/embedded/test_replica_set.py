@@ -307,3 +307,50 @@ async def test_a_standalone_refuses_transactions_and_change_streams(standalone_u
     assert "only allowed on a replica set member or mongos" in str(txn.value)
     assert stream.value.code == 40573
     assert all("$clusterTime" not in reply and "operationTime" not in reply for _, reply in seen.replies)
+
+
+# Unit tests of the pieces (no server) -----------------------------------------------
+
+
+def test_the_hello_builder_needs_no_engine_reply() -> None:
+    from mongoshift.embedded.change_streams import ClusterClock
+    from mongoshift.embedded.replica_set import ReplicaSet, hello_reply
+
+    clock = ClusterClock(lambda: 1_000.0)
+    clock.tick()
+    member = ReplicaSet(clock, me="example:27017")
+    hello = hello_reply(member, "hello", {"helloOk": True}, 7)
+    assert (hello["setName"], hello["hosts"], hello["primary"], hello["connectionId"]) == ("mongoshift", ["example:27017"], "example:27017", 7)
+    stamp = hello["lastWrite"]["opTime"]["ts"]
+    assert hello["isWritablePrimary"] is True and hello["helloOk"] is True and (stamp.time, stamp.inc) == (1_000, 1)
+    alone = hello_reply(ReplicaSet(clock, standalone=True), "isMaster", {}, 8)
+    assert "setName" not in alone and alone["ismaster"] is True and alone["maxWireVersion"] == 21
+
+
+def test_the_retryable_write_table_forgets_the_least_recently_used_sessions() -> None:
+    from mongoshift.embedded.retryable_writes import RetryableWrites
+
+    table = RetryableWrites(max_sessions=2)
+    table.session("a").record(1, (0,), "insert", {"n": 1, "ok": 1.0})
+    table.session("b")
+    table.session("a")  # used again: "b" is now the oldest
+    table.session("c")
+    assert len(table) == 2
+    assert table.session("a").check(1, (0,), "insert") == {"n": 1, "ok": 1.0, "retriedStmtIds": [0]}
+    assert table.session("b").check(1, (0,), "insert") is None  # forgotten: a retry would write again
+
+
+def test_fail_point_modes_count_only_the_commands_they_select() -> None:
+    from mongoshift.embedded.fail_points import CommandView, FailPoints
+
+    points = FailPoints(chance=lambda: 0.5)
+    insert, find = CommandView("insert", "db.t", None), CommandView("find", "db.t", None)
+    points.configure({"configureFailPoint": "failCommand", "mode": {"skip": 1}, "data": {"failCommands": ["insert"], "errorCode": 2}})
+    assert points.before_command(find) is None and points.before_command(insert) is None  # find not selected; insert skipped
+    assert points.before_command(insert) is not None and points.before_command(insert) is not None  # then always
+    points.configure({"configureFailPoint": "failCommand", "mode": {"times": 1}, "data": {"failCommands": ["insert"], "errorCode": 2}})
+    assert points.before_command(insert) is not None and points.before_command(insert) is None
+    data = {"failCommands": ["insert"], "errorCode": 2}
+    points.configure({"configureFailPoint": "failCommand", "mode": {"activationProbability": 0.4}, "data": data})
+    assert points.before_command(insert) is None  # the draw (0.5) is above the probability
+    assert points.configure({"configureFailPoint": "failCommand", "mode": "off"})["count"] == 3

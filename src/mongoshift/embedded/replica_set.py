@@ -205,17 +205,48 @@ def state_of(client: Any) -> ServerState | None:
     return state if isinstance(state, ServerState) else None
 
 
+def _standalone_hello(command_name: str, body: dict[str, Any], connection_id: int) -> dict[str, Any]:
+    """A standalone mongod's ``hello``, for callers without mongoeco's own reply at hand."""
+    now = datetime.datetime.now(datetime.UTC)
+    reply: dict[str, Any] = {"isWritablePrimary": True} if command_name == "hello" else {"ismaster": True}
+    if body.get("helloOk") is True:
+        reply["helloOk"] = True
+    reply.update(
+        {
+            "maxBsonObjectSize": 16 * 1024 * 1024,
+            "maxMessageSizeBytes": 48_000_000,
+            "maxWriteBatchSize": 100_000,
+            "localTime": now.replace(microsecond=now.microsecond // 1000 * 1000, tzinfo=None),
+            "logicalSessionTimeoutMinutes": LOGICAL_SESSION_TIMEOUT_MINUTES,
+            "connectionId": connection_id,
+            "minWireVersion": 0,
+            "maxWireVersion": MAX_WIRE_VERSION,
+            "readOnly": False,
+            "ok": 1.0,
+        }
+    )
+    return reply
+
+
 def hello_reply(
-    replica_set: ReplicaSet, command_name: str, body: dict[str, Any], connection_id: int, base: dict[str, Any]
+    replica_set: ReplicaSet,
+    command_name: str,
+    body: dict[str, Any],
+    connection_id: int,
+    base: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``hello`` (or legacy ``isMaster``) reply of a single-node replica set's primary.
 
     ``base`` is mongoeco's standalone reply (sizes, wire versions, connection id), kept
-    as it is for a standalone apart from the wire version."""
-    reply = dict(base)
+    as it is for a standalone apart from the wire version; without it (a caller that
+    answers ``hello`` before mongoeco sees it) mongod's values are used. It reads no
+    engine state, only the set's identity and the clock's latest time, so any thread may
+    call it."""
+    reply = dict(base) if base is not None else _standalone_hello(command_name, body, connection_id)
     reply["maxWireVersion"] = MAX_WIRE_VERSION
     if replica_set.standalone:
         return reply
+    base = reply
     now = datetime.datetime.now(datetime.UTC)
     last = replica_set.clock.last
     op_time = {"ts": last, "t": _TERM}
