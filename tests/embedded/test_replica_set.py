@@ -283,6 +283,18 @@ async def test_build_info_in_both_spellings_and_get_parameter(client) -> None:
     assert info_unknown.value.code == 72
 
 
+async def test_kill_all_sessions_aborts_their_transactions(client, db) -> None:
+    async with client.start_session() as session:
+        await session.start_transaction()
+        await db.t.insert_one({"_id": "killed"}, session=session)
+        await client.admin.command("killAllSessions", [])
+        with pytest.raises(OperationFailure) as info:
+            await session.commit_transaction()
+    assert info.value.code == 251  # NoSuchTransaction: mongod aborted it
+    await db.t.insert_one({"_id": "killed"})  # nothing holds the key any more
+    assert await db.t.count_documents({}) == 1
+
+
 # (y) the standalone mode ---------------------------------------------------------
 
 

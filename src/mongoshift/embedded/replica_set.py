@@ -187,6 +187,8 @@ class ServerState:
     retryable: RetryableWrites = dataclasses.field(default_factory=RetryableWrites)
     sessions: LocalSessions = dataclasses.field(default_factory=LocalSessions)
     snapshots: SnapshotReads = dataclasses.field(default_factory=SnapshotReads)
+    session_store: Any = None  # mongoeco's wire sessions (the proxy's), seen by the layer
+    reaped: float = 0.0  # when transactions past their lifetime were last looked for (monotonic)
 
 
 def attach(client: Any, history: ChangeHistory, *, standalone: bool = False, set_name: str = DEFAULT_SET_NAME) -> ServerState:

@@ -11,13 +11,17 @@ mongoeco client; a client without one (mongoeco used on its own) is served as be
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from mongoshift.embedded import fail_points as points, replica_set as rs, retryable_writes as retryable
 
 _HELLO = frozenset({"hello", "isMaster", "ismaster"})
 _SEARCH_INDEX_COMMANDS = frozenset({"createSearchIndexes", "updateSearchIndex", "dropSearchIndex"})
-_ADDED_COMMANDS = frozenset({"buildinfo", "getParameter"}) | _SEARCH_INDEX_COMMANDS
+_KILL_SESSIONS = frozenset({"killAllSessions", "killSessions"})
+_ADDED_COMMANDS = frozenset({"buildinfo", "getParameter"}) | _SEARCH_INDEX_COMMANDS | _KILL_SESSIONS
+# mongod aborts a transaction open longer than transactionLifetimeLimitSeconds (60 s by default).
+TRANSACTION_LIFETIME_SECONDS = 60.0
 # A mongod outside Atlas (no search host configured) answers search-index management so (31082).
 _SEARCH_NOT_ENABLED = (
     "Using Atlas Search Database Commands and the $listSearchIndexes aggregation stage requires additional "
@@ -159,6 +163,34 @@ async def _snapshot_read(state: rs.ServerState, run: Any, client: Any, context: 
     return reply
 
 
+def _abort_transactions(sessions: Any, keep: Any = None, *, only: set[str] | None = None, older_than: float | None = None) -> None:
+    """Abort the open transactions of the wire sessions (``only`` these keys; ``older_than``
+    seconds only), leaving ``keep``'s: killSessions/killAllSessions, and mongod's reaper."""
+    from .transactions import _abort_open_transaction
+
+    now = time.monotonic()
+    for key, entry in list(sessions._sessions.items()):
+        session = entry.session
+        if session is keep or not session.transaction_active or (only is not None and key not in only):
+            continue
+        if older_than is not None and now - getattr(session, "_mongoshift_txn_started", now) < older_than:
+            continue
+        _abort_open_transaction(session)
+
+
+def _kill_sessions(sessions: Any, context: Any) -> dict[str, Any]:
+    """(y) killAllSessions / killSessions abort the sessions' transactions, as mongod does
+    (the unified test runner calls it between tests; mongoeco knew neither command)."""
+    from mongoeco.wire._session_identity import wire_session_key
+
+    if context.command_name == "killAllSessions":
+        _abort_transactions(sessions, context.session)
+    else:
+        listed = context.command_document.get("killSessions") or []
+        _abort_transactions(sessions, only={wire_session_key(item) for item in listed if isinstance(item, dict)})
+    return {"ok": 1.0}
+
+
 async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, context: Any) -> dict[str, Any]:
     """Run one command as a replica-set member does: the part that can fail, before labels and times."""
     name = context.command_name
@@ -199,6 +231,8 @@ async def _execute(state: rs.ServerState, call: _Call, run: Any, client: Any, co
         isinstance(pipeline, list) and pipeline and isinstance(pipeline[0], dict) and "$listSearchIndexes" in pipeline[0]
     ):
         raise _Refusal(_SEARCH_NOT_ENABLED, 31082)
+    if name in _KILL_SESSIONS:
+        return _kill_sessions(state.session_store, context)
     if name in ("buildinfo", "buildInfo"):
         return await _build_info(client)
     if name == "getParameter":
@@ -342,6 +376,11 @@ def patch_replica_set() -> None:
             return await original(self, context)
 
         _track_sessions(state, context)
+        state.session_store = self._session_store
+        now = time.monotonic()
+        if now - state.reaped >= 1.0:  # mongod's transaction reaper: at most once a second
+            state.reaped = now
+            _abort_transactions(self._session_store, context.session, older_than=TRANSACTION_LIFETIME_SECONDS)
         call = _Call()
         unsatisfiable = _unsatisfiable_write_concern(state, context)
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from ._support import NO_SUCH_TRANSACTION, TRANSIENT, WRITE_CONFLICT, as_int, failure
@@ -82,6 +83,7 @@ def patch_transactions() -> None:
         original_apply(session, body)
         if starts and session.transaction_active:
             _remember(session, number=as_int(body.get("txnNumber")), state="open")
+            session._mongoshift_txn_started = time.monotonic()  # for the lifetime limit (replica_set.py)
 
     def commit_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
         number = as_int(body.get("txnNumber"))
