@@ -107,3 +107,32 @@ async def test_search_index_commands_answer_as_a_mongod_outside_atlas(db) -> Non
         with pytest.raises(OperationFailure) as info:
             await db.command(command)
         assert info.value.code == 31082 and "Atlas" in str(info.value)
+
+
+async def test_change_events_describe_updates_and_carry_images_when_the_collection_keeps_them(db) -> None:
+    """(q) updateDescription; fullDocumentBeforeChange / fullDocument whenAvailable per the collection's option."""
+    await db.t.insert_one({"_id": 1, "a": 1, "gone": True, "sub": {"k": 1, "l": 2}, "array": ["x", "y", "z"]})
+    async with await db.t.watch(full_document="whenAvailable", full_document_before_change="whenAvailable", max_await_time_ms=100) as stream:
+        await db.t.update_one({"_id": 1}, [{"$set": {"a": 2, "sub.k": 5, "array": ["x", "y"]}}, {"$unset": "gone"}])
+        plain = await stream.next()
+        await db.command({"collMod": "t", "changeStreamPreAndPostImages": {"enabled": True}})
+        await db.t.update_one({"_id": 1}, {"$set": {"a": 3}})
+        imaged = await stream.next()
+    assert plain["updateDescription"] == {
+        "updatedFields": {"a": 2, "sub.k": 5}, "removedFields": ["gone"], "truncatedArrays": [{"field": "array", "newSize": 2}]
+    }
+    assert plain["fullDocument"] is None and plain["fullDocumentBeforeChange"] is None  # no images yet
+    assert imaged["updateDescription"]["updatedFields"] == {"a": 3}
+    assert imaged["fullDocumentBeforeChange"]["a"] == 2 and imaged["fullDocument"]["a"] == 3
+
+
+async def test_a_change_stream_pipeline_must_keep_the_event_id(db) -> None:
+    """(q) mongod fails the stream (280) when its pipeline changes the resume token; 40324 for an unknown stage."""
+    async with await db.t.watch([{"$project": {"_id": 0}}], max_await_time_ms=100) as stream:
+        await db.t.insert_one({"_id": 1})
+        with pytest.raises(OperationFailure) as info:
+            await stream.next()
+    assert info.value.code == 280
+    with pytest.raises(OperationFailure) as unknown:
+        await db.t.watch([{"$nope": {}}])
+    assert unknown.value.code == 40324

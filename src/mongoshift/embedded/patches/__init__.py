@@ -20,7 +20,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (o) per-document conflicts
 - :mod:`.replica_set`: (u) a replica set's hello and cluster time, (v) fail points
   (with (d), fail points on commit and abort), (w) retryable writes, (x) error labels,
-  (y) getParameter, buildinfo and a standalone's refusals
+  (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
+  and a standalone's refusals, (ad) snapshot reads
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``,
@@ -89,7 +90,7 @@ def apply() -> None:
     queries.patch_let_evaluated()  # (ab)
     aggregation.patch_database_aggregate()  # (ac)
     aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out
-    replica_set.patch_replica_set()  # (u)-(y), last: outside every other fix, it sees each command whole
+    replica_set.patch_replica_set()  # (u)-(y), (ad), last: outside every other fix, it sees each command whole
     replica_set.patch_close_connection()  # (v)
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)

@@ -1,6 +1,6 @@
 """The replica-set layer around every command: hello and cluster time (u), fail points (v),
-retryable writes (w), error labels (x), getParameter, buildinfo and the standalone's
-refusals (y).
+retryable writes (w), error labels (x), getParameter, buildinfo, search-index commands,
+killSessions, transaction lifetimes and the standalone's refusals (y), snapshot reads (ad).
 
 It wraps mongoeco's ``WireCommandExecutor.execute_prepared``, the one call every
 command goes through (OP_MSG and legacy OP_QUERY alike), outside every other fix. A
