@@ -108,6 +108,19 @@ def mongo_uri() -> Iterator[str]:
         yield uri
 
 
+@pytest.fixture(scope="session")
+def standalone_uri() -> Iterator[str]:
+    """A standalone server, for what mongoshift does where there are no transactions and no
+    change streams: ``MONGOSHIFT_TEST_STANDALONE_URI`` (a standalone mongod), else the embedded
+    server started with ``--standalone`` (also when MONGOSHIFT_TEST_URI names a replica set)."""
+    real = os.environ.get("MONGOSHIFT_TEST_STANDALONE_URI")
+    if real:
+        yield real
+        return
+    with embedded_server(standalone=True) as uri:
+        yield uri
+
+
 @pytest.fixture
 def db_name() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
@@ -177,6 +190,23 @@ class Project:
 def project(tmp_path, mongo_uri: str, db_name: str, sync_client: MongoClient) -> Iterator[Project]:  # type: ignore[no-untyped-def]
     yield Project(tmp_path, mongo_uri, db_name)
     sync_client.drop_database(db_name)
+
+
+@pytest.fixture
+async def standalone_db(standalone_uri: str, db_name: str):  # type: ignore[no-untyped-def]
+    """A fresh database on the standalone server (``standalone_uri``)."""
+    c: AsyncMongoClient = AsyncMongoClient(standalone_uri, **TEST_CLIENT_OPTIONS)
+    try:
+        yield c[db_name]
+        await c.drop_database(db_name)
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+def standalone_project(tmp_path, standalone_uri: str, db_name: str, standalone_db) -> Project:  # type: ignore[no-untyped-def]
+    """A throwaway project on the standalone server, its database being ``standalone_db``."""
+    return Project(tmp_path, standalone_uri, db_name)
 
 
 # ---------------------------------------------------------------- the command line

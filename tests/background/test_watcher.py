@@ -488,23 +488,21 @@ async def test_on_a_sharded_collection_the_watcher_refuses_a_transform_that_move
     assert moving["n"] == 99 and moving["__v"] == 1  # left as it was, for the reopened pass to record
 
 
-async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_refresh(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_refresh(standalone_project, standalone_db) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.errors import ConfigInvalidError
 
-    s = await completed(fast_project, db)
-
-    async def standalone(collection: Any, **options: Any) -> Any:
-        raise OperationFailure("The $changeStream stage is only supported on replica sets", code=40573)
-
-    # A refresh an hour away: the refusal must not wait for it (the bound below is a bound, not a measure).
-    watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100), watch=standalone)
+    standalone_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    s = await completed(standalone_project, standalone_db)
+    # A standalone server refuses $changeStream (40573). A refresh an hour away: the refusal
+    # must not wait for it (the bound below is a bound, not a measure).
+    watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100))
     try:
         await until("the watcher ending", lambda: _done(watcher.task), bound=120)
     finally:
         watcher.cancel.set("test over")
     with pytest.raises(ConfigInvalidError, match="needs change streams"):
         watcher.task.result()
-    assert (await db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
+    assert (await standalone_db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
 
 
 async def _done(task: asyncio.Task[Any]) -> bool:

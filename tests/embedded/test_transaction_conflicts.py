@@ -2,9 +2,11 @@
 
 Through the real pymongo driver, and unchanged against a real replica set
 (MONGOSHIFT_TEST_URI): every assertion is what mongod answers. mongod reports a
-write-write conflict at the second write, the embedded server at the second
-commit, so each conflict test expects the error from either step and never lets
-a plain write wait on a document a transaction still holds (mongod would block it).
+write-write conflict at the second write, as the embedded server does for a document
+written twice; a secondary unique key or ``_id``s equal under other storage keys (1 and
+1.0) it reports at the second commit, so each conflict test expects the error from
+either step and never lets a plain write wait on a document a transaction still holds
+(mongod would block it).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ async def _seed(collection: Any, count: int) -> None:
 async def _loser(client: AsyncMongoClient, first_write: Any, second_write: Any) -> OperationFailure:
     """``first_write`` in one transaction, then ``second_write`` in another; commit both, first first.
 
-    Returns the error of the transaction that loses (mongod: at its write; the
-    embedded server: at its commit).
+    Returns the error of the transaction that loses (at its write; on the embedded
+    server, at its commit for a unique key or equal _ids of other types).
     """
     first, second = client.start_session(), client.start_session()
     await first.start_transaction()

@@ -16,8 +16,6 @@ from mongoshift.errors import (
 )
 from mongoshift.project.run import CancelSignal
 
-from ..conftest import fail_command
-
 ASYNC_INSERT = """
 description = "insert {tag}"
 
@@ -251,16 +249,24 @@ async def test_timeout_fails_the_migration(project, db) -> None:  # type: ignore
     assert (await changelog(db))["0001_slow.py"]["status"] == "failed"
 
 
-async def test_server_without_transactions_gets_its_own_error(project, db, client) -> None:  # type: ignore[no-untyped-def]
-    """A standalone mongod answers code 20 inside a transaction; injected with the fail point."""
+TRANSACTIONAL = "use_transaction = True\nasync def up(ctx):\n    await ctx.db.items.insert_one({'tag': 'x'}, session=ctx.session)\n"
+
+
+async def test_server_without_transactions_gets_its_own_error(standalone_project, standalone_db) -> None:  # type: ignore[no-untyped-def]
+    """A standalone server answers code 20 to the transaction's first statement."""
     from mongoshift.errors import TransactionsUnsupportedError
 
-    project.add("0001_txn.py", "use_transaction = True\nasync def up(ctx):\n    await ctx.db.items.insert_one({'tag': 'x'}, session=ctx.session)\n")
-    no_txn = {"failCommands": ["insert"], "errorCode": 20, "errmsg": "Transaction numbers are only allowed on a replica set member or mongos"}
-    async with fail_command(client, {"times": 1}, **no_txn):
-        with pytest.raises(TransactionsUnsupportedError, match="replica set"):
-            await command.up(project.settings())
-    assert await tags(db) == []
+    standalone_project.add("0001_txn.py", TRANSACTIONAL)
+    with pytest.raises(TransactionsUnsupportedError, match="replica set"):
+        await command.up(standalone_project.settings())
+    assert await tags(standalone_db) == []
+
+
+def test_a_server_without_transactions_exits_15(standalone_project, cli) -> None:  # type: ignore[no-untyped-def]
+    standalone_project.add("0001_txn.py", TRANSACTIONAL)
+    result = cli(standalone_project, "up")
+    assert result.returncode == 15, result.stderr
+    assert "replica set" in result.stderr
 
 
 LOSES_LOCK = """

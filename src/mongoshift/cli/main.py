@@ -362,7 +362,12 @@ def unlock(yes: bool) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
 @click.option("--path", type=click.Path(path_type=Path), help="Snapshot file: data survives a clean restart.")
 @click.option("--change-history", type=click.IntRange(min=1), default=100_000, show_default=True, help="Change-stream window, in events.")
-def embedded(host: str, port: int, path: Path | None, change_history: int) -> int:
+@click.option(
+    "--standalone",
+    is_flag=True,
+    help="Serve a standalone mongod instead of a single-node replica set (no transactions, retryable writes or change streams).",
+)
+def embedded(host: str, port: int, path: Path | None, change_history: int, standalone: bool) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
     import logging
 
@@ -372,7 +377,7 @@ def embedded(host: str, port: int, path: Path | None, change_history: int) -> in
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
     try:
-        return run(host=host, port=port, path=path, change_history=change_history)
+        return run(host=host, port=port, path=path, change_history=change_history, standalone=standalone)
     except AddressUnavailable as exc:
         raise AddressInUseError(str(exc), host=exc.host, port=exc.port, reason=exc.reason) from None
     except SnapshotIOError as exc:

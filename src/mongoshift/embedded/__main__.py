@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         help="events change streams can resume from; older ones are dropped "
         f"(default {DEFAULT_CHANGE_HISTORY})",
     )
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="serve a standalone mongod instead of a single-node replica set: no transactions, "
+        "retryable writes or change streams",
+    )
     parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
     args = parser.parse_args(argv)
     if args.change_history < 1:
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return run(args.host, args.port, args.path, change_history=args.change_history)
+        return run(args.host, args.port, args.path, change_history=args.change_history, standalone=args.standalone)
     except EmbeddedServerUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

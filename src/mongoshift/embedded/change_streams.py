@@ -21,11 +21,13 @@ events, ``showExpandedEvents``...) is listed in docs/embedded.md.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import datetime
 import itertools
 import logging
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -48,9 +50,19 @@ _CURSOR_ID_BASE = 1 << 48
 _WHOLE_DATABASE = "$cmd.aggregate"  # the namespace mongod gives a database-level stream's cursor
 _EVENT_TYPES = frozenset({"insert", "update", "replace", "delete"})
 _FULL_DOCUMENT_MODES = frozenset({"default", "updateLookup", "whenAvailable", "required"})
+_BEFORE_CHANGE_MODES = frozenset({"off", "whenAvailable", "required"})
 _STAGE_OPTIONS = frozenset(
     {"fullDocument", "resumeAfter", "startAfter", "startAtOperationTime", "allChangesForCluster",
      "fullDocumentBeforeChange", "showExpandedEvents"}
+)
+# The stages a change stream's pipeline may hold after $changeStream, and mongod's other stage names.
+_STREAM_STAGES = frozenset({"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith", "$redact"})
+_KNOWN_STAGES = _STREAM_STAGES | frozenset(
+    {"$sample", "$sort", "$skip", "$limit", "$unwind", "$group", "$bucket", "$bucketAuto", "$lookup", "$unionWith",
+     "$facet", "$count", "$sortByCount", "$setWindowFields", "$documents", "$densify", "$fill", "$merge", "$out",
+     "$geoNear", "$collStats", "$indexStats", "$currentOp", "$planCacheStats", "$listSessions", "$listLocalSessions",
+     "$graphLookup", "$changeStream", "$search", "$searchMeta", "$vectorSearch", "$listSearchIndexes",
+     "$changeStreamSplitLargeEvent", "$shardedDataDistribution", "$querySettings"}
 )
 _TOKEN_FORMAT = ">BIIQ"  # version, seconds, increment, position
 _TOKEN_VERSION = 1
@@ -59,6 +71,9 @@ _TOKEN_VERSION = 1
 _HISTORY_LOST = (286, "ChangeStreamHistoryLost",
                  "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
 _TOKEN_NOT_FOUND = (280, "ChangeStreamFatalError", "cannot resume stream; the resume token was not found.")
+_TOKEN_MODIFIED = ("Encountered an event whose _id field, which contains the resume token, was modified by the "
+                   "pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that "
+                   "point. Only transformations that retain the unmodified _id field are allowed.")
 
 
 def _failure(code: int, code_name: str, message: str) -> OperationFailure:
@@ -75,7 +90,13 @@ def _bad_value(message: str) -> OperationFailure:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChangeEvent:
-    """One committed write, as the history keeps it (no document for updates: looked up on read)."""
+    """One committed write, as the history keeps it.
+
+    ``full_document``: an insert's or a replacement's document, an update's result (its
+    post-image, from which, with ``before``, its update description is computed on read).
+    ``before``: the stored document the write replaced (an update's always, a replacement's
+    or a delete's when the collection keeps pre-images), decoded only when read.
+    ``images``: the collection had ``changeStreamPreAndPostImages`` enabled at the write."""
 
     position: int
     cluster_time: Timestamp
@@ -85,6 +106,26 @@ class ChangeEvent:
     operation_type: str
     document_key: dict[str, Any]
     full_document: dict[str, Any] | None
+    before: Any = None
+    images: bool = False
+
+
+class _PreImage:
+    """The stored document a write replaced, carried to the history by reference, never copied.
+
+    mongoeco's change payload has no field for it: it rides in ``update_description``,
+    which the engine always leaves empty, and survives the engine's deep copies of payloads."""
+
+    __slots__ = ("stored",)
+
+    def __init__(self, stored: Any) -> None:
+        self.stored = stored
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _PreImage:
+        return self
+
+
+_overwritten = threading.local()  # the stored document the engine's last write replaced (its lock is held)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -157,6 +198,15 @@ class ChangeHistory(ChangeStreamHub):
         self._lost = StreamPoint(0, self._clock.last)
         self.cursors: dict[int, StreamCursor] = {}
         self._cursor_ids = itertools.count(_CURSOR_ID_BASE + 1)
+        # Set by attach_history from the engine: a stored document's decoding, and whether a
+        # collection keeps pre- and post-images (its changeStreamPreAndPostImages option).
+        self.decode: Callable[[Any], dict[str, Any]] | None = None
+        self.images_enabled: Callable[[str, str], bool] = lambda db, coll: False
+
+    @property
+    def clock(self) -> ClusterClock:
+        """The server's cluster clock: one tick per event (the replica-set layer reads it too)."""
+        return self._clock
 
     # -- mongoeco's sink interface -------------------------------------------------
     def should_publish_events(self) -> bool:
@@ -173,10 +223,14 @@ class ChangeHistory(ChangeStreamHub):
         self._next_token = event.token + 1
         cluster_time, wall_time = self._clock.tick()
         self._last_position += 1
-        document = event.full_document if event.operation_type in {"insert", "replace"} else None
+        kind = event.operation_type
+        images = kind != "insert" and self.images_enabled(event.db_name, event.coll_name)
+        carried = event.update_description
+        before = carried.stored if isinstance(carried, _PreImage) and (kind == "update" or images) else None
+        document = event.full_document if kind in {"insert", "replace", "update"} else None
         self._history.append(ChangeEvent(
             self._last_position, cluster_time, wall_time, event.db_name, event.coll_name,
-            event.operation_type, dict(event.document_key), document,
+            kind, dict(event.document_key), document, before, images,
         ))
         while len(self._history) > self.max_events:
             dropped = self._history.popleft()
@@ -189,6 +243,9 @@ class ChangeHistory(ChangeStreamHub):
         with self._condition:
             self._lost = self.end()
             self._history.clear()
+            # Replies carry the clock as their operationTime: it moves past the forgotten point,
+            # so a stream started at that time is not history lost.
+            self._clock.tick()
 
     def end(self) -> StreamPoint:
         """The point after the newest event."""
@@ -267,6 +324,11 @@ class ChangeHistory(ChangeStreamHub):
         return cursor_id
 
 
+def is_change_stream_cursor(cursor_id: object) -> bool:
+    """Whether a getMore's cursor id names one of the change-stream cursors served here."""
+    return _positive(cursor_id, 0) > _CURSOR_ID_BASE
+
+
 def attach_history(client: Any, max_events: int) -> ChangeHistory:
     """Make a new ChangeHistory the change sink of a fresh mongoeco ``AsyncMongoClient``.
 
@@ -276,6 +338,15 @@ def attach_history(client: Any, max_events: int) -> ChangeHistory:
     history = ChangeHistory(max_events)
     client._change_hub.close()
     client._change_hub = history
+    engine = client._engine
+
+    def images_enabled(db: str, coll: str) -> bool:
+        options = engine._collection_options.get(db, {}).get(coll) or {}
+        setting = options.get("changeStreamPreAndPostImages")
+        return isinstance(setting, dict) and setting.get("enabled") is True
+
+    history.decode = lambda stored: copy.deepcopy(engine._borrow_storage_document(stored))
+    history.images_enabled = images_enabled
     return history
 
 
@@ -289,6 +360,8 @@ class StreamCursor:
     stages: list[dict[str, Any]]
     full_document: str
     point: StreamPoint
+    before_change: str = "off"
+    expanded: bool = False
 
     @property
     def ns(self) -> str:
@@ -312,8 +385,8 @@ def _parse_stage(spec: object, cluster_allowed: bool) -> dict[str, Any]:
     mode = spec.get("fullDocument", "default")
     if mode not in _FULL_DOCUMENT_MODES:
         raise _bad_value(f"unsupported fullDocument mode '{mode}'")
-    if spec.get("fullDocumentBeforeChange", "off") != "off":
-        raise _bad_value("fullDocumentBeforeChange is not supported by the embedded server")
+    if spec.get("fullDocumentBeforeChange", "off") not in _BEFORE_CHANGE_MODES:
+        raise _bad_value(f"unsupported fullDocumentBeforeChange mode '{spec.get('fullDocumentBeforeChange')}'")
     if "resumeAfter" in spec and "startAfter" in spec:
         raise _failure(50865, "Location50865",
                        "Do not specify both 'resumeAfter' and 'startAfter' in a $changeStream stage")
@@ -334,7 +407,91 @@ def _start_point(history: ChangeHistory, spec: dict[str, Any]) -> StreamPoint:
     return history.end()
 
 
-async def _event_document(client: Any, cursor: StreamCursor, event: ChangeEvent) -> dict[str, Any]:
+def _image_missing(which: str) -> OperationFailure:
+    return _failure(
+        47, "NoMatchingDocument",
+        f"Change stream was configured to require a {which} for all update, delete and replace events, "
+        f"but the {which} was not found for an event.",
+    )
+
+
+def _pre_image(history: ChangeHistory, event: ChangeEvent) -> dict[str, Any] | None:
+    """The document before the write, if the history kept it (and it is the event's document)."""
+    if event.before is None or history.decode is None:
+        return None
+    document = history.decode(event.before)
+    return document if document.get("_id") == event.document_key.get("_id") else None
+
+
+def _same(left: object, right: object) -> bool:
+    """Equal values of equal types (mongod compares a document's old and new bytes)."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, dict):
+        assert isinstance(right, dict)
+        return list(left) == list(right) and all(_same(left[key], right[key]) for key in left)
+    if isinstance(left, list):
+        assert isinstance(right, list)
+        return len(left) == len(right) and all(_same(a, b) for a, b in zip(left, right, strict=True))
+    return left == right
+
+
+def _diff(before: Any, after: Any, path: tuple[str | int, ...], found: dict[str, list[Any]]) -> None:
+    """An update's description, as mongod derives it from the document's old and new versions:
+    changed or added fields by path, removed fields, arrays cut short (element by element)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in before:
+            if key not in after:
+                found["removed"].append((*path, key))
+        for key, value in after.items():
+            if key not in before:
+                found["updated"].append(((*path, key), value))
+            elif not _same(before[key], value):
+                old = before[key]
+                if (isinstance(old, dict) and isinstance(value, dict)) or (isinstance(old, list) and isinstance(value, list)):
+                    _diff(old, value, (*path, key), found)
+                else:
+                    found["updated"].append(((*path, key), value))
+        return
+    assert isinstance(before, list) and isinstance(after, list)
+    for index, value in enumerate(after):
+        if index >= len(before):
+            found["updated"].append(((*path, index), value))
+        elif not _same(before[index], value):
+            old = before[index]
+            if (isinstance(old, dict) and isinstance(value, dict)) or (isinstance(old, list) and isinstance(value, list)):
+                _diff(old, value, (*path, index), found)
+            else:
+                found["updated"].append(((*path, index), value))
+    if len(after) < len(before):
+        found["truncated"].append((path, len(after)))
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    return ".".join(str(part) for part in path)
+
+
+def _update_description(before: dict[str, Any], after: dict[str, Any], expanded: bool) -> dict[str, Any]:
+    found: dict[str, list[Any]] = {"updated": [], "removed": [], "truncated": []}
+    _diff(before, after, (), found)
+    description: dict[str, Any] = {
+        "updatedFields": {_dotted(path): value for path, value in found["updated"]},
+        "removedFields": [_dotted(path) for path in found["removed"]],
+        "truncatedArrays": [{"field": _dotted(path), "newSize": size} for path, size in found["truncated"]],
+    }
+    if expanded:
+        # A path whose dotted form is ambiguous (a numeric field name, or one with a dot) is
+        # also given as its parts, array indexes as integers.
+        paths = [path for path, _ in found["updated"]] + found["removed"] + [path for path, _ in found["truncated"]]
+        description["disambiguatedPaths"] = {
+            _dotted(path): list(path)
+            for path in paths
+            if any(isinstance(part, str) and (part.isdigit() or "." in part) for part in path)
+        }
+    return description
+
+
+async def _event_document(client: Any, history: ChangeHistory, cursor: StreamCursor, event: ChangeEvent) -> dict[str, Any]:
     """The event as mongod shapes it (key order included)."""
     point = StreamPoint(event.position, event.cluster_time)
     document: dict[str, Any] = {
@@ -348,15 +505,59 @@ async def _event_document(client: Any, cursor: StreamCursor, event: ChangeEvent)
     elif event.operation_type == "update" and cursor.full_document != "default":
         if cursor.full_document == "updateLookup":
             document["fullDocument"] = await client[event.db][event.coll].find_one(event.document_key)
+        elif event.images and event.full_document is not None:
+            document["fullDocument"] = copy.deepcopy(event.full_document)  # the post-image
         elif cursor.full_document == "whenAvailable":
             document["fullDocument"] = None
         else:
-            raise _failure(280, "ChangeStreamFatalError",
-                           "Change stream was configured to require a post-image for all update, delete and "
-                           "replace events, but the post-image was not found for an event.")
+            raise _image_missing("post-image")
     document["ns"] = {"db": event.db, "coll": event.coll}
     document["documentKey"] = event.document_key
+    before = _pre_image(history, event) if event.operation_type != "insert" else None
+    if event.operation_type == "update" and before is not None and event.full_document is not None:
+        document["updateDescription"] = _update_description(before, event.full_document, cursor.expanded)
+    if cursor.before_change != "off" and event.operation_type in {"update", "replace", "delete"}:
+        if event.images and before is not None:
+            document["fullDocumentBeforeChange"] = before
+        elif cursor.before_change == "whenAvailable":
+            document["fullDocumentBeforeChange"] = None
+        else:
+            raise _image_missing("pre-image")
     return document
+
+
+def patch_pre_images() -> None:
+    """(q) The document a write replaces reaches the history with the write's event.
+
+    mongoeco's change payloads (MemoryEngine._change_payload) carry no pre-image. Every
+    engine write goes through _set_storage_document_locked / _delete_storage_document_locked
+    (under the engine lock), which now note the stored document they replace; the payload
+    built next, of an update, replacement or delete, takes it by reference (no copy)."""
+    from mongoeco.engines import memory
+
+    engine_class = memory.MemoryEngine
+    original_set = engine_class._set_storage_document_locked
+    original_delete = engine_class._delete_storage_document_locked
+    original_payload = engine_class._change_payload
+
+    def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
+        _overwritten.stored = collection.get(storage_key)
+        original_set(self, collection, storage_key, document)
+
+    def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
+        _overwritten.stored = collection.get(storage_key)
+        original_delete(self, collection, storage_key)
+
+    def change_payload(**fields: Any) -> Any:
+        payload = original_payload(**fields)
+        stored, _overwritten.stored = getattr(_overwritten, "stored", None), None
+        if stored is not None and fields.get("operation_type") in {"update", "replace", "delete"}:
+            payload["update_description"] = _PreImage(stored)
+        return payload
+
+    engine_class._set_storage_document_locked = set_document
+    engine_class._delete_storage_document_locked = delete_document
+    engine_class._change_payload = staticmethod(change_payload)
 
 
 async def _next_batch(client: Any, history: ChangeHistory, cursor: StreamCursor, limit: int) -> list[dict[str, Any]]:
@@ -372,9 +573,12 @@ async def _next_batch(client: Any, history: ChangeHistory, cursor: StreamCursor,
             cursor.point = StreamPoint(event.position, event.cluster_time)
             if not cursor.covers(event):
                 continue
-            document = await _event_document(client, cursor, event)
+            document = await _event_document(client, history, cursor, event)
             if cursor.stages:
                 results = apply_pipeline([document], cursor.stages)
+                for result in results:
+                    if result.get("_id") != document["_id"]:
+                        raise _failure(280, "ChangeStreamFatalError", _TOKEN_MODIFIED)
                 batch.extend(results)
             else:
                 batch.append(document)
@@ -416,10 +620,11 @@ async def _aggregate(client: Any, history: ChangeHistory, context: Any) -> dict[
     for stage in pipeline[1:]:
         if not isinstance(stage, dict) or len(stage) != 1:
             raise _bad_value("a pipeline stage must be a document with one field")
-        if next(iter(stage)) not in {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot",
-                                     "$replaceWith", "$redact"}:
-            raise _failure(31324, "Location31324",
-                           f"Illegal stage in a $changeStream pipeline: {next(iter(stage))}")
+        name = next(iter(stage))
+        if name not in _STREAM_STAGES:
+            if name not in _KNOWN_STAGES:  # mongod's parser refuses an unknown name before anything else
+                raise _failure(40324, "Location40324", f"Unrecognized pipeline stage name: '{name}'")
+            raise _failure(31324, "Location31324", f"Illegal stage in a $changeStream pipeline: {name}")
     cursor = StreamCursor(
         db=context.db_name,
         coll=target if isinstance(target, str) and target != _WHOLE_DATABASE else None,
@@ -427,6 +632,8 @@ async def _aggregate(client: Any, history: ChangeHistory, context: Any) -> dict[
         stages=list(pipeline[1:]),
         full_document=spec.get("fullDocument", "default"),
         point=_start_point(history, spec),
+        before_change=spec.get("fullDocumentBeforeChange", "off"),
+        expanded=spec.get("showExpandedEvents") is True,
     )
     options = command.get("cursor") or {}
     batch = await _next_batch(client, history, cursor, _positive(options.get("batchSize"), DEFAULT_FIRST_BATCH))

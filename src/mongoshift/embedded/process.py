@@ -21,14 +21,23 @@ class EmbeddedStartError(RuntimeError):
 
 @contextmanager
 def embedded_server(
-    *, port: int = 0, path: Path | None = None, timeout: float = 60.0, change_history: int | None = None
+    *,
+    port: int = 0,
+    path: Path | None = None,
+    timeout: float = 60.0,
+    change_history: int | None = None,
+    standalone: bool = False,
 ) -> Iterator[str]:
-    """Start ``python -m mongoshift.embedded``, yield its URI, stop it (SIGTERM) at exit."""
+    """Start ``python -m mongoshift.embedded``, yield its URI, stop it (SIGTERM) at exit.
+
+    ``standalone`` starts a standalone server instead of the single-node replica set."""
     args = [sys.executable, "-m", "mongoshift.embedded", "--port", str(port)]
     if path is not None:
         args += ["--path", str(path)]
     if change_history is not None:
         args += ["--change-history", str(change_history)]
+    if standalone:
+        args.append("--standalone")
     # stderr goes to a file, not a pipe: an undrained pipe would block the server once full.
     log = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)

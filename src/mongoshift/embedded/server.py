@@ -6,7 +6,9 @@ no ``mongod`` to install. mongoeco is an optional dependency
 (``pip install "mongoshift[embedded]"``) and is imported only when a server starts.
 
 The server runs mongoeco's memory engine with the fixes of
-:mod:`mongoshift.embedded.patches`; with ``path`` it loads a snapshot at start
+:mod:`mongoshift.embedded.patches`. It presents itself as a MongoDB 7.0 single-node
+replica set (:mod:`mongoshift.embedded.replica_set`), or with ``standalone`` as a
+standalone mongod, refusing what one refuses. With ``path`` it loads a snapshot at start
 and writes it at a clean shutdown (:mod:`mongoshift.embedded.snapshot`):
 **a crash loses every write since the last clean shutdown**.
 """
@@ -91,7 +93,8 @@ def _import_mongoeco() -> None:
         raise EmbeddedServerUnavailable(str(error)) from error
 
 
-def _advertised_uri(host: str, port: int) -> str:
+def _advertised_member(host: str, port: int) -> str:
+    """``host:port`` as clients reach the server (a replica set's ``hosts`` and ``me``)."""
     # A wildcard bind is reachable locally through the loopback address.
     if host in {"", "0.0.0.0"}:
         host = "127.0.0.1"
@@ -99,8 +102,13 @@ def _advertised_uri(host: str, port: int) -> str:
         host = "::1"
     if ":" in host:
         host = f"[{host}]"
-    # The server reports itself as a standalone: connect to it directly.
-    return f"mongodb://{host}:{port}/?directConnection=true"
+    return f"{host}:{port}"
+
+
+def _advertised_uri(host: str, port: int) -> str:
+    # A direct connection needs no replica-set name and works with a standalone as well; with
+    # the set's hello the driver sees its primary, so writes, commits and aborts are retried.
+    return f"mongodb://{_advertised_member(host, port)}/?directConnection=true"
 
 
 async def serve(
@@ -111,6 +119,7 @@ async def serve(
     on_ready: Callable[[str], None],
     stop: asyncio.Event,
     change_history: int = DEFAULT_CHANGE_HISTORY,
+    standalone: bool = False,
 ) -> None:
     """Serve until ``stop`` is set, then shut down (and write the snapshot if ``path``).
 
@@ -123,7 +132,9 @@ async def serve(
     write it (a read-only location, a full disk at shutdown), and
     :class:`AddressUnavailable` if the address cannot be bound.
     ``change_history`` bounds the events change streams can resume from
-    (:mod:`mongoshift.embedded.change_streams`).
+    (:mod:`mongoshift.embedded.change_streams`). ``standalone`` serves a standalone
+    mongod instead of the single-node replica set: no transactions, retryable writes or
+    change streams (refused with mongod's codes 20 and 40573).
     """
     from mongoshift.embedded import snapshot
 
@@ -134,11 +145,13 @@ async def serve(
     from mongoeco.engines.memory import MemoryEngine
     from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
 
+    from mongoshift.embedded import replica_set
     from mongoshift.embedded.change_streams import attach_history
 
     engine = MemoryEngine(**ENGINE_OPTIONS)
     client = AsyncMongoClient(engine)
     history = attach_history(client, change_history)
+    state = replica_set.attach(client, history, standalone=standalone)
     await engine.connect()
     try:
         if path is not None:
@@ -153,13 +166,19 @@ async def serve(
             raise AddressUnavailable(host, port, _bind_reason(error)) from None
         try:
             uri = _advertised_uri(host, address.port)
-            log.info("embedded server (mongoeco memory engine) listening on %s", uri)
+            state.replica_set.me = _advertised_member(host, address.port)
+            log.info(
+                "embedded server (mongoeco memory engine, %s) listening on %s",
+                "standalone" if standalone else f"replica set {state.replica_set.set_name!r}",
+                uri,
+            )
             on_ready(uri)
             await stop.wait()
             log.info("stopping")
         finally:
             # Closing also ends every session, so open transactions are aborted.
             await server.close()
+            state.snapshots.close()
             if path is not None:
                 try:
                     await snapshot.save(client, Path(path))
@@ -179,6 +198,7 @@ def run(
     path: Path | str | None = None,
     on_ready: Callable[[str], None] = print_uri,
     change_history: int = DEFAULT_CHANGE_HISTORY,
+    standalone: bool = False,
 ) -> int:
     """Run :func:`serve` until SIGINT or SIGTERM; return 0 after a clean stop."""
     path = Path(path) if path is not None else None
@@ -194,7 +214,9 @@ def run(
             except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
         try:
-            await serve(host, port, path, on_ready=on_ready, stop=stop, change_history=change_history)
+            await serve(
+                host, port, path, on_ready=on_ready, stop=stop, change_history=change_history, standalone=standalone
+            )
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)

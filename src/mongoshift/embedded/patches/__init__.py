@@ -17,10 +17,17 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.wire`: (a) bulk insert, (p) single-insert ``_id`` scan, (g) rename sent to admin,
   (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids
 - :mod:`.transactions`: (b, c, e) commit and abort, (j) a failed statement aborts,
-  (d) fail points on commit and abort, (o) per-document conflicts
+  (o) per-document conflicts
+- :mod:`.replica_set`: (u) a replica set's hello and cluster time, (v) fail points
+  (with (d), fail points on commit and abort), (w) retryable writes, (x) error labels,
+  (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
+  and a standalone's refusals, (ad) snapshot reads
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
 - :mod:`.coll_mod`: (l) collMod
-- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``
+- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``,
+  (z) English's regional collations, (ab) ``let`` variables evaluated
+- :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
+- :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 
 The version pin and the order the fixes are applied in are here and nowhere else.
 """
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import logging
 
-from . import coll_mod, indexes, queries, transactions, wire
+from . import aggregation, coll_mod, documents, indexes, queries, replica_set, transactions, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -66,7 +73,6 @@ def apply() -> None:
     wire.patch_single_insert_id_scan()  # (p)
     transactions.patch_transactions()  # (b, c, e)
     transactions.patch_errors_abort_transaction()  # (j)
-    transactions.patch_fail_points_on_transaction_commands()  # (d)
     wire.patch_rename_from_admin()  # (g)
     wire.patch_unknown_command()  # (h)
     queries.patch_bson_size()  # (i)
@@ -79,5 +85,12 @@ def apply() -> None:
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
     wire.patch_int64_cursor_ids()  # (r)
+    queries.patch_english_locales()  # (z)
+    documents.patch_dollar_prefixed_ids()  # (aa)
+    queries.patch_let_evaluated()  # (ab)
+    aggregation.patch_database_aggregate()  # (ac)
+    aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out
+    replica_set.patch_replica_set()  # (u)-(y), (ad), last: outside every other fix, it sees each command whole
+    replica_set.patch_close_connection()  # (v)
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)

@@ -33,3 +33,17 @@ def as_int(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
+
+
+def replace_everywhere(module: Any, name: str, replacement: Any) -> None:
+    """Replace function ``name`` of ``module`` and every binding of it in mongoeco's modules.
+
+    mongoeco imports some helpers by name (``from ... import f``) into many modules; each
+    holds its own reference, so replacing the defining module's attribute alone would
+    miss them. Modules imported later take the module's (replaced) attribute."""
+    import sys
+
+    original = getattr(module, name)
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "__name__", "").startswith("mongoeco") and getattr(loaded, name, None) is original:
+            setattr(loaded, name, replacement)

@@ -26,8 +26,10 @@ from ._support import BAD_VALUE, COMMAND_NOT_FOUND, NAMESPACE_NOT_FOUND, failure
 #   too, so a snapshot that holds it loads again); unique: true needs it, fails
 #   with 359 CannotConvertIndexToUnique (and the duplicate _ids) when documents
 #   share a key, and resets it. The reply carries mongod's *_old / *_new fields.
+# * changeStreamPreAndPostImages: {enabled} is kept in the collection's options
+#   (listed only when enabled), which the change history reads at each write.
 # Not supported (refused with 72): views, capped/clustered/time-series options,
-# changeStreamPreAndPostImages, dryRun, forceNonUnique. prepareUnique does not
+# dryRun, forceNonUnique. prepareUnique does not
 # make the index refuse new duplicates before the conversion.
 _TYPE_MISMATCH = 14
 _INVALID_OPTIONS = 72
@@ -39,7 +41,7 @@ _COLL_MOD_GENERIC = frozenset(
     {"writeConcern", "comment", "maxTimeMS", "apiVersion", "apiStrict", "apiDeprecationErrors", "$db"}
 )
 _COLL_MOD_UNSUPPORTED = frozenset(
-    {"viewOn", "pipeline", "changeStreamPreAndPostImages", "expireAfterSeconds", "timeseries",
+    {"viewOn", "pipeline", "expireAfterSeconds", "timeseries",
      "dryRun", "cappedSize", "cappedMax", "collectionUUID"}
 )
 _COLL_MOD_INDEX_FIELDS = frozenset({"name", "keyPattern", "expireAfterSeconds", "hidden", "unique", "prepareUnique"})
@@ -82,6 +84,16 @@ def _parse_coll_mod(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
             )
         if key == "validator":
             options[key] = _coll_mod_value("collMod.validator", value, "object")
+        elif key == "changeStreamPreAndPostImages":
+            setting = _coll_mod_value(f"collMod.{key}", value, "object")
+            for field in setting:
+                if field != "enabled":
+                    raise _unknown_field(f"collMod.{key}.{field}")
+            if "enabled" not in setting:
+                raise failure(
+                    f"BSON field 'collMod.{key}.enabled' is missing but a required field", 40414, "Location40414"
+                )
+            options[key] = {"enabled": _coll_mod_value(f"collMod.{key}.enabled", setting["enabled"], "bool")}
         elif key in _ENUMS:
             text = _coll_mod_value(f"collMod.{key}", value, "string")
             if text not in _ENUMS[key]:
@@ -259,6 +271,8 @@ def patch_coll_mod() -> None:
                 compile_collection_validation_semantics(new_options, dialect=admin._mongodb_dialect)
                 if not options["validator"]:
                     new_options.pop("validator")  # mongod does not list an empty validator
+            if options.get("changeStreamPreAndPostImages") == {"enabled": False}:
+                new_options.pop("changeStreamPreAndPostImages")  # mongod lists the option only when enabled
             records = indexes.get(db_name, {}).get(name, [])
             position, record = -1, None
             changes: dict[str, Any] = {}

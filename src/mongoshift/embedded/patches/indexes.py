@@ -51,8 +51,9 @@ def patch_compound_hashed_indexes() -> None:
 # index's fields in order (2); the documents matching the filter whose index key
 # (index_bounds.index_key: hashed fields hashed as mongod hashes them) is >= min and < max
 # come back in index order, then skip and limit, then the projection. One batch, cursor
-# id 0. Not handled (an error, never a silently different answer): a sort, an array on an
-# indexed path.
+# id 0; with a sort, the documents inside the bounds are sorted (then skipped, limited and
+# projected) by mongoeco's own find. Not handled (an error, never a silently different
+# answer): an array on an indexed path.
 def patch_find_min_max() -> None:
     from mongoeco.core.expression_context import execution_now_scope
     from mongoeco.wire.executor import WireCommandExecutor
@@ -94,8 +95,6 @@ async def _bounded_find(client: Any, context: Any, index_bounds: Any) -> dict[st
     hint = body.get("hint")
     if hint is None:
         raise failure("When using min()/max() a hint of which index to use must be provided", 51173, "Location51173")
-    if body.get("sort"):
-        raise failure("the embedded server does not sort a min/max find (fix (t)): leave the sort out", BAD_VALUE, "BadValue")
     wanted = index_bounds.pairs(hint) if not isinstance(hint, str) else None
     pattern = None
     async for index in await collection.list_indexes():
@@ -116,8 +115,16 @@ async def _bounded_find(client: Any, context: Any, index_bounds: Any) -> dict[st
             continue
         keyed.append((key, doc))
     keyed.sort(key=lambda pair: order(pair[0]))  # stable: equal keys keep the scan's (natural) order
-    docs = [doc for _key, doc in keyed][int(index_bounds.plain(body.get("skip") or 0)) :]
+    skip = int(index_bounds.plain(body.get("skip") or 0))
     limit = abs(int(index_bounds.plain(body.get("limit") or 0)))
+    if body.get("sort"):
+        # mongod sorts what the bounds kept: mongoeco's own find sorts, skips, limits and projects
+        # those documents (found again by _id), so its sort order is the one every other find has.
+        inside = {"_id": {"$in": [doc["_id"] for _key, doc in keyed]}}
+        window = {"skip": skip, **({"limit": limit} if limit else {})}  # mongoeco's limit 0 returns nothing
+        found = collection.find(inside, body.get("projection"), sort=list(body["sort"].items()), session=context.session, **window)
+        return {"cursor": {"firstBatch": [d async for d in found], "id": 0, "ns": f"{context.db_name}.{name}"}, "ok": 1.0}
+    docs = [doc for _key, doc in keyed][skip:]
     if limit:
         docs = docs[:limit]
     projection = body.get("projection")

@@ -1,8 +1,10 @@
 """Query and update fixes: collStats sizes of every BSON type (i), `$in` over ObjectIds as a set
-lookup (k) and once per update (n), and `$set` of a Decimal128 with other digits (m)."""
+lookup (k) and once per update (n), `$set` of a Decimal128 with other digits (m), English's
+regional collations (z) and evaluated `let` variables (ab)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -134,3 +136,57 @@ def patch_in_membership_once() -> None:
         return entry[1]
 
     FilteringMatchingMixin._prepare_membership_values = classmethod(prepare_membership_values)  # type: ignore[assignment]  # mypy sees the bound method
+
+
+# (z) Only the "simple" and "en" collations exist: core/collation.normalize_collation
+# refuses any other locale ("only 'simple' and 'en' collations are supported"), so a
+# collation of "en_US" (the usual spelling, and the one the drivers' tests use) fails
+# every command that carries it. English's regional variants (en_US, en_GB, ...) have
+# ICU's root rules, which are "en"'s: they are normalized as "en" and keep their own
+# name (listed back by listIndexes as given). en_US_POSIX (code-point order, other
+# rules) and every other language stay refused.
+_ENGLISH_REGION = re.compile(r"en_[A-Z]{2}")
+
+
+def patch_english_locales() -> None:
+    import dataclasses
+
+    from mongoeco.core import collation
+
+    from ._support import replace_everywhere
+
+    original = collation.normalize_collation
+
+    def normalize_collation(spec: object | None) -> Any:
+        if isinstance(spec, dict) and isinstance(spec.get("locale"), str) and _ENGLISH_REGION.fullmatch(spec["locale"]):
+            normalized = original({**spec, "locale": "en"})
+            assert normalized is not None  # a document always normalizes to a spec
+            return dataclasses.replace(normalized, locale=spec["locale"])
+        return original(spec)
+
+    replace_everywhere(collation, "normalize_collation", normalize_collation)
+
+
+# (ab) A command's `let` variables hold their expressions unevaluated: the wire
+# commands bind the `let` document as it came (Collection._normalize_let and
+# _database_admin_write_commands only check its names, then
+# ExpressionExecutionContext.with_bindings binds the raw values), so
+# {y: {$literal: "bar"}} makes $$y the document {$literal: "bar"} (an update
+# stored exactly that) and {rand: {$rand: {}}} never yields a number. mongod
+# evaluates each value once, as an expression on no document, when the command
+# starts. The command's top-level `let` is now evaluated before mongoeco reads the
+# request; bound values are never evaluated again (a $lookup's own `let`, inside
+# its stage, is per document and untouched).
+def patch_let_evaluated() -> None:
+    from mongoeco.core.aggregation.runtime import evaluate_expression
+    from mongoeco.wire.executor import WireCommandExecutor
+
+    original = WireCommandExecutor._build_request_context
+
+    def build_request_context(self: Any, body: dict[str, Any], **kwargs: Any) -> Any:
+        let = body.get("let")
+        if isinstance(let, dict) and let:
+            body = {**body, "let": {name: evaluate_expression({}, value) for name, value in let.items()}}
+        return original(self, body, **kwargs)
+
+    WireCommandExecutor._build_request_context = build_request_context

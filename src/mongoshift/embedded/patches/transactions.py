@@ -1,12 +1,13 @@
 """Transaction fixes: a failed commit leaves no zombie, conflicts carry code 112 and their label,
-unknown numbers get 251 (b, c, e), a failed statement aborts its transaction (j), fail points
-on commit and abort (d), and conflicts judged per document instead of globally (o)."""
+unknown numbers get 251 (b, c, e), a failed statement aborts its transaction (j), and conflicts
+judged per document instead of globally (o). Fail points on commit and abort (d) are the
+replica-set layer's (patches/replica_set.py), which every command passes through."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from ._support import NO_SUCH_TRANSACTION, TRANSIENT, WRITE_CONFLICT, as_int, failure
@@ -82,6 +83,7 @@ def patch_transactions() -> None:
         original_apply(session, body)
         if starts and session.transaction_active:
             _remember(session, number=as_int(body.get("txnNumber")), state="open")
+            session._mongoshift_txn_started = time.monotonic()  # for the lifetime limit (replica_set.py)
 
     def commit_transaction(self: Any, body: dict[str, Any]) -> dict[str, Any]:
         number = as_int(body.get("txnNumber"))
@@ -157,53 +159,6 @@ def patch_errors_abort_transaction() -> None:
     WireSpecialCommandHandlers.dispatch = dispatch
 
 
-# (d) failCommand fail points ignored on commitTransaction/abortTransaction.
-# The fail point is consumed in AsyncDatabaseCommandService.execute_document,
-# which commit/abort never reach: wire/_executor_handlers.py sends them straight
-# to the session store. The handlers now consume the same fail point state
-# (engine._command_failpoint_state) first and fail the same way; a
-# writeConcernError fail point lets the commit happen and reports the error with
-# ok:1, as mongod does.
-def patch_fail_points_on_transaction_commands() -> None:
-    from mongoeco.errors import ConnectionFailure, OperationFailure
-    from mongoeco.wire._executor_handlers import WireSpecialCommandHandlers
-
-    async def fire(handlers: Any, context: Any) -> dict[str, Any] | None:
-        state = getattr(handlers._client._engine, "_command_failpoint_state", None)
-        if state is None:
-            return None
-        name = context.command_name
-        injected = state.consume_fail_command(name, namespace=f"{context.db_name}.$cmd")
-        if injected is None:
-            return None
-        if injected.block_time_ms > 0:
-            await asyncio.sleep(injected.block_time_ms / 1000.0)
-        if injected.close_connection:
-            raise ConnectionFailure(injected.error_message, error_labels=injected.error_labels)
-        if injected.write_concern_error is not None:
-            return dict(injected.write_concern_error)
-        raise OperationFailure(
-            injected.error_message,
-            code=injected.error_code,
-            details={"failPoint": "failCommand", "commandName": name},
-            error_labels=injected.error_labels,
-        )
-
-    def wrap(original: Any) -> Any:
-        async def handler(self: Any, context: Any) -> dict[str, Any]:
-            write_concern_error = await fire(self, context)
-            result: dict[str, Any] = await original(self, context)
-            if write_concern_error is not None:
-                result = {**result, "writeConcernError": write_concern_error}
-            return result
-
-        return handler
-
-    cls = WireSpecialCommandHandlers
-    cls._handle_commit_transaction = wrap(cls._handle_commit_transaction)
-    cls._handle_abort_transaction = wrap(cls._handle_abort_transaction)
-
-
 # (o) Transaction conflicts are global: MemoryEngine._commit_session_transaction
 # fails a commit when the engine's single version counter (_mvcc_version, bumped
 # by every write anywhere) moved since the transaction began, then installs the
@@ -226,6 +181,12 @@ def patch_fail_points_on_transaction_commands() -> None:
 # collection was replaced, a document whose _id type a replacement changed) keeps
 # the original global rule. Snapshot reads are untouched: each transaction
 # still reads its own copy taken at start.
+# As in mongod, the first writer wins: the first write of a document (by its
+# storage key) that another open transaction has written, or that was written
+# since this transaction's snapshot, fails at once with 112 +
+# TransientTransactionError (a failed statement then aborts the transaction, (j));
+# the commit-time check stays for what the write-time one cannot see (a secondary
+# unique key, _ids equal under another storage key such as 1 and 1.0).
 _ABSENT = object()
 
 
@@ -254,6 +215,15 @@ def _write_conflict(detail: str) -> Exception:
 
     # (c) turns this into 112 WriteConflict + TransientTransactionError.
     return OperationFailure(f"Write conflict during transaction commit: {detail}")
+
+
+def _write_conflict_now() -> Exception:
+    return failure(
+        "Write conflict during plan execution and yielding is disabled. :: Please retry your operation or multi-document transaction.",
+        WRITE_CONFLICT,
+        "WriteConflict",
+        (TRANSIENT,),
+    )
 
 
 def patch_transaction_conflicts() -> None:
@@ -305,7 +275,23 @@ def patch_transaction_conflicts() -> None:
                 return
             entry.collections[namespace] = collection
             entry.sizes[namespace] = len(collection)
+        written = entry.base.get(namespace)
+        if written is None or key not in written:
+            conflict_at_write(self, entry, namespace, collection, key)
         entry.base.setdefault(namespace, {}).setdefault(key, collection.get(key, _ABSENT))
+
+    def conflict_at_write(self: Any, entry: _TransactionWrites, namespace: tuple[str, str], collection: Any, key: Any) -> None:
+        """mongod's first-writer-wins: the first write of a document another open transaction
+        wrote, or one written since this transaction's snapshot, fails at once."""
+        for other in _transaction_table(self).values():
+            if other is not entry and key in other.base.get(namespace, {}):
+                raise _write_conflict_now()
+        collections: Any = self._storage.get(namespace[0]) or {}
+        live: Any = collections.get(namespace[1])
+        if live is None or id(entry.started.get(namespace)) != id(live):
+            return  # created, or replaced, since it began: the commit-time rule judges it
+        if live.get(key, _ABSENT) is not collection.get(key, _ABSENT):
+            raise _write_conflict_now()
 
     def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
         note(self, collection, storage_key)

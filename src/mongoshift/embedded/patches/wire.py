@@ -22,6 +22,7 @@ def patch_change_streams() -> None:
 
     change_streams.patch_wire()
     change_streams.patch_update_events()
+    change_streams.patch_pre_images()
 
 
 def patch_int64_cursor_ids() -> None:

@@ -1,0 +1,138 @@
+"""Fixes (z)-(ac) of mongoshift.embedded.patches, found by MongoDB's own specification tests.
+
+Through the real pymongo driver and unchanged against a real replica set
+(MONGOSHIFT_TEST_URI): every assertion is what mongod answers, and each test fails on
+mongoeco 4.11 without its fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pymongo.errors import OperationFailure, WriteError
+
+
+async def test_an_english_regional_collation_is_english(db) -> None:
+    """(z) en_US compares as en: strength 2 ignores case."""
+    await db.t.insert_many([{"_id": 1, "x": "ping"}, {"_id": 2, "x": "pINg"}, {"_id": 3, "x": "pong"}])
+    found = [d["_id"] async for d in db.t.find({"x": "PING"}, collation={"locale": "en_US", "strength": 2})]
+    assert found == [1, 2]
+    await db.t.create_index("x", collation={"locale": "en_GB", "strength": 2})
+    (index,) = [i async for i in await db.t.list_indexes() if i["name"] == "x_1"]
+    assert index["collation"]["locale"] == "en_GB" and index["collation"]["strength"] == 2
+
+
+async def test_an_id_with_dollar_prefixed_fields_is_refused(db) -> None:
+    """(aa) mongod refuses a $-prefixed field in _id (52), and accepts one elsewhere (5.0+)."""
+    with pytest.raises(WriteError) as info:
+        await db.t.insert_one({"_id": {"$a": 1}})
+    assert info.value.code == 52
+    await db.t.insert_one({"_id": {"a.b": 1}, "doc": {"$b": 1}})
+    assert await db.t.count_documents({}) == 1
+
+
+async def test_let_values_are_evaluated_once(db) -> None:
+    """(ab) A command's let values are expressions: evaluated, never stored as written."""
+    await db.t.insert_many([{"_id": 1, "name": "a"}, {"_id": 2, "name": "b"}])
+    await db.t.update_many(
+        {"$expr": {"$eq": ["$name", "$$name"]}},
+        [{"$set": {"x": "$$x", "y": "$$y"}}],
+        let={"name": "a", "x": {"$add": [1, 2]}, "y": {"$literal": "$bar"}},
+    )
+    assert await db.t.find_one({"_id": 1}) == {"_id": 1, "name": "a", "x": 3, "y": "$bar"}
+    rows = await (await db.t.aggregate([{"$project": {"_id": 0, "r": "$$r"}}], let={"r": {"$rand": {}}})).to_list()
+    assert all(isinstance(row["r"], float) for row in rows)
+
+
+async def test_out_replaces_the_target_and_keeps_its_indexes(db) -> None:
+    """(ac) $out replaces the target collection in one step, keeping its indexes."""
+    await db.src.insert_many([{"_id": i, "x": i} for i in range(5)])
+    await db.dst.insert_one({"_id": "old", "x": -1})
+    await db.dst.create_index("x", unique=True)
+    assert await (await db.src.aggregate([{"$match": {"x": {"$gte": 3}}}, {"$out": "dst"}])).to_list() == []
+    assert [d async for d in db.dst.find()] == [{"_id": 3, "x": 3}, {"_id": 4, "x": 4}]
+    assert "x_1" in [i["name"] async for i in await db.dst.list_indexes()]
+    with pytest.raises(OperationFailure) as info:  # the unique index refuses the results: the target stays
+        await db.src.aggregate([{"$set": {"x": 0}}, {"$out": "dst"}])
+    assert info.value.code == 11000
+    assert [d["_id"] async for d in db.dst.find()] == [3, 4]
+    assert sorted(await db.list_collection_names()) == ["dst", "src"]
+
+
+async def test_a_database_level_aggregate_starts_from_its_source_stage(client, db) -> None:
+    """(ac) {aggregate: 1}: $documents and $listLocalSessions; a stage needing a collection is 73."""
+    rows = await (await db.aggregate([{"$documents": [{"a": 1}, {"a": 2}]}, {"$match": {"a": 2}}])).to_list()
+    assert rows == [{"a": 2}]
+    async with client.start_session() as session:
+        await db.t.insert_one({"_id": 1}, session=session)
+        sessions = await (await client.admin.aggregate([{"$listLocalSessions": {}}])).to_list()
+        assert session.session_id["id"] in [s["_id"]["id"] for s in sessions]
+    with pytest.raises(OperationFailure) as info:
+        await db.aggregate([{"$match": {}}])
+    assert info.value.code == 73
+
+
+async def test_snapshot_reads_outside_a_transaction_read_at_one_cluster_time(client, db) -> None:
+    """(ad) A snapshot session's reads all see the data of its first read; writes are refused in it."""
+    await db.t.insert_many([{"_id": 1}, {"_id": 2}])
+    async with client.start_session(snapshot=True) as session:
+        assert [d["_id"] async for d in db.t.find({}, session=session)] == [1, 2]
+        await db.t.insert_one({"_id": 3})  # another session's write, after the snapshot
+        assert [d["_id"] async for d in db.t.find({}, session=session)] == [1, 2]
+        assert sorted(await db.t.distinct("_id", session=session)) == [1, 2]
+        with pytest.raises(OperationFailure) as info:
+            await db.t.insert_one({"_id": 4}, session=session)
+    assert info.value.code == 72
+    assert await db.t.count_documents({}) == 3
+
+
+async def test_a_bounded_find_sorts_what_its_bounds_keep(db) -> None:
+    """(t) min/max with a sort: the documents inside the bounds, sorted, skipped and projected."""
+    await db.t.insert_many([{"_id": i, "x": i * 11} for i in range(1, 7)])
+    rows = await db.command(
+        {"find": "t", "filter": {"_id": {"$gt": 1}}, "sort": {"x": -1}, "projection": {"_id": 0, "x": 1}, "skip": 2,
+         "hint": {"_id": 1}, "min": {"_id": 0}, "max": {"_id": 6}}
+    )
+    assert rows["cursor"]["firstBatch"] == [{"x": 33}, {"x": 22}]
+
+
+async def test_search_index_commands_answer_as_a_mongod_outside_atlas(db) -> None:
+    """(y) createSearchIndexes, updateSearchIndex, dropSearchIndex and $listSearchIndexes: 31082."""
+    await db.t.insert_one({"_id": 1})
+    for command in (
+        {"createSearchIndexes": "t", "indexes": [{"definition": {"mappings": {"dynamic": True}}}]},
+        {"updateSearchIndex": "t", "name": "default", "definition": {"mappings": {"dynamic": True}}},
+        {"dropSearchIndex": "t", "name": "default"},
+        {"aggregate": "t", "pipeline": [{"$listSearchIndexes": {}}], "cursor": {}},
+    ):
+        with pytest.raises(OperationFailure) as info:
+            await db.command(command)
+        assert info.value.code == 31082 and "Atlas" in str(info.value)
+
+
+async def test_change_events_describe_updates_and_carry_images_when_the_collection_keeps_them(db) -> None:
+    """(q) updateDescription; fullDocumentBeforeChange / fullDocument whenAvailable per the collection's option."""
+    await db.t.insert_one({"_id": 1, "a": 1, "gone": True, "sub": {"k": 1, "l": 2}, "array": ["x", "y", "z"]})
+    async with await db.t.watch(full_document="whenAvailable", full_document_before_change="whenAvailable", max_await_time_ms=100) as stream:
+        await db.t.update_one({"_id": 1}, [{"$set": {"a": 2, "sub.k": 5, "array": ["x", "y"]}}, {"$unset": "gone"}])
+        plain = await stream.next()
+        await db.command({"collMod": "t", "changeStreamPreAndPostImages": {"enabled": True}})
+        await db.t.update_one({"_id": 1}, {"$set": {"a": 3}})
+        imaged = await stream.next()
+    assert plain["updateDescription"] == {
+        "updatedFields": {"a": 2, "sub.k": 5}, "removedFields": ["gone"], "truncatedArrays": [{"field": "array", "newSize": 2}]
+    }
+    assert plain["fullDocument"] is None and plain["fullDocumentBeforeChange"] is None  # no images yet
+    assert imaged["updateDescription"]["updatedFields"] == {"a": 3}
+    assert imaged["fullDocumentBeforeChange"]["a"] == 2 and imaged["fullDocument"]["a"] == 3
+
+
+async def test_a_change_stream_pipeline_must_keep_the_event_id(db) -> None:
+    """(q) mongod fails the stream (280) when its pipeline changes the resume token; 40324 for an unknown stage."""
+    async with await db.t.watch([{"$project": {"_id": 0}}], max_await_time_ms=100) as stream:
+        await db.t.insert_one({"_id": 1})
+        with pytest.raises(OperationFailure) as info:
+            await stream.next()
+    assert info.value.code == 280
+    with pytest.raises(OperationFailure) as unknown:
+        await db.t.watch([{"$nope": {}}])
+    assert unknown.value.code == 40324
