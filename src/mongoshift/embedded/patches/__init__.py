@@ -21,6 +21,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``
+- :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 
 The version pin and the order the fixes are applied in are here and nowhere else.
 """
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import logging
 
-from . import coll_mod, indexes, queries, transactions, wire
+from . import coll_mod, indexes, queries, scans, transactions, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -75,6 +76,9 @@ def apply() -> None:
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
     transactions.patch_transaction_conflicts()  # (o)
+    scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
+    scans.patch_id_range_scans()  # (af)
+    scans.patch_id_in_lookup()  # (ag)
     wire.patch_change_streams()  # (q)
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
