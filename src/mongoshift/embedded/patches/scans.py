@@ -373,8 +373,10 @@ def patch_id_range_scans() -> None:
     from mongoeco.engines._memory_collection import MemoryCollection
     from mongoeco.engines.memory import MemoryEngine
     from mongoeco.engines.semantic_core import stream_finalize_documents
+    from mongoeco.types import ObjectId
 
     original = MemoryEngine.scan_find_semantics
+    plain = (str, int, float, bool, type(None), datetime.datetime, ObjectId)
 
     def applicable(semantics: Any) -> tuple[int, Any] | None:
         if semantics.text_query is not None or semantics.collation is not None:
@@ -433,7 +435,7 @@ def patch_id_range_scans() -> None:
             try:
                 for document in documents:
                     enforce_deadline(deadline)
-                    yield self._copy_document_containers(_to_public(document))
+                    yield _public_copy(self, document, plain)
             finally:
                 close = getattr(documents, "close", None)
                 if close is not None:
@@ -486,16 +488,27 @@ def _walk(
     return None if unordered else (matched, items)
 
 
-def _to_public(document: Any) -> Any:
+def _public_copy(engine: Any, value: Any, plain: tuple[type, ...]) -> Any:
+    """``engine._copy_document_containers(DocumentCodec.to_public(value))`` in one pass: new dicts and
+    lists all the way down, with the values of ``plain`` types as they are (both functions give
+    those back unchanged) and any other value through the two functions."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _public_copy(engine, item, plain) for key, item in value.items()}
+    if kind is list:
+        return [_public_copy(engine, item, plain) for item in value]
+    if kind in plain:
+        return value
     from mongoeco.core.codec import DocumentCodec
 
-    return DocumentCodec.to_public(document)
+    return engine._copy_document_containers(DocumentCodec.to_public(value))
 
 
 # (ag) `{_id: {$in: [...]}}` (alone or in an $and) reads every document: MemoryEngine.
 # _candidate_items_for_plan_locked uses an index only for an equality on a single-field index, and
 # otherwise hands every stored document to the caller's matcher. When every listed value is an
-# ObjectId or a string, whose storage key is its BSON equality (fix (p)), the candidates are the
+# ObjectId or a string, whose storage key is its BSON equality (fix (p)), or an int32 stored under
+# its own key (an _id equal to it under another type cannot exist beside it), the candidates are the
 # stored documents under those keys, in natural order, as the full list would give them; every caller
 # (find, count, update, delete) still matches each candidate against the whole filter.
 def patch_id_in_lookup() -> None:
@@ -510,7 +523,7 @@ def patch_id_in_lookup() -> None:
         for node in _conjuncts(plan, AndCondition):
             if (
                 type(node) is InCondition and node.field == "_id" and not node.null_matches_undefined
-                and all(type(value) is str or is_object_id_like(value) for value in node.values)
+                and all(type(value) is str or type(value) is int or is_object_id_like(value) for value in node.values)
             ):
                 return node.values
         return None
@@ -520,7 +533,9 @@ def patch_id_in_lookup() -> None:
             values = id_list(query_plan)
             if values is not None:
                 keys = {self._storage_key(value) for value in values}
-                return [(key, coll[key]) for key in coll.ordered_keys(keys)]
+                # An int32 not stored under its own key may be stored as 1.0 or Int64(1): the full list then.
+                if all(key in coll for key in keys if key[0] == "int"):
+                    return [(key, coll[key]) for key in coll.ordered_keys(keys)]
         return list(original(self, coll, query_plan, **options))
 
     candidate_items.__wrapped__ = original  # type: ignore[attr-defined]
