@@ -28,6 +28,11 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (z) English's regional collations, (ab) ``let`` variables evaluated
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
+- :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
+- :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
+- :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once
+
+(ak), the server process's garbage-collector threshold, is set by ``server.run``: it is no patch.
 
 The version pin and the order the fixes are applied in are here and nowhere else.
 """
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 import logging
 
-from . import aggregation, coll_mod, documents, indexes, queries, replica_set, transactions, wire
+from . import aggregation, coll_mod, documents, indexes, queries, replica_set, scans, transactions, updates, values, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -81,6 +86,13 @@ def apply() -> None:
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
     transactions.patch_transaction_conflicts()  # (o)
+    scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
+    scans.patch_id_range_scans()  # (af)
+    scans.patch_id_in_lookup()  # (ag)
+    updates.patch_guarded_updates()  # (ah)
+    updates.patch_index_keys()  # (ai)
+    values.patch_object_id_copies()  # (aj)
+    values.patch_plain_wire_values()  # (aj)
     wire.patch_change_streams()  # (q)
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too

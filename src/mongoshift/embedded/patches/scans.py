@@ -1,0 +1,542 @@
+"""Index-backed reads for the memory engine: the ``_id`` order (ae), ``_id`` range scans with a sort on
+``_id`` and a limit (af), and ``{_id: {$in: [...]}}`` by lookup (ag).
+
+mongoeco 4.11's memory engine keeps no ordered index: its index maps are hash buckets, used only for an
+equality on a single-field index. A ``find`` with an ``_id`` range, a sort on ``_id`` and a limit (every
+keyset batch: ``find({_id: {$gt: x}, <version filter>}).sort({_id: 1}).limit(n)``, with or without the
+version index as hint) therefore decodes and matches every document of the collection, then sorts the
+matches with a Python comparator: profiled at 20,000 documents, 88 % of a batch read was that sort and
+that match, and the cost grew with the collection, not with the batch.
+
+These fixes keep, per collection, the storage keys sorted by their ``_id`` in BSON order (:class:`IdOrder`)
+and answer such a ``find`` by walking that order from the bound, matching each document with mongoeco's
+own matcher, until the limit is reached. The order is built on the first such read and then follows every
+insert and delete of the collection object; an object whose key set changed behind its back (a rollback,
+a restored state) is rebuilt on its next read, since the order records the key set it was built for.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import math
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+#: The attribute of a MemoryCollection that holds its order.
+_ATTR = "_mongoshift_id_order"
+
+# mongod's canonical type order (BSONType canonicalization): the first element of every order key.
+_MIN_KEY, _NULL, _NUMBER, _STRING, _OBJECT, _ARRAY, _BINARY = -1, 5, 10, 15, 20, 25, 30
+_OBJECT_ID, _BOOL, _DATE, _TIMESTAMP, _REGEX, _CODE, _MAX_KEY = 35, 40, 45, 47, 50, 60, 127
+#: Brackets whose values this module orders exactly, as mongod and mongoeco's sort both do; a walk
+#: that meets an _id of any other bracket hands the read back to the original path.
+_EXACT = frozenset({_MIN_KEY, _NULL, _NUMBER, _STRING, _OBJECT_ID, _BOOL, _DATE, _TIMESTAMP, _MAX_KEY})
+#: Brackets a range bound may be in for the walk to be taken (the property tests compare both paths
+#: with bounds of these and of other brackets).
+_BOUNDS = frozenset({_NUMBER, _STRING, _OBJECT_ID, _DATE})
+
+
+def _classes() -> dict[str, Any]:
+    from bson import Decimal128 as BsonDecimal128, MaxKey, MinKey, ObjectId as BsonObjectId, Timestamp as BsonTimestamp
+    from bson.code import Code
+    from mongoeco.core.bson_scalars import BsonDecimal128 as WrappedDecimal, BsonDouble, BsonInt32, BsonInt64
+    from mongoeco.types import Decimal128, ObjectId, Timestamp
+
+    return {
+        "min": MinKey, "max": MaxKey, "code": Code,
+        "wrapped": (BsonInt32, BsonInt64, BsonDouble),
+        "decimals": (Decimal128, BsonDecimal128, WrappedDecimal),
+        "object_ids": (ObjectId, BsonObjectId),
+        "timestamps": (Timestamp, BsonTimestamp),
+    }
+
+
+_TYPES: dict[str, Any] = {}
+
+
+def _types() -> dict[str, Any]:
+    if not _TYPES:
+        _TYPES.update(_classes())
+    return _TYPES
+
+
+def _decimal(value: Any) -> Decimal:
+    inner = getattr(value, "value", None)
+    if isinstance(inner, Decimal):
+        return inner
+    return Decimal(str(value.to_decimal() if hasattr(value, "to_decimal") else value))
+
+
+def order_key(value: Any, tiebreak: int = 0) -> tuple[Any, ...]:
+    """The position of an ``_id`` value in BSON order, as a tuple that sorts like it.
+
+    Values of the brackets in :data:`_EXACT` get their exact place; a value of any other bracket
+    gets its bracket's place and ``tiebreak`` inside it (its order there is not modelled, see
+    :attr:`IdOrder.inexact`)."""
+    kinds = _types()
+    if isinstance(value, bool):
+        return (_BOOL, value)
+    if type(value) is int or type(value) is float:
+        number: Any = value
+    elif isinstance(value, kinds["wrapped"]):
+        number = value.value
+    elif isinstance(value, kinds["decimals"]):
+        number = _decimal(value)
+        if number.is_nan():
+            return (_NUMBER, 0, tiebreak)
+    elif isinstance(value, int):  # bson.Int64
+        number = int(value)
+    else:
+        number = None
+    if number is not None:
+        if isinstance(number, float) and math.isnan(number):
+            return (_NUMBER, 0, tiebreak)  # NaN sorts before every other number
+        return (_NUMBER, 1, number)  # int, float and Decimal compare exactly by value in Python
+    if value is None:
+        return (_NULL,)
+    if isinstance(value, kinds["code"]):  # a str subclass: tested before str
+        return (_CODE, tiebreak)
+    if isinstance(value, str):
+        return (_STRING, value)  # code point order is UTF-8 byte order
+    if isinstance(value, kinds["object_ids"]):
+        return (_OBJECT_ID, bytes(value.binary))
+    if isinstance(value, datetime.datetime):
+        moment = value.replace(tzinfo=datetime.UTC) if value.tzinfo is None else value.astimezone(datetime.UTC)
+        return (_DATE, moment)
+    if isinstance(value, kinds["timestamps"]):
+        return (_TIMESTAMP, value.time, value.inc)
+    if isinstance(value, kinds["min"]):
+        return (_MIN_KEY,)
+    if isinstance(value, kinds["max"]):
+        return (_MAX_KEY,)
+    if isinstance(value, dict):
+        return (_OBJECT, tiebreak)
+    if isinstance(value, (bytes, bytearray)) or hasattr(value, "subtype"):
+        return (_BINARY, tiebreak)
+    if hasattr(value, "pattern") and hasattr(value, "flags"):
+        return (_REGEX, tiebreak)
+    return (_OBJECT if hasattr(value, "collection") else _ARRAY, tiebreak)  # a DBRef is an object
+
+
+def bound_key(value: Any) -> tuple[Any, ...] | None:
+    """The order key of a range bound the walk takes, or None (NaN, or a bracket outside :data:`_BOUNDS`)."""
+    key = order_key(value)
+    if key[0] not in _BOUNDS or (key[0] == _NUMBER and key[1] == 0):
+        return None
+    return key
+
+
+class IdOrder:
+    """One collection object's storage keys, sorted by ``_id`` in BSON order.
+
+    ``ordinals`` is the collection's key-set map it was built for (mongoeco replaces that persistent
+    map on every insert, delete and re-key, and only then): the order is valid while it is the very
+    same object. ``shared``: a copy of the collection holds this order too, so the next change makes
+    a private one first. ``inexact``: how many ``_id``s are of a bracket whose inner order is not
+    modelled (documents, binaries, regexes, code...)."""
+
+    __slots__ = ("inexact", "keys", "ordinals", "shared", "storage_keys")
+
+    def __init__(self, ordinals: Any, keys: list[tuple[Any, ...]], storage_keys: list[Any], inexact: int) -> None:
+        self.ordinals = ordinals
+        self.keys = keys
+        self.storage_keys = storage_keys
+        self.inexact = inexact
+        self.shared = False
+
+    def private(self) -> IdOrder:
+        """This order, or a copy of it that no other collection object holds."""
+        if not self.shared:
+            return self
+        return IdOrder(self.ordinals, list(self.keys), list(self.storage_keys), self.inexact)
+
+    def add(self, key: tuple[Any, ...], storage_key: Any) -> None:
+        at = bisect.bisect_right(self.keys, key)
+        self.keys.insert(at, key)
+        self.storage_keys.insert(at, storage_key)
+        if _inexact(key):
+            self.inexact += 1
+
+    def remove(self, key: tuple[Any, ...], storage_key: Any) -> bool:
+        at = bisect.bisect_left(self.keys, key)
+        while at < len(self.keys) and self.keys[at] == key:
+            if self.storage_keys[at] == storage_key:
+                del self.keys[at]
+                del self.storage_keys[at]
+                if _inexact(key):
+                    self.inexact -= 1
+                return True
+            at += 1
+        return False
+
+    def span(self, lower: tuple[tuple[Any, ...], bool] | None, upper: tuple[tuple[Any, ...], bool] | None) -> tuple[int, int]:
+        """The positions between the bounds (each a key and whether it is inclusive; None: open)."""
+        keys = self.keys
+        start = 0 if lower is None else (bisect.bisect_left if lower[1] else bisect.bisect_right)(keys, lower[0])
+        end = len(keys) if upper is None else (bisect.bisect_right if upper[1] else bisect.bisect_left)(keys, upper[0])
+        return start, max(start, end)
+
+
+def _stored_id(data: Any) -> Any:
+    """The ``_id`` of a stored document, decoded alone (the memory engine stores each field encoded)."""
+    from mongoeco.core.codec import DocumentCodec
+
+    cached = getattr(data, "decoded_wrapped", None)
+    if cached is not None:
+        return cached.get("_id")
+    payload = getattr(data, "payload", data)
+    return DocumentCodec.decode(payload.get("_id"), preserve_bson_wrappers=True)
+
+
+def _key_of(collection: Any, storage_key: Any, data: Any) -> tuple[Any, ...]:
+    """The order key of one stored document: from its storage key when that holds the ``_id`` whole
+    (``("objectid", oid)``, ``("str", s)``, ``("int", n)``), otherwise from its decoded ``_id``."""
+    kind = storage_key[0] if isinstance(storage_key, tuple) and storage_key else None
+    if kind == "objectid":
+        return (_OBJECT_ID, bytes(storage_key[1].binary))
+    if kind == "str":
+        return (_STRING, storage_key[1])
+    if kind == "int":
+        return (_NUMBER, 1, storage_key[1])
+    return order_key(_stored_id(data), collection._ordinals.get(storage_key, 0))
+
+
+def _inexact(key: tuple[Any, ...]) -> bool:
+    """Whether a key's place inside its bracket is not modelled (NaN among numbers included)."""
+    return key[0] not in _EXACT or (key[0] == _NUMBER and key[1] == 0)
+
+
+def id_order(collection: Any) -> IdOrder:
+    """The collection object's valid order: kept, or built now (O(n log n), once per key-set change
+    that did not go through the hooks)."""
+    order: IdOrder | None = collection.__dict__.get(_ATTR)
+    if order is not None and order.ordinals is collection._ordinals:
+        return order
+    entries = sorted(
+        ((_key_of(collection, storage_key, data), storage_key) for storage_key, data in collection._values.items()),
+        key=lambda entry: entry[0],
+    )
+    keys = [key for key, _ in entries]
+    inexact = sum(1 for key in keys if _inexact(key))
+    order = IdOrder(collection._ordinals, keys, [storage_key for _, storage_key in entries], inexact)
+    collection.__dict__[_ATTR] = order
+    return order
+
+
+def _follow(collection: Any, before: Any, change: Any) -> None:
+    """After a write that replaced the key set ``before``: bring a valid order along (``change(order)``)
+    or drop it (rebuilt on the next read)."""
+    order: IdOrder | None = collection.__dict__.get(_ATTR)
+    if order is None or collection._ordinals is before:
+        return
+    if order.ordinals is not before:
+        collection.__dict__.pop(_ATTR, None)
+        return
+    order = order.private()
+    if change(order):
+        order.ordinals = collection._ordinals
+        collection.__dict__[_ATTR] = order
+    else:
+        collection.__dict__.pop(_ATTR, None)
+
+
+# (ae) The order follows every insert, delete and re-key of a MemoryCollection, and a copy (a
+# transaction's snapshot) shares it until either side changes its key set. Only a collection that
+# has had an _id-ordered read pays for it.
+def patch_id_order() -> None:
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    set_item = MemoryCollection.__setitem__
+    del_item = MemoryCollection.__delitem__
+    replace_key = MemoryCollection.replace_key
+    copy = MemoryCollection.copy
+    key_for = _key_of
+
+    def setitem(self: Any, key: Any, value: Any) -> None:
+        before = self._ordinals
+        set_item(self, key, value)
+        if self._ordinals is not before and _ATTR in self.__dict__:
+            entry = key_for(self, key, value)
+            _follow(self, before, lambda order: order.add(entry, key) or True)
+
+    def delitem(self: Any, key: Any) -> None:
+        before = self._ordinals
+        if _ATTR in self.__dict__ and key in self._values:
+            entry = key_for(self, key, self._values[key])
+            del_item(self, key)
+            _follow(self, before, lambda order: order.remove(entry, key))
+            return
+        del_item(self, key)
+
+    def rekey(self: Any, key: Any, replacement: Any) -> None:
+        before = self._ordinals
+        if _ATTR in self.__dict__ and key in self._values:
+            old = key_for(self, key, self._values[key])
+            replace_key(self, key, replacement)
+            new = key_for(self, replacement, self._values[replacement]) if replacement in self._values else None
+
+            def change(order: IdOrder) -> bool:
+                if new is None or not order.remove(old, key):
+                    return False
+                order.add(new, replacement)
+                return True
+
+            _follow(self, before, change)
+            return
+        replace_key(self, key, replacement)
+
+    def copied(self: Any) -> Any:
+        result = copy(self)
+        order: IdOrder | None = self.__dict__.get(_ATTR)
+        if order is not None and order.ordinals is self._ordinals:
+            order.shared = True
+            result.__dict__[_ATTR] = order
+        return result
+
+    MemoryCollection.__setitem__ = setitem
+    MemoryCollection.__delitem__ = delitem
+    MemoryCollection.replace_key = rekey
+    MemoryCollection.copy = copied
+    MemoryCollection.__copy__ = copied
+
+
+def _conjuncts(node: Any, and_type: Any) -> Iterator[Any]:
+    if isinstance(node, and_type):
+        for clause in node.clauses:
+            yield from _conjuncts(clause, and_type)
+    else:
+        yield node
+
+
+def id_bounds(plan: Any) -> tuple[tuple[tuple[Any, ...], bool] | None, tuple[tuple[Any, ...], bool] | None] | None:
+    """The ``_id`` range, in BSON order, every document matching ``plan`` lies in: (lower, upper),
+    each a (key, inclusive) pair or None (open); None when a bound is a NaN or of a bracket outside
+    :data:`_BOUNDS`.
+
+    mongoeco 4.11 compares a range bound with a value of another type by their BSON order (mongod
+    compares only values of the bound's type): ``{_id: {$gt: ObjectId}}`` also matches a datetime
+    ``_id``. The range is therefore the whole BSON order past the bound, not the bound's bracket;
+    which documents in it match is the matcher's business."""
+    from mongoeco.core.query_plan import (
+        AndCondition,
+        GreaterThanCondition,
+        GreaterThanOrEqualCondition,
+        LessThanCondition,
+        LessThanOrEqualCondition,
+    )
+
+    lower: tuple[tuple[Any, ...], bool] | None = None
+    upper: tuple[tuple[Any, ...], bool] | None = None
+    for node in _conjuncts(plan, AndCondition):
+        if getattr(node, "field", None) != "_id":
+            continue
+        kind = type(node)
+        if kind not in (GreaterThanCondition, GreaterThanOrEqualCondition, LessThanCondition, LessThanOrEqualCondition):
+            continue  # any other _id condition is checked by the matcher on every document walked
+        key = bound_key(node.value)
+        if key is None:
+            return None
+        inclusive = kind in (GreaterThanOrEqualCondition, LessThanOrEqualCondition)
+        if kind in (GreaterThanCondition, GreaterThanOrEqualCondition):
+            if lower is None or key > lower[0] or (key == lower[0] and not inclusive):
+                lower = (key, inclusive)
+        elif upper is None or key < upper[0] or (key == upper[0] and not inclusive):
+            upper = (key, inclusive)
+    return lower, upper
+
+
+def _id_sort(sort: Any) -> int | None:
+    """1 or -1 when ``sort`` is exactly one key, ``_id``, ascending or descending."""
+    if isinstance(sort, dict):
+        sort = list(sort.items())
+    if not sort or len(sort) != 1:
+        return None
+    field, direction = sort[0]
+    if field != "_id" or type(direction) is not int or direction not in (1, -1):
+        return None
+    return direction
+
+
+# (af) A find with an _id range (or none), sorted on _id alone, with a limit: walk the _id order from
+# the bound instead of matching and sorting the whole collection (MemoryEngine.scan_find_semantics,
+# whose _scan this mirrors step by step: metadata, lock, TTL purge, hint check, the read-view pin,
+# projection, copies). The walk stops at the other bound, or after skip + limit matches; every
+# document walked is matched by mongoeco's own matcher, so the filter's conditions (the range itself,
+# the version, $type, $nin...) are decided as on the original path. A walk that meets an _id whose
+# place it does not model (a document, a binary, NaN...) hands the read to the original path, having
+# returned nothing. Not taken: a collation (the find's or the collection's), a text query, the
+# profile collection, another sort, no limit, a collection object that is not a MemoryCollection.
+def patch_id_range_scans() -> None:
+    from mongoeco.core.operation_limits import enforce_deadline
+    from mongoeco.engines._memory_collection import MemoryCollection
+    from mongoeco.engines.memory import MemoryEngine
+    from mongoeco.engines.semantic_core import stream_finalize_documents
+    from mongoeco.types import ObjectId
+
+    original = MemoryEngine.scan_find_semantics
+    plain = (str, int, float, bool, type(None), datetime.datetime, ObjectId)
+
+    def applicable(semantics: Any) -> tuple[int, Any] | None:
+        if semantics.text_query is not None or semantics.collation is not None:
+            return None
+        direction = _id_sort(semantics.sort)
+        if direction is None or not semantics.limit or semantics.limit < 0:
+            return None
+        bounds = id_bounds(semantics.query_plan)
+        if bounds is None:
+            return None
+        return direction, bounds
+
+    def scan_find_semantics(self: Any, db_name: str, coll_name: str, semantics: Any, *, context: Any = None) -> Any:
+        shape = applicable(semantics)
+        if shape is None or self._is_profile_namespace(coll_name):
+            return original(self, db_name, coll_name, semantics, context=context)
+        direction, (lower, upper) = shape
+
+        async def _scan() -> Any:
+            deadline = semantics.deadline
+            enforce_deadline(deadline)
+            walk = None
+            async with self._get_lock(db_name, coll_name):
+                coll = self._storage_view(context).get(db_name, {}).get(coll_name, {})
+                options = self._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
+                fallback = not isinstance(coll, MemoryCollection) or options.get("collation") is not None
+                if not fallback:
+                    self._record_operation_metadata(
+                        context, operation="scan_collection", comment=semantics.comment,
+                        max_time_ms=semantics.max_time_ms, hint=semantics.hint,
+                    )
+                    indexes = self._indexes_view(context).get(db_name, {}).get(coll_name, [])
+                    self._purge_expired_documents_locked(
+                        db_name, coll_name, context=context,
+                        indexes_view=self._indexes_view(context), index_data_view=self._index_data_view(context),
+                        storage_view=self._storage_view(context),
+                        now=semantics.variables.now.replace(tzinfo=datetime.UTC),
+                    )
+                    self._resolve_hint_index(
+                        db_name, coll_name, semantics.hint, indexes=indexes, plan=semantics.query_plan,
+                        dialect=semantics.dialect, collation=semantics.collation,
+                    )
+                    walk = _walk(self, coll, id_order(coll), lower, upper, direction, semantics)
+                    fallback = walk is None
+                if walk is not None:
+                    matched, items = walk
+                    documents = stream_finalize_documents(matched, semantics, emit_public_documents=False)
+                    read_view_token = object()
+                    with self._meta_lock:
+                        self._active_read_views[read_view_token] = items
+                del coll
+            if fallback:
+                async for document in original(self, db_name, coll_name, semantics, context=context):
+                    yield document
+                return
+            try:
+                for document in documents:
+                    enforce_deadline(deadline)
+                    yield _public_copy(self, document, plain)
+            finally:
+                close = getattr(documents, "close", None)
+                if close is not None:
+                    close()
+                with self._meta_lock:
+                    self._active_read_views.pop(read_view_token, None)
+
+        return _scan()
+
+    scan_find_semantics.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
+    MemoryEngine.scan_find_semantics = scan_find_semantics
+
+
+def _walk(
+    engine: Any, coll: Any, order: IdOrder, lower: Any, upper: Any, direction: int, semantics: Any
+) -> tuple[list[Any], list[tuple[Any, Any]]] | None:
+    """The first skip + limit documents matching ``semantics`` between the bounds, in ``direction``,
+    with their (storage key, stored value) pairs; None when the walk meets an ``_id`` whose place is
+    not modelled before it has them."""
+    from mongoeco.engines.semantic_core import iter_filtered_documents
+
+    start, end = order.span(lower, upper)
+    positions = range(start, end) if direction == 1 else range(end - 1, start - 1, -1)
+    storage_keys, keys = order.storage_keys, order.keys
+    borrowed: dict[int, tuple[Any, Any]] = {}
+    unordered = False
+
+    def walked() -> Iterator[Any]:
+        nonlocal unordered
+        for at in positions:
+            if _inexact(keys[at]):
+                unordered = True
+                return
+            storage_key = storage_keys[at]
+            data = coll.get(storage_key)
+            if data is None:
+                continue
+            document = engine._borrow_storage_document(data)
+            borrowed[id(document)] = (storage_key, data)
+            yield document
+
+    wanted = semantics.skip + semantics.limit
+    matched: list[Any] = []
+    items: list[tuple[Any, Any]] = []
+    for document in iter_filtered_documents(walked(), semantics):
+        matched.append(document)
+        items.append(borrowed[id(document)])
+        if len(matched) >= wanted:
+            break
+    return None if unordered else (matched, items)
+
+
+def _public_copy(engine: Any, value: Any, plain: tuple[type, ...]) -> Any:
+    """``engine._copy_document_containers(DocumentCodec.to_public(value))`` in one pass: new dicts and
+    lists all the way down, with the values of ``plain`` types as they are (both functions give
+    those back unchanged) and any other value through the two functions."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _public_copy(engine, item, plain) for key, item in value.items()}
+    if kind is list:
+        return [_public_copy(engine, item, plain) for item in value]
+    if kind in plain:
+        return value
+    from mongoeco.core.codec import DocumentCodec
+
+    return engine._copy_document_containers(DocumentCodec.to_public(value))
+
+
+# (ag) `{_id: {$in: [...]}}` (alone or in an $and) reads every document: MemoryEngine.
+# _candidate_items_for_plan_locked uses an index only for an equality on a single-field index, and
+# otherwise hands every stored document to the caller's matcher. When every listed value is an
+# ObjectId or a string, whose storage key is its BSON equality (fix (p)), or an int32 stored under
+# its own key (an _id equal to it under another type cannot exist beside it), the candidates are the
+# stored documents under those keys, in natural order, as the full list would give them; every caller
+# (find, count, update, delete) still matches each candidate against the whole filter.
+def patch_id_in_lookup() -> None:
+    from mongoeco.core.query_plan import AndCondition, InCondition
+    from mongoeco.engines._memory_collection import MemoryCollection
+    from mongoeco.engines.memory import MemoryEngine
+    from mongoeco.types import is_object_id_like
+
+    original = MemoryEngine._candidate_items_for_plan_locked
+
+    def id_list(plan: Any) -> tuple[Any, ...] | None:
+        for node in _conjuncts(plan, AndCondition):
+            if (
+                type(node) is InCondition and node.field == "_id" and not node.null_matches_undefined
+                and all(type(value) is str or type(value) is int or is_object_id_like(value) for value in node.values)
+            ):
+                return node.values
+        return None
+
+    def candidate_items(self: Any, coll: Any, query_plan: Any, **options: Any) -> list[tuple[Any, Any]]:
+        if options.get("collation") is None and isinstance(coll, MemoryCollection) and self._direct_id_lookup_from_plan(query_plan) is None:
+            values = id_list(query_plan)
+            if values is not None:
+                keys = {self._storage_key(value) for value in values}
+                # An int32 not stored under its own key may be stored as 1.0 or Int64(1): the full list then.
+                if all(key in coll for key in keys if key[0] == "int"):
+                    return [(key, coll[key]) for key in coll.ordered_keys(keys)]
+        return list(original(self, coll, query_plan, **options))
+
+    candidate_items.__wrapped__ = original  # type: ignore[attr-defined]
+    MemoryEngine._candidate_items_for_plan_locked = candidate_items

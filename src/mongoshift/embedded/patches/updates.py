@@ -1,0 +1,605 @@
+"""Cheap guarded updates for the memory engine: fixes (ah) and (ai).
+
+The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
+{$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
+update path: it normalizes and compiles the filter and the update, binds an operation context, takes
+the collection lock, deep-copies the document four times (the update plan's original and working
+copies, the captured before and after images), re-encodes the whole document, re-derives every index
+key of the document twice, opens a rollback and publication scope, and copies the change record
+four times on its way to the change history, delivered statement by statement. Profiled at 20,000
+documents, the update command was 72 % of the server's time in the B3 loop, about 2.6 ms a
+statement (docs/performance.md, "The embedded server's own cost").
+
+:func:`patch_guarded_updates` answers the statements whose meaning is plain — the document named by
+an ObjectId, string or int32 ``_id`` (a lookup), equality guards on top-level scalars (or their
+absence), ``$set``/``$unset``/``$inc`` of top-level fields — with the engine's own write steps, once
+per command where mongoeco takes them once per statement (the lock, the TTL purge, the rollback and
+publication scope, the change dispatch), and every other statement with mongoeco's path. A statement
+it cannot prove it answers as that path would (an array or a sub-document under a guard, new fields
+from two operators, a validator, a transaction, a value the operators refuse...) goes to that path
+before anything of it is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime
+import math
+from typing import Any
+
+_OPERATORS = frozenset({"$set", "$unset", "$inc"})
+_OPTIONS = ("sort", "collation", "hint", "array_filters")
+_MISSING = object()
+_INT64 = (-(2**63), 2**63)
+
+#: mongoeco names, bound once by :func:`_bind` (this module imports without mongoeco).
+_M: dict[str, Any] = {}
+
+
+def _bind() -> dict[str, Any]:
+    if not _M:
+        from bson import ObjectId as BsonObjectId
+        from mongoeco.core import paths
+        from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
+        from mongoeco.core.codec import DocumentCodec
+        from mongoeco.core.operation_context import ChangePublicationPolicy
+        from mongoeco.engines._memory_collection import MemoryCollection, MemoryIndexMap
+        from mongoeco.engines.memory import MemoryEngine, _StoredDocument
+        from mongoeco.types import ObjectId, UpdateResult
+
+        _M.update(
+            BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId),
+            ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
+            policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
+            MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
+        )
+    return _M
+
+
+class _Undecided(Exception):
+    """The fast path cannot prove its answer: mongoeco's own path answers the statement."""
+
+
+class _BatchFailed(RuntimeError):
+    """A write step of the engine failed inside an open batch: the batch was rolled back whole, and
+    the command fails (never seen: every check that can refuse a statement runs before its writes)."""
+
+
+def _plain_name(name: object) -> bool:
+    return type(name) is str and name != "" and "." not in name and name[0] != "$" and not name.isdigit()
+
+
+def _storable(value: Any) -> bool:
+    """No field name inside ``value`` that mongod or mongoeco treats specially (``$``-prefixed, dotted, empty)."""
+    kind = type(value)
+    if kind is dict or isinstance(value, dict):
+        return all(type(k) is str and k != "" and "." not in k and k[0] != "$" for k in value) and all(_storable(v) for v in value.values())
+    if kind is list or isinstance(value, list):
+        return all(_storable(v) for v in value)
+    return True
+
+
+class Statement:
+    """One ``update`` statement the fast path takes: the ``_id``, the other guards, the operators."""
+
+    __slots__ = ("document_id", "guards", "operators")
+
+    def __init__(self, document_id: Any, guards: list[tuple[str, Any]], operators: list[tuple[str, dict[str, Any]]]) -> None:
+        self.document_id = document_id
+        self.guards = guards
+        self.operators = operators
+
+
+def statement(query: Any, change: Any, multi: bool, replacement: bool, options: dict[str, Any]) -> Statement | None:
+    """The statement as the fast path reads it, or None when it is not one it takes."""
+    m = _bind()
+    if multi or replacement or options.get("upsert") or type(query) is not dict or type(change) is not dict:
+        return None
+    for name in _OPTIONS:
+        if options.get(name) is not None:
+            return None
+    document_id = query.get("_id", _MISSING)
+    kind = type(document_id)
+    if not (kind is str or kind is int or kind in m["object_ids"]):
+        return None
+    guards = []
+    for name, value in query.items():
+        if name == "_id":
+            continue
+        if not _plain_name(name):
+            return None
+        kind = type(value)
+        if kind is int or kind is str or kind is bool or kind is m["BsonInt64"] or kind in m["object_ids"] or kind is datetime.datetime:
+            guards.append((name, value))
+        elif kind is float and not math.isnan(value):
+            guards.append((name, value))
+        elif kind is dict and len(value) == 1 and value.get("$exists", True) is False:
+            guards.append((name, _MISSING))  # the engine's guard of a field the document lacks
+        else:
+            return None
+    if not change:
+        return None
+    operators: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for operator, fields in change.items():
+        if operator not in _OPERATORS or type(fields) is not dict or not fields:
+            return None
+        for name, value in fields.items():
+            if not _plain_name(name) or name == "_id" or name in seen:
+                return None  # a conflict or a path: mongoeco's own errors and rules
+            seen.add(name)
+            kind = type(value)
+            if operator == "$inc":
+                if not (kind is int or kind is m["BsonInt64"] or (kind is float and math.isfinite(value))):
+                    return None
+            elif operator == "$set" and (kind is dict or kind is list or isinstance(value, (dict, list))) and not _storable(value):
+                return None
+        operators.append((operator, fields))
+    return Statement(document_id, guards, operators)
+
+
+def guard_holds(document: dict[str, Any], guards: list[tuple[str, Any]]) -> bool:
+    """Whether ``document`` equals every guard (BSON equality of scalars); raises :class:`_Undecided`
+    for a stored array or sub-document (element matching) or a value this does not compare."""
+    m = _M
+    for name, wanted in guards:
+        stored = document.get(name, _MISSING)
+        if stored is _MISSING or wanted is _MISSING:
+            if wanted is not stored:
+                return False  # a scalar guard is never null, and null alone matches a missing field
+            continue
+        kind, want = type(stored), type(wanted)
+        if kind is want and (kind is int or kind is str):
+            if stored != wanted:
+                return False
+            continue
+        if kind is list or kind is dict or isinstance(stored, (list, dict)):
+            raise _Undecided
+        if want is bool or kind is bool:
+            if kind is not want or stored != wanted:
+                return False
+            continue
+        if want is int or want is float or want is m["BsonInt64"]:
+            number = wanted.value if want is m["BsonInt64"] else wanted
+            if kind is int or kind is float:
+                other = stored
+            elif kind in m["wrapped"]:
+                other = stored.value
+            elif hasattr(stored, "to_decimal") or kind.__name__.endswith("Decimal128"):
+                raise _Undecided  # decimals compare by value with numbers: the matcher's business
+            else:
+                return False
+            if other != number:
+                return False
+            continue
+        if want is str:
+            if isinstance(stored, str):
+                raise _Undecided  # a Code or another str subclass
+            return False
+        if want in m["object_ids"]:
+            if kind not in m["object_ids"] or stored.binary != wanted.binary:
+                return False
+            continue
+        if want is datetime.datetime:
+            if kind is not datetime.datetime:
+                return False
+            left = stored if stored.tzinfo else stored.replace(tzinfo=datetime.UTC)
+            right = wanted if wanted.tzinfo else wanted.replace(tzinfo=datetime.UTC)
+            if left != right:
+                return False
+            continue
+        raise _Undecided
+    return True
+
+
+def _plain_value(value: Any) -> bool:
+    """A value that crosses mongoeco's BSON boundary (DocumentCodec.to_internal, .encode) unchanged:
+    for these exact types both functions only check the value and give it back."""
+    kind = type(value)
+    return kind is str or kind is float or kind is bool or value is None or (kind is int and _INT64[0] <= value < _INT64[1])
+
+
+def updated(document: dict[str, Any], operators: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], set[str]]:
+    """The document after the operators, and the names of the fields that changed (empty: a no-op).
+
+    As mongoeco's update plan: an existing field changes in place when its new value is not the same
+    BSON value (``paths._same_value_for_update``), a removed one goes, new fields are appended in the
+    order of their names; ``$inc`` adds with mongoeco's ``bson_add``. New fields from two operators,
+    a non-numeric ``$inc`` target, an overflow: :class:`_Undecided`."""
+    m = _M
+    same = m["paths"]._same_value_for_update
+    result = dict(document)  # top-level copy: nested values are replaced whole, never changed in place
+    changed: set[str] = set()
+    created: list[tuple[str, Any]] = []
+    creators = 0
+    for operator, fields in operators:
+        before = len(created)
+        for name, raw in fields.items():
+            current = result.get(name, _MISSING)
+            if operator == "$unset":
+                if current is not _MISSING:
+                    del result[name]
+                    changed.add(name)
+                continue
+            # the BSON boundary the update document crosses on mongoeco's path
+            value = raw if _plain_value(raw) else m["codec"].to_internal(raw)
+            if operator == "$inc" and current is not _MISSING:
+                if not m["is_bson_numeric"](current):
+                    raise _Undecided
+                try:
+                    value = m["bson_add"](current, value)
+                except (OverflowError, ValueError, ArithmeticError) as error:
+                    raise _Undecided from error
+            if current is _MISSING:
+                created.append((name, value))
+            elif not same(current, value):
+                result[name] = value
+                changed.add(name)
+        if len(created) > before:
+            creators += 1
+    if creators > 1:
+        raise _Undecided  # mongoeco appends each operator's new fields in turn, mongod all of them by name
+    for name, value in sorted(created, key=lambda item: item[0]):
+        result[name] = value
+        changed.add(name)
+    return result, changed
+
+
+def _stored(engine: Any, data: Any, document: dict[str, Any], changed: set[str]) -> Any:
+    """The stored form of ``document``, which differs from the one in ``data`` in ``changed`` fields only.
+
+    mongoeco's DocumentCodec encodes a document field by field (and checks each value while encoding
+    it), so the unchanged fields' encoded values are taken over from ``data`` and only the changed
+    ones are encoded; the order is ``document``'s. Another codec, or another kind of stored value: the
+    whole document is encoded, as the engine does."""
+    m = _M
+    codec = m["codec"]
+    payload = getattr(data, "payload", None)
+    if engine._codec is not codec or type(data) is not m["StoredDocument"] or type(payload) is not dict:
+        return engine._encode_storage_document(document)
+    encoded = {}
+    for name, value in document.items():
+        if name not in changed:
+            encoded[name] = payload[name]
+        elif _plain_value(value):
+            encoded[name] = value
+        else:
+            encoded[name] = codec.encode(value)
+    return m["StoredDocument"](encoded)
+
+
+#: The operation context of the last command's statements: the same collection, session and
+#: variables (one `update` command) share one, as the change outbox needs only its session and policy.
+_CONTEXT: list[Any] = []
+
+
+def _context(collection: Any, session: Any, variables: Any) -> Any:
+    if _CONTEXT and _CONTEXT[0] is collection and _CONTEXT[1] is session and _CONTEXT[2] is variables:
+        return _CONTEXT[3]
+    policy = _M["policy"]
+    context = collection._new_operation_context(
+        session=session,
+        expressions=variables,
+        publication=policy.EMIT if collection._should_publish_change_events(session=session) else policy.RECORD_GAP,
+        change_operation_type="update",
+    )
+    _CONTEXT[:] = [collection, session, variables, context]
+    return context
+
+
+class _Owned(dict[str, Any]):
+    """A change record the fast path builds and nobody changes afterwards: the engine's outbox
+    deep-copies each record four times (recording, publishing, two CommittedChange copies); a copy
+    of this one is itself."""
+
+    def __deepcopy__(self, memo: Any) -> _Owned:
+        return self
+
+
+def _lean(index: Any) -> bool:
+    """An index whose entries for a document are its key fields' values only (no TTL schedule, no
+    sparse or partial membership, no text weights): maintained here with the engine's own steps."""
+    return not (index.sparse or index.partial_filter_expression or index.weights or index.expire_after_seconds is not None)
+
+
+def _index_touched(index: Any, changed: set[str]) -> bool:
+    """Whether an index's entries for a document can change when these top-level fields change."""
+    if not _lean(index):
+        return True
+    for field in index.fields:
+        if field.split(".", 1)[0] in changed:
+            return True
+    return False
+
+
+class Batch:
+    """The fast path's statements of one ``update`` command, written under one lock and one rollback
+    and publication scope, their changes dispatched once, at :meth:`close`.
+
+    The engine's lock is held from the first fast statement to :meth:`close`; the command's loop
+    does not suspend in between (a fast statement never awaits), so no other request runs against
+    the engine meanwhile. A statement the fast path does not take closes the batch first, so the
+    original path finds the engine as it expects."""
+
+    def __init__(self) -> None:
+        self.collection: Any = None
+        self.session: Any = None
+        self.count = 0
+        self.comment: Any = None
+        self._stack: contextlib.ExitStack | None = None
+        self._lock: Any = None
+
+    async def open(self, collection: Any, session: Any, variables: Any, comment: Any) -> None:
+        """Take the lock and open the scope for ``collection``; :class:`_Undecided` (nothing held)
+        when the fast path does not apply to it (another engine, a transaction, collection
+        options, profiling)."""
+        m = _M
+        engine = collection._engine
+        if type(engine) is not m["MemoryEngine"] or (session is not None and session.in_transaction) or variables is None:
+            raise _Undecided
+        db_name, coll_name = collection._db_name, collection._collection_name
+        if engine._profile_is_active(db_name):
+            raise _Undecided  # system.profile gets the original path's entries
+        collection._ensure_session_active(session)
+        self.context = _context(collection, session, variables)
+        collection._runtime._prepare_engine_change_delivery(self.context)
+        lock = engine._get_lock(db_name, coll_name)
+        await lock.__aenter__()
+        try:
+            with engine._meta_lock:
+                self.storage = engine._storage_view(session)
+                self.indexes_view = engine._indexes_view(session)
+                self.index_data = engine._index_data_view(session)
+                search_indexes = engine._search_indexes_view(session)
+                collections = engine._collections_view(session)
+                option_store = engine._collection_options_view(session)
+            if option_store.get(db_name, {}).get(coll_name):
+                raise _Undecided  # a validator, a collation, a capped size...: the original path's rules
+            engine._purge_expired_documents_locked(  # the command's clock: once for all its statements
+                db_name, coll_name, context=session, indexes_view=self.indexes_view, index_data_view=self.index_data,
+                storage_view=self.storage, now=variables.now.replace(tzinfo=datetime.UTC),
+            )
+            stack = contextlib.ExitStack()
+            stack.enter_context(engine._document_state_rollback_locked(
+                db_name, coll_name, storage=self.storage, indexes=self.indexes_view, index_data=self.index_data,
+                search_indexes=search_indexes, collections=collections, options=option_store,
+            ))
+        except BaseException:
+            await lock.__aexit__(None, None, None)
+            raise
+        engine._invalidate_search_runtime_cache(db_name, coll_name)
+        self.engine, self.db_name, self.coll_name = engine, db_name, coll_name
+        self.collection, self.session, self.comment = collection, session, comment
+        self.indexes = self.indexes_view.get(db_name, {}).get(coll_name, [])
+        self.unique = any(index.unique and index.name != "_id_" for index in self.indexes)
+        self.index_maps = self.index_data.get(db_name, {}).get(coll_name, {})
+        self._stack, self._lock, self.count = stack, lock, 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._stack is not None
+
+    def apply(self, plan: Statement) -> Any:
+        """The statement's UpdateResult; :class:`_Undecided` before anything is written when the
+        original path must answer it."""
+        m = _M
+        result = m["UpdateResult"]
+        engine, db_name, coll_name = self.engine, self.db_name, self.coll_name
+        coll = self.storage.get(db_name, {}).get(coll_name)
+        storage_key = engine._storage_key(plan.document_id)
+        data = None if coll is None else coll.get(storage_key)
+        if data is None or coll is None:
+            if coll and type(plan.document_id) is int:
+                raise _Undecided  # 1.0 or Int64(1) may be stored under another key: the original path looks
+            return result(matched_count=0, modified_count=0)
+        document = engine._borrow_storage_document(data)
+        if not guard_holds(document, plan.guards):
+            return result(matched_count=0, modified_count=0)
+        new_document, changed = updated(document, plan.operators)
+        if not changed:
+            return result(matched_count=1, modified_count=0)
+        try:
+            encoded = _stored(engine, data, new_document, changed)
+            if self.unique:  # the _id does not change: only another unique index can refuse the document
+                engine._ensure_unique_indexes(
+                    db_name, coll_name, new_document, exclude_storage_key=storage_key, indexes_view=self.indexes_view,
+                    storage_view=self.storage, index_data_view=self.index_data, check_id_storage=True, scan_payload_id=False,
+                )
+        except Exception as error:  # an unencodable value, a duplicate key: the original path reports it
+            raise _Undecided from error
+        try:
+            self._write(coll, storage_key, document, new_document, encoded, changed)
+        except Exception as error:
+            self.close(error)
+            raise _BatchFailed("an update batch failed in the engine's write steps and was rolled back") from error
+        self.count += 1
+        return result(matched_count=1, modified_count=1)
+
+    def _write(self, coll: Any, storage_key: Any, document: Any, new_document: Any, encoded: Any, changed: set[str]) -> None:
+        """The steps of MemoryEngine.update_with_operation's write, for the indexes the change touches:
+        the old document's index entries out, the stored value in, the new entries in (each entry
+        journaled for the rollback), and the change record into the outbox."""
+        m = _M
+        engine, db_name, coll_name = self.engine, self.db_name, self.coll_name
+        touched = [index for index in self.indexes if _index_touched(index, changed)]
+        lean = [index for index in touched if _lean(index) and type(self.index_maps.get(index.name)) is m["MemoryIndexMap"]]
+        others = [index for index in touched if index not in lean]
+        view = {db_name: {coll_name: others}}
+        undo, keys = engine._record_index_membership_undo_locked, engine._index_keys
+        for index in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
+            index_map, name = self.index_maps[index.name], str(index.name)
+            for key in keys(document, index.fields):
+                undo(db_name, coll_name, name, key, storage_key, index_data=self.index_data)
+                if key in index_map:
+                    index_map.discard(key, storage_key)
+        if others:
+            engine._update_indexes_locked(
+                db_name, coll_name, storage_key, document, action="delete", index_data_view=self.index_data, indexes_view=view,
+            )
+        engine._set_storage_document_locked(coll, storage_key, encoded)
+        ordinal = coll.ordinal_for(storage_key) if type(coll) is m["MemoryCollection"] else None
+        for index in lean:  # _update_indexes_locked(action="insert"), likewise
+            index_map, name = self.index_maps[index.name], str(index.name)
+            for key in keys(new_document, index.fields):
+                undo(db_name, coll_name, name, key, storage_key, index_data=self.index_data)
+                index_map.add(key, storage_key, ordinal=ordinal)
+        if others:
+            engine._update_indexes_locked(
+                db_name, coll_name, storage_key, new_document, action="insert", index_data_view=self.index_data, indexes_view=view,
+            )
+        # The change history keeps no post-image of an update (fix (q)): none is copied.
+        engine._record_committed_change(self.context, _Owned(
+            operation_type="update", db_name=db_name, coll_name=coll_name,
+            document_key=_Owned(_id=new_document["_id"]), full_document=None, update_description=None,
+        ))
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the scope (publishing the batch's changes, or rolling them back on ``error``), release
+        the lock, dispatch the changes and count the statements, as each statement would have."""
+        stack, lock = self._stack, self._lock
+        if stack is None:
+            return
+        self._stack = self._lock = None
+        try:
+            if error is None:
+                stack.close()
+            else:
+                stack.__exit__(type(error), error, error.__traceback__)
+        finally:
+            lock._lock.release()  # mongoeco's _AsyncLock wraps an asyncio.Lock: released without awaiting
+        if error is None:
+            self.collection._runtime._dispatch_engine_changes(self.context)
+        if self.count:
+            self.engine._record_runtime_opcounter("update", amount=self.count)
+            self.collection._record_operation_metadata(operation="update_one", comment=self.comment, session=self.session)
+        self.collection = self.session = None
+
+
+#: The batch of the ``update`` command running in this task (each connection's requests run in their own).
+_BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshift_update_batch", default=None)
+
+
+# (ai) Every write derives the index keys of the document it removes and of the one it stores
+# (MemoryEngine._index_keys), through QueryEngine.extract_values, which resolves each field as a
+# dotted path over documents and arrays, and MemoryEngine._index_equality_key
+# (core/bson_ordering.bson_equality_key), which runs a chain of type checks and turns a number into
+# a normalized Decimal under a local decimal context. For a plain dict and top-level fields whose
+# values are neither null nor arrays, extract_values gives [value] or [] (missing): the keys are
+# built from those directly. The equality key of a string or one of mongoeco's ObjectIds is the pair
+# bson_engine_key gives it; those of the most recent ints (versions, revisions, counters) are kept:
+# the same int always gives an equal key, and the key (a tuple of a string and a Decimal) is immutable.
+_INT_KEYS_KEPT = 4096
+
+
+def patch_index_keys() -> None:
+    m = _bind()
+    engine_class, object_id = m["MemoryEngine"], m["ObjectId"]
+    original_keys = engine_class._index_keys
+    original = engine_class._index_equality_key
+    kept: dict[int, Any] = {}
+
+    def index_equality_key(value: Any) -> Any:
+        kind = type(value)
+        if kind is object_id:
+            return ("objectid", value)  # normalize_object_id gives a mongoeco ObjectId back as it is
+        if kind is str:
+            return ("str", value)
+        if kind is not int:
+            return original(value)
+        key = kept.get(value)
+        if key is None:
+            if len(kept) >= _INT_KEYS_KEPT:
+                kept.clear()
+            key = kept[value] = original(value)
+        return key
+
+    def index_keys(self: Any, document: Any, fields: list[str]) -> Any:
+        if type(document) is not dict:
+            return original_keys(self, document, fields)
+        values = []
+        for field in fields:
+            value = document.get(field, _MISSING) if "." not in field else None
+            if value is None or type(value) is list or isinstance(value, list):  # a path, null, an array: the original's rules
+                return original_keys(self, document, fields)
+            values.append(value)
+        if len(fields) != 1:
+            return {tuple(None if value is _MISSING else index_equality_key(value) for value in values)}
+        return {(None,)} if values[0] is _MISSING else {(index_equality_key(values[0]),)}
+
+    index_keys.__wrapped__ = original_keys  # type: ignore[attr-defined]
+    index_equality_key.__wrapped__ = original  # type: ignore[attr-defined]
+    engine_class._index_keys = index_keys
+    engine_class._index_equality_key = staticmethod(index_equality_key)
+
+
+# (ah) Guarded bulk updates: DatabaseAdminWriteCommandService.command_update (the `update`
+# command) runs each statement through _collection_modify.execute_server_update, the public update
+# path. The command now carries a Batch; a statement that statement() takes is written by it, any
+# other goes to the original path (after the batch is closed), and the batch is closed when the
+# command ends, however it ends. The command around the statements (parsing, ordered and unordered
+# errors, write concern, the reply) is mongoeco's. The change dispatch of a batch delivers its
+# changes in one go: MemoryEngine.dispatch_committed_changes moved the consumer's checkpoint and
+# pruned the outbox after each change (a new list each time: quadratic in the batch), now once after
+# the last one delivered.
+def patch_guarded_updates() -> None:
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.api._async._database_admin_write_commands import DatabaseAdminWriteCommandService
+
+    m = _bind()
+    original: Any = _collection_modify.execute_server_update  # untyped in mongoeco
+    original_command = DatabaseAdminWriteCommandService.command_update
+
+    async def execute_server_update(collection: Any, query: Any, change: Any, *, multi: bool = False, replacement: bool = False, **options: Any) -> Any:
+        batch = _BATCH.get()
+        plan = statement(query, change, multi, replacement, options) if batch is not None else None
+        if batch is not None and plan is not None:
+            try:
+                if not batch.is_open:
+                    await batch.open(collection, options.get("session"), options.get("let"), options.get("comment"))
+                elif batch.collection is not collection or batch.session is not options.get("session"):
+                    raise _Undecided
+                return batch.apply(plan)
+            except _Undecided:
+                pass
+        if batch is not None:
+            batch.close()
+        return await original(collection, query, change, multi=multi, replacement=replacement, **options)
+
+    async def command_update(self: Any, spec: Any, **options: Any) -> Any:
+        batch = Batch()
+        token = _BATCH.set(batch)
+        try:
+            return await original_command(self, spec, **options)
+        finally:
+            _BATCH.reset(token)
+            batch.close()
+
+    def dispatch_committed_changes(self: Any, consumer_id: str, consumer: Any) -> None:
+        with self._change_dispatch.hold(consumer_id):
+            with self._meta_lock:
+                if consumer_id not in self._change_checkpoints:
+                    raise RuntimeError("change consumer must be registered before writes")
+                checkpoint = self._change_checkpoints[consumer_id]
+                if checkpoint < self._change_pruned_through:
+                    from mongoeco.errors import OperationFailure
+
+                    raise OperationFailure("change consumer checkpoint is behind retained history")
+                changes = [change for change in self._committed_changes if change.sequence > checkpoint]
+            delivered = checkpoint
+            try:
+                for change in changes:
+                    consumer(change.for_delivery())
+                    delivered = change.sequence
+            finally:
+                if delivered != checkpoint:
+                    with self._meta_lock:
+                        self._change_checkpoints[consumer_id] = max(self._change_checkpoints[consumer_id], delivered)
+                        self._prune_committed_changes_locked()
+
+    engine_class = m["MemoryEngine"]
+    execute_server_update.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
+    dispatch_committed_changes.__wrapped__ = engine_class.dispatch_committed_changes  # type: ignore[attr-defined]
+    _collection_modify.execute_server_update = execute_server_update
+    DatabaseAdminWriteCommandService.command_update = command_update
+    engine_class.dispatch_committed_changes = dispatch_committed_changes

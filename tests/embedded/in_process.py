@@ -1,0 +1,88 @@
+"""The embedded server in this test process (its own event loop, in a thread), for tests that compare a
+fix with the mongoeco code it replaces: they swap one patched function back for its original between
+two requests (the patches keep it as ``__wrapped__``), and read the engine's state directly.
+
+Every request still goes through pymongo and the wire, as in the other tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo import MongoClient
+
+from mongoshift.embedded import patches
+from mongoshift.embedded.server import serve
+
+
+@dataclass
+class InProcessServer:
+    uri: str
+    engine: Any  # mongoeco's MemoryEngine serving the requests
+
+
+@contextmanager
+def in_process_server() -> Iterator[InProcessServer]:
+    """Serve on a free port from a thread; yield the URI and the engine; stop when done."""
+    patches.apply()
+    from mongoeco.engines.memory import MemoryEngine
+
+    engines: list[Any] = []
+    original_init = MemoryEngine.__init__
+
+    def remembered(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        engines.append(self)
+
+    ready = threading.Event()
+    found: dict[str, Any] = {}
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def on_ready(uri: str) -> None:
+        found["uri"] = uri
+        ready.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(serve("127.0.0.1", 0, None, on_ready=on_ready, stop=stop))
+        except BaseException as error:  # reported by the waiting side
+            found["error"] = error
+            ready.set()
+
+    MemoryEngine.__init__ = remembered  # type: ignore[method-assign]
+    thread = threading.Thread(target=run, name="in-process-embedded-server", daemon=True)
+    try:
+        thread.start()
+        ready.wait()
+    finally:
+        MemoryEngine.__init__ = original_init  # type: ignore[method-assign]
+    if "error" in found:
+        raise RuntimeError("the in-process server did not start") from found["error"]
+    try:
+        yield InProcessServer(found["uri"], engines[-1])
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join()
+        loop.close()
+
+
+@contextmanager
+def original(owner: Any, name: str) -> Iterator[None]:
+    """``owner.name`` as mongoeco wrote it (the patch's ``__wrapped__``) for the duration."""
+    patched = getattr(owner, name)
+    setattr(owner, name, patched.__wrapped__)
+    try:
+        yield
+    finally:
+        setattr(owner, name, patched)
+
+
+def sync_client(server: InProcessServer) -> MongoClient[Any]:
+    return MongoClient(server.uri, serverSelectionTimeoutMS=30_000, socketTimeoutMS=300_000)

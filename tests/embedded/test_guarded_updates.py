@@ -1,0 +1,211 @@
+"""Fix (ah) of mongoshift.embedded.patches.updates: guarded updates by ``_id`` answer and store exactly
+what mongoeco's own update path does, and touch only the document they name.
+
+The property test applies the same bulk write to two identical collections through pymongo, one with
+the fix and one with the original mongoeco function swapped back in (an in-process server,
+:mod:`.in_process`), and compares the replies (counts, write errors) and the stored documents byte for
+byte. The other tests check what a reader sees afterwards (indexes, change streams) and count the
+documents the update path decodes (no timing).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson import Binary, Decimal128, Int64, ObjectId, Regex, encode
+from hypothesis import given, settings, strategies as st
+from pymongo import InsertOne, UpdateMany, UpdateOne
+from pymongo.errors import BulkWriteError
+
+from .in_process import InProcessServer, in_process_server, original, sync_client
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[InProcessServer]:
+    with in_process_server() as started:
+        yield started
+
+
+FIELDS = ["a", "b", "B", "n", "__v", "__rev", "zz", "é"]
+scalars = (
+    st.integers(-3, 3) | st.sampled_from([2**31 - 1, -(2**31), 2**40]) | st.builds(Int64, st.integers(-3, 3))
+    | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1.0, 0.0, -0.0, 2.5])
+    | st.sampled_from([Decimal128("1"), Decimal128("1.0"), Decimal128("NaN")])
+    | st.text(alphabet="ab", max_size=2) | st.booleans() | st.none()
+    | st.sampled_from([datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), Binary(b"x", 0), Regex("a")])
+    | st.sampled_from([ObjectId("0" * 24), ObjectId("f" * 24)])
+)
+#: Sub-document keys: mostly plain, some the fast path leaves to the original ($-prefixed, dotted, empty).
+KEYS = st.sampled_from(["p", "q", "p", "q", "p", "q", "$r", "s.t", ""])
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=2), max_leaves=5)
+#: Updated fields: mostly plain, some the fast path leaves to the original (_id, a path, a numeric name).
+TARGETS = st.sampled_from([*FIELDS, *FIELDS, "new", "Z", "new", "Z", "_id", "a.b", "10"])
+ids = st.sampled_from([ObjectId(f"{i:024x}") for i in range(6)] + ["k1", "k2", 7, 8.0, Int64(9)])
+#: _ids a statement names: the stored ones, and ints equal to stored 8.0 and Int64(9) (found by BSON equality).
+named_ids = ids | st.sampled_from([8, 9, 10])
+
+
+@st.composite
+def stored(draw: st.DrawFn) -> list[dict[str, Any]]:
+    docs = []
+    for value in dict.fromkeys(draw(st.lists(ids, min_size=1, max_size=6))):
+        doc: dict[str, Any] = {"_id": value}
+        for name in draw(st.lists(st.sampled_from(FIELDS), max_size=5, unique=True)):
+            doc[name] = draw(values | scalars)
+        docs.append(doc)
+    return docs
+
+
+@st.composite
+def statements(draw: st.DrawFn, docs: list[dict[str, Any]]) -> Any:
+    target = draw(st.sampled_from(docs)) if docs and draw(st.integers(0, 4)) else {"_id": draw(named_ids)}
+    query: dict[str, Any] = {"_id": target["_id"]}
+    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=2, unique=True)):
+        if name not in target and draw(st.booleans()):
+            query[name] = {"$exists": False}  # the engine's guard of a field the document lacks
+        else:
+            query[name] = target[name] if name in target and draw(st.booleans()) else draw(scalars)
+    change: dict[str, Any] = {}
+    names = iter(draw(st.lists(TARGETS, min_size=1, max_size=6, unique=True)))
+    for operator in draw(st.lists(st.sampled_from(["$set", "$unset", "$inc"]), min_size=1, max_size=3, unique=True)):
+        fields = {}
+        for name in [next(names, None) for _ in range(draw(st.integers(1, 2)))]:
+            if name is None:
+                continue
+            if operator == "$set":
+                fields[name] = draw(values)
+            elif operator == "$unset":
+                fields[name] = ""
+            else:
+                fields[name] = draw(st.integers(-2, 2) | st.sampled_from([1, 1.5, -0.5, Int64(1), 2**31, "x"]))
+        if fields:
+            change[operator] = fields
+    if not change:
+        change = {"$set": {"new": 1}}
+    if draw(st.integers(0, 19)) == 0:
+        return UpdateMany(query, change)
+    return UpdateOne(query, change)
+
+
+def outcome(collection: Any, requests: list[Any], ordered: bool) -> Any:
+    try:
+        result = collection.bulk_write(requests, ordered=ordered).bulk_api_result
+    except BulkWriteError as error:
+        result = error.details
+    except Exception as error:  # a command-level refusal, the same on both sides
+        return type(error).__name__, getattr(error, "code", None)
+    errors = [(e["index"], e["code"]) for e in result["writeErrors"]]
+    documents = [encode(doc) for doc in collection.find({}, sort=[("_id", 1)])]
+    return result["nMatched"], result["nModified"], errors, documents
+
+
+@settings(max_examples=150)
+@given(docs=stored(), data=st.data())
+def test_a_guarded_update_does_what_the_original_update_does(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
+    from mongoeco.api._async import _collection_modify
+
+    requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
+    ordered = data.draw(st.booleans())
+    client = sync_client(server)
+    try:
+        fast, slow = client.updates.fast, client.updates.slow
+        for collection in (fast, slow):
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            if docs:
+                collection.insert_many(docs)
+        got = outcome(fast, requests, ordered)
+        with original(_collection_modify, "execute_server_update"):
+            expected = outcome(slow, requests, ordered)
+        assert got == expected
+        for field in ("__v", "a"):  # the indexes hold the same documents under the same keys
+            for value in (1, 2, "a", None):
+                assert [d["_id"] for d in fast.find({field: value})] == [d["_id"] for d in slow.find({field: value})]
+    finally:
+        client.close()
+
+
+def test_the_version_index_and_a_unique_index_follow_the_update(server: InProcessServer) -> None:
+    """(ah) The update moves the document in the indexes whose fields it changed, and a unique index
+    still refuses a duplicate (answered by the original path, with its code)."""
+    client = sync_client(server)
+    try:
+        collection = client.updates.indexes
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        collection.create_index("email", unique=True)
+        ids = [ObjectId() for _ in range(3)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "email": f"u{n}"} for n, i in enumerate(ids)])
+        result = collection.bulk_write([
+            UpdateOne({"_id": ids[0], "__v": 1, "__rev": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}),
+            UpdateOne({"_id": ids[1], "__v": 1, "__rev": 9}, {"$set": {"__v": 2}}),  # the guard misses
+            UpdateOne({"_id": ids[2]}, {"$set": {"email": "u9"}}),
+        ])
+        assert (result.matched_count, result.modified_count) == (2, 2)
+        hint = [("__v", 1), ("_id", 1)]
+        assert [d["_id"] for d in collection.find({"__v": 2}).hint(hint)] == [ids[0]]
+        assert [d["_id"] for d in collection.find({"__v": 1}).hint(hint)] == ids[1:]
+        assert collection.find_one({"email": "u9"})["_id"] == ids[2]
+        assert collection.find_one({"email": "u2"}) is None
+        with pytest.raises(BulkWriteError) as error:
+            collection.bulk_write([UpdateOne({"_id": ids[1]}, {"$set": {"email": "u9"}})])
+        assert error.value.details["writeErrors"][0]["code"] == 11000
+        assert collection.find_one({"_id": ids[1]})["email"] == "u1"
+    finally:
+        client.close()
+
+
+def test_a_change_stream_sees_each_guarded_update_once(server: InProcessServer) -> None:
+    client = sync_client(server)
+    try:
+        collection = client.updates.events
+        collection.drop()
+        ids = [ObjectId() for _ in range(4)]
+        collection.insert_many([{"_id": i, "__v": 1} for i in ids])
+        with collection.watch(full_document="updateLookup") as stream:
+            collection.bulk_write([UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}}) for i in ids] + [
+                UpdateOne({"_id": ids[0], "__v": 1}, {"$set": {"__v": 3}}),  # the guard misses: no event
+                InsertOne({"_id": "last"}),
+            ])
+            events = []
+            while len(events) < 5:
+                events.append(stream.next())
+        assert [(e["operationType"], e["documentKey"]["_id"]) for e in events] == [*(("update", i) for i in ids), ("insert", "last")]
+        assert all(e["fullDocument"]["__v"] == 2 for e in events[:4])
+    finally:
+        client.close()
+
+
+def test_a_batch_of_guarded_updates_decodes_only_its_documents(server: InProcessServer) -> None:
+    """(ah) 200 statements on 5,000 documents decode at most those 200 documents."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.lookups
+        collection.drop()
+        ids = [ObjectId(f"{i:024x}") for i in range(5_000)]
+        for start in range(0, 5_000, 1_000):
+            collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "body": "x" * 100} for i in ids[start:start + 1_000]])
+        borrowed = MemoryEngine._borrow_storage_document
+        seen: set[int] = set()
+
+        def counted(self: Any, payload: Any, **options: Any) -> Any:
+            seen.add(id(payload))
+            return borrowed(self, payload, **options)
+
+        MemoryEngine._borrow_storage_document = counted  # type: ignore[method-assign]
+        try:
+            result = collection.bulk_write(
+                [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in ids[1_000:1_200]],
+                ordered=False,
+            )
+        finally:
+            MemoryEngine._borrow_storage_document = borrowed  # type: ignore[method-assign]
+        assert result.modified_count == 200
+        assert len(seen) <= 200
+    finally:
+        client.close()

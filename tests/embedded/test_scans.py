@@ -1,0 +1,261 @@
+"""Fixes (ae), (af) and (ag) of mongoshift.embedded.patches.scans: ``_id``-ordered range scans and
+``_id`` ``$in`` lookups give exactly what mongoeco's own full scan gives, and read only what they need.
+
+The property tests run every query twice on the same data through pymongo, once with the fix and once
+with the original mongoeco function swapped back in (an in-process server, :mod:`.in_process`), and
+compare the replies byte for byte, errors included. The other tests count the documents the matcher
+sees, which is what the fixes change (no timing).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, encode
+from hypothesis import given, settings, strategies as st
+from pymongo.errors import PyMongoError
+
+from .in_process import InProcessServer, in_process_server, original, sync_client
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[InProcessServer]:
+    with in_process_server() as started:
+        yield started
+
+
+# ---------------------------------------------------------------------------------------- values
+
+object_ids = st.builds(ObjectId, st.binary(min_size=12, max_size=12))
+strings = st.text(alphabet="abAB0é中😀", max_size=3)
+int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1) | st.sampled_from([0, 1, -1, 2, 7])
+int64s = st.builds(Int64, st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.sampled_from([0, 1, 7, 2**40]))
+floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1.0, 1.5, 7.0])
+decimals = st.builds(
+    lambda d: Decimal128(str(d)), st.decimals(min_value=-(10**6), max_value=10**6, places=2, allow_nan=False)
+) | st.sampled_from([Decimal128("NaN"), Decimal128("Infinity"), Decimal128("-Infinity"), Decimal128("1.00")])
+dates = st.builds(
+    lambda ms: datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(milliseconds=ms),
+    st.integers(min_value=-(10**12), max_value=4 * 10**12),
+)
+numbers = int32s | int64s | floats | decimals
+#: Every _id type the suite can store on this server (regexes and arrays are not valid _ids).
+id_values = (
+    object_ids | strings | numbers | dates
+    | st.sampled_from([True, False, None, MinKey(), MaxKey()])
+    | st.builds(lambda n: {"a": n}, st.integers(0, 3))
+    | st.builds(lambda b: Binary(b, 0), st.binary(max_size=3))
+)
+#: Bounds: mostly of the brackets the walk takes, some of others (the fix must step aside for those).
+bound_values = object_ids | strings | numbers | dates | st.sampled_from([None, True, MinKey(), MaxKey(), {"a": 1}])
+versions = st.sampled_from([1, 2, 1.0, Int64(1), [1, 2], None, "missing"])
+
+
+def document(i: int, value: Any, version: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"_id": value, "n": i}
+    if version != "missing":
+        doc["v"] = version
+    return doc
+
+
+@st.composite
+def queries(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
+    """A keyset-like read: an _id range (maybe one-sided, maybe none), other conditions, a sort on _id."""
+    pool = st.sampled_from(ids) | bound_values if ids else bound_values
+    range_: dict[str, Any] = {}
+    if draw(st.booleans()):
+        range_[draw(st.sampled_from(["$gt", "$gte"]))] = draw(pool)
+    if draw(st.booleans()):
+        range_[draw(st.sampled_from(["$lt", "$lte"]))] = draw(pool)
+    extra = draw(st.sampled_from([
+        {}, {"v": 1}, {"v": {"$in": [1, None]}}, {"v": {"$ne": 2}}, {"$or": [{"v": 1}, {"n": {"$lt": 5}}]},
+        {"_id": {"$type": "number"}}, {"n": {"$nin": [1, 2, 3]}},
+    ]))
+    if range_ and draw(st.booleans()):
+        filter_: dict[str, Any] = {"$and": [extra, {"_id": range_}]} if extra else {"_id": range_}
+    elif range_ and "_id" not in extra:
+        filter_ = {**extra, "_id": range_}
+    else:
+        filter_ = {"$and": [extra, {"_id": range_}]} if range_ else extra
+    return {
+        "filter": filter_,
+        "sort": [("_id", draw(st.sampled_from([1, -1])))],
+        "limit": draw(st.integers(min_value=1, max_value=12)),
+        "skip": draw(st.sampled_from([0, 0, 1, 3])),
+        "hint": draw(st.sampled_from([None, [("v", 1), ("_id", 1)], [("_id", 1)]])),
+        "projection": draw(st.sampled_from([None, {"n": 1}, {"v": 0}])),
+    }
+
+
+def answer(collection: Any, query: dict[str, Any]) -> Any:
+    """The reply as bytes (types and order included), or the error's class and code."""
+    try:
+        cursor = collection.find(query["filter"], query["projection"], sort=query["sort"], limit=query["limit"], skip=query["skip"])
+        if query["hint"] is not None:
+            cursor = cursor.hint(query["hint"])
+        return [encode(doc) for doc in cursor]
+    except PyMongoError as error:
+        return (type(error).__name__, getattr(error, "code", None))
+
+
+def seed(collection: Any, values: list[Any], versions_: list[Any]) -> list[Any]:
+    """Insert one document per value (a value equal to an earlier one is refused, as on mongod)."""
+    stored = []
+    for i, (value, version) in enumerate(zip(values, versions_, strict=False)):
+        try:
+            collection.insert_one(document(i, value, version))
+        except PyMongoError:
+            continue
+        stored.append(value)
+    return stored
+
+
+@settings(max_examples=120)
+@given(data=st.data(), values=st.lists(id_values, min_size=0, max_size=16), versions_=st.lists(versions, min_size=16, max_size=16))
+def test_an_id_ordered_read_answers_what_the_full_scan_answers(server: InProcessServer, data: st.DataObject, values: list[Any], versions_: list[Any]) -> None:
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.scans.mixed
+        collection.drop()
+        collection.create_index([("v", 1), ("_id", 1)])
+        ids = seed(collection, values, versions_)
+        for _ in range(4):
+            query = data.draw(queries(ids))
+            fast = answer(collection, query)
+            with original(MemoryEngine, "scan_find_semantics"):
+                slow = answer(collection, query)
+            assert fast == slow, query
+    finally:
+        client.close()
+
+
+@settings(max_examples=60)
+@given(values=st.lists(object_ids | strings | numbers, min_size=1, max_size=20), data=st.data())
+def test_an_id_in_list_reads_what_the_full_scan_reads(server: InProcessServer, values: list[Any], data: st.DataObject) -> None:
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.scans.listed
+        collection.drop()
+        ids = seed(collection, values, [1] * len(values))
+        listed = data.draw(st.lists(st.sampled_from(ids) | object_ids | strings, max_size=8)) if ids else []
+        filter_ = data.draw(st.sampled_from([{"_id": {"$in": listed}}, {"$and": [{"v": 1}, {"_id": {"$in": listed}}]}]))
+        fast = [encode(doc) for doc in collection.find(filter_)]
+        fast_count = collection.count_documents(filter_)
+        with original(MemoryEngine, "_candidate_items_for_plan_locked"):
+            slow = [encode(doc) for doc in collection.find(filter_)]
+            slow_count = collection.count_documents(filter_)
+        assert (fast, fast_count) == (slow, slow_count)
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------------ what is read
+
+
+class MatchCounter:
+    """Counts the documents mongoeco's compiled matcher is asked about."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __enter__(self) -> MatchCounter:
+        from mongoeco.core.compiled_query import CompiledQuery
+
+        self._class = CompiledQuery
+        self._match = CompiledQuery.match
+
+        def counted(query: Any, document: Any, *args: Any, **kwargs: Any) -> Any:
+            self.seen += 1
+            return self._match(query, document, *args, **kwargs)
+
+        CompiledQuery.match = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._class.match = self._match  # type: ignore[method-assign]
+
+
+def test_a_keyset_batch_reads_only_its_batch(server: InProcessServer) -> None:
+    """(af) The engine's batch read (version filter, _id after the cursor, sorted, limited, through
+    the version index) matches as many documents as it returns, wherever the cursor is."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.keyset
+        collection.drop()
+        collection.create_index([("v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": ObjectId(f"{i:024x}"), "v": 1} for i in range(3_000)])
+        last = ObjectId(f"{1_999:024x}")
+        with MatchCounter() as counter:
+            docs = list(collection.find({"v": 1, "_id": {"$gt": last}}, sort=[("_id", 1)], limit=100).hint([("v", 1), ("_id", 1)]))
+        assert [d["_id"] for d in docs] == [ObjectId(f"{i:024x}") for i in range(2_000, 2_100)]
+        assert counter.seen == 100
+        with MatchCounter() as counter:
+            first = list(collection.find({"v": 1}, sort=[("_id", 1)], limit=50))
+        assert len(first) == 50 and counter.seen == 50
+    finally:
+        client.close()
+
+
+def test_the_order_follows_inserts_and_deletes(server: InProcessServer) -> None:
+    """(ae) Documents inserted and deleted after the order was built are read in their place."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.follows
+        collection.drop()
+        collection.insert_many([{"_id": i * 10} for i in range(100)])
+        assert [d["_id"] for d in collection.find({"_id": {"$gte": 500}}, sort=[("_id", 1)], limit=3)] == [500, 510, 520]
+        collection.insert_many([{"_id": 505}, {"_id": 505.5}, {"_id": Int64(501)}, {"_id": Decimal128("502.25")}])
+        collection.delete_one({"_id": 510})
+        got = [d["_id"] for d in collection.find({"_id": {"$gt": 500}}, sort=[("_id", 1)], limit=6)]
+        assert got == [501, Decimal128("502.25"), 505, 505.5, 520, 530]
+        with MatchCounter() as counter:
+            list(collection.find({"_id": {"$gt": 500}}, sort=[("_id", 1)], limit=6))
+        assert counter.seen == 6
+    finally:
+        client.close()
+
+
+def test_a_transaction_reads_its_own_inserts_in_order(server: InProcessServer) -> None:
+    """(ae) A transaction's snapshot shares the order until either side inserts; each then reads
+    its own documents, and the other's stay out."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.txn
+        collection.drop()
+        collection.insert_many([{"_id": i} for i in range(0, 100, 2)])
+        list(collection.find({"_id": {"$gte": 0}}, sort=[("_id", 1)], limit=1))  # the order exists now
+        with client.start_session() as session, session.start_transaction():
+            collection.insert_one({"_id": 11}, session=session)
+            collection.insert_one({"_id": 13})  # outside the transaction
+            inside = [d["_id"] for d in collection.find({"_id": {"$gt": 8}}, sort=[("_id", 1)], limit=4, session=session)]
+            outside = [d["_id"] for d in collection.find({"_id": {"$gt": 8}}, sort=[("_id", 1)], limit=4)]
+            session.abort_transaction()
+        assert inside == [10, 11, 12, 14]
+        assert outside == [10, 12, 13, 14]
+        assert [d["_id"] for d in collection.find({"_id": {"$gt": 8}}, sort=[("_id", 1)], limit=4)] == [10, 12, 13, 14]
+    finally:
+        client.close()
+
+
+def test_decimal_and_double_bounds_compare_by_value(server: InProcessServer) -> None:
+    """(af) Numbers of every type are one bracket ordered by value, NaN first and outside every range."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.numbers
+        collection.drop()
+        ids = [float("nan"), float("-inf"), -1, Decimal128("-0.5"), 0.0, Int64(1), 1.5, Decimal128("2.5"), 3, float("inf")]
+        collection.insert_many([{"_id": v} for v in ids])
+        got = [d["_id"] for d in collection.find({"_id": {"$gte": float("-inf")}}, sort=[("_id", 1)], limit=20)]
+        assert [Decimal(str(v.to_decimal() if isinstance(v, Decimal128) else v)) for v in got] == [
+            Decimal("-Infinity"), -1, Decimal("-0.5"), 0, 1, Decimal("1.5"), Decimal("2.5"), 3, Decimal("Infinity")]
+        assert [d["_id"] for d in collection.find({"_id": {"$lt": Decimal128("1.5")}}, sort=[("_id", -1)], limit=2)] == [1, 0.0]
+    finally:
+        client.close()

@@ -1,0 +1,92 @@
+"""Fixes (ai) and (aj) of mongoshift.embedded.patches: index keys of top-level fields, ObjectIds not
+deep-copied, plain wire values converted at once. Each is compared with the mongoeco function it
+replaces (kept as ``__wrapped__``) on random values: the same keys, the same documents on the wire."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp, encode
+from hypothesis import given, settings, strategies as st
+
+from .in_process import InProcessServer, in_process_server, sync_client
+
+scalars = (
+    st.integers(-(2**31), 2**31 - 1) | st.builds(Int64, st.integers(-(2**63), 2**63 - 1)) | st.floats(allow_nan=True)
+    | st.builds(lambda d: Decimal128(str(d)), st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-1000, max_value=1000))
+    | st.text(max_size=4) | st.booleans() | st.none() | st.builds(ObjectId, st.binary(min_size=12, max_size=12))
+    | st.builds(lambda ms: datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(milliseconds=ms), st.integers(0, 10**12))
+    | st.sampled_from([Binary(b"\x01", 0), Binary(b"\x02" * 16, 4), Binary(b"x", 128), Regex("^a", "i"), Timestamp(1, 2),
+                      MinKey(), MaxKey(), Code("f()"), Code("g()", {"x": 1})])
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "c.d"]), inner, max_size=3), max_leaves=8)
+documents = st.dictionaries(st.sampled_from(["a", "b", "v", "_x", "z"]), values, max_size=5)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[InProcessServer]:
+    with in_process_server() as started:
+        yield started
+
+
+@settings(max_examples=300)
+@given(stored=documents, fields=st.lists(st.sampled_from(["a", "b", "v", "a.b", "missing", "_x"]), min_size=1, max_size=3, unique=True))
+def test_index_keys_are_the_originals(server: InProcessServer, stored: dict[str, Any], fields: list[str]) -> None:
+    """(ai) The keys of any document under any key pattern, as mongoeco derives them."""
+    from mongoeco.core.codec import DocumentCodec
+    from mongoeco.engines.memory import MemoryEngine
+
+    engine = server.engine
+    document = DocumentCodec.decode(DocumentCodec.encode(stored), preserve_bson_wrappers=True)  # as the engine holds it
+    assert engine._index_keys(document, fields) == MemoryEngine._index_keys.__wrapped__(engine, document, fields)
+    for value in document.values():
+        key = MemoryEngine._index_equality_key
+        assert key(value) == key.__wrapped__(value)
+
+
+def test_an_object_id_copies_to_itself() -> None:
+    """(aj) mongoeco's ObjectId is immutable: a copy is the object, equal and hashed as before."""
+    from mongoeco.types import ObjectId as EcoObjectId
+
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    oid = EcoObjectId()
+    assert copy.deepcopy(oid) is oid and copy.copy(oid) is oid
+    assert copy.deepcopy({"_id": oid})["_id"] is oid
+    assert copy.deepcopy(ObjectId(oid.binary)) == oid  # pymongo's own class keeps its copy protocol
+
+
+@settings(max_examples=200)
+@given(document=documents)
+def test_documents_cross_the_wire_as_with_the_original_conversions(server: InProcessServer, document: dict[str, Any]) -> None:
+    """(aj) A document stored and read back is the same bytes with and without the fast conversions."""
+    from mongoeco.api._async import raw_batch_cursor
+    from mongoeco.wire import bson_bridge, protocol
+
+    client = sync_client(server)
+    try:
+        collection = client.values.roundtrip
+        collection.drop()
+        collection.insert_one({"_id": 1, **document})
+        fast = encode(collection.find_one({"_id": 1}))
+        patched = {name: getattr(bson_bridge, name) for name in ("decode_wire_value", "encode_wire_value")}
+        owners = {"decode_wire_value": (bson_bridge, protocol), "encode_wire_value": (bson_bridge, protocol, raw_batch_cursor)}
+        try:
+            for name, function in patched.items():
+                for module in owners[name]:
+                    setattr(module, name, function.__wrapped__)
+            collection.drop()
+            collection.insert_one({"_id": 1, **document})
+            slow = encode(collection.find_one({"_id": 1}))
+        finally:
+            for name, function in patched.items():
+                for module in owners[name]:
+                    setattr(module, name, function)
+        assert fast == slow
+    finally:
+        client.close()
