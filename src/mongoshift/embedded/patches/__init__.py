@@ -21,6 +21,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``
+- :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
 The version pin and the order the fixes are applied in are here and nowhere else.
 """
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import logging
 
-from . import coll_mod, indexes, queries, transactions, wire
+from . import coll_mod, indexes, loops, queries, transactions, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -79,5 +80,8 @@ def apply() -> None:
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
     wire.patch_int64_cursor_ids()  # (r)
+    # Last: the outermost wrapper of a request's dispatch, so that everything inside it runs on the engine's loop.
+    loops.patch_engine_thread_dispatch()  # (al)
+    loops.patch_engine_thread_close()  # (am)
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
