@@ -8,7 +8,10 @@ no ``mongod`` to install. mongoeco is an optional dependency
 The server runs mongoeco's memory engine with the fixes of
 :mod:`mongoshift.embedded.patches`; with ``path`` it loads a snapshot at start
 and writes it at a clean shutdown (:mod:`mongoshift.embedded.snapshot`):
-**a crash loses every write since the last clean shutdown**.
+**a crash loses every write since the last clean shutdown**. The engine computes
+on a thread of its own while the connections and the heartbeats are served from
+the caller's loop (:mod:`mongoshift.embedded.engine_thread`), so a long command
+does not make drivers take the server for lost.
 """
 
 from __future__ import annotations
