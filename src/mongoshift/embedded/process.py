@@ -1,8 +1,8 @@
 """The embedded server as a child process, for the demo and the test suite.
 
-mongoeco serves every connection from one event loop, so it runs in its own
-process: the caller's event loop and threads never stall it, and ``kill``
-tests can treat it like a real server.
+The server computes in Python, so it runs in its own process: it does not
+compete with the caller's threads for the interpreter, and ``kill`` tests can
+treat it like a real server.
 """
 
 from __future__ import annotations

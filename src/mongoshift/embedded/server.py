@@ -10,7 +10,10 @@ The server runs mongoeco's memory engine with the fixes of
 replica set (:mod:`mongoshift.embedded.replica_set`), or with ``standalone`` as a
 standalone mongod, refusing what one refuses. With ``path`` it loads a snapshot at start
 and writes it at a clean shutdown (:mod:`mongoshift.embedded.snapshot`):
-**a crash loses every write since the last clean shutdown**.
+**a crash loses every write since the last clean shutdown**. The engine computes
+on a thread of its own while the connections and the heartbeats are served from
+the caller's loop (:mod:`mongoshift.embedded.engine_thread`), so a long command
+does not make drivers take the server for lost.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from mongoshift.embedded.engine_thread import SWITCH_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +156,61 @@ async def serve(
     if path is not None:
         snapshot.check_path(Path(path))  # before anything starts: a bad location fails at once
     _import_mongoeco()
-    from mongoeco.api import AsyncMongoClient
-    from mongoeco.engines.memory import MemoryEngine
     from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
 
-    from mongoshift.embedded import replica_set
+    from mongoshift.embedded.engine_thread import EngineThread
+    from mongoshift.embedded.patches import loops
+
+    # The engine computes on a thread of its own, the connections and heartbeats stay on this loop
+    # (engine_thread.py says why): everything that touches the engine is awaited through engine.run.
+    engine = EngineThread()
+    engine.start()
+    try:
+        client, state = await engine.run(_open_engine(path, change_history, standalone))
+        try:
+            # The server does not own the client: the engine outlives the listener
+            # so the snapshot is written after the last connection is closed.
+            server = AsyncMongoEcoProxyServer(client=client, host=host, port=port)
+            loops.attach(server, engine)
+            try:
+                address = await server.start()
+            except OSError as error:  # nothing was served, so the snapshot is left as it was
+                raise AddressUnavailable(host, port, _bind_reason(error)) from None
+            try:
+                uri = _advertised_uri(host, address.port)
+                state.replica_set.me = _advertised_member(host, address.port)
+                log.info(
+                    "embedded server (mongoeco memory engine, %s) listening on %s",
+                    "standalone" if standalone else f"replica set {state.replica_set.set_name!r}",
+                    uri,
+                )
+                on_ready(uri)
+                await stop.wait()
+                log.info("stopping")
+            finally:
+                # Closing also ends every session, so open transactions are aborted.
+                await server.close()
+                await engine.run(_close_snapshots(state))
+                if path is not None:
+                    await engine.run(_save(client, Path(path)))
+        finally:
+            await engine.run(client._engine.disconnect())
+    finally:
+        engine.stop()
+
+
+async def _close_snapshots(state: Any) -> None:
+    """On the engine loop: end the engine sessions that hold snapshot reads (fix (ad))."""
+    state.snapshots.close()
+
+
+async def _open_engine(path: Path | None, change_history: int, standalone: bool) -> tuple[Any, Any]:
+    """On the engine loop: mongoeco's client on a fresh memory engine as a replica set (or a
+    standalone), with the snapshot at ``path`` loaded; the client and its replica-set state."""
+    from mongoeco.api import AsyncMongoClient
+    from mongoeco.engines.memory import MemoryEngine
+
+    from mongoshift.embedded import replica_set, snapshot
     from mongoshift.embedded.change_streams import attach_history
 
     engine = MemoryEngine(**ENGINE_OPTIONS)
@@ -166,39 +222,24 @@ async def serve(
         if path is not None:
             await snapshot.load(client, Path(path))
             history.forget()  # loading is not history: resume tokens start after it
-        # The server does not own the client: the engine outlives the listener
-        # so the snapshot is written after the last connection is closed.
-        server = AsyncMongoEcoProxyServer(client=client, host=host, port=port)
-        try:
-            address = await server.start()
-        except OSError as error:  # nothing was served, so the snapshot is left as it was
-            raise AddressUnavailable(host, port, _bind_reason(error)) from None
-        try:
-            uri = _advertised_uri(host, address.port)
-            state.replica_set.me = _advertised_member(host, address.port)
-            log.info(
-                "embedded server (mongoeco memory engine, %s) listening on %s",
-                "standalone" if standalone else f"replica set {state.replica_set.set_name!r}",
-                uri,
-            )
-            on_ready(uri)
-            await stop.wait()
-            log.info("stopping")
-        finally:
-            # Closing also ends every session, so open transactions are aborted.
-            await server.close()
-            state.snapshots.close()
-            if path is not None:
-                try:
-                    await snapshot.save(client, Path(path))
-                except OSError as error:  # a full disk, a folder made read-only meanwhile
-                    reason = error.strerror or str(error)
-                    raise snapshot.SnapshotIOError(
-                        f"cannot write the snapshot {path}: {reason}; the previous one is kept, the writes of this session are lost",
-                        Path(path), reason,
-                    ) from None
-    finally:
+    except BaseException:
         await engine.disconnect()
+        raise
+    return client, state
+
+
+async def _save(client: Any, path: Path) -> None:
+    """On the engine loop, after the last connection closed: write the snapshot."""
+    from mongoshift.embedded import snapshot
+
+    try:
+        await snapshot.save(client, path)
+    except OSError as error:  # a full disk, a folder made read-only meanwhile
+        reason = error.strerror or str(error)
+        raise snapshot.SnapshotIOError(
+            f"cannot write the snapshot {path}: {reason}; the previous one is kept, the writes of this session are lost",
+            path, reason,
+        ) from None
 
 
 def run(
@@ -231,5 +272,11 @@ def run(
             for sig in installed:
                 loop.remove_signal_handler(sig)
 
-    asyncio.run(main())
+    # Heartbeats get the GIL back from a scanning engine within a millisecond (engine_thread.py says why).
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
+    try:
+        asyncio.run(main())
+    finally:
+        sys.setswitchinterval(switch_interval)
     return 0

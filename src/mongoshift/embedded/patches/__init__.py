@@ -31,6 +31,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once
+- :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
 (ak), the server process's garbage-collector threshold, is set by ``server.run``: it is no patch.
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import logging
 
-from . import aggregation, coll_mod, documents, indexes, queries, replica_set, scans, transactions, updates, values, wire
+from . import aggregation, coll_mod, documents, indexes, loops, queries, replica_set, scans, transactions, updates, values, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -102,7 +103,10 @@ def apply() -> None:
     queries.patch_let_evaluated()  # (ab)
     aggregation.patch_database_aggregate()  # (ac)
     aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out
-    replica_set.patch_replica_set()  # (u)-(y), (ad), last: outside every other fix, it sees each command whole
+    replica_set.patch_replica_set()  # (u)-(y), (ad): outside every other fix of execute_prepared, it sees each command whole
     replica_set.patch_close_connection()  # (v)
+    # Last: the outermost wrapper of a request's dispatch, so that everything inside it runs on the engine's loop.
+    loops.patch_engine_thread_dispatch()  # (al)
+    loops.patch_engine_thread_close()  # (am)
     _applied = True
     log.debug("mongoeco %s patched", PINNED_VERSION)
