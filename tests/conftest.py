@@ -27,8 +27,9 @@ from mongoshift.embedded.process import embedded_server
 
 from .node_tools import node_packages  # noqa: F401  (a session fixture: npm packages installed once)
 
-# mongoeco serves every connection from one event loop: a long command stalls the
-# monitor's hello, so tests use generous timeouts (docs/embedded.md, defect 7).
+# The embedded server runs one command at a time, so a request can wait behind long ones: the
+# socket timeout is generous. These options predate fix (al) of docs/embedded.md (heartbeats are
+# answered while a command runs); tests/background/test_load.py runs with the driver's defaults.
 TEST_CLIENT_OPTIONS: dict[str, int] = {
     "connectTimeoutMS": 120_000,
     "socketTimeoutMS": 300_000,

@@ -5,8 +5,8 @@ monitor waiting for its ``hello`` past ``connectTimeoutMS``; the driver then too
 lost, cancelled the operations in flight ("operation cancelled") and failed the next ones
 (ServerSelectionTimeoutError). Two runners and a writer at 50 writes/s on the URI ``mongoshift
 init`` writes died within a minute. The engine now computes on a thread of its own and heartbeats
-are answered meanwhile (docs/embedded.md, fix (al)); without it this test fails within minutes
-with "operation cancelled", in the runners and in the application.
+are answered meanwhile (docs/embedded.md, fix (al)); without it this test fails within minutes:
+the application's writes end with "operation cancelled" (the runners' slices meet it too).
 
 Here, for ``LOAD_SECONDS`` (10 minutes; CI runs them all), on the URI exactly as ``mongoshift init
 --uri`` writes it into ``mongoshift.toml`` (no timeout added anywhere: the application's client is

@@ -18,7 +18,7 @@ from typing import Any
 
 import bson
 import pytest
-from pymongo import AsyncMongoClient, MongoClient
+from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import PyMongoError
 from pymongo.write_concern import WriteConcern
 
@@ -137,18 +137,36 @@ def test_commands_of_one_connection_keep_their_order() -> None:
         assert running.stop()[0] == 0
 
 
+class GetMoreSent(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.sent = threading.Event()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "getMore":
+            self.sent.set()
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
 def test_a_stop_while_commands_run_aborts_transactions_ends_waits_and_writes_the_snapshot(tmp_path: Path) -> None:
     snapshot = tmp_path / "snap.bson"
+    get_more = GetMoreSent()
     with server("--path", str(snapshot)) as running:
         # Its close() after the stop looks for the server to end its sessions: not for long.
-        client: MongoClient[dict[str, Any]] = MongoClient(running.uri, **{**CLIENT_OPTIONS, "serverSelectionTimeoutMS": 1_000})
+        options = {**CLIENT_OPTIONS, "serverSelectionTimeoutMS": 1_000}
+        client: MongoClient[dict[str, Any]] = MongoClient(running.uri, event_listeners=[get_more], **options)
         people = client.stop.people
         people.insert_one({"_id": "kept"})
         session = client.start_session()
         session.start_transaction()
         people.insert_one({"_id": "in a transaction"}, session=session)
-        # A change stream whose getMore waits on the engine's loop for an event that never comes;
-        # the stop must end that wait (EngineThread.drain), not sit it out.
+        # A change stream whose getMore waits on the engine's loop for an event that never comes:
+        # the stop cancels it there (its connection's handler is cancelled, then the engine drained)
+        # instead of sitting it out.
         stream = people.watch(max_await_time_ms=int(HANG_GUARD_S * 10 * 1000))
 
         def wait_for_an_event() -> None:
@@ -157,7 +175,8 @@ def test_a_stop_while_commands_run_aborts_transactions_ends_waits_and_writes_the
 
         waiting = threading.Thread(target=wait_for_an_event, daemon=True)
         waiting.start()
-        code, err = running.stop(signal.SIGTERM)
+        assert get_more.sent.wait(HANG_GUARD_S)
+        code, err = running.stop(signal.SIGTERM)  # its bound (60 s) is far below the getMore's wait
         assert code == 0, err
         waiting.join()
         client.close()

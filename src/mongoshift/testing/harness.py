@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from mongoshift.api import BackgroundReport, RunReport, Settings, StatusRow
 
 
-#: The embedded server answers every connection from one event loop: be patient with it
-#: (docs/embedded.md, defect 7), as the project's own suite is.
+#: The embedded server runs one command at a time, so a request can wait behind long ones: be
+#: patient with it, as the project's own suite is. (Its heartbeats are answered meanwhile,
+#: docs/embedded.md fix (al): the driver does not take it for lost.)
 CLIENT_OPTIONS: dict[str, Any] = {
     "connectTimeoutMS": 120_000,
     "socketTimeoutMS": 300_000,
