@@ -28,12 +28,13 @@ from mongoshift.embedded.process import embedded_server
 from .node_tools import node_packages  # noqa: F401  (a session fixture: npm packages installed once)
 
 # The embedded server runs one command at a time, so a request can wait behind long ones: the
-# socket timeout is generous. These options predate fix (al) of docs/embedded.md (heartbeats are
-# answered while a command runs); tests/background/test_load.py runs with the driver's defaults.
+# socket timeout is generous. Heartbeats keep the driver's default frequency: they are answered
+# while a command runs (fix (al) of docs/embedded.md), and a server marked Unknown after a
+# "not primary" error (an injected ShutdownInProgress) is seen again at the next heartbeat,
+# within server selection's 30 s, as with mongod.
 TEST_CLIENT_OPTIONS: dict[str, int] = {
     "connectTimeoutMS": 120_000,
     "socketTimeoutMS": 300_000,
-    "heartbeatFrequencyMS": 60_000,
     "serverSelectionTimeoutMS": 30_000,
 }
 

@@ -28,7 +28,6 @@ from ..conftest import fail_command
 CLIENT_OPTIONS: dict[str, int] = {
     "connectTimeoutMS": 120_000,
     "socketTimeoutMS": 300_000,
-    "heartbeatFrequencyMS": 60_000,
     "serverSelectionTimeoutMS": 30_000,
 }
 
