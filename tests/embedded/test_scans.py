@@ -73,7 +73,9 @@ def queries(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
         range_[draw(st.sampled_from(["$lt", "$lte"]))] = draw(pool)
     extra = draw(st.sampled_from([
         {}, {"v": 1}, {"v": {"$in": [1, None]}}, {"v": {"$ne": 2}}, {"$or": [{"v": 1}, {"n": {"$lt": 5}}]},
-        {"_id": {"$type": "number"}}, {"n": {"$nin": [1, 2, 3]}},
+        {"n": {"$nin": [1, 2, 3]}},
+        *({"_id": {"$type": kind}} for kind in ("number", "string", "objectId", "date", "object", "binData", "bool", "null", "minKey", "long")),
+        {"_id": {"$type": ["string", "number"]}}, {"v": 1, "_id": {"$type": 2}},
     ]))
     if range_ and draw(st.booleans()):
         filter_: dict[str, Any] = {"$and": [extra, {"_id": range_}]} if extra else {"_id": range_}
@@ -81,10 +83,11 @@ def queries(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
         filter_ = {**extra, "_id": range_}
     else:
         filter_ = {"$and": [extra, {"_id": range_}]} if range_ else extra
+    sort = draw(st.sampled_from([1, -1, None]))
     return {
         "filter": filter_,
-        "sort": [("_id", draw(st.sampled_from([1, -1])))],
-        "limit": draw(st.integers(min_value=1, max_value=12)),
+        "sort": [("_id", sort)] if sort else None,
+        "limit": draw(st.integers(min_value=0, max_value=12)) if sort is None else draw(st.integers(min_value=1, max_value=12)),
         "skip": draw(st.sampled_from([0, 0, 1, 3])),
         "hint": draw(st.sampled_from([None, [("v", 1), ("_id", 1)], [("_id", 1)]])),
         "projection": draw(st.sampled_from([None, {"n": 1}, {"v": 0}])),
@@ -92,12 +95,12 @@ def queries(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
 
 
 def answer(collection: Any, query: dict[str, Any]) -> Any:
-    """The reply as bytes (types and order included), or the error's class and code."""
+    """The reply as bytes (types and order included) and the filter's count, or the error's class and code."""
     try:
         cursor = collection.find(query["filter"], query["projection"], sort=query["sort"], limit=query["limit"], skip=query["skip"])
         if query["hint"] is not None:
             cursor = cursor.hint(query["hint"])
-        return [encode(doc) for doc in cursor]
+        return [encode(doc) for doc in cursor], collection.count_documents(query["filter"])
     except PyMongoError as error:
         return (type(error).__name__, getattr(error, "code", None))
 
@@ -181,6 +184,24 @@ class MatchCounter:
 
     def __exit__(self, *_: object) -> None:
         self._class.match = self._match  # type: ignore[method-assign]
+
+
+def test_a_count_of_an_empty_id_bracket_reads_nothing(server: InProcessServer) -> None:
+    """(af) The engine's plan counts each _id bracket of the collection; a bracket no _id is in costs
+    no match at all, and the one holding them all matches each document once."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.brackets
+        collection.drop()
+        collection.insert_many([{"_id": i, "v": 1} for i in range(2_000)])
+        with MatchCounter() as counter:
+            empty = collection.count_documents({"$and": [{"v": 1}, {"_id": {"$type": "string"}}]})
+        assert (empty, counter.seen) == (0, 0)
+        with MatchCounter() as counter:
+            numbers = collection.count_documents({"$and": [{"v": 1}, {"_id": {"$type": "number"}}]})
+        assert (numbers, counter.seen) == (2_000, 2_000)
+    finally:
+        client.close()
 
 
 def test_a_keyset_batch_reads_only_its_batch(server: InProcessServer) -> None:

@@ -90,3 +90,25 @@ def test_documents_cross_the_wire_as_with_the_original_conversions(server: InPro
         assert fast == slow
     finally:
         client.close()
+
+
+@settings(max_examples=200)
+@given(steps=st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 4), st.none() | st.integers(0, 50)), max_size=40))
+def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[bool, int, int, int | None]]) -> None:
+    """(ai) Adding to and removing from an index map leaves the maps mongoeco's own steps leave."""
+    from mongoeco.engines._memory_collection import MemoryIndexMap
+
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    fast, slow = MemoryIndexMap(), MemoryIndexMap()
+    for adding, key, member, ordinal in steps:
+        storage_key = ("objectid", ObjectId(f"{member:024x}"))
+        index_key = (key,) if key < 2 else (key, storage_key)  # buckets of many documents, and of one
+        if adding:
+            fast.add(index_key, storage_key, ordinal=ordinal)
+            MemoryIndexMap.add.__wrapped__(slow, index_key, storage_key, ordinal=ordinal)
+        else:
+            fast.discard(index_key, storage_key)
+            MemoryIndexMap.discard.__wrapped__(slow, index_key, storage_key)
+        assert fast._snapshot_state() == slow._snapshot_state()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import math
+import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -113,7 +114,7 @@ def order_key(value: Any, tiebreak: int = 0) -> tuple[Any, ...]:
         return (_MAX_KEY,)
     if isinstance(value, dict):
         return (_OBJECT, tiebreak)
-    if isinstance(value, (bytes, bytearray)) or hasattr(value, "subtype"):
+    if isinstance(value, (bytes, bytearray, uuid.UUID)) or hasattr(value, "subtype"):
         return (_BINARY, tiebreak)
     if hasattr(value, "pattern") and hasattr(value, "flags"):
         return (_REGEX, tiebreak)
@@ -347,6 +348,37 @@ def id_bounds(plan: Any) -> tuple[tuple[tuple[Any, ...], bool] | None, tuple[tup
     return lower, upper
 
 
+#: The bracket of each ``$type`` alias mongoeco's planner gives (names and codes alike).
+_TYPE_BRACKETS: dict[Any, int] = {
+    **dict.fromkeys(("double", "int", "long", "decimal", "number", 1, 16, 18, 19), _NUMBER),
+    **dict.fromkeys(("string", "symbol", 2, 14), _STRING),
+    **dict.fromkeys(("object", 3), _OBJECT),
+    **dict.fromkeys(("array", 4), _ARRAY),
+    **dict.fromkeys(("binData", 5), _BINARY),
+    **dict.fromkeys(("objectId", 7), _OBJECT_ID),
+    **dict.fromkeys(("bool", 8), _BOOL),
+    **dict.fromkeys(("date", 9), _DATE),
+    **dict.fromkeys(("null", 10), _NULL),
+    **dict.fromkeys(("regex", 11), _REGEX),
+    **dict.fromkeys(("javascript", "javascriptWithScope", 13, 15), _CODE),
+    **dict.fromkeys(("timestamp", 17), _TIMESTAMP),
+    **dict.fromkeys(("minKey", -1), _MIN_KEY),
+    **dict.fromkeys(("maxKey", 127), _MAX_KEY),
+}
+
+
+def id_type_bracket(plan: Any) -> int | None:
+    """The one bracket an ``_id`` ``$type`` conjunct of ``plan`` confines the documents to, or None."""
+    from mongoeco.core.query_plan import AndCondition, TypeCondition
+
+    for node in _conjuncts(plan, AndCondition):
+        if type(node) is TypeCondition and node.field == "_id":
+            brackets = {_TYPE_BRACKETS.get(alias) for alias in (*node.aliases, *node.values) if not isinstance(alias, bool)}
+            if len(brackets) == 1 and None not in brackets:
+                return brackets.pop()
+    return None
+
+
 def _id_sort(sort: Any) -> int | None:
     """1 or -1 when ``sort`` is exactly one key, ``_id``, ascending or descending."""
     if isinstance(sort, dict):
@@ -366,8 +398,12 @@ def _id_sort(sort: Any) -> int | None:
 # document walked is matched by mongoeco's own matcher, so the filter's conditions (the range itself,
 # the version, $type, $nin...) are decided as on the original path. A walk that meets an _id whose
 # place it does not model (a document, a binary, NaN...) hands the read to the original path, having
-# returned nothing. Not taken: a collation (the find's or the collection's), a text query, the
-# profile collection, another sort, no limit, a collection object that is not a MemoryCollection.
+# returned nothing. A read with no sort (a find, the $match an aggregate such as count_documents
+# starts with) whose filter confines _id to a range or to one $type bracket walks only that part of
+# the order, and returns its matches in natural order (their insertion ordinals), as the original's
+# full list does: the engine's plan counts each _id bracket, most of them empty. Not taken: a
+# collation (the find's or the collection's), a text query, the profile collection, another sort, a
+# sort without a limit, a collection object that is not a MemoryCollection.
 def patch_id_range_scans() -> None:
     from mongoeco.core.operation_limits import enforce_deadline
     from mongoeco.engines._memory_collection import MemoryCollection
@@ -378,22 +414,29 @@ def patch_id_range_scans() -> None:
     original = MemoryEngine.scan_find_semantics
     plain = (str, int, float, bool, type(None), datetime.datetime, ObjectId)
 
-    def applicable(semantics: Any) -> tuple[int, Any] | None:
+    def applicable(semantics: Any) -> tuple[int, Any, int | None] | None:
+        """(1 or -1: a walk in _id order; 0: in natural order, a read with no sort), the bounds,
+        the $type bracket; None when the original path answers."""
         if semantics.text_query is not None or semantics.collation is not None:
-            return None
-        direction = _id_sort(semantics.sort)
-        if direction is None or not semantics.limit or semantics.limit < 0:
             return None
         bounds = id_bounds(semantics.query_plan)
         if bounds is None:
             return None
-        return direction, bounds
+        if not semantics.sort:
+            bracket = id_type_bracket(semantics.query_plan)
+            if bracket is None and bounds == (None, None):
+                return None  # nothing confines the read: the original's full list is what it needs
+            return 0, bounds, bracket
+        direction = _id_sort(semantics.sort)
+        if direction is None or not semantics.limit or semantics.limit < 0:
+            return None
+        return direction, bounds, None
 
     def scan_find_semantics(self: Any, db_name: str, coll_name: str, semantics: Any, *, context: Any = None) -> Any:
         shape = applicable(semantics)
         if shape is None or self._is_profile_namespace(coll_name):
             return original(self, db_name, coll_name, semantics, context=context)
-        direction, (lower, upper) = shape
+        direction, (lower, upper), bracket = shape
 
         async def _scan() -> Any:
             deadline = semantics.deadline
@@ -419,7 +462,11 @@ def patch_id_range_scans() -> None:
                         db_name, coll_name, semantics.hint, indexes=indexes, plan=semantics.query_plan,
                         dialect=semantics.dialect, collation=semantics.collation,
                     )
-                    walk = _walk(self, coll, id_order(coll), lower, upper, direction, semantics)
+                    order = id_order(coll)
+                    if direction:
+                        walk = _walk(self, coll, order, lower, upper, direction, semantics)
+                    else:
+                        walk = _natural(self, coll, order, lower, upper, bracket, semantics)
                     fallback = walk is None
                 if walk is not None:
                     matched, items = walk
@@ -486,6 +533,35 @@ def _walk(
         if len(matched) >= wanted:
             break
     return None if unordered else (matched, items)
+
+
+def _natural(
+    engine: Any, coll: Any, order: IdOrder, lower: Any, upper: Any, bracket: int | None, semantics: Any
+) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """Every document matching ``semantics`` between the bounds and inside ``bracket`` (None: any),
+    in the collection's natural order (its insertion ordinals), as the original's full list gives them."""
+    from mongoeco.engines.semantic_core import iter_filtered_documents
+
+    start, end = order.span(lower, upper)
+    if bracket is not None:
+        start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
+        end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
+    storage_keys = order.storage_keys
+    borrowed: dict[int, tuple[Any, Any]] = {}
+
+    def walked() -> Iterator[Any]:
+        for at in range(start, end):
+            storage_key = storage_keys[at]
+            data = coll.get(storage_key)
+            if data is None:
+                continue
+            document = engine._borrow_storage_document(data)
+            borrowed[id(document)] = (storage_key, data)
+            yield document
+
+    found = [(borrowed[id(document)], document) for document in iter_filtered_documents(walked(), semantics)]
+    found.sort(key=lambda entry: coll.ordinal_for(entry[0][0]))
+    return [document for _, document in found], [item for item, _ in found]
 
 
 def _public_copy(engine: Any, value: Any, plain: tuple[type, ...]) -> Any:

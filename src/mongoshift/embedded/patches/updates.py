@@ -66,8 +66,20 @@ class _BatchFailed(RuntimeError):
     the command fails (never seen: every check that can refuse a statement runs before its writes)."""
 
 
+_NAMES: dict[str, bool] = {}
+
+
 def _plain_name(name: object) -> bool:
-    return type(name) is str and name != "" and "." not in name and name[0] != "$" and not name.isdigit()
+    """A top-level field name without a meaning of its own: not empty, no path, no operator, not
+    numeric (the answers for the names seen last are kept: a batch repeats its few names)."""
+    if type(name) is not str:
+        return False
+    known = _NAMES.get(name)
+    if known is None:
+        if len(_NAMES) > 4096:
+            _NAMES.clear()
+        known = _NAMES[name] = name != "" and "." not in name and name[0] != "$" and not name.isdigit()
+    return known
 
 
 def _storable(value: Any) -> bool:
@@ -225,7 +237,8 @@ def updated(document: dict[str, Any], operators: list[tuple[str, dict[str, Any]]
             # the BSON boundary the update document crosses on mongoeco's path
             value = raw if _plain_value(raw) else m["codec"].to_internal(raw)
             if operator == "$inc" and current is not _MISSING:
-                if not m["is_bson_numeric"](current):
+                kind = type(current)
+                if not (kind is int or kind is float or m["is_bson_numeric"](current)):
                     raise _Undecided
                 try:
                     value = m["bson_add"](current, value)
@@ -531,6 +544,46 @@ def patch_index_keys() -> None:
     index_equality_key.__wrapped__ = original  # type: ignore[attr-defined]
     engine_class._index_keys = index_keys
     engine_class._index_equality_key = staticmethod(index_equality_key)
+    _patch_single_member_buckets()
+
+
+# (ai, continued) An index entry of a compound index that ends with _id (a version index) is a
+# bucket of one document. MemoryIndexMap.add builds an empty bucket, an empty ordinal map and an
+# empty membership order to add that one document to them, and discard looks up all three before
+# removing them: eight and six lookups in the persistent maps, each hashing the key again. A new
+# bucket is now made in one step each, and a bucket of one removed in one step each: the same maps.
+def _patch_single_member_buckets() -> None:
+    from mongoeco.engines import _memory_collection
+    from rpds import HashTrieMap, HashTrieSet
+
+    index_map = _memory_collection.MemoryIndexMap
+    node, priority = _memory_collection._MembershipNode, _memory_collection._expiry_priority
+    add, discard = index_map.add, index_map.discard
+
+    def add_one(self: Any, key: Any, storage_key: Any, *, ordinal: int | None = None) -> None:
+        if key in self._buckets:
+            return add(self, key, storage_key, ordinal=ordinal)
+        effective = self._next_membership_ordinal if ordinal is None else ordinal
+        if effective + 1 > self._next_membership_ordinal:
+            self._next_membership_ordinal = effective + 1
+        self._buckets = self._buckets.insert(key, HashTrieSet((storage_key,)))
+        self._bucket_ordinals = self._bucket_ordinals.insert(key, HashTrieMap({storage_key: effective}))
+        self._bucket_order_roots = self._bucket_order_roots.insert(key, node(effective, storage_key, priority(effective)))
+        return None
+
+    def discard_one(self: Any, key: Any, storage_key: Any) -> None:
+        bucket = self._buckets.get(key)
+        if bucket is None or len(bucket) != 1 or storage_key not in bucket:
+            return discard(self, key, storage_key)
+        self._buckets = self._buckets.remove(key)
+        self._bucket_ordinals = self._bucket_ordinals.remove(key)
+        self._bucket_order_roots = self._bucket_order_roots.remove(key)
+        return None
+
+    add_one.__wrapped__ = add  # type: ignore[attr-defined]
+    discard_one.__wrapped__ = discard  # type: ignore[attr-defined]
+    index_map.add = add_one
+    index_map.discard = discard_one
 
 
 # (ah) Guarded bulk updates: DatabaseAdminWriteCommandService.command_update (the `update`
@@ -597,7 +650,30 @@ def patch_guarded_updates() -> None:
                         self._change_checkpoints[consumer_id] = max(self._change_checkpoints[consumer_id], delivered)
                         self._prune_committed_changes_locked()
 
+    from mongoeco._change_streams.hub import ChangeStreamHub
+    from mongoeco.engines.adapter import EngineSpiAdapter
+
+    deliver = EngineSpiAdapter._deliver_committed_change
+
+    def deliver_committed_change(sink: Any, change: Any) -> None:
+        # The original reads the sink's next token from its `state`, a document of some twenty
+        # fields built for each change; a hub's token is that field's source, read under the same lock.
+        if not isinstance(sink, ChangeStreamHub):
+            return deliver(sink, change)
+        with sink._condition:
+            next_token = sink._next_token
+        if isinstance(next_token, int) and change.sequence < next_token:
+            return None
+        sink.align_commit_sequence(change.sequence)
+        if change.is_gap:
+            sink.mark_gap()
+        elif change.payload is not None:
+            sink.publish(**change.payload)
+        return None
+
     engine_class = m["MemoryEngine"]
+    deliver_committed_change.__wrapped__ = deliver  # type: ignore[attr-defined]
+    EngineSpiAdapter._deliver_committed_change = staticmethod(deliver_committed_change)
     execute_server_update.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
     dispatch_committed_changes.__wrapped__ = engine_class.dispatch_committed_changes  # type: ignore[attr-defined]
     _collection_modify.execute_server_update = execute_server_update

@@ -11,14 +11,36 @@ from typing import Any
 # object): mongoeco deep-copies every change event, each operation's captured documents and the
 # filters it keeps, and each copy of an _id costs that. mongoeco's ObjectId (a subclass of pymongo's,
 # with empty __slots__) is immutable: its copies are the object itself, as for an int or a str.
+# And every storage and index key of a document with an ObjectId _id holds one: each lookup in the
+# engine's persistent maps hashes it, and compares it when found, some seventy times per updated
+# document. mongoeco's subclass reads its bytes through a property that calls pymongo's (a copy of
+# bytes that are already bytes); equality and hashing of two of mongoeco's ObjectIds now read the
+# bytes pymongo keeps directly: the same result (pymongo compares and hashes those bytes).
 def patch_object_id_copies() -> None:
+    from bson import ObjectId as BsonObjectId
     from mongoeco.types import ObjectId
 
     def same(self: Any, memo: Any = None) -> Any:
         return self
 
+    def equal(self: Any, other: object) -> Any:
+        if type(other) is ObjectId:
+            return self._ObjectId__id == other._ObjectId__id  # type: ignore[attr-defined]
+        return BsonObjectId.__eq__(self, other)
+
+    def unequal(self: Any, other: object) -> Any:
+        if type(other) is ObjectId:
+            return self._ObjectId__id != other._ObjectId__id  # type: ignore[attr-defined]
+        return BsonObjectId.__ne__(self, other)
+
+    def hashed(self: Any) -> int:
+        return hash(self._ObjectId__id)
+
     ObjectId.__deepcopy__ = same
     ObjectId.__copy__ = same
+    ObjectId.__eq__ = equal
+    ObjectId.__ne__ = unequal
+    ObjectId.__hash__ = hashed
 
 
 # (aj) wire/bson_bridge.decode_wire_value and encode_wire_value (imported by name into wire/protocol
