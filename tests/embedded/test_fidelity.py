@@ -8,6 +8,7 @@ mongoeco 4.11 without its fix.
 from __future__ import annotations
 
 import pytest
+from pymongo import UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
 
@@ -124,6 +125,20 @@ async def test_change_events_describe_updates_and_carry_images_when_the_collecti
     assert plain["fullDocument"] is None and plain["fullDocumentBeforeChange"] is None  # no images yet
     assert imaged["updateDescription"]["updatedFields"] == {"a": 3}
     assert imaged["fullDocumentBeforeChange"]["a"] == 2 and imaged["fullDocument"]["a"] == 3
+
+
+async def test_guarded_batch_updates_are_described_in_their_change_events(db) -> None:
+    """(ah) with (q): the background engine's guarded UpdateOne batches, answered by the fast path
+    (a collection without options), give each event its own updateDescription."""
+    await db.t.insert_many([{"_id": i, "__v": 1, "name": f"n{i}", "old": i} for i in (1, 2)])
+    async with await db.t.watch(max_await_time_ms=100) as stream:
+        await db.t.bulk_write([
+            UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2, "name": f"N{i}"}, "$unset": {"old": ""}}) for i in (1, 2)
+        ], ordered=False)
+        events = [await stream.next() for _ in range(2)]
+    for number, event in zip((1, 2), events, strict=True):
+        assert event["operationType"] == "update" and event["documentKey"] == {"_id": number}
+        assert event["updateDescription"] == {"updatedFields": {"__v": 2, "name": f"N{number}"}, "removedFields": ["old"], "truncatedArrays": []}
 
 
 async def test_a_change_stream_pipeline_must_keep_the_event_id(db) -> None:

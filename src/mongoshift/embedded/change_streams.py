@@ -128,6 +128,14 @@ class _PreImage:
 _overwritten = threading.local()  # the stored document the engine's last write replaced (its lock is held)
 
 
+def take_pre_image() -> _PreImage | None:
+    """The stored document the engine's last write replaced, as a payload's pre-image, and forget it
+    (a change record built outside ``MemoryEngine._change_payload`` must take it too, or the next
+    record would carry it)."""
+    stored, _overwritten.stored = getattr(_overwritten, "stored", None), None
+    return None if stored is None else _PreImage(stored)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StreamPoint:
     """A place in the history: after the event at ``position`` (0: before the first)."""
@@ -550,9 +558,9 @@ def patch_pre_images() -> None:
 
     def change_payload(**fields: Any) -> Any:
         payload = original_payload(**fields)
-        stored, _overwritten.stored = getattr(_overwritten, "stored", None), None
-        if stored is not None and fields.get("operation_type") in {"update", "replace", "delete"}:
-            payload["update_description"] = _PreImage(stored)
+        before = take_pre_image()
+        if before is not None and fields.get("operation_type") in {"update", "replace", "delete"}:
+            payload["update_description"] = before
         return payload
 
     engine_class._set_storage_document_locked = set_document

@@ -48,11 +48,14 @@ def _bind() -> dict[str, Any]:
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
         from mongoeco.types import ObjectId, UpdateResult
 
+        from ..change_streams import take_pre_image
+
         _M.update(
             BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId),
             ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
+            take_pre_image=take_pre_image,
         )
     return _M
 
@@ -461,10 +464,13 @@ class Batch:
             engine._update_indexes_locked(
                 db_name, coll_name, storage_key, new_document, action="insert", index_data_view=self.index_data, indexes_view=view,
             )
-        # The change history keeps no post-image of an update (fix (q)): none is copied.
+        # The history computes the event's updateDescription from the replaced document (noted by
+        # fix (q)'s _set_storage_document_locked) and the new one, both kept by reference: nothing
+        # changes either afterwards, so nothing is copied.
         engine._record_committed_change(self.context, _Owned(
             operation_type="update", db_name=db_name, coll_name=coll_name,
-            document_key=_Owned(_id=new_document["_id"]), full_document=None, update_description=None,
+            document_key=_Owned(_id=new_document["_id"]), full_document=new_document,
+            update_description=m["take_pre_image"](),
         ))
 
     def close(self, error: BaseException | None = None) -> None:
