@@ -188,3 +188,28 @@ def test_it_never_leaves_its_bounds_and_never_moves_more_than_a_fifth_a_step(
             assert after <= max(before + 1, before * 1.2 + 1e-6)
         if after < before:
             assert after >= min(before - 1, before / 1.2 - 1e-6)
+
+
+def test_status_says_in_words_how_batches_are_sized_and_why() -> None:
+    from mongoshift.background.inspect.status import pace_words
+
+    sizing = {
+        "mode": "adaptive", "start": 500, "min": 10, "max": 5000, "target_work_percent": 90, "target_latency_ms": 500, "open": 12,
+        "lanes": [
+            {"partition": 3, "leased": True, "batch_size": 1440, "pause_ms": 0, "reason": "grow", "work_percent": 61, "batch_ms": 120},
+            {"partition": 5, "leased": True, "batch_size": 10, "pause_ms": 400, "reason": "slow", "work_percent": 70, "batch_ms": 1840},
+            {"partition": 7, "leased": False, "batch_size": 400, "pause_ms": 0, "reason": "resumed"},
+        ],
+    }
+    assert pace_words(sizing) == [
+        "adaptive from 500, within 10–5,000: aims at 90% of a lane's time reading and writing, batches within 500 ms",
+        "partition 3 (leased): 1,440 (grew, the lane worked 61% of its time, under 90%)",
+        "partition 5 (leased): 10 (shrank, batches took 1,840 ms, over 500 ms), adaptive pause 400 ms",
+        "partition 7: 400 (as saved)",
+        "and 9 more open partition(s)",
+    ]
+    assert pace_words({"mode": "fixed", "start": 500}) == ["500, fixed (adaptive=False)"]
+    assert pace_words({"mode": "transaction", "start": 100}) == [
+        "up to 100: each transaction's batch is halved when it fails, grown back after clean ones"
+    ]
+    assert pace_words({"mode": "step"}) == [] and pace_words({}) == []

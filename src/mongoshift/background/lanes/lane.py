@@ -42,7 +42,7 @@ from ..write.job import Job
 from ..write.transaction import TransactionsUnsupported
 from .context import EngineContext
 from .health import wait_while_unhealthy
-from .modes import LeaseActivity, Mode, PartitionWork, mode_for, settle_left_batch
+from .modes import LeaseActivity, Mode, PartitionWork, PlainBatches, mode_for, settle_left_batch
 from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 
@@ -222,8 +222,10 @@ class Lane:
         deadline = engine.now() + slice_ms / 1000
         mode = mode_for(job)
         job.shard_key = partition.scope.key_fields
-        saved = partition.throttle or self.pace
-        adaptive = AdaptiveController(spec.adaptive, spec.batch_size, saved) if isinstance(spec.adaptive, Adaptive) else None
+        # Only plain batches are sized by the controller: a transaction's batch is halved and grown
+        # back by its own rules (see ..write.transaction), and a step has no batch.
+        options = spec.adaptive if isinstance(mode, PlainBatches) else False
+        adaptive = AdaptiveController(options, spec.batch_size, partition.throttle or self.pace) if isinstance(options, Adaptive) else None
         work = PartitionWork(
             engine=engine,
             job=job,
