@@ -213,3 +213,9 @@ def test_status_says_in_words_how_batches_are_sized_and_why() -> None:
         "up to 100: each transaction's batch is halved when it fails, grown back after clean ones"
     ]
     assert pace_words({"mode": "step"}) == [] and pace_words({}) == []
+
+
+def test_a_clock_that_does_not_move_changes_nothing() -> None:
+    c = AdaptiveController(Adaptive(), 100)
+    batch(c, work_ms=0)
+    assert [window(c, work_ms=0) for _ in range(3)] == [[None] * WINDOW] * 3 and c.batch_size() == 100

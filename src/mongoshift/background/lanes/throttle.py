@@ -6,8 +6,9 @@ before a batch (``pause_ms``, the hook, the controller's own pause, health waits
 read) and the batch itself; its work is the batch's read and write. Over the last
 :data:`WINDOW` full batches at one size it judges that size, in this order:
 
-1. an overloaded server (a busy or timed-out write) shrinks the batch at once, without waiting
-   for the window; at the smallest size it lengthens the pause instead;
+1. an overloaded server (a write failed with :func:`~mongoshift.project.server_errors.overloaded`:
+   a failing-over node, a time limit, an unconfirmed write concern) shrinks the batch at once,
+   without waiting for the window; at the smallest size it lengthens the pause instead;
 2. batches slower on average than ``target_latency_ms`` shrink it ("slow"; at the smallest size,
    a longer pause);
 3. more than :data:`CONFLICT_SHARE` of the window's documents written by the application between
@@ -181,7 +182,9 @@ class AdaptiveController:
         window = self.samples
         work = sum(s.work_ms for s in window)
         cycle = sum(s.cycle_ms for s in window)
-        share = work / cycle if cycle > 0 else 1.0
+        if cycle <= 0:
+            return None  # nothing was measured (a clock that did not move): no reason to change
+        share = work / cycle
         mean_ms = work / len(window)
         conflicted = sum(s.conflicts for s in window) / max(1, sum(s.docs for s in window))
         target_ms = self.options.target_latency_ms
