@@ -19,13 +19,16 @@ from ..errors import (
 )
 from ..project.run import CancelSignal
 from .app import confirm, global_options, output, run_async, settings
+from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
+    from ..api.tenants import Tenants
     from ..background.inspect.drift import Verified
     from ..background.inspect.status import BackgroundReport
     from ..background.state.controls import Action
     from ..background.state.model import WatchRecord
     from ..project.settings import Settings
+    from ..tenants.report import RolloutReport
 
 
 @click.group(name="background")
@@ -237,6 +240,7 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
 @click.argument("name", required=False)
 @click.option("--partitions", "show_partitions", is_flag=True, help="List the partitions of NAME's current pass.")
 @click.option("--check", is_flag=True, help="Exit 32 if any failed, 31 if any is not completed.")
+@tenant_options
 @global_options
 def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     """Status, pass, partitions, leases, totals, rate and ETA of background migrations."""
@@ -245,6 +249,10 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
 
     s = settings()
     out = output()
+    if (tenants := requested(reading=True)) is not None:
+        if show_partitions:
+            raise ConfigInvalidError("--partitions shows one database's partitions: use --db TENANT")
+        return _status_across(s, tenants, name, check)
     if show_partitions:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
@@ -280,6 +288,32 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
             out.warn("background migrations are not all completed")
             return int(ExitCode.BACKGROUND_PENDING)
     return 0
+
+
+def _status_across(s: Settings, tenants: Tenants, name: str | None, check: bool) -> int:
+    """``background status`` of each tenant: per tenant, migration, state and progress; ``--check`` fails a tenant
+    with a failed (32) or unfinished (31) migration."""
+    from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+    def judged(reports: list[BackgroundReport]) -> Judged:
+        error = None
+        if check and any(r.status == "failed" for r in reports):
+            error = TenantError("background_failed", int(ExitCode.BACKGROUND_FAILED), "a background migration failed")
+        elif check and any(r.status != "completed" for r in reports):
+            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), "background migrations are not all completed")
+        return Judged("done", error=error, result=reports)
+
+    def per_tenant(report: RolloutReport) -> None:
+        rows = [
+            (row.name, r.name, r.status, f"{r.partitions_done}/{r.partitions_total}", r.totals.get("migrated", 0), r.remaining)
+            for row in report.rows for r in (row.result or [])
+        ]
+        output().table(["tenant", "migration", "state", "partitions done", "migrated", "remaining"], rows, title="background migrations")
+
+    return across(
+        s, tenants, "background status", lambda ms: ms.background.status(name), judge=judged, scan=False,
+        result_json=lambda reports: [r.to_json() for r in reports], before_table=per_tenant,
+    )
 
 
 def _render_watchers(watchers: list[WatchRecord]) -> None:
@@ -338,8 +372,21 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
     from ..background.state.events import shown_by_caller
 
     s = settings()
+    tenants = requested()
     if action in ("cancel", "unlock") or from_start:
-        confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
+        confirm(f"{action}{' from the start' if from_start else ''} {name}{' in every selected tenant' if tenants else ''}?", yes)
+    if tenants is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when this command runs
+
+        code = across(
+            s, tenants, f"background {action}",
+            lambda ms: ms.background.control(name, action, reason=reason, from_start=from_start),
+            judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False,
+            result_json=lambda r: {"name": r.name, "action": r.action, "applied": r.applied, "status": r.status},
+        )
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     with shown_by_caller("control"):  # the line below says it
         result = run_async(lambda cancel: per_call(s).background.control(name, action, reason=reason, from_start=from_start))
     out = output()
@@ -390,6 +437,7 @@ YES = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmatio
 @background.command()
 @click.argument("name")
 @REASON
+@tenant_options
 @global_options
 def pause(name: str, reason: str | None) -> None:
     """Pause NAME: lanes stop at their next batch."""
@@ -399,6 +447,7 @@ def pause(name: str, reason: str | None) -> None:
 @background.command()
 @click.argument("name")
 @REASON
+@tenant_options
 @global_options
 def resume(name: str, reason: str | None) -> None:
     """Resume a paused NAME from its checkpoints."""
@@ -409,6 +458,7 @@ def resume(name: str, reason: str | None) -> None:
 @click.argument("name")
 @REASON
 @YES
+@tenant_options
 @global_options
 def cancel(name: str, reason: str | None, yes: bool) -> None:
     """Cancel NAME (retry brings it back)."""
@@ -421,6 +471,7 @@ def cancel(name: str, reason: str | None, yes: bool) -> None:
 @click.option("--repin", "repin_", is_flag=True, help="Pin the file as it is on disk first (after fixing the code).")
 @REASON
 @YES
+@tenant_options
 @global_options
 def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bool) -> None:
     """Retry a failed or cancelled NAME (or reopen a completed one)."""
