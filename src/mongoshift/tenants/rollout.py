@@ -2,8 +2,8 @@
 
 - At most ``parallel`` tenants run at once: that many workers take the next tenant in
   selection order, on one event loop, over the caller's shared clients.
-- ``canary`` K: the first K tenants run first (within the same bound); if any of them is not
-  ok (failed, locked, canceled), no other tenant starts.
+- ``canary`` K: the first K tenants run first, all of them (within the same bound); if any of
+  them is not ok (failed, locked, canceled), no other tenant starts.
 - By default the first failure stops scheduling: tenants running then finish, the rest are
   ``not reached``. ``continue_on_error`` goes on and reports every failure.
 - A tenant whose lock another run holds is ``locked`` (``--wait`` waits for it instead); it
@@ -113,7 +113,7 @@ async def roll_out(
             "tenant_end", None, tenant=tenant.name, outcome=row.outcome, running=running, finished=finished,
             total=len(tenants), error_kind=row.error.kind if row.error else None, command=command,
         )
-        if row.outcome == "failed" and not rollout.continue_on_error and not stop:
+        if row.outcome == "failed" and not row.canary and not rollout.continue_on_error and not stop:  # canaries are judged together
             stop.append(f"stopped after {tenant.name} failed: the tenants not started were not reached")
 
     async def phase(batch: Sequence[Tenant]) -> None:
