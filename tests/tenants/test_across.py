@@ -65,8 +65,10 @@ def test_up_across_every_tenant_and_a_rerun_does_nothing(tenant_project: TenantP
     assert [r["name"] for r in document["tenants"]] == tenant_project.tenants
     assert all(r["outcome"] == "done" and r["applied"] == 2 and r["exit_code"] == 0 for r in document["tenants"])
     assert document["summary"]["done"] == 4 and document["exit_code"] == 0
-    for line in (f"tenant {name}: done" for name in tenant_project.tenants):
+    for line in (f"tenant {name}: done; failed 0" for name in tenant_project.tenants):
         assert line in result.stderr  # one plain line per tenant outcome
+    for name in tenant_project.tenants:
+        assert f"{name}: applying 0002_b.py" in result.stderr  # a log line names its tenant
     again = cli(tenant_project, "up", "--all-tenants", "--json")
     assert again.returncode == 0 and {r["outcome"] for r in rows(again).values()} == {"already at target"}
     for name in tenant_project.tenants:
@@ -243,6 +245,8 @@ async def test_the_bound_holds_on_real_runs_observed_through_events(tenant_proje
             open_runs.discard(event.data["db"])
     assert most == 2 and {e.data["db"] for e in events if e.kind == "run_start"} == set(tenant_project.tenants)
     assert max(e.data["running"] for e in events if e.kind == "tenant_start") == 2
+    assert all(e.data["tenant"] in tenant_project.tenants for e in events)  # every event names its tenant
+    assert all(e.data["db"] == e.data["tenant"] for e in events if e.kind == "run_start")
 
 
 async def test_the_api_runs_any_session_call_per_tenant(tenant_project: TenantProject) -> None:

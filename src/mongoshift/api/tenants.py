@@ -19,7 +19,7 @@ from pymongo.errors import PyMongoError
 
 from ..errors import TenantsInvalidError
 from ..project.connection import connect
-from ..project.events import Events, Observer
+from ..project.events import Event, Events, Observer
 from ..project.run import CancelSignal
 from ..project.server_errors import from_pymongo
 from ..project.session import Project
@@ -139,7 +139,7 @@ async def across_tenants[T](
             if tenant.uri is not None:
                 update["uri"] = tenant.uri
             shared = others.get(tenant.uri, main) if tenant.uri is not None else main
-            project = Project(resolved.model_copy(update=update), shared, listeners, own_cancel, files=files, resolved=True)
+            project = Project(resolved.model_copy(update=update), shared, _stamped(listeners, tenant.name), own_cancel, files=files, resolved=True)
             return judge(await call(Mongoshift(project)))
 
         return await roll_out(command, selected, run, rollout, cancel=cancel, events=Events(listeners))
@@ -148,6 +148,22 @@ async def across_tenants[T](
             await other.close()
         if own:
             await main.close()
+
+
+#: The hooks of an observer that brackets runs (OpenTelemetry): it is bound to each call's ``db`` already.
+_SCOPES = ("run_scope", "migration_scope", "coordinate_scope", "slice_scope")
+
+
+def _stamped(observers: list[Observer], tenant: str) -> list[Observer]:
+    """The observers of one tenant's calls: a plain function gets each event with ``tenant`` in its data;
+    an observer with scope hooks (OpenTelemetry, bound to the tenant's ``db`` by the call) is passed as is."""
+
+    def stamp(observer: Observer) -> Observer:
+        if any(callable(getattr(observer, hook, None)) for hook in _SCOPES):
+            return observer
+        return lambda event: observer(Event(event.kind, event.migration, {**event.data, "tenant": tenant}, event.run_id))
+
+    return [stamp(o) for o in observers]
 
 
 async def up_across(settings: Settings, tenants: Tenants, **options: Any) -> RolloutReport:

@@ -8,7 +8,9 @@ goes to stderr; at the end comes the table (or, with ``--json``, one document) a
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -97,27 +99,61 @@ def across(
     from ..api.tenants import across_tenants, judge_done  # start-up time: the API loads when a command runs
 
     out = output()
-    progress = _progress_line if not out.quiet else None
+    started = time.monotonic()
+    live = out.err.is_terminal
 
     def observer(event: Event) -> None:
-        if progress is not None and event.kind == "tenant_end":
-            progress(event)
+        if not out.quiet and event.kind == "tenant_end":
+            _progress_line(event, time.monotonic() - started if live else None)
 
-    report = run_async(
-        lambda cancel: across_tenants(
-            s, call, tenants, command=command, judge=judge or judge_done, scan=scan, observers=[observer], cancel=cancel
-        ),
-        stopping="stopping: no new tenant starts, running tenants stop at their next migration boundary (press Ctrl-C again to stop now)",
-    )
+    logger = logging.getLogger("mongoshift")
+    named = _TenantLines(prefix=not out.log_json)
+    for handler in logger.handlers:
+        handler.addFilter(named)
+    try:
+        report = run_async(
+            lambda cancel: across_tenants(
+                s, call, tenants, command=command, judge=judge or judge_done, scan=scan, observers=[observer], cancel=cancel
+            ),
+            stopping="stopping: no new tenant starts, running tenants stop at their next migration boundary (press Ctrl-C again to stop now)",
+        )
+    finally:
+        for handler in logger.handlers:
+            handler.removeFilter(named)
     render(report, result_json=result_json, extra_json=extra_json, before_table=before_table)
     return report.exit_code
 
 
-def _progress_line(event: Event) -> None:
-    """One plain line per tenant outcome, as it happens (stderr: stdout keeps the table or the JSON document)."""
+class _TenantLines(logging.Filter):
+    """A log line of a tenant's call names the tenant: ``tenant`` on the record (``--log-format json``), and a
+    ``NAME: `` prefix on a text line."""
+
+    def __init__(self, *, prefix: bool) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from ..tenants.rollout import current_tenant  # loaded by the command that installed this filter
+
+        tenant = current_tenant.get()
+        if tenant is not None and getattr(record, "tenant", None) is None:
+            record.tenant = tenant
+            if self.prefix and isinstance(record.msg, str):
+                record.msg = tenant.replace("%", "%%") + ": " + record.msg
+        return True
+
+
+def _progress_line(event: Event, elapsed: float | None) -> None:
+    """One line per tenant outcome, as it happens, on stderr (stdout keeps the table or the JSON document):
+    done / total, failed, running now; on a terminal (``elapsed`` given) also the rate and the ETA."""
     data = event.data
     note = f" ({data['error_kind']})" if data.get("error_kind") else ""
-    line = f"tenant {data['tenant']}: {data['outcome']}{note} [{data['finished']}/{data['total']}]"
+    finished, total = data["finished"], data["total"]
+    line = f"[{finished}/{total}] tenant {data['tenant']}: {data['outcome']}{note}; failed {data['failed']}, running {data['running']}"
+    if elapsed is not None and elapsed > 0:
+        rate = finished / elapsed
+        eta = (total - finished) / rate if rate > 0 else None
+        line += f", {rate:.1f} tenants/s" + (f", about {eta:.0f} s left" if eta is not None and finished < total else "")
     print(strip_controls(line), file=sys.stderr, flush=True)
 
 

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pymongo.errors import PyMongoError
@@ -35,6 +36,9 @@ from .report import Judged, RolloutReport, TenantError, TenantRow
 from .selection import Tenant
 
 log = logging.getLogger("mongoshift.tenants")
+
+#: The tenant whose call runs in this task (and the worker threads it starts): log lines name it.
+current_tenant: ContextVar[str | None] = ContextVar("mongoshift_tenant", default=None)
 
 #: The default bound: enough to overlap round trips, few enough to keep one client's pool calm.
 DEFAULT_PARALLEL = 4
@@ -91,6 +95,7 @@ async def roll_out(
         running += 1
         events.emit("tenant_start", None, tenant=tenant.name, running=running, canary=row.canary, command=command)
         started = time.monotonic()
+        scope = current_tenant.set(tenant.name)  # this worker task's own context: its log lines name the tenant
         own = LinkedCancel(cancel)  # a tenant's lost lock stops that tenant only
         try:
             _judged(row, await run(tenant, own))
@@ -106,12 +111,15 @@ async def roll_out(
             log.debug("tenant %s: unexpected failure", tenant.name, exc_info=True)
             row.outcome, row.error = "failed", TenantError("error", 1, f"unexpected {type(exc).__name__}")
         finally:
+            current_tenant.reset(scope)
             row.duration_ms = int((time.monotonic() - started) * 1000)
             running -= 1
             finished += 1
+        failed = sum(1 for r in report.rows if r.outcome == "failed")
         events.emit(
             "tenant_end", None, tenant=tenant.name, outcome=row.outcome, running=running, finished=finished,
-            total=len(tenants), error_kind=row.error.kind if row.error else None, command=command,
+            total=len(tenants), failed=failed, error_kind=row.error.kind if row.error else None, command=command,
+            duration_ms=row.duration_ms,
         )
         if row.outcome == "failed" and not row.canary and not rollout.continue_on_error and not stop:  # canaries are judged together
             stop.append(f"stopped after {tenant.name} failed: the tenants not started were not reached")
