@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from pymongo import MongoClient
 from mongoshift.api.tenants import Tenants, across_tenants, up_across
 from mongoshift.project.events import Event
 
+from ..conftest import cli_process, start_cli
 from .conftest import TenantProject
 
 COUNTED = """
@@ -264,3 +267,44 @@ def test_without_tenant_flags_nothing_changes(tenant_project: TenantProject, cli
     assert result.returncode == 0 and "results" in json.loads(result.stdout)
     assert counters(sync_client, tenant_project.tenants[0]) == {"0001": 1, "0002": 1}
     assert counters(sync_client, tenant_project.tenants[1]) == {}
+
+
+HELD = """
+import asyncio
+
+use_transaction = True
+
+
+async def up(ctx):
+    if await ctx.db.hold.find_one({}) is not None:
+        await ctx.db.reached.insert_one({"file": "0002"})  # outside the transaction: the test sees it
+        while True:  # held here until the process is killed
+            await asyncio.sleep(0.05)
+    await ctx.db.counters.update_one({"_id": "0002"}, {"$inc": {"n": 1}}, upsert=True, session=ctx.session)
+"""
+
+
+def test_kill_9_in_the_middle_of_a_rollout_and_the_rerun_finishes_it(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    tenant_project.add("0001_a.py", COUNTED.format(file="0001"))
+    tenant_project.add("0002_b.py", HELD)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t1].hold.insert_one({})
+    process = start_cli(tenant_project, "up", "--all-tenants", "--parallel", "1")  # type: ignore[arg-type]
+    try:
+        until = time.monotonic() + 120
+        while sync_client[t1].reached.find_one() is None:  # the state the test waits for: t1 is inside 0002
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < until, "the rollout never reached the held migration"
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+    assert counters(sync_client, t0) == {"0001": 1, "0002": 1} and counters(sync_client, t2) == {}
+
+    sync_client[t1].hold.drop()
+    rerun = cli_process(tenant_project, "up", "--all-tenants", "--parallel", "2", "--json")  # type: ignore[arg-type]
+    assert rerun.returncode == 0, rerun.stderr  # t1's lock, held by a process that is gone, is taken over at once
+    outcomes = {r["name"]: r["outcome"] for r in json.loads(rerun.stdout)["tenants"]}
+    assert outcomes == {t0: "already at target", t1: "done", t2: "done", t3: "done"}
+    for name in tenant_project.tenants:  # each migration recorded applied once, its effect present once
+        assert counters(sync_client, name) == {"0001": 1, "0002": 1} and applied(sync_client, name) == ["0001_a.py", "0002_b.py"]
