@@ -308,3 +308,27 @@ def test_kill_9_in_the_middle_of_a_rollout_and_the_rerun_finishes_it(tenant_proj
     assert outcomes == {t0: "already at target", t1: "done", t2: "done", t3: "done"}
     for name in tenant_project.tenants:  # each migration recorded applied once, its effect present once
         assert counters(sync_client, name) == {"0001": 1, "0002": 1} and applied(sync_client, name) == ["0001_a.py", "0002_b.py"]
+
+
+def test_baseline_unlock_and_audit_across_tenants(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    baseline = cli(tenant_project, "baseline", "--to", "0001_a.py", "--yes", "--all-tenants", "--json")
+    assert baseline.returncode == 0, baseline.stderr
+    assert {(r["outcome"], r["applied"]) for r in rows(baseline).values()} == {("done", 1)}
+    assert all(counters(sync_client, name) == {} and applied(sync_client, name) == ["0001_a.py"] for name in tenant_project.tenants)
+
+    held = tenant_project.tenants[1]
+    lock = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "elsewhere", "pid": 1, "executed_by": "x", "ttl_ms": 600_000}
+    sync_client[held]["_mongoshift_locks"].insert_one({**lock, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+    refused = cli(tenant_project, "unlock", "--all-tenants")
+    assert refused.returncode == 42  # asked once for all, nobody to answer
+    unlocked = cli(tenant_project, "unlock", "--all-tenants", "--yes", "--json")
+    assert unlocked.returncode == 0
+    assert {n: r["outcome"] for n, r in rows(unlocked).items()}[held] == "done"
+    assert sum(1 for r in rows(unlocked).values() if r["outcome"] == "already at target") == 3
+
+    audit = cli(tenant_project, "audit", "--all-tenants", "--json")
+    assert audit.returncode == 47  # 0002 is pending everywhere: a warning (40) in each tenant
+    assert {(r["exit_code"], r["error"]["kind"]) for r in rows(audit).values()} == {(40, "audit_warnings")}
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    assert cli(tenant_project, "audit", "--all-tenants").returncode == 0

@@ -502,10 +502,23 @@ def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
 @click.argument("name")
 @REASON
 @YES
+@tenant_options
 @global_options
 def repin(name: str, reason: str | None, yes: bool) -> None:
     """Pin NAME's file as it is on disk now, so lanes run this version (after a deploy changed it)."""
-    confirm(f"Pin the current file of {name}? Lanes running the old code will wait.", yes)
+    tenants = requested()
+    confirm(f"Pin the current file of {name}{' in every selected tenant' if tenants else ''}? Lanes running the old code will wait.", yes)
+    if tenants is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when this command runs
+
+        code = across(
+            settings(), tenants, "background repin", lambda ms: ms.background.repin(name, reason=reason),
+            judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False,
+            result_json=lambda r: {"name": r.name, "applied": r.applied, "checksum": r.checksum, "replan": r.replan},
+        )
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     _repin(name, reason)
 
 
@@ -513,6 +526,7 @@ def repin(name: str, reason: str | None, yes: bool) -> None:
 @click.argument("name")
 @REASON
 @YES
+@tenant_options
 @global_options
 def unlock(name: str, reason: str | None, yes: bool) -> None:
     """Clear NAME's leases and coordinator lock (after lanes were killed and you cannot wait for the TTL)."""
@@ -523,6 +537,7 @@ def unlock(name: str, reason: str | None, yes: bool) -> None:
 @click.argument("names", nargs=-1)
 @click.option("--reopen", is_flag=True, help="Give each migration where old shapes are found one more pass (then 'background run' does it).")
 @click.option("--report", is_flag=True, help="Only report what is found (the default).")
+@tenant_options
 @global_options
 def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     """Look once for old-shape documents written after each completed migration (NAMEs, or all).
@@ -535,6 +550,19 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     from ..background.state.events import shown_by_caller
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+        def judged(results: list[Verified]) -> Judged:
+            behind = [r.migration for r in results if r.found or r.stranded]
+            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), f"old shapes found: {', '.join(behind)}") if behind else None
+            return Judged("done", error=error, result=results)
+
+        with shown_by_caller("drift"):
+            return across(
+                s, tenants, "background verify", lambda ms: ms.background.verify(list(names) or None, reopen=reopen),
+                judge=judged, scan=False, result_json=lambda results: [r.to_json() for r in results],
+            )
     with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
         results = run_async(lambda cancel: per_call(s).background.verify(list(names) or None, reopen=reopen))
     out = output()

@@ -431,12 +431,22 @@ def lock() -> int:
 
 @cli.command()
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@tenant_options
 @global_options
-def unlock(yes: bool) -> None:
+def unlock(yes: bool) -> int:
     """Clear a stuck migration lock (for example after a run was killed)."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when a command runs across tenants
+
+        confirm("Clear the migration lock of every selected tenant, whoever holds it?", yes)
+        return across(
+            s, tenants, "unlock", lambda ms: ms.unlock(), scan=False,
+            judge=lambda holder: Judged("done" if holder is not None else "already at target", result=holder),
+            result_json=lambda holder: {"cleared": True, "holder": holder.__dict__},
+        )
     holder = run_async(lambda cancel: per_call(s).lock_status())
     out = output()
     if holder is None:
@@ -444,13 +454,14 @@ def unlock(yes: bool) -> None:
             out.json({"cleared": False, "holder": None})
         else:
             out.say("the lock is free: nothing to clear")
-        return
+        return 0
     confirm(f"Clear the lock held by {holder.describe()}?", yes)
     cleared = run_async(lambda cancel: per_call(s).unlock())
     if out.json_mode:
         out.json({"cleared": cleared is not None, "holder": cleared.__dict__ if cleared else None})
     else:
         out.say("lock cleared" if cleared else "the lock was already gone")
+    return 0
 
 
 # ---------------------------------------------------------------- embedded server and demo
