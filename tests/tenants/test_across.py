@@ -332,3 +332,20 @@ def test_baseline_unlock_and_audit_across_tenants(tenant_project: TenantProject,
     assert {(r["exit_code"], r["error"]["kind"]) for r in rows(audit).values()} == {(40, "audit_warnings")}
     assert cli(tenant_project, "up", "--all-tenants").returncode == 0
     assert cli(tenant_project, "audit", "--all-tenants").returncode == 0
+
+
+async def test_with_wait_a_locked_tenant_is_waited_for(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    from mongoshift.api.options import Lock
+
+    two_migrations(tenant_project)
+    held = tenant_project.tenants[2]
+    lock = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "elsewhere", "pid": 1, "executed_by": "x", "ttl_ms": 600_000}
+    sync_client[held]["_mongoshift_locks"].insert_one({**lock, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+
+    def release_when_waited(event: Event) -> None:  # the other run ends once this one is seen waiting for it
+        if event.kind == "lock_waited" and event.data.get("tenant") == held:
+            sync_client[held]["_mongoshift_locks"].delete_one({"owner": "other"})
+
+    report = await up_across(tenant_project.settings(), Tenants(all=True), lock=Lock(wait=300), observers=[release_when_waited])
+    assert report.ok and {row.name: row.outcome for row in report.rows}[held] == "done"
+    assert counters(sync_client, held) == {"0001": 1, "0002": 1}
