@@ -349,3 +349,41 @@ async def test_with_wait_a_locked_tenant_is_waited_for(tenant_project: TenantPro
     report = await up_across(tenant_project.settings(), Tenants(all=True), lock=Lock(wait=300), observers=[release_when_waited])
     assert report.ok and {row.name: row.outcome for row in report.rows}[held] == "done"
     assert counters(sync_client, held) == {"0001": 1, "0002": 1}
+
+
+SEED = """
+def up(ctx):
+    ctx.db.users.insert_many([{"_id": i, "first": f"Ada{i}", "last": "Lovelace", "__v": 1, "__rev": 1} for i in range(30)])
+    ctx.db.users.create_index([("__v", 1), ("_id", 1)])
+"""
+
+FULL_NAMES = """
+from mongoshift import Background
+
+
+def migrate(doc, ctx):
+    doc["name"] = f"{doc.pop('first')} {doc.pop('last')}"
+    return doc
+
+
+background = Background(collection="users", from_version=1, to_version=2, migrate=migrate, batch_size=10)
+"""
+
+
+def test_one_background_run_serves_every_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    tenant_project.add("0001_seed.py", SEED)
+    tenant_project.add("0002_full_names.py", FULL_NAMES)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    refused = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--parallel", "2")
+    assert refused.returncode == 46 and "use --concurrency" in refused.stderr
+    result = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    by_name = rows(result)
+    assert {r["outcome"] for r in by_name.values()} == {"done"}
+    assert all([m["status"] for m in r["result"]] == ["completed"] for r in by_name.values())
+    for name in tenant_project.tenants:
+        assert sync_client[name].users.count_documents({"__v": 2, "name": {"$exists": True}}) == 30
+    status = cli(tenant_project, "background", "status", "--all-tenants", "--check", "--json")
+    assert status.returncode == 0 and all(r["result"][0]["status"] == "completed" for r in rows(status).values())
+    again = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--json")
+    assert again.returncode == 0 and {r["outcome"] for r in rows(again).values()} == {"already at target"}

@@ -16,10 +16,11 @@ from ..errors import (
     ExitCode,
     MongoshiftError,
     RunAbortedError,
+    TenantsInvalidError,
 )
 from ..project.run import CancelSignal
 from .app import confirm, global_options, output, run_async, settings
-from .tenants import across, requested, tenant_options
+from .tenants import across, given, requested, tenant_options
 
 if TYPE_CHECKING:
     from ..api.tenants import Tenants
@@ -139,6 +140,7 @@ def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
     help="Without a terminal (CI, Kubernetes): log one progress line per migration this often (0.1 to 86400).",
 )
 @click.option("--once", is_flag=True, help="One round (a coordinator step and one slice per lane), then exit: 0 when nothing is left, 31 when work remains.")
+@tenant_options
 @global_options
 def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float, once: bool) -> int:
     """Run background migrations in this process until they end; Ctrl-C stops at the next batch.
@@ -153,6 +155,8 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
 
     s = settings()
     out = output()
+    if (tenants := requested()) is not None:
+        return _run_across(s, tenants, None if all_ else list(names), concurrency, once)
 
     interrupted = False
 
@@ -180,6 +184,29 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     if verdict is not None:
         raise verdict
     return 0
+
+
+def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurrency: int, once: bool) -> int:
+    """``background run --all-tenants``: this process's ``--concurrency`` lanes shared between the tenants, one
+    lane each, so ``--concurrency`` tenants run at once and a tenant with a huge collection never holds more
+    than one lane; each tenant's migrations run to their end (``--once``: one round), then the next tenant starts."""
+    from dataclasses import replace
+
+    from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+    if given("parallel"):
+        raise TenantsInvalidError("background run shares its --concurrency lanes between tenants (one lane each): use --concurrency, not --parallel")
+
+    def judged(reports: list[BackgroundReport]) -> Judged:
+        verdict = run_verdict(reports, once=once)
+        if verdict is not None:
+            return Judged(error=TenantError(verdict.kind, int(verdict.exit_code), verdict.message), result=reports)
+        return Judged("done" if reports else "already at target", result=reports)
+
+    return across(
+        s, replace(tenants, parallel=concurrency), "background run", lambda ms: ms.background.run(names, concurrency=1, once=once),
+        judge=judged, result_json=lambda reports: [r.to_json() for r in reports],
+    )
 
 
 def _nothing_to_run(s: Settings) -> None:

@@ -83,6 +83,11 @@ def requested(*, reading: bool = False) -> Tenants | None:
     )
 
 
+def given(flag: str) -> bool:
+    """Whether the tenant flag ``flag`` (``parallel``, ``canary``, ...) was given on the command line."""
+    return flag in options().get(_KEY, {})
+
+
 def across(
     s: Settings,
     tenants: Tenants,
