@@ -87,6 +87,7 @@ def test_a_failure_stops_new_tenants_and_the_rerun_resumes(tenant_project: Tenan
     by_name = rows(result)
     assert by_name[t0]["outcome"] == "done" and by_name[t1]["outcome"] == "failed"
     assert by_name[t1]["error"]["kind"] == "execution_failed" and by_name[t1]["exit_code"] == 7
+    assert by_name[t1]["applied"] == 1  # 0001 applied before 0002 failed
     assert by_name[t2]["outcome"] == by_name[t3]["outcome"] == "not reached" and by_name[t2]["exit_code"] is None
     assert json.loads(result.stdout)["stopped"].startswith(f"stopped after {t1} failed")
     assert counters(sync_client, t1) == {"0001": 1} and counters(sync_client, t2) == {}  # the transaction left nothing

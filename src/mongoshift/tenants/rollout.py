@@ -105,6 +105,7 @@ async def roll_out(
             row.outcome, row.error = ("canceled" if own.is_set() else "failed"), _error(exc)
         except MongoshiftError as exc:
             row.outcome, row.error = "failed", _error(exc)
+            row.applied, row.rolled_back = _done_before(exc)
         except PyMongoError as exc:
             row.outcome, row.error = "failed", _error(from_pymongo(exc))
         except Exception as exc:  # a bug in one tenant's run must not hide the other tenants' rows
@@ -157,6 +158,13 @@ async def roll_out(
 def _judged(row: TenantRow, judged: Judged) -> None:
     row.outcome = "failed" if judged.error is not None else judged.outcome
     row.applied, row.rolled_back, row.error, row.result = judged.applied, judged.rolled_back, judged.error, judged.result
+
+
+def _done_before(exc: MongoshiftError) -> tuple[int, int]:
+    """What a failed run had applied and rolled back before it failed (``details.results``, as the line reports it)."""
+    results = exc.details.get("results")
+    statuses = [r.get("status") for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+    return statuses.count("applied"), statuses.count("reverted")
 
 
 def _error(exc: MongoshiftError) -> TenantError:
