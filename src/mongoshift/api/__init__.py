@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from ..project.redaction import describe_error, redact
     from ..project.run import CancelSignal
     from ..project.settings import Settings, load_settings
-    from ..tenants.report import RolloutReport, TenantRow
+    from ..tenants.report import RolloutReport, TenantError, TenantRow
+    from ..tenants.selection import Tenant
     from .adoption import AdoptionReport, baseline, import_history
     from .background import (
         BackgroundRunner,
@@ -103,15 +104,18 @@ if TYPE_CHECKING:
     )
     from .options import Confirmation, Lock
     from .session import Mongoshift, connect
-    from .tenants import Tenants, across_tenants, down_across, migration_counts, status_across, up_across
+    from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
 
 __all__ = [
     "RolloutReport",
+    "Tenant",
+    "TenantError",
     "TenantRow",
     "Tenants",
     "across_tenants",
     "down_across",
     "migration_counts",
+    "select_tenants",
     "status_across",
     "up_across",
     "Confirmation",
@@ -243,7 +247,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "converge": (".collections", "converge"),
     "RolloutReport": ("..tenants.report", "RolloutReport"),
     "TenantRow": ("..tenants.report", "TenantRow"),
-    **{name: (".tenants", name) for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "status_across", "up_across")},
+    "TenantError": ("..tenants.report", "TenantError"),
+    "Tenant": ("..tenants.selection", "Tenant"),
+    **{
+        name: (".tenants", name)
+        for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "select_tenants", "status_across", "up_across")
+    },
     "plan_converge": (".collections", "plan_converge"),
     **{
         name: (".migrations", name)

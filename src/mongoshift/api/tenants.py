@@ -86,6 +86,43 @@ def judge_done(result: Any) -> Judged:
     return Judged("done", result=result)
 
 
+def tenant_settings(settings: Settings, tenant: Tenant) -> Settings:
+    """The project's settings for one tenant: its ``db``, and the cluster a provider placed it on (that URI
+    replaces ``uri``, ``uri_command`` and ``uri_factory``)."""
+    update: dict[str, Any] = {"db": tenant.name}
+    if tenant.uri is not None:
+        update.update(uri=tenant.uri, uri_command=None, uri_factory=None)
+    return settings.model_copy(update=update)
+
+
+async def select_tenants(settings: Settings, tenants: Tenants, *, client: AsyncMongoClient[Any] | None = None) -> list[Tenant]:
+    """The tenants ``tenants`` selects, in order, without running anything (a job system queues one task each);
+    :class:`~mongoshift.errors.TenantsInvalidError` (46) when the selection is refused."""
+    if not isinstance(tenants, Tenants):
+        raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+    flags = tenants.flags().check()
+    base = Project(settings, checked_client(client))
+    resolved = await base.resolve()
+    opened: list[AsyncMongoClient[Any]] = []  # connected only when the selection reads the server's databases
+
+    async def database_names() -> list[str]:
+        if base.client is None and not opened:
+            opened.append(await connect(resolved.model_copy(update={"db": resolved.db or "admin"})))
+        server = base.client or opened[0]
+        try:
+            return list(await server.list_database_names())
+        except PyMongoError as exc:
+            raise from_pymongo(exc) from exc
+
+    try:
+        selected = await select(resolved, flags, database_names)
+        tenants.rollout().check(len(selected))
+        return selected
+    finally:
+        for own in opened:
+            await own.close()
+
+
 async def across_tenants[T](
     settings: Settings,
     call: Callable[[Mongoshift], Awaitable[T]],
@@ -135,11 +172,8 @@ async def across_tenants[T](
             others[uri] = await connect(resolved.model_copy(update={"uri": uri, "db": resolved.db or "admin"}))
 
         async def run(tenant: Tenant, own_cancel: CancelSignal) -> Judged:
-            update: dict[str, Any] = {"db": tenant.name}
-            if tenant.uri is not None:
-                update["uri"] = tenant.uri
             shared = others.get(tenant.uri, main) if tenant.uri is not None else main
-            project = Project(resolved.model_copy(update=update), shared, _stamped(listeners, tenant.name), own_cancel, files=files, resolved=True)
+            project = Project(tenant_settings(resolved, tenant), shared, _stamped(listeners, tenant.name), own_cancel, files=files, resolved=True)
             return judge(await call(Mongoshift(project)))
 
         return await roll_out(command, selected, run, rollout, cancel=cancel, events=Events(listeners))
