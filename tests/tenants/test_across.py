@@ -388,3 +388,40 @@ def test_one_background_run_serves_every_tenant(tenant_project: TenantProject, c
     assert status.returncode == 0 and all(r["result"][0]["status"] == "completed" for r in rows(status).values())
     again = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--json")
     assert again.returncode == 0 and {r["outcome"] for r in rows(again).values()} == {"already at target"}
+
+
+POLITE = """
+import asyncio
+
+
+async def up(ctx):
+    if await ctx.db.hold.find_one({}) is not None:
+        await ctx.db.reached.insert_one({"file": "0002"})
+        while not ctx.cancelled.is_set():  # a long migration that looks at the signal
+            await asyncio.sleep(0.05)
+        return
+    await ctx.db.counters.update_one({"_id": "0002"}, {"$inc": {"n": 1}}, upsert=True)
+"""
+
+
+def test_ctrl_c_stops_scheduling_and_the_running_tenant_ends_cleanly(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    tenant_project.add("0001_a.py", COUNTED.format(file="0001"))
+    tenant_project.add("0002_b.py", POLITE)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t1].hold.insert_one({})
+    process = start_cli(tenant_project, "up", "--all-tenants", "--parallel", "1", "--json")  # type: ignore[arg-type]
+    until = time.monotonic() + 120
+    while sync_client[t1].reached.find_one() is None:  # t1 is inside 0002
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < until, "the rollout never reached the migration"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 11, err
+    document = json.loads(out)
+    outcomes = {r["name"]: r["outcome"] for r in document["tenants"]}
+    assert outcomes == {t0: "done", t1: "canceled", t2: "not reached", t3: "not reached"}
+    assert document["exit_code"] == 11 and "interrupted by SIGINT" in document["stopped"]
+    assert applied(sync_client, t1) == ["0001_a.py"]  # the migration that saw the signal is not recorded applied
+    assert sync_client[t1]["_mongoshift_locks"].count_documents({}) == 0  # its lock released: it ended cleanly
+    assert sync_client.list_database_names().count(t2) == 0
