@@ -358,19 +358,22 @@ class TransactionalBatches:
         # Where the committed batch left the partition (the last checkpoint written says it).
         moved, finished = cursor, False
 
-        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+        # Raw BSON: run_batch decodes the batch once (lend) for its ids and the transform's copies.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+
+        async def read(session: Any, limit: int) -> list[RawBSONDocument]:
             assert spec.transaction is not None
-            find = work.find(collection, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
+            find = work.find(raw, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
             return await find.to_list(None) if find is not None else []
 
-        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
+        async def write(session: Any, docs: Lent) -> BatchResult:
             ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
             return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
 
         async def checkpoint(
             session: Any,
-            docs: list[dict[str, Any]],
-            fetched: list[dict[str, Any]],
+            docs: list[RawBSONDocument],
+            fetched: list[RawBSONDocument],
             limit: int,
             result: BatchResult,
             excluded: list[DocumentError],
@@ -379,7 +382,8 @@ class TransactionalBatches:
             # A batch cut to fit (fewer documents than were fetched) did not reach the end.
             read_ = len(fetched) if len(docs) == len(fetched) else limit
             nonlocal checkpointed, moved, finished
-            moved, done = work.after(cursor, docs[-1] if docs else None, read=read_, limit=limit, left=[e.id for e in excluded])
+            last = decode(docs[-1].raw, collection.codec_options) if docs else None
+            moved, done = work.after(cursor, last, read=read_, limit=limit, left=[e.id for e in excluded])
             finished = done
             counts = counts_of(result, len(docs))
             counts["txn_retries"] = retries
@@ -401,7 +405,8 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            past, done = work.after(cursor, skip.doc, read=1, limit=1, left=[skip.doc["_id"]])
+            doc = decode(skip.doc.raw, collection.codec_options) if isinstance(skip.doc, RawBSONDocument) else skip.doc
+            past, done = work.after(cursor, doc, read=1, limit=1, left=[doc["_id"]])
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
             skipped = await engine.store.checkpoint(work.lease, cursor=past.to_document(), counters=counts, done=done)

@@ -142,6 +142,19 @@ class Lent:
     def __len__(self) -> int:
         return len(self.copies)
 
+    def subset(self, indices: Sequence[int], codec: CodecOptions[Any]) -> Lent:
+        """Only the documents at ``indices`` (not lent yet: call before the transforms)."""
+        part = Lent.__new__(Lent)
+        part.raws = [self.raws[i] for i in indices]
+        part.copies = [self.copies[i] for i in indices]
+        part.tops = [self.tops[i] for i in indices]
+        part.mutables = [self.mutables[i] for i in indices]
+        try:
+            part.encoded = encode({"m": part.mutables}, codec_options=codec)
+        except Exception:
+            part.encoded = None
+        return part
+
     def originals(self, codec: CodecOptions[Any]) -> list[dict[str, Any]]:
         """The documents as read (call after the batch's transforms)."""
         if self.encoded is not None:
