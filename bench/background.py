@@ -255,7 +255,9 @@ def _rusage() -> tuple[float, float]:
 async def _timed(work: Any, profile: str | None) -> Measure:
     """Run ``work()`` (a coroutine function returning (migrated, extra)) under the meters."""
     cpu0, rss0 = _rusage()
-    profiler = cProfile.Profile() if profile else None
+    # A CPU clock, each thread's own: the stages (``--stages``) are client CPU, and time a
+    # coroutine spends waiting for the server is not (a wall clock would count it).
+    profiler = cProfile.Profile(time.thread_time) if profile else None
     if profiler:
         profiler.enable()
     t0 = time.perf_counter()
@@ -487,6 +489,7 @@ class Row:
     error: str | None = None
     left: int = 0  # documents not in the new shape afterwards
     transaction: bool = False  # a transactional engine row: in the table, not in the verdicts
+    profile: str | None = None  # its cProfile file (``--profile-dir``, ``--stages``)
 
     @property
     def measured(self) -> bool:
@@ -544,7 +547,7 @@ def run_all(
                     finally:
                         writer_stats = stop_writer(writer) if writer else None
                     row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats,
-                        transaction=scenario.transaction)
+                        transaction=scenario.transaction, profile=profile)
                     done, row.left = verify(client, db_name, size)
                     if failure:
                         row.error = failure
@@ -642,6 +645,103 @@ def render(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------------------
+# Stages (--stages): where each row's client CPU goes, from its profile
+# ---------------------------------------------------------------------------------------------
+
+#: A profiled function: the end of its file's path and its name (a built-in: ``("~", name)``).
+Func = tuple[str, str]
+_DECODE_C: Func = ("~", "<built-in method bson._cbson._decode_all>")
+_DECODE_PY: Func = ("bson/__init__.py", "decode_all")
+_LEND: Func = ("write/batch.py", "lend")
+_TO_LIST: Func = ("cursor_base.py", "to_list")
+
+#: ``UpdateOne(...)`` as B3's loop calls it (not the base class's ``__init__`` it calls in turn).
+_B3_UPDATE_ONE = (("operations.py", "__init__"), ("background.py", "_keyset"))
+
+#: Each stage's functions, by their cumulative CPU (none of them calls another of the list);
+#: a pair (function, caller) counts only that function's calls from that caller.
+STAGES: list[tuple[str, list[Func | tuple[Func, Func]]]] = [
+    ("read (find: request, reply)", [_TO_LIST]),
+    ("decode (BSON to dicts)", []),  # computed: every C decode, read or lent
+    ("copy (private copy, in-place check)", [_LEND, ("write/batch.py", "originals"), ("write/batch.py", "subset")]),
+    ("user function", [("write/batch.py", "_each_in_thread"), ("write/batch.py", "_each_on_loop"), ("background.py", "raw_update")]),
+    ("diff", [("write/document.py", "stamped_diff"), ("write/batch.py", "shard_key_change")]),
+    (
+        "encode + write (guards, BSON check, bulk_write)",
+        [("write/document.py", "bson_problems"), _B3_UPDATE_ONE, ("asynchronous/collection.py", "bulk_write")],
+    ),
+    (
+        "bookkeeping (checkpoint, lease, counters)",
+        [("state/store.py", "checkpoint"), ("state/store.py", "renew"), ("lanes/modes.py", "_intent"), ("lanes/modes.py", "counts_of"),
+         ("lanes/modes.py", "add_counts"), ("lanes/modes.py", "settle_left_batch"), ("lanes/lane.py", "_control")],
+    ),
+    ("events and telemetry", [("project/events.py", "emit"), ("project/events.py", "scope")]),
+]
+
+
+def _cumulative(stats: Any, func: Func, caller: Func | None = None) -> float:
+    """CPU seconds spent in ``func`` and what it called (only its calls from ``caller``, when given)."""
+    total = 0.0
+    for (path, _, name), (_, _, _, ct, callers) in stats.stats.items():
+        if name != func[1] or not (path == func[0] or path.endswith("/" + func[0]) or path.endswith(func[0])):
+            continue
+        if caller is None:
+            total += ct
+            continue
+        for (cpath, _, cname), edge in callers.items():
+            if cname == caller[1] and cpath.endswith(caller[0]):
+                total += edge[3]
+    return total
+
+
+def stage_costs(profile: str) -> tuple[dict[str, float], float]:
+    """CPU seconds per stage in one child's profile, ``other`` being the rest; and the profile's total."""
+    import pstats
+
+    stats = pstats.Stats(profile)
+    decode_all = _cumulative(stats, _DECODE_C)
+    decode_lent = _cumulative(stats, _DECODE_PY, caller=_LEND)
+    costs: dict[str, float] = {}
+    for name, funcs in STAGES:
+        costs[name] = sum(_cumulative(stats, *f) if isinstance(f[0], tuple) else _cumulative(stats, f) for f in funcs)  # type: ignore[arg-type]
+    read = STAGES[0][0]
+    costs[read] = max(0.0, costs[read] - (decode_all - decode_lent))  # the reply's decode is the decode stage's
+    costs[STAGES[1][0]] = decode_all
+    costs[STAGES[2][0]] = max(0.0, costs[STAGES[2][0]] - decode_lent)
+    total = float(stats.total_tt)  # type: ignore[attr-defined]
+    costs["other (event loop, planning, driver)"] = max(0.0, total - sum(costs.values()))
+    return costs, total
+
+
+def render_stages(rows: list[Row]) -> str:
+    """One table per size: microseconds of client CPU per document and stage, each profiled row beside B3."""
+    out: list[str] = []
+    for size in sorted({r.size for r in rows}):
+        profiled = [r for r in rows if r.size == size and r.profile and Path(r.profile).exists() and r.kind in ("b3", "engine") and not r.writer]
+        if not profiled:
+            continue
+        costs = {r.scenario: stage_costs(str(r.profile)) for r in profiled}
+        names = [r.scenario for r in profiled]
+        out += [
+            f"Client CPU per document by stage, {size:,} documents, µs (under cProfile with a CPU clock, which inflates "
+            "Python calls: compare stages and rows, not these totals with the table's):",
+            "",
+            "| stage | " + " | ".join(names) + " |",
+            "|---|" + "---:|" * len(names),
+        ]
+        stage_names = list(next(iter(costs.values()))[0])
+        for stage in [*stage_names, "total"]:
+            cells = []
+            for name in names:
+                per_stage, total = costs[name]
+                seconds = total if stage == "total" else per_stage[stage]
+                cells.append(f"{seconds / size * 1e6:.1f}")
+            out.append(f"| {stage} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="20000,100000", help="comma-separated document counts (default 20000,100000)")
@@ -655,6 +755,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write every measurement to this file")
     parser.add_argument("--only", help="comma-separated scenario kinds to run (b0,b1,b3,engine)")
     parser.add_argument("--profile-dir", type=Path, help="cProfile each child into this directory (slows them down: not for the table)")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="profile each child (into --profile-dir, or a temporary one) and print where its client CPU goes, "
+        "per document and per stage, each engine row beside B3 (profiled: the stages, not the totals, are the point)",
+    )
     # child modes (internal)
     parser.add_argument("--scenario", choices=["b0", "b1", "b3", "engine"], help=argparse.SUPPRESS)
     parser.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
@@ -679,13 +785,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     writer_sizes = {int(s) for s in args.writer_sizes.split(",") if s.strip()}
     only = [s.strip() for s in args.only.split(",")] if args.only else None
-    if args.profile_dir:
-        args.profile_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with ExitStack() as stack:
+        if args.stages and not args.profile_dir:
+            args.profile_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mongoshift-stages-")))
+        if args.profile_dir:
+            args.profile_dir.mkdir(parents=True, exist_ok=True)
         uri = server_uri(stack, args.uri)
         rows = run_all(uri, sizes, writer_sizes, only, args.profile_dir, args.json)
-    table = render(rows)
+        table = render(rows) + ("\n" + render_stages(rows) if args.stages else "")
     print(textwrap.dedent(f"""
         mongoshift background benchmark: batch {BATCH_SIZE}, ~1 KB documents, app writer ≤ {WRITER_RATE:.0f} updates/s,
         {'server ' + ('given by --uri' if args.uri else 'embedded (mongoeco)')}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]},
