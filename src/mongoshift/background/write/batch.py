@@ -478,7 +478,7 @@ async def apply_batch(
 ) -> BatchResult:
     """Transform and write ``docs``; see the module docstring for the conflict rules.
 
-    ``docs`` may come already lent (:func:`lend`), never for a ``pipeline`` migration.
+    ``docs`` may come already lent (:func:`lend`).
     ``strict`` (a transactional batch): the first document error raises
     :class:`DocumentFailed` and a write that matched nothing raises
     :class:`WriteConflict`, so that nothing of the batch commits with them.
@@ -486,10 +486,8 @@ async def apply_batch(
     spec = job.spec
     if session is None:
         collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
-    if job.pipeline is not None:
-        if isinstance(docs, Lent):
-            raise TypeError("a pipeline migration's batch holds ids, it is not lent to a transform")
-        return await _apply_pipeline(job, docs, collection, session=session, strict=strict)
+    if job.pipeline is not None:  # no transform here: a lent batch (a transaction's) is its documents as read
+        return await _apply_pipeline(job, docs.tops if isinstance(docs, Lent) else docs, collection, session=session, strict=strict)
     result = BatchResult()
     codec = collection.codec_options.with_options(document_class=dict)
     pending: Sequence[Mapping[str, Any]] | Lent = docs
