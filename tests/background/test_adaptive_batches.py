@@ -7,6 +7,10 @@ same on any machine under any load: the test waits on the lane's batches, never 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
 from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.lane import Lane
 from mongoshift.background.state.events import Event
@@ -34,6 +38,18 @@ background = Background(collection="people", from_version=1, to_version=2, migra
                         batch_size=10, pause_ms=0, max_replication_lag_ms=False, {adaptive})
 """
 
+@asynccontextmanager
+async def on_the_files_clock(s, seen: list[Event]) -> AsyncIterator[tuple[Any, Any, Any]]:  # type: ignore[no-untyped-def]
+    """An engine whose clock is the migration file's ``CLOCK``, its spec, and the migration's first pass planned."""
+    async with bg.open_engine(s, observers=[seen.append]) as engine:
+        spec = engine.spec(NAME)
+        clock = spec.migrate.__globals__["CLOCK"]
+        engine.context.now = lambda: clock[0]
+        state = (await engine.coordinator.step(NAME, spec)).state
+        assert state is not None
+        yield engine, spec, state
+
+
 #: A batch of n documents is n ms of work in a 200 + n ms cycle: far under 90%, so each window of
 #: three full batches grows the size by a fifth, from batch_size (10) to its default bound (100).
 GROWING = [10] + [s for s in (10, 12, 14, 16, 19, 22, 26, 31, 37, 44, 52, 62, 74, 88) for _ in range(3)]
@@ -45,12 +61,7 @@ async def test_the_batch_size_grows_on_an_idle_server_to_its_bound_and_status_sa
     s = fast_project.settings()
     await command.up(s)
     seen: list[Event] = []
-    async with bg.open_engine(s, observers=[seen.append]) as engine:
-        spec = engine.spec(NAME)
-        clock = spec.migrate.__globals__["CLOCK"]
-        engine.context.now = lambda: clock[0]
-        state = (await engine.coordinator.step(NAME, spec)).state
-        assert state is not None
+    async with on_the_files_clock(s, seen) as (engine, spec, state):
         # A slice of 6 s on the engine's clock, then another by a new lane: it starts from what the
         # partition saved, not from batch_size, and without a warm-up batch.
         first = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=6000)
@@ -88,12 +99,7 @@ async def test_adaptive_false_keeps_batch_size_whatever_the_batches_take(fast_pr
     s = fast_project.settings()
     await command.up(s)
     seen: list[Event] = []
-    async with bg.open_engine(s, observers=[seen.append]) as engine:
-        spec = engine.spec(NAME)
-        clock = spec.migrate.__globals__["CLOCK"]
-        engine.context.now = lambda: clock[0]
-        state = (await engine.coordinator.step(NAME, spec)).state
-        assert state is not None
+    async with on_the_files_clock(s, seen) as (engine, spec, state):
         result = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=10**9)
         [report] = await bg.status(s, NAME)
     assert result.outcome == "done" and result.counters["migrated"] == 300

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,37 +10,25 @@ from pathlib import Path
 import pytest
 from pymongo import MongoClient
 
+from ..conftest import Project
 
-class TenantProject:
+
+class TenantProject(Project):
     """A throwaway project whose ``[tenants]`` names ``tenants`` (each a database of the test server)."""
 
     def __init__(self, root: Path, uri: str, prefix: str, count: int) -> None:
-        self.root = root
-        self.uri = uri
         self.prefix = prefix
         self.tenants = [f"{prefix}{i}" for i in range(count)]
-        self.migrations = root / "migrations"
-        self.migrations.mkdir(parents=True, exist_ok=True)
-        self.config = root / "mongoshift.toml"
-        self.write_config(databases=self.tenants)
+        super().__init__(root, uri, db="")  # no [mongoshift] db: the tenants name the databases
 
     def __fspath__(self) -> str:  # the ``cli`` fixture runs a command in the project's folder
         return str(self.root)
 
     def write_config(self, **tenants: object) -> None:
+        tenants = tenants or {"databases": self.tenants}
         lines = ["[mongoshift]", f"uri = {json.dumps(self.uri)}", 'migrations_dir = "migrations"', "[mongoshift.tenants]"]
         lines += [f"{key} = {json.dumps(value)}" for key, value in tenants.items()]
         self.config.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-    def add(self, name: str, source: str) -> Path:
-        path = self.migrations / name
-        path.write_text(textwrap.dedent(source), encoding="utf-8")
-        return path
-
-    def settings(self, **flags: object):  # type: ignore[no-untyped-def]
-        from mongoshift.project.settings import load_settings
-
-        return load_settings(flags, config_path=self.config, environ={})
 
 
 @pytest.fixture
