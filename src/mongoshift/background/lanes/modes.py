@@ -347,15 +347,16 @@ class PipelineRanges:
     of the source shape within ``(cursor, last]`` (:func:`.rewrite_range`) and the range's fenced
     checkpoint. Its match count is the exact ``migrated``; ``scanned`` is what the read found (or the
     match count, if the application brought more documents into the source shape since), ``skipped``
-    the difference. The transaction makes the range all or nothing, which is what keeps the counts
-    exact: a failed multi-document update does not say what it wrote before it stopped, while here it
+    the difference. When the read finds no ``size``-th document, the range is the rest of the
+    partition (``scanned`` is then its match count) and its checkpoint closes the partition.
+    The transaction makes the range all or nothing, which is what keeps the counts exact: a failed multi-document update does not say what it wrote before it stopped, while here it
     wrote nothing; a lane whose lease is lost mid-range commits nothing (its checkpoint is fenced off);
     a conflict with an application write aborts it and the range is tried again, from the documents
     as they are then.
 
     What this path does not take goes through :class:`PlainBatches` (``_id``s read, one multi-document
     update over them, an exact per-document fallback), whose batch is checkpointed at once:
-    the partition's last range (fewer than ``size`` documents left), a range whose update failed
+    a range whose update failed
     (a document the pipeline cannot evaluate: each failure is then named on its own), a range still
     conflicting after :data:`RANGE_CONFLICT_ATTEMPTS` attempts or too big or slow for a transaction,
     partitions in shard-key order or draining hash ranges (a range there is no ``_id`` interval),
@@ -375,9 +376,7 @@ class PipelineRanges:
             return await self.ids.advance(work, cursor, size)
         find = work.find(work.collection, cursor, 1, skip=size - 1)
         boundary = await find.to_list(None) if find is not None else []
-        if not boundary:
-            return await self._by_ids(work, cursor, size)  # the partition's last range: fewer than size left
-        progress = await self._range(work, cursor, size, boundary[0])
+        progress = await self._range(work, cursor, size, boundary[0] if boundary else None)
         return progress if progress is not None else await self._by_ids(work, cursor, size)
 
     async def _by_ids(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
@@ -387,12 +386,17 @@ class PipelineRanges:
             return Progress(progress.done, progress.cursor, False)
         return progress
 
-    async def _range(self, work: PartitionWork, cursor: Checkpoint, size: int, last: dict[str, Any]) -> Progress | None:
-        """The range ``(cursor, last]`` in one transaction with its checkpoint; None: take the ``_id`` path."""
+    async def _range(self, work: PartitionWork, cursor: Checkpoint, size: int, last: dict[str, Any] | None) -> Progress | None:
+        """The range ``(cursor, last]`` in one transaction with its checkpoint; None: take the ``_id`` path.
+
+        ``last`` None: fewer than ``size`` documents are left, and the range is the rest of the
+        partition, which its checkpoint closes (``scanned`` is then what it rewrote)."""
         engine, job, adaptive = work.engine, work.job, work.adaptive
         began = engine.now()
-        filter_ = {"$and": [batch_filter(work.match, work.partition.scope, cursor), {"_id": {"$lte": last["_id"]}}]}
-        next_cursor = cursor_after(work.partition.scope, last)
+        filter_ = batch_filter(work.match, work.partition.scope, cursor)
+        if last is not None:
+            filter_ = {"$and": [filter_, {"_id": {"$lte": last["_id"]}}]}
+        next_cursor, done = (cursor_after(work.partition.scope, last), False) if last is not None else (cursor, True)
         options: dict[str, Any] = {
             "read_concern": ReadConcern("snapshot"),
             "write_concern": WriteConcern(**job.spec.write_concern),
@@ -400,13 +404,15 @@ class PipelineRanges:
         }
         for attempt in range(RANGE_CONFLICT_ATTEMPTS):
             async with engine.client.start_session() as session:
+                # The heartbeat leaves the lease alone meanwhile: its renewal would conflict with the checkpoint.
+                work.activity.in_transaction = True
                 try:
                     await session.start_transaction(**options)
                     started = engine.now()
                     matched = await rewrite_range(job, work.collection, filter_, hint=work.hint, session=session)
-                    scanned = max(size, matched)
+                    scanned = max(size, matched) if not done else matched
                     counts = {"scanned": scanned, "migrated": matched, "skipped": scanned - matched, "batches": 1}
-                    checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=counts, done=False, session=session)
+                    checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=counts, done=done, session=session)
                     if checkpointed is None:
                         await session.abort_transaction()
                         return Progress(False, cursor, False)  # fenced off: nothing of the range is written
@@ -425,6 +431,8 @@ class PipelineRanges:
                     # error hid its success is safe as well: that path reads only what is still in the
                     # source shape, and counts only what it writes.
                     return None
+                finally:
+                    work.activity.in_transaction = False
             work.renewed()
             add_counts(work.counters, counts)
             latency_ms = (engine.now() - started) * 1000
@@ -436,7 +444,7 @@ class PipelineRanges:
                 "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1),
                 duration_ms=_ms_since(engine, began), range=True, **counts,
             )
-            return Progress(False, next_cursor, True, checkpointed.control)
+            return Progress(done, next_cursor, True, checkpointed.control)
         return None
 
 
