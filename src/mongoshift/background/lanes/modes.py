@@ -349,15 +349,15 @@ class PipelineRanges:
     match count, if the application brought more documents into the source shape since), ``skipped``
     the difference. When the read finds no ``size``-th document, the range is the rest of the
     partition (``scanned`` is then its match count) and its checkpoint closes the partition.
-    The transaction makes the range all or nothing, which is what keeps the counts exact: a failed multi-document update does not say what it wrote before it stopped, while here it
-    wrote nothing; a lane whose lease is lost mid-range commits nothing (its checkpoint is fenced off);
-    a conflict with an application write aborts it and the range is tried again, from the documents
-    as they are then.
+    The transaction makes the range all or nothing, which is what keeps the counts exact: a failed
+    multi-document update does not say what it wrote before it stopped, while here it wrote nothing;
+    a lane whose lease is lost mid-range commits nothing (its checkpoint is fenced off); a conflict
+    with an application write aborts it and the range is tried again, from the documents as they
+    are then.
 
     What this path does not take goes through :class:`PlainBatches` (``_id``s read, one multi-document
-    update over them, an exact per-document fallback), whose batch is checkpointed at once:
-    a range whose update failed
-    (a document the pipeline cannot evaluate: each failure is then named on its own), a range still
+    update over them, an exact per-document fallback), whose batch is checkpointed at once: a range
+    whose update failed (a document the pipeline cannot evaluate: each failure is then named on its own), a range still
     conflicting after :data:`RANGE_CONFLICT_ATTEMPTS` attempts or too big or slow for a transaction,
     partitions in shard-key order or draining hash ranges (a range there is no ``_id`` interval),
     and every range once the server refused a transaction (a standalone ``mongod``).
