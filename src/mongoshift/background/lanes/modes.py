@@ -357,9 +357,10 @@ class PipelineRanges:
 
     What this path does not take goes through :class:`PlainBatches` (``_id``s read, one multi-document
     update over them, an exact per-document fallback), whose batch is checkpointed at once: a range
-    whose update failed (a document the pipeline cannot evaluate: each failure is then named on its own), a range still
-    conflicting after :data:`RANGE_CONFLICT_ATTEMPTS` attempts or too big or slow for a transaction,
-    partitions in shard-key order or draining hash ranges (a range there is no ``_id`` interval),
+    whose update failed (a document the pipeline cannot evaluate: each failure is then named on its
+    own), a range still conflicting after :data:`RANGE_CONFLICT_ATTEMPTS` attempts or too big or slow
+    for a transaction, every partition of a collection whose shard key is known (in shard-key order or
+    a draining hash range, a range is no ``_id`` interval, and a transaction should stay on one shard),
     and every range once the server refused a transaction (a standalone ``mongod``).
     """
 
