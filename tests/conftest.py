@@ -101,13 +101,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+#: Added to the suite's server URI, so that mongoshift's own clients take it too: after a state
+#: change error (an injected ShutdownInProgress), the driver marks the server Unknown and waits
+#: for its monitor's next check; at the driver's default (10 s) each such test waits 10 s.
+HEARTBEAT_OPTION = "heartbeatFrequencyMS=500"
+
+
+def with_heartbeat(uri: str) -> str:
+    """``uri`` with :data:`HEARTBEAT_OPTION`, unless it names a heartbeat of its own."""
+    if "heartbeatfrequencyms" in uri.lower():
+        return uri
+    base, _, query = uri.partition("?")
+    if "/" not in base.partition("://")[2]:
+        base += "/"
+    return f"{base}?{query + '&' if query else ''}{HEARTBEAT_OPTION}"
+
+
 @pytest.fixture(scope="session")
 def mongo_uri() -> Iterator[str]:
     if REAL_URI:
-        yield with_app_name(REAL_URI, APP_NAME)
+        yield with_heartbeat(with_app_name(REAL_URI, APP_NAME))
         return
     with embedded_server() as uri:
-        yield uri
+        yield with_heartbeat(uri)
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,8 @@ class ExitCode(IntEnum):
     DUPLICATE_VERSION = 43
     IO_FAILED = 44
     ADDRESS_IN_USE = 45
+    TENANTS_INVALID = 46
+    TENANTS_FAILED = 47
     SECOND_SIGNAL = 130
 
 
@@ -352,3 +354,19 @@ class AddressInUseError(MongoshiftError):
 
     exit_code = ExitCode.ADDRESS_IN_USE
     kind = "address_in_use"
+
+
+class TenantsInvalidError(MongoshiftError):
+    """A tenant selection or rollout option is refused before anything is written: an unknown name, a
+    pattern or configuration matching nothing, a provider that fails or returns bad names, ``--parallel 0``, ..."""
+
+    exit_code = ExitCode.TENANTS_INVALID
+    kind = "tenants_invalid"
+
+
+class TenantsFailedError(MongoshiftError):
+    """A command across tenant databases did not reach every tenant: some failed, were locked, canceled or not
+    reached (each tenant's own code is in ``details.tenants``)."""
+
+    exit_code = ExitCode.TENANTS_FAILED
+    kind = "tenants_failed"

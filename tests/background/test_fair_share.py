@@ -7,6 +7,8 @@ import time
 from collections import Counter
 from contextlib import AsyncExitStack
 
+import pytest
+
 from mongoshift.api import migrations as command
 from mongoshift.background.lanes.engine import open_engine
 from mongoshift.background.state.events import Event
@@ -46,6 +48,7 @@ async def _leases(db, count: int, bound: float = 30) -> None:  # type: ignore[no
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.slow  # two runners over three runs of 1,200 paced documents
 async def test_a_second_runner_gets_its_share_of_the_lanes(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     """Two runners (two connections, two run identities) of concurrency 2 on migrations of
     max_parallel 2: the second starts once the first holds both lanes, and still works its share

@@ -95,15 +95,16 @@ def migrate(doc, ctx):
     doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
     return doc
 
-background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, batch_size=40, pause_ms=0,
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, batch_size=16, pause_ms=0,
                         max_replication_lag_ms=False, adaptive={"target_latency_ms": 500, "min_batch_size": 10})
 """
 
 
 async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_and_pause(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
-    """Batches of 40, 40, 20, 10 documents: the first warms up, each later one is slow (n seconds
-    against a 500 ms target): the size halves to the minimum, then the controller pauses."""
-    await seed(db.people, 110)
+    """Every batch is slow (n seconds for n documents against a 500 ms target): after the first
+    (warm-up), each window of three batches shrinks the size by a fifth at most, 16, 14, 12, 10;
+    at the minimum the controller pauses instead, 100 ms, then 200."""
+    await seed(db.people, 16 * 4 + 14 * 3 + 12 * 3 + 10 * 3 + 10 * 3)
     fast_project.add(NAME, SLOW_FILE)
     s = fast_project.settings()
     await command.up(s)
@@ -116,25 +117,30 @@ async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_a
         state = (await engine.coordinator.step(NAME, spec)).state
         assert state is not None
         result = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=10**9)
-    assert result.outcome == "done" and result.counters["migrated"] == 110
+    assert result.outcome == "done" and result.counters["migrated"] == 202
 
+    assert [e.data["size"] for e in seen if e.kind == "batch"] == [16] * 4 + [14] * 3 + [12] * 3 + [10] * 7  # the last read finds nothing
     throttles = [e.data for e in seen if e.kind == "throttle"]
     assert [(d["change"], d["batch_size"], d["pause_ms"], d["latency_ms"], d["target_ms"]) for d in throttles] == [
-        ("slow", 20, 0, 40_000, 500),
-        ("slow", 10, 0, 20_000, 500),
+        ("slow", 14, 0, 16_000, 500),
+        ("slow", 12, 0, 14_000, 500),
+        ("slow", 10, 0, 12_000, 500),
         ("slow", 10, 100, 10_000, 500),
+        ("slow", 10, 200, 10_000, 500),
     ]
     lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
-    assert [r.levelno for r in lines] == [logging.INFO] * 3
+    assert [r.levelno for r in lines] == [logging.INFO] * 5
     assert [r.getMessage() for r in lines] == [
         (
-            f"{NAME} throttle: slower, a batch took {latency} ms to write, over the 500 ms target; "
+            f"{NAME} throttle: smaller, batches took {latency} ms on average to read and write, over the 500 ms target; "
             f"{size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
         )
         # at the minimum (10) the size cannot shrink: the line says so instead of "now 10" again
         for latency, size, pause in (
-            ("40,000", "batch size now 20", 0),
-            ("20,000", "batch size at its smallest, 10", 0),
+            ("16,000", "batch size now 14", 0),
+            ("14,000", "batch size now 12", 0),
+            ("12,000", "batch size at its smallest, 10", 0),
             ("10,000", "batch size at its smallest, 10", 100),
+            ("10,000", "batch size at its smallest, 10", 200),
         )
     ]

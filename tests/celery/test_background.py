@@ -42,6 +42,7 @@ TOTAL = 600
 NAME = "20260101000001_names.py"
 
 
+@pytest.mark.slow  # a worker process killed, then the lease TTL waited out
 async def test_a_worker_killed_mid_slice_is_recovered_by_the_lease_ttl(redis_harness, project, db, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.3)
     await seed(db.people, TOTAL)
@@ -82,6 +83,7 @@ async def test_a_worker_killed_mid_slice_is_recovered_by_the_lease_ttl(redis_har
     assert partitions.count_documents({"lease": {"$exists": True}}) == 0
 
 
+@pytest.mark.slow  # worker processes killed and restarted, then the tick waited for
 async def test_a_chain_lost_with_its_worker_is_started_again_by_the_tick(redis_harness, project, db, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.3)
     await seed(db.people, 100)

@@ -28,7 +28,8 @@ def down(ctx):
 QUICK = "def up(ctx):\n    ctx.db.marks.insert_one({'file': __name__})\n\ndef down(ctx):\n    pass\n"
 
 
-def wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    """Until ``predicate()`` holds; ``timeout`` only guards against a hang (a loaded machine may start a process slowly)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -209,3 +209,41 @@ def test_a_batch_of_guarded_updates_decodes_only_its_documents(server: InProcess
         assert len(seen) <= 200
     finally:
         client.close()
+
+
+def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(ah) 200 guarded statements of one command take the collection lock and dispatch their changes
+    once, and re-encode no whole document; mongoeco's path takes each of these per statement."""
+    from mongoeco.api._async._collection_runtime import CollectionRuntimeCoordinator
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.steps
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": 2} for i in ids])
+        calls = {"_get_lock": 0, "_encode_storage_document": 0, "_dispatch_engine_changes": 0}
+
+        def counting(name: str, function: Any) -> Any:
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                calls[name] += 1
+                return function(*args, **kwargs)
+
+            return counted
+
+        for owner, name in ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
+                            (CollectionRuntimeCoordinator, "_dispatch_engine_changes")):
+            monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
+        result = collection.bulk_write(
+            [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2, "total": 4}, "$unset": {"qty": ""}, "$inc": {"__rev": 1}})
+             for i in ids[100:300]],
+            ordered=False,
+        )
+        monkeypatch.undo()
+        assert result.modified_count == 200
+        assert calls == {"_get_lock": 1, "_encode_storage_document": 0, "_dispatch_engine_changes": 1}
+        assert collection.count_documents({"__v": 2, "total": 4, "__rev": 2, "qty": {"$exists": False}}) == 200
+    finally:
+        client.close()

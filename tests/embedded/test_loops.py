@@ -129,11 +129,14 @@ def test_the_command_is_read_from_the_raw_request() -> None:
 
 
 def test_commands_of_one_connection_keep_their_order() -> None:
-    with server() as running, MongoClient(running.uri, maxPoolSize=1, **CLIENT_OPTIONS) as client:
-        coll = client.order.get_collection("c", write_concern=WriteConcern(w=0))
-        for i in range(300):  # unacknowledged: sent back to back, no reply awaited
-            coll.insert_one({"_id": i})
-        assert client.order.c.count_documents({}) == 300  # the same connection: after every insert
+    with server() as running:
+        # The client closes before the server stops: closed after, it would look for the server to
+        # end its sessions until server selection times out.
+        with MongoClient(running.uri, maxPoolSize=1, **CLIENT_OPTIONS) as client:
+            coll = client.order.get_collection("c", write_concern=WriteConcern(w=0))
+            for i in range(300):  # unacknowledged: sent back to back, no reply awaited
+                coll.insert_one({"_id": i})
+            assert client.order.c.count_documents({}) == 300  # the same connection: after every insert
         assert running.stop()[0] == 0
 
 
@@ -180,6 +183,7 @@ def test_a_stop_while_commands_run_aborts_transactions_ends_waits_and_writes_the
         assert code == 0, err
         waiting.join()
         client.close()
-    with server("--path", str(snapshot)) as again, MongoClient(again.uri, **CLIENT_OPTIONS) as client:
-        assert [d["_id"] for d in client.stop.people.find()] == ["kept"]  # the open transaction was aborted
+    with server("--path", str(snapshot)) as again:
+        with MongoClient(again.uri, **CLIENT_OPTIONS) as client:
+            assert [d["_id"] for d in client.stop.people.find()] == ["kept"]  # the open transaction was aborted
         assert again.stop()[0] == 0

@@ -260,6 +260,7 @@ async def test_commit_of_unknown_txn_number_is_no_such_transaction_251(client) -
 # (f) count_documents -----------------------------------------------------------
 
 
+@pytest.mark.slow  # a load test: 50,000 documents seeded and counted
 async def test_count_documents_past_50000_matches(db) -> None:
     for _ in range(11):
         await db.c.insert_many([{"v": 1} for _ in range(5_000)])

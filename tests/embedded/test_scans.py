@@ -225,6 +225,27 @@ def test_a_keyset_batch_reads_only_its_batch(server: InProcessServer) -> None:
         client.close()
 
 
+def test_an_id_in_list_reads_only_the_listed_documents(server: InProcessServer) -> None:
+    """(ag) A read, count, update or delete of listed ObjectId, string or int _ids matches only the
+    documents stored under them, not the collection."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.lookups
+        collection.drop()
+        oids = [ObjectId(f"{i:024x}") for i in range(2_000)]
+        collection.insert_many([{"_id": i, "v": 1} for i in oids] + [{"_id": f"s{i}", "v": 1} for i in range(500)])
+        listed = [oids[7], oids[1_500], "s3", "missing", ObjectId()]
+        with MatchCounter() as counter:
+            found = [d["_id"] for d in collection.find({"_id": {"$in": listed}})]
+            counted = collection.count_documents({"v": 1, "_id": {"$in": listed}})
+            updated = collection.update_many({"_id": {"$in": listed}}, {"$set": {"v": 2}}).modified_count
+            deleted = collection.delete_many({"_id": {"$in": listed[:1]}}).deleted_count
+        assert (found, counted, updated, deleted) == ([oids[7], oids[1_500], "s3"], 3, 3, 1)
+        assert counter.seen <= 3 * 4  # each of the three stored documents, once per command (12 at most)
+    finally:
+        client.close()
+
+
 def test_the_order_follows_inserts_and_deletes(server: InProcessServer) -> None:
     """(ae) Documents inserted and deleted after the order was built are read in their place."""
     client = sync_client(server)
@@ -240,6 +261,39 @@ def test_the_order_follows_inserts_and_deletes(server: InProcessServer) -> None:
         with MatchCounter() as counter:
             list(collection.find({"_id": {"$gt": 500}}, sort=[("_id", 1)], limit=6))
         assert counter.seen == 6
+    finally:
+        client.close()
+
+
+def test_the_order_is_kept_not_rebuilt_after_a_write(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(ae) Inserts and deletes move the collection's order along: the reads after them build no
+    new order (without the fix each read after a write sorts the whole collection again)."""
+    from mongoshift.embedded.patches import scans
+
+    client = sync_client(server)
+    try:
+        collection = client.scans.kept
+        collection.drop()
+        collection.insert_many([{"_id": i * 10} for i in range(2_000)])
+        assert [d["_id"] for d in collection.find({"_id": {"$gt": 15}}, sort=[("_id", 1)], limit=2)] == [20, 30]
+        built: list[int] = []
+        kept = scans.IdOrder
+
+        class Counted(kept):  # type: ignore[misc, valid-type]
+            __slots__ = ()
+
+            def __init__(self, ordinals: Any, keys: list[Any], storage_keys: list[Any], inexact: int) -> None:
+                built.append(len(keys))
+                super().__init__(ordinals, keys, storage_keys, inexact)
+
+        monkeypatch.setattr(scans, "IdOrder", Counted)
+        for i in range(20):
+            collection.insert_one({"_id": i * 10 + 5})
+            collection.delete_one({"_id": i * 10 + 10})
+            assert [d["_id"] for d in collection.find({"_id": {"$gt": i * 10}}, sort=[("_id", 1)], limit=2)] == [i * 10 + 5, i * 10 + 20]
+        assert built == []
+        order = server.engine._storage_view(None)["scans"]["kept"].__dict__[scans._ATTR]
+        assert len(order.keys) == 2_000
     finally:
         client.close()
 

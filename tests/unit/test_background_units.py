@@ -6,7 +6,6 @@ import pytest
 from bson import Decimal128, Int64, ObjectId
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from mongoshift.background.lanes.throttle import AdaptiveController
 from mongoshift.background.state.events import Event, Events
 from mongoshift.background.write.document import (
     ShapeError,
@@ -15,7 +14,6 @@ from mongoshift.background.write.document import (
     stamped_diff,
     version_match,
 )
-from mongoshift.schema.background import Adaptive
 
 scalars = st.one_of(
     st.integers(-(2**31), 2**31 - 1),
@@ -99,19 +97,6 @@ def test_version_zero_unsets_and_guard_matches_exactly() -> None:
     assert guard({"_id": oid}, "__v", "__rev") == {"_id": oid, "__v": {"$exists": False}, "__rev": {"$exists": False}}
     assert guard({"_id": oid, "__v": None, "__rev": 3}, "__v", None) == {"_id": oid, "__v": None}
     assert version_match("__v", 0) == {"__v": {"$in": [None, 0]}}
-
-
-def test_aimd_halves_on_slow_batches_pauses_at_the_floor_and_recovers() -> None:
-    c = AdaptiveController(Adaptive(target_latency_ms=100, min_batch_size=50, max_pause_ms=1000), 200)
-    assert c.record(1000) is None  # warm-up
-    assert (c.record(1000), c.batch_size()) == ("slow", 100)
-    assert (c.record(1000), c.batch_size()) == ("slow", 50)
-    assert (c.record(1000), c.pause_ms()) == ("slow", 100)
-    assert (c.record(1000, overloaded=True), c.pause_ms()) == ("overload", 200)
-    assert [c.record(10) for _ in range(3)] == ["recover", "recover", "recover"]
-    assert c.pause_ms() == 0 and c.batch_size() == 60  # pause first, then +max/20
-    saved = AdaptiveController(Adaptive(), 500, c.state())
-    assert saved.batch_size() == 60 and saved.record(10) == "recover"  # no warm-up after a resume
 
 
 def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:

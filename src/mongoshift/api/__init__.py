@@ -21,7 +21,9 @@ the call uses them)::
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
 :func:`import_history` (another tool's changelog), :func:`baseline`. Health:
-:func:`audit` (read-only, an :class:`AuditReport` with a verdict). Declared collections:
+:func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
+(docs/tenants.md): :func:`across_tenants` (any session call per tenant, a :class:`RolloutReport`),
+:func:`up_across`, :func:`down_across`, :func:`status_across` (with :func:`migration_counts`). Declared collections:
 :func:`converge`, :func:`plan_converge`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
@@ -61,6 +63,8 @@ if TYPE_CHECKING:
     from ..project.redaction import describe_error, redact
     from ..project.run import CancelSignal
     from ..project.settings import Settings, load_settings
+    from ..tenants.report import RolloutReport, TenantError, TenantRow
+    from ..tenants.selection import Tenant
     from .adoption import AdoptionReport, baseline, import_history
     from .background import (
         BackgroundRunner,
@@ -100,8 +104,20 @@ if TYPE_CHECKING:
     )
     from .options import Confirmation, Lock
     from .session import Mongoshift, connect
+    from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
 
 __all__ = [
+    "RolloutReport",
+    "Tenant",
+    "TenantError",
+    "TenantRow",
+    "Tenants",
+    "across_tenants",
+    "down_across",
+    "migration_counts",
+    "select_tenants",
+    "status_across",
+    "up_across",
     "Confirmation",
     "Lock",
     "Mongoshift",
@@ -229,6 +245,14 @@ _LAZY: dict[str, tuple[str, str]] = {
     "describe_error": ("..project.redaction", "describe_error"),
     "redact": ("..project.redaction", "redact"),
     "converge": (".collections", "converge"),
+    "RolloutReport": ("..tenants.report", "RolloutReport"),
+    "TenantRow": ("..tenants.report", "TenantRow"),
+    "TenantError": ("..tenants.report", "TenantError"),
+    "Tenant": ("..tenants.selection", "Tenant"),
+    **{
+        name: (".tenants", name)
+        for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "select_tenants", "status_across", "up_across")
+    },
     "plan_converge": (".collections", "plan_converge"),
     **{
         name: (".migrations", name)

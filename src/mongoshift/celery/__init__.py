@@ -22,9 +22,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the test extra installs
 
 from .background import BackgroundOptions
 from .line import LineOptions
-from .payloads import VERSIONS, CoordinatorPayload, LanePayload, UpPayload
+from .payloads import VERSIONS, CoordinatorPayload, LanePayload, TenantPayload, UpPayload
 from .results import BackgroundResult, LineResult
-from .tasks import BackgroundStart, LineGroup, MongoshiftTasks, register
+from .tasks import BackgroundStart, LineGroup, MongoshiftTasks, TenantGroup, register
 
 __all__ = [
     "VERSIONS",
@@ -37,6 +37,8 @@ __all__ = [
     "LineOptions",
     "LineResult",
     "MongoshiftTasks",
+    "TenantGroup",
+    "TenantPayload",
     "UpPayload",
     "register",
 ]

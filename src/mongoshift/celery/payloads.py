@@ -76,6 +76,19 @@ class LanePayload(Payload):
     errors: int = Field(default=0, ge=0)
 
 
+class TenantPayload(Payload):
+    """One tenant of a fan-out (:meth:`~mongoshift.celery.MongoshiftTasks.enqueue_tenants`): ``command`` on the
+    tenant database ``tenant``, part of ``group``. The tenant's cluster is found again by the worker from the
+    ``[tenants]`` selection, so no URI crosses the broker."""
+
+    v: Literal[1] = 1
+    command: Literal["up", "down", "converge"]
+    tenant: str = Field(pattern=r'^[^/\\. "$*<>:|?\x00]{1,63}$')
+    group: str = Field(min_length=1, max_length=64)
+    #: Unix time after which a task still waiting for the tenant's lock gives up (``locked``).
+    wait_until: float = Field(gt=0)
+
+
 def parse[P: Payload](model: type[P], task: str, data: Any) -> P:
     """``data`` as a ``model``, or :class:`TaskInvalidError` saying which field is wrong (never its value)."""
     if not isinstance(data, dict):

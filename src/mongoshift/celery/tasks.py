@@ -32,10 +32,10 @@ from celery.worker import state as worker_state
 from pymongo import AsyncMongoClient
 
 from .. import api
-from ..errors import ConfigInvalidError, ExitCode, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError
+from ..errors import ConfigInvalidError, ExitCode, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError, TenantsInvalidError
 from . import background as bg
 from .line import Direction, LineOptions, Planned, Wait, plan_line, release_line, revoke_line, run_up
-from .payloads import CoordinatorPayload, LanePayload, UpPayload, parse
+from .payloads import CoordinatorPayload, LanePayload, TenantPayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
 #: Where a worker gets the project's settings: the settings, a function returning them, or a project file.
@@ -114,6 +114,36 @@ class BackgroundStart:
         return BackgroundResult(**self.result.get(timeout=timeout))
 
 
+@dataclass
+class TenantGroup:
+    """What :meth:`MongoshiftTasks.enqueue_tenants` queued: one task per tenant database, in selection order."""
+
+    command: str
+    group: str
+    names: list[str]
+    task_ids: list[str]
+    result: GroupResult | None = None
+
+    def wait(self, timeout: float | None = None, interval: float = 0.2) -> api.RolloutReport:
+        """Every tenant's row once its task ended: a :class:`~mongoshift.api.RolloutReport` whose ``exit_code`` is 0,
+        or 47 when a tenant failed or stayed locked."""
+        values = self.result.get(timeout=timeout, interval=interval, propagate=False) if self.result is not None else []
+        return api.RolloutReport(self.command, [_tenant_row(name, value) for name, value in zip(self.names, values, strict=True)])
+
+
+def _tenant_row(name: str, value: Any) -> api.TenantRow:
+    """A tenant task's result as a row; a task that raised (a payload refused) is a failed row."""
+    if isinstance(value, dict) and value.get("name") == name:
+        error = value.get("error")
+        return api.TenantRow(
+            name, value.get("outcome", "failed"), applied=int(value.get("applied") or 0), rolled_back=int(value.get("rolled_back") or 0),
+            duration_ms=value.get("duration_ms"), error=api.TenantError(**error) if isinstance(error, dict) else None, result=value.get("result"),
+        )
+    if isinstance(value, MongoshiftError):
+        return api.TenantRow(name, "failed", error=api.TenantError(value.kind, int(value.exit_code), api.redact(value.message)))
+    return api.TenantRow(name, "failed", error=api.TenantError("error", int(ExitCode.UNEXPECTED), f"the task ended with {type(value).__name__}"))
+
+
 class MongoshiftTasks:
     """The tasks :func:`register` put on an app, and the calls that queue them."""
 
@@ -144,6 +174,7 @@ class MongoshiftTasks:
         self.converge = self._task("converge", self._converge)
         self.verify = self._task("background.verify", self._verify)
         self.audit = self._task("audit", self._audit)
+        self.tenant = self._task("tenant", self._tenant, reject_on_worker_lost=False)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -333,6 +364,72 @@ class MongoshiftTasks:
             if report.status in ("blocked", "pending", "running") and self.start_background(report.name).started:
                 started.append(report.name)
         return started
+
+    # -- tenants ------------------------------------------------------------------------------
+
+    def enqueue_tenants(self, command: str = "up", tenants: api.Tenants | None = None) -> TenantGroup:
+        """Fan ``command`` (``up``, ``down``: the last batch, ``converge``) out as one task per selected tenant
+        database (``tenants``: default every tenant of ``[tenants]``), queued now as one group (docs/tenants.md).
+
+        The selection is made here and refused here (:class:`~mongoshift.errors.TenantsInvalidError`, 46) before
+        anything is queued. The workers' concurrency bounds how many tenants run at once, and every tenant's task
+        runs whatever another's outcome: ``canary`` is refused (queue the canaries first, wait, then the rest);
+        ``parallel`` and ``continue_on_error`` do not apply. A tenant whose lock is held waits as a line task does
+        (``lock_wait_seconds`` at a time, for at most ``line_wait_seconds``), then ends ``locked``."""
+        if command not in ("up", "down", "converge"):
+            raise ConfigInvalidError(f"enqueue_tenants runs up, down or converge, not {command!r}")
+        tenants = api.Tenants(all=True) if tenants is None else tenants
+        if not isinstance(tenants, api.Tenants):
+            raise ConfigInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+        if tenants.canary:
+            raise TenantsInvalidError(
+                "a Celery fan-out has no canary: queue the canaries with Tenants(names=[...]), wait for them, then queue the rest"
+            )
+        selected = _run(api.select_tenants(self.settings(), tenants))
+        group_id = uuid.uuid4().hex
+        wait_until = time.time() + self.line.line_wait_seconds
+        payloads = [TenantPayload(command=command, tenant=t.name, group=group_id, wait_until=wait_until) for t in selected]  # type: ignore[arg-type]
+        task_ids = [uuid.uuid4().hex for _ in payloads]
+        fanned = TenantGroup(command, group_id, [t.name for t in selected], task_ids)
+        signatures = [
+            self.tenant.signature(args=(p.model_dump(),), task_id=task_id, immutable=True, **self._routing())
+            for p, task_id in zip(payloads, task_ids, strict=True)
+        ]
+        fanned.result = group(signatures).apply_async()
+        return fanned
+
+    def _tenant(self, task: Task, payload: Any) -> dict[str, Any]:
+        from ..api.tenants import judge_done, judge_run, tenant_settings
+
+        parsed = parse(TenantPayload, task.name, payload)
+        row = api.TenantRow(parsed.tenant)
+        started = time.monotonic()
+        try:
+            settings = self.settings()
+            # found again here: the tenant must still be selected, and its cluster's URI never crosses the broker
+            [tenant] = _run(api.select_tenants(settings, api.Tenants(names=[parsed.tenant])))
+            own = tenant_settings(settings, tenant)
+            lock = api.Lock(wait=self.line.lock_wait_seconds)
+            if parsed.command == "converge":
+                judged = judge_done(_run(api.converge(own, lock=lock, observers=self.observers)))
+                changed = sum(1 for r in judged.result.results if r.action.action != "unchanged")
+                judged.outcome, judged.result = ("done" if changed else "already at target"), judged.result.to_json()
+            else:
+                call = api.up if parsed.command == "up" else api.down
+                judged = judge_run(_run(call(own, lock=lock, observers=self.observers)))
+                judged.result = judged.result.to_json()
+            row.outcome, row.applied, row.rolled_back, row.result = judged.outcome, judged.applied, judged.rolled_back, judged.result
+        except LockHeldError as exc:
+            if time.time() < parsed.wait_until:
+                raise task.retry(args=(payload,), countdown=self.line.poll_seconds, max_retries=None) from None
+            row.outcome, row.error = "locked", api.TenantError(exc.kind, int(exc.exit_code), api.redact(exc.message))
+        except MongoshiftError as exc:
+            row.outcome, row.error = "failed", api.TenantError(exc.kind, int(exc.exit_code), api.redact(exc.message))
+            results = exc.details.get("results")
+            statuses = [r.get("status") for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+            row.applied, row.rolled_back = statuses.count("applied"), statuses.count("reverted")
+        row.duration_ms = int((time.monotonic() - started) * 1000)
+        return row.to_json(result=lambda r: r)
 
     # -- converge, verify, audit --------------------------------------------------------------
 

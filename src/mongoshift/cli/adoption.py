@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 import click
 
 from .app import WAIT_HELP, confirm, global_options, output, run_async, settings
+from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
     from ..api.adoption import AdoptionReport
+    from ..tenants.report import Judged
 
 TOOLS = ("migrate-mongo", "beanie", "pymongo-migrate", "mongodb-migrations")
 
@@ -23,21 +25,29 @@ TOOLS = ("migrate-mongo", "beanie", "pymongo-migrate", "mongodb-migrations")
 @click.option("--force", is_flag=True, help="Import although mongoshift's changelog already holds other records.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@tenant_options
 @global_options
 def import_command(
     tool: str, collection: str | None, map_file: Path | None, dry_run: bool, force: bool, no_lock: bool, wait: float | None
-) -> None:
+) -> int:
     """Record what another tool applied as applied here (forward-only); its collection is only read."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
 
     s = settings()
+    if (tenants := requested()) is not None:
+        return across(
+            s, tenants, "import",
+            lambda ms: ms.import_history(tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=Lock(not no_lock, wait)),
+            judge=_judged, result_json=lambda r: r.to_json(),
+        )
     report = run_async(
         lambda cancel: per_call(s, cancel=cancel).import_history(
             tool, collection=collection, map_file=map_file, dry_run=dry_run, force=force, lock=Lock(not no_lock, wait)
         )
     )
     _render(report)
+    return 0
 
 
 @click.command()
@@ -46,17 +56,32 @@ def import_command(
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@tenant_options
 @global_options
-def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | None) -> None:
+def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | None) -> int:
     """Mark every pending file up to NAME applied without running it (the database already has its changes)."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
 
     s = settings()
+    tenants = requested()
     if not dry_run:
-        confirm(f"Mark every pending migration up to {to} applied without running it?", yes)
+        confirm(f"Mark every pending migration up to {to} applied without running it{' in every selected tenant' if tenants else ''}?", yes)
+    if tenants is not None:
+        return across(
+            s, tenants, "baseline", lambda ms: ms.baseline(to, dry_run=dry_run, lock=Lock(not no_lock, wait)),
+            judge=_judged, result_json=lambda r: r.to_json(),
+        )
     report = run_async(lambda cancel: per_call(s, cancel=cancel).baseline(to, dry_run=dry_run, lock=Lock(not no_lock, wait)))
     _render(report)
+    return 0
+
+
+def _judged(report: AdoptionReport) -> Judged:
+    """``import`` / ``baseline`` in one tenant: ``applied`` counts the files recorded (or, dry, that would be)."""
+    from ..tenants.report import Judged  # start-up time: loaded only when a command runs across tenants
+
+    return Judged("done" if report.adopted else "already at target", applied=len(report.adopted), result=report)
 
 
 def _render(report: AdoptionReport) -> None:

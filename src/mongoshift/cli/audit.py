@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .app import global_options, output, run_async, settings
+from .tenants import across, requested, tenant_options
 
 
 @click.command()
@@ -16,12 +19,24 @@ from .app import global_options, output, run_async, settings
     metavar="SECONDS",
     help="How long a pending background migration may wait for a runner, or a running one go without a lane, before audit warns.",
 )
+@tenant_options
 @global_options
 def audit(stale_after: float) -> int:
     """Check the migration line and the background migrations; read-only. Exit 0 healthy, 40 warnings, 22 a failed check."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+        def judged(report: Any) -> Judged:
+            code = int(report.exit_code)
+            fails = sum(1 for f in report.findings if f.severity == "fail")
+            kind = "audit_failed" if fails else "audit_warnings"
+            error = TenantError(kind, code, f"{fails} failed, {len(report.findings) - fails} warning(s)") if code else None
+            return Judged("done", error=error, result=report)
+
+        return across(s, tenants, "audit", lambda ms: ms.audit(stale_after=stale_after), judge=judged, result_json=lambda r: r.to_json())
     report = run_async(lambda cancel: per_call(s).audit(stale_after=stale_after))
     out = output()
     if out.json_mode:

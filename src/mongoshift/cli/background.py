@@ -16,16 +16,20 @@ from ..errors import (
     ExitCode,
     MongoshiftError,
     RunAbortedError,
+    TenantsInvalidError,
 )
 from ..project.run import CancelSignal
 from .app import confirm, global_options, output, run_async, settings
+from .tenants import across, given, requested, tenant_options
 
 if TYPE_CHECKING:
+    from ..api.tenants import Tenants
     from ..background.inspect.drift import Verified
     from ..background.inspect.status import BackgroundReport
     from ..background.state.controls import Action
     from ..background.state.model import WatchRecord
     from ..project.settings import Settings
+    from ..tenants.report import RolloutReport
 
 
 @click.group(name="background")
@@ -136,6 +140,7 @@ def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
     help="Without a terminal (CI, Kubernetes): log one progress line per migration this often (0.1 to 86400).",
 )
 @click.option("--once", is_flag=True, help="One round (a coordinator step and one slice per lane), then exit: 0 when nothing is left, 31 when work remains.")
+@tenant_options
 @global_options
 def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float, once: bool) -> int:
     """Run background migrations in this process until they end; Ctrl-C stops at the next batch.
@@ -150,6 +155,8 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
 
     s = settings()
     out = output()
+    if (tenants := requested()) is not None:
+        return _run_across(s, tenants, None if all_ else list(names), concurrency, once)
 
     interrupted = False
 
@@ -177,6 +184,29 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     if verdict is not None:
         raise verdict
     return 0
+
+
+def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurrency: int, once: bool) -> int:
+    """``background run --all-tenants``: this process's ``--concurrency`` lanes shared between the tenants, one
+    lane each, so ``--concurrency`` tenants run at once and a tenant with a huge collection never holds more
+    than one lane; each tenant's migrations run to their end (``--once``: one round), then the next tenant starts."""
+    from dataclasses import replace
+
+    from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+    if given("parallel"):
+        raise TenantsInvalidError("background run shares its --concurrency lanes between tenants (one lane each): use --concurrency, not --parallel")
+
+    def judged(reports: list[BackgroundReport]) -> Judged:
+        verdict = run_verdict(reports, once=once)
+        if verdict is not None:
+            return Judged(error=TenantError(verdict.kind, int(verdict.exit_code), verdict.message), result=reports)
+        return Judged("done" if reports else "already at target", result=reports)
+
+    return across(
+        s, replace(tenants, parallel=concurrency), "background run", lambda ms: ms.background.run(names, concurrency=1, once=once),
+        judge=judged, result_json=lambda reports: [r.to_json() for r in reports],
+    )
 
 
 def _nothing_to_run(s: Settings) -> None:
@@ -237,6 +267,7 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
 @click.argument("name", required=False)
 @click.option("--partitions", "show_partitions", is_flag=True, help="List the partitions of NAME's current pass.")
 @click.option("--check", is_flag=True, help="Exit 32 if any failed, 31 if any is not completed.")
+@tenant_options
 @global_options
 def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     """Status, pass, partitions, leases, totals, rate and ETA of background migrations."""
@@ -245,6 +276,10 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
 
     s = settings()
     out = output()
+    if (tenants := requested(reading=True)) is not None:
+        if show_partitions:
+            raise ConfigInvalidError("--partitions shows one database's partitions: use --db TENANT")
+        return _status_across(s, tenants, name, check)
     if show_partitions:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
@@ -280,6 +315,32 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
             out.warn("background migrations are not all completed")
             return int(ExitCode.BACKGROUND_PENDING)
     return 0
+
+
+def _status_across(s: Settings, tenants: Tenants, name: str | None, check: bool) -> int:
+    """``background status`` of each tenant: per tenant, migration, state and progress; ``--check`` fails a tenant
+    with a failed (32) or unfinished (31) migration."""
+    from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+    def judged(reports: list[BackgroundReport]) -> Judged:
+        error = None
+        if check and any(r.status == "failed" for r in reports):
+            error = TenantError("background_failed", int(ExitCode.BACKGROUND_FAILED), "a background migration failed")
+        elif check and any(r.status != "completed" for r in reports):
+            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), "background migrations are not all completed")
+        return Judged("done", error=error, result=reports)
+
+    def per_tenant(report: RolloutReport) -> None:
+        rows = [
+            (row.name, r.name, r.status, f"{r.partitions_done}/{r.partitions_total}", r.totals.get("migrated", 0), r.remaining)
+            for row in report.rows for r in (row.result or [])
+        ]
+        output().table(["tenant", "migration", "state", "partitions done", "migrated", "remaining"], rows, title="background migrations")
+
+    return across(
+        s, tenants, "background status", lambda ms: ms.background.status(name), judge=judged, scan=False,
+        result_json=lambda reports: [r.to_json() for r in reports], before_table=per_tenant,
+    )
 
 
 def _render_watchers(watchers: list[WatchRecord]) -> None:
@@ -338,8 +399,21 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
     from ..background.state.events import shown_by_caller
 
     s = settings()
+    tenants = requested()
     if action in ("cancel", "unlock") or from_start:
-        confirm(f"{action}{' from the start' if from_start else ''} {name}?", yes)
+        confirm(f"{action}{' from the start' if from_start else ''} {name}{' in every selected tenant' if tenants else ''}?", yes)
+    if tenants is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when this command runs
+
+        code = across(
+            s, tenants, f"background {action}",
+            lambda ms: ms.background.control(name, action, reason=reason, from_start=from_start),
+            judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False,
+            result_json=lambda r: {"name": r.name, "action": r.action, "applied": r.applied, "status": r.status},
+        )
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     with shown_by_caller("control"):  # the line below says it
         result = run_async(lambda cancel: per_call(s).background.control(name, action, reason=reason, from_start=from_start))
     out = output()
@@ -390,6 +464,7 @@ YES = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmatio
 @background.command()
 @click.argument("name")
 @REASON
+@tenant_options
 @global_options
 def pause(name: str, reason: str | None) -> None:
     """Pause NAME: lanes stop at their next batch."""
@@ -399,6 +474,7 @@ def pause(name: str, reason: str | None) -> None:
 @background.command()
 @click.argument("name")
 @REASON
+@tenant_options
 @global_options
 def resume(name: str, reason: str | None) -> None:
     """Resume a paused NAME from its checkpoints."""
@@ -409,6 +485,7 @@ def resume(name: str, reason: str | None) -> None:
 @click.argument("name")
 @REASON
 @YES
+@tenant_options
 @global_options
 def cancel(name: str, reason: str | None, yes: bool) -> None:
     """Cancel NAME (retry brings it back)."""
@@ -421,6 +498,7 @@ def cancel(name: str, reason: str | None, yes: bool) -> None:
 @click.option("--repin", "repin_", is_flag=True, help="Pin the file as it is on disk first (after fixing the code).")
 @REASON
 @YES
+@tenant_options
 @global_options
 def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bool) -> None:
     """Retry a failed or cancelled NAME (or reopen a completed one)."""
@@ -451,10 +529,23 @@ def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
 @click.argument("name")
 @REASON
 @YES
+@tenant_options
 @global_options
 def repin(name: str, reason: str | None, yes: bool) -> None:
     """Pin NAME's file as it is on disk now, so lanes run this version (after a deploy changed it)."""
-    confirm(f"Pin the current file of {name}? Lanes running the old code will wait.", yes)
+    tenants = requested()
+    confirm(f"Pin the current file of {name}{' in every selected tenant' if tenants else ''}? Lanes running the old code will wait.", yes)
+    if tenants is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when this command runs
+
+        code = across(
+            settings(), tenants, "background repin", lambda ms: ms.background.repin(name, reason=reason),
+            judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False,
+            result_json=lambda r: {"name": r.name, "applied": r.applied, "checksum": r.checksum, "replan": r.replan},
+        )
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     _repin(name, reason)
 
 
@@ -462,6 +553,7 @@ def repin(name: str, reason: str | None, yes: bool) -> None:
 @click.argument("name")
 @REASON
 @YES
+@tenant_options
 @global_options
 def unlock(name: str, reason: str | None, yes: bool) -> None:
     """Clear NAME's leases and coordinator lock (after lanes were killed and you cannot wait for the TTL)."""
@@ -472,6 +564,7 @@ def unlock(name: str, reason: str | None, yes: bool) -> None:
 @click.argument("names", nargs=-1)
 @click.option("--reopen", is_flag=True, help="Give each migration where old shapes are found one more pass (then 'background run' does it).")
 @click.option("--report", is_flag=True, help="Only report what is found (the default).")
+@tenant_options
 @global_options
 def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     """Look once for old-shape documents written after each completed migration (NAMEs, or all).
@@ -484,6 +577,19 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     from ..background.state.events import shown_by_caller
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+        def judged(results: list[Verified]) -> Judged:
+            behind = [r.migration for r in results if r.found or r.stranded]
+            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), f"old shapes found: {', '.join(behind)}") if behind else None
+            return Judged("done", error=error, result=results)
+
+        with shown_by_caller("drift"):
+            return across(
+                s, tenants, "background verify", lambda ms: ms.background.verify(list(names) or None, reopen=reopen),
+                judge=judged, scan=False, result_json=lambda results: [r.to_json() for r in results],
+            )
     with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
         results = run_async(lambda cancel: per_call(s).background.verify(list(names) or None, reopen=reopen))
     out = output()

@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from ..background.inspect.status import BackgroundReport
+from ..background.inspect.status import BackgroundReport, pace_words
 
 
 def clock(seconds: float | None) -> str:
@@ -84,6 +84,7 @@ def details(r: BackgroundReport) -> list[tuple[str, str]]:
         ("writes", f"{t['conflicts']:,} conflicts, {t['retried']:,} retried, {t['batches']:,} batches, {t['txn_retries']:,} transaction retries"),
         ("partitions", f"{r.partitions_done} done of {r.partitions_total}, {r.partitions_open} open, {r.partitions_failed} failed, {r.leases} leased"),
         ("rate", f"{rate(r)}, ETA {clock(r.eta_seconds)}, elapsed {clock(r.elapsed_seconds)}"),
+        *(("batch size", line) for line in pace_words(r.batch_size)),
         ("registered", _when(r.registered_at)),
         ("started", _when(r.started_at)),
         ("completed", _when(r.completed_at)),

@@ -9,6 +9,7 @@ import click
 
 from ..errors import ConvergeFailedError, ExitCode
 from .app import WAIT_HELP, can_ask, global_options, output, run_async, settings
+from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
     from ..api.options import Confirmation
@@ -70,6 +71,7 @@ def interactive_confirm(yes: bool) -> Confirmation:
 @click.option("--no-lock", is_flag=True, help="Do not take the migration lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @click.option("--reason", metavar="TEXT", help="Why: recorded in the converge log (at most 512 characters).")
+@tenant_options
 @global_options
 def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock: bool, wait: float | None, reason: str | None) -> int:
     """Create, modify, rebuild or (with --prune) drop indexes and validators to match the declared collections."""
@@ -78,6 +80,8 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
 
     s = settings()
     out = output()
+    if (tenants := requested(reading=dry_run or check)) is not None:
+        return _converge_across(s, tenants, dry_run=dry_run, check=check, prune=prune, yes=yes, lock=Lock(not no_lock, wait), reason=reason)
     if dry_run or check:
         report = run_async(lambda cancel: per_call(s).collections.plan(prune=prune, check=check))
         render(report, title="check: nothing was written" if check else "dry run: nothing was written")
@@ -111,3 +115,24 @@ def _render_failed(body: dict[str, Any]) -> None:
     ]
     if rows:
         output().table(["collection", "target", "name", "action", "status", "note"], rows)
+
+
+def _converge_across(s: Any, tenants: Any, *, dry_run: bool, check: bool, prune: bool, yes: bool, lock: Any, reason: str | None) -> int:
+    """``converge`` in each selected tenant: ``--dry-run`` / ``--check`` read every tenant (a tenant that differs
+    fails the check with 28, one whose plan has a conflict with 27); a real converge asks nothing: ``--yes``
+    allows its destructive steps, else they are refused in each tenant."""
+    from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+    def judged(report: ConvergeReport) -> Judged:
+        if check and not report.in_sync:
+            return Judged(error=TenantError("collections_drift", int(ExitCode.COLLECTIONS_DRIFT), f"{len(report.drift)} difference(s)"), result=report)
+        if report.conflicts:
+            return Judged(error=TenantError("converge_failed", int(ExitCode.CONVERGE_FAILED), f"{len(report.conflicts)} conflict(s)"), result=report)
+        changed = sum(1 for a in report.actions if a.action != "unchanged")
+        return Judged("done" if changed else "already at target", applied=0 if dry_run or check else changed, result=report)
+
+    if dry_run or check:
+        return across(s, tenants, "converge --check" if check else "converge --dry-run",
+                      lambda ms: ms.collections.plan(prune=prune, check=check), judge=judged, scan=False, result_json=lambda r: r.to_json())
+    return across(s, tenants, "converge", lambda ms: ms.collections.converge(prune=prune, confirm=yes, lock=lock, reason=reason),
+                  judge=judged, scan=False, result_json=lambda r: r.to_json())

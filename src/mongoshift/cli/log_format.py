@@ -1,7 +1,7 @@
 """``--log-format json``: every stderr line one JSON object, for log collectors.
 
 A line has ``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, and when the
-record carries them ``run_id``, ``migration``, ``direction``, ``attempt`` (``ctx.logger``
+record carries them ``run_id``, ``tenant`` (a command across tenants), ``migration``, ``direction``, ``attempt`` (``ctx.logger``
 and ``ctx.log`` lines), ``event`` (an event's kind, with ``-v``) and ``data`` (BSON values as
 relaxed extended JSON). Warnings and the final error are lines too. A traceback is
 redacted as in text mode.
@@ -17,7 +17,7 @@ from typing import Any
 from ..project.redaction import redact
 
 #: Record attributes copied into the line when present.
-CORRELATION = ("run_id", "migration", "direction", "attempt", "event")
+CORRELATION = ("run_id", "tenant", "migration", "direction", "attempt", "event")
 
 
 def json_line(level: str, message: str, *, logger: str = "mongoshift", created: float | None = None, **fields: Any) -> str:

@@ -32,6 +32,7 @@ from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
 from .output import Output, release_stdout
+from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
     from pymongo.errors import PyMongoError
@@ -131,20 +132,34 @@ def _render_report(report: api.RunReport) -> None:
 @click.option(
     "--converge/--no-converge", "converge", default=None, help="End a bulk up with a converge of the declared collections (default: converge_after_up)."
 )
+@tenant_options
 @global_options
 def up(
     file: str | None, to: str | None, step: bool, force: bool, label: int | None, ordered: bool, yes: bool, strict: bool | None,
     no_lock: bool, wait: float | None, converge: bool | None,
-) -> None:
+) -> int:
     """Apply pending migrations, or FILE alone."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
 
     s = settings()
+    tenants = requested()
     if force:
         if not file:
             raise ConfigInvalidError("--force re-runs one named FILE; name it")
-        confirm(f"Run {file} again although it is applied?", yes)
+        confirm(f"Run {file} again although it is applied{' in every selected tenant' if tenants else ''}?", yes)
+    if tenants is not None:
+        from ..api.tenants import judge_run  # start-up time: the API loads when a command runs
+
+        # one question cannot be asked of many tenants at once: --yes allows destructive converge steps, else they are refused
+        return across(
+            s, tenants, "up",
+            lambda ms: ms.up(
+                file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
+                converge=converge, confirm=yes, batch=label, ordered=ordered,
+            ),
+            judge=judge_run, result_json=lambda r: r.to_json(),
+        )
     confirmation = interactive_confirm(yes)
     report = run_async(
         lambda cancel: per_call(s, cancel=cancel).up(
@@ -153,6 +168,7 @@ def up(
         )
     )
     _render_report(report)
+    return 0
 
 
 @cli.command()
@@ -163,32 +179,50 @@ def up(
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@tenant_options
 @global_options
-def down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, no_lock: bool, wait: float | None) -> None:
+def down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, no_lock: bool, wait: float | None) -> int:
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
 
     s = settings()
+    if (tenants := requested()) is not None:
+        from ..api.tenants import judge_run  # start-up time: the API loads when a command runs
+
+        return across(
+            s, tenants, "down",
+            lambda ms: ms.down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered),
+            judge=judge_run, result_json=lambda r: r.to_json(),
+        )
     report = run_async(
         lambda cancel: per_call(s, cancel=cancel).down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered)
     )
     _render_report(report)
+    return 0
 
 
 @cli.command()
 @click.argument("file", required=False)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@tenant_options
 @global_options
-def redo(file: str | None, no_lock: bool, wait: float | None) -> None:
+def redo(file: str | None, no_lock: bool, wait: float | None) -> int:
     """Roll back and re-apply FILE (default: the most recently applied migration)."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
 
     s = settings()
+    if (tenants := requested()) is not None:
+        from ..api.tenants import judge_run  # start-up time: the API loads when a command runs
+
+        return across(
+            s, tenants, "redo", lambda ms: ms.redo(file, lock=Lock(not no_lock, wait)), judge=judge_run, result_json=lambda r: r.to_json()
+        )
     report = run_async(lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait)))
     _render_report(report)
+    return 0
 
 
 def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
@@ -211,12 +245,15 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
     is_flag=True,
     help="Fail when work is unfinished (for CI): 8 missing file, 32 background failed, 2 pending, 31 background not completed.",
 )
+@tenant_options
 @global_options
 def status(check: bool) -> int:
     """Show every migration and whether it is applied."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        return _status_across(s, tenants, check)
     rows = run_async(lambda cancel: per_call(s).status())
     _render_rows(rows)
     pending = [r.name for r in rows if r.pending]
@@ -236,16 +273,38 @@ def status(check: bool) -> int:
     return 0
 
 
+def _status_across(s: Any, tenants: Any, check: bool) -> int:
+    """``status --tenants``: per migration file, in how many tenants it is applied, pending, failed; per tenant, its verdict."""
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+    from ..api.tenants import judge_status, migration_counts
+
+    def counts_table(report: Any) -> None:
+        rows = [(c["migration"], c["applied"], c["pending"], c["failed"], c["other"]) for c in migration_counts(report)]
+        output().table(["migration", "applied in", "pending in", "failed in", "other"], rows, title="migrations across tenants")
+
+    return across(
+        s, tenants, "status", lambda ms: ms.status(), judge=judge_status(check),
+        result_json=lambda rows: api.rows_to_json(rows), extra_json=lambda report: {"migrations": migration_counts(report)},
+        before_table=counts_table,
+    )
+
+
 @cli.command(name="list")
 @click.option("--pending", "only", flag_value="pending", help="Only pending migrations.")
 @click.option("--applied", "only", flag_value="applied", help="Only applied migrations.")
+@tenant_options
 @global_options
-def list_(only: Literal["pending", "applied"] | None) -> None:
+def list_(only: Literal["pending", "applied"] | None) -> int:
     """List migrations, optionally only pending or applied ones."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        from ..api import migrations as api  # start-up time: the API loads when a command runs
+
+        return across(s, tenants, "list", lambda ms: ms.migrations(only), result_json=lambda rows: api.rows_to_json(rows))
     _render_rows(run_async(lambda cancel: per_call(s).migrations(only)))
+    return 0
 
 
 @cli.group(name="dry-run")
@@ -282,12 +341,19 @@ def _render_dry(report: api.DryRunReport) -> None:
 @click.option("--strict", is_flag=True, default=None, help="Refuse, as 'up --strict' would, if an applied file changed on disk.")
 @click.option("--batch", "label", type=click.IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
 @click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
+@tenant_options
 @global_options
-def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None, label: int | None, ordered: bool) -> None:
+def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bool | None, label: int | None, ordered: bool) -> int:
     """What 'up' would apply."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        return across(
+            s, tenants, "dry-run up",
+            lambda ms: ms.plan("up", file, to=to, step=step, force=force, strict=strict or None, batch=label, ordered=ordered),
+            judge=_judge_dry, result_json=_dry_json,
+        )
     _render_dry(
         run_async(
             lambda cancel: per_call(s).plan(
@@ -295,6 +361,7 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
             )
         )
     )
+    return 0
 
 
 @dry_run.command(name="down")
@@ -303,41 +370,83 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 @click.option("--steps", type=click.IntRange(min=1))
 @click.option("--to", "to", metavar="NAME")
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
+@tenant_options
 @global_options
-def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool) -> None:
+def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool) -> int:
     """What 'down' would roll back."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        return across(
+            s, tenants, "dry-run down", lambda ms: ms.plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered),
+            judge=_judge_dry, result_json=_dry_json,
+        )
     _render_dry(run_async(lambda cancel: per_call(s).plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered)))
+    return 0
+
+
+def _judge_dry(report: Any) -> Any:
+    """A dry run across tenants: ``applied`` / ``rolled back`` count what the real command would run in that tenant."""
+    from ..tenants.report import Judged  # start-up time: loaded when a dry run across tenants is judged
+
+    ups = sum(1 for r in report.rows if r.direction == "up")
+    return Judged("done" if report.rows else "already at target", applied=ups, rolled_back=len(report.rows) - ups, result=report)
+
+
+def _dry_json(report: Any) -> dict[str, Any]:
+    from ..api import migrations as api  # start-up time: the API loads when a command runs
+
+    return {"dry_run": api.rows_to_json(report.rows), "warnings": report.warnings, "waiting": report.waiting}
 
 
 # ---------------------------------------------------------------- the lock
 
 
 @cli.command()
+@tenant_options
 @global_options
-def lock() -> None:
+def lock() -> int:
     """Show who holds the migration lock."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        def holders(report: Any) -> None:
+            rows = [(r.name, r.result.describe() if r.result is not None else ("free" if r.ok else "")) for r in report.rows]
+            output().table(["tenant", "lock"], rows)
+
+        return across(
+            s, tenants, "lock", lambda ms: ms.lock_status(), scan=False,
+            result_json=lambda holder: {"held": True, "holder": holder.__dict__}, before_table=holders,
+        )
     holder = run_async(lambda cancel: per_call(s).lock_status())
     out = output()
     if out.json_mode:
         out.json({"held": holder is not None, "holder": holder.__dict__ if holder else None})
     else:
         out.say(f"held by {holder.describe()}" if holder else "the lock is free")
+    return 0
 
 
 @cli.command()
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@tenant_options
 @global_options
-def unlock(yes: bool) -> None:
+def unlock(yes: bool) -> int:
     """Clear a stuck migration lock (for example after a run was killed)."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if (tenants := requested(reading=True)) is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when a command runs across tenants
+
+        confirm("Clear the migration lock of every selected tenant, whoever holds it?", yes)
+        return across(
+            s, tenants, "unlock", lambda ms: ms.unlock(), scan=False,
+            judge=lambda holder: Judged("done" if holder is not None else "already at target", result=holder),
+            result_json=lambda holder: {"cleared": True, "holder": holder.__dict__},
+        )
     holder = run_async(lambda cancel: per_call(s).lock_status())
     out = output()
     if holder is None:
@@ -345,13 +454,14 @@ def unlock(yes: bool) -> None:
             out.json({"cleared": False, "holder": None})
         else:
             out.say("the lock is free: nothing to clear")
-        return
+        return 0
     confirm(f"Clear the lock held by {holder.describe()}?", yes)
     cleared = run_async(lambda cancel: per_call(s).unlock())
     if out.json_mode:
         out.json({"cleared": cleared is not None, "holder": cleared.__dict__ if cleared else None})
     else:
         out.say("lock cleared" if cleared else "the lock was already gone")
+    return 0
 
 
 # ---------------------------------------------------------------- embedded server and demo

@@ -33,6 +33,7 @@ from pydantic import (
 
 from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
+from ..schema.tenants import TenantsDeclaration
 from ..schema.validation import declared_name, loc_path
 from .env_file import read_env_file
 
@@ -98,6 +99,8 @@ class Settings(BaseModel):
     collections_dir: Path = Path("collections")
     converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME, validate_default=True)
     converge_after_up: bool = False
+    #: Which databases are the project's tenants (``[tenants]``; docs/tenants.md); None: a single-database project.
+    tenants: TenantsDeclaration | None = None
 
     @field_validator(*OWN_COLLECTION_SETTINGS)
     @classmethod
@@ -252,8 +255,8 @@ def _suggestion(key: str) -> str:
 
 
 #: Settings whose file value is not type-checked here: paths (a file gives text, made
-#: relative to the file) and declarations (their models are strict themselves).
-_NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "collections"})
+#: relative to the file) and declarations and ``[tenants]`` (their models are strict themselves).
+_NOT_SCALAR = frozenset({"migrations_dir", "template_path", "collections_dir", "collections", "tenants"})
 
 
 @functools.cache

@@ -34,15 +34,32 @@ class Partitions(BaseModel):
     sample_size: StrictInt | None = Field(default=None, ge=1, le=100_000)
 
 
+#: Without ``adaptive.max_batch_size``, a lane may grow its batches to this many times ``batch_size``, up to MAX_DEFAULT.
+MAX_FACTOR = 10
+MAX_DEFAULT = 10_000
+
+
 class Adaptive(BaseModel):
-    """Additive increase / multiplicative decrease of the batch size on write latency."""
+    """The batch size a lane settles on by itself: a target share of its time working, each
+    batch within ``target_latency_ms``, between ``min_batch_size`` and ``max_batch_size``
+    (default: ten times ``batch_size``, at most 10,000). See :mod:`mongoshift.background.lanes.throttle`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: The share of a lane's cycle (the waits before a batch and the batch) spent reading and writing, in percent.
+    target_work_percent: StrictInt = Field(default=90, ge=10, le=95)
     target_latency_ms: StrictInt = Field(default=500, ge=1, le=600_000)
     min_batch_size: StrictInt = Field(default=10, ge=1, le=10_000)
     max_batch_size: StrictInt | None = Field(default=None, ge=1, le=10_000)
     max_pause_ms: StrictInt = Field(default=30_000, ge=0, le=3_600_000)
+
+    def bounds(self, batch_size: int) -> tuple[int, int]:
+        """``(min, max)`` batch size for a spec whose ``batch_size`` (the start) is given: without
+        ``max_batch_size``, :data:`MAX_FACTOR` times ``batch_size``, at most :data:`MAX_DEFAULT`;
+        a ``batch_size`` under ``min_batch_size`` is the lower bound, so the start is always as given
+        unless ``max_batch_size`` is below it."""
+        high = self.max_batch_size or max(batch_size, min(MAX_DEFAULT, MAX_FACTOR * batch_size))
+        return min(self.min_batch_size, batch_size, high), high
 
 
 def _mentions(value: Any, field: str) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
 
+from ...schema.background import Adaptive
 from ..state.failures import RECENT_SHOWN, counted, shown
 from ..state.model import COUNTERS, Partition, State, aware
 from ..state.store import BackgroundStore
@@ -112,6 +113,9 @@ class BackgroundReport:
     warnings: list[str] = field(default_factory=list)
     #: While blocked: the migrations it requires that are not done yet.
     waits_for: list[str] = field(default_factory=list)
+    #: How its batches are sized (:func:`batch_sizing`): the adaptive controller's bounds and targets,
+    #: and its state on each open partition (the size a lane works it at, and why).
+    batch_size: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -179,7 +183,91 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
         doc_error_counts=counted(error_counts, entries),
         warnings=warnings,
         waits_for=list(state.waits_for),
+        batch_size=batch_sizing(state, parts),
     )
+
+
+#: Open partitions whose batch size ``background status NAME`` lists, leased ones first.
+PACE_SHOWN = 8
+
+
+def batch_sizing(state: State, parts: list[Partition]) -> dict[str, Any]:
+    """How the batches of ``state`` are sized: ``mode`` (``adaptive``, ``fixed`` with ``adaptive=False``,
+    ``transaction``: halved on a failed transaction, grown back, or ``step``), the ``start``
+    (``batch_size``) and, when adaptive, its bounds, targets and the controller's saved state on the
+    open partitions (``lanes``: ``partition``, ``leased``, ``batch_size``, ``pause_ms``, ``reason``,
+    ``work_percent``, ``batch_ms``; numbers and words only)."""
+    spec = state.spec
+    start = int(spec.get("batch_size") or 0)
+    if state.mode == "step":
+        return {"mode": "step"}
+    if spec.get("transaction"):
+        return {"mode": "transaction", "start": start}
+    options = spec.get("adaptive")
+    if not isinstance(options, dict):
+        return {"mode": "fixed", "start": start}
+    try:
+        adaptive = Adaptive.model_validate(options)
+    except ValueError:  # a registration from another version of mongoshift: say what is known
+        adaptive = Adaptive()
+    low, high = adaptive.bounds(start)
+    open_parts = [p for p in parts if p.status in ("pending", "running") and p.throttle]
+    open_parts.sort(key=lambda p: (p.lease is None, p.seq))
+    lanes = [
+        {
+            "partition": p.seq,
+            "leased": p.lease is not None,
+            **{k: v for k, v in (p.throttle or {}).items() if k in ("batch_size", "pause_ms", "reason", "work_percent", "batch_ms")},
+        }
+        for p in open_parts[:PACE_SHOWN]
+    ]
+    return {
+        "mode": "adaptive",
+        "start": start,
+        "min": low,
+        "max": high,
+        "target_work_percent": adaptive.target_work_percent,
+        "target_latency_ms": adaptive.target_latency_ms,
+        "lanes": lanes,
+        "open": len(open_parts),
+    }
+
+
+def pace_words(sizing: dict[str, Any]) -> list[str]:
+    """``batch_sizing`` in words: one line for the rule, then one per listed partition, with why."""
+    mode, start = sizing.get("mode"), sizing.get("start", 0)
+    if mode == "step" or not sizing:
+        return []
+    if mode == "fixed":
+        return [f"{start:,}, fixed (adaptive=False)"]
+    if mode == "transaction":
+        return [f"up to {start:,}: each transaction's batch is halved when it fails, grown back after clean ones"]
+    aim, target_ms = sizing["target_work_percent"], sizing["target_latency_ms"]
+    lines = [
+        f"adaptive from {start:,}, within {sizing['min']:,}–{sizing['max']:,}: aims at {aim}% of a lane's time "
+        f"reading and writing, batches within {target_ms:,} ms"
+    ]
+    for lane in sizing.get("lanes", []):
+        size, reason = lane.get("batch_size", start), lane.get("reason", "resumed")
+        share, took = lane.get("work_percent"), lane.get("batch_ms")
+        why = {
+            "grow": f"grew, the lane worked {share}% of its time, under {aim}%",
+            "shrink": f"shrank, the lane worked {share}% of its time, over {aim}%",
+            "slow": f"shrank, batches took {took:,} ms, over {target_ms:,} ms" if took is not None else "shrank, batches were slow",
+            "overload": "shrank, the server reported it is overloaded",
+            "conflicts": "shrank, the application wrote documents between their batch's read and write",
+            "recover": "pause shortened, batches within the target again",
+            "start": "as started, no batches judged yet",
+        }.get(reason, "as saved")
+        if reason in ("grow", "shrink") and share is None:
+            why = why.split(",")[0]
+        pause = lane.get("pause_ms") or 0
+        held = " (leased)" if lane.get("leased") else ""
+        lines.append(f"partition {lane['partition']}{held}: {size:,} ({why}){f', adaptive pause {pause:,} ms' if pause else ''}")
+    hidden = sizing.get("open", 0) - len(sizing.get("lanes", []))
+    if hidden > 0:
+        lines.append(f"and {hidden} more open partition(s)")
+    return lines
 
 
 async def zero_migrated_warning(collection: AsyncCollection[dict[str, Any]], state: State) -> str | None:

@@ -42,7 +42,7 @@ from ..write.job import Job
 from ..write.transaction import TransactionsUnsupported
 from .context import EngineContext
 from .health import wait_while_unhealthy
-from .modes import LeaseActivity, Mode, PartitionWork, mode_for, settle_left_batch
+from .modes import LeaseActivity, Mode, PartitionWork, PlainBatches, mode_for, settle_left_batch
 from .share import may_claim
 from .throttle import AdaptiveController, ThrottleContext, ThrottleReport, before_batch
 
@@ -72,6 +72,9 @@ class Lane:
         self.id = lane_id
         self.activity = LeaseActivity()
         self.throttle = ThrottleReport(engine.now)
+        #: The adaptive controller's state when this lane's last slice ended: where it starts on a
+        #: partition that has none saved (a fresh one), instead of ``batch_size`` again.
+        self.pace: dict[str, Any] | None = None
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure.
@@ -219,7 +222,10 @@ class Lane:
         deadline = engine.now() + slice_ms / 1000
         mode = mode_for(job)
         job.shard_key = partition.scope.key_fields
-        adaptive = AdaptiveController(spec.adaptive, spec.batch_size, partition.throttle) if isinstance(spec.adaptive, Adaptive) else None
+        # Only plain batches are sized by the controller: a transaction's batch is halved and grown
+        # back by its own rules (see ..write.transaction), and a step has no batch.
+        options = spec.adaptive if isinstance(mode, PlainBatches) else False
+        adaptive = AdaptiveController(options, spec.batch_size, partition.throttle or self.pace) if isinstance(options, Adaptive) else None
         work = PartitionWork(
             engine=engine,
             job=job,
@@ -235,7 +241,11 @@ class Lane:
             throttle=self.throttle,
         )
         await settle_left_batch(work)
-        outcome = await self._batches(job, state, spec, partition, lost, counters, mode, work, adaptive)
+        try:
+            outcome = await self._batches(job, state, spec, partition, lost, counters, mode, work, adaptive)
+        finally:
+            if adaptive is not None:
+                self.pace = adaptive.state()
         if outcome.outcome != "lost" and not await mode.finish(work):
             return SliceResult("lost", counters)
         return outcome
@@ -265,6 +275,7 @@ class Lane:
                 return SliceResult(halt, counters)
             if batches > 0 and engine.now() >= deadline:
                 return SliceResult("yielded", counters)
+            cycle_started = engine.now()  # the adaptive controller's cycle: these reads and waits, then the batch
             if look:
                 control = await self._control(state, partition)
                 if control is not None:
@@ -280,10 +291,9 @@ class Lane:
                 first=batches == 0,
                 cancel=engine.cancel,
             )
-            if health:
-                waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set)
-                if waited:
-                    work.throttled("health", waited_ms=waited)
+            waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set) if health else 0.0
+            if waited:
+                work.throttled("health", waited_ms=waited)
             # A stop (or a lost lease) during the waits above ends the slice before its batch:
             # the wait was cut short for that, not to write one more batch sooner.
             if (halt := _interrupted(engine, lost)) is not None:
@@ -292,6 +302,8 @@ class Lane:
             # one read of the control fields, only when the wait was long enough for one to come.
             if engine.now() - wait_started >= CONTROL_RECHECK_AFTER_WAIT_S and (control := await self._control(state, partition)) is not None:
                 return SliceResult(control, counters)
+            if adaptive is not None:
+                adaptive.waited((engine.now() - cycle_started) * 1000, health_ms=waited)
             failed_before = counters.get("failed", 0)
             try:
                 progress = await mode.advance(work, cursor, size)

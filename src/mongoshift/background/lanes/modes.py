@@ -112,15 +112,10 @@ class PartitionWork:
     def throttled(self, change: str, *, waited_ms: float = 0.0, **state: int) -> None:
         """A change of pace: a ``throttle`` event when the lane's report is due (see :class:`ThrottleReport`).
 
-        A change of the adaptive controller also carries why: the batch's write latency and the target."""
+        A change of the adaptive controller also carries why: its measures and targets (:meth:`.AdaptiveController.why`)."""
         adaptive = self.adaptive
-        if adaptive is not None and change != "health" and adaptive.latency_ms is not None:
-            state = {
-                **state,
-                "latency_ms": round(adaptive.latency_ms),
-                "target_ms": adaptive.options.target_latency_ms,
-                "min_batch_size": adaptive.min_size,
-            }
+        if adaptive is not None and change != "health":
+            state = {**state, **adaptive.why()}
         data = self.throttle.note(change, waited_ms=waited_ms, **state)
         if data is not None:
             self.engine.events.emit("throttle", self.job.name, **data)
@@ -226,6 +221,7 @@ class PlainBatches:
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
         find = work.find(raw, cursor, size)
         docs = await find.to_list(None) if find is not None else []
+        read_ms = (engine.now() - began) * 1000
         control: Any = None
         if docs:
             ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, docs))
@@ -242,13 +238,15 @@ class PlainBatches:
             if adaptive is not None and overloaded(exc):
                 change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
                 if change:
-                    work.throttled(change, **adaptive.state())
+                    work.throttled(change, **adaptive.pace())
             raise
         latency_ms = (engine.now() - started) * 1000
         if adaptive is not None and docs:
-            change = adaptive.record(latency_ms)
+            change = adaptive.record(
+                read_ms + latency_ms, elapsed_ms=(engine.now() - began) * 1000, docs=len(docs), conflicts=result.retried + result.conflicts
+            )
             if change:
-                work.throttled(change, **adaptive.state())
+                work.throttled(change, **adaptive.pace())
         last = decode(docs[-1].raw, collection.codec_options) if docs else None
         next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
         batch_counts = counts_of(result, len(docs))
@@ -413,7 +411,10 @@ class PipelineRanges:
                     matched = await rewrite_range(job, work.collection, filter_, hint=work.hint, session=session)
                     scanned = max(size, matched) if not done else matched
                     counts = {"scanned": scanned, "migrated": matched, "skipped": scanned - matched, "batches": 1}
-                    checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=counts, done=done, session=session)
+                    checkpointed = await engine.store.checkpoint(
+                        work.lease, cursor=next_cursor.to_document(), counters=counts, done=done, session=session,
+                        throttle=adaptive.state() if adaptive is not None else None,  # the pace the range ran at, for status
+                    )
                     if checkpointed is None:
                         await session.abort_transaction()
                         return Progress(False, cursor, False)  # fenced off: nothing of the range is written
@@ -438,9 +439,12 @@ class PipelineRanges:
             add_counts(work.counters, counts)
             latency_ms = (engine.now() - started) * 1000
             if adaptive is not None:
-                change = adaptive.record(latency_ms)
+                # Work: the range's read and its transaction; a conflicting attempt counts as a conflict.
+                change = adaptive.record(
+                    (engine.now() - began) * 1000, elapsed_ms=(engine.now() - began) * 1000, docs=max(matched, 1), conflicts=attempt
+                )
                 if change:
-                    work.throttled(change, **adaptive.state())
+                    work.throttled(change, **adaptive.pace())
             engine.events.emit(
                 "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1),
                 duration_ms=_ms_since(engine, began), range=True, **counts,

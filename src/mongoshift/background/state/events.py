@@ -73,12 +73,22 @@ def describe_throttle(data: dict[str, Any]) -> str:
     """A ``throttle`` event as one sentence: why the pace changed, the pace now, what was folded in."""
     change = data.get("change")
     latency, target = data.get("latency_ms"), data.get("target_ms")
+    share, aim = data.get("work_percent"), data.get("target_percent")
+    took = f"batches took {latency:,} ms on average to read and write" if latency is not None else None
     if change == "slow":
-        why = f"slower, a batch took {latency:,} ms to write, over the {target:,} ms target" if latency is not None else "slower, a batch was slow to write"
+        why = f"smaller, {took}, over the {target:,} ms target" if took else "smaller, batches were slow"
     elif change == "overload":
-        why = "slower, the server reported it is overloaded (a busy or timed-out write)"
+        why = "smaller, the server reported it is overloaded (a busy or timed-out write)"
+    elif change == "conflicts":
+        conflicted = data.get("conflict_percent")
+        many = f"{conflicted}% of the documents" if conflicted is not None else "many documents"
+        why = f"smaller, the application wrote {many} between their batch's read and write"
+    elif change == "grow":
+        why = f"larger, the lane worked {share}% of the time, under the {aim}% target ({took})" if share is not None else "larger"
+    elif change == "shrink":
+        why = f"smaller, the lane worked {share}% of the time, over the {aim}% target ({took})" if share is not None else "smaller"
     elif change == "recover":
-        why = f"faster again, a batch took {latency:,} ms to write, within the {target:,} ms target" if latency is not None else "faster again"
+        why = f"shorter adaptive pause, {took}, within the {target:,} ms target" if took else "shorter adaptive pause"
     elif change == "health":
         why = "waited for the server's health signals (replication lag or a health check)"
     else:

@@ -1,0 +1,244 @@
+"""Any call of the API across a selection of tenant databases (docs/tenants.md).
+
+:func:`across_tenants` selects the tenants (``[tenants]`` and :class:`Tenants`), connects once
+per distinct server, then rolls ``call`` out over one :class:`~mongoshift.api.session.Mongoshift`
+per tenant: the project's settings with that tenant's ``db`` (and the cluster a provider placed
+it on), sharing the client, the migrations folder as read once, the observers and the cancel
+signal. Each tenant keeps its own changelog, lock and background state, exactly as ``--db`` does.
+The ``*_across`` helpers judge the common calls' results (applied counts, ``status --check``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
+
+from ..errors import TenantsInvalidError
+from ..project.connection import connect
+from ..project.events import Event, Events, Observer
+from ..project.run import CancelSignal
+from ..project.server_errors import from_pymongo
+from ..project.session import Project
+from ..project.settings import Settings
+from ..tenants.report import Judged, RolloutReport, TenantError
+from ..tenants.rollout import DEFAULT_PARALLEL, Rollout, roll_out
+from ..tenants.selection import Tenant, TenantFlags, select
+from .options import checked_client, checked_observers
+from .session import Mongoshift
+
+if TYPE_CHECKING:
+    from ..line.plan import StatusRow
+    from .migrations import RunReport
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """Which tenants, and how to roll out across them.
+
+    ``names`` (``--tenant``), ``pattern`` (``--tenants``) or ``all`` (``--all-tenants``, the
+    ``[tenants]`` selection): one of them. ``parallel`` tenants at once (default 4); the first
+    ``canary`` tenants first, the others only if each of them succeeded; ``continue_on_error``
+    goes on after a failure instead of starting no new tenant.
+    """
+
+    names: Sequence[str] = ()
+    pattern: str | None = None
+    all: bool = False
+    parallel: int = DEFAULT_PARALLEL
+    canary: int = 0
+    continue_on_error: bool = False
+
+    def flags(self) -> TenantFlags:
+        if isinstance(self.names, str):
+            raise TenantsInvalidError("Tenants.names takes a list of database names, not one string")
+        return TenantFlags(tuple(self.names), self.pattern, bool(self.all))
+
+    def rollout(self) -> Rollout:
+        return Rollout(self.parallel, self.canary, bool(self.continue_on_error))
+
+
+def judge_run(report: RunReport) -> Judged:
+    """A writing call of the migration line: done when it ran something, already at target when nothing."""
+    applied = sum(1 for r in report.results if r.status == "applied")
+    reverted = sum(1 for r in report.results if r.status == "reverted")
+    return Judged("done" if report.results else "already at target", applied=applied, rolled_back=reverted, result=report)
+
+
+def judge_status(check: bool) -> Callable[[list[StatusRow]], Judged]:
+    """``status``: always done; with ``check`` a tenant behind fails with ``status --check``'s own code."""
+
+    def judged(rows: list[StatusRow]) -> Judged:
+        from ..line.plan import status_verdict  # start-up time: the line's planner loads with a status
+
+        verdict = status_verdict(rows) if check else None
+        error = TenantError(verdict[0].name.lower(), int(verdict[0]), verdict[1]) if verdict else None
+        return Judged("done", error=error, result=rows)
+
+    return judged
+
+
+def judge_done(result: Any) -> Judged:
+    """Any other call: done when it returned."""
+    return Judged("done", result=result)
+
+
+def tenant_settings(settings: Settings, tenant: Tenant) -> Settings:
+    """The project's settings for one tenant: its ``db``, and the cluster a provider placed it on (that URI
+    replaces ``uri``, ``uri_command`` and ``uri_factory``)."""
+    update: dict[str, Any] = {"db": tenant.name}
+    if tenant.uri is not None:
+        update.update(uri=tenant.uri, uri_command=None, uri_factory=None)
+    return settings.model_copy(update=update)
+
+
+async def select_tenants(settings: Settings, tenants: Tenants, *, client: AsyncMongoClient[Any] | None = None) -> list[Tenant]:
+    """The tenants ``tenants`` selects, in order, without running anything (a job system queues one task each);
+    :class:`~mongoshift.errors.TenantsInvalidError` (46) when the selection is refused."""
+    if not isinstance(tenants, Tenants):
+        raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+    flags = tenants.flags().check()
+    base = Project(settings, checked_client(client))
+    resolved = await base.resolve()
+    opened: list[AsyncMongoClient[Any]] = []  # connected only when the selection reads the server's databases
+
+    async def database_names() -> list[str]:
+        if base.client is None and not opened:
+            opened.append(await connect(resolved.model_copy(update={"db": resolved.db or "admin"})))
+        server = base.client or opened[0]
+        try:
+            return list(await server.list_database_names())
+        except PyMongoError as exc:
+            raise from_pymongo(exc) from exc
+
+    try:
+        selected = await select(resolved, flags, database_names)
+        tenants.rollout().check(len(selected))
+        return selected
+    finally:
+        for own in opened:
+            await own.close()
+
+
+async def across_tenants[T](
+    settings: Settings,
+    call: Callable[[Mongoshift], Awaitable[T]],
+    tenants: Tenants,
+    *,
+    command: str = "call",
+    judge: Callable[[T], Judged] = judge_done,
+    scan: bool = True,
+    client: AsyncMongoClient[Any] | None = None,
+    observers: Iterable[Observer] = (),
+    cancel: CancelSignal | None = None,
+) -> RolloutReport:
+    """``call`` on each selected tenant's session, as ``tenants`` says; a row per tenant, never an exception for one tenant's failure.
+
+    Refused before anything runs (:class:`~mongoshift.errors.TenantsInvalidError`, exit 46): a bad
+    selection or rollout option. ``scan``: read the migrations folder once first (a broken
+    folder fails here, not in every tenant); commands that need no folder pass False.
+    ``client``: the application's client for the project's own server (left open); tenants a
+    provider placed elsewhere get one client per distinct URI, closed at the end.
+    ``observers`` get every tenant's events and the rollout's ``tenant_start`` / ``tenant_end``.
+    """
+    if not isinstance(tenants, Tenants):
+        raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+    flags = tenants.flags()
+    rollout = tenants.rollout()
+    flags.check()
+    rollout.check(max(rollout.canary, 1))  # the bound itself; the canary against the selection below
+    listeners = checked_observers(observers)
+    cancel = cancel or CancelSignal()
+    base = Project(settings, checked_client(client), listeners, cancel)
+    resolved = await base.resolve()
+    own = base.client is None
+    main = base.client or await connect(resolved.model_copy(update={"db": resolved.db or "admin"}))
+    others: dict[str, AsyncMongoClient[Any]] = {}
+    try:
+
+        async def database_names() -> list[str]:
+            try:
+                return list(await main.list_database_names())
+            except PyMongoError as exc:
+                raise from_pymongo(exc) from exc
+
+        selected = await select(resolved, flags, database_names)
+        rollout.check(len(selected))
+        files = base.scanned() if scan else None
+        for uri in dict.fromkeys(t.uri for t in selected if t.uri is not None and t.uri != resolved.uri):
+            others[uri] = await connect(resolved.model_copy(update={"uri": uri, "db": resolved.db or "admin"}))
+
+        async def run(tenant: Tenant, own_cancel: CancelSignal) -> Judged:
+            shared = others.get(tenant.uri, main) if tenant.uri is not None else main
+            project = Project(tenant_settings(resolved, tenant), shared, _stamped(listeners, tenant.name), own_cancel, files=files, resolved=True)
+            return judge(await call(Mongoshift(project)))
+
+        return await roll_out(command, selected, run, rollout, cancel=cancel, events=Events(listeners))
+    finally:
+        for other in others.values():
+            await other.close()
+        if own:
+            await main.close()
+
+
+#: The hooks of an observer that brackets runs (OpenTelemetry): it is bound to each call's ``db`` already.
+_SCOPES = ("run_scope", "migration_scope", "coordinate_scope", "slice_scope")
+
+
+def _stamped(observers: list[Observer], tenant: str) -> list[Observer]:
+    """The observers of one tenant's calls: a plain function gets each event with ``tenant`` in its data;
+    an observer with scope hooks (OpenTelemetry, bound to the tenant's ``db`` by the call) is passed as is."""
+
+    def stamp(observer: Observer) -> Observer:
+        if any(callable(getattr(observer, hook, None)) for hook in _SCOPES):
+            return observer
+        return lambda event: observer(Event(event.kind, event.migration, {**event.data, "tenant": tenant}, event.run_id))
+
+    return [stamp(o) for o in observers]
+
+
+async def up_across(settings: Settings, tenants: Tenants, **options: Any) -> RolloutReport:
+    """``up`` on each selected tenant (``options``: those of :meth:`Mongoshift.up`); rows judged by :func:`judge_run`."""
+    client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
+    return await across_tenants(
+        settings, lambda ms: ms.up(**options), tenants, command="up", judge=judge_run, client=client, observers=observers, cancel=cancel
+    )
+
+
+async def down_across(settings: Settings, tenants: Tenants, **options: Any) -> RolloutReport:
+    """``down`` on each selected tenant (``options``: those of :meth:`Mongoshift.down`)."""
+    client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
+    return await across_tenants(
+        settings, lambda ms: ms.down(**options), tenants, command="down", judge=judge_run, client=client, observers=observers, cancel=cancel
+    )
+
+
+async def status_across(settings: Settings, tenants: Tenants, *, check: bool = False, client: AsyncMongoClient[Any] | None = None) -> RolloutReport:
+    """``status`` of each selected tenant (every tenant is read, whatever another's verdict); ``check``: a tenant behind fails."""
+    reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
+    return await across_tenants(
+        settings, lambda ms: ms.status(), reading, command="status", judge=judge_status(check), client=client
+    )
+
+
+def migration_counts(report: RolloutReport) -> list[dict[str, Any]]:
+    """``status --tenants``: per migration file, in how many tenants it is applied, pending, failed (or another state)."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in report.rows:
+        rows: list[StatusRow] = row.result if isinstance(row.result, list) else []
+        for status in rows:
+            per = counts.setdefault(status.name, {})
+            per[status.state] = per.get(status.state, 0) + 1
+    return [
+        {
+            "migration": name,
+            "applied": per.get("applied", 0),
+            "pending": per.get("pending", 0),
+            "failed": per.get("failed", 0),
+            "other": sum(n for state, n in per.items() if state not in ("applied", "pending", "failed")),
+        }
+        for name, per in sorted(counts.items())
+    ]

@@ -1,0 +1,103 @@
+"""The adaptive batch size on the embedded server: it grows on an idle one, it resumes where it was,
+``adaptive=False`` keeps it fixed, and ``background status`` says what it is and why.
+
+The engine's clock is the test's (``CLOCK``): a throttle hook moves it 200 ms before each batch (a
+pause), the transform 1 ms per document (the work). What the controller measures is therefore the
+same on any machine under any load: the test waits on the lane's batches, never on time."""
+
+from __future__ import annotations
+
+from mongoshift.api import background as bg, migrations as command
+from mongoshift.background.lanes.lane import Lane
+from mongoshift.background.state.events import Event
+from mongoshift.cli.background_view import details
+
+from .conftest import seed
+
+NAME = "0001_names.py"
+
+FILE = """
+from mongoshift import Background
+
+CLOCK = [1000.0]
+
+def throttle(ctx):
+    CLOCK[0] += 0.2  # a 200 ms wait before each batch, on the engine's clock
+    return 0
+
+def migrate(doc, ctx):
+    CLOCK[0] += 0.001  # 1 ms of work per document
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, throttle=throttle,
+                        batch_size=10, pause_ms=0, max_replication_lag_ms=False, {adaptive})
+"""
+
+#: A batch of n documents is n ms of work in a 200 + n ms cycle: far under 90%, so each window of
+#: three full batches grows the size by a fifth, from batch_size (10) to its default bound (100).
+GROWING = [10] + [s for s in (10, 12, 14, 16, 19, 22, 26, 31, 37, 44, 52, 62, 74, 88) for _ in range(3)]
+
+
+async def test_the_batch_size_grows_on_an_idle_server_to_its_bound_and_status_says_why(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 2000)
+    fast_project.add(NAME, FILE.replace("{adaptive}", ""))
+    s = fast_project.settings()
+    await command.up(s)
+    seen: list[Event] = []
+    async with bg.open_engine(s, observers=[seen.append]) as engine:
+        spec = engine.spec(NAME)
+        clock = spec.migrate.__globals__["CLOCK"]
+        engine.context.now = lambda: clock[0]
+        state = (await engine.coordinator.step(NAME, spec)).state
+        assert state is not None
+        # A slice of 6 s on the engine's clock, then another by a new lane: it starts from what the
+        # partition saved, not from batch_size, and without a warm-up batch.
+        first = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=6000)
+        assert first.outcome == "yielded"
+        [between] = await bg.status(s, NAME)
+        second = await Lane(engine.context, "lane-2").run_slice(state, spec, slice_ms=10**9)
+    assert second.outcome == "done" and first.counters["migrated"] + second.counters["migrated"] == 2000
+
+    sizes = [e.data["size"] for e in seen if e.kind == "batch"]
+    assert sizes[: len(GROWING)] == GROWING
+    assert sizes[len(GROWING) :] == [100] * 4 + [100]  # 2000 - 1531 documents at the bound; the last read is short
+    # The growth went on across the two lanes: the second neither started over from 10 nor spent a
+    # warm-up batch (either would break the runs of three above).
+    assert first.counters["batches"] >= 10 and second.counters["batches"] >= 10
+
+    # Between the slices, status showed the partition's size and why, from its saved state.
+    sizing = between.batch_size
+    assert sizing["mode"] == "adaptive" and (sizing["start"], sizing["min"], sizing["max"]) == (10, 10, 100)
+    [lane] = sizing["lanes"]
+    assert lane["reason"] == "grow" and lane["leased"] is False and 10 < lane["batch_size"] < 100
+    assert lane["work_percent"] < 85
+    rows = [value for label, value in details(between) if label == "batch size"]
+    assert rows == [
+        "adaptive from 10, within 10–100: aims at 90% of a lane's time reading and writing, batches within 500 ms",
+        f"partition {lane['partition']}: {lane['batch_size']:,} (grew, the lane worked {lane['work_percent']}% of its time, under 90%)",
+    ]
+    throttles = [e.data for e in seen if e.kind == "throttle"]
+    assert throttles and all(t["change"] == "grow" for t in throttles)  # folded: at most one every 10 s of the clock
+    assert sum(t["changes"] for t in throttles) <= 14 and all(t["target_percent"] == 90 and t["work_percent"] < 85 for t in throttles)
+
+
+async def test_adaptive_false_keeps_batch_size_whatever_the_batches_take(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 300)
+    fast_project.add(NAME, FILE.replace("{adaptive}", "adaptive=False"))
+    s = fast_project.settings()
+    await command.up(s)
+    seen: list[Event] = []
+    async with bg.open_engine(s, observers=[seen.append]) as engine:
+        spec = engine.spec(NAME)
+        clock = spec.migrate.__globals__["CLOCK"]
+        engine.context.now = lambda: clock[0]
+        state = (await engine.coordinator.step(NAME, spec)).state
+        assert state is not None
+        result = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=10**9)
+        [report] = await bg.status(s, NAME)
+    assert result.outcome == "done" and result.counters["migrated"] == 300
+    assert [e.data["size"] for e in seen if e.kind == "batch"] == [10] * 31  # the last read finds nothing
+    assert not [e for e in seen if e.kind == "throttle"]
+    assert report.batch_size == {"mode": "fixed", "start": 10}
+    assert [value for label, value in details(report) if label == "batch size"] == ["10, fixed (adaptive=False)"]

@@ -1,0 +1,427 @@
+"""Commands across tenant databases on the embedded server: rollout, failure, resume, canary, lock, status, provider."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient
+
+from mongoshift.api.tenants import Tenants, across_tenants, up_across
+from mongoshift.project.events import Event
+
+from ..conftest import cli_process, start_cli
+from .conftest import TenantProject
+
+COUNTED = """
+def up(ctx):
+    if ctx.db.fail_here.find_one({{"file": "{file}"}}) is not None:
+        raise RuntimeError("told to fail")
+    ctx.db.counters.update_one({{"_id": "{file}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
+
+
+def down(ctx):
+    ctx.db.counters.update_one({{"_id": "{file}"}}, {{"$inc": {{"n": -1}}}})
+"""
+
+TRANSACTIONAL = """
+use_transaction = True
+
+
+async def up(ctx):
+    if await ctx.db.fail_here.find_one({{"file": "{file}"}}, session=ctx.session) is not None:
+        raise RuntimeError("told to fail")
+    await ctx.db.counters.update_one({{"_id": "{file}"}}, {{"$inc": {{"n": 1}}}}, upsert=True, session=ctx.session)
+
+
+async def down(ctx):
+    await ctx.db.counters.update_one({{"_id": "{file}"}}, {{"$inc": {{"n": -1}}}}, session=ctx.session)
+"""
+
+
+def two_migrations(project: TenantProject) -> None:
+    project.add("0001_a.py", COUNTED.format(file="0001"))
+    project.add("0002_b.py", TRANSACTIONAL.format(file="0002"))
+
+
+def counters(client: MongoClient, db: str) -> dict[str, int]:
+    return {d["_id"]: d["n"] for d in client[db].counters.find()}
+
+
+def applied(client: MongoClient, db: str) -> list[str]:
+    return sorted(d["name"] for d in client[db]["_mongoshift_migrations"].find({"status": "applied"}))
+
+
+def rows(result) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    return {row["name"]: row for row in json.loads(result.stdout)["tenants"]}
+
+
+def test_up_across_every_tenant_and_a_rerun_does_nothing(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    result = cli(tenant_project, "up", "--all-tenants", "--parallel", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)  # one document
+    assert [r["name"] for r in document["tenants"]] == tenant_project.tenants
+    assert all(r["outcome"] == "done" and r["applied"] == 2 and r["exit_code"] == 0 for r in document["tenants"])
+    assert document["summary"]["done"] == 4 and document["exit_code"] == 0
+    for line in (f"tenant {name}: done; failed 0" for name in tenant_project.tenants):
+        assert line in result.stderr  # one plain line per tenant outcome
+    for name in tenant_project.tenants:
+        assert f"{name}: applying 0002_b.py" in result.stderr  # a log line names its tenant
+    again = cli(tenant_project, "up", "--all-tenants", "--json")
+    assert again.returncode == 0 and {r["outcome"] for r in rows(again).values()} == {"already at target"}
+    for name in tenant_project.tenants:
+        assert counters(sync_client, name) == {"0001": 1, "0002": 1} and applied(sync_client, name) == ["0001_a.py", "0002_b.py"]
+
+
+def test_a_failure_stops_new_tenants_and_the_rerun_resumes(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t1].fail_here.insert_one({"file": "0002"})
+    result = cli(tenant_project, "up", "--all-tenants", "--parallel", "1", "--json")
+    assert result.returncode == 47, result.stderr
+    by_name = rows(result)
+    assert by_name[t0]["outcome"] == "done" and by_name[t1]["outcome"] == "failed"
+    assert by_name[t1]["error"]["kind"] == "execution_failed" and by_name[t1]["exit_code"] == 7
+    assert by_name[t1]["applied"] == 1  # 0001 applied before 0002 failed
+    assert by_name[t2]["outcome"] == by_name[t3]["outcome"] == "not reached" and by_name[t2]["exit_code"] is None
+    assert json.loads(result.stdout)["stopped"].startswith(f"stopped after {t1} failed")
+    assert counters(sync_client, t1) == {"0001": 1} and counters(sync_client, t2) == {}  # the transaction left nothing
+
+    sync_client[t1].fail_here.drop()
+    rerun = cli(tenant_project, "up", "--all-tenants", "--parallel", "3", "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    by_name = rows(rerun)
+    assert by_name[t0]["outcome"] == "already at target"
+    assert by_name[t1]["outcome"] == "done" and by_name[t1]["applied"] == 1
+    assert by_name[t2]["applied"] == by_name[t3]["applied"] == 2
+    for name in tenant_project.tenants:  # every migration recorded applied once, its effect present once
+        assert counters(sync_client, name) == {"0001": 1, "0002": 1} and applied(sync_client, name) == ["0001_a.py", "0002_b.py"]
+
+
+def test_continue_on_error_reaches_every_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t0].fail_here.insert_one({"file": "0001"})
+    sync_client[t2].fail_here.insert_one({"file": "0002"})
+    result = cli(tenant_project, "up", "--all-tenants", "--parallel", "1", "--continue-on-error")
+    assert result.returncode == 47
+    assert "4 tenants: 2 done, 2 failed" in result.stderr  # the summary, a warning since not every tenant is done
+    assert counters(sync_client, t1) == counters(sync_client, t3) == {"0001": 1, "0002": 1}
+    assert counters(sync_client, t0) == {} and counters(sync_client, t2) == {"0001": 1}
+
+
+def test_a_failed_canary_leaves_the_other_tenants_untouched(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    first, *others = tenant_project.tenants
+    sync_client[first].fail_here.insert_one({"file": "0002"})
+    result = cli(tenant_project, "up", "--all-tenants", "--canary", "1", "--parallel", "4", "--json")
+    assert result.returncode == 47
+    assert rows(result)[first]["canary"] is True and rows(result)[first]["outcome"] == "failed"
+    assert all(rows(result)[name]["outcome"] == "not reached" for name in others)
+    existing = set(sync_client.list_database_names())
+    assert not existing & set(others)  # not one write: not even their databases exist
+
+
+def test_a_tenant_whose_lock_is_held_is_reported_locked(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    held = tenant_project.tenants[2]
+    lock = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "elsewhere", "pid": 1, "executed_by": "x", "ttl_ms": 600_000}
+    sync_client[held]["_mongoshift_locks"].insert_one({**lock, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+    result = cli(tenant_project, "up", "--all-tenants", "--json")
+    assert result.returncode == 47
+    by_name = rows(result)
+    assert by_name[held]["outcome"] == "locked" and by_name[held]["error"]["kind"] == "lock_held" and by_name[held]["exit_code"] == 3
+    assert sum(1 for r in by_name.values() if r["outcome"] == "done") == 3  # a locked tenant does not stop the others
+    assert counters(sync_client, held) == {}
+
+
+def test_status_across_tenants_counts_each_migration_and_check_fails_when_one_is_behind(
+    tenant_project: TenantProject, cli, sync_client: MongoClient
+) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    behind = tenant_project.tenants[3]
+    assert cli(tenant_project, "up", "--tenants", f"{tenant_project.prefix}[012]").returncode == 0
+    result = cli(tenant_project, "status", "--all-tenants", "--check", "--json")
+    assert result.returncode == 47
+    document = json.loads(result.stdout)
+    assert document["migrations"] == [
+        {"migration": "0001_a.py", "applied": 3, "pending": 1, "failed": 0, "other": 0},
+        {"migration": "0002_b.py", "applied": 3, "pending": 1, "failed": 0, "other": 0},
+    ]
+    by_name = rows(result)
+    assert by_name[behind]["outcome"] == "failed" and by_name[behind]["exit_code"] == 2 and by_name[behind]["error"]["kind"] == "pending"
+    assert [r["state"] for r in by_name[behind]["result"]] == ["pending", "pending"]
+    plain = cli(tenant_project, "status", "--all-tenants")
+    assert plain.returncode == 0 and "migrations across tenants" in plain.stdout
+
+
+def test_down_across_tenants_rolls_back_each_one(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    result = cli(tenant_project, "down", "--tenant", tenant_project.tenants[0], "--tenant", tenant_project.tenants[1], "--json")
+    assert result.returncode == 0, result.stderr
+    assert [r["rolled_back"] for r in json.loads(result.stdout)["tenants"]] == [2, 2]
+    assert counters(sync_client, tenant_project.tenants[0]) == {"0001": 0, "0002": 0}
+    assert counters(sync_client, tenant_project.tenants[2]) == {"0001": 1, "0002": 1}  # not selected: untouched
+
+
+def test_a_provider_reads_the_tenants_from_a_collection(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    control = f"{tenant_project.prefix}control"
+    active, inactive = tenant_project.tenants[:3], tenant_project.tenants[3]
+    sync_client[control].tenants.insert_many([{"db": n, "active": True} for n in reversed(active)] + [{"db": inactive, "active": False}])
+    (tenant_project.root / "saas_tenants.py").write_text(
+        "from pymongo import MongoClient\n\n\n"
+        "def active(settings):\n"
+        "    with MongoClient(settings.uri) as client:\n"
+        f"        return [d['db'] for d in client[{control!r}].tenants.find({{'active': True}}).sort('_id', 1)]\n",
+        encoding="utf-8",
+    )
+    tenant_project.write_config(provider="saas_tenants:active")
+    result = cli(tenant_project, "up", "--all-tenants", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [r["name"] for r in json.loads(result.stdout)["tenants"]] == list(reversed(active))  # the provider's order
+    assert counters(sync_client, inactive) == {}
+
+
+def test_bad_input_is_refused_before_anything_is_written(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    for args, text in [
+        (["--tenant", "nobody"], "not a tenant of the [tenants] selection: nobody"),
+        (["--tenants", "zz*"], "matches none"),
+        (["--all-tenants", "--parallel", "0"], "--parallel must be"),
+        (["--all-tenants", "--canary", "5"], "--canary 5 is more than the 4 selected tenants"),
+        (["--parallel", "2"], "needs a selection"),
+    ]:
+        result = cli(tenant_project, "up", *args, "--json")
+        assert result.returncode == 46, (args, result.stderr)
+        error = json.loads(result.stdout)["error"]
+        assert error["kind"] == "tenants_invalid" and text in error["message"]
+    tenant_project.write_config(provider="no_such_package.tenants:names")
+    result = cli(tenant_project, "up", "--all-tenants", "--json")
+    assert result.returncode == 46 and "no_such_package.tenants:names failed to import" in json.loads(result.stdout)["error"]["message"]
+    assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
+
+
+def test_background_commands_act_on_each_tenant(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    status = cli(tenant_project, "background", "status", "--all-tenants", "--json")
+    assert status.returncode == 0 and all(r["result"] == [] for r in rows(status).values())
+    pause = cli(tenant_project, "background", "pause", "nothing_registered", "--all-tenants", "--json")
+    assert pause.returncode == 47  # not registered in any tenant: each says so (9)
+    assert {(r["outcome"], r["exit_code"]) for r in rows(pause).values()} == {("failed", 9)}
+
+
+async def test_the_bound_holds_on_real_runs_observed_through_events(tenant_project: TenantProject, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tenant_project.root / "tenant_gate.py").write_text(
+        "import asyncio\n\nrunning = 0\npeak = 0\nfull = asyncio.Event()\n\n\n"
+        "async def enter(bound):\n"
+        "    global running, peak\n"
+        "    running += 1\n"
+        "    peak = max(peak, running)\n"
+        "    if running == bound:\n"
+        "        full.set()\n"
+        "    await full.wait()  # the first tenants meet here, so the bound is reached\n"
+        "    running -= 1\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tenant_project.root))
+    tenant_project.add("0001_gate.py", "import tenant_gate\n\n\nasync def up(ctx):\n    await tenant_gate.enter(2)\n")
+    events: list[Event] = []
+    report = await up_across(tenant_project.settings(), Tenants(all=True, parallel=2), observers=[events.append])
+    assert report.ok, report.rows
+    import tenant_gate  # type: ignore[import-not-found]
+
+    assert tenant_gate.peak == 2
+    open_runs: set[str] = set()
+    most = 0
+    for event in events:  # every run's own events carry its tenant's database
+        if event.kind == "run_start":
+            open_runs.add(event.data["db"])
+            most = max(most, len(open_runs))
+        elif event.kind == "run_end":
+            open_runs.discard(event.data["db"])
+    assert most == 2 and {e.data["db"] for e in events if e.kind == "run_start"} == set(tenant_project.tenants)
+    assert max(e.data["running"] for e in events if e.kind == "tenant_start") == 2
+    assert all(e.data["tenant"] in tenant_project.tenants for e in events)  # every event names its tenant
+    assert all(e.data["db"] == e.data["tenant"] for e in events if e.kind == "run_start")
+
+
+async def test_the_api_runs_any_session_call_per_tenant(tenant_project: TenantProject) -> None:
+    two_migrations(tenant_project)
+    report = await across_tenants(
+        tenant_project.settings(), lambda ms: ms.status(), Tenants(names=[tenant_project.tenants[1]]), command="status"
+    )
+    assert [r.name for r in report.rows] == [tenant_project.tenants[1]]
+    assert [row.state for row in report.rows[0].result] == ["pending", "pending"]
+
+
+def test_without_tenant_flags_nothing_changes(tenant_project: TenantProject, cli, sync_client: MongoClient, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    result = cli(tenant_project, "up", "--db", tenant_project.tenants[0], "--json")
+    assert result.returncode == 0 and "results" in json.loads(result.stdout)
+    assert counters(sync_client, tenant_project.tenants[0]) == {"0001": 1, "0002": 1}
+    assert counters(sync_client, tenant_project.tenants[1]) == {}
+
+
+HELD = """
+import asyncio
+
+use_transaction = True
+
+
+async def up(ctx):
+    if await ctx.db.hold.find_one({}) is not None:
+        await ctx.db.reached.insert_one({"file": "0002"})  # outside the transaction: the test sees it
+        while True:  # held here until the process is killed
+            await asyncio.sleep(0.05)
+    await ctx.db.counters.update_one({"_id": "0002"}, {"$inc": {"n": 1}}, upsert=True, session=ctx.session)
+"""
+
+
+def test_kill_9_in_the_middle_of_a_rollout_and_the_rerun_finishes_it(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    tenant_project.add("0001_a.py", COUNTED.format(file="0001"))
+    tenant_project.add("0002_b.py", HELD)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t1].hold.insert_one({})
+    process = start_cli(tenant_project, "up", "--all-tenants", "--parallel", "1")  # type: ignore[arg-type]
+    try:
+        until = time.monotonic() + 120
+        while sync_client[t1].reached.find_one() is None:  # the state the test waits for: t1 is inside 0002
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < until, "the rollout never reached the held migration"
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+    assert counters(sync_client, t0) == {"0001": 1, "0002": 1} and counters(sync_client, t2) == {}
+
+    sync_client[t1].hold.drop()
+    rerun = cli_process(tenant_project, "up", "--all-tenants", "--parallel", "2", "--json")  # type: ignore[arg-type]
+    assert rerun.returncode == 0, rerun.stderr  # t1's lock, held by a process that is gone, is taken over at once
+    outcomes = {r["name"]: r["outcome"] for r in json.loads(rerun.stdout)["tenants"]}
+    assert outcomes == {t0: "already at target", t1: "done", t2: "done", t3: "done"}
+    for name in tenant_project.tenants:  # each migration recorded applied once, its effect present once
+        assert counters(sync_client, name) == {"0001": 1, "0002": 1} and applied(sync_client, name) == ["0001_a.py", "0002_b.py"]
+
+
+def test_baseline_unlock_and_audit_across_tenants(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    baseline = cli(tenant_project, "baseline", "--to", "0001_a.py", "--yes", "--all-tenants", "--json")
+    assert baseline.returncode == 0, baseline.stderr
+    assert {(r["outcome"], r["applied"]) for r in rows(baseline).values()} == {("done", 1)}
+    assert all(counters(sync_client, name) == {} and applied(sync_client, name) == ["0001_a.py"] for name in tenant_project.tenants)
+
+    held = tenant_project.tenants[1]
+    lock = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "elsewhere", "pid": 1, "executed_by": "x", "ttl_ms": 600_000}
+    sync_client[held]["_mongoshift_locks"].insert_one({**lock, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+    refused = cli(tenant_project, "unlock", "--all-tenants")
+    assert refused.returncode == 42  # asked once for all, nobody to answer
+    unlocked = cli(tenant_project, "unlock", "--all-tenants", "--yes", "--json")
+    assert unlocked.returncode == 0
+    assert {n: r["outcome"] for n, r in rows(unlocked).items()}[held] == "done"
+    assert sum(1 for r in rows(unlocked).values() if r["outcome"] == "already at target") == 3
+
+    audit = cli(tenant_project, "audit", "--all-tenants", "--json")
+    assert audit.returncode == 47  # 0002 is pending everywhere: a warning (40) in each tenant
+    assert {(r["exit_code"], r["error"]["kind"]) for r in rows(audit).values()} == {(40, "audit_warnings")}
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    assert cli(tenant_project, "audit", "--all-tenants").returncode == 0
+
+
+async def test_with_wait_a_locked_tenant_is_waited_for(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    from mongoshift.api.options import Lock
+
+    two_migrations(tenant_project)
+    held = tenant_project.tenants[2]
+    lock = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "elsewhere", "pid": 1, "executed_by": "x", "ttl_ms": 600_000}
+    sync_client[held]["_mongoshift_locks"].insert_one({**lock, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+
+    def release_when_waited(event: Event) -> None:  # the other run ends once this one is seen waiting for it
+        if event.kind == "lock_waited" and event.data.get("tenant") == held:
+            sync_client[held]["_mongoshift_locks"].delete_one({"owner": "other"})
+
+    report = await up_across(tenant_project.settings(), Tenants(all=True), lock=Lock(wait=300), observers=[release_when_waited])
+    assert report.ok and {row.name: row.outcome for row in report.rows}[held] == "done"
+    assert counters(sync_client, held) == {"0001": 1, "0002": 1}
+
+
+SEED = """
+def up(ctx):
+    ctx.db.users.insert_many([{"_id": i, "first": f"Ada{i}", "last": "Lovelace", "__v": 1, "__rev": 1} for i in range(30)])
+    ctx.db.users.create_index([("__v", 1), ("_id", 1)])
+"""
+
+FULL_NAMES = """
+from mongoshift import Background
+
+
+def migrate(doc, ctx):
+    doc["name"] = f"{doc.pop('first')} {doc.pop('last')}"
+    return doc
+
+
+background = Background(collection="users", from_version=1, to_version=2, migrate=migrate, batch_size=10)
+"""
+
+
+def test_one_background_run_serves_every_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    tenant_project.add("0001_seed.py", SEED)
+    tenant_project.add("0002_full_names.py", FULL_NAMES)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    refused = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--parallel", "2")
+    assert refused.returncode == 46 and "use --concurrency" in refused.stderr
+    result = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    by_name = rows(result)
+    assert {r["outcome"] for r in by_name.values()} == {"done"}
+    assert all([m["status"] for m in r["result"]] == ["completed"] for r in by_name.values())
+    for name in tenant_project.tenants:
+        assert sync_client[name].users.count_documents({"__v": 2, "name": {"$exists": True}}) == 30
+    status = cli(tenant_project, "background", "status", "--all-tenants", "--check", "--json")
+    assert status.returncode == 0 and all(r["result"][0]["status"] == "completed" for r in rows(status).values())
+    again = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--json")
+    assert again.returncode == 0 and {r["outcome"] for r in rows(again).values()} == {"already at target"}
+
+
+POLITE = """
+import asyncio
+
+
+async def up(ctx):
+    if await ctx.db.hold.find_one({}) is not None:
+        await ctx.db.reached.insert_one({"file": "0002"})
+        while not ctx.cancelled.is_set():  # a long migration that looks at the signal
+            await asyncio.sleep(0.05)
+        return
+    await ctx.db.counters.update_one({"_id": "0002"}, {"$inc": {"n": 1}}, upsert=True)
+"""
+
+
+def test_ctrl_c_stops_scheduling_and_the_running_tenant_ends_cleanly(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    tenant_project.add("0001_a.py", COUNTED.format(file="0001"))
+    tenant_project.add("0002_b.py", POLITE)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t1].hold.insert_one({})
+    process = start_cli(tenant_project, "up", "--all-tenants", "--parallel", "1", "--json")  # type: ignore[arg-type]
+    until = time.monotonic() + 120
+    while sync_client[t1].reached.find_one() is None:  # t1 is inside 0002
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < until, "the rollout never reached the migration"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 11, err
+    document = json.loads(out)
+    outcomes = {r["name"]: r["outcome"] for r in document["tenants"]}
+    assert outcomes == {t0: "done", t1: "canceled", t2: "not reached", t3: "not reached"}
+    assert document["exit_code"] == 11 and "interrupted by SIGINT" in document["stopped"]
+    assert applied(sync_client, t1) == ["0001_a.py"]  # the migration that saw the signal is not recorded applied
+    assert sync_client[t1]["_mongoshift_locks"].count_documents({}) == 0  # its lock released: it ended cleanly
+    assert sync_client.list_database_names().count(t2) == 0
