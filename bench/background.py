@@ -255,7 +255,11 @@ def _rusage() -> tuple[float, float]:
 async def _timed(work: Any, profile: str | None) -> Measure:
     """Run ``work()`` (a coroutine function returning (migrated, extra)) under the meters."""
     cpu0, rss0 = _rusage()
-    profiler = cProfile.Profile() if profile else None
+    # The process's CPU clock: time a coroutine spends waiting for the server is not client CPU
+    # (a wall clock would count it). One clock for every thread (the profiler sees them all, so
+    # per-thread clocks would mix); the worker thread's transform also shows in ``epoll.poll``,
+    # where the loop waited for it.
+    profiler = cProfile.Profile(time.process_time) if profile else None
     if profiler:
         profiler.enable()
     t0 = time.perf_counter()
@@ -290,14 +294,21 @@ async def _keyset(db: Any, size: int, *, guarded: bool) -> tuple[int, dict[str, 
     migrated = batches = 0
     for _ in range(size // BATCH_SIZE + 10):  # bounded: a keyset walk ends after size/batch batches
         filter_: dict[str, Any] = {"__v": 1} if last is None else {"__v": 1, "_id": {"$gt": last}}
+        t0 = time.process_time()
         docs = await collection.find(filter_, sort=[("_id", 1)], limit=BATCH_SIZE).hint(VERSION_INDEX).to_list(None)
+        t1 = time.process_time()
         if not docs:
             break
         ops = []
         for doc in docs:
             where = {"_id": doc["_id"], "__v": doc["__v"], "__rev": doc["__rev"]} if guarded else {"_id": doc["_id"]}
             ops.append(UpdateOne(where, raw_update(doc)))
+        t2 = time.process_time()
         result = await collection.bulk_write(ops, ordered=False)
+        if CLOCKS is not None:  # B3's stages: its read (decode included), its update building, its write
+            CLOCKS.add("read", t1 - t0)
+            CLOCKS.add("build", t2 - t1)
+            CLOCKS.add("write", time.process_time() - t2)
         migrated += result.matched_count
         batches += 1
         last = docs[-1]["_id"]
@@ -323,7 +334,32 @@ async def _engine(project: Path, parallel: int) -> Any:
     return work
 
 
+def b3_stages(clocks: StageClocks, total: float) -> dict[str, float]:
+    """B3's stages: its read holds its decode (pymongo decodes the reply), its loop builds the guard and update."""
+    c = clocks.seconds.get
+    stages = dict.fromkeys(STAGE_NAMES, 0.0)
+    stages[STAGE_NAMES[0]] = c("read", 0.0)
+    stages[STAGE_NAMES[3]] = c("build", 0.0)
+    stages[STAGE_NAMES[5]] = c("write", 0.0)
+    stages[STAGE_NAMES[8]] = max(0.0, total - sum(stages.values()))
+    return stages
+
+
 async def child_scenario(args: argparse.Namespace) -> Measure:
+    global CLOCKS
+    if args.stage_clocks:
+        CLOCKS = StageClocks()
+        if args.scenario == "engine":
+            CLOCKS.instrument_engine()
+    measure = await _child_scenario(args)
+    if CLOCKS is not None:
+        total = measure.cpu_s
+        stages = CLOCKS.engine_stages(total) if args.scenario == "engine" else b3_stages(CLOCKS, total)
+        measure.extra["stages"] = stages
+    return measure
+
+
+async def _child_scenario(args: argparse.Namespace) -> Measure:
     if args.scenario == "engine":
         work = await _engine(Path(args.project), args.parallel)
         return await _timed(work, args.profile)
@@ -456,12 +492,16 @@ class ScenarioFailed(Exception):
     """A child gave no measurement; its row says why and the other scenarios still run."""
 
 
-def run_child(scenario: Scenario, size: int, uri: str, db_name: str, project: Path | None, profile: str | None) -> Measure:
+def run_child(
+    scenario: Scenario, size: int, uri: str, db_name: str, project: Path | None, profile: str | None, stage_clocks: bool = False
+) -> Measure:
     args = [sys.executable, __file__, "--scenario", scenario.kind, "--size", str(size), "--uri", uri, "--db", db_name]
     if project is not None:
         args += ["--project", str(project), "--parallel", str(scenario.parallel)]
     if profile:
         args += ["--profile", profile]
+    if stage_clocks:
+        args += ["--stage-clocks"]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -487,6 +527,7 @@ class Row:
     error: str | None = None
     left: int = 0  # documents not in the new shape afterwards
     transaction: bool = False  # a transactional engine row: in the table, not in the verdicts
+    profile: str | None = None  # its cProfile file (``--profile-dir``)
 
     @property
     def measured(self) -> bool:
@@ -507,7 +548,13 @@ def log(message: str) -> None:
 
 
 def run_all(
-    uri: str, sizes: list[int], writer_sizes: set[int], only: list[str] | None, profile_dir: Path | None, json_path: Path | None
+    uri: str,
+    sizes: list[int],
+    writer_sizes: set[int],
+    only: list[str] | None,
+    profile_dir: Path | None,
+    json_path: Path | None,
+    stages: bool = False,
 ) -> list[Row]:
     """Every scenario at every size, each on freshly seeded data; writer scenarios only at ``writer_sizes``.
 
@@ -538,13 +585,13 @@ def run_all(
                     writer = start_writer(uri, db_name, size) if scenario.writer else None
                     failure = None
                     try:
-                        measure = run_child(scenario, size, uri, db_name, project, profile)
+                        measure = run_child(scenario, size, uri, db_name, project, profile, stages and scenario.kind in ("b3", "engine"))
                     except ScenarioFailed as exc:
                         measure, failure = Measure(), f"failed: {exc}"
                     finally:
                         writer_stats = stop_writer(writer) if writer else None
                     row = Row(size, scenario.name, scenario.kind, scenario.parallel, scenario.writer, seed_s, measure, writer_stats,
-                        transaction=scenario.transaction)
+                        transaction=scenario.transaction, profile=profile)
                     done, row.left = verify(client, db_name, size)
                     if failure:
                         row.error = failure
@@ -642,6 +689,137 @@ def render(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------------------
+# Stages (--stages): where each row's client CPU goes, by clocks around per-batch functions
+# ---------------------------------------------------------------------------------------------
+#
+# cProfile times every call, C methods included, and its own cost per call is larger than the
+# work of a dict lookup: a profile of the engine puts half its CPU in the diff's lookups. These
+# clocks wrap functions that run once per batch (or per slice), so they cost nothing measurable,
+# and each reads the process's CPU time (``time.process_time``: every thread, the transform's
+# worker included). An async function's clock also holds what other tasks did while it awaited
+# (a lease renewal); with one lane that is little.
+
+#: The stages, in table order; "other" is the rest of the timed section.
+STAGE_NAMES = [
+    "read (find: request and reply)",
+    "decode (BSON to dicts)",
+    "copy (private copy, in-place check)",
+    "user function",
+    "diff",
+    "encode + write (guards, BSON check, bulk_write)",
+    "bookkeeping (checkpoint, lease, counters)",
+    "events and telemetry",
+    "other (per slice and per run: claims, planning, coordinator, event loop)",
+]
+
+
+class StageClocks:
+    """CPU seconds accumulated per wrapped function (by label), reentrant-safe enough for one lane."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, label: str, seconds: float) -> None:
+        self.seconds[label] = self.seconds.get(label, 0.0) + seconds
+
+    def wrap(self, owner: Any, attr: str, label: str) -> None:
+        """Replace ``owner.attr`` by the same function under this clock."""
+        fn = getattr(owner, attr)
+        clocks = self
+        if inspect.iscoroutinefunction(fn):
+
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.process_time()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    clocks.add(label, time.process_time() - t0)
+
+            setattr(owner, attr, timed_async)
+        else:
+
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.process_time()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    clocks.add(label, time.process_time() - t0)
+
+            setattr(owner, attr, timed)
+
+    def instrument_engine(self) -> None:
+        from mongoshift.background.lanes import modes
+        from mongoshift.background.write import batch, transaction
+        from mongoshift.project.events import Events
+
+        self.wrap(modes.PlainBatches, "advance", "advance")
+        self.wrap(modes.TransactionalBatches, "advance", "advance")
+        self.wrap(batch, "decode_all", "decode")  # lend's one decode of the batch
+        self.wrap(modes, "lend", "lend")
+        self.wrap(transaction, "lend", "lend")
+        self.wrap(batch.Lent, "originals", "originals")
+        self.wrap(batch, "_transform", "user")
+        self.wrap(batch, "_updates", "updates")
+        self.wrap(batch, "bson_problems", "bson_check")
+        self.wrap(batch, "write_planned", "write")
+        self.wrap(modes.PlainBatches, "_checkpoint", "checkpoint")
+        self.wrap(modes, "_intent", "intent")
+        self.wrap(Events, "emit", "events")
+
+    def engine_stages(self, total: float) -> dict[str, float]:
+        """The engine's stages from its clocks: nested clocks are taken out of the ones around them.
+
+        A transactional batch's checkpoint, start and commit are inside ``advance`` and not
+        clocked on their own: they land in "read"."""
+        c = self.seconds.get
+        lend = c("lend", 0.0)
+        decode = c("decode", 0.0)
+        inside = lend + c("user", 0.0) + c("updates", 0.0) + c("write", 0.0) + c("originals", 0.0) + c("checkpoint", 0.0) + c("intent", 0.0)
+        stages = {
+            STAGE_NAMES[0]: max(0.0, c("advance", 0.0) - inside),
+            STAGE_NAMES[1]: decode,
+            STAGE_NAMES[2]: max(0.0, lend - decode) + c("originals", 0.0),
+            STAGE_NAMES[3]: c("user", 0.0),
+            STAGE_NAMES[4]: max(0.0, c("updates", 0.0) - c("bson_check", 0.0)),
+            STAGE_NAMES[5]: c("bson_check", 0.0) + c("write", 0.0),
+            STAGE_NAMES[6]: c("checkpoint", 0.0) + c("intent", 0.0),
+            STAGE_NAMES[7]: c("events", 0.0),
+        }
+        stages[STAGE_NAMES[8]] = max(0.0, total - sum(stages.values()))
+        return stages
+
+
+#: The clocks of this child, when ``--stages`` asked for them (B3's loop reads them too).
+CLOCKS: StageClocks | None = None
+
+
+def render_stages(rows: list[Row]) -> str:
+    """One table per size: microseconds of client CPU per document and stage, each clocked row beside B3."""
+    out: list[str] = []
+    for size in sorted({r.size for r in rows}):
+        clocked = [r for r in rows if r.size == size and not r.writer and r.measure.extra.get("stages")]
+        if not clocked:
+            continue
+        names = [r.scenario for r in clocked]
+        out += [
+            f"Client CPU per document by stage, {size:,} documents, µs (share of the row's total in brackets; "
+            "B3's read includes its decode, its loop building guard and update is its 'user function'):",
+            "",
+            "| stage | " + " | ".join(names) + " |",
+            "|---|" + "---:|" * len(names),
+        ]
+        for stage in [*STAGE_NAMES, "total"]:
+            cells = []
+            for r in clocked:
+                total = r.measure.cpu_s
+                seconds = total if stage == "total" else float(r.measure.extra["stages"].get(stage, 0.0))
+                cells.append(f"{seconds / size * 1e6:.1f} ({seconds / total:.0%})" if total else "–")
+            out.append(f"| {stage} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="20000,100000", help="comma-separated document counts (default 20000,100000)")
@@ -655,6 +833,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write every measurement to this file")
     parser.add_argument("--only", help="comma-separated scenario kinds to run (b0,b1,b3,engine)")
     parser.add_argument("--profile-dir", type=Path, help="cProfile each child into this directory (slows them down: not for the table)")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="clock the stages of B3 and the engine rows (read, decode, copy, user function, diff, encode+write, "
+        "bookkeeping, events, other) and print client CPU per document and stage, each beside B3",
+    )
     # child modes (internal)
     parser.add_argument("--scenario", choices=["b0", "b1", "b3", "engine"], help=argparse.SUPPRESS)
     parser.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
@@ -664,6 +848,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parallel", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, default=WRITER_RATE, help=argparse.SUPPRESS)
     parser.add_argument("--profile", help=argparse.SUPPRESS)
+    parser.add_argument("--stage-clocks", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -679,13 +864,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     writer_sizes = {int(s) for s in args.writer_sizes.split(",") if s.strip()}
     only = [s.strip() for s in args.only.split(",")] if args.only else None
-    if args.profile_dir:
-        args.profile_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with ExitStack() as stack:
+        if args.profile_dir:
+            args.profile_dir.mkdir(parents=True, exist_ok=True)
         uri = server_uri(stack, args.uri)
-        rows = run_all(uri, sizes, writer_sizes, only, args.profile_dir, args.json)
-    table = render(rows)
+        rows = run_all(uri, sizes, writer_sizes, only, args.profile_dir, args.json, args.stages)
+        table = render(rows) + ("\n" + render_stages(rows) if args.stages else "")
     print(textwrap.dedent(f"""
         mongoshift background benchmark: batch {BATCH_SIZE}, ~1 KB documents, app writer ≤ {WRITER_RATE:.0f} updates/s,
         {'server ' + ('given by --uri' if args.uri else 'embedded (mongoeco)')}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]},

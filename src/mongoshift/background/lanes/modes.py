@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,7 +36,7 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import BatchFailed, BatchResult, DocumentError, apply_batch, at_version, id_key, rewrite_range
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
@@ -216,22 +216,25 @@ class PlainBatches:
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
         began = engine.now()
-        # Raw BSON: apply_batch decodes each document twice (original and copy) instead of
-        # decoding it here and copying it through an encode.
+        # Raw BSON, decoded once here for the whole batch (lend): the transform gets those copies and
+        # the batch's ids and revisions come from them, instead of a decode of each raw document.
         raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
         find = work.find(raw, cursor, size)
         docs = await find.to_list(None) if find is not None else []
         read_ms = (engine.now() - began) * 1000
+        batch: list[RawBSONDocument] | Lent = docs
         control: Any = None
         if docs:
-            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, docs))
+            if job.pipeline is None:
+                batch = lend(docs, collection.codec_options.with_options(document_class=dict))
+            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs))
             if ahead is None:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
             control = ahead.control
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
-            result = await apply_batch(job, docs, collection, ctx) if docs else BatchResult()
+            result = await apply_batch(job, batch, collection, ctx) if docs else BatchResult()
         except BatchFailed:
             raise
         except Exception as exc:
@@ -297,9 +300,11 @@ class PlainBatches:
         return checkpointed
 
 
-def _intent(job: Job, lease: Lease, docs: list[Any]) -> dict[str, Any]:
+def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What the partition keeps of a batch while it is written: the lease's token, the ids and
-    (with revisions, when the documents were read whole) each one's revision as read."""
+    (with revisions, when the documents were read whole) each one's revision as read.
+
+    ``docs`` as read: a ``migrate`` batch's lent tops (:class:`..write.batch.Lent`), before its transforms."""
     intent: dict[str, Any] = {"token": lease.token, "ids": [doc["_id"] for doc in docs]}
     field = job.revision_field
     if field is not None and job.pipeline is None:
@@ -484,19 +489,22 @@ class TransactionalBatches:
         # Where the committed batch left the partition (the last checkpoint written says it).
         moved, finished = cursor, False
 
-        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+        # Raw BSON: run_batch decodes the batch once (lend) for its ids and the transform's copies.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+
+        async def read(session: Any, limit: int) -> list[RawBSONDocument]:
             assert spec.transaction is not None
-            find = work.find(collection, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
+            find = work.find(raw, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
             return await find.to_list(None) if find is not None else []
 
-        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
+        async def write(session: Any, docs: Lent) -> BatchResult:
             ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
             return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
 
         async def checkpoint(
             session: Any,
-            docs: list[dict[str, Any]],
-            fetched: list[dict[str, Any]],
+            docs: list[RawBSONDocument],
+            fetched: list[RawBSONDocument],
             limit: int,
             result: BatchResult,
             excluded: list[DocumentError],
@@ -505,7 +513,8 @@ class TransactionalBatches:
             # A batch cut to fit (fewer documents than were fetched) did not reach the end.
             read_ = len(fetched) if len(docs) == len(fetched) else limit
             nonlocal checkpointed, moved, finished
-            moved, done = work.after(cursor, docs[-1] if docs else None, read=read_, limit=limit, left=[e.id for e in excluded])
+            last = decode(docs[-1].raw, collection.codec_options) if docs else None
+            moved, done = work.after(cursor, last, read=read_, limit=limit, left=[e.id for e in excluded])
             finished = done
             counts = counts_of(result, len(docs))
             counts["txn_retries"] = retries
@@ -527,7 +536,8 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            past, done = work.after(cursor, skip.doc, read=1, limit=1, left=[skip.doc["_id"]])
+            doc = decode(skip.doc.raw, collection.codec_options) if isinstance(skip.doc, RawBSONDocument) else skip.doc
+            past, done = work.after(cursor, doc, read=1, limit=1, left=[doc["_id"]])
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
             skipped = await engine.store.checkpoint(work.lease, cursor=past.to_document(), counters=counts, done=done)

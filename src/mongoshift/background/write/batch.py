@@ -108,124 +108,156 @@ class BatchResult:
     left: list[Any] = field(default_factory=list)
 
 
-class _Lent:
-    """A document lent to its transform, and how to tell afterwards what it was as read.
+class Lent:
+    """A batch lent to its transform, and how to tell afterwards what each document was as read.
 
-    The transform gets the one decoded copy (``copy``). A shallow copy of its top level
-    (``top``) keeps the values it was read with: an immutable value (:data:`IMMUTABLE`) cannot
-    change, and the mutable ones (arrays, subdocuments...) are encoded before the transform
-    (``encoded``) and again after the whole batch's transforms; if the bytes still match,
-    ``top`` is the document as read, else it is decoded again from ``raw``. So a transform that
-    leaves nested values alone costs no second decode, and one that edits them in place
-    cannot alter the original the diff compares with.
+    The transform gets the one decoded copy of each document (``copies``: one C decode for the
+    whole batch). A shallow copy of each one's top level (``tops``) keeps the values it was read
+    with: an immutable value (:data:`IMMUTABLE`) cannot change, and the mutable ones (arrays,
+    subdocuments, ...) of the whole batch are encoded together before the transforms
+    (``encoded``) and again after them (:meth:`originals`). If the bytes match, ``tops`` are the
+    documents as read; if not, each document is checked on its own and the ones a transform
+    altered in place are decoded again from ``raws``. So a transform that leaves nested values
+    alone costs no second decode and no per-document encode, and one that edits them in place
+    cannot alter the originals the diff compares with.
+
+    ``tops`` may be read before the transforms (the lane records the batch's ids and revisions
+    from them); after, only through :meth:`originals`.
     """
 
-    __slots__ = ("copy", "encoded", "mutables", "raw", "top")
+    __slots__ = ("copies", "encoded", "mutables", "raws", "tops")
 
-    def __init__(self, raw: bytes | memoryview, copy: dict[str, Any], codec: CodecOptions[Any]) -> None:
-        self.raw = raw
-        self.copy = copy
-        self.top: dict[str, Any] | None = dict(copy)
-        self.mutables = {key: value for key, value in copy.items() if type(value) not in IMMUTABLE}
-        self.encoded = b""
-        if self.mutables:
-            try:
-                self.encoded = encode(self.mutables, codec_options=codec)
-            except Exception:  # a value only the codec can decode: keep a decoded original instead
-                self.top = None
+    def __init__(self, raws: list[bytes | memoryview], copies: list[dict[str, Any]], codec: CodecOptions[Any]) -> None:
+        self.raws = raws
+        self.copies = copies
+        self.tops = [dict(copy) for copy in copies]
+        immutable = IMMUTABLE
+        self.mutables = [{key: value for key, value in copy.items() if type(value) not in immutable} for copy in copies]
+        self.encoded: bytes | None
+        try:
+            self.encoded = encode({"m": self.mutables}, codec_options=codec)
+        except Exception:  # a value only the codec can decode: each original is decoded again instead
+            self.encoded = None
 
-    def original(self, codec: CodecOptions[Any]) -> dict[str, Any]:
-        """The document as read (call after the batch's transforms)."""
-        if self.top is not None:
-            if not self.mutables:
-                return self.top
+    def __len__(self) -> int:
+        return len(self.copies)
+
+    def subset(self, indices: Sequence[int], codec: CodecOptions[Any]) -> Lent:
+        """Only the documents at ``indices`` (not lent yet: call before the transforms)."""
+        part = Lent.__new__(Lent)
+        part.raws = [self.raws[i] for i in indices]
+        part.copies = [self.copies[i] for i in indices]
+        part.tops = [self.tops[i] for i in indices]
+        part.mutables = [self.mutables[i] for i in indices]
+        try:
+            part.encoded = encode({"m": part.mutables}, codec_options=codec)
+        except Exception:
+            part.encoded = None
+        return part
+
+    def originals(self, codec: CodecOptions[Any]) -> list[dict[str, Any]]:
+        """The documents as read (call after the batch's transforms)."""
+        if self.encoded is not None:
             try:
-                if encode(self.mutables, codec_options=codec) == self.encoded:
-                    return self.top
+                if encode({"m": self.mutables}, codec_options=codec) == self.encoded:
+                    return self.tops
             except Exception:  # the transform put something unencodable inside a value read
                 pass
-            self.top = None
-        original: dict[str, Any] = decode(self.raw, codec)
+            # Some transform altered a value read in place: find which documents, one by one.
+            before = decode(self.encoded, CodecOptions(document_class=RawBSONDocument))["m"]
+            return [self._original(i, before[i].raw, codec) for i in range(len(self.tops))]
+        return [decode(raw, codec) for raw in self.raws]
+
+    def _original(self, index: int, before: bytes, codec: CodecOptions[Any]) -> dict[str, Any]:
+        mutables = self.mutables[index]
+        if not mutables:
+            return self.tops[index]
+        try:
+            if encode(mutables, codec_options=codec) == before:
+                return self.tops[index]
+        except Exception:
+            pass
+        original: dict[str, Any] = decode(self.raws[index], codec)
         return original
 
 
-Pair = tuple[_Lent, dict[str, Any]]
+def lend(docs: Sequence[Mapping[str, Any]] | Lent, codec: CodecOptions[Any]) -> Lent:
+    """``docs`` ready to be lent to the transform (see :class:`Lent`): one C decode for the batch.
 
-
-def _pairs(docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> list[Pair]:
-    """Each document lent to the transform: one C decode for the batch (see :class:`_Lent`).
-
-    Documents read as raw BSON (what lanes do) are used as read; a decoded one (a
-    transaction's batch, a re-read) is encoded first, so the caller's dict is never lent."""
+    Documents read as raw BSON (what lanes do) are used as read; a decoded one (a re-read)
+    is encoded first, so the caller's dict is never lent."""
+    if isinstance(docs, Lent):
+        return docs
     raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
-    lent = [_Lent(raw, copy, codec) for raw, copy in zip(raws, decode_all(b"".join(raws), codec), strict=True)]
-    return [(item, item.copy) for item in lent]
+    copies: list[dict[str, Any]] = decode_all(b"".join(raws), codec) if raws else []
+    return Lent(raws, copies, codec)
 
 
 #: What a transform returns that is never awaitable (its new document; None when it raised).
 _PLAIN_RESULTS = frozenset({dict, type(None)})
 
-#: A lent document, what its transform returned (None if it raised) and what it raised.
-Transformed = tuple[_Lent, Any, BaseException | None]
+#: What each document's transform returned (None if it raised) and what it raised, in batch order.
+Transformed = tuple[Any, BaseException | None]
 
 
-async def _transform(job: Job, pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
-    """Each document with its new version or its error; a sync function runs off the loop (see :mod:`.job`)."""
+async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformContext) -> list[Transformed]:
+    """Each document's new version or its error; a sync function runs off the loop (see :mod:`.job`)."""
     if job.many is not None:
-        out = await call(job.many, [copy for _, copy in pairs], ctx)
-        if not isinstance(out, list) or len(out) != len(pairs):
+        out = await call(job.many, list(copies), ctx)
+        if not isinstance(out, list) or len(out) != len(copies):
             got = len(out) if isinstance(out, list) else type(out).__name__
             raise BatchFailed(
-                f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(pairs)} document(s); "
+                f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(copies)} document(s); "
                 "it must return one per document, in order"
             )
-        return [(d, None, r) if isinstance(r, BaseException) else (d, r, None) for (d, _), r in zip(pairs, out, strict=True)]
+        return [(None, r) if isinstance(r, BaseException) else (r, None) for r in out]
     assert job.one is not None
-    if not pairs:
+    if not copies:
         return []
     if is_async(job.one):
-        return await _each_on_loop(job.one, pairs, ctx)
-    results = await asyncio.to_thread(_each_in_thread, job.one, pairs, ctx)
-    returned = {type(new) for _, new, _ in results} - _PLAIN_RESULTS  # isawaitable per document only if needed
-    if returned and any(inspect.isawaitable(new) for _, new, _ in results):
+        return await _each_on_loop(job.one, copies, ctx)
+    results = await asyncio.to_thread(_each_in_thread, job.one, copies, ctx)
+    returned = {type(new) for new, _ in results} - _PLAIN_RESULTS  # isawaitable per document only if needed
+    if returned and any(inspect.isawaitable(new) for new, _ in results):
         results = await _settle(results)  # a sync function that returned awaitables
     return results
 
 
-async def _each_on_loop(fn: Callable[..., Any], pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> list[Transformed]:
     """An async ``migrate`` for each document in turn: one document's error is its own."""
     results: list[Transformed] = []
-    for doc, copy in pairs:
+    for copy in copies:
         try:
-            results.append((doc, await fn(copy, ctx), None))
+            results.append((await fn(copy, ctx), None))
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise  # a side write's transaction error belongs to the batch: it is retried whole
-            results.append((doc, None, exc))
+            results.append((None, exc))
     return results
 
 
-def _each_in_thread(fn: Callable[..., Any], pairs: list[Pair], ctx: TransformContext) -> list[Transformed]:
+def _each_in_thread(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> list[Transformed]:
     """A sync ``migrate`` for every document of the batch, in one worker-thread call; the same error rules.
 
     ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`).
     """
     fn = guard_exit(fn)
     results: list[Transformed] = []
-    for doc, copy in pairs:
+    append = results.append
+    for copy in copies:
         try:
-            results.append((doc, fn(copy, ctx), None))
+            append((fn(copy, ctx), None))
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise
-            results.append((doc, None, exc))
+            append((None, exc))
     return results
 
 
 async def _settle(results: list[Transformed]) -> list[Transformed]:
     """Await, on the loop, what a sync function returned as an awaitable; its error is its document's."""
     settled: list[Transformed] = []
-    for doc, new, error in results:
+    for new, error in results:
         if inspect.isawaitable(new):
             try:
                 new = await new
@@ -233,30 +265,32 @@ async def _settle(results: list[Transformed]) -> list[Transformed]:
                 if transient_transaction_error(exc):
                     raise
                 new, error = None, exc
-        settled.append((doc, new, error))
+        settled.append((new, error))
     return settled
 
 
 def _updates(
-    job: Job, transformed: list[Transformed], codec: CodecOptions[Any], errors: list[DocumentError]
+    job: Job, originals: list[dict[str, Any]], transformed: list[Transformed], codec: CodecOptions[Any], errors: list[DocumentError]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order."""
+    """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order.
+
+    ``originals[i]`` is the i-th document as read, ``transformed[i]`` what its transform gave."""
     spec = job.spec
     owners: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     failures: list[tuple[int, DocumentError]] = []
     at: list[int] = []
-    for index, (lent, new, error) in enumerate(transformed):
-        doc = lent.original(codec)
+    version_field, revision_field, target, shard_key = spec.version_field, job.revision_field, job.target, job.shard_key
+    for index, (doc, (new, error)) in enumerate(zip(originals, transformed, strict=True)):
         if error is not None:
             failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
             continue
         try:
-            update = stamped_diff(doc, new, version_field=spec.version_field, revision_field=job.revision_field, to_version=job.target)
+            update = stamped_diff(doc, new, version_field=version_field, revision_field=revision_field, to_version=target)
         except ShapeError as exc:
             failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
             continue
-        if job.shard_key and (moved := shard_key_change(doc, new, job.shard_key)):
+        if shard_key and (moved := shard_key_change(doc, new, shard_key)):
             failures.append((index, DocumentError(doc["_id"], "shard-key-changed", moved)))
             continue
         owners.append(doc)
@@ -285,14 +319,17 @@ class PlannedUpdates:
 
 
 async def planned_updates(
-    job: Job, docs: Sequence[Mapping[str, Any]], ctx: TransformContext, codec: CodecOptions[Any]
+    job: Job, docs: Sequence[Mapping[str, Any]] | Lent, ctx: TransformContext, codec: CodecOptions[Any]
 ) -> PlannedUpdates:
     """Transform ``docs`` and build their guarded updates, writing nothing.
 
     The one place a batch's updates come from: :func:`apply_batch` writes them, the preview
-    (:mod:`..inspect.preview`) shows them, so what a preview shows is what a run sends."""
+    (:mod:`..inspect.preview`) shows them, so what a preview shows is what a run sends.
+    ``docs`` may come already lent (:func:`lend`: a lane that read the batch's ids from it)."""
     errors: list[DocumentError] = []
-    owners, updates = _updates(job, await _transform(job, _pairs(docs, codec), ctx), codec, errors)
+    lent = lend(docs, codec)
+    transformed = await _transform(job, lent.copies, ctx)
+    owners, updates = _updates(job, lent.originals(codec), transformed, codec, errors)
     return PlannedUpdates(owners, updates, errors)
 
 
@@ -432,7 +469,7 @@ async def write_pipeline(
 
 async def apply_batch(
     job: Job,
-    docs: Sequence[Mapping[str, Any]],
+    docs: Sequence[Mapping[str, Any]] | Lent,
     collection: AsyncCollection[dict[str, Any]],
     ctx: TransformContext,
     *,
@@ -441,6 +478,7 @@ async def apply_batch(
 ) -> BatchResult:
     """Transform and write ``docs``; see the module docstring for the conflict rules.
 
+    ``docs`` may come already lent (:func:`lend`).
     ``strict`` (a transactional batch): the first document error raises
     :class:`DocumentFailed` and a write that matched nothing raises
     :class:`WriteConflict`, so that nothing of the batch commits with them.
@@ -448,11 +486,11 @@ async def apply_batch(
     spec = job.spec
     if session is None:
         collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
-    if job.pipeline is not None:
-        return await _apply_pipeline(job, docs, collection, session=session, strict=strict)
+    if job.pipeline is not None:  # no transform here: a lent batch (a transaction's) is its documents as read
+        return await _apply_pipeline(job, docs.tops if isinstance(docs, Lent) else docs, collection, session=session, strict=strict)
     result = BatchResult()
     codec = collection.codec_options.with_options(document_class=dict)
-    pending: Sequence[Mapping[str, Any]] = docs
+    pending: Sequence[Mapping[str, Any]] | Lent = docs
     for round_ in range(spec.max_conflict_retries + 1):
         planned = await planned_updates(job, pending, ctx, codec)
         owners = planned.owners

@@ -207,12 +207,12 @@ def stamped_diff(
     system = {"_id", version_field, revision_field}
     get = old.get
     set_: dict[str, Any] = {}
-    for key, value in new.items():
+    # The very object ``old`` holds is unchanged (``old`` is the document as read): most fields of a
+    # transformed copy are, so one comprehension leaves them out before the per-field checks.
+    for key, value in [(key, value) for key, value in new.items() if value is not get(key, _MISSING)]:
         if key in system:
             continue
         before = get(key, _MISSING)
-        if value is before:
-            continue  # the very object ``old`` holds: ``old`` is the document as read, so unchanged
         kind = type(value)
         if kind is type(before):
             if kind in _PLAIN:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bson import encode
+from bson.raw_bson import RawBSONDocument
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
@@ -37,7 +39,7 @@ from ...project.server_errors import (
     unknown_commit_result,
 )
 from ...schema.background import Background
-from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key
+from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key, lend
 
 #: What one batch may read into a transaction, well under 16 MiB.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
@@ -52,11 +54,11 @@ def backoff_seconds(attempt: int, rng: random.Random) -> float:
     return rng.random() * min(2.0, 0.05 * 2.0**attempt)
 
 
-def fitting(docs: list[dict[str, Any]], limit: int = MAX_TRANSACTION_BYTES) -> list[dict[str, Any]]:
-    """The leading documents whose BSON fits in ``limit`` bytes: at least one."""
+def fitting(docs: list[Any], limit: int = MAX_TRANSACTION_BYTES) -> list[Any]:
+    """The leading documents whose BSON fits in ``limit`` bytes: at least one (raw ones are measured, not encoded)."""
     total = 0
     for i, doc in enumerate(docs):
-        total += len(encode(doc))
+        total += len(doc.raw) if isinstance(doc, RawBSONDocument) else len(encode(doc))
         if total > limit and i > 0:
             return docs[:i]
     return docs
@@ -123,26 +125,35 @@ async def run_batch(
 ) -> Outcome:
     """One transactional batch with its retries.
 
-    ``read(session, limit)`` returns the batch's documents; ``write(session, docs)``
-    runs the shared write path in strict mode; ``checkpoint(session, docs, fetched,
-    limit, result, excluded, retries)`` writes the fenced checkpoint (False: lease lost).
+    ``read(session, limit)`` returns the batch's documents (raw BSON, as lanes read them, or
+    decoded); ``write(session, lent)`` runs the shared write path in strict mode on them, lent
+    (:func:`.batch.lend`: decoded once, their ids taken from that decode) without the documents
+    left out; ``checkpoint(session, docs, fetched, limit, result, excluded, retries)`` writes the
+    fenced checkpoint (False: lease lost).
     """
     assert spec.transaction is not None
     size = min(sizing.size, spec.batch_size)
+    codec = collection.codec_options.with_options(document_class=dict)
     excluded: dict[bytes, DocumentError] = {}
     attempts = retries = 0
     while True:
-        docs: list[dict[str, Any]] = []
+        docs: list[Any] = []
+        ids: list[Any] = []
+        keys: list[bytes] = []
         async with client.start_session() as session:
             try:
                 await session.start_transaction(**transaction_options(spec))
                 fetched = await read(session, size)
                 docs = fitting(fetched)
-                work = [d for d in docs if id_key(d["_id"]) not in excluded]
-                result = await write(session, work) if work else BatchResult()
+                lent = lend(docs, codec)
+                ids = [doc["_id"] for doc in lent.tops]  # as read: before the transforms
+                keys = [id_key(i) for i in ids]
+                kept = [i for i, key in enumerate(keys) if key not in excluded]
+                work = lent if len(kept) == len(keys) else lent.subset(kept, codec)
+                result = await write(session, work) if kept else BatchResult()
                 # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
                 # fit) may end before one, and the batch that reaches it again counts it then.
-                failed_here = [excluded[key] for key in (id_key(d["_id"]) for d in docs) if key in excluded]
+                failed_here = [excluded[key] for key in keys if key in excluded]
                 result.errors = failed_here
                 ok = await checkpoint(session, docs, fetched, size, result, failed_here, retries)
                 if not ok:
@@ -151,7 +162,7 @@ async def run_batch(
                 await commit(session)
                 sizing.succeeded(size, spec.batch_size)
                 done = len(docs) == len(fetched) and len(fetched) < size
-                return Outcome(result, docs, done, docs[-1]["_id"] if docs else None, retries, failed_here)
+                return Outcome(result, docs, done, ids[-1] if ids else None, retries, failed_here)
             except DocumentFailed as failed:
                 await _abort(session)
                 excluded[id_key(failed.document.id)] = failed.document
@@ -168,8 +179,7 @@ async def run_batch(
                 sizing.clean = 0
                 if len(docs) == 1 and size == 1:
                     if time_or_size:
-                        doc = docs[0]
-                        excluded[id_key(doc["_id"])] = DocumentError(doc["_id"], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
+                        excluded[keys[0]] = DocumentError(ids[0], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
                         continue
                     if conflict:
                         raise Skip(docs[0], retries) from None
@@ -185,9 +195,11 @@ async def run_batch(
 
 
 class Skip(Exception):
-    """A lone document still in the way: the caller moves the cursor past it (the next pass takes it)."""
+    """A lone document still in the way: the caller moves the cursor past it (the next pass takes it).
 
-    def __init__(self, doc: dict[str, Any], retries: int) -> None:
+    ``doc`` is as read: raw BSON when the lane read it so."""
+
+    def __init__(self, doc: Mapping[str, Any], retries: int) -> None:
         super().__init__("conflict")
         self.doc = doc
         self.retries = retries
