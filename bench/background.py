@@ -20,9 +20,9 @@ What is compared (the protocol and the results are in ``docs/performance.md``):
 * **engine txn** ``max_parallel`` 1 in transactional mode (``transaction=True``): each batch of
   500, its guarded writes and its checkpoint in one snapshot transaction; compared with B3 of
   the same run like the other engine rows, but not held to the engine's targets.
-* **engine pipeline** the engine's server-side form (``pipeline=B0_PIPELINE``): lanes read
-  only ``_id``s and each guarded update runs ``ENGINE_PIPELINE`` (B0's, minus the stamp the
-  engine adds itself) on the server.
+* **engine pipeline** the engine's server-side form (``pipeline=ENGINE_PIPELINE``, B0's minus the
+  stamp the engine adds itself): lanes read one ``_id`` per range of 500 (its end) and the server
+  rewrites the range with one guarded ``update_many`` in a transaction with its checkpoint.
 
 Why every scenario runs in a fresh child process: ``getrusage(RUSAGE_SELF)`` and
 ``ru_maxrss`` are per process and only ever grow, so a shared process would add up

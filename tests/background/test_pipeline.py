@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import pytest
 from bson import Decimal128, Int64
 from bson.codec_options import CodecOptions
@@ -10,8 +13,10 @@ from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import OperationFailure
 
 from mongoshift.api import background as bg, migrations as command
+from mongoshift.background.lanes import modes
 from mongoshift.background.write.batch import apply_batch
 from mongoshift.background.write.job import Job
+from mongoshift.project.events import Event
 from mongoshift.project.run import CancelSignal
 from mongoshift.schema.background import Background
 
@@ -254,3 +259,140 @@ def test_pipeline_is_one_form_among_migrate_and_step() -> None:
         Background(collection="people", from_version=1, to_version=2, pipeline=NAMES, migrate=lambda d, c: d)
     spec = Background(collection="people", from_version=1, to_version=2, pipeline=NAMES)
     assert spec.settings()["pipeline"].startswith('[{"$set"') and not spec.reversible
+
+
+# -- bounded ranges: the server rewrites a range, no _id of it is read ---------------------------------------------
+
+
+async def _run_names(fast_project, batch_size: int, extra: str = "") -> tuple[Any, list[dict[str, Any]]]:  # type: ignore[no-untyped-def]
+    # adaptive=False: the range size stays the batch size, whatever the machine's load.
+    fast_project.add("0001_names.py", pipeline_file(batch_size=batch_size, extra="adaptive=False," + extra))
+    s = fast_project.settings()
+    await command.up(s)
+    seen: list[Event] = []
+    (result,) = await bg.run(s, ["0001_names.py"], observers=[seen.append])
+    return result, [e.data for e in seen if e.kind == "batch"]
+
+
+async def test_ranges_are_rewritten_by_the_server_without_reading_their_ids(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 500)
+    result, batches = await _run_names(fast_project, 100)
+    assert result.status == "completed" and (result.totals["migrated"], result.totals["scanned"]) == (500, 500)
+    ranges = [b for b in batches if b.get("range")]
+    # Every range went through one update_many of its _id interval (the last one: the rest of the partition).
+    assert sum(b["migrated"] for b in ranges) == 500 and all(b["size"] == 100 for b in ranges)
+    assert sum(b["migrated"] for b in batches) == 500
+    assert await db.people.count_documents({"__v": 2, "__rev": 2, "first": {"$exists": False}}) == 500
+
+
+def _before_first_range(monkeypatch: pytest.MonkeyPatch, act: Callable[[int], Awaitable[None]]) -> list[int]:
+    """Run ``act(call)`` at each range write, after its boundary was read and before the server rewrites it."""
+    original = modes.rewrite_range
+    calls: list[int] = []
+
+    async def rewrite(job: Job, collection: Any, filter_: dict[str, Any], **options: Any) -> int:
+        calls.append(len(calls))
+        await act(len(calls) - 1)
+        return await original(job, collection, filter_, **options)
+
+    monkeypatch.setattr(modes, "rewrite_range", rewrite)
+    return calls
+
+
+async def test_counts_are_exact_around_application_writes_made_while_a_range_is_written(fast_project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 300)
+
+    async def application(call: int) -> None:
+        if call != 0:
+            return
+        # Inside the first range (its last _id, 99, is read): a change, a move out of the source
+        # version, a deletion, and a new document in the source version.
+        await db.people.update_one({"_id": 10}, {"$set": {"first": "Ann", "email": "a@example.com"}, "$inc": {"__rev": 1}})
+        await db.people.update_one({"_id": 20}, {"$set": {"__v": 3}, "$inc": {"__rev": 1}})
+        await db.people.delete_one({"_id": 40})
+        await db.people.insert_one({"_id": 30.5, "first": "New", "last": "One", "n": -1, "__v": 1, "__rev": 1})
+
+    calls = _before_first_range(monkeypatch, application)
+    result, batches = await _run_names(fast_project, 100)
+    assert result.status == "completed" and len(calls) >= 3
+    first = next(b for b in batches if b.get("range"))
+    assert (first["scanned"], first["migrated"], first["skipped"]) == (100, 99, 1)  # 98 read + the new one; 2 gone
+    assert (result.totals["migrated"], result.totals["scanned"], result.totals.get("skipped", 0)) == (299, 300, 1)
+    assert await db.people.count_documents({"__v": 2}) == 299
+    assert await db.people.find_one({"_id": 10}) == {"_id": 10, "n": 10, "email": "a@example.com", "__v": 2, "__rev": 3, "full_name": "Ann L10"}
+    assert (await db.people.find_one({"_id": 20}))["__v"] == 3
+    assert (await db.people.find_one({"_id": 30.5}))["full_name"] == "New One"
+
+
+async def test_a_range_whose_transaction_conflicts_is_written_again_from_the_documents_as_they_are(fast_project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    original = modes.rewrite_range
+    attempts: list[int] = []
+
+    async def conflicting(job: Job, collection: Any, filter_: dict[str, Any], **options: Any) -> int:
+        attempts.append(1)
+        matched = await original(job, collection, filter_, **options)
+        if len(attempts) == 1:
+            # The server rewrote the range in the transaction, then the application's write to one of
+            # its documents conflicts: the transaction is aborted, so none of that rewrite may remain.
+            await db.people.update_one({"_id": 7}, {"$set": {"first": "Zoe"}, "$inc": {"__rev": 1}})
+            raise OperationFailure("WriteConflict", code=112, details={"code": 112, "errorLabels": ["TransientTransactionError"]})
+        return matched
+
+    monkeypatch.setattr(modes, "rewrite_range", conflicting)
+    result, _ = await _run_names(fast_project, 100)
+    assert result.status == "completed" and len(attempts) >= 3
+    assert (result.totals["migrated"], result.totals.get("skipped", 0)) == (200, 0)
+    # Each document rewritten exactly once (one revision bump), the application's write kept.
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 199
+    assert await db.people.find_one({"_id": 7}) == {"_id": 7, "n": 7, "__v": 2, "__rev": 3, "full_name": "Zoe L7"}
+
+
+async def test_a_range_with_a_document_the_pipeline_cannot_evaluate_names_it_through_the_id_path(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    await db.people.update_many({"_id": {"$in": [60, 61]}}, {"$set": {"last": 12}})  # $concat of a number fails on the server
+    result, batches = await _run_names(fast_project, 50, extra="max_document_errors=5,")
+    assert result.status == "completed" and result.failed_documents == 2
+    assert (result.totals["migrated"], result.totals.get("skipped", 0), result.totals["failed"]) == (198, 0, 2)
+    ranges = [b for b in batches if b.get("range")]
+    # The range holding 60 and 61, (49, 99], went through the _id path, which named each failure.
+    assert [b["migrated"] for b in ranges] == [50, 50, 50, 0]  # the last: the rest of the partition, empty
+    assert sorted([d["_id"] async for d in db.people.find({"__v": 1})]) == [60, 61]
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 198
+
+
+async def test_a_range_whose_lease_is_lost_writes_nothing_and_the_next_holder_counts_it(fast_project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    original = modes.rewrite_range
+    stolen: list[int] = []
+
+    async def lease_lost(job: Job, collection: Any, filter_: dict[str, Any], **options: Any) -> int:
+        matched = await original(job, collection, filter_, **options)
+        if not stolen:
+            # After the server rewrote the range, another lane reaps the lease: the fenced checkpoint
+            # (or the commit) fails, and the rewrite must go with it.
+            stolen.append(1)
+            partitions = db["_mongoshift_background_partitions"]
+            assert (await partitions.update_many({"lease": {"$exists": True}}, {"$set": {"lease.token": "another"}})).modified_count == 1
+        return matched
+
+    monkeypatch.setattr(modes, "rewrite_range", lease_lost)
+    result, _ = await _run_names(fast_project, 100)
+    assert result.status == "completed" and stolen
+    assert (result.totals["migrated"], result.totals.get("skipped", 0)) == (200, 0)
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 200  # each rewritten once
+
+
+async def test_without_transactions_ranges_give_way_to_the_id_path(fast_project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    refused: list[int] = []
+
+    async def standalone(job: Job, collection: Any, filter_: dict[str, Any], **options: Any) -> int:
+        refused.append(1)
+        raise OperationFailure("Transaction numbers are only allowed on a replica set member or mongos", code=20)
+
+    monkeypatch.setattr(modes, "rewrite_range", standalone)
+    result, batches = await _run_names(fast_project, 50)
+    assert result.status == "completed" and refused == [1]  # asked once, then never again
+    assert (result.totals["migrated"], result.totals["scanned"]) == (200, 200) and not any(b.get("range") for b in batches)
+    assert await db.people.count_documents({"__v": 2, "__rev": 2}) == 200

@@ -13,15 +13,18 @@ Each one takes the slice's :class:`PartitionWork` and the cursor to start from a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bson import decode, encode
 from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
+from pymongo.write_concern import WriteConcern
 
 from ...project.server_errors import (
     overloaded,
@@ -33,7 +36,7 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
@@ -152,6 +155,8 @@ def mode_for(job: Job) -> Mode:
         return StepCalls(job.step)
     if job.spec.transaction is not None:
         return TransactionalBatches(TransactionalBatchSize(job.spec.batch_size))
+    if job.pipeline is not None:
+        return PipelineRanges()
     return PlainBatches()
 
 
@@ -330,6 +335,134 @@ async def settle_left_batch(work: PartitionWork) -> None:
     counts = {"scanned": len(ids), "migrated": rewritten, "batches": 1}
     if await work.engine.store.settle_intent(work.lease, str(left.get("token")), counts):
         add_counts(work.counters, counts)
+
+
+#: Conflicting attempts of one range's transaction before the range is written through the ``_id`` path.
+RANGE_CONFLICT_ATTEMPTS = 3
+
+
+@dataclass
+class PipelineRanges:
+    """A ``pipeline`` migration's partition rewritten by bounded ``_id`` ranges, none of its ``_id``s read.
+
+    Per range: one read of a single ``_id``, the range's last (the ``size``-th document in the source
+    shape after the cursor, through the version index); then, in one transaction, one ``update_many``
+    of the source shape within ``(cursor, last]`` (:func:`.rewrite_range`) and the range's fenced
+    checkpoint. Its match count is the exact ``migrated``; ``scanned`` is what the read found (or the
+    match count, if the application brought more documents into the source shape since), ``skipped``
+    the difference. When the read finds no ``size``-th document, the range is the rest of the
+    partition (``scanned`` is then its match count) and its checkpoint closes the partition.
+    The transaction makes the range all or nothing, which is what keeps the counts exact: a failed
+    multi-document update does not say what it wrote before it stopped, while here it wrote nothing;
+    a lane whose lease is lost mid-range commits nothing (its checkpoint is fenced off); a conflict
+    with an application write aborts it and the range is tried again, from the documents as they
+    are then.
+
+    What this path does not take goes through :class:`PlainBatches` (``_id``s read, one multi-document
+    update over them, an exact per-document fallback), whose batch is checkpointed at once: a range
+    whose update failed (a document the pipeline cannot evaluate: each failure is then named on its
+    own), a range still conflicting after :data:`RANGE_CONFLICT_ATTEMPTS` attempts or too big or slow
+    for a transaction, every partition of a collection whose shard key is known (in shard-key order or
+    a draining hash range, a range is no ``_id`` interval, and a transaction should stay on one shard),
+    and every range once the server refused a transaction (a standalone ``mongod``).
+    """
+
+    reads_documents = True
+    ids: PlainBatches = field(default_factory=lambda: PlainBatches())
+    transactions: bool = True
+
+    async def finish(self, work: PartitionWork) -> bool:
+        return await self.ids.finish(work)
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        scope = work.partition.scope
+        if not self.transactions or scope.drains or scope.targeted or work.job.shard_key or size < 2:
+            return await self.ids.advance(work, cursor, size)
+        find = work.find(work.collection, cursor, 1, skip=size - 1)
+        boundary = await find.to_list(None) if find is not None else []
+        progress = await self._range(work, cursor, size, boundary[0] if boundary else None)
+        return progress if progress is not None else await self._by_ids(work, cursor, size)
+
+    async def _by_ids(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+        """One batch through the ``_id`` path, its checkpoint written now (a range's carries no owed batch)."""
+        progress = await self.ids.advance(work, cursor, size)
+        if progress.lease_held and not await self.ids.finish(work):
+            return Progress(progress.done, progress.cursor, False)
+        return progress
+
+    async def _range(self, work: PartitionWork, cursor: Checkpoint, size: int, last: dict[str, Any] | None) -> Progress | None:
+        """The range ``(cursor, last]`` in one transaction with its checkpoint; None: take the ``_id`` path.
+
+        ``last`` None: fewer than ``size`` documents are left, and the range is the rest of the
+        partition, which its checkpoint closes (``scanned`` is then what it rewrote)."""
+        engine, job, adaptive = work.engine, work.job, work.adaptive
+        began = engine.now()
+        filter_ = batch_filter(work.match, work.partition.scope, cursor)
+        if last is not None:
+            filter_ = {"$and": [filter_, {"_id": {"$lte": last["_id"]}}]}
+        next_cursor, done = (cursor_after(work.partition.scope, last), False) if last is not None else (cursor, True)
+        options: dict[str, Any] = {
+            "read_concern": ReadConcern("snapshot"),
+            "write_concern": WriteConcern(**job.spec.write_concern),
+            "read_preference": ReadPreference.PRIMARY,
+        }
+        for attempt in range(RANGE_CONFLICT_ATTEMPTS):
+            async with engine.client.start_session() as session:
+                # The heartbeat leaves the lease alone meanwhile: its renewal would conflict with the checkpoint.
+                work.activity.in_transaction = True
+                try:
+                    await session.start_transaction(**options)
+                    started = engine.now()
+                    matched = await rewrite_range(job, work.collection, filter_, hint=work.hint, session=session)
+                    scanned = max(size, matched) if not done else matched
+                    counts = {"scanned": scanned, "migrated": matched, "skipped": scanned - matched, "batches": 1}
+                    checkpointed = await engine.store.checkpoint(
+                        work.lease, cursor=next_cursor.to_document(), counters=counts, done=done, session=session,
+                        throttle=adaptive.state() if adaptive is not None else None,  # the pace the range ran at, for status
+                    )
+                    if checkpointed is None:
+                        await session.abort_transaction()
+                        return Progress(False, cursor, False)  # fenced off: nothing of the range is written
+                    await commit(session)
+                except PyMongoError as exc:
+                    await _abort(session)
+                    if transactions_unsupported(exc):
+                        self.transactions = False
+                        return None
+                    if transient_transaction_error(exc) and attempt + 1 < RANGE_CONFLICT_ATTEMPTS:
+                        await asyncio.sleep(backoff_seconds(attempt + 1, engine.rng))
+                        continue
+                    # A document error, a lasting conflict, too big or slow: nothing was written, and the
+                    # _id path names each failure. An error that is not the range's (a lost connection, a
+                    # refused command) meets that path too, and fails the batch there. A commit whose
+                    # error hid its success is safe as well: that path reads only what is still in the
+                    # source shape, and counts only what it writes.
+                    return None
+                finally:
+                    work.activity.in_transaction = False
+            work.renewed()
+            add_counts(work.counters, counts)
+            latency_ms = (engine.now() - started) * 1000
+            if adaptive is not None:
+                # Work: the range's read and its transaction; a conflicting attempt counts as a conflict.
+                change = adaptive.record(
+                    (engine.now() - began) * 1000, elapsed_ms=(engine.now() - began) * 1000, docs=max(matched, 1), conflicts=attempt
+                )
+                if change:
+                    work.throttled(change, **adaptive.pace())
+            engine.events.emit(
+                "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1),
+                duration_ms=_ms_since(engine, began), range=True, **counts,
+            )
+            return Progress(done, next_cursor, True, checkpointed.control)
+        return None
+
+
+async def _abort(session: Any) -> None:
+    """Abort ``session``'s transaction if it is still open; an error doing so changes nothing (it ends anyway)."""
+    if session.in_transaction:
+        with contextlib.suppress(PyMongoError):
+            await session.abort_transaction()
 
 
 @dataclass

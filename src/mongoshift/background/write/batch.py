@@ -589,6 +589,20 @@ async def _pipeline_each(
     return result
 
 
+async def rewrite_range(
+    job: Job, collection: AsyncCollection[dict[str, Any]], filter_: dict[str, Any], *, hint: list[tuple[str, Any]] | None, session: Any
+) -> int:
+    """A ``pipeline`` migration's bounded range rewritten on the server by one ``update_many``: the count it matched.
+
+    ``filter_`` is the range and the source shape, so each document's rewrite is atomic on the server and
+    the match count is exact (a rewrite leaves the source shape: no document is matched twice). Nothing
+    is read to the client. The caller runs it in a transaction with the range's fenced checkpoint, so a
+    failure (a document the pipeline cannot evaluate, a conflict, a lost lease) leaves nothing written:
+    the reply of a failed multi-document update does not say what it wrote (see :mod:`..lanes.modes`)."""
+    written = await collection.update_many(filter_, pipeline_update(job), hint=hint, session=session)
+    return written.matched_count
+
+
 def at_version(value: Any, version: int) -> bool:
     """Whether a stored version ``value`` (None: missing) is one that ``version_match(field, version)`` matches.
 
