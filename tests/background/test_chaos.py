@@ -16,6 +16,7 @@ batches commit while the application writes; there it uses batches of 50 and a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -197,7 +198,9 @@ async def test_chaos_plain(fast_project, db, sync_client, cli) -> None:  # type:
     await seed(db.people, DOCS)
     fast_project.add("0001_names.py", PLAIN)
     assert cli(fast_project, "up", "-q").returncode == 0
-    result = chaos(fast_project, sync_client, writer_delay=0.0, docs=DOCS)
+    # In a thread: minutes of a blocked event loop would starve the async client's monitor (of the ``db``
+    # fixture), whose late heartbeat then clears its pool and cancels the teardown's drop_database.
+    result = await asyncio.to_thread(chaos, fast_project, sync_client, writer_delay=0.0, docs=DOCS)
     check_documents(sync_client, fast_project, result["app_writes"], DOCS)
     totals = result["state"]["totals"]
     # A kill between a batch's writes and its bookkeeping leaves the batch on its partition, and the
@@ -217,7 +220,7 @@ async def test_chaos_transactional(fast_project, db, sync_client, cli) -> None: 
     fast_project.add("0001_names.py", TRANSACTIONAL.replace("MAX_PARALLEL", "6").replace("BATCH", "200" if real else "50"))
     fast_project.write_config(background_lease_ttl_seconds=2 if real else 10, background_poll_seconds=0.2)
     assert cli(fast_project, "up", "-q").returncode == 0
-    result = chaos(fast_project, sync_client, writer_delay=0.0, docs=TXN_DOCS)
+    result = await asyncio.to_thread(chaos, fast_project, sync_client, writer_delay=0.0, docs=TXN_DOCS)  # in a thread: see test_chaos_plain
     check_documents(sync_client, fast_project, result["app_writes"], TXN_DOCS)
     totals = result["state"]["totals"]
     assert totals["migrated"] == TXN_DOCS  # exact: counters commit with the writes
