@@ -55,7 +55,7 @@ def render(report: GenerateReport) -> None:
     verb = "would be" if report.check else ""
     rows = [(r.collection, r.model, r.action if not report.check or r.action == "unchanged" else f"{r.action} ({verb} written)", r.file)
             for r in report.collections]
-    out.table(["collection", "model", "file", "path"], rows, title="check: nothing was written" if report.check else None)
+    out.table(["collection", "model", "action", "file"], rows, title="check: nothing was written" if report.check else None)
     if report.snapshot_stale:
         out.say(f"models snapshot {'is out of date' if report.check else 'updated'}: {report.snapshot}")
     if report.in_sync:
