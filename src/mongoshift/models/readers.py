@@ -80,7 +80,7 @@ def _import(name: str, package: str) -> ModuleType:
     except BaseException as exc:  # user code may raise anything while importing, even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise
-        if isinstance(exc, ModuleNotFoundError) and exc.name == name:
+        if isinstance(exc, ModuleNotFoundError) and exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise ModelsInvalidError(f"models package {name!r} not found (run from the folder it imports from)", models=package) from None
         frame = next(iter(reversed(traceback.extract_tb(exc.__traceback__))), None)
         where = f" ({Path(frame.filename).name}, line {frame.lineno})" if frame else ""

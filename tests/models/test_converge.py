@@ -1,0 +1,100 @@
+"""Generated declarations applied by converge on the embedded server: exactly those indexes, that validator (issue 30, item 6)."""
+
+from __future__ import annotations
+
+import datetime
+import tomllib
+from typing import Any
+
+import pytest
+from pymongo.errors import WriteError
+
+from ..conftest import Project
+from .conftest import PACKAGE, write_models
+from .test_generate import BEANIE, MONGOENGINE
+
+
+def plain(value: Any) -> Any:
+    """SON as dict (key order is compared where it matters: ``key`` as a list of pairs)."""
+    return {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+async def server_indexes(db: Any, name: str) -> dict[str, dict[str, Any]]:
+    """Each index's key (as pairs, in order) and options; a false flag is the same as none."""
+    out = {}
+    async for index in await db[name].list_indexes():
+        options = {k: plain(v) for k, v in index.items() if k not in ("v", "ns", "name", "key") and v is not False}
+        if index["name"] == "_id_":
+            options.pop("unique", None)  # some servers report it for _id_
+        out[index["name"]] = {"key": list(index["key"].items()), **options}
+    return out
+
+
+async def server_validation(db: Any, name: str) -> dict[str, Any]:
+    (info,) = [c async for c in await db.list_collections(filter={"name": name})]
+    return dict(info["options"])
+
+
+def generated(project: Project, name: str) -> dict[str, Any]:
+    return tomllib.loads((project.root / "collections" / f"{name}.toml").read_text(encoding="utf-8"))
+
+
+async def test_beanie_generate_then_converge_gives_exactly_those_indexes_and_validator(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, BEANIE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    result = cli(project, "converge", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert await server_indexes(db, "customers") == {
+        "_id_": {"key": [("_id", 1)]},
+        "email_1": {"key": [("email", 1)], "unique": True},
+        "name_1": {"key": [("name", 1)]},
+        "seen_-1_name_1": {"key": [("seen", -1), ("name", 1)]},
+        "seen_ttl": {"key": [("seen", 1)], "expireAfterSeconds": 3600},
+        "paid_only": {"key": [("tier", 1)], "partialFilterExpression": {"tier": "paid"}},
+    }
+    options = await server_validation(db, "customers")
+    assert options["validator"] == generated(project, "customers")["validator"]
+    assert (options["validationLevel"], options["validationAction"]) == ("moderate", "warn")
+    assert cli(project, "converge", "--check").returncode == 0
+
+    # warn: a document the model would refuse is still stored (old documents are not blocked)
+    await db.customers.insert_one({"email": 5, "name": "n", "seen": datetime.datetime.now(datetime.UTC)})
+
+
+async def test_mongoengine_generate_then_converge(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, MONGOENGINE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    assert cli(project, "converge", "--yes").returncode == 0
+    assert await server_indexes(db, "people") == {
+        "_id_": {"key": [("_id", 1)]},
+        "kind_age": {"key": [("kind", 1), ("age", -1)], "partialFilterExpression": {"age": {"$gt": 17}}},
+        "s_1": {"key": [("s", 1)], "expireAfterSeconds": 60},
+        "email_1": {"key": [("email", 1)], "unique": True},
+        "nick_1": {"key": [("nick", 1)], "unique": True, "sparse": True},
+    }
+    assert (await server_validation(db, "people"))["validator"] == generated(project, "people")["validator"]
+
+
+async def test_validation_action_error_declared_by_hand_refuses_a_violating_document(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, BEANIE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    path = project.root / "collections" / "customers.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace('validation_action = "warn"', 'validation_action = "error"'), encoding="utf-8")
+    assert cli(project, "collections", "generate").returncode == 0  # the edit survives a regeneration
+    assert cli(project, "converge", "--yes").returncode == 0
+    now = datetime.datetime.now(datetime.UTC)
+    good = {"email": "a@example.com", "name": "Ada", "tier": "paid", "tags": ["x"], "address": {"city": "Paris", "zip": None}, "seen": now}
+    await db.customers.insert_one(dict(good))  # insert_one adds an _id to the dict it gets
+    refused = [
+        {**good, "email": "b@example.com", "tier": "gold"},            # not in the enum
+        {k: v for k, v in good.items() if k != "seen"} | {"email": "c@example.com"},  # a required field missing
+        {**good, "email": "d@example.com", "tags": [1]},               # a list item of the wrong type
+        {**good, "email": "e@example.com", "address": {"zip": "75"}},  # a nested required field missing
+        {**good, "email": "f@example.com", "seen": "yesterday"},       # a string where a date is declared
+    ]
+    for document in refused:
+        with pytest.raises(WriteError) as caught:
+            await db.customers.insert_one(dict(document))
+        assert caught.value.code == 121  # DocumentValidationFailure
+    assert await db.customers.count_documents({}) == 1
+    await db.customers.insert_one({**good, "email": "g@example.com", "address": None, "tier": "free"})  # Optional: null is fine
