@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from mongoshift.api import background as bg, migrations as command
@@ -48,6 +49,11 @@ async def seed(db: Any, n: int = 25) -> None:
     await db.members.insert_many([{"_id": i, "fullname": f"Person {i}", "age": str(20 + i), "legacy": f"l{i}"} for i in range(n)])
 
 
+def text(path: str) -> str:
+    """A small file the test reads (a plain function: nothing else runs on the loop meanwhile)."""
+    return Path(path).read_text(encoding="utf-8")
+
+
 def fast(project: Project) -> None:
     project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
 
@@ -66,7 +72,7 @@ async def test_add_rename_and_type_change_run_to_completion_and_roll_back(projec
     assert (change["from_version"], change["to_version"], change["reversible"]) == (0, 1, True)
     assert change["notes"] == ["added 'nickname' (optional, no value to set)"]
     (path,) = body["files"]
-    source = open(path, encoding="utf-8").read()
+    source = text(path)
     assert "MEMBERS = define_shapes(1, {0: upgrade})" in source and "revert=revert," in source
     snapshot = json.loads((project.root / "collections" / "_models.json").read_text(encoding="utf-8"))
     assert snapshot["shapes"]["members"]["version"] == 1 and "full_name" in snapshot["shapes"]["members"]["fields"]
@@ -100,7 +106,7 @@ async def test_a_removed_field_is_a_one_way_migration(project: Project, cli, db)
     result = cli(project, "--json", "create", "drop_legacy", "--from-models")
     assert result.returncode == 0, result.stderr
     (path,) = json.loads(result.stdout)["files"]
-    source = open(path, encoding="utf-8").read()
+    source = text(path)
     assert "revert=" not in source and "# one-way: 'legacy' was removed: its values are gone" in source
     s = project.settings()
     await command.up(s)
