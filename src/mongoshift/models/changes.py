@@ -155,6 +155,8 @@ def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
             lines, back = _convert(name, *pair, model)
             changes.append(Change("retyped", name, f"{name!r} from {pair[0]} to {pair[1]}", lines, back,
                                   why_one_way="" if back else f"{name!r}: no converter back from {pair[1]} to {pair[0]}"))
+        elif set(before[name].get("types") or []) != set(spec.get("types") or []):
+            notes.append(f"{name!r}: now also takes {' or '.join(spec.get('types') or [])} (the stored values still fit; no rewrite)")
         elif before[name].get("required") != spec.get("required") or before[name].get("nullable") != spec.get("nullable"):
             notes.append(f"{name!r}: required or optional changed (the validator says it; no rewrite)")
     return CollectionChange(shape.collection, model, previous.version, changes, notes)
