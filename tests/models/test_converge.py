@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import decimal
+import uuid
 import tomllib
 from typing import Any
 
@@ -98,3 +100,84 @@ async def test_validation_action_error_declared_by_hand_refuses_a_violating_docu
         assert caught.value.code == 121  # DocumentValidationFailure
     assert await db.customers.count_documents({}) == 1
     await db.customers.insert_one({**good, "email": "g@example.com", "address": None, "tier": "free"})  # Optional: null is fine
+
+
+RICH = '''
+import datetime
+import decimal
+import uuid
+import decimal
+import enum
+import uuid
+from typing import Literal, Optional
+
+from beanie import Document, Link
+from pydantic import BaseModel, Field
+
+
+class Color(enum.Enum):
+    red = "red"
+    blue = "blue"
+
+
+class Part(BaseModel):
+    sku: str
+    qty: int = Field(gt=0)
+
+
+class Maker(Document):
+    label: str
+
+    class Settings:
+        name = "makers"
+
+
+class Product(Document):
+    title: str = Field(min_length=1, max_length=80)
+    price: decimal.Decimal
+    ref: uuid.UUID
+    launched: datetime.date
+    warranty: datetime.timedelta
+    blob: bytes
+    color: Color
+    size: Literal["s", "m", "l"]
+    parts: list[Part]
+    maker: Link[Maker]
+    previous: Optional[Link[Maker]] = None
+    note: Optional[str] = None
+    weight: float | int = 1
+
+    class Settings:
+        name = "products"
+'''
+
+
+async def test_what_beanie_stores_passes_the_generated_validator_with_action_error(project: Project, cli, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The validator says what Beanie writes (a UUID as binary, a date as a datetime, a Link as a DBRef), not what JSON would."""
+    write_models(project, RICH)
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0
+    assert "Product.maker: a Beanie Link is stored as a DBRef" in result.stderr
+    path = project.root / "collections" / "products.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace('validation_action = "warn"', 'validation_action = "error"')
+                    .replace('validation_level = "moderate"', 'validation_level = "strict"'), encoding="utf-8")
+    assert cli(project, "converge", "--yes").returncode == 0
+
+    from beanie import init_beanie
+
+    monkeypatch.syspath_prepend(str(project.root))
+    from shopapp.models import Color, Maker, Part, Product  # type: ignore[import-not-found]  # written by the test
+
+    await init_beanie(database=db, document_models=[Maker, Product])
+    maker = await Maker(label="acme").insert()
+    product = Product(
+        title="Lamp", price=decimal.Decimal("9.90"), ref=uuid.uuid4(), launched=datetime.date(2026, 1, 2),
+        warranty=datetime.timedelta(days=365), blob=b"\x00\x01", color=Color.red, size="m",
+        parts=[Part(sku="a", qty=2)], maker=maker,
+    )
+    await product.insert()
+    stored = await db.products.find_one({"_id": product.id})
+    assert stored["title"] == "Lamp" and stored["maker"].collection == "makers"
+    with pytest.raises(WriteError) as caught:
+        await db.products.insert_one({**{k: v for k, v in stored.items() if k != "_id"}, "size": "xl"})
+    assert caught.value.code == 121

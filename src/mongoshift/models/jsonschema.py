@@ -22,10 +22,12 @@ TYPES: dict[str, str | list[str]] = {
     "array": "array",
     "object": "object",
 }
-#: String formats that are stored as another BSON type (pydantic writes them as strings in JSON).
-FORMATS: dict[str, str] = {"date-time": "date", "binary": "binData"}
+#: String formats that are stored as another BSON type (pydantic writes them as strings in JSON;
+#: the drivers and Beanie's encoder store a datetime, a date and bytes natively, a UUID as binary,
+#: a timedelta as its seconds).
+FORMATS: dict[str, str] = {"date-time": "date", "date": "date", "binary": "binData", "uuid": "binData", "duration": "number"}
 #: Formats that stay strings in BSON: a pattern of their own is not added.
-STRING_FORMATS = frozenset({"email", "uri", "hostname", "ipv4", "ipv6", "uuid", "duration", "time", "date"})
+STRING_FORMATS = frozenset({"email", "uri", "hostname", "ipv4", "ipv6", "time"})
 #: Keys that describe rather than constrain, or that mongoshift reads itself (``renamed_from``).
 IGNORED = frozenset({"title", "description", "default", "examples", "example", "renamed_from", "deprecated", "readOnly", "writeOnly"})
 #: Constraints copied as they are (the same meaning in draft 4).
@@ -131,6 +133,9 @@ class Converter:
     def _union(self, parts: list[Any], where: str, rest: Mapping[str, Any]) -> dict[str, Any]:
         nullable = any(p == {"type": "null"} for p in parts)
         others = [p for p in parts if p != {"type": "null"}]
+        if any(_is_link(p) for p in others):
+            self.note(where, "a Beanie Link is stored as a DBRef: only that it is an embedded document is checked")
+            return {"bsonType": ["object", "null"] if nullable else "object"}
         converted = [self.node(p, where) for p in others]
         if len(converted) == 1:
             out = dict(converted[0])
@@ -179,6 +184,16 @@ class Converter:
                 out["additionalProperties"] = converted
         elif extra is False:
             out["additionalProperties"] = False
+
+
+def _is_link(schema: Any) -> bool:
+    """Beanie's ``Link[...]`` describes itself as ``{id, collection}``, which is not how it is stored (a DBRef)."""
+    return (
+        isinstance(schema, Mapping)
+        and schema.get("type") == "object"
+        and set(schema.get("properties") or {}) == {"id", "collection"}
+        and sorted(schema.get("required") or []) == ["collection", "id"]
+    )
 
 
 def _as_list(value: Any) -> list[Any]:
