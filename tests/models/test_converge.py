@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import uuid
 import tomllib
+import uuid
 from typing import Any
 
 import pytest
