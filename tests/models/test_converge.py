@@ -181,3 +181,32 @@ async def test_what_beanie_stores_passes_the_generated_validator_with_action_err
     with pytest.raises(WriteError) as caught:
         await db.products.insert_one({**{k: v for k, v in stored.items() if k != "_id"}, "size": "xl"})
     assert caught.value.code == 121
+
+
+def test_what_mongoengine_saves_passes_the_generated_validator_with_action_error(  # type: ignore[no-untyped-def]
+    project: Project, cli, sync_client, mongo_uri: str, db_name: str, monkeypatch
+) -> None:
+    import mongoengine
+    from pymongo.errors import WriteError as SyncWriteError
+
+    write_models(project, MONGOENGINE.replace("    shape = me.GenericReferenceField()\n", "    tags = me.ListField(me.StringField())\n"))
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    path = project.root / "collections" / "people.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace('validation_action = "warn"', 'validation_action = "error"'), encoding="utf-8")
+    assert cli(project, "converge", "--yes").returncode == 0
+
+    monkeypatch.syspath_prepend(str(project.root))
+    from shopapp.models import Address, Person  # type: ignore[import-not-found]  # written by the test
+
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)  # the TTL index on seen: not expired
+    mongoengine.connect(db=db_name, host=mongo_uri, alias="default", uuidRepresentation="standard")
+    try:
+        person = Person(email="a@example.com", kind="staff", age=30, address=Address(city="Oslo"), tags=["x"],
+                        seen=now).save()
+        stored = sync_client[db_name].people.find_one({"_id": person.id})
+        assert stored["s"] == now  # the db_field name is the declared one
+        with pytest.raises(SyncWriteError) as caught:
+            sync_client[db_name].people.insert_one({"email": "b@example.com", "kind": "robot"})
+        assert caught.value.code == 121
+    finally:
+        mongoengine.disconnect(alias="default")

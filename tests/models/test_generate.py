@@ -247,3 +247,19 @@ async def test_the_python_api_session_and_flat_function(project: Project, monkey
         report = await ms.collections.generate(f"{PACKAGE}.models")
         assert [c.action for c in report.collections] == ["created"]
         assert (await ms.collections.generate(check=True)).in_sync
+
+
+def test_a_hand_written_declaration_is_completed_not_rewritten(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """No snapshot yet: the file's own parts stay, the models' missing ones are added, one spelled differently is the same index."""
+    folder = project.root / "collections"
+    folder.mkdir()
+    (folder / "events.toml").write_text(
+        'indexes = [{ keys = [["at", -1]], name = "recent" }, { keys = { owner = 1 } }]\nprune = true\n', encoding="utf-8"
+    )
+    write_models(project, PYDANTIC)
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0
+    assert "your edit is kept" not in result.stderr  # the same index, written another way, is no edit
+    after = declared(project, "events")
+    assert [i["name"] for i in after["indexes"]] == ["recent", "owner_1", "kind_1_at_-1"]
+    assert after["prune"] is True and after["validator"]["$jsonSchema"]["required"] == ["at", "kind"]

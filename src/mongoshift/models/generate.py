@@ -23,7 +23,7 @@ from ..schema.collections import CollectionDeclaration
 from ..schema.validation import describe_errors
 from . import snapshot as snapshots
 from .merge import canonical, merge_declaration
-from .readers import ModelShape, find_models
+from .readers import ModelShape, find_models, index_form
 from .toml_text import document
 
 
@@ -98,6 +98,21 @@ def _read_mine(path: Path) -> tuple[dict[str, Any], str]:
         raise ConfigInvalidError(f"{path} is not valid TOML: {exc}", file=str(path)) from None
 
 
+def _normalized(mine: dict[str, Any]) -> dict[str, Any]:
+    """The file's indexes in the generated form (named, keys as a table), so that ``{keys = {email = 1}}``
+    written by hand and the models' ``email_1`` are one index, not an edit against the models."""
+    indexes = mine.get("indexes")
+    if not isinstance(indexes, list):
+        return mine
+    out = []
+    for index in indexes:
+        try:
+            out.append(index_form(index))
+        except ValidationError:
+            out.append(index)  # the loader has reported it already (exit 6); merged as written
+    return {**mine, "indexes": out}
+
+
 def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapshots.Snapshot | None]:
     """The models package: the one given, else the one the snapshot recorded."""
     snapshot = snapshots.read(settings.collections_dir)
@@ -130,6 +145,7 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
     for shape in shapes:
         path = existing.get(shape.collection, folder / f"{shape.collection}.toml")
         mine, old_text = _read_mine(path)
+        mine = _normalized(mine)
         base = snapshot.declarations.get(shape.collection, {}) if mine else {}
         merged, kept = merge_declaration(base, shape.declaration, {k: v for k, v in mine.items() if k != "name"})
         if "name" in mine:

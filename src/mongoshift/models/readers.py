@@ -157,9 +157,14 @@ def _index(model: str, value: Any) -> dict[str, Any]:
     else:
         raise ModelsInvalidError(f"{model}: an index must be an IndexModel or a dict, not {type(value).__name__}")
     try:
-        declared = IndexDeclaration.model_validate(data)
+        return index_form(data)
     except ValidationError as exc:
         raise ModelsInvalidError(f"{model}: index {data.get('name') or data.get('keys')}: {describe_errors(exc)}") from None
+
+
+def index_form(data: Any) -> dict[str, Any]:
+    """An index as a generated file writes it: keys as a table, always named, false flags left out."""
+    declared = IndexDeclaration.model_validate(data)
     out = {"keys": dict(declared.keys), "name": declared.index_name}
     out.update({k: v for k, v in declared.document().items() if k not in ("key", "name")})
     return out
