@@ -155,3 +155,29 @@ async def test_the_python_api(project: Project, cli, monkeypatch) -> None:  # ty
     report = await api.create_from_models(project.settings(), "scores")
     assert [c.to_json()["changes"] for c in report.plan.changes] == [["added 'score' with default 0.5"]]
     assert report.plan.changes[0].from_version == 1
+
+
+async def test_several_changed_collections_get_one_file_each_or_none_at_all(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    two = BEFORE + '''
+
+class Order(Document):
+    total: str
+
+    class Settings:
+        name = "orders"
+'''
+    write_models(project, two)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    changed = two.replace("    total: str\n", "    total: float\n").replace("    legacy: Optional[str] = None\n", "")
+    write_models(project, changed)
+    snapshot = project.root / "collections" / "_models.json"
+    before = snapshot.read_text(encoding="utf-8")
+    blocker = project.root / "collections" / "._models.json.tmp"
+    blocker.mkdir()  # where the new snapshot is written first: it cannot be (even by root), so the run must undo its files
+    result = cli(project, "create", "split", "--from-models")
+    blocker.rmdir()
+    assert result.returncode == 44 and "cannot write the models snapshot" in result.stderr
+    assert list(project.migrations.iterdir()) == [] and snapshot.read_text(encoding="utf-8") == before
+    result = cli(project, "--json", "create", "split", "--from-models")
+    names = sorted(Path(p).name.split("_", 1)[1] for p in json.loads(result.stdout)["files"])
+    assert names == ["split_members.py", "split_orders.py"]

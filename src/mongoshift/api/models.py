@@ -72,13 +72,17 @@ def _create(settings: Settings, name: str, models: str | None) -> FromModelsRepo
         )
     found = plan(package, snapshot.shapes, find_models(package))
     written = [c for c in found.changes if c.changes]
+    sources = [(name if len(written) == 1 else f"{name}_{c.collection}", render(c, package)) for c in written]
     files: list[Path] = []
-    for change in written:
-        slug = name if len(written) == 1 else f"{name}_{change.collection}"
-        files.append(
-            create_migration(settings.migrations_dir, slug, sequential=settings.sequential, source=render(change, package))
-        )
-    snapshot.models = package
-    snapshot.shapes.update(found.shapes)
-    snapshots.write(settings.collections_dir, snapshot)
+    try:
+        for slug, source in sources:
+            files.append(create_migration(settings.migrations_dir, slug, sequential=settings.sequential, source=source))
+        snapshot.models = package
+        snapshot.shapes.update(found.shapes)
+        snapshots.write(settings.collections_dir, snapshot)
+    except BaseException:
+        # all or nothing: migrations without the snapshot that records them would be written again next time
+        for path in files:
+            path.unlink(missing_ok=True)
+        raise
     return FromModelsReport(found, files)
