@@ -263,3 +263,41 @@ def test_a_hand_written_declaration_is_completed_not_rewritten(project: Project,
     after = declared(project, "events")
     assert [i["name"] for i in after["indexes"]] == ["recent", "owner_1", "kind_1_at_-1"]
     assert after["prune"] is True and after["validator"]["$jsonSchema"]["required"] == ["at", "kind"]
+
+
+def test_inherited_documents_are_their_roots_collection(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, '''
+import mongoengine as me
+from beanie import Document
+
+
+class Animal(me.Document):
+    name = me.StringField(required=True)
+    meta = {"collection": "animals", "allow_inheritance": True, "indexes": ["name"]}
+
+
+class Dog(Animal):
+    barks = me.BooleanField()
+
+
+class Vehicle(Document):
+    wheels: int
+
+    class Settings:
+        name = "vehicles"
+        is_root = True
+
+
+class Car(Vehicle):
+    doors: int = 4
+''')
+    result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0, result.stderr
+    rows = {row["collection"]: row for row in json.loads(result.stdout)["collections"]}
+    assert sorted(rows) == ["animals", "vehicles"]
+    assert rows["animals"]["model"] == f"{PACKAGE}.models.Animal"
+    assert rows["animals"]["unsupported"] == ["shopapp.models.Animal: allow_inheritance: the subclasses' fields are not in the validator"]
+    assert rows["vehicles"]["unsupported"] == [
+        "shopapp.models.Vehicle: is_root (inheritance): the subclasses' fields and _class_id are not in the validator"
+    ]
+    assert [i["keys"] for i in declared(project, "animals")["indexes"]] == [{"_cls": 1, "name": 1}]

@@ -103,11 +103,11 @@ def find_models(package: str) -> list[ModelShape]:
     beanie, mongoengine = _odm("beanie"), _odm("mongoengine")
     for cls in classes:
         if beanie is not None and issubclass(cls, beanie.Document):
-            if _beanie_base(cls, classes):
+            if _beanie_base(cls, classes) or _inherits_collection(cls, beanie.Document, _beanie_root):
                 continue
             shapes.append(read_beanie(cls))
         elif mongoengine is not None and issubclass(cls, mongoengine.Document):
-            if cls._meta.get("abstract"):  # type: ignore[attr-defined]  # mongoengine is untyped
+            if cls._meta.get("abstract") or _inherits_collection(cls, mongoengine.Document, _mongoengine_root):  # type: ignore[attr-defined]
                 continue
             shapes.append(read_mongoengine(cls))
         elif issubclass(cls, BaseModel) and registration_of(cls) is not None:
@@ -139,6 +139,20 @@ def _beanie_base(cls: type, classes: list[type]) -> bool:
     """A Beanie class others of the package extend, without a ``Settings.name`` of its own, is a base, not a collection."""
     own = cls.__dict__.get("Settings")
     return getattr(own, "name", None) is None and any(other is not cls and issubclass(other, cls) for other in classes)
+
+
+def _beanie_root(cls: type) -> bool:
+    return bool(getattr(cls.__dict__.get("Settings"), "is_root", False))
+
+
+def _mongoengine_root(cls: type) -> bool:
+    meta = getattr(cls, "_meta", {})
+    return bool(meta.get("allow_inheritance")) and not meta.get("abstract")
+
+
+def _inherits_collection(cls: type, document: type, is_root: Any) -> bool:
+    """A subclass stored in its root's collection (Beanie ``is_root``, MongoEngine ``allow_inheritance``) is the root's model."""
+    return any(base is not document and issubclass(base, document) and is_root(base) for base in cls.__mro__[1:])
 
 
 def _path(cls: type) -> str:
