@@ -56,6 +56,8 @@ class ExitCode(IntEnum):
     ADDRESS_IN_USE = 45
     TENANTS_INVALID = 46
     TENANTS_FAILED = 47
+    MODELS_DRIFT = 48
+    MODELS_INVALID = 49
     SECOND_SIGNAL = 130
 
 
@@ -277,6 +279,13 @@ class CollectionsDriftError(MongoshiftError):
 
     exit_code = ExitCode.COLLECTIONS_DRIFT
     kind = "collections_drift"
+
+
+class ModelsInvalidError(MongoshiftError):
+    """The models cannot be read or turned into declarations or a migration: the message names the model and why."""
+
+    exit_code = ExitCode.MODELS_INVALID
+    kind = "models_invalid"
 
 
 class UriUnavailableError(MongoshiftError):

@@ -24,7 +24,8 @@ Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
 (docs/tenants.md): :func:`across_tenants` (any session call per tenant, a :class:`RolloutReport`),
 :func:`up_across`, :func:`down_across`, :func:`status_across` (with :func:`migration_counts`). Declared collections:
-:func:`converge`, :func:`plan_converge`. Background migrations:
+:func:`converge`, :func:`plan_converge`; from the application's models (docs/models.md):
+:func:`generate_collections`, :func:`create_from_models`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
 one step or one slice at a time for a job system (:func:`coordinate_background`, :func:`run_background_slice`),
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from ..errors import ExitCode, MongoshiftError
     from ..line.executor import MigrationResult
     from ..line.plan import StatusRow
+    from ..models.generate import GenerateReport
     from ..project.events import Event, Observer
     from ..project.lock import LockHolder
     from ..project.redaction import describe_error, redact
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
         unlock,
         up,
     )
+    from .models import FromModelsReport, create_from_models, generate_collections
     from .options import Confirmation, Lock
     from .session import Mongoshift, connect
     from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
@@ -175,6 +178,10 @@ __all__ = [
     "load_settings",
     "lock_status",
     "plan_converge",
+    "generate_collections",
+    "create_from_models",
+    "FromModelsReport",
+    "GenerateReport",
     "preview_background",
     "redo",
     "repin_background",
@@ -254,6 +261,10 @@ _LAZY: dict[str, tuple[str, str]] = {
         for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "select_tenants", "status_across", "up_across")
     },
     "plan_converge": (".collections", "plan_converge"),
+    "generate_collections": (".models", "generate_collections"),
+    "create_from_models": (".models", "create_from_models"),
+    "FromModelsReport": (".models", "FromModelsReport"),
+    "GenerateReport": ("..models.generate", "GenerateReport"),
     **{
         name: (".migrations", name)
         for name in (

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..background.watch.watcher import WatchOptions
     from ..converge.report import ConvergeReport
     from ..line.plan import StatusRow
+    from ..models.generate import GenerateReport
     from ..project.lock import LockHolder
     from ..schema.collections import CollectionDeclaration
     from .adoption import AdoptionReport
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from .health import AuditReport
     from .intents import Claim, Intent, IntentState
     from .migrations import DryRunReport, RunReport
+    from .models import FromModelsReport
 
 # Start-up time (bench/cli.py): each call imports its module when it runs, so a session that
 # only reads the status loads neither converge nor the background engine.
@@ -136,6 +138,12 @@ class Mongoshift:
             self._project, target=target, to=to, step=step, force=force, strict=strict, lock=lock,
             converge=converge, confirm=confirm, batch=batch, ordered=ordered, checksums=checksums,
         )
+
+    async def create_from_models(self, name: str, models: str | None = None) -> FromModelsReport:
+        """A background migration for each collection whose model changed shape since the snapshot (docs/models.md)."""
+        from .models import create_from_models_in
+
+        return await create_from_models_in(self._project, name, models)
 
     async def down(
         self,
@@ -261,6 +269,12 @@ class Collections:
         from .collections import plan_converge_in
 
         return await plan_converge_in(self._project, prune=prune, check=check, declarations=declarations)
+
+    async def generate(self, models: str | None = None, *, check: bool = False) -> GenerateReport:
+        """Write the declaration files the models give, keeping hand edits; ``check``: compare only (docs/models.md)."""
+        from .models import generate_collections_in
+
+        return await generate_collections_in(self._project, models, check=check)
 
 
 class Background:

@@ -31,6 +31,7 @@ from .app import (
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
+from .models import collections_group
 from .output import Output, release_stdout
 from .tenants import across, requested, tenant_options
 
@@ -74,11 +75,22 @@ def init(force: bool) -> None:
 @click.argument("name")
 @click.option("--template", type=click.Path(dir_okay=False, path_type=Path), help="Template file ($title, $name, $slug).")
 @click.option("--background", "background_", is_flag=True, help="A background migration skeleton.")
+@click.option("--from-models", "from_models", is_flag=True, help="Background migrations for the models' data-shape changes since the snapshot.")
+@click.option("--models", "models", metavar="PKG", help="With --from-models: the models package (default: the snapshot's).")
 @global_options
-def create(name: str, template: Path | None, background_: bool) -> None:
+def create(name: str, template: Path | None, background_: bool, from_models: bool, models: str | None) -> None:
     """Write a new migration file NAME into the migrations folder."""
     from ..line.scaffold import create_migration  # start-up time: the runner loads when a command runs
 
+    if from_models:
+        if background_ or template:
+            raise ConfigInvalidError("--from-models cannot be combined with --background or --template")
+        from .models import create_from_models  # start-up time: loaded only when this option is used
+
+        create_from_models(name, models)
+        return
+    if models is not None:
+        raise ConfigInvalidError("--models goes with --from-models")
     s = settings()
     if background_ and template:
         raise ConfigInvalidError("--background and --template cannot be combined")
@@ -579,3 +591,4 @@ cli.add_command(import_command)
 cli.add_command(baseline_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)
+cli.add_command(collections_group)

@@ -141,14 +141,21 @@ def create_migration(
     template: Path | None = None,
     now: datetime | None = None,
     background: bool = False,
+    source: str | None = None,
 ) -> Path:
-    """Write a new migration skeleton; the name becomes the file's slug."""
+    """Write a new migration skeleton; the name becomes the file's slug.
+
+    ``source``: the file's whole text, written as it is (``create --from-models`` renders its own;
+    no placeholder is substituted, so its ``$set`` and ``$unset`` stay)."""
     slug = slugify(name)
     if not directory.is_dir():
         raise ConfigInvalidError(f"migrations folder not found: {directory} (run 'mongoshift init' first)")
     path = directory / f"{next_prefix(directory, sequential=sequential, now=now)}_{slug}.py"
     if path.exists():
         raise MigrationFileExistsError(f"{path.name} already exists")
+    if source is not None:
+        _write(path, source)
+        return path
     if template is not None:
         try:
             source = template.read_text(encoding="utf-8")

@@ -1,0 +1,88 @@
+"""Declarations and migrations from the application's models, as the Python API (docs/models.md).
+
+``generate_collections`` writes (or, with ``check``, compares) the declared-collections files
+the models give; ``create_from_models`` writes a background migration for each collection
+whose data shape changed since the snapshot. Neither connects to the server: both read the
+models and the project's files. Importing the models runs the application's code, so it
+happens in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..line.scaffold import create_migration
+from ..models import snapshot as snapshots
+from ..models.changes import FromModelsPlan, plan, render
+from ..models.generate import GenerateReport, generate, resolve_package
+from ..models.readers import find_models
+from ..project.session import Project
+from ..project.settings import Settings
+from .options import one_shot
+
+
+async def generate_collections(settings: Settings, models: str | None = None, *, check: bool = False) -> GenerateReport:
+    """One-shot ``Mongoshift.collections.generate`` (:func:`generate_collections_in`)."""
+    return await generate_collections_in(one_shot(settings), models, check=check)
+
+
+async def generate_collections_in(project: Project, models: str | None = None, *, check: bool = False) -> GenerateReport:
+    """Write the declaration files the models of package ``models`` give, keeping hand edits; ``check``: write nothing.
+
+    ``models`` defaults to the package the snapshot recorded. The report's ``in_sync`` is False when
+    a file would change or a model changed since the last generate (``--check`` exits 48 then)."""
+    return await asyncio.to_thread(generate, project.settings, models, check=check)
+
+
+@dataclass
+class FromModelsReport:
+    """What ``create --from-models`` found and wrote: the plan and one file per changed collection."""
+
+    plan: FromModelsPlan
+    files: list[Path]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.plan.to_json(), "files": [str(f) for f in self.files]}
+
+
+async def create_from_models(settings: Settings, name: str, models: str | None = None) -> FromModelsReport:
+    """One-shot ``Mongoshift.create_from_models`` (:func:`create_from_models_in`)."""
+    return await create_from_models_in(one_shot(settings), name, models)
+
+
+async def create_from_models_in(project: Project, name: str, models: str | None = None) -> FromModelsReport:
+    """A background migration per collection whose shape changed since the snapshot, then the new shapes recorded.
+
+    Refused with nothing written (exit 49) when there is no snapshot yet, or a change cannot be
+    written faithfully (a required field without a default, a type change without a converter)."""
+    return await asyncio.to_thread(_create, project.settings, name, models)
+
+
+def _create(settings: Settings, name: str, models: str | None) -> FromModelsReport:
+    from ..errors import ModelsInvalidError
+
+    package, snapshot = resolve_package(settings, models)
+    if snapshot is None or not snapshot.shapes:
+        raise ModelsInvalidError(
+            f"no models snapshot in {settings.collections_dir}: run 'mongoshift collections generate --models {package}' first "
+            "(it records the shapes the next change is compared with)"
+        )
+    found = plan(package, snapshot.shapes, find_models(package))
+    written = [c for c in found.changes if c.changes]
+    sources = [(name if len(written) == 1 else f"{name}_{c.collection}", render(c, package)) for c in written]
+    files: list[Path] = []
+    try:
+        for slug, source in sources:
+            files.append(create_migration(settings.migrations_dir, slug, sequential=settings.sequential, source=source))
+        snapshot.models = package
+        snapshot.shapes.update(found.shapes)
+        snapshots.write(settings.collections_dir, snapshot)
+    except BaseException:
+        # all or nothing: migrations without the snapshot that records them would be written again next time
+        for path in files:
+            path.unlink(missing_ok=True)
+        raise
+    return FromModelsReport(found, files)

@@ -1,0 +1,83 @@
+"""``mongoshift collections generate`` and ``mongoshift create --from-models``: from the application's models."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import ExitCode
+from .app import global_options, output, run_async, settings
+
+if TYPE_CHECKING:
+    from ..models.generate import GenerateReport
+
+MODELS_HELP = "The models package, such as myapp.models (default: the one the snapshot recorded)."
+
+
+@click.group(name="collections")
+def collections_group() -> None:
+    """Declared collections derived from the application's models (docs/models.md)."""
+
+
+@collections_group.command(name="generate")
+@click.option("--models", "models", metavar="PKG", help=MODELS_HELP)
+@click.option("--check", is_flag=True, help="Write nothing; exit 48 when the declarations differ from what the models give (for CI).")
+@global_options
+def generate_command(models: str | None, check: bool) -> int:
+    """Write the declared-collections files the models give; hand edits are kept, the difference is shown."""
+    from ..api.models import generate_collections  # start-up time: the models readers load only when this command runs
+
+    s = settings()
+    report = run_async(lambda cancel: generate_collections(s, models, check=check))
+    render(report)
+    if check and not report.in_sync:
+        output().warn("the declarations differ from the models: run 'mongoshift collections generate' and commit the result")
+        return int(ExitCode.MODELS_DRIFT)
+    return 0
+
+
+def render(report: GenerateReport) -> None:
+    out = output()
+    for result in report.collections:
+        for line in result.unsupported:
+            out.warn(f"not expressed in the declaration: {line}")
+        for line in result.kept:
+            out.warn(f"{result.collection}: {line}")
+    for name in report.orphaned:
+        out.warn(f"{name}: no model gives this collection any more; its file is left as it is (delete it to stop declaring it)")
+    if out.json_mode:
+        out.json(report.to_json())
+        return
+    for result in report.collections:
+        if result.diff:
+            out.say(result.diff.rstrip("\n"))
+    verb = "would be" if report.check else ""
+    rows = [(r.collection, r.model, r.action if not report.check or r.action == "unchanged" else f"{r.action} ({verb} written)", r.file)
+            for r in report.collections]
+    out.table(["collection", "model", "action", "file"], rows, title="check: nothing was written" if report.check else None)
+    if report.snapshot_stale:
+        out.say(f"models snapshot {'is out of date' if report.check else 'updated'}: {report.snapshot}")
+    if report.in_sync:
+        out.say(f"in sync: {len(report.collections)} collection(s) as the models give them")
+
+
+def create_from_models(name: str, models: str | None) -> None:
+    """``create NAME --from-models``: a background migration per collection whose shape changed."""
+    from ..api.models import create_from_models as create  # start-up time: the models readers load only when this command runs
+
+    s = settings()
+    out = output()
+    report = run_async(lambda cancel: create(s, name, models))
+    for change in report.plan.changes:
+        for note in change.notes:
+            out.say(f"{change.collection}: {note}")
+    for collection in report.plan.new_collections:
+        out.say(f"{collection}: first seen; its shape is recorded (nothing to migrate)")
+    if out.json_mode:
+        out.json(report.to_json())
+        return
+    for path in report.files:
+        out.say(f"created {path}")
+    if not report.files:
+        out.say("no data-shape change since the models snapshot: no migration written")

@@ -1,0 +1,256 @@
+"""``create --from-models``: a model's data-shape change since the snapshot, as a background migration.
+
+Four changes are written as code: a field added with a constant default (set where missing),
+a field removed (unset), a field renamed with ``json_schema_extra={"renamed_from": "old"}``,
+and a type change for which a converter is known (``str`` → ``int`` ...). The file bumps the
+collection's shape version with ``define_shapes`` and reverts where every change has a way
+back. What cannot be written faithfully (a required field without a default, a type change
+without a converter) is refused with the field named: a guess in a migration is worse than
+none. Changes that need no rewrite (a field made optional, a new optional field) are noted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ModelsInvalidError
+from .readers import ModelShape
+from .snapshot import Shape
+
+#: (old type, new type) → (forward expression, reverse expression or None), over ``value``.
+CONVERTERS: dict[tuple[str, str], tuple[str, str | None]] = {
+    ("string", "int"): ("int(value)", "str(value)"),
+    ("int", "string"): ("str(value)", "int(value)"),
+    ("int", "double"): ("float(value)", "int(value)"),
+    ("double", "int"): ("int(value)", "float(value)"),
+    ("string", "double"): ("float(value)", "str(value)"),
+    ("double", "string"): ("str(value)", "float(value)"),
+    ("string", "objectId"): ("ObjectId(value)", "str(value)"),
+    ("objectId", "string"): ("str(value)", "ObjectId(value)"),
+    ("string", "bool"): ("value.strip().lower() in ('1', 'true', 'yes', 'on')", "'true' if value else 'false'"),
+    ("int", "bool"): ("bool(value)", "int(value)"),
+}
+#: How a stored value of a BSON type is recognised in Python (``bool`` is an ``int`` there).
+CHECKS: dict[str, str] = {
+    "string": "isinstance(value, str)",
+    "int": "type(value) is int",
+    "double": "isinstance(value, float)",
+    "bool": "isinstance(value, bool)",
+    "objectId": "isinstance(value, ObjectId)",
+}
+
+
+@dataclass
+class Change:
+    kind: str  # added | removed | renamed | retyped
+    field: str
+    text: str
+    forward: list[str]
+    reverse: list[str] | None  # None: no way back
+    why_one_way: str = ""
+
+
+@dataclass
+class CollectionChange:
+    collection: str
+    model: str
+    from_version: int
+    changes: list[Change]
+    #: changes that need no rewrite (the validator covers them)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def to_version(self) -> int:
+        return self.from_version + 1
+
+    @property
+    def reversible(self) -> bool:
+        return all(c.reverse is not None for c in self.changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "collection": self.collection, "model": self.model, "from_version": self.from_version, "to_version": self.to_version,
+            "changes": [c.text for c in self.changes], "reversible": self.reversible, "notes": self.notes,
+        }
+
+
+def _convert(name: str, old: str, new: str, model: str) -> tuple[list[str], list[str] | None]:
+    pair = CONVERTERS.get((old, new))
+    if pair is None or old not in CHECKS:
+        raise ModelsInvalidError(
+            f"{model}: field {name!r} changed from {old} to {new}, and no converter is known for that: "
+            "write this migration by hand (mongoshift create --background NAME)",
+            field=name,
+        )
+    forward, backward = pair
+    key = repr(name)
+    lines = [f"value = doc.get({key})", f"if {CHECKS[old]}:", f"    doc[{key}] = {forward}"]
+    reverse = None
+    if backward is not None and new in CHECKS:
+        reverse = [f"value = doc.get({key})", f"if {CHECKS[new]}:", f"    doc[{key}] = {backward}"]
+    return lines, reverse
+
+
+def _retyped(name: str, before: dict[str, Any], after: dict[str, Any], model: str) -> tuple[str, str] | None:
+    """(old, new) when the stored type must change; None when the new types still take the old values."""
+    old, new = before.get("types") or [], after.get("types") or []
+    if not old or not new or set(old) <= set(new):
+        return None
+    if len(old) != 1:
+        raise ModelsInvalidError(f"{model}: field {name!r} changed from {' or '.join(old)} to {' or '.join(new)}: write this migration by hand",
+                                 field=name)
+    return old[0], new[0]
+
+
+def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
+    """The changes from the snapshot's shape to the model's, in the order the migration makes them."""
+    model = shape.model
+    before, after = previous.fields, shape.fields
+    renames = {
+        f: spec["renamed_from"]
+        for f, spec in after.items()
+        if spec.get("renamed_from") and f not in before and spec["renamed_from"] in before and spec["renamed_from"] not in after
+    }
+    changes: list[Change] = []
+    notes: list[str] = []
+    for new_name, old_name in renames.items():
+        n, o = repr(new_name), repr(old_name)
+        forward = [f"if {o} in doc:", f"    doc[{n}] = doc.pop({o})"]
+        reverse: list[str] | None = [f"if {n} in doc:", f"    doc[{o}] = doc.pop({n})"]
+        text = f"renamed {old_name!r} to {new_name!r}"
+        if (pair := _retyped(new_name, before[old_name], after[new_name], model)) is not None:
+            lines, back = _convert(new_name, *pair, model)
+            forward += lines
+            reverse = None if back is None or reverse is None else back + reverse
+            text += f" (and from {pair[0]} to {pair[1]})"
+        changes.append(Change("renamed", new_name, text, forward, reverse))
+    for name, spec in after.items():
+        if name in before or name in renames:
+            continue
+        default = spec.get("default")
+        if default is not None and default.get("constant") and default.get("value") is not None:
+            value = default["value"]
+            changes.append(Change("added", name, f"added {name!r} with default {value!r}", [f"doc.setdefault({name!r}, {value!r})"],
+                                  [f"doc.pop({name!r}, None)"]))
+        elif spec.get("required") and not spec.get("nullable"):
+            why = "a default that is not a constant" if default is not None else "no default"
+            raise ModelsInvalidError(
+                f"{model}: field {name!r} is added as required with {why}: the migration cannot fill it; "
+                "give it a constant default (or make it optional), or write this migration by hand",
+                field=name,
+            )
+        else:
+            notes.append(f"added {name!r} (optional, no value to set)")
+    for name in before:
+        if name in after or name in renames.values():
+            continue
+        changes.append(Change("removed", name, f"removed {name!r}", [f"doc.pop({name!r}, None)"], None,
+                              why_one_way=f"{name!r} was removed: its values are gone"))
+    for name, spec in after.items():
+        if name not in before:
+            continue
+        if (pair := _retyped(name, before[name], spec, model)) is not None:
+            lines, back = _convert(name, *pair, model)
+            changes.append(Change("retyped", name, f"{name!r} from {pair[0]} to {pair[1]}", lines, back,
+                                  why_one_way="" if back else f"{name!r}: no converter back from {pair[1]} to {pair[0]}"))
+        elif set(before[name].get("types") or []) != set(spec.get("types") or []):
+            notes.append(f"{name!r}: now also takes {' or '.join(spec.get('types') or [])} (the stored values still fit; no rewrite)")
+        elif before[name].get("required") != spec.get("required") or before[name].get("nullable") != spec.get("nullable"):
+            notes.append(f"{name!r}: required or optional changed (the validator says it; no rewrite)")
+    return CollectionChange(shape.collection, model, previous.version, changes, notes)
+
+
+def _constant(collection: str) -> str:
+    name = re.sub(r"\W+", "_", collection).strip("_").upper() or "SHAPES"
+    return name if name[0].isalpha() else f"C_{name}"
+
+
+def _body(lines: list[str]) -> list[str]:
+    return [f"    {line}" for line in lines]
+
+
+def render(change: CollectionChange, package: str) -> str:
+    """The migration file: the step in ``define_shapes``, its reverse, and the ``Background`` spec."""
+    shapes = _constant(change.collection)
+    old, new = change.from_version, change.to_version
+    lines = [
+        f'"""{change.collection}: shape {old} to {new}, from the models ({change.model}).',
+        "",
+        "Written by 'mongoshift create --from-models' from the models snapshot; review it before",
+        "running it (the application's own define_shapes should take the same step).",
+        "",
+        *[f"- {c.text}" for c in change.changes],
+        '"""',
+        "",
+    ]
+    if any("ObjectId(" in line for c in change.changes for line in [*c.forward, *(c.reverse or [])]):
+        lines += ["from bson import ObjectId", ""]
+    lines += [
+        "from mongoshift import Background",
+        "from mongoshift.versioning import define_shapes",
+        "",
+        "",
+        "def upgrade(doc):",
+        f'    """Shape {old} to {new}: gets a private copy of the document, returns the new one."""',
+    ]
+    for c in change.changes:
+        lines += [f"    # {c.text}", *_body(c.forward)]
+    lines += ["    return doc", "", ""]
+    if change.reversible:
+        lines += ["def revert(doc, ctx):", f'    """Shape {new} back to {old} (mongoshift down)."""']
+        for c in reversed(change.changes):
+            assert c.reverse is not None
+            lines += [f"    # undo: {c.text}", *_body(c.reverse)]
+        lines += ["    return doc", "", ""]
+    lines += [
+        f"{shapes} = define_shapes({new}, {{{old}: upgrade}})",
+        "",
+        "background = Background(",
+        f"    collection={change.collection!r},",
+        f"    from_version={old},",
+        f"    to_version={new},",
+        f"    migrate={shapes}.migrate_from({old}),",
+    ]
+    if change.reversible:
+        lines.append("    revert=revert,")
+    else:
+        reasons = "; ".join(c.why_one_way for c in change.changes if c.reverse is None)
+        lines.append(f"    # one-way: {reasons}")
+    lines += [f"    description={f'{change.collection}: shape {old} to {new} from {package}'!r},", ")", ""]
+    return "\n".join(lines)
+
+
+@dataclass
+class FromModelsPlan:
+    """What ``create --from-models`` writes: one migration per changed collection, then the snapshot's new shapes."""
+
+    models: str
+    changes: list[CollectionChange]
+    #: collection → the shape to record once the migrations are written
+    shapes: dict[str, Shape]
+    #: collections the snapshot has no shape for yet (recorded now; nothing to migrate)
+    new_collections: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"models": self.models, "collections": [c.to_json() for c in self.changes], "new_collections": self.new_collections}
+
+
+def plan(package: str, previous: dict[str, Shape], shapes: list[ModelShape]) -> FromModelsPlan:
+    """Compare every model with its snapshot shape; the refusals come before anything is written."""
+    changes: list[CollectionChange] = []
+    recorded: dict[str, Shape] = {}
+    new: list[str] = []
+    for shape in shapes:
+        before = previous.get(shape.collection)
+        if before is None:
+            new.append(shape.collection)
+            recorded[shape.collection] = Shape(0, shape.model, shape.fields)
+            continue
+        change = compare(before, shape)
+        version = change.to_version if change.changes else before.version
+        recorded[shape.collection] = Shape(version, shape.model, shape.fields)
+        if change.changes or change.notes:
+            changes.append(change)
+    return FromModelsPlan(package, changes, recorded, new)

@@ -1,0 +1,183 @@
+"""``create --from-models``: a model's shape change written as a background migration that runs and rolls back (issue 30, items 3 and 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mongoshift.api import background as bg, migrations as command
+
+from ..conftest import Project
+from .conftest import PACKAGE, write_models
+
+BEFORE = '''
+from typing import Optional
+
+from beanie import Document
+
+
+class Member(Document):
+    fullname: str
+    age: str
+    legacy: Optional[str] = None
+
+    class Settings:
+        name = "members"
+'''
+
+AFTER = '''
+from typing import Optional
+
+from beanie import Document
+from pydantic import Field
+
+
+class Member(Document):
+    full_name: str = Field(json_schema_extra={"renamed_from": "fullname"})
+    age: int
+    status: str = "active"
+    legacy: Optional[str] = None
+    nickname: Optional[str] = None
+
+    class Settings:
+        name = "members"
+'''
+
+
+async def seed(db: Any, n: int = 25) -> None:
+    await db.members.insert_many([{"_id": i, "fullname": f"Person {i}", "age": str(20 + i), "legacy": f"l{i}"} for i in range(n)])
+
+
+def text(path: str) -> str:
+    """A small file the test reads (a plain function: nothing else runs on the loop meanwhile)."""
+    return Path(path).read_text(encoding="utf-8")
+
+
+def fast(project: Project) -> None:
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+
+
+async def test_add_rename_and_type_change_run_to_completion_and_roll_back(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    fast(project)
+    await seed(db)
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, AFTER)
+    result = cli(project, "--json", "create", "member_shape", "--from-models")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    (change,) = body["collections"]
+    assert change["changes"] == ["renamed 'fullname' to 'full_name'", "added 'status' with default 'active'", "'age' from string to int"]
+    assert (change["from_version"], change["to_version"], change["reversible"]) == (0, 1, True)
+    assert change["notes"] == ["added 'nickname' (optional, no value to set)"]
+    (path,) = body["files"]
+    source = text(path)
+    assert "MEMBERS = define_shapes(1, {0: upgrade})" in source and "revert=revert," in source
+    snapshot = json.loads((project.root / "collections" / "_models.json").read_text(encoding="utf-8"))
+    assert snapshot["shapes"]["members"]["version"] == 1 and "full_name" in snapshot["shapes"]["members"]["fields"]
+
+    s = project.settings()
+    name = path.rsplit("/", 1)[-1]
+    await command.up(s)
+    (done,) = await bg.run(s, [name])
+    assert done.status == "completed"
+    assert await db.members.count_documents({"__v": 1}) == 25
+    doc = await db.members.find_one({"_id": 3}, {"__rev": 0})
+    assert doc == {"_id": 3, "full_name": "Person 3", "age": 23, "status": "active", "legacy": "l3", "__v": 1}
+
+    assert (await command.down(s)).results[0].reason == "revert registered"
+    (reverted,) = await bg.run(s, [name])
+    assert reverted.status == "completed" and reverted.direction == "revert"
+    doc = await db.members.find_one({"_id": 3}, {"__rev": 0, "__v": 0})
+    assert doc == {"_id": 3, "fullname": "Person 3", "age": "23", "legacy": "l3"}
+    assert await db.members.count_documents({"fullname": {"$exists": True}, "status": {"$exists": False}}) == 25
+
+    again = cli(project, "create", "nothing", "--from-models")
+    assert again.returncode == 0 and "no data-shape change since the models snapshot" in again.stdout
+
+
+async def test_a_removed_field_is_a_one_way_migration(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    fast(project)
+    await seed(db, 10)
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, BEFORE.replace("    legacy: Optional[str] = None\n", ""))
+    result = cli(project, "--json", "create", "drop_legacy", "--from-models")
+    assert result.returncode == 0, result.stderr
+    (path,) = json.loads(result.stdout)["files"]
+    source = text(path)
+    assert "revert=" not in source and "# one-way: 'legacy' was removed: its values are gone" in source
+    s = project.settings()
+    await command.up(s)
+    (done,) = await bg.run(s, [path.rsplit("/", 1)[-1]])
+    assert done.status == "completed"
+    assert await db.members.count_documents({"legacy": {"$exists": True}}) == 0
+    assert await db.members.count_documents({"__v": 1, "fullname": {"$exists": True}}) == 10
+    down = cli(project, "down")
+    assert down.returncode == 13  # irreversible: the values are gone
+
+
+async def test_what_cannot_be_written_faithfully_is_refused_with_nothing_written(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, BEFORE)
+    result = cli(project, "create", "early", "--from-models", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49 and "no models snapshot" in result.stderr
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    snapshot = (project.root / "collections" / "_models.json").read_text(encoding="utf-8")
+
+    write_models(project, BEFORE.replace("    age: str\n", "    age: str\n    email: str\n"))
+    result = cli(project, "create", "add_email", "--from-models")
+    assert result.returncode == 49
+    assert "field 'email' is added as required with no default: the migration cannot fill it" in result.stderr
+
+    write_models(project, BEFORE.replace("    age: str\n", "    age: list[int]\n"))
+    result = cli(project, "create", "ages", "--from-models")
+    assert result.returncode == 49 and "field 'age' changed from string to array, and no converter is known" in result.stderr
+
+    assert list(project.migrations.iterdir()) == []
+    assert (project.root / "collections" / "_models.json").read_text(encoding="utf-8") == snapshot
+    result = cli(project, "create", "x", "--from-models", "--background")
+    assert result.returncode == 6 and "--from-models cannot be combined" in result.stderr
+
+
+async def test_the_python_api(project: Project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import mongoshift
+    from mongoshift import api
+
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, AFTER)
+    monkeypatch.chdir(project.root)
+    async with mongoshift.api.connect(project.settings()) as ms:
+        report = await ms.create_from_models("member_shape")
+    assert [p.name.split("_", 1)[1] for p in report.files] == ["member_shape.py"]
+    write_models(project, AFTER.replace('    status: str = "active"\n', '    status: str = "active"\n    score: float = 0.5\n'))
+    report = await api.create_from_models(project.settings(), "scores")
+    assert [c.to_json()["changes"] for c in report.plan.changes] == [["added 'score' with default 0.5"]]
+    assert report.plan.changes[0].from_version == 1
+
+
+async def test_several_changed_collections_get_one_file_each_or_none_at_all(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    two = BEFORE + '''
+
+class Order(Document):
+    total: str
+
+    class Settings:
+        name = "orders"
+'''
+    write_models(project, two)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    changed = two.replace("    total: str\n", "    total: float\n").replace("    legacy: Optional[str] = None\n", "")
+    write_models(project, changed)
+    snapshot = project.root / "collections" / "_models.json"
+    before = snapshot.read_text(encoding="utf-8")
+    blocker = project.root / "collections" / "._models.json.tmp"
+    blocker.mkdir()  # where the new snapshot is written first: it cannot be (even by root), so the run must undo its files
+    result = cli(project, "create", "split", "--from-models")
+    blocker.rmdir()
+    assert result.returncode == 44 and "cannot write the models snapshot" in result.stderr
+    assert list(project.migrations.iterdir()) == [] and snapshot.read_text(encoding="utf-8") == before
+    result = cli(project, "--json", "create", "split", "--from-models")
+    names = sorted(Path(p).name.split("_", 1)[1] for p in json.loads(result.stdout)["files"])
+    assert names == ["split_members.py", "split_orders.py"]

@@ -1,0 +1,303 @@
+"""``collections generate``: declarations from Beanie, MongoEngine and registered Pydantic models (issue 30, items 1 and 2)."""
+
+from __future__ import annotations
+
+import json
+
+from mongoshift.errors import ExitCode
+
+from ..conftest import Project
+from .conftest import PACKAGE, declared, write_models
+
+BEANIE = '''
+import datetime
+import enum
+from typing import Annotated, Optional
+
+from beanie import Document, Indexed
+from pydantic import BaseModel
+from pymongo import IndexModel
+
+
+class Tier(str, enum.Enum):
+    free = "free"
+    paid = "paid"
+
+
+class Address(BaseModel):
+    city: str
+    zip: Optional[str] = None
+
+
+class Customer(Document):
+    email: Indexed(str, unique=True)
+    name: Annotated[str, Indexed()]
+    tier: Tier = Tier.free
+    tags: list[str] = []
+    address: Optional[Address] = None
+    seen: datetime.datetime
+    pair: Optional[tuple[int, str]] = None
+
+    class Settings:
+        name = "customers"
+        indexes = [
+            [("seen", -1), ("name", 1)],
+            IndexModel([("seen", 1)], name="seen_ttl", expireAfterSeconds=3600),
+            IndexModel([("tier", 1)], name="paid_only", partialFilterExpression={"tier": "paid"}),
+        ]
+'''
+
+
+def test_a_beanie_document_gives_its_indexes_and_a_lenient_validator(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, BEANIE)
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0, result.stderr
+    declaration = declared(project, "customers")
+    assert declaration["indexes"] == [
+        {"keys": {"email": 1}, "name": "email_1", "unique": True},
+        {"keys": {"name": 1}, "name": "name_1"},
+        {"keys": {"seen": -1, "name": 1}, "name": "seen_-1_name_1"},
+        {"keys": {"seen": 1}, "name": "seen_ttl", "expireAfterSeconds": 3600},
+        {"keys": {"tier": 1}, "name": "paid_only", "partialFilterExpression": {"tier": "paid"}},
+    ]
+    assert (declaration["validation_level"], declaration["validation_action"]) == ("moderate", "warn")
+    schema = declaration["validator"]["$jsonSchema"]
+    assert schema["required"] == ["email", "name", "seen"]
+    assert schema["properties"]["tier"] == {"enum": ["free", "paid"], "bsonType": "string"}
+    assert schema["properties"]["tags"] == {"bsonType": "array", "items": {"bsonType": "string"}}
+    assert schema["properties"]["seen"] == {"bsonType": "date"}
+    assert schema["properties"]["address"] == {
+        "bsonType": ["object", "null"], "required": ["city"],
+        "properties": {"city": {"bsonType": "string"}, "zip": {"bsonType": ["string", "null"]}},
+    }
+    assert "_id" not in schema["properties"] and "revision_id" not in schema["properties"]
+    # the tuple's positions have no $jsonSchema rule here: listed, and the field keeps what can be said
+    assert schema["properties"]["pair"]["bsonType"] == ["array", "null"]
+    assert "Customer.pair: a tuple's positions are not checked" in result.stderr
+    assert "+[validator.\"$jsonSchema\".properties.email]" in result.stdout  # the diff of the new file
+
+
+MONGOENGINE = '''
+import mongoengine as me
+
+
+class Address(me.EmbeddedDocument):
+    city = me.StringField(required=True)
+
+
+class Person(me.Document):
+    email = me.StringField(required=True, unique=True)
+    nick = me.StringField(unique=True, sparse=True)
+    kind = me.StringField(choices=["staff", "guest"], default="guest")
+    age = me.IntField(min_value=0)
+    address = me.EmbeddedDocumentField(Address)
+    seen = me.DateTimeField(db_field="s")
+    shape = me.GenericReferenceField()
+    meta = {
+        "collection": "people",
+        "indexes": [
+            {"fields": ["kind", "-age"], "name": "kind_age", "partialFilterExpression": {"age": {"$gt": 17}}},
+            {"fields": ["seen"], "expireAfterSeconds": 60},
+        ],
+    }
+
+
+class Base(me.Document):
+    meta = {"abstract": True}
+'''
+
+
+def test_mongoengine_meta_indexes_unique_and_sparse_fields(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, MONGOENGINE)
+    result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    (row,) = body["collections"]
+    assert (row["collection"], row["model"], row["action"]) == ("people", f"{PACKAGE}.models.Person", "created")
+    assert row["unsupported"] == ["Person.shape: GenericReferenceField is not translated"]
+    declaration = declared(project, "people")
+    assert declaration["indexes"] == [
+        {"keys": {"kind": 1, "age": -1}, "name": "kind_age", "partialFilterExpression": {"age": {"$gt": 17}}},
+        {"keys": {"s": 1}, "name": "s_1", "expireAfterSeconds": 60},
+        {"keys": {"email": 1}, "name": "email_1", "unique": True},
+        {"keys": {"nick": 1}, "name": "nick_1", "unique": True, "sparse": True},
+    ]
+    properties = declaration["validator"]["$jsonSchema"]["properties"]
+    assert properties["kind"] == {"bsonType": "string", "enum": ["staff", "guest"]}
+    assert properties["age"] == {"bsonType": ["int", "long"], "minimum": 0}
+    assert properties["s"] == {"bsonType": "date"}
+    assert properties["shape"] == {}  # listed above, never a rule it does not mean
+    assert properties["address"] == {"bsonType": "object", "properties": {"city": {"bsonType": "string"}}, "required": ["city"]}
+
+
+PYDANTIC = '''
+import datetime
+
+from pydantic import BaseModel
+from pymongo import IndexModel
+
+from mongoshift.models import collection
+
+
+@collection("events", indexes=[IndexModel([("at", -1)], name="recent"), {"keys": {"kind": 1, "at": -1}}])
+class Event(BaseModel):
+    at: datetime.datetime
+    kind: str
+    payload: dict[str, int] = {}
+
+
+class NotStored(BaseModel):
+    x: int
+'''
+
+
+def test_a_registered_pydantic_model_and_an_unregistered_one(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, PYDANTIC)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    assert sorted(p.name for p in (project.root / "collections").iterdir()) == ["_models.json", "events.toml"]
+    declaration = declared(project, "events")
+    assert [i["name"] for i in declaration["indexes"]] == ["recent", "kind_1_at_-1"]
+    assert declaration["validator"]["$jsonSchema"]["properties"]["payload"] == {
+        "bsonType": "object", "additionalProperties": {"bsonType": ["int", "long"]},
+    }
+
+
+def test_hand_edits_are_kept_and_check_fails_until_the_models_change_is_generated(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, BEANIE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    path = project.root / "collections" / "customers.toml"
+    text = path.read_text(encoding="utf-8")
+    edited = text.replace('validation_action = "warn"', 'validation_action = "error"').replace(
+        '[validator."$jsonSchema".properties.name]\nbsonType = "string"', '[validator."$jsonSchema".properties.name]\nbsonType = "string"\nmaxLength = 80'
+    )
+    path.write_text(edited.replace("indexes = [", "prune = true\nindexes = [", 1), encoding="utf-8")
+    # the models did not change: the hand edits are not a difference (the snapshot is read as the base)
+    check = cli(project, "collections", "generate", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    write_models(project, BEANIE.replace("    seen: datetime.datetime\n", "    seen: datetime.datetime\n    plan: str = 'basic'\n")
+                 .replace('IndexModel([("tier", 1)]', 'IndexModel([("plan", 1)], name="by_plan"),\n            IndexModel([("tier", 1)]'))
+    check = cli(project, "collections", "generate", "--check")
+    assert check.returncode == ExitCode.MODELS_DRIFT == 48
+    assert '+  { keys = { plan = 1 }, name = "by_plan" },' in check.stdout
+    assert "+[validator.\"$jsonSchema\".properties.plan]" in check.stdout
+    assert path.read_text(encoding="utf-8").count("by_plan") == 0  # --check wrote nothing
+
+    assert cli(project, "collections", "generate").returncode == 0  # the package comes from the snapshot
+    after = declared(project, "customers")
+    assert after["validation_action"] == "error" and after["prune"] is True
+    assert after["validator"]["$jsonSchema"]["properties"]["name"] == {"bsonType": "string", "maxLength": 80}
+    assert after["validator"]["$jsonSchema"]["properties"]["plan"] == {"bsonType": "string"}
+    assert [i["name"] for i in after["indexes"]][-2:] == ["paid_only", "by_plan"]  # the file's order, the models' new ones after
+    assert cli(project, "collections", "generate", "--check").returncode == 0
+
+
+def test_an_edit_the_models_also_changed_is_kept_and_named(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, PYDANTIC)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    path = project.root / "collections" / "events.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace('name = "recent" }', 'name = "recent", hidden = true }'), encoding="utf-8")
+    write_models(project, PYDANTIC.replace('name="recent")', 'name="recent", expireAfterSeconds=60)'))
+    result = cli(project, "collections", "generate")
+    assert result.returncode == 0
+    assert "events: index recent: your edit is kept; the models now give" in result.stderr
+    (recent,) = [i for i in declared(project, "events")["indexes"] if i["name"] == "recent"]
+    assert recent == {"keys": {"at": -1}, "name": "recent", "hidden": True}
+
+
+def test_a_model_whose_collection_is_declared_in_the_project_file_is_refused(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, PYDANTIC)
+    project.config.write_text(project.config.read_text() + '\n[[mongoshift.collections]]\nname = "events"\nindexes = []\n')
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == ExitCode.MODELS_INVALID == 49
+    assert "declared in the project file, where generate does not write: events" in result.stderr
+    assert not (project.root / "collections").exists()
+
+
+def test_refusals_name_what_is_wrong(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(project, "collections", "generate")
+    assert result.returncode == 49 and "--models PKG" in result.stderr
+    result = cli(project, "collections", "generate", "--models", "nowhere.models")
+    assert result.returncode == 49 and "'nowhere.models' not found" in result.stderr
+    write_models(project, "raise RuntimeError('secret value')\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49 and "failed to import (models.py, line 1): RuntimeError" in result.stderr
+    assert "secret value" not in result.stderr
+    write_models(project, PYDANTIC + '\n\n@collection("events")\nclass Other(BaseModel):\n    y: int\n')
+    result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "models_invalid" and "collection 'events' has two models" in error["message"]
+    write_models(project, "x = 1\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49 and "no models in 'shopapp.models'" in result.stderr
+
+
+async def test_the_python_api_session_and_flat_function(project: Project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import mongoshift
+    from mongoshift import api
+
+    monkeypatch.chdir(project.root)  # the package is imported from the current folder
+    write_models(project, PYDANTIC)
+    s = project.settings()
+    report = await api.generate_collections(s, f"{PACKAGE}.models", check=True)
+    assert not report.in_sync and [c.action for c in report.collections] == ["created"]
+    assert not (project.root / "collections").exists()
+    async with mongoshift.api.connect(s) as ms:
+        report = await ms.collections.generate(f"{PACKAGE}.models")
+        assert [c.action for c in report.collections] == ["created"]
+        assert (await ms.collections.generate(check=True)).in_sync
+
+
+def test_a_hand_written_declaration_is_completed_not_rewritten(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """No snapshot yet: the file's own parts stay, the models' missing ones are added, one spelled differently is the same index."""
+    folder = project.root / "collections"
+    folder.mkdir()
+    (folder / "events.toml").write_text(
+        'indexes = [{ keys = [["at", -1]], name = "recent" }, { keys = { owner = 1 } }]\nprune = true\n', encoding="utf-8"
+    )
+    write_models(project, PYDANTIC)
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0
+    assert "your edit is kept" not in result.stderr  # the same index, written another way, is no edit
+    after = declared(project, "events")
+    assert [i["name"] for i in after["indexes"]] == ["recent", "owner_1", "kind_1_at_-1"]
+    assert after["prune"] is True and after["validator"]["$jsonSchema"]["required"] == ["at", "kind"]
+
+
+def test_inherited_documents_are_their_roots_collection(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, '''
+import mongoengine as me
+from beanie import Document
+
+
+class Animal(me.Document):
+    name = me.StringField(required=True)
+    meta = {"collection": "animals", "allow_inheritance": True, "indexes": ["name"]}
+
+
+class Dog(Animal):
+    barks = me.BooleanField()
+
+
+class Vehicle(Document):
+    wheels: int
+
+    class Settings:
+        name = "vehicles"
+        is_root = True
+
+
+class Car(Vehicle):
+    doors: int = 4
+''')
+    result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 0, result.stderr
+    rows = {row["collection"]: row for row in json.loads(result.stdout)["collections"]}
+    assert sorted(rows) == ["animals", "vehicles"]
+    assert rows["animals"]["model"] == f"{PACKAGE}.models.Animal"
+    assert rows["animals"]["unsupported"] == ["shopapp.models.Animal: allow_inheritance: the subclasses' fields are not in the validator"]
+    assert rows["vehicles"]["unsupported"] == [
+        "shopapp.models.Vehicle: is_root (inheritance): the subclasses' fields and _class_id are not in the validator"
+    ]
+    assert [i["keys"] for i in declared(project, "animals")["indexes"]] == [{"_cls": 1, "name": 1}]

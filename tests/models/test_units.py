@@ -1,0 +1,69 @@
+"""The pure parts: the JSON schema translation and the three-way merge, case by case."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mongoshift.models.jsonschema import Converter
+from mongoshift.models.merge import merge_declaration
+
+
+def convert(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    converter = Converter("M", defs or {})
+    return converter.node(schema, "f"), converter.unsupported
+
+
+def test_types_constraints_and_draft_4_bounds() -> None:
+    assert convert({"type": "integer", "exclusiveMinimum": 0, "maximum": 9}) == (
+        {"bsonType": ["int", "long"], "minimum": 0, "exclusiveMinimum": True, "maximum": 9}, []
+    )
+    assert convert({"type": "string", "format": "email", "maxLength": 5}) == ({"bsonType": "string", "maxLength": 5}, [])
+    assert convert({"const": "x"}) == ({"enum": ["x"]}, [])
+    assert convert({"type": ["string", "null"]}) == ({"bsonType": ["string", "null"]}, [])
+    assert convert({"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]}) == ({"bsonType": ["int", "long", "string", "null"]}, [])
+    assert convert({"anyOf": [{"type": "string"}, {}]}) == ({}, [])  # Any in a union: anything goes
+
+
+def test_what_has_no_rule_is_named_and_left_open() -> None:
+    rule, unsupported = convert({"allOf": [{"type": "string"}, {"minLength": 2}]})
+    assert rule == {} and unsupported == ["M.f: allOf with several schemas is not translated"]
+    rule, unsupported = convert({"type": "string", "contentEncoding": "base64"})
+    assert rule == {"bsonType": "string"} and unsupported == ["M.f: 'contentEncoding' is not translated"]
+    rule, unsupported = convert({"$ref": "#/$defs/Node"}, {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}})
+    assert rule == {"bsonType": "object", "properties": {"next": {"bsonType": "object"}}}
+    assert unsupported == ["M.f.next: Node contains itself: the nested levels are not checked"]
+    assert convert({"$ref": "#/$defs/Gone"}) == ({}, ["M.f: reference 'Gone' not found"])
+
+
+def declaration(**parts: Any) -> dict[str, Any]:
+    return {"indexes": [], "validation_level": "moderate", "validation_action": "warn", **parts}
+
+
+def schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"$jsonSchema": {"bsonType": "object", "properties": properties, "required": required}}
+
+
+def test_the_merge_follows_the_models_where_untouched_and_keeps_edits_and_removals() -> None:
+    base = declaration(indexes=[{"keys": {"a": 1}, "name": "a_1"}, {"keys": {"b": 1}, "name": "b_1"}],
+                       validator=schema({"a": {"bsonType": "string"}, "b": {"bsonType": "int"}}, ["a", "b"]))
+    mine = declaration(indexes=[{"keys": {"a": 1}, "name": "a_1", "hidden": True}],  # b_1 removed, a_1 edited
+                       validator=schema({"a": {"bsonType": "string"}, "b": {"bsonType": "int"}, "own": {"bsonType": "bool"}}, ["a"]),
+                       validation_action="error", prune=True)
+    new = declaration(indexes=[{"keys": {"a": 1}, "name": "a_1"}, {"keys": {"b": 1}, "name": "b_1"}, {"keys": {"c": 1}, "name": "c_1"}],
+                      validator=schema({"a": {"bsonType": "string"}, "b": {"bsonType": "long"}, "c": {"bsonType": "date"}}, ["a", "b", "c"]))
+    merged, notes = merge_declaration(base, new, mine)
+    assert merged["indexes"] == [{"keys": {"a": 1}, "name": "a_1", "hidden": True}, {"keys": {"c": 1}, "name": "c_1"}]
+    assert merged["validation_action"] == "error" and merged["prune"] is True
+    properties = merged["validator"]["$jsonSchema"]["properties"]
+    assert properties == {"a": {"bsonType": "string"}, "b": {"bsonType": "long"}, "own": {"bsonType": "bool"}, "c": {"bsonType": "date"}}
+    assert merged["validator"]["$jsonSchema"]["required"] == ["a", "c"]  # b's requirement stays removed by hand
+    assert notes == []
+
+
+def test_an_edit_the_models_also_changed_is_kept_with_a_note() -> None:
+    base = declaration(validation_level="moderate")
+    mine = declaration(validation_level="strict")
+    new = declaration(validation_level="off")
+    merged, notes = merge_declaration(base, new, mine)
+    assert merged["validation_level"] == "strict"
+    assert notes == ['validation_level: your edit is kept; the models now give "off"']
