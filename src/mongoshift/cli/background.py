@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -23,11 +24,14 @@ from .app import confirm, global_options, output, run_async, settings
 from .tenants import across, given, requested, tenant_options
 
 if TYPE_CHECKING:
+    from ..api.session import Mongoshift
     from ..api.tenants import Tenants
     from ..background.inspect.drift import Verified
+    from ..background.inspect.preview import Preview
     from ..background.inspect.status import BackgroundReport
     from ..background.state.controls import Action
     from ..background.state.model import WatchRecord
+    from ..background.watch.watcher import WatchOptions
     from ..project.settings import Settings
     from ..tenants.report import RolloutReport
 
@@ -369,12 +373,14 @@ def _render_watchers(watchers: list[WatchRecord]) -> None:
     help="How often the leader saves its position.")
 @click.option("--max-lag", type=click.FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS",
     help="Behind by more than this, it reopens the migrations instead.")
+@tenant_options
 @global_options
 def watch_(collections: str | None, save_interval: float, max_lag: float) -> int:
     """Upgrade old-shape documents written after their migration completed, as they land.
 
     One process leads each collection, the others wait to take over. Runs until Ctrl-C or
-    SIGTERM, then saves its position, lets go of its leases and exits 0 (a second signal: 130/143)."""
+    SIGTERM, then saves its position, lets go of its leases and exits 0 (a second signal: 130/143).
+    With tenants, one process watches every selected tenant at once."""
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.watch.watcher import WatchOptions
 
@@ -385,6 +391,8 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
             raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
     options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
     s = settings()
+    if (tenants := requested()) is not None:
+        return _watch_across(s, tenants, options)
     records = run_async(lambda cancel: per_call(s, cancel=cancel).background.watch(options), stopping=WATCH_STOPPING)
     out = output()
     if out.json_mode:
@@ -392,6 +400,30 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
     elif records:
         _render_watchers(records)
     return 0
+
+
+def _watch_across(s: Settings, tenants: Tenants, options: WatchOptions) -> int:
+    """``background watch --all-tenants``: every selected tenant's watcher at once in this process, until the
+    signal; a tenant whose watcher fails stops the process (exit 47) unless ``--continue-on-error``."""
+    from dataclasses import replace
+
+    from ..api.tenants import select_tenants  # start-up time: loaded only when this command runs
+    from ..tenants.rollout import MAX_PARALLEL
+
+    for flag in ("parallel", "canary"):
+        if given(flag):
+            raise TenantsInvalidError(f"background watch runs every selected tenant's watcher at once: --{flag} does not apply")
+    count = len(run_async(lambda cancel: select_tenants(s, tenants)))
+    if count > MAX_PARALLEL:
+        raise TenantsInvalidError(
+            f"background watch would hold {count} tenants' change streams in one process (at most {MAX_PARALLEL}): "
+            "split them between processes with --tenants PATTERN or --tenant NAME",
+            selected=count,
+        )
+    return across(
+        s, replace(tenants, parallel=count, canary=0), "background watch", lambda ms: ms.background.watch(options),
+        scan=False, until_signal=True, stopping=WATCH_STOPPING, result_json=lambda records: [r.to_json() for r in records],
+    )
 
 
 def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
@@ -431,30 +463,64 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
 @click.option("--validate", is_flag=True,
     help="Write each document in a transaction that is always aborted: the server's verdict per document; the transform runs in a sandbox.")
 @click.option("--steps", type=click.IntRange(1, 100), metavar="K", help="With --validate, a step migration: up to K step calls (default 1).")
+@tenant_options
 @global_options
 def dry_run(file: str, sample: int | None, first: int | None, revert: bool, validate: bool, steps: int | None) -> int | None:
     """Preview FILE on a few documents: before, the exact update the engine would send, after.
 
     FILE need not be registered. Reads only: no lock, no write, any server. Shows document
     values and _ids (only here); --json prints them as relaxed Extended JSON. --validate needs
-    transactions (exit 15 without) and exits 34 when the sandbox refused an operation."""
+    transactions (exit 15 without) and exits 34 when the sandbox refused an operation.
+    With tenants, a preview per tenant (a tenant the sandbox refused fails with 34)."""
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     s = settings()
-    result = run_async(
-        lambda cancel: per_call(s, cancel=cancel).background.preview(file, sample=sample, first=first, revert=revert, validate=validate, steps=steps)
-    )
+
+    def preview(ms: Mongoshift) -> Awaitable[Preview]:
+        return ms.background.preview(file, sample=sample, first=first, revert=revert, validate=validate, steps=steps)
+
+    if (tenants := requested(reading=True)) is not None:
+        return _dry_run_across(s, tenants, preview)
+    result = run_async(lambda cancel: preview(per_call(s, cancel=cancel)))
     out = output()
     if out.json_mode:
         out.json({"preview": result.to_json()})
     elif not out.quiet:
-        from . import preview_view as view  # start-up time: rich loads only when a preview is shown
-
-        if out.out.is_terminal:
-            view.render(out.out, result)
-        else:
-            view.plain(result)
+        _show_preview(result)
     return int(ExitCode.SANDBOX_REFUSED) if result.refusals else None
+
+
+def _show_preview(result: Preview) -> None:
+    from . import preview_view as view  # start-up time: rich loads only when a preview is shown
+
+    out = output()
+    if out.out.is_terminal:
+        view.render(out.out, result)
+    else:
+        view.plain(result)
+
+
+def _dry_run_across(s: Settings, tenants: Tenants, preview: Callable[[Mongoshift], Awaitable[Preview]]) -> int:
+    """``background dry-run --all-tenants``: each tenant's preview, under its name, then the per-tenant table."""
+    from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+
+    def judged(result: Preview) -> Judged:
+        if result.refusals:
+            refused = TenantError("sandbox_refused", int(ExitCode.SANDBOX_REFUSED), f"the sandbox refused {len(result.refusals)} operation(s)")
+            return Judged(error=refused, result=result)
+        return Judged("done", result=result)
+
+    def each(report: RolloutReport) -> None:
+        out = output()
+        for row in report.rows:
+            if row.result is not None and not out.quiet:
+                out.say(f"tenant {row.name}:")
+                _show_preview(row.result)
+
+    return across(
+        s, tenants, "background dry-run", preview, judge=judged, scan=False,
+        result_json=lambda result: result.to_json(), before_table=each,
+    )
 
 
 REASON = click.option("--reason", help="Why: recorded in the migration's history.")

@@ -2,8 +2,9 @@
 
 A command given ``--tenant NAME`` (repeatable), ``--tenants PATTERN`` or ``--all-tenants`` runs
 once per selected tenant database through :func:`mongoshift.api.tenants.across_tenants`;
-without them it acts on ``--db`` as always. While it runs, one plain line per tenant outcome
-goes to stderr; at the end comes the table (or, with ``--json``, one document) and the summary.
+without them it acts on ``--db`` as always. While it runs, one line per tenant outcome goes to
+stderr, and on a terminal a redrawn line under them (done / total, failed, running now, rate,
+ETA); at the end comes the table (or, with ``--json``, one document) and the summary.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from ..project.redaction import strip_controls
 from .app import options, output, run_async
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..api.session import Mongoshift
     from ..api.tenants import Tenants
     from ..project.events import Event
+    from ..project.run import CancelSignal
     from ..project.settings import Settings
     from ..tenants.report import Judged, RolloutReport
 
@@ -99,32 +103,47 @@ def across(
     result_json: Callable[[Any], Any] | None = None,
     extra_json: Callable[[RolloutReport], dict[str, Any]] | None = None,
     before_table: Callable[[RolloutReport], None] | None = None,
+    until_signal: bool = False,
+    stopping: str = "stopping: no new tenant starts, running tenants stop at their next migration boundary (press Ctrl-C again to stop now)",
 ) -> int:
-    """Run ``call`` across ``tenants``, print the per-tenant report, and return its exit code (0, 11 or 47)."""
+    """Run ``call`` across ``tenants``, print the per-tenant report, and return its exit code (0, 11 or 47).
+
+    ``until_signal``: a call that runs until Ctrl-C / SIGTERM (``background watch``), every tenant at once:
+    the signal is its normal end (exit 0 when every tenant's call ended cleanly), and a tenant that fails
+    stops the others (exit 47, so that a supervisor restarts the process) unless ``--continue-on-error``."""
     from ..api.tenants import across_tenants, judge_done  # start-up time: the API loads when a command runs
 
     out = output()
-    started = time.monotonic()
-    live = out.err.is_terminal
+    board = _Board(out.err, command) if out.err.is_terminal and not out.quiet and not out.log_json else None
+    signal_cell: list[CancelSignal] = []
 
     def observer(event: Event) -> None:
-        if not out.quiet and event.kind == "tenant_end":
-            _progress_line(event, time.monotonic() - started if live else None)
+        if board is not None:
+            board.observe(event)
+        elif not out.quiet and event.kind == "tenant_end":
+            print(strip_controls(outcome_line(event.data)), file=sys.stderr, flush=True)
+        if until_signal and event.kind == "tenant_end" and event.data["outcome"] == "failed" and not tenants.continue_on_error:
+            signal_cell[0].set(f"tenant {event.data['tenant']} failed")
+
+    def make(cancel: CancelSignal) -> Awaitable[RolloutReport]:
+        signal_cell.append(cancel)
+        return across_tenants(s, call, tenants, command=command, judge=judge or judge_done, scan=scan, observers=[observer], cancel=cancel)
 
     logger = logging.getLogger("mongoshift")
     named = _TenantLines(prefix=not out.log_json)
     for handler in logger.handlers:
         handler.addFilter(named)
     try:
-        report = run_async(
-            lambda cancel: across_tenants(
-                s, call, tenants, command=command, judge=judge or judge_done, scan=scan, observers=[observer], cancel=cancel
-            ),
-            stopping="stopping: no new tenant starts, running tenants stop at their next migration boundary (press Ctrl-C again to stop now)",
-        )
+        if board is not None:
+            board.start()
+        report = run_async(make, stopping=stopping)
     finally:
+        if board is not None:
+            board.stop()
         for handler in logger.handlers:
             handler.removeFilter(named)
+    if until_signal and not any(row.outcome == "not reached" for row in report.rows):
+        report.interrupted, report.stopped = False, None  # the signal is how such a call ends
     render(report, result_json=result_json, extra_json=extra_json, before_table=before_table)
     return report.exit_code
 
@@ -148,18 +167,71 @@ class _TenantLines(logging.Filter):
         return True
 
 
-def _progress_line(event: Event, elapsed: float | None) -> None:
-    """One line per tenant outcome, as it happens, on stderr (stdout keeps the table or the JSON document):
-    done / total, failed, running now; on a terminal (``elapsed`` given) also the rate and the ETA."""
-    data = event.data
+def outcome_line(data: dict[str, Any]) -> str:
+    """One tenant's outcome as it happens (stderr: stdout keeps the table or the JSON document): done / total,
+    the tenant, its outcome and error kind, then failed and running now."""
     note = f" ({data['error_kind']})" if data.get("error_kind") else ""
-    finished, total = data["finished"], data["total"]
-    line = f"[{finished}/{total}] tenant {data['tenant']}: {data['outcome']}{note}; failed {data['failed']}, running {data['running']}"
-    if elapsed is not None and elapsed > 0:
-        rate = finished / elapsed
-        eta = (total - finished) / rate if rate > 0 else None
-        line += f", {rate:.1f} tenants/s" + (f", about {eta:.0f} s left" if eta is not None and finished < total else "")
-    print(strip_controls(line), file=sys.stderr, flush=True)
+    return (
+        f"[{data['finished']}/{data['total']}] tenant {data['tenant']}: {data['outcome']}{note}; "
+        f"failed {data['failed']}, running {data['running']}"
+    )
+
+
+class _Board:
+    """On a terminal: the outcome lines scroll above one redrawn line, done / total with a bar, failed, the
+    tenants running now, the rate and the ETA (from the tenants finished since the start). ``now`` is
+    injectable for tests."""
+
+    #: Running tenants named on the line; more are counted.
+    NAMED = 3
+
+    def __init__(self, console: Console, command: str, now: Callable[[], float] = time.monotonic) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # start-up time: a terminal only
+
+        self.now = now
+        self.started = now()
+        self.running: dict[str, None] = {}  # insertion-ordered: the longest running first
+        self.failed = 0
+        self.progress = Progress(
+            TextColumn(strip_controls(command)), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+            console=console, transient=True, auto_refresh=False,
+        )
+        self.task = self.progress.add_task("", total=None, note="selecting tenants")
+
+    def start(self) -> None:
+        self.progress.start()
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def observe(self, event: Event) -> None:
+        data = event.data
+        if event.kind == "tenant_start":
+            self.running[data["tenant"]] = None
+            self.progress.update(self.task, total=data["total"])
+        elif event.kind == "tenant_end":
+            self.running.pop(data["tenant"], None)
+            self.failed = data["failed"]
+            self.progress.update(self.task, total=data["total"], completed=data["finished"])
+            self.progress.console.print(strip_controls(outcome_line(data)), markup=False, highlight=False)
+        else:
+            return
+        self.progress.update(self.task, note=self.note())
+        self.progress.refresh()
+
+    def note(self) -> str:
+        """``failed 1, running 3 (a, b, c), 2.5 tenants/s, about 40 s left``."""
+        task = self.progress.tasks[0]
+        names = list(self.running)
+        shown = ", ".join(names[: self.NAMED]) + (f" +{len(names) - self.NAMED}" if len(names) > self.NAMED else "")
+        text = f"failed {self.failed}, running {len(names)}" + (f" ({shown})" if names else "")
+        elapsed = self.now() - self.started
+        if task.completed and elapsed > 0:
+            rate = task.completed / elapsed
+            text += f", {rate:.1f} tenants/s"
+            if task.total is not None and task.completed < task.total:
+                text += f", about {(task.total - task.completed) / rate:.0f} s left"
+        return strip_controls(text)
 
 
 def render(

@@ -93,7 +93,7 @@ async def roll_out(
         nonlocal running, finished
         row = rows[tenant.name]
         running += 1
-        events.emit("tenant_start", None, tenant=tenant.name, running=running, canary=row.canary, command=command)
+        events.emit("tenant_start", None, tenant=tenant.name, running=running, total=len(tenants), canary=row.canary, command=command)
         started = time.monotonic()
         scope = current_tenant.set(tenant.name)  # this worker task's own context: its log lines name the tenant
         own = LinkedCancel(cancel)  # a tenant's lost lock stops that tenant only

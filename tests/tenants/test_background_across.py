@@ -1,0 +1,138 @@
+"""``background watch`` and ``background dry-run`` across tenant databases, and the rollout's terminal display."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from rich.console import Console
+
+from mongoshift.api.session import Background
+from mongoshift.cli.tenants import _Board
+from mongoshift.errors import ConfigInvalidError
+from mongoshift.project.events import Event
+
+from ..conftest import start_cli
+from .conftest import TenantProject
+from .test_across import FULL_NAMES, SEED, rows
+
+
+def completed_everywhere(project: TenantProject, cli: Any) -> None:
+    project.add("0001_seed.py", SEED)
+    project.add("0002_full_names.py", FULL_NAMES)
+    assert cli(project, "up", "--all-tenants").returncode == 0
+    result = cli(project, "background", "run", "--all", "--all-tenants", "--concurrency", "4")
+    assert result.returncode == 0, result.stderr
+
+
+def wait_for(what: str, check: Any, process: Any) -> None:
+    """Until ``check()`` (a state of the databases), failing if the process died or after a generous hang guard."""
+    until = time.monotonic() + 120
+    while not check():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < until, f"never saw {what}"
+        time.sleep(0.1)
+
+
+def test_one_watch_process_upgrades_late_writes_in_every_tenant_and_ends_on_sigterm(
+    tenant_project: TenantProject, cli: Any, sync_client: MongoClient
+) -> None:
+    completed_everywhere(tenant_project, cli)
+    process = start_cli(tenant_project, "background", "watch", "--all-tenants", "--save-interval", "0.2", "--json")  # type: ignore[arg-type]
+    try:
+        names = tenant_project.tenants
+        streaming = lambda: all(  # noqa: E731
+            sync_client[n]["_mongoshift_background_watch"].find_one({"_id": "users", "state": "streaming"}) for n in names
+        )
+        wait_for("every tenant's watcher streaming", streaming, process)
+        for n in names:  # written after the migration completed, in the old shape
+            sync_client[n].users.insert_one({"_id": 100, "first": "Late", "last": "Writer", "__v": 1, "__rev": 1})
+        upgraded = lambda: all(sync_client[n].users.find_one({"_id": 100, "__v": 2, "name": "Late Writer"}) for n in names)  # noqa: E731
+        wait_for("the late writes upgraded in every tenant", upgraded, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    by_name = rows(type("R", (), {"stdout": out})())
+    assert set(by_name) == set(names) and {r["outcome"] for r in by_name.values()} == {"done"}
+    assert all([w["collection"] for w in r["result"]] == ["users"] for r in by_name.values())
+    assert json.loads(out)["stopped"] is None  # the signal is how a watch ends, not an interruption
+    for n in names:
+        assert sync_client[n]["_mongoshift_background_watch"].find_one({"_id": "users"})["state"] == "stopped"
+        assert "Late" not in err  # no document value on stderr
+
+
+def test_a_failed_watcher_stops_the_others_unless_continue_on_error(
+    tenant_project: TenantProject, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant_project.write_config()
+    broken = tenant_project.tenants[1]
+    started: list[str] = []
+    everyone = asyncio.Event()
+
+    async def watch(self: Background, options: Any = None) -> list[Any]:
+        project = self._project
+        started.append(project.settings.db)
+        if len(started) == len(tenant_project.tenants):
+            everyone.set()
+        if project.settings.db == broken:
+            await everyone.wait()  # every watcher runs when this one fails
+            raise ConfigInvalidError("the live watcher needs change streams")
+        await asyncio.to_thread(project.cancel.wait)  # until the rollout stops this tenant's call
+        return []
+
+    monkeypatch.setattr(Background, "watch", watch)
+    result = cli(tenant_project, "background", "watch", "--all-tenants", "--json")
+    assert result.returncode == 47, result.stderr
+    outcomes = {name: r["outcome"] for name, r in rows(result).items()}
+    assert outcomes == {n: ("failed" if n == broken else "done") for n in tenant_project.tenants}
+    assert rows(result)[broken]["exit_code"] == 6
+
+    refused = cli(tenant_project, "background", "watch", "--all-tenants", "--parallel", "2")
+    assert refused.returncode == 46 and "--parallel does not apply" in refused.stderr
+
+
+def test_dry_run_previews_each_tenant(tenant_project: TenantProject, cli: Any, sync_client: MongoClient) -> None:
+    tenant_project.add("0001_seed.py", SEED)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    tenant_project.add("0002_full_names.py", FULL_NAMES)  # not registered: no up after it
+    result = cli(tenant_project, "background", "dry-run", "0002_full_names.py", "--first", "2", "--all-tenants", "--json")
+    assert result.returncode == 0, result.stderr
+    by_name = rows(result)
+    assert set(by_name) == set(tenant_project.tenants) and {r["outcome"] for r in by_name.values()} == {"done"}
+    for row in by_name.values():
+        previews = row["result"]["documents"]
+        assert [p["after"]["name"] for p in previews] == ["Ada0 Lovelace", "Ada1 Lovelace"]
+    for name in tenant_project.tenants:  # reads only
+        assert sync_client[name].users.count_documents({"__v": 1}) == 30
+    text = cli(tenant_project, "background", "dry-run", "0002_full_names.py", "--first", "1", "--all-tenants")
+    assert text.returncode == 0 and all(f"tenant {n}:" in text.stdout for n in tenant_project.tenants)
+
+
+def test_the_terminal_board_redraws_done_failed_running_rate_and_eta() -> None:
+    screen = io.StringIO()
+    now = [0.0]
+    board = _Board(Console(file=screen, force_terminal=True, width=200), "up", now=lambda: now[0])
+    board.start()
+
+    def event(kind: str, **data: Any) -> Event:
+        return Event(kind, None, data)
+
+    board.observe(event("tenant_start", tenant="t0", running=1, total=4))
+    board.observe(event("tenant_start", tenant="t1", running=2, total=4))
+    assert board.note() == "failed 0, running 2 (t0, t1)"
+    now[0] = 10.0
+    board.observe(event("tenant_end", tenant="t0", outcome="done", running=1, finished=1, total=4, failed=0, error_kind=None))
+    assert board.note() == "failed 0, running 1 (t1), 0.1 tenants/s, about 30 s left"
+    board.observe(event("tenant_end", tenant="t1", outcome="failed", running=0, finished=2, total=4, failed=1, error_kind="migration_failed"))
+    board.stop()
+    shown = screen.getvalue()
+    assert "[1/4] tenant t0: done; failed 0, running 1" in shown
+    assert "[2/4] tenant t1: failed (migration_failed); failed 1, running 0" in shown
+    assert "running 1 (t1)" in shown  # the redrawn line, as it was drawn
