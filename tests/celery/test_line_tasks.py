@@ -177,3 +177,30 @@ def test_celerys_own_revoke_reaches_a_running_task_on_a_threads_pool(redis_harne
 
     [first] = line.wait(timeout=90)
     assert first.outcome == "failed" and "stopped: the task was revoked" in (first.error or ""), first
+
+
+@pytest.mark.celery
+def test_another_worker_told_of_a_revoke_leaves_a_running_tasks_result_alone(redis_harness, project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Celery broadcasts a revoke to every worker of the broker; one that is not running the task marks it
+    revoked in the result backend if it reads PENDING there. mongoshift's tasks track STARTED, so it does not."""
+    import uuid
+
+    from .conftest import Worker, forget_redis_queue
+
+    project.add(NAMES[0], WAITS_FOR_CANCEL)
+    redis_harness.worker("-P", "solo")  # runs the task, and cannot read control messages meanwhile
+    elsewhere = f"ms-{uuid.uuid4().hex[:10]}"
+    bystander = Worker({**redis_harness.env, "MS_CELERY_QUEUE": elsewhere}, redis_harness.tmp_path / "bystander.log", ["-P", "solo"])
+    redis_harness.workers.append(bystander)
+    try:
+        line = redis_harness.tasks.enqueue_up()
+        until(lambda: sync_client[project.db].started.count_documents({}) == 1, 60, "the body started", redis_harness)
+        redis_harness.app.control.revoke(line.task_ids)  # Celery's own: only the bystander reads it now
+        until(lambda: "flagged as revoked" in bystander.tail(), 60, "the bystander told of the revoke", redis_harness)
+        assert redis_harness.app.AsyncResult(line.task_ids[0]).state == "STARTED"
+
+        redis_harness.tasks.revoke(line)  # mongoshift's: the body sees it and stops
+        [first] = line.wait(timeout=90)
+        assert first.outcome == "failed" and "stopped: the task was revoked" in (first.error or ""), first
+    finally:
+        forget_redis_queue(elsewhere)

@@ -197,6 +197,10 @@ class MongoshiftTasks:
             "name": f"{self.prefix}.{name}",
             "bind": True,
             "acks_late": True,
+            # A running task reads STARTED in the result backend, not PENDING: Celery's revoke is broadcast to every
+            # worker of the broker, and a worker that does not run the task marks a PENDING one REVOKED, so a
+            # LineGroup.wait() elsewhere would read "revoked" while the body still runs and writes.
+            "track_started": True,
             "reject_on_worker_lost": reject_on_worker_lost,
             "max_retries": None,
             "autoretry_for": (),
