@@ -81,6 +81,15 @@ settings.register_profile("explore", settings.get_profile("mongoshift"), derando
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mongoshift"))
 
 
+def examples(thorough: int, quick: int) -> Any:
+    """A ``parametrize`` of a property test's example count: ``quick`` in the default run, ``thorough``
+    under ``slow`` (``.ci/run``'s second step), so the full search still runs in CI while the README's
+    command stays fast. Derandomized, the quick run's examples are the same on every run."""
+    return pytest.mark.parametrize(
+        "max_examples", [pytest.param(quick, id=f"{quick}-examples"), pytest.param(thorough, id=f"{thorough}-examples", marks=pytest.mark.slow)]
+    )
+
+
 @asynccontextmanager
 async def fail_command(client: AsyncMongoClient, mode: Any, **data: Any) -> AsyncIterator[None]:
     """The server's ``failCommand`` fail point, switched off again on exit (also on a real

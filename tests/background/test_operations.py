@@ -5,11 +5,12 @@ stopped runs, progress lines without a terminal, failed-document reasons and a s
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from mongoshift.api import background as bg, migrations as command
 
-from ..conftest import cli_env, cli_process, start_cli
+from ..conftest import start_cli
 from .conftest import background_file, seed
 from .test_processes import wait_for_migrated
 
@@ -182,9 +183,20 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LONG_NAME = "20261201090000_split_customer_names_into_first_and_last.py"
 
 
-def terminal(project, width: int, *args: str):  # type: ignore[no-untyped-def]
-    """The command as on a terminal of ``width`` columns (rich honours FORCE_COLOR and COLUMNS)."""
-    done = cli_process(project, *args, env={**cli_env(), "FORCE_COLOR": "1", "COLUMNS": str(width)})
+def terminal(cli, project, width: int, *args: str):  # type: ignore[no-untyped-def]
+    """The command, in this process, as on a terminal of ``width`` columns (rich reads FORCE_COLOR and
+    COLUMNS when the command makes its consoles; the ``cli`` fixture restores the environment after)."""
+    saved = {key: os.environ.get(key) for key in ("FORCE_COLOR", "COLUMNS", "NO_COLOR")}
+    os.environ.update(FORCE_COLOR="1", COLUMNS=str(width))
+    os.environ.pop("NO_COLOR", None)
+    try:
+        done = cli(project, *args)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return done.returncode, ANSI.sub("", done.stdout)
 
 
@@ -210,7 +222,8 @@ async def test_status_of_a_migration_shows_why_documents_failed_without_their_id
     assert len(report["doc_errors"]) == 20  # the most recent, capped
     assert all(e["error_class"] == "ValueError" and len(e["error"]) <= 200 for e in report["doc_errors"])
     assert report["doc_errors"][-1]["error"].startswith("cannot split the name")
-    for output in (shown.stdout, cli(fast_project, "background", "status", LONG_NAME).stdout, terminal(fast_project, 80, "background", "status", LONG_NAME)[1]):
+    on_terminal = terminal(cli, fast_project, 80, "background", "status", LONG_NAME)[1]
+    for output in (shown.stdout, cli(fast_project, "background", "status", LONG_NAME).stdout, on_terminal):
         assert "cannot split the name" in output
         assert "uid-" not in output and "secret-" not in output  # no document id, no document value
 
@@ -246,7 +259,7 @@ async def test_status_fits_80_and_60_columns_and_never_cuts_the_name(fast_projec
     assert cli(fast_project, "background", "run", LONG_NAME).returncode == 32  # a failed one: a long last error too
     for width in (80, 60):
         for args in (("background", "status"), ("background", "status", LONG_NAME)):
-            code, text = terminal(fast_project, width, *args)
+            code, text = terminal(cli, fast_project, width, *args)
             assert code == 0
             lines = text.splitlines()
             assert all(len(line) <= width for line in lines), (width, args, [line for line in lines if len(line) > width])
@@ -267,7 +280,7 @@ async def test_a_completed_migration_that_migrated_nothing_warns_about_from_vers
         (warning,) = report["warnings"]
         assert "migrated 0 documents while 120 document(s)" in warning and "from_version (1)" in warning and "version 0" in warning
     assert "was from_version (1) right?" in cli(fast_project, "background", "status").stderr
-    assert "was from_version (1) right?" in terminal(fast_project, 80, "background", "status")[1]
+    assert "was from_version (1) right?" in terminal(cli, fast_project, 80, "background", "status")[1]
 
 
 async def test_a_completed_migration_with_nothing_left_to_do_does_not_warn(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
+from ..conftest import examples
 from .in_process import InProcessServer, in_process_server, original, sync_client
 
 
@@ -102,30 +103,34 @@ def outcome(collection: Any, requests: list[Any], ordered: bool) -> Any:
     return result["nMatched"], result["nModified"], errors, documents
 
 
-@settings(max_examples=150)
-@given(docs=stored(), data=st.data())
-def test_a_guarded_update_does_what_the_original_update_does(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
-    from mongoeco.api._async import _collection_modify
+@examples(thorough=150, quick=30)
+def test_a_guarded_update_does_what_the_original_update_does(server: InProcessServer, max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(docs=stored(), data=st.data())
+    def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
+        from mongoeco.api._async import _collection_modify
 
-    requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
-    ordered = data.draw(st.booleans())
-    client = sync_client(server)
-    try:
-        fast, slow = client.updates.fast, client.updates.slow
-        for collection in (fast, slow):
-            collection.drop()
-            collection.create_index([("__v", 1), ("_id", 1)])
-            if docs:
-                collection.insert_many(docs)
-        got = outcome(fast, requests, ordered)
-        with original(_collection_modify, "execute_server_update"):
-            expected = outcome(slow, requests, ordered)
-        assert got == expected
-        for field in ("__v", "a"):  # the indexes hold the same documents under the same keys
-            for value in (1, 2, "a", None):
-                assert [d["_id"] for d in fast.find({field: value})] == [d["_id"] for d in slow.find({field: value})]
-    finally:
-        client.close()
+        requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
+        ordered = data.draw(st.booleans())
+        client = sync_client(server)
+        try:
+            fast, slow = client.updates.fast, client.updates.slow
+            for collection in (fast, slow):
+                collection.drop()
+                collection.create_index([("__v", 1), ("_id", 1)])
+                if docs:
+                    collection.insert_many(docs)
+            got = outcome(fast, requests, ordered)
+            with original(_collection_modify, "execute_server_update"):
+                expected = outcome(slow, requests, ordered)
+            assert got == expected
+            for field in ("__v", "a"):  # the indexes hold the same documents under the same keys
+                for value in (1, 2, "a", None):
+                    assert [d["_id"] for d in fast.find({field: value})] == [d["_id"] for d in slow.find({field: value})]
+        finally:
+            client.close()
+
+    check()
 
 
 def test_the_version_index_and_a_unique_index_follow_the_update(server: InProcessServer) -> None:

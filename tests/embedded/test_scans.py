@@ -19,6 +19,7 @@ from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, encode
 from hypothesis import given, settings, strategies as st
 from pymongo.errors import PyMongoError
 
+from ..conftest import examples
 from .in_process import InProcessServer, in_process_server, original, sync_client
 
 
@@ -117,47 +118,55 @@ def seed(collection: Any, values: list[Any], versions_: list[Any]) -> list[Any]:
     return stored
 
 
-@settings(max_examples=120)
-@given(data=st.data(), values=st.lists(id_values, min_size=0, max_size=16), versions_=st.lists(versions, min_size=16, max_size=16))
-def test_an_id_ordered_read_answers_what_the_full_scan_answers(server: InProcessServer, data: st.DataObject, values: list[Any], versions_: list[Any]) -> None:
-    from mongoeco.engines.memory import MemoryEngine
+@examples(thorough=120, quick=25)
+def test_an_id_ordered_read_answers_what_the_full_scan_answers(server: InProcessServer, max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(data=st.data(), values=st.lists(id_values, min_size=0, max_size=16), versions_=st.lists(versions, min_size=16, max_size=16))
+    def check(data: st.DataObject, values: list[Any], versions_: list[Any]) -> None:
+        from mongoeco.engines.memory import MemoryEngine
 
-    client = sync_client(server)
-    try:
-        collection = client.scans.mixed
-        collection.drop()
-        collection.create_index([("v", 1), ("_id", 1)])
-        ids = seed(collection, values, versions_)
-        for _ in range(4):
-            query = data.draw(queries(ids))
-            fast = answer(collection, query)
-            with original(MemoryEngine, "scan_find_semantics"):
-                slow = answer(collection, query)
-            assert fast == slow, query
-    finally:
-        client.close()
+        client = sync_client(server)
+        try:
+            collection = client.scans.mixed
+            collection.drop()
+            collection.create_index([("v", 1), ("_id", 1)])
+            ids = seed(collection, values, versions_)
+            for _ in range(4):
+                query = data.draw(queries(ids))
+                fast = answer(collection, query)
+                with original(MemoryEngine, "scan_find_semantics"):
+                    slow = answer(collection, query)
+                assert fast == slow, query
+        finally:
+            client.close()
+
+    check()
 
 
-@settings(max_examples=60)
-@given(values=st.lists(object_ids | strings | numbers, min_size=1, max_size=20), data=st.data())
-def test_an_id_in_list_reads_what_the_full_scan_reads(server: InProcessServer, values: list[Any], data: st.DataObject) -> None:
-    from mongoeco.engines.memory import MemoryEngine
+@examples(thorough=60, quick=20)
+def test_an_id_in_list_reads_what_the_full_scan_reads(server: InProcessServer, max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(values=st.lists(object_ids | strings | numbers, min_size=1, max_size=20), data=st.data())
+    def check(values: list[Any], data: st.DataObject) -> None:
+        from mongoeco.engines.memory import MemoryEngine
 
-    client = sync_client(server)
-    try:
-        collection = client.scans.listed
-        collection.drop()
-        ids = seed(collection, values, [1] * len(values))
-        listed = data.draw(st.lists(st.sampled_from(ids) | object_ids | strings, max_size=8)) if ids else []
-        filter_ = data.draw(st.sampled_from([{"_id": {"$in": listed}}, {"$and": [{"v": 1}, {"_id": {"$in": listed}}]}]))
-        fast = [encode(doc) for doc in collection.find(filter_)]
-        fast_count = collection.count_documents(filter_)
-        with original(MemoryEngine, "_candidate_items_for_plan_locked"):
-            slow = [encode(doc) for doc in collection.find(filter_)]
-            slow_count = collection.count_documents(filter_)
-        assert (fast, fast_count) == (slow, slow_count)
-    finally:
-        client.close()
+        client = sync_client(server)
+        try:
+            collection = client.scans.listed
+            collection.drop()
+            ids = seed(collection, values, [1] * len(values))
+            listed = data.draw(st.lists(st.sampled_from(ids) | object_ids | strings, max_size=8)) if ids else []
+            filter_ = data.draw(st.sampled_from([{"_id": {"$in": listed}}, {"$and": [{"v": 1}, {"_id": {"$in": listed}}]}]))
+            fast = [encode(doc) for doc in collection.find(filter_)]
+            fast_count = collection.count_documents(filter_)
+            with original(MemoryEngine, "_candidate_items_for_plan_locked"):
+                slow = [encode(doc) for doc in collection.find(filter_)]
+                slow_count = collection.count_documents(filter_)
+            assert (fast, fast_count) == (slow, slow_count)
+        finally:
+            client.close()
+
+    check()
 
 
 # ------------------------------------------------------------------------------ what is read

@@ -13,6 +13,7 @@ import pytest
 from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp, encode
 from hypothesis import given, settings, strategies as st
 
+from ..conftest import examples
 from .in_process import InProcessServer, in_process_server, sync_client
 
 scalars = (
@@ -33,19 +34,23 @@ def server() -> Iterator[InProcessServer]:
         yield started
 
 
-@settings(max_examples=300)
-@given(stored=documents, fields=st.lists(st.sampled_from(["a", "b", "v", "a.b", "missing", "_x"]), min_size=1, max_size=3, unique=True))
-def test_index_keys_are_the_originals(server: InProcessServer, stored: dict[str, Any], fields: list[str]) -> None:
+@examples(thorough=300, quick=60)
+def test_index_keys_are_the_originals(server: InProcessServer, max_examples: int) -> None:
     """(ai) The keys of any document under any key pattern, as mongoeco derives them."""
-    from mongoeco.core.codec import DocumentCodec
-    from mongoeco.engines.memory import MemoryEngine
+    @settings(max_examples=max_examples)
+    @given(stored=documents, fields=st.lists(st.sampled_from(["a", "b", "v", "a.b", "missing", "_x"]), min_size=1, max_size=3, unique=True))
+    def check(stored: dict[str, Any], fields: list[str]) -> None:
+        from mongoeco.core.codec import DocumentCodec
+        from mongoeco.engines.memory import MemoryEngine
 
-    engine = server.engine
-    document = DocumentCodec.decode(DocumentCodec.encode(stored), preserve_bson_wrappers=True)  # as the engine holds it
-    assert engine._index_keys(document, fields) == MemoryEngine._index_keys.__wrapped__(engine, document, fields)
-    for value in document.values():
-        key = MemoryEngine._index_equality_key
-        assert key(value) == key.__wrapped__(value)
+        engine = server.engine
+        document = DocumentCodec.decode(DocumentCodec.encode(stored), preserve_bson_wrappers=True)  # as the engine holds it
+        assert engine._index_keys(document, fields) == MemoryEngine._index_keys.__wrapped__(engine, document, fields)
+        for value in document.values():
+            key = MemoryEngine._index_equality_key
+            assert key(value) == key.__wrapped__(value)
+
+    check()
 
 
 def test_an_object_id_copies_to_itself() -> None:
@@ -61,35 +66,39 @@ def test_an_object_id_copies_to_itself() -> None:
     assert copy.deepcopy(ObjectId(oid.binary)) == oid  # pymongo's own class keeps its copy protocol
 
 
-@settings(max_examples=200)
-@given(document=documents)
-def test_documents_cross_the_wire_as_with_the_original_conversions(server: InProcessServer, document: dict[str, Any]) -> None:
+@examples(thorough=200, quick=40)
+def test_documents_cross_the_wire_as_with_the_original_conversions(server: InProcessServer, max_examples: int) -> None:
     """(aj) A document stored and read back is the same bytes with and without the fast conversions."""
-    from mongoeco.api._async import raw_batch_cursor
-    from mongoeco.wire import bson_bridge, protocol
+    @settings(max_examples=max_examples)
+    @given(document=documents)
+    def check(document: dict[str, Any]) -> None:
+        from mongoeco.api._async import raw_batch_cursor
+        from mongoeco.wire import bson_bridge, protocol
 
-    client = sync_client(server)
-    try:
-        collection = client.values.roundtrip
-        collection.drop()
-        collection.insert_one({"_id": 1, **document})
-        fast = encode(collection.find_one({"_id": 1}))
-        patched = {name: getattr(bson_bridge, name) for name in ("decode_wire_value", "encode_wire_value")}
-        owners = {"decode_wire_value": (bson_bridge, protocol), "encode_wire_value": (bson_bridge, protocol, raw_batch_cursor)}
+        client = sync_client(server)
         try:
-            for name, function in patched.items():
-                for module in owners[name]:
-                    setattr(module, name, function.__wrapped__)
+            collection = client.values.roundtrip
             collection.drop()
             collection.insert_one({"_id": 1, **document})
-            slow = encode(collection.find_one({"_id": 1}))
+            fast = encode(collection.find_one({"_id": 1}))
+            patched = {name: getattr(bson_bridge, name) for name in ("decode_wire_value", "encode_wire_value")}
+            owners = {"decode_wire_value": (bson_bridge, protocol), "encode_wire_value": (bson_bridge, protocol, raw_batch_cursor)}
+            try:
+                for name, function in patched.items():
+                    for module in owners[name]:
+                        setattr(module, name, function.__wrapped__)
+                collection.drop()
+                collection.insert_one({"_id": 1, **document})
+                slow = encode(collection.find_one({"_id": 1}))
+            finally:
+                for name, function in patched.items():
+                    for module in owners[name]:
+                        setattr(module, name, function)
+            assert fast == slow
         finally:
-            for name, function in patched.items():
-                for module in owners[name]:
-                    setattr(module, name, function)
-        assert fast == slow
-    finally:
-        client.close()
+            client.close()
+
+    check()
 
 
 @settings(max_examples=200)
