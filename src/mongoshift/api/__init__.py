@@ -20,7 +20,8 @@ the call uses them)::
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
-:func:`import_history` (another tool's changelog), :func:`baseline`. Health:
+:func:`import_history` (another tool's changelog), :func:`baseline`. Keeping the line short:
+:func:`squash` (:func:`squash_across` judges every tenant first). Health:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
 (docs/tenants.md): :func:`across_tenants` (any session call per tenant, a :class:`RolloutReport`),
 :func:`up_across`, :func:`down_across`, :func:`status_across` (with :func:`migration_counts`). Declared collections:
@@ -104,9 +105,13 @@ if TYPE_CHECKING:
     )
     from .options import Confirmation, Lock
     from .session import Mongoshift, connect
+    from .squash import SquashReport, squash, squash_across
     from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
 
 __all__ = [
+    "SquashReport",
+    "squash",
+    "squash_across",
     "RolloutReport",
     "Tenant",
     "TenantError",
@@ -254,6 +259,7 @@ _LAZY: dict[str, tuple[str, str]] = {
         for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "select_tenants", "status_across", "up_across")
     },
     "plan_converge": (".collections", "plan_converge"),
+    **{name: (".squash", name) for name in ("SquashReport", "squash", "squash_across")},
     **{
         name: (".migrations", name)
         for name in (

@@ -327,8 +327,8 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
         plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
         if not plan.steps:
             return RunReport("redo", session.run.run_id, warnings=["nothing is applied: nothing to redo"])
-        back = plan.steps[0]
-        reapply = plan_up(session.files, records, target=back.name, force=True, strict=False)
+        back = plan.steps[0]  # a squash file's newest replaced file: the squash is redone whole
+        reapply = plan_up(session.files, records, target=back.line_name, force=True, strict=False)
         combined = Plan(plan.steps + reapply.steps, reapply.warnings)
         _check_unchanged(combined, checksums)
         return await _execute(session, "redo", combined)

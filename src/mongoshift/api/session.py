@@ -9,7 +9,7 @@ says) and releases it before it returns, so a session left open blocks no other 
 
 The calls come in four groups: the migration line on the session itself (``up``,
 ``down``, ``redo``, ``plan``, ``status``, ``migrations``, ``audit``, ``lock_status``,
-``unlock``, and the adoption of a database: ``import_history``, ``baseline``), declared
+``unlock``, ``squash``, and the adoption of a database: ``import_history``, ``baseline``), declared
 collections on ``ms.collections``, background migrations on ``ms.background`` (the
 in-application runner too: ``start_runner``), a job system's intents on ``ms.intents``. The
 flat functions of :mod:`mongoshift.api` are the same calls on a one-shot project. See docs/api.md.
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .health import AuditReport
     from .intents import Claim, Intent, IntentState
     from .migrations import DryRunReport, RunReport
+    from .squash import SquashReport
 
 # Start-up time (bench/cli.py): each call imports its module when it runs, so a session that
 # only reads the status loads neither converge nor the background engine.
@@ -232,6 +233,12 @@ class Mongoshift:
         from .adoption import baseline_in
 
         return await baseline_in(self._project, to, dry_run=dry_run, lock=lock)
+
+    async def squash(self, to: str, *, dry_run: bool = False) -> SquashReport:
+        """Replace the applied files up to ``to`` with one squash file (docs/squash.md); writes files, not the database."""
+        from .squash import squash_in
+
+        return await squash_in(self._project, to, dry_run=dry_run)
 
 
 class Collections:

@@ -32,6 +32,7 @@ from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
 from .output import Output, release_stdout
+from .squash import squash as squash_command
 from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -579,3 +580,4 @@ cli.add_command(import_command)
 cli.add_command(baseline_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)
+cli.add_command(squash_command)

@@ -33,6 +33,7 @@ from ..errors import (
     IOFailedError,
 )
 from ..schema.validation import list_errors
+from .squashes import ARCHIVE, Manifest, archive_of, read_manifest, verify_archive
 
 if TYPE_CHECKING:
     from ..schema.background import Background
@@ -75,6 +76,16 @@ class MigrationFile:
     #: The file's background spec as the engine runs it, once aligned with the collection's
     #: declaration (see :mod:`mongoshift.background.plan.declared`); None means as written.
     aligned: Background | None = field(default=None, repr=False)
+    #: A squash file's replaced files, in line order (archived copies; see :mod:`~mongoshift.project.squashes`).
+    parts: list[MigrationFile] = field(default_factory=list, repr=False)
+    #: The checksum each replaced file had when it was squashed (a squash file only).
+    part_checksums: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The squash file that replaced this one (an archived file only).
+    squashed_into: str | None = None
+
+    @property
+    def is_squash(self) -> bool:
+        return bool(self.parts)
 
     @property
     def checksum(self) -> str:
@@ -88,6 +99,8 @@ class MigrationFile:
     def background(self) -> Background | None:
         if self.aligned is not None:
             return self.aligned
+        if self.is_squash:
+            return None
         value = getattr(self._loaded(), "background", None)
         if value is None:
             return None
@@ -102,6 +115,8 @@ class MigrationFile:
 
     @property
     def kind(self) -> str:
+        if self.is_squash:
+            return "squash"
         return "background" if self.background is not None else "migration"
 
     @property
@@ -169,7 +184,25 @@ def discover(directory: Path) -> list[MigrationFile]:
             )
         files.append(MigrationFile(name=path.name, path=path))
     _refuse_duplicate_versions(files, directory)
+    if (directory / ARCHIVE).is_dir():
+        for item in files:
+            _attach_parts(item)
     return files
+
+
+def _attach_parts(item: MigrationFile) -> None:
+    """A squash file gets its replaced files (archived copies), read from its manifest without importing anything."""
+    manifest = read_manifest(item.path)
+    if manifest is None:
+        return
+    archive = archive_of(item.path.parent, item.name)
+    item.parts = [MigrationFile(name=name, path=archive / name, squashed_into=item.name) for name in manifest.names]
+    item.part_checksums = dict(manifest.parts)
+
+
+def squashed_names(files: list[MigrationFile]) -> dict[str, str]:
+    """Every file a squash file of ``files`` replaced, with the squash file's name."""
+    return {part.name: item.name for item in files for part in item.parts}
 
 
 def _version(name: str) -> int:
@@ -221,6 +254,11 @@ def find(files: list[MigrationFile], name: str) -> MigrationFile:
     for item in files:
         if item.name == wanted:
             return item
+    into = squashed_names(files).get(wanted)
+    if into is not None:
+        raise FileNotFoundMigrationError(
+            f"{wanted} was squashed into {into}: name {into} (it stands for every file it replaced)", file=wanted, squashed_into=into
+        )
     raise FileNotFoundMigrationError(f"migration file not found: {wanted}")
 
 
@@ -245,6 +283,9 @@ def load(item: MigrationFile) -> MigrationFile:
         ) from None
     finally:
         sys.modules.pop(module_name, None)
+    if item.is_squash:
+        _load_squash(item, module)
+        return item
     if hasattr(module, "background"):
         _refuse(item, _background_problems(module) + _requires_problems(item, module))
         item.module = module
@@ -264,6 +305,17 @@ def load(item: MigrationFile) -> MigrationFile:
             raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
     item.module = module
     return item
+
+
+def _load_squash(item: MigrationFile, module: ModuleType) -> None:
+    """A squash file has no body of its own: its replaced files, unchanged since the squash, are its body."""
+    extra = [name for name in ("up", "down", "background", "requires") if hasattr(module, name)]
+    if extra:
+        _refuse(item, [f"a squash file declares no {', '.join(extra)}: its replaced files are its body"])
+    archive = archive_of(item.path.parent, item.name)
+    manifest_now = {part.name: part.checksum for part in item.parts}
+    verify_archive(item.name, archive, Manifest(tuple(item.part_checksums.items())), manifest_now)
+    item.module = module
 
 
 def _refuse(item: MigrationFile, problems: list[str]) -> None:

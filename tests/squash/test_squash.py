@@ -1,0 +1,190 @@
+"""``mongoshift squash --to NAME``: one file for the applied start of the line, and every database it meets."""
+
+from __future__ import annotations
+
+import json
+import pytest
+
+from mongoshift.api.migrations import down, status, up
+from mongoshift.api.squash import squash
+from mongoshift.errors import ChecksumMismatchError, FileNotFoundMigrationError, SquashRefusedError
+
+# Each file appends its name to ``marks`` going up and removes it going down: the collection is the
+# proof of which bodies ran, in which order.
+MARK = '''
+async def up(ctx):
+    await ctx.db.marks.insert_one({{"file": "{name}"}})
+
+def down(ctx):
+    ctx.db.marks.delete_one({{"file": "{name}"}})
+'''
+
+
+def marks(sync_client, project) -> list[str]:  # type: ignore[no-untyped-def]
+    return [d["file"] for d in sync_client[project.db].marks.find(sort=[("_id", 1)])]
+
+
+def line(project, *names: str) -> None:  # type: ignore[no-untyped-def]
+    for name in names:
+        project.add(f"{name}.py", MARK.format(name=name))
+
+
+async def test_squash_replaces_the_files_and_an_up_to_date_database_never_runs_it(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b", "0003_c", "0004_d")
+    await up(project.settings(), to="0003_c")
+    assert cli(project, "squash", "--to", "0003_c").returncode == 42  # not interactive: --yes is needed
+
+    written = json.loads(cli(project, "squash", "--to", "0003_c", "--yes", "--json").stdout)
+    assert written == {
+        "to": "0003_c.py", "name": "0003_squashed.py", "replaced": ["0001_a.py", "0002_b.py", "0003_c.py"],
+        "dry_run": False, "file": "0003_squashed.py", "tenants": None, "warnings": [],
+    }
+    assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0003_squashed.py", "0004_d.py"]
+    assert sorted(p.name for p in (project.migrations / "_squashed" / "0003_squashed").iterdir()) == ["0001_a.py", "0002_b.py", "0003_c.py"]
+
+    rows = await status(project.settings())
+    assert [(r.name, r.shown_state, r.checksum) for r in rows] == [
+        ("0003_squashed.py", "applied (squashed files applied)", "ok"), ("0004_d.py", "pending", None)
+    ]
+    report = await up(project.settings())
+    assert [r.name for r in report.results] == ["0004_d.py"]  # the squash file never runs here
+    assert marks(sync_client, project) == ["0001_a", "0002_b", "0003_c", "0004_d"]
+    names = {d["name"]: d["status"] for d in sync_client[project.db]["_mongoshift_migrations"].find()}
+    assert names == {"0001_a.py": "applied", "0002_b.py": "applied", "0003_c.py": "applied", "0004_d.py": "applied"}  # history kept
+    assert cli(project, "status", "--check").returncode == 0
+
+
+async def test_a_new_database_runs_the_squash_file_and_rolls_it_back_as_one(project, sync_client, db_name) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b", "0003_c")
+    await up(project.settings())
+    await squash(project.settings(), "0002_b")
+    sync_client.drop_database(db_name)  # a new database: the same project, nothing applied
+
+    rows = await status(project.settings())
+    assert [(r.name, r.state) for r in rows] == [("0002_squashed.py", "pending"), ("0003_c.py", "pending")]
+    report = await up(project.settings())
+    assert [(r.name, r.status) for r in report.results] == [
+        ("0001_a.py", "applied"), ("0002_b.py", "applied"), ("0002_squashed.py", "applied"), ("0003_c.py", "applied")
+    ]
+    assert marks(sync_client, project) == ["0001_a", "0002_b", "0003_c"]
+    assert [(r.name, r.state, r.checksum) for r in await status(project.settings())] == [
+        ("0002_squashed.py", "applied", "ok"), ("0003_c.py", "applied", "ok")
+    ]
+
+    await down(project.settings(), to="0002_squashed")  # only what follows the squash
+    assert marks(sync_client, project) == ["0001_a", "0002_b"]
+    back = await down(project.settings(), steps=1)  # the squash rolls back whole, its files newest first
+    assert [(r.name, r.status) for r in back.results] == [
+        ("0002_b.py", "reverted"), ("0001_a.py", "reverted"), ("0002_squashed.py", "reverted")
+    ]
+    assert marks(sync_client, project) == []
+    assert [r.state for r in await status(project.settings())] == ["reverted", "reverted"]
+    await up(project.settings())  # and runs again whole
+    assert marks(sync_client, project) == ["0001_a", "0002_b", "0003_c"]
+
+
+async def test_down_across_a_squash_on_a_database_that_applied_the_files_one_by_one(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b", "0003_c")
+    await up(project.settings(), to="0001_a")
+    await up(project.settings(), to="0002_b")  # two batches: the squash still rolls back whole
+    await squash(project.settings(), "0002_b")
+    report = await down(project.settings())
+    assert [(r.name, r.status) for r in report.results] == [
+        ("0002_b.py", "reverted"), ("0001_a.py", "reverted"), ("0002_squashed.py", "reverted")
+    ]
+    assert marks(sync_client, project) == []
+    assert [r.state for r in await status(project.settings())] == ["reverted", "pending"]
+
+
+async def test_a_database_in_between_is_refused_and_told_what_to_do(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b", "0003_c", "0004_d")
+    await up(project.settings(), to="0003_c")
+    await squash(project.settings(), "0003_c")
+    coll = sync_client[project.db]["_mongoshift_migrations"]
+    coll.delete_many({"name": {"$in": ["0002_b.py", "0003_c.py"]}})  # as a database the old release left at 0001
+    sync_client[project.db].marks.delete_many({"file": {"$ne": "0001_a"}})
+
+    rows = await status(project.settings())
+    assert [(r.name, r.shown_state) for r in rows][0] == ("0003_squashed.py", "partial (1 of 3 squashed files applied)")
+    assert cli(project, "status", "--check").returncode == 2
+    refused = cli(project, "up", "--json")
+    assert refused.returncode == 50
+    error = json.loads(refused.stdout)["error"]
+    assert error["kind"] == "squash_refused"
+    assert error["details"]["not_applied"] == ["0002_b.py", "0003_c.py"]
+    assert "up --to 0003_c.py" in error["message"] and "tenant" in error["message"]
+    assert marks(sync_client, project) == ["0001_a"]  # nothing ran
+    assert cli(project, "dry-run", "up").returncode == 50  # the dry run refuses alike
+
+
+FLAGGED = '''
+async def up(ctx):
+    if await ctx.db.flags.find_one({"fail": True}):
+        raise RuntimeError("flagged")
+    await ctx.db.marks.insert_one({"file": "0002_b"})
+
+def down(ctx):
+    ctx.db.marks.delete_one({"file": "0002_b"})
+'''
+
+
+async def test_a_failed_run_of_the_squash_file_is_finished_by_the_next(project, sync_client, db_name, cli) -> None:  # type: ignore[no-untyped-def]
+    """In between because the squash file's own run failed here (its record says it began): the next ``up`` goes on."""
+    line(project, "0001_a", "0003_c")
+    project.add("0002_b.py", FLAGGED)
+    await up(project.settings())
+    await squash(project.settings(), "0003_c")
+    sync_client.drop_database(db_name)
+
+    sync_client[project.db].flags.insert_one({"fail": True})
+    assert cli(project, "up").returncode == 7
+    assert [(r.name, r.shown_state) for r in await status(project.settings())] == [("0003_squashed.py", "partial (1 of 3 squashed files applied)")]
+    sync_client[project.db].flags.delete_many({})
+    report = await up(project.settings())
+    assert [r.name for r in report.results] == ["0002_b.py", "0003_c.py", "0003_squashed.py"]
+    assert marks(sync_client, project) == ["0001_a", "0002_b", "0003_c"]
+
+
+async def test_an_archived_file_that_changed_never_runs(project, sync_client, db_name) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b")
+    await up(project.settings())
+    await squash(project.settings(), "0002_b")
+    sync_client.drop_database(db_name)
+    archived = project.migrations / "_squashed" / "0002_squashed" / "0002_b.py"
+    archived.write_text(archived.read_text() + "\n# edited\n")
+    with pytest.raises(ChecksumMismatchError, match=r"0002_squashed.py: files it squashes changed .*: 0002_b.py"):
+        await up(project.settings())
+    assert marks(sync_client, project) == []
+    archived.unlink()
+    with pytest.raises(FileNotFoundMigrationError, match="squashes files missing from _squashed/0002_squashed/: 0002_b.py"):
+        await status(project.settings())
+
+
+async def test_what_a_squash_refuses(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b")
+    project.add("0003_bg.py", '''
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    doc["x"] = 1
+    return doc
+
+background = Background(collection="things", from_version=0, to_version=1, migrate=migrate)
+''')
+    project.add("0004_needs_b.py", MARK.format(name="0004_needs_b") + '\nrequires = ["0002_b"]\n')
+    line(project, "0005_e")
+    with pytest.raises(SquashRefusedError, match="nothing to squash"):
+        await squash(project.settings(), "0001_a")
+    with pytest.raises(SquashRefusedError, match=r"not applied in this database: 0001_a.py, 0002_b.py") as refused:
+        await squash(project.settings(), "0002_b")
+    assert "named by requires: 0002_b.py" in refused.value.message
+    await up(project.settings())
+    refused_cli = cli(project, "squash", "--to", "0003_bg", "--yes", "--json")
+    assert refused_cli.returncode == 50
+    problems = json.loads(refused_cli.stdout)["error"]["details"]["problems"]
+    assert [p.split(":")[0] for p in problems] == ["background migrations", "named by requires"]
+    assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0001_a.py", "0002_b.py", "0003_bg.py", "0004_needs_b.py", "0005_e.py"]
+    assert not (project.migrations / "_squashed").exists()  # nothing written
+    (project.migrations / "0001_a.py").write_text(MARK.format(name="changed"))
+    with pytest.raises(SquashRefusedError, match="changed on disk since they were applied: 0001_a.py"):
+        await squash(project.settings(), "0002_b", dry_run=True)
