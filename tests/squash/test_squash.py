@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from mongoshift.api.migrations import down, status, up
@@ -105,7 +106,7 @@ async def test_a_database_in_between_is_refused_and_told_what_to_do(project, syn
     sync_client[project.db].marks.delete_many({"file": {"$ne": "0001_a"}})
 
     rows = await status(project.settings())
-    assert [(r.name, r.shown_state) for r in rows][0] == ("0003_squashed.py", "partial (1 of 3 squashed files applied)")
+    assert (rows[0].name, rows[0].shown_state) == ("0003_squashed.py", "partial (1 of 3 squashed files applied)")
     assert cli(project, "status", "--check").returncode == 2
     refused = cli(project, "up", "--json")
     assert refused.returncode == 50
@@ -156,7 +157,7 @@ async def test_an_archived_file_that_changed_never_runs(project, sync_client, db
         await up(project.settings())
     assert marks(sync_client, project) == []
     archived.unlink()
-    with pytest.raises(FileNotFoundMigrationError, match="squashes files missing from _squashed/0002_squashed/: 0002_b.py"):
+    with pytest.raises(FileNotFoundMigrationError, match=r"squashes files missing from _squashed/0002_squashed/: 0002_b\.py"):
         await status(project.settings())
 
 
@@ -186,5 +187,5 @@ background = Background(collection="things", from_version=0, to_version=1, migra
     assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0001_a.py", "0002_b.py", "0003_bg.py", "0004_needs_b.py", "0005_e.py"]
     assert not (project.migrations / "_squashed").exists()  # nothing written
     (project.migrations / "0001_a.py").write_text(MARK.format(name="changed"))
-    with pytest.raises(SquashRefusedError, match="changed on disk since they were applied: 0001_a.py"):
+    with pytest.raises(SquashRefusedError, match=r"changed on disk since they were applied: 0001_a\.py"):
         await squash(project.settings(), "0002_b", dry_run=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .app import confirm, global_options, output, run_async, settings
-from .tenants import requested, render as render_across, tenant_options
+from .tenants import render as render_across, requested, tenant_options
 
 if TYPE_CHECKING:
     from ..api.squash import SquashReport
