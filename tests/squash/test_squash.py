@@ -189,3 +189,15 @@ background = Background(collection="things", from_version=0, to_version=1, migra
     (project.migrations / "0001_a.py").write_text(MARK.format(name="changed"))
     with pytest.raises(SquashRefusedError, match=r"changed on disk since they were applied: 0001_a\.py"):
         await squash(project.settings(), "0002_b", dry_run=True)
+
+
+async def test_a_file_sharing_a_version_with_a_squashed_one_is_refused(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A branch that created 0002_x before the squash merged: its version is taken by an archived file."""
+    line(project, "0001_a", "0002_b", "0003_c")
+    await up(project.settings())
+    await squash(project.settings(), "0003_c")
+    line(project, "0002_x")
+    refused = cli(project, "status", "--json")
+    assert refused.returncode == 43
+    error = json.loads(refused.stdout)["error"]
+    assert "0002_x.py and _squashed/0003_squashed/0002_b.py" in error["message"] and error["details"]["files"] == ["0002_x.py"]

@@ -21,7 +21,7 @@ the call uses them)::
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
 :func:`import_history` (another tool's changelog), :func:`baseline`. Keeping the line short:
-:func:`squash` (:func:`squash_across` judges every tenant first). Health:
+:func:`squash` (:func:`squash_across` judges every tenant first), :func:`lint` (risky operations, before they run). Health:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
 (docs/tenants.md): :func:`across_tenants` (any session call per tenant, a :class:`RolloutReport`),
 :func:`up_across`, :func:`down_across`, :func:`status_across` (with :func:`migration_counts`). Declared collections:
@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from .collections import converge, plan_converge
     from .health import AuditReport, Finding, audit
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
+    from .lint import LintReport, lint
     from .migrations import (
         DryRunReport,
         DryRunRow,
@@ -109,6 +110,8 @@ if TYPE_CHECKING:
     from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
 
 __all__ = [
+    "LintReport",
+    "lint",
     "SquashReport",
     "squash",
     "squash_across",
@@ -260,6 +263,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     },
     "plan_converge": (".collections", "plan_converge"),
     **{name: (".squash", name) for name in ("SquashReport", "squash", "squash_across")},
+    **{name: (".lint", name) for name in ("LintReport", "lint")},
     **{
         name: (".migrations", name)
         for name in (

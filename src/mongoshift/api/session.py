@@ -9,7 +9,7 @@ says) and releases it before it returns, so a session left open blocks no other 
 
 The calls come in four groups: the migration line on the session itself (``up``,
 ``down``, ``redo``, ``plan``, ``status``, ``migrations``, ``audit``, ``lock_status``,
-``unlock``, ``squash``, and the adoption of a database: ``import_history``, ``baseline``), declared
+``unlock``, ``squash``, ``lint``, and the adoption of a database: ``import_history``, ``baseline``), declared
 collections on ``ms.collections``, background migrations on ``ms.background`` (the
 in-application runner too: ``start_runner``), a job system's intents on ``ms.intents``. The
 flat functions of :mod:`mongoshift.api` are the same calls on a one-shot project. See docs/api.md.
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .background import BackgroundRunner, CoordinatorStep, ErrorCallback, SliceReport
     from .health import AuditReport
     from .intents import Claim, Intent, IntentState
+    from .lint import LintReport
     from .migrations import DryRunReport, RunReport
     from .squash import SquashReport
 
@@ -239,6 +240,12 @@ class Mongoshift:
         from .squash import squash_in
 
         return await squash_in(self._project, to, dry_run=dry_run)
+
+    async def lint(self, files: list[str] | None = None, *, sizes: bool = False) -> LintReport:
+        """Risky operations in the line's files, read as source (docs/lint.md); ``sizes`` counts the collections named."""
+        from .lint import lint_in
+
+        return await lint_in(self._project, files, sizes=sizes)
 
 
 class Collections:

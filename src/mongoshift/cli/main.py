@@ -31,6 +31,7 @@ from .app import (
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
+from .lint import lint as lint_command
 from .output import Output, release_stdout
 from .squash import squash as squash_command
 from .tenants import across, requested, tenant_options
@@ -581,3 +582,4 @@ cli.add_command(baseline_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)
 cli.add_command(squash_command)
+cli.add_command(lint_command)

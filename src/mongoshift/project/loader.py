@@ -187,7 +187,26 @@ def discover(directory: Path) -> list[MigrationFile]:
     if (directory / ARCHIVE).is_dir():
         for item in files:
             _attach_parts(item)
+        _refuse_archived_versions(files, directory)
     return files
+
+
+def _refuse_archived_versions(files: list[MigrationFile], directory: Path) -> None:
+    """The version rule holds across a squash: a file of the line that shares a version with a file a squash
+    archived (a branch that created it before the squash was merged) would apply in an order nobody chose."""
+    archived = {_version(part.name): (item.name, part.name) for item in files for part in item.parts}
+    clashes: list[tuple[str, str]] = []
+    for item in files:
+        hit = archived.get(_version(item.name))
+        if hit is not None and hit[0] != item.name:  # a squash file takes the version of its last file
+            clashes.append((item.name, f"{ARCHIVE}/{Path(hit[0]).stem}/{hit[1]}"))
+    if clashes:
+        listed = "; ".join(f"{name} and {part}" for name, part in clashes)
+        raise DuplicateVersionError(
+            f"migration files in {directory} share a version with files a squash replaced: {listed}; "
+            "give the file of the line a later timestamp or number (rename it, or create it again)",
+            files=[name for name, _ in clashes],
+        )
 
 
 def _attach_parts(item: MigrationFile) -> None:
