@@ -108,6 +108,8 @@ async def test_a_database_in_between_is_refused_and_told_what_to_do(project, syn
     rows = await status(project.settings())
     assert (rows[0].name, rows[0].shown_state) == ("0003_squashed.py", "partial (1 of 3 squashed files applied)")
     assert cli(project, "status", "--check").returncode == 2
+    audit = json.loads(cli(project, "audit", "--json").stdout)
+    assert [(f["check"], f["subject"]) for f in audit["findings"] if f["severity"] == "fail"] == [("line.squash_partial", "0003_squashed.py")]
     refused = cli(project, "up", "--json")
     assert refused.returncode == 50
     error = json.loads(refused.stdout)["error"]
@@ -139,7 +141,7 @@ async def test_a_failed_run_of_the_squash_file_is_finished_by_the_next(project, 
 
     sync_client[project.db].flags.insert_one({"fail": True})
     assert cli(project, "up").returncode == 7
-    assert [(r.name, r.shown_state) for r in await status(project.settings())] == [("0003_squashed.py", "partial (1 of 3 squashed files applied)")]
+    assert [(r.name, r.shown_state) for r in await status(project.settings())] == [("0003_squashed.py", "partial (1 of 3 squashed files applied, 'up' finishes it)")]
     sync_client[project.db].flags.delete_many({})
     report = await up(project.settings())
     assert [r.name for r in report.results] == ["0002_b.py", "0003_c.py", "0003_squashed.py"]

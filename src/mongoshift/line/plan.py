@@ -170,7 +170,8 @@ def _squash_note(state: SquashState | None) -> str | None:
     if state is None:
         return None
     if state.partial:
-        return f"{len(state.applied)} of {len(state.file.parts)} squashed files applied"
+        done = f"{len(state.applied)} of {len(state.file.parts)} squashed files applied"
+        return f"{done}, 'up' finishes it" if state.resumable else done
     if state.record is None and state.applied:
         return "squashed files applied"
     return None

@@ -219,6 +219,12 @@ def _attach_parts(item: MigrationFile) -> None:
     item.part_checksums = dict(manifest.parts)
 
 
+def unsquashed(files: list[MigrationFile]) -> list[MigrationFile]:
+    """The line as the files that run: each squash file replaced by the files it archived, in order.
+    What adopts another history (``import``, ``baseline``) records those, as the databases that ran them did."""
+    return [part for item in files for part in (item.parts or [item])]
+
+
 def squashed_names(files: list[MigrationFile]) -> dict[str, str]:
     """Every file a squash file of ``files`` replaced, with the squash file's name."""
     return {part.name: item.name for item in files for part in item.parts}
