@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -53,6 +54,10 @@ async def test_squash_replaces_the_files_and_an_up_to_date_database_never_runs_i
     names = {d["name"]: d["status"] for d in sync_client[project.db]["_mongoshift_migrations"].find()}
     assert names == {"0001_a.py": "applied", "0002_b.py": "applied", "0003_c.py": "applied", "0004_d.py": "applied"}  # history kept
     assert cli(project, "status", "--check").returncode == 0
+    for args in (["down", "0002_b"], ["down", "--to", "0002_b"], ["up", "0002_b"], ["redo", "0002_b"]):
+        named = cli(project, *args, "--json")
+        assert named.returncode == 8, args
+        assert json.loads(named.stdout)["error"]["details"]["squashed_into"] == "0003_squashed.py"
 
 
 async def test_a_new_database_runs_the_squash_file_and_rolls_it_back_as_one(project, sync_client, db_name) -> None:  # type: ignore[no-untyped-def]
@@ -158,8 +163,11 @@ async def test_an_archived_file_that_changed_never_runs(project, sync_client, db
     with pytest.raises(ChecksumMismatchError, match=r"0002_squashed.py: files it squashes changed .*: 0002_b.py"):
         await up(project.settings())
     assert marks(sync_client, project) == []
-    archived.unlink()
-    with pytest.raises(FileNotFoundMigrationError, match=r"squashes files missing from _squashed/0002_squashed/: 0002_b\.py"):
+    shutil.rmtree(project.migrations / "_squashed")  # no archive at all: the squash file says what is missing
+    with pytest.raises(FileNotFoundMigrationError, match=r"0002_squashed.py is a squash file, but its archive folder"):
+        await up(project.settings())
+    (project.migrations / "_squashed" / "0002_squashed").mkdir(parents=True)
+    with pytest.raises(FileNotFoundMigrationError, match=r"squashes files missing from _squashed/0002_squashed/: 0001_a\.py, 0002_b\.py"):
         await status(project.settings())
 
 

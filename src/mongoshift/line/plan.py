@@ -22,7 +22,7 @@ from ..errors import (
     SquashRefusedError,
 )
 from ..project.changelog import ChangelogRecord
-from ..project.loader import MigrationFile, find
+from ..project.loader import MigrationFile, find, squashed_names
 from .context import Direction
 
 State = Literal["applied", "pending", "failed", "reverted", "missing", "partial"]
@@ -361,8 +361,7 @@ def plan_down(
     if target is not None:
         name = target if target.endswith(".py") else target + ".py"
         record = records.get(name)
-        if record is None and name not in raw:
-            find(files, name)  # a squashed file's name: say which squash file stands for it
+        _not_squashed(files, name)
         if record is None or record.status != "applied":
             raise NotAppliedError(f"{name} is not applied", file=name)
         later = sorted(r.name for r in applied if r.name > name)
@@ -376,6 +375,7 @@ def plan_down(
         selected = [record]
     elif to is not None:
         name = to if to.endswith(".py") else to + ".py"
+        _not_squashed(files, name)
         if name not in records or records[name].status != "applied":
             raise NotAppliedError(f"--to {name}: that migration is not applied", file=name)
         selected = sorted((r for r in applied if r.name > name), key=lambda r: r.name, reverse=True)
@@ -412,6 +412,12 @@ def plan_down(
             files=missing,
         )
     return Plan([Step(by_name[r.name], "down", r) for r in selected])
+
+
+def _not_squashed(files: list[MigrationFile], name: str) -> None:
+    """A file a squash replaced is not a file of the line any more: name the squash file that stands for it (exit 8)."""
+    if name in squashed_names(files):
+        find(files, name)
 
 
 def _down_records(record: ChangelogRecord, records: dict[str, ChangelogRecord], squashes: dict[str, SquashState]) -> list[ChangelogRecord]:

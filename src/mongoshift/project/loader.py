@@ -33,7 +33,7 @@ from ..errors import (
     IOFailedError,
 )
 from ..schema.validation import list_errors
-from .squashes import ARCHIVE, Manifest, archive_of, read_manifest, verify_archive
+from .squashes import ARCHIVE, MANIFEST, Manifest, archive_of, read_manifest, verify_archive
 
 if TYPE_CHECKING:
     from ..schema.background import Background
@@ -311,6 +311,12 @@ def load(item: MigrationFile) -> MigrationFile:
     if item.is_squash:
         _load_squash(item, module)
         return item
+    if hasattr(module, MANIFEST):
+        raise FileNotFoundMigrationError(
+            f"{item.name} is a squash file, but its archive folder {ARCHIVE}/{item.path.stem}/ is missing: "
+            "restore it from version control (it holds the files the squash file runs)",
+            file=item.name,
+        )
     if hasattr(module, "background"):
         _refuse(item, _background_problems(module) + _requires_problems(item, module))
         item.module = module
