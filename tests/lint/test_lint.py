@@ -22,7 +22,8 @@ CASES = {
     ),
     "MS103": (
         "async def up(ctx):\n    await ctx.db.users.create_index('email', unique=True)\n",
-        "async def up(ctx):\n    dups = await ctx.db.users.aggregate([{'$group': {'_id': '$email', 'n': {'$sum': 1}}}, {'$match': {'n': {'$gt': 1}}}]).to_list()\n"
+        "async def up(ctx):\n"
+        "    dups = await ctx.db.users.aggregate([{'$group': {'_id': '$email', 'n': {'$sum': 1}}}, {'$match': {'n': {'$gt': 1}}}]).to_list()\n"
         "    if dups:\n        raise RuntimeError('duplicate emails')\n    await ctx.db.users.create_index('email', unique=True)\n"
         "    await ctx.db.create_collection('tokens')\n    await ctx.db.tokens.create_index('value', unique=True)\n",
     ),
