@@ -75,6 +75,8 @@ class DryRunRow:
     checksum: str
     description: str | None
     transaction: bool
+    #: A file a squash file replaced: it runs as part of that squash file's step (named here), not as one of its own.
+    squashed_into: str | None = None
 
 
 @dataclass
@@ -440,6 +442,7 @@ async def dry_run_in(
                     checksum=item.file.checksum,
                     description=item.file.description,
                     transaction=settings.use_transaction if use_txn is None else use_txn,
+                    squashed_into=item.file.squashed_into,
                 )
             )
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
