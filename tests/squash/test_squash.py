@@ -230,3 +230,39 @@ async def test_a_job_system_queues_the_squash_file_as_one_task(project, sync_cli
     ]
     planned = await plan_line(project.settings(), LineOptions(intent_ttl_seconds=60.0))
     assert [payload.name for payload, _ in planned.tasks] == ["0002_squashed.py", "0003_c.py"]
+
+
+async def test_squashing_again_takes_the_earlier_squash_in(project, sync_client, db_name, cli) -> None:  # type: ignore[no-untyped-def]
+    line(project, "0001_a", "0002_b", "0003_c", "0004_d")
+    await up(project.settings())
+    await squash(project.settings(), "0002_b")
+    other = f"{db_name}_fresh"
+    try:
+        fresh = project.settings(db=other)
+        await up(fresh)  # a database that ran the first squash file itself: its record is in the changelog
+        assert sync_client[other]["_mongoshift_migrations"].find_one({"name": "0002_squashed.py"})["status"] == "applied"
+
+        written = json.loads(cli(project, "squash", "--to", "0003_c", "--yes", "--json").stdout)
+        assert written["replaced"] == ["0002_squashed.py", "0003_c.py"] and written["name"] == "0003_squashed.py"
+        assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0003_squashed.py", "0004_d.py"]
+        archive = project.migrations / "_squashed"
+        assert [p.name for p in archive.iterdir()] == ["0003_squashed"]  # the first archive moved into the second
+        assert sorted(p.name for p in (archive / "0003_squashed").iterdir()) == ["0001_a.py", "0002_b.py", "0002_squashed.py", "0003_c.py"]
+        source = (project.migrations / "0003_squashed.py").read_text()
+        assert "absorbs = ['0002_squashed.py']" in source
+
+        for settings in (project.settings(), fresh):  # applied one by one, or through the first squash file
+            rows = await status(settings)
+            assert [(r.name, r.state, r.checksum) for r in rows] == [("0003_squashed.py", "applied", "ok"), ("0004_d.py", "applied", "ok")]
+        assert cli(project, "up", "0002_squashed", "--json").returncode == 8  # named: answered with the squash that stands for it
+
+        await down(fresh, to="0003_squashed")
+        back = await down(fresh)  # the squash rolls back whole, and the earlier squash file's record with it
+        assert [r.name for r in back.results] == ["0003_c.py", "0002_b.py", "0001_a.py", "0003_squashed.py"]
+        assert sync_client[other]["_mongoshift_migrations"].find_one({"name": "0002_squashed.py"})["status"] == "reverted"
+        assert [d["file"] for d in sync_client[other].marks.find()] == []
+        sync_client.drop_database(other)
+        report = await up(fresh)  # a new database runs every file, once
+        assert [r.name for r in report.results] == ["0001_a.py", "0002_b.py", "0003_c.py", "0003_squashed.py", "0004_d.py"]
+    finally:
+        sync_client.drop_database(other)

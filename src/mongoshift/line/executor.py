@@ -452,6 +452,9 @@ class Executor:
         started = time.monotonic()
         await self._confirm_lock(step)
         await self.changelog.write(self._record(step, batch, started, kind="squash"))
+        if step.direction == "down":
+            for earlier in step.file.absorbs:  # an earlier squash file that ran here is rolled back with its files
+                await self.changelog.write(Changelog.reverted(earlier, duration_ms=0, run=self.runtime.run))
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         parts = len(step.file.parts)
         return MigrationResult(step.name, step.direction, status, batch, int((time.monotonic() - started) * 1000), reason=f"squash of {parts} files")

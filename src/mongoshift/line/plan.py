@@ -144,8 +144,8 @@ def fold_squashes(files: list[MigrationFile], records: dict[str, ChangelogRecord
     states: dict[str, SquashState] = {}
     for name, item in squashes.items():
         parts = [records.get(p.name) for p in item.parts]
-        for part in item.parts:
-            folded.pop(part.name, None)
+        for replaced in [*(p.name for p in item.parts), *item.absorbs]:
+            folded.pop(replaced, None)
         applied = [r.name for r in parts if r is not None and r.status == "applied"]
         state = SquashState(item, applied, records.get(name))
         states[name] = state

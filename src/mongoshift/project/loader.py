@@ -82,6 +82,8 @@ class MigrationFile:
     part_checksums: dict[str, str] = field(default_factory=dict, repr=False)
     #: The squash file that replaced this one (an archived file only).
     squashed_into: str | None = None
+    #: Earlier squash files a squash file replaced: their records fold into it (a squash file only).
+    absorbs: list[str] = field(default_factory=list, repr=False)
 
     @property
     def is_squash(self) -> bool:
@@ -217,6 +219,7 @@ def _attach_parts(item: MigrationFile) -> None:
     archive = archive_of(item.path.parent, item.name)
     item.parts = [MigrationFile(name=name, path=archive / name, squashed_into=item.name) for name in manifest.names]
     item.part_checksums = dict(manifest.parts)
+    item.absorbs = list(manifest.absorbs)
 
 
 def unsquashed(files: list[MigrationFile]) -> list[MigrationFile]:
@@ -226,8 +229,8 @@ def unsquashed(files: list[MigrationFile]) -> list[MigrationFile]:
 
 
 def squashed_names(files: list[MigrationFile]) -> dict[str, str]:
-    """Every file a squash file of ``files`` replaced, with the squash file's name."""
-    return {part.name: item.name for item in files for part in item.parts}
+    """Every file (and earlier squash file) a squash file of ``files`` replaced, with the squash file's name."""
+    return {name: item.name for item in files for name in [*(part.name for part in item.parts), *item.absorbs]}
 
 
 def _version(name: str) -> int:
@@ -340,7 +343,7 @@ def load(item: MigrationFile) -> MigrationFile:
 
 def _load_squash(item: MigrationFile, module: ModuleType) -> None:
     """A squash file has no body of its own: its replaced files, unchanged since the squash, are its body."""
-    extra = [name for name in ("up", "down", "background", "requires") if hasattr(module, name)]
+    extra = [name for name in ("up", "down", "background", "requires", "use_transaction", "timeout_seconds") if hasattr(module, name)]
     if extra:
         _refuse(item, [f"a squash file declares no {', '.join(extra)}: its replaced files are its body"])
     archive = archive_of(item.path.parent, item.name)

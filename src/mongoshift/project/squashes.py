@@ -22,6 +22,8 @@ from ..errors import ChecksumMismatchError, FileNotFoundMigrationError, InvalidE
 ARCHIVE = "_squashed"
 #: The attribute of a squash file: ``{file name: checksum}`` of the files it replaced, in order.
 MANIFEST = "squashes"
+#: The attribute of a squash file made over an earlier one: the earlier squash files it stands for too.
+ABSORBS = "absorbs"
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class Manifest:
     """What a squash file declares: the replaced files in line order, each with its checksum at squash time."""
 
     parts: tuple[tuple[str, str], ...]
+    #: Earlier squash files this one replaced (their files are among ``parts``): their records fold into it.
+    absorbs: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -53,13 +57,10 @@ def read_manifest(path: Path) -> Manifest | None:
         tree = ast.parse(path.read_bytes(), filename=path.name)
     except SyntaxError as exc:
         raise InvalidExportError(f"{path.name}: a squash file that does not parse (line {exc.lineno})", file=path.name) from None
-    value: object = None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == MANIFEST for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                value = None
+    value = _literal(tree, MANIFEST)
+    absorbs = _literal(tree, ABSORBS) or []
+    if not isinstance(absorbs, list) or not all(isinstance(name, str) for name in absorbs):
+        raise InvalidExportError(f"{path.name}: '{ABSORBS}' must be a literal list of squash file names", file=path.name)
     if not isinstance(value, dict) or not value or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise InvalidExportError(
             f"{path.name}: its archive folder {ARCHIVE}/{path.stem}/ makes it a squash file, but it has no "
@@ -79,7 +80,19 @@ def read_manifest(path: Path) -> Manifest | None:
     own = int(path.name.split("_", 1)[0])
     if names != sorted(names) or any(int(name.split("_", 1)[0]) > own for name in names):
         raise InvalidExportError(f"{path.name}: {MANIFEST} must list earlier files in name order", file=path.name)
-    return Manifest(parts)
+    return Manifest(parts, tuple(absorbs))
+
+
+def _literal(tree: ast.Module, name: str) -> object:
+    """The literal value assigned to ``name`` at module level (None when absent or not a literal)."""
+    value: object = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                value = None
+    return value
 
 
 def verify_archive(squash_name: str, archive: Path, manifest: Manifest, checksum_of: dict[str, str]) -> None:

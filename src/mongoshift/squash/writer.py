@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 
 from ..errors import IOFailedError, SquashRefusedError
-from ..project.squashes import ARCHIVE, MANIFEST, archive_of
+from ..project.squashes import ABSORBS, ARCHIVE, MANIFEST, archive_of
 from .planner import SquashPlan
 
 
 def render(plan: SquashPlan) -> str:
     """The squash file: plain data (a description and the manifest), readable in review."""
-    first, last = plan.files[0].name, plan.files[-1].name
+    first, last = plan.parts[0][0].name, plan.parts[-1][0].name
     lines = [
-        f'"""Squash of {len(plan.files)} migration files, {first} to {last} (written by mongoshift squash).',
+        f'"""Squash of {len(plan.parts)} migration files, {first} to {last} (written by mongoshift squash).',
         "",
         f"The files it replaced are kept unchanged in {ARCHIVE}/{Path(plan.name).stem}/: a database that has none of them",
         "applied runs them in order through this file; one that has them all applied counts this file as applied",
@@ -29,10 +29,12 @@ def render(plan: SquashPlan) -> str:
         f"description = {f'squash of {first} to {last}'!r}",
         "",
         f"{MANIFEST} = {{",
-        *(f"    {f.name!r}: {f.checksum!r}," for f in plan.files),
+        *(f"    {part.name!r}: {checksum!r}," for part, checksum in plan.parts),
         "}",
         "",
     ]
+    if plan.absorbs:
+        lines[-1:-1] = ["", f"{ABSORBS} = {plan.absorbs!r}  # earlier squash files this one stands for"]
     return "\n".join(lines)
 
 
@@ -48,10 +50,19 @@ def write_squash(plan: SquashPlan, directory: Path) -> Path:
         temporary.write_text(render(plan), encoding="utf-8")
         archive.mkdir(parents=True)
         for item in plan.files:
-            destination = archive / item.name
+            for part in item.parts:  # an earlier squash's files join this archive, unchanged
+                destination = archive / part.name
+                os.replace(part.path, destination)
+                moved.append((destination, part.path))
+            destination = archive / item.name  # an earlier squash file is kept beside them, for the record
             os.replace(item.path, destination)
             moved.append((destination, item.path))
         os.replace(temporary, target)
+        for item in plan.files:
+            if item.is_squash:
+                emptied = archive_of(directory, item.name)
+                if not any(emptied.iterdir()):
+                    emptied.rmdir()
     except OSError as exc:
         for destination, origin in reversed(moved):
             os.replace(destination, origin)
