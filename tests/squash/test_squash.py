@@ -266,3 +266,26 @@ async def test_squashing_again_takes_the_earlier_squash_in(project, sync_client,
         assert [r.name for r in report.results] == ["0001_a.py", "0002_b.py", "0003_c.py", "0003_squashed.py", "0004_d.py"]
     finally:
         sync_client.drop_database(other)
+
+
+async def test_a_squash_that_cannot_be_written_leaves_the_folder_as_it_was(project, monkeypatch, cli) -> None:  # type: ignore[no-untyped-def]
+    """The third move fails (a full disk, say): the files already moved come back, nothing of the squash is left."""
+    import os
+
+    line(project, "0001_a", "0002_b", "0003_c")
+    await up(project.settings())
+    before = sorted(p.relative_to(project.migrations).as_posix() for p in project.migrations.rglob("*"))
+    real = os.replace
+    calls: list[str] = []
+
+    def failing(source, destination) -> None:  # type: ignore[no-untyped-def]
+        calls.append(str(source))
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device", str(destination))
+        real(source, destination)
+
+    monkeypatch.setattr("mongoshift.squash.writer.os.replace", failing)
+    result = cli(project, "squash", "--to", "0003_c", "--yes", "--json")
+    assert result.returncode == 44
+    assert "No space left on device" in json.loads(result.stdout)["error"]["message"]
+    assert sorted(p.relative_to(project.migrations).as_posix() for p in project.migrations.rglob("*")) == before

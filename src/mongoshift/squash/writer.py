@@ -45,6 +45,7 @@ def write_squash(plan: SquashPlan, directory: Path) -> Path:
     if archive.exists():
         raise SquashRefusedError(f"{ARCHIVE}/{archive.name}/ exists already: remove it (it belongs to no squash file) and try again", to=plan.to)
     temporary = directory / f".{plan.name}.tmp"
+    root_existed = archive.parent.is_dir()
     moved: list[tuple[Path, Path]] = []
     try:
         temporary.write_text(render(plan), encoding="utf-8")
@@ -67,7 +68,8 @@ def write_squash(plan: SquashPlan, directory: Path) -> Path:
         for destination, origin in reversed(moved):
             os.replace(destination, origin)
         temporary.unlink(missing_ok=True)
-        if archive.is_dir() and not any(archive.iterdir()):
-            archive.rmdir()
+        for made in (archive, None if root_existed else archive.parent):
+            if made is not None and made.is_dir() and not any(made.iterdir()):
+                made.rmdir()
         raise IOFailedError.from_os(exc, "write the squash") from None
     return target
