@@ -197,6 +197,7 @@ class Executor:
         that record is refused: see :func:`~mongoshift.line.plan.fold_squashes`)."""
         name = step.file.squashed_into
         squash = next(s for s in plan.steps if s.name == name)
+        await self._confirm_lock(step)
         if step.direction == "up":
             await self.changelog.mark_failed(
                 name=squash.name, batch=batch or 0, checksum=squash.file.checksum,
@@ -205,7 +206,6 @@ class Executor:
             return
         existing = await self.changelog.record(squash.name)
         if existing is None or existing.status != "applied":
-            await self._confirm_lock(step)
             await self.changelog.write(
                 Changelog.applied(
                     squash.name, batch=batch or 0, checksum=squash.file.checksum, duration_ms=0,

@@ -151,6 +151,8 @@ def fold_squashes(files: list[MigrationFile], records: dict[str, ChangelogRecord
         states[name] = state
         if state.record is None and len(applied) == len(item.parts):
             done = [r for r in parts if r is not None]
+            # each file as it ran against the checksum the squash kept: a file changed after it ran makes the
+            # squash file's verdict a mismatch, as that file's was before the squash
             same = all(r.checksum == item.part_checksums.get(r.name) for r in done)
             origins = {r.origin for r in done if r.origin}
             folded[name] = ChangelogRecord(
@@ -190,7 +192,7 @@ def status_rows(
             rows.append(StatusRow(f.name, "partial", kind="squash", squash=_squash_note(state)))
             continue
         if record is None:
-            rows.append(StatusRow(f.name, "pending", kind=f.kind if f.is_squash else "migration"))
+            rows.append(StatusRow(f.name, "pending", kind="squash" if f.is_squash else "migration"))
             continue
         row = StatusRow(
             f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error, origin=record.origin,
