@@ -35,6 +35,9 @@ async def test_squash_replaces_the_files_and_an_up_to_date_database_never_runs_i
     line(project, "0001_a", "0002_b", "0003_c", "0004_d")
     await up(project.settings(), to="0003_c")
     assert cli(project, "squash", "--to", "0003_c").returncode == 42  # not interactive: --yes is needed
+    dry = json.loads(cli(project, "squash", "--to", "0003_c", "--dry-run", "--json").stdout)
+    assert dry["dry_run"] is True and dry["file"] is None and dry["replaced"] == ["0001_a.py", "0002_b.py", "0003_c.py"]
+    assert not (project.migrations / "_squashed").exists() and not (project.migrations / "0003_squashed.py").exists()
 
     written = json.loads(cli(project, "squash", "--to", "0003_c", "--yes", "--json").stdout)
     assert written == {

@@ -70,9 +70,10 @@ async def squash_across(
 ) -> tuple[RolloutReport, SquashReport | None]:
     """The squash judged in every selected tenant's database; written once, only when every tenant allows it
     (a tenant in between, or behind, fails its row with the reason and nothing is written)."""
-    from .tenants import across_tenants  # start-up time: the tenant machinery loads only across tenants
+    from .tenants import Tenants, across_tenants  # start-up time: the tenant machinery loads only across tenants
 
-    reading = type(tenants)(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
+    # every tenant is judged (no canary, no stop at the first refusal): the report names each one behind
+    reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
     rollout = await across_tenants(settings, lambda ms: ms.squash(to, dry_run=True), reading, command="squash", client=client)
     if not rollout.ok:
         return rollout, None
