@@ -217,7 +217,7 @@ async def test_a_file_sharing_a_version_with_a_squashed_one_is_refused(project, 
     assert "0002_x.py and _squashed/0003_squashed/0002_b.py" in error["message"] and error["details"]["files"] == ["0002_x.py"]
 
 
-async def test_a_job_system_queues_the_squash_file_as_one_task(project, sync_client, db_name) -> None:  # type: ignore[no-untyped-def]
+async def test_a_job_system_queues_the_squash_file_as_one_task(project, sync_client, db_name, cli) -> None:  # type: ignore[no-untyped-def]
     """``dry-run`` shows the replaced files a new database runs; a job system's line queues the squash file once."""
     from mongoshift.api.migrations import dry_run
     from mongoshift.celery import LineOptions
@@ -227,6 +227,8 @@ async def test_a_job_system_queues_the_squash_file_as_one_task(project, sync_cli
     await up(project.settings())
     await squash(project.settings(), "0002_b")
     sync_client.drop_database(db_name)
+    shown = cli(project, "dry-run", "up").stdout
+    assert "0001_a.py (in 0002_squashed.py)" in shown and "0003_c.py (in" not in shown
     preview = await dry_run(project.settings(), "up")
     assert [(row.name, row.squashed_into) for row in preview.rows] == [
         ("0001_a.py", "0002_squashed.py"), ("0002_b.py", "0002_squashed.py"), ("0002_squashed.py", None), ("0003_c.py", None)

@@ -330,9 +330,14 @@ def _render_dry(report: api.DryRunReport) -> None:
         return
     out.table(
         ["migration", "direction", "batch", "transaction", "checksum"],
-        [(r.name, r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in report.rows],
+        [(_dry_name(r), r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in report.rows],
         title="dry run: nothing was written",
     )
+
+
+def _dry_name(row: api.DryRunRow) -> str:
+    """A file a squash replaced runs as part of it: said beside its name."""
+    return f"{row.name} (in {row.squashed_into})" if row.squashed_into else row.name
 
 
 @dry_run.command(name="up")
