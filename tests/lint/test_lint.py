@@ -108,3 +108,12 @@ async def test_files_that_share_a_version_are_refused_before_any_lint(project, c
     with pytest.raises(DuplicateVersionError, match=r"00001_b\.py and 0001_a\.py"):
         await lint(project.settings())
     assert cli(project, "lint").returncode == 43
+
+
+async def test_a_unique_index_model_counts_too(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", (
+        "from pymongo import IndexModel\n\nasync def up(ctx):\n"
+        "    await ctx.db.get_collection('users').create_indexes([IndexModel('email', unique=True), IndexModel('name')])\n"
+    ))
+    (finding,) = (await lint(project.settings())).findings
+    assert (finding.rule, finding.line, finding.collection) == ("MS103", 4, "users")

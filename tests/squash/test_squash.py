@@ -9,7 +9,7 @@ import pytest
 
 from mongoshift.api.migrations import down, status, up
 from mongoshift.api.squash import squash
-from mongoshift.errors import ChecksumMismatchError, FileNotFoundMigrationError, SquashRefusedError
+from mongoshift.errors import ChecksumMismatchError, FileNotFoundMigrationError, IrreversibleMigrationError, SquashRefusedError
 
 # Each file appends its name to ``marks`` going up and removes it going down: the collection is the
 # proof of which bodies ran, in which order.
@@ -294,3 +294,33 @@ async def test_a_squash_that_cannot_be_written_leaves_the_folder_as_it_was(proje
     assert result.returncode == 44
     assert "No space left on device" in json.loads(result.stdout)["error"]["message"]
     assert sorted(p.relative_to(project.migrations).as_posix() for p in project.migrations.rglob("*")) == before
+
+
+async def test_checksums_across_a_squash(project, sync_client, db_name, cli) -> None:  # type: ignore[no-untyped-def]
+    """A database that ran another version of a replaced file sees the squash file as changed; --strict refuses."""
+    line(project, "0001_a", "0002_b", "0003_c")
+    older = f"{db_name}_older"
+    try:
+        await up(project.settings(db=older), to="0002_b")  # ran the first version of 0001_a
+        (project.migrations / "0001_a.py").write_text(MARK.format(name="0001_a") + "\n# reviewed\n")
+        await up(project.settings(), to="0002_b")  # the project's database ran the file as it is now
+        await squash(project.settings(), "0002_b")
+
+        assert [(r.name, r.checksum) for r in await status(project.settings())][0] == ("0002_squashed.py", "ok")
+        rows = await status(project.settings(db=older))
+        assert [(r.name, r.state, r.checksum) for r in rows][0] == ("0002_squashed.py", "applied", "mismatch")
+        strict = cli(project, "up", "--strict", "--db", older, "--json")
+        assert strict.returncode == 4 and "0002_squashed.py" in json.loads(strict.stdout)["error"]["message"]
+        assert [r.name for r in (await up(project.settings(db=older))).results] == ["0003_c.py"]  # not strict: a warning
+    finally:
+        sync_client.drop_database(older)
+
+
+async def test_a_squash_without_a_way_back_refuses_to_roll_back(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", "async def up(ctx):\n    await ctx.db.marks.insert_one({'file': '0001_a'})\n")  # no down
+    line(project, "0002_b")
+    await up(project.settings())
+    await squash(project.settings(), "0002_b")
+    with pytest.raises(IrreversibleMigrationError, match=r"0001_a\.py has no down"):
+        await down(project.settings())
+    assert marks(sync_client, project) == ["0001_a", "0002_b"]  # refused before anything ran
