@@ -306,9 +306,10 @@ async def test_checksums_across_a_squash(project, sync_client, db_name, cli) -> 
         await up(project.settings(), to="0002_b")  # the project's database ran the file as it is now
         await squash(project.settings(), "0002_b")
 
-        assert [(r.name, r.checksum) for r in await status(project.settings())][0] == ("0002_squashed.py", "ok")
-        rows = await status(project.settings(db=older))
-        assert [(r.name, r.state, r.checksum) for r in rows][0] == ("0002_squashed.py", "applied", "mismatch")
+        first = (await status(project.settings()))[0]
+        assert (first.name, first.checksum) == ("0002_squashed.py", "ok")
+        first = (await status(project.settings(db=older)))[0]
+        assert (first.name, first.state, first.checksum) == ("0002_squashed.py", "applied", "mismatch")
         strict = cli(project, "up", "--strict", "--db", older, "--json")
         assert strict.returncode == 4 and "0002_squashed.py" in json.loads(strict.stdout)["error"]["message"]
         assert [r.name for r in (await up(project.settings(db=older))).results] == ["0003_c.py"]  # not strict: a warning
