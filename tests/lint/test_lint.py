@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mongoshift.api.lint import lint
+from mongoshift.api.hygiene import lint
 from mongoshift.errors import DuplicateVersionError
 
 # One risky file and its safe twin per rule: the rule must fire on the first and not on the second.

@@ -8,8 +8,8 @@ import json
 from pymongo import MongoClient
 
 from mongoshift.api.adoption import baseline, import_history
+from mongoshift.api.hygiene import squash
 from mongoshift.api.migrations import status, up
-from mongoshift.api.squash import squash
 
 from ..tenants.conftest import TenantProject
 from .test_squash import MARK, line, marks

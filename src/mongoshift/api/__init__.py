@@ -88,8 +88,8 @@ if TYPE_CHECKING:
     from .client import open_client
     from .collections import converge, plan_converge
     from .health import AuditReport, Finding, audit
+    from .hygiene import LintReport, SquashReport, lint, squash, squash_across
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
-    from .lint import LintReport, lint
     from .migrations import (
         DryRunReport,
         DryRunRow,
@@ -106,7 +106,6 @@ if TYPE_CHECKING:
     )
     from .options import Confirmation, Lock
     from .session import Mongoshift, connect
-    from .squash import SquashReport, squash, squash_across
     from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
 
 __all__ = [
@@ -262,8 +261,7 @@ _LAZY: dict[str, tuple[str, str]] = {
         for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "select_tenants", "status_across", "up_across")
     },
     "plan_converge": (".collections", "plan_converge"),
-    **{name: (".squash", name) for name in ("SquashReport", "squash", "squash_across")},
-    **{name: (".lint", name) for name in ("LintReport", "lint")},
+    **{name: (".hygiene", name) for name in ("LintReport", "SquashReport", "lint", "squash", "squash_across")},
     **{
         name: (".migrations", name)
         for name in (

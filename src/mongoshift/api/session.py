@@ -46,10 +46,9 @@ if TYPE_CHECKING:
     from .adoption import AdoptionReport
     from .background import BackgroundRunner, CoordinatorStep, ErrorCallback, SliceReport
     from .health import AuditReport
+    from .hygiene import LintReport, SquashReport
     from .intents import Claim, Intent, IntentState
-    from .lint import LintReport
     from .migrations import DryRunReport, RunReport
-    from .squash import SquashReport
 
 # Start-up time (bench/cli.py): each call imports its module when it runs, so a session that
 # only reads the status loads neither converge nor the background engine.
@@ -237,13 +236,13 @@ class Mongoshift:
 
     async def squash(self, to: str, *, dry_run: bool = False) -> SquashReport:
         """Replace the applied files up to ``to`` with one squash file (docs/squash.md); writes files, not the database."""
-        from .squash import squash_in
+        from .hygiene import squash_in
 
         return await squash_in(self._project, to, dry_run=dry_run)
 
     async def lint(self, files: list[str] | None = None, *, sizes: bool = False) -> LintReport:
         """Risky operations in the line's files, read as source (docs/lint.md); ``sizes`` counts the collections named."""
-        from .lint import lint_in
+        from .hygiene import lint_in
 
         return await lint_in(self._project, files, sizes=sizes)
 

@@ -10,7 +10,7 @@ from ..errors import ExitCode
 from .app import global_options, output, run_async, settings
 
 if TYPE_CHECKING:
-    from ..api.lint import LintReport
+    from ..api.hygiene import LintReport
 
 
 @click.command()

@@ -10,7 +10,7 @@ from .app import confirm, global_options, output, run_async, settings
 from .tenants import render as render_across, requested, tenant_options
 
 if TYPE_CHECKING:
-    from ..api.squash import SquashReport
+    from ..api.hygiene import SquashReport
 
 
 @click.command()
@@ -29,7 +29,7 @@ def squash(to: str, dry_run: bool, yes: bool) -> int:
         where = "every selected tenant" if tenants is not None else "this database"
         confirm(f"Replace the migration files up to {to} with one squash file (each must be applied in {where})?", yes)
     if tenants is not None:
-        from ..api.squash import squash_across  # start-up time: the API loads when a command runs
+        from ..api.hygiene import squash_across  # start-up time: the API loads when a command runs
 
         rollout, report = run_async(lambda cancel: squash_across(s, tenants, to, dry_run=dry_run))
         if report is None:
