@@ -58,6 +58,8 @@ class ExitCode(IntEnum):
     TENANTS_FAILED = 47
     MODELS_DRIFT = 48
     MODELS_INVALID = 49
+    SQUASH_REFUSED = 50
+    LINT_FINDINGS = 51
     SECOND_SIGNAL = 130
 
 
@@ -379,3 +381,18 @@ class TenantsFailedError(MongoshiftError):
 
     exit_code = ExitCode.TENANTS_FAILED
     kind = "tenants_failed"
+
+
+class SquashRefusedError(MongoshiftError):
+    """A squash that cannot be made (a background migration or a ``requires`` target in the range, a file not
+    applied), or a database in between a squash file's replaced files that the squash file cannot bring forward."""
+
+    exit_code = ExitCode.SQUASH_REFUSED
+    kind = "squash_refused"
+
+
+class LintFindingsError(MongoshiftError):
+    """``lint`` found risky operations that no suppression comment accounts for."""
+
+    exit_code = ExitCode.LINT_FINDINGS
+    kind = "lint_findings"

@@ -305,6 +305,8 @@ ONE_SHOTS = {
     "status": Mongoshift.status, "list_migrations": Mongoshift.migrations, "audit": Mongoshift.audit,
     "lock_status": Mongoshift.lock_status, "unlock": Mongoshift.unlock,
     "import_history": Mongoshift.import_history, "baseline": Mongoshift.baseline,
+    "squash": Mongoshift.squash, "lint": Mongoshift.lint, "create_from_models": Mongoshift.create_from_models,
+    "generate_collections": Collections.generate,
     "converge": Collections.converge, "plan_converge": Collections.plan,
     "run_background": Background.run, "background_status": Background.status, "background_partitions": Background.partitions,
     "control_background": Background.control, "repin_background": Background.repin, "verify_background": Background.verify,

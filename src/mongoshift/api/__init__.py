@@ -20,7 +20,8 @@ the call uses them)::
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
 :func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
-:func:`import_history` (another tool's changelog), :func:`baseline`. Health:
+:func:`import_history` (another tool's changelog), :func:`baseline`. Keeping the line short:
+:func:`squash` (:func:`squash_across` judges every tenant first), :func:`lint` (risky operations, before they run). Health:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
 (docs/tenants.md): :func:`across_tenants` (any session call per tenant, a :class:`RolloutReport`),
 :func:`up_across`, :func:`down_across`, :func:`status_across` (with :func:`migration_counts`). Declared collections:
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
     from .client import open_client
     from .collections import converge, plan_converge
     from .health import AuditReport, Finding, audit
+    from .hygiene import LintReport, SquashReport, lint, squash, squash_across
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
     from .migrations import (
         DryRunReport,
@@ -110,6 +112,11 @@ if TYPE_CHECKING:
     from .tenants import Tenants, across_tenants, down_across, migration_counts, select_tenants, status_across, up_across
 
 __all__ = [
+    "LintReport",
+    "lint",
+    "SquashReport",
+    "squash",
+    "squash_across",
     "RolloutReport",
     "Tenant",
     "TenantError",
@@ -265,6 +272,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "create_from_models": (".models", "create_from_models"),
     "FromModelsReport": (".models", "FromModelsReport"),
     "GenerateReport": ("..models.generate", "GenerateReport"),
+    **{name: (".hygiene", name) for name in ("LintReport", "SquashReport", "lint", "squash", "squash_across")},
     **{
         name: (".migrations", name)
         for name in (

@@ -23,7 +23,7 @@ from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
 from ..project.events import Observer
 from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool as find_tool
-from ..project.loader import find, resolve_name
+from ..project.loader import find, resolve_name, unsquashed
 from ..project.run import CancelSignal
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
@@ -122,7 +122,7 @@ async def import_history_in(
         cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])
         documents = [doc async for doc in cursor]
         entries = source_tool.applied(documents)
-        matched, left_out = match(source_tool, entries, session.files, mapping)
+        matched, left_out = match(source_tool, entries, unsquashed(session.files), mapping)
         source = {"tool": source_tool.name, "collection": source_collection}
         records = await session.changelog.records()
         foreign = [name for name, r in records.items() if not _imported_from(r, source)]
@@ -188,7 +188,8 @@ async def baseline_in(project: Project, to: str, *, dry_run: bool = False, lock:
     async with _adopting(project, lock, "baseline", dry_run=dry_run) as session:
         limit = find(session.files, resolve_name(to, project.settings.migrations_dir)).name
         records = await session.changelog.records()
-        rows = [(f.name, None) for f in session.files if f.name <= limit]
+        # a squash file is recorded through the files it replaced: the line then counts it applied
+        rows = [(f.name, None) for f in unsquashed([f for f in session.files if f.name <= limit])]
         report = await _adopt(session, records, rows, origin=BASELINE, source=None, dry_run=dry_run)
         report.command = "baseline"
         return report
@@ -208,7 +209,7 @@ async def _adopt(
     todo = [(name, entry) for name, entry in rows if name not in kept]
     batch = await session.changelog.next_batch() if todo else None
     report = AdoptionReport("", origin, batch, dry_run, kept=kept)
-    files = {f.name: f for f in session.files}
+    files = {f.name: f for f in unsquashed(session.files)}
     for name, entry in todo:
         applied_at = entry.applied_at if entry else None
         report.adopted.append(AdoptedRow(name, entry.source_name if entry else None, applied_at))

@@ -21,7 +21,7 @@ from ..background.inspect.status import BackgroundReport, report
 from ..background.state.model import LaneSigns, State, WatchRecord, aware
 from ..background.state.store import BackgroundStore
 from ..errors import ConfigInvalidError, ExitCode
-from ..line.plan import StatusRow, applied_out_of_order, sorts_before_applied, status_rows
+from ..line.plan import StatusRow, applied_out_of_order, fold_squashes, sorts_before_applied, status_rows
 from ..project.lock import LockHolder
 from ..project.session import Project, Session, open_session
 from ..project.settings import Settings
@@ -160,6 +160,7 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
     settings = session.settings
     records = await session.changelog.records()
     rows = status_rows(session.files, records)
+    records, _ = fold_squashes(session.files, records)  # a squash file stands for the files it replaced
     late, latest = sorts_before_applied([r.name for r in rows if r.pending], records)
     holder = await session.new_lock().holder()
     # Built without ensure_indexes: audit creates nothing, not even an index.
@@ -200,6 +201,14 @@ def _line(facts: Facts, state: str) -> list[StatusRow]:
 def _missing(facts: Facts) -> Iterable[tuple[str, str]]:
     for row in _line(facts, "missing"):
         yield row.name, "applied, but its file is not in the migrations folder (it cannot be rolled back)"
+
+
+def _squash_partial(facts: Facts) -> Iterable[tuple[str, str]]:
+    for row in _line(facts, "partial"):
+        yield row.name, (
+            f"in between this squash ({row.squash}): a run of it that stopped here is finished by the next 'up'; "
+            "otherwise 'up' refuses until the release before the squash applies the rest"
+        )
 
 
 def _checksum(facts: Facts) -> Iterable[tuple[str, str]]:
@@ -353,6 +362,7 @@ CHECKS: tuple[Check, ...] = (
     Check("line.missing", "fail", _missing),
     Check("line.checksum", "fail", _checksum),
     Check("line.failed", "fail", _failed),
+    Check("line.squash_partial", "fail", _squash_partial),
     Check("line.pending", "warn", _pending),
     Check("line.out_of_order", "warn", _out_of_order),
     Check("line.lock_stale", "warn", _lock),

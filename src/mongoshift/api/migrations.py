@@ -75,6 +75,8 @@ class DryRunRow:
     checksum: str
     description: str | None
     transaction: bool
+    #: A file a squash file replaced: it runs as part of that squash file's step (named here), not as one of its own.
+    squashed_into: str | None = None
 
 
 @dataclass
@@ -327,8 +329,8 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
         plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
         if not plan.steps:
             return RunReport("redo", session.run.run_id, warnings=["nothing is applied: nothing to redo"])
-        back = plan.steps[0]
-        reapply = plan_up(session.files, records, target=back.name, force=True, strict=False)
+        back = plan.steps[0]  # a squash file's newest replaced file: the squash is redone whole
+        reapply = plan_up(session.files, records, target=back.line_name, force=True, strict=False)
         combined = Plan(plan.steps + reapply.steps, reapply.warnings)
         _check_unchanged(combined, checksums)
         return await _execute(session, "redo", combined)
@@ -440,6 +442,7 @@ async def dry_run_in(
                     checksum=item.file.checksum,
                     description=item.file.description,
                     transaction=settings.use_transaction if use_txn is None else use_txn,
+                    squashed_into=item.file.squashed_into,
                 )
             )
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]

@@ -9,7 +9,7 @@ says) and releases it before it returns, so a session left open blocks no other 
 
 The calls come in four groups: the migration line on the session itself (``up``,
 ``down``, ``redo``, ``plan``, ``status``, ``migrations``, ``audit``, ``lock_status``,
-``unlock``, and the adoption of a database: ``import_history``, ``baseline``), declared
+``unlock``, ``squash``, ``lint``, and the adoption of a database: ``import_history``, ``baseline``), declared
 collections on ``ms.collections``, background migrations on ``ms.background`` (the
 in-application runner too: ``start_runner``), a job system's intents on ``ms.intents``. The
 flat functions of :mod:`mongoshift.api` are the same calls on a one-shot project. See docs/api.md.
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .adoption import AdoptionReport
     from .background import BackgroundRunner, CoordinatorStep, ErrorCallback, SliceReport
     from .health import AuditReport
+    from .hygiene import LintReport, SquashReport
     from .intents import Claim, Intent, IntentState
     from .migrations import DryRunReport, RunReport
     from .models import FromModelsReport
@@ -240,6 +241,18 @@ class Mongoshift:
         from .adoption import baseline_in
 
         return await baseline_in(self._project, to, dry_run=dry_run, lock=lock)
+
+    async def squash(self, to: str, *, dry_run: bool = False) -> SquashReport:
+        """Replace the applied files up to ``to`` with one squash file (docs/squash.md); writes files, not the database."""
+        from .hygiene import squash_in
+
+        return await squash_in(self._project, to, dry_run=dry_run)
+
+    async def lint(self, files: list[str] | None = None, *, sizes: bool = False) -> LintReport:
+        """Risky operations in the line's files, read as source (docs/lint.md); ``sizes`` counts the collections named."""
+        from .hygiene import lint_in
+
+        return await lint_in(self._project, files, sizes=sizes)
 
 
 class Collections:

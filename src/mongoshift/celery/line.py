@@ -100,6 +100,8 @@ async def plan_line(
             preview = await ms.plan("down", target, steps=None if target else 1)
         group = uuid.uuid4().hex
         first = preview.rows[0].batch if preview.rows else None
+        # A squash file's task runs the files it replaced: they are not tasks of their own.
+        preview.rows = [row for row in preview.rows if row.squashed_into is None]
         wait_until = time.time() + options.line_wait_seconds
         owners = {row.name: uuid.uuid4().hex for row in preview.rows}
         claims = [

@@ -31,8 +31,10 @@ from .app import (
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
+from .lint import lint as lint_command
 from .models import collections_group
 from .output import Output, release_stdout
+from .squash import squash as squash_command
 from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -340,9 +342,14 @@ def _render_dry(report: api.DryRunReport) -> None:
         return
     out.table(
         ["migration", "direction", "batch", "transaction", "checksum"],
-        [(r.name, r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in report.rows],
+        [(_dry_name(r), r.direction, r.batch, "yes" if r.transaction else "no", r.checksum[:12]) for r in report.rows],
         title="dry run: nothing was written",
     )
+
+
+def _dry_name(row: api.DryRunRow) -> str:
+    """A file a squash replaced runs as part of it: said beside its name."""
+    return f"{row.name} (in {row.squashed_into})" if row.squashed_into else row.name
 
 
 @dry_run.command(name="up")
@@ -592,3 +599,5 @@ cli.add_command(baseline_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)
 cli.add_command(collections_group)
+cli.add_command(squash_command)
+cli.add_command(lint_command)

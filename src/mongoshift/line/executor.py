@@ -153,6 +153,7 @@ class Executor:
         if not plan.steps:
             return results
         success = False
+        begun: set[str] = set()
         try:
             await self._hook("before_all", self._hook_ctx("before_all"))
             for index, step in enumerate(plan.steps):
@@ -166,6 +167,9 @@ class Executor:
                     self.waiting = stop
                     success = True
                     return results
+                if step.file.squashed_into is not None and step.file.squashed_into not in begun:
+                    begun.add(step.file.squashed_into)
+                    await self._begin_squash(plan, step, step_batch)
                 result = await self._run_step(step, step_batch, results, info)
                 results.append(result)
                 await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
@@ -186,6 +190,28 @@ class Executor:
                 if success:
                     raise
                 log.exception("after_all hook failed after a failed run")
+
+    async def _begin_squash(self, plan: Plan, step: Step, batch: int | None) -> None:
+        """Before the first replaced file of a squash file runs, its record says the squash is under way,
+        so that a run stopped in between is finished by the next one (an in-between database without
+        that record is refused: see :func:`~mongoshift.line.plan.fold_squashes`)."""
+        name = step.file.squashed_into
+        squash = next(s for s in plan.steps if s.name == name)
+        await self._confirm_lock(step)
+        if step.direction == "up":
+            await self.changelog.mark_failed(
+                name=squash.name, batch=batch or 0, checksum=squash.file.checksum,
+                error="squash under way: the files it replaced are being applied", run=self.runtime.run, description=squash.file.description,
+            )
+            return
+        existing = await self.changelog.record(squash.name)
+        if existing is None or existing.status != "applied":
+            await self.changelog.write(
+                Changelog.applied(
+                    squash.name, batch=batch or 0, checksum=squash.file.checksum, duration_ms=0,
+                    run=self.runtime.run, description=squash.file.description, kind="squash",
+                )
+            )
 
     async def preview(self, plan: Plan) -> tuple[list[Step], list[dict[str, Any]]]:
         """What :meth:`execute` would run, refused exactly as it would refuse: nothing is written.
@@ -259,7 +285,7 @@ class Executor:
         for step in steps:
             load(step.file)
             self.background.align(step.file)
-            if step.direction == "down" and step.file.background is None and step.file.down is None:
+            if step.direction == "down" and step.file.background is None and not step.file.is_squash and step.file.down is None:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
                 )
@@ -348,6 +374,8 @@ class Executor:
     async def _run_body(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
         if step.file.background is not None:
             return await self._background(step, batch, results)
+        if step.file.is_squash:
+            return await self._squash(step, batch)
         fn = step.file.up if step.direction == "up" else step.file.down
         assert fn is not None
         use_txn = step.file.use_transaction
@@ -418,6 +446,18 @@ class Executor:
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         log.info("%s: %s", step.name, note)
         return MigrationResult(step.name, step.direction, status, batch, duration, reason=note, warnings=warnings)
+
+    async def _squash(self, step: Step, batch: int | None) -> MigrationResult:
+        """A squash file's own step, after the files it replaced ran (up) or were rolled back (down): its record."""
+        started = time.monotonic()
+        await self._confirm_lock(step)
+        await self.changelog.write(self._record(step, batch, started, kind="squash"))
+        if step.direction == "down":
+            for earlier in step.file.absorbs:  # an earlier squash file that ran here is rolled back with its files
+                await self.changelog.write(Changelog.reverted(earlier, duration_ms=0, run=self.runtime.run))
+        status: Outcome = "applied" if step.direction == "up" else "reverted"
+        parts = len(step.file.parts)
+        return MigrationResult(step.name, step.direction, status, batch, int((time.monotonic() - started) * 1000), reason=f"squash of {parts} files")
 
     async def _run_inline(self, name: str, spec: Background, checksum: str) -> str:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""

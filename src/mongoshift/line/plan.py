@@ -19,12 +19,13 @@ from ..errors import (
     IrreversibleMigrationError,
     NotAppliedError,
     OutOfOrderError,
+    SquashRefusedError,
 )
 from ..project.changelog import ChangelogRecord
-from ..project.loader import MigrationFile, find
+from ..project.loader import MigrationFile, find, squashed_names
 from .context import Direction
 
-State = Literal["applied", "pending", "failed", "reverted", "missing"]
+State = Literal["applied", "pending", "failed", "reverted", "missing", "partial"]
 
 
 @dataclass
@@ -42,15 +43,18 @@ class StatusRow:
     background: str | None = None
     #: ``baseline`` or the tool a record was imported from: mongoshift never ran it (forward-only).
     origin: str | None = None
+    #: A squash file: how many of the files it replaced are applied here (``2 of 3 squashed files applied``),
+    #: or ``squashed files applied`` when they were applied one by one before the squash.
+    squash: str | None = None
 
     @property
     def pending(self) -> bool:
-        return self.state in ("pending", "failed", "reverted")
+        return self.state in ("pending", "failed", "reverted", "partial")
 
     @property
     def shown_state(self) -> str:
         """``applied (running)`` for a background migration, ``applied (migrate-mongo)`` for an adopted record."""
-        note = self.background or (self.origin if self.state == "applied" else None)
+        note = self.background or self.squash or (self.origin if self.state == "applied" else None)
         return f"{self.state} ({note})" if note else self.state
 
 
@@ -86,6 +90,11 @@ class Step:
     def name(self) -> str:
         return self.file.name
 
+    @property
+    def line_name(self) -> str:
+        """The file's name in the line: a squashed file's is its squash file's."""
+        return self.file.squashed_into or self.file.name
+
 
 @dataclass
 class Plan:
@@ -98,18 +107,96 @@ def _applied(records: dict[str, ChangelogRecord]) -> list[ChangelogRecord]:
     return [r for r in records.values() if r.status == "applied"]
 
 
+@dataclass
+class SquashState:
+    """Where one database stands with one squash file: which of the files it replaced are applied."""
+
+    file: MigrationFile
+    applied: list[str]
+    #: The squash file's own record: written when a run began or ended it here (None: never ran here).
+    record: ChangelogRecord | None
+
+    @property
+    def partial(self) -> bool:
+        return 0 < len(self.applied) < len(self.file.parts)
+
+    @property
+    def resumable(self) -> bool:
+        """In between because a run of the squash file itself stopped here: the next run finishes it.
+        In between without such a record, the database was left part-way by the files before the squash."""
+        return self.partial and self.record is not None
+
+    @property
+    def not_applied(self) -> list[str]:
+        return [p.name for p in self.file.parts if p.name not in self.applied]
+
+
+def fold_squashes(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> tuple[dict[str, ChangelogRecord], dict[str, SquashState]]:
+    """The changelog as the line sees it: the records of squashed files folded into their squash file.
+
+    A squash file counts as applied where it ran (its own record) or where every file it replaced
+    is applied (a database that was up to date when the squash was made: it never runs it). The
+    records themselves are untouched: the history of every replaced file stays in the changelog."""
+    squashes = {f.name: f for f in files if f.is_squash}
+    if not squashes:
+        return records, {}
+    folded = dict(records)
+    states: dict[str, SquashState] = {}
+    for name, item in squashes.items():
+        parts = [records.get(p.name) for p in item.parts]
+        for replaced in [*(p.name for p in item.parts), *item.absorbs]:
+            folded.pop(replaced, None)
+        applied = [r.name for r in parts if r is not None and r.status == "applied"]
+        state = SquashState(item, applied, records.get(name))
+        states[name] = state
+        if state.record is None and len(applied) == len(item.parts):
+            done = [r for r in parts if r is not None]
+            # each file as it ran against the checksum the squash kept: a file changed after it ran makes the
+            # squash file's verdict a mismatch, as that file's was before the squash
+            same = all(r.checksum == item.part_checksums.get(r.name) for r in done)
+            origins = {r.origin for r in done if r.origin}
+            folded[name] = ChangelogRecord(
+                name,
+                "applied",
+                batch=max((r.batch for r in done if r.batch is not None), default=None),
+                checksum=item.checksum if same else "squashed files differ",
+                applied_at=max((r.applied_at for r in done if r.applied_at is not None), default=None),
+                kind="squash",
+                origin=", ".join(sorted(origins)) or None,
+                extra={"absorbed": True},
+            )
+    return folded, states
+
+
+def _squash_note(state: SquashState | None) -> str | None:
+    if state is None:
+        return None
+    if state.partial:
+        done = f"{len(state.applied)} of {len(state.file.parts)} squashed files applied"
+        return f"{done}, 'up' finishes it" if state.resumable else done
+    if state.record is None and state.applied:
+        return "squashed files applied"
+    return None
+
+
 def status_rows(
     files: list[MigrationFile], records: dict[str, ChangelogRecord], *, checksums: bool = True
 ) -> list[StatusRow]:
     rows: list[StatusRow] = []
     names = {f.name for f in files}
+    records, squashes = fold_squashes(files, records)
     for f in files:
         record = records.get(f.name)
+        state = squashes.get(f.name)
+        if state is not None and state.partial:
+            rows.append(StatusRow(f.name, "partial", kind="squash", squash=_squash_note(state)))
+            continue
         if record is None:
-            rows.append(StatusRow(f.name, "pending"))
+            rows.append(StatusRow(f.name, "pending", kind="squash" if f.is_squash else "migration"))
             continue
         row = StatusRow(
-            f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error, origin=record.origin
+            f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error, origin=record.origin,
+            squash=_squash_note(state),
         )
         if record.status == "applied" and checksums and record.checksum:
             row.checksum = "ok" if f.checksum == record.checksum else "mismatch"
@@ -175,23 +262,52 @@ def plan_up(
     if force and not target:
         raise ConfigInvalidError("--force re-runs one named FILE; name it")
     warnings = checksum_warnings(files, records, strict=strict)
+    raw = records
+    records, squashes = fold_squashes(files, records)
 
     if target:
         item = find(files, target)
         record = records.get(item.name)
-        if record is not None and record.status == "applied" and not force:
+        state = squashes.get(item.name)
+        if record is not None and record.status == "applied" and not force and not (state and state.partial):
             return Plan([], warnings, skipped=[(item.name, "already applied (use --force to run it again)")])
         if ordered:
             warnings += _ordered_up(files, records, item.name, out_of_order)
-        return Plan([Step(item, "up", record)], warnings)
+        return Plan(_up_steps(item, raw, squashes, force=force), warnings)
 
-    pending = [f for f in files if (records.get(f.name) is None or records[f.name].status != "applied")]
+    pending = [
+        f for f in files
+        if records.get(f.name) is None or records[f.name].status != "applied" or (f.name in squashes and squashes[f.name].partial)
+    ]
     if to:
         limit = find(files, to).name
         pending = [f for f in pending if f.name <= limit]
 
     warnings += _out_of_order([f.name for f in pending], records, out_of_order)
-    return Plan([Step(f, "up", records.get(f.name)) for f in pending], warnings)
+    return Plan([step for f in pending for step in _up_steps(f, raw, squashes)], warnings)
+
+
+def _up_steps(item: MigrationFile, records: dict[str, ChangelogRecord], squashes: dict[str, SquashState], *, force: bool = False) -> list[Step]:
+    """``item``'s steps up: a squash file runs the files it replaced that are not applied, then records itself.
+
+    A database in between (some replaced files applied, and the squash file never ran here) is
+    refused: the squash file stands for all of them at once, and which of the rest are safe to run
+    on that database was decided by the line before the squash."""
+    state = squashes.get(item.name)
+    if state is None:
+        return [Step(item, "up", records.get(item.name))]
+    if state.partial and not state.resumable and not force:
+        last = item.parts[-1].name
+        raise SquashRefusedError(
+            f"this database is in between squash {item.name}: {len(state.applied)} of the {len(item.parts)} files it replaced "
+            f"are applied, not {', '.join(state.not_applied)}; apply them with the release before the squash "
+            f"('mongoshift up --to {last}'; with tenants, roll that release out to every tenant), then run this one",
+            file=item.name,
+            applied=state.applied,
+            not_applied=state.not_applied,
+        )
+    parts = [p for p in item.parts if force or p.name not in state.applied]
+    return [*(Step(p, "up", records.get(p.name)) for p in parts), Step(item, "up", records.get(item.name))]
 
 
 def _out_of_order(pending: list[str], records: dict[str, ChangelogRecord], policy: Literal["warn", "error", "allow"]) -> list[str]:
@@ -240,11 +356,14 @@ def plan_down(
         raise ConfigInvalidError("FILE, --batch, --steps and --to are mutually exclusive")
     if ordered and target is None:
         raise ConfigInvalidError("--ordered applies to one named FILE; name it")
+    raw = records
+    records, squashes = fold_squashes(files, records)
     applied = _applied(records)
 
     if target is not None:
         name = target if target.endswith(".py") else target + ".py"
         record = records.get(name)
+        _not_squashed(files, name)
         if record is None or record.status != "applied":
             raise NotAppliedError(f"{name} is not applied", file=name)
         later = sorted(r.name for r in applied if r.name > name)
@@ -258,6 +377,7 @@ def plan_down(
         selected = [record]
     elif to is not None:
         name = to if to.endswith(".py") else to + ".py"
+        _not_squashed(files, name)
         if name not in records or records[name].status != "applied":
             raise NotAppliedError(f"--to {name}: that migration is not applied", file=name)
         selected = sorted((r for r in applied if r.name > name), key=lambda r: r.name, reverse=True)
@@ -276,6 +396,7 @@ def plan_down(
         if not selected:
             raise NotAppliedError(f"no applied migration in batch {batch}", batch=batch)
 
+    selected = [part for r in selected for part in _down_records(r, raw, squashes)]
     adopted = [r.name for r in selected if r.origin]
     if adopted:
         origins = sorted({r.origin or "" for r in selected if r.origin})
@@ -285,6 +406,7 @@ def plan_down(
             files=adopted,
         )
     by_name = {f.name: f for f in files}
+    by_name.update({p.name: p for f in files for p in f.parts})
     missing = [r.name for r in selected if r.name not in by_name]
     if missing:
         raise FileNotFoundMigrationError(
@@ -292,3 +414,19 @@ def plan_down(
             files=missing,
         )
     return Plan([Step(by_name[r.name], "down", r) for r in selected])
+
+
+def _not_squashed(files: list[MigrationFile], name: str) -> None:
+    """A file a squash replaced is not a file of the line any more: name the squash file that stands for it (exit 8)."""
+    if name in squashed_names(files):
+        find(files, name)
+
+
+def _down_records(record: ChangelogRecord, records: dict[str, ChangelogRecord], squashes: dict[str, SquashState]) -> list[ChangelogRecord]:
+    """A squash file rolls back as one: the applied files it replaced, newest first, then its own record
+    (an absorbed one's is the folded view; the executor records it applied before the first ``down``)."""
+    state = squashes.get(record.name)
+    if state is None:
+        return [record]
+    parts = [records[p.name] for p in reversed(state.file.parts) if p.name in state.applied]
+    return [*parts, record]

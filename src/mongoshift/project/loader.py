@@ -33,6 +33,7 @@ from ..errors import (
     IOFailedError,
 )
 from ..schema.validation import list_errors
+from .squashes import ARCHIVE, MANIFEST, Manifest, archive_of, read_manifest, verify_archive
 
 if TYPE_CHECKING:
     from ..schema.background import Background
@@ -75,6 +76,18 @@ class MigrationFile:
     #: The file's background spec as the engine runs it, once aligned with the collection's
     #: declaration (see :mod:`mongoshift.background.plan.declared`); None means as written.
     aligned: Background | None = field(default=None, repr=False)
+    #: A squash file's replaced files, in line order (archived copies; see :mod:`~mongoshift.project.squashes`).
+    parts: list[MigrationFile] = field(default_factory=list, repr=False)
+    #: The checksum each replaced file had when it was squashed (a squash file only).
+    part_checksums: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The squash file that replaced this one (an archived file only).
+    squashed_into: str | None = None
+    #: Earlier squash files a squash file replaced: their records fold into it (a squash file only).
+    absorbs: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def is_squash(self) -> bool:
+        return bool(self.parts)
 
     @property
     def checksum(self) -> str:
@@ -88,6 +101,8 @@ class MigrationFile:
     def background(self) -> Background | None:
         if self.aligned is not None:
             return self.aligned
+        if self.is_squash:
+            return None
         value = getattr(self._loaded(), "background", None)
         if value is None:
             return None
@@ -102,6 +117,8 @@ class MigrationFile:
 
     @property
     def kind(self) -> str:
+        if self.is_squash:
+            return "squash"
         return "background" if self.background is not None else "migration"
 
     @property
@@ -169,7 +186,51 @@ def discover(directory: Path) -> list[MigrationFile]:
             )
         files.append(MigrationFile(name=path.name, path=path))
     _refuse_duplicate_versions(files, directory)
+    if (directory / ARCHIVE).is_dir():
+        for item in files:
+            _attach_parts(item)
+        _refuse_archived_versions(files, directory)
     return files
+
+
+def _refuse_archived_versions(files: list[MigrationFile], directory: Path) -> None:
+    """The version rule holds across a squash: a file of the line that shares a version with a file a squash
+    archived (a branch that created it before the squash was merged) would apply in an order nobody chose."""
+    archived = {_version(part.name): (item.name, part.name) for item in files for part in item.parts}
+    clashes: list[tuple[str, str]] = []
+    for item in files:
+        hit = archived.get(_version(item.name))
+        if hit is not None and hit[0] != item.name:  # a squash file takes the version of its last file
+            clashes.append((item.name, f"{ARCHIVE}/{Path(hit[0]).stem}/{hit[1]}"))
+    if clashes:
+        listed = "; ".join(f"{name} and {part}" for name, part in clashes)
+        raise DuplicateVersionError(
+            f"migration files in {directory} share a version with files a squash replaced: {listed}; "
+            "give the file of the line a later timestamp or number (rename it, or create it again)",
+            files=[name for name, _ in clashes],
+        )
+
+
+def _attach_parts(item: MigrationFile) -> None:
+    """A squash file gets its replaced files (archived copies), read from its manifest without importing anything."""
+    manifest = read_manifest(item.path)
+    if manifest is None:
+        return
+    archive = archive_of(item.path.parent, item.name)
+    item.parts = [MigrationFile(name=name, path=archive / name, squashed_into=item.name) for name in manifest.names]
+    item.part_checksums = dict(manifest.parts)
+    item.absorbs = list(manifest.absorbs)
+
+
+def unsquashed(files: list[MigrationFile]) -> list[MigrationFile]:
+    """The line as the files that run: each squash file replaced by the files it archived, in order.
+    What adopts another history (``import``, ``baseline``) records those, as the databases that ran them did."""
+    return [part for item in files for part in (item.parts or [item])]
+
+
+def squashed_names(files: list[MigrationFile]) -> dict[str, str]:
+    """Every file (and earlier squash file) a squash file of ``files`` replaced, with the squash file's name."""
+    return {name: item.name for item in files for name in [*(part.name for part in item.parts), *item.absorbs]}
 
 
 def _version(name: str) -> int:
@@ -221,6 +282,11 @@ def find(files: list[MigrationFile], name: str) -> MigrationFile:
     for item in files:
         if item.name == wanted:
             return item
+    into = squashed_names(files).get(wanted)
+    if into is not None:
+        raise FileNotFoundMigrationError(
+            f"{wanted} was squashed into {into}: name {into} (it stands for every file it replaced)", file=wanted, squashed_into=into
+        )
     raise FileNotFoundMigrationError(f"migration file not found: {wanted}")
 
 
@@ -245,6 +311,15 @@ def load(item: MigrationFile) -> MigrationFile:
         ) from None
     finally:
         sys.modules.pop(module_name, None)
+    if item.is_squash:
+        _load_squash(item, module)
+        return item
+    if hasattr(module, MANIFEST):
+        raise FileNotFoundMigrationError(
+            f"{item.name} is a squash file, but its archive folder {ARCHIVE}/{item.path.stem}/ is missing: "
+            "restore it from version control (it holds the files the squash file runs)",
+            file=item.name,
+        )
     if hasattr(module, "background"):
         _refuse(item, _background_problems(module) + _requires_problems(item, module))
         item.module = module
@@ -264,6 +339,17 @@ def load(item: MigrationFile) -> MigrationFile:
             raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
     item.module = module
     return item
+
+
+def _load_squash(item: MigrationFile, module: ModuleType) -> None:
+    """A squash file has no body of its own: its replaced files, unchanged since the squash, are its body."""
+    extra = [name for name in ("up", "down", "background", "requires", "use_transaction", "timeout_seconds") if hasattr(module, name)]
+    if extra:
+        _refuse(item, [f"a squash file declares no {', '.join(extra)}: its replaced files are its body"])
+    archive = archive_of(item.path.parent, item.name)
+    manifest_now = {part.name: part.checksum for part in item.parts}
+    verify_archive(item.name, archive, Manifest(tuple(item.part_checksums.items())), manifest_now)
+    item.module = module
 
 
 def _refuse(item: MigrationFile, problems: list[str]) -> None:

@@ -1,0 +1,119 @@
+"""``mongoshift lint``: each rule flags what it is for and leaves the safe form alone; suppressions need a reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mongoshift.api.hygiene import lint
+from mongoshift.errors import DuplicateVersionError
+
+# One risky file and its safe twin per rule: the rule must fire on the first and not on the second.
+CASES = {
+    "MS101": (
+        "async def up(ctx):\n    await ctx.db.sessions.drop()\n    await ctx.db.users.drop_index('email_1')\n",
+        "async def up(ctx):\n    await ctx.db.sessions.drop()\n\nasync def down(ctx):\n    await ctx.db.create_collection('sessions')\n",
+    ),
+    "MS102": (
+        "async def up(ctx):\n    await ctx.db.users.update_many({'status': 'old'}, {'$set': {'status': 'new'}})\n",
+        "async def up(ctx):\n    await ctx.db.users.update_many({'_id': {'$gte': 0, '$lt': 1000}, 'status': 'old'}, {'$set': {'status': 'new'}})\n"
+        "    query = {'$and': [{'_id': {'$in': [1, 2]}}, {'x': 1}]}\n    await ctx.db['users'].delete_many(query)\n",
+    ),
+    "MS103": (
+        "async def up(ctx):\n    await ctx.db.users.create_index('email', unique=True)\n",
+        "async def up(ctx):\n"
+        "    dups = await ctx.db.users.aggregate([{'$group': {'_id': '$email', 'n': {'$sum': 1}}}, {'$match': {'n': {'$gt': 1}}}]).to_list()\n"
+        "    if dups:\n        raise RuntimeError('duplicate emails')\n    await ctx.db.users.create_index('email', unique=True)\n"
+        "    await ctx.db.create_collection('tokens')\n    await ctx.db.tokens.create_index('value', unique=True)\n",
+    ),
+    "MS104": (
+        "use_transaction = True\n\nasync def up(ctx):\n    await ctx.db.users.rename('people', session=ctx.session)\n",
+        "use_transaction = True\n\nasync def up(ctx):\n    await ctx.db.users.update_one({'_id': 1}, {'$set': {'a': 1}}, session=ctx.session)\n",
+    ),
+    "MS105": (
+        "from mongoshift import Background\n\ndef migrate(doc, ctx):\n    doc.pop('__v', None)\n    return doc\n\n"
+        "background = Background(collection='users', from_version=0, to_version=1, migrate=migrate)\n",
+        "from mongoshift import Background\n\ndef migrate(doc, ctx):\n    doc['full'] = doc.pop('first', '')\n    return doc\n\n"
+        "background = Background(collection='users', from_version=0, to_version=1, migrate=migrate)\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+async def test_each_rule_flags_the_risky_form_and_not_the_safe_one(project, rule: str) -> None:  # type: ignore[no-untyped-def]
+    risky, safe = CASES[rule]
+    project.add("0001_risky.py", risky)
+    project.add("0002_safe.py", safe)
+    report = await lint(project.settings())
+    assert report.files == ["0001_risky.py", "0002_safe.py"]
+    assert {(f.file, f.rule) for f in report.findings} == {("0001_risky.py", rule)}, [f.message for f in report.findings]
+
+
+async def test_the_findings_say_what_and_where(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", CASES["MS101"][0])
+    project.add("0002_b.py", CASES["MS105"][0].replace("doc.pop('__v', None)\n    return doc", "return {'name': doc['name']}"))
+    report = await lint(project.settings())
+    assert [(f.file, f.line, f.collection) for f in report.findings] == [
+        ("0001_a.py", 2, "sessions"), ("0001_a.py", 3, "users"), ("0002_b.py", 4, None)
+    ]
+    assert "drops collection sessions and the file has no down" in report.findings[0].message
+    assert "drops index email_1 of users" in report.findings[1].message
+    assert "returns a new document without the version field '__v'" in report.findings[2].message
+
+
+async def test_the_project_default_transaction_counts(project) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(use_transaction=True)
+    project.add("0001_a.py", "async def up(ctx):\n    await ctx.db.users.drop_indexes()\n\nasync def down(ctx):\n    pass\n")
+    project.add("0002_b.py", "use_transaction = False\n\nasync def up(ctx):\n    await ctx.db.users.drop_indexes()\n\nasync def down(ctx):\n    pass\n")
+    assert [(f.file, f.rule) for f in (await lint(project.settings())).findings] == [("0001_a.py", "MS104")]
+
+
+async def test_suppressions_need_a_reason_and_a_known_rule(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", "# mongoshift-lint: allow drop-without-down -- sessions is a cache, rebuilt at start-up\n" + CASES["MS101"][0])
+    project.add("0002_b.py", "# mongoshift-lint: allow MS102\n" + CASES["MS102"][0])
+    project.add("0003_c.py", "# mongoshift-lint: allow MS999 -- a rule that does not exist\n# mongoshift-lint: allow MS103 -- stale, nothing to accept\n")
+    result = cli(project, "lint", "--json")
+    assert result.returncode == 51
+    document = json.loads(result.stdout)
+    assert [(f["file"], f["line"], f["rule"]) for f in document["findings"]] == [
+        ("0002_b.py", 1, "MS100"), ("0002_b.py", 3, "MS102"), ("0003_c.py", 1, "MS100")
+    ]
+    assert [(f["file"], f["rule"], f["suppressed_by"]) for f in document["suppressed"]] == [
+        ("0001_a.py", "MS101", "sessions is a cache, rebuilt at start-up"), ("0001_a.py", "MS101", "sessions is a cache, rebuilt at start-up")
+    ]
+    assert document["unused_suppressions"] == [{"file": "0003_c.py", "line": 2, "rules": ["MS103"]}]
+    assert set(document["rules"]) == {"MS100", "MS101", "MS102", "MS103", "MS104", "MS105"}
+
+    (project.migrations / "0002_b.py").write_text("# mongoshift-lint: allow MS102 -- users has forty rows, by contract\n" + CASES["MS102"][0])
+    (project.migrations / "0003_c.py").unlink()
+    clean = cli(project, "lint")
+    assert clean.returncode == 0, clean.stdout
+    assert "2 file(s): 0 finding(s), 3 accepted by a suppression comment" in clean.stdout
+
+
+async def test_sizes_come_from_the_database(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    sync_client[project.db].users.insert_many([{"status": "old"} for _ in range(3)])
+    project.add("0001_a.py", CASES["MS102"][0])
+    (finding,) = (await lint(project.settings(), sizes=True)).findings
+    assert finding.documents == 3 and "users holds about 3 documents here" in finding.message
+    (unsized,) = (await lint(project.settings())).findings
+    assert unsized.documents is None
+    assert cli(project, "lint", "0001_a").returncode == 51
+
+
+async def test_files_that_share_a_version_are_refused_before_any_lint(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", "async def up(ctx):\n    pass\n")
+    project.add("00001_b.py", "async def up(ctx):\n    pass\n")
+    with pytest.raises(DuplicateVersionError, match=r"00001_b\.py and 0001_a\.py"):
+        await lint(project.settings())
+    assert cli(project, "lint").returncode == 43
+
+
+async def test_a_unique_index_model_counts_too(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", (
+        "from pymongo import IndexModel\n\nasync def up(ctx):\n"
+        "    await ctx.db.get_collection('users').create_indexes([IndexModel('email', unique=True), IndexModel('name')])\n"
+    ))
+    (finding,) = (await lint(project.settings())).findings
+    assert (finding.rule, finding.line, finding.collection) == ("MS103", 4, "users")
