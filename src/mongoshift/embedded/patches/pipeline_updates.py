@@ -33,7 +33,7 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
-from .updates import _MISSING, Batch, _bind, _plain_name, _stored, _storable, _Undecided
+from .updates import _MISSING, Batch, _bind, _plain_name, _storable, _stored, _Undecided
 
 #: The update pipeline stages this fast path evaluates (``$set`` is ``$addFields``'s alias).
 _ADD_FIELDS = frozenset({"$set", "$addFields"})
@@ -114,8 +114,8 @@ def patch_pipeline_updates() -> None:
     from mongoeco.core.aggregation import runtime, transform_stages
     from mongoeco.core.aggregation.evaluation_environment import aggregation_environment
     from mongoeco.core.expression_context import ensure_expression_context
-    from mongoeco.core.operators import CompiledUpdatePipelinePlan
     from mongoeco.core.filtering import QueryEngine
+    from mongoeco.core.operators import CompiledUpdatePipelinePlan
     from mongoeco.engines.semantic_core import compile_update_semantics
 
     m = _bind()
@@ -154,8 +154,10 @@ def patch_pipeline_updates() -> None:
         except Exception as error:
             raise _Undecided from error
         plan = semantics.compiled_update_plan
-        prepared = stages(plan.update_spec) if type(plan) is CompiledUpdatePipelinePlan else None
-        if prepared is None or plan.compiled_pipeline is None or semantics.collation is not None or semantics.sort:
+        if not isinstance(plan, CompiledUpdatePipelinePlan) or plan.compiled_pipeline is None:
+            raise _Undecided  # a collation's pipeline: mongoeco's uncompiled stages
+        prepared = stages(plan.update_spec)
+        if prepared is None or semantics.collation is not None or semantics.sort:
             raise _Undecided
         expressions = operation.context.expressions if operation.context is not None else None
         if getattr(expressions, "now", None) is None:
