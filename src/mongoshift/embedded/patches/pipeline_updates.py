@@ -57,7 +57,7 @@ def stages(pipeline: Any) -> list[tuple[str, Any]] | None:
         if operator in _ADD_FIELDS:
             if not isinstance(spec, dict) or not spec or not all(_field(name) for name in spec):
                 return None
-            steps.append(("$set", spec))
+            steps.append(("$set", [(name, expression, _reference(expression)) for name, expression in spec.items()]))
         elif operator == "$unset":
             names = [spec] if type(spec) is str else spec
             if not isinstance(names, list) or not names or not all(_field(name) for name in names):
@@ -68,6 +68,14 @@ def stages(pipeline: Any) -> list[tuple[str, Any]] | None:
     return steps
 
 
+def _reference(expression: Any) -> str | None:
+    """The top-level field a ``"$name"`` expression reads (None: another expression). In a plain dict,
+    mongoeco's ``_resolve_aggregation_field_path`` gives that field's value, or its missing marker."""
+    if type(expression) is str and len(expression) > 1 and expression[0] == "$" and expression[1] != "$" and "." not in expression:
+        return expression[1:]
+    return None
+
+
 def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: Any, dialect: Any, evaluator: Any, missing: Any, remove: Any) -> dict[str, Any]:
     """The document after the pipeline, as mongoeco's stages give it, without their copies.
 
@@ -76,7 +84,8 @@ def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: 
     a missing value sets nothing); ``$unset`` deep-copies and removes. Here each stage makes a shallow
     copy: the stages only add, replace or remove top-level fields, so nested values are never
     changed in place; a new document or array a stage sets is still copied, since it may be a piece of
-    the pipeline or of the input, which the stored document must not share."""
+    the pipeline or of the input, which the stored document must not share. A reference to a
+    top-level field is read directly; every other expression is mongoeco's to evaluate."""
     current = document
     for operator, spec in steps:
         result = dict(current)
@@ -84,7 +93,11 @@ def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: 
             for name in spec:
                 result.pop(name, None)
         else:
-            values = [(name, evaluator(current, expression, variables, dialect=dialect)) for name, expression in spec.items()]
+            plain = type(current) is dict
+            values = [
+                (name, current.get(reference, missing) if plain and reference is not None else evaluator(current, expression, variables, dialect=dialect))
+                for name, expression, reference in spec
+            ]
             for name, value in values:
                 if value is remove:
                     result.pop(name, None)
@@ -93,6 +106,16 @@ def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: 
                     result[name] = deepcopy(value) if kind is dict or kind is list or isinstance(value, (dict, list)) else value
         current = result
     return current
+
+
+def modified(document: dict[str, Any], new_document: dict[str, Any], changed: set[str], values_equal: Any) -> bool:
+    """``not values_equal(document, new_document)`` (mongoeco's test of a pipeline update), comparing
+    only the ``changed`` fields' values: the others are the same objects in both."""
+    if not changed:
+        return False
+    if len(document) != len(new_document) or any(a != b for a, b in zip(document, new_document, strict=True)):
+        return True  # values_equal compares two documents' fields in order, names first
+    return not all(values_equal(document[name], new_document[name]) for name in changed)
 
 
 def _changed(document: dict[str, Any], new_document: dict[str, Any]) -> set[str]:
@@ -220,8 +243,8 @@ def patch_pipeline_updates() -> None:
                 new_document = evaluate(document, steps, environment, dialect, evaluator, missing, remove)
             except Exception as error:  # an expression's error: the original raises it after the writes before it
                 raise _Undecided from error
-            if not values_equal(document, new_document):
-                changed = _changed(document, new_document)
+            changed = _changed(document, new_document)
+            if modified(document, new_document, changed, values_equal):
                 if not all(_storable(new_document[name]) for name in changed if name in new_document):
                     raise _Undecided
                 try:
