@@ -40,6 +40,7 @@ _ADD_FIELDS = frozenset({"$set", "$addFields"})
 
 
 def _field(name: object) -> bool:
+    """A top-level field a stage may set or remove here (``_id``'s rules are mongoeco's)."""
     return _plain_name(name) and name != "_id"
 
 
@@ -192,10 +193,7 @@ def patch_pipeline_updates() -> None:
         except Exception as error:
             raise _Undecided from error
         if not matched_documents:
-            collection._record_operation_metadata(
-                operation="update_many", comment=operation.comment, hint=operation.hint, session=session,
-            )
-            return m["UpdateResult"](matched_count=0, modified_count=0)
+            return m["UpdateResult"](matched_count=0, modified_count=0)  # as update_many answers, recording nothing
         batch = Batch()
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
         try:
