@@ -141,7 +141,7 @@ def test_a_pipeline_update_does_what_the_original_update_does(server: InProcessS
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(docs=stored(), data=st.data())
 def test_a_pipeline_update_does_what_the_original_update_does_at_length(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
     _compare(server, docs, data)
