@@ -141,6 +141,21 @@ async def test_guarded_batch_updates_are_described_in_their_change_events(db) ->
         assert event["updateDescription"] == {"updatedFields": {"__v": 2, "name": f"N{number}"}, "removedFields": ["old"], "truncatedArrays": []}
 
 
+async def test_pipeline_updates_are_described_in_their_change_events(db) -> None:
+    """(an) with (q): a pipeline update_many, answered by the fast path, gives each event its own
+    updateDescription and, with updateLookup, the document as written."""
+    await db.t.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": f"n{i}", "old": i} for i in (1, 2, 3)])
+    pipeline = [{"$set": {"full": {"$concat": ["$name", "!"]}, "__v": 2, "__rev": {"$add": ["$__rev", 1]}}}, {"$unset": "old"}]
+    async with await db.t.watch(full_document="updateLookup", max_await_time_ms=100) as stream:
+        result = await db.t.update_many({"__v": 1, "_id": {"$lte": 2}}, pipeline)
+        events = [await stream.next() for _ in range(2)]
+    assert (result.matched_count, result.modified_count) == (2, 2)
+    for number, event in zip((1, 2), events, strict=True):
+        assert event["operationType"] == "update" and event["documentKey"] == {"_id": number}
+        assert event["updateDescription"] == {"updatedFields": {"__v": 2, "__rev": 2, "full": f"n{number}!"}, "removedFields": ["old"], "truncatedArrays": []}
+        assert event["fullDocument"] == {"_id": number, "__v": 2, "__rev": 2, "name": f"n{number}", "full": f"n{number}!"}
+
+
 async def test_a_change_stream_pipeline_must_keep_the_event_id(db) -> None:
     """(q) mongod fails the stream (280) when its pipeline changes the resume token; 40324 for an unknown stage."""
     async with await db.t.watch([{"$project": {"_id": 0}}], max_await_time_ms=100) as stream:

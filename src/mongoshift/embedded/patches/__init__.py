@@ -30,6 +30,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
+- :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once
 - :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import logging
 
-from . import aggregation, coll_mod, documents, indexes, loops, queries, replica_set, scans, transactions, updates, values, wire
+from . import aggregation, coll_mod, documents, indexes, loops, pipeline_updates, queries, replica_set, scans, transactions, updates, values, wire
 
 PINNED_VERSION = "4.11.0"
 
@@ -92,6 +93,7 @@ def apply() -> None:
     scans.patch_id_in_lookup()  # (ag)
     updates.patch_guarded_updates()  # (ah)
     updates.patch_index_keys()  # (ai)
+    pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
     values.patch_object_id_copies()  # (aj)
     values.patch_plain_wire_values()  # (aj)
     wire.patch_change_streams()  # (q)

@@ -346,13 +346,16 @@ class Batch:
         self._stack: contextlib.ExitStack | None = None
         self._lock: Any = None
 
-    async def open(self, collection: Any, session: Any, variables: Any, comment: Any) -> None:
+    async def open(self, collection: Any, session: Any, variables: Any, comment: Any, *, transactions: bool = False) -> None:
         """Take the lock and open the scope for ``collection``; :class:`_Undecided` (nothing held)
-        when the fast path does not apply to it (another engine, a transaction, collection
-        options, profiling)."""
+        when the fast path does not apply to it (another engine, a transaction unless
+        ``transactions``, collection options, profiling). In a transaction the scope and the writes
+        are the transaction's views, as on mongoeco's path; (ah) leaves transactions to that path,
+        whose write-time conflict (fix (o)) fails one statement, where it would fail a batch."""
         m = _M
         engine = collection._engine
-        if type(engine) is not m["MemoryEngine"] or (session is not None and session.in_transaction) or variables is None:
+        in_transaction = session is not None and session.in_transaction
+        if type(engine) is not m["MemoryEngine"] or (in_transaction and not transactions) or variables is None:
             raise _Undecided
         db_name, coll_name = collection._db_name, collection._collection_name
         if engine._profile_is_active(db_name):

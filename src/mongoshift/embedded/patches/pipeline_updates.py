@@ -1,0 +1,264 @@
+"""Cheap pipeline updates for the memory engine: fix (an).
+
+A pipeline-form ``update_many`` (``update_many(filter, [{$set: ...}, {$unset: ...}])``: B0, and the
+``pipeline=`` migrations' ranges, which run inside a transaction) goes through mongoeco 4.11's generic
+per-document update: after reading the matched documents, each one is updated by its own call of the
+engine's update path, which compiles the update again, takes the collection lock, deep-copies the
+document three times, evaluates the pipeline with a deep copy of the document per stage and of each
+value it sets, re-encodes the whole document, re-derives every index key twice, and opens a rollback
+and publication scope. Profiled at 5,000 documents, pipeline evaluation was about 30 % of a
+document's update, most of it those copies (docs/performance.md).
+
+:func:`patch_pipeline_updates` answers the pipelines whose stages it evaluates exactly as mongoeco
+does — ``$set``/``$addFields`` of top-level fields (any expression: each is evaluated by mongoeco's
+own expression evaluator, on the stage's input document), ``$unset`` of top-level fields — stage by
+stage on shallow copies, and writes the documents with the write steps of fix (ah) (:class:`.Batch`):
+one lock, one TTL purge, one rollback and publication scope and one change dispatch for the command,
+only the changed fields encoded, only the indexes over them updated. The matched documents are read
+exactly as mongoeco reads them (its cursor over the filter: the ``_id`` range walk of (af)) and
+matched again under the lock, as mongoeco's per-document update does. It works inside a transaction
+(the writes go to the transaction's views, as mongoeco's do).
+
+It decides everything before writing anything: every matched document's new value and stored form
+are computed first; an expression that fails, a value it cannot store as it is, a collection with
+options (a validator...) or with a unique secondary index, profiling, a collation, ``arrayFilters``,
+an upsert, a stage or a field name it does not take: mongoeco's own ``update_many`` answers the whole
+statement from the start, so its errors, and what it wrote before them, are mongoeco's. A failure in
+the engine's write steps (a write conflict with another transaction) rolls the batch back whole and
+hands the statement to mongoeco's path, which meets the same failure after the same writes.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+from .updates import _MISSING, Batch, _bind, _plain_name, _storable, _stored, _Undecided
+
+#: The update pipeline stages this fast path evaluates (``$set`` is ``$addFields``'s alias).
+_ADD_FIELDS = frozenset({"$set", "$addFields"})
+
+
+def _field(name: object) -> bool:
+    """A top-level field a stage may set or remove here (``_id``'s rules are mongoeco's)."""
+    return _plain_name(name) and name != "_id"
+
+
+def stages(pipeline: Any) -> list[tuple[str, Any]] | None:
+    """The pipeline as (operator, top-level field names or their expressions), or None when it is
+    not one this fast path evaluates (another stage, a path, ``_id``, a malformed stage: mongoeco's
+    path answers, with its errors)."""
+    if not isinstance(pipeline, list) or not pipeline:  # mongoeco's prepared pipeline is a list (and its stages dicts)
+        return None
+    steps: list[tuple[str, Any]] = []
+    for stage in pipeline:
+        if not isinstance(stage, dict) or len(stage) != 1:
+            return None
+        ((operator, spec),) = stage.items()
+        if operator in _ADD_FIELDS:
+            if not isinstance(spec, dict) or not spec or not all(_field(name) for name in spec):
+                return None
+            steps.append(("$set", [(name, expression, _reference(expression)) for name, expression in spec.items()]))
+        elif operator == "$unset":
+            names = [spec] if type(spec) is str else spec
+            if not isinstance(names, list) or not names or not all(_field(name) for name in names):
+                return None
+            steps.append(("$unset", tuple(names)))
+        else:
+            return None
+    return steps
+
+
+def _reference(expression: Any) -> str | None:
+    """The top-level field a ``"$name"`` expression reads (None: another expression). In a plain dict,
+    mongoeco's ``_resolve_aggregation_field_path`` gives that field's value, or its missing marker."""
+    if type(expression) is str and len(expression) > 1 and expression[0] == "$" and expression[1] != "$" and "." not in expression:
+        return expression[1:]
+    return None
+
+
+def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: Any, dialect: Any, evaluator: Any, missing: Any, remove: Any) -> dict[str, Any]:
+    """The document after the pipeline, as mongoeco's stages give it, without their copies.
+
+    mongoeco's ``$addFields`` deep-copies its input and each value it sets, evaluates every field's
+    expression on the stage's input document, then sets them in order (``$$REMOVE`` removes the field,
+    a missing value sets nothing); ``$unset`` deep-copies and removes. Here each stage makes a shallow
+    copy: the stages only add, replace or remove top-level fields, so nested values are never
+    changed in place; a new document or array a stage sets is still copied, since it may be a piece of
+    the pipeline or of the input, which the stored document must not share. A reference to a
+    top-level field is read directly; every other expression is mongoeco's to evaluate."""
+    current = document
+    for operator, spec in steps:
+        result = dict(current)
+        if operator == "$unset":
+            for name in spec:
+                result.pop(name, None)
+        else:
+            plain = type(current) is dict
+            values = [
+                (name, current.get(reference, missing) if plain and reference is not None else evaluator(current, expression, variables, dialect=dialect))
+                for name, expression, reference in spec
+            ]
+            for name, value in values:
+                if value is remove:
+                    result.pop(name, None)
+                elif value is not missing:
+                    kind = type(value)
+                    result[name] = deepcopy(value) if kind is dict or kind is list or isinstance(value, (dict, list)) else value
+        current = result
+    return current
+
+
+def modified(document: dict[str, Any], new_document: dict[str, Any], changed: set[str], values_equal: Any) -> bool:
+    """``not values_equal(document, new_document)`` (mongoeco's test of a pipeline update), comparing
+    only the ``changed`` fields' values: the others are the same objects in both."""
+    if not changed:
+        return False
+    if len(document) != len(new_document) or any(a != b for a, b in zip(document, new_document, strict=True)):
+        return True  # values_equal compares two documents' fields in order, names first
+    return not all(values_equal(document[name], new_document[name]) for name in changed)
+
+
+def _changed(document: dict[str, Any], new_document: dict[str, Any]) -> set[str]:
+    """The fields whose stored value may differ: every field a stage set (a new object, even when
+    equal), or removed. A field no stage touched is the same object in both."""
+    changed = {name for name, value in new_document.items() if document.get(name, _MISSING) is not value}
+    changed.update(name for name in document if name not in new_document)
+    return changed
+
+
+# (an) update_many's per-document loop, for the pipelines stages() takes. The function replaced is
+# _collection_modify.update_many, which execute_server_update (the `update` command's statements,
+# after (ah)) calls by its module name; a public-API call (not server_command) keeps the original.
+def patch_pipeline_updates() -> None:
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.api._async._collection_modify import _bind_execution_context
+    from mongoeco.api.operations import compile_find_selection_from_update_operation, compile_update_operation
+    from mongoeco.api.public_api import COLLECTION_UPDATE_MANY_SPEC, normalize_public_operation_arguments
+    from mongoeco.core.aggregation import runtime, transform_stages
+    from mongoeco.core.aggregation.evaluation_environment import aggregation_environment
+    from mongoeco.core.expression_context import ensure_expression_context
+    from mongoeco.core.filtering import QueryEngine
+    from mongoeco.core.operators import CompiledUpdatePipelinePlan
+    from mongoeco.engines.semantic_core import compile_update_semantics
+
+    m = _bind()
+    original: Any = _collection_modify.update_many  # untyped in mongoeco
+    missing, remove = runtime._MISSING, runtime._REMOVE
+
+    async def fast(collection: Any, filter_spec: Any, update_spec: Any, options: dict[str, Any]) -> Any:
+        """The statement's UpdateResult; :class:`_Undecided` with nothing written when mongoeco's
+        update_many must answer it."""
+        steps = stages(update_spec)
+        if steps is None or options.get("collation") is not None or options.get("array_filters") is not None:
+            raise _Undecided
+        session = options.get("session")
+        try:  # update_many's own steps up to its per-document loop: their errors are the original's to raise
+            normalized = normalize_public_operation_arguments(
+                COLLECTION_UPDATE_MANY_SPEC,
+                explicit={
+                    "filter_spec": filter_spec, "update_spec": update_spec, "upsert": False, "collation": None,
+                    "array_filters": None, "hint": options.get("hint"), "comment": options.get("comment"),
+                    "let": options.get("let"), "bypass_document_validation": bool(options.get("bypass_document_validation")),
+                    "session": session,
+                },
+                extra_kwargs={"filter": options.get("filter"), "update": options.get("update"), **options.get("extra_kwargs", {})},
+                profile=None,
+            )
+            query = collection._normalize_filter(normalized["filter_spec"])
+            pipeline = m["codec"].to_internal(normalized["update_spec"])
+            collection._ensure_session_active(session)
+            operation = compile_update_operation(
+                query, collation=None, array_filters=None, hint=normalized.get("hint"), comment=normalized.get("comment"),
+                let=collection._normalize_let(normalized.get("let")), dialect=collection._mongodb_dialect,
+                update_spec=pipeline, planning_mode=collection._planning_mode,
+            )
+            operation = _bind_execution_context(operation, collection, session=session, change_operation_type="update")
+            semantics = compile_update_semantics(operation)
+        except Exception as error:
+            raise _Undecided from error
+        plan = semantics.compiled_update_plan
+        if not isinstance(plan, CompiledUpdatePipelinePlan) or plan.compiled_pipeline is None:
+            raise _Undecided  # a collation's pipeline: mongoeco's uncompiled stages
+        prepared = stages(plan.update_spec)
+        if prepared is None or semantics.collation is not None or semantics.sort:
+            raise _Undecided
+        expressions = operation.context.expressions if operation.context is not None else None
+        if getattr(expressions, "now", None) is None:
+            raise _Undecided
+        try:
+            matched_documents = await collection._build_cursor(
+                compile_find_selection_from_update_operation(operation), session=session, apply_codec_options=False,
+            ).to_list()
+        except Exception as error:
+            raise _Undecided from error
+        if not matched_documents:
+            return m["UpdateResult"](matched_count=0, modified_count=0)  # as update_many answers, recording nothing
+        batch = Batch()
+        await batch.open(collection, session, expressions, operation.comment, transactions=True)
+        try:
+            matched, writes = decide(batch, matched_documents, prepared, semantics)
+        except BaseException:
+            batch.close()
+            raise
+        try:
+            coll = batch.storage[batch.db_name][batch.coll_name]
+            for storage_key, document, new_document, encoded, changed in writes:
+                batch._write(coll, storage_key, document, new_document, encoded, changed)
+        except Exception as error:
+            batch.close(error)  # rolled back whole: mongoeco's path meets the same failure after the same writes
+            raise _Undecided from error
+        batch.close()  # its count of (ah) statements is 0: update_many records its metadata once, here
+        collection._record_operation_metadata(operation="update_many", comment=operation.comment, hint=operation.hint, session=session)
+        return m["UpdateResult"](matched_count=matched, modified_count=len(writes))
+
+    def decide(batch: Batch, matched_documents: list[Any], steps: list[tuple[str, Any]], semantics: Any) -> tuple[int, list[Any]]:
+        """How many documents still match, and the writes of those the pipeline changes, each
+        (storage key, document, new document, its stored form, the changed fields)."""
+        if batch.unique:
+            raise _Undecided  # a duplicate key is reported by the original path, after the writes before it
+        engine = batch.engine
+        coll = batch.storage.get(batch.db_name, {}).get(batch.coll_name)
+        dialect, query_plan, query_variables = semantics.dialect, semantics.query_plan, semantics.variables
+        evaluator = transform_stages._evaluate_expression_with_missing  # looked up now: a later fix may wrap it
+        environment = aggregation_environment(ensure_expression_context(semantics.variables))
+        environment.preserve_numeric_conversion_types = True  # as CompiledUpdatePipelinePlan.apply
+        environment = aggregation_environment(environment)  # as CompiledPipelinePlan.execute
+        values_equal = dialect.values_equal
+        matched = 0
+        writes: list[Any] = []
+        for selected in matched_documents:
+            document_id = selected.get("_id", _MISSING)
+            storage_key = engine._storage_key(document_id)
+            data = None if coll is None else coll.get(storage_key)
+            if data is None:
+                raise _Undecided  # gone since it was read: the original's lookup by BSON equality decides
+            document = engine._borrow_storage_document(data)
+            if not QueryEngine.match_plan(document, query_plan, dialect=dialect, collation=None, variables=query_variables):
+                continue
+            matched += 1
+            try:
+                new_document = evaluate(document, steps, environment, dialect, evaluator, missing, remove)
+            except Exception as error:  # an expression's error: the original raises it after the writes before it
+                raise _Undecided from error
+            changed = _changed(document, new_document)
+            if modified(document, new_document, changed, values_equal):
+                if not all(_storable(new_document[name]) for name in changed if name in new_document):
+                    raise _Undecided
+                try:
+                    encoded = _stored(engine, data, new_document, changed)
+                except Exception as error:
+                    raise _Undecided from error
+                writes.append((storage_key, document, new_document, encoded, changed))
+        return matched, writes
+
+    async def update_many(collection: Any, filter_spec: Any, update_spec: Any, upsert: bool, **options: Any) -> Any:
+        if options.get("server_command") and not upsert and type(update_spec) is list and type(collection._engine) is m["MemoryEngine"]:
+            try:
+                return await fast(collection, filter_spec, update_spec, options)
+            except _Undecided:
+                pass
+        return await original(collection, filter_spec, update_spec, upsert, **options)
+
+    update_many.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
+    _collection_modify.update_many = update_many

@@ -1,0 +1,260 @@
+"""Fix (an) of mongoshift.embedded.patches.pipeline_updates: a pipeline ``update_many`` answers and
+stores exactly what mongoeco's own ``update_many`` does, and takes the engine's steps once per command.
+
+The property test runs the same pipeline update on two identical collections through pymongo, one
+with the fix and one with the original mongoeco function swapped back in (an in-process server,
+:mod:`.in_process`), and compares the replies (counts, error codes), the stored documents byte for
+byte and the change events; the other tests count the engine's steps (no timing) and check
+transactions.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson import Decimal128, Int64, ObjectId, encode
+from hypothesis import given, settings, strategies as st
+from pymongo.errors import OperationFailure, PyMongoError
+
+from mongoshift.embedded.patches.pipeline_updates import stages
+
+from ..conftest import examples
+from .in_process import InProcessServer, in_process_server, original, sync_client
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[InProcessServer]:
+    with in_process_server() as started:
+        yield started
+
+
+FIELDS = ["a", "b", "n", "__v", "__rev", "zz"]
+scalars = (
+    st.integers(-3, 3) | st.sampled_from([2**31 - 1, 2**40]) | st.builds(Int64, st.integers(-3, 3))
+    | st.sampled_from([1.0, -0.0, 2.5, float("nan")]) | st.sampled_from([Decimal128("1"), Decimal128("1.0")])
+    | st.text(alphabet="ab@", max_size=3) | st.booleans() | st.none()
+    | st.sampled_from([datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), ObjectId("0" * 24)])
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["p", "q"]), inner, max_size=2), max_leaves=4)
+references = st.sampled_from([f"${name}" for name in [*FIELDS, "missing", "b.p"]])
+#: Expressions: field references, literals, object and array expressions, and operators that fail on
+#: some inputs ($add of a string, $split of a number): the original raises those. $$REMOVE is a field's
+#: whole expression only: inside an array or an object mongoeco 4.11 stores its sentinel (then fails
+#: to read the document back), on both paths alike.
+expressions = st.recursive(
+    references | st.builds(lambda v: {"$literal": v}, values) | st.sampled_from([1, "x", True, None]),
+    lambda inner: (
+        st.builds(lambda a, b: {"$add": [a, b]}, inner, st.integers(-1, 1))
+        | st.builds(lambda a: {"$ifNull": [a, 0]}, inner)
+        | st.builds(lambda a: {"$arrayElemAt": [{"$split": [a, "@"]}, 1]}, inner)
+        | st.builds(lambda a: {"$toString": a}, inner)
+        | st.dictionaries(st.sampled_from(["p", "q"]), inner, min_size=1, max_size=2)
+        | st.lists(inner, max_size=2)
+    ),
+    max_leaves=3,
+)
+#: Set or removed fields: mostly top-level, some the fast path leaves to the original (_id, a path).
+TARGETS = st.sampled_from([*FIELDS, *FIELDS, "new", "new", "_id", "b.p"])
+ids = st.sampled_from([ObjectId(f"{i:024x}") for i in range(6)] + ["k1", 7, 8.0])
+FILTERS = [
+    {}, {"__v": 1}, {"__v": {"$in": [None, 0]}}, {"_id": {"$gte": ObjectId("0" * 24), "$lte": ObjectId("f" * 24)}},
+    {"$and": [{"__v": 1}, {"_id": {"$gt": ObjectId(f"{1:024x}")}}]}, {"a": {"$exists": True}}, {"_id": {"$type": "string"}},
+]
+
+
+@st.composite
+def stored(draw: st.DrawFn) -> list[dict[str, Any]]:
+    docs = []
+    for value in dict.fromkeys(draw(st.lists(ids, min_size=1, max_size=6))):
+        doc: dict[str, Any] = {"_id": value}
+        for name in draw(st.lists(st.sampled_from(FIELDS), max_size=5, unique=True)):
+            doc[name] = draw(values)
+        docs.append(doc)
+    return docs
+
+
+@st.composite
+def pipelines(draw: st.DrawFn) -> list[dict[str, Any]]:
+    pipeline: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        operator = draw(st.sampled_from(["$set", "$set", "$addFields", "$unset", "$project"]))
+        names = draw(st.lists(TARGETS, min_size=1, max_size=3, unique=True))
+        if operator == "$unset":
+            pipeline.append({"$unset": names[0] if len(names) == 1 and draw(st.booleans()) else names})
+        elif operator == "$project":  # not taken: the original answers it, on both sides
+            pipeline.append({"$project": {name: 1 for name in names}})
+        else:
+            pipeline.append({operator: {name: draw(expressions | st.just("$$REMOVE")) for name in names}})
+    return pipeline
+
+
+def outcome(client: Any, collection: Any, query: dict[str, Any], pipeline: list[dict[str, Any]], in_transaction: bool) -> Any:
+    """The reply (counts, or the error's code), the stored documents' bytes, and the change events."""
+    with collection.watch(full_document="updateLookup", max_await_time_ms=50) as stream:
+        try:
+            if in_transaction:
+                with client.start_session() as session, session.start_transaction():
+                    result = collection.update_many(query, pipeline, session=session)
+            else:
+                result = collection.update_many(query, pipeline)
+            reply: Any = (result.matched_count, result.modified_count)
+        except OperationFailure as error:
+            reply = ("error", error.code)
+        collection.insert_one({"_id": "end"})  # the events up to this one are the update's
+        events = []
+        while (event := stream.next())["operationType"] != "insert":
+            events.append((encode(event["documentKey"]), encode(event["updateDescription"]), encode(event["fullDocument"])))
+    documents = [encode(doc) for doc in collection.find({}, sort=[("_id", 1)])]
+    return reply, documents, events
+
+
+def _compare(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
+    from mongoeco.api._async import _collection_modify
+
+    pipeline = data.draw(pipelines())
+    query = data.draw(st.sampled_from(FILTERS))
+    in_transaction = data.draw(st.booleans())
+    client = sync_client(server)
+    try:
+        fast, slow = client.pipelines.fast, client.pipelines.slow
+        for collection in (fast, slow):
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            collection.insert_many(docs)
+        got = outcome(client, fast, query, pipeline, in_transaction)
+        with original(_collection_modify, "update_many"):
+            expected = outcome(client, slow, query, pipeline, in_transaction)
+        assert got == expected, (docs, got, expected)
+        for value in (1, 2, "a", None):  # the version index holds the same documents under the same keys
+            hint = [("__v", 1), ("_id", 1)]
+            assert [d["_id"] for d in fast.find({"__v": value}).hint(hint)] == [d["_id"] for d in slow.find({"__v": value}).hint(hint)]
+    finally:
+        client.close()
+
+
+@examples(thorough=1000, quick=25)
+def test_a_pipeline_update_does_what_the_original_update_does(server: InProcessServer, max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(docs=stored(), data=st.data())
+    def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
+        _compare(server, docs, data)
+
+    check()
+
+
+def test_the_stages_taken_are_top_level_set_and_unset() -> None:
+    assert stages([{"$set": {"a": "$b"}}, {"$addFields": {"c": 1}}, {"$unset": "d"}, {"$unset": ["e"]}]) is not None
+    for pipeline in ([], [{"$project": {"a": 1}}], [{"$set": {"a.b": 1}}], [{"$set": {"_id": 1}}], [{"$unset": "_id"}],
+                     [{"$set": {}}], [{"$set": {"$a": 1}}], [{"$set": {"a": 1}, "$unset": "b"}], [{"$replaceWith": "$a"}], {"$set": {}}):
+        assert stages(pipeline) is None
+
+
+B0 = [
+    {"$set": {"full_name": "$name", "domain": {"$arrayElemAt": [{"$split": ["$email", "@"]}, 1]}, "__v": 2,
+              "__rev": {"$add": ["$__rev", 1]}}},
+    {"$unset": ["name", "legacy"]},
+]
+
+
+def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(an) A pipeline update_many of 200 documents takes the collection lock twice (the read of the
+    matched documents, the batch), re-encodes no whole document, copies no document whole and
+    dispatches its changes once; mongoeco's path takes each of these per document."""
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.api._async._collection_runtime import CollectionRuntimeCoordinator
+    from mongoeco.core.aggregation import transform_stages
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.steps
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": [1, {"x": 2}]} for i in ids])
+        calls = {"_get_lock": 0, "_encode_storage_document": 0, "_dispatch_engine_changes": 0, "deepcopy": 0}
+
+        def counting(name: str, function: Any) -> Any:
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                calls[name] += 1
+                return function(*args, **kwargs)
+
+            return counted
+
+        for owner, name in ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
+                            (CollectionRuntimeCoordinator, "_dispatch_engine_changes")):
+            monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
+        monkeypatch.setattr(transform_stages, "deepcopy", counting("deepcopy", transform_stages.deepcopy))
+        result = collection.update_many({"__v": 1, "_id": {"$gte": ids[100], "$lt": ids[300]}}, B0)
+        monkeypatch.undo()
+        assert (result.matched_count, result.modified_count) == (200, 200)
+        assert calls == {"_get_lock": 2, "_encode_storage_document": 0, "_dispatch_engine_changes": 1, "deepcopy": 0}
+        assert collection.count_documents({"__v": 2, "__rev": 2, "full_name": "n", "domain": "b", "legacy": {"$exists": False}}) == 200
+        # the same update by mongoeco's path, for the record of what the fix saves
+        with original(_collection_modify, "update_many"):
+            for name in calls:
+                calls[name] = 0
+            for owner, name in ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document")):
+                monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
+            monkeypatch.setattr(transform_stages, "deepcopy", counting("deepcopy", transform_stages.deepcopy))
+            collection.update_many({"__v": 1, "_id": {"$gte": ids[300], "$lt": ids[500]}}, B0)
+            monkeypatch.undo()
+        assert calls["_get_lock"] == 201 and calls["_encode_storage_document"] == 200 and calls["deepcopy"] >= 400
+    finally:
+        client.close()
+
+
+def test_a_pipeline_update_in_a_transaction_is_seen_at_commit_and_gone_at_abort(server: InProcessServer) -> None:
+    """(an) inside a transaction: the writes are the transaction's until it commits, nothing of them
+    after an abort, and their change events are delivered at the commit, described."""
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.transactions
+        collection.drop()
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": f"n{i}", "email": "a@b", "legacy": 1} for i in range(5)])
+        with client.start_session() as session:
+            session.start_transaction()
+            assert collection.update_many({"__v": 1}, B0, session=session).modified_count == 5
+            assert collection.count_documents({"__v": 2}, session=session) == 5
+            assert collection.count_documents({"__v": 2}) == 0
+            session.abort_transaction()
+        assert collection.count_documents({"__v": 1, "legacy": 1}) == 5
+        with collection.watch(max_await_time_ms=50) as stream:
+            with client.start_session() as session, session.start_transaction():
+                assert collection.update_many({"__v": 1, "_id": {"$lt": 3}}, B0, session=session).modified_count == 3
+            events = [stream.next() for _ in range(3)]
+        assert [e["documentKey"]["_id"] for e in events] == [0, 1, 2]
+        for number, event in enumerate(events):
+            assert event["updateDescription"] == {
+                "updatedFields": {"__v": 2, "__rev": 2, "full_name": f"n{number}", "domain": "b"},
+                "removedFields": ["name", "legacy"], "truncatedArrays": [],
+            }
+        assert collection.count_documents({"__v": 2}) == 3
+    finally:
+        client.close()
+
+
+def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
+    """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
+    answers, with the write conflict (112, TransientTransactionError) of fix (o)."""
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.conflicts
+        collection.drop()
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b"} for i in range(4)])
+        with client.start_session() as first, client.start_session() as second:
+            first.start_transaction()
+            collection.update_one({"_id": 2}, {"$set": {"other": 1}}, session=first)
+            second.start_transaction()
+            with pytest.raises(PyMongoError) as error:
+                collection.update_many({"__v": 1}, B0, session=second)
+            assert getattr(error.value, "code", None) == 112
+            assert error.value.has_error_label("TransientTransactionError")
+            first.commit_transaction()
+        assert collection.count_documents({"__v": 1}) == 4
+        assert collection.find_one({"_id": 2})["other"] == 1
+    finally:
+        client.close()
