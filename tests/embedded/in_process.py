@@ -86,3 +86,21 @@ def original(owner: Any, name: str) -> Iterator[None]:
 
 def sync_client(server: InProcessServer) -> MongoClient[Any]:
     return MongoClient(server.uri, serverSelectionTimeoutMS=30_000, socketTimeoutMS=300_000)
+
+
+def count_calls(monkeypatch: Any, *targets: tuple[Any, str]) -> dict[str, int]:
+    """Wrap each ``owner.name`` of ``targets`` so that its calls are counted: the counts by name
+    (``monkeypatch.undo()`` puts the originals back)."""
+    calls = dict.fromkeys((name for _, name in targets), 0)
+
+    def counting(name: str, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    for owner, name in targets:
+        monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
+    return calls
+

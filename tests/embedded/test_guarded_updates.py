@@ -21,7 +21,7 @@ from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, original, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
 
 
 @pytest.fixture(scope="module")
@@ -229,18 +229,10 @@ def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProces
         collection.create_index([("__v", 1), ("_id", 1)])
         ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
         collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": 2} for i in ids])
-        calls = {"_get_lock": 0, "_encode_storage_document": 0, "_dispatch_engine_changes": 0}
-
-        def counting(name: str, function: Any) -> Any:
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                calls[name] += 1
-                return function(*args, **kwargs)
-
-            return counted
-
-        for owner, name in ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
-                            (CollectionRuntimeCoordinator, "_dispatch_engine_changes")):
-            monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
+        calls = count_calls(
+            monkeypatch, (MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
+            (CollectionRuntimeCoordinator, "_dispatch_engine_changes"),
+        )
         result = collection.bulk_write(
             [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2, "total": 4}, "$unset": {"qty": ""}, "$inc": {"__rev": 1}})
              for i in ids[100:300]],

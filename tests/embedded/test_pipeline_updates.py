@@ -22,7 +22,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongoshift.embedded.patches.pipeline_updates import stages
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, original, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
 
 
 @pytest.fixture(scope="module")
@@ -175,19 +175,8 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
         collection.create_index([("__v", 1), ("_id", 1)])
         ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
         collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": [1, {"x": 2}]} for i in ids])
-        calls = {"_get_lock": 0, "_encode_storage_document": 0, "_dispatch_engine_changes": 0, "deepcopy": 0}
-
-        def counting(name: str, function: Any) -> Any:
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                calls[name] += 1
-                return function(*args, **kwargs)
-
-            return counted
-
-        for owner, name in ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
-                            (CollectionRuntimeCoordinator, "_dispatch_engine_changes")):
-            monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
-        monkeypatch.setattr(transform_stages, "deepcopy", counting("deepcopy", transform_stages.deepcopy))
+        steps = ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"), (transform_stages, "deepcopy"))
+        calls = count_calls(monkeypatch, *steps, (CollectionRuntimeCoordinator, "_dispatch_engine_changes"))
         result = collection.update_many({"__v": 1, "_id": {"$gte": ids[100], "$lt": ids[300]}}, B0)
         monkeypatch.undo()
         assert (result.matched_count, result.modified_count) == (200, 200)
@@ -195,11 +184,7 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
         assert collection.count_documents({"__v": 2, "__rev": 2, "full_name": "n", "domain": "b", "legacy": {"$exists": False}}) == 200
         # the same update by mongoeco's path, for the record of what the fix saves
         with original(_collection_modify, "update_many"):
-            for name in calls:
-                calls[name] = 0
-            for owner, name in ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document")):
-                monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
-            monkeypatch.setattr(transform_stages, "deepcopy", counting("deepcopy", transform_stages.deepcopy))
+            calls = count_calls(monkeypatch, *steps)
             collection.update_many({"__v": 1, "_id": {"$gte": ids[300], "$lt": ids[500]}}, B0)
             monkeypatch.undo()
         assert calls["_get_lock"] == 201 and calls["_encode_storage_document"] == 200 and calls["deepcopy"] >= 400
