@@ -1,0 +1,128 @@
+"""Editing a declaration file in place (``models.toml_text``): any change of any declaration, in a file full of comments."""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from hypothesis import given, settings, strategies as st
+
+from mongoshift.models.merge import canonical
+from mongoshift.models.toml_text import document, edit
+
+from ..conftest import examples
+
+FIELDS = ["a", "b", "c", "d", "e e"]
+
+scalars = st.one_of(st.booleans(), st.integers(-3, 3), st.sampled_from(["x", "y z", "é"]))
+rules: st.SearchStrategy[dict[str, Any]] = st.recursive(
+    st.fixed_dictionaries({}, optional={"bsonType": st.sampled_from(["string", "date", ["int", "long"], ["object", "null"]]),
+                                        "maxLength": st.integers(0, 9), "enum": st.lists(scalars, max_size=2)}),
+    lambda inner: st.fixed_dictionaries({}, optional={
+        "bsonType": st.sampled_from(["object", ["object", "null"]]),
+        "properties": st.dictionaries(st.sampled_from(FIELDS), inner, max_size=3),
+        "required": st.lists(st.sampled_from(FIELDS), unique=True, max_size=3),
+        "items": inner,
+    }),
+    max_leaves=4,
+)
+indexes = st.lists(
+    st.builds(
+        lambda name, keys, options: {"keys": keys, "name": name, **options},
+        st.sampled_from(["i1", "i2", "i3", "i4"]),
+        st.dictionaries(st.sampled_from(FIELDS), st.sampled_from([1, -1]), min_size=1, max_size=2),
+        st.fixed_dictionaries({}, optional={"unique": st.just(True), "expireAfterSeconds": st.integers(1, 9),
+                                            "partialFilterExpression": st.just({"a": {"$gt": 1}})}),
+    ),
+    unique_by=lambda index: index["name"], max_size=4,
+)
+declarations = st.fixed_dictionaries(
+    {"indexes": indexes, "validation_level": st.sampled_from(["moderate", "strict"])},
+    optional={
+        "validation_action": st.sampled_from(["warn", "error"]),
+        "prune": st.booleans(),
+        "validator": st.one_of(st.just(False), st.fixed_dictionaries({"$jsonSchema": rules})),
+    },
+)
+
+
+def commented(text: str) -> str:
+    """A comment after every line that holds something, and a comment line above every table."""
+    lines = []
+    for number, line in enumerate(text.splitlines()):
+        if line.startswith("["):
+            lines.append(f"# above {number}")
+        lines.append(f"{line}  # after {number}" if line and not line.startswith("#") else line)
+    return "\n".join(lines) + "\n"
+
+
+@examples(thorough=400, quick=80)
+def test_any_change_in_a_commented_file_declares_exactly_the_new_declaration(max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(before=declarations, after=declarations, same=st.booleans())
+    def check(before: dict[str, Any], after: dict[str, Any], same: bool) -> None:
+        text = commented(document(before, "header line\n\nsecond"))
+        assert edit(text, before, before) == text  # nothing changed: the very same text
+        if same:
+            after = before
+        out = edit(text, before, after)
+        assert canonical(tomllib.loads(out)) == canonical(after)
+        assert out.startswith("# header line\n#\n# second\n\n")
+        for name in ("validation_level", "validation_action", "prune"):  # a key the models left alone keeps its line and comment
+            if name in before and name in after and before[name] == after[name]:
+                (line,) = [line for line in text.splitlines() if line.startswith(f"{name} = ")]
+                assert line in out.splitlines()
+
+    check()
+
+
+def test_a_new_file_has_the_generated_layout() -> None:
+    text = document({
+        "indexes": [{"keys": {"email": 1}, "name": "email_1", "unique": True}],
+        "validation_level": "moderate",
+        "validator": {"$jsonSchema": {"bsonType": "object", "required": ["email"], "properties": {
+            "email": {"bsonType": "string"},
+            "address": {"bsonType": ["object", "null"], "properties": {"city": {"bsonType": "string"}}},
+            "any": {},
+        }}},
+    }, "Collection customers\n\nEdit freely.")
+    assert text == '''\
+# Collection customers
+#
+# Edit freely.
+
+indexes = [
+  { keys = { email = 1 }, name = "email_1", unique = true },
+]
+validation_level = "moderate"
+
+[validator."$jsonSchema"]
+bsonType = "object"
+required = ["email"]
+
+[validator."$jsonSchema".properties]
+any = {}
+
+[validator."$jsonSchema".properties.email]
+bsonType = "string"
+
+[validator."$jsonSchema".properties.address]
+bsonType = ["object", "null"]
+
+[validator."$jsonSchema".properties.address.properties.city]
+bsonType = "string"
+'''
+
+
+def test_a_part_added_to_a_file_looks_as_in_a_new_file_and_removing_the_last_table_leaves_no_blank_line() -> None:
+    before = {"indexes": [], "validator": {"$jsonSchema": {"properties": {"a": {"bsonType": "string"}}}}}
+    after = {"indexes": [{"keys": {"b": 1}, "name": "b_1"}], "validator": {"$jsonSchema": {"properties": {"b": {"bsonType": "date"}}}}}
+    text = "indexes = []  # none yet\n\n[validator.\"$jsonSchema\".properties.a]\nbsonType = \"string\"\n"
+    assert edit(text, before, after) == '''\
+indexes = [
+  { keys = { b = 1 }, name = "b_1" },
+]  # none yet
+
+[validator."$jsonSchema".properties.b]
+bsonType = "date"
+'''
