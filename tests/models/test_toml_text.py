@@ -68,6 +68,10 @@ def test_any_change_in_a_commented_file_declares_exactly_the_new_declaration(max
         out = edit(text, before, after)
         assert canonical(tomllib.loads(out)) == canonical(after)
         assert out.startswith("# header line\n#\n# second\n\n")
+        lines = out.splitlines()
+        for number, line in enumerate(text.splitlines()):  # a header that stays keeps the comment above it
+            if line.startswith("[") and line in lines:
+                assert lines[lines.index(line) - 1] == text.splitlines()[number - 1]
         for name in ("validation_level", "validation_action", "prune"):  # a key the models left alone keeps its line and comment
             if name in before and name in after and before[name] == after[name]:
                 (line,) = [line for line in text.splitlines() if line.startswith(f"{name} = ")]
@@ -126,3 +130,39 @@ indexes = [
 [validator."$jsonSchema".properties.b]
 bsonType = "date"
 '''
+
+
+def test_a_removed_table_takes_its_comments_and_leaves_the_next_ones() -> None:
+    text = """\
+indexes = []
+
+[validator."$jsonSchema".properties.a]
+bsonType = "string"
+# about a's type
+
+# about b
+[validator."$jsonSchema".properties.b]
+bsonType = "date"
+
+# about c
+[validator."$jsonSchema".properties.c]
+bsonType = "date"
+# about c's type
+
+# the end of the file
+"""
+
+    def declaring(*names: str) -> dict[str, Any]:
+        return {"indexes": [], "validator": {"$jsonSchema": {"properties": {n: {"bsonType": "string" if n == "a" else "date"} for n in names}}}}
+
+    everything = declaring("a", "b", "c")
+    assert edit(text, everything, declaring("b", "c")) == text.replace(
+        '[validator."$jsonSchema".properties.a]\nbsonType = "string"\n# about a\'s type\n\n', "")
+    assert edit(text, everything, declaring("a", "c")) == text.replace('# about b\n[validator."$jsonSchema".properties.b]\nbsonType = "date"\n\n', "")
+    assert edit(text, everything, declaring("a", "b")) == text.replace(
+        '# about c\n[validator."$jsonSchema".properties.c]\nbsonType = "date"\n# about c\'s type\n\n', "")
+    # a new property goes after the last one, not between a header and the comment above it
+    added = {"indexes": [], "validator": {"$jsonSchema": {"properties": {"a": {"bsonType": "string", "properties": {"x": {"bsonType": "int"}}},
+                                                                           "b": {"bsonType": "date"}, "c": {"bsonType": "date"}}}}}
+    assert edit(text, everything, added) == text.replace(
+        "# about a's type\n\n", "# about a's type\n\n[validator.\"$jsonSchema\".properties.a.properties.x]\nbsonType = \"int\"\n\n")

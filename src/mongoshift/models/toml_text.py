@@ -26,7 +26,7 @@ from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
-from tomlkit.items import Array, Item, Table, Whitespace
+from tomlkit.items import Array, Comment, Item, Table, Whitespace
 
 from ..errors import ModelsInvalidError
 from .merge import canonical, index_name
@@ -82,6 +82,10 @@ def edit(text: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     """
     try:
         doc = tomlkit.parse(text)
+        _comments_to_headers(doc.body)
+        closing = _closing_comments(doc.body) if doc.body and isinstance(doc.body[-1][1], Table) else []
+        if closing:  # the file's closing comments are the file's, not its last table's
+            doc.append(None, tomlkit.ws(_take(closing)))
         _patch(doc, before, after, "")
         out = doc.as_string()
     except TOMLKitError as exc:
@@ -157,6 +161,47 @@ def _patch(container: MutableMapping[str, Any], before: Mapping[str, Any], after
             container[name] = _new(new, here)
         else:
             container[name] = _inline(new, here)  # in place: the comment after the value stays
+
+
+Body = list[tuple[Any, Item]]
+
+
+def _comments_to_headers(body: Body) -> None:
+    """Give each table header the comment lines right above it (after a blank line), which ``tomlkit`` keeps
+    at the end of the table before: so a removed table takes its own comments, and leaves the next one's;
+    a new table goes after the previous table, not between a header and its comments. The text is unchanged."""
+    for position, (_, item) in enumerate(body):
+        if not isinstance(item, Table):
+            continue
+        header = item
+        while header.is_super_table() and header.value.body and isinstance(header.value.body[0][1], Table):
+            header = header.value.body[0][1]
+        run = _closing_comments(body[:position])
+        if run and not header.is_super_table():
+            header.trivia.indent = _take(run) + header.trivia.indent
+        _comments_to_headers(item.value.body)
+
+
+def _take(comments: list[Comment]) -> str:
+    """The text of ``comments``, which then write nothing where they stand."""
+    text = "".join(comment.as_string() for comment in comments)
+    for comment in comments:
+        comment.trivia.indent = comment.trivia.comment_ws = comment.trivia.comment = comment.trivia.trail = ""
+    return text
+
+
+def _closing_comments(body: Body) -> list[Comment]:
+    """The comment lines ending ``body`` (or its last table) that follow a blank line."""
+    if not body:
+        return []
+    if isinstance(body[-1][1], Table):
+        return _closing_comments(body[-1][1].value.body)
+    start = len(body)
+    while start and isinstance(body[start - 1][1], Comment):
+        start -= 1
+    if start in (0, len(body)) or not isinstance(body[start - 1][1], Whitespace):
+        return []
+    return [item for _, item in body[start:] if isinstance(item, Comment)]
 
 
 def _patch_list(array: Array, old: list[Any], new: list[Any], where: str, by_name: bool) -> bool:
