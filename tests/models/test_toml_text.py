@@ -166,3 +166,12 @@ bsonType = "date"
                                                                            "b": {"bsonType": "date"}, "c": {"bsonType": "date"}}}}}
     assert edit(text, everything, added) == text.replace(
         "# about a's type\n\n", "# about a's type\n\n[validator.\"$jsonSchema\".properties.a.properties.x]\nbsonType = \"int\"\n\n")
+
+
+def test_a_file_with_windows_line_ends_keeps_them() -> None:
+    before = {"indexes": [{"keys": {"a": 1}, "name": "a_1"}], "validation_level": "moderate"}
+    after = {**before, "validation_level": "strict", "validator": {"$jsonSchema": {"bsonType": "object"}}}
+    text = 'indexes = [\r\n  { keys = { a = 1 }, name = "a_1" },\r\n]\r\nvalidation_level = "moderate"\r\n'
+    assert edit(text, before, after) == (
+        'indexes = [\r\n  { keys = { a = 1 }, name = "a_1" },\r\n]\r\nvalidation_level = "strict"\r\n\r\n[validator."$jsonSchema"]\r\nbsonType = "object"\r\n'
+    )

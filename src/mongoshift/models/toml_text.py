@@ -37,6 +37,7 @@ BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 #: text never holds a NUL, so the mark cannot meet one of the file's own characters).
 _BOUNDARY = "\x00"
 _BOUNDARIES = re.compile("[\n\x00]*\x00[\n\x00]*")
+_LONE_LF = re.compile("(?<!\r)\n")
 
 
 def key(name: str) -> str:
@@ -91,8 +92,11 @@ def edit(text: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     except TOMLKitError as exc:
         raise ModelsInvalidError(f"the declaration file cannot be updated in place ({type(exc).__name__}); nothing was written") from None
     out = _resolve_blank_lines(out)
-    if text.endswith("\n"):  # a table removed at the end leaves the blank line that stood before it
-        out = out.rstrip("\n") + "\n" * (len(text) - len(text.rstrip("\n")))
+    if "\r\n" in text and not _LONE_LF.search(text):  # a file with Windows line ends keeps them on the new lines too
+        out = _LONE_LF.sub("\r\n", out)
+    ending = re.search(r"(\r?\n)*\Z", text)
+    if ending and ending.group():  # a table removed at the end leaves the blank line that stood before it
+        out = out.rstrip("\r\n") + ending.group()
     return out
 
 
