@@ -5,8 +5,10 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from mongoshift.errors import ModelsInvalidError
 from mongoshift.models.merge import canonical
 from mongoshift.models.toml_text import document, edit
 
@@ -175,3 +177,8 @@ def test_a_file_with_windows_line_ends_keeps_them() -> None:
     assert edit(text, before, after) == (
         'indexes = [\r\n  { keys = { a = 1 }, name = "a_1" },\r\n]\r\nvalidation_level = "strict"\r\n\r\n[validator."$jsonSchema"]\r\nbsonType = "object"\r\n'
     )
+
+
+def test_an_edit_the_text_does_not_allow_is_refused_not_guessed() -> None:
+    with pytest.raises(ModelsInvalidError, match=r"cannot be updated in place \(NonExistentKey\); nothing was written"):
+        edit("validation_level = 'strict'\n", {"prune": True}, {})

@@ -9,7 +9,9 @@ The text is edited with ``tomlkit``, which keeps what it was not told to change:
 blank lines, key order, quoting, a list's line breaks. Only the parts whose value changed are
 touched: a key replaced (its inline comment stays), added or removed; an index entry of
 ``indexes`` replaced, added or removed by name; a ``required`` entry added or removed; a
-validator property's table edited key by key. New values are written in the generated layout:
+validator property's table edited key by key. Comment lines just above a table header (after a
+blank line) are that header's: a removed table takes them, a new table is put before them, and
+the comments closing the file stay. New values are written in the generated layout:
 tables for the validator (a header only where a table holds a value), ``indexes`` one entry a
 line, everything else inline.
 
