@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tomllib
 
 from mongoshift.errors import ExitCode
 
@@ -260,8 +262,12 @@ def test_a_hand_written_declaration_is_completed_not_rewritten(project: Project,
     result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 0
     assert "your edit is kept" not in result.stderr  # the same index, written another way, is no edit
+    # the two indexes stay as written (no name added to the second); the models' index joins the list
+    assert (folder / "events.toml").read_text(encoding="utf-8").startswith(
+        'indexes = [{ keys = [["at", -1]], name = "recent" }, { keys = { owner = 1 } }, { keys = { kind = 1, at = -1 }, name = "kind_1_at_-1" }]\n'
+        "prune = true\n"
+    )
     after = declared(project, "events")
-    assert [i["name"] for i in after["indexes"]] == ["recent", "owner_1", "kind_1_at_-1"]
     assert after["prune"] is True and after["validator"]["$jsonSchema"]["required"] == ["at", "kind"]
 
 
@@ -301,3 +307,125 @@ class Car(Vehicle):
         "shopapp.models.Vehicle: is_root (inheritance): the subclasses' fields and _class_id are not in the validator"
     ]
     assert [i["keys"] for i in declared(project, "animals")["indexes"]] == [{"_cls": 1, "name": 1}]
+
+
+COMMENTED = '''
+import datetime
+from typing import Optional
+
+from pydantic import BaseModel
+from pymongo import IndexModel
+
+from mongoshift.models import collection
+
+
+class Address(BaseModel):
+    city: str
+
+
+@collection("customers", indexes=[IndexModel([("email", 1)], name="email_1", unique=True), IndexModel([("seen", -1)], name="recent")])
+class Customer(BaseModel):
+    email: str
+    tier: str = "free"
+    seen: datetime.datetime
+    address: Optional[Address] = None
+
+
+@collection("events", indexes=[IndexModel([("at", -1)], name="recent")])
+class Event(BaseModel):
+    at: datetime.datetime
+'''
+
+
+#: customers.toml as generated from COMMENTED, then commented by hand
+HAND_COMMENTED = """\
+# Customers: reviewed by the data team.
+# Ask before loosening the validator.
+
+indexes = [
+  { keys = { email = 1 }, name = "email_1", unique = true },
+  # the dashboard sorts by the last visit
+  { keys = { seen = -1 }, name = "recent" },
+]
+validation_level = "moderate"
+validation_action = "warn"  # "error" once the old documents are cleaned
+
+[validator."$jsonSchema"]
+bsonType = "object"
+required = ["email", "seen"]
+
+[validator."$jsonSchema".properties.email]
+bsonType = "string"
+# the format is checked by the application, not here
+
+[validator."$jsonSchema".properties.tier]
+bsonType = "string"
+
+[validator."$jsonSchema".properties.seen]
+bsonType = "date"
+
+[validator."$jsonSchema".properties.address]
+bsonType = ["object", "null"]  # null for guests
+required = ["city"]
+
+[validator."$jsonSchema".properties.address.properties.city]
+bsonType = "string"
+"""
+
+
+def test_regenerating_changes_only_the_lines_the_models_changed_and_keeps_every_comment(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    write_models(project, COMMENTED)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    folder = project.root / "collections"
+    customers, events = folder / "customers.toml", folder / "events.toml"
+    assert tomllib.loads(HAND_COMMENTED) == declared(project, "customers")  # the same declaration, commented
+    customers.write_text(HAND_COMMENTED, encoding="utf-8")
+    check = cli(project, "collections", "generate", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr  # comments are no difference
+
+    # an index added, a field's type changed (tier), a field removed (seen)
+    write_models(project, COMMENTED.replace("    seen: datetime.datetime\n", "").replace('tier: str = "free"', "tier: int = 0")
+                 .replace('name="recent")])\nclass Customer', 'name="recent"), IndexModel([("tier", 1)], name="by_tier")])\nclass Customer'))
+    check = cli(project, "--json", "collections", "generate", "--check")
+    assert check.returncode == ExitCode.MODELS_DRIFT == 48
+    rows = {row["collection"]: row for row in json.loads(check.stdout)["collections"]}
+    assert rows["events"]["action"] == "unchanged"
+    changed = [line for line in rows["customers"]["diff"].splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert sorted(changed) == sorted([
+        '+  { keys = { tier = 1 }, name = "by_tier" },',
+        '-required = ["email", "seen"]', '+required = ["email"]',
+        '-bsonType = "string"', '+bsonType = ["int", "long"]',  # tier
+        '-[validator."$jsonSchema".properties.seen]', '-bsonType = "date"', "-",
+    ])
+    assert customers.read_text(encoding="utf-8") == HAND_COMMENTED  # --check wrote nothing
+
+    os.utime(events, ns=(10**18, 10**18))
+    events_before = events.read_bytes()
+    result = cli(project, "collections", "generate")
+    assert result.returncode == 0, result.stderr
+    assert customers.read_text(encoding="utf-8") == HAND_COMMENTED.replace(
+        '  { keys = { seen = -1 }, name = "recent" },\n', '  { keys = { seen = -1 }, name = "recent" },\n  { keys = { tier = 1 }, name = "by_tier" },\n'
+    ).replace('required = ["email", "seen"]', 'required = ["email"]').replace(
+        '[validator."$jsonSchema".properties.tier]\nbsonType = "string"\n', '[validator."$jsonSchema".properties.tier]\nbsonType = ["int", "long"]\n'
+    ).replace('[validator."$jsonSchema".properties.seen]\nbsonType = "date"\n\n', "")
+    assert events.read_bytes() == events_before and events.stat().st_mtime_ns == 10**18  # not rewritten at all
+    assert cli(project, "collections", "generate", "--check").returncode == 0
+
+
+def test_an_edit_that_would_not_read_back_as_the_merged_declaration_writes_nothing(project: Project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The read-back guard: whatever the in-place edit gives is checked before any file is written."""
+    from mongoshift.models import generate
+
+    write_models(project, COMMENTED)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    folder = project.root / "collections"
+    customers = folder / "customers.toml"
+    customers.write_text(HAND_COMMENTED, encoding="utf-8")
+    snapshot = (folder / "_models.json").read_text(encoding="utf-8")
+    write_models(project, COMMENTED.replace('tier: str = "free"', "tier: int = 0"))
+    monkeypatch.setattr(generate, "edit", lambda text, before, after: text.replace('"recent"', '"recent_"'))
+    result = cli(project, "collections", "generate")
+    assert result.returncode == ExitCode.MODELS_INVALID == 49
+    assert "customers.toml: the file could not be updated in place faithfully; nothing was written" in result.stderr
+    assert customers.read_text(encoding="utf-8") == HAND_COMMENTED
+    assert (folder / "_models.json").read_text(encoding="utf-8") == snapshot

@@ -4,6 +4,11 @@ Everything is computed before anything is written: a model that cannot be read, 
 declaration converge would refuse, or a collection declared where generate cannot write (the
 project file, a ``.py`` file) stops the run with nothing changed. Each file is then replaced
 whole (a temporary file and a rename), and the snapshot last.
+
+An existing file is edited, not rewritten: only the parts whose value changed are touched, so
+its comments and layout stay (``toml_text``); a file whose declaration did not change is not
+written at all. The edited text is read back before anything is written: it must declare
+exactly the merged declaration.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ..schema.validation import describe_errors
 from . import snapshot as snapshots
 from .merge import canonical, merge_declaration
 from .readers import ModelShape, find_models, index_form
-from .toml_text import document
+from .toml_text import document, edit
 
 
 @dataclass
@@ -76,7 +81,7 @@ def header(shape: ModelShape, package: str) -> str:
     return (
         f"Collection {shape.collection}, generated from {shape.model} ({shape.odm}) by\n"
         f"'mongoshift collections generate --models {package}'. Edit freely: a regeneration keeps\n"
-        "the values you change and updates only what the models changed (comments are not kept)."
+        "your values and comments, and changes only what the models changed."
     )
 
 
@@ -111,6 +116,21 @@ def _normalized(mine: dict[str, Any]) -> dict[str, Any]:
         except ValidationError:
             out.append(index)  # the loader has reported it already (exit 6); merged as written
     return {**mine, "indexes": out}
+
+
+def _edited(path: Path, text: str, mine: dict[str, Any], merged: dict[str, Any]) -> str:
+    """The file's text changed in place to declare ``merged``, checked by reading it back."""
+    try:
+        new_text = edit(text, mine, merged)
+    except ModelsInvalidError as exc:
+        raise ModelsInvalidError(f"{path}: {exc.message}", file=str(path)) from None
+    try:
+        faithful = canonical(_normalized(tomllib.loads(new_text))) == canonical(merged)
+    except tomllib.TOMLDecodeError:
+        faithful = False
+    if not faithful:
+        raise ModelsInvalidError(f"{path}: the file could not be updated in place faithfully; nothing was written", file=str(path))
+    return new_text
 
 
 def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapshots.Snapshot | None]:
@@ -161,7 +181,7 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
         action = "unchanged"
         diff = ""
         if changed:
-            new_text = document(merged, header(shape, package))
+            new_text = _edited(path, old_text, mine, merged) if old_text else document(merged, header(shape, package))
             action = "updated" if old_text else "created"
             shown = path.relative_to(folder.parent) if path.is_relative_to(folder.parent) else path
             diff = "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True), f"a/{shown}", f"b/{shown}"))
