@@ -1,8 +1,9 @@
-"""A batch as lanes read it: the reply's bytes split per document, lent to the transforms once decoded.
+"""A batch lent to its transforms: the originals the diff compares with, whatever the transforms did.
 
-The lanes read with ``find_raw_batches`` and split the reply themselves (:func:`reply_documents`),
-and :class:`Lent` keeps the batch's mutable values in one flat list: these tests hold both to
-what they replace (the driver's raw documents, one check per document), without a server.
+:class:`Lent` checks the batch's nested values through one flat list, and when a transform
+altered some in place, each document against a fresh decode of its bytes: these tests hold it to
+the documents as read, and to keeping the top (the diff's identity shortcut) of every document
+left alone, without a server.
 """
 
 from __future__ import annotations
@@ -10,17 +11,14 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-import pytest
-from bson import Decimal128, Int64, ObjectId, decode, encode
+from bson import Decimal128, Int64, ObjectId, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from mongoshift.background.write.batch import BatchFailed, lend, reply_documents
-from mongoshift.background.write.transaction import fitting
+from mongoshift.background.write.batch import lend
 
 CODEC: CodecOptions[dict[str, Any]] = CodecOptions(document_class=dict)
-RAW: CodecOptions[RawBSONDocument] = CodecOptions(document_class=RawBSONDocument)
 
 scalars = st.one_of(
     st.integers(-(2**31), 2**31 - 1),
@@ -40,29 +38,6 @@ stored = st.dictionaries(st.sampled_from("abcde"), values, max_size=5)
 batches = st.lists(stored, min_size=1, max_size=6).map(lambda docs: [{"_id": i, **doc} for i, doc in enumerate(docs)])
 
 
-def as_reply(docs: list[dict[str, Any]], cut: int) -> list[bytes]:
-    """The documents back to back, as ``find_raw_batches`` hands them over (in two reply batches at ``cut``)."""
-    data = [encode(doc) for doc in docs]
-    return [b"".join(data[:cut]), b"".join(data[cut:])] if 0 < cut < len(data) else [b"".join(data)]
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(docs=batches, cut=st.integers(0, 6))
-def test_the_reply_splits_into_exactly_the_documents_read(docs: list[dict[str, Any]], cut: int) -> None:
-    raws = reply_documents(as_reply(docs, cut))
-    assert raws == [encode(doc) for doc in docs]
-    by_bytes, by_raw = lend(raws, CODEC), lend([RawBSONDocument(raw) for raw in raws], CODEC)
-    assert by_bytes.copies == by_raw.copies == [decode(raw) for raw in raws]
-    assert [bytes(raw) for raw in by_bytes.raws] == [bytes(raw) for raw in by_raw.raws]
-
-
-def test_an_empty_reply_is_no_document_and_a_truncated_one_fails_the_batch() -> None:
-    assert reply_documents([b""]) == []
-    whole = encode({"_id": 1, "a": "x"})
-    with pytest.raises(BatchFailed):
-        reply_documents([whole + whole[:-2]])
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=batches, edits=st.lists(st.tuples(st.integers(0, 5), st.sampled_from("abcde"), scalars), max_size=4))
 def test_the_originals_are_the_documents_as_read_whatever_the_transforms_did_in_place(
@@ -71,7 +46,7 @@ def test_the_originals_are_the_documents_as_read_whatever_the_transforms_did_in_
     """Edits inside a value read (an array appended to, a subdocument given a field) never reach the
     originals; a document none of whose values was edited keeps its top (the diff's identity shortcut)."""
     raws = [encode(doc) for doc in docs]
-    lent = lend(raws, CODEC)
+    lent = lend([RawBSONDocument(raw) for raw in raws], CODEC)
     tops = list(lent.tops)
     edited: set[int] = set()
     for index, key, value in edits:
@@ -94,16 +69,8 @@ def test_the_originals_are_the_documents_as_read_whatever_the_transforms_did_in_
 
 def test_a_subset_checks_only_its_own_documents() -> None:
     raws = [encode({"_id": 1, "a": [1]}), encode({"_id": 2, "a": {"x": 1}}), encode({"_id": 3, "a": [3]})]
-    part = lend(raws, CODEC).subset([0, 2], CODEC)
+    part = lend([RawBSONDocument(raw) for raw in raws], CODEC).subset([0, 2], CODEC)
     part.copies[1]["a"].append(4)
     originals = part.originals(CODEC)
     assert [encode(doc) for doc in originals] == [raws[0], raws[2]]
     assert originals[0] is part.tops[0] and originals[1] is not part.tops[1]
-
-
-def test_a_transaction_measures_documents_read_as_bytes_without_encoding_them() -> None:
-    docs = [encode({"_id": i, "pad": "x" * 100}) for i in range(5)]
-    size = len(docs[0])
-    assert fitting(docs, limit=size * 3) == docs[:3]
-    assert fitting(docs, limit=size // 2) == docs[:1]  # at least one
-    assert fitting(docs) == docs

@@ -36,18 +36,7 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import (
-    BatchFailed,
-    BatchResult,
-    DocumentError,
-    Lent,
-    apply_batch,
-    at_version,
-    id_key,
-    lend,
-    reply_documents,
-    rewrite_range,
-)
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
@@ -96,28 +85,17 @@ class PartitionWork:
             return projection
         return {**projection, **dict.fromkeys(self.partition.scope.key_fields, 1)}
 
-    def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, *, raw_batches: bool = False, **options: Any) -> Any:
+    def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, **options: Any) -> Any:
         """The cursor of the next batch from ``cursor``: a keyset (or ``_id``) range in its order, or a
-        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left.
-
-        ``raw_batches``: the reply's bytes as they came (``find_raw_batches``, see :func:`read_documents`)."""
+        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left."""
         scope = self.partition.scope
-        find_ = collection.find_raw_batches if raw_batches else collection.find
         if scope.drains:
             read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
             if read is None:
                 return None
-            return find_(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
-        find = find_(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
+            return collection.find(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
+        find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
         return find.hint(self.hint) if self.hint is not None else find
-
-    async def read_documents(self, cursor: Checkpoint, size: int, **options: Any) -> list[bytes]:
-        """The next batch from ``cursor``, each document as its BSON bytes (:func:`..write.batch.reply_documents`).
-
-        The reply's bytes go to the batch's one decode (:func:`..write.batch.lend`) with no driver
-        object per document: a ``migrate`` batch is decoded once, for its ids, its copies and its checks."""
-        find = self.find(self.collection, cursor, size, raw_batches=True, **options)
-        return reply_documents(await find.to_list(None)) if find is not None else []
 
     def after(self, cursor: Checkpoint, last: Any, *, read: int, limit: int, left: list[Any]) -> tuple[Checkpoint, bool]:
         """The cursor after a batch that read ``read`` documents (``last`` the last one, decoded) and
@@ -238,23 +216,18 @@ class PlainBatches:
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
         began = engine.now()
-        # A migrate batch: the reply's bytes, decoded once here for the whole batch (lend): the transform
-        # gets those copies and the batch's ids and revisions come from them. A pipeline batch (the _id
-        # path of PipelineRanges) only needs its ids: raw documents, never decoded whole.
-        docs: Sequence[bytes | RawBSONDocument]
-        batch: Sequence[Mapping[str, Any]] | Lent
-        if job.pipeline is None:
-            docs = await work.read_documents(cursor, size)
-            batch = lend(docs, collection.codec_options.with_options(document_class=dict)) if docs else []
-        else:
-            raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
-            find = work.find(raw, cursor, size)
-            read: list[RawBSONDocument] = await find.to_list(None) if find is not None else []
-            docs = batch = read
+        # Raw BSON, decoded once here for the whole batch (lend): the transform gets those copies and
+        # the batch's ids and revisions come from them, instead of a decode of each raw document.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+        find = work.find(raw, cursor, size)
+        docs = await find.to_list(None) if find is not None else []
         read_ms = (engine.now() - began) * 1000
+        batch: list[RawBSONDocument] | Lent = docs
         control: Any = None
         if docs:
-            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else batch))
+            if job.pipeline is None:
+                batch = lend(docs, collection.codec_options.with_options(document_class=dict))
+            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs))
             if ahead is None:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
             control = ahead.control
@@ -277,7 +250,7 @@ class PlainBatches:
             )
             if change:
                 work.throttled(change, **adaptive.pace())
-        last = decode(_bson(docs[-1]), collection.codec_options) if docs else None
+        last = decode(docs[-1].raw, collection.codec_options) if docs else None
         next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
@@ -516,10 +489,13 @@ class TransactionalBatches:
         # Where the committed batch left the partition (the last checkpoint written says it).
         moved, finished = cursor, False
 
-        # Each document's bytes: run_batch decodes the batch once (lend) for its ids and the transform's copies.
-        async def read(session: Any, limit: int) -> list[bytes]:
+        # Raw BSON: run_batch decodes the batch once (lend) for its ids and the transform's copies.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+
+        async def read(session: Any, limit: int) -> list[RawBSONDocument]:
             assert spec.transaction is not None
-            return await work.read_documents(cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
+            find = work.find(raw, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
+            return await find.to_list(None) if find is not None else []
 
         async def write(session: Any, docs: Lent) -> BatchResult:
             ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
@@ -527,8 +503,8 @@ class TransactionalBatches:
 
         async def checkpoint(
             session: Any,
-            docs: list[bytes],
-            fetched: list[bytes],
+            docs: list[RawBSONDocument],
+            fetched: list[RawBSONDocument],
             limit: int,
             result: BatchResult,
             excluded: list[DocumentError],
@@ -537,7 +513,7 @@ class TransactionalBatches:
             # A batch cut to fit (fewer documents than were fetched) did not reach the end.
             read_ = len(fetched) if len(docs) == len(fetched) else limit
             nonlocal checkpointed, moved, finished
-            last = decode(docs[-1], collection.codec_options) if docs else None
+            last = decode(docs[-1].raw, collection.codec_options) if docs else None
             moved, done = work.after(cursor, last, read=read_, limit=limit, left=[e.id for e in excluded])
             finished = done
             counts = counts_of(result, len(docs))
@@ -560,7 +536,7 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            doc = decode(_bson(skip.doc), collection.codec_options) if isinstance(skip.doc, bytes | RawBSONDocument) else skip.doc
+            doc = decode(skip.doc.raw, collection.codec_options) if isinstance(skip.doc, RawBSONDocument) else skip.doc
             past, done = work.after(cursor, doc, read=1, limit=1, left=[doc["_id"]])
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
@@ -652,11 +628,6 @@ class StepCalls:
         if checkpointed is not None:
             work.renewed()
         return Progress.after(done, next_cursor, checkpointed), step_counts
-
-
-def _bson(doc: bytes | RawBSONDocument) -> bytes:
-    """A document read as BSON: its bytes."""
-    return doc if isinstance(doc, bytes) else bytes(doc.raw)
 
 
 def _ms_since(engine: EngineContext, began: float) -> float:

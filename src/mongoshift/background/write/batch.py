@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,36 +191,14 @@ def _encoded(nested: list[Any], codec: CodecOptions[Any]) -> bytes | None:
         return None
 
 
-_DOCUMENT_SIZE = struct.Struct("<i").unpack_from
-
-
-def reply_documents(batches: Sequence[bytes]) -> list[bytes]:
-    """Each document's BSON, from the reply batches of ``find_raw_batches`` (documents back to back).
-
-    The lanes read their batches so: the bytes go straight to the one decode of :func:`lend`,
-    without an object per document from the driver. A document's first four bytes are its length."""
-    data = batches[0] if len(batches) == 1 else b"".join(batches)
-    size = _DOCUMENT_SIZE
-    documents: list[bytes] = []
-    append = documents.append
-    at, end = 0, len(data)
-    while at < end:
-        (length,) = size(data, at)
-        if length < 5 or at + length > end:
-            raise BatchFailed("the server's reply holds a truncated document")
-        append(data[at : at + length])
-        at += length
-    return documents
-
-
-def lend(docs: Sequence[Mapping[str, Any] | bytes] | Lent, codec: CodecOptions[Any]) -> Lent:
+def lend(docs: Sequence[Mapping[str, Any]] | Lent, codec: CodecOptions[Any]) -> Lent:
     """``docs`` ready to be lent to the transform (see :class:`Lent`): one C decode for the batch.
 
-    Documents read as BSON (each one's bytes: :func:`reply_documents`, or raw documents) are
-    used as read; a decoded one (a re-read) is encoded first, so the caller's dict is never lent."""
+    Documents read as raw BSON (what lanes do) are used as read; a decoded one (a re-read)
+    is encoded first, so the caller's dict is never lent."""
     if isinstance(docs, Lent):
         return docs
-    raws = [doc if isinstance(doc, bytes) else doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
+    raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
     copies: list[dict[str, Any]] = decode_all(b"".join(raws), codec) if raws else []
     return Lent(raws, copies, codec)
 

@@ -55,11 +55,10 @@ def backoff_seconds(attempt: int, rng: random.Random) -> float:
 
 
 def fitting(docs: list[Any], limit: int = MAX_TRANSACTION_BYTES) -> list[Any]:
-    """The leading documents whose BSON fits in ``limit`` bytes: at least one (documents read as BSON,
-    each one's bytes or raw, are measured, not encoded)."""
+    """The leading documents whose BSON fits in ``limit`` bytes: at least one (raw ones are measured, not encoded)."""
     total = 0
     for i, doc in enumerate(docs):
-        total += len(doc) if isinstance(doc, bytes) else len(doc.raw) if isinstance(doc, RawBSONDocument) else len(encode(doc))
+        total += len(doc.raw) if isinstance(doc, RawBSONDocument) else len(encode(doc))
         if total > limit and i > 0:
             return docs[:i]
     return docs
@@ -126,8 +125,8 @@ async def run_batch(
 ) -> Outcome:
     """One transactional batch with its retries.
 
-    ``read(session, limit)`` returns the batch's documents (each one's BSON bytes, as lanes read
-    them, raw documents, or decoded); ``write(session, lent)`` runs the shared write path in strict mode on them, lent
+    ``read(session, limit)`` returns the batch's documents (raw BSON, as lanes read them, or
+    decoded); ``write(session, lent)`` runs the shared write path in strict mode on them, lent
     (:func:`.batch.lend`: decoded once, their ids taken from that decode) without the documents
     left out; ``checkpoint(session, docs, fetched, limit, result, excluded, retries)`` writes the
     fenced checkpoint (False: lease lost).
@@ -198,7 +197,7 @@ async def run_batch(
 class Skip(Exception):
     """A lone document still in the way: the caller moves the cursor past it (the next pass takes it).
 
-    ``doc`` is as read: its BSON bytes when the lane read it so."""
+    ``doc`` is as read: raw BSON when the lane read it so."""
 
     def __init__(self, doc: Mapping[str, Any], retries: int) -> None:
         super().__init__("conflict")
