@@ -1,9 +1,9 @@
 """A batch lent to its transforms: the originals the diff compares with, whatever the transforms did.
 
-:class:`Lent` checks the batch's nested values through one flat list, and when a transform
-altered some in place, each document against a fresh decode of its bytes: these tests hold it to
-the documents as read, and to keeping the top (the diff's identity shortcut) of every document
-left alone, without a server.
+:class:`Lent` checks the batch's nested values with one encode before and one after the
+transforms, and when they differ, each document on its own: these tests hold it to the
+documents as read, and to keeping the top (the diff's identity shortcut) of every document left
+alone, without a server (the server-side property is in ``tests/background/test_write_property.py``).
 """
 
 from __future__ import annotations

@@ -114,27 +114,30 @@ class Lent:
     The transform gets the one decoded copy of each document (``copies``: one C decode for the
     whole batch). A shallow copy of each one's top level (``tops``) keeps the values it was read
     with: an immutable value (:data:`IMMUTABLE`) cannot change, and the mutable ones (arrays,
-    subdocuments, ...) of the whole batch, in one flat list (``nested``: one object for the batch,
-    not one per document), are encoded together before the transforms (``encoded``) and again
-    after them (:meth:`originals`). If the bytes match, ``tops`` are the documents as read; if
-    not, each document's mutable values are compared with a fresh decode of its raw bytes, and
-    the ones a transform altered in place are replaced by that decode. So a transform that leaves
-    nested values alone costs no second decode and no per-document encode, and one that edits
-    them in place cannot alter the originals the diff compares with.
+    subdocuments, ...) of the whole batch are encoded together before the transforms
+    (``encoded``) and again after them (:meth:`originals`). If the bytes match, ``tops`` are the
+    documents as read; if not, each document is checked on its own and the ones a transform
+    altered in place are decoded again from ``raws``. So a transform that leaves nested values
+    alone costs no second decode and no per-document encode, and one that edits them in place
+    cannot alter the originals the diff compares with.
 
     ``tops`` may be read before the transforms (the lane records the batch's ids and revisions
     from them); after, only through :meth:`originals`.
     """
 
-    __slots__ = ("copies", "encoded", "nested", "raws", "tops")
+    __slots__ = ("copies", "encoded", "mutables", "raws", "tops")
 
     def __init__(self, raws: list[bytes | memoryview], copies: list[dict[str, Any]], codec: CodecOptions[Any]) -> None:
         self.raws = raws
         self.copies = copies
         self.tops = [dict(copy) for copy in copies]
         immutable = IMMUTABLE
-        self.nested = [value for copy in copies for value in copy.values() if type(value) not in immutable]
-        self.encoded = _encoded(self.nested, codec)
+        self.mutables = [{key: value for key, value in copy.items() if type(value) not in immutable} for copy in copies]
+        self.encoded: bytes | None
+        try:
+            self.encoded = encode({"m": self.mutables}, codec_options=codec)
+        except Exception:  # a value only the codec can decode: each original is decoded again instead
+            self.encoded = None
 
     def __len__(self) -> int:
         return len(self.copies)
@@ -145,50 +148,37 @@ class Lent:
         part.raws = [self.raws[i] for i in indices]
         part.copies = [self.copies[i] for i in indices]
         part.tops = [self.tops[i] for i in indices]
-        immutable = IMMUTABLE
-        part.nested = [value for top in part.tops for value in top.values() if type(value) not in immutable]
-        part.encoded = _encoded(part.nested, codec)
+        part.mutables = [self.mutables[i] for i in indices]
+        try:
+            part.encoded = encode({"m": part.mutables}, codec_options=codec)
+        except Exception:
+            part.encoded = None
         return part
 
     def originals(self, codec: CodecOptions[Any]) -> list[dict[str, Any]]:
         """The documents as read (call after the batch's transforms)."""
         if self.encoded is not None:
             try:
-                if encode({"m": self.nested}, codec_options=codec) == self.encoded:
+                if encode({"m": self.mutables}, codec_options=codec) == self.encoded:
                     return self.tops
             except Exception:  # the transform put something unencodable inside a value read
                 pass
             # Some transform altered a value read in place: find which documents, one by one.
-            return [self._original(i, codec) for i in range(len(self.tops))]
+            before = decode(self.encoded, CodecOptions(document_class=RawBSONDocument))["m"]
+            return [self._original(i, before[i].raw, codec) for i in range(len(self.tops))]
         return [decode(raw, codec) for raw in self.raws]
 
-    def _original(self, index: int, codec: CodecOptions[Any]) -> dict[str, Any]:
-        """The index-th document as read: its top, unless a transform altered one of its mutable values in place.
-
-        Its mutable values now are compared with the same values of a fresh decode of its raw
-        bytes, as encoded BSON (so as exactly as the batch's check before): the top is kept only
-        when they match, so that the diff's identity shortcut still holds for it."""
-        top = self.tops[index]
-        immutable = IMMUTABLE
-        keys = [key for key, value in top.items() if type(value) not in immutable]
-        if not keys:
-            return top
-        fresh: dict[str, Any] = decode(self.raws[index], codec)
+    def _original(self, index: int, before: bytes, codec: CodecOptions[Any]) -> dict[str, Any]:
+        mutables = self.mutables[index]
+        if not mutables:
+            return self.tops[index]
         try:
-            if encode({"m": [top[key] for key in keys]}, codec_options=codec) == encode({"m": [fresh[key] for key in keys]}, codec_options=codec):
-                return top
+            if encode(mutables, codec_options=codec) == before:
+                return self.tops[index]
         except Exception:
             pass
-        return fresh
-
-
-def _encoded(nested: list[Any], codec: CodecOptions[Any]) -> bytes | None:
-    """The batch's mutable values as one BSON document; None when only the codec could encode one
-    (each original is then decoded again from its raw bytes instead)."""
-    try:
-        return encode({"m": nested}, codec_options=codec)
-    except Exception:
-        return None
+        original: dict[str, Any] = decode(self.raws[index], codec)
+        return original
 
 
 def lend(docs: Sequence[Mapping[str, Any]] | Lent, codec: CodecOptions[Any]) -> Lent:
