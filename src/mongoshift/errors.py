@@ -56,6 +56,8 @@ class ExitCode(IntEnum):
     ADDRESS_IN_USE = 45
     TENANTS_INVALID = 46
     TENANTS_FAILED = 47
+    DASHBOARD_REFUSED = 52
+    THROTTLE_INVALID = 53
     SECOND_SIGNAL = 130
 
 
@@ -370,3 +372,18 @@ class TenantsFailedError(MongoshiftError):
 
     exit_code = ExitCode.TENANTS_FAILED
     kind = "tenants_failed"
+
+
+class DashboardRefusedError(MongoshiftError):
+    """``mongoshift dashboard`` (or ``create_app``) refused to start: a non-loopback address without a token,
+    a token too short, the ``dashboard`` extra not installed."""
+
+    exit_code = ExitCode.DASHBOARD_REFUSED
+    kind = "dashboard_refused"
+
+
+class ThrottleInvalidError(MongoshiftError):
+    """A throttle change asked for nothing, or for a batch size or pause outside the limits a migration file may declare."""
+
+    exit_code = ExitCode.THROTTLE_INVALID
+    kind = "throttle_invalid"

@@ -22,7 +22,7 @@ from ..background.inspect.status import (
 from ..background.inspect.validate import steps_count
 from ..background.lanes.engine import Engine, load_background, open_engine
 from ..background.lanes.throttle import sleep
-from ..background.state.controls import Action, ControlResult, RepinResult, control, pin
+from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult, control, pin, throttle
 from ..background.state.events import Event, Observer
 from ..background.state.model import WatchRecord
 from ..background.watch.watcher import Watcher, WatchOptions
@@ -171,6 +171,31 @@ async def control_in(project: Project, name: str, action: Action, *, reason: str
         )
         engine.context.events.emit("control", result.name, action=action, applied=result.applied, status=result.status)
         return result
+
+
+async def throttle_in(
+    project: Project,
+    name: str,
+    *,
+    batch_size: int | None = None,
+    pause_ms: int | None = None,
+    clear: bool = False,
+    reason: str | None = None,
+) -> ThrottleResult:
+    """Set the operator's pace of a registered migration (``clear``: back to the file's), as a control: who, why, an event."""
+    async with _engine(project, project.observers) as engine:
+        result = await throttle(
+            engine.store, await _registered(engine, name), batch_size=batch_size, pause_ms=pause_ms, clear=clear,
+            by=engine.session.run.executed_by, reason=reason,
+        )
+        engine.context.events.emit("control", result.name, action="throttle", applied=result.applied, status=result.status, **(result.throttle or {}))
+        return result
+
+
+async def samples_in(project: Project, name: str) -> list[dict[str, Any]]:
+    """The throughput buckets the lanes recorded for ``name`` (see ``BackgroundStore.samples``), oldest first."""
+    async with _engine(project, project.observers) as engine:
+        return await engine.store.samples(await _registered(engine, name))
 
 
 async def repin(
