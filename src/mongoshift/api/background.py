@@ -198,6 +198,16 @@ async def samples_in(project: Project, name: str) -> list[dict[str, Any]]:
         return await engine.store.samples(await _registered(engine, name))
 
 
+async def failed_ids_in(project: Project, name: str, *, limit: int = 100) -> tuple[list[Any], int]:
+    """Up to ``limit`` ids of the documents of ``name`` that failed, and their number: for an operator who asks; never logged."""
+    async with _engine(project, project.observers) as engine:
+        wanted = await _registered(engine, name)
+        state = await engine.store.state(wanted)
+        if state is None:
+            raise NotAppliedError(f"{wanted} is not a registered background migration", file=wanted)
+        return await engine.store.failed_ids(state, max(0, limit))
+
+
 async def repin(
     settings: Settings, name: str, *, reason: str | None = None, observers: Iterable[Observer] = (), client: AsyncMongoClient[Any] | None = None
 ) -> RepinResult:

@@ -308,6 +308,12 @@ class Background:
 
         return await samples_in(self._project, name)
 
+    async def failed_ids(self, name: str, *, limit: int = 100) -> tuple[list[Any], int]:
+        """Up to ``limit`` ids of the documents that failed, and how many failed: only for whoever asks (never logged)."""
+        from .background import failed_ids_in
+
+        return await failed_ids_in(self._project, name, limit=limit)
+
     async def repin(self, name: str, *, reason: str | None = None) -> RepinResult:
         """Pin the file as it is on disk now (after a deploy changed it)."""
         from .background import repin_in

@@ -31,6 +31,7 @@ from .app import (
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
+from .dashboard import dashboard as dashboard_command
 from .output import Output, release_stdout
 from .tenants import across, requested, tenant_options
 
@@ -579,3 +580,4 @@ cli.add_command(import_command)
 cli.add_command(baseline_command)
 cli.add_command(background_group)
 cli.add_command(converge_command)
+cli.add_command(dashboard_command)

@@ -242,7 +242,7 @@ class BackgroundStore:
 
     @staticmethod
     def _stamp(entry: dict[str, Any]) -> dict[str, Any]:
-        from datetime import UTC, datetime, timedelta
+        from datetime import UTC, datetime
 
         return {"at": datetime.now(UTC), **entry}
 
@@ -754,6 +754,16 @@ class BackgroundStore:
                     counts[key] = counts.get(key, 0) + int(n)
         entries.sort(key=lambda e: _naive(e.get("at")))
         return entries, counts
+
+    async def failed_ids(self, state: State, limit: int) -> tuple[list[Any], int]:
+        """Up to ``limit`` ids of documents that failed (rolled-up passes, then the current one) and how many there are.
+
+        Only for someone who asked for them (the dashboard's token holder): nothing else shows or logs an id."""
+        ids = list(state.bad_ids)
+        if state.rolled_generation < state.generation:
+            async for doc in self.partitions.find(self.current(state), {"bad_ids": 1}):
+                ids.extend(doc.get("bad_ids", []))
+        return ids[:limit], len(ids)
 
     async def live_counters(self, state: State) -> dict[str, int]:
         """Totals so far: rolled-up passes plus the current generation's partitions."""
