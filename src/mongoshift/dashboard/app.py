@@ -166,7 +166,7 @@ def create_app(
 
         async def stream() -> AsyncIterator[str]:
             async with poller.listening(wanted):
-                after = -1
+                after = 0  # tick 0 is the empty snapshot before the first read
                 while True:
                     snap = await poller.next(after)
                     after = snap.tick
