@@ -13,7 +13,7 @@ from pymongo import AsyncMongoClient, monitoring
 
 from mongoshift.api import migrations as command
 
-from ..background.conftest import background_file, fast_project, seed  # noqa: F401  (fast_project: a fixture used here)
+from ..background.conftest import background_file, seed
 
 NAME = "0001_names.py"
 TOKEN = "a-dashboard-token-for-tests"
@@ -36,6 +36,13 @@ class Reads(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+@pytest.fixture
+def fast_project(project):  # type: ignore[no-untyped-def]
+    """A project with short background timings (as the background tests' own)."""
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    return project
 
 
 @pytest.fixture

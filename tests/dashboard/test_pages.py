@@ -42,7 +42,7 @@ async def test_the_event_stream_sends_the_live_part_of_a_page(registered, counte
     app = make_app(registered, client)
     try:
         (event,) = await first_events(app, "/events")
-        assert event.startswith("event: update\n") and f"data: " in event and NAME in event
+        assert event.startswith("event: update\n") and "data: " in event and NAME in event
         (detail,) = await first_events(app, f"/events?name={NAME}")
         assert 'data-testid="status">pending' in detail
     finally:
