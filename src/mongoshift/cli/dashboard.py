@@ -47,7 +47,7 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     click.echo(f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}", err=True)
     if generated:
         click.echo(f"controls token (this run only, printed once): {token}", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2))
     asyncio.run(server.serve(sockets=[sock]))
 
 

@@ -167,8 +167,7 @@ def create_app(
         async def stream() -> AsyncIterator[str]:
             async with poller.listening(wanted):
                 after = 0  # tick 0 is the empty snapshot before the first read
-                while True:
-                    snap = await poller.next(after)
+                while (snap := await poller.next(after)) is not None:
                     after = snap.tick
                     context = migration_context(snap, wanted) if wanted else overview_context(snap)
                     html = fragment.render({"request": request, "options": options, "url_for": request.url_for, **context})

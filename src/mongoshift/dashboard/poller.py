@@ -72,6 +72,7 @@ class Poller:
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     @property
     def listeners(self) -> int:
@@ -136,19 +137,23 @@ class Poller:
             if name is not None:
                 self._viewers[name] -= 1
 
-    async def next(self, after: int) -> Snapshot:
-        """The first snapshot newer than tick ``after`` (waits for the loop's next poll)."""
+    async def next(self, after: int) -> Snapshot | None:
+        """The first snapshot newer than tick ``after`` (waits for the loop's next poll); None once closed."""
         async with self._changed:
-            await self._changed.wait_for(lambda: self.snapshot.tick > after)
-        return self.snapshot
+            await self._changed.wait_for(lambda: self.snapshot.tick > after or self._closed)
+        return None if self._closed else self.snapshot
 
     async def _loop(self) -> None:
         """Poll once per interval while any page listens; end with the last one (a new listener starts it again)."""
-        while self._listeners > 0:
+        while self._listeners > 0 and not self._closed:
             await self.refresh()
             await asyncio.sleep(self.interval)
 
     async def close(self) -> None:
+        """Stop the loop and end every open stream (the server is shutting down)."""
+        self._closed = True
+        async with self._changed:
+            self._changed.notify_all()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
