@@ -82,6 +82,9 @@ class Served:
     async def __aenter__(self) -> Served:
         self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
         while not self.server.started:
+            if self.task.done():  # it could not start: its error, not a wait for ever
+                self.task.result()
+                raise AssertionError("the dashboard's server stopped before it started")
             await asyncio.sleep(0)  # a yield to the loop until uvicorn says it listens, not a timed wait
         return self
 
@@ -117,9 +120,11 @@ async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_pro
         await page.locator('tr[data-name="0001_names.py"] [data-testid="status"]').filter(has_text="running").wait_for(timeout=WAIT_MS)
         first = await _migrated(page)
         # the count grows on the same page (no reload: the marker survives), from the event stream
-        await page.wait_for_function(
-            f"Number(document.querySelector('[data-testid=migrated]').textContent) > {first} && window.notReloaded === true", timeout=WAIT_MS
-        )
+        from playwright.async_api import expect
+
+        await expect(page.locator('[data-testid="migrated"]').first).not_to_have_text(str(first), timeout=WAIT_MS)
+        assert await _migrated(page) > first
+        assert await page.evaluate("window.notReloaded") is True
         await page.screenshot(path=str(shots / "overview.png"), full_page=True)
         # sign in, then pause from the migration's page
         await page.fill('input[name="token"]', TOKEN)
