@@ -45,8 +45,11 @@ def chart(samples: list[dict[str, Any]], *, counter: str = "scanned") -> Chart:
     width, height = CHART_W - 2 * PAD, CHART_H - 2 * PAD
     points = []
     for at, rate in rates:
-        x = PAD + ((at - start).total_seconds() / span) * width if len(rates) > 1 else PAD + width / 2
         y = PAD + height - (rate / peak) * height
+        if len(rates) == 1:  # one bucket: a level line across the box (a single point draws nothing)
+            points += [f"{PAD:.1f},{y:.1f}", f"{PAD + width:.1f},{y:.1f}"]
+            break
+        x = PAD + ((at - start).total_seconds() / span) * width
         points.append(f"{x:.1f},{y:.1f}")
     return Chart(" ".join(points), round(peak, 1), start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%H:%M:%S"), len(rates))
 
