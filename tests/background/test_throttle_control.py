@@ -74,3 +74,29 @@ def test_the_cli_sets_a_throttle_and_refuses_a_bad_one(fast_project, cli) -> Non
     ok = cli(fast_project, "background", "throttle", NAME, "--pause-ms", "250", "--reason", "night", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == {"name": NAME, "action": "throttle", "applied": "applied", "status": "pending", "throttle": {"pause_ms": 250}}
+
+
+async def test_samples_of_one_bucket_add_up_in_one_entry_and_the_oldest_go(db) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from mongoshift.background.state import store as store_module
+    from mongoshift.background.state.store import BackgroundStore
+
+    store = BackgroundStore(db, "_bg")
+    await store.states.insert_one({"_id": "m.py", "registration": "r1"})
+    at = datetime(2026, 1, 1, 12, 0, 3, tzinfo=UTC)
+    await store.add_sample("m.py", "r1", at, {"scanned": 5, "migrated": 4})
+    await store.add_sample("m.py", "r1", at + timedelta(seconds=4), {"scanned": 1, "migrated": 1, "failed": 1})
+    await store.add_sample("m.py", "r2", at, {"scanned": 100})  # another registration's lane: nothing
+    rows = await store.samples("m.py")
+    assert [(r["at"], r["scanned"], r["migrated"], r["failed"]) for r in rows] == [(at.replace(second=0), 6, 5, 1)]
+    raw = (await store.states.find_one({"_id": "m.py"}))["samples"]
+    assert len(raw) == 1
+    kept = store_module.SAMPLES_KEPT
+    try:
+        store_module.SAMPLES_KEPT = 3
+        for k in range(1, 5):
+            await store.add_sample("m.py", "r1", at + timedelta(seconds=10 * k), {"scanned": k})
+    finally:
+        store_module.SAMPLES_KEPT = kept
+    assert [r["scanned"] for r in await store.samples("m.py")] == [2, 3, 4]

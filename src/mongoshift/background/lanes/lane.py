@@ -38,7 +38,6 @@ from ..plan.key_filter import version_index_key
 from ..plan.shard_pass import has_index
 from ..state.failures import over_budget
 from ..state.model import SAMPLE_COUNTERS, Lease, Partition, Scope, State, pace_override
-from ..state.store import SAMPLE_BUCKET_SECONDS
 from ..write.batch import BatchFailed
 from ..write.job import Job
 from ..write.transaction import TransactionsUnsupported
@@ -188,7 +187,7 @@ class Lane:
     async def _sample(self, state: State, counters: dict[str, int], *, force: bool = False) -> None:
         """Add what the slice did since the last sample to the migration's throughput buckets, at most once a bucket
         (and at the slice's end): the chart of a migration is drawn from these, long after it ran."""
-        if not force and self.engine.now() - self._sampled_at < SAMPLE_BUCKET_SECONDS:
+        if not force and self.engine.now() - self._sampled_at < self.engine.sample_seconds:
             return
         delta = {k: counters.get(k, 0) - self._sampled.get(k, 0) for k in SAMPLE_COUNTERS}
         self._sampled, self._sampled_at = dict(counters), self.engine.now()

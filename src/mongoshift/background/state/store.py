@@ -307,23 +307,33 @@ class BackgroundStore:
     # -- throughput samples -----------------------------------------------------
 
     async def add_sample(self, name: str, registration: str, at: datetime, counters: dict[str, int]) -> None:
-        """Add a lane's documents since its last sample into the bucket of ``at``; a new bucket is pushed,
-        the oldest dropped past :data:`SAMPLES_KEPT`.
+        """Add a lane's documents since its last sample into the bucket of ``at``, in one round trip: the newest
+        bucket grows when it is ``at``'s, else a new one is appended and the oldest dropped past :data:`SAMPLES_KEPT`.
 
-        Two lanes that push the same new bucket at once leave two entries for it: a reader sums
-        entries of one bucket (:meth:`samples`), so nothing is counted twice or lost."""
+        Lanes of several runners write their buckets in any order: a reader sums entries of one bucket
+        (:meth:`samples`), so a bucket appended twice is neither counted twice nor lost."""
         bucket = at.replace(microsecond=0) - timedelta(seconds=at.second % SAMPLE_BUCKET_SECONDS)
         counts = {k: int(counters.get(k, 0)) for k in SAMPLE_COUNTERS}
-        result = await self.states.update_one(
-            {"_id": name, "registration": registration, "samples.at": bucket},
-            {"$inc": {f"samples.$.{k}": n for k, n in counts.items()}},
-        )
-        if result.matched_count:
-            return
-        await self.states.update_one(
-            {"_id": name, "registration": registration},
-            {"$push": {"samples": {"$each": [{"at": bucket, **counts}], "$slice": -SAMPLES_KEPT}}},
-        )
+        have = {"$ifNull": ["$samples", []]}
+        last = {"$arrayElemAt": [have, -1]}
+        grown: dict[str, Any] = {"at": {"$literal": bucket}, **{k: {"$add": [{"$ifNull": [f"$$last.{k}", 0]}, n]} for k, n in counts.items()}}
+        fresh = {"at": {"$literal": bucket}, **{k: {"$literal": n} for k, n in counts.items()}}
+        samples = {
+            "$let": {
+                "vars": {"last": last},
+                "in": {
+                    "$cond": [
+                        {"$eq": ["$$last.at", {"$literal": bucket}]},
+                        {"$concatArrays": [
+                            {"$cond": [{"$lte": [{"$size": have}, 1]}, [], {"$slice": [have, {"$subtract": [{"$size": have}, 1]}]}]},
+                            [grown],
+                        ]},
+                        {"$slice": [{"$concatArrays": [have, [fresh]]}, -SAMPLES_KEPT]},
+                    ]
+                },
+            }
+        }
+        await self.states.update_one({"_id": name, "registration": registration}, [{"$set": {"samples": samples}}])
 
     async def samples(self, name: str) -> list[dict[str, Any]]:
         """The throughput buckets of ``name``, oldest first, one entry per bucket (time as aware UTC)."""
