@@ -148,6 +148,8 @@ async def test_controls_need_the_token_and_a_form_of_this_dashboard(registered, 
     assert (entry["action"], entry["by"], entry["reason"]) == ("pause", "dashboard 127.0.0.1", "peak hours")
     shown = await web.get(done.headers["location"])
     assert "pause: done; now paused" in shown.text
+    crafted = await web.get(f"/migrations/{NAME}?said=call+this+number&sig=0000")
+    assert "call this number" not in crafted.text  # only the dashboard's own signed messages are shown
     # the same rules as the CLI: resume of a running one... here, a cancel without its confirmation is refused
     unconfirmed = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "cancel"})
     assert unconfirmed.status_code == 400
@@ -246,3 +248,34 @@ def test_the_cli_refuses_a_public_address_without_a_token_and_a_short_token(fast
     monkeypatch.setenv("MONGOSHIFT_DASHBOARD_TOKEN", "short")
     short = cli(fast_project, "dashboard", "--json")
     assert short.returncode == 52 and "short" not in short.stdout.replace("short_token", "")
+
+
+def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_project) -> None:  # type: ignore[no-untyped-def]
+    """``mongoshift dashboard --port 0``: the address, then the token, on the terminal only; the token steers."""
+    import httpx
+
+    from ..conftest import start_cli
+
+    process = start_cli(fast_project, "dashboard", "--port", "0")
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert first.startswith("mongoshift dashboard on http://127.0.0.1:"), first
+        url = first.split(" on ", 1)[1].split()[0]
+        second = process.stderr.readline()
+        assert second.startswith("controls token (this run only, printed once): ")
+        token = second.rsplit(" ", 1)[1].strip()
+        assert len(token) >= 16
+        with httpx.Client(base_url=url, timeout=60) as web:
+            page = web.get("/")
+            assert page.status_code == 200 and token not in page.text
+            refused = web.post("/sign-in", data={"csrf": "x", "token": token})
+            assert refused.status_code == 403  # no CSRF value of this browser
+            csrf = csrf_of(page.text) if 'name="csrf"' in page.text else None
+            assert csrf is not None
+            signed = web.post("/sign-in", data={"csrf": csrf, "token": token})
+            assert signed.status_code == 303
+    finally:
+        process.terminate()
+        _, rest = process.communicate(timeout=60)
+    assert token not in rest  # printed once

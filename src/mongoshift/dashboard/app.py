@@ -119,7 +119,11 @@ def create_app(
     def page(request: Request, template: str, context: Mapping[str, Any], status: int = 200) -> Response:
         csrf = Guard.csrf_value(request)
         response: Response = templates.TemplateResponse(
-            request, template, {"options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None, **context},
+            request, template,
+            {
+                "options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None,
+                "said": guard.signed(request.query_params.get("said"), request.query_params.get("sig")), **context,
+            },
             status_code=status,
         )
         _harden(response)
@@ -308,7 +312,7 @@ async def _acted(request: Request, dashboard: Dashboard, act: Callable[[], Await
         said = f"refused (exit {int(exc.exit_code)}): {exc.message}"
     poller = await dashboard.poller()
     await poller.refresh(extra=name)  # the page shows the control's effect at once
-    return RedirectResponse(target.include_query_params(said=said), status_code=303)
+    return RedirectResponse(target.include_query_params(said=said, sig=dashboard.guard.sign(said)), status_code=303)
 
 
 def _file_name(name: str) -> str:

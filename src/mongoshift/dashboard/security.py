@@ -94,6 +94,16 @@ class Guard:
             return f"dashboard {host}"[:128]
         return None
 
+    def sign(self, text: str) -> str:
+        """A signature of a message this dashboard put in a redirect's query, so a crafted link cannot make a page say something."""
+        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def signed(self, text: str | None, signature: str | None) -> str | None:
+        """``text`` when ``signature`` is this dashboard's for it, else None."""
+        if text is None or signature is None:
+            return None
+        return text if hmac.compare_digest(self.sign(text), signature) else None
+
     @staticmethod
     def csrf_value(request: Request) -> str:
         """This browser's CSRF value: its cookie, or a fresh one (the response sets it)."""
