@@ -173,16 +173,17 @@ async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refus
     async with served(registered) as dash:
         page = await browser.new_page()
         await page.goto(f"{dash.url}/migrations/{NAME}")
-        async with page.expect_response(lambda r: r.request.method == "POST") as answer:
+        async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as answer:
             await page.click('[data-testid="control-pause"]')
         assert (await answer.value).status == 403
         # another site's page posting to the dashboard (no CSRF value; its origin is not the dashboard's)
         await page.goto("about:blank")
         await page.set_content(
-            f'<form id="f" method="post" action="{dash.url}/migrations/{NAME}/control"><input name="action" value="pause"></form>'
+            f'<form method="post" action="{dash.url}/migrations/{NAME}/control"><input name="action" value="pause">'
+            '<button id="go" type="submit">go</button></form>'
         )
-        async with page.expect_response(lambda r: r.request.method == "POST") as forged:
-            await page.evaluate("document.getElementById('f').submit()")
+        async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as forged:
+            await page.click("#go", timeout=WAIT_MS)
         assert (await forged.value).status == 403
         assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
         await page.close()
