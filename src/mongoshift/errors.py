@@ -60,6 +60,8 @@ class ExitCode(IntEnum):
     MODELS_INVALID = 49
     SQUASH_REFUSED = 50
     LINT_FINDINGS = 51
+    DASHBOARD_REFUSED = 52
+    THROTTLE_INVALID = 53
     SECOND_SIGNAL = 130
 
 
@@ -396,3 +398,18 @@ class LintFindingsError(MongoshiftError):
 
     exit_code = ExitCode.LINT_FINDINGS
     kind = "lint_findings"
+
+
+class DashboardRefusedError(MongoshiftError):
+    """``mongoshift dashboard`` (or ``create_app``) refused to start: a non-loopback address without a token,
+    a token too short, the ``dashboard`` extra not installed."""
+
+    exit_code = ExitCode.DASHBOARD_REFUSED
+    kind = "dashboard_refused"
+
+
+class ThrottleInvalidError(MongoshiftError):
+    """A throttle change asked for nothing, or for a batch size or pause outside the limits a migration file may declare."""
+
+    exit_code = ExitCode.THROTTLE_INVALID
+    kind = "throttle_invalid"

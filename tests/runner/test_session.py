@@ -310,6 +310,7 @@ ONE_SHOTS = {
     "converge": Collections.converge, "plan_converge": Collections.plan,
     "run_background": Background.run, "background_status": Background.status, "background_partitions": Background.partitions,
     "control_background": Background.control, "repin_background": Background.repin, "verify_background": Background.verify,
+    "throttle_background": Background.throttle, "background_samples": Background.samples, "background_failed_ids": Background.failed_ids,
     "watch_background": Background.watch, "background_watch_status": Background.watch_status,
     "preview_background": Background.preview, "coordinate_background": Background.coordinate,
     "run_background_slice": Background.run_slice, "start_background_runner": Background.start_runner,

@@ -22,7 +22,7 @@ from ..background.inspect.status import (
 from ..background.inspect.validate import steps_count
 from ..background.lanes.engine import Engine, load_background, open_engine
 from ..background.lanes.throttle import sleep
-from ..background.state.controls import Action, ControlResult, RepinResult, control, pin
+from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult, control, pin, throttle
 from ..background.state.events import Event, Observer
 from ..background.state.model import WatchRecord
 from ..background.watch.watcher import Watcher, WatchOptions
@@ -171,6 +171,67 @@ async def control_in(project: Project, name: str, action: Action, *, reason: str
         )
         engine.context.events.emit("control", result.name, action=action, applied=result.applied, status=result.status)
         return result
+
+
+async def apply_throttle(
+    settings: Settings,
+    name: str,
+    *,
+    batch_size: int | None = None,
+    pause_ms: int | None = None,
+    clear: bool = False,
+    reason: str | None = None,
+    observers: Iterable[Observer] = (),
+    client: AsyncMongoClient[Any] | None = None,
+) -> ThrottleResult:
+    """One-shot ``Mongoshift.background.throttle`` (:func:`throttle_in`)."""
+    project = one_shot(settings, client=client, observers=observers)
+    return await throttle_in(project, name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
+
+
+async def throttle_in(
+    project: Project,
+    name: str,
+    *,
+    batch_size: int | None = None,
+    pause_ms: int | None = None,
+    clear: bool = False,
+    reason: str | None = None,
+) -> ThrottleResult:
+    """Set the operator's pace of a registered migration (``clear``: back to the file's), as a control: who, why, an event."""
+    async with _engine(project, project.observers) as engine:
+        result = await throttle(
+            engine.store, await _registered(engine, name), batch_size=batch_size, pause_ms=pause_ms, clear=clear,
+            by=engine.session.run.executed_by, reason=reason,
+        )
+        engine.context.events.emit("control", result.name, action="throttle", applied=result.applied, status=result.status, **(result.throttle or {}))
+        return result
+
+
+async def samples(settings: Settings, name: str, *, client: AsyncMongoClient[Any] | None = None) -> list[dict[str, Any]]:
+    """One-shot ``Mongoshift.background.samples`` (:func:`samples_in`)."""
+    return await samples_in(one_shot(settings, client=client), name)
+
+
+async def samples_in(project: Project, name: str) -> list[dict[str, Any]]:
+    """The throughput buckets the lanes recorded for ``name`` (see ``BackgroundStore.samples``), oldest first."""
+    async with _engine(project, project.observers) as engine:
+        return await engine.store.samples(await _registered(engine, name))
+
+
+async def failed_ids(settings: Settings, name: str, *, limit: int = 100, client: AsyncMongoClient[Any] | None = None) -> tuple[list[Any], int]:
+    """One-shot ``Mongoshift.background.failed_ids`` (:func:`failed_ids_in`): ids, for whoever asks; never logged."""
+    return await failed_ids_in(one_shot(settings, client=client), name, limit=limit)
+
+
+async def failed_ids_in(project: Project, name: str, *, limit: int = 100) -> tuple[list[Any], int]:
+    """Up to ``limit`` ids of the documents of ``name`` that failed, and their number: for an operator who asks; never logged."""
+    async with _engine(project, project.observers) as engine:
+        wanted = await _registered(engine, name)
+        state = await engine.store.state(wanted)
+        if state is None:
+            raise NotAppliedError(f"{wanted} is not a registered background migration", file=wanted)
+        return await engine.store.failed_ids(state, max(0, limit))
 
 
 async def repin(

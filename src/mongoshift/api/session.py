@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ..background.inspect.drift import Verified
     from ..background.inspect.preview import Preview
     from ..background.inspect.status import BackgroundReport, PartitionRow
-    from ..background.state.controls import Action, ControlResult, RepinResult
+    from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult
     from ..background.state.model import WatchRecord
     from ..background.watch.watcher import WatchOptions
     from ..converge.report import ConvergeReport
@@ -320,6 +320,26 @@ class Background:
         from .background import control_in
 
         return await control_in(self._project, name, action, reason=reason, from_start=from_start)
+
+    async def throttle(
+        self, name: str, *, batch_size: int | None = None, pause_ms: int | None = None, clear: bool = False, reason: str | None = None
+    ) -> ThrottleResult:
+        """Set the operator's pace of a registered migration (``clear``: back to the file's); recorded like a control."""
+        from .background import throttle_in
+
+        return await throttle_in(self._project, name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
+
+    async def samples(self, name: str) -> list[dict[str, Any]]:
+        """The throughput samples of a registered migration: 10-second buckets of documents scanned, migrated, failed."""
+        from .background import samples_in
+
+        return await samples_in(self._project, name)
+
+    async def failed_ids(self, name: str, *, limit: int = 100) -> tuple[list[Any], int]:
+        """Up to ``limit`` ids of the documents that failed, and how many failed: only for whoever asks (never logged)."""
+        from .background import failed_ids_in
+
+        return await failed_ids_in(self._project, name, limit=limit)
 
     async def repin(self, name: str, *, reason: str | None = None) -> RepinResult:
         """Pin the file as it is on disk now (after a deploy changed it)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -613,6 +613,50 @@ def repin(name: str, reason: str | None, yes: bool) -> None:
             raise click.exceptions.Exit(code)
         return
     _repin(name, reason)
+
+
+@background.command()
+@click.argument("name")
+@click.option("--batch-size", type=int, default=None, help="Documents per batch, 1 to 10,000 (wins over the adaptive controller).")
+@click.option("--pause-ms", type=int, default=None, help="Pause between batches in milliseconds, 0 to 3,600,000.")
+@click.option("--clear", is_flag=True, help="Go back to the pace the file declares.")
+@REASON
+@tenant_options
+@global_options
+def throttle(name: str, batch_size: int | None, pause_ms: int | None, clear: bool, reason: str | None) -> None:
+    """Change NAME's pace while it runs: lanes take it before their next batch (exit 53 for a bad value)."""
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
+    from ..background.state.controls import checked_pace
+    from ..background.state.events import shown_by_caller
+
+    checked_pace(batch_size, pause_ms, clear=clear)  # refused before any connection
+    s = settings()
+    tenants = requested()
+
+    def change(ms: Any) -> Any:
+        return ms.background.throttle(name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
+
+    def as_json(r: Any) -> dict[str, Any]:
+        return {"name": r.name, "action": "throttle", "applied": r.applied, "status": r.status, "throttle": r.throttle}
+
+    if tenants is not None:
+        from ..tenants.report import Judged  # start-up time: loaded only when this command runs
+
+        code = across(
+            s, tenants, "background throttle", change,
+            judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False, result_json=as_json,
+        )
+        if code:
+            raise click.exceptions.Exit(code)
+        return
+    with shown_by_caller("control"):  # the line below says it
+        result = run_async(lambda cancel: change(per_call(s)))
+    out = output()
+    if out.json_mode:
+        out.json(as_json(result))
+    else:
+        pace = ", ".join(f"{k} {v}" for k, v in (result.throttle or {}).items()) or "the file's"
+        out.say(f"{result.name}: throttle {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; pace now {pace}")
 
 
 @background.command()

@@ -31,6 +31,7 @@ from .app import (
 from .audit import audit as audit_command
 from .background import background as background_group
 from .converge import converge_command, interactive_confirm, render
+from .dashboard import dashboard as dashboard_command
 from .lint import lint as lint_command
 from .models import collections_group
 from .output import Output, release_stdout
@@ -601,3 +602,4 @@ cli.add_command(converge_command)
 cli.add_command(collections_group)
 cli.add_command(squash_command)
 cli.add_command(lint_command)
+cli.add_command(dashboard_command)

@@ -116,6 +116,8 @@ class BackgroundReport:
     #: How its batches are sized (:func:`batch_sizing`): the adaptive controller's bounds and targets,
     #: and its state on each open partition (the size a lane works it at, and why).
     batch_size: dict[str, Any] = field(default_factory=dict)
+    #: The operator's pace set by the throttle control (``batch_size``, ``pause_ms``); None: the file's.
+    throttle: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -184,6 +186,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
         warnings=warnings,
         waits_for=list(state.waits_for),
         batch_size=batch_sizing(state, parts),
+        throttle=state.throttle,
     )
 
 

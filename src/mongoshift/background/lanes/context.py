@@ -15,7 +15,7 @@ from ...project.changelog import Changelog
 from ...project.run import CancelSignal
 from ...schema.background import Background
 from ..state.events import Events
-from ..state.store import BackgroundStore
+from ..state.store import SAMPLE_BUCKET_SECONDS, BackgroundStore
 from .health import CallableSignal, HealthSignal, ReplicationLag
 
 
@@ -41,6 +41,8 @@ class EngineContext:
     shard_aware: Literal["auto", "on", "off"] = "auto"
     shard_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     shard_warned: set[str] = field(default_factory=set)
+    #: How often (engine clock) a lane adds to the throughput samples mid-slice; it always does at a slice's end.
+    sample_seconds: float = SAMPLE_BUCKET_SECONDS
 
     async def reap(self, name: str) -> int:
         """Free the expired leases of ``name`` (:meth:`BackgroundStore.reap`); a ``reclaimed`` event counts them."""

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pymongo.errors import PyMongoError
@@ -36,7 +37,7 @@ from ...schema.background import Adaptive, Background
 from ..plan.key_filter import version_index_key
 from ..plan.shard_pass import has_index
 from ..state.failures import over_budget
-from ..state.model import Lease, Partition, Scope, State
+from ..state.model import SAMPLE_COUNTERS, Lease, Partition, Scope, State, pace_override
 from ..write.batch import BatchFailed
 from ..write.job import Job
 from ..write.transaction import TransactionsUnsupported
@@ -75,6 +76,11 @@ class Lane:
         #: The adaptive controller's state when this lane's last slice ended: where it starts on a
         #: partition that has none saved (a fresh one), instead of ``batch_size`` again.
         self.pace: dict[str, Any] | None = None
+        #: The operator's pace (the throttle control) as last read with the control fields: it wins over the file's.
+        self.override: dict[str, int] | None = None
+        #: The slice's counters as last added to the throughput samples, and when (engine clock).
+        self._sampled: dict[str, int] = {}
+        self._sampled_at = engine.now()
 
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure.
@@ -114,6 +120,7 @@ class Lane:
         self.activity.touched = started  # the claim renewed the lease
         heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))
         counters: dict[str, int] = {}
+        self._sampled = {}
         outcome: SliceResult
         disconnected: PyMongoError | None = None
         try:
@@ -143,6 +150,8 @@ class Lane:
             engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
         elif outcome.outcome not in ("done", "error", "disconnected"):
             await engine.store.release(lease)
+        if disconnected is None:
+            await self._sample(state, counters, force=True)
         failure = {"error": outcome.error} if outcome.error else {}  # redacted by describe_error
         duration_ms = round((engine.now() - started) * 1000, 1)
         engine.events.emit("slice_end", state.name, partition=partition.seq, outcome=outcome.outcome, duration_ms=duration_ms, **counters, **failure)
@@ -175,10 +184,25 @@ class Lane:
             except Exception as exc:  # a blip: the fenced checkpoint is the real guard
                 log.debug("lease renewal failed: %s", type(exc).__name__)
 
+    async def _sample(self, state: State, counters: dict[str, int], *, force: bool = False) -> None:
+        """Add what the slice did since the last sample to the migration's throughput buckets, at most once a bucket
+        (and at the slice's end): the chart of a migration is drawn from these, long after it ran."""
+        if not force and self.engine.now() - self._sampled_at < self.engine.sample_seconds:
+            return
+        delta = {k: counters.get(k, 0) - self._sampled.get(k, 0) for k in SAMPLE_COUNTERS}
+        self._sampled, self._sampled_at = dict(counters), self.engine.now()
+        if not any(delta.values()):
+            return
+        try:
+            await self.engine.store.add_sample(state.name, state.registration, datetime.now(UTC), delta)
+        except PyMongoError as exc:  # a missed sample leaves a gap in a chart; the work itself is checkpointed
+            log.debug("%s: a throughput sample was not saved: %s", state.name, type(exc).__name__)
+
     async def _control(self, state: State, partition: Partition) -> Outcome | None:
         doc = await self.engine.store.control_fields(state.name)
         if doc is None or doc.get("registration") != state.registration:
             return "stale"
+        self.override = pace_override(doc.get("throttle"))
         status = doc.get("status")
         if status in HALTING:
             return HALTING[status]
@@ -281,10 +305,11 @@ class Lane:
                 if control is not None:
                     return SliceResult(control, counters)
                 look = False
-            size = adaptive.batch_size() if adaptive else spec.batch_size
+            override = self.override or {}
+            size = override.get("batch_size") or (adaptive.batch_size() if adaptive else spec.batch_size)
             wait_started = engine.now()
             await before_batch(
-                pause_ms=spec.pause_ms,
+                pause_ms=override.get("pause_ms", spec.pause_ms),
                 hook=spec.throttle,
                 context=ThrottleContext(state.name, spec.collection, state.generation, str(partition.seq), size, engine.cancel),
                 adaptive_pause_ms=adaptive.pause_ms() if adaptive else 0,
@@ -314,6 +339,7 @@ class Lane:
                 return SliceResult("lost", counters)
             cursor = progress.cursor
             batches += 1
+            await self._sample(state, counters)
             if progress.control != seen:  # the state changed since the lane last read it
                 seen, look = progress.control, True
             if progress.done:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import BackgroundConflictError, NotAppliedError
+from ...errors import BackgroundConflictError, NotAppliedError, ThrottleInvalidError
 from ...schema.background import Background
-from .model import State
+from .model import State, pace_override
 from .store import BackgroundStore
 
 Action = Literal["pause", "resume", "cancel", "retry", "reopen", "unlock"]
@@ -168,3 +168,64 @@ async def pin(store: BackgroundStore, name: str, spec: Background, checksum: str
         set_={"checksum": checksum, "spec": settings, "collection": spec.collection, "replan": replan},
     )
     return RepinResult(name, "applied", checksum, replan)
+
+
+#: The throttle control's limits: the ones a migration file may declare for ``batch_size`` and ``pause_ms``.
+BATCH_SIZE_LIMITS = (1, 10_000)
+PAUSE_MS_LIMITS = (0, 3_600_000)
+
+
+@dataclass
+class ThrottleResult:
+    name: str
+    applied: Literal["applied", "unchanged"]
+    status: str
+    #: The operator's pace now in force (``batch_size``, ``pause_ms``; either may be absent); None: the file's.
+    throttle: dict[str, int] | None
+
+
+def checked_pace(batch_size: int | None, pause_ms: int | None, *, clear: bool) -> dict[str, int] | None:
+    """The override a throttle change asks for, refused (exit 53) when it asks for nothing or for a value out of bounds."""
+    if clear:
+        if batch_size is not None or pause_ms is not None:
+            raise ThrottleInvalidError("throttle: --clear goes back to the file's pace; give it alone, without --batch-size or --pause-ms")
+        return None
+    if batch_size is None and pause_ms is None:
+        raise ThrottleInvalidError("throttle: give --batch-size, --pause-ms or both (or --clear to go back to the file's pace)")
+    pace: dict[str, int] = {}
+    for key, value, (low, high) in (("batch_size", batch_size, BATCH_SIZE_LIMITS), ("pause_ms", pause_ms, PAUSE_MS_LIMITS)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ThrottleInvalidError(f"throttle: {key} must be a whole number from {low:,} to {high:,}", field=key)
+        pace[key] = value
+    return pace
+
+
+async def throttle(
+    store: BackgroundStore,
+    name: str,
+    *,
+    batch_size: int | None = None,
+    pause_ms: int | None = None,
+    clear: bool = False,
+    by: str,
+    reason: str | None = None,
+) -> ThrottleResult:
+    """Set (or ``clear``) the operator's pace of ``name``: recorded in its history with who and why, like every control.
+
+    The change stamps the open partitions, so each lane takes the new pace before its next batch;
+    a set ``batch_size`` wins over the adaptive controller until cleared. Any status is accepted:
+    a paused or failed migration keeps the pace for when it is resumed or retried."""
+    pace = checked_pace(batch_size, pause_ms, clear=clear)
+    state = await store.state(name)
+    if state is None:
+        raise NotAppliedError(f"{name} is not a registered background migration", file=name)
+    merged = None if clear else {**(state.throttle or {}), **(pace or {})}
+    if pace_override(merged) == state.throttle:
+        return ThrottleResult(name, "unchanged", state.status, state.throttle)
+    if not await store.transition(
+        name, allowed=(state.status,), to=state.status, action="throttle", by=by, reason=reason, set_={"throttle": merged}
+    ):
+        raise BackgroundConflictError(f"{name} changed while throttle was applied; try again", status=state.status)
+    return ThrottleResult(name, "applied", state.status, pace_override(merged))

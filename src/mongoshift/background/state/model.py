@@ -17,6 +17,8 @@ PartitionStatus = Literal["pending", "running", "done", "failed", "superseded"]
 Direction = Literal["forward", "revert"]
 
 COUNTERS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "txn_retries")
+#: What a throughput sample counts (see :meth:`~.store.BackgroundStore.add_sample`).
+SAMPLE_COUNTERS = ("scanned", "migrated", "failed", "conflicts")
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -225,6 +227,8 @@ class State:
     rate_base: int = 0
     #: Failed documents per reason, over the rolled-up generations.
     error_counts: dict[str, int] = field(default_factory=dict)
+    #: The operator's pace (the throttle control): ``batch_size`` and ``pause_ms``, each optional; None: the file's.
+    throttle: dict[str, int] | None = None
 
     @property
     def mode(self) -> str:
@@ -259,7 +263,16 @@ class State:
             waits_for=list(doc.get("waits_for") or []),
             rate_base=int(doc.get("rate_base") or 0),
             error_counts={str(k): int(v) for k, v in (doc.get("error_counts") or {}).items()},
+            throttle=pace_override(doc.get("throttle")),
         )
+
+
+def pace_override(value: Any) -> dict[str, int] | None:
+    """The stored throttle override as ``{batch_size?, pause_ms?}`` of whole numbers; None when there is none."""
+    if not isinstance(value, dict):
+        return None
+    pace = {k: int(v) for k, v in value.items() if k in ("batch_size", "pause_ms") and isinstance(v, int) and not isinstance(v, bool)}
+    return pace or None
 
 
 def aware(value: Any) -> datetime | None:

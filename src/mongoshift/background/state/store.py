@@ -15,7 +15,7 @@ import socket
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
@@ -24,7 +24,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from .failures import count_key
-from .model import COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, WatchRecord, aware, zero_counters
+from .model import COUNTERS, SAMPLE_COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, WatchRecord, aware, zero_counters
 
 log = logging.getLogger("mongoshift.background")
 
@@ -55,6 +55,14 @@ PARTITION_INDEXES = [
     ),
     LEASE_SLOT,
 ]
+
+
+#: The throughput samples: one bucket of this many seconds per entry, summed over every lane of every runner.
+SAMPLE_BUCKET_SECONDS = 10
+#: The buckets a migration keeps, newest last (6 hours of work at one bucket each 10 s; about 100 bytes each).
+SAMPLES_KEPT = 2160
+#: The samples are read only by whoever charts them, never with the state the lanes read before each slice.
+WITHOUT_SAMPLES: dict[str, Any] = {"samples": 0}
 
 
 def _naive(at: Any) -> datetime:
@@ -124,18 +132,18 @@ class BackgroundStore:
     # -- state ----------------------------------------------------------------
 
     async def state(self, name: str) -> State | None:
-        doc = await self.states.find_one({"_id": name})
+        doc = await self.states.find_one({"_id": name}, WITHOUT_SAMPLES)
         return State.from_document(doc) if doc else None
 
     async def states_all(self) -> list[State]:
-        return [State.from_document(d) async for d in self.states.find({}, sort=[("_id", ASCENDING)])]
+        return [State.from_document(d) async for d in self.states.find({}, WITHOUT_SAMPLES, sort=[("_id", ASCENDING)])]
 
     async def readable_states(self) -> tuple[list[State], list[str]]:
         """Every state that reads as one, and the names of the records that do not (a status, a
         registration or a collection missing: written by hand, or by a version that crashed mid-way)."""
         states: list[State] = []
         broken: list[str] = []
-        async for doc in self.states.find({}, sort=[("_id", ASCENDING)]):
+        async for doc in self.states.find({}, WITHOUT_SAMPLES, sort=[("_id", ASCENDING)]):
             try:
                 states.append(State.from_document(doc))
             except (KeyError, TypeError, ValueError):
@@ -164,7 +172,8 @@ class BackgroundStore:
 
     async def blocked_on(self, name: str) -> list[State]:
         """The migrations blocked while ``name`` is among what they require."""
-        return [State.from_document(d) async for d in self.states.find({"status": "blocked", "requires": name}, sort=[("_id", ASCENDING)])]
+        query = {"status": "blocked", "requires": name}
+        return [State.from_document(d) async for d in self.states.find(query, WITHOUT_SAMPLES, sort=[("_id", ASCENDING)])]
 
     async def register(
         self,
@@ -291,8 +300,53 @@ class BackgroundStore:
         )
 
     async def control_fields(self, name: str) -> dict[str, Any] | None:
-        """What a lane checks before its first batch and after a control stamp: status, generation, plan token, registration."""
-        return await self.states.find_one({"_id": name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1})
+        """What a lane checks before its first batch and after a control stamp: status, generation, plan token,
+        registration, and the operator's pace (``throttle``, set by the throttle control)."""
+        return await self.states.find_one({"_id": name}, {"status": 1, "generation": 1, "plan.token": 1, "registration": 1, "throttle": 1})
+
+    # -- throughput samples -----------------------------------------------------
+
+    async def add_sample(self, name: str, registration: str, at: datetime, counters: dict[str, int]) -> None:
+        """Add a lane's documents since its last sample into the bucket of ``at``, in one round trip: the newest
+        bucket grows when it is ``at``'s, else a new one is appended and the oldest dropped past :data:`SAMPLES_KEPT`.
+
+        Lanes of several runners write their buckets in any order: a reader sums entries of one bucket
+        (:meth:`samples`), so a bucket appended twice is neither counted twice nor lost."""
+        bucket = at.replace(microsecond=0) - timedelta(seconds=at.second % SAMPLE_BUCKET_SECONDS)
+        counts = {k: int(counters.get(k, 0)) for k in SAMPLE_COUNTERS}
+        have = {"$ifNull": ["$samples", []]}
+        last = {"$arrayElemAt": [have, -1]}
+        grown: dict[str, Any] = {"at": {"$literal": bucket}, **{k: {"$add": [{"$ifNull": [f"$$last.{k}", 0]}, n]} for k, n in counts.items()}}
+        fresh = {"at": {"$literal": bucket}, **{k: {"$literal": n} for k, n in counts.items()}}
+        samples = {
+            "$let": {
+                "vars": {"last": last},
+                "in": {
+                    "$cond": [
+                        {"$eq": ["$$last.at", {"$literal": bucket}]},
+                        {"$concatArrays": [
+                            {"$cond": [{"$lte": [{"$size": have}, 1]}, [], {"$slice": [have, {"$subtract": [{"$size": have}, 1]}]}]},
+                            [grown],
+                        ]},
+                        {"$slice": [{"$concatArrays": [have, [fresh]]}, -SAMPLES_KEPT]},
+                    ]
+                },
+            }
+        }
+        await self.states.update_one({"_id": name, "registration": registration}, [{"$set": {"samples": samples}}])
+
+    async def samples(self, name: str) -> list[dict[str, Any]]:
+        """The throughput buckets of ``name``, oldest first, one entry per bucket (time as aware UTC)."""
+        doc = await self.states.find_one({"_id": name}, {"samples": 1})
+        merged: dict[datetime, dict[str, Any]] = {}
+        for entry in (doc or {}).get("samples") or []:
+            at = aware(entry.get("at"))
+            if at is None:
+                continue
+            row = merged.setdefault(at, {"at": at, **dict.fromkeys(SAMPLE_COUNTERS, 0)})
+            for key in SAMPLE_COUNTERS:
+                row[key] += int(entry.get(key) or 0)
+        return [merged[at] for at in sorted(merged)]
 
     async def withdraw(self, name: str, registration: str) -> None:
         """Forget a migration: its partitions, then its state (only while ``registration`` is the current one)."""
@@ -710,6 +764,16 @@ class BackgroundStore:
                     counts[key] = counts.get(key, 0) + int(n)
         entries.sort(key=lambda e: _naive(e.get("at")))
         return entries, counts
+
+    async def failed_ids(self, state: State, limit: int) -> tuple[list[Any], int]:
+        """Up to ``limit`` ids of documents that failed (rolled-up passes, then the current one) and how many there are.
+
+        Only for someone who asked for them (the dashboard's token holder): nothing else shows or logs an id."""
+        ids = list(state.bad_ids)
+        if state.rolled_generation < state.generation:
+            async for doc in self.partitions.find(self.current(state), {"bad_ids": 1}):
+                ids.extend(doc.get("bad_ids", []))
+        return ids[:limit], len(ids)
 
     async def live_counters(self, state: State) -> dict[str, int]:
         """Totals so far: rolled-up passes plus the current generation's partitions."""

@@ -1,0 +1,66 @@
+"""``mongoshift dashboard``: serve the web dashboard (docs/dashboard.md) with uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+
+import click
+
+from ..errors import AddressInUseError, DashboardRefusedError
+from .app import global_options, settings
+
+
+@click.command(name="dashboard")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; any but loopback needs MONGOSHIFT_DASHBOARD_TOKEN.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 picks a free port.")
+@click.option("--read-only", is_flag=True, help="Show no control, and refuse every one.")
+@global_options
+def dashboard(host: str, port: int, read_only: bool) -> None:
+    """Serve the web dashboard: the line, background migrations, their partitions, throughput and controls."""
+    # start-up time, and an optional extra: Starlette, Jinja2 and uvicorn load only for this command
+    try:
+        import uvicorn
+
+        from ..dashboard import create_app
+        from ..dashboard.security import TOKEN_ENV, checked_token, generated_token, is_loopback
+    except ImportError as exc:
+        raise DashboardRefusedError(
+            f"the dashboard needs its extra: pip install 'mongoshift[dashboard]' ({exc.name} is missing)", reason="extra_missing"
+        ) from None
+    token = checked_token(os.environ.get(TOKEN_ENV) or None)
+    generated = False
+    if token is None and not read_only:
+        if not is_loopback(host):
+            raise DashboardRefusedError(
+                f"refusing to serve the dashboard on {host} without a token: set {TOKEN_ENV} (or use --read-only, or a loopback address)",
+                host=host, reason="no_token",
+            )
+        token, generated = generated_token(), True
+    s = settings()
+    sock = _bound(host, port)
+    app = create_app(s, token=token, read_only=read_only)
+    where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}/"
+    # Straight to the terminal, once: never through logging, so no log file or collector ever holds it.
+    click.echo(f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}", err=True)
+    if generated:
+        click.echo(f"controls token (this run only, printed once): {token}", err=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2))
+    asyncio.run(server.serve(sockets=[sock]))
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``, or the error every server command gives (exit 45)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        reason = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or type(exc).__name__)
+        raise AddressInUseError(f"the dashboard cannot listen on {host}:{port}: {reason}", host=host, port=port, reason=reason) from None
+    return sock

@@ -1,0 +1,336 @@
+"""``create_app``: the dashboard as a Starlette application (pages, the event stream, the controls).
+
+Pages are rendered on the server, whole, so they work with JavaScript off and can be refreshed;
+with it on, htmx swaps each page's live part from a server-sent event stream fed by the shared
+:class:`~.poller.Poller`. Controls are plain POST forms (CSRF, an operator: see :mod:`.security`)
+that call the API's session with the operator as ``executed_by``, so the history says who and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader
+from pymongo import AsyncMongoClient
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from .. import api
+from ..api.session import per_call
+from ..errors import MongoshiftError
+from . import views
+from .poller import Poller, Snapshot
+from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
+
+log = logging.getLogger("mongoshift.dashboard")
+
+HERE = Path(__file__).parent
+#: The background controls a page offers; those marked True ask for a confirmation first (as the CLI asks).
+CONTROLS: dict[str, bool] = {"pause": False, "resume": False, "cancel": True, "retry": False, "retry-from-start": True, "unlock": True}
+#: How many failed documents' ids a token holder sees when asking.
+IDS_SHOWN = 100
+REASON_CHARS = 200
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    """How one dashboard behaves (``create_app``'s keywords, kept together for the pages)."""
+
+    read_only: bool = False
+    poll_seconds: float = 1.0
+    title: str = "mongoshift"
+
+
+class Dashboard:
+    """One dashboard's session, poller and guard; the session opens on first use (a mounted app gets no lifespan)."""
+
+    def __init__(self, settings: api.Settings, client: AsyncMongoClient[Any] | None, guard: Guard, options: DashboardOptions) -> None:
+        self.settings = settings
+        self.guard = guard
+        self.options = options
+        self._client = client
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._poller: Poller | None = None
+
+    async def poller(self) -> Poller:
+        if self._poller is None:
+            stack = contextlib.AsyncExitStack()
+            try:
+                if self._client is None:
+                    self._client = await api.open_client(self.settings)
+                    client = self._client
+                    stack.push_async_callback(client.close)
+                ms = await stack.enter_async_context(api.connect(self.settings, client=self._client))
+            except BaseException:
+                await stack.aclose()
+                raise
+            self._stack = stack
+            self._poller = Poller(ms, interval=self.options.poll_seconds)
+        return self._poller
+
+    async def steer(self, who: str) -> api.Mongoshift:
+        """A session for one control whose history entry names ``who`` (on the dashboard's connection)."""
+        await self.poller()
+        return per_call(self.settings.model_copy(update={"executed_by": who}), client=self._client)
+
+    async def aclose(self) -> None:
+        """Stop the poller and close the session (and the client it opened); call it at a mounting app's shutdown."""
+        if self._poller is not None:
+            await self._poller.close()
+        if self._stack is not None:
+            await self._stack.aclose()
+        self._poller, self._stack = None, None
+
+
+def create_app(
+    settings: api.Settings,
+    *,
+    client: AsyncMongoClient[Any] | None = None,
+    token: str | None = None,
+    identity: Identity | None = None,
+    read_only: bool = False,
+    poll_seconds: float = 1.0,
+) -> Starlette:
+    """The dashboard as an ASGI application.
+
+    ``client``: the application's open client (left open). ``token``: the shared secret a control
+    needs (at least 16 characters; None: only ``identity`` may steer). ``identity(request)``: the
+    mounting application's name for the request's user (it authenticated them), used as the
+    audit's "who"; None for a request it does not vouch for. ``read_only``: no control is shown,
+    and every one is refused. The app is ``app.state.dashboard`` (:class:`Dashboard`); a mounting
+    application calls ``await app.state.dashboard.aclose()`` at shutdown.
+    """
+    guard = Guard(checked_token(token), identity, read_only)
+    options = DashboardOptions(read_only=read_only, poll_seconds=poll_seconds)
+    dashboard = Dashboard(settings, client, guard, options)
+    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True)
+    templates = Jinja2Templates(env=env)
+    env.globals.update(duration=views.duration, percent=views.percent, when=views.when, controls=CONTROLS)
+
+    def page(request: Request, template: str, context: Mapping[str, Any], status: int = 200) -> Response:
+        csrf = Guard.csrf_value(request)
+        response: Response = templates.TemplateResponse(
+            request, template,
+            {
+                "options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None,
+                "said": guard.signed(request.query_params.get("said"), request.query_params.get("sig")), **context,
+            },
+            status_code=status,
+        )
+        _harden(response)
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path=_cookie_path(request))
+        return response
+
+    def overview_context(snap: Snapshot) -> dict[str, Any]:
+        return {
+            "snap": snap,
+            "counts": views.line_counts(snap.rows),
+            "verdicts": views.verdicts(snap.audit),
+            "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],
+        }
+
+    def migration_context(snap: Snapshot, name: str) -> dict[str, Any]:
+        detail = snap.details.get(name)
+        return {
+            "snap": snap,
+            "name": name,
+            "report": snap.report(name),
+            "detail": detail,
+            "chart": views.chart(detail.samples if detail else []),
+            "verdict": views.verdicts(snap.audit).get(name, "ok"),
+        }
+
+    async def overview(request: Request) -> Response:
+        snap = await (await dashboard.poller()).current()
+        return page(request, "overview.html", overview_context(snap))
+
+    async def migration(request: Request) -> Response:
+        name = _file_name(request.path_params["name"])
+        snap = await (await dashboard.poller()).current(name)
+        if snap.report(name) is None:
+            return page(request, "error.html", {"message": f"{name} is not a registered background migration"}, 404)
+        return page(request, "migration.html", migration_context(snap, name))
+
+    async def events(request: Request) -> Response:
+        """The live part of one page, re-rendered at each poll, as server-sent events (``event: update``)."""
+        name = request.query_params.get("name")
+        wanted = _file_name(name) if name else None
+        poller = await dashboard.poller()
+        fragment = templates.get_template("_migration_live.html" if wanted else "_overview_live.html")
+
+        async def stream() -> AsyncIterator[str]:
+            async with poller.listening(wanted):
+                after = 0  # tick 0 is the empty snapshot before the first read
+                while (snap := await poller.next(after)) is not None:
+                    after = snap.tick
+                    context = migration_context(snap, wanted) if wanted else overview_context(snap)
+                    html = fragment.render({"request": request, "options": options, "url_for": request.url_for, **context})
+                    yield "event: update\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
+
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    async def refused(request: Request, why: str, status: int = 403) -> Response:
+        return page(request, "error.html", {"message": why}, status)
+
+    async def checked_post(request: Request) -> tuple[dict[str, str], str] | Response:
+        """The form of a control POST and its operator, or the refusal (403): read-only, cross-site, CSRF, no operator."""
+        if options.read_only:
+            return await refused(request, "this dashboard is read-only: controls are refused")
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        if Guard.cross_site(request) or not Guard.csrf_ok(request, form.get("csrf")):
+            return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
+        who = await guard.operator(request)
+        if who is None:
+            return await refused(request, "refused: controls need the dashboard token (sign in) or the mounting application's sign-in")
+        return form, who
+
+    async def control(request: Request) -> Response:
+        checked = await checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        form, who = checked
+        name = _file_name(request.path_params["name"])
+        action = form.get("action", "")
+        if action not in CONTROLS:
+            return await refused(request, f"unknown control {action!r}", 400)
+        if CONTROLS[action] and form.get("confirm") != "yes":
+            return await refused(request, f"{action} asks for a confirmation: tick the box and send it again", 400)
+        reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
+        ms = await dashboard.steer(who)
+
+        async def act() -> str:
+            if action == "retry-from-start":
+                result = await ms.background.control(name, "retry", reason=reason, from_start=True)
+            else:
+                result = await ms.background.control(name, action, reason=reason)  # type: ignore[arg-type]  # checked against CONTROLS above
+            return f"{action}: {'done' if result.applied == 'applied' else 'unchanged'}; now {result.status}"
+
+        return await _acted(request, dashboard, act, name)
+
+    async def throttle(request: Request) -> Response:
+        checked = await checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        form, who = checked
+        name = _file_name(request.path_params["name"])
+        clear = form.get("clear") == "yes"
+        try:
+            batch_size = _whole(form.get("batch_size"))
+            pause_ms = _whole(form.get("pause_ms"))
+        except ValueError:
+            return await refused(request, "throttle: the batch size and the pause are whole numbers", 400)
+        reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
+        ms = await dashboard.steer(who)
+
+        async def act() -> str:
+            result = await ms.background.throttle(name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
+            pace = ", ".join(f"{k} {v}" for k, v in (result.throttle or {}).items()) or "the file's"
+            return f"throttle: {'done' if result.applied == 'applied' else 'unchanged'}; pace now {pace}"
+
+        return await _acted(request, dashboard, act, name)
+
+    async def unlock(request: Request) -> Response:
+        checked = await checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        form, who = checked
+        if form.get("confirm") != "yes":
+            return await refused(request, "unlock asks for a confirmation: tick the box and send it again", 400)
+        ms = await dashboard.steer(who)
+
+        async def act() -> str:
+            held = await ms.unlock()
+            return "unlock: the lock was cleared" if held else "unlock: nothing to clear"
+
+        return await _acted(request, dashboard, act, None)
+
+    async def failed_ids(request: Request) -> Response:
+        """The ids of failed documents, shown once to an operator who asked (never stored, logged or cached)."""
+        checked = await checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        name = _file_name(request.path_params["name"])
+        poller = await dashboard.poller()
+        try:
+            ids, total = await poller.ms.background.failed_ids(name, limit=IDS_SHOWN)
+        except MongoshiftError as exc:
+            return await refused(request, exc.message, 409)
+        snap = await poller.current(name)
+        return page(request, "migration.html", {**migration_context(snap, name), "ids": [str(i) for i in ids], "ids_total": total})
+
+    async def sign_in(request: Request) -> Response:
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        if Guard.cross_site(request) or not Guard.csrf_ok(request, form.get("csrf")):
+            return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
+        if not guard.token_matches(form.get("token")):
+            return await refused(request, "refused: that is not the dashboard token")
+        response = RedirectResponse(request.url_for("overview"), status_code=303)
+        response.set_cookie(HOLDER_COOKIE, guard.holder_cookie(), httponly=True, samesite="strict", path=_cookie_path(request))
+        return response
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await dashboard.aclose()
+
+    routes = [
+        Route("/", overview, name="overview"),
+        Route("/migrations/{name}", migration, name="migration"),
+        Route("/events", events, name="events"),
+        Route("/sign-in", sign_in, methods=["POST"], name="sign_in"),
+        Route("/migrations/{name}/control", control, methods=["POST"], name="control"),
+        Route("/migrations/{name}/throttle", throttle, methods=["POST"], name="throttle"),
+        Route("/migrations/{name}/failed-ids", failed_ids, methods=["POST"], name="failed_ids"),
+        Route("/unlock", unlock, methods=["POST"], name="unlock"),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.dashboard = dashboard
+    app.state.templates = templates
+    return app
+
+
+async def _acted(request: Request, dashboard: Dashboard, act: Callable[[], Awaitable[str]], name: str | None) -> Response:
+    """Run a control; back to its page (303) with what it did, or the page with the API's refusal (its one-line message)."""
+    target = request.url_for("migration", name=name) if name else request.url_for("overview")
+    try:
+        said = await act()
+    except MongoshiftError as exc:
+        said = f"refused (exit {int(exc.exit_code)}): {exc.message}"
+    poller = await dashboard.poller()
+    await poller.refresh(extra=name)  # the page shows the control's effect at once
+    return RedirectResponse(target.include_query_params(said=said, sig=dashboard.guard.sign(said)), status_code=303)
+
+
+def _file_name(name: str) -> str:
+    return name if name.endswith(".py") else f"{name}.py"
+
+
+def _whole(value: str | None) -> int | None:
+    value = (value or "").strip()
+    return int(value) if value else None
+
+
+def _cookie_path(request: Request) -> str:
+    return str(request.scope.get("root_path") or "") + "/"
+
+
+def _harden(response: Response) -> None:
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Content-Security-Policy"] = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"

@@ -1,0 +1,160 @@
+"""One polling loop for every open page: N viewers never mean N× the database reads.
+
+While at least one page listens (server-sent events), the loop reads the project once per
+interval (the line's status, the lock, every background migration's report, and for each
+migration a page is open on, its partitions and throughput samples) into one :class:`Snapshot`,
+and wakes every listener with it. A page rendered without a stream takes the latest snapshot
+when it is fresh, or makes the one read that every request arriving meanwhile shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo.errors import PyMongoError
+
+from .. import api
+from ..errors import MongoshiftError
+
+log = logging.getLogger("mongoshift.dashboard")
+
+#: The audit (the overview's verdict per migration) reads much more than a status: once every this many polls.
+AUDIT_EVERY = 30
+
+
+@dataclass
+class Detail:
+    """What one background migration's page shows beyond its report."""
+
+    partitions: list[api.PartitionRow]
+    samples: list[dict[str, Any]]
+
+
+@dataclass
+class Snapshot:
+    """The project as one poll read it."""
+
+    tick: int
+    at: datetime
+    rows: list[api.StatusRow] = field(default_factory=list)
+    lock: api.LockHolder | None = None
+    reports: list[api.BackgroundReport] = field(default_factory=list)
+    audit: api.AuditReport | None = None
+    details: dict[str, Detail] = field(default_factory=dict)
+    #: Why the last read failed (its redacted one-line message), with the previous data kept.
+    error: str | None = None
+
+    def report(self, name: str) -> api.BackgroundReport | None:
+        return next((r for r in self.reports if r.name == name), None)
+
+
+class Poller:
+    """The shared reads of one dashboard (see the module's docstring)."""
+
+    def __init__(self, ms: api.Mongoshift, *, interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ms = ms
+        self.interval = interval
+        self.clock = clock
+        self.snapshot = Snapshot(tick=0, at=datetime.now(UTC))
+        #: Polls made so far (what the read-counting test and the bench compare).
+        self.polls = 0
+        self._read_at: float | None = None
+        self._viewers: Counter[str] = Counter()
+        self._listeners = 0
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def listeners(self) -> int:
+        return self._listeners
+
+    async def current(self, name: str | None = None) -> Snapshot:
+        """The latest snapshot when it is fresh (and has ``name``'s detail), else one shared read now."""
+        if name is not None:
+            self._viewers[name] += 0  # known from now on: read with the next poll
+        fresh = self._read_at is not None and self.clock() - self._read_at < self.interval
+        if fresh and (name is None or name in self.snapshot.details):
+            return self.snapshot
+        return await self.refresh(extra=name)
+
+    async def refresh(self, *, extra: str | None = None) -> Snapshot:
+        """One read of everything the open pages show; concurrent callers share it."""
+        started = self.polls
+        async with self._lock:
+            if self.polls != started and (extra is None or extra in self.snapshot.details):
+                return self.snapshot  # another caller read while this one waited
+            self.snapshot = await self._read(extra)
+            self.polls += 1
+            self._read_at = self.clock()
+        async with self._changed:
+            self._changed.notify_all()
+        return self.snapshot
+
+    async def _read(self, extra: str | None) -> Snapshot:
+        previous = self.snapshot
+        snap = Snapshot(tick=previous.tick + 1, at=datetime.now(UTC), audit=previous.audit)
+        names = {n for n, count in self._viewers.items() if count > 0}
+        if extra is not None:
+            names.add(extra)
+        try:
+            snap.rows = await self.ms.status(checksums=False)
+            snap.lock = await self.ms.lock_status()
+            snap.reports = await self.ms.background.status()
+            if snap.audit is None or snap.tick % AUDIT_EVERY == 1:
+                snap.audit = await self.ms.audit()
+            known = {r.name for r in snap.reports}
+            for name in sorted(names & known):
+                snap.details[name] = Detail(await self.ms.background.partitions(name), await self.ms.background.samples(name))
+        except (MongoshiftError, PyMongoError) as exc:
+            message = exc.message if isinstance(exc, MongoshiftError) else api.describe_error(exc)
+            log.warning("the dashboard could not read the project: %s", message)
+            previous.tick, previous.at, previous.error = snap.tick, snap.at, message
+            return previous
+        return snap
+
+    @contextlib.asynccontextmanager
+    async def listening(self, name: str | None = None) -> AsyncIterator[None]:
+        """One open page (an event stream) while inside: the loop runs while there is any."""
+        self._listeners += 1
+        if name is not None:
+            self._viewers[name] += 1
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name="mongoshift-dashboard-poller")
+        try:
+            yield
+        finally:
+            self._listeners -= 1
+            if name is not None:
+                self._viewers[name] -= 1
+
+    async def next(self, after: int) -> Snapshot | None:
+        """The first snapshot newer than tick ``after`` (waits for the loop's next poll); None once closed."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.snapshot.tick > after or self._closed)
+        return None if self._closed else self.snapshot
+
+    async def _loop(self) -> None:
+        """Poll once per interval while any page listens; end with the last one (a new listener starts it again)."""
+        while self._listeners > 0 and not self._closed:
+            await self.refresh()
+            await asyncio.sleep(self.interval)
+
+    async def close(self) -> None:
+        """Stop the loop and end every open stream (the server is shutting down)."""
+        self._closed = True
+        async with self._changed:
+            self._changed.notify_all()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,95 @@
+"""What the templates show, computed from a snapshot: numbers and words only, never a document value.
+
+The throughput chart is server-rendered SVG (no chart library, nothing to run in the browser), so
+it is there with JavaScript off and in a screenshot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .. import api
+
+#: The chart's drawing box, in SVG units.
+CHART_W, CHART_H, PAD = 640, 180, 36
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A throughput chart: the SVG's polyline points and its labels."""
+
+    points: str
+    peak: float
+    first: str
+    last: str
+    buckets: int
+
+    @property
+    def empty(self) -> bool:
+        return self.buckets == 0
+
+
+def chart(samples: list[dict[str, Any]], *, counter: str = "scanned") -> Chart:
+    """Documents per second in each sample bucket, as polyline points (a gap between buckets is a zero)."""
+    if not samples:
+        return Chart("", 0.0, "", "", 0)
+    start: datetime = samples[0]["at"]
+    end: datetime = samples[-1]["at"]
+    span = max(1.0, (end - start).total_seconds())
+    bucket = 10.0  # BackgroundStore.SAMPLE_BUCKET_SECONDS, through the API's documented bucket
+    rates = [(row["at"], row.get(counter, 0) / bucket) for row in samples]
+    peak = max(rate for _, rate in rates) or 1.0
+    width, height = CHART_W - 2 * PAD, CHART_H - 2 * PAD
+    points = []
+    for at, rate in rates:
+        y = PAD + height - (rate / peak) * height
+        if len(rates) == 1:  # one bucket: a level line across the box (a single point draws nothing)
+            points += [f"{PAD:.1f},{y:.1f}", f"{PAD + width:.1f},{y:.1f}"]
+            break
+        x = PAD + ((at - start).total_seconds() / span) * width
+        points.append(f"{x:.1f},{y:.1f}")
+    return Chart(" ".join(points), round(peak, 1), start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%H:%M:%S"), len(rates))
+
+
+def percent(report: api.BackgroundReport) -> int:
+    """How far a migration is, 0-100 (a completed one is 100 whatever its estimate said)."""
+    if report.status == "completed":
+        return 100
+    if report.estimate <= 0:
+        return 0
+    return max(0, min(100, round(100 * (report.estimate - report.remaining) / report.estimate)))
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def verdicts(audit: api.AuditReport | None) -> dict[str, str]:
+    """The audit's worst severity per subject (a migration's name, or ``lock``)."""
+    out: dict[str, str] = {}
+    if audit is None:
+        return out
+    rank = {"ok": 0, "warn": 1, "fail": 2}
+    for finding in audit.findings:
+        if rank.get(finding.severity, 0) >= rank.get(out.get(finding.subject, "ok"), 0):
+            out[finding.subject] = finding.severity
+    return out
+
+
+def line_counts(rows: list[api.StatusRow]) -> dict[str, int]:
+    """How many files are in each state of the migration line (applied, pending, failed, ...)."""
+    return dict(Counter(row.state for row in rows))
+
+
+def when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "–"

@@ -1,0 +1,102 @@
+"""The throttle control (``ms.background.throttle``, ``background throttle``) and the throughput samples the lanes record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mongoshift.api import connect, migrations as command
+from mongoshift.errors import ThrottleInvalidError
+
+from .conftest import background_file, seed
+
+NAME = "0001_names.py"
+
+
+async def test_a_throttle_is_recorded_like_a_control_and_the_lanes_work_at_its_batch_size(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 200)
+    fast_project.add(NAME, background_file(batch_size=100, extra="adaptive=False,"))
+    s = fast_project.settings()
+    await command.up(s)
+    async with connect(s) as ms:
+        result = await ms.background.throttle(NAME, batch_size=10, reason="peak hours")
+        assert (result.applied, result.throttle) == ("applied", {"batch_size": 10})
+        again = await ms.background.throttle(NAME, batch_size=10)
+        assert again.applied == "unchanged"
+        (done,) = await ms.background.run([NAME])
+        assert done.status == "completed"
+        # 200 documents at 10 a batch: 20 batches (the file's 100 would have made 2 or 3).
+        assert done.totals["batches"] >= 20
+        (entry,) = [h for h in done.history if h["action"] == "throttle"]
+        assert entry["reason"] == "peak hours" and entry["by"]
+        samples = await ms.background.samples(NAME)
+        assert sum(row["migrated"] for row in samples) == 200
+        assert all(row["at"].tzinfo is not None for row in samples)
+        cleared = await ms.background.throttle(NAME, clear=True)
+        assert cleared.throttle is None and cleared.applied == "applied"
+
+
+async def test_a_pause_set_by_throttle_reaches_a_running_lane(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """The control stamps the partitions: a lane reads the new pace at its next checkpoint."""
+    await seed(db.people, 100)
+    fast_project.add(NAME, background_file(batch_size=10, extra="adaptive=False,"))
+    s = fast_project.settings()
+    await command.up(s)
+    async with connect(s) as ms:
+        await ms.background.throttle(NAME, pause_ms=0, batch_size=5)
+        (done,) = await ms.background.run([NAME])
+        assert done.totals["batches"] >= 20
+        state = await db["_mongoshift_background"].find_one({"_id": NAME}, {"throttle": 1})
+        assert state["throttle"] == {"batch_size": 5, "pause_ms": 0}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({}, "give --batch-size"), ({"batch_size": 0}, "batch_size must be"), ({"pause_ms": -1}, "pause_ms must be"),
+     ({"batch_size": 10_001}, "batch_size must be"), ({"clear": True, "pause_ms": 5}, "alone")],
+)
+async def test_a_bad_throttle_is_refused_with_53(fast_project, db, kwargs, words) -> None:  # type: ignore[no-untyped-def]
+    fast_project.add(NAME, background_file())
+    s = fast_project.settings()
+    await command.up(s)
+    async with connect(s) as ms:
+        with pytest.raises(ThrottleInvalidError) as caught:
+            await ms.background.throttle(NAME, **kwargs)
+    assert caught.value.exit_code == 53 and words in caught.value.message
+
+
+def test_the_cli_sets_a_throttle_and_refuses_a_bad_one(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
+    fast_project.add(NAME, background_file())
+    assert cli(fast_project, "up").returncode == 0
+    bad = cli(fast_project, "background", "throttle", NAME, "--batch-size", "0", "--json")
+    assert bad.returncode == 53 and json.loads(bad.stdout)["error"]["kind"] == "throttle_invalid"
+    ok = cli(fast_project, "background", "throttle", NAME, "--pause-ms", "250", "--reason", "night", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == {"name": NAME, "action": "throttle", "applied": "applied", "status": "pending", "throttle": {"pause_ms": 250}}
+
+
+async def test_samples_of_one_bucket_add_up_in_one_entry_and_the_oldest_go(db) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from mongoshift.background.state import store as store_module
+    from mongoshift.background.state.store import BackgroundStore
+
+    store = BackgroundStore(db, "_bg")
+    await store.states.insert_one({"_id": "m.py", "registration": "r1"})
+    at = datetime(2026, 1, 1, 12, 0, 3, tzinfo=UTC)
+    await store.add_sample("m.py", "r1", at, {"scanned": 5, "migrated": 4})
+    await store.add_sample("m.py", "r1", at + timedelta(seconds=4), {"scanned": 1, "migrated": 1, "failed": 1})
+    await store.add_sample("m.py", "r2", at, {"scanned": 100})  # another registration's lane: nothing
+    rows = await store.samples("m.py")
+    assert [(r["at"], r["scanned"], r["migrated"], r["failed"]) for r in rows] == [(at.replace(second=0), 6, 5, 1)]
+    raw = (await store.states.find_one({"_id": "m.py"}))["samples"]
+    assert len(raw) == 1
+    kept = store_module.SAMPLES_KEPT
+    try:
+        store_module.SAMPLES_KEPT = 3
+        for k in range(1, 5):
+            await store.add_sample("m.py", "r1", at + timedelta(seconds=10 * k), {"scanned": k})
+    finally:
+        store_module.SAMPLES_KEPT = kept
+    assert [r["scanned"] for r in await store.samples("m.py")] == [2, 3, 4]

@@ -1,0 +1,141 @@
+"""Fixtures of the dashboard's tests: a project with a registered background migration, the app on it, an HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from pymongo import AsyncMongoClient, monitoring
+
+from mongoshift.api import migrations as command
+
+from ..background.conftest import background_file, seed
+
+NAME = "0001_names.py"
+TOKEN = "a-dashboard-token-for-tests"
+
+
+class Reads(monitoring.CommandListener):
+    """Counts the commands a client sends that read (what "N viewers ≠ N× reads" is measured in)."""
+
+    READS = frozenset({"find", "aggregate", "count", "countDocuments", "distinct", "getMore", "listIndexes", "listCollections"})
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in self.READS:
+            self.count += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.fixture
+def fast_project(project):  # type: ignore[no-untyped-def]
+    """A project with short background timings (as the background tests' own)."""
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    return project
+
+
+@pytest.fixture
+async def registered(fast_project, db):  # type: ignore[no-untyped-def]
+    """A project whose background migration of 300 documents is registered (pending, no runner)."""
+    await seed(db.people, 300)
+    fast_project.add(NAME, background_file(batch_size=50, extra="adaptive=False,"))
+    await command.up(fast_project.settings())
+    return fast_project
+
+
+@pytest.fixture
+async def counted_client(mongo_uri: str) -> AsyncIterator[tuple[AsyncMongoClient[Any], Reads]]:
+    reads = Reads()
+    client: AsyncMongoClient[Any] = AsyncMongoClient(mongo_uri, event_listeners=[reads])
+    yield client, reads
+    await client.close()
+
+
+def make_app(project, client, **options):  # type: ignore[no-untyped-def]
+    from mongoshift.dashboard import create_app
+
+    options.setdefault("token", TOKEN)
+    options.setdefault("poll_seconds", 0.05)
+    return create_app(project.settings(), client=client, **options)
+
+
+@pytest.fixture
+async def http():  # type: ignore[no-untyped-def]
+    """``http(app)``: an httpx client on the app (same event loop, cookies kept); closes the apps it opened."""
+    apps: list[Any] = []
+    clients: list[httpx.AsyncClient] = []
+
+    def open_(app: Any, *, base: str = "http://dash.test") -> httpx.AsyncClient:
+        apps.append(app)
+        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 40000)), base_url=base, follow_redirects=False)
+        clients.append(c)
+        return c
+
+    yield open_
+    for c in clients:
+        await c.aclose()
+    for app in apps:
+        dashboard = getattr(app.state, "dashboard", None)
+        if dashboard is not None:
+            await dashboard.aclose()
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+async def sign_in(client: httpx.AsyncClient, path: str = "/") -> str:
+    """Open ``path``, sign in with the token; the page's CSRF value."""
+    page = await client.get(path)
+    csrf = csrf_of(page.text)
+    answer = await client.post(path.rstrip("/") + "/sign-in" if path != "/" else "/sign-in", data={"csrf": csrf, "token": TOKEN})
+    assert answer.status_code == 303, answer.text
+    return csrf
+
+
+async def first_events(app: Any, path: str, count: int = 1) -> list[str]:
+    """The first ``count`` server-sent events of ``path``, read through the ASGI interface, then a disconnect."""
+    received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    disconnect = asyncio.Event()
+    chunks: list[str] = []
+    enough = asyncio.Event()
+    raw_path, _, query = path.partition("?")
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": raw_path, "raw_path": raw_path.encode(), "query_string": query.encode(), "root_path": "",
+        "headers": [(b"host", b"dash.test")], "client": ("127.0.0.1", 40001), "server": ("dash.test", 80),
+    }
+    await received.put({"type": "http.request", "body": b"", "more_body": False})
+
+    async def receive() -> dict[str, Any]:
+        if not received.empty():
+            return await received.get()
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            chunks.append(message.get("body", b"").decode())
+            if "".join(chunks).count("\n\n") >= count:
+                enough.set()
+
+    task = asyncio.create_task(app(scope, receive, send))
+    waiter = asyncio.create_task(enough.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    disconnect.set()
+    await task
+    waiter.cancel()
+    return "".join(chunks).split("\n\n")[:count]

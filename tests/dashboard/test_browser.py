@@ -1,0 +1,200 @@
+"""The dashboard in a real browser: headless Chromium (the system's, driven by Playwright), against a served app.
+
+Marked ``browser``: in the default run, skipped with the reason when Chromium or Playwright is missing
+(``.ci/run`` installs Chromium). Every wait is on a state (a text on the page, a record in the
+database), bounded only by Playwright's own timeout. Screenshots go to ``MONGOSHIFT_SCREENSHOTS`` when
+set (docs/dashboard.md's are made so), else beside the run's temporary files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mongoshift.api import connect, migrations as command
+
+from ..background.conftest import background_file, seed
+from .conftest import NAME, TOKEN
+
+pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"]
+#: Playwright's bound on each wait for a state (the machine may be loaded; nothing here sleeps).
+WAIT_MS = 60_000
+
+
+@pytest.fixture
+async def chromium() -> AsyncIterator[Any]:
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError as exc:  # pragma: no cover - the test extra installs it
+        pytest.skip(f"browser tests skipped: Playwright is not installed ({exc.name})")
+    if shutil.which(CHROMIUM) is None:
+        pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM} (install Debian's chromium package; .ci/run does)")
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+@pytest.fixture
+async def browser(chromium: Any) -> AsyncIterator[Any]:
+    """A fresh browser context (its own cookies), closed before the server stops, so no event stream is left open."""
+    context = await chromium.new_context()
+    try:
+        yield context
+    finally:
+        await context.close()
+
+
+@pytest.fixture
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = os.environ.get("MONGOSHIFT_SCREENSHOTS")
+    path = Path(where) if where else tmp_path_factory.getbasetemp() / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Served:
+    """A dashboard served by uvicorn on a free loopback port, in the test's event loop."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.app = app
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Served:
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self.task.done():  # it could not start: its error, not a wait for ever
+                self.task.result()
+                raise AssertionError("the dashboard's server stopped before it started")
+            await asyncio.sleep(0)  # a yield to the loop until uvicorn says it listens, not a timed wait
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        assert self.task is not None
+        await self.task
+        self.sock.close()
+
+
+def served(project: Any, **options: Any) -> Served:
+    from mongoshift.dashboard import create_app
+
+    options.setdefault("token", TOKEN)
+    return Served(create_app(project.settings(), poll_seconds=0.2, **options))
+
+
+async def _migrated(page: Any) -> int:
+    return int(await page.locator('[data-testid="migrated"]').first.inner_text())
+
+
+async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_project, db, browser, shots) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 3_000)
+    fast_project.add(NAME, background_file(batch_size=25, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=40"))
+    s = fast_project.settings()
+    await command.up(s)
+    states = db["_mongoshift_background"]
+    async with connect(s) as ms, served(fast_project) as dash:
+        runner = await ms.background.start_runner()
+        page = await browser.new_page()
+        await page.goto(dash.url + "/")
+        await page.evaluate("window.notReloaded = true")
+        await page.locator('tr[data-name="0001_names.py"] [data-testid="status"]').filter(has_text="running").wait_for(timeout=WAIT_MS)
+        first = await _migrated(page)
+        # the count grows on the same page (no reload: the marker survives), from the event stream
+        from playwright.async_api import expect
+
+        await expect(page.locator('[data-testid="migrated"]').first).not_to_have_text(str(first), timeout=WAIT_MS)
+        assert await _migrated(page) > first
+        assert await page.evaluate("window.notReloaded") is True
+        await page.screenshot(path=str(shots / "overview.png"), full_page=True)
+        # sign in, then pause from the migration's page
+        await page.fill('input[name="token"]', TOKEN)
+        await page.click('button:has-text("Sign in")')
+        await page.locator('[data-testid="signed-in"]').wait_for(timeout=WAIT_MS)
+        await page.goto(f"{dash.url}/migrations/{NAME}")
+        await page.click('[data-testid="control-pause"]')
+        await page.locator('[data-testid="said"]').filter(has_text="pause: done").wait_for(timeout=WAIT_MS)
+        assert (await states.find_one({"_id": NAME}))["status"] == "paused"
+        await page.locator('#live [data-testid="status"]').filter(has_text="paused").wait_for(timeout=WAIT_MS)
+        await page.screenshot(path=str(shots / "migration-paused.png"), full_page=True)
+        await page.click('[data-testid="control-resume"]')
+        await page.locator('[data-testid="said"]').filter(has_text="resume: done").wait_for(timeout=WAIT_MS)
+        assert (await states.find_one({"_id": NAME}))["status"] in ("pending", "running", "completed")
+        # the runner takes it up again and finishes it; the page follows without a reload
+        await page.locator('#live [data-testid="status"]').filter(has_text="completed").wait_for(timeout=WAIT_MS * 3)
+        assert await db.people.count_documents({"__v": 2}) == 3_000
+        history = (await states.find_one({"_id": NAME}))["history"]
+        assert [h["by"] for h in history if h["action"] in ("pause", "resume")] == ["dashboard 127.0.0.1"] * 2
+        await page.screenshot(path=str(shots / "migration-completed.png"), full_page=True)
+        await page.close()
+        await runner.stop()
+
+
+async def test_a_failed_migration_shows_its_error_without_document_values(project, db, browser, shots) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    await seed(db.people, 20)
+    await db.people.create_index("email", unique=True, sparse=True)
+    project.add(NAME, background_file(batch_size=5, extra="adaptive=False, max_document_errors=0,").replace(
+        'doc["full_name"] =', 'doc["email"] = "secret-value@example.com"\n    doc["full_name"] ='
+    ))
+    await command.up(project.settings())
+    async with connect(project.settings()) as ms:
+        await ms.background.run([NAME])
+    async with served(project) as dash:
+        page = await browser.new_page()
+        await page.goto(f"{dash.url}/migrations/{NAME}")
+        await page.locator('[data-testid="last-error"]').wait_for(timeout=WAIT_MS)
+        text = await page.content()
+        assert "max_document_errors" in text and "secret-value" not in text
+        await page.screenshot(path=str(shots / "migration-failed.png"), full_page=True)
+        await page.close()
+
+
+async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refused(registered, db, browser) -> None:  # type: ignore[no-untyped-def]
+    async with served(registered) as dash:
+        page = await browser.new_page()
+        await page.goto(f"{dash.url}/migrations/{NAME}")
+        async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as answer:
+            await page.click('[data-testid="control-pause"]')
+        assert (await answer.value).status == 403
+        # another site's page posting to the dashboard (no CSRF value; its origin is not the dashboard's)
+        await page.goto("about:blank")
+        await page.set_content(
+            f'<form method="post" action="{dash.url}/migrations/{NAME}/control"><input name="action" value="pause">'
+            '<button id="go" type="submit">go</button></form>'
+        )
+        async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as forged:
+            await page.click("#go", timeout=WAIT_MS)
+        assert (await forged.value).status == 403
+        assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
+        await page.close()
+
+
+async def test_a_read_only_dashboard_shows_no_controls(registered, browser, shots) -> None:  # type: ignore[no-untyped-def]
+    async with served(registered, read_only=True) as dash:
+        page = await browser.new_page()
+        await page.goto(f"{dash.url}/migrations/{NAME}")
+        await page.locator('[data-testid="read-only"]').wait_for(timeout=WAIT_MS)
+        assert await page.locator('[data-testid="controls"]').count() == 0
+        assert await page.locator("button").count() == 0
+        await page.screenshot(path=str(shots / "read-only.png"), full_page=True)
+        await page.close()

@@ -1,0 +1,281 @@
+"""The dashboard over HTTP (httpx on the ASGI app): pages without JavaScript, the live stream, controls and their rules."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from mongoshift.api import connect, migrations as command
+from mongoshift.dashboard.security import is_loopback
+
+from ..background.conftest import background_file, seed
+from .conftest import NAME, TOKEN, csrf_of, first_events, make_app, sign_in
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+async def test_the_overview_and_a_migration_page_render_whole_without_javascript(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    async with connect(registered.settings()) as ms:
+        await ms.background.run([NAME])
+    app = make_app(registered, client)
+    web = http(app)
+    overview = await web.get("/")
+    assert overview.status_code == 200
+    assert NAME in overview.text and 'data-testid="status">completed' in overview.text
+    assert "applied 1" in overview.text  # the line's counts
+    assert overview.headers["cache-control"] == "no-store" and "frame-ancestors 'none'" in overview.headers["content-security-policy"]
+    page = await web.get(f"/migrations/{NAME.removesuffix('.py')}")
+    assert page.status_code == 200
+    assert 'data-testid="partitions"' in page.text and 'data-testid="chart"' in page.text  # samples recorded by the run
+    assert 'data-testid="migrated">300</span> migrated' in page.text
+    assert (await web.get("/migrations/0009_nope")).status_code == 404
+
+
+async def test_the_event_stream_sends_the_live_part_of_a_page(registered, counted_client) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    app = make_app(registered, client)
+    try:
+        (event,) = await first_events(app, "/events")
+        assert event.startswith("event: update\n") and "data: " in event and NAME in event
+        (detail,) = await first_events(app, f"/events?name={NAME}")
+        assert 'data-testid="status">pending' in detail
+    finally:
+        await app.state.dashboard.aclose()
+
+
+class Streams:
+    """``n`` open event streams on one app, each reading events until closed."""
+
+    def __init__(self, app: Any, path: str, n: int) -> None:
+        self.app, self.path, self.n = app, path, n
+        self.events = [0] * n
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _one(self, i: int) -> None:
+        raw, _, query = self.path.partition("?")
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": raw,
+                 "raw_path": raw.encode(), "query_string": query.encode(), "root_path": "", "headers": [(b"host", b"dash.test")],
+                 "client": ("127.0.0.1", 41000 + i), "server": ("dash.test", 80)}
+        first = True
+
+        async def receive() -> dict[str, Any]:
+            nonlocal first
+            if first:
+                first = False
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await self._stop.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                self.events[i] += 1
+
+        await self.app(scope, receive, send)
+
+    def open(self) -> None:
+        self._tasks = [asyncio.create_task(self._one(i)) for i in range(self.n)]
+
+    async def close(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+
+async def _reads_per_poll(app: Any, reads: Any, viewers: int, polls: int = 4) -> float:
+    poller = await app.state.dashboard.poller()
+    streams = Streams(app, f"/events?name={NAME}", viewers)
+    streams.open()
+    try:
+        while poller.listeners < viewers:  # every stream is listening (each waits on the poller's condition)
+            await poller.next(poller.snapshot.tick)
+        start_tick = (await poller.next(poller.snapshot.tick)).tick
+        before = reads.count
+        await _until_tick(poller, start_tick + polls)
+        return (reads.count - before) / polls
+    finally:
+        await streams.close()
+
+
+async def _until_tick(poller: Any, tick: int) -> None:
+    while poller.snapshot.tick < tick:
+        await poller.next(poller.snapshot.tick)
+
+
+async def test_fifty_open_pages_cost_the_reads_of_one(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """One polling loop feeds every open page: the reads per poll do not grow with the viewers."""
+    client, reads = counted_client
+    async with connect(registered.settings()) as ms:
+        await ms.background.control(NAME, "pause")  # a still state: every poll reads the same
+    app = make_app(registered, client)
+    http(app)  # closes the app at the end
+    one = await _reads_per_poll(app, reads, 1)
+    fifty = await _reads_per_poll(app, reads, 50)
+    assert one > 0
+    assert fifty <= one * 1.2, (one, fifty)
+
+
+async def test_controls_need_the_token_and_a_form_of_this_dashboard(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    page = await web.get(f"/migrations/{NAME}")
+    csrf = csrf_of(page.text)
+    # no token: refused, nothing changed
+    refused = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"})
+    assert refused.status_code == 403 and "token" in refused.text
+    # a wrong token at sign-in is refused too
+    assert (await web.post("/sign-in", data={"csrf": csrf, "token": "not-the-token-at-all"})).status_code == 403
+    await sign_in(web)
+    # a forged cross-site POST: no CSRF value of this browser, another origin
+    forged = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"origin": "https://evil.example"})
+    assert forged.status_code == 403 and "CSRF" in forged.text
+    wrong_csrf = await web.post(f"/migrations/{NAME}/control", data={"csrf": "guessed", "action": "pause"})
+    assert wrong_csrf.status_code == 403
+    cross = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"}, headers={"sec-fetch-site": "cross-site"})
+    assert cross.status_code == 403
+    state = await db["_mongoshift_background"].find_one({"_id": NAME})
+    assert state["status"] == "pending"
+    done = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause", "reason": "peak hours"})
+    assert done.status_code == 303
+    state = await db["_mongoshift_background"].find_one({"_id": NAME})
+    assert state["status"] == "paused"
+    entry = state["history"][-1]
+    assert (entry["action"], entry["by"], entry["reason"]) == ("pause", "dashboard 127.0.0.1", "peak hours")
+    shown = await web.get(done.headers["location"])
+    assert "pause: done; now paused" in shown.text
+    crafted = await web.get(f"/migrations/{NAME}?said=call+this+number&sig=0000")
+    assert "call this number" not in crafted.text  # only the dashboard's own signed messages are shown
+    # the same rules as the CLI: resume of a running one... here, a cancel without its confirmation is refused
+    unconfirmed = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "cancel"})
+    assert unconfirmed.status_code == 400
+    conflict = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "retry"})
+    assert "refused (exit 33)" in (await web.get(conflict.headers["location"])).text
+    throttled = await web.post(f"/migrations/{NAME}/throttle", data={"csrf": csrf, "batch_size": "20", "pause_ms": ""})
+    assert throttled.status_code == 303
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["throttle"] == {"batch_size": 20}
+    bad = await web.post(f"/migrations/{NAME}/throttle", data={"csrf": csrf, "batch_size": "0"})
+    assert "refused (exit 53)" in (await web.get(bad.headers["location"])).text
+    resumed = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "resume"})
+    assert resumed.status_code == 303
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
+
+
+async def test_a_bearer_token_steers_too_and_the_mounting_apps_identity_is_the_who(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    csrf = csrf_of((await web.get("/")).text)
+    answer = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 303
+    named = http(make_app(registered, client, token=None, identity=lambda request: request.headers.get("x-user")))
+    csrf = csrf_of((await named.get(f"/migrations/{NAME}")).text)
+    anonymous = await named.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "resume"})
+    assert anonymous.status_code == 403
+    answer = await named.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "resume"}, headers={"x-user": "alice@example.com"})
+    assert answer.status_code == 303
+    history = (await db["_mongoshift_background"].find_one({"_id": NAME}))["history"]
+    assert [(h["action"], h["by"]) for h in history[-2:]] == [("pause", "dashboard 127.0.0.1"), ("resume", "alice@example.com")]
+
+
+async def test_read_only_shows_no_control_and_refuses_every_one(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    web = http(make_app(registered, client, read_only=True))
+    page = await web.get(f"/migrations/{NAME}")
+    assert 'data-testid="controls"' not in page.text and "control-pause" not in page.text and 'data-testid="read-only"' in page.text
+    csrf = csrf_of(page.text) if 'name="csrf"' in page.text else "x"
+    refused = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
+    assert refused.status_code == 403 and "read-only" in refused.text
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
+
+
+async def test_links_and_forms_work_under_a_mount_prefix(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    inner = make_app(registered, client)
+    outer = Starlette(routes=[Mount("/ops/migrations", app=inner)])
+    outer.state.dashboard = inner.state.dashboard
+    web = http(outer)
+    page = await web.get("/ops/migrations/")
+    assert page.status_code == 200
+    links = re.findall(r'(?:href|src|action|sse-connect)="([^"]+)"', page.text)
+    assert links and all("/ops/migrations/" in link for link in links), links
+    assert f"http://dash.test/ops/migrations/migrations/{NAME}" in links
+    assert (await web.get("/ops/migrations/static/htmx.min.js")).status_code == 200
+    csrf = csrf_of(page.text)
+    signed = await web.post("/ops/migrations/sign-in", data={"csrf": csrf, "token": TOKEN})
+    assert signed.status_code == 303 and "path=/ops/migrations/" in signed.headers["set-cookie"].lower()
+
+
+async def test_a_failure_shows_its_error_without_document_values_and_ids_only_to_a_holder_who_asks(project, db, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    await seed(db.people, 20)
+    await db.people.create_index("email", unique=True, sparse=True)
+    failing = background_file(batch_size=5, extra="adaptive=False, max_document_errors=0,").replace(
+        'doc["full_name"] =', 'doc["email"] = "secret-value@example.com"\n    doc["full_name"] ='
+    )
+    project.add(NAME, failing)
+    await command.up(project.settings())
+    async with connect(project.settings()) as ms:
+        (failed,) = await ms.background.run([NAME])
+    assert failed.status == "failed"
+    client, _ = counted_client
+    web = http(make_app(project, client))
+    page = await web.get(f"/migrations/{NAME}")
+    assert 'data-testid="status">failed' in page.text and "max_document_errors" in page.text
+    assert 'data-testid="doc-errors"' in page.text and "11000" in page.text
+    assert "secret-value" not in page.text and "F1 L1" not in page.text
+    csrf = csrf_of(page.text)
+    assert (await web.post(f"/migrations/{NAME}/failed-ids", data={"csrf": csrf})).status_code == 403
+    await sign_in(web)
+    shown = await web.post(f"/migrations/{NAME}/failed-ids", data={"csrf": csrf})
+    assert shown.status_code == 200 and 'data-testid="ids"' in shown.text
+    assert re.search(r"<code>\d+</code>", shown.text)
+    assert 'data-testid="ids"' not in (await web.get(f"/migrations/{NAME}")).text
+
+
+@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("localhost", True), ("::1", True), ("0.0.0.0", False), ("10.1.2.3", False)])
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_the_cli_refuses_a_public_address_without_a_token_and_a_short_token(fast_project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("MONGOSHIFT_DASHBOARD_TOKEN", raising=False)
+    refused = cli(fast_project, "dashboard", "--host", "0.0.0.0", "--json")
+    assert refused.returncode == 52 and "MONGOSHIFT_DASHBOARD_TOKEN" in refused.stdout
+    monkeypatch.setenv("MONGOSHIFT_DASHBOARD_TOKEN", "short")
+    short = cli(fast_project, "dashboard", "--json")
+    assert short.returncode == 52 and "short" not in short.stdout.replace("short_token", "")
+
+
+def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_project) -> None:  # type: ignore[no-untyped-def]
+    """``mongoshift dashboard --port 0``: the address, then the token, on the terminal only; the token steers."""
+    import httpx
+
+    from ..conftest import start_cli
+
+    process = start_cli(fast_project, "dashboard", "--port", "0")
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert first.startswith("mongoshift dashboard on http://127.0.0.1:"), first
+        url = first.split(" on ", 1)[1].split()[0]
+        second = process.stderr.readline()
+        assert second.startswith("controls token (this run only, printed once): ")
+        token = second.rsplit(" ", 1)[1].strip()
+        assert len(token) >= 16
+        with httpx.Client(base_url=url, timeout=60) as web:
+            page = web.get("/")
+            assert page.status_code == 200 and token not in page.text
+            refused = web.post("/sign-in", data={"csrf": "x", "token": token})
+            assert refused.status_code == 403  # no CSRF value of this browser
+            csrf = csrf_of(page.text) if 'name="csrf"' in page.text else None
+            assert csrf is not None
+            signed = web.post("/sign-in", data={"csrf": csrf, "token": token})
+            assert signed.status_code == 303
+    finally:
+        process.terminate()
+        _, rest = process.communicate(timeout=60)
+    assert token not in rest  # printed once
