@@ -245,6 +245,7 @@ def test_the_cli_refuses_a_public_address_without_a_token_and_a_short_token(fast
     monkeypatch.delenv("MONGOSHIFT_DASHBOARD_TOKEN", raising=False)
     refused = cli(fast_project, "dashboard", "--host", "0.0.0.0", "--json")
     assert refused.returncode == 52 and "MONGOSHIFT_DASHBOARD_TOKEN" in refused.stdout
+    assert "***" not in refused.stdout  # the advice reads whole: no word of it taken for a secret
     monkeypatch.setenv("MONGOSHIFT_DASHBOARD_TOKEN", "short")
     short = cli(fast_project, "dashboard", "--json")
     assert short.returncode == 52 and "short" not in short.stdout.replace("short_token", "")

@@ -35,7 +35,7 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     if token is None and not read_only:
         if not is_loopback(host):
             raise DashboardRefusedError(
-                f"refusing to serve the dashboard on {host} without a token: set {TOKEN_ENV} (or use --read-only, or a loopback address)",
+                f"refusing to serve the dashboard on {host} without {TOKEN_ENV} in the environment (or use --read-only, or a loopback address)",
                 host=host, reason="no_token",
             )
         token, generated = generated_token(), True
