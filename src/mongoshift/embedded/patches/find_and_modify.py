@@ -1,23 +1,25 @@
 """Cheap ``findAndModify`` by ``_id`` for the memory engine: fix (ao).
 
-The background engine claims, renews and checkpoints its leases with ``findAndModify`` on its small
-partitions collection: ``{_id, owner, lease...}`` guards and a ``$set``/``$inc``/``$unset`` update.
-mongoeco 4.11 runs each through its whole generic update path (normalize and compile the filter, the
-update and the projection, bind an operation context, take the lock, deep-copy the document for the
-plan and for the before and after images, re-encode the whole document, re-derive every index key
-twice, open a rollback and publication scope): about 40 ms each in the demo under load, 23 % of its
-server time (docs/performance.md).
+mongoeco 4.11 runs every ``findAndModify`` through its whole generic update path (normalize and
+compile the filter, the update and the projection, bind an operation context, take the lock,
+deep-copy the document for the plan and for the before and after images, re-encode the whole
+document, re-derive every index key twice, open a rollback and publication scope): about 40 ms each
+in the demo under load, where the background engine's lease claims and checkpoints made 23 % of its
+server's time (docs/performance.md).
 
 :func:`patch_find_and_modify` answers the commands whose meaning fix (ah) already proves — a filter
 :func:`.updates.statement` takes (``_id`` equality and scalar guards), an operator update of top-level
 ``$set``/``$unset``/``$inc`` — with (ah)'s write steps (:class:`.Batch`, one statement), in or out of
 a transaction, ``new`` true or false, with mongoeco's own projection of ``fields``. Anything else (an
-upsert, a sort, a collation, ``arrayFilters``, a hint, ``maxTimeMS``, ``let``, a pipeline or a
+upsert, a sort, a collation, ``arrayFilters``, a hint, ``maxTimeMS``, a pipeline or a
 replacement, a remove, a statement (ah) leaves to mongoeco) goes to mongoeco's path before anything
 is written, as does a statement the write steps cannot prove (an array under a guard, a value the
 operators refuse, a duplicate key...). A failure in the write steps themselves (a write conflict
 with another transaction) rolls the one statement back and hands it to mongoeco's path, which meets
 the same failure.
+
+The background engine's own claims and checkpoints are not taken yet: they sort, guard a dotted
+``lease.token`` and use ``$currentDate`` and dotted ``$inc`` (docs/performance.md, "Fix (ao) and the demo").
 """
 
 from __future__ import annotations
