@@ -156,6 +156,25 @@ async def test_pipeline_updates_are_described_in_their_change_events(db) -> None
         assert event["fullDocument"] == {"_id": number, "__v": 2, "__rev": 2, "name": f"n{number}", "full": f"n{number}!"}
 
 
+async def test_find_and_modify_updates_are_described_in_their_change_events(db) -> None:
+    """(ao) with (q): a lease-style findAndModify, answered by the fast path, gives its event its
+    updateDescription and, with updateLookup, the document as written; with the collection's
+    pre- and post-images (an option: mongoeco's path answers) both images too."""
+    await db.t.insert_many([{"_id": i, "owner": "", "claims": 0, "old": i} for i in (1, 2)])
+    async with await db.t.watch(full_document="updateLookup", full_document_before_change="whenAvailable", max_await_time_ms=100) as stream:
+        before = await db.t.find_one_and_update({"_id": 1, "owner": ""}, {"$set": {"owner": "a"}, "$inc": {"claims": 1}, "$unset": {"old": ""}})
+        plain = await stream.next()
+        await db.command({"collMod": "t", "changeStreamPreAndPostImages": {"enabled": True}})
+        await db.t.find_one_and_update({"_id": 2, "owner": ""}, {"$set": {"owner": "b"}})
+        imaged = await stream.next()
+    assert before == {"_id": 1, "owner": "", "claims": 0, "old": 1}
+    assert plain["operationType"] == "update" and plain["documentKey"] == {"_id": 1}
+    assert plain["updateDescription"] == {"updatedFields": {"owner": "a", "claims": 1}, "removedFields": ["old"], "truncatedArrays": []}
+    assert plain["fullDocument"] == {"_id": 1, "owner": "a", "claims": 1} and plain.get("fullDocumentBeforeChange") is None
+    assert imaged["updateDescription"]["updatedFields"] == {"owner": "b"}
+    assert imaged["fullDocumentBeforeChange"]["owner"] == "" and imaged["fullDocument"]["owner"] == "b"
+
+
 async def test_a_change_stream_pipeline_must_keep_the_event_id(db) -> None:
     """(q) mongod fails the stream (280) when its pipeline changes the resume token; 40324 for an unknown stage."""
     async with await db.t.watch([{"$project": {"_id": 0}}], max_await_time_ms=100) as stream:

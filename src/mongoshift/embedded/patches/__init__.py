@@ -31,6 +31,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
+- :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once
 - :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
@@ -43,7 +44,22 @@ from __future__ import annotations
 
 import logging
 
-from . import aggregation, coll_mod, documents, indexes, loops, pipeline_updates, queries, replica_set, scans, transactions, updates, values, wire
+from . import (
+    aggregation,
+    coll_mod,
+    documents,
+    find_and_modify,
+    indexes,
+    loops,
+    pipeline_updates,
+    queries,
+    replica_set,
+    scans,
+    transactions,
+    updates,
+    values,
+    wire,
+)
 
 PINNED_VERSION = "4.11.0"
 
@@ -94,6 +110,7 @@ def apply() -> None:
     updates.patch_guarded_updates()  # (ah)
     updates.patch_index_keys()  # (ai)
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
+    find_and_modify.patch_find_and_modify()  # (ao)
     values.patch_object_id_copies()  # (aj)
     values.patch_plain_wire_values()  # (aj)
     wire.patch_change_streams()  # (q)
