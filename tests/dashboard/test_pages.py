@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -14,7 +12,7 @@ from mongoshift.api import connect, migrations as command
 from mongoshift.dashboard.security import is_loopback
 
 from ..background.conftest import background_file, seed
-from .conftest import NAME, TOKEN, csrf_of, first_events, make_app, sign_in
+from .conftest import NAME, TOKEN, csrf_of, first_events, make_app, reads_per_poll, sign_in
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -49,64 +47,6 @@ async def test_the_event_stream_sends_the_live_part_of_a_page(registered, counte
         await app.state.dashboard.aclose()
 
 
-class Streams:
-    """``n`` open event streams on one app, each reading events until closed."""
-
-    def __init__(self, app: Any, path: str, n: int) -> None:
-        self.app, self.path, self.n = app, path, n
-        self.events = [0] * n
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def _one(self, i: int) -> None:
-        raw, _, query = self.path.partition("?")
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": raw,
-                 "raw_path": raw.encode(), "query_string": query.encode(), "root_path": "", "headers": [(b"host", b"dash.test")],
-                 "client": ("127.0.0.1", 41000 + i), "server": ("dash.test", 80)}
-        first = True
-
-        async def receive() -> dict[str, Any]:
-            nonlocal first
-            if first:
-                first = False
-                return {"type": "http.request", "body": b"", "more_body": False}
-            await self._stop.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                self.events[i] += 1
-
-        await self.app(scope, receive, send)
-
-    def open(self) -> None:
-        self._tasks = [asyncio.create_task(self._one(i)) for i in range(self.n)]
-
-    async def close(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-
-
-async def _reads_per_poll(app: Any, reads: Any, viewers: int, polls: int = 4) -> float:
-    poller = await app.state.dashboard.poller()
-    streams = Streams(app, f"/events?name={NAME}", viewers)
-    streams.open()
-    try:
-        while poller.listeners < viewers:  # every stream is listening (each waits on the poller's condition)
-            await poller.next(poller.snapshot.tick)
-        start_tick = (await poller.next(poller.snapshot.tick)).tick
-        before = reads.count
-        await _until_tick(poller, start_tick + polls)
-        return (reads.count - before) / polls
-    finally:
-        await streams.close()
-
-
-async def _until_tick(poller: Any, tick: int) -> None:
-    while poller.snapshot.tick < tick:
-        await poller.next(poller.snapshot.tick)
-
-
 async def test_fifty_open_pages_cost_the_reads_of_one(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
     """One polling loop feeds every open page: the reads per poll do not grow with the viewers."""
     client, reads = counted_client
@@ -114,8 +54,8 @@ async def test_fifty_open_pages_cost_the_reads_of_one(registered, counted_client
         await ms.background.control(NAME, "pause")  # a still state: every poll reads the same
     app = make_app(registered, client)
     http(app)  # closes the app at the end
-    one = await _reads_per_poll(app, reads, 1)
-    fifty = await _reads_per_poll(app, reads, 50)
+    one = await reads_per_poll(app, reads, f"/events?name={NAME}", 1)
+    fifty = await reads_per_poll(app, reads, f"/events?name={NAME}", 50)
     assert one > 0
     assert fifty <= one * 1.2, (one, fifty)
 

@@ -69,13 +69,21 @@ class Dashboard:
                     self._client = await api.open_client(self.settings)
                     client = self._client
                     stack.push_async_callback(client.close)
-                ms = await stack.enter_async_context(api.connect(self.settings, client=self._client))
+                ms = None
+                if self.settings.db or self.settings.tenants is None:  # a project of tenants only has no line of its own
+                    ms = await stack.enter_async_context(api.connect(self.settings, client=self._client))
             except BaseException:
                 await stack.aclose()
                 raise
             self._stack = stack
-            self._poller = Poller(ms, interval=self.options.poll_seconds)
+            tenants = self._read_tenants if self.settings.tenants is not None else None
+            self._poller = Poller(ms, interval=self.options.poll_seconds, tenants=tenants)
         return self._poller
+
+    async def _read_tenants(self) -> views.TenantsSummary:
+        """Every tenant's ``status`` (the ``[tenants]`` selection, on the dashboard's client), summarised."""
+        report = await api.status_across(self.settings, api.Tenants(all=True), client=self._client)
+        return views.summarise_tenants(report)
 
     async def steer(self, who: str) -> api.Mongoshift:
         """A session for one control whose history entry names ``who`` (on the dashboard's connection)."""
@@ -131,9 +139,12 @@ def create_app(
             response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path=_cookie_path(request))
         return response
 
+    own_line = bool(settings.db) or settings.tenants is None  # a project of tenants only has no line of its own
+
     def overview_context(snap: Snapshot) -> dict[str, Any]:
         return {
             "snap": snap,
+            "own_line": own_line,
             "counts": views.line_counts(snap.rows),
             "verdicts": views.verdicts(snap.audit),
             "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],
@@ -262,6 +273,8 @@ def create_app(
             return checked
         name = _file_name(request.path_params["name"])
         poller = await dashboard.poller()
+        if poller.ms is None:
+            return await refused(request, f"{name} is not a registered background migration", 404)
         try:
             ids, total = await poller.ms.background.failed_ids(name, limit=IDS_SHOWN)
         except MongoshiftError as exc:
