@@ -219,3 +219,45 @@ def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_proje
         process.terminate()
         _, rest = process.communicate(timeout=60)
     assert token not in rest  # printed once
+
+
+LOGS_AT_LEVELS = """
+async def up(ctx):
+    ctx.log.info("starting the copy")
+    ctx.log.debug("a detail")
+    ctx.log.warning("slow batch <b>not markup</b>")
+    ctx.log.error("one row skipped")
+"""
+
+QUIET = """
+async def up(ctx):
+    pass
+"""
+
+
+async def test_a_runs_page_shows_its_log_lines_in_order_with_their_level(project, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_logs.py", LOGS_AT_LEVELS)
+    report = await command.up(project.settings())
+    project.add("0002_quiet.py", QUIET)
+    quiet = await command.up(project.settings())
+    client, _ = counted_client
+    web = http(make_app(project, client))
+    overview = await web.get("/")
+    assert f'href="http://dash.test/runs/{report.run_id}" data-testid="run-link"' in overview.text  # linked from the last runs
+    page = await web.get(f"/runs/{report.run_id}")
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
+    rows = re.findall(r'<tr data-seq="(\d+)">.*?data-testid="level">(\w+)</span></td>\s*<td class="message">([^<]*(?:&lt;[^<]*)*)</td>', page.text, re.S)
+    assert [(int(seq), level) for seq, level, _ in rows] == [(1, "info"), (2, "debug"), (3, "warning"), (4, "error")]
+    assert [message for _, _, message in rows] == ["starting the copy", "a detail", "slow batch &lt;b&gt;not markup&lt;/b&gt;", "one row skipped"]
+    assert "0001_logs.py" in page.text
+    silent = await web.get(f"/runs/{quiet.run_id}")  # a known run that logged nothing: its page says so
+    assert silent.status_code == 200 and 'data-testid="no-lines"' in silent.text and "0002_quiet.py" in silent.text
+
+
+async def test_a_page_for_an_unknown_run_is_a_clean_404(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    for run_id in ("no-such-run", "x" * 300):
+        page = await web.get(f"/runs/{run_id}")
+        assert page.status_code == 404 and 'data-testid="error"' in page.text and "no run with this id" in page.text
+        assert page.headers["cache-control"] == "no-store"

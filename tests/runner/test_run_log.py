@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -104,3 +105,21 @@ async def test_a_bad_run_id_is_refused(project, run_id: Any) -> None:  # type: i
     with pytest.raises(ConfigInvalidError, match="a run id is") as info:
         await api.run_log(project.settings(), run_id)
     assert info.value.exit_code == 6
+
+
+def test_the_cli_shows_a_runs_lines(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_levels.py", LEVELS)
+    up = cli(project, "up", "--json")
+    assert up.returncode == 0, up.stderr
+    run_id = json.loads(up.stdout)["run_id"]
+    shown = cli(project, "run-log", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["run_id"] == run_id
+    assert [(line["seq"], line["level"]) for line in document["lines"]] == [(1, "debug"), (2, "info"), (3, "warning"), (4, "error")]
+    assert "hunter2" not in shown.stdout
+    text = cli(project, "run-log", run_id)
+    assert text.returncode == 0 and "gave up on one" in text.stdout and "warning" in text.stdout
+    unknown = cli(project, "run-log", "no-such-run")
+    assert unknown.returncode == 0 and "no log line is stored for this run" in unknown.stdout
+    assert cli(project, "run-log", " ").returncode == 6

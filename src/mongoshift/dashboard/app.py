@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from starlette.templating import Jinja2Templates
 
 from .. import api
 from ..api.session import per_call
-from ..errors import MongoshiftError
+from ..errors import ExitCode, MongoshiftError
 from . import views
 from .poller import Poller, Snapshot
 from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
@@ -172,6 +173,25 @@ def create_app(
             return page(request, "error.html", {"message": f"{name} is not a registered background migration"}, 404)
         return page(request, "migration.html", migration_context(snap, name))
 
+    async def run(request: Request) -> Response:
+        """One run's stored ``ctx.log`` lines, in order, with their level (read on request: a run's log only grows)."""
+        run_id = request.path_params["run_id"]
+        poller = await dashboard.poller()
+        snap = await poller.current()
+        files = [row for row in snap.rows if row.run_id == run_id]
+        if poller.ms is None:
+            lines: list[api.RunLogLine] = []
+        else:
+            try:
+                lines = await poller.ms.run_log(run_id)
+            except MongoshiftError as exc:
+                if exc.exit_code != ExitCode.CONFIG_INVALID:
+                    return page(request, "error.html", {"message": f"the run's log could not be read: {exc.message}"}, 503)
+                lines = []  # not a run id at all
+        if not lines and not files:
+            return page(request, "error.html", {"message": "no run with this id has stored log lines (unknown, or its lines have expired)"}, 404)
+        return page(request, "run.html", {"run_id": run_id, "lines": lines, "files": files, "read_at": datetime.now(UTC)})
+
     async def events(request: Request) -> Response:
         """The live part of one page, re-rendered at each poll, as server-sent events (``event: update``)."""
         name = request.query_params.get("name")
@@ -302,6 +322,7 @@ def create_app(
     routes = [
         Route("/", overview, name="overview"),
         Route("/migrations/{name}", migration, name="migration"),
+        Route("/runs/{run_id}", run, name="run"),
         Route("/events", events, name="events"),
         Route("/sign-in", sign_in, methods=["POST"], name="sign_in"),
         Route("/migrations/{name}/control", control, methods=["POST"], name="control"),
