@@ -67,7 +67,9 @@ class Dashboard:
             stack = contextlib.AsyncExitStack()
             try:
                 if self._client is None:
-                    self._client = await api.open_client(self.settings)
+                    # a project of tenants only names no db: the client connects to the server, as the tenant calls do
+                    connecting = self.settings if self.settings.db else self.settings.model_copy(update={"db": "admin"})
+                    self._client = await api.open_client(connecting)
                     client = self._client
                     stack.push_async_callback(client.close)
                 ms = None
