@@ -9,11 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import AsyncMongoClient, MongoClient, monitoring
 
-from mongoshift.api import migrations as command
+from mongoshift.api import Tenants, migrations as command, up_across
 
 from ..background.conftest import background_file, seed
+from ..tenants.conftest import TenantProject, tenant_project  # noqa: F401  (the fixture, for the tenants view's tests)
 
 NAME = "0001_names.py"
 TOKEN = "a-dashboard-token-for-tests"
@@ -198,3 +199,30 @@ async def reads_per_poll(app: Any, reads: Reads, path: str, viewers: int, polls:
 async def _until_tick(poller: Any, tick: int) -> None:
     while poller.snapshot.tick < tick:
         await poller.next(poller.snapshot.tick)
+
+
+FAILS_WHEN_TOLD = """
+def up(ctx):
+    if ctx.db.fail_here.find_one({}) is not None:
+        raise RuntimeError("told to fail")
+    ctx.db.done.insert_one({"file": "%s"})
+
+
+def down(ctx):
+    ctx.db.done.delete_many({})
+"""
+
+
+async def tenants_at_each_state(project: TenantProject, sync_client: MongoClient) -> tuple[list[str], str, str]:  # type: ignore[type-arg]
+    """Two tenants up to date, one failed (its second file raised), one behind (nothing applied): up to date, failed, behind."""
+    project.add("0001_a.py", FAILS_WHEN_TOLD % "0001")
+    project.add("0002_b.py", FAILS_WHEN_TOLD % "0002")
+    up_to_date, failed, behind = project.tenants[:2], project.tenants[2], project.tenants[3]
+    report = await up_across(project.settings(), Tenants(names=up_to_date))
+    assert all(row.ok for row in report.rows)
+    report = await up_across(project.settings(), Tenants(names=[failed]), to="0001_a.py")
+    assert report.rows[0].ok
+    sync_client[failed].fail_here.insert_one({"why": "test"})
+    report = await up_across(project.settings(), Tenants(names=[failed]))
+    assert report.rows[0].outcome == "failed"
+    return up_to_date, failed, behind

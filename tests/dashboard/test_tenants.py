@@ -7,43 +7,15 @@ import re
 import pytest
 from pymongo import MongoClient
 
-from mongoshift.api import Tenants, up_across
 from mongoshift.dashboard import poller as polling
 
-from ..tenants.conftest import TenantProject, tenant_project  # noqa: F401  (the fixture)
-from .conftest import make_app, reads_per_poll
+from ..tenants.conftest import TenantProject
+from .conftest import make_app, reads_per_poll, tenants_at_each_state
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-FAILS_WHEN_TOLD = """
-def up(ctx):
-    if ctx.db.fail_here.find_one({}) is not None:
-        raise RuntimeError("told to fail")
-    ctx.db.done.insert_one({"file": "%s"})
-
-
-def down(ctx):
-    ctx.db.done.delete_many({})
-"""
-
-
-async def tenants_at_each_state(project: TenantProject, sync_client: MongoClient) -> tuple[list[str], str, str]:  # type: ignore[type-arg]
-    """Two tenants up to date, one failed (its second file raised), one behind (nothing applied): up to date, failed, behind."""
-    project.add("0001_a.py", FAILS_WHEN_TOLD % "0001")
-    project.add("0002_b.py", FAILS_WHEN_TOLD % "0002")
-    up_to_date, failed, behind = project.tenants[:2], project.tenants[2], project.tenants[3]
-    report = await up_across(project.settings(), Tenants(names=up_to_date))
-    assert all(row.ok for row in report.rows)
-    report = await up_across(project.settings(), Tenants(names=[failed]), to="0001_a.py")
-    assert report.rows[0].ok
-    sync_client[failed].fail_here.insert_one({"why": "test"})
-    report = await up_across(project.settings(), Tenants(names=[failed]))
-    assert report.rows[0].outcome == "failed"
-    return up_to_date, failed, behind
-
-
 async def test_the_overview_counts_tenants_at_each_state_and_names_the_ones_behind_or_failed(
-    tenant_project: TenantProject, sync_client: MongoClient, http  # type: ignore[type-arg, no-untyped-def]  # noqa: F811
+    tenant_project: TenantProject, sync_client: MongoClient, http  # type: ignore[type-arg, no-untyped-def]
 ) -> None:
     up_to_date, failed, behind = await tenants_at_each_state(tenant_project, sync_client)
     web = http(make_app(tenant_project, None))  # the dashboard opens its own client: a project without a db of its own
@@ -68,7 +40,7 @@ async def test_a_project_without_tenants_has_no_tenants_view(registered, counted
 
 
 async def test_the_tenants_are_read_by_the_shared_poll_whatever_the_open_pages(
-    tenant_project: TenantProject, sync_client: MongoClient, counted_client, http  # type: ignore[type-arg, no-untyped-def]  # noqa: F811
+    tenant_project: TenantProject, sync_client: MongoClient, counted_client, http  # type: ignore[type-arg, no-untyped-def]
 ) -> None:
     """Every tenant's status is read once per ``TENANTS_EVERY`` polls, by the one loop: twenty pages cost the reads of one."""
     await tenants_at_each_state(tenant_project, sync_client)
