@@ -25,7 +25,6 @@ from typing import Any
 
 from pymongo import ASCENDING
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import PyMongoError
 
 from .events import Event
 from .migration_log import MAX_TEXT
@@ -139,7 +138,7 @@ class RunLogWriter:
                     await self.collection.create_index("at", name="at_ttl", expireAfterSeconds=RUN_LOG_DAYS * 86_400)
                     self._indexed = True
                 await self.collection.insert_many(batch, ordered=False)
-            except PyMongoError as exc:
+            except Exception as exc:  # whatever stops the write is the run's warning, never its failure
                 self._lost += len(batch)
                 self._error = self._error or describe_error(exc)
                 log.debug("storing %d run log lines failed: %s", len(batch), self._error)
