@@ -9,11 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import AsyncMongoClient, MongoClient, monitoring
 
-from mongoshift.api import migrations as command
+from mongoshift.api import Tenants, migrations as command, up_across
 
 from ..background.conftest import background_file, seed
+from ..tenants.conftest import TenantProject, tenant_project  # noqa: F401  (the fixture, for the tenants view's tests)
 
 NAME = "0001_names.py"
 TOKEN = "a-dashboard-token-for-tests"
@@ -139,3 +140,89 @@ async def first_events(app: Any, path: str, count: int = 1) -> list[str]:
     await task
     waiter.cancel()
     return "".join(chunks).split("\n\n")[:count]
+
+
+class Streams:
+    """``n`` open event streams on one app, each reading events until closed."""
+
+    def __init__(self, app: Any, path: str, n: int) -> None:
+        self.app, self.path, self.n = app, path, n
+        self.events = [0] * n
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _one(self, i: int) -> None:
+        raw, _, query = self.path.partition("?")
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": raw,
+                 "raw_path": raw.encode(), "query_string": query.encode(), "root_path": "", "headers": [(b"host", b"dash.test")],
+                 "client": ("127.0.0.1", 41000 + i), "server": ("dash.test", 80)}
+        first = True
+
+        async def receive() -> dict[str, Any]:
+            nonlocal first
+            if first:
+                first = False
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await self._stop.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                self.events[i] += 1
+
+        await self.app(scope, receive, send)
+
+    def open(self) -> None:
+        self._tasks = [asyncio.create_task(self._one(i)) for i in range(self.n)]
+
+    async def close(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+
+async def reads_per_poll(app: Any, reads: Reads, path: str, viewers: int, polls: int = 4) -> float:
+    """The read commands per poll over ``polls`` polls while ``viewers`` streams of ``path`` are open."""
+    poller = await app.state.dashboard.poller()
+    streams = Streams(app, path, viewers)
+    streams.open()
+    try:
+        while poller.listeners < viewers:  # every stream is listening (each waits on the poller's condition)
+            await poller.next(poller.snapshot.tick)
+        start_tick = (await poller.next(poller.snapshot.tick)).tick
+        before = reads.count
+        await _until_tick(poller, start_tick + polls)
+        return (reads.count - before) / polls
+    finally:
+        await streams.close()
+
+
+async def _until_tick(poller: Any, tick: int) -> None:
+    while poller.snapshot.tick < tick:
+        await poller.next(poller.snapshot.tick)
+
+
+FAILS_WHEN_TOLD = """
+def up(ctx):
+    if ctx.db.fail_here.find_one({}) is not None:
+        raise RuntimeError("told to fail")
+    ctx.db.done.insert_one({"file": "%s"})
+
+
+def down(ctx):
+    ctx.db.done.delete_many({})
+"""
+
+
+async def tenants_at_each_state(project: TenantProject, sync_client: MongoClient) -> tuple[list[str], str, str]:  # type: ignore[type-arg]
+    """Two tenants up to date, one failed (its second file raised), one behind (nothing applied): up to date, failed, behind."""
+    project.add("0001_a.py", FAILS_WHEN_TOLD % "0001")
+    project.add("0002_b.py", FAILS_WHEN_TOLD % "0002")
+    up_to_date, failed, behind = project.tenants[:2], project.tenants[2], project.tenants[3]
+    report = await up_across(project.settings(), Tenants(names=up_to_date))
+    assert all(row.ok for row in report.rows)
+    report = await up_across(project.settings(), Tenants(names=[failed]), to="0001_a.py")
+    assert report.rows[0].ok
+    sync_client[failed].fail_here.insert_one({"why": "test"})
+    report = await up_across(project.settings(), Tenants(names=[failed]))
+    assert report.rows[0].outcome == "failed"
+    return up_to_date, failed, behind

@@ -21,7 +21,7 @@ import pytest
 from mongoshift.api import connect, migrations as command
 
 from ..background.conftest import background_file, seed
-from .conftest import NAME, TOKEN
+from .conftest import NAME, TOKEN, tenants_at_each_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -197,4 +197,38 @@ async def test_a_read_only_dashboard_shows_no_controls(registered, browser, shot
         assert await page.locator('[data-testid="controls"]').count() == 0
         assert await page.locator("button").count() == 0
         await page.screenshot(path=str(shots / "read-only.png"), full_page=True)
+        await page.close()
+
+
+LOGS = """
+async def up(ctx):
+    ctx.log.info("copying the plans")
+    ctx.log.debug("batch 1 of 2")
+    ctx.log.warning("a slow batch")
+    ctx.log.error("one plan skipped: unknown tier")
+"""
+
+
+async def test_a_runs_log_is_reached_from_the_overview(project, browser, shots) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_plans.py", LOGS)
+    report = await command.up(project.settings())
+    async with served(project, read_only=True) as dash:
+        page = await browser.new_page()
+        await page.goto(dash.url + "/")
+        await page.click('[data-testid="run-link"]')
+        await page.locator('[data-testid="run-log"]').wait_for(timeout=WAIT_MS)
+        assert page.url == f"{dash.url}/runs/{report.run_id}"
+        assert await page.locator('[data-testid="level"]').all_inner_texts() == ["info", "debug", "warning", "error"]
+        await page.screenshot(path=str(shots / "run-log.png"), full_page=True)
+        await page.close()
+
+
+async def test_the_tenants_view_on_the_overview(tenant_project, sync_client, browser, shots) -> None:  # type: ignore[no-untyped-def]
+    await tenants_at_each_state(tenant_project, sync_client)
+    async with served(tenant_project, read_only=True) as dash:
+        page = await browser.new_page()
+        await page.goto(dash.url + "/")
+        await page.locator('[data-testid="tenants-behind"]').filter(has_text="behind 1").wait_for(timeout=WAIT_MS)
+        assert await page.locator("tr[data-tenant]").count() == 2
+        await page.screenshot(path=str(shots / "tenants.png"), full_page=True)
         await page.close()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -14,7 +12,7 @@ from mongoshift.api import connect, migrations as command
 from mongoshift.dashboard.security import is_loopback
 
 from ..background.conftest import background_file, seed
-from .conftest import NAME, TOKEN, csrf_of, first_events, make_app, sign_in
+from .conftest import NAME, TOKEN, csrf_of, first_events, make_app, reads_per_poll, sign_in
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -49,64 +47,6 @@ async def test_the_event_stream_sends_the_live_part_of_a_page(registered, counte
         await app.state.dashboard.aclose()
 
 
-class Streams:
-    """``n`` open event streams on one app, each reading events until closed."""
-
-    def __init__(self, app: Any, path: str, n: int) -> None:
-        self.app, self.path, self.n = app, path, n
-        self.events = [0] * n
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def _one(self, i: int) -> None:
-        raw, _, query = self.path.partition("?")
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": raw,
-                 "raw_path": raw.encode(), "query_string": query.encode(), "root_path": "", "headers": [(b"host", b"dash.test")],
-                 "client": ("127.0.0.1", 41000 + i), "server": ("dash.test", 80)}
-        first = True
-
-        async def receive() -> dict[str, Any]:
-            nonlocal first
-            if first:
-                first = False
-                return {"type": "http.request", "body": b"", "more_body": False}
-            await self._stop.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                self.events[i] += 1
-
-        await self.app(scope, receive, send)
-
-    def open(self) -> None:
-        self._tasks = [asyncio.create_task(self._one(i)) for i in range(self.n)]
-
-    async def close(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-
-
-async def _reads_per_poll(app: Any, reads: Any, viewers: int, polls: int = 4) -> float:
-    poller = await app.state.dashboard.poller()
-    streams = Streams(app, f"/events?name={NAME}", viewers)
-    streams.open()
-    try:
-        while poller.listeners < viewers:  # every stream is listening (each waits on the poller's condition)
-            await poller.next(poller.snapshot.tick)
-        start_tick = (await poller.next(poller.snapshot.tick)).tick
-        before = reads.count
-        await _until_tick(poller, start_tick + polls)
-        return (reads.count - before) / polls
-    finally:
-        await streams.close()
-
-
-async def _until_tick(poller: Any, tick: int) -> None:
-    while poller.snapshot.tick < tick:
-        await poller.next(poller.snapshot.tick)
-
-
 async def test_fifty_open_pages_cost_the_reads_of_one(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
     """One polling loop feeds every open page: the reads per poll do not grow with the viewers."""
     client, reads = counted_client
@@ -114,8 +54,8 @@ async def test_fifty_open_pages_cost_the_reads_of_one(registered, counted_client
         await ms.background.control(NAME, "pause")  # a still state: every poll reads the same
     app = make_app(registered, client)
     http(app)  # closes the app at the end
-    one = await _reads_per_poll(app, reads, 1)
-    fifty = await _reads_per_poll(app, reads, 50)
+    one = await reads_per_poll(app, reads, f"/events?name={NAME}", 1)
+    fifty = await reads_per_poll(app, reads, f"/events?name={NAME}", 50)
     assert one > 0
     assert fifty <= one * 1.2, (one, fifty)
 
@@ -280,3 +220,45 @@ def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_proje
         process.terminate()
         _, rest = process.communicate(timeout=60)
     assert token not in rest  # printed once
+
+
+LOGS_AT_LEVELS = """
+async def up(ctx):
+    ctx.log.info("starting the copy")
+    ctx.log.debug("a detail")
+    ctx.log.warning("slow batch <b>not markup</b>")
+    ctx.log.error("one row skipped")
+"""
+
+QUIET = """
+async def up(ctx):
+    pass
+"""
+
+
+async def test_a_runs_page_shows_its_log_lines_in_order_with_their_level(project, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_logs.py", LOGS_AT_LEVELS)
+    report = await command.up(project.settings())
+    project.add("0002_quiet.py", QUIET)
+    quiet = await command.up(project.settings())
+    client, _ = counted_client
+    web = http(make_app(project, client))
+    overview = await web.get("/")
+    assert f'href="http://dash.test/runs/{report.run_id}" data-testid="run-link"' in overview.text  # linked from the last runs
+    page = await web.get(f"/runs/{report.run_id}")
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
+    rows = re.findall(r'<tr data-seq="(\d+)">.*?data-testid="level">(\w+)</span></td>\s*<td class="message">([^<]*(?:&lt;[^<]*)*)</td>', page.text, re.S)
+    assert [(int(seq), level) for seq, level, _ in rows] == [(1, "info"), (2, "debug"), (3, "warning"), (4, "error")]
+    assert [message for _, _, message in rows] == ["starting the copy", "a detail", "slow batch &lt;b&gt;not markup&lt;/b&gt;", "one row skipped"]
+    assert "0001_logs.py" in page.text
+    silent = await web.get(f"/runs/{quiet.run_id}")  # a known run that logged nothing: its page says so
+    assert silent.status_code == 200 and 'data-testid="no-lines"' in silent.text and "0002_quiet.py" in silent.text
+
+
+async def test_a_page_for_an_unknown_run_is_a_clean_404(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    for run_id in ("no-such-run", "x" * 300):
+        page = await web.get(f"/runs/{run_id}")
+        assert page.status_code == 404 and 'data-testid="error"' in page.text and "no run with this id" in page.text
+        assert page.headers["cache-control"] == "no-store"

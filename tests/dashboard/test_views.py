@@ -26,3 +26,28 @@ def test_one_bucket_draws_a_level_line_and_none_draws_nothing() -> None:
 
 def test_durations_read_like_a_person_would_say_them() -> None:
     assert [views.duration(s) for s in (None, 5, 65, 3_700)] == ["–", "5s", "1m 05s", "1h 01m"]
+
+
+def test_the_tenants_view_counts_every_tenant_and_names_only_a_few() -> None:
+    """A thousand tenants: every one counted, at most ``TENANTS_NAMED`` behind and failed named, the rest summed."""
+    from mongoshift.api import RolloutReport, StatusRow, TenantError, TenantRow
+
+    def row(i: int) -> TenantRow:
+        if i % 10 == 0:  # 100 whose status could not be read
+            return TenantRow(f"t{i}", "failed", error=TenantError("connection_failed", 5, "unreachable"))
+        if i % 10 == 1:  # 100 with a failed file
+            return TenantRow(f"t{i}", "done", result=[StatusRow("0001_a.py", "applied"), StatusRow("0002_b.py", "failed")])
+        if i % 10 in (2, 3):  # 200 with a file pending or a background migration not completed
+            pending = StatusRow("0002_b.py", "pending") if i % 10 == 2 else StatusRow("0002_b.py", "applied", background="running")
+            return TenantRow(f"t{i}", "done", result=[StatusRow("0001_a.py", "applied"), pending])
+        return TenantRow(f"t{i}", "done", result=[StatusRow("0001_a.py", "applied"), StatusRow("0002_b.py", "applied", background="completed")])
+
+    summary = views.summarise_tenants(RolloutReport("status", [row(i) for i in range(1000)]))
+    assert summary.total == 1000
+    assert summary.counts == {"up to date": 600, "behind": 200, "failed": 200}
+    assert len(summary.behind) == len(summary.failed) == views.TENANTS_NAMED
+    assert summary.more_behind == 180 and summary.more_failed == 180
+    assert summary.failed[0] == views.TenantNote("t0", "status not read (connection_failed)")
+    assert summary.failed[1] == views.TenantNote("t1", "0002_b.py")
+    assert summary.behind[0] == views.TenantNote("t2", "1 to go: 0002_b.py")
+    assert summary.behind[1] == views.TenantNote("t3", "1 to go: 0002_b.py")

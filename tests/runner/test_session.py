@@ -303,7 +303,7 @@ async def test_import_is_a_writing_run_that_the_sessions_observers_see(project, 
 ONE_SHOTS = {
     "up": Mongoshift.up, "down": Mongoshift.down, "redo": Mongoshift.redo, "dry_run": Mongoshift.plan,
     "status": Mongoshift.status, "list_migrations": Mongoshift.migrations, "audit": Mongoshift.audit,
-    "lock_status": Mongoshift.lock_status, "unlock": Mongoshift.unlock,
+    "lock_status": Mongoshift.lock_status, "unlock": Mongoshift.unlock, "run_log": Mongoshift.run_log,
     "import_history": Mongoshift.import_history, "baseline": Mongoshift.baseline,
     "squash": Mongoshift.squash, "lint": Mongoshift.lint, "create_from_models": Mongoshift.create_from_models,
     "generate_collections": Collections.generate,

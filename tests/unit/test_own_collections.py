@@ -20,7 +20,7 @@ async def indexes(db, name: str) -> set[str]:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(
-    "setting", ["changelog_collection", "lock_collection", "background_collection", "converge_collection"]
+    "setting", ["changelog_collection", "lock_collection", "background_collection", "converge_collection", "run_log_collection"]
 )
 async def test_a_setting_naming_an_application_collection_is_refused_before_any_write(project, db, setting: str) -> None:  # type: ignore[no-untyped-def]
     await db.users.insert_many([{"name": "a", "email": "a@x"}, {"name": "b", "email": "b@x"}])
@@ -112,7 +112,7 @@ def test_two_settings_naming_the_same_collection_are_refused(tmp_path: Path, val
 
 
 @pytest.mark.parametrize(
-    "setting", ["changelog_collection", "lock_collection", "background_collection", "converge_collection"]
+    "setting", ["changelog_collection", "lock_collection", "background_collection", "converge_collection", "run_log_collection"]
 )
 def test_system_collection_names_are_refused(tmp_path: Path, setting: str) -> None:
     (tmp_path / "mongoshift.toml").write_text(f'[mongoshift]\n{setting} = "system.js"\n')

@@ -19,7 +19,8 @@ the call uses them)::
     report = await api.up(api.load_settings())
 
 Migrations: :func:`up`, :func:`down`, :func:`redo`, :func:`status`,
-:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`. Adoption:
+:func:`list_migrations`, :func:`dry_run`, :func:`lock_status`, :func:`unlock`, :func:`run_log` (a run's
+stored ``ctx.log`` lines, :class:`RunLogLine`). Adoption:
 :func:`import_history` (another tool's changelog), :func:`baseline`. Keeping the line short:
 :func:`squash` (:func:`squash_across` judges every tenant first), :func:`lint` (risky operations, before they run). Health:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from ..project.lock import LockHolder
     from ..project.redaction import describe_error, redact
     from ..project.run import CancelSignal
+    from ..project.run_log import RunLogLine
     from ..project.settings import Settings, load_settings
     from ..tenants.report import RolloutReport, TenantError, TenantRow
     from ..tenants.selection import Tenant
@@ -105,6 +107,7 @@ if TYPE_CHECKING:
         lock_status,
         redo,
         rows_to_json,
+        run_log,
         status,
         unlock,
         up,
@@ -199,6 +202,8 @@ __all__ = [
     "repin_background",
     "rows_to_json",
     "run_background",
+    "run_log",
+    "RunLogLine",
     "start_background_runner",
     "status",
     "throttle_background",
@@ -225,6 +230,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ExitCode": ("..errors", "ExitCode"),
     "MongoshiftError": ("..errors", "MongoshiftError"),
     "LockHolder": ("..project.lock", "LockHolder"),
+    "RunLogLine": ("..project.run_log", "RunLogLine"),
     "CancelSignal": ("..project.run", "CancelSignal"),
     "Settings": ("..project.settings", "Settings"),
     "load_settings": ("..project.settings", "load_settings"),
@@ -286,7 +292,7 @@ _LAZY: dict[str, tuple[str, str]] = {
         name: (".migrations", name)
         for name in (
             "DryRunReport", "DryRunRow", "RunReport", "down", "dry_run", "list_migrations",
-            "lock_status", "redo", "rows_to_json", "status", "unlock", "up",
+            "lock_status", "redo", "rows_to_json", "run_log", "status", "unlock", "up",
         )
     },
 }

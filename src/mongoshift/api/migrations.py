@@ -8,6 +8,7 @@ a run behind.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
 
 from ..errors import ChecksumMismatchError, ConfigInvalidError, MongoshiftError
 from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
@@ -23,6 +25,8 @@ from ..project.events import Event, Observer
 from ..project.loader import resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
+from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
+from ..project.server_errors import from_pymongo
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
 from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, log_entries, one_shot, run_observers
@@ -155,16 +159,31 @@ async def _execute(
 
     report = RunReport(command, session.run.run_id, warnings=list(plan.warnings))
     session.events.observers.append(lambda event: report.logs.append(event) if event.kind == "log" else None)
+    stored = RunLogWriter(session.db[session.settings.run_log_collection], session.run.run_id, create_indexes=session.settings.ensure_indexes)
+    session.events.observers.append(stored)
     batch = batch or await session.changelog.next_batch()
     executor = Executor(session)
     try:
         report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
     except MongoshiftError as exc:
+        await _store_log(stored, report)
         exc.details["warnings"] = report.warnings
         exc.details["logs"] = log_entries(report.logs)
         raise
+    except BaseException:
+        await asyncio.shield(_store_log(stored, report))  # a cancelled run keeps the lines it logged
+        raise
+    await _store_log(stored, report)
     report.waiting = executor.waiting
     return report
+
+
+async def _store_log(stored: RunLogWriter, report: RunReport) -> None:
+    """The run's last log lines written; lines that could not be stored are a warning of the run, never its failure."""
+    warning = await stored.close()
+    if warning is not None:
+        log.warning("%s", warning)
+        report.warnings.append(warning)
 
 
 async def up(
@@ -475,6 +494,23 @@ async def unlock_in(project: Project) -> LockHolder | None:
         if holder is not None:
             await lock.force_release()
         return holder
+
+
+async def run_log(settings: Settings, run_id: str, *, client: AsyncMongoClient[Any] | None = None) -> list[RunLogLine]:
+    """One-shot :meth:`Mongoshift.run_log <mongoshift.api.session.Mongoshift.run_log>`."""
+    return await run_log_in(one_shot(settings, client=client), run_id)
+
+
+async def run_log_in(project: Project, run_id: str) -> list[RunLogLine]:
+    """The ``ctx.log`` lines a run of the line stored (``run_log_collection``), in order; empty when it
+    stored none (it logged nothing, its lines expired, or no run has that id)."""
+    if not isinstance(run_id, str) or not run_id.strip() or len(run_id) > 200:
+        raise ConfigInvalidError("a run id is the non-empty text a run reports as run_id (at most 200 characters)")
+    async with _reading(project, with_files=False) as session:
+        try:
+            return await read_run_log(session.db[session.settings.run_log_collection], run_id.strip())
+        except PyMongoError as exc:
+            raise from_pymongo(exc) from exc
 
 
 def rows_to_json(rows: list[Any]) -> list[dict[str, Any]]:

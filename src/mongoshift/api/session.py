@@ -9,7 +9,7 @@ says) and releases it before it returns, so a session left open blocks no other 
 
 The calls come in four groups: the migration line on the session itself (``up``,
 ``down``, ``redo``, ``plan``, ``status``, ``migrations``, ``audit``, ``lock_status``,
-``unlock``, ``squash``, ``lint``, and the adoption of a database: ``import_history``, ``baseline``), declared
+``unlock``, ``run_log``, ``squash``, ``lint``, and the adoption of a database: ``import_history``, ``baseline``), declared
 collections on ``ms.collections``, background migrations on ``ms.background`` (the
 in-application runner too: ``start_runner``), a job system's intents on ``ms.intents``. The
 flat functions of :mod:`mongoshift.api` are the same calls on a one-shot project. See docs/api.md.
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..line.plan import StatusRow
     from ..models.generate import GenerateReport
     from ..project.lock import LockHolder
+    from ..project.run_log import RunLogLine
     from ..schema.collections import CollectionDeclaration
     from .adoption import AdoptionReport
     from .background import BackgroundRunner, CoordinatorStep, ErrorCallback, SliceReport
@@ -217,6 +218,12 @@ class Mongoshift:
         from .migrations import unlock_in
 
         return await unlock_in(self._project)
+
+    async def run_log(self, run_id: str) -> list[RunLogLine]:
+        """The ``ctx.log`` lines a run of the line stored, in order, with their level (empty: none stored)."""
+        from .migrations import run_log_in
+
+        return await run_log_in(self._project, run_id)
 
     async def import_history(
         self,

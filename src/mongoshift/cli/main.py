@@ -484,6 +484,26 @@ def unlock(yes: bool) -> int:
     return 0
 
 
+@cli.command(name="run-log")
+@click.argument("run_id")
+@global_options
+def run_log(run_id: str) -> int:
+    """Show the ctx.log lines a run stored, in order, with their level (RUN_ID: a run report's run_id)."""
+    from ..api.session import per_call  # start-up time: the API loads when a command runs
+
+    s = settings()
+    lines = run_async(lambda cancel: per_call(s).run_log(run_id))
+    out = output()
+    if out.json_mode:
+        out.json({"run_id": run_id, "lines": [line.to_json() for line in lines]})
+    elif not lines:
+        out.say("no log line is stored for this run (it logged none, its lines expired, or no run has this id)")
+    else:
+        rows = [(line.seq, line.at, line.migration or "", line.level, line.message) for line in lines]
+        out.table(["#", "at", "migration", "level", "message"], rows, title=f"run {run_id}")
+    return 0
+
+
 # ---------------------------------------------------------------- embedded server and demo
 
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from starlette.templating import Jinja2Templates
 
 from .. import api
 from ..api.session import per_call
-from ..errors import MongoshiftError
+from ..errors import ExitCode, MongoshiftError
 from . import views
 from .poller import Poller, Snapshot
 from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
@@ -66,16 +67,26 @@ class Dashboard:
             stack = contextlib.AsyncExitStack()
             try:
                 if self._client is None:
-                    self._client = await api.open_client(self.settings)
+                    # a project of tenants only names no db: the client connects to the server, as the tenant calls do
+                    connecting = self.settings if self.settings.db else self.settings.model_copy(update={"db": "admin"})
+                    self._client = await api.open_client(connecting)
                     client = self._client
                     stack.push_async_callback(client.close)
-                ms = await stack.enter_async_context(api.connect(self.settings, client=self._client))
+                ms = None
+                if self.settings.db or self.settings.tenants is None:  # a project of tenants only has no line of its own
+                    ms = await stack.enter_async_context(api.connect(self.settings, client=self._client))
             except BaseException:
                 await stack.aclose()
                 raise
             self._stack = stack
-            self._poller = Poller(ms, interval=self.options.poll_seconds)
+            tenants = self._read_tenants if self.settings.tenants is not None else None
+            self._poller = Poller(ms, interval=self.options.poll_seconds, tenants=tenants)
         return self._poller
+
+    async def _read_tenants(self) -> views.TenantsSummary:
+        """Every tenant's ``status`` (the ``[tenants]`` selection, on the dashboard's client), summarised."""
+        report = await api.status_across(self.settings, api.Tenants(all=True), client=self._client)
+        return views.summarise_tenants(report)
 
     async def steer(self, who: str) -> api.Mongoshift:
         """A session for one control whose history entry names ``who`` (on the dashboard's connection)."""
@@ -131,9 +142,12 @@ def create_app(
             response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path=_cookie_path(request))
         return response
 
+    own_line = bool(settings.db) or settings.tenants is None  # a project of tenants only has no line of its own
+
     def overview_context(snap: Snapshot) -> dict[str, Any]:
         return {
             "snap": snap,
+            "own_line": own_line,
             "counts": views.line_counts(snap.rows),
             "verdicts": views.verdicts(snap.audit),
             "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],
@@ -160,6 +174,25 @@ def create_app(
         if snap.report(name) is None:
             return page(request, "error.html", {"message": f"{name} is not a registered background migration"}, 404)
         return page(request, "migration.html", migration_context(snap, name))
+
+    async def run(request: Request) -> Response:
+        """One run's stored ``ctx.log`` lines, in order, with their level (read on request: a run's log only grows)."""
+        run_id = request.path_params["run_id"]
+        poller = await dashboard.poller()
+        snap = await poller.current()
+        files = [row for row in snap.rows if row.run_id == run_id]
+        if poller.ms is None:
+            lines: list[api.RunLogLine] = []
+        else:
+            try:
+                lines = await poller.ms.run_log(run_id)
+            except MongoshiftError as exc:
+                if exc.exit_code != ExitCode.CONFIG_INVALID:
+                    return page(request, "error.html", {"message": f"the run's log could not be read: {exc.message}"}, 503)
+                lines = []  # not a run id at all
+        if not lines and not files:
+            return page(request, "error.html", {"message": "no run with this id has stored log lines (unknown, or its lines have expired)"}, 404)
+        return page(request, "run.html", {"run_id": run_id, "lines": lines, "files": files, "read_at": datetime.now(UTC)})
 
     async def events(request: Request) -> Response:
         """The live part of one page, re-rendered at each poll, as server-sent events (``event: update``)."""
@@ -262,6 +295,8 @@ def create_app(
             return checked
         name = _file_name(request.path_params["name"])
         poller = await dashboard.poller()
+        if poller.ms is None:
+            return await refused(request, f"{name} is not a registered background migration", 404)
         try:
             ids, total = await poller.ms.background.failed_ids(name, limit=IDS_SHOWN)
         except MongoshiftError as exc:
@@ -289,6 +324,7 @@ def create_app(
     routes = [
         Route("/", overview, name="overview"),
         Route("/migrations/{name}", migration, name="migration"),
+        Route("/runs/{run_id}", run, name="run"),
         Route("/events", events, name="events"),
         Route("/sign-in", sign_in, methods=["POST"], name="sign_in"),
         Route("/migrations/{name}/control", control, methods=["POST"], name="control"),

@@ -2,9 +2,10 @@
 
 While at least one page listens (server-sent events), the loop reads the project once per
 interval (the line's status, the lock, every background migration's report, and for each
-migration a page is open on, its partitions and throughput samples) into one :class:`Snapshot`,
-and wakes every listener with it. A page rendered without a stream takes the latest snapshot
-when it is fresh, or makes the one read that every request arriving meanwhile shares.
+migration a page is open on, its partitions and throughput samples; with ``[tenants]``, every
+``TENANTS_EVERY`` polls, every tenant's status summarised) into one :class:`Snapshot`, and wakes
+every listener with it. A page rendered without a stream takes the latest snapshot when it is
+fresh, or makes the one read that every request arriving meanwhile shares.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,11 +24,17 @@ from pymongo.errors import PyMongoError
 
 from .. import api
 from ..errors import MongoshiftError
+from .views import TenantsSummary
 
 log = logging.getLogger("mongoshift.dashboard")
 
 #: The audit (the overview's verdict per migration) reads much more than a status: once every this many polls.
 AUDIT_EVERY = 30
+#: The tenants view reads every tenant's status (thousands of databases): once every this many polls.
+TENANTS_EVERY = 10
+
+#: Reads the tenants view (``status`` across every tenant, summarised).
+TenantsReader = Callable[[], Awaitable[TenantsSummary]]
 
 
 @dataclass
@@ -49,6 +56,8 @@ class Snapshot:
     reports: list[api.BackgroundReport] = field(default_factory=list)
     audit: api.AuditReport | None = None
     details: dict[str, Detail] = field(default_factory=dict)
+    #: With ``[tenants]``: how many tenants are at each state (None: no tenants, or not read yet).
+    tenants: TenantsSummary | None = None
     #: Why the last read failed (its redacted one-line message), with the previous data kept.
     error: str | None = None
 
@@ -59,8 +68,17 @@ class Snapshot:
 class Poller:
     """The shared reads of one dashboard (see the module's docstring)."""
 
-    def __init__(self, ms: api.Mongoshift, *, interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ms: api.Mongoshift | None,
+        *,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        tenants: TenantsReader | None = None,
+    ) -> None:
+        #: The project's own database (None: a project whose databases are only its tenants).
         self.ms = ms
+        self.tenants = tenants
         self.interval = interval
         self.clock = clock
         self.snapshot = Snapshot(tick=0, at=datetime.now(UTC))
@@ -102,19 +120,22 @@ class Poller:
 
     async def _read(self, extra: str | None) -> Snapshot:
         previous = self.snapshot
-        snap = Snapshot(tick=previous.tick + 1, at=datetime.now(UTC), audit=previous.audit)
+        snap = Snapshot(tick=previous.tick + 1, at=datetime.now(UTC), audit=previous.audit, tenants=previous.tenants)
         names = {n for n, count in self._viewers.items() if count > 0}
         if extra is not None:
             names.add(extra)
         try:
-            snap.rows = await self.ms.status(checksums=False)
-            snap.lock = await self.ms.lock_status()
-            snap.reports = await self.ms.background.status()
-            if snap.audit is None or snap.tick % AUDIT_EVERY == 1:
-                snap.audit = await self.ms.audit()
-            known = {r.name for r in snap.reports}
-            for name in sorted(names & known):
-                snap.details[name] = Detail(await self.ms.background.partitions(name), await self.ms.background.samples(name))
+            if self.ms is not None:
+                snap.rows = await self.ms.status(checksums=False)
+                snap.lock = await self.ms.lock_status()
+                snap.reports = await self.ms.background.status()
+                if snap.audit is None or snap.tick % AUDIT_EVERY == 1:
+                    snap.audit = await self.ms.audit()
+                known = {r.name for r in snap.reports}
+                for name in sorted(names & known):
+                    snap.details[name] = Detail(await self.ms.background.partitions(name), await self.ms.background.samples(name))
+            if self.tenants is not None and (snap.tenants is None or snap.tick % TENANTS_EVERY == 1):
+                snap.tenants = await self.tenants()
         except (MongoshiftError, PyMongoError) as exc:
             message = exc.message if isinstance(exc, MongoshiftError) else api.describe_error(exc)
             log.warning("the dashboard could not read the project: %s", message)

@@ -93,3 +93,70 @@ def line_counts(rows: list[api.StatusRow]) -> dict[str, int]:
 
 def when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else "–"
+
+
+#: How many tenants behind (and how many failed) the overview names; the others are counted only,
+#: so a project of thousands of tenants gives a page of the same size.
+TENANTS_NAMED = 20
+
+#: A tenant's state on the overview, in the order the counts are shown.
+TENANT_STATES = ("up to date", "behind", "failed")
+
+
+@dataclass(frozen=True)
+class TenantNote:
+    """One tenant named on the overview: its name and why it is there (file names, an error's kind; never a value)."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class TenantsSummary:
+    """How many tenants are at each state, and the first few behind or failed by name (bounded for any count)."""
+
+    total: int
+    counts: dict[str, int]
+    behind: list[TenantNote]
+    failed: list[TenantNote]
+
+    @property
+    def more_behind(self) -> int:
+        return self.counts["behind"] - len(self.behind)
+
+    @property
+    def more_failed(self) -> int:
+        return self.counts["failed"] - len(self.failed)
+
+
+def tenant_state(row: api.TenantRow) -> tuple[str, str]:
+    """A tenant's state from its ``status`` row, and why: ``failed`` (its status could not be read, a file
+    failed or is missing, a background migration failed), ``behind`` (files pending, a background migration
+    not completed) or ``up to date``."""
+    if not row.ok:
+        return "failed", f"status not read ({row.error.kind})" if row.error else f"status {row.outcome}"
+    rows: list[api.StatusRow] = row.result if isinstance(row.result, list) else []
+    failed = [r.name for r in rows if r.state in ("failed", "missing") or r.background == "failed"]
+    if failed:
+        return "failed", _files(failed)
+    behind = [r.name for r in rows if r.pending or r.background not in (None, "completed")]
+    if behind:
+        return "behind", f"{len(behind)} to go: {_files(behind)}"
+    return "up to date", ""
+
+
+def summarise_tenants(report: api.RolloutReport, *, named: int = TENANTS_NAMED) -> TenantsSummary:
+    """The overview's tenants view of one ``status`` across tenants (the per-tenant rows are not kept)."""
+    counts = dict.fromkeys(TENANT_STATES, 0)
+    noted: dict[str, list[TenantNote]] = {"behind": [], "failed": []}
+    for row in report.rows:
+        state, why = tenant_state(row)
+        counts[state] += 1
+        if state in noted and len(noted[state]) < named:
+            noted[state].append(TenantNote(row.name, why))
+    return TenantsSummary(len(report.rows), counts, noted["behind"], noted["failed"])
+
+
+def _files(names: list[str], shown: int = 3) -> str:
+    listed = ", ".join(names[:shown])
+    return listed + (f" +{len(names) - shown}" if len(names) > shown else "")

@@ -46,6 +46,8 @@ class StatusRow:
     #: A squash file: how many of the files it replaced are applied here (``2 of 3 squashed files applied``),
     #: or ``squashed files applied`` when they were applied one by one before the squash.
     squash: str | None = None
+    #: The run that applied this file (or failed it): its stored ``ctx.log`` lines are ``run_log(run_id)``.
+    run_id: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -196,7 +198,7 @@ def status_rows(
             continue
         row = StatusRow(
             f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error, origin=record.origin,
-            squash=_squash_note(state),
+            squash=_squash_note(state), run_id=record.run_id,
         )
         if record.status == "applied" and checksums and record.checksum:
             row.checksum = "ok" if f.checksum == record.checksum else "mismatch"

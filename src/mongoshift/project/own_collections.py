@@ -1,7 +1,7 @@
 """Checking that the collections mongoshift keeps its records in are really its own.
 
-The changelog, lock, background-state (with its ``_partitions``) and converge-log
-collections are named by settings, so a typo such as ``changelog_collection =
+The changelog, lock, background-state (with its ``_partitions``), converge-log and
+run-log collections are named by settings, so a typo such as ``changelog_collection =
 "users"`` would make the next run create a unique index on ``users.name`` and
 write records among the application's documents. Before anything is written,
 each run reads a few documents of every one of these collections and refuses
@@ -54,6 +54,10 @@ def _converge_log(doc: Mapping[str, Any]) -> bool:
     return isinstance(doc.get("run_id"), str) and "started_at" in doc and "success" in doc
 
 
+def _run_log(doc: Mapping[str, Any]) -> bool:
+    return isinstance(doc.get("run_id"), str) and "seq" in doc and "level" in doc
+
+
 def own_collections(settings: Settings) -> dict[str, tuple[str, str, Shape]]:
     """Collection name → (the setting naming it, what it holds, the shape of its records)."""
     background = settings.background_collection
@@ -64,6 +68,7 @@ def own_collections(settings: Settings) -> dict[str, tuple[str, str, Shape]]:
         f"{background}_partitions": ("background_collection", "background migration partitions", _background_partition),
         f"{background}_watch": ("background_collection", "live watcher records", _watch),
         settings.converge_collection: ("converge_collection", "converge log entries", _converge_log),
+        settings.run_log_collection: ("run_log_collection", "run log lines", _run_log),
     }
 
 

@@ -41,7 +41,7 @@ _COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
 
 #: The settings that name a collection mongoshift keeps its own records in (in field order).
-OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection")
+OWN_COLLECTION_SETTINGS = ("changelog_collection", "lock_collection", "background_collection", "converge_collection", "run_log_collection")
 
 #: Environment variables whose names are not simply MONGOSHIFT_<KEY>.
 ENV_ALIASES: dict[str, str] = {
@@ -98,6 +98,8 @@ class Settings(BaseModel):
     collections: tuple[CollectionDeclaration, ...] = ()
     collections_dir: Path = Path("collections")
     converge_collection: str = Field(default="_mongoshift_converge", pattern=_COLLECTION_NAME, validate_default=True)
+    #: The ``ctx.log`` lines of the line's runs, per run id (bounded per run, expired after ``RUN_LOG_DAYS``).
+    run_log_collection: str = Field(default="_mongoshift_run_log", pattern=_COLLECTION_NAME, validate_default=True)
     converge_after_up: bool = False
     #: Which databases are the project's tenants (``[tenants]``; docs/tenants.md); None: a single-database project.
     tenants: TenantsDeclaration | None = None
