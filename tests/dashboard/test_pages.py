@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from starlette.applications import Starlette
@@ -262,3 +263,23 @@ async def test_a_page_for_an_unknown_run_is_a_clean_404(registered, counted_clie
         page = await web.get(f"/runs/{run_id}")
         assert page.status_code == 404 and 'data-testid="error"' in page.text and "no run with this id" in page.text
         assert page.headers["cache-control"] == "no-store"
+
+
+async def test_a_migration_page_shows_drift_found_after_completion_and_its_collections_watcher(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    async with connect(registered.settings()) as ms:
+        (done,) = await ms.background.run([NAME])
+    assert done.status == "completed"
+    page_path = f"/migrations/{NAME.removesuffix('.py')}"
+    clean = await http(make_app(registered, client)).get(page_path)
+    assert 'data-testid="no-drift"' in clean.text and "Live watcher of people: none" in clean.text
+    # Written by an old release after the migration completed: the old shape again.
+    await db.people.insert_many([{"_id": 1000 + i, "first": "Zelda-secret", "last": "Q", "__v": 1, "__rev": 1} for i in range(3)])
+    await db["_mongoshift_background_watch"].insert_one(
+        {"_id": "people", "fence": "f", "state": "streaming", "guards": [NAME], "counters": {"upgraded": 7}, "updated_at": datetime.now(UTC)}
+    )
+    page = await http(make_app(registered, client)).get(page_path)
+    section = page.text[page.text.index('data-testid="drift"'):page.text.index("<h2>Partitions</h2>")]
+    assert "background.drift" in section and 'data-testid="no-drift"' not in section
+    assert 'data-testid="watcher-state">streaming</b>' in section and "upgraded 7" in section
+    assert "Zelda-secret" not in page.text  # counts and names only, no document value

@@ -162,6 +162,11 @@ def create_app(
             "detail": detail,
             "chart": views.chart(detail.samples if detail else []),
             "verdict": views.verdicts(snap.audit).get(name, "ok"),
+            # Drift and verify: the audit's read-only probe of this migration (``background.drift``, stranded
+            # documents, ...) and the live watcher of its collection.
+            "findings": [f for f in snap.audit.findings if f.subject == name] if snap.audit is not None else [],
+            "audited_at": snap.audit.checked_at if snap.audit is not None else None,
+            "watcher": views.watcher_of(snap.watchers, snap.report(name)),
         }
 
     async def overview(request: Request) -> Response:

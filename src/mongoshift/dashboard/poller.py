@@ -55,6 +55,8 @@ class Snapshot:
     lock: api.LockHolder | None = None
     reports: list[api.BackgroundReport] = field(default_factory=list)
     audit: api.AuditReport | None = None
+    #: The live watchers as last saved (read with the audit): a migration's page shows its collection's.
+    watchers: list[api.WatchRecord] = field(default_factory=list)
     details: dict[str, Detail] = field(default_factory=dict)
     #: With ``[tenants]``: how many tenants are at each state (None: no tenants, or not read yet).
     tenants: TenantsSummary | None = None
@@ -120,7 +122,9 @@ class Poller:
 
     async def _read(self, extra: str | None) -> Snapshot:
         previous = self.snapshot
-        snap = Snapshot(tick=previous.tick + 1, at=datetime.now(UTC), audit=previous.audit, tenants=previous.tenants)
+        snap = Snapshot(
+            tick=previous.tick + 1, at=datetime.now(UTC), audit=previous.audit, watchers=previous.watchers, tenants=previous.tenants
+        )
         names = {n for n, count in self._viewers.items() if count > 0}
         if extra is not None:
             names.add(extra)
@@ -131,6 +135,7 @@ class Poller:
                 snap.reports = await self.ms.background.status()
                 if snap.audit is None or snap.tick % AUDIT_EVERY == 1:
                     snap.audit = await self.ms.audit()
+                    snap.watchers = await self.ms.background.watch_status()
                 known = {r.name for r in snap.reports}
                 for name in sorted(names & known):
                     snap.details[name] = Detail(await self.ms.background.partitions(name), await self.ms.background.samples(name))

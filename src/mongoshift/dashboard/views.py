@@ -160,3 +160,11 @@ def summarise_tenants(report: api.RolloutReport, *, named: int = TENANTS_NAMED) 
 def _files(names: list[str], shown: int = 3) -> str:
     listed = ", ".join(names[:shown])
     return listed + (f" +{len(names) - shown}" if len(names) > shown else "")
+
+
+def watcher_of(watchers: list[api.WatchRecord], report: api.BackgroundReport | None) -> api.WatchRecord | None:
+    """The live watcher of the migration's collection, if one ever ran there."""
+    if report is None:
+        return None
+    return next((w for w in watchers if w.collection == report.collection), None)
+
