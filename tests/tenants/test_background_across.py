@@ -136,3 +136,37 @@ def test_the_terminal_board_redraws_done_failed_running_rate_and_eta() -> None:
     assert "[1/4] tenant t0: done; failed 0, running 1" in shown
     assert "[2/4] tenant t1: failed (migration_failed); failed 1, running 0" in shown
     assert "running 1 (t1)" in shown  # the redrawn line, as it was drawn
+
+
+SLOW_SEED = """
+def up(ctx):
+    ctx.db.users.insert_many([{"_id": i, "first": f"Ada{i}", "last": "Lovelace"} for i in range(600)])
+"""
+
+SLOW_NAMES = FULL_NAMES.replace("from_version=1, to_version=2", "from_version=0, to_version=1").replace(
+    "batch_size=10)", "batch_size=10, pause_ms=50, adaptive=False)"
+)
+
+
+def test_ctrl_c_cancels_each_tenants_background_run_and_a_rerun_finishes_with_exact_counts(
+    tenant_project: TenantProject, cli: Any, sync_client: MongoClient
+) -> None:
+    tenant_project.add("0001_seed.py", SLOW_SEED)
+    tenant_project.add("0002_full_names.py", SLOW_NAMES)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    names = tenant_project.tenants
+    process = start_cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "2", "--json")  # type: ignore[arg-type]
+    wait_for("a batch written", lambda: any(sync_client[n].users.count_documents({"__v": 1}) >= 20 for n in names), process)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 11, err
+    outcomes = {r["name"]: r["outcome"] for r in json.loads(out)["tenants"]}
+    assert set(outcomes.values()) <= {"canceled", "not reached"} and "canceled" in outcomes.values(), outcomes  # stopped, not failed
+    again = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "4", "--json")
+    assert again.returncode == 0, again.stderr
+    for n in names:
+        assert sync_client[n].users.count_documents({"__v": 1, "name": {"$exists": True}}) == 600
+        (report,) = rows(again)[n]["result"]
+        assert report["status"] == "completed"
+    status = cli(tenant_project, "background", "status", "--all-tenants", "--json")
+    assert all(r["result"][0]["totals"]["migrated"] == 600 for r in rows(status).values())  # each document counted once

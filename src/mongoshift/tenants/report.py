@@ -40,10 +40,11 @@ class TenantError:
 class Judged:
     """What one tenant's call came to, as the caller judges its result (a failure raised is judged by the rollout).
 
-    ``error``: a verdict that is a failure without an exception (``status --check`` of a tenant behind).
+    ``error``: a verdict that is a failure without an exception (``status --check`` of a tenant behind);
+    with ``outcome`` "canceled", why a call that returned stopped early (Ctrl-C reached it).
     """
 
-    outcome: Literal["done", "already at target", "failed"] = "done"
+    outcome: Literal["done", "already at target", "failed", "canceled"] = "done"
     applied: int = 0
     rolled_back: int = 0
     error: TenantError | None = None

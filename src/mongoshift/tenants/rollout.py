@@ -156,7 +156,7 @@ async def roll_out(
 
 
 def _judged(row: TenantRow, judged: Judged) -> None:
-    row.outcome = "failed" if judged.error is not None else judged.outcome
+    row.outcome = "failed" if judged.error is not None and judged.outcome != "canceled" else judged.outcome
     row.applied, row.rolled_back, row.error, row.result = judged.applied, judged.rolled_back, judged.error, judged.result
 
 
