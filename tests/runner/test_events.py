@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -176,9 +177,20 @@ async def test_lock_refused_and_waited(project, db) -> None:  # type: ignore[no-
     assert [k for k, _ in seen.kinds()] == ["run_start", "lock_refused", "run_end"]
     assert seen.of("run_end")[0].data["error_kind"] == "lock_held"
 
-    await locks.update_one({"_id": "migration_lock"}, {"$set": {"expires_at": _in(0.3)}})
+    # the holder lets go only once the run has said it waits (on a loaded machine a lock expiring at
+    # a set time could expire before the run even asks for it)
     seen = Recorder()
-    await api.up(project.settings(), observers=[seen], lock=api.Lock(wait=10))
+    waiting = asyncio.Event()
+
+    def observe(event: Event) -> None:
+        seen(event)
+        if event.kind == "lock_waited":
+            waiting.set()
+
+    run = asyncio.create_task(api.up(project.settings(), observers=[observe], lock=api.Lock(wait=60)))
+    await asyncio.wait_for(waiting.wait(), 30)
+    await locks.update_one({"_id": "migration_lock"}, {"$set": {"expires_at": _in(-1)}})
+    await run
     assert [k for k, _ in seen.kinds()][:3] == ["run_start", "lock_waited", "lock_acquired"]
     assert seen.of("lock_acquired")[0].data["waited_ms"] > 0
 
