@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mongoshift import api
 from mongoshift.errors import ExecutionFailedError
-from mongoshift.project.events import Events
+from mongoshift.project.events import Event, Events
 from mongoshift.telemetry import names
 
 from .conftest import Telemetry
@@ -45,9 +46,19 @@ async def test_an_up_records_its_run_its_migrations_and_its_lock(project, db, te
 async def test_a_wait_for_the_lock_is_timed(project, db, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_first.py", ASYNC_BODY % "first")
     held = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "h", "pid": 1, "executed_by": "x", "ttl_ms": 60_000}
-    await db["_mongoshift_locks"].insert_one({**held, "expires_at": datetime.now(UTC) + timedelta(seconds=0.5)})
+    await db["_mongoshift_locks"].insert_one({**held, "expires_at": datetime.now(UTC) + timedelta(seconds=60)})
+    # the holder lets go once the run says it waits (a lock expiring at a set time may be gone before a
+    # run on a loaded machine asks for it: then there is no wait to time)
+    waiting = asyncio.Event()
 
-    await api.up(project.settings(), observers=[telemetry.observer], lock=api.Lock(wait=10))
+    def on_wait(event: Event) -> None:
+        if event.kind == "lock_waited":
+            waiting.set()
+
+    run = asyncio.create_task(api.up(project.settings(), observers=[telemetry.observer, on_wait], lock=api.Lock(wait=60)))
+    await asyncio.wait_for(waiting.wait(), 30)
+    await db["_mongoshift_locks"].update_one({"_id": "migration_lock"}, {"$set": {"expires_at": datetime.now(UTC) - timedelta(seconds=1)}})
+    await run
 
     [wait] = telemetry.points("mongoshift.lock.wait.duration")
     [acquire] = telemetry.points("mongoshift.lock.acquire.duration")
