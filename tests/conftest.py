@@ -27,6 +27,14 @@ from mongoshift.embedded.process import embedded_server
 
 from .node_tools import node_packages  # noqa: F401  (a session fixture: npm packages installed once)
 
+# Some machines (container images, CI runners) set PYTHONDONTWRITEBYTECODE. Then nothing is cached:
+# each of the four workers compiles and assertion-rewrites every test module again (about 5 s of CPU
+# each), as does every pytest the suite starts itself. The suite writes its caches (``__pycache__``,
+# ignored by git) and so do the processes it starts, which inherit the environment from here; this
+# module is imported before the workers start and before any test module is collected.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # The embedded server runs one command at a time, so a request can wait behind long ones: the
 # socket timeout is generous. Heartbeats keep the driver's default frequency: they are answered
 # while a command runs (fix (al) of docs/embedded.md), and a server marked Unknown after a
