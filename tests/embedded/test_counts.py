@@ -52,6 +52,9 @@ def counts(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
     """A count: pymongo's count_documents (skip, limit, hint) or the aggregate itself, with stages
     before the $group that are pushed down (or not: a $sort, a $project, a $limit before a $skip)."""
     found = draw(queries(ids))
+    unplaced = draw(st.sampled_from([None, None, "undefined", "dbPointer", 6, ["undefined", "dbPointer"], ["undefined", "string"]]))
+    if unplaced is not None:  # the types (ae)'s order places no _id of, which the planning counts too
+        found["filter"] = {"$and": [found["filter"], {"_id": {"$type": unplaced}}]}
     stages: list[dict[str, Any]] = [{"$match": found["filter"]}]
     before = draw(st.sampled_from([[], [], [{"$skip": 1}], [{"$limit": 3}], [{"$skip": 2}, {"$limit": 5}], [{"$limit": 0}],
                                    [{"$limit": 4}, {"$skip": 1}], [{"$sort": {"_id": 1}}], [{"$project": {"v": 1}}]]))
@@ -202,8 +205,52 @@ def test_the_planning_counts_take_the_count_path(server: InProcessServer, monkey
         assert (brackets, partition) == ({"number": 3_000, "string": 200}, 500)
         assert calls == {"_build_pushdown_cursor": 0, "consume_document": 0, "_public_copy": 0}
         # Each bracket's documents once ("symbol" walks the string bracket), the partition's range once;
-        # the other empty brackets cost nothing, except the two (af) does not model ("undefined",
-        # "dbPointer"), whose counts match every document, as mongoeco's scan does.
-        assert counter.seen == 3_000 + 2 * 200 + 500 + 2 * 3_200
+        # the other brackets cost nothing ("undefined" and "dbPointer" too: no int or string _id has
+        # those types).
+        assert counter.seen == 3_000 + 2 * 200 + 500
+    finally:
+        client.close()
+
+
+def raw_document(id_element: bytes) -> Any:
+    """A document ``{_id: <id_element>, v: 1}`` as raw BSON: pymongo cannot send undefined or a DBPointer otherwise."""
+    import struct
+
+    from bson.raw_bson import RawBSONDocument
+
+    body = id_element + b"\x10v\x00" + struct.pack("<i", 1) + b"\x00"
+    return RawBSONDocument(struct.pack("<i", len(body) + 4) + body)
+
+
+def test_a_count_of_an_unplaced_type_reads_only_the_unplaced_ids(server: InProcessServer) -> None:
+    """(ap) A count of ``_id``s of the undefined or dbPointer type (the planning counts both brackets)
+    matches only the ``_id``s (ae)'s order does not place, and answers what mongoeco's path answers,
+    with undefined and DBPointer ``_id``s sent as raw BSON among them."""
+    import struct
+
+    from bson import Binary, DBRef, ObjectId
+    from mongoeco.api._async.aggregation_cursor import AsyncAggregationCursor
+
+    client = sync_client(server)
+    try:
+        collection = client.counts.unplaced
+        collection.drop()
+        collection.insert_many([{"_id": i, "v": 1} for i in range(500)] + [{"_id": f"s{i}", "v": 1} for i in range(100)])
+        collection.insert_many([{"_id": {"a": 1}, "v": 1}, {"_id": Binary(b"x", 0), "v": 1}])
+        collection.insert_one(raw_document(b"\x0c_id\x00" + struct.pack("<i", 2) + b"c\x00" + bytes(12)))  # a DBPointer
+        collection.insert_one(raw_document(b"\x06_id\x00"))  # undefined
+        # mongoeco stores the DBPointer as a DBRef (an object) and undefined as null
+        assert collection.count_documents({"_id": DBRef("c", ObjectId(bytes(12)))}) == 1
+        assert collection.count_documents({"_id": None}) == 1
+        filters = [{"_id": {"$type": kind}} for kind in ("undefined", "dbPointer", 6, ["undefined", "dbPointer"])]
+        filters += [{"$and": [{"v": 1}, {"_id": {"$type": "undefined"}}]}, {"_id": {"$type": ["undefined", "string"]}}]
+        for filter_ in filters:
+            with MatchCounter() as counter:
+                fast = collection.count_documents(filter_)
+            with original(AsyncAggregationCursor, "_open_incremental_group_stream"):
+                slow = collection.count_documents(filter_)
+            assert fast == slow, filter_
+            # the object, the binary and the DBPointer's DBRef; a list with "string" walks everything
+            assert counter.seen == (3 if "string" not in str(filter_) else 604), filter_
     finally:
         client.close()

@@ -9,8 +9,10 @@ be counted. In the demo the engine's planning counts each partition and ``_id`` 
 of its server's time (docs/performance.md).
 
 This fix answers exactly that shape by counting inside the engine: the documents the find would read
-((af)'s ``_id`` range or type-bracket walk when the filter confines ``_id``, else the candidates
-mongoeco's own scan takes) go through mongoeco's matcher, and nothing else is done with them. The
+((af)'s ``_id`` range or type-bracket walk when the filter confines ``_id``; only the ``_id``s (ae)'s
+order does not place when it asks for the ``undefined`` or ``dbPointer`` type, which no placed ``_id``
+has; else the candidates mongoeco's own scan takes) go through mongoeco's matcher, and nothing else is
+done with them. The
 read keeps every step of the scan it replaces (the collection lock, the operation metadata, the TTL
 purge, the hint check) and the views of the cursor's session: a transaction's, a snapshot read's
 (ad), or the latest data; the command around it (read concern, cluster time, fail points, the cursor
@@ -24,7 +26,14 @@ import datetime
 from collections.abc import Iterator
 from typing import Any
 
-from .scans import id_bounds, id_order, id_type_bracket
+from .scans import _conjuncts, _inexact, id_bounds, id_order, id_type_bracket
+
+#: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
+#: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
+#: MinKey, MaxKey): an ``undefined`` value is mongoeco's ``UndefinedType`` (and one sent over the wire is
+#: stored as null), ``dbPointer`` matches nothing (one sent over the wire is stored as a DBRef, an
+#: object). The engine's planning counts both brackets: only ``_id``s of the unmodelled brackets can match.
+_UNPLACED = frozenset({"undefined", "dbPointer"})
 
 
 def count_field(plan: Any) -> tuple[Any, str] | None:
@@ -58,6 +67,29 @@ def _confined(semantics: Any) -> tuple[Any, Any, int | None] | None:
     if bracket is None and bounds == (None, None):
         return None
     return bounds[0], bounds[1], bracket
+
+
+def _unplaced_only(plan: Any) -> bool:
+    """Whether an ``_id`` ``$type`` conjunct of ``plan`` names only types of :data:`_UNPLACED`."""
+    from mongoeco.core.query_plan import AndCondition, TypeCondition
+
+    return any(
+        type(node) is TypeCondition and node.field == "_id" and node.aliases and node.aliases <= _UNPLACED
+        for node in _conjuncts(plan, AndCondition)
+    )
+
+
+def _unmodelled(engine: Any, coll: Any) -> Iterator[Any]:
+    """The stored documents whose ``_id`` (ae)'s order does not place exactly (none, most often)."""
+    order = id_order(coll)
+    if not order.inexact:
+        return
+    borrow = engine._borrow_storage_document
+    for key, storage_key in zip(order.keys, order.storage_keys, strict=True):
+        if _inexact(key):
+            data = coll.get(storage_key)
+            if data is not None:
+                yield borrow(data)
 
 
 def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> Iterator[Any]:
@@ -113,6 +145,8 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
         confined = _confined(semantics)
         if confined is not None:
             documents: Iterator[Any] = _walked(engine, coll, confined)
+        elif _unplaced_only(semantics.query_plan):
+            documents = _unmodelled(engine, coll)
         else:
             limit = semantics.limit
             candidates = engine._candidate_items_for_plan_locked(
