@@ -29,6 +29,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
+- :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
@@ -47,6 +48,7 @@ import logging
 from . import (
     aggregation,
     coll_mod,
+    counts,
     documents,
     find_and_modify,
     indexes,
@@ -107,6 +109,7 @@ def apply() -> None:
     scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
     scans.patch_id_range_scans()  # (af)
     scans.patch_id_in_lookup()  # (ag)
+    counts.patch_count_aggregates()  # (ap), over (af)'s order and (ag)'s candidates
     updates.patch_guarded_updates()  # (ah)
     updates.patch_index_keys()  # (ai)
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls

@@ -1,0 +1,203 @@
+"""Counts without a ``$group`` stream: ``count_documents`` answered by counting matches (ap).
+
+pymongo's ``count_documents(filter, skip=, limit=)`` is the aggregate ``[{$match: filter}, ({$skip}),
+({$limit}), {$group: {_id: 1, n: {$sum: 1}}}]``. mongoeco 4.11 pushes the ``$match``, ``$skip`` and
+``$limit`` down into a find (so the read reaches (af)'s ``_id`` walk), then streams every matched
+document through that find's cursor into the ``$group`` accumulator: each one is ordered by its
+insertion ordinal, finalized (projection), copied for the public API, paged and accumulated, only to
+be counted. In the demo the engine's planning counts each partition and ``_id`` bracket this way: 24 %
+of its server's time (docs/performance.md).
+
+This fix answers exactly that shape by counting inside the engine: the documents the find would read
+((af)'s ``_id`` range or type-bracket walk when the filter confines ``_id``; only the ``_id``s (ae)'s
+order does not place when it asks for the ``undefined`` or ``dbPointer`` type, which no placed ``_id``
+has; else the candidates mongoeco's own scan takes) go through mongoeco's matcher, and nothing else is
+done with them. The
+read keeps every step of the scan it replaces (the collection lock, the operation metadata, the TTL
+purge, the hint check) and the views of the cursor's session: a transaction's, a snapshot read's
+(ad), or the latest data; the command around it (read concern, cluster time, fail points, the cursor
+reply) is untouched, since the hook sits inside mongoeco's aggregation cursor.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+from .scans import _conjuncts, _inexact, id_bounds, id_order, id_type_bracket
+
+#: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
+#: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
+#: MinKey, MaxKey): an ``undefined`` value is mongoeco's ``UndefinedType`` (and one sent over the wire is
+#: stored as null), ``dbPointer`` matches nothing (one sent over the wire is stored as a DBRef, an
+#: object). The engine's planning counts both brackets: only ``_id``s of the unmodelled brackets can match.
+_UNPLACED = frozenset({"undefined", "dbPointer"})
+
+
+def count_field(plan: Any) -> tuple[Any, str] | None:
+    """(the group ``_id``, the count's field) when an incremental-group plan is a plain count:
+    nothing between the pushed-down find and a ``$group`` of a constant ``_id`` and one ``{$sum: 1}``,
+    nothing after it; None otherwise."""
+    if plan.prefix or plan.prefix_skip or plan.prefix_limit is not None or plan.suffix:
+        return None
+    spec = plan.group_spec
+    if not isinstance(spec, dict) or len(spec) != 2:
+        return None
+    first, name = list(spec)
+    if first != "_id" or not isinstance(name, str) or not name or name.startswith("$") or "." in name:
+        return None
+    group_id = spec["_id"]
+    if not (group_id is None or type(group_id) is int or (type(group_id) is str and not group_id.startswith("$"))):
+        return None
+    accumulator = spec[name]
+    if not isinstance(accumulator, dict) or list(accumulator) != ["$sum"] or type(accumulator["$sum"]) is not int or accumulator["$sum"] != 1:
+        return None
+    return group_id, name
+
+
+def _confined(semantics: Any) -> tuple[Any, Any, int | None] | None:
+    """(lower, upper, bracket) when the filter confines ``_id`` to a range or one ``$type`` bracket
+    that (af)'s walk takes; None when it does not (the scan then reads mongoeco's candidates)."""
+    bounds = id_bounds(semantics.query_plan)
+    if bounds is None:
+        return None
+    bracket = id_type_bracket(semantics.query_plan)
+    if bracket is None and bounds == (None, None):
+        return None
+    return bounds[0], bounds[1], bracket
+
+
+def _unplaced_only(plan: Any) -> bool:
+    """Whether an ``_id`` ``$type`` conjunct of ``plan`` names only types of :data:`_UNPLACED`."""
+    from mongoeco.core.query_plan import AndCondition, TypeCondition
+
+    return any(
+        type(node) is TypeCondition and node.field == "_id" and node.aliases and node.aliases <= _UNPLACED
+        for node in _conjuncts(plan, AndCondition)
+    )
+
+
+def _unmodelled(engine: Any, coll: Any) -> Iterator[Any]:
+    """The stored documents whose ``_id`` (ae)'s order does not place exactly (none, most often)."""
+    order = id_order(coll)
+    if not order.inexact:
+        return
+    borrow = engine._borrow_storage_document
+    for key, storage_key in zip(order.keys, order.storage_keys, strict=True):
+        if _inexact(key):
+            data = coll.get(storage_key)
+            if data is not None:
+                yield borrow(data)
+
+
+def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> Iterator[Any]:
+    """The stored documents of (af)'s walk between the bounds and inside the bracket, in ``_id`` order
+    (the order does not change a count)."""
+    lower, upper, bracket = confined
+    order = id_order(coll)
+    start, end = order.span(lower, upper)
+    if bracket is not None:
+        start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
+        end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
+    storage_keys = order.storage_keys
+    borrow = engine._borrow_storage_document
+    for at in range(start, end):
+        data = coll.get(storage_keys[at])
+        if data is not None:
+            yield borrow(data)
+
+
+async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: Any, context: Any) -> int | None:
+    """How many documents ``semantics`` (no sort, a limit that is None or positive) reads after its
+    skip and limit, in ``context``'s views; None when mongoeco's path must answer (a text query, a
+    collation, the profile collection, a collection that does not exist or is not a memory one)."""
+    from mongoeco.core.operation_limits import enforce_deadline
+    from mongoeco.core.query_plan import EqualsCondition
+    from mongoeco.engines._memory_collection import MemoryCollection
+    from mongoeco.engines.semantic_core import iter_filtered_documents
+
+    if semantics.text_query is not None or semantics.collation is not None or semantics.sort or engine._is_profile_namespace(coll_name):
+        return None
+    enforce_deadline(semantics.deadline)
+    async with engine._get_lock(db_name, coll_name):
+        coll = engine._storage_view(context).get(db_name, {}).get(coll_name, {})
+        options = engine._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
+        if not isinstance(coll, MemoryCollection) or options.get("collation") is not None:
+            return None
+        # The steps of the scan this count replaces (MemoryEngine.scan_find_semantics and (af)'s), in order.
+        engine._record_operation_metadata(
+            context, operation="scan_collection", comment=semantics.comment,
+            max_time_ms=semantics.max_time_ms, hint=semantics.hint,
+        )
+        indexes = engine._indexes_view(context).get(db_name, {}).get(coll_name, [])
+        engine._purge_expired_documents_locked(
+            db_name, coll_name, context=context,
+            indexes_view=engine._indexes_view(context), index_data_view=engine._index_data_view(context),
+            storage_view=engine._storage_view(context),
+            now=semantics.variables.now.replace(tzinfo=datetime.UTC),
+        )
+        engine._resolve_hint_index(
+            db_name, coll_name, semantics.hint, indexes=indexes, plan=semantics.query_plan,
+            dialect=semantics.dialect, collation=semantics.collation,
+        )
+        confined = _confined(semantics)
+        if confined is not None:
+            documents: Iterator[Any] = _walked(engine, coll, confined)
+        elif _unplaced_only(semantics.query_plan):
+            documents = _unmodelled(engine, coll)
+        else:
+            limit = semantics.limit
+            candidates = engine._candidate_items_for_plan_locked(
+                coll, semantics.query_plan, dialect=semantics.dialect, indexes=indexes,
+                index_data=engine._index_data_view(context).get(db_name, {}).get(coll_name, {}),
+                collation=semantics.collation,
+                natural_order_limit=semantics.skip + limit if limit is not None and isinstance(semantics.query_plan, EqualsCondition) else None,
+            )
+            documents = (engine._borrow_storage_document(data) for _storage_key, data in candidates)
+        matched = 0
+        for _document in iter_filtered_documents(documents, semantics):
+            matched += 1
+        del coll
+    found = max(0, matched - int(semantics.skip))
+    return found if semantics.limit is None else min(found, int(semantics.limit))
+
+
+# (ap) A count aggregate (pymongo's count_documents) streams every matched document through mongoeco's
+# aggregation cursor to count it: AsyncAggregationCursor._open_incremental_group_stream builds the
+# pushed-down find's cursor and feeds its pages to the $group accumulator. When the plan is a plain
+# count (nothing but the pushed-down $match/$skip/$limit before a $group of a constant _id and one
+# {$sum: 1}, nothing after; no sort or projection pushed down; a limit that is None or positive; no
+# aggregation cost policy), the count is made by count_matches in the cursor's session views, and the
+# group's one document (none for no match) is streamed as mongoeco streams a group's output. The
+# find's checks (planning issues) and its opcounter run as the cursor would run them; anything else,
+# and whatever count_matches declines, takes the original.
+def patch_count_aggregates() -> None:
+    from mongoeco.api._async.aggregation_cursor import AsyncAggregationCursor
+    from mongoeco.api._async.cursor import _ensure_operation_executable
+    from mongoeco.engines.memory import MemoryEngine
+    from mongoeco.engines.semantic_core import compile_find_semantics_from_operation
+
+    original = AsyncAggregationCursor._open_incremental_group_stream
+
+    async def open_incremental_group_stream(self: Any, plan: Any, *, dialect: Any, deadline: float | None) -> Any:
+        shape = count_field(plan)
+        collection = self._collection
+        engine = collection._engine
+        if shape is None or not isinstance(engine, MemoryEngine) or self._cost_policy() is not None:
+            return await original(self, plan, dialect=dialect, deadline=deadline)
+        operation = self._pushdown_find_operation()
+        if operation.sort or operation.projection is not None or operation.limit == 0 or operation.context is None:
+            return await original(self, plan, dialect=dialect, deadline=deadline)
+        _ensure_operation_executable(collection, operation)  # the pushed-down find's planning issues, as its cursor checks them
+        semantics = compile_find_semantics_from_operation(operation, dialect=collection._mongodb_dialect)
+        count = await count_matches(engine, collection._db_name, collection._collection_name, semantics, operation.context.session)
+        if count is None:
+            return await original(self, plan, dialect=dialect, deadline=deadline)
+        engine._record_runtime_opcounter("query")  # the find's first page; its getMore pages are not counted
+        group_id, name = shape
+        return self._stream_group_documents([{"_id": group_id, name: count}] if count else [])
+
+    open_incremental_group_stream.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
+    AsyncAggregationCursor._open_incremental_group_stream = open_incremental_group_stream
