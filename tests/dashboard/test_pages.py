@@ -283,3 +283,17 @@ async def test_a_migration_page_shows_drift_found_after_completion_and_its_colle
     assert "background.drift" in section and 'data-testid="no-drift"' not in section
     assert 'data-testid="watcher-state">streaming</b>' in section and "upgraded 7" in section
     assert "Zelda-secret" not in page.text  # counts and names only, no document value
+
+
+async def test_requests_arriving_together_at_first_share_one_session(registered) -> None:  # type: ignore[no-untyped-def]
+    """The first requests may arrive together: they wait for one session (two would leave one open after ``aclose``)."""
+    import asyncio
+
+    app = make_app(registered, None)  # the dashboard opens its own client
+    dashboard = app.state.dashboard
+    try:
+        first, *others = await asyncio.gather(*(dashboard.poller() for _ in range(3)))
+        assert all(other is first for other in others)
+    finally:
+        await dashboard.aclose()
+    assert dashboard._client is None  # the client it opened is closed and forgotten: a later request opens a new one
