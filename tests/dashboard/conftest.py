@@ -270,12 +270,16 @@ class Served:
 
     async def __aenter__(self) -> Served:
         self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        await bounded(self._started(), "the dashboard server's start")
+        return self
+
+    async def _started(self) -> None:
+        assert self.task is not None
         while not self.server.started:
             if self.task.done():  # it could not start: its error, not a wait for ever
                 self.task.result()
                 raise AssertionError("the dashboard's server stopped before it started")
             await asyncio.sleep(0)  # a yield to the loop until uvicorn says it listens, not a timed wait
-        return self
 
     async def stop(self) -> None:
         """Shut the server down and wait for it, bounded (a shutdown that never ends fails, saying where it waits)."""

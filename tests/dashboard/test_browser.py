@@ -2,7 +2,9 @@
 
 Marked ``browser``: in the default run, skipped with the reason when Chromium or Playwright is missing
 (``.ci/run`` installs Chromium). Every wait is on a state (a text on the page, a record in the
-database), bounded only by Playwright's own timeout. Screenshots go to ``MONGOSHIFT_SCREENSHOTS`` when
+database), bounded by Playwright's own timeout; what has none (opening and closing pages, the context,
+the browser, Playwright, the server's start and shutdown) by ``bounded``, which fails saying where the
+loop's tasks wait, never a silent hang. Screenshots go to ``MONGOSHIFT_SCREENSHOTS`` when
 set (docs/dashboard.md's are made so), else beside the run's temporary files.
 """
 
@@ -37,17 +39,21 @@ async def chromium() -> AsyncIterator[Any]:
         pytest.skip(f"browser tests skipped: Playwright is not installed ({exc.name})")
     if shutil.which(CHROMIUM) is None:
         pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM} (install Debian's chromium package; .ci/run does)")
-    async with async_playwright() as p:
-        b = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    playwright = async_playwright()
+    p = await bounded(playwright.__aenter__(), "starting Playwright")
+    try:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=WAIT_MS)
         try:
             yield b
         finally:
             await bounded(b.close(), "closing Chromium")
+    finally:
+        await bounded(playwright.__aexit__(None, None, None), "stopping Playwright")
 
 
 @pytest.fixture
 async def browser(chromium: Any) -> AsyncIterator[Any]:
-    """A fresh browser context (its own cookies), closed before the server stops, so no event stream is left open."""
+    """A fresh browser context (its own cookies); each test closes its pages before its server stops."""
     context = await bounded(chromium.new_context(), "opening a browser context")
     try:
         yield context
