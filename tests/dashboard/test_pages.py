@@ -193,7 +193,7 @@ def test_the_cli_refuses_a_public_address_without_a_token_and_a_short_token(fast
 
 
 def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_project) -> None:  # type: ignore[no-untyped-def]
-    """``mongoshift dashboard --port 0``: the address, then the token, on the terminal only; the token steers."""
+    """``mongoshift dashboard --port 0``: the address, then the token, on the terminal only; the token steers; a stop with a page open ends its stream."""
     import httpx
 
     from ..conftest import start_cli
@@ -217,10 +217,17 @@ def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_proje
             assert csrf is not None
             signed = web.post("/sign-in", data={"csrf": csrf, "token": token})
             assert signed.status_code == 303
+            # an open page at Ctrl-C (SIGTERM here): its stream ends as the shutdown starts, nothing is cancelled
+            with web.stream("GET", "/events") as stream:
+                chunks = stream.iter_text()
+                assert next(chunks).startswith("event: update\n")
+                process.terminate()
+                assert all(chunk.startswith("event: update\n") for chunk in chunks)  # the response ended, no reset
     finally:
         process.terminate()
         _, rest = process.communicate(timeout=60)
     assert token not in rest  # printed once
+    assert "graceful shutdown exceeded" not in rest and "Traceback" not in rest, rest
 
 
 LOGS_AT_LEVELS = """
