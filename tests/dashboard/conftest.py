@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
@@ -18,6 +19,9 @@ from ..tenants.conftest import TenantProject, tenant_project  # noqa: F401  (the
 
 NAME = "0001_names.py"
 TOKEN = "a-dashboard-token-for-tests"
+#: The bound on each wait of the served tests (a state, a close, a shutdown): generous, as the machine may be
+#: loaded; it only turns a wait that would never end into a failure that says what was waited for.
+WAIT_S = 60.0
 
 
 class Reads(monitoring.CommandListener):
@@ -226,3 +230,74 @@ async def tenants_at_each_state(project: TenantProject, sync_client: MongoClient
     report = await up_across(project.settings(), Tenants(names=[failed]))
     assert report.rows[0].outcome == "failed"
     return up_to_date, failed, behind
+
+
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` waits: its chain of awaited coroutines, outermost first (what a hang is diagnosed by)."""
+    lines, step = [], task.get_coro()
+    while step is not None and len(lines) < 60:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None) or getattr(step, "ag_frame", None)
+        lines.append(f"{frame.f_code.co_qualname} ({frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})" if frame else repr(step)[:120])
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None) or getattr(step, "ag_await", None)
+    return " > ".join(lines)
+
+
+async def bounded[T](step: Awaitable[T], what: str, seconds: float = WAIT_S) -> T:
+    """``await step``, failing after ``seconds`` with ``what`` and where every task of the loop waits (never a silent hang)."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await step
+    except TimeoutError:
+        tasks = "\n".join(f"  {t.get_name()}: {awaiting(t)}" for t in asyncio.all_tasks() if t is not asyncio.current_task())
+        raise AssertionError(f"{what} did not end within {seconds:g} s; the loop's tasks wait at:\n{tasks}") from None
+
+
+class Served:
+    """A dashboard served by uvicorn on a free loopback port, in the test's event loop, as ``mongoshift dashboard``
+    serves it (:func:`mongoshift.dashboard.serving.dashboard_server`: the open pages' streams end as the shutdown starts)."""
+
+    def __init__(self, app: Any, **config: Any) -> None:
+        from mongoshift.dashboard.serving import dashboard_server
+
+        self.app = app
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config.setdefault("timeout_graceful_shutdown", 5)
+        self.server = dashboard_server(app, log_level="warning", lifespan="on", **config)
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Served:
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        await bounded(self._started(), "the dashboard server's start")
+        return self
+
+    async def _started(self) -> None:
+        assert self.task is not None
+        while not self.server.started:
+            if self.task.done():  # it could not start: its error, not a wait for ever
+                self.task.result()
+                raise AssertionError("the dashboard's server stopped before it started")
+            await asyncio.sleep(0)  # a yield to the loop until uvicorn says it listens, not a timed wait
+
+    async def stop(self) -> None:
+        """Shut the server down and wait for it, bounded (a shutdown that never ends fails, saying where it waits)."""
+        self.server.should_exit = True
+        assert self.task is not None
+        try:
+            await bounded(asyncio.shield(self.task), "the dashboard server's shutdown")
+        finally:
+            self.sock.close()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def served(project: Any, **options: Any) -> Served:
+    """``create_app`` on ``project`` (the token, a 0.2 s poll), served; ``config`` keywords go to uvicorn."""
+    from mongoshift.dashboard import create_app
+
+    config = options.pop("config", {})
+    options.setdefault("token", TOKEN)
+    return Served(create_app(project.settings(), poll_seconds=0.2, **options), **config)

@@ -2,16 +2,16 @@
 
 Marked ``browser``: in the default run, skipped with the reason when Chromium or Playwright is missing
 (``.ci/run`` installs Chromium). Every wait is on a state (a text on the page, a record in the
-database), bounded only by Playwright's own timeout. Screenshots go to ``MONGOSHIFT_SCREENSHOTS`` when
+database), bounded by Playwright's own timeout; what has none (opening and closing pages, the context,
+the browser, Playwright, the server's start and shutdown) by ``bounded``, which fails saying where the
+loop's tasks wait, never a silent hang. Screenshots go to ``MONGOSHIFT_SCREENSHOTS`` when
 set (docs/dashboard.md's are made so), else beside the run's temporary files.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,14 +21,14 @@ import pytest
 from mongoshift.api import connect, migrations as command
 
 from ..background.conftest import background_file, seed
-from .conftest import NAME, TOKEN, tenants_at_each_state
+from .conftest import NAME, TOKEN, WAIT_S, bounded, served, tenants_at_each_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"]
 #: Playwright's bound on each wait for a state (the machine may be loaded; nothing here sleeps).
-WAIT_MS = 60_000
+WAIT_MS = int(WAIT_S * 1000)
 
 
 @pytest.fixture
@@ -39,22 +39,26 @@ async def chromium() -> AsyncIterator[Any]:
         pytest.skip(f"browser tests skipped: Playwright is not installed ({exc.name})")
     if shutil.which(CHROMIUM) is None:
         pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM} (install Debian's chromium package; .ci/run does)")
-    async with async_playwright() as p:
-        b = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    playwright = async_playwright()
+    p = await bounded(playwright.__aenter__(), "starting Playwright")
+    try:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=WAIT_MS)
         try:
             yield b
         finally:
-            await b.close()
+            await bounded(b.close(), "closing Chromium")
+    finally:
+        await bounded(playwright.__aexit__(None, None, None), "stopping Playwright")
 
 
 @pytest.fixture
 async def browser(chromium: Any) -> AsyncIterator[Any]:
-    """A fresh browser context (its own cookies), closed before the server stops, so no event stream is left open."""
-    context = await chromium.new_context()
+    """A fresh browser context (its own cookies); each test closes its pages before its server stops."""
+    context = await bounded(chromium.new_context(), "opening a browser context")
     try:
         yield context
     finally:
-        await context.close()
+        await bounded(context.close(), "closing the browser context")
 
 
 @pytest.fixture
@@ -63,43 +67,6 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = Path(where) if where else tmp_path_factory.getbasetemp() / "screenshots"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-class Served:
-    """A dashboard served by uvicorn on a free loopback port, in the test's event loop."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self.app = app
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
-        self.task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Served:
-        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
-        while not self.server.started:
-            if self.task.done():  # it could not start: its error, not a wait for ever
-                self.task.result()
-                raise AssertionError("the dashboard's server stopped before it started")
-            await asyncio.sleep(0)  # a yield to the loop until uvicorn says it listens, not a timed wait
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        assert self.task is not None
-        await self.task
-        self.sock.close()
-
-
-def served(project: Any, **options: Any) -> Served:
-    from mongoshift.dashboard import create_app
-
-    options.setdefault("token", TOKEN)
-    return Served(create_app(project.settings(), poll_seconds=0.2, **options))
 
 
 async def _migrated(page: Any) -> int:
@@ -114,7 +81,7 @@ async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_pro
     states = db["_mongoshift_background"]
     async with connect(s) as ms, served(fast_project) as dash:
         runner = await ms.background.start_runner()
-        page = await browser.new_page()
+        page = await bounded(browser.new_page(), "opening a page")
         await page.goto(dash.url + "/")
         await page.evaluate("window.notReloaded = true")
         await page.locator('tr[data-name="0001_names.py"] [data-testid="status"]').filter(has_text="running").wait_for(timeout=WAIT_MS)
@@ -145,7 +112,7 @@ async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_pro
         history = (await states.find_one({"_id": NAME}))["history"]
         assert [h["by"] for h in history if h["action"] in ("pause", "resume")] == ["dashboard 127.0.0.1"] * 2
         await page.screenshot(path=str(shots / "migration-completed.png"), full_page=True)
-        await page.close()
+        await bounded(page.close(), "closing the page")
         await runner.stop()
 
 
@@ -160,18 +127,18 @@ async def test_a_failed_migration_shows_its_error_without_document_values(projec
     async with connect(project.settings()) as ms:
         await ms.background.run([NAME])
     async with served(project) as dash:
-        page = await browser.new_page()
+        page = await bounded(browser.new_page(), "opening a page")
         await page.goto(f"{dash.url}/migrations/{NAME}")
         await page.locator('[data-testid="last-error"]').wait_for(timeout=WAIT_MS)
         text = await page.content()
         assert "max_document_errors" in text and "secret-value" not in text
         await page.screenshot(path=str(shots / "migration-failed.png"), full_page=True)
-        await page.close()
+        await bounded(page.close(), "closing the page")
 
 
 async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refused(registered, db, browser) -> None:  # type: ignore[no-untyped-def]
     async with served(registered) as dash:
-        page = await browser.new_page()
+        page = await bounded(browser.new_page(), "opening a page")
         await page.goto(f"{dash.url}/migrations/{NAME}")
         async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as answer:
             await page.click('[data-testid="control-pause"]')
@@ -186,18 +153,18 @@ async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refus
             await page.click("#go", timeout=WAIT_MS)
         assert (await forged.value).status == 403
         assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
-        await page.close()
+        await bounded(page.close(), "closing the page")
 
 
 async def test_a_read_only_dashboard_shows_no_controls(registered, browser, shots) -> None:  # type: ignore[no-untyped-def]
     async with served(registered, read_only=True) as dash:
-        page = await browser.new_page()
+        page = await bounded(browser.new_page(), "opening a page")
         await page.goto(f"{dash.url}/migrations/{NAME}")
         await page.locator('[data-testid="read-only"]').wait_for(timeout=WAIT_MS)
         assert await page.locator('[data-testid="controls"]').count() == 0
         assert await page.locator("button").count() == 0
         await page.screenshot(path=str(shots / "read-only.png"), full_page=True)
-        await page.close()
+        await bounded(page.close(), "closing the page")
 
 
 LOGS = """
@@ -213,22 +180,22 @@ async def test_a_runs_log_is_reached_from_the_overview(project, browser, shots) 
     project.add("0001_plans.py", LOGS)
     report = await command.up(project.settings())
     async with served(project, read_only=True) as dash:
-        page = await browser.new_page()
+        page = await bounded(browser.new_page(), "opening a page")
         await page.goto(dash.url + "/")
         await page.click('[data-testid="run-link"]')
         await page.locator('[data-testid="run-log"]').wait_for(timeout=WAIT_MS)
         assert page.url == f"{dash.url}/runs/{report.run_id}"
         assert await page.locator('[data-testid="level"]').all_inner_texts() == ["info", "debug", "warning", "error"]
         await page.screenshot(path=str(shots / "run-log.png"), full_page=True)
-        await page.close()
+        await bounded(page.close(), "closing the page")
 
 
 async def test_the_tenants_view_on_the_overview(tenant_project, sync_client, browser, shots) -> None:  # type: ignore[no-untyped-def]
     await tenants_at_each_state(tenant_project, sync_client)
     async with served(tenant_project, read_only=True) as dash:
-        page = await browser.new_page()
+        page = await bounded(browser.new_page(), "opening a page")
         await page.goto(dash.url + "/")
         await page.locator('[data-testid="tenants-behind"]').filter(has_text="behind 1").wait_for(timeout=WAIT_MS)
         assert await page.locator("tr[data-tenant]").count() == 2
         await page.screenshot(path=str(shots / "tenants.png"), full_page=True)
-        await page.close()
+        await bounded(page.close(), "closing the page")

@@ -193,7 +193,7 @@ def test_the_cli_refuses_a_public_address_without_a_token_and_a_short_token(fast
 
 
 def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_project) -> None:  # type: ignore[no-untyped-def]
-    """``mongoshift dashboard --port 0``: the address, then the token, on the terminal only; the token steers."""
+    """``mongoshift dashboard --port 0``: the address, then the token, on the terminal only; the token steers; a stop with a page open ends its stream."""
     import httpx
 
     from ..conftest import start_cli
@@ -217,10 +217,17 @@ def test_the_cli_serves_on_loopback_and_prints_a_generated_token_once(fast_proje
             assert csrf is not None
             signed = web.post("/sign-in", data={"csrf": csrf, "token": token})
             assert signed.status_code == 303
+            # an open page at Ctrl-C (SIGTERM here): its stream ends as the shutdown starts, nothing is cancelled
+            with web.stream("GET", "/events") as stream:
+                chunks = stream.iter_text()
+                assert next(chunks).startswith("event: update\n")
+                process.terminate()
+                assert all(chunk.startswith("event: update\n") for chunk in chunks)  # the response ended, no reset
     finally:
         process.terminate()
         _, rest = process.communicate(timeout=60)
     assert token not in rest  # printed once
+    assert "graceful shutdown exceeded" not in rest and "Traceback" not in rest, rest
 
 
 LOGS_AT_LEVELS = """
@@ -283,3 +290,17 @@ async def test_a_migration_page_shows_drift_found_after_completion_and_its_colle
     assert "background.drift" in section and 'data-testid="no-drift"' not in section
     assert 'data-testid="watcher-state">streaming</b>' in section and "upgraded 7" in section
     assert "Zelda-secret" not in page.text  # counts and names only, no document value
+
+
+async def test_requests_arriving_together_at_first_share_one_session(registered) -> None:  # type: ignore[no-untyped-def]
+    """The first requests may arrive together: they wait for one session (two would leave one open after ``aclose``)."""
+    import asyncio
+
+    app = make_app(registered, None)  # the dashboard opens its own client
+    dashboard = app.state.dashboard
+    try:
+        first, *others = await asyncio.gather(*(dashboard.poller() for _ in range(3)))
+        assert all(other is first for other in others)
+    finally:
+        await dashboard.aclose()
+    assert dashboard._client is None  # the client it opened is closed and forgotten: a later request opens a new one

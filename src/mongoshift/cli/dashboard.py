@@ -22,10 +22,9 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     """Serve the web dashboard: the line, background migrations, their partitions, throughput and controls."""
     # start-up time, and an optional extra: Starlette, Jinja2 and uvicorn load only for this command
     try:
-        import uvicorn
-
         from ..dashboard import create_app
         from ..dashboard.security import TOKEN_ENV, checked_token, generated_token, is_loopback
+        from ..dashboard.serving import dashboard_server
     except ImportError as exc:
         raise DashboardRefusedError(
             f"the dashboard needs its extra: pip install 'mongoshift[dashboard]' ({exc.name} is missing)", reason="extra_missing"
@@ -47,7 +46,9 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     click.echo(f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}", err=True)
     if generated:
         click.echo(f"controls token (this run only, printed once): {token}", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2))
+    # the open pages' event streams end as the shutdown starts (dashboard_server), so the two seconds
+    # bound only the other requests still under way
+    server = dashboard_server(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
     asyncio.run(server.serve(sockets=[sock]))
 
 

@@ -8,6 +8,7 @@ that call the API's session with the operator as ``executed_by``, so the history
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -58,30 +59,43 @@ class Dashboard:
         self.settings = settings
         self.guard = guard
         self.options = options
-        self._client = client
+        self._client = self._given_client = client
         self._stack: contextlib.AsyncExitStack | None = None
         self._poller: Poller | None = None
+        # the first requests may arrive together: one of them opens the session, the others wait for it
+        # (two would each open one, and ``aclose`` would close only the last: a client and a poller left open)
+        self._opening = asyncio.Lock()
+        self._streams_ended = False
 
     async def poller(self) -> Poller:
-        if self._poller is None:
-            stack = contextlib.AsyncExitStack()
-            try:
-                if self._client is None:
-                    # a project of tenants only names no db: the client connects to the server, as the tenant calls do
-                    connecting = self.settings if self.settings.db else self.settings.model_copy(update={"db": "admin"})
-                    self._client = await api.open_client(connecting)
-                    client = self._client
-                    stack.push_async_callback(client.close)
-                ms = None
-                if self.settings.db or self.settings.tenants is None:  # a project of tenants only has no line of its own
-                    ms = await stack.enter_async_context(api.connect(self.settings, client=self._client))
-            except BaseException:
-                await stack.aclose()
-                raise
-            self._stack = stack
-            tenants = self._read_tenants if self.settings.tenants is not None else None
-            self._poller = Poller(ms, interval=self.options.poll_seconds, tenants=tenants)
-        return self._poller
+        if self._poller is not None:
+            return self._poller
+        async with self._opening:
+            if self._poller is None:
+                await self._open()
+            assert self._poller is not None
+            return self._poller
+
+    async def _open(self) -> None:
+        stack = contextlib.AsyncExitStack()
+        client = self._client
+        try:
+            if client is None:
+                # a project of tenants only names no db: the client connects to the server, as the tenant calls do
+                connecting = self.settings if self.settings.db else self.settings.model_copy(update={"db": "admin"})
+                client = await api.open_client(connecting)
+                stack.push_async_callback(client.close)
+            ms = None
+            if self.settings.db or self.settings.tenants is None:  # a project of tenants only has no line of its own
+                ms = await stack.enter_async_context(api.connect(self.settings, client=client))
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._client, self._stack = client, stack
+        tenants = self._read_tenants if self.settings.tenants is not None else None
+        self._poller = Poller(ms, interval=self.options.poll_seconds, tenants=tenants)
+        if self._streams_ended:  # opened by a request that arrived while the server shuts down
+            await self._poller.close()
 
     async def _read_tenants(self) -> views.TenantsSummary:
         """Every tenant's ``status`` (the ``[tenants]`` selection, on the dashboard's client), summarised."""
@@ -93,13 +107,24 @@ class Dashboard:
         await self.poller()
         return per_call(self.settings.model_copy(update={"executed_by": who}), client=self._client)
 
+    async def end_streams(self) -> None:
+        """End every open page's event stream now (each response ends cleanly, so its connection can close).
+
+        A server waits for its open responses before it shuts down (uvicorn before the lifespan's
+        shutdown, for ever without ``timeout_graceful_shutdown``): call this when the shutdown starts,
+        as :class:`~.serving.DashboardServer` does. Pages still load; a stream opened later ends at once.
+        """
+        self._streams_ended = True
+        if self._poller is not None:
+            await self._poller.close()
+
     async def aclose(self) -> None:
         """Stop the poller and close the session (and the client it opened); call it at a mounting app's shutdown."""
         if self._poller is not None:
             await self._poller.close()
         if self._stack is not None:
             await self._stack.aclose()
-        self._poller, self._stack = None, None
+        self._poller, self._stack, self._client = None, None, self._given_client
 
 
 def create_app(
