@@ -172,8 +172,21 @@ class Poller:
     async def _loop(self) -> None:
         """Poll once per interval while any page listens; end with the last one (a new listener starts it again)."""
         while self._listeners > 0 and not self._closed:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception as exc:  # a defect in one read must not leave every open page waiting
+                await self._failed(exc)
             await asyncio.sleep(self.interval)
+
+    async def _failed(self, exc: Exception) -> None:
+        """Tell the open pages that a poll failed unexpectedly (its kind only: an unexpected error's
+        message may carry a document's values), keep the previous data, and poll again."""
+        log.error("the dashboard's poll failed unexpectedly (%s); polling again", type(exc).__name__)
+        self.snapshot.tick += 1
+        self.snapshot.at = datetime.now(UTC)
+        self.snapshot.error = f"the last read failed unexpectedly ({type(exc).__name__}); see the server's log"
+        async with self._changed:
+            self._changed.notify_all()
 
     async def close(self) -> None:
         """Stop the loop and end every open stream (the server is shutting down)."""

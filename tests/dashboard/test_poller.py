@@ -1,0 +1,48 @@
+"""The dashboard's shared poller when a read fails in a way nobody foresaw."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from mongoshift.dashboard.poller import Poller
+
+
+class Flaky:
+    """A session whose status read raises an unforeseen error while ``broken`` is set."""
+
+    def __init__(self) -> None:
+        self.broken = True
+        self.background = self
+
+    async def status(self, **_: Any) -> list[Any]:
+        if self.broken:
+            raise KeyError("secret-document-value")
+        return []
+
+    async def lock_status(self) -> None:
+        return None
+
+    async def audit(self) -> None:
+        return None
+
+    async def watch_status(self) -> list[Any]:
+        return []
+
+
+async def test_an_unforeseen_error_reaches_the_pages_and_the_loop_polls_on(caplog: pytest.LogCaptureFixture) -> None:
+    session = Flaky()
+    poller = Poller(session, interval=0.01)  # type: ignore[arg-type]
+    caplog.set_level(logging.ERROR, logger="mongoshift.dashboard")
+    async with poller.listening():
+        failed = await asyncio.wait_for(poller.next(0), 30)  # without the fix the loop dies and this waits for ever
+        assert failed is not None and failed.error is not None and "KeyError" in failed.error
+        assert "secret-document-value" not in failed.error and "secret-document-value" not in caplog.text
+        session.broken = False
+        while (snap := await asyncio.wait_for(poller.next(failed.tick), 30)) is not None and snap.error is not None:
+            failed = snap
+        assert snap is not None and snap.error is None and poller.polls >= 1  # the same loop read again
+    await poller.close()
