@@ -789,16 +789,26 @@ class StageClocks:
         Events.emit = emit_in_batch  # type: ignore[method-assign]
 
     def wrap_lane_read(self) -> None:
-        """Clock the lanes' batch reads alone: the cursor's ``to_list`` of a raw-BSON read (the lanes read
-        raw BSON; the store's reads decode), so that the read row is the read and nothing else of the batch."""
-        from bson.raw_bson import RawBSONDocument
+        """Clock the lanes' batch reads alone: ``to_list`` of a cursor made by ``PartitionWork.find`` (the
+        batch's read, raw or decoded), so that the read row is the read and nothing else of the batch."""
         from pymongo.asynchronous.cursor import AsyncCursor
 
+        from mongoshift.background.lanes import modes
+
+        find = modes.PartitionWork.find
+
+        def lane_find(work: Any, *args: Any, **kwargs: Any) -> Any:
+            cursor = find(work, *args, **kwargs)
+            if cursor is not None:
+                cursor.bench_lane_read = True
+            return cursor
+
+        modes.PartitionWork.find = lane_find  # type: ignore[method-assign]
         to_list = AsyncCursor.to_list
         clocks = self
 
         async def lane_to_list(cursor: Any, length: int | None = None) -> Any:
-            if cursor.collection.codec_options.document_class is not RawBSONDocument:
+            if not getattr(cursor, "bench_lane_read", False):
                 return await to_list(cursor, length)
             t0 = time.process_time()
             try:
