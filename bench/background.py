@@ -341,7 +341,7 @@ def b3_stages(clocks: StageClocks, total: float) -> dict[str, float]:
     stages[STAGE_NAMES[0]] = c("read", 0.0)
     stages[STAGE_NAMES[3]] = c("build", 0.0)
     stages[STAGE_NAMES[5]] = c("write", 0.0)
-    stages[STAGE_NAMES[8]] = max(0.0, total - sum(stages.values()))
+    stages[STAGE_NAMES[-1]] = max(0.0, total - sum(stages.values()))
     return stages
 
 
@@ -356,6 +356,7 @@ async def child_scenario(args: argparse.Namespace) -> Measure:
         total = measure.cpu_s
         stages = CLOCKS.engine_stages(total) if args.scenario == "engine" else b3_stages(CLOCKS, total)
         measure.extra["stages"] = stages
+        measure.extra["clocks"] = dict(CLOCKS.seconds)  # the raw clocks, in the JSON file
     return measure
 
 
@@ -710,6 +711,7 @@ STAGE_NAMES = [
     "encode + write (guards, BSON check, bulk_write)",
     "bookkeeping (checkpoint, lease, counters)",
     "events and telemetry",
+    "rest of the batch (its other code; txn: session, start, checkpoint, commit)",
     "other (per slice and per run: claims, planning, coordinator, event loop)",
 ]
 
@@ -719,6 +721,7 @@ class StageClocks:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.batches_open = 0  # clocked advances under way (the events emitted inside one)
 
     def add(self, label: str, seconds: float) -> None:
         self.seconds[label] = self.seconds.get(label, 0.0) + seconds
@@ -731,9 +734,12 @@ class StageClocks:
 
             async def timed_async(*args: Any, **kwargs: Any) -> Any:
                 t0 = time.process_time()
+                batch = label == "advance"
+                clocks.batches_open += batch
                 try:
                     return await fn(*args, **kwargs)
                 finally:
+                    clocks.batches_open -= batch
                     clocks.add(label, time.process_time() - t0)
 
             setattr(owner, attr, timed_async)
@@ -755,8 +761,11 @@ class StageClocks:
 
         self.wrap(modes.PlainBatches, "advance", "advance")
         self.wrap(modes.TransactionalBatches, "advance", "advance")
-        self.wrap(batch, "decode_all", "decode")  # lend's one decode of the batch
-        self.wrap(modes, "lend", "lend")
+        self.wrap_lane_read()
+        self.wrap(batch, "decode_all", "decode")  # lend's one decode of the batch (a transaction's; before, every batch's)
+        for name in ("lend", "lend_decoded"):  # the lane lends what the driver decoded (lend_decoded); before, raw BSON (lend)
+            if hasattr(modes, name):
+                self.wrap(modes, name, "lend")
         self.wrap(transaction, "lend", "lend")
         self.wrap(batch.Lent, "originals", "originals")
         self.wrap(batch, "_transform", "user")
@@ -766,18 +775,61 @@ class StageClocks:
         self.wrap(modes.PlainBatches, "_checkpoint", "checkpoint")
         self.wrap(modes, "_intent", "intent")
         self.wrap(Events, "emit", "events")
+        emit = Events.emit
+        clocks = self
+
+        def emit_in_batch(events: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return emit(events, *args, **kwargs)
+            finally:
+                if clocks.batches_open:  # inside a clocked advance: taken out of the rest of the batch
+                    clocks.add("events_in_batch", time.process_time() - t0)
+
+        Events.emit = emit_in_batch  # type: ignore[method-assign]
+
+    def wrap_lane_read(self) -> None:
+        """Clock the lanes' batch reads alone: ``to_list`` of a cursor made by ``PartitionWork.find`` (the
+        batch's read, raw or decoded), so that the read row is the read and nothing else of the batch."""
+        from pymongo.asynchronous.cursor import AsyncCursor
+
+        from mongoshift.background.lanes import modes
+
+        find = modes.PartitionWork.find
+
+        def lane_find(work: Any, *args: Any, **kwargs: Any) -> Any:
+            cursor = find(work, *args, **kwargs)
+            if cursor is not None:
+                cursor.bench_lane_read = True
+            return cursor
+
+        modes.PartitionWork.find = lane_find  # type: ignore[method-assign]
+        to_list = AsyncCursor.to_list
+        clocks = self
+
+        async def lane_to_list(cursor: Any, length: int | None = None) -> Any:
+            if not getattr(cursor, "bench_lane_read", False):
+                return await to_list(cursor, length)
+            t0 = time.process_time()
+            try:
+                return await to_list(cursor, length)
+            finally:
+                clocks.add("find", time.process_time() - t0)
+
+        AsyncCursor.to_list = lane_to_list  # type: ignore[method-assign]
 
     def engine_stages(self, total: float) -> dict[str, float]:
         """The engine's stages from its clocks: nested clocks are taken out of the ones around them.
 
-        A transactional batch's checkpoint, start and commit are inside ``advance`` and not
-        clocked on their own: they land in "read"."""
+        The read is the lanes' ``to_list`` alone; what else ``advance`` spends outside the clocked
+        functions (and outside the events it emits) is "rest of the batch": a transactional batch's
+        session, start, checkpoint and commit, which are not clocked on their own, land there."""
         c = self.seconds.get
         lend = c("lend", 0.0)
         decode = c("decode", 0.0)
         inside = lend + c("user", 0.0) + c("updates", 0.0) + c("write", 0.0) + c("originals", 0.0) + c("checkpoint", 0.0) + c("intent", 0.0)
         stages = {
-            STAGE_NAMES[0]: max(0.0, c("advance", 0.0) - inside),
+            STAGE_NAMES[0]: c("find", 0.0),
             STAGE_NAMES[1]: decode,
             STAGE_NAMES[2]: max(0.0, lend - decode) + c("originals", 0.0),
             STAGE_NAMES[3]: c("user", 0.0),
@@ -785,8 +837,9 @@ class StageClocks:
             STAGE_NAMES[5]: c("bson_check", 0.0) + c("write", 0.0),
             STAGE_NAMES[6]: c("checkpoint", 0.0) + c("intent", 0.0),
             STAGE_NAMES[7]: c("events", 0.0),
+            STAGE_NAMES[8]: max(0.0, c("advance", 0.0) - inside - c("find", 0.0) - c("events_in_batch", 0.0)),
         }
-        stages[STAGE_NAMES[8]] = max(0.0, total - sum(stages.values()))
+        stages[STAGE_NAMES[-1]] = max(0.0, total - sum(stages.values()))
         return stages
 
 

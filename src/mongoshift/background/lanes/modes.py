@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bson import decode, encode
+from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
@@ -36,7 +38,7 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend, rewrite_range
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend_decoded, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
@@ -198,7 +200,7 @@ class _Owed:
 
 @dataclass
 class PlainBatches:
-    """A batch read as raw BSON, written through :func:`apply_batch`, around one fenced checkpoint.
+    """A batch read (decoded by the driver), written through :func:`apply_batch`, around one fenced checkpoint.
 
     The checkpoint goes between the read and the write: it records the batch about to be written
     (its ids and revisions as read: the partition's ``inflight``) and carries the previous batch's
@@ -216,17 +218,23 @@ class PlainBatches:
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
         began = engine.now()
-        # Raw BSON, decoded once here for the whole batch (lend): the transform gets those copies and
-        # the batch's ids and revisions come from them, instead of a decode of each raw document.
-        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
-        find = work.find(raw, cursor, size)
-        docs = await find.to_list(None) if find is not None else []
+        # The driver decodes the batch with its reply (one C decode, no object per raw document), and
+        # the decoded documents, this batch's alone, are lent to the transform as they are
+        # (lend_decoded); the batch's ids and revisions come from the lent tops. The last document as
+        # read is kept before the transforms, for the cursor. (A pipeline batch is read raw: only ids.)
+        codec = collection.codec_options.with_options(document_class=dict if job.pipeline is None else RawBSONDocument)
+        find = work.find(collection.with_options(codec_options=codec), cursor, size)
+        docs: list[Any] = await find.to_list(None) if find is not None else []
         read_ms = (engine.now() - began) * 1000
-        batch: list[RawBSONDocument] | Lent = docs
+        batch: list[Any] | Lent = docs
+        last: Any = None
         control: Any = None
         if docs:
             if job.pipeline is None:
-                batch = lend(docs, collection.codec_options.with_options(document_class=dict))
+                batch = lend_decoded(docs, codec)
+                last = _as_read(batch.tops[-1], codec)
+            else:
+                last = decode(docs[-1].raw, collection.codec_options)
             ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs))
             if ahead is None:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
@@ -250,7 +258,6 @@ class PlainBatches:
             )
             if change:
                 work.throttled(change, **adaptive.pace())
-        last = decode(docs[-1].raw, collection.codec_options) if docs else None
         next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
@@ -298,6 +305,16 @@ class PlainBatches:
         elif owed is not None and await engine.store.take_intent(work.lease):
             await engine.store.add_to_totals(work.job.name, work.job.registration, owed.counts)
         return checkpointed
+
+
+def _as_read(top: dict[str, Any], codec: CodecOptions[Any]) -> dict[str, Any]:
+    """A copy of a lent document's top that no transform can reach, nested values included: what the
+    cursor after the batch is taken from (its ``_id`` and shard key may be subdocuments)."""
+    try:
+        kept: dict[str, Any] = decode(encode(top, codec_options=codec), codec)
+    except Exception:  # a value only the codec can decode
+        kept = copy.deepcopy(top)
+    return kept
 
 
 def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

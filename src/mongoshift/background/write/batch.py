@@ -37,6 +37,7 @@ one-by-one update carries its document's key as the ``migrate`` guards do (:func
 from __future__ import annotations
 
 import asyncio
+import copy as copy_module
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -123,21 +124,30 @@ class Lent:
 
     ``tops`` may be read before the transforms (the lane records the batch's ids and revisions
     from them); after, only through :meth:`originals`.
+
+    Without ``raws`` (:func:`lend_decoded`: documents the driver decoded for this batch alone), an
+    altered document's original is its top with the nested values decoded again from the bytes
+    encoded before the transforms: the same values a decode of the document's own bytes gives, since
+    a value decoded once is encoded and decoded back to an equal value of the same types. Should
+    those values not encode at all, deep copies made before the transforms are the originals.
     """
 
-    __slots__ = ("copies", "encoded", "mutables", "raws", "tops")
+    __slots__ = ("copies", "encoded", "kept", "mutables", "raws", "tops")
 
-    def __init__(self, raws: list[bytes | memoryview], copies: list[dict[str, Any]], codec: CodecOptions[Any]) -> None:
+    def __init__(self, raws: list[bytes | memoryview] | None, copies: list[dict[str, Any]], codec: CodecOptions[Any]) -> None:
         self.raws = raws
         self.copies = copies
         self.tops = [dict(copy) for copy in copies]
         immutable = IMMUTABLE
         self.mutables = [{key: value for key, value in copy.items() if type(value) not in immutable} for copy in copies]
         self.encoded: bytes | None
+        self.kept: list[dict[str, Any]] | None = None
         try:
             self.encoded = encode({"m": self.mutables}, codec_options=codec)
         except Exception:  # a value only the codec can decode: each original is decoded again instead
             self.encoded = None
+            if raws is None:  # nothing to decode again: the originals are copies made now, before the transforms
+                self.kept = copy_module.deepcopy(copies)
 
     def __len__(self) -> int:
         return len(self.copies)
@@ -145,12 +155,13 @@ class Lent:
     def subset(self, indices: Sequence[int], codec: CodecOptions[Any]) -> Lent:
         """Only the documents at ``indices`` (not lent yet: call before the transforms)."""
         part = Lent.__new__(Lent)
-        part.raws = [self.raws[i] for i in indices]
+        part.raws = None if self.raws is None else [self.raws[i] for i in indices]
         part.copies = [self.copies[i] for i in indices]
         part.tops = [self.tops[i] for i in indices]
         part.mutables = [self.mutables[i] for i in indices]
+        part.kept = None if self.kept is None else [self.kept[i] for i in indices]
         try:
-            part.encoded = encode({"m": part.mutables}, codec_options=codec)
+            part.encoded = None if part.kept is not None else encode({"m": part.mutables}, codec_options=codec)
         except Exception:
             part.encoded = None
         return part
@@ -166,6 +177,9 @@ class Lent:
             # Some transform altered a value read in place: find which documents, one by one.
             before = decode(self.encoded, CodecOptions(document_class=RawBSONDocument))["m"]
             return [self._original(i, before[i].raw, codec) for i in range(len(self.tops))]
+        if self.raws is None:
+            assert self.kept is not None
+            return self.kept
         return [decode(raw, codec) for raw in self.raws]
 
     def _original(self, index: int, before: bytes, codec: CodecOptions[Any]) -> dict[str, Any]:
@@ -177,6 +191,10 @@ class Lent:
                 return self.tops[index]
         except Exception:
             pass
+        if self.raws is None:  # the top as read, its nested values as encoded before the transforms
+            rebuilt = dict(self.tops[index])
+            rebuilt.update(decode(before, codec))
+            return rebuilt
         original: dict[str, Any] = decode(self.raws[index], codec)
         return original
 
@@ -191,6 +209,14 @@ def lend(docs: Sequence[Mapping[str, Any]] | Lent, codec: CodecOptions[Any]) -> 
     raws = [doc.raw if isinstance(doc, RawBSONDocument) else encode(doc, codec_options=codec) for doc in docs]
     copies: list[dict[str, Any]] = decode_all(b"".join(raws), codec) if raws else []
     return Lent(raws, copies, codec)
+
+
+def lend_decoded(docs: list[dict[str, Any]], codec: CodecOptions[Any]) -> Lent:
+    """Documents decoded for this batch alone (a lane's read, decoded by the driver with its reply),
+    lent to the transform as they are: no raw document per document, no second decode.
+
+    The caller hands them over: it reads them afterwards only through the :class:`Lent`."""
+    return Lent(None, docs, codec)
 
 
 #: What a transform returns that is never awaitable (its new document; None when it raised).
