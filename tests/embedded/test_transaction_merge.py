@@ -144,62 +144,132 @@ def test_the_lean_merge_commits_what_the_whole_merge_commits(server: InProcessSe
         unique=st.booleans(),
     )
     def check(seed: list[dict[str, Any]], steps: list[tuple[bool, tuple[str, Any]]], unique: bool) -> None:
-        from mongoeco.engines.memory import MemoryEngine
-
-        client = sync_client(server)
-        try:
-            lean, whole = client.merge.lean, client.merge.whole
-            for collection in (lean, whole):
-                collection.drop()
-                collection.create_index([("__v", 1), ("_id", 1)])
-                collection.create_index("a.p")
-                collection.create_index("t", expireAfterSeconds=10**9)  # TTL: mongoeco's steps, never expiring here
-                collection.create_index("b", partialFilterExpression={"b": {"$exists": True}})
-                if unique:
-                    collection.create_index("k", unique=True, sparse=True)
-                if seed:
-                    collection.insert_many(list({doc["_id"]: doc for doc in seed}.values()))
-            got = outcome(server, client, lean, steps)
-            with original(MemoryEngine, "_mongoshift_merge"):
-                expected = outcome(server, client, whole, steps)
-            assert got == expected, (seed, steps, got, expected)
-        finally:
-            client.close()
+        _compare(server, seed, steps, unique)
 
     check()
 
 
-def test_a_commit_applies_updates_through_the_indexes_they_change(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commit of a range's pipeline update of 200 documents (the version changes, nothing the
-    ``_id`` index holds) takes none of mongoeco's whole index steps and decodes no whole new
-    document; the whole-steps merge takes both for each document."""
+def _compare(server: InProcessServer, seed: list[dict[str, Any]], steps: list[tuple[bool, tuple[str, Any]]], unique: bool) -> None:
     from mongoeco.engines.memory import MemoryEngine
 
     client = sync_client(server)
     try:
-        collection = client.merge.steps
-        collection.drop()
-        collection.create_index([("__v", 1), ("_id", 1)])
-        documents = [{"_id": ObjectId(f"{i:024x}"), "__v": 1, "__rev": 1, "name": "n", "legacy": {"x": [1, 2]}} for i in range(400)]
-        collection.insert_many(documents)
-        pipeline = [{"$set": {"full": "$name", "__v": 2, "__rev": {"$add": ["$__rev", 1]}}}, {"$unset": ["name", "legacy"]}]
-
-        def commit_counted(query: dict[str, Any]) -> dict[str, int]:
-            with client.start_session() as session:
-                session.start_transaction()
-                assert collection.update_many(query, pipeline, session=session).modified_count == 200
-                calls = count_calls(monkeypatch, (MemoryEngine, "_update_indexes_locked"), (MemoryEngine, "_decode_codec_payload"))
-                session.commit_transaction()
-                monkeypatch.undo()
-            return calls
-
-        assert commit_counted({"_id": {"$lt": documents[200]["_id"]}}) == {"_update_indexes_locked": 0, "_decode_codec_payload": 0}
+        lean, whole = client.merge.lean, client.merge.whole
+        for collection in (lean, whole):
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            collection.create_index("a.p")
+            collection.create_index("t", expireAfterSeconds=10**9)  # TTL: mongoeco's steps, never expiring here
+            collection.create_index("b", partialFilterExpression={"b": {"$exists": True}})
+            if unique:
+                collection.create_index("k", unique=True, sparse=True)
+            if seed:
+                collection.insert_many(list({doc["_id"]: doc for doc in seed}.values()))
+        got = outcome(server, client, lean, steps)
         with original(MemoryEngine, "_mongoshift_merge"):
-            calls = commit_counted({"_id": {"$gte": documents[200]["_id"]}})
-        assert calls == {"_update_indexes_locked": 400, "_decode_codec_payload": 200}
-        assert collection.count_documents({"__v": 2, "__rev": 2, "full": "n", "legacy": {"$exists": False}}) == 400
-        hint = [("__v", 1), ("_id", 1)]
-        assert [d["_id"] for d in collection.find({"__v": 2}).hint(hint)] == [d["_id"] for d in documents]
-        assert list(collection.find({"__v": 1}).hint(hint)) == []
+            expected = outcome(server, client, whole, steps)
+        assert got == expected, (seed, steps, got, expected)
+    finally:
+        client.close()
+
+
+SEED = [{"_id": i, "__v": 1, "a": {"p": i}, "k": i} for i in IDS]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param([("delete", {"_id": IDS[1]}), ("insert", {"_id": IDS[1], "__v": 9})], id="deleted-and-inserted-again"),
+        pytest.param([("insert", {"_id": 100}), ("insert", {"_id": 101}), ("delete", {"_id": 100}), ("insert", {"_id": 100})], id="new-ones-reordered"),
+        pytest.param([("insert", {"_id": 100}), ("delete", {"_id": 100})], id="inserted-and-deleted"),
+        pytest.param(
+            [("set", ({"_id": IDS[2]}, {"$set": {"k": 50}})), ("set", ({"_id": IDS[3]}, {"$set": {"__v": 2}})), ("delete", {"_id": IDS[4]})], id="updates"
+        ),
+        pytest.param([("replace", ({"_id": IDS[0]}, {"b": 1})), ("many", ({}, {"$set": {"b": 2}}))], id="replaced-then-all-updated"),
+    ],
+)
+def test_the_lean_merge_keeps_the_natural_order_of_the_whole_merge(server: InProcessServer, steps: list[tuple[str, Any]]) -> None:
+    """The cases where installing the transaction's copy would change the natural order (a document
+    deleted and inserted again, new documents in another order): the merge applies them instead."""
+    _compare(server, SEED, [(True, step) for step in steps], unique=True)
+    _compare(server, SEED, [(True, step) for step in steps], unique=False)
+
+
+PIPELINE = [{"$set": {"full": "$name", "__v": 2, "__rev": {"$add": ["$__rev", 1]}}}, {"$unset": ["name", "legacy"]}]
+
+
+def _seeded(client: Any, name: str) -> tuple[Any, list[dict[str, Any]]]:
+    collection = client.merge[name]
+    collection.drop()
+    collection.create_index([("__v", 1), ("_id", 1)])
+    documents = [{"_id": ObjectId(f"{i:024x}"), "__v": 1, "__rev": 1, "name": "n", "legacy": {"x": [1, 2]}} for i in range(401)]
+    collection.insert_many(documents)
+    return collection, documents
+
+
+def _commit_counted(client: Any, collection: Any, query: dict[str, Any], monkeypatch: pytest.MonkeyPatch, *, meanwhile: Any = None) -> dict[str, int]:
+    """A range's pipeline update of 200 documents in a transaction; the engine's steps its commit takes."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    with client.start_session() as session:
+        session.start_transaction()
+        assert collection.update_many(query, PIPELINE, session=session).modified_count == 200
+        if meanwhile is not None:
+            meanwhile()
+        steps = ("_update_indexes_locked", "_decode_codec_payload", "_record_index_membership_undo_locked", "_set_storage_document_locked")
+        calls = count_calls(monkeypatch, *((MemoryEngine, step) for step in steps))
+        session.commit_transaction()
+        monkeypatch.undo()
+    return calls
+
+
+def _check_migrated(collection: Any, documents: list[dict[str, Any]]) -> None:
+    assert collection.count_documents({"__v": 2, "__rev": 2, "full": "n", "legacy": {"$exists": False}}) == 400
+    hint = [("__v", 1), ("_id", 1)]
+    assert [d["_id"] for d in collection.find({"__v": 2}).hint(hint)] == [d["_id"] for d in documents[:400]]
+    assert [d["_id"] for d in collection.find({"__v": 1}).hint(hint)] == [documents[400]["_id"]]
+
+
+def test_a_commit_applies_updates_through_the_indexes_they_change(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With another document of the collection written meanwhile, the commit of a range's pipeline
+    update of 200 documents (the version changes, nothing the ``_id`` index holds) applies each one
+    with (ah)'s steps: its version index entries only (two journaled changes), none of mongoeco's
+    whole index steps, no whole new document decoded; the whole-steps merge takes both for each."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection, documents = _seeded(client, "lean")
+
+        def meanwhile() -> None:
+            collection.update_one({"_id": documents[400]["_id"]}, {"$set": {"other": 1}})
+
+        calls = _commit_counted(client, collection, {"_id": {"$lt": documents[200]["_id"]}}, monkeypatch, meanwhile=meanwhile)
+        assert calls == {
+            "_update_indexes_locked": 0, "_decode_codec_payload": 0, "_record_index_membership_undo_locked": 400, "_set_storage_document_locked": 200,
+        }
+        with original(MemoryEngine, "_mongoshift_merge"):
+            calls = _commit_counted(client, collection, {"_id": {"$gte": documents[200]["_id"]}, "other": None}, monkeypatch, meanwhile=meanwhile)
+        assert calls["_update_indexes_locked"] == 400 and calls["_decode_codec_payload"] == 200
+        _check_migrated(collection, documents)
+    finally:
+        client.close()
+
+
+def test_a_commit_installs_the_transactions_copy_when_nobody_wrote_the_collection(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing written to the collection meanwhile, the commit of the same range writes no
+    document and no index entry: the transaction's copy of the collection and of its index maps
+    becomes the live one; the whole-steps merge writes each document and its index entries again."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection, documents = _seeded(client, "install")
+        calls = _commit_counted(client, collection, {"_id": {"$lt": documents[200]["_id"]}}, monkeypatch)
+        assert calls == {"_update_indexes_locked": 0, "_decode_codec_payload": 0, "_record_index_membership_undo_locked": 0, "_set_storage_document_locked": 0}
+        with original(MemoryEngine, "_mongoshift_merge"):
+            calls = _commit_counted(client, collection, {"_id": {"$gte": documents[200]["_id"], "$lt": documents[400]["_id"]}}, monkeypatch)
+        assert calls["_set_storage_document_locked"] == 200 and calls["_update_indexes_locked"] == 400
+        _check_migrated(collection, documents)
     finally:
         client.close()

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any
 
-from . import updates
+from . import scans, updates
 from ._support import NO_SUCH_TRANSACTION, TRANSIENT, WRITE_CONFLICT, as_int, failure
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,8 @@ class _TransactionWrites:
     collections: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     sizes: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     untracked: bool = False
+    #: each live collection's roots and its index maps' when it began (see :func:`_installable`)
+    roots: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
 
 
 def _transaction_table(engine: Any) -> dict[int, _TransactionWrites]:
@@ -227,26 +229,98 @@ def _write_conflict_now() -> Exception:
     )
 
 
+def _roots(storage: Any, index_data: Any) -> dict[tuple[str, str], Any]:
+    """Each collection's persistent roots and those of its index maps (None: not persistent ones)."""
+    m = updates._bind()
+    collection_class, map_class = m["MemoryCollection"], m["MemoryIndexMap"]
+    roots: dict[tuple[str, str], Any] = {}
+    for db, collections in storage.items():
+        for name, collection in collections.items():
+            maps = index_data.get(db, {}).get(name, {})
+            if type(collection) is not collection_class or any(type(index_map) is not map_class for index_map in maps.values()):
+                roots[(db, name)] = None
+                continue
+            roots[(db, name)] = (collection._snapshot_state(), {index: index_map._snapshot_state() for index, index_map in maps.items()})
+    return roots
+
+
+def _same(state: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    """Two persistent states are one: the same root objects, the same counters."""
+    return all(a is b or (type(a) is int and a == b) for a, b in zip(state, other, strict=True))
+
+
+def _installable(engine: Any, entry: Any, namespace: tuple[str, str], written: dict[Any, Any], mine: Any, live: Any, maps: Any) -> bool:
+    """Whether the transaction's copy of a collection (``mine``, with its index ``maps``) is exactly
+    what applying its writes one by one to the live one would give: nobody wrote the live collection
+    or its indexes since the transaction began (the same roots), and each written document has the
+    place in the natural order that the merge would give it (an updated one its own, the new ones
+    the next places in the order they were first written)."""
+    m = updates._bind()
+    started = entry.roots.get(namespace)
+    live_maps = engine._index_data.get(namespace[0], {}).get(namespace[1], {})
+    if started is None or type(mine) is not m["MemoryCollection"] or not _same(live._snapshot_state(), started[0]):
+        return False
+    if set(live_maps) != set(started[1]) or set(maps) != set(live_maps):
+        return False
+    for index, index_map in live_maps.items():
+        if type(index_map) is not m["MemoryIndexMap"] or type(maps[index]) is not m["MemoryIndexMap"]:
+            return False
+        if not _same(index_map._snapshot_state(), started[1][index]):
+            return False
+    following = live._next_ordinal
+    for key, before in written.items():
+        if key not in mine:
+            continue
+        if before is _ABSENT:
+            if mine._ordinals.get(key) != following:
+                return False
+            following += 1
+        elif mine._ordinals.get(key) != live._ordinals.get(key):
+            return False
+    return bool(mine._next_ordinal == following)
+
+
+def _install(engine: Any, namespace: tuple[str, str], mine: Any, live: Any, maps: Any) -> None:
+    """The transaction's copy of a collection and of its index maps become the live ones (their
+    roots: persistent maps, shared, never changed in place). The open rollback scope restores the
+    collection's roots, and, journaled here, each index map's."""
+    for index, index_map in engine._index_data.get(namespace[0], {}).get(namespace[1], {}).items():
+        engine._record_index_state_undo_locked(namespace, str(index), index_map, index_data=engine._index_data, remove_on_rollback=False)
+        index_map._restore_state(maps[index]._snapshot_state())
+    live._restore_state(mine._snapshot_state())
+    scans.carry_id_order(mine, live)
+
+
+def _changed_fields(engine: Any, before: Any, after: Any) -> set[str] | None:
+    """The top-level fields whose stored (encoded) value is not the same object in both stored forms
+    of a document (None: not two of mongoeco's field-by-field encoded documents). (ah), (an) and (ao)
+    take every unchanged field's encoded value over, and a whole re-encode makes every field a new
+    object: more fields, never fewer, are then taken as changed."""
+    m = updates._bind()
+    stored = m["StoredDocument"]
+    if engine._codec is not m["codec"] or type(before) is not stored or type(after) is not stored:
+        return None
+    old, new = before.payload, after.payload
+    if type(old) is not dict or type(new) is not dict:
+        return None
+    changed = {field for field, value in new.items() if old.get(field, _ABSENT) is not value}
+    changed.update(field for field in old if field not in new)
+    return changed
+
+
 def _merge_update(engine: Any, db: str, name: str, live: Any, key: Any, before: Any, after: Any, indexes: list[Any], index_maps: Any) -> bool:
     """One document a transaction updated, applied to the live collection ``live`` with (ah)'s write
     steps; False (nothing done) when they do not apply (another codec or kind of stored value).
 
-    The fields that changed are those whose stored (encoded) value is not the same object in both
-    forms: (ah), (an) and (ao) take every unchanged field's encoded value over, and a whole
-    re-encode makes every field a new object (more fields, never fewer, are then taken as changed).
-    Only the indexes over changed fields lose the old document's entries and get the new one's;
+    The fields that changed are :func:`_changed_fields`. Only the indexes over changed fields lose the old document's entries and get the new one's;
     the new document is decoded only for those indexes' fields (the others are the old document's,
     decoded already): each field as a whole-document decode gives it. mongoeco's whole steps took
     every index out and in and decoded the whole new document."""
     m = updates._bind()
-    stored = m["StoredDocument"]
-    if engine._codec is not m["codec"] or type(before) is not stored or type(after) is not stored:
+    changed = _changed_fields(engine, before, after)
+    if changed is None:
         return False
-    old, new = before.payload, after.payload
-    if type(old) is not dict or type(new) is not dict:
-        return False
-    changed = {field for field, value in new.items() if old.get(field, _ABSENT) is not value}
-    changed.update(field for field in old if field not in new)
+    new = after.payload
     touched = [index for index in indexes if updates._index_touched(index, changed)]
     if not touched:
         engine._set_storage_document_locked(live, key, after)
@@ -321,6 +395,7 @@ def patch_transaction_conflicts() -> None:
                 table[id(state)] = _TransactionWrites(
                     state,
                     {(db, name): coll for db, colls in self._storage.items() for name, coll in colls.items()},
+                    roots=_roots(self._storage, self._index_data),
                 )
 
     def note(self: Any, collection: Any, key: Any) -> None:
@@ -412,7 +487,7 @@ def patch_transaction_conflicts() -> None:
             merged.append(((db, name), written, mine, live))
         return merged, created
 
-    def merge_whole(self: Any, merged: list[Any], concurrent: bool) -> None:
+    def merge_whole(self: Any, merged: list[Any], concurrent: bool, entry: _TransactionWrites) -> None:
         """(o) as first written: each written document out of every index of the live collection
         and in again, with mongoeco's whole write steps (kept for the tests that compare both)."""
         views = {
@@ -441,9 +516,9 @@ def patch_transaction_conflicts() -> None:
                         self._set_storage_document_locked(live, key, after)
                         document = self._borrow_storage_document(after)
                         self._update_indexes_locked(db, name, key, document, action="insert")
-            unique_checks(self, merged, concurrent)
+            unique_checks(self, merged, concurrent, lean=False)
 
-    def merge(self: Any, merged: list[Any], concurrent: bool) -> None:
+    def merge(self: Any, merged: list[Any], concurrent: bool, entry: _TransactionWrites) -> None:
         """The transaction's documents applied to the live collections: an insert or a delete with
         mongoeco's whole write steps, an update with (ah)'s (:func:`_merge_update`: only the indexes
         over the fields that changed, the new document decoded only for their keys)."""
@@ -460,6 +535,10 @@ def patch_transaction_conflicts() -> None:
                 scopes.enter_context(self._document_state_rollback_locked(db, name, **views))
             for (db, name), written, mine, live in merged:
                 self._invalidate_search_runtime_cache(db, name)
+                maps = entry.state.index_data.get(db, {}).get(name, {})
+                if _installable(self, entry, (db, name), written, mine, live, maps):
+                    _install(self, (db, name), mine, live, maps)
+                    continue
                 indexes = self._indexes.get(db, {}).get(name, [])
                 index_maps = self._index_data.get(db, {}).get(name, {})
                 for key, before in written.items():
@@ -477,16 +556,25 @@ def patch_transaction_conflicts() -> None:
                         self._set_storage_document_locked(live, key, after)
                         document = self._borrow_storage_document(after)
                         self._update_indexes_locked(db, name, key, document, action="insert")
-            unique_checks(self, merged, concurrent)
+            unique_checks(self, merged, concurrent, lean=True)
 
-    def unique_checks(self: Any, merged: list[Any], concurrent: bool) -> None:
+    def unique_checks(self: Any, merged: list[Any], concurrent: bool, *, lean: bool) -> None:
+        """Each written document against the live unique indexes, when something was written since the
+        transaction began. ``lean``: not an updated document whose changed fields no unique index
+        reads (its keys there are those it held in the live collection, where nobody could take them;
+        the transaction's own write checked it against the same index definitions)."""
         if not concurrent:
             return  # the live collections were the snapshot: the transaction's own checks hold
         for (db, name), written, mine, _ in merged:
+            unique = [index for index in self._indexes.get(db, {}).get(name, []) if index.unique]
             for key, before in written.items():
                 after = mine.get(key, _ABSENT)
                 if after is _ABSENT or after is before:
                     continue
+                if lean and before is not _ABSENT:
+                    changed = _changed_fields(self, before, after)
+                    if changed is not None and not any(updates._index_touched(index, changed) for index in unique):
+                        continue
                 document = self._borrow_storage_document(after)
                 inserted = before is _ABSENT
                 try:
@@ -526,7 +614,7 @@ def patch_transaction_conflicts() -> None:
                     if live.get(key, _ABSENT) is not before:
                         raise _write_conflict(f"a document of {db}.{name} that it wrote was written meanwhile")
             sequence, changes, pruned_through = self._prepare_committed_changes_locked(state.pending_changes)
-            self._mongoshift_merge(merged, concurrent)
+            self._mongoshift_merge(merged, concurrent, entry)
             if created:
                 scope = SimpleNamespace(
                     storage=state.storage,
