@@ -312,10 +312,11 @@ def _merge_update(engine: Any, db: str, name: str, live: Any, key: Any, before: 
     """One document a transaction updated, applied to the live collection ``live`` with (ah)'s write
     steps; False (nothing done) when they do not apply (another codec or kind of stored value).
 
-    The fields that changed are :func:`_changed_fields`. Only the indexes over changed fields lose the old document's entries and get the new one's;
-    the new document is decoded only for those indexes' fields (the others are the old document's,
-    decoded already): each field as a whole-document decode gives it. mongoeco's whole steps took
-    every index out and in and decoded the whole new document."""
+    The fields that changed are :func:`_changed_fields`. Only the indexes over them lose the old
+    document's entries and get the new one's; the new document is decoded only for those indexes'
+    fields (the others are the old document's, decoded already), each field as a whole-document
+    decode gives it. mongoeco's whole steps took every index out and in and decoded the whole new
+    document."""
     m = updates._bind()
     changed = _changed_fields(engine, before, after)
     if changed is None:
