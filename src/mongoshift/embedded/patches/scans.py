@@ -243,6 +243,20 @@ def _follow(collection: Any, before: Any, change: Any) -> None:
         collection.__dict__.pop(_ATTR, None)
 
 
+def carry_id_order(source: Any, target: Any) -> None:
+    """``target`` took ``source``'s roots (fix (o) installs a committed transaction's copy of a
+    collection): it shares ``source``'s order when that one is valid, and keeps its own only while
+    its key set is still the one that order was made for (else it is rebuilt on the next read)."""
+    order: IdOrder | None = source.__dict__.get(_ATTR)
+    if order is not None and order.ordinals is source._ordinals:
+        order.shared = True
+        target.__dict__[_ATTR] = order
+        return
+    own: IdOrder | None = target.__dict__.get(_ATTR)
+    if own is not None and own.ordinals is not target._ordinals:
+        target.__dict__.pop(_ATTR, None)
+
+
 # (ae) The order follows every insert, delete and re-key of a MemoryCollection, and a copy (a
 # transaction's snapshot) shares it until either side changes its key set. Only a collection that
 # has had an _id-ordered read pays for it.

@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any
 
+from . import scans, updates
 from ._support import NO_SUCH_TRANSACTION, TRANSIENT, WRITE_CONFLICT, as_int, failure
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,8 @@ class _TransactionWrites:
     collections: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     sizes: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     untracked: bool = False
+    #: each live collection's roots and its index maps' when it began (see :func:`_installable`)
+    roots: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
 
 
 def _transaction_table(engine: Any) -> dict[int, _TransactionWrites]:
@@ -224,6 +227,145 @@ def _write_conflict_now() -> Exception:
         "WriteConflict",
         (TRANSIENT,),
     )
+
+
+def _roots(storage: Any, index_data: Any) -> dict[tuple[str, str], Any]:
+    """Each collection's persistent roots and those of its index maps (None: not persistent ones)."""
+    m = updates._bind()
+    collection_class, map_class = m["MemoryCollection"], m["MemoryIndexMap"]
+    roots: dict[tuple[str, str], Any] = {}
+    for db, collections in storage.items():
+        for name, collection in collections.items():
+            maps = index_data.get(db, {}).get(name, {})
+            if type(collection) is not collection_class or any(type(index_map) is not map_class for index_map in maps.values()):
+                roots[(db, name)] = None
+                continue
+            roots[(db, name)] = (collection._snapshot_state(), {index: index_map._snapshot_state() for index, index_map in maps.items()})
+    return roots
+
+
+def _same(state: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    """Two persistent states are one: the same root objects, the same counters."""
+    return all(a is b or (type(a) is int and a == b) for a, b in zip(state, other, strict=True))
+
+
+def _installable(engine: Any, entry: Any, namespace: tuple[str, str], written: dict[Any, Any], mine: Any, live: Any, maps: Any) -> bool:
+    """Whether the transaction's copy of a collection (``mine``, with its index ``maps``) is exactly
+    what applying its writes one by one to the live one would give: nobody wrote the live collection
+    or its indexes since the transaction began (the same roots), and each written document has the
+    place in the natural order that the merge would give it (an updated one its own, the new ones
+    the next places in the order they were first written)."""
+    m = updates._bind()
+    started = entry.roots.get(namespace)
+    live_maps = engine._index_data.get(namespace[0], {}).get(namespace[1], {})
+    if started is None or type(mine) is not m["MemoryCollection"] or not _same(live._snapshot_state(), started[0]):
+        return False
+    if set(live_maps) != set(started[1]) or set(maps) != set(live_maps):
+        return False
+    for index, index_map in live_maps.items():
+        if type(index_map) is not m["MemoryIndexMap"] or type(maps[index]) is not m["MemoryIndexMap"]:
+            return False
+        if not _same(index_map._snapshot_state(), started[1][index]):
+            return False
+    following = live._next_ordinal
+    for key, before in written.items():
+        if key not in mine:
+            continue
+        if before is _ABSENT:
+            if mine._ordinals.get(key) != following:
+                return False
+            following += 1
+        elif mine._ordinals.get(key) != live._ordinals.get(key):
+            return False
+    return bool(mine._next_ordinal == following)
+
+
+def _install(engine: Any, namespace: tuple[str, str], mine: Any, live: Any, maps: Any) -> None:
+    """The transaction's copy of a collection and of its index maps become the live ones (their
+    roots: persistent maps, shared, never changed in place). The open rollback scope restores the
+    collection's roots, and, journaled here, each index map's."""
+    for index, index_map in engine._index_data.get(namespace[0], {}).get(namespace[1], {}).items():
+        engine._record_index_state_undo_locked(namespace, str(index), index_map, index_data=engine._index_data, remove_on_rollback=False)
+        index_map._restore_state(maps[index]._snapshot_state())
+    live._restore_state(mine._snapshot_state())
+    scans.carry_id_order(mine, live)
+
+
+def _changed_fields(engine: Any, before: Any, after: Any) -> set[str] | None:
+    """The top-level fields whose stored (encoded) value is not the same object in both stored forms
+    of a document (None: not two of mongoeco's field-by-field encoded documents). (ah), (an) and (ao)
+    take every unchanged field's encoded value over, and a whole re-encode makes every field a new
+    object: more fields, never fewer, are then taken as changed."""
+    m = updates._bind()
+    stored = m["StoredDocument"]
+    if engine._codec is not m["codec"] or type(before) is not stored or type(after) is not stored:
+        return None
+    old, new = before.payload, after.payload
+    if type(old) is not dict or type(new) is not dict:
+        return None
+    changed = {field for field, value in new.items() if old.get(field, _ABSENT) is not value}
+    changed.update(field for field in old if field not in new)
+    return changed
+
+
+def _merge_update(engine: Any, db: str, name: str, live: Any, key: Any, before: Any, after: Any, indexes: list[Any], index_maps: Any) -> bool:
+    """One document a transaction updated, applied to the live collection ``live`` with (ah)'s write
+    steps; False (nothing done) when they do not apply (another codec or kind of stored value).
+
+    The fields that changed are :func:`_changed_fields`. Only the indexes over them lose the old
+    document's entries and get the new one's; the new document is decoded only for those indexes'
+    fields (the others are the old document's, decoded already), each field as a whole-document
+    decode gives it. mongoeco's whole steps took every index out and in and decoded the whole new
+    document."""
+    m = updates._bind()
+    changed = _changed_fields(engine, before, after)
+    if changed is None:
+        return False
+    new = after.payload
+    touched = [index for index in indexes if updates._index_touched(index, changed)]
+    if not touched:
+        engine._set_storage_document_locked(live, key, after)
+        return True
+    lean = [index for index in touched if updates._lean(index) and type(index_maps.get(index.name)) is m["MemoryIndexMap"]]
+    others = [index for index in touched if index not in lean]
+    document = engine._borrow_storage_document(before)
+    if others:
+        new_document = engine._borrow_storage_document(after)
+    else:
+        new_document = {}
+        for field in {field.split(".", 1)[0] for index in lean for field in index.fields}:
+            value = new.get(field, _ABSENT)
+            if value is _ABSENT:
+                continue
+            if field not in changed:
+                new_document[field] = document[field]
+            elif isinstance(value, dict):
+                new_document[field] = m["codec"].decode(value, preserve_bson_wrappers=True)
+            elif isinstance(value, list):
+                new_document[field] = m["codec"]._decode_list_fast(value, preserve_bson_wrappers=True)
+            else:
+                new_document[field] = value
+    view = {db: {name: others}}
+    undo, keys = engine._record_index_membership_undo_locked, engine._index_keys
+    data = engine._index_data
+    for index in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
+        index_map, index_name = index_maps[index.name], str(index.name)
+        for entry in keys(document, index.fields):
+            undo(db, name, index_name, entry, key, index_data=data)
+            if entry in index_map:
+                index_map.discard(entry, key)
+    if others:
+        engine._update_indexes_locked(db, name, key, document, action="delete", indexes_view=view)
+    engine._set_storage_document_locked(live, key, after)
+    ordinal = live.ordinal_for(key) if type(live) is m["MemoryCollection"] and key in live else None
+    for index in lean:  # _update_indexes_locked(action="insert"), likewise
+        index_map, index_name = index_maps[index.name], str(index.name)
+        for entry in keys(new_document, index.fields):
+            undo(db, name, index_name, entry, key, index_data=data)
+            index_map.add(entry, key, ordinal=ordinal)
+    if others:
+        engine._update_indexes_locked(db, name, key, new_document, action="insert", indexes_view=view)
+    return True
 
 
 def patch_transaction_conflicts() -> None:
@@ -254,6 +396,7 @@ def patch_transaction_conflicts() -> None:
                 table[id(state)] = _TransactionWrites(
                     state,
                     {(db, name): coll for db, colls in self._storage.items() for name, coll in colls.items()},
+                    roots=_roots(self._storage, self._index_data),
                 )
 
     def note(self: Any, collection: Any, key: Any) -> None:
@@ -345,7 +488,9 @@ def patch_transaction_conflicts() -> None:
             merged.append(((db, name), written, mine, live))
         return merged, created
 
-    def merge(self: Any, merged: list[Any], concurrent: bool) -> None:
+    def merge_whole(self: Any, merged: list[Any], concurrent: bool, entry: _TransactionWrites) -> None:
+        """(o) as first written: each written document out of every index of the live collection
+        and in again, with mongoeco's whole write steps (kept for the tests that compare both)."""
         views = {
             "storage": self._storage,
             "indexes": self._indexes,
@@ -372,27 +517,82 @@ def patch_transaction_conflicts() -> None:
                         self._set_storage_document_locked(live, key, after)
                         document = self._borrow_storage_document(after)
                         self._update_indexes_locked(db, name, key, document, action="insert")
-            if not concurrent:
-                return  # the live collections were the snapshot: the transaction's own checks hold
-            for (db, name), written, mine, _ in merged:
+            unique_checks(self, merged, concurrent, lean=False)
+
+    def merge(self: Any, merged: list[Any], concurrent: bool, entry: _TransactionWrites) -> None:
+        """The transaction's documents applied to the live collections: an insert or a delete with
+        mongoeco's whole write steps, an update with (ah)'s (:func:`_merge_update`: only the indexes
+        over the fields that changed, the new document decoded only for their keys)."""
+        views = {
+            "storage": self._storage,
+            "indexes": self._indexes,
+            "index_data": self._index_data,
+            "search_indexes": self._search_indexes,
+            "collections": self._collections,
+            "options": self._collection_options,
+        }
+        with contextlib.ExitStack() as scopes:
+            for (db, name), _, _, _ in merged:
+                scopes.enter_context(self._document_state_rollback_locked(db, name, **views))
+            for (db, name), written, mine, live in merged:
+                self._invalidate_search_runtime_cache(db, name)
+                maps = entry.state.index_data.get(db, {}).get(name, {})
+                if _installable(self, entry, (db, name), written, mine, live, maps):
+                    _install(self, (db, name), mine, live, maps)
+                    continue
+                indexes = self._indexes.get(db, {}).get(name, [])
+                index_maps = self._index_data.get(db, {}).get(name, {})
                 for key, before in written.items():
                     after = mine.get(key, _ABSENT)
-                    if after is _ABSENT or after is before:
+                    if after is before:
                         continue
-                    document = self._borrow_storage_document(after)
-                    inserted = before is _ABSENT
-                    try:
-                        self._ensure_unique_indexes(
-                            db,
-                            name,
-                            document,
-                            exclude_storage_key=key,
-                            check_id_storage=inserted,
-                            # _id 1 and 1.0 are one key for mongod, two storage keys here: scanned as on insert
-                            scan_payload_id=inserted and memory.id_contains_numeric_value(document.get("_id")),
-                        )
-                    except DuplicateKeyError as error:
-                        raise _write_conflict(f"a unique key of {db}.{name} was taken meanwhile ({error})") from None
+                    if before is not _ABSENT and after is not _ABSENT and _merge_update(self, db, name, live, key, before, after, indexes, index_maps):
+                        continue
+                    if before is not _ABSENT:
+                        document = self._borrow_storage_document(before)
+                        self._update_indexes_locked(db, name, key, document, action="delete")
+                        if after is _ABSENT:
+                            self._delete_storage_document_locked(live, key)
+                    if after is not _ABSENT:
+                        self._set_storage_document_locked(live, key, after)
+                        document = self._borrow_storage_document(after)
+                        self._update_indexes_locked(db, name, key, document, action="insert")
+            unique_checks(self, merged, concurrent, lean=True)
+
+    def unique_checks(self: Any, merged: list[Any], concurrent: bool, *, lean: bool) -> None:
+        """Each written document against the live unique indexes, when something was written since the
+        transaction began. ``lean``: not an updated document whose changed fields no unique index
+        reads (its keys there are those it held in the live collection, where nobody could take them;
+        the transaction's own write checked it against the same index definitions)."""
+        if not concurrent:
+            return  # the live collections were the snapshot: the transaction's own checks hold
+        for (db, name), written, mine, _ in merged:
+            unique = [index for index in self._indexes.get(db, {}).get(name, []) if index.unique]
+            for key, before in written.items():
+                after = mine.get(key, _ABSENT)
+                if after is _ABSENT or after is before:
+                    continue
+                if lean and before is not _ABSENT:
+                    changed = _changed_fields(self, before, after)
+                    if changed is not None and not any(updates._index_touched(index, changed) for index in unique):
+                        continue
+                document = self._borrow_storage_document(after)
+                inserted = before is _ABSENT
+                try:
+                    self._ensure_unique_indexes(
+                        db,
+                        name,
+                        document,
+                        exclude_storage_key=key,
+                        check_id_storage=inserted,
+                        # _id 1 and 1.0 are one key for mongod, two storage keys here: scanned as on insert
+                        scan_payload_id=inserted and memory.id_contains_numeric_value(document.get("_id")),
+                    )
+                except DuplicateKeyError as error:
+                    raise _write_conflict(f"a unique key of {db}.{name} was taken meanwhile ({error})") from None
+
+    merge.__wrapped__ = merge_whole  # type: ignore[attr-defined]
+    engine_class._mongoshift_merge = merge  # type: ignore[attr-defined]  # the merge step commit calls (the tests swap in merge_whole)
 
     def commit(self: Any, session: Any) -> None:
         with self._meta_lock:
@@ -415,7 +615,7 @@ def patch_transaction_conflicts() -> None:
                     if live.get(key, _ABSENT) is not before:
                         raise _write_conflict(f"a document of {db}.{name} that it wrote was written meanwhile")
             sequence, changes, pruned_through = self._prepare_committed_changes_locked(state.pending_changes)
-            merge(self, merged, concurrent)
+            self._mongoshift_merge(merged, concurrent, entry)
             if created:
                 scope = SimpleNamespace(
                     storage=state.storage,
