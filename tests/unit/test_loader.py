@@ -1,3 +1,4 @@
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -131,3 +132,17 @@ def test_create_sequential_and_template(tmp_path: Path) -> None:
     second = create_migration(folder, "two", sequential=True, template=template)
     assert (first.name, second.name) == ("0001_one.py", "0002_two.py")
     assert 'description = "One"' in first.read_text() and '"$literal"' in first.read_text()
+
+
+def test_a_file_edited_within_the_same_second_to_the_same_size_runs_its_new_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's bytecode cache trusts a cached file whose recorded time (whole seconds) and size
+    match: the loader must not, and must leave no ``__pycache__`` among the migrations."""
+    monkeypatch.setattr("sys.dont_write_bytecode", False)  # as on a machine that caches bytecode
+    path = tmp_path / "0001_a.py"
+    path.write_text("VALUE = 1\ndef up(ctx): pass\n")
+    stamp = path.stat().st_mtime_ns
+    assert load(discover(tmp_path)[0]).module.VALUE == 1  # type: ignore[union-attr]
+    path.write_text("VALUE = 2\ndef up(ctx): pass\n")  # a rolling deploy's fix: the same size
+    os.utime(path, ns=(stamp, stamp))  # and, as within one second, the same recorded time
+    assert load(discover(tmp_path)[0]).module.VALUE == 2  # type: ignore[union-attr]
+    assert not (tmp_path / "__pycache__").exists()

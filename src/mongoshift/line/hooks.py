@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigInvalidError, HookFailedError
+from ..project.user_code import run_source, source_module
 
 HOOK_NAMES = ("before_all", "after_all", "before_each", "after_each", "on_error")
 
@@ -46,11 +47,11 @@ def _import(spec: str) -> ModuleType:
             path = Path(spec)
             if not path.is_file():
                 raise ConfigInvalidError(f"setting 'hooks': file not found: {spec}")
-            module_spec = importlib.util.spec_from_file_location("mongoshift_hooks", path)
-            if module_spec is None or module_spec.loader is None:
-                raise ConfigInvalidError(f"setting 'hooks': cannot import {spec}")
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            try:
+                module = source_module("mongoshift_hooks", path)
+            except ImportError:
+                raise ConfigInvalidError(f"setting 'hooks': cannot import {spec}") from None
+            run_source(module, path)
             return module
         return importlib.import_module(spec)
     except ConfigInvalidError:

@@ -8,7 +8,6 @@ file or per poll.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tomllib
 import traceback
@@ -23,6 +22,7 @@ from ..schema.collections import CollectionDeclaration
 from ..schema.validation import describe_errors
 from .own_collections import refuse_declared
 from .settings import Settings
+from .user_code import run_source, source_module
 
 UNREADABLE = (".json", ".yaml", ".yml", ".js", ".ts")
 
@@ -57,12 +57,12 @@ def _read_toml(path: Path) -> Any:
 
 def _read_python(path: Path) -> Any:
     module_name = f"mongoshift_collections.{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigInvalidError(f"{path}: cannot be imported as a Python module", file=str(path))
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        module = source_module(module_name, path)
+    except ImportError:
+        raise ConfigInvalidError(f"{path}: cannot be imported as a Python module", file=str(path)) from None
+    try:
+        run_source(module, path)
     except BaseException as exc:  # a declaration file may raise anything while importing, even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise

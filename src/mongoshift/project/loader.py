@@ -11,7 +11,6 @@ all of them are imported before anything is written.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import os
 import re
@@ -34,6 +33,7 @@ from ..errors import (
 )
 from ..schema.validation import list_errors
 from .squashes import ARCHIVE, MANIFEST, Manifest, archive_of, read_manifest, verify_archive
+from .user_code import run_source, source_module
 
 if TYPE_CHECKING:
     from ..schema.background import Background
@@ -295,12 +295,12 @@ def load(item: MigrationFile) -> MigrationFile:
     if item.module is not None:
         return item
     module_name = f"mongoshift_migrations.{item.path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, item.path)
-    if spec is None or spec.loader is None:
-        raise InvalidExportError(f"{item.name}: cannot be imported as a Python module", file=item.name)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        module = source_module(module_name, item.path)
+    except ImportError:
+        raise InvalidExportError(f"{item.name}: cannot be imported as a Python module", file=item.name) from None
+    try:
+        run_source(module, item.path)
     except ValidationError as exc:
         # The module stopped at Background(...): what it defined before (requires) is checked too.
         _refuse(item, list_errors(exc, prefix="background", unknown="unknown setting") + _requires_problems(item, module))

@@ -10,8 +10,11 @@ way to end mongoshift with an exit code of the user's choosing.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -67,3 +70,27 @@ async def call(fn: Callable[..., Any], *args: Any) -> Any:
         return result
     except (SystemExit, KeyboardInterrupt) as exc:
         raise UserCodeExit.of(exc) from None
+
+
+
+def source_module(module_name: str, path: Path) -> ModuleType:
+    """An empty module for the project's file ``path`` (its ``__file__`` and ``__spec__`` set), for
+    :func:`run_source`; kept by the caller, so that what the file defined before failing is there."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None:
+        raise ImportError(f"{path.name} cannot be imported as a Python module")
+    return importlib.util.module_from_spec(spec)
+
+
+def run_source(module: ModuleType, path: Path) -> None:
+    """Run the project's file ``path`` in ``module`` from its source as it is now.
+
+    Python's import machinery would read and write a bytecode cache beside the file, and trusts a
+    cached file whose recorded modification time (in whole seconds) and size match: a migration
+    edited twice within a second to the same size (a rolling deploy, a test) would run its old code
+    under its new checksum. The cache would also leave ``__pycache__`` folders among the migrations
+    (where a squash's archive must move whole). So the source is compiled every time; whatever the
+    file raises reaches the caller, which names the file.
+    """
+    code = compile(importlib.util.decode_source(path.read_bytes()), str(path), "exec", dont_inherit=True)
+    exec(code, module.__dict__)
