@@ -99,7 +99,7 @@ def in_transaction(client: Any, collection: Any, count: dict[str, Any], writes: 
                 session.abort_transaction()
 
 
-@examples(thorough=120, quick=25)
+@examples(thorough=120, quick=15)
 def test_a_count_answers_what_the_aggregation_cursor_answers(server: InProcessServer, max_examples: int) -> None:
     from mongoeco.api._async.aggregation_cursor import AsyncAggregationCursor
 

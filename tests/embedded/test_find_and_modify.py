@@ -262,7 +262,7 @@ def compare(server: InProcessServer, docs: list[dict[str, Any]], command: dict[s
         client.close()
 
 
-@examples(thorough=1000, quick=60)
+@examples(thorough=1000, quick=25)
 def test_a_find_and_modify_does_what_the_original_does(server: InProcessServer, max_examples: int, held_clock: datetime.datetime) -> None:
     @settings(max_examples=max_examples)
     @given(docs=stored(), data=st.data())
@@ -292,7 +292,7 @@ def partitions(draw: st.DrawFn) -> list[dict[str, Any]]:
     return docs
 
 
-@examples(thorough=300, quick=30)
+@examples(thorough=300, quick=12)
 def test_the_engines_commands_do_what_the_original_does(server: InProcessServer, max_examples: int, held_clock: datetime.datetime) -> None:
     """(ao) The background engine's own checkpoints and releases on its partitions, against
     mongoeco's path: the same reply, stored bytes, change events and index entries (the clock held)."""

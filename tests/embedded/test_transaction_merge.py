@@ -136,7 +136,7 @@ def outcome(server: InProcessServer, client: Any, collection: Any, steps: list[t
     return replies, documents, index_contents(server, collection), events
 
 
-@examples(thorough=1000, quick=30)
+@examples(thorough=1000, quick=15)
 def test_the_lean_merge_commits_what_the_whole_merge_commits(server: InProcessServer, max_examples: int) -> None:
     @settings(max_examples=max_examples, deadline=None)
     @given(
