@@ -28,11 +28,10 @@ partition with a filter and a ``sort`` (docs/performance.md, "Fix (ao) and the d
 
 from __future__ import annotations
 
-import datetime
 import math
 from typing import Any
 
-from .updates import _M, _MISSING, Batch, _bind, _plain_value, _storable, _stored, _Undecided, guard_holds
+from .updates import _M, _MISSING, Batch, _bind, _plain_value, _storable, _stored, _Undecided, guard_holds, guard_of
 
 #: findAndModify options the fast path takes only when unset (mongoeco's path answers any of them).
 _UNSET_OPTIONS = ("sort", "collation", "array_filters", "hint", "max_time_ms")
@@ -90,15 +89,10 @@ def command(query: Any, change: Any) -> Command | None:
         path = _path(name)
         if path is None:
             return None
-        kind = type(value)
-        if kind is int or kind is str or kind is bool or kind is m["BsonInt64"] or kind in m["object_ids"] or kind is datetime.datetime:
-            guards.append((path, value))
-        elif kind is float and not math.isnan(value):
-            guards.append((path, value))
-        elif kind is dict and len(value) == 1 and value.get("$exists", True) is False:
-            guards.append((path, _MISSING))  # the engine's guard of a field the document lacks
-        else:
+        guard = guard_of(value, m)
+        if guard is None:
             return None
+        guards.append((path, guard))
     operators: list[tuple[str, list[tuple[tuple[str, ...], Any]]]] = []
     seen: list[str] = []
     for operator, fields in change.items():

@@ -5,9 +5,11 @@ replica-set layer's (patches/replica_set.py), which every command passes through
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from . import scans, updates
@@ -369,7 +371,6 @@ def _merge_update(engine: Any, db: str, name: str, live: Any, key: Any, before: 
 
 
 def patch_transaction_conflicts() -> None:
-    import contextlib
     from types import SimpleNamespace
 
     from mongoeco.engines import memory
@@ -491,17 +492,7 @@ def patch_transaction_conflicts() -> None:
     def merge_whole(self: Any, merged: list[Any], concurrent: bool, entry: _TransactionWrites) -> None:
         """(o) as first written: each written document out of every index of the live collection
         and in again, with mongoeco's whole write steps (kept for the tests that compare both)."""
-        views = {
-            "storage": self._storage,
-            "indexes": self._indexes,
-            "index_data": self._index_data,
-            "search_indexes": self._search_indexes,
-            "collections": self._collections,
-            "options": self._collection_options,
-        }
-        with contextlib.ExitStack() as scopes:
-            for (db, name), _, _, _ in merged:
-                scopes.enter_context(self._document_state_rollback_locked(db, name, **views))
+        with _rollback_scopes(self, merged):
             for (db, name), written, mine, live in merged:
                 self._invalidate_search_runtime_cache(db, name)
                 for key, before in written.items():
@@ -523,17 +514,7 @@ def patch_transaction_conflicts() -> None:
         """The transaction's documents applied to the live collections: an insert or a delete with
         mongoeco's whole write steps, an update with (ah)'s (:func:`_merge_update`: only the indexes
         over the fields that changed, the new document decoded only for their keys)."""
-        views = {
-            "storage": self._storage,
-            "indexes": self._indexes,
-            "index_data": self._index_data,
-            "search_indexes": self._search_indexes,
-            "collections": self._collections,
-            "options": self._collection_options,
-        }
-        with contextlib.ExitStack() as scopes:
-            for (db, name), _, _, _ in merged:
-                scopes.enter_context(self._document_state_rollback_locked(db, name, **views))
+        with _rollback_scopes(self, merged):
             for (db, name), written, mine, live in merged:
                 self._invalidate_search_runtime_cache(db, name)
                 maps = entry.state.index_data.get(db, {}).get(name, {})
@@ -658,3 +639,19 @@ def patch_transaction_conflicts() -> None:
     engine_class._set_storage_document_locked = set_document
     engine_class._delete_storage_document_locked = delete_document
     MemoryCollection.replace_key = replace_key
+
+@contextlib.contextmanager
+def _rollback_scopes(engine: Any, merged: list[Any]) -> Iterator[None]:
+    """mongoeco's rollback scope of every collection a commit merges into, open for the merge."""
+    views = {
+        "storage": engine._storage,
+        "indexes": engine._indexes,
+        "index_data": engine._index_data,
+        "search_indexes": engine._search_indexes,
+        "collections": engine._collections,
+        "options": engine._collection_options,
+    }
+    with contextlib.ExitStack() as scopes:
+        for (db, name), _, _, _ in merged:
+            scopes.enter_context(engine._document_state_rollback_locked(db, name, **views))
+        yield

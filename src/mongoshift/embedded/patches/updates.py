@@ -106,6 +106,19 @@ class Statement:
         self.operators = operators
 
 
+def guard_of(value: Any, m: dict[str, Any]) -> Any:
+    """What a guard of a filter compares with: the scalar itself, or ``_MISSING`` for the engine's
+    ``{$exists: false}``; None for a guard the fast paths leave to mongoeco (arrays, documents, NaN...)."""
+    kind = type(value)
+    if kind is int or kind is str or kind is bool or kind is m["BsonInt64"] or kind in m["object_ids"] or kind is datetime.datetime:
+        return value
+    if kind is float and not math.isnan(value):
+        return value
+    if kind is dict and len(value) == 1 and value.get("$exists", True) is False:
+        return _MISSING  # the engine's guard of a field the document lacks
+    return None
+
+
 def statement(query: Any, change: Any, multi: bool, replacement: bool, options: dict[str, Any]) -> Statement | None:
     """The statement as the fast path reads it, or None when it is not one it takes."""
     m = _bind()
@@ -124,15 +137,10 @@ def statement(query: Any, change: Any, multi: bool, replacement: bool, options: 
             continue
         if not _plain_name(name):
             return None
-        kind = type(value)
-        if kind is int or kind is str or kind is bool or kind is m["BsonInt64"] or kind in m["object_ids"] or kind is datetime.datetime:
-            guards.append((name, value))
-        elif kind is float and not math.isnan(value):
-            guards.append((name, value))
-        elif kind is dict and len(value) == 1 and value.get("$exists", True) is False:
-            guards.append((name, _MISSING))  # the engine's guard of a field the document lacks
-        else:
+        guard = guard_of(value, m)
+        if guard is None:
             return None
+        guards.append((name, guard))
     if not change:
         return None
     operators: list[tuple[str, dict[str, Any]]] = []
