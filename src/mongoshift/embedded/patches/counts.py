@@ -22,11 +22,10 @@ reply) is untouched, since the hook sits inside mongoeco's aggregation cursor.
 from __future__ import annotations
 
 import bisect
-import datetime
 from collections.abc import Iterator
 from typing import Any
 
-from .scans import _conjuncts, _inexact, id_bounds, id_order, id_type_bracket
+from .scans import _conjuncts, _inexact, begin_scan, id_bounds, id_order, id_type_bracket
 
 #: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
 #: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
@@ -126,22 +125,7 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
         options = engine._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
         if not isinstance(coll, MemoryCollection) or options.get("collation") is not None:
             return None
-        # The steps of the scan this count replaces (MemoryEngine.scan_find_semantics and (af)'s), in order.
-        engine._record_operation_metadata(
-            context, operation="scan_collection", comment=semantics.comment,
-            max_time_ms=semantics.max_time_ms, hint=semantics.hint,
-        )
-        indexes = engine._indexes_view(context).get(db_name, {}).get(coll_name, [])
-        engine._purge_expired_documents_locked(
-            db_name, coll_name, context=context,
-            indexes_view=engine._indexes_view(context), index_data_view=engine._index_data_view(context),
-            storage_view=engine._storage_view(context),
-            now=semantics.variables.now.replace(tzinfo=datetime.UTC),
-        )
-        engine._resolve_hint_index(
-            db_name, coll_name, semantics.hint, indexes=indexes, plan=semantics.query_plan,
-            dialect=semantics.dialect, collation=semantics.collation,
-        )
+        indexes = begin_scan(engine, context, db_name, coll_name, semantics)  # the steps of the scan this count replaces
         confined = _confined(semantics)
         if confined is not None:
             documents: Iterator[Any] = _walked(engine, coll, confined)

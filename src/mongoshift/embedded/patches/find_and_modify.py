@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .updates import _M, _MISSING, Batch, _bind, _plain_value, _storable, _stored, _Undecided, guard_holds, guard_of
+from .updates import _M, _MISSING, Batch, _bind, _plain_value, _storable, _stored, _Undecided, guard_holds, guard_of, incremented
 
 #: findAndModify options the fast path takes only when unset (mongoeco's path answers any of them).
 _UNSET_OPTIONS = ("sort", "collation", "array_filters", "hint", "max_time_ms")
@@ -175,13 +175,7 @@ def apply(document: dict[str, Any], plan: Command, now: Any) -> tuple[dict[str, 
             else:  # the BSON boundary the update document crosses on mongoeco's path
                 value = raw if _plain_value(raw) else codec.to_internal(raw)
                 if operator == "$inc" and current is not _MISSING:
-                    kind = type(current)
-                    if not (kind is int or kind is float or m["is_bson_numeric"](current)):
-                        raise _Undecided
-                    try:
-                        value = m["bson_add"](current, value)
-                    except (OverflowError, ValueError, ArithmeticError) as error:
-                        raise _Undecided from error
+                    value = incremented(current, value, m)
             if current is not _MISSING and value is not _MISSING and same(current, value):
                 continue
             node = result

@@ -461,21 +461,7 @@ def patch_id_range_scans() -> None:
                 options = self._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
                 fallback = not isinstance(coll, MemoryCollection) or options.get("collation") is not None
                 if not fallback:
-                    self._record_operation_metadata(
-                        context, operation="scan_collection", comment=semantics.comment,
-                        max_time_ms=semantics.max_time_ms, hint=semantics.hint,
-                    )
-                    indexes = self._indexes_view(context).get(db_name, {}).get(coll_name, [])
-                    self._purge_expired_documents_locked(
-                        db_name, coll_name, context=context,
-                        indexes_view=self._indexes_view(context), index_data_view=self._index_data_view(context),
-                        storage_view=self._storage_view(context),
-                        now=semantics.variables.now.replace(tzinfo=datetime.UTC),
-                    )
-                    self._resolve_hint_index(
-                        db_name, coll_name, semantics.hint, indexes=indexes, plan=semantics.query_plan,
-                        dialect=semantics.dialect, collation=semantics.collation,
-                    )
+                    begin_scan(self, context, db_name, coll_name, semantics)
                     order = id_order(coll)
                     if direction:
                         walk = _walk(self, coll, order, lower, upper, direction, semantics)
@@ -630,3 +616,25 @@ def patch_id_in_lookup() -> None:
 
     candidate_items.__wrapped__ = original  # type: ignore[attr-defined]
     MemoryEngine._candidate_items_for_plan_locked = candidate_items
+
+
+def begin_scan(engine: Any, context: Any, db_name: str, coll_name: str, semantics: Any) -> Any:
+    """The steps mongoeco's ``scan_find_semantics`` takes before it reads (under the collection's
+    lock): the operation's metadata, the TTL purge, the hint's check. Every read that stands in for
+    that scan ((af)'s walk, (ap)'s count) takes them, in this order. Returns the collection's indexes."""
+    engine._record_operation_metadata(
+        context, operation="scan_collection", comment=semantics.comment,
+        max_time_ms=semantics.max_time_ms, hint=semantics.hint,
+    )
+    indexes = engine._indexes_view(context).get(db_name, {}).get(coll_name, [])
+    engine._purge_expired_documents_locked(
+        db_name, coll_name, context=context,
+        indexes_view=engine._indexes_view(context), index_data_view=engine._index_data_view(context),
+        storage_view=engine._storage_view(context),
+        now=semantics.variables.now.replace(tzinfo=datetime.UTC),
+    )
+    engine._resolve_hint_index(
+        db_name, coll_name, semantics.hint, indexes=indexes, plan=semantics.query_plan,
+        dialect=semantics.dialect, collation=semantics.collation,
+    )
+    return indexes

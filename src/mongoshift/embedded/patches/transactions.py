@@ -497,17 +497,8 @@ def patch_transaction_conflicts() -> None:
                 self._invalidate_search_runtime_cache(db, name)
                 for key, before in written.items():
                     after = mine.get(key, _ABSENT)
-                    if after is before:
-                        continue
-                    if before is not _ABSENT:
-                        document = self._borrow_storage_document(before)
-                        self._update_indexes_locked(db, name, key, document, action="delete")
-                        if after is _ABSENT:
-                            self._delete_storage_document_locked(live, key)
-                    if after is not _ABSENT:
-                        self._set_storage_document_locked(live, key, after)
-                        document = self._borrow_storage_document(after)
-                        self._update_indexes_locked(db, name, key, document, action="insert")
+                    if after is not before:
+                        _write_whole(self, db, name, live, key, before, after)
             unique_checks(self, merged, concurrent, lean=False)
 
     def merge(self: Any, merged: list[Any], concurrent: bool, entry: _TransactionWrites) -> None:
@@ -529,15 +520,7 @@ def patch_transaction_conflicts() -> None:
                         continue
                     if before is not _ABSENT and after is not _ABSENT and _merge_update(self, db, name, live, key, before, after, indexes, index_maps):
                         continue
-                    if before is not _ABSENT:
-                        document = self._borrow_storage_document(before)
-                        self._update_indexes_locked(db, name, key, document, action="delete")
-                        if after is _ABSENT:
-                            self._delete_storage_document_locked(live, key)
-                    if after is not _ABSENT:
-                        self._set_storage_document_locked(live, key, after)
-                        document = self._borrow_storage_document(after)
-                        self._update_indexes_locked(db, name, key, document, action="insert")
+                    _write_whole(self, db, name, live, key, before, after)
             unique_checks(self, merged, concurrent, lean=True)
 
     def unique_checks(self: Any, merged: list[Any], concurrent: bool, *, lean: bool) -> None:
@@ -655,3 +638,14 @@ def _rollback_scopes(engine: Any, merged: list[Any]) -> Iterator[None]:
         for (db, name), _, _, _ in merged:
             scopes.enter_context(engine._document_state_rollback_locked(db, name, **views))
         yield
+
+def _write_whole(engine: Any, db: str, name: str, live: Any, key: Any, before: Any, after: Any) -> None:
+    """One written document merged with mongoeco's whole write steps: out of every index (and out of
+    the collection when the transaction deleted it), then in again (when it is still there)."""
+    if before is not _ABSENT:
+        engine._update_indexes_locked(db, name, key, engine._borrow_storage_document(before), action="delete")
+        if after is _ABSENT:
+            engine._delete_storage_document_locked(live, key)
+    if after is not _ABSENT:
+        engine._set_storage_document_locked(live, key, after)
+        engine._update_indexes_locked(db, name, key, engine._borrow_storage_document(after), action="insert")

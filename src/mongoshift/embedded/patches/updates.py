@@ -119,6 +119,18 @@ def guard_of(value: Any, m: dict[str, Any]) -> Any:
     return None
 
 
+def incremented(current: Any, by: Any, m: dict[str, Any]) -> Any:
+    """``$inc`` of a field that holds ``current``, as mongoeco's ``bson_add`` adds; anything its
+    operator would refuse or overflow is left to mongoeco's path (:class:`_Undecided`)."""
+    kind = type(current)
+    if not (kind is int or kind is float or m["is_bson_numeric"](current)):
+        raise _Undecided
+    try:
+        return m["bson_add"](current, by)
+    except (OverflowError, ValueError, ArithmeticError) as error:
+        raise _Undecided from error
+
+
 def statement(query: Any, change: Any, multi: bool, replacement: bool, options: dict[str, Any]) -> Statement | None:
     """The statement as the fast path reads it, or None when it is not one it takes."""
     m = _bind()
@@ -248,13 +260,7 @@ def updated(document: dict[str, Any], operators: list[tuple[str, dict[str, Any]]
             # the BSON boundary the update document crosses on mongoeco's path
             value = raw if _plain_value(raw) else m["codec"].to_internal(raw)
             if operator == "$inc" and current is not _MISSING:
-                kind = type(current)
-                if not (kind is int or kind is float or m["is_bson_numeric"](current)):
-                    raise _Undecided
-                try:
-                    value = m["bson_add"](current, value)
-                except (OverflowError, ValueError, ArithmeticError) as error:
-                    raise _Undecided from error
+                value = incremented(current, value, m)
             if current is _MISSING:
                 created.append((name, value))
             elif not same(current, value):
