@@ -121,3 +121,51 @@ def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[bool,
             fast.discard(index_key, storage_key)
             MemoryIndexMap.discard.__wrapped__(slow, index_key, storage_key)
         assert fast._snapshot_state() == slow._snapshot_state()
+
+
+def _same_tree(a: Any, b: Any) -> bool:
+    """Equal values with the same types at every node (the codec's containers included)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_tree(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_tree(x, y) for x, y in zip(a, b, strict=True))
+    return a == b or (a != a and b != b)  # NaN
+
+
+plain_names = st.sampled_from(["a", "b", "ids", "_x"])
+trees = st.recursive(
+    st.integers(-(2**64), 2**64) | st.floats(allow_nan=True) | st.text(max_size=3) | st.booleans() | st.none() | scalars,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(plain_names | st.sampled_from(["c.d", "$e", "1", ""]), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@examples(thorough=500, quick=80)
+def test_a_plain_tree_crosses_the_codec_as_the_codec_takes_it(server: InProcessServer, max_examples: int) -> None:
+    """A list or document of plain values is built as DocumentCodec.to_internal and .encode build it,
+    node by node and type by type; anything else (a wrapped number, an id, a special name, an int
+    beyond 64 bits) is left to the codec."""
+    from mongoeco.core.codec import DocumentCodec
+
+    from mongoshift.embedded.patches import updates
+
+    @settings(max_examples=max_examples)
+    @given(value=st.lists(trees, max_size=6) | st.dictionaries(plain_names, trees, max_size=4) | st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
+    def check(value: Any) -> None:
+        internal = updates.plain_tree(value, internal=True)
+        if internal is updates._MISSING:
+            return
+        assert _same_tree(internal, DocumentCodec.to_internal(value))
+        assert _same_tree(updates.plain_tree(internal, internal=False), DocumentCodec.encode(DocumentCodec.to_internal(value)))
+
+    check()
+
+
+def test_what_a_plain_tree_leaves_to_the_codec(server: InProcessServer) -> None:
+    from mongoshift.embedded.patches import updates
+
+    for value in ([Int64(1)], [2**63], {"$e": 1}, {"c.d": 1}, [{"a": ObjectId()}], [b"x"], {"a": [1, {"b": 2**64}]}, 7):
+        assert updates.plain_tree(value, internal=True) is updates._MISSING
+    assert updates.plain_tree([1, 2.5, "x", None, True, {"a": [1]}], internal=True) is not updates._MISSING

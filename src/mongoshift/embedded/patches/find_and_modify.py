@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .updates import _M, _MISSING, Batch, _bind, _plain_value, _storable, _stored, _Undecided, guard_holds, guard_of, incremented
+from .updates import _M, _MISSING, Batch, _bind, _storable, _stored, _Undecided, guard_holds, guard_of, incremented, internal_value
 
 #: findAndModify options the fast path takes only when unset (mongoeco's path answers any of them).
 _UNSET_OPTIONS = ("sort", "collation", "array_filters", "hint", "max_time_ms")
@@ -173,7 +173,7 @@ def apply(document: dict[str, Any], plan: Command, now: Any) -> tuple[dict[str, 
             elif operator == "$currentDate":
                 value = now
             else:  # the BSON boundary the update document crosses on mongoeco's path
-                value = raw if _plain_value(raw) else codec.to_internal(raw)
+                value = internal_value(raw, codec)
                 if operator == "$inc" and current is not _MISSING:
                     value = incremented(current, value, m)
             if current is not _MISSING and value is not _MISSING and same(current, value):

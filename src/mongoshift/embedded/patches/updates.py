@@ -42,7 +42,7 @@ def _bind() -> dict[str, Any]:
         from bson import ObjectId as BsonObjectId
         from mongoeco.core import paths
         from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
-        from mongoeco.core.codec import DocumentCodec
+        from mongoeco.core.codec import DocumentCodec, _InternalBsonArray, _InternalBsonDocument
         from mongoeco.core.operation_context import ChangePublicationPolicy
         from mongoeco.engines._memory_collection import MemoryCollection, MemoryIndexMap
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
@@ -55,7 +55,7 @@ def _bind() -> dict[str, Any]:
             ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
-            take_pre_image=take_pre_image,
+            take_pre_image=take_pre_image, InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument,
         )
     return _M
 
@@ -235,6 +235,68 @@ def _plain_value(value: Any) -> bool:
     return kind is str or kind is float or kind is bool or value is None or (kind is int and _INT64[0] <= value < _INT64[1])
 
 
+_SCALARS = frozenset({str, float, bool, int, type(None)})
+
+
+def plain_tree(value: Any, *, internal: bool) -> Any:
+    """``DocumentCodec.to_internal(value)`` (``internal``) or ``DocumentCodec.encode(value)`` of a list
+    or a document holding only plain values (:func:`_plain_value`) under plain field names, at any
+    depth, built directly; ``_MISSING`` for any other value, which the codec must answer.
+
+    For such a tree the codec only checks each value (again at every level) and rebuilds the
+    containers: to_internal into its immutable internal array and document, encode into a plain
+    list and dict. A checkpoint's list of 500 ids took 4 ms through both, 13 % of the demo's server."""
+    m = _M
+    array, document = (m["InternalArray"], m["InternalDocument"]) if internal else (list, dict)
+    return _tree(value, array, document, m["InternalArray"], m["InternalDocument"])
+
+
+def _tree(value: Any, array: Any, document: Any, internal_array: Any, internal_document: Any) -> Any:
+    kind = type(value)
+    if kind is list or kind is internal_array:
+        kinds = set(map(type, value))
+        if kinds <= _SCALARS:  # the common case, checked without a Python step per item
+            if int in kinds:
+                ints = [v for v in value if type(v) is int]
+                if min(ints) < _INT64[0] or max(ints) >= _INT64[1]:
+                    return _MISSING
+            return array(value)
+        items = []
+        for item in value:
+            if type(item) in _SCALARS:
+                if not _plain_value(item):
+                    return _MISSING
+            else:
+                item = _tree(item, array, document, internal_array, internal_document)
+                if item is _MISSING:
+                    return _MISSING
+            items.append(item)
+        return array(items)
+    if kind is dict or kind is internal_document:
+        fields = {}
+        for name, item in value.items():
+            if not _plain_name(name):
+                return _MISSING
+            if type(item) in _SCALARS:
+                if not _plain_value(item):
+                    return _MISSING
+            else:
+                item = _tree(item, array, document, internal_array, internal_document)
+                if item is _MISSING:
+                    return _MISSING
+            fields[name] = item
+        return document(fields)
+    return _MISSING
+
+
+def internal_value(value: Any, codec: Any) -> Any:
+    """``codec.to_internal(value)``, the BSON boundary an update's value crosses on mongoeco's path."""
+    if _plain_value(value):
+        return value
+    tree = plain_tree(value, internal=True)
+    return codec.to_internal(value) if tree is _MISSING else tree
+
+
 def updated(document: dict[str, Any], operators: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], set[str]]:
     """The document after the operators, and the names of the fields that changed (empty: a no-op).
 
@@ -258,7 +320,7 @@ def updated(document: dict[str, Any], operators: list[tuple[str, dict[str, Any]]
                     changed.add(name)
                 continue
             # the BSON boundary the update document crosses on mongoeco's path
-            value = raw if _plain_value(raw) else m["codec"].to_internal(raw)
+            value = internal_value(raw, m["codec"])
             if operator == "$inc" and current is not _MISSING:
                 value = incremented(current, value, m)
             if current is _MISSING:
@@ -295,7 +357,8 @@ def _stored(engine: Any, data: Any, document: dict[str, Any], changed: set[str])
         elif _plain_value(value):
             encoded[name] = value
         else:
-            encoded[name] = codec.encode(value)
+            tree = plain_tree(value, internal=False)
+            encoded[name] = codec.encode(value) if tree is _MISSING else tree
     return m["StoredDocument"](encoded)
 
 
