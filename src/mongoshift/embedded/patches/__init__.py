@@ -102,6 +102,7 @@ def apply() -> None:
     wire.patch_unknown_command()  # (h)
     queries.patch_bson_size()  # (i)
     queries.patch_in_object_ids()  # (k)
+    queries.patch_type_by_kind()  # (ar)
     coll_mod.patch_coll_mod()  # (l)
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)

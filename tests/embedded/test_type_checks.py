@@ -1,0 +1,125 @@
+"""Fix (ar) of mongoeco.embedded.patches: ``$type`` of a top-level field decided by the value's type.
+
+The compiled matcher's answer is compared with mongoeco's own (QueryEngine.match_plan, which the
+compiled code called for every ``$type`` before the fix) on values of every type, under every alias."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
+from hypothesis import given, settings, strategies as st
+
+from ..conftest import examples
+from .in_process import InProcessServer, in_process_server, sync_client
+
+ALIASES = [
+    "double", "string", "object", "array", "binData", "objectId", "bool", "date", "null", "regex",
+    "javascript", "javascriptWithScope", "int", "timestamp", "long", "decimal", "minKey", "maxKey", "number",
+    1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 13, 15, 16, 17, 18, 19, -1, 127,
+]
+leaves = (
+    st.integers(-(2**64), 2**64) | st.sampled_from([0, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63)])
+    | st.floats(allow_nan=True) | st.builds(Int64, st.integers(-(2**63), 2**63 - 1))
+    | st.builds(lambda d: Decimal128(str(d)), st.decimals(allow_nan=True, allow_infinity=False, places=2))
+    | st.text(max_size=3) | st.booleans() | st.none() | st.builds(ObjectId, st.binary(min_size=12, max_size=12))
+    | st.sampled_from([
+        datetime.datetime(2001, 1, 1), Binary(b"\x01", 0), Binary(b"x", 4), b"raw", Regex("^a", "i"), re.compile("b"),
+        Timestamp(1, 2), MinKey(), MaxKey(), Code("f()"), Code("g()", {"x": 1}),
+    ])
+)
+values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2), max_leaves=5)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[InProcessServer]:
+    with in_process_server() as started:
+        yield started
+
+
+def _answer(match: Any, document: dict[str, Any]) -> Any:
+    """True, False, or the kind of error raised."""
+    try:
+        return bool(match(document))
+    except Exception as error:
+        return type(error)
+
+
+def _same(got: Any, expected: Any) -> bool:
+    """The compiled matcher turns these errors into False, as it did before the fix."""
+    return got == expected or (got is False and expected in (KeyError, TypeError, AttributeError))
+
+
+def _plans(spec: Any) -> Iterator[Any]:
+    from mongoeco.core.query_plan import compile_filter
+
+    for query in ({"f": {"$type": spec}}, {"$and": [{"g": 1}, {"f": {"$type": spec}}]}, {"f": {"$not": {"$type": spec}}}):
+        yield compile_filter(query)
+
+
+@examples(thorough=600, quick=150)
+def test_a_type_check_answers_what_mongoecos_matcher_answers(server: InProcessServer, max_examples: int) -> None:
+    from mongoeco.core.compiled_query import CompiledQuery
+    from mongoeco.core.filtering import QueryEngine
+
+    @settings(max_examples=max_examples)
+    @given(
+        spec=st.sampled_from(ALIASES) | st.lists(st.sampled_from(ALIASES), min_size=1, max_size=3),
+        documents=st.lists(st.dictionaries(st.sampled_from(["f", "g"]), values, max_size=2), min_size=1, max_size=6),
+    )
+    def check(spec: Any, documents: list[dict[str, Any]]) -> None:
+        for plan in _plans(spec):
+            compiled = CompiledQuery(plan)  # one matcher for all the documents: its kept answers are exercised
+            for document in documents:
+                expected = _answer(lambda d, p=plan: QueryEngine.match_plan(d, p), document)
+                assert _same(_answer(compiled.match, document), expected), (spec, document)
+
+    check()
+
+
+KINDS: list[Any] = [
+    0, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63), 2**63, 1.5, float("nan"), True, False, None, "s", "",
+    datetime.datetime(2001, 1, 1), ObjectId(), Int64(3), Decimal128("1.5"), Decimal128("NaN"), [1], [], {"a": 1}, {},
+    Binary(b"x", 4), b"raw", Regex("^a"), Timestamp(1, 2), MinKey(), MaxKey(), Code("f()"), Code("g()", {"x": 1}),
+]
+
+
+@pytest.mark.parametrize("spec", ALIASES)
+def test_one_matcher_answers_each_kind_of_value_as_mongoeco(server: InProcessServer, spec: Any) -> None:
+    """Every kind of value, in turn, through one compiled matcher: the answer kept for one kind is
+    never given for another (an int32 and an int64, a float and a bool, a value and no value)."""
+    from mongoeco.core.compiled_query import CompiledQuery
+    from mongoeco.core.filtering import QueryEngine
+
+    documents: list[dict[str, Any]] = [{"f": value} for value in KINDS] + [{}, {"g": 1}]
+    for plan in _plans(spec):
+        compiled = CompiledQuery(plan)
+        for document in documents * 2:
+            assert _same(_answer(compiled.match, document), _answer(lambda d, p=plan: QueryEngine.match_plan(d, p), document)), (spec, document)
+
+
+def test_a_number_bracket_count_decides_each_type_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background engine's count of its number bracket asks mongoeco's type check once per kind
+    of value, not once per document (it did so for each of the 300 documents before the fix)."""
+    from mongoeco.core.filtering import QueryEngine
+
+    client = sync_client(server)
+    orders = client.t_type.orders
+    orders.drop()
+    orders.insert_many([{"_id": i, "__v": 1} for i in range(300)] + [{"_id": f"s{i}", "__v": 1} for i in range(5)])
+    calls = 0
+    evaluate = QueryEngine._evaluate_type.__func__
+
+    def counted(cls: Any, *args: Any, **kwargs: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        return bool(evaluate(cls, *args, **kwargs))
+
+    monkeypatch.setattr(QueryEngine, "_evaluate_type", classmethod(counted))
+    assert orders.count_documents({"$and": [{"__v": 1}, {"_id": {"$type": "number"}}]}) == 300
+    assert orders.count_documents({"__v": 1, "_id": {"$not": {"$type": "number"}}}) == 5
+    assert 0 < calls <= 4
