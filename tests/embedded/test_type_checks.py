@@ -1,7 +1,10 @@
-"""Fix (ar) of mongoeco.embedded.patches: ``$type`` of a top-level field decided by the value's type.
+"""Fix (ar) of mongoeco.embedded.patches: the answers of ``$type`` and ``$in`` on a top-level field kept
+per kind of value (``$type``) or per value (``$in``).
 
-The compiled matcher's answer is compared with mongoeco's own (QueryEngine.match_plan, which the
-compiled code called for every ``$type`` before the fix) on values of every type, under every alias."""
+One compiled matcher with the fix is compared with one without it (mongoeco's code generation, kept
+as ``__wrapped__``) over many documents in turn, on values of every type, under every alias and
+lists of values of every type: an answer kept for one document is never given for another whose
+answer differs."""
 
 from __future__ import annotations
 
@@ -49,34 +52,38 @@ def _answer(match: Any, document: dict[str, Any]) -> Any:
         return type(error)
 
 
-def _same(got: Any, expected: Any) -> bool:
-    """The compiled matcher turns these errors into False, as it did before the fix."""
-    return got == expected or (got is False and expected in (KeyError, TypeError, AttributeError))
-
-
-def _plans(spec: Any) -> Iterator[Any]:
+def _plans(spec: Any, operator: str = "$type") -> Iterator[Any]:
     from mongoeco.core.query_plan import compile_filter
 
-    for query in ({"f": {"$type": spec}}, {"$and": [{"g": 1}, {"f": {"$type": spec}}]}, {"f": {"$not": {"$type": spec}}}):
+    for query in ({"f": {operator: spec}}, {"$and": [{"g": 1}, {"f": {operator: spec}}]}, {"f": {"$not": {operator: spec}}}):
         yield compile_filter(query)
 
 
-@examples(thorough=600, quick=150)
-def test_a_type_check_answers_what_mongoecos_matcher_answers(server: InProcessServer, max_examples: int) -> None:
+def _original(plan: Any) -> Any:
+    """The matcher mongoeco compiles for ``plan``, without the fix."""
     from mongoeco.core.compiled_query import CompiledQuery
-    from mongoeco.core.filtering import QueryEngine
+
+    class Original(CompiledQuery):
+        _node_to_code = CompiledQuery._node_to_code.__wrapped__  # type: ignore[attr-defined]
+
+    return Original(plan)
+
+
+@examples(thorough=600, quick=150)
+def test_type_and_in_answer_what_mongoecos_matcher_answers(server: InProcessServer, max_examples: int) -> None:
+    from mongoeco.core.compiled_query import CompiledQuery
 
     @settings(max_examples=max_examples)
     @given(
         spec=st.sampled_from(ALIASES) | st.lists(st.sampled_from(ALIASES), min_size=1, max_size=3),
-        documents=st.lists(st.dictionaries(st.sampled_from(["f", "g"]), values, max_size=2), min_size=1, max_size=6),
+        listed=st.lists(leaves, max_size=4),
+        documents=st.lists(st.dictionaries(st.sampled_from(["f", "g"]), values, max_size=2), min_size=1, max_size=8),
     )
-    def check(spec: Any, documents: list[dict[str, Any]]) -> None:
-        for plan in _plans(spec):
-            compiled = CompiledQuery(plan)  # one matcher for all the documents: its kept answers are exercised
+    def check(spec: Any, listed: list[Any], documents: list[dict[str, Any]]) -> None:
+        for plan in [*_plans(spec), *_plans(listed, "$in")]:
+            compiled, original = CompiledQuery(plan), _original(plan)  # one matcher for all the documents
             for document in documents:
-                expected = _answer(lambda d, p=plan: QueryEngine.match_plan(d, p), document)
-                assert _same(_answer(compiled.match, document), expected), (spec, document)
+                assert _answer(compiled.match, document) == _answer(original.match, document), (plan, document)
 
     check()
 
@@ -93,13 +100,13 @@ def test_one_matcher_answers_each_kind_of_value_as_mongoeco(server: InProcessSer
     """Every kind of value, in turn, through one compiled matcher: the answer kept for one kind is
     never given for another (an int32 and an int64, a float and a bool, a value and no value)."""
     from mongoeco.core.compiled_query import CompiledQuery
-    from mongoeco.core.filtering import QueryEngine
 
-    documents: list[dict[str, Any]] = [{"f": value} for value in KINDS] + [{}, {"g": 1}]
-    for plan in _plans(spec):
-        compiled = CompiledQuery(plan)
+    documents: list[dict[str, Any]] = [{"f": value} for value in KINDS] + [{}, {"g": 1}, {"f": -0.0}, {"f": 0.0}, {"f": 1}, {"f": 1.0}]
+    listed = [KINDS[:4], [None, 1], [0.0], [-0.0], ["s", True], [1.0], [float("nan")], [[1]], [{"a": 1}], [Decimal128("1.5")]]
+    for plan in [*_plans(spec), *(p for values_ in listed for p in _plans(values_, "$in"))]:
+        compiled, original = CompiledQuery(plan), _original(plan)
         for document in documents * 2:
-            assert _same(_answer(compiled.match, document), _answer(lambda d, p=plan: QueryEngine.match_plan(d, p), document)), (spec, document)
+            assert _answer(compiled.match, document) == _answer(original.match, document), (plan, document)
 
 
 def test_a_number_bracket_count_decides_each_type_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,3 +130,31 @@ def test_a_number_bracket_count_decides_each_type_once(server: InProcessServer, 
     assert orders.count_documents({"$and": [{"__v": 1}, {"_id": {"$type": "number"}}]}) == 300
     assert orders.count_documents({"__v": 1, "_id": {"$not": {"$type": "number"}}}) == 5
     assert 0 < calls <= 4
+
+
+def test_a_count_of_what_is_left_decides_each_version_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator's count of what is left (``__v: {$in: [null, 1]}``) runs the original ``$in``
+    code once per version value met, not once per document."""
+    from mongoeco.core.filtering import QueryEngine
+
+    client = sync_client(server)
+    orders = client.t_type.left
+    orders.drop()
+    orders.insert_many([{"_id": i, "__v": i % 3 or None} for i in range(300)] + [{"_id": -1}])
+    calls = 0
+    matches = QueryEngine._in_item_matches_candidate
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        return bool(matches(*args, **kwargs))
+
+    monkeypatch.setattr(QueryEngine, "_in_item_matches_candidate", staticmethod(counted))
+    from mongoeco.core.compiled_query import CompiledQuery
+
+    CompiledQuery._compile_expression.cache_clear()  # the generated code binds the function when compiled
+    try:
+        assert orders.count_documents({"__v": {"$in": [None, 1]}}) == 201
+    finally:
+        CompiledQuery._compile_expression.cache_clear()  # no generated code keeps the counting function
+    assert 0 < calls <= 8

@@ -157,7 +157,9 @@ async def bracket_counts(collection: AsyncCollection[dict[str, Any]], match: dic
 
 async def _quantiles(collection: AsyncCollection[dict[str, Any]], match: dict[str, Any], pieces: int, size: int) -> list[Any]:
     """``pieces - 1`` cut points from a sorted server-side sample, duplicates dropped."""
-    pipeline = [{"$match": match}, {"$sample": {"size": size}}, {"$project": {"_id": 1}}, {"$sort": {"_id": 1}}]
+    # the projection before the sample: the server samples ids alone (mongod can answer the first two
+    # stages from the version index; the embedded server copies no whole document)
+    pipeline = [{"$match": match}, {"$project": {"_id": 1}}, {"$sample": {"size": size}}, {"$sort": {"_id": 1}}]
     ids = [doc["_id"] async for doc in await collection.aggregate(pipeline)]
     if len(ids) < 2:
         return []

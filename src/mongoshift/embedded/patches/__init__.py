@@ -102,7 +102,7 @@ def apply() -> None:
     wire.patch_unknown_command()  # (h)
     queries.patch_bson_size()  # (i)
     queries.patch_in_object_ids()  # (k)
-    queries.patch_type_by_kind()  # (ar)
+    queries.patch_kept_answers()  # (ar), outside (k): an $in of ObjectIds keeps (k)'s code
     coll_mod.patch_coll_mod()  # (l)
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)

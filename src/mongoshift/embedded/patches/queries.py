@@ -1,7 +1,7 @@
 """Query and update fixes: collStats sizes of every BSON type (i), `$in` over ObjectIds as a set
 lookup (k) and once per update (n), `$set` of a Decimal128 with other digits (m), English's
-regional collations (z), evaluated `let` variables (ab) and `$type` of a top-level field by the
-value's type (ar)."""
+regional collations (z), evaluated `let` variables (ab) and the answers of `$type` and `$in` kept per
+kind or value of a top-level field (ar)."""
 
 from __future__ import annotations
 
@@ -193,59 +193,77 @@ def patch_let_evaluated() -> None:
     WireCommandExecutor._build_request_context = build_request_context
 
 
-# (ar) `{field: {$type: ...}}` cost about 15 µs a document: the compiled matcher of
-# core/compiled_query.CompiledQuery has no code of its own for a TypeCondition, so each document
-# goes through QueryEngine.match_plan's dispatch over every kind of condition, then _evaluate_type,
-# which extracts the field's values as a path and tries each alias in turn (`number` is four, each
-# resolving the value's numeric alias again). The background engine's plan counts and samples each
-# `_id` bracket, and every batch read of a number bracket carries `_id: {$type: "number"}`: about a
-# fifth of the demo's server time. For a top-level field whose value is of a type that alone decides
-# the answer (a float, a string, a bool, null, a date, an ObjectId, an int by whether it fits 32 bits,
-# or no value at all), the answer mongoeco's path gives for that type is kept per condition and
-# looked up; any other value (an array, a document, a wrapped number, an int past 64 bits...) and any
-# dotted path takes mongoeco's path.
-def patch_type_by_kind() -> None:
+# (ar) `{field: {$type: ...}}` cost about 15 µs a document, `{field: {$in: [null, 1]}}` about 12: the
+# compiled matcher of core/compiled_query.CompiledQuery has no code of its own for a TypeCondition,
+# so each document went through QueryEngine.match_plan's dispatch over every kind of condition, then
+# _evaluate_type, which extracts the field's values as a path and tries each alias in turn (`number`
+# is four, each resolving the value's numeric alias again); an `$in` compares the value with each
+# listed one through the generic equality. The background engine's plan counts and samples each
+# `_id` bracket, every batch read of a number bracket carries `_id: {$type: "number"}`, and its count
+# of what is left asks `__v: {$in: [null, from_version]}`: about a fifth of the demo's server time.
+# For a top-level field whose value alone decides the answer, the answer of the original code (run
+# for the first document of each kind) is kept per condition and looked up: for `$type`, the value's
+# type (an int by whether it fits 32 bits; no value at all is a kind of its own); for `$in`, the
+# value itself when it is a string, a bool, null, a float or an int of 64 bits. Any other value (an
+# array, a document, a wrapped number, an int past 64 bits, an ObjectId for `$in`...) and any dotted
+# path runs the original code. At most 1,024 answers are kept per condition.
+_KEPT_ANSWERS = 1024
+
+
+def patch_kept_answers() -> None:
     import datetime
 
     from bson import ObjectId as BsonObjectId
     from mongoeco.core.compiled_query import CompiledQuery
-    from mongoeco.core.filtering import QueryEngine
-    from mongoeco.core.query_plan import TypeCondition
+    from mongoeco.core.query_plan import InCondition, TypeCondition
     from mongoeco.types import ObjectId
 
     original = CompiledQuery._node_to_code
-    decided = frozenset({float, str, bool, type(None), datetime.datetime, ObjectId, BsonObjectId})
+    kinds_by_type = frozenset({float, str, bool, type(None), datetime.datetime, ObjectId, BsonObjectId})
+    values_by_value = frozenset({str, bool, type(None)})
 
     def node_to_code(self: Any, node: Any, depth: int) -> str:
-        if type(node) is TypeCondition and "." not in node.field:
-            check = self._store("type", type_check(node))
-            return f"{check}(doc)"
+        kind = type(node)
+        if (kind is TypeCondition or kind is InCondition) and "." not in node.field:
+            code = original(self, node, depth)
+            keep = self._store("kept", kept_answers(node.field, by_value=kind is InCondition))
+            return f"{keep}(doc, lambda: ({code}))"
         return original(self, node, depth)
 
-    def type_check(node: Any) -> Any:
-        field, values, aliases = node.field, node.values, node.aliases
-        evaluate = QueryEngine._evaluate_type
+    def kept_answers(field: str, *, by_value: bool) -> Any:
         known: dict[Any, bool] = {}
         missing = object()
 
-        def check(doc: Any) -> bool:
-            value = doc.get(field, missing) if type(doc) is dict else missing
-            kind: Any = type(value)
+        def key_of(doc: Any) -> Any:
+            """What decides the answer for ``doc``, or None when only the original code can say."""
+            if type(doc) is not dict:
+                return None
+            value = doc.get(field, missing)
+            kind = type(value)
+            if value is missing:
+                return missing
             if kind is int:
                 if not -(2**63) <= value < 2**63:
-                    return evaluate(doc, field, values, aliases=aliases)
-                kind = -(2**31) <= value < 2**31
-            elif value is missing:
-                if type(doc) is not dict:
-                    return evaluate(doc, field, values, aliases=aliases)
-            elif kind not in decided:
-                return evaluate(doc, field, values, aliases=aliases)
-            answer = known.get(kind)
-            if answer is None:
-                answer = known[kind] = evaluate(doc, field, values, aliases=aliases)
-            return answer
+                    return None
+                return (int, value) if by_value else -(2**31) <= value < 2**31
+            if by_value:
+                if kind is float:
+                    return (float, value.hex())  # -0.0 and NaN apart from 0.0 and each other
+                return (kind, value) if kind in values_by_value else None
+            return kind if kind in kinds_by_type else None
 
-        return check
+        def answer(doc: Any, compute: Any) -> bool:
+            key = key_of(doc)
+            if key is None:
+                return bool(compute())
+            found = known.get(key)
+            if found is None:
+                if len(known) >= _KEPT_ANSWERS:
+                    known.clear()
+                found = known[key] = bool(compute())
+            return found
+
+        return answer
 
     node_to_code.__wrapped__ = original  # type: ignore[attr-defined]
     CompiledQuery._node_to_code = node_to_code
