@@ -256,6 +256,22 @@ def test_a_range_matches_only_values_of_its_bracket(server: InProcessServer) -> 
         client.close()
 
 
+def test_an_array_operand_compares_with_the_whole_array(server: InProcessServer) -> None:
+    """(aq) An array operand orders the stored array itself (element by element, then by length); its
+    elements, of other brackets, do not match it. mongoeco never ordered a wire array operand."""
+    client = sync_client(server)
+    try:
+        collection = client.comparisons.arrays
+        collection.drop()
+        collection.insert_many([{"_id": 1, "a": [0]}, {"_id": 2, "a": [1, 2]}, {"_id": 3, "a": []}, {"_id": 4, "a": 5}, {"_id": 5, "a": [[0, 1]]}])
+        assert sorted(d["_id"] for d in collection.find({"a": {"$gt": []}})) == [1, 2, 5]
+        assert sorted(d["_id"] for d in collection.find({"a": {"$gte": [0]}})) == [1, 2, 5]
+        assert sorted(d["_id"] for d in collection.find({"a": {"$lt": [1]}})) == [1, 3, 5]
+        assert sorted(d["_id"] for d in collection.find({"a": {"$lte": [[0, 1]]}})) == [1, 2, 3, 5]
+    finally:
+        client.close()
+
+
 def test_nan_matches_only_nan_and_only_inclusively(server: InProcessServer) -> None:
     """(aq) NaN, double or decimal, on either side: ``$lt``/``$gt`` never, ``$lte``/``$gte`` NaN only."""
     client = sync_client(server)

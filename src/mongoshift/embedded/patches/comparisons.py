@@ -15,7 +15,8 @@ and symbol one, null and undefined one), with a few fixed exceptions
 - a missing field is a value of the null bracket: it matches ``$gte``/``$lte`` null, ``$gt``/``$gte``
   MinKey and ``$lt``/``$lte`` MaxKey, and nothing else;
 - an array field: each element is tried, then the array itself (which only an array operand, or
-  MinKey and MaxKey, can match). mongoeco already tries them in that order.
+  MinKey and MaxKey, can match). mongoeco already tries them in that order, but never ordered an
+  array or document operand against a stored one (:func:`plain`).
 
 Inside a bracket mongoeco's own comparison decides, under a collation too (only strings compare by
 it). What the fix replaces: ``FilteringMatchingMixin._comparison_matches_candidate`` (one value
@@ -139,6 +140,27 @@ def decided(candidate: Any, target: Any, operator: str) -> bool | None:
     return None
 
 
+_CONTAINERS: dict[type, type] = {}
+
+
+def plain(value: Any) -> Any:
+    """An array or document with mongoeco's immutable wire containers (``_InternalBsonArray``,
+    ``_InternalBsonDocument``, which a query's operand is decoded into) turned into lists and dicts,
+    all the way down: mongoeco's comparison ranks those classes by exact type and finds neither, so
+    an array or document operand never compared with a stored one (``{a: {$gte: [0]}}`` did not
+    match ``a: [0]``)."""
+    if not _CONTAINERS:
+        from mongoeco.core.codec import _InternalBsonArray, _InternalBsonDocument
+
+        _CONTAINERS.update({list: list, _InternalBsonArray: list, dict: dict, _InternalBsonDocument: dict})
+    kind = _CONTAINERS.get(type(value))
+    if kind is list:
+        return [plain(item) for item in value]
+    if kind is dict:
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
 def missing_matches(target: Any, operator: str) -> bool:
     """Whether a missing field matches: it is of the null bracket (mongod's EOO, as undefined)."""
     target_bracket = bracket(target)
@@ -157,7 +179,6 @@ def patch_type_brackets() -> None:
 
     compare_one: Callable[..., bool] = FilteringMatchingMixin._comparison_matches_candidate.__func__  # type: ignore[attr-defined]
     top_level: Callable[..., bool] = FilteringMatchingMixin._match_top_level_comparison.__func__  # type: ignore[attr-defined]
-    dotted: Callable[..., bool] = FilteringMatchingMixin._evaluate_comparison.__func__  # type: ignore[attr-defined]
     originals = {
         "_comparison_matches_candidate": FilteringMatchingMixin.__dict__["_comparison_matches_candidate"],
         "_match_top_level_comparison": FilteringMatchingMixin.__dict__["_match_top_level_comparison"],
@@ -168,6 +189,8 @@ def patch_type_brackets() -> None:
         answer = decided(candidate, target, operator)
         if answer is not None:
             return answer
+        if isinstance(target, (list, dict)):  # and the candidate of the same bracket
+            return compare_one(cls, plain(candidate), plain(target), operator, **options)
         return compare_one(cls, candidate, target, operator, **options)
 
     def match_top_level_comparison(cls: Any, doc: Any, field: str, target: Any, operator: str, **options: Any) -> bool:
@@ -176,9 +199,12 @@ def patch_type_brackets() -> None:
         return top_level(cls, doc, field, target, operator, **options)  # its values go through the one above
 
     def evaluate_comparison(cls: Any, doc: Any, field: str, target: Any, operator: str, **options: Any) -> bool:
-        if "." in field and not cls._extract_values(doc, field):
+        if "." not in field:
+            return bool(cls._match_top_level_comparison(doc, field, target, operator, **options))
+        values = cls._extract_values(doc, field)
+        if not values:
             return missing_matches(target, operator)
-        return dotted(cls, doc, field, target, operator, **options)
+        return any(cls._comparison_matches_candidate(value, target, operator, **options) for value in values)
 
     replacements: dict[str, Callable[..., bool]] = {
         "_comparison_matches_candidate": comparison_matches_candidate,
