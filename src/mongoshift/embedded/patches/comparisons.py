@@ -173,7 +173,18 @@ def missing_matches(target: Any, operator: str) -> bool:
     return False
 
 
+def _same_type_classes() -> frozenset[type]:
+    """Classes two values of which are always of one bracket with no NaN, null, MinKey or MaxKey rule
+    and no container to make plain: for those, the original comparison answers as it is (the
+    background engine's ``_id`` ranges of ObjectIds skip :func:`decided`)."""
+    from bson import ObjectId
+    from mongoeco.types import ObjectId as EcoObjectId, Timestamp as EcoTimestamp
+
+    return frozenset({str, bool, int, bytes, datetime.datetime, ObjectId, EcoObjectId, EcoTimestamp})
+
+
 def patch_type_brackets() -> None:
+    from mongoeco.compat import MONGODB_DIALECT_70 as default_dialect
     from mongoeco.core._filtering_matching import FilteringMatchingMixin
     from mongoeco.core.compiled_query import CompiledQuery
 
@@ -185,26 +196,40 @@ def patch_type_brackets() -> None:
         "_evaluate_comparison": FilteringMatchingMixin.__dict__["_evaluate_comparison"],
     }
 
-    def comparison_matches_candidate(cls: Any, candidate: Any, target: Any, operator: str, **options: Any) -> bool:
+    same_type = _same_type_classes()
+
+    # Keywords spelled out (no **options): these run once per document and value matched.
+    def comparison_matches_candidate(
+        cls: Any, candidate: Any, target: Any, operator: str, *, dialect: Any = default_dialect, collation: Any = None
+    ) -> bool:
+        kind = type(candidate)
+        if kind is type(target) and kind in same_type:  # one bracket, no NaN: the original's comparison
+            return compare_one(cls, candidate, target, operator, dialect=dialect, collation=collation)
         answer = decided(candidate, target, operator)
         if answer is not None:
             return answer
         if isinstance(target, (list, dict)):  # and the candidate of the same bracket
-            return compare_one(cls, plain(candidate), plain(target), operator, **options)
-        return compare_one(cls, candidate, target, operator, **options)
+            return compare_one(cls, plain(candidate), plain(target), operator, dialect=dialect, collation=collation)
+        return compare_one(cls, candidate, target, operator, dialect=dialect, collation=collation)
 
-    def match_top_level_comparison(cls: Any, doc: Any, field: str, target: Any, operator: str, **options: Any) -> bool:
+    def match_top_level_comparison(
+        cls: Any, doc: Any, field: str, target: Any, operator: str, *, dialect: Any = default_dialect, collation: Any = None
+    ) -> bool:
         if field not in doc:
             return missing_matches(target, operator)
-        return top_level(cls, doc, field, target, operator, **options)  # its values go through the one above
+        # Its values go through the function above.
+        return top_level(cls, doc, field, target, operator, dialect=dialect, collation=collation)
 
-    def evaluate_comparison(cls: Any, doc: Any, field: str, target: Any, operator: str, **options: Any) -> bool:
+    def evaluate_comparison(
+        cls: Any, doc: Any, field: str, target: Any, operator: str, *, dialect: Any = default_dialect, collation: Any = None
+    ) -> bool:
         if "." not in field:
-            return bool(cls._match_top_level_comparison(doc, field, target, operator, **options))
+            return bool(cls._match_top_level_comparison(doc, field, target, operator, dialect=dialect, collation=collation))
         values = cls._extract_values(doc, field)
         if not values:
             return missing_matches(target, operator)
-        return any(cls._comparison_matches_candidate(value, target, operator, **options) for value in values)
+        compare = cls._comparison_matches_candidate
+        return any(compare(value, target, operator, dialect=dialect, collation=collation) for value in values)
 
     replacements: dict[str, Callable[..., bool]] = {
         "_comparison_matches_candidate": comparison_matches_candidate,
