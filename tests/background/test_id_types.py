@@ -57,9 +57,9 @@ IDS: dict[str, list[Any]] = {
 }
 
 
-#: What the embedded server compares or types wrongly, checked on a real server only: ``$gt`` on
-#: an embedded document matches nothing, binary subtypes other than 0 compare inconsistently,
-#: and a DBRef is not of ``$type`` "object".
+#: What the embedded server compares or types wrongly, checked on a real server only: embedded
+#: documents compare by field name before the types of their values (mongod: types first), binary
+#: subtypes other than 0 compare inconsistently, and a DBRef is not of ``$type`` "object".
 REAL_ONLY: dict[str, list[Any]] = {
     "object": [{"k": 1}, {"k": 2}, {"a": {"b": [1, 2]}}, {}, {"k": 1, "j": 0}],
     "binData subtypes": [b"\x00", Binary(b"x", 0x80), Binary.from_uuid(uuid.UUID(int=7)), Binary(b"yy", 5), b""],

@@ -127,6 +127,10 @@ def test_batch_filters_stay_inside_their_type_bracket() -> None:
     }
     # Other brackets keep $type, whatever the bounds.
     assert batch_filter(match, Scope("number", gte=5), Checkpoint()) == {"$and": [match, {"_id": {"$gte": 5, "$type": "number"}}]}
+    # The first number partition holds the bracket's NaN, which sorts first and which no range matches.
+    assert batch_filter(match, Scope("number", lt=5), Checkpoint()) == {"$and": [match, {"_id": {"$not": {"$gte": 5}, "$type": "number"}}]}
+    after_one = {"$and": [match, {"_id": {"$gt": 1, "$lt": 5, "$type": "number"}}]}
+    assert batch_filter(match, Scope("number", lt=5), Checkpoint(last_id=1, started=True)) == after_one
 
 
 def test_failed_document_reasons_are_parsed_and_counted_without_the_text_of_the_values() -> None:

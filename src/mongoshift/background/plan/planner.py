@@ -103,7 +103,12 @@ def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dic
     elif scope.gte is not None:
         condition["$gte"] = scope.gte
     if scope.lt is not None:
-        condition["$lt"] = scope.lt
+        if scope.bracket == "number" and not condition:
+            # The bracket's first partition: its NaN sorts first, and no range matches a NaN
+            # (``$lt`` would leave it to the next pass); ``$not: {$gte}`` takes it with the rest.
+            condition["$not"] = {"$gte": scope.lt}
+        else:
+            condition["$lt"] = scope.lt
     if scope.bracket == "objectId":
         # The smallest and largest ObjectIds close the range instead of a $type check: the
         # same documents, and cheaper where the server evaluates $type per document.

@@ -26,6 +26,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``,
   (z) English's regional collations, (ab) ``let`` variables evaluated
+- :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
@@ -48,6 +49,7 @@ import logging
 from . import (
     aggregation,
     coll_mod,
+    comparisons,
     counts,
     documents,
     find_and_modify,
@@ -106,6 +108,7 @@ def apply() -> None:
     coll_mod.patch_coll_mod()  # (l)
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
+    comparisons.patch_type_brackets()  # (aq), before (af): its walks end where a bound's bracket ends
     transactions.patch_transaction_conflicts()  # (o)
     scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
     scans.patch_id_range_scans()  # (af)

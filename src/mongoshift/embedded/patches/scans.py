@@ -330,10 +330,10 @@ def id_bounds(plan: Any) -> tuple[tuple[tuple[Any, ...], bool] | None, tuple[tup
     each a (key, inclusive) pair or None (open); None when a bound is a NaN or of a bracket outside
     :data:`_BOUNDS`.
 
-    mongoeco 4.11 compares a range bound with a value of another type by their BSON order (mongod
-    compares only values of the bound's type): ``{_id: {$gt: ObjectId}}`` also matches a datetime
-    ``_id``. The range is therefore the whole BSON order past the bound, not the bound's bracket;
-    which documents in it match is the matcher's business."""
+    A range bound matches only values of its own bracket, NaN aside (mongod's rule, which fix (aq)
+    gives mongoeco's matcher: ``{_id: {$gt: ObjectId}}`` matches no datetime ``_id``), so the range
+    ends where the bound's bracket ends, and a number bound's starts after the NaNs (which the walk
+    does not order). Which documents inside it match is still the matcher's business."""
     from mongoeco.core.query_plan import (
         AndCondition,
         GreaterThanCondition,
@@ -353,6 +353,12 @@ def id_bounds(plan: Any) -> tuple[tuple[tuple[Any, ...], bool] | None, tuple[tup
         key = bound_key(node.value)
         if key is None:
             return None
+        # The bound's bracket: from its first ordered key (past the NaNs for numbers) to the next bracket.
+        first, after = ((key[0], 1) if key[0] == _NUMBER else (key[0],)), (key[0] + 1,)
+        if lower is None or first > lower[0]:
+            lower = (first, True)
+        if upper is None or after < upper[0]:
+            upper = (after, False)
         inclusive = kind in (GreaterThanOrEqualCondition, LessThanOrEqualCondition)
         if kind in (GreaterThanCondition, GreaterThanOrEqualCondition):
             if lower is None or key > lower[0] or (key == lower[0] and not inclusive):
