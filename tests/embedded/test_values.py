@@ -252,14 +252,20 @@ def test_a_reply_encodes_as_with_mongoeco_encode_wire_value(max_examples: int) -
     fast = protocol.encode_wire_value
     to_mongoeco = bson_bridge.decode_wire_value.__wrapped__
 
+    flat = st.dictionaries(plain_names, st.integers(-(2**31), 2**31 - 1) | st.text(max_size=2) | st.none() | st.booleans(), max_size=3)
+
     @settings(max_examples=max_examples)
     @given(
         document=wire_documents,
         plain=st.dictionaries(plain_names, st.lists(st.integers(-(2**31), 2**31 - 1) | st.text(max_size=2), max_size=3), max_size=3),
+        batch=st.lists(flat, max_size=4),
+        at=st.none() | st.integers(0, 4),
         converted=st.booleans(),
     )
-    def check(document: dict[str, Any], plain: dict[str, Any], converted: bool) -> None:
-        reply = {"cursor": {"firstBatch": [to_mongoeco(document) if converted else document, plain]}, "ok": 1.0}
+    def check(document: dict[str, Any], plain: dict[str, Any], batch: list[Any], at: int | None, converted: bool) -> None:
+        if at is not None:  # a batch of flat plain documents, or one with another document or value among them
+            batch.insert(at, [to_mongoeco(document) if converted else document, plain, 7][at % 3])
+        reply = {"cursor": {"firstBatch": batch, "id": 0}, "ok": 1.0, "more": [to_mongoeco(document) if converted else document, plain]}
         before = repr(reply)
         assert encode(fast(reply)) == encode(fast.__wrapped__(reply))
         assert repr(reply) == before

@@ -5,6 +5,7 @@ reads them, and a reply's plain containers go to the encoder as they are (fix (a
 from __future__ import annotations
 
 import datetime
+from itertools import chain
 from typing import Any
 
 
@@ -75,8 +76,10 @@ def patch_plain_wire_values() -> None:
         return original_decode(value)
 
     # (as) Every caller hands the result straight to BSON.encode, which only reads it: a dict or a
-    # list whose values are all plain goes as it is (checked in one pass of C), not rebuilt.
+    # list whose values are all plain, or a list of dicts whose values are (a cursor's batch), goes
+    # as it is (checked in one pass of C), not rebuilt.
     all_plain_out = frozenset(plain_out).issuperset
+    values_of = dict.values
 
     def encode_wire_value(value: Any) -> Any:
         kind = type(value)
@@ -87,7 +90,8 @@ def patch_plain_wire_values() -> None:
                 return value
             return {key: encode_wire_value(item) for key, item in value.items()}
         if kind is list:
-            if all_plain_out(map(type, value)):
+            kinds = set(map(type, value))
+            if all_plain_out(kinds) or (kinds == {dict} and all_plain_out(map(type, chain.from_iterable(map(values_of, value))))):
                 return value
             return [encode_wire_value(item) for item in value]
         return original_encode(value)
