@@ -343,3 +343,47 @@ def test_decimal_and_double_bounds_compare_by_value(server: InProcessServer) -> 
         assert [d["_id"] for d in collection.find({"_id": {"$lt": Decimal128("1.5")}}, sort=[("_id", -1)], limit=2)] == [1, 0.0]
     finally:
         client.close()
+
+
+stored_values = st.recursive(
+    id_values | int64s | st.text(max_size=2) | st.sampled_from([True, None, 2.5]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "_id"]), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@examples(thorough=1000, quick=150)
+def test_a_walked_document_is_copied_as_the_original_copies_it(server: InProcessServer, max_examples: int) -> None:
+    """(af, as) The scan's public copy of any stored document is mongoeco's (to_public, then a copy of
+    the containers), type by type, and shares no dict or list with the stored document."""
+    from mongoeco.core.codec import DocumentCodec
+
+    from mongoshift.embedded.patches import scans
+
+    engine = server.engine
+    plain = scans.public_plain()
+
+    def containers(value: Any) -> set[int]:
+        if isinstance(value, dict):
+            return {id(value)}.union(*(containers(item) for item in value.values()))
+        if isinstance(value, list):
+            return {id(value)}.union(*(containers(item) for item in value))
+        return set()
+
+    def typed(value: Any) -> Any:
+        if isinstance(value, dict):
+            return dict, [(key, typed(item)) for key, item in value.items()]
+        if isinstance(value, list):
+            return list, [typed(item) for item in value]
+        return type(value)
+
+    @settings(max_examples=max_examples)
+    @given(document=st.dictionaries(st.sampled_from(["_id", "v", "n", "a"]), stored_values, max_size=5))
+    def check(document: dict[str, Any]) -> None:
+        stored = engine._borrow_storage_document(DocumentCodec.encode(document))  # as the walk reads it
+        copied = scans._public_copy(engine, stored, plain)
+        expected = engine._copy_document_containers(DocumentCodec.to_public(stored))
+        assert repr(copied) == repr(expected) and typed(copied) == typed(expected)
+        assert not containers(copied) & containers(stored)
+
+    check()

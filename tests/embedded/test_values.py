@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp, encode
+from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp, encode
 from hypothesis import given, settings, strategies as st
 
 from ..conftest import examples
@@ -169,3 +169,169 @@ def test_what_a_plain_tree_leaves_to_the_codec(server: InProcessServer) -> None:
     for value in ([Int64(1)], [2**63], {"$e": 1}, {"c.d": 1}, [{"a": ObjectId()}], [b"x"], {"a": [1, {"b": 2**64}]}, 7):
         assert updates.plain_tree(value, internal=True) is updates._MISSING
     assert updates.plain_tree([1, 2.5, "x", None, True, {"a": [1]}], internal=True) is not updates._MISSING
+
+
+wire_scalars = scalars | st.sampled_from([
+    Binary(b"\x03" * 16, 3), Binary(b"\x04" * 15, 4), b"raw", DBRef("c", ObjectId(bytes(12))), DBRef("c", 7, "db", extra={"k": Int64(2)}),
+    Code("h()", {"id": ObjectId(bytes(12)), "n": Int64(3)}), Regex("x", 0), float("inf"),
+])
+wire_values = st.recursive(
+    wire_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "c.d", "$e"]), inner, max_size=3), max_leaves=8
+)
+wire_documents = st.dictionaries(st.sampled_from(["update", "a", "lsid", "txnNumber", "updates", "documents"]), wire_values, max_size=4)
+
+
+def _op_msg(flags: int, sections: list[tuple[int, Any]]) -> bytes:
+    """An OP_MSG payload: each section a body (kind 0, one document) or a sequence (kind 1, a name and documents)."""
+    payload = flags.to_bytes(4, "little")
+    for kind, content in sections:
+        if kind == 0:
+            payload += b"\x00" + encode(content)
+        else:
+            name, documents = content
+            inner = name.encode() + b"\x00" + b"".join(encode(document) for document in documents)
+            payload += b"\x01" + (len(inner) + 4).to_bytes(4, "little") + inner
+    return payload
+
+
+def _decode_outcome(decode: Any, header: Any, payload: bytes) -> Any:
+    try:
+        request = decode(header, payload)
+    except Exception as error:
+        return "raised", type(error), str(error)
+    return request.header, request.flag_bits, request.body
+
+
+@examples(thorough=1000, quick=150)
+def test_a_request_decodes_as_with_mongoeco_decode_op_msg(max_examples: int) -> None:
+    """(as) Any OP_MSG payload (a body and document sequences in any order, repeated names, flags,
+    a byte changed or cut off) decodes to the same request, type by type, or fails the same way."""
+    from mongoeco.wire import protocol, proxy
+
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    fast = protocol.decode_op_msg
+    assert proxy.decode_op_msg is fast
+
+    @settings(max_examples=max_examples)
+    @given(
+        flags=st.sampled_from([0, 2, 1 << 16, 1, 4, 1 << 20]),
+        sections=st.lists(
+            st.tuples(st.just(0), wire_documents)
+            | st.tuples(st.just(1), st.tuples(st.sampled_from(["updates", "documents", "a", ""]), st.lists(wire_documents, max_size=3))),
+            max_size=4,
+        ),
+        damage=st.none() | st.tuples(st.integers(0, 10**6), st.integers(0, 255)) | st.integers(0, 10**6),
+    )
+    def check(flags: int, sections: list[tuple[int, Any]], damage: Any) -> None:
+        payload = _op_msg(flags, sections)
+        if isinstance(damage, tuple):
+            at = damage[0] % len(payload)
+            payload = payload[:at] + bytes([damage[1]]) + payload[at + 1 :]
+        elif damage is not None:
+            payload = payload[: damage % (len(payload) + 1)]
+        header = protocol.MessageHeader(16 + len(payload), 1, 0, protocol.OP_MSG)
+        expected = _decode_outcome(fast.__wrapped__, header, payload)
+        got = _decode_outcome(fast, header, payload)
+        assert got[:2] == expected[:2]
+        assert _same_tree(got[2], expected[2]) and repr(got[2]) == repr(expected[2])  # repr: a Code's scope, a DBRef's parts
+
+    check()
+
+
+@examples(thorough=1000, quick=150)
+def test_a_reply_encodes_as_with_mongoeco_encode_wire_value(max_examples: int) -> None:
+    """(as) Any reply, of pymongo's types and of mongoeco's, goes out as the same bytes as through
+    mongoeco's conversion, and is left as it was (a plain container goes to the encoder as it is)."""
+    from mongoeco.wire import bson_bridge, protocol
+
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    fast = protocol.encode_wire_value
+    to_mongoeco = bson_bridge.decode_wire_value.__wrapped__
+
+    flat = st.dictionaries(plain_names, st.integers(-(2**31), 2**31 - 1) | st.text(max_size=2) | st.none() | st.booleans(), max_size=3)
+
+    @settings(max_examples=max_examples)
+    @given(
+        document=wire_documents,
+        plain=st.dictionaries(plain_names, st.lists(st.integers(-(2**31), 2**31 - 1) | st.text(max_size=2), max_size=3), max_size=3),
+        batch=st.lists(flat, max_size=4),
+        at=st.none() | st.integers(0, 4),
+        converted=st.booleans(),
+    )
+    def check(document: dict[str, Any], plain: dict[str, Any], batch: list[Any], at: int | None, converted: bool) -> None:
+        if at is not None:  # a batch of flat plain documents, or one with another document or value among them
+            batch.insert(at, [to_mongoeco(document) if converted else document, plain, 7][at % 3])
+        reply = {"cursor": {"firstBatch": batch, "id": 0}, "ok": 1.0, "more": [to_mongoeco(document) if converted else document, plain]}
+        before = repr(reply)
+        assert encode(fast(reply)) == encode(fast.__wrapped__(reply))
+        assert repr(reply) == before
+
+    check()
+
+
+def _containers(value: Any) -> Iterator[int]:
+    """The ids of every dict and list of a tree."""
+    if isinstance(value, dict):
+        yield id(value)
+        for item in value.values():
+            yield from _containers(item)
+    elif isinstance(value, list):
+        yield id(value)
+        for item in value:
+            yield from _containers(item)
+
+
+@examples(thorough=1000, quick=150)
+def test_a_document_materializes_as_with_mongoeco_and_shares_no_container(max_examples: int) -> None:
+    """(as) A cursor's document, as the engine returns it, materializes for any codec options as
+    mongoeco's function gives it, node by node and type by type, in new containers only."""
+    import datetime as dt
+
+    from mongoeco._types.concerns import CodecOptions
+    from mongoeco.api._async import collection
+    from mongoeco.core.bson_scalars import BsonScalarOverflowError
+    from mongoeco.core.codec import DocumentCodec
+    from mongoeco.types import SON
+
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    fast = collection.materialize_public_document
+    options = [
+        CodecOptions(), CodecOptions(tz_aware=True), CodecOptions(tz_aware=True, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        CodecOptions(document_class=SON), CodecOptions(type_registry={int: str}), None,
+    ]
+
+    @settings(max_examples=max_examples)
+    @given(
+        document=(
+            st.dictionaries(plain_names, trees, max_size=5) | wire_documents
+            | st.dictionaries(plain_names, scalars | st.lists(scalars, max_size=2), max_size=4)
+        ),
+        internal=st.booleans(),
+        codec_options=st.sampled_from(options),
+    )
+    def check(document: dict[str, Any], internal: bool, codec_options: Any) -> None:
+        data = document
+        if internal:  # as the engine returns a stored document
+            try:
+                data = DocumentCodec.to_public(DocumentCodec.to_internal(document))
+            except BsonScalarOverflowError:  # an int beyond 64 bits: not a document the engine stores
+                return
+        try:
+            expected: Any = fast.__wrapped__(data, codec_options=codec_options)
+        except Exception as error:
+            expected = type(error)
+        try:
+            got: Any = fast(data, codec_options=codec_options)
+        except Exception as error:
+            got = type(error)
+        assert _same_tree(got, expected) and repr(got) == repr(expected)
+        if isinstance(got, dict):
+            assert not set(_containers(got)) & set(_containers(data))
+
+    check()

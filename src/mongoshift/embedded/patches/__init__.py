@@ -34,7 +34,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
-- :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once
+- :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
+  converted by pymongo's decoder, plain replies encoded as they are
 - :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
 (ak), the server process's garbage-collector threshold, is set by ``server.run``: it is no patch.
@@ -120,6 +121,8 @@ def apply() -> None:
     find_and_modify.patch_find_and_modify()  # (ao)
     values.patch_object_id_copies()  # (aj)
     values.patch_plain_wire_values()  # (aj)
+    values.patch_wire_decoding()  # (as), after (aj): its conversion is mongoeco's own, kept by (aj)
+    values.patch_plain_materialization()  # (as)
     wire.patch_change_streams()  # (q)
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too

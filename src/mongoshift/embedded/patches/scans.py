@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import functools
 import math
 import uuid
 from collections.abc import Iterator
@@ -429,10 +430,9 @@ def patch_id_range_scans() -> None:
     from mongoeco.engines._memory_collection import MemoryCollection
     from mongoeco.engines.memory import MemoryEngine
     from mongoeco.engines.semantic_core import stream_finalize_documents
-    from mongoeco.types import ObjectId
 
     original = MemoryEngine.scan_find_semantics
-    plain = (str, int, float, bool, type(None), datetime.datetime, ObjectId)
+    plain = public_plain()
 
     def applicable(semantics: Any) -> tuple[int, Any, int | None] | None:
         """(1 or -1: a walk in _id order; 0: in natural order, a read with no sort), the bounds,
@@ -570,14 +570,28 @@ def _natural(
     return [document for _, document in found], [item for item, _ in found]
 
 
-def _public_copy(engine: Any, value: Any, plain: tuple[type, ...]) -> Any:
+@functools.cache
+def public_plain() -> frozenset[type]:
+    """The types of the values that a stored document and its public copy share: immutable, and
+    given back as they are by DocumentCodec.to_public and the engine's copy."""
+    from mongoeco.types import ObjectId
+
+    return frozenset((str, int, float, bool, type(None), datetime.datetime, ObjectId))
+
+
+def _public_copy(engine: Any, value: Any, plain: frozenset[type]) -> Any:
     """``engine._copy_document_containers(DocumentCodec.to_public(value))`` in one pass: new dicts and
     lists all the way down, with the values of ``plain`` types as they are (both functions give
-    those back unchanged) and any other value through the two functions."""
+    those back unchanged) and any other value through the two functions. A dict or a list of plain
+    values only (most stored documents: checked in one pass of C) is copied at once."""
     kind = type(value)
     if kind is dict:
+        if plain.issuperset(map(type, value.values())):
+            return dict(value)
         return {key: _public_copy(engine, item, plain) for key, item in value.items()}
     if kind is list:
+        if plain.issuperset(map(type, value)):
+            return list(value)
         return [_public_copy(engine, item, plain) for item in value]
     if kind in plain:
         return value

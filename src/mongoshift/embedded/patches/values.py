@@ -1,9 +1,11 @@
 """Value conversions on every request and reply: ObjectIds are not deep-copied, and plain wire values
-skip mongoeco's type chains (fix (aj))."""
+skip mongoeco's type chains (fix (aj)); a request's values are converted by pymongo's decoder as it
+reads them, and a reply's plain containers go to the encoder as they are (fix (as))."""
 
 from __future__ import annotations
 
 import datetime
+from itertools import chain
 from typing import Any
 
 
@@ -73,13 +75,24 @@ def patch_plain_wire_values() -> None:
             return [decode_wire_value(item) for item in value]
         return original_decode(value)
 
+    # (as) Every caller hands the result straight to BSON.encode, which only reads it: a dict or a
+    # list whose values are all plain, or a list of dicts whose values are (a cursor's batch), goes
+    # as it is (checked in one pass of C), not rebuilt.
+    all_plain_out = frozenset(plain_out).issuperset
+    values_of = dict.values
+
     def encode_wire_value(value: Any) -> Any:
         kind = type(value)
         if kind in plain_out:
             return value
         if kind is dict:
+            if all_plain_out(map(type, value.values())):
+                return value
             return {key: encode_wire_value(item) for key, item in value.items()}
         if kind is list:
+            kinds = set(map(type, value))
+            if all_plain_out(kinds) or (kinds == {dict} and all_plain_out(map(type, chain.from_iterable(map(values_of, value))))):
+                return value
             return [encode_wire_value(item) for item in value]
         return original_encode(value)
 
@@ -90,3 +103,153 @@ def patch_plain_wire_values() -> None:
         module.decode_wire_value = decode_wire_value  # type: ignore[attr-defined]
     for module in (bson_bridge, protocol, raw_batch_cursor):
         module.encode_wire_value = encode_wire_value  # type: ignore[attr-defined]
+
+
+# (as) A request's body and its document sequences were decoded by pymongo, then walked in Python by
+# decode_wire_value, which rebuilt every dict and list to turn a handful of values (ObjectIds, Int64s,
+# Binaries...) into mongoeco's types: a lane's batch of 500 guarded updates is some 9,000 values,
+# about 3 ms a batch. pymongo's decoder now makes that conversion itself, as it builds the values:
+# a type registry hands each value of the types mongoeco converts (and of no other) to mongoeco's
+# own conversion, and a document sequence is decoded in one call. A value that reaches the
+# conversion has its nested values converted already (a DBRef's id and extras, a Code's scope), and
+# mongoeco's conversion gives a converted value back unchanged, so the result is the one of
+# convert-after-decode. Only the layout drivers send is taken (a body and document sequences, flags
+# without a checksum); anything else, and any message whose decoding fails, goes to mongoeco's
+# decode_op_msg, which answers or raises as before.
+def patch_wire_decoding() -> None:
+    from bson import decode, decode_all
+    from bson.binary import Binary
+    from bson.code import Code
+    from bson.codec_options import CodecOptions, TypeRegistry
+    from bson.dbref import DBRef
+    from bson.decimal128 import Decimal128
+    from bson.int64 import Int64
+    from bson.objectid import ObjectId
+    from bson.regex import Regex
+    from bson.timestamp import Timestamp
+    from mongoeco.wire import bson_bridge, protocol, proxy
+
+    original = protocol.decode_op_msg
+    convert = getattr(bson_bridge.decode_wire_value, "__wrapped__", bson_bridge.decode_wire_value)
+    converted = (ObjectId, Int64, Decimal128, Binary, Regex, Timestamp, Code, DBRef)
+    options: CodecOptions[dict[str, Any]] = CodecOptions(
+        type_registry=TypeRegistry([_converter(kind, convert) for kind in converted])
+    )
+    unchecked = protocol.OP_MSG_CHECKSUM_PRESENT | 0xFFFF & ~3  # a checksum, or flags op_msg_flags refuses
+
+    def decoded(header: Any, payload: bytes) -> Any:
+        """The request, or None when mongoeco's decode_op_msg must answer."""
+        if header.op_code != protocol.OP_MSG or len(payload) < 5:
+            return None
+        flag_bits = int.from_bytes(payload[:4], "little")
+        if flag_bits & unchecked:
+            return None
+        body: dict[str, Any] | None = None
+        sequences: list[tuple[str, list[dict[str, Any]]]] = []
+        position, end = 4, len(payload)
+        while position < end:
+            kind = payload[position]
+            position += 1
+            if position + 4 > end:
+                return None
+            size = int.from_bytes(payload[position : position + 4], "little", signed=True)
+            stop = position + size
+            if kind == 0 and body is None and size > 0 and stop <= end:
+                body = decode(payload[position:stop], options)
+            elif kind == 1 and size > 4 and stop <= end:
+                name_end = payload.find(0, position + 4, stop)
+                if name_end < 0:
+                    return None
+                sequences.append((payload[position + 4 : name_end].decode(), decode_all(payload[name_end + 1 : stop], options)))
+            else:
+                return None
+            position = stop
+        if body is None:
+            return None
+        for name, sequence in sequences:
+            if name in body:
+                return None  # a duplicate name: mongoeco's error
+            body[name] = sequence
+        return protocol.OpMsgRequest(header=header, flag_bits=flag_bits, body=body)
+
+    def decode_op_msg(header: Any, payload: bytes) -> Any:
+        try:
+            request = decoded(header, payload)
+        except Exception:
+            request = None
+        return original(header, payload) if request is None else request
+
+    decode_op_msg.__wrapped__ = original  # type: ignore[attr-defined]
+    # proxy imported the function by name.
+    for module in (protocol, proxy):
+        module.decode_op_msg = decode_op_msg  # type: ignore[attr-defined]
+
+
+def _converter(kind: type, convert: Any) -> Any:
+    """A pymongo type decoder: the values of one BSON class go through ``convert``."""
+    from bson.codec_options import TypeDecoder
+
+    class Converter(TypeDecoder):
+        bson_type = kind
+
+        def transform_bson(self, value: Any) -> Any:
+            return convert(value)
+
+    return Converter()
+
+
+# (as) Each document a cursor returns is materialized for the client's codec options
+# (core/_public_materialization.materialize_public_document, from AsyncCollection's
+# _apply_codec_options_to_document): for the options the wire server's client has, it builds new
+# dicts and lists, visiting every value in Python, and gives the plain scalars back as they are. A
+# document whose containers hold only those scalars is now copied with one check in C per container:
+# the same new containers, the same values.
+def patch_plain_materialization() -> None:
+    from mongoeco._types.concerns import CodecOptions
+    from mongoeco.api._async import collection
+    from mongoeco.core import _public_materialization as module, codec
+
+    original = module.materialize_public_document
+    scalars = module._PLAIN_SCALARS
+    all_scalars = scalars.issuperset
+
+    def copied(value: Any) -> Any:
+        """A new tree of ``value``'s containers (dicts and lists only) with its scalars, or None."""
+        kind = type(value)
+        if kind is dict:
+            if all_scalars(map(type, value.values())):
+                return dict(value)
+            document = {}
+            for key, item in value.items():
+                if type(item) not in scalars and (item := copied(item)) is None:
+                    return None
+                document[key] = item
+            return document
+        if kind is list:
+            if all_scalars(map(type, value)):
+                return list(value)
+            array = []
+            for item in value:
+                if type(item) not in scalars and (item := copied(item)) is None:
+                    return None
+                array.append(item)
+            return array
+        return None
+
+    def materialize_public_document(data: Any, *, codec_options: Any) -> Any:
+        if (
+            type(data) is dict
+            and type(codec_options) is CodecOptions
+            and codec_options.document_class is dict
+            and not codec_options.type_registry
+            and codec.BsonObjectId is not None
+        ):
+            document = copied(data)
+            if document is not None:
+                return document
+        return original(data, codec_options=codec_options)
+
+    materialize_public_document.__wrapped__ = original  # type: ignore[attr-defined]
+    # collection imported the function by name.
+    for owner in (module, collection):
+        owner.materialize_public_document = materialize_public_document  # type: ignore[attr-defined]
