@@ -324,3 +324,48 @@ def test_a_batch_that_fails_in_its_write_steps_is_rolled_back_whole(server: InPr
         assert state() == before
     finally:
         client.close()
+
+
+def outcome_with_events(collection: Any, requests: list[Any], ordered: bool) -> Any:
+    """:func:`outcome`, and the change events the bulk write published, as a change stream reads them."""
+    with collection.watch(full_document="updateLookup", max_await_time_ms=50) as stream:
+        result = outcome(collection, requests, ordered)
+        collection.insert_one({"_id": "end"})  # the events before this one are the bulk write's
+        events = []
+        while (event := stream.next())["operationType"] != "insert" or event["documentKey"]["_id"] != "end":
+            events.append(encode({name: event.get(name) for name in ("operationType", "documentKey", "updateDescription", "fullDocument")}))
+    return result, events
+
+
+@examples(thorough=150, quick=20)
+def test_a_batchs_change_events_are_the_original_paths(server: InProcessServer, max_examples: int) -> None:
+    """(ah) The events of a batch, delivered to the change history in one go, are the events mongoeco's
+    own update path publishes, and those the adapter's own delivery of the same batch publishes."""
+    @settings(max_examples=max_examples)
+    @given(docs=stored(), data=st.data())
+    def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
+        from mongoeco.api._async import _collection_modify
+        from mongoeco.engines.adapter import EngineSpiAdapter
+
+        requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
+        ordered = data.draw(st.booleans())
+        client = sync_client(server)
+        try:
+            got = []
+            for name, swapped in (("fast", None), ("adapter", (EngineSpiAdapter, "dispatch_committed_changes")),
+                                  ("slow", (_collection_modify, "execute_server_update"))):
+                collection = client.updates[name]
+                collection.drop()
+                collection.create_index([("__v", 1), ("_id", 1)])
+                if docs:
+                    collection.insert_many(docs)
+                if swapped is None:
+                    got.append(outcome_with_events(collection, requests, ordered))
+                else:
+                    with original(*swapped):
+                        got.append(outcome_with_events(collection, requests, ordered))
+            assert got[0] == got[1] == got[2]
+        finally:
+            client.close()
+
+    check()

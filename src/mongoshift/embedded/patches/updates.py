@@ -27,6 +27,7 @@ import contextvars
 import datetime
 import decimal
 import math
+from collections.abc import Iterator
 from typing import Any
 
 _OPERATORS = frozenset({"$set", "$unset", "$inc"})
@@ -41,6 +42,7 @@ _M: dict[str, Any] = {}
 def _bind() -> dict[str, Any]:
     if not _M:
         from bson import ObjectId as BsonObjectId
+        from mongoeco._types.documents import ChangeEventSnapshot
         from mongoeco.core import paths
         from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
         from mongoeco.core.codec import DocumentCodec, _InternalBsonArray, _InternalBsonDocument
@@ -49,14 +51,15 @@ def _bind() -> dict[str, Any]:
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
         from mongoeco.types import ObjectId, UpdateResult
 
-        from ..change_streams import take_pre_image
+        from ..change_streams import _EVENT_TYPES, ChangeHistory, take_pre_image
 
         _M.update(
             BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId),
             ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
-            take_pre_image=take_pre_image, InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument,
+            take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, ChangeEventSnapshot=ChangeEventSnapshot, event_types=_EVENT_TYPES,
+            InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument,
         )
     return _M
 
@@ -607,6 +610,48 @@ class Batch:
         self.collection = self.session = None
 
 
+_PAYLOAD_KEYS = frozenset({"operation_type", "db_name", "coll_name", "document_key", "full_document", "update_description"})
+
+
+class _HistoryDelivery:
+    """The consumer EngineSpiAdapter.dispatch_committed_changes hands the engine for the server's
+    change history (its ``lambda change: self._deliver_committed_change(sink, change)``), which also
+    delivers a run of changes at once: :meth:`delivered`."""
+
+    __slots__ = ("adapter", "sink")
+
+    def __init__(self, adapter: Any, sink: Any) -> None:
+        self.adapter, self.sink = adapter, sink
+
+    def __call__(self, change: Any) -> None:
+        self.adapter._deliver_committed_change(self.sink, change)
+
+    def delivered(self, changes: list[Any]) -> Iterator[int]:
+        """Deliver ``changes`` in order, as the consumer does each ``change.for_delivery()``, yielding
+        each one's sequence once delivered, under one hold of the history's lock (a re-entrant lock,
+        which each step takes again). A change record of the fast path (:class:`_Owned`, whose copy is
+        itself) goes straight into the history's event steps (ChangeStreamHub.publish's); any other
+        change, or a history whose next token is not a number, takes the consumer's own steps."""
+        m, sink, deliver = _M, self.sink, self.adapter._deliver_committed_change
+        snapshot, event_types = m["ChangeEventSnapshot"], m["event_types"]
+        with sink._condition:
+            for change in changes:
+                payload = change.payload
+                if type(payload) is not _Owned or type(sink._next_token) is not int or payload.keys() != _PAYLOAD_KEYS:
+                    deliver(sink, change.for_delivery())
+                elif change.sequence >= sink._next_token:  # an older one was delivered already
+                    if change.sequence > sink._next_token:
+                        sink.align_commit_sequence(change.sequence)
+                    if payload["operation_type"] in event_types:
+                        sink._raise_if_degraded_locked()
+                        sink._append_committed_event_locked(snapshot(
+                            token=sink._next_token, operation_type=payload["operation_type"], db_name=payload["db_name"],
+                            coll_name=payload["coll_name"], document_key=payload["document_key"],
+                            full_document=payload["full_document"], update_description=payload["update_description"],
+                        ))
+                yield change.sequence
+
+
 #: The batch of the ``update`` command running in this task (each connection's requests run in their own).
 _BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshift_update_batch", default=None)
 
@@ -759,9 +804,13 @@ def patch_guarded_updates() -> None:
                 changes = [change for change in self._committed_changes if change.sequence > checkpoint]
             delivered = checkpoint
             try:
-                for change in changes:
-                    consumer(change.for_delivery())
-                    delivered = change.sequence
+                if type(consumer) is _HistoryDelivery:
+                    for sequence in consumer.delivered(changes):
+                        delivered = sequence
+                else:
+                    for change in changes:
+                        consumer(change.for_delivery())
+                        delivered = change.sequence
             finally:
                 if delivered != checkpoint:
                     with self._meta_lock:
@@ -789,7 +838,19 @@ def patch_guarded_updates() -> None:
             sink.publish(**change.payload)
         return None
 
-    engine_class = m["MemoryEngine"]
+    adapter_dispatch = EngineSpiAdapter.dispatch_committed_changes
+    history_class, engine_class = m["ChangeHistory"], m["MemoryEngine"]
+
+    def dispatch_to_sink(self: Any, sink: object | None) -> None:
+        if type(sink) is not history_class or type(self.engine) is not engine_class or self.capabilities.change_delivery not in {
+            "commit-sequence", "transactional-outbox",
+        }:
+            return adapter_dispatch(self, sink)
+        self.engine.dispatch_committed_changes(self._change_consumer_id(sink), _HistoryDelivery(self, sink))
+        return None
+
+    dispatch_to_sink.__wrapped__ = adapter_dispatch  # type: ignore[attr-defined]
+    EngineSpiAdapter.dispatch_committed_changes = dispatch_to_sink
     deliver_committed_change.__wrapped__ = deliver  # type: ignore[attr-defined]
     EngineSpiAdapter._deliver_committed_change = staticmethod(deliver_committed_change)
     execute_server_update.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
