@@ -369,3 +369,38 @@ def test_a_batchs_change_events_are_the_original_paths(server: InProcessServer, 
             client.close()
 
     check()
+
+
+def test_a_batch_takes_no_per_statement_journal_key_or_delivery_steps(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(aq) 200 guarded statements on int _ids ((ai) once kept the keys of the last 4,096 ints: not theirs) derive no
+    int key through bson_equality_key, journal their index entries without the engine's method, and
+    reach the change history without the adapter's per-change delivery; before, each took them per
+    statement (201, 400 and 200 calls here)."""
+    from mongoeco.engines import memory
+    from mongoeco.engines.adapter import EngineSpiAdapter
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.int_ids
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        for start in range(0, 6_000, 1_000):
+            collection.insert_many([{"_id": i, "__v": 1, "__rev": 1} for i in range(start, start + 1_000)])
+        with collection.watch() as stream:
+            calls = count_calls(
+                monkeypatch, (memory, "bson_equality_key"), (MemoryEngine, "_record_index_membership_undo_locked"),
+                (EngineSpiAdapter, "_deliver_committed_change"),
+            )
+            # a static method: wrapped again as one, or the adapter would pass itself to it
+            monkeypatch.setattr(EngineSpiAdapter, "_deliver_committed_change", staticmethod(EngineSpiAdapter._deliver_committed_change))
+            result = collection.bulk_write(
+                [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in range(100, 300)],
+                ordered=False,
+            )
+            monkeypatch.undo()
+            assert [stream.next()["documentKey"]["_id"] for _ in range(200)] == list(range(100, 300))
+        assert result.modified_count == 200
+        assert calls == {"bson_equality_key": 0, "_record_index_membership_undo_locked": 0, "_deliver_committed_change": 0}
+    finally:
+        client.close()
