@@ -372,7 +372,7 @@ def test_a_batchs_change_events_are_the_original_paths(server: InProcessServer, 
 
 
 def test_a_batch_takes_no_per_statement_journal_key_or_delivery_steps(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(aq) 200 guarded statements on int _ids ((ai) once kept the keys of the last 4,096 ints: not theirs) derive no
+    """(at) 200 guarded statements on int _ids ((ai) once kept the keys of the last 4,096 ints: not theirs) derive no
     int key through bson_equality_key, journal their index entries without the engine's method, and
     reach the change history without the adapter's per-change delivery; before, each took them per
     statement (201, 400 and 200 calls here)."""

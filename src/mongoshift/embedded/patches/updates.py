@@ -1,4 +1,4 @@
-"""Cheap guarded updates for the memory engine: fixes (ah), (ai) and (aq).
+"""Cheap guarded updates for the memory engine: fixes (ah), (ai) and (at).
 
 The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
 {$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
@@ -411,7 +411,7 @@ def _index_touched(index: Any, changed: set[str]) -> bool:
 
 
 def _journaled(journals: list[Any], index_map: Any, name: str, key: Any, storage_key: Any) -> Any:
-    """(aq) MemoryEngine._record_index_membership_undo_locked for an entry of a MemoryIndexMap, into the
+    """(at) MemoryEngine._record_index_membership_undo_locked for an entry of a MemoryIndexMap, into the
     journals it would write to (the same record: whether the document was in the key's bucket, whether
     the bucket and the map existed, its membership ordinal); the key's bucket, or None."""
     bucket = index_map.get(key)
@@ -573,7 +573,7 @@ class Batch:
         ))
 
     def _index_plan(self, changed: set[str]) -> tuple[list[tuple[Any, str, Any]], dict[str, dict[str, list[Any]]]]:
-        """(aq) The indexes a change of ``changed`` touches: the lean ones (their map, name and fields), and
+        """(at) The indexes a change of ``changed`` touches: the lean ones (their map, name and fields), and
         the others as the indexes view _update_indexes_locked takes; the same for every statement of
         the batch that changes the same fields (the batch holds the lock: its indexes do not change)."""
         names = frozenset(changed)
@@ -614,7 +614,7 @@ _PAYLOAD_KEYS = frozenset({"operation_type", "db_name", "coll_name", "document_k
 
 
 class _HistoryDelivery:
-    """(aq) The consumer EngineSpiAdapter.dispatch_committed_changes hands the engine for the server's
+    """(at) The consumer EngineSpiAdapter.dispatch_committed_changes hands the engine for the server's
     change history (its ``lambda change: self._deliver_committed_change(sink, change)``), which also
     delivers a run of changes at once: :meth:`delivered`."""
 
@@ -663,7 +663,7 @@ _BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshif
 # a normalized Decimal under a local decimal context. For a plain dict and top-level fields whose
 # values are neither null nor arrays, extract_values gives [value] or [] (missing): the keys are
 # built from those directly. The equality key of a string or one of mongoeco's ObjectIds is the pair
-# bson_engine_key gives it. (aq) That of an int64 is built as bson_equality_key builds it, without its
+# bson_engine_key gives it. (at) That of an int64 is built as bson_equality_key builds it, without its
 # chain of checks and its local context: ("number", the int as a normalized Decimal), at the 34
 # digits that context has for any int64 (no rounding: the same digits and exponent). The keys of the
 # 4,096 most recent ints were kept instead, but a collection of more int _ids than that (the demo's
