@@ -244,3 +244,163 @@ def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProces
         assert collection.count_documents({"__v": 2, "total": 4, "__rev": 2, "qty": {"$exists": False}}) == 200
     finally:
         client.close()
+
+
+@settings(max_examples=200)
+@given(
+    members=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), max_size=12),
+    calls=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.sampled_from(["v", "w"])), min_size=1, max_size=8),
+    journals=st.lists(st.tuples(st.sampled_from(["c", "other"]), st.booleans()), max_size=3),
+)
+def test_the_index_journal_records_what_the_engine_records(
+    members: list[tuple[int, int]], calls: list[tuple[int, int, str]], journals: list[tuple[str, bool]],
+) -> None:
+    """(ah) A batch journals each index entry it moves as MemoryEngine._record_index_membership_undo_locked
+    does: into the same journals (its namespace's, with its index data), once per entry, the same record."""
+    from types import SimpleNamespace
+
+    from mongoeco.engines._memory_collection import MemoryIndexMap
+    from mongoeco.engines.memory import MemoryEngine
+
+    from mongoshift.embedded import patches
+    from mongoshift.embedded.patches.updates import _journaled
+
+    patches.apply()
+    index_map: Any = MemoryIndexMap()
+    for key, member in members:
+        index_map.add((key,) if key < 2 else (key, member), member)
+    index_data: Any = {"d": {"c": {"v": index_map, "w": index_map}}}
+
+    def stack() -> list[Any]:
+        return [SimpleNamespace(db_name="d", coll_name=coll, index_data=index_data if own else {}, index_changes={})
+                for coll, own in journals]
+
+    fast, slow = stack(), stack()
+    engine: Any = MemoryEngine.__new__(MemoryEngine)
+    engine._document_undo_stack = slow
+    mine = [j for j in fast if j.db_name == "d" and j.coll_name == "c" and j.index_data is index_data]
+    for key, member, name in calls:
+        index_key = (key,) if key < 2 else (key, member)
+        assert _journaled(mine, index_map, name, index_key, member) == index_map.get(index_key)
+        MemoryEngine._record_index_membership_undo_locked(engine, "d", "c", name, index_key, member, index_data=index_data)
+        if member % 2:  # the entries move between the calls, as in a batch
+            index_map.discard(index_key, member)
+        else:
+            index_map.add(index_key, member)
+    assert [list(j.index_changes.items()) for j in fast] == [list(j.index_changes.items()) for j in slow]
+
+
+def test_a_batch_that_fails_in_its_write_steps_is_rolled_back_whole(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(ah) A write step that fails part way through a statement (never seen: a fault injected here)
+    rolls the whole batch back: the stored documents and every index entry are as before the command."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.rollback
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": i} for i in range(50)])
+
+        def state() -> Any:
+            maps = server.engine._index_data["updates"]["rollback"]
+            return [encode(d) for d in collection.find({}, sort=[("_id", 1)])], {name: maps[name]._snapshot_state() for name in maps}
+
+        before = state()
+        written = MemoryEngine._set_storage_document_locked
+        calls = []
+
+        def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 7:
+                raise RuntimeError("injected")
+            return written(self, *args, **kwargs)
+
+        monkeypatch.setattr(MemoryEngine, "_set_storage_document_locked", failing)
+        with pytest.raises(Exception, match="rolled back"):
+            collection.bulk_write([UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in range(10, 20)])
+        monkeypatch.undo()
+        assert len(calls) == 7
+        assert state() == before
+    finally:
+        client.close()
+
+
+def outcome_with_events(collection: Any, requests: list[Any], ordered: bool) -> Any:
+    """:func:`outcome`, and the change events the bulk write published, as a change stream reads them."""
+    with collection.watch(full_document="updateLookup", max_await_time_ms=50) as stream:
+        result = outcome(collection, requests, ordered)
+        collection.insert_one({"_id": "end"})  # the events before this one are the bulk write's
+        events = []
+        while (event := stream.next())["operationType"] != "insert" or event["documentKey"]["_id"] != "end":
+            events.append(encode({name: event.get(name) for name in ("operationType", "documentKey", "updateDescription", "fullDocument")}))
+    return result, events
+
+
+@examples(thorough=150, quick=20)
+def test_a_batchs_change_events_are_the_original_paths(server: InProcessServer, max_examples: int) -> None:
+    """(ah) The events of a batch, delivered to the change history in one go, are the events mongoeco's
+    own update path publishes, and those the adapter's own delivery of the same batch publishes."""
+    @settings(max_examples=max_examples)
+    @given(docs=stored(), data=st.data())
+    def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
+        from mongoeco.api._async import _collection_modify
+        from mongoeco.engines.adapter import EngineSpiAdapter
+
+        requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
+        ordered = data.draw(st.booleans())
+        client = sync_client(server)
+        try:
+            got = []
+            for name, swapped in (("fast", None), ("adapter", (EngineSpiAdapter, "dispatch_committed_changes")),
+                                  ("slow", (_collection_modify, "execute_server_update"))):
+                collection = client.updates[name]
+                collection.drop()
+                collection.create_index([("__v", 1), ("_id", 1)])
+                if docs:
+                    collection.insert_many(docs)
+                if swapped is None:
+                    got.append(outcome_with_events(collection, requests, ordered))
+                else:
+                    with original(*swapped):
+                        got.append(outcome_with_events(collection, requests, ordered))
+            assert got[0] == got[1] == got[2]
+        finally:
+            client.close()
+
+    check()
+
+
+def test_a_batch_takes_no_per_statement_journal_key_or_delivery_steps(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(at) 200 guarded statements on int _ids ((ai) once kept the keys of the last 4,096 ints: not theirs) derive no
+    int key through bson_equality_key, journal their index entries without the engine's method, and
+    reach the change history without the adapter's per-change delivery; before, each took them per
+    statement (201, 400 and 200 calls here)."""
+    from mongoeco.engines import memory
+    from mongoeco.engines.adapter import EngineSpiAdapter
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.int_ids
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        for start in range(0, 6_000, 1_000):
+            collection.insert_many([{"_id": i, "__v": 1, "__rev": 1} for i in range(start, start + 1_000)])
+        with collection.watch() as stream:
+            calls = count_calls(
+                monkeypatch, (memory, "bson_equality_key"), (MemoryEngine, "_record_index_membership_undo_locked"),
+                (EngineSpiAdapter, "_deliver_committed_change"),
+            )
+            # a static method: wrapped again as one, or the adapter would pass itself to it
+            monkeypatch.setattr(EngineSpiAdapter, "_deliver_committed_change", staticmethod(EngineSpiAdapter._deliver_committed_change))
+            result = collection.bulk_write(
+                [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in range(100, 300)],
+                ordered=False,
+            )
+            monkeypatch.undo()
+            assert [stream.next()["documentKey"]["_id"] for _ in range(200)] == list(range(100, 300))
+        assert result.modified_count == 200
+        assert calls == {"bson_equality_key": 0, "_record_index_membership_undo_locked": 0, "_deliver_committed_change": 0}
+    finally:
+        client.close()

@@ -1,4 +1,4 @@
-"""Cheap guarded updates for the memory engine: fixes (ah) and (ai).
+"""Cheap guarded updates for the memory engine: fixes (ah), (ai) and (at).
 
 The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
 {$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime
+import decimal
 import math
+from collections.abc import Iterator
 from typing import Any
 
 _OPERATORS = frozenset({"$set", "$unset", "$inc"})
@@ -40,6 +42,7 @@ _M: dict[str, Any] = {}
 def _bind() -> dict[str, Any]:
     if not _M:
         from bson import ObjectId as BsonObjectId
+        from mongoeco._types.documents import ChangeEventSnapshot
         from mongoeco.core import paths
         from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
         from mongoeco.core.codec import DocumentCodec, _InternalBsonArray, _InternalBsonDocument
@@ -48,14 +51,15 @@ def _bind() -> dict[str, Any]:
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
         from mongoeco.types import ObjectId, UpdateResult
 
-        from ..change_streams import take_pre_image
+        from ..change_streams import _EVENT_TYPES, ChangeHistory, take_pre_image
 
         _M.update(
             BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId),
             ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
-            take_pre_image=take_pre_image, InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument,
+            take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, ChangeEventSnapshot=ChangeEventSnapshot, event_types=_EVENT_TYPES,
+            InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument,
         )
     return _M
 
@@ -406,6 +410,22 @@ def _index_touched(index: Any, changed: set[str]) -> bool:
     return False
 
 
+def _journaled(journals: list[Any], index_map: Any, name: str, key: Any, storage_key: Any) -> Any:
+    """(at) MemoryEngine._record_index_membership_undo_locked for an entry of a MemoryIndexMap, into the
+    journals it would write to (the same record: whether the document was in the key's bucket, whether
+    the bucket and the map existed, its membership ordinal); the key's bucket, or None."""
+    bucket = index_map.get(key)
+    token = (name, key, storage_key)
+    entry = None
+    for journal in journals:
+        changes = journal.index_changes
+        if token not in changes:
+            if entry is None:
+                entry = (bucket is not None and storage_key in bucket, bucket is not None, True, index_map.ordinal_for(key, storage_key))
+            changes[token] = entry
+    return bucket
+
+
 class Batch:
     """The fast path's statements of one ``update`` command, written under one lock and one rollback
     and publication scope, their changes dispatched once, at :meth:`close`.
@@ -470,6 +490,7 @@ class Batch:
         self.indexes = self.indexes_view.get(db_name, {}).get(coll_name, [])
         self.unique = any(index.unique and index.name != "_id_" for index in self.indexes)
         self.index_maps = self.index_data.get(db_name, {}).get(coll_name, {})
+        self._plans: dict[frozenset[str], Any] = {}
         self._stack, self._lock, self.count = stack, lock, 0
 
     @property
@@ -518,16 +539,15 @@ class Batch:
         journaled for the rollback), and the change record into the outbox."""
         m = _M
         engine, db_name, coll_name = self.engine, self.db_name, self.coll_name
-        touched = [index for index in self.indexes if _index_touched(index, changed)]
-        lean = [index for index in touched if _lean(index) and type(self.index_maps.get(index.name)) is m["MemoryIndexMap"]]
-        others = [index for index in touched if index not in lean]
-        view = {db_name: {coll_name: others}}
-        undo, keys = engine._record_index_membership_undo_locked, engine._index_keys
-        for index in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
-            index_map, name = self.index_maps[index.name], str(index.name)
-            for key in keys(document, index.fields):
-                undo(db_name, coll_name, name, key, storage_key, index_data=self.index_data)
-                if key in index_map:
+        lean, view = self._index_plan(changed)
+        others = view[db_name][coll_name]
+        # the rollback journals _record_index_membership_undo_locked would write to (the batch's own scope)
+        journals = [journal for journal in engine._document_undo_stack
+                    if journal.db_name == db_name and journal.coll_name == coll_name and journal.index_data is self.index_data]
+        keys = engine._index_keys
+        for index_map, name, fields in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
+            for key in keys(document, fields):
+                if _journaled(journals, index_map, name, key, storage_key) is not None:
                     index_map.discard(key, storage_key)
         if others:
             engine._update_indexes_locked(
@@ -535,10 +555,9 @@ class Batch:
             )
         engine._set_storage_document_locked(coll, storage_key, encoded)
         ordinal = coll.ordinal_for(storage_key) if type(coll) is m["MemoryCollection"] else None
-        for index in lean:  # _update_indexes_locked(action="insert"), likewise
-            index_map, name = self.index_maps[index.name], str(index.name)
-            for key in keys(new_document, index.fields):
-                undo(db_name, coll_name, name, key, storage_key, index_data=self.index_data)
+        for index_map, name, fields in lean:  # _update_indexes_locked(action="insert"), likewise
+            for key in keys(new_document, fields):
+                _journaled(journals, index_map, name, key, storage_key)
                 index_map.add(key, storage_key, ordinal=ordinal)
         if others:
             engine._update_indexes_locked(
@@ -552,6 +571,22 @@ class Batch:
             document_key=_Owned(_id=new_document["_id"]), full_document=new_document,
             update_description=m["take_pre_image"](),
         ))
+
+    def _index_plan(self, changed: set[str]) -> tuple[list[tuple[Any, str, Any]], dict[str, dict[str, list[Any]]]]:
+        """(at) The indexes a change of ``changed`` touches: the lean ones (their map, name and fields), and
+        the others as the indexes view _update_indexes_locked takes; the same for every statement of
+        the batch that changes the same fields (the batch holds the lock: its indexes do not change)."""
+        names = frozenset(changed)
+        plan = self._plans.get(names)
+        if plan is None:
+            touched = [index for index in self.indexes if _index_touched(index, changed)]
+            maps = self.index_maps
+            lean = [index for index in touched if _lean(index) and type(maps.get(index.name)) is _M["MemoryIndexMap"]]
+            others = [index for index in touched if index not in lean]
+            plan = self._plans[names] = (
+                [(maps[index.name], str(index.name), index.fields) for index in lean], {self.db_name: {self.coll_name: others}},
+            )
+        return plan
 
     def close(self, error: BaseException | None = None) -> None:
         """Close the scope (publishing the batch's changes, or rolling them back on ``error``), release
@@ -575,6 +610,48 @@ class Batch:
         self.collection = self.session = None
 
 
+_PAYLOAD_KEYS = frozenset({"operation_type", "db_name", "coll_name", "document_key", "full_document", "update_description"})
+
+
+class _HistoryDelivery:
+    """(at) The consumer EngineSpiAdapter.dispatch_committed_changes hands the engine for the server's
+    change history (its ``lambda change: self._deliver_committed_change(sink, change)``), which also
+    delivers a run of changes at once: :meth:`delivered`."""
+
+    __slots__ = ("adapter", "sink")
+
+    def __init__(self, adapter: Any, sink: Any) -> None:
+        self.adapter, self.sink = adapter, sink
+
+    def __call__(self, change: Any) -> None:
+        self.adapter._deliver_committed_change(self.sink, change)
+
+    def delivered(self, changes: list[Any]) -> Iterator[int]:
+        """Deliver ``changes`` in order, as the consumer does each ``change.for_delivery()``, yielding
+        each one's sequence once delivered, under one hold of the history's lock (a re-entrant lock,
+        which each step takes again). A change record of the fast path (:class:`_Owned`, whose copy is
+        itself) goes straight into the history's event steps (ChangeStreamHub.publish's); any other
+        change, or a history whose next token is not a number, takes the consumer's own steps."""
+        m, sink, deliver = _M, self.sink, self.adapter._deliver_committed_change
+        snapshot, event_types = m["ChangeEventSnapshot"], m["event_types"]
+        with sink._condition:
+            for change in changes:
+                payload = change.payload
+                if type(payload) is not _Owned or type(sink._next_token) is not int or payload.keys() != _PAYLOAD_KEYS:
+                    deliver(sink, change.for_delivery())
+                elif change.sequence >= sink._next_token:  # an older one was delivered already
+                    if change.sequence > sink._next_token:
+                        sink.align_commit_sequence(change.sequence)
+                    if payload["operation_type"] in event_types:
+                        sink._raise_if_degraded_locked()
+                        sink._append_committed_event_locked(snapshot(
+                            token=sink._next_token, operation_type=payload["operation_type"], db_name=payload["db_name"],
+                            coll_name=payload["coll_name"], document_key=payload["document_key"],
+                            full_document=payload["full_document"], update_description=payload["update_description"],
+                        ))
+                yield change.sequence
+
+
 #: The batch of the ``update`` command running in this task (each connection's requests run in their own).
 _BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshift_update_batch", default=None)
 
@@ -586,9 +663,13 @@ _BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshif
 # a normalized Decimal under a local decimal context. For a plain dict and top-level fields whose
 # values are neither null nor arrays, extract_values gives [value] or [] (missing): the keys are
 # built from those directly. The equality key of a string or one of mongoeco's ObjectIds is the pair
-# bson_engine_key gives it; those of the most recent ints (versions, revisions, counters) are kept:
-# the same int always gives an equal key, and the key (a tuple of a string and a Decimal) is immutable.
-_INT_KEYS_KEPT = 4096
+# bson_engine_key gives it. (at) That of an int64 is built as bson_equality_key builds it, without its
+# chain of checks and its local context: ("number", the int as a normalized Decimal), at the 34
+# digits that context has for any int64 (no rounding: the same digits and exponent). The keys of the
+# 4,096 most recent ints were kept instead, but a collection of more int _ids than that (the demo's
+# 20,000 orders, whose version index holds each _id) missed the cache on nearly every write: 4 µs a key.
+_INT_CONTEXT = decimal.Context(prec=34)
+_ZERO = decimal.Decimal(0)
 
 
 def patch_index_keys() -> None:
@@ -596,7 +677,8 @@ def patch_index_keys() -> None:
     engine_class, object_id = m["MemoryEngine"], m["ObjectId"]
     original_keys = engine_class._index_keys
     original = engine_class._index_equality_key
-    kept: dict[int, Any] = {}
+    low, high = _INT64
+    make, context = decimal.Decimal, _INT_CONTEXT
 
     def index_equality_key(value: Any) -> Any:
         kind = type(value)
@@ -604,14 +686,9 @@ def patch_index_keys() -> None:
             return ("objectid", value)  # normalize_object_id gives a mongoeco ObjectId back as it is
         if kind is str:
             return ("str", value)
-        if kind is not int:
+        if kind is not int or not low <= value < high:
             return original(value)
-        key = kept.get(value)
-        if key is None:
-            if len(kept) >= _INT_KEYS_KEPT:
-                kept.clear()
-            key = kept[value] = original(value)
-        return key
+        return ("number", _ZERO if value == 0 else make(value).normalize(context))
 
     def index_keys(self: Any, document: Any, fields: list[str]) -> Any:
         if type(document) is not dict:
@@ -727,9 +804,13 @@ def patch_guarded_updates() -> None:
                 changes = [change for change in self._committed_changes if change.sequence > checkpoint]
             delivered = checkpoint
             try:
-                for change in changes:
-                    consumer(change.for_delivery())
-                    delivered = change.sequence
+                if type(consumer) is _HistoryDelivery:
+                    for sequence in consumer.delivered(changes):
+                        delivered = sequence
+                else:
+                    for change in changes:
+                        consumer(change.for_delivery())
+                        delivered = change.sequence
             finally:
                 if delivered != checkpoint:
                     with self._meta_lock:
@@ -757,7 +838,19 @@ def patch_guarded_updates() -> None:
             sink.publish(**change.payload)
         return None
 
-    engine_class = m["MemoryEngine"]
+    adapter_dispatch = EngineSpiAdapter.dispatch_committed_changes
+    history_class, engine_class = m["ChangeHistory"], m["MemoryEngine"]
+
+    def dispatch_to_sink(self: Any, sink: object | None) -> None:
+        if type(sink) is not history_class or type(self.engine) is not engine_class or self.capabilities.change_delivery not in {
+            "commit-sequence", "transactional-outbox",
+        }:
+            return adapter_dispatch(self, sink)
+        self.engine.dispatch_committed_changes(self._change_consumer_id(sink), _HistoryDelivery(self, sink))
+        return None
+
+    dispatch_to_sink.__wrapped__ = adapter_dispatch  # type: ignore[attr-defined]
+    EngineSpiAdapter.dispatch_committed_changes = dispatch_to_sink
     deliver_committed_change.__wrapped__ = deliver  # type: ignore[attr-defined]
     EngineSpiAdapter._deliver_committed_change = staticmethod(deliver_committed_change)
     execute_server_update.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
