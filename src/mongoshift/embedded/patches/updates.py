@@ -267,30 +267,27 @@ def _tree(value: Any, array: Any, document: Any, internal_array: Any, internal_d
             return array(value)
         items = []
         for item in value:
-            if type(item) in _SCALARS:
-                if not _plain_value(item):
-                    return _MISSING
-            else:
-                item = _tree(item, array, document, internal_array, internal_document)
-                if item is _MISSING:
-                    return _MISSING
+            item = _tree_item(item, array, document, internal_array, internal_document)
+            if item is _MISSING:
+                return _MISSING
             items.append(item)
         return array(items)
     if kind is dict or kind is internal_document:
         fields = {}
         for name, item in value.items():
-            if not _plain_name(name):
+            item = _tree_item(item, array, document, internal_array, internal_document) if _plain_name(name) else _MISSING
+            if item is _MISSING:
                 return _MISSING
-            if type(item) in _SCALARS:
-                if not _plain_value(item):
-                    return _MISSING
-            else:
-                item = _tree(item, array, document, internal_array, internal_document)
-                if item is _MISSING:
-                    return _MISSING
             fields[name] = item
         return document(fields)
     return _MISSING
+
+
+def _tree_item(item: Any, array: Any, document: Any, internal_array: Any, internal_document: Any) -> Any:
+    """One value inside a tree: a plain scalar as it is, a container built by :func:`_tree`, else ``_MISSING``."""
+    if type(item) in _SCALARS:
+        return item if _plain_value(item) else _MISSING
+    return _tree(item, array, document, internal_array, internal_document)
 
 
 def internal_value(value: Any, codec: Any) -> Any:
