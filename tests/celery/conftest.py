@@ -48,9 +48,11 @@ class Worker:
     def __init__(self, env: dict[str, str], log: Path, pool: list[str]) -> None:
         self.log = log
         self.handle = log.open("ab")
+        #: the worker's node name, which control messages (ping, revoke) are addressed to
+        self.name = f"w{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tests.celery.worker_app", "worker", "-l", "INFO", "-Q", env["MS_CELERY_QUEUE"],
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"w{uuid.uuid4().hex[:6]}@%h", *pool],
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", self.name, *pool],
             cwd=REPO, env=env, stdout=self.handle, stderr=subprocess.STDOUT,
         )
 

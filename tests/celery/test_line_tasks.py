@@ -195,6 +195,9 @@ def test_another_worker_told_of_a_revoke_leaves_a_running_tasks_result_alone(red
     try:
         line = redis_harness.tasks.enqueue_up()
         until(lambda: sync_client[project.db].started.count_documents({}) == 1, 60, "the body started", redis_harness)
+        # A broadcast reaches only the workers already listening: the bystander answers a ping first.
+        ping = redis_harness.app.control.ping
+        until(lambda: bool(ping(destination=[bystander.name], timeout=0.5)), 60, "the bystander answered a ping", redis_harness)
         redis_harness.app.control.revoke(line.task_ids)  # Celery's own: only the bystander reads it now
         until(lambda: "flagged as revoked" in bystander.tail(), 60, "the bystander told of the revoke", redis_harness)
         assert redis_harness.app.AsyncResult(line.task_ids[0]).state == "STARTED"
