@@ -35,7 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bson import decode_all
+from bson import decode_all, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo import AsyncMongoClient, MongoClient
@@ -110,6 +110,8 @@ async def micro(uri: str, db_name: str, batches: int, rounds: int) -> None:
         "async raw only": lambda: _raw_only(coll(plain, raw_codec), batches),
         "async raw only, batches of 100 (the cost per command)": lambda: _raw_only(coll(plain, raw_codec), batches, 100),
         "async raw + decode, engine's client options": lambda: _read_async(coll(engine_like, engine_raw), batches, tz_dicts),
+        "async dicts + one encode of the batch (size)": lambda: _dicts_sized(coll(plain, None), batches),
+        "async raw batches + one decode (size: their length)": lambda: _raw_batches(coll(plain, None), batches, dicts),
         "sync dicts": lambda: _sync(coll(sync, None), batches, None),
         "sync raw + one decode": lambda: _sync(coll(sync, raw_codec), batches, dicts),
     }
@@ -148,6 +150,32 @@ async def micro(uri: str, db_name: str, batches: int, rounds: int) -> None:
     await plain.close()
     await engine_like.close()
     sync.close()
+
+
+async def _dicts_sized(collection: Any, batches: int) -> int:
+    """A transactional batch's read measured by an encode: documents decoded by the driver, then the
+    whole batch encoded once (its BSON size, what the transaction's byte limit is checked on)."""
+    last, n = None, 0
+    for _ in range(batches):
+        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH).hint(bg.VERSION_INDEX).to_list(None)
+        len(encode({"d": docs}))
+        last = docs[-1]["_id"]
+        n += len(docs)
+    return n
+
+
+async def _raw_batches(collection: Any, batches: int, decode: CodecOptions[Any]) -> int:
+    """A transactional batch's read by raw batches: each reply's documents as one stream of BSON
+    (its length the batch's size), decoded in one call."""
+    last, n = None, 0
+    for _ in range(batches):
+        cursor = collection.find_raw_batches(_filter(last), sort=[("_id", 1)], limit=BATCH).hint(bg.VERSION_INDEX)
+        streams = await cursor.to_list(None)
+        sum(map(len, streams))
+        docs = [doc for stream in streams for doc in decode_all(stream, decode)] if len(streams) > 1 else decode_all(streams[0], decode)
+        last = docs[-1]["_id"]
+        n += len(docs)
+    return n
 
 
 async def _raw_only(collection: Any, batches: int, size: int = BATCH) -> int:
