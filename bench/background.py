@@ -766,11 +766,7 @@ class StageClocks:
         for name in ("lend", "lend_decoded"):  # the lane lends what the driver decoded (lend_decoded); before, raw BSON (lend)
             if hasattr(modes, name):
                 self.wrap(modes, name, "lend")
-        for name in ("lend", "lend_decoded"):  # a transaction lends what it decoded from its raw batches (lend_decoded); before, raw BSON (lend)
-            if hasattr(transaction, name):
-                self.wrap(transaction, name, "lend")
-        if hasattr(transaction, "decode_all"):  # a transaction's one decode of its raw batches, outside its lend
-            self.wrap(transaction, "decode_all", "decode_txn")
+        self.wrap(transaction, "lend", "lend")
         self.wrap(batch.Lent, "originals", "originals")
         self.wrap(batch, "_transform", "user")
         self.wrap(batch, "_updates", "updates")
@@ -830,12 +826,11 @@ class StageClocks:
         session, start, checkpoint and commit, which are not clocked on their own, land there."""
         c = self.seconds.get
         lend = c("lend", 0.0)
-        decode = c("decode", 0.0)  # nested in lend
-        decode_txn = c("decode_txn", 0.0)  # a transaction's, outside lend
-        inside = lend + decode_txn + c("user", 0.0) + c("updates", 0.0) + c("write", 0.0) + c("originals", 0.0) + c("checkpoint", 0.0) + c("intent", 0.0)
+        decode = c("decode", 0.0)
+        inside = lend + c("user", 0.0) + c("updates", 0.0) + c("write", 0.0) + c("originals", 0.0) + c("checkpoint", 0.0) + c("intent", 0.0)
         stages = {
             STAGE_NAMES[0]: c("find", 0.0),
-            STAGE_NAMES[1]: decode + decode_txn,
+            STAGE_NAMES[1]: decode,
             STAGE_NAMES[2]: max(0.0, lend - decode) + c("originals", 0.0),
             STAGE_NAMES[3]: c("user", 0.0),
             STAGE_NAMES[4]: max(0.0, c("updates", 0.0) - c("bson_check", 0.0)),

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bson import decode, encode
+from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
@@ -36,7 +38,7 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, as_read, at_version, id_key, lend_decoded, rewrite_range
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend_decoded, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
@@ -85,20 +87,17 @@ class PartitionWork:
             return projection
         return {**projection, **dict.fromkeys(self.partition.scope.key_fields, 1)}
 
-    def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, *, raw_batches: bool = False, **options: Any) -> Any:
+    def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, **options: Any) -> Any:
         """The cursor of the next batch from ``cursor``: a keyset (or ``_id``) range in its order, or a
-        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left.
-
-        ``raw_batches``: a raw batch cursor (each reply's documents as one stream of BSON)."""
+        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left."""
         scope = self.partition.scope
-        find = collection.find_raw_batches if raw_batches else collection.find
         if scope.drains:
             read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
             if read is None:
                 return None
-            return find(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
-        batch = find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
-        return batch.hint(self.hint) if self.hint is not None else batch
+            return collection.find(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
+        find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
+        return find.hint(self.hint) if self.hint is not None else find
 
     def after(self, cursor: Checkpoint, last: Any, *, read: int, limit: int, left: list[Any]) -> tuple[Checkpoint, bool]:
         """The cursor after a batch that read ``read`` documents (``last`` the last one, decoded) and
@@ -233,7 +232,7 @@ class PlainBatches:
         if docs:
             if job.pipeline is None:
                 batch = lend_decoded(docs, codec)
-                last = as_read(batch.tops[-1], codec)
+                last = _as_read(batch.tops[-1], codec)
             else:
                 last = decode(docs[-1].raw, collection.codec_options)
             ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs))
@@ -306,6 +305,16 @@ class PlainBatches:
         elif owed is not None and await engine.store.take_intent(work.lease):
             await engine.store.add_to_totals(work.job.name, work.job.registration, owed.counts)
         return checkpointed
+
+
+def _as_read(top: dict[str, Any], codec: CodecOptions[Any]) -> dict[str, Any]:
+    """A copy of a lent document's top that no transform can reach, nested values included: what the
+    cursor after the batch is taken from (its ``_id`` and shard key may be subdocuments)."""
+    try:
+        kept: dict[str, Any] = decode(encode(top, codec_options=codec), codec)
+    except Exception:  # a value only the codec can decode
+        kept = copy.deepcopy(top)
+    return kept
 
 
 def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -497,11 +506,12 @@ class TransactionalBatches:
         # Where the committed batch left the partition (the last checkpoint written says it).
         moved, finished = cursor, False
 
-        # Raw batches: each reply's documents as one stream of BSON, which run_batch checks the
-        # transaction's byte limit on (their length) and decodes in one call (lent as decoded).
-        async def read(session: Any, limit: int) -> list[bytes]:
+        # Raw BSON: run_batch decodes the batch once (lend) for its ids and the transform's copies.
+        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+
+        async def read(session: Any, limit: int) -> list[RawBSONDocument]:
             assert spec.transaction is not None
-            find = work.find(collection, cursor, limit, raw_batches=True, session=session, max_time_ms=spec.transaction.timeout_ms)
+            find = work.find(raw, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
             return await find.to_list(None) if find is not None else []
 
         async def write(session: Any, docs: Lent) -> BatchResult:
@@ -510,20 +520,20 @@ class TransactionalBatches:
 
         async def checkpoint(
             session: Any,
-            last: dict[str, Any] | None,
-            docs: int,
-            fetched: int,
+            docs: list[RawBSONDocument],
+            fetched: list[RawBSONDocument],
             limit: int,
             result: BatchResult,
             excluded: list[DocumentError],
             retries: int,
         ) -> bool:
             # A batch cut to fit (fewer documents than were fetched) did not reach the end.
-            read_ = fetched if docs == fetched else limit
+            read_ = len(fetched) if len(docs) == len(fetched) else limit
             nonlocal checkpointed, moved, finished
+            last = decode(docs[-1].raw, collection.codec_options) if docs else None
             moved, done = work.after(cursor, last, read=read_, limit=limit, left=[e.id for e in excluded])
             finished = done
-            counts = counts_of(result, docs)
+            counts = counts_of(result, len(docs))
             counts["txn_retries"] = retries
             checkpointed = await engine.store.checkpoint(
                 work.lease,
@@ -543,7 +553,7 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            doc = skip.doc
+            doc = decode(skip.doc.raw, collection.codec_options) if isinstance(skip.doc, RawBSONDocument) else skip.doc
             past, done = work.after(cursor, doc, read=1, limit=1, left=[doc["_id"]])
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)
@@ -553,12 +563,12 @@ class TransactionalBatches:
             work.activity.in_transaction = False
         if outcome.lost:
             return Progress(False, cursor, False)
-        counts = counts_of(outcome.result, len(outcome.ids))
+        counts = counts_of(outcome.result, len(outcome.docs))
         counts["txn_retries"] = outcome.retries
         add_counts(work.counters, counts)
         work.renewed()
         engine.events.emit(
-            "batch", job.name, partition=work.partition.seq, size=len(outcome.ids), transaction=True, duration_ms=_ms_since(engine, began), **counts
+            "batch", job.name, partition=work.partition.seq, size=len(outcome.docs), transaction=True, duration_ms=_ms_since(engine, began), **counts
         )
         return Progress(finished, moved, True, checkpointed.control if checkpointed else None)
 

@@ -42,7 +42,7 @@ from ..inspect.drift import reopen, stranded_match, verify
 from ..lanes.engine import Engine
 from ..lanes.throttle import sleep
 from ..state.model import TERMINAL, WATCH_COUNTERS, State, WatchRecord
-from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, id_key
+from ..write.batch import BatchFailed, BatchResult, DocumentError, apply_batch, id_key
 from ..write.job import Job
 from ..write.transaction import Skip, TransactionalBatchSize, run_batch
 
@@ -504,20 +504,16 @@ class CollectionWatcher:
         seen: list[Any] = []
         pending = list(ids)
 
-        async def read(session: Any, limit: int) -> list[bytes]:
-            """The documents still ``pending`` (read at each call: the loop below narrows it between
-            batches), as raw batches: :func:`.run_batch` checks their size and decodes them."""
+        async def read(session: Any, limit: int) -> list[dict[str, Any]]:
+            """The documents still ``pending`` (read at each call: the loop below narrows it between batches)."""
             query = {"$and": [job.match(), {"_id": {"$in": pending}}]}
-            streams: list[bytes] = await collection.find_raw_batches(query, sort=[("_id", 1)], limit=limit, session=session).to_list(None)  # type: ignore[assignment]
-            return streams
+            return await collection.find(query, sort=[("_id", 1)], limit=limit, session=session).to_list(None)
 
-        async def write(session: Any, docs: Lent) -> BatchResult:
+        async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
             ctx = job.context("watch", self.watcher.cancel, session=session, db=self.engine.context.db, client=self.engine.client)
             return await apply_batch(job, docs, collection, ctx, session=session, strict=True)
 
-        async def checkpoint(
-            session: Any, last: Any, docs: int, fetched: int, limit: int, result: BatchResult, excluded: list[DocumentError], retries: int
-        ) -> bool:
+        async def checkpoint(session: Any, docs: Any, fetched: Any, limit: int, result: BatchResult, excluded: list[DocumentError], retries: int) -> bool:
             return self._leading()
 
         while pending:
@@ -533,9 +529,9 @@ class CollectionWatcher:
                     break
                 total.migrated += outcome.result.migrated
                 total.errors += outcome.excluded
-                done_ids = {id_key(i) for i in outcome.ids}
-                seen += outcome.ids
-                if not outcome.ids:
+                done_ids = {id_key(d["_id"]) for d in outcome.docs}
+                seen += [d["_id"] for d in outcome.docs]
+                if not outcome.docs:
                     break
             pending = [i for i in pending if id_key(i) not in done_ids]
         return total, seen

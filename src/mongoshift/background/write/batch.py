@@ -219,15 +219,6 @@ def lend_decoded(docs: list[dict[str, Any]], codec: CodecOptions[Any]) -> Lent:
     return Lent(None, docs, codec)
 
 
-def as_read(value: Any, codec: CodecOptions[Any]) -> Any:
-    """A copy of a value read (a lent document's top, an ``_id``) that no transform can reach,
-    nested values included: a cursor or an id kept as read while the transforms run."""
-    try:
-        return decode(encode({"v": value}, codec_options=codec), codec)["v"]
-    except Exception:  # a value only the codec can decode
-        return copy_module.deepcopy(value)
-
-
 #: What a transform returns that is never awaitable (its new document; None when it raised).
 _PLAIN_RESULTS = frozenset({dict, type(None)})
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bson import decode_all
-from bson.errors import InvalidBSON
+from bson import encode
+from bson.raw_bson import RawBSONDocument
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
@@ -39,8 +39,7 @@ from ...project.server_errors import (
     unknown_commit_result,
 )
 from ...schema.background import Background
-from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, as_read, id_key, lend_decoded
-from .document import IMMUTABLE
+from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key, lend
 
 #: What one batch may read into a transaction, well under 16 MiB.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
@@ -55,27 +54,14 @@ def backoff_seconds(attempt: int, rng: random.Random) -> float:
     return rng.random() * min(2.0, 0.05 * 2.0**attempt)
 
 
-def fitting(streams: Sequence[bytes], limit: int = MAX_TRANSACTION_BYTES) -> tuple[bytes, int | None]:
-    """Of a read's BSON (streams of documents end to end, one per reply), the leading documents whose
-    BSON fits in ``limit`` bytes (at least one), end to end; and how many documents the read holds
-    when some do not fit (None: all of them fit).
-
-    Measured on the bytes read, not on an encode: a read that fits (the common case) costs its
-    streams' lengths; one that does not is walked by its documents' length prefixes."""
-    if sum(map(len, streams)) <= limit:
-        return (streams[0] if len(streams) == 1 else b"".join(streams)), None
-    data = b"".join(streams)
-    end = count = 0
-    cut: int | None = None
-    while end < len(data):
-        size = int.from_bytes(data[end : end + 4], "little")
-        if size < 5:
-            raise InvalidBSON("bad document length in a batch read")
-        if cut is None and end + size > limit and count > 0:
-            cut = end
-        end += size
-        count += 1
-    return data[: cut if cut is not None else end], count
+def fitting(docs: list[Any], limit: int = MAX_TRANSACTION_BYTES) -> list[Any]:
+    """The leading documents whose BSON fits in ``limit`` bytes: at least one (raw ones are measured, not encoded)."""
+    total = 0
+    for i, doc in enumerate(docs):
+        total += len(doc.raw) if isinstance(doc, RawBSONDocument) else len(encode(doc))
+        if total > limit and i > 0:
+            return docs[:i]
+    return docs
 
 
 def transaction_options(spec: Background) -> dict[str, Any]:
@@ -118,9 +104,9 @@ class Outcome:
     """What a committed transactional batch did, for the lane's events and checkpoint bookkeeping."""
 
     result: BatchResult
-    #: The ``_id`` of each document of the batch, as read (before the transforms).
-    ids: list[Any]
+    docs: list[dict[str, Any]]
     done: bool
+    last_id: Any
     retries: int
     excluded: list[DocumentError] = field(default_factory=list)
     lost: bool = False
@@ -139,14 +125,11 @@ async def run_batch(
 ) -> Outcome:
     """One transactional batch with its retries.
 
-    ``read(session, limit)`` returns the batch's BSON as read: streams of documents end to end (a
-    raw batch cursor's, one per reply), which the transaction's byte limit is checked on (:func:`fitting`)
-    before the fitting documents are decoded in one call; ``write(session, lent)`` runs the shared
-    write path in strict mode on them, lent as decoded (:func:`.batch.lend_decoded`: the decode is
-    the transforms' private copies) without the documents left out; ``checkpoint(session, last,
-    docs, fetched, limit, result, excluded, retries)`` writes the fenced checkpoint (False: lease
-    lost), ``last`` the batch's last document as read (a copy no transform reaches; None: none read),
-    ``docs`` how many documents the batch holds and ``fetched`` how many the read returned.
+    ``read(session, limit)`` returns the batch's documents (raw BSON, as lanes read them, or
+    decoded); ``write(session, lent)`` runs the shared write path in strict mode on them, lent
+    (:func:`.batch.lend`: decoded once, their ids taken from that decode) without the documents
+    left out; ``checkpoint(session, docs, fetched, limit, result, excluded, retries)`` writes the
+    fenced checkpoint (False: lease lost).
     """
     assert spec.transaction is not None
     size = min(sizing.size, spec.batch_size)
@@ -154,38 +137,32 @@ async def run_batch(
     excluded: dict[bytes, DocumentError] = {}
     attempts = retries = 0
     while True:
+        docs: list[Any] = []
         ids: list[Any] = []
-        last: dict[str, Any] | None = None
+        keys: list[bytes] = []
         async with client.start_session() as session:
             try:
                 await session.start_transaction(**transaction_options(spec))
-                data, fetched = fitting(await read(session, size))
-                docs: list[dict[str, Any]] = decode_all(data, codec)
-                if fetched is None:
-                    fetched = len(docs)
-                lent = lend_decoded(docs, codec)
-                # As read, before the transforms: the ids (a subdocument one copied) and the last document.
-                ids = [i if type(i) in IMMUTABLE else as_read(i, codec) for i in (top["_id"] for top in lent.tops)]
-                last = as_read(lent.tops[-1], codec) if docs else None
-                work = lent
-                failed_here: list[DocumentError] = []
-                if excluded:
-                    keys = [id_key(i) for i in ids]
-                    kept = [i for i, key in enumerate(keys) if key not in excluded]
-                    work = lent if len(kept) == len(keys) else lent.subset(kept, codec)
-                    # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
-                    # fit) may end before one, and the batch that reaches it again counts it then.
-                    failed_here = [excluded[key] for key in keys if key in excluded]
-                result = await write(session, work) if len(work) else BatchResult()
+                fetched = await read(session, size)
+                docs = fitting(fetched)
+                lent = lend(docs, codec)
+                ids = [doc["_id"] for doc in lent.tops]  # as read: before the transforms
+                keys = [id_key(i) for i in ids]
+                kept = [i for i, key in enumerate(keys) if key not in excluded]
+                work = lent if len(kept) == len(keys) else lent.subset(kept, codec)
+                result = await write(session, work) if kept else BatchResult()
+                # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
+                # fit) may end before one, and the batch that reaches it again counts it then.
+                failed_here = [excluded[key] for key in keys if key in excluded]
                 result.errors = failed_here
-                ok = await checkpoint(session, last, len(docs), fetched, size, result, failed_here, retries)
+                ok = await checkpoint(session, docs, fetched, size, result, failed_here, retries)
                 if not ok:
                     await session.abort_transaction()
-                    return Outcome(result, ids, False, retries, lost=True)
+                    return Outcome(result, docs, False, None, retries, lost=True)
                 await commit(session)
                 sizing.succeeded(size, spec.batch_size)
-                done = len(docs) == fetched and fetched < size
-                return Outcome(result, ids, done, retries, failed_here)
+                done = len(docs) == len(fetched) and len(fetched) < size
+                return Outcome(result, docs, done, ids[-1] if ids else None, retries, failed_here)
             except DocumentFailed as failed:
                 await _abort(session)
                 excluded[id_key(failed.document.id)] = failed.document
@@ -200,12 +177,12 @@ async def run_batch(
                     raise
                 retries += 1
                 sizing.clean = 0
-                if len(ids) == 1 and size == 1 and last is not None:
+                if len(docs) == 1 and size == 1:
                     if time_or_size:
-                        excluded[id_key(ids[0])] = DocumentError(ids[0], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
+                        excluded[keys[0]] = DocumentError(ids[0], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
                         continue
                     if conflict:
-                        raise Skip(last, retries) from None
+                        raise Skip(docs[0], retries) from None
                 if time_or_size and size > 1:
                     size = max(1, size // 2)
                     continue
@@ -220,7 +197,7 @@ async def run_batch(
 class Skip(Exception):
     """A lone document still in the way: the caller moves the cursor past it (the next pass takes it).
 
-    ``doc`` is as read (a decoded copy no transform reached)."""
+    ``doc`` is as read: raw BSON when the lane read it so."""
 
     def __init__(self, doc: Mapping[str, Any], retries: int) -> None:
         super().__init__("conflict")
