@@ -219,3 +219,92 @@ async def test_a_left_out_document_counts_only_in_the_batch_that_holds_it(client
     )
     assert [d["_id"] for d in outcome.docs] == list(range(50))
     assert checkpointed == [[]] and outcome.result.errors == [] and outcome.excluded == []
+
+
+def test_a_read_past_the_byte_limit_is_cut_to_the_documents_that_fit() -> None:
+    """The size check on the documents as read: a read within the limit is kept whole, one past it is
+    cut before the first document that would cross it, and a first document larger than the limit is
+    kept alone (a batch holds at least one)."""
+    from bson import encode
+    from bson.raw_bson import RawBSONDocument
+
+    from mongoshift.background.write.transaction import fitting
+
+    docs = [RawBSONDocument(encode({"_id": i, "pad": "x" * (40 * (i + 1))})) for i in range(6)]
+    sizes = [len(d.raw) for d in docs]
+    assert fitting(docs, limit=sum(sizes)) == docs
+    assert fitting(docs, limit=sum(sizes[:4]) - 1) == docs[:3]  # the fourth document crosses it by one byte
+    assert fitting(docs, limit=sizes[0] - 1) == docs[:1]
+    decoded = [{"_id": i, "pad": "x" * 100} for i in range(3)]  # a re-read's documents are measured by an encode
+    assert fitting(decoded, limit=2 * len(encode(decoded[0]))) == decoded[:2]
+
+
+async def test_a_batch_past_the_transactions_byte_limit_is_cut(client, db) -> None:  # type: ignore[no-untyped-def]
+    """Four documents of 3 MiB read into one transaction (12 MiB, past the 8 MiB limit): the batch
+    written and checkpointed holds the two that fit, and it does not end the partition."""
+    import random
+
+    from bson import encode
+    from bson.raw_bson import RawBSONDocument
+
+    from mongoshift import Background
+    from mongoshift.background.write.batch import BatchResult
+    from mongoshift.background.write.transaction import MAX_TRANSACTION_BYTES, TransactionalBatchSize, run_batch
+
+    spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 6})
+    big = "x" * (3 * 1024 * 1024)
+    written: list[list[object]] = []
+    checkpointed: list[tuple[int, int]] = []
+
+    async def read(session, limit):  # type: ignore[no-untyped-def]
+        return [RawBSONDocument(encode({"_id": i, "big": big})) for i in range(4)]
+
+    async def write(session, docs):  # type: ignore[no-untyped-def]
+        written.append([d["_id"] for d in docs.tops])
+        return BatchResult(migrated=len(docs))
+
+    async def checkpoint(session, docs, fetched, limit, result, excluded, retries):  # type: ignore[no-untyped-def]
+        checkpointed.append((len(docs), len(fetched)))
+        return True
+
+    assert 2 * len(big) < MAX_TRANSACTION_BYTES < 3 * len(big)
+    outcome = await run_batch(
+        client=client, collection=db.people, spec=spec, read=read, write=write, checkpoint=checkpoint,
+        sizing=TransactionalBatchSize(100), rng=random.Random(1),
+    )
+    assert written == [[0, 1]] and checkpointed == [(2, 4)]
+    assert [d["_id"] for d in outcome.docs] == [0, 1] and outcome.result.migrated == 2 and not outcome.done
+
+
+async def test_a_lone_document_too_big_for_a_transaction_is_left_out_as_a_document_error(client, db) -> None:  # type: ignore[no-untyped-def]
+    """A batch of one whose transaction fails for its size or time: the document is left out (a
+    document error naming its id as read), and the batch read again without it commits its checkpoint."""
+    import random
+
+    from pymongo.errors import OperationFailure
+
+    from mongoshift import Background
+    from mongoshift.background.write.transaction import TransactionalBatchSize, run_batch
+
+    spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 6})
+    written: list[int] = []
+    checkpointed: list[list[object]] = []
+
+    async def read(session, limit):  # type: ignore[no-untyped-def]
+        return [{"_id": {"k": 7}, "n": 1}]
+
+    async def write(session, docs):  # type: ignore[no-untyped-def]
+        written.append(len(docs))
+        docs.copies[0]["_id"]["k"] = 8  # a transform editing the id in place: the error still names it as read
+        raise OperationFailure("transaction is too large", code=10334)
+
+    async def checkpoint(session, docs, fetched, limit, result, excluded, retries):  # type: ignore[no-untyped-def]
+        checkpointed.append([e.id for e in excluded])
+        return True
+
+    outcome = await run_batch(
+        client=client, collection=db.people, spec=spec, read=read, write=write, checkpoint=checkpoint,
+        sizing=TransactionalBatchSize(1), rng=random.Random(1),
+    )
+    assert written == [1] and checkpointed == [[{"k": 7}]]
+    assert [(e.id, e.reason) for e in outcome.excluded] == [({"k": 7}, "transaction")] and outcome.retries == 1

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bson import encode
+from bson import decode, encode
 from bson.raw_bson import RawBSONDocument
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -39,7 +39,7 @@ from ...project.server_errors import (
     unknown_commit_result,
 )
 from ...schema.background import Background
-from .batch import BatchResult, DocumentError, DocumentFailed, WriteConflict, id_key, lend
+from .batch import BatchResult, DocumentError, DocumentFailed, Lent, WriteConflict, id_key, lend
 
 #: What one batch may read into a transaction, well under 16 MiB.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
@@ -139,7 +139,7 @@ async def run_batch(
     while True:
         docs: list[Any] = []
         ids: list[Any] = []
-        keys: list[bytes] = []
+        lone: bytes | None = None  # the key of a batch's only document, as read
         async with client.start_session() as session:
             try:
                 await session.start_transaction(**transaction_options(spec))
@@ -147,13 +147,19 @@ async def run_batch(
                 docs = fitting(fetched)
                 lent = lend(docs, codec)
                 ids = [doc["_id"] for doc in lent.tops]  # as read: before the transforms
-                keys = [id_key(i) for i in ids]
-                kept = [i for i, key in enumerate(keys) if key not in excluded]
-                work = lent if len(kept) == len(keys) else lent.subset(kept, codec)
-                result = await write(session, work) if kept else BatchResult()
-                # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
-                # fit) may end before one, and the batch that reaches it again counts it then.
-                failed_here = [excluded[key] for key in keys if key in excluded]
+                # Ids are keyed (an encode each) only when some document was left out, and a lone
+                # document's, which the retry rules below may leave out.
+                lone = id_key(ids[0]) if len(ids) == 1 else None
+                work: Lent = lent
+                failed_here: list[DocumentError] = []
+                if excluded:
+                    keys = [id_key(i) for i in ids]
+                    kept = [i for i, key in enumerate(keys) if key not in excluded]
+                    work = lent if len(kept) == len(keys) else lent.subset(kept, codec)
+                    # Only the left-out documents this batch holds: a smaller retry (halved, or cut to
+                    # fit) may end before one, and the batch that reaches it again counts it then.
+                    failed_here = [excluded[key] for key in keys if key in excluded]
+                result = await write(session, work) if len(work) else BatchResult()
                 result.errors = failed_here
                 ok = await checkpoint(session, docs, fetched, size, result, failed_here, retries)
                 if not ok:
@@ -177,9 +183,10 @@ async def run_batch(
                     raise
                 retries += 1
                 sizing.clean = 0
-                if len(docs) == 1 and size == 1:
+                if lone is not None and size == 1:  # one document, alone in the batch
                     if time_or_size:
-                        excluded[keys[0]] = DocumentError(ids[0], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
+                        # Its id decoded from its key: as read, whatever a transform did to ids[0] in place.
+                        excluded[lone] = DocumentError(decode(lone, codec)["k"], "transaction", f"too big or too slow for a transaction ({error_code(exc)})")
                         continue
                     if conflict:
                         raise Skip(docs[0], retries) from None
