@@ -4,6 +4,7 @@ Run from the repository root::
 
     python bench/lane_read.py                 # the micro-bench: one read path against another
     python bench/lane_read.py --in-run 20000  # the engine's own run, its event loop accounted
+    python bench/lane_read.py --unpack        # in process: one reply's unpack and decode, by read path
 
 It is a script, not a timed test (issue 27: the lane's read cost about twice a bare read of the
 same documents). Both modes start their own embedded server and seed it with the documents of
@@ -14,7 +15,11 @@ same documents). Both modes start their own embedded server and seed it with the
   order, and prints each path's client CPU per document (the process's CPU clock: every thread),
   the median of the rounds. The paths: B3's (async client, documents decoded to dicts), the
   lane's (raw BSON, then one decode of the batch), each also through pymongo's sync client, and
-  the lane's with the engine's client options (``tz_aware``, ``appname``, a heartbeat listener).
+  the lane's with the engine's client options (``tz_aware``, ``appname``, a heartbeat listener), and
+  two ways a transactional batch could read and measure its batch (decoded, then one encode of the
+  batch; raw batches, their length, then one decode).
+* ``--unpack`` needs no server: one reply of 500 documents unpacked and decoded in process by each
+  read path, so that only the client's unpack and decode are measured.
 * ``--in-run N`` runs the engine itself (``max_parallel`` 1, the bench's migration) over N
   documents in this process and accounts every callback of the event loop by the task it ran
   (thread CPU time): in all, and while a lane's batch read was in flight. What runs during a
@@ -286,13 +291,69 @@ async def in_run(uri: str, db_name: str, size: int) -> None:
         account.report(cpu, size)
 
 
+def unpack(rounds: int) -> None:
+    """In process, no server: one reply of 500 of the bench's documents unpacked and decoded by each
+    way a transactional batch could read it, and what its size check would cost on top."""
+    import random
+    from datetime import UTC
+
+    from bson import _convert_raw_document_lists_to_streams
+    from pymongo.message import _OpMsg
+
+    docs = [bg.make_doc(i, random.Random(i)) for i in range(BATCH)]
+    message = _OpMsg(0, encode({"cursor": {"firstBatch": docs, "id": 0, "ns": "db.c"}, "ok": 1.0}))
+    fields = {"cursor": {"firstBatch": 1, "nextBatch": 1}}
+    codec: CodecOptions[Any] = CodecOptions(tz_aware=True, tzinfo=UTC)  # the engine's client decodes tz-aware
+    raw = codec.with_options(document_class=RawBSONDocument)
+
+    def dicts() -> list[Any]:
+        batch: list[Any] = message.unpack_response(codec_options=codec, user_fields=fields)[0]["cursor"]["firstBatch"]
+        return batch
+
+    def raw_then_decode() -> list[Any]:
+        batch = message.unpack_response(codec_options=raw, user_fields=fields)[0]["cursor"]["firstBatch"]
+        sum(len(doc.raw) for doc in batch)  # the size check on each document's length
+        return decode_all(b"".join(doc.raw for doc in batch), codec)
+
+    def raw_batch_then_decode() -> list[Any]:
+        reply = message.raw_response(None, user_fields=fields)[0]
+        _convert_raw_document_lists_to_streams(reply)
+        return decode_all(reply["cursor"]["firstBatch"][0], codec)
+
+    def dicts_then_encode() -> list[Any]:
+        batch = dicts()
+        len(encode({"d": batch}, codec_options=codec))  # the size check on one encode of the batch
+        return batch
+
+    paths = {
+        "the driver's decode (B3's and a plain batch's read)": dicts,
+        "raw documents, joined, one decode (a transaction's read)": raw_then_decode,
+        "a raw batch, one decode": raw_batch_then_decode,
+        "the driver's decode, one encode of the batch": dicts_then_encode,
+    }
+    per_doc: dict[str, list[float]] = {name: [] for name in paths}
+    for r in range(rounds):
+        for name in list(paths) if r % 2 == 0 else list(paths)[::-1]:
+            t0 = time.process_time()
+            for _ in range(50):
+                assert len(paths[name]()) == BATCH
+            per_doc[name].append((time.process_time() - t0) / (50 * BATCH) * 1e6)
+    print(f"one reply of {BATCH} documents unpacked and decoded, client CPU per document, median of {rounds} rounds of 50:")
+    for name, values in per_doc.items():
+        print(f"  {name:<58} {statistics.median(values):6.2f} µs  ({min(values):.2f}–{max(values):.2f})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", help="a server to use instead of a fresh embedded one (a throwaway database)")
     parser.add_argument("--docs", type=int, default=5_000, help="documents seeded for the micro-bench (default 5000)")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--in-run", type=int, metavar="N", help="run the engine over N documents with the event loop accounted")
+    parser.add_argument("--unpack", action="store_true", help="in process, no server: a reply's unpack and decode by each read path")
     args = parser.parse_args()
+    if args.unpack:
+        unpack(args.rounds)
+        return 0
     db_name = f"mongoshift_probe_{time.time_ns() % 10**8}"
     with ExitStack() as stack:
         uri = server_uri(stack, args.uri)
