@@ -296,6 +296,26 @@ def test_a_reply_encodes_as_with_mongoeco_encode_wire_value(max_examples: int) -
     check()
 
 
+def test_a_reply_of_documents_with_mongoecos_object_ids_goes_out_as_it_is() -> None:
+    """(au) Nothing in a find's reply of plain documents with mongoeco's ObjectId ``_id``s (nested
+    documents and arrays included) needs converting: the reply is handed to the encoder as it is,
+    and the encoder writes the ObjectIds as the conversion would."""
+    from mongoeco.types import ObjectId as EcoObjectId
+    from mongoeco.wire import protocol
+
+    from mongoshift.embedded import patches
+
+    patches.apply()
+    batch = [{"_id": EcoObjectId(bytes([i]) * 12), "a": {"b": [1, "x", {"c": EcoObjectId(bytes([7]) * 12)}]}} for i in range(3)]
+    reply = {"cursor": {"firstBatch": batch, "id": Int64(0)}, "ok": 1.0}
+    assert protocol.encode_wire_value(reply) is reply
+    assert encode(reply) == encode(protocol.encode_wire_value.__wrapped__(reply))
+    reply["cursor"]["firstBatch"][1]["a"]["b"].append(Binary(b"\x01", 0))  # one value deep down to convert
+    out = protocol.encode_wire_value(reply)
+    assert out is not reply and out["cursor"]["firstBatch"][0] is batch[0]  # rebuilt only along its path
+    assert encode(out) == encode(protocol.encode_wire_value.__wrapped__(reply))
+
+
 def _containers(value: Any) -> Iterator[int]:
     """The ids of every dict and list of a tree."""
     if isinstance(value, dict):

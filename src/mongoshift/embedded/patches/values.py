@@ -5,7 +5,8 @@ reads them, and a reply's plain containers go to the encoder as they are (fix (a
 from __future__ import annotations
 
 import datetime
-from itertools import chain
+from itertools import chain, compress, repeat
+from operator import is_
 from typing import Any
 
 
@@ -56,11 +57,10 @@ _PLAIN = (str, int, float, bool, type(None), datetime.datetime)
 
 
 def patch_plain_wire_values() -> None:
-    from bson import ObjectId as BsonObjectId
+    from bson import Int64, ObjectId as BsonObjectId
     from mongoeco.api._async import raw_batch_cursor
+    from mongoeco.types import ObjectId
     from mongoeco.wire import bson_bridge, protocol
-
-    plain_out = (*_PLAIN, BsonObjectId)  # pymongo's ObjectId goes out as it is (mongoeco's subclass does not)
 
     original_decode = bson_bridge.decode_wire_value
     original_encode = bson_bridge.encode_wire_value
@@ -75,23 +75,44 @@ def patch_plain_wire_values() -> None:
             return [decode_wire_value(item) for item in value]
         return original_decode(value)
 
-    # (as) Every caller hands the result straight to BSON.encode, which only reads it: a dict or a
-    # list whose values are all plain, or a list of dicts whose values are (a cursor's batch), goes
-    # as it is (checked in one pass of C), not rebuilt.
-    all_plain_out = frozenset(plain_out).issuperset
-    values_of = dict.values
+    # (as) Every caller hands the result straight to BSON.encode, which only reads it: a tree with
+    # nothing to convert goes as it is, not rebuilt. (au) mongoeco's ObjectId is a subclass of
+    # pymongo's with its type marker, which BSON.encode writes as the same twelve bytes as the
+    # conversion would give: it goes as it is too, so a find's reply of documents with ObjectId
+    # _ids (most collections) is checked, not rebuilt document by document. A tree is rebuilt only
+    # along the containers that hold something to convert.
+    # pymongo's ObjectId and Int64 (a cursor's id) come back from the conversion unchanged
+    plain_kinds: frozenset[type] = frozenset((*_PLAIN, BsonObjectId, ObjectId, Int64))
+    all_plain_out = plain_kinds.issuperset
+    containers = frozenset((dict, list))
+    walkable = plain_kinds | containers
+
+    def converts(value: Any) -> bool:
+        """Whether the dict or list ``value`` holds, at any depth, a value that must be converted: one
+        depth at a time, each in passes of C (a reply's whole batch of documents at once)."""
+        dicts, lists = ([value], []) if type(value) is dict else ([], [value])
+        while dicts or lists:
+            items = list(chain(chain.from_iterable(map(dict.values, dicts)), chain.from_iterable(lists)))
+            types = list(map(type, items))
+            kinds = set(types)
+            if all_plain_out(kinds):
+                return False
+            if not walkable.issuperset(kinds):
+                return True
+            dicts = list(compress(items, map(is_, types, repeat(dict))))
+            lists = list(compress(items, map(is_, types, repeat(list))))
+        return False
 
     def encode_wire_value(value: Any) -> Any:
         kind = type(value)
-        if kind in plain_out:
+        if kind in plain_kinds:
             return value
         if kind is dict:
-            if all_plain_out(map(type, value.values())):
+            if not converts(value):
                 return value
             return {key: encode_wire_value(item) for key, item in value.items()}
         if kind is list:
-            kinds = set(map(type, value))
-            if all_plain_out(kinds) or (kinds == {dict} and all_plain_out(map(type, chain.from_iterable(map(values_of, value))))):
+            if not converts(value):
                 return value
             return [encode_wire_value(item) for item in value]
         return original_encode(value)
