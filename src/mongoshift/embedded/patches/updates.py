@@ -439,6 +439,7 @@ class Batch:
         self.comment: Any = None
         self._stack: contextlib.ExitStack | None = None
         self._lock: Any = None
+        self._own: Any = None  # the scope's journal, when it is the collection's only one
 
     async def open(self, collection: Any, session: Any, variables: Any, comment: Any, *, transactions: bool = False) -> None:
         """Take the lock and open the scope for ``collection``; :class:`_Undecided` (nothing held)
@@ -474,7 +475,7 @@ class Batch:
                 storage_view=self.storage, now=variables.now.replace(tzinfo=datetime.UTC),
             )
             stack = contextlib.ExitStack()
-            stack.enter_context(engine._document_state_rollback_locked(
+            journal = stack.enter_context(engine._document_state_rollback_locked(
                 db_name, coll_name, storage=self.storage, indexes=self.indexes_view, index_data=self.index_data,
                 search_indexes=search_indexes, collections=collections, options=option_store,
             ))
@@ -489,6 +490,13 @@ class Batch:
         self.index_maps = self.index_data.get(db_name, {}).get(coll_name, {})
         self._plans: dict[frozenset[str], Any] = {}
         self._stack, self._lock, self.count = stack, lock, 0
+        # (au) The scope's journal when it is the only one of this collection's (no scope around the
+        # batch's: no other one can open while the batch holds the lock): a lean index's undo is then
+        # its whole state, recorded once (MemoryEngine._record_index_state_undo_locked, which the
+        # rollback restores instead of the entries), not one entry per key written.
+        matching = [entry for entry in engine._document_undo_stack
+                    if entry.db_name == db_name and entry.coll_name == coll_name and entry.index_data is self.index_data]
+        self._own = journal if len(matching) == 1 and matching[0] is journal else None
 
     @property
     def is_open(self) -> bool:
@@ -538,14 +546,25 @@ class Batch:
         engine, db_name, coll_name = self.engine, self.db_name, self.coll_name
         lean, view = self._index_plan(changed)
         others = view[db_name][coll_name]
-        # the rollback journals _record_index_membership_undo_locked would write to (the batch's own scope)
-        journals = [journal for journal in engine._document_undo_stack
-                    if journal.db_name == db_name and journal.coll_name == coll_name and journal.index_data is self.index_data]
         keys = engine._index_keys
-        for index_map, name, fields in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
-            for key in keys(document, fields):
-                if _journaled(journals, index_map, name, key, storage_key) is not None:
+        own = self._own
+        if own is not None:
+            states = own.index_states
+            for index_map, name, fields in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
+                if id(index_map) not in states:
+                    engine._record_index_state_undo_locked(
+                        (db_name, coll_name), name, index_map, index_data=self.index_data, remove_on_rollback=False,
+                    )
+                for key in keys(document, fields):
                     index_map.discard(key, storage_key)
+        else:
+            # the rollback journals _record_index_membership_undo_locked would write to
+            journals = [journal for journal in engine._document_undo_stack
+                        if journal.db_name == db_name and journal.coll_name == coll_name and journal.index_data is self.index_data]
+            for index_map, name, fields in lean:
+                for key in keys(document, fields):
+                    if _journaled(journals, index_map, name, key, storage_key) is not None:
+                        index_map.discard(key, storage_key)
         if others:
             engine._update_indexes_locked(
                 db_name, coll_name, storage_key, document, action="delete", index_data_view=self.index_data, indexes_view=view,
@@ -554,7 +573,8 @@ class Batch:
         ordinal = coll.ordinal_for(storage_key) if type(coll) is m["MemoryCollection"] else None
         for index_map, name, fields in lean:  # _update_indexes_locked(action="insert"), likewise
             for key in keys(new_document, fields):
-                _journaled(journals, index_map, name, key, storage_key)
+                if own is None:
+                    _journaled(journals, index_map, name, key, storage_key)
                 index_map.add(key, storage_key, ordinal=ordinal)
         if others:
             engine._update_indexes_locked(
