@@ -52,13 +52,25 @@ async def test_expired_lock_is_taken_over_and_the_old_holder_is_fenced(db) -> No
 
 
 async def test_heartbeat_keeps_the_lock_and_detects_loss(db) -> None:  # type: ignore[no-untyped-def]
-    a = LeaseLock(db["locks"], run(1), ttl_seconds=1)
+    # A TTL a loaded machine renews within (a 1 s TTL gave up on a slow round trip, as it should), and
+    # states waited on, not times: the lock's expiry moved past the one the acquire wrote, twice.
+    a = LeaseLock(db["locks"], run(1), ttl_seconds=6)
     await a.acquire()
+    first = (await db["locks"].find_one({"_id": a.lock_id}))["expires_at"]
     a.start_heartbeat()
-    await asyncio.sleep(1.6)
+
+    async def renewed(times: int) -> None:
+        seen, last = 0, first
+        while seen < times:
+            assert not a.lost.is_set(), a.lost_reason
+            expires = (await db["locks"].find_one({"_id": a.lock_id}))["expires_at"]
+            seen, last = (seen + 1, expires) if expires > last else (seen, last)
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(renewed(2), 60)
     assert not await LeaseLock(db["locks"], run(2), ttl_seconds=30).try_acquire()
     assert await LeaseLock(db["locks"], run(3), ttl_seconds=1).force_release()
-    await asyncio.wait_for(a.lost.wait(), timeout=3)
+    await asyncio.wait_for(a.lost.wait(), timeout=60)
     assert a.lost_reason and "cleared" in a.lost_reason
     await a.release()
 
