@@ -148,6 +148,12 @@ async def test_a_failed_migration_shows_its_error_without_document_values(projec
         await bounded(page.close(), "closing the page")
 
 
+async def refusal_shown(page: Any) -> None:
+    """The dashboard's refusal page is shown and has loaded (its scripts and styles too)."""
+    await page.locator('[data-testid="error"]').filter(has_text="refused").wait_for(timeout=WAIT_MS)
+    await page.wait_for_load_state("load", timeout=WAIT_MS)
+
+
 async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refused(registered, db, browser) -> None:  # type: ignore[no-untyped-def]
     async with served(registered) as dash:
         page = await bounded(browser.new_page(), "opening a page")
@@ -160,6 +166,7 @@ async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refus
         async with page.expect_response(control_post, timeout=WAIT_MS) as answer:
             await page.click('[data-testid="control-pause"]', timeout=WAIT_MS)
         assert (await answer.value).status == 403
+        await refusal_shown(page)
         # another site's page posting to the dashboard (no CSRF value; its origin is not the dashboard's)
         await page.goto("about:blank", timeout=WAIT_MS)
         await page.set_content(
@@ -170,6 +177,10 @@ async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refus
         async with page.expect_response(control_post, timeout=WAIT_MS) as forged:
             await page.click("#go", timeout=WAIT_MS)
         assert (await forged.value).status == 403
+        # the refusal page, loaded in full, before the page closes: closed as soon as the answer's headers came,
+        # while the cross-site navigation (from about:blank, in a new renderer) still loaded, its close once did
+        # not end on a loaded machine (no request left on the server; Playwright's pipe waiting for the reply)
+        await refusal_shown(page)
         state = await bounded(db["_mongoshift_background"].find_one({"_id": NAME}), "reading the migration's state")
         assert state["status"] == "pending"
         await bounded(page.close(), "closing the page")
