@@ -23,7 +23,16 @@ from mongoshift.api import connect, migrations as command
 from ..background.conftest import background_file, seed
 from .conftest import NAME, TOKEN, WAIT_S, bounded, served, tenants_at_each_state
 
-pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# pytest-timeout's default (signal) method raises its failure in whatever Python code the main thread runs
+# when the alarm comes: with the event loop busy (a loaded machine: Playwright's pipe, uvicorn, the poller),
+# that is often a loop callback, and asyncio logs and drops it, so a hang went on past the timeout with no
+# traceback. The thread method ends the process after dumping every thread's stack: a hang always ends,
+# as a failure naming the test (under xdist, its worker "crashed while running" it).
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.timeout(method="thread"),
+]
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"]
@@ -55,6 +64,9 @@ async def chromium() -> AsyncIterator[Any]:
 async def browser(chromium: Any) -> AsyncIterator[Any]:
     """A fresh browser context (its own cookies); each test closes its pages before its server stops."""
     context = await bounded(chromium.new_context(), "opening a browser context")
+    # every Playwright wait given no timeout of its own (a goto, a click, set_content) has the tests' bound,
+    # not Playwright's 30 s default
+    context.set_default_timeout(WAIT_MS)
     try:
         yield context
     finally:
@@ -136,23 +148,41 @@ async def test_a_failed_migration_shows_its_error_without_document_values(projec
         await bounded(page.close(), "closing the page")
 
 
+async def refusal_shown(page: Any) -> None:
+    """The dashboard's refusal page is shown and has loaded (its scripts and styles too)."""
+    await page.locator('[data-testid="error"]').filter(has_text="refused").wait_for(timeout=WAIT_MS)
+    await page.wait_for_load_state("load", timeout=WAIT_MS)
+
+
 async def test_controls_without_the_token_and_a_forged_cross_site_post_are_refused(registered, db, browser) -> None:  # type: ignore[no-untyped-def]
     async with served(registered) as dash:
         page = await bounded(browser.new_page(), "opening a page")
         await page.goto(f"{dash.url}/migrations/{NAME}")
-        async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as answer:
-            await page.click('[data-testid="control-pause"]')
+        control = f"{dash.url}/migrations/{NAME}/control"
+
+        def control_post(r: Any) -> bool:  # the control's answer, not any other POST's
+            return r.request.method == "POST" and r.url == control
+
+        async with page.expect_response(control_post, timeout=WAIT_MS) as answer:
+            await page.click('[data-testid="control-pause"]', timeout=WAIT_MS)
         assert (await answer.value).status == 403
+        await refusal_shown(page)
         # another site's page posting to the dashboard (no CSRF value; its origin is not the dashboard's)
-        await page.goto("about:blank")
+        await page.goto("about:blank", timeout=WAIT_MS)
         await page.set_content(
-            f'<form method="post" action="{dash.url}/migrations/{NAME}/control"><input name="action" value="pause">'
-            '<button id="go" type="submit">go</button></form>'
+            f'<form method="post" action="{control}"><input name="action" value="pause">'
+            '<button id="go" type="submit">go</button></form>',
+            timeout=WAIT_MS,
         )
-        async with page.expect_response(lambda r: r.request.method == "POST", timeout=WAIT_MS) as forged:
+        async with page.expect_response(control_post, timeout=WAIT_MS) as forged:
             await page.click("#go", timeout=WAIT_MS)
         assert (await forged.value).status == 403
-        assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
+        # the refusal page, loaded in full, before the page closes: closed as soon as the answer's headers came,
+        # while the cross-site navigation (from about:blank, in a new renderer) still loaded, its close once did
+        # not end on a loaded machine (no request left on the server; Playwright's pipe waiting for the reply)
+        await refusal_shown(page)
+        state = await bounded(db["_mongoshift_background"].find_one({"_id": NAME}), "reading the migration's state")
+        assert state["status"] == "pending"
         await bounded(page.close(), "closing the page")
 
 
