@@ -65,3 +65,17 @@ def test_a_long_interval_measures_over_its_last_two_readings_and_a_completed_one
     clock[0] = 7_200.0
     rate, eta = recent.observe(reading(ESTIMATE, status="completed"))
     assert rate is not None and abs(rate - 2_800 / 3_600) < 1e-9 and eta is None
+
+
+def test_two_readings_a_moment_apart_measure_nothing() -> None:
+    """A run stopped by Ctrl-C right after a status reading: its last line (its own counters, a batch
+    ahead of the checkpointed ones) came 20 ms later, and read as 75,000 docs/s with an ETA of zero."""
+    clock = [0.0]
+    recent = RecentRate(lambda: clock[0])
+    recent.observe(reading(3_000))
+    clock[0] = 0.02
+    rate, eta = recent.observe(reading(4_500))
+    assert (rate, eta) == (None, None)
+    assert progress_line(reading(4_500), rate, eta).endswith("-, ETA -, pass 1, running")
+    clock[0] = 2.0
+    assert recent.observe(reading(5_000)) == (1_000.0, (ESTIMATE - 5_000) / 1_000.0)

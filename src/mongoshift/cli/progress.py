@@ -33,6 +33,10 @@ _FINAL = frozenset({"completed", "failed", "cancelled", "paused"})
 
 #: The stretch of recent readings the progress's rate and ETA are computed over.
 RATE_WINDOW_SECONDS = 60.0
+#: The shortest stretch a rate is computed over: a run's last line (its own counters) can follow a
+#: status reading (the checkpointed ones, a batch behind) by milliseconds, and a batch over that
+#: gap read as tens of thousands of documents a second with an ETA of zero.
+MIN_RATE_SPAN_SECONDS = 1.0
 
 
 class RecentRate:
@@ -59,7 +63,7 @@ class RecentRate:
         while len(readings) > 2 and readings[1][0] <= at - self.window:
             readings.popleft()
         since, before = readings[0]
-        if at <= since:
+        if at - since < MIN_RATE_SPAN_SECONDS:
             return None, None
         rate = (scanned - before) / (at - since)
         eta = r.remaining / rate if rate > 0 and r.status in ("pending", "running") else None
