@@ -18,7 +18,6 @@ once and turns itself off. A missing signal never blocks a migration.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import math
 import time
@@ -29,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 from bson.timestamp import Timestamp
 
 from ...project.server_errors import not_a_replica_set, unauthorized
+from ...project.user_code import call
 
 log = logging.getLogger("mongoshift.background")
 
@@ -148,7 +148,8 @@ class ReplicationLag:
 class CallableSignal:
     """A user's function as a signal: it returns the ms to wait (``None``, ``0``, ``False``: go on).
 
-    The function takes no argument and may be sync or async. ``True`` means
+    The function takes no argument and may be sync (run in a worker thread, so a
+    blocking call in it never stalls the loop) or async. ``True`` means
     "busy": wait ``busy_ms``. A function that raises, or returns something else,
     counts as "go on" (warned once, then logged at debug): a broken signal must
     neither stop nor block the migration.
@@ -170,10 +171,7 @@ class CallableSignal:
 
     async def wait_ms(self) -> float:
         try:
-            value = self.function()
-            if inspect.isawaitable(value):
-                value = await value
-            return _as_wait(value, self.busy_ms)
+            return _as_wait(await call(self.function), self.busy_ms)  # a sync one in a thread: it may block
         except Exception:
             if self._warned:
                 self._log.debug("health signal %s failed; not waiting", self.name, exc_info=True)

@@ -27,13 +27,13 @@ to the next partition it claims.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ...project.run import CancelSignal
+from ...project.user_code import call
 from ...schema.background import Adaptive
 
 Change = Literal["grow", "shrink", "slow", "overload", "conflicts", "recover"]
@@ -303,9 +303,7 @@ async def before_batch(
     """The wait before one batch: the fixed pause (not before a lane's first), the hook, the controller."""
     total = 0.0 if first else float(pause_ms)
     if hook is not None:
-        extra = hook(context)
-        if inspect.isawaitable(extra):
-            extra = await extra
+        extra = await call(hook, context)  # a sync hook in a thread: one that blocks never stalls the lanes' loop
         if isinstance(extra, (int, float)) and not isinstance(extra, bool) and extra > 0:
             total += float(extra)
     total += adaptive_pause_ms
