@@ -84,6 +84,17 @@ def original(owner: Any, name: str) -> Iterator[None]:
         setattr(owner, name, patched)
 
 
+@contextmanager
+def original_update_path() -> Iterator[None]:
+    """mongoeco's own update path for the duration: the ``update`` command's loop and its per-statement
+    function, both as mongoeco wrote them (fixes (ah) and (av) off)."""
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.api._async._database_admin_write_commands import DatabaseAdminWriteCommandService
+
+    with original(_collection_modify, "execute_server_update"), original(DatabaseAdminWriteCommandService, "command_update"):
+        yield
+
+
 def sync_client(server: InProcessServer) -> MongoClient[Any]:
     return MongoClient(server.uri, serverSelectionTimeoutMS=30_000, socketTimeoutMS=300_000)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, original, original_update_path, sync_client
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +109,6 @@ def test_a_guarded_update_does_what_the_original_update_does(server: InProcessSe
     @settings(max_examples=max_examples)
     @given(docs=stored(), data=st.data())
     def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
-        from mongoeco.api._async import _collection_modify
-
         requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
         ordered = data.draw(st.booleans())
         client = sync_client(server)
@@ -121,7 +120,7 @@ def test_a_guarded_update_does_what_the_original_update_does(server: InProcessSe
                 if docs:
                     collection.insert_many(docs)
             got = outcome(fast, requests, ordered)
-            with original(_collection_modify, "execute_server_update"):
+            with original_update_path():
                 expected = outcome(slow, requests, ordered)
             assert got == expected
             for field in ("__v", "a"):  # the indexes hold the same documents under the same keys
@@ -344,7 +343,6 @@ def test_a_batchs_change_events_are_the_original_paths(server: InProcessServer, 
     @settings(max_examples=max_examples)
     @given(docs=stored(), data=st.data())
     def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
-        from mongoeco.api._async import _collection_modify
         from mongoeco.engines.adapter import EngineSpiAdapter
 
         requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
@@ -353,17 +351,14 @@ def test_a_batchs_change_events_are_the_original_paths(server: InProcessServer, 
         try:
             got = []
             for name, swapped in (("fast", None), ("adapter", (EngineSpiAdapter, "dispatch_committed_changes")),
-                                  ("slow", (_collection_modify, "execute_server_update"))):
+                                  ("slow", None)):
                 collection = client.updates[name]
                 collection.drop()
                 collection.create_index([("__v", 1), ("_id", 1)])
                 if docs:
                     collection.insert_many(docs)
-                if swapped is None:
+                with original(*swapped) if swapped else original_update_path() if name == "slow" else nullcontext():
                     got.append(outcome_with_events(collection, requests, ordered))
-                else:
-                    with original(*swapped):
-                        got.append(outcome_with_events(collection, requests, ordered))
             assert got[0] == got[1] == got[2]
         finally:
             client.close()
@@ -402,5 +397,34 @@ def test_a_batch_takes_no_per_statement_journal_key_or_delivery_steps(server: In
             assert [stream.next()["documentKey"]["_id"] for _ in range(200)] == list(range(100, 300))
         assert result.modified_count == 200
         assert calls == {"bson_equality_key": 0, "_record_index_membership_undo_locked": 0, "_deliver_committed_change": 0}
+    finally:
+        client.close()
+
+
+def test_an_update_command_of_plain_entries_goes_to_the_batch_without_the_per_statement_path(
+    server: InProcessServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(av) A command whose entries are all ``{q, u}`` is answered by its own loop, not mongoeco's (which
+    calls the per-statement function of its module for each entry); the entry the batch does not take
+    (the ``$inc`` of a string) goes to mongoeco's own statement path, whose error the reply names by
+    the entry's index, as mongoeco's loop does."""
+    from mongoeco.api._async import _collection_modify
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.plain
+        collection.drop()
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "s": "x"} for i in range(50)])
+        calls = count_calls(monkeypatch, (_collection_modify, "execute_server_update"))
+        requests = [UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in range(40)]
+        requests.insert(7, UpdateOne({"_id": 45}, {"$inc": {"s": 1}}))
+        with pytest.raises(BulkWriteError) as failed:
+            collection.bulk_write(requests, ordered=False)
+        monkeypatch.undo()
+        assert calls == {"execute_server_update": 0}
+        details = failed.value.details
+        assert (details["nMatched"], details["nModified"]) == (40, 40)
+        assert [(e["index"], e["code"]) for e in details["writeErrors"]] == [(7, 14)]
+        assert collection.count_documents({"__v": 2, "__rev": 2}) == 40
     finally:
         client.close()

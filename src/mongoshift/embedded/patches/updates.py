@@ -178,6 +178,27 @@ def statement(query: Any, change: Any, multi: bool, replacement: bool, options: 
     return Statement(document_id, guards, operators)
 
 
+def _plain_entries(spec: Any) -> bool:
+    """(av) Whether every entry of an ``update`` command is ``{q, u}`` with ``multi`` and ``upsert`` false or
+    absent, and an operator document as ``u``: the entries the command's plain loop takes."""
+    entries = spec.get("updates") if type(spec) is dict else None
+    if type(entries) is not list or not entries:
+        return False
+    for entry in entries:
+        if type(entry) is not dict or type(entry.get("q")) is not dict:
+            return False
+        change = entry.get("u")
+        if type(change) is not dict or not change:
+            return False
+        for key, value in entry.items():
+            if key != "q" and key != "u" and not ((key == "multi" or key == "upsert") and value is False):
+                return False
+        for operator in change:
+            if type(operator) is not str or not operator.startswith("$"):
+                return False
+    return True
+
+
 def guard_holds(document: dict[str, Any], guards: list[tuple[str, Any]]) -> bool:
     """Whether ``document`` equals every guard (BSON equality of scalars); raises :class:`_Undecided`
     for a stored array or sub-document (element matching) or a value this does not compare."""
@@ -502,6 +523,18 @@ class Batch:
     def is_open(self) -> bool:
         return self._stack is not None
 
+    async def answer(self, plan: Statement, collection: Any, session: Any, variables: Any, comment: Any) -> Any:
+        """The statement's UpdateResult through this batch (opened for ``collection`` by the first), or
+        None, with nothing of it written, when the original path must answer it."""
+        try:
+            if not self.is_open:
+                await self.open(collection, session, variables, comment)
+            elif self.collection is not collection or self.session is not session:
+                raise _Undecided
+            return self.apply(plan)
+        except _Undecided:
+            return None
+
     def apply(self, plan: Statement) -> Any:
         """The statement's UpdateResult; :class:`_Undecided` before anything is written when the
         original path must answer it."""
@@ -776,10 +809,11 @@ def _patch_single_member_buckets() -> None:
 # pruned the outbox after each change (a new list each time: quadratic in the batch), now once after
 # the last one delivered.
 def patch_guarded_updates() -> None:
-    from mongoeco.api._async import _collection_modify
+    from mongoeco.api._async import _collection_modify, _database_admin_write_commands
     from mongoeco.api._async._database_admin_write_commands import DatabaseAdminWriteCommandService
 
     m = _bind()
+    commands: Any = _database_admin_write_commands  # its helpers are unannotated
     original: Any = _collection_modify.execute_server_update  # untyped in mongoeco
     original_command = DatabaseAdminWriteCommandService.command_update
 
@@ -787,26 +821,69 @@ def patch_guarded_updates() -> None:
         batch = _BATCH.get()
         plan = statement(query, change, multi, replacement, options) if batch is not None else None
         if batch is not None and plan is not None:
-            try:
-                if not batch.is_open:
-                    await batch.open(collection, options.get("session"), options.get("let"), options.get("comment"))
-                elif batch.collection is not collection or batch.session is not options.get("session"):
-                    raise _Undecided
-                return batch.apply(plan)
-            except _Undecided:
-                pass
+            answered = await batch.answer(plan, collection, options.get("session"), options.get("let"), options.get("comment"))
+            if answered is not None:
+                return answered
         if batch is not None:
             batch.close()
         return await original(collection, query, change, multi=multi, replacement=replacement, **options)
 
-    async def command_update(self: Any, spec: Any, **options: Any) -> Any:
+    async def command_update(self: Any, spec: Any, *, session: Any = None, execution_context: Any = None) -> Any:
         batch = Batch()
         token = _BATCH.set(batch)
         try:
-            return await original_command(self, spec, **options)
+            if _plain_entries(spec):
+                return await plain_command_update(self, spec, batch, session, execution_context)
+            return await original_command(self, spec, session=session, execution_context=execution_context)
         finally:
             _BATCH.reset(token)
             batch.close()
+
+    async def plain_command_update(self: Any, spec: Any, batch: Batch, session: Any, execution_context: Any) -> Any:
+        """(av) DatabaseAdminWriteCommandService.command_update for a command whose every entry is
+        ``{q, u}`` (``multi`` and ``upsert`` false or absent) and whose ``u`` is an operator document:
+        the same command checks and per-entry results and errors, without the parse of the options
+        such an entry does not have; an entry the batch takes goes to it at once, any other to the
+        patched execute_server_update with the arguments mongoeco's loop would give it."""
+        admin = self._admin
+        commands.validate_write_fields(spec, "update")
+        collection_name = admin._require_collection_name(spec.get("update"), "update")
+        updates = admin._normalize_update_specs(spec.get("updates"))
+        commands._validate_update_command_shapes(updates, admin._mongodb_dialect.key)
+        ordered = admin._normalize_ordered_from_command(spec.get("ordered"))
+        bypass = commands.command_boolean(spec.get("bypassDocumentValidation", False), "bypassDocumentValidation", numeric=True)
+        collection = admin._database.get_collection(collection_name)
+        command_let = spec.get("let")
+        commands.validate_command_let(command_let)
+        acknowledged = commands.write_command_acknowledged(spec, dialect=admin._mongodb_dialect.key)
+        variables = (execution_context or admin._database._new_execution_context()).with_bindings(command_let or {})
+        comment = spec.get("comment")
+        matched = modified = 0
+        write_errors: list[Any] = []
+        failure = None
+        for index, entry in enumerate(updates):
+            query, change = entry["q"], entry["u"]
+            try:
+                plan = statement(query, change, False, False, {})
+                result = None if plan is None else await batch.answer(plan, collection, session, variables, comment)
+                if result is None:
+                    batch.close()
+                    result = await original(
+                        collection, query, change, multi=False, replacement=False, upsert=False, sort=None, collation=None, hint=None,
+                        comment=comment, let=variables, bypass_document_validation=bypass, session=session, array_filters=None,
+                    )
+                matched += result.matched_count
+                modified += result.modified_count
+            except (commands.WriteError, commands.OperationFailure, TypeError, ValueError) as exc:
+                failure = commands.record_write_failure(write_errors, exc, index=index, first_failure=failure)
+                if ordered:
+                    break
+        if failure is not None:
+            raise failure
+        return commands._write_command_result(
+            commands.WriteCommandResult(count=matched, modified_count=modified, upserted=None, write_errors=write_errors or None),
+            acknowledged=acknowledged,
+        )
 
     def dispatch_committed_changes(self: Any, consumer_id: str, consumer: Any) -> None:
         with self._change_dispatch.hold(consumer_id):
@@ -871,6 +948,7 @@ def patch_guarded_updates() -> None:
     deliver_committed_change.__wrapped__ = deliver  # type: ignore[attr-defined]
     EngineSpiAdapter._deliver_committed_change = staticmethod(deliver_committed_change)
     execute_server_update.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
+    command_update.__wrapped__ = original_command  # type: ignore[attr-defined]
     dispatch_committed_changes.__wrapped__ = engine_class.dispatch_committed_changes  # type: ignore[attr-defined]
     _collection_modify.execute_server_update = execute_server_update
     DatabaseAdminWriteCommandService.command_update = command_update
