@@ -109,6 +109,23 @@ async def fail_command(client: AsyncMongoClient, mode: Any, **data: Any) -> Asyn
         await client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
 
 
+async def until(what: str, check: Callable[[], Any], bound: float = 60.0) -> Any:
+    """Poll ``check`` (a function, or one that returns an awaitable) until it gives something true, and return that.
+
+    For a state or event that has no notification of its own: ``bound`` only ends a hang (a loaded
+    machine may take long to get there), it is not a budget the test measures."""
+    deadline = asyncio.get_running_loop().time() + bound
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not reached within {bound:g}s: {what}")
+        await asyncio.sleep(0.05)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if REAL_URI:
         return

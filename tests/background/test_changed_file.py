@@ -12,6 +12,7 @@ from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes import drive as bg_runner
 from mongoshift.errors import BackgroundFileChangedError
 
+from ..conftest import until
 from .conftest import background_file, seed
 
 FAILING = background_file(batch_size=50).replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('not yet')")
@@ -28,6 +29,10 @@ def _deploy_a_change(path) -> None:  # type: ignore[no-untyped-def]
     path.write_text(path.read_text() + "\n# deployed a fix\n")
 
 
+def _says_it_waits(caplog) -> bool:  # type: ignore[no-untyped-def]
+    return any("0001_names.py" in r.getMessage() and "waiting up to" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_failed_migration_whose_file_changed_reports_failed_at_once(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
     path = await _registered(fast_project, db, FAILING)
     s = fast_project.settings()
@@ -35,7 +40,7 @@ async def test_a_failed_migration_whose_file_changed_reports_failed_at_once(fast
     assert failed.status == "failed"
     _deploy_a_change(path)
     caplog.set_level(logging.INFO, logger="mongoshift")
-    (report,) = await asyncio.wait_for(bg.run(s, ["0001_names.py"]), 10)  # it used to wait forever
+    (report,) = await asyncio.wait_for(bg.run(s, ["0001_names.py"]), 60)  # it used to wait forever (the default 300 s)
     assert report.status == "failed"
     hint = " ".join(r.getMessage() for r in caplog.records if "differs" in r.getMessage())
     assert "background repin 0001_names.py" in hint and "background retry 0001_names.py" in hint
@@ -50,7 +55,7 @@ async def test_a_finished_migration_whose_file_changed_does_not_wait(fast_projec
     else:
         await bg.run(s, ["0001_names.py"])
     _deploy_a_change(path)
-    (report,) = await asyncio.wait_for(bg.run(s, ["0001_names.py"]), 10)
+    (report,) = await asyncio.wait_for(bg.run(s, ["0001_names.py"]), 60)  # not the default 300 s wait
     assert report.status == status
 
 
@@ -78,13 +83,16 @@ async def test_a_pending_migration_waits_at_most_the_bound_then_fails_with_what_
     assert all("s of 1.5s" in r.getMessage() for r in progress)
 
 
-async def test_a_deploy_that_finishes_within_the_bound_runs_the_migration(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_deploy_that_finishes_within_the_bound_runs_the_migration(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
     fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=30)
     path = await _registered(fast_project, db)
     registered = path.read_text()
     _deploy_a_change(path)
+    caplog.set_level(logging.INFO, logger="mongoshift")
     run = asyncio.create_task(bg.run(fast_project.settings(), ["0001_names.py"]))
-    await asyncio.sleep(0.5)
+    # The run has seen the changed file and waits (it says so), not 0.5 s, within which a loaded machine's
+    # run may not have read the file yet: the rollback below would then not be one it waited for.
+    await until("the run waits for the registered file", lambda: _says_it_waits(caplog) or run.done())
     assert not run.done()
     path.write_text(registered)  # the rollout was rolled back: the registered file is here again
     (report,) = await asyncio.wait_for(run, 30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 
 import pytest
 from bson import Decimal128, Int64
@@ -11,6 +12,7 @@ from pymongo.errors import DuplicateKeyError
 
 from mongoshift.api import background as bg, migrations as command
 
+from ..conftest import until
 from .conftest import background_file, seed
 
 
@@ -317,10 +319,12 @@ async def test_in_application_runner_runs_and_stops(fast_project, db) -> None:  
     s = fast_project.settings()
     await command.up(s)
     runner = await bg.start_background_runner(s, concurrency=1)
-    for _ in range(200):
-        if await db.people.count_documents({"__v": 2}) == 300:
-            break
-        await asyncio.sleep(0.1)
+
+    async def all_migrated() -> bool:
+        return await db.people.count_documents({"__v": 2}) == 300
+
+    # Not 200 polls (a budget of about 20 s, which a loaded machine may need more than): the bound only ends a hang.
+    await until("the runner migrated all 300", all_migrated, bound=120)
     await runner.stop()
     assert not runner.running
     assert await db.people.count_documents({"__v": 2}) == 300
@@ -498,14 +502,17 @@ async def test_health_signals_hold_batches_until_healthy(fast_project, db) -> No
     assert asyncio.get_running_loop().time() - started >= 0.5
 
 
-async def test_a_changed_file_waits_until_repinned(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+async def test_a_changed_file_waits_until_repinned(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 100)
     path = fast_project.add("0001_names.py", background_file(batch_size=50))
     s = fast_project.settings()
     await command.up(s)
     path.write_text(path.read_text() + "\n# deployed a fix\n")  # a rolling deploy changed the file
+    caplog.set_level(logging.INFO, logger="mongoshift")
     run = asyncio.create_task(bg.run(s, ["0001_names.py"]))
-    await asyncio.sleep(1.0)
+    # Until the run says it waits for the file (not 1 s, within which a loaded machine's run may not have
+    # read it yet: the repin below would then come before the run saw the change).
+    await until("the run waits for the registered file", lambda: run.done() or any("waiting up to" in r.getMessage() for r in caplog.records))
     assert not run.done() and await db.people.count_documents({"__v": 2}) == 0  # waiting, not running
     result = await bg.repin(s, "0001_names.py", reason="deploy 42")
     assert result.applied == "applied" and not result.replan

@@ -3,24 +3,43 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
+import types
 
 import pytest
 
 from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
 
+from ..conftest import until
 from .conftest import background_file, seed
 
-LONG_PAUSE = background_file(batch_size=10, extra="adaptive=False,").replace("pause_ms=0", "pause_ms=60_000")
+# The files below tell the test (sys.modules["mongoshift_test_stop"], the ``side`` fixture) when the lane
+# has asked for its wait before the second batch: the hook and the health signal are called right
+# before it. The hook then holds the lane until ``go`` is set (a test gives a control meanwhile).
+LONG_PAUSE = background_file(batch_size=10, extra="adaptive=False, throttle=throttle,").replace("pause_ms=0", "pause_ms=60_000").replace(
+    "background = Background(",
+    "import sys\n\ndef throttle(context):\n    side = sys.modules['mongoshift_test_stop']\n    side.asked.append(1)\n"
+    "    if len(side.asked) > 1:\n        side.waiting.set()\n        assert side.go.wait(60)\n    return 0\n\nbackground = Background(",
+)
 
 # Healthy for the first batch, then busy for a minute at every ask.
 BUSY_AFTER_FIRST = background_file(batch_size=10, extra="adaptive=False, health=[busy],").replace(
     "background = Background(",
-    "_asked = []\n\ndef busy():\n    _asked.append(1)\n    return 0 if len(_asked) == 1 else 60_000\n\nbackground = Background(",
+    "import sys\n\ndef busy():\n    side = sys.modules['mongoshift_test_stop']\n    side.asked.append(1)\n"
+    "    if len(side.asked) == 1:\n        return 0\n    side.waiting.set()\n    return 60_000\n\nbackground = Background(",
 )
 
 
-async def _waiting_after_one_batch(fast_project, db, source: str):  # type: ignore[no-untyped-def]
+@pytest.fixture
+def side(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    ns = types.SimpleNamespace(asked=[], waiting=threading.Event(), go=threading.Event())
+    monkeypatch.setitem(sys.modules, "mongoshift_test_stop", ns)
+    return ns
+
+
+async def _waiting_after_one_batch(fast_project, db, source: str, side, events: list[Event] | None = None):  # type: ignore[no-untyped-def]
     """An in-app runner whose one lane wrote its first batch of 10 and now waits before the next."""
     await seed(db.people, 100)
     fast_project.add("0001_names.py", source)
@@ -29,47 +48,60 @@ async def _waiting_after_one_batch(fast_project, db, source: str):  # type: igno
     first_batch = asyncio.Event()
 
     def observe(event: Event) -> None:
+        if events is not None:
+            events.append(event)
         if event.kind == "batch":
             first_batch.set()
 
     runner = await bg.start_background_runner(s, observers=[observe])
     await asyncio.wait_for(first_batch.wait(), 60)
-    await asyncio.sleep(0.5)  # the lane now waits before its second batch
+    # Not a fixed 0.5 s, which a loaded machine's lane may not have reached its wait within.
+    await until("the lane waits before its second batch", side.waiting.is_set)
     return s, runner
 
 
 @pytest.mark.parametrize("source", [LONG_PAUSE, BUSY_AFTER_FIRST], ids=["pause_ms", "health"])
-async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, source: str) -> None:  # type: ignore[no-untyped-def]
-    _, runner = await _waiting_after_one_batch(fast_project, db, source)
+async def test_stop_during_a_wait_writes_no_further_batch(fast_project, db, source: str, side) -> None:  # type: ignore[no-untyped-def]
+    side.go.set()  # the hook lets the lane go on into its minute-long pause at once
+    _, runner = await _waiting_after_one_batch(fast_project, db, source, side)
     written = await db.people.count_documents({"__v": 2})
     assert written == 10
 
     loop = asyncio.get_running_loop()
     started = loop.time()
     await runner.stop()
-    assert loop.time() - started < 5, "the stop waited out the pause instead of cutting it short"
+    # Half the minute-long wait: a stop that waited it out takes longer, however loaded the machine; one that
+    # cut it short takes a fraction of a second, and a loaded machine's need not fit in a few seconds.
+    assert loop.time() - started < 30, "the stop waited out the pause instead of cutting it short"
     assert not runner.running
     assert await db.people.count_documents({"__v": 2}) == written, "a batch was written after the stop"
     assert await db["_mongoshift_background_partitions"].count_documents({"lease": {"$exists": True}}) == 0
 
 
-async def test_a_pause_given_during_a_long_wait_writes_no_further_batch(fast_project, db) -> None:  # type: ignore[no-untyped-def]
-    s, runner = await _waiting_after_one_batch(fast_project, db, LONG_PAUSE.replace("pause_ms=60_000", "pause_ms=3_000"))
+async def test_a_pause_given_during_a_long_wait_writes_no_further_batch(fast_project, db, side) -> None:  # type: ignore[no-untyped-def]
+    events: list[Event] = []
+    s, runner = await _waiting_after_one_batch(fast_project, db, LONG_PAUSE.replace("pause_ms=60_000", "pause_ms=3_000"), side, events)
     try:
         assert await db.people.count_documents({"__v": 2}) == 10
+        # Given while the lane waits (its hook holds it until then), not raced against its 3 s pause.
         assert (await bg.apply_control(s, "0001_names.py", "pause")).applied == "applied"
-        await asyncio.sleep(4.5)  # past the pause: the lane has looked at the control again
+        side.go.set()
+        # Until the lane has looked at the control again after the wait (its slice ends), not for 4.5 s.
+        ends = await until("the lane's slice ends", lambda: [e for e in events if e.kind == "slice_end"])
+        assert ends[0].data["outcome"] == "paused"
         assert await db.people.count_documents({"__v": 2}) == 10, "a batch was written after the pause"
     finally:
+        side.go.set()
         await runner.stop()
     assert (await bg.status(s, "0001_names.py"))[0].status == "paused"
 
 
-async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lock(fast_project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lock(fast_project, db, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A killed runner's coordinator lock holds the next run up to the lease TTL: it must say so, not sit silent at pass 0."""
     import logging
 
     from mongoshift.background.state.store import lock_id
+    from mongoshift.project.lock import LeaseLock
     from mongoshift.project.run import CancelSignal
 
     await seed(db.people, 20)
@@ -78,12 +110,25 @@ async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lo
     await command.up(s)
     async with bg.open_engine(s) as other:  # another runner's identity holds the lock
         assert await other.session.new_lock(lock_id("0001_names.py"), ttl_seconds=60).try_acquire()
+        refused: list[str] = []
+        try_acquire = LeaseLock.try_acquire
+
+        async def counted(lock: LeaseLock) -> bool:
+            taken = await try_acquire(lock)
+            if not taken and lock.lock_id == lock_id("0001_names.py"):
+                refused.append(lock.lock_id)
+            return taken
+
+        monkeypatch.setattr(LeaseLock, "try_acquire", counted)
         cancel = CancelSignal()
         caplog.set_level(logging.INFO, logger="mongoshift.background")
         run = asyncio.create_task(bg.run(s, ["0001_names.py"], cancel=cancel))
-        await asyncio.sleep(1.5)
+        # Refused at three polls (once would not show that it says so once only), not for 1.5 s,
+        # within which a loaded machine's run may not have asked even once.
+        await until("the run was refused the coordinator lock three times", lambda: len(refused) >= 3 or run.done())
         cancel.set("test")
         await run
+    assert len(refused) >= 3
     said = [r.getMessage() for r in caplog.records if "coordinator lock" in r.getMessage()]
     assert len(said) == 1 and "background_lease_ttl_seconds" in said[0]
     assert await db.people.count_documents({"__v": 2}) == 0

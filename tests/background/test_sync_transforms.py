@@ -17,7 +17,7 @@ from mongoshift.background.state.events import Event
 from mongoshift.background.state.store import BackgroundStore
 from mongoshift.background.write import batch
 
-from ..conftest import TEST_CLIENT_OPTIONS, Project
+from ..conftest import TEST_CLIENT_OPTIONS, Project, until
 from .conftest import background_file, seed
 
 LEASE_TTL_SECONDS = 1  # the smallest background_lease_ttl_seconds allows
@@ -79,8 +79,13 @@ async def test_a_sync_transform_blocking_past_the_lease_ttl_never_loses_its_leas
     await command.up(settings)
     events: list[Event] = []
     with RivalReaper(fast_project.uri, fast_project.db, settings.background_collection, "0001_slow.py") as rival:
+        # It was looking the whole time: from before the run to after it, round after round (its own loop,
+        # which ends only when stopped or on an error, raised here). How many rounds fit in the run's
+        # 4.5 s depends on the machine's load (more than 10 were asked for).
+        await until("the rival's first round", lambda: rival.rounds > 0 or rival.error)
         (result,) = await bg.run(settings, ["0001_slow.py"], observers=[events.append])
-    assert rival.rounds > 10  # it was looking the whole time
+        ended = rival.rounds
+        await until("a round of the rival's begun after the run", lambda: rival.rounds > ended + 1 or rival.error)
     assert result.status == "completed"
     assert await db.people.count_documents({"__v": 2, "__rev": 2}) == DOCS  # every document rewritten exactly once
     assert result.totals["migrated"] == DOCS

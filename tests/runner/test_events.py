@@ -14,6 +14,8 @@ from mongoshift import api
 from mongoshift.errors import ExecutionFailedError, LockHeldError
 from mongoshift.project.events import Event
 
+from .conftest import LOSES_LOCK
+
 LOGS = """
 from bson import ObjectId
 
@@ -243,17 +245,10 @@ async def test_an_observer_scope_wraps_each_body_and_cannot_break_it(project, db
     assert tracer.trail == ["run_start", "lock_acquired", "migration_start", *body, "migration_end", "run_end"]
 
 
-LOSES_LOCK = """
-import time
-
-def up(ctx):
-    ctx.db["_mongoshift_locks"].delete_many({})
-    time.sleep(1.2)
-"""
-
-
-async def test_a_lost_lock_is_an_event(project, db) -> None:  # type: ignore[no-untyped-def]
-    project.write_config(lock_ttl_seconds=1, on_lock_lost="warn")
+async def test_a_lost_lock_is_an_event(project, db, lock_lost_seen) -> None:  # type: ignore[no-untyped-def]
+    # The body returns once the heartbeat found the lock gone: with warn nothing else looks (a 1.2 s sleep
+    # raced the heartbeat, and a 1 s TTL let a slow renewal give the lock up for another reason).
+    project.write_config(lock_ttl_seconds=6, on_lock_lost="warn")
     project.add("0001_loses.py", LOSES_LOCK)
     seen = Recorder()
     await api.up(project.settings(), observers=[seen])

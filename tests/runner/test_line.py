@@ -16,6 +16,8 @@ from mongoshift.errors import (
 )
 from mongoshift.project.run import CancelSignal
 
+from .conftest import LOSES_LOCK
+
 ASYNC_INSERT = """
 description = "insert {tag}"
 
@@ -269,20 +271,13 @@ def test_a_server_without_transactions_exits_15(standalone_project, cli) -> None
     assert "replica set" in result.stderr
 
 
-LOSES_LOCK = """
-import time
-
-def up(ctx):
-    ctx.db["_mongoshift_locks"].delete_many({})
-    time.sleep(1.2)
-"""
-
-
 @pytest.mark.parametrize("policy", ["abort", "warn"])
-async def test_lost_lock_stops_or_warns(project, db, policy: str) -> None:  # type: ignore[no-untyped-def]
+async def test_lost_lock_stops_or_warns(project, db, policy: str, lock_lost_seen) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.errors import LockLostError
 
-    project.write_config(lock_ttl_seconds=1, on_lock_lost=policy)
+    # The body returns once the heartbeat found the lock gone (not after 1.2 s, which a loaded machine's
+    # heartbeat may not have renewed within), and a TTL a loaded machine renews within until then.
+    project.write_config(lock_ttl_seconds=6, on_lock_lost=policy)
     project.add("0001_loses.py", LOSES_LOCK)
     project.add("0002_next.py", ASYNC_INSERT.format(tag="next"))
     if policy == "abort":
@@ -292,6 +287,7 @@ async def test_lost_lock_stops_or_warns(project, db, policy: str) -> None:  # ty
     else:
         await command.up(project.settings())
         assert await tags(db) == ["next"]
+    assert lock_lost_seen.is_set()
 
 
 # A body that never looks at ctx.cancelled runs to its end when the stop arrives: it is recorded

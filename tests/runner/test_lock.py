@@ -15,6 +15,8 @@ from mongoshift.errors import LockHeldError
 from mongoshift.project.lock import LeaseLock, process_identity
 from mongoshift.project.run import RunInfo
 
+from ..conftest import until
+
 
 def run(i: int) -> RunInfo:
     return RunInfo(run_id=f"run-{i}", executed_by="tester", host="host", environment="test")
@@ -39,12 +41,13 @@ async def test_held_lock_refuses_and_names_the_holder(db) -> None:  # type: igno
 
 
 async def test_expired_lock_is_taken_over_and_the_old_holder_is_fenced(db) -> None:  # type: ignore[no-untyped-def]
-    a = LeaseLock(db["locks"], run(1), ttl_seconds=1)
+    # A TTL far longer than the round trip between a's acquire and b's refused try (a 1 s one raced it
+    # on a loaded machine); then b tries until the server's clock has passed a's expiry.
+    a = LeaseLock(db["locks"], run(1), ttl_seconds=3)
     await a.acquire()  # no heartbeat: as if the process was killed
     b = LeaseLock(db["locks"], run(2), ttl_seconds=30)
     assert not await b.try_acquire()
-    await asyncio.sleep(1.3)
-    assert await b.try_acquire()
+    await until("b takes the expired lock", b.try_acquire)
     assert not await a.renew()
     await a.release()  # must not delete b's lock
     holder = await b.holder()
@@ -78,15 +81,17 @@ async def test_heartbeat_keeps_the_lock_and_detects_loss(db) -> None:  # type: i
 async def test_wait_takes_the_lock_once_it_is_released(db) -> None:  # type: ignore[no-untyped-def]
     a = LeaseLock(db["locks"], run(1), ttl_seconds=30)
     await a.acquire()
+    waiting = asyncio.Event()
 
-    async def release_later() -> None:
-        await asyncio.sleep(0.5)
+    async def release_once_b_waits() -> None:  # not after a fixed time: b was refused and waits, then a lets go
+        await waiting.wait()
         await a.release()
 
-    task = asyncio.create_task(release_later())
+    task = asyncio.create_task(release_once_b_waits())
     b = LeaseLock(db["locks"], run(2), ttl_seconds=30)
-    await b.acquire(wait_seconds=10, poll_seconds=0.1)
+    await b.acquire(wait_seconds=60, poll_seconds=0.1, on_wait=waiting.set)
     await task
+    assert waiting.is_set()
     holder = await b.holder()
     assert holder is not None and holder.owner == "run-2"
 
