@@ -119,13 +119,14 @@ async def test_warn_policy_goes_on_and_records_applied(project, db, lock_lost_se
 
 async def test_renewal_gives_up_before_the_ttl_runs_out(db, client) -> None:  # type: ignore[no-untyped-def]
     """When renewals keep failing, the lock is declared lost while its document is still live,
-    so the run stops before anybody else can take the lock over."""
-    lock = LeaseLock(db["locks"], RunInfo("run-1", "tester", "host", "test"), ttl_seconds=1.5)
+    so the run stops before anybody else can take the lock over. A 6 s TTL leaves the check below
+    1.5 s to read the lock after the loss (a quarter of the TTL): a loaded machine's loop gets there."""
+    lock = LeaseLock(db["locks"], RunInfo("run-1", "tester", "host", "test"), ttl_seconds=6)
     await lock.acquire()
     lock.start_heartbeat()
     try:
         async with fail_command(client, "alwaysOn", failCommands=["update"], errorCode=2, errmsg="injected"):
-            await asyncio.wait_for(lock.lost.wait(), timeout=5)
+            await asyncio.wait_for(lock.lost.wait(), timeout=60)
             live = await db["locks"].count_documents({"$expr": {"$gt": ["$expires_at", "$$NOW"]}})
         assert live == 1, "the lock was given up only after its TTL had run out"
         assert lock.lost_reason and "renewed" in lock.lost_reason
