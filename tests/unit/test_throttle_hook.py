@@ -29,8 +29,7 @@ async def _blocked_until_the_loop_lets_it_go(call: Any) -> list[bool]:
         return 1
 
     task = asyncio.create_task(call(hook))
-    while not entered.is_set():
-        await asyncio.sleep(0.005)
+    assert await asyncio.to_thread(entered.wait, 30)
     release.set()
     await task
     return released
