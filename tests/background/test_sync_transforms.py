@@ -20,8 +20,10 @@ from mongoshift.background.write import batch
 from ..conftest import TEST_CLIENT_OPTIONS, Project, until
 from .conftest import background_file, seed
 
-LEASE_TTL_SECONDS = 1  # the smallest background_lease_ttl_seconds allows
-DOCS, BATCH, SLEEP_PER_DOC = 30, 10, 0.15  # each batch blocks 1.5 s, the whole run 4.5 s
+#: Short, so that a transform blocking the loop would lose it, yet long enough for a loaded machine's loop to renew
+#: it in time (a third of it between renewals): with 1 s, one slow round of the loop could lose it for another reason.
+LEASE_TTL_SECONDS = 3
+DOCS, BATCH, SLEEP_PER_DOC = 20, 10, 0.35  # each batch blocks 3.5 s, the whole run 7 s
 
 
 class RivalReaper:
@@ -69,7 +71,7 @@ async def test_a_sync_transform_blocking_past_the_lease_ttl_never_loses_its_leas
 ) -> None:
     fast_project.write_config(background_lease_ttl_seconds=LEASE_TTL_SECONDS, background_poll_seconds=0.2)
     assert BATCH * SLEEP_PER_DOC > LEASE_TTL_SECONDS  # every batch alone outlasts the lease
-    assert DOCS * SLEEP_PER_DOC > 4 * LEASE_TTL_SECONDS
+    assert DOCS * SLEEP_PER_DOC > 2 * LEASE_TTL_SECONDS
     await seed(db.people, DOCS)
     source = background_file(batch_size=BATCH, extra="adaptive=False, slice_ms=1000,").replace(
         "def migrate(doc, ctx):", f"import time\n\ndef migrate(doc, ctx):\n    time.sleep({SLEEP_PER_DOC})"
@@ -81,7 +83,7 @@ async def test_a_sync_transform_blocking_past_the_lease_ttl_never_loses_its_leas
     with RivalReaper(fast_project.uri, fast_project.db, settings.background_collection, "0001_slow.py") as rival:
         # It was looking the whole time: from before the run to after it, round after round (its own loop,
         # which ends only when stopped or on an error, raised here). How many rounds fit in the run's
-        # 4.5 s depends on the machine's load (more than 10 were asked for).
+        # 7 s depends on the machine's load (more than 10 were asked for).
         await until("the rival's first round", lambda: rival.rounds > 0 or rival.error)
         (result,) = await bg.run(settings, ["0001_slow.py"], observers=[events.append])
         ended = rival.rounds
