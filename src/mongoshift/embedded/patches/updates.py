@@ -1,4 +1,4 @@
-"""Cheap guarded updates for the memory engine: fixes (ah), (ai) and (at).
+"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au) and (av).
 
 The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
 {$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
@@ -17,7 +17,8 @@ per command where mongoeco takes them once per statement (the lock, the TTL purg
 publication scope, the change dispatch), and every other statement with mongoeco's path. A statement
 it cannot prove it answers as that path would (an array or a sub-document under a guard, new fields
 from two operators, a validator, a transaction, a value the operators refuse...) goes to that path
-before anything of it is written.
+before anything of it is written. A command of nothing but such ``{q, u}`` entries also skips
+mongoeco's per-entry parse of options they do not have (its own loop, (av)).
 """
 
 from __future__ import annotations
