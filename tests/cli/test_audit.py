@@ -102,6 +102,16 @@ async def _completed_without_index(states, partitions, project, at):  # type: ig
     await states.database.people.drop_index("__v_1__id_1")
 
 
+async def _running_without_index(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await _running_with_a_lane(states, partitions, project, at)
+    await states.database.people.drop_index("__v_1__id_1")
+
+
+async def _pending_step_without_index(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"spec.mode": "step"}})  # a step migration reads no batch
+    await states.database.people.drop_index("__v_1__id_1")
+
+
 async def _file_changed(states, partitions, project, at):  # type: ignore[no-untyped-def]
     (project.migrations / NAME).write_text(WORKS + "\n# changed\n", encoding="utf-8")
 
@@ -129,6 +139,8 @@ BACKGROUND_CASES = {
     "old-plan partitions": (_old_plan, {"background.old_plan"}, SOON),
     "completed with document errors": (_document_errors, {"background.document_errors"}, SOON),
     "completed without the version index": (_completed_without_index, {"background.no_version_index"}, SOON),
+    "running without the version index": (_running_without_index, {"background.no_version_index"}, LATER),
+    "a pending step migration without the version index": (_pending_step_without_index, set(), SOON),
     "file changed": (_file_changed, {"background.file_changed"}, SOON),
     "file missing": (_file_missing, {"background.file_missing"}, SOON),
     "state record incomplete": (_incomplete, {"background.no_state"}, SOON),

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pymongo import AsyncMongoClient
 
-from ..background.inspect.drift import look
+from ..background.inspect.drift import look, unindexed
 from ..background.inspect.status import BackgroundReport, report
 from ..background.state.model import LaneSigns, State, WatchRecord, aware
 from ..background.state.store import BackgroundStore
@@ -89,6 +89,8 @@ class BackgroundFacts:
     drift: bool = False
     #: Completed, but drift cannot be probed: the collection has no version index (its key).
     unprobed_index: str | None = None
+    #: Not ended, and its batches will scan the collection: it has no version index (its key).
+    unindexed: str | None = None
     #: The newest completed migration of its collection, with documents below its version that no migration upgrades.
     stranded: bool = False
 
@@ -153,6 +155,7 @@ async def _background(session: Session, store: BackgroundStore) -> tuple[list[Ba
         b.drift = seen is not None and seen.found
         b.stranded = seen is not None and seen.stranded
         b.unprobed_index = seen.detail if seen is not None and seen.reason == "no_index" else None
+        b.unindexed = await unindexed(session.db, b.state)
     return found, unreadable
 
 
@@ -320,12 +323,17 @@ def _stranded(facts: Facts) -> Iterable[tuple[str, str]]:
             )
 
 
-def _unprobed(facts: Facts) -> Iterable[tuple[str, str]]:
+def _no_version_index(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in facts.background:
         if b.unprobed_index is not None:
             yield b.state.name, (
                 f"completed, but old shapes written since cannot be looked for: the collection has no version index "
                 f"{b.unprobed_index} (batches and the probe scan without it; declare versioning and run converge, or create it)"
+            )
+        elif b.unindexed is not None:
+            yield b.state.name, (
+                f"{b.state.status}, and {b.state.collection} has no version index {b.unindexed}: each batch will scan the "
+                "collection instead of reading its next documents through it (declare versioning and run converge, or create it)"
             )
 
 
@@ -375,7 +383,7 @@ CHECKS: tuple[Check, ...] = (
     Check("background.document_errors", "warn", _document_errors),
     Check("background.drift", "warn", _drift),
     Check("background.stranded", "warn", _stranded),
-    Check("background.no_version_index", "warn", _unprobed),
+    Check("background.no_version_index", "warn", _no_version_index),
     Check(
         "background.file_changed", "warn",
         _file("changed", "the file differs from the registered version: runners wait for it ('mongoshift background repin NAME' adopts it)"),

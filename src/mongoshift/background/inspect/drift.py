@@ -26,6 +26,8 @@ from pymongo.errors import OperationFailure
 from ...errors import BackgroundConflictError
 from ...project.declarations import Declarations
 from ...project.server_errors import bad_hint, max_time_expired
+from ..plan.key_filter import version_index_key
+from ..plan.shard_pass import has_index
 from ..state.controls import control
 from ..state.events import Events
 from ..state.model import State
@@ -170,6 +172,19 @@ async def verify(
 async def look(db: AsyncDatabase[dict[str, Any]], states: Sequence[State], declarations: Declarations) -> list[Verified]:
     """Read-only: the probe of every migration in ``states``, nothing reopened and no event (``audit``)."""
     return [await _verify_one(db, None, state, states, declarations, reopen_found=False, by="") for state in states]
+
+
+async def unindexed(db: AsyncDatabase[dict[str, Any]], state: State) -> str | None:
+    """The version index (as ``{__v: 1, _id: 1}``) that the batches of ``state`` will read through, when its
+    collection lacks it: they then scan the collection. None when it is there, or when no batch is left
+    to read (an ended migration), the migration reads none (``step``), or its pass is planned by shard
+    (read through the shard key's own index, which the planner checks)."""
+    if state.status not in ACTIVE or state.mode == "step" or (state.plan or {}).get("layout"):
+        return None
+    key = version_index_key(str(state.spec["version_field"]))
+    if await has_index(db[state.collection], key):
+        return None
+    return "{" + ", ".join(f"{field}: {direction}" for field, direction in key) + "}"
 
 
 async def _verify_one(
