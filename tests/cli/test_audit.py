@@ -104,11 +104,18 @@ async def _completed_without_index(states, partitions, project, at):  # type: ig
 
 async def _running_without_index(states, partitions, project, at):  # type: ignore[no-untyped-def]
     await _running_with_a_lane(states, partitions, project, at)
+    await states.database.people.insert_one({"_id": 1, "first": "F1", "__v": 1})
     await states.database.people.drop_index("__v_1__id_1")
+
+
+async def _pending_on_an_empty_collection_without_index(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.database.people.drop_index("__v_1__id_1")
+    await states.database.people.delete_many({})  # nothing to scan yet: nothing to warn of
 
 
 async def _pending_step_without_index(states, partitions, project, at):  # type: ignore[no-untyped-def]
     await states.update_one({"_id": NAME}, {"$set": {"spec.mode": "step"}})  # a step migration reads no batch
+    await states.database.people.insert_one({"_id": 1, "first": "F1", "__v": 1})
     await states.database.people.drop_index("__v_1__id_1")
 
 
@@ -141,6 +148,7 @@ BACKGROUND_CASES = {
     "completed without the version index": (_completed_without_index, {"background.no_version_index"}, SOON),
     "running without the version index": (_running_without_index, {"background.no_version_index"}, LATER),
     "a pending step migration without the version index": (_pending_step_without_index, set(), SOON),
+    "pending on an empty collection without the version index": (_pending_on_an_empty_collection_without_index, set(), SOON),
     "file changed": (_file_changed, {"background.file_changed"}, SOON),
     "file missing": (_file_missing, {"background.file_missing"}, SOON),
     "state record incomplete": (_incomplete, {"background.no_state"}, SOON),

@@ -176,14 +176,15 @@ async def look(db: AsyncDatabase[dict[str, Any]], states: Sequence[State], decla
 
 async def unindexed(db: AsyncDatabase[dict[str, Any]], state: State) -> str | None:
     """The version index (as ``{__v: 1, _id: 1}``) that the batches of ``state`` will read through, when its
-    collection lacks it: they then scan the collection. None when it is there, or when no batch is left
+    collection holds documents but lacks it: they then scan the collection. None when it is there, or when no batch is left
     to read (an ended migration), the migration reads none (``step``), or its pass is planned by shard
     (read through the shard key's own index, which the planner checks)."""
     if state.status not in ACTIVE or state.mode == "step" or (state.plan or {}).get("layout"):
         return None
     key = version_index_key(str(state.spec["version_field"]))
-    if await has_index(db[state.collection], key):
-        return None
+    collection = db[state.collection]
+    if await has_index(collection, key) or await collection.find_one({}, {"_id": 1}) is None:
+        return None  # indexed, or nothing to scan (no document, or no collection yet)
     return "{" + ", ".join(f"{field}: {direction}" for field, direction in key) + "}"
 
 
