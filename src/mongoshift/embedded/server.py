@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import gc
 import logging
 import os
 import signal
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mongoshift.embedded.collector import Collector, watch
 from mongoshift.embedded.engine_thread import SWITCH_INTERVAL_S
 
 log = logging.getLogger(__name__)
@@ -49,14 +49,6 @@ ENGINE_OPTIONS: dict[str, Any] = {
     "change_log_max_entries": 1_000_000,
     "aggregation_materialization_limit": None,
 }
-
-# (ak) The server process's young-generation threshold of Python's cyclic garbage collector.
-# mongoeco allocates some hundred containers per document it reads or writes, nearly all freed by
-# reference counting, so the default threshold (2,000) ran a young collection every few documents,
-# each also walking the containers that had just survived: with 20,000 stored documents, a quarter of
-# the server's time in the B3 loop (docs/performance.md). Collections of cyclic garbage still happen,
-# every 100,000 allocations.
-GC_YOUNG_THRESHOLD = 100_000
 
 
 class EmbeddedServerUnavailable(Exception):
@@ -252,7 +244,6 @@ def run(
 ) -> int:
     """Run :func:`serve` until SIGINT or SIGTERM; return 0 after a clean stop."""
     path = Path(path) if path is not None else None
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # this process is the server's: (ak)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -264,11 +255,18 @@ def run(
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+        # This process is the server's: its garbage collector follows the server's policy, (ak) and (aw).
+        collector = Collector()
+        collector.install()
+        watching = asyncio.create_task(watch(collector, stop))
         try:
             await serve(
                 host, port, path, on_ready=on_ready, stop=stop, change_history=change_history, standalone=standalone
             )
         finally:
+            stop.set()
+            await watching
+            collector.uninstall()
             for sig in installed:
                 loop.remove_signal_handler(sig)
 

@@ -1,0 +1,114 @@
+"""The server process's policy for Python's cyclic garbage collector.
+
+The server keeps every stored document, index entry and change-history event as Python objects: about
+27 tracked containers a document once stored, 8 more a guarded update. CPython's generational
+collector walks each long-lived object once as it leaves the young generation, once more in a middle
+collection, and again in every full collection, which it runs whenever the long-lived heap has grown
+by a quarter: about six walks an object over its life. In the B3 loop over 20,000 freshly inserted
+documents that was one middle collection of the inserted documents (about 250 ms) and a young one, some
+6 % of the server's CPU (docs/performance.md, fix (aw)).
+
+:class:`Collector` keeps the young collections (threshold :data:`YOUNG_THRESHOLD`, fix (ak)) and
+freezes what survives each automatic collection (``gc.freeze``): frozen objects are left out of every
+later collection. Reference counting frees frozen objects like any other; only cyclic garbage among
+frozen objects would stay. So once the young collections have frozen enough to grow the frozen heap
+by half (:data:`GROWTH`) since the last full collection, :meth:`Collector.collect_if_due` thaws
+everything and runs one full collection, then freezes the survivors again: cyclic garbage lives at
+most until the heap has grown by half, and a long-lived object is walked about three times instead
+of six. The server runs that check once a second (:func:`watch`), outside the collector's callback,
+where a collection cannot start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+from typing import Any
+
+#: Objects allocated (net of those freed) between two young collections (fix (ak)): mongoeco
+#: allocates some hundred containers per document it reads or writes, nearly all freed by reference
+#: counting, so the default (2,000) ran a young collection every few documents.
+YOUNG_THRESHOLD = 100_000
+#: A full collection runs once the young collections may have grown the frozen heap by this factor.
+GROWTH = 1.5
+#: Seconds between two checks of :func:`watch`.
+CHECK_INTERVAL_S = 1.0
+
+
+class Collector:
+    """Young collections, survivors frozen, a full collection per growth of the heap by :data:`GROWTH`.
+
+    How much a young collection froze is not known without walking the frozen heap, so the count is
+    bounded from above: a young collection runs after ``young`` net allocations and cannot leave more
+    survivors than that. A full collection is due after ``(growth - 1) × heap / young`` young
+    collections, where heap is the frozen heap counted after the last full one (one walk of it, after a
+    collection that has just walked it all anyway)."""
+
+    def __init__(self, *, young: int = YOUNG_THRESHOLD, growth: float = GROWTH) -> None:
+        if young < 1 or growth <= 1:
+            raise ValueError("the collector needs a positive young threshold and a growth above 1")
+        self.young = young
+        self.growth = growth
+        self.left = 0  # young collections until the next full one
+        self.full_collections = 0
+        self._thresholds: tuple[int, int, int] | None = None
+        self._collecting = False
+
+    def install(self) -> None:
+        """Take over this process's collector (the server's own process: the policy is process-wide)."""
+        if self._thresholds is not None:
+            return
+        self._thresholds = gc.get_threshold()
+        gc.set_threshold(self.young, *self._thresholds[1:])
+        gc.callbacks.append(self._after)
+        self.collect()
+
+    def uninstall(self) -> None:
+        """Give the process its collector back: thresholds as they were, nothing frozen."""
+        if self._thresholds is None:
+            return
+        gc.callbacks.remove(self._after)
+        gc.set_threshold(*self._thresholds)
+        self._thresholds = None
+        gc.unfreeze()
+
+    @property
+    def due(self) -> bool:
+        return self._thresholds is not None and self.left <= 0
+
+    def collect(self) -> int:
+        """Thaw, run a full collection, freeze the survivors: the number of unreachable objects found."""
+        self._collecting = True
+        try:
+            gc.unfreeze()
+            found = gc.collect()
+            gc.freeze()
+        finally:
+            self._collecting = False
+        self.full_collections += 1
+        heap = gc.get_freeze_count()
+        self.left = max(1, math.ceil((self.growth - 1) * heap / self.young))
+        return found
+
+    def collect_if_due(self) -> bool:
+        if not self.due:
+            return False
+        self.collect()
+        return True
+
+    def _after(self, phase: str, info: dict[str, Any]) -> None:
+        # Called by the collector before and after each collection; none can start from here.
+        if phase != "stop" or self._collecting:
+            return
+        gc.freeze()
+        self.left -= 1
+
+
+async def watch(collector: Collector, stop: asyncio.Event, interval: float = CHECK_INTERVAL_S) -> None:
+    """Run the collector's full collections when due, until ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), interval)
+        except TimeoutError:
+            collector.collect_if_due()
