@@ -124,26 +124,68 @@ def test_documents_cross_the_wire_as_with_the_original_conversions(server: InPro
     check()
 
 
-@settings(max_examples=200)
-@given(steps=st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 4), st.none() | st.integers(0, 50)), max_size=40))
-def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[bool, int, int, int | None]]) -> None:
-    """(ai) Adding to and removing from an index map leaves the maps mongoeco's own steps leave."""
+_INDEX_MAP_METHODS = ("add", "discard", "ordinal_for", "ordered_storage_keys", "__delitem__", "pop")
+
+index_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "discard", "discard", "delitem", "pop", "setitem", "snapshot", "restore", "copy"]),
+        st.integers(0, 3), st.integers(0, 4), st.none() | st.integers(0, 50),
+    ),
+    max_size=40,
+)
+
+
+def _index_view(index_map: Any) -> Any:
+    """What an index map answers: its buckets, each member's ordinal, the membership order (whole and
+    its first), the next ordinal."""
+    view = {}
+    for key in list(index_map):
+        members = index_map[key]
+        view[key] = (
+            frozenset(members), {member: index_map.ordinal_for(key, member) for member in members},
+            index_map.ordered_storage_keys(key), index_map.ordered_storage_keys(key, limit=1),
+            index_map.ordered_storage_keys(key, limit=0),
+        )
+    return view, index_map._next_membership_ordinal, len(index_map), index_map.ordinal_for((9,), ("objectid", None))
+
+
+@settings(max_examples=300)
+@given(steps=index_steps)
+def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[str, int, int, int | None]]) -> None:
+    """(ai, aw) An index map answers as mongoeco's own after any steps: buckets of one document kept in
+    the lone form, buckets of several (which a lone one joins when it gains a member) in mongoeco's."""
     from mongoeco.engines._memory_collection import MemoryIndexMap
 
     from mongoshift.embedded import patches
 
     patches.apply()
-    fast, slow = MemoryIndexMap(), MemoryIndexMap()
-    for adding, key, member, ordinal in steps:
+    original = type("OriginalIndexMap", (MemoryIndexMap,), {name: getattr(MemoryIndexMap, name).__wrapped__ for name in _INDEX_MAP_METHODS})
+    fast, slow = MemoryIndexMap(), original()
+    states: tuple[Any, Any] | None = None
+    for action, key, member, ordinal in steps:
         storage_key = ("objectid", ObjectId(f"{member:024x}"))
         index_key = (key,) if key < 2 else (key, storage_key)  # buckets of many documents, and of one
-        if adding:
-            fast.add(index_key, storage_key, ordinal=ordinal)
-            MemoryIndexMap.add.__wrapped__(slow, index_key, storage_key, ordinal=ordinal)
-        else:
-            fast.discard(index_key, storage_key)
-            MemoryIndexMap.discard.__wrapped__(slow, index_key, storage_key)
-        assert fast._snapshot_state() == slow._snapshot_state()
+        popped = []
+        for index_map in (fast, slow):
+            if action == "add":
+                index_map.add(index_key, storage_key, ordinal=ordinal)
+            elif action == "discard":
+                index_map.discard(index_key, storage_key)
+            elif action == "delitem" and index_key in index_map:
+                del index_map[index_key]
+            elif action == "pop":
+                popped.append(index_map.pop(index_key, None))
+            elif action == "setitem":
+                index_map[index_key] = [storage_key, ("objectid", ObjectId(f"{(member + 1) % 5:024x}"))][: 1 + (ordinal or 0) % 2]
+        if action == "snapshot":
+            states = (fast._snapshot_state(), slow._snapshot_state())
+        elif action == "restore" and states is not None:
+            fast._restore_state(states[0])
+            slow._restore_state(states[1])
+        elif action == "copy":
+            fast, slow = fast.copy(), slow.copy()
+        assert not popped or popped[0] == popped[1]
+        assert _index_view(fast) == _index_view(slow)
 
 
 def _same_tree(a: Any, b: Any) -> bool:
@@ -378,3 +420,19 @@ def test_a_document_materializes_as_with_mongoeco_and_shares_no_container(max_ex
             assert not set(_containers(got)) & set(_containers(data))
 
     check()
+
+
+def test_small_int_index_keys_kept_once_are_the_originals() -> None:
+    """(aw) The keys kept for small ints (a version field's) are mongoeco's, digit for digit."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    from mongoshift.embedded import patches
+    from mongoshift.embedded.patches.updates import _SMALL_INT_KEYS
+
+    patches.apply()
+    key = MemoryEngine._index_equality_key
+    assert set(_SMALL_INT_KEYS) >= set(range(0, 101))
+    for value, kept in _SMALL_INT_KEYS.items():
+        expected = key.__wrapped__(value)
+        assert key(value) is kept
+        assert kept == expected and kept[1].as_tuple() == expected[1].as_tuple()

@@ -721,6 +721,11 @@ _BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshif
 # 20,000 orders, whose version index holds each _id) missed the cache on nearly every write: 4 µs a key.
 _INT_CONTEXT = decimal.Context(prec=34)
 _ZERO = decimal.Decimal(0)
+# (aw) The keys of the small ints, built once: a version field holds them (0.6 µs a key to build, twice a
+# guarded update of a version index). Equality keys are immutable tuples, so one is shared by every entry.
+_SMALL_INT_KEYS: dict[int, tuple[str, decimal.Decimal]] = {
+    value: ("number", _ZERO if value == 0 else decimal.Decimal(value).normalize(_INT_CONTEXT)) for value in range(-16, 1025)
+}
 
 
 def patch_index_keys() -> None:
@@ -739,6 +744,9 @@ def patch_index_keys() -> None:
             return ("str", value)
         if kind is not int or not low <= value < high:
             return original(value)
+        small = _SMALL_INT_KEYS.get(value)
+        if small is not None:
+            return small
         return ("number", _ZERO if value == 0 else make(value).normalize(context))
 
     def index_keys(self: Any, document: Any, fields: list[str]) -> Any:
@@ -762,42 +770,84 @@ def patch_index_keys() -> None:
 
 
 # (ai, continued) An index entry of a compound index that ends with _id (a version index) is a
-# bucket of one document. MemoryIndexMap.add builds an empty bucket, an empty ordinal map and an
-# empty membership order to add that one document to them, and discard looks up all three before
-# removing them: eight and six lookups in the persistent maps, each hashing the key again. A new
-# bucket is now made in one step each, and a bucket of one removed in one step each: the same maps.
+# bucket of one document. MemoryIndexMap keeps each bucket in three persistent maps: its members
+# (_buckets), their membership ordinals (_bucket_ordinals, a map per bucket) and their membership
+# order (_bucket_order_roots, a treap per bucket), so moving a document's entry (a guarded update of
+# its version) took six insertions and removals, and built an ordinal map and a treap node.
+# (aw) A bucket of one document is now "lone": its member in _buckets as before, its ordinal as a
+# plain int in _bucket_ordinals, nothing in _bucket_order_roots: two steps to add, two to remove.
+# Every method that reads those maps answers for a lone bucket as for mongoeco's form (ordinal_for,
+# ordered_storage_keys, __delitem__, pop), and a lone bucket that gains a member is first widened to
+# mongoeco's form. Copies, deep copies, snapshots and their restores carry the three maps as they are.
 def _patch_single_member_buckets() -> None:
     from mongoeco.engines import _memory_collection
     from rpds import HashTrieMap, HashTrieSet
 
     index_map = _memory_collection.MemoryIndexMap
     node, priority = _memory_collection._MembershipNode, _memory_collection._expiry_priority
-    add, discard = index_map.add, index_map.discard
+    add, discard, ordinal_for, ordered = index_map.add, index_map.discard, index_map.ordinal_for, index_map.ordered_storage_keys
+    delitem, pop = index_map.__delitem__, index_map.pop
 
     def add_one(self: Any, key: Any, storage_key: Any, *, ordinal: int | None = None) -> None:
-        if key in self._buckets:
-            return add(self, key, storage_key, ordinal=ordinal)
-        effective = self._next_membership_ordinal if ordinal is None else ordinal
-        if effective + 1 > self._next_membership_ordinal:
-            self._next_membership_ordinal = effective + 1
-        self._buckets = self._buckets.insert(key, HashTrieSet((storage_key,)))
-        self._bucket_ordinals = self._bucket_ordinals.insert(key, HashTrieMap({storage_key: effective}))
-        self._bucket_order_roots = self._bucket_order_roots.insert(key, node(effective, storage_key, priority(effective)))
-        return None
+        bucket = self._buckets.get(key)
+        if bucket is None:  # a new bucket: lone
+            effective = self._next_membership_ordinal if ordinal is None else ordinal
+            if effective + 1 > self._next_membership_ordinal:
+                self._next_membership_ordinal = effective + 1
+            self._buckets = self._buckets.insert(key, HashTrieSet((storage_key,)))
+            self._bucket_ordinals = self._bucket_ordinals.insert(key, effective)
+            return None
+        if storage_key in bucket:
+            return None
+        lone = self._bucket_ordinals.get(key)
+        if type(lone) is int:  # a second member: the bucket takes mongoeco's form first
+            (member,) = bucket
+            self._bucket_ordinals = self._bucket_ordinals.insert(key, HashTrieMap({member: lone}))
+            self._bucket_order_roots = self._bucket_order_roots.insert(key, node(lone, member, priority(lone)))
+        return add(self, key, storage_key, ordinal=ordinal)
 
     def discard_one(self: Any, key: Any, storage_key: Any) -> None:
         bucket = self._buckets.get(key)
-        if bucket is None or len(bucket) != 1 or storage_key not in bucket:
-            return discard(self, key, storage_key)
+        if bucket is None or storage_key not in bucket:
+            return None
+        if type(self._bucket_ordinals.get(key)) is int:
+            self._buckets = self._buckets.remove(key)
+            self._bucket_ordinals = self._bucket_ordinals.remove(key)
+            return None
+        return discard(self, key, storage_key)
+
+    def lone_ordinal_for(self: Any, key: Any, storage_key: Any) -> int | None:
+        lone = self._bucket_ordinals.get(key)
+        if type(lone) is int:
+            return lone if storage_key in self._buckets[key] else None
+        return ordinal_for(self, key, storage_key)
+
+    def lone_ordered(self: Any, key: Any, *, limit: int | None = None) -> tuple[Any, ...]:
+        if type(self._bucket_ordinals.get(key)) is int:
+            return () if limit is not None and limit <= 0 else tuple(self._buckets[key])
+        return ordered(self, key, limit=limit)
+
+    def lone_delitem(self: Any, key: Any) -> None:
+        if type(self._bucket_ordinals.get(key)) is not int:
+            return delitem(self, key)
         self._buckets = self._buckets.remove(key)
         self._bucket_ordinals = self._bucket_ordinals.remove(key)
-        self._bucket_order_roots = self._bucket_order_roots.remove(key)
         return None
 
-    add_one.__wrapped__ = add  # type: ignore[attr-defined]
-    discard_one.__wrapped__ = discard  # type: ignore[attr-defined]
-    index_map.add = add_one
-    index_map.discard = discard_one
+    def lone_pop(self: Any, key: Any, *default: Any) -> Any:
+        if type(self._bucket_ordinals.get(key)) is not int:
+            return pop(self, key, *default)
+        value = self._buckets[key]
+        lone_delitem(self, key)
+        return value
+
+    replacements: list[tuple[str, Any, Any]] = [
+        ("add", add_one, add), ("discard", discard_one, discard), ("ordinal_for", lone_ordinal_for, ordinal_for),
+        ("ordered_storage_keys", lone_ordered, ordered), ("__delitem__", lone_delitem, delitem), ("pop", lone_pop, pop),
+    ]
+    for name, patched, original in replacements:
+        patched.__wrapped__ = original
+        setattr(index_map, name, patched)
 
 
 # (ah) Guarded bulk updates: DatabaseAdminWriteCommandService.command_update (the `update`
