@@ -86,13 +86,22 @@ def test_uninstalled_nothing_stays_frozen() -> None:
 
 def test_the_watch_runs_a_due_collection_and_ends_with_stop(collector: Collector) -> None:
     async def scenario() -> None:
+        ran = asyncio.Event()
+        collect = collector.collect
+
+        def collected() -> int:
+            found = collect()
+            ran.set()
+            return found
+
+        collector.collect = collected  # type: ignore[method-assign]
         stop = asyncio.Event()
         task = asyncio.create_task(watch(collector, stop, interval=0.01))
         runs = collector.full_collections
         collector.left = 0
         async with asyncio.timeout(60):
-            while collector.full_collections == runs:
-                await asyncio.sleep(0.01)
+            await ran.wait()
+        assert collector.full_collections == runs + 1
         stop.set()
         async with asyncio.timeout(60):
             await task
