@@ -90,3 +90,43 @@ async def test_an_in_of_object_ids_is_a_set_lookup(engine_db: Any, monkeypatch: 
     assert sorted(found) == list(range(500, 1_000))
     # Unpatched, every stored document is compared with listed values until one matches: about 1,000,000 calls.
     assert compared[0] == 0, f"{compared[0]} pairwise $in comparisons"
+
+
+async def test_an_in_of_ids_of_every_kind_is_a_set_lookup(engine_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane's batch check lists the ids it read, of whatever types the collection holds (legacy data)."""
+    import datetime
+    import uuid
+
+    from bson.int64 import Int64
+    from mongoeco.core._filtering_matching import FilteringMatchingMixin
+    from mongoeco.core.compiled_query import CompiledQuery
+
+    from mongoshift.embedded.patches.queries import in_key_function
+
+    kinds = [
+        lambda i: i, lambda i: f"s{i}", lambda i: ObjectId(), lambda i: uuid.UUID(int=i), lambda i: Int64(10**12 + i),
+        lambda i: {"k": i, "t": "x"}, lambda i: i + 0.5, lambda i: datetime.datetime(2000, 1, 1) + datetime.timedelta(seconds=i),
+    ]
+    ids = [kinds[i % len(kinds)](i) for i in range(2_000)]
+    await engine_db.mixed.insert_many([{"_id": value} for value in ids])
+    wanted = ids[500:1_000]
+    compared = counting(monkeypatch, FilteringMatchingMixin, "_in_item_matches_candidate")
+    CompiledQuery._compile_expression.cache_clear()
+    key_of = in_key_function()
+    found = [d["_id"] async for d in engine_db.mixed.find({"_id": {"$in": wanted}})]
+    assert sorted(map(repr, map(key_of, found))) == sorted(map(repr, map(key_of, wanted)))
+    # Unpatched: each of the 2,000 documents compared with the listed values until one matches, about 750,000 calls.
+    assert compared[0] == 0, f"{compared[0]} pairwise $in comparisons"
+    left = [d["_id"] async for d in engine_db.mixed.find({"_id": {"$nin": wanted}})]
+    assert len(left) == 1_500
+    assert compared[0] == 0, f"{compared[0]} pairwise $nin comparisons"
+
+
+async def test_a_unique_index_is_built_without_comparing_documents_pairwise(engine_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(ax) A migration or ``converge`` adding a unique index to a populated collection."""
+    await engine_db.codes.insert_many([{"_id": i, "code": f"c{i}", "tags": [i, -i - 1]} for i in range(2_000)])
+    compared = counting(monkeypatch, MemoryEngine, "_unique_index_conflict")
+    assert await engine_db.codes.create_index("code", unique=True) == "code_1"
+    assert await engine_db.codes.create_index([("tags", 1), ("code", -1)], unique=True) == "tags_1_code_-1"
+    # Unpatched, each document is compared with every one before it: about 2,000,000 calls per index.
+    assert compared[0] == 0, f"{compared[0]} pairwise comparisons"

@@ -22,9 +22,9 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (with (d), fail points on commit and abort), (w) retryable writes, (x) error labels,
   (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
   and a standalone's refusals, (ad) snapshot reads
-- :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds
+- :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds, (ax) unique index builds in one pass
 - :mod:`.coll_mod`: (l) collMod
-- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` membership, (m) Decimal128 ``$set``,
+- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
   (z) English's regional collations, (ab) ``let`` variables evaluated
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
@@ -104,8 +104,8 @@ def apply() -> None:
     wire.patch_rename_from_admin()  # (g)
     wire.patch_unknown_command()  # (h)
     queries.patch_bson_size()  # (i)
-    queries.patch_in_object_ids()  # (k)
-    queries.patch_kept_answers()  # (ar), outside (k): an $in of ObjectIds keeps (k)'s code
+    queries.patch_in_lookup()  # (k)
+    queries.patch_kept_answers()  # (ar), outside (k): a value (ar) does not keep takes (k)'s code
     coll_mod.patch_coll_mod()  # (l)
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
@@ -126,6 +126,7 @@ def apply() -> None:
     wire.patch_change_streams()  # (q)
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
+    indexes.patch_unique_index_builds()  # (ax), outside (s): it takes only plain 1/-1 keys, which (s) passes through
     wire.patch_int64_cursor_ids()  # (r)
     queries.patch_english_locales()  # (z)
     documents.patch_dollar_prefixed_ids()  # (aa)

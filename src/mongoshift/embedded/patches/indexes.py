@@ -1,8 +1,10 @@
 """Index fixes: compound hashed indexes are created (s) and a find's min/max bounds are
-honoured (t), so the background engine's hash-range reads work as on mongod."""
+honoured (t), so the background engine's hash-range reads work as on mongod; a unique index is
+built over existing documents in one pass (ax)."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from typing import Any
 
@@ -134,3 +136,98 @@ async def _bounded_find(client: Any, context: Any, index_bounds: Any) -> dict[st
         at = {id_key(d["_id"]): d for d in projected}
         docs = [at[id_key(i)] for i in ids if id_key(i) in at]
     return {"cursor": {"firstBatch": docs, "id": 0, "ns": f"{context.db_name}.{name}"}, "ok": 1.0}
+
+
+# (ax) A unique index built over existing documents costs O(n²): MemoryEngine.create_index checks
+# each stored document against every one before it (_unique_index_conflict, pairwise), so 30,000
+# documents took over 11 minutes of server CPU (a migration or `converge` adding a unique index to
+# a populated collection). For a unique index of plain 1/-1 keys without a collation, not yet in the
+# collection, the index is now built by mongoeco's own code as a non-unique one, and, in the same
+# critical section (under the collection's lock, inside its rollback scope, after the record is
+# added and before the TTL purge that ends the build), the documents the index covers are checked in
+# one pass over a set of their keys (the keys mongoeco's check compares): the first document whose
+# key an earlier one has fails the build with mongoeco's own error (11000, "Index build failed"),
+# which rolls the build back as before; otherwise the record is replaced by the same record marked
+# unique. Any other index (a collation, special keys, one that exists already) takes mongoeco's path.
+# The build is marked for the hook through a context variable, so it is seen only by the task that
+# runs it.
+_UNIQUE_BUILD: contextvars.ContextVar[_UniqueBuild | None] = contextvars.ContextVar("unique_build", default=None)
+
+
+@dataclasses.dataclass
+class _UniqueBuild:
+    db_name: str
+    coll_name: str
+    name: str
+    done: bool = False
+
+
+def patch_unique_index_builds() -> None:
+    from mongoeco.engines import memory
+
+    create = memory.MemoryEngine.create_index
+    purge = memory.MemoryEngine._purge_expired_documents_locked
+
+    def one_pass(engine: Any, db_name: str, coll_name: str, indexes: Any, storage: Any, name: str) -> None:
+        records = indexes.get(db_name, {}).get(coll_name, [])
+        position = next((i for i, record in enumerate(records) if record.name == name and not record.unique), None)
+        if position is None:
+            return
+        record = dataclasses.replace(records[position], unique=True)
+        seen: set[Any] = set()
+        for data in storage.get(db_name, {}).get(coll_name, {}).values():
+            document = engine._borrow_storage_document(data)
+            if not memory.document_in_virtual_index(document, record):
+                continue
+            keys = engine._unique_index_keys(document, record.fields)
+            repeated = keys & seen
+            if repeated:
+                raise memory.index_build_duplicate_error(  # type: ignore[no-untyped-call]
+                    namespace=f"{db_name}.{coll_name}", index=record, document=document, conflict=next(iter(repeated))
+                )
+            seen |= keys
+        records[position] = record
+
+    def purge_expired_documents(self: Any, db_name: str, coll_name: str, **kwargs: Any) -> Any:
+        build = _UNIQUE_BUILD.get()
+        if build is not None and not build.done and (build.db_name, build.coll_name) == (db_name, coll_name):
+            build.done = True
+            one_pass(self, db_name, coll_name, kwargs["indexes_view"], kwargs["storage_view"], build.name)
+        return purge(self, db_name, coll_name, **kwargs)
+
+    def built_in_one_pass(engine: Any, db_name: str, coll_name: str, keys: Any, options: dict[str, Any]) -> str | None:
+        """The index's name when it takes the one-pass build, else None."""
+        if not options.get("unique") or options.get("collation") is not None:
+            return None
+        try:
+            normalized = memory.normalize_index_keys(keys)
+        except Exception:
+            return None  # mongoeco's error
+        if engine._is_builtin_id_index(normalized):
+            return None
+        if any(direction not in (1, -1) or isinstance(direction, bool) for _field, direction in normalized):
+            return None  # text, 2d, hashed...: their own checks and refusals
+        name = options.get("name") or memory.default_index_name(normalized)
+        records = engine._indexes_view(options.get("context")).get(db_name, {}).get(coll_name, [])
+        if any(record.name == name or record.key == normalized for record in records):
+            return None  # no build: mongoeco answers (the same index, or a conflict)
+        return str(name)
+
+    async def create_index(self: Any, db_name: str, coll_name: str, keys: Any, **options: Any) -> str:
+        name = built_in_one_pass(self, db_name, coll_name, keys, options)
+        if name is None:
+            return str(await create(self, db_name, coll_name, keys, **options))
+        build = _UniqueBuild(db_name, coll_name, name)
+        token = _UNIQUE_BUILD.set(build)
+        try:
+            created = str(await create(self, db_name, coll_name, keys, **{**options, "unique": False}))
+        finally:
+            _UNIQUE_BUILD.reset(token)
+        if not build.done:
+            # Another request created an index of that name meanwhile: mongoeco's own answer to this one.
+            return str(await create(self, db_name, coll_name, keys, **options))
+        return created
+
+    create_index.__wrapped__ = create  # type: ignore[attr-defined]
+    memory.MemoryEngine._purge_expired_documents_locked = purge_expired_documents
+    memory.MemoryEngine.create_index = create_index

@@ -39,35 +39,153 @@ def patch_bson_size() -> None:
     runtime._bson_value_size = bson_value_size
 
 
-# (k) `{field: {$in: [...]}}` costs O(documents x values): the compiled matcher of
-# core/compiled_query.CompiledQuery compares every candidate with every listed
-# value through QueryEngine._in_item_matches_candidate, so re-reading the 500
-# documents of a batch by `_id` on 3,000 documents takes ~10 s. When every
-# listed value is an ObjectId (no collation, null or array semantics apply to
-# them), membership is a set lookup: same result, O(documents). Any other list
-# keeps the original matcher.
-def patch_in_object_ids() -> None:
-    from bson import ObjectId
+# (k) `{field: {$in: [...]}}` and `$nin` cost O(documents x values): the compiled matcher of
+# core/compiled_query.CompiledQuery compares every candidate with every listed value through
+# QueryEngine._in_item_matches_candidate, so re-reading the 500 documents of a batch by `_id` on
+# 3,000 documents took ~10 s, and the check of a dead lane's batch of 5,000 mixed-type `_id`s on
+# 40,000 documents ran for over 12 minutes. Without a collation, each listed value that has an
+# equality key (below) goes into a set, built once per query; a candidate with a key is looked up
+# there, then compared only with the values that have none (null, regexes, NaN, wrapped and rare
+# types), through the original comparison. A candidate without a key is compared with every value,
+# as before. The key of a value is what BSON equality of a query compares: a number's value, whatever
+# its type (1, 1.0, Int64(1) and Decimal128("1") are one key; Python's own equality and hash of int,
+# float and Decimal are exact and agree with each other), a string, a datetime without a zone, a
+# UUID, an ObjectId's bytes, a binary's subtype and bytes, a timestamp; a bool apart from 1 and 0; a
+# document's fields in order and an array's items, when each of their values has a key. NaN has no
+# key. `test_in_keys_agree_with_the_original_comparison` checks key equality against the original
+# comparison over generated values of every kind but binaries. For binaries the original comparison
+# is not mongod's: a stored binary of a subtype other than 0 (held as the engine's own binary type)
+# never equals the same binary listed in a query, and a subtype-0 binary equals one of any subtype
+# with the same bytes; the keys follow mongod (equal when subtype and bytes are), which
+# `test_in_matches_binaries_as_mongod` checks through the wire. Equality outside `$in` keeps
+# mongoeco's comparison (docs/embedded.md lists the difference).
+def in_key_function() -> Any:
+    """The equality key of a value as a query's `$in` compares it, or None when it has none."""
+    import datetime
+    import uuid
+
+    from bson import ObjectId as BsonObjectId
+    from bson.int64 import Int64
+    from mongoeco.core.bson_scalars import BsonInt32, BsonInt64
+    from mongoeco.core.codec import _InternalBsonArray, _InternalBsonBinary, _InternalBsonDocument
+    from mongoeco.types import Binary, Decimal128, ObjectId, Timestamp
+
+    object_id_bytes = vars(BsonObjectId)["binary"].fget
+
+    def same(value: Any) -> Any:
+        return value
+
+    def number(value: Any) -> Any:
+        return value if value == value else None  # NaN
+
+    def wrapped(value: Any) -> Any:
+        return int(value.value)
+
+    def decimal(value: Any) -> Any:
+        digits = value.value
+        return None if digits.is_nan() else digits
+
+    def date(value: Any) -> Any:
+        return value if value.tzinfo is None else None
+
+    def document(value: dict[str, Any]) -> Any:
+        parts = []
+        for name, item in value.items():
+            item_key = key_of(item)
+            if item_key is None:
+                return None
+            parts.append((name, item_key))
+        return (dict, tuple(parts))
+
+    def array(value: list[Any]) -> Any:
+        items = tuple(map(key_of, value))
+        return None if None in items else (list, items)
+
+    def binary(value: Any) -> Any:
+        return (Binary, value.subtype, bytes(value))
+
+    keyers: dict[type, Any] = {
+        str: same,
+        int: same,
+        Int64: int,
+        BsonInt64: wrapped,
+        BsonInt32: wrapped,
+        float: number,
+        Decimal128: decimal,
+        bool: lambda value: (bool, value),
+        datetime.datetime: date,
+        uuid.UUID: same,
+        ObjectId: lambda value: (ObjectId, object_id_bytes(value)),
+        BsonObjectId: lambda value: (ObjectId, object_id_bytes(value)),
+        bytes: lambda value: (Binary, 0, value),  # pymongo decodes a binary of subtype 0 as bytes
+        Binary: binary,
+        _InternalBsonBinary: binary,
+        Timestamp: lambda value: (Timestamp, value.time, value.inc),
+        dict: document,
+        _InternalBsonDocument: document,  # how the engine holds a stored document's subdocuments
+        list: array,
+        _InternalBsonArray: array,
+    }
+    find = keyers.get
+
+    def key_of(value: Any) -> Any:
+        keyer = find(type(value))
+        return None if keyer is None else keyer(value)
+
+    return key_of
+
+
+def patch_in_lookup() -> None:
     from mongoeco.core.compiled_query import CompiledQuery
-    from mongoeco.core.query_plan import InCondition
+    from mongoeco.core.filtering import QueryEngine
+    from mongoeco.core.query_plan import InCondition, NotInCondition
 
     original = CompiledQuery._node_to_code
+    key_of = in_key_function()
+
+    def membership(values: tuple[Any, ...], null_matches_undefined: bool) -> Any:
+        keys = set()
+        unkeyed = []
+        for value in values:
+            value_key = key_of(value)
+            if value_key is None:
+                unkeyed.append(value)
+            else:
+                keys.add(value_key)
+
+        def member(candidate: Any, dialect: Any) -> bool:
+            candidate_key = key_of(candidate)
+            if candidate_key is not None and candidate_key in keys:
+                return True
+            # null matches no value with a key; any other candidate without one is compared with every value
+            others = unkeyed if candidate_key is not None or candidate is None else values
+            compare = QueryEngine._in_item_matches_candidate  # looked up at each call, so that a count of comparisons sees these too
+            return any(
+                compare(candidate, item, null_matches_undefined=null_matches_undefined, dialect=dialect, collation=None)
+                for item in others
+            )
+
+        return member if keys else None
 
     def node_to_code(self: Any, node: Any, depth: int) -> str:
-        if (
-            isinstance(node, InCondition)
-            and node.values
-            and all(isinstance(value, ObjectId) for value in node.values)
-        ):
-            field_key = self._field(node.field)
-            members = self._store("values", frozenset(node.values))
-            kind = self._store("kind", ObjectId)
-            return (
-                f"any(isinstance(candidate, {kind}) and candidate in {members}"
-                f" for candidate in (_extract(doc, {field_key}) or ()))"
-            )
+        kind = type(node)
+        if (kind is InCondition or kind is NotInCondition) and self.collation is None:
+            member = membership(node.values, node.null_matches_undefined)
+            if member is not None:
+                field_key = self._field(node.field)
+                test = self._store("member", member)
+                if kind is InCondition:
+                    return f"any({test}(candidate, dialect) for candidate in (_extract(doc, {field_key}) or [None]))"
+                found = self._local("nin_values")
+                values_key = self._store("values", node.values)
+                return (
+                    f"(not any({test}(candidate, dialect) for candidate in {found})"
+                    f" if ({found} := _extract(doc, {field_key}))"
+                    f" else not (any(item is None for item in {values_key}) and {node.null_matches_undefined}))"
+                )
         return original(self, node, depth)
 
+    node_to_code.__wrapped__ = original  # type: ignore[attr-defined]
     CompiledQuery._node_to_code = node_to_code
 
 
