@@ -22,7 +22,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (with (d), fail points on commit and abort), (w) retryable writes, (x) error labels,
   (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
   and a standalone's refusals, (ad) snapshot reads
-- :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds, (ax) unique index builds in one pass
+- :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds, (ax) unique index builds in one pass,
+  (ay) compound unique indexes checked by lookup
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
   (z) English's regional collations, (ab) ``let`` variables evaluated
@@ -31,7 +32,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
-- :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields
+- :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes)
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
@@ -127,6 +128,7 @@ def apply() -> None:
     indexes.patch_compound_hashed_indexes()  # (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
     indexes.patch_unique_index_builds()  # (ax), outside (s): it takes only plain 1/-1 keys, which (s) passes through
+    indexes.patch_compound_unique_checks()  # (ay), over (ai)'s compound index keys
     wire.patch_int64_cursor_ids()  # (r)
     queries.patch_english_locales()  # (z)
     documents.patch_dollar_prefixed_ids()  # (aa)

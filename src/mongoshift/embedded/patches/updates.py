@@ -719,6 +719,11 @@ _BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("mongoshif
 # digits that context has for any int64 (no rounding: the same digits and exponent). The keys of the
 # 4,096 most recent ints were kept instead, but a collection of more int _ids than that (the demo's
 # 20,000 orders, whose version index holds each _id) missed the cache on nearly every write: 4 µs a key.
+# (ay) The keys of a compound index are the keys of a unique index on its fields
+# (MemoryEngine._unique_index_keys: one per element of an array, null's key for a missing field),
+# not one key built from each field's first value: the index data then holds every key a document
+# has, and a compound unique index is checked by looking the keys up there (patches/indexes.py).
+# Nothing else reads a compound index's data (mongoeco's planner uses single-field indexes only).
 _INT_CONTEXT = decimal.Context(prec=34)
 _ZERO = decimal.Decimal(0)
 # (aw) The keys of the small ints, built once: a version field holds them (0.6 µs a key to build, twice a
@@ -749,17 +754,20 @@ def patch_index_keys() -> None:
             return small
         return ("number", _ZERO if value == 0 else make(value).normalize(context))
 
+    none_key = original(None)
+
     def index_keys(self: Any, document: Any, fields: list[str]) -> Any:
+        compound = len(fields) != 1
         if type(document) is not dict:
-            return original_keys(self, document, fields)
+            return self._unique_index_keys(document, fields) if compound else original_keys(self, document, fields)
         values = []
         for field in fields:
             value = document.get(field, _MISSING) if "." not in field else None
-            if value is None or type(value) is list or isinstance(value, list):  # a path, null, an array: the original's rules
-                return original_keys(self, document, fields)
+            if value is None or isinstance(value, (list, dict)):  # a path, null, an array, a document: the original's rules
+                return self._unique_index_keys(document, fields) if compound else original_keys(self, document, fields)
             values.append(value)
-        if len(fields) != 1:
-            return {tuple(None if value is _MISSING else index_equality_key(value) for value in values)}
+        if compound:  # (ay) a missing field is null's key, as in a unique index's keys
+            return {tuple(none_key if value is _MISSING else index_equality_key(value) for value in values)}
         return {(None,)} if values[0] is _MISSING else {(index_equality_key(values[0]),)}
 
     index_keys.__wrapped__ = original_keys  # type: ignore[attr-defined]
