@@ -133,11 +133,15 @@ def document(i: int, value: Any) -> dict[str, Any]:
 def test_in_and_nin_answer_as_the_original_matcher(server: InProcessServer, max_examples: int) -> None:
     """(k) Generated ``$in``/``$nin`` queries, top-level and dotted, answer as mongoeco's own matcher does."""
     from mongoeco.core.compiled_query import CompiledQuery
+    from mongoeco.core.filtering import QueryEngine
 
     original = CompiledQuery._node_to_code
     while hasattr(original, "__wrapped__"):
         original = original.__wrapped__
     patched = CompiledQuery._node_to_code
+    # the interpreted matcher's keys (an update's or a delete's check of each document it matched)
+    patched_key = QueryEngine._hashable_in_lookup_key
+    original_key = patched_key.__wrapped__  # type: ignore[attr-defined]
 
     @settings(max_examples=max_examples)
     @given(
@@ -154,13 +158,18 @@ def test_in_and_nin_answer_as_the_original_matcher(server: InProcessServer, max_
                 for operator in ("$in", "$nin"):
                     condition = {field: {operator: listed}}
                     answers = []
-                    for node_to_code in (patched, original):
+                    for node_to_code, key in ((patched, patched_key), (original, original_key)):
                         CompiledQuery._node_to_code = node_to_code  # type: ignore[method-assign]
+                        QueryEngine._hashable_in_lookup_key = staticmethod(key)  # type: ignore[method-assign,assignment]
                         CompiledQuery._compile_expression.cache_clear()
-                        answers.append(sorted(d["_id"] for d in collection.find(condition)))
+                        found = sorted(d["_id"] for d in collection.find(condition))
+                        collection.update_many({}, {"$unset": {"hit": ""}})
+                        collection.update_many(condition, {"$set": {"hit": True}})
+                        answers.append((found, sorted(d["_id"] for d in collection.find({"hit": True}))))
                     assert answers[0] == answers[1], condition
         finally:
             CompiledQuery._node_to_code = patched  # type: ignore[method-assign]
+            QueryEngine._hashable_in_lookup_key = staticmethod(patched_key)  # type: ignore[method-assign,assignment]
             CompiledQuery._compile_expression.cache_clear()
             client.close()
 
@@ -203,5 +212,7 @@ def test_in_matches_binaries_as_mongod(server: InProcessServer) -> None:
         assert ids({"b": {"$in": [Binary(b"\x01", 5)]}}) == [4]
         assert ids({"b": {"$in": [{"x": Binary(b"\x01", 5)}, Binary(b"\x02", 5)]}}) == [3, 5]
         assert ids({"b": {"$nin": [Binary(b"\x01", 5), Binary(b"\x01", 0)]}}) == [3, 5]
+        assert collection.update_many({"b": {"$in": [Binary(b"\x01", 5)]}}, {"$set": {"hit": 1}}).modified_count == 1
+        assert ids({"hit": 1}) == [4]
     finally:
         client.close()

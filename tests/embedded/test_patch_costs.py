@@ -141,3 +141,21 @@ async def test_a_write_under_a_compound_unique_index_compares_no_documents(engin
     await engine_db.lines.update_many({"seq": {"$lt": 100}}, {"$set": {"note": 1}})
     # Unpatched, each write compares the document with every stored one: about 2,000,000 calls.
     assert compared[0] == 0, f"{compared[0]} pairwise comparisons"
+
+
+async def test_a_write_by_int64_ids_finds_each_document_by_its_key(engine_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(ag) update_many and delete_many update each matched document by its own ``_id`` (as pymongo's Int64):
+    that lookup finds the document under its key instead of matching every stored one."""
+    from bson.int64 import Int64
+    from mongoeco.core.filtering import QueryEngine
+
+    await engine_db.longs.insert_many([{"_id": Int64(10**12 + i), "n": i} for i in range(2_000)])
+    wanted = [Int64(10**12 + i) for i in range(0, 2_000, 10)]
+    compared = counting(monkeypatch, QueryEngine, "_evaluate_equals")
+    result = await engine_db.longs.update_many({"_id": {"$in": wanted}}, {"$set": {"m": 1}})
+    assert result.modified_count == 200
+    assert await engine_db.longs.count_documents({"m": 1}) == 200
+    # Unpatched, each of the 200 updates compares its _id with every stored document: about 400,000 calls.
+    assert compared[0] <= 1_000, f"{compared[0]} equality checks"
+    assert (await engine_db.longs.delete_many({"_id": {"$in": wanted}})).deleted_count == 200
+    assert await engine_db.longs.count_documents({}) == 1_800

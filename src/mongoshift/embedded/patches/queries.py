@@ -188,6 +188,21 @@ def patch_in_lookup() -> None:
     node_to_code.__wrapped__ = original  # type: ignore[attr-defined]
     CompiledQuery._node_to_code = node_to_code
 
+    # The interpreted matcher (an update's or a delete's check of each matched document against its
+    # filter, `$all`) keys the values of an `$in` with QueryEngine._hashable_in_lookup_key, which keys
+    # only null, booleans, bytes, dates, UUIDs, ObjectIds and timestamps: the others (numbers, strings,
+    # documents...) were compared pair by pair, so an update_many or delete_many of 1,000 `_id`s of
+    # mixed types on 8,000 documents took 3.3 s. Without a collation it takes the same keys as above.
+    original_key = QueryEngine._hashable_in_lookup_key
+
+    def hashable_in_lookup_key(value: Any, *, collation: Any = None) -> Any:
+        if collation is not None:
+            return original_key(value, collation=collation)
+        return key_of(value)
+
+    hashable_in_lookup_key.__wrapped__ = original_key  # type: ignore[attr-defined]
+    QueryEngine._hashable_in_lookup_key = staticmethod(hashable_in_lookup_key)
+
 
 # (m) `$set` of a Decimal128 equal in value but not in digits is a no-op: setting
 # 1.00 over a stored 1.0 (or -0 over 0) keeps 1.0 and reports nModified 0.
