@@ -26,7 +26,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (ay) compound unique indexes checked by lookup
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
-  (z) English's regional collations, (ab) ``let`` variables evaluated
+  (z) English's regional collations, (ab) ``let`` variables evaluated,
+  (az) a double beside a decimal and binaries compared as mongod's
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
@@ -110,6 +111,7 @@ def apply() -> None:
     coll_mod.patch_coll_mod()  # (l)
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
+    queries.patch_exact_equality()  # (az)
     comparisons.patch_type_brackets()  # (aq), before (af): its walks end where a bound's bracket ends
     transactions.patch_transaction_conflicts()  # (o)
     scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs

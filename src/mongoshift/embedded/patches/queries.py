@@ -204,6 +204,39 @@ def patch_in_lookup() -> None:
     QueryEngine._hashable_in_lookup_key = staticmethod(hashable_in_lookup_key)
 
 
+# (az) A query's equality compares a double and a decimal, and two binaries, as mongoeco's total order
+# does, not as mongod: `{n: 0.1}` matched a stored Decimal128("0.1") (the double 0.1 is
+# 0.1000000000000000055..., which mongod compares exactly), a binary of subtype 0 matched one of any
+# subtype with the same bytes, and a stored binary of another subtype (held as the engine's own binary
+# type) never equalled the same binary in a query. FilteringMatchingMixin._query_equality_matches, which
+# every top-level equality of a query takes (`$eq`, `$ne`, a plain value, an array's elements, what `$in`
+# compares without a key), now answers those two cases as mongod: a double equals a decimal when their
+# values are exactly equal (NaN keeps the original rule), and binaries when their subtype and bytes are.
+# Values inside documents and arrays compared whole keep mongoeco's comparison.
+def patch_exact_equality() -> None:
+    from decimal import Decimal
+
+    from mongoeco.core._filtering_matching import FilteringMatchingMixin
+    from mongoeco.core.codec import _InternalBsonBinary
+    from mongoeco.types import Binary, Decimal128
+
+    original = vars(FilteringMatchingMixin)["_query_equality_matches"].__func__
+    binaries = frozenset({bytes, Binary, _InternalBsonBinary})
+
+    def query_equality_matches(cls: Any, candidate: Any, expected: Any, /, **options: Any) -> bool:
+        kinds = (type(candidate), type(expected))
+        if kinds == (float, Decimal128) or kinds == (Decimal128, float):
+            double, decimal = (candidate, expected) if kinds[0] is float else (expected, candidate)
+            if double == double and not decimal.value.is_nan():
+                return bool(Decimal(double) == decimal.value)  # Decimal(a float) is its exact value
+        elif kinds[0] in binaries and kinds[1] in binaries:
+            return getattr(candidate, "subtype", 0) == getattr(expected, "subtype", 0) and bytes(candidate) == bytes(expected)
+        return bool(original(cls, candidate, expected, **options))
+
+    query_equality_matches.__wrapped__ = original  # type: ignore[attr-defined]
+    FilteringMatchingMixin._query_equality_matches = classmethod(query_equality_matches)  # type: ignore[assignment]
+
+
 # (m) `$set` of a Decimal128 equal in value but not in digits is a no-op: setting
 # 1.00 over a stored 1.0 (or -0 over 0) keeps 1.0 and reports nModified 0.
 # core/paths._same_value_for_update decides whether a $set changes anything and
