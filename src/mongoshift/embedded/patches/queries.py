@@ -53,12 +53,13 @@ def patch_bson_size() -> None:
 # UUID, an ObjectId's bytes, a binary's subtype and bytes, a timestamp; a bool apart from 1 and 0; a
 # document's fields in order and an array's items, when each of their values has a key. NaN has no
 # key. `test_in_keys_agree_with_the_original_comparison` checks key equality against the original
-# comparison over generated values of every kind but binaries. For binaries the original comparison
-# is not mongod's: a stored binary of a subtype other than 0 (held as the engine's own binary type)
-# never equals the same binary listed in a query, and a subtype-0 binary equals one of any subtype
-# with the same bytes; the keys follow mongod (equal when subtype and bytes are), which
-# `test_in_matches_binaries_as_mongod` checks through the wire. Equality outside `$in` keeps
-# mongoeco's comparison (docs/embedded.md lists the difference).
+# comparison over generated values of every kind but binaries and inexact doubles beside decimals,
+# where mongoeco's total order is not mongod's: a stored binary of a subtype other than 0 (held as the
+# engine's own binary type) never equalled the same binary listed in a query, a subtype-0 binary
+# equalled one of any subtype with the same bytes, and the double 0.1 equalled the decimal 0.1. The
+# keys follow mongod (`test_in_matches_binaries_as_mongod`, `..._doubles_and_decimals_as_mongod`), and
+# so does a query's other equality since (az); documents and arrays compared whole inside the original
+# comparison keep mongoeco's (docs/embedded.md lists the difference).
 def in_key_function() -> Any:
     """The equality key of a value as a query's `$in` compares it, or None when it has none."""
     import datetime
