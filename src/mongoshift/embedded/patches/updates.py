@@ -758,7 +758,7 @@ def patch_index_keys() -> None:
 
     def index_keys(self: Any, document: Any, fields: list[str]) -> Any:
         compound = len(fields) != 1
-        if type(document) is not dict:
+        if not isinstance(document, dict):  # a stored document is the engine's own dict subclass: it takes the fast path too
             return self._unique_index_keys(document, fields) if compound else original_keys(self, document, fields)
         values = []
         for field in fields:
