@@ -11,12 +11,19 @@ documents that was one middle collection of the inserted documents (about 250 ms
 :class:`Collector` keeps the young collections (threshold :data:`YOUNG_THRESHOLD`, fix (ak)) and
 freezes what survives each automatic collection (``gc.freeze``): frozen objects are left out of every
 later collection. Reference counting frees frozen objects like any other; only cyclic garbage among
-frozen objects would stay. So once the young collections have frozen enough to grow the frozen heap
+frozen objects would stay. So once the collections have frozen enough survivors to grow the frozen heap
 by half (:data:`GROWTH`) since the last full collection, :meth:`Collector.collect_if_due` thaws
 everything and runs one full collection, then freezes the survivors again: cyclic garbage lives at
 most until the heap has grown by half, and a long-lived object is walked about three times instead
 of six. The server runs that check once a second (:func:`watch`), outside the collector's callback,
 where a collection cannot start.
+
+The survivors are counted, not bounded: a collection leaves them in the next generation (everything
+older is frozen), so counting that generation after each one costs a walk of the survivors alone. An
+update-heavy load (the B3 loop, the demo) frees nearly all it allocates; counted as a full
+threshold per young collection, as at first, it ran a full collection of a 100,000-document
+collection's heap (2.4 million objects, 1.2 s) in a loop that had grown the heap by 1 %
+(docs/performance.md, "Fix (ba)").
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 #: allocates some hundred containers per document it reads or writes, nearly all freed by reference
 #: counting, so the default (2,000) ran a young collection every few documents.
 YOUNG_THRESHOLD = 100_000
-#: A full collection runs once the young collections may have grown the frozen heap by this factor.
+#: A full collection runs once the collections have grown the frozen heap by this factor.
 GROWTH = 1.5
 #: Seconds between two checks of :func:`watch`.
 CHECK_INTERVAL_S = 1.0
@@ -39,18 +46,16 @@ CHECK_INTERVAL_S = 1.0
 class Collector:
     """Young collections, survivors frozen, a full collection per growth of the heap by :data:`GROWTH`.
 
-    How much a young collection froze is not known without walking the frozen heap, so the count is
-    bounded from above: a young collection runs after ``young`` net allocations and cannot leave more
-    survivors than that. A full collection is due after ``(growth - 1) × heap / young`` young
-    collections, where heap is the frozen heap counted after the last full one (one walk of it, after a
-    collection that has just walked it all anyway)."""
+    ``left`` is the number of objects the collections may still freeze before a full one is due:
+    ``(growth - 1) × heap``, the heap counted after the last full collection (one walk of it, after a
+    collection that has just walked it all anyway), less each collection's survivors."""
 
     def __init__(self, *, young: int = YOUNG_THRESHOLD, growth: float = GROWTH) -> None:
         if young < 1 or growth <= 1:
             raise ValueError("the collector needs a positive young threshold and a growth above 1")
         self.young = young
         self.growth = growth
-        self.left = 0  # young collections until the next full one
+        self.left = 0  # objects that may still be frozen before the next full collection
         self.full_collections = 0
         self._thresholds: tuple[int, int, int] | None = None
         self._collecting = False
@@ -88,7 +93,7 @@ class Collector:
             self._collecting = False
         self.full_collections += 1
         heap = gc.get_freeze_count()
-        self.left = max(1, math.ceil((self.growth - 1) * heap / self.young))
+        self.left = max(1, math.ceil((self.growth - 1) * heap))
         return found
 
     def collect_if_due(self) -> bool:
@@ -101,8 +106,10 @@ class Collector:
         # Called by the collector before and after each collection; none can start from here.
         if phase != "stop" or self._collecting:
             return
+        # Everything older than this collection's generation was frozen after the last one, so its
+        # survivors are the only objects in the older generations.
+        self.left -= sum(len(gc.get_objects(generation)) for generation in range(1, 3))
         gc.freeze()
-        self.left -= 1
 
 
 async def watch(collector: Collector, stop: asyncio.Event, interval: float = CHECK_INTERVAL_S) -> None:
