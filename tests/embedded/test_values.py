@@ -14,7 +14,7 @@ from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectI
 from hypothesis import given, settings, strategies as st
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, sync_client
 
 scalars = (
     st.integers(-(2**31), 2**31 - 1) | st.builds(Int64, st.integers(-(2**63), 2**63 - 1)) | st.floats(allow_nan=True)
@@ -207,8 +207,16 @@ def _same_tree(a: Any, b: Any) -> bool:
 
 
 plain_names = st.sampled_from(["a", "b", "ids", "_x"])
+def _engine_object_id(raw: bytes) -> Any:
+    """mongoeco's own ObjectId (what a stored document and an update's internal value hold)."""
+    from mongoeco.types import ObjectId as EngineObjectId
+
+    return EngineObjectId(raw)
+
+
 trees = st.recursive(
-    st.integers(-(2**64), 2**64) | st.floats(allow_nan=True) | st.text(max_size=3) | st.booleans() | st.none() | scalars,
+    st.integers(-(2**64), 2**64) | st.floats(allow_nan=True) | st.text(max_size=3) | st.booleans() | st.none() | scalars
+    | st.builds(_engine_object_id, st.binary(min_size=12, max_size=12)),
     lambda inner: st.lists(inner, max_size=6) | st.dictionaries(plain_names | st.sampled_from(["c.d", "$e", "1", ""]), inner, max_size=3),
     max_leaves=12,
 )
@@ -216,15 +224,18 @@ trees = st.recursive(
 
 @examples(thorough=500, quick=80)
 def test_a_plain_tree_crosses_the_codec_as_the_codec_takes_it(server: InProcessServer, max_examples: int) -> None:
-    """A list or document of plain values is built as DocumentCodec.to_internal and .encode build it,
-    node by node and type by type; anything else (a wrapped number, an id, a special name, an int
-    beyond 64 bits) is left to the codec."""
+    """A list or document of plain values and ObjectIds (pymongo's or mongoeco's), or one ObjectId, is
+    built as DocumentCodec.to_internal and .encode build it, node by node and type by type; anything
+    else (a wrapped number, a binary, a special name, an int beyond 64 bits) is left to the codec."""
     from mongoeco.core.codec import DocumentCodec
 
     from mongoshift.embedded.patches import updates
 
     @settings(max_examples=max_examples)
-    @given(value=st.lists(trees, max_size=6) | st.dictionaries(plain_names, trees, max_size=4) | st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
+    @given(
+        value=st.lists(trees, max_size=6) | st.dictionaries(plain_names, trees, max_size=4) | st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50)
+        | st.builds(ObjectId, st.binary(min_size=12, max_size=12)) | st.builds(_engine_object_id, st.binary(min_size=12, max_size=12))
+    )
     def check(value: Any) -> None:
         internal = updates.plain_tree(value, internal=True)
         if internal is updates._MISSING:
@@ -238,9 +249,45 @@ def test_a_plain_tree_crosses_the_codec_as_the_codec_takes_it(server: InProcessS
 def test_what_a_plain_tree_leaves_to_the_codec(server: InProcessServer) -> None:
     from mongoshift.embedded.patches import updates
 
-    for value in ([Int64(1)], [2**63], {"$e": 1}, {"c.d": 1}, [{"a": ObjectId()}], [b"x"], {"a": [1, {"b": 2**64}]}, 7):
+    for value in ([Int64(1)], [2**63], {"$e": 1}, {"c.d": 1}, [{"a": Timestamp(1, 2)}], [b"x"], {"a": [1, {"b": 2**64}]}, 7):
         assert updates.plain_tree(value, internal=True) is updates._MISSING
     assert updates.plain_tree([1, 2.5, "x", None, True, {"a": [1]}], internal=True) is not updates._MISSING
+    # (bb) a checkpoint's ids: not left to the codec's encode-then-decode
+    ids = {"token": "t", "ids": [ObjectId() for _ in range(3)], "revs": [1, 2, None]}
+    assert updates.plain_tree(ids, internal=True) is not updates._MISSING
+
+
+def test_a_checkpoint_of_object_ids_does_not_cross_the_codec(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(bb) The engine's fenced checkpoint: a findAndModify whose ``$set`` carries the batch's 500
+    ``_id``s. ObjectIds went through DocumentCodec.to_internal (an encode, then a decode) and
+    DocumentCodec.encode one by one: over 2,000 codec calls a checkpoint, a dozen now (its other
+    values); the document stored is the one the codec builds (the property test above)."""
+    from mongoeco.core.codec import DocumentCodec
+    from pymongo import ReturnDocument
+
+    client = sync_client(server)
+    try:
+        partitions = client.values.partitions
+        partitions.drop()
+        partitions.insert_one({"_id": "p", "status": "running", "lease": {"token": "t"}})
+        ids = [ObjectId() for _ in range(500)]
+        intent = {"token": "t", "ids": ids, "revs": list(range(500))}
+        calls = count_calls(monkeypatch, (DocumentCodec, "to_internal"), (DocumentCodec, "encode"))
+        doc = partitions.find_one_and_update(
+            {"_id": "p", "lease.token": "t", "status": "running"},
+            {"$set": {"inflight": intent}, "$currentDate": {"lease.renewed_at": True}, "$inc": {"counters.migrated": 500}},
+            projection={"_id": 0, "status": 1},
+            return_document=ReturnDocument.AFTER,
+        )
+        monkeypatch.undo()
+        assert doc == {"status": "running"}
+        assert calls["to_internal"] + calls["encode"] <= 50, calls  # unpatched: over 2,000
+        stored = partitions.find_one({"_id": "p"})
+        assert stored is not None and stored["inflight"] == intent and stored["counters"] == {"migrated": 500}
+        assert [type(i) for i in stored["inflight"]["ids"]] == [ObjectId] * 500
+        assert partitions.count_documents({"inflight.ids": ids[250]}) == 1
+    finally:
+        client.close()
 
 
 wire_scalars = scalars | st.sampled_from([

@@ -55,7 +55,7 @@ def _bind() -> dict[str, Any]:
         from ..change_streams import _EVENT_TYPES, ChangeHistory, take_pre_image
 
         _M.update(
-            BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId),
+            BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId), BsonObjectId=BsonObjectId,
             ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
@@ -266,12 +266,17 @@ _SCALARS = frozenset({str, float, bool, int, type(None)})
 
 def plain_tree(value: Any, *, internal: bool) -> Any:
     """``DocumentCodec.to_internal(value)`` (``internal``) or ``DocumentCodec.encode(value)`` of a list
-    or a document holding only plain values (:func:`_plain_value`) under plain field names, at any
-    depth, built directly; ``_MISSING`` for any other value, which the codec must answer.
+    or a document holding only plain values (:func:`_plain_value`) and ObjectIds under plain field
+    names, at any depth, or of one ObjectId, built directly; ``_MISSING`` for any other value, which
+    the codec must answer.
 
     For such a tree the codec only checks each value (again at every level) and rebuilds the
     containers: to_internal into its immutable internal array and document, encode into a plain
-    list and dict. A checkpoint's list of 500 ids took 4 ms through both, 13 % of the demo's server."""
+    list and dict. A checkpoint's list of 500 ids took 4 ms through both, 13 % of the demo's server.
+    (bb) An ObjectId is given back by to_internal as mongoeco's ObjectId of the same bytes, and
+    encoded as the codec's tagged form of its hex: a checkpoint of 500 ObjectIds went through the
+    codec's encode-then-decode, about 8 ms of the server's time a batch of the engine on such a
+    collection."""
     m = _M
     array, document = (m["InternalArray"], m["InternalDocument"]) if internal else (list, dict)
     return _tree(value, array, document, m["InternalArray"], m["InternalDocument"])
@@ -302,11 +307,15 @@ def _tree(value: Any, array: Any, document: Any, internal_array: Any, internal_d
                 return _MISSING
             fields[name] = item
         return document(fields)
+    if kind is _M["ObjectId"] or kind is _M["BsonObjectId"]:
+        oid = value if kind is _M["ObjectId"] else _M["ObjectId"](value.binary)
+        return oid if array is internal_array else _M["codec"]._tagged_value("objectid", str(oid))
     return _MISSING
 
 
 def _tree_item(item: Any, array: Any, document: Any, internal_array: Any, internal_document: Any) -> Any:
-    """One value inside a tree: a plain scalar as it is, a container built by :func:`_tree`, else ``_MISSING``."""
+    """One value inside a tree: a plain scalar as it is, an ObjectId or a container built by
+    :func:`_tree`, else ``_MISSING``."""
     if type(item) in _SCALARS:
         return item if _plain_value(item) else _MISSING
     return _tree(item, array, document, internal_array, internal_document)
