@@ -218,6 +218,37 @@ def test_the_interpreted_matcher_matches_what_mongod_matches(max_examples: int) 
     check()
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [-(2**40), -1, 0, 1, 2, 2**40],
+        ["", "A", "a", "ab", "b", "é", "😀"],  # by code point: the order of their UTF-8 bytes
+        [False, True],
+        [ObjectId(bytes([0] * 12)), ObjectId(bytes([0] * 11 + [1])), ObjectId(bytes([1] + [0] * 11)), ObjectId(bytes([255] * 12))],
+    ],
+    ids=["ints", "strings", "booleans", "object ids"],
+)
+def test_two_values_of_one_type_compare_by_mongods_order(server: InProcessServer, values: list[Any]) -> None:
+    """(bc) Two ObjectIds compare by their bytes (Python's order of them, without mongoeco's collation
+    layers); ints, strings and booleans, which mongoeco compares itself, pinned beside them. Every
+    operator, every operand among the values (equal ones included), as a field and as ``_id``."""
+    client = sync_client(server)
+    try:
+        collection = client.comparisons.same_type
+        collection.drop()
+        collection.insert_many([{"_id": value, "a": value} for value in values])
+        for operand in values:
+            for operator in OPERATORS:
+                expected = sorted(i for i, value in enumerate(values) if element_matches(value, operator, operand))
+                for field in ("a", "_id"):
+                    found = sorted(values.index(d["a"]) for d in collection.find({field: {operator: operand}}))
+                    assert found == expected, (field, operator, operand)
+                ranged = sorted(values.index(d["a"]) for d in collection.find({"_id": {operator: operand}}, sort=[("_id", 1)], limit=100))
+                assert ranged == expected, ("walk", operator, operand)
+    finally:
+        client.close()
+
+
 def test_a_range_matches_only_values_of_its_bracket(server: InProcessServer) -> None:
     """(aq) The cases of the defect as found: numbers no longer match strings, booleans, dates, null."""
     client = sync_client(server)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import operator
 import re
 import uuid
 from collections.abc import Callable
@@ -183,6 +184,25 @@ def _same_type_classes() -> frozenset[type]:
     return frozenset({str, bool, int, bytes, datetime.datetime, ObjectId, EcoObjectId, EcoTimestamp})
 
 
+#: The operator kinds mongoeco's comparison takes, as Python's.
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt, "gt": operator.gt, ">=": operator.ge, "gte": operator.ge,
+    "<": operator.lt, "lt": operator.lt, "<=": operator.le, "lte": operator.le,
+}
+
+
+def _object_id_classes() -> frozenset[type]:
+    """(bc) Two ObjectIds of one class compare by their bytes, whatever the collation or dialect:
+    Python's order of them (bson's ``ObjectId.__lt__``). mongoeco compares two ints, floats, strings
+    or booleans itself without a collation; two ObjectIds went through its collation and policy
+    layers, about 3 µs a comparison, and the background engine's lane reads of an ObjectId
+    collection compare each walked document's ``_id`` with both bounds of its range."""
+    from bson import ObjectId
+    from mongoeco.types import ObjectId as EcoObjectId
+
+    return frozenset({ObjectId, EcoObjectId})
+
+
 def patch_type_brackets() -> None:
     from mongoeco.compat import MONGODB_DIALECT_70 as default_dialect
     from mongoeco.core._filtering_matching import FilteringMatchingMixin
@@ -197,6 +217,7 @@ def patch_type_brackets() -> None:
     }
 
     same_type = _same_type_classes()
+    object_ids = _object_id_classes()
 
     # Keywords spelled out (no **options): these run once per document and value matched.
     def comparison_matches_candidate(
@@ -204,6 +225,10 @@ def patch_type_brackets() -> None:
     ) -> bool:
         kind = type(candidate)
         if kind is type(target) and kind in same_type:  # one bracket, no NaN: the original's comparison
+            if kind in object_ids:
+                compare = _OPERATORS.get(operator)
+                if compare is not None:  # (bc) by their bytes, as mongod
+                    return compare(candidate, target)
             return compare_one(cls, candidate, target, operator, dialect=dialect, collation=collation)
         answer = decided(candidate, target, operator)
         if answer is not None:
