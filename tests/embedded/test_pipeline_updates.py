@@ -166,6 +166,7 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
     from mongoeco.api._async import _collection_modify
     from mongoeco.api._async._collection_runtime import CollectionRuntimeCoordinator
     from mongoeco.core.aggregation import transform_stages
+    from mongoeco.core.filtering import QueryEngine
     from mongoeco.engines.memory import MemoryEngine
 
     client = sync_client(server)
@@ -176,11 +177,12 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
         ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
         collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": [1, {"x": 2}]} for i in ids])
         steps = ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"), (transform_stages, "deepcopy"))
-        calls = count_calls(monkeypatch, *steps, (CollectionRuntimeCoordinator, "_dispatch_engine_changes"))
+        calls = count_calls(monkeypatch, *steps, (CollectionRuntimeCoordinator, "_dispatch_engine_changes"), (QueryEngine, "match_plan"))
         result = collection.update_many({"__v": 1, "_id": {"$gte": ids[100], "$lt": ids[300]}}, B0)
         monkeypatch.undo()
         assert (result.matched_count, result.modified_count) == (200, 200)
-        assert calls == {"_get_lock": 2, "_encode_storage_document": 0, "_dispatch_engine_changes": 1, "deepcopy": 0}
+        # (bd) no document matched again: none was replaced between the read and the batch
+        assert calls == {"_get_lock": 2, "_encode_storage_document": 0, "_dispatch_engine_changes": 1, "deepcopy": 0, "match_plan": 0}
         assert collection.count_documents({"__v": 2, "__rev": 2, "full_name": "n", "domain": "b", "legacy": {"$exists": False}}) == 200
         # the same update by mongoeco's path, for the record of what the fix saves
         with original(_collection_modify, "update_many"):
@@ -188,6 +190,38 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
             collection.update_many({"__v": 1, "_id": {"$gte": ids[300], "$lt": ids[500]}}, B0)
             monkeypatch.undo()
         assert calls["_get_lock"] == 201 and calls["_encode_storage_document"] == 200 and calls["deepcopy"] >= 400
+    finally:
+        client.close()
+
+
+def test_a_document_written_between_the_read_and_the_batch_is_matched_again(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(bd) The update reads its documents, then opens its batch: a write in between (another task's)
+    replaces a document's stored value, and that document is matched again under the batch. Here
+    the write moves it out of the filter: it is neither counted nor rewritten."""
+    from mongoshift.embedded.patches import updates
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.between
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b"} for i in range(20)])
+        opened = updates.Batch.open
+        wrote: list[int] = []
+
+        async def open_after_a_write(self: Any, engine_collection: Any, *args: Any, **kwargs: Any) -> Any:
+            if not wrote:  # once: the write of another task, before the batch takes the lock
+                wrote.append(1)
+                await engine_collection.update_one({"_id": 7}, {"$set": {"__v": 9}})
+            return await opened(self, engine_collection, *args, **kwargs)
+
+        monkeypatch.setattr(updates.Batch, "open", open_after_a_write)
+        result = collection.update_many({"__v": 1, "_id": {"$gte": 0, "$lt": 20}}, B0)
+        monkeypatch.undo()
+        assert wrote == [1]
+        assert (result.matched_count, result.modified_count) == (19, 19)
+        assert collection.find_one({"_id": 7}) == {"_id": 7, "__v": 9, "__rev": 1, "name": "n", "email": "a@b"}
+        assert collection.count_documents({"__v": 2, "full_name": "n"}) == 19
     finally:
         client.close()
 

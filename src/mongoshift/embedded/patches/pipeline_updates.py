@@ -33,6 +33,7 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
+from .scans import READ_ITEMS
 from .updates import _MISSING, Batch, _bind, _plain_name, _storable, _stored, _Undecided
 
 #: The update pipeline stages this fast path evaluates (``$set`` is ``$addFields``'s alias).
@@ -186,18 +187,22 @@ def patch_pipeline_updates() -> None:
         expressions = operation.context.expressions if operation.context is not None else None
         if getattr(expressions, "now", None) is None:
             raise _Undecided
+        read: list[tuple[Any, Any]] = []
+        token = READ_ITEMS.set(read)
         try:
             matched_documents = await collection._build_cursor(
                 compile_find_selection_from_update_operation(operation), session=session, apply_codec_options=False,
             ).to_list()
         except Exception as error:
             raise _Undecided from error
+        finally:
+            READ_ITEMS.reset(token)
         if not matched_documents:
             return m["UpdateResult"](matched_count=0, modified_count=0)  # as update_many answers, recording nothing
         batch = Batch()
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
         try:
-            matched, writes = decide(batch, matched_documents, prepared, semantics)
+            matched, writes = decide(batch, matched_documents, prepared, semantics, dict(read))
         except BaseException:
             batch.close()
             raise
@@ -212,9 +217,16 @@ def patch_pipeline_updates() -> None:
         collection._record_operation_metadata(operation="update_many", comment=operation.comment, hint=operation.hint, session=session)
         return m["UpdateResult"](matched_count=matched, modified_count=len(writes))
 
-    def decide(batch: Batch, matched_documents: list[Any], steps: list[tuple[str, Any]], semantics: Any) -> tuple[int, list[Any]]:
+    def decide(
+        batch: Batch, matched_documents: list[Any], steps: list[tuple[str, Any]], semantics: Any, read: dict[Any, Any]
+    ) -> tuple[int, list[Any]]:
         """How many documents still match, and the writes of those the pipeline changes, each
-        (storage key, document, new document, its stored form, the changed fields)."""
+        (storage key, document, new document, its stored form, the changed fields).
+
+        ``read``: the stored value each matched document had when the read matched it, by storage
+        key, when the read was (af)'s walk. (bd) A document still stored as that very value matched
+        the filter then and is the same document now: it is not matched again (mongoeco's
+        interpreted matcher, about a third of the update's time); any other is."""
         if batch.unique:
             raise _Undecided  # a duplicate key is reported by the original path, after the writes before it
         engine = batch.engine
@@ -234,7 +246,9 @@ def patch_pipeline_updates() -> None:
             if data is None:
                 raise _Undecided  # gone since it was read: the original's lookup by BSON equality decides
             document = engine._borrow_storage_document(data)
-            if not QueryEngine.match_plan(document, query_plan, dialect=dialect, collation=None, variables=query_variables):
+            if data is not read.get(storage_key, _MISSING) and not QueryEngine.match_plan(
+                document, query_plan, dialect=dialect, collation=None, variables=query_variables
+            ):
                 continue
             matched += 1
             try:

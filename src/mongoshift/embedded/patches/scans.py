@@ -18,6 +18,7 @@ a restored state) is rebuilt on its next read, since the order records the key s
 from __future__ import annotations
 
 import bisect
+import contextvars
 import datetime
 import functools
 import math
@@ -421,6 +422,12 @@ def _id_sort(sort: Any) -> int | None:
     return direction
 
 
+#: (bd) Where the walks below put the (storage key, stored value) pair of each document they match,
+#: when the running task asks for them: a pipeline update (patches/pipeline_updates.py) need not match
+#: again, under its batch, a document whose stored value no write has replaced since this read.
+READ_ITEMS: contextvars.ContextVar[list[tuple[Any, Any]] | None] = contextvars.ContextVar("mongoshift_read_items", default=None)
+
+
 # (af) A find with an _id range (or none), sorted on _id alone, with a limit: walk the _id order from
 # the bound instead of matching and sorting the whole collection (MemoryEngine.scan_find_semantics,
 # whose _scan this mirrors step by step: metadata, lock, TTL purge, hint check, the read-view pin,
@@ -485,6 +492,9 @@ def patch_id_range_scans() -> None:
                     fallback = walk is None
                 if walk is not None:
                     matched, items = walk
+                    sink = READ_ITEMS.get()
+                    if sink is not None:
+                        sink.extend(items)
                     documents = stream_finalize_documents(matched, semantics, emit_public_documents=False)
                     read_view_token = object()
                     with self._meta_lock:
