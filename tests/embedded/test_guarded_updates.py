@@ -428,3 +428,71 @@ def test_an_update_command_of_plain_entries_goes_to_the_batch_without_the_per_st
         assert collection.count_documents({"__v": 2, "__rev": 2}) == 40
     finally:
         client.close()
+
+
+def _in_transaction(client: Any, collection: Any, requests: list[Any], *, rival: Any | None, commit: bool) -> Any:
+    """``requests`` in one transaction (``rival``: an ``_id`` another open transaction writes first);
+    what the client saw, and the documents afterwards."""
+    from pymongo.errors import OperationFailure
+
+    other = client.start_session() if rival is not None else None
+    try:
+        if other is not None:
+            other.start_transaction()
+            collection.update_one({"_id": rival}, {"$set": {"rival": 1}}, session=other)
+        with client.start_session() as session:
+            session.start_transaction()
+            try:
+                result = collection.bulk_write(requests, ordered=True, session=session)
+                seen: Any = ("ok", result.matched_count, result.modified_count)
+            except BulkWriteError as error:
+                seen = ("bulk", [(e["index"], e["code"]) for e in error.details["writeErrors"]], error.details["nModified"])
+            except OperationFailure as error:
+                labels = sorted(label for label in ("TransientTransactionError", "UnknownTransactionCommitResult") if error.has_error_label(label))
+                seen = ("failed", error.code, labels)
+            if session.in_transaction:
+                if commit and seen[0] == "ok":
+                    session.commit_transaction()
+                else:
+                    session.abort_transaction()
+    finally:
+        if other is not None:
+            other.abort_transaction()
+            other.end_session()
+    return seen, [encode(doc) for doc in collection.find({}, sort=[("_id", 1)])]
+
+
+@pytest.mark.parametrize(("rival", "commit"), [(None, True), (None, False), (7, True), (0, True), (19, True)])
+def test_a_batch_in_a_transaction_answers_as_the_original_path(
+    server: InProcessServer, monkeypatch: pytest.MonkeyPatch, rival: int | None, commit: bool
+) -> None:
+    """(be) A guarded update command inside a transaction goes to the batch: committed, aborted, or
+    meeting a write conflict (another open transaction wrote one of its documents first) at its
+    first, a middle or its last statement, the client sees what mongoeco's own path answers and the
+    documents end the same. Each statement's conflict is checked before it writes anything."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    requests = [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2, "n": i}, "$inc": {"__rev": 1}}) for i in range(20)]
+    client = sync_client(server)
+    try:
+        outcomes = []
+        for name, path in (("fast", nullcontext()), ("slow", original_update_path())):
+            collection = client.updates[f"txn_{name}"]
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            collection.insert_many([{"_id": i, "__v": 1, "__rev": 1} for i in range(20)])
+            with path:
+                calls = count_calls(monkeypatch, (MemoryEngine, "update_with_operation"))
+                outcomes.append(_in_transaction(client, collection, requests, rival=rival, commit=commit))
+                monkeypatch.undo()
+            if name == "fast" and rival is None:
+                assert calls == {"update_with_operation": 0}  # every statement through the batch
+        assert outcomes[0] == outcomes[1]
+        seen, documents = outcomes[0]
+        if rival is None:
+            assert seen == ("ok", 20, 20)
+            assert len(documents) == 20
+        else:
+            assert seen[0] != "ok"  # the conflict, whatever the path reports it as
+    finally:
+        client.close()

@@ -441,6 +441,8 @@ def patch_transaction_conflicts() -> None:
         note(self, collection, storage_key)
         original_set(self, collection, storage_key, document)
 
+    updates.WRITE_CHECKS[:] = [note]  # (be) a guarded batch's check before a statement's writes
+
     def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
         note(self, collection, storage_key)
         original_delete(self, collection, storage_key)

@@ -69,6 +69,12 @@ class _Undecided(Exception):
     """The fast path cannot prove its answer: mongoeco's own path answers the statement."""
 
 
+#: (be) The first-writer-wins check of a transaction's write (patches/transactions.py registers its
+#: ``note``, which raises the write conflict and otherwise records the document's base): a batch in a
+#: transaction runs it for a statement before any of that statement's writes.
+WRITE_CHECKS: list[Any] = []
+
+
 class _BatchFailed(RuntimeError):
     """A write step of the engine failed inside an open batch: the batch was rolled back whole, and
     the command fails (never seen: every check that can refuse a statement runs before its writes)."""
@@ -468,6 +474,7 @@ class Batch:
         self.session: Any = None
         self.count = 0
         self.comment: Any = None
+        self.in_transaction = False
         self._stack: contextlib.ExitStack | None = None
         self._lock: Any = None
         self._own: Any = None  # the scope's journal, when it is the collection's only one
@@ -477,7 +484,9 @@ class Batch:
         when the fast path does not apply to it (another engine, a transaction unless
         ``transactions``, collection options, profiling). In a transaction the scope and the writes
         are the transaction's views, as on mongoeco's path; (ah) leaves transactions to that path,
-        whose write-time conflict (fix (o)) fails one statement, where it would fail a batch."""
+        whose write-time conflict (fix (o)) failed a statement in the middle of its writes; (be) the
+        batch checks that conflict before any write of a statement (:meth:`apply`), which the original
+        path then meets, as before, after the statements before it."""
         m = _M
         engine = collection._engine
         in_transaction = session is not None and session.in_transaction
@@ -516,6 +525,7 @@ class Batch:
         engine._invalidate_search_runtime_cache(db_name, coll_name)
         self.engine, self.db_name, self.coll_name = engine, db_name, coll_name
         self.collection, self.session, self.comment = collection, session, comment
+        self.in_transaction = in_transaction
         self.indexes = self.indexes_view.get(db_name, {}).get(coll_name, [])
         self.unique = any(index.unique and index.name != "_id_" for index in self.indexes)
         self.index_maps = self.index_data.get(db_name, {}).get(coll_name, {})
@@ -538,7 +548,7 @@ class Batch:
         None, with nothing of it written, when the original path must answer it."""
         try:
             if not self.is_open:
-                await self.open(collection, session, variables, comment)
+                await self.open(collection, session, variables, comment, transactions=bool(WRITE_CHECKS))
             elif self.collection is not collection or self.session is not session:
                 raise _Undecided
             return self.apply(plan)
@@ -571,7 +581,10 @@ class Batch:
                     db_name, coll_name, new_document, exclude_storage_key=storage_key, indexes_view=self.indexes_view,
                     storage_view=self.storage, index_data_view=self.index_data, check_id_storage=True, scan_payload_id=False,
                 )
-        except Exception as error:  # an unencodable value, a duplicate key: the original path reports it
+            if self.in_transaction:
+                for check in WRITE_CHECKS:  # (be) a write conflict, before this statement writes anything
+                    check(engine, coll, storage_key)
+        except Exception as error:  # an unencodable value, a duplicate key, a write conflict: the original path reports it
             raise _Undecided from error
         try:
             self._write(coll, storage_key, document, new_document, encoded, changed)
