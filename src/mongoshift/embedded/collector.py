@@ -23,7 +23,7 @@ older is frozen), so counting that generation after each one costs a walk of the
 update-heavy load (the B3 loop, the demo) frees nearly all it allocates; counted as a full
 threshold per young collection, as at first, it ran a full collection of a 100,000-document
 collection's heap (2.4 million objects, 1.2 s) in a loop that had grown the heap by 1 %
-(docs/performance.md, "Fix (ba)").
+(docs/performance.md, "Fixes (ba)–(be)").
 """
 
 from __future__ import annotations
