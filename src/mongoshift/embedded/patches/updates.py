@@ -16,8 +16,8 @@ absence), ``$set``/``$unset``/``$inc`` of top-level fields — with the engine's
 per command where mongoeco takes them once per statement (the lock, the TTL purge, the rollback and
 publication scope, the change dispatch), and every other statement with mongoeco's path. A statement
 it cannot prove it answers as that path would (an array or a sub-document under a guard, new fields
-from two operators, a validator, a transaction, a value the operators refuse...) goes to that path
-before anything of it is written. A command of nothing but such ``{q, u}`` entries also skips
+from two operators, a validator, a write conflict in a transaction (since (be); before, any statement
+in one), a value the operators refuse...) goes to that path before anything of it is written. A command of nothing but such ``{q, u}`` entries also skips
 mongoeco's per-entry parse of options they do not have (its own loop, (av)).
 """
 
