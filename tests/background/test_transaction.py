@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from mongoshift.api import background as bg, migrations as command
@@ -308,3 +310,59 @@ async def test_a_lone_document_too_big_for_a_transaction_is_left_out_as_a_docume
     )
     assert written == [1] and checkpointed == [[{"k": 7}]]
     assert [(e.id, e.reason) for e in outcome.excluded] == [({"k": 7}, "transaction")] and outcome.retries == 1
+
+
+class _NoWait(random.Random):
+    """Backoffs of zero seconds: the test waits on attempts, not on time."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize(("code", "seconds_per_attempt", "survives"), [(112, 0.0, True), (112, 100.0, False), (251, 0.0, False)])
+async def test_write_conflicts_are_waited_out_for_the_transaction_lifetime(client, db, code: int, seconds_per_attempt: float, survives: bool) -> None:  # type: ignore[no-untyped-def]
+    """A lane killed in the middle of a transaction (kill -9) leaves it open, holding its partition's
+    checkpoint until the server aborts it (60 s on mongod): the partition's next holder meets write
+    conflicts (112) on it for that long. Past ``max_retries``, a batch keeps retrying conflicts until
+    CONFLICT_PATIENCE_S after the first one instead of failing the slice (three such slices failed the
+    whole migration after a kill -9 and an immediate rerun). Other transient errors, and conflicts
+    past the patience, still fail the slice after ``max_retries``."""
+    from pymongo.errors import OperationFailure
+
+    from mongoshift import Background
+    from mongoshift.background.write.batch import BatchResult
+    from mongoshift.background.write.transaction import CONFLICT_PATIENCE_S, TransactionalBatchSize, run_batch
+
+    spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, transaction={"timeout_ms": 5000, "max_retries": 2})
+    conflicts_left = 10
+    clock = [1_000.0]
+
+    def now() -> float:
+        return clock[0]
+
+    async def read(session, limit):  # type: ignore[no-untyped-def]
+        return [{"_id": i} for i in range(limit)]
+
+    async def write(session, docs):  # type: ignore[no-untyped-def]
+        return BatchResult(migrated=len(docs))
+
+    async def checkpoint(session, docs, fetched, limit, result, excluded, retries):  # type: ignore[no-untyped-def]
+        nonlocal conflicts_left
+        if conflicts_left:
+            conflicts_left -= 1
+            clock[0] += seconds_per_attempt
+            raise OperationFailure("the dead lane's transaction holds this partition", code=code)
+        return True
+
+    assert 10 * seconds_per_attempt < CONFLICT_PATIENCE_S or not survives
+    run = run_batch(
+        client=client, collection=db.people, spec=spec, read=read, write=write, checkpoint=checkpoint,
+        sizing=TransactionalBatchSize(4), rng=_NoWait(), now=now,
+    )
+    if survives:
+        outcome = await run
+        assert outcome.retries == 10 and outcome.result.migrated > 0 and conflicts_left == 0
+    else:
+        with pytest.raises(OperationFailure) as raised:
+            await run
+        assert raised.value.code == code and conflicts_left == 10 - 3  # max_retries + 1 attempts

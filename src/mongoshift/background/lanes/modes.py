@@ -550,7 +550,7 @@ class TransactionalBatches:
         try:
             outcome = await run_batch(
                 client=engine.client, collection=collection, spec=spec, read=read, write=write, checkpoint=checkpoint,
-                sizing=self.sizing, rng=engine.rng,
+                sizing=self.sizing, rng=engine.rng, now=engine.now,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
             doc = decode(skip.doc.raw, collection.codec_options) if isinstance(skip.doc, RawBSONDocument) else skip.doc

@@ -10,7 +10,8 @@ Retry rules: a document that fails aborts the batch, which is retried without
 it (it is recorded as failed); a conflict aborts and the retry reads the
 documents again; transient errors (label, 112, 251, 24) back off with full
 jitter (at most min(2 s, 50 ms·2ⁿ)) up to ``max_retries``, halving the batch
-after half of them; time or size errors halve it at once. Alone in a batch, a
+after half of them, and a write conflict past ``max_retries`` until
+:data:`CONFLICT_PATIENCE_S` after the first; time or size errors halve it at once. Alone in a batch, a
 conflicting document is passed to the next pass and one too big or too slow
 is a document error. An unknown commit result is committed again; clean
 batches grow back ×1.5.
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +46,17 @@ from .batch import BatchResult, DocumentError, DocumentFailed, Lent, WriteConfli
 #: What one batch may read into a transaction, well under 16 MiB.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
 CLEAN_BATCHES_TO_GROW = 5
+#: How long a batch keeps retrying write conflicts once ``max_retries`` is spent, from the first one.
+#: Another transaction holds what the batch writes; the server aborts a transaction open longer than
+#: ``transactionLifetimeLimitSeconds`` (60 s by default, on mongod and the embedded server). So a lane
+#: killed in the middle of a transaction (kill -9: its transaction stays open, holding its documents and
+#: its partition's checkpoint) blocks the partition's next holder for at most that long, and the next
+#: holder waits it out instead of failing the partition three slices in a row.
+CONFLICT_PATIENCE_S = 90.0
+
+
+#: The server's WriteConflict: another transaction wrote a document this one writes.
+WRITE_CONFLICT_CODE = 112
 
 
 class TransactionsUnsupported(Exception):
@@ -122,6 +135,7 @@ async def run_batch(
     checkpoint: Any,
     sizing: TransactionalBatchSize,
     rng: random.Random,
+    now: Callable[[], float] = time.monotonic,
 ) -> Outcome:
     """One transactional batch with its retries.
 
@@ -136,6 +150,7 @@ async def run_batch(
     codec = collection.codec_options.with_options(document_class=dict)
     excluded: dict[bytes, DocumentError] = {}
     attempts = retries = 0
+    first_conflict: float | None = None
     while True:
         docs: list[Any] = []
         ids: list[Any] = []
@@ -194,7 +209,12 @@ async def run_batch(
                     size = max(1, size // 2)
                     continue
                 attempts += 1
-                if attempts > spec.transaction.max_retries:
+                if conflict or error_code(exc) == WRITE_CONFLICT_CODE:
+                    first_conflict = now() if first_conflict is None else first_conflict
+                    patient = now() - first_conflict < CONFLICT_PATIENCE_S
+                else:
+                    patient = False
+                if attempts > spec.transaction.max_retries and not patient:
                     raise
                 if attempts > spec.transaction.max_retries / 2:
                     size = max(1, size // 2)
