@@ -320,7 +320,7 @@ class _NoWait(random.Random):
 
 
 @pytest.mark.parametrize(("code", "seconds_per_attempt", "survives"), [(112, 0.0, True), (112, 100.0, False), (251, 0.0, False)])
-async def test_write_conflicts_are_waited_out_for_the_transaction_lifetime(client, db, code: int, seconds_per_attempt: float, survives: bool) -> None:  # type: ignore[no-untyped-def]
+async def test_write_conflicts_are_waited_out_for_the_transaction_lifetime(client, db, caplog, code: int, seconds_per_attempt: float, survives: bool) -> None:  # type: ignore[no-untyped-def]
     """A lane killed in the middle of a transaction (kill -9) leaves it open, holding its partition's
     checkpoint until the server aborts it (60 s on mongod): the partition's next holder meets write
     conflicts (112) on it for that long. Past ``max_retries``, a batch keeps retrying conflicts until
@@ -359,9 +359,12 @@ async def test_write_conflicts_are_waited_out_for_the_transaction_lifetime(clien
         client=client, collection=db.people, spec=spec, read=read, write=write, checkpoint=checkpoint,
         sizing=TransactionalBatchSize(4), rng=_NoWait(), now=now,
     )
+    caplog.set_level("INFO", logger="mongoshift.background")
     if survives:
         outcome = await run
         assert outcome.retries == 10 and outcome.result.migrated > 0 and conflicts_left == 0
+        waits = [r.getMessage() for r in caplog.records if "waits them out" in r.getMessage()]
+        assert len(waits) == 1 and "people" in waits[0]  # said once, naming the collection only
     else:
         with pytest.raises(OperationFailure) as raised:
             await run

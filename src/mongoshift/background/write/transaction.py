@@ -20,6 +20,7 @@ batches grow back ×1.5.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +43,8 @@ from ...project.server_errors import (
 )
 from ...schema.background import Background
 from .batch import BatchResult, DocumentError, DocumentFailed, Lent, WriteConflict, id_key, lend
+
+log = logging.getLogger("mongoshift.background")
 
 #: What one batch may read into a transaction, well under 16 MiB.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
@@ -216,6 +219,12 @@ async def run_batch(
                     patient = False
                 if attempts > spec.transaction.max_retries and not patient:
                     raise
+                if attempts == spec.transaction.max_retries + 1 and patient:  # once a batch: the wait that follows is not a stall
+                    log.info(
+                        "a transactional batch on %s meets write conflicts past max_retries and waits them out for up to %.0f s: "
+                        "another transaction holds what it writes (one left open by a runner that was killed lasts until the server "
+                        "aborts it, 60 s by default)", spec.collection, CONFLICT_PATIENCE_S,
+                    )
                 if attempts > spec.transaction.max_retries / 2:
                     size = max(1, size // 2)
                 await asyncio.sleep(backoff_seconds(attempts, rng))
