@@ -91,8 +91,9 @@ def pipelines(draw: st.DrawFn) -> list[dict[str, Any]]:
     return pipeline
 
 
-def outcome(client: Any, collection: Any, query: dict[str, Any], pipeline: list[dict[str, Any]], in_transaction: bool) -> Any:
-    """The reply (counts, or the error's code), the stored documents' bytes, and the change events."""
+def outcome(client: Any, collection: Any, query: dict[str, Any], pipeline: list[dict[str, Any]] | dict[str, Any], in_transaction: bool) -> Any:
+    """The update (a pipeline, or (bf) an operator document) run on ``collection``: the reply (counts, or
+    the error's code), the stored documents' bytes, and the change events."""
     with collection.watch(full_document="updateLookup", max_await_time_ms=50) as stream:
         try:
             if in_transaction:
@@ -103,7 +104,7 @@ def outcome(client: Any, collection: Any, query: dict[str, Any], pipeline: list[
             reply: Any = (result.matched_count, result.modified_count)
         except OperationFailure as error:
             reply = ("error", error.code)
-        collection.insert_one({"_id": "end"})  # the events up to this one are the update's
+        collection.insert_one({"_id": "end", "u": "end"})  # the events up to this one are the update's ("u": see (bf)'s unique index)
         events = []
         while (event := stream.next())["operationType"] != "insert":
             events.append((encode(event["documentKey"]), encode(event["updateDescription"]), encode(event["fullDocument"])))
@@ -117,13 +118,16 @@ def _compare(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataO
     pipeline = data.draw(pipelines())
     query = data.draw(st.sampled_from(FILTERS))
     in_transaction = data.draw(st.booleans())
+    unique = data.draw(st.booleans())  # (bf) a unique index no stage touches ("u") leaves the fast path open
     client = sync_client(server)
     try:
         fast, slow = client.pipelines.fast, client.pipelines.slow
         for collection in (fast, slow):
             collection.drop()
             collection.create_index([("__v", 1), ("_id", 1)])
-            collection.insert_many(docs)
+            if unique:
+                collection.create_index("u", unique=True)
+            collection.insert_many([{**doc, "u": number} for number, doc in enumerate(docs)] if unique else docs)
         got = outcome(client, fast, query, pipeline, in_transaction)
         with original(_collection_modify, "update_many"):
             expected = outcome(client, slow, query, pipeline, in_transaction)
@@ -275,5 +279,99 @@ def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original
             first.commit_transaction()
         assert collection.count_documents({"__v": 1}) == 4
         assert collection.find_one({"_id": 2})["other"] == 1
+    finally:
+        client.close()
+
+
+# (bf) update_many with an operator document ($set, $unset, $inc of top-level fields) takes the same batch.
+
+#: Increments: numbers of each type, and values mongoeco refuses ($inc of a string, of null).
+increments = st.integers(-2, 2) | st.builds(Int64, st.integers(-2, 2)) | st.sampled_from([0.5, -0.0, 2**62, "x", None])
+#: Operators the fast path takes, and some it leaves to the original ($push, $min, $rename; not
+#: $currentDate, whose value differs between the two runs compared).
+OPERATORS = ["$set", "$set", "$unset", "$inc", "$push", "$min", "$rename"]
+
+
+@st.composite
+def operator_updates(draw: st.DrawFn) -> dict[str, Any]:
+    update: dict[str, Any] = {}
+    for operator in draw(st.lists(st.sampled_from(OPERATORS), min_size=1, max_size=3, unique=True)):
+        names = draw(st.lists(TARGETS | st.just("u"), min_size=draw(st.sampled_from([0, 1, 1, 2])), max_size=2, unique=True))
+        if operator == "$inc":
+            update[operator] = {name: draw(increments) for name in names}
+        elif operator == "$unset":
+            update[operator] = dict.fromkeys(names, "")
+        elif operator == "$rename":
+            update[operator] = {name: f"{name}_renamed" for name in names}
+        else:
+            update[operator] = {name: draw(values | st.just({"$bad": 1})) for name in names}
+    return update
+
+
+def _compare_operators(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
+    from mongoeco.api._async import _collection_modify
+
+    update = data.draw(operator_updates())
+    query = data.draw(st.sampled_from(FILTERS))
+    in_transaction = data.draw(st.booleans())
+    unique = data.draw(st.booleans())  # a unique index on "u": taken while no operator names it
+    client = sync_client(server)
+    try:
+        fast, slow = client.pipelines.fast_operators, client.pipelines.slow_operators
+        for collection in (fast, slow):
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            if unique:
+                collection.create_index("u", unique=True)
+            collection.insert_many([{**doc, "u": number} for number, doc in enumerate(docs)] if unique else docs)
+        got = outcome(client, fast, query, update, in_transaction)
+        with original(_collection_modify, "update_many"):
+            expected = outcome(client, slow, query, update, in_transaction)
+        assert got == expected, (docs, update, got, expected)
+    finally:
+        client.close()
+
+
+@examples(thorough=1000, quick=25)
+def test_an_operator_update_does_what_the_original_update_does(server: InProcessServer, max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(docs=stored(), data=st.data())
+    def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
+        _compare_operators(server, docs, data)
+
+    check()
+
+
+def test_an_operator_update_takes_the_engine_steps_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(bf) ``update_many({...}, {$set, $unset, $inc})`` of 200 documents, on a collection with a unique
+    index the update does not touch, takes the collection lock twice and dispatches its changes once;
+    an update that touches the unique index's field takes mongoeco's path, which reports the duplicate."""
+    from mongoeco.api._async._collection_runtime import CollectionRuntimeCoordinator
+    from mongoeco.engines.memory import MemoryEngine
+    from pymongo.errors import DuplicateKeyError
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.operator_steps
+        collection.drop()
+        collection.create_index("email", unique=True)
+        collection.insert_many([{"_id": i, "email": f"u{i}@x", "n": 1, "legacy": True} for i in range(500)])
+        steps = ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"), (CollectionRuntimeCoordinator, "_dispatch_engine_changes"))
+        calls = count_calls(monkeypatch, *steps)
+        result = collection.update_many({"_id": {"$gte": 100, "$lt": 300}}, {"$set": {"step": 1}, "$unset": {"legacy": ""}, "$inc": {"n": 2}})
+        monkeypatch.undo()
+        assert (result.matched_count, result.modified_count) == (200, 200)
+        assert calls == {"_get_lock": 2, "_encode_storage_document": 0, "_dispatch_engine_changes": 1}
+        assert collection.count_documents({"step": 1, "n": 3, "legacy": {"$exists": False}}) == 200
+        assert collection.count_documents({"step": {"$exists": False}, "n": 1, "legacy": True}) == 300
+        calls = count_calls(monkeypatch, *steps)
+        with pytest.raises(DuplicateKeyError):
+            collection.update_many({"_id": {"$lt": 3}}, {"$set": {"email": "same"}})
+        monkeypatch.undo()
+        assert calls["_get_lock"] > 2  # mongoeco's path: a lock per document
+        assert collection.count_documents({"email": "same"}) == 1  # the first written, as mongod leaves it
+        # a $set of the values a document holds already matches it and modifies nothing
+        result = collection.update_many({"_id": {"$gte": 100, "$lt": 110}}, {"$set": {"step": 1, "n": 3}})
+        assert (result.matched_count, result.modified_count) == (10, 0)
     finally:
         client.close()

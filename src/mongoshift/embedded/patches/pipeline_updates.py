@@ -34,7 +34,7 @@ from copy import deepcopy
 from typing import Any
 
 from .scans import READ_ITEMS
-from .updates import _MISSING, Batch, _bind, _plain_name, _storable, _stored, _Undecided
+from .updates import _MISSING, Batch, _bind, _index_touched, _plain_name, _storable, _stored, _Undecided, operators_of, updated
 
 #: The update pipeline stages this fast path evaluates (``$set`` is ``$addFields``'s alias).
 _ADD_FIELDS = frozenset({"$set", "$addFields"})
@@ -120,6 +120,14 @@ def modified(document: dict[str, Any], new_document: dict[str, Any], changed: se
     return not all(values_equal(document[name], new_document[name]) for name in changed)
 
 
+def written_fields(steps: list[tuple[str, Any]] | None, operators: list[tuple[str, dict[str, Any]]] | None) -> set[str]:
+    """The top-level fields an update may change: those its stages set or remove, or its operators name."""
+    if operators is not None:
+        return {name for _operator, fields in operators for name in fields}
+    assert steps is not None
+    return {name if operator == "$unset" else name[0] for operator, spec in steps for name in spec}
+
+
 def _changed(document: dict[str, Any], new_document: dict[str, Any]) -> set[str]:
     """The fields whose stored value may differ: every field a stage set (a new object, even when
     equal), or removed. A field no stage touched is the same object in both."""
@@ -150,8 +158,9 @@ def patch_pipeline_updates() -> None:
     async def fast(collection: Any, filter_spec: Any, update_spec: Any, options: dict[str, Any]) -> Any:
         """The statement's UpdateResult; :class:`_Undecided` with nothing written when mongoeco's
         update_many must answer it."""
-        steps = stages(update_spec)
-        if steps is None or options.get("collation") is not None or options.get("array_filters") is not None:
+        steps = stages(update_spec) if type(update_spec) is list else None
+        operators = operators_of(update_spec) if type(update_spec) is dict else None  # (bf) an operator update
+        if (steps is None and operators is None) or options.get("collation") is not None or options.get("array_filters") is not None:
             raise _Undecided
         session = options.get("session")
         try:  # update_many's own steps up to its per-document loop: their errors are the original's to raise
@@ -179,10 +188,16 @@ def patch_pipeline_updates() -> None:
         except Exception as error:
             raise _Undecided from error
         plan = semantics.compiled_update_plan
-        if not isinstance(plan, CompiledUpdatePipelinePlan) or plan.compiled_pipeline is None:
-            raise _Undecided  # a collation's pipeline: mongoeco's uncompiled stages
-        prepared = stages(plan.update_spec)
-        if prepared is None or semantics.collation is not None or semantics.sort:
+        prepared = None
+        if operators is None:
+            if not isinstance(plan, CompiledUpdatePipelinePlan) or plan.compiled_pipeline is None:
+                raise _Undecided  # a collation's pipeline: mongoeco's uncompiled stages
+            prepared = stages(plan.update_spec)
+            if prepared is None:
+                raise _Undecided
+        elif isinstance(plan, CompiledUpdatePipelinePlan):
+            raise _Undecided
+        if semantics.collation is not None or semantics.sort:
             raise _Undecided
         expressions = operation.context.expressions if operation.context is not None else None
         if getattr(expressions, "now", None) is None:
@@ -202,7 +217,7 @@ def patch_pipeline_updates() -> None:
         batch = Batch()
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
         try:
-            matched, writes = decide(batch, matched_documents, prepared, semantics, dict(read))
+            matched, writes = decide(batch, matched_documents, prepared, operators, semantics, dict(read))
         except BaseException:
             batch.close()
             raise
@@ -218,16 +233,22 @@ def patch_pipeline_updates() -> None:
         return m["UpdateResult"](matched_count=matched, modified_count=len(writes))
 
     def decide(
-        batch: Batch, matched_documents: list[Any], steps: list[tuple[str, Any]], semantics: Any, read: dict[Any, Any]
+        batch: Batch,
+        matched_documents: list[Any],
+        steps: list[tuple[str, Any]] | None,
+        operators: list[tuple[str, dict[str, Any]]] | None,
+        semantics: Any,
+        read: dict[Any, Any],
     ) -> tuple[int, list[Any]]:
-        """How many documents still match, and the writes of those the pipeline changes, each
-        (storage key, document, new document, its stored form, the changed fields).
+        """How many documents still match, and the writes of those the pipeline (or the operators)
+        change, each (storage key, document, new document, its stored form, the changed fields).
 
         ``read``: the stored value each matched document had when the read matched it, by storage
         key, when the read was (af)'s walk. (bd) A document still stored as that very value matched
         the filter then and is the same document now: it is not matched again (mongoeco's
         interpreted matcher, about a third of the update's time); any other is."""
-        if batch.unique:
+        fields = written_fields(steps, operators)
+        if any(index.unique and index.name != "_id_" and _index_touched(index, fields) for index in batch.indexes):
             raise _Undecided  # a duplicate key is reported by the original path, after the writes before it
         engine = batch.engine
         coll = batch.storage.get(batch.db_name, {}).get(batch.coll_name)
@@ -251,12 +272,18 @@ def patch_pipeline_updates() -> None:
             ):
                 continue
             matched += 1
-            try:
-                new_document = evaluate(document, steps, environment, dialect, evaluator, missing, remove)
-            except Exception as error:  # an expression's error: the original raises it after the writes before it
-                raise _Undecided from error
-            changed = _changed(document, new_document)
-            if modified(document, new_document, changed, values_equal):
+            if operators is not None:
+                new_document, changed = updated(document, operators)  # _Undecided: the original's operator rules
+                changes = bool(changed)
+            else:
+                assert steps is not None
+                try:
+                    new_document = evaluate(document, steps, environment, dialect, evaluator, missing, remove)
+                except Exception as error:  # an expression's error: the original raises it after the writes before it
+                    raise _Undecided from error
+                changed = _changed(document, new_document)
+                changes = modified(document, new_document, changed, values_equal)
+            if changes:
                 if not all(_storable(new_document[name]) for name in changed if name in new_document):
                     raise _Undecided
                 try:
@@ -267,7 +294,8 @@ def patch_pipeline_updates() -> None:
         return matched, writes
 
     async def update_many(collection: Any, filter_spec: Any, update_spec: Any, upsert: bool, **options: Any) -> Any:
-        if options.get("server_command") and not upsert and type(update_spec) is list and type(collection._engine) is m["MemoryEngine"]:
+        kind = type(update_spec)
+        if options.get("server_command") and not upsert and (kind is list or kind is dict) and type(collection._engine) is m["MemoryEngine"]:
             try:
                 return await fast(collection, filter_spec, update_spec, options)
             except _Undecided:

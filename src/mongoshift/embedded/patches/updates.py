@@ -164,7 +164,16 @@ def statement(query: Any, change: Any, multi: bool, replacement: bool, options: 
         if guard is None:
             return None
         guards.append((name, guard))
-    if not change:
+    operators = operators_of(change)
+    return None if operators is None else Statement(document_id, guards, operators)
+
+
+def operators_of(change: Any) -> list[tuple[str, dict[str, Any]]] | None:
+    """An update document's operators as :func:`updated` applies them (``$set``, ``$unset``, ``$inc`` of
+    distinct top-level fields other than ``_id``, storable values, finite increments), or None when it
+    is not one the fast paths take: mongoeco's path answers it, with its own errors and rules."""
+    m = _bind()
+    if type(change) is not dict or not change:
         return None
     operators: list[tuple[str, dict[str, Any]]] = []
     seen: set[str] = set()
@@ -182,7 +191,7 @@ def statement(query: Any, change: Any, multi: bool, replacement: bool, options: 
             elif operator == "$set" and (kind is dict or kind is list or isinstance(value, (dict, list))) and not _storable(value):
                 return None
         operators.append((operator, fields))
-    return Statement(document_id, guards, operators)
+    return operators
 
 
 def _plain_entries(spec: Any) -> bool:
