@@ -19,11 +19,16 @@ exactly as mongoeco reads them (its cursor over the filter: the ``_id`` range wa
 matched again under the lock, as mongoeco's per-document update does. It works inside a transaction
 (the writes go to the transaction's views, as mongoeco's do).
 
+(bf) An operator update (``update_many(filter, {$set: ..., $unset: ..., $inc: ...})``, the statements
+of fix (ah): :func:`.updates.operators_of`) takes the same read, decision and batch, each document's
+new value computed by (ah)'s :func:`.updates.updated`.
+
 It decides everything before writing anything: every matched document's new value and stored form
 are computed first; an expression that fails, a value it cannot store as it is, a collection with
-options (a validator...) or with a unique secondary index, profiling, a collation, ``arrayFilters``,
-an upsert, a stage or a field name it does not take: mongoeco's own ``update_many`` answers the whole
-statement from the start, so its errors, and what it wrote before them, are mongoeco's. A failure in
+options (a validator...) or with a unique secondary index the update can change (:func:`written_fields`),
+profiling, a collation, ``arrayFilters``, an upsert, a stage, an operator or a field name it does not
+take: mongoeco's own ``update_many`` answers the whole statement from the start, so its errors, and
+what it wrote before them, are mongoeco's. A failure in
 the engine's write steps (a write conflict with another transaction) rolls the batch back whole and
 hands the statement to mongoeco's path, which meets the same failure after the same writes.
 """
