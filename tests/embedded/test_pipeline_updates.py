@@ -149,6 +149,22 @@ def test_a_pipeline_update_does_what_the_original_update_does(server: InProcessS
     check()
 
 
+def test_a_field_removed_and_set_again_to_the_same_value_moves_to_the_end(server: InProcessServer) -> None:
+    """(an) ``$$REMOVE`` then ``$ifNull`` gives the field back the very object it held (the int 0),
+    at the end of the document: the document is modified, as on mongoeco's path (found by the
+    property test's 1,000 examples; the fast path answered "not modified" and kept the old order)."""
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.moved
+        collection.drop()
+        collection.insert_one({"_id": 1, "a": 0, "b": 0})
+        result = collection.update_many({}, [{"$set": {"a": "$$REMOVE"}}, {"$set": {"a": {"$ifNull": ["$a", 0]}}}])
+        assert (result.matched_count, result.modified_count) == (1, 1)
+        assert list(collection.find_one({"_id": 1}) or {}) == ["_id", "b", "a"]
+    finally:
+        client.close()
+
+
 def test_the_stages_taken_are_top_level_set_and_unset() -> None:
     assert stages([{"$set": {"a": "$b"}}, {"$addFields": {"c": 1}}, {"$unset": "d"}, {"$unset": ["e"]}]) is not None
     for pipeline in ([], [{"$project": {"a": 1}}], [{"$set": {"a.b": 1}}], [{"$set": {"_id": 1}}], [{"$unset": "_id"}],

@@ -117,9 +117,11 @@ def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: 
 
 def modified(document: dict[str, Any], new_document: dict[str, Any], changed: set[str], values_equal: Any) -> bool:
     """``not values_equal(document, new_document)`` (mongoeco's test of a pipeline update), comparing
-    only the ``changed`` fields' values: the others are the same objects in both."""
-    if not changed:
-        return False
+    only the ``changed`` fields' values: the others are the same objects in both.
+
+    The names and their order first, whatever ``changed`` holds: a field removed by one stage and set
+    again by a later one to the very object it held (a small int, an interned string) is in no
+    ``changed`` set, yet it has moved to the end of the document."""
     if len(document) != len(new_document) or any(a != b for a, b in zip(document, new_document, strict=True)):
         return True  # values_equal compares two documents' fields in order, names first
     return not all(values_equal(document[name], new_document[name]) for name in changed)
