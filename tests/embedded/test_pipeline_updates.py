@@ -112,13 +112,15 @@ def outcome(client: Any, collection: Any, query: dict[str, Any], pipeline: list[
     return reply, documents, events
 
 
-def _compare(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
+def _compare(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject, updates: st.SearchStrategy[Any]) -> None:
+    """One update drawn from ``updates`` (pipelines, or (bf) operator documents) on two identical
+    collections, with the fix and with mongoeco's ``update_many``: the same outcome and version index."""
     from mongoeco.api._async import _collection_modify
 
-    pipeline = data.draw(pipelines())
+    pipeline = data.draw(updates)
     query = data.draw(st.sampled_from(FILTERS))
     in_transaction = data.draw(st.booleans())
-    unique = data.draw(st.booleans())  # (bf) a unique index no stage touches ("u") leaves the fast path open
+    unique = data.draw(st.booleans())  # (bf) a unique index on "u": the fast path stays open while the update leaves "u" alone
     client = sync_client(server)
     try:
         fast, slow = client.pipelines.fast, client.pipelines.slow
@@ -131,7 +133,7 @@ def _compare(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataO
         got = outcome(client, fast, query, pipeline, in_transaction)
         with original(_collection_modify, "update_many"):
             expected = outcome(client, slow, query, pipeline, in_transaction)
-        assert got == expected, (docs, got, expected)
+        assert got == expected, (docs, pipeline, got, expected)
         for value in (1, 2, "a", None):  # the version index holds the same documents under the same keys
             hint = [("__v", 1), ("_id", 1)]
             assert [d["_id"] for d in fast.find({"__v": value}).hint(hint)] == [d["_id"] for d in slow.find({"__v": value}).hint(hint)]
@@ -144,7 +146,7 @@ def test_a_pipeline_update_does_what_the_original_update_does(server: InProcessS
     @settings(max_examples=max_examples)
     @given(docs=stored(), data=st.data())
     def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
-        _compare(server, docs, data)
+        _compare(server, docs, data, pipelines())
 
     check()
 
@@ -324,36 +326,12 @@ def operator_updates(draw: st.DrawFn) -> dict[str, Any]:
     return update
 
 
-def _compare_operators(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataObject) -> None:
-    from mongoeco.api._async import _collection_modify
-
-    update = data.draw(operator_updates())
-    query = data.draw(st.sampled_from(FILTERS))
-    in_transaction = data.draw(st.booleans())
-    unique = data.draw(st.booleans())  # a unique index on "u": taken while no operator names it
-    client = sync_client(server)
-    try:
-        fast, slow = client.pipelines.fast_operators, client.pipelines.slow_operators
-        for collection in (fast, slow):
-            collection.drop()
-            collection.create_index([("__v", 1), ("_id", 1)])
-            if unique:
-                collection.create_index("u", unique=True)
-            collection.insert_many([{**doc, "u": number} for number, doc in enumerate(docs)] if unique else docs)
-        got = outcome(client, fast, query, update, in_transaction)
-        with original(_collection_modify, "update_many"):
-            expected = outcome(client, slow, query, update, in_transaction)
-        assert got == expected, (docs, update, got, expected)
-    finally:
-        client.close()
-
-
 @examples(thorough=1000, quick=25)
 def test_an_operator_update_does_what_the_original_update_does(server: InProcessServer, max_examples: int) -> None:
     @settings(max_examples=max_examples)
     @given(docs=stored(), data=st.data())
     def check(docs: list[dict[str, Any]], data: st.DataObject) -> None:
-        _compare_operators(server, docs, data)
+        _compare(server, docs, data, operator_updates())
 
     check()
 

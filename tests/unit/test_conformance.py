@@ -6,16 +6,13 @@ No network and no source distribution: the records are shaped as its pytest plug
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..scripts import ROOT, load_script
 
 STANDALONE = {"version": "7.0.0", "topology": "single", "auth": False, "test_commands": True, "csfle": False, "fallbacks": []}
 REPLICA_SET = STANDALONE | {"topology": "replicaset"}
@@ -23,12 +20,7 @@ REPLICA_SET = STANDALONE | {"topology": "replicaset"}
 
 @pytest.fixture(scope="module")
 def conformance() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("conformance", ROOT / "bench" / "conformance.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["conformance"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/conformance.py")
 
 
 def skipped(message: str, *, file: list[dict[str, Any]] | None = None, test: list[dict[str, Any]] | None = None, **facts: Any) -> dict[str, Any]:

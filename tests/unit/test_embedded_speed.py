@@ -5,28 +5,16 @@ No server: the measurements are made up, shaped as the script records them.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def speed() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "bench"))  # it imports bench/background.py as ``background``
-    try:
-        spec = importlib.util.spec_from_file_location("embedded_speed", ROOT / "bench" / "embedded_speed.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["embedded_speed"] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    return load_script("bench/embedded_speed.py")
 
 
 def test_rounds_alternate_the_order_of_the_sizes(speed: ModuleType) -> None:
