@@ -132,3 +132,43 @@ async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lo
     said = [r.getMessage() for r in caplog.records if "coordinator lock" in r.getMessage()]
     assert len(said) == 1 and "background_lease_ttl_seconds" in said[0]
     assert await db.people.count_documents({"__v": 2}) == 0
+
+
+
+async def test_a_runner_says_why_it_waits_while_other_runners_lease_every_lane(fast_project, db, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A run started right after a ``kill -9`` finds the killed runner's partition lease still live for up to
+    the lease TTL: it must say why nothing moves, once, not sit silent at its last progress line."""
+    import logging
+
+    from mongoshift.background.lanes.coordinator import Coordinator
+    from mongoshift.project.run import CancelSignal
+
+    await seed(db.people, 20)
+    fast_project.add("0001_names.py", background_file(batch_size=10))
+    s = fast_project.settings()
+    await command.up(s)
+    async with bg.open_engine(s) as other:  # a killed runner's lane: it holds the one lane and never renews it
+        decision = await other.coordinator.step("0001_names.py", other.spec("0001_names.py"))
+        assert decision.state is not None and decision.lanes == 1
+        assert await other.store.claim(decision.state, slots=[0], owner="killed-lane", ttl_ms=600_000, runner="killed")
+        steps: list[int] = []
+        step = Coordinator.step
+
+        async def counted(coordinator: Coordinator, *args, **kwargs):  # type: ignore[no-untyped-def]
+            decided = await step(coordinator, *args, **kwargs)
+            if decided.next == "process" and decided.lanes == 0:
+                steps.append(1)
+            return decided
+
+        monkeypatch.setattr(Coordinator, "step", counted)
+        cancel = CancelSignal()
+        caplog.set_level(logging.INFO, logger="mongoshift.background")
+        run = asyncio.create_task(bg.run(s, ["0001_names.py"], cancel=cancel))
+        # Found every lane leased at three polls (once would not show that it says so once only).
+        await until("the run found every lane leased three times", lambda: len(steps) >= 3 or run.done())
+        cancel.set("test")
+        await run
+    said = [r.getMessage() for r in caplog.records if "leased by other runners" in r.getMessage()]
+    assert len(steps) >= 3
+    assert len(said) == 1 and "background_lease_ttl_seconds" in said[0], said
+    assert await db.people.count_documents({"__v": 2}) == 0

@@ -110,8 +110,7 @@ class Coordinator:
             open_ = await store.open_partitions(state)
             if open_:
                 await self.engine.reap(name)
-                free = spec.max_parallel - await store.live_leases(name)
-                return Decision("process", state, lanes=max(0, min(open_, free)))
+                return await self._lanes(name, state, spec, open_)
         lock = self.new_lock(lock_id(name))
         if not await lock.try_acquire():
             return Decision("busy", await self.engine.store.state(name),
@@ -151,9 +150,20 @@ class Coordinator:
         await self.engine.reap(name)
         open_ = await store.open_partitions(state)
         if open_:
-            free = spec.max_parallel - await store.live_leases(name)
-            return Decision("process", state, lanes=max(0, min(open_, free)))
+            return await self._lanes(name, state, spec, open_)
         return await self._finalize(state, spec)
+
+    async def _lanes(self, name: str, state: State, spec: Background, open_: int) -> Decision:
+        """The lanes a runner may start: one per open partition, within ``max_parallel`` less the leases
+        held. None free: the reason says so, and that a killed runner's lease lapses on its own, so that a
+        run started right after a ``kill -9`` does not sit silent for up to the lease TTL."""
+        free = spec.max_parallel - await self.engine.store.live_leases(name)
+        lanes = max(0, min(open_, free))
+        reason = None if lanes else (
+            f"all {spec.max_parallel} lane(s) are leased by other runners "
+            "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds)"
+        )
+        return Decision("process", state, lanes=lanes, reason=reason)
 
     async def _unblock(self, state: State) -> list[Waiting]:
         """Move a blocked migration to pending once all it requires is done; else record what it still waits for."""

@@ -129,7 +129,7 @@ class MigrationRun:
                 if once or not await self._taken_up_again(name, decision.state):
                     return decision.state
                 continue
-            if decision.next in ("wait", "busy") and decision.reason != said:  # said once: why nothing moves yet
+            if decision.reason is not None and decision.reason != said:  # said once: why nothing moves yet
                 said = decision.reason
                 log.info("%s: waiting: %s", name, decision.reason)
             lanes = max(1, min(concurrency, spec.max_parallel))
