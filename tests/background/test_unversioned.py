@@ -22,6 +22,7 @@ from .conftest import background_file, seed
 async def test_from_version_0_migrates_documents_that_have_no_version_or_revision_field(fast_project, db, extra: str) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 120, version=None)  # no __v and no __rev at all, as in a collection never versioned
     await db.people.insert_one({"_id": 1000, "first": "N", "last": "ull", "__v": None})
+    await db.people.insert_one({"_id": 1001, "first": "N", "last": "ull", "__rev": None})  # a null revision: stamped 1 as well
     source = background_file(batch_size=50).replace("from_version=1", "from_version=0").replace("to_version=2", "to_version=1")
     if extra == "__pipeline__":
         source = source.replace(
@@ -34,8 +35,8 @@ async def test_from_version_0_migrates_documents_that_have_no_version_or_revisio
     report = await command.up(s)
     assert report.results[0].warnings == []  # from_version=0 is the version they have
     (result,) = await bg.run(s, ["0001_names.py"])
-    assert result.status == "completed" and result.totals["migrated"] == 121
-    assert await db.people.count_documents({"__v": 1, "__rev": 1}) == 121
+    assert result.status == "completed" and result.totals["migrated"] == 122
+    assert await db.people.count_documents({"__v": 1, "__rev": 1}) == 122
     assert (await db.people.find_one({"_id": 7}))["full_name"] == "F7 L7"
 
 

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import pytest
-from bson import Binary, Decimal128, Int64, ObjectId, Regex, encode
+from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp, encode
 from hypothesis import given, settings, strategies as st
 from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
@@ -45,16 +45,30 @@ KEYS = st.sampled_from(["p", "q", "p", "q", "p", "q", "$r", "s.t", ""])
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=2), max_leaves=5)
 #: Updated fields: mostly plain, some the fast path leaves to the original (_id, a path, a numeric name).
 TARGETS = st.sampled_from([*FIELDS, *FIELDS, "new", "Z", "new", "Z", "_id", "a.b", "10"])
-ids = st.sampled_from([ObjectId(f"{i:024x}") for i in range(6)] + ["k1", "k2", 7, 8.0, Int64(9)])
-#: _ids a statement names: the stored ones, and ints equal to stored 8.0 and Int64(9) (found by BSON equality).
-named_ids = ids | st.sampled_from([8, 9, 10])
+#: Stored _ids, no two equal under BSON comparison.
+ID_VALUES = [
+    *[ObjectId(f"{i:024x}") for i in range(6)], "k1", "k2", 7, 8.0, Int64(9),
+    # the other kinds an application keys its documents by
+    2.5, Decimal128("3.5"), Int64(2**40), Binary(b"\x01" * 16, 4), Binary(b"ab", 0), Binary(b"ab", 5),
+    datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), Timestamp(5, 1), True, MinKey(), MaxKey(),
+    {"p": 1, "q": "x"}, {"p": 1.5}, {"q": [1, {"p": 2}]}, {},
+]
+ids = st.sampled_from(ID_VALUES)
+#: _ids a statement names: the stored ones; values BSON equality finds under another type (ints equal to
+#: stored 8.0 and Int64(9), decimals equal to 2.5 and 7, a document holding an equal number, a date in
+#: another zone); a document in another field order; and filters that are no equality (a regex, an operator).
+named_ids = ids | st.sampled_from([
+    8, 9, 10, Decimal128("2.5"), Decimal128("7"), 3.5, {"p": 1.0, "q": "x"}, {"q": "x", "p": 1}, {"p": Decimal128("1.5")},
+    datetime.datetime(2024, 1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1))), Regex("^k"), {"$in": ["k1", 7]},
+    {"$gt": "k"}, False, None, float("nan"), Decimal128("NaN"),
+])
 
 
 @st.composite
 def stored(draw: st.DrawFn) -> list[dict[str, Any]]:
     docs = []
-    for value in dict.fromkeys(draw(st.lists(ids, min_size=1, max_size=6))):
-        doc: dict[str, Any] = {"_id": value}
+    for index in draw(st.lists(st.integers(0, len(ID_VALUES) - 1), min_size=1, max_size=6, unique=True)):
+        doc: dict[str, Any] = {"_id": ID_VALUES[index]}
         for name in draw(st.lists(st.sampled_from(FIELDS), max_size=5, unique=True)):
             doc[name] = draw(values | scalars)
         docs.append(doc)
@@ -130,6 +144,54 @@ def test_a_guarded_update_does_what_the_original_update_does(server: InProcessSe
             client.close()
 
     check()
+
+
+#: (bg) A stored _id and one a statement names that BSON equality finds although the storage key differs
+#: (the fast path's lookup misses and must leave the statement to mongoeco's path), or that is no equality.
+EQUAL_UNDER_ANOTHER_TYPE = [
+    (8.0, 8), (Int64(9), 9), (9, Int64(9)), (2.5, Decimal128("2.5")), (7, Decimal128("7")), (Decimal128("3.50"), 3.5),
+    ({"p": 1, "q": "x"}, {"p": 1.0, "q": "x"}), ({"p": Int64(1)}, {"p": 1}),
+    (datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), datetime.datetime(2024, 1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))),
+    ("k1", Regex("^k")), ("k1", {"$in": ["k1"]}), (5, {"$gte": 5}),
+]
+
+
+@pytest.mark.parametrize(("stored_id", "named_id"), EQUAL_UNDER_ANOTHER_TYPE, ids=repr)
+def test_an_id_equal_under_another_type_is_found_as_the_original_path_finds_it(server: InProcessServer, stored_id: Any, named_id: Any) -> None:
+    """(bg) The statement finds the document (or, for a regex or an operator, the documents it matches)
+    exactly as mongoeco's path does, although the fast path's storage-key lookup misses it."""
+    client = sync_client(server)
+    try:
+        fast, slow = client.updates.fast, client.updates.slow
+        for collection in (fast, slow):
+            collection.drop()
+            collection.insert_many([{"_id": stored_id, "__v": None, "n": 1}, {"_id": "other", "n": 1}])
+        requests = [UpdateOne({"_id": named_id, "__v": None}, {"$set": {"__v": 1, "__rev": 1, "m": 2}, "$unset": {"n": ""}})]
+        got = outcome(fast, requests, ordered=True)
+        with original_update_path():
+            expected = outcome(slow, requests, ordered=True)
+        assert got == expected
+        assert got[:2] == (1, 1)
+    finally:
+        client.close()
+
+
+def test_a_regex_an_operator_or_nan_is_never_looked_up_as_an_equality() -> None:
+    """(bg) Only an equality is answered by the storage key: a pattern, an operator document, NaN (equal
+    to every NaN in mongod, to none by key) go to mongoeco's path, whatever is stored."""
+    import re
+
+    from mongoeco._types._bson_values import Decimal128 as EcoDecimal, Regex as EcoRegex
+
+    from mongoshift.embedded import patches
+    from mongoshift.embedded.patches.updates import _bind, looked_up
+
+    patches.apply()
+    m = _bind()
+    for value in (EcoRegex("^k", ""), re.compile("k"), {"$in": [1]}, {"p": {"$gt": 1}}, float("nan"), EcoDecimal("NaN"), [1], None):
+        assert not looked_up(value, m), value
+    for value in ("k", 7, 2.5, EcoDecimal("2.5"), {"p": [1, {"q": 2}]}, datetime.datetime(2024, 1, 1), True):
+        assert looked_up(value, m), value
 
 
 def test_the_version_index_and_a_unique_index_follow_the_update(server: InProcessServer) -> None:
@@ -241,6 +303,53 @@ def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProces
         assert result.modified_count == 200
         assert calls == {"_get_lock": 1, "_encode_storage_document": 0, "_dispatch_engine_changes": 1}
         assert collection.count_documents({"__v": 2, "total": 4, "__rev": 2, "qty": {"$exists": False}}) == 200
+    finally:
+        client.close()
+
+
+def test_the_engines_updates_of_a_never_versioned_collection_take_the_engine_steps_once(
+    server: InProcessServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(bg) The background engine's guarded writes of documents that have no revision, a missing or null
+    version, and _ids of every kind an application uses take the batch: one collection lock for the
+    command and no whole-document encode. Before, their second creating operator (``$inc`` of the
+    missing revision), a null guard or an _id other than an ObjectId, string or int sent each one
+    through mongoeco's path, four times slower on such a collection."""
+    from mongoeco.api._async._collection_runtime import CollectionRuntimeCoordinator
+    from mongoeco.engines.memory import MemoryEngine
+
+    from mongoshift.background.write.document import guard, stamped_diff
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.legacy
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        kinds = [ObjectId("0" * 24), "k", 7, Int64(2**40), 2.5, Decimal128("3.5"), Binary(b"\x01" * 16, 4), Binary(b"ab", 0),
+                 datetime.datetime(2024, 1, 1), Timestamp(5, 1), {"tenant": 1, "n": 2}, MinKey(), MaxKey(), True]
+        versions: list[Any] = [None, 0, "missing"]
+        docs = []
+        for n, kind in enumerate(kinds):
+            doc: dict[str, Any] = {"_id": kind, "name": f"First{n} Last{n}"}
+            if versions[n % 3] != "missing":
+                doc["__v"] = versions[n % 3]
+            docs.append(doc)
+        collection.insert_many(docs)
+        requests = []
+        for doc in collection.find():
+            new = dict(doc)
+            new["first"], _, new["last"] = new.pop("name").partition(" ")
+            requests.append(UpdateOne(guard(doc, "__v", "__rev"), stamped_diff(doc, new, version_field="__v", revision_field="__rev", to_version=1)))
+        calls = count_calls(monkeypatch, (MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
+                            (CollectionRuntimeCoordinator, "_dispatch_engine_changes"))
+        result = collection.bulk_write(requests, ordered=False)
+        monkeypatch.undo()
+        assert result.modified_count == len(kinds)
+        assert calls == {"_get_lock": 1, "_encode_storage_document": 0, "_dispatch_engine_changes": 1}
+        stored = list(collection.find({"__v": 1, "__rev": 1, "name": {"$exists": False}}))
+        assert len(stored) == len(kinds)
+        # the new fields in name order, as mongod adds them (a version that was there keeps its place)
+        assert all([name for name in doc if name != "__v"] == ["_id", "__rev", "first", "last"] for doc in stored)
     finally:
         client.close()
 

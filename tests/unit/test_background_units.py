@@ -42,16 +42,16 @@ def apply(old: dict, update: dict) -> dict:  # type: ignore[type-arg]
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, max_examples=200)
-@given(documents, documents)
-def test_the_diff_applied_to_the_old_document_gives_the_new_one(before: dict, after: dict) -> None:  # type: ignore[type-arg]
-    old = {"_id": 1, "__v": 1, "__rev": 4, **before}
+@given(documents, documents, st.sampled_from(["missing", None, 0, 4]))
+def test_the_diff_applied_to_the_old_document_gives_the_new_one(before: dict, after: dict, revision: object) -> None:  # type: ignore[type-arg]
+    old = {"_id": 1, "__v": 1, **({} if revision == "missing" else {"__rev": revision}), **before}
     update = stamped_diff(old, dict(after), version_field="__v", revision_field="__rev", to_version=2)
     result = apply(old, update)
-    expected = {"_id": 1, "__v": 2, "__rev": 5, **after}
+    expected = {"_id": 1, "__v": 2, "__rev": 5 if revision == 4 else 1, **after}
     assert set(result) == set(expected)
     assert all(same(result[k], expected[k]) for k in expected)
     for key in update.get("$set", {}):
-        assert key in ("__v",) or not same(old.get(key, object()), after[key])  # only what changed is sent
+        assert key in ("__v", "__rev") or not same(old.get(key, object()), after[key])  # only what changed is sent
 
 
 def test_types_are_compared_exactly() -> None:
@@ -94,6 +94,13 @@ def test_version_zero_unsets_and_guard_matches_exactly() -> None:
     oid = ObjectId()
     update = stamped_diff({"_id": oid, "__v": 1, "__rev": 2, "x": 1}, {"_id": oid, "x": 1}, version_field="__v", revision_field="__rev", to_version=0)
     assert update == {"$unset": {"__v": ""}, "$inc": {"__rev": 1}}
+    # (bg) no revision yet, or a null one: revision 1 in the same $set as the other new fields (one
+    # operator creates them all; $inc would refuse a null)
+    for old in ({"_id": oid, "x": 1}, {"_id": oid, "__rev": None, "x": 1}):
+        assert stamped_diff(old, {"_id": oid, "x": 2}, version_field="__v", revision_field="__rev", to_version=1) == {
+            "$set": {"x": 2, "__rev": 1, "__v": 1}}
+    assert stamped_diff({"_id": oid, "__rev": Int64(0)}, {"_id": oid}, version_field="__v", revision_field="__rev", to_version=1) == {
+        "$set": {"__v": 1}, "$inc": {"__rev": 1}}  # a stored number keeps its type
     assert guard({"_id": oid}, "__v", "__rev") == {"_id": oid, "__v": {"$exists": False}, "__rev": {"$exists": False}}
     assert guard({"_id": oid, "__v": None, "__rev": 3}, "__v", None) == {"_id": oid, "__v": None}
     assert version_match("__v", 0) == {"__v": {"$in": [None, 0]}}

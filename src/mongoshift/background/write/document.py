@@ -230,13 +230,24 @@ def stamped_diff(
         unset[version_field] = ""
     else:
         set_[version_field] = to_version
+    increment: str | None = None  # the revision field to ``$inc``
+    if revision_field is not None:
+        # A document never written under the contract (no revision, or null) gets revision 1 in the
+        # same ``$set`` as its other new fields: the guard proves the field absent or null, so this is
+        # what ``$inc`` would store, one operator creates every new field (mongod orders them all by
+        # name; the embedded server's cheap path takes only one creating operator), and a null, which
+        # ``$inc`` refuses, is stamped too.
+        if get(revision_field) is None:
+            set_[revision_field] = 1
+        else:
+            increment = revision_field
     update: dict[str, Any] = {}
     if set_:
         update["$set"] = set_
     if unset:
         update["$unset"] = unset
-    if revision_field is not None:
-        update["$inc"] = {revision_field: 1}
+    if increment is not None:
+        update["$inc"] = {increment: 1}
     return update
 
 

@@ -1,4 +1,4 @@
-"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au) and (av).
+"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au), (av) and (bg).
 
 The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
 {$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
@@ -11,8 +11,9 @@ documents, the update command was 72 % of the server's time in the B3 loop, abou
 statement (docs/performance.md, "The embedded server's own cost").
 
 :func:`patch_guarded_updates` answers the statements whose meaning is plain — the document named by
-an ObjectId, string or int32 ``_id`` (a lookup), equality guards on top-level scalars (or their
-absence), ``$set``/``$unset``/``$inc`` of top-level fields — with the engine's own write steps, once
+an ``_id`` the engine's storage key finds (a lookup, (bg): any kind but a pattern or an operator),
+equality guards on top-level scalars (or null, or their absence), ``$set``/``$unset``/``$inc`` of
+top-level fields — with the engine's own write steps, once
 per command where mongoeco takes them once per statement (the lock, the TTL purge, the rollback and
 publication scope, the change dispatch), and every other statement with mongoeco's path. A statement
 it cannot prove it answers as that path would (an array or a sub-document under a guard, new fields
@@ -28,12 +29,14 @@ import contextvars
 import datetime
 import decimal
 import math
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 _OPERATORS = frozenset({"$set", "$unset", "$inc"})
 _OPTIONS = ("sort", "collation", "hint", "array_filters")
 _MISSING = object()
+_NULL = object()  # a guard of ``null``: the field is null or missing
 _INT64 = (-(2**63), 2**63)
 
 #: mongoeco names, bound once by :func:`_bind` (this module imports without mongoeco).
@@ -42,7 +45,8 @@ _M: dict[str, Any] = {}
 
 def _bind() -> dict[str, Any]:
     if not _M:
-        from bson import ObjectId as BsonObjectId
+        from bson import MaxKey, MinKey, ObjectId as BsonObjectId
+        from mongoeco._types._bson_values import Binary, Decimal128, Timestamp
         from mongoeco._types.documents import ChangeEventSnapshot
         from mongoeco.core import paths
         from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
@@ -60,7 +64,8 @@ def _bind() -> dict[str, Any]:
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
             take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, ChangeEventSnapshot=ChangeEventSnapshot, event_types=_EVENT_TYPES,
-            InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument,
+            InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument, Decimal128=Decimal128,
+            keyed=(BsonInt64, Binary, bytes, uuid.UUID, datetime.datetime, Timestamp, bool, MinKey, MaxKey),
         )
     return _M
 
@@ -118,8 +123,11 @@ class Statement:
 
 
 def guard_of(value: Any, m: dict[str, Any]) -> Any:
-    """What a guard of a filter compares with: the scalar itself, or ``_MISSING`` for the engine's
-    ``{$exists: false}``; None for a guard the fast paths leave to mongoeco (arrays, documents, NaN...)."""
+    """What a guard of a filter compares with: the scalar itself, ``_MISSING`` for the engine's
+    ``{$exists: false}``, ``_NULL`` for ``null`` (the engine's guard of a document read with a null
+    version or revision); None for a guard the fast paths leave to mongoeco (arrays, documents, NaN...)."""
+    if value is None:
+        return _NULL
     kind = type(value)
     if kind is int or kind is str or kind is bool or kind is m["BsonInt64"] or kind in m["object_ids"] or kind is datetime.datetime:
         return value
@@ -128,6 +136,33 @@ def guard_of(value: Any, m: dict[str, Any]) -> Any:
     if kind is dict and len(value) == 1 and value.get("$exists", True) is False:
         return _MISSING  # the engine's guard of a field the document lacks
     return None
+
+
+def looked_up(document_id: Any, m: dict[str, Any]) -> bool:
+    """Whether an ``_id`` equality is answered by the engine's storage key (``MemoryEngine._storage_key``,
+    the value's exact type and value): a stored document under that key is the one the filter names,
+    since ``_id`` is unique. The types as the wire decodes them: numbers (not NaN), strings,
+    ObjectIds, binaries and UUIDs, dates, timestamps, booleans, MinKey and MaxKey, and documents
+    without an operator (``$in``...) or a ``$``-prefixed name. A miss is an answer only for
+    :func:`missed_is_answer`'s types."""
+    kind = type(document_id)
+    if kind is str or kind is int or kind in m["object_ids"] or kind in m["keyed"]:
+        return True
+    if kind is float:
+        return not math.isnan(document_id)
+    if kind is m["Decimal128"]:
+        return not document_id.to_decimal().is_nan()
+    if kind is dict:
+        return _storable(document_id)  # no operator, no $-prefixed name at any depth
+    return False  # a regex (a pattern match), a list, code, null, a missing _id, anything else
+
+
+def missed_is_answer(document_id: Any, m: dict[str, Any]) -> bool:
+    """Whether no document under ``document_id``'s storage key means no document equals it: a string
+    or an ObjectId equals only its own kind. A number may be stored as another type (1, 1.0,
+    Int64(1)), a document may hold one, a date may carry another zone: mongoeco's path looks."""
+    kind = type(document_id)
+    return kind is str or kind in m["object_ids"]
 
 
 def incremented(current: Any, by: Any, m: dict[str, Any]) -> Any:
@@ -151,8 +186,7 @@ def statement(query: Any, change: Any, multi: bool, replacement: bool, options: 
         if options.get(name) is not None:
             return None
     document_id = query.get("_id", _MISSING)
-    kind = type(document_id)
-    if not (kind is str or kind is int or kind in m["object_ids"]):
+    if not looked_up(document_id, m):
         return None
     guards = []
     for name, value in query.items():
@@ -221,6 +255,13 @@ def guard_holds(document: dict[str, Any], guards: list[tuple[str, Any]]) -> bool
     m = _M
     for name, wanted in guards:
         stored = document.get(name, _MISSING)
+        if wanted is _NULL:
+            if stored is _MISSING or stored is None:
+                continue
+            kind = type(stored)
+            if kind is int or kind is str or kind is float or kind is bool or kind in m["wrapped"] or kind in m["object_ids"]:
+                return False
+            raise _Undecided  # an array may hold a null, and mongod's undefined equals null: the matcher's business
         if stored is _MISSING or wanted is _MISSING:
             if wanted is not stored:
                 return False  # a scalar guard is never null, and null alone matches a missing field
@@ -574,7 +615,7 @@ class Batch:
         storage_key = engine._storage_key(plan.document_id)
         data = None if coll is None else coll.get(storage_key)
         if data is None or coll is None:
-            if coll and type(plan.document_id) is int:
+            if coll and not missed_is_answer(plan.document_id, m):
                 raise _Undecided  # 1.0 or Int64(1) may be stored under another key: the original path looks
             return result(matched_count=0, modified_count=0)
         document = engine._borrow_storage_document(data)
