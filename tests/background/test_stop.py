@@ -6,6 +6,8 @@ import asyncio
 import sys
 import threading
 import types
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,34 @@ def side(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
     ns = types.SimpleNamespace(asked=[], waiting=threading.Event(), go=threading.Event())
     monkeypatch.setitem(sys.modules, "mongoshift_test_stop", ns)
     return ns
+
+
+def recorded_calls(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, when: Callable[[Any, Any], bool]) -> list[Any]:
+    """Wrap the async method ``owner.name``; the results of the calls that ``when(self, result)`` accepts
+    are appended to the list returned."""
+    seen: list[Any] = []
+    method = getattr(owner, name)
+
+    async def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await method(self, *args, **kwargs)
+        if when(self, result):
+            seen.append(result)
+        return result
+
+    monkeypatch.setattr(owner, name, recorded)
+    return seen
+
+
+async def run_until_three(settings: Any, name: str, seen: list[Any], what: str) -> None:
+    """Run ``name`` until ``seen`` holds three calls (once would not show that the run says why it waits
+    once only; a wall-clock wait would not show that a loaded machine's run got there), then stop it."""
+    from mongoshift.project.run import CancelSignal
+
+    cancel = CancelSignal()
+    run = asyncio.create_task(bg.run(settings, [name], cancel=cancel))
+    await until(what, lambda: len(seen) >= 3 or run.done())
+    cancel.set("test")
+    await run
 
 
 async def _waiting_after_one_batch(fast_project, db, source: str, side, events: list[Event] | None = None):  # type: ignore[no-untyped-def]
@@ -102,7 +132,6 @@ async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lo
 
     from mongoshift.background.state.store import lock_id
     from mongoshift.project.lock import LeaseLock
-    from mongoshift.project.run import CancelSignal
 
     await seed(db.people, 20)
     fast_project.add("0001_names.py", background_file(batch_size=10))
@@ -110,24 +139,9 @@ async def test_a_runner_says_why_it_waits_while_another_holds_the_coordinator_lo
     await command.up(s)
     async with bg.open_engine(s) as other:  # another runner's identity holds the lock
         assert await other.session.new_lock(lock_id("0001_names.py"), ttl_seconds=60).try_acquire()
-        refused: list[str] = []
-        try_acquire = LeaseLock.try_acquire
-
-        async def counted(lock: LeaseLock) -> bool:
-            taken = await try_acquire(lock)
-            if not taken and lock.lock_id == lock_id("0001_names.py"):
-                refused.append(lock.lock_id)
-            return taken
-
-        monkeypatch.setattr(LeaseLock, "try_acquire", counted)
-        cancel = CancelSignal()
+        refused = recorded_calls(monkeypatch, LeaseLock, "try_acquire", lambda lock, taken: not taken and lock.lock_id == lock_id("0001_names.py"))
         caplog.set_level(logging.INFO, logger="mongoshift.background")
-        run = asyncio.create_task(bg.run(s, ["0001_names.py"], cancel=cancel))
-        # Refused at three polls (once would not show that it says so once only), not for 1.5 s,
-        # within which a loaded machine's run may not have asked even once.
-        await until("the run was refused the coordinator lock three times", lambda: len(refused) >= 3 or run.done())
-        cancel.set("test")
-        await run
+        await run_until_three(s, "0001_names.py", refused, "the run was refused the coordinator lock three times")
     assert len(refused) >= 3
     said = [r.getMessage() for r in caplog.records if "coordinator lock" in r.getMessage()]
     assert len(said) == 1 and "background_lease_ttl_seconds" in said[0]
@@ -141,7 +155,6 @@ async def test_a_runner_says_why_it_waits_while_other_runners_lease_every_lane(f
     import logging
 
     from mongoshift.background.lanes.coordinator import Coordinator
-    from mongoshift.project.run import CancelSignal
 
     await seed(db.people, 20)
     fast_project.add("0001_names.py", background_file(batch_size=10))
@@ -151,23 +164,9 @@ async def test_a_runner_says_why_it_waits_while_other_runners_lease_every_lane(f
         decision = await other.coordinator.step("0001_names.py", other.spec("0001_names.py"))
         assert decision.state is not None and decision.lanes == 1
         assert await other.store.claim(decision.state, slots=[0], owner="killed-lane", ttl_ms=600_000, runner="killed")
-        steps: list[int] = []
-        step = Coordinator.step
-
-        async def counted(coordinator: Coordinator, *args, **kwargs):  # type: ignore[no-untyped-def]
-            decided = await step(coordinator, *args, **kwargs)
-            if decided.next == "process" and decided.lanes == 0:
-                steps.append(1)
-            return decided
-
-        monkeypatch.setattr(Coordinator, "step", counted)
-        cancel = CancelSignal()
+        steps = recorded_calls(monkeypatch, Coordinator, "step", lambda _, decided: decided.next == "process" and decided.lanes == 0)
         caplog.set_level(logging.INFO, logger="mongoshift.background")
-        run = asyncio.create_task(bg.run(s, ["0001_names.py"], cancel=cancel))
-        # Found every lane leased at three polls (once would not show that it says so once only).
-        await until("the run found every lane leased three times", lambda: len(steps) >= 3 or run.done())
-        cancel.set("test")
-        await run
+        await run_until_three(s, "0001_names.py", steps, "the run found every lane leased three times")
     said = [r.getMessage() for r in caplog.records if "leased by other runners" in r.getMessage()]
     assert len(steps) >= 3
     assert len(said) == 1 and "background_lease_ttl_seconds" in said[0], said
