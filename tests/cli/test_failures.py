@@ -184,6 +184,28 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
     assert error["code"] == 130 and error["kind"] == "second_signal"
 
 
+def test_ctrl_c_under_log_format_json_keeps_every_stderr_line_one_json_object(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """The signal's own lines ("stopping", "second signal") are JSON lines too, with no blank line before
+    them: a log collector reading ``--log-format json`` parses every line."""
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
+    proc = start_cli(project, "up", "--log-format", "json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    proc.send_signal(signal.SIGINT)
+    said = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # until the first signal's line (the process's exit at the latest)
+        said.append(line)
+        if "stopping:" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    lines = ("".join(said) + err).splitlines()
+    assert proc.returncode == 130, lines
+    parsed = [json.loads(line) for line in lines]  # every line, none blank
+    messages = [line["message"] for line in parsed if line["level"] == "warning"]
+    assert any(m.startswith("stopping:") for m in messages) and "second signal, stopping now" in messages, messages
+
+
 @pytest.mark.parametrize(
     "args",
     [

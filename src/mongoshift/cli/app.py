@@ -21,6 +21,7 @@ import click
 from ..errors import ConfigInvalidError, ConfirmationRequiredError, RunAbortedError
 from ..project.redaction import uri_secrets
 from ..project.run import CancelSignal
+from .log_format import json_line
 from .output import Output, reserve_stdout
 
 if TYPE_CHECKING:
@@ -147,17 +148,28 @@ def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str 
     Ctrl-C / SIGTERM reach it through handlers set in the calling thread for that time."""
     cancel = CancelSignal()
     context = click.get_current_context(silent=True)
-    json_mode = bool(context and context.find_root().ensure_object(dict).get("json"))
+    options = context.find_root().ensure_object(dict) if context else {}
+    json_mode, log_json = bool(options.get("json")), options.get("log_format") == "json"
+
+    def notice(message: str) -> None:
+        """The signal's line on stderr: a JSON line under ``--log-format json`` (every stderr line is
+        one); on a terminal, on a line of its own past the ``^C`` it echoed."""
+        if log_json:
+            sys.stderr.write(json_line("warning", message) + "\n")
+        else:
+            lead = "\n" if sys.stderr.isatty() else ""
+            sys.stderr.write(f"{lead}mongoshift: {message}\n")
+        sys.stderr.flush()
 
     def on_signal(signum: int) -> None:
         if cancel.is_set():
-            sys.stderr.write("\nmongoshift: second signal, stopping now\n")
+            notice("second signal, stopping now")
             if json_mode:  # even now, one JSON document
                 stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
                 Output.emit_json({"error": stopped})
             os._exit(128 + signum)
         cancel.set(f"interrupted by {signal.Signals(signum).name}")
-        sys.stderr.write(f"\nmongoshift: {stopping}\n")
+        notice(stopping)
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
