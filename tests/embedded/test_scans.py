@@ -44,15 +44,19 @@ dates = st.builds(
     st.integers(min_value=-(10**12), max_value=4 * 10**12),
 )
 numbers = int32s | int64s | floats | decimals
+#: UUIDs (subtype 4, 16 bytes, which the server decodes as UUIDs), from a small pool so that bounds meet them.
+uuids = st.builds(lambda n: Binary(n.to_bytes(16, "big"), 4), st.integers(0, 6) | st.integers(0, 2**128 - 1))
+#: Other binaries: subtype 0 (decoded as bytes), a 16-byte subtype 3, a subtype 4 of another length.
+other_binaries = st.builds(lambda b: Binary(b, 0), st.binary(max_size=3)) | st.sampled_from([Binary(b"\x00" * 16, 3), Binary(b"\x05", 4)])
 #: Every _id type the suite can store on this server (regexes and arrays are not valid _ids).
 id_values = (
     object_ids | strings | numbers | dates
     | st.sampled_from([True, False, None, MinKey(), MaxKey()])
     | st.builds(lambda n: {"a": n}, st.integers(0, 3))
-    | st.builds(lambda b: Binary(b, 0), st.binary(max_size=3))
+    | uuids | other_binaries
 )
 #: Bounds: mostly of the brackets the walk takes, some of others (the fix must step aside for those).
-bound_values = object_ids | strings | numbers | dates | st.sampled_from([None, True, MinKey(), MaxKey(), {"a": 1}])
+bound_values = object_ids | strings | numbers | dates | uuids | st.sampled_from([None, True, MinKey(), MaxKey(), {"a": 1}, Binary(b"\x01", 0)])
 versions = st.sampled_from([1, 2, 1.0, Int64(1), [1, 2], None, "missing"])
 
 
@@ -387,3 +391,34 @@ def test_a_walked_document_is_copied_as_the_original_copies_it(server: InProcess
         assert not containers(copied) & containers(stored)
 
     check()
+
+
+@pytest.mark.parametrize("other", [Binary(b"\x05", 4), Binary(b"\x05" * 16, 3), Binary(b"\xff" * 40, 0), Binary(b"", 0)], ids=repr)
+def test_a_uuid_range_among_other_binaries_answers_what_the_full_scan_answers(server: InProcessServer, other: Binary) -> None:
+    """(bh) UUIDs are walked in order; a binary of another subtype or length, which the order does not
+    place among them, sends every read or count over part of the binary bracket to the full scan."""
+    from mongoeco.api._async.aggregation_cursor import AsyncAggregationCursor
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.scans.uuids
+        collection.drop()
+        uuids = [Binary(bytes([i]) * 16, 4) for i in (0, 3, 7, 9)]
+        seed(collection, [*uuids, other], [1] * 5)
+        queries_ = [
+            {"filter": {"_id": {"$gt": uuids[0], "$lt": uuids[3]}}, "sort": [("_id", 1)]},
+            {"filter": {"_id": {"$gte": uuids[0]}}, "sort": [("_id", -1)]},
+            {"filter": {"_id": {"$lte": uuids[2]}, "v": 1}, "sort": None},
+            {"filter": {"_id": {"$gt": uuids[1]}}, "sort": None},
+        ]
+        for query in queries_:
+            query.update(limit=0 if query["sort"] is None else 10, skip=0, hint=None, projection=None)
+            fast = answer(collection, query)
+            with original(MemoryEngine, "scan_find_semantics"):
+                slow = answer(collection, query)
+            assert fast == slow, query
+            with original(AsyncAggregationCursor, "_open_incremental_group_stream"):  # (ap)'s count, against the aggregation's
+                assert collection.count_documents(query["filter"]) == fast[1], query
+    finally:
+        client.close()

@@ -25,7 +25,7 @@ import bisect
 from collections.abc import Iterator
 from typing import Any
 
-from .scans import _conjuncts, _inexact, begin_scan, id_bounds, id_order, id_type_bracket
+from .scans import _conjuncts, _inexact, begin_scan, id_bounds, id_order, id_type_bracket, loose_binaries
 
 #: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
 #: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
@@ -91,21 +91,21 @@ def _unmodelled(engine: Any, coll: Any) -> Iterator[Any]:
                 yield borrow(data)
 
 
-def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> Iterator[Any]:
+def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> Iterator[Any] | None:
     """The stored documents of (af)'s walk between the bounds and inside the bracket, in ``_id`` order
-    (the order does not change a count)."""
+    (the order does not change a count); None when the bounds cut the binary bracket among binaries
+    the order does not place (:func:`.scans.loose_binaries`)."""
     lower, upper, bracket = confined
     order = id_order(coll)
     start, end = order.span(lower, upper)
     if bracket is not None:
         start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
         end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
+    if (lower is not None or upper is not None) and loose_binaries(order, start, end):
+        return None
     storage_keys = order.storage_keys
     borrow = engine._borrow_storage_document
-    for at in range(start, end):
-        data = coll.get(storage_keys[at])
-        if data is not None:
-            yield borrow(data)
+    return (borrow(data) for data in map(coll.get, storage_keys[start:end]) if data is not None)
 
 
 async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: Any, context: Any) -> int | None:
@@ -127,8 +127,9 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
             return None
         indexes = begin_scan(engine, context, db_name, coll_name, semantics)  # the steps of the scan this count replaces
         confined = _confined(semantics)
-        if confined is not None:
-            documents: Iterator[Any] = _walked(engine, coll, confined)
+        walked = None if confined is None else _walked(engine, coll, confined)
+        if walked is not None:
+            documents: Iterator[Any] = walked
         elif _unplaced_only(semantics.query_plan):
             documents = _unmodelled(engine, coll)
         else:
