@@ -117,6 +117,50 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
     assert seen == [Event("batch", "m.py", {"migrated": 3})]
 
 
+@pytest.mark.parametrize(
+    ("data", "level", "says"),
+    [
+        ({"collection": "people", "found": True, "action": "reopened", "reason": None, "stranded": False}, "WARNING",
+         "old-shape documents written after it completed were found in 'people': reopened for one more pass, which 'mongoshift background run'"),
+        ({"collection": "people", "found": True, "action": "reported", "reason": None, "stranded": False}, "WARNING",
+         "'background verify --reopen' gives it one more pass"),
+        ({"collection": "people", "found": False, "stranded": True, "action": "reported", "source": "stream", "documents": 3}, "WARNING",
+         "3 document(s) of 'people' are at a version no migration upgrades (stranded)"),
+        ({"collection": "people", "found": True, "action": "failed", "source": "stream", "documents": 2}, "WARNING",
+         "2 old-shape document(s) of 'people' could not be upgraded: reopened"),
+        ({"collection": "people", "found": True, "action": "upgraded", "source": "stream", "documents": 5}, "INFO",
+         "upgraded 5 old-shape document(s) of 'people'"),
+        ({"collection": "people", "found": False, "action": "skipped", "reason": "not_completed", "detail": "running", "stranded": False}, "INFO",
+         "skipped for 'people' (not_completed: running)"),
+    ],
+    ids=["reopened", "reported", "stranded", "failed", "upgraded", "skipped"],
+)
+def test_a_drift_finding_is_logged_as_a_sentence_that_says_what_to_do(caplog: pytest.LogCaptureFixture, data: dict, level: str, says: str) -> None:  # type: ignore[type-arg]
+    """The watcher's and verify's findings: what was found, what was done, what is left to do; not the
+    event's fields (``reason=None stranded=False``)."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="mongoshift")
+    Events([]).emit("drift", "0001_x.py", **data)
+    (record,) = [r for r in caplog.records if "drift" in r.getMessage()]
+    assert says in record.getMessage() and record.getMessage().startswith("0001_x.py drift: "), record.getMessage()
+    assert "None" not in record.getMessage() and "=" not in record.getMessage()
+    assert record.levelname == level or (level == "INFO" and record.levelname == "DEBUG")
+
+
+def test_a_watchers_state_is_logged_with_what_it_means(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from mongoshift.background.state.events import WATCH_STATES
+
+    caplog.set_level(logging.DEBUG, logger="mongoshift")
+    for state in WATCH_STATES:
+        Events([]).emit("watch", "people", collection="people", state=state)
+    said = [r.getMessage() for r in caplog.records]
+    assert said[-2] == "people watch: idle, no completed migration of the collection to guard (one that is reopened is guarded again once it completes)"
+    assert len(said) == len(WATCH_STATES) and all(line.startswith("people watch: ") and "=" not in line for line in said)
+
+
 def test_batch_filters_stay_inside_their_type_bracket() -> None:
     from mongoshift.background.plan.planner import (
         MAX_OBJECT_ID,

@@ -165,7 +165,7 @@ async def verify(
     wanted = states if names is None else [s for s in states if s.name in names]
     results = [await _verify_one(db, store, state, states, declarations, reopen_found=reopen_found, by=by) for state in wanted]
     for r in results:
-        events.emit("drift", r.migration, collection=r.collection, found=r.found, action=r.action, reason=r.reason, stranded=r.stranded)
+        events.emit("drift", r.migration, collection=r.collection, found=r.found, action=r.action, reason=r.reason, detail=r.detail, stranded=r.stranded)
     return results
 
 

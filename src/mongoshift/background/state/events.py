@@ -64,9 +64,51 @@ class Events(LineEvents):
             level = logging.INFO if kind in NOTABLE else logging.DEBUG
         if log.isEnabledFor(level) and kind == "throttle":  # a change of pace says why, in words
             log.log(level, "%s throttle: %s", event.migration, describe_throttle(data))
+        elif log.isEnabledFor(level) and kind == "drift":  # and a finding says what it means and what to do
+            log.log(level, "%s drift: %s", event.migration, describe_drift(data))
+        elif log.isEnabledFor(level) and kind == "watch" and data.get("state") in WATCH_STATES:
+            log.log(level, "%s watch: %s, %s", event.migration, data["state"], WATCH_STATES[data["state"]])
         elif log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
             log.log(level, "%s %s %s", event.migration, kind, details)
+
+
+#: What each state of a collection's live watcher means, for its log line (docs/background.md, "The live watcher").
+WATCH_STATES = {
+    "following": "another process leads this collection's watch; this one takes over if that one stops",
+    "catching_up": "looking for old shapes written before the stream opened",
+    "streaming": "upgrading old-shape documents as they are written",
+    "history_lost": "the server no longer holds the saved position: starting from now, after a look for what was missed",
+    "overloaded": "the events read are older than --max-lag: its migrations are reopened for a pass, which is faster",
+    "fallback": "not allowed to watch the collection: polling for old shapes instead",
+    "suspended": "a revert of the collection is under way: upgrading nothing until it ends",
+    "idle": "no completed migration of the collection to guard (one that is reopened is guarded again once it completes)",
+    "stopped": "stopped",
+}
+
+
+def describe_drift(data: dict[str, Any]) -> str:
+    """A ``drift`` event (``verify``, the live watcher) as one sentence: what was found in which
+    collection, what was done, and what is left to do; counts and names only, never an id."""
+    where = f"'{data.get('collection')}'"
+    action, documents = data.get("action"), data.get("documents")
+    some = "old-shape documents" if documents is None else f"{documents:,} old-shape document(s)"
+    if action == "upgraded":
+        return f"upgraded {some} of {where}"
+    if action == "failed":
+        return f"{some} of {where} could not be upgraded: reopened, so that a pass records why (background status NAME)"
+    if data.get("stranded") and not data.get("found"):
+        count = "documents" if documents is None else f"{documents:,} document(s)"
+        return f"{count} of {where} are at a version no migration upgrades (stranded): reported (docs/background.md, \"Stranded documents\")"
+    if action == "reopened":
+        return (f"{some} written after it completed were found in {where}: reopened for one more pass, which "
+                "'mongoshift background run' (or a runner) makes; a watcher guards it again once it completes")
+    if action == "reported":
+        return f"{some} written after it completed were found in {where}: reported ('background verify --reopen' gives it one more pass)"
+    if action == "clean":
+        return f"no old-shape document in {where}"
+    reason, detail = data.get("reason"), data.get("detail")
+    return f"{action} for {where}" + (f" ({reason}{': ' + str(detail) if detail else ''})" if reason else "")
 
 
 def describe_throttle(data: dict[str, Any]) -> str:
