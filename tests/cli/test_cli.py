@@ -146,6 +146,38 @@ def test_kill_9_leaves_a_lock_that_the_next_run_on_this_host_takes_over(project,
     taken = cli(project, "up")  # what audit promised
     assert taken.returncode == 0, taken.stderr
     assert "took over the lock" in taken.stderr and str(victim.pid) in taken.stderr
+    # the migration it was running, never recorded, may have done part of its work (one mark of two)
+    assert "0001_slow.py (up) was next in line when the run that held the lock died" in taken.stderr, taken.stderr
+    assert locks.count_documents({}) == 0
+
+
+@pytest.mark.parametrize("case", ["plain", "transaction", "recorded", "none"])
+def test_a_migration_left_unfinished_by_a_run_whose_lock_expired_is_named(project, sync_client, cli, case: str) -> None:  # type: ignore[no-untyped-def]
+    """The run that takes over a lock its holder never released names the first body of that holder's plan
+    whose outcome it never recorded, unless it runs in a transaction (nothing kept); a plan it recorded
+    whole names nothing."""
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    if case == "recorded":
+        assert cli(project, "up").returncode == 0
+        project.add("0003_c.py", QUICK)
+    else:  # the dead run had recorded its first body
+        assert cli(project, "up", "0001_a.py").returncode == 0
+    locks = sync_client[project.db]["_mongoshift_locks"]
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    note = {"steps": [{"name": name, "direction": "up", "transaction": case == "transaction"} for name in ("0001_a.py", "0002_b.py")]}
+    locks.insert_one({"_id": "migration_lock", "owner": "dead-run", "nonce": "n", "host": "another-host", "pid": 1,
+                      "executed_by": "ci", "ttl_ms": 60_000, "locked_at": past, "expires_at": past,
+                      **({} if case == "none" else {"working_on": note})})
+    result = cli(project, "up", "--json")
+    assert result.returncode == 0, result.stderr
+    warnings = json.loads(result.stdout)["warnings"]
+    named = [w for w in warnings if "was next in line when the run that held the lock died" in w]
+    if case == "plain":
+        assert named == [w for w in warnings if w.startswith("0002_b.py (up)")] and len(named) == 1, warnings
+        assert "may have done part of its work" in named[0] and named[0] in result.stderr
+    else:
+        assert named == [], warnings
     assert locks.count_documents({}) == 0
 
 

@@ -166,6 +166,7 @@ async def _execute(
     try:
         report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
     except MongoshiftError as exc:
+        report.warnings[:0] = executor.warnings
         await _store_log(stored, report)
         exc.details["warnings"] = report.warnings
         exc.details["logs"] = log_entries(report.logs)
@@ -173,6 +174,7 @@ async def _execute(
     except BaseException:
         await asyncio.shield(_store_log(stored, report))  # a cancelled run keeps the lines it logged
         raise
+    report.warnings[:0] = executor.warnings
     await _store_log(stored, report)
     report.waiting = executor.waiting
     return report

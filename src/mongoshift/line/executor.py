@@ -131,6 +131,11 @@ def _traceback(exc: BaseException, path: Path) -> str:
     return redact("".join(lines), limit=20_000) + describe_error(exc)
 
 
+#: Bodies of a plan noted on the lock (a run of more notes the first ones: the one it died in is among them
+#: unless it had recorded that many).
+MAX_NOTED = 1_000
+
+
 class Executor:
     """Runs the steps of a plan on one session: hooks, bodies, records, and background files through :mod:`~mongoshift.background.steps`."""
 
@@ -145,11 +150,15 @@ class Executor:
         self.waiting: list[dict[str, Any]] = []
         #: The step whose time ran out: a sync body still running in its thread never records it.
         self._timed_out: str | None = None
+        #: Warnings of the run as a whole (a migration a dead run left unfinished), for its report.
+        self.warnings: list[str] = []
 
     async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
         """Run every step of ``plan`` in order; raise with the results so far on failure."""
         results = [MigrationResult(name, "up", "skipped", reason=why) for name, why in plan.skipped]
+        await self._left_unfinished()
         self._prepare(plan.steps)
+        await self._note_plan(plan.steps)
         if not plan.steps:
             return results
         success = False
@@ -190,6 +199,54 @@ class Executor:
                 if success:
                     raise
                 log.exception("after_all hook failed after a failed run")
+
+    def _transactional_step(self, step: Step) -> bool:
+        use_txn = step.file.use_transaction
+        return bool(self.runtime.settings.use_transaction if use_txn is None else use_txn)
+
+    async def _note_plan(self, steps: list[Step]) -> None:
+        """Note on the lock, once, the bodies this run is about to run in order, for a run that may
+        take the lock over should this one die (the changelog then tells which one it had reached)."""
+        if self.lock is None:
+            return
+        bodies = [
+            {"name": step.name, "direction": step.direction, "transaction": self._transactional_step(step)}
+            for step in steps if step.file.background is None and not step.file.is_squash
+        ]
+        if bodies:
+            await self.lock.note_working_on({"steps": bodies[:MAX_NOTED]})
+
+    async def _left_unfinished(self) -> None:
+        """Say so when the run this one took the lock over from died before recording a body it had
+        planned: the first such one may have been running, and without a transaction it may have done
+        part of its work; it runs again from the start."""
+        note = self.lock.left_unfinished if self.lock is not None else None
+        steps = note.get("steps") if note is not None else None
+        if not isinstance(steps, list) or not steps:
+            return
+        records = await self.changelog.records()
+        for noted in steps:
+            if not isinstance(noted, dict) or not isinstance(noted.get("name"), str):
+                return
+            name, direction = noted["name"], noted.get("direction")
+            record = records.get(name)
+            if direction == "up" and record is not None and record.status == "applied":
+                continue
+            if direction == "down" and (record is None or record.status != "applied"):
+                continue
+            break  # the first body of its plan whose outcome it never recorded
+        else:
+            return
+        if noted.get("transaction"):
+            log.info("%s (%s) was next when the run that held the lock died; it runs in a transaction, so nothing of it was kept", name, direction)
+            return
+        warning = (
+            f"{name} ({direction}) was next in line when the run that held the lock died, and its outcome was never "
+            "recorded: if that run had started it, it may have done part of its work. It runs again from the start when "
+            "it is next applied, so make it safe to run twice, or check what it did"
+        )
+        log.warning("%s", warning)
+        self.warnings.append(warning)
 
     async def _begin_squash(self, plan: Plan, step: Step, batch: int | None) -> None:
         """Before the first replaced file of a squash file runs, its record says the squash is under way,

@@ -12,6 +12,11 @@ that provably died on *this* host (its pid gone, or reused by a process started
 later) is replaced at once, by an update scoped to that holder's owner and
 nonce; a holder on another host is only ever replaced once its TTL has passed.
 Every renewal and the release are scoped to this run's owner id and a private nonce.
+
+A run of the migration line notes on its lock the bodies it is about to run (``working_on``). The
+write that takes over a lock its holder never released (expired, or left by a dead process) moves
+that note to ``left_unfinished``: with the changelog, it names the body the holder had reached, which
+may have done part of its work.
 """
 
 from __future__ import annotations
@@ -130,6 +135,16 @@ class LockHolder:
         return f"{self.executed_by or '?'} on {self.host or '?'} (pid {self.pid}, since {since}, run {self.owner})"
 
 
+#: The taking write keeps the previous holder's note as ``left_unfinished`` (missing when it had none),
+#: in the same atomic update, so that the run which took the lock can read it after.
+_CARRY = {"left_unfinished": "$working_on"}
+
+
+def _note(doc: dict[str, Any] | None, field: str) -> dict[str, Any] | None:
+    note = doc.get(field) if doc is not None else None
+    return note if isinstance(note, dict) else None
+
+
 class LeaseLock:
     """A lock held from start to end of a run (or a lane set), renewed before its lease runs out."""
 
@@ -156,6 +171,9 @@ class LeaseLock:
         self._held = False
         #: When the last acquire or renewal that succeeded was *sent*: the server's expiry is later.
         self._renewed_at = 0.0
+        #: The ``working_on`` note of a holder this run took the lock over from (it never released it):
+        #: the migration that holder had started and not recorded. None: nothing was left unfinished.
+        self.left_unfinished: dict[str, Any] | None = None
 
     def _scope(self) -> dict[str, Any]:
         return {"_id": self.lock_id, "owner": self.run.run_id, "nonce": self.nonce}
@@ -181,7 +199,7 @@ class LeaseLock:
         try:
             result = await self.collection.update_one(
                 {"_id": self.lock_id, "$expr": {"$lt": ["$expires_at", "$$NOW"]}},
-                [{"$set": fields}],
+                [{"$set": {**fields, **_CARRY}}, {"$unset": "working_on"}],
                 upsert=True,
             )
         except DuplicateKeyError:
@@ -190,6 +208,8 @@ class LeaseLock:
             return False
         self._held = True
         self._renewed_at = sent
+        if result.upserted_id is None:  # an expired lock its holder never released: what was it running?
+            self.left_unfinished = _note(await self.collection.find_one(self._scope(), {"left_unfinished": 1}), "left_unfinished")
         return True
 
     async def _take_over_dead(self, fields: dict[str, Any], sent: float) -> bool:
@@ -205,11 +225,13 @@ class LeaseLock:
         if holder.owner == self.run.run_id or not holder.gone():
             return False
         result = await self.collection.update_one(
-            {"_id": self.lock_id, "owner": doc.get("owner"), "nonce": doc.get("nonce")}, [{"$set": fields}]
+            {"_id": self.lock_id, "owner": doc.get("owner"), "nonce": doc.get("nonce")},
+            [{"$set": {**fields, **_CARRY}}, {"$unset": "working_on"}],
         )
         if result.modified_count == 0:
             return False
         log.warning("took over the lock %s of %s: that process no longer runs on this host", self.lock_id, holder.describe())
+        self.left_unfinished = _note(doc, "working_on")
         self._held = True
         self._renewed_at = sent
         return True
@@ -235,6 +257,15 @@ class LeaseLock:
             waited = True
             await asyncio.sleep(min(delay, max(0.0, deadline - self._monotonic())))
             delay = min(delay * 2, 5.0)
+
+    async def note_working_on(self, note: dict[str, Any]) -> None:
+        """Note on the lock what this run is about to do (the line's plan), for a run that may take the
+        lock over should this one die (the changelog then says how far it got).
+        Best effort: a note that cannot be written is only logged."""
+        try:
+            await self.collection.update_one(self._scope(), {"$set": {"working_on": note}})
+        except PyMongoError as exc:
+            log.debug("could not note the running migration on the lock: %s", type(exc).__name__)
 
     async def renew(self) -> bool:
         sent = self._monotonic()
