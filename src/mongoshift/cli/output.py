@@ -202,7 +202,12 @@ class Output:
             print(f"warning: {message}", file=sys.stderr)
 
     def error(self, exc: MongoshiftError) -> None:
-        """The failure, through the one redaction whoever built its message (built to size: a loose bound)."""
+        """The failure, through the one redaction whoever built its message (built to size: a loose bound),
+        after the warnings its run had gathered (a migration a dead run left half done...), which a run
+        that succeeds prints with its report."""
+        warnings = exc.details.get("warnings")
+        for warning in warnings if isinstance(warnings, list) else []:
+            self.warn(redact(str(warning), limit=10_000))
         message = redact(exc.message, limit=10_000)
         if self.json_mode:
             self.json({"error": {**exc.to_json(), "message": message}})

@@ -245,8 +245,7 @@ class Executor:
             "recorded: if that run had started it, it may have done part of its work. It runs again from the start when "
             "it is next applied, so make it safe to run twice, or check what it did"
         )
-        log.warning("%s", warning)
-        self.warnings.append(warning)
+        self.warnings.append(warning)  # printed with the run's report, or before its error
 
     async def _begin_squash(self, plan: Plan, step: Step, batch: int | None) -> None:
         """Before the first replaced file of a squash file runs, its record says the squash is under way,
