@@ -172,7 +172,7 @@ class LeaseLock:
         #: When the last acquire or renewal that succeeded was *sent*: the server's expiry is later.
         self._renewed_at = 0.0
         #: The ``working_on`` note of a holder this run took the lock over from (it never released it):
-        #: the migration that holder had started and not recorded. None: nothing was left unfinished.
+        #: the plan that holder was running, which the changelog tells how far it got. None: no note.
         self.left_unfinished: dict[str, Any] | None = None
 
     def _scope(self) -> dict[str, Any]:
