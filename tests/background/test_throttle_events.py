@@ -132,7 +132,7 @@ async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_a
     assert [r.levelno for r in lines] == [logging.INFO] * 5
     assert [r.getMessage() for r in lines] == [
         (
-            f"{NAME} throttle: smaller, batches took {latency} ms on average to read and write, over the 500 ms target; "
+            f"{NAME} throttle: smaller, batches took {latency} ms on average to read, transform and write, over the 500 ms target; "
             f"{size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
         )
         # at the minimum (10) the size cannot shrink: the line says so instead of "now 10" again

@@ -46,7 +46,7 @@ def test_it_shrinks_under_injected_latency_then_pauses_at_its_smallest_size_and_
     assert sizes == [17, 15, 13, 11, 10, 10, 10, 10]  # at most a fifth less each time, down to min_batch_size
     assert pauses == [0, 0, 0, 0, 0, 100, 200, 400]  # then the pause doubles
     assert describe_throttle({"change": "slow", **c.pace(), **c.why(), "changes": 1, "overloads": 0}) == (
-        "smaller, batches took 2,000 ms on average to read and write, over the 100 ms target; "
+        "smaller, batches took 2,000 ms on average to read, transform and write, over the 100 ms target; "
         "batch size at its smallest, 10, adaptive pause 400 ms before each batch; 1 change(s) since the last report, 0 overload(s)"
     )
     # Fast again (20 ms of work, 10 of pause): the pause is halved first, then the size grows.

@@ -3,7 +3,7 @@
 The controller sizes a lane's batches so that it spends a target share of its time working,
 like the batch optimizer of GitLab's batched background migrations. A lane's cycle is the wait
 before a batch (``pause_ms``, the hook, the controller's own pause, health waits, the control
-read) and the batch itself; its work is the batch's read and write. Over the last
+read) and the batch itself; its work is the batch's read, transform and write. Over the last
 :data:`WINDOW` full batches at one size it judges that size, in this order:
 
 1. an overloaded server (a write failed with :func:`~mongoshift.project.server_errors.overloaded`:
@@ -71,7 +71,7 @@ def shrunk(size: int, factor: float) -> int:
 class Sample:
     """One full batch as the lane measured it."""
 
-    work_ms: float  # its read and write
+    work_ms: float  # its read, transform and write
     cycle_ms: float  # the waits before it and the whole batch (read, checkpoint, write)
     docs: int
     conflicts: int
@@ -155,7 +155,7 @@ class AdaptiveController:
         conflicts: int = 0,
         overloaded: bool = False,
     ) -> Change | None:
-        """Feed one batch: ``work_ms`` its read and write, ``elapsed_ms`` the whole batch (with its
+        """Feed one batch: ``work_ms`` its read, transform and write, ``elapsed_ms`` the whole batch (with its
         checkpoint; ``work_ms`` when not given), ``docs`` how many it read (a batch that read fewer
         than the size, a partition's last, is not judged), ``conflicts`` how many documents the
         application wrote between the read and the write. Returns what changed, if anything."""

@@ -116,7 +116,7 @@ def describe_throttle(data: dict[str, Any]) -> str:
     change = data.get("change")
     latency, target = data.get("latency_ms"), data.get("target_ms")
     share, aim = data.get("work_percent"), data.get("target_percent")
-    took = f"batches took {latency:,} ms on average to read and write" if latency is not None else None
+    took = f"batches took {latency:,} ms on average to read, transform and write" if latency is not None else None
     if change == "slow":
         why = f"smaller, {took}, over the {target:,} ms target" if took else "smaller, batches were slow"
     elif change == "overload":
