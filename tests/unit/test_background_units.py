@@ -161,6 +161,40 @@ def test_a_watchers_state_is_logged_with_what_it_means(caplog: pytest.LogCapture
     assert len(said) == len(WATCH_STATES) and all(line.startswith("people watch: ") and "=" not in line for line in said)
 
 
+def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCaptureFixture) -> None:
+    """What a user reads of a run: sentences with counts, never the event's ``key=value`` fields (a
+    registration hash, ``blocked_on=[]``) nor an id."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="mongoshift")
+    totals = {"scanned": 40_002, "migrated": 40_000, "skipped": 2, "conflicts": 3, "failed": 0, "retried": 3, "batches": 26, "txn_retries": 0}
+    emitted = [
+        ("registered", {"direction": "forward", "registration": "21aa65624b7b1820", "blocked_on": ["0001_a.py"]}),
+        ("unblocked", {}),
+        ("partitioned", {"partitions": 10, "estimate": 40_002, "generation": 1}),
+        ("pass", {"number": 2, "remaining": 17}),
+        ("lease_lost", {"partition": 3, "lane": "lane-73ca8eb3"}),
+        ("reclaimed", {"leases": 4}),
+        ("completed", {"failed_documents": 0, **totals}),
+        ("failed", {"reason": "12 documents failed, over max_document_errors=10"}),
+    ]
+    for kind, data in emitted:
+        Events([]).emit(kind, "0001_x.py", **data)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "0001_x.py registered: the migration is registered, and waits for 0001_a.py",
+        "0001_x.py unblocked: every migration it requires has completed: it may run now",
+        "0001_x.py partitioned: the pass is cut into 10 partition(s) over about 40,002 document(s)",
+        "0001_x.py pass: pass 2 starts: about 17 document(s) are still in the old shape",
+        "0001_x.py lease_lost: a lane lost its lease on partition 3 (it lapsed, or another runner took it over): the lane stops there, "
+        "and the partition goes on from its last checkpoint under its new holder",
+        "0001_x.py reclaimed: 4 lease(s) that had lapsed were freed (their runner stopped or was killed): their partitions go on from their checkpoints",
+        "0001_x.py completed: 40,000 migrated, 2 skipped, 0 failed document(s) of 40,002 scanned, in 26 batch(es); "
+        "3 conflict(s) with application writes, 3 re-read",
+        "0001_x.py failed: 12 documents failed, over max_document_errors=10",
+    ]
+
+
 def test_batch_filters_stay_inside_their_type_bracket() -> None:
     from mongoshift.background.plan.planner import (
         MAX_OBJECT_ID,

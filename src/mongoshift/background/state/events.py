@@ -13,7 +13,7 @@ Events carry counts and names, never a document or an ``_id``. A lane emits at m
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -68,6 +68,8 @@ class Events(LineEvents):
             log.log(level, "%s drift: %s", event.migration, describe_drift(data))
         elif log.isEnabledFor(level) and kind == "watch" and data.get("state") in WATCH_STATES:
             log.log(level, "%s watch: %s, %s", event.migration, data["state"], WATCH_STATES[data["state"]])
+        elif log.isEnabledFor(level) and kind in _SENTENCES:
+            log.log(level, "%s %s: %s", event.migration, kind, _SENTENCES[kind](data))
         elif log.isEnabledFor(level):
             details = " ".join(f"{k}={v}" for k, v in data.items())
             log.log(level, "%s %s %s", event.migration, kind, details)
@@ -84,6 +86,40 @@ WATCH_STATES = {
     "suspended": "a revert of the collection is under way: upgrading nothing until it ends",
     "idle": "no completed migration of the collection to guard (one that is reopened is guarded again once it completes)",
     "stopped": "stopped",
+}
+
+
+def _number(data: dict[str, Any], key: str) -> str:
+    value = data.get(key)
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _completed(data: dict[str, Any]) -> str:
+    said = (f"{_number(data, 'migrated')} migrated, {_number(data, 'skipped')} skipped, {_number(data, 'failed_documents')} "
+            f"failed document(s) of {_number(data, 'scanned')} scanned, in {_number(data, 'batches')} batch(es); "
+            f"{_number(data, 'conflicts')} conflict(s) with application writes, {_number(data, 'retried')} re-read")
+    return said + (f", {_number(data, 'txn_retries')} transaction retries" if data.get("txn_retries") else "")
+
+
+def _registered(data: dict[str, Any]) -> str:
+    waits = data.get("blocked_on") or []
+    direction = "the revert" if data.get("direction") == "revert" else "the migration"
+    return f"{direction} is registered" + (f", and waits for {', '.join(map(str, waits))}" if waits else "")
+
+
+#: The engine's notable events, each as a sentence (its fields go to observers and ``--log-format json`` as they are).
+_SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "registered": _registered,
+    "unblocked": lambda data: "every migration it requires has completed: it may run now",
+    "partitioned": lambda data: (f"the pass is cut into {_number(data, 'partitions')} partition(s) over about "
+                                 f"{_number(data, 'estimate')} document(s)"),
+    "pass": lambda data: f"pass {_number(data, 'number')} starts: about {_number(data, 'remaining')} document(s) are still in the old shape",
+    "lease_lost": lambda data: (f"a lane lost its lease on partition {_number(data, 'partition')} (it lapsed, or another runner took "
+                                "it over): the lane stops there, and the partition goes on from its last checkpoint under its new holder"),
+    "reclaimed": lambda data: (f"{_number(data, 'leases')} lease(s) that had lapsed were freed (their runner stopped or was killed): "
+                               "their partitions go on from their checkpoints"),
+    "completed": _completed,
+    "failed": lambda data: str(data.get("reason")),
 }
 
 
