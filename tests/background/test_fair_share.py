@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 import types
@@ -149,6 +150,42 @@ async def test_an_ask_holds_the_others_to_their_share_until_it_lapses_or_is_with
         assert not await may_claim(store, name, "a", 2)
         await store.stop_asking(name, "b")  # it left: the others take its share at once
         assert await may_claim(store, name, "a", 2)
+
+
+async def test_two_lanes_of_one_runner_that_claim_together_take_one_share(fast_project, db, gate) -> None:  # type: ignore[no-untyped-def]
+    """Two lanes that end their slices together judge their share one after the other: counted on
+    the same leases, both would claim again and keep the waiting runner out for another slice."""
+    from mongoshift.background.lanes.lane import Lane
+
+    gate.opened.set()  # type: ignore[attr-defined]
+    await seed(db.people, 200)
+    fast_project.add("0001_bump.py", BUMP_FILE.format(source=1, target=2))
+    settings = fast_project.settings()
+    await command.up(settings)
+    async with open_engine(settings) as engine:
+        name = "0001_bump.py"
+        spec = engine.spec(name)
+        state = (await engine.coordinator.step(name, spec)).state
+        assert state is not None
+        await engine.store.ask(name, "another-runner", ttl_ms=60_000)
+        # Both lanes count the leases before either claims, as on a slow connection; the count waits
+        # for the other lane's, and gives up waiting when that lane waits its turn to judge instead.
+        counted, both = 0, asyncio.Event()
+        leases_by_runner = engine.store.leases_by_runner
+
+        async def count_together(name: str) -> Counter[str | None]:
+            nonlocal counted
+            counted += 1
+            if counted == 2:
+                both.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(both.wait(), 0.5)
+            return await leases_by_runner(name)
+
+        engine.store.leases_by_runner = count_together  # type: ignore[method-assign]
+        lanes = [Lane(engine.context, f"lane-{n}") for n in (1, 2)]
+        results = await asyncio.gather(*(lane.run_slice(state, spec, slice_ms=1) for lane in lanes))
+    assert sorted(result.outcome for result in results) == ["busy", "yielded"], results
 
 
 def test_a_run_id_that_is_no_plain_token_names_the_runner_by_its_hash() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import secrets
 import time
@@ -41,6 +42,9 @@ class EngineContext:
     shard_aware: Literal["auto", "on", "off"] = "auto"
     shard_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     shard_warned: set[str] = field(default_factory=set)
+    #: Held by a lane from judging its share to its claim: two lanes of this runner that end their
+    #: slices together would otherwise both count the same leases and both claim again.
+    claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: How often (engine clock) a lane adds to the throughput samples mid-slice; it always does at a slice's end.
     sample_seconds: float = SAMPLE_BUCKET_SECONDS
 

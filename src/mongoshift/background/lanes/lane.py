@@ -90,14 +90,15 @@ class Lane:
         engine = self.engine
         job = Job.of(state, spec)
         await engine.reap(state.name)
-        if not await may_claim(engine.store, state.name, engine.runner, spec.max_parallel):
-            return SliceResult("busy")  # this runner holds its share while another waits
-        slots = list(range(spec.max_parallel))
-        offset = engine.rng.randrange(len(slots))
-        claimed = await engine.store.claim(
-            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
-            shard_concurrency=spec.shard_concurrency,
-        )
+        async with engine.claiming:
+            if not await may_claim(engine.store, state.name, engine.runner, spec.max_parallel):
+                return SliceResult("busy")  # this runner holds its share while another waits
+            slots = list(range(spec.max_parallel))
+            offset = engine.rng.randrange(len(slots))
+            claimed = await engine.store.claim(
+                state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
+                shard_concurrency=spec.shard_concurrency,
+            )
         if claimed is None:
             # No open partition. While another runner's lanes hold some, they come back open at their
             # slice ends: ask for a share of them, or that runner re-claims them for ever.
