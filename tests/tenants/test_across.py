@@ -189,6 +189,27 @@ def test_a_provider_reads_the_tenants_from_a_collection(tenant_project: TenantPr
     assert counters(sync_client, inactive) == {}
 
 
+def test_a_tenant_on_an_unreachable_cluster_fails_its_own_row_only(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """A provider's tenant on a cluster nobody answers at: that row fails with the connection's code, the others run."""
+    two_migrations(tenant_project)
+    here, away = tenant_project.tenants[:2], f"{tenant_project.prefix}away"
+    (tenant_project.root / "split_tenants.py").write_text(
+        "def placed(settings):\n"
+        f"    return [{here[0]!r}, ({away!r}, 'mongodb://127.0.0.1:1/?connectTimeoutMS=2000'), {here[1]!r}]\n",
+        encoding="utf-8",
+    )
+    tenant_project.write_config(provider="split_tenants:placed")
+    status = cli(tenant_project, "status", "--all-tenants", "--json")
+    assert status.returncode == 47, status.stderr
+    by_name = rows(status)
+    assert [by_name[n]["outcome"] for n in (*here, away)] == ["done", "done", "failed"]
+    assert by_name[away]["exit_code"] == 5 and by_name[away]["error"]["kind"] == "connection_failed"
+    up = cli(tenant_project, "up", "--all-tenants", "--continue-on-error", "--json")
+    assert up.returncode == 47, up.stderr
+    assert [rows(up)[n]["applied"] for n in here] == [2, 2]
+    assert all(counters(sync_client, n) == {"0001": 1, "0002": 1} for n in here)
+
+
 def test_bad_input_is_refused_before_anything_is_written(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     for args, text in [

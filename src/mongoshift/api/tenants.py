@@ -1,15 +1,17 @@
 """Any call of the API across a selection of tenant databases (docs/tenants.md).
 
 :func:`across_tenants` selects the tenants (``[tenants]`` and :class:`Tenants`), connects once
-per distinct server, then rolls ``call`` out over one :class:`~mongoshift.api.session.Mongoshift`
-per tenant: the project's settings with that tenant's ``db`` (and the cluster a provider placed
-it on), sharing the client, the migrations folder as read once, the observers and the cancel
-signal. Each tenant keeps its own changelog, lock and background state, exactly as ``--db`` does.
-The ``*_across`` helpers judge the common calls' results (applied counts, ``status --check``).
+per distinct server (another cluster on its first tenant, so that its failure is its tenants' rows),
+then rolls ``call`` out over one :class:`~mongoshift.api.session.Mongoshift` per tenant: the
+project's settings with that tenant's ``db`` (and the cluster a provider placed it on), sharing
+the client, the migrations folder as read once, the observers and the cancel signal. Each tenant
+keeps its own changelog, lock and background state, exactly as ``--db`` does. The ``*_across``
+helpers judge the common calls' results (applied counts, ``status --check``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ..errors import TenantsInvalidError
+from ..errors import MongoshiftError, TenantsInvalidError
 from ..project.connection import connect
 from ..project.events import Event, Events, Observer
 from ..project.run import CancelSignal
@@ -156,7 +158,8 @@ async def across_tenants[T](
     resolved = await base.resolve()
     own = base.client is None
     main = base.client or await connect(resolved.model_copy(update={"db": resolved.db or "admin"}))
-    others: dict[str, AsyncMongoClient[Any]] = {}
+    others: dict[str, AsyncMongoClient[Any] | MongoshiftError] = {}  # a client per other cluster, or why it failed
+    connecting: dict[str, asyncio.Lock] = {}
     try:
 
         async def database_names() -> list[str]:
@@ -168,18 +171,34 @@ async def across_tenants[T](
         selected = await select(resolved, flags, database_names)
         rollout.check(len(selected))
         files = base.scanned() if scan else None
-        for uri in dict.fromkeys(t.uri for t in selected if t.uri is not None and t.uri != resolved.uri):
-            others[uri] = await connect(resolved.model_copy(update={"uri": uri, "db": resolved.db or "admin"}))
+
+        async def client_for(tenant: Tenant) -> AsyncMongoClient[Any]:
+            """The tenant's cluster's client, connected on its first tenant: a cluster that cannot be reached
+            fails its own tenants' rows (tried once), never the rollout."""
+            uri = tenant.uri
+            if uri is None or uri == resolved.uri:
+                return main
+            async with connecting.setdefault(uri, asyncio.Lock()):
+                if uri not in others:
+                    try:
+                        others[uri] = await connect(resolved.model_copy(update={"uri": uri, "db": resolved.db or "admin"}))
+                    except MongoshiftError as exc:
+                        others[uri] = exc
+            found = others[uri]
+            if isinstance(found, MongoshiftError):
+                raise found.with_traceback(None)
+            return found
 
         async def run(tenant: Tenant, own_cancel: CancelSignal) -> Judged:
-            shared = others.get(tenant.uri, main) if tenant.uri is not None else main
+            shared = await client_for(tenant)
             project = Project(tenant_settings(resolved, tenant), shared, _stamped(listeners, tenant.name), own_cancel, files=files, resolved=True)
             return judge(await call(Mongoshift(project)))
 
         return await roll_out(command, selected, run, rollout, cancel=cancel, events=Events(listeners))
     finally:
         for other in others.values():
-            await other.close()
+            if not isinstance(other, MongoshiftError):
+                await other.close()
         if own:
             await main.close()
 
