@@ -66,6 +66,8 @@ def test_destructive_plan_needs_yes_with_json(project, sync_client, cli) -> None
     error = json.loads(result.stdout)["error"]
     assert error["kind"] == "confirmation_required" and "--yes" in error["message"] and "users: drop index stray_1" in error["message"]
     assert "stray_1" in db.users.index_information() and "seen_1" not in db.users.index_information()
+    plain = cli(project, "converge", "--prune")  # no terminal: refused as well, with the steps it would have taken
+    assert plain.returncode == 42 and "stray_1" in plain.stdout and "planned" in plain.stdout
 
     result = cli(project, "converge", "--prune", "--json", "--yes")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -128,6 +128,21 @@ async def test_a_conflict_refuses_the_whole_run_before_any_write(project, db, ca
     assert [a.collection for a in dry.conflicts] == ["users"] and not dry.success
 
 
+async def test_a_refused_converge_says_how_long_it_took(project, db, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The error's copy of the report is taken after its duration is measured, not before (it said 0)."""
+    from types import SimpleNamespace
+
+    from mongoshift.converge import orchestrator
+
+    ticks = iter(range(0, 10_000, 2))  # every reading of the clock two seconds after the last one
+    monkeypatch.setattr(orchestrator, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    await db.create_collection("users", viewOn="other", pipeline=[])
+    with pytest.raises(ConvergeFailedError) as info:
+        await cv.converge(settings_with(project, {"name": "users", "indexes": []}))
+    assert info.value.details["converge"]["duration_ms"] > 0
+    assert (await journal(db))[-1]["duration_ms"] >= info.value.details["converge"]["duration_ms"]
+
+
 async def test_twin_with_other_options_is_replaced_with_prune(project, db) -> None:  # type: ignore[no-untyped-def]
     await db.users.create_index("email", name="legacy_email")
     s = settings_with(project, {"name": "users", "indexes": [{"keys": {"email": 1}, "name": "by_email", "unique": True}]})

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import ConvergeFailedError, ExitCode
+from ..errors import ExitCode, MongoshiftError
 from .app import WAIT_HELP, can_ask, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
@@ -98,7 +98,7 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         report = run_async(
             lambda cancel: per_call(s, cancel=cancel).collections.converge(prune=prune, confirm=confirm, lock=Lock(not no_lock, wait), reason=reason)
         )
-    except ConvergeFailedError as exc:
+    except MongoshiftError as exc:  # refused, failed, stopped by Ctrl-C or awaiting --yes: the steps and what became of them
         if not out.json_mode and "converge" in exc.details:
             _render_failed(exc.details["converge"])
         raise

@@ -180,19 +180,23 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
         report.success = True
         return report
     except MongoshiftError as exc:
-        report.error = exc.message
+        report.error, report.duration_ms = exc.message, _since(began)  # timed before the error carries its copy
         exc.details["converge"] = report.to_json()
         raise
     except PyMongoError as exc:
-        report.error = describe_error(exc)
+        report.error, report.duration_ms = describe_error(exc), _since(began)
         raise ConvergeFailedError(f"converge failed: {report.error}", converge=report.to_json()) from None
     except BaseException as exc:
         report.error = describe_error(exc)
         raise
     finally:
-        report.duration_ms = int((time.monotonic() - began) * 1000)
+        report.duration_ms = _since(began)
         if report.changed or not report.success:
             await journal.finish(session.run, report)
+
+
+def _since(began: float) -> int:
+    return int((time.monotonic() - began) * 1000)
 
 
 async def _apply(
