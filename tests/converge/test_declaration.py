@@ -189,6 +189,17 @@ def test_folder_declarations_toml_and_python(tmp_path: Path) -> None:
     assert "users" in declarations_by_name(s) and "nobody" not in declarations_by_name(s)
 
 
+def test_the_api_hands_out_one_declaration_without_connecting(tmp_path: Path) -> None:
+    """docs/converge.md: application code reads a declared collection's versioning field from the project."""
+    from mongoshift import api
+
+    s = folder_settings(tmp_path, {"name": "users", "versioning": {"current": 2, "field": "schema_v"}})
+    s = s.model_copy(update={"uri": "mongodb://127.0.0.1:1/?connectTimeoutMS=100", "db": "app"})  # never reached
+    users = api.declaration_for(s, "users")
+    assert users is not None and users.versioning is not None and users.versioning.field == "schema_v"
+    assert api.declaration_for(s, "nobody") is None
+
+
 @pytest.mark.parametrize(
     ("files", "message"),
     [

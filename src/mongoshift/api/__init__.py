@@ -26,7 +26,7 @@ stored ``ctx.log`` lines, :class:`RunLogLine`). Adoption:
 :func:`audit` (read-only, an :class:`AuditReport` with a verdict). Across tenant databases
 (docs/tenants.md): :func:`across_tenants` (any session call per tenant, a :class:`RolloutReport`),
 :func:`up_across`, :func:`down_across`, :func:`status_across` (with :func:`migration_counts`). Declared collections:
-:func:`converge`, :func:`plan_converge`; from the application's models (docs/models.md):
+:func:`converge`, :func:`plan_converge`, :func:`declaration_for`; from the application's models (docs/models.md):
 :func:`generate_collections`, :func:`create_from_models`. Background migrations:
 :func:`run_background`, :func:`background_status`, :func:`background_partitions`,
 :func:`control_background`, :func:`repin_background`, :func:`preview_background`, :func:`verify_background`,
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
         watch_status as background_watch_status,
     )
     from .client import open_client
-    from .collections import converge, plan_converge
+    from .collections import converge, declaration_for, plan_converge
     from .health import AuditReport, Finding, audit
     from .hygiene import LintReport, SquashReport, lint, squash, squash_across
     from .intents import Claim, Intent, claim_intents, read_intents, settle_intent
@@ -193,6 +193,7 @@ __all__ = [
     "load_settings",
     "lock_status",
     "plan_converge",
+    "declaration_for",
     "generate_collections",
     "create_from_models",
     "FromModelsReport",
@@ -283,6 +284,7 @@ _LAZY: dict[str, tuple[str, str]] = {
         for name in ("Tenants", "across_tenants", "down_across", "migration_counts", "select_tenants", "status_across", "up_across")
     },
     "plan_converge": (".collections", "plan_converge"),
+    "declaration_for": (".collections", "declaration_for"),
     "generate_collections": (".models", "generate_collections"),
     "create_from_models": (".models", "create_from_models"),
     "FromModelsReport": (".models", "FromModelsReport"),

@@ -28,6 +28,12 @@ from ..schema.collections import CollectionDeclaration
 from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, one_shot, run_observers
 
 
+def declaration_for(settings: Settings, name: str) -> CollectionDeclaration | None:
+    """One declared collection (its indexes, validator, ``versioning.field``), or None: read without connecting,
+    so that application code and background migrations use the project's declaration instead of repeating it."""
+    return declarations_by_name(one_shot(settings).settings).get(name)
+
+
 async def plan_converge(
     settings: Settings,
     *,

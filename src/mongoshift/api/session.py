@@ -282,6 +282,13 @@ class Collections:
 
         return await converge_in(self._project, prune=prune, confirm=confirm, lock=lock, requested_by=requested_by, reason=reason)
 
+    def declaration(self, name: str) -> CollectionDeclaration | None:
+        """One declared collection, read from the project's files now, or None when ``name`` is not declared."""
+        from ..project.declarations import declarations_by_name
+
+        self._project.check_open()
+        return declarations_by_name(self._project.settings).get(name)
+
     async def plan(
         self, *, prune: bool = False, check: bool = False, declarations: Sequence[CollectionDeclaration] | None = None
     ) -> ConvergeReport:
