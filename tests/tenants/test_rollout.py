@@ -162,6 +162,21 @@ async def test_ctrl_c_stops_scheduling_and_running_tenants_see_it() -> None:
     assert report.interrupted and report.exit_code == 11
 
 
+async def test_a_migration_that_fails_on_ctrl_c_is_not_named_as_why_the_rollout_stopped() -> None:
+    """A migration that sees ``ctx.cancelled`` and raises is recorded failed; the rollout stopped for the signal."""
+    cancel = CancelSignal()
+
+    async def run(tenant: Tenant, own: CancelSignal) -> Judged:
+        if tenant.name == "t01":
+            cancel.set("interrupted by SIGINT")
+            raise ExecutionFailedError("0002_b.py failed: it saw ctx.cancelled")
+        return Judged("done")
+
+    report, _ = await go(run, Rollout(parallel=1), cancel=cancel)
+    assert outcomes(report)["t01"] == "failed" and report.interrupted and report.exit_code == 11
+    assert report.stopped == "interrupted by SIGINT: the tenants not started were not reached"
+
+
 async def test_a_tenants_lost_lock_cancels_that_tenant_only() -> None:
     async def run(tenant: Tenant, own: CancelSignal) -> Judged:
         if tenant.name == "t00":

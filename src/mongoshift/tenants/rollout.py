@@ -122,7 +122,8 @@ async def roll_out(
             total=len(tenants), failed=failed, error_kind=row.error.kind if row.error else None, command=command,
             duration_ms=row.duration_ms,
         )
-        if row.outcome == "failed" and not row.canary and not rollout.continue_on_error and not stop:  # canaries are judged together
+        # Canaries are judged together; a failure after Ctrl-C (a migration that saw ``ctx.cancelled``) is not why it stopped.
+        if row.outcome == "failed" and not row.canary and not rollout.continue_on_error and not stop and not cancel.is_set():
             stop.append(f"stopped after {tenant.name} failed: the tenants not started were not reached")
 
     async def phase(batch: Sequence[Tenant]) -> None:
