@@ -42,7 +42,9 @@ def test_the_callers_update_and_filter_are_not_modified() -> None:
 def test_pipeline_update_ends_by_setting_the_pinned_revision() -> None:
     pipeline = [{"$set": {"a": "$b"}}, {"$replaceWith": {"$mergeObjects": ["$$ROOT", {"c": 1}]}}]
     plan = guard_update({"k": "x"}, pipeline, expected_revision=7, **FIELDS)
-    assert plan.document == [*pipeline, {"$set": {"__rev": {"$literal": 8}}}]
+    stored = {"$cond": [{"$eq": [{"$type": "$__v"}, "missing"]}, {}, {"__v": "$__v"}]}
+    kept = {"$replaceWith": {"$mergeObjects": [stored, pipeline[1]["$replaceWith"]]}}  # a new root keeps the stored version
+    assert plan.document == [pipeline[0], kept, {"$set": {"__rev": {"$literal": 8}}}]
     assert plan.lookup == {"k": "x"}  # no _id: the miss is explained by the filter itself
 
 
@@ -125,7 +127,8 @@ def test_replacement_refusals() -> None:
 
 def test_unguarded_bump_counts_a_missing_revision_as_zero() -> None:
     plan = guard_bump({"_id": 1}, **FIELDS)
-    assert plan.filter == {"_id": 1} and plan.revision is None
+    countable = {"$or": [{"__rev": None}, {"__rev": {"$type": ["int", "long"], "$gte": 0}}]}  # never a 2.0 or "2"
+    assert plan.filter == {"_id": 1, "$and": [countable]} and plan.revision is None
     assert plan.document == [{"$set": {"__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}}]
     assert guard_bump({"_id": 1}, expected_revision=3, **FIELDS).document == {"$inc": {"__rev": 1}}
 

@@ -154,6 +154,21 @@ async def test_pipeline_update_bumps_the_revision(db: Any) -> None:
     assert (stored["first"], stored["__rev"]) == ("ADA", 2)
 
 
+@pytest.mark.parametrize("stage", ["$replaceWith", "$replaceRoot"])
+async def test_a_pipeline_that_replaces_the_document_keeps_its_version_unless_it_sets_one(db: Any, stage: str) -> None:
+    def replacing(root: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{stage: root if stage == "$replaceWith" else {"newRoot": root}}]
+
+    await db.people.insert_many([PEOPLE.stamp({"_id": 1, "first": "ada"}), PEOPLE.stamp({"_id": 2, "first": "bo"}), {"_id": 3, "first": "cy"}])
+    await update_with_revision(db.people, {"_id": 1}, replacing({"name": {"$toUpper": "$first"}}), expected_revision=1)
+    await update_with_revision(db.people, {"_id": 2}, replacing({"name": "$first", "__v": 4}), expected_revision=1)
+    await update_with_revision(db.people, {"_id": 3}, replacing({"name": "$first"}), expected_revision=0)  # never versioned: none added
+    stored = {d["_id"]: d async for d in db.people.find({}, {"_id": 1, "name": 1, "first": 1, "__v": 1, "__rev": 1})}
+    assert stored[1] == {"_id": 1, "name": "ADA", "__v": 3, "__rev": 2}
+    assert stored[2] == {"_id": 2, "name": "bo", "__v": 4, "__rev": 2}
+    assert stored[3] == {"_id": 3, "name": "cy", "__rev": 1}
+
+
 async def test_bump_revision_guarded_and_unguarded(db: Any) -> None:
     await db.people.insert_many([{"_id": 1, "a": 1}, PEOPLE.stamp({"_id": 2, "a": 2})])
     assert await bump_revision(db.people, {"_id": 1}) == 1  # a missing revision counts as 0
@@ -165,6 +180,15 @@ async def test_bump_revision_guarded_and_unguarded(db: Any) -> None:
         await bump_revision(db.people, {"_id": 3})
     assert missing.value.reason == "not_found"
     assert [d["a"] for d in await db.people.find({}, {"a": 1}).sort("_id").to_list()] == [1, 2]
+
+
+@pytest.mark.parametrize("stored", [2.0, "2", -1])
+async def test_an_unguarded_bump_of_a_revision_that_is_not_a_count_writes_nothing(db: Any, stored: object) -> None:
+    await db.people.insert_one({"_id": 1, "__rev": stored, "a": 1})
+    with pytest.raises(RevisionConflictError) as info:
+        await bump_revision(db.people, {"_id": 1, "$and": [{"a": 1}]})
+    assert info.value.reason == "unknown" and info.value.actual_revision is None
+    assert (await db.people.find_one({"_id": 1}))["__rev"] == stored
 
 
 async def test_custom_field_names(db: Any) -> None:

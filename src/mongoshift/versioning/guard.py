@@ -89,7 +89,7 @@ def guard_update(
     if isinstance(update, Mapping):
         document: Any = _bump_operators(update, expected_revision, revision_field)
     elif isinstance(update, Sequence) and not isinstance(update, (str, bytes)):
-        document = _bump_pipeline(update, expected_revision, revision_field)
+        document = _bump_pipeline(update, expected_revision, version_field, revision_field)
     else:
         raise ValueError(f"an update is a document of $-operators or a pipeline (a list), not {type(update).__name__}")
     return _write(base, document, filter, expected_revision, expected_version, version_field, revision_field)
@@ -144,6 +144,9 @@ def guard_bump(
         return guard_update(filter, {}, expected_revision=expected_revision, expected_version=expected_version, version_field=version_field,
             revision_field=revision_field)
     base = _guarded_filter(filter, None, expected_version, False, version_field, revision_field)
+    # Unguarded, but only over a revision it can count on: a stored 2.0 or "2" is refused unwritten (a miss, "unknown").
+    countable = {"$or": [{revision_field: None}, {revision_field: {"$type": ["int", "long"], "$gte": 0}}]}
+    base["$and"] = [*base.get("$and", []), countable]
     bump = [{"$set": {revision_field: {"$add": [{"$ifNull": [f"${revision_field}", 0]}, 1]}}}]
     return _write(base, bump, filter, None, expected_version, version_field, revision_field)
 
@@ -216,7 +219,20 @@ def _bump_operators(update: Mapping[str, Any], expected_revision: int, revision_
     return out
 
 
-def _bump_pipeline(pipeline: Sequence[Mapping[str, Any]], expected_revision: int, revision_field: str) -> list[dict[str, Any]]:
+def _keeping_version(name: str, spec: Any, version_field: str) -> dict[str, Any] | None:
+    """A ``$replaceWith`` / ``$replaceRoot`` stage whose new document keeps the stored shape version unless it
+    sets one itself, as :func:`guard_replacement` does: a new root without it would drop it silently."""
+    path = f"${version_field}"
+    # {field: "$field"} alone would store null for a missing field on a server that does not omit it (the embedded one)
+    stored = {"$cond": [{"$eq": [{"$type": path}, "missing"]}, {}, {version_field: path}]}
+    if name == "$replaceWith":
+        return {name: {"$mergeObjects": [stored, spec]}}
+    if name == "$replaceRoot" and isinstance(spec, Mapping) and set(spec) == {"newRoot"}:
+        return {name: {"newRoot": {"$mergeObjects": [stored, spec["newRoot"]]}}}
+    return None
+
+
+def _bump_pipeline(pipeline: Sequence[Mapping[str, Any]], expected_revision: int, version_field: str, revision_field: str) -> list[dict[str, Any]]:
     stages: list[dict[str, Any]] = []
     for stage in pipeline:
         if not isinstance(stage, Mapping) or len(stage) != 1:
@@ -230,7 +246,7 @@ def _bump_pipeline(pipeline: Sequence[Mapping[str, Any]], expected_revision: int
             paths = []  # $replaceWith / $replaceRoot: the last stage sets the revision again
         if any(_touches(p, revision_field) for p in paths):
             raise _refuse(revision_field)
-        stages.append(dict(stage))
+        stages.append(_keeping_version(name, spec, version_field) or dict(stage))
     # the guard pins the stored revision, so the new one is a constant even after a $replaceWith
     stages.append({"$set": {revision_field: {"$literal": expected_revision + 1}}})
     return stages
