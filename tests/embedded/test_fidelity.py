@@ -59,6 +59,17 @@ async def test_out_replaces_the_target_and_keeps_its_indexes(db) -> None:
     assert sorted(await db.list_collection_names()) == ["dst", "src"]
 
 
+async def test_a_view_is_listed_as_a_read_only_view(db) -> None:
+    """(bi) listCollections says type "view" and readOnly for a view, "collection" for a collection."""
+    await db.t.insert_one({"_id": 1})
+    await db.create_collection("v", viewOn="t", pipeline=[{"$match": {}}])
+    listed = {info["name"]: info async for info in await db.list_collections()}
+    assert (listed["v"]["type"], listed["v"]["info"]["readOnly"], listed["v"]["options"]["viewOn"]) == ("view", True, "t")
+    assert (listed["t"]["type"], listed["t"]["info"]["readOnly"]) == ("collection", False)
+    only = [info["name"] async for info in await db.list_collections(filter={"type": "view"})]
+    assert only == ["v"]
+
+
 async def test_a_database_level_aggregate_starts_from_its_source_stage(client, db) -> None:
     """(ac) {aggregate: 1}: $documents and $listLocalSessions; a stage needing a collection is 73."""
     rows = await (await db.aggregate([{"$documents": [{"a": 1}, {"a": 2}]}, {"$match": {"a": 2}}])).to_list()

@@ -54,6 +54,17 @@ async def test_converge_log_naming_an_application_collection_is_refused(project,
     assert "orders" not in await db.list_collection_names()
 
 
+@pytest.mark.parametrize("setting", ["changelog_collection", "converge_collection"])
+async def test_a_setting_naming_a_view_is_refused(project, db, setting: str) -> None:  # type: ignore[no-untyped-def]
+    """An empty view passes the sample of foreign documents; its listing says it is a view (as mongod lists it)."""
+    await db.create_collection("recent", viewOn="nothing_yet", pipeline=[])
+    project.add("0001_a.py", QUICK)
+    settings = project.settings(**{setting: "recent"}, collections=[{"name": "orders", "indexes": [{"keys": {"a": 1}}]}])
+    with pytest.raises(CollectionClashError, match="which is a view, not a collection"):
+        await (command.up(settings) if setting == "changelog_collection" else cv.converge(settings))
+    assert "orders" not in await db.list_collection_names() and "marks" not in await db.list_collection_names()
+
+
 async def test_own_collections_with_own_records_empty_or_missing_are_accepted(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     await db.create_collection("empty_log")

@@ -65,6 +65,7 @@ from . import (
     transactions,
     updates,
     values,
+    views,
     wire,
 )
 
@@ -137,6 +138,7 @@ def apply() -> None:
     queries.patch_let_evaluated()  # (ab)
     aggregation.patch_database_aggregate()  # (ac)
     aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out
+    views.patch_view_listing()  # (bi)
     replica_set.patch_replica_set()  # (u)-(y), (ad): outside every other fix of execute_prepared, it sees each command whole
     replica_set.patch_close_connection()  # (v)
     # Last: the outermost wrapper of a request's dispatch, so that everything inside it runs on the engine's loop.
