@@ -24,4 +24,4 @@ def patch_view_listing() -> None:
             for snapshot in snapshots
         ]
 
-    AsyncDatabaseAdminService._list_collection_snapshots = list_collection_snapshots  # type: ignore[method-assign]
+    AsyncDatabaseAdminService._list_collection_snapshots = list_collection_snapshots
