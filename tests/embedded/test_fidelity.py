@@ -70,6 +70,28 @@ async def test_a_view_is_listed_as_a_read_only_view(db) -> None:
     assert only == ["v"]
 
 
+async def test_a_single_field_unique_index_takes_missing_and_null_for_one_key(db) -> None:
+    """(bj) mongod indexes a missing field as null: {} and {a: null} clash, on insert and on build; sparse skips {}."""
+    from pymongo.errors import DuplicateKeyError
+
+    await db.t.create_index("a", unique=True)
+    await db.t.insert_one({"_id": 1, "a": None})
+    with pytest.raises(DuplicateKeyError):
+        await db.t.insert_one({"_id": 2})
+    await db.t.delete_one({"_id": 1})
+    await db.t.insert_one({"_id": 2})
+    with pytest.raises(DuplicateKeyError):
+        await db.t.insert_one({"_id": 3, "a": None})
+    with pytest.raises(DuplicateKeyError):
+        await db.t.update_one({"_id": 4}, {"$set": {"b": 1}}, upsert=True)
+    await db.u.insert_many([{"_id": 1, "a": None}, {"_id": 2}])
+    with pytest.raises(OperationFailure) as build:
+        await db.u.create_index("a", unique=True)
+    assert build.value.code == 11000
+    await db.u.create_index("a", unique=True, sparse=True, name="sparse")  # {} is not in a sparse index
+    assert await db.t.count_documents({}) == 1 and await db.u.count_documents({}) == 2
+
+
 async def test_a_database_level_aggregate_starts_from_its_source_stage(client, db) -> None:
     """(ac) {aggregate: 1}: $documents and $listLocalSessions; a stage needing a collection is 73."""
     rows = await (await db.aggregate([{"$documents": [{"a": 1}, {"a": 2}]}, {"$match": {"a": 2}}])).to_list()

@@ -132,6 +132,7 @@ def apply() -> None:
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
     indexes.patch_unique_index_builds()  # (ax), outside (s): it takes only plain 1/-1 keys, which (s) passes through
     indexes.patch_compound_unique_checks()  # (ay), over (ai)'s compound index keys
+    indexes.patch_single_field_unique_nulls()  # (bj)
     wire.patch_int64_cursor_ids()  # (r)
     queries.patch_english_locales()  # (z)
     documents.patch_dollar_prefixed_ids()  # (aa)

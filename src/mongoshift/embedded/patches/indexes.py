@@ -286,3 +286,32 @@ def patch_compound_unique_checks() -> None:
 
     ensure_unique_indexes.__wrapped__ = original  # type: ignore[attr-defined]
     memory.MemoryEngine._ensure_unique_indexes = ensure_unique_indexes
+
+
+# (bj) A single-field unique index took a missing field and a null one for two keys: two documents,
+# {a: null} and {}, were both accepted (on insert, and when the index was built over them), where
+# mongod indexes both as null and refuses the second (E11000). MemoryEngine._index_keys gives a
+# missing field the key (None,) and a null value null's equality key, and the unique checks compare
+# those keys. A single field's unique keys now hold both whenever either is there, so the checks
+# that look keys up in the index's data (which keeps the two apart) or compare two documents' keys
+# see the clash; the index's data and its lookups are unchanged. Compound keys already used null's key
+# for a missing field (ay).
+def patch_single_field_unique_nulls() -> None:
+    from mongoeco.engines import memory
+
+    original = memory.MemoryEngine._unique_index_keys
+    null = (memory.MemoryEngine._index_equality_key(None),)
+    both = {_MISSING_KEY, null}
+
+    def unique_index_keys(self: Any, document: Any, fields: list[str]) -> set[tuple[Any, ...]]:
+        keys: set[tuple[Any, ...]] = original(self, document, fields)
+        if len(fields) == 1 and (_MISSING_KEY in keys or null in keys):
+            return keys | both
+        return keys
+
+    unique_index_keys.__wrapped__ = original  # type: ignore[attr-defined]
+    memory.MemoryEngine._unique_index_keys = unique_index_keys
+
+
+#: MemoryEngine._index_keys' key of a document that does not have the field.
+_MISSING_KEY: tuple[Any, ...] = (None,)
