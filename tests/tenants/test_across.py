@@ -160,6 +160,18 @@ def test_status_across_tenants_counts_each_migration_and_check_fails_when_one_is
     assert plain.returncode == 0 and "migrations across tenants" in plain.stdout
 
 
+def test_a_dry_run_across_tenants_says_what_would_run_and_runs_nothing(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    first = tenant_project.tenants[0]
+    assert cli(tenant_project, "up", "--tenant", first).returncode == 0
+    result = cli(tenant_project, "dry-run", "up", "--all-tenants", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [(r["outcome"], r["applied"]) for r in json.loads(result.stdout)["tenants"]] == [("already at target", 0)] + [("done", 2)] * 3
+    plain = cli(tenant_project, "dry-run", "up", "--all-tenants")
+    assert plain.returncode == 0 and "would apply" in plain.stdout and "applied" not in plain.stdout.replace("would apply", "")
+    assert all(counters(sync_client, name) == {} for name in tenant_project.tenants[1:])
+
+
 def test_down_across_tenants_rolls_back_each_one(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     assert cli(tenant_project, "up", "--all-tenants").returncode == 0

@@ -261,7 +261,8 @@ def render(
         )
         for r in report.rows
     ]
-    out.table(["tenant", "outcome", "applied", "rolled back", "duration", "note"], rows, title=f"{report.command} across tenants")
+    counted = ["would apply", "would roll back"] if report.command.startswith("dry-run") else ["applied", "rolled back"]  # nothing ran
+    out.table(["tenant", "outcome", *counted, "duration", "note"], rows, title=f"{report.command} across tenants")
     if report.ok:
         out.say(report.summary())
     else:
