@@ -68,6 +68,11 @@ def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text:
     assert text in result.stderr
 
 
+def test_create_without_the_migrations_folder_is_the_missing_folder_code_status_gives(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.migrations.rmdir()
+    assert [cli(project, *args, "--json").returncode for args in (["status"], ["create", "add users"])] == [8, 8]
+
+
 def test_broken_file_gets_invalid_export(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", "def up(ctx:\n")
     result = cli(project, "up")

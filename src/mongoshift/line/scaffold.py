@@ -7,7 +7,7 @@ import string
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ..errors import ConfigFileExistsError, ConfigInvalidError, IOFailedError, MigrationFileExistsError
+from ..errors import ConfigFileExistsError, ConfigInvalidError, FileNotFoundMigrationError, IOFailedError, MigrationFileExistsError
 from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, slugify
 from ..project.redaction import without_secrets
 
@@ -149,7 +149,7 @@ def create_migration(
     no placeholder is substituted, so its ``$set`` and ``$unset`` stay)."""
     slug = slugify(name)
     if not directory.is_dir():
-        raise ConfigInvalidError(f"migrations folder not found: {directory} (run 'mongoshift init' first)")
+        raise FileNotFoundMigrationError(f"migrations folder not found: {directory} (run 'mongoshift init' first)")
     path = directory / f"{next_prefix(directory, sequential=sequential, now=now)}_{slug}.py"
     if path.exists():
         raise MigrationFileExistsError(f"{path.name} already exists")
