@@ -88,6 +88,9 @@ def test_conflict_exits_27_with_the_plan(project, sync_client, cli) -> None:  # 
 
     result = cli(project, "converge", "--dry-run")
     assert result.returncode == 27 and "conflict" in result.stdout
+    dry = cli(project, "converge", "--dry-run", "--json")
+    document = json.loads(dry.stdout)
+    assert dry.returncode == 27 and document["success"] is False and "conflict index by_email" in document["error"]
 
 
 def test_invalid_declaration_exits_6_naming_key_and_file(project, cli) -> None:  # type: ignore[no-untyped-def]

@@ -209,8 +209,8 @@ def test_the_api_hands_out_one_declaration_without_connecting(tmp_path: Path) ->
         ({"users.py": "def collection():\n    return {}\n"}, "collection must be a dict, not a function"),
         ({"users.py": "collection = {'indexes': []}\nraise RuntimeError('boom')\n"}, "users.py: failed to import (line 2): RuntimeError: boom"),
         ({"users.json": "{}"}, "declarations are .toml or .py files"),
-        ({"users.toml": "indexes = []\n", "users.py": "collection = {'indexes': []}\n"}, "'users' is declared twice"),
-        ({"inline.toml": "indexes = []\n"}, "'inline' is declared twice: in [[collections]] in the project config and in"),
+        ({"users.toml": "indexes = []\n", "users.py": "collection = {'indexes': []}\n"}, "1 collection is declared more than once"),
+        ({"inline.toml": "indexes = []\n"}, "'inline' in [[collections]] entry 1 in the project config and in "),
     ],
 )
 def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
@@ -220,6 +220,16 @@ def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], mess
     with pytest.raises(ConfigInvalidError) as info:
         load_declarations(s)
     assert message in info.value.message
+
+
+def test_every_collection_declared_more_than_once_is_named_with_each_place(tmp_path: Path) -> None:
+    s = folder_settings(tmp_path, {"name": "users", "validator": False}, {"name": "orders", "indexes": []}, {"name": "users", "validator": False})
+    (s.collections_dir / "orders.toml").write_text("indexes = []\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        load_declarations(s)
+    assert info.value.message.startswith("2 collections are declared more than once (one declaration each): ")
+    assert "'users' in [[collections]] entry 1 in the project config and in [[collections]] entry 3 in the project config" in info.value.message
+    assert "'orders' in [[collections]] entry 2 in the project config and in " in info.value.message and "orders.toml" in info.value.message
 
 
 def test_folder_is_optional_unless_named(tmp_path: Path) -> None:

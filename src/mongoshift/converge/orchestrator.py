@@ -100,7 +100,9 @@ async def plan_in_session(session: Session, *, prune: bool = False, check: bool 
     p = plan(declarations, await _inspect_all(session.db, declarations), prune=prune)
     report = ConvergeReport(session.run.run_id, "check" if check else "dry-run", results=_planned(p), warnings=_warnings(p, declarations))
     report.success = not p.conflicts
-    report.duration_ms = int((time.monotonic() - began) * 1000)
+    if p.conflicts:  # what a converge would answer, so that --json says why success is false
+        report.error = f"converge would refuse to run: {len(p.conflicts)} conflict(s): {listing(p.conflicts)}"
+    report.duration_ms = _since(began)
     return report
 
 

@@ -118,14 +118,19 @@ def load_declarations(settings: Settings) -> list[CollectionDeclaration]:
     declarations = list(settings.collections) + load_folder(
         settings.collections_dir, required="collections_dir" in settings.model_fields_set
     )
-    seen: dict[str, str] = {}
-    for declaration in declarations:
-        if declaration.name in seen:
-            raise ConfigInvalidError(
-                f"collection {declaration.name!r} is declared twice: in {seen[declaration.name]} and in {declaration.source}"
-            )
-        seen[declaration.name] = declaration.source
-    refuse_declared(settings, seen)
+    places: dict[str, list[str]] = {}
+    for index, declaration in enumerate(declarations):
+        inline = index < len(settings.collections)  # the config's entries come first, each named by its position
+        where = f"[[collections]] entry {index + 1} in the project config" if inline else declaration.source
+        places.setdefault(declaration.name, []).append(where)
+    twice = {name: where for name, where in places.items() if len(where) > 1}
+    if twice:
+        raise ConfigInvalidError(
+            f"{len(twice)} collection{'s are' if len(twice) > 1 else ' is'} declared more than once (one declaration each): "
+            + "; ".join(f"{name!r} in {' and in '.join(where)}" for name, where in twice.items()),
+            collections=sorted(twice),
+        )
+    refuse_declared(settings, {name: where[0] for name, where in places.items()})
     return declarations
 
 
