@@ -322,6 +322,8 @@ def test_modify_lists_the_changed_options_and_rebuild_says_why() -> None:
     assert modify.before is not None and modify.after is not None and modify.after["expireAfterSeconds"] == 60
     [rebuild] = plan_collection(declared(indexes=[{"keys": {"s": 1}, "sparse": True}]), state(ix({"s": 1})))
     assert rebuild.destructive and "sparse" in (rebuild.reason or "")
+    [replace] = plan_collection(declared(indexes=[{"keys": {"s": 1}, "sparse": True, "name": "by_s"}]), state(ix({"s": 1}, name="old_s")), prune=True)
+    assert replace.action == "rebuild" and replace.reason == "replaces the undeclared 'old_s' (sparse differs)"
 
 
 def test_prune_replacing_an_undeclared_twin_names_it() -> None:

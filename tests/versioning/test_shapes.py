@@ -73,8 +73,10 @@ def test_version_of_and_is_version() -> None:
     assert PEOPLE.is_version({"__v": 2}, 2) and not PEOPLE.is_version({"__v": 2}, 3)
     assert not PEOPLE.is_version({"__v": "2"}, 2)  # a predicate: corrupt is simply not that version
     assert PEOPLE.is_current({"__v": 3})
-    with pytest.raises(ShapeVersionError, match="holds a str"):
+    with pytest.raises(ShapeVersionError, match="holds a value of type str, not"):
         PEOPLE.version_of({"__v": "2"})
+    with pytest.raises(ShapeVersionError, match="holds a negative integer, not"):
+        PEOPLE.version_of({"__v": -1})
     with pytest.raises(ValueError):
         PEOPLE.is_version({}, -1)
 

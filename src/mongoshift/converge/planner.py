@@ -190,7 +190,7 @@ def _index_actions(declaration: CollectionDeclaration, state: CollectionState, *
             )
         elif prune:
             actions.append(
-                Action(name, "index", "rebuild", spec.name, reason=f"replaces the undeclared {twin.name!r} ({', '.join(changes)} differ)",
+                Action(name, "index", "rebuild", spec.name, reason=f"replaces the undeclared {twin.name!r} ({', '.join(changes)} {'differs' if len(changes) == 1 else 'differ'})",
                        before=_index_document(twin), after=_index_document(spec), changes=changes, replaces=twin.name)
             )
         else:

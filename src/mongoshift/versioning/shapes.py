@@ -81,8 +81,9 @@ class Shapes:
         """The stored shape version (missing or null: 0); ``ShapeVersionError("invalid")`` when it is not one."""
         version = stored_number(doc, self.version_field)
         if version is None:
-            kind = type(doc.get(self.version_field)).__name__
-            raise ShapeVersionError("invalid", f"{self.version_field} holds a {kind}, not an integer >= 0")
+            stored = doc.get(self.version_field)
+            what = "a negative integer" if isinstance(stored, int) and not isinstance(stored, bool) else f"a value of type {type(stored).__name__}"
+            raise ShapeVersionError("invalid", f"{self.version_field} holds {what}, not an integer >= 0")
         return version
 
     def is_version(self, doc: Mapping[str, Any], version: int) -> bool:
