@@ -168,3 +168,24 @@ def test_reason_is_recorded_in_the_converge_log(project, sync_client, cli) -> No
 
     result = cli(project, "converge", "--reason", "z" * 600)
     assert result.returncode == 6 and "reason" in result.stderr and "512" in result.stderr
+
+
+def test_a_step_that_still_differs_after_converge_is_said_once(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The re-read after converge finds the collection as before (a server that ignored the steps): one warning a line."""
+    from mongoshift.converge import orchestrator
+
+    declare(project)
+    real = orchestrator.inspect_all
+    states: dict[str, object] = {}
+
+    async def before_the_steps(db, declarations, *, probe: bool = True):  # type: ignore[no-untyped-def]
+        if not states:
+            states.update(await real(db, declarations, probe=probe))
+        return states
+
+    monkeypatch.setattr(orchestrator, "inspect_all", before_the_steps)
+    result = cli(project, "converge", "--yes")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "still differs after converge" in line]
+    assert len(lines) == 3 and len({line.split("still differs after converge: ")[1] for line in lines}) == 3
+

@@ -29,8 +29,7 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
     out = output()
     for warning in report.warnings:
         out.warn(warning)
-    for line in report.unstable:
-        out.warn(f"still differs after converge: {line}")
+    # report.unstable: converge logged each line as a warning already (for `up --converge` and the API too)
     if out.json_mode:
         out.json(report.to_json())
         return

@@ -189,8 +189,9 @@ def _index_actions(declaration: CollectionDeclaration, state: CollectionState, *
                        reason=f"exists as {twin.name!r} (the server keeps one index per key, filter and collation)")
             )
         elif prune:
+            differ = "differs" if len(changes) == 1 else "differ"
             actions.append(
-                Action(name, "index", "rebuild", spec.name, reason=f"replaces the undeclared {twin.name!r} ({', '.join(changes)} {'differs' if len(changes) == 1 else 'differ'})",
+                Action(name, "index", "rebuild", spec.name, reason=f"replaces the undeclared {twin.name!r} ({', '.join(changes)} {differ})",
                        before=_index_document(twin), after=_index_document(spec), changes=changes, replaces=twin.name)
             )
         else:
