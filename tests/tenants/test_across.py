@@ -172,6 +172,15 @@ def test_a_dry_run_across_tenants_says_what_would_run_and_runs_nothing(tenant_pr
     assert all(counters(sync_client, name) == {} for name in tenant_project.tenants[1:])
 
 
+def test_under_log_format_json_every_stderr_line_of_a_rollout_is_json(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
+    two_migrations(tenant_project)
+    result = cli(tenant_project, "up", "--all-tenants", "--log-format", "json", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]  # each one a JSON object
+    ends = [line for line in lines if line["message"].startswith("[")]
+    assert sorted(line["tenant"] for line in ends) == tenant_project.tenants and all(": done;" in line["message"] for line in ends)
+
+
 def test_down_across_tenants_rolls_back_each_one(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     assert cli(tenant_project, "up", "--all-tenants").returncode == 0

@@ -186,6 +186,16 @@ class Output:
         else:
             print(message)
 
+    def progress(self, message: str, **fields: Any) -> None:
+        """A line about work under way, on stderr (stdout keeps the table or the JSON document): a JSON line
+        under ``--log-format json``, nothing when quiet."""
+        if self.quiet:
+            return
+        if self.log_json:
+            self._line("info", message, **fields)
+            return
+        print(strip_controls(message), file=sys.stderr, flush=True)
+
     def _line(self, level: str, message: str, **fields: Any) -> None:
         from .log_format import json_line
 

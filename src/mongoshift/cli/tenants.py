@@ -10,7 +10,6 @@ ETA); at the end comes the table (or, with ``--json``, one document) and the sum
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -120,8 +119,8 @@ def across(
     def observer(event: Event) -> None:
         if board is not None:
             board.observe(event)
-        elif not out.quiet and event.kind == "tenant_end":
-            print(strip_controls(outcome_line(event.data)), file=sys.stderr, flush=True)
+        elif event.kind == "tenant_end":
+            out.progress(outcome_line(event.data), tenant=event.data["tenant"])
         if until_signal and event.kind == "tenant_end" and event.data["outcome"] == "failed" and not tenants.continue_on_error:
             signal_cell[0].set(f"tenant {event.data['tenant']} failed")
 
