@@ -83,6 +83,26 @@ def test_unknown_keys_are_reported_with_the_wrong_values(tmp_path: Path) -> None
     assert "did you mean 'strict'?" in problems[1] and "; ".join(problems) == info.value.message
 
 
+def test_a_value_of_the_wrong_form_is_told_in_words_not_as_a_regular_expression(tmp_path: Path) -> None:
+    path = tmp_path / "mongoshift.toml"
+    path.write_text(
+        '[mongoshift]\ndb = "shop.v2"\nchangelog_collection = "-log"\nuri_factory = "make uri"\n'
+        '[mongoshift.tenants]\ndatabases = []\n'
+    )
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    problems = dict(p.split(f" from {path}: ") for p in info.value.details["problems"])
+    assert problems == {
+        "setting 'db'": "must be a database name: 1 to 63 characters, none of / \\ . space \" $",
+        "setting 'changelog_collection'": "must be a collection name: 1 to 120 letters, digits, _ . or -, not starting with . or -",
+        "setting 'uri_factory'": "must be an import path such as 'package.module:function'",
+        "setting 'tenants.databases'": "must not be empty",
+    }
+    path.write_text('[mongoshift]\n[mongoshift.tenants]\nprovider = "tenants.list"\n')
+    with pytest.raises(ConfigInvalidError, match=r"tenants\.provider' from .*: must be an import path such as 'package\.module:function'$"):
+        load_settings({}, environ={}, cwd=tmp_path)
+
+
 def test_keys_outside_the_table_are_reported_with_the_other_problems(tmp_path: Path) -> None:
     path = tmp_path / "mongoshift.toml"
     path.write_text('db = "a"\nstrict = true\n[mongoshift]\nbogus = 1\nlock_ttl_seconds = 0\n')

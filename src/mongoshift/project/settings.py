@@ -34,10 +34,10 @@ from pydantic import (
 from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.tenants import TenantsDeclaration
-from ..schema.validation import declared_name, loc_path
+from ..schema.validation import COLLECTION_NAME, DATABASE_NAME, IMPORT_PATH, declared_name, loc_path, message_of
 from .env_file import read_env_file
 
-_COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
+_COLLECTION_NAME = COLLECTION_NAME
 
 
 #: The settings that name a collection mongoshift keeps its own records in (in field order).
@@ -64,9 +64,9 @@ class Settings(BaseModel):
     #: A program (an argument list, no shell) whose stdout is the URI, run when a command connects.
     uri_command: list[str] | None = Field(default=None, min_length=1)
     #: ``"package.module:function"`` returning the URI (sync or async), called when a command connects.
-    uri_factory: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+    uri_factory: str | None = Field(default=None, pattern=IMPORT_PATH)
     uri_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
-    db: str | None = Field(default=None, pattern=r"^[^/\\. \"$]{1,63}$")
+    db: str | None = Field(default=None, pattern=DATABASE_NAME)
     migrations_dir: Path = Path("migrations")
     changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME, validate_default=True)
     lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME, validate_default=True)
@@ -281,7 +281,7 @@ def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
         try:
             _strict_type(key).validate_python(value)
         except ValidationError as exc:
-            problems[key] = exc.errors()[0]["msg"] + f", not {type(value).__name__}"
+            problems[key] = message_of(exc.errors()[0]) + f", not {type(value).__name__}"
     return problems
 
 
@@ -391,9 +391,7 @@ def load_settings(
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
             where = loc_path(err["loc"]) or "?"
-            message = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                message = "unknown key"
+            message = "unknown key" if err["type"] == "extra_forbidden" else message_of(err)
             for other in OWN_COLLECTION_SETTINGS:  # a clash names where the other setting came from
                 message = message.replace(f"{other} already", f"{other} (from {sources.get(other, 'defaults')}) already")
             if name := declared_name(err["loc"], merged):

@@ -13,6 +13,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .validation import IMPORT_PATH
+
 #: Databases of the server itself: never a tenant, whatever a pattern or a provider says.
 SERVER_DATABASES = frozenset({"admin", "local", "config"})
 
@@ -20,7 +22,7 @@ SERVER_DATABASES = frozenset({"admin", "local", "config"})
 _REFUSED_CHARACTERS = frozenset('/\\. "$*<>:|?\x00')
 _MAX_NAME_BYTES = 63
 
-PROVIDER_PATTERN = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
+PROVIDER_PATTERN = IMPORT_PATH
 
 
 def refused_database_name(name: object) -> str | None:

@@ -11,6 +11,34 @@ from typing import Any
 
 from pydantic import ValidationError
 
+#: ``package.module:function``: a provider, a ``uri_factory``.
+IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
+#: A database name MongoDB accepts (``db``).
+DATABASE_NAME = r'^[^/\\. "$]{1,63}$'
+#: A collection name for mongoshift's own records.
+COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
+
+#: What each pattern asks for, in words: the user reads this, not the regular expression.
+_PATTERN_WORDS = {
+    IMPORT_PATH: "must be an import path such as 'package.module:function'",
+    DATABASE_NAME: "must be a database name: 1 to 63 characters, none of / \\ . space \" $",
+    COLLECTION_NAME: "must be a collection name: 1 to 120 letters, digits, _ . or -, not starting with . or -",
+}
+
+
+def message_of(err: Mapping[str, Any]) -> str:
+    """One pydantic error's message as a user reads it: no regular expression, no pydantic vocabulary."""
+    kind, context = err["type"], err.get("ctx") or {}
+    if kind == "string_pattern_mismatch":
+        return _PATTERN_WORDS.get(str(context.get("pattern")), "does not have the form this setting takes")
+    if kind == "too_short" and context.get("min_length") == 1:
+        return "must not be empty"
+    if kind == "string_too_short" and context.get("min_length") == 1:
+        return "must not be empty text"
+    if kind == "string_too_long":
+        return f"must be at most {context.get('max_length')} characters long"
+    return str(err["msg"]).removeprefix("Value error, ")
+
 
 def loc_path(loc: Sequence[Any]) -> str:
     """A pydantic error location as written in a file: ``collections[0].indexes[1].keys``."""
@@ -46,8 +74,6 @@ def list_errors(exc: ValidationError, *, prefix: str = "", unknown: str = "unkno
         where = loc_path(err["loc"])
         if prefix:
             where = f"{prefix}.{where}" if where and not where.startswith("[") else prefix + where
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = unknown
+        message = unknown if err["type"] == "extra_forbidden" else message_of(err)
         parts.append(f"{where}: {message}" if where else message)
     return parts
