@@ -231,6 +231,24 @@ def test_a_tenant_on_an_unreachable_cluster_fails_its_own_row_only(tenant_projec
     assert all(counters(sync_client, n) == {"0001": 1, "0002": 1} for n in here)
 
 
+def test_the_mongoshift_command_imports_a_provider_beside_the_project_file(tenant_project: TenantProject) -> None:
+    """The console script's sys.path starts with its own folder; the provider beside mongoshift.toml imports anyway."""
+    import subprocess
+    import sys
+
+    from ..conftest import cli_env
+
+    (tenant_project.root / "saas").mkdir()
+    (tenant_project.root / "saas" / "__init__.py").write_text("")
+    (tenant_project.root / "saas" / "tenants.py").write_text(f"def active(settings):\n    return {tenant_project.tenants[:2]!r}\n")
+    tenant_project.write_config(provider="saas.tenants:active")
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    script = Path(sys.executable).parent / "mongoshift"
+    result = subprocess.run([str(script), "status", "--all-tenants", "--json"], cwd=tenant_project.root, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert [r["name"] for r in json.loads(result.stdout)["tenants"]] == tenant_project.tenants[:2]
+
+
 def test_bad_input_is_refused_before_anything_is_written(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     for args, text in [

@@ -9,13 +9,12 @@ the function, never what it printed or returned: that text is the secret.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import Any
 
 from ..errors import UriUnavailableError
 from .redaction import cap, describe_error, redact
 from .settings import Settings
-from .user_code import call
+from .user_code import call, import_user_module
 
 SCHEMES = ("mongodb://", "mongodb+srv://")
 
@@ -76,7 +75,7 @@ async def _from_factory(spec: str, timeout: float, where: str) -> Any:  # noqa: 
     """Import ``package.module`` and call ``function()``: an ``async def`` on the loop, a plain one in a thread."""
     module_name, _, attribute = spec.partition(":")
     try:
-        function = getattr(importlib.import_module(module_name), attribute)
+        function = getattr(import_user_module(module_name), attribute)
     except AttributeError:
         raise UriUnavailableError(f"{where}: {module_name} has no {attribute}") from None
     except (Exception, SystemExit) as exc:  # importing user code may raise anything

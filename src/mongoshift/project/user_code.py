@@ -4,14 +4,20 @@ One policy for every user function: an ``async def`` runs on the event loop;
 a plain ``def`` runs in a worker thread, so a blocking call inside it never
 stalls the loop that renews leases and locks. ``sys.exit`` or
 ``KeyboardInterrupt`` raised by user code is a failure of that code, never a
-way to end mongoshift with an exit code of the user's choosing.
+way to end mongoshift with an exit code of the user's choosing. A module named in the
+settings (a ``uri_factory``, a tenants ``provider``) imports with the current folder first on
+``sys.path``, as ``python -m mongoshift`` run there would: the ``mongoshift`` command's path
+starts with its own script folder, so ``saas.tenants`` beside ``mongoshift.toml`` would
+otherwise need ``PYTHONPATH``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import importlib.util
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -71,6 +77,18 @@ async def call(fn: Callable[..., Any], *args: Any) -> Any:
     except (SystemExit, KeyboardInterrupt) as exc:
         raise UserCodeExit.of(exc) from None
 
+
+def import_user_module(name: str) -> ModuleType:
+    """``importlib.import_module(name)`` with the current folder first on ``sys.path`` while it imports."""
+    here = str(Path.cwd())
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(name)
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
 
 
 def source_module(module_name: str, path: Path) -> ModuleType:

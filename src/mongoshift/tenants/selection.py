@@ -9,7 +9,6 @@ here, before a tenant runs, so that bad input never leaves half a rollout behind
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 from ..errors import TenantsInvalidError
 from ..project.redaction import describe_error
 from ..project.settings import Settings
-from ..project.user_code import call
+from ..project.user_code import call, import_user_module
 from ..schema.tenants import SERVER_DATABASES, refused_database_name
 
 #: Lists the server's database names (``listDatabases``, names only).
@@ -123,7 +122,7 @@ async def provided_tenants(spec: str, settings: Settings) -> list[Tenant]:
     where = f"[tenants] provider {spec}"
     module_name, _, attribute = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except (Exception, SystemExit) as exc:  # importing user code may raise anything
         raise TenantsInvalidError(f"{where} failed to import: {describe_error(exc)}", provider=spec) from None
     function = getattr(module, attribute, None)
