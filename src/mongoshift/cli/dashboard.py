@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 import socket
 
 import click
@@ -41,15 +42,30 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     s = settings()
     sock = _bound(host, port)
     app = create_app(s, token=token, read_only=read_only)
+    # the open pages' event streams end as the shutdown starts (dashboard_server), so the two seconds
+    # bound only the other requests still under way
+    server = dashboard_server(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+    stopped: list[signal.Signals] = []
+
+    def stop(number: int, _frame: object) -> None:
+        """A signal before uvicorn listens for its own, or the one it raises again after its shutdown:
+        a clean stop, as ``mongoshift embedded`` makes (uvicorn alone ends in 11 "aborted" or a kill)."""
+        stopped.append(signal.Signals(number))
+        server.should_exit = True
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}/"
     # Straight to the terminal, once: never through logging, so no log file or collector ever holds it.
     click.echo(f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}", err=True)
     if generated:
         click.echo(f"controls token (this run only, printed once): {token}", err=True)
-    # the open pages' event streams end as the shutdown starts (dashboard_server), so the two seconds
-    # bound only the other requests still under way
-    server = dashboard_server(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
-    asyncio.run(server.serve(sockets=[sock]))
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if stopped:
+        click.echo(f"mongoshift dashboard: stopped ({stopped[0].name})", err=True)
 
 
 def _bound(host: str, port: int) -> socket.socket:

@@ -1,0 +1,26 @@
+"""``mongoshift dashboard`` stopped by Ctrl-C or SIGTERM: a clean stop, exit 0, as ``mongoshift embedded``."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_dashboard_cleanly_with_exit_0(fast_project, stop: signal.Signals) -> None:  # type: ignore[no-untyped-def]
+    from ..conftest import start_cli
+
+    process = start_cli(fast_project, "dashboard", "--port", "0")
+    try:
+        assert process.stderr is not None
+        assert process.stderr.readline().startswith("mongoshift dashboard on http://127.0.0.1:")
+        assert process.stderr.readline().startswith("controls token")  # the server is listening: both lines come before it serves
+        process.send_signal(stop)
+        _, rest = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, rest
+    assert rest.strip().splitlines() == [f"mongoshift dashboard: stopped ({stop.name})"]
