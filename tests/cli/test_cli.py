@@ -58,6 +58,8 @@ def test_json_status_and_check_exit_code(project, cli) -> None:  # type: ignore[
         (["create", "bad/name"], 19, "invalid migration name"),
         (["up", "--force"], 6, "name it"),
         (["init"], 16, "already exists"),
+        (["squash", "--to", "0099_missing.py"], 8, "not found"),  # refused before it asks (or exits 42 without a terminal)
+        (["baseline", "--to", "0099_missing"], 8, "not found"),
     ],
 )
 def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text: str, cli) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .app import WAIT_HELP, confirm, global_options, output, run_async, settings
+from .app import WAIT_HELP, confirm, global_options, named_file, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | Non
     s = settings()
     tenants = requested()
     if not dry_run:
+        named_file(s, to)
         confirm(f"Mark every pending migration up to {to} applied without running it{' in every selected tenant' if tenants else ''}?", yes)
     if tenants is not None:
         return across(

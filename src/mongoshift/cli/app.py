@@ -210,6 +210,14 @@ def can_ask() -> bool:
     return not output().json_mode and sys.stdin.isatty()
 
 
+def named_file(s: Settings, name: str) -> None:
+    """Refuse a NAME that is no migration file (exit 8, 19) before asking about it: a prompt, or exit 42
+    without a terminal, about a typo helps nobody. Reads the folder's listing only."""
+    from ..project.loader import discover, find  # start-up time: only the commands that ask about a file
+
+    find(discover(s.migrations_dir), name)
+
+
 def confirm(question: str, yes: bool) -> None:
     """Ask before something destructive; without anyone to ask, refuse (exit 42) unless --yes.
 

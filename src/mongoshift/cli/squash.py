@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .app import confirm, global_options, output, run_async, settings
+from .app import confirm, global_options, named_file, output, run_async, settings
 from .tenants import render as render_across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ def squash(to: str, dry_run: bool, yes: bool) -> int:
     s = settings()
     tenants = requested(reading=True)
     if not dry_run:
+        named_file(s, to)
         where = "every selected tenant" if tenants is not None else "this database"
         confirm(f"Replace the migration files up to {to} with one squash file (each must be applied in {where})?", yes)
     if tenants is not None:
