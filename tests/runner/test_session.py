@@ -307,7 +307,7 @@ ONE_SHOTS = {
     "import_history": Mongoshift.import_history, "baseline": Mongoshift.baseline,
     "squash": Mongoshift.squash, "lint": Mongoshift.lint, "create_from_models": Mongoshift.create_from_models,
     "generate_collections": Collections.generate,
-    "converge": Collections.converge, "plan_converge": Collections.plan,
+    "converge": Collections.converge, "plan_converge": Collections.plan, "declaration_for": Collections.declaration,
     "run_background": Background.run, "background_status": Background.status, "background_partitions": Background.partitions,
     "control_background": Background.control, "repin_background": Background.repin, "verify_background": Background.verify,
     "throttle_background": Background.throttle, "background_samples": Background.samples, "background_failed_ids": Background.failed_ids,
