@@ -88,6 +88,8 @@ def test_conflict_exits_27_with_the_plan(project, sync_client, cli) -> None:  # 
 
     result = cli(project, "converge", "--dry-run")
     assert result.returncode == 27 and "conflict" in result.stdout
+    both = cli(project, "converge", "--dry-run", "--check", "--json")
+    assert both.returncode == 6 and "cannot be combined" in json.loads(both.stdout)["error"]["message"]
     dry = cli(project, "converge", "--dry-run", "--json")
     document = json.loads(dry.stdout)
     assert dry.returncode == 27 and document["success"] is False and "conflict index by_email" in document["error"]

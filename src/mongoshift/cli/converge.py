@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import ExitCode, MongoshiftError
+from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
 from .app import WAIT_HELP, can_ask, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
@@ -77,6 +77,8 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
     from ..api.options import Lock  # start-up time: converge loads only when this command runs
     from ..api.session import per_call
 
+    if dry_run and check:
+        raise ConfigInvalidError("--dry-run and --check cannot be combined: both write nothing; --check also exits 28 when the server differs")
     s = settings()
     out = output()
     if (tenants := requested(reading=dry_run or check)) is not None:
