@@ -191,3 +191,12 @@ def test_a_step_that_still_differs_after_converge_is_said_once(project, cli, mon
     lines = [line for line in result.stderr.splitlines() if "still differs after converge" in line]
     assert len(lines) == 3 and len({line.split("still differs after converge: ")[1] for line in lines}) == 3
 
+
+def test_check_with_prune_counts_an_undeclared_index_as_a_difference(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    declare(project)
+    assert cli(project, "converge", "--yes").returncode == 0
+    sync_client[project.db].users.create_index("stray", name="stray_1")
+    assert cli(project, "converge", "--check").returncode == 0
+    pruned = cli(project, "converge", "--check", "--prune", "--json")
+    assert pruned.returncode == 28 and [a["name"] for a in json.loads(pruned.stdout)["actions"] if a["action"] == "drop"] == ["stray_1"]
+
