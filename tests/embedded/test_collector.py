@@ -84,6 +84,27 @@ def test_collections_that_free_what_they_find_do_not_bring_the_full_one_nearer(c
     assert allowance - collector.left < allowance // 2
 
 
+def test_survivors_that_replace_frozen_objects_do_not_make_a_full_collection_due(collector: Collector) -> None:
+    """(bk) An update load: each new stored version survives a young collection and is frozen, while reference
+    counting frees the frozen version it replaces. The count of survivors says due; the heap has not grown."""
+    stored = [Node() for _ in range(20_000)]
+    collector.collect()
+    heap = collector.heap
+    for _ in range(3):  # replace every stored object, three times over: 3 x 20,000 survivors counted
+        for index in range(len(stored)):
+            stored[index] = Node()
+        gc.collect(0)
+    assert collector.due  # by the count of survivors alone
+    runs = collector.full_collections
+    assert not collector.collect_if_due()  # counted: not grown by half
+    assert collector.full_collections == runs and collector.recounts == 1
+    assert 0 < collector.left <= heap // 2 + 1 and not collector.due
+    grown = [Node() for _ in range(heap)]  # now the heap really grows: the next check that is due runs it
+    gc.collect(0)
+    assert collector.due and collector.collect_if_due() and collector.full_collections == runs + 1
+    assert grown
+
+
 def test_uninstalled_nothing_stays_frozen() -> None:
     policy = Collector(young=1_000)
     policy.install()
@@ -109,7 +130,7 @@ def test_the_watch_runs_a_due_collection_and_ends_with_stop(collector: Collector
         stop = asyncio.Event()
         task = asyncio.create_task(watch(collector, stop, interval=0.01))
         runs = collector.full_collections
-        collector.left = 0
+        collector.left, collector.heap = 0, 0  # due by the count, and the heap has grown past any limit
         async with asyncio.timeout(60):
             await ran.wait()
         assert collector.full_collections == runs + 1
