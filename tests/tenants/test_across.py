@@ -56,6 +56,13 @@ def applied(client: MongoClient, db: str) -> list[str]:
     return sorted(d["name"] for d in client[db]["_mongoshift_migrations"].find({"status": "applied"}))
 
 
+def use_provider(project: TenantProject, spec: str, source: str) -> None:
+    """``[tenants] provider = spec``, its module (``spec``'s part before the colon) written beside the project file."""
+    module = spec.split(":")[0]
+    (project.root / f"{module}.py").write_text(source, encoding="utf-8")
+    project.write_config(provider=spec)
+
+
 def rows(result) -> dict[str, dict]:  # type: ignore[no-untyped-def]
     return {row["name"]: row for row in json.loads(result.stdout)["tenants"]}
 
@@ -196,14 +203,13 @@ def test_a_provider_reads_the_tenants_from_a_collection(tenant_project: TenantPr
     control = f"{tenant_project.prefix}control"
     active, inactive = tenant_project.tenants[:3], tenant_project.tenants[3]
     sync_client[control].tenants.insert_many([{"db": n, "active": True} for n in reversed(active)] + [{"db": inactive, "active": False}])
-    (tenant_project.root / "saas_tenants.py").write_text(
+    use_provider(
+        tenant_project, "saas_tenants:active",
         "from pymongo import MongoClient\n\n\n"
         "def active(settings):\n"
         "    with MongoClient(settings.uri) as client:\n"
         f"        return [d['db'] for d in client[{control!r}].tenants.find({{'active': True}}).sort('_id', 1)]\n",
-        encoding="utf-8",
     )
-    tenant_project.write_config(provider="saas_tenants:active")
     result = cli(tenant_project, "up", "--all-tenants", "--json")
     assert result.returncode == 0, result.stderr
     assert [r["name"] for r in json.loads(result.stdout)["tenants"]] == list(reversed(active))  # the provider's order
@@ -214,12 +220,10 @@ def test_a_tenant_on_an_unreachable_cluster_fails_its_own_row_only(tenant_projec
     """A provider's tenant on a cluster nobody answers at: that row fails with the connection's code, the others run."""
     two_migrations(tenant_project)
     here, away = tenant_project.tenants[:2], f"{tenant_project.prefix}away"
-    (tenant_project.root / "split_tenants.py").write_text(
-        "def placed(settings):\n"
-        f"    return [{here[0]!r}, ({away!r}, 'mongodb://127.0.0.1:1/?connectTimeoutMS=2000'), {here[1]!r}]\n",
-        encoding="utf-8",
+    use_provider(
+        tenant_project, "split_tenants:placed",
+        f"def placed(settings):\n    return [{here[0]!r}, ({away!r}, 'mongodb://127.0.0.1:1/?connectTimeoutMS=2000'), {here[1]!r}]\n",
     )
-    tenant_project.write_config(provider="split_tenants:placed")
     status = cli(tenant_project, "status", "--all-tenants", "--json")
     assert status.returncode == 47, status.stderr
     by_name = rows(status)
