@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
+
+from bson import Decimal128, Int64
 
 from mongoshift.api import background as bg, migrations as command
 
@@ -181,3 +184,102 @@ class Order(Document):
     result = cli(project, "--json", "create", "split", "--from-models")
     names = sorted(Path(p).name.split("_", 1)[1] for p in json.loads(result.stdout)["files"])
     assert names == ["split_members.py", "split_orders.py"]
+
+
+async def test_a_field_added_with_a_default_that_is_not_a_constant_is_refused(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A ``default_factory`` (or a default a file cannot spell) keeps the field out of ``required``: it is refused all the same."""
+    before = "import datetime\n" + BEFORE
+    write_models(project, before)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    snapshot = (project.root / "collections" / "_models.json").read_text(encoding="utf-8")
+    added = [
+        "    seen: datetime.datetime = Field(default_factory=datetime.datetime.now)\n",
+        "    since: datetime.date = datetime.date(2019, 4, 23)\n",
+        "    seen: Optional[datetime.datetime] = Field(default_factory=datetime.datetime.now)\n",
+    ]
+    for line in added:
+        write_models(project, before.replace("from beanie import Document\n", "from beanie import Document\nfrom pydantic import Field\n")
+                     .replace("    age: str\n", "    age: str\n" + line))
+        result = cli(project, "create", "stamp", "--from-models")
+        field = line.split(":")[0].strip()
+        assert result.returncode == 49, result.stdout
+        assert f"{PACKAGE}.models.Member: field {field!r} is added with a default that is not a constant" in result.stderr
+        assert "2019" not in result.stderr
+        assert list(project.migrations.iterdir()) == []
+        assert (project.root / "collections" / "_models.json").read_text(encoding="utf-8") == snapshot
+
+    write_models(project, before.replace("from beanie import Document\n", "from beanie import Document\nfrom pydantic import Field\n")
+                 .replace("    age: str\n", "    age: str\n    tags: list[str] = Field(default_factory=list)\n"))
+    result = cli(project, "--json", "create", "tags", "--from-models")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["collections"][0]["changes"] == ["added 'tags' with default []"]
+
+
+NUMBERS_BEFORE = '''
+from beanie import Document
+
+
+class Player(Document):
+    level: int
+    score: float
+
+    class Settings:
+        name = "players"
+'''
+
+#: A number field's stored values, as the driver decodes them: an int32 is an ``int``, an int64 an ``Int64``.
+SCORES: list[tuple[Any, str]] = [(2.5, "2.5"), (3, "3"), (Int64(4), "4"), (Decimal128("5.25"), "5.25")]
+
+
+async def test_int64_and_every_number_type_go_through_the_generated_converter(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    """An int64 is an ``int`` field's value as much as an int32, and a ``float`` field holds any BSON number: none is left
+    unconverted in a document the migration stamps as done."""
+    fast(project)
+    await db.players.insert_many([
+        {"_id": i, "level": Int64(i) if i % 2 else i, "score": SCORES[i % 4][0]} for i in range(8)
+    ])
+    assert await db.players.count_documents({"level": {"$type": "long"}}) == 4
+    write_models(project, NUMBERS_BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, NUMBERS_BEFORE.replace("    level: int\n    score: float\n", "    level: str\n    score: str\n"))
+    result = cli(project, "--json", "create", "as_text", "--from-models")
+    assert result.returncode == 0, result.stderr
+    (path,) = json.loads(result.stdout)["files"]
+    s = project.settings()
+    await command.up(s)
+    (done,) = await bg.run(s, [path.rsplit("/", 1)[-1]])
+    assert done.status == "completed" and done.failed_documents == 0
+    docs = await db.players.find({}, {"__rev": 0}).sort("_id", 1).to_list()
+    assert docs == [{"_id": i, "level": str(i), "score": SCORES[i % 4][1], "__v": 1} for i in range(8)]
+
+
+async def test_a_failed_conversion_never_shows_the_document_value(project: Project, cli, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """``int('gold')``'s own message would carry the value into the state, the status, the events and the logs."""
+    fast(project)
+    caplog.set_level(logging.DEBUG, logger="mongoshift")
+    await seed(db, 5)
+    await db.members.update_one({"_id": 2}, {"$set": {"age": "gold"}})
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, BEFORE.replace("    age: str\n", "    age: int\n"))
+    result = cli(project, "--json", "create", "ages", "--from-models")
+    assert result.returncode == 0, result.stderr
+    (path,) = json.loads(result.stdout)["files"]
+    name = path.rsplit("/", 1)[-1]
+    s = project.settings()
+    await command.up(s)
+    events: list[Any] = []
+    (failed,) = await bg.run(s, [name], observers=[events.append])
+    assert failed.status == "failed" and failed.failed_documents == 1
+    (error,) = failed.doc_errors
+    assert (error["reason"], error["error_class"]) == ("transform", "ValueError")
+    assert error["error"] == "field 'age': string to int conversion failed (the value is not shown)"
+    assert await db.members.count_documents({"_id": 2, "__v": {"$exists": True}}) == 0  # failed, not stamped as done
+
+    status = cli(project, "--json", "background", "status", name)
+    assert status.returncode == 0 and "string to int conversion failed" in status.stdout
+    shown = [json.dumps(failed.to_json(), default=str), status.stdout, status.stderr, repr(events), caplog.text]
+    for collection in await db.list_collection_names():
+        if collection != "members":
+            shown += [repr(doc) async for doc in db[collection].find()]
+    assert events and all("gold" not in text for text in shown)

@@ -223,7 +223,7 @@ def test_refusals_name_what_is_wrong(project: Project, cli) -> None:  # type: ig
     assert result.returncode == 49 and "'nowhere.models' not found" in result.stderr
     write_models(project, "raise RuntimeError('secret value')\n")
     result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
-    assert result.returncode == 49 and "failed to import (models.py, line 1): RuntimeError" in result.stderr
+    assert result.returncode == 49 and "failed to import (shopapp/models.py, line 1): RuntimeError" in result.stderr
     assert "secret value" not in result.stderr
     write_models(project, PYDANTIC + '\n\n@collection("events")\nclass Other(BaseModel):\n    y: int\n')
     result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
@@ -233,6 +233,24 @@ def test_refusals_name_what_is_wrong(project: Project, cli) -> None:  # type: ig
     write_models(project, "x = 1\n")
     result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 49 and "no models in 'shopapp.models'" in result.stderr
+
+
+def test_a_syntax_error_names_the_users_file_and_line(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """The import machinery raises a SyntaxError from its own frames: the file and line are the error's, not the traceback's."""
+    write_models(project, "import datetime\n\n\nclass Broken(:\n    secret = 'value'\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49
+    assert "models module 'shopapp.models' failed to import (shopapp/models.py, line 4): SyntaxError" in result.stderr
+    assert "frozen" not in result.stderr and "secret" not in result.stderr
+    write_models(project, "def helper(:\n", module="parts")
+    write_models(project, "from .parts import helper\n")  # the broken module is another one than the one imported
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49
+    assert "models module 'shopapp.models' failed to import (shopapp/parts.py, line 1): SyntaxError" in result.stderr
+    write_models(project, "import datetime\nimport shopapp_helpers_nowhere\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49
+    assert "models module 'shopapp.models' failed to import (shopapp/models.py, line 2): ModuleNotFoundError" in result.stderr
 
 
 async def test_the_python_api_session_and_flat_function(project: Project, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from bson import Decimal128, Int64
+
+from mongoshift.models.changes import compare, render
 from mongoshift.models.jsonschema import Converter
 from mongoshift.models.merge import merge_declaration
+from mongoshift.models.readers import ModelShape
+from mongoshift.models.snapshot import Shape
 
 
 def convert(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -67,3 +73,22 @@ def test_an_edit_the_models_also_changed_is_kept_with_a_note() -> None:
     merged, notes = merge_declaration(base, new, mine)
     assert merged["validation_level"] == "strict"
     assert notes == ['validation_level: your edit is kept; the models now give "off"']
+
+
+def generated(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The migration file for one field's type change, run as a module: its ``upgrade`` and ``revert``."""
+    change = compare(Shape(0, "app.M", {"f": before}), ModelShape("c", "app.M", "pydantic", {}, {"f": after}))
+    namespace: dict[str, Any] = {}
+    exec(compile(render(change, "app"), "generated.py", "exec"), namespace)  # the file the command would write
+    return namespace
+
+
+def test_a_number_the_converter_cannot_take_fails_the_document_without_its_value() -> None:
+    """A ``float`` field holds any BSON number: a Decimal128 is not left behind unconverted, it fails the document."""
+    upgrade = generated({"types": ["double"], "required": True}, {"types": ["int"], "required": True})["upgrade"]
+    assert [upgrade({"f": v})["f"] for v in (2.0, 3, Int64(4))] == [2, 3, 4]
+    with pytest.raises(ValueError) as failed:
+        upgrade({"f": Decimal128("12345.5")})
+    assert str(failed.value) == "field 'f': double to int conversion failed (the value is not shown)"
+    assert failed.value.__context__ is None and failed.value.__cause__ is None  # not even chained to the error that shows it
+    assert upgrade({"f": True}) == {"f": True} and upgrade({}) == {}  # not a number of the old shape: left as it is

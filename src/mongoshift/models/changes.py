@@ -4,9 +4,10 @@ Four changes are written as code: a field added with a constant default (set whe
 a field removed (unset), a field renamed with ``json_schema_extra={"renamed_from": "old"}``,
 and a type change for which a converter is known (``str`` → ``int`` ...). The file bumps the
 collection's shape version with ``define_shapes`` and reverts where every change has a way
-back. What cannot be written faithfully (a required field without a default, a type change
-without a converter) is refused with the field named: a guess in a migration is worse than
-none. Changes that need no rewrite (a field made optional, a new optional field) are noted.
+back. What cannot be written faithfully (a required field without a default, a field added with
+a default that is not a constant, a type change without a converter) is refused with the field
+named: a guess in a migration is worse than none. Changes that need no rewrite (a field made
+optional, a new optional field) are noted.
 """
 
 from __future__ import annotations
@@ -32,14 +33,21 @@ CONVERTERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("string", "bool"): ("value.strip().lower() in ('1', 'true', 'yes', 'on')", "'true' if value else 'false'"),
     ("int", "bool"): ("bool(value)", "int(value)"),
 }
-#: How a stored value of a BSON type is recognised in Python (``bool`` is an ``int`` there).
+#: How a stored value of a shape's type is recognised in Python, as the driver decodes it. Every value
+#: the old model's type admits must match, or the document is stamped with that value unconverted:
+#: ``int`` is an int32 (``int``) or an int64 (``bson.Int64``, an ``int`` subclass), never a ``bool``
+#: (an ``int`` in Python); ``double`` is any BSON number, as the validator's ``number`` admits
+#: (``int``, ``Int64``, ``float``, ``Decimal128``). A conversion that fails on a value (``int()`` of a
+#: ``Decimal128``, of ``'gold'``) fails that document, with an error that never shows the value.
 CHECKS: dict[str, str] = {
     "string": "isinstance(value, str)",
-    "int": "type(value) is int",
-    "double": "isinstance(value, float)",
+    "int": "isinstance(value, int) and not isinstance(value, bool)",
+    "double": "isinstance(value, (int, float, Decimal128)) and not isinstance(value, bool)",
     "bool": "isinstance(value, bool)",
     "objectId": "isinstance(value, ObjectId)",
 }
+#: Names the generated code takes from ``bson`` when it uses them.
+BSON_NAMES = ("Decimal128", "ObjectId")
 
 
 @dataclass
@@ -85,12 +93,30 @@ def _convert(name: str, old: str, new: str, model: str) -> tuple[list[str], list
             field=name,
         )
     forward, backward = pair
-    key = repr(name)
-    lines = [f"value = doc.get({key})", f"if {CHECKS[old]}:", f"    doc[{key}] = {forward}"]
+    lines = _conversion(name, old, new, forward)
     reverse = None
     if backward is not None and new in CHECKS:
-        reverse = [f"value = doc.get({key})", f"if {CHECKS[new]}:", f"    doc[{key}] = {backward}"]
+        reverse = _conversion(name, new, old, backward)
     return lines, reverse
+
+
+def _conversion(name: str, old: str, new: str, expression: str) -> list[str]:
+    """Convert the field's value of type ``old`` with ``expression``. The error of a failed conversion
+    would show the value (``invalid literal for int() with base 10: 'gold'``), so it is replaced by one
+    that names the field and the types only, raised outside the handler: not even chained to it."""
+    key = repr(name)
+    message = repr(f"field {name!r}: {old} to {new} conversion failed (the value is not shown)")
+    return [
+        f"value = doc.get({key})",
+        f"if {CHECKS[old]}:",
+        "    failed = False",
+        "    try:",
+        f"        doc[{key}] = {expression}",
+        "    except Exception:  # its message could show the value: the error is raised below without it",
+        "        failed = True",
+        "    if failed:",
+        f"        raise ValueError({message})",
+    ]
 
 
 def _retyped(name: str, before: dict[str, Any], after: dict[str, Any], model: str) -> tuple[str, str] | None:
@@ -130,14 +156,20 @@ def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
         if name in before or name in renames:
             continue
         default = spec.get("default")
-        if default is not None and default.get("constant") and default.get("value") is not None:
+        if default is not None and not default.get("constant"):
+            raise ModelsInvalidError(
+                f"{model}: field {name!r} is added with a default that is not a constant (a default_factory, or a value "
+                "a migration file cannot write as a literal): the migration cannot fill it; give it a constant default "
+                "(or make it optional without one), or write this migration by hand",
+                field=name,
+            )
+        if default is not None and default.get("value") is not None:
             value = default["value"]
             changes.append(Change("added", name, f"added {name!r} with default {value!r}", [f"doc.setdefault({name!r}, {value!r})"],
                                   [f"doc.pop({name!r}, None)"]))
         elif spec.get("required") and not spec.get("nullable"):
-            why = "a default that is not a constant" if default is not None else "no default"
             raise ModelsInvalidError(
-                f"{model}: field {name!r} is added as required with {why}: the migration cannot fill it; "
+                f"{model}: field {name!r} is added as required with no default: the migration cannot fill it; "
                 "give it a constant default (or make it optional), or write this migration by hand",
                 field=name,
             )
@@ -185,8 +217,10 @@ def render(change: CollectionChange, package: str) -> str:
         '"""',
         "",
     ]
-    if any("ObjectId(" in line for c in change.changes for line in [*c.forward, *(c.reverse or [])]):
-        lines += ["from bson import ObjectId", ""]
+    code = [line for c in change.changes for line in [*c.forward, *(c.reverse or [])]]
+    used = [n for n in BSON_NAMES if any(re.search(rf"\b{n}\b", line) for line in code)]
+    if used:
+        lines += [f"from bson import {', '.join(used)}", ""]
     lines += [
         "from mongoshift import Background",
         "from mongoshift.versioning import define_shapes",

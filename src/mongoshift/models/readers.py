@@ -82,9 +82,27 @@ def _import(name: str, package: str) -> ModuleType:
             raise
         if isinstance(exc, ModuleNotFoundError) and exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise ModelsInvalidError(f"models package {name!r} not found (run from the folder it imports from)", models=package) from None
-        frame = next(iter(reversed(traceback.extract_tb(exc.__traceback__))), None)
-        where = f" ({Path(frame.filename).name}, line {frame.lineno})" if frame else ""
-        raise ModelsInvalidError(f"models module {name!r} failed to import{where}: {type(exc).__name__}", models=package) from None
+        raise ModelsInvalidError(f"models module {name!r} failed to import{_where(exc)}: {type(exc).__name__}", models=package) from None
+
+
+def _where(exc: BaseException) -> str:
+    """`` (file, line N)`` in the user's code where an import failed, the file relative to the folder the
+    models are imported from. A SyntaxError is raised by the import machinery: its own ``filename`` and
+    ``lineno`` say where the code is, not its traceback (whose frames are ``<frozen importlib._bootstrap>``)."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f" ({_shown(exc.filename)}, line {exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    return f" ({_shown(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
+
+
+def _shown(filename: str) -> str:
+    """A file under the folder the models are imported from as a path relative to it (as the project's
+    other messages show files), any other by its name only."""
+    path, here = Path(filename), Path.cwd()
+    for candidate in (path, path.resolve()) if path.is_absolute() else ():
+        if candidate.is_relative_to(here):
+            return candidate.relative_to(here).as_posix()
+    return path.name
 
 
 def _classes(modules: list[ModuleType]) -> Iterator[type]:
