@@ -232,6 +232,32 @@ async def test_a_body_that_returns_after_a_stop_is_not_recorded_applied(project,
     assert (await changelog(db))["0001_cut.py"]["status"] == "applied"
 
 
+RAISES_ON_STOP = """
+{txn}
+{kw}def up(ctx):
+    {aw}ctx.db.items.insert_one({{"tag": "half"}}, session=ctx.session)
+    ctx.cancelled.set("interrupted by SIGINT")
+    if ctx.cancelled.is_set():
+        raise RuntimeError("stopping early")
+"""
+
+
+@pytest.mark.parametrize("transaction", [False, True], ids=["plain", "transaction"])
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_body_that_raises_after_a_stop_ends_the_run_as_stopped(project, db, kind: str, transaction: bool) -> None:  # type: ignore[no-untyped-def]
+    """Raising on ``ctx.cancelled`` is as common as returning: the run was stopped (11), not failed (7)."""
+    aw, kw = ("await ", "async ") if kind == "async" else ("", "")
+    project.add("0001_cut.py", RAISES_ON_STOP.format(txn=f"use_transaction = {transaction}", kw=kw, aw=aw))
+    project.add("0002_never.py", ASYNC_INSERT.format(tag="never"))
+    with pytest.raises(RunAbortedError, match="and it raised RuntimeError: stopping early; it is recorded failed") as info:
+        await command.up(project.settings(), cancel=CancelSignal())
+    assert info.value.exit_code == 11
+    [result] = info.value.details["results"]
+    assert (result["name"], result["status"], result["reason"]) == ("0001_cut.py", "failed", "cancelled")
+    assert (await changelog(db))["0001_cut.py"]["status"] == "failed" and "0002_never.py" not in await changelog(db)
+    assert await tags(db) == ([] if transaction else ["half"])
+
+
 async def test_dry_run_writes_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
     project.add("0002_b.py", "use_transaction = True\n" + ASYNC_INSERT.format(tag="b"))

@@ -464,6 +464,15 @@ class Executor:
             if lost is not None:
                 await self._failed(step, batch, lost, results, started)
                 raise lost from exc
+            if self.runtime.cancel.is_set() and self._timed_out != step.name:  # it raised after Ctrl-C / SIGTERM
+                stopped = RunAbortedError(
+                    f"{step.name}: the run was asked to stop while it ran ({self.runtime.cancel.reason or 'cancelled'}) "
+                    f"and it raised {_describe(exc)}; it is recorded failed and runs again with the next '{step.direction}'",
+                    file=step.name,
+                    reason="cancelled",
+                )
+                await self._failed(step, batch, stopped, results, started)
+                raise stopped from exc
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
