@@ -53,7 +53,7 @@ async def test_a_pause_set_by_throttle_reaches_a_running_lane(fast_project, db) 
 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
-    [({}, "give --batch-size"), ({"batch_size": 0}, "batch_size must be"), ({"pause_ms": -1}, "pause_ms must be"),
+    [({}, "give a batch size, a pause in milliseconds or both"), ({"batch_size": 0}, "batch_size must be"), ({"pause_ms": -1}, "pause_ms must be"),
      ({"batch_size": 10_001}, "batch_size must be"), ({"clear": True, "pause_ms": 5}, "alone")],
 )
 async def test_a_bad_throttle_is_refused_with_53(fast_project, db, kwargs, words) -> None:  # type: ignore[no-untyped-def]

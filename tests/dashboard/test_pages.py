@@ -143,11 +143,24 @@ async def test_links_and_forms_work_under_a_mount_prefix(registered, counted_cli
     assert page.status_code == 200
     links = re.findall(r'(?:href|src|action|sse-connect)="([^"]+)"', page.text)
     assert links and all("/ops/migrations/" in link for link in links), links
-    assert f"http://dash.test/ops/migrations/migrations/{NAME}" in links
+    assert f"/ops/migrations/migrations/{NAME}" in links
+    assert not any(link.startswith(("http:", "https:", "//")) for link in links)  # paths: never the Host header's host
+    spoofed = await web.get("/ops/migrations/", headers={"host": "evil.example"})
+    assert "evil.example" not in spoofed.text
     assert (await web.get("/ops/migrations/static/htmx.min.js")).status_code == 200
     csrf = csrf_of(page.text)
     signed = await web.post("/ops/migrations/sign-in", data={"csrf": csrf, "token": TOKEN})
     assert signed.status_code == 303 and "path=/ops/migrations/" in signed.headers["set-cookie"].lower()
+    assert signed.headers["location"] == "/ops/migrations/"
+
+
+async def test_an_unknown_page_is_titled_not_found_and_a_registration_is_shown_without_a_previous_state(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    missing = await web.get("/migrations/0009_nope")
+    assert missing.status_code == 404 and "<title>Not found · mongoshift dashboard</title>" in missing.text
+    page = await web.get(f"/migrations/{NAME}")
+    assert "None" not in page.text  # the registration's history row has no previous state: it shows none
 
 
 async def test_a_failure_shows_its_error_without_document_values_and_ids_only_to_a_holder_who_asks(project, db, counted_client, http) -> None:  # type: ignore[no-untyped-def]
@@ -252,7 +265,7 @@ async def test_a_runs_page_shows_its_log_lines_in_order_with_their_level(project
     client, _ = counted_client
     web = http(make_app(project, client))
     overview = await web.get("/")
-    assert f'href="http://dash.test/runs/{report.run_id}" data-testid="run-link"' in overview.text  # linked from the last runs
+    assert f'href="/runs/{report.run_id}" data-testid="run-link"' in overview.text  # linked from the last runs
     page = await web.get(f"/runs/{report.run_id}")
     assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
     rows = re.findall(r'<tr data-seq="(\d+)">.*?data-testid="level">(\w+)</span></td>\s*<td class="message">([^<]*(?:&lt;[^<]*)*)</td>', page.text, re.S)
@@ -301,6 +314,8 @@ async def test_requests_arriving_together_at_first_share_one_session(registered)
     try:
         first, *others = await asyncio.gather(*(dashboard.poller() for _ in range(3)))
         assert all(other is first for other in others)
+        opened, *also = await asyncio.gather(first.refresh(), *(dashboard.session() for _ in range(3)))  # the poll opens it too
+        assert opened.error is None and all(ms is first.ms for ms in also) and first.ms is not None
     finally:
         await dashboard.aclose()
     assert dashboard._client is None  # the client it opened is closed and forgotten: a later request opens a new one

@@ -17,9 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader
+from jinja2 import Environment, FileSystemLoader, pass_context
 from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
 from starlette.applications import Starlette
+from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -30,7 +32,7 @@ from .. import api
 from ..api.session import per_call
 from ..errors import ExitCode, MongoshiftError
 from . import views
-from .poller import Poller, Snapshot
+from .poller import Poller, Snapshot, described
 from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
 
 log = logging.getLogger("mongoshift.dashboard")
@@ -53,7 +55,11 @@ class DashboardOptions:
 
 
 class Dashboard:
-    """One dashboard's session, poller and guard; the session opens on first use (a mounted app gets no lifespan)."""
+    """One dashboard's session, poller and guard; the session opens on first use (a mounted app gets no lifespan).
+
+    Opening it (connecting, for a dashboard without the application's client) is the poller's first read: a server
+    down or credentials refused at start are a failed read that every page shows, and each later read tries again.
+    """
 
     def __init__(self, settings: api.Settings, client: AsyncMongoClient[Any] | None, guard: Guard, options: DashboardOptions) -> None:
         self.settings = settings
@@ -61,6 +67,8 @@ class Dashboard:
         self.options = options
         self._client = self._given_client = client
         self._stack: contextlib.AsyncExitStack | None = None
+        self._ms: api.Mongoshift | None = None
+        self._opened = False
         self._poller: Poller | None = None
         # the first requests may arrive together: one of them opens the session, the others wait for it
         # (two would each open one, and ``aclose`` would close only the last: a client and a poller left open)
@@ -68,13 +76,26 @@ class Dashboard:
         self._streams_ended = False
 
     async def poller(self) -> Poller:
-        if self._poller is not None:
-            return self._poller
+        """The shared poller (made without any I/O: it opens the session at its first read)."""
+        if self._poller is None:
+            tenants = self._read_tenants if self.settings.tenants is not None else None
+            self._poller = Poller(None, interval=self.options.poll_seconds, tenants=tenants, opener=self.session)
+            if self._streams_ended:  # made by a request that arrived while the server shuts down
+                await self._poller.close()
+        return self._poller
+
+    async def session(self) -> api.Mongoshift | None:
+        """The project's session (None: a project of tenants only), opened now if it is not.
+
+        Raises why it could not be opened (``ConnectionFailedError``, ``AuthFailedError``, ...): nothing is kept
+        open then, and the next call tries again.
+        """
+        if self._opened:
+            return self._ms
         async with self._opening:
-            if self._poller is None:
+            if not self._opened:
                 await self._open()
-            assert self._poller is not None
-            return self._poller
+            return self._ms
 
     async def _open(self) -> None:
         stack = contextlib.AsyncExitStack()
@@ -91,11 +112,7 @@ class Dashboard:
         except BaseException:
             await stack.aclose()
             raise
-        self._client, self._stack = client, stack
-        tenants = self._read_tenants if self.settings.tenants is not None else None
-        self._poller = Poller(ms, interval=self.options.poll_seconds, tenants=tenants)
-        if self._streams_ended:  # opened by a request that arrived while the server shuts down
-            await self._poller.close()
+        self._client, self._stack, self._ms, self._opened = client, stack, ms, True
 
     async def _read_tenants(self) -> views.TenantsSummary:
         """Every tenant's ``status`` (the ``[tenants]`` selection, on the dashboard's client), summarised."""
@@ -103,8 +120,9 @@ class Dashboard:
         return views.summarise_tenants(report)
 
     async def steer(self, who: str) -> api.Mongoshift:
-        """A session for one control whose history entry names ``who`` (on the dashboard's connection)."""
-        await self.poller()
+        """A session for one control whose history entry names ``who`` (on the dashboard's connection; raises
+        why it could not be opened)."""
+        await self.session()
         return per_call(self.settings.model_copy(update={"executed_by": who}), client=self._client)
 
     async def end_streams(self) -> None:
@@ -125,6 +143,7 @@ class Dashboard:
         if self._stack is not None:
             await self._stack.aclose()
         self._poller, self._stack, self._client = None, None, self._given_client
+        self._ms, self._opened = None, False
 
 
 def create_app(
@@ -149,15 +168,15 @@ def create_app(
     options = DashboardOptions(read_only=read_only, poll_seconds=poll_seconds)
     dashboard = Dashboard(settings, client, guard, options)
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True)
-    templates = Jinja2Templates(env=env)
-    env.globals.update(duration=views.duration, percent=views.percent, when=views.when, controls=CONTROLS)
+    env.globals.update(duration=views.duration, percent=views.percent, when=views.when, controls=CONTROLS, url_for=_template_path_for)
+    templates = Jinja2Templates(env=env)  # keeps the url_for above: it only sets its own where none is
 
     def page(request: Request, template: str, context: Mapping[str, Any], status: int = 200) -> Response:
         csrf = Guard.csrf_value(request)
         response: Response = templates.TemplateResponse(
             request, template,
             {
-                "options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None,
+                "status": status, "options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None,
                 "said": guard.signed(request.query_params.get("said"), request.query_params.get("sig")), **context,
             },
             status_code=status,
@@ -168,11 +187,17 @@ def create_app(
         return response
 
     own_line = bool(settings.db) or settings.tenants is None  # a project of tenants only has no line of its own
+    has_tenants = settings.tenants is not None
+
+    def unread(request: Request, snap: Snapshot) -> Response:
+        """What a page that needs the project's state answers while it was never read: the failure (503), no guess."""
+        return page(request, "error.html", {"message": f"The last read failed: {snap.error or 'not read yet'}"}, 503)
 
     def overview_context(snap: Snapshot) -> dict[str, Any]:
         return {
             "snap": snap,
             "own_line": own_line,
+            "has_tenants": has_tenants,
             "counts": views.line_counts(snap.rows),
             "verdicts": views.verdicts(snap.audit),
             "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],
@@ -201,6 +226,8 @@ def create_app(
     async def migration(request: Request) -> Response:
         name = _file_name(request.path_params["name"])
         snap = await (await dashboard.poller()).current(name)
+        if snap.read_at is None:  # not "not registered": nothing is known
+            return unread(request, snap)
         if snap.report(name) is None:
             return page(request, "error.html", {"message": f"{name} is not a registered background migration"}, 404)
         return page(request, "migration.html", migration_context(snap, name))
@@ -210,8 +237,10 @@ def create_app(
         run_id = request.path_params["run_id"]
         poller = await dashboard.poller()
         snap = await poller.current()
+        if snap.read_at is None:  # not "no run with this id": nothing is known
+            return unread(request, snap)
         files = [row for row in snap.rows if row.run_id == run_id]
-        if poller.ms is None:
+        if poller.ms is None:  # a project of tenants only (the session is open: the read succeeded)
             lines: list[api.RunLogLine] = []
         else:
             try:
@@ -237,7 +266,7 @@ def create_app(
                 while (snap := await poller.next(after)) is not None:
                     after = snap.tick
                     context = migration_context(snap, wanted) if wanted else overview_context(snap)
-                    html = fragment.render({"request": request, "options": options, "url_for": request.url_for, **context})
+                    html = fragment.render({"request": request, "options": options, **context})
                     yield "event: update\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -270,16 +299,15 @@ def create_app(
         if CONTROLS[action] and form.get("confirm") != "yes":
             return await refused(request, f"{action} asks for a confirmation: tick the box and send it again", 400)
         reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
-        ms = await dashboard.steer(who)
 
-        async def act() -> str:
+        async def act(ms: api.Mongoshift) -> str:
             if action == "retry-from-start":
                 result = await ms.background.control(name, "retry", reason=reason, from_start=True)
             else:
                 result = await ms.background.control(name, action, reason=reason)  # type: ignore[arg-type]  # checked against CONTROLS above
             return f"{action}: {'done' if result.applied == 'applied' else 'unchanged'}; now {result.status}"
 
-        return await _acted(request, dashboard, act, name)
+        return await _acted(request, dashboard, who, act, name)
 
     async def throttle(request: Request) -> Response:
         checked = await checked_post(request)
@@ -294,14 +322,13 @@ def create_app(
         except ValueError:
             return await refused(request, "throttle: the batch size and the pause are whole numbers", 400)
         reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
-        ms = await dashboard.steer(who)
 
-        async def act() -> str:
+        async def act(ms: api.Mongoshift) -> str:
             result = await ms.background.throttle(name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
             pace = ", ".join(f"{k} {v}" for k, v in (result.throttle or {}).items()) or "the file's"
             return f"throttle: {'done' if result.applied == 'applied' else 'unchanged'}; pace now {pace}"
 
-        return await _acted(request, dashboard, act, name)
+        return await _acted(request, dashboard, who, act, name)
 
     async def unlock(request: Request) -> Response:
         checked = await checked_post(request)
@@ -310,13 +337,12 @@ def create_app(
         form, who = checked
         if form.get("confirm") != "yes":
             return await refused(request, "unlock asks for a confirmation: tick the box and send it again", 400)
-        ms = await dashboard.steer(who)
 
-        async def act() -> str:
+        async def act(ms: api.Mongoshift) -> str:
             held = await ms.unlock()
             return "unlock: the lock was cleared" if held else "unlock: nothing to clear"
 
-        return await _acted(request, dashboard, act, None)
+        return await _acted(request, dashboard, who, act, None)
 
     async def failed_ids(request: Request) -> Response:
         """The ids of failed documents, shown once to an operator who asked (never stored, logged or cached)."""
@@ -325,10 +351,14 @@ def create_app(
             return checked
         name = _file_name(request.path_params["name"])
         poller = await dashboard.poller()
-        if poller.ms is None:
+        try:
+            ms = await dashboard.session()
+        except (MongoshiftError, PyMongoError) as exc:
+            return await refused(request, f"The last read failed: could not connect: {described(exc)}", 503)
+        if ms is None:
             return await refused(request, f"{name} is not a registered background migration", 404)
         try:
-            ids, total = await poller.ms.background.failed_ids(name, limit=IDS_SHOWN)
+            ids, total = await ms.background.failed_ids(name, limit=IDS_SHOWN)
         except MongoshiftError as exc:
             return await refused(request, exc.message, 409)
         snap = await poller.current(name)
@@ -340,7 +370,7 @@ def create_app(
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         if not guard.token_matches(form.get("token")):
             return await refused(request, "refused: that is not the dashboard token")
-        response = RedirectResponse(request.url_for("overview"), status_code=303)
+        response = RedirectResponse(path_for(request, "overview"), status_code=303)
         response.set_cookie(HOLDER_COOKIE, guard.holder_cookie(), httponly=True, samesite="strict", path=_cookie_path(request))
         return response
 
@@ -369,13 +399,29 @@ def create_app(
     return app
 
 
-async def _acted(request: Request, dashboard: Dashboard, act: Callable[[], Awaitable[str]], name: str | None) -> Response:
-    """Run a control; back to its page (303) with what it did, or the page with the API's refusal (its one-line message)."""
-    target = request.url_for("migration", name=name) if name else request.url_for("overview")
+def path_for(request: Request, name: str, /, **params: Any) -> URL:
+    """A route's path (the mount's prefix included), never an absolute URL: Starlette's ``url_for`` takes the
+    scheme and host from the request's own ``Host`` header, which a link or a redirect must not repeat."""
+    return URL(request.url_for(name, **params).path)
+
+
+@pass_context
+def _template_path_for(context: Mapping[str, Any], name: str, /, **params: Any) -> URL:
+    return path_for(context["request"], name, **params)
+
+
+async def _acted(
+    request: Request, dashboard: Dashboard, who: str, act: Callable[[api.Mongoshift], Awaitable[str]], name: str | None
+) -> Response:
+    """Run a control as ``who``; back to its page (303) with what it did, or the page with the API's refusal (its
+    one-line message; a session that could not be opened is one: exit 5 when the server is down)."""
+    target = path_for(request, "migration", name=name) if name else path_for(request, "overview")
     try:
-        said = await act()
+        said = await act(await dashboard.steer(who))
     except MongoshiftError as exc:
         said = f"refused (exit {int(exc.exit_code)}): {exc.message}"
+    except PyMongoError as exc:
+        said = f"failed: {described(exc)}"
     poller = await dashboard.poller()
     await poller.refresh(extra=name)  # the page shows the control's effect at once
     return RedirectResponse(target.include_query_params(said=said, sig=dashboard.guard.sign(said)), status_code=303)

@@ -6,6 +6,13 @@ migration a page is open on, its partitions and throughput samples; with ``[tena
 ``TENANTS_EVERY`` polls, every tenant's status summarised) into one :class:`Snapshot`, and wakes
 every listener with it. A page rendered without a stream takes the latest snapshot when it is
 fresh, or makes the one read that every request arriving meanwhile shares.
+
+A read that fails never makes a page claim what it does not know. The project's own reads (the
+line, the lock, the background migrations) and the tenants' read fail apart: the part that failed
+keeps what its last successful read found, with why it failed beside it, and what was never read
+is marked unread (``read_at`` None), not shown as an empty project. The session itself opens on
+the first read (an ``opener``): a server down or credentials refused at start are that read's
+failure, and each later read tries to open it again.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ TENANTS_EVERY = 10
 
 #: Reads the tenants view (``status`` across every tenant, summarised).
 TenantsReader = Callable[[], Awaitable[TenantsSummary]]
+#: Opens the project's session (None: a project of tenants only, with no line of its own); raises why it could not.
+Opener = Callable[[], Awaitable["api.Mongoshift | None"]]
 
 
 @dataclass
@@ -50,7 +59,11 @@ class Snapshot:
     """The project as one poll read it."""
 
     tick: int
+    #: When this poll was made (its reads may have failed: see ``read_at`` and ``error``).
     at: datetime
+    #: When the line, the lock and the background migrations shown were read; None: never yet (nothing of
+    #: them is known, and a page says so rather than show an empty project).
+    read_at: datetime | None = None
     rows: list[api.StatusRow] = field(default_factory=list)
     lock: api.LockHolder | None = None
     reports: list[api.BackgroundReport] = field(default_factory=list)
@@ -60,8 +73,13 @@ class Snapshot:
     details: dict[str, Detail] = field(default_factory=dict)
     #: With ``[tenants]``: how many tenants are at each state (None: no tenants, or not read yet).
     tenants: TenantsSummary | None = None
-    #: Why the last read failed (its redacted one-line message), with the previous data kept.
+    #: When ``tenants`` was read.
+    tenants_at: datetime | None = None
+    #: Why the last read of the project failed (a redacted one-line message naming its kind), with the data of
+    #: the last successful read kept.
     error: str | None = None
+    #: Why the last read of the tenants failed, with their last summary kept (if there is one).
+    tenants_error: str | None = None
 
     def report(self, name: str) -> api.BackgroundReport | None:
         return next((r for r in self.reports if r.name == name), None)
@@ -77,10 +95,13 @@ class Poller:
         interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         tenants: TenantsReader | None = None,
+        opener: Opener | None = None,
     ) -> None:
-        #: The project's own database (None: a project whose databases are only its tenants).
+        #: The project's own database (None: a project whose databases are only its tenants, or not open yet).
         self.ms = ms
         self.tenants = tenants
+        #: Opens ``ms`` at the next read (None: open); kept until it succeeds, so each read tries again.
+        self._opener = opener
         self.interval = interval
         self.clock = clock
         self.snapshot = Snapshot(tick=0, at=datetime.now(UTC))
@@ -123,30 +144,71 @@ class Poller:
     async def _read(self, extra: str | None) -> Snapshot:
         previous = self.snapshot
         snap = Snapshot(
-            tick=previous.tick + 1, at=datetime.now(UTC), audit=previous.audit, watchers=previous.watchers, tenants=previous.tenants
+            tick=previous.tick + 1, at=datetime.now(UTC), read_at=previous.read_at, rows=previous.rows, lock=previous.lock,
+            reports=previous.reports, audit=previous.audit, watchers=previous.watchers, details=previous.details,
+            tenants=previous.tenants, tenants_at=previous.tenants_at, tenants_error=previous.tenants_error,
         )
+        if self._opener is not None:
+            try:
+                self.ms = await self._opener()
+            except Exception as exc:  # whatever it is, the pages say it and the next read tries again
+                # nothing can be read: both parts keep what they showed (nothing, at start), and say why
+                snap.error = f"could not connect: {described(exc)}; trying again at each read"
+                snap.tenants_error = snap.error if self.tenants is not None else None
+                self._said(previous.error, snap.error, exc)
+                return snap
+            self._opener = None
+        try:
+            await self._read_project(snap, extra)
+            snap.read_at, snap.error = snap.at, None
+        except Exception as exc:  # ``snap`` keeps the previous poll's line, lock and reports
+            snap.error = described(exc)
+            self._said(previous.error, snap.error, exc)
+        else:
+            self._said(previous.error, None)
+        if self.tenants is not None and (snap.tenants is None or snap.tick % TENANTS_EVERY == 1):
+            # apart from the project's reads: the tenants' failing never hides the line, the lock or the background
+            try:
+                snap.tenants = await self.tenants()
+                snap.tenants_at, snap.tenants_error = snap.at, None
+            except Exception as exc:  # the previous summary (if any) is kept, marked as not current
+                snap.tenants_error = described(exc)
+                self._said(previous.tenants_error, snap.tenants_error, exc, what="the tenants' status")
+            else:
+                self._said(previous.tenants_error, None, what="the tenants' status")
+        return snap
+
+    async def _read_project(self, snap: Snapshot, extra: str | None) -> None:
+        """The line, the lock, the background reports (the audit when due) and the open pages' details, into ``snap``
+        all at once: a read that fails part way leaves ``snap`` as it was."""
+        if self.ms is None:
+            return
         names = {n for n, count in self._viewers.items() if count > 0}
         if extra is not None:
             names.add(extra)
-        try:
-            if self.ms is not None:
-                snap.rows = await self.ms.status(checksums=False)
-                snap.lock = await self.ms.lock_status()
-                snap.reports = await self.ms.background.status()
-                if snap.audit is None or snap.tick % AUDIT_EVERY == 1:
-                    snap.audit = await self.ms.audit()
-                    snap.watchers = await self.ms.background.watch_status()
-                known = {r.name for r in snap.reports}
-                for name in sorted(names & known):
-                    snap.details[name] = Detail(await self.ms.background.partitions(name), await self.ms.background.samples(name))
-            if self.tenants is not None and (snap.tenants is None or snap.tick % TENANTS_EVERY == 1):
-                snap.tenants = await self.tenants()
-        except (MongoshiftError, PyMongoError) as exc:
-            message = exc.message if isinstance(exc, MongoshiftError) else api.describe_error(exc)
-            log.warning("the dashboard could not read the project: %s", message)
-            previous.tick, previous.at, previous.error = snap.tick, snap.at, message
-            return previous
-        return snap
+        rows = await self.ms.status(checksums=False)
+        lock = await self.ms.lock_status()
+        reports = await self.ms.background.status()
+        audit, watchers = snap.audit, snap.watchers
+        if audit is None or snap.tick % AUDIT_EVERY == 1:
+            audit = await self.ms.audit()
+            watchers = await self.ms.background.watch_status()
+        known = {r.name for r in reports}
+        details: dict[str, Detail] = {}
+        for name in sorted(names & known):
+            details[name] = Detail(await self.ms.background.partitions(name), await self.ms.background.samples(name))
+        snap.rows, snap.lock, snap.reports, snap.audit, snap.watchers, snap.details = rows, lock, reports, audit, watchers, details
+
+    @staticmethod
+    def _said(before: str | None, now: str | None, exc: Exception | None = None, *, what: str = "the project") -> None:
+        """Log a failure once when it starts (or changes), and the recovery once: not a line per poll while a server is down."""
+        if now is not None and now != before:
+            if isinstance(exc, MongoshiftError | PyMongoError):
+                log.warning("the dashboard could not read %s: %s", what, now)
+            else:  # its kind only: an unexpected error's message may carry a document's values
+                log.error("the dashboard's read of %s failed unexpectedly (%s)", what, type(exc).__name__)
+        elif now is None and before is not None:
+            log.info("the dashboard reads %s again", what)
 
     @contextlib.asynccontextmanager
     async def listening(self, name: str | None = None) -> AsyncIterator[None]:
@@ -197,3 +259,13 @@ class Poller:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def described(exc: BaseException) -> str:
+    """A failed read in one line, naming its kind: an expected error's redacted message (a driver error's starts with its
+    type), an unexpected one's type only (its message may carry a document's values); never a secret."""
+    if isinstance(exc, MongoshiftError):
+        return f"{exc.message} ({exc.kind}, exit {int(exc.exit_code)})"
+    if isinstance(exc, PyMongoError):
+        return api.describe_error(exc)
+    return f"an unexpected {type(exc).__name__}; see the server's log"

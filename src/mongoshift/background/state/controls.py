@@ -188,10 +188,10 @@ def checked_pace(batch_size: int | None, pause_ms: int | None, *, clear: bool) -
     """The override a throttle change asks for, refused (exit 53) when it asks for nothing or for a value out of bounds."""
     if clear:
         if batch_size is not None or pause_ms is not None:
-            raise ThrottleInvalidError("throttle: --clear goes back to the file's pace; give it alone, without --batch-size or --pause-ms")
+            raise ThrottleInvalidError("throttle: clearing goes back to the file's pace; ask for it alone, without a batch size or a pause")
         return None
     if batch_size is None and pause_ms is None:
-        raise ThrottleInvalidError("throttle: give --batch-size, --pause-ms or both (or --clear to go back to the file's pace)")
+        raise ThrottleInvalidError("throttle: give a batch size, a pause in milliseconds or both (or clear the pace to go back to the file's)")
     pace: dict[str, int] = {}
     for key, value, (low, high) in (("batch_size", batch_size, BATCH_SIZE_LIMITS), ("pause_ms", pause_ms, PAUSE_MS_LIMITS)):
         if value is None:
