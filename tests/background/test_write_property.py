@@ -203,3 +203,139 @@ async def test_the_guarded_updates_go_out_as_update_one_would_send_them(mongo_ur
     finally:
         await client.drop_database("t_write_ops")
         await client.close()
+
+
+# -- The batch's diff against the diff before it (issue 27, fifth pass) -----------------------------
+#
+# ``differ`` binds a batch's settings once and runs one loop per document; the reference below is
+# ``stamped_diff`` as it was before (one comprehension, then the per-field checks, a set of the
+# system fields per call), kept verbatim: for any stored document, any transform and any settings,
+# the two give the very same update, byte for byte (operators, fields and their order, BSON types),
+# or the same shape error.
+
+
+def _reference_stamped_diff(old: dict[str, Any], new: Any, *, version_field: str, revision_field: str | None, to_version: int) -> dict[str, Any]:
+    from mongoshift.background.write.document import _GOOD_KEYS, _MISSING, _PLAIN, ShapeError, _check_keys, _check_top_key, same
+
+    if not isinstance(new, dict):
+        raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
+    old_id = old["_id"]
+    new_id = new.get("_id", old_id)
+    if new_id is not old_id and not same(new_id, old_id):
+        raise ShapeError("the transform changed _id")
+    system = {"_id", version_field, revision_field}
+    get = old.get
+    set_: dict[str, Any] = {}
+    for key, value in [(key, value) for key, value in new.items() if value is not get(key, _MISSING)]:
+        if key in system:
+            continue
+        before = get(key, _MISSING)
+        kind = type(value)
+        if kind is type(before):
+            if kind in _PLAIN:
+                if before == value:
+                    continue
+            elif same(before, value):
+                continue
+        if key not in _GOOD_KEYS:
+            _check_top_key(key)
+        if kind is dict or kind is list or isinstance(value, (dict, list)):
+            _check_keys(value, key)
+        set_[key] = value
+    unset = {key: "" for key in old if key not in new and key not in system}
+    if to_version == 0:
+        unset[version_field] = ""
+    else:
+        set_[version_field] = to_version
+    increment: str | None = None
+    if revision_field is not None:
+        if get(revision_field) is None:
+            set_[revision_field] = 1
+        else:
+            increment = revision_field
+    update: dict[str, Any] = {}
+    if set_:
+        update["$set"] = set_
+    if unset:
+        update["$unset"] = unset
+    if increment is not None:
+        update["$inc"] = {increment: 1}
+    return update
+
+
+SYSTEM_KEYS = ["_id", "__v", "__rev"]
+#: What a transform may do besides :data:`operations`: touch the system fields, return no document,
+#: set a field name that cannot be stored (top level or nested), change ``_id`` (or set it to an equal value).
+diff_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from(KEYS + SYSTEM_KEYS), values),
+        st.tuples(st.just("unset"), st.sampled_from(KEYS + SYSTEM_KEYS)),
+        st.tuples(st.just("retype"), st.sampled_from(KEYS + SYSTEM_KEYS)),
+        st.tuples(st.just("poke"), st.sampled_from(KEYS), scalars),
+        st.tuples(st.just("alias"), st.sampled_from(KEYS + SYSTEM_KEYS), st.sampled_from(KEYS + SYSTEM_KEYS)),
+        st.tuples(st.just("rebuild")),
+        st.tuples(st.just("copy"), st.sampled_from(KEYS)),  # an equal value, not the same object
+        st.tuples(st.just("bad key"), st.sampled_from(["$x", "a.b", 7, "ok\x00"]), st.booleans()),
+        st.tuples(st.just("not a document")),
+    ),
+    max_size=5,
+)
+#: How the stored document carries its version and revision (missing, null, a number).
+system_values = st.sampled_from([None, "missing", 0, 1, Int64(1), 1.0])
+
+
+def diff_transform(doc: dict[str, Any], ops: list[tuple[Any, ...]]) -> Any:
+    for op in ops:
+        if op[0] == "copy" and op[1] in doc:
+            doc[op[1]] = decode(encode({"v": doc[op[1]]}))["v"]  # equal, a new object
+        elif op[0] == "bad key":
+            if op[2]:
+                doc[op[1]] = 1
+            else:
+                doc.setdefault("a", {})
+                if isinstance(doc["a"], dict):
+                    doc["a"][op[1]] = 1
+        elif op[0] == "not a document":
+            return [doc]
+        elif op[0] in ("set", "unset", "retype", "poke", "alias", "rebuild"):
+            doc = transform(doc, [op])
+    return doc
+
+
+def _outcome(fn: Any, old: dict[str, Any], new: Any) -> tuple[str, Any]:
+    from mongoshift.background.write.document import ShapeError
+
+    try:
+        return "update", encode(fn(old, new))
+    except ShapeError as exc:
+        return "shape", str(exc)
+
+
+@settings(max_examples=300)
+@given(
+    batch=st.lists(st.tuples(stored_docs, system_values, system_values, diff_operations), min_size=1, max_size=6),
+    revision_field=st.sampled_from(["__rev", None]),
+    to_version=st.sampled_from([0, 2]),
+)
+@example(batch=[({"a": 1, "b": [1]}, 1, 1, [("copy", "b"), ("set", "c", 1)])], revision_field="__rev", to_version=2)
+@example(batch=[({"a": 0.0}, None, "missing", [("set", "__v", 3), ("unset", "__rev"), ("set", "a", -0.0)])], revision_field="__rev", to_version=0)
+@example(batch=[({"a": {"x": 1}}, 1, 1, [("bad key", "$x", False), ("set", "_id", 9)])], revision_field=None, to_version=2)
+def test_the_batch_diff_is_the_diff_before_it(
+    batch: list[tuple[dict[str, Any], Any, Any, list[tuple[Any, ...]]]], revision_field: str | None, to_version: int
+) -> None:
+    """``differ`` (bound once for the batch, as ``_updates`` uses it) and ``stamped_diff`` give, for every
+    document, byte for byte the update (or the shape error) of the diff before this pass."""
+    from mongoshift.background.write.document import differ
+
+    diff = differ("__v", revision_field, to_version)
+    for index, (stored, version, revision, ops) in enumerate(batch):
+        old: dict[str, Any] = {"_id": index, **stored}
+        for field_, value in (("__v", version), ("__rev", revision)):
+            if value != "missing":
+                old[field_] = value
+        read = decode(encode(old))  # as a lane reads it: decoded from BSON
+        top = dict(read)  # the original the diff compares with; the transform gets ``read``
+        new = diff_transform(read, ops)
+        expected = _outcome(lambda o, n: _reference_stamped_diff(o, n, version_field="__v", revision_field=revision_field, to_version=to_version), top, new)
+        assert _outcome(diff, top, new) == expected
+        assert _outcome(lambda o, n: stamped_diff(o, n, version_field="__v", revision_field=revision_field, to_version=to_version), top, new) == expected

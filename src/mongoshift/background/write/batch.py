@@ -40,6 +40,7 @@ import asyncio
 import copy as copy_module
 import importlib
 import inspect
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +62,7 @@ from ...project.server_errors import (
 from ...project.user_code import call, guard_exit, is_async
 from ..plan.bson_order import same_value
 from ..plan.planner import key_values
-from .document import IMMUTABLE, ShapeError, bson_problems, guard, keyed, stamped_diff, version_match
+from .document import IMMUTABLE, ShapeError, bson_problems, differ, guard, keyed, version_match
 from .job import Job, TransformContext
 from .pipeline_guard import guarded, key_changed_message, refused_by_guard
 
@@ -115,15 +116,17 @@ class Lent:
     The transform gets the one decoded copy of each document (``copies``: one C decode for the
     whole batch). A shallow copy of each one's top level (``tops``) keeps the values it was read
     with: an immutable value (:data:`IMMUTABLE`) cannot change, and the mutable ones (arrays,
-    subdocuments, ...) of the whole batch are encoded together before the transforms
-    (``encoded``) and again after them (:meth:`originals`). If the bytes match, ``tops`` are the
-    documents as read; if not, each document is checked on its own and the ones a transform
-    altered in place are decoded again from ``raws``. So a transform that leaves nested values
-    alone costs no second decode and no per-document encode, and one that edits them in place
-    cannot alter the originals the diff compares with.
+    subdocuments, ...) of the whole batch, in one flat list (``nested``: no container per
+    document), are encoded together before the transforms (``encoded``) and again after them
+    (:meth:`originals`). If the bytes match, ``tops`` are the documents as read; if not, each
+    document's nested values are checked on their own, by their bytes before and after, and the
+    documents a transform altered in place are decoded again from ``raws``. So a transform that
+    leaves nested values alone costs no second decode and no per-document encode, and one that
+    edits them in place cannot alter the originals the diff compares with.
 
     ``tops`` may be read before the transforms (the lane records the batch's ids and revisions
-    from them); after, only through :meth:`originals`.
+    from them); after, only through :meth:`originals`. They are never lent, so each one's nested
+    values (its values of a mutable type, in order) are the ones ``nested`` holds for it.
 
     Without ``raws`` (:func:`lend_decoded`: documents the driver decoded for this batch alone), an
     altered document's original is its top with the nested values decoded again from the bytes
@@ -132,18 +135,18 @@ class Lent:
     those values not encode at all, deep copies made before the transforms are the originals.
     """
 
-    __slots__ = ("copies", "encoded", "kept", "mutables", "raws", "tops")
+    __slots__ = ("copies", "encoded", "kept", "nested", "raws", "tops")
 
     def __init__(self, raws: list[bytes | memoryview] | None, copies: list[dict[str, Any]], codec: CodecOptions[Any]) -> None:
         self.raws = raws
         self.copies = copies
         self.tops = [dict(copy) for copy in copies]
         immutable = IMMUTABLE
-        self.mutables = [{key: value for key, value in copy.items() if type(value) not in immutable} for copy in copies]
+        self.nested = [value for copy in copies for value in copy.values() if type(value) not in immutable]
         self.encoded: bytes | None
         self.kept: list[dict[str, Any]] | None = None
         try:
-            self.encoded = encode({"m": self.mutables}, codec_options=codec)
+            self.encoded = encode({"m": self.nested}, codec_options=codec)
         except Exception:  # a value only the codec can decode: each original is decoded again instead
             self.encoded = None
             if raws is None:  # nothing to decode again: the originals are copies made now, before the transforms
@@ -158,10 +161,11 @@ class Lent:
         part.raws = None if self.raws is None else [self.raws[i] for i in indices]
         part.copies = [self.copies[i] for i in indices]
         part.tops = [self.tops[i] for i in indices]
-        part.mutables = [self.mutables[i] for i in indices]
+        immutable = IMMUTABLE
+        part.nested = [value for i in indices for value in self.tops[i].values() if type(value) not in immutable]
         part.kept = None if self.kept is None else [self.kept[i] for i in indices]
         try:
-            part.encoded = None if part.kept is not None else encode({"m": part.mutables}, codec_options=codec)
+            part.encoded = None if part.kept is not None else encode({"m": part.nested}, codec_options=codec)
         except Exception:
             part.encoded = None
         return part
@@ -170,33 +174,90 @@ class Lent:
         """The documents as read (call after the batch's transforms)."""
         if self.encoded is not None:
             try:
-                if encode({"m": self.mutables}, codec_options=codec) == self.encoded:
+                if encode({"m": self.nested}, codec_options=codec) == self.encoded:
                     return self.tops
             except Exception:  # the transform put something unencodable inside a value read
                 pass
-            # Some transform altered a value read in place: find which documents, one by one.
-            before = decode(self.encoded, CodecOptions(document_class=RawBSONDocument))["m"]
-            return [self._original(i, before[i].raw, codec) for i in range(len(self.tops))]
+            return self._each(self.encoded, codec)
         if self.raws is None:
             assert self.kept is not None
             return self.kept
         return [decode(raw, codec) for raw in self.raws]
 
-    def _original(self, index: int, before: bytes, codec: CodecOptions[Any]) -> dict[str, Any]:
-        mutables = self.mutables[index]
-        if not mutables:
-            return self.tops[index]
-        try:
-            if encode(mutables, codec_options=codec) == before:
-                return self.tops[index]
-        except Exception:
-            pass
-        if self.raws is None:  # the top as read, its nested values as encoded before the transforms
-            rebuilt = dict(self.tops[index])
-            rebuilt.update(decode(before, codec))
-            return rebuilt
-        original: dict[str, Any] = decode(self.raws[index], codec)
-        return original
+    def _each(self, encoded: bytes, codec: CodecOptions[Any]) -> list[dict[str, Any]]:
+        """Some transform altered a value read in place: find which documents, one by one, each by its
+        own nested values' bytes before the transforms (its run of ``encoded``'s elements) and now."""
+        before = array_elements(encoded)
+        immutable = IMMUTABLE
+        originals: list[dict[str, Any]] = []
+        end = 0
+        for index, top in enumerate(self.tops):
+            keys = [key for key, value in top.items() if type(value) not in immutable]
+            start, end = end, end + len(keys)
+            if not keys:
+                originals.append(top)
+                continue
+            try:
+                unchanged = array_elements(encode({"m": [top[key] for key in keys]}, codec_options=codec)) == before[start:end]
+            except Exception:  # the transform put something unencodable inside one of them
+                unchanged = False
+            if unchanged:
+                originals.append(top)
+            elif self.raws is None:  # the top as read, its nested values as encoded before the transforms
+                rebuilt = dict(top)
+                rebuilt.update(zip(keys, (element_value(element, codec) for element in before[start:end]), strict=True))
+                originals.append(rebuilt)
+            else:
+                originals.append(decode(self.raws[index], codec))
+        return originals
+
+
+#: Lengths of the BSON values of a fixed size, by type byte (the others carry their length).
+_FIXED_SIZES = {0x01: 8, 0x06: 0, 0x07: 12, 0x08: 1, 0x09: 8, 0x0A: 0, 0x10: 4, 0x11: 8, 0x12: 8, 0x13: 16, 0x7F: 0, 0xFF: 0}
+_INT32 = struct.Struct("<i").unpack_from
+_INT32_PACK = struct.Struct("<i").pack
+
+#: One element of an array, without its key (its position): its type byte and its value's bytes.
+Element = tuple[int, bytes]
+
+
+def array_elements(encoded: bytes) -> list[Element]:
+    """The elements of the one array of ``encoded`` (``{"m": [...]}`` as encoded), in order, each as
+    its type byte and value bytes: two equal elements are the same BSON value."""
+    if encoded[4:7] != b"\x04m\x00":
+        raise ValueError("not a document holding one array 'm'")
+    elements: list[Element] = []
+    at = 11  # past the document's length, the array's type byte, its key "m" and its length
+    end = len(encoded) - 2  # the array's closing NUL, then the document's
+    while at < end:
+        kind = encoded[at]
+        start = encoded.index(b"\x00", at + 1) + 1  # past the key (the position, as a string)
+        size = _FIXED_SIZES.get(kind)
+        if size is None:
+            if kind in (0x03, 0x04, 0x0F):  # document, array, code with scope: their length includes itself
+                size = _INT32(encoded, start)[0]
+            elif kind in (0x02, 0x0D, 0x0E):  # string, code, symbol: a length, then the bytes
+                size = 4 + _INT32(encoded, start)[0]
+            elif kind == 0x05:  # binary: a length, the subtype, the bytes
+                size = 5 + _INT32(encoded, start)[0]
+            elif kind == 0x0B:  # regular expression: two C strings
+                size = encoded.index(b"\x00", encoded.index(b"\x00", start) + 1) + 1 - start
+            elif kind == 0x0C:  # DBPointer: a string, then an ObjectId
+                size = 16 + _INT32(encoded, start)[0]
+            else:
+                raise ValueError(f"BSON type {kind:#04x}")
+        at = start + size
+        elements.append((kind, encoded[start:at]))
+    if at != end:
+        raise ValueError("the array's elements do not end where it does")
+    return elements
+
+
+def element_value(element: Element, codec: CodecOptions[Any]) -> Any:
+    """The value of one of :func:`array_elements`, decoded."""
+    kind, value = element
+    body = bytes((kind,)) + b"v\x00" + value
+    return decode(_INT32_PACK(len(body) + 5) + body + b"\x00", codec)["v"]
 
 
 def lend(docs: Sequence[Mapping[str, Any]] | Lent, codec: CodecOptions[Any]) -> Lent:
@@ -306,13 +367,14 @@ def _updates(
     updates: list[dict[str, Any]] = []
     failures: list[tuple[int, DocumentError]] = []
     at: list[int] = []
-    version_field, revision_field, target, shard_key = spec.version_field, job.revision_field, job.target, job.shard_key
+    shard_key = job.shard_key
+    diff = differ(spec.version_field, job.revision_field, job.target)  # the batch's settings, bound once
     for index, (doc, (new, error)) in enumerate(zip(originals, transformed, strict=True)):
         if error is not None:
             failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
             continue
         try:
-            update = stamped_diff(doc, new, version_field=version_field, revision_field=revision_field, to_version=target)
+            update = diff(doc, new)
         except ShapeError as exc:
             failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
             continue

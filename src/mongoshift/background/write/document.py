@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bson import Decimal128, Int64, ObjectId, encode
@@ -196,59 +196,79 @@ def stamped_diff(
 ) -> dict[str, Any]:
     """The update that turns ``old`` (the document as read) into ``new`` at ``to_version`` with the revision bumped.
 
-    Called once per document: an untouched value costs one lookup and an identity or ``==``
-    check, and a field name is checked the first time it is set (:data:`_GOOD_KEYS`)."""
-    if not isinstance(new, dict):
-        raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
-    old_id = old["_id"]
-    new_id = new.get("_id", old_id)
-    if new_id is not old_id and not same(new_id, old_id):
-        raise ShapeError("the transform changed _id")
-    system = {"_id", version_field, revision_field}
-    get = old.get
-    set_: dict[str, Any] = {}
-    # The very object ``old`` holds is unchanged (``old`` is the document as read): most fields of a
-    # transformed copy are, so one comprehension leaves them out before the per-field checks.
-    for key, value in [(key, value) for key, value in new.items() if value is not get(key, _MISSING)]:
-        if key in system:
-            continue
-        before = get(key, _MISSING)
-        kind = type(value)
-        if kind is type(before):
-            if kind in _PLAIN:
-                if before == value:
-                    continue  # the common case, without a call: an untouched string, number, date or id
-            elif same(before, value):
+    One document's :func:`differ` (a batch binds its settings once, then calls it per document)."""
+    return differ(version_field, revision_field, to_version)(old, new)
+
+
+#: A batch's diff: ``(old, new)`` to the update, or :class:`ShapeError` (see :func:`stamped_diff`).
+Differ = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def differ(version_field: str, revision_field: str | None, to_version: int) -> Differ:
+    """:func:`stamped_diff` for every document of a batch, its settings (and the system fields) bound once.
+
+    Called once per document: an untouched value costs one lookup and an identity check, a
+    replaced one a type and ``==`` (or :func:`same`) check, and a field name is checked the first
+    time it is set (:data:`_GOOD_KEYS`). Everything per batch (the system fields' set, the target
+    version) is made here, not per document."""
+    system = frozenset({"_id", version_field, revision_field})
+    plain = _PLAIN
+    good_keys = _GOOD_KEYS
+    missing = _MISSING
+
+    def diff(old: dict[str, Any], new: Any) -> dict[str, Any]:
+        if not isinstance(new, dict):
+            raise ShapeError(f"the transform returned {type(new).__name__}, not a document")
+        old_id = old["_id"]
+        new_id = new.get("_id", old_id)
+        if new_id is not old_id and not same(new_id, old_id):
+            raise ShapeError("the transform changed _id")
+        get = old.get
+        set_: dict[str, Any] = {}
+        for key, value in new.items():
+            before = get(key, missing)
+            # The very object ``old`` holds is unchanged (``old`` is the document as read): most
+            # fields of a transformed copy are, and cost this one check.
+            if value is before or key in system:
                 continue
-        if key not in _GOOD_KEYS:
-            _check_top_key(key)
-        if kind is dict or kind is list or isinstance(value, (dict, list)):
-            _check_keys(value, key)
-        set_[key] = value
-    unset = {key: "" for key in old if key not in new and key not in system}
-    if to_version == 0:
-        unset[version_field] = ""
-    else:
-        set_[version_field] = to_version
-    increment: str | None = None  # the revision field to ``$inc``
-    if revision_field is not None:
-        # A document never written under the contract (no revision, or null) gets revision 1 in the
-        # same ``$set`` as its other new fields: the guard proves the field absent or null, so this is
-        # what ``$inc`` would store, one operator creates every new field (mongod orders them all by
-        # name; the embedded server's cheap path takes only one creating operator), and a null, which
-        # ``$inc`` refuses, is stamped too.
-        if get(revision_field) is None:
-            set_[revision_field] = 1
+            kind = type(value)
+            if kind is type(before):
+                if kind in plain:
+                    if before == value:
+                        continue  # the common case, without a call: an untouched string, number, date or id
+                elif same(before, value):
+                    continue
+            if key not in good_keys:
+                _check_top_key(key)
+            if kind is dict or kind is list or isinstance(value, (dict, list)):
+                _check_keys(value, key)
+            set_[key] = value
+        unset = {key: "" for key in old if key not in new and key not in system}
+        if to_version == 0:
+            unset[version_field] = ""
         else:
-            increment = revision_field
-    update: dict[str, Any] = {}
-    if set_:
-        update["$set"] = set_
-    if unset:
-        update["$unset"] = unset
-    if increment is not None:
-        update["$inc"] = {increment: 1}
-    return update
+            set_[version_field] = to_version
+        increment: str | None = None  # the revision field to ``$inc``
+        if revision_field is not None:
+            # A document never written under the contract (no revision, or null) gets revision 1 in the
+            # same ``$set`` as its other new fields: the guard proves the field absent or null, so this is
+            # what ``$inc`` would store, one operator creates every new field (mongod orders them all by
+            # name; the embedded server's cheap path takes only one creating operator), and a null, which
+            # ``$inc`` refuses, is stamped too.
+            if get(revision_field) is None:
+                set_[revision_field] = 1
+            else:
+                increment = revision_field
+        update: dict[str, Any] = {}
+        if set_:
+            update["$set"] = set_
+        if unset:
+            update["$unset"] = unset
+        if increment is not None:
+            update["$inc"] = {increment: 1}
+        return update
+
+    return diff
 
 
 def _check_top_key(key: Any) -> None:
