@@ -61,6 +61,17 @@ def fast(project: Project) -> None:
     project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
 
 
+def created_from(project: Project, cli, before: str, after: str, name: str) -> str:  # type: ignore[no-untyped-def]
+    """The one file ``create NAME --from-models`` writes when the models go from ``before`` (generated) to ``after``."""
+    write_models(project, before)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, after)
+    result = cli(project, "--json", "create", name, "--from-models")
+    assert result.returncode == 0, result.stderr
+    (path,) = json.loads(result.stdout)["files"]
+    return str(path)
+
+
 async def test_add_rename_and_type_change_run_to_completion_and_roll_back(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
     fast(project)
     await seed(db)
@@ -103,12 +114,7 @@ async def test_add_rename_and_type_change_run_to_completion_and_roll_back(projec
 async def test_a_removed_field_is_a_one_way_migration(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
     fast(project)
     await seed(db, 10)
-    write_models(project, BEFORE)
-    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
-    write_models(project, BEFORE.replace("    legacy: Optional[str] = None\n", ""))
-    result = cli(project, "--json", "create", "drop_legacy", "--from-models")
-    assert result.returncode == 0, result.stderr
-    (path,) = json.loads(result.stdout)["files"]
+    path = created_from(project, cli, BEFORE, BEFORE.replace("    legacy: Optional[str] = None\n", ""), "drop_legacy")
     source = text(path)
     assert "revert=" not in source and "# one-way: 'legacy' was removed: its values are gone" in source
     s = project.settings()
@@ -239,12 +245,8 @@ async def test_int64_and_every_number_type_go_through_the_generated_converter(pr
         {"_id": i, "level": Int64(i) if i % 2 else i, "score": SCORES[i % 4][0]} for i in range(8)
     ])
     assert await db.players.count_documents({"level": {"$type": "long"}}) == 4
-    write_models(project, NUMBERS_BEFORE)
-    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
-    write_models(project, NUMBERS_BEFORE.replace("    level: int\n    score: float\n", "    level: str\n    score: str\n"))
-    result = cli(project, "--json", "create", "as_text", "--from-models")
-    assert result.returncode == 0, result.stderr
-    (path,) = json.loads(result.stdout)["files"]
+    as_text = NUMBERS_BEFORE.replace("    level: int\n    score: float\n", "    level: str\n    score: str\n")
+    path = created_from(project, cli, NUMBERS_BEFORE, as_text, "as_text")
     s = project.settings()
     await command.up(s)
     (done,) = await bg.run(s, [path.rsplit("/", 1)[-1]])
@@ -259,12 +261,7 @@ async def test_a_failed_conversion_never_shows_the_document_value(project: Proje
     caplog.set_level(logging.DEBUG, logger="mongoshift")
     await seed(db, 5)
     await db.members.update_one({"_id": 2}, {"$set": {"age": "gold"}})
-    write_models(project, BEFORE)
-    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
-    write_models(project, BEFORE.replace("    age: str\n", "    age: int\n"))
-    result = cli(project, "--json", "create", "ages", "--from-models")
-    assert result.returncode == 0, result.stderr
-    (path,) = json.loads(result.stdout)["files"]
+    path = created_from(project, cli, BEFORE, BEFORE.replace("    age: str\n", "    age: int\n"), "ages")
     name = path.rsplit("/", 1)[-1]
     s = project.settings()
     await command.up(s)

@@ -212,13 +212,23 @@ CUT_SHORT = """
 """
 
 
+# The same body raising to stop early, as common as returning: the run was stopped (11), not failed (7).
+RAISES_ON_STOP = CUT_SHORT.replace("        return\n", '        raise RuntimeError("stopping early")\n')
+ENDINGS = {
+    "returns": (CUT_SHORT, "saw that and returned; it is not recorded as applied"),
+    "raises": (RAISES_ON_STOP, "and it raised RuntimeError: stopping early; it is recorded failed"),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
 @pytest.mark.parametrize("transaction", [False, True], ids=["plain", "transaction"])
 @pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_a_body_that_returns_after_a_stop_is_not_recorded_applied(project, db, kind: str, transaction: bool) -> None:  # type: ignore[no-untyped-def]
+async def test_a_body_that_stops_early_after_a_stop_is_not_recorded_applied(project, db, kind: str, transaction: bool, ending: str) -> None:  # type: ignore[no-untyped-def]
     aw, kw = ("await ", "async ") if kind == "async" else ("", "")
-    project.add("0001_cut.py", CUT_SHORT.format(txn=f"use_transaction = {transaction}", kw=kw, aw=aw))
+    body, said = ENDINGS[ending]
+    project.add("0001_cut.py", body.format(txn=f"use_transaction = {transaction}", kw=kw, aw=aw))
     project.add("0002_never.py", ASYNC_INSERT.format(tag="never"))
-    with pytest.raises(RunAbortedError, match="not recorded as applied") as info:
+    with pytest.raises(RunAbortedError, match=said) as info:
         await command.up(project.settings(), cancel=CancelSignal())
     assert info.value.exit_code == 11
     [result] = info.value.details["results"]
@@ -230,32 +240,6 @@ async def test_a_body_that_returns_after_a_stop_is_not_recorded_applied(project,
     report = await command.up(project.settings(), cancel=CancelSignal())  # the next run runs it again
     assert [(r.name, r.status) for r in report.results] == [("0001_cut.py", "applied"), ("0002_never.py", "applied")]
     assert (await changelog(db))["0001_cut.py"]["status"] == "applied"
-
-
-RAISES_ON_STOP = """
-{txn}
-{kw}def up(ctx):
-    {aw}ctx.db.items.insert_one({{"tag": "half"}}, session=ctx.session)
-    ctx.cancelled.set("interrupted by SIGINT")
-    if ctx.cancelled.is_set():
-        raise RuntimeError("stopping early")
-"""
-
-
-@pytest.mark.parametrize("transaction", [False, True], ids=["plain", "transaction"])
-@pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_a_body_that_raises_after_a_stop_ends_the_run_as_stopped(project, db, kind: str, transaction: bool) -> None:  # type: ignore[no-untyped-def]
-    """Raising on ``ctx.cancelled`` is as common as returning: the run was stopped (11), not failed (7)."""
-    aw, kw = ("await ", "async ") if kind == "async" else ("", "")
-    project.add("0001_cut.py", RAISES_ON_STOP.format(txn=f"use_transaction = {transaction}", kw=kw, aw=aw))
-    project.add("0002_never.py", ASYNC_INSERT.format(tag="never"))
-    with pytest.raises(RunAbortedError, match="and it raised RuntimeError: stopping early; it is recorded failed") as info:
-        await command.up(project.settings(), cancel=CancelSignal())
-    assert info.value.exit_code == 11
-    [result] = info.value.details["results"]
-    assert (result["name"], result["status"], result["reason"]) == ("0001_cut.py", "failed", "cancelled")
-    assert (await changelog(db))["0001_cut.py"]["status"] == "failed" and "0002_never.py" not in await changelog(db)
-    assert await tags(db) == ([] if transaction else ["half"])
 
 
 async def test_dry_run_writes_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
