@@ -213,9 +213,9 @@ def can_ask() -> bool:
 def named_file(s: Settings, name: str) -> None:
     """Refuse a NAME that is no migration file (exit 8, 19) before asking about it: a prompt, or exit 42
     without a terminal, about a typo helps nobody. Reads the folder's listing only."""
-    from ..project.loader import discover, find  # start-up time: only the commands that ask about a file
+    from ..project.loader import discover, find, resolve_name  # start-up time: only the commands that ask about a file
 
-    find(discover(s.migrations_dir), name)
+    find(discover(s.migrations_dir), resolve_name(name, s.migrations_dir))
 
 
 def confirm(question: str, yes: bool) -> None:
