@@ -13,6 +13,7 @@ import pytest
 from pymongo.asynchronous.database import AsyncDatabase
 
 from mongoshift.api import background as bg, migrations as command
+from mongoshift.background.lanes import modes
 from mongoshift.background.lanes.lane import Lane
 
 from ..conftest import Project
@@ -74,9 +75,43 @@ async def test_a_lane_killed_between_a_write_and_its_checkpoint_loses_no_count(
     (report,) = await bg.run(fast_project.settings(), [NAME])
     assert report.status == "completed"
     assert await db.people.count_documents({"__v": 2}) == 1005
-    assert report.totals["migrated"] == 1000
+    assert report.totals["migrated"] == 1000 and report.totals["scanned"] == 1000
     (status,) = await bg.status(fast_project.settings(), NAME)
     assert status.totals["migrated"] == 1000 and status.remaining == 0
+
+
+async def test_a_batch_its_lane_died_before_writing_is_scanned_once(
+    fast_project: Project, db: AsyncDatabase[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane recorded its third batch as in flight, then died before writing it: the next lane
+    reads that batch again, so the settling of the dead lane's batch must not count it as scanned
+    too (it did: ``scanned`` ended a batch above the documents, and the progress line ran ahead)."""
+    await seed(db.people, 1000)
+    fast_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        spec = engine.spec(NAME)
+        state = (await engine.coordinator.step(NAME, spec)).state
+        write = modes.apply_batch
+        calls = 0
+
+        async def dies(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                raise Killed()
+            return await write(*args, **kwargs)
+
+        monkeypatch.setattr(modes, "apply_batch", dies)
+        with pytest.raises(Killed):
+            await Lane(engine.context, "killed").run_slice(state, spec)
+    monkeypatch.undo()
+    assert await db.people.count_documents({"__v": 2}) == 200  # two batches written, the third only recorded
+    (report,) = await bg.run(fast_project.settings(), [NAME])
+    assert report.status == "completed"
+    totals = report.totals
+    assert totals["migrated"] == 1000 and totals["scanned"] == 1000
+    assert totals["scanned"] == totals["migrated"] + totals["skipped"] + totals["failed"] + totals["conflicts"]
 
 
 @pytest.mark.parametrize("first", ["the fenced lane", "the new holder"])

@@ -332,7 +332,12 @@ def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]]) -> dict[s
 async def settle_left_batch(work: PartitionWork) -> None:
     """Count the batch a lane left in flight on the partition just claimed (it died, or failed,
     between a write and its bookkeeping): each of its documents now at the target version whose
-    revision moved on from the one read was rewritten by it. Once, before this lane reads anything."""
+    revision moved on from the one read was rewritten by it. Once, before this lane reads anything.
+
+    Only what this lane will not read again is counted: a document of the batch that still matches
+    (the lane died before writing it) is read again from the cursor before the batch, and counted
+    then, so ``scanned`` stays ``migrated + skipped + conflicts + failed``. The rest of the batch,
+    rewritten by someone else or deleted since, is ``skipped``, as a batch's guarded write counts it."""
     left = work.partition.inflight
     if not left or left.get("token") == work.lease.token:
         return
@@ -349,7 +354,9 @@ async def settle_left_batch(work: PartitionWork) -> None:
             continue
         if read_as is None or revision is None or doc.get(revision) != read_as.get(id_key(doc["_id"])):
             rewritten += 1
-    counts = {"scanned": len(ids), "migrated": rewritten, "batches": 1}
+    again = await primary.count_documents({"$and": [work.match, {"_id": {"$in": ids}}]}) if len(ids) > rewritten else 0
+    settled = max(rewritten, len(ids) - again)
+    counts = {"scanned": settled, "migrated": rewritten, "skipped": settled - rewritten, "batches": 1}
     if await work.engine.store.settle_intent(work.lease, str(left.get("token")), counts):
         add_counts(work.counters, counts)
 
