@@ -95,6 +95,34 @@ def original_update_path() -> Iterator[None]:
         yield
 
 
+def _same(cached: Any, decoded: Any) -> bool:
+    """The same value of the same types at every level, fields in the same order (NaN equal to NaN)."""
+    if type(cached) is not type(decoded):
+        return False
+    if isinstance(cached, dict):
+        return list(cached) == list(decoded) and all(_same(cached[key], decoded[key]) for key in cached)
+    if isinstance(cached, list):
+        return len(cached) == len(decoded) and all(_same(a, b) for a, b in zip(cached, decoded, strict=True))
+    return bool(cached == decoded) or (cached != cached and decoded != decoded)
+
+
+def stale_decodes(server: InProcessServer) -> list[Any]:
+    """The ``_id``s of the stored documents whose kept decoded form is not what decoding their payload gives
+    (fix (bl) keeps the document it wrote as its decoded form instead of decoding it on the next read)."""
+    from mongoeco.engines.memory import _StoredDocument
+
+    engine = server.engine
+    stale = []
+    for collections in list(engine._storage.values()):
+        for coll in list(collections.values()):
+            for data in list(coll.values()):
+                if type(data) is _StoredDocument and data.decoded_wrapped is not None:
+                    decoded = engine._decode_codec_payload(data.payload, preserve_bson_wrappers=True)
+                    if not _same(data.decoded_wrapped, decoded):
+                        stale.append(decoded.get("_id"))
+    return stale
+
+
 def sync_client(server: InProcessServer) -> MongoClient[Any]:
     return MongoClient(server.uri, serverSelectionTimeoutMS=30_000, socketTimeoutMS=300_000)
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, original, stale_decodes, sync_client
 
 
 @pytest.fixture(scope="module")
@@ -258,6 +258,7 @@ def compare(server: InProcessServer, docs: list[dict[str, Any]], command: dict[s
             hint = [("lease.token", 1)]  # the index through the sub-document
             assert sorted(map(repr, (d["_id"] for d in fast.find({"lease.token": value}).hint(hint)))) == sorted(
                 map(repr, (d["_id"] for d in slow.find({"lease.token": value}).hint(hint))))
+        assert stale_decodes(server) == []  # (bl) the decoded form each write kept is its payload's
     finally:
         client.close()
 

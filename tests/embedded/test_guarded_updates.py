@@ -22,7 +22,7 @@ from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, original_update_path, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, original, original_update_path, stale_decodes, sync_client
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +140,7 @@ def test_a_guarded_update_does_what_the_original_update_does(server: InProcessSe
             for field in ("__v", "a"):  # the indexes hold the same documents under the same keys
                 for value in (1, 2, "a", None):
                     assert [d["_id"] for d in fast.find({field: value})] == [d["_id"] for d in slow.find({field: value})]
+            assert stale_decodes(server) == []  # (bl) the decoded form each write kept is its payload's
         finally:
             client.close()
 
@@ -273,6 +274,39 @@ def test_a_batch_of_guarded_updates_decodes_only_its_documents(server: InProcess
             MemoryEngine._borrow_storage_document = borrowed  # type: ignore[method-assign]
         assert result.modified_count == 200
         assert len(seen) <= 200
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("write", ["update", "findAndModify", "pipeline"])
+def test_a_document_a_fast_path_rewrote_is_read_without_being_decoded_again(
+    server: InProcessServer, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """(bl) The engine's count at the end of a pass read every document its batches had rewritten, and
+    each checkpoint the partition record the one before it had written: each was decoded whole again.
+    A document written by a fast path keeps its decoded form, so reading it decodes nothing."""
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.kept
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "tags": ["a", "b"], "body": {"x": i}} for i in range(50)])
+        assert collection.count_documents({"__v": 1}) == 50  # every document read once: their decoded forms are kept
+        change = {"$set": {"__v": 2, "tags": ["c"], "body": {"y": 1}}, "$inc": {"__rev": 1}}
+        if write == "update":
+            collection.bulk_write([UpdateOne({"_id": i, "__v": 1, "__rev": 1}, change) for i in range(50)], ordered=False)
+        elif write == "findAndModify":
+            for i in range(50):
+                client.updates.command({"findAndModify": "kept", "query": {"_id": i, "__rev": 1}, "update": change})
+        else:
+            collection.update_many({"__v": 1}, [{"$set": {"__v": 2, "tags": ["c"], "body": {"y": 1}, "__rev": {"$add": ["$__rev", 1]}}}])
+        assert stale_decodes(server) == []
+        calls = count_calls(monkeypatch, (MemoryEngine, "_decode_codec_payload"))
+        assert collection.count_documents({"__v": 1}) == 0
+        assert collection.count_documents({"__v": 2, "tags": "c", "body": {"y": 1}}) == 50
+        assert calls["_decode_codec_payload"] == 0
     finally:
         client.close()
 

@@ -22,7 +22,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongoshift.embedded.patches.pipeline_updates import stages
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, original, stale_decodes, sync_client
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +137,7 @@ def _compare(server: InProcessServer, docs: list[dict[str, Any]], data: st.DataO
         for value in (1, 2, "a", None):  # the version index holds the same documents under the same keys
             hint = [("__v", 1), ("_id", 1)]
             assert [d["_id"] for d in fast.find({"__v": value}).hint(hint)] == [d["_id"] for d in slow.find({"__v": value}).hint(hint)]
+        assert stale_decodes(server) == []  # (bl) the decoded form each write kept is its payload's
     finally:
         client.close()
 

@@ -432,22 +432,42 @@ def _stored(engine: Any, data: Any, document: dict[str, Any], changed: set[str])
     mongoeco's DocumentCodec encodes a document field by field (and checks each value while encoding
     it), so the unchanged fields' encoded values are taken over from ``data`` and only the changed
     ones are encoded; the order is ``document``'s. Another codec, or another kind of stored value: the
-    whole document is encoded, as the engine does."""
+    whole document is encoded, as the engine does.
+
+    (bl) The stored value keeps its decoded form, as an insert's does once read: what decoding its
+    payload gives (the same values of the same types, in the same order), built from the unchanged
+    fields' values in the document's decoded form before the write (which the caller borrowed), the
+    changed plain values as they are, and the other changed
+    values decoded from their encoding alone (an update's arrays and documents are mongoeco's
+    internal classes, not the plain ones a decode gives).
+    Without it the next read of the document decoded it whole again: the engine's count at the end of
+    a pass decoded every document it had rewritten, and every checkpoint decoded its partition's
+    record (its batch of 500 ids) that the previous one had written."""
     m = _M
     codec = m["codec"]
     payload = getattr(data, "payload", None)
     if engine._codec is not codec or type(data) is not m["StoredDocument"] or type(payload) is not dict:
         return engine._encode_storage_document(document)
+    before = data.decoded_wrapped  # the caller borrowed the document: its decoded form is kept
     encoded = {}
+    decoded: dict[str, Any] | None = {} if type(before) is dict else None
     for name, value in document.items():
         if name not in changed:
             encoded[name] = payload[name]
+            if decoded is not None:
+                decoded[name] = before[name]
         elif _plain_value(value):
             encoded[name] = value
+            if decoded is not None:
+                decoded[name] = value
         else:
             tree = plain_tree(value, internal=False)
             encoded[name] = codec.encode(value) if tree is _MISSING else tree
-    return m["StoredDocument"](encoded)
+            if decoded is not None:
+                decoded[name] = engine._decode_codec_payload({name: encoded[name]}, preserve_bson_wrappers=True)[name]
+    stored = m["StoredDocument"](encoded)
+    stored.decoded_wrapped = decoded
+    return stored
 
 
 #: The operation context of the last command's statements: the same collection, session and
