@@ -22,7 +22,7 @@ class Node:
 @pytest.fixture
 def collector() -> Iterator[Collector]:
     thresholds = gc.get_threshold()
-    policy = Collector(young=1_000, growth=1.5)
+    policy = Collector(young=1_000, growth=1.5, quiet_s=0.0)  # never busy: see the (bm) tests for the wait
     policy.install()
     try:
         yield policy
@@ -104,6 +104,92 @@ def test_survivors_that_replace_frozen_objects_do_not_make_a_full_collection_due
     assert grown
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def busy_collector() -> Iterator[tuple[Collector, Clock]]:
+    """A collector whose server counts as busy for 10 s after each young collection, on a clock the test moves."""
+    clock = Clock()
+    policy = Collector(young=1_000, growth=1.5, hard_growth=3.0, quiet_s=10.0, clock=clock)
+    policy.install()
+    try:
+        yield policy, clock
+    finally:
+        policy.uninstall()
+
+
+def test_a_due_full_collection_waits_while_the_server_is_busy(busy_collector: tuple[Collector, Clock]) -> None:
+    """(bm) A full collection stops every command in flight: while young collections come (the server is
+    loaded), a due one waits, and runs at the first check after a quiet spell."""
+    collector, clock = busy_collector
+    collector.collect()
+    grown = [Node() for _ in range(collector.left + 1_000)]  # the heap grows by more than half...
+    gc.collect(0)  # ...through a young collection: the server is busy now
+    assert collector.due
+    runs = collector.full_collections
+    assert not collector.collect_if_due() and collector.deferred == 1
+    assert collector.full_collections == runs and collector.due
+    assert collector.next_check(1.0) < 1.0  # checked sooner while it waits
+    clock.now += 5.0
+    assert not collector.collect_if_due() and collector.deferred == 2
+    clock.now += 10.0  # no young collection for 10 s: quiet
+    assert collector.collect_if_due() and collector.full_collections == runs + 1
+    assert not collector.due and collector.deferred == 0 and collector.next_check(1.0) == 1.0
+    assert grown
+
+
+def test_the_engines_commands_keep_a_due_full_collection_waiting(busy_collector: tuple[Collector, Clock]) -> None:
+    """(bm) The engine's thread tells the collector of each command it runs, as it starts and as it ends:
+    a server answering commands is busy even when they allocate too little for a young collection."""
+    from mongoshift.embedded.engine_thread import EngineThread
+
+    collector, clock = busy_collector
+    collector.collect()
+    grown = [Node() for _ in range(collector.left + 1_000)]
+    gc.collect(0)
+    clock.now += 20.0  # quiet since that collection
+    engine = EngineThread(on_activity=collector.active)
+    engine.start()
+    told: list[float] = []
+
+    async def command() -> None:
+        told.append(collector.last_active)  # the start was told before the command ran
+
+    try:
+        asyncio.run(engine.run(command()))
+    finally:
+        engine.stop()
+    assert told == [clock.now] and collector.last_active == clock.now
+    runs = collector.full_collections
+    assert not collector.collect_if_due() and collector.full_collections == runs
+    clock.now += 20.0
+    assert collector.collect_if_due() and collector.full_collections == runs + 1
+    assert grown
+
+
+def test_a_due_full_collection_runs_busy_or_not_once_the_heap_has_grown_past_the_hard_limit(
+    busy_collector: tuple[Collector, Clock],
+) -> None:
+    collector, clock = busy_collector
+    collector.collect()
+    heap = collector.heap
+    grown = [Node() for _ in range(heap // 2 + 1_000)]
+    gc.collect(0)
+    runs = collector.full_collections
+    assert not collector.collect_if_due()  # grown by half, busy: it waits
+    grown += [Node() for _ in range(2 * heap)]  # three times the heap now, still busy
+    gc.collect(0)
+    clock.now += 2.0  # the next count of the heap (at most one a second while it waits)
+    assert collector.collect_if_due() and collector.full_collections == runs + 1
+    assert grown
+
+
 def test_uninstalled_nothing_stays_frozen() -> None:
     policy = Collector(young=1_000)
     policy.install()
@@ -140,7 +226,7 @@ def test_the_watch_runs_a_due_collection_and_ends_with_stop(collector: Collector
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize(("young", "growth"), [(0, 1.5), (1_000, 1.0)])
-def test_bad_settings_are_refused(young: int, growth: float) -> None:
+@pytest.mark.parametrize(("young", "growth", "hard"), [(0, 1.5, 3.0), (1_000, 1.0, 3.0), (1_000, 2.0, 1.5)])
+def test_bad_settings_are_refused(young: int, growth: float, hard: float) -> None:
     with pytest.raises(ValueError):
-        Collector(young=young, growth=growth)
+        Collector(young=young, growth=growth, hard_growth=hard)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,9 @@ class EngineThread:
     loop. :meth:`drain` (on the engine loop) ends what is still running there, before shutdown.
     """
 
-    def __init__(self, name: str = "mongoshift-engine") -> None:
+    def __init__(self, name: str = "mongoshift-engine", *, on_activity: Callable[[], None] | None = None) -> None:
+        #: Told when a coroutine is handed over and when it ends (the collector's sign that the server is busy).
+        self._on_activity = on_activity
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._running: set[asyncio.Task[Any]] = set()
@@ -76,8 +78,15 @@ class EngineThread:
         if self._stopped:
             coroutine.close()
             raise EngineClosed("the embedded server's engine has stopped")
+        told = self._on_activity
+        if told is not None:
+            told()
         future = asyncio.run_coroutine_threadsafe(self._tracked(coroutine), self._loop)
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        finally:
+            if told is not None:
+                told()
 
     async def _tracked[T](self, coroutine: Coroutine[Any, Any, T]) -> T:
         task = asyncio.current_task()

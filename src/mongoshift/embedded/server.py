@@ -127,6 +127,7 @@ async def serve(
     stop: asyncio.Event,
     change_history: int = DEFAULT_CHANGE_HISTORY,
     standalone: bool = False,
+    on_activity: Callable[[], None] | None = None,
 ) -> None:
     """Serve until ``stop`` is set, then shut down (and write the snapshot if ``path``).
 
@@ -141,7 +142,8 @@ async def serve(
     ``change_history`` bounds the events change streams can resume from
     (:mod:`mongoshift.embedded.change_streams`). ``standalone`` serves a standalone
     mongod instead of the single-node replica set: no transactions, retryable writes or
-    change streams (refused with mongod's codes 20 and 40573).
+    change streams (refused with mongod's codes 20 and 40573). ``on_activity`` is called as each
+    command starts and ends on the engine (:meth:`.Collector.active`, in the server's own process).
     """
     from mongoshift.embedded import snapshot
 
@@ -155,7 +157,7 @@ async def serve(
 
     # The engine computes on a thread of its own, the connections and heartbeats stay on this loop
     # (engine_thread.py says why): everything that touches the engine is awaited through engine.run.
-    engine = EngineThread()
+    engine = EngineThread(on_activity=on_activity)
     engine.start()
     try:
         client, state = await engine.run(_open_engine(path, change_history, standalone))
@@ -261,7 +263,8 @@ def run(
         watching = asyncio.create_task(watch(collector, stop))
         try:
             await serve(
-                host, port, path, on_ready=on_ready, stop=stop, change_history=change_history, standalone=standalone
+                host, port, path, on_ready=on_ready, stop=stop, change_history=change_history, standalone=standalone,
+                on_activity=collector.active,
             )
         finally:
             stop.set()
