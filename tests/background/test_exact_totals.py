@@ -7,6 +7,8 @@ next runner reaps the lease once it expired and goes on from the partition's che
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -27,6 +29,21 @@ class Killed(BaseException):
     """The process ended: nothing in the engine catches it, no lease is released."""
 
 
+@asynccontextmanager
+async def first_pass(project: Project) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """An engine on the project, the migration's spec, and its state once the coordinator planned its pass."""
+    async with bg.open_engine(project.settings()) as engine:
+        spec = engine.spec(NAME)
+        yield engine, spec, (await engine.coordinator.step(NAME, spec)).state
+
+
+async def registered(project: Project, db: AsyncDatabase[Any]) -> None:
+    """1,000 documents and the migration (batches of 100, no throttling), registered."""
+    await seed(db.people, 1000)
+    project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    await command.up(project.settings())
+
+
 async def killed_at_checkpoint(project: Project, monkeypatch: pytest.MonkeyPatch, at: int) -> None:
     """One lane's slice, its process killed as its ``at``-th checkpoint (or, if no write had landed by
     then, the first after one) is about to be written.
@@ -35,9 +52,7 @@ async def killed_at_checkpoint(project: Project, monkeypatch: pytest.MonkeyPatch
     calls the checkpoint again, and a range the engine hands to the ``_id`` path (too slow for a
     transaction on a loaded machine) checkpoints there before its write; either can spend the
     ``at``-th call before any document is written."""
-    async with bg.open_engine(project.settings()) as engine:
-        spec = engine.spec(NAME)
-        state = (await engine.coordinator.step(NAME, spec)).state
+    async with first_pass(project) as (engine, spec, state):
         store = engine.store
         checkpoint = store.checkpoint
         people = engine.client[project.db].people
@@ -86,12 +101,8 @@ async def test_a_batch_its_lane_died_before_writing_is_scanned_once(
     """The lane recorded its third batch as in flight, then died before writing it: the next lane
     reads that batch again, so the settling of the dead lane's batch must not count it as scanned
     too (it did: ``scanned`` ended a batch above the documents, and the progress line ran ahead)."""
-    await seed(db.people, 1000)
-    fast_project.add(NAME, background_file(batch_size=100, extra=QUIET))
-    await command.up(fast_project.settings())
-    async with bg.open_engine(fast_project.settings()) as engine:
-        spec = engine.spec(NAME)
-        state = (await engine.coordinator.step(NAME, spec)).state
+    await registered(fast_project, db)
+    async with first_pass(fast_project) as (engine, spec, state):
         write = modes.apply_batch
         calls = 0
 
@@ -120,12 +131,8 @@ async def test_a_batch_written_by_a_lane_that_lost_its_lease_is_counted_once(
 ) -> None:
     """The lease of a lane that wrote a batch is taken away before that batch's bookkeeping: either
     the lane counts its batch (it clears the record first) or the partition's new holder does."""
-    await seed(db.people, 1000)
-    fast_project.add(NAME, background_file(batch_size=100, extra=QUIET))
-    await command.up(fast_project.settings())
-    async with bg.open_engine(fast_project.settings()) as engine:
-        spec = engine.spec(NAME)
-        state = (await engine.coordinator.step(NAME, spec)).state
+    await registered(fast_project, db)
+    async with first_pass(fast_project) as (engine, spec, state):
         store = engine.store
         checkpoint = store.checkpoint
         calls = 0

@@ -95,15 +95,15 @@ def original_update_path() -> Iterator[None]:
         yield
 
 
-def _same(cached: Any, decoded: Any) -> bool:
-    """The same value of the same types at every level, fields in the same order (NaN equal to NaN)."""
-    if type(cached) is not type(decoded):
+def same_tree(a: Any, b: Any) -> bool:
+    """Equal values with the same types at every node (the codec's containers included), fields in the same order."""
+    if type(a) is not type(b):
         return False
-    if isinstance(cached, dict):
-        return list(cached) == list(decoded) and all(_same(cached[key], decoded[key]) for key in cached)
-    if isinstance(cached, list):
-        return len(cached) == len(decoded) and all(_same(a, b) for a, b in zip(cached, decoded, strict=True))
-    return bool(cached == decoded) or (cached != cached and decoded != decoded)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_tree(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or (a != a and b != b)  # NaN
 
 
 def stale_decodes(server: InProcessServer) -> list[Any]:
@@ -118,7 +118,7 @@ def stale_decodes(server: InProcessServer) -> list[Any]:
             for data in list(coll.values()):
                 if type(data) is _StoredDocument and data.decoded_wrapped is not None:
                     decoded = engine._decode_codec_payload(data.payload, preserve_bson_wrappers=True)
-                    if not _same(data.decoded_wrapped, decoded):
+                    if not same_tree(data.decoded_wrapped, decoded):
                         stale.append(decoded.get("_id"))
     return stale
 

@@ -14,7 +14,7 @@ from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectI
 from hypothesis import given, settings, strategies as st
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, sync_client
+from .in_process import InProcessServer, count_calls, in_process_server, same_tree, sync_client
 
 scalars = (
     st.integers(-(2**31), 2**31 - 1) | st.builds(Int64, st.integers(-(2**63), 2**63 - 1)) | st.floats(allow_nan=True)
@@ -195,17 +195,6 @@ def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[str, 
         assert _index_view(fast) == _index_view(slow)
 
 
-def _same_tree(a: Any, b: Any) -> bool:
-    """Equal values with the same types at every node (the codec's containers included)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same_tree(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same_tree(x, y) for x, y in zip(a, b, strict=True))
-    return a == b or (a != a and b != b)  # NaN
-
-
 plain_names = st.sampled_from(["a", "b", "ids", "_x"])
 def _engine_object_id(raw: bytes) -> Any:
     """mongoeco's own ObjectId (what a stored document and an update's internal value hold)."""
@@ -240,8 +229,8 @@ def test_a_plain_tree_crosses_the_codec_as_the_codec_takes_it(server: InProcessS
         internal = updates.plain_tree(value, internal=True)
         if internal is updates._MISSING:
             return
-        assert _same_tree(internal, DocumentCodec.to_internal(value))
-        assert _same_tree(updates.plain_tree(internal, internal=False), DocumentCodec.encode(DocumentCodec.to_internal(value)))
+        assert same_tree(internal, DocumentCodec.to_internal(value))
+        assert same_tree(updates.plain_tree(internal, internal=False), DocumentCodec.encode(DocumentCodec.to_internal(value)))
 
     check()
 
@@ -354,7 +343,7 @@ def test_a_request_decodes_as_with_mongoeco_decode_op_msg(max_examples: int) -> 
         expected = _decode_outcome(fast.__wrapped__, header, payload)
         got = _decode_outcome(fast, header, payload)
         assert got[:2] == expected[:2]
-        assert _same_tree(got[2], expected[2]) and repr(got[2]) == repr(expected[2])  # repr: a Code's scope, a DBRef's parts
+        assert same_tree(got[2], expected[2]) and repr(got[2]) == repr(expected[2])  # repr: a Code's scope, a DBRef's parts
 
     check()
 
@@ -469,7 +458,7 @@ def test_a_document_materializes_as_with_mongoeco_and_shares_no_container(max_ex
             got: Any = fast(data, codec_options=codec_options)
         except Exception as error:
             got = type(error)
-        assert _same_tree(got, expected) and repr(got) == repr(expected)
+        assert same_tree(got, expected) and repr(got) == repr(expected)
         if isinstance(got, dict):
             assert not set(_containers(got)) & set(_containers(data))
 
