@@ -352,3 +352,25 @@ def test_verbose_with_json_keeps_one_document_on_stdout(project, cli) -> None:  
     assert result.returncode == 7
     assert json.loads(result.stdout)["error"]["kind"] == "execution_failed"
     assert "Traceback" in result.stderr and "tb-hunter11" not in result.stdout + result.stderr
+
+
+RAISES_ON_IMPORT = 'raise RuntimeError("cannot reach mongodb://admin:imp-hunter12@db.example.com/x with password=imp-hunter13")\n'
+
+
+def test_a_secret_in_an_import_failure_stays_out_of_verbose_and_json_logs(project, tmp_path, cli) -> None:  # type: ignore[no-untyped-def]
+    """A migration file or the hooks module that raises while it imports: its message reaches the
+    error line, the ``--json`` error and the verbose logs' ``*_end`` events, each of them masked
+    (the events carried it as raised)."""
+    project.add("0001_a.py", RAISES_ON_IMPORT)
+    seen = [cli(project, *args) for args in (["up"], ["-v", "up"], ["-v", "--log-format", "json", "up"], ["up", "--json", "-v"])]
+    assert {r.returncode for r in seen} == {20}
+    (tmp_path / "hooks_file.py").write_text(RAISES_ON_IMPORT)
+    project.write_config(hooks=str(tmp_path / "hooks_file.py"))
+    (project.root / "migrations" / "0001_a.py").write_text("def up(ctx):\n    pass\n")
+    hooked = [cli(project, *args) for args in (["up"], ["-v", "up"], ["-v", "--log-format", "json", "up"])]
+    assert {r.returncode for r in hooked} == {12}
+    text = everything(*seen, *hooked)
+    assert "imp-hunter12" not in text and "imp-hunter13" not in text
+    assert "db.example.com" in text  # what is not secret stays readable
+    events = [json.loads(line) for r in seen[2:3] + hooked[2:] for line in r.stderr.splitlines() if line.startswith("{")]
+    assert any((e.get("data") or {}).get("error") for e in events)  # the end events carry the (masked) error

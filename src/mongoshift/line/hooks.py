@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigInvalidError, HookFailedError
+from ..project.redaction import describe_error
 from ..project.user_code import run_source, source_module
 
 HOOK_NAMES = ("before_all", "after_all", "before_each", "after_each", "on_error")
@@ -57,6 +58,6 @@ def _import(spec: str) -> ModuleType:
     except ConfigInvalidError:
         raise
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a module may even call sys.exit while importing
-        raise HookFailedError(f"hooks module {spec} failed to import: {type(exc).__name__}: {exc}") from None
+        raise HookFailedError(f"hooks module {spec} failed to import: {describe_error(exc)}") from None
     finally:
         sys.modules.pop("mongoshift_hooks", None)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from pymongo.operations import IndexModel
 
 from ..errors import ModelsInvalidError
+from ..project.redaction import describe_error
 from ..schema.collections import CollectionDeclaration, IndexDeclaration
 from ..schema.validation import describe_errors
 from .jsonschema import Converter, bson_types, nullable
@@ -251,7 +252,7 @@ def _from_pydantic(
     try:
         schema = cls.model_json_schema(by_alias=True)
     except Exception as exc:  # pydantic raises its own errors for types it cannot describe
-        raise ModelsInvalidError(f"{model}: its JSON schema cannot be built: {type(exc).__name__}: {exc}") from None
+        raise ModelsInvalidError(f"{model}: its JSON schema cannot be built: {describe_error(exc)}") from None
     converter = Converter(cls.__name__, schema.get("$defs") or {})
     rules = converter.top(schema, skip=skip)
     fields: dict[str, dict[str, Any]] = {}

@@ -21,6 +21,7 @@ from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.validation import describe_errors
 from .own_collections import refuse_declared
+from .redaction import describe_error
 from .settings import Settings
 from .user_code import run_source, source_module
 
@@ -70,7 +71,7 @@ def _read_python(path: Path) -> Any:
             (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if Path(f.filename) == path), None
         )
         where = f" (line {line})" if line else ""
-        raise ConfigInvalidError(f"{path}: failed to import{where}: {type(exc).__name__}: {exc}", file=str(path)) from None
+        raise ConfigInvalidError(f"{path}: failed to import{where}: {describe_error(exc)}", file=str(path)) from None
     finally:
         sys.modules.pop(module_name, None)
     if not hasattr(module, "collection"):

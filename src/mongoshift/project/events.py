@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MongoshiftError
-from .redaction import describe_error
+from .redaction import describe_error, redact
 
 log = logging.getLogger("mongoshift.events")
 
@@ -122,7 +122,7 @@ def end_fields(started: float, failure: BaseException | None, *, outcome: str = 
     if failure is not None:
         data["outcome"] = "failed"
         if isinstance(failure, MongoshiftError):
-            data["error_kind"], data["error"] = failure.kind, failure.message
+            data["error_kind"], data["error"] = failure.kind, redact(failure.message)
         else:
             data["error_kind"], data["error"] = "unexpected", describe_error(failure)
     return data

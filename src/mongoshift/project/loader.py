@@ -32,6 +32,7 @@ from ..errors import (
     IOFailedError,
 )
 from ..schema.validation import list_errors
+from .redaction import describe_error
 from .squashes import ARCHIVE, MANIFEST, Manifest, archive_of, read_manifest, verify_archive
 from .user_code import run_source, source_module
 
@@ -307,7 +308,7 @@ def load(item: MigrationFile) -> MigrationFile:
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
         where = _where(exc, item.path)
         raise InvalidExportError(
-            f"{item.name}: failed to import{where}: {type(exc).__name__}: {exc}", file=item.name
+            f"{item.name}: failed to import{where}: {describe_error(exc)}", file=item.name
         ) from None
     finally:
         sys.modules.pop(module_name, None)
