@@ -345,6 +345,26 @@ async def test_a_body_that_never_looks_at_the_stop_runs_to_its_end_and_is_record
     assert any("0001_whole.py ran to its end after the stop was asked" in line for line in said)
 
 
+@pytest.mark.parametrize("command_name", ["up", "redo"])
+async def test_a_stop_during_the_last_migration_still_ends_the_run_as_stopped(project, db, command_name: str) -> None:  # type: ignore[no-untyped-def]
+    """The last (here the only) migration never looks at the stop and runs to its end: it is
+    recorded, and the run still exits 11, so that a deploy script sees the Ctrl-C (it exited 0)."""
+    body = NEVER_LOOKS.format(txn="", kw="", aw="") + "def down(ctx):\n    pass\n"
+    if command_name == "redo":  # the first up runs without a stop, the redo's up is stopped
+        body = body.replace('    ctx.cancelled.set', '    if ctx.db.items.count_documents({}) > 2:\n        ctx.cancelled.set')
+    project.add("0001_whole.py", body)
+    if command_name == "redo":
+        await command.up(project.settings())
+        run = command.redo(project.settings(), "0001_whole.py", cancel=CancelSignal())
+    else:
+        run = command.up(project.settings(), cancel=CancelSignal())
+    with pytest.raises(RunAbortedError, match="during its last migration, which ran to its end") as info:
+        await run
+    assert info.value.exit_code == 11
+    assert [r["status"] for r in info.value.details["results"]][-1] == "applied"
+    assert (await changelog(db))["0001_whole.py"]["status"] == "applied"
+
+
 async def test_if_ctx_cancelled_is_a_look_at_the_stop(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_cut.py", LOOKS_BY_TRUTH)
     with pytest.raises(RunAbortedError, match="saw that and returned"):

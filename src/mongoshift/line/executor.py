@@ -182,6 +182,7 @@ class Executor:
                 result = await self._run_step(step, step_batch, results, info)
                 results.append(result)
                 await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
+            self._check_stopped_at_the_end(results)
             success = True
             return results
         except MongoshiftError as exc:
@@ -353,6 +354,17 @@ class Executor:
         self.session.check_stop(
             lambda reason: f"run stopped ({reason}); {len(results)} migration(s) completed, the rest were not started"
         )
+
+    def _check_stopped_at_the_end(self, results: list[MigrationResult]) -> None:
+        """A stop asked while the last step ran (one that never looked ran to its end and was
+        recorded) still ends the run as stopped (exit 11): a deploy script must see the Ctrl-C."""
+        if self.runtime.cancel.is_set():
+            done = sum(r.status in ("applied", "reverted") for r in results)
+            raise RunAbortedError(
+                f"run stopped ({self.runtime.cancel.reason or 'cancelled'}) during its last migration, which ran to its end; "
+                f"{done} migration(s) completed, none was left to start",
+                reason="cancelled",
+            )
 
     def _lock_lost(self, step: Step) -> LockLostError | None:
         """The error of a step that ran while the lock was lost (policy ``abort``), else None."""
