@@ -167,6 +167,25 @@ def test_status_across_tenants_counts_each_migration_and_check_fails_when_one_is
     assert plain.returncode == 0 and "migrations across tenants" in plain.stdout
 
 
+def test_each_tenants_warnings_are_printed_and_a_reverted_file_counts_as_pending(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
+    """Across tenants, the warnings ``up --db TENANT`` prints (here: a file changed on disk after it was
+    applied) reach stderr named by tenant, not only the ``--json`` rows; and a file rolled back in a
+    tenant is pending there, as its own ``status`` counts it (it was ``other``)."""
+    two_migrations(tenant_project)
+    first, second = tenant_project.tenants[:2]
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    path = tenant_project.root / "migrations" / "0002_b.py"
+    path.write_text(path.read_text() + "# edited after it was applied\n")
+    result = cli(tenant_project, "up", "--tenant", first, "--tenant", second)
+    assert result.returncode == 0, result.stderr
+    for name in (first, second):
+        assert f"{name}: 0002_b.py changed on disk after it was applied" in result.stderr, result.stderr
+    assert cli(tenant_project, "down", "--tenant", first).returncode == 0
+    status = cli(tenant_project, "status", "--all-tenants", "--json")
+    counts = {m["migration"]: m for m in json.loads(status.stdout)["migrations"]}
+    assert counts["0002_b.py"]["pending"] == 1 and counts["0002_b.py"]["other"] == 0
+
+
 def test_a_dry_run_across_tenants_says_what_would_run_and_runs_nothing(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     first = tenant_project.tenants[0]
@@ -487,5 +506,7 @@ def test_ctrl_c_stops_scheduling_and_the_running_tenant_ends_cleanly(tenant_proj
     assert outcomes == {t0: "done", t1: "canceled", t2: "not reached", t3: "not reached"}
     assert document["exit_code"] == 11 and "interrupted by SIGINT" in document["stopped"]
     assert applied(sync_client, t1) == ["0001_a.py"]  # the migration that saw the signal is not recorded applied
+    # what the stopped tenant did apply is counted (it said 0)
+    assert {r["name"]: r["applied"] for r in document["tenants"] if r["name"] in (t0, t1)} == {t0: 2, t1: 1}
     assert sync_client[t1]["_mongoshift_locks"].count_documents({}) == 0  # its lock released: it ended cleanly
     assert sync_client.list_database_names().count(t2) == 0

@@ -244,13 +244,16 @@ async def status_across(settings: Settings, tenants: Tenants, *, check: bool = F
 
 
 def migration_counts(report: RolloutReport) -> list[dict[str, Any]]:
-    """``status --tenants``: per migration file, in how many tenants it is applied, pending, failed (or another state)."""
+    """``status --tenants``: per migration file, in how many tenants it is applied, pending (reverted and
+    partial too: ``up`` runs them), failed (or another state)."""
     counts: dict[str, dict[str, int]] = {}
     for row in report.rows:
         rows: list[StatusRow] = row.result if isinstance(row.result, list) else []
         for status in rows:
             per = counts.setdefault(status.name, {})
-            per[status.state] = per.get(status.state, 0) + 1
+            # reverted and partial are pending as the single-database status counts them: ``up`` runs them
+            state = status.state if status.state == "failed" or not status.pending else "pending"
+            per[state] = per.get(state, 0) + 1
     return [
         {
             "migration": name,

@@ -233,6 +233,18 @@ class _Board:
         return strip_controls(text)
 
 
+def _tenant_warnings(report: RolloutReport) -> None:
+    """What each tenant's own run warned about (a checksum changed on disk, a dead run's unfinished
+    migration, a step waiting for another), named by tenant, as ``--db TENANT`` prints it; in ``--json``
+    they are each row's ``result.warnings``."""
+    out = output()
+    for row in report.rows:
+        for warning in getattr(row.result, "warnings", None) or ():
+            out.warn(f"{row.name}: {warning}")
+        for item in getattr(row.result, "waiting", None) or ():
+            out.warn(f"{row.name}: stopped before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
+
+
 def render(
     report: RolloutReport,
     *,
@@ -249,6 +261,7 @@ def render(
         return
     if before_table is not None:
         before_table(report)
+    _tenant_warnings(report)
     rows = [
         (
             r.name + (" (canary)" if r.canary else ""),

@@ -101,8 +101,9 @@ async def roll_out(
             _judged(row, await run(tenant, own))
         except LockHeldError as exc:
             row.outcome, row.error = "locked", _error(exc)
-        except RunAbortedError as exc:
+        except RunAbortedError as exc:  # a stopped run may have applied migrations before it stopped
             row.outcome, row.error = ("canceled" if own.is_set() else "failed"), _error(exc)
+            row.applied, row.rolled_back = _done_before(exc)
         except MongoshiftError as exc:
             row.outcome, row.error = "failed", _error(exc)
             row.applied, row.rolled_back = _done_before(exc)
