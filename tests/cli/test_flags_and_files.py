@@ -25,7 +25,7 @@ def test_quiet_keeps_json_and_errors(project, cli) -> None:  # type: ignore[no-u
     result = cli(project, "up", "-q", "--json")
     assert result.returncode == 0 and json.loads(result.stdout)["results"][0]["status"] == "applied"
     failed = cli(project, "down", "0009_nope.py", "-q")
-    assert failed.returncode == 9 and "not applied" in failed.stderr and failed.stdout == ""
+    assert failed.returncode == 8 and "not found" in failed.stderr and failed.stdout == ""
 
 
 @pytest.mark.parametrize("args", [["up"], ["redo"], ["down"]])

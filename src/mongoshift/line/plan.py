@@ -6,6 +6,7 @@ unit-testable and ``dry-run`` shows exactly what the real command would do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
@@ -366,6 +367,7 @@ def plan_down(
         name = target if target.endswith(".py") else target + ".py"
         record = records.get(name)
         _not_squashed(files, name)
+        _known(files, records, name, "")
         if record is None or record.status != "applied":
             raise NotAppliedError(f"{name} is not applied", file=name)
         later = sorted(r.name for r in applied if r.name > name)
@@ -380,6 +382,7 @@ def plan_down(
     elif to is not None:
         name = to if to.endswith(".py") else to + ".py"
         _not_squashed(files, name)
+        _known(files, records, name, "--to ")
         if name not in records or records[name].status != "applied":
             raise NotAppliedError(f"--to {name}: that migration is not applied", file=name)
         selected = sorted((r for r in applied if r.name > name), key=lambda r: r.name, reverse=True)
@@ -416,6 +419,12 @@ def plan_down(
             files=missing,
         )
     return Plan([Step(by_name[r.name], "down", r) for r in selected])
+
+
+def _known(files: list[MigrationFile], records: Mapping[str, ChangelogRecord], name: str, flag: str) -> None:
+    """A name that is neither a file nor a record is a typo, not a migration that is not applied: exit 8."""
+    if name not in records and not any(f.name == name for f in files):
+        raise FileNotFoundMigrationError(f"{flag}migration file not found: {name}", file=name)
 
 
 def _not_squashed(files: list[MigrationFile], name: str) -> None:
