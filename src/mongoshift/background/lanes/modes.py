@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bson import decode, encode
+from bson import Binary, decode, encode
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo.asynchronous.collection import AsyncCollection
@@ -235,7 +235,9 @@ class PlainBatches:
                 last = _as_read(batch.tops[-1], codec)
             else:
                 last = decode(docs[-1].raw, collection.codec_options)
-            ahead = await self._checkpoint(work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs))
+            ahead = await self._checkpoint(
+                work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs, collection.codec_options)
+            )
             if ahead is None:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
             control = ahead.control
@@ -317,16 +319,26 @@ def _as_read(top: dict[str, Any], codec: CodecOptions[Any]) -> dict[str, Any]:
     return kept
 
 
-def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What the partition keeps of a batch while it is written: the lease's token, the ids and
-    (with revisions, when the documents were read whole) each one's revision as read.
+def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> dict[str, Any]:
+    """What the partition keeps of a batch while it is written: the lease's token, and the batch's ids
+    and (with revisions, when the documents were read whole) each one's revision as read.
 
-    ``docs`` as read: a ``migrate`` batch's lent tops (:class:`..write.batch.Lent`), before its transforms."""
-    intent: dict[str, Any] = {"token": lease.token, "ids": [doc["_id"] for doc in docs]}
+    ``docs`` as read: a ``migrate`` batch's lent tops (:class:`..write.batch.Lent`), before its transforms.
+    The ids and revisions travel as one BSON binary value (``batch``, :func:`left_batch` reads it): only
+    the lane that settles a dead lane's batch ever looks inside, and a server stores one value of some
+    kilobytes for less than two arrays of a batch's length (on the embedded server, a checkpoint took
+    about 1.3 ms instead of 3.9 with 500 ids: docs/performance.md)."""
+    left: dict[str, Any] = {"ids": [doc["_id"] for doc in docs]}
     field = job.revision_field
     if field is not None and job.pipeline is None:
-        intent["revs"] = [doc.get(field) for doc in docs]
-    return intent
+        left["revs"] = [doc.get(field) for doc in docs]
+    return {"token": lease.token, "batch": Binary(encode(left, codec_options=codec))}
+
+
+def left_batch(inflight: Mapping[str, Any], codec: CodecOptions[Any]) -> tuple[list[Any], list[Any] | None]:
+    """The ids and revisions (None: not recorded) of a batch a partition keeps in flight (:func:`_intent`)."""
+    left = decode(bytes(inflight["batch"]), codec)
+    return list(left["ids"]), left.get("revs")
 
 
 async def settle_left_batch(work: PartitionWork) -> None:
@@ -342,8 +354,7 @@ async def settle_left_batch(work: PartitionWork) -> None:
     if not left or left.get("token") == work.lease.token:
         return
     job = work.job
-    ids: list[Any] = list(left.get("ids") or [])
-    revs: list[Any] | None = left.get("revs")
+    ids, revs = left_batch(left, work.collection.codec_options)
     read_as = {id_key(i): rev for i, rev in zip(ids, revs, strict=False)} if revs is not None else None
     field, revision, target = job.spec.version_field, job.revision_field, job.target
     projection = {field: 1, **({revision: 1} if revision else {})}
