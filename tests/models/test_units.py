@@ -92,3 +92,38 @@ def test_a_number_the_converter_cannot_take_fails_the_document_without_its_value
     assert str(failed.value) == "field 'f': double to int conversion failed (the value is not shown)"
     assert failed.value.__context__ is None and failed.value.__cause__ is None  # not even chained to the error that shows it
     assert upgrade({"f": True}) == {"f": True} and upgrade({}) == {}  # not a number of the old shape: left as it is
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "kept", "refused"),
+    [
+        ("double", "int", [(2.0, 2), (3, 3)], [2.7, float("inf"), float("nan")]),
+        ("string", "int", [("12", 12), ("-3", -3)], [" 12", "1_000", "+3", "007", "gold"]),
+        ("string", "bool", [("yes", True), (" TRUE ", True), ("0", False), ("off", False)], ["active", "", "maybe"]),
+        ("int", "bool", [(0, False), (1, True)], [5, -1]),
+        ("int", "double", [(2, 2.0), (2**52, float(2**52))], [2**60 + 1]),
+    ],
+)
+def test_a_conversion_never_changes_what_a_value_means(old: str, new: str, kept: list[tuple[Any, Any]], refused: list[Any]) -> None:
+    """A value the new type cannot hold as it is fails its document, never rewritten as something
+    else (2.7 became 2, 'active' became False, 5 became True)."""
+    upgrade = generated({"types": [old], "required": True}, {"types": [new], "required": True})["upgrade"]
+    for value, converted in kept:
+        result = upgrade({"f": value})["f"]
+        assert (type(result), result) == (type(converted), converted)
+    for value in refused:
+        with pytest.raises(ValueError, match="conversion failed"):
+            upgrade({"f": value})
+
+
+def test_a_conversion_is_reversible_only_when_the_way_back_gives_the_value_back() -> None:
+    to_bool = generated({"types": ["string"], "required": True}, {"types": ["bool"], "required": True})
+    assert "revert" not in to_bool  # the word a document held is not kept: one-way
+    bits = generated({"types": ["int"], "required": True}, {"types": ["bool"], "required": True})
+    assert bits["revert"]({"f": True}, None) == {"f": 1} and bits["revert"]({"f": False}, None) == {"f": 0}
+    ints = generated({"types": ["string"], "required": True}, {"types": ["int"], "required": True})
+    assert ints["revert"]({"f": 12}, None) == {"f": "12"}
+    back = generated({"types": ["int"], "required": True}, {"types": ["double"], "required": True})["revert"]
+    assert back({"f": 2.0}, None) == {"f": 2}
+    with pytest.raises(ValueError, match="conversion failed"):
+        back({"f": 2.5}, None)  # a double the field took since: not truncated on the way back either

@@ -20,19 +20,28 @@ from ..errors import ModelsInvalidError
 from .readers import ModelShape
 from .snapshot import Shape
 
-#: (old type, new type) → (forward expression, reverse expression or None), over ``value``.
+#: (old type, new type) → (the conversion of ``value``, and a condition on ``value`` and its ``converted``
+#: form that must hold, or None). A conversion never changes what a value means: one that would (``2.7``
+#: to the int ``2``, the word ``'active'`` to ``False``, ``5`` to ``True``, ``' 12'`` or ``'1_000'`` read as
+#: an int) fails that document instead. A change is reversible when the opposite pair is here too, with
+#: its own condition; the only losses on the way back are in the form of a text (``'10'`` read as a double
+#: comes back as ``'10.0'``, an ObjectId's hex in lower case). Words become booleans one way only: the
+#: word a document held is not kept.
 CONVERTERS: dict[tuple[str, str], tuple[str, str | None]] = {
-    ("string", "int"): ("int(value)", "str(value)"),
-    ("int", "string"): ("str(value)", "int(value)"),
-    ("int", "double"): ("float(value)", "int(value)"),
-    ("double", "int"): ("int(value)", "float(value)"),
-    ("string", "double"): ("float(value)", "str(value)"),
-    ("double", "string"): ("str(value)", "float(value)"),
-    ("string", "objectId"): ("ObjectId(value)", "str(value)"),
-    ("objectId", "string"): ("str(value)", "ObjectId(value)"),
-    ("string", "bool"): ("value.strip().lower() in ('1', 'true', 'yes', 'on')", "'true' if value else 'false'"),
-    ("int", "bool"): ("bool(value)", "int(value)"),
+    ("string", "int"): ("int(value)", "str(converted) == value"),
+    ("int", "string"): ("str(value)", None),
+    ("int", "double"): ("float(value)", "converted == value"),
+    ("double", "int"): ("int(value)", "converted == value"),
+    ("string", "double"): ("float(value)", None),
+    ("double", "string"): ("str(value)", None),
+    ("string", "objectId"): ("ObjectId(value)", None),
+    ("objectId", "string"): ("str(value)", None),
+    ("string", "bool"): ("_YES_NO[value.strip().lower()]", None),
+    ("int", "bool"): ("bool(value)", "value in (0, 1)"),
+    ("bool", "int"): ("int(value)", None),
 }
+#: The words a text field may hold for a boolean (any other fails the document).
+YES_NO = "{'1': True, 'true': True, 'yes': True, 'on': True, '0': False, 'false': False, 'no': False, 'off': False}"
 #: How a stored value of a shape's type is recognised in Python, as the driver decodes it. Every value
 #: the old model's type admits must match, or the document is stamped with that value unconverted:
 #: ``int`` is an int32 (``int``) or an int64 (``bson.Int64``, an ``int`` subclass), never a ``bool``
@@ -92,15 +101,13 @@ def _convert(name: str, old: str, new: str, model: str) -> tuple[list[str], list
             "write this migration by hand (mongoshift create --background NAME)",
             field=name,
         )
-    forward, backward = pair
-    lines = _conversion(name, old, new, forward)
-    reverse = None
-    if backward is not None and new in CHECKS:
-        reverse = _conversion(name, new, old, backward)
+    lines = _conversion(name, old, new, *pair)
+    back = CONVERTERS.get((new, old))
+    reverse = _conversion(name, new, old, *back) if back is not None and new in CHECKS else None
     return lines, reverse
 
 
-def _conversion(name: str, old: str, new: str, expression: str) -> list[str]:
+def _conversion(name: str, old: str, new: str, expression: str, keeps: str | None) -> list[str]:
     """Convert the field's value of type ``old`` with ``expression``. The error of a failed conversion
     would show the value (``invalid literal for int() with base 10: 'gold'``), so it is replaced by one
     that names the field and the types only, raised outside the handler: not even chained to it."""
@@ -111,7 +118,11 @@ def _conversion(name: str, old: str, new: str, expression: str) -> list[str]:
         f"if {CHECKS[old]}:",
         "    failed = False",
         "    try:",
-        f"        doc[{key}] = {expression}",
+        *(
+            [f"        converted = {expression}", f"        if not ({keeps}):  # it would change what the value means", "            raise ValueError",
+             f"        doc[{key}] = converted"]
+            if keeps else [f"        doc[{key}] = {expression}"]
+        ),
         "    except Exception:  # its message could show the value: the error is raised below without it",
         "        failed = True",
         "    if failed:",
@@ -225,6 +236,10 @@ def render(change: CollectionChange, package: str) -> str:
         "from mongoshift import Background",
         "from mongoshift.versioning import define_shapes",
         "",
+    ]
+    if any("_YES_NO" in line for line in code):
+        lines += ["#: The words a text field may hold for a boolean; any other fails its document.", f"_YES_NO = {YES_NO}", ""]
+    lines += [
         "",
         "def upgrade(doc):",
         f'    """Shape {old} to {new}: gets a private copy of the document, returns the new one."""',
