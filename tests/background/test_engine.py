@@ -239,6 +239,46 @@ async def test_one_way_migration_is_withdrawn_only_before_it_rewrites(fast_proje
     assert (await db["_mongoshift_migrations"].find_one({"name": "0001_names.py"}))["status"] == "applied"
 
 
+REVERSIBLE_LATER = """
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    doc["tier"] = "free"
+    return doc
+
+def revert(doc, ctx):
+    doc.pop("tier", None)
+    return doc
+
+background = Background(collection="people", from_version=2, to_version=3, migrate=migrate, revert=revert, pause_ms=0)
+"""
+
+
+async def test_a_rollback_that_reaches_a_one_way_migration_is_refused_before_anything_runs(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """``down`` over a reversible background migration and, before it, a one-way one that rewrote
+    documents: refused (13) before the first step, as ``dry-run down`` says; it registered the first
+    one's revert, then refused, leaving a rollback half done."""
+    from mongoshift.errors import IrreversibleMigrationError
+
+    await seed(db.people, 50)
+    fast_project.add("0001_names.py", background_file())
+    fast_project.add("0002_tier.py", REVERSIBLE_LATER)
+    s = fast_project.settings()
+    await command.up(s)
+    await bg.run(s, ["0001_names.py"])
+    await bg.run(s, ["0002_tier.py"])
+    with pytest.raises(IrreversibleMigrationError, match="0001_names.py has no revert") as previewed:
+        await command.dry_run(s, "down", steps=2)
+    assert previewed.value.exit_code == 13
+    with pytest.raises(IrreversibleMigrationError, match="0001_names.py has no revert"):
+        await command.down(s, steps=2)
+    records = {r["name"]: r["status"] async for r in db["_mongoshift_migrations"].find()}
+    assert records == {"0001_names.py": "applied", "0002_tier.py": "applied"}
+    states = {r["_id"]: r["direction"] async for r in db["_mongoshift_background"].find()}
+    assert states == {"0001_names.py": "forward", "0002_tier.py": "forward"}  # no revert registered
+    assert (await command.down(s, steps=1)).results[0].reason == "revert registered"  # the reversible one alone still rolls back
+
+
 async def test_up_force_registers_again_and_keeps_history(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 10)
     fast_project.add("0001_names.py", background_file())

@@ -18,7 +18,7 @@ from .inspect.input_probe import unversioned_warning
 from .inspect.requires import Waiting, unmet
 from .lanes.engine import start_engine
 from .plan.declared import align_file
-from .registry.registration import register, revert_or_withdraw
+from .registry.registration import refuse_one_way, register, revert_or_withdraw
 from .state.events import Events, shown_by_caller
 from .state.model import State
 from .state.store import BackgroundStore
@@ -49,6 +49,10 @@ class BackgroundSteps:
     async def revert(self, name: str, spec: Background, *, checksum: str) -> str:
         """Register the revert (``"revert"``), or withdraw one that never rewrote a document (``"withdrawn"``)."""
         return await revert_or_withdraw(self.store, name, spec, checksum=checksum, by=self.session.run.executed_by)
+
+    async def refuse_one_way(self, name: str, spec: Background) -> None:
+        """Refuse (exit 13) a rollback of ``name`` that could not be done: one-way, and it rewrote documents (read only)."""
+        await refuse_one_way(self.store, name, spec)
 
     async def unmet(self, name: str, *, reopen: bool) -> list[Waiting]:
         """What of ``name`` is not done yet, for the ``requires`` gate (``reopen``: a completed one that left work).

@@ -158,6 +158,7 @@ class Executor:
         results = [MigrationResult(name, "up", "skipped", reason=why) for name, why in plan.skipped]
         await self._left_unfinished()
         self._prepare(plan.steps)
+        await self._refuse_one_way(plan.steps)
         await self._note_plan(plan.steps)
         if not plan.steps:
             return results
@@ -280,6 +281,7 @@ class Executor:
         an ordinary one it would apply as applied).
         """
         self._prepare(plan.steps)
+        await self._refuse_one_way(plan.steps)
         planned: dict[str, str] = {}
         for index, step in enumerate(plan.steps):
             stop = await self._requirements(step, planned=planned)
@@ -346,6 +348,14 @@ class Executor:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
                 )
+
+    async def _refuse_one_way(self, steps: list[Step]) -> None:
+        """A rollback that reaches a one-way background migration which already rewrote documents is
+        refused before its first step runs, as a file without ``down`` is (it stopped halfway: the
+        steps before it done, their reverts registered)."""
+        for step in steps:
+            if step.direction == "down" and step.file.background is not None:
+                await self.background.refuse_one_way(step.name, step.file.background)
 
     def _check_stop(self, results: list[MigrationResult]) -> None:
         if self.lock is not None and self.lock.lost.is_set() and not self.session.lock_lost() and not self._lock_warned:

@@ -19,6 +19,7 @@ from ...schema.background import Background
 from ..inspect.input_probe import unversioned_warning
 from ..inspect.requires import unmet
 from ..state.events import Events
+from ..state.model import State
 from ..state.store import BackgroundStore
 
 log = logging.getLogger("mongoshift.background")
@@ -74,15 +75,38 @@ async def revert_or_withdraw(
         await asyncio.sleep(0.2)
     fresh = await store.state(name)
     assert fresh is not None
-    rewritten = (await store.live_counters(fresh))["migrated"]
-    if fresh.mode == "step":
-        rewritten += await store.started_partitions(name)
-    if rewritten or (fresh.previous and fresh.previous.get("totals", {}).get("migrated")):
+    rewritten = await _rewritten(store, fresh)
+    if rewritten:
         if paused:
             await store.transition(name, allowed=("paused",), to=was if was == "pending" else "running", action="resume", by=by, reason="down refused")
-        raise IrreversibleMigrationError(
-            f"{name} has no revert and has already rewritten {rewritten} document(s): it cannot be rolled back",
-            file=name,
-        )
+        raise _one_way(name, rewritten)
     await store.withdraw(name, fresh.registration)
     return "withdrawn"
+
+
+async def refuse_one_way(store: BackgroundStore, name: str, spec: Background) -> None:
+    """Refuse, reading only, the rollback of a one-way migration that already rewrote documents:
+    ``down`` and ``dry-run down`` check every step with this before the first one runs (a rollback
+    stopped halfway, an earlier step's revert registered, is what this prevents). Lanes still
+    running may rewrite a first document after this check: :func:`revert_or_withdraw` decides again,
+    once they are drained."""
+    if spec.reversible:
+        return
+    state = await store.state(name)
+    if state is not None and (rewritten := await _rewritten(store, state)):
+        raise _one_way(name, rewritten)
+
+
+async def _rewritten(store: BackgroundStore, state: State) -> int:
+    """Documents the migration rewrote (a started step counts as one), this generation and the ones before; 0: none."""
+    rewritten = (await store.live_counters(state))["migrated"]
+    if state.mode == "step":
+        rewritten += await store.started_partitions(state.name)
+    before = int((state.previous or {}).get("totals", {}).get("migrated") or 0)
+    return rewritten or before
+
+
+def _one_way(name: str, rewritten: int) -> IrreversibleMigrationError:
+    return IrreversibleMigrationError(
+        f"{name} has no revert and has already rewritten {rewritten} document(s): it cannot be rolled back", file=name
+    )
