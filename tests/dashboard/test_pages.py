@@ -36,6 +36,19 @@ async def test_the_overview_and_a_migration_page_render_whole_without_javascript
     assert (await web.get("/migrations/0009_nope")).status_code == 404
 
 
+async def test_a_file_deployed_after_the_dashboard_started_is_shown_pending(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """The dashboard's session read the migrations folder once: a file deployed while it ran was never
+    shown, while ``mongoshift status`` (and the tenants view) said it was pending."""
+    client, _ = counted_client
+    app = make_app(registered, client)
+    web = http(app)
+    assert "pending 1" not in (await web.get("/")).text
+    registered.add("0002_later.py", "def up(ctx):\n    pass\n")
+    await (await app.state.dashboard.poller()).refresh()  # the next poll, without waiting for its interval
+    page = await web.get("/")
+    assert re.search(r'class="badge state-pending">pending 1<', page.text), page.text
+
+
 async def test_the_event_stream_sends_the_live_part_of_a_page(registered, counted_client) -> None:  # type: ignore[no-untyped-def]
     client, _ = counted_client
     app = make_app(registered, client)

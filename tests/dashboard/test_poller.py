@@ -18,6 +18,9 @@ class Flaky:
         self.broken = True
         self.background = self
 
+    def rescan(self) -> None:
+        pass
+
     async def status(self, **_: Any) -> list[Any]:
         if self.broken:
             raise KeyError("secret-document-value")
@@ -46,3 +49,29 @@ async def test_an_unforeseen_error_reaches_the_pages_and_the_loop_polls_on(caplo
             failed = snap
         assert snap is not None and snap.error is None and poller.polls >= 1  # the same loop read again
     await poller.close()
+
+
+async def test_a_reload_reads_the_tenants_again_once_they_are_older_than_the_tenants_interval() -> None:
+    """With no page streaming, each reload is one read: the tenants, counted by reads, were read again
+    only every TENANTS_EVERY reloads (a minute stale at a reload every few seconds); by age they are
+    read again once TENANTS_EVERY intervals old, and not before."""
+    from mongoshift.dashboard import poller as polling
+    from mongoshift.dashboard.views import TenantsSummary
+
+    now = [0.0]
+    reads = 0
+
+    async def tenants() -> TenantsSummary:
+        nonlocal reads
+        reads += 1
+        return TenantsSummary(total=reads, counts={"up to date": reads, "behind": 0, "failed": 0}, behind=[], failed=[])
+
+    poller = Poller(None, interval=1.0, clock=lambda: now[0], tenants=tenants)
+    assert (await poller.current()).tenants is not None and reads == 1
+    for _ in range(3):  # reloads within the tenants' interval: the line is read, the tenants are not
+        now[0] += 2.0
+        await poller.current()
+    assert reads == 1
+    now[0] = polling.TENANTS_EVERY * 1.0  # the tenants are now that many intervals old
+    snap = await poller.current()
+    assert reads == 2 and snap.tenants is not None and snap.tenants.total == 2

@@ -77,4 +77,5 @@ def test_squash_across_tenants_judges_every_tenant_first(tenant_project: TenantP
     assert all(rows[t]["exit_code"] == 0 for t in (first, *rest[1:]))
     assert [d["file"] for d in sync_client[first].marks.find(sort=[("_id", 1)])] == ["0001_a", "0002_b", "0003_c"]
     counts = {c["migration"]: c for c in json.loads(cli(project, "status", "--all-tenants", "--json").stdout)["migrations"]}
-    assert counts["0002_squashed.py"]["applied"] == len(project.tenants) - 1 and counts["0002_squashed.py"]["other"] == 1
+    # the tenant left in between counts the squash pending, as its own status does (partial)
+    assert counts["0002_squashed.py"]["applied"] == len(project.tenants) - 1 and counts["0002_squashed.py"]["pending"] == 1

@@ -189,6 +189,11 @@ class Mongoshift:
             self._project, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, step=step, ordered=ordered
         )
 
+    def rescan(self) -> None:
+        """Read the migrations folder again at the next call. A session reads it once, when it first
+        needs it; a long-lived one (a service, the dashboard) calls this to see files deployed since."""
+        self._project.rescan()
+
     async def status(self, *, checksums: bool = True) -> list[StatusRow]:
         """Every migration file with its state (a background one also with its own status)."""
         from .migrations import status_in

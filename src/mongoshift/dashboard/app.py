@@ -32,7 +32,7 @@ from .. import api
 from ..api.session import per_call
 from ..errors import ExitCode, MongoshiftError
 from . import views
-from .poller import Poller, Snapshot, described
+from .poller import TENANTS_EVERY, Poller, Snapshot, described
 from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
 
 log = logging.getLogger("mongoshift.dashboard")
@@ -198,6 +198,7 @@ def create_app(
             "snap": snap,
             "own_line": own_line,
             "has_tenants": has_tenants,
+            "tenants_every": f"{TENANTS_EVERY * options.poll_seconds:g}",
             "counts": views.line_counts(snap.rows),
             "verdicts": views.verdicts(snap.audit),
             "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],

@@ -37,7 +37,8 @@ log = logging.getLogger("mongoshift.dashboard")
 
 #: The audit (the overview's verdict per migration) reads much more than a status: once every this many polls.
 AUDIT_EVERY = 30
-#: The tenants view reads every tenant's status (thousands of databases): once every this many polls.
+#: The tenants view reads every tenant's status (thousands of databases): once every this many polls
+#: while pages stream, and for reloads once they are this many poll intervals old (each page shows when).
 TENANTS_EVERY = 10
 
 #: Reads the tenants view (``status`` across every tenant, summarised).
@@ -108,6 +109,7 @@ class Poller:
         #: Polls made so far (what the read-counting test and the bench compare).
         self.polls = 0
         self._read_at: float | None = None
+        self._tenants_read: float | None = None  # the clock at the last read of the tenants (tried or not)
         self._viewers: Counter[str] = Counter()
         self._listeners = 0
         self._lock = asyncio.Lock()
@@ -166,7 +168,11 @@ class Poller:
             self._said(previous.error, snap.error, exc)
         else:
             self._said(previous.error, None)
-        if self.tenants is not None and (snap.tenants is None or snap.tick % TENANTS_EVERY == 1):
+        # While pages stream, every TENANTS_EVERY-th poll of the loop; while none does, each reload that
+        # finds the tenants older than TENANTS_EVERY intervals (a reload's read would never count up to it)
+        stale = self._listeners == 0 and (self._tenants_read is None or self.clock() - self._tenants_read >= TENANTS_EVERY * self.interval)
+        if self.tenants is not None and (snap.tenants is None or snap.tick % TENANTS_EVERY == 1 or stale):
+            self._tenants_read = self.clock()
             # apart from the project's reads: the tenants' failing never hides the line, the lock or the background
             try:
                 snap.tenants = await self.tenants()
@@ -186,6 +192,7 @@ class Poller:
         names = {n for n, count in self._viewers.items() if count > 0}
         if extra is not None:
             names.add(extra)
+        self.ms.rescan()  # files deployed since the last read are pending, as ``mongoshift status`` says
         rows = await self.ms.status(checksums=False)
         lock = await self.ms.lock_status()
         reports = await self.ms.background.status()

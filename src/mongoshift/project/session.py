@@ -74,10 +74,14 @@ class Project:
         self.resolved = self.resolved or self.client is not None  # an application's client: its URI is its own
 
     def scanned(self) -> list[MigrationFile]:
-        """The migration files, read from the folder on the first call only."""
+        """The migration files, read from the folder on the first call only (:meth:`rescan` reads it again)."""
         if self.files is None:
             self.files = discover(self.settings.migrations_dir)
         return self.files
+
+    def rescan(self) -> None:
+        """Read the migrations folder again at the next call: a long-lived session sees files deployed since."""
+        self.files = None
 
     async def resolve(self) -> Settings:
         """The settings with the URI fetched (``uri_command`` / ``uri_factory``), once."""
