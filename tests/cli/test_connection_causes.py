@@ -79,3 +79,22 @@ def test_a_connection_lost_during_a_run_says_its_cause() -> None:
     error = from_pymongo(AutoReconnect("h:1: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"))
     assert error.details == {"cause": "tls"} and "TLS handshake failed (CERTIFICATE_VERIFY_FAILED)" in error.message
     assert int(error.exit_code) == 5
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ("badopt=1&directConnection=true", "unknown option 'badopt'"),
+        ("tls=maybe", "The value of tls must be"),
+        ("authMechanism=NOPE", "authmechanism must be in"),
+    ],
+)
+def test_a_uri_option_the_driver_does_not_take_is_refused_with_exit_6(project, cli, options: str, said: str) -> None:  # type: ignore[no-untyped-def]
+    """The driver warns about an unknown option on stderr (a Python warning with its source line) and
+    drops it, and ignores a bad ``tls``: the command ran as if the option were not there."""
+    host = project.uri.split("://", 1)[1].split("/", 1)[0]
+    result = cli(project, "status", "--json", "--uri", f"mongodb://admin:opt-hunter14@{host}/?{options}")
+    assert result.returncode == 6, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "config_invalid" and said in error["message"]
+    assert "opt-hunter14" not in result.stdout + result.stderr and "UserWarning" not in result.stderr

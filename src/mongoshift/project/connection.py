@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
-from pymongo.uri_parser import parse_uri
+from pymongo.uri_parser import parse_uri, split_options
 
 from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
 from .redaction import redact
@@ -143,9 +143,36 @@ def _unreachable(client: AsyncMongoClient[Any], exc: PyMongoError) -> tuple[Conn
     return "network", "; ".join(f"{host}: {says_cause(cause, text)}" for host, cause, text in causes)
 
 
+def check_uri_options(uri: str) -> None:
+    """Refuse (exit 6) a URI option the driver does not know, or a value it refuses: left to the
+    driver, an unknown option (a typo) is a Python warning on stderr and then dropped, and a bad
+    value of some options (``tls=maybe``) is ignored. Only the query is read (no DNS lookup for
+    ``mongodb+srv``); each unknown option is named, never a value."""
+    query = uri.split("?", 1)[1].split("#", 1)[0] if "?" in uri else ""
+    if not query:
+        return
+    try:
+        split_options(query, validate=True, warn=False)
+    except (ConfigurationError, ValueError, InvalidURI) as exc:
+        unknown = []
+        for key, value in parse_qsl(query, keep_blank_values=True):
+            try:
+                split_options(f"{key}={value}", validate=True, warn=False)
+            except ConfigurationError as one:
+                if "Unknown option" in str(one):
+                    unknown.append(key)
+            except (ValueError, InvalidURI):
+                pass
+        if unknown:
+            names = ", ".join(repr(redact(k, limit=64)) for k in dict.fromkeys(unknown))
+            raise ConfigInvalidError(f"invalid uri: unknown option {names} (a typo? the driver would drop it)") from None
+        raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
+
+
 async def connect(settings: Settings) -> AsyncMongoClient[Any]:
     """An async client whose server has answered a ping, or ConnectionFailedError naming the cause."""
     uri, _ = settings.require_connection()
+    check_uri_options(uri)
     watch = _RefusedWatch(asyncio.get_running_loop()) if _seeds(uri) == 1 else None
     options = client_options(settings)
     listeners = [*options.pop("event_listeners", ()), *([watch] if watch is not None else [])]
@@ -179,4 +206,5 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
 def sync_client(settings: Settings) -> MongoClient[Any]:
     """A sync client for migration functions written without ``async``; connects lazily."""
     uri, _ = settings.require_connection()
+    check_uri_options(uri)
     return MongoClient(uri, **client_options(settings))
