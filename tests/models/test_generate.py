@@ -447,3 +447,51 @@ def test_an_edit_that_would_not_read_back_as_the_merged_declaration_writes_nothi
     assert "customers.toml: the file could not be updated in place faithfully; nothing was written" in result.stderr
     assert customers.read_text(encoding="utf-8") == HAND_COMMENTED
     assert (folder / "_models.json").read_text(encoding="utf-8") == snapshot
+
+
+ORPHAN_A = """
+from beanie import Document
+
+
+class A(Document):
+    x: int
+
+    class Settings:
+        name = "a_coll"
+"""
+
+ORPHAN_B = """
+from beanie import Document
+from pymongo import IndexModel
+
+
+class B(Document):
+    y: int
+
+    class Settings:
+        name = "b_coll"
+        indexes = [IndexModel([("y", 1)], name="by_y")]
+"""
+
+
+def test_a_collection_whose_model_is_gone_is_named_at_every_run_and_follows_its_model_when_it_comes_back(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """The orphan was reported once (the snapshot forgot it), and a model that came back found no base
+    to merge with: every part it generated read as a hand edit, kept as it was."""
+    from .conftest import forget
+
+    write_models(project, ORPHAN_A, "a")
+    write_models(project, ORPHAN_B, "b")
+    assert cli(project, "collections", "generate", "--models", PACKAGE).returncode == 0
+    (project.root / PACKAGE / "b.py").unlink()
+    forget()
+    for _ in range(2):
+        run = cli(project, "collections", "generate", "--json")
+        assert run.returncode == 0 and json.loads(run.stdout)["orphaned"] == ["b_coll"], run.stdout
+        assert "b_coll: no model gives this collection any more" in run.stderr
+    assert cli(project, "collections", "generate", "--check").returncode == 0  # an orphan is warned about, not drift
+    write_models(project, ORPHAN_B.replace("y: int", "y: str").replace('("y", 1)', '("y", -1)'), "b")
+    back = cli(project, "collections", "generate")
+    assert back.returncode == 0 and "your edit is kept" not in back.stderr, back.stderr
+    declaration = declared(project, "b_coll")
+    assert declaration["indexes"] == [{"keys": {"y": -1}, "name": "by_y"}]
+    assert declaration["validator"]["$jsonSchema"]["properties"]["y"]["bsonType"] == "string"

@@ -193,7 +193,7 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
         snapshot.models != package
         or any(canonical(snapshot.declarations.get(s.collection)) != canonical(s.declaration) for s in shapes)
         or any(s.collection not in snapshot.shapes for s in shapes)
-        or any(n not in names for n in snapshot.declarations)
+        or any(n not in names and n not in existing for n in snapshot.declarations)  # gone with its file too
     )
     report = GenerateReport(package, check, results, orphaned, stale, str(snapshots.path_in(folder)))
     if check:
@@ -202,7 +202,9 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
         snapshots.write_text(path, text, "write the declaration file")
     if stale:
         snapshot.models = package
-        snapshot.declarations = {s.collection: s.declaration for s in shapes}
+        # an orphan keeps its last generated declaration: the next run warns again, and a model that
+        # comes back is merged against it (what nobody edited follows the model, not a "kept edit")
+        snapshot.declarations = {**{n: snapshot.declarations[n] for n in orphaned}, **{s.collection: s.declaration for s in shapes}}
         for s in shapes:
             snapshot.shapes.setdefault(s.collection, snapshots.Shape(0, s.model, s.fields))
         snapshots.write(folder, snapshot)
