@@ -218,3 +218,17 @@ async def test_a_change_stream_pipeline_must_keep_the_event_id(db) -> None:
     with pytest.raises(OperationFailure) as unknown:
         await db.t.watch([{"$nope": {}}])
     assert unknown.value.code == 40324
+
+
+async def test_a_schema_valued_additional_properties_validates_every_other_field(db) -> None:
+    """(bn) mongod takes a schema as ``additionalProperties`` (a model's ``dict[str, int]``): the
+    embedded server refused the whole validator ("must be a bool")."""
+    counts = {"bsonType": "object", "properties": {"total": {"bsonType": "string"}}, "additionalProperties": {"bsonType": ["int", "long"]}}
+    await db.create_collection("tally", validator={"$jsonSchema": {"bsonType": "object", "properties": {"counts": counts}}})
+    await db.tally.insert_one({"counts": {"a": 1, "b": 2, "total": "three"}})
+    for bad in ({"a": "one"}, {"a": 1, "b": 2.5}, {"total": 3}):
+        with pytest.raises(WriteError) as refused:
+            await db.tally.insert_one({"counts": bad})
+        assert refused.value.code == 121
+    with pytest.raises(OperationFailure):
+        await db.create_collection("bad_schema", validator={"$jsonSchema": {"additionalProperties": {"bsonType": 5}}})

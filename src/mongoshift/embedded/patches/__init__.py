@@ -29,7 +29,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's
-- :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields
+- :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
@@ -136,6 +136,7 @@ def apply() -> None:
     wire.patch_int64_cursor_ids()  # (r)
     queries.patch_english_locales()  # (z)
     documents.patch_dollar_prefixed_ids()  # (aa)
+    documents.patch_schema_additional_properties()  # (bn)
     queries.patch_let_evaluated()  # (ab)
     aggregation.patch_database_aggregate()  # (ac)
     aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out

@@ -41,3 +41,36 @@ def patch_dollar_prefixed_ids() -> None:
             )
 
     replace_everywhere(identity, "assert_valid_root_document_id", assert_valid_root_document_id)
+
+
+# (bn) A $jsonSchema whose additionalProperties is a schema (every field the properties do not name
+# must match it: {bsonType: "object", additionalProperties: {bsonType: "int"}}, what a model's
+# ``dict[str, int]`` field declares) is refused, "$jsonSchema additionalProperties must be a bool":
+# mongod takes a boolean or a schema there. core/schema_validation.CompiledJsonSchema checks a
+# schema-valued additionalProperties as the sub-schema it is, and validates each field the
+# properties do not name against it (where mongoeco took True: every such field allowed).
+def patch_schema_additional_properties() -> None:
+    from mongoeco.core.schema_validation import CompiledJsonSchema
+
+    define, check_object = CompiledJsonSchema._validate_schema_definition, CompiledJsonSchema._validate_object
+
+    def _validate_schema_definition(self: Any, schema: Any) -> None:
+        extra = schema.get("additionalProperties") if isinstance(schema, dict) else None
+        if not isinstance(extra, dict):
+            return define(self, schema)
+        define(self, extra)
+        return define(self, {**schema, "additionalProperties": True})
+
+    def _validate_object(self: Any, schema: Any, value: Any, path: tuple[str, ...]) -> list[Any]:
+        extra = schema.get("additionalProperties")
+        if not isinstance(extra, dict):
+            return check_object(self, schema, value, path)
+        issues: list[Any] = check_object(self, {**schema, "additionalProperties": True}, value, path)
+        named = schema.get("properties") or {}
+        for field_name, field_value in value.items():
+            if field_name not in named:
+                issues.extend(self._validate_schema(extra, field_value, (*path, field_name)))
+        return issues
+
+    CompiledJsonSchema._validate_schema_definition = _validate_schema_definition
+    CompiledJsonSchema._validate_object = _validate_object
