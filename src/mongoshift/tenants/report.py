@@ -90,6 +90,10 @@ class TenantRow:
         return body
 
 
+#: A dry run's row keys for what a run's row counts as done.
+_WOULD = {"applied": "would_apply", "rolled_back": "would_roll_back"}
+
+
 @dataclass
 class RolloutReport:
     """Every selected tenant's row, in selection order, and why the rollout stopped early (if it did)."""
@@ -128,10 +132,15 @@ class RolloutReport:
         return text + (f" ({self.stopped})" if self.stopped else "")
 
     def to_json(self, result: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-        """One document: the rows (``result`` renders each call's own result), the counts, the verdict."""
+        """One document: the rows (``result`` renders each call's own result), the counts, the verdict.
+
+        A dry run's rows count ``would_apply`` and ``would_roll_back``: nothing was applied."""
+        rows = [row.to_json(result) for row in self.rows]
+        if self.command.startswith("dry-run"):
+            rows = [{_WOULD.get(key, key): value for key, value in row.items()} for row in rows]
         return {
             "command": self.command,
-            "tenants": [row.to_json(result) for row in self.rows],
+            "tenants": rows,
             "summary": {"total": len(self.rows), **{k.replace(" ", "_"): v for k, v in self.counts().items()}},
             "stopped": self.stopped,
             "exit_code": self.exit_code,
