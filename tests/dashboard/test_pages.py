@@ -135,6 +135,22 @@ async def test_a_bearer_token_steers_too_and_the_mounting_apps_identity_is_the_w
     assert [(h["action"], h["by"]) for h in history[-2:]] == [("pause", "dashboard 127.0.0.1"), ("resume", "alice@example.com")]
 
 
+async def test_a_script_with_the_bearer_token_needs_no_csrf_value(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """A script that sends the token as ``Authorization: Bearer`` and the form's fields, no page fetched
+    first: it was refused (CSRF check), though the docs say a script sends that header."""
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    wrong = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": "Bearer not-the-token"})
+    assert wrong.status_code == 403
+    answer = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 303, answer.text
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "paused"
+    forged = await web.post(
+        f"/migrations/{NAME}/control", data={"action": "resume"}, headers={"authorization": f"Bearer {TOKEN}", "sec-fetch-site": "cross-site"}
+    )
+    assert forged.status_code == 403  # another site's request is refused all the same
+
+
 async def test_read_only_shows_no_control_and_refuses_every_one(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
     client, _ = counted_client
     web = http(make_app(registered, client, read_only=True))

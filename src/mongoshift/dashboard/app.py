@@ -281,7 +281,7 @@ def create_app(
         if options.read_only:
             return await refused(request, "this dashboard is read-only: controls are refused")
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if Guard.cross_site(request) or not Guard.csrf_ok(request, form.get("csrf")):
+        if Guard.cross_site(request) or not (guard.bearer(request) or Guard.csrf_ok(request, form.get("csrf"))):
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         who = await guard.operator(request)
         if who is None:
@@ -367,7 +367,7 @@ def create_app(
 
     async def sign_in(request: Request) -> Response:
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if Guard.cross_site(request) or not Guard.csrf_ok(request, form.get("csrf")):
+        if Guard.cross_site(request) or not (guard.bearer(request) or Guard.csrf_ok(request, form.get("csrf"))):
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         if not guard.token_matches(form.get("token")):
             return await refused(request, "refused: that is not the dashboard token")
