@@ -109,6 +109,11 @@ async def test_add_rename_and_type_change_run_to_completion_and_roll_back(projec
 
     again = cli(project, "create", "nothing", "--from-models")
     assert again.returncode == 0 and "no data-shape change since the models snapshot" in again.stdout
+    write_models(project, AFTER.replace("    nickname: Optional[str] = None\n", "    nickname: Optional[str] = None\n    motto: Optional[str] = None\n"))
+    noted = cli(project, "create", "optional_only", "--from-models")
+    assert noted.returncode == 0 and "added 'motto' (optional, no value to set)" in noted.stdout
+    # the line after a note does not say there was no change (it contradicted the note)
+    assert "no stored document needs rewriting" in noted.stdout and "no data-shape change" not in noted.stdout
 
 
 async def test_a_removed_field_is_a_one_way_migration(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]

@@ -80,4 +80,8 @@ def create_from_models(name: str, models: str | None) -> None:
     for path in report.files:
         out.say(f"created {path}")
     if not report.files:
-        out.say("no data-shape change since the models snapshot: no migration written")
+        noted = any(change.notes for change in report.plan.changes) or report.plan.new_collections
+        out.say(
+            "no stored document needs rewriting for the changes above: no migration written"
+            if noted else "no data-shape change since the models snapshot: no migration written"
+        )
