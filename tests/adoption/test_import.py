@@ -215,6 +215,19 @@ def test_unmatched_names_are_refused_unless_mapped(project, sync_client, tmp_pat
     assert report["left_out"] == ["20230102000000-dropped.js"]
 
 
+def test_an_import_from_a_collection_that_holds_nothing_says_so(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """A misspelt ``--collection`` said 'recorded 0 file(s) applied' and nothing else."""
+    _add_marked(project, "20230101000000_first")
+    missing = cli(project, "import", "--from", "migrate-mongo", "--collection", "chnagelog")
+    assert missing.returncode == 0 and "collection 'chnagelog' does not exist in this database" in missing.stderr
+    sync_client[project.db].create_collection("empty_log")
+    empty = cli(project, "import", "--from", "migrate-mongo", "--collection", "empty_log", "--json")
+    assert empty.returncode == 0 and _json(empty)["warnings"] == [
+        "collection 'empty_log' holds no record in this database: nothing of migrate-mongo's history was found "
+        "(is the name right? --collection names it when not 'changelog')"
+    ]
+
+
 def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     _add_marked(project, "20240101000000_a", "20240102000000_b")
     assert cli(project, "up", "--to", "20240101000000_a").returncode == 0

@@ -64,6 +64,8 @@ class AdoptionReport:
     #: Source records that name no file (no name field, or not a string): left out, none can be matched.
     unnamed: int = 0
     source: dict[str, str] | None = None
+    #: What the run noticed (an import from a collection that holds nothing: a misspelt ``--collection``?).
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +78,7 @@ class AdoptionReport:
             "kept": self.kept,
             "left_out": self.left_out,
             "unnamed": self.unnamed,
+            "warnings": self.warnings,
         }
 
 
@@ -138,6 +141,12 @@ async def import_history_in(
         report.left_out = left_out
         report.unnamed = source_tool.unnamed(documents)
         report.source = source
+        if not documents:
+            exists = source_collection in await session.db.list_collection_names(filter={"name": source_collection})
+            report.warnings.append(
+                f"collection {source_collection!r} {'holds no record' if exists else 'does not exist'} in this database: nothing of "
+                f"{source_tool.name}'s history was found (is the name right? --collection names it when not {source_tool.collection!r})"
+            )
         return report
 
 

@@ -87,6 +87,8 @@ def _judged(report: AdoptionReport) -> Judged:
 
 def _render(report: AdoptionReport) -> None:
     out = output()
+    for warning in report.warnings:
+        out.warn(warning)
     if out.json_mode:
         out.json(report.to_json())
         return
