@@ -48,7 +48,8 @@ class BackgroundSteps:
 
     async def revert(self, name: str, spec: Background, *, checksum: str) -> str:
         """Register the revert (``"revert"``), or withdraw one that never rewrote a document (``"withdrawn"``)."""
-        return await revert_or_withdraw(self.store, name, spec, checksum=checksum, by=self.session.run.executed_by)
+        with shown_by_caller("registered"):  # the line says "revert registered" itself, once
+            return await revert_or_withdraw(self.store, name, spec, checksum=checksum, by=self.session.run.executed_by)
 
     async def refuse_one_way(self, name: str, spec: Background) -> None:
         """Refuse (exit 13) a rollback of ``name`` that could not be done: one-way, and it rewrote documents (read only)."""
