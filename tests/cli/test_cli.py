@@ -78,10 +78,12 @@ def test_create_without_the_migrations_folder_is_the_missing_folder_code_status_
     assert [cli(project, *args, "--json").returncode for args in (["status"], ["create", "add users"])] == [8, 8]
 
 
-def test_broken_file_gets_invalid_export(project, cli) -> None:  # type: ignore[no-untyped-def]
+def test_broken_file_gets_invalid_export(project, cli, sync_client) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", "def up(ctx:\n")
     result = cli(project, "up")
     assert result.returncode == 20 and "0001_a.py" in result.stderr
+    # before anything is written: no lock, no changelog, not even the database (they were created first)
+    assert project.db not in sync_client.list_database_names()
 
 
 def test_bad_environment_value_fails_closed(project) -> None:  # type: ignore[no-untyped-def]

@@ -293,6 +293,19 @@ def test_bad_input_is_refused_before_anything_is_written(tenant_project: TenantP
     assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
 
 
+def test_a_file_that_does_not_import_fails_the_rollout_once_before_any_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """The files are read once for the whole rollout: a broken one failed each tenant in turn (47),
+    each tenant's database created with its lock and changelog before the file was imported."""
+    two_migrations(tenant_project)
+    tenant_project.add("0003_broken.py", "async def up(ctx)\n    pass\n")
+    result = cli(tenant_project, "up", "--all-tenants", "--json")
+    assert result.returncode == 20, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "invalid_export" and "0003_broken.py" in error["message"]
+    assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
+    assert cli(tenant_project, "up", "--all-tenants", "--to", "0002_b").returncode == 0  # a file past --to is not run, nor imported
+
+
 def test_background_commands_act_on_each_tenant(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     assert cli(tenant_project, "up", "--all-tenants").returncode == 0

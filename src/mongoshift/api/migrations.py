@@ -22,7 +22,7 @@ from ..errors import ChecksumMismatchError, ConfigInvalidError, MongoshiftError
 from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
 from ..project.declarations import Declarations
 from ..project.events import Event, Observer
-from ..project.loader import resolve_name
+from ..project.loader import import_first, resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
@@ -254,6 +254,7 @@ async def up_in(
 
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
+    await _import_pending(project, target=target, to=to)
     async with _writing(project, lock, "up", declarations=declarations) as session:
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
         _check_unchanged(plan, checksums)
@@ -267,6 +268,22 @@ async def up_in(
                 exc.details.setdefault("results", [r.to_json() for r in report.results])  # the migrations did apply
                 raise
         return report
+
+
+async def _import_pending(project: Project, *, target: str | None, to: str | None) -> None:
+    """Import the files this ``up`` may run before its session writes anything (the lock, the changelog's
+    indexes): a file that does not import fails with nothing written, as the README says. The files
+    recorded applied are left out by a plain read, which creates nothing."""
+    settings = project.settings
+    files = project.scanned()
+    if not files or not settings.db:
+        return
+    try:
+        client = await project.connected()
+        applied = await client[settings.db][settings.changelog_collection].distinct("name", {"status": "applied"})
+    except (MongoshiftError, PyMongoError):
+        return  # the session says why it cannot connect or read, as it always did
+    import_first(files, target=_bare(settings, target), to=_bare(settings, to), applied=[str(name) for name in applied])
 
 
 @asynccontextmanager

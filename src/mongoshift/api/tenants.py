@@ -22,6 +22,7 @@ from pymongo.errors import PyMongoError
 from ..errors import MongoshiftError, TenantsInvalidError
 from ..project.connection import connect
 from ..project.events import Event, Events, Observer
+from ..project.loader import MigrationFile, import_first, resolve_name
 from ..project.run import CancelSignal
 from ..project.server_errors import from_pymongo
 from ..project.session import Project
@@ -136,6 +137,7 @@ async def across_tenants[T](
     client: AsyncMongoClient[Any] | None = None,
     observers: Iterable[Observer] = (),
     cancel: CancelSignal | None = None,
+    prepare: Callable[[list[MigrationFile]], None] | None = None,
 ) -> RolloutReport:
     """``call`` on each selected tenant's session, as ``tenants`` says; a row per tenant, never an exception for one tenant's failure.
 
@@ -145,6 +147,7 @@ async def across_tenants[T](
     ``client``: the application's client for the project's own server (left open); tenants a
     provider placed elsewhere get one client per distinct URI, closed at the end.
     ``observers`` get every tenant's events and the rollout's ``tenant_start`` / ``tenant_end``.
+    ``prepare``: checks the files once before any tenant runs (``up`` imports what it may run).
     """
     if not isinstance(tenants, Tenants):
         raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
@@ -171,6 +174,8 @@ async def across_tenants[T](
         selected = await select(resolved, flags, database_names)
         rollout.check(len(selected))
         files = base.scanned() if scan else None
+        if prepare is not None and files is not None:
+            prepare(files)  # a file that does not import fails the rollout once, before any tenant (exit 20)
 
         async def client_for(tenant: Tenant) -> AsyncMongoClient[Any]:
             """The tenant's cluster's client, connected on its first tenant: a cluster that cannot be reached
@@ -223,8 +228,19 @@ async def up_across(settings: Settings, tenants: Tenants, **options: Any) -> Rol
     """``up`` on each selected tenant (``options``: those of :meth:`Mongoshift.up`); rows judged by :func:`judge_run`."""
     client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
     return await across_tenants(
-        settings, lambda ms: ms.up(**options), tenants, command="up", judge=judge_run, client=client, observers=observers, cancel=cancel
+        settings, lambda ms: ms.up(**options), tenants, command="up", judge=judge_run, client=client, observers=observers, cancel=cancel,
+        prepare=imports_for_up(settings, options.get("target"), options.get("to")),
     )
+
+
+def imports_for_up(settings: Settings, target: str | None, to: str | None) -> Callable[[list[MigrationFile]], None]:
+    """``prepare`` of an ``up`` across tenants: every file it may run imported once, before any tenant."""
+
+    def imported(files: list[MigrationFile]) -> None:
+        bare = [None if name is None else resolve_name(name, settings.migrations_dir) for name in (target, to)]
+        import_first(files, target=bare[0], to=bare[1])
+
+    return imported
 
 
 async def down_across(settings: Settings, tenants: Tenants, **options: Any) -> RolloutReport:

@@ -164,7 +164,7 @@ def up(
             raise ConfigInvalidError("--force re-runs one named FILE; name it")
         confirm(f"Run {file} again although it is applied{' in every selected tenant' if tenants else ''}?", yes)
     if tenants is not None:
-        from ..api.tenants import judge_run  # start-up time: the API loads when a command runs
+        from ..api.tenants import imports_for_up, judge_run  # start-up time: the API loads when a command runs
 
         # one question cannot be asked of many tenants at once: --yes allows destructive converge steps, else they are refused
         return across(
@@ -173,7 +173,7 @@ def up(
                 file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
                 converge=converge, confirm=yes, batch=label, ordered=ordered,
             ),
-            judge=judge_run, result_json=lambda r: r.to_json(),
+            judge=judge_run, result_json=lambda r: r.to_json(), prepare=imports_for_up(s, file, to),
         )
     confirmation = interactive_confirm(yes)
     report = run_async(

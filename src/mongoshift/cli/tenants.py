@@ -103,6 +103,7 @@ def across(
     extra_json: Callable[[RolloutReport], dict[str, Any]] | None = None,
     before_table: Callable[[RolloutReport], None] | None = None,
     until_signal: bool = False,
+    prepare: Callable[[list[Any]], None] | None = None,
     stopping: str = "stopping: no new tenant starts, running tenants stop at their next migration boundary (press Ctrl-C again to stop now)",
 ) -> int:
     """Run ``call`` across ``tenants``, print the per-tenant report, and return its exit code (0, 11 or 47).
@@ -126,7 +127,9 @@ def across(
 
     def make(cancel: CancelSignal) -> Awaitable[RolloutReport]:
         signal_cell.append(cancel)
-        return across_tenants(s, call, tenants, command=command, judge=judge or judge_done, scan=scan, observers=[observer], cancel=cancel)
+        return across_tenants(
+            s, call, tenants, command=command, judge=judge or judge_done, scan=scan, observers=[observer], cancel=cancel, prepare=prepare
+        )
 
     logger = logging.getLogger("mongoshift")
     named = _TenantLines(prefix=not out.log_json)

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -428,3 +428,16 @@ def _where(exc: BaseException, path: Path) -> str:
         if Path(frame.filename) == path:
             return f" (line {frame.lineno})"
     return ""
+
+
+def import_first(files: list[MigrationFile], *, target: str | None = None, to: str | None = None, applied: Iterable[str] = ()) -> None:
+    """Import every file an ``up`` may run (``target`` alone, or those up to ``to``; none in ``applied``)
+    before the run writes anything: a file that does not import fails the command (exit 20, naming it)
+    before the lock or the changelog exist, and across tenants once, not in every tenant."""
+    done = set(applied)
+    only = None if target is None else (target if target.endswith(".py") else target + ".py")
+    last = None if to is None else (to if to.endswith(".py") else to + ".py")
+    for item in files:
+        if item.name in done or (only is not None and item.name != only) or (last is not None and item.name > last):
+            continue
+        load(item)
