@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -76,6 +77,16 @@ def test_mistakes_get_their_exit_code(project, args: list[str], code: int, text:
 def test_create_without_the_migrations_folder_is_the_missing_folder_code_status_gives(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.migrations.rmdir()
     assert [cli(project, *args, "--json").returncode for args in (["status"], ["create", "add users"])] == [8, 8]
+
+
+def test_create_names_the_new_file_relative_to_the_project_folder(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """The README shows ``created migrations/..._add_index.py``; it printed the machine's absolute path."""
+    result = cli(project, "create", "add users email index")
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("created ")]
+    assert line.startswith("created migrations/") and line.endswith("_add_users_email_index.py"), line
+    as_json = json.loads(cli(project, "create", "another", "--json").stdout)
+    assert os.path.isabs(as_json["path"])  # --json keeps the absolute path
 
 
 def test_broken_file_gets_invalid_export(project, cli, sync_client) -> None:  # type: ignore[no-untyped-def]

@@ -34,7 +34,7 @@ from .converge import converge_command, interactive_confirm, render
 from .dashboard import dashboard as dashboard_command
 from .lint import lint as lint_command
 from .models import collections_group
-from .output import Output, release_stdout
+from .output import Output, release_stdout, shown_path
 from .squash import squash as squash_command
 from .tenants import across, requested, tenant_options
 
@@ -104,7 +104,7 @@ def create(name: str, template: Path | None, background_: bool, from_models: boo
     if out.json_mode:
         out.json({"file": path.name, "path": str(path)})
     else:
-        out.say(f"created {path}")
+        out.say(f"created {shown_path(path)}")
 
 
 # ---------------------------------------------------------------- the line

@@ -8,6 +8,7 @@ import click
 
 from ..errors import ExitCode
 from .app import global_options, output, run_async, settings
+from .output import shown_path
 
 if TYPE_CHECKING:
     from ..models.generate import GenerateReport
@@ -53,11 +54,11 @@ def render(report: GenerateReport) -> None:
         if result.diff:
             out.say(result.diff.rstrip("\n"))
     verb = "would be" if report.check else ""
-    rows = [(r.collection, r.model, r.action if not report.check or r.action == "unchanged" else f"{r.action} ({verb} written)", r.file)
+    rows = [(r.collection, r.model, r.action if not report.check or r.action == "unchanged" else f"{r.action} ({verb} written)", shown_path(r.file))
             for r in report.collections]
     out.table(["collection", "model", "action", "file"], rows, title="check: nothing was written" if report.check else None)
     if report.snapshot_stale:
-        out.say(f"models snapshot {'is out of date' if report.check else 'updated'}: {report.snapshot}")
+        out.say(f"models snapshot {'is out of date' if report.check else 'updated'}: {shown_path(report.snapshot)}")
     if report.in_sync:
         out.say(f"in sync: {len(report.collections)} collection(s) as the models give them")
 
@@ -78,7 +79,7 @@ def create_from_models(name: str, models: str | None) -> None:
         out.json(report.to_json())
         return
     for path in report.files:
-        out.say(f"created {path}")
+        out.say(f"created {shown_path(path)}")
     if not report.files:
         noted = any(change.notes for change in report.plan.changes) or report.plan.new_collections
         out.say(

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import MongoshiftError
@@ -30,6 +31,16 @@ def escape(text: str) -> str:
     from rich.markup import escape  # start-up time: rich loads with the first Output, not with the CLI
 
     return escape(text)
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as a person reads it: relative to the working directory when it is inside it
+    (``migrations/2026..._add_index.py``), else as given. ``--json`` keeps absolute paths."""
+    given = Path(path)
+    try:
+        return str(given.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(given)
 
 
 def _default(value: Any) -> Any:
