@@ -249,6 +249,8 @@ async def test_squashing_again_takes_the_earlier_squash_in(project, sync_client,
 
         written = json.loads(cli(project, "squash", "--to", "0003_c", "--yes", "--json").stdout)
         assert written["replaced"] == ["0002_squashed.py", "0003_c.py"] and written["name"] == "0003_squashed.py"
+        assert written["runs"] == 3  # the earlier squash file stands for two: what the new file's text says
+        assert 'Squash of 3 migration files' in (project.migrations / "0003_squashed.py").read_text()
         assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0003_squashed.py", "0004_d.py"]
         archive = project.migrations / "_squashed"
         assert [p.name for p in archive.iterdir()] == ["0003_squashed"]  # the first archive moved into the second

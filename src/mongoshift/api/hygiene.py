@@ -47,11 +47,14 @@ class SquashReport:
     file: str | None = None
     #: Across tenants: how many tenant databases were judged (each has the whole range applied).
     tenants: int | None = None
+    #: How many migration files the squash file runs on a new database: ``replaced`` with each earlier
+    #: squash file among them counted as the files it stands for (what the squash file's own text says).
+    runs: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "to": self.to, "name": self.name, "replaced": self.replaced, "dry_run": self.dry_run,
-            "file": self.file, "tenants": self.tenants,
+            "file": self.file, "tenants": self.tenants, "runs": self.runs,
         }
 
 
@@ -94,7 +97,7 @@ async def squash_across(
 
 
 def _report(plan: SquashPlan, settings: Settings, *, dry_run: bool) -> SquashReport:
-    report = SquashReport(plan.to, plan.name, plan.replaced, dry_run)
+    report = SquashReport(plan.to, plan.name, plan.replaced, dry_run, runs=len(plan.parts))
     if not dry_run:
         report.file = write_squash(plan, settings.migrations_dir).name
     return report

@@ -49,4 +49,6 @@ def _render(report: SquashReport) -> None:
         return
     verb = "would replace" if report.dry_run else "replaced"
     where = f" (judged in {report.tenants} tenant databases)" if report.tenants is not None else ""
-    out.say(f"{report.name}: {verb} {len(report.replaced)} files, {report.replaced[0]} to {report.to}{where}")
+    # an earlier squash file among them stands for its own files: the new file says how many it runs
+    runs = f" ({report.runs} migration files in all, an earlier squash file's among them)" if report.runs > len(report.replaced) else ""
+    out.say(f"{report.name}: {verb} {len(report.replaced)} files, {report.replaced[0]} to {report.to}{runs}{where}")
