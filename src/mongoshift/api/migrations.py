@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -254,8 +254,7 @@ async def up_in(
 
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
-    await _import_pending(project, target=target, to=to)
-    async with _writing(project, lock, "up", declarations=declarations) as session:
+    async with _writing(project, lock, "up", declarations=declarations, before_writes=_imports_pending(target, to)) as session:
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
         _check_unchanged(plan, checksums)
         report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
@@ -270,24 +269,24 @@ async def up_in(
         return report
 
 
-async def _import_pending(project: Project, *, target: str | None, to: str | None) -> None:
-    """Import the files this ``up`` may run before its session writes anything (the lock, the changelog's
-    indexes): a file that does not import fails with nothing written, as the README says. The files
-    recorded applied are left out by a plain read, which creates nothing."""
-    settings = project.settings
-    files = project.scanned()
-    if not files or not settings.db:
-        return
-    try:
-        client = await project.connected()
-        applied = await client[settings.db][settings.changelog_collection].distinct("name", {"status": "applied"})
-    except (MongoshiftError, PyMongoError):
-        return  # the session says why it cannot connect or read, as it always did
-    import_first(files, target=_bare(settings, target), to=_bare(settings, to), applied=[str(name) for name in applied])
+def _imports_pending(target: str | None, to: str | None) -> Callable[[Session], Awaitable[None]]:
+    """``up``'s check before its session writes anything (the lock, the changelog's indexes): the files it
+    may run are imported, so one that does not import fails with nothing written, as the README says.
+    The files recorded applied are left out (the changelog is read, which creates nothing)."""
+
+    async def imported(session: Session) -> None:
+        records = await session.changelog.records()
+        applied = [name for name, record in records.items() if record.status == "applied"]
+        import_first(session.files, target=_bare(session.settings, target), to=_bare(session.settings, to), applied=applied)
+
+    return imported
 
 
 @asynccontextmanager
-async def _writing(project: Project, lock: Lock, command: str, *, declarations: Declarations | None = None) -> AsyncIterator[Session]:
+async def _writing(
+    project: Project, lock: Lock, command: str, *, declarations: Declarations | None = None,
+    before_writes: Callable[[Session], Awaitable[None]] | None = None,
+) -> AsyncIterator[Session]:
     """A writing run of ``project``: its observers with OpenTelemetry, the lock as ``lock`` says, said when skipped."""
     async with open_session(
         project.settings,
@@ -298,6 +297,7 @@ async def _writing(project: Project, lock: Lock, command: str, *, declarations: 
         command=command,
         observers=run_observers(project.observers, project.settings),
         project=project,
+        before_writes=before_writes,
     ) as session:
         warn_unlocked(not lock.take)
         yield session

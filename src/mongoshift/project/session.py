@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,6 +223,7 @@ async def open_session(
     observers: Iterable[Observer] = (),
     command: str | None = None,
     project: Project | None = None,
+    before_writes: Callable[[Session], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Session]:
     """Connect (or use ``client``, left open), check the own collections, take the lock, and always clean up.
 
@@ -233,6 +234,8 @@ async def open_session(
     ``observers`` get the run's events; ``command`` (a writing command) brackets the run
     with ``run_start`` / ``run_end``, connecting and closing included, and enters the
     observers' ``run_scope`` between them.
+    ``before_writes``: run once connected, before the session writes anything (the own collections'
+    indexes, the lock): what must refuse the command with nothing written (``up`` imports its files).
     """
     if project is None:
         project = Project(settings, client, checked=checked)
@@ -249,7 +252,7 @@ async def open_session(
         # the run's scope holds its set-up and tear-down too: the driver's ping, listCollections,
         # createIndexes and endSessions belong to the run
         with events.run_scope(start) if start is not None else nullcontext():
-            async with _connected(project, cancel, run, events, files, declarations, take_lock, wait) as session:
+            async with _connected(project, cancel, run, events, files, declarations, take_lock, wait, before_writes) as session:
                 yield session
     except BaseException as exc:
         failure = exc
@@ -269,6 +272,7 @@ async def _connected(
     declarations: Declarations | None,
     take_lock: bool,
     wait: float | None,
+    before_writes: Callable[[Session], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Session]:
     """The session of :func:`open_session`: connected, checked, locked; always cleaned up."""
     settings = project.settings
@@ -284,6 +288,8 @@ async def _connected(
     failure: BaseException | None = None
     try:
         try:
+            if before_writes is not None:
+                await before_writes(session)
             await project.check()  # before any index or record is written
             if take_lock:
                 if settings.ensure_indexes:
