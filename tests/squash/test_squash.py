@@ -42,7 +42,7 @@ async def test_squash_replaces_the_files_and_an_up_to_date_database_never_runs_i
     written = json.loads(cli(project, "squash", "--to", "0003_c", "--yes", "--json").stdout)
     assert written == {
         "to": "0003_c.py", "name": "0003_squashed.py", "replaced": ["0001_a.py", "0002_b.py", "0003_c.py"],
-        "dry_run": False, "file": "0003_squashed.py", "tenants": None,
+        "dry_run": False, "file": "0003_squashed.py", "tenants": None, "runs": 3,
     }
     assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0003_squashed.py", "0004_d.py"]
     assert sorted(p.name for p in (project.migrations / "_squashed" / "0003_squashed").iterdir()) == ["0001_a.py", "0002_b.py", "0003_c.py"]

@@ -288,9 +288,9 @@ async def _connected(
     failure: BaseException | None = None
     try:
         try:
+            await project.check()  # before any index or record is written (it only reads)
             if before_writes is not None:
                 await before_writes(session)
-            await project.check()  # before any index or record is written
             if take_lock:
                 if settings.ensure_indexes:
                     await session.changelog.ensure_indexes()
