@@ -472,7 +472,15 @@ background = Background(collection="users", from_version=1, to_version=2, migrat
 def test_one_background_run_serves_every_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     tenant_project.add("0001_seed.py", SEED)
     tenant_project.add("0002_full_names.py", FULL_NAMES)
-    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    registered = cli(tenant_project, "up", "--all-tenants", "--json")
+    assert registered.returncode == 0
+    # the hints name a command that runs here (the bare one answered "no database given")
+    for name, row in rows(registered).items():
+        note = row["result"]["results"][-1]["reason"]
+        assert note == f"registered: run it with 'mongoshift background run --all --db {name}' (or 'mongoshift background run --all --all-tenants')"
+    behind = cli(tenant_project, "status", "--all-tenants", "--check", "--json")
+    assert behind.returncode == 47
+    assert all("'mongoshift background run --all --all-tenants'" in r["error"]["message"] for r in rows(behind).values())
     refused = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--parallel", "2")
     assert refused.returncode == 46 and "use --concurrency" in refused.stderr
     result = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "2", "--json")

@@ -71,13 +71,15 @@ def judge_run(report: RunReport) -> Judged:
     return Judged("done" if report.results else "already at target", applied=applied, rolled_back=reverted, result=report)
 
 
-def judge_status(check: bool) -> Callable[[list[StatusRow]], Judged]:
-    """``status``: always done; with ``check`` a tenant behind fails with ``status --check``'s own code."""
+def judge_status(check: bool, settings: Settings | None = None) -> Callable[[list[StatusRow]], Judged]:
+    """``status``: always done; with ``check`` a tenant behind fails with ``status --check``'s own code
+    (its hint to run the background migrations names every tenant: ``settings`` without a ``db``)."""
+    hint = None if settings is None else settings.model_copy(update={"db": None})
 
     def judged(rows: list[StatusRow]) -> Judged:
         from ..line.plan import status_verdict  # start-up time: the line's planner loads with a status
 
-        verdict = status_verdict(rows) if check else None
+        verdict = status_verdict(rows, hint) if check else None
         error = TenantError(verdict[0].name.lower(), int(verdict[0]), verdict[1]) if verdict else None
         return Judged("done", error=error, result=rows)
 
@@ -255,7 +257,7 @@ async def status_across(settings: Settings, tenants: Tenants, *, check: bool = F
     """``status`` of each selected tenant (every tenant is read, whatever another's verdict); ``check``: a tenant behind fails."""
     reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
     return await across_tenants(
-        settings, lambda ms: ms.status(), reading, command="status", judge=judge_status(check), client=client
+        settings, lambda ms: ms.status(), reading, command="status", judge=judge_status(check, settings), client=client
     )
 
 

@@ -280,7 +280,7 @@ def status(check: bool) -> int:
         out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
     from ..line.plan import status_verdict  # start-up time: the runner loads when a command runs
 
-    verdict = status_verdict(rows) if check else None
+    verdict = status_verdict(rows, s) if check else None
     if verdict is not None:
         code, message = verdict
         out.warn(message)
@@ -298,7 +298,7 @@ def _status_across(s: Any, tenants: Any, check: bool) -> int:
         output().table(["migration", "applied in", "pending in", "failed in", "other"], rows, title="migrations across tenants")
 
     return across(
-        s, tenants, "status", lambda ms: ms.status(), judge=judge_status(check),
+        s, tenants, "status", lambda ms: ms.status(), judge=judge_status(check, s),
         result_json=lambda rows: api.rows_to_json(rows), extra_json=lambda report: {"migrations": migration_counts(report)},
         before_table=counts_table,
     )

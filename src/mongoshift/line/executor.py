@@ -51,7 +51,7 @@ from ..project.user_code import call, guard_exit, is_async
 from ..schema.background import Background
 from .context import Direction, MigrationContext
 from .hooks import Hooks, load_hooks
-from .plan import Plan, Step
+from .plan import Plan, Step, background_run_hint
 
 log = logging.getLogger("mongoshift")
 
@@ -331,7 +331,7 @@ class Executor:
         if any(w.kind == "migration" for w in waiting):
             todo.append("apply the ordinary ones first ('mongoshift up' applies in name order)")
         if any(w.kind == "background" for w in waiting):
-            todo.append("run 'mongoshift background run'")
+            todo.append(f"run {background_run_hint(self.runtime.settings)}")
         kinds = "background migrations" if all(w.kind == "background" for w in waiting) else "migrations"
         raise RequirementsPendingError(
             f"{step.name} requires {kinds} that are not done: {listed}; {' and '.join(todo)} and try again",
@@ -514,7 +514,7 @@ class Executor:
         try:
             if step.direction == "up":
                 warnings = await self.background.register(step.name, spec, checksum=step.file.checksum, requires=step.file.requires)
-                note = "registered: run it with 'mongoshift background run'"
+                note = f"registered: run it with {background_run_hint(self.runtime.settings)}"
             else:
                 outcome = await self.background.revert(step.name, spec, checksum=step.file.checksum)
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"

@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ..project.changelog import ChangelogRecord
 from ..project.loader import MigrationFile, find, squashed_names
+from ..project.settings import Settings
 from .context import Direction
 
 State = Literal["applied", "pending", "failed", "reverted", "missing", "partial"]
@@ -61,7 +62,16 @@ class StatusRow:
         return f"{self.state} ({note})" if note else self.state
 
 
-def status_verdict(rows: list[StatusRow]) -> tuple[ExitCode, str] | None:
+def background_run_hint(settings: Settings | None) -> str:
+    """The command that runs this database's background migrations, quoted, as the user can type it: in a
+    project of tenants, the bare command would act on no database (``error: no database given``)."""
+    if settings is not None and settings.tenants is not None:
+        every = "'mongoshift background run --all --all-tenants'"
+        return f"'mongoshift background run --all --db {settings.db}' (or {every})" if settings.db else every
+    return "'mongoshift background run'"
+
+
+def status_verdict(rows: list[StatusRow], settings: Settings | None = None) -> tuple[ExitCode, str] | None:
     """What ``status --check`` fails with: the first of missing (8), background failed (32),
     pending (2), background not completed (31); None when everything is done."""
     missing = [r.name for r in rows if r.state == "missing"]
@@ -76,7 +86,7 @@ def status_verdict(rows: list[StatusRow]) -> tuple[ExitCode, str] | None:
     unfinished = [r.name for r in rows if r.background not in (None, "completed")]
     if unfinished:
         return ExitCode.BACKGROUND_PENDING, (
-            f"background migrations not completed: {', '.join(unfinished)} (run 'mongoshift background run NAME')"
+            f"background migrations not completed: {', '.join(unfinished)} (run {background_run_hint(settings)})"
         )
     return None
 
