@@ -97,11 +97,16 @@ async def test_down_across_a_squash_on_a_database_that_applied_the_files_one_by_
     await up(project.settings(), to="0001_a")
     await up(project.settings(), to="0002_b")  # two batches: the squash still rolls back whole
     await squash(project.settings(), "0002_b")
+    changelog = sync_client[project.db]["_mongoshift_migrations"]
+    first = changelog.find_one({"name": "0001_a.py"})["applied_at"]
     report = await down(project.settings())
     assert [(r.name, r.status) for r in report.results] == [
         ("0002_b.py", "reverted"), ("0001_a.py", "reverted"), ("0002_squashed.py", "reverted")
     ]
     assert marks(sync_client, project) == []
+    # the squash file's record is as old as its first file's: the rollback wrote it, but did not apply it then
+    recorded = changelog.find_one({"name": "0002_squashed.py"})
+    assert recorded["first_applied_at"] == first and recorded["applied_at"] == first
     assert [r.state for r in await status(project.settings())] == ["reverted", "pending"]
 
 

@@ -264,10 +264,13 @@ class Executor:
             return
         existing = await self.changelog.record(squash.name)
         if existing is None or existing.status != "applied":
+            # applied when the first of its files was (not now: the rollback only names it)
+            parts = [await self.changelog.record(part.name) for part in squash.file.parts]
+            times = [r.applied_at for r in parts if r is not None and r.applied_at is not None]
             await self.changelog.write(
                 Changelog.applied(
                     squash.name, batch=batch or 0, checksum=squash.file.checksum, duration_ms=0,
-                    run=self.runtime.run, description=squash.file.description, kind="squash",
+                    run=self.runtime.run, description=squash.file.description, kind="squash", at=min(times) if times else None,
                 )
             )
 

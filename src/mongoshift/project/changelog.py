@@ -79,7 +79,11 @@ def applied_update(
     run: RunInfo,
     description: str | None,
     kind: str = "migration",
+    at: datetime | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``at``: when it was applied, when that was before this write (a squash file recorded at a rollback
+    of the files it replaced, as applied when the first of them was); default the server's now."""
+    when: Any = "$$NOW" if at is None else at
     fields = {
         "name": _literal(name),
         "kind": kind,
@@ -92,8 +96,8 @@ def applied_update(
         "host": _literal(run.host),
         "environment": _literal(run.environment),
         "description": _literal(description),
-        "applied_at": "$$NOW",
-        "first_applied_at": {"$ifNull": ["$first_applied_at", "$$NOW"]},
+        "applied_at": when,
+        "first_applied_at": {"$ifNull": ["$first_applied_at", when]},
     }
     return {"name": name}, [{"$set": fields}, {"$unset": ["reverted_at", "error", "failed_checksum"]}]
 
