@@ -156,6 +156,17 @@ async def test_document_errors_over_budget_fail_the_migration(fast_project, db) 
     (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
     assert result.status == "failed"
     assert "max_document_errors" in (result.last_error or "")
+    # a failed migration's elapsed time and rate end when it failed (they went on growing and falling)
+    from datetime import UTC, datetime, timedelta
+
+    from mongoshift.background.inspect.status import report
+
+    async with bg.open_engine(fast_project.settings()) as engine:
+        state = await engine.store.state("0001_names.py")
+        later = datetime.now(UTC) + timedelta(hours=1)
+        now, hour_later = await report(engine.store, state), await report(engine.store, state, now=later)
+    assert now.elapsed_seconds is not None and now.elapsed_seconds < 600
+    assert (hour_later.elapsed_seconds, hour_later.rate_per_second) == (now.elapsed_seconds, now.rate_per_second)
 
 
 async def test_duplicate_keys_and_validator_refusals_fail_only_their_document(fast_project, db) -> None:  # type: ignore[no-untyped-def]

@@ -74,6 +74,9 @@ def test_the_cli_sets_a_throttle_and_refuses_a_bad_one(fast_project, cli) -> Non
     ok = cli(fast_project, "background", "throttle", NAME, "--pause-ms", "250", "--reason", "night", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == {"name": NAME, "action": "throttle", "applied": "applied", "status": "pending", "throttle": {"pause_ms": 250}}
+    assert cli(fast_project, "background", "throttle", NAME, "--batch-size", "50").returncode == 0
+    shown = cli(fast_project, "background", "status", NAME)  # the text view said only the file's size
+    assert "batch size 50, pause 250 ms (set by 'background throttle'" in shown.stdout, shown.stdout
 
 
 async def test_samples_of_one_bucket_add_up_in_one_entry_and_the_oldest_go(db) -> None:  # type: ignore[no-untyped-def]

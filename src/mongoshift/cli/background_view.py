@@ -73,6 +73,12 @@ def render_list(console: Console, reports: Sequence[BackgroundReport]) -> None:
         _line(console, "'mongoshift background status NAME' shows the details and why documents failed", style="dim")
 
 
+def throttle_words(throttle: dict[str, int]) -> str:
+    """The operator's pace (``background throttle``), which the lanes take over the file's and the adaptive size."""
+    said = [f"batch size {throttle['batch_size']:,}" if "batch_size" in throttle else "", f"pause {throttle['pause_ms']:,} ms" if "pause_ms" in throttle else ""]
+    return f"{', '.join(w for w in said if w)} (set by 'background throttle': the lanes take it over the file's pace)"
+
+
 def details(r: BackgroundReport) -> list[tuple[str, str]]:
     """The detail view as (label, value) pairs: a grid on a terminal, ``label<TAB>value`` lines when piped."""
     t = r.totals
@@ -85,6 +91,7 @@ def details(r: BackgroundReport) -> list[tuple[str, str]]:
         ("partitions", f"{r.partitions_done} done of {r.partitions_total}, {r.partitions_open} open, {r.partitions_failed} failed, {r.leases} leased"),
         ("rate", f"{rate(r)}, ETA {clock(r.eta_seconds)}, elapsed {clock(r.elapsed_seconds)}"),
         *(("batch size", line) for line in pace_words(r.batch_size)),
+        *((("throttle", throttle_words(r.throttle)),) if r.throttle else ()),
         ("registered", _when(r.registered_at)),
         ("started", _when(r.started_at)),
         ("completed", _when(r.completed_at)),

@@ -129,6 +129,17 @@ class BackgroundReport:
         return data
 
 
+def _stopped_at(state: State) -> datetime | None:
+    """When a migration that is not working stopped: completed, or failed, cancelled or paused (its move
+    there, from its history); None while it runs or waits to. Its elapsed time and rate end there."""
+    if state.status == "completed":
+        return aware(state.completed_at)
+    if state.status in ("failed", "cancelled", "paused"):
+        moves = [h for h in state.history if h.get("to") == state.status and isinstance(h.get("at"), datetime)]
+        return aware(moves[-1]["at"]) if moves else aware(state.updated_at)
+    return None
+
+
 async def report(store: BackgroundStore, state: State, *, now: datetime | None = None) -> BackgroundReport:
     parts = await store.partitions_of(state) if state.generation else []
     counters = dict(state.totals)
@@ -144,7 +155,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     done_parts = sum(1 for p in parts if p.status == "done")
     remaining = 0 if state.status == "completed" else max(0, estimate - scanned_now)
     started = aware(state.started_at)
-    end = aware(state.completed_at) if state.status == "completed" else (now or datetime.now(UTC))
+    end = _stopped_at(state) or now or datetime.now(UTC)
     elapsed = (end - started).total_seconds() if started and end else None
     processed = counters["scanned"] - state.rate_base  # since the last retry
     rate = processed / elapsed if elapsed and elapsed > 0 and processed else None
