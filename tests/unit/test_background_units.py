@@ -190,7 +190,7 @@ def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCa
         "and the partition goes on from its last checkpoint under its new holder",
         "0001_x.py reclaimed: 4 lease(s) that had lapsed were freed (their runner stopped or was killed): their partitions go on from their checkpoints",
         "0001_x.py completed: 40,000 migrated, 2 skipped, 0 failed document(s) of 40,002 scanned, in 26 batch(es); "
-        "3 conflict(s) with application writes, 3 re-read",
+        "3 document(s) re-read after an application write, 3 left to the next pass",
         "0001_x.py failed: 12 documents failed, over max_document_errors=10",
     ]
 

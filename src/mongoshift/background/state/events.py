@@ -97,7 +97,8 @@ def _number(data: dict[str, Any], key: str) -> str:
 def _completed(data: dict[str, Any]) -> str:
     said = (f"{_number(data, 'migrated')} migrated, {_number(data, 'skipped')} skipped, {_number(data, 'failed_documents')} "
             f"failed document(s) of {_number(data, 'scanned')} scanned, in {_number(data, 'batches')} batch(es); "
-            f"{_number(data, 'conflicts')} conflict(s) with application writes, {_number(data, 'retried')} re-read")
+            f"{_number(data, 'retried')} document(s) re-read after an application write, "
+            f"{_number(data, 'conflicts')} left to the next pass")
     return said + (f", {_number(data, 'txn_retries')} transaction retries" if data.get("txn_retries") else "")
 
 
