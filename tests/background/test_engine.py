@@ -390,7 +390,10 @@ async def test_in_application_runner_runs_and_stops(fast_project, db) -> None:  
     [
         ("bogus_key=1,", "background.bogus_key: unknown setting"),
         ("write_concern={'w': 0},", "w: 0 is refused"),
-        ("filter={'__v': {'$gt': 0}},", "filter may not name __v"),
+        ("filter={'__v': {'$gt': 0}},", "filter may not name __v: the engine matches the version itself"),
+        ("filter={'__rev': {'$gt': 1}},", "filter may not name __rev: the engine guards its writes by it"),
+        ("filter={'$expr': {'$eq': ['$__v', 1]}},", "filter may not name __v"),  # a field path in $expr names it too
+        ("filter={'$or': [{'a': 1}, {'__v.x': 1}]},", "filter may not name __v"),
         ("batch_size=0,", "background.batch_size"),
     ],
 )
@@ -401,6 +404,13 @@ async def test_bad_specs_fail_at_registration(fast_project, db, extra: str, mess
     with pytest.raises(InvalidExportError, match=message.replace("(", r"\(")):
         await command.up(fast_project.settings())
     assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+async def test_a_filter_may_name_a_field_of_an_array_element_called_like_the_version(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """``a.__v`` inside ``$elemMatch`` is an element's field, not the document's version: it was refused."""
+    fast_project.add("0001_names.py", background_file(extra="filter={'tags': {'$elemMatch': {'__v': 1}}},"))
+    await command.up(fast_project.settings())
+
 
 
 async def test_from_equal_to_and_mixed_exports_are_refused(fast_project, db) -> None:  # type: ignore[no-untyped-def]

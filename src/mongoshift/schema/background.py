@@ -62,11 +62,36 @@ class Adaptive(BaseModel):
         return min(self.min_batch_size, batch_size, high), high
 
 
-def _mentions(value: Any, field: str) -> bool:
-    if isinstance(value, dict):
-        return any(k == field or k.startswith(field + ".") or _mentions(v, field) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_mentions(v, field) for v in value)
+def _names_field(query: Any, field: str) -> bool:
+    """Whether a query filter reads the document's top-level ``field``: a key naming it (or a path under
+    it) in the filter or its ``$and``/``$or``/``$nor`` branches, a field path (``"$field"``) anywhere in
+    ``$expr``, a ``$jsonSchema`` property. The names inside an operator (``$elemMatch``'s) are an array
+    element's fields, not the document's."""
+    if not isinstance(query, dict):
+        return False
+    for key, value in query.items():
+        if key in ("$and", "$or", "$nor"):
+            if isinstance(value, list) and any(_names_field(branch, field) for branch in value):
+                return True
+        elif key == "$expr":
+            if _expr_names(value, field):
+                return True
+        elif key == "$jsonSchema":
+            if isinstance(value, dict) and (field in (value.get("properties") or {}) or field in (value.get("required") or [])):
+                return True
+        elif isinstance(key, str) and (key == field or key.startswith(field + ".")):
+            return True
+    return False
+
+
+def _expr_names(expression: Any, field: str) -> bool:
+    """Whether an aggregation expression reads ``field`` of the document (``$field``, ``$$ROOT.field``, ``$$CURRENT.field``)."""
+    if isinstance(expression, str):
+        return any(expression == f"{root}{field}" or expression.startswith(f"{root}{field}.") for root in ("$", "$$ROOT.", "$$CURRENT."))
+    if isinstance(expression, dict):
+        return any(_expr_names(v, field) for v in expression.values())
+    if isinstance(expression, list):
+        return any(_expr_names(v, field) for v in expression)
     return False
 
 
@@ -344,7 +369,8 @@ def _rule_problems(v: Mapping[str, Any], given: set[str]) -> list[tuple[str, str
             except ValueError as exc:
                 out.append((name, str(exc)))
     if isinstance(v.get("filter"), dict):
-        out += [("filter", f"filter may not name {f}: the engine matches the version itself") for f in fields if _mentions(v["filter"], f)]
+        owned = {v.get("version_field"): "the engine matches the version itself", v.get("revision_field"): "the engine guards its writes by it"}
+        out += [("filter", f"filter may not name {f}: {owned.get(f, 'the engine owns it')}") for f in fields if _names_field(v["filter"], f)]
     adaptive = v.get("adaptive")
     if isinstance(adaptive, Adaptive) and adaptive.max_batch_size is not None and adaptive.max_batch_size < adaptive.min_batch_size:
         out.append(("adaptive", "adaptive.max_batch_size is below adaptive.min_batch_size"))
