@@ -75,7 +75,10 @@ def render_list(console: Console, reports: Sequence[BackgroundReport]) -> None:
 
 def throttle_words(throttle: dict[str, int]) -> str:
     """The operator's pace (``background throttle``), which the lanes take over the file's and the adaptive size."""
-    said = [f"batch size {throttle['batch_size']:,}" if "batch_size" in throttle else "", f"pause {throttle['pause_ms']:,} ms" if "pause_ms" in throttle else ""]
+    said = [
+        f"batch size {throttle['batch_size']:,}" if "batch_size" in throttle else "",
+        f"pause {throttle['pause_ms']:,} ms" if "pause_ms" in throttle else "",
+    ]
     return f"{', '.join(w for w in said if w)} (set by 'background throttle': the lanes take it over the file's pace)"
 
 
