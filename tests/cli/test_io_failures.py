@@ -101,3 +101,30 @@ def test_a_template_or_migrations_folder_that_cannot_be_read(tmp_path: Path, mon
     refuse(monkeypatch, "iterdir", errno.EACCES)
     with pytest.raises(IOFailedError, match=f"cannot list the migrations folder {tmp_path}: Permission denied"):
         discover(tmp_path)
+
+
+def test_a_failed_init_leaves_the_project_file_as_it_was(tmp_path: Path, cli: Cli) -> None:
+    """``init --force`` with a migrations folder that cannot be made: it wrote the new project file
+    first and then failed (44), the committed URI gone."""
+    assert run_cli_plain(cli, tmp_path, "init", "--uri", "mongodb://127.0.0.1:27017", "--db", "good") == 0
+    before = (tmp_path / "mongoshift.toml").read_text()
+    (tmp_path / "afile").write_text("")
+    code, error, _ = run_cli(cli, tmp_path, "init", "--force", "--dir", "afile", "--db", "other")
+    assert code == 44 and error["kind"] == "io_failed"
+    assert (tmp_path / "mongoshift.toml").read_text() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [(["--uri", "http://x"], "setting 'uri'"), (["--db", "a.b"], "setting 'db'"), (["--uri", "mongodb://h/?badopt=1"], "unknown option 'badopt'")],
+)
+def test_init_refuses_a_value_every_other_command_would_refuse(tmp_path: Path, cli: Cli, args: list[str], said: str) -> None:
+    code, error, _ = run_cli(cli, tmp_path, "init", *args)
+    assert code == 6 and error["kind"] == "config_invalid" and said in error["message"]
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def run_cli_plain(cli: Any, where: Path, *args: str) -> int:
+    code, _, _ = cli(where, *args)
+    return int(code)

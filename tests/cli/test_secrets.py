@@ -124,7 +124,7 @@ def test_secret_uri_parts_are_masked_in_errors_json_and_the_changelog(project, c
 
 def test_init_with_a_password_keeps_it_out_of_the_config_file(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.config.unlink()
-    uri = "mongodb://deploy:init-hunter6@db.internal.example:27017/?authSource=admin&proxyPassword=init-hunter7"
+    uri = "mongodb://deploy:init-hunter6@db.internal.example:27017/?authSource=admin&tlsCertificateKeyFilePassword=init-hunter7"
     result = cli(project, "init", "--uri", uri, "--db", "app", "--json")
     assert result.returncode == 0, result.stderr
     text = project.config.read_text(encoding="utf-8")
@@ -134,7 +134,7 @@ def test_init_with_a_password_keeps_it_out_of_the_config_file(project, cli) -> N
     assert "# environment variable MONGOSHIFT_URI (or in a .env file git ignores), which overrides it.\nuri = " in text
     assert "MONGOSHIFT_URI" in result.stderr
     said = json.loads(result.stdout)
-    assert said["uri_secrets_removed"] == ["password", "proxyPassword"] and said["uri_env"] == "MONGOSHIFT_URI"
+    assert said["uri_secrets_removed"] == ["password", "tlsCertificateKeyFilePassword"] and said["uri_env"] == "MONGOSHIFT_URI"
     assert "init-hunter6" not in result.stdout + result.stderr
 
 

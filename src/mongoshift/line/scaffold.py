@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 import string
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ..errors import ConfigFileExistsError, ConfigInvalidError, FileNotFoundMigrationError, IOFailedError, MigrationFileExistsError
+from ..project.connection import check_uri_options
 from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, slugify
 from ..project.redaction import without_secrets
+from ..project.settings import Settings
+from ..schema.validation import loc_path, message_of
 
 MIGRATION_TEMPLATE = '''"""$title"""
 
@@ -95,18 +101,42 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
     target = directory / "mongoshift.toml"
     if target.exists() and not force:
         raise ConfigFileExistsError(f"{target.name} already exists (use --force to overwrite it)")
+    _check_values(uri, db, migrations_dir)
     text = string.Template(CONFIG_TEMPLATE).substitute(
         uri_line=_uri_line(uri),
         db_line=f"db = {_toml_string(db)}" if db else '# db = "myapp"',
         migrations_dir=migrations_dir.replace("\\", "/"),
     )
-    _write(target, text)
+    # the folder first, then the file in one step: a failure leaves an existing project file as it was
     folder = directory / migrations_dir
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise IOFailedError.from_os(exc, "create the migrations folder", folder) from None
+    _replace(target, text)
     return target
+
+
+def _check_values(uri: str | None, db: str | None, migrations_dir: str) -> None:
+    """The values ``init`` writes, validated as every command validates them (exit 6), before anything is written."""
+    try:
+        Settings(uri=uri, db=db, migrations_dir=Path(migrations_dir))
+    except ValidationError as exc:
+        problems = [f"setting {loc_path(e['loc'])!r} from the command line: {message_of(e)}" for e in exc.errors()]
+        raise ConfigInvalidError("; ".join(problems), problems=problems) from None
+    if uri:
+        check_uri_options(uri)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, then renamed over it."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise IOFailedError.from_os(exc, "write", path) from None
 
 
 def _write(path: Path, text: str) -> None:
