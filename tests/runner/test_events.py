@@ -297,3 +297,21 @@ async def test_what_a_scope_makes_current_is_current_in_sync_and_async_bodies(pr
         ("0003_sync_txn.py", "span of 0003_sync_txn.py"),
     ]
     assert current.get(None) is None  # left again
+
+
+async def test_an_observer_that_fails_while_a_migration_failed_logs_no_secret_of_the_migrations_error(project, db, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """The events emitted while a migration's error is handled chained that error to the observer's
+    failure, and ``log.exception`` printed it whole through the application's own logging: the
+    migration's message, a URI's password in it, unmasked."""
+    project.add("0001_leaks.py", 'def up(ctx):\n    raise ValueError("nope mongodb://u:obs-hunter15@127.0.0.1:1")\n')
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("a broken observer")
+
+    caplog.set_level(logging.DEBUG, logger="mongoshift")
+    with pytest.raises(ExecutionFailedError):
+        await api.up(project.settings(), observers=[broken])
+    failures = [r for r in caplog.records if "an event observer failed" in r.getMessage()]
+    assert failures and all(r.exc_info is None for r in failures)  # nothing for a handler to print raw
+    said = "\n".join(caplog.text.splitlines() + [r.getMessage() for r in failures])
+    assert "obs-hunter15" not in said and "a broken observer" in said and "Traceback" in said

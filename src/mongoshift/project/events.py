@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -70,8 +71,8 @@ class Events:
             for observer in self.observers:
                 try:
                     observer(event)
-                except Exception:
-                    log.exception("an event observer failed (ignored)")
+                except Exception as exc:
+                    _observer_failed(exc, "an event observer failed (ignored)")
         return event
 
     def log(self, event: Event) -> None:
@@ -128,6 +129,14 @@ def end_fields(started: float, failure: BaseException | None, *, outcome: str = 
     return data
 
 
+def _observer_failed(exc: BaseException, said: str) -> None:
+    """An observer's failure, logged with its own traceback only, redacted: an event emitted while a
+    migration's error is handled would chain that error (its message, a URI's password) to it, and
+    whatever handler the application configured would print it as it is."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+    log.error("%s: %s", said, redact(trace.rstrip(), limit=20_000))
+
+
 @contextmanager
 def _guarded(enter: Callable[[Event], AbstractContextManager[Any]], hook: str, event: Event) -> Iterator[None]:
     """One observer's scope; its failures are logged, never raised, and never swallow the body's
@@ -135,8 +144,8 @@ def _guarded(enter: Callable[[Event], AbstractContextManager[Any]], hook: str, e
     try:
         scope = enter(event)
         scope.__enter__()
-    except Exception:
-        log.exception("an event observer's %s failed to enter (ignored)", hook)
+    except Exception as exc:
+        _observer_failed(exc, f"an event observer's {hook} failed to enter (ignored)")
         yield
         return
     try:
@@ -144,11 +153,11 @@ def _guarded(enter: Callable[[Event], AbstractContextManager[Any]], hook: str, e
     except BaseException as exc:
         try:
             scope.__exit__(type(exc), exc, exc.__traceback__)
-        except Exception:
-            log.exception("an event observer's %s failed to exit (ignored)", hook)
+        except Exception as failed:
+            _observer_failed(failed, f"an event observer's {hook} failed to exit (ignored)")
         raise
     else:
         try:
             scope.__exit__(None, None, None)
-        except Exception:
-            log.exception("an event observer's %s failed to exit (ignored)", hook)
+        except Exception as failed:
+            _observer_failed(failed, f"an event observer's {hook} failed to exit (ignored)")
