@@ -55,3 +55,30 @@ def test_a_failure_is_a_json_line_and_keeps_its_logs(project, cli) -> None:  # t
     assert error["details"]["logs"][0]["message"] == "before the failure"
     last = lines(failed.stderr)[-1]
     assert (last["level"], last["kind"], last["code"]) == ("error", "execution_failed", 7)
+
+
+NOISY = """
+import logging
+import warnings
+
+
+def up(ctx):
+    logging.getLogger("thirdparty").warning("a library said something")
+    warnings.warn("an old call", UserWarning)
+"""
+
+
+def test_under_log_format_json_every_stderr_line_is_json(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A usage error, a library's own logger and a Python warning were plain text (the warning on two lines).
+    A real process: the test runner would catch the warning itself."""
+    from ..conftest import cli_process
+
+    project.add("0001_noisy.py", NOISY)
+    ran = cli_process(project, "up", "--log-format", "json")
+    assert ran.returncode == 0, ran.stderr
+    said = lines(ran.stderr)  # every line parses
+    assert {"a library said something", "an old call"} <= {line["message"].rsplit(": ", 1)[-1].splitlines()[0] for line in said}, said
+    refused = cli(project, "--log-format", "json", "bogus")
+    assert refused.returncode == 6
+    (line,) = lines(refused.stderr)
+    assert line["level"] == "error" and "No such command 'bogus'" in line["message"] and line["code"] == 6

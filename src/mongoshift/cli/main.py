@@ -581,12 +581,16 @@ def _main(args: list[str]) -> None:
         print("aborted", file=sys.stderr)
         sys.exit(ExitCode.ABORTED)
     except click.exceptions.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         error = ConfigInvalidError(exc.format_message())
         if "--json" in args:
             Output(json_mode=True).json({"error": error.to_json()})
-        print(f"error: {strip_controls(exc.format_message())}", file=sys.stderr)  # it quotes the arguments
-        if exc.ctx is not None:
-            print(f"(see '{exc.ctx.command_path} --help')", file=sys.stderr)
+        if _log_json(args):  # every stderr line one JSON object, this one too
+            Output(quiet=True, log_json=True).error(ConfigInvalidError(strip_controls(exc.format_message()) + hint))
+        else:
+            print(f"error: {strip_controls(exc.format_message())}", file=sys.stderr)  # it quotes the arguments
+            if hint:
+                print(hint.strip(), file=sys.stderr)
         sys.exit(error.exit_code)
     except click.exceptions.ClickException as exc:
         exc.show()

@@ -170,6 +170,24 @@ class Output:
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbose else logging.WARNING if self.quiet else logging.INFO)
         logger.propagate = False
+        if self.log_json:
+            self._other_lines_as_json()
+
+    @staticmethod
+    def _other_lines_as_json() -> None:
+        """``--log-format json``: what other loggers (a library's, a migration's own) and Python's
+        ``warnings`` say reaches stderr as JSON lines too, not as Python's plain text."""
+        from .log_format import JsonLineFormatter
+
+        root = logging.getLogger()
+        for old in [h for h in root.handlers if getattr(h, "mongoshift_json", False)]:
+            root.removeHandler(old)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonLineFormatter())
+        handler.setLevel(logging.WARNING)
+        handler.mongoshift_json = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+        logging.captureWarnings(True)
 
     def json(self, document: Any) -> None:
         self.emit_json(document)
