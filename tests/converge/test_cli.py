@@ -200,3 +200,11 @@ def test_check_with_prune_counts_an_undeclared_index_as_a_difference(project, sy
     pruned = cli(project, "converge", "--check", "--prune", "--json")
     assert pruned.returncode == 28 and [a["name"] for a in json.loads(pruned.stdout)["actions"] if a["action"] == "drop"] == ["stray_1"]
 
+
+
+def test_in_sync_counts_every_declared_collection(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A collection declared with nothing to manage has no action row: it was left out of the count."""
+    declare(project, USERS + '\n[[mongoshift.collections]]\nname = "empty"\nindexes = []\nprune = true\n')
+    assert cli(project, "converge", "--yes").returncode == 0
+    result = cli(project, "converge", "--check")
+    assert result.returncode == 0 and "in sync: 2 collection(s)" in result.stdout, result.stdout

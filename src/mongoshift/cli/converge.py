@@ -37,7 +37,7 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
     if shown:
         out.table(["collection", "target", "name", "action", "status", "note"], _rows(shown), title=title)
     unchanged = sum(1 for a in report.actions if a.action == "unchanged")
-    collections = len({a.collection for a in report.actions})
+    collections = max(report.declared, len({a.collection for a in report.actions}))
     if not report.drift:
         out.say(f"in sync: {collections} collection(s), {unchanged} item(s) as declared")
     elif unchanged:

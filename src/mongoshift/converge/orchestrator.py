@@ -98,7 +98,9 @@ async def plan_in_session(session: Session, *, prune: bool = False, check: bool 
     began = time.monotonic()
     declarations = list(session.declarations().values())
     p = plan(declarations, await _inspect_all(session.db, declarations), prune=prune)
-    report = ConvergeReport(session.run.run_id, "check" if check else "dry-run", results=_planned(p), warnings=_warnings(p, declarations))
+    report = ConvergeReport(
+        session.run.run_id, "check" if check else "dry-run", results=_planned(p), warnings=_warnings(p, declarations), declared=len(declarations)
+    )
     report.success = not p.conflicts
     if p.conflicts:  # what a converge would answer, so that --json says why success is false
         report.error = f"converge would refuse to run: {len(p.conflicts)} conflict(s): {listing(p.conflicts)}"
@@ -153,7 +155,7 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
 
     try:
         p = plan(declarations, await _inspect_all(db, declarations), prune=prune)
-        report.results, report.warnings = _planned(p), _warnings(p, declarations)
+        report.results, report.warnings, report.declared = _planned(p), _warnings(p, declarations), len(declarations)
         if p.conflicts:
             raise ConvergeFailedError(
                 f"converge refused, nothing was changed: {len(p.conflicts)} conflict(s): {listing(p.conflicts)}", phase="plan"

@@ -31,6 +31,8 @@ class ConvergeReport:
     success: bool = False
     error: str | None = None
     duration_ms: int = 0
+    #: The collections declared (one with nothing to manage, ``indexes = []``, has no action row).
+    declared: int = 0
 
     @property
     def actions(self) -> list[Action]:
@@ -68,6 +70,7 @@ class ConvergeReport:
             "in_sync": self.in_sync,
             "changed": self.changed,
             "duration_ms": self.duration_ms,
+            "declared": self.declared,
             "summary": self.summary(),
             "actions": [r.to_json() for r in self.results],
             "warnings": self.warnings,
