@@ -111,6 +111,9 @@ def test_up_to_one_file_down_and_redo_are_tasks_too(redis_harness, project, sync
     [redone] = redo.wait(timeout=90)
     assert (redone.name, redone.direction, redone.outcome) == (NAMES[2], "redo", "applied") and redone.run_id
     assert applied() == [NAMES[2]] and steps.count_documents({"name": NAMES[2]}) == 1
+    # the batch the redo recorded, as status shows it (it said the batch the migration had been in)
+    recorded = sync_client[project.db]["_mongoshift_migrations"].find_one({"name": NAMES[2]})["batch"]
+    assert redone.batch == recorded and recorded != redo.batch
 
     payload: dict[str, Any] = {"v": 2, "name": NAMES[2], "group": "g", "batch": 1, "wait_until": 4e9, "direction": "down", "checksum": "0" * 64}
     wrong = tasks.up.apply_async(args=(payload,))  # a rollback's payload sent to the up task

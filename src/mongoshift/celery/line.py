@@ -175,8 +175,10 @@ class _Run:
         return self._ms
 
     def result(self, outcome: Any, **fields: Any) -> LineResult:
+        """The task's result; ``batch``: what its run recorded, when it ran (else the payload's)."""
         payload = self.payload
-        return LineResult(payload.name, outcome, payload.group, payload.batch, self.run_id, direction=payload.direction, **fields)
+        batch = fields.pop("batch", None) or payload.batch
+        return LineResult(payload.name, outcome, payload.group, batch, self.run_id, direction=payload.direction, **fields)
 
     def _observe(self, event: api.Event) -> None:
         if self.run_id is None and event.run_id:
@@ -247,7 +249,10 @@ class _Run:
         mine = [r for r in report.results if r.name == self.payload.name]
         if not mine or mine[-1].status == "skipped":  # already applied: by another task, or the CLI
             return self.result("skipped")
-        return self.result("reverted" if mine[-1].status == "reverted" else "applied", duration_ms=sum(r.duration_ms for r in mine))
+        # the batch the run recorded: a redo's up records a new one (the payload has the batch it was in)
+        return self.result(
+            "reverted" if mine[-1].status == "reverted" else "applied", duration_ms=sum(r.duration_ms for r in mine), batch=mine[-1].batch
+        )
 
     async def _command(self) -> api.RunReport:
         """The one run of this task: ``up NAME``, ``down NAME`` or ``redo NAME``, refused when the file changed since it was queued."""
