@@ -117,3 +117,9 @@ async def test_a_unique_index_model_counts_too(project) -> None:  # type: ignore
     ))
     (finding,) = (await lint(project.settings())).findings
     assert (finding.rule, finding.line, finding.collection) == ("MS103", 4, "users")
+
+
+async def test_a_delete_many_is_said_to_delete_not_to_rewrite(project) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", "async def up(ctx):\n    await ctx.db.users.delete_many({'status': 'old'})\n")
+    (finding,) = (await lint(project.settings())).findings
+    assert finding.rule == "MS102" and "it deletes every matching document" in finding.message

@@ -107,7 +107,8 @@ class _Checker:
                     where = f" on {collection}" if collection else ""
                     yield Finding(
                         "MS102", self.name, call.lineno,
-                        f"{method}{where} has no _id-bounded filter: it rewrites every matching document in one operation "
+                        f"{method}{where} has no _id-bounded filter: it {'deletes' if method.startswith('delete') else 'rewrites'} "
+                        "every matching document in one operation "
                         "while the line holds its lock; for a large collection use a background migration "
                         "('mongoshift create --background'), or bound the filter by _id ranges",
                         collection,

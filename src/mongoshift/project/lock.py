@@ -247,8 +247,10 @@ class LeaseLock:
             if deadline is None or self._monotonic() >= deadline:
                 holder = await self.holder()
                 who = holder.describe() if holder else "another run"
+                waited_for = "" if wait_seconds is None else f" (still, after waiting {wait_seconds:g} s)"
+                advice = "wait longer with --wait" if wait_seconds is not None else "wait with --wait"
                 raise LockHeldError(
-                    f"the migration lock is held by {who}; wait with --wait, or clear a stuck lock "
+                    f"the migration lock is held by {who}{waited_for}; {advice}, or clear a stuck lock "
                     "with 'mongoshift unlock'",
                     holder=holder.__dict__ if holder else None,
                 )
