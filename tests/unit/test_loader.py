@@ -85,6 +85,17 @@ def test_broken_files_name_the_file(tmp_path: Path, source: str, message: str) -
     assert "20260101000000_broken.py" in info.value.message and message in info.value.message
 
 
+def test_a_file_without_up_names_its_other_problems_too(tmp_path: Path) -> None:
+    """Every problem at once (exit-codes.md, 20): a missing up hid the rest until it was added."""
+    (tmp_path / "20260101000000_broken.py").write_text('timeout_seconds = "5"\nrequires = 5\nuse_transaction = "yes"\n')
+    (item,) = discover(tmp_path)
+    with pytest.raises(InvalidExportError) as info:
+        load(item)
+    problems = info.value.details["problems"]
+    assert problems[0] == "must define a function up(ctx)" and len(problems) == 4, problems
+    assert any("requires" in p for p in problems) and any("timeout_seconds" in p for p in problems)
+
+
 def test_checksum_ignores_bom_and_line_endings(tmp_path: Path) -> None:
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_bytes(b"def up(ctx):\n    pass\n")

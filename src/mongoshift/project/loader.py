@@ -325,19 +325,22 @@ def load(item: MigrationFile) -> MigrationFile:
         _refuse(item, _background_problems(module) + _requires_problems(item, module))
         item.module = module
         return item
+    # every problem of the file at once (exit-codes.md, 20), so that one edit fixes them all
+    problems: list[str] = []
     up = getattr(module, "up", None)
     if not callable(up):
-        raise InvalidExportError(f"{item.name}: must define a function up(ctx)", file=item.name)
+        problems.append("must define a function up(ctx)")
     down = getattr(module, "down", None)
     if down is not None and not callable(down):
-        raise InvalidExportError(f"{item.name}: down must be a function down(ctx)", file=item.name)
+        problems.append("down must be a function down(ctx)")
     for fn_name, fn in (("up", up), ("down", down)):
-        if fn is not None and not _takes_one_argument(fn):
-            raise InvalidExportError(f"{item.name}: {fn_name} must take one argument (ctx)", file=item.name)
-    _refuse(item, _requires_problems(item, module) + _timeout_problems(module))
+        if fn is not None and callable(fn) and not _takes_one_argument(fn):
+            problems.append(f"{fn_name} must take one argument (ctx)")
+    problems += _requires_problems(item, module) + _timeout_problems(module)
     for attr, kind in (("description", str), ("use_transaction", bool)):
         if hasattr(module, attr) and not isinstance(getattr(module, attr), kind):
-            raise InvalidExportError(f"{item.name}: {attr} must be a {kind.__name__}", file=item.name)
+            problems.append(f"{attr} must be a {kind.__name__}")
+    _refuse(item, problems)
     item.module = module
     return item
 
