@@ -46,6 +46,8 @@ def test_the_accepted_syntax(tmp_path: Path) -> None:
         ("A='x' hunter9\n", "only a comment may follow"),
         ("MONGOSHIFT_URL=mongodb://h\n", "MONGOSHIFT_URL is not a mongoshift setting"),
         ("MONGOSHIFT_CONFIG=x.toml\n", "use --config"),
+        # a refused line does not hide the unknown names of the lines that parsed (it did)
+        ("MONGOSHIFT_NOPE=1\nbad line hunter9\n", "line 2: expected NAME=value; MONGOSHIFT_NOPE is not a mongoshift setting"),
     ],
 )
 def test_what_is_refused_names_the_line_never_the_value(tmp_path: Path, text: str, why: str) -> None:

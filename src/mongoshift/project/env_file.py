@@ -18,6 +18,7 @@ regular file. No ``${VAR}`` expansion, no multi-line values: ``$`` is an ordinar
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigInvalidError, IOFailedError
@@ -28,8 +29,9 @@ _LINE = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?
 _DOUBLE_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """The assignments of ``path``, in file order."""
+def read_env_file(path: Path, also: Callable[[dict[str, str]], list[str]] | None = None) -> dict[str, str]:
+    """The assignments of ``path``, in file order. ``also``: the caller's problems with the lines that
+    parsed (a name that is no setting), listed with the refused lines when there are any."""
     try:
         if not path.exists():
             raise FileNotFoundError(path)
@@ -65,8 +67,9 @@ def read_env_file(path: Path) -> dict[str, str]:
         except ValueError as exc:
             problems.append((number, f"line {number} ({name}): {exc}"))
     if problems:
+        more = also(values) if also is not None else []
         raise ConfigInvalidError(
-            f"env file {path}, {'; '.join(text for _, text in problems)}",
+            f"env file {path}, {'; '.join([*(text for _, text in problems), *more])}",
             file=str(path), line=problems[0][0], lines=[number for number, _ in problems],
         )
     return values

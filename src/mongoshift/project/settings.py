@@ -309,14 +309,17 @@ def read_env_settings(path: Path) -> tuple[dict[str, str], list[str]]:
     """The settings a ``.env`` file gives: its ``MONGOSHIFT_*`` lines (other names are the
     application's own), and a problem for each ``MONGOSHIFT_*`` name that is no setting (a typo,
     refused as an unknown key of the project file is, and reported with the other problems)."""
-    values = read_env_file(path)
     known = {env_name(key) for key in FIELDS}
-    unknown = sorted(n for n in values if n.startswith("MONGOSHIFT_") and n not in known)
-    problems = [
-        f"env file {path}: {', '.join(unknown)} is not a mongoshift setting"
-        + (" (the project file is chosen before the .env is read: use --config)" if "MONGOSHIFT_CONFIG" in unknown else "")
-    ] if unknown else []
-    return read_environment(values), problems
+
+    def unknown_names(values: dict[str, str]) -> list[str]:
+        unknown = sorted(n for n in values if n.startswith("MONGOSHIFT_") and n not in known)
+        return [
+            f"{', '.join(unknown)} is not a mongoshift setting"
+            + (" (the project file is chosen before the .env is read: use --config)" if "MONGOSHIFT_CONFIG" in unknown else "")
+        ] if unknown else []
+
+    values = read_env_file(path, also=unknown_names)  # a refused line lists the unknown names too
+    return read_environment(values), [f"env file {path}: {problem}" for problem in unknown_names(values)]
 
 
 def _layer(merged: dict[str, Any], sources: dict[str, str], values: Mapping[str, Any], source: Callable[[str], str]) -> None:
