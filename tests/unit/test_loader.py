@@ -85,6 +85,14 @@ def test_broken_files_name_the_file(tmp_path: Path, source: str, message: str) -
     assert "20260101000000_broken.py" in info.value.message and message in info.value.message
 
 
+def test_a_syntax_error_names_its_file_and_line_once(tmp_path: Path) -> None:
+    (tmp_path / "20260101000000_broken.py").write_text("def up(ctx)\n    pass\n")
+    (item,) = discover(tmp_path)
+    with pytest.raises(InvalidExportError) as info:
+        load(item)
+    assert info.value.message == "20260101000000_broken.py: failed to import (line 1): SyntaxError: expected ':'"
+
+
 def test_a_file_without_up_names_its_other_problems_too(tmp_path: Path) -> None:
     """Every problem at once (exit-codes.md, 20): a missing up hid the rest until it was added."""
     (tmp_path / "20260101000000_broken.py").write_text('timeout_seconds = "5"\nrequires = 5\nuse_transaction = "yes"\n')

@@ -308,7 +308,7 @@ def load(item: MigrationFile) -> MigrationFile:
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
         where = _where(exc, item.path)
         raise InvalidExportError(
-            f"{item.name}: failed to import{where}: {describe_error(exc)}", file=item.name
+            f"{item.name}: failed to import{where}: {_what(exc)}", file=item.name
         ) from None
     finally:
         sys.modules.pop(module_name, None)
@@ -422,6 +422,13 @@ def _takes_one_argument(fn: Callable[..., Any]) -> bool:
     except ValueError:  # builtins without a signature: let the call decide
         return True
     return True
+
+
+def _what(exc: BaseException) -> str:
+    """The import's error, without a syntax error's own "(file, line N)": the message names both already."""
+    if isinstance(exc, SyntaxError) and exc.msg:
+        return describe_error(SyntaxError(exc.msg))
+    return describe_error(exc)
 
 
 def _where(exc: BaseException, path: Path) -> str:
