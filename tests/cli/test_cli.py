@@ -58,6 +58,7 @@ def test_json_status_and_check_exit_code(project, cli) -> None:  # type: ignore[
         (["down", "0099_missing.py"], 8, "not found"),  # a name nothing knows is a typo (it said "not applied", 9)
         (["redo", "0099_missing"], 8, "not found"),
         (["down", "--to", "0099_missing"], 8, "not found"),
+        (["down", "--steps", "abc"], 6, "'abc' is not a valid integer."),  # click's words said "integer range"
         (["down", "--batch", "1", "--steps", "1"], 6, "mutually exclusive"),
         (["create", "bad/name"], 19, "invalid migration name"),
         (["up", "--force"], 6, "name it"),

@@ -28,6 +28,19 @@ if TYPE_CHECKING:
     from ..project.settings import Settings
 
 
+class IntRange(click.IntRange):
+    """An integer option within bounds; a value that is no integer is "not a valid integer" (click's
+    own words for this type say "integer range", which the value is not)."""
+
+    name = "integer"
+
+
+class FloatRange(click.FloatRange):
+    """A number option within bounds (see :class:`IntRange`)."""
+
+    name = "number"
+
+
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value not in (None, False) and param.name:
         ctx.find_root().ensure_object(dict)[param.name] = value

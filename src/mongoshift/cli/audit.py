@@ -6,14 +6,14 @@ from typing import Any
 
 import click
 
-from .app import global_options, output, run_async, settings
+from .app import FloatRange, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
 
 @click.command()
 @click.option(
     "--stale-after",
-    type=click.FloatRange(min=0),
+    type=FloatRange(min=0),
     default=900.0,
     show_default=True,
     metavar="SECONDS",

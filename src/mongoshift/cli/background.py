@@ -20,7 +20,7 @@ from ..errors import (
     TenantsInvalidError,
 )
 from ..project.run import CancelSignal
-from .app import confirm, global_options, output, run_async, settings
+from .app import FloatRange, IntRange, confirm, global_options, output, run_async, settings
 from .tenants import across, given, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
 @background.command(name="run")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every registered migration that is pending or running.")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True, help="Lanes in this process (capped by max_parallel).")
+@click.option("--concurrency", type=IntRange(1, 64), default=1, show_default=True, help="Lanes in this process (capped by max_parallel).")
 @click.option(
     "--progress-interval",
     type=float,
@@ -371,9 +371,9 @@ def _render_watchers(watchers: list[WatchRecord]) -> None:
 
 @background.command(name="watch")
 @click.option("--collections", metavar="A,B", help="Only these collections (default: every collection with a completed migration).")
-@click.option("--save-interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
+@click.option("--save-interval", type=FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
     help="How often the leader saves its position.")
-@click.option("--max-lag", type=click.FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--max-lag", type=FloatRange(1, 86_400), default=60.0, show_default=True, metavar="SECONDS",
     help="Behind by more than this, it reopens the migrations instead.")
 @tenant_options
 @global_options
@@ -459,12 +459,12 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
 
 @background.command(name="dry-run")
 @click.argument("file")
-@click.option("--sample", type=click.IntRange(1, 1000), metavar="N", help="N documents of the old shape at random (the default, 5).")
-@click.option("--first", type=click.IntRange(1, 1000), metavar="N", help="The first N documents of the old shape by _id.")
+@click.option("--sample", type=IntRange(1, 1000), metavar="N", help="N documents of the old shape at random (the default, 5).")
+@click.option("--first", type=IntRange(1, 1000), metavar="N", help="The first N documents of the old shape by _id.")
 @click.option("--revert", is_flag=True, help="Preview the declared revert instead (documents at to_version).")
 @click.option("--validate", is_flag=True,
     help="Write each document in a transaction that is always aborted: the server's verdict per document; the transform runs in a sandbox.")
-@click.option("--steps", type=click.IntRange(1, 100), metavar="K", help="With --validate, a step migration: up to K step calls (default 1).")
+@click.option("--steps", type=IntRange(1, 100), metavar="K", help="With --validate, a step migration: up to K step calls (default 1).")
 @tenant_options
 @global_options
 def dry_run(file: str, sample: int | None, first: int | None, revert: bool, validate: bool, steps: int | None) -> int | None:

@@ -20,6 +20,7 @@ from ..project.redaction import strip_controls, uri_secrets
 from .adoption import baseline as baseline_command, import_command
 from .app import (
     WAIT_HELP,
+    IntRange,
     cli,
     confirm,
     global_options,
@@ -138,7 +139,7 @@ def _render_report(report: api.RunReport) -> None:
 @click.option("--to", "to", metavar="NAME", help="Apply pending migrations up to NAME (inclusive).")
 @click.option("--step", is_flag=True, help="One batch per migration, so 'down' rolls back one at a time.")
 @click.option("--force", is_flag=True, help="Run FILE again even though it is applied.")
-@click.option("--batch", "label", type=click.IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
+@click.option("--batch", "label", type=IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
 @click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--strict", is_flag=True, default=None, help="Refuse to run if an applied file changed on disk.")
@@ -188,8 +189,8 @@ def up(
 
 @cli.command()
 @click.argument("file", required=False)
-@click.option("--batch", type=click.IntRange(min=1), help="Roll back every migration of batch N.")
-@click.option("--steps", type=click.IntRange(min=1), help="Roll back the N most recently applied migrations.")
+@click.option("--batch", type=IntRange(min=1), help="Roll back every migration of batch N.")
+@click.option("--steps", type=IntRange(min=1), help="Roll back the N most recently applied migrations.")
 @click.option("--to", "to", metavar="NAME", help="Roll back everything applied after NAME (exclusive).")
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
@@ -359,7 +360,7 @@ def _dry_name(row: api.DryRunRow) -> str:
 @click.option("--step", is_flag=True)
 @click.option("--force", is_flag=True)
 @click.option("--strict", is_flag=True, default=None, help="Refuse, as 'up --strict' would, if an applied file changed on disk.")
-@click.option("--batch", "label", type=click.IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
+@click.option("--batch", "label", type=IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)
 @click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
 @tenant_options
 @global_options
@@ -386,8 +387,8 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 
 @dry_run.command(name="down")
 @click.argument("file", required=False)
-@click.option("--batch", type=click.IntRange(min=1))
-@click.option("--steps", type=click.IntRange(min=1))
+@click.option("--batch", type=IntRange(min=1))
+@click.option("--steps", type=IntRange(min=1))
 @click.option("--to", "to", metavar="NAME")
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
 @tenant_options
@@ -509,9 +510,9 @@ def run_log(run_id: str) -> int:
 
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
+@click.option("--port", type=IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
 @click.option("--path", type=click.Path(path_type=Path), help="Snapshot file: data survives a clean restart.")
-@click.option("--change-history", type=click.IntRange(min=1), default=100_000, show_default=True, help="Change-stream window, in events.")
+@click.option("--change-history", type=IntRange(min=1), default=100_000, show_default=True, help="Change-stream window, in events.")
 @click.option(
     "--standalone",
     is_flag=True,
