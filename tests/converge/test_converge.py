@@ -305,9 +305,20 @@ async def test_unique_conversion_fails_on_duplicates_and_leaves_the_index(projec
     await db.dups.create_index("u", name="u_1")
     await db.dups.insert_many([{"u": 1}, {"u": 1}])
     s = settings_with(project, {"name": "dups", "indexes": [{"keys": {"u": 1}, "unique": True}]})
-    with pytest.raises(ConvergeFailedError):
+    with pytest.raises(ConvergeFailedError) as failed:
         await cv.converge(s)
     assert "unique" not in (await server_indexes(db, "dups"))["u_1"]
+    assert "remove them (or declare the index without unique)" in str(failed.value.details)
+
+
+def test_a_failed_conversion_to_unique_says_what_to_do() -> None:
+    """359 CannotConvertIndexToUnique got no advice, where a failed unique build (11000) did."""
+    from pymongo.errors import OperationFailure
+
+    from mongoshift.converge.applier import build_failure
+
+    said = build_failure(OperationFailure("Cannot convert the index to unique", 359, {"code": 359, "codeName": "CannotConvertIndexToUnique"}))
+    assert said.endswith("the collection holds duplicates of this key: remove them (or declare the index without unique), then converge again")
 
 
 async def test_converge_takes_the_lock(project, db) -> None:  # type: ignore[no-untyped-def]

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     from ..converge.report import ConvergeReport
 
 
-def _rows(actions: list[tuple[Action, str]]) -> list[tuple[str, ...]]:
+def _rows(actions: list[tuple[Action, str, str | None]]) -> list[tuple[str, ...]]:
+    """Table rows: the status alone in its column, and why in the note (the error of a failed action, else the plan's reason)."""
     return [
-        (a.collection, a.target, a.name or "", a.action, status, a.reason or "")
-        for a, status in actions
+        (a.collection, a.target, a.name or "", a.action, status, error or a.reason or "")
+        for a, status, error in actions
     ]
 
 
@@ -33,7 +34,7 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
     if out.json_mode:
         out.json(report.to_json())
         return
-    shown = [(r.action, r.status if not r.error else f"{r.status}: {r.error}") for r in report.results if r.action.action != "unchanged"]
+    shown: list[tuple[Action, str, str | None]] = [(r.action, r.status, r.error) for r in report.results if r.action.action != "unchanged"]
     if shown:
         out.table(["collection", "target", "name", "action", "status", "note"], _rows(shown), title=title)
     unchanged = sum(1 for a in report.actions if a.action == "unchanged")
@@ -110,7 +111,7 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
 def _render_failed(body: dict[str, Any]) -> None:
     """A refused or failed run's rows, from the report in the error's details."""
     rows = [
-        (r["collection"], r["target"], r["name"] or "", r["action"], r["status"] + (f": {r['error']}" if r.get("error") else ""), r["reason"] or "")
+        (r["collection"], r["target"], r["name"] or "", r["action"], r["status"], r.get("error") or r["reason"] or "")
         for r in body.get("actions", [])
         if r["action"] != "unchanged"
     ]

@@ -65,9 +65,10 @@ class ApplyStopped(Exception):
         self.error = error
 
 
-#: What to do when ``createIndexes`` fails with one of these server codes.
+#: What to do when ``createIndexes`` (or ``collMod``'s conversion to unique, 359) fails with one of these server codes.
 BUILD_HINTS: dict[int, str] = {
     11000: "remove the duplicates (or declare the index without unique), then converge again",
+    359: "the collection holds duplicates of this key: remove them (or declare the index without unique), then converge again",
     13: "the user needs the createIndex privilege on this collection",
     67: "the server refuses this index definition: check its options",
     16755: "a document holds a value this geo index cannot take: fix or remove it, then converge again",
@@ -235,7 +236,7 @@ class Applier:
                 await self._make_unique(action.collection, name)
         except OperationFailure as exc:
             if not coll_mod_refused(exc):
-                return ActionResult(action, "failed", describe_error(exc))
+                return ActionResult(action, "failed", build_failure(exc))
             rebuild = replace(
                 action,
                 action="rebuild",
