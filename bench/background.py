@@ -295,7 +295,7 @@ async def _keyset(db: Any, size: int, *, guarded: bool) -> tuple[int, dict[str, 
     for _ in range(size // BATCH_SIZE + 10):  # bounded: a keyset walk ends after size/batch batches
         filter_: dict[str, Any] = {"__v": 1} if last is None else {"__v": 1, "_id": {"$gt": last}}
         t0 = time.process_time()
-        docs = await collection.find(filter_, sort=[("_id", 1)], limit=BATCH_SIZE).hint(VERSION_INDEX).to_list(None)
+        docs = await collection.find(filter_, sort=[("_id", 1)], limit=BATCH_SIZE, batch_size=BATCH_SIZE).hint(VERSION_INDEX).to_list(None)
         t1 = time.process_time()
         if not docs:
             break

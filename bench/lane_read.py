@@ -66,7 +66,7 @@ def _filter(last: Any) -> dict[str, Any]:
 async def _read_async(collection: Any, batches: int, decode: CodecOptions[Any] | None) -> int:
     last, n = None, 0
     for _ in range(batches):
-        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH).hint(bg.VERSION_INDEX).to_list(None)
+        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH, batch_size=BATCH).hint(bg.VERSION_INDEX).to_list(None)
         if decode is not None:  # the lane: one C decode of the batch's raw documents (write.batch.lend)
             decode_all(b"".join(doc.raw for doc in docs), decode)
             last = decode_all(docs[-1].raw, decode)[0]["_id"]
@@ -79,7 +79,7 @@ async def _read_async(collection: Any, batches: int, decode: CodecOptions[Any] |
 def _read_sync(collection: Any, batches: int, decode: CodecOptions[Any] | None) -> int:
     last, n = None, 0
     for _ in range(batches):
-        docs = collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH).hint(bg.VERSION_INDEX).to_list(None)
+        docs = collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH, batch_size=BATCH).hint(bg.VERSION_INDEX).to_list(None)
         if decode is not None:
             decode_all(b"".join(doc.raw for doc in docs), decode)
             last = decode_all(docs[-1].raw, decode)[0]["_id"]
@@ -162,7 +162,7 @@ async def _dicts_sized(collection: Any, batches: int) -> int:
     whole batch encoded once (its BSON size, what the transaction's byte limit is checked on)."""
     last, n = None, 0
     for _ in range(batches):
-        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH).hint(bg.VERSION_INDEX).to_list(None)
+        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=BATCH, batch_size=BATCH).hint(bg.VERSION_INDEX).to_list(None)
         len(encode({"d": docs}))
         last = docs[-1]["_id"]
         n += len(docs)
@@ -174,7 +174,7 @@ async def _raw_batches(collection: Any, batches: int, decode: CodecOptions[Any])
     (its length the batch's size), decoded in one call."""
     last, n = None, 0
     for _ in range(batches):
-        cursor = collection.find_raw_batches(_filter(last), sort=[("_id", 1)], limit=BATCH).hint(bg.VERSION_INDEX)
+        cursor = collection.find_raw_batches(_filter(last), sort=[("_id", 1)], limit=BATCH, batch_size=BATCH).hint(bg.VERSION_INDEX)
         streams = await cursor.to_list(None)
         sum(map(len, streams))
         docs = [doc for stream in streams for doc in decode_all(stream, decode)] if len(streams) > 1 else decode_all(streams[0], decode)
@@ -186,7 +186,7 @@ async def _raw_batches(collection: Any, batches: int, decode: CodecOptions[Any])
 async def _raw_only(collection: Any, batches: int, size: int = BATCH) -> int:
     last, n = None, 0
     for _ in range(batches * BATCH // size):
-        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=size).hint(bg.VERSION_INDEX).to_list(None)
+        docs = await collection.find(_filter(last), sort=[("_id", 1)], limit=size, batch_size=size).hint(bg.VERSION_INDEX).to_list(None)
         last = decode_all(docs[-1].raw)[0]["_id"]
         n += len(docs)
     return n

@@ -85,9 +85,10 @@ async def test_a_steady_state_batch_is_a_read_a_write_and_one_checkpoint(
     monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, transform: str
 ) -> None:
     client, commands = monitored
-    await seed(db.people, 600)
+    await seed(db.people, 900)
     # One slice long enough for the six batches however loaded the machine (the server evaluates pipelines slowly).
-    source = background_file(batch_size=100, extra=QUIET + " slice_ms=3_600_000,")
+    # Batches of 150: over mongod's first batch of 101, so a read that named no batchSize would take a getMore too.
+    source = background_file(batch_size=150, extra=QUIET + " slice_ms=3_600_000,")
     if transform == "pipeline":
         source = source.replace("migrate=migrate,", "pipeline=[{'$set': {'full_name': {'$concat': ['$first', ' ', '$last']}}}, {'$unset': ['first', 'last']}],")
     monitored_project.add(NAME, source)
@@ -101,8 +102,8 @@ async def test_a_steady_state_batch_is_a_read_a_write_and_one_checkpoint(
         engine.context.sample_seconds = float("inf")
         commands.sent.clear()
         result = await Lane(engine.context, "counted").run_slice(state, spec)
-    assert result.outcome == "done" and result.counters["migrated"] == 600
-    assert await db.people.count_documents({"__v": 2, "full_name": {"$exists": True}}) == 600
+    assert result.outcome == "done" and result.counters["migrated"] == 900
+    assert await db.people.count_documents({"__v": 2, "full_name": {"$exists": True}}) == 900
 
     read = batches(commands.sent, "people")
     assert len(read) == 7  # six full batches, then the read that finds the partition empty

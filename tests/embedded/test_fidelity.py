@@ -8,8 +8,10 @@ mongoeco 4.11 without its fix.
 from __future__ import annotations
 
 import pytest
-from pymongo import UpdateOne
+from pymongo import AsyncMongoClient, UpdateOne, monitoring
 from pymongo.errors import OperationFailure, WriteError
+
+from ..conftest import TEST_CLIENT_OPTIONS
 
 
 async def test_an_english_regional_collation_is_english(db) -> None:
@@ -232,3 +234,70 @@ async def test_a_schema_valued_additional_properties_validates_every_other_field
         assert refused.value.code == 121
     with pytest.raises(OperationFailure):
         await db.create_collection("bad_schema", validator={"$jsonSchema": {"additionalProperties": {"bsonType": 5}}})
+
+
+class _Batches(monitoring.CommandListener):
+    """The number of documents in each reply of a cursor command, in order."""
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[str, int]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        cursor = event.reply.get("cursor")
+        if isinstance(cursor, dict):
+            batch = cursor.get("firstBatch", cursor.get("nextBatch"))
+            self.replies.append((event.command_name, len(batch)))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_a_cursor_without_a_batch_size_sends_101_documents_first(mongo_uri, db_name) -> None:
+    """(bo) A find or an aggregate that names no batchSize gets 101 documents, then the rest by
+    getMore; a named batchSize is kept, and a single batch (a negative limit) closes the cursor."""
+    batches = _Batches()
+    client: AsyncMongoClient = AsyncMongoClient(mongo_uri, event_listeners=[batches], **TEST_CLIENT_OPTIONS)
+    try:
+        collection = client[db_name].t
+        await collection.insert_many([{"_id": i} for i in range(250)])
+        assert len(await collection.find().to_list()) == 250
+        assert batches.replies == [("find", 101), ("getMore", 149)]
+        batches.replies.clear()
+        assert len(await (await collection.aggregate([{"$match": {}}])).to_list()) == 250
+        assert batches.replies == [("aggregate", 101), ("getMore", 149)]
+        batches.replies.clear()
+        assert len(await collection.find(batch_size=200).to_list()) == 250
+        assert batches.replies == [("find", 200), ("getMore", 50)]
+        batches.replies.clear()
+        assert len(await collection.find(limit=150, batch_size=150).to_list()) == 150  # one reply: what the engine sends
+        assert batches.replies == [("find", 150)]
+        batches.replies.clear()
+        assert len(await collection.find(limit=-50).to_list()) == 50
+        assert batches.replies == [("find", 50)]
+    finally:
+        await client.drop_database(db_name)
+        await client.close()
+
+
+async def test_no_reply_carries_more_than_16_mib_of_documents(mongo_uri, db_name) -> None:
+    """(bo) 40 documents of 1.5 MiB (60 MB, past the driver's 48 MB message limit, which refused the
+    one reply the server sent before): every reply holds at most 16 MiB of them, and all arrive."""
+    batches = _Batches()
+    client: AsyncMongoClient = AsyncMongoClient(mongo_uri, event_listeners=[batches], **TEST_CLIENT_OPTIONS)
+    try:
+        collection = client[db_name].t
+        pad = "x" * (1536 * 1024)
+        for i in range(40):
+            await collection.insert_one({"_id": i, "pad": pad})
+        found = [doc["_id"] async for doc in collection.find({}, batch_size=1000)]
+        assert found == list(range(40))
+        assert [n for _, n in batches.replies] == [10, 10, 10, 10]  # 10 x 1.5 MiB fit in 16 MiB, 11 do not
+        batches.replies.clear()
+        assert len(await (await collection.aggregate([{"$project": {"pad": 1}}])).to_list()) == 40
+        assert all(0 < n <= 10 for _, n in batches.replies) and sum(n for _, n in batches.replies) == 40
+    finally:
+        await client.drop_database(db_name)
+        await client.close()

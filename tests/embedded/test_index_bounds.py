@@ -126,3 +126,16 @@ async def test_a_bounded_find_needs_an_existing_index_and_its_fields(db) -> None
     assert missing.value.code == 2
     with pytest.raises(OperationFailure):
         await db.people.find({}, hint=INDEX, min=[("__v", 1)]).to_list(None)
+
+
+async def test_a_bounded_find_sends_its_documents_in_batches(db) -> None:  # type: ignore[no-untyped-def]
+    """(bo) A min/max find's result is a cursor like any find's: 101 documents first, then getMore."""
+    await db.t.insert_many([{"_id": i, "k": i % 10} for i in range(250)])
+    await db.t.create_index([("k", 1), ("_id", 1)])
+    cursor = db.t.find({}, hint=[("k", 1), ("_id", 1)], min=[("k", 0), ("_id", MinKey())], max=[("k", 9), ("_id", MaxKey())])
+    found = await cursor.to_list(None)
+    assert [d["_id"] for d in found] == sorted(range(250), key=lambda i: (i % 10, i))
+    assert cursor.retrieved == 250 and cursor.cursor_id == 0
+    first = db.t.find({}, hint=[("k", 1), ("_id", 1)], min=[("k", 0), ("_id", MinKey())], max=[("k", 9), ("_id", MaxKey())])
+    assert (await first.next())["_id"] == 0 and first.retrieved == 101 and first.alive
+    await first.close()

@@ -259,7 +259,7 @@ async def _read(collection: AsyncCollection[dict[str, Any]], job: Job, method: M
     raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
     match = job.match(exclude_bad=False)
     if method == "first":
-        return await raw.find(match, sort=[("_id", 1)], limit=size).to_list(None)
+        return await raw.find(match, sort=[("_id", 1)], limit=size, batch_size=size).to_list(None)
     cursor = await raw.aggregate([{"$match": match}, {"$sample": {"size": size}}])
     return await cursor.to_list(None)
 

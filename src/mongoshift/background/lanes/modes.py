@@ -89,14 +89,17 @@ class PartitionWork:
 
     def find(self, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, **options: Any) -> Any:
         """The cursor of the next batch from ``cursor``: a keyset (or ``_id``) range in its order, or a
-        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left."""
+        draining hash range through the index's bounds (:mod:`..plan.hash_drain`); None when nothing is left.
+
+        The batch comes in one reply (``batch_size``): without it, mongod sends 101 documents first and
+        the rest after a ``getMore``, a second round trip for every batch of more than 101."""
         scope = self.partition.scope
         if scope.drains:
             read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
             if read is None:
                 return None
-            return collection.find(read.filter, self.projection, limit=size, hint=read.hint, min=read.min, max=read.max, **options)
-        find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, **options)
+            return collection.find(read.filter, self.projection, limit=size, batch_size=size, hint=read.hint, min=read.min, max=read.max, **options)
+        find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, batch_size=size, **options)
         return find.hint(self.hint) if self.hint is not None else find
 
     def after(self, cursor: Checkpoint, last: Any, *, read: int, limit: int, left: list[Any]) -> tuple[Checkpoint, bool]:
@@ -360,7 +363,7 @@ async def settle_left_batch(work: PartitionWork) -> None:
     projection = {field: 1, **({revision: 1} if revision else {})}
     primary = work.collection.with_options(read_preference=ReadPreference.PRIMARY)
     rewritten = 0
-    async for doc in primary.find({"_id": {"$in": ids}}, projection):
+    async for doc in primary.find({"_id": {"$in": ids}}, projection, batch_size=len(ids)):
         if not at_version(doc.get(field), target):
             continue
         if read_as is None or revision is None or doc.get(revision) != read_as.get(id_key(doc["_id"])):

@@ -431,7 +431,7 @@ class CollectionWatcher:
         while self._leading() and time.monotonic() - started < self.options.refresh_seconds:
             for guard in self.guards:
                 job = guard.job
-                ids = [d["_id"] async for d in collection.find(job.match(), {"_id": 1}, limit=self.options.batch_events)]
+                ids = [d["_id"] async for d in collection.find(job.match(), {"_id": 1}, limit=self.options.batch_events, batch_size=self.options.batch_events)]
                 if ids:
                     await self._upgrade(ids)
             await self._save(None)
@@ -449,7 +449,7 @@ class CollectionWatcher:
             if job.spec.transaction is not None:
                 result, seen = await self._in_transactions(job, unique)
             else:
-                docs = await collection.find({"$and": [job.match(), {"_id": {"$in": unique}}]}).to_list(None)
+                docs = await collection.find({"$and": [job.match(), {"_id": {"$in": unique}}]}, batch_size=len(unique)).to_list(None)
                 seen = [d["_id"] for d in docs]
                 ctx = job.context("watch", self.watcher.cancel, db=self.engine.context.db, client=self.engine.client)
                 try:
@@ -507,7 +507,7 @@ class CollectionWatcher:
         async def read(session: Any, limit: int) -> list[dict[str, Any]]:
             """The documents still ``pending`` (read at each call: the loop below narrows it between batches)."""
             query = {"$and": [job.match(), {"_id": {"$in": pending}}]}
-            return await collection.find(query, sort=[("_id", 1)], limit=limit, session=session).to_list(None)
+            return await collection.find(query, sort=[("_id", 1)], limit=limit, batch_size=limit, session=session).to_list(None)
 
         async def write(session: Any, docs: list[dict[str, Any]]) -> BatchResult:
             ctx = job.context("watch", self.watcher.cancel, session=session, db=self.engine.context.db, client=self.engine.client)

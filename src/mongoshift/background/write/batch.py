@@ -603,7 +603,7 @@ async def apply_batch(
         again = [
             d
             async for d in collection.find(
-                {"$and": [job.match(exclude_bad=False), {"_id": {"$in": candidates}}]}, session=session
+                {"$and": [job.match(exclude_bad=False), {"_id": {"$in": candidates}}]}, session=session, batch_size=len(candidates)
             )
         ]
         result.skipped += max(0, written - matched - len(again))
@@ -650,7 +650,7 @@ async def _apply_pipeline(
         waiting: set[bytes] = set()
         primary = collection.with_options(read_preference=ReadPreference.PRIMARY)
         async for doc in primary.find(
-            {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session
+            {"$and": [{"_id": {"$in": ids}}, {"$or": [match, version_match(field, target)]}]}, {field: 1}, session=session, batch_size=len(ids)
         ):
             (rewritten if at_version(doc.get(field), target) else waiting).add(id_key(doc["_id"]))
         pending = [doc for doc in docs if id_key(doc["_id"]) in waiting]

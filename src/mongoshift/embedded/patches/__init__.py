@@ -15,7 +15,7 @@ are process-wide and idempotent; call :func:`apply` before building the server
 One module per area; each fix keeps the letter of its row in docs/embedded.md:
 
 - :mod:`.wire`: (a) bulk insert, (p) single-insert ``_id`` scan, (g) rename sent to admin,
-  (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids
+  (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids, (bo) cursor batches
 - :mod:`.transactions`: (b, c, e) commit and abort, (j) a failed statement aborts,
   (o) per-document conflicts
 - :mod:`.replica_set`: (u) a replica set's hello and cluster time, (v) fail points
@@ -134,6 +134,7 @@ def apply() -> None:
     indexes.patch_compound_unique_checks()  # (ay), over (ai)'s compound index keys
     indexes.patch_single_field_unique_nulls()  # (bj)
     wire.patch_int64_cursor_ids()  # (r)
+    wire.patch_cursor_batches()  # (bo)
     queries.patch_english_locales()  # (z)
     documents.patch_dollar_prefixed_ids()  # (aa)
     documents.patch_schema_additional_properties()  # (bn)

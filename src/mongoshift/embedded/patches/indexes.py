@@ -82,9 +82,14 @@ def patch_find_min_max() -> None:
             return await original(self, context)
         with execution_now_scope(context.execution_context.now):
             try:
-                return await _bounded_find(self._client, context, index_bounds)
+                reply = await _bounded_find(self._client, context, index_bounds)
             except index_bounds.UnsupportedKey as error:
                 raise failure(str(error), BAD_VALUE, "BadValue") from error
+        # Its batches are cut as any find's ((bo)): 101 documents first, then by getMore, at most 16 MiB each.
+        materialized: dict[str, Any] = self._cursor_store.materialize_command_result(
+            body, reply, lsid=context.raw_body.get("lsid"), connection=context.connection
+        )
+        return materialized
 
     WireCommandExecutor._build_request_context = build_request_context
     WireCommandExecutor.execute_prepared = execute_prepared

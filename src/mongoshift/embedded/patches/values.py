@@ -58,6 +58,7 @@ _PLAIN = (str, int, float, bool, type(None), datetime.datetime)
 
 def patch_plain_wire_values() -> None:
     from bson import Int64, ObjectId as BsonObjectId
+    from bson.raw_bson import RawBSONDocument
     from mongoeco.api._async import raw_batch_cursor
     from mongoeco.types import ObjectId
     from mongoeco.wire import bson_bridge, protocol
@@ -81,8 +82,9 @@ def patch_plain_wire_values() -> None:
     # conversion would give: it goes as it is too, so a find's reply of documents with ObjectId
     # _ids (most collections) is checked, not rebuilt document by document. A tree is rebuilt only
     # along the containers that hold something to convert.
-    # pymongo's ObjectId and Int64 (a cursor's id) come back from the conversion unchanged
-    plain_kinds: frozenset[type] = frozenset((*_PLAIN, BsonObjectId, ObjectId, Int64))
+    # pymongo's ObjectId and Int64 (a cursor's id) come back from the conversion unchanged, and so
+    # does a document a reply's batch carries already encoded ((bo): patches/wire.py)
+    plain_kinds: frozenset[type] = frozenset((*_PLAIN, BsonObjectId, ObjectId, Int64, RawBSONDocument))
     all_plain_out = plain_kinds.issuperset
     containers = frozenset((dict, list))
     walkable = plain_kinds | containers

@@ -1,5 +1,6 @@
 """Wire-protocol fixes: bulk and single inserts (a, p), renames sent to admin (g), unknown
-commands (h), 64-bit cursor ids (r) and the change-stream shim's hook (q)."""
+commands (h), 64-bit cursor ids (r), the change-stream shim's hook (q) and cursor batches cut as
+mongod cuts them (bo)."""
 
 from __future__ import annotations
 
@@ -186,3 +187,66 @@ def patch_unknown_command() -> None:
         return original(self, body, **kwargs)
 
     WireCommandExecutor._build_request_context = build_request_context
+
+
+#: mongod's first batch of a ``find`` or an ``aggregate`` that names no ``batchSize``.
+DEFAULT_FIRST_BATCH = 101
+#: mongod ends a reply's batch before the document that would take it past 16 MiB (one document always goes).
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+
+
+def patch_cursor_batches() -> None:
+    # (bo) A cursor's batch as mongod cuts it. wire/cursors.WireCursorStore slices a result by
+    # batchSize alone, and without one sends the whole result in the first reply: a plain find()
+    # over 60,000 documents of 1 KB was one 62 MB reply, which the driver refuses (its limit is
+    # 48 MB: ProtocolError), and a batch of three documents near 16 MiB failed the same way.
+    # mongod's first batch of a find or an aggregate holds 101 documents unless the command names
+    # its batchSize, and no batch holds more than 16 MiB of documents (at least one). Measuring a
+    # document means encoding it: each one measured is swapped in its batch for its encoded bytes
+    # (a RawBSONDocument, which the reply's encode copies as it is, (aj) passing it through), so
+    # the reply encodes no document twice.
+    from bson.raw_bson import RawBSONDocument
+    from mongoeco.wire import bson_bridge, cursors, protocol
+
+    store = cursors.WireCursorStore
+    materialize, get_more = store.materialize_command_result, store.get_more
+
+    def fitting(batch: list[Any], count: int) -> int:
+        """How many of ``batch``'s first ``count`` documents one reply carries (16 MiB of them, at
+        least one); each document measured is replaced in ``batch`` by its encoded form."""
+        converted = bson_bridge.encode_wire_value(batch[:count])  # one pass over the batch: (aj)
+        total = 0
+        for index, doc in enumerate(converted):
+            encoded = doc if type(doc) is RawBSONDocument else RawBSONDocument(protocol.BSON.encode(doc))
+            batch[index] = encoded
+            total += len(encoded.raw)
+            if index and total > MAX_BATCH_BYTES:
+                return index
+        return count
+
+    def materialize_command_result(self: Any, command_document: dict[str, Any], result: Any, **kwargs: Any) -> Any:
+        cursor = result.get("cursor") if isinstance(result, dict) else None
+        found = cursor.get("firstBatch") if isinstance(cursor, dict) else None
+        if not isinstance(cursor, dict) or not isinstance(found, list) or not found:
+            return materialize(self, command_document, result, **kwargs)
+        requested = self._resolve_batch_size(command_document)  # a bad one raises here, as it did
+        batch = cursor["firstBatch"] = list(found)
+        if command_document.get("singleBatch") is True:  # one batch, then no cursor
+            del batch[fitting(batch, min(requested or len(batch), len(batch))) :]
+            return materialize(self, {k: v for k, v in command_document.items() if k != "batchSize"}, result, **kwargs)
+        default = DEFAULT_FIRST_BATCH if next(iter(command_document), None) in ("find", "aggregate") else len(batch)
+        count = fitting(batch, min(requested or default, len(batch)))
+        return materialize(self, {**command_document, "batchSize": count}, result, **kwargs)
+
+    def get_more_batch(self: Any, command_document: dict[str, Any], **kwargs: Any) -> Any:
+        size = command_document.get("batchSize")
+        state = self._state.get(command_document.get("getMore"))
+        valid = size is None or (type(size) is int and size >= 0)
+        if state is None or not valid or not state.remaining_batch:
+            return get_more(self, command_document, **kwargs)
+        remaining = state.remaining_batch
+        count = fitting(remaining, min(size or len(remaining), len(remaining)))
+        return get_more(self, {**command_document, "batchSize": count}, **kwargs)
+
+    store.materialize_command_result = materialize_command_result
+    store.get_more = get_more_batch
