@@ -149,6 +149,39 @@ def test_a_background_migration_that_does_not_complete_fails_the_test(user_proje
     result.stdout.fnmatch_lines(["*AssertionError: background migration 0003_full_names.py ended failed, not completed*"])
 
 
+def test_the_projects_env_file_is_not_read(user_project: pytest.Pytester) -> None:
+    """Like the environment, the project's .env never reaches the fixtures: its migrations folder is not
+    used, and a name the project would refuse (the test server's variable, say) does not fail them."""
+    other = user_project.mkdir("other_migrations")
+    (other / "0001_evil.py").write_text("def up(ctx):\n    raise RuntimeError('the .env was read')\n", encoding="utf-8")
+    (user_project.path / ".env").write_text(
+        "MONGOSHIFT_MIGRATIONS_DIR=other_migrations\nMONGOSHIFT_TEST_URI=mongodb://elsewhere.invalid:1\n", encoding="utf-8"
+    )
+    user_project.makepyfile(test_env="def test_up(mongoshift_project):\n    mongoshift_project.migrate_sync()\n")
+    result = user_project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_a_test_uri_with_a_password_is_shown_masked(user_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest prints a failing test's values (``-l``; a fixture's, when it fails): the URI's password is masked there, and in the settings' repr."""
+    monkeypatch.setenv("MONGOSHIFT_TEST_URI", "mongodb://ci:s3cret@127.0.0.1:1/?authSource=admin")
+    user_project.makepyfile(
+        test_shown=(
+            "from mongoshift import load_settings\n"
+            "def test_uri(mongoshift_uri):\n"
+            "    settings = load_settings({'uri': mongoshift_uri, 'db': 'x'}, environ={}, env_file=False)\n"
+            "    assert mongoshift_uri.endswith('authSource=admin') and settings.uri == mongoshift_uri\n"
+            "    assert repr(settings) == 0\n"
+        )
+    )
+    result = user_project.runpytest_subprocess("-p", "no:cacheprovider", "-l")
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    assert "mongoshift_uri = 'mongodb://***@127.0.0.1:1/?authSource=admin'" in output
+    assert "uri='mongodb://***@127.0.0.1:1/?authSource=admin'" in output  # the settings' repr
+    assert "s3cret" not in output
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mongoeco") is None, reason="needs mongoeco (mongoshift[embedded])")
 def test_without_a_test_uri_the_session_starts_its_own_embedded_server(user_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MONGOSHIFT_TEST_URI")

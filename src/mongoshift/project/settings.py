@@ -17,7 +17,7 @@ import functools
 import os
 import shlex
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from ..schema.collections import CollectionDeclaration
 from ..schema.tenants import TenantsDeclaration
 from ..schema.validation import COLLECTION_NAME, DATABASE_NAME, IMPORT_PATH, declared_name, loc_path, message_of
 from .env_file import read_env_file
+from .redaction import redact
 
 _COLLECTION_NAME = COLLECTION_NAME
 
@@ -59,6 +60,11 @@ class Settings(BaseModel):
     """Resolved, validated settings of one project."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The URI without its secrets: settings end up in tracebacks (pytest shows arguments), logs and prints."""
+        for name, value in super().__repr_args__():
+            yield name, redact(value, None) if name == "uri" and isinstance(value, str) else value
 
     uri: str | None = None
     #: A program (an argument list, no shell) whose stdout is the URI, run when a command connects.

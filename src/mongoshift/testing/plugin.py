@@ -27,6 +27,18 @@ URI_VARIABLE = "MONGOSHIFT_TEST_URI"
 CONFIG_OPTION = "mongoshift_config"
 
 
+class _ShownMasked(str):
+    """The test server's URI, itself for every use but shown without its secrets: pytest prints a
+    fixture's value (and every argument it is passed as) in a failure's traceback."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        from mongoshift.project.redaction import redact
+
+        return repr(redact(str(self), None))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         CONFIG_OPTION,
@@ -41,7 +53,7 @@ def mongoshift_uri() -> Iterator[str]:
     """``MONGOSHIFT_TEST_URI`` when set, else one embedded server for the whole session."""
     uri = os.environ.get(URI_VARIABLE)
     if uri:
-        yield uri
+        yield _ShownMasked(uri)
         return
     if importlib.util.find_spec("mongoeco") is None:
         pytest.fail(
@@ -52,7 +64,7 @@ def mongoshift_uri() -> Iterator[str]:
     from mongoshift.embedded.process import embedded_server
 
     with embedded_server() as started:
-        yield started
+        yield _ShownMasked(started)
 
 
 @pytest.fixture(scope="session")
@@ -83,12 +95,14 @@ def mongoshift_project(
 
     if mongoshift_config is not None and not mongoshift_config.is_file():
         pytest.fail(f"{CONFIG_OPTION}: {mongoshift_config} is not a file", pytrace=False)
-    # Only the project file counts: a developer's MONGOSHIFT_URI (production?) must never leak in.
+    # Only the project file counts: a developer's MONGOSHIFT_URI (production?), in the environment or
+    # in the project's .env, must never leak in.
     settings = api.load_settings(
         {"uri": mongoshift_uri, "db": mongoshift_db_name},
         config_path=mongoshift_config,
         environ={},
         cwd=pytestconfig.rootpath,
+        env_file=False,
     )
     if not Path(settings.migrations_dir).is_dir():
         pytest.fail(
