@@ -315,3 +315,22 @@ async def test_an_observer_that_fails_while_a_migration_failed_logs_no_secret_of
     assert failures and all(r.exc_info is None for r in failures)  # nothing for a handler to print raw
     said = "\n".join(caplog.text.splitlines() + [r.getMessage() for r in failures])
     assert "obs-hunter15" not in said and "a broken observer" in said and "Traceback" in said
+
+
+SECRET_LINE = """
+def up(ctx):
+    ctx.log.warning("using mongodb://app:s3cret@db.internal/prod?tlsCertificateKeyFilePassword=hunter2")
+    raise RuntimeError("no")
+"""
+
+
+async def test_a_logged_secret_is_masked_everywhere_the_line_goes(project, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The run log stored the line masked; the event, the failure's details and the logger did not."""
+    project.add("0001_secret.py", SECRET_LINE)
+    seen = Recorder()
+    with caplog.at_level(logging.WARNING), pytest.raises(ExecutionFailedError) as failure:
+        await api.up(project.settings(), observers=[seen])
+    masked = "using mongodb://***@db.internal/prod?tlsCertificateKeyFilePassword=***"
+    assert [e.data["message"] for e in seen.of("log")] == [masked]
+    assert failure.value.details["logs"][0]["message"] == masked
+    assert masked in caplog.text and "s3cret" not in caplog.text and "hunter2" not in caplog.text

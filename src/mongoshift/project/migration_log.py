@@ -4,8 +4,10 @@
 attempt, level, message and a bounded copy of ``data``) whatever the log level, the moment
 it is called: a body that fails or whose transaction is rolled back keeps the lines it
 logged, and a retried transaction logs again with ``attempt`` 2. The same line also goes
-to ``ctx.logger``, whose records carry those fields in ``extra``. The data is the author's:
-it may be a document value, so log counts and names, not documents.
+to ``ctx.logger``, whose records carry those fields in ``extra``. The message goes through the
+shared redaction once, here, so that every place it reaches (events, ``--json``, stderr, the
+stored run log) shows the same text without a password or secret URI option. The data is the
+author's: it may be a document value, so log counts and names, not documents.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from bson import Binary, Decimal128, Int64, ObjectId, Regex, Timestamp
 
 from .events import Events
+from .redaction import redact
 
 #: Bounds of a logged ``data``: nesting depth, items per list or mapping, characters per text.
 MAX_DEPTH = 4
@@ -85,7 +88,7 @@ class MigrationLog:
         self._log(logging.ERROR, message, data)
 
     def _log(self, level: int, message: str, data: dict[str, Any]) -> None:
-        text = bounded(str(message))
+        text = redact(str(message), MAX_TEXT)
         copy = bounded(data)
         self.events.emit(
             "log",
