@@ -80,9 +80,9 @@ def test_fields_that_only_start_like_the_revision_are_fine() -> None:
     ("filter_", "update", "kwargs", "error", "message"),
     [
         ({"_id": 1}, {"$set": {"a": 1}}, {"upsert": True}, UnguardedWriteError, "upsert"),
-        ({"_id": 1, "__rev": 3}, {"$set": {"a": 1}}, {}, ValueError, "filter may not name __rev"),
-        ({"$or": [{"__rev.x": 3}]}, {"$set": {"a": 1}}, {}, ValueError, "filter may not name __rev"),
-        ({"_id": 1, "__v": 2}, {"$set": {"a": 1}}, {"expected_version": 2}, ValueError, "together with expected_version"),
+        ({"_id": 1, "__rev": 3}, {"$set": {"a": 1}}, {}, UnguardedWriteError, "filter may not name __rev"),
+        ({"$or": [{"__rev.x": 3}]}, {"$set": {"a": 1}}, {}, UnguardedWriteError, "filter may not name __rev"),
+        ({"_id": 1, "__v": 2}, {"$set": {"a": 1}}, {"expected_version": 2}, UnguardedWriteError, "together with expected_version"),
         ({"_id": 1}, {"a": 1}, {}, ValueError, "replace_with_revision"),
         ({"_id": 1}, {"$set": 1}, {}, ValueError, "field paths"),
         ({"_id": 1}, "x", {}, ValueError, "pipeline"),

@@ -174,13 +174,13 @@ def _guarded_filter(
     if not isinstance(filter, Mapping):
         raise ValueError(f"the filter is a document, not {type(filter).__name__}")
     if _mentions(filter, revision_field):
-        raise ValueError(f"the filter may not name {revision_field}: the guard sets it from expected_revision")
+        raise UnguardedWriteError(f"the filter may not name {revision_field}: the guard sets it from expected_revision")
     guarded = dict(filter)
     if expected_revision is not None:
         guarded.update(number_match(revision_field, check_number(expected_revision, "expected_revision")))
     if expected_version is not None:
         if _mentions(filter, version_field):
-            raise ValueError(f"the filter may not name {version_field} together with expected_version")
+            raise UnguardedWriteError(f"the filter may not name {version_field} together with expected_version")
         guarded.update(number_match(version_field, check_number(expected_version, "expected_version")))
     return guarded
 
