@@ -62,5 +62,17 @@ def test_a_control_prints_one_line_and_logs_no_copy_of_it(fast_project, cli) -> 
 def test_up_of_a_background_file_says_registered_once(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
     fast_project.add(NAME, background_file())
     code, out, err = cli(fast_project, "up")
-    assert code == 0 and "registered: run it with 'mongoshift background run'" in out  # the result
+    assert code == 0 and f"registered: run it with 'mongoshift background run {NAME.removesuffix('.py')}'" in out  # the result
     assert err.count("registered") == 1, err  # one log line in words, not also the event's key=value line
+
+
+def test_every_hint_to_run_a_background_migration_is_a_command_that_runs_it(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``background run`` alone runs nothing (exit 6): the hints of ``up`` and ``status --check`` name the migration."""
+    fast_project.add(NAME, background_file())
+    code, out, _ = cli(fast_project, "up")
+    hint = f"'mongoshift background run {NAME.removesuffix('.py')}'"
+    assert code == 0 and hint in out
+    code, _, err = cli(fast_project, "status", "--check")
+    assert code == 31 and hint in err, err
+    code, _, _ = cli(fast_project, "background", "run", NAME.removesuffix(".py"))
+    assert code == 0

@@ -477,10 +477,11 @@ def test_one_background_run_serves_every_tenant(tenant_project: TenantProject, c
     # the hints name a command that runs here (the bare one answered "no database given")
     for name, row in rows(registered).items():
         note = row["result"]["results"][-1]["reason"]
-        assert note == f"registered: run it with 'mongoshift background run --all --db {name}' (or 'mongoshift background run --all --all-tenants')"
+        every = "'mongoshift background run 0002_full_names --all-tenants'"
+        assert note == f"registered: run it with 'mongoshift background run 0002_full_names --db {name}' (or {every})"
     behind = cli(tenant_project, "status", "--all-tenants", "--check", "--json")
     assert behind.returncode == 47
-    assert all("'mongoshift background run --all --all-tenants'" in r["error"]["message"] for r in rows(behind).values())
+    assert all("'mongoshift background run 0002_full_names --all-tenants'" in r["error"]["message"] for r in rows(behind).values())
     refused = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--parallel", "2")
     assert refused.returncode == 46 and "use --concurrency" in refused.stderr
     result = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "2", "--json")

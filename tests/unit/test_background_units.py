@@ -121,7 +121,7 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
     ("data", "level", "says"),
     [
         ({"collection": "people", "found": True, "action": "reopened", "reason": None, "stranded": False}, "WARNING",
-         "old-shape documents written after it completed were found in 'people': reopened for one more pass, which 'mongoshift background run'"),
+         "old-shape documents written after it completed were found in 'people': reopened for one more pass, which 'mongoshift background run 0001_x'"),
         ({"collection": "people", "found": True, "action": "reported", "reason": None, "stranded": False}, "WARNING",
          "'background verify --reopen' gives it one more pass"),
         ({"collection": "people", "found": False, "stranded": True, "action": "reported", "source": "stream", "documents": 3}, "WARNING",

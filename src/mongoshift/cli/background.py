@@ -714,7 +714,8 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
     else:
         out.table(["migration", "collection", "result", "why"], [(r.migration, r.collection, *_verdict(r)) for r in results])
     if drifted:
-        action = "reopened for another pass ('mongoshift background run' does it)" if reopen else "reported (--reopen gives it another pass)"
+        which = " ".join(name.removesuffix(".py") for name in drifted) if len(drifted) <= 3 else "--all"
+        action = f"reopened for another pass ('mongoshift background run {which}' does it)" if reopen else "reported (--reopen gives it another pass)"
         out.warn(f"old-shape documents written after completion: {', '.join(drifted)}; {action}")
     if stranded:
         out.warn(

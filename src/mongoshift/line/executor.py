@@ -334,7 +334,7 @@ class Executor:
         if any(w.kind == "migration" for w in waiting):
             todo.append("apply the ordinary ones first ('mongoshift up' applies in name order)")
         if any(w.kind == "background" for w in waiting):
-            todo.append(f"run {background_run_hint(self.runtime.settings)}")
+            todo.append(f"run {background_run_hint(self.runtime.settings, [w.name for w in waiting if w.kind == 'background'])}")
         kinds = "background migrations" if all(w.kind == "background" for w in waiting) else "migrations"
         raise RequirementsPendingError(
             f"{step.name} requires {kinds} that are not done: {listed}; {' and '.join(todo)} and try again",
@@ -517,7 +517,7 @@ class Executor:
         try:
             if step.direction == "up":
                 warnings = await self.background.register(step.name, spec, checksum=step.file.checksum, requires=step.file.requires)
-                note = f"registered: run it with {background_run_hint(self.runtime.settings)}"
+                note = f"registered: run it with {background_run_hint(self.runtime.settings, [step.name])}"
             else:
                 outcome = await self.background.revert(step.name, spec, checksum=step.file.checksum)
                 note = "revert registered" if outcome == "revert" else "withdrawn (nothing was rewritten)"

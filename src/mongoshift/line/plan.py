@@ -6,7 +6,7 @@ unit-testable and ``dry-run`` shows exactly what the real command would do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
@@ -62,13 +62,15 @@ class StatusRow:
         return f"{self.state} ({note})" if note else self.state
 
 
-def background_run_hint(settings: Settings | None) -> str:
-    """The command that runs this database's background migrations, quoted, as the user can type it: in a
-    project of tenants, the bare command would act on no database (``error: no database given``)."""
+def background_run_hint(settings: Settings | None, names: Sequence[str] = ()) -> str:
+    """The command that runs these background migrations (up to three by name, else ``--all``), quoted, as
+    the user can type it: ``background run`` with neither runs nothing (exit 6), and in a project of tenants
+    the bare command would act on no database (``error: no database given``)."""
+    which = " ".join(name.removesuffix(".py") for name in names) if 0 < len(names) <= 3 else "--all"
     if settings is not None and settings.tenants is not None:
-        every = "'mongoshift background run --all --all-tenants'"
-        return f"'mongoshift background run --all --db {settings.db}' (or {every})" if settings.db else every
-    return "'mongoshift background run'"
+        every = f"'mongoshift background run {which} --all-tenants'"
+        return f"'mongoshift background run {which} --db {settings.db}' (or {every})" if settings.db else every
+    return f"'mongoshift background run {which}'"
 
 
 def status_verdict(rows: list[StatusRow], settings: Settings | None = None) -> tuple[ExitCode, str] | None:
@@ -86,7 +88,7 @@ def status_verdict(rows: list[StatusRow], settings: Settings | None = None) -> t
     unfinished = [r.name for r in rows if r.background not in (None, "completed")]
     if unfinished:
         return ExitCode.BACKGROUND_PENDING, (
-            f"background migrations not completed: {', '.join(unfinished)} (run {background_run_hint(settings)})"
+            f"background migrations not completed: {', '.join(unfinished)} (run {background_run_hint(settings, unfinished)})"
         )
     return None
 

@@ -65,7 +65,7 @@ class Events(LineEvents):
         if log.isEnabledFor(level) and kind == "throttle":  # a change of pace says why, in words
             log.log(level, "%s throttle: %s", event.migration, describe_throttle(data))
         elif log.isEnabledFor(level) and kind == "drift":  # and a finding says what it means and what to do
-            log.log(level, "%s drift: %s", event.migration, describe_drift(data))
+            log.log(level, "%s drift: %s", event.migration, describe_drift(data, event.migration))
         elif log.isEnabledFor(level) and kind == "watch" and data.get("state") in WATCH_STATES:
             log.log(level, "%s watch: %s, %s", event.migration, data["state"], WATCH_STATES[data["state"]])
         elif log.isEnabledFor(level) and kind in _SENTENCES:
@@ -124,7 +124,7 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def describe_drift(data: dict[str, Any]) -> str:
+def describe_drift(data: dict[str, Any], migration: str | None = None) -> str:
     """A ``drift`` event (``verify``, the live watcher) as one sentence: what was found in which
     collection, what was done, and what is left to do; counts and names only, never an id."""
     where = f"'{data.get('collection')}'"
@@ -138,8 +138,9 @@ def describe_drift(data: dict[str, Any]) -> str:
         count = "documents" if documents is None else f"{documents:,} document(s)"
         return f"{count} of {where} are at a version no migration upgrades (stranded): reported (docs/background.md, \"Stranded documents\")"
     if action == "reopened":
+        name = (migration or "NAME").removesuffix(".py")
         return (f"{some} written after it completed were found in {where}: reopened for one more pass, which "
-                "'mongoshift background run' (or a runner) makes; a watcher guards it again once it completes")
+                f"'mongoshift background run {name}' (or a runner) makes; a watcher guards it again once it completes")
     if action == "reported":
         return f"{some} written after it completed were found in {where}: reported ('background verify --reopen' gives it one more pass)"
     if action == "clean":
