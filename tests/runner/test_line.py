@@ -358,7 +358,7 @@ async def test_a_stop_during_the_last_migration_still_ends_the_run_as_stopped(pr
         run = command.redo(project.settings(), "0001_whole.py", cancel=CancelSignal())
     else:
         run = command.up(project.settings(), cancel=CancelSignal())
-    with pytest.raises(RunAbortedError, match="during its last migration, which ran to its end") as info:
+    with pytest.raises(RunAbortedError, match="during its last migration or hook, which ran to its end") as info:
         await run
     assert info.value.exit_code == 11
     assert [r["status"] for r in info.value.details["results"]][-1] == "applied"
@@ -371,3 +371,44 @@ async def test_if_ctx_cancelled_is_a_look_at_the_stop(project, db) -> None:  # t
         await command.up(project.settings(), cancel=CancelSignal())
     assert (await changelog(db))["0001_cut.py"]["status"] == "failed"
     assert await tags(db) == ["half"]
+
+
+async def test_a_stop_during_before_each_starts_no_body(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C while ``before_each`` runs: the hook ends, and its migration's body never starts (it ran, and was recorded)."""
+    hooks = tmp_path / "stop_hooks.py"
+    hooks.write_text("def before_each(name, ctx, info):\n    ctx.cancelled.set('interrupted by SIGINT')\n")
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    with pytest.raises(RunAbortedError, match="the rest were not started") as info:
+        await command.up(project.settings(), cancel=CancelSignal())
+    assert info.value.exit_code == 11 and info.value.details["results"] == []
+    assert await tags(db) == [] and "0001_a.py" not in await changelog(db)
+
+
+async def test_a_stop_during_after_all_ends_the_run_as_stopped(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    hooks = tmp_path / "stop_hooks.py"
+    hooks.write_text("def after_all(ctx, summary):\n    ctx.cancelled.set('interrupted by SIGINT')\n")
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    with pytest.raises(RunAbortedError, match="during its last migration or hook") as info:
+        await command.up(project.settings(), cancel=CancelSignal())
+    assert info.value.exit_code == 11
+    assert [(r["name"], r["status"]) for r in info.value.details["results"]] == [("0001_a.py", "applied")]
+
+
+async def test_a_failed_after_all_keeps_the_results(project, db, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """After a run that succeeded, the hook's failure (12) carries what was applied; after a failed run, it is
+    listed in the run's error (``later_errors``) and said in one line, without a traceback."""
+    hooks = tmp_path / "failing_hooks.py"
+    hooks.write_text("def after_all(ctx, summary):\n    raise RuntimeError('the report server is down')\n")
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    with pytest.raises(HookFailedError) as info:
+        await command.up(project.settings())
+    assert [(r["name"], r["status"]) for r in info.value.details["results"]] == [("0001_a.py", "applied")]
+    project.add("0002_b.py", "def up(ctx):\n    raise ValueError('no')\n")
+    with caplog.at_level(logging.DEBUG, logger="mongoshift"), pytest.raises(ExecutionFailedError) as failed:
+        await command.up(project.settings())
+    assert [e["kind"] for e in failed.value.details["later_errors"]] == ["hook_failed"]
+    said = [r for r in caplog.records if "after the run had already failed" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None

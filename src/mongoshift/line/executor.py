@@ -163,6 +163,7 @@ class Executor:
         if not plan.steps:
             return results
         success = False
+        failure: MongoshiftError | None = None
         begun: set[str] = set()
         try:
             await self._hook("before_all", self._hook_ctx("before_all"))
@@ -188,6 +189,7 @@ class Executor:
             return results
         except MongoshiftError as exc:
             exc.details.setdefault("results", [r.to_json() for r in results])
+            failure = exc
             raise
         finally:
             summary = {
@@ -197,10 +199,17 @@ class Executor:
             }
             try:
                 await self._hook("after_all", self._hook_ctx("after_all"), summary)
-            except HookFailedError:
+            except HookFailedError as later:
                 if success:
+                    later.details.setdefault("results", [r.to_json() for r in results])
                     raise
-                log.exception("after_all hook failed after a failed run")
+                # The run's own failure decides the exit code: this one is said, and listed with it.
+                log.error("%s (after the run had already failed)", later.message)
+                log.debug("the after_all hook's traceback", exc_info=later)
+                if failure is not None:
+                    failure.details.setdefault("later_errors", []).append(later.to_json())
+            if success:
+                self._check_stopped_at_the_end(results)  # a Ctrl-C during after_all is still a stopped run (11)
 
     def _transactional_step(self, step: Step) -> bool:
         use_txn = step.file.use_transaction
@@ -373,11 +382,13 @@ class Executor:
         recorded) still ends the run as stopped (exit 11): a deploy script must see the Ctrl-C."""
         if self.runtime.cancel.is_set():
             done = sum(r.status in ("applied", "reverted") for r in results)
-            raise RunAbortedError(
-                f"run stopped ({self.runtime.cancel.reason or 'cancelled'}) during its last migration, which ran to its end; "
+            stopped = RunAbortedError(
+                f"run stopped ({self.runtime.cancel.reason or 'cancelled'}) during its last migration or hook, which ran to its end; "
                 f"{done} migration(s) completed, none was left to start",
                 reason="cancelled",
             )
+            stopped.details["results"] = [r.to_json() for r in results]
+            raise stopped
 
     def _lock_lost(self, step: Step) -> LockLostError | None:
         """The error of a step that ran while the lock was lost (policy ``abort``), else None."""
@@ -445,6 +456,7 @@ class Executor:
         try:
             with events.migration_scope(start):
                 await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
+                self._check_stop(results)  # a stop asked during the hook: the body never starts
                 result = await self._run_body(step, batch, results)
         except BaseException as exc:
             events.emit("migration_end", step.name, **fields, **end_fields(started, exc))
