@@ -97,3 +97,18 @@ async def test_each_server_code_of_a_documents_write_is_that_documents(db: Async
     assert matched == 1
     assert {index: error["code"] for index, error in failed.items()} == {i: code for i, (_, code) in enumerate(table) if code is not None}
     assert (await db.strict.find_one({"_id": 7}) or {}).get("u") == 2
+
+
+async def test_a_transforms_python_error_never_stores_the_value_it_quoted(fast_project: Project, db: AsyncDatabase[Any]) -> None:
+    """``int(doc["full_name"])`` raises ``invalid literal for int() with base 10: 'F3 L3'``: the stored error, the
+    status and its JSON keep the error's kind and words, not the document's value; a missing key keeps its name."""
+    await seed(db.people, 10)
+    transform = "    if doc['_id'] == 4:\n        doc['missing_field']\n    doc['n'] = int(doc['full_name']) if doc['_id'] == 3 else doc['n']\n    return doc"
+    fast_project.add(NAME, background_file(batch_size=100, extra=BUDGET).replace("    return doc", transform))
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), [NAME])
+    assert result.status == "completed" and result.failed_documents == 2
+    (report,) = await bg.status(fast_project.settings(), NAME)
+    said = sorted(entry["error"] for entry in report.doc_errors)
+    assert said == ["'missing_field'", "invalid literal for int() with base 10: '***'"], said
+    assert "F3" not in str(report.to_json())

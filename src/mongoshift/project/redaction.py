@@ -146,6 +146,23 @@ def describe_error(exc: BaseException, limit: int | None = LIMIT) -> str:
     return redact(f"{name}: {body}" if body else name, limit)
 
 
+#: A quoted literal in an exception's message: Python's own messages quote the value they failed on.
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" + r'|"(?:[^"\\\n]|\\.)*"')
+#: Errors whose quoted text is a name (a missing key, attribute or module), not a value.
+_NAMING = (KeyError, AttributeError, NameError, ImportError)
+
+
+def describe_transform_error(exc: BaseException, limit: int | None = LIMIT) -> str:
+    """:func:`describe_error` for what a transform raised on a document, with every quoted literal of
+    its message masked: Python's own messages quote the value they choke on (``int(doc["email"])``:
+    ``invalid literal for int() with base 10: 'u5987@x.com'``), and a document's values are never
+    stored or shown. A missing key, attribute or module keeps its name: it is one, not a value."""
+    if isinstance(exc, _NAMING):
+        return describe_error(exc, limit)
+    masked = _QUOTED.sub(lambda quoted: f"{quoted.group(0)[0]}***{quoted.group(0)[0]}", describe_error(exc, None))
+    return cap(masked, limit)
+
+
 def _failure_text(code: Any, details: Mapping[str, Any], fallback: str) -> str:
     if code in (11000, 121):
         return describe_write_error({**details, "code": code})

@@ -54,7 +54,7 @@ from pymongo.errors import BulkWriteError, PyMongoError, WriteConcernError
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from ...project.redaction import describe_error, describe_write_error
+from ...project.redaction import describe_transform_error, describe_write_error
 from ...project.server_errors import (
     document_write_error,
     transient_transaction_error,
@@ -371,7 +371,7 @@ def _updates(
     diff = differ(spec.version_field, job.revision_field, job.target)  # the batch's settings, bound once
     for index, (doc, (new, error)) in enumerate(zip(originals, transformed, strict=True)):
         if error is not None:
-            failures.append((index, DocumentError(doc["_id"], "transform", describe_error(error))))
+            failures.append((index, DocumentError(doc["_id"], "transform", describe_transform_error(error))))
             continue
         try:
             update = diff(doc, new)
