@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mongoshift.api import background as bg, migrations as command
+from mongoshift.errors import OutOfOrderError
 
 from .conftest import background_file, seed
 
@@ -38,3 +41,38 @@ async def test_a_withdrawn_one_way_migration_shows_plain_reverted(fast_project, 
     await command.up(s)
     assert (await command.down(s)).results[0].reason == "withdrawn (nothing was rewritten)"
     assert [r.shown_state for r in await command.status(s)] == ["reverted"]
+
+
+NEXT = """
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    doc["initials"] = doc["full_name"][:1]
+    return doc
+
+def revert(doc, ctx):
+    doc.pop("initials", None)
+    return doc
+
+background = Background(collection="people", from_version=2, to_version=3, migrate=migrate, revert=revert, pause_ms=0)
+"""
+
+
+async def test_a_rollback_that_would_strand_a_later_migrations_documents_is_refused(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """0002 goes on from 0001's target: rolling back 0001 alone would send only the documents still at 2 back to 1
+    and leave the rest at 3, two shapes no registered migration joins. Refused (23) before anything, dry run
+    included; rolled back together, both go."""
+    await seed(db.people, 30)
+    fast_project.add(NAME, background_file(extra="revert=revert,").replace("background = Background(", REVERT))
+    fast_project.add("0002_initials.py", NEXT)
+    s = fast_project.settings()
+    await command.up(s)
+    await bg.run(s, [NAME, "0002_initials.py"])
+    assert await db.people.count_documents({"__v": 3}) == 30
+    for attempt in (command.down(s, target=NAME), command.dry_run(s, "down", target=NAME)):
+        with pytest.raises(OutOfOrderError, match=r"0002_initials\.py migrate") as refused:
+            await attempt
+        assert refused.value.exit_code == 23 and refused.value.details["blocked_by"] == ["0002_initials.py"]
+    assert [r.state for r in await command.status(s)] == ["applied", "applied"]
+    report = await command.down(s, to=None, steps=2)
+    assert [r.reason for r in report.results] == ["revert registered", "revert registered"]

@@ -9,7 +9,7 @@ edge between the two packages stays one-way and small.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ..project.loader import MigrationFile
 from ..project.session import Session
@@ -18,7 +18,7 @@ from .inspect.input_probe import unversioned_warning
 from .inspect.requires import Waiting, unmet
 from .lanes.engine import start_engine
 from .plan.declared import align_file
-from .registry.registration import refuse_one_way, register, revert_or_withdraw
+from .registry.registration import refuse_one_way, refuse_stranding, register, revert_or_withdraw
 from .state.events import Events, shown_by_caller
 from .state.model import State
 from .state.store import BackgroundStore
@@ -51,9 +51,11 @@ class BackgroundSteps:
         with shown_by_caller("registered"):  # the line says "revert registered" itself, once
             return await revert_or_withdraw(self.store, name, spec, checksum=checksum, by=self.session.run.executed_by)
 
-    async def refuse_one_way(self, name: str, spec: Background) -> None:
-        """Refuse (exit 13) a rollback of ``name`` that could not be done: one-way, and it rewrote documents (read only)."""
+    async def refuse_one_way(self, name: str, spec: Background, leaving: Collection[str] = ()) -> None:
+        """Refuse a rollback of ``name`` that could not be done (read only): one-way, and it rewrote documents (13);
+        a later migration of its collection, not in ``leaving`` (this rollback's), goes on from its target (23)."""
         await refuse_one_way(self.store, name, spec)
+        await refuse_stranding(self.store, name, spec, leaving)
 
     async def unmet(self, name: str, *, reopen: bool) -> list[Waiting]:
         """What of ``name`` is not done yet, for the ``requires`` gate (``reopen``: a completed one that left work).

@@ -365,9 +365,10 @@ class Executor:
         """A rollback that reaches a one-way background migration which already rewrote documents is
         refused before its first step runs, as a file without ``down`` is (it stopped halfway: the
         steps before it done, their reverts registered)."""
+        leaving = {step.name for step in steps if step.direction == "down"}
         for step in steps:
             if step.direction == "down" and step.file.background is not None:
-                await self.background.refuse_one_way(step.name, step.file.background)
+                await self.background.refuse_one_way(step.name, step.file.background, leaving)
 
     def _check_stop(self, results: list[MigrationResult]) -> None:
         if self.lock is not None and self.lock.lost.is_set() and not self.session.lock_lost() and not self._lock_warned:

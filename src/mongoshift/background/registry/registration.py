@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 from typing import Literal
 
-from ...errors import IrreversibleMigrationError
+from ...errors import IrreversibleMigrationError, OutOfOrderError
 from ...project.changelog import Changelog
 from ...schema.background import Background
 from ..inspect.input_probe import unversioned_warning
@@ -95,6 +96,31 @@ async def refuse_one_way(store: BackgroundStore, name: str, spec: Background) ->
     state = await store.state(name)
     if state is not None and (rewritten := await _rewritten(store, state)):
         raise _one_way(name, rewritten)
+
+
+async def refuse_stranding(store: BackgroundStore, name: str, spec: Background, leaving: Collection[str]) -> None:
+    """Refuse, reading only, the rollback of ``name`` while a later forward migration of the same collection
+    (and version field) starts at or past its ``to_version`` and stays registered (``leaving``: the migrations
+    this rollback takes back too). Its documents are past this one's target: the revert would send only the
+    rest back, and leave the collection in two shapes that no registered migration joins again."""
+    later = sorted(
+        state.name
+        for state in await store.states_all()
+        if state.name != name
+        and state.name not in leaving
+        and state.direction == "forward"
+        and state.collection == spec.collection
+        and state.spec.get("version_field") == spec.version_field
+        and int(state.spec.get("from_version", -1)) >= spec.to_version
+    )
+    if later:
+        raise OutOfOrderError(
+            f"{name} cannot be rolled back alone: {', '.join(later)} migrate(s) '{spec.collection}' on from version "
+            f"{spec.to_version}, past what this revert takes back; roll back {'that one' if len(later) == 1 else 'those'} "
+            "first, or in the same run (down --to)",
+            file=name,
+            blocked_by=later,
+        )
 
 
 async def _rewritten(store: BackgroundStore, state: State) -> int:
