@@ -154,6 +154,18 @@ def test_lost_connection_while_taking_the_lock_exits_5(project, sync_client, cli
     assert one_error(result)["kind"] == "connection_failed"
 
 
+def test_a_migration_that_loses_the_connection_exits_5_and_is_recorded_failed(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """The server drops the body's insert (and its retry): the connection is lost, not the migration wrong (5,
+    not 7); its failure is recorded, and nothing prints a traceback without -v."""
+    project.add("0001_a.py", "def up(ctx):\n    ctx.db.marks.insert_one({'at': 1})\n")
+    result = cli_under_fail_point(cli, project, sync_client, ["up", "--json"], {"times": 2}, failCommands=["insert"], closeConnection=True)
+    assert result.returncode == 5, result.stderr
+    error = one_error(result)
+    assert error["kind"] == "connection_failed" and "lost while it ran" in error["message"]
+    assert "Topology" not in error["message"] and "Traceback" not in result.stderr
+    assert records(sync_client, project)["0001_a.py"]["status"] == "failed"
+
+
 def test_server_error_shows_its_traceback_with_verbose(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     result = cli_under_fail_point(cli, project, sync_client, ["up", "-v"], {"times": 1}, failCommands=["update"], errorCode=2)

@@ -28,6 +28,7 @@ from pymongo.errors import PyMongoError
 from ..background.steps import BackgroundSteps, Waiting
 from ..errors import (
     BackgroundFailedError,
+    ConnectionFailedError,
     ExecutionFailedError,
     FileNotFoundMigrationError,
     HookFailedError,
@@ -45,7 +46,7 @@ from ..project.loader import load
 from ..project.migration_log import MigrationLog, correlated
 from ..project.redaction import describe_error, redact
 from ..project.run import BodyCancel
-from ..project.server_errors import transactions_unsupported
+from ..project.server_errors import connection_cause, connection_lost, connection_words, transactions_unsupported
 from ..project.session import Session
 from ..project.user_code import call, guard_exit, is_async
 from ..schema.background import Background
@@ -494,7 +495,7 @@ class Executor:
                     self._timed_out = step.name
                     self.runtime.cancel.set(f"{step.name} timed out")
                     raise MigrationTimeoutError(f"{step.name} ran longer than {timeout:g}s") from None
-        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError, RunAbortedError) as exc:
+        except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError, RunAbortedError, ConnectionFailedError) as exc:
             await self._failed(step, batch, exc, results, started)
             raise
         except Exception as exc:
@@ -511,6 +512,15 @@ class Executor:
                 )
                 await self._failed(step, batch, stopped, results, started)
                 raise stopped from exc
+            if connection_lost(exc):  # the server went away: exit 5, as for any lost connection, not a bug of the body
+                gone = ConnectionFailedError(
+                    f"{step.name}: the connection to the server was lost while it ran ({connection_words(exc)}); "
+                    f"it stopped there and runs again with the next '{step.direction}'",
+                    file=step.name,
+                    cause=connection_cause(exc),
+                )
+                await self._failed(step, batch, gone, results, started)
+                raise gone from exc
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
@@ -598,9 +608,10 @@ class Executor:
         try:
             await self.changelog.write(self._record(step, batch, started))
         except PyMongoError as exc:
-            raise ExecutionFailedError(
-                f"{step.name} ran, but its changelog record could not be written ({_describe(exc)}); "
-                "it will run again next time unless you record it",
+            lost = connection_lost(exc)
+            raise (ConnectionFailedError if lost else ExecutionFailedError)(
+                f"{step.name} ran, but its changelog record could not be written "
+                f"({connection_words(exc) if lost else _describe(exc)}); the next '{step.direction}' runs it again",
                 file=step.name,
                 phase="changelog-write",
                 body_succeeded=True,
@@ -678,11 +689,14 @@ class Executor:
                     run=self.runtime.run,
                     description=step.file.description,
                 )
-            except PyMongoError:
-                log.exception("could not record the failure of %s", step.name)
+            except PyMongoError as unrecorded:  # said in one line (the traceback with -v): the run's own error follows
+                why = connection_words(unrecorded) if connection_lost(unrecorded) else _describe(unrecorded)
+                log.error("could not record the failure of %s (%s): the changelog does not show it failed", step.name, why)
+                log.debug("the failed record's traceback", exc_info=unrecorded)
         fn = self.hooks.get("on_error")
         if fn is not None:
             try:
                 await call(fn, step.name, exc, self.runtime.context(fn))
-            except Exception:
-                log.exception("on_error hook failed")
+            except Exception as failed:
+                log.error("the on_error hook failed: %s", _describe(failed))
+                log.debug("the on_error hook's traceback", exc_info=failed)
