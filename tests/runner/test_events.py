@@ -334,3 +334,28 @@ async def test_a_logged_secret_is_masked_everywhere_the_line_goes(project, db, c
     assert [e.data["message"] for e in seen.of("log")] == [masked]
     assert failure.value.details["logs"][0]["message"] == masked
     assert masked in caplog.text and "s3cret" not in caplog.text and "hunter2" not in caplog.text
+
+
+async def test_a_stop_while_waiting_for_the_lock_ends_the_wait(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C during ``up --wait``: the run stops waiting at once (11), nothing ran; it waited for the lock to free."""
+    from mongoshift.errors import RunAbortedError
+    from mongoshift.project.run import CancelSignal
+
+    project.add("0001_logs.py", LOGS.format(oid=OID))
+    locks = db["_mongoshift_locks"]
+    far = {"_id": "migration_lock", "owner": "other", "nonce": "n", "host": "h", "pid": 1, "executed_by": "someone", "ttl_ms": 600_000}
+    await locks.insert_one({**far, "expires_at": _in(600)})
+    waiting = asyncio.Event()
+    cancel = CancelSignal()
+
+    def observe(event: Event) -> None:
+        if event.kind == "lock_waited":
+            waiting.set()
+
+    run = asyncio.create_task(api.up(project.settings(), observers=[observe], lock=api.Lock(wait=600), cancel=cancel))
+    await asyncio.wait_for(waiting.wait(), 30)
+    cancel.set("interrupted by SIGINT")
+    with pytest.raises(RunAbortedError, match="while waiting for the migration lock") as stopped:
+        await asyncio.wait_for(run, 60)  # a bound far below the 600 s wait: the stop ended it
+    assert stopped.value.exit_code == 11
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0

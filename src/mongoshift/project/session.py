@@ -295,7 +295,7 @@ async def _connected(
                 if settings.ensure_indexes:
                     await session.changelog.ensure_indexes()
                 session.lock = session.new_lock(on_lost=_on_lock_lost(settings, cancel, events))
-                await _acquire(session.lock, events, wait)
+                await _acquire(session.lock, events, wait, cancel)
                 session.lock.start_heartbeat()
             yield session
         except PyMongoError as exc:
@@ -307,11 +307,11 @@ async def _connected(
         await _close(session, project, failure)
 
 
-async def _acquire(lock: LeaseLock, events: Events, wait: float | None) -> None:
-    """Take the migration lock, telling observers whether it waited, got it, or was refused."""
+async def _acquire(lock: LeaseLock, events: Events, wait: float | None, cancel: CancelSignal) -> None:
+    """Take the migration lock, telling observers whether it waited, got it, or was refused (a stop ends the wait)."""
     started = time.monotonic()
     try:
-        await lock.acquire(wait_seconds=wait, on_wait=lambda: events.emit("lock_waited", None, wait_seconds=wait))
+        await lock.acquire(wait_seconds=wait, on_wait=lambda: events.emit("lock_waited", None, wait_seconds=wait), cancel=cancel)
     except MongoshiftError as exc:
         events.emit("lock_refused", None, waited_ms=_ms_since(started), error_kind=exc.kind)
         raise
