@@ -123,3 +123,11 @@ async def test_a_delete_many_is_said_to_delete_not_to_rewrite(project) -> None: 
     project.add("0001_a.py", "async def up(ctx):\n    await ctx.db.users.delete_many({'status': 'old'})\n")
     (finding,) = (await lint(project.settings())).findings
     assert finding.rule == "MS102" and "it deletes every matching document" in finding.message
+
+
+async def test_a_file_that_is_not_utf8_is_an_invalid_export_as_for_up(project, cli) -> None:  # type: ignore[no-untyped-def]
+    (project.migrations / "0001_bad.py").write_bytes(b"# \xff\ndef up(ctx):\n    pass\n")
+    result = cli(project, "lint", "--json")
+    assert result.returncode == 20, result.stderr
+    assert json.loads(result.stdout)["error"]["kind"] == "invalid_export"
+    assert cli(project, "up").returncode == 20

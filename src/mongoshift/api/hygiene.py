@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ..errors import IOFailedError
+from ..errors import InvalidExportError, IOFailedError
 from ..lint.checker import Finding, lint_source
 from ..lint.rules import RULES
 from ..project.loader import discover, find, resolve_name
@@ -148,6 +148,8 @@ async def lint_in(project: Project, files: list[str] | None = None, *, sizes: bo
             source = item.path.read_text(encoding="utf-8-sig")
         except OSError as exc:
             raise IOFailedError.from_os(exc, "read", item.path) from None
+        except UnicodeDecodeError as exc:  # as up and dry-run say of it (20): the file cannot be a Python module
+            raise InvalidExportError(f"{item.name}: failed to parse: it is not UTF-8 text (at byte {exc.start})", file=item.name) from None
         verdict = lint_source(item.name, source, use_transaction_default=settings.use_transaction)
         report.findings += verdict.findings
         report.suppressed += verdict.suppressed
