@@ -89,3 +89,25 @@ def test_pending_file_comes_before_an_unfinished_background_migration(project, s
     assert status(cli, project, "--check")[0] == 2
     assert cli(project, "up").returncode == 0
     assert status(cli, project, "--check")[0] == 31
+
+
+def test_an_applied_file_that_went_missing_is_said_everywhere(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """status counts it as missing (not applied) and warns; up and dry-run warn; --check fails with 8."""
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    (project.migrations / "0002_b.py").unlink()
+    result = cli(project, "status")
+    assert result.returncode == 0 and "1 applied, 0 pending, 1 missing" in result.stdout, result.stdout
+    assert "the files of applied migrations are missing: 0002_b.py" in result.stderr
+    for args in (["up"], ["dry-run", "up"]):
+        result = cli(project, *args)
+        assert result.returncode == 0 and "missing: 0002_b.py" in result.stderr, (args, result.stderr)
+    assert cli(project, "status", "--check").returncode == 8
+
+
+def test_list_refuses_pending_and_applied_together(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "list", "--pending", "--applied")
+    assert result.returncode == 6 and "cannot be combined" in result.stderr
+    assert cli(project, "list", "--pending").returncode == 0

@@ -401,6 +401,8 @@ async def status_in(project: Project, *, checksums: bool = True) -> list[StatusR
 
 def only_rows(rows: list[StatusRow], only: Literal["pending", "applied"] | None) -> list[StatusRow]:
     """``list --pending`` / ``--applied``: the status rows of one kind (None: all)."""
+    if only not in (None, "pending", "applied"):
+        raise ConfigInvalidError(f"only must be 'pending', 'applied' or None, not {only!r}")
     if only == "pending":
         return [r for r in rows if r.pending]
     if only == "applied":

@@ -277,8 +277,12 @@ def status(check: bool) -> int:
     out = output()
     if mismatched:
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
+    missing = [r.name for r in rows if r.state == "missing"]
+    if missing and not check:  # --check fails on them (8) and says so itself
+        out.warn(f"the files of applied migrations are missing: {', '.join(missing)}")
     if not out.json_mode:
-        out.say(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
+        applied = sum(r.state == "applied" for r in rows)
+        out.say(f"{applied} applied, {len(pending)} pending" + (f", {len(missing)} missing" if missing else ""))
     from ..line.plan import status_verdict  # start-up time: the runner loads when a command runs
 
     verdict = status_verdict(rows, s) if check else None
@@ -306,14 +310,17 @@ def _status_across(s: Any, tenants: Any, check: bool) -> int:
 
 
 @cli.command(name="list")
-@click.option("--pending", "only", flag_value="pending", help="Only pending migrations.")
-@click.option("--applied", "only", flag_value="applied", help="Only applied migrations.")
+@click.option("--pending", is_flag=True, help="Only pending migrations.")
+@click.option("--applied", is_flag=True, help="Only applied migrations.")
 @tenant_options
 @global_options
-def list_(only: Literal["pending", "applied"] | None) -> int:
+def list_(pending: bool, applied: bool) -> int:
     """List migrations, optionally only pending or applied ones."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
+    if pending and applied:
+        raise ConfigInvalidError("--pending and --applied cannot be combined (give neither to list every migration)")
+    only: Literal["pending", "applied"] | None = "pending" if pending else "applied" if applied else None
     s = settings()
     if (tenants := requested(reading=True)) is not None:
         from ..api import migrations as api  # start-up time: the API loads when a command runs

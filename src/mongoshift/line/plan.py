@@ -245,15 +245,19 @@ def applied_out_of_order(records: dict[str, ChangelogRecord]) -> list[str]:
 
 
 def checksum_warnings(files: list[MigrationFile], records: dict[str, ChangelogRecord], *, strict: bool) -> list[str]:
-    """Applied files changed since they ran: an error when strict, warnings otherwise."""
-    changed = [r.name for r in status_rows(files, records) if r.checksum == "mismatch"]
+    """Applied files changed since they ran: an error when strict, warnings otherwise; applied files missing
+    from the folder, a warning (``status --check`` fails on them with 8)."""
+    rows = status_rows(files, records)
+    changed = [r.name for r in rows if r.checksum == "mismatch"]
     if changed and strict:
         raise ChecksumMismatchError(
             f"applied migration files changed on disk: {', '.join(changed)} "
             "(restore them, or run without --strict)",
             files=changed,
         )
-    return [f"{name} changed on disk after it was applied (checksum mismatch)" for name in changed]
+    missing = [r.name for r in rows if r.state == "missing"]
+    said = [f"the files of applied migrations are missing: {', '.join(missing)} (restore them; status --check fails on them)"] if missing else []
+    return [f"{name} changed on disk after it was applied (checksum mismatch)" for name in changed] + said
 
 
 def plan_up(
