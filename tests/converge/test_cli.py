@@ -170,6 +170,9 @@ def test_reason_is_recorded_in_the_converge_log(project, sync_client, cli) -> No
 
     result = cli(project, "converge", "--reason", "z" * 600)
     assert result.returncode == 6 and "reason" in result.stderr and "512" in result.stderr
+    for mode in ("--dry-run", "--check"):  # refused the same where nothing is recorded
+        assert cli(project, "converge", mode, "--reason", "z" * 600).returncode == 6
+        assert cli(project, "converge", mode, "--reason", " ").returncode == 6
 
 
 def test_a_step_that_still_differs_after_converge_is_said_once(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
