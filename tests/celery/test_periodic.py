@@ -37,6 +37,16 @@ async def test_converge_verify_and_audit_run_as_tasks(redis_harness, project, db
     assert all("987654" not in str(v) for v in verified)  # never an id
     audited = app_send(redis_harness, audit).get(timeout=60)
     assert "findings" in audited
+    # a plain delay() goes to the registration's queue too (the worker serves that queue alone)
+    assert "findings" in tasks.audit.delay().get(timeout=60)
+
+
+def test_every_task_defaults_to_the_registrations_queue() -> None:
+    app = Celery("queue-test", set_as_current=False)
+    tasks = register(app, settings="mongoshift.toml", queue="migrations")
+    every = [tasks.up, tasks.down, tasks.redo, tasks.coordinator, tasks.lane, tasks.background_tick, tasks.converge, tasks.verify, tasks.audit, tasks.tenant]
+    assert {task.queue for task in every} == {"migrations"}
+    assert getattr(register(Celery("no-queue", set_as_current=False), settings="mongoshift.toml").audit, "queue", None) is None
 
 
 def app_send(harness, entry):  # type: ignore[no-untyped-def]

@@ -207,6 +207,8 @@ class MongoshiftTasks:
             "typing": False,  # the payload is validated by its model, with a better message
             "shared": False,  # on this app only: another app of the process gets its own registration
         }
+        if self.queue:  # the task's own default: a plain .delay() (verify, audit, converge) goes there too
+            options["queue"] = self.queue
 
         def run(task: Task, *args: Any, **kwargs: Any) -> Any:  # a plain function: Celery binds the task to it
             return body(task, *args, **kwargs)
