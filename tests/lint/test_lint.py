@@ -83,6 +83,10 @@ async def test_suppressions_need_a_reason_and_a_known_rule(project, cli) -> None
         ("0001_a.py", "MS101", "sessions is a cache, rebuilt at start-up"), ("0001_a.py", "MS101", "sessions is a cache, rebuilt at start-up")
     ]
     assert document["unused_suppressions"] == [{"file": "0003_c.py", "line": 2, "rules": ["MS103"]}]
+    assert "gives no reason" in document["findings"][0]["message"]
+    (project.migrations / "0002_b.py").write_text("# mongoshift-lint: allow MS102 -- short\n" + CASES["MS102"][0])
+    short = json.loads(cli(project, "lint", "--json", "0002_b").stdout)["findings"][0]["message"]
+    assert "gives too short a reason (at least" in short, short
     assert set(document["rules"]) == {"MS100", "MS101", "MS102", "MS103", "MS104", "MS105"}
 
     (project.migrations / "0002_b.py").write_text("# mongoshift-lint: allow MS102 -- users has forty rows, by contract\n" + CASES["MS102"][0])

@@ -57,7 +57,8 @@ def read_suppressions(source: str) -> tuple[list[Suppression], list[BadSuppressi
             bad.append(BadSuppression(line, f"the suppression names {shown}: name rules by id or name ({', '.join(r for r in RULES if r != 'MS100')})"))
             continue
         if len(reason.strip()) < MIN_REASON:
-            bad.append(BadSuppression(line, "the suppression gives no reason: write it after '--' (why this file may do it)"))
+            said = "gives no reason" if not reason.strip() else f"gives too short a reason (at least {MIN_REASON} characters)"
+            bad.append(BadSuppression(line, f"the suppression {said}: write it after '--' (why this file may do it)"))
             continue
         good.append(Suppression(tuple(ids), reason.strip(), line))
     return good, bad
