@@ -170,10 +170,9 @@ async def test_rebuild_asks_first(project, db) -> None:  # type: ignore[no-untyp
     assert [(a.name, a.action) for a in asked[0]] == [("kind_1", "rebuild")]
     assert await server_indexes(db, "events") == before
 
-    async def yes(actions: list[Action]) -> bool:
-        return True
-
-    report = await cv.converge(s, confirm=yes)
+    with pytest.raises(ConfigInvalidError, match="must answer True or False, not str"):
+        await cv.converge(s, confirm=lambda actions: "yes")  # a plain function is asked too; its answer is checked
+    report = await cv.converge(s, confirm=lambda actions: True)
     assert kinds(report) == [("events", "kind_1", "rebuild", "applied")]
     assert (await server_indexes(db, "events"))["kind_1"]["partialFilterExpression"] == {"kind": {"$type": "string"}}
     assert (await cv.plan_converge(s)).in_sync

@@ -67,7 +67,18 @@ def confirm_parts(confirm: object) -> tuple[bool, ConfirmCallback | None]:
     if isinstance(confirm, bool):
         return confirm, None
     if callable(confirm):
-        return False, confirm
+        ask = confirm
+
+        async def asked(actions: list[Any]) -> bool:
+            """A plain function is taken too: its answer, awaited only when it is awaitable, must be a bool."""
+            answer = ask(actions)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if not isinstance(answer, bool):
+                raise ConfigInvalidError(f"confirm's function must answer True or False, not {type(answer).__name__}")
+            return answer
+
+        return False, asked
     raise ConfigInvalidError(f"confirm must be True, False or an async function asked with the actions, not {type(confirm).__name__}")
 
 
@@ -107,7 +118,8 @@ def run_observers(observers: object, settings: Settings) -> list[Observer]:
 
 def checked_function(option: str, function: object) -> None:
     if not callable(function) or inspect.iscoroutinefunction(function):
-        raise ConfigInvalidError(f"{option} takes plain functions (called, not awaited), not {type(function).__name__}")
+        what = "an async function" if callable(function) else f"a {type(function).__name__}"
+        raise ConfigInvalidError(f"{option}: a plain function is needed (called, not awaited), not {what}")
 
 
 def log_entries(events: list[Event]) -> list[dict[str, Any]]:

@@ -167,7 +167,7 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
             if confirm is None:
                 raise ConfirmationRequiredError(
                     f"converge would drop or rebuild indexes ({listing(p.destructive)}); nothing was changed. "
-                    "Pass --yes to allow it (converge never asks with --json or without a terminal)."
+                    "Allow it with --yes (confirm=True in the Python API; converge never asks with --json or without a terminal)."
                 )
             if not await confirm(p.destructive):
                 raise RunAbortedError("cancelled at the prompt: nothing was changed")
