@@ -260,7 +260,7 @@ class LeaseLock:
                 holder = await self.holder()
                 who = holder.describe() if holder else "another run"
                 waited_for = "" if wait_seconds is None else f" (still, after waiting {wait_seconds:g} s)"
-                advice = "wait longer with --wait (Lock(wait=...) in the Python API)" if wait_seconds is not None else "wait with --wait (Lock(wait=...) in the Python API)"
+                advice = f"wait{' longer' if wait_seconds is not None else ''} with --wait (Lock(wait=...) in the Python API)"
                 raise LockHeldError(
                     f"the migration lock is held by {who}{waited_for}; {advice}, or clear a stuck lock "
                     "with 'mongoshift unlock'",
