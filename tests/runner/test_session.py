@@ -161,10 +161,19 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.import_history("migrate-mongo", lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a number of seconds"),
         (lambda ms: ms.intents.claim([api.Claim("up:0001_items.py", "task-1", ttl_seconds=0)]), "ttl_seconds must be above 0"),
         (lambda ms: ms.background.start_runner(concurrency=0), "concurrency must be an integer from 1 to 64"),
+        (lambda ms: ms.up(target=5), "a migration name is text, not int"),
+        (lambda ms: ms.down(steps="1"), "steps must be a whole number, not str"),
+        (lambda ms: ms.audit(stale_after="x"), "must be a number of seconds"),
+        (lambda ms: ms.audit(now="2020"), "now must be a datetime"),
+        (lambda ms: ms.background.control("0001_items.py", "explode"), "action must be one of pause, resume"),
+        (lambda ms: ms.migrations("bogus"), "only must be 'pending', 'applied' or None"),
     ],
-    ids=["lock-not-a-Lock", "negative-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency"],
+    ids=[
+        "lock-not-a-Lock", "negative-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
+        "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
+    ],
 )
-async def test_a_wrong_lock_or_confirmation_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]
+async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_items.py", LINE)
     async with mongoshift.connect(project.settings()) as ms:
         with pytest.raises(ConfigInvalidError) as refused:
@@ -363,3 +372,20 @@ async def test_the_flat_functions_refuse_the_old_lock_and_confirmation_keywords(
     with pytest.raises(TypeError, match=next(iter(keyword))):
         await call(project.settings(), **keyword)
     assert await db["_mongoshift_migrations"].count_documents({}) == 0
+
+
+async def test_settings_paths_may_be_text_and_wrong_arguments_are_config_errors(project) -> None:  # type: ignore[no-untyped-def]
+    """``load_settings(config_path="mongoshift.toml")`` is what a user writes; ``connect("mongodb://...")`` and
+    ``cancel=True`` are refused as configuration errors (6), not AttributeErrors."""
+    config = str(project.root / "mongoshift.toml")
+    project.write_config()
+    settings = mongoshift.load_settings({"uri": project.uri, "db": project.db}, config_path=config, cwd=str(project.root), env_file=False)
+    assert settings.db == project.db
+    for wrong in (lambda: mongoshift.load_settings(config_path=3), lambda: mongoshift.load_settings("uri")):
+        with pytest.raises(ConfigInvalidError):
+            wrong()
+    with pytest.raises(ConfigInvalidError, match="settings must be a mongoshift Settings"):
+        async with mongoshift.connect(project.uri):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ConfigInvalidError, match="cancel must be a mongoshift CancelSignal"):
+        await api.up(settings, cancel=True)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from mongoshift.project.redaction import (
     LIMIT,
     cap,
     describe_error,
+    describe_transform_error,
     describe_write_error,
     redact,
     strip_controls,
@@ -134,7 +135,21 @@ def test_background_write_errors_keep_their_masking() -> None:
 def test_background_batch_uses_the_shared_redaction() -> None:
     from mongoshift.background.write import batch
 
-    assert batch.describe_error is describe_error and batch.describe_write_error is describe_write_error
+    assert batch.describe_transform_error is describe_transform_error and batch.describe_write_error is describe_write_error
+
+
+def test_a_transforms_error_keeps_names_and_masks_quoted_values() -> None:
+    def raised(fn):  # type: ignore[no-untyped-def]
+        try:
+            fn()
+        except Exception as exc:
+            return describe_transform_error(exc)
+        raise AssertionError("it did not raise")
+
+    assert raised(lambda: int("u5987@x.com")) == "ValueError: invalid literal for int() with base 10: '***'"
+    assert raised(lambda: {}["email"]) == "KeyError: 'email'"
+    assert raised(lambda: float("a\\'b")) == "ValueError: could not convert string to float: \"***\""
+    assert raised(lambda: (_ for _ in ()).throw(ValueError("mongodb://u:pw@h/x is 'bad'"))) == "ValueError: mongodb://***@h/x is '***'"
 
 
 # ---------------------------------------------------------------- control characters and size

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pymongo import AsyncMongoClient
 
@@ -158,6 +158,8 @@ async def apply_control(
 
 async def control_in(project: Project, name: str, action: Action, *, reason: str | None = None, from_start: bool = False) -> ControlResult:
     """Pause, resume, cancel or retry a registered migration (``from_start``: retry from the beginning)."""
+    if action not in get_args(Action):
+        raise ConfigInvalidError(f"action must be one of {', '.join(get_args(Action))}, not {action!r}")
     settings = project.settings
     async with _engine(project, project.observers) as engine:
         result = await control(

@@ -419,8 +419,10 @@ async def audit_in(project: Project, *, stale_after: float | None = None, now: d
     """
     if stale_after is None:
         stale_after = DEFAULT_STALE_AFTER_SECONDS
-    if not stale_after >= 0:
-        raise ConfigInvalidError("--stale-after must be a number of seconds, 0 or more")
+    if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float)) or not stale_after >= 0:
+        raise ConfigInvalidError("--stale-after (stale_after) must be a number of seconds, 0 or more")
+    if now is not None and (not isinstance(now, datetime) or now.tzinfo is None):
+        raise ConfigInvalidError("now must be a datetime with its time zone (datetime.now(UTC)), or None")
     async with open_session(project.settings, take_lock=False, cancel=project.cancel, project=project) as session:
         facts = await _facts(session, now=now, stale_after=stale_after)
     return AuditReport(judge(facts), [check.id for check in CHECKS], facts.now, stale_after)

@@ -86,9 +86,21 @@ def one_shot(
     settings: Settings, *, client: object = None, observers: object = (), cancel: CancelSignal | None = None
 ) -> Project:
     """The project of one flat call: opened by its run, closed when the run ends."""
+    return Project(checked_settings(settings), checked_client(client), checked_observers(observers), checked_cancel(cancel))
+
+
+def checked_settings(settings: object) -> Settings:
+    """``settings``: what :func:`~mongoshift.api.load_settings` returns (a URI string is not settings)."""
     if not isinstance(settings, Settings):
         raise ConfigInvalidError(f"settings must be a mongoshift Settings (api.load_settings()), not {type(settings).__name__}")
-    return Project(settings, checked_client(client), checked_observers(observers), cancel)
+    return settings
+
+
+def checked_cancel(cancel: object) -> CancelSignal | None:
+    """``cancel=``: a :class:`~mongoshift.CancelSignal`, or None for a signal of the call's own."""
+    if cancel is not None and not isinstance(cancel, CancelSignal):
+        raise ConfigInvalidError(f"cancel must be a mongoshift CancelSignal or None, not {type(cancel).__name__}")
+    return cancel
 
 
 def checked_client(client: object) -> AsyncMongoClient[Any] | None:

@@ -28,7 +28,7 @@ from ..project.events import Observer
 from ..project.run import CancelSignal
 from ..project.session import Project
 from ..project.settings import Settings
-from .options import DEFAULT_LOCK, Confirmation, Lock, checked_client, checked_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_cancel, checked_client, checked_observers, checked_settings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -72,7 +72,7 @@ async def connect(
     A wrong option, URI or own collection fails here, before any call. Leaving it stops the
     background runners the session started, then closes; a call after that is refused.
     """
-    project = Project(settings, checked_client(client), checked_observers(observers), cancel, one_shot=False)
+    project = Project(checked_settings(settings), checked_client(client), checked_observers(observers), checked_cancel(cancel), one_shot=False)
     try:
         await project.open()
         ms = Mongoshift(project)
@@ -96,7 +96,7 @@ def per_call(
     loop, its connect and close within its run's telemetry), one call at a time: a call's end
     closes the connection. An application uses :func:`connect`.
     """
-    return Mongoshift(Project(settings, checked_client(client), checked_observers(observers), cancel))
+    return Mongoshift(Project(checked_settings(settings), checked_client(client), checked_observers(observers), checked_cancel(cancel)))
 
 
 class Mongoshift:

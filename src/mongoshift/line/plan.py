@@ -370,6 +370,9 @@ def plan_down(
 ) -> Plan:
     """What ``down`` rolls back. ``ordered``: refuse FILE while a migration that sorts after it
     is still applied, so a queue undoes a line from its end only."""
+    for option, value in (("batch", batch), ("steps", steps)):
+        if value is not None and (type(value) is not int):
+            raise ConfigInvalidError(f"{option} must be a whole number, not {type(value).__name__}")
     chosen = [x for x in (target, batch, steps, to) if x is not None]
     if len(chosen) > 1:
         raise ConfigInvalidError("FILE, --batch, --steps and --to are mutually exclusive")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..errors import (
+    ConfigInvalidError,
     DuplicateVersionError,
     FileNotFoundMigrationError,
     InvalidExportError,
@@ -258,13 +259,18 @@ def _refuse_duplicate_versions(files: list[MigrationFile], directory: Path) -> N
 
 def resolve_name(name: str, directory: Path) -> str:
     """A FILE argument as the bare name :func:`find` takes: ``migrations/0001_a.py`` (as a shell
-    completes it) names ``0001_a.py``; a path to anywhere else is refused."""
+    completes it) names ``0001_a.py``, and so does a path into the folder's archive of squashed files
+    (then :func:`find` names the squash file that stands for it); a path to anywhere else is refused."""
+    if not isinstance(name, str):
+        raise ConfigInvalidError(f"a migration name is text, not {type(name).__name__}")
     if "/" not in name and "\\" not in name and os.sep not in name:
         return name
     given = Path(name)
     parent = Path(os.path.abspath(given)).parent
     try:
-        inside = parent.resolve() == directory.resolve()
+        folder = directory.resolve()
+        where = parent.resolve()
+        inside = where == folder or where.is_relative_to(folder / ARCHIVE)
     except OSError:
         inside = False
     if not inside:

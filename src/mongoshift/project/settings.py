@@ -343,19 +343,34 @@ def _layer(merged: dict[str, Any], sources: dict[str, str], values: Mapping[str,
             merged[key], sources[key] = value, source(key)
 
 
+def _as_path(option: str, value: object) -> Path | None:
+    """A path argument of :func:`load_settings`: a ``Path``, text, or None."""
+    if value is None or isinstance(value, Path):
+        return value
+    if isinstance(value, str):
+        return Path(value)
+    raise ConfigInvalidError(f"{option} must be a path (a Path or text), not {type(value).__name__}")
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     *,
-    config_path: Path | None = None,
+    config_path: Path | str | None = None,
     environ: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-    env_file: Path | Literal[False] | None = None,
+    cwd: Path | str | None = None,
+    env_file: Path | str | Literal[False] | None = None,
 ) -> Settings:
     """Merge defaults, project file, ``.env``, environment and flags, then validate once.
 
     ``env_file``: the ``.env`` to read (it must exist); ``False`` reads none; by default the
     ``.env`` next to the project file, when there is one. Only its ``MONGOSHIFT_*`` lines are
-    used here, and nothing is written to ``os.environ`` (the CLI exports the rest itself)."""
+    used here, and nothing is written to ``os.environ`` (the CLI exports the rest itself).
+    The paths may be given as text."""
+    if flags is not None and not isinstance(flags, Mapping):
+        raise ConfigInvalidError(f"flags must be a mapping of setting names to values, not {type(flags).__name__}")
+    config_path = _as_path("config_path", config_path)
+    cwd = _as_path("cwd", cwd)
+    env_file = env_file if env_file is False else _as_path("env_file", env_file)
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else cwd
     merged: dict[str, Any] = {}
