@@ -131,3 +131,18 @@ def test_the_background_skeleton_loads_with_its_commented_options_switched_on(tm
     (item,) = discover(tmp_path)
     spec = load(item).background
     assert spec is not None and spec.filter == {"status": "active"} and spec.batch_size == 500
+
+
+async def test_up_warns_when_the_collection_does_not_exist(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A typo in collection= registers a migration that completes at once having rewritten nothing: said at up."""
+    fast_project.add("0001_names.py", background_file().replace('collection="people"', 'collection="peeple"'))
+    report = await command.up(fast_project.settings())
+    (warning,) = report.results[0].warnings
+    assert "'peeple' does not exist (yet)" in warning and "check collection=" in warning
+    fast_project.add("0003_peeple.py", background_file().replace('collection="people"', 'collection="peeple"').replace("to_version=2", "to_version=3"))
+    (said,) = (await command.dry_run(fast_project.settings(), "up")).warnings
+    assert "'peeple' does not exist (yet)" in said
+    (fast_project.migrations / "0003_peeple.py").unlink()
+    await seed(db.people, 3)
+    fast_project.add("0002_more.py", background_file().replace("to_version=2", "to_version=2, description='more'"))
+    assert (await command.up(fast_project.settings())).results[0].warnings == []

@@ -60,6 +60,21 @@ async def _taken_care_of(store: BackgroundStore, name: str, spec: Background, pl
     return False
 
 
+async def missing_collection_warning(db: AsyncDatabase[dict[str, Any]], name: str, spec: Background) -> str | None:
+    """A warning when the collection does not exist (yet): the migration will complete at once, having rewritten
+    nothing, which a typo in ``collection=`` looks like too. Advisory, as :func:`unversioned_warning`."""
+    try:
+        if await db.list_collection_names(filter={"name": spec.collection}):
+            return None
+    except PyMongoError as exc:
+        log.warning("%s: could not look for its collection (%s)", name, type(exc).__name__)
+        return None
+    return (
+        f"{name}: the collection {spec.collection!r} does not exist (yet) in this database: there is nothing to rewrite, "
+        "and a run completes it at once; check collection= if documents were expected"
+    )
+
+
 async def unversioned_warning(
     db: AsyncDatabase[dict[str, Any]],
     store: BackgroundStore,

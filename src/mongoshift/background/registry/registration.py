@@ -17,7 +17,7 @@ from typing import Literal
 from ...errors import IrreversibleMigrationError, OutOfOrderError
 from ...project.changelog import Changelog
 from ...schema.background import Background
-from ..inspect.input_probe import unversioned_warning
+from ..inspect.input_probe import missing_collection_warning, unversioned_warning
 from ..inspect.requires import unmet
 from ..state.events import Events
 from ..state.model import State
@@ -41,13 +41,13 @@ async def register(
     """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete
     (an ordinary migration among them is met once ``changelog`` has it applied).
 
-    Returns the warnings about the collection (documents the migration will never touch), also logged."""
+    Returns the warnings about the collection (it does not exist; documents the migration will never touch), also logged."""
     warnings: list[str] = []
     if direction == "forward":
-        found = await unversioned_warning(store.db, store, name, spec)
-        if found:
-            log.warning("%s", found)
-            warnings.append(found)
+        for found in (await missing_collection_warning(store.db, name, spec), await unversioned_warning(store.db, store, name, spec)):
+            if found:
+                log.warning("%s", found)
+                warnings.append(found)
     required = list(requires or []) if direction == "forward" else []
     waits = [w.name for w in await unmet(store, required, changelog=changelog, by=by)] if required else []
     state = await store.register(
