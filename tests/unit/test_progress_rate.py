@@ -79,3 +79,13 @@ def test_two_readings_a_moment_apart_measure_nothing() -> None:
     assert progress_line(reading(4_500), rate, eta).endswith("-, ETA -, pass 1, running")
     clock[0] = 2.0
     assert recent.observe(reading(5_000)) == (1_000.0, (ESTIMATE - 5_000) / 1_000.0)
+
+
+def test_a_completed_migration_shows_what_it_scanned_not_the_plans_estimate() -> None:
+    """The estimate is the plan's guess (10,000 here): once completed, the line and the table show the exact count."""
+    from mongoshift.cli.background_view import progress
+
+    done = reading(9_931, status="completed")
+    assert progress_line(done, None, None).startswith(f"{NAME}: 9,931/9,931 documents (100%)")
+    assert progress(done) == "9,931/9,931 (100%)"
+    assert progress(reading(4_000)) == "4,000/10,000 (40%)"  # while it runs: the estimate, less what is left

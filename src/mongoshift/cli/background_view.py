@@ -29,10 +29,19 @@ def clock(seconds: float | None) -> str:
 
 
 def progress(r: BackgroundReport) -> str:
-    done = (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
-    if not r.estimate:
+    done, total = done_of(r)
+    if not total:
         return f"{done:,} scanned"
-    return f"{done:,}/{r.estimate:,} ({min(100, done * 100 // r.estimate)}%)"
+    return f"{done:,}/{total:,} ({min(100, done * 100 // total)}%)"
+
+
+def done_of(r: BackgroundReport) -> tuple[int, int]:
+    """Documents done and the total they count towards: while it runs, the pass's estimate less what is left
+    (an estimate); once completed, what every pass scanned, which is exact (the estimate was the plan's guess)."""
+    scanned = int(r.totals.get("scanned", 0))
+    if r.status == "completed" and scanned:
+        return scanned, scanned
+    return ((r.estimate - r.remaining) if r.estimate else scanned), r.estimate
 
 
 def rate(r: BackgroundReport) -> str:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..background.inspect.status import BackgroundReport
-from .background_view import clock
+from .background_view import clock, done_of
 
 log = logging.getLogger("mongoshift.background.progress")
 
@@ -99,8 +99,8 @@ async def show_progress(status: StatusReader, task: asyncio.Task[Any], console: 
                     continue
                 if r.status == "completed" and r.name not in bars:
                     continue
-                total = r.estimate or None
-                done = _done(r)
+                done, estimate = done_of(r)
+                total = estimate or None
                 per_s, left = recent.observe(r)
                 rate, eta = per_second(per_s), clock(left)
                 label = f"{r.name} [{r.status}, pass {r.pass_number}]"
@@ -113,17 +113,13 @@ async def show_progress(status: StatusReader, task: asyncio.Task[Any], console: 
 FIRST_LINE_AFTER = 2.0
 
 
-def _done(r: BackgroundReport) -> int:
-    return (r.estimate - r.remaining) if r.estimate else r.totals["scanned"]
-
-
 def progress_line(r: BackgroundReport, rate: float | None, eta: float | None) -> str:
     """``NAME: done/total documents (pct), rate, ETA, pass, status``: no id, no document value.
 
     ``rate`` and ``eta`` are the recent ones (:class:`RecentRate`), not the report's averages."""
-    done = _done(r)
-    total = f"{r.estimate:,}" if r.estimate else "?"
-    percent = f"{min(100, done * 100 // r.estimate)}%" if r.estimate else "-"
+    done, estimate = done_of(r)
+    total = f"{estimate:,}" if estimate else "?"
+    percent = f"{min(100, done * 100 // estimate)}%" if estimate else "-"
     return f"{r.name}: {done:,}/{total} documents ({percent}), {per_second(rate)}, ETA {clock(eta)}, pass {r.pass_number}, {r.status}"
 
 
