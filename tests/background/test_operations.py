@@ -264,7 +264,7 @@ async def test_status_fits_80_and_60_columns_and_never_cuts_the_name(fast_projec
             lines = text.splitlines()
             assert all(len(line) <= width for line in lines), (width, args, [line for line in lines if len(line) > width])
             assert any(line.strip() == LONG_NAME for line in lines), text  # whole, on its own line
-            assert "…" not in text.replace("max_document_errors (2); see", "")[: text.index(LONG_NAME) + len(LONG_NAME)]
+            assert "…" not in text.replace("max_document_errors (2), when", "")[: text.index(LONG_NAME) + len(LONG_NAME)]
             assert "failed" in text
 
 

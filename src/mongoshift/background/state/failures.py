@@ -27,8 +27,8 @@ def over_budget(name: str, count: int, limit: int) -> str:
     """Why a migration failed on too many failed documents, and the way out: a plain ``retry``
     leaves those documents out, so it would fail again on the same count."""
     return (
-        f"{count} document(s) could not be migrated, more than max_document_errors ({limit}); "
-        f"see 'mongoshift background status {name}'; once the transform is fixed and pinned, "
+        f"{count} document(s) could not be migrated, more than max_document_errors ({limit}), when it stopped "
+        f"(lanes that were writing may have failed more: 'mongoshift background status {name}' counts them all); once the transform is fixed and pinned, "
         f"'mongoshift background retry {name} --from-start' tries them again"
     )
 
