@@ -103,3 +103,19 @@ async def test_samples_of_one_bucket_add_up_in_one_entry_and_the_oldest_go(db) -
     finally:
         store_module.SAMPLES_KEPT = kept
     assert [r["scanned"] for r in await store.samples("m.py")] == [2, 3, 4]
+
+
+async def test_a_new_registration_starts_at_the_files_pace(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """The operator's throttle belongs to a registration, as its totals do: the revert that down registers runs at the
+    file's pace, and the old throttle is kept in ``previous``."""
+    await seed(db.people, 20)
+    fast_project.add(NAME, background_file(batch_size=100, extra="adaptive=False, revert=migrate,"))
+    s = fast_project.settings()
+    await command.up(s)
+    async with connect(s) as ms:
+        await ms.background.throttle(NAME, batch_size=10, pause_ms=1000)
+        await command.down(s)
+        (report,) = await ms.background.status(NAME)
+        assert report.direction == "revert" and report.throttle is None
+        state = await db["_mongoshift_background"].find_one({"_id": NAME})
+        assert state["previous"]["throttle"] == {"batch_size": 10, "pause_ms": 1000}

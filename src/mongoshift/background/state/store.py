@@ -189,7 +189,10 @@ class BackgroundStore:
         requires: Sequence[str] = (),
         waits_for: Sequence[str] = (),
     ) -> State:
-        """(Re)register: a new registration id, a fresh state (pending, or blocked on ``waits_for``), the old one kept as ``previous``."""
+        """(Re)register: a new registration id, a fresh state (pending, or blocked on ``waits_for``), the old one kept as ``previous``.
+
+        Fresh means the operator's throttle too: a new registration (a revert, a migration applied again) runs at
+        its file's pace, as its totals start from zero; the old throttle stays in ``previous``."""
         await self.ensure_indexes()
         old = await self.state(name)
         registration = secrets.token_hex(8)
@@ -216,6 +219,7 @@ class BackgroundStore:
             "last_error": None,
             "started_at": None,
             "completed_at": None,
+            "throttle": None,
         }
         if old is not None:
             fields["previous"] = {
@@ -224,6 +228,7 @@ class BackgroundStore:
                 "direction": old.direction,
                 "totals": old.totals,
                 "completed_at": old.completed_at,
+                "throttle": old.throttle,
             }
             await self.partitions.delete_many({"background": name}, session=session)
         await self.states.update_one(
