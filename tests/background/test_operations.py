@@ -70,6 +70,9 @@ async def test_totals_after_retry_from_start_keep_what_earlier_generations_migra
     assert done.totals["migrated"] == migrated
     (shown,) = await bg.status(s, NAME)
     assert shown.totals["migrated"] == migrated
+    totals = shown.totals  # the failed documents were forgotten from scanned too: read again, counted once
+    assert totals["scanned"] == totals["migrated"] + totals["skipped"] + totals["failed"] + totals["conflicts"], totals
+    assert (totals["failed"], totals["scanned"]) == (0, 1000)  # as status says: 0 failed documents
 
 
 def _people(fast_project, sync_client):  # type: ignore[no-untyped-def]

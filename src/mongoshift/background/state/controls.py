@@ -119,8 +119,11 @@ def _from_start(state: State, live: dict[str, int]) -> dict[str, object]:
 
     The totals say what was rewritten, and those documents stay rewritten: forgetting the
     counters would make ``status`` disagree with the collection. The counters of the current
-    generation that were not rolled up yet are added here, since its partitions go away.
+    generation that were not rolled up yet are added here, since its partitions go away. The
+    failed documents are forgotten from them too, from ``scanned`` with ``failed``: they are read
+    again and counted then, so ``scanned`` stays ``migrated + skipped + failed + conflicts``.
     """
+    live = {**live, "scanned": max(0, live["scanned"] - live["failed"]), "failed": 0}
     return {
         "generation": 0,
         "rolled_generation": 0,
