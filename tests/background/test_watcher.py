@@ -505,6 +505,20 @@ async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_re
     assert (await standalone_db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
 
 
+async def test_a_standalone_is_refused_at_once_with_nothing_to_guard_yet(standalone_project, standalone_db) -> None:  # type: ignore[no-untyped-def]
+    """No migration completed yet: no collection to stream, and still the refusal comes first, not silence."""
+    from mongoshift.errors import ConfigInvalidError
+
+    standalone_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    watcher = Running(standalone_project.settings(), WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100))
+    try:
+        await until("the watcher ending", lambda: _done(watcher.task), bound=120)
+    finally:
+        watcher.cancel.set("test over")
+    with pytest.raises(ConfigInvalidError, match="needs change streams"):
+        watcher.task.result()
+
+
 async def _done(task: asyncio.Task[Any]) -> bool:
     return task.done()
 

@@ -162,6 +162,13 @@ class Restart(Exception):
     """Start the stream over from now (after a verify probe)."""
 
 
+def no_change_streams() -> ConfigInvalidError:
+    return ConfigInvalidError(
+        "the live watcher needs change streams, which a standalone server does not have: "
+        "run it against a replica set (or use 'mongoshift background verify' from a cron job)"
+    )
+
+
 class Watcher:
     """Every watched collection of this process, one task each, until ``engine``'s cancel signal is set."""
 
@@ -186,7 +193,11 @@ class Watcher:
         return self.engine.context.cancel
 
     async def run(self) -> list[WatchRecord]:
-        """Watch until cancelled; the records of the collections it watched, as saved last."""
+        """Watch until cancelled; the records of the collections it watched, as saved last.
+
+        A standalone server is refused at once, before any collection is guarded (without this, a watcher
+        started before the first migration completes would wait silently, and only refuse at its first stream)."""
+        await self._refuse_a_standalone()
         tasks: dict[str, asyncio.Task[None]] = {}
         try:
             while not self.cancel.is_set():
@@ -207,6 +218,16 @@ class Watcher:
             await asyncio.gather(*tasks.values(), return_exceptions=True)
         records = await self.engine.store.watch_records()
         return [r for r in records if r.collection in tasks]
+
+    async def _refuse_a_standalone(self) -> None:
+        """A server that answers ``hello`` without a replica set's name and is not a mongos has no change streams."""
+        try:
+            hello = await self.engine.session.client.admin.command("hello")
+        except PyMongoError as exc:
+            log.debug("watcher: hello failed (%s); the first stream says whether change streams exist", type(exc).__name__)
+            return
+        if "setName" not in hello and hello.get("msg") != "isdbgrid":
+            raise no_change_streams()
 
     async def _pause(self, tasks: list[asyncio.Task[None]]) -> None:
         """Until the next refresh, a stop, or a collection's task ending: a refusal (a server without
@@ -298,10 +319,7 @@ class CollectionWatcher:
                     elif error_code(exc) == UNAUTHORIZED:
                         await self._poll()
                     elif error_code(exc) == NO_CHANGE_STREAMS:
-                        raise ConfigInvalidError(
-                            "the live watcher needs change streams, which a standalone server does not have: "
-                            "run it against a replica set (or use 'mongoshift background verify' from a cron job)"
-                        ) from None
+                        raise no_change_streams() from None
                     else:
                         raise
         finally:
