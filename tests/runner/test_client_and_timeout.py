@@ -45,6 +45,16 @@ async def test_every_call_runs_on_the_given_client_and_leaves_it_open(project, d
     assert await db.items.count_documents({}) == 0
 
 
+async def test_a_plain_def_on_a_client_without_a_uri_is_refused_before_anything_runs(project, db, client) -> None:  # type: ignore[no-untyped-def]
+    """A plain def body needs the sync driver, so the URI: refused up front (6), not failed and recorded inside the body."""
+    project.add("0001_a.py", ASYNC)
+    project.add("0002_b.py", "def up(ctx):\n    ctx.db.items.insert_one({'n': 2})\n")
+    s = load_settings({"db": project.db, "migrations_dir": str(project.migrations)}, config_path=None, environ={})
+    with pytest.raises(ConfigInvalidError, match=r"needs the server's URI.*0002_b\.py"):
+        await api.up(s, client=client)
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0 and await db.items.count_documents({}) == 0
+
+
 @pytest.mark.parametrize("name", ["billing-migrations", None])
 async def test_the_uri_s_app_name_is_kept_and_mongoshift_is_the_default(project, name: str | None) -> None:  # type: ignore[no-untyped-def]
     """Operators filter the server's log and currentOp by appName, and a fail point can target it:

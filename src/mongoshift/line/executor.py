@@ -28,6 +28,7 @@ from pymongo.errors import PyMongoError
 from ..background.steps import BackgroundSteps, Waiting
 from ..errors import (
     BackgroundFailedError,
+    ConfigInvalidError,
     ConnectionFailedError,
     ExecutionFailedError,
     FileNotFoundMigrationError,
@@ -361,6 +362,25 @@ class Executor:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
                 )
+        self._refuse_sync_without_uri(steps)
+
+    def _refuse_sync_without_uri(self, steps: list[Step]) -> None:
+        """A plain ``def`` body or hook runs on the sync driver, which needs the server's URI: on a session opened on
+        the application's ``client=`` alone, refused before anything runs (it failed inside the body, recorded failed)."""
+        if self.runtime.settings.uri:
+            return
+        plain: list[str] = []
+        for step in steps:
+            if step.file.background is None and not step.file.is_squash:
+                fn = step.file.up if step.direction == "up" else step.file.down
+                if fn is not None and not is_async(fn):
+                    plain.append(step.name)
+        plain += [f"the {name} hook" for name, fn in self.hooks.functions.items() if not is_async(fn)]
+        if plain:
+            raise ConfigInvalidError(
+                f"plain def code runs on the sync driver, which needs the server's URI (uri, uri_command or uri_factory), "
+                f"not only client=: {', '.join(plain)}; give the URI, or make them async def"
+            )
 
     async def _refuse_one_way(self, steps: list[Step]) -> None:
         """A rollback that reaches a one-way background migration which already rewrote documents is
