@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         "retryable writes or change streams",
     )
     parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
+    # The process that starts it as its child (embedded_server): the server stops once that process is gone.
+    parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.change_history < 1:
         parser.error("--change-history must be at least 1")
@@ -73,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return run(args.host, args.port, args.path, change_history=args.change_history, standalone=args.standalone)
+        return run(
+            args.host, args.port, args.path, change_history=args.change_history, standalone=args.standalone, parent_pid=args.parent_pid
+        )
     except EmbeddedServerUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ treat it like a real server.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,8 +31,10 @@ def embedded_server(
 ) -> Iterator[str]:
     """Start ``python -m mongoshift.embedded``, yield its URI, stop it (SIGTERM) at exit.
 
-    ``standalone`` starts a standalone server instead of the single-node replica set."""
-    args = [sys.executable, "-m", "mongoshift.embedded", "--port", str(port)]
+    ``standalone`` starts a standalone server instead of the single-node replica set. The server also
+    stops by itself when this process is gone without stopping it (killed, or a CI timeout's SIGTERM
+    that ran no ``finally``): it never outlives the test session or the demo that started it."""
+    args = [sys.executable, "-m", "mongoshift.embedded", "--port", str(port), "--parent-pid", str(os.getpid())]
     if path is not None:
         args += ["--path", str(path)]
     if change_history is not None:

@@ -236,6 +236,23 @@ async def _save(client: Any, path: Path) -> None:
         ) from None
 
 
+#: How often a server started by a parent process looks whether that parent is still there.
+PARENT_CHECK_SECONDS = 0.5
+
+
+async def _stop_when_orphaned(parent_pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once ``parent_pid`` is no longer the parent (a dead parent's children are adopted)."""
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            log.warning("the process that started this server (pid %d) is gone: stopping", parent_pid)
+            stop.set()
+            return
+        try:
+            await asyncio.wait_for(stop.wait(), PARENT_CHECK_SECONDS)
+        except TimeoutError:
+            pass
+
+
 def run(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
@@ -243,8 +260,12 @@ def run(
     on_ready: Callable[[str], None] = print_uri,
     change_history: int = DEFAULT_CHANGE_HISTORY,
     standalone: bool = False,
+    parent_pid: int | None = None,
 ) -> int:
-    """Run :func:`serve` until SIGINT or SIGTERM; return 0 after a clean stop."""
+    """Run :func:`serve` until SIGINT or SIGTERM; return 0 after a clean stop.
+
+    ``parent_pid``: stop too when that process is no longer this one's parent (it died, even by ``kill -9``,
+    or was stopped by a CI timeout): a test session's or the demo's server never outlives it."""
     path = Path(path) if path is not None else None
 
     async def main() -> None:
@@ -261,6 +282,7 @@ def run(
         collector = Collector()
         collector.install()
         watching = asyncio.create_task(watch(collector, stop))
+        orphaned = asyncio.create_task(_stop_when_orphaned(parent_pid, stop)) if parent_pid is not None else None
         try:
             await serve(
                 host, port, path, on_ready=on_ready, stop=stop, change_history=change_history, standalone=standalone,
@@ -269,6 +291,8 @@ def run(
         finally:
             stop.set()
             await watching
+            if orphaned is not None:
+                await orphaned
             collector.uninstall()
             for sig in installed:
                 loop.remove_signal_handler(sig)
