@@ -8,7 +8,7 @@ import sys
 import textwrap
 from urllib.parse import urlparse
 
-from ..conftest import until
+from ..cli.test_cli import wait_for
 
 PARENT = textwrap.dedent(
     """
@@ -30,7 +30,7 @@ def _listening(port: int) -> bool:
         return False
 
 
-async def test_a_server_whose_parent_is_killed_stops_by_itself() -> None:
+def test_a_server_whose_parent_is_killed_stops_by_itself() -> None:
     """``kill -9`` of the parent (a test session stopped by a CI timeout) runs no ``finally``: the server stops anyway."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
     try:
@@ -40,4 +40,4 @@ async def test_a_server_whose_parent_is_killed_stops_by_itself() -> None:
     finally:
         parent.kill()
         parent.wait()
-    await until("the orphaned server stopping", lambda: not _listening(port), bound=120)
+    wait_for(lambda: not _listening(port))  # the orphaned server stopping (the bound only ends a hang)
