@@ -63,6 +63,14 @@ def test_wrong_types_in_a_project_file_are_refused(tmp_path: Path, line: str, ke
     assert f"setting {key!r} from {path}" in info.value.message
 
 
+def test_a_word_that_is_none_of_the_choices_is_not_said_to_be_of_the_wrong_type(tmp_path: Path) -> None:
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nout_of_order = "sometimes"\nstrict = "yes"\n')
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert "'out_of_order'" in info.value.message and "'warn', 'error' or 'allow';" in info.value.message
+    assert "Input should be a valid boolean, not str" in info.value.message  # a wrong type still says so
+
+
 def test_every_wrong_key_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
     (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nstrict = "yes"\nlock_ttl_seconds = "60"\n')
     with pytest.raises(ConfigInvalidError) as info:

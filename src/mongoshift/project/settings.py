@@ -287,7 +287,9 @@ def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
         try:
             _strict_type(key).validate_python(value)
         except ValidationError as exc:
-            problems[key] = message_of(exc.errors()[0]) + f", not {type(value).__name__}"
+            error = exc.errors()[0]
+            # A word that is none of the choices has the right type: saying "not str" would point at the wrong thing.
+            problems[key] = message_of(error) + ("" if error["type"] == "literal_error" else f", not {type(value).__name__}")
     return problems
 
 
