@@ -195,7 +195,10 @@ def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str 
 
     try:
         asyncio.get_running_loop()
+        beside = True
     except RuntimeError:
+        beside = False
+    if not beside:  # outside the except: a command's traceback (-v) does not begin with "no running event loop"
         return asyncio.run(main())
     return _beside_running_loop(main, on_signal)
 
