@@ -101,3 +101,18 @@ def test_json_through_a_pipe_like_a_user(project) -> None:  # type: ignore[no-un
     up.stdout.close()
     assert up.wait(timeout=120) == 0
     assert reader.returncode == 0, reader.stderr
+
+
+def test_version_plain_and_as_json(project, cli) -> None:  # type: ignore[no-untyped-def]
+    from importlib.metadata import version
+
+    plain = cli(project, "--version")
+    assert plain.returncode == 0 and plain.stdout == f"mongoshift, version {version('mongoshift')}\n"
+    as_json = cli(project, "--json", "--version")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == {"version": version("mongoshift")}
+
+
+def test_a_file_given_as_the_migrations_folder_is_44(project, cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(project, "--json", "--dir", str(project.config), "status")
+    assert result.returncode == 44 and json.loads(result.stdout)["error"]["kind"] == "io_failed"
+    assert "it is a file, not a folder" in result.stderr

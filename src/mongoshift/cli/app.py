@@ -62,7 +62,8 @@ def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         _file_option("--config", "Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml)."),
         _file_option("--env-file", "Read this .env file (default: .env next to the project file, when there is one)."),
         click.option("--no-env", is_flag=True, help="Read no .env file.", callback=_store, expose_value=False),
-        click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
+        # Eager, as --version is: `mongoshift --json --version` prints the version as JSON.
+        click.option("--json", "json", is_flag=True, is_eager=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
         click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
         click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.", callback=_store, expose_value=False),
         click.option(
@@ -247,8 +248,22 @@ def confirm(question: str, yes: bool) -> None:
         raise RunAbortedError("cancelled at the prompt")
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: ``mongoshift, version X``, or ``{"version": "X"}`` after ``--json``."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version  # start-up time: only when asked
+
+    number = version("mongoshift")
+    if ctx.find_root().ensure_object(dict).get("json"):
+        Output.emit_json({"version": number})
+    else:
+        click.echo(f"mongoshift, version {number}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="mongoshift", prog_name="mongoshift")
+@click.option("--version", is_flag=True, is_eager=True, expose_value=False, callback=_version, help="Show the version and exit.")
 @global_options
 def cli() -> None:
     """MongoDB schema and data migrations."""

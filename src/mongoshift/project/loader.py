@@ -161,6 +161,8 @@ class MigrationFile:
 
 def discover(directory: Path) -> list[MigrationFile]:
     """The migration files of ``directory``, in name order (the order they apply in)."""
+    if directory.exists() and not directory.is_dir():  # a file where the folder should be: 44, as for every path
+        raise IOFailedError(f"cannot read the migrations folder {directory}: it is a file, not a folder", path=str(directory), reason="not a folder")
     if not directory.is_dir():
         raise FileNotFoundMigrationError(
             f"migrations folder not found: {directory} (run 'mongoshift init' or pass --dir)"
