@@ -85,3 +85,12 @@ def test_path_outside_the_migrations_folder_is_refused(project, spelled: str, cl
     assert result.returncode == 19, result.stderr
     message = json.loads(result.stdout)["error"]["message"]
     assert "outside the migrations folder" in message
+
+
+def test_create_refuses_a_folder_whose_files_share_a_version(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """Every command that reads the folder refuses it (43): create too, which would add a file to a line whose order is a guess."""
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    project.add("00001_b.py", "def up(ctx):\n    pass\n")
+    result = cli(project, "create", "next")
+    assert result.returncode == 43, result.stderr
+    assert sorted(p.name for p in project.migrations.glob("*.py")) == ["00001_b.py", "0001_a.py"]

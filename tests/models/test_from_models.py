@@ -275,7 +275,7 @@ async def test_a_failed_conversion_never_shows_the_document_value(project: Proje
     assert failed.status == "failed" and failed.failed_documents == 1
     (error,) = failed.doc_errors
     assert (error["reason"], error["error_class"]) == ("transform", "ValueError")
-    assert error["error"] == "field 'age': string to int conversion failed (the value is not shown)"
+    assert error["error"] == "field age: string to int conversion failed (the value is not shown)"
     assert await db.members.count_documents({"_id": 2, "__v": {"$exists": True}}) == 0  # failed, not stamped as done
 
     status = cli(project, "--json", "background", "status", name)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigFileExistsError, ConfigInvalidError, FileNotFoundMigrationError, IOFailedError, MigrationFileExistsError
 from ..project.connection import check_uri_options
-from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, slugify
+from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, discover, slugify
 from ..project.redaction import without_secrets
 from ..project.settings import Settings
 from ..schema.validation import loc_path, message_of
@@ -180,6 +180,7 @@ def create_migration(
     slug = slugify(name)
     if not directory.is_dir():
         raise FileNotFoundMigrationError(f"migrations folder not found: {directory} (run 'mongoshift init' first)")
+    discover(directory)  # a folder whose order is a guess (two files share a version: 43) gets no new file in it
     path = directory / f"{next_prefix(directory, sequential=sequential, now=now)}_{slug}.py"
     if path.exists():
         raise MigrationFileExistsError(f"{path.name} already exists")

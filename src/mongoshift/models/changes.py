@@ -112,7 +112,8 @@ def _conversion(name: str, old: str, new: str, expression: str, keeps: str | Non
     would show the value (``invalid literal for int() with base 10: 'gold'``), so it is replaced by one
     that names the field and the types only, raised outside the handler: not even chained to it."""
     key = repr(name)
-    message = repr(f"field {name!r}: {old} to {new} conversion failed (the value is not shown)")
+    # The field's name unquoted: a transform's message has its quoted literals masked, as values (docs/background.md).
+    message = repr(f"field {name}: {old} to {new} conversion failed (the value is not shown)")
     return [
         f"value = doc.get({key})",
         f"if {CHECKS[old]}:",
