@@ -194,6 +194,7 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
     assert proc.returncode == 130, err
     error = json.loads(out)["error"]  # one JSON document, even here
     assert error["code"] == 130 and error["kind"] == "second_signal"
+    assert "'mongoshift unlock' clears it" in error["message"]  # what is left behind, and the way out
 
 
 def test_ctrl_c_under_log_format_json_keeps_every_stderr_line_one_json_object(project, sync_client) -> None:  # type: ignore[no-untyped-def]
@@ -215,7 +216,8 @@ def test_ctrl_c_under_log_format_json_keeps_every_stderr_line_one_json_object(pr
     assert proc.returncode == 130, lines
     parsed = [json.loads(line) for line in lines]  # every line, none blank
     messages = [line["message"] for line in parsed if line["level"] == "warning"]
-    assert any(m.startswith("stopping:") for m in messages) and "second signal, stopping now" in messages, messages
+    assert any(m.startswith("stopping:") for m in messages), messages
+    assert any(m.startswith("second signal, stopping now: a lock this run held stays held") for m in messages), messages
 
 
 @pytest.mark.parametrize(

@@ -177,9 +177,16 @@ def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str 
 
     def on_signal(signum: int) -> None:
         if cancel.is_set():
-            notice("second signal, stopping now")
+            # Nothing is cleaned up now: say what is left behind and how to clear it.
+            left = ("a lock this run held stays held until its time-to-live (lock_ttl_seconds) runs out, or 'mongoshift unlock' "
+                    "clears it; a migration that was running is not recorded and runs again with the next 'up'")
+            notice(f"second signal, stopping now: {left}")
             if json_mode:  # even now, one JSON document
-                stopped = {"code": 128 + signum, "kind": "second_signal", "message": f"stopped at once by a second {signal.Signals(signum).name}"}
+                stopped = {
+                    "code": 128 + signum,
+                    "kind": "second_signal",
+                    "message": f"stopped at once by a second {signal.Signals(signum).name}: {left}",
+                }
                 Output.emit_json({"error": stopped})
             os._exit(128 + signum)
         cancel.set(f"interrupted by {signal.Signals(signum).name}")
