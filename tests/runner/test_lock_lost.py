@@ -115,6 +115,17 @@ async def test_warn_policy_goes_on_and_records_applied(project, db, lock_lost_se
     report = await command.up(project.settings())
     assert [r.status for r in report.results] == ["applied", "applied"]
     assert lock_lost_seen.is_set()  # applied although the run knew its lock was gone
+    (said,) = [w for w in report.warnings if "lock was lost" in w]  # once, in the report (--json) too
+    assert said.endswith("the run went on because on_lock_lost = warn")
+
+
+async def test_warn_policy_says_a_lock_lost_during_the_last_step(project, db, lock_lost_seen) -> None:  # type: ignore[no-untyped-def]
+    """No next step checks the lock: the end of the run still says it was lost."""
+    project.write_config(lock_ttl_seconds=6, on_lock_lost="warn")
+    project.add("0001_loses.py", CLEARS_AND_IGNORES)
+    report = await command.up(project.settings())
+    assert [r.status for r in report.results] == ["applied"] and lock_lost_seen.is_set()
+    assert [w for w in report.warnings if "lock was lost" in w] != []
 
 
 async def test_renewal_gives_up_before_the_ttl_runs_out(db, client) -> None:  # type: ignore[no-untyped-def]

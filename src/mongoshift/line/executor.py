@@ -186,6 +186,7 @@ class Executor:
                 result = await self._run_step(step, step_batch, results, info)
                 results.append(result)
                 await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
+            self._note_lock_lost()  # lost during the last step: no next step's check says it
             self._check_stopped_at_the_end(results)
             success = True
             return results
@@ -391,10 +392,16 @@ class Executor:
             if step.direction == "down" and step.file.background is not None:
                 await self.background.refuse_one_way(step.name, step.file.background, leaving)
 
-    def _check_stop(self, results: list[MigrationResult]) -> None:
+    def _note_lock_lost(self) -> None:
+        """``on_lock_lost = "warn"``: the lost lock said once, in the log and in the run's warnings (``--json``)."""
         if self.lock is not None and self.lock.lost.is_set() and not self.session.lock_lost() and not self._lock_warned:
             self._lock_warned = True
-            log.warning("the migration lock was lost; continuing because on_lock_lost = warn")
+            warning = f"the migration lock was lost ({self.lock.lost_reason}); the run went on because on_lock_lost = warn"
+            log.warning("%s", warning)
+            self.warnings.append(warning)
+
+    def _check_stop(self, results: list[MigrationResult]) -> None:
+        self._note_lock_lost()
         self.session.check_stop(
             lambda reason: f"run stopped ({reason}); {len(results)} migration(s) completed, the rest were not started"
         )
