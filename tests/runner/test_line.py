@@ -412,3 +412,17 @@ async def test_a_failed_after_all_keeps_the_results(project, db, tmp_path, caplo
     assert [e["kind"] for e in failed.value.details["later_errors"]] == ["hook_failed"]
     said = [r for r in caplog.records if "after the run had already failed" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is None
+
+
+async def test_a_failed_row_shows_no_applied_time_of_an_earlier_application(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Applied, rolled back, failed on the way up again: the record keeps the first applied_at, the row must not show it."""
+    project.add("0001_a.py", "def up(ctx):\n    if ctx.db.flags.count_documents({}):\n        raise ValueError('no')\n\ndef down(ctx):\n    ctx.db.flags.insert_one({})\n")
+    await command.up(project.settings())
+    await command.down(project.settings())
+    (reverted,) = await command.status(project.settings())
+    assert (reverted.state, reverted.applied_at) == ("reverted", None)
+    with pytest.raises(ExecutionFailedError):
+        await command.up(project.settings())
+    (failed,) = await command.status(project.settings())
+    assert (failed.state, failed.applied_at) == ("failed", None)
+    assert command.rows_to_json([failed])[0]["applied_at"] is None

@@ -209,8 +209,11 @@ def status_rows(
         if record is None:
             rows.append(StatusRow(f.name, "pending", kind="squash" if f.is_squash else "migration"))
             continue
+        # The time it was applied, while it is: a failed or reverted record keeps the time of an earlier application,
+        # which a row would show as if it were this state's.
+        applied_at = record.applied_at if record.status == "applied" else None
         row = StatusRow(
-            f.name, record.status, record.batch, record.applied_at, kind=record.kind, error=record.error, origin=record.origin,
+            f.name, record.status, record.batch, applied_at, kind=record.kind, error=record.error, origin=record.origin,
             squash=_squash_note(state), run_id=record.run_id,
         )
         if record.status == "applied" and checksums and record.checksum:
