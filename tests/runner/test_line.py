@@ -416,7 +416,8 @@ async def test_a_failed_after_all_keeps_the_results(project, db, tmp_path, caplo
 
 async def test_a_failed_row_shows_no_applied_time_of_an_earlier_application(project, db) -> None:  # type: ignore[no-untyped-def]
     """Applied, rolled back, failed on the way up again: the record keeps the first applied_at, the row must not show it."""
-    project.add("0001_a.py", "def up(ctx):\n    if ctx.db.flags.count_documents({}):\n        raise ValueError('no')\n\ndef down(ctx):\n    ctx.db.flags.insert_one({})\n")
+    body = "def up(ctx):\n    if ctx.db.flags.count_documents({}):\n        raise ValueError('no')\n"
+    project.add("0001_a.py", body + "\ndef down(ctx):\n    ctx.db.flags.insert_one({})\n")
     await command.up(project.settings())
     await command.down(project.settings())
     (reverted,) = await command.status(project.settings())
