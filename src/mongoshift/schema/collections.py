@@ -75,7 +75,9 @@ def bson_problem(value: Any, path: str = "") -> str | None:
         try:
             bson.encode({"v": item})
         except (InvalidDocument, TypeError, ValueError, OverflowError):
-            return f"{where or 'the value'} is a {type(item).__name__}, which is not a BSON value"
+            if isinstance(item, int) and not isinstance(item, bool):  # an int: its type is BSON's, its size is not
+                return f"{where or 'the value'} is an integer outside BSON's 64 bits"
+            return f"{where or 'the value'} is of type {type(item).__name__}, which is not a BSON value"
         return None
 
     return walk(value, path)

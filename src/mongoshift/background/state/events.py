@@ -85,7 +85,7 @@ WATCH_STATES = {
     "fallback": "not allowed to watch the collection: polling for old shapes instead",
     "suspended": "a revert of the collection is under way: upgrading nothing until it ends",
     "idle": "no completed migration of the collection to guard (one that is reopened is guarded again once it completes)",
-    "stopped": "stopped",
+    "stopped": "this process no longer watches it (a stop was asked, or its leadership ended)",
 }
 
 
