@@ -171,7 +171,8 @@ def test_kill_9_leaves_a_lock_that_the_next_run_on_this_host_takes_over(project,
     assert taken.returncode == 0, taken.stderr
     assert "took over the lock" in taken.stderr and str(victim.pid) in taken.stderr
     # the migration it was running, never recorded, may have done part of its work (one mark of two)
-    assert "0001_slow.py (up) was next in line when the run that held the lock died" in taken.stderr, taken.stderr
+    assert "0001_slow.py (up) was next in line when the run that held the lock stopped" in taken.stderr, taken.stderr
+    assert "This run runs it again from the start" in taken.stderr  # it is in this run's plan: said so, not "next time"
     assert locks.count_documents({}) == 0
 
 
@@ -201,10 +202,11 @@ def test_a_migration_left_unfinished_by_a_run_whose_lock_expired_is_named(projec
     result = cli(project, "up", "--json")
     assert result.returncode == 0, result.stderr
     warnings = json.loads(result.stdout)["warnings"]
-    named = [w for w in warnings if "was next in line when the run that held the lock died" in w]
+    named = [w for w in warnings if "was next in line when the run that held the lock stopped" in w]
     if case == "plain":
         assert named == [w for w in warnings if w.startswith("0002_b.py (up)")] and len(named) == 1, warnings
         assert "may have done part of its work" in named[0] and result.stderr.count(named[0]) == 1, result.stderr
+        assert "took over the lock migration_lock: its holder left it unrenewed past its time-to-live" in result.stderr
     else:
         assert named == [], warnings
     assert locks.count_documents({}) == 0

@@ -158,7 +158,7 @@ class Executor:
     async def execute(self, plan: Plan, *, batch: int, batch_per_step: bool = False) -> list[MigrationResult]:
         """Run every step of ``plan`` in order; raise with the results so far on failure."""
         results = [MigrationResult(name, "up", "skipped", reason=why) for name, why in plan.skipped]
-        await self._left_unfinished()
+        await self._left_unfinished(plan)
         self._prepare(plan.steps)
         await self._refuse_one_way(plan.steps)
         await self._note_plan(plan.steps)
@@ -230,10 +230,10 @@ class Executor:
         if bodies:
             await self.lock.note_working_on({"steps": bodies[:MAX_NOTED]})
 
-    async def _left_unfinished(self) -> None:
-        """Say so when the run this one took the lock over from died before recording a body it had
+    async def _left_unfinished(self, plan: Plan) -> None:
+        """Say so when the run this one took the lock over from stopped before recording a body it had
         planned: the first such one may have been running, and without a transaction it may have done
-        part of its work; it runs again from the start."""
+        part of its work; it runs again from the start (in this run, when this run's plan has it)."""
         note = self.lock.left_unfinished if self.lock is not None else None
         steps = note.get("steps") if note is not None else None
         if not isinstance(steps, list) or not steps:
@@ -251,13 +251,18 @@ class Executor:
             break  # the first body of its plan whose outcome it never recorded
         else:
             return
+        gone = "the run that held the lock stopped (it died, or left the lock unrenewed past its time-to-live)"
         if noted.get("transaction"):
-            log.info("%s (%s) was next when the run that held the lock died; it runs in a transaction, so nothing of it was kept", name, direction)
+            log.info("%s (%s) was next when %s; it runs in a transaction, so nothing of it was kept", name, direction, gone)
             return
+        again = (
+            "This run runs it again from the start"
+            if any(step.name == name and step.direction == direction for step in plan.steps)
+            else f"It runs again from the start with the next '{direction}'"
+        )
         warning = (
-            f"{name} ({direction}) was next in line when the run that held the lock died, and its outcome was never "
-            "recorded: if that run had started it, it may have done part of its work. It runs again from the start when "
-            "it is next applied, so make it safe to run twice, or check what it did"
+            f"{name} ({direction}) was next in line when {gone}, and its outcome was never recorded: if that run had "
+            f"started it, it may have done part of its work. {again}, so make it safe to run twice, or check what it did"
         )
         self.warnings.append(warning)  # printed with the run's report, or before its error
 

@@ -210,6 +210,10 @@ class LeaseLock:
         self._held = True
         self._renewed_at = sent
         if result.upserted_id is None:  # an expired lock its holder never released: what was it running?
+            log.warning(
+                "took over the lock %s: its holder left it unrenewed past its time-to-live (that process died, hung, "
+                "or lost the server); should it still run, it finds the lock gone and stops", self.lock_id,
+            )
             self.left_unfinished = _note(await self.collection.find_one(self._scope(), {"left_unfinished": 1}), "left_unfinished")
         return True
 
