@@ -167,10 +167,15 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.audit(now="2020"), "now must be a datetime"),
         (lambda ms: ms.background.control("0001_items.py", "explode"), "action must be one of pause, resume"),
         (lambda ms: ms.migrations("bogus"), "only must be 'pending', 'applied' or None"),
+        (lambda ms: ms.intents.settle("up:0001_items.py", "task-1", "dancing", ttl_seconds=60), "an intent's state is one of queued"),
+        (lambda ms: ms.intents.claim([api.Claim("", "task-1", ttl_seconds=60)]), "an intent's key must not be empty"),
+        (lambda ms: ms.intents.read("up:0001_items.py"), "keys is a list of keys, not one string"),
+        (lambda ms: ms.background.failed_ids("0001_items.py", limit=-5), "limit must be a whole number, 0 or more"),
     ],
     ids=[
         "lock-not-a-Lock", "negative-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
         "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
+        "intent-state", "intent-empty-key", "intent-keys-as-one-string", "failed-ids-negative-limit",
     ],
 )
 async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]

@@ -228,12 +228,14 @@ async def failed_ids(settings: Settings, name: str, *, limit: int = 100, client:
 
 async def failed_ids_in(project: Project, name: str, *, limit: int = 100) -> tuple[list[Any], int]:
     """Up to ``limit`` ids of the documents of ``name`` that failed, and their number: for an operator who asks; never logged."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigInvalidError(f"limit must be a whole number, 0 or more, not {limit!r}")
     async with _engine(project, project.observers) as engine:
         wanted = await _registered(engine, name)
         state = await engine.store.state(wanted)
         if state is None:
             raise NotAppliedError(f"{wanted} is not a registered background migration", file=wanted)
-        return await engine.store.failed_ids(state, max(0, limit))
+        return await engine.store.failed_ids(state, limit)
 
 
 async def repin(

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError
@@ -57,6 +57,15 @@ class Claim:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _checked_text(option: str, value: object) -> str:
+    """A key or an owner: non-empty text (a list of keys given as one string would be read letter by letter)."""
+    if not isinstance(value, str):
+        raise ConfigInvalidError(f"an intent's {option} must be non-empty text, not {type(value).__name__}")
+    if not value:
+        raise ConfigInvalidError(f"an intent's {option} must not be empty")
+    return value
+
+
 def _checked_ttl(ttl_seconds: float) -> int:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or not 0 < ttl_seconds <= 7 * 86_400:
         raise ConfigInvalidError(f"an intent's ttl_seconds must be above 0 and at most 604800, not {ttl_seconds!r}")
@@ -81,6 +90,11 @@ async def claim_intents(settings: Settings, claims: Iterable[Claim], *, client: 
 async def claim_intents_in(project: Project, claims: Iterable[Claim]) -> list[bool]:
     """Take each key as ``queued``, in order; False where a live record (queued or running) holds it."""
     listed = list(claims)
+    for claim in listed:
+        if not isinstance(claim, Claim):
+            raise ConfigInvalidError(f"claims are mongoshift Claim values, not {type(claim).__name__}")
+        _checked_text("key", claim.key)
+        _checked_text("owner", claim.owner)
     ttls = [_checked_ttl(c.ttl_seconds) for c in listed]
     taken: list[bool] = []
     async with _reading(project) as session:
@@ -112,7 +126,9 @@ async def read_intents(settings: Settings, keys: Iterable[str], *, client: Async
 
 async def read_intents_in(project: Project, keys: Iterable[str]) -> dict[str, Intent]:
     """The records of ``keys`` that exist, by key; ``live`` says whether a queued or running one still holds its key."""
-    wanted = [PREFIX + key for key in keys]
+    if isinstance(keys, str):
+        raise ConfigInvalidError("keys is a list of keys, not one string (read_intents(settings, [key]))")
+    wanted = [PREFIX + _checked_text("key", key) for key in keys]
     found: dict[str, Intent] = {}
     async with _reading(project) as session:
         pipeline: list[dict[str, Any]] = [
@@ -154,9 +170,11 @@ async def settle_intent_in(
     False when the record is not ``owner``'s any more (it lapsed and another task claimed the key),
     and when a ``revoked`` record would be made live again (``queued``, ``running``): a revoked task stays revoked."""
     ttl_ms = _checked_ttl(ttl_seconds)
+    if state is not None and state not in get_args(IntentState):
+        raise ConfigInvalidError(f"an intent's state is one of {', '.join(get_args(IntentState))} or None, not {state!r}")
+    scope: dict[str, Any] = {"_id": PREFIX + _checked_text("key", key), "owner": _checked_text("owner", owner)}
     async with _reading(project) as session:
         collection = session.db[project.settings.lock_collection]
-        scope: dict[str, Any] = {"_id": PREFIX + key, "owner": owner}
         if state in LIVE:
             scope["state"] = {"$ne": "revoked"}
         if state is None:
