@@ -209,7 +209,9 @@ async def _failing_documents(cli, fast_project, db, *, failing: int, budget: int
     await db.people.create_index([("__v", 1), ("_id", 1)])
     source = background_file(batch_size=50, extra=f"max_document_errors={budget},").replace(
         "def migrate(doc, ctx):",
-        f"def migrate(doc, ctx):\n    if int(doc['_id'][4:8]) < {failing}:\n        raise ValueError('cannot split the name: ' + 'it has no space ' * 30)",
+        # 25 different messages (the same one twice is shown once)
+        f"def migrate(doc, ctx):\n    if int(doc['_id'][4:8]) < {failing}:\n"
+        "        raise ValueError(f'cannot split the name, case {int(doc[\"_id\"][4:8]) % 25}: ' + 'it has no space ' * 30)",
     )
     fast_project.add(LONG_NAME, source)
     assert cli(fast_project, "up").returncode == 0

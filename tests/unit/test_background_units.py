@@ -239,3 +239,17 @@ def test_failed_document_reasons_are_parsed_and_counted_without_the_text_of_the_
         {"reason": "write", "error_class": None, "code": 11000, "count": 2},
         {"reason": "transform", "error_class": "KeyError", "code": None, "count": 1},
     ]
+
+
+def test_identical_failure_messages_are_shown_once_at_their_latest() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from mongoshift.background.state.failures import RECENT_SHOWN, recent
+
+    start = datetime(2026, 12, 4, tzinfo=UTC)
+    same = [{"reason": "transform", "error": "ValueError: no space", "at": start + timedelta(seconds=i)} for i in range(30)]
+    other = {"reason": "write", "error": "duplicate key on slug (11000)", "at": start + timedelta(seconds=15)}
+    shown = recent([*same[:15], other, *same[15:]])
+    assert [(e["reason"], e["at"]) for e in shown] == [("write", other["at"]), ("transform", same[-1]["at"])]
+    many = recent([{"reason": "transform", "error": f"ValueError: case {i}", "at": start} for i in range(30)])
+    assert len(many) == RECENT_SHOWN and many[-1]["error"] == "case 29"

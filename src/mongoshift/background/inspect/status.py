@@ -9,7 +9,7 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 
 from ...schema.background import Adaptive
-from ..state.failures import RECENT_SHOWN, counted, shown
+from ..state.failures import counted, recent
 from ..state.model import COUNTERS, Partition, State, aware
 from ..state.store import BackgroundStore
 
@@ -192,7 +192,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
         started_at=state.started_at,
         completed_at=state.completed_at,
         history=state.history[-10:],
-        doc_errors=[shown(e) for e in entries[-RECENT_SHOWN:]],
+        doc_errors=recent(entries),
         doc_error_counts=counted(error_counts, entries),
         warnings=warnings,
         waits_for=list(state.waits_for),

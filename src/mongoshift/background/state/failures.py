@@ -71,6 +71,18 @@ def shown(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {"reason": reason, "error_class": cls, "code": code, "error": text, "at": at if isinstance(at, datetime) else None}
 
 
+def recent(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``RECENT_SHOWN`` most recent reasons as shown (:func:`shown`), identical ones once (at their latest),
+    oldest first: twenty documents failing the same way are one line, not twenty."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for entry in entries:
+        one = shown(entry)
+        key = (one["reason"], one["error_class"], one["code"], one["error"])
+        latest.pop(key, None)  # moved to the end: its latest time decides its place
+        latest[key] = one
+    return list(latest.values())[-RECENT_SHOWN:]
+
+
 def counted(counts: Mapping[str, int], entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Counts per reason, largest first; records written before counting existed count their kept reasons."""
     if not counts:
