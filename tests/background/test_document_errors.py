@@ -75,6 +75,8 @@ async def test_one_bad_document_fails_alone_and_the_counts_are_exact(fast_projec
     assert report.remaining == 0
     (entry,) = report.doc_error_counts
     assert entry["reason"] == "write" and entry["count"] == 1
+    if make_bad in (revision_is_a_string, revision_is_a_subdocument):  # said as the preview says it, with its code
+        assert entry["code"] == 14 and "the stored __rev is not a number" in report.doc_errors[0]["error"]
 
 
 async def test_each_server_code_of_a_documents_write_is_that_documents(db: AsyncDatabase[Any]) -> None:

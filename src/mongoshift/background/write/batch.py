@@ -511,6 +511,14 @@ async def write_planned(
     return await _write(collection, ops, session=session)
 
 
+def _write_error(job: Job, update: Mapping[str, Any], error: Mapping[str, Any]) -> str:
+    """A refused guarded update in words. A type mismatch (14) of an update that increments the revision is the stored
+    revision's: ``$set`` and ``$unset`` check no type, so the preview's words are the run's too."""
+    if error.get("code") == 14 and "$inc" in update and job.revision_field is not None:
+        return f"the stored {job.revision_field} is not a number, so it cannot be incremented: make it a whole number (TypeMismatch, 14)"
+    return describe_write_error(error)
+
+
 def key_of(doc: Mapping[str, Any], shard_key: Sequence[str]) -> dict[str, Any]:
     """A document's shard-key values as read, by field (a missing field is None): what its guard carries."""
     return dict(zip(shard_key, key_values(doc, shard_key), strict=True))
@@ -587,7 +595,7 @@ async def apply_batch(
             raise DocumentFailed(result.errors[0])
         matched, failed = await write_planned(job, planned, collection, session=session)
         for index, error in failed.items():
-            result.errors.append(DocumentError(owners[index]["_id"], "write", describe_write_error(error)))
+            result.errors.append(DocumentError(owners[index]["_id"], "write", _write_error(job, planned.updates[index], error)))
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
         written = len(owners) - len(failed)
