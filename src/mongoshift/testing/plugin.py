@@ -34,7 +34,7 @@ class _ShownMasked(str):
     __slots__ = ()
 
     def __repr__(self) -> str:
-        from mongoshift.project.redaction import redact
+        from mongoshift.api import redact  # the plugin's one door (contract testing-door); loaded only when shown
 
         return repr(redact(str(self), None))
 
