@@ -495,13 +495,8 @@ async def test_a_server_without_change_streams_is_refused_at_once_not_after_a_re
     s = await completed(standalone_project, standalone_db)
     # A standalone server refuses $changeStream (40573). A refresh an hour away: the refusal
     # must not wait for it (the bound below is a bound, not a measure).
-    watcher = Running(s, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100))
-    try:
-        await until("the watcher ending", lambda: _done(watcher.task), bound=120)
-    finally:
-        watcher.cancel.set("test over")
     with pytest.raises(ConfigInvalidError, match="needs change streams"):
-        watcher.task.result()
+        await _watched_until_it_ends(s)
     assert (await standalone_db["_mongoshift_locks"].find_one({"_id": "watch:people"})) is None  # its lease let go
 
 
@@ -510,13 +505,18 @@ async def test_a_standalone_is_refused_at_once_with_nothing_to_guard_yet(standal
     from mongoshift.errors import ConfigInvalidError
 
     standalone_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
-    watcher = Running(standalone_project.settings(), WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100))
+    with pytest.raises(ConfigInvalidError, match="needs change streams"):
+        await _watched_until_it_ends(standalone_project.settings())
+
+
+async def _watched_until_it_ends(settings: Any) -> Any:
+    """A watcher with a refresh an hour away, until it ends by itself: its result (or its error, raised)."""
+    watcher = Running(settings, WatchOptions(save_seconds=0.2, refresh_seconds=3600, max_await_ms=100))
     try:
         await until("the watcher ending", lambda: _done(watcher.task), bound=120)
     finally:
         watcher.cancel.set("test over")
-    with pytest.raises(ConfigInvalidError, match="needs change streams"):
-        watcher.task.result()
+    return watcher.task.result()
 
 
 async def _done(task: asyncio.Task[Any]) -> bool:

@@ -373,27 +373,26 @@ async def test_if_ctx_cancelled_is_a_look_at_the_stop(project, db) -> None:  # t
     assert await tags(db) == ["half"]
 
 
-async def test_a_stop_during_before_each_starts_no_body(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Ctrl-C while ``before_each`` runs: the hook ends, and its migration's body never starts (it ran, and was recorded)."""
+@pytest.mark.parametrize(
+    ("hook", "said", "applied"),
+    [
+        # the hook ends, and its migration's body never starts (it ran, and was recorded)
+        ("before_each(name, ctx, info)", "the rest were not started", []),
+        # a deploy script must see the Ctrl-C (it exited 0)
+        ("after_all(ctx, summary)", "during its last migration or hook", [("0001_a.py", "applied")]),
+    ],
+    ids=["before_each", "after_all"],
+)
+async def test_a_stop_during_a_hook_ends_the_run_as_stopped(project, db, tmp_path, hook: str, said: str, applied: list) -> None:  # type: ignore[no-untyped-def, type-arg]
     hooks = tmp_path / "stop_hooks.py"
-    hooks.write_text("def before_each(name, ctx, info):\n    ctx.cancelled.set('interrupted by SIGINT')\n")
+    hooks.write_text(f"def {hook}:\n    ctx.cancelled.set('interrupted by SIGINT')\n")
     project.write_config(hooks=str(hooks))
     project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
-    with pytest.raises(RunAbortedError, match="the rest were not started") as info:
-        await command.up(project.settings(), cancel=CancelSignal())
-    assert info.value.exit_code == 11 and info.value.details["results"] == []
-    assert await tags(db) == [] and "0001_a.py" not in await changelog(db)
-
-
-async def test_a_stop_during_after_all_ends_the_run_as_stopped(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    hooks = tmp_path / "stop_hooks.py"
-    hooks.write_text("def after_all(ctx, summary):\n    ctx.cancelled.set('interrupted by SIGINT')\n")
-    project.write_config(hooks=str(hooks))
-    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
-    with pytest.raises(RunAbortedError, match="during its last migration or hook") as info:
+    with pytest.raises(RunAbortedError, match=said) as info:
         await command.up(project.settings(), cancel=CancelSignal())
     assert info.value.exit_code == 11
-    assert [(r["name"], r["status"]) for r in info.value.details["results"]] == [("0001_a.py", "applied")]
+    assert [(r["name"], r["status"]) for r in info.value.details["results"]] == applied
+    assert (await tags(db) == []) == (applied == []) and ("0001_a.py" in await changelog(db)) == bool(applied)
 
 
 async def test_a_failed_after_all_keeps_the_results(project, db, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
