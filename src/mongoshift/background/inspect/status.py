@@ -163,6 +163,11 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     failed_documents = len(state.bad_ids) if rolled else await store.bad_id_count(state)
     entries, error_counts = await store.live_doc_errors(state)
     warnings = []
+    if state.status == "completed" and failed_documents:
+        warnings.append(
+            f"completed with {failed_documents:,} document(s) that could not be migrated (within max_document_errors): they stay "
+            f"in the old shape; fix the transform, pin it, then 'mongoshift background retry {state.name.removesuffix('.py')} --from-start'"
+        )
     if state.status == "completed" and counters["migrated"] == 0 and state.mode != "step":
         warning = await zero_migrated_warning(store.db[state.collection], state)
         if warning:
