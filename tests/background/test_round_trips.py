@@ -127,16 +127,16 @@ async def test_a_steady_state_batch_is_a_read_a_write_and_one_checkpoint(
 
 async def slice_with_a_change_at_checkpoint(
     project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch,
-    *, documents: int, at: int, change: Callable[[], Awaitable[Any]],
+    *, documents: int, at: int, change: Callable[[], Awaitable[Any]], observers: list[Any] | None = None, revert: bool = False,
 ) -> Any:
     """One lane's slice over ``documents`` in batches of 100; ``change`` runs (as an operator on
-    another connection would) just before the ``at``-th checkpoint is written."""
+    another connection would) just before the ``at``-th checkpoint is written (``revert``: the file has one)."""
     client, commands = monitored
     await seed(db.people, documents)
-    project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    project.add(NAME, background_file(batch_size=100, extra=QUIET + (" revert=migrate," if revert else "")))
     settings = project.settings()
     await command.up(settings)
-    async with bg.open_engine(settings, client=client) as engine:
+    async with bg.open_engine(settings, client=client, observers=observers or ()) as engine:
         spec = engine.spec(NAME)
         state = (await engine.coordinator.step(NAME, spec)).state
         store = engine.store
@@ -202,3 +202,22 @@ async def test_a_control_whose_stamp_fails_is_still_made_and_says_so(
     state = await store.state(NAME)
     assert state is not None and state.status == "paused"
     assert "pause is done, but its lanes may notice it only at their next slice: AutoReconnect" in caplog.text
+
+
+async def test_a_lease_lost_to_a_new_registration_says_so(
+    monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``down`` registers the revert while a lane works: its next checkpoint finds its partition gone. The event says the
+    migration was registered anew, not that the lease lapsed or another runner took it."""
+    from mongoshift.background.state.events import _SENTENCES
+
+    seen: list[Any] = []
+    result = await slice_with_a_change_at_checkpoint(
+        monitored_project, db, monitored, monkeypatch, documents=500, at=2,
+        change=lambda: command.down(monitored_project.settings()),
+        observers=[seen.append],
+        revert=True,
+    )
+    assert result.outcome == "lost"
+    (lost,) = [e for e in seen if e.kind == "lease_lost"]
+    assert lost.data["registered_anew"] is True and "registered anew" in _SENTENCES["lease_lost"](lost.data)

@@ -82,6 +82,15 @@ class Lane:
         self._sampled: dict[str, int] = {}
         self._sampled_at = engine.now()
 
+    async def _why_lost(self, state: State) -> dict[str, Any]:
+        """``{"registered_anew": True}`` when the lease went with its registration (``down`` registered the revert, or
+        ``up`` the migration again, while this lane worked), not to a lapse or another runner."""
+        try:
+            fresh = await self.engine.store.state(state.name)
+        except PyMongoError:
+            return {}
+        return {"registered_anew": True} if fresh is None or fresh.registration != state.registration else {}
+
     async def run_slice(self, state: State, spec: Background, *, slice_ms: int | None = None) -> SliceResult:
         """One slice: reap, claim, work until the slice ends; never raises for a batch failure.
 
@@ -148,7 +157,7 @@ class Lane:
             except asyncio.CancelledError:
                 pass
         if outcome.outcome == "lost":
-            engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id)
+            engine.events.emit("lease_lost", state.name, partition=partition.seq, lane=self.id, **await self._why_lost(state))
         elif outcome.outcome not in ("done", "error", "disconnected"):
             await engine.store.release(lease)
         if disconnected is None:

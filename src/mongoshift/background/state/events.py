@@ -115,8 +115,13 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "partitioned": lambda data: (f"the pass is cut into {_number(data, 'partitions')} partition(s) over about "
                                  f"{_number(data, 'estimate')} document(s)"),
     "pass": lambda data: f"pass {_number(data, 'number')} starts: about {_number(data, 'remaining')} document(s) are still in the old shape",
-    "lease_lost": lambda data: (f"a lane lost its lease on partition {_number(data, 'partition')} (it lapsed, or another runner took "
-                                "it over): the lane stops there, and the partition goes on from its last checkpoint under its new holder"),
+    "lease_lost": lambda data: (
+        f"a lane lost its lease on partition {_number(data, 'partition')}: the migration was registered anew while it worked "
+        "(its revert by 'down', or 'up' again), so the lane stops there and the new registration is cut and run on its own"
+        if data.get("registered_anew") else
+        f"a lane lost its lease on partition {_number(data, 'partition')} (it lapsed, or another runner took "
+        "it over): the lane stops there, and the partition goes on from its last checkpoint under its new holder"
+    ),
     "reclaimed": lambda data: (f"{_number(data, 'leases')} lease(s) that had lapsed were freed (their runner stopped or was killed): "
                                "their partitions go on from their checkpoints"),
     "completed": _completed,
