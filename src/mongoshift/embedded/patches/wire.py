@@ -241,7 +241,7 @@ def patch_cursor_batches() -> None:
     def get_more_batch(self: Any, command_document: dict[str, Any], **kwargs: Any) -> Any:
         size = command_document.get("batchSize")
         state = self._state.get(command_document.get("getMore"))
-        valid = size is None or (type(size) is int and size >= 0)
+        valid = size is None or (isinstance(size, int) and not isinstance(size, bool) and size >= 0)  # an Int64 too
         if state is None or not valid or not state.remaining_batch:
             return get_more(self, command_document, **kwargs)
         remaining = state.remaining_batch
