@@ -250,6 +250,6 @@ def test_identical_failure_messages_are_shown_once_at_their_latest() -> None:
     same = [{"reason": "transform", "error": "ValueError: no space", "at": start + timedelta(seconds=i)} for i in range(30)]
     other = {"reason": "write", "error": "duplicate key on slug (11000)", "at": start + timedelta(seconds=15)}
     shown = recent([*same[:15], other, *same[15:]])
-    assert [(e["reason"], e["at"]) for e in shown] == [("write", other["at"]), ("transform", same[-1]["at"])]
+    assert [(e["reason"], e["at"], e["times"]) for e in shown] == [("write", other["at"], 1), ("transform", same[-1]["at"], 30)]
     many = recent([{"reason": "transform", "error": f"ValueError: case {i}", "at": start} for i in range(30)])
     assert len(many) == RECENT_SHOWN and many[-1]["error"] == "case 29"

@@ -126,7 +126,7 @@ def recent_rows(r: BackgroundReport) -> list[tuple[str, ...]]:
     for e in r.doc_errors:  # oldest first
         key = (e["reason"], _cause(e), e["error"])
         entry = seen.setdefault(key, [None, 0])
-        entry[0], entry[1] = e.get("at"), entry[1] + 1
+        entry[0], entry[1] = e.get("at"), entry[1] + int(e.get("times", 1))
     rows = [(_when(at), str(n), *key) for key, (at, n) in seen.items()]
     return sorted(rows, key=lambda row: row[0], reverse=True)
 

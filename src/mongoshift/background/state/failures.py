@@ -72,14 +72,15 @@ def shown(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def recent(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The ``RECENT_SHOWN`` most recent reasons as shown (:func:`shown`), identical ones once (at their latest),
-    oldest first: twenty documents failing the same way are one line, not twenty."""
+    """The ``RECENT_SHOWN`` most recent reasons as shown (:func:`shown`), identical ones once (at their latest, with
+    ``times``: how many of the kept reasons they are), oldest first: twenty documents failing the same way are one
+    line, not twenty."""
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for entry in entries:
         one = shown(entry)
         key = (one["reason"], one["error_class"], one["code"], one["error"])
-        latest.pop(key, None)  # moved to the end: its latest time decides its place
-        latest[key] = one
+        before = latest.pop(key, None)  # moved to the end: its latest time decides its place
+        latest[key] = {**one, "times": (before["times"] if before else 0) + 1}
     return list(latest.values())[-RECENT_SHOWN:]
 
 
