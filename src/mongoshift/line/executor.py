@@ -373,7 +373,8 @@ class Executor:
     def _refuse_sync_without_uri(self, steps: list[Step]) -> None:
         """A plain ``def`` body or hook runs on the sync driver, which needs the server's URI: on a session opened on
         the application's ``client=`` alone, refused before anything runs (it failed inside the body, recorded failed)."""
-        if self.runtime.settings.uri:
+        settings = self.runtime.settings
+        if settings.uri or settings.uri_command or settings.uri_factory:
             return
         plain: list[str] = []
         for step in steps:
