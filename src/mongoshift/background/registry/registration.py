@@ -114,10 +114,11 @@ async def refuse_stranding(store: BackgroundStore, name: str, spec: Background, 
         and int(state.spec.get("from_version", -1)) >= spec.to_version
     )
     if later:
+        first = " and ".join(f"'mongoshift down {n.removesuffix('.py')}'" for n in later)
         raise OutOfOrderError(
-            f"{name} cannot be rolled back alone: {', '.join(later)} migrate(s) '{spec.collection}' on from version "
-            f"{spec.to_version}, past what this revert takes back; roll back {'that one' if len(later) == 1 else 'those'} "
-            "first, or in the same run (down --to)",
+            f"{name} cannot be rolled back alone: {', '.join(later)} carr{'ies' if len(later) == 1 else 'y'} '{spec.collection}' "
+            f"on from version {spec.to_version}, and this revert would take back only the documents still at "
+            f"{spec.to_version}; roll {'it' if len(later) == 1 else 'them'} back first ({first}), or in the same run",
             file=name,
             blocked_by=later,
         )
