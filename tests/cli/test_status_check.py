@@ -111,3 +111,29 @@ def test_list_refuses_pending_and_applied_together(project, cli) -> None:  # typ
     result = cli(project, "list", "--pending", "--applied")
     assert result.returncode == 6 and "cannot be combined" in result.stderr
     assert cli(project, "list", "--pending").returncode == 0
+
+
+def test_strict_check_fails_on_an_applied_file_changed_on_disk_with_4(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """What 'up --strict' would refuse fails 'status --check --strict' (or with strict = true), after missing files."""
+    path = project.add("0001_a.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    path.write_text(QUICK + "\n# edited after it was applied\n")
+    assert cli(project, "status", "--check").returncode == 0  # not strict: the table's column and a warning
+    result = cli(project, "status", "--check", "--strict", "--json")
+    assert result.returncode == 4, result.stderr
+    assert json.loads(result.stdout)["migrations"][0]["checksum"] == "mismatch"  # the normal document
+    assert "applied files changed on disk (strict): 0001_a.py" in result.stderr
+    project.write_config(strict=True)
+    assert cli(project, "status", "--check").returncode == 4
+    project.add("0002_gone.py", QUICK)
+    assert cli(project, "up").returncode == 4  # up refuses it too
+    assert cli(project, "status", "--strict").returncode == 6  # a verdict flag without the verdict
+
+
+def test_strict_check_puts_a_missing_file_first(project, cli) -> None:  # type: ignore[no-untyped-def]
+    changed = project.add("0001_a.py", QUICK)
+    gone = project.add("0002_b.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    changed.write_text(QUICK + "\n# edited\n")
+    gone.unlink()
+    assert cli(project, "status", "--check", "--strict").returncode == 8

@@ -259,15 +259,20 @@ def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
 @click.option(
     "--check",
     is_flag=True,
-    help="Fail when work is unfinished (for CI): 8 missing file, 32 background failed, 2 pending, 31 background not completed.",
+    help="Fail when work is unfinished (for CI): 8 missing file, 4 changed file (strict), 32 background failed, 2 pending, 31 background not completed.",
 )
+@click.option("--strict", is_flag=True, default=None, help="With --check, fail (4) if an applied file changed on disk, as 'up --strict' would refuse.")
 @tenant_options
 @global_options
-def status(check: bool) -> int:
+def status(check: bool, strict: bool | None) -> int:
     """Show every migration and whether it is applied."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
+    if strict and not check:
+        raise ConfigInvalidError("--strict judges what 'status --check' fails on: use it with --check")
+    if strict:
+        s = s.model_copy(update={"strict": True})
     if (tenants := requested(reading=True)) is not None:
         return _status_across(s, tenants, check)
     rows = run_async(lambda cancel: per_call(s).status())
@@ -275,7 +280,7 @@ def status(check: bool) -> int:
     pending = [r.name for r in rows if r.pending]
     mismatched = [r.name for r in rows if r.checksum == "mismatch"]
     out = output()
-    if mismatched:
+    if mismatched and not (check and s.strict):  # --check --strict fails on them (4) and says so itself
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
     missing = [r.name for r in rows if r.state == "missing"]
     if missing and not check:  # --check fails on them (8) and says so itself

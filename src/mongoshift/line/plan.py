@@ -73,12 +73,18 @@ def background_run_hint(settings: Settings | None, names: Sequence[str] = ()) ->
     return f"'mongoshift background run {which}'"
 
 
-def status_verdict(rows: list[StatusRow], settings: Settings | None = None) -> tuple[ExitCode, str] | None:
-    """What ``status --check`` fails with: the first of missing (8), background failed (32),
-    pending (2), background not completed (31); None when everything is done."""
+def status_verdict(rows: list[StatusRow], settings: Settings | None = None, *, strict: bool | None = None) -> tuple[ExitCode, str] | None:
+    """What ``status --check`` fails with: the first of missing (8), changed after being applied when
+    strict (4: what ``up`` would refuse), background failed (32), pending (2), background not completed
+    (31); None when everything is done. ``strict`` None takes the settings' ``strict``."""
     missing = [r.name for r in rows if r.state == "missing"]
     if missing:
         return ExitCode.FILE_NOT_FOUND, f"the files of applied migrations are missing: {', '.join(missing)}"
+    if strict is None:
+        strict = settings is not None and settings.strict
+    changed = [r.name for r in rows if r.checksum == "mismatch"]
+    if strict and changed:
+        return ExitCode.CHECKSUM_MISMATCH, f"applied files changed on disk (strict): {', '.join(changed)}"
     failed = [r.name for r in rows if r.background == "failed"]
     if failed:
         return ExitCode.BACKGROUND_FAILED, f"background migrations failed: {', '.join(failed)} (see 'mongoshift background status')"
