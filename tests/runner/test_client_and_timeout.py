@@ -9,6 +9,7 @@ from mongoshift.errors import (
     ConfigInvalidError,
     InvalidExportError,
     MigrationTimeoutError,
+    UriUnavailableError,
 )
 from mongoshift.project.connection import connect, sync_client
 from mongoshift.project.loader import discover, load
@@ -110,3 +111,38 @@ def test_a_background_file_takes_no_timeout(tmp_path) -> None:  # type: ignore[n
     )
     with pytest.raises(InvalidExportError, match="timeout_seconds bounds an up/down body"):
         load(discover(tmp_path)[0])
+
+
+async def test_a_plain_def_on_a_client_fetches_the_uri_from_uri_factory_before_it_runs(project, db, client, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The application's client is the connection, so the URI is not fetched for it; plain def code needs it for
+    the sync driver: ``uri_factory`` runs once, before the first body, and a failing one stops the run there."""
+    module = f"client_uri_{tmp_path.name.replace('-', '_')}"
+    calls = tmp_path / "calls"
+    (tmp_path / f"{module}.py").write_text(
+        "from pathlib import Path\n\n"
+        f"CALLS = Path({str(calls)!r})\n\n"
+        "def mongo_uri():\n"
+        "    CALLS.write_text(CALLS.read_text() + 'x' if CALLS.exists() else 'x')\n"
+        f"    return {project.uri!r}\n\n"
+        "def broken():\n"
+        "    raise RuntimeError('vault is down')\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    project.add("0001_a.py", ASYNC)
+    project.add("0002_b.py", "def up(ctx):\n    ctx.db.items.insert_one({'n': 2})\n")
+
+    def settings(factory: str):  # type: ignore[no-untyped-def]
+        return load_settings({"db": project.db, "migrations_dir": str(project.migrations), "uri_factory": f"{module}:{factory}"}, config_path=None, environ={})
+
+    with pytest.raises(UriUnavailableError):
+        await api.up(settings("broken"), client=client)
+    assert await db["_mongoshift_migrations"].count_documents({}) == 0 and await db.items.count_documents({}) == 0
+
+    assert [r.status for r in (await api.up(settings("mongo_uri"), client=client)).results] == ["applied", "applied"]
+    assert sorted(d["n"] for d in await db.items.find().to_list()) == [1, 2]
+    assert calls.read_text() == "x"  # once, for the plain def
+
+    project.add("0003_c.py", ASYNC.replace("'n': 1", "'n': 3"))
+    assert [r.status for r in (await api.up(settings("mongo_uri"), client=client)).results] == ["applied"]
+    assert calls.read_text() == "x"  # async code only: the client is enough, nothing fetched

@@ -49,6 +49,7 @@ from ..project.redaction import describe_error, redact
 from ..project.run import BodyCancel
 from ..project.server_errors import connection_cause, connection_lost, connection_words, transactions_unsupported
 from ..project.session import Session
+from ..project.uri_source import resolve_uri
 from ..project.user_code import call, guard_exit, is_async
 from ..schema.background import Background
 from .context import Direction, MigrationContext
@@ -161,6 +162,7 @@ class Executor:
         await self._left_unfinished(plan)
         self._prepare(plan.steps)
         await self._refuse_one_way(plan.steps)
+        await self._fetch_sync_uri(plan.steps)
         await self._note_plan(plan.steps)
         if not plan.steps:
             return results
@@ -370,24 +372,36 @@ class Executor:
                 )
         self._refuse_sync_without_uri(steps)
 
-    def _refuse_sync_without_uri(self, steps: list[Step]) -> None:
-        """A plain ``def`` body or hook runs on the sync driver, which needs the server's URI: on a session opened on
-        the application's ``client=`` alone, refused before anything runs (it failed inside the body, recorded failed)."""
-        settings = self.runtime.settings
-        if settings.uri or settings.uri_command or settings.uri_factory:
-            return
+    def _plain_code(self, steps: list[Step]) -> list[str]:
+        """The bodies and hooks of ``steps`` written as plain ``def``: they run on the sync driver, which needs the URI."""
         plain: list[str] = []
         for step in steps:
             if step.file.background is None and not step.file.is_squash:
                 fn = step.file.up if step.direction == "up" else step.file.down
                 if fn is not None and not is_async(fn):
                     plain.append(step.name)
-        plain += [f"the {name} hook" for name, fn in self.hooks.functions.items() if not is_async(fn)]
-        if plain:
+        return plain + [f"the {name} hook" for name, fn in self.hooks.functions.items() if not is_async(fn)]
+
+    def _refuse_sync_without_uri(self, steps: list[Step]) -> None:
+        """A plain ``def`` body or hook runs on the sync driver, which needs the server's URI: on a session opened on
+        the application's ``client=`` alone, refused before anything runs (it failed inside the body, recorded failed)."""
+        settings = self.runtime.settings
+        if settings.uri or settings.uri_command or settings.uri_factory:
+            return
+        if plain := self._plain_code(steps):
             raise ConfigInvalidError(
                 f"plain def code runs on the sync driver, which needs the server's URI (uri, uri_command or uri_factory), "
                 f"not only client=: {', '.join(plain)}; give the URI, or make them async def"
             )
+
+    async def _fetch_sync_uri(self, steps: list[Step]) -> None:
+        """On the application's ``client=`` the URI was never fetched (the client is the connection): plain ``def``
+        code needs it for the sync driver, so ``uri_command`` / ``uri_factory`` runs now, before anything is written,
+        and a failure to get it stops the run there (it failed inside the body, recorded failed)."""
+        if self.runtime.settings.uri or not self._plain_code(steps):
+            return
+        resolved = await resolve_uri(self.runtime.settings)
+        self.session.settings = self.runtime.settings = resolved
 
     async def _refuse_one_way(self, steps: list[Step]) -> None:
         """A rollback that reaches a one-way background migration which already rewrote documents is
