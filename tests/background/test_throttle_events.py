@@ -50,10 +50,10 @@ async def test_a_lane_reports_its_throttle_changes_at_most_every_ten_seconds(fas
     assert [event.data["waited_ms"] for _, event in throttles] == [1, 4, 4, 4, 4, 4]
     times = [at for at, _ in throttles]
     assert all(later - earlier >= 10 for earlier, later in itertools.pairwise(times))
-    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
+    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle (partition " in r.getMessage()]
     assert len(lines) == len(throttles) and all(r.levelno == logging.INFO for r in lines)  # a change of pace is news
     assert lines[1].getMessage() == (
-        f"{NAME} throttle: waited for the server's health signals (replication lag or a health check); "
+        f"{NAME} throttle (partition 0): waited for the server's health signals (replication lag or a health check); "
         "4 change(s) since the last report, 0 overload(s), 4 ms waited for health"
     )
 
@@ -128,11 +128,11 @@ async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_a
         ("slow", 10, 100, 10_000, 500),
         ("slow", 10, 200, 10_000, 500),
     ]
-    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle: " in r.getMessage()]
+    lines = [r for r in caplog.records if r.name == "mongoshift.background" and " throttle (partition " in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.INFO] * 5
     assert [r.getMessage() for r in lines] == [
         (
-            f"{NAME} throttle: smaller, batches took {latency} ms on average to read, transform and write, over the 500 ms target; "
+            f"{NAME} throttle (partition 0): smaller, batches took {latency} ms on average to read, transform and write, over the 500 ms target; "
             f"{size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
         )
         # at the minimum (10) the size cannot shrink: the line says so instead of "now 10" again

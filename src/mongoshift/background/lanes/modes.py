@@ -123,7 +123,7 @@ class PartitionWork:
             state = {**state, **adaptive.why()}
         data = self.throttle.note(change, waited_ms=waited_ms, **state)
         if data is not None:
-            self.engine.events.emit("throttle", self.job.name, **data)
+            self.engine.events.emit("throttle", self.job.name, partition=self.partition.seq, **data)
 
 
 @dataclass(frozen=True)

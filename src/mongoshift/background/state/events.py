@@ -63,7 +63,9 @@ class Events(LineEvents):
         else:
             level = logging.INFO if kind in NOTABLE else logging.DEBUG
         if log.isEnabledFor(level) and kind == "throttle":  # a change of pace says why, in words
-            log.log(level, "%s throttle: %s", event.migration, describe_throttle(data))
+            # Each lane paces its own partition: two lines in a row may give two different sizes.
+            whose = f" (partition {data['partition']})" if data.get("partition") is not None else ""
+            log.log(level, "%s throttle%s: %s", event.migration, whose, describe_throttle(data))
         elif log.isEnabledFor(level) and kind == "drift":  # and a finding says what it means and what to do
             log.log(level, "%s drift: %s", event.migration, describe_drift(data, event.migration))
         elif log.isEnabledFor(level) and kind == "watch" and data.get("state") in WATCH_STATES:
