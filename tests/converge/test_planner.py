@@ -102,6 +102,20 @@ CASES: list[tuple[str, dict[str, Any], CollectionState, bool, list[tuple[str, st
         [("index", "c_1", "rebuild")],
     ),
     (
+        "a bare locale means strength 3: a server index at strength 2 is rebuilt",
+        {"indexes": [{"keys": {"c": 1}, "collation": {"locale": "fr"}}]},
+        state(ix({"c": 1}, collation=FR_FILLED)),
+        False,
+        [("index", "c_1", "rebuild")],
+    ),
+    (
+        "a bare locale matches a server that fills the locale's own defaults in, or none",
+        {"indexes": [{"keys": {"c": 1}, "collation": {"locale": "fr"}}, {"keys": {"d": 1}, "collation": {"locale": "da"}}]},
+        state(ix({"c": 1}, collation={**FR_FILLED, "strength": 3}), ix({"d": 1}, collation={"locale": "da", "caseFirst": "upper"})),
+        False,
+        [("index", "c_1", "unchanged"), ("index", "d_1", "unchanged")],
+    ),
+    (
         "no declared collation matches the collection's default one",
         {"indexes": [{"keys": {"c": 1}}]},
         state(ix({"c": 1}, collation=FR_FILLED), default_collation={k: v for k, v in FR_FILLED.items() if k != "version"}),

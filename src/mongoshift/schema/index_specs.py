@@ -130,8 +130,14 @@ def normalize_collation(value: Any) -> dict[str, Any] | None:
     return doc
 
 
+#: Collation fields whose default is the same for every locale: a declaration that leaves one out means
+#: that default (a bare ``{locale: "en"}`` is case-sensitive), whatever the server reports or leaves out.
+COLLATION_DEFAULTS: dict[str, Any] = {"strength": 3, "caseLevel": False, "numericOrdering": False}
+
+
 def collation_matches(declared: Mapping[str, Any] | None, server: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -> bool:
-    """Declared fields only: the server fills in the rest (strength 3, caseLevel false...).
+    """The declared fields and :data:`COLLATION_DEFAULTS`; the rest depends on the locale
+    (``caseFirst``, ``alternate``, ...) and is left to the server.
 
     An index declared without a collation inherits the collection's default, so
     a server index carrying exactly that default still matches.
@@ -140,7 +146,8 @@ def collation_matches(declared: Mapping[str, Any] | None, server: Mapping[str, A
         return server is None or (default is not None and dict(server) == dict(default))
     if server is None:
         return False
-    return all(server.get(k) == v for k, v in declared.items())
+    wanted = {**COLLATION_DEFAULTS, **declared}
+    return all(server.get(k, COLLATION_DEFAULTS.get(k)) == v for k, v in wanted.items())
 
 
 def options_from(document: Mapping[str, Any], pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
