@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
-from bson import Int64
+from bson import Int64, Regex
 
 from mongoshift.converge.inspection import CollectionState, MinProbe
 from mongoshift.converge.planner import plan, plan_collection
@@ -261,6 +262,20 @@ CASES: list[tuple[str, dict[str, Any], CollectionState, bool, list[tuple[str, st
         state(validator={"validator": {"$jsonSchema": {"bsonType": "object", "properties": {"n": {"minimum": 1.0}}}}, "validationLevel": "strict"}),
         False,
         [("validator", None, "unchanged")],
+    ),
+    (
+        "a regular expression compiled in Python matches the server's, which may drop the implicit unicode flag",
+        {"validator": {"a": re.compile("@x\\.com$", re.I), "b": Regex("y", "m"), "c": re.compile("z")}},
+        state(validator={"validator": {"a": Regex("@x\\.com$", "i"), "b": Regex("y", "mu"), "c": Regex("z", "u")}}),
+        False,
+        [("validator", None, "unchanged")],
+    ),
+    (
+        "a regular expression with other flags: modify",
+        {"validator": {"a": re.compile("x", re.I)}},
+        state(validator={"validator": {"a": Regex("x", "m")}}),
+        False,
+        [("validator", None, "modify")],
     ),
     (
         "validator level changed: modify",

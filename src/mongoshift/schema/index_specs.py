@@ -16,11 +16,13 @@ rebuild that would repeat on every run.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bson import json_util
+from bson.regex import Regex
 
 #: Index options compared between declaration and server, in the server's spelling.
 COMPARED = (
@@ -71,6 +73,10 @@ def canonical(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, (Regex, re.Pattern)):
+        # the driver sends Python's implicit re.UNICODE as "u", which a server may drop (it is redundant there)
+        regex = value if isinstance(value, Regex) else Regex.from_native(value)
+        return Regex(regex.pattern, int(regex.flags) & ~re.UNICODE)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
