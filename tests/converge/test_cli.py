@@ -142,6 +142,19 @@ def test_bulk_up_ends_with_a_converge(project, sync_client, cli) -> None:  # typ
     assert entry is not None and entry["trigger"] == "up" and entry["run_id"] == document["run_id"]
 
 
+def test_a_bulk_up_preview_says_its_converge_is_not_previewed(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    declare(project, converge_after_up=True)
+    result = cli(project, "dry-run", "up", "--json")
+    assert result.returncode == 0, result.stderr
+    [note] = json.loads(result.stdout)["warnings"]
+    assert "converge_after_up" in note and "mongoshift converge --dry-run" in note
+    assert "converge" in cli(project, "dry-run", "up").stderr
+    # up FILE and up --to never converge: nothing to point at
+    assert json.loads(cli(project, "dry-run", "up", "--to", "0001_a.py", "--json").stdout)["warnings"] == []
+    assert json.loads(cli(project, "dry-run", "up", "0001_a.py", "--json").stdout)["warnings"] == []
+
+
 def test_up_with_a_bad_declaration_runs_no_migration(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     declare(project, "")

@@ -488,6 +488,10 @@ async def dry_run_in(
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
         if direction == "up":
             warnings += await BackgroundSteps(session).registration_warnings((item.name, item.file) for item in plan.steps)
+            if settings.converge_after_up and not (target or to) and not waiting:
+                # the real bulk up would also change indexes and validators: say so rather than preview it partly
+                warnings.append("converge_after_up: this up ends with a converge of the declared collections, not previewed here "
+                                "(see 'mongoshift converge --dry-run')")
         return DryRunReport(rows, warnings, waiting)
 
 
