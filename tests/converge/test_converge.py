@@ -457,3 +457,29 @@ async def test_an_empty_index_list_with_prune_warns_that_every_index_goes(projec
     assert any("indexes = []" in w for w in report.warnings)
     assert set(await server_indexes(db, "things")) == {"_id_"}
     assert not any("indexes = []" in w for w in (await cv.plan_converge(s, prune=True)).warnings)  # nothing left to drop
+
+
+async def test_a_clustered_collections_own_index_is_never_planned(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """MongoDB 5.3+ lists a clustered collection's index under its own name (the embedded server does not)."""
+    from pymongo.asynchronous.collection import AsyncCollection
+
+    listed = AsyncCollection.list_indexes
+
+    async def with_the_clustered_index(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        docs = [doc async for doc in await listed(self, *args, **kwargs)]
+        if self.name == "clustered":
+            docs.append({"v": 2, "key": {"_id": 1}, "name": "cluster", "unique": True, "clustered": True})
+
+        async def each():  # type: ignore[no-untyped-def]
+            for doc in docs:
+                yield doc
+
+        return each()
+
+    monkeypatch.setattr(AsyncCollection, "list_indexes", with_the_clustered_index)
+    await db.create_collection("clustered")
+    s = settings_with(project, {"name": "clustered", "indexes": [{"keys": {"a": 1}}]})
+    plan = await cv.plan_converge(s, prune=True)
+    assert [(a.name, a.action) for a in plan.actions] == [("a_1", "create")]
+    report = await cv.converge(s, prune=True, confirm=True)
+    assert report.success and (await cv.plan_converge(s, prune=True, check=True)).in_sync

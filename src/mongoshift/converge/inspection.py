@@ -125,8 +125,13 @@ async def _state(
     validator = ValidatorSpec.from_options(options)
     if kind != "collection":
         return CollectionState(name, kind, validator)
+    # the _id index and a clustered collection's index (5.3+, any name) are the collection's own: never planned
     indexes = tuple(
-        [IndexSpec.from_document(doc) async for doc in await db[name].list_indexes() if doc.get("name") != "_id_"]
+        [
+            IndexSpec.from_document(doc)
+            async for doc in await db[name].list_indexes()
+            if doc.get("name") != "_id_" and not doc.get("clustered")
+        ]
     )
     minimum = 0
     result: MinProbe | None = None
