@@ -75,6 +75,7 @@ def test_keys_forms_and_pymongo_index_models() -> None:
             {"keys": "email", "unique": True},
             IndexModel([("body", "text")], name="search", weights={"body": 4}),
             {"keys": {"g": "2dsphere"}, "2dsphereIndexVersion": 3},
+            IndexModel([("legacy", 1)], background=True),  # ignored by the server since 4.2: accepted, never sent
         ]
     )
     assert [(i.index_name, i.keys) for i in d.indexes or ()] == [
@@ -82,9 +83,11 @@ def test_keys_forms_and_pymongo_index_models() -> None:
         ("email_1", (("email", 1),)),
         ("search", (("body", "text"),)),
         ("g_2dsphere", (("g", "2dsphere"),)),
+        ("legacy_1", (("legacy", 1),)),
     ]
     assert d.indexes is not None and d.indexes[2].document() == {"key": {"body": "text"}, "name": "search", "weights": {"body": 4}}
     assert d.indexes[3].document()["2dsphereIndexVersion"] == 3
+    assert d.indexes[4].document() == {"key": {"legacy": 1}, "name": "legacy_1"}
 
 
 @pytest.mark.parametrize("values", [{}, {"prune": True}, {"prune": False}])

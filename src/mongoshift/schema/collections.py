@@ -176,6 +176,9 @@ class IndexDeclaration(_Strict):
     #: A 2d index's bounds: finite (the server refuses NaN and infinities), ``min`` below ``max``.
     min: float | None = Field(default=None, allow_inf_nan=False)
     max: float | None = Field(default=None, allow_inf_nan=False)
+    #: Ignored by the server since 4.2 (every build is online) and never sent: accepted so that the
+    #: ``IndexModel(..., background=True)`` of existing application code loads as written.
+    background: bool = False
 
     @field_validator("keys", mode="before")
     @classmethod
@@ -239,7 +242,7 @@ class IndexDeclaration(_Strict):
             if getattr(self, flag):
                 doc[flag] = True
         for option, value in self.model_dump(by_alias=True, exclude_none=True).items():
-            if option in ("keys", "name", "unique", "sparse", "hidden"):
+            if option in ("keys", "name", "unique", "sparse", "hidden", "background"):
                 continue
             doc[option] = value
         return doc
