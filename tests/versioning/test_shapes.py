@@ -94,6 +94,10 @@ def test_field_names_are_configurable() -> None:
     assert shapes.upcast({"schema": 1, "__v": 9}) == {"schema": 2, "__v": 9}
 
 
+async def _async_step(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
@@ -103,6 +107,7 @@ def test_field_names_are_configurable() -> None:
         ((3, {1: lambda d: d, 2: lambda d: d}), {"minimum": 0}, "no step from version.*0"),
         ((2, {2: lambda d: d}), {}, "past current"),
         ((2, {1: "nope"}), {}, "not callable"),
+        ((2, {1: _async_step}), {}, "step 1 is async"),
         ((2, {1: lambda d: d}), {"minimum": 3}, "above current"),
         ((1,), {"version_field": "a.b"}, "top-level"),
         ((1,), {"revision_field": "_id"}, "top-level"),

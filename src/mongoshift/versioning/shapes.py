@@ -10,6 +10,7 @@ never disagree.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -57,6 +58,9 @@ def define_shapes(
             raise ValueError(f"step {v} lifts to {v + 1}, past current version {current}")
         if not callable(fn):
             raise ValueError(f"step {v} is not callable")
+        if inspect.iscoroutinefunction(fn):
+            # upcast is called on a read, in sync and async code alike: a coroutine would only surface per document
+            raise ValueError(f"step {v} is async: a step is a plain function (doc) -> doc")
     low = minimum if minimum is not None else min(table, default=current)
     check_number(low, "minimum")
     if low > current:
