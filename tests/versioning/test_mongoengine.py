@@ -88,6 +88,18 @@ def test_a_stale_save_or_update_raises_a_conflict_and_writes_nothing(people: Any
     assert gone.value.reason == "not_found" and people.count_documents({}) == 0
 
 
+def test_a_partial_load_still_carries_the_revision_and_saves_guarded(people: Any) -> None:
+    person = Person(first="Ada", last="Lovelace").save()
+    person.first = "Augusta"
+    person.save()  # revision 2
+    for query in (Person.objects.only("first"), Person.objects.exclude("revision")):
+        partial = query.get(pk=person.pk)
+        assert partial.revision == people.find_one({"_id": person.pk})["__rev"]  # not None, read as 0: a conflict with itself
+        partial.first = f"{partial.first}!"
+        partial.save()
+    assert people.find_one({"_id": person.pk}, {"_id": 0}) == {"__v": 3, "__rev": 4, "first": "Augusta!!", "last": "Lovelace", "n": 0}
+
+
 def test_unguardable_writes_are_refused(people: Any) -> None:
     person = Person(first="Ada").save()
     with pytest.raises(UnguardedWriteError):

@@ -15,12 +15,21 @@ from typing import Any, ClassVar
 
 from mongoengine import Document, IntField, signals
 from mongoengine.context_managers import set_write_concern
-from mongoengine.queryset import transform
+from mongoengine.queryset import QuerySet, transform
 
 from .errors import UnguardedWriteError
 from .fields import REVISION_FIELD, VERSION_FIELD
 from .revision_sync import update_with_revision_sync
 from .shapes import Shapes
+
+
+class VersionedQuerySet(QuerySet):
+    """Loads the revision whatever ``only()`` / ``exclude()`` say: a document read without it
+    would be saved as revision 0 and conflict with itself, and a retry would never succeed."""
+
+    def __init__(self, document: Any, collection: Any) -> None:
+        super().__init__(document, collection)
+        self._loaded_fields.always_include.add(REVISION_FIELD)
 
 
 class VersionedDocument(Document):
@@ -33,7 +42,7 @@ class VersionedDocument(Document):
     version is kept as read; code that lifts a document sets ``shape_version`` itself.
     """
 
-    meta: ClassVar[dict[str, Any]] = {"abstract": True}
+    meta: ClassVar[dict[str, Any]] = {"abstract": True, "queryset_class": VersionedQuerySet}
     shapes: ClassVar[Shapes]
 
     shape_version = IntField(db_field=VERSION_FIELD, min_value=0, null=True)
