@@ -89,6 +89,15 @@ async def test_a_save_with_a_new_id_inserts_but_a_deleted_document_is_not_recrea
     with pytest.raises(RevisionConflictError) as caught:
         await gone.save()
     assert caught.value.reason == "not_found"
+    # a legacy document (written before revisions: none stored) read, then deleted: not re-created either
+    legacy = (await people.insert_one({"__v": 1, "name": "Old Shape"})).inserted_id
+    read = await Person.get(legacy)
+    assert read is not None and read.revision is None
+    await people.delete_one({"_id": legacy})
+    read.name = "Back Again"
+    with pytest.raises(RevisionConflictError) as caught:
+        await read.save()
+    assert caught.value.reason == "not_found" and await people.count_documents({"_id": legacy}) == 0
 
 
 async def test_unguardable_writes_are_refused(people: Any) -> None:

@@ -17,7 +17,7 @@ from beanie.odm.utils.dump import get_dict
 from beanie.odm.utils.parsing import merge_models, parse_obj
 from beanie.odm.utils.self_validation import validate_self_before
 from beanie.odm.utils.state import save_state_after
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from .errors import RevisionConflictError, UnguardedWriteError
@@ -40,6 +40,8 @@ class VersionedDocument(Document):
     shapes: ClassVar[Shapes]
     shape_version: int | None = Field(default=None, alias=VERSION_FIELD, ge=0)
     revision: int | None = Field(default=None, alias=REVISION_FIELD, ge=0)
+    #: Read from the server (or written there): a legacy document read without a revision still is.
+    _stored: bool = PrivateAttr(default=False)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -88,7 +90,8 @@ class VersionedDocument(Document):
         try:
             await self._guarded_replace(session)
         except RevisionConflictError as error:
-            if error.reason != "not_found" or self.revision is not None:
+            # read (even without a revision: a legacy document) and deleted since: never re-created
+            if error.reason != "not_found" or self.revision is not None or self._stored or self._saved_state is not None:
                 raise
             return await self.insert(session=session)
         return self
@@ -112,6 +115,11 @@ class VersionedDocument(Document):
         merge_models(self, parse_obj(type(self), stored))
         await ActionRegistry.run_actions(self, event_type=EventTypes.UPDATE, action_direction=ActionDirections.AFTER, exclude=skip)
         return self
+
+    def _save_state(self) -> None:
+        """Beanie calls this on every document it parses from the server and after every write."""
+        self._stored = True
+        super()._save_state()
 
     def _stamp(self) -> None:
         stamped = type(self).shapes.stamp({})
