@@ -219,6 +219,17 @@ async def test_out_of_order_files(project) -> None:  # type: ignore[no-untyped-d
     assert report.exit_code == 40
 
 
+async def test_use_transaction_on_a_standalone_server_fails(standalone_project, project) -> None:  # type: ignore[no-untyped-def]
+    standalone_project.write_config(use_transaction=True)
+    report = await api.audit(standalone_project.settings())
+    assert {(f.check, f.subject) for f in report.findings} == {("line.transactions", "use_transaction")}
+    assert report.exit_code == 22 and "standalone" in report.findings[0].message
+    standalone_project.write_config()  # off: files run without a transaction there
+    assert (await api.audit(standalone_project.settings())).verdict == "ok"
+    project.write_config(use_transaction=True)  # a replica set runs them
+    assert (await api.audit(project.settings())).verdict == "ok"
+
+
 def _exited_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()

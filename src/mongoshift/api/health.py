@@ -111,6 +111,10 @@ class Facts:
     unreadable_states: list[str] = field(default_factory=list)
     #: Each live watcher's record, with its lease (None: no lease document).
     watchers: list[tuple[WatchRecord, LockHolder | None]] = field(default_factory=list)
+    #: The ``use_transaction`` setting: every file that does not say otherwise runs in a transaction.
+    use_transaction: bool = False
+    #: Whether the server runs transactions (a replica set or mongos); a standalone server does not.
+    transactions: bool = True
 
     @property
     def registered(self) -> set[str]:
@@ -129,12 +133,6 @@ class Facts:
 
 def _latest(traces: Iterable[datetime | None]) -> datetime | None:
     return max((t for t in (aware(x) for x in traces) if t is not None), default=None)
-
-
-async def _server_now(session: Session) -> datetime:
-    """The server's clock, which stamped every time audit compares with (a skewed client cannot fake staleness)."""
-    hello = await session.client.admin.command("hello")
-    return aware(hello.get("localTime")) or datetime.now(UTC)
 
 
 async def _background(session: Session, store: BackgroundStore) -> tuple[list[BackgroundFacts], list[str]]:
@@ -170,8 +168,12 @@ async def _facts(session: Session, *, now: datetime | None, stale_after: float) 
     store = BackgroundStore(session.db, settings.background_collection, create_indexes=False)
     background, unreadable = await _background(session, store)
     watchers = [(w, await session.new_lock(f"watch:{w.collection}").holder()) for w in await store.watch_records()]
+    # the server's clock stamped every time audit compares with (a skewed client cannot fake staleness)
+    hello = await session.client.admin.command("hello")
     return Facts(
-        now=aware(now) or await _server_now(session),
+        now=aware(now) or aware(hello.get("localTime")) or datetime.now(UTC),
+        use_transaction=settings.use_transaction,
+        transactions="setName" in hello or hello.get("msg") == "isdbgrid",
         stale_after=timedelta(seconds=stale_after),
         rows=rows,
         sorts_before_applied=late,
@@ -236,6 +238,15 @@ def _out_of_order(facts: Facts) -> Iterable[tuple[str, str]]:
         yield name, "applied after a migration that sorts after it: a fresh database applies them in another order"
     for name in facts.sorts_before_applied:
         yield name, f"pending, and sorts before the latest applied migration ({facts.latest_applied}): 'up' would apply it out of order"
+
+
+def _transactions(facts: Facts) -> Iterable[tuple[str, str]]:
+    # the setting only: a file's own use_transaction is known once it is imported, which audit never does
+    if facts.use_transaction and not facts.transactions:
+        yield "use_transaction", (
+            "use_transaction is on, but this server is standalone (no transactions): every migration that does not "
+            "set use_transaction = False fails; use a replica set, or turn the setting off"
+        )
 
 
 def _lock(facts: Facts) -> Iterable[tuple[str, str]]:
@@ -371,6 +382,7 @@ CHECKS: tuple[Check, ...] = (
     Check("line.checksum", "fail", _checksum),
     Check("line.failed", "fail", _failed),
     Check("line.squash_partial", "fail", _squash_partial),
+    Check("line.transactions", "fail", _transactions),
     Check("line.pending", "warn", _pending),
     Check("line.out_of_order", "warn", _out_of_order),
     Check("line.lock_stale", "warn", _lock),
