@@ -49,6 +49,8 @@ async def test_insert_stamps_the_current_version_and_revision_one(people: Any) -
     assert one.shape_version == PEOPLE.current and one.revision == 1
     stored = await people.find({}, {"_id": 0}).sort("first", 1).to_list()
     assert [(d["__v"], d["__rev"]) for d in stored] == [(3, 1)] * 3
+    old_shape = await Person(name="Old Shape", shape_version=1, revision=5).insert()  # an older shape written on purpose: kept
+    assert await people.find_one({"_id": old_shape.id}, {"_id": 0, "__v": 1, "__rev": 1}) == {"__v": 1, "__rev": 1}
 
 
 async def test_save_replace_and_update_bump_the_revision_and_keep_the_version(people: Any) -> None:

@@ -53,6 +53,8 @@ def test_a_first_save_stamps_the_current_version_and_revision_one(people: Any) -
     person = Person(first="Ada").save()
     assert (person.shape_version, person.revision) == (PEOPLE.current, 1)
     assert people.find_one({}, {"_id": 0}) == {"__v": 3, "__rev": 1, "first": "Ada", "n": 0}
+    old_shape = Person(name="Old Shape", shape_version=1, revision=5).save()  # an older shape written on purpose: kept
+    assert people.find_one({"_id": old_shape.pk}, {"_id": 0, "__v": 1, "__rev": 1}) == {"__v": 1, "__rev": 1}
 
 
 def test_saves_and_updates_bump_the_revision_and_keep_the_version(people: Any) -> None:

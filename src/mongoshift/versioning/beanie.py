@@ -122,8 +122,11 @@ class VersionedDocument(Document):
         super()._save_state()
 
     def _stamp(self) -> None:
+        """Revision 1, and the current version unless one was set: the fields may hold an older shape on purpose."""
         stamped = type(self).shapes.stamp({})
-        self.shape_version, self.revision = stamped[VERSION_FIELD], stamped[REVISION_FIELD]
+        if self.shape_version is None:
+            self.shape_version = stamped[VERSION_FIELD]
+        self.revision = stamped[REVISION_FIELD]
 
     async def _guarded_replace(self, session: AsyncClientSession | None) -> None:
         document = get_dict(self, to_db=True, keep_nulls=self.get_settings().keep_nulls)

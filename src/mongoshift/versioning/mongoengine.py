@@ -74,10 +74,13 @@ class VersionedDocument(Document):
 
 
 def _stamp_on_insert(sender: Any, document: Any, created: bool = False, **_: Any) -> None:
-    """``pre_save_post_validation``: a versioned document being inserted gets the current version, revision 1."""
+    """``pre_save_post_validation``: a versioned document being inserted gets revision 1, and the current
+    version unless one was set (its fields may hold an older shape on purpose)."""
     if created and isinstance(document, VersionedDocument):
         stamped = type(document).shapes.stamp({})
-        document.shape_version, document.revision = stamped[VERSION_FIELD], stamped[REVISION_FIELD]
+        if document.shape_version is None:
+            document.shape_version = stamped[VERSION_FIELD]
+        document.revision = stamped[REVISION_FIELD]
 
 
 signals.pre_save_post_validation.connect(_stamp_on_insert)
