@@ -60,6 +60,8 @@ def declare(**values: Any) -> CollectionDeclaration:
         ({"indexes": [{"keys": {"body": "text"}, "weights": {"body": 100_000}}]}, "weights"),
         ({"validator": False, "validation_action": "warn"}, "need a validator"),
         ({"validator": {}, "validation_level": "moderate"}, "need a validator"),
+        ({"indexes": [], "search_indexes": [{"definition": {}}]}, "Atlas Search and Vector Search indexes are not managed"),
+        ({"indexes": [], "searchIndexes": []}, "'searchIndexes': Atlas Search"),
     ],
 )
 def test_invalid_declarations_name_the_problem(values: dict[str, Any], message: str) -> None:

@@ -89,6 +89,10 @@ def _bson_only(value: Any) -> Any:
     return value
 
 
+#: Keys of the search-index declarations other tools take (spelt without '_', lower case): not a misspelt 'indexes'.
+_SEARCH_KEYS = frozenset({"searchindexes", "vectorsearchindexes", "searchindex"})
+
+
 class _Strict(BaseModel):
     """Unknown keys are refused with a suggestion (``uniqe`` → did you mean ``unique``?).
 
@@ -112,6 +116,8 @@ class _Strict(BaseModel):
                     continue
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+                if str(key).replace("_", "").lower() in _SEARCH_KEYS:
+                    hint = ": Atlas Search and Vector Search indexes are not managed by converge (create them with the Atlas tools)"
                 problems.append(f"unknown key {str(key)!r}{hint}")
             if problems:
                 try:
