@@ -117,6 +117,20 @@ CASES: list[tuple[str, dict[str, Any], CollectionState, bool, list[tuple[str, st
         [("index", "c_1", "unchanged"), ("index", "d_1", "unchanged")],
     ),
     (
+        "simple written out on a collection with a default collation: an index carrying the default is rebuilt",
+        {"indexes": [{"keys": {"c": 1}, "collation": {"locale": "simple"}}]},
+        state(ix({"c": 1}, collation=FR_FILLED), default_collation={k: v for k, v in FR_FILLED.items() if k != "version"}),
+        False,
+        [("index", "c_1", "rebuild")],
+    ),
+    (
+        "simple written out matches an index without a collation, or one reported as simple",
+        {"indexes": [{"keys": {"c": 1}, "collation": {"locale": "simple"}}, {"keys": {"d": 1}, "collation": {"locale": "simple"}}]},
+        state(ix({"c": 1}), ix({"d": 1}, collation={"locale": "simple"}), default_collation={"locale": "fr"}),
+        False,
+        [("index", "c_1", "unchanged"), ("index", "d_1", "unchanged")],
+    ),
+    (
         "no declared collation matches the collection's default one",
         {"indexes": [{"keys": {"c": 1}}]},
         state(ix({"c": 1}, collation=FR_FILLED), default_collation={k: v for k, v in FR_FILLED.items() if k != "version"}),

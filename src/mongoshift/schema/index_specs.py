@@ -125,13 +125,19 @@ def default_name(pairs: Iterable[tuple[str, Any]]) -> str:
     return "_".join(f"{name}_{value}" for name, value in pairs)
 
 
-def normalize_collation(value: Any) -> dict[str, Any] | None:
-    """``None`` for no collation; ``{locale: "simple"}`` is the binary comparison, the same as none."""
+#: The binary comparison written out. On an index it differs from no collation only where the
+#: collection has a default one: an index declared without a collation inherits that default.
+SIMPLE: dict[str, Any] = {"locale": "simple"}
+
+
+def normalize_collation(value: Any, *, keep_simple: bool = False) -> dict[str, Any] | None:
+    """``None`` for no collation; ``{locale: "simple"}`` is the binary comparison, the same as none
+    unless ``keep_simple`` (an index's own, see :data:`SIMPLE`)."""
     if not value:
         return None
     doc: dict[str, Any] = canonical(value)
     if doc.get("locale") == "simple":
-        return None
+        return dict(SIMPLE) if keep_simple else None
     doc.pop("version", None)
     return doc
 
@@ -148,9 +154,12 @@ def collation_matches(declared: Mapping[str, Any] | None, server: Mapping[str, A
     An index declared without a collation inherits the collection's default, so
     a server index carrying exactly that default still matches.
     """
+    binary = server is None or dict(server) == SIMPLE  # a server reports a simple index without a collation, or with this
     if declared is None:
-        return server is None or (default is not None and dict(server) == dict(default))
-    if server is None:
+        return binary or (default is not None and dict(server or {}) == dict(default))
+    if dict(declared) == SIMPLE:
+        return binary  # written out on purpose: the collection's default is not wanted
+    if binary or server is None:
         return False
     wanted = {**COLLATION_DEFAULTS, **declared}
     return all(server.get(k, COLLATION_DEFAULTS.get(k)) == v for k, v in wanted.items())
@@ -201,7 +210,7 @@ class IndexSpec:
             name=str(document["name"]),
             key=normalize_key(pairs),
             options=options_from(document, pairs),
-            collation=normalize_collation(document.get("collation")),
+            collation=normalize_collation(document.get("collation"), keep_simple=True),
             document=dict(document),
         )
 
