@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
 from mongoshift.errors import ConfigInvalidError, ExitCode
+from mongoshift.project.settings import load_settings
 
 NAME = "0001_step.py"
 
@@ -100,3 +102,29 @@ async def test_bad_runner_options_are_refused_when_it_is_built(fast_project, opt
             await bg.run(s, concurrency=options["concurrency"])
     with pytest.raises(ConfigInvalidError, match="settings"):
         bg.BackgroundRunner({"uri": "mongodb://localhost"})  # type: ignore[arg-type]
+
+
+async def test_a_runner_that_cannot_connect_tells_on_error_and_keeps_trying(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An application that starts while MongoDB is down: before, the runner's task died with the
+    connection error, on_error heard nothing and only stop() raised it."""
+    with socket.socket() as probe:  # a port nothing listens on: the connection is refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    flags = {"uri": f"mongodb://127.0.0.1:{port}/", "db": "down", "migrations_dir": str(tmp_path), "background_poll_seconds": 0.05}
+    s = load_settings(flags, environ={}, env_file=False)
+    errors: list[tuple[str | None, str]] = []
+    tried_twice = asyncio.Event()
+
+    def on_error(migration: str | None, message: str) -> None:
+        errors.append((migration, message))
+        if len(errors) >= 2:
+            tried_twice.set()
+
+    runner = await bg.start_background_runner(s, on_error=on_error)
+    try:
+        await asyncio.wait_for(tried_twice.wait(), 60)
+        assert runner.running
+    finally:
+        await runner.stop()  # stopped while waiting to connect again: no error
+    assert not runner.running
+    assert all(migration is None and "connection refused" in message for migration, message in errors)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
@@ -26,7 +26,14 @@ from ..background.state.controls import Action, ControlResult, RepinResult, Thro
 from ..background.state.events import Event, Observer
 from ..background.state.model import WatchRecord
 from ..background.watch.watcher import Watcher, WatchOptions
-from ..errors import BackgroundFileChangedError, ConfigInvalidError, FileNotFoundMigrationError, MongoshiftError, NotAppliedError
+from ..errors import (
+    BackgroundFileChangedError,
+    ConfigInvalidError,
+    ConnectionFailedError,
+    FileNotFoundMigrationError,
+    MongoshiftError,
+    NotAppliedError,
+)
 from ..project.loader import resolve_name
 from ..project.own_collections import own_collections
 from ..project.redaction import describe_error, redact
@@ -519,8 +526,10 @@ class BackgroundRunner:
         self._task = asyncio.create_task(self._loop(), name="mongoshift-background-runner")
 
     async def _loop(self) -> None:
-        observers = [*self.observers, self._forward_error] if self.on_error else self.observers
-        async with open_engine(self.settings, cancel=self.cancel, observers=observers, project=self._project) as engine:
+        async with AsyncExitStack() as stack:
+            engine = await self._open(stack)
+            if engine is None:
+                return
             watcher = asyncio.create_task(self._watch(engine), name="mongoshift-watcher") if self.watch else None
             while not self.cancel.is_set():
                 try:
@@ -539,6 +548,24 @@ class BackgroundRunner:
                 await sleep(self.settings.background_poll_seconds * 1000, self.cancel)
             if watcher is not None:
                 await watcher
+
+    async def _open(self, stack: AsyncExitStack) -> Engine | None:
+        """The engine, connecting again every poll while the server cannot be reached: an application
+        that starts while MongoDB is down gets its runner once it is up, and hears of each failed
+        attempt through ``on_error`` instead of a runner that died unseen. Any other failure (a
+        refused login, a settings clash) is reported too, then ends the runner. None: stopped first."""
+        observers = [*self.observers, self._forward_error] if self.on_error else self.observers
+        while not self.cancel.is_set():
+            try:
+                return await stack.enter_async_context(open_engine(self.settings, cancel=self.cancel, observers=observers, project=self._project))
+            except ConnectionFailedError as exc:
+                log.warning("the background runner cannot connect; trying again: %s", exc.message)
+                self._report(None, exc.message)
+            except MongoshiftError as exc:
+                self._report(None, exc.message)
+                raise
+            await sleep(self.settings.background_poll_seconds * 1000, self.cancel)
+        return None
 
     async def _watch(self, engine: Engine) -> None:
         """The live watcher beside the lanes, on the same engine; it stops with the runner."""
