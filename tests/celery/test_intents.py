@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from celery import Celery
 
 from mongoshift import api
-from mongoshift.errors import ConfigInvalidError
+from mongoshift.celery import register
+from mongoshift.errors import ConfigInvalidError, ExitCode, NotAppliedError
+
+from ..background.conftest import background_file
 
 
 async def test_a_live_intent_drops_a_duplicate_and_a_failed_one_is_replaced(project, client) -> None:  # type: ignore[no-untyped-def]
@@ -36,3 +40,14 @@ async def test_a_lapsed_intent_frees_its_key(project, client) -> None:  # type: 
     assert await api.claim_intents(settings, [api.Claim("background:x.py", "chain-2", 60)], client=client) == [True]
     with pytest.raises(ConfigInvalidError, match="ttl_seconds"):
         await api.claim_intents(settings, [api.Claim("up:a.py", "t", 0)], client=client)
+
+
+def test_a_chain_for_a_migration_up_never_registered_is_refused_before_anything_is_queued(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Before, start_background said started=True, queued a coordinator and held the name's intent for
+    a chain that could only end at its first step."""
+    project.add("20260101000001_names.py", background_file())
+    tasks = register(Celery("unregistered", broker="memory://", set_as_current=False), settings=project.settings())
+    with pytest.raises(NotAppliedError, match="not a registered background migration") as refused:
+        tasks.start_background("20260101000001_names")
+    assert refused.value.exit_code == ExitCode.NOT_APPLIED
+    assert sync_client[project.db]["_mongoshift_locks"].count_documents({}) == 0

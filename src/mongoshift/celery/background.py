@@ -73,6 +73,15 @@ async def hold_chain(ms: api.Mongoshift, name: str, chain: str, ttl: float) -> b
     return (await ms.intents.claim([api.Claim(key, chain, ttl)]))[0]
 
 
+async def claim_chain(settings: api.Settings, name: str, claim: api.Claim) -> bool:
+    """Hold ``name`` for a new chain; False when a live chain holds it. A name that is not registered
+    raises :class:`NotAppliedError` first: a chain for it would only end at its first step, and
+    ``started=True`` would have said otherwise."""
+    async with api.connect(settings) as ms:
+        await ms.background.status(name)
+        return (await ms.intents.claim([claim]))[0]
+
+
 async def coordinate(
     settings: api.Settings, payload: CoordinatorPayload, options: BackgroundOptions, observers: Sequence[api.Observer] = ()
 ) -> Tick:

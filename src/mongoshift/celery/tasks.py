@@ -329,6 +329,9 @@ class MongoshiftTasks:
     def start_background(self, name: str, *, lanes: int = 1) -> BackgroundStart:
         """Start the coordinator chain of a registered background migration, unless one already runs it.
 
+        A name ``mongoshift up`` never registered is refused here (:class:`~mongoshift.errors.NotAppliedError`,
+        exit 9, as by every background command), before anything is queued or held.
+
         ``lanes``: lane tasks the chain keeps at most (1 to 64; the file's ``max_parallel`` caps them too)."""
         if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
             raise ConfigInvalidError(f"lanes must be an integer from 1 to 64, not {lanes!r}")
@@ -336,7 +339,7 @@ class MongoshiftTasks:
         chain = uuid.uuid4().hex
         payload = CoordinatorPayload(name=_file_name(name), chain=chain, lanes=lanes)
         claim = api.Claim(bg.chain_key(payload.name), chain, self.background.chain_ttl_seconds)
-        if not _run(api.claim_intents(settings, [claim]))[0]:
+        if not _run(bg.claim_chain(settings, payload.name, claim)):
             return BackgroundStart(payload.name, False)
         try:
             sent = self._send(self.coordinator, payload.model_dump())
