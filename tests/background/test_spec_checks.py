@@ -140,3 +140,19 @@ def test_occ_version_only_on_a_collection_declaring_versioning_is_still_accepted
     spec = Background(collection="people", from_version=1, to_version=2, migrate=lambda doc, ctx: doc, occ="version-only")
     aligned = align(spec, Versioning(current=2, field="sv", revision_field="rv"), file="0001_names.py", collection="people")
     assert (aligned.version_field, aligned.occ, "revision_field" in aligned.model_fields_set) == ("sv", "version-only", False)
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ("from_version=1, to_version=2 ** 63", "background.to_version: Input should be less than or equal to 9223372036854775807"),
+        ("from_version=2 ** 63, to_version=2 ** 63 + 1", "background.from_version: Input should be less than or equal to 9223372036854775807"),
+        ('from_version=1, to_version=2, partitions={"min_partition_docs": 2 ** 64}', "background.partitions.min_partition_docs: Input should be less"),
+    ],
+)
+async def test_a_number_bson_cannot_store_is_refused_when_the_file_loads_not_by_an_overflow_in_up(project, db, cli, settings: str, problem: str) -> None:  # type: ignore[no-untyped-def]
+    """Before, these passed the check, then ``up`` (or the first run) died with an unexpected OverflowError, exit 1."""
+    project.add("0001_names.py", f"from mongoshift import Background\n\nbackground = Background(collection='people', {settings}, migrate=lambda d, c: d)\n")
+    error = _refused(cli, project, "0001_names.py")
+    assert any(p.startswith(problem) for p in error["details"]["problems"]), error["details"]["problems"]
+    assert await db["_mongoshift_background"].count_documents({}) == 0

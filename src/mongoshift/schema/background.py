@@ -21,6 +21,9 @@ from .collections import bson_problem
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_CHECKPOINT_BYTES = 64 * 1024
+#: The largest integer BSON stores (a 64-bit long): a version or a count past it could be checked here,
+#: then fail with an OverflowError the first time the state or a filter is written.
+MAX_BSON_INT = 2**63 - 1
 
 
 class Partitions(BaseModel):
@@ -30,7 +33,7 @@ class Partitions(BaseModel):
 
     over_partition: StrictInt = Field(default=4, ge=1, le=64)
     max_partitions: StrictInt = Field(default=256, ge=1, le=4096)
-    min_partition_docs: StrictInt | None = Field(default=None, ge=1)
+    min_partition_docs: StrictInt | None = Field(default=None, ge=1, le=MAX_BSON_INT)
     sample_size: StrictInt | None = Field(default=None, ge=1, le=100_000)
 
 
@@ -148,8 +151,8 @@ class Background(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     collection: str = Field(min_length=1, max_length=120)
-    from_version: StrictInt = Field(ge=0)
-    to_version: StrictInt = Field(ge=0)
+    from_version: StrictInt = Field(ge=0, le=MAX_BSON_INT)
+    to_version: StrictInt = Field(ge=0, le=MAX_BSON_INT)
     filter: dict[str, Any] = Field(default_factory=dict)
     migrate: Callable[..., Any] | None = None
     migrate_batch: Callable[..., Any] | None = None
