@@ -152,7 +152,9 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     With --once, one bounded round for a cron job or a Kubernetes Job. On a terminal a live bar
     shows the progress; otherwise one plain line per migration goes to stderr every
     --progress-interval seconds (none with -q)."""
-    if bool(names) == all_:
+    if names and all_:
+        raise ConfigInvalidError("NAMES and --all exclude each other: name the background migration(s) to run, or pass --all alone")
+    if not names and not all_:
         raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
     from ..api.session import connect  # start-up time: the engine loads only when a background command runs
     from .progress import log_progress, show_progress  # start-up time: as above, with rich's progress bar
