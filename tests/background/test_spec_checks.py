@@ -156,3 +156,14 @@ async def test_a_number_bson_cannot_store_is_refused_when_the_file_loads_not_by_
     error = _refused(cli, project, "0001_names.py")
     assert any(p.startswith(problem) for p in error["details"]["problems"]), error["details"]["problems"]
     assert await db["_mongoshift_background"].count_documents({}) == 0
+
+
+def test_a_file_with_background_and_up_is_refused_naming_what_it_declares(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """It said the file declared "background and no up or down", the opposite of what was wrong."""
+    project.add(
+        "0001_mixed.py",
+        "from mongoshift import Background\n\ndef up(ctx):\n    pass\n\ndef down(ctx):\n    pass\n\n"
+        "background = Background(collection='people', from_version=1, to_version=2, migrate=lambda d, c: d)\n",
+    )
+    error = _refused(cli, project, "0001_mixed.py")
+    assert error["details"]["problems"] == ["it declares background and also up, down: a background migration has no up or down; split it into two files"]

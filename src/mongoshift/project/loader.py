@@ -418,7 +418,7 @@ def _background_problems(module: ModuleType) -> list[str]:
         problems.append(f"background must be a mongoshift.Background(...), not {type(spec).__name__}")
     both = [name for name in ("up", "down") if hasattr(module, name)]
     if both:
-        problems.append(f"a background migration declares background and no {' or '.join(both)}; split it into two files")
+        problems.append(f"it declares background and also {', '.join(both)}: a background migration has no up or down; split it into two files")
     return problems
 
 
