@@ -7,6 +7,8 @@ import pytest
 from mongoshift.celery import LineResult
 from mongoshift.errors import MigrationTimeoutError
 
+from ..background.conftest import background_file
+
 pytestmark = pytest.mark.celery
 
 STEP = '''
@@ -120,6 +122,8 @@ async def test_a_group_the_broker_refuses_leaves_no_intent_behind(project, clien
         await tasks.aenqueue_up(client=client)
     held = await api.read_intents(project.settings(), [f"up:{n}" for n in names], client=client)
     assert held == {}  # released: the next enqueue is not dropped as a duplicate
+    project.add("20260101000009_names.py", background_file())
+    await api.up(project.settings(), client=client)  # registers it: start_background refuses a name up never registered (9)
     with pytest.raises(Exception):  # noqa: B017 - the broker's own error, as above
-        tasks.start_background("20260101000001_step_1")
-    assert await api.read_intents(project.settings(), ["background:20260101000001_step_1.py"], client=client) == {}
+        tasks.start_background("20260101000009_names")
+    assert await api.read_intents(project.settings(), ["background:20260101000009_names.py"], client=client) == {}
