@@ -612,3 +612,16 @@ async def test_repin_with_a_new_max_parallel_recuts_the_same_pass(fast_project, 
     (report,) = await bg.run(s, ["0001_names.py"], concurrency=4)
     assert report.status == "completed" and report.pass_number == 1 and report.generation == 2
     assert report.partitions_total > 1 and report.totals["migrated"] == 400
+
+
+async def test_more_lanes_asked_than_the_file_allows_is_said_once(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    """``--concurrency 3`` on a file with ``max_parallel=2`` runs two lanes, and says why (it was silent)."""
+    await seed(db.people, 50)
+    fast_project.add("0001_names.py", background_file(batch_size=10, max_parallel=2))
+    assert cli(fast_project, "up").returncode == 0
+    result = cli(fast_project, "background", "run", "0001_names", "--concurrency", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("0001_names.py: 2 lane(s), not 3: the file's max_parallel is 2") == 1, result.stderr
+    assert await db.people.count_documents({"__v": 2}) == 50
+    quiet = cli(fast_project, "background", "run", "0001_names", "--concurrency", "2")
+    assert "lane(s), not" not in quiet.stderr

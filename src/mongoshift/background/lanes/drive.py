@@ -104,6 +104,7 @@ class MigrationRun:
         wait: _FileWait,
     ) -> State | None:
         said = None
+        capped = False
         while not self.engine.cancel.is_set():
             state = await self.engine.store.state(name)
             self._outage.ok()
@@ -133,6 +134,9 @@ class MigrationRun:
                 said = decision.reason
                 log.info("%s: waiting: %s", name, decision.reason)
             lanes = max(1, min(concurrency, spec.max_parallel))
+            if lanes < concurrency and not capped:  # said once: the operator asked for more lanes than the file allows
+                capped = True
+                log.info("%s: %d lane(s), not %d: the file's max_parallel is %d", name, lanes, concurrency, spec.max_parallel)
             if decision.next == "process" and decision.lanes == 0:
                 await self._ask(name)  # every lane is held elsewhere: ask for a share of them
             if once:
