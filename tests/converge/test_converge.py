@@ -230,7 +230,7 @@ async def test_min_guard_refuses_while_old_documents_remain(project, db) -> None
     with pytest.raises(ConvergeFailedError) as info:
         await cv.converge(v2)
     message = info.value.message
-    assert "raising min to 2 is refused" in message and "rewrite those documents first" in message
+    assert "raising min to 2 is refused" in message and "rewrite those documents first" in message and "or declare min = 0 until then" in message
     assert "ObjectId" not in str(info.value.details)  # ids are never shown
     plan = await cv.plan_converge(v2)
     assert [(a.target, a.action) for a in plan.conflicts] == [("validator", "conflict")]
