@@ -128,3 +128,11 @@ def test_init_refuses_a_value_every_other_command_would_refuse(tmp_path: Path, c
 def run_cli_plain(cli: Any, where: Path, *args: str) -> int:
     code, _, _ = cli(where, *args)
     return int(code)
+
+
+def test_init_writes_a_folder_name_with_quotes_that_reads_back(tmp_path: Path, cli: Cli) -> None:
+    """A double quote in ``--dir`` was written unescaped (the next command refused the project file, exit 6), a backslash as a slash."""
+    folder = "sh'op\"x\\y"  # a quote and a backslash (a plain name character on POSIX)
+    assert run_cli_plain(cli, tmp_path, "init", "--db", "app", "--dir", folder) == 0
+    settings = load_settings(cwd=tmp_path, environ={}, env_file=False)
+    assert settings.migrations_dir == tmp_path / folder and (tmp_path / folder).is_dir()

@@ -66,7 +66,7 @@ CONFIG_TEMPLATE = '''# mongoshift settings; environment variables (MONGOSHIFT_UR
 [mongoshift]
 $uri_line
 $db_line
-migrations_dir = "$migrations_dir"
+migrations_dir = $migrations_dir
 # lock_ttl_seconds = 60
 # strict = false            # refuse to run when an applied file changed on disk
 # use_transaction = false   # default for files that do not say
@@ -76,7 +76,9 @@ migrations_dir = "$migrations_dir"
 
 
 def _toml_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``value`` as a TOML basic string: quotes, backslashes and control characters escaped, so any folder name reads back."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", escaped) + '"'
 
 
 CREDENTIALS_NOTE = (
@@ -105,7 +107,7 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
     text = string.Template(CONFIG_TEMPLATE).substitute(
         uri_line=_uri_line(uri),
         db_line=f"db = {_toml_string(db)}" if db else '# db = "myapp"',
-        migrations_dir=migrations_dir.replace("\\", "/"),
+        migrations_dir=_toml_string(Path(migrations_dir).as_posix()),
     )
     # the folder first, then the file in one step: a failure leaves an existing project file as it was
     folder = directory / migrations_dir
