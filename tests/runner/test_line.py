@@ -413,6 +413,20 @@ async def test_a_failed_after_all_keeps_the_results(project, db, tmp_path, caplo
     assert len(said) == 1 and said[0].exc_info is None
 
 
+async def test_a_failed_on_error_hook_is_listed_with_the_failure_it_followed(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The migration's failure decides the exit code (7); the ``on_error`` hook that failed after it was only
+    logged, while ``later_errors`` is where a later failure is listed (``after_all`` is)."""
+    hooks = tmp_path / "failing_on_error.py"
+    hooks.write_text("def on_error(name, error, ctx):\n    raise RuntimeError('the pager is down')\n")
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", "def up(ctx):\n    raise ValueError('no')\n")
+    with pytest.raises(ExecutionFailedError) as failed:
+        await command.up(project.settings())
+    later = failed.value.details["later_errors"]
+    assert [(e["kind"], e["details"]["hook"]) for e in later] == [("hook_failed", "on_error")]
+    assert "the pager is down" in later[0]["message"]
+
+
 async def test_a_failed_row_shows_no_applied_time_of_an_earlier_application(project, db) -> None:  # type: ignore[no-untyped-def]
     """Applied, rolled back, failed on the way up again: the record keeps the first applied_at, the row must not show it."""
     body = "def up(ctx):\n    if ctx.db.flags.count_documents({}):\n        raise ValueError('no')\n"

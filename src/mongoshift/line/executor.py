@@ -571,7 +571,7 @@ class Executor:
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
-            await self._failed(step, batch, exc, results, started)
+            await self._failed(step, batch, exc, results, started, raised=error)
             raise error from exc
         duration = int((time.monotonic() - started) * 1000)
         status: Outcome = "applied" if step.direction == "up" else "reverted"
@@ -600,7 +600,7 @@ class Executor:
             raise
         except PyMongoError as exc:
             error = ExecutionFailedError(f"{step.name}: registration failed: {_describe(exc)}", file=step.name)
-            await self._failed(step, batch, exc, results, started)
+            await self._failed(step, batch, exc, results, started, raised=error)
             raise error from exc
         duration = int((time.monotonic() - started) * 1000)
         status: Outcome = "applied" if step.direction == "up" else "reverted"
@@ -720,8 +720,16 @@ class Executor:
             self.runtime.events.emit("migration_retry", step.name, direction=step.direction, attempt=attempt)
 
     async def _failed(
-        self, step: Step, batch: int | None, exc: BaseException, results: list[MigrationResult], started: float
+        self,
+        step: Step,
+        batch: int | None,
+        exc: BaseException,
+        results: list[MigrationResult],
+        started: float,
+        raised: MongoshiftError | None = None,
     ) -> None:
+        """Record ``step`` failed and call ``on_error``; ``raised`` (``exc`` when it is one) is the error the
+        run ends with: an ``on_error`` hook that fails too is listed in its ``later_errors``."""
         duration = int((time.monotonic() - started) * 1000)
         message = exc.message if isinstance(exc, MongoshiftError) else _describe(exc)
         reason = "cancelled" if isinstance(exc, RunAbortedError) else None
@@ -747,3 +755,7 @@ class Executor:
             except Exception as failed:
                 log.error("the on_error hook failed: %s", _describe(failed))
                 log.debug("the on_error hook's traceback", exc_info=failed)
+                raised = raised or (exc if isinstance(exc, MongoshiftError) else None)
+                if raised is not None:
+                    later = HookFailedError(f"hook on_error failed: {_describe(failed)}", hook="on_error")
+                    raised.details.setdefault("later_errors", []).append(later.to_json())

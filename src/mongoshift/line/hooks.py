@@ -4,8 +4,8 @@ The module may define any of ``before_all(ctx)``, ``after_all(ctx, summary)``,
 ``before_each(name, ctx, info)``, ``after_each(name, duration_ms, ctx, info)``
 and ``on_error(name, error, ctx)``, sync or async. A hook that raises stops
 the run with the hook-failed exit code, except ``on_error`` and ``after_all``
-on a failed run, whose errors are logged so that the original failure is the
-one reported.
+on a failed run, whose errors are logged and listed in the failure's
+``later_errors`` so that the original failure is the one reported.
 """
 
 from __future__ import annotations
