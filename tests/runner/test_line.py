@@ -427,6 +427,20 @@ async def test_a_failed_on_error_hook_is_listed_with_the_failure_it_followed(pro
     assert "the pager is down" in later[0]["message"]
 
 
+@pytest.mark.parametrize("kind", ["async def", "def"])
+async def test_a_changelog_record_refused_in_a_transaction_is_not_blamed_on_the_body(project, db, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """The body succeeded and its record was refused (here by a validator): the error said "failed: WriteError"
+    as if the migration's own code had raised; it names the changelog, and the transaction kept nothing."""
+    await db.create_collection("_mongoshift_migrations", validator={"$jsonSchema": {"required": ["never_written"]}})
+    wait = "await " if kind == "async def" else ""
+    project.add("0001_txn.py", f"use_transaction = True\n\n{kind} up(ctx):\n    {wait}ctx.db.items.insert_one({{'tag': 'x'}}, session=ctx.session)\n")
+    with pytest.raises(ExecutionFailedError) as failed:
+        await command.up(project.settings())
+    assert "ran, but its changelog record could not be written" in failed.value.message
+    assert "rolled its changes back" in failed.value.message and failed.value.details["phase"] == "changelog-write"
+    assert await tags(db) == []
+
+
 async def test_a_failed_row_shows_no_applied_time_of_an_earlier_application(project, db) -> None:  # type: ignore[no-untyped-def]
     """Applied, rolled back, failed on the way up again: the record keeps the first applied_at, the row must not show it."""
     body = "def up(ctx):\n    if ctx.db.flags.count_documents({}):\n        raise ValueError('no')\n"
