@@ -60,6 +60,8 @@ def test_json_status_and_check_exit_code(project, cli) -> None:  # type: ignore[
         (["down", "--to", "0099_missing"], 8, "not found"),
         (["down", "--steps", "abc"], 6, "'abc' is not a valid integer."),  # click's words said "integer range"
         (["down", "--batch", "1", "--steps", "1"], 6, "mutually exclusive"),
+        (["up", "--wait", "nan"], 6, "'nan' is not a finite number"),  # it waited forever for a held lock
+        (["redo", "--wait", "inf"], 6, "'inf' is not a finite number"),
         (["create", "bad/name"], 19, "invalid migration name"),
         (["up", "--force"], 6, "name it"),
         (["init"], 16, "already exists"),

@@ -155,10 +155,11 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
     ("call", "message"),
     [
         (lambda ms: ms.up(lock=True), "lock must be a mongoshift Lock"),
-        (lambda ms: ms.down(lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a number of seconds"),
+        (lambda ms: ms.down(lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a finite number of seconds"),
+        (lambda ms: ms.up(lock=mongoshift.Lock(wait=float("nan"))), "Lock.wait must be a finite number of seconds"),  # waited forever
         (lambda ms: ms.collections.converge(confirm="yes"), "confirm must be True, False or an async function"),
         (lambda ms: ms.baseline("0001_items.py", lock=True), "lock must be a mongoshift Lock"),
-        (lambda ms: ms.import_history("migrate-mongo", lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a number of seconds"),
+        (lambda ms: ms.import_history("migrate-mongo", lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a finite number of seconds"),
         (lambda ms: ms.intents.claim([api.Claim("up:0001_items.py", "task-1", ttl_seconds=0)]), "ttl_seconds must be above 0"),
         (lambda ms: ms.background.start_runner(concurrency=0), "concurrency must be an integer from 1 to 64"),
         (lambda ms: ms.up(target=5), "a migration name is text, not int"),
@@ -173,7 +174,7 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.background.failed_ids("0001_items.py", limit=-5), "limit must be a whole number, 0 or more"),
     ],
     ids=[
-        "lock-not-a-Lock", "negative-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
+        "lock-not-a-Lock", "negative-wait", "nan-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
         "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
         "intent-state", "intent-empty-key", "intent-keys-as-one-string", "failed-ids-negative-limit",
     ],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,10 @@ class Lock:
     def check(self) -> Lock:
         if not isinstance(self.take, bool):
             raise ConfigInvalidError(f"Lock.take must be True or False, not {type(self.take).__name__}")
-        if self.wait is not None and (isinstance(self.wait, bool) or not isinstance(self.wait, (int, float)) or self.wait < 0):
-            raise ConfigInvalidError(f"Lock.wait must be a number of seconds (0 or more) or None, not {self.wait!r}")
+        if self.wait is not None and (
+            isinstance(self.wait, bool) or not isinstance(self.wait, (int, float)) or not 0 <= self.wait < math.inf  # nan too
+        ):
+            raise ConfigInvalidError(f"Lock.wait must be a finite number of seconds (0 or more) or None, not {self.wait!r}")
         return self
 
 

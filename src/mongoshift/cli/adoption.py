@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .app import WAIT_HELP, confirm, global_options, named_file, output, run_async, settings
+from .app import WAIT_HELP, FloatRange, confirm, global_options, named_file, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ TOOLS = ("migrate-mongo", "beanie", "pymongo-migrate", "mongodb-migrations")
 @click.option("--dry-run", is_flag=True, help="Show what would be recorded; write nothing.")
 @click.option("--force", is_flag=True, help="Import although mongoshift's changelog already holds other records.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
-@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @tenant_options
 @global_options
 def import_command(
@@ -55,7 +55,7 @@ def import_command(
 @click.option("--dry-run", is_flag=True, help="Show what would be recorded; write nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
-@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @tenant_options
 @global_options
 def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | None) -> int:

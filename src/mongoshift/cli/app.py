@@ -7,6 +7,7 @@ Sub-command modules import this module, never :mod:`mongoshift.cli.main`
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import sys
@@ -36,9 +37,16 @@ class IntRange(click.IntRange):
 
 
 class FloatRange(click.FloatRange):
-    """A number option within bounds (see :class:`IntRange`)."""
+    """A number option within bounds (see :class:`IntRange`); ``nan`` and ``inf``, which Python reads as
+    numbers and no bound refuses, are refused (a wait of ``nan`` seconds never ends)."""
 
     name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
-from .app import WAIT_HELP, can_ask, global_options, output, run_async, settings
+from .app import WAIT_HELP, FloatRange, can_ask, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def interactive_confirm(yes: bool) -> Confirmation:
 @click.option("--prune", is_flag=True, help="Drop indexes that are not declared (never _id_ or a shard-key index).")
 @click.option("--yes", "-y", is_flag=True, help="Allow rebuilds and drops without asking.")
 @click.option("--no-lock", is_flag=True, help="Do not take the migration lock (local work only).")
-@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @click.option("--reason", metavar="TEXT", help="Why: recorded in the converge log (at most 512 characters).")
 @tenant_options
 @global_options

@@ -20,6 +20,7 @@ from ..project.redaction import strip_controls, uri_secrets
 from .adoption import baseline as baseline_command, import_command
 from .app import (
     WAIT_HELP,
+    FloatRange,
     IntRange,
     cli,
     confirm,
@@ -144,7 +145,7 @@ def _render_report(report: api.RunReport) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--strict", is_flag=True, default=None, help="Refuse to run if an applied file changed on disk.")
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
-@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @click.option(
     "--converge/--no-converge", "converge", default=None, help="End a bulk up with a converge of the declared collections (default: converge_after_up)."
 )
@@ -194,7 +195,7 @@ def up(
 @click.option("--to", "to", metavar="NAME", help="Roll back everything applied after NAME (exclusive).")
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
-@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @tenant_options
 @global_options
 def down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, no_lock: bool, wait: float | None) -> int:
@@ -221,7 +222,7 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 @cli.command()
 @click.argument("file", required=False)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
-@click.option("--wait", type=float, is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
+@click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @tenant_options
 @global_options
 def redo(file: str | None, no_lock: bool, wait: float | None) -> int:
