@@ -123,3 +123,21 @@ def test_the_cli_shows_a_runs_lines(project, cli) -> None:  # type: ignore[no-un
     unknown = cli(project, "run-log", "no-such-run")
     assert unknown.returncode == 0 and "no log line is stored for this run" in unknown.stdout
     assert cli(project, "run-log", " ").returncode == 6
+
+
+async def test_a_per_migration_hooks_lines_belong_to_its_migration(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``before_each`` / ``after_each`` run inside the migration's span and events: their ``ctx.log`` lines
+    were stored without the migration (and direction), as if the run had logged them."""
+    hooks = tmp_path / "logging_hooks.py"
+    hooks.write_text(
+        "def before_all(ctx):\n    ctx.log.info('all')\n"
+        "def before_each(name, ctx, info):\n    ctx.log.info('before')\n"
+        "def after_each(name, duration_ms, ctx, info):\n    ctx.log.info('after')\n"
+    )
+    project.write_config(hooks=str(hooks))
+    project.add("0001_sync.py", SYNC)
+    report = await api.up(project.settings())
+    lines = await api.run_log(project.settings(), report.run_id)
+    assert [(line.message, line.migration, line.direction) for line in lines] == [
+        ("all", None, None), ("before", "0001_sync.py", "up"), ("from the worker thread", "0001_sync.py", "up"), ("after", "0001_sync.py", "up"),
+    ]

@@ -187,7 +187,7 @@ class Executor:
                     await self._begin_squash(plan, step, step_batch)
                 result = await self._run_step(step, step_batch, results, info)
                 results.append(result)
-                await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each"), info)
+                await self._hook("after_each", step.name, result.duration_ms, self._hook_ctx("after_each", step), info)
             self._note_lock_lost()  # lost during the last step: no next step's check says it
             self._check_stopped_at_the_end(results)
             success = True
@@ -482,9 +482,13 @@ class Executor:
             reason="cancelled",
         )
 
-    def _hook_ctx(self, hook: str) -> MigrationContext | None:
+    def _hook_ctx(self, hook: str, step: Step | None = None) -> MigrationContext | None:
+        """The context a hook gets; a per-migration hook's names its migration and direction, so what it
+        logs (``ctx.log``, ``ctx.logger``) is that migration's, as its span and events are."""
         fn = self.hooks.get(hook)
-        return self.runtime.context(fn) if fn else None
+        if fn is None:
+            return None
+        return self.runtime.context(fn, name=step.name, direction=step.direction) if step else self.runtime.context(fn)
 
     async def _hook(self, hook: str, *args: Any) -> None:
         fn = self.hooks.get(hook)
@@ -504,7 +508,7 @@ class Executor:
         started = time.monotonic()
         try:
             with events.migration_scope(start):
-                await self._hook("before_each", step.name, self._hook_ctx("before_each"), info)
+                await self._hook("before_each", step.name, self._hook_ctx("before_each", step), info)
                 self._check_stop(results)  # a stop asked during the hook: the body never starts
                 result = await self._run_body(step, batch, results)
         except BaseException as exc:
