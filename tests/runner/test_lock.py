@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import subprocess
@@ -81,7 +82,9 @@ async def test_heartbeat_keeps_the_lock_and_detects_loss(db) -> None:  # type: i
     await a.release()
 
 
-async def test_wait_takes_the_lock_once_it_is_released(db) -> None:  # type: ignore[no-untyped-def]
+async def test_wait_takes_the_lock_once_it_is_released(db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """It also says once, naming the holder, that it waits: a --wait of minutes was silent until the end."""
+    caplog.set_level(logging.INFO, logger="mongoshift.lock")
     a = LeaseLock(db["locks"], run(1), ttl_seconds=30)
     await a.acquire()
     waiting = asyncio.Event()
@@ -97,6 +100,8 @@ async def test_wait_takes_the_lock_once_it_is_released(db) -> None:  # type: ign
     assert waiting.is_set()
     holder = await b.holder()
     assert holder is not None and holder.owner == "run-2"
+    said = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert len(said) == 1 and "run run-1" in said[0] and said[0].endswith(": waiting up to 60 s for it"), said
 
 
 def _exited_pid() -> int:

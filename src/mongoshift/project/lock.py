@@ -270,8 +270,11 @@ class LeaseLock:
                     "with 'mongoshift unlock'",
                     holder=holder.__dict__ if holder else None,
                 )
-            if not waited and on_wait is not None:
-                on_wait()
+            if not waited:
+                holder = await self.holder()  # said once, so a wait of minutes is not silence
+                log.info("the migration lock is held by %s: waiting up to %g s for it", holder.describe() if holder else "another run", wait_seconds)
+                if on_wait is not None:
+                    on_wait()
             waited = True
             pause = min(delay, max(0.0, deadline - self._monotonic()))
             slices = max(1, math.ceil(pause / 0.2))  # the stop is a thread's flag, not awaitable: looked at every slice
