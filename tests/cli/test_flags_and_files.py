@@ -94,3 +94,23 @@ def test_create_refuses_a_folder_whose_files_share_a_version(project, cli) -> No
     result = cli(project, "create", "next")
     assert result.returncode == 43, result.stderr
     assert sorted(p.name for p in project.migrations.glob("*.py")) == ["00001_b.py", "0001_a.py"]
+
+
+def test_the_mongoshift_command_imports_the_projects_code_in_a_migration(project) -> None:  # type: ignore[no-untyped-def]
+    """``from myapp.rules import LIMIT`` in a migration worked under ``python -m mongoshift`` but not under the
+    ``mongoshift`` command (whose sys.path starts with its own folder): exit 20, ModuleNotFoundError."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ..conftest import cli_env
+
+    (project.root / "myapp").mkdir()
+    (project.root / "myapp" / "__init__.py").write_text("")
+    (project.root / "myapp" / "rules.py").write_text("LIMIT = 7\n")
+    project.add("0001_a.py", "from myapp.rules import LIMIT\n\ndef up(ctx):\n    ctx.db.marks.insert_one({'limit': LIMIT})\n")
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    script = Path(sys.executable).parent / "mongoshift"
+    result = subprocess.run([str(script), "up", "--json"], cwd=project.root, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [r["status"] for r in json.loads(result.stdout)["results"]] == ["applied"]

@@ -5,7 +5,8 @@ a plain ``def`` runs in a worker thread, so a blocking call inside it never
 stalls the loop that renews leases and locks. ``sys.exit`` or
 ``KeyboardInterrupt`` raised by user code is a failure of that code, never a
 way to end mongoshift with an exit code of the user's choosing. A module named in the
-settings (a ``uri_factory``, a tenants ``provider``) imports with the current folder first on
+settings (a ``uri_factory``, a tenants ``provider``) and a project file run from its source (a
+migration, the hooks module) import with the current folder first on
 ``sys.path``, as ``python -m mongoshift`` run there would: the ``mongoshift`` command's path
 starts with its own script folder, so ``saas.tenants`` beside ``mongoshift.toml`` would
 otherwise need ``PYTHONPATH``.
@@ -18,7 +19,8 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -78,17 +80,24 @@ async def call(fn: Callable[..., Any], *args: Any) -> Any:
         raise UserCodeExit.of(exc) from None
 
 
-def import_user_module(name: str) -> ModuleType:
-    """``importlib.import_module(name)`` with the current folder first on ``sys.path`` while it imports."""
+@contextmanager
+def _current_folder_first() -> Iterator[None]:
+    """The current folder first on ``sys.path`` while the project's code imports (see the module's docstring)."""
     here = str(Path.cwd())
     added = here not in sys.path
     if added:
         sys.path.insert(0, here)
     try:
-        return importlib.import_module(name)
+        yield
     finally:
         if added and here in sys.path:
             sys.path.remove(here)
+
+
+def import_user_module(name: str) -> ModuleType:
+    """``importlib.import_module(name)`` with the current folder first on ``sys.path`` while it imports."""
+    with _current_folder_first():
+        return importlib.import_module(name)
 
 
 def source_module(module_name: str, path: Path) -> ModuleType:
@@ -111,4 +120,5 @@ def run_source(module: ModuleType, path: Path) -> None:
     file raises reaches the caller, which names the file.
     """
     code = compile(importlib.util.decode_source(path.read_bytes()), str(path), "exec", dont_inherit=True)
-    exec(code, module.__dict__)
+    with _current_folder_first():  # its imports of the project's code (myapp.models) as python -m mongoshift finds them
+        exec(code, module.__dict__)
