@@ -228,6 +228,24 @@ def test_an_import_from_a_collection_that_holds_nothing_says_so(project, sync_cl
     ]
 
 
+@pytest.mark.parametrize(
+    ("collection", "said"),
+    [
+        ("change$log", "not a collection name"),  # the driver's InvalidName: exit 1, "a bug, please report it"
+        ("a..b", "not a collection name"),
+        ("", "not a collection name"),  # silently read the default 'changelog'
+        ("system.users", "belong to the server"),
+        ("_mongoshift_migrations", "one of mongoshift's own collections"),
+    ],
+)
+def test_a_collection_import_cannot_read_is_refused_as_a_bad_flag(project, collection: str, said: str, cli) -> None:  # type: ignore[no-untyped-def]
+    _add_marked(project, "20230101000000_first")
+    refused = cli(project, "import", "--from", "migrate-mongo", "--collection", collection, "--json")
+    assert refused.returncode == 6, refused.stdout + refused.stderr
+    error = _json(refused)["error"]
+    assert error["kind"] == "config_invalid" and said in error["message"]
+
+
 def test_non_empty_target_needs_force_and_keeps_what_mongoshift_applied(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     _add_marked(project, "20240101000000_a", "20240102000000_b")
     assert cli(project, "up", "--to", "20240101000000_a").returncode == 0

@@ -22,8 +22,9 @@ from pymongo import ASCENDING, AsyncMongoClient
 from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
 from ..project.events import Observer
-from ..project.foreign_changelogs import ForeignEntry, match, read_map, tool as find_tool
+from ..project.foreign_changelogs import ForeignEntry, match, read_map, source_collection as checked_collection, tool as find_tool
 from ..project.loader import find, resolve_name, unsquashed
+from ..project.own_collections import own_collections
 from ..project.run import CancelSignal
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
@@ -120,7 +121,7 @@ async def import_history_in(
     lock = checked_lock(lock)
     source_tool = find_tool(tool)  # an unknown tool or a bad map fails before connecting
     mapping = read_map(map_file) if map_file is not None else {}
-    source_collection = collection or source_tool.collection
+    source_collection = checked_collection(source_tool, collection, own_collections(project.settings))
     async with _adopting(project, lock, "import", dry_run=dry_run) as session:
         cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])
         documents = [doc async for doc in cursor]

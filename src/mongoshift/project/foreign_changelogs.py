@@ -111,6 +111,23 @@ def tool(name: str) -> ForeignTool:
         raise ConfigInvalidError(f"--from {name!r}: not a known tool (one of {', '.join(sorted(TOOLS))})") from None
 
 
+def source_collection(source: ForeignTool, name: object, own: Iterable[str]) -> str:
+    """The collection ``import`` reads: the tool's default, or ``--collection``, refused (exit 6) before
+    connecting when the server cannot name it (the driver's InvalidName was exit 1, "a bug"), when it is
+    the server's (``system.*``), or mongoshift's own (an empty name no longer stands for the default)."""
+    if name is None:
+        return source.collection
+    if not isinstance(name, str):
+        raise ConfigInvalidError(f"--collection must be a collection name, not {type(name).__name__}")
+    if not name or ".." in name or "$" in name or "\0" in name or name[0] == "." or name[-1] == ".":
+        raise ConfigInvalidError(f"--collection {name!r}: not a collection name (empty, or with '$', '..', a NUL, or a '.' at either end)")
+    if name.startswith("system."):
+        raise ConfigInvalidError(f"--collection {name!r}: system.* collections belong to the server, not to {source.name}")
+    if name in own:
+        raise ConfigInvalidError(f"--collection {name!r} is one of mongoshift's own collections, not {source.name}'s changelog")
+    return name
+
+
 def normalised(source_name: str) -> str:
     """The file-name rule: folder and extension dropped, lowercased, other characters → one ``_``."""
     base = source_name.replace("\\", "/").rsplit("/", 1)[-1]
