@@ -454,3 +454,12 @@ async def test_a_failed_row_shows_no_applied_time_of_an_earlier_application(proj
     (failed,) = await command.status(project.settings())
     assert (failed.state, failed.applied_at) == ("failed", None)
     assert command.rows_to_json([failed])[0]["applied_at"] is None
+
+
+async def test_an_exception_whose_str_raises_is_still_recorded_failed(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Describing it raised in turn: the run crashed (exit 1, "please report it") and no record said it failed."""
+    project.add("0001_a.py", "class Odd(Exception):\n    def __str__(self):\n        raise ValueError('no text')\n\ndef up(ctx):\n    raise Odd()\n")
+    with pytest.raises(ExecutionFailedError) as failed:
+        await command.up(project.settings())
+    assert "0001_a.py failed: Odd" in failed.value.message
+    assert (await changelog(db))["0001_a.py"]["status"] == "failed"

@@ -142,8 +142,17 @@ def describe_error(exc: BaseException, limit: int | None = LIMIT) -> str:
     elif isinstance(exc, OperationFailure):
         body = _failure_text(exc.code, details if isinstance(details, Mapping) else {}, str(exc))
     else:
-        body = str(exc)
+        body = _message(exc)
     return redact(f"{name}: {body}" if body else name, limit)
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``; a user's exception whose ``__str__`` itself raises is described without its message,
+    so that its migration is still recorded failed (the error reaching here crashed the run, exit 1)."""
+    try:
+        return str(exc)
+    except Exception:
+        return "(its message could not be read: its __str__ raised)"
 
 
 #: A quoted literal in an exception's message: Python's own messages quote the value they failed on.
