@@ -51,6 +51,8 @@ E11000 = 'E11000 duplicate key error collection: app.users index: email_1 dup ke
             "SERVICE_NAME:mongodb,AWS_SESSION_TOKEN:",
         ),
         ("options {'proxypassword': 'dict-form', 'w': 1}", "dict-form", "'w': 1"),
+        ("failed: mongodb://app:it's-secret@h/db", "secret", "h/db"),  # an apostrophe is a valid password character
+        ("mongodb://h/?authMechanismProperties=AWS_SESSION_TOKEN%3AFQoGtoken&w=1", "FQoGtoken", "&w=1"),  # the driver decodes %3A
     ],
 )
 def test_secrets_in_connection_strings_are_masked(text: str, gone: str, kept: str) -> None:

@@ -22,12 +22,13 @@ REDACTED = "<redacted>"
 
 # C0 controls except tab and newline, DEL, and the C1 block (0x9b is a one-character CSI).
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"'<>]{0,512}@", re.IGNORECASE)
+# (a password may hold an apostrophe: the URI syntax allows it unescaped, and the driver takes it)
+_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"<>]{0,512}@", re.IGNORECASE)
 # key=value / key:value / 'key': 'value' pairs whose key names a secret: proxyPassword,
-# tlsCertificateKeyFilePassword, sslPEMKeyPassword, AWS_SESSION_TOKEN, ... (bounded
+# tlsCertificateKeyFilePassword, sslPEMKeyPassword, AWS_SESSION_TOKEN (its ':' percent-encoded too), ... (bounded
 # repetitions: the text may be anything a migration raised)
 _SECRET_PAIR = re.compile(
-    r"(?P<key>\b[\w.-]{0,64}?(?:password|secret|token)['\"]?\s*[:=]\s*['\"]?)(?P<value>[^,&\s'\"}\])]+)",
+    r"(?P<key>\b[\w.-]{0,64}?(?:password|secret|token)['\"]?\s*(?:[:=]|%3A)\s*['\"]?)(?P<value>[^,&\s'\"}\])]+)",
     re.IGNORECASE,
 )
 # pymongo appends the whole server reply (documents included) after this marker.
