@@ -97,8 +97,8 @@ def test_create_refuses_a_folder_whose_files_share_a_version(project, cli) -> No
 
 
 def test_the_mongoshift_command_imports_the_projects_code_in_a_migration(project) -> None:  # type: ignore[no-untyped-def]
-    """``from myapp.rules import LIMIT`` in a migration worked under ``python -m mongoshift`` but not under the
-    ``mongoshift`` command (whose sys.path starts with its own folder): exit 20, ModuleNotFoundError."""
+    """``from myapp.rules import LIMIT`` in a migration (or ``hooks = "deploy_hooks"``) worked under ``python -m
+    mongoshift`` but not under the ``mongoshift`` command (whose sys.path starts with its own folder): exit 20 (12)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -108,6 +108,8 @@ def test_the_mongoshift_command_imports_the_projects_code_in_a_migration(project
     (project.root / "myapp").mkdir()
     (project.root / "myapp" / "__init__.py").write_text("")
     (project.root / "myapp" / "rules.py").write_text("LIMIT = 7\n")
+    (project.root / "deploy_hooks.py").write_text("def before_all(ctx):\n    ctx.db.marks.insert_one({'hook': 'ran'})\n")
+    project.write_config(hooks="deploy_hooks")  # a dotted hooks module: the same import
     project.add("0001_a.py", "from myapp.rules import LIMIT\n\ndef up(ctx):\n    ctx.db.marks.insert_one({'limit': LIMIT})\n")
     env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
     script = Path(sys.executable).parent / "mongoshift"

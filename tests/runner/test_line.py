@@ -463,3 +463,22 @@ async def test_an_exception_whose_str_raises_is_still_recorded_failed(project, d
         await command.up(project.settings())
     assert "0001_a.py failed: Odd" in failed.value.message
     assert (await changelog(db))["0001_a.py"]["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("def after_each(name):\n    pass\n", "after_each must take 4 arguments"),
+        ("before_all = 'not a function'\n", "before_all is not a function"),
+    ],
+)
+async def test_a_hook_that_cannot_be_called_is_refused_before_anything_runs(project, db, tmp_path, source: str, said: str) -> None:  # type: ignore[no-untyped-def]
+    """A wrong ``after_each`` failed only once called: after its migration was applied (exit 12 half way)."""
+    hooks = tmp_path / "wrong_hooks.py"
+    hooks.write_text(source)
+    project.write_config(hooks=str(hooks))
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    with pytest.raises(HookFailedError) as refused:
+        await command.up(project.settings())
+    assert said in refused.value.message and refused.value.details["problems"] == [said]
+    assert await changelog(db) == {} and await tags(db) == []

@@ -10,8 +10,7 @@ on a failed run, whose errors are logged and listed in the failure's
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigInvalidError, HookFailedError
 from ..project.redaction import describe_error
-from ..project.user_code import run_source, source_module
+from ..project.user_code import import_user_module, run_source, source_module
 
 HOOK_NAMES = ("before_all", "after_all", "before_each", "after_each", "on_error")
 
@@ -34,12 +33,35 @@ class Hooks:
         return self.functions.get(name)
 
 
+#: How many positional arguments mongoshift passes each hook.
+_ARGUMENTS = {"before_all": 1, "after_all": 2, "before_each": 3, "after_each": 4, "on_error": 3}
+
+
 def load_hooks(spec: str | None) -> Hooks:
+    """The hooks of the module ``spec`` names, each checked before anything runs: a hook that is not a
+    function, or cannot take the arguments it is given, failed only when it was called (``after_each``:
+    after its migration was applied and recorded, so the run stopped half way)."""
     if not spec:
         return Hooks({})
     module = _import(spec)
-    found = {name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))}
+    found = {name: getattr(module, name) for name in HOOK_NAMES if getattr(module, name, None) is not None}
+    problems = [problem for name, fn in found.items() if (problem := _problem(name, fn))]
+    if problems:
+        raise HookFailedError(f"hooks module {spec}: {'; '.join(problems)}", problems=problems)
     return Hooks(found)
+
+
+def _problem(name: str, fn: object) -> str | None:
+    wanted = _ARGUMENTS[name]
+    if not callable(fn):
+        return f"{name} is not a function"
+    try:
+        inspect.signature(fn).bind(*range(wanted))
+    except TypeError:
+        return f"{name} must take {wanted} argument{'s' if wanted > 1 else ''}"
+    except ValueError:  # a builtin without a signature: the call decides
+        return None
+    return None
 
 
 def _import(spec: str) -> ModuleType:
@@ -54,7 +76,7 @@ def _import(spec: str) -> ModuleType:
                 raise ConfigInvalidError(f"setting 'hooks': cannot import {spec}") from None
             run_source(module, path)
             return module
-        return importlib.import_module(spec)
+        return import_user_module(spec)
     except ConfigInvalidError:
         raise
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a module may even call sys.exit while importing
