@@ -39,3 +39,17 @@ def test_ordered_refuses_a_file_ahead_of_the_line_and_a_rollback_under_later_fil
         refused = cli(project, *command, "--json")
         assert refused.returncode == 23, refused.stderr
         assert json.loads(refused.stdout)["error"]["details"]["blocked_by"] == ["0002_b.py"]
+
+
+def test_a_batch_label_past_what_the_changelog_can_hold_is_refused_before_the_file_runs(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """``--batch 99999999999999999999`` ran the migration, then could not record it (an int64 overflow): exit 1,
+    its writes kept and no record, so the next ``up`` ran it again. The largest label keeps the next batch writable."""
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    for label in ("99999999999999999999", "9007199254740992"):
+        refused = cli(project, "up", "0001_a.py", "--batch", label, "--json")
+        assert refused.returncode == 6, refused.stderr
+        assert "--batch must be a whole number from 1 to 9,007,199,254,740,991" in json.loads(refused.stdout)["error"]["message"]
+    assert list(sync_client[project.db]["marks"].find()) == []
+    assert results(cli(project, "up", "0001_a.py", "--batch", "9007199254740991", "--json")) == [("0001_a.py", "applied", 2**53 - 1)]
+    assert results(cli(project, "up", "--json")) == [("0002_b.py", "applied", 2**53)]

@@ -127,10 +127,15 @@ async def _plan(
     return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered)
 
 
+#: The largest ``--batch`` label: a number every JSON reader keeps exact, and whose next batch still fits
+#: the changelog's 64-bit integer (a larger one ran the migration, then could not record it: exit 1).
+MAX_BATCH = 2**53 - 1
+
+
 def _check_batch_label(batch: int | None, step: bool) -> None:
     """``up --batch N`` names the one batch of the run: it cannot also give each file its own."""
-    if batch is not None and batch < 1:
-        raise ConfigInvalidError("--batch must be at least 1")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
+        raise ConfigInvalidError(f"--batch must be a whole number from 1 to {MAX_BATCH:,}, not {batch!r}")
     if batch is not None and step:
         raise ConfigInvalidError("--batch and --step cannot be combined: --step gives each file its own batch")
 
