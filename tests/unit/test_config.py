@@ -31,6 +31,22 @@ def test_pyproject_section_and_relative_dir(tmp_path: Path) -> None:
     assert s.migrations_dir == tmp_path / "db" / "migrations"
 
 
+def test_the_default_migrations_folder_is_next_to_the_project_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--config app/mongoshift.toml`` without ``migrations_dir``: "migrations" was the folder where the command
+    ran (another project's, or none), while the collections folder and the .env were the project file's."""
+    app = tmp_path / "app"
+    app.mkdir()
+    write(app / "mongoshift.toml", '[mongoshift]\ndb = "app"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    s = load_settings({}, config_path=app / "mongoshift.toml", environ={}, cwd=elsewhere)
+    assert s.migrations_dir.resolve() == app / "migrations"
+    found = load_settings({}, environ={}, cwd=app)  # the file found in cwd= (not the process's folder)
+    assert found.migrations_dir.resolve() == app / "migrations"
+    assert load_settings({"migrations_dir": "mine"}, config_path=app / "mongoshift.toml", environ={}).migrations_dir == Path("mine")
+
+
 def test_bad_environment_value_fails_closed_naming_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigInvalidError, match="MONGOSHIFT_STRICT"):
         load_settings({}, environ={"MONGOSHIFT_STRICT": "perhaps"}, cwd=tmp_path)

@@ -400,6 +400,11 @@ def load_settings(
     _collect(problems, _layer, merged, sources, read_environment(environ), env_name)
     _collect(problems, _layer, merged, sources, flags or {}, lambda key: "--" + key.replace("_", "-"))
 
+    # The default migrations folder sits next to the project file too: with --config (or
+    # load_settings(cwd=...)) naming another folder's file, "migrations" was looked for where the
+    # command ran, and a folder of that name there would have been run instead.
+    if path is not None and "migrations_dir" not in merged:
+        merged["migrations_dir"] = str(path.parent / "migrations")
     # The default collections folder sits next to the project file, as the relative paths
     # written in it do; it stays "not set" so that its absence is not an error.
     default_folder = path is not None and "collections_dir" not in merged
