@@ -482,3 +482,21 @@ async def test_a_hook_that_cannot_be_called_is_refused_before_anything_runs(proj
         await command.up(project.settings())
     assert said in refused.value.message and refused.value.details["problems"] == [said]
     assert await changelog(db) == {} and await tags(db) == []
+
+
+async def test_a_record_with_fields_of_the_wrong_type_is_refused_naming_it(project, db) -> None:  # type: ignore[no-untyped-def]
+    """A record edited by hand (``batch: "x"``): status showed it, while down and audit crashed (exit 1, "please
+    report it"). A batch typed in mongosh (a double) is still one."""
+    from mongoshift.errors import CollectionClashError
+
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    project.add("0002_b.py", ASYNC_INSERT.format(tag="b"))
+    await command.up(project.settings())
+    await db["_mongoshift_migrations"].update_one({"name": "0001_a.py"}, {"$set": {"batch": 1.0}})
+    assert [row.batch for row in await command.status(project.settings())] == [1, 1]
+    await db["_mongoshift_migrations"].update_one({"name": "0002_b.py"}, {"$set": {"batch": "x", "applied_at": "yesterday"}})
+    for call in (command.status, command.down):
+        with pytest.raises(CollectionClashError) as refused:
+            await call(project.settings())
+        assert "the record of 0002_b.py" in refused.value.message and refused.value.details["fields"] == ["batch", "applied_at"]
+    assert await tags(db) == ["a", "b"]

@@ -18,6 +18,7 @@ from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
+from ..errors import CollectionClashError
 from .redaction import redact
 from .run import RunInfo
 
@@ -58,11 +59,41 @@ class ChangelogRecord:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_document(cls, doc: dict[str, Any]) -> ChangelogRecord:
+    def from_document(cls, doc: dict[str, Any], collection: str = "the changelog") -> ChangelogRecord:
+        """A stored record; one whose fields have the wrong type (edited by hand, or another tool's) is refused
+        naming the record and the field (exit 39), where it crashed later, exit 1 "please report it"."""
         known = set(cls.__dataclass_fields__) - {"extra"}
         values = {k: v for k, v in doc.items() if k in known}
         extra = {k: v for k, v in doc.items() if k not in known and k != "_id"}
+        wrong = [key for key, kinds in _FIELD_TYPES.items() if values.get(key) is not None and not _is(values[key], kinds)]
+        if not isinstance(values.get("name"), str) or values.get("status") not in ("applied", "reverted", "failed") or wrong:
+            name = values.get("name") if isinstance(values.get("name"), str) else repr(doc.get("_id"))
+            what = ", ".join(wrong) if wrong else ("name" if not isinstance(values.get("name"), str) else "status")
+            raise CollectionClashError(
+                f"{collection}: the record of {name} is not one mongoshift writes ({what} of the wrong type or value); "
+                "restore it, or delete it to have the file counted as never run",
+                collection=collection,
+                fields=what.split(", "),
+            )
         return cls(**values, extra=extra)
+
+
+#: The type of each record field mongoshift computes with (None is allowed for all of them).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "batch": (int, float),  # a number typed in mongosh is a double
+    "checksum": (str,),
+    "applied_at": (datetime,),
+    "first_applied_at": (datetime,),
+    "reverted_at": (datetime,),
+    "failed_at": (datetime,),
+    "duration_ms": (int, float),
+    "origin": (str,),
+    "kind": (str,),
+}
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def _literal(value: Any) -> Any:
@@ -192,11 +223,12 @@ class Changelog:
 
     async def records(self) -> dict[str, ChangelogRecord]:
         cursor = self.collection.find({}, sort=[("name", ASCENDING)])
-        return {doc["name"]: ChangelogRecord.from_document(doc) async for doc in cursor}
+        records = [ChangelogRecord.from_document(doc, self.collection.name) async for doc in cursor]
+        return {record.name: record for record in records}
 
     async def record(self, name: str) -> ChangelogRecord | None:
         doc = await self.collection.find_one({"name": name})
-        return ChangelogRecord.from_document(doc) if doc else None
+        return ChangelogRecord.from_document(doc, self.collection.name) if doc else None
 
     async def next_batch(self) -> int:
         """One more than the highest batch ever used, so numbers never repeat."""
