@@ -67,10 +67,10 @@ class ChangelogRecord:
         extra = {k: v for k, v in doc.items() if k not in known and k != "_id"}
         wrong = [key for key, kinds in _FIELD_TYPES.items() if values.get(key) is not None and not _is(values[key], kinds)]
         if not isinstance(values.get("name"), str) or values.get("status") not in ("applied", "reverted", "failed") or wrong:
-            name = values.get("name") if isinstance(values.get("name"), str) else repr(doc.get("_id"))
+            which = f"the record of {redact(values['name'], limit=200)}" if isinstance(values.get("name"), str) else "a record without a name"
             what = ", ".join(wrong) if wrong else ("name" if not isinstance(values.get("name"), str) else "status")
             raise CollectionClashError(
-                f"{collection}: the record of {name} is not one mongoshift writes ({what} of the wrong type or value); "
+                f"{collection}: {which} is not one mongoshift writes ({what} of the wrong type or value); "
                 "restore it, or delete it to have the file counted as never run",
                 collection=collection,
                 fields=what.split(", "),
