@@ -110,6 +110,7 @@ def test_version_plain_and_as_json(project, cli) -> None:  # type: ignore[no-unt
     assert plain.returncode == 0 and plain.stdout == f"mongoshift, version {version('mongoshift')}\n"
     as_json = cli(project, "--json", "--version")
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == {"version": version("mongoshift")}
+    assert cli(project, "-V").stdout == plain.stdout  # the short form most tools take
 
 
 def test_a_file_given_as_the_migrations_folder_is_44(project, cli) -> None:  # type: ignore[no-untyped-def]
