@@ -316,6 +316,10 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.delenv(key)
     logger = logging.getLogger("mongoshift")
     saved_logger = (list(logger.handlers), logger.propagate, logger.level)
+    # --log-format json also puts a handler on the root logger (other libraries' lines as JSON) on this test's
+    # captured stderr: left there, a later test's warning from any logger wrote to a closed capture ("Logging error")
+    root_logger = logging.getLogger()
+    saved_root = list(root_logger.handlers)
 
     def run(args: list[str]) -> int:
         try:
@@ -361,6 +365,8 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
                     del sys.modules[name]
             logger.handlers[:] = saved_logger[0]
             logger.propagate, logger.level = saved_logger[1], saved_logger[2]
+            root_logger.handlers[:] = saved_root
+            logging.captureWarnings(False)
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
 
