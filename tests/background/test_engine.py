@@ -420,7 +420,7 @@ async def test_from_equal_to_and_mixed_exports_are_refused(fast_project, db) -> 
     with pytest.raises(InvalidExportError, match="from_version and to_version must differ"):
         await command.up(fast_project.settings())
     fast_project.add("0001_names.py", background_file() + "\ndef up(ctx):\n    pass\n")
-    with pytest.raises(InvalidExportError, match="background and no up"):
+    with pytest.raises(InvalidExportError, match="declares background and also up"):
         await command.up(fast_project.settings())
 
 
