@@ -285,6 +285,19 @@ async def test_ranges_are_rewritten_by_the_server_without_reading_their_ids(fast
     assert await db.people.count_documents({"__v": 2, "__rev": 2, "first": {"$exists": False}}) == 500
 
 
+@pytest.mark.parametrize("nan", [float("nan"), Decimal128("NaN")], ids=["double", "decimal"])
+async def test_a_nan_id_is_rewritten_by_the_first_range_of_its_pass(fast_project, db, nan: Any) -> None:  # type: ignore[no-untyped-def]
+    """NaN sorts before every number and matches no ``$lte``: a range bounded that way left it behind,
+    scanned and skipped, for a second pass that scanned it again (102 scanned for 101 documents)."""
+    await seed(db.people, 100)
+    await db.people.insert_one({"_id": nan, "first": "N", "last": "aN", "__v": 1, "__rev": 1})
+    result, batches = await _run_names(fast_project, 10)
+    assert result.status == "completed" and result.pass_number == 1
+    assert (result.totals["migrated"], result.totals["scanned"], result.totals["skipped"]) == (101, 101, 0)
+    assert batches[0].get("range") and batches[0]["migrated"] == 10
+    assert await db.people.count_documents({"__v": 2, "first": {"$exists": False}}) == 101
+
+
 def _before_first_range(monkeypatch: pytest.MonkeyPatch, act: Callable[[int], Awaitable[None]]) -> list[int]:
     """Run ``act(call)`` at each range write, after its boundary was read and before the server rewrites it."""
     original = modes.rewrite_range

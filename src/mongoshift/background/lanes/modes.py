@@ -36,7 +36,7 @@ from ...project.server_errors import (
 from ...project.user_code import call
 from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
-from ..plan.planner import batch_filter, batch_sort, cursor_after
+from ..plan.planner import batch_filter, batch_sort, cursor_after, range_filter
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
 from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend_decoded, rewrite_range
 from ..write.document import bson_problem
@@ -435,9 +435,8 @@ class PipelineRanges:
         partition, which its checkpoint closes (``scanned`` is then what it rewrote)."""
         engine, job, adaptive = work.engine, work.job, work.adaptive
         began = engine.now()
-        filter_ = batch_filter(work.match, work.partition.scope, cursor)
-        if last is not None:
-            filter_ = {"$and": [filter_, {"_id": {"$lte": last["_id"]}}]}
+        scope = work.partition.scope
+        filter_ = batch_filter(work.match, scope, cursor) if last is None else range_filter(work.match, scope, cursor, last["_id"])
         next_cursor, done = (cursor_after(work.partition.scope, last), False) if last is not None else (cursor, True)
         options: dict[str, Any] = {
             "read_concern": ReadConcern("snapshot"),

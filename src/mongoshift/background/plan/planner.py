@@ -121,6 +121,17 @@ def batch_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint) -> dic
     return _and(match, {"_id": condition} if condition else {})
 
 
+def range_filter(match: dict[str, Any], scope: Scope, cursor: Checkpoint, last_id: Any) -> dict[str, Any]:
+    """The documents of ``scope`` after ``cursor`` up to ``last_id`` (included): a bounded range of the ``_id`` order.
+
+    The end is ``$not: {$gt: last_id}``, not ``$lte``: a NaN ``_id`` sorts before every number and
+    is read by the number bracket's first range (:func:`batch_filter`), but ``$lte`` matches no NaN,
+    so that range would leave it behind, for the next pass. Within the bracket's ``$type`` the two
+    match the same documents otherwise."""
+    end = {"$not": {"$gt": last_id}} if scope.bracket == "number" else {"$lte": last_id}
+    return {"$and": [batch_filter(match, scope, cursor), {"_id": end}]}
+
+
 async def plan_pass(
     collection: AsyncCollection[dict[str, Any]],
     match: dict[str, Any],
