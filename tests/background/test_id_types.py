@@ -128,3 +128,36 @@ def test_the_batch_after_a_nan_id_goes_on_with_every_other_number(nan: Any) -> N
 def test_a_batch_after_an_ordinary_id_still_starts_after_it() -> None:
     filter_ = batch_filter({"__v": 1}, Scope("number"), Checkpoint(last_id=-math.inf, started=True))
     assert filter_["$and"][1]["_id"] == {"$gt": -math.inf, "$type": "number"}
+
+
+class _SampleRefused:
+    """A collection whose ``$sample`` the server stops (a time or memory limit on a large collection)."""
+
+    def __init__(self, collection: Any) -> None:
+        self._collection = collection
+        self.name = collection.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+    async def aggregate(self, pipeline: list[dict[str, Any]], **options: Any) -> Any:
+        from pymongo.errors import OperationFailure
+
+        if any("$sample" in stage for stage in pipeline):
+            raise OperationFailure("operation exceeded time limit", 50)
+        return await self._collection.aggregate(pipeline, **options)
+
+
+async def test_a_sample_the_server_stops_leaves_each_bracket_in_one_partition(db, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """The sample only says where to cut: when the server stops it, a pass is still planned over every
+    document (it failed the whole run, exit 1, pass after pass)."""
+    from mongoshift.background.plan.planner import plan_pass
+
+    ids = [*range(300), *(f"s{i}" for i in range(200)), *(_oid(i) for i in range(1, 100))]
+    await db.people.insert_many([{"_id": i, "__v": 1} for i in ids])
+    with caplog.at_level("WARNING", logger="mongoshift.background"):
+        planned, estimate = await plan_pass(_SampleRefused(db.people), {"__v": 1}, target=16, min_partition_docs=10, sample_size=1000)  # type: ignore[arg-type]
+    assert estimate == len(ids)
+    assert sorted(p.scope.bracket for p in planned) == ["number", "objectId", "string"]
+    assert all(p.scope.gte is None and p.scope.lt is None for p in planned)
+    assert "code 50" in caplog.text and "s1" not in caplog.text

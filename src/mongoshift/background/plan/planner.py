@@ -11,6 +11,7 @@ largest first.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,9 @@ from typing import Any
 
 from bson import Decimal128, ObjectId
 from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import OperationFailure
 
+from ...project.server_errors import connection_lost, error_code
 from ..state.model import Checkpoint, Scope
 from .bson_order import BRACKETS
 from .key_filter import conjoin, ranges_filter, tuple_compare
@@ -26,6 +29,8 @@ from .key_filter import conjoin, ranges_filter, tuple_compare
 MIN_OBJECT_ID = ObjectId("0" * 24)
 MAX_OBJECT_ID = ObjectId("f" * 24)
 SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
+
+log = logging.getLogger("mongoshift.background")
 
 
 @dataclass
@@ -152,7 +157,18 @@ async def plan_pass(
         if share == 1:
             planned.append(PlannedPartition(Scope(bracket), n))
             continue
-        bounds = await _quantiles(collection, _and(match, {"_id": {"$type": bracket}}), share, min(sample_size, n))
+        try:
+            bounds = await _quantiles(collection, _and(match, {"_id": {"$type": bracket}}), share, min(sample_size, n))
+        except OperationFailure as exc:
+            if connection_lost(exc):
+                raise
+            # The sample only says where to cut (a time limit or a memory limit on a large
+            # collection): one partition still covers the whole bracket, in fewer lanes.
+            log.warning(
+                "%s: the sample that cuts its %s _ids into ranges failed (code %s): they stay in one partition",
+                collection.name, bracket, error_code(exc),
+            )
+            bounds = []
         edges: list[Any] = [None, *bounds, None]
         pieces = len(edges) - 1
         for i in range(pieces):
