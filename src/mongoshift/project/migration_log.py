@@ -4,10 +4,12 @@
 attempt, level, message and a bounded copy of ``data``) whatever the log level, the moment
 it is called: a body that fails or whose transaction is rolled back keeps the lines it
 logged, and a retried transaction logs again with ``attempt`` 2. The same line also goes
-to ``ctx.logger``, whose records carry those fields in ``extra``. The message goes through the
-shared redaction once, here, so that every place it reaches (events, ``--json``, stderr, the
-stored run log) shows the same text without a password or secret URI option. The data is the
-author's: it may be a document value, so log counts and names, not documents.
+to ``ctx.logger``, whose records carry those fields in ``extra``. The message and every text
+of the data go through the shared redaction once, here, so that every place they reach (events,
+``--json``, stderr, the stored run log) shows the same text without a password or secret URI
+option. A line whose message or data cannot be shown (a ``__str__`` that raises) is dropped:
+logging never fails the migration. The data is the author's: it may be a document value, so log
+counts and names, not documents.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def bounded(value: Any, depth: int = 0) -> Any:
     if isinstance(value, _KEPT):
         return value
     if isinstance(value, str):
-        return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + "…"
+        return redact(value, MAX_TEXT)  # as the message: a URI's password never reaches an event or a line
     if isinstance(value, (bytes, Binary)):
         return Binary(bytes(value[:MAX_TEXT]))
     if depth >= MAX_DEPTH:
@@ -88,8 +90,12 @@ class MigrationLog:
         self._log(logging.ERROR, message, data)
 
     def _log(self, level: int, message: str, data: dict[str, Any]) -> None:
-        text = redact(str(message), MAX_TEXT)
-        copy = bounded(data)
+        try:
+            text = redact(str(message), MAX_TEXT)
+            copy = bounded(data)
+        except Exception as exc:  # a value whose str() raises: the line is dropped, the caller's work goes on
+            logging.getLogger("mongoshift").debug("a ctx.log line was dropped: its message or data cannot be shown (%s)", type(exc).__name__)
+            return
         self.events.emit(
             "log",
             self.migration,
