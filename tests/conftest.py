@@ -297,6 +297,27 @@ def start_cli(project: Project, *args: str) -> subprocess.Popen[str]:
 Cli = Callable[..., CliResult]
 
 
+def drop_new_stream_handlers(logger: logging.Logger, before: list[logging.Handler]) -> None:
+    """Take off ``logger`` the plain stream handlers added since ``before`` (pytest's own capture handlers,
+    a subclass, are pytest's to add and remove)."""
+    for handler in [h for h in logger.handlers if h not in before and type(h) is logging.StreamHandler]:
+        logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def _loggers_as_found() -> Iterator[None]:
+    """Every test leaves the ``mongoshift`` and root loggers as it found them. ``Output()`` (and so the CLI run in
+    this process, the demo, ``main([...])``) puts handlers on this test's captured stderr, which pytest closes after
+    the test: left there, a later test's warning failed with "Logging error" (an order-dependent failure)."""
+    loggers = [logging.getLogger("mongoshift"), logging.getLogger()]
+    saved = [(list(logger.handlers), logger.propagate, logger.level) for logger in loggers]
+    yield
+    for logger, (handlers, propagate, level) in zip(loggers, saved, strict=True):
+        drop_new_stream_handlers(logger, handlers)
+        logger.propagate, logger.level = propagate, level
+    logging.captureWarnings(False)
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
     """``cli(where, *args)``: ``mongoshift ARGS`` run in this process from ``where`` (a
@@ -319,7 +340,6 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     # --log-format json also puts a handler on the root logger (other libraries' lines as JSON) on this test's
     # captured stderr: left there, a later test's warning from any logger wrote to a closed capture ("Logging error")
     root_logger = logging.getLogger()
-    saved_root = list(root_logger.handlers)
 
     def run(args: list[str]) -> int:
         try:
@@ -331,6 +351,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     def call(where: Project | Path, *args: str) -> CliResult:
         root = where.root if isinstance(where, Project) else Path(where)
         environ, path, modules = dict(os.environ), list(sys.path), set(sys.modules)
+        root_handlers = list(root_logger.handlers)
         folder = os.getcwd()
         capsys.readouterr()
         os.chdir(root)
@@ -365,7 +386,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
                     del sys.modules[name]
             logger.handlers[:] = saved_logger[0]
             logger.propagate, logger.level = saved_logger[1], saved_logger[2]
-            root_logger.handlers[:] = saved_root
+            drop_new_stream_handlers(root_logger, root_handlers)
             logging.captureWarnings(False)
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
