@@ -71,6 +71,7 @@ async def test_up_down_redo_and_history(project, db) -> None:  # type: ignore[no
     assert records["0003_c.py"]["status"] == "reverted"  # kept, marked, never deleted
     assert records["0002_b.py"]["status"] == "applied"
     assert records["0002_b.py"]["first_applied_at"] <= records["0002_b.py"]["applied_at"]
+    assert not {"reverted_at", "revert_run_id", "reverted_by", "revert_duration_ms"} & set(records["0002_b.py"])  # applied again: no revert on it
 
     rows = await command.status(s)
     assert [(r.name, r.state) for r in rows] == [("0001_a.py", "applied"), ("0002_b.py", "applied"), ("0003_c.py", "reverted")]

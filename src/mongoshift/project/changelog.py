@@ -101,6 +101,11 @@ def _literal(value: Any) -> Any:
     return {"$literal": value}
 
 
+#: What a rollback or a failure wrote on a record: an applied record carries none of it (``first_applied_at`` keeps
+#: when the file was first applied), so it never shows a failure time or a revert's run beside its applied time.
+_NOT_APPLIED_FIELDS = ["reverted_at", "revert_duration_ms", "revert_run_id", "reverted_by", "error", "failed_checksum", "failed_at"]
+
+
 def applied_update(
     name: str,
     *,
@@ -130,7 +135,8 @@ def applied_update(
         "applied_at": when,
         "first_applied_at": {"$ifNull": ["$first_applied_at", when]},
     }
-    return {"name": name}, [{"$set": fields}, {"$unset": ["reverted_at", "error", "failed_checksum"]}]
+    return {"name": name}, [{"$set": fields}, {"$unset": _NOT_APPLIED_FIELDS}]
+
 
 
 def adopted_update(
@@ -168,7 +174,7 @@ def adopted_update(
         fields["source"] = _literal(source)
     return {"name": name}, [
         {"$set": fields},
-        {"$unset": ["reverted_at", "error", "failed_checksum", "failed_at"]},
+        {"$unset": _NOT_APPLIED_FIELDS},
     ]
 
 
