@@ -284,3 +284,25 @@ def test_ctrl_c_during_a_migration_that_stops_early_never_records_it_applied(pro
     assert cli(project, "up").returncode == 0  # the next up finishes it
     assert sync_client[project.db].marks.count_documents({"at": "end"}) == 1
     assert sync_client[project.db]["_mongoshift_migrations"].find_one({"name": "0001_polls.py"})["status"] == "applied"
+
+
+def test_lock_says_when_the_holders_lease_ran_out(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """A lock whose lease ran out by the server's clock is shown as such: the next run takes it over (it read as held)."""
+    import datetime
+
+    project.add("0001_a.py", QUICK)
+    assert cli(project, "status").returncode == 0  # the project's collections exist
+    locks = sync_client[project.db]["_mongoshift_locks"]
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    locks.insert_one({
+        "_id": "migration_lock", "owner": "run-1", "host": "elsewhere", "pid": 4242, "executed_by": "ci",
+        "locked_at": past - datetime.timedelta(minutes=5), "expires_at": past, "ttl_ms": 60_000,
+    })
+    shown = cli(project, "lock")
+    assert shown.returncode == 0 and "held by ci on elsewhere" in shown.stdout
+    assert "its lease ran out at" in shown.stdout and "the next run takes it over" in shown.stdout, shown.stdout
+    as_json = json.loads(cli(project, "lock", "--json").stdout)
+    assert as_json["held"] and as_json["holder"]["expired"] is True
+    locks.update_one({"_id": "migration_lock"}, {"$set": {"expires_at": past + datetime.timedelta(days=1)}})
+    assert json.loads(cli(project, "lock", "--json").stdout)["holder"]["expired"] is False
+    assert "ran out" not in cli(project, "lock").stdout

@@ -459,7 +459,11 @@ def lock() -> int:
     if out.json_mode:
         out.json({"held": holder is not None, "holder": holder.__dict__ if holder else None})
     else:
-        out.say(f"held by {holder.describe()}" if holder else "the lock is free")
+        gone = holder is not None and not holder.expired and holder.gone()
+        out.say(
+            "the lock is free" if holder is None
+            else f"held by {holder.describe()}" + ("; that process no longer runs on this host: the next run takes it over" if gone else "")
+        )
     return 0
 
 

@@ -94,6 +94,8 @@ class LockHolder:
     ttl_seconds: float | None
     #: :func:`process_identity` of the holder when it took the lock (None: an older lock, or no ``/proc``).
     process: dict[str, Any] | None = None
+    #: Its lease ran out by the server's clock: the next run takes it over (None: not judged).
+    expired: bool | None = None
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> LockHolder:
@@ -107,6 +109,7 @@ class LockHolder:
             expires_at=doc.get("expires_at"),
             ttl_seconds=ttl_ms / 1000 if isinstance(ttl_ms, (int, float)) else None,
             process=doc.get("process") if isinstance(doc.get("process"), dict) else None,
+            expired=doc.get("_expired") if isinstance(doc.get("_expired"), bool) else None,
         )
 
     def gone(self) -> bool:
@@ -133,7 +136,11 @@ class LockHolder:
 
     def describe(self) -> str:
         since = self.locked_at.isoformat(timespec="seconds") if self.locked_at else "?"
-        return f"{self.executed_by or '?'} on {self.host or '?'} (pid {self.pid}, since {since}, run {self.owner})"
+        said = f"{self.executed_by or '?'} on {self.host or '?'} (pid {self.pid}, since {since}, run {self.owner})"
+        if self.expired:
+            ended = self.expires_at.isoformat(timespec="seconds") if self.expires_at else "?"
+            said += f"; its lease ran out at {ended} by the server's clock: the next run takes it over"
+        return said
 
 
 #: The taking write keeps the previous holder's note as ``left_unfinished`` (missing when it had none),
@@ -336,8 +343,11 @@ class LeaseLock:
         return True
 
     async def holder(self) -> LockHolder | None:
-        doc = await self.collection.find_one({"_id": self.lock_id})
-        return LockHolder.from_document(doc) if doc else None
+        """Who holds the lock, and whether its lease ran out by the server's clock (judged in the same read)."""
+        expired = {"$and": [{"$ne": [{"$type": "$expires_at"}, "missing"]}, {"$lt": ["$expires_at", "$$NOW"]}]}
+        async for doc in await self.collection.aggregate([{"$match": {"_id": self.lock_id}}, {"$set": {"_expired": expired}}]):
+            return LockHolder.from_document(doc)
+        return None
 
     def start_heartbeat(self) -> None:
         self._heartbeat = asyncio.create_task(self._beat(), name="mongoshift-lock-heartbeat")
