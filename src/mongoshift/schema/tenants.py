@@ -31,7 +31,11 @@ def refused_database_name(name: object) -> str | None:
         return f"a tenant name must be text, not {type(name).__name__}"
     if not name:
         return "a tenant name cannot be empty"
-    if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # a command-line argument that was not UTF-8 (its bytes kept as surrogates)
+        return "a database name must be valid UTF-8"
+    if size > _MAX_NAME_BYTES:
         return f"a database name has at most {_MAX_NAME_BYTES} bytes"
     bad = sorted({c for c in name if c in _REFUSED_CHARACTERS})
     if bad:

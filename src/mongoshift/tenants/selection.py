@@ -63,9 +63,12 @@ class TenantFlags:
 
 
 def _shown(name: object) -> str:
-    """A name for a message: short text as is, anything else by its type only."""
+    """A name for a message: short text as is (bytes that were not UTF-8 as ``\\xff``), anything else by its type only."""
     if isinstance(name, str) and len(name) <= 80:
-        return name
+        try:
+            return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no argument byte gives (a provider's text)
+            return name.encode("utf-8", "backslashreplace").decode("ascii")
     return f"<{type(name).__name__}>" if not isinstance(name, str) else f"<{len(name)} characters>"
 
 
