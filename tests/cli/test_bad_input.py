@@ -15,3 +15,14 @@ def test_a_tenant_name_that_is_not_utf8_is_refused_with_46(project, name: str, c
     error = json.loads(result.stdout)["error"]
     assert "valid UTF-8" in error["message"] and "\\" in error["details"]["tenant"]
     assert "\udcff" not in result.stderr and "\ud800" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["lint", "a\u202eb"], ["baseline", "--to", "a\u202eb"], ["background", "unlock", "a\u202eb"], ["status", "--dir", "a\u202eb"]],
+)
+def test_bidirectional_controls_of_an_argument_never_reach_the_terminal(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """U+202E would show the rest of the error line reversed: dropped like the other control characters."""
+    result = cli(project, *args)
+    assert result.returncode in (8, 42), result.stderr
+    assert "ab" in result.stderr and "\u202e" not in result.stderr + result.stdout

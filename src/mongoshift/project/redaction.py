@@ -20,8 +20,10 @@ LIMIT = 1000
 MASK = "***"
 REDACTED = "<redacted>"
 
-# C0 controls except tab and newline, DEL, and the C1 block (0x9b is a one-character CSI).
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls except tab and newline, DEL, the C1 block (0x9b is a one-character CSI), and the
+# bidirectional controls (U+202E shows the rest of a line reversed: a file name or an argument
+# could make a message read as something else).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # (a password may hold an apostrophe: the URI syntax allows it unescaped, and the driver takes it)
 _USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"<>]{0,512}@", re.IGNORECASE)
 # key=value / key:value / 'key': 'value' pairs whose key names a secret: proxyPassword,
