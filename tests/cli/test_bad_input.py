@@ -26,3 +26,42 @@ def test_bidirectional_controls_of_an_argument_never_reach_the_terminal(project,
     result = cli(project, *args)
     assert result.returncode in (8, 42), result.stderr
     assert "ab" in result.stderr and "\u202e" not in result.stderr + result.stdout
+
+
+HUGE = "a" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "tail"),
+    [
+        (["up", "--batch", "1" * 100_000], 6, "is not a valid integer"),
+        (["lint", HUGE], 8, ".py"),
+        (["create", HUGE], 19, "max 81 characters"),
+        (["background", "cancel", HUGE], 42, "--yes"),
+        (["status", "--dir", HUGE], 44, "File name too long"),
+    ],
+)
+def test_a_huge_argument_is_quoted_back_by_its_start_and_end(project, args: list[str], code: int, tail: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """A 100 KB value in an error is cut short, and what the error says after it still shows."""
+    for json_flag in ([], ["--json"]):
+        result = cli(project, *args, *json_flag)
+        assert result.returncode == code, result.stderr[:300]
+        lines = (result.stdout + result.stderr).splitlines()
+        assert max(len(line) for line in lines) < 500 and tail in result.stderr
+        if json_flag:
+            assert tail in json.loads(result.stdout)["error"]["message"]
+
+
+def test_a_long_argument_that_may_hold_a_secret_is_shown_by_its_length(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """Cut, a password could lose what masks it: the whole run is replaced by its length."""
+    uri = "mongodb://user:" + "p" * 400 + "@host/"
+    result = cli(project, "up", "--wait", uri, "--json")
+    assert result.returncode == 6
+    assert "ppp" not in result.stdout + result.stderr and "characters>" in json.loads(result.stdout)["error"]["message"]
+
+
+def test_a_flag_error_never_shows_a_password_it_quotes(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A connection string given to the wrong flag: click quotes it, the one redaction masks it."""
+    result = cli(project, "up", "--wait", "mongodb://user:s3cr3t@host/", "--json")
+    assert result.returncode == 6
+    assert "s3cr3t" not in result.stdout + result.stderr and "mongodb://***@host/" in result.stderr

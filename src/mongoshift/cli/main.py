@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeIs
 import click
 
 from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError
-from ..project.redaction import strip_controls, uri_secrets
+from ..project.redaction import elide_long_words, redact, uri_secrets
 from .adoption import baseline as baseline_command, import_command
 from .app import (
     WAIT_HELP,
@@ -600,13 +600,15 @@ def _main(args: list[str]) -> None:
         sys.exit(ExitCode.ABORTED)
     except click.exceptions.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        error = ConfigInvalidError(exc.format_message())
+        # It quotes the arguments, as given: cleaned as every error is (a 100 KB value, a URI in the wrong flag).
+        message = redact(elide_long_words(exc.format_message()), limit=10_000)
+        error = ConfigInvalidError(message)
         if "--json" in args:
             Output(json_mode=True).json({"error": error.to_json()})
         if _log_json(args):  # every stderr line one JSON object, this one too
-            Output(quiet=True, log_json=True).error(ConfigInvalidError(strip_controls(exc.format_message()) + hint))
+            Output(quiet=True, log_json=True).error(ConfigInvalidError(message + hint))
         else:
-            print(f"error: {strip_controls(exc.format_message())}", file=sys.stderr)  # it quotes the arguments
+            print(f"error: {message}", file=sys.stderr)
             if hint:
                 print(hint.strip(), file=sys.stderr)
         sys.exit(error.exit_code)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import MongoshiftError
-from ..project.redaction import redact, strip_controls
+from ..project.redaction import elide_long_words, redact, strip_controls
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -139,6 +139,18 @@ def _column_layout(columns: Sequence[str], cells: Sequence[Sequence[str]], width
     return [{"width": first, "overflow": "fold"}, *({"width": w, "overflow": "fold"} for w in widths)]
 
 
+def _elided(value: Any) -> Any:
+    """An error document's details with every text's long words cut (a path or name as long as the
+    argument that gave it)."""
+    if isinstance(value, str):
+        return elide_long_words(value)
+    if isinstance(value, dict):
+        return {key: _elided(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_elided(item) for item in value]
+    return value
+
+
 class Output:
     def __init__(self, *, json_mode: bool = False, quiet: bool = False, verbose: bool = False, log_json: bool = False) -> None:
         self.json_mode = json_mode
@@ -247,9 +259,9 @@ class Output:
         warnings = exc.details.get("warnings")
         for warning in warnings if isinstance(warnings, list) else []:
             self.warn(redact(str(warning), limit=10_000))
-        message = redact(exc.message, limit=10_000)
+        message = redact(elide_long_words(exc.message), limit=10_000)
         if self.json_mode:
-            self.json({"error": {**exc.to_json(), "message": message}})
+            self.json({"error": {**_elided(exc.to_json()), "message": message}})
         if self.log_json:
             self._line("error", message, kind=exc.kind, code=int(exc.exit_code))
         elif self.err.is_terminal:

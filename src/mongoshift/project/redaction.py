@@ -49,6 +49,27 @@ def strip_controls(text: str) -> str:
     return _CONTROLS.sub("", text)
 
 
+#: The longest run of non-space characters an error shows whole (a path, a URI, a name).
+LONGEST_WORD = 300
+_LONG_WORD = re.compile(rf"\S{{{LONGEST_WORD + 1},}}")
+_MAY_HOLD_SECRET = re.compile(r"@|://|password|secret|token", re.IGNORECASE)
+
+
+def elide_long_words(text: str) -> str:
+    """``text`` with each run of more than :data:`LONGEST_WORD` non-space characters (a 100 KB
+    argument an error quotes back) cut to its start and end, so the words after it still show.
+    A run that may hold a secret is replaced by its length instead: a cut could separate a
+    password from what :func:`redact` recognizes it by."""
+
+    def cut(match: re.Match[str]) -> str:
+        word = match.group()
+        if _MAY_HOLD_SECRET.search(word):
+            return f"<{len(word)} characters>"
+        return f"{word[:80]}…{word[-20:]}"
+
+    return _LONG_WORD.sub(cut, text)
+
+
 def cap(text: str, limit: int | None = LIMIT) -> str:
     if limit is None or len(text) <= limit:
         return text
