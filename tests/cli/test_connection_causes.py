@@ -87,6 +87,9 @@ def test_a_connection_lost_during_a_run_says_its_cause() -> None:
         ("badopt=1&directConnection=true", "unknown option 'badopt'"),
         ("tls=maybe", "The value of tls must be"),
         ("authMechanism=NOPE", "authmechanism must be in"),
+        # a file option naming what cannot be read: the driver raises an OSError, not its own error
+        ("tls=true&tlsCAFile=/nonexistent/ca.pem", "tlscafile file is not readable"),
+        ("tls=true&tlsCertificateKeyFile=/", "tlscertificatekeyfile file is not readable"),
     ],
 )
 def test_a_uri_option_the_driver_does_not_take_is_refused_with_exit_6(project, cli, options: str, said: str) -> None:  # type: ignore[no-untyped-def]

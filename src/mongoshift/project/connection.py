@@ -153,7 +153,7 @@ def check_uri_options(uri: str) -> None:
         return
     try:
         split_options(query, validate=True, warn=False)
-    except (ConfigurationError, ValueError, InvalidURI) as exc:
+    except (ConfigurationError, ValueError, InvalidURI, OSError) as exc:  # OSError: a tlsCAFile that cannot be read
         unknown = []
         for key, value in parse_qsl(query, keep_blank_values=True):
             try:
@@ -161,12 +161,13 @@ def check_uri_options(uri: str) -> None:
             except ConfigurationError as one:
                 if "Unknown option" in str(one):
                     unknown.append(key)
-            except (ValueError, InvalidURI):
+            except (ValueError, InvalidURI, OSError):
                 pass
         if unknown:
             names = ", ".join(repr(redact(k, limit=64)) for k in dict.fromkeys(unknown))
             raise ConfigInvalidError(f"invalid uri: unknown option {names} (a typo? the driver would drop it)") from None
-        raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
+        said = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigInvalidError(f"invalid uri: {redact(said)}") from None
 
 
 async def connect(settings: Settings) -> AsyncMongoClient[Any]:
