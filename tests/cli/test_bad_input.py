@@ -65,3 +65,13 @@ def test_a_flag_error_never_shows_a_password_it_quotes(project, cli) -> None:  #
     result = cli(project, "up", "--wait", "mongodb://user:s3cr3t@host/", "--json")
     assert result.returncode == 6
     assert "s3cr3t" not in result.stdout + result.stderr and "mongodb://***@host/" in result.stderr
+
+
+@pytest.mark.parametrize("line", ["TOKEN=hunter9\x00x\n", "TOKEN='hunter9\x00x'\n", 'TOKEN="hunter9\x00x"\n'])
+def test_a_nul_character_in_a_dotenv_value_is_refused_with_6(project, line: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """No environment variable can hold a NUL: exporting the value crashed (exit 1); the line is refused like any other."""
+    (project.root / ".env").write_text(line, encoding="utf-8")
+    result = cli(project, "status", "--json")
+    assert result.returncode == 6, result.stdout
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "line 1 (TOKEN): a NUL character" in message and "hunter9" not in result.stdout + result.stderr

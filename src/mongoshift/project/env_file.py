@@ -11,7 +11,7 @@ Accepted, one assignment a line:
 - blank lines and lines starting with ``#`` are skipped.
 
 Refused (exit 6, naming the file and the line, never the value): anything else, a name
-given twice, a quote that does not close on its line, a file over 1 MB or that is not a
+given twice, a quote that does not close on its line, a NUL character in a value, a file over 1 MB or that is not a
 regular file. No ``${VAR}`` expansion, no multi-line values: ``$`` is an ordinary character.
 """
 
@@ -64,6 +64,8 @@ def read_env_file(path: Path, also: Callable[[dict[str, str]], list[str]] | None
         lines[name] = number
         try:
             values[name] = _value(match["rest"])
+            if "\x00" in values[name]:
+                raise ValueError("a NUL character, which no environment variable can hold")
         except ValueError as exc:
             problems.append((number, f"line {number} ({name}): {exc}"))
     if problems:
