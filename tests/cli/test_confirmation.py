@@ -14,11 +14,24 @@ from .test_cli import QUICK
 ASKING = [
     ("up", "--force", "0001_a"),
     ("baseline", "--to", "0001_a"),
-    ("background", "cancel", "0001_a"),
-    ("background", "repin", "0001_a"),
-    ("background", "unlock", "0001_a"),
-    ("background", "retry", "--from-start", "0001_a"),
+    ("background", "cancel", "0002_bg"),
+    ("background", "repin", "0002_bg"),
+    ("background", "unlock", "0002_bg"),
+    ("background", "retry", "--from-start", "0002_bg"),
 ]
+
+BACKGROUND = """
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    return doc
+
+background = Background(collection="people", from_version=0, to_version=1, migrate=migrate)
+"""
+
+
+def everything(sync_client, db: str) -> dict[str, list[object]]:  # type: ignore[no-untyped-def]
+    return {name: list(sync_client[db][name].find()) for name in sorted(sync_client[db].list_collection_names())}
 
 
 @pytest.fixture
@@ -31,10 +44,24 @@ def no_terminal(cli, monkeypatch):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("args", ASKING, ids=lambda a: " ".join(a))
 def test_a_prompt_without_a_terminal_exits_42_and_names_yes(project, sync_client, args: tuple[str, ...], no_terminal) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
+    if args[0] == "background":  # a background control asks about a registered migration only
+        project.add("0002_bg.py", BACKGROUND)
+        assert no_terminal(project, "up", "--to", "0002_bg").returncode == 0
+    before = everything(sync_client, project.db)
     result = no_terminal(project, *args)
     assert result.returncode == 42, result.stderr
     assert "--yes" in result.stderr and "config" not in result.stderr.lower()
-    assert sync_client[project.db].list_collection_names() == []  # nothing was changed, not even a record
+    assert everything(sync_client, project.db) == before  # nothing was changed, not even a record
 
     document = json.loads(no_terminal(project, *args, "--json").stdout)  # --json never asks either
     assert document["error"]["code"] == 42 and document["error"]["kind"] == "confirmation_required"
+
+
+@pytest.mark.parametrize("args", [a for a in ASKING if a[0] == "background"], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("name", ["0009_typo", ""])
+def test_a_background_control_of_a_name_not_registered_is_refused_before_asking(project, args: tuple[str, ...], name: str, no_terminal) -> None:  # type: ignore[no-untyped-def]
+    """A typo is not answered with 'pass --yes' (which would only lead to exit 9): it is 9 at once."""
+    project.add("0001_a.py", QUICK)
+    result = no_terminal(project, *args[:-1], name, "--json")
+    assert result.returncode == 9, result.stdout
+    assert "not a registered background migration" in json.loads(result.stdout)["error"]["message"]

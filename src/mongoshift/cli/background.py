@@ -430,6 +430,16 @@ def _watch_across(s: Settings, tenants: Tenants, options: WatchOptions) -> int:
     )
 
 
+def _registered_before_asking(s: Settings, name: str, yes: bool, tenants: object) -> None:
+    """Refuse (exit 9) a NAME no background migration is registered under before asking about it: a
+    prompt, or exit 42 without a terminal, about a typo helps nobody. Across tenants each tenant's row
+    answers for itself."""
+    from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
+
+    if not yes and tenants is None:
+        run_async(lambda cancel: per_call(s).background.status(name))
+
+
 def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
@@ -437,6 +447,7 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
     s = settings()
     tenants = requested()
     if action in ("cancel", "unlock") or from_start:
+        _registered_before_asking(s, name, yes, tenants)
         confirm(f"{action}{' from the start' if from_start else ''} {name}{' in every selected tenant' if tenants else ''}?", yes)
     if tenants is not None:
         from ..tenants.report import Judged  # start-up time: loaded only when this command runs
@@ -604,6 +615,7 @@ def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
 def repin(name: str, reason: str | None, yes: bool) -> None:
     """Pin NAME's file as it is on disk now, so lanes run this version (after a deploy changed it)."""
     tenants = requested()
+    _registered_before_asking(settings(), name, yes, tenants)
     confirm(f"Pin the current file of {name}{' in every selected tenant' if tenants else ''}? Lanes running the old code will wait.", yes)
     if tenants is not None:
         from ..tenants.report import Judged  # start-up time: loaded only when this command runs
