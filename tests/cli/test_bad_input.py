@@ -75,3 +75,19 @@ def test_a_nul_character_in_a_dotenv_value_is_refused_with_6(project, line: str,
     assert result.returncode == 6, result.stdout
     message = json.loads(result.stdout)["error"]["message"]
     assert "line 1 (TOKEN): a NUL character" in message and "hunter9" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("transaction", [False, True])
+def test_an_async_up_that_returns_its_write_without_await_still_writes(project, sync_client, transaction: bool, cli) -> None:  # type: ignore[no-untyped-def]
+    """``return ctx.db.x.insert_one(...)`` in an ``async def`` hands back the write not yet done: it was
+    recorded applied with nothing written (a plain ``def`` returning a coroutine was already awaited)."""
+    project.add(
+        "0001_a.py",
+        f"use_transaction = {transaction}\n\n"
+        "async def up(ctx):\n    return ctx.db.marks.insert_one({'at': 'up'}" + (", session=ctx.session" if transaction else "") + ")\n\n"
+        "async def down(ctx):\n    return ctx.db.marks.delete_many({}" + (", session=ctx.session" if transaction else "") + ")\n",
+    )
+    assert cli(project, "up").returncode == 0
+    assert sync_client[project.db].marks.count_documents({}) == 1
+    assert cli(project, "down").returncode == 0
+    assert sync_client[project.db].marks.count_documents({}) == 0

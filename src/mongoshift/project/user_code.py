@@ -48,7 +48,7 @@ def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         async def guarded_async(*args: Any) -> Any:
             try:
-                return await fn(*args)
+                return await _settled(await fn(*args))
             except (SystemExit, KeyboardInterrupt) as exc:
                 raise UserCodeExit.of(exc) from None
 
@@ -71,13 +71,16 @@ async def call(fn: Callable[..., Any], *args: Any) -> Any:
     """Await an async function; run a sync one in a thread. ``sys.exit`` inside either is a failure."""
     try:
         if is_async(fn):
-            return await fn(*args)
-        result = await asyncio.to_thread(fn, *args)
-        if inspect.isawaitable(result):  # a sync function that returned a coroutine
-            return await result
-        return result
+            return await _settled(await fn(*args))
+        return await _settled(await asyncio.to_thread(fn, *args))  # a sync function may return a coroutine
     except (SystemExit, KeyboardInterrupt) as exc:
         raise UserCodeExit.of(exc) from None
+
+
+async def _settled(result: Any) -> Any:
+    """``result``, awaited when it is awaitable: ``return ctx.db.users.update_many(...)`` without
+    ``await`` hands back the write not yet done, and its step must not be recorded before it ran."""
+    return await result if inspect.isawaitable(result) else result
 
 
 @contextmanager
