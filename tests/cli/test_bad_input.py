@@ -91,3 +91,26 @@ def test_an_async_up_that_returns_its_write_without_await_still_writes(project, 
     assert sync_client[project.db].marks.count_documents({}) == 1
     assert cli(project, "down").returncode == 0
     assert sync_client[project.db].marks.count_documents({}) == 0
+
+
+UNREADABLE = """
+class Unreadable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "code"),
+    [(UNREADABLE + "\ndef up(ctx):\n    raise Unreadable()\n", 7), (UNREADABLE + "\nraise Unreadable()\n", 20)],
+    ids=["raised by up", "raised at import"],
+)
+def test_an_exception_whose_message_cannot_be_read_is_still_the_migrations_failure(project, source: str, code: int, cli) -> None:  # type: ignore[no-untyped-def]
+    """Its ``__str__`` raising made the report crash (exit 1, the migration not recorded failed)."""
+    project.add("0001_a.py", source)
+    result = cli(project, "up", "--json")
+    assert result.returncode == code, result.stdout
+    assert "Unreadable: (its message could not be read" in json.loads(result.stdout)["error"]["message"]
+    if code == 7:
+        rows = json.loads(cli(project, "status", "--json").stdout)["migrations"]
+        assert [r["state"] for r in rows] == ["failed"]
