@@ -114,3 +114,19 @@ def test_an_exception_whose_message_cannot_be_read_is_still_the_migrations_failu
     if code == 7:
         rows = json.loads(cli(project, "status", "--json").stdout)["migrations"]
         assert [r["state"] for r in rows] == ["failed"]
+
+
+@pytest.mark.parametrize("kind", ["def", "async def"])
+@pytest.mark.parametrize(
+    "raised",
+    ["BaseException('own')", "GeneratorExit('own')", "__import__('asyncio').CancelledError()"],
+    ids=["BaseException", "GeneratorExit", "CancelledError"],
+)
+def test_a_base_exception_raised_by_a_migration_is_its_failure(project, kind: str, raised: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """Not an Exception, it went past every handler: a traceback and exit 1 (or no JSON at all), the
+    migration left pending. Like sys.exit(), it is the migration's failure: exit 7, recorded failed."""
+    project.add("0001_a.py", f"{kind} up(ctx):\n    raise {raised}\n")
+    result = cli(project, "up", "--json")
+    assert result.returncode == 7, result.stderr[-2000:]
+    assert "was raised" in json.loads(result.stdout)["error"]["message"] and "Traceback" not in result.stderr
+    assert [r["state"] for r in json.loads(cli(project, "status", "--json").stdout)["migrations"]] == ["failed"]

@@ -27,7 +27,9 @@ from typing import Any
 
 
 class UserCodeExit(Exception):
-    """User code (a migration or a hook) raised ``SystemExit`` or ``KeyboardInterrupt``.
+    """User code (a migration or a hook) raised ``SystemExit``, ``KeyboardInterrupt`` or another
+    exception that is no ``Exception`` (``BaseException``, ``GeneratorExit``, a ``CancelledError``
+    of its own making).
 
     Such code does not decide how mongoshift ends: ``sys.exit(0)`` after half
     the writes must not look like success, nor ``sys.exit(3)`` like a held
@@ -43,22 +45,26 @@ class UserCodeExit(Exception):
 
 
 def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with ``SystemExit``/``KeyboardInterrupt`` turned into :class:`UserCodeExit` (sync or async)."""
+    """``fn`` with ``SystemExit``, ``KeyboardInterrupt`` and the like turned into :class:`UserCodeExit` (sync or async)."""
     if is_async(fn):
 
         async def guarded_async(*args: Any) -> Any:
             try:
                 return await _settled(await fn(*args))
-            except (SystemExit, KeyboardInterrupt) as exc:
-                raise UserCodeExit.of(exc) from None
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise _failure_of(exc) from None
 
         return guarded_async
 
     def guarded(*args: Any) -> Any:
         try:
             return fn(*args)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            raise UserCodeExit.of(exc) from None
+        except Exception:
+            raise
+        except BaseException as exc:
+            raise _failure_of(exc) from None
 
     return guarded
 
@@ -72,9 +78,25 @@ async def call(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         if is_async(fn):
             return await _settled(await fn(*args))
-        return await _settled(await asyncio.to_thread(fn, *args))  # a sync function may return a coroutine
-    except (SystemExit, KeyboardInterrupt) as exc:
-        raise UserCodeExit.of(exc) from None
+        # Converted in the thread already: a GeneratorExit that reached the awaiting coroutine would close it.
+        return await _settled(await asyncio.to_thread(guard_exit(fn), *args))  # a sync function may return a coroutine
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _failure_of(exc) from None
+
+
+def _failure_of(exc: BaseException) -> BaseException:
+    """What user code's ``BaseException`` becomes: a :class:`UserCodeExit`, except the cancellation of
+    the running task from outside (a timeout, a second Ctrl-C), which goes on as it is."""
+    if isinstance(exc, asyncio.CancelledError):
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a thread without a loop: sync code raised it itself
+            task = None
+        if task is not None and task.cancelling():
+            return exc
+    return UserCodeExit.of(exc)
 
 
 async def _settled(result: Any) -> Any:
