@@ -130,3 +130,19 @@ def test_a_base_exception_raised_by_a_migration_is_its_failure(project, kind: st
     assert result.returncode == 7, result.stderr[-2000:]
     assert "was raised" in json.loads(result.stdout)["error"]["message"] and "Traceback" not in result.stderr
     assert [r["state"] for r in json.loads(cli(project, "status", "--json").stdout)["migrations"]] == ["failed"]
+
+
+@pytest.mark.parametrize("value", ["inf", "1e308", "nan", "31536001"])
+def test_audit_refuses_a_stale_after_no_waiting_time_can_be(project, value: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """Infinity or 1e308 seconds overflowed the time arithmetic: an unexpected error, exit 1."""
+    result = cli(project, "audit", "--stale-after", value, "--json")
+    assert result.returncode == 6, result.stdout
+    assert "--stale-after" in json.loads(result.stdout)["error"]["message"]
+
+
+async def test_the_api_refuses_an_infinite_stale_after(project) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.api.health import audit
+    from mongoshift.errors import ConfigInvalidError
+
+    with pytest.raises(ConfigInvalidError, match="from 0 to 31,536,000"):
+        await audit(project.settings(), stale_after=float("inf"))

@@ -32,8 +32,8 @@ Verdict = Literal["ok", "warn", "fail"]
 
 #: How long a pending migration may wait for a runner, or a running one go without a lane, before audit warns.
 DEFAULT_STALE_AFTER_SECONDS = 900.0
-#: The largest --stale-after: a longer span does not fit a date (1e300 crashed the audit, exit 1).
-MAX_STALE_AFTER_SECONDS = 1_000_000_000
+#: The longest ``stale_after``: a year (infinity, or a number no ``timedelta`` holds, is no waiting time).
+MAX_STALE_AFTER_SECONDS = 31_536_000
 
 
 @dataclass(frozen=True)
@@ -434,7 +434,7 @@ async def audit_in(project: Project, *, stale_after: float | None = None, now: d
     if stale_after is None:
         stale_after = DEFAULT_STALE_AFTER_SECONDS
     if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float)) or not 0 <= stale_after <= MAX_STALE_AFTER_SECONDS:
-        raise ConfigInvalidError(f"--stale-after (stale_after) must be a number of seconds from 0 to {MAX_STALE_AFTER_SECONDS:,}")
+        raise ConfigInvalidError(f"--stale-after (stale_after) must be a number of seconds from 0 to {MAX_STALE_AFTER_SECONDS:,} (a year)")
     if now is not None and (not isinstance(now, datetime) or now.tzinfo is None):
         raise ConfigInvalidError("now must be a datetime with its time zone (datetime.now(UTC)), or None")
     async with open_session(project.settings, take_lock=False, cancel=project.cancel, project=project) as session:
