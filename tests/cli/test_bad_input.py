@@ -146,3 +146,12 @@ async def test_the_api_refuses_an_infinite_stale_after(project) -> None:  # type
 
     with pytest.raises(ConfigInvalidError, match="from 0 to 31,536,000"):
         await audit(project.settings(), stale_after=float("inf"))
+
+
+@pytest.mark.parametrize("args", [[], ["background"], ["dry-run"], ["collections"]], ids=["mongoshift", "background", "dry-run", "collections"])
+def test_a_group_without_its_command_is_one_error_line(tmp_path, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """click's message for it is the whole help text, which was printed as a 40-line 'error: Usage: ...'."""
+    result = cli(tmp_path, *args)
+    assert result.returncode == 6
+    assert result.stderr.splitlines()[0] == "error: Missing command." and len(result.stderr.splitlines()) == 2
+    assert "--help" in result.stderr

@@ -601,7 +601,9 @@ def _main(args: list[str]) -> None:
     except click.exceptions.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         # It quotes the arguments, as given: cleaned as every error is (a 100 KB value, a URI in the wrong flag).
-        message = redact(elide_long_words(exc.format_message()), limit=10_000)
+        # A group named without its command: click's message is the whole help text, not one line.
+        said = "Missing command." if isinstance(exc, click.exceptions.NoArgsIsHelpError) else exc.format_message()
+        message = redact(elide_long_words(said), limit=10_000)
         error = ConfigInvalidError(message)
         if "--json" in args:
             Output(json_mode=True).json({"error": error.to_json()})
