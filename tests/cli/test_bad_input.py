@@ -155,3 +155,26 @@ def test_a_group_without_its_command_is_one_error_line(tmp_path, args: list[str]
     assert result.returncode == 6
     assert result.stderr.splitlines()[0] == "error: Missing command." and len(result.stderr.splitlines()) == 2
     assert "--help" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "setting", "source"),
+    [
+        (["--dir", ""], None, "from --dir"),
+        (["--dir", "  "], None, "from --dir"),
+        ([], {"migrations_dir": ""}, "mongoshift.toml"),
+        ([], {"collections_dir": ""}, "mongoshift.toml"),
+        ([], {"template_path": " "}, "mongoshift.toml"),
+    ],
+)
+def test_an_empty_folder_setting_is_refused_not_taken_as_the_current_folder(project, flags, setting, source: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """An empty path is the current folder: status showed every applied file 'missing' and exited 0."""
+    if setting:
+        project.write_config(**setting)
+        text = project.config.read_text(encoding="utf-8")
+        if "migrations_dir" in setting:  # written once, empty
+            project.config.write_text(text.replace('migrations_dir = "migrations"\n', "", 1), encoding="utf-8")
+    result = cli(project, "status", *flags, "--json")
+    assert result.returncode == 6, result.stdout
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "must name a path, not be empty" in message and source in message

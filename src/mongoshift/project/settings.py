@@ -133,6 +133,14 @@ class Settings(BaseModel):
                     raise ValueError(f"{other} already uses the collection {name!r}: each needs its own")
         return value
 
+    @field_validator("migrations_dir", "collections_dir", "template_path", mode="before")
+    @classmethod
+    def _named_path(cls, value: object) -> object:
+        """Empty text is no folder: as a path it would be the current one (every applied file then "missing")."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must name a path, not be empty ('.' names the current folder)")
+        return value
+
     @field_validator("uri_command", mode="before")
     @classmethod
     def _command_words(cls, value: object) -> object:
@@ -249,11 +257,15 @@ def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
     values = {key: value for key, value in section.items() if key not in unknown}
     # Relative paths in a file are relative to that file, not to where the command runs.
     for key in ("migrations_dir", "template_path", "collections_dir"):
-        if isinstance(values.get(key), str):
+        if isinstance(values.get(key), str) and values[key].strip():  # empty: refused as it is, not as the file's folder
             values[key] = str(path.parent / values[key])
     if isinstance(values.get("hooks"), str) and values["hooks"].endswith(".py"):
         values["hooks"] = str(path.parent / values["hooks"])
     return values, problems
+
+
+#: The command-line flag of a setting whose flag is not its name (``--dir``), for messages.
+_FLAGS = {"migrations_dir": "--dir"}
 
 
 def _suggestion(key: str) -> str:
@@ -398,7 +410,7 @@ def load_settings(
         problems += unknown
         _collect(problems, _layer, merged, sources, env_values, lambda key: f"{env_name(key)} in {dotenv}")
     _collect(problems, _layer, merged, sources, read_environment(environ), env_name)
-    _collect(problems, _layer, merged, sources, flags or {}, lambda key: "--" + key.replace("_", "-"))
+    _collect(problems, _layer, merged, sources, flags or {}, lambda key: _FLAGS.get(key, "--" + key.replace("_", "-")))
 
     # The default migrations folder sits next to the project file too: with --config (or
     # load_settings(cwd=...)) naming another folder's file, "migrations" was looked for where the
