@@ -178,3 +178,12 @@ def test_an_empty_folder_setting_is_refused_not_taken_as_the_current_folder(proj
     assert result.returncode == 6, result.stdout
     message = json.loads(result.stdout)["error"]["message"]
     assert "must name a path, not be empty" in message and source in message
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--config", "/nowhere/\udcff.toml"], 6), (["--dir", "/nowhere/\udcffx"], 8)])
+def test_an_argument_that_is_not_utf8_is_shown_by_its_bytes(project, args: list[str], code: int, cli) -> None:  # type: ignore[no-untyped-def]
+    """Its byte 0xff reached the output as a lone surrogate: '\\udcff' on the terminal, an escape strict JSON readers refuse."""
+    result = cli(project, "status", *args, "--json")
+    assert result.returncode == code
+    assert "\\udcff" not in result.stdout and "\udcff" not in result.stdout + result.stderr
+    assert "/nowhere/\\xff" in json.loads(result.stdout)["error"]["message"] and "/nowhere/\\xff" in result.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import MongoshiftError
-from ..project.redaction import elide_long_words, redact, strip_controls
+from ..project.redaction import elide_long_words, escape_undecodable, redact, strip_controls
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -141,9 +141,9 @@ def _column_layout(columns: Sequence[str], cells: Sequence[Sequence[str]], width
 
 def _elided(value: Any) -> Any:
     """An error document's details with every text's long words cut (a path or name as long as the
-    argument that gave it)."""
+    argument that gave it) and its undecodable bytes escaped, as the message's."""
     if isinstance(value, str):
-        return elide_long_words(value)
+        return escape_undecodable(elide_long_words(value))
     if isinstance(value, dict):
         return {key: _elided(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

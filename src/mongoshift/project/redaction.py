@@ -24,6 +24,7 @@ REDACTED = "<redacted>"
 # bidirectional controls (U+202E shows the rest of a line reversed: a file name or an argument
 # could make a message read as something else).
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
 # (a password may hold an apostrophe: the URI syntax allows it unescaped, and the driver takes it)
 _USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"<>]{0,512}@", re.IGNORECASE)
 # key=value / key:value / 'key': 'value' pairs whose key names a secret: proxyPassword,
@@ -45,8 +46,21 @@ _SECRET_KEY = re.compile(r"(?:password|secret|token)$", re.IGNORECASE)
 
 
 def strip_controls(text: str) -> str:
-    """``text`` without terminal control characters (tab and newline stay)."""
-    return _CONTROLS.sub("", text)
+    """``text`` without terminal control characters (tab and newline stay), its undecodable bytes
+    shown (:func:`escape_undecodable`)."""
+    return escape_undecodable(_CONTROLS.sub("", text))
+
+
+def escape_undecodable(text: str) -> str:
+    """``text`` with the bytes of a name that was not UTF-8 (a command-line argument, a file name:
+    Python keeps them as lone surrogates, which no terminal, JSON reader or BSON string takes)
+    written ``\\xff``."""
+    if _SURROGATES.search(text) is None:
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no undecodable byte gives
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 #: The longest run of non-space characters an error shows whole (a path, a URI, a name).

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from ..errors import TenantsInvalidError
-from ..project.redaction import describe_error
+from ..project.redaction import describe_error, escape_undecodable
 from ..project.settings import Settings
 from ..project.user_code import call, import_user_module
 from ..schema.tenants import SERVER_DATABASES, refused_database_name
@@ -65,10 +65,7 @@ class TenantFlags:
 def _shown(name: object) -> str:
     """A name for a message: short text as is (bytes that were not UTF-8 as ``\\xff``), anything else by its type only."""
     if isinstance(name, str) and len(name) <= 80:
-        try:
-            return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:  # a surrogate no argument byte gives (a provider's text)
-            return name.encode("utf-8", "backslashreplace").decode("ascii")
+        return escape_undecodable(name)
     return f"<{type(name).__name__}>" if not isinstance(name, str) else f"<{len(name)} characters>"
 
 
