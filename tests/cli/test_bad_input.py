@@ -187,3 +187,16 @@ def test_an_argument_that_is_not_utf8_is_shown_by_its_bytes(project, args: list[
     assert result.returncode == code
     assert "\\udcff" not in result.stdout and "\udcff" not in result.stdout + result.stderr
     assert "/nowhere/\\xff" in json.loads(result.stdout)["error"]["message"] and "/nowhere/\\xff" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [("127.0.0.1", "an IP address is not a valid hostname"), ("a.example.com,b.example.com", "one, and only one, hostname"), ("db.example.com:27017", "port")],
+)
+def test_a_mongodb_srv_host_the_driver_refuses_is_an_invalid_uri(project, host: str, said: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """The driver refuses it before any lookup, at the first command: it was 'cannot reach MongoDB
+    within 10s: the network connection failed' (exit 5), though nothing was tried."""
+    result = cli(project, "status", "--uri", f"mongodb+srv://user:hunter9@{host}/", "--json")
+    assert result.returncode == 6, result.stdout
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message.startswith("invalid uri:") and said in message and "hunter9" not in result.stdout + result.stderr

@@ -186,6 +186,9 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
     except PyMongoError as exc:
         cause, said = _unreachable(client, exc)  # read before the close forgets the servers
         await client.close()
+        if isinstance(exc, ConfigurationError) and connection_cause(exc) != "dns":
+            # a mongodb+srv host the driver refuses before any lookup (an IP address, a port, two hosts)
+            raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
         if auth_failure(exc, handshake=True):
             mechanism, source = auth_summary(uri)
             raise AuthFailedError(
