@@ -200,3 +200,22 @@ def test_a_mongodb_srv_host_the_driver_refuses_is_an_invalid_uri(project, host: 
     assert result.returncode == 6, result.stdout
     message = json.loads(result.stdout)["error"]["message"]
     assert message.startswith("invalid uri:") and said in message and "hunter9" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", [["up"], ["dry-run", "up"]])
+@pytest.mark.parametrize("label", [str(2**70), str(2**53)])
+def test_a_batch_label_beyond_what_is_stored_is_refused(project, command: list[str], label: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """2**70 overflowed the BSON integer once a file was pending: an unexpected error, exit 1."""
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    result = cli(project, *command, "--batch", label, "--json")
+    assert result.returncode == 6, result.stdout
+    assert "--batch" in json.loads(result.stdout)["error"]["message"]
+
+
+async def test_the_api_refuses_a_batch_label_beyond_what_is_stored(project) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.api.migrations import up
+    from mongoshift.errors import ConfigInvalidError
+
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    with pytest.raises(ConfigInvalidError, match="from 1 to 9,007,199,254,740,991"):
+        await up(project.settings(), batch=2**70)
