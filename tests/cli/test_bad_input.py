@@ -219,3 +219,15 @@ async def test_the_api_refuses_a_batch_label_beyond_what_is_stored(project) -> N
     project.add("0001_a.py", "def up(ctx):\n    pass\n")
     with pytest.raises(ConfigInvalidError, match="from 1 to 9,007,199,254,740,991"):
         await up(project.settings(), batch=2**70)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run-log", "a\udcffb"], ["background", "status", "a\udcffb"], ["background", "pause", "a\udcffb"], ["background", "watch", "--collections", "a\udcffb"]],
+    ids=["run-log", "background status", "background pause", "background watch"],
+)
+def test_a_name_that_is_not_utf8_sent_to_the_server_is_refused_with_6(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """No BSON string holds it: encoding it crashed with an unexpected UnicodeEncodeError, exit 1."""
+    result = cli(project, *args, "--json")
+    assert result.returncode == 6, result.stdout
+    assert "not UTF-8 text: " in json.loads(result.stdout)["error"]["message"] and "a\\xffb" in result.stderr

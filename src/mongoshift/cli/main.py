@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeIs
 import click
 
 from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError
-from ..project.redaction import elide_long_words, redact, uri_secrets
+from ..project.redaction import elide_long_words, escape_undecodable, redact, uri_secrets
 from .adoption import baseline as baseline_command, import_command
 from .app import (
     WAIT_HELP,
@@ -626,6 +626,13 @@ def _main(args: list[str]) -> None:
         if exc.filename is None:
             _unexpected(exc, args)
         _fail(IOFailedError.from_os(exc, "use", exc.filename), args, exc)
+    except UnicodeEncodeError as exc:
+        if exc.reason != "surrogates not allowed":
+            _unexpected(exc, args)
+        # Bytes that were not UTF-8 (an argument, a file name) reached something that must be text: a
+        # name or id sent to MongoDB, a line printed. Where they came from is the input's, not a bug.
+        near = escape_undecodable(exc.object[max(exc.start - 40, 0) : exc.end + 40])
+        _fail(ConfigInvalidError(f"not UTF-8 text: '{near}' (names and ids sent to MongoDB, and what is printed, must be)"), args, exc)
     except Exception as exc:  # a bug: still one JSON document and a stable code; the traceback with -v
         if _driver_error(exc):
             from ..project.server_errors import from_pymongo  # start-up time: loaded only for a driver error
