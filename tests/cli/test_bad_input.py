@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from .test_cli import QUICK
+
 
 @pytest.mark.parametrize("name", ["\udcff", "a\udcffb", "\ud800"])
 def test_a_tenant_name_that_is_not_utf8_is_refused_with_46(project, name: str, cli) -> None:  # type: ignore[no-untyped-def]
@@ -231,3 +233,21 @@ def test_a_name_that_is_not_utf8_sent_to_the_server_is_refused_with_6(project, a
     result = cli(project, *args, "--json")
     assert result.returncode == 6, result.stdout
     assert "not UTF-8 text: " in json.loads(result.stdout)["error"]["message"] and "a\\xffb" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["up", ""], ["up", "--to", ""], ["up", " "], ["dry-run", "up", ""], ["redo", ""], ["down", "--to", ""]],
+    ids=["up FILE", "up --to", "up blank", "dry-run up", "redo", "down --to"],
+)
+def test_an_empty_migration_name_is_refused_never_taken_as_none(project, sync_client, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """`mongoshift up "$FILE"` with the variable unset applied every pending file (exit 0)."""
+    project.add("0001_a.py", QUICK)
+    project.add("0002_b.py", QUICK)
+    if args[0] in ("redo", "down"):
+        assert cli(project, "up", "0001_a").returncode == 0
+    before = sorted(r["name"] for r in sync_client[project.db]["_mongoshift_migrations"].find({"status": "applied"}))
+    result = cli(project, *args, "--json")
+    assert result.returncode == 19, result.stdout
+    assert "cannot be empty" in json.loads(result.stdout)["error"]["message"]
+    assert sorted(r["name"] for r in sync_client[project.db]["_mongoshift_migrations"].find({"status": "applied"})) == before
