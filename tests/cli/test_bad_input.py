@@ -251,3 +251,24 @@ def test_an_empty_migration_name_is_refused_never_taken_as_none(project, sync_cl
     assert result.returncode == 19, result.stdout
     assert "cannot be empty" in json.loads(result.stdout)["error"]["message"]
     assert sorted(r["name"] for r in sync_client[project.db]["_mongoshift_migrations"].find({"status": "applied"})) == before
+
+
+BACKGROUND = """
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    return doc
+
+background = Background(collection="people", from_version=0, to_version=1, migrate=migrate)
+"""
+
+
+@pytest.mark.parametrize("spelled", ["migrations/0001_bg.py", "./migrations/0001_bg", "0001_bg"])
+def test_a_background_name_may_be_given_as_a_path_into_the_migrations_folder(project, spelled: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """As the line's commands take FILE (shell completion writes the path): it was 'not registered', exit 9."""
+    project.add("0001_bg.py", BACKGROUND)
+    assert cli(project, "up").returncode == 0
+    status = cli(project, "background", "status", spelled, "--json")
+    assert status.returncode == 0, status.stdout
+    paused = cli(project, "background", "pause", spelled, "--json")
+    assert paused.returncode == 0 and json.loads(paused.stdout)["name"] == "0001_bg.py"

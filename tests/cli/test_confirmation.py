@@ -58,10 +58,12 @@ def test_a_prompt_without_a_terminal_exits_42_and_names_yes(project, sync_client
 
 
 @pytest.mark.parametrize("args", [a for a in ASKING if a[0] == "background"], ids=lambda a: " ".join(a))
-@pytest.mark.parametrize("name", ["0009_typo", ""])
-def test_a_background_control_of_a_name_not_registered_is_refused_before_asking(project, args: tuple[str, ...], name: str, no_terminal) -> None:  # type: ignore[no-untyped-def]
-    """A typo is not answered with 'pass --yes' (which would only lead to exit 9): it is 9 at once."""
+@pytest.mark.parametrize(("name", "code", "said"), [("0009_typo", 9, "not a registered background migration"), ("", 19, "cannot be empty")])
+def test_a_background_control_of_a_name_not_registered_is_refused_before_asking(  # type: ignore[no-untyped-def]
+    project, args: tuple[str, ...], name: str, code: int, said: str, no_terminal
+) -> None:
+    """A typo is not answered with 'pass --yes' (which would only lead to exit 9): it is refused at once."""
     project.add("0001_a.py", QUICK)
     result = no_terminal(project, *args[:-1], name, "--json")
-    assert result.returncode == 9, result.stdout
-    assert "not a registered background migration" in json.loads(result.stdout)["error"]["message"]
+    assert result.returncode == code, result.stdout
+    assert said in json.loads(result.stdout)["error"]["message"]

@@ -51,6 +51,9 @@ def _engine(project: Project, observers: Iterable[Observer] = ()) -> AbstractAsy
 
 
 async def _registered(engine: Engine, name: str) -> str:
+    """The registered migration NAME names: with or without ``.py``, or as a path into the migrations
+    folder (as a shell completes it, and as the line's commands take it)."""
+    name = resolve_name(name, engine.settings.migrations_dir)
     wanted = name if name.endswith(".py") else name + ".py"
     if await engine.store.state(wanted) is None:
         raise NotAppliedError(f"{wanted} is not a registered background migration (run 'mongoshift up' first)", file=wanted)
