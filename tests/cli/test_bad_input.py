@@ -272,3 +272,15 @@ def test_a_background_name_may_be_given_as_a_path_into_the_migrations_folder(pro
     assert status.returncode == 0, status.stdout
     paused = cli(project, "background", "pause", spelled, "--json")
     assert paused.returncode == 0 and json.loads(paused.stdout)["name"] == "0001_bg.py"
+
+
+@pytest.mark.parametrize(("source", "named"), [("before_all = 5\n", "before_all is int, not a function"), ("after_each = None\n", "after_each is NoneType, not a function")])
+def test_a_hook_name_bound_to_no_function_is_refused(project, sync_client, source: str, named: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """It was skipped without a word: the run went on as if the hook did not exist."""
+    (project.root / "hooks.py").write_text(source, encoding="utf-8")
+    project.write_config(hooks="hooks.py")
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "up", "--json")
+    assert result.returncode == 12, result.stdout
+    assert named in json.loads(result.stdout)["error"]["message"]
+    assert sync_client[project.db]["_mongoshift_migrations"].count_documents({"status": "applied"}) == 0

@@ -470,7 +470,7 @@ async def test_an_exception_whose_str_raises_is_still_recorded_failed(project, d
     ("source", "said"),
     [
         ("def after_each(name):\n    pass\n", "after_each must take 4 arguments"),
-        ("before_all = 'not a function'\n", "before_all is not a function"),
+        ("before_all = 'not a function'\n", "before_all is str, not a function"),
     ],
 )
 async def test_a_hook_that_cannot_be_called_is_refused_before_anything_runs(project, db, tmp_path, source: str, said: str) -> None:  # type: ignore[no-untyped-def]

@@ -44,7 +44,8 @@ def load_hooks(spec: str | None) -> Hooks:
     if not spec:
         return Hooks({})
     module = _import(spec)
-    found = {name: getattr(module, name) for name in HOOK_NAMES if getattr(module, name, None) is not None}
+    # A hook name bound to something else (``before_all = None``, a typo'd import) would never run, silently.
+    found = {name: getattr(module, name) for name in HOOK_NAMES if hasattr(module, name)}
     problems = [problem for name, fn in found.items() if (problem := _problem(name, fn))]
     if problems:
         raise HookFailedError(f"hooks module {spec}: {'; '.join(problems)}", problems=problems)
@@ -54,7 +55,7 @@ def load_hooks(spec: str | None) -> Hooks:
 def _problem(name: str, fn: object) -> str | None:
     wanted = _ARGUMENTS[name]
     if not callable(fn):
-        return f"{name} is not a function"
+        return f"{name} is {type(fn).__name__}, not a function"
     try:
         inspect.signature(fn).bind(*range(wanted))
     except TypeError:
