@@ -127,4 +127,5 @@ def test_an_unreadable_snapshot_from_the_cli_is_exit_6(tmp_path: Path) -> None:
     result = embedded(target)
     assert result.returncode == 6, result.stderr
     assert str(target) in result.stderr and "Traceback" not in result.stderr
+    assert "is not a mongoshift embedded snapshot" in result.stderr  # it said "is truncated"
     assert target.read_bytes() == b"not a snapshot at all"

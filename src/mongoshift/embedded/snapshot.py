@@ -195,7 +195,10 @@ async def _restore(client: Any, path: Path) -> SnapshotStats:
     batch: list[dict[str, Any]] = []
     with path.open("rb") as source:
         records = _read(source, path)
-        header = next(records, None)
+        try:
+            header = next(records, None)
+        except SnapshotError:  # a first record that does not even decode: some other file ("truncated" would mislead)
+            header = None
         if not header or header.get("mongoshift") != MAGIC:
             raise SnapshotError(f"{path} is not a mongoshift embedded snapshot")
         if header.get("format") != FORMAT:
