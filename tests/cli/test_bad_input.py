@@ -284,3 +284,12 @@ def test_a_hook_name_bound_to_no_function_is_refused(project, sync_client, sourc
     assert result.returncode == 12, result.stdout
     assert named in json.loads(result.stdout)["error"]["message"]
     assert sync_client[project.db]["_mongoshift_migrations"].count_documents({"status": "applied"}) == 0
+
+
+@pytest.mark.parametrize("args", [["lint", "migrations/"], ["up", "./migrations"], ["dry-run", "down", "migrations/."]])
+def test_the_migrations_folder_given_as_file_is_named_as_such(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """It was called 'outside the migrations folder', which it is not."""
+    project.add("0001_a.py", QUICK)
+    result = cli(project, *args, "--json")
+    assert result.returncode == 19, result.stdout
+    assert "is the migrations folder itself" in json.loads(result.stdout)["error"]["message"]

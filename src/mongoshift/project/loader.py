@@ -275,8 +275,11 @@ def resolve_name(name: str, directory: Path) -> str:
         folder = directory.resolve()
         where = parent.resolve()
         inside = where == folder or where.is_relative_to(folder / ARCHIVE)
+        itself = Path(os.path.abspath(given)).resolve() == folder
     except OSError:
-        inside = False
+        inside = itself = False
+    if itself:  # `migrations/` is not outside the folder: it is the folder
+        raise InvalidNameError(f"{name!r} is the migrations folder itself: name a file in it, or leave FILE out")
     if not inside:
         raise InvalidNameError(
             f"{name!r} is outside the migrations folder ({directory}); name a file in it, "
