@@ -293,3 +293,12 @@ def test_the_migrations_folder_given_as_file_is_named_as_such(project, args: lis
     result = cli(project, *args, "--json")
     assert result.returncode == 19, result.stdout
     assert "is the migrations folder itself" in json.loads(result.stdout)["error"]["message"]
+
+
+@pytest.mark.parametrize("name", ["naïve", "\uff11\uff12\uff13"])
+def test_a_migration_name_with_letters_beyond_ascii_says_ascii(project, name: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """'use letters, digits' refused 'naïve', whose letters are letters: the rule is ASCII."""
+    result = cli(project, "create", name, "--json")
+    assert result.returncode == 19
+    assert "use ASCII letters and digits" in json.loads(result.stdout)["error"]["message"]
+    assert list(project.migrations.iterdir()) == []

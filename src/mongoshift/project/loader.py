@@ -63,7 +63,7 @@ def slugify(name: str) -> str:
     slug = re.sub(r"[\s\-]+", "_", name.strip().lower())
     if not SLUG.match(slug):
         raise InvalidNameError(
-            f"invalid migration name {name!r}: use letters, digits, spaces, '-' or '_' (max 81 characters)"
+            f"invalid migration name {name!r}: use ASCII letters and digits, spaces, '-' or '_' (max 81 characters)"
         )
     return slug
 
