@@ -302,3 +302,14 @@ def test_a_migration_name_with_letters_beyond_ascii_says_ascii(project, name: st
     assert result.returncode == 19
     assert "use ASCII letters and digits" in json.loads(result.stdout)["error"]["message"]
     assert list(project.migrations.iterdir()) == []
+
+
+def test_a_project_file_saved_with_a_byte_order_mark_is_read(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """Windows editors write one; it was 'not valid TOML: Invalid statement (at line 1, column 1)' (a .env with one was read)."""
+    project.config.write_bytes(b"\xef\xbb\xbf" + project.config.read_bytes())
+    (project.root / "collections").mkdir()
+    (project.root / "collections" / "people.toml").write_bytes(b'\xef\xbb\xbfname = "people"\nindexes = [{keys = {email = 1}}]\n')
+    project.add("0001_a.py", QUICK)
+    assert cli(project, "status").returncode == 0
+    result = cli(project, "converge", "--dry-run", "--json")
+    assert result.returncode == 0, result.stdout

@@ -49,7 +49,7 @@ def _validated(data: Any, path: Path) -> CollectionDeclaration:
 
 def _read_toml(path: Path) -> Any:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigInvalidError(f"{path} is not valid TOML: {exc}", file=str(path)) from None
     except OSError as exc:

@@ -141,7 +141,7 @@ def normalised(source_name: str) -> str:
 def read_map(path: Path) -> dict[str, str | None]:
     """A ``--map`` TOML file: ``"source name" = "mongoshift_file"`` (or ``false``: not imported on purpose)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigInvalidError(f"--map {path}: not a readable TOML file ({type(exc).__name__})") from None
     mapping: dict[str, str | None] = {}

@@ -217,7 +217,7 @@ def find_project_file(cwd: Path) -> Path | None:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
     except FileNotFoundError:
         raise ConfigInvalidError(f"config file not found: {path}", file=str(path)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
