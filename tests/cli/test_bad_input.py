@@ -313,3 +313,17 @@ def test_a_project_file_saved_with_a_byte_order_mark_is_read(project, cli) -> No
     assert cli(project, "status").returncode == 0
     result = cli(project, "converge", "--dry-run", "--json")
     assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize(("reason", "said"), [("r" * 100_000, "100000 characters long: at most 512"), ("   ", "must not be empty")])
+@pytest.mark.parametrize("control", [["pause"], ["throttle", "--pause-ms", "5"], ["repin", "--yes"]])
+def test_a_background_control_refuses_a_reason_converge_would_refuse(project, sync_client, control: list[str], reason: str, said: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """A 100 KB --reason was written into the migration's history (converge's --reason is refused over 512)."""
+    project.add("0001_bg.py", BACKGROUND)
+    assert cli(project, "up").returncode == 0
+    before = sync_client[project.db]["_mongoshift_background"].find_one({"_id": "0001_bg.py"})
+    assert before is not None
+    result = cli(project, "background", control[0], "0001_bg", *control[1:], "--reason", reason, "--json")
+    assert result.returncode == 6, result.stdout
+    assert said in json.loads(result.stdout)["error"]["message"]
+    assert sync_client[project.db]["_mongoshift_background"].find_one({"_id": "0001_bg.py"}) == before

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import BackgroundConflictError, NotAppliedError, ThrottleInvalidError
+from ...errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError, ThrottleInvalidError
+from ...project.redaction import redact
 from ...schema.background import Background
 from .model import State, pace_override
 from .store import BackgroundStore
@@ -42,6 +43,24 @@ TRANSITIONS: dict[str, Rule] = {
     # Forgetting checkpoints under working lanes would lose track of their writes: never "already done".
     "retry --from-start": Rule(("failed", "cancelled", "completed"), "pending", (), "cancel it first, then retry it from the start"),
 }
+
+
+#: The longest ``reason`` of a control, as converge's ``--reason``: it is kept in the migration's history.
+REASON_LIMIT = 512
+
+
+def checked_reason(reason: object) -> str | None:
+    """A control's ``reason`` as recorded: text of at most :data:`REASON_LIMIT` characters, without a
+    credential or a control character. Refused (not cut) when empty, too long or not text."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise ConfigInvalidError(f"--reason (reason) must be text, not {type(reason).__name__}")
+    if not reason.strip():
+        raise ConfigInvalidError("--reason (reason) must not be empty")
+    if len(reason) > REASON_LIMIT:
+        raise ConfigInvalidError(f"--reason (reason) is {len(reason)} characters long: at most {REASON_LIMIT}")
+    return redact(reason.strip(), REASON_LIMIT)
 
 
 def decide(name: str, status: str, action: str, *, waits_for: bool = False) -> str | None:
@@ -78,6 +97,7 @@ async def control(
     from_start: bool = False,
     lock_collection: str | None = None,
 ) -> ControlResult:
+    reason = checked_reason(reason)
     state = await store.state(name)
     if state is None:
         raise NotAppliedError(f"{name} is not a registered background migration", file=name)
@@ -152,6 +172,7 @@ class RepinResult:
 
 async def pin(store: BackgroundStore, name: str, spec: Background, checksum: str, *, by: str, reason: str | None = None) -> RepinResult:
     """Store the file's checksum and settings as the ones lanes must run."""
+    reason = checked_reason(reason)
     state = await store.state(name)
     if state is None:
         raise NotAppliedError(f"{name} is not a registered background migration", file=name)
@@ -221,6 +242,7 @@ async def throttle(
     a set ``batch_size`` wins over the adaptive controller until cleared. Any status is accepted:
     a paused or failed migration keeps the pace for when it is resumed or retried."""
     pace = checked_pace(batch_size, pause_ms, clear=clear)
+    reason = checked_reason(reason)
     state = await store.state(name)
     if state is None:
         raise NotAppliedError(f"{name} is not a registered background migration", file=name)
