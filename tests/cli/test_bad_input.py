@@ -327,3 +327,20 @@ def test_a_background_control_refuses_a_reason_converge_would_refuse(project, sy
     assert result.returncode == 6, result.stdout
     assert said in json.loads(result.stdout)["error"]["message"]
     assert sync_client[project.db]["_mongoshift_background"].find_one({"_id": "0001_bg.py"}) == before
+
+
+@pytest.mark.parametrize(
+    ("collection", "said"),
+    [
+        ("", "not a collection name"),
+        ("a$b", "not a collection name"),
+        ("system.users", "belong to the server"),
+        ("_mongoshift_migrations", "mongoshift's own"),
+    ],
+)
+def test_import_refuses_a_collection_that_cannot_be_the_other_tools_changelog(project, collection: str, said: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """'' was read as the tool's default collection, 'a$b' ended in the driver's InvalidName (exit 1),
+    and mongoshift's own changelog was read as the other tool's."""
+    result = cli(project, "import", "--from", "migrate-mongo", "--collection", collection, "--dry-run", "--json")
+    assert result.returncode == 6, result.stdout
+    assert said in json.loads(result.stdout)["error"]["message"]
