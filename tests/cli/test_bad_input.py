@@ -344,3 +344,11 @@ def test_import_refuses_a_collection_that_cannot_be_the_other_tools_changelog(pr
     result = cli(project, "import", "--from", "migrate-mongo", "--collection", collection, "--dry-run", "--json")
     assert result.returncode == 6, result.stdout
     assert said in json.loads(result.stdout)["error"]["message"]
+
+
+@pytest.mark.parametrize("args", [["--version", "--json"], ["--json", "--version"]])
+def test_version_with_json_is_one_document_whichever_comes_first(tmp_path, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """`--version --json` printed the text line: --json was read only after --version had ended the run."""
+    result = cli(tmp_path, *args)
+    assert result.returncode == 0
+    assert set(json.loads(result.stdout)) == {"version"}

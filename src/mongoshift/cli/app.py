@@ -278,7 +278,7 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-V", "--version", is_flag=True, is_eager=True, expose_value=False, callback=_version, help="Show the version and exit.")
+@click.option("-V", "--version", is_flag=True, expose_value=False, callback=_version, help="Show the version and exit.")  # not eager: after --json, wherever that is
 @global_options
 def cli() -> None:
     """MongoDB schema and data migrations."""
