@@ -352,3 +352,14 @@ def test_version_with_json_is_one_document_whichever_comes_first(tmp_path, args:
     result = cli(tmp_path, *args)
     assert result.returncode == 0
     assert set(json.loads(result.stdout)) == {"version"}
+
+
+@pytest.mark.parametrize(
+    ("names", "said"),
+    [("users," + "c" * 300, "at most 255 bytes"), ("a$b", "refuses '$'"), ("users,system.views", "belong to the server")],
+)
+def test_background_watch_refuses_a_collection_name_mongodb_refuses(project, names: str, said: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """Such a name was watched (idle until stopped) and logged whole, 100 KB of it."""
+    result = cli(project, "background", "watch", "--collections", names, "--json")
+    assert result.returncode == 6, result.stdout
+    assert said in json.loads(result.stdout)["error"]["message"]

@@ -393,6 +393,11 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
         names = tuple(c.strip() for c in collections.split(","))
         if not all(names):
             raise ConfigInvalidError(f"--collections takes collection names separated by commas, not {collections!r}")
+        from ..schema.validation import refused_collection_name  # start-up time: only when this command runs
+
+        for name in names:
+            if (why := refused_collection_name(name)) is not None:
+                raise ConfigInvalidError(f"--collections {name!r}: {why}")
     options = WatchOptions(collections=names, save_seconds=save_interval, max_lag_seconds=max_lag)
     s = settings()
     if (tenants := requested()) is not None:

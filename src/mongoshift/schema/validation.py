@@ -18,6 +18,21 @@ DATABASE_NAME = r'^[^/\\. "$]{1,63}$'
 #: A collection name for mongoshift's own records.
 COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
+
+
+def refused_collection_name(name: object) -> str | None:
+    """Why MongoDB would refuse ``name`` as a collection an application names (None: it would not)."""
+    if not isinstance(name, str) or not name.strip():
+        return "a collection name is non-empty text"
+    if "$" in name or "\x00" in name:
+        return "MongoDB refuses '$' and NUL in a collection name"
+    if len(name.encode("utf-8", "replace")) > 255:
+        return "a collection name has at most 255 bytes"
+    if name.startswith("system."):
+        return "collections named system.* belong to the server"
+    return None
+
+
 #: What each pattern asks for, in words: the user reads this, not the regular expression.
 _PATTERN_WORDS = {
     IMPORT_PATH: "must be an import path such as 'package.module:function'",
