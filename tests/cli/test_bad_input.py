@@ -363,3 +363,10 @@ def test_background_watch_refuses_a_collection_name_mongodb_refuses(project, nam
     result = cli(project, "background", "watch", "--collections", names, "--json")
     assert result.returncode == 6, result.stdout
     assert said in json.loads(result.stdout)["error"]["message"]
+
+
+def test_a_config_file_that_never_ends_is_refused_at_1_mb(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """`--config /dev/zero` was read whole: the memory filled up, then an unexpected MemoryError (exit 1)."""
+    result = cli(project, "status", "--config", "/dev/zero", "--json")
+    assert result.returncode == 6, result.stdout
+    assert "larger than 1 MB" in json.loads(result.stdout)["error"]["message"]

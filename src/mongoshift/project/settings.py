@@ -215,9 +215,17 @@ def find_project_file(cwd: Path) -> Path | None:
     return None
 
 
+#: The largest project file read: ``--config /dev/zero`` must not fill the memory (a pipe, ``<(...)``, is read).
+MAX_PROJECT_FILE_BYTES = 1_000_000
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
+        with path.open("rb") as source:
+            data = source.read(MAX_PROJECT_FILE_BYTES + 1)
+        if len(data) > MAX_PROJECT_FILE_BYTES:
+            raise ConfigInvalidError(f"config file {path} is larger than 1 MB: not a project file", file=str(path))
+        return tomllib.loads(data.decode("utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
     except FileNotFoundError:
         raise ConfigInvalidError(f"config file not found: {path}", file=str(path)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
