@@ -370,3 +370,18 @@ def test_a_config_file_that_never_ends_is_refused_at_1_mb(project, cli) -> None:
     result = cli(project, "status", "--config", "/dev/zero", "--json")
     assert result.returncode == 6, result.stdout
     assert "larger than 1 MB" in json.loads(result.stdout)["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["create", "x", "--template", "/dev/zero"], "is not a regular file"),
+        (["import", "--from", "beanie", "--map", "/dev/zero", "--dry-run"], "not a regular file"),
+    ],
+)
+def test_a_template_or_map_that_is_a_device_is_refused(project, args: list[str], said: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """/dev/zero was read whole: the memory filled up, then an unexpected MemoryError (exit 1)."""
+    result = cli(project, *args, "--json")
+    assert result.returncode == 6, result.stdout
+    assert said in json.loads(result.stdout)["error"]["message"]
+    assert list(project.migrations.iterdir()) == []

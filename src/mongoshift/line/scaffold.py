@@ -190,6 +190,8 @@ def create_migration(
         _write(path, source)
         return path
     if template is not None:
+        if template.exists() and not template.is_file():  # a device (/dev/zero) would be read without end
+            raise ConfigInvalidError(f"template {template} is not a regular file (--template or template_path)")
         try:
             source = template.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -140,6 +140,8 @@ def normalised(source_name: str) -> str:
 
 def read_map(path: Path) -> dict[str, str | None]:
     """A ``--map`` TOML file: ``"source name" = "mongoshift_file"`` (or ``false``: not imported on purpose)."""
+    if path.exists() and not path.is_file():  # a device (/dev/zero) would be read without end
+        raise ConfigInvalidError(f"--map {path}: not a regular file")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
