@@ -274,7 +274,9 @@ def test_a_background_name_may_be_given_as_a_path_into_the_migrations_folder(pro
     assert paused.returncode == 0 and json.loads(paused.stdout)["name"] == "0001_bg.py"
 
 
-@pytest.mark.parametrize(("source", "named"), [("before_all = 5\n", "before_all is int, not a function"), ("after_each = None\n", "after_each is NoneType, not a function")])
+@pytest.mark.parametrize(
+    ("source", "named"), [("before_all = 5\n", "before_all is int, not a function"), ("after_each = None\n", "after_each is NoneType, not a function")]
+)
 def test_a_hook_name_bound_to_no_function_is_refused(project, sync_client, source: str, named: str, cli) -> None:  # type: ignore[no-untyped-def]
     """It was skipped without a word: the run went on as if the hook did not exist."""
     (project.root / "hooks.py").write_text(source, encoding="utf-8")

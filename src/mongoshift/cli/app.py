@@ -278,7 +278,8 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-V", "--version", is_flag=True, expose_value=False, callback=_version, help="Show the version and exit.")  # not eager: after --json, wherever that is
+# not eager: after --json, wherever that is
+@click.option("-V", "--version", is_flag=True, expose_value=False, callback=_version, help="Show the version and exit.")
 @global_options
 def cli() -> None:
     """MongoDB schema and data migrations."""

@@ -111,7 +111,6 @@ def create(name: str, template: Path | None, background_: bool, from_models: boo
 
 # ---------------------------------------------------------------- the line
 
-MAX_BATCH_LABEL = 2**53 - 1  # api.migrations.MAX_BATCH (not imported here: start-up time)
 BATCH_LABEL_HELP = "Record the run in batch N (an existing one joins it): single-file runs that share N roll back together."
 ORDERED_UP_HELP = "With FILE: refuse while a file that sorts before it is not applied (a queue driving files one by one)."
 ORDERED_DOWN_HELP = "With FILE: refuse while a migration that sorts after it is still applied."
@@ -141,7 +140,7 @@ def _render_report(report: api.RunReport) -> None:
 @click.option("--to", "to", metavar="NAME", help="Apply pending migrations up to NAME (inclusive).")
 @click.option("--step", is_flag=True, help="One batch per migration, so 'down' rolls back one at a time.")
 @click.option("--force", is_flag=True, help="Run FILE again even though it is applied.")
-@click.option("--batch", "label", type=IntRange(min=1, max=MAX_BATCH_LABEL), metavar="N", help=BATCH_LABEL_HELP)
+@click.option("--batch", "label", type=IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)  # the bound: api.migrations
 @click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--strict", is_flag=True, default=None, help="Refuse to run if an applied file changed on disk.")
@@ -374,7 +373,7 @@ def _dry_name(row: api.DryRunRow) -> str:
 @click.option("--step", is_flag=True)
 @click.option("--force", is_flag=True)
 @click.option("--strict", is_flag=True, default=None, help="Refuse, as 'up --strict' would, if an applied file changed on disk.")
-@click.option("--batch", "label", type=IntRange(min=1, max=MAX_BATCH_LABEL), metavar="N", help=BATCH_LABEL_HELP)
+@click.option("--batch", "label", type=IntRange(min=1), metavar="N", help=BATCH_LABEL_HELP)  # the bound: api.migrations
 @click.option("--ordered", is_flag=True, help=ORDERED_UP_HELP)
 @tenant_options
 @global_options
