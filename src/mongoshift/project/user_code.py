@@ -15,6 +15,7 @@ otherwise need ``PYTHONPATH``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -48,6 +49,7 @@ def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with ``SystemExit``, ``KeyboardInterrupt`` and the like turned into :class:`UserCodeExit` (sync or async)."""
     if is_async(fn):
 
+        @functools.wraps(fn)  # named as the user's function (what a profile or a traceback shows)
         async def guarded_async(*args: Any) -> Any:
             try:
                 return await _settled(await fn(*args))
@@ -58,6 +60,7 @@ def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         return guarded_async
 
+    @functools.wraps(fn)
     def guarded(*args: Any) -> Any:
         try:
             return fn(*args)
