@@ -232,7 +232,8 @@ def test_a_name_that_is_not_utf8_sent_to_the_server_is_refused_with_6(project, a
     """No BSON string holds it: encoding it crashed with an unexpected UnicodeEncodeError, exit 1."""
     result = cli(project, *args, "--json")
     assert result.returncode == 6, result.stdout
-    assert "not UTF-8 text: " in json.loads(result.stdout)["error"]["message"] and "a\\xffb" in result.stderr
+    assert "not UTF-8 text: " in json.loads(result.stdout)["error"]["message"] and "\\xff" in result.stderr  # escaped, with its
+    # neighbours when nothing around it looks like a URI's user and password
 
 
 @pytest.mark.parametrize(
@@ -387,3 +388,19 @@ def test_a_template_or_map_that_is_a_device_is_refused(project, args: list[str],
     assert result.returncode == 6, result.stdout
     assert said in json.loads(result.stdout)["error"]["message"]
     assert list(project.migrations.iterdir()) == []
+
+
+def test_undecodable_bytes_near_a_uri_s_password_are_shown_alone() -> None:
+    """The refusal quotes the text around the bytes; around them may be a URI's user and password."""
+    from mongoshift.cli.main import not_utf8
+
+    def refusal(text: str) -> str:
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            return not_utf8(exc).message
+        raise AssertionError("encoded")
+
+    assert "'a\\xffb'" in refusal("a\udcffb")
+    shown = refusal("mongodb://admin:hunter2@h/a\udcffb")
+    assert "hunter2" not in shown and "admin" not in shown and "'\\xff'" in shown

@@ -592,6 +592,16 @@ def main(argv: list[str] | None = None) -> None:
         release_stdout()  # --json kept stdout for its document until the very end (the error too)
 
 
+def not_utf8(exc: UnicodeEncodeError) -> ConfigInvalidError:
+    """Bytes that were not UTF-8 (an argument, a file name) reached something that must be text: a name or
+    id sent to MongoDB, a line printed. Where they came from is the input's, not a bug: the refusal quotes
+    them with their neighbours, or alone where the neighbours may be a URI's user and password."""
+    near = escape_undecodable(exc.object[max(exc.start - 40, 0) : exc.end + 40])
+    if any(mark in near.lower() for mark in ("@", ":", "password", "secret", "token")):
+        near = escape_undecodable(exc.object[exc.start : exc.end])
+    return ConfigInvalidError(f"not UTF-8 text: '{near}' (names and ids sent to MongoDB, and what is printed, must be)")
+
+
 def _main(args: list[str]) -> None:
     try:
         result = cli.main(args=args, prog_name="mongoshift", standalone_mode=False)
@@ -628,10 +638,7 @@ def _main(args: list[str]) -> None:
     except UnicodeEncodeError as exc:
         if exc.reason != "surrogates not allowed":
             _unexpected(exc, args)
-        # Bytes that were not UTF-8 (an argument, a file name) reached something that must be text: a
-        # name or id sent to MongoDB, a line printed. Where they came from is the input's, not a bug.
-        near = escape_undecodable(exc.object[max(exc.start - 40, 0) : exc.end + 40])
-        _fail(ConfigInvalidError(f"not UTF-8 text: '{near}' (names and ids sent to MongoDB, and what is printed, must be)"), args, exc)
+        _fail(not_utf8(exc), args, exc)
     except Exception as exc:  # a bug: still one JSON document and a stable code; the traceback with -v
         if _driver_error(exc):
             from ..project.server_errors import from_pymongo  # start-up time: loaded only for a driver error
