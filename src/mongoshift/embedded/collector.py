@@ -138,7 +138,8 @@ class Collector:
         counting frees meanwhile (the stored versions an update replaces) are not subtracted. So when
         the count says due, the frozen heap is counted (one walk of its list, about a tenth of a full
         collection's cost: 80 ms for the 2.6 million objects of 100,000 documents); if it has not grown
-        that much, the allowance is what is really left. A collection that is due and waits for a pause
+        that much, the next allowance is the room left, scaled by what the survivors really added
+        (:meth:`_allowance`). A collection that is due and waits for a pause
         counts the heap again only once the survivors since the last count could have reached
         :data:`HARD_GROWTH` (a count a second, as at first, was 8 % of the server's time in the B3 loop
         over 100,000 documents, which seeds the heap past the growth and then stays busy for its run)."""

@@ -698,10 +698,8 @@ class Executor:
                 try:
                     await self.changelog.write(self._record(step, batch, started), session=s)
                 except PyMongoError as exc:
-                    refused = self._record_refused(step, exc)
-                    if refused is None:
-                        raise
-                    raise refused from exc
+                    self._raise_if_record_refused(step, exc)
+                    raise
 
             await session.with_transaction(body)
 
@@ -723,25 +721,23 @@ class Executor:
                 try:
                     self.changelog.write_sync(client, self._record(step, batch, started), session=s)
                 except PyMongoError as exc:
-                    refused = self._record_refused(step, exc)
-                    if refused is None:
-                        raise
-                    raise refused from exc
+                    self._raise_if_record_refused(step, exc)
+                    raise
 
             session.with_transaction(body)
 
     @staticmethod
-    def _record_refused(step: Step, exc: PyMongoError) -> ExecutionFailedError | None:
+    def _raise_if_record_refused(step: Step, exc: PyMongoError) -> None:
         """The changelog record refused inside the transaction: the body's own error would blame the migration.
         A transient error or a lost connection stays as it is, for the driver's retry and for exit 5."""
         if exc.has_error_label("TransientTransactionError") or connection_lost(exc):
-            return None
-        return ExecutionFailedError(
+            return
+        raise ExecutionFailedError(
             f"{step.name} ran, but its changelog record could not be written ({_describe(exc)}); "
             f"the transaction rolled its changes back, and the next '{step.direction}' runs it again",
             file=step.name,
             phase="changelog-write",
-        )
+        ) from exc
 
     def _retrying(self, step: Step, attempt: int) -> None:
         """The driver runs a transaction's body again (a transient error): a ``migration_retry`` event."""

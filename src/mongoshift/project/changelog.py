@@ -138,7 +138,6 @@ def applied_update(
     return {"name": name}, [{"$set": fields}, {"$unset": _NOT_APPLIED_FIELDS}]
 
 
-
 def adopted_update(
     name: str,
     *,
