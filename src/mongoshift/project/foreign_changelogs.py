@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigInvalidError, FileNotFoundMigrationError
+from ..schema.validation import refused_collection_name
 from .loader import MigrationFile
 
 _EXTENSIONS = (".js", ".cjs", ".mjs", ".ts", ".py")
@@ -119,10 +120,8 @@ def source_collection(source: ForeignTool, name: object, own: Iterable[str]) -> 
         return source.collection
     if not isinstance(name, str):
         raise ConfigInvalidError(f"--collection must be a collection name, not {type(name).__name__}")
-    if not name or ".." in name or "$" in name or "\0" in name or name[0] == "." or name[-1] == ".":
-        raise ConfigInvalidError(f"--collection {name!r}: not a collection name (empty, or with '$', '..', a NUL, or a '.' at either end)")
-    if name.startswith("system."):
-        raise ConfigInvalidError(f"--collection {name!r}: system.* collections belong to the server, not to {source.name}")
+    if (why := refused_collection_name(name)) is not None:
+        raise ConfigInvalidError(f"--collection {name!r}: {why}")
     if name in own:
         raise ConfigInvalidError(f"--collection {name!r} is one of mongoshift's own collections, not {source.name}'s changelog")
     return name

@@ -19,15 +19,15 @@ DATABASE_NAME = r'^[^/\\. "$]{1,63}$'
 COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
 
-
 def refused_collection_name(name: object) -> str | None:
-    """Why MongoDB would refuse ``name`` as a collection an application names (None: it would not)."""
+    """Why MongoDB would refuse ``name`` as a collection an application names (None: it would not);
+    the words of every command that takes one (``import --collection``, ``watch --collections``)."""
     if not isinstance(name, str) or not name.strip():
-        return "a collection name is non-empty text"
-    if "$" in name or "\x00" in name:
-        return "MongoDB refuses '$' and NUL in a collection name"
+        return "not a collection name (it is empty)"
+    if "$" in name or "\x00" in name or ".." in name or name[0] == "." or name[-1] == ".":
+        return "not a collection name: MongoDB refuses '$', '..', a NUL and a '.' at either end"
     if len(name.encode("utf-8", "replace")) > 255:
-        return "a collection name has at most 255 bytes"
+        return "not a collection name: at most 255 bytes"
     if name.startswith("system."):
         return "collections named system.* belong to the server"
     return None
