@@ -80,3 +80,21 @@ def test_the_demo_json_status_is_the_final_one(capsys) -> None:  # type: ignore[
     assert final["20260104000000_order_totals.py"] == "completed"
     assert document["background"]["status"] == "completed"
     assert document["application"]["lost_app_writes"] == 0 and document["application"]["old_shape_left"] == 0
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+def test_a_wide_character_name_is_measured_in_terminal_columns(width: int) -> None:
+    """A CJK character takes two columns: a name measured by its characters was given too little
+    room and cut (or folded on a terminal wide enough to show it whole)."""
+    from rich.cells import cell_len
+
+    name = "顧客の注文を移行する顧客の注文_orders"
+    row = (name, "applied (running)", 3, "2026-12-01T09:00:00+00:00", "ok")
+    text = _rendered(width, [row])
+    lines = text.splitlines()
+    assert all(cell_len(line) <= width for line in lines)
+    body = [line for line in lines if line.startswith("│")]
+    for column, value in enumerate(row, start=1):  # no cell loses a character to a column too narrow
+        assert "".join(line.split("│")[column].strip() for line in body).replace(" ", "") == str(value).replace(" ", "")
+    if width >= 100:
+        assert name in text  # room enough for the whole name on one line

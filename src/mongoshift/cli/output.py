@@ -123,12 +123,15 @@ def _column_layout(columns: Sequence[str], cells: Sequence[Sequence[str]], width
     whole width while the other columns shrink to about their header's longest word, and only
     then folds onto more lines. The other columns fold too: no character is ever lost.
     """
-    natural = [max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
+    from rich.cells import cell_len  # start-up time: only a terminal's tables need it
+
+    # Terminal columns, not characters: a CJK or fullwidth character takes two.
+    natural = [max([cell_len(column), *(cell_len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
     overhead = 3 * len(columns) + 1  # a border per column and the last, two spaces of padding each
     if sum(natural) + overhead <= width:
         return [{"no_wrap": True}, *({} for _ in columns[1:])]
-    least = [min(natural[i], max(4, min(10, max(len(word) for word in columns[i].split())))) for i in range(1, len(columns))]
-    first = min(natural[0], max(len(columns[0]), width - overhead - sum(least)))
+    least = [min(natural[i], max(4, min(10, max(cell_len(word) for word in columns[i].split())))) for i in range(1, len(columns))]
+    first = min(natural[0], max(cell_len(columns[0]), width - overhead - sum(least)))
     widths = list(least)
     spare = width - overhead - first - sum(widths)
     while spare > 0 and any(w < n for w, n in zip(widths, natural[1:], strict=True)):
