@@ -40,6 +40,15 @@ def test_a_version_2_payload_carries_the_files_checksum_and_its_direction() -> N
         ({**GOOD, "batch": 0}, "batch: greater_than_equal"),
         ({**GOOD, "name": "../../etc/passwd-hunter2"}, "name: string_pattern_mismatch"),
         (["not", "a", "mapping"], "not a mapping"),
+        # Another type is refused, never converted: "3" is no batch, 0 is no "ordered" (it read as False: a file
+        # queued on its own instead of a line), True no count, and a deadline must be a finite time.
+        ({**GOOD, "batch": "3"}, "batch: int_type"),
+        ({**GOOD, "batch": 3.0}, "batch: int_type"),
+        ({**GOOD_2, "ordered": 0}, "ordered: bool_type"),
+        ({**GOOD_2, "ordered": "false"}, "ordered: bool_type"),
+        ({**GOOD, "group": 5}, "group: string_type"),
+        ({**GOOD, "wait_until": float("inf")}, "wait_until: finite_number"),
+        ({**GOOD, "wait_until": "1e12"}, "wait_until: float_type"),
     ],
 )
 def test_a_payload_this_worker_cannot_read_is_refused(data: object, says: str) -> None:
@@ -48,3 +57,9 @@ def test_a_payload_this_worker_cannot_read_is_refused(data: object, says: str) -
     assert says in caught.value.message
     assert "hunter2" not in caught.value.message
     assert caught.value.exit_code == ExitCode.TASK_INVALID == 25
+
+
+def test_a_lane_payload_counts_its_failures_with_an_integer() -> None:
+    for errors in (True, "2", 1.0):
+        with pytest.raises(TaskInvalidError, match="errors: int_type"):
+            parse(LanePayload, "mongoshift.background.lanes.lane", {"v": 1, "name": "x.py", "chain": "c", "errors": errors})

@@ -25,7 +25,8 @@ _NAME = r"^[^/\\\x00]{1,255}$"
 class Payload(BaseModel):
     """A task's payload; each kind declares the versions ``v`` it has."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: a value of another type is refused, never converted ("3" is no batch, 0 no ``ordered``).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class UpPayload(Payload):
@@ -41,7 +42,7 @@ class UpPayload(Payload):
     #: The batch an ``up`` records (``down`` and ``redo``: the batch the migration was in, informative).
     batch: int = Field(ge=1)
     #: Unix time after which a task still waiting (for the ones ahead of it, or for the lock) gives up.
-    wait_until: float = Field(gt=0)
+    wait_until: float = Field(gt=0, allow_inf_nan=False)
     direction: Literal["up", "down", "redo"] = "up"
     #: The file's checksum when the task was queued.
     checksum: str | None = Field(default=None, pattern=r"^[0-9a-f]{16,128}$")
@@ -86,7 +87,7 @@ class TenantPayload(Payload):
     tenant: str = Field(pattern=r'^[^/\\. "$*<>:|?\x00]{1,63}$')
     group: str = Field(min_length=1, max_length=64)
     #: Unix time after which a task still waiting for the tenant's lock gives up (``locked``).
-    wait_until: float = Field(gt=0)
+    wait_until: float = Field(gt=0, allow_inf_nan=False)
 
 
 def parse[P: Payload](model: type[P], task: str, data: Any) -> P:
