@@ -45,8 +45,9 @@ def test_every_task_defaults_to_the_registrations_queue() -> None:
     app = Celery("queue-test", set_as_current=False)
     tasks = register(app, settings="mongoshift.toml", queue="migrations")
     every = [tasks.up, tasks.down, tasks.redo, tasks.coordinator, tasks.lane, tasks.background_tick, tasks.converge, tasks.verify, tasks.audit, tasks.tenant]
-    assert {task.queue for task in every} == {"migrations"}
-    assert getattr(register(Celery("no-queue", set_as_current=False), settings="mongoshift.toml").audit, "queue", None) is None
+    assert {app.amqp.router.route({}, task.name)["queue"].name for task in every} == {"migrations"}  # by the app's task_routes
+    plain = Celery("no-queue", set_as_current=False)
+    assert plain.amqp.router.route({}, register(plain, settings="mongoshift.toml").audit.name)["queue"].name == "celery"
 
 
 def app_send(harness, entry):  # type: ignore[no-untyped-def]

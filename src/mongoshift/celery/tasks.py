@@ -164,6 +164,8 @@ class MongoshiftTasks:
         self.line = line
         self.background = background
         self._source = settings
+        if queue:
+            self._route_to(queue)
         self.up = self._task("up", self._line, reject_on_worker_lost=False)
         self.down = self._task("down", self._line, reject_on_worker_lost=False)
         self.redo = self._task("redo", self._line, reject_on_worker_lost=False)
@@ -207,14 +209,28 @@ class MongoshiftTasks:
             "typing": False,  # the payload is validated by its model, with a better message
             "shared": False,  # on this app only: another app of the process gets its own registration
         }
-        if self.queue:  # the task's own default: a plain .delay() (verify, audit, converge) goes there too
-            options["queue"] = self.queue
 
         def run(task: Task, *args: Any, **kwargs: Any) -> Any:  # a plain function: Celery binds the task to it
             return body(task, *args, **kwargs)
 
         run.__name__ = run.__qualname__ = name.replace(".", "_")
         return self.app.task(**options)(run)
+
+    def _route_to(self, queue: str) -> None:
+        """Put a router for this registration's tasks first in the app's ``task_routes``, so that a plain
+        ``.delay()`` (verify, audit, converge) goes to ``queue`` too. (A task's own ``queue`` attribute,
+        which did this before, is deprecated by Celery and has no effect from Celery 6.)"""
+        prefix = f"{self.prefix}."
+
+        def route(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **rest: Any) -> dict[str, str] | None:
+            return {"queue": queue} if isinstance(name, str) and name.startswith(prefix) else None
+
+        routes = self.app.conf.task_routes
+        theirs: tuple[Any, ...] = () if routes is None else tuple(routes) if isinstance(routes, list | tuple) else (routes,)
+        self.app.conf.task_routes = (route, *theirs)
+        if "amqp" in vars(self.app):  # the app has routed a message already: its router read the routes then
+            self.app.amqp.flush_routes()
+            self.app.amqp.router.routes = self.app.amqp.routes
 
     def _routing(self) -> dict[str, Any]:
         """Where a message goes: the registration's queue, else the app's routes (a retry keeps its queue)."""
