@@ -378,7 +378,7 @@ class TenantsInvalidError(MongoshiftError):
 
 
 class TenantsFailedError(MongoshiftError):
-    """A command across tenant databases did not reach every tenant: some failed, were locked, canceled or not
+    """A command across tenant databases did not reach every tenant: some failed, were locked, cancelled or not
     reached (each tenant's own code is in ``details.tenants``)."""
 
     exit_code = ExitCode.TENANTS_FAILED

@@ -527,7 +527,7 @@ def test_ctrl_c_stops_scheduling_and_the_running_tenant_ends_cleanly(tenant_proj
     assert process.returncode == 11, err
     document = json.loads(out)
     outcomes = {r["name"]: r["outcome"] for r in document["tenants"]}
-    assert outcomes == {t0: "done", t1: "canceled", t2: "not reached", t3: "not reached"}
+    assert outcomes == {t0: "done", t1: "cancelled", t2: "not reached", t3: "not reached"}
     assert document["exit_code"] == 11 and "interrupted by SIGINT" in document["stopped"]
     assert applied(sync_client, t1) == ["0001_a.py"]  # the migration that saw the signal is not recorded applied
     # what the stopped tenant did apply is counted (it said 0)

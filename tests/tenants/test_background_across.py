@@ -161,7 +161,7 @@ def test_ctrl_c_cancels_each_tenants_background_run_and_a_rerun_finishes_with_ex
     out, err = process.communicate(timeout=120)
     assert process.returncode == 11, err
     outcomes = {r["name"]: r["outcome"] for r in json.loads(out)["tenants"]}
-    assert set(outcomes.values()) <= {"canceled", "not reached"} and "canceled" in outcomes.values(), outcomes  # stopped, not failed
+    assert set(outcomes.values()) <= {"cancelled", "not reached"} and "cancelled" in outcomes.values(), outcomes  # stopped, not failed
     again = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--concurrency", "4", "--json")
     assert again.returncode == 0, again.stderr
     for n in names:

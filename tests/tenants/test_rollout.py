@@ -157,7 +157,7 @@ async def test_ctrl_c_stops_scheduling_and_running_tenants_see_it() -> None:
         return Judged("done")
 
     report, _ = await go(run, Rollout(parallel=1), cancel=cancel)
-    assert outcomes(report)["t00"] == "done" and outcomes(report)["t01"] == "canceled"
+    assert outcomes(report)["t00"] == "done" and outcomes(report)["t01"] == "cancelled"
     assert saw == ["t01"] and [r.outcome for r in report.rows[2:]] == ["not reached"] * 8
     assert report.interrupted and report.exit_code == 11
 
@@ -185,7 +185,7 @@ async def test_a_tenants_lost_lock_cancels_that_tenant_only() -> None:
         return Judged("done")
 
     report, _ = await go(run, Rollout(parallel=1, continue_on_error=True))
-    assert outcomes(report)["t00"] == "canceled" and report.counts()["done"] == 9 and not report.interrupted
+    assert outcomes(report)["t00"] == "cancelled" and report.counts()["done"] == 9 and not report.interrupted
 
 
 async def test_the_json_report_is_one_document_without_the_errors_values() -> None:
@@ -201,7 +201,7 @@ async def test_the_json_report_is_one_document_without_the_errors_values() -> No
     assert rows["t00"]["outcome"] == "done" and rows["t00"]["applied"] == 3 and rows["t00"]["result"] == {"files": 3}
     assert rows["t01"]["error"] == {"kind": "error", "code": 1, "message": "unexpected ValueError"}
     assert document["summary"] == {
-        "total": 2, "done": 1, "already_at_target": 0, "failed": 1, "locked": 0, "canceled": 0, "not_reached": 0,
+        "total": 2, "done": 1, "already_at_target": 0, "failed": 1, "locked": 0, "cancelled": 0, "not_reached": 0,
     }
     assert document["exit_code"] == 47
 

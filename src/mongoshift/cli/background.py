@@ -207,8 +207,8 @@ def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurre
         verdict = run_verdict(reports, once=once)
         if verdict is not None:
             error = TenantError(verdict.kind, int(verdict.exit_code), verdict.message)
-            # Ctrl-C stopped the tenant's lanes at a checkpoint: canceled (a rerun goes on), not failed.
-            return Judged("canceled" if isinstance(verdict, RunAbortedError) else "failed", error=error, result=reports)
+            # Ctrl-C stopped the tenant's lanes at a checkpoint: cancelled (a rerun goes on), not failed.
+            return Judged("cancelled" if isinstance(verdict, RunAbortedError) else "failed", error=error, result=reports)
         return Judged("done" if reports else "already at target", result=reports)
 
     return across(

@@ -2,7 +2,7 @@
 
 Every selected tenant has a row, whatever happened to it: ``done``, ``already at target``
 (nothing to do: a rerun's finished tenants), ``failed``, ``locked`` (another run holds its
-lock), ``canceled`` (stopped by Ctrl-C while it ran) or ``not reached`` (never started: the
+lock), ``cancelled`` (stopped by Ctrl-C while it ran) or ``not reached`` (never started: the
 rollout stopped first). A row carries the error's kind, exit code and message, cleaned by the
 shared redaction: never a document value.
 """
@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from ..errors import ExitCode
 
-Outcome = Literal["done", "already at target", "failed", "locked", "canceled", "not reached"]
+Outcome = Literal["done", "already at target", "failed", "locked", "cancelled", "not reached"]
 
 #: Every outcome, in the order a summary lists them.
-OUTCOMES: tuple[Outcome, ...] = ("done", "already at target", "failed", "locked", "canceled", "not reached")
+OUTCOMES: tuple[Outcome, ...] = ("done", "already at target", "failed", "locked", "cancelled", "not reached")
 
 #: The outcomes of a tenant that is where the command was to take it.
 OK_OUTCOMES: frozenset[str] = frozenset({"done", "already at target"})
@@ -41,10 +41,10 @@ class Judged:
     """What one tenant's call came to, as the caller judges its result (a failure raised is judged by the rollout).
 
     ``error``: a verdict that is a failure without an exception (``status --check`` of a tenant behind);
-    with ``outcome`` "canceled", why a call that returned stopped early (Ctrl-C reached it).
+    with ``outcome`` "cancelled", why a call that returned stopped early (Ctrl-C reached it).
     """
 
-    outcome: Literal["done", "already at target", "failed", "canceled"] = "done"
+    outcome: Literal["done", "already at target", "failed", "cancelled"] = "done"
     applied: int = 0
     rolled_back: int = 0
     error: TenantError | None = None
@@ -117,7 +117,7 @@ class RolloutReport:
 
     @property
     def exit_code(self) -> int:
-        """0 when every tenant is ok; 11 when Ctrl-C stopped it; else 47 (some failed, locked, canceled or not reached)."""
+        """0 when every tenant is ok; 11 when Ctrl-C stopped it; else 47 (some failed, locked, cancelled or not reached)."""
         if self.ok:
             return int(ExitCode.OK)
         if self.interrupted:

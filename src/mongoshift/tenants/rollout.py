@@ -3,7 +3,7 @@
 - At most ``parallel`` tenants run at once: that many workers take the next tenant in
   selection order, on one event loop, over the caller's shared clients.
 - ``canary`` K: the first K tenants run first, all of them (within the same bound); if any of
-  them is not ok (failed, locked, canceled), no other tenant starts.
+  them is not ok (failed, locked, cancelled), no other tenant starts.
 - By default the first failure stops scheduling: tenants running then finish, the rest are
   ``not reached``. ``continue_on_error`` goes on and reports every failure.
 - A tenant whose lock another run holds is ``locked`` (``--wait`` waits for it instead); it
@@ -102,7 +102,7 @@ async def roll_out(
         except LockHeldError as exc:
             row.outcome, row.error = "locked", _error(exc)
         except RunAbortedError as exc:  # a stopped run may have applied migrations before it stopped
-            row.outcome, row.error = ("canceled" if own.is_set() else "failed"), _error(exc)
+            row.outcome, row.error = ("cancelled" if own.is_set() else "failed"), _error(exc)
             row.applied, row.rolled_back = _done_before(exc)
         except MongoshiftError as exc:
             row.outcome, row.error = "failed", _error(exc)
@@ -158,7 +158,7 @@ async def roll_out(
 
 
 def _judged(row: TenantRow, judged: Judged) -> None:
-    row.outcome = "failed" if judged.error is not None and judged.outcome != "canceled" else judged.outcome
+    row.outcome = "failed" if judged.error is not None and judged.outcome != "cancelled" else judged.outcome
     row.applied, row.rolled_back, row.error, row.result = judged.applied, judged.rolled_back, judged.error, judged.result
 
 
