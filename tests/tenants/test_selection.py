@@ -56,7 +56,7 @@ async def test_names_without_a_section_are_taken_as_given_sorted() -> None:
         ({}, TenantFlags(names=("a",), all=True), "cannot be combined"),
         ({}, TenantFlags(names=("a", "a")), "given twice"),
         ({}, TenantFlags(names=("a.b",),), "MongoDB refuses"),
-        ({}, TenantFlags(names=("local",),), "never a tenant"),
+        ({}, TenantFlags(names=("local",),), "never a project's or a tenant's"),
         ({}, TenantFlags(names=("x" * 64,),), "at most 63 bytes"),
     ],
 )
@@ -138,7 +138,7 @@ async def test_an_async_provider_may_place_tenants_on_another_cluster(provider_m
     ("source", "text"),
     [
         ("def tenants(settings):\n    raise RuntimeError('no tenants table')\n", "failed: RuntimeError"),
-        ("def tenants(settings):\n    return ['a', 7]\n", "item 1: a tenant name must be text, not int"),
+        ("def tenants(settings):\n    return ['a', 7]\n", "item 1: a database name must be text, not int"),
         ("def tenants(settings):\n    return ['a', 'b', 'a']\n", "returned twice: a"),
         ("def tenants(settings):\n    return ['ok', 'bad/name']\n", "item 1: MongoDB refuses '/'"),
         ("def tenants(settings):\n    return ['admin']\n", "item 0: admin is the server's own database"),

@@ -34,7 +34,7 @@ from pydantic import (
 from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.tenants import TenantsDeclaration
-from ..schema.validation import COLLECTION_NAME, DATABASE_NAME, IMPORT_PATH, declared_name, loc_path, message_of
+from ..schema.validation import COLLECTION_NAME, IMPORT_PATH, declared_name, loc_path, message_of, refused_database_name
 from .env_file import read_env_file
 from .redaction import redact
 
@@ -72,7 +72,8 @@ class Settings(BaseModel):
     #: ``"package.module:function"`` returning the URI (sync or async), called when a command connects.
     uri_factory: str | None = Field(default=None, pattern=IMPORT_PATH)
     uri_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
-    db: str | None = Field(default=None, pattern=DATABASE_NAME)
+    #: The project's database: a name MongoDB takes, never admin, local or config (:func:`refused_database_name`).
+    db: str | None = None
     migrations_dir: Path = Path("migrations")
     changelog_collection: str = Field(default="_mongoshift_migrations", pattern=_COLLECTION_NAME, validate_default=True)
     lock_collection: str = Field(default="_mongoshift_locks", pattern=_COLLECTION_NAME, validate_default=True)
@@ -131,6 +132,15 @@ class Settings(BaseModel):
             for name in mine:
                 if name in theirs:
                     raise ValueError(f"{other} already uses the collection {name!r}: each needs its own")
+        return value
+
+    @field_validator("db")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        """The one rule of every database name a user gives (tenants' too); the value is never echoed."""
+        why = None if value is None else refused_database_name(value)
+        if why is not None:
+            raise ValueError(f"not a database mongoshift can use: {why}")
         return value
 
     @field_validator("migrations_dir", "collections_dir", "template_path", mode="before")

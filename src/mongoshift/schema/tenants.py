@@ -13,37 +13,11 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .validation import IMPORT_PATH
+from .validation import IMPORT_PATH, SERVER_DATABASES, refused_database_name, shown_name
 
-#: Databases of the server itself: never a tenant, whatever a pattern or a provider says.
-SERVER_DATABASES = frozenset({"admin", "local", "config"})
-
-#: Characters MongoDB refuses in a database name (any platform), and its length bound in bytes.
-_REFUSED_CHARACTERS = frozenset('/\\. "$*<>:|?\x00')
-_MAX_NAME_BYTES = 63
+__all__ = ["PROVIDER_PATTERN", "SERVER_DATABASES", "TenantsDeclaration", "refused_database_name"]
 
 PROVIDER_PATTERN = IMPORT_PATH
-
-
-def refused_database_name(name: object) -> str | None:
-    """Why ``name`` cannot be a tenant database (None: it can). Names the rule, never echoes a long value."""
-    if not isinstance(name, str):
-        return f"a tenant name must be text, not {type(name).__name__}"
-    if not name:
-        return "a tenant name cannot be empty"
-    try:
-        size = len(name.encode("utf-8"))
-    except UnicodeEncodeError:  # a command-line argument that was not UTF-8 (its bytes kept as surrogates)
-        return "a database name must be valid UTF-8"
-    if size > _MAX_NAME_BYTES:
-        return f"a database name has at most {_MAX_NAME_BYTES} bytes"
-    bad = sorted({c for c in name if c in _REFUSED_CHARACTERS})
-    if bad:
-        shown = ", ".join(repr(c) for c in bad)
-        return f"MongoDB refuses {shown} in a database name"
-    if name in SERVER_DATABASES:
-        return f"{name} is the server's own database, never a tenant"
-    return None
 
 
 class TenantsDeclaration(BaseModel):
@@ -67,7 +41,7 @@ class TenantsDeclaration(BaseModel):
         for name in value:
             why = refused_database_name(name)
             if why is not None:
-                raise ValueError(f"{name!r}: {why}" if len(name) <= 80 else why)
+                raise ValueError(f"'{shown_name(name)}': {why}" if len(name) <= 80 else why)
         seen = [n for i, n in enumerate(value) if n in value[:i]]
         if seen:
             raise ValueError(f"listed twice: {', '.join(sorted(set(seen)))}")

@@ -6,6 +6,7 @@ so every refused value reads the same way wherever it was written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,8 +14,6 @@ from pydantic import ValidationError
 
 #: ``package.module:function``: a provider, a ``uri_factory``.
 IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
-#: A database name MongoDB accepts (``db``).
-DATABASE_NAME = r'^[^/\\. "$]{1,63}$'
 #: A collection name for mongoshift's own records.
 COLLECTION_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$"
 
@@ -33,10 +32,62 @@ def refused_collection_name(name: object) -> str | None:
     return None
 
 
+#: Databases of the server itself (its users, its sharding metadata, its oplog; ``local`` is not
+#: even replicated): never a project's ``db`` nor a tenant, whatever a pattern or a provider says.
+SERVER_DATABASES = frozenset({"admin", "local", "config"})
+
+#: Characters MongoDB refuses in a database name (on any platform), and its length bound in bytes.
+_REFUSED_IN_DATABASE_NAME = frozenset('/\\. "$*<>:|?')  # and NUL, a control character
+MAX_DATABASE_NAME_BYTES = 63
+
+#: Control characters (C0, DEL, C1), the line and paragraph separators and the bidirectional
+#: controls (U+202E shows the rest of a line reversed): never part of a name a terminal shows.
+_CONTROLS_IN_NAME = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def refused_database_name(name: object) -> str | None:
+    """Why ``name`` cannot be the project's database or a tenant's (None: it can): the one rule of
+    ``db`` (file, environment, ``--db``, ``init --db``) and of every tenant name. The reason never
+    holds the name's control characters (they are named by code point)."""
+    if not isinstance(name, str):
+        return f"a database name must be text, not {type(name).__name__}"
+    if not name:
+        return "a database name cannot be empty"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # a command-line argument that was not UTF-8 (its bytes kept as surrogates)
+        return "a database name must be valid UTF-8"
+    if size > MAX_DATABASE_NAME_BYTES:
+        return f"a database name has at most {MAX_DATABASE_NAME_BYTES} bytes"
+    controls = sorted(set(_CONTROLS_IN_NAME.findall(name)))
+    if controls:
+        shown = ", ".join(f"U+{ord(c):04X}" for c in controls[:5])
+        return f"a database name cannot hold control or bidirectional characters (found {shown})"
+    bad = sorted({c for c in name if c in _REFUSED_IN_DATABASE_NAME})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        return f"MongoDB refuses {shown} in a database name"
+    if name.lower() in SERVER_DATABASES:
+        own = name.lower()
+        case = "" if name == own else f" (MongoDB refuses a name that differs from another only in case: this is {own})"
+        return (
+            f"{name} is the server's own database{case}, never a project's or a tenant's "
+            "(admin, config and local hold the server's users, cluster metadata and unreplicated data)"
+        )
+    return None
+
+
+def shown_name(name: str, limit: int = 80) -> str:
+    """A name for a message: its control and bidirectional characters escaped (``\\x1b``,
+    ``\\u202e``), and by its length only when longer than ``limit``."""
+    if len(name) > limit:
+        return f"<{len(name)} characters>"
+    return _CONTROLS_IN_NAME.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), name)
+
+
 #: What each pattern asks for, in words: the user reads this, not the regular expression.
 _PATTERN_WORDS = {
     IMPORT_PATH: "must be an import path such as 'package.module:function'",
-    DATABASE_NAME: "must be a database name: 1 to 63 characters, none of / \\ . space \" $",
     COLLECTION_NAME: "must be a collection name: 1 to 120 letters, digits, _ . or -, not starting with . or -",
 }
 

@@ -20,6 +20,7 @@ from ..project.redaction import describe_error, escape_undecodable
 from ..project.settings import Settings
 from ..project.user_code import call, import_user_module
 from ..schema.tenants import SERVER_DATABASES, refused_database_name
+from ..schema.validation import shown_name
 
 #: Lists the server's database names (``listDatabases``, names only).
 DatabaseNames = Callable[[], Awaitable[list[str]]]
@@ -64,9 +65,9 @@ class TenantFlags:
 
 def _shown(name: object) -> str:
     """A name for a message: short text as is (bytes that were not UTF-8 as ``\\xff``), anything else by its type only."""
-    if isinstance(name, str) and len(name) <= 80:
-        return escape_undecodable(name)
-    return f"<{type(name).__name__}>" if not isinstance(name, str) else f"<{len(name)} characters>"
+    if isinstance(name, str):
+        return escape_undecodable(shown_name(name))  # control characters escaped, never written raw
+    return f"<{type(name).__name__}>"
 
 
 async def select(settings: Settings, flags: TenantFlags, database_names: DatabaseNames) -> list[Tenant]:
@@ -93,13 +94,25 @@ async def select(settings: Settings, flags: TenantFlags, database_names: Databas
         if not chosen:
             where = "the [tenants] selection" if configured is not None else "the server's databases"
             raise TenantsInvalidError(f"--tenants {flags.pattern!r} matches none of {where}", pattern=flags.pattern)
+        _usable([t.name for t in chosen], f"--tenants {flags.pattern!r}")
         return chosen
     assert configured is not None  # flags.all with a section
     return configured
 
 
 def _tenant_databases(names: Iterable[str]) -> list[str]:
-    return [n for n in names if n not in SERVER_DATABASES]
+    """The server's databases a pattern may match: never admin, local or config (nor another case of them)."""
+    return [n for n in names if n.lower() not in SERVER_DATABASES]
+
+
+def _usable(names: list[str], where: str) -> list[str]:
+    """``names`` a pattern matched, or a refusal of the first one the database-name rule refuses
+    (a name with control characters, made on the server by other means), shown escaped."""
+    for name in names:
+        why = refused_database_name(name)
+        if why is not None:
+            raise TenantsInvalidError(f"{where} matches the database {_shown(name)}: {why}; narrow the pattern", tenant=_shown(name))
+    return names
 
 
 async def configured_tenants(settings: Settings, database_names: DatabaseNames) -> list[Tenant]:
@@ -109,7 +122,7 @@ async def configured_tenants(settings: Settings, database_names: DatabaseNames) 
     if declared.databases is not None:
         return [Tenant(n) for n in sorted(declared.databases)]
     if declared.match is not None:
-        found = sorted(n for n in _tenant_databases(await database_names()) if fnmatchcase(n, declared.match))
+        found = _usable(sorted(n for n in _tenant_databases(await database_names()) if fnmatchcase(n, declared.match)), f"[tenants] match {declared.match!r}")
         if not found:
             raise TenantsInvalidError(f"[tenants] match {declared.match!r} matches none of the server's databases", pattern=declared.match)
         return [Tenant(n) for n in found]
