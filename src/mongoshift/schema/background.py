@@ -136,6 +136,13 @@ class Transaction(BaseModel):
     max_retries: StrictInt = Field(default=5, ge=0, le=20)
 
 
+#: ``w`` as text that reads as a number ("0", " 2", "1.5", "1e3"): a mistake for the number, not a tag.
+_NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+#: The most members a replica set has (so the most ``w`` can wait for), and the largest ``wtimeout`` (a 32-bit int).
+MAX_WRITE_CONCERN_MEMBERS = 50
+MAX_WTIMEOUT_MS = 2**31 - 1
+
+
 class Background(BaseModel):
     """A background migration: rewrite ``collection`` from one shape version to another.
 
@@ -252,12 +259,23 @@ class Background(BaseModel):
         if unknown:
             raise ValueError(f"unknown write concern option(s): {', '.join(sorted(unknown))}")
         w, j, wtimeout = value.get("w", 1), value.get("j", False), value.get("wtimeout", 0)
+        problems = []
         if w == 0 and type(w) is int:
-            raise ValueError("w: 0 is refused: unacknowledged writes cannot be checked or counted")
-        if not ((type(w) is int and w > 0) or (isinstance(w, str) and w)):
-            raise ValueError("w must be a number of members (1 or more) or a tag such as 'majority'")
-        if not isinstance(j, bool) or type(wtimeout) is not int or wtimeout < 0:
-            raise ValueError("j must be True or False and wtimeout a whole number of ms (0 or more)")
+            problems.append("w: 0 is refused: unacknowledged writes cannot be checked or counted")
+        elif isinstance(w, str) and _NUMBER_TEXT.fullmatch(w):
+            # The server would take "0" or "2" as the name of a tag set, which no replica set defines:
+            # every write then fails (or, with "0", was meant to be unacknowledged). A number is a number.
+            problems.append(f"w: {w!r} is a number written as text: write it as a number (w = 1 or more) or name a tag such as 'majority'")
+        elif type(w) is int and w > MAX_WRITE_CONCERN_MEMBERS:
+            problems.append(f"w: at most {MAX_WRITE_CONCERN_MEMBERS} members (the most a replica set has)")
+        elif not ((type(w) is int and w > 0) or (isinstance(w, str) and w.strip())):
+            problems.append("w must be a number of members (1 or more) or a tag such as 'majority'")
+        if not isinstance(j, bool):
+            problems.append(f"j must be True or False, not {type(j).__name__}")
+        if type(wtimeout) is not int or not 0 <= wtimeout <= MAX_WTIMEOUT_MS:
+            problems.append(f"wtimeout must be a whole number of ms from 0 to {MAX_WTIMEOUT_MS} (0: no limit)")
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
 
     @field_validator("adaptive", mode="before")
