@@ -404,3 +404,27 @@ def test_undecodable_bytes_near_a_uri_s_password_are_shown_alone() -> None:
     assert "'a\\xffb'" in refusal("a\udcffb")
     shown = refusal("mongodb://admin:hunter2@h/a\udcffb")
     assert "hunter2" not in shown and "admin" not in shown and "'\\xff'" in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("0001_a.PY", "file names are case-sensitive: the extension is '.py', not '.PY'); did you mean 0001_a.py?"),
+        ("migrations/0001_a.Py", "not '.Py'); did you mean 0001_a.py?"),
+        ("0001_a.txt", "a migration file ends in '.py': '.txt' makes 0001_a.txt.py a name no migration has); did you mean 0001_a.py?"),
+        ("0001_A", "did you mean 0001_a.py?"),
+        ("0002_c", "the files next to where it would sort: 0001_a.py, 0003_b.py (2 in the folder)"),
+    ],
+)
+def test_a_file_name_no_migration_has_says_what_was_looked_for_and_what_is_near(project, cli, name: str, says: str) -> None:  # type: ignore[no-untyped-def]
+    """`up 0001_a.PY` said "not found: 0001_a.PY.py" and nothing else; other files of the folder (a .env) are never listed."""
+    project.add("0001_a.py", QUICK)
+    project.add("0003_b.py", QUICK)
+    (project.migrations / ".env").write_text("TOKEN=hunter9\n", encoding="utf-8")
+    (project.migrations / "0001_a.PY").write_text("x", encoding="utf-8")
+    result = cli(project, "up", name, "--json")
+    assert result.returncode == 8, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].startswith("migration file not found: ") and says in error["message"], error["message"]
+    assert "looked for it in the migrations folder" in error["message"] and ".env" not in result.stdout + result.stderr
+    assert error["details"]["nearby"] and all(n.endswith(".py") for n in error["details"]["nearby"])

@@ -10,6 +10,8 @@ all of them are imported before anything is written.
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import hashlib
 import inspect
 import os
@@ -301,7 +303,35 @@ def find(files: list[MigrationFile], name: str) -> MigrationFile:
         raise FileNotFoundMigrationError(
             f"{wanted} was squashed into {into}: name {into} (it stands for every file it replaced)", file=wanted, squashed_into=into
         )
-    raise FileNotFoundMigrationError(f"migration file not found: {wanted}")
+    raise _not_found(files, name, wanted)
+
+
+def _not_found(files: list[MigrationFile], name: str, wanted: str) -> FileNotFoundMigrationError:
+    """Exit 8 for a name no file has: what was looked for, why an extension did not count, and the
+    migration files whose names are nearest (only those: the folder may hold other files, a ``.env``)."""
+    names = sorted(item.name for item in files)
+    suffix = Path(name).suffix
+    stem = name[: -len(suffix)] if suffix and suffix != ".py" else wanted.removesuffix(".py")
+    words = [f"migration file not found: {wanted} (looked for it in the migrations folder"]
+    if suffix and suffix != ".py":
+        if suffix.lower() == ".py":
+            words.append(f"; file names are case-sensitive: the extension is '.py', not {suffix!r}")
+        else:
+            words.append(f"; a migration file ends in '.py': {suffix!r} makes {wanted} a name no migration has")
+    words.append(")")
+    near = [n for n in names if n.removesuffix(".py").lower() == stem.lower()]
+    near = near or difflib.get_close_matches(stem + ".py", names, n=3, cutoff=0.85)
+    if near:
+        words.append(f"; did you mean {' or '.join(near[:3])}?")
+        shown = near[:3]
+    elif names:
+        at = bisect.bisect_left(names, wanted)
+        shown = names[max(0, at - 1) : at + 1]
+        words.append(f"; the files next to where it would sort: {', '.join(shown)} ({len(names)} in the folder)")
+    else:
+        shown = []
+        words.append("; the folder holds no migration file")
+    return FileNotFoundMigrationError("".join(words), file=wanted, nearby=shown)
 
 
 def load(item: MigrationFile) -> MigrationFile:
