@@ -480,6 +480,28 @@ background = Background(collection="people", from_version=1, to_version=2, migra
     assert "returned 49 result(s) for 50 document(s)" in (failed.last_error or "")
 
 
+async def test_slices_that_failed_on_a_wrong_result_count_count_no_batch(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """Each failed slice left its unwritten batch in flight; the next holder counted it a batch (status read
+    "2 batches" beside "failed 3 slices", none written). A batch nothing of which was written is no batch."""
+    await seed(db.people, 30)
+    fast_project.add("0001_wrong.py", '''
+from mongoshift import Background
+
+def migrate_batch(docs, ctx):
+    return docs[:-1]
+
+background = Background(collection="people", from_version=1, to_version=2, migrate_batch=migrate_batch, batch_size=10, pause_ms=0)
+''')
+    s = fast_project.settings()
+    await command.up(s)
+    (failed,) = await bg.run(s, ["0001_wrong.py"])
+    assert failed.status == "failed" and "failed 3 slice(s) in a row" in (failed.last_error or "")
+    state = await db["_mongoshift_background"].find_one({"_id": "0001_wrong.py"})
+    assert state["totals"]["batches"] == 0 and state["totals"]["scanned"] == 0
+    (part,) = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_wrong.py"})]
+    assert part["counters"].get("batches", 0) == 0 and part["failures"] == 3
+
+
 async def test_throttle_hook_sees_the_batch_and_adds_a_pause(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 100)
     source = background_file(batch_size=25, extra="throttle=throttle, adaptive=False,").replace(

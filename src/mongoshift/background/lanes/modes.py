@@ -352,7 +352,9 @@ async def settle_left_batch(work: PartitionWork) -> None:
     Only what this lane will not read again is counted: a document of the batch that still matches
     (the lane died before writing it) is read again from the cursor before the batch, and counted
     then, so ``scanned`` stays ``migrated + skipped + conflicts + failed``. The rest of the batch,
-    rewritten by someone else or deleted since, is ``skipped``, as a batch's guarded write counts it."""
+    rewritten by someone else or deleted since, is ``skipped``, as a batch's guarded write counts it.
+    ``batches`` counts it only when some of it was settled so: a batch that failed before any write is
+    none (the slice that failed on it is counted towards ``max_slice_failures`` instead)."""
     left = work.partition.inflight
     if not left or left.get("token") == work.lease.token:
         return
@@ -370,7 +372,9 @@ async def settle_left_batch(work: PartitionWork) -> None:
             rewritten += 1
     again = await primary.count_documents({"$and": [work.match, {"_id": {"$in": ids}}]}) if len(ids) > rewritten else 0
     settled = max(rewritten, len(ids) - again)
-    counts = {"scanned": settled, "migrated": rewritten, "skipped": settled - rewritten, "batches": 1}
+    # A batch none of whose documents was settled (its transform failed, its write never came) is no
+    # batch: counted one, three slices failing at one batch read "2 batches" with nothing written.
+    counts = {"scanned": settled, "migrated": rewritten, "skipped": settled - rewritten, "batches": 1 if settled else 0}
     if await work.engine.store.settle_intent(work.lease, str(left.get("token")), counts):
         add_counts(work.counters, counts)
 
