@@ -502,6 +502,38 @@ background = Background(collection="people", from_version=1, to_version=2, migra
     assert part["counters"].get("batches", 0) == 0 and part["failures"] == 3
 
 
+@pytest.mark.parametrize("taken", [False, True])
+async def test_a_slice_that_failed_after_its_lease_lapsed_counts_towards_max_slice_failures(fast_project, db, monkeypatch, taken: bool) -> None:  # type: ignore[no-untyped-def]
+    """The release is fenced by the lease: a slice that failed once its lease was reaped (or taken) was never counted,
+    so a partition whose slices outlive their lease failed forever without failing. The failure is the partition's;
+    the lapse alone is not one (the reaper counts none)."""
+    from mongoshift.background.lanes.lane import Lane
+    from mongoshift.background.lanes.modes import PlainBatches
+
+    await seed(db.people, 50)
+    fast_project.add("0001_names.py", background_file(batch_size=10, extra="max_slice_failures=2,"))
+    await command.up(fast_project.settings())
+    async with bg.open_engine(fast_project.settings()) as engine:
+        spec = engine.spec("0001_names.py")
+        state = (await engine.coordinator.step("0001_names.py", spec)).state
+        partitions = engine.store.partitions
+
+        async def lapses_then_fails(self, work, cursor, size):  # type: ignore[no-untyped-def]
+            lease = {"$set": {"lease.token": "another"}} if taken else {"$unset": {"lease": ""}}
+            await partitions.update_one({"_id": work.lease.partition_id}, lease)
+            raise RuntimeError("the batch broke")
+
+        monkeypatch.setattr(PlainBatches, "advance", lapses_then_fails)
+        for expected in (1, 2):
+            if taken:  # the other holder lets go in between, so the next slice can claim
+                await partitions.update_many({"background": "0001_names.py"}, {"$unset": {"lease": ""}})
+            result = await Lane(engine.context, f"lane{expected}").run_slice(state, spec)
+            assert result.outcome == "error"
+            (part,) = [p async for p in partitions.find({"background": "0001_names.py", "generation": state.generation})]
+            assert part["failures"] == expected and "the batch broke" in part["last_error"]
+        assert part["status"] == "failed"
+
+
 async def test_throttle_hook_sees_the_batch_and_adds_a_pause(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed(db.people, 100)
     source = background_file(batch_size=25, extra="throttle=throttle, adaptive=False,").replace(

@@ -608,7 +608,11 @@ class BackgroundStore:
         return result.matched_count == 1
 
     async def release(self, lease: Lease, *, failure: str | None = None, max_failures: int = 3) -> None:
-        """Give the partition back; a failed slice is counted, and too many in a row fail the partition."""
+        """Give the partition back; a failed slice is counted, and too many in a row fail the partition.
+
+        A slice that failed is the partition's failure even when its lease lapsed meanwhile (reaped,
+        or taken by another lane): the count is then added without touching the lease, while the
+        partition is still ``running`` in this generation. A lapse alone is no failure (the reaper counts none)."""
         update: dict[str, Any] = {"$unset": {"lease": ""}}
         if failure is not None:
             update["$inc"] = {"failures": 1}
@@ -616,6 +620,11 @@ class BackgroundStore:
         result = await self.partitions.find_one_and_update(
             {"_id": lease.partition_id, "lease.token": lease.token}, update, return_document=ReturnDocument.AFTER
         )
+        if failure is not None and result is None:
+            del update["$unset"]
+            result = await self.partitions.find_one_and_update(
+                {"_id": lease.partition_id, "status": "running"}, update, return_document=ReturnDocument.AFTER
+            )
         if failure is not None and result is not None and result.get("failures", 0) >= max_failures:
             await self.partitions.update_one(
                 {"_id": lease.partition_id, "status": "running"}, {"$set": {"status": "failed"}}
