@@ -20,6 +20,7 @@ from pymongo.errors import PyMongoError
 
 from ..errors import ChecksumMismatchError, ConfigInvalidError, MongoshiftError
 from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
+from ..project.changelog import next_batch_after
 from ..project.declarations import Declarations
 from ..project.events import Event, Observer
 from ..project.loader import import_first, resolve_name
@@ -112,9 +113,11 @@ async def _plan(
     settings = session.settings
     target = _bare(settings, target)
     to = _bare(settings, to)
+    # Under the lock, this is the run's one read of the whole changelog: the plan and the batch it records
+    # come from it (``up``'s check before the lock read it too, but a run may have applied files since).
     records = await session.changelog.records()
     if direction == "up":
-        return plan_up(
+        plan = plan_up(
             session.files,
             records,
             target=target,
@@ -124,7 +127,10 @@ async def _plan(
             out_of_order="allow" if target and not ordered else settings.out_of_order,
             ordered=ordered,
         )
-    return plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered)
+    else:
+        plan = plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered)
+    plan.next_batch = next_batch_after(records)
+    return plan
 
 
 #: The largest ``--batch`` label: a number every JSON reader keeps exact, and whose next batch still fits
@@ -166,7 +172,7 @@ async def _execute(
     session.events.observers.append(lambda event: report.logs.append(event) if event.kind == "log" else None)
     stored = RunLogWriter(session.db[session.settings.run_log_collection], session.run.run_id, create_indexes=session.settings.ensure_indexes)
     session.events.observers.append(stored)
-    batch = batch or await session.changelog.next_batch()
+    batch = batch or plan.next_batch or await session.changelog.next_batch()
     executor = Executor(session)
     try:
         report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
@@ -374,7 +380,7 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
             return RunReport("redo", session.run.run_id, warnings=["nothing is applied: nothing to redo"])
         back = plan.steps[0]  # a squash file's newest replaced file: the squash is redone whole
         reapply = plan_up(session.files, records, target=back.line_name, force=True, strict=False)
-        combined = Plan(plan.steps + reapply.steps, reapply.warnings)
+        combined = Plan(plan.steps + reapply.steps, reapply.warnings, next_batch=next_batch_after(records))
         _check_unchanged(combined, checksums)
         return await _execute(session, "redo", combined)
 
@@ -474,7 +480,7 @@ async def dry_run_in(
         settings, take_lock=False, cancel=project.cancel, observers=run_observers(project.observers, settings), project=project
     ) as session:
         plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, ordered=ordered)
-        next_batch = (batch or await session.changelog.next_batch()) if direction == "up" else None
+        next_batch = (batch or plan.next_batch) if direction == "up" else None
         would_run, waiting = await Executor(session).preview(plan)
         rows = []
         for index, item in enumerate(would_run):

@@ -122,6 +122,8 @@ class Plan:
     steps: list[Step]
     warnings: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: The batch a run of this plan records, from the changelog read it was planned from (None: not known).
+    next_batch: int | None = None
 
 
 def _applied(records: dict[str, ChangelogRecord]) -> list[ChangelogRecord]:

@@ -10,6 +10,8 @@ and the sync path that runs inside a migration's own transaction.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -76,6 +78,12 @@ class ChangelogRecord:
                 fields=what.split(", "),
             )
         return cls(**values, extra=extra)
+
+
+def next_batch_after(records: Mapping[str, ChangelogRecord]) -> int:
+    """One more than the highest batch of ``records`` (every record, reverted ones too), as
+    :meth:`Changelog.next_batch` reads it from the collection: numbers never repeat."""
+    return max((int(r.batch) for r in records.values() if r.batch is not None and math.isfinite(r.batch)), default=0) + 1
 
 
 #: The type of each record field mongoshift computes with (None is allowed for all of them).
@@ -236,7 +244,8 @@ class Changelog:
         return ChangelogRecord.from_document(doc, self.collection.name) if doc else None
 
     async def next_batch(self) -> int:
-        """One more than the highest batch ever used, so numbers never repeat."""
+        """One more than the highest batch ever used, so numbers never repeat (:func:`next_batch_after`
+        when the records were just read: a run plans and labels from one read)."""
         doc = await self.collection.find_one({"batch": {"$type": "number"}}, sort=[("batch", DESCENDING)])
         return int(doc["batch"]) + 1 if doc else 1
 
