@@ -359,3 +359,23 @@ async def test_a_stop_while_waiting_for_the_lock_ends_the_wait(project, db) -> N
         await asyncio.wait_for(run, 60)  # a bound far below the 600 s wait: the stop ended it
     assert stopped.value.exit_code == 11
     assert await db["_mongoshift_migrations"].count_documents({}) == 0
+
+
+LONG_LINE = """
+def up(ctx):
+    ctx.log.info("x" * 5000 + " mongodb://app:s3cret@db.internal/", note="y" * 1500, short="kept")
+"""
+
+
+async def test_a_long_log_line_says_it_was_cut_and_how_long_it_was(project, db, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Cut at 1,000 characters with a lone "…", the reader could not tell a cut line from one that ended so."""
+    project.add("0001_long.py", LONG_LINE)
+    seen = Recorder()
+    report = await api.up(project.settings(), observers=[seen])
+    (event,) = seen.of("log")
+    message, data = event.data["message"], event.data["data"]
+    assert len(message) <= 1000 and message.startswith("x" * 900)
+    assert message.endswith("… [cut: 5,034 characters]"), message[-60:]
+    assert data["note"].endswith("… [cut: 1,500 characters]") and len(data["note"]) <= 1000 and data["short"] == "kept"
+    (stored,) = sync_client[project.db]["_mongoshift_run_log"].find({"run_id": report.run_id})
+    assert stored["message"] == message and "s3cret" not in str(stored)

@@ -42,12 +42,22 @@ def correlated(logger: logging.Logger, run_id: str | None, name: str | None, dir
     return logging.LoggerAdapter(logger, fields, merge_extra=True)
 
 
+def shown_text(value: str) -> str:
+    """``value`` redacted, at most :data:`MAX_TEXT` characters: a longer one is cut and ends with
+    ``… [cut: N characters]``, N its length as given (a lone "…" read like a line that ended so)."""
+    text = redact(value[: MAX_TEXT * 8], None)  # bounds the work; what is shown is far shorter
+    if len(text) <= MAX_TEXT and len(value) <= MAX_TEXT * 8:
+        return text
+    marker = f"… [cut: {len(value):,} characters]"
+    return text[: MAX_TEXT - len(marker)] + marker
+
+
 def bounded(value: Any, depth: int = 0) -> Any:
     """A copy of ``value`` small enough for an event: deep structures, long lists and texts are cut."""
     if isinstance(value, _KEPT):
         return value
     if isinstance(value, str):
-        return redact(value, MAX_TEXT)  # as the message: a URI's password never reaches an event or a line
+        return shown_text(value)  # as the message: a URI's password never reaches an event or a line
     if isinstance(value, (bytes, Binary)):
         return Binary(bytes(value[:MAX_TEXT]))
     if depth >= MAX_DEPTH:
@@ -91,7 +101,7 @@ class MigrationLog:
 
     def _log(self, level: int, message: str, data: dict[str, Any]) -> None:
         try:
-            text = redact(str(message), MAX_TEXT)
+            text = shown_text(str(message))
             copy = bounded(data)
         except Exception as exc:  # a value whose str() raises: the line is dropped, the caller's work goes on
             logging.getLogger("mongoshift").debug("a ctx.log line was dropped: its message or data cannot be shown (%s)", type(exc).__name__)
