@@ -310,16 +310,29 @@ async def _connected(
 async def _acquire(lock: LeaseLock, events: Events, wait: float | None, cancel: CancelSignal) -> None:
     """Take the migration lock, telling observers whether it waited, got it, or was refused (a stop ends the wait)."""
     started = time.monotonic()
+    held_since: list[float] = []  # when the lock was found held: the wait for its holder starts there
+
+    def waited() -> None:
+        held_since.append(time.monotonic())
+        events.emit("lock_waited", None, wait_seconds=wait)
+
     try:
-        await lock.acquire(wait_seconds=wait, on_wait=lambda: events.emit("lock_waited", None, wait_seconds=wait), cancel=cancel)
+        await lock.acquire(wait_seconds=wait, on_wait=waited, cancel=cancel)
     except MongoshiftError as exc:
-        events.emit("lock_refused", None, waited_ms=_ms_since(started), error_kind=exc.kind)
+        events.emit("lock_refused", None, **_lock_times(started, held_since), error_kind=exc.kind)
         raise
-    events.emit("lock_acquired", None, waited_ms=_ms_since(started), ttl_seconds=lock.ttl_ms / 1000)
+    events.emit("lock_acquired", None, **_lock_times(started, held_since), ttl_seconds=lock.ttl_ms / 1000)
 
 
-def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
+def _lock_times(started: float, held_since: list[float]) -> dict[str, float]:
+    """``waited_ms`` since the lock was asked for and, when it was held, ``held_ms`` of it spent waiting for
+    its holder: one clock reading for both, so the part never exceeds the whole by more than the rounding
+    (an observer's own clock would add the time events take to reach it)."""
+    now = time.monotonic()
+    times: dict[str, float] = {"waited_ms": int((now - started) * 1000)}
+    if held_since:
+        times["held_ms"] = round((now - held_since[0]) * 1000, 3)
+    return times
 
 
 async def _close(session: Session, project: Project, failure: BaseException | None) -> None:

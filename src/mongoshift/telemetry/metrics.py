@@ -7,8 +7,7 @@ must stay few).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.metrics import Counter, Histogram, Meter
@@ -21,9 +20,8 @@ from .names import Instrument
 class Metrics:
     """The instruments of one meter, fed with the events of the runs one observer sees."""
 
-    def __init__(self, meter: Meter, attributes: Mapping[str, Any], now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, meter: Meter, attributes: Mapping[str, Any]) -> None:
         self.attributes = dict(attributes)
-        self.now = now
         self._histograms: dict[str, Histogram] = {
             spec.name: meter.create_histogram(
                 spec.name, unit=spec.unit, description=spec.description, explicit_bucket_boundaries_advisory=list(names.SECONDS_BUCKETS)
@@ -36,8 +34,6 @@ class Metrics:
             for spec in names.INSTRUMENTS
             if spec.kind == "counter"
         }
-        #: When each run started waiting for the migration lock (``lock_waited``).
-        self._waiting: dict[str | None, float] = {}
         #: How each open run stands with the lock (``run_start``'s ``lock``, ``refused`` once refused).
         self._lock: dict[str | None, str | None] = {}
 
@@ -54,14 +50,11 @@ class Metrics:
             self._seconds(names.MIGRATION_DURATION, data["duration_ms"], attributes)
         elif kind == "converge_end":
             self._seconds(names.CONVERGE_DURATION, data["duration_ms"], _ended(data, **{names.TRIGGER: data.get("trigger")}))
-        elif kind == "lock_waited":
-            self._waiting[event.run_id] = self.now()
         elif kind in ("lock_acquired", "lock_refused"):
             outcome = {names.OUTCOME: "acquired" if kind == "lock_acquired" else "refused"}
             self._seconds(names.LOCK_ACQUIRE_DURATION, data.get("waited_ms", 0), outcome)
-            since = self._waiting.pop(event.run_id, None)
-            if since is not None:
-                self._record(names.LOCK_WAIT_DURATION, self.now() - since, outcome)
+            if "held_ms" in data:  # the lock was held: the part of the acquisition spent waiting for its holder
+                self._seconds(names.LOCK_WAIT_DURATION, data["held_ms"], outcome)
             if kind == "lock_refused":
                 self._lock[event.run_id] = "refused"
                 self._add(names.LOCK_REFUSED, 1, {})
