@@ -421,7 +421,7 @@ def test_a_file_name_no_migration_has_says_what_was_looked_for_and_what_is_near(
     project.add("0001_a.py", QUICK)
     project.add("0003_b.py", QUICK)
     (project.migrations / ".env").write_text("TOKEN=hunter9\n", encoding="utf-8")
-    (project.migrations / "0001_a.PY").write_text("x", encoding="utf-8")
+    (project.migrations / "0001_a.txt").write_text("x", encoding="utf-8")  # not Python: never listed
     result = cli(project, "up", name, "--json")
     assert result.returncode == 8, result.stdout
     error = json.loads(result.stdout)["error"]

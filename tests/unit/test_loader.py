@@ -34,6 +34,17 @@ def test_misnamed_python_file_is_refused(tmp_path: Path) -> None:
         discover(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["20260101000000_add_users.PY", "0002_b.Py"])
+def test_a_python_file_with_an_extension_in_another_case_is_refused_not_skipped(tmp_path: Path, name: str) -> None:
+    (tmp_path / "0001_a.py").write_text("def up(ctx): pass\n")
+    (tmp_path / name).write_text("def up(ctx): pass\n")
+    (tmp_path / "_helper.PY").write_text("")  # a helper, as every '_' file
+    (tmp_path / "notes.txt").write_text("")  # not Python at all: not ours to judge
+    with pytest.raises(InvalidNameError, match=r"not '\.py': it would never run") as caught:
+        discover(tmp_path)
+    assert name in caught.value.message
+
+
 @pytest.mark.parametrize(
     ("names", "clashes"),
     [

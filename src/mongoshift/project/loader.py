@@ -175,7 +175,15 @@ def discover(directory: Path) -> list[MigrationFile]:
         raise IOFailedError.from_os(exc, "list the migrations folder", directory) from None
     files: list[MigrationFile] = []
     for path in entries:
-        if path.name.startswith(("_", ".")) or path.suffix != ".py":
+        if path.name.startswith(("_", ".")):
+            continue
+        if path.suffix.lower() == ".py" and path.suffix != ".py" and path.is_file():
+            # 0003_x.PY: meant as a migration, never run (nor listed) on a file system that tells case apart
+            raise InvalidNameError(
+                f"{path.name} in {directory} ends in {path.suffix!r}, not '.py': it would never run; "
+                f"rename it to {path.stem}.py, or prefix it with '_' if it is not a migration"
+            )
+        if path.suffix != ".py":
             continue
         if path.is_symlink() and not path.exists():
             raise FileNotFoundMigrationError(
