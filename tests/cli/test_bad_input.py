@@ -428,3 +428,14 @@ def test_a_file_name_no_migration_has_says_what_was_looked_for_and_what_is_near(
     assert error["message"].startswith("migration file not found: ") and says in error["message"], error["message"]
     assert "looked for it in the migrations folder" in error["message"] and ".env" not in result.stdout + result.stderr
     assert error["details"]["nearby"] and all(n.endswith(".py") for n in error["details"]["nearby"])
+
+
+@pytest.mark.parametrize("args", [["down", "0001_A"], ["down", "--to", "0001_a.PY"], ["down", "--to", "0001-a"]])
+def test_a_down_name_no_migration_has_says_what_is_near_as_up_does(project, cli, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", QUICK)
+    project.add("0003_b.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    result = cli(project, *args, "--json")
+    assert result.returncode == 8, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert "did you mean 0001_a.py?" in error["message"] and error["details"]["nearby"] == ["0001_a.py"], error["message"]

@@ -23,7 +23,7 @@ from ..errors import (
     SquashRefusedError,
 )
 from ..project.changelog import ChangelogRecord
-from ..project.loader import MigrationFile, find, squashed_names
+from ..project.loader import MigrationFile, find, not_found, squashed_names
 from ..project.settings import Settings
 from .context import Direction
 
@@ -397,7 +397,7 @@ def plan_down(
         name = target if target.endswith(".py") else target + ".py"
         record = records.get(name)
         _not_squashed(files, name)
-        _known(files, records, name, "")
+        _known(files, records, name, "", target)
         if record is None or record.status != "applied":
             raise NotAppliedError(f"{name} is not applied", file=name)
         later = sorted(r.name for r in applied if r.name > name)
@@ -412,7 +412,7 @@ def plan_down(
     elif to is not None:
         name = to if to.endswith(".py") else to + ".py"
         _not_squashed(files, name)
-        _known(files, records, name, "--to ")
+        _known(files, records, name, "--to ", to)
         if name not in records or records[name].status != "applied":
             raise NotAppliedError(f"--to {name}: that migration is not applied", file=name)
         selected = sorted((r for r in applied if r.name > name), key=lambda r: r.name, reverse=True)
@@ -451,10 +451,11 @@ def plan_down(
     return Plan([Step(by_name[r.name], "down", r) for r in selected])
 
 
-def _known(files: list[MigrationFile], records: Mapping[str, ChangelogRecord], name: str, flag: str) -> None:
-    """A name that is neither a file nor a record is a typo, not a migration that is not applied: exit 8."""
+def _known(files: list[MigrationFile], records: Mapping[str, ChangelogRecord], name: str, flag: str, given: str) -> None:
+    """A name that is neither a file nor a record is a typo, not a migration that is not applied: exit 8,
+    saying what was looked for and which files are nearest, as for ``up FILE``."""
     if name not in records and not any(f.name == name for f in files):
-        raise FileNotFoundMigrationError(f"{flag}migration file not found: {name}", file=name)
+        raise not_found(files, given, name, flag=flag)
 
 
 def _not_squashed(files: list[MigrationFile], name: str) -> None:

@@ -311,16 +311,17 @@ def find(files: list[MigrationFile], name: str) -> MigrationFile:
         raise FileNotFoundMigrationError(
             f"{wanted} was squashed into {into}: name {into} (it stands for every file it replaced)", file=wanted, squashed_into=into
         )
-    raise _not_found(files, name, wanted)
+    raise not_found(files, name, wanted)
 
 
-def _not_found(files: list[MigrationFile], name: str, wanted: str) -> FileNotFoundMigrationError:
-    """Exit 8 for a name no file has: what was looked for, why an extension did not count, and the
-    migration files whose names are nearest (only those: the folder may hold other files, a ``.env``)."""
+def not_found(files: list[MigrationFile], name: str, wanted: str, *, flag: str = "") -> FileNotFoundMigrationError:
+    """Exit 8 for a name no file has (``name`` as given, ``wanted`` the file name looked for; ``flag``, such as
+    ``--to ``, says which argument): what was looked for, why an extension did not count, and the migration
+    files whose names are nearest (only those: the folder may hold other files, a ``.env``)."""
     names = sorted(item.name for item in files)
     suffix = Path(name).suffix
     stem = name[: -len(suffix)] if suffix and suffix != ".py" else wanted.removesuffix(".py")
-    words = [f"migration file not found: {wanted} (looked for it in the migrations folder"]
+    words = [f"{flag}migration file not found: {wanted} (looked for it in the migrations folder"]
     if suffix and suffix != ".py":
         if suffix.lower() == ".py":
             words.append(f"; file names are case-sensitive: the extension is '.py', not {suffix!r}")
