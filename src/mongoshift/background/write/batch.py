@@ -62,7 +62,7 @@ from ...project.server_errors import (
 from ...project.user_code import call, guard_exit, is_async
 from ..plan.bson_order import same_value
 from ..plan.planner import key_values
-from .document import IMMUTABLE, ShapeError, bson_problems, differ, guard, keyed, version_match
+from .document import _MISSING, IMMUTABLE, ShapeError, bson_problems, differ, guard, keyed, version_match
 from .job import Job, TransformContext
 from .pipeline_guard import guarded, key_changed_message, refused_by_guard
 
@@ -283,11 +283,19 @@ def lend_decoded(docs: list[dict[str, Any]], codec: CodecOptions[Any]) -> Lent:
 #: What a transform returns that is never awaitable (its new document; None when it raised).
 _PLAIN_RESULTS = frozenset({dict, type(None)})
 
-#: What each document's transform returned (None if it raised) and what it raised, in batch order.
-Transformed = tuple[Any, BaseException | None]
+
+@dataclass(slots=True)
+class Transformed:
+    """What each document's transform gave, in batch order: ``results[i]`` (None when it raised) and,
+    for the documents whose transform raised, their error by index (``failed``; empty when none did).
+
+    Two flat containers for the batch, not a pair per document: fewer objects built and freed."""
+
+    results: list[Any]
+    failed: dict[int, BaseException] = field(default_factory=dict)
 
 
-async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformContext) -> list[Transformed]:
+async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
     """Each document's new version or its error; a sync function runs off the loop (see :mod:`.job`)."""
     if job.many is not None:
         out = await call(job.many, list(copies), ctx)
@@ -297,93 +305,110 @@ async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformConte
                 f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(copies)} document(s); "
                 "it must return one per document, in order"
             )
-        return [(None, r) if isinstance(r, BaseException) else (r, None) for r in out]
+        failed = {i: r for i, r in enumerate(out) if isinstance(r, BaseException)}
+        return Transformed([None if i in failed else r for i, r in enumerate(out)] if failed else out, failed)
     assert job.one is not None
     if not copies:
-        return []
+        return Transformed([])
     if is_async(job.one):
         return await _each_on_loop(job.one, copies, ctx)
-    results = await asyncio.to_thread(_each_in_thread, job.one, copies, ctx)
-    returned = {type(new) for new, _ in results} - _PLAIN_RESULTS  # isawaitable per document only if needed
-    if returned and any(inspect.isawaitable(new) for new, _ in results):
-        results = await _settle(results)  # a sync function that returned awaitables
-    return results
+    done = await asyncio.to_thread(_each_in_thread, job.one, copies, ctx)
+    returned = set(map(type, done.results)) - _PLAIN_RESULTS  # isawaitable per document only if needed
+    if returned and any(inspect.isawaitable(new) for new in done.results):
+        await _settle(done)  # a sync function that returned awaitables
+    return done
 
 
-async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> list[Transformed]:
+async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
     """An async ``migrate`` for each document in turn: one document's error is its own."""
-    results: list[Transformed] = []
-    for copy in copies:
+    done = Transformed([])
+    results, failed = done.results, done.failed
+    for index, copy in enumerate(copies):
         try:
-            results.append((await fn(copy, ctx), None))
+            results.append(await fn(copy, ctx))
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise  # a side write's transaction error belongs to the batch: it is retried whole
-            results.append((None, exc))
-    return results
+            results.append(None)
+            failed[index] = exc
+    return done
 
 
-def _each_in_thread(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> list[Transformed]:
+def _each_in_thread(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
     """A sync ``migrate`` for every document of the batch, in one worker-thread call; the same error rules.
 
     ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`).
     """
     fn = guard_exit(fn)
-    results: list[Transformed] = []
+    done = Transformed([])
+    results, failed = done.results, done.failed
     append = results.append
     for copy in copies:
         try:
-            append((fn(copy, ctx), None))
+            append(fn(copy, ctx))
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise
-            append((None, exc))
-    return results
+            failed[len(results)] = exc
+            append(None)
+    return done
 
 
-async def _settle(results: list[Transformed]) -> list[Transformed]:
+async def _settle(done: Transformed) -> None:
     """Await, on the loop, what a sync function returned as an awaitable; its error is its document's."""
-    settled: list[Transformed] = []
-    for new, error in results:
+    results = done.results
+    for index, new in enumerate(results):
         if inspect.isawaitable(new):
             try:
-                new = await new
+                results[index] = await new
             except Exception as exc:
                 if transient_transaction_error(exc):
                     raise
-                new, error = None, exc
-        settled.append((new, error))
-    return settled
+                results[index] = None
+                done.failed[index] = exc
 
 
 def _updates(
-    job: Job, originals: list[dict[str, Any]], transformed: list[Transformed], codec: CodecOptions[Any], errors: list[DocumentError]
+    job: Job, originals: list[dict[str, Any]], transformed: Transformed, codec: CodecOptions[Any], errors: list[DocumentError]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order.
 
-    ``originals[i]`` is the i-th document as read, ``transformed[i]`` what its transform gave."""
+    ``originals[i]`` is the i-th document as read, ``transformed.results[i]`` what its transform gave.
+    A batch whose transforms all returned, with no shard key, is diffed in one pass; at the first
+    shape error it is diffed again document by document (the diff has no effect of its own), so
+    each failure is found and recorded as below."""
     spec = job.spec
-    owners: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    failures: list[tuple[int, DocumentError]] = []
-    at: list[int] = []
     shard_key = job.shard_key
+    news, raised = transformed.results, transformed.failed
     diff = differ(spec.version_field, job.revision_field, job.target)  # the batch's settings, bound once
-    for index, (doc, (new, error)) in enumerate(zip(originals, transformed, strict=True)):
-        if error is not None:
-            failures.append((index, DocumentError(doc["_id"], "transform", describe_transform_error(error))))
-            continue
+    owners: list[dict[str, Any]] = originals
+    updates: list[dict[str, Any]] | None = None
+    failures: list[tuple[int, DocumentError]] = []
+    at: Sequence[int] = range(len(news))  # each update's index in the batch
+    if not raised and not shard_key and len(news) == len(originals):
         try:
-            update = diff(doc, new)
-        except ShapeError as exc:
-            failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
-            continue
-        if shard_key and (moved := shard_key_change(doc, new, shard_key)):
-            failures.append((index, DocumentError(doc["_id"], "shard-key-changed", moved)))
-            continue
-        owners.append(doc)
-        updates.append(update)
-        at.append(index)
+            updates = list(map(diff, originals, news))
+        except ShapeError:
+            updates = None
+    if updates is None:
+        positions: list[int] = []
+        owners, updates, at = [], [], positions
+        for index, (doc, new) in enumerate(zip(originals, news, strict=True)):
+            error = raised.get(index)
+            if error is not None:
+                failures.append((index, DocumentError(doc["_id"], "transform", describe_transform_error(error))))
+                continue
+            try:
+                update = diff(doc, new)
+            except ShapeError as exc:
+                failures.append((index, DocumentError(doc["_id"], "shape", str(exc))))
+                continue
+            if shard_key and (moved := shard_key_change(doc, new, shard_key)):
+                failures.append((index, DocumentError(doc["_id"], "shard-key-changed", moved)))
+                continue
+            owners.append(doc)
+            updates.append(update)
+            positions.append(index)
     problems = bson_problems(updates, codec)  # one encode for the batch when all is well
     if problems:
         failures += [(at[i], DocumentError(owners[i]["_id"], "shape", problem)) for i, problem in problems.items()]
@@ -459,6 +484,16 @@ class _GuardedUpdates:
     def _guards(self) -> list[dict[str, Any]]:
         """Each owner's guard; the shard key's values join it only on a sharded collection (a hot loop)."""
         version_field, revision_field, shard_key = self.version_field, self.revision_field, self.shard_key
+        if not shard_key and revision_field is not None:  # :func:`.document.guard`, inlined: no call per document
+            missing = _MISSING
+            return [
+                {
+                    "_id": doc["_id"],
+                    version_field: {"$exists": False} if (version := doc.get(version_field, missing)) is missing else version,
+                    revision_field: {"$exists": False} if (revision := doc.get(revision_field, missing)) is missing else revision,
+                }
+                for doc in self.owners
+            ]
         if not shard_key:
             return [guard(doc, version_field, revision_field) for doc in self.owners]
         return [guard(doc, version_field, revision_field, key_of(doc, shard_key)) for doc in self.owners]
