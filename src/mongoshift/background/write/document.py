@@ -215,6 +215,7 @@ def differ(version_field: str, revision_field: str | None, to_version: int) -> D
     plain = _PLAIN
     good_keys = _GOOD_KEYS
     missing = _MISSING
+    immutable = IMMUTABLE
 
     def diff(old: dict[str, Any], new: Any) -> dict[str, Any]:
         if not isinstance(new, dict):
@@ -240,7 +241,8 @@ def differ(version_field: str, revision_field: str | None, to_version: int) -> D
                     continue
             if key not in good_keys:
                 _check_top_key(key)
-            if kind is dict or kind is list or isinstance(value, (dict, list)):
+            # A scalar is never a container: no ``isinstance`` (which looks up ``__class__`` of a value that is not one).
+            if kind not in immutable and (kind is dict or kind is list or isinstance(value, (dict, list))):
                 _check_keys(value, key)
             set_[key] = value
         unset = {key: "" for key in old if key not in new and key not in system}
