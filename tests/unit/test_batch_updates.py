@@ -180,3 +180,22 @@ def test_each_guard_is_the_one_guard_builds(stored: list[tuple[dict[str, Any], A
     guards = _GuardedUpdates(owners, [{} for _ in owners], "__v", revision_field, shard_key)._guards()
     expected = [guard(doc, "__v", revision_field, key_of(doc, shard_key) if shard_key else None) for doc in owners]
     assert [encode(g) for g in guards] == [encode(g) for g in expected]
+
+
+def test_a_set_value_of_a_dict_or_list_subclass_has_its_field_names_checked() -> None:
+    """The diff skips the nested-name check only for scalar types; a subclass of dict or list (``SON``, an
+    ``OrderedDict``, a user's list type) is still checked, as a plain dict or list is."""
+    from collections import OrderedDict
+
+    import pytest
+    from bson.son import SON
+
+    class Tags(list[Any]):
+        pass
+
+    diff = differ("__v", "__rev", 2)
+    old = {"_id": 1, "a": 1, "__v": 1, "__rev": 1}
+    for value in (SON([("b.c", 1)]), OrderedDict([("$x", 1)]), Tags([{"b.c": 1}])):
+        with pytest.raises(ShapeError, match="inside field 'a'"):
+            diff(old, {**old, "a": value})
+    assert diff(old, {**old, "a": SON([("b", 1)])}) == {"$set": {"a": SON([("b", 1)]), "__v": 2}, "$inc": {"__rev": 1}}
