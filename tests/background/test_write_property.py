@@ -215,7 +215,7 @@ async def test_the_guarded_updates_go_out_as_update_one_would_send_them(mongo_ur
 
 
 def _reference_stamped_diff(old: dict[str, Any], new: Any, *, version_field: str, revision_field: str | None, to_version: int) -> dict[str, Any]:
-    from mongoshift.background.write.document import _GOOD_KEYS, _MISSING, _PLAIN, ShapeError, _check_keys, _check_top_key, same
+    from mongoshift.background.write.document import _GOOD_KEYS, _PLAIN, MISSING as _MISSING, ShapeError, _check_keys, _check_top_key, same
 
     if not isinstance(new, dict):
         raise ShapeError(f"the transform returned {type(new).__name__}, not a document")

@@ -62,7 +62,7 @@ from ...project.server_errors import (
 from ...project.user_code import call, guard_exit, is_async
 from ..plan.bson_order import same_value
 from ..plan.planner import key_values
-from .document import _MISSING, IMMUTABLE, ShapeError, bson_problems, differ, guard, keyed, version_match
+from .document import IMMUTABLE, MISSING, ShapeError, bson_problems, differ, guard, keyed, version_match
 from .job import Job, TransformContext
 from .pipeline_guard import guarded, key_changed_message, refused_by_guard
 
@@ -485,7 +485,7 @@ class _GuardedUpdates:
         """Each owner's guard; the shard key's values join it only on a sharded collection (a hot loop)."""
         version_field, revision_field, shard_key = self.version_field, self.revision_field, self.shard_key
         if not shard_key and revision_field is not None:  # :func:`.document.guard`, inlined: no call per document
-            missing = _MISSING
+            missing = MISSING
             return [
                 {
                     "_id": doc["_id"],

@@ -17,7 +17,8 @@ from typing import Any
 from bson import Decimal128, Int64, ObjectId, encode
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 
-_MISSING = object()
+#: A field a document does not have (``dict.get``'s default): told apart from a field whose value is None.
+MISSING = object()
 
 #: The largest document the server stores; an update bigger than this cannot make one.
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
@@ -59,11 +60,11 @@ def guard(
     """The filter that matches this document only while nobody has written it since it was read.
 
     ``shard_key`` (the document's shard-key values as read) makes mongos send it to one shard."""
-    version = doc.get(version_field, _MISSING)
-    filter_: dict[str, Any] = {"_id": doc["_id"], version_field: {"$exists": False} if version is _MISSING else version}
+    version = doc.get(version_field, MISSING)
+    filter_: dict[str, Any] = {"_id": doc["_id"], version_field: {"$exists": False} if version is MISSING else version}
     if revision_field is not None:
-        revision = doc.get(revision_field, _MISSING)
-        filter_[revision_field] = {"$exists": False} if revision is _MISSING else revision
+        revision = doc.get(revision_field, MISSING)
+        filter_[revision_field] = {"$exists": False} if revision is MISSING else revision
     return keyed(filter_, shard_key)
 
 
@@ -214,7 +215,7 @@ def differ(version_field: str, revision_field: str | None, to_version: int) -> D
     system = frozenset({"_id", version_field, revision_field})
     plain = _PLAIN
     good_keys = _GOOD_KEYS
-    missing = _MISSING
+    missing = MISSING
     immutable = IMMUTABLE
 
     def diff(old: dict[str, Any], new: Any) -> dict[str, Any]:
