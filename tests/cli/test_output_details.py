@@ -98,3 +98,22 @@ def test_a_wide_character_name_is_measured_in_terminal_columns(width: int) -> No
         assert "".join(line.split("│")[column].strip() for line in body).replace(" ", "") == str(value).replace(" ", "")
     if width >= 100:
         assert name in text  # room enough for the whole name on one line
+
+
+def test_import_json_lists_the_warning_about_records_naming_no_file(project, cli, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """docs/adoption.md: a record naming no file is counted in ``unnamed`` and a warning says so; with
+    ``--json`` that warning is in the document's ``warnings``, as every other warning of the run."""
+    import datetime
+
+    sync_client[project.db].changelog.insert_many([
+        {"fileName": "0001-a.js", "appliedAt": datetime.datetime(2024, 1, 1), "migrationBlock": 1},
+        {"appliedAt": datetime.datetime(2024, 1, 2), "migrationBlock": 1},
+    ])
+    project.add("0001_a.py", QUICK)
+    for dry in ([], ["--dry-run"]):
+        code, stdout, stderr = cli(project, "import", "--from", "migrate-mongo", "--json", *dry)
+        assert code == 0
+        report = json.loads(stdout)
+        assert report["unnamed"] == 1
+        assert report["warnings"] == ["1 migrate-mongo record(s) name no file (no file name field): left out, as no file can match them"]
+        assert stderr.count("name no file") == 1

@@ -142,6 +142,10 @@ async def import_history_in(
         report.left_out = left_out
         report.unnamed = source_tool.unnamed(documents)
         report.source = source
+        if report.unnamed:
+            report.warnings.append(
+                f"{report.unnamed} {source_tool.name} record(s) name no file (no file name field): left out, as no file can match them"
+            )
         if not documents:
             exists = source_collection in await session.db.list_collection_names(filter={"name": source_collection})
             report.warnings.append(

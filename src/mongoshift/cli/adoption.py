@@ -104,5 +104,3 @@ def _render(report: AdoptionReport) -> None:
     if report.unnamed:
         summary += f", {report.unnamed} left out for naming no file"
     out.say(summary)
-    if report.unnamed:
-        out.warn(f"{report.unnamed} {report.origin} record(s) name no file (no file name field): left out, as no file can match them")
