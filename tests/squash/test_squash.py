@@ -130,6 +130,8 @@ async def test_a_database_in_between_is_refused_and_told_what_to_do(project, syn
     assert error["kind"] == "squash_refused"
     assert error["details"]["not_applied"] == ["0002_b.py", "0003_c.py"]
     assert "up --to 0003_c.py" in error["message"] and "tenant" in error["message"]
+    # one sentence that reads right: how many of the replaced files are applied, and which are not
+    assert "of the 3 files it replaced, 1 is applied and 2 are not (0002_b.py, 0003_c.py)" in error["message"]
     assert marks(sync_client, project) == ["0001_a"]  # nothing ran
     assert cli(project, "dry-run", "up").returncode == 50  # the dry run refuses alike
 

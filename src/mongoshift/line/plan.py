@@ -329,8 +329,9 @@ def _up_steps(item: MigrationFile, records: dict[str, ChangelogRecord], squashes
     if state.partial and not state.resumable and not force:
         last = item.parts[-1].name
         raise SquashRefusedError(
-            f"this database is in between squash {item.name}: {len(state.applied)} of the {len(item.parts)} files it replaced "
-            f"are applied, not {', '.join(state.not_applied)}; apply them with the release before the squash "
+            f"this database is in between squash {item.name}: of the {len(item.parts)} files it replaced, {len(state.applied)} "
+            f"{'is' if len(state.applied) == 1 else 'are'} applied and {len(state.not_applied)} "
+            f"{'is' if len(state.not_applied) == 1 else 'are'} not ({', '.join(state.not_applied)}); apply them with the release before the squash "
             f"('mongoshift up --to {last}'; with tenants, roll that release out to every tenant), then run this one",
             file=item.name,
             applied=state.applied,
