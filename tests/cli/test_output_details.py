@@ -117,3 +117,16 @@ def test_import_json_lists_the_warning_about_records_naming_no_file(project, cli
         assert report["unnamed"] == 1
         assert report["warnings"] == ["1 migrate-mongo record(s) name no file (no file name field): left out, as no file can match them"]
         assert stderr.count("name no file") == 1
+
+
+@pytest.mark.parametrize("flags", [["demo", "--uri", "mongodb://127.0.0.1:1"], ["--db", "mine", "demo"], ["demo", "--config", "x.toml"]])
+def test_demo_refuses_connection_and_project_flags_it_would_ignore(tmp_path, cli, monkeypatch, flags: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """The demo starts its own server and project: a --uri of the user's server was silently ignored."""
+    import mongoshift.cli.demo
+
+    started: list[object] = []
+    monkeypatch.setattr(mongoshift.cli.demo, "run_demo", started.append)  # never a server in this test
+    code, stdout, stderr = cli(tmp_path, *flags)
+    assert code == 6 and stdout == "" and started == []
+    flag = next(f for f in flags if f.startswith("--"))
+    assert f"{flag} would be ignored" in stderr

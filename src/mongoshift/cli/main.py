@@ -560,6 +560,14 @@ def demo() -> None:
     """Start the embedded server, create a sample project, apply it and show the status."""
     from .demo import run_demo  # starts the embedded server (the optional mongoeco extra)
 
+    # The demo runs on a server and a project of its own: a connection or project flag would be silently ignored,
+    # and whoever passed --uri of their own server would believe the walkthrough ran there.
+    ignored = [f"--{name.replace('_', '-')}" for name in ("uri", "db", "dir", "config", "env_file", "no_env") if options().get(name)]
+    if ignored:
+        raise ConfigInvalidError(
+            f"demo runs its own embedded server and sample project in a temporary folder: {', '.join(ignored)} would be ignored; "
+            "run it without, or follow the README's 'A project in five commands' against your server"
+        )
     run_demo(output())
 
 
