@@ -157,7 +157,7 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.up(lock=True), "lock must be a mongoshift Lock"),
         (lambda ms: ms.down(lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a finite number of seconds"),
         (lambda ms: ms.up(lock=mongoshift.Lock(wait=float("nan"))), "Lock.wait must be a finite number of seconds"),  # waited forever
-        (lambda ms: ms.collections.converge(confirm="yes"), "confirm must be True, False or an async function"),
+        (lambda ms: ms.collections.converge(confirm="yes"), "confirm must be True, False or a function (async or plain)"),
         (lambda ms: ms.baseline("0001_items.py", lock=True), "lock must be a mongoshift Lock"),
         (lambda ms: ms.import_history("migrate-mongo", lock=mongoshift.Lock(wait=-1)), "Lock.wait must be a finite number of seconds"),
         (lambda ms: ms.intents.claim([api.Claim("up:0001_items.py", "task-1", ttl_seconds=0)]), "ttl_seconds must be above 0"),

@@ -82,7 +82,7 @@ def confirm_parts(confirm: object) -> tuple[bool, ConfirmCallback | None]:
             return answer
 
         return False, asked
-    raise ConfigInvalidError(f"confirm must be True, False or an async function asked with the actions, not {type(confirm).__name__}")
+    raise ConfigInvalidError(f"confirm must be True, False or a function (async or plain) asked with the actions, not {type(confirm).__name__}")
 
 
 def one_shot(
