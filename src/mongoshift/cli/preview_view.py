@@ -49,6 +49,9 @@ def fields(row: PreviewRow) -> list[tuple[str, str, str, str]]:
 
 def heading(preview: Preview) -> str:
     chosen = "first by _id" if preview.method == "first" else "random sample"
+    if preview.found < preview.requested:  # "1 of 5 document(s)" read as one document out of five in the collection
+        chosen += f"; {preview.requested} asked for, only {preview.found} matched"
+    sample = f"{preview.found} document(s) ({chosen})"
     direction = "" if preview.direction == "forward" else " (revert)"
     if preview.steps is not None:
         return (
@@ -58,13 +61,13 @@ def heading(preview: Preview) -> str:
     if preview.validated:
         return (
             f"{preview.name}{direction}: {preview.collection} v{preview.from_version} -> v{preview.to_version}, "
-            f"{preview.found} of {preview.requested} document(s) ({chosen}) validated: {preview.invalid} refused by the server, "
+            f"{sample} validated: {preview.invalid} refused by the server, "
             f"{preview.failed} failed before writing, {len(preview.refusals)} operation(s) refused by the sandbox; "
             "the transaction was aborted, nothing was written"
         )
     return (
         f"{preview.name}{direction}: {preview.collection} v{preview.from_version} -> v{preview.to_version}, "
-        f"{preview.found} of {preview.requested} document(s) ({chosen}): {preview.migrated} would be rewritten, "
+        f"{sample}: {preview.migrated} would be rewritten, "
         f"{preview.failed} would fail; nothing was written"
     )
 
