@@ -172,11 +172,16 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.intents.claim([api.Claim("", "task-1", ttl_seconds=60)]), "an intent's key must not be empty"),
         (lambda ms: ms.intents.read("up:0001_items.py"), "keys is a list of keys, not one string"),
         (lambda ms: ms.background.failed_ids("0001_items.py", limit=-5), "limit must be a whole number, 0 or more"),
+        (lambda ms: ms.up(step="no"), "step must be True or False, not str"),  # any text was True: one batch per file
+        (lambda ms: ms.up(strict=1), "strict must be True or False, not int"),
+        (lambda ms: ms.down(ordered="yes"), "ordered must be True or False, not str"),
+        (lambda ms: ms.plan("up", force=1), "force must be True or False, not int"),
     ],
     ids=[
         "lock-not-a-Lock", "negative-wait", "nan-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
         "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
         "intent-state", "intent-empty-key", "intent-keys-as-one-string", "failed-ids-negative-limit",
+        "step-not-a-bool", "strict-not-a-bool", "ordered-not-a-bool", "dry-run-force-not-a-bool",
     ],
 )
 async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]

@@ -30,7 +30,7 @@ from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
 from ..project.server_errors import from_pymongo
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, log_entries, one_shot, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lock, confirm_parts, log_entries, one_shot, run_observers
 
 if TYPE_CHECKING:
     from ..converge.report import ConvergeReport
@@ -136,6 +136,11 @@ async def _plan(
 #: The largest ``--batch`` label: a number every JSON reader keeps exact, and whose next batch still fits
 #: the changelog's 64-bit integer (a larger one ran the migration, then could not record it: exit 1).
 MAX_BATCH = 2**53 - 1
+
+
+def _unless_none(**flags: bool | None) -> dict[str, bool]:
+    """The optional flags a caller gave (None: the project's setting decides)."""
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def _check_batch_label(batch: int | None, step: bool) -> None:
@@ -256,6 +261,7 @@ async def up_in(
     """
     settings = project.settings
     lock = checked_lock(lock)
+    checked_flags(step=step, force=force, ordered=ordered, **_unless_none(strict=strict, converge=converge))
     yes, ask = confirm_parts(confirm)
     if converge and (target or to):
         raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
@@ -347,6 +353,7 @@ async def down_in(
     """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied.
 
     ``checksums``: as for :func:`up_in`."""
+    checked_flags(ordered=ordered)
     async with _writing(project, checked_lock(lock), "down") as session:
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
         _check_unchanged(plan, checksums)
@@ -472,6 +479,7 @@ async def dry_run_in(
     from ..line.executor import Executor
 
     settings = project.settings
+    checked_flags(step=step, force=force, ordered=ordered, **_unless_none(strict=strict))
     if direction not in ("up", "down"):
         raise ConfigInvalidError(f"direction must be 'up' or 'down', not {direction!r}")
     if direction == "up":

@@ -58,6 +58,14 @@ class Lock:
 DEFAULT_LOCK = Lock()
 
 
+def checked_flags(**flags: object) -> None:
+    """Each named flag True or False (None where a call lets the settings decide, passed only then):
+    ``step="no"`` or ``force=1`` would otherwise be taken for True by the truth of any value."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ConfigInvalidError(f"{name} must be True or False, not {type(value).__name__}")
+
+
 def checked_lock(lock: object) -> Lock:
     """``lock=``: a :class:`Lock`, checked before connecting."""
     if not isinstance(lock, Lock):
