@@ -49,7 +49,7 @@ def test_a_batch_label_past_what_the_changelog_can_hold_is_refused_before_the_fi
     for label in ("99999999999999999999", "9007199254740992"):
         refused = cli(project, "up", "0001_a.py", "--batch", label, "--json")
         assert refused.returncode == 6, refused.stderr
-        assert "--batch must be a whole number from 1 to 9,007,199,254,740,991" in json.loads(refused.stdout)["error"]["message"]
+        assert "batch (--batch) must be a whole number from 1 to 9,007,199,254,740,991" in json.loads(refused.stdout)["error"]["message"]
     assert list(sync_client[project.db]["marks"].find()) == []
     assert results(cli(project, "up", "0001_a.py", "--batch", "9007199254740991", "--json")) == [("0001_a.py", "applied", 2**53 - 1)]
     assert results(cli(project, "up", "--json")) == [("0002_b.py", "applied", 2**53)]

@@ -146,7 +146,7 @@ def _unless_none(**flags: bool | None) -> dict[str, bool]:
 def _check_batch_label(batch: int | None, step: bool) -> None:
     """``up --batch N`` names the one batch of the run: it cannot also give each file its own."""
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
-        raise ConfigInvalidError(f"--batch must be a whole number from 1 to {MAX_BATCH:,}, not {batch!r}")
+        raise ConfigInvalidError(f"batch (--batch) must be a whole number from 1 to {MAX_BATCH:,}, not {batch!r}")
     if batch is not None and step:
         raise ConfigInvalidError("--batch and --step cannot be combined: --step gives each file its own batch")
 

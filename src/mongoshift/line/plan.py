@@ -419,7 +419,7 @@ def plan_down(
         selected = sorted((r for r in applied if r.name > name), key=lambda r: r.name, reverse=True)
     elif steps is not None:
         if steps < 1:
-            raise ConfigInvalidError("--steps must be at least 1")
+            raise ConfigInvalidError("steps (--steps) must be at least 1")
         newest_first = sorted(applied, key=lambda r: (r.applied_at or datetime.min, r.name), reverse=True)
         selected = newest_first[:steps]
     else:
