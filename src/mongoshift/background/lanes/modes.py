@@ -98,7 +98,10 @@ class PartitionWork:
             read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
             if read is None:
                 return None
-            return collection.find(read.filter, self.projection, limit=size, batch_size=size, hint=read.hint, min=read.min, max=read.max, **options)
+            # The bounds as documents: the driver sends a list of pairs as it is given, a BSON array, which mongod refuses
+            # for min and max (the embedded server took either).
+            bounds = {"min": dict(read.min), "max": dict(read.max)}
+            return collection.find(read.filter, self.projection, limit=size, batch_size=size, hint=read.hint, **bounds, **options)
         find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, batch_size=size, **options)
         return find.hint(self.hint) if self.hint is not None else find
 
