@@ -709,9 +709,9 @@ STAGE_NAMES = [
     "user function",
     "diff",
     "encode + write (guards, BSON check, bulk_write)",
-    "bookkeeping (checkpoint, lease, counters)",
+    "bookkeeping (checkpoint, lease, counters; txn: its checkpoint and commit)",
     "events and telemetry",
-    "rest of the batch (its other code; txn: session, start, checkpoint, commit)",
+    "rest of the batch (its other code; txn: session, start)",
     "other (per slice and per run: claims, planning, coordinator, event loop)",
 ]
 
@@ -767,6 +767,11 @@ class StageClocks:
             if hasattr(modes, name):
                 self.wrap(modes, name, "lend")
         self.wrap(transaction, "lend", "lend")
+        if hasattr(transaction, "read_replies"):  # a transaction's read: its replies whole, decoded with them, lent as decoded
+            self.wrap(modes, "read_replies", "find")
+            self.wrap(transaction, "lend_decoded", "lend")
+        self.wrap(transaction, "commit", "commit")
+        self.wrap_transaction_checkpoint()
         self.wrap(batch.Lent, "originals", "originals")
         self.wrap(batch, "_transform", "user")
         self.wrap(batch, "_updates", "updates")
@@ -787,6 +792,24 @@ class StageClocks:
                     clocks.add("events_in_batch", time.process_time() - t0)
 
         Events.emit = emit_in_batch  # type: ignore[method-assign]
+
+    def wrap_transaction_checkpoint(self) -> None:
+        """Clock a transactional batch's fenced checkpoint (the store's checkpoint in a session) as bookkeeping."""
+        from mongoshift.background.state.store import BackgroundStore
+
+        checkpoint = BackgroundStore.checkpoint
+        clocks = self
+
+        async def txn_checkpoint(store: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("session") is None:
+                return await checkpoint(store, *args, **kwargs)
+            t0 = time.process_time()
+            try:
+                return await checkpoint(store, *args, **kwargs)
+            finally:
+                clocks.add("txn_checkpoint", time.process_time() - t0)
+
+        BackgroundStore.checkpoint = txn_checkpoint  # type: ignore[method-assign]
 
     def wrap_lane_read(self) -> None:
         """Clock the lanes' batch reads alone: ``to_list`` of a cursor made by ``PartitionWork.find`` (the
@@ -823,11 +846,13 @@ class StageClocks:
 
         The read is the lanes' ``to_list`` alone; what else ``advance`` spends outside the clocked
         functions (and outside the events it emits) is "rest of the batch": a transactional batch's
-        session, start, checkpoint and commit, which are not clocked on their own, land there."""
+        session and start, which are not clocked on their own, land there (its checkpoint and commit
+        are bookkeeping)."""
         c = self.seconds.get
         lend = c("lend", 0.0)
         decode = c("decode", 0.0)
-        inside = lend + c("user", 0.0) + c("updates", 0.0) + c("write", 0.0) + c("originals", 0.0) + c("checkpoint", 0.0) + c("intent", 0.0)
+        txn = c("txn_checkpoint", 0.0) + c("commit", 0.0)
+        inside = lend + c("user", 0.0) + c("updates", 0.0) + c("write", 0.0) + c("originals", 0.0) + c("checkpoint", 0.0) + c("intent", 0.0) + txn
         stages = {
             STAGE_NAMES[0]: c("find", 0.0),
             STAGE_NAMES[1]: decode,
@@ -835,7 +860,7 @@ class StageClocks:
             STAGE_NAMES[3]: c("user", 0.0),
             STAGE_NAMES[4]: max(0.0, c("updates", 0.0) - c("bson_check", 0.0)),
             STAGE_NAMES[5]: c("bson_check", 0.0) + c("write", 0.0),
-            STAGE_NAMES[6]: c("checkpoint", 0.0) + c("intent", 0.0),
+            STAGE_NAMES[6]: c("checkpoint", 0.0) + c("intent", 0.0) + txn,
             STAGE_NAMES[7]: c("events", 0.0),
             STAGE_NAMES[8]: max(0.0, c("advance", 0.0) - inside - c("find", 0.0) - c("events_in_batch", 0.0)),
         }

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,15 +37,17 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after, range_filter
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, at_version, id_key, lend_decoded, rewrite_range
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, as_read, at_version, id_key, lend_decoded, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
+    Read,
     Skip,
     TransactionalBatchSize,
     TransactionsUnsupported,
     backoff_seconds,
     commit,
+    read_replies,
     run_batch,
     transaction_options,
 )
@@ -104,6 +105,28 @@ class PartitionWork:
             return collection.find(read.filter, self.projection, limit=size, batch_size=size, hint=read.hint, **bounds, **options)
         find = collection.find(batch_filter(self.match, scope, cursor), self.projection, sort=batch_sort(scope), limit=size, batch_size=size, **options)
         return find.hint(self.hint) if self.hint is not None else find
+
+    def find_command(self, collection: str, cursor: Checkpoint, size: int, *, max_time_ms: int) -> dict[str, Any] | None:
+        """:meth:`find`'s read as a ``find`` command (what the driver sends for that cursor), for a read
+        that takes its replies whole (:func:`..write.transaction.read_replies`); None when nothing is left."""
+        scope = self.partition.scope
+        command: dict[str, Any] = {"find": collection}
+        if scope.drains:
+            read = drain_read(scope, cursor, self.match, version_field=self.job.spec.version_field, source=self.job.source)
+            if read is None:
+                return None
+            command.update(filter=read.filter or {}, hint=dict(read.hint), min=dict(read.min), max=dict(read.max))
+        else:
+            command.update(filter=batch_filter(self.match, scope, cursor), sort=dict(batch_sort(scope)))
+            if self.hint is not None:
+                command["hint"] = dict(self.hint)
+        if (projection := self.projection) is not None:
+            command["projection"] = projection
+        # A batch size one past the limit, as the driver sends it: the server closes the cursor with the
+        # batch instead of leaving it open for a getMore. The index bounds go as documents (the driver
+        # sends a list of pairs as it is given, an array).
+        command.update(limit=size, batchSize=size + 1, maxTimeMS=max_time_ms)
+        return command
 
     def after(self, cursor: Checkpoint, last: Any, *, read: int, limit: int, left: list[Any]) -> tuple[Checkpoint, bool]:
         """The cursor after a batch that read ``read`` documents (``last`` the last one, decoded) and
@@ -238,7 +261,7 @@ class PlainBatches:
         if docs:
             if job.pipeline is None:
                 batch = lend_decoded(docs, codec)
-                last = _as_read(batch.tops[-1], codec)
+                last = as_read(batch.tops[-1], codec)
             else:
                 last = decode(docs[-1].raw, collection.codec_options)
             ahead = await self._checkpoint(
@@ -313,16 +336,6 @@ class PlainBatches:
         elif owed is not None and await engine.store.take_intent(work.lease):
             await engine.store.add_to_totals(work.job.name, work.job.registration, owed.counts)
         return checkpointed
-
-
-def _as_read(top: dict[str, Any], codec: CodecOptions[Any]) -> dict[str, Any]:
-    """A copy of a lent document's top that no transform can reach, nested values included: what the
-    cursor after the batch is taken from (its ``_id`` and shard key may be subdocuments)."""
-    try:
-        kept: dict[str, Any] = decode(encode(top, codec_options=codec), codec)
-    except Exception:  # a value only the codec can decode
-        kept = copy.deepcopy(top)
-    return kept
 
 
 def _intent(job: Job, lease: Lease, docs: Sequence[Mapping[str, Any]], codec: CodecOptions[Any]) -> dict[str, Any]:
@@ -533,13 +546,15 @@ class TransactionalBatches:
         # Where the committed batch left the partition (the last checkpoint written says it).
         moved, finished = cursor, False
 
-        # Raw BSON: run_batch decodes the batch once (lend) for its ids and the transform's copies.
-        raw = collection.with_options(codec_options=collection.codec_options.with_options(document_class=RawBSONDocument))
+        # The batch's replies as raw documents, their documents decoded with them in one C call each
+        # (read_replies): run_batch lends them to the transform as they are and bounds their size by
+        # the replies' length, so no raw document per document and no second decode.
+        codec = collection.codec_options.with_options(document_class=dict)
 
-        async def read(session: Any, limit: int) -> list[RawBSONDocument]:
+        async def read(session: Any, limit: int) -> Read:
             assert spec.transaction is not None
-            find = work.find(raw, cursor, limit, session=session, max_time_ms=spec.transaction.timeout_ms)
-            return await find.to_list(None) if find is not None else []
+            command = work.find_command(collection.name, cursor, limit, max_time_ms=spec.transaction.timeout_ms)
+            return await read_replies(collection.database, command, session=session, codec=codec) if command is not None else Read([])
 
         async def write(session: Any, docs: Lent) -> BatchResult:
             ctx = job.context(str(work.partition.seq), engine.cancel, engine.events, session=session, db=engine.db, client=engine.client)
@@ -547,8 +562,8 @@ class TransactionalBatches:
 
         async def checkpoint(
             session: Any,
-            docs: list[RawBSONDocument],
-            fetched: list[RawBSONDocument],
+            docs: list[dict[str, Any]],
+            fetched: Read,
             limit: int,
             result: BatchResult,
             excluded: list[DocumentError],
@@ -557,7 +572,7 @@ class TransactionalBatches:
             # A batch cut to fit (fewer documents than were fetched) did not reach the end.
             read_ = len(fetched) if len(docs) == len(fetched) else limit
             nonlocal checkpointed, moved, finished
-            last = decode(docs[-1].raw, collection.codec_options) if docs else None
+            last = docs[-1] if docs else None  # a copy as read (see run_batch)
             moved, done = work.after(cursor, last, read=read_, limit=limit, left=[e.id for e in excluded])
             finished = done
             counts = counts_of(result, len(docs))
@@ -580,7 +595,7 @@ class TransactionalBatches:
                 sizing=self.sizing, rng=engine.rng, now=engine.now,
             )
         except Skip as skip:  # alone and still in the way: the next pass takes it
-            doc = decode(skip.doc.raw, collection.codec_options) if isinstance(skip.doc, RawBSONDocument) else skip.doc
+            doc = skip.doc  # a copy as read (see run_batch)
             past, done = work.after(cursor, doc, read=1, limit=1, left=[doc["_id"]])
             counts = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": skip.retries}
             add_counts(work.counters, counts)

@@ -280,6 +280,17 @@ def lend_decoded(docs: list[dict[str, Any]], codec: CodecOptions[Any]) -> Lent:
     return Lent(None, docs, codec)
 
 
+def as_read(top: dict[str, Any], codec: CodecOptions[Any]) -> dict[str, Any]:
+    """A copy of a lent document's top (:attr:`Lent.tops`, before the transforms) that no transform can
+    reach, nested values included: what a batch's cursor is taken from (its ``_id`` and shard key may
+    be subdocuments)."""
+    try:
+        kept: dict[str, Any] = decode(encode(top, codec_options=codec), codec)
+    except Exception:  # a value only the codec can decode
+        kept = copy_module.deepcopy(top)
+    return kept
+
+
 #: What a transform returns that is never awaitable (its new document; None when it raised).
 _PLAIN_RESULTS = frozenset({dict, type(None)})
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bson import decode, encode
+from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -42,7 +43,7 @@ from ...project.server_errors import (
     unknown_commit_result,
 )
 from ...schema.background import Background
-from .batch import BatchResult, DocumentError, DocumentFailed, Lent, WriteConflict, id_key, lend
+from .batch import BatchResult, DocumentError, DocumentFailed, Lent, WriteConflict, as_read, id_key, lend, lend_decoded
 
 log = logging.getLogger("mongoshift.background")
 
@@ -78,6 +79,60 @@ def fitting(docs: list[Any], limit: int = MAX_TRANSACTION_BYTES) -> list[Any]:
         if total > limit and i > 0:
             return docs[:i]
     return docs
+
+
+@dataclass(slots=True)
+class Read:
+    """A batch read into a transaction as whole replies (:func:`read_replies`): its documents decoded with
+    them, this batch's alone, and the replies as read, whose lengths bound the documents' size.
+
+    The size check costs nothing while the replies' total length is within the limit (the documents
+    are inside them, so their total is less); past it, each document's exact size is read from the
+    replies (:meth:`fit`), as a raw read measures it."""
+
+    docs: list[dict[str, Any]]
+    replies: list[RawBSONDocument] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def fit(self, limit: int = MAX_TRANSACTION_BYTES) -> list[dict[str, Any]]:
+        """The leading documents whose BSON fits in ``limit`` bytes: at least one (see :func:`fitting`)."""
+        if sum(len(reply.raw) for reply in self.replies) <= limit:
+            return self.docs
+        sizes = [len(doc.raw) for reply in self.replies for doc in _batch_of(reply["cursor"])]
+        assert len(sizes) == len(self.docs)
+        total = 0
+        for i, size in enumerate(sizes):
+            total += size
+            if total > limit and i > 0:
+                return self.docs[:i]
+        return self.docs
+
+
+def _batch_of(cursor: Mapping[str, Any]) -> Any:
+    return cursor["firstBatch"] if "firstBatch" in cursor else cursor["nextBatch"]
+
+
+async def read_replies(database: Any, command: dict[str, Any], *, session: Any, codec: CodecOptions[Any]) -> Read:
+    """The documents a ``find`` ``command`` (with its ``limit``) returns, read in ``session``: each reply
+    as one raw document, its cursor decoded in one C call (``codec``: dict documents), the rest of a
+    batch cut short by the server's reply size fetched by ``getMore``, as a cursor would."""
+    raw = codec.with_options(document_class=RawBSONDocument)
+    limit: int = command["limit"]
+    reply = await database.command(command, session=session, codec_options=raw)
+    read = Read([], [reply])
+    while True:
+        cursor = decode(reply["cursor"].raw, codec)
+        read.docs += _batch_of(cursor)
+        if not cursor["id"]:
+            return read
+        if len(read.docs) >= limit:  # all the batch asked for: the cursor ends with the transaction, closed now all the same
+            await database.command({"killCursors": command["find"], "cursors": [cursor["id"]]}, session=session)
+            return read
+        more = {"getMore": cursor["id"], "collection": command["find"], "batchSize": limit - len(read.docs)}
+        reply = await database.command(more, session=session, codec_options=raw)
+        read.replies.append(reply)
 
 
 def transaction_options(spec: Background) -> dict[str, Any]:
@@ -142,11 +197,15 @@ async def run_batch(
 ) -> Outcome:
     """One transactional batch with its retries.
 
-    ``read(session, limit)`` returns the batch's documents (raw BSON, as lanes read them, or
-    decoded); ``write(session, lent)`` runs the shared write path in strict mode on them, lent
-    (:func:`.batch.lend`: decoded once, their ids taken from that decode) without the documents
-    left out; ``checkpoint(session, docs, fetched, limit, result, excluded, retries)`` writes the
-    fenced checkpoint (False: lease lost).
+    ``read(session, limit)`` returns the batch's documents: a :class:`Read` (as lanes read them:
+    decoded with their replies, lent as they are, :func:`.batch.lend_decoded`), or a list of raw
+    BSON or decoded documents (lent by :func:`.batch.lend`: decoded once, their ids taken from
+    that decode). ``write(session, lent)`` runs the shared write path in strict mode on them,
+    without the documents left out; ``checkpoint(session, docs, fetched, limit, result, excluded,
+    retries)`` writes the fenced checkpoint (False: lease lost). ``docs`` (there and in the
+    :class:`Outcome`) are the batch's documents that fit; of a :class:`Read`, their lent tops with
+    the last one (the cursor is taken from it, and a lone document skipped) a copy as read that no
+    transform reaches: only their number and that last one are as read.
     """
     assert spec.transaction is not None
     size = min(sizing.size, spec.batch_size)
@@ -162,8 +221,12 @@ async def run_batch(
             try:
                 await session.start_transaction(**transaction_options(spec))
                 fetched = await read(session, size)
-                docs = fitting(fetched)
-                lent = lend(docs, codec)
+                if isinstance(fetched, Read):
+                    lent = lend_decoded(fetched.fit(), codec)
+                    docs = [*lent.tops[:-1], as_read(lent.tops[-1], codec)] if len(lent) else []
+                else:
+                    docs = fitting(fetched)
+                    lent = lend(docs, codec)
                 ids = [doc["_id"] for doc in lent.tops]  # as read: before the transforms
                 # Ids are keyed (an encode each) only when some document was left out, and a lone
                 # document's, which the retry rules below may leave out.
