@@ -296,7 +296,7 @@ async def run_batch(
 class Skip(Exception):
     """A lone document still in the way: the caller moves the cursor past it (the next pass takes it).
 
-    ``doc`` is as read: raw BSON when the lane read it so."""
+    ``doc`` is as read: a copy no transform reached (a lane's :class:`Read`), or raw BSON when read so."""
 
     def __init__(self, doc: Mapping[str, Any], retries: int) -> None:
         super().__init__("conflict")
