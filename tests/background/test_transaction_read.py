@@ -155,3 +155,23 @@ async def test_the_cursor_and_a_skipped_document_are_taken_as_read(client, db) -
             sizing=TransactionalBatchSize(1), rng=random.Random(1),
         )
     assert skipped.value.doc["_id"] == {"k": 0}
+
+
+async def test_a_hash_range_read_by_the_cursor_sends_its_bounds_as_documents(mongo_uri, db_name) -> None:  # type: ignore[no-untyped-def]
+    """A plain batch's cursor: ``min``/``max`` given as lists of pairs went as BSON arrays, which mongod refuses."""
+    scope, cursor, hint, projection = SCOPES["hash range"]
+    listener = _Finds()
+    client: AsyncMongoClient[Any] = AsyncMongoClient(mongo_uri, event_listeners=[listener])
+    try:
+        find = _work(scope, hint=hint, projection=projection).find(client[db_name].people, cursor, 7)
+        assert find is not None
+        try:
+            await find.to_list(None)
+        except Exception:  # the collection has no such index here: what was sent is the point
+            pass
+        (sent,) = listener.commands
+        for bound in ("min", "max"):
+            assert isinstance(sent[bound], dict), f"{bound} went as {type(sent[bound]).__name__}"
+            assert list(sent[bound]) == list(sent["hint"])  # the index's fields, in its order
+    finally:
+        await client.close()
