@@ -4,7 +4,8 @@ The Python API is :func:`connect` (a session: ``async with mongoshift.connect(se
 and :mod:`mongoshift.api` (the same calls as one-shot async functions, typed results);
 settings come from :func:`load_settings`; every failure is a
 :class:`MongoshiftError` with a stable ``exit_code``. What migration files
-use (``Background``, ``MigrationContext``, ``CancelSignal``) is here too.
+use (``Background`` and its ``Adaptive``, ``Partitions``, ``Transaction``, ``MigrationContext``,
+``CancelSignal``) is here too.
 
 The names below pydantic (settings, ``Background``...) load on first use, so that
 ``mongoshift --help`` does not pay for them (start-up time, see bench/cli.py).
@@ -23,13 +24,13 @@ if TYPE_CHECKING:
     from .line.context import MigrationContext
     from .project.run import CancelSignal
     from .project.settings import Settings, load_settings
-    from .schema.background import Adaptive, Background, Partitions
+    from .schema.background import Adaptive, Background, Partitions, Transaction
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Adaptive", "Background", "CancelSignal", "Lock", "Mongoshift", "Partitions", "ExitCode", "MigrationContext", "MongoshiftError",
-    "Settings", "__version__", "connect", "load_settings",
+    "Settings", "Transaction", "__version__", "connect", "load_settings",
 ]
 
 #: Public name → the module that defines it, imported on first access.
@@ -44,6 +45,7 @@ _LAZY = {
     "Adaptive": ".schema.background",
     "Background": ".schema.background",
     "Partitions": ".schema.background",
+    "Transaction": ".schema.background",
 }
 
 
