@@ -679,3 +679,27 @@ async def test_more_lanes_asked_than_the_file_allows_is_said_once(fast_project, 
     assert await db.people.count_documents({"__v": 2}) == 50
     quiet = cli(fast_project, "background", "run", "0001_names", "--concurrency", "2")
     assert "lane(s), not" not in quiet.stderr
+
+
+async def test_a_partitions_last_batch_over_budget_fails_the_migration_at_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """The batch that closes a partition is judged against ``max_document_errors`` like any other.
+
+    It was not: the lane went on to the next partitions and the migration failed only when a later
+    batch failed a document, or at the pass's end, having rewritten the rest of the collection; a stop
+    in between left it ``running`` with more failed documents than its budget.
+    """
+    # two partitions, one per _id type (one lane, over_partition=1), the larger first: numbers, then strings
+    await seed(db.people, 390)
+    await db.people.insert_many([{"_id": f"s{i:03}", "first": "F", "last": "L", "__v": 1, "__rev": 1} for i in range(300)])
+    source = background_file(batch_size=100, extra="max_document_errors=2, adaptive=False, partitions=Partitions(over_partition=1),")
+    source = source.replace("from mongoshift import Background", "from mongoshift import Background, Partitions")
+    # three documents of the numbers' last batch (ids 300-389, a short batch that closes the partition) fail
+    source = source.replace(
+        "def migrate(doc, ctx):", "def migrate(doc, ctx):\n    if doc['_id'] in (350, 360, 370):\n        raise ValueError('cannot split')"
+    )
+    fast_project.add("0001_names.py", source)
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), ["0001_names.py"])
+    assert result.status == "failed" and "max_document_errors" in (result.last_error or "")
+    assert await db.people.count_documents({"__v": 2, "_id": {"$type": "number"}}) == 387
+    assert await db.people.count_documents({"__v": 2, "_id": {"$type": "string"}}) == 0

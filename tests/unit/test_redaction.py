@@ -153,6 +153,13 @@ def test_a_transforms_error_keeps_names_and_masks_quoted_values() -> None:
     assert raised(lambda: float("a\\'b")) == "ValueError: could not convert string to float: \"***\""
     assert raised(lambda: (_ for _ in ()).throw(ValueError("mongodb://u:pw@h/x is 'bad'"))) == "ValueError: mongodb://***@h/x is '***'"
 
+    # a TypeError says which types met: the type names it quotes are kept, nothing else it quotes
+    assert raised(lambda: int(None)) == "TypeError: int() argument must be a string, a bytes-like object or a real number, not 'NoneType'"  # type: ignore[arg-type]
+    assert raised(lambda: None["name"]) == "TypeError: 'NoneType' object is not subscriptable"  # type: ignore[index]
+    assert raised(lambda: 1 + "a") == "TypeError: unsupported operand type(s) for +: 'int' and 'str'"  # type: ignore[operator]
+    assert raised(lambda: (_ for _ in ()).throw(TypeError("bad 'u5987@x.com' and 'ObjectId'"))) == "TypeError: bad '***' and 'ObjectId'"
+    assert raised(lambda: (_ for _ in ()).throw(ValueError("not 'int'"))) == "ValueError: not '***'"
+
 
 # ---------------------------------------------------------------- control characters and size
 

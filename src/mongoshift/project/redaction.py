@@ -10,6 +10,7 @@ imports only the standard library and the driver's error classes.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -203,11 +204,31 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT) -> s
     """:func:`describe_error` for what a transform raised on a document, with every quoted literal of
     its message masked: Python's own messages quote the value they choke on (``int(doc["email"])``:
     ``invalid literal for int() with base 10: 'u5987@x.com'``), and a document's values are never
-    stored or shown. A missing key, attribute or module keeps its name: it is one, not a value."""
+    stored or shown. A missing key, attribute or module keeps its name: it is one, not a value; a
+    ``TypeError`` keeps the type names it quotes (:data:`_TYPE_NAMES`)."""
     if isinstance(exc, _NAMING):
         return describe_error(exc, limit)
-    masked = _QUOTED.sub(lambda quoted: f"{quoted.group(0)[0]}***{quoted.group(0)[0]}", describe_error(exc, None))
-    return cap(masked, limit)
+    keep_types = isinstance(exc, TypeError)
+
+    def mask(quoted: re.Match[str]) -> str:
+        text = quoted.group(0)
+        if keep_types and text[1:-1] in _TYPE_NAMES:
+            return text
+        return f"{text[0]}***{text[0]}"
+
+    return cap(_QUOTED.sub(mask, describe_error(exc, None)), limit)
+
+
+#: The types a decoded document's values and a transform's own objects have: a TypeError quotes
+#: them (``'NoneType' object is not subscriptable``, ``unsupported operand type(s) for +: 'int' and
+#: 'str'``), and without them its message tells nothing. Builtin types, NoneType and the types
+#: BSON decodes to; any other quoted text of a TypeError is masked like a value.
+_TYPE_NAMES = frozenset(
+    [name for name, value in vars(builtins).items() if isinstance(value, type) and not name.startswith("_")]
+    + ["NoneType", "NotImplementedType", "ellipsis", "function", "builtin_function_or_method", "method", "generator", "coroutine", "module"]
+    + ["datetime", "date", "time", "timedelta", "Decimal", "UUID", "ObjectId", "Int64", "Decimal128", "Binary", "Timestamp"]
+    + ["Regex", "Code", "DBRef", "MinKey", "MaxKey", "SON", "RawBSONDocument", "Pattern"]
+)
 
 
 def _failure_text(code: Any, details: Mapping[str, Any], fallback: str) -> str:

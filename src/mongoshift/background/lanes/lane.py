@@ -352,10 +352,11 @@ class Lane:
             await self._sample(state, counters)
             if progress.control != seen:  # the state changed since the lane last read it
                 seen, look = progress.control, True
-            if progress.done:
-                return SliceResult("done", counters)
+            # judged before "done": the batch that closes a partition may be the one over the budget
             if counters.get("failed", 0) > failed_before and await self._over_budget(state, spec):
                 return SliceResult("failed", counters)
+            if progress.done:
+                return SliceResult("done", counters)
 
     async def _over_budget(self, state: State, spec: Background) -> bool:
         """More distinct failed documents than ``max_document_errors``: fail the migration now."""
