@@ -67,3 +67,21 @@ def test_a_background_control_of_a_name_not_registered_is_refused_before_asking(
     result = no_terminal(project, *args[:-1], name, "--json")
     assert result.returncode == code, result.stdout
     assert said in json.loads(result.stdout)["error"]["message"]
+
+
+def test_retry_repin_refused_at_the_prompt_pins_nothing(project, sync_client, no_terminal) -> None:  # type: ignore[no-untyped-def]
+    """``retry --from-start --repin`` without ``--yes`` and no terminal: exit 42 and, as it says, nothing changed
+    (the file was pinned before the question)."""
+    project.add("0002_bg.py", BACKGROUND)
+    assert no_terminal(project, "up").returncode == 0
+    assert no_terminal(project, "background", "cancel", "0002_bg", "--yes").returncode == 0
+    project.add("0002_bg.py", BACKGROUND.replace("to_version=1", "to_version=1, batch_size=7"))
+    before = everything(sync_client, project.db)
+    result = no_terminal(project, "background", "retry", "--from-start", "--repin", "0002_bg")
+    assert result.returncode == 42, result.stderr
+    assert "Nothing was changed" in result.stderr and everything(sync_client, project.db) == before
+
+    done = no_terminal(project, "background", "retry", "--from-start", "--repin", "0002_bg", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("0002_bg.py: pinned ") and done.stdout.strip().endswith("retry done; now pending")
+    assert "control action=repin" not in done.stderr  # said once, by the line above

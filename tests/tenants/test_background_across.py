@@ -170,3 +170,20 @@ def test_ctrl_c_cancels_each_tenants_background_run_and_a_rerun_finishes_with_ex
         assert report["status"] == "completed"
     status = cli(tenant_project, "background", "status", "--all-tenants", "--json")
     assert all(r["result"][0]["totals"]["migrated"] == 600 for r in rows(status).values())  # each document counted once
+
+
+def test_retry_repin_pins_the_file_in_each_tenant(tenant_project: TenantProject, cli: Any, sync_client: MongoClient) -> None:
+    """``retry --repin`` across tenants pins each tenant's migration, then retries it there (the pin went to the
+    project's own database, which names none, and the command failed)."""
+    tenant_project.add("0001_seed.py", SEED)
+    tenant_project.add("0002_full_names.py", FULL_NAMES)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    assert cli(tenant_project, "background", "cancel", "0002_full_names.py", "--all-tenants", "--yes").returncode == 0
+    pinned = {n: sync_client[n]["_mongoshift_background"].find_one({"_id": "0002_full_names.py"})["checksum"] for n in tenant_project.tenants}
+    tenant_project.add("0002_full_names.py", FULL_NAMES.replace("batch_size=10", "batch_size=20"))
+    result = cli(tenant_project, "background", "retry", "0002_full_names.py", "--repin", "--all-tenants", "--json")
+    assert result.returncode == 0, result.stderr
+    assert {r["outcome"] for r in rows(result).values()} == {"done"}
+    for n in tenant_project.tenants:
+        state = sync_client[n]["_mongoshift_background"].find_one({"_id": "0002_full_names.py"})
+        assert state["checksum"] != pinned[n] and state["status"] == "pending", n

@@ -445,7 +445,9 @@ def _registered_before_asking(s: Settings, name: str, yes: bool, tenants: object
         run_async(lambda cancel: per_call(s).background.status(name))
 
 
-def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False) -> None:
+def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False, repin: bool = False) -> None:
+    """One control of NAME (here or in each selected tenant); ``repin`` (retry --repin) pins the file
+    first, after the confirmation, so that a refused confirmation changes nothing."""
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
 
@@ -454,25 +456,34 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
     if action in ("cancel", "unlock") or from_start:
         _registered_before_asking(s, name, yes, tenants)
         confirm(f"{action}{' from the start' if from_start else ''} {name}{' in every selected tenant' if tenants else ''}?", yes)
+
+    async def act(ms: Mongoshift) -> tuple[Any, Any]:
+        pinned = await ms.background.repin(name, reason=reason) if repin else None
+        return pinned, await ms.background.control(name, action, reason=reason, from_start=from_start)
+
+    def as_json(done: tuple[Any, Any]) -> dict[str, Any]:
+        pinned, r = done
+        return {"name": r.name, "action": r.action, "applied": r.applied, "status": r.status} | ({"repin": _pinned_json(pinned)} if pinned else {})
+
     if tenants is not None:
         from ..tenants.report import Judged  # start-up time: loaded only when this command runs
 
         code = across(
-            s, tenants, f"background {action}",
-            lambda ms: ms.background.control(name, action, reason=reason, from_start=from_start),
-            judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False,
-            result_json=lambda r: {"name": r.name, "action": r.action, "applied": r.applied, "status": r.status},
+            s, tenants, f"background {action}", act,
+            judge=lambda done: Judged("done" if done[1].applied == "applied" else "already at target", result=done), scan=False,
+            result_json=as_json,
         )
         if code:
             raise click.exceptions.Exit(code)
         return
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: per_call(s).background.control(name, action, reason=reason, from_start=from_start))
+        pinned, result = run_async(lambda cancel: act(per_call(s)))
     out = output()
     if out.json_mode:
-        out.json({"name": result.name, "action": result.action, "applied": result.applied, "status": result.status})
+        out.json(as_json((pinned, result)))
     else:
-        out.say(f"{result.name}: {action} {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; now {result.status}")
+        first = f"{_pinned_text(pinned)}; " if pinned else ""
+        out.say(f"{result.name}: {first}{action} {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; now {result.status}")
 
 
 @background.command(name="dry-run")
@@ -588,27 +599,30 @@ def cancel(name: str, reason: str | None, yes: bool) -> None:
 @global_options
 def retry(name: str, from_start: bool, repin_: bool, reason: str | None, yes: bool) -> None:
     """Retry a failed or cancelled NAME (or reopen a completed one)."""
-    if repin_:
-        _repin(name, reason, quiet=True)
-    _control("retry", name, reason, yes, from_start=from_start)
+    _control("retry", name, reason, yes, from_start=from_start, repin=repin_)
 
 
-def _repin(name: str, reason: str | None, *, quiet: bool = False) -> None:
+def _repin(name: str, reason: str | None) -> None:
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
     from ..background.state.events import shown_by_caller
 
     s = settings()
-    shown = () if quiet else ("control",)  # quiet (retry --repin): its log line is all that says it
-    with shown_by_caller(*shown):
+    with shown_by_caller("control"):  # the line below says it
         result = run_async(lambda cancel: per_call(s).background.repin(name, reason=reason))
     out = output()
-    if quiet:
-        return
     if out.json_mode:
-        out.json({"name": result.name, "applied": result.applied, "checksum": result.checksum, "replan": result.replan})
+        out.json(_pinned_json(result))
     else:
-        note = "; the pass is re-cut" if result.replan else ""
-        out.say(f"{result.name}: {'pinned ' + result.checksum[:12] if result.applied == 'applied' else 'already pinned'}{note}")
+        out.say(f"{result.name}: {_pinned_text(result)}")
+
+
+def _pinned_json(result: Any) -> dict[str, Any]:
+    return {"name": result.name, "applied": result.applied, "checksum": result.checksum, "replan": result.replan}
+
+
+def _pinned_text(result: Any) -> str:
+    note = "; the pass is re-cut" if result.replan else ""
+    return f"{'pinned ' + result.checksum[:12] if result.applied == 'applied' else 'already pinned'}{note}"
 
 
 @background.command()
