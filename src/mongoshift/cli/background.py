@@ -591,7 +591,7 @@ def cancel(name: str, reason: str | None, yes: bool) -> None:
 
 @background.command()
 @click.argument("name")
-@click.option("--from-start", is_flag=True, help="Forget checkpoints, counters and failed documents; plan anew.")
+@click.option("--from-start", is_flag=True, help="Forget checkpoints, passes and failed documents and plan anew (the other totals keep counting).")
 @click.option("--repin", "repin_", is_flag=True, help="Pin the file as it is on disk first (after fixing the code).")
 @REASON
 @YES
