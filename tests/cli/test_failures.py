@@ -197,6 +197,43 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
     assert "'mongoshift unlock' clears it" in error["message"]  # what is left behind, and the way out
 
 
+SLOW_BACKGROUND = """
+import time
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    time.sleep(0.05)
+    doc["done"] = True
+    return doc
+
+background = Background(collection="slow", from_version=0, to_version=1, migrate=migrate, batch_size=5, adaptive=False)
+"""
+
+
+def test_a_second_ctrl_c_in_background_run_says_what_a_run_leaves_behind(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """``background run`` holds leases, not the line's lock, and records nothing an ``up`` would run again:
+    its second signal said the line's words ("the next 'up'"), which sent the reader the wrong way."""
+    sync_client[project.db].slow.insert_many([{"_id": i} for i in range(400)])
+    project.add("0001_slow.py", SLOW_BACKGROUND)
+    assert cli(project, "up").returncode == 0
+    proc = start_cli(project, "background", "run", "0001_slow", "--json")
+    wait_for(lambda: sync_client[project.db].slow.count_documents({"__v": 1}) >= 5)
+    proc.send_signal(signal.SIGINT)
+    said = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # until the first signal's line (the process's exit at the latest)
+        said.append(line)
+        if "mongoshift: stopping:" in line:
+            break
+    assert said and "mongoshift: stopping:" in said[-1], "".join(said)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(said) + err
+    message = json.loads(out)["error"]["message"]
+    assert "'mongoshift background unlock NAME' clears them now" in message and "background_lease_ttl_seconds" in message
+    assert "'up'" not in message and "lock_ttl_seconds" not in message
+
+
 def test_ctrl_c_under_log_format_json_keeps_every_stderr_line_one_json_object(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     """The signal's own lines ("stopping", "second signal") are JSON lines too, with no blank line before
     them: a log collector reading ``--log-format json`` parses every line."""

@@ -159,11 +159,16 @@ def _warn_secrets_in_file(out: Output) -> None:
 
 #: What the first Ctrl-C or SIGTERM makes a command do, said on stderr (each command names its own boundary).
 STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
+#: What a second signal leaves behind, said as the process ends at once (each command that holds something else names it).
+LEFT_BEHIND = (
+    "a lock this run held stays held until its time-to-live (lock_ttl_seconds) runs out, or 'mongoshift unlock' "
+    "clears it; a migration that was running is not recorded and runs again with the next 'up'"
+)
 
 
-def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING) -> T:
+def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING, left_behind: str = LEFT_BEHIND) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary (``stopping`` says
-    which), the second ends it now.
+    which), the second ends it now (``left_behind`` says what that leaves and how to clear it).
 
     Called from a running event loop (the CLI hosted in-process by an async application or test),
     the command runs on a loop of its own in a worker thread, blocking the caller meanwhile, and
@@ -186,8 +191,7 @@ def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str 
     def on_signal(signum: int) -> None:
         if cancel.is_set():
             # Nothing is cleaned up now: say what is left behind and how to clear it.
-            left = ("a lock this run held stays held until its time-to-live (lock_ttl_seconds) runs out, or 'mongoshift unlock' "
-                    "clears it; a migration that was running is not recorded and runs again with the next 'up'")
+            left = left_behind
             notice(f"second signal, stopping now: {left}")
             if json_mode:  # even now, one JSON document
                 stopped = {

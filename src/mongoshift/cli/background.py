@@ -47,6 +47,15 @@ RUN_STOPPING = (
     "a later run goes on from there (press Ctrl-C again to stop now)"
 )
 WATCH_STOPPING = "stopping: finishing the events at hand, saving the position and releasing the watch leases (press Ctrl-C again to stop now)"
+#: What a second signal leaves behind in ``background run`` and ``background watch`` (the migration line's lock is not theirs).
+RUN_LEFT_BEHIND = (
+    "the leases this run held lapse after background_lease_ttl_seconds (or 'mongoshift background unlock NAME' clears them now); "
+    "a batch being written is settled by the next lane, and the next 'background run' goes on from the partitions' checkpoints"
+)
+WATCH_LEFT_BEHIND = (
+    "the watch leases this process held lapse after their time-to-live; the next 'background watch' resumes from the last "
+    "position saved, so events since then are looked at again"
+)
 
 
 def _seconds(value: float | None) -> str:
@@ -180,7 +189,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
         interrupted = cancel.is_set()
         return reports
 
-    reports = run_async(go, stopping=RUN_STOPPING)
+    reports = run_async(go, stopping=RUN_STOPPING, left_behind=RUN_LEFT_BEHIND)
     if all_ and not reports:
         _nothing_to_run(s)
         return 0
@@ -213,7 +222,7 @@ def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurre
 
     return across(
         s, replace(tenants, parallel=concurrency), "background run", lambda ms: ms.background.run(names, concurrency=1, once=once),
-        judge=judged, result_json=lambda reports: [r.to_json() for r in reports],
+        judge=judged, result_json=lambda reports: [r.to_json() for r in reports], left_behind=RUN_LEFT_BEHIND,
     )
 
 
@@ -402,7 +411,7 @@ def watch_(collections: str | None, save_interval: float, max_lag: float) -> int
     s = settings()
     if (tenants := requested()) is not None:
         return _watch_across(s, tenants, options)
-    records = run_async(lambda cancel: per_call(s, cancel=cancel).background.watch(options), stopping=WATCH_STOPPING)
+    records = run_async(lambda cancel: per_call(s, cancel=cancel).background.watch(options), stopping=WATCH_STOPPING, left_behind=WATCH_LEFT_BEHIND)
     out = output()
     if out.json_mode:
         out.json({"watch": [r.to_json() for r in records]})
@@ -431,7 +440,7 @@ def _watch_across(s: Settings, tenants: Tenants, options: WatchOptions) -> int:
         )
     return across(
         s, replace(tenants, parallel=count, canary=0), "background watch", lambda ms: ms.background.watch(options),
-        scan=False, until_signal=True, stopping=WATCH_STOPPING, result_json=lambda records: [r.to_json() for r in records],
+        scan=False, until_signal=True, stopping=WATCH_STOPPING, left_behind=WATCH_LEFT_BEHIND, result_json=lambda records: [r.to_json() for r in records],
     )
 
 

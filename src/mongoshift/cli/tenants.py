@@ -18,7 +18,7 @@ import click
 
 from ..errors import TenantsInvalidError
 from ..project.redaction import strip_controls
-from .app import options, output, run_async
+from .app import LEFT_BEHIND, options, output, run_async
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -105,6 +105,7 @@ def across(
     until_signal: bool = False,
     prepare: Callable[[list[Any]], None] | None = None,
     stopping: str = "stopping: no new tenant starts, running tenants stop at their next migration boundary (press Ctrl-C again to stop now)",
+    left_behind: str = LEFT_BEHIND,
 ) -> int:
     """Run ``call`` across ``tenants``, print the per-tenant report, and return its exit code (0, 11 or 47).
 
@@ -138,7 +139,7 @@ def across(
     try:
         if board is not None:
             board.start()
-        report = run_async(make, stopping=stopping)
+        report = run_async(make, stopping=stopping, left_behind=left_behind)
     finally:
         if board is not None:
             board.stop()
