@@ -60,6 +60,24 @@ async def test_a_failed_index_batch_lists_each_index_once_with_the_reason(projec
     assert all("remove the duplicates" in r["error"] for r in rows)
 
 
+async def test_a_unique_rebuild_over_duplicates_names_its_index_and_says_what_to_do(project, db) -> None:  # type: ignore[no-untyped-def]
+    """docs/converge.md's own declaration on legacy data: a plain by_email, two addresses equal under its collation.
+
+    The rebuild's error said only ``duplicate key on email (11000)``: the collation the server quotes between the
+    index's name and ``dup key`` hid the name, and a rebuild gave no remedy where the same failed create did."""
+    await db.users.create_index("email", name="by_email")
+    await db.users.insert_many([{"email": "dup-Value@x.io"}, {"email": "DUP-value@x.io"}])
+    declared = {"keys": {"email": 1}, "name": "by_email", "unique": True, "collation": {"locale": "en", "strength": 2}}
+    s = settings_with(project, {"name": "users", "indexes": [declared]})
+    with pytest.raises(ConvergeFailedError) as info:
+        await cv.converge(s, confirm=True)
+    [row] = [r for r in info.value.details["converge"]["actions"] if r["name"] == "by_email"]
+    assert (row["action"], row["status"]) == ("rebuild", "failed"), row
+    assert row["error"].startswith("DuplicateKeyError: duplicate key on email (index by_email, 11000); remove the duplicates"), row["error"]
+    assert row["error"].endswith("the old index 'by_email' was restored") and "value" not in row["error"].lower()
+    assert "unique" not in {k: v for k, v in (await server_indexes(db, "users"))["by_email"].items() if v}
+
+
 def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     declare(project, '[[mongoshift.collections]]\nname = "users"\nindexes = [{ keys = { a = 1 } }, { keys = { b = 1 }, unique = true }]\n')
     # Duplicates under the declared unique index: the one createIndexes of the batch fails.

@@ -97,6 +97,16 @@ def test_duplicate_key_error_is_described_by_code_and_index() -> None:
     assert describe_error(exc) == "DuplicateKeyError: duplicate key on email (index email_1, 11000)"
 
 
+def test_a_collated_indexs_duplicate_key_error_still_names_the_index() -> None:
+    """mongod quotes the collation between the index's name and ``dup key``: the name was lost."""
+    message = (
+        'Index build failed: E11000 duplicate key error collection: app.users index: by_email collation: { locale: "en", '
+        'strength: 2, version: "57.1" } dup key: { email: "CollationKey(0x29ab)" }'
+    )
+    exc = DuplicateKeyError(message, 11000, {"code": 11000, "errmsg": message, "keyPattern": {"email": 1}, "keyValue": {"email": "29ab"}})
+    assert describe_error(exc) == "DuplicateKeyError: duplicate key on email (index by_email, 11000)"
+
+
 def test_bulk_write_error_is_described_without_its_documents() -> None:
     details = {
         "writeErrors": [

@@ -282,7 +282,7 @@ class Applier:
         try:
             await self.db.command({"createIndexes": action.collection, "indexes": [dict(action.after or {})]})
         except PyMongoError as exc:
-            why = describe_error(exc)
+            why = build_failure(exc)  # a unique rebuild over duplicates is the usual cause: say what to do, as a create does
             try:
                 if old:
                     await self.db.command({"createIndexes": action.collection, "indexes": [old]})

@@ -42,7 +42,8 @@ _FULL_ERROR = re.compile(r",? full error: .*$", re.MULTILINE)
 _VALUE_MARKERS = re.compile(
     r"(?:dup key:\s*|['\"]?\b(?:keyValue|errInfo|failingDocumentId)['\"]?\s*:\s*|['\"]op['\"]\s*:\s*|\b_id['\"]?\s*:\s*)"
 )
-_INDEX_NAME = re.compile(r"\bindex: (\S+) dup key")
+#: The index a duplicate key error names; a collated index's collation comes between its name and ``dup key``.
+_INDEX_NAME = re.compile(r"\bindex: (\S+) (?:collation: \{[^{}]*\} )?dup key")
 _SECRET_KEY = re.compile(r"(?:password|secret|token)$", re.IGNORECASE)
 
 
