@@ -433,6 +433,26 @@ def test_baseline_unlock_and_audit_across_tenants(tenant_project: TenantProject,
     assert cli(tenant_project, "audit", "--all-tenants").returncode == 0
 
 
+def test_lock_across_tenants_says_a_dead_holder_is_taken_over_as_for_one_database(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """After a kill -9, ``lock --db T`` said the next run takes the lock over; the tenant's row only named its holder."""
+    import socket
+    import subprocess
+    import sys
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a pid of this host that no longer runs
+    held = tenant_project.tenants[1]
+    lock = {"_id": "migration_lock", "owner": "killed", "nonce": "n", "host": socket.gethostname(), "pid": ended.pid, "executed_by": "x"}
+    sync_client[held]["_mongoshift_locks"].insert_one({**lock, "ttl_ms": 600_000, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+    alone = cli(tenant_project, "lock", "--db", held)
+    assert alone.stdout.strip().endswith("that process no longer runs on this host: the next run takes it over"), alone.stdout
+    across = cli(tenant_project, "lock", "--all-tenants")
+    assert across.returncode == 0, across.stderr
+    holders = across.stdout.split("lock across tenants")[0]  # the holders' table, before the rollout's report
+    [row] = [line.split("\t") for line in holders.splitlines() if line.startswith(held + "\t")]
+    assert "held by " + row[1] == alone.stdout.strip(), across.stdout
+
+
 async def test_with_wait_a_locked_tenant_is_waited_for(tenant_project: TenantProject, sync_client: MongoClient) -> None:
     from mongoshift.api.options import Lock
 

@@ -447,7 +447,7 @@ def lock() -> int:
     s = settings()
     if (tenants := requested(reading=True)) is not None:
         def holders(report: Any) -> None:
-            rows = [(r.name, r.result.describe() if r.result is not None else ("free" if r.ok else "")) for r in report.rows]
+            rows = [(r.name, _holder_text(r.result) if r.result is not None else ("free" if r.ok else "")) for r in report.rows]
             output().table(["tenant", "lock"], rows)
 
         return across(
@@ -459,12 +459,15 @@ def lock() -> int:
     if out.json_mode:
         out.json({"held": holder is not None, "holder": holder.__dict__ if holder else None})
     else:
-        gone = holder is not None and not holder.expired and holder.gone()
-        out.say(
-            "the lock is free" if holder is None
-            else f"held by {holder.describe()}" + ("; that process no longer runs on this host: the next run takes it over" if gone else "")
-        )
+        out.say("the lock is free" if holder is None else f"held by {_holder_text(holder)}")
     return 0
+
+
+def _holder_text(holder: Any) -> str:
+    """A holder as ``lock`` shows it, for one database or a tenant's row: a dead holder of this host is said to be
+    taken over by the next run (across tenants the row said only who held it)."""
+    gone = not holder.expired and holder.gone()
+    return str(holder.describe()) + ("; that process no longer runs on this host: the next run takes it over" if gone else "")
 
 
 @cli.command()
