@@ -142,6 +142,7 @@ async def test_a_script_with_the_bearer_token_needs_no_csrf_value(registered, co
     web = http(make_app(registered, client))
     wrong = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": "Bearer not-the-token"})
     assert wrong.status_code == 403
+    assert "that is not the dashboard token" in wrong.text and "CSRF" not in wrong.text  # not "reload the page": it has none
     answer = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 303, answer.text
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "paused"

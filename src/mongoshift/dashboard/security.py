@@ -85,6 +85,11 @@ class Guard:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and self.token_matches(value.strip())
 
+    @staticmethod
+    def bearer_sent(request: Request) -> bool:
+        """The request carries ``Authorization: Bearer``, right or wrong: a script, whose wrong token is said to be one."""
+        return request.headers.get("authorization", "").partition(" ")[0].lower() == "bearer"
+
     async def operator(self, request: Request) -> str | None:
         """Who steers with this request, for the audit trail: the mounting application's name for its user,
         or ``dashboard <client address>`` for a token holder; None: nobody may."""
