@@ -24,3 +24,25 @@ def test_a_signal_stops_the_dashboard_cleanly_with_exit_0(fast_project, stop: si
             process.communicate()
     assert process.returncode == 0, rest
     assert rest.strip().splitlines() == [f"mongoshift dashboard: stopped ({stop.name})"]
+
+
+def test_with_json_the_dashboard_prints_one_document_when_it_stops(fast_project) -> None:  # type: ignore[no-untyped-def]
+    """``--json`` promises one JSON document on stdout: it printed nothing, so ``| python -m json.tool`` failed."""
+    import json
+
+    from ..conftest import start_cli
+
+    process = start_cli(fast_project, "dashboard", "--port", "0", "--json")
+    try:
+        assert process.stderr is not None
+        url = process.stderr.readline().removeprefix("mongoshift dashboard on ").strip()
+        token = process.stderr.readline().rsplit(" ", 1)[-1].strip()
+        process.send_signal(signal.SIGINT)
+        printed, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert json.loads(printed) == {"command": "dashboard", "url": url, "read_only": False, "stopped": "SIGINT"}
+    assert token not in printed
