@@ -118,3 +118,21 @@ def test_background_run_exits_38_after_the_bound_and_32_for_a_failed_one(fast_pr
     failed = cli(fast_project, "background", "run", "0002_fails")  # it used to wait forever
     assert failed.returncode == 32
     assert "background repin 0002_fails.py" in failed.stderr and "background retry 0002_fails.py" in failed.stderr
+
+
+def test_a_fix_deployed_after_documents_failed_is_followed_by_the_retry_that_takes_them_up(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """The warning said "repin, then 'background retry NAME'": followed literally, a plain retry leaves the failed
+    documents out and fails again on them; it names ``--from-start``, as the failure's own message does."""
+    fast_project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.1, background_checksum_wait_seconds=1)
+    sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(5)])
+    path = fast_project.add("0001_names.py", FAILING)
+    assert cli(fast_project, "up").returncode == 0
+    assert cli(fast_project, "background", "run", "0001_names").returncode == 32
+    path.write_text(background_file(batch_size=50))  # the fix
+    told = cli(fast_project, "background", "run", "0001_names")
+    assert told.returncode == 32
+    assert "'mongoshift background repin 0001_names.py' (or deploy the registered file), then 'mongoshift background retry 0001_names.py --from-start'" in told.stderr
+    assert cli(fast_project, "background", "repin", "0001_names", "--yes").returncode == 0
+    assert cli(fast_project, "background", "retry", "0001_names", "--from-start", "--yes").returncode == 0
+    assert cli(fast_project, "background", "run", "0001_names").returncode == 0
+    assert sync_client[fast_project.db].people.count_documents({"__v": 2}) == 5

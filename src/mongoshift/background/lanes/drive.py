@@ -118,7 +118,7 @@ class MigrationRun:
                 mismatch: Mismatch | None = "missing" if spec is None else "changed" if state.checksum != checksum else None
                 if mismatch is not None:
                     if state.status in TERMINAL or state.status == "paused":
-                        _tell_unrunnable(name, state.status, mismatch)
+                        _tell_unrunnable(name, state.status, mismatch, left_out=bool(state.bad_ids))
                         return state
                     left = wait.still(mismatch, self.engine.now(), state.status)
                     await sleep(max(0.0, min(self.poll_seconds, left)) * 1000, self.engine.cancel)
@@ -286,8 +286,11 @@ _REMEDY: dict[Mismatch, str] = {
 }
 
 
-def _tell_unrunnable(name: str, status: str, why: Mismatch) -> None:
-    """What to do about a finished or paused migration whose file changed since it was registered, or is gone."""
+def _tell_unrunnable(name: str, status: str, why: Mismatch, *, left_out: bool = False) -> None:
+    """What to do about a finished or paused migration whose file changed since it was registered, or is gone.
+
+    ``left_out``: it holds failed documents, which a plain retry leaves out (it would fail again on them): the
+    retry to name is ``--from-start``, as the failure's own message says."""
     if why == "missing":
         log.warning(
             "%s is %s and its file is not in the migrations folder; nothing was run. Deploy the registered file%s",
@@ -295,7 +298,7 @@ def _tell_unrunnable(name: str, status: str, why: Mismatch) -> None:
         )
         return
     then = {
-        "failed": f"then 'mongoshift background retry {name}'",
+        "failed": f"then 'mongoshift background retry {name}{' --from-start' if left_out else ''}'",
         "cancelled": f"then 'mongoshift background retry {name}'",
         "paused": f"then 'mongoshift background resume {name}'",
         "completed": "so that status shows the file as it is",
