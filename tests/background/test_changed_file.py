@@ -131,7 +131,8 @@ def test_a_fix_deployed_after_documents_failed_is_followed_by_the_retry_that_tak
     path.write_text(background_file(batch_size=50))  # the fix
     told = cli(fast_project, "background", "run", "0001_names")
     assert told.returncode == 32
-    assert "'mongoshift background repin 0001_names.py' (or deploy the registered file), then 'mongoshift background retry 0001_names.py --from-start'" in told.stderr
+    said = "'mongoshift background repin 0001_names.py' (or deploy the registered file), then 'mongoshift background retry 0001_names.py --from-start'"
+    assert said in told.stderr, told.stderr
     assert cli(fast_project, "background", "repin", "0001_names", "--yes").returncode == 0
     assert cli(fast_project, "background", "retry", "0001_names", "--from-start", "--yes").returncode == 0
     assert cli(fast_project, "background", "run", "0001_names").returncode == 0
