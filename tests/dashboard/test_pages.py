@@ -135,6 +135,28 @@ async def test_a_bearer_token_steers_too_and_the_mounting_apps_identity_is_the_w
     assert [(h["action"], h["by"]) for h in history[-2:]] == [("pause", "dashboard 127.0.0.1"), ("resume", "alice@example.com")]
 
 
+async def test_an_identity_that_raises_names_no_operator_and_the_token_still_steers(registered, counted_client, http, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """docs/dashboard.md's identity reads ``request.state.user``, which an anonymous request lacks: the control
+    answered 500 with a traceback in the server's log. The application's code does not vouch: a 403, one warning."""
+    client, _ = counted_client
+
+    def identity(request):  # type: ignore[no-untyped-def]
+        return request.state.user.email  # no user on this request: AttributeError, quoting nothing of it
+
+    anonymous = http(make_app(registered, client, token=None, identity=identity))
+    csrf = csrf_of((await anonymous.get(f"/migrations/{NAME}")).text)
+    with caplog.at_level("WARNING", logger="mongoshift.dashboard"):
+        refused = await anonymous.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"})
+    assert refused.status_code == 403 and "controls need the dashboard token" in refused.text
+    assert [r.getMessage() for r in caplog.records if "identity" in r.getMessage()] == [
+        "the mounting application's identity(request) raised AttributeError: it names no operator for this request"
+    ]
+    with_token = http(make_app(registered, client, identity=identity))
+    steered = await with_token.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
+    assert steered.status_code == 303  # "None: you do not vouch for this request (the token may still)"
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "paused"
+
+
 async def test_a_script_with_the_bearer_token_needs_no_csrf_value(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
     """A script that sends the token as ``Authorization: Bearer`` and the form's fields, no page fetched
     first: it was refused (CSRF check), though the docs say a script sends that header."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from ..errors import DashboardRefusedError
+
+log = logging.getLogger("mongoshift.dashboard")
 
 #: What the mounting application gives to name the operator of a request (None: not signed in there).
 Identity = Callable[[Request], str | Awaitable[str | None] | None]
@@ -94,9 +97,13 @@ class Guard:
         """Who steers with this request, for the audit trail: the mounting application's name for its user,
         or ``dashboard <client address>`` for a token holder; None: nobody may."""
         if self.identity is not None:
-            named = self.identity(request)
-            if not isinstance(named, str) and named is not None:
-                named = await named
+            try:
+                named = self.identity(request)
+                if not isinstance(named, str) and named is not None:
+                    named = await named
+            except Exception as exc:  # the application's own code: it does not vouch (a 500 and a traceback said nothing)
+                log.warning("the mounting application's identity(request) raised %s: it names no operator for this request", type(exc).__name__)
+                named = None
             if named:
                 return str(named)[:128]
         if self.is_holder(request):
