@@ -186,3 +186,18 @@ def test_background_steps_compose_to_the_in_memory_upcast(body: dict[str, Any], 
     if middle < 6:
         hops = CHAIN.migrate_from(middle, 6)(hops)
     assert hops == CHAIN.upcast(doc)
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda: define_shapes(-1, {}), "current must be an integer >= 0, got a negative integer"),
+        (lambda: define_shapes(2, {1: lambda d: d}).match(-3), "version must be an integer >= 0, got a negative integer"),
+        (lambda: define_shapes("2", {}), "current must be an integer >= 0, got str"),
+    ],
+)
+def test_a_negative_number_is_said_to_be_one(call, said: str) -> None:  # type: ignore[no-untyped-def]
+    """``define_shapes(-1, ...)`` said "must be an integer >= 0, got int": it is an int; what is wrong is its sign."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == said

@@ -26,7 +26,9 @@ def check_fields(version_field: str, revision_field: str) -> None:
 def check_number(value: object, what: str) -> int:
     """An argument that must be an integer ≥ 0 (a bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what} must be an integer >= 0, got {type(value).__name__}")
+        # a negative int said "got int": name what is wrong with it (never the value: it may come from a document)
+        got = "a negative integer" if isinstance(value, int) and not isinstance(value, bool) else type(value).__name__
+        raise ValueError(f"{what} must be an integer >= 0, got {got}")
     return int(value)
 
 
