@@ -58,6 +58,9 @@ async def test_names_without_a_section_are_taken_as_given_sorted() -> None:
         ({}, TenantFlags(names=("a.b",),), "MongoDB refuses"),
         ({}, TenantFlags(names=("local",),), "never a project's or a tenant's"),
         ({}, TenantFlags(names=("x" * 64,),), "at most 63 bytes"),
+        # the API's Tenants() (or names=[] from an empty list): every tenant of the section ran, or an AssertionError
+        ({"databases": ["a", "b"]}, TenantFlags(), "no tenant selected: give names, a pattern or all=True"),
+        ({}, TenantFlags(names=()), "no tenant selected: give names, a pattern or all=True"),
     ],
 )
 async def test_bad_selections_are_refused_with_exit_46(section: dict[str, object], flags: TenantFlags, text: str) -> None:

@@ -73,6 +73,8 @@ def _shown(name: object) -> str:
 async def select(settings: Settings, flags: TenantFlags, database_names: DatabaseNames) -> list[Tenant]:
     """The tenants ``flags`` select, in their stable order; :class:`TenantsInvalidError` when none or a bad one."""
     flags.check()
+    if not flags.given():  # the API's Tenants() or Tenants(names=[]): it ran on every tenant (or failed an assert)
+        raise TenantsInvalidError("no tenant selected: give names, a pattern or all=True (--tenant, --tenants or --all-tenants)")
     declared = settings.tenants
     if flags.all and declared is None:
         raise TenantsInvalidError("--all-tenants needs a [tenants] section (databases, match or provider) in the project file")
