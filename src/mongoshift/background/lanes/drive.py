@@ -118,7 +118,9 @@ class MigrationRun:
                 mismatch: Mismatch | None = "missing" if spec is None else "changed" if state.checksum != checksum else None
                 if mismatch is not None:
                     if state.status in TERMINAL or state.status == "paused":
-                        _tell_unrunnable(name, state.status, mismatch, left_out=bool(state.bad_ids))
+                        # failed documents: rolled into the state at a pass's end, on its partitions when a lane failed it
+                        left_out = state.status == "failed" and await self.engine.store.bad_id_count(state) > 0
+                        _tell_unrunnable(name, state.status, mismatch, left_out=left_out)
                         return state
                     left = wait.still(mismatch, self.engine.now(), state.status)
                     await sleep(max(0.0, min(self.poll_seconds, left)) * 1000, self.engine.cancel)
