@@ -274,4 +274,4 @@ def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client, c
     assert report["unnamed"] == 2 and report["left_out"] == []
     told = cli(project, "import", "--from", "migrate-mongo")
     assert told.returncode == 0 and "2 left out for naming no file" in told.stdout
-    assert "2 migrate-mongo record(s) name no file" in told.stderr
+    assert "2 migrate-mongo records without a file name field" in told.stderr

@@ -73,7 +73,7 @@ async def test_one_bad_document_fails_alone_and_the_counts_are_exact(fast_projec
     (report,) = await bg.status(fast_project.settings(), NAME)
     assert report.totals["migrated"] == 9 and report.totals["failed"] == 1
     assert report.remaining == 0
-    assert [w for w in report.warnings if w.startswith("completed with 1 document(s) that could not be migrated")] != []
+    assert [w for w in report.warnings if w.startswith("completed with 1 document that could not be migrated")] != []
     (entry,) = report.doc_error_counts
     assert entry["reason"] == "write" and entry["count"] == 1
     if make_bad in (revision_is_a_string, revision_is_a_subdocument):  # said as the preview says it, with its code

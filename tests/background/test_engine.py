@@ -477,7 +477,7 @@ background = Background(collection="people", from_version=1, to_version=2, migra
     await command.up(s)
     (failed,) = await bg.run(s, ["0002_wrong.py"])
     assert failed.status == "failed"
-    assert "returned 49 result(s) for 50 document(s)" in (failed.last_error or "")
+    assert "returned 49 results for 50 documents" in (failed.last_error or "")
 
 
 async def test_slices_that_failed_on_a_wrong_result_count_count_no_batch(fast_project, db) -> None:  # type: ignore[no-untyped-def]
@@ -495,7 +495,7 @@ background = Background(collection="people", from_version=1, to_version=2, migra
     s = fast_project.settings()
     await command.up(s)
     (failed,) = await bg.run(s, ["0001_wrong.py"])
-    assert failed.status == "failed" and "failed 3 slice(s) in a row" in (failed.last_error or "")
+    assert failed.status == "failed" and "failed 3 slices in a row" in (failed.last_error or "")
     state = await db["_mongoshift_background"].find_one({"_id": "0001_wrong.py"})
     assert state["totals"]["batches"] == 0 and state["totals"]["scanned"] == 0
     (part,) = [p async for p in db["_mongoshift_background_partitions"].find({"background": "0001_wrong.py"})]
@@ -675,10 +675,10 @@ async def test_more_lanes_asked_than_the_file_allows_is_said_once(fast_project, 
     assert cli(fast_project, "up").returncode == 0
     result = cli(fast_project, "background", "run", "0001_names", "--concurrency", "3")
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("0001_names.py: 2 lane(s), not 3: the file's max_parallel is 2") == 1, result.stderr
+    assert result.stderr.count("0001_names.py: 2 lanes, not 3: the file's max_parallel is 2") == 1, result.stderr
     assert await db.people.count_documents({"__v": 2}) == 50
     quiet = cli(fast_project, "background", "run", "0001_names", "--concurrency", "2")
-    assert "lane(s), not" not in quiet.stderr
+    assert "lanes, not" not in quiet.stderr
 
 
 async def test_a_partitions_last_batch_over_budget_fails_the_migration_at_once(fast_project, db) -> None:  # type: ignore[no-untyped-def]

@@ -283,7 +283,7 @@ async def test_a_completed_migration_that_migrated_nothing_warns_about_from_vers
     for report in (json.loads(run.stdout)["background"][0], json.loads(cli(fast_project, "background", "status", "--json").stdout)["background"][0]):
         assert report["status"] == "completed" and report["totals"]["migrated"] == 0
         (warning,) = report["warnings"]
-        assert "migrated 0 documents while 120 document(s)" in warning and "from_version (1)" in warning and "version 0" in warning
+        assert "migrated 0 documents, with 120 documents in" in warning and "from_version (1)" in warning and "version 0" in warning
     assert "was from_version (1) right?" in cli(fast_project, "background", "status").stderr
     assert "was from_version (1) right?" in terminal(cli, fast_project, 80, "background", "status")[1]
 

@@ -217,7 +217,7 @@ def test_the_command_prints_relaxed_extended_json_and_a_plain_diff(project, sync
     assert plain.returncode == 0, plain.stderr
     lines = plain.stdout.splitlines()
     assert "nothing was written" in lines[0]
-    assert "1 document(s) (random sample; 5 asked for, only 1 matched): 1 would be rewritten" in lines[0]  # not "1 of 5"
+    assert "1 document (random sample; 5 asked for, only 1 matched): 1 would be rewritten" in lines[0]  # not "1 of 5"
     assert lines[1:3] == ["_id\t1", "=\t_id\t1\t1"]
     for line in [
         "~\tn\t4\t40",

@@ -54,7 +54,7 @@ async def test_a_lane_reports_its_throttle_changes_at_most_every_ten_seconds(fas
     assert len(lines) == len(throttles) and all(r.levelno == logging.INFO for r in lines)  # a change of pace is news
     assert lines[1].getMessage() == (
         f"{NAME} throttle (partition 0): waited for the server's health signals (replication lag or a health check); "
-        "4 change(s) since the last report, 0 overload(s), 4 ms waited for health"
+        "4 changes since the last report, 0 overloads, 4 ms waited for health"
     )
 
 
@@ -80,7 +80,7 @@ def test_overloads_are_folded_and_logged_at_warning_once_per_report(caplog) -> N
         {"change": "recover", "batch_size": 20, "pause_ms": 0, "changes": 14, "overloads": 7},
     ]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "14 change(s) since the last report, 7 overload(s)" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "14 changes since the last report, 7 overloads" in warnings[0].getMessage()
 
 
 SLOW_FILE = """
@@ -133,7 +133,7 @@ async def test_each_change_of_pace_is_logged_at_info_with_why_and_the_new_size_a
     assert [r.getMessage() for r in lines] == [
         (
             f"{NAME} throttle (partition 0): smaller, batches took {latency} ms on average to read, transform and write, over the 500 ms target; "
-            f"{size}, adaptive pause {pause} ms before each batch; 1 change(s) since the last report, 0 overload(s)"
+            f"{size}, adaptive pause {pause} ms before each batch; 1 change since the last report, 0 overloads"
         )
         # at the minimum (10) the size cannot shrink: the line says so instead of "now 10" again
         for latency, size, pause in (

@@ -294,7 +294,7 @@ def test_the_command_judges_a_real_run_and_writes_nothing(project, sync_client, 
     }
     assert all(set(f) == {"check", "severity", "subject", "message"} for f in document["findings"])
     code, out, _ = cli(project, "audit")
-    assert code == 22 and "background.failed" in out and "1 failed, 2 warning(s)" in out
+    assert code == 22 and "background.failed" in out and "1 failed, 2 warnings" in out
 
 
 def test_warnings_only_exit_40_and_a_bad_threshold_is_refused(project, cli) -> None:  # type: ignore[no-untyped-def]

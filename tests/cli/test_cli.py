@@ -67,7 +67,7 @@ def test_json_status_and_check_exit_code(project, cli) -> None:  # type: ignore[
         (["init"], 16, "already exists"),
         (["squash", "--to", "0099_missing.py"], 8, "not found"),  # refused before it asks (or exits 42 without a terminal)
         (["baseline", "--to", "0099_missing"], 8, "not found"),
-        (["background", "run"], 6, "name the background migration(s) to run, or pass --all"),
+        (["background", "run"], 6, "name the background migrations to run, or pass --all"),
         (["background", "run", "0001_a.py", "--all"], 6, "NAMES and --all exclude each other"),  # it said "name them, or pass --all"
     ],
 )

@@ -50,7 +50,7 @@ def test_check_dry_run_and_apply(project, sync_client, cli) -> None:  # type: ig
     assert db["_mongoshift_converge"].count_documents({"success": True}) == 1
 
     result = cli(project, "converge", "--check")
-    assert result.returncode == 0 and "in sync: 1 collection(s)" in result.stdout
+    assert result.returncode == 0 and "in sync: 1 collection," in result.stdout
     result = cli(project, "converge", "--json")
     assert result.returncode == 0 and json.loads(result.stdout)["changed"] is False
 
@@ -223,4 +223,21 @@ def test_in_sync_counts_every_declared_collection(project, cli) -> None:  # type
     declare(project, USERS + '\n[[mongoshift.collections]]\nname = "empty"\nindexes = []\nprune = true\n')
     assert cli(project, "converge", "--yes").returncode == 0
     result = cli(project, "converge", "--check")
-    assert result.returncode == 0 and "in sync: 2 collection(s)" in result.stdout, result.stdout
+    assert result.returncode == 0 and "in sync: 2 collections," in result.stdout, result.stdout
+
+
+def test_in_sync_counts_collections_and_items_in_their_number(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.write_config()
+    result = cli(project, "converge", "--check")
+    assert result.returncode == 0 and "in sync: 0 collections, 0 items as declared" in result.stdout, result.stdout
+    one = '\n[[mongoshift.collections]]\nname = "users"\nvalidator = false\n'
+    declare(project, one)
+    assert cli(project, "converge").returncode == 0
+    result = cli(project, "converge", "--check")
+    assert result.returncode == 0 and "in sync: 1 collection, 1 item as declared" in result.stdout, result.stdout
+    declare(project, one + one.replace("users", "orders"))
+    result = cli(project, "converge", "--check")
+    assert result.returncode == 28 and "1 difference from the declared collections" in result.stderr, result.stderr
+    assert cli(project, "converge").returncode == 0
+    result = cli(project, "converge", "--check")
+    assert result.returncode == 0 and "in sync: 2 collections, 2 items as declared" in result.stdout, result.stdout

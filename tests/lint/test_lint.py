@@ -93,7 +93,7 @@ async def test_suppressions_need_a_reason_and_a_known_rule(project, cli) -> None
     (project.migrations / "0003_c.py").unlink()
     clean = cli(project, "lint")
     assert clean.returncode == 0, clean.stdout
-    assert "2 file(s): 0 finding(s), 3 accepted by a suppression comment" in clean.stdout
+    assert "2 files: 0 findings, 3 accepted by a suppression comment" in clean.stdout
 
 
 async def test_sizes_come_from_the_database(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]

@@ -95,7 +95,7 @@ async def test_a_failed_write_of_the_log_is_a_warning_never_the_runs_failure(pro
     report = await api.up(project.settings())
     assert [r.status for r in report.results] == ["applied"]
     (warning,) = report.warnings
-    assert warning.startswith(f"4 ctx.log line(s) of this run could not be stored in {refused}") and "hunter2" not in warning
+    assert warning.startswith(f"4 ctx.log lines of this run could not be stored in {refused}") and "hunter2" not in warning
     monkeypatch.setattr(AsyncCollection, "insert_many", original)
     assert await api.run_log(project.settings(), report.run_id) == []
 

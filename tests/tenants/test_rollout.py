@@ -210,7 +210,7 @@ async def test_a_verdict_without_an_exception_fails_the_tenant() -> None:
     from mongoshift.tenants.report import TenantError
 
     async def run(tenant: Tenant, cancel: CancelSignal) -> Judged:
-        return Judged("done", error=TenantError("pending", 2, "1 migration(s) pending") if tenant.name == "t01" else None)
+        return Judged("done", error=TenantError("pending", 2, "1 migration pending") if tenant.name == "t01" else None)
 
     report, _ = await go(run, Rollout(continue_on_error=True), names=["t00", "t01"])
     assert outcomes(report) == {"t00": "done", "t01": "failed"} and report.rows[1].exit_code == 2 and report.exit_code == 47

@@ -47,7 +47,7 @@ def test_it_shrinks_under_injected_latency_then_pauses_at_its_smallest_size_and_
     assert pauses == [0, 0, 0, 0, 0, 100, 200, 400]  # then the pause doubles
     assert describe_throttle({"change": "slow", **c.pace(), **c.why(), "changes": 1, "overloads": 0}) == (
         "smaller, batches took 2,000 ms on average to read, transform and write, over the 100 ms target; "
-        "batch size at its smallest, 10, adaptive pause 400 ms before each batch; 1 change(s) since the last report, 0 overload(s)"
+        "batch size at its smallest, 10, adaptive pause 400 ms before each batch; 1 change since the last report, 0 overloads"
     )
     # Fast again (20 ms of work, 10 of pause): the pause is halved first, then the size grows.
     recovered = [window(c, work_ms=20, wait_ms=10)[-1] for _ in range(4)]
@@ -206,7 +206,7 @@ def test_status_says_in_words_how_batches_are_sized_and_why() -> None:
         "partition 3 (leased): 1,440 (grew, the lane worked 61% of its time, under 90%)",
         "partition 5 (leased): 10 (shrank, batches took 1,840 ms, over 500 ms), adaptive pause 400 ms",
         "partition 7: 400 (as saved)",
-        "and 9 more open partition(s)",
+        "and 9 more open partitions",
     ]
     assert pace_words({"mode": "fixed", "start": 500}) == ["500, fixed (adaptive=False)"]
     assert pace_words({"mode": "transaction", "start": 100}) == [

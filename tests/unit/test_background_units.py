@@ -121,15 +121,15 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
     ("data", "level", "says"),
     [
         ({"collection": "people", "found": True, "action": "reopened", "reason": None, "stranded": False}, "WARNING",
-         "old-shape documents written after it completed were found in 'people': reopened for one more pass, which 'mongoshift background run 0001_x'"),
+         "found old-shape documents written after it completed in 'people': reopened for one more pass, which 'mongoshift background run 0001_x'"),
         ({"collection": "people", "found": True, "action": "reported", "reason": None, "stranded": False}, "WARNING",
          "'background verify --reopen' gives it one more pass"),
         ({"collection": "people", "found": False, "stranded": True, "action": "reported", "source": "stream", "documents": 3}, "WARNING",
-         "3 document(s) of 'people' are at a version no migration upgrades (stranded)"),
+         "3 documents of 'people' at a version no migration upgrades (stranded)"),
         ({"collection": "people", "found": True, "action": "failed", "source": "stream", "documents": 2}, "WARNING",
-         "2 old-shape document(s) of 'people' could not be upgraded: reopened"),
+         "2 old-shape documents of 'people' could not be upgraded: reopened"),
         ({"collection": "people", "found": True, "action": "upgraded", "source": "stream", "documents": 5}, "INFO",
-         "upgraded 5 old-shape document(s) of 'people'"),
+         "upgraded 5 old-shape documents of 'people'"),
         ({"collection": "people", "found": False, "action": "skipped", "reason": "not_completed", "detail": "running", "stranded": False}, "INFO",
          "skipped for 'people' (not_completed: running)"),
     ],
@@ -184,13 +184,13 @@ def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCa
     assert said == [
         "0001_x.py registered: the migration is registered, and waits for 0001_a.py",
         "0001_x.py unblocked: every migration it requires has completed: it may run now",
-        "0001_x.py partitioned: the pass is cut into 10 partition(s) over about 40,002 document(s)",
-        "0001_x.py pass: pass 2 starts: about 17 document(s) are still in the old shape",
+        "0001_x.py partitioned: the pass is cut into 10 partitions over about 40,002 documents",
+        "0001_x.py pass: pass 2 starts: about 17 documents still in the old shape",
         "0001_x.py lease_lost: a lane lost its lease on partition 3 (it lapsed, or another runner took it over): the lane stops there, "
         "and the partition goes on from its last checkpoint under its new holder",
-        "0001_x.py reclaimed: 4 lease(s) that had lapsed were freed (their runner stopped or was killed): their partitions go on from their checkpoints",
-        "0001_x.py completed: 40,000 migrated, 2 skipped, 0 failed document(s) of 40,002 scanned, in 26 batch(es); "
-        "3 document(s) re-read after an application write, 3 left to the next pass",
+        "0001_x.py reclaimed: freed 4 leases that had lapsed (their runner stopped or was killed): their partitions go on from their checkpoints",
+        "0001_x.py completed: 40,000 migrated, 2 skipped, 0 failed documents of 40,002 scanned, in 26 batches; "
+        "3 documents re-read after an application write, 3 left to the next pass",
         "0001_x.py failed: 12 documents failed, over max_document_errors=10",
     ]
 

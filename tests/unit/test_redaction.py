@@ -125,7 +125,7 @@ def test_bulk_write_error_is_described_without_its_documents() -> None:
     }
     text = describe_error(BulkWriteError(details))
     assert "bulk-value" not in text and "other-value" not in text
-    assert text == "BulkWriteError: 2 write error(s): duplicate key on email (index email_1, 11000); document failed validation (121)"
+    assert text == "BulkWriteError: 2 write errors: duplicate key on email (index email_1, 11000); document failed validation (121)"
 
 
 def test_other_server_errors_keep_code_name_and_message() -> None:

@@ -28,6 +28,7 @@ from ..project.own_collections import own_collections
 from ..project.run import CancelSignal
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
+from ..project.wording import plural
 from .options import DEFAULT_LOCK, Lock, checked_lock, one_shot, run_observers
 
 BASELINE = "baseline"
@@ -132,7 +133,7 @@ async def import_history_in(
         foreign = [name for name, r in records.items() if not _imported_from(r, source)]
         if foreign and not force:
             raise TargetNotEmptyError(
-                f"mongoshift's changelog already holds {len(foreign)} record(s) that this import did not write; "
+                f"mongoshift's changelog already holds {plural(len(foreign), 'record')} that this import did not write; "
                 "pass --force to import beside them (records already applied are kept as they are)",
                 records=len(foreign),
             )
@@ -144,7 +145,7 @@ async def import_history_in(
         report.source = source
         if report.unnamed:
             report.warnings.append(
-                f"{report.unnamed} {source_tool.name} record(s) name no file (no file name field): left out, as no file can match them"
+                f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name field: left out, as no file can match such a record"
             )
         if not documents:
             exists = source_collection in await session.db.list_collection_names(filter={"name": source_collection})
@@ -230,7 +231,7 @@ async def _adopt(
         if dry_run:
             continue
         assert batch is not None
-        session.check_stop(lambda reason: f"stopped ({reason}) after recording {len(report.adopted) - 1} file(s)")
+        session.check_stop(lambda reason: f"stopped ({reason}) after recording {plural(len(report.adopted) - 1, 'file')}")
         source_fields = {**source, "name": entry.source_name} if source and entry else None
         write = Changelog.adopted(
             name, batch=batch, checksum=files[name].checksum, applied_at=applied_at, origin=origin,

@@ -25,6 +25,7 @@ from ..line.plan import StatusRow, applied_out_of_order, fold_squashes, sorts_be
 from ..project.lock import LockHolder
 from ..project.session import Project, Session, open_session
 from ..project.settings import Settings
+from ..project.wording import plural
 from .options import one_shot
 
 Severity = Literal["warn", "fail"]
@@ -296,14 +297,14 @@ def _paused(facts: Facts) -> Iterable[tuple[str, str]]:
 def _failed_partitions(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in facts.background:
         if b.report.partitions_failed and b.state.status != "failed":
-            yield b.state.name, f"{b.report.partitions_failed} partition(s) failed; the next pass takes their documents up again"
+            yield b.state.name, f"{plural(b.report.partitions_failed, 'partition')} failed; the next pass takes their documents up again"
 
 
 def _old_plans(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in facts.background:
         if b.old_plans:
             yield b.state.name, (
-                f"partitions of {b.old_plans} plan(s) other than the current one are stored "
+                f"partitions of {plural(b.old_plans, 'plan')} other than the current one are stored "
                 "(a planner that died before its plan was adopted, or one cutting a plan right now)"
             )
 
@@ -312,7 +313,7 @@ def _document_errors(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "completed"):
         if b.report.failed_documents:
             yield b.state.name, (
-                f"completed, but {b.report.failed_documents} document(s) could not be migrated "
+                f"completed, but {plural(b.report.failed_documents, 'document')} could not be migrated "
                 "(the reasons: 'mongoshift background status NAME')"
             )
 

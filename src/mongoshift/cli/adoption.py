@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..project.wording import plural
 from .app import WAIT_HELP, FloatRange, confirm, global_options, named_file, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
@@ -96,7 +97,7 @@ def _render(report: AdoptionReport) -> None:
         rows = [(r.name, r.source_name or "", r.applied_at or "", report.batch) for r in report.adopted]
         out.table(["migration", "source", "applied at", "batch"], rows)
     verb = "would record" if report.dry_run else "recorded"
-    summary = f"{report.command}: {verb} {len(report.adopted)} file(s) applied (origin {report.origin})"
+    summary = f"{report.command}: {verb} {plural(len(report.adopted), 'file')} applied (origin {report.origin})"
     if report.kept:
         summary += f", {len(report.kept)} already applied"
     if report.left_out:

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..project.wording import plural
 from .app import FloatRange, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
@@ -33,7 +34,7 @@ def audit(stale_after: float) -> int:
             code = int(report.exit_code)
             fails = sum(1 for f in report.findings if f.severity == "fail")
             kind = "audit_failed" if fails else "audit_warnings"
-            error = TenantError(kind, code, f"{fails} failed, {len(report.findings) - fails} warning(s)") if code else None
+            error = TenantError(kind, code, f"{fails} failed, {plural(len(report.findings) - fails, 'warning')}") if code else None
             return Judged("done", error=error, result=report)
 
         return across(s, tenants, "audit", lambda ms: ms.audit(stale_after=stale_after), judge=judged, result_json=lambda r: r.to_json())
@@ -46,6 +47,6 @@ def audit(stale_after: float) -> int:
         out.table(["severity", "check", "subject", "message"], [(f.severity, f.check, f.subject, f.message) for f in report.findings])
     fails = sum(1 for f in report.findings if f.severity == "fail")
     warns = len(report.findings) - fails
-    summary = "healthy" if not report.findings else f"{fails} failed, {warns} warning(s)"
-    out.say(f"audit: {summary} ({len(report.checks)} checks; exit {int(report.exit_code)})")
+    summary = "healthy" if not report.findings else f"{fails} failed, {plural(warns, 'warning')}"
+    out.say(f"audit: {summary} ({plural(len(report.checks), 'check')}; exit {int(report.exit_code)})")
     return int(report.exit_code)

@@ -20,6 +20,7 @@ from ..errors import (
     TenantsInvalidError,
 )
 from ..project.run import CancelSignal
+from ..project.wording import plural
 from .app import FloatRange, IntRange, confirm, global_options, output, run_async, settings
 from .tenants import across, given, requested, tenant_options
 
@@ -162,9 +163,9 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     shows the progress; otherwise one plain line per migration goes to stderr every
     --progress-interval seconds (none with -q)."""
     if names and all_:
-        raise ConfigInvalidError("NAMES and --all exclude each other: name the background migration(s) to run, or pass --all alone")
+        raise ConfigInvalidError("NAMES and --all exclude each other: name the background migrations to run, or pass --all alone")
     if not names and not all_:
-        raise ConfigInvalidError("name the background migration(s) to run, or pass --all")
+        raise ConfigInvalidError("name the background migrations to run, or pass --all")
     from ..api.session import connect  # start-up time: the engine loads only when a background command runs
     from .progress import log_progress, show_progress  # start-up time: as above, with rich's progress bar
 
@@ -274,7 +275,8 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
         return BackgroundPausedError(f"paused: {names}; 'mongoshift background resume NAME' continues it", **details)
     if by.get("remaining"):
         left = ", ".join(
-            f"{r.name} ({r.status}{f', about {r.remaining:,} document(s) left' if r.remaining else ''})" for r in reports if r.name in by["remaining"]
+            f"{r.name} ({r.status}{', about ' + plural(r.remaining, 'document') + ' left' if r.remaining else ''})"
+            for r in reports if r.name in by["remaining"]
         )
         return BackgroundPendingError(f"work remains after this round: {left}; run it again to continue", **details)
     return None
@@ -546,7 +548,7 @@ def _dry_run_across(s: Settings, tenants: Tenants, preview: Callable[[Mongoshift
 
     def judged(result: Preview) -> Judged:
         if result.refusals:
-            refused = TenantError("sandbox_refused", int(ExitCode.SANDBOX_REFUSED), f"the sandbox refused {len(result.refusals)} operation(s)")
+            refused = TenantError("sandbox_refused", int(ExitCode.SANDBOX_REFUSED), f"the sandbox refused {plural(len(result.refusals), 'operation')}")
             return Judged(error=refused, result=result)
         return Judged("done", result=result)
 

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..background.inspect.status import BackgroundReport, pace_words
+from ..project.wording import plural
 
 
 def clock(seconds: float | None) -> str:
@@ -99,7 +100,8 @@ def details(r: BackgroundReport) -> list[tuple[str, str]]:
         ("collection", f"{r.collection} ({r.mode})"),
         ("progress", f"{progress(r)}, {r.remaining:,} remaining" if r.estimate else progress(r)),
         ("documents", f"{t['migrated']:,} migrated, {t['scanned']:,} scanned, {t['skipped']:,} skipped, {r.failed_documents:,} failed"),
-        ("writes", f"{t['conflicts']:,} conflicts, {t['retried']:,} retried, {t['batches']:,} batches, {t['txn_retries']:,} transaction retries"),
+        ("writes", f"{plural(t['conflicts'], 'conflict')}, {t['retried']:,} retried, {plural(t['batches'], 'batch', 'batches')}, "
+                   f"{plural(t['txn_retries'], 'transaction retry', 'transaction retries')}"),
         ("partitions", f"{r.partitions_done} done of {r.partitions_total}, {r.partitions_open} open, {r.partitions_failed} failed, {r.leases} leased"),
         ("rate", f"{rate(r)}, ETA {clock(r.eta_seconds)}, elapsed {clock(r.elapsed_seconds)}"),
         *(("batch size", line) for line in pace_words(r.batch_size)),
@@ -145,7 +147,8 @@ def render_detail(console: Console, r: BackgroundReport) -> None:
     _line(console, f"failed documents: {r.failed_documents:,} (their ids are not shown)", style="bold")
     console.print(_table(["count", "reason", "class / code"], error_rows(r)), width=console.width)
     if r.doc_errors:
-        _line(console, f"messages of the {len(r.doc_errors)} most recent, newest first:", style="bold")
+        newest = "" if len(r.doc_errors) == 1 else ", newest first"
+        _line(console, f"the {plural(len(r.doc_errors), 'most recent message')}{newest}:", style="bold")
         for at, times, reason, cause, message in recent_rows(r):
             _line(console, f"{cause} ({reason}), {times}×, last at {at}", indent=2)
             _line(console, message, indent=4)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
+from ..project.wording import plural
 from .app import WAIT_HELP, FloatRange, can_ask, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
@@ -40,9 +41,9 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
     unchanged = sum(1 for a in report.actions if a.action == "unchanged")
     collections = max(report.declared, len({a.collection for a in report.actions}))
     if not report.drift:
-        out.say(f"in sync: {collections} collection(s), {unchanged} item(s) as declared")
+        out.say(f"in sync: {plural(collections, 'collection')}, {plural(unchanged, 'item')} as declared")
     elif unchanged:
-        out.say(f"{unchanged} item(s) already as declared")
+        out.say(f"{plural(unchanged, 'item')} already as declared")
 
 
 def interactive_confirm(yes: bool) -> Confirmation:
@@ -56,7 +57,7 @@ def interactive_confirm(yes: bool) -> Confirmation:
 
     async def ask(actions: list[Action]) -> bool:
         out.table(["collection", "name", "action", "why"], [(a.collection, a.name or "", a.action, a.reason or "") for a in actions], title="destructive steps")
-        question = f"Drop or rebuild {len(actions)} index(es)? The index is missing while it rebuilds."
+        question = f"Drop or rebuild {plural(len(actions), 'index', 'indexes')}? An index is missing while it rebuilds."
         # In a thread: the lock's heartbeat keeps running while the user reads.
         return await asyncio.to_thread(click.confirm, question, default=False)
 
@@ -91,9 +92,9 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         report = run_async(lambda cancel: per_call(s).collections.plan(prune=prune, check=check))
         render(report, title="check: nothing was written" if check else "dry run: nothing was written")
         if report.conflicts:
-            out.warn(f"{len(report.conflicts)} conflict(s): converge would refuse to run")
+            out.warn(f"{plural(len(report.conflicts), 'conflict')}: converge would refuse to run")
         if check and not report.in_sync:
-            out.warn(f"{len(report.drift)} difference(s) from the declared collections")
+            out.warn(f"{plural(len(report.drift), 'difference')} from the declared collections")
             return int(ExitCode.COLLECTIONS_DRIFT)
         if report.conflicts:
             return int(ExitCode.CONVERGE_FAILED)
@@ -130,9 +131,9 @@ def _converge_across(s: Any, tenants: Any, *, dry_run: bool, check: bool, prune:
 
     def judged(report: ConvergeReport) -> Judged:
         if check and not report.in_sync:
-            return Judged(error=TenantError("collections_drift", int(ExitCode.COLLECTIONS_DRIFT), f"{len(report.drift)} difference(s)"), result=report)
+            return Judged(error=TenantError("collections_drift", int(ExitCode.COLLECTIONS_DRIFT), plural(len(report.drift), "difference")), result=report)
         if report.conflicts:
-            return Judged(error=TenantError("converge_failed", int(ExitCode.CONVERGE_FAILED), f"{len(report.conflicts)} conflict(s)"), result=report)
+            return Judged(error=TenantError("converge_failed", int(ExitCode.CONVERGE_FAILED), plural(len(report.conflicts), "conflict")), result=report)
         changed = sum(1 for a in report.actions if a.action != "unchanged")
         return Judged("done" if changed else "already at target", applied=0 if dry_run or check else changed, result=report)
 

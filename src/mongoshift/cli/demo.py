@@ -16,6 +16,7 @@ from ..api import background as bg
 from ..embedded.process import embedded_server
 from ..project.connection import connect
 from ..project.settings import Settings, load_settings
+from ..project.wording import plural
 from .output import Output
 from .progress import show_progress
 
@@ -220,8 +221,8 @@ def run_demo(out: Output, orders_count: int = ORDERS) -> None:
             title="background migration 20260104000000_order_totals.py",
         )
         out.say(
-            f"application: {bg_result['app_writes']} writes to {bg_result['app_documents']} orders during the run, "
-            f"{bg_result['lost_app_writes']} lost; {bg_result['old_shape_left']} orders left in the old shape"
+            f"application: {plural(bg_result['app_writes'], 'write')} to {plural(bg_result['app_documents'], 'order')} during the run, "
+            f"{bg_result['lost_app_writes']} lost; {plural(bg_result['old_shape_left'], 'order')} left in the old shape"
         )
         out.say(f"a migrated order: {bg_result['sample']}")
         _show_status(out, bg_result["status"], "'mongoshift status' after the background migration")

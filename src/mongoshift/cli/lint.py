@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ExitCode
+from ..project.wording import plural
 from .app import global_options, output, run_async, settings
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def _render(report: LintReport) -> None:
         out.table(["file", "line", "rule", "finding"], [(f.file, f.line, f.rule, f.message) for f in report.findings])
     for unused in report.unused_suppressions:
         out.warn(f"{unused['file']}:{unused['line']}: the suppression of {', '.join(unused['rules'])} accepts no finding (remove it)")
-    summary = f"{len(report.files)} file(s): {len(report.findings)} finding(s)"
+    summary = f"{plural(len(report.files), 'file')}: {plural(len(report.findings), 'finding')}"
     if report.suppressed:
         summary += f", {len(report.suppressed)} accepted by a suppression comment"
     out.say(summary)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ExitCode
+from ..project.wording import plural
 from .app import global_options, output, run_async, settings
 from .output import shown_path
 
@@ -60,7 +61,7 @@ def render(report: GenerateReport) -> None:
     if report.snapshot_stale:
         out.say(f"models snapshot {'is out of date' if report.check else 'updated'}: {shown_path(report.snapshot)}")
     if report.in_sync:
-        out.say(f"in sync: {len(report.collections)} collection(s) as the models give them")
+        out.say(f"in sync: {plural(len(report.collections), 'collection')} as the models give them")
 
 
 def create_from_models(name: str, models: str | None) -> None:

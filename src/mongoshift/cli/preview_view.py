@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..background.inspect.preview import Preview, PreviewRow
 from ..project.redaction import strip_controls
+from ..project.wording import plural
 from ..schema.index_specs import as_json
 
 _MISSING = object()
@@ -49,20 +50,20 @@ def fields(row: PreviewRow) -> list[tuple[str, str, str, str]]:
 
 def heading(preview: Preview) -> str:
     chosen = "first by _id" if preview.method == "first" else "random sample"
-    if preview.found < preview.requested:  # "1 of 5 document(s)" read as one document out of five in the collection
+    if preview.found < preview.requested:  # "1 of 5 documents" would read as one document out of five in the collection
         chosen += f"; {preview.requested} asked for, only {preview.found} matched"
-    sample = f"{preview.found} document(s) ({chosen})"
+    sample = f"{plural(preview.found, 'document')} ({chosen})"
     direction = "" if preview.direction == "forward" else " (revert)"
     if preview.steps is not None:
         return (
-            f"{preview.name}: {preview.collection}, {len(preview.steps)} step call(s) validated, stopped: {preview.stopped}; "
-            f"{len(preview.refusals)} operation(s) refused; the transaction was aborted, nothing was written"
+            f"{preview.name}: {preview.collection}, {plural(len(preview.steps), 'step call')} validated, stopped: {preview.stopped}; "
+            f"{plural(len(preview.refusals), 'operation')} refused; the transaction was aborted, nothing was written"
         )
     if preview.validated:
         return (
             f"{preview.name}{direction}: {preview.collection} v{preview.from_version} -> v{preview.to_version}, "
             f"{sample} validated: {preview.invalid} refused by the server, "
-            f"{preview.failed} failed before writing, {len(preview.refusals)} operation(s) refused by the sandbox; "
+            f"{preview.failed} failed before writing, {plural(len(preview.refusals), 'operation')} refused by the sandbox; "
             "the transaction was aborted, nothing was written"
         )
     return (

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..background.inspect.status import BackgroundReport
+from ..project.wording import plural
 from .background_view import clock, done_of
 
 log = logging.getLogger("mongoshift.background.progress")
@@ -118,9 +119,9 @@ def progress_line(r: BackgroundReport, rate: float | None, eta: float | None) ->
 
     ``rate`` and ``eta`` are the recent ones (:class:`RecentRate`), not the report's averages."""
     done, estimate = done_of(r)
-    total = f"{estimate:,}" if estimate else "?"
+    total = plural(estimate, "document") if estimate else "? documents"
     percent = f"{min(100, done * 100 // estimate)}%" if estimate else "-"
-    return f"{r.name}: {done:,}/{total} documents ({percent}), {per_second(rate)}, ETA {clock(eta)}, pass {r.pass_number}, {r.status}"
+    return f"{r.name}: {done:,}/{total} ({percent}), {per_second(rate)}, ETA {clock(eta)}, pass {r.pass_number}, {r.status}"
 
 
 async def log_progress(status: StatusReader, task: asyncio.Task[Any], interval: float, names: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..project.wording import plural
 from .app import confirm, global_options, named_file, output, run_async, settings
 from .tenants import render as render_across, requested, tenant_options
 
@@ -48,7 +49,7 @@ def _render(report: SquashReport) -> None:
         out.json(report.to_json())
         return
     verb = "would replace" if report.dry_run else "replaced"
-    where = f" (judged in {report.tenants} tenant databases)" if report.tenants is not None else ""
+    where = f" (judged in {plural(report.tenants, 'tenant database')})" if report.tenants is not None else ""
     # an earlier squash file among them stands for its own files: the new file says how many it runs
-    runs = f" ({report.runs} migration files in all, an earlier squash file's among them)" if report.runs > len(report.replaced) else ""
-    out.say(f"{report.name}: {verb} {len(report.replaced)} files, {report.replaced[0]} to {report.to}{runs}{where}")
+    runs = f" ({plural(report.runs, 'migration file')} in all, an earlier squash file's among them)" if report.runs > len(report.replaced) else ""
+    out.say(f"{report.name}: {verb} {plural(len(report.replaced), 'file')}, {report.replaced[0]} to {report.to}{runs}{where}")

@@ -27,6 +27,7 @@ from ..errors import (
 from ..project.events import end_fields
 from ..project.redaction import describe_error, redact
 from ..project.session import Session
+from ..project.wording import plural
 from ..schema.collections import CollectionDeclaration
 from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm, Status
 from .inspection import CollectionState, inspect_all
@@ -103,7 +104,7 @@ async def plan_in_session(session: Session, *, prune: bool = False, check: bool 
     )
     report.success = not p.conflicts
     if p.conflicts:  # what a converge would answer, so that --json says why success is false
-        report.error = f"converge would refuse to run: {len(p.conflicts)} conflict(s): {listing(p.conflicts)}"
+        report.error = f"converge would refuse to run: {plural(len(p.conflicts), 'conflict')}: {listing(p.conflicts)}"
     report.duration_ms = _since(began)
     return report
 
@@ -158,7 +159,7 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
         report.results, report.warnings, report.declared = _planned(p), _warnings(p, declarations), len(declarations)
         if p.conflicts:
             raise ConvergeFailedError(
-                f"converge refused, nothing was changed: {len(p.conflicts)} conflict(s): {listing(p.conflicts)}", phase="plan"
+                f"converge refused, nothing was changed: {plural(len(p.conflicts), 'conflict')}: {listing(p.conflicts)}", phase="plan"
             )
         if not p.changes:
             report.success = True

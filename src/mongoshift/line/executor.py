@@ -51,6 +51,7 @@ from ..project.server_errors import connection_cause, connection_lost, connectio
 from ..project.session import Session
 from ..project.uri_source import resolve_uri
 from ..project.user_code import call, guard_exit, is_async
+from ..project.wording import plural
 from ..schema.background import Background
 from .context import Direction, MigrationContext
 from .hooks import Hooks, load_hooks
@@ -423,7 +424,7 @@ class Executor:
     def _check_stop(self, results: list[MigrationResult]) -> None:
         self._note_lock_lost()
         self.session.check_stop(
-            lambda reason: f"run stopped ({reason}); {len(results)} migration(s) completed, the rest were not started"
+            lambda reason: f"run stopped ({reason}); {plural(len(results), 'migration')} completed, the rest were not started"
         )
 
     def _check_stopped_at_the_end(self, results: list[MigrationResult]) -> None:
@@ -433,7 +434,7 @@ class Executor:
             done = sum(r.status in ("applied", "reverted") for r in results)
             stopped = RunAbortedError(
                 f"run stopped ({self.runtime.cancel.reason or 'cancelled'}) during its last migration or hook, which ran to its end; "
-                f"{done} migration(s) completed, none was left to start",
+                f"{plural(done, 'migration')} completed, none was left to start",
                 reason="cancelled",
             )
             stopped.details["results"] = [r.to_json() for r in results]
@@ -621,7 +622,7 @@ class Executor:
                 await self.changelog.write(Changelog.reverted(earlier, duration_ms=0, run=self.runtime.run))
         status: Outcome = "applied" if step.direction == "up" else "reverted"
         parts = len(step.file.parts)
-        return MigrationResult(step.name, step.direction, status, batch, int((time.monotonic() - started) * 1000), reason=f"squash of {parts} files")
+        return MigrationResult(step.name, step.direction, status, batch, int((time.monotonic() - started) * 1000), reason=f"squash of {plural(parts, 'file')}")
 
     async def _run_inline(self, name: str, spec: Background, checksum: str) -> str:
         """``background_inline``: run it to the end right here, under the migration lock (small data, tests)."""

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ConfigInvalidError, HookFailedError
 from ..project.redaction import describe_error
 from ..project.user_code import import_user_module, run_source, source_module
+from ..project.wording import plural
 
 HOOK_NAMES = ("before_all", "after_all", "before_each", "after_each", "on_error")
 
@@ -59,7 +60,7 @@ def _problem(name: str, fn: object) -> str | None:
     try:
         inspect.signature(fn).bind(*range(wanted))
     except TypeError:
-        return f"{name} must take {wanted} argument{'s' if wanted > 1 else ''}"
+        return f"{name} must take {plural(wanted, 'argument')}"
     except ValueError:  # a builtin without a signature: the call decides
         return None
     return None

@@ -25,6 +25,7 @@ from ..errors import (
 from ..project.changelog import ChangelogRecord
 from ..project.loader import MigrationFile, find, not_found, squashed_names
 from ..project.settings import Settings
+from ..project.wording import plural
 from .context import Direction
 
 State = Literal["applied", "pending", "failed", "reverted", "missing", "partial"]
@@ -90,7 +91,7 @@ def status_verdict(rows: list[StatusRow], settings: Settings | None = None, *, s
         return ExitCode.BACKGROUND_FAILED, f"background migrations failed: {', '.join(failed)} (see 'mongoshift background status')"
     pending = [r.name for r in rows if r.pending]
     if pending:
-        return ExitCode.PENDING, f"{len(pending)} migration(s) pending"
+        return ExitCode.PENDING, f"{plural(len(pending), 'migration')} pending"
     unfinished = [r.name for r in rows if r.background not in (None, "completed")]
     if unfinished:
         return ExitCode.BACKGROUND_PENDING, (

@@ -33,6 +33,7 @@ from typing import Any
 from ..errors import ConfigInvalidError, FileNotFoundMigrationError
 from ..schema.validation import refused_collection_name
 from .loader import MigrationFile
+from .wording import plural
 
 _EXTENSIONS = (".js", ".cjs", ".mjs", ".ts", ".py")
 
@@ -193,7 +194,7 @@ def match(
             matched.append(Matched(entry, found))
     if unmatched:
         raise FileNotFoundMigrationError(
-            f"{len(unmatched)} applied {tool_.name} migration(s) match no file in the migrations folder: "
+            f"{plural(len(unmatched), f'applied {tool_.name} migration')} without a file in the migrations folder: "
             f"{', '.join(unmatched)}; add the files, or list them in a --map file (docs/adoption.md)",
             unmatched=unmatched,
         )

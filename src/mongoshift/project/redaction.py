@@ -5,7 +5,8 @@ state), and it often quotes what it must not: a connection string with its passw
 the values a duplicate key error repeats, the documents a bulk write error carries.
 :func:`redact` is the one place that cleans such text and :func:`describe_error` the
 one place that turns an exception into it. Every layer calls them, so this module
-imports only the standard library and the driver's error classes.
+imports only the standard library, the driver's error classes and :mod:`.wording`
+(which imports nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote
+
+from .wording import plural
 
 #: Default bound of an error text (a migration may raise a message of any size).
 LIMIT = 1000
@@ -244,7 +247,7 @@ def _failure_text(code: Any, details: Mapping[str, Any], fallback: str) -> str:
 def _bulk_text(details: Mapping[str, Any]) -> str:
     errors = [e for e in details["writeErrors"] if isinstance(e, Mapping)]
     described = list(dict.fromkeys(describe_write_error(e) for e in errors))
-    parts = [f"{len(errors)} write error(s): " + "; ".join(described[:3]) + (f"; {len(described) - 3} more" if len(described) > 3 else "")]
+    parts = [f"{plural(len(errors), 'write error')}: " + "; ".join(described[:3]) + (f"; {len(described) - 3} more" if len(described) > 3 else "")]
     for concern in details.get("writeConcernErrors") or []:
         if isinstance(concern, Mapping):
             parts.append(f"write concern error {concern.get('code')} {concern.get('codeName') or ''}".rstrip())

@@ -29,6 +29,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from .events import Event
 from .migration_log import MAX_TEXT
 from .redaction import describe_error, redact
+from .wording import plural
 
 log = logging.getLogger("mongoshift")
 
@@ -156,7 +157,7 @@ class RunLogWriter:
         await self.flush()
         if not self._lost:
             return None
-        return f"{self._lost} ctx.log line(s) of this run could not be stored in {self.collection.name}: {self._error}"
+        return f"{plural(self._lost, 'ctx.log line')} of this run could not be stored in {self.collection.name}: {self._error}"
 
 
 async def read_run_log(collection: AsyncCollection[dict[str, Any]], run_id: str) -> list[RunLogLine]:

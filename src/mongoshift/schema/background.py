@@ -257,7 +257,7 @@ class Background(BaseModel):
     def _write_concern(cls, value: dict[str, Any]) -> dict[str, Any]:
         unknown = set(value) - {"w", "j", "wtimeout"}
         if unknown:
-            raise ValueError(f"unknown write concern option(s): {', '.join(sorted(unknown))}")
+            raise ValueError(f"a write concern takes w, j and wtimeout, not {', '.join(sorted(unknown))}")
         w, j, wtimeout = value.get("w", 1), value.get("j", False), value.get("wtimeout", 0)
         problems = []
         if w == 0 and type(w) is int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ExitCode
+from ..project.wording import plural
 
 Outcome = Literal["done", "already at target", "failed", "locked", "cancelled", "not reached"]
 
@@ -128,7 +129,7 @@ class RolloutReport:
         """``10 tenants: 7 done, 2 already at target, 1 failed`` (the outcomes that occurred)."""
         counts = self.counts()
         parts = [f"{n} {outcome}" for outcome, n in counts.items() if n]
-        text = f"{len(self.rows)} tenant{'s' if len(self.rows) != 1 else ''}: " + ", ".join(parts)
+        text = f"{plural(len(self.rows), 'tenant')}: " + ", ".join(parts)
         return text + (f" ({self.stopped})" if self.stopped else "")
 
     def to_json(self, result: Callable[[Any], Any] | None = None) -> dict[str, Any]:

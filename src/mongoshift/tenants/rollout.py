@@ -32,6 +32,7 @@ from ..project.events import Events
 from ..project.redaction import redact
 from ..project.run import CancelSignal, LinkedCancel
 from ..project.server_errors import from_pymongo
+from ..project.wording import plural
 from .report import Judged, RolloutReport, TenantError, TenantRow
 from .selection import Tenant
 
@@ -65,7 +66,7 @@ class Rollout:
             raise TenantsInvalidError(f"--canary must be a whole number of tenants (0 or more), not {self.canary!r}")
         if self.canary > selected:
             raise TenantsInvalidError(
-                f"--canary {self.canary} is more than the {selected} selected tenant{'s' if selected != 1 else ''}",
+                f"--canary {self.canary} is more than the {plural(selected, 'selected tenant')}",
                 canary=self.canary, selected=selected,
             )
         return self

@@ -19,6 +19,7 @@ from ..errors import TenantsInvalidError
 from ..project.redaction import describe_error, escape_undecodable
 from ..project.settings import Settings
 from ..project.user_code import call, import_user_module
+from ..project.wording import plural
 from ..schema.tenants import SERVER_DATABASES, refused_database_name
 from ..schema.validation import shown_name
 
@@ -163,7 +164,7 @@ def checked_provided(returned: Any, where: str) -> list[Tenant]:
         uri: object = None
         if isinstance(item, (tuple, list)):
             if len(item) != 2:
-                problems.append(f"item {index}: a pair is (name, uri), not {len(item)} values")
+                problems.append(f"item {index}: a pair is (name, uri), not {plural(len(item), 'value')}")
                 continue
             name, uri = item
             if not isinstance(uri, str) or not uri.startswith(("mongodb://", "mongodb+srv://")):

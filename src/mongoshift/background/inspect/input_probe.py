@@ -17,6 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ...project.server_errors import max_time_expired
+from ...project.wording import plural
 from ...schema.background import Background
 from ..state.store import BackgroundStore
 from ..write.document import version_match
@@ -108,13 +109,13 @@ async def _look(
     at_source, stopped_too = await _bounded_count(collection, {**spec.filter, **version_match(field, spec.from_version)})
 
     def amount(n: int, why: str | None) -> str:
-        return f"at least {n}" if why else str(n)
+        return f"at least {n:,} documents" if why else plural(n, "document")
 
     notes = sorted({why for why in (stopped, stopped_too) if why})
     return (
-        f"{name}: {amount(missing, stopped)} document(s) of {spec.collection!r} that match its filter have no "
+        f"{name}: {amount(missing, stopped)} of {spec.collection!r} matching its filter with no "
         f"{field} (missing, null or 0 count as version 0), but it starts at from_version={spec.from_version}, "
-        f"so it will never touch them ({amount(at_source, stopped_too)} at version {spec.from_version}). "
+        f"so it will never touch such documents ({amount(at_source, stopped_too)} at version {spec.from_version}). "
         "If they are its input, start it at from_version=0."
         + (f" ({'; '.join(notes)})" if notes else "")
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
 
+from ...project.wording import plural
 from ...schema.background import Adaptive
 from ..state.failures import counted, recent
 from ..state.model import COUNTERS, Partition, State, aware
@@ -165,7 +166,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
     warnings = []
     if state.status == "completed" and failed_documents:
         warnings.append(
-            f"completed with {failed_documents:,} document(s) that could not be migrated (within max_document_errors): they stay "
+            f"completed with {plural(failed_documents, 'document')} that could not be migrated (within max_document_errors): they stay "
             f"in the old shape; fix the transform, pin it, then 'mongoshift background retry {state.name.removesuffix('.py')} --from-start'"
         )
     if state.status == "completed" and counters["migrated"] == 0 and state.mode != "step":
@@ -285,7 +286,7 @@ def pace_words(sizing: dict[str, Any]) -> list[str]:
         lines.append(f"partition {lane['partition']}{held}: {size:,} ({why}){f', adaptive pause {pause:,} ms' if pause else ''}")
     hidden = sizing.get("open", 0) - len(sizing.get("lanes", []))
     if hidden > 0:
-        lines.append(f"and {hidden} more open partition(s)")
+        lines.append(f"and {plural(hidden, 'more open partition')}")
     return lines
 
 
@@ -308,9 +309,9 @@ async def zero_migrated_warning(collection: AsyncCollection[dict[str, Any]], sta
         return None
     if not found:
         return None
-    many = f"{PROBE_LIMIT:,} or more" if found >= PROBE_LIMIT else f"{found:,}"
+    many = f"{PROBE_LIMIT:,} or more documents" if found >= PROBE_LIMIT else plural(found, "document")
     return (
-        f"completed but migrated 0 documents while {many} document(s) in {state.collection} match the filter "
+        f"completed but migrated 0 documents, with {many} in {state.collection} matching the filter "
         f"at a version other than {target}: was from_version ({source}) right? "
         f"Documents without a {field_} field count as version 0"
     )

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pymongo.errors import PyMongoError
 
 from ...project.lock import LeaseLock
+from ...project.wording import plural
 from ...schema.background import Background
 from ..inspect.requires import Waiting, unmet
 from ..plan.planner import PlannedPartition, batch_filter, plan_pass
@@ -57,9 +58,9 @@ class Leftovers:
     def message(self, name: str, max_conflict_retries: int) -> str:
         last = self.last_pass
         head = (
-            f"{name}: {self.remaining} document(s) matching the filter are still at version {self.source} after "
-            f"{self.passes} pass(es) (max_passes). The last pass read {last.get('scanned', 0)}, rewrote "
-            f"{last.get('migrated', 0)} and met {last.get('conflicts', 0)} write conflict(s). "
+            f"{name}: {plural(self.remaining, 'document')} matching the filter still at version {self.source} after "
+            f"{plural(self.passes, 'pass', 'passes')} (max_passes). The last pass read {last.get('scanned', 0)}, rewrote "
+            f"{last.get('migrated', 0)} and met {plural(last.get('conflicts', 0), 'write conflict')}. "
         )
         retry = f"'mongoshift background retry {name}'"
         if self.unread:
@@ -71,7 +72,7 @@ class Leftovers:
         if last.get("conflicts", 0):
             return head + (
                 "The application kept writing documents between their read and their rewrite "
-                f"(each was read again max_conflict_retries={max_conflict_retries} time(s)): "
+                f"(each was read again max_conflict_retries={max_conflict_retries} times): "
                 f"{retry} at a quieter time, or raise max_conflict_retries or max_passes."
             )
         if last.get("migrated", 0):
@@ -160,7 +161,7 @@ class Coordinator:
         free = spec.max_parallel - await self.engine.store.live_leases(name)
         lanes = max(0, min(open_, free))
         reason = None if lanes else (
-            f"all {spec.max_parallel} lane(s) are leased by other runners "
+            f"{'the one lane is' if spec.max_parallel == 1 else f'all {spec.max_parallel} lanes are'} leased by other runners "
             "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds)"
         )
         return Decision("process", state, lanes=lanes, reason=reason)
@@ -241,7 +242,7 @@ class Coordinator:
         failed, last_error = await store.failed_partitions(state)
         state = await store.rollup(state)
         if failed:
-            message = f"a partition failed {spec.max_slice_failures} slice(s) in a row: {last_error}"
+            message = f"a partition failed {plural(spec.max_slice_failures, 'slice')} in a row: {last_error}"
             return await self._fail(state, message, judged)
         if len(state.bad_ids) > spec.max_document_errors:
             return await self._fail(state, over_budget(state.name, len(state.bad_ids), spec.max_document_errors), judged)
@@ -251,7 +252,7 @@ class Coordinator:
                 fresh = await store.state(state.name)
                 totals = fresh.totals if fresh else state.totals
                 if state.bad_ids:
-                    log.warning("%s completed, but %d document(s) could not be migrated", state.name, len(state.bad_ids))
+                    log.warning("%s completed, but %s could not be migrated", state.name, plural(len(state.bad_ids), "document"))
                 self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **totals)
                 await self._unblock_dependents(state.name)
             return Decision("done", await store.state(state.name), reason="completed")

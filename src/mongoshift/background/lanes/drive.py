@@ -18,6 +18,7 @@ from pymongo.errors import PyMongoError
 
 from ...errors import BackgroundFileChangedError, FileNotFoundMigrationError, MongoshiftError
 from ...project.server_errors import connection_lost
+from ...project.wording import plural
 from ...schema.background import Background
 from ..state.model import TERMINAL, State
 from .context import EngineContext
@@ -138,7 +139,7 @@ class MigrationRun:
             lanes = max(1, min(concurrency, spec.max_parallel))
             if lanes < concurrency and not capped:  # said once: the operator asked for more lanes than the file allows
                 capped = True
-                log.info("%s: %d lane(s), not %d: the file's max_parallel is %d", name, lanes, concurrency, spec.max_parallel)
+                log.info("%s: %s, not %d: the file's max_parallel is %d", name, plural(lanes, "lane"), concurrency, spec.max_parallel)
             if decision.next == "process" and decision.lanes == 0:
                 await self._ask(name)  # every lane is held elsewhere: ask for a share of them
             if once:

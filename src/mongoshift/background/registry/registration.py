@@ -16,6 +16,7 @@ from typing import Literal
 
 from ...errors import IrreversibleMigrationError, OutOfOrderError
 from ...project.changelog import Changelog
+from ...project.wording import plural
 from ...schema.background import Background
 from ..inspect.input_probe import missing_collection_warning, unversioned_warning
 from ..inspect.requires import unmet
@@ -135,5 +136,5 @@ async def _rewritten(store: BackgroundStore, state: State) -> int:
 
 def _one_way(name: str, rewritten: int) -> IrreversibleMigrationError:
     return IrreversibleMigrationError(
-        f"{name} has no revert and has already rewritten {rewritten} document(s): it cannot be rolled back", file=name
+        f"{name} has no revert and has already rewritten {plural(rewritten, 'document')}: it cannot be rolled back", file=name
     )

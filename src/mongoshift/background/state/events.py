@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from ...project.events import Event, Events as LineEvents, Observer
+from ...project.wording import plural
 
 __all__ = ["NOTABLE", "Event", "Events", "Observer", "shown_by_caller"]
 
@@ -96,12 +97,18 @@ def _number(data: dict[str, Any], key: str) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
 
+def _count(data: dict[str, Any], key: str, noun: str, many: str | None = None) -> str:
+    """``1 batch``, ``3 batches``; ``? batches`` when an older record lacks the field."""
+    value = data.get(key)
+    return plural(value, noun, many) if isinstance(value, int) else f"? {many or noun + 's'}"
+
+
 def _completed(data: dict[str, Any]) -> str:
-    said = (f"{_number(data, 'migrated')} migrated, {_number(data, 'skipped')} skipped, {_number(data, 'failed_documents')} "
-            f"failed document(s) of {_number(data, 'scanned')} scanned, in {_number(data, 'batches')} batch(es); "
-            f"{_number(data, 'retried')} document(s) re-read after an application write, "
+    said = (f"{_number(data, 'migrated')} migrated, {_number(data, 'skipped')} skipped, {_count(data, 'failed_documents', 'failed document')} "
+            f"of {_number(data, 'scanned')} scanned, in {_count(data, 'batches', 'batch', 'batches')}; "
+            f"{_count(data, 'retried', 'document')} re-read after an application write, "
             f"{_number(data, 'conflicts')} left to the next pass")
-    return said + (f", {_number(data, 'txn_retries')} transaction retries" if data.get("txn_retries") else "")
+    return said + (f", {_count(data, 'txn_retries', 'transaction retry', 'transaction retries')}" if data.get("txn_retries") else "")
 
 
 def _registered(data: dict[str, Any]) -> str:
@@ -114,9 +121,9 @@ def _registered(data: dict[str, Any]) -> str:
 _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "registered": _registered,
     "unblocked": lambda data: "every migration it requires has completed: it may run now",
-    "partitioned": lambda data: (f"the pass is cut into {_number(data, 'partitions')} partition(s) over about "
-                                 f"{_number(data, 'estimate')} document(s)"),
-    "pass": lambda data: f"pass {_number(data, 'number')} starts: about {_number(data, 'remaining')} document(s) are still in the old shape",
+    "partitioned": lambda data: (f"the pass is cut into {_count(data, 'partitions', 'partition')} over about "
+                                 f"{_count(data, 'estimate', 'document')}"),
+    "pass": lambda data: f"pass {_number(data, 'number')} starts: about {_count(data, 'remaining', 'document')} still in the old shape",
     "lease_lost": lambda data: (
         f"a lane lost its lease on partition {_number(data, 'partition')}: the migration was registered anew while it worked "
         "(its revert by 'down', or 'up' again), so the lane stops there and the new registration is cut and run on its own"
@@ -124,7 +131,7 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"a lane lost its lease on partition {_number(data, 'partition')} (it lapsed, or another runner took "
         "it over): the lane stops there, and the partition goes on from its last checkpoint under its new holder"
     ),
-    "reclaimed": lambda data: (f"{_number(data, 'leases')} lease(s) that had lapsed were freed (their runner stopped or was killed): "
+    "reclaimed": lambda data: (f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runner stopped or was killed): "
                                "their partitions go on from their checkpoints"),
     "completed": _completed,
     "failed": lambda data: str(data.get("reason")),
@@ -136,20 +143,20 @@ def describe_drift(data: dict[str, Any], migration: str | None = None) -> str:
     collection, what was done, and what is left to do; counts and names only, never an id."""
     where = f"'{data.get('collection')}'"
     action, documents = data.get("action"), data.get("documents")
-    some = "old-shape documents" if documents is None else f"{documents:,} old-shape document(s)"
+    some = "old-shape documents" if documents is None else plural(documents, "old-shape document")
     if action == "upgraded":
         return f"upgraded {some} of {where}"
     if action == "failed":
         return f"{some} of {where} could not be upgraded: reopened, so that a pass records why (background status NAME)"
     if data.get("stranded") and not data.get("found"):
-        count = "documents" if documents is None else f"{documents:,} document(s)"
-        return f"{count} of {where} are at a version no migration upgrades (stranded): reported (docs/background.md, \"Stranded documents\")"
+        count = "documents" if documents is None else plural(documents, "document")
+        return f"{count} of {where} at a version no migration upgrades (stranded): reported (docs/background.md, \"Stranded documents\")"
     if action == "reopened":
         name = (migration or "NAME").removesuffix(".py")
-        return (f"{some} written after it completed were found in {where}: reopened for one more pass, which "
+        return (f"found {some} written after it completed in {where}: reopened for one more pass, which "
                 f"'mongoshift background run {name}' (or a runner) makes; a watcher guards it again once it completes")
     if action == "reported":
-        return f"{some} written after it completed were found in {where}: reported ('background verify --reopen' gives it one more pass)"
+        return f"found {some} written after it completed in {where}: reported ('background verify --reopen' gives it one more pass)"
     if action == "clean":
         return f"no old-shape document in {where}"
     reason, detail = data.get("reason"), data.get("detail")
@@ -187,7 +194,7 @@ def describe_throttle(data: dict[str, Any]) -> str:
         smallest = size == data.get("min_batch_size") and change in ("slow", "overload")
         size_words = f"batch size at its smallest, {size:,}" if smallest else f"batch size now {size:,}"
         parts.append(f"{size_words}, adaptive pause {data.get('pause_ms', 0):,} ms before each batch")
-    folded = f"{data.get('changes', 1)} change(s) since the last report, {data.get('overloads', 0)} overload(s)"
+    folded = f"{plural(data.get('changes', 1), 'change')} since the last report, {plural(data.get('overloads', 0), 'overload')}"
     if data.get("waited_ms"):
         folded += f", {data['waited_ms']:,} ms waited for health"
     parts.append(folded)

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from ...project.wording import plural
+
 #: How many of the most recent reasons ``status`` shows, and how much of each message.
 RECENT_SHOWN = 20
 MESSAGE_CHARS = 200
@@ -27,7 +29,7 @@ def over_budget(name: str, count: int, limit: int) -> str:
     """Why a migration failed on too many failed documents, and the way out: a plain ``retry``
     leaves those documents out, so it would fail again on the same count."""
     return (
-        f"{count} document(s) could not be migrated, more than max_document_errors ({limit}), when it stopped "
+        f"{plural(count, 'document')} could not be migrated, more than max_document_errors ({limit}), when it stopped "
         f"(lanes that were writing may have failed more: 'mongoshift background status {name}' counts them all); once the transform is fixed and pinned, "
         f"'mongoshift background retry {name} --from-start' tries them again"
     )

@@ -37,6 +37,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from ...errors import ConfigInvalidError
 from ...project.lock import LeaseLock
 from ...project.server_errors import error_code
+from ...project.wording import plural
 from ...schema.background import Background
 from ..inspect.drift import reopen, stranded_match, verify
 from ..lanes.engine import Engine
@@ -493,8 +494,8 @@ class CollectionWatcher:
             self.tally.add("stranded", n)
             newest = found[0][0].state
             log.warning(
-                "watcher of %s: %d document(s) below version %s at a version no migration upgrades: a migration from their version can",
-                self.collection, n, newest.spec["to_version"],
+                "watcher of %s: %s below version %s at a version no migration upgrades: a migration from their version can",
+                self.collection, plural(n, "document"), newest.spec["to_version"],
             )
             self.engine.context.events.emit(
                 "drift", newest.name, collection=self.collection, found=False, stranded=True, action="reported", source="stream", documents=n

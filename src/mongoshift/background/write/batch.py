@@ -60,6 +60,7 @@ from ...project.server_errors import (
     transient_transaction_error,
 )
 from ...project.user_code import call, guard_exit, is_async
+from ...project.wording import plural
 from ..plan.bson_order import same_value
 from ..plan.planner import key_values
 from .document import IMMUTABLE, MISSING, ShapeError, bson_problems, differ, guard, keyed, version_match
@@ -105,7 +106,7 @@ class BatchResult:
     conflicts: int = 0
     retried: int = 0
     errors: list[DocumentError] = field(default_factory=list)
-    #: The ids counted in ``conflicts``: read, still in the source shape, left for the next pass
+    #: The ids plural in ``conflicts``: read, still in the source shape, left for the next pass
     #: (a draining hash range steps over them, :mod:`..plan.hash_drain`).
     left: list[Any] = field(default_factory=list)
 
@@ -311,9 +312,9 @@ async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformConte
     if job.many is not None:
         out = await call(job.many, list(copies), ctx)
         if not isinstance(out, list) or len(out) != len(copies):
-            got = len(out) if isinstance(out, list) else type(out).__name__
+            got = plural(len(out), 'result') if isinstance(out, list) else type(out).__name__
             raise BatchFailed(
-                f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} result(s) for {len(copies)} document(s); "
+                f"{'migrate_batch' if job.direction == 'forward' else 'revert_batch'} returned {got} for {plural(len(copies), 'document')}; "
                 "it must return one per document, in order"
             )
         failed = {i: r for i, r in enumerate(out) if isinstance(r, BaseException)}
@@ -468,7 +469,7 @@ def shard_key_change(old: Mapping[str, Any], new: Any, fields: Sequence[str]) ->
     changed = [f for f, a, b in zip(fields, before, after, strict=True) if not same_value(a, b)]
     if not changed:
         return None
-    return f"the transform changed the shard key field(s) {', '.join(changed)}: a background migration cannot move documents between chunks"
+    return f"the transform changed the shard key ({', '.join(changed)}): a background migration cannot move documents between chunks"
 
 
 class _GuardedUpdates:
@@ -577,7 +578,7 @@ def batch_keys(docs: Sequence[Mapping[str, Any]], shard_key: Sequence[str]) -> d
     mongos sends a ``$or`` of full shard-key equalities to the shards owning those keys only, and
     each document as read matches its own branch, so the filter leaves out nothing the ``_id``s
     and the source shape would match, except a document whose key was changed since the read
-    (the one-by-one guards leave it out too: it is counted skipped, and the next pass takes it)."""
+    (the one-by-one guards leave it out too: it is plural skipped, and the next pass takes it)."""
     if not shard_key:
         return None
     distinct: dict[bytes, dict[str, Any]] = {}
@@ -649,7 +650,7 @@ async def apply_batch(
         if matched == written:
             return result
         if strict:
-            raise WriteConflict(f"{written - matched} document(s) changed under the transaction")
+            raise WriteConflict(f"{plural(written - matched, 'document')} changed under the transaction")
         # Some guarded writes matched nothing: someone wrote those documents since they were read.
         # One read finds the ones still in the old shape and still matching; the others are gone
         # or moved on to another version, which is nothing left to do for this batch.

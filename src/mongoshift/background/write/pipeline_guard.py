@@ -61,6 +61,6 @@ def refused_by_guard(error: Mapping[str, Any], fields: Sequence[str]) -> bool:
 def key_changed_message(fields: Sequence[str]) -> str:
     """The document error's text: the fields, never their values."""
     return (
-        f"the pipeline changed the shard key field(s) {', '.join(fields)} (or the document holds the "
-        f"reserved field {KEY_STASH}): a background migration cannot move documents between chunks"
+        f"the pipeline changed the shard key ({', '.join(fields)}), or the document holds the "
+        f"reserved field {KEY_STASH}: a background migration cannot move documents between chunks"
     )
