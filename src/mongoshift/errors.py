@@ -62,6 +62,7 @@ class ExitCode(IntEnum):
     LINT_FINDINGS = 51
     DASHBOARD_REFUSED = 52
     THROTTLE_INVALID = 53
+    TASK_REFUSED = 54
     SECOND_SIGNAL = 130
 
 
@@ -269,6 +270,14 @@ class TaskInvalidError(MongoshiftError):
 
     exit_code = ExitCode.TASK_INVALID
     kind = "task_invalid"
+
+
+class TaskRefusedError(MongoshiftError):
+    """A job-system worker was sent a kind of task its registration does not allow (a rollback, a redo,
+    one file out of the line's order: ``register(app, allow=...)``): it runs nothing, whoever queued it."""
+
+    exit_code = ExitCode.TASK_REFUSED
+    kind = "task_refused"
 
 
 class ConvergeFailedError(MongoshiftError):

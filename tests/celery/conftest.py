@@ -88,13 +88,18 @@ class Harness:
             MS_CELERY_CONFIG=str(project.config),
             MS_CELERY_EVENTS=str(tmp_path / "events.log"),
             PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+            # the tests queue rollbacks, redos and single files: their producer and workers take every kind
+            # unless a test starts a worker that says otherwise (Harness.worker(allow=...))
+            MS_CELERY_ALLOW="up,down,redo,unordered",
         )
         self.app, self.tasks = make_app(self.env)
         self.tmp_path = tmp_path
         self.workers: list[Worker] = []
 
-    def worker(self, *pool: str) -> Worker:
-        started = Worker(self.env, self.tmp_path / f"worker-{len(self.workers)}.log", list(pool or ("-P", "solo")))
+    def worker(self, *pool: str, allow: str | None = None) -> Worker:
+        """A worker process; ``allow``: its ``register(app, allow=...)`` as ``MS_CELERY_ALLOW`` (None: the harness's)."""
+        env = self.env if allow is None else {**self.env, "MS_CELERY_ALLOW": allow}
+        started = Worker(env, self.tmp_path / f"worker-{len(self.workers)}.log", list(pool or ("-P", "solo")))
         self.workers.append(started)
         return started
 

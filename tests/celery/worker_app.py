@@ -41,6 +41,8 @@ def make_app(env: Mapping[str, str]) -> tuple[Celery, MongoshiftTasks]:
         line=LineOptions(lock_wait_seconds=1.0, poll_seconds=0.2, line_wait_seconds=120.0, intent_ttl_seconds=300.0),
         background=BackgroundOptions(poll_seconds=0.3, chain_ttl_seconds=3.0),
         observers=[event_log(env["MS_CELERY_EVENTS"])],
+        # MS_CELERY_ALLOW: the kinds of line task taken, comma-separated ("" none); unset: register's default
+        **({"allow": {k for k in env["MS_CELERY_ALLOW"].split(",") if k}} if "MS_CELERY_ALLOW" in env else {}),
     )
     return app, tasks
 

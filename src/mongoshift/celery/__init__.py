@@ -24,9 +24,11 @@ from .background import BackgroundOptions
 from .line import LineOptions
 from .payloads import VERSIONS, CoordinatorPayload, LanePayload, TenantPayload, UpPayload
 from .results import BackgroundResult, LineResult
-from .tasks import BackgroundStart, LineGroup, MongoshiftTasks, TenantGroup, register
+from .tasks import DEFAULT_ALLOW, LINE_KINDS, BackgroundStart, LineGroup, MongoshiftTasks, TenantGroup, register
 
 __all__ = [
+    "DEFAULT_ALLOW",
+    "LINE_KINDS",
     "VERSIONS",
     "BackgroundOptions",
     "BackgroundResult",

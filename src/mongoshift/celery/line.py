@@ -325,5 +325,21 @@ async def run_up(
         )
 
 
+async def refuse_line(settings: api.Settings, payload: UpPayload, task_id: str, options: LineOptions, refused: MongoshiftError) -> LineResult:
+    """A task this worker does not take (``register(app, allow=...)``): nothing runs; its intent, when this task
+    holds it, is settled ``failed``, so that the tasks behind it end ``blocked`` at once instead of waiting."""
+    result = LineResult(
+        payload.name, "failed", payload.group, payload.batch, direction=payload.direction, code=int(refused.exit_code), kind=refused.kind,
+        error=api.redact(refused.message),
+    )
+    try:
+        async with api.connect(settings) as ms:
+            data = {"group": payload.group, "kind": refused.kind}
+            await ms.intents.settle(intent_key(payload.name, payload.direction), task_id, "failed", ttl_seconds=options.intent_ttl_seconds, data=data)
+    except MongoshiftError as exc:  # the refusal stands; the intent lapses after intent_ttl_seconds
+        log.warning("%s: its refused task's intent could not be settled (%s)", payload.name, exc.kind)
+    return result
+
+
 def _ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)

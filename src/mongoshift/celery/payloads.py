@@ -49,6 +49,12 @@ class UpPayload(Payload):
     #: True for a line (``up``/``down NAME --ordered``); False for one file queued on its own.
     ordered: bool = True
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """What a worker must allow to run it (``register(app, allow=...)``): its direction, and ``unordered``
+        for one file run on its own, outside the line's order (a redo always takes one file: ``redo`` says it)."""
+        return (self.direction,) if self.ordered or self.direction == "redo" else (self.direction, "unordered")
+
     @model_validator(mode="after")
     def _fields_of_its_version(self) -> UpPayload:
         if self.v == 1 and (self.direction != "up" or self.checksum is not None or not self.ordered):

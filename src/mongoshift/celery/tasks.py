@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +33,34 @@ from celery.worker import state as worker_state
 from pymongo import AsyncMongoClient
 
 from .. import api
-from ..errors import ConfigInvalidError, ExitCode, LockHeldError, MigrationTimeoutError, MongoshiftError, TaskInvalidError, TenantsInvalidError
+from ..errors import (
+    ConfigInvalidError,
+    ExitCode,
+    LockHeldError,
+    MigrationTimeoutError,
+    MongoshiftError,
+    TaskInvalidError,
+    TaskRefusedError,
+    TenantsInvalidError,
+)
 from . import background as bg
-from .line import Direction, LineOptions, Planned, Wait, plan_line, release_line, revoke_line, run_up
+from .line import Direction, LineOptions, Planned, Wait, plan_line, refuse_line, release_line, revoke_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, TenantPayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
+log = logging.getLogger("mongoshift.celery")
+
 #: Where a worker gets the project's settings: the settings, a function returning them, or a project file.
 SettingsSource = api.Settings | Callable[[], api.Settings] | str | Path | None
+
+#: The kinds of line task a worker may take (``register(app, allow=...)``): the line forward in order (``up``),
+#: rollbacks (``down``), ``redo``, and one file run on its own, outside the line's order (``unordered``).
+LINE_KINDS = frozenset({"up", "down", "redo", "unordered"})
+#: What a worker takes unless its registration says more: the line forward, in order. Anyone who can write to
+#: the broker can queue a task, so a rollback or a file run out of order needs the worker's own consent.
+DEFAULT_ALLOW = frozenset({"up"})
+#: What each kind is, in a refusal's message.
+_KIND_WORDS = {"up": "the line's migrations", "down": "rollbacks", "redo": "redos", "unordered": "one file run outside the line's order"}
 
 
 def _run[T](coro: Coroutine[Any, Any, T]) -> T:
@@ -156,8 +177,11 @@ class MongoshiftTasks:
         line: LineOptions,
         background: bg.BackgroundOptions,
         observers: Sequence[api.Observer] = (),
+        allow: frozenset[str] = DEFAULT_ALLOW,
     ) -> None:
         self.app = app
+        #: The kinds of line task this registration takes (:data:`LINE_KINDS`); its workers refuse the others.
+        self.allow = allow
         self.observers = tuple(observers)
         self.prefix = prefix
         self.queue = queue
@@ -282,7 +306,27 @@ class MongoshiftTasks:
         """Queue ``redo`` of one migration (``target``, else the newest applied, chosen now): one task."""
         return self._enqueue(direction="redo", target=target)
 
+    def refusal(self, task: str, kinds: Iterable[str]) -> TaskRefusedError | None:
+        """The error of a task whose ``kinds`` this registration does not allow; None when it takes them all."""
+        missing = [k for k in kinds if k not in self.allow]
+        if not missing:
+            return None
+        allowed = ", ".join(sorted(self.allow)) or "nothing"
+        return TaskRefusedError(
+            f"{task}: this worker does not take {' or '.join(_KIND_WORDS[k] for k in missing)}, so nothing was run; "
+            f"its register(app, allow=...) takes {allowed} (add {', '.join(repr(k) for k in missing)} to take it; docs/celery.md)",
+            task=task, refused=missing,
+        )
+
+    def _refuse_early(self, direction: Direction, target: str | None) -> None:
+        """What the workers of this registration would refuse is refused when queued, before anything is claimed."""
+        kinds = (direction,) if target is None or direction == "redo" else (direction, "unordered")
+        refused = self.refusal(self._line_tasks[direction].name, kinds)
+        if refused is not None:
+            raise refused
+
     async def _aenqueue(self, client: AsyncMongoClient[Any] | None, **selection: Any) -> LineGroup:
+        self._refuse_early(selection["direction"], selection.get("target"))
         settings = self.settings()
         planned = await plan_line(settings, self.line, client=client, **selection)
         try:
@@ -292,6 +336,7 @@ class MongoshiftTasks:
             raise
 
     def _enqueue(self, **selection: Any) -> LineGroup:
+        self._refuse_early(selection["direction"], selection.get("target"))
         settings = self.settings()
         planned = _run(plan_line(settings, self.line, **selection))
         try:
@@ -328,6 +373,15 @@ class MongoshiftTasks:
         parsed = parse(UpPayload, task.name, payload)
         if self._line_tasks[parsed.direction].name != task.name:
             raise TaskInvalidError(f"{task.name}: a payload of direction {parsed.direction} belongs to another task", task=task.name)
+        refused = self.refusal(task.name, parsed.kinds)
+        if refused is not None:  # queued without this worker's consent (any producer can write to the broker): recorded, not run
+            log.warning("%s: refused %s (%s)", task.name, parsed.name, refused.kind)
+            try:
+                settings = self.settings()
+            except MongoshiftError:
+                return LineResult(parsed.name, "failed", parsed.group, parsed.batch, direction=parsed.direction, code=int(refused.exit_code),
+                                  kind=refused.kind, error=api.redact(refused.message)).to_json()
+            return _run(refuse_line(settings, parsed, task.request.id, self.line, refused)).to_json()
         try:
             task_id = task.request.id
             outcome = _run(run_up(self.settings(), parsed, task_id, self.line, self.observers, lambda: task_id in worker_state.revoked))
@@ -406,6 +460,8 @@ class MongoshiftTasks:
         tenants = api.Tenants(all=True) if tenants is None else tenants
         if not isinstance(tenants, api.Tenants):
             raise ConfigInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+        if command == "down" and (refused := self.refusal(self.tenant.name, ("down",))) is not None:
+            raise refused
         if tenants.canary:
             raise TenantsInvalidError(
                 "a Celery fan-out has no canary: queue the canaries with Tenants(names=[...]), wait for them, then queue the rest"
@@ -428,6 +484,10 @@ class MongoshiftTasks:
 
         parsed = parse(TenantPayload, task.name, payload)
         row = api.TenantRow(parsed.tenant)
+        if parsed.command == "down" and (refused := self.refusal(task.name, ("down",))) is not None:
+            log.warning("%s: refused a rollback of tenant %s (%s)", task.name, parsed.tenant, refused.kind)
+            row.outcome, row.error = "failed", api.TenantError(refused.kind, int(refused.exit_code), api.redact(refused.message))
+            return row.to_json(result=lambda r: r)
         started = time.monotonic()
         try:
             settings = self.settings()
@@ -530,13 +590,17 @@ def register(
     line: LineOptions | None = None,
     background: bg.BackgroundOptions | None = None,
     observers: Sequence[api.Observer] = (),
+    allow: Iterable[str] = DEFAULT_ALLOW,
 ) -> MongoshiftTasks:
     """Register mongoshift's tasks on ``app`` and return the handle that queues them.
 
     ``settings``: a :class:`~mongoshift.api.Settings`, a function returning one, or the path of
     the project file; None: ``MONGOSHIFT_CONFIG``, else the worker's working directory, as the
     CLI looks. ``prefix`` names the tasks (``mongoshift.up``, ...); ``queue`` routes them.
-    ``observers``: functions that receive the events of every run in the worker (docs/observability.md)."""
+    ``observers``: functions that receive the events of every run in the worker (docs/observability.md).
+    ``allow``: the kinds of line task its workers take (:data:`LINE_KINDS`; default only ``up``, the line
+    forward in order): a rollback, a redo or one file out of order queued by any producer is refused
+    (``task_refused``, exit 54) and never run unless the worker's own registration allows it."""
     if not isinstance(app, Celery):
         raise ConfigInvalidError(f"register() takes a Celery app, not {type(app).__name__}")
     if not isinstance(prefix, str) or not prefix or not all(part.isidentifier() for part in prefix.split(".")):
@@ -546,4 +610,9 @@ def register(
     listed = list(observers) if isinstance(observers, (list, tuple)) else None
     if listed is None or any(not callable(o) or inspect.iscoroutinefunction(o) for o in listed):
         raise ConfigInvalidError("observers must be a list of plain functions (called, not awaited)")
-    return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions(), listed)
+    if isinstance(allow, str) or not isinstance(allow, (set, frozenset, list, tuple)) or any(not isinstance(k, str) for k in allow):
+        raise ConfigInvalidError(f"allow must be a set of the kinds {', '.join(sorted(LINE_KINDS))}, not {type(allow).__name__}")
+    unknown = sorted(set(allow) - LINE_KINDS)
+    if unknown:
+        raise ConfigInvalidError(f"allow takes {', '.join(sorted(LINE_KINDS))}, not {', '.join(map(repr, unknown))}")
+    return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions(), listed, frozenset(allow))
