@@ -48,7 +48,7 @@ def test_db_flag_environment_and_project_file_refuse_the_name_with_6(project, cl
 @pytest.mark.parametrize("name", ["local", "Config", "a\x1bb", "a\u202eb"])
 def test_init_refuses_the_name_before_writing_anything(tmp_path: Path, cli, name: str) -> None:  # type: ignore[no-untyped-def]
     message = _refused(cli(tmp_path, "--db", name, "init", "--json"), 6, name)
-    assert "setting 'db' from the command line: not a database mongoshift can use" in message
+    assert "setting 'db' from --db: not a database mongoshift can use" in message  # named as status names it
     assert not (tmp_path / "mongoshift.toml").exists()
 
 

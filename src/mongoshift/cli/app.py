@@ -29,11 +29,25 @@ if TYPE_CHECKING:
     from ..project.settings import Settings
 
 
+def _bounds(low: float | None, high: float | None) -> str:
+    """``from 1 to 64``, ``of at least 1``: the bounds in the words of the API's own refusals."""
+    if low is not None and high is not None:
+        return f"from {low:,} to {high:,}"
+    return f"of at least {low:,}" if low is not None else f"of at most {high:,}"
+
+
 class IntRange(click.IntRange):
     """An integer option within bounds; a value that is no integer is "not a valid integer" (click's
-    own words for this type say "integer range", which the value is not)."""
+    own words for this type say "integer range", which the value is not), one out of bounds says them
+    as the API does ("must be a whole number from 1 to 64, not 0"), not as ``1<=x<=64``."""
 
     name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.INT.convert(value, param, ctx)
+        if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
+            self.fail(f"must be a whole number {_bounds(self.min, self.max)}, not {number}", param, ctx)
+        return number
 
 
 class FloatRange(click.FloatRange):
@@ -43,10 +57,22 @@ class FloatRange(click.FloatRange):
     name = "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
+        number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
+            self.fail(f"must be a number {_bounds(self.min, self.max)}, not {value}", param, ctx)
         return number
+
+
+class FilePath(click.Path):
+    """A file option (``--config``, ``--env-file``): empty text names no file (as a path it would be the
+    current folder, refused as "." with a confusing message)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("must name a file, not be empty", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -58,7 +84,7 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def _file_option(flag: str, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option(flag, type=click.Path(dir_okay=False, path_type=Path), help=help_text, callback=_store, expose_value=False)
+    return click.option(flag, type=FilePath(dir_okay=False, path_type=Path), help=help_text, callback=_store, expose_value=False)
 
 
 def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,6 +8,7 @@ with the exit code of its kind (docs/exit-codes.md).
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -60,7 +61,8 @@ def init(force: bool) -> None:
     from ..line.scaffold import write_config  # start-up time: the runner loads when a command runs
 
     obj = options()
-    path = write_config(Path.cwd(), uri=obj.get("uri"), db=obj.get("db"), migrations_dir=obj.get("dir") or "migrations", force=force)
+    folder = obj["dir"] if obj.get("dir") is not None else "migrations"  # --dir "" is refused, as by every command
+    path = write_config(Path.cwd(), uri=obj.get("uri"), db=obj.get("db"), migrations_dir=folder, force=force)
     out = output()
     secrets = uri_secrets(obj["uri"]) if obj.get("uri") else []
     if secrets:
@@ -70,10 +72,10 @@ def init(force: bool) -> None:
         )
     if out.json_mode:
         out.json(
-            {"config": str(path), "migrations_dir": obj.get("dir") or "migrations", "uri_secrets_removed": secrets, "uri_env": "MONGOSHIFT_URI"}
+            {"config": str(path), "migrations_dir": folder, "uri_secrets_removed": secrets, "uri_env": "MONGOSHIFT_URI"}
         )
     else:
-        out.say(f"created {path.name} and {obj.get('dir') or 'migrations'}/")
+        out.say(f"created {path.name} and {folder}/")
 
 
 @cli.command()
@@ -584,6 +586,31 @@ def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None =
     sys.exit(error.exit_code)
 
 
+_NUMBER = re.compile(r"-[0-9.][0-9.eE+-]*")
+
+
+def _negative_value(exc: click.exceptions.UsageError, args: list[str]) -> str | None:
+    """``--wait -1`` and ``--wait=-1``: click reads an option whose value may be left out (``--wait``
+    alone waits 600 s) as given alone when what follows starts with ``-``, then ``-1`` as an unknown
+    option. Said as the option's own refusal of the value, not "No such option '-1'"."""
+    if not isinstance(exc, click.exceptions.NoSuchOption) or exc.ctx is None:
+        return None
+    for i, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        given = value if equals else next(iter(args[i + 1 : i + 2]), "")
+        # click names "-0" for "-0.5" (it reads short options one character at a time)
+        if not flag.startswith("--") or not _NUMBER.fullmatch(given) or not given.startswith(exc.option_name):
+            continue
+        option = next((p for p in exc.ctx.command.params if isinstance(p, click.Option) and flag in p.opts), None)
+        if option is None:
+            continue
+        try:
+            option.type.convert(given, option, exc.ctx)
+        except click.BadParameter as refused:
+            return refused.format_message()
+    return None
+
+
 def _log_json(args: list[str]) -> bool:
     """``--log-format json`` among the arguments (the error of a failed command is a JSON line too)."""
     return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in itertools.pairwise(args))
@@ -623,7 +650,7 @@ def _main(args: list[str]) -> None:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         # It quotes the arguments, as given: cleaned as every error is (a 100 KB value, a URI in the wrong flag).
         # A group named without its command: click's message is the whole help text, not one line.
-        said = "Missing command." if isinstance(exc, click.exceptions.NoArgsIsHelpError) else exc.format_message()
+        said = "Missing command." if isinstance(exc, click.exceptions.NoArgsIsHelpError) else _negative_value(exc, args) or exc.format_message()
         message = redact(elide_long_words(said), limit=10_000)
         error = ConfigInvalidError(message)
         if "--json" in args:

@@ -119,12 +119,16 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
     return target
 
 
+#: The flag that gives each value ``init`` writes, for its refusal (as every command names it).
+_FLAGS = {"uri": "--uri", "db": "--db", "migrations_dir": "--dir"}
+
+
 def _check_values(uri: str | None, db: str | None, migrations_dir: str) -> None:
     """The values ``init`` writes, validated as every command validates them (exit 6), before anything is written."""
     try:
-        Settings(uri=uri, db=db, migrations_dir=Path(migrations_dir))
+        Settings.model_validate({"uri": uri, "db": db, "migrations_dir": migrations_dir})  # text, as the flag gave it: "" is refused, not read as "."
     except ValidationError as exc:
-        problems = [f"setting {loc_path(e['loc'])!r} from the command line: {message_of(e)}" for e in exc.errors()]
+        problems = [f"setting {loc_path(e['loc'])!r} from {_FLAGS.get(loc_path(e['loc']), 'the command line')}: {message_of(e)}" for e in exc.errors()]
         raise ConfigInvalidError("; ".join(problems), problems=problems) from None
     if uri:
         check_uri_options(uri)

@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigInvalidError, FileNotFoundMigrationError
+from ..errors import ConfigInvalidError, FileNotFoundMigrationError, IOFailedError
 from ..schema.validation import refused_collection_name
 from .loader import MigrationFile
 from .wording import plural
@@ -144,8 +144,14 @@ def read_map(path: Path) -> dict[str, str | None]:
         raise ConfigInvalidError(f"--map {path}: not a regular file")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigInvalidError(f"--map {path}: not a readable TOML file ({type(exc).__name__})") from None
+    except FileNotFoundError:
+        raise ConfigInvalidError(f"--map file not found: {path}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise ConfigInvalidError(f"--map {path} is not UTF-8 text", file=str(path)) from None
+    except tomllib.TOMLDecodeError as exc:  # its line and column, never the file's text
+        raise ConfigInvalidError(f"--map {path} is not valid TOML: {exc}", file=str(path)) from None
+    except OSError as exc:  # a folder, no permission: the system's refusal, as for the project file
+        raise IOFailedError.from_os(exc, "read the --map file", path) from None
     mapping: dict[str, str | None] = {}
     for key, value in data.items():
         if value is False:

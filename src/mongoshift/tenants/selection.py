@@ -67,7 +67,7 @@ class TenantFlags:
 def _shown(name: object) -> str:
     """A name for a message: short text as is (bytes that were not UTF-8 as ``\\xff``), anything else by its type only."""
     if isinstance(name, str):
-        return escape_undecodable(shown_name(name))  # control characters escaped, never written raw
+        return escape_undecodable(shown_name(name)) or "''"  # control characters escaped, never written raw; empty: seen as such
     return f"<{type(name).__name__}>"
 
 
