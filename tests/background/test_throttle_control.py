@@ -74,7 +74,11 @@ def test_the_cli_sets_a_throttle_and_refuses_a_bad_one(fast_project, cli) -> Non
     ok = cli(fast_project, "background", "throttle", NAME, "--pause-ms", "250", "--reason", "night", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == {"name": NAME, "action": "throttle", "applied": "applied", "status": "pending", "throttle": {"pause_ms": 250}}
-    assert cli(fast_project, "background", "throttle", NAME, "--batch-size", "50").returncode == 0
+    said = cli(fast_project, "background", "throttle", NAME, "--batch-size", "50")
+    assert said.returncode == 0 and said.stdout == f"{NAME}: throttle done; pace now batch size 50, pause 250 ms\n", said.stdout  # not batch_size 50
+    cleared = cli(fast_project, "background", "throttle", NAME, "--clear")
+    assert cleared.stdout == f"{NAME}: throttle done; pace now the file's\n", cleared.stdout
+    assert cli(fast_project, "background", "throttle", NAME, "--batch-size", "50", "--pause-ms", "250").returncode == 0
     shown = cli(fast_project, "background", "status", NAME)  # the text view said only the file's size
     assert "batch size 50, pause 250 ms (set by 'background throttle'" in shown.stdout, shown.stdout
 

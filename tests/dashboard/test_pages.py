@@ -112,6 +112,7 @@ async def test_controls_need_the_token_and_a_form_of_this_dashboard(registered, 
     throttled = await web.post(f"/migrations/{NAME}/throttle", data={"csrf": csrf, "batch_size": "20", "pause_ms": ""})
     assert throttled.status_code == 303
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["throttle"] == {"batch_size": 20}
+    assert "throttle: done; pace now batch size 20" in (await web.get(throttled.headers["location"])).text  # not batch_size 20
     bad = await web.post(f"/migrations/{NAME}/throttle", data={"csrf": csrf, "batch_size": "0"})
     assert "refused (exit 53)" in (await web.get(bad.headers["location"])).text
     resumed = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "resume"})

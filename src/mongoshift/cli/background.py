@@ -701,8 +701,7 @@ def throttle(name: str, batch_size: int | None, pause_ms: int | None, clear: boo
     if out.json_mode:
         out.json(as_json(result))
     else:
-        pace = ", ".join(f"{k} {v}" for k, v in (result.throttle or {}).items()) or "the file's"
-        out.say(f"{result.name}: throttle {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; pace now {pace}")
+        out.say(f"{result.name}: throttle {'done' if result.applied == 'applied' else 'unchanged (nothing to do)'}; pace now {result.pace}")
 
 
 @background.command()

@@ -329,8 +329,7 @@ def create_app(
 
         async def act(ms: api.Mongoshift) -> str:
             result = await ms.background.throttle(name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
-            pace = ", ".join(f"{k} {v}" for k, v in (result.throttle or {}).items()) or "the file's"
-            return f"throttle: {'done' if result.applied == 'applied' else 'unchanged'}; pace now {pace}"
+            return f"throttle: {'done' if result.applied == 'applied' else 'unchanged'}; pace now {result.pace}"
 
         return await _acted(request, dashboard, who, act, name)
 

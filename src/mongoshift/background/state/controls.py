@@ -207,6 +207,13 @@ class ThrottleResult:
     #: The operator's pace now in force (``batch_size``, ``pause_ms``; either may be absent); None: the file's.
     throttle: dict[str, int] | None
 
+    @property
+    def pace(self) -> str:
+        """The pace now in force in words, as the CLI and the dashboard say it: ``batch size 200, pause 50 ms``, or ``the file's``."""
+        pace = self.throttle or {}
+        said = [f"batch size {pace['batch_size']:,}" if "batch_size" in pace else "", f"pause {pace['pause_ms']:,} ms" if "pause_ms" in pace else ""]
+        return ", ".join(w for w in said if w) or "the file's"
+
 
 def checked_pace(batch_size: int | None, pause_ms: int | None, *, clear: bool) -> dict[str, int] | None:
     """The override a throttle change asks for, refused (exit 53) when it asks for nothing or for a value out of bounds."""
