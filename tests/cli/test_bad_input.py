@@ -71,3 +71,16 @@ def test_an_empty_tenant_name_is_shown_as_empty(project, cli) -> None:  # type: 
     project.write_config()
     told = _refused(cli(project, "status", "--tenant", ""), 46)
     assert "error: --tenant '': a database name cannot be empty" in told
+
+
+@pytest.mark.parametrize(
+    ("stray", "written"),
+    [
+        ('[tenants]\ndatabases = ["a", "b"]\n', "write it as [mongoshift.tenants]"),
+        ('[[collections]]\nname = "users"\n', "write it as [[mongoshift.collections]]"),
+    ],
+)
+def test_a_table_outside_mongoshift_is_shown_written_inside_in_its_own_shape(tmp_path: Path, cli, stray: str, written: str) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "mongoshift.toml").write_text(f'[mongoshift]\ndb = "x"\n\n{stray}', encoding="utf-8")
+    told = _refused(cli(tmp_path, "status"))
+    assert f"is outside the [mongoshift] table, so it would be ignored; {written}\n" in told, told

@@ -253,6 +253,16 @@ def read_project_file(path: Path) -> dict[str, Any]:
     return values
 
 
+def _inside(key: str, value: object) -> str:
+    """How ``key`` is written inside the ``[mongoshift]`` table, in the shape it has: ``[mongoshift.tenants]`` for a
+    table, ``[[mongoshift.collections]]`` for an array of tables, else the line under ``[mongoshift]``."""
+    if isinstance(value, dict):
+        return f"[mongoshift.{key}]"
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return f"[[mongoshift.{key}]]"
+    return f"{key} = ... under [mongoshift]"
+
+
 def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The known settings of a project file, and a problem for each key that is unknown or outside
     the ``[mongoshift]`` table: :func:`load_settings` reports them with the wrong values, at once."""
@@ -264,8 +274,7 @@ def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
         section = data.get("mongoshift", data)
         stray = [key for key in data if key != "mongoshift"] if "mongoshift" in data else []
         problems += [
-            f"{path}: {key!r} is outside the [mongoshift] table, so it would be ignored; "
-            f"write it as mongoshift.{key} (for example [[mongoshift.collections]])"
+            f"{path}: {key!r} is outside the [mongoshift] table, so it would be ignored; write it as {_inside(key, data[key])}"
             for key in stray
         ]
     if not isinstance(section, dict):
