@@ -554,3 +554,23 @@ def test_ctrl_c_stops_scheduling_and_the_running_tenant_ends_cleanly(tenant_proj
     assert {r["name"]: r["applied"] for r in document["tenants"] if r["name"] in (t0, t1)} == {t0: 2, t1: 1}
     assert sync_client[t1]["_mongoshift_locks"].count_documents({}) == 0  # its lock released: it ended cleanly
     assert sync_client.list_database_names().count(t2) == 0
+
+
+def test_list_and_background_status_across_tenants_show_what_they_list(tenant_project, cli) -> None:  # type: ignore[no-untyped-def]
+    """The human views list what the command lists (``list``'s rows were only in ``--json``), and say when there is
+    nothing (a table of headers alone before)."""
+    tenant_project.write_config()
+    two_migrations(tenant_project)
+    assert cli(tenant_project, "up", "--tenant", tenant_project.tenants[0]).returncode == 0
+    listed = cli(tenant_project, "list", "--all-tenants")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[:2] == ["migrations by tenant", "tenant\tmigration\tstate\tbatch\tapplied at\tchecksum"], lines
+    rows = [line.split("\t")[:3] for line in lines[2:10]]
+    assert rows[:2] == [[tenant_project.tenants[0], "0001_a.py", "applied"], [tenant_project.tenants[0], "0002_b.py", "applied"]]
+    assert rows[2:8] == [[t, f, "pending"] for t in tenant_project.tenants[1:] for f in ("0001_a.py", "0002_b.py")]
+    alone = cli(tenant_project, "list", "--applied", "--tenant", tenant_project.tenants[1])
+    assert alone.stdout.startswith("no applied migrations in the selected tenants\n"), alone.stdout
+    nothing = cli(tenant_project, "background", "status", "--all-tenants")
+    assert nothing.stdout.startswith("no background migrations registered in the selected tenants\n"), nothing.stdout
+    assert "tenant\tmigration\tstate" not in nothing.stdout

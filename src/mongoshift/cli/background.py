@@ -354,7 +354,10 @@ def _status_across(s: Settings, tenants: Tenants, name: str | None, check: bool)
             (row.name, r.name, r.status, f"{r.partitions_done}/{r.partitions_total}", r.totals.get("migrated", 0), r.remaining)
             for row in report.rows for r in (row.result or [])
         ]
-        output().table(["tenant", "migration", "state", "partitions done", "migrated", "remaining"], rows, title="background migrations")
+        if rows:
+            output().table(["tenant", "migration", "state", "partitions done", "migrated", "remaining"], rows, title="background migrations")
+        else:  # as for one database, not a table of headers alone
+            output().say("no background migrations registered in the selected tenants")
 
     return across(
         s, tenants, "background status", lambda ms: ms.background.status(name), judge=judged, scan=False,

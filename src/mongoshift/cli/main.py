@@ -333,7 +333,16 @@ def list_(pending: bool, applied: bool) -> int:
     if (tenants := requested(reading=True)) is not None:
         from ..api import migrations as api  # start-up time: the API loads when a command runs
 
-        return across(s, tenants, "list", lambda ms: ms.migrations(only), result_json=lambda rows: api.rows_to_json(rows))
+        def per_tenant(report: Any) -> None:  # what the command lists, as for one database, with each row's tenant
+            listed = [(row.name, r.name, r.shown_state, r.batch, r.applied_at, r.checksum or "") for row in report.rows for r in (row.result or [])]
+            if listed:
+                output().table(["tenant", "migration", "state", "batch", "applied at", "checksum"], listed, title="migrations by tenant")
+            else:
+                output().say(f"no {only + ' ' if only else ''}migrations in the selected tenants")
+
+        return across(
+            s, tenants, "list", lambda ms: ms.migrations(only), result_json=lambda rows: api.rows_to_json(rows), before_table=per_tenant
+        )
     _render_rows(run_async(lambda cancel: per_call(s).migrations(only)))
     return 0
 
