@@ -571,6 +571,9 @@ def test_list_and_background_status_across_tenants_show_what_they_list(tenant_pr
     assert rows[2:8] == [[t, f, "pending"] for t in tenant_project.tenants[1:] for f in ("0001_a.py", "0002_b.py")]
     alone = cli(tenant_project, "list", "--applied", "--tenant", tenant_project.tenants[1])
     assert alone.stdout.startswith("no applied migrations in the selected tenants\n"), alone.stdout
+    audited = cli(tenant_project, "audit", "--all-tenants")  # the findings too, not only each tenant's count of them
+    assert audited.returncode == 47 and audited.stdout.startswith("findings by tenant\ntenant\tseverity\tcheck\tsubject\tmessage\n"), audited.stdout
+    assert f"{tenant_project.tenants[1]}\twarn\tline.pending\t0001_a.py\t" in audited.stdout
     nothing = cli(tenant_project, "background", "status", "--all-tenants")
     assert nothing.stdout.startswith("no background migrations registered in the selected tenants\n"), nothing.stdout
     assert "tenant\tmigration\tstate" not in nothing.stdout

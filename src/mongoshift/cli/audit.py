@@ -37,7 +37,14 @@ def audit(stale_after: float) -> int:
             error = TenantError(kind, code, f"{fails} failed, {plural(len(report.findings) - fails, 'warning')}") if code else None
             return Judged("done", error=error, result=report)
 
-        return across(s, tenants, "audit", lambda ms: ms.audit(stale_after=stale_after), judge=judged, result_json=lambda r: r.to_json())
+        def findings(report: Any) -> None:  # each tenant's findings, as one database's audit shows them
+            rows = [(row.name, f.severity, f.check, f.subject, f.message) for row in report.rows if row.result for f in row.result.findings]
+            if rows:
+                output().table(["tenant", "severity", "check", "subject", "message"], rows, title="findings by tenant")
+
+        return across(
+            s, tenants, "audit", lambda ms: ms.audit(stale_after=stale_after), judge=judged, result_json=lambda r: r.to_json(), before_table=findings
+        )
     report = run_async(lambda cancel: per_call(s).audit(stale_after=stale_after))
     out = output()
     if out.json_mode:
