@@ -84,3 +84,12 @@ def test_a_table_outside_mongoshift_is_shown_written_inside_in_its_own_shape(tmp
     (tmp_path / "mongoshift.toml").write_text(f'[mongoshift]\ndb = "x"\n\n{stray}', encoding="utf-8")
     told = _refused(cli(tmp_path, "status"))
     assert f"is outside the [mongoshift] table, so it would be ignored; {written}\n" in told, told
+
+
+def test_up_force_refuses_a_typo_before_asking_and_asks_true_words(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.write_config()
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    assert "migration file not found: 0002_nope.py" in _refused(cli(project, "up", "0002_nope", "--force"), 8)  # was 42: asked about a typo
+    assert "a migration name cannot be empty" in _refused(cli(project, "up", "", "--force"), 19)
+    asked = _refused(cli(project, "up", "0001_a", "--force"), 42)  # pending here: "again although it is applied" was untrue
+    assert "Run 0001_a even if it is already applied? Nothing was changed" in asked, asked

@@ -26,6 +26,7 @@ from .app import (
     cli,
     confirm,
     global_options,
+    named_file,
     options,
     output,
     run_async,
@@ -164,9 +165,10 @@ def up(
     s = settings()
     tenants = requested()
     if force:
-        if not file:
+        if file is None:
             raise ConfigInvalidError("--force re-runs one named FILE; name it")
-        confirm(f"Run {file} again although it is applied{' in every selected tenant' if tenants else ''}?", yes)
+        named_file(s, file)  # a typo is refused (8, 19), not asked about
+        confirm(f"Run {file} even if it is already applied{' in every selected tenant' if tenants else ''}?", yes)
     if tenants is not None:
         from ..api.tenants import imports_for_up, judge_run  # start-up time: the API loads when a command runs
 
