@@ -93,3 +93,22 @@ def test_up_force_refuses_a_typo_before_asking_and_asks_true_words(project, cli)
     assert "a migration name cannot be empty" in _refused(cli(project, "up", "", "--force"), 19)
     asked = _refused(cli(project, "up", "0001_a", "--force"), 42)  # pending here: "again although it is applied" was untrue
     assert "Run 0001_a even if it is already applied? Nothing was changed" in asked, asked
+
+
+@pytest.mark.parametrize("command", [["embedded", "--port", "0"], ["dashboard", "--port", "0"]])
+def test_a_server_refuses_an_empty_host(tmp_path: Path, command: list[str]) -> None:
+    """``--host ""`` bound the embedded server to every interface while it printed 127.0.0.1 (a socket bound to ""
+    listens on all of them); the dashboard refused it as a non-loopback address ("on  without ..."). A real process:
+    without the fix the server starts and serves, which the timeout ends."""
+    import subprocess
+    import sys
+
+    from ..conftest import cli_env
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "mongoshift", *command, "--host", ""], cwd=tmp_path, env=cli_env(),
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("it served on an empty --host")
+    assert done.returncode == 6, done.stderr
+    assert "error: Invalid value for '--host': must name an address to listen on" in done.stderr

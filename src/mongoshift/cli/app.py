@@ -65,6 +65,14 @@ class FloatRange(click.FloatRange):
         return number
 
 
+def listen_host(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--host`` of a server command: empty text is refused, since a socket bound to "" listens on every
+    interface (while the server would say 127.0.0.1); ``0.0.0.0`` says that on purpose."""
+    if not value.strip():
+        raise click.BadParameter("must name an address to listen on (127.0.0.1 by default; 0.0.0.0 for every interface), not be empty")
+    return value
+
+
 class FilePath(click.Path):
     """A file option (``--config``, ``--env-file``): empty text names no file (as a path it would be the
     current folder, refused as "." with a confusing message)."""

@@ -11,11 +11,13 @@ import socket
 import click
 
 from ..errors import AddressInUseError, DashboardRefusedError
-from .app import IntRange, global_options, output, settings
+from .app import IntRange, global_options, listen_host, output, settings
 
 
 @click.command(name="dashboard")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; any but loopback needs MONGOSHIFT_DASHBOARD_TOKEN.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, callback=listen_host, help="Address to listen on; any but loopback needs MONGOSHIFT_DASHBOARD_TOKEN."
+)
 @click.option("--port", type=IntRange(0, 65535), default=8765, show_default=True, help="0 picks a free port.")
 @click.option("--read-only", is_flag=True, help="Show no control, and refuse every one.")
 @global_options

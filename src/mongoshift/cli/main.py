@@ -26,6 +26,7 @@ from .app import (
     cli,
     confirm,
     global_options,
+    listen_host,
     named_file,
     options,
     output,
@@ -542,7 +543,7 @@ def run_log(run_id: str) -> int:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, callback=listen_host)
 @click.option("--port", type=IntRange(0, 65535), default=27017, show_default=True, help="0 picks a free port.")
 @click.option("--path", type=click.Path(path_type=Path), help="Snapshot file: data survives a clean restart.")
 @click.option("--change-history", type=IntRange(min=1), default=100_000, show_default=True, help="Change-stream window, in events.")
