@@ -95,6 +95,11 @@ def _file_option(flag: str, help_text: str) -> Callable[[Callable[..., Any]], Ca
     return click.option(flag, type=FilePath(dir_okay=False, path_type=Path), help=help_text, callback=_store, expose_value=False)
 
 
+#: ``--json``, eager as --version is: `mongoshift --json --version` prints the version as JSON. Also on the server
+#: commands, which take no other global flag: they print where they serve as their one JSON document.
+json_option = click.option("--json", "json", is_flag=True, is_eager=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False)
+
+
 def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The connection and output flags, accepted before or after the command name."""
     options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
@@ -104,8 +109,7 @@ def global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         _file_option("--config", "Config file (default: ./mongoshift.toml or [tool.mongoshift] in ./pyproject.toml)."),
         _file_option("--env-file", "Read this .env file (default: .env next to the project file, when there is one)."),
         click.option("--no-env", is_flag=True, help="Read no .env file.", callback=_store, expose_value=False),
-        # Eager, as --version is: `mongoshift --json --version` prints the version as JSON.
-        click.option("--json", "json", is_flag=True, is_eager=True, help="Print one JSON document on stdout.", callback=_store, expose_value=False),
+        json_option,
         click.option("-v", "--verbose", is_flag=True, help="More log output.", callback=_store, expose_value=False),
         click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.", callback=_store, expose_value=False),
         click.option(

@@ -59,6 +59,9 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}/"
     # Straight to the terminal, once: never through logging, so no log file or collector ever holds it.
     click.echo(f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}", err=True)
+    out = output()
+    if out.json_mode:  # its one document, once it listens (the token stays on the terminal alone)
+        out.json({"url": where, "read_only": read_only})
     if generated:
         click.echo(f"controls token (this run only, printed once): {token}", err=True)
     try:

@@ -26,6 +26,7 @@ from .app import (
     cli,
     confirm,
     global_options,
+    json_option,
     listen_host,
     named_file,
     options,
@@ -552,17 +553,21 @@ def run_log(run_id: str) -> int:
     is_flag=True,
     help="Serve a standalone mongod instead of a single-node replica set (no transactions, retryable writes or change streams).",
 )
+@json_option
 def embedded(host: str, port: int, path: Path | None, change_history: int, standalone: bool) -> int:
     """Run a MongoDB-compatible server (mongoeco) for local work; prints its URI first."""
     import logging
 
     # the embedded server needs the optional mongoeco extra: only this command and demo load it
-    from ..embedded.server import AddressUnavailable, EmbeddedServerUnavailable, run
+    from ..embedded.server import AddressUnavailable, EmbeddedServerUnavailable, print_uri, run
     from ..embedded.snapshot import SnapshotError, SnapshotIOError
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
+    # --json: its one document is where it serves, written (and flushed) once it listens; the plain URI line otherwise
+    # (no Output here: it would set up the "mongoshift" logger's own format over the server's lines)
+    ready = (lambda uri: Output.emit_json({"uri": uri})) if options().get("json") else print_uri
     try:
-        return run(host=host, port=port, path=path, change_history=change_history, standalone=standalone)
+        return run(host=host, port=port, path=path, change_history=change_history, standalone=standalone, on_ready=ready)
     except AddressUnavailable as exc:
         raise AddressInUseError(str(exc), host=exc.host, port=exc.port, reason=exc.reason) from None
     except SnapshotIOError as exc:

@@ -1,0 +1,80 @@
+"""``--json`` on the server commands: their one JSON document is where they serve, printed once they listen
+(stdout held the plain URI line for ``mongoshift --json embedded``, and ``embedded --json`` was "No such
+option"), so a script that parses stdout gets a document, then stops the server."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient
+
+from ..conftest import cli_env
+
+
+class Served:
+    """A server process whose stdout is read line by line beside it (a read never blocks the test for ever)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        stdout = process.stdout
+        assert stdout is not None
+
+        def pump() -> None:
+            for line in iter(stdout.readline, ""):
+                self.lines.put(line)
+            self.lines.put(None)  # end of stdout
+
+        self.reader = threading.Thread(target=pump, daemon=True)
+        self.reader.start()
+
+    def document(self) -> dict[str, object]:
+        """The JSON document it printed, read up to its closing brace (the server goes on serving)."""
+        lines: list[str] = []
+        while not lines or lines[-1] != "}\n":
+            try:  # a bound, not a timing: a server that prints no document would otherwise keep the test waiting
+                line = self.lines.get(timeout=60)
+            except queue.Empty:
+                self.process.kill()
+                pytest.fail(f"no JSON document on stdout: {lines}")
+            assert line is not None and (lines or line == "{\n"), f"not a JSON document: {line!r} after {lines}"
+            lines.append(line)
+        return dict(json.loads("".join(lines)))
+
+    def stop(self) -> tuple[list[str], str]:
+        """Ctrl-C; what it printed on stdout after the document, and its stderr (it must end with exit 0)."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        self.reader.join(timeout=60)
+        rest = []
+        while (line := self.lines.get(timeout=60)) is not None:
+            rest.append(line)
+        assert self.process.stderr is not None
+        err = self.process.stderr.read()
+        assert self.process.returncode == 0, err
+        return rest, err
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_embedded_json_is_its_uri_once_it_listens(tmp_path: Path, where: str) -> None:
+    args = ["--json", "embedded", "--port", "0"] if where == "before" else ["embedded", "--port", "0", "--json"]
+    served = Served(subprocess.Popen([sys.executable, "-m", "mongoshift", *args], cwd=tmp_path, env=cli_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    document = served.document()
+    assert list(document) == ["uri"] and str(document["uri"]).startswith("mongodb://127.0.0.1:")
+    with MongoClient(str(document["uri"]), serverSelectionTimeoutMS=30_000) as client:
+        assert client.admin.command("ping")["ok"] == 1  # it listens where it says
+    rest, err = served.stop()
+    assert rest == [] and "mongoshift embedded: stopping" in err  # nothing after the document; its own log lines on stderr
