@@ -108,3 +108,13 @@ def test_a_worker_refuses_rollbacks_and_single_files_queued_without_its_consent(
     again = tasks.enqueue_down().wait(timeout=90)
     assert [(r.name, r.outcome) for r in again] == [(NAMES[1], "reverted"), (NAMES[0], "reverted")]
     until(lambda: applied() == [] and db.steps.count_documents({}) == 0, 5, "rolled back", redis_harness)
+
+
+def test_a_tenant_rollback_a_worker_does_not_allow_runs_nothing(project) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.celery import TenantPayload
+
+    worker = register(_app(), settings=project.settings())  # the default: no rollbacks
+    payload = TenantPayload(command="down", tenant="tenant_a", group="g", wait_until=4e9).model_dump()
+    row = worker.tenant.apply(args=(payload,), task_id=uuid.uuid4().hex).get()
+    assert (row["name"], row["outcome"]) == ("tenant_a", "failed")
+    assert (row["error"]["kind"], row["error"]["code"]) == ("task_refused", 54) and "does not take rollbacks" in row["error"]["message"]
