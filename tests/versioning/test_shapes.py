@@ -103,8 +103,9 @@ async def _async_step(doc: dict[str, Any]) -> dict[str, Any]:
     [
         ((0,), {}, "at least 1"),
         ((True,), {}, "integer"),
-        ((3, {1: lambda d: d}), {}, "no step from version.*2"),
-        ((3, {1: lambda d: d, 2: lambda d: d}), {"minimum": 0}, "no step from version.*0"),
+        ((3, {1: lambda d: d}), {}, "no step from version 2: "),
+        ((3, {1: lambda d: d, 2: lambda d: d}), {"minimum": 0}, "no step from version 0: "),
+        ((3, {2: lambda d: d}), {"minimum": 0}, r"no step from versions 0, 1: "),
         ((2, {2: lambda d: d}), {}, "past current"),
         ((2, {1: "nope"}), {}, "not callable"),
         ((2, {1: _async_step}), {}, "step 1 is async"),

@@ -31,6 +31,12 @@ Step = Callable[[Document], Document]
 """Lifts a document from version ``v`` to ``v + 1``: gets a private copy, returns the new document."""
 
 
+def _versions(missing: list[int]) -> str:
+    """``version 2``, ``versions 0, 2``: this package stands alone (pymongo and bson only), so it words its one
+    count here rather than through ``mongoshift.project.wording``."""
+    return f"{'version' if len(missing) == 1 else 'versions'} {', '.join(map(str, missing))}"
+
+
 def define_shapes(
     current: int,
     steps: Mapping[int, Step] | None = None,
@@ -67,7 +73,7 @@ def define_shapes(
         raise ValueError(f"minimum {low} is above current version {current}")
     missing = [v for v in range(low, current) if v not in table]
     if missing:
-        raise ValueError(f"no step from version(s) {', '.join(map(str, missing))}: every version from minimum to current - 1 needs one")
+        raise ValueError(f"no step from {_versions(missing)}: every version from minimum to current - 1 needs one")
     return Shapes(current, low, MappingProxyType(dict(sorted(table.items()))), version_field, revision_field)
 
 
@@ -137,7 +143,7 @@ class Shapes:
             raise ValueError(f"cannot migrate from {start} to {end}: need from < to <= current ({self.current})")
         missing = [v for v in range(start, end) if v not in self.steps]
         if missing:
-            raise ValueError(f"no step from version(s) {', '.join(map(str, missing))}")
+            raise ValueError(f"no step from {_versions(missing)}")
         return StepMigration(self, start, end)
 
     def _lift(self, doc: Mapping[str, Any], start: int, end: int) -> Document:
