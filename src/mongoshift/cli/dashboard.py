@@ -71,9 +71,6 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
             signal.signal(number, handler)
     if stopped:
         click.echo(f"mongoshift dashboard: stopped ({stopped[0].name})", err=True)
-    out = output()
-    if out.json_mode:  # --json promises one document on stdout: what was served and how it ended (never the token)
-        out.json({"command": "dashboard", "url": where, "read_only": read_only, "stopped": stopped[0].name if stopped else None})
 
 
 def _bound(host: str, port: int) -> socket.socket:
