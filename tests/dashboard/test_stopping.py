@@ -47,3 +47,27 @@ def test_with_json_the_dashboard_has_printed_one_document_when_it_stops(fast_pro
     assert process.returncode == 0
     assert json.loads(printed) == {"url": url, "read_only": False}
     assert token not in printed
+
+
+def test_with_log_format_json_every_stderr_line_is_a_json_object(fast_project) -> None:  # type: ignore[no-untyped-def]
+    """docs/observability.md: "every line mongoshift writes on stderr becomes one JSON object"; the dashboard's
+    address, token and stop lines were plain text among them, which a log collector could not parse."""
+    import json
+
+    from ..conftest import start_cli
+
+    process = start_cli(fast_project, "dashboard", "--port", "0", "--log-format", "json")
+    try:
+        assert process.stderr is not None
+        first = json.loads(process.stderr.readline())
+        token = json.loads(process.stderr.readline())
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert first["message"].startswith("mongoshift dashboard on http://127.0.0.1:") and first["logger"] == "mongoshift.dashboard"
+    assert token["message"].startswith("controls token (this run only, printed once): ")
+    assert [json.loads(line)["message"] for line in rest.strip().splitlines()] == ["mongoshift dashboard: stopped (SIGINT)"]

@@ -12,6 +12,7 @@ import click
 
 from ..errors import AddressInUseError, DashboardRefusedError
 from .app import IntRange, global_options, listen_host, output, settings
+from .output import Output
 
 
 @click.command(name="dashboard")
@@ -57,20 +58,30 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}/"
-    # Straight to the terminal, once: never through logging, so no log file or collector ever holds it.
-    click.echo(f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}", err=True)
     out = output()
+    # Straight to the terminal, once: never through logging, so no log file or collector ever holds it.
+    _tell(out, f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}")
     if out.json_mode:  # its one document, once it listens (the token stays on the terminal alone)
         out.json({"url": where, "read_only": read_only})
     if generated:
-        click.echo(f"controls token (this run only, printed once): {token}", err=True)
+        _tell(out, f"controls token (this run only, printed once): {token}")
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
     if stopped:
-        click.echo(f"mongoshift dashboard: stopped ({stopped[0].name})", err=True)
+        _tell(out, f"mongoshift dashboard: stopped ({stopped[0].name})")
+
+
+def _tell(out: Output, message: str) -> None:
+    """A line on stderr, written there directly, never through logging (nor left out by ``--quiet``: the token is
+    printed nowhere else); one JSON object under ``--log-format json``, as every other stderr line then is."""
+    if out.log_json:
+        from .log_format import json_line
+
+        message = json_line("info", message, logger="mongoshift.dashboard")
+    click.echo(message, err=True)
 
 
 def _bound(host: str, port: int) -> socket.socket:
