@@ -235,6 +235,17 @@ def test_refusals_name_what_is_wrong(project: Project, cli) -> None:  # type: ig
     assert result.returncode == 49 and "no models in 'shopapp.models'" in result.stderr
 
 
+def test_an_empty_models_flag_is_refused_not_taken_as_left_out(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``--models ""`` (an unset variable in a script) read the snapshot's package, as if it was not given."""
+    write_models(project, PYDANTIC)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    for command in (("collections", "generate", "--check"), ("create", "next", "--from-models")):
+        result = cli(project, *command, "--models", "")
+        assert result.returncode == 49, (command, result.stderr)
+        assert "--models '' is not a module name" in result.stderr
+    assert cli(project, "collections", "generate", "--check").returncode == 0  # left out: the snapshot's package
+
+
 def test_a_syntax_error_names_the_users_file_and_line(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
     """The import machinery raises a SyntaxError from its own frames: the file and line are the error's, not the traceback's."""
     write_models(project, "import datetime\n\n\nclass Broken(:\n    secret = 'value'\n")

@@ -135,6 +135,8 @@ def _edited(path: Path, text: str, mine: dict[str, Any], merged: dict[str, Any])
 
 def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapshots.Snapshot | None]:
     """The models package: the one given, else the one the snapshot recorded."""
+    if models is not None and not models.strip():  # `--models ""` fell back to the snapshot's package, as if unsaid
+        raise ModelsInvalidError("--models '' is not a module name (such as myapp.models); leave it out to use the snapshot's")
     snapshot = snapshots.read(settings.collections_dir)
     package = models or (snapshot.models if snapshot else None)
     if not package:
