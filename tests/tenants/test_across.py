@@ -433,6 +433,24 @@ def test_baseline_unlock_and_audit_across_tenants(tenant_project: TenantProject,
     assert cli(tenant_project, "audit", "--all-tenants").returncode == 0
 
 
+def test_up_whose_converge_changed_a_tenant_reports_it_done(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """``up --converge --yes`` with nothing pending rebuilt an index in every tenant, and each row said "already at
+    target" ("nothing to do"); a tenant whose converge changed nothing still says so."""
+    two_migrations(tenant_project)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    (tenant_project.root / "collections").mkdir()
+    (tenant_project.root / "collections" / "items.toml").write_text('indexes = [{ keys = { x = 1 }, name = "x_1", sparse = true }]\n')
+    changed = tenant_project.tenants[0]
+    sync_client[changed].items.create_index("x", name="x_1")  # not sparse: converge rebuilds it here only
+    for name in tenant_project.tenants[1:]:
+        sync_client[name].items.create_index("x", name="x_1", sparse=True)
+    result = cli(tenant_project, "up", "--all-tenants", "--converge", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    outcomes = {name: row["outcome"] for name, row in rows(result).items()}
+    assert outcomes == {name: "done" if name == changed else "already at target" for name in tenant_project.tenants}
+    assert sync_client[changed].items.index_information()["x_1"].get("sparse") is True
+
+
 def test_lock_across_tenants_says_a_dead_holder_is_taken_over_as_for_one_database(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     """After a kill -9, ``lock --db T`` said the next run takes the lock over; the tenant's row only named its holder."""
     import socket

@@ -65,10 +65,12 @@ class Tenants:
 
 
 def judge_run(report: RunReport) -> Judged:
-    """A writing call of the migration line: done when it ran something, already at target when nothing."""
+    """A writing call of the migration line: done when it ran something (a migration, or the converge after ``up``
+    that changed indexes or validators), already at target when nothing."""
     applied = sum(1 for r in report.results if r.status == "applied")
     reverted = sum(1 for r in report.results if r.status == "reverted")
-    return Judged("done" if report.results else "already at target", applied=applied, rolled_back=reverted, result=report)
+    did = bool(report.results) or (report.converge is not None and report.converge.changed)
+    return Judged("done" if did else "already at target", applied=applied, rolled_back=reverted, result=report)
 
 
 def judge_status(check: bool, settings: Settings | None = None) -> Callable[[list[StatusRow]], Judged]:
