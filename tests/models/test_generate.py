@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
+
+import pytest
 
 from mongoshift.errors import ExitCode
 
@@ -506,3 +509,48 @@ def test_a_collection_whose_model_is_gone_is_named_at_every_run_and_follows_its_
     declaration = declared(project, "b_coll")
     assert declaration["indexes"] == [{"keys": {"y": -1}, "name": "by_y"}]
     assert declaration["validator"]["$jsonSchema"]["properties"]["y"]["bsonType"] == "string"
+
+
+BLOCKING = '''
+import pathlib
+import time
+
+_here = pathlib.Path(__file__).parent
+(_here / "importing").write_text("")
+for _ in range(2400):  # until the test has sent its signal (at most two minutes)
+    if (_here / "go").exists():
+        break
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.parametrize("command", [("collections", "generate"), ("create", "next", "--from-models")])
+def test_ctrl_c_while_the_models_import_writes_nothing_and_exits_11(project: Project, cli, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """The stop was announced ("stopping: nothing new starts"), then the files were written and the command exited 0."""
+    import signal
+
+    from ..conftest import start_cli
+
+    write_models(project, PYDANTIC)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    before = {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()}
+    write_models(project, PYDANTIC.replace("    kind: str\\n", "    kind: str\\n    level: int = 0\\n") + BLOCKING)
+    process = start_cli(project, *command)
+    try:
+        marker = project.root / PACKAGE / "importing"
+        for _ in range(2400):
+            if marker.exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert marker.exists(), process.communicate()
+        process.send_signal(signal.SIGINT)
+        (project.root / PACKAGE / "go").write_text("")
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 11, stderr
+    assert "before writing: nothing was written" in stderr
+    assert {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()} == before
+    assert not any(p.suffix == ".py" for p in (project.root / "migrations").iterdir())

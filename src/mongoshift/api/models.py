@@ -10,31 +10,51 @@ happens in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import RunAbortedError
 from ..line.scaffold import create_migration
 from ..models import snapshot as snapshots
 from ..models.changes import FromModelsPlan, plan, render
 from ..models.generate import GenerateReport, generate, resolve_package
 from ..models.readers import find_models
+from ..project.run import CancelSignal
 from ..project.session import Project
 from ..project.settings import Settings
 from .options import one_shot
 
 
-async def generate_collections(settings: Settings, models: str | None = None, *, check: bool = False) -> GenerateReport:
+async def generate_collections(
+    settings: Settings, models: str | None = None, *, check: bool = False, cancel: CancelSignal | None = None
+) -> GenerateReport:
     """One-shot ``Mongoshift.collections.generate`` (:func:`generate_collections_in`)."""
-    return await generate_collections_in(one_shot(settings), models, check=check)
+    return await generate_collections_in(one_shot(settings), models, check=check, cancel=cancel)
 
 
-async def generate_collections_in(project: Project, models: str | None = None, *, check: bool = False) -> GenerateReport:
+async def generate_collections_in(
+    project: Project, models: str | None = None, *, check: bool = False, cancel: CancelSignal | None = None
+) -> GenerateReport:
     """Write the declaration files the models of package ``models`` give, keeping hand edits; ``check``: write nothing.
 
     ``models`` defaults to the package the snapshot recorded. The report's ``in_sync`` is False when
-    a file would change or a model changed since the last generate (``--check`` exits 48 then)."""
-    return await asyncio.to_thread(generate, project.settings, models, check=check)
+    a file would change or a model changed since the last generate (``--check`` exits 48 then).
+    ``cancel`` set before the files are written (Ctrl-C while the models import): nothing is written, exit 11."""
+    return await asyncio.to_thread(generate, project.settings, models, check=check, stop=_stop_before_writing(cancel, "collections generate"))
+
+
+def _stop_before_writing(cancel: CancelSignal | None, command: str) -> Callable[[], None] | None:
+    """What a models command calls before its first write: :class:`RunAbortedError` (11) once ``cancel`` is set."""
+    if cancel is None:
+        return None
+
+    def stop() -> None:
+        if cancel.is_set():
+            raise RunAbortedError(f"{command} stopped ({cancel.reason}) before writing: nothing was written")
+
+    return stop
 
 
 @dataclass
@@ -48,20 +68,21 @@ class FromModelsReport:
         return {**self.plan.to_json(), "files": [str(f) for f in self.files]}
 
 
-async def create_from_models(settings: Settings, name: str, models: str | None = None) -> FromModelsReport:
+async def create_from_models(settings: Settings, name: str, models: str | None = None, *, cancel: CancelSignal | None = None) -> FromModelsReport:
     """One-shot ``Mongoshift.create_from_models`` (:func:`create_from_models_in`)."""
-    return await create_from_models_in(one_shot(settings), name, models)
+    return await create_from_models_in(one_shot(settings), name, models, cancel=cancel)
 
 
-async def create_from_models_in(project: Project, name: str, models: str | None = None) -> FromModelsReport:
+async def create_from_models_in(project: Project, name: str, models: str | None = None, *, cancel: CancelSignal | None = None) -> FromModelsReport:
     """A background migration per collection whose shape changed since the snapshot, then the new shapes recorded.
 
     Refused with nothing written (exit 49) when there is no snapshot yet, or a change cannot be
-    written faithfully (a required field without a default, a type change without a converter)."""
-    return await asyncio.to_thread(_create, project.settings, name, models)
+    written faithfully (a required field without a default, a type change without a converter);
+    ``cancel`` set before the files are written: nothing is written, exit 11."""
+    return await asyncio.to_thread(_create, project.settings, name, models, _stop_before_writing(cancel, "create --from-models"))
 
 
-def _create(settings: Settings, name: str, models: str | None) -> FromModelsReport:
+def _create(settings: Settings, name: str, models: str | None, stop: Callable[[], None] | None = None) -> FromModelsReport:
     from ..errors import ModelsInvalidError
 
     package, snapshot = resolve_package(settings, models)
@@ -73,6 +94,8 @@ def _create(settings: Settings, name: str, models: str | None) -> FromModelsRepo
     found = plan(package, snapshot.shapes, find_models(package))
     written = [c for c in found.changes if c.changes]
     sources = [(name if len(written) == 1 else f"{name}_{c.collection}", render(c, package)) for c in written]
+    if stop is not None:
+        stop()
     files: list[Path] = []
     try:
         for slug, source in sources:

@@ -31,7 +31,7 @@ def generate_command(models: str | None, check: bool) -> int:
     from ..api.models import generate_collections  # start-up time: the models readers load only when this command runs
 
     s = settings()
-    report = run_async(lambda cancel: generate_collections(s, models, check=check))
+    report = run_async(lambda cancel: generate_collections(s, models, check=check, cancel=cancel))
     render(report)
     if check and not report.in_sync:
         output().warn("the declarations differ from the models: run 'mongoshift collections generate' and commit the result")
@@ -70,7 +70,7 @@ def create_from_models(name: str, models: str | None) -> None:
 
     s = settings()
     out = output()
-    report = run_async(lambda cancel: create(s, name, models))
+    report = run_async(lambda cancel: create(s, name, models, cancel=cancel))
     for change in report.plan.changes:
         for note in change.notes:
             out.say(f"{change.collection}: {note}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,11 @@ def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapsh
     return package, snapshot
 
 
-def generate(settings: Settings, models: str | None = None, *, check: bool = False) -> GenerateReport:
-    """Compute every file; unless ``check``, write those that change and the snapshot."""
+def generate(settings: Settings, models: str | None = None, *, check: bool = False, stop: Callable[[], None] | None = None) -> GenerateReport:
+    """Compute every file; unless ``check``, write those that change and the snapshot.
+
+    ``stop`` raises when the run must stop (Ctrl-C while the models imported): called once everything is
+    computed, before the first write, so a stopped run writes nothing."""
     package, snapshot = resolve_package(settings, models)
     snapshot = snapshot or snapshots.Snapshot()
     shapes = find_models(package)
@@ -200,6 +204,8 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
     report = GenerateReport(package, check, results, orphaned, stale, str(snapshots.path_in(folder)))
     if check:
         return report
+    if stop is not None:
+        stop()
     for path, text in writes:
         snapshots.write_text(path, text, "write the declaration file")
     if stale:
