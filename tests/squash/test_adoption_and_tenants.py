@@ -79,3 +79,52 @@ def test_squash_across_tenants_judges_every_tenant_first(tenant_project: TenantP
     counts = {c["migration"]: c for c in json.loads(cli(project, "status", "--all-tenants", "--json").stdout)["migrations"]}
     # the tenant left in between counts the squash pending, as its own status does (partial)
     assert counts["0002_squashed.py"]["applied"] == len(project.tenants) - 1 and counts["0002_squashed.py"]["pending"] == 1
+
+
+PROVIDER = '''
+import pathlib
+import time
+
+_here = pathlib.Path(__file__).parent
+
+
+def tenants(settings):
+    (_here / "selecting").write_text("")
+    for _ in range(2400):  # until the test has sent its signal (at most two minutes)
+        if (_here / "go").exists():
+            break
+        time.sleep(0.05)
+    return {names}
+'''
+
+
+def test_ctrl_c_while_tenants_are_judged_writes_no_squash(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
+    """``squash --all-tenants`` went on judging after Ctrl-C, wrote the squash file and exited 0."""
+    import signal
+    import time
+
+    from ..conftest import start_cli
+
+    project = tenant_project
+    for name in ("0001_a", "0002_b"):
+        project.add(f"{name}.py", MARK.format(name=name))
+    assert cli(project, "up", "--all-tenants").returncode == 0
+    (project.root / "provided.py").write_text(PROVIDER.format(names=project.tenants))
+    project.write_config(provider="provided:tenants")
+    before = sorted(p.name for p in project.migrations.iterdir())
+    process = start_cli(project, "squash", "--to", "0002_b", "--all-tenants", "--yes")
+    try:
+        for _ in range(2400):
+            if (project.root / "selecting").exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (project.root / "selecting").exists(), process.communicate()
+        process.send_signal(signal.SIGINT)
+        (project.root / "go").write_text("")
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 11, stderr
+    assert sorted(p.name for p in project.migrations.iterdir()) == before  # no squash file, no archive

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ..errors import InvalidExportError, IOFailedError
+from ..errors import InvalidExportError, IOFailedError, RunAbortedError
 from ..lint.checker import Finding, lint_source
 from ..lint.rules import RULES
 from ..project.loader import discover, find, resolve_name
+from ..project.run import CancelSignal
 from ..project.session import Project, open_session
 from ..project.settings import Settings
 from ..squash.planner import SquashPlan, plan_range, plan_squash
@@ -78,17 +79,26 @@ async def judge_in(project: Project, to: str) -> SquashPlan:
 
 
 async def squash_across(
-    settings: Settings, tenants: Tenants, to: str, *, dry_run: bool = False, client: AsyncMongoClient[Any] | None = None
+    settings: Settings,
+    tenants: Tenants,
+    to: str,
+    *,
+    dry_run: bool = False,
+    client: AsyncMongoClient[Any] | None = None,
+    cancel: CancelSignal | None = None,
 ) -> tuple[RolloutReport, SquashReport | None]:
     """The squash judged in every selected tenant's database; written once, only when every tenant allows it
-    (a tenant in between, or behind, fails its row with the reason and nothing is written)."""
+    (a tenant in between, or behind, fails its row with the reason and nothing is written). ``cancel`` (Ctrl-C)
+    stops the judging: the tenants not judged are not reached, and nothing is written."""
     from .tenants import Tenants, across_tenants  # start-up time: the tenant machinery loads only across tenants
 
     # every tenant is judged (no canary, no stop at the first refusal): the report names each one behind
     reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
-    rollout = await across_tenants(settings, lambda ms: ms.squash(to, dry_run=True), reading, command="squash", client=client)
+    rollout = await across_tenants(settings, lambda ms: ms.squash(to, dry_run=True), reading, command="squash", client=client, cancel=cancel)
     if not rollout.ok:
         return rollout, None
+    if cancel is not None and cancel.is_set():  # every tenant judged, the stop came after: still before the write
+        raise RunAbortedError(f"squash stopped ({cancel.reason}) before writing: nothing was written")
     # every tenant judged its own changelog; the files are judged once more as they are now
     plan = plan_range(discover(settings.migrations_dir), resolve_name(to, settings.migrations_dir))
     report = _report(plan, settings, dry_run=dry_run)

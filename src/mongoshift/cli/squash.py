@@ -33,7 +33,7 @@ def squash(to: str, dry_run: bool, yes: bool) -> int:
     if tenants is not None:
         from ..api.hygiene import squash_across  # start-up time: the API loads when a command runs
 
-        rollout, report = run_async(lambda cancel: squash_across(s, tenants, to, dry_run=dry_run))
+        rollout, report = run_async(lambda cancel: squash_across(s, tenants, to, dry_run=dry_run, cancel=cancel))
         if report is None:
             render_across(rollout, result_json=lambda r: r.to_json())
             return rollout.exit_code
