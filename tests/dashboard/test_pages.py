@@ -166,6 +166,11 @@ async def test_a_script_with_the_bearer_token_needs_no_csrf_value(registered, co
     wrong = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": "Bearer not-the-token"})
     assert wrong.status_code == 403
     assert "that is not the dashboard token" in wrong.text and "CSRF" not in wrong.text  # not "reload the page": it has none
+    # a mounting application's own Bearer (its sign-in) with this page's CSRF value: the refusal changed its words only
+    named = http(make_app(registered, client, token=None, identity=lambda request: "app-user"))
+    csrf = csrf_of((await named.get(f"/migrations/{NAME}")).text)
+    steered = await named.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"}, headers={"authorization": "Bearer app-jwt"})
+    assert steered.status_code == 303, steered.text
     answer = await web.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 303, answer.text
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "paused"

@@ -281,10 +281,10 @@ def create_app(
         if options.read_only:
             return await refused(request, "this dashboard is read-only: controls are refused")
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if not Guard.cross_site(request) and Guard.bearer_sent(request) and not guard.bearer(request):
-            # a script's wrong token: "reload the page" (the CSRF refusal) sent it looking for a page it never had
-            return await refused(request, "refused: that is not the dashboard token")
         if Guard.cross_site(request) or not (guard.bearer(request) or Guard.csrf_ok(request, form.get("csrf"))):
+            if not Guard.cross_site(request) and Guard.bearer_sent(request):
+                # a script's wrong token: "reload the page" (the CSRF refusal) sent it looking for a page it never had
+                return await refused(request, "refused: that is not the dashboard token")
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         who = await guard.operator(request)
         if who is None:
