@@ -90,6 +90,7 @@ async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_proje
     assert proc.returncode == 36, err[-2000:]
     error = json.loads(out)["error"]  # exactly one JSON document, saying which
     assert error["kind"] == "background_paused" and error["details"]["paused"] == [NAME]
+    assert f"'mongoshift background resume {NAME}' continues it" in error["message"]
     assert cli(fast_project, "background", "run", "0001_names").returncode == 36  # still paused: not a success
 
     assert cli(fast_project, "background", "resume", "0001_names").returncode == 0
@@ -100,7 +101,7 @@ async def test_a_run_stopped_by_pause_exits_36_and_by_cancel_exits_37(fast_proje
     assert proc.returncode == 37, err[-2000:]
     error = json.loads(out)["error"]
     assert error["kind"] == "background_cancelled" and error["details"]["cancelled"] == [NAME]
-    assert "retry" in error["message"]
+    assert f"'mongoshift background retry {NAME}' takes it up again" in error["message"]
 
 
 async def test_a_run_of_several_exits_with_the_most_serious_outcome(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]

@@ -164,6 +164,8 @@ async def test_background_verdicts(project, db, case: str) -> None:  # type: ign
     report = await api.audit(project.settings(), now=at + after)
     assert checks(report) == expected, report.findings
     assert all(f.subject == NAME for f in report.findings)
+    # a command it names is one to paste: the migration's name, not a placeholder
+    assert not any("NAME" in f.message or "FILE" in f.message for f in report.findings), report.findings
     fails = {"background.failed"}
     assert report.verdict == ("ok" if not expected else "fail" if expected & fails else "warn")
     assert "secret-id" not in json.dumps(report.to_json())  # never a document id

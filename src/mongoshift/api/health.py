@@ -272,26 +272,27 @@ def _with_status(facts: Facts, status: str) -> list[BackgroundFacts]:
 
 def _background_failed(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "failed"):
-        yield b.state.name, "failed (the reason: 'mongoshift background status NAME'; 'background retry NAME' takes it up again)"
+        name = b.state.name
+        yield name, f"failed (the reason: 'mongoshift background status {name}'; 'mongoshift background retry {name}' takes it up again)"
 
 
 def _pending_idle(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "pending"):
         traces = (b.state.registered_at, b.state.updated_at, b.signs.last_seen)
         if facts.idle(*traces):
-            yield b.state.name, f"pending, and no runner has taken it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run NAME')"
+            yield b.state.name, f"pending, and no runner has taken it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run {b.state.name}')"
 
 
 def _running_idle(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "running"):
         traces = (b.state.updated_at, b.signs.last_seen)
         if not b.signs.live_leases(facts.now) and facts.idle(*traces):
-            yield b.state.name, f"running, but no lane has worked it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run NAME')"
+            yield b.state.name, f"running, but no lane has worked it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run {b.state.name}')"
 
 
 def _paused(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "paused"):
-        yield b.state.name, "paused ('mongoshift background resume NAME' continues it)"
+        yield b.state.name, f"paused ('mongoshift background resume {b.state.name}' continues it)"
 
 
 def _failed_partitions(facts: Facts) -> Iterable[tuple[str, str]]:
@@ -314,7 +315,7 @@ def _document_errors(facts: Facts) -> Iterable[tuple[str, str]]:
         if b.report.failed_documents:
             yield b.state.name, (
                 f"completed, but {plural(b.report.failed_documents, 'document')} could not be migrated "
-                "(the reasons: 'mongoshift background status NAME')"
+                f"(the reasons: 'mongoshift background status {b.state.name}')"
             )
 
 
@@ -352,18 +353,19 @@ def _no_version_index(facts: Facts) -> Iterable[tuple[str, str]]:
 
 
 def _file(kind: Literal["changed", "missing"], message: str) -> Rule:
+    """The finding of each migration whose file is ``kind``; ``NAME`` in ``message`` becomes its name."""
     def rule(facts: Facts) -> Iterable[tuple[str, str]]:
-        return [(b.state.name, message) for b in facts.background if b.file == kind]
+        return [(b.state.name, message.replace("NAME", b.state.name)) for b in facts.background if b.file == kind]
 
     return rule
 
 
 def _no_state(facts: Facts) -> Iterable[tuple[str, str]]:
     for name in facts.unreadable_states:
-        yield name, "its background state record lacks a field the engine needs: it cannot run ('mongoshift up --force FILE' registers it again)"
+        yield name, f"its background state record lacks a field the engine needs: it cannot run ('mongoshift up --force {name}' registers it again)"
     for row in facts.rows:
         if row.kind == "background" and row.state == "applied" and row.name not in facts.registered:
-            yield row.name, "applied as a background migration, but it has no background state ('mongoshift up --force FILE' registers it again)"
+            yield row.name, f"applied as a background migration, but it has no background state ('mongoshift up --force {row.name}' registers it again)"
 
 
 def _watcher_leaderless(facts: Facts) -> Iterable[tuple[str, str]]:

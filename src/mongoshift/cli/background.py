@@ -243,6 +243,13 @@ def _nothing_to_run(s: Settings) -> None:
         out.warn(f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry")
 
 
+def _each(command: str, names: list[str]) -> str:
+    """The command that takes up the one migration named, or each of several (``NAME``, then, in their place)."""
+    if len(names) == 1:
+        return f"'mongoshift background {command} {names[0]}'"
+    return f"for each, 'mongoshift background {command} NAME'"
+
+
 def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> MongoshiftError | None:
     """How a ``background run`` ends, by the most serious outcome among its migrations.
 
@@ -269,10 +276,10 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
         return RunAbortedError("stopped before the end; run it again to continue from the checkpoints", **details)
     if by["cancelled"]:
         names = ", ".join(by["cancelled"])
-        return BackgroundCancelledError(f"cancelled: {names}; 'mongoshift background retry NAME' takes it up again", **details)
+        return BackgroundCancelledError(f"cancelled: {names}; {_each('retry', by['cancelled'])} takes it up again", **details)
     if by["paused"]:
         names = ", ".join(by["paused"])
-        return BackgroundPausedError(f"paused: {names}; 'mongoshift background resume NAME' continues it", **details)
+        return BackgroundPausedError(f"paused: {names}; {_each('resume', by['paused'])} continues it", **details)
     if by.get("remaining"):
         left = ", ".join(
             f"{r.name} ({r.status}{', about ' + plural(r.remaining, 'document') + ' left' if r.remaining else ''})"
