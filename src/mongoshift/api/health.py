@@ -280,14 +280,16 @@ def _pending_idle(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "pending"):
         traces = (b.state.registered_at, b.state.updated_at, b.signs.last_seen)
         if facts.idle(*traces):
-            yield b.state.name, f"pending, and no runner has taken it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run {b.state.name}')"
+            since = facts.minutes_since(*traces)
+            yield b.state.name, f"pending, and no runner has taken it for {since}: is a runner up? ('mongoshift background run {b.state.name}')"
 
 
 def _running_idle(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in _with_status(facts, "running"):
         traces = (b.state.updated_at, b.signs.last_seen)
         if not b.signs.live_leases(facts.now) and facts.idle(*traces):
-            yield b.state.name, f"running, but no lane has worked it for {facts.minutes_since(*traces)}: is a runner up? ('mongoshift background run {b.state.name}')"
+            since = facts.minutes_since(*traces)
+            yield b.state.name, f"running, but no lane has worked it for {since}: is a runner up? ('mongoshift background run {b.state.name}')"
 
 
 def _paused(facts: Facts) -> Iterable[tuple[str, str]]:
