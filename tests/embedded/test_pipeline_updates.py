@@ -51,6 +51,9 @@ expressions = st.recursive(
         | st.builds(lambda a: {"$ifNull": [a, 0]}, inner)
         | st.builds(lambda a: {"$arrayElemAt": [{"$split": [a, "@"]}, 1]}, inner)
         | st.builds(lambda a: {"$toString": a}, inner)
+        | st.builds(lambda a, b: {"$concat": [a, "-", b]}, inner, references)
+        | st.builds(lambda a, b, c: {"$cond": [{"$gt": [a, 0]}, b, c]}, inner, inner, references)
+        | st.builds(lambda a, b: {"$eq": [a, b]}, inner, inner)
         | st.dictionaries(st.sampled_from(["p", "q"]), inner, min_size=1, max_size=2)
         | st.lists(inner, max_size=2)
     ),
@@ -213,6 +216,44 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
             collection.update_many({"__v": 1, "_id": {"$gte": ids[300], "$lt": ids[500]}}, B0)
             monkeypatch.undo()
         assert calls["_get_lock"] == 201 and calls["_encode_storage_document"] == 200 and calls["deepcopy"] >= 400
+    finally:
+        client.close()
+
+
+#: What a ``pipeline=`` migration of bench/background.py sends: its stages, then the engine's stamp.
+ENGINE = [
+    {"$set": {"full_name": "$name", "town": "$city", "email_domain": {"$arrayElemAt": [{"$split": ["$email", "@"]}, 1]}}},
+    {"$unset": ["name", "city", "legacy"]},
+    {"$set": {"__v": {"$literal": 2}, "__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}},
+]
+
+
+def test_the_engines_pipeline_is_evaluated_without_mongoecos_evaluator(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27, item 2: the expressions of a ``pipeline=`` range (the bench's stages and the stamp) are
+    compiled once per command (:mod:`mongoshift.embedded.patches.expressions`): mongoeco's evaluator,
+    three calls a document before, is not called for 200 documents, and the documents stored are
+    those mongoeco's path stores (int32 and int64 revisions, one missing)."""
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.core.aggregation import transform_stages
+
+    client = sync_client(server)
+    try:
+        docs = [{"_id": i, "__v": 1, "__rev": Int64(i) if i % 3 else i, "name": f"n{i}", "city": "c", "email": f"u{i}@d{i % 7}", "legacy": [i]}
+                for i in range(200)]
+        del docs[5]["__rev"]
+        fast, slow = client.pipelines.compiled, client.pipelines.evaluated
+        for collection in (fast, slow):
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            collection.insert_many(docs)
+        calls = count_calls(monkeypatch, (transform_stages, "_evaluate_expression_with_missing"))
+        with client.start_session() as session, session.start_transaction():
+            result = fast.update_many({"__v": 1}, ENGINE, session=session)
+        monkeypatch.undo()
+        assert (result.matched_count, result.modified_count, calls["_evaluate_expression_with_missing"]) == (200, 200, 0)
+        with original(_collection_modify, "update_many"), client.start_session() as session, session.start_transaction():
+            slow.update_many({"__v": 1}, ENGINE, session=session)
+        assert [encode(doc) for doc in fast.find({}, sort=[("_id", 1)])] == [encode(doc) for doc in slow.find({}, sort=[("_id", 1)])]
     finally:
         client.close()
 

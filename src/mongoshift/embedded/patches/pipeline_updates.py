@@ -38,6 +38,7 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
+from .expressions import Compiler
 from .scans import READ_ITEMS
 from .updates import _MISSING, Batch, _bind, _index_touched, _plain_name, _storable, _stored, _Undecided, operators_of, updated
 
@@ -51,9 +52,9 @@ def _field(name: object) -> bool:
 
 
 def stages(pipeline: Any) -> list[tuple[str, Any]] | None:
-    """The pipeline as (operator, top-level field names or their expressions), or None when it is
-    not one this fast path evaluates (another stage, a path, ``_id``, a malformed stage: mongoeco's
-    path answers, with its errors)."""
+    """The pipeline as (operator, top-level field names, or (name, expression, None) of a ``$set``:
+    :func:`compiled` fills in the callable), or None when it is not one this fast path evaluates
+    (another stage, a path, ``_id``, a malformed stage: mongoeco's path answers, with its errors)."""
     if not isinstance(pipeline, list) or not pipeline:  # mongoeco's prepared pipeline is a list (and its stages dicts)
         return None
     steps: list[tuple[str, Any]] = []
@@ -64,7 +65,7 @@ def stages(pipeline: Any) -> list[tuple[str, Any]] | None:
         if operator in _ADD_FIELDS:
             if not isinstance(spec, dict) or not spec or not all(_field(name) for name in spec):
                 return None
-            steps.append(("$set", [(name, expression, _reference(expression)) for name, expression in spec.items()]))
+            steps.append(("$set", [(name, expression, None) for name, expression in spec.items()]))
         elif operator == "$unset":
             names = [spec] if type(spec) is str else spec
             if not isinstance(names, list) or not names or not all(_field(name) for name in names):
@@ -75,12 +76,13 @@ def stages(pipeline: Any) -> list[tuple[str, Any]] | None:
     return steps
 
 
-def _reference(expression: Any) -> str | None:
-    """The top-level field a ``"$name"`` expression reads (None: another expression). In a plain dict,
-    mongoeco's ``_resolve_aggregation_field_path`` gives that field's value, or its missing marker."""
-    if type(expression) is str and len(expression) > 1 and expression[0] == "$" and expression[1] != "$" and "." not in expression:
-        return expression[1:]
-    return None
+def compiled(steps: list[tuple[str, Any]], compiler: Compiler) -> list[tuple[str, Any]]:
+    """``steps`` with each ``$set`` expression's compiled callable, or None where mongoeco's evaluator
+    answers (an expression outside :mod:`.expressions`' subset)."""
+    return [
+        (operator, [(name, expression, compiler.top(expression)) for name, expression, _ in spec] if operator == "$set" else spec)
+        for operator, spec in steps
+    ]
 
 
 def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: Any, dialect: Any, evaluator: Any, missing: Any, remove: Any) -> dict[str, Any]:
@@ -91,8 +93,10 @@ def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: 
     a missing value sets nothing); ``$unset`` deep-copies and removes. Here each stage makes a shallow
     copy: the stages only add, replace or remove top-level fields, so nested values are never
     changed in place; a new document or array a stage sets is still copied, since it may be a piece of
-    the pipeline or of the input, which the stored document must not share. A reference to a
-    top-level field is read directly; every other expression is mongoeco's to evaluate."""
+    the pipeline or of the input, which the stored document must not share. An expression compiled by
+    :mod:`.expressions` is called on a plain dict; where it raises (an error, a branch it leaves to
+    mongoeco), or where there is no callable, mongoeco's evaluator answers for the whole expression
+    (expressions have no side effects: evaluating one again is safe)."""
     current = document
     for operator, spec in steps:
         result = dict(current)
@@ -101,10 +105,16 @@ def evaluate(document: dict[str, Any], steps: list[tuple[str, Any]], variables: 
                 result.pop(name, None)
         else:
             plain = type(current) is dict
-            values = [
-                (name, current.get(reference, missing) if plain and reference is not None else evaluator(current, expression, variables, dialect=dialect))
-                for name, expression, reference in spec
-            ]
+            values = []
+            for name, expression, function in spec:
+                if plain and function is not None:
+                    try:
+                        value = function(current)
+                    except Exception:
+                        value = evaluator(current, expression, variables, dialect=dialect)
+                else:
+                    value = evaluator(current, expression, variables, dialect=dialect)
+                values.append((name, value))
             for name, value in values:
                 if value is remove:
                     result.pop(name, None)
@@ -265,6 +275,8 @@ def patch_pipeline_updates() -> None:
         environment.preserve_numeric_conversion_types = True  # as CompiledUpdatePipelinePlan.apply
         environment = aggregation_environment(environment)  # as CompiledPipelinePlan.execute
         values_equal = dialect.values_equal
+        if steps is not None:
+            steps = compiled(steps, Compiler(dialect, environment))
         matched = 0
         writes: list[Any] = []
         for selected in matched_documents:
