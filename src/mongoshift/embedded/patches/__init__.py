@@ -35,6 +35,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes)
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
+- :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
   converted by pymongo's decoder, plain replies encoded as they are
