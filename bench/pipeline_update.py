@@ -1,0 +1,88 @@
+"""Benchmark: the embedded server's pipeline ``update_many`` as a ``pipeline=`` range sends it, in one process.
+
+Run from the repository root::
+
+    python bench/pipeline_update.py                          # 4,000 documents: CPU µs per updated document
+    python bench/pipeline_update.py --profile out.prof       # the same under cProfile (slower: shares, not times)
+    PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no python bench/pipeline_update.py --size 2000 --seed-only
+    PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no python bench/pipeline_update.py --size 2000
+                                                             # instructions: (second - first) ÷ 2,000 a document
+
+It is a script, not a timed test. mongoeco's client on a fresh memory engine with mongoshift's fixes
+(no wire, no event loop thread) is seeded with bench/background.py's documents and version index, then
+updated by ranges of 500 documents with the engine's pipeline (bench/background.py's stages and the
+engine's version and revision stamp) through the ``update`` command's own entry
+(``execute_server_update``, ``multi``), outside a transaction; every document must come out at version 2.
+``--seed-only`` stops before the updates (the baseline an instruction count subtracts). With another
+tree's ``src`` first on ``PYTHONPATH``, it measures that tree's server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import random
+import sys
+import time
+from typing import Any
+
+import background  # bench/background.py: the same documents and pipeline
+
+RANGE = 500
+HINT = {"__v": 1, "_id": 1}
+PIPELINE = [*background.ENGINE_PIPELINE, {"$set": {"__v": {"$literal": 2}, "__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}}]
+
+
+async def run(size: int, seed_only: bool, profile: str | None) -> None:
+    from mongoeco.api import AsyncMongoClient
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.engines.memory import MemoryEngine
+
+    from mongoshift.embedded import patches
+    from mongoshift.embedded.server import ENGINE_OPTIONS
+
+    patches.apply()
+    engine = MemoryEngine(**ENGINE_OPTIONS)
+    client: Any = AsyncMongoClient(engine)
+    await engine.connect()
+    collection = client.bench.docs
+    rng = random.Random(1)
+    docs = [background.make_doc(i, rng) for i in range(size)]
+    for start in range(0, size, 1000):
+        await collection.insert_many(docs[start : start + 1000])
+    await collection.create_index(list(HINT.items()))
+    if seed_only:
+        return
+    ids = [doc["_id"] for doc in docs]
+    profiler = cProfile.Profile() if profile else None
+    began = time.process_time()
+    if profiler:
+        profiler.enable()
+    modified = 0
+    for start in range(0, size, RANGE):
+        last = ids[min(size, start + RANGE) - 1]
+        query = {"$and": [{"__v": 1}, {"_id": {"$lte": last}}]}
+        result = await _collection_modify.execute_server_update(collection, query, PIPELINE, multi=True, hint=HINT)
+        modified += result.modified_count
+    if profiler and profile:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    cpu = time.process_time() - began
+    if modified != size or await collection.count_documents({"__v": 2}) != size:
+        raise SystemExit(f"{modified} of {size} documents updated")
+    print(f"{size} documents, {1e6 * cpu / size:.1f} µs of CPU per updated document{' (under cProfile)' if profiler else ''}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=4000, help="documents (default 4,000)")
+    parser.add_argument("--seed-only", action="store_true", help="seed, then stop (an instruction count's baseline)")
+    parser.add_argument("--profile", help="write cProfile's stats of the updates to this file")
+    args = parser.parse_args()
+    asyncio.run(run(args.size, args.seed_only, args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
