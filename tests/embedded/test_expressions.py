@@ -7,8 +7,10 @@ the expressions go through mongoeco's codec as the update's do. For each drawn e
 document, a compiled callable that returns must return what ``_evaluate_expression_with_missing``
 returns (the same value, type for type at every node: int32, int64, double, Decimal128, NaN, -0.0),
 and mongoeco must not raise then. Where the callable raises, the fast path asks mongoeco's evaluator,
-so its errors (codes and messages) are mongoeco's by construction; the test checks that the callable
-answers on its own for most expressions, so that it is not passing by falling back.
+so its errors (codes and messages) are mongoeco's by construction; the property test checks that the
+callables answer on their own for at least a fifth of its drawn expressions (it is not passing by falling
+back), and the table test that each operator answers on its own for over 100 pairs of values and raises
+only where mongoeco raises (or takes ``$add``'s date branch, left to mongoeco).
 """
 
 from __future__ import annotations
