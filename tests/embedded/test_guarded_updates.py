@@ -225,6 +225,34 @@ def test_the_version_index_and_a_unique_index_follow_the_update(server: InProces
         client.close()
 
 
+def test_a_guarded_update_moves_its_version_index_entry_in_one_map(server: InProcessServer) -> None:
+    """(br) A version index's entries are lone buckets (one document each), kept whole in one persistent
+    map: inserting the documents and moving their entries with guarded updates never steps the maps of
+    ordinals and membership orders (each step of a map copies its path from the root: two of a guarded
+    update's four were those maps'), and the index answers reads through it as before."""
+    client = sync_client(server)
+    try:
+        collection = client.updates.lone
+        collection.drop()
+        hint = [("__v", 1), ("_id", 1)]
+        collection.create_index(hint)
+        ids = [ObjectId(f"{i:024x}") for i in range(300)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1} for i in ids])
+        index_map = server.engine._index_data["updates"]["lone"]["__v_1__id_1"]
+        ordinals, roots = index_map._bucket_ordinals, index_map._bucket_order_roots
+        assert len(ordinals) == len(roots) == 0 and len(index_map) == 300
+        result = collection.bulk_write(
+            [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in ids[100:300]], ordered=False,
+        )
+        assert result.modified_count == 200
+        assert index_map._bucket_ordinals is ordinals and index_map._bucket_order_roots is roots
+        assert [d["_id"] for d in collection.find({"__v": 1}, sort=[("_id", 1)]).hint(hint)] == ids[:100]
+        assert [d["_id"] for d in collection.find({"__v": 2}, sort=[("_id", 1)]).hint(hint)] == ids[100:]
+        assert all(len(index_map[key]) == 1 for key in index_map)
+    finally:
+        client.close()
+
+
 def test_a_change_stream_sees_each_guarded_update_once(server: InProcessServer) -> None:
     client = sync_client(server)
     try:

@@ -131,36 +131,86 @@ def test_documents_cross_the_wire_as_with_the_original_conversions(server: InPro
     check()
 
 
-_INDEX_MAP_METHODS = ("add", "discard", "ordinal_for", "ordered_storage_keys", "__delitem__", "pop")
+_INDEX_MAP_METHODS = ("add", "discard", "ordinal_for", "ordered_storage_keys", "__getitem__", "get", "__delitem__", "pop")
+_INDEX_MAP_ACTIONS = [
+    "add", "add", "add", "discard", "discard", "delitem", "pop", "pop2", "setitem", "setdefault", "update",
+    "snapshot", "restore", "copy", "deepcopy", "clear",
+]
 
 index_steps = st.lists(
-    st.tuples(
-        st.sampled_from(["add", "add", "add", "discard", "discard", "delitem", "pop", "setitem", "snapshot", "restore", "copy"]),
-        st.integers(0, 3), st.integers(0, 4), st.none() | st.integers(0, 50),
-    ),
+    st.tuples(st.sampled_from(_INDEX_MAP_ACTIONS), st.integers(0, 3), st.integers(0, 4), st.integers(0, 2), st.none() | st.integers(0, 50)),
     max_size=40,
 )
+#: One NaN shared by every storage key that holds it: such a key equals itself only through a
+#: tuple's identity shortcut, which rpds' key comparison and ``==`` share.
+_SHARED_NAN = float("nan")
 
 
-def _index_view(index_map: Any) -> Any:
-    """What an index map answers: its buckets, each member's ordinal, the membership order (whole and
-    its first), the next ordinal."""
-    view = {}
-    for key in list(index_map):
-        members = index_map[key]
-        view[key] = (
-            frozenset(members), {member: index_map.ordinal_for(key, member) for member in members},
-            index_map.ordered_storage_keys(key), index_map.ordered_storage_keys(key, limit=1),
-            index_map.ordered_storage_keys(key, limit=0),
-        )
-    return view, index_map._next_membership_ordinal, len(index_map), index_map.ordinal_for((9,), ("objectid", None))
+def _storage_key(member: int, kind: int) -> Any:
+    """A storage key: an ObjectId's (as the engine keys one), one holding the shared NaN, one holding a
+    new NaN each time (never equal to another draw of itself)."""
+    if kind == 0:
+        return ("objectid", ObjectId(f"{member:024x}"))
+    return ("number", _SHARED_NAN if kind == 1 else float("nan"), member)
 
 
-@settings(max_examples=300)
+def _index_view(index_map: Any, probes: list[Any]) -> Any:
+    """What an index map answers, as text: its keys, its buckets (read by ``[]``, ``get``, ``items`` and
+    ``values``), each probe's ordinal in every bucket, the membership order (whole and its first), an
+    absent key's answers, the next ordinal. Sorted, not in iteration order: each new rpds map hashes
+    with its own random seed, so two of mongoeco's own maps of the same keys iterate differently (and
+    keys holding different NaNs print alike)."""
+    absent = (9,)
+    buckets = sorted(
+        repr((
+            key, sorted(map(repr, index_map[key])), type(index_map[key]).__name__, sorted(map(repr, index_map.get(key, ("default",)))),
+            key in index_map, [index_map.ordinal_for(key, probe) for probe in probes],
+            index_map.ordered_storage_keys(key), index_map.ordered_storage_keys(key, limit=1), index_map.ordered_storage_keys(key, limit=0),
+        ))
+        for key in index_map
+    )
+    return (
+        buckets, sorted(repr((key, sorted(map(repr, members)))) for key, members in index_map.items()),
+        sorted(repr(sorted(map(repr, members))) for members in index_map.values()),
+        index_map._next_membership_ordinal, len(index_map), absent in index_map, index_map.get(absent), index_map.get(absent, ("d",)),
+        index_map.ordinal_for(absent, probes[0]), index_map.ordered_storage_keys(absent),
+    )
+
+
+def _step(index_map: Any, action: str, index_key: Any, storage_key: Any, other: Any, ordinal: int | None) -> Any:
+    """One step on ``index_map``; what it answers (a value, or the type of its error)."""
+    try:
+        if action == "add":
+            index_map.add(index_key, storage_key, ordinal=ordinal)
+        elif action == "discard":
+            index_map.discard(index_key, storage_key)
+        elif action == "delitem":
+            del index_map[index_key]
+        elif action == "pop":
+            popped = index_map.pop(index_key, None)
+            return None if popped is None else sorted(map(repr, popped))
+        elif action == "pop2":
+            return index_map.pop(index_key, None, None)
+        elif action == "setitem":
+            index_map[index_key] = [storage_key, other][: 1 + (ordinal or 0) % 2]
+        elif action == "setdefault":
+            return sorted(map(repr, index_map.setdefault(index_key, [storage_key])))
+        elif action == "update":
+            index_map.update({index_key: [storage_key], (index_key[0] + 1,): [other]})
+        elif action == "clear":
+            index_map.clear()
+    except (KeyError, TypeError) as error:
+        return type(error).__name__
+    return None
+
+
+@settings(max_examples=400)
 @given(steps=index_steps)
-def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[str, int, int, int | None]]) -> None:
-    """(ai, aw) An index map answers as mongoeco's own after any steps: buckets of one document kept in
-    the lone form, buckets of several (which a lone one joins when it gains a member) in mongoeco's."""
+def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[str, int, int, int, int | None]]) -> None:
+    """(ai, aw, br) An index map answers as mongoeco's own after any steps, every read alike: buckets of
+    one document kept in the lone form (since (br) one entry of one map), buckets of several (which a
+    lone one joins when it gains a member) in mongoeco's; snapshots restored, copies and deep copies
+    answer as the map they were taken from did."""
     from mongoeco.engines._memory_collection import MemoryIndexMap
 
     from mongoshift.embedded import patches
@@ -169,21 +219,12 @@ def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[str, 
     original = type("OriginalIndexMap", (MemoryIndexMap,), {name: getattr(MemoryIndexMap, name).__wrapped__ for name in _INDEX_MAP_METHODS})
     fast, slow = MemoryIndexMap(), original()
     states: tuple[Any, Any] | None = None
-    for action, key, member, ordinal in steps:
-        storage_key = ("objectid", ObjectId(f"{member:024x}"))
+    probes: list[Any] = [_storage_key(0, 0)]
+    for action, key, member, kind, ordinal in steps:
+        storage_key, other = _storage_key(member, kind), _storage_key((member + 1) % 5, kind)
+        probes += [storage_key, other]
         index_key = (key,) if key < 2 else (key, storage_key)  # buckets of many documents, and of one
-        popped = []
-        for index_map in (fast, slow):
-            if action == "add":
-                index_map.add(index_key, storage_key, ordinal=ordinal)
-            elif action == "discard":
-                index_map.discard(index_key, storage_key)
-            elif action == "delitem" and index_key in index_map:
-                del index_map[index_key]
-            elif action == "pop":
-                popped.append(index_map.pop(index_key, None))
-            elif action == "setitem":
-                index_map[index_key] = [storage_key, ("objectid", ObjectId(f"{(member + 1) % 5:024x}"))][: 1 + (ordinal or 0) % 2]
+        answers = [_step(index_map, action, index_key, storage_key, other, ordinal) for index_map in (fast, slow)]
         if action == "snapshot":
             states = (fast._snapshot_state(), slow._snapshot_state())
         elif action == "restore" and states is not None:
@@ -191,8 +232,11 @@ def test_index_buckets_change_as_with_the_original_steps(steps: list[tuple[str, 
             slow._restore_state(states[1])
         elif action == "copy":
             fast, slow = fast.copy(), slow.copy()
-        assert not popped or popped[0] == popped[1]
-        assert _index_view(fast) == _index_view(slow)
+        elif action == "deepcopy":  # a deep copy holds copies of the storage keys, equal to the originals
+            fast, slow = copy.deepcopy(fast), copy.deepcopy(slow)
+        assert answers[0] == answers[1]
+        assert _index_view(fast, probes) == _index_view(slow, probes)
+        assert fast == slow
 
 
 plain_names = st.sampled_from(["a", "b", "ids", "_x"])

@@ -874,11 +874,17 @@ def patch_index_keys() -> None:
 # (_buckets), their membership ordinals (_bucket_ordinals, a map per bucket) and their membership
 # order (_bucket_order_roots, a treap per bucket), so moving a document's entry (a guarded update of
 # its version) took six insertions and removals, and built an ordinal map and a treap node.
-# (aw) A bucket of one document is now "lone": its member in _buckets as before, its ordinal as a
-# plain int in _bucket_ordinals, nothing in _bucket_order_roots: two steps to add, two to remove.
-# Every method that reads those maps answers for a lone bucket as for mongoeco's form (ordinal_for,
+# (aw) A bucket of one document became "lone": its member in _buckets, its ordinal as a plain int in
+# _bucket_ordinals, nothing in _bucket_order_roots: two steps to add, two to remove.
+# (br) A lone bucket is now one entry of one map: _buckets holds the pair (member, ordinal) under its
+# key, and neither other map holds the key: one step to add, one to remove. Each step of a persistent
+# map copies the path from the root to the key, a level deeper as the collection grows (32-way: 3
+# levels at 20,000 documents, 4 at 100,000), so a guarded update of a version index makes two path
+# copies instead of four. Every method that reads the maps answers for a lone bucket as for
+# mongoeco's form (a reader of a bucket gets a HashTrieSet of its member; ordinal_for,
 # ordered_storage_keys, __delitem__, pop), and a lone bucket that gains a member is first widened to
-# mongoeco's form. Copies, deep copies, snapshots and their restores carry the three maps as they are.
+# mongoeco's form. Copies, deep copies, snapshots and their restores carry the three maps as they
+# are. A member is compared with ``==`` as rpds compares keys (no identity shortcut at the top).
 def _patch_single_member_buckets() -> None:
     from mongoeco.engines import _memory_collection
     from rpds import HashTrieMap, HashTrieSet
@@ -886,64 +892,75 @@ def _patch_single_member_buckets() -> None:
     index_map = _memory_collection.MemoryIndexMap
     node, priority = _memory_collection._MembershipNode, _memory_collection._expiry_priority
     add, discard, ordinal_for, ordered = index_map.add, index_map.discard, index_map.ordinal_for, index_map.ordered_storage_keys
-    delitem, pop = index_map.__delitem__, index_map.pop
+    delitem, pop, getitem, get = index_map.__delitem__, index_map.pop, index_map.__getitem__, index_map.get
+    lone = tuple  # a lone bucket's entry in _buckets; mongoeco's buckets are HashTrieSets
 
     def add_one(self: Any, key: Any, storage_key: Any, *, ordinal: int | None = None) -> None:
-        bucket = self._buckets.get(key)
+        buckets = self._buckets
+        bucket = buckets.get(key)
         if bucket is None:  # a new bucket: lone
             effective = self._next_membership_ordinal if ordinal is None else ordinal
             if effective + 1 > self._next_membership_ordinal:
                 self._next_membership_ordinal = effective + 1
-            self._buckets = self._buckets.insert(key, HashTrieSet((storage_key,)))
-            self._bucket_ordinals = self._bucket_ordinals.insert(key, effective)
+            self._buckets = buckets.insert(key, (storage_key, effective))
             return None
-        if storage_key in bucket:
-            return None
-        lone = self._bucket_ordinals.get(key)
-        if type(lone) is int:  # a second member: the bucket takes mongoeco's form first
-            (member,) = bucket
-            self._bucket_ordinals = self._bucket_ordinals.insert(key, HashTrieMap({member: lone}))
-            self._bucket_order_roots = self._bucket_order_roots.insert(key, node(lone, member, priority(lone)))
+        if type(bucket) is lone:
+            member, first = bucket
+            if member == storage_key:
+                return None
+            # a second member: the bucket takes mongoeco's form first
+            self._buckets = buckets.insert(key, HashTrieSet((member,)))
+            self._bucket_ordinals = self._bucket_ordinals.insert(key, HashTrieMap({member: first}))
+            self._bucket_order_roots = self._bucket_order_roots.insert(key, node(first, member, priority(first)))
         return add(self, key, storage_key, ordinal=ordinal)
 
     def discard_one(self: Any, key: Any, storage_key: Any) -> None:
         bucket = self._buckets.get(key)
-        if bucket is None or storage_key not in bucket:
-            return None
-        if type(self._bucket_ordinals.get(key)) is int:
+        if type(bucket) is not lone:
+            return discard(self, key, storage_key)
+        if bucket[0] == storage_key:
             self._buckets = self._buckets.remove(key)
-            self._bucket_ordinals = self._bucket_ordinals.remove(key)
-            return None
-        return discard(self, key, storage_key)
+        return None
 
     def lone_ordinal_for(self: Any, key: Any, storage_key: Any) -> int | None:
-        lone = self._bucket_ordinals.get(key)
-        if type(lone) is int:
-            return lone if storage_key in self._buckets[key] else None
-        return ordinal_for(self, key, storage_key)
+        bucket = self._buckets.get(key)
+        if type(bucket) is not lone:
+            return ordinal_for(self, key, storage_key)
+        return bucket[1] if bucket[0] == storage_key else None
 
     def lone_ordered(self: Any, key: Any, *, limit: int | None = None) -> tuple[Any, ...]:
-        if type(self._bucket_ordinals.get(key)) is int:
-            return () if limit is not None and limit <= 0 else tuple(self._buckets[key])
-        return ordered(self, key, limit=limit)
+        bucket = self._buckets.get(key)
+        if type(bucket) is not lone:
+            return ordered(self, key, limit=limit)
+        return () if limit is not None and limit <= 0 else (bucket[0],)
+
+    def lone_getitem(self: Any, key: Any) -> Any:
+        bucket = self._buckets[key]
+        return HashTrieSet((bucket[0],)) if type(bucket) is lone else bucket
+
+    def lone_get(self: Any, key: Any, default: Any = None) -> Any:
+        bucket = self._buckets.get(key, _MISSING)
+        if bucket is _MISSING:
+            return default
+        return HashTrieSet((bucket[0],)) if type(bucket) is lone else bucket
 
     def lone_delitem(self: Any, key: Any) -> None:
-        if type(self._bucket_ordinals.get(key)) is not int:
+        if type(self._buckets.get(key)) is not lone:
             return delitem(self, key)
         self._buckets = self._buckets.remove(key)
-        self._bucket_ordinals = self._bucket_ordinals.remove(key)
         return None
 
     def lone_pop(self: Any, key: Any, *default: Any) -> Any:
-        if type(self._bucket_ordinals.get(key)) is not int:
+        bucket = self._buckets.get(key)
+        if type(bucket) is not lone or len(default) > 1:
             return pop(self, key, *default)
-        value = self._buckets[key]
-        lone_delitem(self, key)
-        return value
+        self._buckets = self._buckets.remove(key)
+        return HashTrieSet((bucket[0],))
 
     replacements: list[tuple[str, Any, Any]] = [
         ("add", add_one, add), ("discard", discard_one, discard), ("ordinal_for", lone_ordinal_for, ordinal_for),
-        ("ordered_storage_keys", lone_ordered, ordered), ("__delitem__", lone_delitem, delitem), ("pop", lone_pop, pop),
+        ("ordered_storage_keys", lone_ordered, ordered), ("__getitem__", lone_getitem, getitem), ("get", lone_get, get),
+        ("__delitem__", lone_delitem, delitem), ("pop", lone_pop, pop),
     ]
     for name, patched, original in replacements:
         patched.__wrapped__ = original
