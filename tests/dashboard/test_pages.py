@@ -247,6 +247,9 @@ async def test_a_failure_shows_its_error_without_document_values_and_ids_only_to
     assert shown.status_code == 200 and 'data-testid="ids"' in shown.text
     assert re.search(r"<code>\d+</code>", shown.text)
     assert 'data-testid="ids"' not in (await web.get(f"/migrations/{NAME}")).text
+    # a name no migration is registered under: 404, as its page answers (it was 409, a conflict)
+    assert (await web.post("/migrations/0009_typo.py/failed-ids", data={"csrf": csrf})).status_code == 404
+    assert (await web.get("/migrations/0009_typo.py")).status_code == 404
 
 
 @pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("localhost", True), ("::1", True), ("0.0.0.0", False), ("10.1.2.3", False)])

@@ -30,7 +30,7 @@ from starlette.templating import Jinja2Templates
 
 from .. import api
 from ..api.session import per_call
-from ..errors import ExitCode, MongoshiftError
+from ..errors import ExitCode, MongoshiftError, NotAppliedError
 from . import views
 from .poller import TENANTS_EVERY, Poller, Snapshot, described
 from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
@@ -362,6 +362,8 @@ def create_app(
             return await refused(request, f"{name} is not a registered background migration", 404)
         try:
             ids, total = await ms.background.failed_ids(name, limit=IDS_SHOWN)
+        except NotAppliedError as exc:  # as the page of a migration not registered answers
+            return await refused(request, exc.message, 404)
         except MongoshiftError as exc:
             return await refused(request, exc.message, 409)
         snap = await poller.current(name)
