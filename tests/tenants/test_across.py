@@ -279,8 +279,8 @@ def test_bad_input_is_refused_before_anything_is_written(tenant_project: TenantP
     for args, text in [
         (["--tenant", "nobody"], "not a tenant of the [tenants] selection: nobody"),
         (["--tenants", "zz*"], "matches none"),
-        (["--all-tenants", "--parallel", "0"], "--parallel must be"),
-        (["--all-tenants", "--canary", "5"], "--canary 5 is more than the 4 selected tenants"),
+        (["--all-tenants", "--parallel", "0"], "parallel (--parallel) must be"),
+        (["--all-tenants", "--canary", "5"], "canary (--canary) 5 is more than the 4 selected tenants"),
         (["--parallel", "2"], "needs a selection"),
     ]:
         result = cli(tenant_project, "up", *args, "--json")

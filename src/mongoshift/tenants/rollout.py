@@ -61,12 +61,12 @@ class Rollout:
     def check(self, selected: int) -> Rollout:
         """Refuse, before anything runs, a bound that cannot work for ``selected`` tenants."""
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
-            raise TenantsInvalidError(f"--parallel must be a whole number from 1 to {MAX_PARALLEL}, not {self.parallel!r}")
+            raise TenantsInvalidError(f"parallel (--parallel) must be a whole number from 1 to {MAX_PARALLEL}, not {self.parallel!r}")
         if isinstance(self.canary, bool) or not isinstance(self.canary, int) or self.canary < 0:
-            raise TenantsInvalidError(f"--canary must be a whole number of tenants (0 or more), not {self.canary!r}")
+            raise TenantsInvalidError(f"canary (--canary) must be a whole number of tenants (0 or more), not {self.canary!r}")
         if self.canary > selected:
             raise TenantsInvalidError(
-                f"--canary {self.canary} is more than the {plural(selected, 'selected tenant')}",
+                f"canary (--canary) {self.canary} is more than the {plural(selected, 'selected tenant')}",
                 canary=self.canary, selected=selected,
             )
         return self
