@@ -45,6 +45,18 @@ def test_a_python_file_with_an_extension_in_another_case_is_refused_not_skipped(
     assert name in caught.value.message
 
 
+@pytest.mark.parametrize("name", ["0002_b.py", "helpers.py"])
+def test_a_folder_named_like_a_module_is_refused_not_skipped(tmp_path: Path, name: str) -> None:
+    """``0002_b.py/`` (a mkdir by mistake, a package) was skipped in silence: never run, never listed."""
+    (tmp_path / "0001_a.py").write_text("def up(ctx): pass\n")
+    (tmp_path / name).mkdir()
+    (tmp_path / "_pkg.py").mkdir()  # a helper, as every '_' entry
+    (tmp_path / "data").mkdir()  # not named as Python: not ours to judge
+    with pytest.raises(InvalidNameError, match=r"is a folder: it would never run") as caught:
+        discover(tmp_path)
+    assert name in caught.value.message
+
+
 @pytest.mark.parametrize(
     ("names", "clashes"),
     [

@@ -192,7 +192,12 @@ def discover(directory: Path) -> list[MigrationFile]:
                 file=path.name,
             )
         if not path.is_file():
-            continue
+            # a folder (or a pipe) named like a module: meant as a migration, it would never run, nor be listed
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise InvalidNameError(
+                f"{path.name} in {directory} is {kind}: it would never run; a migration is one .py file "
+                "(move it out, or prefix it with '_')"
+            )
         if not is_migration_name(path.name):
             raise InvalidNameError(
                 f"{path.name} in {directory} is not a migration name (YYYYMMDDHHMMSS_slug.py or "
