@@ -173,24 +173,29 @@ def test_server_error_shows_its_traceback_with_verbose(project, sync_client, cli
     assert "Traceback" in result.stderr and "BadValue" in result.stderr
 
 
+def twice_interrupted(proc, marker: str = "mongoshift: stopping:") -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """SIGINT, then a second SIGINT once the first was handled (its line on stderr says so), not a fixed delay
+    later: a loaded machine may not have delivered the first by then, and two pending SIGINTs are one signal.
+    Returns the process's stdout and its whole stderr."""
+    proc.send_signal(signal.SIGINT)
+    said = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # until the first signal's line (the process's exit at the latest)
+        said.append(line)
+        if marker in line:
+            break
+    assert said and marker in said[-1], "".join(said)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return out, "".join(said) + err
+
+
 def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     """Only user code's own SystemExit/KeyboardInterrupt became failures: real signals keep their meaning."""
     project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
     proc = start_cli(project, "up", "--json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
-    proc.send_signal(signal.SIGINT)
-    # The second signal once the first was handled (it says so on stderr), not 0.5 s later: a loaded
-    # machine may not have delivered the first by then, and two pending SIGINTs are one signal.
-    said = []
-    assert proc.stderr is not None
-    for line in proc.stderr:  # ends at the process's exit, at the latest when the 30 s body is done
-        said.append(line)
-        if "mongoshift: stopping:" in line:
-            break
-    assert said and "mongoshift: stopping:" in said[-1], "".join(said)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    err = "".join(said) + err
+    out, err = twice_interrupted(proc)
     assert proc.returncode == 130, err
     error = json.loads(out)["error"]  # one JSON document, even here
     assert error["code"] == 130 and error["kind"] == "second_signal"
@@ -218,17 +223,8 @@ def test_a_second_ctrl_c_in_background_run_says_what_a_run_leaves_behind(project
     assert cli(project, "up").returncode == 0
     proc = start_cli(project, "background", "run", "0001_slow", "--json")
     wait_for(lambda: sync_client[project.db].slow.count_documents({"__v": 1}) >= 5)
-    proc.send_signal(signal.SIGINT)
-    said = []
-    assert proc.stderr is not None
-    for line in proc.stderr:  # until the first signal's line (the process's exit at the latest)
-        said.append(line)
-        if "mongoshift: stopping:" in line:
-            break
-    assert said and "mongoshift: stopping:" in said[-1], "".join(said)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, "".join(said) + err
+    out, err = twice_interrupted(proc)
+    assert proc.returncode == 130, err
     message = json.loads(out)["error"]["message"]
     assert "'mongoshift background unlock NAME' clears them now" in message and "background_lease_ttl_seconds" in message
     assert "'up'" not in message and "lock_ttl_seconds" not in message
@@ -240,16 +236,8 @@ def test_ctrl_c_under_log_format_json_keeps_every_stderr_line_one_json_object(pr
     project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
     proc = start_cli(project, "up", "--log-format", "json")
     wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
-    proc.send_signal(signal.SIGINT)
-    said = []
-    assert proc.stderr is not None
-    for line in proc.stderr:  # until the first signal's line (the process's exit at the latest)
-        said.append(line)
-        if "stopping:" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    lines = ("".join(said) + err).splitlines()
+    _, err = twice_interrupted(proc, "stopping:")
+    lines = err.splitlines()
     assert proc.returncode == 130, lines
     parsed = [json.loads(line) for line in lines]  # every line, none blank
     messages = [line["message"] for line in parsed if line["level"] == "warning"]
