@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -292,6 +294,32 @@ def start_cli(project: Project, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "mongoshift", *args], cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+@contextmanager
+def reaped(process: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """``process``, killed and waited for on the way out if the test left it running (a failed assertion, a hang)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def interrupt_at(process: subprocess.Popen[str], marker: Path, go: Path) -> str:
+    """SIGINT once ``process`` reached the point where it writes ``marker`` (a file its code under test creates, then
+    waits for ``go``), then let it go on; returns its stderr. Waits on the marker, not on time (with a hang guard)."""
+    with reaped(process):
+        for _ in range(2400):
+            if marker.exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert marker.exists(), process.communicate()
+        process.send_signal(signal.SIGINT)
+        go.write_text("")
+        _, stderr = process.communicate(timeout=120)
+    return stderr
 
 
 Cli = Callable[..., CliResult]

@@ -9,19 +9,15 @@ import pytest
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_the_dashboard_cleanly_with_exit_0(fast_project, stop: signal.Signals) -> None:  # type: ignore[no-untyped-def]
-    from ..conftest import start_cli
+    from ..conftest import reaped, start_cli
 
     process = start_cli(fast_project, "dashboard", "--port", "0")
-    try:
+    with reaped(process):
         assert process.stderr is not None
         assert process.stderr.readline().startswith("mongoshift dashboard on http://127.0.0.1:")
         assert process.stderr.readline().startswith("controls token")  # the server is listening: both lines come before it serves
         process.send_signal(stop)
         _, rest = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, rest
     assert rest.strip().splitlines() == [f"mongoshift dashboard: stopped ({stop.name})"]
 
@@ -31,19 +27,15 @@ def test_with_json_the_dashboard_has_printed_one_document_when_it_stops(fast_pro
     the one it prints once it listens, and none more when it stops."""
     import json
 
-    from ..conftest import start_cli
+    from ..conftest import reaped, start_cli
 
     process = start_cli(fast_project, "dashboard", "--port", "0", "--json")
-    try:
+    with reaped(process):
         assert process.stderr is not None
         url = process.stderr.readline().removeprefix("mongoshift dashboard on ").strip()
         token = process.stderr.readline().rsplit(" ", 1)[-1].strip()
         process.send_signal(signal.SIGINT)
         printed, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0
     assert json.loads(printed) == {"url": url, "read_only": False}
     assert token not in printed
@@ -54,19 +46,15 @@ def test_with_log_format_json_every_stderr_line_is_a_json_object(fast_project) -
     address, token and stop lines were plain text among them, which a log collector could not parse."""
     import json
 
-    from ..conftest import start_cli
+    from ..conftest import reaped, start_cli
 
     process = start_cli(fast_project, "dashboard", "--port", "0", "--log-format", "json")
-    try:
+    with reaped(process):
         assert process.stderr is not None
         first = json.loads(process.stderr.readline())
         token = json.loads(process.stderr.readline())
         process.send_signal(signal.SIGINT)
         _, rest = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0
     assert first["message"].startswith("mongoshift dashboard on http://127.0.0.1:") and first["logger"] == "mongoshift.dashboard"
     assert token["message"].startswith("controls token (this run only, printed once): ")

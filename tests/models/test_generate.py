@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import tomllib
 
 import pytest
@@ -527,29 +526,14 @@ for _ in range(2400):  # until the test has sent its signal (at most two minutes
 @pytest.mark.parametrize("command", [("collections", "generate"), ("create", "next", "--from-models")])
 def test_ctrl_c_while_the_models_import_writes_nothing_and_exits_11(project: Project, cli, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     """The stop was announced ("stopping: nothing new starts"), then the files were written and the command exited 0."""
-    import signal
-
-    from ..conftest import start_cli
+    from ..conftest import interrupt_at, start_cli
 
     write_models(project, PYDANTIC)
     assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
     before = {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()}
     write_models(project, PYDANTIC.replace("    kind: str\\n", "    kind: str\\n    level: int = 0\\n") + BLOCKING)
     process = start_cli(project, *command)
-    try:
-        marker = project.root / PACKAGE / "importing"
-        for _ in range(2400):
-            if marker.exists() or process.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert marker.exists(), process.communicate()
-        process.send_signal(signal.SIGINT)
-        (project.root / PACKAGE / "go").write_text("")
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    stderr = interrupt_at(process, project.root / PACKAGE / "importing", project.root / PACKAGE / "go")
     assert process.returncode == 11, stderr
     assert "before writing: nothing was written" in stderr
     assert {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()} == before

@@ -100,10 +100,7 @@ def tenants(settings):
 
 def test_ctrl_c_while_tenants_are_judged_writes_no_squash(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
     """``squash --all-tenants`` went on judging after Ctrl-C, wrote the squash file and exited 0."""
-    import signal
-    import time
-
-    from ..conftest import start_cli
+    from ..conftest import interrupt_at, start_cli
 
     project = tenant_project
     for name in ("0001_a", "0002_b"):
@@ -113,18 +110,6 @@ def test_ctrl_c_while_tenants_are_judged_writes_no_squash(tenant_project: Tenant
     project.write_config(provider="provided:tenants")
     before = sorted(p.name for p in project.migrations.iterdir())
     process = start_cli(project, "squash", "--to", "0002_b", "--all-tenants", "--yes")
-    try:
-        for _ in range(2400):
-            if (project.root / "selecting").exists() or process.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert (project.root / "selecting").exists(), process.communicate()
-        process.send_signal(signal.SIGINT)
-        (project.root / "go").write_text("")
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    stderr = interrupt_at(process, project.root / "selecting", project.root / "go")
     assert process.returncode == 11, stderr
     assert sorted(p.name for p in project.migrations.iterdir()) == before  # no squash file, no archive
