@@ -16,14 +16,8 @@ from mongoshift.celery.line import plan_line
 from mongoshift.errors import ConfigInvalidError, ExitCode, TaskRefusedError
 
 from .conftest import until
+from .test_line_tasks import STEP
 
-STEP = '''
-def up(ctx):
-    ctx.db.steps.insert_one({{"name": "{name}"}})
-
-def down(ctx):
-    ctx.db.steps.delete_many({{"name": "{name}"}})
-'''
 NAMES = [f"2026010100000{i}_step_{i}.py" for i in range(1, 3)]
 OPTIONS = LineOptions(lock_wait_seconds=0.2, poll_seconds=0.2, line_wait_seconds=60.0, intent_ttl_seconds=60.0)
 
