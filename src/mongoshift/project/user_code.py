@@ -56,7 +56,7 @@ def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
             except Exception:
                 raise
             except BaseException as exc:
-                raise _failure_of(exc) from None
+                raise failure_of(exc) from None
 
         return guarded_async
 
@@ -67,7 +67,7 @@ def guard_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception:
             raise
         except BaseException as exc:
-            raise _failure_of(exc) from None
+            raise failure_of(exc) from None
 
     return guarded
 
@@ -86,10 +86,10 @@ async def call(fn: Callable[..., Any], *args: Any) -> Any:
     except Exception:
         raise
     except BaseException as exc:
-        raise _failure_of(exc) from None
+        raise failure_of(exc) from None
 
 
-def _failure_of(exc: BaseException) -> BaseException:
+def failure_of(exc: BaseException) -> BaseException:
     """What user code's ``BaseException`` becomes: a :class:`UserCodeExit`, except the cancellation of
     the running task from outside (a timeout, a second Ctrl-C), which goes on as it is."""
     if isinstance(exc, asyncio.CancelledError):

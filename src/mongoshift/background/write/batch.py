@@ -59,7 +59,7 @@ from ...project.server_errors import (
     document_write_error,
     transient_transaction_error,
 )
-from ...project.user_code import call, guard_exit, is_async
+from ...project.user_code import call, failure_of, is_async
 from ...project.wording import plural
 from ..plan.bson_order import same_value
 from ..plan.planner import key_values
@@ -349,15 +349,20 @@ async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ct
 def _each_in_thread(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
     """A sync ``migrate`` for every document of the batch, in one worker-thread call; the same error rules.
 
-    ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`).
+    ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`):
+    what :func:`~mongoshift.project.user_code.guard_exit` makes of it, raised here, without a wrapper call per document.
     """
-    fn = guard_exit(fn)
     done = Transformed([])
     results, failed = done.results, done.failed
     append = results.append
     for copy in copies:
         try:
-            append(fn(copy, ctx))
+            try:
+                append(fn(copy, ctx))
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise failure_of(exc) from None
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise
