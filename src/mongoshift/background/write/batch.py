@@ -141,7 +141,7 @@ class Lent:
     def __init__(self, raws: list[bytes | memoryview] | None, copies: list[dict[str, Any]], codec: CodecOptions[Any]) -> None:
         self.raws = raws
         self.copies = copies
-        self.tops = [dict(copy) for copy in copies]
+        self.tops = list(map(dict.copy, copies))  # a plain dict each, as ``dict(copy)`` makes, without a bytecode loop
         immutable = IMMUTABLE
         self.nested = [value for copy in copies for value in copy.values() if type(value) not in immutable]
         self.encoded: bytes | None
