@@ -25,14 +25,7 @@ from hypothesis import given, settings, strategies as st
 from pymongo.collation import Collation
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, sync_client
 
 # ------------------------------------------------------------------------------- mongod's rule
 

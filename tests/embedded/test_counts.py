@@ -10,7 +10,6 @@ for byte, errors included. The other tests count the steps the fix removes (no t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,15 +22,8 @@ from mongoshift.background.plan.planner import batch_filter, bracket_counts
 from mongoshift.background.state.model import Checkpoint, Scope
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
+from .in_process import InProcessServer, count_calls, original, sync_client
 from .test_scans import MatchCounter, id_values, queries, seed, versions
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
 
 #: $group stages: pymongo's count, the same count under other names, and groups the fix leaves alone.
 GROUPS = [

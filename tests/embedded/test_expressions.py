@@ -16,25 +16,16 @@ only where mongoeco raises (or takes ``$add``'s date branch, left to mongoeco).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-import pytest
 from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 from hypothesis import given, settings, strategies as st
 
 from mongoshift.embedded.patches.expressions import Compiler, Fallback
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, sync_client
 
 FIELDS = ["a", "b", "n", "s", "l"]
 scalars = (

@@ -11,7 +11,6 @@ timing) and check transactions.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,14 +19,7 @@ from hypothesis import given, settings, strategies as st
 from pymongo.errors import OperationFailure, PyMongoError
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, stale_decodes, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, count_calls, original, stale_decodes, sync_client
 
 FIELDS = ["owner", "lease", "n", "done", "zz"]
 scalars = (

@@ -11,7 +11,6 @@ documents the update path decodes (no timing).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -22,14 +21,7 @@ from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, original_update_path, stale_decodes, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, count_calls, original, original_update_path, stale_decodes, sync_client
 
 FIELDS = ["a", "b", "B", "n", "__v", "__rev", "zz", "é"]
 scalars = (

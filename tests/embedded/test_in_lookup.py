@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Rege
 from hypothesis import given, settings, strategies as st
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, sync_client
+from .in_process import InProcessServer, sync_client
 
 pytest.importorskip("mongoeco")
 
@@ -115,12 +114,6 @@ def test_the_keys_that_must_meet_and_the_ones_that_must_not() -> None:
     assert key_of(stored(Decimal128("NaN"))) is None
     assert key_of(None) is None
     assert key_of(stored({"a": Regex("x")})) is None
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
 
 
 def document(i: int, value: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ transactions.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,14 +21,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongoshift.embedded.patches.pipeline_updates import stages
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, stale_decodes, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, count_calls, original, stale_decodes, sync_client
 
 FIELDS = ["a", "b", "n", "__v", "__rev", "zz"]
 scalars = (

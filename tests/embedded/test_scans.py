@@ -10,7 +10,6 @@ sees, which is what the fixes change (no timing).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -20,14 +19,7 @@ from hypothesis import given, settings, strategies as st
 from pymongo.errors import PyMongoError
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, original, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, original, sync_client
 
 # ---------------------------------------------------------------------------------------- values
 

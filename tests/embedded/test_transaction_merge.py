@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,14 +22,7 @@ from hypothesis import given, settings, strategies as st
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, original, sync_client
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
-
+from .in_process import InProcessServer, count_calls, original, sync_client
 
 FIELDS = ["a", "b", "k", "t", "__v", "__rev"]
 scalars = (

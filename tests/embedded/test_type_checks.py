@@ -18,7 +18,7 @@ from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Rege
 from hypothesis import given, settings, strategies as st
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, sync_client
+from .in_process import InProcessServer, sync_client
 
 ALIASES = [
     "double", "string", "object", "array", "binData", "objectId", "bool", "date", "null", "regex",
@@ -38,12 +38,6 @@ leaves = (
     ])
 )
 values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2), max_leaves=5)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
 
 
 def _answer(match: Any, document: dict[str, Any]) -> Any:

@@ -12,7 +12,6 @@ are in test_patch_costs.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from ..conftest import examples
-from .in_process import InProcessServer, in_process_server, sync_client
+from .in_process import InProcessServer, sync_client
 
 pytest.importorskip("mongoeco")
 
@@ -36,12 +35,6 @@ index_options = st.fixed_dictionaries(
         "partial": st.booleans(),
     }
 )
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
 
 
 def stored(i: int, values: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectI
 from hypothesis import given, settings, strategies as st
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, in_process_server, same_tree, sync_client
+from .in_process import InProcessServer, count_calls, same_tree, sync_client
 
 scalars = (
     st.integers(-(2**31), 2**31 - 1) | st.builds(Int64, st.integers(-(2**63), 2**63 - 1)) | st.floats(allow_nan=True)
@@ -26,12 +26,6 @@ scalars = (
 )
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "c.d"]), inner, max_size=3), max_leaves=8)
 documents = st.dictionaries(st.sampled_from(["a", "b", "v", "_x", "z"]), values, max_size=5)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
-    with in_process_server() as started:
-        yield started
 
 
 @examples(thorough=300, quick=60)
