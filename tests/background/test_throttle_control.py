@@ -53,8 +53,10 @@ async def test_a_pause_set_by_throttle_reaches_a_running_lane(fast_project, db) 
 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
-    [({}, "give a batch size, a pause in milliseconds or both"), ({"batch_size": 0}, "batch_size must be"), ({"pause_ms": -1}, "pause_ms must be"),
-     ({"batch_size": 10_001}, "batch_size must be"), ({"clear": True, "pause_ms": 5}, "alone")],
+    [({}, "give a batch size, a pause in milliseconds or both"),
+     ({"batch_size": 0}, "batch_size (--batch-size) must be a whole number from 1 to 10,000, not 0"),
+     ({"pause_ms": -1}, "pause_ms (--pause-ms) must be a whole number from 0 to 3,600,000, not -1"),
+     ({"batch_size": 10_001}, "batch_size (--batch-size) must be"), ({"batch_size": "5"}, "not '5'"), ({"clear": True, "pause_ms": 5}, "alone")],
 )
 async def test_a_bad_throttle_is_refused_with_53(fast_project, db, kwargs, words) -> None:  # type: ignore[no-untyped-def]
     fast_project.add(NAME, background_file())

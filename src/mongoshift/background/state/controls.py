@@ -228,7 +228,8 @@ def checked_pace(batch_size: int | None, pause_ms: int | None, *, clear: bool) -
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ThrottleInvalidError(f"throttle: {key} must be a whole number from {low:,} to {high:,}", field=key)
+            flag = "--" + key.replace("_", "-")  # the CLI's name of it, as batch (--batch) elsewhere
+            raise ThrottleInvalidError(f"throttle: {key} ({flag}) must be a whole number from {low:,} to {high:,}, not {value!r}", field=key)
         pace[key] = value
     return pace
 
