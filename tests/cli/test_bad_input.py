@@ -39,7 +39,7 @@ HUGE = "a" * 100_000
         (["up", "--batch", "1" * 100_000], 6, "is not a valid integer"),
         (["lint", HUGE], 8, ".py"),
         (["create", HUGE], 19, "max 81 characters"),
-        (["background", "cancel", HUGE], 9, "(run 'mongoshift up' first)"),
+        (["background", "cancel", HUGE], 9, "lists the registered ones)"),
         (["status", "--dir", HUGE], 44, "File name too long"),
     ],
 )

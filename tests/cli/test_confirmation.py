@@ -69,6 +69,18 @@ def test_a_background_control_of_a_name_not_registered_is_refused_before_asking(
     assert said in json.loads(result.stdout)["error"]["message"]
 
 
+def test_a_name_not_registered_is_told_what_to_do_by_whether_its_file_exists(project, no_terminal) -> None:  # type: ignore[no-untyped-def]
+    """A file not yet applied is registered by 'up'; a typo is not, and sending its author to 'up' would run every
+    pending migration for nothing: the hint says which of the two it is (exit 9 either way)."""
+    project.add("0002_bg.py", BACKGROUND)
+    pending = no_terminal(project, "background", "run", "0002_bg", "--json")
+    typo = no_terminal(project, "background", "run", "0002_gb", "--json")
+    assert (pending.returncode, typo.returncode) == (9, 9)
+    assert "run 'mongoshift up' first" in json.loads(pending.stdout)["error"]["message"]
+    said = json.loads(typo.stdout)["error"]["message"]
+    assert "'mongoshift up'" not in said and "no file of that name in the migrations folder" in said
+
+
 def test_retry_repin_refused_at_the_prompt_pins_nothing(project, sync_client, no_terminal) -> None:  # type: ignore[no-untyped-def]
     """``retry --from-start --repin`` without ``--yes`` and no terminal: exit 42 and, as it says, nothing changed
     (the file was pinned before the question)."""

@@ -207,3 +207,36 @@ def test_a_project_that_does_not_use_the_fixtures_starts_nothing(pytester: pytes
     heavy = ("pymongo", "mongoeco", "mongoshift.api", "mongoshift.embedded", "mongoshift.project", "mongoshift.testing.harness")
     assert "pytest" in loaded  # the check itself works
     assert [m for m in loaded if any(m == h or m.startswith(h + ".") for h in heavy)] == []
+
+
+def _doc_blocks(after: str) -> list[str]:
+    """The python code blocks of docs/testing.md's section ``after``, as printed there."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "testing.md").read_text(encoding="utf-8")
+    section = text.split(f"## {after}\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0].lstrip("\n") for block in section.split("```python")[1:]]
+
+
+def test_the_docs_examples_pass_as_printed(user_project: pytest.Pytester) -> None:
+    """docs/testing.md's round trip and background examples, copied from the page, pass on a project of the files
+    they name (the seed migration adds the same two users the background example inserts, as a reader's might)."""
+    migrations = user_project.path / "migrations"
+    for old in migrations.iterdir():
+        old.unlink()
+    round_trip, round_trip_async = _doc_blocks("An up/down round trip")
+    migration, background_test = _doc_blocks("A background transform")
+    assert migration.startswith("# migrations/0003_full_names.py")
+    (migrations / "0001_seed_users.py").write_text(
+        "def up(ctx):\n    ctx.db.users.insert_many([{'first': 'Ada', 'last': 'Lovelace'}, {'first': 'Alan', 'last': 'Turing'}])\n\n\n"
+        "def down(ctx):\n    ctx.db.users.drop()\n",
+        encoding="utf-8",
+    )
+    (migrations / "0002_users_email_index.py").write_text(
+        "def up(ctx):\n    ctx.db.users.create_index('email')\n\n\ndef down(ctx):\n    ctx.db.users.drop_index('email_1')\n",
+        encoding="utf-8",
+    )
+    (migrations / "0003_full_names.py").write_text(migration, encoding="utf-8")
+    user_project.makepyfile(test_round_trip=round_trip, test_round_trip_async=round_trip_async, test_background=background_test)
+    result = user_project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)

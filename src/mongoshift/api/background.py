@@ -56,8 +56,20 @@ async def _registered(engine: Engine, name: str) -> str:
     name = resolve_name(name, engine.settings.migrations_dir)
     wanted = name if name.endswith(".py") else name + ".py"
     if await engine.store.state(wanted) is None:
-        raise NotAppliedError(f"{wanted} is not a registered background migration (run 'mongoshift up' first)", file=wanted)
+        raise NotAppliedError(f"{wanted} is not a registered background migration ({_unregistered_hint(engine.settings, wanted)})", file=wanted)
     return wanted
+
+
+def _unregistered_hint(settings: Settings, wanted: str) -> str:
+    """What to do about a name that is not registered: 'up' registers a file that exists; for a typo,
+    pointing at 'up' would send the user to run every pending migration for nothing."""
+    try:
+        exists = (settings.migrations_dir / wanted).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL: no such file either way
+        exists = False
+    if exists:
+        return "run 'mongoshift up' first: it registers the background migration the file defines"
+    return "no file of that name in the migrations folder either; 'mongoshift background status' lists the registered ones"
 
 
 async def run(
