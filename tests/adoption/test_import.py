@@ -267,11 +267,13 @@ def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client, c
         {"fileName": "20240101000000-a.js", "appliedAt": datetime.datetime(2024, 1, 1), "migrationBlock": 1},
         {"appliedAt": datetime.datetime(2024, 1, 2), "migrationBlock": 1},  # its file name lost
         {"fileName": None, "appliedAt": datetime.datetime(2024, 1, 3), "migrationBlock": 1},
+        {"fileName": 20240104000000, "appliedAt": datetime.datetime(2024, 1, 4), "migrationBlock": 1},  # not text
+        {"fileName": True, "appliedAt": datetime.datetime(2024, 1, 5), "migrationBlock": 1},
     ])
     _add_marked(project, "20240101000000_a")
     report = _json(cli(project, "import", "--from", "migrate-mongo", "--dry-run", "--json"))
     assert [r["name"] for r in report["adopted"]] == ["20240101000000_a.py"]
-    assert report["unnamed"] == 2 and report["left_out"] == []
+    assert report["unnamed"] == 4 and report["left_out"] == []
     told = cli(project, "import", "--from", "migrate-mongo")
-    assert told.returncode == 0 and "2 left out for naming no file" in told.stdout
-    assert "2 migrate-mongo records without a file name field" in told.stderr
+    assert told.returncode == 0 and "4 left out for naming no file" in told.stdout
+    assert "4 migrate-mongo records without a file name (the field missing, null or not text)" in told.stderr

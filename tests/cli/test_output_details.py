@@ -115,8 +115,9 @@ def test_import_json_lists_the_warning_about_records_naming_no_file(project, cli
         assert code == 0
         report = json.loads(stdout)
         assert report["unnamed"] == 1
-        assert report["warnings"] == ["1 migrate-mongo record without a file name field: left out, as no file can match such a record"]
-        assert stderr.count("without a file name field") == 1
+        said = "1 migrate-mongo record without a file name (the field missing, null or not text): left out, as no file can match such a record"
+        assert report["warnings"] == [said]
+        assert stderr.count("without a file name (") == 1
 
 
 @pytest.mark.parametrize("flags", [["demo", "--uri", "mongodb://127.0.0.1:1"], ["--db", "mine", "demo"], ["demo", "--config", "x.toml"]])

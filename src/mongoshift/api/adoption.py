@@ -145,7 +145,8 @@ async def import_history_in(
         report.source = source
         if report.unnamed:
             report.warnings.append(
-                f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name field: left out, as no file can match such a record"
+                f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name (the field missing, null or not text): "
+                "left out, as no file can match such a record"
             )
         if not documents:
             exists = source_collection in await session.db.list_collection_names(filter={"name": source_collection})

@@ -63,7 +63,7 @@ class ForeignTool:
             entries = [
                 ForeignEntry(str(doc[name_key]), _time(doc.get(time_key)))
                 for doc in docs
-                if isinstance(doc.get(name_key), (str, int))
+                if self._names_a_file(doc.get(name_key))
                 and (self.name != "pymongo-migrate" or doc.get(time_key) is not None)
             ]
         latest: dict[str, ForeignEntry] = {}
@@ -75,8 +75,16 @@ class ForeignTool:
 
     def unnamed(self, documents: Iterable[dict[str, Any]]) -> int:
         """How many records name no file: no rule can match them, so ``import`` leaves them out and says so."""
-        key, kinds = ("name", (str,)) if self.name == "beanie" else (_KEYS[self.name][0], (str, int))
-        return sum(1 for doc in documents if not isinstance(doc.get(key), kinds))
+        key = "name" if self.name == "beanie" else _KEYS[self.name][0]
+        return sum(1 for doc in documents if not self._names_a_file(doc.get(key)))
+
+    def _names_a_file(self, value: object) -> bool:
+        """A record's name field as this tool writes it: text, or for mongodb-migrations (which names a file by the
+        digits of its time) a whole number; anything else (null, a boolean, a number where the tool writes text) was
+        not written by the tool as a file name, so it is counted as naming none rather than matched as its digits."""
+        if isinstance(value, str):
+            return True
+        return self.prefix_only and isinstance(value, int) and not isinstance(value, bool)
 
 
 _KEYS = {
