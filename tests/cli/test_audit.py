@@ -333,3 +333,16 @@ def test_documents_no_migration_can_upgrade_warn_as_stranded_without_their_id(pr
     document = json.loads(out)
     assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.stranded", NAME)}
     assert "background.stranded" in document["checks"] and "secret-id-zero" not in out
+
+
+def test_a_version_that_is_not_a_number_warns_as_stranded_without_its_id(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """``__v: "1"`` is no valid version (converge's min guard says the same): no migration upgrades it."""
+    seed(sync_client, project)
+    project.add(NAME, WORKS)
+    assert cli(project, "up")[0] == 0
+    assert cli(project, "background", "run", NAME)[0] == 0
+    sync_client[project.db].people.insert_one({"_id": "secret-id-text", "first": "F", "__v": "1"})
+    code, out, _ = cli(project, "audit", "--json")
+    document = json.loads(out)
+    assert code == 40 and {(f["check"], f["subject"]) for f in document["findings"]} == {("background.stranded", NAME)}
+    assert "secret-id-text" not in out

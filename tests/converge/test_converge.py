@@ -483,3 +483,24 @@ async def test_a_clustered_collections_own_index_is_never_planned(project, db, m
     assert [(a.name, a.action) for a in plan.actions] == [("a_1", "create")]
     report = await cv.converge(s, prune=True, confirm=True)
     assert report.success and (await cv.plan_converge(s, prune=True, check=True)).in_sync
+
+
+@pytest.mark.parametrize("stored", ["2", 2.0, True, {"$numberLong": "2"}, [2]], ids=["string", "double", "bool", "long", "array"])
+async def test_min_guard_counts_a_wrong_typed_version_as_below(project, db, stored: Any) -> None:  # type: ignore[no-untyped-def]
+    """A version the new rule (``bsonType: "int"``) would refuse is not a valid version: raising min is refused
+    while one is stored, as for a version below min, and plan and converge say the same."""
+    from bson.int64 import Int64
+
+    value = Int64(2) if isinstance(stored, dict) else stored
+    await cv.converge(settings_with(project, {"name": "docs", "versioning": {"current": 2, "min": 0}}))
+    await db.docs.insert_many([{"n": i, "__v": 2, "__rev": 0} for i in range(3)])
+    await db.docs.insert_one({"n": 3, "__v": value, "__rev": 0}, bypass_document_validation=True)
+    v2 = settings_with(project, {"name": "docs", "versioning": {"current": 2, "min": 2}})
+
+    [conflict] = (await cv.plan_converge(v2)).conflicts
+    assert conflict.target == "validator" and "not an int" in (conflict.reason or "")
+    with pytest.raises(ConvergeFailedError):
+        await cv.converge(v2)
+
+    await db.docs.update_one({"n": 3}, {"$set": {"__v": 2}}, bypass_document_validation=True)
+    assert (await cv.plan_converge(v2)).conflicts == []

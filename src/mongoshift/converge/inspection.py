@@ -5,7 +5,7 @@ function: the collection's kind and options (``listCollections``, one for every
 declared collection of a run), its indexes
 (``listIndexes``), its shard key (``config.collections``, when readable) and,
 when a versioning ``min`` is being raised, whether any document is still below
-it. That probe is bounded in time and returns a yes/no, never a document or an
+it or holds no valid version at all. That probe is bounded in time and returns a yes/no, never a document or an
 ``_id``.
 """
 
@@ -84,8 +84,15 @@ async def _shard_key(db: AsyncDatabase[Any], name: str) -> tuple[tuple[str, Any]
 
 
 async def probe_below(db: AsyncDatabase[Any], name: str, field_name: str, minimum: int, *, max_time_ms: int = PROBE_MAX_TIME_MS) -> MinProbe:
-    """Whether one document has ``field < minimum`` (missing or null counts as 0); ids are never read."""
-    query: dict[str, Any] = {"$or": [{field_name: {"$lt": minimum}}, {field_name: None}]}
+    """Whether one document has ``field < minimum`` or no valid version; ids are never read.
+
+    Valid is what the validator about to be set accepts, a 32-bit int: missing or null counts as 0,
+    and a wrong type (``"2"``, ``2.0``, a long, a bool) counts as below too, since the new rule
+    would refuse that document's next write just the same. An array is asked for by itself: ``$type``
+    and ``$lt`` match an array by its elements."""
+    query: dict[str, Any] = {
+        "$or": [{field_name: {"$lt": minimum}}, {field_name: {"$not": {"$type": "int"}}}, {field_name: {"$type": "array"}}]
+    }
     try:
         doc = await db[name].find_one(query, projection={"_id": 0, field_name: 1}, max_time_ms=max_time_ms)
     except ExecutionTimeout:

@@ -125,7 +125,7 @@ def _validator_actions(declaration: CollectionDeclaration, state: CollectionStat
         if probe.found:
             why = (
                 f"raising min to {versioning.min} is refused: a document still has {field_name} below "
-                f"{versioning.min} (or none); rewrite those documents first (a background migration), or declare "
+                f"{versioning.min} (or none, or one that is not an int); rewrite those documents first (a background migration), or declare "
                 f"min = 0 until then (the version typed, not required)"
             )
         else:

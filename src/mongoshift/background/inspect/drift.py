@@ -87,7 +87,8 @@ async def old_shape_left(db: AsyncDatabase[dict[str, Any]], state: State, *, uni
 def stranded_match(state: State, states: Sequence[State]) -> dict[str, Any] | None:
     """The documents no migration can upgrade, when ``state`` is the newest completed forward
     document migration of its collection (None otherwise): below its ``to_version`` (or without
-    a version), at a version that is no registered migration's ``from_version``."""
+    a version), at a version that is no registered migration's ``from_version``, or with a version
+    that is not a number at all."""
     if not _forward_documents(state) or state.status != "completed":
         return None
     field, collection = state.spec["version_field"], state.collection
@@ -99,6 +100,8 @@ def stranded_match(state: State, states: Sequence[State]) -> dict[str, Any] | No
     below: list[dict[str, Any]] = [{field: {"$lt": int(state.spec["to_version"]), "$nin": sources}}]
     if 0 not in sources:  # a missing or null version counts as 0
         below.append({field: None})
+    # a version that is not a number ("1", true) is no valid version: no migration's equality match takes it
+    below.append({field: {"$exists": True, "$not": {"$type": ["number", "null"]}}})
     return {"$or": below}
 
 
