@@ -471,6 +471,28 @@ def test_lock_across_tenants_says_a_dead_holder_is_taken_over_as_for_one_databas
     assert "held by " + row[1] == alone.stdout.strip(), across.stdout
 
 
+def test_lock_json_says_a_dead_holder_is_gone_as_the_text_does(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """``lock --json`` had the holder's fields only: "that process no longer runs" was in the text alone."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a pid of this host that no longer runs
+    held = tenant_project.tenants[1]
+    lock = {"_id": "migration_lock", "owner": "killed", "nonce": "n", "host": socket.gethostname(), "pid": ended.pid, "executed_by": "x"}
+    locks = sync_client[held]["_mongoshift_locks"]
+    locks.insert_one({**lock, "ttl_ms": 600_000, "expires_at": datetime.now(UTC) + timedelta(minutes=10)})
+    alone = json.loads(cli(tenant_project, "lock", "--db", held, "--json").stdout)
+    assert alone["held"] and alone["holder"]["gone"] is True and alone["holder"]["expired"] is False
+    across = cli(tenant_project, "lock", "--all-tenants", "--json")
+    assert across.returncode == 0, across.stderr
+    assert rows(across)[held]["result"]["holder"]["gone"] is True, across.stdout
+    locks.update_one({"_id": "migration_lock"}, {"$set": {"pid": os.getpid()}})  # a live process
+    assert json.loads(cli(tenant_project, "lock", "--db", held, "--json").stdout)["holder"]["gone"] is False
+
+
 async def test_with_wait_a_locked_tenant_is_waited_for(tenant_project: TenantProject, sync_client: MongoClient) -> None:
     from mongoshift.api.options import Lock
 

@@ -467,15 +467,21 @@ def lock() -> int:
 
         return across(
             s, tenants, "lock", lambda ms: ms.lock_status(), scan=False,
-            result_json=lambda holder: {"held": True, "holder": holder.__dict__}, before_table=holders,
+            result_json=lambda holder: {"held": True, "holder": _holder_json(holder)}, before_table=holders,
         )
     holder = run_async(lambda cancel: per_call(s).lock_status())
     out = output()
     if out.json_mode:
-        out.json({"held": holder is not None, "holder": holder.__dict__ if holder else None})
+        out.json({"held": holder is not None, "holder": _holder_json(holder) if holder else None})
     else:
         out.say("the lock is free" if holder is None else f"held by {_holder_text(holder)}")
     return 0
+
+
+def _holder_json(holder: Any) -> dict[str, Any]:
+    """A holder as ``lock --json`` shows it: its fields, and ``gone`` (its process provably no longer runs on
+    this host, so the next run takes it over), the fact the text says, which a script should not have to parse."""
+    return {**holder.__dict__, "gone": holder.gone()}
 
 
 def _holder_text(holder: Any) -> str:
