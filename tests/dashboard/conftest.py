@@ -111,8 +111,9 @@ async def sign_in(client: httpx.AsyncClient, path: str = "/") -> str:
     return csrf
 
 
-async def first_events(app: Any, path: str, count: int = 1) -> list[str]:
-    """The first ``count`` server-sent events of ``path``, read through the ASGI interface, then a disconnect."""
+async def first_events(app: Any, path: str, count: int = 1, statuses: list[int] | None = None) -> list[str]:
+    """The first ``count`` server-sent events of ``path``, read through the ASGI interface, then a disconnect
+    (the response's status appended to ``statuses`` when given)."""
     received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     disconnect = asyncio.Event()
     chunks: list[str] = []
@@ -132,6 +133,8 @@ async def first_events(app: Any, path: str, count: int = 1) -> list[str]:
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and statuses is not None:
+            statuses.append(message["status"])
         if message["type"] == "http.response.body":
             chunks.append(message.get("body", b"").decode())
             if "".join(chunks).count("\n\n") >= count:

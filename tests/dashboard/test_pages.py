@@ -381,3 +381,17 @@ async def test_requests_arriving_together_at_first_share_one_session(registered)
     finally:
         await dashboard.aclose()
     assert dashboard._client is None  # the client it opened is closed and forgotten: a later request opens a new one
+
+
+async def test_the_event_stream_of_an_unknown_migration_is_a_404_as_its_page(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """It streamed empty updates for ever; a browser's EventSource stops at a 404, and a known name still streams."""
+    client, _ = counted_client
+    app = make_app(registered, client)
+    web = http(app)
+    statuses: list[int] = []
+    await first_events(app, "/events?name=0009_nope", statuses=statuses)
+    assert statuses == [404]
+    missing = await web.get("/events?name=0009_nope")  # a whole response now: read as the page
+    assert missing.status_code == 404 and "0009_nope.py is not a registered background migration" in missing.text
+    (detail,) = await first_events(app, f"/events?name={NAME.removesuffix('.py')}")
+    assert detail.startswith("event: update\n") and 'data-testid="status">pending' in detail

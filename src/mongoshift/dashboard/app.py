@@ -259,6 +259,12 @@ def create_app(
         name = request.query_params.get("name")
         wanted = _file_name(name) if name else None
         poller = await dashboard.poller()
+        if wanted:
+            # As the migration's page: an unknown name is a 404 (a browser's EventSource then stops), not a stream
+            # of empty updates; while nothing was read yet it streams, and the first read tells.
+            snap = await poller.current(wanted)
+            if snap.read_at is not None and snap.report(wanted) is None:
+                return page(request, "error.html", {"message": f"{wanted} is not a registered background migration"}, 404)
         fragment = templates.get_template("_migration_live.html" if wanted else "_overview_live.html")
 
         async def stream() -> AsyncIterator[str]:
