@@ -617,3 +617,33 @@ def test_list_and_background_status_across_tenants_show_what_they_list(tenant_pr
     nothing = cli(tenant_project, "background", "status", "--all-tenants")
     assert nothing.stdout.startswith("no background migrations registered in the selected tenants\n"), nothing.stdout
     assert "tenant\tmigration\tstate" not in nothing.stdout
+
+
+def test_down_of_an_irreversible_file_across_tenants_is_refused_once_before_any_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """It was refused tenant by tenant (a rollout that ran, each row failed with 13, or stopped at the first);
+    a file without down(ctx) cannot be rolled back anywhere, so it is refused once, exit 13, no tenant started."""
+    two_migrations(tenant_project)
+    tenant_project.add("0003_c.py", "def up(ctx):\n    ctx.db.counters.update_one({'_id': '0003'}, {'$inc': {'n': 1}}, upsert=True)\n")
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    for command in ("down", "redo"):
+        result = cli(tenant_project, command, "0003_c.py", "--all-tenants", "--continue-on-error", "--json")
+        assert result.returncode == 13, (command, result.stdout, result.stderr)
+        document = json.loads(result.stdout)
+        assert "tenants" not in document and "0003_c.py has no down(ctx)" in json.dumps(document), document
+    for name in tenant_project.tenants:
+        assert applied(sync_client, name) == ["0001_a.py", "0002_b.py", "0003_c.py"]
+        assert counters(sync_client, name) == {"0001": 1, "0002": 1, "0003": 1}
+    # a reversible file still rolls back across tenants
+    assert cli(tenant_project, "down", "0002_b.py", "--all-tenants").returncode == 0
+
+
+async def test_down_across_of_an_irreversible_file_raises_before_any_tenant_starts(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.api.tenants import down_across
+    from mongoshift.errors import IrreversibleMigrationError
+
+    tenant_project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    events: list[Event] = []
+    with pytest.raises(IrreversibleMigrationError):
+        await down_across(tenant_project.settings(), Tenants(all=True, continue_on_error=True), target="0001_a", observers=[events.append])
+    assert [e for e in events if e.kind == "tenant_start"] == []

@@ -22,7 +22,7 @@ from pymongo.errors import PyMongoError
 from ..errors import MongoshiftError, TenantsInvalidError
 from ..project.connection import connect
 from ..project.events import Event, Events, Observer
-from ..project.loader import MigrationFile, import_first, resolve_name
+from ..project.loader import MigrationFile, import_first, refuse_irreversible, resolve_name
 from ..project.run import CancelSignal
 from ..project.server_errors import from_pymongo
 from ..project.session import Project
@@ -251,8 +251,23 @@ async def down_across(settings: Settings, tenants: Tenants, **options: Any) -> R
     """``down`` on each selected tenant (``options``: those of :meth:`Mongoshift.down`)."""
     client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
     return await across_tenants(
-        settings, lambda ms: ms.down(**options), tenants, command="down", judge=judge_run, client=client, observers=observers, cancel=cancel
+        settings, lambda ms: ms.down(**options), tenants, command="down", judge=judge_run, client=client, observers=observers, cancel=cancel,
+        prepare=reversible_for_down(settings, options.get("target")),
     )
+
+
+def reversible_for_down(settings: Settings, target: str | None) -> Callable[[list[MigrationFile]], None] | None:
+    """``prepare`` of a ``down`` or ``redo`` of FILE across tenants: a file without ``down(ctx)`` is refused once
+    (exit 13) before any tenant is touched, not tenant by tenant; None when no file is named (each tenant's
+    own line says what it rolls back)."""
+    if target is None:
+        return None
+    name = resolve_name(target, settings.migrations_dir)
+
+    def checked(files: list[MigrationFile]) -> None:
+        refuse_irreversible(files, name)
+
+    return checked
 
 
 async def status_across(settings: Settings, tenants: Tenants, *, check: bool = False, client: AsyncMongoClient[Any] | None = None) -> RolloutReport:

@@ -211,12 +211,12 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 
     s = settings()
     if (tenants := requested()) is not None:
-        from ..api.tenants import judge_run  # start-up time: the API loads when a command runs
+        from ..api.tenants import judge_run, reversible_for_down  # start-up time: the API loads when a command runs
 
         return across(
             s, tenants, "down",
             lambda ms: ms.down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered),
-            judge=judge_run, result_json=lambda r: r.to_json(),
+            judge=judge_run, result_json=lambda r: r.to_json(), prepare=reversible_for_down(s, file),
         )
     report = run_async(
         lambda cancel: per_call(s, cancel=cancel).down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered)
@@ -238,10 +238,11 @@ def redo(file: str | None, no_lock: bool, wait: float | None) -> int:
 
     s = settings()
     if (tenants := requested()) is not None:
-        from ..api.tenants import judge_run  # start-up time: the API loads when a command runs
+        from ..api.tenants import judge_run, reversible_for_down  # start-up time: the API loads when a command runs
 
         return across(
-            s, tenants, "redo", lambda ms: ms.redo(file, lock=Lock(not no_lock, wait)), judge=judge_run, result_json=lambda r: r.to_json()
+            s, tenants, "redo", lambda ms: ms.redo(file, lock=Lock(not no_lock, wait)), judge=judge_run, result_json=lambda r: r.to_json(),
+            prepare=reversible_for_down(s, file),
         )
     report = run_async(lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait)))
     _render_report(report)

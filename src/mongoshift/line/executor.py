@@ -367,7 +367,7 @@ class Executor:
         for step in steps:
             load(step.file)
             self.background.align(step.file)
-            if step.direction == "down" and step.file.background is None and not step.file.is_squash and step.file.down is None:
+            if step.direction == "down" and step.file.irreversible:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
                 )

@@ -33,6 +33,7 @@ from ..errors import (
     InvalidExportError,
     InvalidNameError,
     IOFailedError,
+    IrreversibleMigrationError,
 )
 from ..schema.validation import list_errors
 from .redaction import describe_error
@@ -130,6 +131,12 @@ class MigrationFile:
         module = self._loaded()
         fn = getattr(module, "down", None)
         return fn if callable(fn) else None
+
+    @property
+    def irreversible(self) -> bool:
+        """A plain migration without ``down(ctx)``: nothing can roll it back, in any database (a background
+        migration's revert depends on what it rewrote there, a squash file's on its parts)."""
+        return self.background is None and not self.is_squash and self.down is None
 
     @property
     def description(self) -> str | None:
@@ -495,6 +502,15 @@ def _where(exc: BaseException, path: Path) -> str:
         if Path(frame.filename) == path:
             return f" (line {frame.lineno})"
     return ""
+
+
+def refuse_irreversible(files: list[MigrationFile], target: str) -> None:
+    """Refuse a rollback of ``target`` when its file has no ``down(ctx)`` (exit 13), before anything is written:
+    across tenants once, up front, not in every tenant whose line has it applied."""
+    name = target if target.endswith(".py") else target + ".py"
+    for item in files:
+        if item.name == name and load(item).irreversible:
+            raise IrreversibleMigrationError(f"{name} has no down(ctx): it cannot be rolled back", file=name)
 
 
 def import_first(files: list[MigrationFile], *, target: str | None = None, to: str | None = None, applied: Iterable[str] = ()) -> None:
