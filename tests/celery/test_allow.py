@@ -112,3 +112,29 @@ def test_a_tenant_rollback_a_worker_does_not_allow_runs_nothing(project) -> None
     row = worker.tenant.apply(args=(payload,), task_id=uuid.uuid4().hex).get()
     assert (row["name"], row["outcome"]) == ("tenant_a", "failed")
     assert (row["error"]["kind"], row["error"]["code"]) == ("task_refused", 54) and "does not take rollbacks" in row["error"]["message"]
+
+
+async def test_a_destructive_converge_needs_the_workers_consent_as_a_rollback_does(project, db) -> None:  # type: ignore[no-untyped-def]
+    """``enqueue_converge(yes=True)`` rebuilt and dropped indexes on any worker; it now needs ``converge_destructive``
+    in ``allow``, on the producer (refused when queued) and on the worker (refused when run, nothing changed)."""
+    from mongoshift.celery import CONVERGE_DESTRUCTIVE, TASK_KINDS
+
+    assert TASK_KINDS == LINE_KINDS | {CONVERGE_DESTRUCTIVE} == {"up", "down", "redo", "unordered", "converge_destructive"}
+    (project.root / "collections").mkdir(exist_ok=True)
+    (project.root / "collections" / "items.toml").write_text('indexes = [{ keys = { x = 1 }, name = "x_1", sparse = true }]\n')
+    await db.items.create_index("x", name="x_1")  # not sparse: converge must rebuild it, a destructive step
+    settings = project.settings()
+
+    default = register(_app(), settings=settings)
+    with pytest.raises(TaskRefusedError) as caught:
+        default.enqueue_converge(yes=True)
+    assert caught.value.exit_code == 54 and caught.value.details["refused"] == ["converge_destructive"]
+    result = default.converge.apply(kwargs={"yes": True}).get()  # past enqueue: straight to the worker
+    assert result["success"] is False and (result["error"]["kind"], result["error"]["code"]) == ("task_refused", 54)
+    assert "add 'converge_destructive'" in result["error"]["message"]
+    assert "sparse" not in (await db.items.index_information())["x_1"]  # nothing rebuilt
+
+    consenting = register(_app(), settings=settings, allow={"up", "converge_destructive"})
+    done = consenting.converge.apply(kwargs={"yes": True}).get()
+    assert done.get("success", True) is not False, done
+    assert (await db.items.index_information())["x_1"].get("sparse") is True

@@ -24,11 +24,13 @@ from .background import BackgroundOptions
 from .line import LineOptions
 from .payloads import VERSIONS, CoordinatorPayload, LanePayload, TenantPayload, UpPayload
 from .results import BackgroundResult, LineResult
-from .tasks import DEFAULT_ALLOW, LINE_KINDS, BackgroundStart, LineGroup, MongoshiftTasks, TenantGroup, register
+from .tasks import CONVERGE_DESTRUCTIVE, DEFAULT_ALLOW, LINE_KINDS, TASK_KINDS, BackgroundStart, LineGroup, MongoshiftTasks, TenantGroup, register
 
 __all__ = [
+    "CONVERGE_DESTRUCTIVE",
     "DEFAULT_ALLOW",
     "LINE_KINDS",
+    "TASK_KINDS",
     "VERSIONS",
     "BackgroundOptions",
     "BackgroundResult",

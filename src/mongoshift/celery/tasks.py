@@ -56,11 +56,19 @@ SettingsSource = api.Settings | Callable[[], api.Settings] | str | Path | None
 #: The kinds of line task a worker may take (``register(app, allow=...)``): the line forward in order (``up``),
 #: rollbacks (``down``), ``redo``, and one file run on its own, outside the line's order (``unordered``).
 LINE_KINDS = frozenset({"up", "down", "redo", "unordered"})
+#: The one other consent: a converge queued with ``yes=True`` rebuilds and drops indexes (``--yes``), which a
+#: plain converge refuses (exit 42); anyone who can write to the broker can queue that too.
+CONVERGE_DESTRUCTIVE = "converge_destructive"
+#: Every kind ``allow`` takes.
+TASK_KINDS = LINE_KINDS | {CONVERGE_DESTRUCTIVE}
 #: What a worker takes unless its registration says more: the line forward, in order. Anyone who can write to
 #: the broker can queue a task, so a rollback or a file run out of order needs the worker's own consent.
 DEFAULT_ALLOW = frozenset({"up"})
 #: What each kind is, in a refusal's message.
-_KIND_WORDS = {"up": "the line's migrations", "down": "rollbacks", "redo": "redos", "unordered": "one file run outside the line's order"}
+_KIND_WORDS = {
+    "up": "the line's migrations", "down": "rollbacks", "redo": "redos", "unordered": "one file run outside the line's order",
+    CONVERGE_DESTRUCTIVE: "a converge's destructive steps (yes=True: rebuilds and drops)",
+}
 
 
 def _run[T](coro: Coroutine[Any, Any, T]) -> T:
@@ -522,7 +530,10 @@ class MongoshiftTasks:
         """Queue a converge of the declared collections (``yes``: its destructive steps too).
 
         Like a line task, it waits for a held migration lock (``lock_wait_seconds`` at a time,
-        asking again after ``poll_seconds``) for at most ``line_wait_seconds``."""
+        asking again after ``poll_seconds``) for at most ``line_wait_seconds``. ``yes`` needs the consent
+        ``converge_destructive`` in ``allow``, here as on the worker: without it, :class:`TaskRefusedError` (54)."""
+        if yes and (refused := self.refusal(self.converge.name, (CONVERGE_DESTRUCTIVE,))) is not None:
+            raise refused
         kwargs = {"yes": bool(yes), "wait_until": time.time() + self.line.line_wait_seconds}
         return self.converge.apply_async(kwargs=kwargs, **self._routing())
 
@@ -530,6 +541,9 @@ class MongoshiftTasks:
         if isinstance(wait_until, bool) or not isinstance(wait_until, (int, float, type(None))):
             raise TaskInvalidError(f"{task.name}: wait_until must be a Unix time, not a {type(wait_until).__name__}", task=task.name)
         deadline = wait_until if wait_until is not None else time.time() + self.line.line_wait_seconds  # queued by hand
+        if yes and (refused := self.refusal(task.name, (CONVERGE_DESTRUCTIVE,))) is not None:
+            log.warning("%s: refused a converge with yes=True (%s)", task.name, refused.kind)
+            return _failure(refused, refused.message)
         try:
             report = _run(api.converge(self.settings(), confirm=bool(yes), lock=api.Lock(wait=self.line.lock_wait_seconds), observers=self.observers))
         except LockHeldError as exc:
@@ -598,9 +612,10 @@ def register(
     the project file; None: ``MONGOSHIFT_CONFIG``, else the worker's working directory, as the
     CLI looks. ``prefix`` names the tasks (``mongoshift.up``, ...); ``queue`` routes them.
     ``observers``: functions that receive the events of every run in the worker (docs/observability.md).
-    ``allow``: the kinds of line task its workers take (:data:`LINE_KINDS`; default only ``up``, the line
-    forward in order): a rollback, a redo or one file out of order queued by any producer is refused
-    (``task_refused``, exit 54) and never run unless the worker's own registration allows it."""
+    ``allow``: the kinds of task its workers take (:data:`TASK_KINDS`: the line's :data:`LINE_KINDS` and
+    ``converge_destructive``; default only ``up``, the line forward in order): a rollback, a redo, one file out
+    of order or a converge with ``yes=True`` queued by any producer is refused (``task_refused``, exit 54) and
+    never run unless the worker's own registration allows it."""
     if not isinstance(app, Celery):
         raise ConfigInvalidError(f"register() takes a Celery app, not {type(app).__name__}")
     if not isinstance(prefix, str) or not prefix or not all(part.isidentifier() for part in prefix.split(".")):
@@ -611,8 +626,8 @@ def register(
     if listed is None or any(not callable(o) or inspect.iscoroutinefunction(o) for o in listed):
         raise ConfigInvalidError("observers must be a list of plain functions (called, not awaited)")
     if isinstance(allow, str) or not isinstance(allow, (set, frozenset, list, tuple)) or any(not isinstance(k, str) for k in allow):
-        raise ConfigInvalidError(f"allow must be a set of the kinds {', '.join(sorted(LINE_KINDS))}, not {type(allow).__name__}")
-    unknown = sorted(set(allow) - LINE_KINDS)
+        raise ConfigInvalidError(f"allow must be a set of the kinds {', '.join(sorted(TASK_KINDS))}, not {type(allow).__name__}")
+    unknown = sorted(set(allow) - TASK_KINDS)
     if unknown:
-        raise ConfigInvalidError(f"allow takes {', '.join(sorted(LINE_KINDS))}, not {', '.join(map(repr, unknown))}")
+        raise ConfigInvalidError(f"allow takes {', '.join(sorted(TASK_KINDS))}, not {', '.join(map(repr, unknown))}")
     return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions(), listed, frozenset(allow))
