@@ -354,6 +354,27 @@ def test_verbose_with_json_keeps_one_document_on_stdout(project, cli) -> None:  
     assert "Traceback" in result.stderr and "tb-hunter11" not in result.stdout + result.stderr
 
 
+DUPLICATE_KEY_BUILT = """
+async def up(ctx):
+    await ctx.db.people.create_index("email", unique=True, name="email_unique")
+    email = "-".join(["zebra", "7731"]) + "@leak.example"  # the source lines a traceback shows do not hold the value
+    await ctx.db.people.insert_one({"email": email})
+    await ctx.db.people.insert_one({"email": email})
+"""
+
+
+def test_verbose_traceback_of_a_server_error_holds_no_document_value(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A driver error (a duplicate key) reaches the command line as the cause of the migration's failure:
+    the traceback -v prints for it ends with pymongo's own text, ``dup key: {...}`` and ``keyValue``
+    quoting the document; it goes through the same redaction as every other line."""
+    project.add("0001_dup.py", DUPLICATE_KEY_BUILT)
+    for args in (["up", "-v"], ["up", "-v", "--json"]):
+        result = cli(project, *args)
+        assert result.returncode == 7, result.stderr
+        assert "DuplicateKeyError" in result.stderr and result.stderr.count("Traceback") >= 2
+        assert "zebra-7731" not in result.stdout + result.stderr
+
+
 RAISES_ON_IMPORT = 'raise RuntimeError("cannot reach mongodb://admin:imp-hunter12@db.example.com/x with password=imp-hunter13")\n'
 
 

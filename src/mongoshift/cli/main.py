@@ -605,7 +605,8 @@ def demo() -> None:
 def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None = None) -> None:
     """Report ``error`` (one JSON document with --json) and exit with its code; -v adds the traceback."""
     if cause is not None and ("-v" in args or "--verbose" in args):
-        traceback.print_exception(cause, file=sys.stderr)
+        # A driver error's text ends its traceback and quotes documents (``dup key: {...}``): cleaned as a logged one is.
+        print(redact("".join(traceback.format_exception(cause)), limit=20_000), file=sys.stderr, end="")
     Output(json_mode="--json" in args, quiet=True, log_json=_log_json(args)).error(error)
     sys.exit(error.exit_code)
 
