@@ -167,6 +167,29 @@ def test_status_across_tenants_counts_each_migration_and_check_fails_when_one_is
     assert plain.returncode == 0 and "migrations across tenants" in plain.stdout
 
 
+def header_after(stdout: str, title: str) -> list[str]:
+    """The column names of the piped table titled ``title``."""
+    lines = stdout.splitlines()
+    return lines[lines.index(title) + 1].split("\t")
+
+
+def test_the_report_counts_migrations_only_for_commands_that_run_them(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
+    """A read-only command's table had ``applied`` and ``rolled back`` columns of zeros beside tenants whose every
+    migration is applied ("applied 0" for a tenant where two are): only commands that run (or record) migrations
+    count them."""
+    two_migrations(tenant_project)
+    up = cli(tenant_project, "up", "--all-tenants")
+    assert up.returncode == 0, up.stderr
+    assert header_after(up.stdout, "up across tenants") == ["tenant", "outcome", "applied", "rolled back", "duration", "note"]
+    for command in (["status"], ["list"], ["lock"], ["audit"], ["converge", "--check"]):
+        result = cli(tenant_project, *command, "--all-tenants")
+        assert result.returncode == 0, result.stderr
+        header = header_after(result.stdout, f"{' '.join(command)} across tenants")
+        assert header == ["tenant", "outcome", "duration", "note"], (command, header)
+    dry = cli(tenant_project, "dry-run", "down", "--all-tenants")
+    assert header_after(dry.stdout, "dry-run down across tenants")[2:4] == ["would apply", "would roll back"]
+
+
 def test_each_tenants_warnings_are_printed_and_a_reverted_file_counts_as_pending(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
     """Across tenants, the warnings ``up --db TENANT`` prints (here: a file changed on disk after it was
     applied) reach stderr named by tenant, not only the ``--json`` rows; and a file rolled back in a

@@ -249,6 +249,12 @@ def _tenant_warnings(report: RolloutReport) -> None:
             out.warn(f"{row.name}: stopped before {item['migration']}: it waits for {', '.join(item['waits_for'])}")
 
 
+#: The commands whose rows count migrations run (or, dry, that would run) or recorded: the table's ``applied`` and
+#: ``rolled back`` columns. Every other command (status, lock, audit, converge, background ...) leaves them out: a
+#: column of zeros beside a tenant whose every migration is applied read as "nothing applied there".
+_COUNTING = frozenset({"up", "down", "redo", "dry-run up", "dry-run down", "import", "baseline"})
+
+
 def render(
     report: RolloutReport,
     *,
@@ -266,19 +272,19 @@ def render(
     if before_table is not None:
         before_table(report)
     _tenant_warnings(report)
+    counts = report.command in _COUNTING
     rows = [
         (
             r.name + (" (canary)" if r.canary else ""),
             r.outcome,
-            r.applied,
-            r.rolled_back,
+            *((r.applied, r.rolled_back) if counts else ()),
             "" if r.duration_ms is None else f"{r.duration_ms} ms",
             f"{r.error.kind}: {r.error.message}" if r.error else "",
         )
         for r in report.rows
     ]
     counted = ["would apply", "would roll back"] if report.command.startswith("dry-run") else ["applied", "rolled back"]  # nothing ran
-    out.table(["tenant", "outcome", *counted, "duration", "note"], rows, title=f"{report.command} across tenants")
+    out.table(["tenant", "outcome", *(counted if counts else ()), "duration", "note"], rows, title=f"{report.command} across tenants")
     if report.ok:
         out.say(report.summary())
     else:
