@@ -202,6 +202,24 @@ def test_a_real_second_ctrl_c_still_stops_at_once_with_130(project, sync_client)
     assert "'mongoshift unlock' clears it" in error["message"]  # what is left behind, and the way out
 
 
+def test_a_second_ctrl_c_says_the_next_run_here_takes_the_lock_over(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """The second signal's message said the lock stays held until its time-to-live runs out or 'unlock' clears
+    it, which sent the reader to wait a minute or to unlock by hand: the next run on this host takes it over at
+    once (its holder is gone), and says so."""
+    project.add("0001_slow.py", SLOW.format(name="slow", seconds=30))
+    proc = start_cli(project, "up", "--json")
+    wait_for(lambda: sync_client[project.db].marks.count_documents({}) == 1)
+    out, err = twice_interrupted(proc)
+    assert proc.returncode == 130, err
+    message = json.loads(out)["error"]["message"]
+    assert "the next run on this host takes it over at once" in message, message
+    assert "'mongoshift unlock' clears it" in message and "lock_ttl_seconds" in message  # the way out elsewhere
+    project.add("0001_slow.py", QUICK)  # never recorded: the next run runs it again
+    again = cli(project, "up")
+    assert again.returncode == 0, again.stderr
+    assert "took over the lock" in again.stderr
+
+
 SLOW_BACKGROUND = """
 import time
 from mongoshift import Background

@@ -199,8 +199,9 @@ def _warn_secrets_in_file(out: Output) -> None:
 STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
 #: What a second signal leaves behind, said as the process ends at once (each command that holds something else names it).
 LEFT_BEHIND = (
-    "a lock this run held stays held until its time-to-live (lock_ttl_seconds) runs out, or 'mongoshift unlock' "
-    "clears it; a migration that was running is not recorded and runs again with the next 'up'"
+    "a lock this run held stays held: the next run on this host takes it over at once (this process is gone); "
+    "from another host, wait for its time-to-live (lock_ttl_seconds) or 'mongoshift unlock' clears it; "
+    "a migration that was running is not recorded and runs again with the next run"
 )
 
 
