@@ -137,3 +137,16 @@ def test_strict_check_puts_a_missing_file_first(project, cli) -> None:  # type: 
     changed.write_text(QUICK + "\n# edited\n")
     gone.unlink()
     assert cli(project, "status", "--check", "--strict").returncode == 8
+
+
+def test_the_summary_line_says_how_many_pending_files_failed(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A failed file is pending (``up`` runs it again), but "0 applied, 2 pending" under a table whose first row
+    says ``failed`` read as if nothing had run: the line names the failed ones among the pending."""
+    project.add("0001_a.py", "def up(ctx):\n    raise RuntimeError('no')\n")
+    project.add("0002_b.py", QUICK)
+    assert cli(project, "up").returncode == 7
+    result = cli(project, "status")
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "0 applied, 2 pending (1 failed)", result.stdout
+    project.add("0001_a.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    assert cli(project, "status").stdout.splitlines()[-1] == "2 applied, 0 pending"

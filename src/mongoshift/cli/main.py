@@ -295,7 +295,12 @@ def status(check: bool, strict: bool | None) -> int:
         out.warn(f"the files of applied migrations are missing: {', '.join(missing)}")
     if not out.json_mode:
         applied = sum(r.state == "applied" for r in rows)
-        out.say(f"{applied} applied, {len(pending)} pending" + (f", {len(missing)} missing" if missing else ""))
+        failed = sum(r.state == "failed" for r in rows)  # pending too (up runs them again), but said: the table shows them failed
+        out.say(
+            f"{applied} applied, {len(pending)} pending"
+            + (f" ({failed} failed)" if failed else "")
+            + (f", {len(missing)} missing" if missing else "")
+        )
     from ..line.plan import status_verdict  # start-up time: the runner loads when a command runs
 
     verdict = status_verdict(rows, s) if check else None
