@@ -285,3 +285,46 @@ async def test_a_failed_conversion_never_shows_the_document_value(project: Proje
         if collection != "members":
             shown += [repr(doc) async for doc in db[collection].find()]
     assert events and all("gold" not in text for text in shown)
+
+
+#: ``mongoshift create shape --from-models`` in a real process that is killed (SIGKILL, as kill -9) at the point
+#: between writing its migration and writing the models snapshot.
+KILLED_BEFORE_THE_SNAPSHOT = """
+import os, runpy, signal, sys
+from mongoshift.models import snapshot
+snapshot.write = lambda folder, snap: os.kill(os.getpid(), signal.SIGKILL)
+sys.argv = ["mongoshift", "create", "shape", "--from-models"]
+runpy.run_module("mongoshift", run_name="__main__")
+"""
+
+
+def test_a_run_killed_between_its_migration_and_the_snapshot_is_completed_not_written_again(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 after the migration was written and before the snapshot was made the next run write the same change
+    again (a second migration of the same shape step); the file's last line records its shape, and the rerun folds it in."""
+    import subprocess
+    import sys
+
+    from ..conftest import cli_env
+
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    snapshot = project.root / "collections" / "_models.json"
+    before = json.loads(snapshot.read_text(encoding="utf-8"))
+    write_models(project, AFTER)
+
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_THE_SNAPSHOT], cwd=project.root, env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    (written,) = project.migrations.glob("*.py")
+    assert json.loads(snapshot.read_text(encoding="utf-8")) == before  # the snapshot never got the new shape
+
+    again = cli(project, "--json", "create", "shape", "--from-models")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["files"] == [] and list(project.migrations.glob("*.py")) == [written]
+    assert "did not record the shape of members" in again.stderr
+    shapes = json.loads(snapshot.read_text(encoding="utf-8"))["shapes"]
+    assert shapes["members"]["version"] == 1 and "full_name" in shapes["members"]["fields"]
+    # and the next change of the models is the next step, 1 to 2
+    write_models(project, AFTER.replace("    nickname: Optional[str] = None\n", ""))
+    following = cli(project, "--json", "create", "drop_nickname", "--from-models")
+    assert following.returncode == 0, following.stderr
+    assert [(c["from_version"], c["to_version"]) for c in json.loads(following.stdout)["collections"]] == [(1, 2)]

@@ -93,7 +93,11 @@ def _create(settings: Settings, name: str, models: str | None, stop: Callable[[]
         )
     found = plan(package, snapshot.shapes, find_models(package))
     written = [c for c in found.changes if c.changes]
-    sources = [(name if len(written) == 1 else f"{name}_{c.collection}", render(c, package)) for c in written]
+    # each file ends with the shape it records: a run killed before the snapshot is completed by the next (snapshot.heal)
+    sources = [
+        (name if len(written) == 1 else f"{name}_{c.collection}", render(c, package) + snapshots.marker(c.collection, found.shapes[c.collection]))
+        for c in written
+    ]
     if stop is not None:
         stop()
     files: list[Path] = []

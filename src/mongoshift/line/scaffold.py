@@ -191,7 +191,7 @@ def create_migration(
     if path.exists():
         raise MigrationFileExistsError(f"{path.name} already exists")
     if source is not None:
-        _write(path, source)
+        _replace(path, source)  # whole or not at all: a generated file's last line records its shape (models.snapshot)
         return path
     if template is not None:
         if template.exists() and not template.is_file():  # a device (/dev/zero) would be read without end

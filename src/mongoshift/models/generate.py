@@ -14,6 +14,7 @@ exactly the merged declaration.
 from __future__ import annotations
 
 import difflib
+import logging
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from . import snapshot as snapshots
 from .merge import canonical, merge_declaration
 from .readers import ModelShape, find_models, index_form
 from .toml_text import document, edit
+
+log = logging.getLogger("mongoshift.models")
 
 
 @dataclass
@@ -139,6 +142,11 @@ def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapsh
     if models is not None and not models.strip():  # `--models ""` fell back to the snapshot's package, as if unsaid
         raise ModelsInvalidError("--models '' is not a module name (such as myapp.models); leave it out to use the snapshot's")
     snapshot = snapshots.read(settings.collections_dir)
+    if snapshot is not None and (healed := snapshots.heal(snapshot, settings.migrations_dir)):
+        log.warning(
+            "the models snapshot did not record the shape of %s that a migration written from the models does "
+            "(a run stopped before the snapshot was written): recorded now", ", ".join(healed),
+        )
     package = models or (snapshot.models if snapshot else None)
     if not package:
         raise ModelsInvalidError("name the models package: --models PKG (such as myapp.models); later runs take it from the snapshot")

@@ -5,6 +5,12 @@ that lets a regeneration tell a hand edit from a model change) and the shape the
 the last ``create --from-models`` (the "before" of the next data migration) with its version.
 Its name starts with ``_``, so the declarations loader skips it. It is written whole through a
 temporary file and a rename: a failed write leaves the previous snapshot.
+
+``create --from-models`` writes its migrations first and the snapshot last; a process killed
+between the two would leave shapes the snapshot does not record, and the next run would write
+the same change again. So each such migration ends with a marker line holding the shape it
+records, and every run that reads the snapshot first folds in the shapes of migrations newer
+than it (:func:`heal`): the rerun completes the interrupted one.
 """
 
 from __future__ import annotations
@@ -48,6 +54,51 @@ class Snapshot:
             "declarations": dict(sorted(self.declarations.items())),
             "shapes": {name: shape.to_json() for name, shape in sorted(self.shapes.items())},
         }
+
+
+#: The last line of a migration written by ``create --from-models``, before the shape it records (JSON).
+MARKER = "# mongoshift models shape: "
+
+
+def marker(collection: str, shape: Shape) -> str:
+    """The marker line of a generated migration: one line of JSON, ASCII only."""
+    data = {"collection": collection, **shape.to_json()}
+    return MARKER + json.dumps(data, ensure_ascii=True, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def recorded(directory: Path) -> dict[str, Shape]:
+    """The shapes the migrations of ``directory`` record in their marker line, the newest version per collection.
+
+    A file without a readable marker is no generated migration (or one edited by hand): it records nothing."""
+    found: dict[str, Shape] = {}
+    for path in sorted(directory.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # the loader names an unreadable migration file; it records no shape
+        last = text.rstrip("\n").rsplit("\n", 1)[-1]
+        if not last.startswith(MARKER):
+            continue
+        try:
+            data = json.loads(last[len(MARKER):])
+            name, shape = str(data["collection"]), Shape(int(data["version"]), str(data["model"]), dict(data["fields"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if name not in found or shape.version > found[name].version:
+            found[name] = shape
+    return found
+
+
+def heal(snapshot: Snapshot, directory: Path) -> list[str]:
+    """Fold into ``snapshot`` the shapes of generated migrations newer than it records (a run killed after writing
+    them, before the snapshot); the collections so completed, in order. Written with the snapshot's next write."""
+    healed: list[str] = []
+    for name, shape in sorted(recorded(directory).items()):
+        before = snapshot.shapes.get(name)
+        if before is None or shape.version > before.version:
+            snapshot.shapes[name] = shape
+            healed.append(name)
+    return healed
 
 
 def path_in(folder: Path) -> Path:
