@@ -585,3 +585,17 @@ async def test_the_watch_command_hosted_in_process_inside_a_running_event_loop_r
     (record,) = json.loads(out)["watch"]
     assert (record["collection"], record["state"]) == ("people", "stopped")
     assert signal.getsignal(signal.SIGTERM) == handler  # the caller's handler is back
+
+
+async def test_a_version_that_is_not_a_number_is_reported_as_stranded_from_the_stream(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """``__v: "1"`` written live: no migration upgrades it (audit and verify count it stranded); the stream let it by unseen."""
+    s = await completed(fast_project, db)
+    watcher = Running(s)
+    try:
+        await watcher.reached("streaming")
+        await db.people.insert_many([{"_id": SECRET_ID, "first": "x", "__v": "1"}, old_doc("old")])
+        await until("the upgrade", lambda: upgraded(db, "old"))
+        record = await until("the stranded counted", lambda: _saved_with(db, stranded=1, upgraded=1))
+    finally:
+        await watcher.stop()
+    assert record["counters"].get("skipped", 0) == 0 and SECRET_ID not in repr(watcher.events)

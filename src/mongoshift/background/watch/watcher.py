@@ -126,7 +126,8 @@ def reverting(states: Sequence[State], collection: str) -> str | None:
 
 
 def stream_filter(guards: Sequence[State]) -> list[dict[str, Any]]:
-    """The change stream's pipeline: writes that leave a document below its newest version, or without one."""
+    """The change stream's pipeline: writes that leave a document below its newest version, without one, or with
+    one that is not a number (``"1"``: no valid version, stranded as audit and verify count it)."""
     targets: dict[str, int] = {}
     for s in guards:
         version_field = str(s.spec["version_field"])
@@ -134,7 +135,11 @@ def stream_filter(guards: Sequence[State]) -> list[dict[str, Any]]:
     old = [
         cond
         for version_field, target in targets.items()
-        for cond in ({f"fullDocument.{version_field}": {"$lt": target}}, {f"fullDocument.{version_field}": None})
+        for cond in (
+            {f"fullDocument.{version_field}": {"$lt": target}},
+            {f"fullDocument.{version_field}": None},
+            {f"fullDocument.{version_field}": {"$exists": True, "$not": {"$type": ["number", "null"]}}},
+        )
     ]
     return [
         # A deleted document's update event has a null fullDocument, whose version would read as missing.
