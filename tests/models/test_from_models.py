@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bson import Decimal128, Int64
 
 from mongoshift.api import background as bg, migrations as command
@@ -328,3 +329,38 @@ def test_a_run_killed_between_its_migration_and_the_snapshot_is_completed_not_wr
     following = cli(project, "--json", "create", "drop_nickname", "--from-models")
     assert following.returncode == 0, following.stderr
     assert [(c["from_version"], c["to_version"]) for c in json.loads(following.stdout)["collections"]] == [(1, 2)]
+
+
+#: ``mongoshift collections generate`` killed (SIGKILL) after its declaration files, before the snapshot.
+GENERATE_KILLED_BEFORE_THE_SNAPSHOT = f"""
+import os, runpy, signal, sys
+from mongoshift.models import snapshot
+snapshot.write = lambda folder, snap: os.kill(os.getpid(), signal.SIGKILL)
+sys.argv = ["mongoshift", "collections", "generate", "--models", "{PACKAGE}.models"]
+runpy.run_module("mongoshift", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-generate", "later-generate"])
+def test_collections_generate_killed_before_the_snapshot_is_completed_by_a_rerun(project: Project, cli, first: bool) -> None:  # type: ignore[no-untyped-def]
+    """Its files are written before the snapshot too: a rerun finds them as the models give them (the three-way
+    merge keeps them), writes the snapshot, and then reads as in sync."""
+    import subprocess
+    import sys
+
+    from ..conftest import cli_env
+
+    if not first:
+        write_models(project, BEFORE)
+        assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, AFTER)
+    killed = subprocess.run(
+        [sys.executable, "-c", GENERATE_KILLED_BEFORE_THE_SNAPSHOT], cwd=project.root, env=cli_env(), capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr
+    declared = (project.root / "collections" / "members.toml").read_text(encoding="utf-8")
+    rerun = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert rerun.returncode == 0, rerun.stderr
+    assert [r["action"] for r in json.loads(rerun.stdout)["collections"]] == ["unchanged"]
+    assert (project.root / "collections" / "members.toml").read_text(encoding="utf-8") == declared
+    assert cli(project, "collections", "generate", "--check").returncode == 0
