@@ -210,6 +210,25 @@ def test_unknown_keys_of_a_declaration_are_reported_with_its_wrong_values(tmp_pa
             assert part in message, (part, message)
 
 
+def test_a_wrong_container_is_named_as_the_file_writes_it(tmp_path: Path) -> None:
+    """A number where a list or a table belongs said "Input should be a valid tuple" and "a valid dictionary or
+    instance of IndexDeclaration": words of the code, not of the file (a TOML array, a table)."""
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\ncollections = 5\n[mongoshift.tenants]\ndatabases = "t1"\n')
+    with pytest.raises(ConfigInvalidError) as settings_error:
+        load_settings({}, environ={}, cwd=tmp_path)
+    folder = tmp_path / "collections"
+    folder.mkdir()
+    (folder / "users.toml").write_text("indexes = [5]\n")
+    (folder / "orders.toml").write_text("indexes = 5\n")
+    with pytest.raises(ConfigInvalidError) as declaration_error:
+        load_declarations(Settings(collections_dir=folder))
+    said = settings_error.value.message + declaration_error.value.message
+    assert "tuple" not in said and "dictionary" not in said and "IndexDeclaration" not in said, said
+    assert "'collections' from" in said and "'tenants.databases' from" in said
+    assert said.count("Input should be a list (an array in TOML)") == 3, said
+    assert "indexes[0]: Input should be a table ({...} in TOML, a dict in Python)" in said, said
+
+
 @pytest.mark.parametrize(
     ("source", "key"),
     [
