@@ -254,6 +254,17 @@ def test_an_empty_migration_name_is_refused_never_taken_as_none(project, sync_cl
     assert sorted(r["name"] for r in sync_client[project.db]["_mongoshift_migrations"].find({"status": "applied"})) == before
 
 
+@pytest.mark.parametrize("args", [["baseline", "--to", "", "--yes"], ["squash", "--to", "", "--yes"], ["up", ""]], ids=["baseline", "squash", "up"])
+def test_an_empty_migration_name_is_not_told_to_be_left_out(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """The refusal said "name a file, or leave the argument out", wrong where the name is required
+    (``baseline --to``, ``squash --to``: leaving it out is a usage error)."""
+    project.add("0001_a.py", QUICK)
+    result = cli(project, *args, "--json")
+    assert result.returncode == 19, result.stdout
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "cannot be empty" in message and "leave" not in message, message
+
+
 BACKGROUND = """
 from mongoshift import Background
 

@@ -288,7 +288,7 @@ def resolve_name(name: str, directory: Path) -> str:
     if not isinstance(name, str):
         raise ConfigInvalidError(f"a migration name is text, not {type(name).__name__}")
     if not name.strip():  # `up "$FILE"` with the variable unset must not mean every pending file
-        raise InvalidNameError("a migration name cannot be empty: name a file, or leave the argument out")
+        raise InvalidNameError("a migration name cannot be empty (an unset variable?): name a migration file")
     if "/" not in name and "\\" not in name and os.sep not in name:
         return name
     given = Path(name)
