@@ -130,3 +130,24 @@ def test_system_collection_names_are_refused(tmp_path: Path, setting: str) -> No
     with pytest.raises(ConfigInvalidError, match=setting) as info:
         load_settings({}, environ={}, cwd=tmp_path)
     assert info.value.exit_code == 6
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{"name": 5, "status": "applied", "batch": 1}, {"name": "0001_a.py", "status": "done", "batch": 1}],
+    ids=["name not text", "unknown status"],
+)
+async def test_a_hand_edited_record_is_not_answered_with_empty_the_collection(project, db, record: dict) -> None:  # type: ignore[no-untyped-def, type-arg]
+    """A changelog record with mongoshift's fields but a value it never writes (edited by hand) was refused as
+    foreign documents, "one has the fields: batch, name, status ... empty the collection if it really is meant
+    for mongoshift": advice that throws the whole history away for one bad record. It is named as a record of
+    ours with a wrong value, to restore or delete alone."""
+    await db["_mongoshift_migrations"].insert_many([{"name": "0002_b.py", "status": "applied", "batch": 1}, record])
+    project.add("0001_a.py", QUICK)
+    with pytest.raises(CollectionClashError) as info:
+        await command.status(project.settings())
+    message = info.value.message
+    assert info.value.exit_code == 39
+    assert "empty the collection" not in message, message
+    assert "changelog records" in message and "restore it, or delete that record" in message, message
+    assert "done" not in message.replace("nothing was written", "")  # never the value itself

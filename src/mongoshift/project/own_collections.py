@@ -58,6 +58,19 @@ def _run_log(doc: Mapping[str, Any]) -> bool:
     return isinstance(doc.get("run_id"), str) and "seq" in doc and "level" in doc
 
 
+#: The fields each shape looks at: a document that has them all is one of mongoshift's records with a type or
+#: value it never writes (edited by hand), not an application's document, and is refused as such.
+_FIELDS: dict[Shape, tuple[str, ...]] = {
+    _changelog: ("name", "status"),
+    _lock: ("_id", "owner", "expires_at"),
+    _background_state: ("_id", "registration", "status"),
+    _background_partition: ("background", "generation", "seq"),
+    _watch: ("_id", "fence", "state"),
+    _converge_log: ("run_id", "started_at", "success"),
+    _run_log: ("run_id", "seq", "level"),
+}
+
+
 def own_collections(settings: Settings) -> dict[str, tuple[str, str, Shape]]:
     """Collection name → (the setting naming it, what it holds, the shape of its records)."""
     background = settings.background_collection
@@ -100,6 +113,14 @@ async def check_own_collections(db: AsyncDatabase[Any], settings: Settings) -> N
             )
         sample = await db[name].find({}, limit=SAMPLE).to_list()
         foreign = [doc for doc in sample if not shape(doc)]
+        if foreign and all(field in foreign[0] for field in _FIELDS[shape]):
+            raise CollectionClashError(
+                f"{setting} names the collection {name!r}, whose {holds} include one with their fields but a type or "
+                "value mongoshift never writes (edited by hand?); nothing was written. Find it by its fields, then "
+                "restore it, or delete that record (the rest of the collection is mongoshift's history: keep it)",
+                collection=name,
+                setting=setting,
+            )
         if foreign:
             fields = ", ".join(sorted(str(k) for k in foreign[0] if k != "_id")[:8]) or "only _id"
             raise CollectionClashError(
