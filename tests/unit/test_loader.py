@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from mongoshift.errors import (
+    ConfigInvalidError,
     DuplicateVersionError,
     FileNotFoundMigrationError,
     InvalidExportError,
@@ -174,6 +175,16 @@ def test_create_sequential_and_template(tmp_path: Path) -> None:
     second = create_migration(folder, "two", sequential=True, template=template)
     assert (first.name, second.name) == ("0001_one.py", "0002_two.py")
     assert 'description = "One"' in first.read_text() and '"$literal"' in first.read_text()
+
+
+def test_a_sequential_create_refuses_a_folder_of_timestamped_files(tmp_path: Path) -> None:
+    """``sequential = true`` in a folder of timestamped files wrote ``0001_x.py``, which sorts before every one of
+    them: a fresh database ran it first, every other database out of order. The setting contradicts the folder."""
+    create_migration(tmp_path, "first", now=datetime(2026, 12, 5, 8, 0, tzinfo=UTC))
+    with pytest.raises(ConfigInvalidError) as info:
+        create_migration(tmp_path, "second", sequential=True)
+    assert "20261205080000_first.py" in info.value.message and "sequential" in info.value.message
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["20261205080000_first.py"]  # nothing written
 
 
 def test_a_file_edited_within_the_same_second_to_the_same_size_runs_its_new_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

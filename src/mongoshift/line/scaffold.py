@@ -161,11 +161,13 @@ def next_prefix(directory: Path, *, sequential: bool, now: datetime | None = Non
         while moment.strftime("%Y%m%d%H%M%S") in taken:  # a second create within the same second
             moment += timedelta(seconds=1)
         return moment.strftime("%Y%m%d%H%M%S")
-    numbers = [
-        int(p.name.split("_", 1)[0])
-        for p in directory.glob("*.py")
-        if SEQUENTIAL_NAME.match(p.name) and len(p.name.split("_", 1)[0]) < 14
-    ]
+    stamped = sorted(p.name for p in directory.glob("*.py") if TIMESTAMP_NAME.match(p.name))
+    if stamped:  # a number would sort before every one of them: first in a fresh database, out of order elsewhere
+        raise ConfigInvalidError(
+            f"sequential = true, but the migrations folder's files are named by timestamp ({stamped[-1]}, ...): a "
+            f"numbered file would sort before them; create it with sequential = false (MONGOSHIFT_SEQUENTIAL) for this folder"
+        )
+    numbers = [int(p.name.split("_", 1)[0]) for p in directory.glob("*.py") if SEQUENTIAL_NAME.match(p.name)]
     return f"{max(numbers, default=0) + 1:04d}"
 
 
