@@ -17,8 +17,9 @@ top-level fields — with the engine's own write steps, once
 per command where mongoeco takes them once per statement (the lock, the TTL purge, the rollback and
 publication scope, the change dispatch), and every other statement with mongoeco's path. A statement
 it cannot prove it answers as that path would (an array or a sub-document under a guard, new fields
-from two operators, a validator, a write conflict in a transaction (since (be); before, any statement
-in one), a value the operators refuse...) goes to that path before anything of it is written. A command of nothing but such ``{q, u}`` entries also skips
+from two operators, a document the collection's validator refuses (since (bs); before, any collection with a
+validator), a write conflict in a transaction (since (be); before, any statement in one), a value the operators
+refuse...) goes to that path before anything of it is written. A command of nothing but such ``{q, u}`` entries also skips
 mongoeco's per-entry parse of options they do not have (its own loop, (av)).
 """
 
@@ -34,6 +35,9 @@ from collections.abc import Iterator
 from typing import Any
 
 _OPERATORS = frozenset({"$set", "$unset", "$inc"})
+#: (bs) The collection options a batch takes on itself: a validator, judged per statement by mongoeco's own compiled
+#: validator; any other option (a collation, a capped size, pre- and post-images...) leaves the collection to mongoeco.
+_VALIDATION_OPTIONS = frozenset({"validator", "validationLevel", "validationAction"})
 _OPTIONS = ("sort", "collation", "hint", "array_filters")
 _MISSING = object()
 _NULL = object()  # a guard of ``null``: the field is null or missing
@@ -52,6 +56,7 @@ def _bind() -> dict[str, Any]:
         from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
         from mongoeco.core.codec import DocumentCodec, _InternalBsonArray, _InternalBsonDocument
         from mongoeco.core.operation_context import ChangePublicationPolicy
+        from mongoeco.core.schema_validation import compile_collection_validator
         from mongoeco.engines._memory_collection import MemoryCollection, MemoryIndexMap
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
         from mongoeco.types import ObjectId, UpdateResult
@@ -66,6 +71,7 @@ def _bind() -> dict[str, Any]:
             take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, ChangeEventSnapshot=ChangeEventSnapshot, event_types=_EVENT_TYPES,
             InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument, Decimal128=Decimal128,
             keyed=(BsonInt64, Binary, bytes, uuid.UUID, datetime.datetime, Timestamp, bool, MinKey, MaxKey),
+            compile_validator=compile_collection_validator,
         )
     return _M
 
@@ -548,6 +554,10 @@ class Batch:
         self._stack: contextlib.ExitStack | None = None
         self._lock: Any = None
         self._own: Any = None  # the scope's journal, when it is the collection's only one
+        #: (bs) Set by a command that does not bypass validation, whose every statement this batch validates: a
+        #: collection with a validator is then taken too. Unset (any other caller), such a collection is mongoeco's.
+        self.validating = False
+        self.validator: Any = None  # the collection's validator, compiled once for the batch
 
     async def open(self, collection: Any, session: Any, variables: Any, comment: Any, *, transactions: bool = False) -> None:
         """Take the lock and open the scope for ``collection``; :class:`_Undecided` (nothing held)
@@ -578,8 +588,11 @@ class Batch:
                 search_indexes = engine._search_indexes_view(session)
                 collections = engine._collections_view(session)
                 option_store = engine._collection_options_view(session)
-            if option_store.get(db_name, {}).get(coll_name):
-                raise _Undecided  # a validator, a collation, a capped size...: the original path's rules
+            options = option_store.get(db_name, {}).get(coll_name)
+            if options and not (self.validating and options.keys() <= _VALIDATION_OPTIONS):
+                raise _Undecided  # a collation, a capped size...: the original path's rules
+            # (bs) mongoeco compiles the validator again for every document it writes; the batch, once
+            self.validator = m["compile_validator"](options, dialect=self.context.dialect) if options else None
             engine._purge_expired_documents_locked(  # the command's clock: once for all its statements
                 db_name, coll_name, context=session, indexes_view=self.indexes_view, index_data_view=self.index_data,
                 storage_view=self.storage, now=variables.now.replace(tzinfo=datetime.UTC),
@@ -642,6 +655,11 @@ class Batch:
         if not guard_holds(document, plan.guards):
             return result(matched_count=0, modified_count=0)
         new_document, changed = updated(document, plan.operators)
+        validator = self.validator
+        if validator is not None and validator.validation_action != "warn" and not validator.validate_document(
+            new_document, original_document=document, dialect=self.context.dialect
+        ).valid:
+            raise _Undecided  # (bs) refused (a no-op too, as mongoeco does): the original path says so, with its errInfo
         if not changed:
             return result(matched_count=1, modified_count=0)
         try:
@@ -1020,6 +1038,7 @@ def patch_guarded_updates() -> None:
         commands._validate_update_command_shapes(updates, admin._mongodb_dialect.key)
         ordered = admin._normalize_ordered_from_command(spec.get("ordered"))
         bypass = commands.command_boolean(spec.get("bypassDocumentValidation", False), "bypassDocumentValidation", numeric=True)
+        batch.validating = not bypass  # (bs) every statement of the batch is judged by the collection's validator
         collection = admin._database.get_collection(collection_name)
         command_let = spec.get("let")
         commands.validate_command_let(command_let)

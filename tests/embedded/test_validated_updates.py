@@ -1,0 +1,104 @@
+"""Fix (bs) of mongoshift.embedded.patches.updates: a collection with a validator (converge's versioning declares
+one) keeps the guarded updates' fast path, and every statement answers and stores what mongoeco's own update path
+does: the same refusals (code 121 and its errInfo), the same documents let through by a moderate level or a warn
+action, and nothing else of the collection's options taken on.
+
+The property test applies the same bulk write to two identical collections with the same validator, one with the
+fix and one with mongoeco's path swapped back in, and compares the replies and the stored documents byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bson import ObjectId, encode
+from hypothesis import given, settings, strategies as st
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
+
+from ..conftest import examples
+from .in_process import InProcessServer, count_calls, original_update_path, sync_client
+from .test_guarded_updates import statements, stored
+
+#: Validators of the kinds a project declares: converge's versioning rule, a required field, a query expression.
+VALIDATORS = [
+    {"$jsonSchema": {"bsonType": "object", "properties": {"__v": {"bsonType": "int"}}}},
+    {"$jsonSchema": {"bsonType": "object", "required": ["__v"], "properties": {"a": {"bsonType": ["int", "string"]}, "n": {"minimum": 0}}}},
+    {"$or": [{"n": {"$exists": False}}, {"n": {"$gte": 0}}]},
+    {"$jsonSchema": {"bsonType": "object", "additionalProperties": False, "properties": {"_id": {}, "a": {}, "b": {}, "__v": {}, "__rev": {}}}},
+]
+
+
+def outcome(collection: Any, requests: list[Any], ordered: bool) -> Any:
+    try:
+        result = collection.bulk_write(requests, ordered=ordered).bulk_api_result
+    except BulkWriteError as error:
+        result = error.details
+    except Exception as error:  # a command-level refusal, the same on both sides
+        return type(error).__name__, getattr(error, "code", None)
+    errors = [(e["index"], e["code"], encode(e.get("errInfo", {}))) for e in result["writeErrors"]]
+    documents = [encode(doc) for doc in collection.find({}, sort=[("_id", 1)])]
+    return result["nMatched"], result["nModified"], errors, documents
+
+
+@examples(thorough=150, quick=30)
+def test_a_guarded_update_under_a_validator_does_what_the_original_update_does(server: InProcessServer, max_examples: int) -> None:
+    @settings(max_examples=max_examples)
+    @given(
+        docs=stored(), data=st.data(), validator=st.sampled_from(VALIDATORS),
+        level=st.sampled_from(["strict", "moderate", "off"]), action=st.sampled_from(["error", "warn"]),
+    )
+    def check(docs: list[dict[str, Any]], data: st.DataObject, validator: dict[str, Any], level: str, action: str) -> None:
+        requests = data.draw(st.lists(statements(docs), min_size=1, max_size=6))
+        ordered = data.draw(st.booleans())
+        client = sync_client(server)
+        try:
+            db = client.validated
+            for name in ("fast", "slow"):
+                db.drop_collection(name)
+                db.create_collection(name, validator=validator, validationLevel=level, validationAction=action)
+                db[name].create_index([("__v", 1), ("_id", 1)])
+                if docs:  # some stored documents break the rule: a moderate level lets their updates through
+                    db[name].insert_many(docs, bypass_document_validation=True)
+            got = outcome(db.fast, requests, ordered)
+            with original_update_path():
+                expected = outcome(db.slow, requests, ordered)
+            assert got == expected
+        finally:
+            client.close()
+
+    check()
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+def test_a_batch_under_a_validator_takes_the_engine_steps_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch, bypass: bool) -> None:
+    """200 guarded statements of one command on a collection with converge's versioning validator take the lock and
+    dispatch their changes once (mongoeco's path: once a statement, compiling the validator each time); one
+    statement the rule refuses fails alone, with code 121, and a command that bypasses validation writes it."""
+    from mongoeco.api._async._collection_runtime import CollectionRuntimeCoordinator
+    from mongoeco.engines.memory import MemoryEngine
+
+    client = sync_client(server)
+    try:
+        client.validated.drop_collection("steps")
+        collection = client.validated.create_collection("steps", validator=VALIDATORS[0])
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(300)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": 2} for i in ids])
+        requests = [UpdateOne({"_id": i, "__v": 1, "__rev": 1}, {"$set": {"__v": 2}, "$inc": {"__rev": 1}}) for i in ids[:200]]
+        requests.append(UpdateOne({"_id": ids[250], "__v": 1}, {"$set": {"__v": "2"}}))  # the rule refuses a string version
+        calls = count_calls(monkeypatch, (MemoryEngine, "_get_lock"), (CollectionRuntimeCoordinator, "_dispatch_engine_changes"))
+        try:
+            result = collection.bulk_write(requests, ordered=False, bypass_document_validation=bypass).bulk_api_result
+        except BulkWriteError as error:
+            result = error.details
+        monkeypatch.undo()
+        if bypass:
+            assert result["nModified"] == 201 and not result["writeErrors"]
+        else:
+            assert result["nModified"] == 200 and [(e["index"], e["code"]) for e in result["writeErrors"]] == [(200, 121)]
+            assert calls == {"_get_lock": 2, "_dispatch_engine_changes": 1}  # the batch; the refused statement takes its own path, writing nothing
+        assert collection.count_documents({"__v": 2, "__rev": 2}) == 200
+    finally:
+        client.close()
