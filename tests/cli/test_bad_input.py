@@ -286,6 +286,19 @@ def test_a_background_name_may_be_given_as_a_path_into_the_migrations_folder(pro
     assert paused.returncode == 0 and json.loads(paused.stdout)["name"] == "0001_bg.py"
 
 
+def test_sys_exit_in_a_hook_is_not_called_a_migrations_failure(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """``sys.exit(3)`` in a hook said "raise an exception to fail a migration": the same words for every kind of
+    user code (a hook, a provider, a transform), where no migration is the one failing."""
+    (project.root / "hooks.py").write_text("import sys\n\ndef before_all(ctx):\n    sys.exit(3)\n", encoding="utf-8")
+    project.write_config(hooks="hooks.py")
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "up", "--json")
+    assert result.returncode == 12, result.stdout
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "sys.exit(3) was called" in message and "migration" not in message, message
+    assert sync_client[project.db]["_mongoshift_migrations"].count_documents({}) == 0
+
+
 @pytest.mark.parametrize(
     ("source", "named"), [("before_all = 5\n", "before_all is int, not a function"), ("after_each = None\n", "after_each is NoneType, not a function")]
 )

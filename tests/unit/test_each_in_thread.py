@@ -82,7 +82,7 @@ def test_the_same_results_and_failures_as_the_wrapper_per_document(outcomes: lis
 @pytest.mark.parametrize(
     ("outcome", "message"),
     [
-        ("sys.exit", "sys.exit(3) was called; raise an exception to fail a migration"),
+        ("sys.exit", "sys.exit(3) was called; raise an exception to report a failure"),
         ("KeyboardInterrupt", "KeyboardInterrupt was raised"),
     ],
 )

@@ -41,7 +41,7 @@ class UserCodeExit(Exception):
     @classmethod
     def of(cls, exc: BaseException) -> UserCodeExit:
         if isinstance(exc, SystemExit):
-            return cls(f"sys.exit({exc.code!r}) was called; raise an exception to fail a migration")
+            return cls(f"sys.exit({exc.code!r}) was called; raise an exception to report a failure")  # a hook, a provider, a transform too
         return cls(f"{type(exc).__name__} was raised")
 
 
