@@ -375,6 +375,18 @@ def test_verbose_traceback_of_a_server_error_holds_no_document_value(project, cl
         assert "zebra-7731" not in result.stdout + result.stderr
 
 
+def test_verbose_json_log_lines_stay_json_with_a_server_errors_traceback(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``-v --log-format json``: the traceback of a failure caused by a driver error was printed as plain text
+    among the JSON lines, so a log collector choked on it; it is one JSON line, its ``traceback`` redacted."""
+    project.add("0001_dup.py", DUPLICATE_KEY_BUILT)
+    result = cli(project, "up", "-v", "--log-format", "json")
+    assert result.returncode == 7, result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]  # every line, none plain text
+    (failure,) = [line for line in lines if line["message"] == "the failure's traceback"]
+    assert "DuplicateKeyError" in failure["traceback"] and failure["level"] == "debug"
+    assert "zebra-7731" not in result.stderr
+
+
 RAISES_ON_IMPORT = 'raise RuntimeError("cannot reach mongodb://admin:imp-hunter12@db.example.com/x with password=imp-hunter13")\n'
 
 

@@ -611,7 +611,13 @@ def _fail(error: MongoshiftError, args: list[str], cause: BaseException | None =
     """Report ``error`` (one JSON document with --json) and exit with its code; -v adds the traceback."""
     if cause is not None and ("-v" in args or "--verbose" in args):
         # A driver error's text ends its traceback and quotes documents (``dup key: {...}``): cleaned as a logged one is.
-        print(redact("".join(traceback.format_exception(cause)), limit=20_000), file=sys.stderr, end="")
+        text = redact("".join(traceback.format_exception(cause)), limit=20_000)
+        if _log_json(args):  # every stderr line one JSON object, this one too
+            from .log_format import json_line  # start-up time: loaded only to report a failure
+
+            print(json_line("debug", "the failure's traceback", traceback=text), file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, end="")
     Output(json_mode="--json" in args, quiet=True, log_json=_log_json(args)).error(error)
     sys.exit(error.exit_code)
 
