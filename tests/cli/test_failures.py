@@ -287,3 +287,39 @@ def test_two_files_with_one_version_are_refused_by_every_command(project, sync_c
     assert error["kind"] == "duplicate_version" and error["details"]["files"] == ["0001_a.py", "0001_b.py"]
     assert "0001_a.py and 0001_b.py" in error["message"]
     assert sync_client[project.db].list_collection_names() == []  # refused before anything ran or was recorded
+
+
+STOPPED_DOWN = """
+import pathlib
+import time
+
+_here = pathlib.Path(__file__).resolve().parent.parent
+
+
+def up(ctx):
+    pass
+
+
+def down(ctx):
+    (_here / "reverting").write_text("")
+    for _ in range(2400):  # until the test has sent its signal (at most two minutes); never looks at ctx.cancelled
+        if (_here / "go").exists():
+            break
+        time.sleep(0.05)
+"""
+
+
+def test_a_redo_stopped_after_its_rollback_names_the_up_it_did_not_start(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C during a redo's rollback: the file is recorded reverted and its ``up`` never starts. The error said
+    only "1 migration completed, the rest were not started", leaving the reader to find out that the file is now
+    rolled back: it names what was not started, with its direction."""
+    from ..conftest import interrupt_at
+
+    project.add("0001_a.py", STOPPED_DOWN)
+    assert cli(project, "up").returncode == 0
+    process = start_cli(project, "redo")
+    stderr = interrupt_at(process, project.root / "reverting", project.root / "go")
+    assert process.returncode == 11, stderr
+    assert "the rest were not started: 0001_a.py (up)" in stderr, stderr
+    status = json.loads(cli(project, "status", "--json").stdout)["migrations"]
+    assert [(m["name"], m["state"]) for m in status] == [("0001_a.py", "reverted")]

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -56,6 +56,9 @@ from ..schema.background import Background
 from .context import Direction, MigrationContext
 from .hooks import Hooks, load_hooks
 from .plan import Plan, Step, background_run_hint
+
+#: The unstarted steps a stopped run names (the rest are counted).
+_NAMED_LEFT = 5
 
 log = logging.getLogger("mongoshift")
 
@@ -173,7 +176,7 @@ class Executor:
         try:
             await self._hook("before_all", self._hook_ctx("before_all"))
             for index, step in enumerate(plan.steps):
-                self._check_stop(results)
+                self._check_stop(results, plan.steps[index:])
                 step_batch: int | None = batch + index if batch_per_step and step.direction == "up" else batch
                 if step.direction == "down":
                     step_batch = step.record.batch if step.record else None
@@ -421,10 +424,15 @@ class Executor:
             log.warning("%s", warning)
             self.warnings.append(warning)
 
-    def _check_stop(self, results: list[MigrationResult]) -> None:
+    def _check_stop(self, results: list[MigrationResult], left: Sequence[Step] = ()) -> None:
+        """Raise when a stop was asked; the message names the steps ``left`` unstarted (a ``redo`` stopped
+        after its rollback leaves its file rolled back: the reader learns which ``up`` to run)."""
         self._note_lock_lost()
+        named = ", ".join(f"{step.name} ({step.direction})" for step in left[:_NAMED_LEFT])
+        more = f" and {len(left) - _NAMED_LEFT} more" if len(left) > _NAMED_LEFT else ""
         self.session.check_stop(
             lambda reason: f"run stopped ({reason}); {plural(len(results), 'migration')} completed, the rest were not started"
+            + (f": {named}{more}" if left else "")
         )
 
     def _check_stopped_at_the_end(self, results: list[MigrationResult]) -> None:
@@ -510,7 +518,7 @@ class Executor:
         try:
             with events.migration_scope(start):
                 await self._hook("before_each", step.name, self._hook_ctx("before_each", step), info)
-                self._check_stop(results)  # a stop asked during the hook: the body never starts
+                self._check_stop(results, [step])  # a stop asked during the hook: the body never starts
                 result = await self._run_body(step, batch, results)
         except BaseException as exc:
             events.emit("migration_end", step.name, **fields, **end_fields(started, exc))
