@@ -323,3 +323,25 @@ def test_a_redo_stopped_after_its_rollback_names_the_up_it_did_not_start(project
     assert "the rest were not started: 0001_a.py (up)" in stderr, stderr
     status = json.loads(cli(project, "status", "--json").stdout)["migrations"]
     assert [(m["name"], m["state"]) for m in status] == [("0001_a.py", "reverted")]
+
+
+TRANSACTIONAL_MARK = """
+use_transaction = True
+
+
+async def up(ctx):
+    await ctx.db.marks.insert_one({"attempt": ctx.attempt}, session=ctx.session)
+"""
+
+
+def test_a_retried_transaction_says_so_without_verbose(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """A transient error (a write conflict with a transaction a killed run left open) makes the driver run the
+    body again, for up to two minutes: the next ``up`` after a kill -9 sat a minute without a word. The first
+    retry is said once, at info level."""
+    project.add("0001_tx.py", TRANSACTIONAL_MARK)
+    result = cli_under_fail_point(
+        cli, project, sync_client, ["up"], {"times": 1}, failCommands=["insert"], errorCode=112, errorLabels=["TransientTransactionError"]
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("its transaction runs again after a transient error") == 1, result.stderr
+    assert [d["attempt"] for d in sync_client[project.db].marks.find()] == [2]

@@ -752,6 +752,12 @@ class Executor:
         """The driver runs a transaction's body again (a transient error): a ``migration_retry`` event."""
         if attempt > 1:
             self.runtime.events.emit("migration_retry", step.name, direction=step.direction, attempt=attempt)
+        if attempt == 2:  # once: the driver may retry for two minutes, which said nothing without -v
+            log.info(
+                "%s: its transaction runs again after a transient error (a write conflict: a transaction a killed run "
+                "left open holds its documents until the server aborts it, 60 s by default); the driver retries for up to 120 s",
+                step.name,
+            )
 
     async def _failed(
         self,
