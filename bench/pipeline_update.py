@@ -11,7 +11,8 @@ Run from the repository root::
 It is a script, not a timed test. mongoeco's client on a fresh memory engine with mongoshift's fixes
 (no wire, no event loop thread) is seeded with bench/background.py's documents and version index, then
 updated by ranges of 500 documents with the engine's pipeline (bench/background.py's stages and the
-engine's version and revision stamp) through the ``update`` command's own entry
+engine's version and revision stamp) and its range filter (the source shape after the previous range's
+last ``_id``, up to this one's, as ``planner.range_filter`` writes it for ObjectIds) through the ``update`` command's own entry
 (``execute_server_update``, ``multi``), outside a transaction; every document must come out at version 2.
 ``--seed-only`` stops before the updates (the baseline an instruction count subtracts). With another
 tree's ``src`` first on ``PYTHONPATH``, it measures that tree's server.
@@ -35,6 +36,7 @@ PIPELINE = [*background.ENGINE_PIPELINE, {"$set": {"__v": {"$literal": 2}, "__re
 
 
 async def run(size: int, seed_only: bool, profile: str | None) -> None:
+    from bson import ObjectId
     from mongoeco.api import AsyncMongoClient
     from mongoeco.api._async import _collection_modify
     from mongoeco.engines.memory import MemoryEngine
@@ -60,9 +62,11 @@ async def run(size: int, seed_only: bool, profile: str | None) -> None:
     if profiler:
         profiler.enable()
     modified = 0
+    low: dict[str, Any] = {"$gte": ObjectId("0" * 24)}  # the engine's objectId bracket, then after each range's last
     for start in range(0, size, RANGE):
         last = ids[min(size, start + RANGE) - 1]
-        query = {"$and": [{"__v": 1}, {"_id": {"$lte": last}}]}
+        query = {"$and": [{"$and": [{"__v": 1}, {"_id": {**low, "$lte": ObjectId("f" * 24)}}]}, {"_id": {"$lte": last}}]}
+        low = {"$gt": last}
         result = await _collection_modify.execute_server_update(collection, query, PIPELINE, multi=True, hint=HINT)
         modified += result.modified_count
     if profiler and profile:

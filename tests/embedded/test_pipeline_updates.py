@@ -57,6 +57,8 @@ ids = st.sampled_from([ObjectId(f"{i:024x}") for i in range(6)] + ["k1", 7, 8.0]
 FILTERS = [
     {}, {"__v": 1}, {"__v": {"$in": [None, 0]}}, {"_id": {"$gte": ObjectId("0" * 24), "$lte": ObjectId("f" * 24)}},
     {"$and": [{"__v": 1}, {"_id": {"$gt": ObjectId(f"{1:024x}")}}]}, {"a": {"$exists": True}}, {"_id": {"$type": "string"}},
+    # a pipeline= range as the engine's planner writes it (the source shape after the cursor, up to the range's last)
+    {"$and": [{"$and": [{"__v": 1}, {"_id": {"$gt": ObjectId(f"{1:024x}"), "$lte": ObjectId("f" * 24)}}]}, {"_id": {"$lte": ObjectId(f"{4:024x}")}}]},
 ]
 
 
@@ -246,6 +248,43 @@ def test_the_engines_pipeline_is_evaluated_without_mongoecos_evaluator(server: I
         with original(_collection_modify, "update_many"), client.start_session() as session, session.start_transaction():
             slow.update_many({"__v": 1}, ENGINE, session=session)
         assert [encode(doc) for doc in fast.find({}, sort=[("_id", 1)])] == [encode(doc) for doc in slow.find({}, sort=[("_id", 1)])]
+    finally:
+        client.close()
+
+
+def test_a_walked_range_is_updated_from_its_stored_values_without_public_copies(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 item 2 (stop 50): a ``pipeline=`` range whose read is (af)'s walk of the ``_id`` order
+    takes the walk's (storage key, stored value) pairs alone; no matched document is copied to its
+    public form (one copy a document before), and the documents stored, the counts and the version
+    index are those of mongoeco's path, in a transaction as the engine runs it."""
+    from mongoeco.api._async import _collection_modify
+
+    from mongoshift.embedded.patches import scans
+
+    client = sync_client(server)
+    try:
+        ids = [ObjectId(f"{i:024x}") for i in range(300)]
+        docs = [{"_id": i, "__v": 1 if n % 5 else 2, "__rev": n, "name": f"n{n}", "city": "c", "email": f"u{n}@d", "legacy": [n, {"x": n}]}
+                for n, i in enumerate(ids)]
+        query = {"$and": [{"$and": [{"__v": 1}, {"_id": {"$gt": ids[49], "$lte": ObjectId("f" * 24)}}]}, {"_id": {"$lte": ids[249]}}]}
+        fast, slow = client.pipelines.walked, client.pipelines.walked_original
+        for collection in (fast, slow):
+            collection.drop()
+            collection.create_index([("__v", 1), ("_id", 1)])
+            collection.insert_many(docs)
+        calls = count_calls(monkeypatch, (scans, "_public_copy"))
+        with client.start_session() as session, session.start_transaction():
+            result = fast.update_many(query, ENGINE, session=session)
+        monkeypatch.undo()
+        assert (result.matched_count, result.modified_count, calls["_public_copy"]) == (160, 160, 0)
+        with original(_collection_modify, "update_many"), client.start_session() as session, session.start_transaction():
+            expected = slow.update_many(query, ENGINE, session=session)
+        assert (expected.matched_count, expected.modified_count) == (160, 160)
+        assert [encode(doc) for doc in fast.find({}, sort=[("_id", 1)])] == [encode(doc) for doc in slow.find({}, sort=[("_id", 1)])]
+        hint = [("__v", 1), ("_id", 1)]
+        for value in (1, 2):
+            assert [d["_id"] for d in fast.find({"__v": value}).hint(hint)] == [d["_id"] for d in slow.find({"__v": value}).hint(hint)]
+        assert stale_decodes(server) == []
     finally:
         client.close()
 

@@ -39,7 +39,7 @@ from copy import deepcopy
 from typing import Any
 
 from .expressions import Compiler
-from .scans import READ_ITEMS
+from .scans import READ_ITEMS, ReadItems
 from .updates import _MISSING, Batch, _bind, _index_touched, _plain_name, _storable, _stored, _Undecided, operators_of, updated
 
 #: The update pipeline stages this fast path evaluates (``$set`` is ``$addFields``'s alias).
@@ -219,8 +219,8 @@ def patch_pipeline_updates() -> None:
         expressions = operation.context.expressions if operation.context is not None else None
         if getattr(expressions, "now", None) is None:
             raise _Undecided
-        read: list[tuple[Any, Any]] = []
-        token = READ_ITEMS.set(read)
+        sink = ReadItems(bare=True)  # (storage key, stored value) of each match; no public copies when the walk answers
+        token = READ_ITEMS.set(sink)
         try:
             matched_documents = await collection._build_cursor(
                 compile_find_selection_from_update_operation(operation), session=session, apply_codec_options=False,
@@ -229,12 +229,16 @@ def patch_pipeline_updates() -> None:
             raise _Undecided from error
         finally:
             READ_ITEMS.reset(token)
-        if not matched_documents:
+        read: list[tuple[Any, Any]] = sink
+        if not sink.walked:  # mongoeco's read answered: each document is found again by its _id's storage key
+            storage_key = collection._engine._storage_key
+            read = [(storage_key(selected.get("_id", _MISSING)), _MISSING) for selected in matched_documents]
+        if not read:
             return m["UpdateResult"](matched_count=0, modified_count=0)  # as update_many answers, recording nothing
         batch = Batch()
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
         try:
-            matched, writes = decide(batch, matched_documents, prepared, operators, semantics, dict(read))
+            matched, writes = decide(batch, read, prepared, operators, semantics)
         except BaseException:
             batch.close()
             raise
@@ -251,19 +255,19 @@ def patch_pipeline_updates() -> None:
 
     def decide(
         batch: Batch,
-        matched_documents: list[Any],
+        read: list[tuple[Any, Any]],
         steps: list[tuple[str, Any]] | None,
         operators: list[tuple[str, dict[str, Any]]] | None,
         semantics: Any,
-        read: dict[Any, Any],
     ) -> tuple[int, list[Any]]:
         """How many documents still match, and the writes of those the pipeline (or the operators)
         change, each (storage key, document, new document, its stored form, the changed fields).
 
-        ``read``: the stored value each matched document had when the read matched it, by storage
-        key, when the read was (af)'s walk. (bd) A document still stored as that very value matched
-        the filter then and is the same document now: it is not matched again (mongoeco's
-        interpreted matcher, about a third of the update's time); any other is."""
+        ``read``: each matched document's storage key, in the read's order, with the stored value it
+        had when the read matched it when the read was (af)'s walk (``_MISSING`` otherwise). (bd) A
+        document still stored as that very value matched the filter then and is the same document
+        now: it is not matched again (mongoeco's interpreted matcher, about a third of the update's
+        time); any other is."""
         fields = written_fields(steps, operators)
         if any(index.unique and index.name != "_id_" and _index_touched(index, fields) for index in batch.indexes):
             raise _Undecided  # a duplicate key is reported by the original path, after the writes before it
@@ -279,14 +283,12 @@ def patch_pipeline_updates() -> None:
             steps = compiled(steps, Compiler(dialect, environment))
         matched = 0
         writes: list[Any] = []
-        for selected in matched_documents:
-            document_id = selected.get("_id", _MISSING)
-            storage_key = engine._storage_key(document_id)
+        for storage_key, read_data in read:
             data = None if coll is None else coll.get(storage_key)
             if data is None:
                 raise _Undecided  # gone since it was read: the original's lookup by BSON equality decides
             document = engine._borrow_storage_document(data)
-            if data is not read.get(storage_key, _MISSING) and not QueryEngine.match_plan(
+            if data is not read_data and not QueryEngine.match_plan(
                 document, query_plan, dialect=dialect, collation=None, variables=query_variables
             ):
                 continue

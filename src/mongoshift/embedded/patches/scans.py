@@ -447,10 +447,23 @@ def _id_sort(sort: Any) -> int | None:
     return direction
 
 
-#: (bd) Where the walks below put the (storage key, stored value) pair of each document they match,
-#: when the running task asks for them: a pipeline update (patches/pipeline_updates.py) need not match
-#: again, under its batch, a document whose stored value no write has replaced since this read.
-READ_ITEMS: contextvars.ContextVar[list[tuple[Any, Any]] | None] = contextvars.ContextVar("mongoshift_read_items", default=None)
+class ReadItems(list[tuple[Any, Any]]):
+    """(bd) Where the walks below put the (storage key, stored value) pair of each document they match,
+    when the running task asks for them: a pipeline update (patches/pipeline_updates.py) need not match
+    again, under its batch, a document whose stored value no write has replaced since this read.
+
+    ``bare``: the reader needs the pairs alone (an update reads each document again by its storage
+    key), so a walk that answers the read yields no document, and no public copy is made of any;
+    ``walked`` tells the reader that the walk answered (a read the walks do not take yields its
+    documents as before, and leaves the list empty)."""
+
+    def __init__(self, *, bare: bool = False) -> None:
+        super().__init__()
+        self.bare = bare
+        self.walked = False
+
+
+READ_ITEMS: contextvars.ContextVar[ReadItems | None] = contextvars.ContextVar("mongoshift_read_items", default=None)
 
 
 # (af) A find with an _id range (or none), sorted on _id alone, with a limit: walk the _id order from
@@ -520,10 +533,14 @@ def patch_id_range_scans() -> None:
                     sink = READ_ITEMS.get()
                     if sink is not None:
                         sink.extend(items)
-                    documents = stream_finalize_documents(matched, semantics, emit_public_documents=False)
                     read_view_token = object()
-                    with self._meta_lock:
-                        self._active_read_views[read_view_token] = items
+                    if sink is not None and sink.bare and semantics.projection is None and not semantics.skip and not semantics.limit:
+                        sink.walked = True  # every match is in the sink, as the reader asked: no document yielded
+                        documents: Any = ()
+                    else:
+                        documents = stream_finalize_documents(matched, semantics, emit_public_documents=False)
+                        with self._meta_lock:
+                            self._active_read_views[read_view_token] = items
                 del coll
             if fallback:
                 async for document in original(self, db_name, coll_name, semantics, context=context):
