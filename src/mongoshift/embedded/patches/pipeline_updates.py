@@ -132,7 +132,7 @@ def modified(document: dict[str, Any], new_document: dict[str, Any], changed: se
     The names and their order first, whatever ``changed`` holds: a field removed by one stage and set
     again by a later one to the very object it held (a small int, an interned string) is in no
     ``changed`` set, yet it has moved to the end of the document."""
-    if len(document) != len(new_document) or any(a != b for a, b in zip(document, new_document, strict=True)):
+    if list(document) != list(new_document):
         return True  # values_equal compares two documents' fields in order, names first
     return not all(values_equal(document[name], new_document[name]) for name in changed)
 
@@ -145,12 +145,11 @@ def written_fields(steps: list[tuple[str, Any]] | None, operators: list[tuple[st
     return {name if operator == "$unset" else name[0] for operator, spec in steps for name in spec}
 
 
-def _changed(document: dict[str, Any], new_document: dict[str, Any]) -> set[str]:
+def _changed(document: dict[str, Any], new_document: dict[str, Any], written: tuple[str, ...]) -> set[str]:
     """The fields whose stored value may differ: every field a stage set (a new object, even when
-    equal), or removed. A field no stage touched is the same object in both."""
-    changed = {name for name, value in new_document.items() if document.get(name, _MISSING) is not value}
-    changed.update(name for name in document if name not in new_document)
-    return changed
+    equal), or removed. Only the stages' ``written`` fields (:func:`written_fields`) are looked at: a
+    field no stage names is the same object in both documents, or in neither."""
+    return {name for name in written if new_document.get(name, _MISSING) is not document.get(name, _MISSING)}
 
 
 # (an) update_many's per-document loop, for the pipelines stages() takes. The function replaced is
@@ -269,6 +268,7 @@ def patch_pipeline_updates() -> None:
         now: it is not matched again (mongoeco's interpreted matcher, about a third of the update's
         time); any other is."""
         fields = written_fields(steps, operators)
+        written = tuple(fields)
         if any(index.unique and index.name != "_id_" and _index_touched(index, fields) for index in batch.indexes):
             raise _Undecided  # a duplicate key is reported by the original path, after the writes before it
         engine = batch.engine
@@ -302,7 +302,7 @@ def patch_pipeline_updates() -> None:
                     new_document = evaluate(document, steps, environment, dialect, evaluator, missing, remove)
                 except Exception as error:  # an expression's error: the original raises it after the writes before it
                     raise _Undecided from error
-                changed = _changed(document, new_document)
+                changed = _changed(document, new_document, written)
                 changes = modified(document, new_document, changed, values_equal)
             if changes:
                 if not all(_storable(new_document[name]) for name in changed if name in new_document):
