@@ -110,6 +110,8 @@ def _plain_name(name: object) -> bool:
 def _storable(value: Any) -> bool:
     """No field name inside ``value`` that mongod or mongoeco treats specially (``$``-prefixed, dotted, empty)."""
     kind = type(value)
+    if kind in _SCALARS:  # most values: no names inside, known without the two isinstance checks below
+        return True
     if kind is dict or isinstance(value, dict):
         return all(type(k) is str and k != "" and "." not in k and k[0] != "$" for k in value) and all(_storable(v) for v in value.values())
     if kind is list or isinstance(value, list):
@@ -876,8 +878,8 @@ def patch_index_keys() -> None:
             if value is None or isinstance(value, (list, dict)):  # a path, null, an array, a document: the original's rules
                 return self._unique_index_keys(document, fields) if compound else original_keys(self, document, fields)
             values.append(value)
-        if compound:  # (ay) a missing field is null's key, as in a unique index's keys
-            return {tuple(none_key if value is _MISSING else index_equality_key(value) for value in values)}
+        if compound:  # (ay) a missing field is null's key, as in a unique index's keys (a list comprehension: no generator)
+            return {tuple([none_key if value is _MISSING else index_equality_key(value) for value in values])}
         return {(None,)} if values[0] is _MISSING else {(index_equality_key(values[0]),)}
 
     index_keys.__wrapped__ = original_keys  # type: ignore[attr-defined]
