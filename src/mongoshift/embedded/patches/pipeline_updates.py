@@ -16,7 +16,9 @@ stage on shallow copies, and writes the documents with the write steps of fix (a
 one lock, one TTL purge, one rollback and publication scope and one change dispatch for the command,
 only the changed fields encoded, only the indexes over them updated. The matched documents are read
 exactly as mongoeco reads them (its cursor over the filter: the ``_id`` range walk of (af)) and
-matched again under the lock, as mongoeco's per-document update does. It works inside a transaction
+matched again under the lock, as mongoeco's per-document update does. (bt) When the walk answers the
+read, the update takes its (storage key, stored value) pairs alone: no matched document is copied to
+its public form, or looked up again by its ``_id``. It works inside a transaction
 (the writes go to the transaction's views, as mongoeco's do).
 
 (bf) An operator update (``update_many(filter, {$set: ..., $unset: ..., $inc: ...})``, the statements

@@ -452,7 +452,7 @@ class ReadItems(list[tuple[Any, Any]]):
     when the running task asks for them: a pipeline update (patches/pipeline_updates.py) need not match
     again, under its batch, a document whose stored value no write has replaced since this read.
 
-    ``bare``: the reader needs the pairs alone (an update reads each document again by its storage
+    (bt) ``bare``: the reader needs the pairs alone (an update reads each document again by its storage
     key), so a walk that answers the read yields no document, and no public copy is made of any;
     ``walked`` tells the reader that the walk answered (a read the walks do not take yields its
     documents as before, and leaves the list empty)."""
