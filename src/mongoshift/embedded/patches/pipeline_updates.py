@@ -237,9 +237,11 @@ def patch_pipeline_updates() -> None:
         if not read:
             return m["UpdateResult"](matched_count=0, modified_count=0)  # as update_many answers, recording nothing
         batch = Batch()
+        batch.validating = True  # (bs) a collection whose only options are its validator's is taken, each document judged
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
+        validator = None if normalized.get("bypass_document_validation") else batch.validator
         try:
-            matched, writes = decide(batch, read, prepared, operators, semantics)
+            matched, writes = decide(batch, read, prepared, operators, semantics, validator)
         except BaseException:
             batch.close()
             raise
@@ -260,6 +262,7 @@ def patch_pipeline_updates() -> None:
         steps: list[tuple[str, Any]] | None,
         operators: list[tuple[str, dict[str, Any]]] | None,
         semantics: Any,
+        validator: Any = None,
     ) -> tuple[int, list[Any]]:
         """How many documents still match, and the writes of those the pipeline (or the operators)
         change, each (storage key, document, new document, its stored form, the changed fields).
@@ -268,7 +271,9 @@ def patch_pipeline_updates() -> None:
         had when the read matched it when the read was (af)'s walk (``_MISSING`` otherwise). (bd) A
         document still stored as that very value matched the filter then and is the same document
         now: it is not matched again (mongoeco's interpreted matcher, about a third of the update's
-        time); any other is."""
+        time); any other is. ``validator``: the collection's, compiled (None: none, or bypassed); a
+        document it refuses sends the statement to mongoeco's path, which writes the documents before it
+        and refuses it there (a no-op's too, as that path validates every document it matched)."""
         fields = written_fields(steps, operators)
         written = tuple(fields)
         if any(index.unique and index.name != "_id_" and _index_touched(index, fields) for index in batch.indexes):
@@ -306,6 +311,10 @@ def patch_pipeline_updates() -> None:
                     raise _Undecided from error
                 changed = _changed(document, new_document, written)
                 changes = modified(document, new_document, changed, values_equal)
+            if validator is not None and validator.validation_action != "warn" and not validator.validate_document(
+                new_document, original_document=document, dialect=dialect
+            ).valid:
+                raise _Undecided  # (bs) the rule refuses it: mongoeco's update_many answers the statement whole
             if changes:
                 if not all(_storable(new_document[name]) for name in changed if name in new_document):
                     raise _Undecided
