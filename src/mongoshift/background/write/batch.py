@@ -386,14 +386,24 @@ async def _settle(done: Transformed) -> None:
 
 
 def _updates(
-    job: Job, originals: list[dict[str, Any]], transformed: Transformed, codec: CodecOptions[Any], errors: list[DocumentError]
+    job: Job,
+    originals: list[dict[str, Any]],
+    transformed: Transformed,
+    codec: CodecOptions[Any],
+    errors: list[DocumentError],
+    *,
+    check: bool = True,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The documents to write and their updates, in batch order; each failure goes to ``errors``, in order.
 
     ``originals[i]`` is the i-th document as read, ``transformed.results[i]`` what its transform gave.
     A batch whose transforms all returned, with no shard key, is diffed in one pass; at the first
     shape error it is diffed again document by document (the diff has no effect of its own), so
-    each failure is found and recorded as below."""
+    each failure is found and recorded as below.
+
+    ``check=False`` leaves out the BSON check of the updates when no document failed otherwise (a
+    failure keeps it, so that ``errors`` stays in batch order): the caller then owes it if the write
+    fails (:func:`apply_batch` in strict mode, whose transaction the failure aborts)."""
     spec = job.spec
     shard_key = job.shard_key
     news, raised = transformed.results, transformed.failed
@@ -426,7 +436,7 @@ def _updates(
             owners.append(doc)
             updates.append(update)
             positions.append(index)
-    problems = bson_problems(updates, codec)  # one encode for the batch when all is well
+    problems = bson_problems(updates, codec) if check or failures else None  # one encode for the batch when all is well
     if problems:
         failures += [(at[i], DocumentError(owners[i]["_id"], "shape", problem)) for i, problem in problems.items()]
         failures.sort(key=lambda failure: failure[0])
@@ -446,21 +456,34 @@ class PlannedUpdates:
     owners: list[dict[str, Any]]
     updates: list[dict[str, Any]]
     errors: list[DocumentError]
+    #: False: the updates were not checked for BSON (``check=False``); :func:`unstorable` says it after a failed write.
+    checked: bool = True
 
 
 async def planned_updates(
-    job: Job, docs: Sequence[Mapping[str, Any]] | Lent, ctx: TransformContext, codec: CodecOptions[Any]
+    job: Job, docs: Sequence[Mapping[str, Any]] | Lent, ctx: TransformContext, codec: CodecOptions[Any], *, check: bool = True
 ) -> PlannedUpdates:
     """Transform ``docs`` and build their guarded updates, writing nothing.
 
     The one place a batch's updates come from: :func:`apply_batch` writes them, the preview
     (:mod:`..inspect.preview`) shows them, so what a preview shows is what a run sends.
-    ``docs`` may come already lent (:func:`lend`: a lane that read the batch's ids from it)."""
+    ``docs`` may come already lent (:func:`lend`: a lane that read the batch's ids from it).
+    ``check=False``: see :func:`_updates`."""
     errors: list[DocumentError] = []
     lent = lend(docs, codec)
     transformed = await _transform(job, lent.copies, ctx)
-    owners, updates = _updates(job, lent.originals(codec), transformed, codec, errors)
-    return PlannedUpdates(owners, updates, errors)
+    owners, updates = _updates(job, lent.originals(codec), transformed, codec, errors, check=check)
+    return PlannedUpdates(owners, updates, errors, check or bool(errors))
+
+
+def unstorable(planned: PlannedUpdates, codec: CodecOptions[Any]) -> DocumentError | None:
+    """The first document whose update cannot be sent as BSON, as the check :func:`_updates` left out
+    would have found it (the same words, never a value); None when every update can be."""
+    problems = bson_problems(planned.updates, codec)
+    if not problems:
+        return None
+    index = min(problems)
+    return DocumentError(planned.owners[index]["_id"], "shape", problems[index])
 
 
 def shard_key_change(old: Mapping[str, Any], new: Any, fields: Sequence[str]) -> str | None:
@@ -640,12 +663,23 @@ async def apply_batch(
     codec = collection.codec_options.with_options(document_class=dict)
     pending: Sequence[Mapping[str, Any]] | Lent = docs
     for round_ in range(spec.max_conflict_retries + 1):
-        planned = await planned_updates(job, pending, ctx, codec)
+        # Strict mode writes without the BSON check of the updates (one encode of the batch's updates,
+        # about a tenth of a document's client CPU): the bulk write's own encode makes it. An update that
+        # cannot be encoded fails that encode, and what the bulk may have written before it goes with the
+        # transaction the failure aborts; the check then names the document, as it would have before the write.
+        planned = await planned_updates(job, pending, ctx, codec, check=not strict)
         owners = planned.owners
         result.errors += planned.errors
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
-        matched, failed = await write_planned(job, planned, collection, session=session)
+        try:
+            matched, failed = await write_planned(job, planned, collection, session=session)
+        except Exception:
+            if not planned.checked and (bad := unstorable(planned, codec)) is not None:
+                raise DocumentFailed(bad) from None
+            raise
+        if failed and not planned.checked and (bad := unstorable(planned, codec)) is not None:
+            raise DocumentFailed(bad)  # the server refused a write, but the check finds a document it would have left out first
         for index, error in failed.items():
             result.errors.append(DocumentError(owners[index]["_id"], "write", _write_error(job, planned.updates[index], error)))
         if strict and result.errors:

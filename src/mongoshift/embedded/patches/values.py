@@ -151,6 +151,7 @@ def patch_wire_decoding() -> None:
     from bson.regex import Regex
     from bson.timestamp import Timestamp
     from mongoeco.wire import bson_bridge, protocol, proxy
+    from mongoeco.wire._framing import WireProtocolError
 
     original = protocol.decode_op_msg
     convert = getattr(bson_bridge.decode_wire_value, "__wrapped__", bson_bridge.decode_wire_value)
@@ -183,6 +184,8 @@ def patch_wire_decoding() -> None:
                 name_end = payload.find(0, position + 4, stop)
                 if name_end < 0:
                     return None
+                if size > MAX_SEQUENCE_DOCUMENT_BYTES:  # only then can one of its documents be too large
+                    _refuse_too_large(payload, name_end + 1, stop, WireProtocolError)
                 sequences.append((payload[position + 4 : name_end].decode(), decode_all(payload[name_end + 1 : stop], options)))
             else:
                 return None
@@ -198,6 +201,8 @@ def patch_wire_decoding() -> None:
     def decode_op_msg(header: Any, payload: bytes) -> Any:
         try:
             request = decoded(header, payload)
+        except WireProtocolError:
+            raise  # a document too large: refused, as mongod refuses it
         except Exception:
             request = None
         return original(header, payload) if request is None else request
@@ -206,6 +211,32 @@ def patch_wire_decoding() -> None:
     # proxy imported the function by name.
     for module in (protocol, proxy):
         module.decode_op_msg = decode_op_msg  # type: ignore[attr-defined]
+
+
+#: The largest document of a request's document sequence (an inserted document, an update or delete
+#: statement) that is taken: mongod's 16 MiB. mongod parses one of up to 16 KiB more, then refuses a
+#: document over 16 MiB, inserted or made by an update (17419); this server stores what it is given,
+#: so the statement is refused whole at the limit instead (an update statement larger than the
+#: document it makes is a megabytes-long field name away). A transactional batch's write relies on it:
+#: it sends its updates unchecked (mongoshift.background.write.batch.apply_batch, strict mode).
+MAX_SEQUENCE_DOCUMENT_BYTES = 16 * 1024 * 1024
+#: mongod's code for a document over its size limit.
+BSON_OBJECT_TOO_LARGE = 10334
+
+
+def _refuse_too_large(payload: bytes, start: int, stop: int, error: type[Exception]) -> None:
+    """Raise ``error`` (mongoeco's WireProtocolError: an error reply) if a document of the sequence
+    ``payload[start:stop]`` is over :data:`MAX_SEQUENCE_DOCUMENT_BYTES`; its size only, never its content."""
+    while start + 4 <= stop:
+        size = int.from_bytes(payload[start : start + 4], "little", signed=True)
+        if size > MAX_SEQUENCE_DOCUMENT_BYTES:
+            raise error(
+                f"a document of {size} bytes is over the {MAX_SEQUENCE_DOCUMENT_BYTES} bytes a BSON document may hold",
+                code=BSON_OBJECT_TOO_LARGE, code_name="BSONObjectTooLarge",
+            )
+        if size <= 0:
+            return  # malformed: the decoding says so
+        start += size
 
 
 def _converter(kind: type, convert: Any) -> Any:
