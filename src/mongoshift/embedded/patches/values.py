@@ -229,13 +229,13 @@ def _refuse_too_large(payload: bytes, start: int, stop: int, error: type[Excepti
     ``payload[start:stop]`` is over :data:`MAX_SEQUENCE_DOCUMENT_BYTES`; its size only, never its content."""
     while start + 4 <= stop:
         size = int.from_bytes(payload[start : start + 4], "little", signed=True)
+        if size <= 0 or start + size > stop:
+            return  # malformed: the decoding says so
         if size > MAX_SEQUENCE_DOCUMENT_BYTES:
             raise error(
                 f"a document of {size} bytes is over the {MAX_SEQUENCE_DOCUMENT_BYTES} bytes a BSON document may hold",
                 code=BSON_OBJECT_TOO_LARGE, code_name="BSONObjectTooLarge",
             )
-        if size <= 0:
-            return  # malformed: the decoding says so
         start += size
 
 
