@@ -5,6 +5,7 @@ reads them, and a reply's plain containers go to the encoder as they are (fix (a
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from itertools import chain, compress, repeat
 from operator import is_
 from typing import Any
@@ -224,7 +225,7 @@ MAX_SEQUENCE_DOCUMENT_BYTES = 16 * 1024 * 1024
 BSON_OBJECT_TOO_LARGE = 10334
 
 
-def _refuse_too_large(payload: bytes, start: int, stop: int, error: type[Exception]) -> None:
+def _refuse_too_large(payload: bytes, start: int, stop: int, error: Callable[..., Exception]) -> None:
     """Raise ``error`` (mongoeco's WireProtocolError: an error reply) if a document of the sequence
     ``payload[start:stop]`` is over :data:`MAX_SEQUENCE_DOCUMENT_BYTES`; its size only, never its content."""
     while start + 4 <= stop:
