@@ -38,7 +38,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
-  converted by pymongo's decoder, plain replies encoded as they are
+  converted by pymongo's decoder, plain replies encoded as they are, (bv) a sequence document over 16 MiB refused
 - :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
 (ak), the server process's garbage-collector threshold, is set by ``server.run``: it is no patch.
@@ -126,7 +126,7 @@ def apply() -> None:
     find_and_modify.patch_find_and_modify()  # (ao)
     values.patch_object_id_copies()  # (aj)
     values.patch_plain_wire_values()  # (aj)
-    values.patch_wire_decoding()  # (as), after (aj): its conversion is mongoeco's own, kept by (aj)
+    values.patch_wire_decoding()  # (as) and (bv), after (aj): its conversion is mongoeco's own, kept by (aj)
     values.patch_plain_materialization()  # (as)
     wire.patch_change_streams()  # (q)
     indexes.patch_compound_hashed_indexes()  # (s)
