@@ -93,7 +93,8 @@ class ChangeEvent:
     """One committed write, as the history keeps it.
 
     ``full_document``: an insert's or a replacement's document, an update's result (its
-    post-image, from which, with ``before``, its update description is computed on read).
+    post-image, from which, with ``before``, its update description is computed on read);
+    an insert's, (bs), as the stored document it wrote (a :class:`_Inserted`), decoded only when read.
     ``before``: the stored document the write replaced (an update's always, a replacement's
     or a delete's when the collection keeps pre-images), decoded only when read.
     ``images``: the collection had ``changeStreamPreAndPostImages`` enabled at the write."""
@@ -105,7 +106,7 @@ class ChangeEvent:
     coll: str
     operation_type: str
     document_key: dict[str, Any]
-    full_document: dict[str, Any] | None
+    full_document: dict[str, Any] | _Inserted | None
     before: Any = None
     images: bool = False
 
@@ -125,7 +126,32 @@ class _PreImage:
         return self
 
 
+class _Inserted(_PreImage):
+    """(bs) The stored document an insert wrote, carried to the history by reference as the event's
+    full document, never copied: mongoeco's payload deep-copies the inserted document for the history
+    (and its outbox four times more), a private copy of every document the history holds, which the
+    history then frees as the event leaves it (cold: inserted long before), one document's objects
+    for every write once the history is full."""
+
+    __slots__ = ()
+
+
 _overwritten = threading.local()  # the stored document the engine's last write replaced (its lock is held)
+_inserting = threading.local()  # (bs) inserts in flight (their depth) and the documents encoded meanwhile
+
+
+def _encoded_by_insert(document: Any, stored: Any) -> None:
+    """Note the stored form of a document encoded while an insert is in flight, under the document's identity."""
+    if getattr(_inserting, "depth", 0):
+        _inserting.encoded[id(document)] = (document, stored)
+
+
+def _take_inserted(document: Any) -> _Inserted | None:
+    """The stored form encoded from this very document (not an equal one) while an insert is in flight, or None."""
+    if not getattr(_inserting, "depth", 0):
+        return None
+    noted = _inserting.encoded.pop(id(document), None)
+    return _Inserted(noted[1]) if noted is not None and noted[0] is document else None
 
 
 def take_pre_image() -> _PreImage | None:
@@ -431,6 +457,16 @@ def _pre_image(history: ChangeHistory, event: ChangeEvent) -> dict[str, Any] | N
     return document if document.get("_id") == event.document_key.get("_id") else None
 
 
+def _full_document(history: ChangeHistory, event: ChangeEvent) -> dict[str, Any] | None:
+    """An insert's or a replacement's document: (bs) an insert's decoded from the stored document it wrote."""
+    document = event.full_document
+    if isinstance(document, _Inserted):
+        if history.decode is None:
+            raise _failure(280, "ChangeStreamFatalError", "change history cannot read its documents")
+        return history.decode(document.stored)
+    return document
+
+
 def _same(left: object, right: object) -> bool:
     """Equal values of equal types (mongod compares a document's old and new bytes)."""
     if type(left) is not type(right):
@@ -509,7 +545,7 @@ async def _event_document(client: Any, history: ChangeHistory, cursor: StreamCur
         "wallTime": event.wall_time,
     }
     if event.operation_type in {"insert", "replace"}:
-        document["fullDocument"] = event.full_document
+        document["fullDocument"] = _full_document(history, event)
     elif event.operation_type == "update" and cursor.full_document != "default":
         if cursor.full_document == "updateLookup":
             document["fullDocument"] = await client[event.db][event.coll].find_one(event.document_key)
@@ -522,7 +558,7 @@ async def _event_document(client: Any, history: ChangeHistory, cursor: StreamCur
     document["ns"] = {"db": event.db, "coll": event.coll}
     document["documentKey"] = event.document_key
     before = _pre_image(history, event) if event.operation_type != "insert" else None
-    if event.operation_type == "update" and before is not None and event.full_document is not None:
+    if event.operation_type == "update" and before is not None and isinstance(event.full_document, dict):
         document["updateDescription"] = _update_description(before, event.full_document, cursor.expanded)
     if cursor.before_change != "off" and event.operation_type in {"update", "replace", "delete"}:
         if event.images and before is not None:
@@ -540,32 +576,72 @@ def patch_pre_images() -> None:
     mongoeco's change payloads (MemoryEngine._change_payload) carry no pre-image. Every
     engine write goes through _set_storage_document_locked / _delete_storage_document_locked
     (under the engine lock), which now note the stored document they replace; the payload
-    built next, of an update, replacement or delete, takes it by reference (no copy)."""
+    built next, of an update, replacement or delete, takes it by reference (no copy).
+
+    (bs) An insert's payload carries the stored document the insert wrote, by reference, instead
+    of a deep copy of the inserted document: _insert_documents_impl encodes each document it
+    writes, then builds the payloads from the same document objects, under its collection's lock
+    and without awaiting in between; the stored forms encoded while an insert is in flight are
+    noted by the identity of the document they were encoded from (which the note holds, so the
+    identity is not reused), taken by its payload, and dropped as any insert call ends (no other
+    call's writes can fall between one call's writes and its payloads)."""
     from mongoeco.engines import memory
 
     engine_class = memory.MemoryEngine
     original_set = engine_class._set_storage_document_locked
     original_delete = engine_class._delete_storage_document_locked
     original_payload = engine_class._change_payload
+    original_insert = engine_class._insert_documents_impl
+    original_encode = engine_class._encode_storage_document
 
     def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
         _overwritten.stored = collection.get(storage_key)
         original_set(self, collection, storage_key, document)
 
+    def encode_document(self: Any, document: Any) -> Any:
+        stored = original_encode(self, document)
+        _encoded_by_insert(document, stored)
+        return stored
+
     def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
         _overwritten.stored = collection.get(storage_key)
         original_delete(self, collection, storage_key)
 
-    def change_payload(**fields: Any) -> Any:
+    def change_payload_with_pre_image(self: Any, **fields: Any) -> Any:
         payload = original_payload(**fields)
         before = take_pre_image()
         if before is not None and fields.get("operation_type") in {"update", "replace", "delete"}:
             payload["update_description"] = before
         return payload
 
+    def change_payload(self: Any, **fields: Any) -> Any:
+        if fields.get("operation_type") == "insert":
+            inserted = _take_inserted(fields.get("full_document"))
+            if inserted is not None:
+                payload = original_payload(**{**fields, "full_document": None})
+                payload["full_document"] = inserted
+                take_pre_image()
+                return payload
+        return change_payload_with_pre_image(self, **fields)
+
+    change_payload.__wrapped__ = change_payload_with_pre_image  # type: ignore[attr-defined]  # the payload before (bs), for the tests
+
+    async def insert_documents(self: Any, *args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_inserting, "depth", 0)
+        if not depth:
+            _inserting.encoded = {}
+        _inserting.depth = depth + 1
+        try:
+            return await original_insert(self, *args, **kwargs)
+        finally:
+            _inserting.depth -= 1
+            _inserting.encoded = {}
+
     engine_class._set_storage_document_locked = set_document
     engine_class._delete_storage_document_locked = delete_document
-    engine_class._change_payload = staticmethod(change_payload)
+    engine_class._change_payload = change_payload  # type: ignore[assignment]  # an instance's method now: its engine's calls
+    engine_class._insert_documents_impl = insert_documents
+    engine_class._encode_storage_document = encode_document
 
 
 async def _next_batch(client: Any, history: ChangeHistory, cursor: StreamCursor, limit: int) -> list[dict[str, Any]]:
