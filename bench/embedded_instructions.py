@@ -81,15 +81,15 @@ def _events(text: str, line: str) -> dict[str, int]:
 
 
 def _totals(dump: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """The dump's events, and those of the collections inside it (``gc_collect_main``, inclusive)."""
+    """The dump's events, and those of the collections inside it (``gc_collect_main``, inclusive).
+
+    The listing splits the function by the files its inlined code comes from; the whole function's
+    inclusive count is the largest of its parts (each other part's is inside it), not their sum."""
     text = dump.read_text()
     total = _events(text, re.search(r"^(?:summary|totals):\s*(.*)$", text, re.M).group(1))  # type: ignore[union-attr]
-    collections = dict.fromkeys(total, 0)
-    for counts, name in _listing(dump, list(total), "--inclusive=yes"):
-        if re.search(r":gc_collect_main\b", name):
-            for event, value in zip(total, counts, strict=True):
-                collections[event] += value
-    return total, collections
+    parts = [counts for counts, name in _listing(dump, list(total), "--inclusive=yes") if re.search(r":gc_collect_main\b", name)]
+    whole = max(parts, key=lambda counts: counts[0], default=[0] * len(total))
+    return total, dict(zip(total, whole, strict=True))
 
 
 def _misses(total: dict[str, int]) -> dict[str, int]:
