@@ -1,4 +1,4 @@
-"""Fix (bs) of mongoshift.embedded.change_streams: an insert's event holds the stored document the insert
+"""Fix (bu) of mongoshift.embedded.change_streams: an insert's event holds the stored document the insert
 wrote, by reference, instead of a deep copy of it. Proved against the payload before the fix (kept as
 ``__wrapped__``) on random documents: the same events on the wire."""
 

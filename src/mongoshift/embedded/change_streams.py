@@ -94,7 +94,7 @@ class ChangeEvent:
 
     ``full_document``: an insert's or a replacement's document, an update's result (its
     post-image, from which, with ``before``, its update description is computed on read);
-    an insert's, (bs), as the stored document it wrote (a :class:`_Inserted`), decoded only when read.
+    an insert's, (bu), as the stored document it wrote (a :class:`_Inserted`), decoded only when read.
     ``before``: the stored document the write replaced (an update's always, a replacement's
     or a delete's when the collection keeps pre-images), decoded only when read.
     ``images``: the collection had ``changeStreamPreAndPostImages`` enabled at the write."""
@@ -127,7 +127,7 @@ class _PreImage:
 
 
 class _Inserted(_PreImage):
-    """(bs) The stored document an insert wrote, carried to the history by reference as the event's
+    """(bu) The stored document an insert wrote, carried to the history by reference as the event's
     full document, never copied: mongoeco's payload deep-copies the inserted document for the history
     (and its outbox four times more), a private copy of every document the history holds, which the
     history then frees as the event leaves it (cold: inserted long before), one document's objects
@@ -137,7 +137,7 @@ class _Inserted(_PreImage):
 
 
 _overwritten = threading.local()  # the stored document the engine's last write replaced (its lock is held)
-_inserting = threading.local()  # (bs) inserts in flight (their depth) and the documents encoded meanwhile
+_inserting = threading.local()  # (bu) inserts in flight (their depth) and the documents encoded meanwhile
 
 
 def _encoded_by_insert(document: Any, stored: Any) -> None:
@@ -458,7 +458,7 @@ def _pre_image(history: ChangeHistory, event: ChangeEvent) -> dict[str, Any] | N
 
 
 def _full_document(history: ChangeHistory, event: ChangeEvent) -> dict[str, Any] | None:
-    """An insert's or a replacement's document: (bs) an insert's decoded from the stored document it wrote."""
+    """An insert's or a replacement's document: (bu) an insert's decoded from the stored document it wrote."""
     document = event.full_document
     if isinstance(document, _Inserted):
         if history.decode is None:
@@ -578,7 +578,7 @@ def patch_pre_images() -> None:
     (under the engine lock), which now note the stored document they replace; the payload
     built next, of an update, replacement or delete, takes it by reference (no copy).
 
-    (bs) An insert's payload carries the stored document the insert wrote, by reference, instead
+    (bu) An insert's payload carries the stored document the insert wrote, by reference, instead
     of a deep copy of the inserted document: _insert_documents_impl encodes each document it
     writes, then builds the payloads from the same document objects, under its collection's lock
     and without awaiting in between; the stored forms encoded while an insert is in flight are
@@ -624,7 +624,7 @@ def patch_pre_images() -> None:
                 return payload
         return change_payload_with_pre_image(self, **fields)
 
-    change_payload.__wrapped__ = change_payload_with_pre_image  # type: ignore[attr-defined]  # the payload before (bs), for the tests
+    change_payload.__wrapped__ = change_payload_with_pre_image  # type: ignore[attr-defined]  # the payload before (bu), for the tests
 
     async def insert_documents(self: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_inserting, "depth", 0)
