@@ -87,9 +87,14 @@ def _totals(dump: Path) -> tuple[dict[str, int], dict[str, int]]:
     inclusive count is the largest of its parts (each other part's is inside it), not their sum."""
     text = dump.read_text()
     total = _events(text, re.search(r"^(?:summary|totals):\s*(.*)$", text, re.M).group(1))  # type: ignore[union-attr]
-    parts = [counts for counts, name in _listing(dump, list(total), "--inclusive=yes") if re.search(r":gc_collect_main\b", name)]
-    whole = max(parts, key=lambda counts: counts[0], default=[0] * len(total))
-    return total, dict(zip(total, whole, strict=True))
+    return total, _collections(_listing(dump, list(total), "--inclusive=yes"), list(total))
+
+
+def _collections(rows: list[tuple[list[int], str]], events: list[str]) -> dict[str, int]:
+    """The collections' counts in an inclusive listing: ``gc_collect_main``'s largest part."""
+    parts = [counts for counts, name in rows if re.search(r":gc_collect_main\b", name)]
+    whole = max(parts, key=lambda counts: counts[0], default=[0] * len(events))
+    return dict(zip(events, whole, strict=True))
 
 
 def _misses(total: dict[str, int]) -> dict[str, int]:
@@ -126,11 +131,11 @@ def _top_misses(dump: Path, migrated: int, lines: int = 25) -> str:
     return "\n".join(out)
 
 
-def _host_last_level() -> list[str]:
+def _host_last_level(caches: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> list[str]:
     """``--LL`` for the host's last-level cache as the kernel describes it: valgrind's own guess from the CPU's
     identification can be far off (a 512 MB two-way cache on one host whose L3 is 32 MB, 16-way)."""
     levels = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    for index in caches.glob("index*"):
         try:
             kind = (index / "type").read_text().strip()
             level = int((index / "level").read_text())
