@@ -31,6 +31,19 @@ VALIDATORS = [
 ]
 
 
+def twins(client: Any, docs: list[dict[str, Any]], validator: dict[str, Any], level: str, action: str) -> Any:
+    """The database of two identical collections, ``fast`` and ``slow``, under the same validator, holding ``docs``
+    (stored past the rule: some break it, and a moderate level lets their updates through)."""
+    db = client.validated
+    for name in ("fast", "slow"):
+        db.drop_collection(name)
+        db.create_collection(name, validator=validator, validationLevel=level, validationAction=action)
+        db[name].create_index([("__v", 1), ("_id", 1)])
+        if docs:
+            db[name].insert_many(docs, bypass_document_validation=True)
+    return db
+
+
 def outcome(collection: Any, requests: list[Any], ordered: bool) -> Any:
     try:
         result = collection.bulk_write(requests, ordered=ordered).bulk_api_result
@@ -55,13 +68,7 @@ def test_a_guarded_update_under_a_validator_does_what_the_original_update_does(s
         ordered = data.draw(st.booleans())
         client = sync_client(server)
         try:
-            db = client.validated
-            for name in ("fast", "slow"):
-                db.drop_collection(name)
-                db.create_collection(name, validator=validator, validationLevel=level, validationAction=action)
-                db[name].create_index([("__v", 1), ("_id", 1)])
-                if docs:  # some stored documents break the rule: a moderate level lets their updates through
-                    db[name].insert_many(docs, bypass_document_validation=True)
+            db = twins(client, docs, validator, level, action)
             got = outcome(db.fast, requests, ordered)
             with original_update_path():
                 expected = outcome(db.slow, requests, ordered)
@@ -137,12 +144,7 @@ def test_an_update_many_under_a_validator_does_what_the_original_update_does(ser
         query, in_transaction, bypass = data.draw(st.sampled_from(FILTERS)), data.draw(st.booleans()), data.draw(st.booleans())
         client = sync_client(server)
         try:
-            db = client.validated
-            for name in ("fast", "slow"):
-                db.drop_collection(name)
-                db.create_collection(name, validator=validator, validationLevel=level, validationAction=action)
-                db[name].create_index([("__v", 1), ("_id", 1)])
-                db[name].insert_many(docs, bypass_document_validation=True)
+            db = twins(client, docs, validator, level, action)
             got = many_outcome(client, db.fast, query, update, in_transaction, bypass)
             with original(_collection_modify, "update_many"):
                 expected = many_outcome(client, db.slow, query, update, in_transaction, bypass)
