@@ -665,7 +665,7 @@ async def apply_batch(
     for round_ in range(spec.max_conflict_retries + 1):
         # Strict mode writes without the BSON check of the updates (one encode of the batch's updates,
         # about a twelfth of a document's client CPU): the bulk write's own encode makes it, and the server
-        # refuses an update over 16 MiB (mongod, and the embedded server since its fix (bs)). What the bulk
+        # refuses an update over 16 MiB (mongod, and the embedded server since its fix (bv)). What the bulk
         # may have written before a failure goes with the transaction the failure aborts; the check then
         # names the document, as it would have before the write.
         planned = await planned_updates(job, pending, ctx, codec, check=not strict)
