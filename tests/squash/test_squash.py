@@ -225,6 +225,25 @@ async def test_a_file_sharing_a_version_with_a_squashed_one_is_refused(project, 
     assert "0002_x.py and _squashed/0003_squashed/0002_b.py" in error["message"] and error["details"]["files"] == ["0002_x.py"]
 
 
+async def test_a_file_sorting_among_the_squashed_ones_is_refused(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """A branch that created 0002_x (between 0001_a and 0003_c) before the squash of 0001..0004 merged: a new
+    database would run it before 0001_a (the squash file sorts as 0004), the others after 0004: refused (43), naming
+    it and the squash, before anything runs; a file before the squash's first or after its last is not."""
+    line(project, "0002_a", "0004_b", "0006_c")
+    await up(project.settings())
+    await squash(project.settings(), "0006_c")
+    line(project, "0003_x", "0005_y", "0001_early", "0007_late")
+    refused = cli(project, "up", "--json")
+    assert refused.returncode == 43
+    error = json.loads(refused.stdout)["error"]
+    assert error["details"]["files"] == ["0003_x.py", "0005_y.py"]
+    assert "0003_x.py among the files of 0006_squashed.py (0002_a.py to 0006_c.py)" in error["message"]
+    assert marks(sync_client, project) == ["0002_a", "0004_b", "0006_c"]  # nothing ran
+    for name in ("0003_x", "0005_y"):
+        (project.migrations / f"{name}.py").unlink()
+    assert cli(project, "status").returncode == 0  # 0001_early and 0007_late sort outside the squash
+
+
 async def test_a_job_system_queues_the_squash_file_as_one_task(project, sync_client, db_name, cli) -> None:  # type: ignore[no-untyped-def]
     """``dry-run`` shows the replaced files a new database runs; a job system's line queues the squash file once."""
     from mongoshift.api.migrations import dry_run

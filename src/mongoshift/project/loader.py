@@ -221,19 +221,36 @@ def discover(directory: Path) -> list[MigrationFile]:
 
 def _refuse_archived_versions(files: list[MigrationFile], directory: Path) -> None:
     """The version rule holds across a squash: a file of the line that shares a version with a file a squash
-    archived (a branch that created it before the squash was merged) would apply in an order nobody chose."""
+    archived (a branch that created it before the squash was merged) would apply in an order nobody chose.
+    So does one whose version falls between a squash's first and last files: a new database would run it before
+    all of them (the squash file sorts by its last), a database that ran them, after: two orders."""
     archived = {_version(part.name): (item.name, part.name) for item in files for part in item.parts}
+    spans = [(_version(item.parts[0].name), _version(item.name), item) for item in files if item.parts]
     clashes: list[tuple[str, str]] = []
+    inside: list[tuple[str, str]] = []
     for item in files:
-        hit = archived.get(_version(item.name))
+        version = _version(item.name)
+        hit = archived.get(version)
         if hit is not None and hit[0] != item.name:  # a squash file takes the version of its last file
             clashes.append((item.name, f"{ARCHIVE}/{Path(hit[0]).stem}/{hit[1]}"))
+            continue
+        for first, last, squash in spans:
+            if first < version < last and not item.parts:
+                inside.append((item.name, f"{squash.name} ({squash.parts[0].name} to {squash.parts[-1].name})"))
     if clashes:
         listed = "; ".join(f"{name} and {part}" for name, part in clashes)
         raise DuplicateVersionError(
             f"migration files in {directory} share a version with files a squash replaced: {listed}; "
             "give the file of the line a later timestamp or number (rename it, or create it again)",
             files=[name for name, _ in clashes],
+        )
+    if inside:
+        listed = "; ".join(f"{name} among the files of {squash}" for name, squash in inside)
+        raise DuplicateVersionError(
+            f"migration files in {directory} sort among the files a squash replaced: {listed}; a new database would "
+            "run them before those files, the others after; give each a timestamp or number after the squash's "
+            "(rename it, or create it again)",
+            files=[name for name, _ in inside],
         )
 
 
