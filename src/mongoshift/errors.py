@@ -76,6 +76,9 @@ class MongoshiftError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+        #: Whose traceback was already logged, from the user's own frames on (a migration body's failure under
+        #: ``-v``): the command line does not print its cause's traceback a second time, from mongoshift's frames.
+        self.traceback_logged = False
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"code": int(self.exit_code), "kind": self.kind, "message": self.message}

@@ -364,27 +364,40 @@ async def up(ctx):
 
 
 def test_verbose_traceback_of_a_server_error_holds_no_document_value(project, cli) -> None:  # type: ignore[no-untyped-def]
-    """A driver error (a duplicate key) reaches the command line as the cause of the migration's failure:
-    the traceback -v prints for it ends with pymongo's own text, ``dup key: {...}`` and ``keyValue``
-    quoting the document; it goes through the same redaction as every other line."""
+    """A driver error (a duplicate key) fails a migration: -v shows its traceback once, from the migration file's
+    frames on (the README's promise), never a second time from mongoshift's own frames, and it ends with pymongo's
+    text cleaned (``dup key: {...}`` and ``keyValue`` quote the document)."""
     project.add("0001_dup.py", DUPLICATE_KEY_BUILT)
     for args in (["up", "-v"], ["up", "-v", "--json"]):
         result = cli(project, *args)
         assert result.returncode == 7, result.stderr
-        assert "DuplicateKeyError" in result.stderr and result.stderr.count("Traceback") >= 2
+        assert "DuplicateKeyError" in result.stderr and result.stderr.count("Traceback") == 1
+        assert "0001_dup.py" in result.stderr.split("Traceback", 1)[1] and "executor.py" not in result.stderr
         assert "zebra-7731" not in result.stdout + result.stderr
 
 
 def test_verbose_json_log_lines_stay_json_with_a_server_errors_traceback(project, cli) -> None:  # type: ignore[no-untyped-def]
     """``-v --log-format json``: the traceback of a failure caused by a driver error was printed as plain text
-    among the JSON lines, so a log collector choked on it; it is one JSON line, its ``traceback`` redacted."""
+    among the JSON lines, so a log collector choked on it; every line is JSON, the traceback's redacted."""
     project.add("0001_dup.py", DUPLICATE_KEY_BUILT)
     result = cli(project, "up", "-v", "--log-format", "json")
     assert result.returncode == 7, result.stderr
     lines = [json.loads(line) for line in result.stderr.splitlines()]  # every line, none plain text
-    (failure,) = [line for line in lines if line["message"] == "the failure's traceback"]
-    assert "DuplicateKeyError" in failure["traceback"] and failure["level"] == "debug"
+    assert [line["level"] for line in lines if "DuplicateKeyError" in json.dumps(line) and "Traceback" in json.dumps(line)] == ["debug"]
     assert "zebra-7731" not in result.stderr
+
+
+def test_verbose_json_traceback_of_a_failure_not_logged_is_one_json_line(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A failure no log line carried (the system refusing a folder name) gets its traceback from the command line
+    under ``-v``: one JSON line under ``--log-format json``, plain text otherwise."""
+    folder = "x" * 300
+    plain = cli(project, "status", "--dir", folder, "-v")
+    assert plain.returncode == 44 and "Traceback" in plain.stderr
+    result = cli(project, "status", "--dir", folder, "-v", "--log-format", "json")
+    assert result.returncode == 44, result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    (failure,) = [line for line in lines if line["message"] == "the failure's traceback"]
+    assert "OSError" in failure["traceback"] and failure["level"] == "debug"
 
 
 RAISES_ON_IMPORT = 'raise RuntimeError("cannot reach mongodb://admin:imp-hunter12@db.example.com/x with password=imp-hunter13")\n'

@@ -702,7 +702,7 @@ def _main(args: list[str]) -> None:
         exc.show()
         sys.exit(ExitCode.CONFIG_INVALID)
     except MongoshiftError as exc:
-        _fail(exc, args, exc.__cause__ if _driver_error(exc.__cause__) else None)
+        _fail(exc, args, exc.__cause__ if _driver_error(exc.__cause__) and not exc.traceback_logged else None)
     except KeyboardInterrupt:
         sys.exit(ExitCode.SECOND_SIGNAL)
     except OSError as exc:  # the system refused a file or folder where no command expected it

@@ -584,6 +584,7 @@ class Executor:
             error = ExecutionFailedError(f"{step.name} failed: {_describe(exc)}", file=step.name)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s failed:\n%s", step.name, _traceback(exc, step.file.path))
+                error.traceback_logged = True
             await self._failed(step, batch, exc, results, started, raised=error)
             raise error from exc
         duration = int((time.monotonic() - started) * 1000)
