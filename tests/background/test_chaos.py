@@ -127,7 +127,9 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
     died: list[int] = []  # exit codes of runners that ended on their own (not by the killer)
     progress: object = None
     moved = time.monotonic()
-    next_kill = time.monotonic() + 3
+    # The first kill as soon as a runner holds a lease (the run is under way), not after a set time: on a fast,
+    # quiet machine the whole run can end within any fixed delay, and the storm would kill nothing.
+    next_kill: float | None = None
     try:
         while True:
             state = db["_mongoshift_background"].find_one({"_id": "0001_names.py"}) or {}
@@ -155,7 +157,9 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
                     f"locks: {list(db['_mongoshift_locks'].find())}; runners that died: {died}; "
                     f"runner logs:\n{runner_logs(project)}"
                 )
-            if time.monotonic() >= next_kill and kills < max_kills:
+            if next_kill is None and partitions.find_one({"lease": {"$exists": True}, "status": {"$ne": "done"}}, {"_id": 1}):
+                next_kill = time.monotonic()
+            if next_kill is not None and time.monotonic() >= next_kill and kills < max_kills:
                 victim = procs.pop(rng.randrange(len(procs)))
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
@@ -164,7 +168,7 @@ def chaos(project, sync_client, *, writer_delay: float, docs: int, max_kills: in
                 next_kill = time.monotonic() + rng.uniform(2, 4)
             died.extend(p.returncode for p in procs if p.poll() is not None and p.returncode != 0)
             procs = [p if p.poll() is None else runner(project) for p in procs]
-            time.sleep(0.2)
+            time.sleep(0.2 if kills else 0.02)  # until the first kill, look often: it must land while the run is under way
     finally:
         writer.stop.set()
         writer.join(30)
