@@ -237,11 +237,11 @@ def patch_pipeline_updates() -> None:
         if not read:
             return m["UpdateResult"](matched_count=0, modified_count=0)  # as update_many answers, recording nothing
         batch = Batch()
-        batch.validating = True  # (bs) a collection whose only options are its validator's is taken, each document judged
+        # (bs) a collection whose only options are its validator's is taken, each document judged
+        batch.validating, batch.bypass = True, bool(normalized.get("bypass_document_validation"))
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
-        validator = None if normalized.get("bypass_document_validation") else batch.validator
         try:
-            matched, writes = decide(batch, read, prepared, operators, semantics, validator)
+            matched, writes = decide(batch, read, prepared, operators, semantics, batch.validator)
         except BaseException:
             batch.close()
             raise

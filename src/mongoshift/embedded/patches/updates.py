@@ -556,9 +556,10 @@ class Batch:
         self._stack: contextlib.ExitStack | None = None
         self._lock: Any = None
         self._own: Any = None  # the scope's journal, when it is the collection's only one
-        #: (bs) Set by a command that does not bypass validation, whose every statement this batch validates: a
-        #: collection with a validator is then taken too. Unset (any other caller), such a collection is mongoeco's.
+        #: (bs) Set by a caller that judges every statement by :attr:`validator`: a collection with a validator is
+        #: then taken too. Unset (any other caller), such a collection is mongoeco's.
         self.validating = False
+        self.bypass = False  # the command bypasses validation: the batch takes the collection with no validator
         self.validator: Any = None  # the collection's validator, compiled once for the batch
 
     async def open(self, collection: Any, session: Any, variables: Any, comment: Any, *, transactions: bool = False) -> None:
@@ -594,7 +595,7 @@ class Batch:
             if options and not (self.validating and options.keys() <= _VALIDATION_OPTIONS):
                 raise _Undecided  # a collation, a capped size...: the original path's rules
             # (bs) mongoeco compiles the validator again for every document it writes; the batch, once
-            self.validator = m["compile_validator"](options, dialect=self.context.dialect) if options else None
+            self.validator = m["compile_validator"](options, dialect=self.context.dialect) if options and not self.bypass else None
             engine._purge_expired_documents_locked(  # the command's clock: once for all its statements
                 db_name, coll_name, context=session, indexes_view=self.indexes_view, index_data_view=self.index_data,
                 storage_view=self.storage, now=variables.now.replace(tzinfo=datetime.UTC),
@@ -1040,7 +1041,7 @@ def patch_guarded_updates() -> None:
         commands._validate_update_command_shapes(updates, admin._mongodb_dialect.key)
         ordered = admin._normalize_ordered_from_command(spec.get("ordered"))
         bypass = commands.command_boolean(spec.get("bypassDocumentValidation", False), "bypassDocumentValidation", numeric=True)
-        batch.validating = not bypass  # (bs) every statement of the batch is judged by the collection's validator
+        batch.validating, batch.bypass = True, bool(bypass)  # (bs) every statement judged by the collection's validator
         collection = admin._database.get_collection(collection_name)
         command_let = spec.get("let")
         commands.validate_command_let(command_let)
