@@ -33,6 +33,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
+- :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes)
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
@@ -55,6 +56,7 @@ from . import (
     coll_mod,
     comparisons,
     counts,
+    distinct,
     documents,
     find_and_modify,
     indexes,
@@ -120,6 +122,7 @@ def apply() -> None:
     scans.patch_id_range_scans()  # (af)
     scans.patch_id_in_lookup()  # (ag)
     counts.patch_count_aggregates()  # (ap), over (af)'s order and (ag)'s candidates
+    distinct.patch_distinct()  # (bw)
     updates.patch_guarded_updates()  # (ah)
     updates.patch_index_keys()  # (ai)
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
