@@ -171,3 +171,28 @@ async def test_a_runner_says_why_it_waits_while_other_runners_lease_every_lane(f
     assert len(steps) >= 3
     assert len(said) == 1 and "background_lease_ttl_seconds" in said[0], said
     assert await db.people.count_documents({"__v": 2}) == 0
+
+
+async def test_a_runner_with_free_lanes_says_why_it_waits_while_every_open_partition_is_leased(fast_project, db, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A runner killed (``kill -9``) while it held the pass's last partitions leaves lanes free but nothing to claim
+    until its leases lapse: a runner with lanes free must say why its count stands still, once, rather than show
+    a frozen count with an ETA of seconds for up to the lease TTL."""
+    import logging
+
+    from mongoshift.background.lanes.lane import Lane
+
+    await seed(db.people, 20)
+    fast_project.add("0001_names.py", background_file(batch_size=10, max_parallel=2))
+    s = fast_project.settings()
+    await command.up(s)
+    async with bg.open_engine(s) as other:  # a killed runner's lane: it holds the one open partition and never renews it
+        decision = await other.coordinator.step("0001_names.py", other.spec("0001_names.py"))
+        assert decision.state is not None and decision.lanes == 1
+        assert await other.store.claim(decision.state, slots=[0], owner="killed-lane", ttl_ms=600_000, runner="killed")
+        busy = recorded_calls(monkeypatch, Lane, "run_slice", lambda _, result: result.outcome == "busy")
+        caplog.set_level(logging.INFO, logger="mongoshift.background")
+        await run_until_three(s, "0001_names.py", busy, "the run's lane found the one open partition leased three times")
+    said = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert len(busy) >= 3
+    assert len(said) == 1 and "every open partition is leased by another runner" in said[0] and "background_lease_ttl_seconds" in said[0], said
+    assert await db.people.count_documents({"__v": 2}) == 0

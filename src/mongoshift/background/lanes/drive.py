@@ -55,6 +55,8 @@ class MigrationRun:
     _slices: int = field(default=0, init=False)
     _asked_at: float | None = field(default=None, init=False)
     _outage: Outage = field(init=False)
+    #: Why a migration's work stands still, as last said (per migration): the coordinator's step and the lanes say it once.
+    _said: dict[str, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self._outage = Outage(self.reconnect_seconds, self.engine.now)
@@ -104,8 +106,8 @@ class MigrationRun:
         once: bool,
         wait: _FileWait,
     ) -> State | None:
-        said = None
         capped = False
+        self._said.pop(name, None)  # each run says once why it waits
         while not self.engine.cancel.is_set():
             state = await self.engine.store.state(name)
             self._outage.ok()
@@ -133,9 +135,8 @@ class MigrationRun:
                 if once or not await self._taken_up_again(name, decision.state):
                     return decision.state
                 continue
-            if decision.reason is not None and decision.reason != said:  # said once: why nothing moves yet
-                said = decision.reason
-                log.info("%s: waiting: %s", name, decision.reason)
+            if decision.reason is not None:
+                self._waiting(name, decision.reason)
             lanes = max(1, min(concurrency, spec.max_parallel))
             if lanes < concurrency and not capped:  # said once: the operator asked for more lanes than the file allows
                 capped = True
@@ -181,6 +182,8 @@ class MigrationRun:
                 result = await lane.run_slice(state, spec)
                 if result.outcome == "busy":  # every slot is held, or this runner holds its fair share while another waits
                     await self._ask(name)
+                    if result.waiting is not None:
+                        self._waiting(name, result.waiting)
             except PyMongoError as exc:  # the lane waits the outage out with the rest of this process
                 if not connection_lost(exc):
                     raise
@@ -205,6 +208,13 @@ class MigrationRun:
                 continue
             return result.outcome
         return "stopped"
+
+    def _waiting(self, name: str, reason: str) -> None:
+        """Say why nothing moves yet, once per reason in a row: a run that waits for a killed runner's leases
+        to lapse would otherwise sit silent (its progress frozen, its ETA seconds) for up to the lease TTL."""
+        if self._said.get(name) != reason:
+            self._said[name] = reason
+            log.info("%s: waiting: %s", name, reason)
 
     async def _ask(self, name: str) -> None:
         """Ask for a share of the lanes (see :mod:`.share`), at most twice a poll; the ask outlives a few polls and a lease."""

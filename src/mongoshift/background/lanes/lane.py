@@ -57,6 +57,13 @@ Outcome = Literal[
 ]
 
 #: A migration's status that stops its lanes, as the slice's outcome.
+#: Lanes free but nothing to claim: another runner's lanes hold every open partition. When that runner was
+#: killed (``kill -9``) holding the pass's last partitions, nothing moves until their leases lapse.
+LEASED_ELSEWHERE = (
+    "every open partition is leased by another runner's lanes "
+    "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds; they go on from their checkpoints then)"
+)
+
 HALTING: dict[str, Outcome] = {"paused": "paused", "cancelled": "cancelled", "failed": "failed"}
 
 
@@ -65,6 +72,8 @@ class SliceResult:
     outcome: Outcome
     counters: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: A ``busy`` slice's reason to tell the operator, when the wait may be long (a killed runner's leases).
+    waiting: str | None = None
 
 
 class Lane:
@@ -113,7 +122,7 @@ class Lane:
             # slice ends: ask for a share of them, or that runner re-claims them for ever.
             held = await engine.store.leases_by_runner(state.name)
             if any(count for runner, count in held.items() if runner != engine.runner):
-                return SliceResult("busy")
+                return SliceResult("busy", waiting=LEASED_ELSEWHERE)
             return SliceResult("exhausted")
         if claimed is False:
             return SliceResult("busy")
