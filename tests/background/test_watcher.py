@@ -415,6 +415,7 @@ async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collec
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "mongoshift: stopping: finishing the events at hand, saving the position and releasing the watch leases" in err
+    assert "(SIGTERM received: a second SIGTERM or Ctrl-C stops now)" in err and "press Ctrl-C again" not in err, err
     assert "after the current migration" not in err
     (record,) = json.loads(out)["watch"]
     assert (record["collection"], record["state"], record["guards"]) == ("people", "stopped", [NAME])

@@ -205,6 +205,15 @@ LEFT_BEHIND = (
 )
 
 
+def first_signal_notice(stopping: str, signum: int) -> str:
+    """The first signal's line, for the signal that came: a pod sent SIGTERM (Kubernetes, systemd) has no
+    Ctrl-C to press, and its log should say which signal it got and that another one stops it at once."""
+    if signum != signal.SIGINT:
+        name = signal.Signals(signum).name
+        return stopping.replace("(press Ctrl-C again to stop now)", f"({name} received: a second {name} or Ctrl-C stops now)")
+    return stopping
+
+
 def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str = STOPPING, left_behind: str = LEFT_BEHIND) -> T:
     """Run a command; the first Ctrl-C asks it to stop at the next boundary (``stopping`` says
     which), the second ends it now (``left_behind`` says what that leaves and how to clear it).
@@ -241,7 +250,7 @@ def run_async[T](make: Callable[[CancelSignal], Awaitable[T]], *, stopping: str 
                 Output.emit_json({"error": stopped})
             os._exit(128 + signum)
         cancel.set(f"interrupted by {signal.Signals(signum).name}")
-        notice(stopping)
+        notice(first_signal_notice(stopping, signum))
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
