@@ -56,7 +56,6 @@ Outcome = Literal[
     "exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error", "disconnected"
 ]
 
-#: A migration's status that stops its lanes, as the slice's outcome.
 #: Lanes free but nothing to claim: another runner's lanes hold every open partition. When that runner was
 #: killed (``kill -9``) holding the pass's last partitions, nothing moves until their leases lapse.
 LEASED_ELSEWHERE = (
@@ -64,6 +63,7 @@ LEASED_ELSEWHERE = (
     "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds; they go on from their checkpoints then)"
 )
 
+#: A migration's status that stops its lanes, as the slice's outcome.
 HALTING: dict[str, Outcome] = {"paused": "paused", "cancelled": "cancelled", "failed": "failed"}
 
 
