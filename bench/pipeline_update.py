@@ -14,7 +14,10 @@ updated by ranges of 500 documents with the engine's pipeline (bench/background.
 engine's version and revision stamp) and its range filter (the source shape after the previous range's
 last ``_id``, up to this one's, as ``planner.range_filter`` writes it for ObjectIds) through the ``update`` command's own entry
 (``execute_server_update``, ``multi``), outside a transaction; every document must come out at version 2.
-``--seed-only`` stops before the updates (the baseline an instruction count subtracts). With another
+``--seed-only`` stops before the updates (the baseline an instruction count subtracts). ``--transaction`` runs each
+range in a transaction of its own, committed after it, as a ``pipeline=`` lane does (the commit's merge and change
+dispatch then count with the update; the lane's checkpoint is not sent), under the server process's collector policy
+(``embedded/collector.py``: young collections at its threshold, the seeded heap frozen). With another
 tree's ``src`` first on ``PYTHONPATH``, it measures that tree's server.
 """
 
@@ -35,7 +38,7 @@ HINT = {"__v": 1, "_id": 1}
 PIPELINE = [*background.ENGINE_PIPELINE, {"$set": {"__v": {"$literal": 2}, "__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}}]
 
 
-async def run(size: int, seed_only: bool, profile: str | None) -> None:
+async def run(size: int, seed_only: bool, profile: str | None, transaction: bool = False) -> None:
     from bson import ObjectId
     from mongoeco.api import AsyncMongoClient
     from mongoeco.api._async import _collection_modify
@@ -54,6 +57,10 @@ async def run(size: int, seed_only: bool, profile: str | None) -> None:
     for start in range(0, size, 1000):
         await collection.insert_many(docs[start : start + 1000])
     await collection.create_index(list(HINT.items()))
+    if transaction:  # the server process's collector policy (young collections at its threshold, survivors frozen)
+        from mongoshift.embedded.collector import Collector
+
+        Collector().install()  # its full collections are the server's check loop's, not run here
     if seed_only:
         return
     ids = [doc["_id"] for doc in docs]
@@ -67,7 +74,14 @@ async def run(size: int, seed_only: bool, profile: str | None) -> None:
         last = ids[min(size, start + RANGE) - 1]
         query = {"$and": [{"$and": [{"__v": 1}, {"_id": {**low, "$lte": ObjectId("f" * 24)}}]}, {"_id": {"$lte": last}}]}
         low = {"$gt": last}
-        result = await _collection_modify.execute_server_update(collection, query, PIPELINE, multi=True, hint=HINT)
+        if transaction:
+            session = client.start_session()
+            session.start_transaction()
+            result = await _collection_modify.execute_server_update(collection, query, PIPELINE, multi=True, hint=HINT, session=session)
+            session.commit_transaction()
+            session.close()
+        else:
+            result = await _collection_modify.execute_server_update(collection, query, PIPELINE, multi=True, hint=HINT)
         modified += result.modified_count
     if profiler and profile:
         profiler.disable()
@@ -83,8 +97,9 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=4000, help="documents (default 4,000)")
     parser.add_argument("--seed-only", action="store_true", help="seed, then stop (an instruction count's baseline)")
     parser.add_argument("--profile", help="write cProfile's stats of the updates to this file")
+    parser.add_argument("--transaction", action="store_true", help="each range in its own transaction, committed after it")
     args = parser.parse_args()
-    asyncio.run(run(args.size, args.seed_only, args.profile))
+    asyncio.run(run(args.size, args.seed_only, args.profile, args.transaction))
     return 0
 
 
