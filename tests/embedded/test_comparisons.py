@@ -417,3 +417,39 @@ def test_an_id_range_walks_only_its_bracket(server: InProcessServer) -> None:
         assert seen[0] == 9
     finally:
         client.close()
+
+
+def test_object_id_ranges_compare_their_bytes_without_copying_them(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h3-a) A top-level range on ObjectIds compares the stored value's bytes with the operand's
+    through bson's own getter: neither mongoeco's comparison steps nor its ObjectId's ``binary``, which
+    copies the 12 bytes (a ``pipeline=`` range compares each document's ``_id`` four times). The
+    answers are the bytes' order, for each operator, an operand inside, at and outside the stored
+    ids, and beside values of other types, arrays of ObjectIds and missing fields."""
+    from mongoeco.types import ObjectId as EcoObjectId
+
+    copies = [0]
+    binary = vars(EcoObjectId)["binary"]
+
+    def counted(self: Any) -> bytes:
+        copies[0] += 1
+        return binary.fget(self)  # type: ignore[no-any-return]
+
+    client = sync_client(server)
+    try:
+        collection = client.comparisons.object_ids
+        collection.drop()
+        ids = [ObjectId(f"{i:024x}") for i in range(0, 600, 2)]
+        collection.insert_many(
+            [{"_id": value, "a": value} for value in ids]
+            + [{"_id": i, "a": [ids[i], ids[-1 - i]]} for i in range(5)] + [{"_id": "none"}, {"_id": "int", "a": 7}]
+        )
+        monkeypatch.setattr(EcoObjectId, "binary", property(counted))
+        for operand in (ObjectId(f"{0:024x}"), ObjectId(f"{301:024x}"), ids[150], ObjectId("f" * 24)):
+            for operator in OPERATORS:
+                expected = sum(element_matches(value, operator, operand) for value in ids)
+                assert collection.count_documents({"_id": {operator: operand}}) == expected, (operator, operand)
+                arrays = sum(any(element_matches(v, operator, operand) for v in (ids[i], ids[-1 - i])) for i in range(5))
+                assert collection.count_documents({"a": {operator: operand}}) == expected + arrays, (operator, operand)
+        assert copies[0] == 0  # without the cut: 7,320 copies, one a comparison
+    finally:
+        client.close()

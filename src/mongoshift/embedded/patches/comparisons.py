@@ -218,6 +218,12 @@ def patch_type_brackets() -> None:
 
     same_type = _same_type_classes()
     object_ids = _object_id_classes()
+    from bson import ObjectId
+
+    # (h3-a) bson's own getter of an ObjectId's 12 bytes: mongoeco's ObjectId (a subclass) wraps it in a
+    # method that copies them, which bson's comparison operators call for the right-hand side.
+    object_id_bytes: Callable[[Any], bytes] = vars(ObjectId)["binary"].fget
+    by_bytes = frozenset(kind for kind in object_ids if issubclass(kind, ObjectId))  # both, with bson installed
 
     # Keywords spelled out (no **options): these run once per document and value matched.
     def comparison_matches_candidate(
@@ -228,7 +234,7 @@ def patch_type_brackets() -> None:
             if kind in object_ids:
                 compare = _OPERATORS.get(operator)
                 if compare is not None:  # (bc) by their bytes, as mongod
-                    return compare(candidate, target)
+                    return compare(object_id_bytes(candidate), object_id_bytes(target)) if kind in by_bytes else compare(candidate, target)
             return compare_one(cls, candidate, target, operator, dialect=dialect, collation=collation)
         answer = decided(candidate, target, operator)
         if answer is not None:
@@ -242,6 +248,12 @@ def patch_type_brackets() -> None:
     ) -> bool:
         if field not in doc:
             return missing_matches(target, operator)
+        value = doc[field]
+        kind = type(value)
+        if kind is type(target) and kind in by_bytes:  # (h3-a) what the function above answers for them, without two calls
+            compare = _OPERATORS.get(operator)
+            if compare is not None:
+                return compare(object_id_bytes(value), object_id_bytes(target))
         # Its values go through the function above.
         return top_level(cls, doc, field, target, operator, dialect=dialect, collation=collation)
 
