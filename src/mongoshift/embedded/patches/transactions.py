@@ -205,6 +205,8 @@ class _TransactionWrites:
     untracked: bool = False
     #: each live collection's roots and its index maps' when it began (see :func:`_installable`)
     roots: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+    #: (h3-b) the namespace of each collection object in ``collections``, by its id (checked against it)
+    namespaces: dict[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
 def _transaction_table(engine: Any) -> dict[int, _TransactionWrites]:
@@ -408,21 +410,29 @@ def patch_transaction_conflicts() -> None:
         entry = _transaction_table(self).get(id(state))
         if entry is None or entry.state is not state:
             return  # not tracked: its commit keeps the global rule
-        namespace = next((ns for ns, coll in entry.collections.items() if coll is collection), None)
-        if namespace is None:
-            namespace = next(
-                ((db, name) for db, colls in state.storage.items() for name, coll in colls.items() if coll is collection),
-                None,
-            )
-            if namespace is None or namespace in entry.collections:
-                entry.untracked = True
-                return
-            entry.collections[namespace] = collection
-            entry.sizes[namespace] = len(collection)
+        # (h3-b) A transaction's writes go to one or a few collection objects: each one's namespace is
+        # found once, then by its id (the object itself checked, as an id outlives a freed object).
+        namespace = entry.namespaces.get(id(collection))
+        if namespace is None or entry.collections.get(namespace) is not collection:
+            namespace = next((ns for ns, coll in entry.collections.items() if coll is collection), None)
+            if namespace is None:
+                namespace = next(
+                    ((db, name) for db, colls in state.storage.items() for name, coll in colls.items() if coll is collection),
+                    None,
+                )
+                if namespace is None or namespace in entry.collections:
+                    entry.untracked = True
+                    return
+                entry.collections[namespace] = collection
+                entry.sizes[namespace] = len(collection)
+            entry.namespaces[id(collection)] = namespace
         written = entry.base.get(namespace)
-        if written is None or key not in written:
-            conflict_at_write(self, entry, namespace, collection, key)
-        entry.base.setdefault(namespace, {}).setdefault(key, collection.get(key, _ABSENT))
+        if written is not None and key in written:
+            return  # noted already: its base is the value it had when first written
+        conflict_at_write(self, entry, namespace, collection, key)
+        if written is None:
+            written = entry.base[namespace] = {}
+        written[key] = collection.get(key, _ABSENT)
 
     def conflict_at_write(self: Any, entry: _TransactionWrites, namespace: tuple[str, str], collection: Any, key: Any) -> None:
         """mongod's first-writer-wins: the first write of a document another open transaction
