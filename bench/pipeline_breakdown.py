@@ -4,6 +4,7 @@ Run from the repository root::
 
     python bench/pipeline_breakdown.py                   # 20,000 documents, 3 rounds, this checkout
     python bench/pipeline_breakdown.py --size 20000 --rounds 1 --src OTHER/src
+    python bench/pipeline_breakdown.py --b3                # the B3 loop of bench/background.py, counted alike
 
 It is a script, not a timed test. Each round starts its own embedded server (the given tree's ``src`` first on
 ``PYTHONPATH``) in a process that counts, on the engine's thread, the CPU seconds each command takes
@@ -127,7 +128,7 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_round(src: Path, size: int, profile: Path | None = None, commands: str = "") -> dict[str, Any]:
+def one_round(src: Path, size: int, profile: Path | None = None, commands: str = "", b3: bool = False) -> dict[str, Any]:
     from mongoshift.api import background as bg, migrations as command
     from mongoshift.project.settings import load_settings
 
@@ -145,10 +146,21 @@ def one_round(src: Path, size: int, profile: Path | None = None, commands: str =
             marks: dict[str, float] = {}
 
             async def run() -> tuple[float, float, float]:
-                await command.up(settings)
+                if b3:
+                    from pymongo import AsyncMongoClient
+
+                    loop_client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **bench.CLIENT_OPTIONS)
+                    await loop_client.admin.command("ping")
+                else:
+                    await command.up(settings)
                 os.kill(server.pid, signal.SIGUSR1)
                 await asyncio.sleep(0.2)  # the signal is handled by the server's main thread between its steps
                 server_before, cpu_before, began = process_cpu(server.pid), time.process_time(), time.perf_counter()
+                if b3:  # bench/background.py's B3 loop, for comparison
+                    await bench._keyset(loop_client["breakdown"], size, guarded=True)
+                    measured = time.perf_counter() - began, time.process_time() - cpu_before, process_cpu(server.pid) - server_before
+                    await loop_client.close()
+                    return measured
 
                 def observe(event: Any) -> None:
                     at = time.perf_counter() - began
@@ -186,12 +198,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="cProfile the server's steps of --commands into this file (the last round's)")
     parser.add_argument("--commands", default="update docs,commitTransaction", help="the commands --profile covers, by the names printed")
+    parser.add_argument("--b3", action="store_true", help="bench/background.py's B3 loop instead of the engine (the same server, counted alike)")
     parser.add_argument("--src", type=Path, default=HERE.parent / "src", help="the source tree whose server and engine run")
     args = parser.parse_args()
     sys.path.insert(0, str(args.src.resolve()))
     load = os.getloadavg()[0]
-    rounds = [one_round(args.src, args.size, args.profile, args.commands) for _ in range(args.rounds)]
-    print(f"{args.src}: engine pipeline=, one lane, {args.size:,} documents, {args.rounds} round(s), load {load:.1f} → {os.getloadavg()[0]:.1f}")
+    rounds = [one_round(args.src, args.size, args.profile, args.commands, args.b3) for _ in range(args.rounds)]
+    what = "B3" if args.b3 else "engine pipeline=, one lane"
+    print(f"{args.src}: {what}, {args.size:,} documents, {args.rounds} round(s), load {load:.1f} → {os.getloadavg()[0]:.1f}")
     for key in ("wall", "client cpu", "server cpu"):
         print(f"  {key:<34} " + ", ".join(f"{r[key]:.3f}" for r in rounds) + f"  (median {statistics.median(r[key] for r in rounds):.3f} s)")
     inside = [sum(r["cpu"].values()) for r in rounds]
