@@ -420,7 +420,7 @@ def test_an_id_range_walks_only_its_bracket(server: InProcessServer) -> None:
 
 
 def test_object_id_ranges_compare_their_bytes_without_copying_them(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h3-a) A top-level range on ObjectIds compares the stored value's bytes with the operand's
+    """(bx) A top-level range on ObjectIds compares the stored value's bytes with the operand's
     through bson's own getter: neither mongoeco's comparison steps nor its ObjectId's ``binary``, which
     copies the 12 bytes (a ``pipeline=`` range compares each document's ``_id`` four times). The
     answers are the bytes' order, for each operator, an operand inside, at and outside the stored

@@ -17,7 +17,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.wire`: (a) bulk insert, (p) single-insert ``_id`` scan, (g) rename sent to admin,
   (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids, (bo) cursor batches
 - :mod:`.transactions`: (b, c, e) commit and abort, (j) a failed statement aborts,
-  (o) per-document conflicts
+  (o) per-document conflicts, (by) a write's namespace found once per collection
 - :mod:`.replica_set`: (u) a replica set's hello and cluster time, (v) fail points
   (with (d), fail points on commit and abort), (w) retryable writes, (x) error labels,
   (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
@@ -28,7 +28,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
-- :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's
+- :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's,
+  (bx) ObjectIds by their bytes in one call
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup

@@ -220,7 +220,7 @@ def patch_type_brackets() -> None:
     object_ids = _object_id_classes()
     from bson import ObjectId
 
-    # (h3-a) bson's own getter of an ObjectId's 12 bytes: mongoeco's ObjectId (a subclass) wraps it in a
+    # (bx) bson's own getter of an ObjectId's 12 bytes: mongoeco's ObjectId (a subclass) wraps it in a
     # method that copies them, which bson's comparison operators call for the right-hand side.
     object_id_bytes: Callable[[Any], bytes] = vars(ObjectId)["binary"].fget
     by_bytes = frozenset(kind for kind in object_ids if issubclass(kind, ObjectId))  # both, with bson installed
@@ -250,7 +250,7 @@ def patch_type_brackets() -> None:
             return missing_matches(target, operator)
         value = doc[field]
         kind = type(value)
-        if kind is type(target) and kind in by_bytes:  # (h3-a) what the function above answers for them, without two calls
+        if kind is type(target) and kind in by_bytes:  # (bx) what the function above answers for them, without two calls
             compare = _OPERATORS.get(operator)
             if compare is not None:
                 return compare(object_id_bytes(value), object_id_bytes(target))

@@ -205,7 +205,7 @@ class _TransactionWrites:
     untracked: bool = False
     #: each live collection's roots and its index maps' when it began (see :func:`_installable`)
     roots: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
-    #: (h3-b) the namespace of each collection object in ``collections``, by its id (checked against it)
+    #: (by) the namespace of each collection object in ``collections``, by its id (checked against it)
     namespaces: dict[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
@@ -410,7 +410,7 @@ def patch_transaction_conflicts() -> None:
         entry = _transaction_table(self).get(id(state))
         if entry is None or entry.state is not state:
             return  # not tracked: its commit keeps the global rule
-        # (h3-b) A transaction's writes go to one or a few collection objects: each one's namespace is
+        # (by) A transaction's writes go to one or a few collection objects: each one's namespace is
         # found once, then by its id (the object itself checked, as an id outlives a freed object).
         namespace = entry.namespaces.get(id(collection))
         if namespace is None or entry.collections.get(namespace) is not collection:
