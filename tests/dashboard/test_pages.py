@@ -212,6 +212,22 @@ async def test_links_and_forms_work_under_a_mount_prefix(registered, counted_cli
     assert signed.headers["location"] == "/ops/migrations/"
 
 
+async def test_a_signature_or_a_holder_cookie_that_is_not_ascii_is_refused_not_a_server_error(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """A crafted link's ``sig`` (``?said=x&sig=%C3%A9``) or a browser's holder cookie with a non-ASCII character made
+    every page a 500 with a traceback in the log (``hmac.compare_digest`` refuses non-ASCII text): it matches nothing."""
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    crafted = await web.get(f"/migrations/{NAME}?said=call+this+number&sig=%C3%A9")
+    assert crafted.status_code == 200 and "call this number" not in crafted.text
+    cookie = {"cookie": "mongoshift_holder=\u00e9t\u00e9".encode()}  # as a browser sends it: UTF-8 bytes, read as latin-1
+    page = await web.get("/", headers=cookie)
+    assert page.status_code == 200 and "Sign in" in page.text  # not taken for a token holder
+    csrf = csrf_of(page.text)
+    refused = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"}, headers=cookie)
+    assert refused.status_code == 403 and "token" in refused.text
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
+
+
 async def test_an_unknown_page_is_titled_not_found_and_a_registration_is_shown_without_a_previous_state(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
     client, _ = counted_client
     web = http(make_app(registered, client))

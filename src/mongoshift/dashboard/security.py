@@ -71,14 +71,14 @@ class Guard:
         return hmac.new(self._key, hashlib.sha256(self.token.encode()).digest(), hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str | None) -> bool:
-        return self.token is not None and given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        return self.token is not None and given is not None and _same(given, self.token)
 
     def is_holder(self, request: Request) -> bool:
         """The request carries the token: the holder cookie signed here, or ``Authorization: Bearer``."""
         if self.token is None:
             return False
         cookie = request.cookies.get(HOLDER_COOKIE)
-        if cookie is not None and hmac.compare_digest(cookie, self.holder_cookie()):
+        if cookie is not None and _same(cookie, self.holder_cookie()):
             return True
         return self.bearer(request)
 
@@ -119,7 +119,7 @@ class Guard:
         """``text`` when ``signature`` is this dashboard's for it, else None."""
         if text is None or signature is None:
             return None
-        return text if hmac.compare_digest(self.sign(text), signature) else None
+        return text if _same(self.sign(text), signature) else None
 
     @staticmethod
     def csrf_value(request: Request) -> str:
@@ -140,4 +140,10 @@ class Guard:
     @staticmethod
     def csrf_ok(request: Request, form_value: str | None) -> bool:
         cookie = request.cookies.get(CSRF_COOKIE)
-        return cookie is not None and form_value is not None and hmac.compare_digest(cookie.encode(), form_value.encode())
+        return cookie is not None and form_value is not None and _same(cookie, form_value)
+
+
+def _same(given: str, expected: str) -> bool:
+    """``given == expected`` in constant time, for any text a request carries: ``hmac.compare_digest`` refuses two
+    strings with a non-ASCII character (a crafted ``sig``, a cookie's UTF-8 bytes read as latin-1), which was a 500."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
