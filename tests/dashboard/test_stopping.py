@@ -59,3 +59,38 @@ def test_with_log_format_json_every_stderr_line_is_a_json_object(fast_project) -
     assert first["message"].startswith("mongoshift dashboard on http://127.0.0.1:") and first["logger"] == "mongoshift.dashboard"
     assert token["message"].startswith("controls token (this run only, printed once): ")
     assert [json.loads(line)["message"] for line in rest.strip().splitlines()] == ["mongoshift dashboard: stopped (SIGINT)"]
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_uvicorns_own_lines_are_mongoshifts_lines(fast_project, log_format: str) -> None:  # type: ignore[no-untyped-def]
+    """uvicorn logged with its own format (``WARNING:  Invalid HTTP request received.``, a 500's traceback): a plain
+    text line among the JSON lines of ``--log-format json``, which a log collector could not parse. Its lines now go
+    through mongoshift's handler: one JSON object each, or ``mongoshift: WARNING ...`` as text."""
+    import json
+    import socket
+
+    from ..conftest import reaped, start_cli
+
+    process = start_cli(fast_project, "--log-format", log_format, "dashboard", "--port", "0")
+    with reaped(process):
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        url = (json.loads(first)["message"] if log_format == "json" else first).split(" on ", 1)[1].split()[0]
+        process.stderr.readline()  # the token
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as raw:
+            raw.sendall(b"NOT HTTP \x00\r\n\r\n")
+            answer = b""
+            while chunk := raw.recv(4096):  # uvicorn logs the request, then answers 400 and closes
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400")
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=60)
+    assert process.returncode == 0, rest
+    lines = rest.strip().splitlines()
+    if log_format == "json":
+        parsed = [json.loads(line) for line in lines]
+        assert [(p["level"], p["logger"], p["message"]) for p in parsed[:1]] == [("warning", "uvicorn.error", "Invalid HTTP request received.")]
+    else:
+        assert lines[0] == "mongoshift: WARNING Invalid HTTP request received.", lines
+    assert len(lines) == 2, lines  # then the stop line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import signal
 import socket
@@ -47,7 +48,8 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     app = create_app(s, token=token, read_only=read_only)
     # the open pages' event streams end as the shutdown starts (dashboard_server), so the two seconds
     # bound only the other requests still under way
-    server = dashboard_server(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+    # log_config=None: uvicorn installs no handler of its own; its lines go through mongoshift's (below)
+    server = dashboard_server(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2, log_config=None)
     stopped: list[signal.Signals] = []
 
     def stop(number: int, _frame: object) -> None:
@@ -59,6 +61,7 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
     previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}/"
     out = output()
+    _uvicorn_through_ours()
     # Straight to the terminal, once: never through logging, so no log file or collector ever holds it.
     _tell(out, f"mongoshift dashboard on {where}{' (read-only)' if read_only else ''}")
     if out.json_mode:  # its one document, once it listens (the token stays on the terminal alone)
@@ -82,6 +85,15 @@ def _tell(out: Output, message: str) -> None:
 
         message = json_line("info", message, logger="mongoshift.dashboard")
     click.echo(message, err=True)
+
+
+def _uvicorn_through_ours() -> None:
+    """uvicorn's own lines (a malformed request, an unforeseen error's traceback) through mongoshift's handler, after
+    ``output()`` set it up: ``mongoshift: WARNING ...``, or one JSON object under ``--log-format json`` as every other
+    stderr line (uvicorn's format was plain text among them), a traceback redacted as mongoshift's own are."""
+    theirs = logging.getLogger("uvicorn")
+    theirs.handlers[:] = logging.getLogger("mongoshift").handlers
+    theirs.propagate = False
 
 
 def _bound(host: str, port: int) -> socket.socket:
