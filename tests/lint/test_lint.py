@@ -135,3 +135,16 @@ async def test_a_file_that_is_not_utf8_is_an_invalid_export_as_for_up(project, c
     assert result.returncode == 20, result.stderr
     assert json.loads(result.stdout)["error"]["kind"] == "invalid_export"
     assert cli(project, "up").returncode == 20
+
+
+async def test_a_file_in_a_declared_encoding_is_linted_as_up_imports_it(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A legacy file that declares its encoding (PEP 263: ``# -*- coding: latin-1 -*-``) is a module ``up`` imports and
+    runs; lint refused it ("not UTF-8 text", exit 20), and with it the whole line of such a project."""
+    (project.migrations / "0001_legacy.py").write_bytes(
+        b"# -*- coding: latin-1 -*-\n# caf\xe9 cache, rebuilt at start-up\nasync def up(ctx):\n    await ctx.db.sessions.drop()\n"
+    )
+    result = cli(project, "lint", "--json")
+    assert result.returncode == 51, result.stderr
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert (finding["rule"], finding["file"], finding["line"]) == ("MS101", "0001_legacy.py", 4)
+    assert cli(project, "up").returncode == 0  # the same file, run

@@ -12,6 +12,8 @@ shadow the function on :mod:`mongoshift.api` once imported.
 
 from __future__ import annotations
 
+import io
+import tokenize
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +23,7 @@ from pymongo.errors import PyMongoError
 from ..errors import InvalidExportError, IOFailedError, RunAbortedError
 from ..lint.checker import Finding, lint_source
 from ..lint.rules import RULES
-from ..project.loader import discover, find, resolve_name
+from ..project.loader import MigrationFile, discover, find, resolve_name
 from ..project.run import CancelSignal
 from ..project.session import Project, open_session
 from ..project.settings import Settings
@@ -154,19 +156,38 @@ async def lint_in(project: Project, files: list[str] | None = None, *, sizes: bo
     chosen = [find(line, resolve_name(name, settings.migrations_dir)) for name in files] if files else [f for f in line if not f.is_squash]
     report = LintReport([f.name for f in chosen])
     for item in chosen:
-        try:
-            source = item.path.read_text(encoding="utf-8-sig")
-        except OSError as exc:
-            raise IOFailedError.from_os(exc, "read", item.path) from None
-        except UnicodeDecodeError as exc:  # as up and dry-run say of it (20): the file cannot be a Python module
-            raise InvalidExportError(f"{item.name}: failed to parse: it is not UTF-8 text (at byte {exc.start})", file=item.name) from None
-        verdict = lint_source(item.name, source, use_transaction_default=settings.use_transaction)
+        verdict = lint_source(item.name, _python_text(item), use_transaction_default=settings.use_transaction)
         report.findings += verdict.findings
         report.suppressed += verdict.suppressed
         report.unused_suppressions += [{"file": item.name, "line": s.line, "rules": list(s.rules)} for s in verdict.unused]
     if sizes:
         await _count(project, [f for f in report.findings if f.rule == "MS102" and f.collection])
     return report
+
+
+def _python_text(item: MigrationFile) -> str:
+    """A migration file's text as Python's import reads it: UTF-8 (a byte order mark allowed), or the encoding its
+    first two lines declare (PEP 263: a legacy ``# -*- coding: latin-1 -*-`` file is a module ``up`` runs). Text
+    that import would refuse is refused as ``up`` refuses it (20)."""
+    try:
+        raw = item.path.read_bytes()
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "read", item.path) from None
+    encoding = "utf-8"
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        said = "UTF-8" if encoding.startswith("utf-8") else encoding
+        raise InvalidExportError(f"{item.name}: failed to parse: it is not {said} text (at byte {exc.start})", file=item.name) from None
+    except SyntaxError as exc:  # an encoding declaration Python does not know, or undecodable first lines
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as undecodable:
+            raise InvalidExportError(
+                f"{item.name}: failed to parse: it is not UTF-8 text (at byte {undecodable.start}) and declares no other encoding", file=item.name
+            ) from None
+        raise InvalidExportError(f"{item.name}: failed to parse: {exc.msg}", file=item.name) from None
 
 
 async def _count(project: Project, findings: list[Finding]) -> None:
