@@ -277,3 +277,32 @@ def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client, c
     told = cli(project, "import", "--from", "migrate-mongo")
     assert told.returncode == 0 and "4 left out for naming no file" in told.stdout
     assert "4 migrate-mongo records without a file name (the field missing, null or not text)" in told.stderr
+
+
+def test_two_records_that_match_one_file_are_refused_until_mapped(project, sync_client, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """Two applied migrate-mongo files whose names give one mongoshift file (``...-add-users.js`` and
+    ``..._add_users.ts``) were both "recorded": the summary said 3 files for 2 records written, the first row's source
+    was overwritten by the second, and which of the two migrations the file ports was never asked. An empty file name
+    was taken for a name and refused the whole import as unmatched (``without a file in the migrations folder: ;``)."""
+    db = sync_client[project.db]
+    db.changelog.insert_many([
+        {"fileName": "20240101000000-add-users.js", "appliedAt": datetime.datetime(2024, 1, 1), "migrationBlock": 1},
+        {"fileName": "20240101000000_add_users.ts", "appliedAt": datetime.datetime(2024, 1, 2), "migrationBlock": 2},
+        {"fileName": "20240102000000-add-roles.js", "appliedAt": datetime.datetime(2024, 1, 3), "migrationBlock": 2},
+        {"fileName": "", "appliedAt": datetime.datetime(2024, 1, 4), "migrationBlock": 2},
+    ])
+    _add_marked(project, "20240101000000_add_users", "20240102000000_add_roles")
+    refused = cli(project, "import", "--from", "migrate-mongo", "--json")
+    assert refused.returncode == 8, refused.stdout + refused.stderr
+    error = _json(refused)["error"]
+    assert error["details"]["shared"] == {"20240101000000_add_users.py": ["20240101000000-add-users.js", "20240101000000_add_users.ts"]}
+    assert "2 applied migrate-mongo migrations match one file: 20240101000000_add_users.py" in error["message"]
+    assert db[_changelog()].count_documents({}) == 0
+    mapping = tmp_path / "map.toml"
+    mapping.write_text('"20240101000000_add_users.ts" = false\n')
+    report = _json(cli(project, "import", "--from", "migrate-mongo", "--map", str(mapping), "--json"))
+    assert [(r["name"], r["source_name"]) for r in report["adopted"]] == [
+        ("20240101000000_add_users.py", "20240101000000-add-users.js"), ("20240102000000_add_roles.py", "20240102000000-add-roles.js")
+    ]
+    assert report["left_out"] == ["20240101000000_add_users.ts"] and report["unnamed"] == 1
+    assert db[_changelog()].count_documents({}) == 2

@@ -81,9 +81,10 @@ class ForeignTool:
     def _names_a_file(self, value: object) -> bool:
         """A record's name field as this tool writes it: text, or for mongodb-migrations (which names a file by the
         digits of its time) a whole number; anything else (null, a boolean, a number where the tool writes text) was
-        not written by the tool as a file name, so it is counted as naming none rather than matched as its digits."""
+        not written by the tool as a file name, so it is counted as naming none rather than matched as its digits; so is
+        text with no letter or digit (an empty name)."""
         if isinstance(value, str):
-            return True
+            return _text_name(value)
         return self.prefix_only and isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -101,17 +102,22 @@ TOOLS: dict[str, ForeignTool] = {
 }
 
 
+def _text_name(value: object) -> bool:
+    """Text that can name a file: ``""`` or ``"-.js"`` has no letter or digit, so no rule or file name matches it."""
+    return isinstance(value, str) and normalised(value) != ""
+
+
 def _time(value: Any) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
 def _beanie(docs: list[dict[str, Any]]) -> list[ForeignEntry]:
     """Beanie logs each migration as it becomes current; what sorts after the current one was rolled back."""
-    current = [d["name"] for d in docs if d.get("is_current") is True and isinstance(d.get("name"), str)]
+    current = [d["name"] for d in docs if d.get("is_current") is True and _text_name(d.get("name"))]
     if not current:
         return []
     last = max(current)
-    return [ForeignEntry(d["name"], _time(d.get("ts"))) for d in docs if isinstance(d.get("name"), str) and d["name"] <= last]
+    return [ForeignEntry(d["name"], _time(d.get("ts"))) for d in docs if _text_name(d.get("name")) and d["name"] <= last]
 
 
 def tool(name: str) -> ForeignTool:
@@ -183,7 +189,8 @@ def match(
     """Each entry with its mongoshift file, and the source names left out on purpose (``false`` in the map).
 
     An entry that matches no file is refused (exit 8): adopting only part of a history would
-    let ``up`` run an applied migration a second time under its new name.
+    let ``up`` run an applied migration a second time under its new name. So are entries that match
+    one file (``-add-users.js`` and ``_add_users.ts``): which of the two that file ports is the user's to say.
     """
     by_name = {f.name: f for f in files}
     by_key = {normalised(f.name): f for f in files}
@@ -211,5 +218,16 @@ def match(
             f"{plural(len(unmatched), f'applied {tool_.name} migration')} without a file in the migrations folder: "
             f"{', '.join(unmatched)}; add the files, or list them in a --map file (docs/adoption.md)",
             unmatched=unmatched,
+        )
+    sources: dict[str, list[str]] = {}
+    for m in matched:
+        sources.setdefault(m.file.name, []).append(m.entry.source_name)
+    shared = {name: names for name, names in sources.items() if len(names) > 1}
+    if shared:
+        raise FileNotFoundMigrationError(
+            "; ".join(f"{plural(len(names), f'applied {tool_.name} migration')} match one file: {name} ({', '.join(names)})" for name, names in shared.items())
+            + ": the other tool ran them as different migrations; in a --map file, name the file each one became, or false for "
+            "one that needs no file of its own (docs/adoption.md)",
+            shared=shared,
         )
     return matched, left_out
