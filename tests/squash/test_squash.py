@@ -354,3 +354,28 @@ async def test_a_squash_without_a_way_back_refuses_to_roll_back(project, sync_cl
     with pytest.raises(IrreversibleMigrationError, match=r"0001_a\.py has no down"):
         await down(project.settings())
     assert marks(sync_client, project) == ["0001_a", "0002_b"]  # refused before anything ran
+
+
+async def test_a_squash_killed_while_moving_the_files_is_refused_until_they_are_back(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A kill -9 (or a power cut) while the writer moves the replaced files into the archive leaves some of them
+    there and no squash file. The next ``squash --to`` a later file squashed the rest and stranded those (a new
+    database would never run them); ``--to`` the same file said "nothing to squash"; and the folder's refusal
+    advised to remove it, with the only copy of the files in it. Each squash is refused until they are back."""
+    line(project, "0001_a", "0002_b", "0003_c", "0004_d")
+    await up(project.settings())
+    archive = project.migrations / "_squashed" / "0003_squashed"
+    archive.mkdir(parents=True)
+    for name in ("0001_a.py", "0002_b.py"):  # what the kill leaves after the writer's first two moves
+        (project.migrations / name).replace(archive / name)
+    for to in ("0003_c", "0004_d"):
+        for dry in ((), ("--dry-run",)):
+            refused = cli(project, "squash", "--to", to, "--yes", "--json", *dry)
+            assert refused.returncode == 50, refused.stdout + refused.stderr
+            error = json.loads(refused.stdout)["error"]
+            assert "_squashed/0003_squashed/ holds 2 migration files (0001_a.py, 0002_b.py) and no squash file names it" in error["message"]
+            assert "move them back into the migrations folder" in error["message"]
+    assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0003_c.py", "0004_d.py"]
+    for name in ("0001_a.py", "0002_b.py"):
+        (archive / name).replace(project.migrations / name)
+    archive.rmdir()
+    assert cli(project, "squash", "--to", "0003_c", "--yes").returncode == 0

@@ -28,7 +28,7 @@ from ..project.run import CancelSignal
 from ..project.session import Project, open_session
 from ..project.settings import Settings
 from ..squash.planner import SquashPlan, plan_range, plan_squash
-from ..squash.writer import write_squash
+from ..squash.writer import refuse_unfinished, write_squash
 from .options import one_shot
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ async def squash_in(project: Project, to: str, *, dry_run: bool = False) -> Squa
 
 async def judge_in(project: Project, to: str) -> SquashPlan:
     """The squash up to ``to`` as this project's database allows it, or :class:`~mongoshift.errors.SquashRefusedError`."""
+    refuse_unfinished(project.settings.migrations_dir)
     async with open_session(project.settings, take_lock=False, cancel=project.cancel, project=project) as session:
         records = await session.changelog.records()
         return plan_squash(session.files, records, resolve_name(to, project.settings.migrations_dir))
@@ -94,6 +95,7 @@ async def squash_across(
     stops the judging: the tenants not judged are not reached, and nothing is written."""
     from .tenants import Tenants, across_tenants  # start-up time: the tenant machinery loads only across tenants
 
+    refuse_unfinished(settings.migrations_dir)  # once, before any tenant is read
     # every tenant is judged (no canary, no stop at the first refusal): the report names each one behind
     reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
     rollout = await across_tenants(settings, lambda ms: ms.squash(to, dry_run=True), reading, command="squash", client=client, cancel=cancel)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import IOFailedError, SquashRefusedError
 from ..project.squashes import ABSORBS, ARCHIVE, MANIFEST, archive_of
+from ..project.wording import plural
 from .planner import SquashPlan
 
 
@@ -36,6 +37,30 @@ def render(plan: SquashPlan) -> str:
     if plan.absorbs:
         lines[-1:-1] = ["", f"{ABSORBS} = {plan.absorbs!r}  # earlier squash files this one stands for"]
     return "\n".join(lines)
+
+
+def refuse_unfinished(directory: Path) -> None:
+    """Refuse a squash (50) while an archive folder holds migration files that no squash file stands for.
+
+    That is what a squash killed while it moved the files leaves (kill -9, a power cut: no rollback runs), or a squash
+    file deleted by hand. Those files are applied migrations out of the line and the folder holds their only copy:
+    a squash of the files left would strand them (a new database would never run them), so they go back first.
+    """
+    root = directory / ARCHIVE
+    if not root.is_dir():
+        return
+    for folder in sorted(root.iterdir()):
+        if not folder.is_dir() or folder.name.startswith(".") or (directory / f"{folder.name}.py").is_file():
+            continue
+        held = sorted(p.name for p in folder.glob("*.py"))
+        if held:
+            shown = ", ".join(held[:5]) + (f", ... ({len(held) - 5} more)" if len(held) > 5 else "")
+            raise SquashRefusedError(
+                f"{ARCHIVE}/{folder.name}/ holds {plural(len(held), 'migration file')} ({shown}) and no squash file names it: "
+                "a squash that did not finish (its process killed?) or a squash file deleted by hand; move them back into "
+                "the migrations folder, remove the empty folder, and run the squash again",
+                archive=f"{ARCHIVE}/{folder.name}", files=held,
+            )
 
 
 def write_squash(plan: SquashPlan, directory: Path) -> Path:
