@@ -536,5 +536,42 @@ def test_ctrl_c_while_the_models_import_writes_nothing_and_exits_11(project: Pro
     stderr = interrupt_at(process, project.root / PACKAGE / "importing", project.root / PACKAGE / "go")
     assert process.returncode == 11, stderr
     assert "before writing: nothing was written" in stderr
+    # the notice is this command's: no "ctx.cancelled" (a migration's), nothing new that "starts"
+    assert "stopping: nothing is written once the models are imported (press Ctrl-C again to stop now)" in stderr, stderr
     assert {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()} == before
     assert not any(p.suffix == ".py" for p in (project.root / "migrations").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("command", "next_run"),
+    [(("collections", "generate"), "collections generate"), (("create", "next", "--from-models"), "create --from-models")],
+)
+def test_a_second_ctrl_c_says_what_a_models_command_leaves(project: Project, cli, command: tuple[str, ...], next_run: str) -> None:  # type: ignore[no-untyped-def]
+    """The second signal said "a lock this run held stays held ... a migration that was running is not recorded":
+    a models command holds no lock and runs no migration; what it can leave is files written before the snapshot."""
+    import signal
+    import time
+
+    from ..conftest import reaped, start_cli
+
+    write_models(project, PYDANTIC)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, PYDANTIC.replace("    kind: str\\n", "    kind: str\\n    level: int = 0\\n") + BLOCKING)
+    marker = project.root / PACKAGE / "importing"
+    process = start_cli(project, *command)
+    with reaped(process):
+        for _ in range(2400):  # a hang guard, not a timing: the module writes the marker as it imports
+            if marker.exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert marker.exists(), process.communicate()
+        assert process.stderr is not None
+        process.send_signal(signal.SIGINT)
+        while "stopping" not in (line := process.stderr.readline()):  # the first signal was taken
+            assert line, process.communicate()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "lock" not in stderr and "a migration that was running" not in stderr, stderr
+    said = f"no file is left half-written; those already written stay, and the next '{next_run}' completes the models snapshot from them"
+    assert f"second signal, stopping now: {said}" in stderr, stderr

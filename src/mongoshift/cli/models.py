@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     from ..models.generate import GenerateReport
 
 MODELS_HELP = "The models package, such as myapp.models (default: the one the snapshot recorded)."
+#: What the first Ctrl-C makes a models command do: it holds no lock and runs no migration ("ctx.cancelled" is a
+#: migration's); the models' import is not interrupted, and nothing is written after it.
+STOPPING = "stopping: nothing is written once the models are imported (press Ctrl-C again to stop now)"
+
+
+def left_behind(command: str) -> str:
+    """What a second signal leaves: files are written whole (a temporary file, then a rename) before the snapshot,
+    and the next run reads them into it (docs/models.md); no lock, no migration run."""
+    return f"no file is left half-written; those already written stay, and the next '{command}' completes the models snapshot from them"
 
 
 @click.group(name="collections")
@@ -31,7 +40,9 @@ def generate_command(models: str | None, check: bool) -> int:
     from ..api.models import generate_collections  # start-up time: the models readers load only when this command runs
 
     s = settings()
-    report = run_async(lambda cancel: generate_collections(s, models, check=check, cancel=cancel))
+    report = run_async(
+        lambda cancel: generate_collections(s, models, check=check, cancel=cancel), stopping=STOPPING, left_behind=left_behind("collections generate")
+    )
     render(report)
     if check and not report.in_sync:
         output().warn("the declarations differ from the models: run 'mongoshift collections generate' and commit the result")
@@ -70,7 +81,7 @@ def create_from_models(name: str, models: str | None) -> None:
 
     s = settings()
     out = output()
-    report = run_async(lambda cancel: create(s, name, models, cancel=cancel))
+    report = run_async(lambda cancel: create(s, name, models, cancel=cancel), stopping=STOPPING, left_behind=left_behind("create --from-models"))
     for change in report.plan.changes:
         for note in change.notes:
             out.say(f"{change.collection}: {note}")
