@@ -75,3 +75,32 @@ async def test_a_reload_reads_the_tenants_again_once_they_are_older_than_the_ten
     now[0] = polling.TENANTS_EVERY * 1.0  # the tenants are now that many intervals old
     snap = await poller.current()
     assert reads == 2 and snap.tenants is not None and snap.tenants.total == 2
+
+
+async def test_a_reload_runs_the_audit_again_once_it_is_older_than_the_audit_interval() -> None:
+    """The same rule for the audit (the overview's verdict per migration, the drift and verify section): counted by
+    reads, a dashboard reloaded now and then without a stream kept an audit of minutes ago, showing a migration
+    "failed" with its audit "ok"; by age it runs again once AUDIT_EVERY intervals old, and not before."""
+    from mongoshift.dashboard import poller as polling
+
+    class Audited(Flaky):
+        def __init__(self) -> None:
+            super().__init__()
+            self.broken = False
+            self.audits = 0
+
+        async def audit(self) -> object:
+            self.audits += 1
+            return object()  # a report (None would be "never run")
+
+    now = [0.0]
+    session = Audited()
+    poller = Poller(session, interval=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert (await poller.current()).error is None and session.audits == 1
+    for _ in range(3):  # reloads within the audit's interval: the line is read, the audit is not run
+        now[0] += 2.0
+        await poller.current()
+    assert session.audits == 1 and poller.polls == 4
+    now[0] = polling.AUDIT_EVERY * 1.0  # the audit is now that many intervals old
+    await poller.current()
+    assert session.audits == 2

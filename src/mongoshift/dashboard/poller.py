@@ -35,7 +35,8 @@ from .views import TenantsSummary
 
 log = logging.getLogger("mongoshift.dashboard")
 
-#: The audit (the overview's verdict per migration) reads much more than a status: once every this many polls.
+#: The audit (the overview's verdict per migration) reads much more than a status: once every this many polls
+#: while pages stream, and for reloads once it is this many poll intervals old.
 AUDIT_EVERY = 30
 #: The tenants view reads every tenant's status (thousands of databases): once every this many polls
 #: while pages stream, and for reloads once they are this many poll intervals old (each page shows when).
@@ -110,6 +111,7 @@ class Poller:
         self.polls = 0
         self._read_at: float | None = None
         self._tenants_read: float | None = None  # the clock at the last read of the tenants (tried or not)
+        self._audited: float | None = None  # the clock at the last audit (tried or not)
         self._viewers: Counter[str] = Counter()
         self._listeners = 0
         self._lock = asyncio.Lock()
@@ -197,7 +199,10 @@ class Poller:
         lock = await self.ms.lock_status()
         reports = await self.ms.background.status()
         audit, watchers = snap.audit, snap.watchers
-        if audit is None or snap.tick % AUDIT_EVERY == 1:
+        # as the tenants: while no page streams, each reload that finds the audit AUDIT_EVERY intervals old runs it
+        stale = self._listeners == 0 and (self._audited is None or self.clock() - self._audited >= AUDIT_EVERY * self.interval)
+        if audit is None or snap.tick % AUDIT_EVERY == 1 or stale:
+            self._audited = self.clock()
             audit = await self.ms.audit()
             watchers = await self.ms.background.watch_status()
         known = {r.name for r in reports}
