@@ -266,6 +266,27 @@ def test_a_syntax_error_names_the_users_file_and_line(project: Project, cli) -> 
     assert "models module 'shopapp.models' failed to import (shopapp/models.py, line 2): ModuleNotFoundError" in result.stderr
 
 
+def test_a_missing_import_names_the_module_that_is_missing(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A module missing deep in a library the models import (a driver extra not installed) was reported as
+    ``(__init__.py, line 1): ModuleNotFoundError``: the library's file, and nothing saying what to install. A module's
+    name is code, never data: it is named, as is the name an ``ImportError`` could not import."""
+    library = project.root / "paymentlib"
+    library.mkdir()
+    (library / "__init__.py").write_text("import paymentlib_driver_nowhere\n", encoding="utf-8")
+    write_models(project, "import datetime\nimport paymentlib\n")
+    result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49, result.stderr
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message == (
+        "models module 'shopapp.models' failed to import (paymentlib/__init__.py, line 1): "
+        "ModuleNotFoundError: no module named 'paymentlib_driver_nowhere'"
+    ), message
+    write_models(project, "from datetime import nowhere_helper\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49
+    assert "(shopapp/models.py, line 1): ImportError: cannot import 'nowhere_helper' from 'datetime'" in result.stderr, result.stderr
+
+
 async def test_the_python_api_session_and_flat_function(project: Project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import mongoshift
     from mongoshift import api

@@ -83,7 +83,19 @@ def _import(name: str, package: str) -> ModuleType:
             raise
         if isinstance(exc, ModuleNotFoundError) and exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise ModelsInvalidError(f"models package {name!r} not found (run from the folder it imports from)", models=package) from None
-        raise ModelsInvalidError(f"models module {name!r} failed to import{_where(exc)}: {type(exc).__name__}", models=package) from None
+        raise ModelsInvalidError(f"models module {name!r} failed to import{_where(exc)}: {type(exc).__name__}{_missing(exc)}", models=package) from None
+
+
+def _missing(exc: BaseException) -> str:
+    """What an import could not find, said after the error's type: a module's or a name's, which are code, never data
+    (the exception's own text is not shown). Without it, a module missing deep in a library the models import (an
+    extra not installed) was only ``ModuleNotFoundError`` at a line of that library."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return f": no module named {exc.name!r}"
+    name_from = getattr(exc, "name_from", None)
+    if isinstance(exc, ImportError) and exc.name and isinstance(name_from, str):
+        return f": cannot import {name_from!r} from {exc.name!r}"
+    return ""
 
 
 def _where(exc: BaseException) -> str:
