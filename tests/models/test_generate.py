@@ -287,6 +287,56 @@ def test_a_missing_import_names_the_module_that_is_missing(project: Project, cli
     assert "(shopapp/models.py, line 1): ImportError: cannot import 'nowhere_helper' from 'datetime'" in result.stderr, result.stderr
 
 
+def _broken_declaration(snapshot: dict) -> None:  # type: ignore[type-arg]
+    snapshot["declarations"]["events"] = 5  # a hand edit, a merge conflict resolved badly
+
+
+def _missing_model(snapshot: dict) -> None:  # type: ignore[type-arg]
+    del snapshot["shapes"]["events"]["model"]
+
+
+def _field_not_an_object(snapshot: dict) -> None:  # type: ignore[type-arg]
+    snapshot["shapes"]["events"]["fields"]["kind"] = "string"
+
+
+def _types_not_a_list(snapshot: dict) -> None:  # type: ignore[type-arg]
+    snapshot["shapes"]["events"]["fields"]["kind"]["types"] = "string"
+
+
+@pytest.mark.parametrize(
+    ("breaking", "said"),
+    [
+        (None, "not UTF-8 text"),
+        (_broken_declaration, "declarations.events must be an object"),
+        (_missing_model, "shapes.events: 'model' is missing"),
+        (_field_not_an_object, "shapes.events.fields.kind must be an object"),
+        (_types_not_a_list, "shapes.events.fields.kind.types must be a list of BSON type names"),
+    ],
+)
+def test_a_snapshot_broken_by_hand_is_refused_naming_what_is_wrong(project: Project, cli, breaking, said: str) -> None:  # type: ignore[no-untyped-def]
+    """docs/models.md: a snapshot that cannot be read is exit 49. A declaration or a field's shape that was not an
+    object, or bytes that are not UTF-8, failed as exit 1 ("unexpected AttributeError ... please report it"); a
+    field's ``types`` given as text was read as its letters; a missing key was said as ``('model')``."""
+    write_models(project, PYDANTIC)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    path = project.root / "collections" / "_models.json"
+    if breaking is None:
+        path.write_bytes(b"\xff\xfe{}")
+    else:
+        snapshot = json.loads(path.read_text(encoding="utf-8"))
+        breaking(snapshot)
+        path.write_text(json.dumps(snapshot), encoding="utf-8")
+    before = path.read_bytes()
+    write_models(project, PYDANTIC.replace("    kind: str\n", "    kind: int\n"))
+    for command in (("collections", "generate", "--check"), ("collections", "generate"), ("create", "next", "--from-models")):
+        result = cli(project, "--json", *command)
+        assert result.returncode == 49, (command, result.stdout, result.stderr)
+        message = json.loads(result.stdout)["error"]["message"]
+        assert f"_models.json: not a models snapshot mongoshift can read ({said}); restore it from version control" in message, message
+    assert path.read_bytes() == before
+    assert not any(p.suffix == ".py" for p in (project.root / "migrations").iterdir())
+
+
 async def test_the_python_api_session_and_flat_function(project: Project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import mongoshift
     from mongoshift import api

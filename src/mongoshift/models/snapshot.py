@@ -112,22 +112,49 @@ def read(folder: Path) -> Snapshot | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError:
+        raise _unreadable(path, "not UTF-8 text") from None
     except OSError as exc:
         raise IOFailedError.from_os(exc, "read the models snapshot", path) from None
     try:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"format must be {FORMAT}")
-        shapes = {
-            str(name): Shape(int(s["version"]), str(s["model"]), dict(s["fields"]))
-            for name, s in (data.get("shapes") or {}).items()
-        }
-        if any(s.version < 0 for s in shapes.values()):
-            raise ValueError("a shape version is below 0")
+        shapes = {str(name): _shape(f"shapes.{name}", s) for name, s in _object(data.get("shapes") or {}, "shapes").items()}
+        declarations = {str(name): _object(d, f"declarations.{name}") for name, d in _object(data.get("declarations") or {}, "declarations").items()}
         models = data.get("models")
-        return Snapshot(models if isinstance(models, str) else None, dict(data.get("declarations") or {}), shapes)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ModelsInvalidError(f"{path}: not a models snapshot mongoshift can read ({exc}); restore it from version control", file=str(path)) from None
+        return Snapshot(models if isinstance(models, str) else None, declarations, shapes)
+    except (ValueError, TypeError) as exc:  # what a hand edit or a bad merge leaves: said, as nothing else reads it
+        raise _unreadable(path, str(exc)) from None
+
+
+def _unreadable(path: Path, why: str) -> ModelsInvalidError:
+    return ModelsInvalidError(f"{path}: not a models snapshot mongoshift can read ({why}); restore it from version control", file=str(path))
+
+
+def _object(value: object, where: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object: a declaration or a field's shape that is not one failed deep in a merge
+    (exit 1, "please report it") instead of naming the snapshot."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    return value
+
+
+def _shape(where: str, value: object) -> Shape:
+    """One collection's recorded shape, each part checked (a field's ``types`` given as text was read as its letters)."""
+    spec = _object(value, where)
+    for key in ("version", "model", "fields"):
+        if key not in spec:
+            raise ValueError(f"{where}: {key!r} is missing")
+    version = int(spec["version"])
+    if version < 0:
+        raise ValueError(f"{where}.version is below 0")
+    fields = _object(spec["fields"], f"{where}.fields")
+    for name, field_spec in fields.items():
+        types = _object(field_spec, f"{where}.fields.{name}").get("types", [])
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise ValueError(f"{where}.fields.{name}.types must be a list of BSON type names")
+    return Shape(version, str(spec["model"]), dict(fields))
 
 
 def write(folder: Path, snapshot: Snapshot) -> Path:
