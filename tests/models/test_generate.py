@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -594,21 +596,48 @@ for _ in range(2400):  # until the test has sent its signal (at most two minutes
 '''
 
 
+STOPPING_LINE = "mongoshift: stopping: nothing is written once the models are imported (press Ctrl-C again to stop now)\n"
+
+
+def _interrupt_while_importing(process: subprocess.Popen[str], package: Path, *, go: bool = True) -> str:
+    """SIGINT once ``process`` imports the models (BLOCKING's marker), then, once it said it took the signal, let the
+    import end (``go``). Waits on the marker and on that line, never on time: writing ``go`` right after the signal let
+    a loaded machine end the import before the signal was taken (the run then wrote, and exited 0). Returns that line."""
+    import signal
+    import time
+
+    for _ in range(2400):  # a hang guard (two minutes), not a timing: the module writes the marker as it imports
+        if (package / "importing").exists() or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert (package / "importing").exists(), process.communicate()
+    assert process.stderr is not None
+    process.send_signal(signal.SIGINT)
+    while not (line := process.stderr.readline()).startswith("mongoshift: stopping"):  # the signal was taken: the stop is set
+        assert line, process.communicate()
+    if go:
+        (package / "go").write_text("")
+    return line
+
+
 @pytest.mark.parametrize("command", [("collections", "generate"), ("create", "next", "--from-models")])
 def test_ctrl_c_while_the_models_import_writes_nothing_and_exits_11(project: Project, cli, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     """The stop was announced ("stopping: nothing new starts"), then the files were written and the command exited 0."""
-    from ..conftest import interrupt_at, start_cli
+    from ..conftest import reaped, start_cli
 
     write_models(project, PYDANTIC)
     assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
     before = {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()}
-    write_models(project, PYDANTIC.replace("    kind: str\\n", "    kind: str\\n    level: int = 0\\n") + BLOCKING)
+    changed = PYDANTIC.replace("    kind: str\n", "    kind: str\n    level: int = 0\n")
+    assert changed != PYDANTIC  # the models change: a run that did not stop would write
+    write_models(project, changed + BLOCKING)
     process = start_cli(project, *command)
-    stderr = interrupt_at(process, project.root / PACKAGE / "importing", project.root / PACKAGE / "go")
+    with reaped(process):
+        notice = _interrupt_while_importing(process, project.root / PACKAGE)
+        _, stderr = process.communicate(timeout=120)
     assert process.returncode == 11, stderr
     assert "before writing: nothing was written" in stderr
-    # the notice is this command's: no "ctx.cancelled" (a migration's), nothing new that "starts"
-    assert "stopping: nothing is written once the models are imported (press Ctrl-C again to stop now)" in stderr, stderr
+    assert notice == STOPPING_LINE  # this command's: no "ctx.cancelled" (a migration's), nothing new that "starts"
     assert {p.name: p.read_bytes() for p in (project.root / "collections").iterdir()} == before
     assert not any(p.suffix == ".py" for p in (project.root / "migrations").iterdir())
 
@@ -621,25 +650,15 @@ def test_a_second_ctrl_c_says_what_a_models_command_leaves(project: Project, cli
     """The second signal said "a lock this run held stays held ... a migration that was running is not recorded":
     a models command holds no lock and runs no migration; what it can leave is files written before the snapshot."""
     import signal
-    import time
 
     from ..conftest import reaped, start_cli
 
     write_models(project, PYDANTIC)
     assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
-    write_models(project, PYDANTIC.replace("    kind: str\\n", "    kind: str\\n    level: int = 0\\n") + BLOCKING)
-    marker = project.root / PACKAGE / "importing"
+    write_models(project, PYDANTIC.replace("    kind: str\n", "    kind: str\n    level: int = 0\n") + BLOCKING)
     process = start_cli(project, *command)
     with reaped(process):
-        for _ in range(2400):  # a hang guard, not a timing: the module writes the marker as it imports
-            if marker.exists() or process.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert marker.exists(), process.communicate()
-        assert process.stderr is not None
-        process.send_signal(signal.SIGINT)
-        while "stopping" not in (line := process.stderr.readline()):  # the first signal was taken
-            assert line, process.communicate()
+        assert _interrupt_while_importing(process, project.root / PACKAGE, go=False) == STOPPING_LINE
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
