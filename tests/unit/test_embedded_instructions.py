@@ -41,3 +41,19 @@ def test_the_last_level_simulated_is_the_hosts_largest_unified_cache(instruction
             (folder / name).write_text(f"{value}\n")
     assert instructions._host_last_level(tmp_path) == ["--LL=33554432,16,64"]
     assert instructions._host_last_level(tmp_path / "absent") == []  # valgrind's own guess then
+
+
+def test_a_last_level_whose_sets_are_no_power_of_two_is_given_as_valgrind_takes_one(instructions: ModuleType, tmp_path: Path) -> None:
+    # a 300 MB, 20-way L3 has 245,760 sets of 64 bytes: valgrind refuses that --LL ("Cache set count is not a power of
+    # two"), and the server never started; as valgrind does with its own guess, the sets go down to 131,072 and the
+    # ways up to 38, which hold at least the cache's size
+    for index, (level, kind, size, ways) in enumerate([(1, "Data", "48K", 12), (2, "Unified", "2048K", 16), (3, "Unified", "307200K", 20)]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, value in {"level": level, "type": kind, "size": size, "ways_of_associativity": ways, "coherency_line_size": 64}.items():
+            (folder / name).write_text(f"{value}\n")
+    option = instructions._host_last_level(tmp_path)
+    assert option == ["--LL=318767104,38,64"]
+    size, ways, line = (int(v) for v in option[0].removeprefix("--LL=").split(","))
+    sets = size // (ways * line)
+    assert sets * ways * line == size and sets & (sets - 1) == 0 and size >= 307200 * 1024
