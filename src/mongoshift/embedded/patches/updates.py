@@ -538,85 +538,6 @@ def _journaled(journals: list[Any], index_map: Any, name: str, key: Any, storage
     return bucket
 
 
-class _Deferred:
-    """(h4-a) A persistent map (rpds ``HashTrieMap``) whose insertions an open batch holds back and applies at once.
-
-    Each ``insert`` of a persistent map copies the path from the root to the key, cloning every node's array of
-    children and touching each child's reference count: at 100,000 documents four levels, mostly out of the
-    caches. A batch writes up to 500 documents under one lock; its insertions into the collection's map of stored
-    values and into a lean index's buckets wait here and go in with one ``update`` at :meth:`Batch.close`, which
-    copies each node of the upper levels once for the batch instead of once a key. Every read answers from the
-    held insertions first, so the batch's later statements, the rollback journal's notes, the unique-index checks
-    and the change records see the map as if each insertion had been made. A removal is made at once (rpds has no
-    removal of many keys). Any other use (iteration, length, equality, a copy) folds the held insertions in first.
-    Installed only on a map the batch's rollback scope has already snapshotted (so a rollback restores the map
-    before the batch, never this object), and resolved before that scope closes."""
-
-    __slots__ = ("base", "pending")
-
-    def __init__(self, base: Any) -> None:
-        self.base = base
-        self.pending: dict[Any, Any] = {}
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        value = self.pending.get(key, _MISSING)
-        return self.base.get(key, default) if value is _MISSING else value
-
-    def __getitem__(self, key: Any) -> Any:
-        value = self.pending.get(key, _MISSING)
-        return self.base[key] if value is _MISSING else value
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self.pending or key in self.base
-
-    def insert(self, key: Any, value: Any) -> _Deferred:
-        self.pending[key] = value
-        return self
-
-    def remove(self, key: Any) -> _Deferred:
-        held = self.pending.pop(key, _MISSING)
-        if held is _MISSING or key in self.base:
-            self.base = self.base.remove(key)  # a KeyError for an absent key, as rpds raises
-        return self
-
-    def resolved(self) -> Any:
-        """The map with every held insertion made (one ``update``); the held ones are then the map's."""
-        if self.pending:
-            self.base = self.base.update(self.pending)
-            self.pending = {}
-        return self.base
-
-    def __getattr__(self, name: str) -> Any:  # keys, items, values, discard, update...: the resolved map's
-        return getattr(self.resolved(), name)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.resolved())
-
-    def __len__(self) -> int:
-        return len(self.resolved())
-
-    def __eq__(self, other: object) -> bool:
-        return bool(self.resolved() == (other.resolved() if type(other) is _Deferred else other))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __copy__(self) -> Any:
-        return self.resolved()
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        import copy
-
-        return copy.deepcopy(self.resolved(), memo)
-
-
-def _held(owner: Any, attribute: str, deferred: list[tuple[Any, str]]) -> None:
-    """Put ``owner``'s persistent map ``attribute`` under a :class:`_Deferred`, noted in ``deferred``."""
-    current = getattr(owner, attribute)
-    if type(current) is not _Deferred:
-        setattr(owner, attribute, _Deferred(current))
-        deferred.append((owner, attribute))
-
-
 class Batch:
     """The fast path's statements of one ``update`` command, written under one lock and one rollback
     and publication scope, their changes dispatched once, at :meth:`close`.
@@ -640,7 +561,6 @@ class Batch:
         self.validating = False
         self.bypass = False  # the command bypasses validation: the batch takes the collection with no validator
         self.validator: Any = None  # the collection's validator, compiled once for the batch
-        self._deferred: list[tuple[Any, str]] = []  # (h4-a) the maps whose insertions wait for close
 
     async def open(self, collection: Any, session: Any, variables: Any, comment: Any, *, transactions: bool = False) -> None:
         """Take the lock and open the scope for ``collection``; :class:`_Undecided` (nothing held)
@@ -777,18 +697,11 @@ class Batch:
         own = self._own
         if own is not None:
             states = own.index_states
-            # (h4-a) the journal holds the collection's and each lean index's state from before the batch: their
-            # insertions can wait for close (not in a transaction, whose views and conflict checks stay as they were)
-            defer = not self.in_transaction and own.initial_collection_state is not None and own.collection is coll
-            if defer and type(coll) is m["MemoryCollection"]:
-                _held(coll, "_values", self._deferred)
             for index_map, name, fields in lean:  # _update_indexes_locked(action="delete") for an index with no TTL and no membership rule
                 if id(index_map) not in states:
                     engine._record_index_state_undo_locked(
                         (db_name, coll_name), name, index_map, index_data=self.index_data, remove_on_rollback=False,
                     )
-                if defer:
-                    _held(index_map, "_buckets", self._deferred)
                 for key in keys(document, fields):
                     index_map.discard(key, storage_key)
         else:
@@ -839,14 +752,6 @@ class Batch:
             )
         return plan
 
-    def _resolve(self) -> None:
-        """(h4-a) Make every held insertion: each deferred map back as an rpds map, before the scope closes."""
-        deferred, self._deferred = self._deferred, []
-        for owner, attribute in deferred:
-            current = getattr(owner, attribute)
-            if type(current) is _Deferred:
-                setattr(owner, attribute, current.resolved())
-
     def close(self, error: BaseException | None = None) -> None:
         """Close the scope (publishing the batch's changes, or rolling them back on ``error``), release
         the lock, dispatch the changes and count the statements, as each statement would have."""
@@ -855,7 +760,6 @@ class Batch:
             return
         self._stack = self._lock = None
         try:
-            self._resolve()
             if error is None:
                 stack.close()
             else:
