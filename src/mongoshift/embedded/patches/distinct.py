@@ -53,12 +53,35 @@ def equality_key(value: Any) -> Any:
     return None
 
 
-def distinct_values(candidates: Iterable[Any], equal: Callable[[Any, Any], bool]) -> list[Any]:
-    """``candidates`` without repeats by ``equal``, in their order, each first occurrence kept: what
-    mongoeco's loop answers."""
-    seen = Distinct(equal)
-    seen.add(candidates)
-    return seen.values
+class Distinct:
+    """The distinct values so far, fed a document's candidates at a time: each candidate looked up by
+    :func:`equality_key` and compared only with its bucket and the kept values without a key."""
+
+    def __init__(self, equal: Callable[[Any, Any], bool]) -> None:
+        self.values: list[Any] = []
+        self._equal = equal
+        self._buckets: dict[Any, list[Any]] = {}
+        self._loose: list[Any] = []
+
+    def add(self, candidates: Iterable[Any]) -> None:
+        equal, values, buckets, loose = self._equal, self.values, self._buckets, self._loose
+        for candidate in candidates:
+            key = equality_key(candidate)
+            if key is None:
+                if any(equal(existing, candidate) for existing in values):
+                    continue
+                loose.append(candidate)
+            else:
+                bucket = buckets.get(key)
+                if bucket is not None and any(equal(existing, candidate) for existing in bucket):
+                    continue
+                if any(equal(existing, candidate) for existing in loose):
+                    continue
+                if bucket is None:
+                    buckets[key] = [candidate]
+                else:
+                    bucket.append(candidate)
+            values.append(candidate)
 
 
 def patch_distinct() -> None:
@@ -95,34 +118,3 @@ def patch_distinct() -> None:
 
     execute_distinct_command.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
     DatabaseAdminReadCommandService.execute_distinct_command = execute_distinct_command
-
-
-class Distinct:
-    """The distinct values so far, fed a document's candidates at a time: each candidate looked up by
-    :func:`equality_key` and compared only with its bucket and the kept values without a key."""
-
-    def __init__(self, equal: Callable[[Any, Any], bool]) -> None:
-        self.values: list[Any] = []
-        self._equal = equal
-        self._buckets: dict[Any, list[Any]] = {}
-        self._loose: list[Any] = []
-
-    def add(self, candidates: Iterable[Any]) -> None:
-        equal, values, buckets, loose = self._equal, self.values, self._buckets, self._loose
-        for candidate in candidates:
-            key = equality_key(candidate)
-            if key is None:
-                if any(equal(existing, candidate) for existing in values):
-                    continue
-                loose.append(candidate)
-            else:
-                bucket = buckets.get(key)
-                if bucket is not None and any(equal(existing, candidate) for existing in bucket):
-                    continue
-                if any(equal(existing, candidate) for existing in loose):
-                    continue
-                if bucket is None:
-                    buckets[key] = [candidate]
-                else:
-                    bucket.append(candidate)
-            values.append(candidate)
