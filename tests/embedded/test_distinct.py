@@ -99,3 +99,18 @@ def test_equal_values_share_a_key() -> None:
         for right in keyed:
             if QueryEngine._values_equal(left, right):
                 assert equality_key(left) == equality_key(right), (left, right)
+
+
+def test_a_distinct_with_a_regional_english_collation_is_answered(server: InProcessServer) -> None:
+    """(z) takes `en_US` and the other English locales: a distinct under one is answered by mongoeco's loop with
+    (z)'s collation, not refused ("only 'simple' and 'en' collations are supported", as when the fix kept the
+    collation function it found before (z) replaced it)."""
+    client = sync_client(server)
+    try:
+        db = client["distinct_collation"]
+        db.c.drop()
+        db.c.insert_many([{"v": "a"}, {"v": "A"}, {"v": "b"}])
+        answer = db.command({"distinct": "c", "key": "v", "collation": {"locale": "en_US", "strength": 2}})["values"]
+        assert answer == ["a", "b"]
+    finally:
+        client.close()

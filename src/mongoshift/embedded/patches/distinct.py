@@ -85,15 +85,16 @@ class Distinct:
 
 
 def patch_distinct() -> None:
-    from mongoeco.api._async._database_admin_read_commands import DatabaseAdminReadCommandService
-    from mongoeco.core.collation import normalize_collation
+    from mongoeco.api._async import _database_admin_read_commands as admin_reads
     from mongoeco.core.filtering import QueryEngine
     from mongoeco.types import DistinctCommandResult
 
-    original = DatabaseAdminReadCommandService.execute_distinct_command
+    service = admin_reads.DatabaseAdminReadCommandService
+    original = service.execute_distinct_command
 
     async def execute_distinct_command(self: Any, collection_name: str, key: str, operation: Any, *, session: Any = None) -> Any:
-        if normalize_collation(operation.collation) is not None:
+        # the module's name looked up at each call: (z) replaces it there after this fix is installed
+        if admin_reads.normalize_collation(operation.collation) is not None:
             return await original(self, collection_name, key, operation, session=session)
         dialect = self._admin._mongodb_dialect
 
@@ -117,4 +118,4 @@ def patch_distinct() -> None:
         return DistinctCommandResult(values=seen.values)
 
     execute_distinct_command.__wrapped__ = original  # type: ignore[attr-defined]  # the original, for the tests that compare both
-    DatabaseAdminReadCommandService.execute_distinct_command = execute_distinct_command
+    service.execute_distinct_command = execute_distinct_command
