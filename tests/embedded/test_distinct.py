@@ -14,7 +14,7 @@ import datetime
 from typing import Any
 
 import pytest
-from bson import Decimal128, Int64, ObjectId, encode
+from bson import Binary, Decimal128, Int64, ObjectId, encode
 from hypothesis import given, settings, strategies as st
 from mongoeco.api._async._database_admin_read_commands import DatabaseAdminReadCommandService
 from mongoeco.core.filtering import QueryEngine
@@ -37,6 +37,7 @@ SCALARS: list[Any] = [
     "a", "A", "", "1", None,
     ObjectId("0" * 24), ObjectId("f" * 24),
     _BASE, _BASE + datetime.timedelta(milliseconds=1), datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+    b"ab", Binary(b"ab", 0), Binary(b"ab", 0x80), Binary(b"\x00" * 16, 4), Binary(b"\x00" * 16, 3),
 ]
 values = st.recursive(
     st.sampled_from(SCALARS),
@@ -72,7 +73,7 @@ def test_distinct_answers_what_mongoecos_loop_answers(server: InProcessServer, m
 
 
 def test_a_distinct_of_many_values_compares_each_with_few(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """3,000 distinct values (numbers, strings, ObjectIds, dates, a few Decimal128 and documents): the
+    """3,000 distinct values (numbers, strings, ObjectIds, dates, Decimal128s, binaries, a document): the
     fix compares each candidate with its bucket and the few kept values without a key; mongoeco's loop
     compared it with every value kept, about 4.5 million comparisons."""
     client = sync_client(server)
@@ -81,8 +82,9 @@ def test_a_distinct_of_many_values_compares_each_with_few(server: InProcessServe
         db.c.drop()
         kinds = [lambda n: n, lambda n: float(n) + 0.5, lambda n: f"s{n}", lambda n: ObjectId(f"{n:024x}"),
                  lambda n: _BASE + datetime.timedelta(seconds=n)]
-        stored = [kinds[n % 5](n) for n in range(3_000)] + [Decimal128("1.5"), {"x": 1}, [2, 3]]
-        db.c.insert_many([{"v": value} for value in stored] + [{"v": 0.0}, {"v": Int64(5)}])  # two repeats, of other types
+        kinds += [lambda n: Decimal128(f"{n}.25"), lambda n: Binary(n.to_bytes(4), 0x80)]  # keyed too, not compared with all
+        stored = [kinds[n % 7](n) for n in range(3_000)] + [Decimal128("1.5"), {"x": 1}, [2, 3]]
+        db.c.insert_many([{"v": value} for value in stored] + [{"v": 0.0}, {"v": Int64(7)}])  # two repeats, of other types
         calls = count_calls(monkeypatch, (QueryEngine, "_values_equal"))
         answer = db.command({"distinct": "c", "key": "v"})["values"]
         assert len(answer) == 3_000 + 1 + 1 + 2  # the array's elements are candidates of their own

@@ -7,24 +7,25 @@ engine's loop the whole time, so every other command of that database waited beh
 on after its client had gone.
 
 This fix keeps mongoeco's scan, candidates, order and equality, and only looks the candidate up
-first: values of the types whose equality is plain (numbers other than Decimal128, strings, booleans,
-null, ObjectIds, dates) go into buckets by a key that two equal values always share, and a candidate
-is compared, with mongoeco's own equality, only with the values of its bucket and with the kept
-values that have no key (Decimal128, documents, arrays, every other type). A key may put unequal
-values together (the comparison then tells them apart); it never separates equal ones: numbers are
-keyed by their exact value (``1``, ``1.0`` and ``Int64(1)`` share one; a double beside a Decimal128
-is compared, since (az) compares them exactly), a date by its UTC instant to the millisecond. A
-command with a collation keeps mongoeco's loop as it is.
+first: values of the types whose equality is plain (numbers, Decimal128 included, strings, booleans,
+null, ObjectIds, dates, binaries) go into buckets by a key that two equal values always share, and a
+candidate is compared, with mongoeco's own equality, only with the values of its bucket and with the
+kept values that have no key (documents, arrays, every other type). A key may put unequal values
+together (the comparison then tells them apart: mongoeco keeps ``6`` and ``Decimal128("6")`` apart,
+and binaries of one content but two subtypes); it never separates equal ones: numbers are keyed by
+their exact value (``1``, ``1.0``, ``Int64(1)`` and ``Decimal128("1.0")`` share one), a date by its UTC
+instant to the millisecond. A command with a collation keeps mongoeco's loop as it is.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from bson import Int64, ObjectId
+from bson import Binary, Decimal128, Int64, ObjectId
 
 _NUMBERS = (int, float, Int64)
 
@@ -41,8 +42,15 @@ def equality_key(value: Any) -> Any:
             if value.is_integer():
                 return ("number", int(value))  # 2.0 ** 60 is the int 2 ** 60 exactly, as the comparison says
         return ("number", int(value) if kind is Int64 else value)
+    if kind is Decimal128:
+        exact = value.to_decimal()  # Python hashes a Decimal, an int and a float of one value alike
+        return ("nan",) if exact.is_nan() else ("number", exact)
     if kind is str:
         return ("string", value)
+    if kind is Binary or kind is bytes:
+        return ("binary", bytes(value))  # every subtype in one bucket: the comparison tells them apart
+    if kind is uuid.UUID:
+        return ("binary", value.bytes)
     if value is None:
         return ("null",)
     if kind is ObjectId:
