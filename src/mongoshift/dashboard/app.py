@@ -443,8 +443,14 @@ def _file_name(name: str) -> str:
 
 
 def _whole(value: str | None) -> int | None:
+    """A form's whole number: ASCII digits with an optional sign (``int`` alone also takes underscores and
+    any script's digits, so a pasted or auto-formatted value would be read as a number nobody typed)."""
     value = (value or "").strip()
-    return int(value) if value else None
+    if not value:
+        return None
+    if not (value.lstrip("+-").isascii() and value.lstrip("+-").isdigit()) or len(value) - len(value.lstrip("+-")) > 1:
+        raise ValueError(value)
+    return int(value)
 
 
 def _cookie_path(request: Request) -> str:
