@@ -250,6 +250,15 @@ def test_an_empty_models_flag_is_refused_not_taken_as_left_out(project: Project,
     assert cli(project, "collections", "generate", "--check").returncode == 0  # left out: the snapshot's package
 
 
+def test_a_package_name_no_import_could_take_is_refused_before_any_hint_quotes_it(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """With no snapshot yet, ``create --from-models --models 'a b'`` answered with a hint to run
+    ``collections generate --models a b``: a command that cannot work, unquoted."""
+    for command in (("create", "next", "--from-models"), ("collections", "generate", "--check")):
+        result = cli(project, *command, "--models", "shop app")
+        assert result.returncode == 49, (command, result.stderr)
+        assert "--models 'shop app' is not a module name" in result.stderr and "generate --models shop app" not in result.stderr
+
+
 def test_a_syntax_error_names_the_users_file_and_line(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
     """The import machinery raises a SyntaxError from its own frames: the file and line are the error's, not the traceback's."""
     write_models(project, "import datetime\n\n\nclass Broken(:\n    secret = 'value'\n")

@@ -30,7 +30,7 @@ from ..schema.collections import CollectionDeclaration
 from ..schema.validation import describe_errors
 from . import snapshot as snapshots
 from .merge import canonical, merge_declaration
-from .readers import ModelShape, find_models, index_form
+from .readers import ModelShape, check_package_name, find_models, index_form
 from .toml_text import document, edit
 
 log = logging.getLogger("mongoshift.models")
@@ -141,6 +141,8 @@ def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapsh
     """The models package: the one given, else the one the snapshot recorded."""
     if models is not None and not models.strip():  # `--models ""` fell back to the snapshot's package, as if unsaid
         raise ModelsInvalidError("--models '' is not a module name (such as myapp.models); leave it out to use the snapshot's")
+    if models is not None:
+        check_package_name(models)  # before a hint quotes it back as a command to run
     snapshot = snapshots.read(settings.collections_dir)
     if snapshot is not None and (healed := snapshots.heal(snapshot, settings.migrations_dir)):
         log.warning(

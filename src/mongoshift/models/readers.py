@@ -52,13 +52,18 @@ class ModelShape:
 
 # ---------------------------------------------------------------- finding the models
 
+def check_package_name(package: str) -> None:
+    """Refuse a ``--models`` value that no ``import`` could name (exit 49), before anything quotes it back."""
+    if not package or not all(part.isidentifier() for part in package.split(".")):
+        raise ModelsInvalidError(f"--models {package!r} is not a module name (such as myapp.models)", models=package)
+
+
 def import_models(package: str) -> list[ModuleType]:
     """The package and every module under it, imported as the application imports them.
 
     The current folder comes first on ``sys.path`` while importing, as for ``python -c 'import PKG'``
     run there. A module that fails to import is an error naming it and the line (exit 49)."""
-    if not package or not all(part.isidentifier() for part in package.split(".")):
-        raise ModelsInvalidError(f"--models {package!r} is not a module name (such as myapp.models)", models=package)
+    check_package_name(package)
     here = str(Path.cwd())
     added = here not in sys.path
     if added:
