@@ -375,6 +375,16 @@ async def test_a_squash_killed_while_moving_the_files_is_refused_until_they_are_
             assert "_squashed/0003_squashed/ holds 2 migration files (0001_a.py, 0002_b.py) and no squash file names it" in error["message"]
             assert "move them back into the migrations folder" in error["message"]
     assert sorted(p.name for p in project.migrations.glob("*.py")) == ["0003_c.py", "0004_d.py"]
+    # status says where the missing files are, in its table, its warning, --check's verdict (8) and --json
+    shown = cli(project, "status")
+    assert "missing (in _squashed/0003_squashed/)" in shown.stdout
+    assert "0001_a.py, 0002_b.py are in _squashed/0003_squashed/, which no squash file names" in shown.stderr
+    checked = cli(project, "--json", "status", "--check")
+    assert checked.returncode == 8
+    rows = {row["name"]: row for row in json.loads(checked.stdout)["migrations"]}
+    assert rows["0001_a.py"]["state"] == "missing" and rows["0001_a.py"]["found_in"] == "_squashed/0003_squashed/"
+    assert rows["0003_c.py"]["found_in"] is None
+    assert "move them back into the migrations folder" in checked.stderr
     for name in ("0001_a.py", "0002_b.py"):
         (archive / name).replace(project.migrations / name)
     archive.rmdir()

@@ -30,6 +30,7 @@ from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
 from ..project.server_errors import from_pymongo
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
+from ..project.squashes import unnamed_archives
 from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lock, confirm_parts, log_entries, one_shot, run_observers
 
 if TYPE_CHECKING:
@@ -407,6 +408,11 @@ async def status_in(project: Project, *, checksums: bool = True) -> list[StatusR
     reverted one with its revert while that is not completed."""
     async with _reading(project) as session:
         rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
+        if any(row.state == "missing" for row in rows):
+            stranded = {name: folder for folder, held in unnamed_archives(project.settings.migrations_dir).items() for name in held}
+            for row in rows:
+                if row.state == "missing":
+                    row.found_in = stranded.get(row.name)
         shown = [row for row in rows if row.kind == "background" and row.state in ("applied", "reverted")]
         if shown:
             from ..background.steps import BackgroundSteps  # start-up time: see the note at the top

@@ -290,9 +290,11 @@ def status(check: bool, strict: bool | None) -> int:
     out = output()
     if mismatched and not (check and s.strict):  # --check --strict fails on them (4) and says so itself
         out.warn(f"changed after being applied: {', '.join(mismatched)}")
+    from ..line.plan import missing_words, status_verdict  # start-up time: the runner loads when a command runs
+
     missing = [r.name for r in rows if r.state == "missing"]
     if missing and not check:  # --check fails on them (8) and says so itself
-        out.warn(f"the files of applied migrations are missing: {', '.join(missing)}")
+        out.warn(missing_words(rows) or "")
     if not out.json_mode:
         applied = sum(r.state == "applied" for r in rows)
         failed = sum(r.state == "failed" for r in rows)  # pending too (up runs them again), but said: the table shows them failed
@@ -301,8 +303,6 @@ def status(check: bool, strict: bool | None) -> int:
             + (f" ({failed} failed)" if failed else "")
             + (f", {len(missing)} missing" if missing else "")
         )
-    from ..line.plan import status_verdict  # start-up time: the runner loads when a command runs
-
     verdict = status_verdict(rows, s) if check else None
     if verdict is not None:
         code, message = verdict

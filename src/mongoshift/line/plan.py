@@ -51,6 +51,9 @@ class StatusRow:
     squash: str | None = None
     #: The run that applied this file (or failed it): its stored ``ctx.log`` lines are ``run_log(run_id)``.
     run_id: str | None = None
+    #: A missing file found in an archive folder that no squash file names (``_squashed/NAME/``): a squash
+    #: that did not finish, or a squash file deleted by hand (``status`` fills it).
+    found_in: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -59,7 +62,9 @@ class StatusRow:
     @property
     def shown_state(self) -> str:
         """``applied (running)`` for a background migration, ``applied (migrate-mongo)`` for an adopted record."""
-        note = self.background or self.squash or (self.origin if self.state == "applied" else None)
+        note = self.background or self.squash or (self.origin if self.state == "applied" else None) or (
+            f"in {self.found_in}" if self.state == "missing" and self.found_in else None
+        )
         return f"{self.state} ({note})" if note else self.state
 
 
@@ -74,13 +79,29 @@ def background_run_hint(settings: Settings | None, names: Sequence[str] = ()) ->
     return f"'mongoshift background run {which}'"
 
 
+def missing_words(rows: Sequence[StatusRow]) -> str | None:
+    """The warning for applied files missing from the folder, saying where those a squash left behind are."""
+    missing = [r for r in rows if r.state == "missing"]
+    if not missing:
+        return None
+    said = f"the files of applied migrations are missing: {', '.join(r.name for r in missing)}"
+    folders = sorted({r.found_in for r in missing if r.found_in})
+    for folder in folders:
+        held = [r.name for r in missing if r.found_in == folder]
+        said += (
+            f"; {', '.join(held)} {'is' if len(held) == 1 else 'are'} in {folder}, which no squash file names (a squash "
+            "that did not finish, or a squash file deleted by hand): move them back into the migrations folder"
+        )
+    return said
+
+
 def status_verdict(rows: list[StatusRow], settings: Settings | None = None, *, strict: bool | None = None) -> tuple[ExitCode, str] | None:
     """What ``status --check`` fails with: the first of missing (8), changed after being applied when
     strict (4: what ``up`` would refuse), background failed (32), pending (2), background not completed
     (31); None when everything is done. ``strict`` None takes the settings' ``strict``."""
-    missing = [r.name for r in rows if r.state == "missing"]
+    missing = missing_words(rows)
     if missing:
-        return ExitCode.FILE_NOT_FOUND, f"the files of applied migrations are missing: {', '.join(missing)}"
+        return ExitCode.FILE_NOT_FOUND, missing
     if strict is None:
         strict = settings is not None and settings.strict
     changed = [r.name for r in rows if r.checksum == "mismatch"]

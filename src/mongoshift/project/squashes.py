@@ -44,6 +44,23 @@ def archive_of(directory: Path, squash_name: str) -> Path:
     return directory / ARCHIVE / Path(squash_name).stem
 
 
+def unnamed_archives(directory: Path) -> dict[str, list[str]]:
+    """Each archive folder that holds migration files while no squash file names it (``_squashed/NAME/``:
+    the files, sorted): what a squash killed while it moved the files leaves, or a squash file deleted by
+    hand. Those files are applied migrations out of the line, and the folder holds their only copy."""
+    root = directory / ARCHIVE
+    if not root.is_dir():
+        return {}
+    found: dict[str, list[str]] = {}
+    for folder in sorted(root.iterdir()):
+        if not folder.is_dir() or folder.name.startswith(".") or (directory / f"{folder.name}.py").is_file():
+            continue
+        held = sorted(p.name for p in folder.glob("*.py"))
+        if held:
+            found[f"{ARCHIVE}/{folder.name}/"] = held
+    return found
+
+
 def read_manifest(path: Path) -> Manifest | None:
     """The ``squashes`` literal of ``path`` when it has an archive folder; None for any other file.
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..errors import IOFailedError, SquashRefusedError
-from ..project.squashes import ABSORBS, ARCHIVE, MANIFEST, archive_of
+from ..project.squashes import ABSORBS, ARCHIVE, MANIFEST, archive_of, unnamed_archives
 from ..project.wording import plural
 from .planner import SquashPlan
 
@@ -46,21 +46,14 @@ def refuse_unfinished(directory: Path) -> None:
     file deleted by hand. Those files are applied migrations out of the line and the folder holds their only copy:
     a squash of the files left would strand them (a new database would never run them), so they go back first.
     """
-    root = directory / ARCHIVE
-    if not root.is_dir():
-        return
-    for folder in sorted(root.iterdir()):
-        if not folder.is_dir() or folder.name.startswith(".") or (directory / f"{folder.name}.py").is_file():
-            continue
-        held = sorted(p.name for p in folder.glob("*.py"))
-        if held:
-            shown = ", ".join(held[:5]) + (f", ... ({len(held) - 5} more)" if len(held) > 5 else "")
-            raise SquashRefusedError(
-                f"{ARCHIVE}/{folder.name}/ holds {plural(len(held), 'migration file')} ({shown}) and no squash file names it: "
-                "a squash that did not finish (its process killed?) or a squash file deleted by hand; move them back into "
-                "the migrations folder, remove the empty folder, and run the squash again",
-                archive=f"{ARCHIVE}/{folder.name}", files=held,
-            )
+    for folder, held in unnamed_archives(directory).items():
+        shown = ", ".join(held[:5]) + (f", ... ({len(held) - 5} more)" if len(held) > 5 else "")
+        raise SquashRefusedError(
+            f"{folder} holds {plural(len(held), 'migration file')} ({shown}) and no squash file names it: "
+            "a squash that did not finish (its process killed?) or a squash file deleted by hand; move them back into "
+            "the migrations folder, remove the empty folder, and run the squash again",
+            archive=folder.rstrip("/"), files=held,
+        )
 
 
 def write_squash(plan: SquashPlan, directory: Path) -> Path:
