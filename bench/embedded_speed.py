@@ -25,7 +25,9 @@ printed at the start and the end of each measurement: other work on the machine 
 ``--repeat N`` measures every size N times on fresh servers, the sizes in turn (each round in the
 other order, so that a drift of the machine's speed during the run weighs on every size alike), and
 judges the medians: on a shared machine one measurement of the same code moves by a fifth from run to
-run, more than the differences the targets are about. Every measurement is still printed.
+run, more than the differences the targets are about. The flatness verdict is the median of each
+round's own ratio of the two sizes (measured a minute or two apart), as bench/background.py judges its
+rows against B3; the ratio of the sizes' medians is printed beside it. Every measurement is still printed.
 """
 
 from __future__ import annotations
@@ -208,21 +210,30 @@ def render(rows: list[Measure], baseline: str) -> tuple[str, bool]:
     if len(sizes) > 1 and median("current", sizes[0], "docs_per_s"):
         small, large = sizes[0], sizes[-1]
         flat = (median("current", large, "docs_per_s") or 0.0) / (median("current", small, "docs_per_s") or 1.0)
-        met = flat >= TARGET_FLAT
-        ok &= met
         growth = (median("current", large, "cpu_us_per_doc") or 0.0) / (median("current", small, "cpu_us_per_doc") or 1.0)
-        out.append(f"* current docs/s, {large:,} ÷ {small:,} documents = **{flat:.2f}**{of} (target ≥ {TARGET_FLAT}: "
-                   f"{'meets' if met else 'misses'}); CPU per document {growth:.2f}×")
-        if rounds > 1:
-            def speed(size: int, n: int) -> float:
-                return next(r.docs_per_s for r in rows if r.server == "current" and r.size == size and r.round == n)
-
-            each = [speed(large, n) / speed(small, n) for n in range(1, rounds + 1)]
-            # Each round measures both sizes within a minute or two, alternating which first: a drift of the
-            # host's speed over the run moves the medians of the sizes apart, less so the rounds' own ratios.
-            out.append(f"* the same ratio round by round: {', '.join(f'{x:.2f}' for x in each)} "
-                       f"(their median {statistics.median(each):.2f})")
+        each = paired_ratios(rows, small, large)
+        if len(each) > 1:
+            # Each round measures both sizes within a minute or two, alternating which first: a drift of the host's
+            # speed over the run (up to 40 % within minutes here) moves the medians of the sizes apart, much less the
+            # rounds' own ratios. So the verdict is the median of those ratios, as bench/background.py judges its rows.
+            judged = statistics.median(each)
+            met = judged >= TARGET_FLAT
+            out.append(f"* current docs/s, {large:,} ÷ {small:,} documents, round by round: {', '.join(f'{x:.2f}' for x in each)}; "
+                       f"their median **{judged:.2f}** (target ≥ {TARGET_FLAT}: {'meets' if met else 'misses'}); "
+                       f"the ratio of the sizes' medians {flat:.2f}; CPU per document {growth:.2f}×")
+        else:
+            met = flat >= TARGET_FLAT
+            out.append(f"* current docs/s, {large:,} ÷ {small:,} documents = **{flat:.2f}** (target ≥ {TARGET_FLAT}: "
+                       f"{'meets' if met else 'misses'}); CPU per document {growth:.2f}×")
+        ok &= met
     return "\n".join(out), ok
+
+
+def paired_ratios(rows: list[Measure], small: int, large: int) -> list[float]:
+    """The current server's docs/s at ``large`` ÷ at ``small``, one ratio per round that measured both."""
+    speeds: dict[tuple[int, int], float] = {(r.round, r.size): r.docs_per_s for r in rows if r.server == "current"}
+    rounds_ = sorted({n for n, _ in speeds})
+    return [speeds[n, large] / speeds[n, small] for n in rounds_ if (n, large) in speeds and (n, small) in speeds and speeds[n, small]]
 
 
 def rounds(sizes: list[int], repeat: int) -> list[tuple[int, int]]:
