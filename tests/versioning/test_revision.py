@@ -169,6 +169,21 @@ async def test_a_pipeline_that_replaces_the_document_keeps_its_version_unless_it
     assert stored[3] == {"_id": 3, "name": "cy", "__rev": 1}
 
 
+async def test_an_inclusion_project_keeps_the_version_as_a_new_root_does(db: Any) -> None:
+    """An inclusion ``$project`` keeps only what it names: like a new root, it must not drop the shape version."""
+    await db.people.insert_many([PEOPLE.stamp({"_id": 1, "first": "ada", "x": 1}), {"_id": 2, "first": "bo", "x": 2},
+                                 PEOPLE.stamp({"_id": 3, "first": "cy", "x": 3}), PEOPLE.stamp({"_id": 4, "first": "di", "x": 4})])
+    await update_with_revision(db.people, {"_id": 1}, [{"$project": {"first": 1, "upper": {"$toUpper": "$first"}}}], expected_revision=1)
+    await update_with_revision(db.people, {"_id": 2}, [{"$project": {"first": True}}], expected_revision=0)  # never versioned: none added
+    await update_with_revision(db.people, {"_id": 3}, [{"$project": {"x": 0}}], expected_revision=1)  # an exclusion keeps it anyway
+    await update_with_revision(db.people, {"_id": 4}, [{"$project": {"first": 1, "__v": {"$literal": 4}}}], expected_revision=1)
+    stored = {d["_id"]: d async for d in db.people.find({})}
+    assert stored[1] == {"_id": 1, "first": "ada", "upper": "ADA", "__v": 3, "__rev": 2}
+    assert stored[2] == {"_id": 2, "first": "bo", "__rev": 1}
+    assert stored[3] == {"_id": 3, "first": "cy", "__v": 3, "__rev": 2}
+    assert stored[4] == {"_id": 4, "first": "di", "__v": 4, "__rev": 2}
+
+
 async def test_bump_revision_guarded_and_unguarded(db: Any) -> None:
     await db.people.insert_many([{"_id": 1, "a": 1}, PEOPLE.stamp({"_id": 2, "a": 2})])
     assert await bump_revision(db.people, {"_id": 1}) == 1  # a missing revision counts as 0

@@ -229,7 +229,26 @@ def _keeping_version(name: str, spec: Any, version_field: str) -> dict[str, Any]
         return {name: {"$mergeObjects": [stored, spec]}}
     if name == "$replaceRoot" and isinstance(spec, Mapping) and set(spec) == {"newRoot"}:
         return {name: {"newRoot": {"$mergeObjects": [stored, spec["newRoot"]]}}}
+    if name == "$project" and isinstance(spec, Mapping) and _includes(spec) and not any(_touches(p, version_field) for p in spec):
+        # an inclusion keeps only what it names; naming the field keeps it where stored, omits it where missing
+        return {name: {**spec, version_field: 1}}
     return None
+
+
+def _includes(projection: Mapping[str, Any]) -> bool:
+    """Whether a ``$project`` spec is an inclusion (it keeps only the fields it names), as the server decides:
+    any field other than ``_id`` kept or computed, or ``_id`` alone kept."""
+    fields = {k: v for k, v in projection.items() if k != "_id"}
+    if not fields:
+        return projection.get("_id") not in (0, False)
+    return any(not _excludes(v) for v in fields.values())
+
+
+def _excludes(value: Any) -> bool:
+    """A projection value that removes its field: ``0``/``False``, or a sub-document removing all of its own."""
+    if isinstance(value, Mapping):
+        return bool(value) and all(not str(k).startswith("$") and _excludes(v) for k, v in value.items())
+    return value is False or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)
 
 
 def _bump_pipeline(pipeline: Sequence[Mapping[str, Any]], expected_revision: int, version_field: str, revision_field: str) -> list[dict[str, Any]]:
