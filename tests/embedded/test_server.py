@@ -219,3 +219,36 @@ def test_truncated_snapshot_refuses_to_start(tmp_path: Path) -> None:
     assert code not in (0, None)
     assert "truncated" in err or "corrupt" in err
     assert os.path.getsize(snapshot) == len(data) // 2
+
+
+@pytest.mark.parametrize("entry", ["cli", "module"])
+def test_a_second_server_on_the_same_path_is_refused_and_the_first_keeps_its_data(tmp_path: Path, entry: str) -> None:
+    """Two servers on one snapshot would each write theirs at shutdown, the last over the other's (mongod refuses a
+    second server on one dbPath too): the second one is refused at start, before it serves anything."""
+    snapshot = tmp_path / "snap.bson"
+    with server("--path", str(snapshot)) as first:
+        with MongoClient(first.uri, **CLIENT_OPTIONS) as client:
+            client.db.c.insert_one({"_id": 1})
+        command = ["-m", "mongoshift", "embedded"] if entry == "cli" else ["-m", "mongoshift.embedded"]
+        second = subprocess.Popen([sys.executable, *command, "--port", "0", "--path", str(tmp_path / "." / "snap.bson")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert second.stdout is not None
+        out = second.stdout.readline()  # a refused start ends (""), one that serves prints its URI
+        if out:
+            second.terminate()
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 6 and out == "", (out, err)
+        assert str(snapshot) in err and "another embedded server" in err and f"pid {first.proc.pid}" in err
+        assert "Traceback" not in err
+        with MongoClient(first.uri, **CLIENT_OPTIONS) as client:
+            client.db.c.insert_one({"_id": 2})  # the first still serves
+        code, err = first.stop()
+    assert code == 0, err
+    assert [p.name for p in tmp_path.iterdir()] == ["snap.bson"]  # its claim is gone with it
+    with server("--path", str(snapshot)) as third:
+        with MongoClient(third.uri, **CLIENT_OPTIONS) as client:
+            assert [d["_id"] for d in client.db.c.find()] == [1, 2]
+        third.proc.send_signal(signal.SIGKILL)  # a killed server's claim ends with its process
+        third.proc.wait()
+    with server("--path", str(snapshot)) as fourth:
+        assert fourth.stop()[0] == 0

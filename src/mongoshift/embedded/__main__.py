@@ -3,7 +3,8 @@
 The URI is the first line of stdout (flushed as soon as the server accepts
 connections); logs go to stderr. SIGINT or SIGTERM stops it (writing the
 ``--path`` snapshot) with exit status 0. A ``--path`` that is not a readable
-snapshot (or names a folder, or one that does not exist) exits 6 at start, one the
+snapshot (or names a folder, or one that does not exist, or one another server
+serves) exits 6 at start, one the
 system refuses to read or write 44; an address that cannot be listened on exits 45.
 """
 

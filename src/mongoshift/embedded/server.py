@@ -140,15 +140,32 @@ async def serve(
     write it (a read-only location, a full disk at shutdown), and
     :class:`AddressUnavailable` if the address cannot be bound.
     ``change_history`` bounds the events change streams can resume from
-    (:mod:`mongoshift.embedded.change_streams`). ``standalone`` serves a standalone
+    (:mod:`mongoshift.embedded.change_streams`). A ``path`` another server serves raises
+    :class:`~mongoshift.embedded.snapshot.SnapshotInUse` (a ``SnapshotError``). ``standalone`` serves a standalone
     mongod instead of the single-node replica set: no transactions, retryable writes or
     change streams (refused with mongod's codes 20 and 40573). ``on_activity`` is called as each
     command starts and ends on the engine (:meth:`.Collector.active`, in the server's own process).
     """
     from mongoshift.embedded import snapshot
 
-    if path is not None:
-        snapshot.check_path(Path(path))  # before anything starts: a bad location fails at once
+    if path is None:
+        return await _serve(host, port, None, on_ready, stop, change_history, standalone, on_activity)
+    snapshot.check_path(Path(path))  # before anything starts: a bad location fails at once
+    with snapshot.claimed(Path(path)):  # a second server on it is refused before it loads or serves anything
+        await _serve(host, port, Path(path), on_ready, stop, change_history, standalone, on_activity)
+
+
+async def _serve(
+    host: str,
+    port: int,
+    path: Path | None,
+    on_ready: Callable[[str], None],
+    stop: asyncio.Event,
+    change_history: int,
+    standalone: bool,
+    on_activity: Callable[[], None] | None,
+) -> None:
+    """:func:`serve` once ``path`` (if any) is checked and claimed."""
     _import_mongoeco()
     from mongoeco.wire.proxy import AsyncMongoEcoProxyServer
 

@@ -102,6 +102,67 @@ def check_path(path: Path) -> None:
             raise SnapshotIOError(f"cannot read {path}: {reason}", path, reason) from None
 
 
+class SnapshotInUse(SnapshotError):
+    """Another embedded server serves the same snapshot: each would write its own at shutdown, the last over the other's."""
+
+
+def _lock_file(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
+
+
+@contextlib.contextmanager
+def claimed(path: Path) -> Iterator[None]:
+    """Hold ``path`` for this server while it serves, or raise :class:`SnapshotInUse`.
+
+    Two servers on one snapshot would each load it, then write their own over it at shutdown:
+    the last to stop would erase the other's writes without a word (mongod refuses a second
+    server on one ``dbPath`` for the same reason). The claim is an advisory lock (``flock``) on a
+    hidden file next to the snapshot, which names the holder's pid: the system releases it when
+    the process ends, even by ``kill -9``, so a crash never leaves it stuck; a clean stop removes it.
+    Without ``flock`` (Windows) nothing is claimed.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    lock = _lock_file(Path(path))
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise SnapshotIOError(f"cannot write in {lock.parent} (for {path}): {reason}", lock.parent, reason) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            by = f" (pid {holder})" if holder.isdigit() else ""
+            raise SnapshotInUse(
+                f"cannot use {path}: another embedded server{by} serves it, and each would write its own data over "
+                "the other's at shutdown; stop that server, or pass another --path"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:  # a holder that stopped meanwhile removed the file we opened: claim the one that is there now
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # while still held, so no other server locks a file that is about to vanish
+        os.close(fd)
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotStats:
     collections: int
