@@ -14,7 +14,7 @@ from pymongo import MongoClient
 from mongoshift.api.tenants import Tenants, across_tenants, up_across
 from mongoshift.project.events import Event
 
-from ..conftest import cli_process, start_cli
+from ..conftest import cli_process, reaped, start_cli
 from .conftest import TenantProject
 
 COUNTED = """
@@ -617,6 +617,34 @@ def test_ctrl_c_stops_scheduling_and_the_running_tenant_ends_cleanly(tenant_proj
     assert {r["name"]: r["applied"] for r in document["tenants"] if r["name"] in (t0, t1)} == {t0: 2, t1: 1}
     assert sync_client[t1]["_mongoshift_locks"].count_documents({}) == 0  # its lock released: it ended cleanly
     assert sync_client.list_database_names().count(t2) == 0
+
+
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_ctrl_c_while_the_provider_runs_stops_at_once(tenant_project: TenantProject, sync_client: MongoClient, kind: str) -> None:
+    """A provider reads the tenants from a control database that may be slow to answer: Ctrl-C then waited for it
+    to return (a stuck one, for ever), saying running tenants would stop at their boundary when none ran yet.
+    It stops at once: exit 11, one JSON document, no tenant touched."""
+    two_migrations(tenant_project)
+    wait = "await asyncio.sleep(3600)" if kind == "async def" else "time.sleep(3600)"
+    use_provider(tenant_project, "slow_tenants:tenants", (
+        "import asyncio, sys, time\n"
+        f"{kind} tenants(settings):\n"
+        "    print('provider started', file=sys.stderr, flush=True)\n"
+        f"    {wait}\n"
+        f"    return {tenant_project.tenants!r}\n"
+    ))
+    process = start_cli(tenant_project, "up", "--all-tenants", "--json")
+    with reaped(process):
+        assert process.stderr is not None
+        while "provider started" not in (line := process.stderr.readline()):
+            assert line, process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 11, (out, err)
+    error = json.loads(out)["error"]
+    assert error["kind"] == "aborted" and "interrupted by SIGINT" in error["message"] and "no tenant ran" in error["message"], error
+    assert "Traceback" not in err
+    assert not [name for name in sync_client.list_database_names() if name.startswith(tenant_project.prefix)]
 
 
 def test_list_and_background_status_across_tenants_show_what_they_list(tenant_project, cli) -> None:  # type: ignore[no-untyped-def]

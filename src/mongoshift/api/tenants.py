@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ..errors import MongoshiftError, TenantsInvalidError
+from ..errors import MongoshiftError, RunAbortedError, TenantsInvalidError
 from ..project.connection import connect
 from ..project.events import Event, Events, Observer
 from ..project.loader import MigrationFile, import_first, refuse_irreversible, resolve_name
@@ -175,7 +175,7 @@ async def across_tenants[T](
             except PyMongoError as exc:
                 raise from_pymongo(exc) from exc
 
-        selected = await select(resolved, flags, database_names)
+        selected = await _unless_stopped(select(resolved, flags, database_names), cancel)
         rollout.check(len(selected))
         files = base.scanned() if scan else None
         if prepare is not None and files is not None:
@@ -210,6 +210,29 @@ async def across_tenants[T](
                 await other.close()
         if own:
             await main.close()
+
+
+#: How often a selection in progress looks whether a stop was asked (as the lock's wait does).
+STOP_POLL_SECONDS = 0.2
+
+
+async def _unless_stopped(selecting: Awaitable[list[Tenant]], cancel: CancelSignal) -> list[Tenant]:
+    """The selection, or :class:`RunAbortedError` as soon as a stop is asked while it is read: a provider or
+    ``listDatabases`` may be slow to answer (or never answer), and Ctrl-C must not wait for it. An async provider
+    is cancelled; a sync one is left to its daemon thread."""
+    task = asyncio.ensure_future(selecting)
+    try:
+        while not task.done():
+            if cancel.is_set():
+                raise RunAbortedError(f"stopped ({cancel.reason or 'cancelled'}) while the tenants were being selected; no tenant ran", reason="cancelled")
+            await asyncio.wait({task}, timeout=STOP_POLL_SECONDS)
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # its end (cancelled, or what it raised meanwhile) is no longer anyone's answer
+            if not task.cancelled():
+                task.exception()  # retrieved: not reported as never retrieved
 
 
 #: The hooks of an observer that brackets runs (OpenTelemetry): it is bound to each call's ``db`` already.

@@ -15,11 +15,14 @@ otherwise need ``PYTHONPATH``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import importlib
 import importlib.util
 import inspect
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,17 +79,46 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 - an object whose __call__ is async
 
 
-async def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await an async function; run a sync one in a thread. ``sys.exit`` inside either is a failure."""
+async def call(fn: Callable[..., Any], *args: Any, abandonable: bool = False) -> Any:
+    """Await an async function; run a sync one in a thread. ``sys.exit`` inside either is a failure.
+
+    ``abandonable``: the sync function runs in a daemon thread of its own, so that a caller that stops
+    waiting for it (Ctrl-C while a tenants provider reads a slow server) does not wait for it at exit either:
+    the executor's threads are joined when the process ends."""
     try:
         if is_async(fn):
             return await _settled(await fn(*args))
         # Converted in the thread already: a GeneratorExit that reached the awaiting coroutine would close it.
-        return await _settled(await asyncio.to_thread(guard_exit(fn), *args))  # a sync function may return a coroutine
+        run = _in_daemon_thread if abandonable else asyncio.to_thread
+        return await _settled(await run(guard_exit(fn), *args))  # a sync function may return a coroutine
     except Exception:
         raise
     except BaseException as exc:
         raise failure_of(exc) from None
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``asyncio.to_thread`` in a daemon thread of its own (see :func:`call`)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():  # the caller may have stopped waiting
+            outcome()
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting side, as to_thread does
+            error = exc
+            outcome = lambda: future.set_exception(error)  # noqa: E731
+        else:
+            outcome = lambda: future.set_result(result)  # noqa: E731
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, outcome)
+
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"mongoshift-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    return await future
 
 
 def failure_of(exc: BaseException) -> BaseException:

@@ -147,7 +147,7 @@ async def provided_tenants(spec: str, settings: Settings) -> list[Tenant]:
     if not callable(function):
         raise TenantsInvalidError(f"{where}: {attribute} is not a function", provider=spec)
     try:
-        returned = await call(function, settings)
+        returned = await call(function, settings, abandonable=True)  # a Ctrl-C meanwhile stops waiting for it
     except Exception as exc:
         raise TenantsInvalidError(f"{where} failed: {describe_error(exc)}", provider=spec) from None
     return checked_provided(returned, where)
