@@ -81,6 +81,25 @@ def test_squash_across_tenants_judges_every_tenant_first(tenant_project: TenantP
     assert counts["0002_squashed.py"]["applied"] == len(project.tenants) - 1 and counts["0002_squashed.py"]["pending"] == 1
 
 
+def test_a_range_the_files_refuse_is_refused_once_before_any_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """A squash the files themselves refuse (one file, a background migration in the range) was judged tenant by tenant:
+    the same refusal in every row, exit 47. It is refused once, with the single database's code (50), no tenant read."""
+    project = tenant_project
+    for name in ("0001_a", "0002_b"):
+        project.add(f"{name}.py", MARK.format(name=name))
+    project.write_config(databases=project.tenants)
+    for to, said in (("0001_a", "nothing to squash: 0001_a.py is the first file of the line"), ("0002_b", "named by requires: 0001_a.py")):
+        if to == "0002_b":
+            project.add("0003_c.py", MARK.format(name="0003_c") + "requires = ['0001_a']\n")
+        refused = cli(project, "squash", "--to", to, "--all-tenants", "--dry-run", "--json")
+        assert refused.returncode == 50, (refused.stdout, refused.stderr)
+        document = json.loads(refused.stdout)
+        assert "tenants" not in document and document["error"]["kind"] == "squash_refused", document
+        assert said in document["error"]["message"], document
+        assert "tenant" not in refused.stderr, refused.stderr  # no tenant was read: no progress line
+    assert not [name for name in sync_client.list_database_names() if name.startswith(project.prefix)]
+
+
 PROVIDER = '''
 import pathlib
 import time

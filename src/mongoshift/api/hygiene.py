@@ -96,6 +96,9 @@ async def squash_across(
     from .tenants import Tenants, across_tenants  # start-up time: the tenant machinery loads only across tenants
 
     refuse_unfinished(settings.migrations_dir)  # once, before any tenant is read
+    # what the files alone refuse (one file, a background migration or a requires in the range) is every tenant's
+    # refusal: said once, with the single database's code, rather than in every row
+    plan_range(discover(settings.migrations_dir), resolve_name(to, settings.migrations_dir))
     # every tenant is judged (no canary, no stop at the first refusal): the report names each one behind
     reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
     rollout = await across_tenants(settings, lambda ms: ms.squash(to, dry_run=True), reading, command="squash", client=client, cancel=cancel)
