@@ -329,6 +329,30 @@ def test_a_file_that_does_not_import_fails_the_rollout_once_before_any_tenant(te
     assert cli(tenant_project, "up", "--all-tenants", "--to", "0002_b").returncode == 0  # a file past --to is not run, nor imported
 
 
+def test_a_name_no_file_has_is_refused_once_before_any_tenant(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """``up --to`` or ``up FILE`` with a typo is refused by the files alone, as for one database (exit 8): across
+    tenants it failed every tenant that started (each taking its lock and writing its changelog first), exit 47."""
+    two_migrations(tenant_project)
+    for args in (("--to", "0002_bb"), ("0003_c.py",), ("--to", "0002_b.txt")):
+        result = cli(tenant_project, "up", *args, "--all-tenants", "--json")
+        assert result.returncode == 8, (args, result.stdout, result.stderr)
+        error = json.loads(result.stdout)["error"]
+        assert error["kind"] == "file_not_found" and "migration file not found" in error["message"], error
+    baseline = cli(tenant_project, "baseline", "--to", "0002_bb", "--dry-run", "--all-tenants", "--json")  # as without --dry-run
+    assert baseline.returncode == 8 and json.loads(baseline.stdout)["error"]["kind"] == "file_not_found", baseline.stdout
+    assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
+
+
+async def test_up_across_refuses_a_name_no_file_has_before_any_tenant(tenant_project: TenantProject, sync_client: MongoClient) -> None:
+    from mongoshift.errors import FileNotFoundMigrationError
+
+    two_migrations(tenant_project)
+    for options in ({"to": "0002_bb"}, {"target": "0009_z"}):
+        with pytest.raises(FileNotFoundMigrationError):
+            await up_across(tenant_project.settings(), Tenants(all=True), **options)
+    assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
+
+
 def test_background_commands_act_on_each_tenant(tenant_project: TenantProject, cli) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     assert cli(tenant_project, "up", "--all-tenants").returncode == 0

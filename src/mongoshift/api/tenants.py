@@ -22,7 +22,7 @@ from pymongo.errors import PyMongoError
 from ..errors import MongoshiftError, RunAbortedError, TenantsInvalidError
 from ..project.connection import connect
 from ..project.events import Event, Events, Observer
-from ..project.loader import MigrationFile, import_first, refuse_irreversible, resolve_name
+from ..project.loader import MigrationFile, find, import_first, refuse_irreversible, resolve_name
 from ..project.run import CancelSignal
 from ..project.server_errors import from_pymongo
 from ..project.session import Project
@@ -265,6 +265,9 @@ def imports_for_up(settings: Settings, target: str | None, to: str | None) -> Ca
 
     def imported(files: list[MigrationFile]) -> None:
         bare = [None if name is None else resolve_name(name, settings.migrations_dir) for name in (target, to)]
+        for name in bare:
+            if name is not None:
+                find(files, name)  # a typo is every tenant's refusal (8), as for one database: said once
         import_first(files, target=bare[0], to=bare[1])
 
     return imported

@@ -66,8 +66,8 @@ def baseline(to: str, dry_run: bool, yes: bool, no_lock: bool, wait: float | Non
 
     s = settings()
     tenants = requested()
+    named_file(s, to)  # a typo is refused (8, 19) once, before any question or tenant
     if not dry_run:
-        named_file(s, to)
         confirm(f"Mark every pending migration up to {to} applied without running it{' in every selected tenant' if tenants else ''}?", yes)
     if tenants is not None:
         return across(
