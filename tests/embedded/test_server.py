@@ -252,3 +252,53 @@ def test_a_second_server_on_the_same_path_is_refused_and_the_first_keeps_its_dat
         third.proc.wait()
     with server("--path", str(snapshot)) as fourth:
         assert fourth.stop()[0] == 0
+
+
+async def _saved_snapshot(path: Path) -> bytes:
+    """A snapshot of two documents at ``path``, written by a server of this process; its bytes."""
+    from mongoshift.embedded import serve
+
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve("127.0.0.1", 0, path, on_ready=ready.set_result, stop=stop))
+    async with AsyncMongoClient(await asyncio.wait_for(ready, 30), **CLIENT_OPTIONS) as client:
+        await client.db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    return path.read_bytes()  # noqa: ASYNC240 - a test's small file, once
+
+
+async def test_a_stop_while_the_snapshot_loads_ends_the_load_and_serves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM while a large snapshot loaded (about 25 s for 100,000 documents) waited for the whole load, then printed
+    the URI as if the server were up, and wrote the snapshot back. The load ends at once: no URI, the file left as it was."""
+    from mongoshift.embedded import serve, snapshot
+
+    path = tmp_path / "snap.bson"
+    data = await _saved_snapshot(path)
+    here = asyncio.get_running_loop()
+    loading = asyncio.Event()
+
+    async def stuck(client: Any, spec: Any, batch: Any) -> int:  # on the engine's loop: a load that would go on for an hour
+        here.call_soon_threadsafe(loading.set)
+        await asyncio.sleep(3600)
+        return 0
+
+    monkeypatch.setattr(snapshot, "_insert", stuck)
+    stop, ready = asyncio.Event(), []
+    serving = asyncio.create_task(serve("127.0.0.1", 0, path, on_ready=ready.append, stop=stop))
+    await asyncio.wait_for(loading.wait(), 60)
+    stop.set()
+    await asyncio.wait_for(serving, 60)  # without the fix: the hour-long load
+    assert ready == [] and path.read_bytes() == data
+    assert [p.name for p in tmp_path.iterdir()] == ["snap.bson"]  # noqa: ASYNC240 - a test's folder, once
+
+
+async def test_a_stop_before_the_snapshot_is_loaded_serves_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    from mongoshift.embedded import serve
+
+    path = tmp_path / "snap.bson"
+    data = await _saved_snapshot(path)
+    stop, ready = asyncio.Event(), []
+    stop.set()
+    await asyncio.wait_for(serve("127.0.0.1", 0, path, on_ready=ready.append, stop=stop), 60)
+    assert ready == [] and path.read_bytes() == data  # no URI announced for a server that is stopping; not rewritten

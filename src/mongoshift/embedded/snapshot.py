@@ -39,6 +39,7 @@ not saved.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
@@ -272,6 +273,7 @@ async def _restore(client: Any, path: Path) -> SnapshotStats:
                 if len(batch) >= _RESTORE_BATCH:
                     documents += await _insert(client, current, batch)
                     batch = []
+                    await asyncio.sleep(0)  # an insert may never suspend: here a stop asked meanwhile ends the load
             elif "collection" in record:
                 if current is not None:
                     documents += await _insert(client, current, batch)
