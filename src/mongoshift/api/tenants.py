@@ -102,9 +102,12 @@ def tenant_settings(settings: Settings, tenant: Tenant) -> Settings:
     return settings.model_copy(update=update)
 
 
-async def select_tenants(settings: Settings, tenants: Tenants, *, client: AsyncMongoClient[Any] | None = None) -> list[Tenant]:
+async def select_tenants(
+    settings: Settings, tenants: Tenants, *, client: AsyncMongoClient[Any] | None = None, cancel: CancelSignal | None = None
+) -> list[Tenant]:
     """The tenants ``tenants`` selects, in order, without running anything (a job system queues one task each);
-    :class:`~mongoshift.errors.TenantsInvalidError` (46) when the selection is refused."""
+    :class:`~mongoshift.errors.TenantsInvalidError` (46) when the selection is refused, ``RunAbortedError`` (11)
+    when ``cancel`` is set meanwhile."""
     if not isinstance(tenants, Tenants):
         raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
     flags = tenants.flags().check()
@@ -122,7 +125,7 @@ async def select_tenants(settings: Settings, tenants: Tenants, *, client: AsyncM
             raise from_pymongo(exc) from exc
 
     try:
-        selected = await select(resolved, flags, database_names)
+        selected = await _unless_stopped(select(resolved, flags, database_names), cancel or CancelSignal())
         tenants.rollout().check(len(selected))
         return selected
     finally:

@@ -443,7 +443,7 @@ def _watch_across(s: Settings, tenants: Tenants, options: WatchOptions) -> int:
     for flag in ("parallel", "canary"):
         if given(flag):
             raise TenantsInvalidError(f"background watch runs every selected tenant's watcher at once: --{flag} does not apply")
-    count = len(run_async(lambda cancel: select_tenants(s, tenants)))
+    count = len(run_async(lambda cancel: select_tenants(s, tenants, cancel=cancel)))  # a Ctrl-C meanwhile is the end, not lost
     if count > MAX_PARALLEL:
         raise TenantsInvalidError(
             f"background watch would hold {count} tenants' change streams in one process (at most {MAX_PARALLEL}): "
