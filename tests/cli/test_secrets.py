@@ -95,6 +95,46 @@ def test_bulk_write_error_documents_stay_out_of_every_output_and_the_changelog(p
     assert "11000" in record["error"] and "email_unique" in record["error"]
 
 
+PYTHON_QUOTES_THE_VALUE = """
+async def up(ctx):
+    await ctx.db.people.insert_one({"email": "-".join(["ann", "4471"]) + "@leak.example"})
+    async for person in ctx.db.people.find():
+        int(person["email"])  # ValueError: invalid literal for int() with base 10: '<the value>'
+"""
+
+OWN_EXCEPTION = """
+class PeopleNotReady(Exception):
+    pass
+
+
+def up(ctx):
+    raise PeopleNotReady("run 'backfill people' first: 12 'legacy' rows")
+"""
+
+
+def test_a_value_pythons_own_exception_quotes_stays_out_of_every_output_and_the_changelog(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``int(doc["email"])`` in a migration: Python's message quotes the document's value, which the changelog,
+    stderr and ``--json`` carried as they stored it, where a background transform's was masked."""
+    project.add("0001_quoted.py", PYTHON_QUOTES_THE_VALUE)
+    plain = cli(project, "up", "-v")
+    assert plain.returncode == 7, plain.stderr
+    as_json = cli(project, "up", "--json")
+    document = json.loads(as_json.stdout)
+    record = changelog_record(project, "0001_quoted.py")
+    seen = everything(plain, as_json) + json.dumps(document) + str(record)
+    assert "ann-4471" not in seen
+    assert "invalid literal for int() with base 10: '***'" in record["error"]
+    assert "ValueError" in document["error"]["message"]
+
+
+def test_an_authors_own_exception_keeps_its_words(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_own.py", OWN_EXCEPTION)
+    result = cli(project, "up", "--json")
+    assert result.returncode == 7
+    assert "run 'backfill people' first: 12 'legacy' rows" in json.loads(result.stdout)["error"]["message"]
+    assert "run 'backfill people' first: 12 'legacy' rows" in changelog_record(project, "0001_own.py")["error"]
+
+
 def test_a_migrations_own_long_message_is_capped(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_long.py", "def up(ctx):\n    raise ValueError('x' * 50_000)\n")
     result = cli(project, "up", "--json")

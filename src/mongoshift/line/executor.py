@@ -45,7 +45,7 @@ from ..project.changelog import Changelog, RecordWrite
 from ..project.events import end_fields
 from ..project.loader import load
 from ..project.migration_log import MigrationLog, correlated
-from ..project.redaction import describe_error, redact
+from ..project.redaction import describe_error, describe_transform_error, redact
 from ..project.run import BodyCancel
 from ..project.server_errors import connection_cause, connection_lost, connection_words, transactions_unsupported
 from ..project.session import Session
@@ -126,6 +126,12 @@ class Runtime:
 
 
 def _describe(exc: BaseException) -> str:
+    """What a migration, hook or step raised, for the changelog, stderr and ``--json``. Python's own exception
+    classes compose their messages from the value they failed on (``int(doc["email"])``: ``invalid literal for
+    int() with base 10: 'ann@example.com'``): their quoted literals are masked as a background transform's are.
+    Any other class (the author's own, a driver's, mongoshift's) keeps its message as it chose to word it."""
+    if type(exc).__module__ == "builtins":
+        return describe_transform_error(exc)
     return describe_error(exc)
 
 
@@ -135,7 +141,7 @@ def _traceback(exc: BaseException, path: Path) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     start = next((i for i, frame in enumerate(frames) if Path(frame.filename) == path), 0)
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])]
-    return redact("".join(lines), limit=20_000) + describe_error(exc)
+    return redact("".join(lines), limit=20_000) + _describe(exc)
 
 
 #: Bodies of a plan noted on the lock (a run of more notes the first ones: the one it died in is among them
