@@ -414,3 +414,117 @@ def test_a_uuid_range_among_other_binaries_answers_what_the_full_scan_answers(se
                 assert collection.count_documents(query["filter"]) == fast[1], query
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------------- (h1-a) the covered walk
+
+#: Version values the index and the matcher must agree on: numbers of each type, arrays (multikey),
+#: nested arrays, null, a missing field, a string and a boolean that look like the number.
+covered_versions = st.sampled_from(
+    [1, 1, 1, 2, 1.0, -0.0, 0, Int64(1), Decimal128("1.00"), Decimal128("1"), [1, 2], [2, [1]], [[1]], [], None, "missing", "1", True]
+)
+
+
+@st.composite
+def covered_queries(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
+    """A range's boundary read as the engine sends it (an equality on the version, an _id range, a
+    sort on _id, a skip and a limit of one, the _id alone), or one of its neighbours."""
+    pool = st.sampled_from(ids) | bound_values if ids else bound_values
+    range_: dict[str, Any] = {}
+    if draw(st.booleans()):
+        range_[draw(st.sampled_from(["$gt", "$gte"]))] = draw(pool)
+    if draw(st.booleans()):
+        range_[draw(st.sampled_from(["$lt", "$lte"]))] = draw(pool)
+    version = draw(st.sampled_from([1, 1, 1, 2, 0, 1.0, 1.5, float("nan"), Int64(1), None, True]))
+    parts: list[dict[str, Any]] = [{"v": version}]
+    if range_:
+        parts.append({"_id": range_})
+    if draw(st.booleans()):
+        parts.append({"_id": {"$type": draw(st.sampled_from(["objectId", "number", "string", "long", "date"]))}})
+    return {
+        "filter": parts[0] if len(parts) == 1 else {"$and": parts},
+        "sort": [("_id", draw(st.sampled_from([1, -1])))],
+        "limit": draw(st.sampled_from([1, 1, 2, 5])),
+        "skip": draw(st.integers(min_value=0, max_value=3) | st.integers(min_value=0, max_value=14)),
+        "hint": draw(st.sampled_from([[("v", 1), ("_id", 1)], None])),
+        "projection": draw(st.sampled_from([{"_id": 1}, None])),
+    }
+
+
+@examples(thorough=150, quick=30)
+def test_a_covered_boundary_read_answers_what_the_full_scan_answers(server: InProcessServer, max_examples: int) -> None:
+    """(h1-a) A read answered from the version index's keys (the range's boundary: skip n, limit 1) gives
+    what mongoeco's full scan gives, byte for byte, after inserts, updates of the version (one by one,
+    by a pipeline, in a transaction), deletes, with the index built before or after the documents."""
+
+    @settings(max_examples=max_examples)
+    @given(
+        data=st.data(),
+        values=st.lists(id_values, min_size=0, max_size=16),
+        versions_=st.lists(covered_versions, min_size=16, max_size=16),
+        index_first=st.booleans(),
+    )
+    def check(data: st.DataObject, values: list[Any], versions_: list[Any], index_first: bool) -> None:
+        from mongoeco.engines.memory import MemoryEngine
+
+        client = sync_client(server)
+        try:
+            collection = client.scans.covered
+            collection.drop()
+            if index_first:
+                collection.create_index([("v", 1), ("_id", 1)])
+            ids = seed(collection, values, versions_)
+            if not index_first:
+                collection.create_index([("v", 1), ("_id", 1)])
+            for _ in range(3):
+                if ids:
+                    target = data.draw(st.sampled_from(ids))
+                    change = data.draw(st.sampled_from(["set", "unset", "pipeline", "delete", "transaction"]))
+                    try:
+                        if change == "set":
+                            collection.update_one({"_id": target}, {"$set": {"v": data.draw(covered_versions.filter(lambda v: v != "missing"))}})
+                        elif change == "unset":
+                            collection.update_one({"_id": target}, {"$unset": {"v": ""}})
+                        elif change == "pipeline":
+                            collection.update_many({"v": 1}, [{"$set": {"v": 2}}])
+                        elif change == "delete":
+                            collection.delete_one({"_id": target})
+                        else:
+                            with client.start_session() as session, session.start_transaction():
+                                collection.update_one({"_id": target}, {"$set": {"v": 1}}, session=session)
+                    except PyMongoError:
+                        pass
+                query = data.draw(covered_queries(ids))
+                fast = answer(collection, query)
+                with original(MemoryEngine, "scan_find_semantics"):
+                    slow = answer(collection, query)
+                assert fast == slow, query
+        finally:
+            client.close()
+
+    check()
+
+
+def test_a_boundary_read_matches_only_what_it_returns(server: InProcessServer) -> None:
+    """(h1-a) The range's boundary read (the version, _id after the cursor, sorted, skip 499, limit 1,
+    the _id alone) decides the 499 documents it skips from the version index's keys: the matcher sees
+    only the one it returns. Without the index, every document walked is matched, as before."""
+    client = sync_client(server)
+    try:
+        collection = client.scans.boundary
+        collection.drop()
+        collection.create_index([("v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": ObjectId(f"{i:024x}"), "v": 1 if i % 4 else 2} for i in range(3_000)])
+        last = ObjectId(f"{999:024x}")
+        query = {"$and": [{"v": 1}, {"_id": {"$gt": last, "$lte": ObjectId("f" * 24)}}]}
+        with MatchCounter() as counter:
+            found = list(collection.find(query, {"_id": 1}, sort=[("_id", 1)], skip=499, limit=1).hint([("v", 1), ("_id", 1)]))
+        expected = [i for i in range(1_000, 3_000) if i % 4][499]
+        assert found == [{"_id": ObjectId(f"{expected:024x}")}]
+        assert counter.seen == 1
+        collection.drop_index([("v", 1), ("_id", 1)])
+        with MatchCounter() as counter:
+            again = list(collection.find(query, {"_id": 1}, sort=[("_id", 1)], skip=499, limit=1))
+        assert again == found and counter.seen == expected - 999
+    finally:
+        client.close()

@@ -24,7 +24,7 @@ import functools
 import math
 import operator
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -435,6 +435,93 @@ def id_type_bracket(plan: Any) -> int | None:
     return None
 
 
+#: ``$type`` names that stand for a whole bracket of (ae)'s order: a conjunct of one of them confines
+#: ``_id`` exactly to the bracket's span. "string" is left out (a symbol shares its bracket).
+_WHOLE_BRACKETS: dict[str, int] = {
+    "number": _NUMBER, "objectId": _OBJECT_ID, "date": _DATE, "bool": _BOOL, "null": _NULL,
+    "timestamp": _TIMESTAMP, "minKey": _MIN_KEY, "maxKey": _MAX_KEY,
+}
+
+
+def covering_test(
+    engine: Any, context: Any, db_name: str, coll_name: str, semantics: Any, indexes: Any
+) -> tuple[Callable[[Any, Any], bool], int | None] | None:
+    """(h1-a) A test of a storage key that answers ``semantics``' filter from an index's keys alone,
+    for a walk of (ae)'s order over the filter's ``_id`` span, and the one bracket a ``$type``
+    conjunct confines that span to (None: none); None when the filter or the index does not allow it.
+
+    Taken for a filter that is one equality of a top-level field to a plain number (an int, or a
+    float that is not NaN) and, besides, only ``_id`` range conditions and whole-bracket ``$type``
+    conditions (which the span decides), when the collection has a plain ascending or descending
+    index on exactly that field and ``_id`` (the version index): not sparse, not partial, without a
+    collation. Fix (ay) makes such an index hold every key its document has (one per element of an
+    array, null's for a missing field), each the equality key mongoeco's own unique and equality
+    lookups use, so the document under ``storage_key`` matches the equality exactly when the entry
+    (the number's key, its ``_id``'s key) lists it: an array holding the number matches, as the
+    matcher has it, and no document need be decoded or matched. The caller still trusts the span only
+    where every ``_id`` it walks is placed exactly (no NaN, no unplaced binary or other bracket)."""
+    from mongoeco.core.query_plan import (
+        AndCondition,
+        EqualsCondition,
+        GreaterThanCondition,
+        GreaterThanOrEqualCondition,
+        LessThanCondition,
+        LessThanOrEqualCondition,
+        TypeCondition,
+    )
+    from mongoeco.engines._memory_collection import MemoryIndexMap
+
+    ranges = (GreaterThanCondition, GreaterThanOrEqualCondition, LessThanCondition, LessThanOrEqualCondition)
+    equal = None
+    bracket: int | None = None
+    for node in _conjuncts(semantics.query_plan, AndCondition):
+        kind = type(node)
+        if getattr(node, "field", None) == "_id":
+            if kind in ranges:
+                continue
+            if kind is TypeCondition and bracket is None and len(node.aliases) == 1 and next(iter(node.aliases)) in _WHOLE_BRACKETS:
+                bracket = _WHOLE_BRACKETS[next(iter(node.aliases))]
+                continue
+            return None
+        if kind is EqualsCondition and equal is None and not node.null_matches_undefined:
+            equal = node
+            continue
+        return None
+    if equal is None or "." in equal.field or equal.field.startswith("$"):
+        return None
+    value = equal.value
+    if not (type(value) is int or (type(value) is float and not math.isnan(value))):
+        return None
+    wanted = [(equal.field, 1), ("_id", 1)]
+    for index in indexes:
+        key = [(field, abs(direction)) if type(direction) is int else (field, direction) for field, direction in index.key]
+        if key != wanted or index.sparse or index.partial_filter_expression is not None or index.collation is not None:
+            continue
+        data = engine._index_data_view(context).get(db_name, {}).get(coll_name, {}).get(str(index.name))
+        if isinstance(data, MemoryIndexMap):
+            break
+    else:
+        return None
+    equality = engine._index_equality_key
+    target = equality(value)
+    listed = data.ordinal_for
+    borrow = engine._borrow_storage_document
+
+    def test(coll: Any, storage_key: Any) -> bool:
+        """Whether the document under ``storage_key`` matches: its entry in the index lists it."""
+        kind = storage_key[0] if type(storage_key) is tuple and storage_key else None
+        if kind == "objectid" or kind == "str":
+            id_key = equality(storage_key[1])  # the storage key holds the _id whole
+        else:
+            stored = coll.get(storage_key)
+            if stored is None:
+                return False
+            id_key = equality(borrow(stored).get("_id"))
+        return listed((target, id_key), storage_key) is not None
+
+    return test, bracket
+
+
 def _id_sort(sort: Any) -> int | None:
     """1 or -1 when ``sort`` is exactly one key, ``_id``, ascending or descending."""
     if isinstance(sort, dict):
@@ -521,10 +608,16 @@ def patch_id_range_scans() -> None:
                 options = self._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
                 fallback = not isinstance(coll, MemoryCollection) or options.get("collation") is not None
                 if not fallback:
-                    begin_scan(self, context, db_name, coll_name, semantics)
+                    indexes = begin_scan(self, context, db_name, coll_name, semantics)
                     order = id_order(coll)
                     if direction:
-                        walk = _walk(self, coll, order, lower, upper, direction, semantics)
+                        walk = None
+                        if READ_ITEMS.get() is None:  # (h1-a) a reader that wants every match's item takes the matcher's walk
+                            covered = covering_test(self, context, db_name, coll_name, semantics, indexes)
+                            if covered is not None:
+                                walk = _covered_walk(self, coll, order, lower, upper, direction, semantics, covered)
+                        if walk is None:
+                            walk = _walk(self, coll, order, lower, upper, direction, semantics)
                     else:
                         walk = _natural(self, coll, order, lower, upper, bracket, semantics)
                     fallback = walk is None
@@ -602,6 +695,60 @@ def _walk(
         if len(matched) >= wanted:
             break
     return None if unordered else (matched, items)
+
+
+def covered_span(order: IdOrder, lower: Any, upper: Any, bracket: int | None) -> tuple[int, int] | None:
+    """(h1-a) The positions of the span between the bounds and inside ``bracket``, when every ``_id``
+    in it is placed exactly (the span then decides the ``_id`` conditions); None otherwise."""
+    start, end = order.span(lower, upper)
+    if bracket is not None:
+        start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
+        end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
+    if order.inexact and any(map(_inexact, order.keys[start:end])):
+        return None
+    return start, end
+
+
+def _covered_walk(
+    engine: Any, coll: Any, order: IdOrder, lower: Any, upper: Any, direction: int, semantics: Any,
+    covered: tuple[Callable[[Any, Any], bool], int | None],
+) -> tuple[list[Any], list[tuple[Any, Any]]] | None:
+    """(h1-a) :func:`_walk` answered from the index's keys (:func:`covering_test`): the documents it
+    skips are neither decoded nor matched; those it returns are still matched by mongoeco's matcher,
+    and a disagreement hands the read to :func:`_walk`. None when it cannot be taken. The skipped
+    documents are placeholders in the first list (the finalizing step drops them unseen)."""
+    from mongoeco.core.operation_limits import enforce_deadline
+    from mongoeco.engines.semantic_core import iter_filtered_documents
+
+    test, bracket = covered
+    span = covered_span(order, lower, upper, bracket)
+    if span is None:
+        return None
+    start, end = span
+    positions = range(start, end) if direction == 1 else range(end - 1, start - 1, -1)
+    storage_keys, deadline = order.storage_keys, semantics.deadline
+    skip, wanted = semantics.skip, semantics.skip + semantics.limit
+    found = 0
+    matched: list[Any] = []
+    items: list[tuple[Any, Any]] = []
+    for at in positions:
+        if deadline is not None:
+            enforce_deadline(deadline)
+        storage_key = storage_keys[at]
+        if not test(coll, storage_key):
+            continue
+        found += 1
+        if found <= skip:
+            continue
+        data = coll.get(storage_key)
+        document = None if data is None else engine._borrow_storage_document(data)
+        if document is None or not any(True for _ in iter_filtered_documents((document,), semantics)):
+            return None  # the index and the matcher disagree: the matcher's walk answers
+        matched.append(document)
+        items.append((storage_key, data))
+        if found >= wanted:
+            break
+    return [None] * min(found, skip) + matched, items
 
 
 def _natural(
