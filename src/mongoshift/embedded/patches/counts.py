@@ -25,7 +25,7 @@ import bisect
 from collections.abc import Iterator
 from typing import Any
 
-from .scans import _conjuncts, _inexact, begin_scan, id_bounds, id_order, id_type_bracket, loose_binaries
+from .scans import _conjuncts, _inexact, begin_scan, covered_span, covering_test, has_id_order, id_bounds, id_order, id_type_bracket, loose_binaries
 
 #: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
 #: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
@@ -108,6 +108,35 @@ def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> It
     return (borrow(data) for data in map(coll.get, storage_keys[start:end]) if data is not None)
 
 
+def _covered_count(engine: Any, context: Any, db_name: str, coll_name: str, coll: Any, semantics: Any, indexes: Any) -> int | None:
+    """(h1-b) How many documents match, counted from the version index's keys over (ae)'s order
+    (:func:`.scans.covering_test`): the filter's ``_id`` span (the whole order when it has none), each
+    storage key tested by its index entry, no document decoded or matched; None when the filter, the
+    index or an ``_id`` of the span the order does not place exactly does not allow it."""
+    from mongoeco.core.operation_limits import enforce_deadline
+
+    covered = covering_test(engine, context, db_name, coll_name, semantics, indexes)
+    bounds = None if covered is None else id_bounds(semantics.query_plan)
+    if covered is None or bounds is None:
+        return None
+    test, bracket = covered
+    if bounds == (None, None) and bracket is None and not has_id_order(coll):
+        return None  # nothing confines _id: a collection no read walks in _id order is not given an order to keep
+    order = id_order(coll)
+    span = covered_span(order, bounds[0], bounds[1], bracket)
+    if span is None:
+        return None
+    start, end = span
+    deadline = semantics.deadline
+    if deadline is None:
+        return sum(1 for storage_key in order.storage_keys[start:end] if test(coll, storage_key))
+    counted = 0
+    for storage_key in order.storage_keys[start:end]:
+        enforce_deadline(deadline)
+        counted += test(coll, storage_key)
+    return counted
+
+
 async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: Any, context: Any) -> int | None:
     """How many documents ``semantics`` (no sort, a limit that is None or positive) reads after its
     skip and limit, in ``context``'s views; None when mongoeco's path must answer (a text query, a
@@ -126,6 +155,11 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
         if not isinstance(coll, MemoryCollection) or options.get("collation") is not None:
             return None
         indexes = begin_scan(engine, context, db_name, coll_name, semantics)  # the steps of the scan this count replaces
+        covered = _covered_count(engine, context, db_name, coll_name, coll, semantics, indexes)
+        if covered is not None:
+            del coll
+            found = max(0, covered - int(semantics.skip))
+            return found if semantics.limit is None else min(found, int(semantics.limit))
         confined = _confined(semantics)
         walked = None if confined is None else _walked(engine, coll, confined)
         if walked is not None:

@@ -262,6 +262,12 @@ def id_order(collection: Any) -> IdOrder:
     return order
 
 
+def has_id_order(collection: Any) -> bool:
+    """Whether the collection object holds a valid order already (one is kept up to date from then on)."""
+    order: IdOrder | None = collection.__dict__.get(_ATTR)
+    return order is not None and order.ordinals is collection._ordinals
+
+
 def _follow(collection: Any, before: Any, change: Any) -> None:
     """After a write that replaced the key set ``before``: bring a valid order along (``change(order)``)
     or drop it (rebuilt on the next read)."""
@@ -435,11 +441,14 @@ def id_type_bracket(plan: Any) -> int | None:
     return None
 
 
-#: ``$type`` names that stand for a whole bracket of (ae)'s order: a conjunct of one of them confines
-#: ``_id`` exactly to the bracket's span. "string" is left out (a symbol shares its bracket).
-_WHOLE_BRACKETS: dict[str, int] = {
-    "number": _NUMBER, "objectId": _OBJECT_ID, "date": _DATE, "bool": _BOOL, "null": _NULL,
-    "timestamp": _TIMESTAMP, "minKey": _MIN_KEY, "maxKey": _MAX_KEY,
+#: The type sets of mongoeco's ``$type`` conditions that are a whole bracket of (ae)'s order: such a
+#: conjunct confines ``_id`` exactly to the bracket's span. "string" is left out (a symbol shares its bracket).
+_WHOLE_BRACKETS: dict[frozenset[str], int] = {
+    frozenset({"double", "int", "long", "decimal"}): _NUMBER,
+    **{frozenset({name}): bracket for name, bracket in (
+        ("objectId", _OBJECT_ID), ("date", _DATE), ("bool", _BOOL), ("null", _NULL),
+        ("timestamp", _TIMESTAMP), ("minKey", _MIN_KEY), ("maxKey", _MAX_KEY),
+    )},
 }
 
 
@@ -479,8 +488,8 @@ def covering_test(
         if getattr(node, "field", None) == "_id":
             if kind in ranges:
                 continue
-            if kind is TypeCondition and bracket is None and len(node.aliases) == 1 and next(iter(node.aliases)) in _WHOLE_BRACKETS:
-                bracket = _WHOLE_BRACKETS[next(iter(node.aliases))]
+            if kind is TypeCondition and bracket is None and node.aliases in _WHOLE_BRACKETS:
+                bracket = _WHOLE_BRACKETS[node.aliases]
                 continue
             return None
         if kind is EqualsCondition and equal is None and not node.null_matches_undefined:
@@ -699,12 +708,13 @@ def _walk(
 
 def covered_span(order: IdOrder, lower: Any, upper: Any, bracket: int | None) -> tuple[int, int] | None:
     """(h1-a) The positions of the span between the bounds and inside ``bracket``, when every ``_id``
-    in it is placed exactly (the span then decides the ``_id`` conditions); None otherwise."""
+    in it is placed exactly and it does not reach into a binary bracket holding unplaced binaries
+    (:func:`loose_binaries`): the span then decides the ``_id`` conditions; None otherwise."""
     start, end = order.span(lower, upper)
     if bracket is not None:
         start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
         end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
-    if order.inexact and any(map(_inexact, order.keys[start:end])):
+    if order.inexact and (loose_binaries(order, start, end) or any(map(_inexact, order.keys[start:end]))):
         return None
     return start, end
 
