@@ -25,7 +25,7 @@ import bisect
 from collections.abc import Iterator
 from typing import Any
 
-from .scans import _OBJECT_ID, _conjuncts, _inexact, begin_scan, covered_span, covering_test, id_bounds, id_order, id_type_bracket, loose_binaries
+from .scans import _conjuncts, _inexact, begin_scan, covered_span, covering_test, has_id_order, id_bounds, id_order, id_type_bracket, loose_binaries
 
 #: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
 #: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
@@ -109,53 +109,31 @@ def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> It
 
 
 def _covered_count(engine: Any, context: Any, db_name: str, coll_name: str, coll: Any, semantics: Any, indexes: Any) -> int | None:
-    """(h1-b) How many documents match, counted from the version index's keys (:func:`.scans.covering_test`)
-    without decoding or matching a document; None when the filter, the index or an ``_id`` of the span
-    the order does not place exactly does not allow it.
-
-    A filter with no ``_id`` condition (a pass's closing count), or only ``$type: "objectId"`` (the
-    planner's count of that bracket), is counted over the index's keys alone: those that begin with
-    the number's key (and, for ObjectIds, whose ``_id`` key is an ObjectId's), each with its
-    members. Any other is counted over its span of (ae)'s order, each storage key tested."""
+    """(h1-b) How many documents match, counted from the version index's keys over (ae)'s order
+    (:func:`.scans.covering_test`): the filter's ``_id`` span (the whole order when it has none), each
+    storage key tested by its index entry, no document decoded or matched; None when the filter, the
+    index or an ``_id`` of the span the order does not place exactly does not allow it."""
     from mongoeco.core.operation_limits import enforce_deadline
 
     covered = covering_test(engine, context, db_name, coll_name, semantics, indexes)
     bounds = None if covered is None else id_bounds(semantics.query_plan)
     if covered is None or bounds is None:
         return None
-    bracket = covered.bracket
-    if bounds == (None, None) and bracket in (None, _OBJECT_ID):
-        return _keys_count(covered, semantics.deadline)
+    test, bracket = covered
+    if bounds == (None, None) and bracket is None and not has_id_order(coll):
+        return None  # nothing confines _id: a collection no read walks in _id order is not given an order to keep
     order = id_order(coll)
     span = covered_span(order, bounds[0], bounds[1], bracket)
     if span is None:
         return None
     start, end = span
-    test, deadline = covered.test, semantics.deadline
+    deadline = semantics.deadline
     if deadline is None:
         return sum(1 for storage_key in order.storage_keys[start:end] if test(coll, storage_key))
     counted = 0
     for storage_key in order.storage_keys[start:end]:
         enforce_deadline(deadline)
         counted += test(coll, storage_key)
-    return counted
-
-
-def _keys_count(covered: Any, deadline: float | None) -> int:
-    """(h1-b) The members of the index entries whose key begins with ``covered.target`` (with an
-    ObjectId's ``_id`` key when ``covered.bracket`` is the ObjectId bracket): the documents whose field
-    holds the number, as (ay)'s keys list every value a document has, each entry keyed by one ``_id``."""
-    from mongoeco.core.operation_limits import enforce_deadline
-
-    entries, target = covered.entries, covered.target
-    members = entries.ordered_storage_keys
-    object_ids = covered.bracket == _OBJECT_ID
-    counted = 0
-    for key in entries:
-        if deadline is not None:
-            enforce_deadline(deadline)
-        if key[0] == target and (not object_ids or (type(key[1]) is tuple and key[1][:1] == ("objectid",))):
-            counted += len(members(key))
     return counted
 
 

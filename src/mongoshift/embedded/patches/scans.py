@@ -26,7 +26,7 @@ import operator
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 from bson import ObjectId as BsonObjectId
 
@@ -262,6 +262,12 @@ def id_order(collection: Any) -> IdOrder:
     return order
 
 
+def has_id_order(collection: Any) -> bool:
+    """Whether the collection object holds a valid order already (one is kept up to date from then on)."""
+    order: IdOrder | None = collection.__dict__.get(_ATTR)
+    return order is not None and order.ordinals is collection._ordinals
+
+
 def _follow(collection: Any, before: Any, change: Any) -> None:
     """After a write that replaced the key set ``before``: bring a valid order along (``change(order)``)
     or drop it (rebuilt on the next read)."""
@@ -446,21 +452,12 @@ _WHOLE_BRACKETS: dict[frozenset[str], int] = {
 }
 
 
-class Covering(NamedTuple):
-    """(h1-a) What :func:`covering_test` found: ``test(coll, storage_key)`` answers the filter for one
-    document; ``bracket`` is the one bracket a ``$type`` conjunct confines ``_id`` to (None: none);
-    ``entries`` the index's data, whose keys begin with ``target``, the equality key of the number."""
-
-    test: Callable[[Any, Any], bool]
-    bracket: int | None
-    entries: Any
-    target: Any
-
-
-def covering_test(engine: Any, context: Any, db_name: str, coll_name: str, semantics: Any, indexes: Any) -> Covering | None:
+def covering_test(
+    engine: Any, context: Any, db_name: str, coll_name: str, semantics: Any, indexes: Any
+) -> tuple[Callable[[Any, Any], bool], int | None] | None:
     """(h1-a) A test of a storage key that answers ``semantics``' filter from an index's keys alone,
-    for a walk of (ae)'s order over the filter's ``_id`` span; None when the filter or the index does
-    not allow it.
+    for a walk of (ae)'s order over the filter's ``_id`` span, and the one bracket a ``$type``
+    conjunct confines that span to (None: none); None when the filter or the index does not allow it.
 
     Taken for a filter that is one equality of a top-level field to a plain number (an int, or a
     float that is not NaN) and, besides, only ``_id`` range conditions and whole-bracket ``$type``
@@ -531,7 +528,7 @@ def covering_test(engine: Any, context: Any, db_name: str, coll_name: str, seman
             id_key = equality(borrow(stored).get("_id"))
         return listed((target, id_key), storage_key) is not None
 
-    return Covering(test, bracket, data, target)
+    return test, bracket
 
 
 def _id_sort(sort: Any) -> int | None:
@@ -724,7 +721,7 @@ def covered_span(order: IdOrder, lower: Any, upper: Any, bracket: int | None) ->
 
 def _covered_walk(
     engine: Any, coll: Any, order: IdOrder, lower: Any, upper: Any, direction: int, semantics: Any,
-    covered: Covering,
+    covered: tuple[Callable[[Any, Any], bool], int | None],
 ) -> tuple[list[Any], list[tuple[Any, Any]]] | None:
     """(h1-a) :func:`_walk` answered from the index's keys (:func:`covering_test`): the documents it
     skips are neither decoded nor matched; those it returns are still matched by mongoeco's matcher,
@@ -733,8 +730,8 @@ def _covered_walk(
     from mongoeco.core.operation_limits import enforce_deadline
     from mongoeco.engines.semantic_core import iter_filtered_documents
 
-    test = covered.test
-    span = covered_span(order, lower, upper, covered.bracket)
+    test, bracket = covered
+    span = covered_span(order, lower, upper, bracket)
     if span is None:
         return None
     start, end = span
