@@ -516,11 +516,16 @@ def covering_test(
     listed = data.ordinal_for
     borrow = engine._borrow_storage_document
 
+    object_id = _types()["object_ids"][0]  # mongoeco's ObjectId
+
     def test(coll: Any, storage_key: Any) -> bool:
         """Whether the document under ``storage_key`` matches: its entry in the index lists it."""
-        kind = storage_key[0] if type(storage_key) is tuple and storage_key else None
-        if kind == "objectid" or kind == "str":
-            id_key = equality(storage_key[1])  # the storage key holds the _id whole
+        if type(storage_key) is tuple and len(storage_key) == 2 and (
+            (storage_key[0] == "objectid" and type(storage_key[1]) is object_id) or (storage_key[0] == "str" and type(storage_key[1]) is str)
+        ):
+            id_key = storage_key  # the storage key holds the _id whole, and is its equality key as (ai) builds it
+        elif type(storage_key) is tuple and storage_key and storage_key[0] in ("objectid", "str"):
+            id_key = equality(storage_key[1])
         else:
             stored = coll.get(storage_key)
             if stored is None:
