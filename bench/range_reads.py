@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python bench/range_reads.py                              # 4,000 documents: CPU µs a document
-    python bench/range_reads.py --matcher                    # the same with every document matched (fixes (h1-a), (h1-b) off)
+    python bench/range_reads.py --matcher                    # the same with every document matched (fixes (bz), (ca) off)
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no python bench/range_reads.py --size 5000 --seed-only
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no python bench/range_reads.py --size 5000 [--matcher]
                                                              # instructions: (second - first) ÷ (size × rounds) a document
@@ -91,7 +91,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=4_000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seed-only", action="store_true", help="stop before the reads (the baseline of an instruction count)")
-    parser.add_argument("--matcher", action="store_true", help="every document matched: fixes (h1-a) and (h1-b) off")
+    parser.add_argument("--matcher", action="store_true", help="every document matched: fixes (bz) and (ca) off")
     args = parser.parse_args()
     asyncio.run(run(args.size, args.rounds, args.seed_only, args.matcher))
     return 0

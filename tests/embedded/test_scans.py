@@ -416,7 +416,7 @@ def test_a_uuid_range_among_other_binaries_answers_what_the_full_scan_answers(se
         client.close()
 
 
-# ---------------------------------------------------------------------- (h1-a) the covered walk
+# ---------------------------------------------------------------------- (bz) the covered walk
 
 #: Version values the index and the matcher must agree on: numbers of each type, arrays (multikey),
 #: nested arrays, null, a missing field, a string and a boolean that look like the number.
@@ -472,7 +472,7 @@ def counted(collection: Any, query: dict[str, Any]) -> Any:
 
 @examples(thorough=150, quick=30)
 def test_a_covered_boundary_read_answers_what_the_full_scan_answers(server: InProcessServer, max_examples: int) -> None:
-    """(h1-a, h1-b) A read answered from the version index's keys (the range's boundary: skip n, limit 1)
+    """(bz, ca) A read answered from the version index's keys (the range's boundary: skip n, limit 1)
     gives what mongoeco's full scan gives, byte for byte, and a count so answered (a bracket's count, a
     pass's closing count) what mongoeco's aggregation counts, after inserts, updates of the version (one by one,
     by a pipeline, in a transaction), deletes, with the index built before or after the documents."""
@@ -527,7 +527,7 @@ def test_a_covered_boundary_read_answers_what_the_full_scan_answers(server: InPr
 
 
 def test_a_boundary_read_matches_only_what_it_returns(server: InProcessServer) -> None:
-    """(h1-a) The range's boundary read (the version, _id after the cursor, sorted, skip 499, limit 1,
+    """(bz) The range's boundary read (the version, _id after the cursor, sorted, skip 499, limit 1,
     the _id alone) decides the 499 documents it skips from the version index's keys: the matcher sees
     only the one it returns. Without the index, every document walked is matched, as before."""
     client = sync_client(server)
@@ -552,7 +552,7 @@ def test_a_boundary_read_matches_only_what_it_returns(server: InProcessServer) -
 
 
 def test_a_pass_counts_from_the_version_index_keys(server: InProcessServer) -> None:
-    """(h1-b) The planner's count of a bracket and the pass's closing count, on a collection with the
+    """(ca) The planner's count of a bracket and the pass's closing count, on a collection with the
     version index that has been walked in _id order, are counted from the index's keys: the matcher sees
     no document. Without the index, each is matched."""
     client = sync_client(server)

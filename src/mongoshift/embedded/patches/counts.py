@@ -109,7 +109,7 @@ def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> It
 
 
 def _covered_count(engine: Any, context: Any, db_name: str, coll_name: str, coll: Any, semantics: Any, indexes: Any) -> int | None:
-    """(h1-b) How many documents match, counted from the version index's keys over (ae)'s order
+    """(ca) How many documents match, counted from the version index's keys over (ae)'s order
     (:func:`.scans.covering_test`): the filter's ``_id`` span (the whole order when it has none), each
     storage key tested by its index entry, no document decoded or matched; None when the filter, the
     index or an ``_id`` of the span the order does not place exactly does not allow it."""

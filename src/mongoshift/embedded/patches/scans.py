@@ -455,7 +455,7 @@ _WHOLE_BRACKETS: dict[frozenset[str], int] = {
 def covering_test(
     engine: Any, context: Any, db_name: str, coll_name: str, semantics: Any, indexes: Any
 ) -> tuple[Callable[[Any, Any], bool], int | None] | None:
-    """(h1-a) A test of a storage key that answers ``semantics``' filter from an index's keys alone,
+    """(bz) A test of a storage key that answers ``semantics``' filter from an index's keys alone,
     for a walk of (ae)'s order over the filter's ``_id`` span, and the one bracket a ``$type``
     conjunct confines that span to (None: none); None when the filter or the index does not allow it.
 
@@ -626,7 +626,7 @@ def patch_id_range_scans() -> None:
                     order = id_order(coll)
                     if direction:
                         walk = None
-                        if READ_ITEMS.get() is None:  # (h1-a) a reader that wants every match's item takes the matcher's walk
+                        if READ_ITEMS.get() is None:  # (bz) a reader that wants every match's item takes the matcher's walk
                             covered = covering_test(self, context, db_name, coll_name, semantics, indexes)
                             if covered is not None:
                                 walk = _covered_walk(self, coll, order, lower, upper, direction, semantics, covered)
@@ -712,7 +712,7 @@ def _walk(
 
 
 def covered_span(order: IdOrder, lower: Any, upper: Any, bracket: int | None) -> tuple[int, int] | None:
-    """(h1-a) The positions of the span between the bounds and inside ``bracket``, when every ``_id``
+    """(bz) The positions of the span between the bounds and inside ``bracket``, when every ``_id``
     in it is placed exactly and it does not reach into a binary bracket holding unplaced binaries
     (:func:`loose_binaries`): the span then decides the ``_id`` conditions; None otherwise."""
     start, end = order.span(lower, upper)
@@ -728,7 +728,7 @@ def _covered_walk(
     engine: Any, coll: Any, order: IdOrder, lower: Any, upper: Any, direction: int, semantics: Any,
     covered: tuple[Callable[[Any, Any], bool], int | None],
 ) -> tuple[list[Any], list[tuple[Any, Any]]] | None:
-    """(h1-a) :func:`_walk` answered from the index's keys (:func:`covering_test`): the documents it
+    """(bz) :func:`_walk` answered from the index's keys (:func:`covering_test`): the documents it
     skips are neither decoded nor matched; those it returns are still matched by mongoeco's matcher,
     and a disagreement hands the read to :func:`_walk`. None when it cannot be taken. The skipped
     documents are placeholders in the first list (the finalizing step drops them unseen)."""
