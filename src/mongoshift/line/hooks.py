@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigInvalidError, HookFailedError
 from ..project.redaction import describe_error
-from ..project.user_code import import_user_module, run_source, source_module
+from ..project.user_code import import_user_module, own_failure, run_source, source_module
 from ..project.wording import plural
 
 HOOK_NAMES = ("before_all", "after_all", "before_each", "after_each", "on_error")
@@ -81,7 +81,9 @@ def _import(spec: str) -> ModuleType:
         return import_user_module(spec)
     except ConfigInvalidError:
         raise
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a module may even call sys.exit while importing
+    except BaseException as exc:  # a module may raise anything while importing, even SystemExit
+        if not own_failure(exc):
+            raise
         raise HookFailedError(f"hooks module {spec} failed to import: {describe_error(exc)}") from None
     finally:
         sys.modules.pop("mongoshift_hooks", None)

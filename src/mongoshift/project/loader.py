@@ -38,7 +38,7 @@ from ..errors import (
 from ..schema.validation import list_errors
 from .redaction import describe_error
 from .squashes import ARCHIVE, MANIFEST, Manifest, archive_of, read_manifest, verify_archive
-from .user_code import run_source, source_module
+from .user_code import own_failure, run_source, source_module
 
 if TYPE_CHECKING:
     from ..schema.background import Background
@@ -386,7 +386,9 @@ def load(item: MigrationFile) -> MigrationFile:
     except ValidationError as exc:
         # The module stopped at Background(...): what it defined before (requires) is checked too.
         _refuse(item, list_errors(exc, prefix="background", unknown="unknown setting") + _requires_problems(item, module))
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a file may raise anything while importing, even SystemExit
+    except BaseException as exc:  # a file may raise anything while importing, even SystemExit
+        if not own_failure(exc):
+            raise
         where = _where(exc, item.path)
         raise InvalidExportError(
             f"{item.name}: failed to import{where}: {_what(exc)}", file=item.name

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UriUnavailableError
 from .redaction import cap, describe_error, redact
 from .settings import Settings
-from .user_code import call, import_user_module
+from .user_code import call, import_user_module, own_failure
 
 SCHEMES = ("mongodb://", "mongodb+srv://")
 
@@ -78,7 +78,9 @@ async def _from_factory(spec: str, timeout: float, where: str) -> Any:  # noqa: 
         function = getattr(import_user_module(module_name), attribute)
     except AttributeError:
         raise UriUnavailableError(f"{where}: {module_name} has no {attribute}") from None
-    except (Exception, SystemExit) as exc:  # importing user code may raise anything
+    except BaseException as exc:  # importing user code may raise anything, even SystemExit or KeyboardInterrupt
+        if not own_failure(exc):
+            raise
         raise UriUnavailableError(f"{where} failed to import: {describe_error(exc)}") from None
     if not callable(function):
         raise UriUnavailableError(f"{where}: {attribute} is not a function")

@@ -124,14 +124,24 @@ async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
 def failure_of(exc: BaseException) -> BaseException:
     """What user code's ``BaseException`` becomes: a :class:`UserCodeExit`, except the cancellation of
     the running task from outside (a timeout, a second Ctrl-C), which goes on as it is."""
+    return UserCodeExit.of(exc) if own_failure(exc) else exc
+
+
+def own_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, caught around the project's code (calling it, or importing it), is that code's own
+    failure: anything it raised, ``SystemExit``, ``KeyboardInterrupt``, a ``BaseException`` of its own or a
+    ``CancelledError`` it made itself; not the cancellation of the running task from outside (a timeout, a
+    second Ctrl-C), which must go on. Each place that imports the project's code turns an own failure into
+    its own error (exit 20, 12, 41, 46): one that let a ``BaseException`` through ended mongoshift with a
+    traceback and exit 1, or as if Ctrl-C had been pressed."""
     if isinstance(exc, asyncio.CancelledError):
         try:
             task = asyncio.current_task()
         except RuntimeError:  # a thread without a loop: sync code raised it itself
             task = None
         if task is not None and task.cancelling():
-            return exc
-    return UserCodeExit.of(exc)
+            return False
+    return True
 
 
 async def _settled(result: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import TenantsInvalidError
 from ..project.redaction import describe_error, escape_undecodable
 from ..project.settings import Settings
-from ..project.user_code import call, import_user_module
+from ..project.user_code import call, import_user_module, own_failure
 from ..project.wording import plural
 from ..schema.tenants import SERVER_DATABASES, refused_database_name
 from ..schema.validation import shown_name
@@ -139,7 +139,9 @@ async def provided_tenants(spec: str, settings: Settings) -> list[Tenant]:
     module_name, _, attribute = spec.partition(":")
     try:
         module = import_user_module(module_name)
-    except (Exception, SystemExit) as exc:  # importing user code may raise anything
+    except BaseException as exc:  # importing user code may raise anything, even SystemExit or KeyboardInterrupt
+        if not own_failure(exc):
+            raise
         raise TenantsInvalidError(f"{where} failed to import: {describe_error(exc)}", provider=spec) from None
     function = getattr(module, attribute, None)
     if function is None:
