@@ -501,3 +501,44 @@ async def test_a_record_with_fields_of_the_wrong_type_is_refused_naming_it(proje
             await call(project.settings())
         assert "the record of 0002_b.py" in refused.value.message and refused.value.details["fields"] == ["batch", "applied_at"]
     assert await tags(db) == ["a", "b"]
+
+
+# Counts the lock documents while the file imports: a file imported under the lock blocks the event loop that
+# renews it, so an import slower than the lock's time-to-live (a heavy module, a loaded machine) lost the lock
+# (exit 10) in a run that was doing nothing wrong.
+IMPORT_COUNTS_LOCKS = """
+from pymongo import MongoClient
+
+with MongoClient({uri!r}) as _client, open({marker!r}, "a", encoding="utf-8") as _out:
+    _out.write(str(_client[{db!r}]["_mongoshift_locks"].count_documents({{}})) + "\\n")
+
+def up(ctx):
+    pass
+
+def down(ctx):
+    pass
+"""
+
+
+async def test_down_and_redo_import_their_files_before_they_take_the_lock(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "imports.txt"
+    project.add("0001_a.py", IMPORT_COUNTS_LOCKS.format(uri=project.uri, marker=str(marker), db=project.db))
+    s = project.settings()
+    await command.up(s)
+    assert (await command.redo(s)).results[-1].status == "applied"
+    assert [r.status for r in (await command.up(s, "0001_a.py", force=True)).results] == ["applied"]
+    assert [r.status for r in (await command.down(s)).results] == ["reverted"]
+    assert marker.read_text(encoding="utf-8").split() == ["0"] * 4  # up, redo, up --force, down: each imported it unlocked
+
+
+async def test_a_rollback_of_a_file_that_no_longer_imports_writes_nothing(project, db) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    s = project.settings()
+    await command.up(s)
+    project.add("0001_a.py", "def up(ctx)\n    pass\n")
+    await db.drop_collection("_mongoshift_locks")
+    for run in (command.down, command.redo):
+        with pytest.raises(InvalidExportError, match=r"0001_a\.py"):
+            await run(s)
+    assert "_mongoshift_locks" not in await db.list_collection_names()  # refused before the lock was even taken
+

@@ -23,7 +23,7 @@ from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
 from ..project.changelog import next_batch_after
 from ..project.declarations import Declarations
 from ..project.events import Event, Observer
-from ..project.loader import import_first, resolve_name
+from ..project.loader import import_first, load, resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
@@ -36,6 +36,8 @@ from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lo
 if TYPE_CHECKING:
     from ..converge.report import ConvergeReport
     from ..line.executor import MigrationResult
+    from ..project.changelog import ChangelogRecord
+    from ..project.loader import MigrationFile
 
 # Start-up time (bench/cli.py): ``status``, ``list`` and ``lock`` load this module, so the
 # executor (and through it the background engine) and converge are imported by the
@@ -272,7 +274,7 @@ async def up_in(
 
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
-    async with _writing(project, lock, "up", declarations=declarations, before_writes=_imports_pending(target, to)) as session:
+    async with _writing(project, lock, "up", declarations=declarations, before_writes=_imports_pending(target, to, force=force)) as session:
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
         _check_unchanged(plan, checksums)
         report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
@@ -287,15 +289,37 @@ async def up_in(
         return report
 
 
-def _imports_pending(target: str | None, to: str | None) -> Callable[[Session], Awaitable[None]]:
+def _imports_pending(target: str | None, to: str | None, *, force: bool = False) -> Callable[[Session], Awaitable[None]]:
     """``up``'s check before its session writes anything (the lock, the changelog's indexes): the files it
     may run are imported, so one that does not import fails with nothing written, as the README says.
-    The files recorded applied are left out (the changelog is read, which creates nothing)."""
+    The files recorded applied are left out (the changelog is read, which creates nothing), but for the
+    FILE of ``--force``, which runs again (see :func:`_imports_rolled_back` for why before the lock)."""
 
     async def imported(session: Session) -> None:
         records = await session.changelog.records()
-        applied = [name for name, record in records.items() if record.status == "applied"]
+        applied = [] if force else [name for name, record in records.items() if record.status == "applied"]
         import_first(session.files, target=_bare(session.settings, target), to=_bare(session.settings, to), applied=applied)
+
+    return imported
+
+
+def _imports_rolled_back(
+    selection: Callable[[list[MigrationFile], dict[str, ChangelogRecord]], Plan],
+) -> Callable[[Session], Awaitable[None]]:
+    """``down``'s and ``redo``'s check before their session writes anything, as ``up``'s: the files the
+    rollback selects are imported before the lock is taken. Imported under it, a file's import ran on the
+    event loop that renews the lock, so an import slower than the lock's time-to-live (a heavy module, a
+    loaded machine) lost the lock (exit 10), and one that does not import failed after the lock was
+    taken. The selection is made again under the lock (a run may have changed the line meanwhile), which
+    imports what this one did not; a refusal of the selection is left to it, so it is said as before."""
+
+    async def imported(session: Session) -> None:
+        try:
+            plan = selection(session.files, await session.changelog.records())
+        except MongoshiftError:
+            return
+        for step in plan.steps:
+            load(step.file)
 
     return imported
 
@@ -355,7 +379,11 @@ async def down_in(
 
     ``checksums``: as for :func:`up_in`."""
     checked_flags(ordered=ordered)
-    async with _writing(project, checked_lock(lock), "down") as session:
+
+    def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
+        return plan_down(files, records, target=_bare(project.settings, target), batch=batch, steps=steps, to=to, ordered=ordered)
+
+    async with _writing(project, checked_lock(lock), "down", before_writes=_imports_rolled_back(selection)) as session:
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
         _check_unchanged(plan, checksums)
         return await _execute(session, "down", plan)
@@ -380,10 +408,14 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
     """Roll back and re-apply one migration (default: the newest applied) under one lock.
 
     ``checksums``: as for :func:`up_in`."""
-    async with _writing(project, checked_lock(lock), "redo") as session:
-        target = _bare(project.settings, target)
+    target = _bare(project.settings, target)
+
+    def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
+        return plan_down(files, records, target=target) if target else plan_down(files, records, steps=1)
+
+    async with _writing(project, checked_lock(lock), "redo", before_writes=_imports_rolled_back(selection)) as session:
         records = await session.changelog.records()
-        plan = plan_down(session.files, records, target=target) if target else plan_down(session.files, records, steps=1)
+        plan = selection(session.files, records)
         if not plan.steps:
             return RunReport("redo", session.run.run_id, warnings=["nothing is applied: nothing to redo"])
         back = plan.steps[0]  # a squash file's newest replaced file: the squash is redone whole
