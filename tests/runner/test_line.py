@@ -542,3 +542,15 @@ async def test_a_rollback_of_a_file_that_no_longer_imports_writes_nothing(projec
             await run(s)
     assert "_mongoshift_locks" not in await db.list_collection_names()  # refused before the lock was even taken
 
+
+async def test_a_plain_line_never_reads_the_declaration_files(project, db) -> None:  # type: ignore[no-untyped-def]
+    """docs/converge.md: the files of ``collections_dir`` are read only by a run that needs them (a converge, a
+    background file); every plain step read them all, under the lock, and a broken one failed the line (exit 6)."""
+    (project.root / "collections").mkdir()
+    (project.root / "collections" / "users.py").write_text("collection = {'indexes': [\n", encoding="utf-8")
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    s = project.settings()
+    assert [r.name for r in (await command.dry_run(s, "up")).rows] == ["0001_a.py"]  # as the real up, which runs
+    assert [r.status for r in (await command.up(s)).results] == ["applied"]
+    assert [r.status for r in (await command.redo(s)).results] == ["reverted", "applied"]
+    assert [r.status for r in (await command.down(s)).results] == ["reverted"]

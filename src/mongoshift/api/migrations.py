@@ -544,7 +544,9 @@ async def dry_run_in(
             )
         warnings = plan.warnings + [f"{name}: {why}" for name, why in plan.skipped]
         if direction == "up":
-            warnings += await BackgroundSteps(session).registration_warnings((item.name, item.file) for item in plan.steps)
+            # only background files: the declarations are read (imported) only by a run that needs them, as by the real up
+            registering = [(item.name, item.file) for item in plan.steps if item.file.background is not None]
+            warnings += await BackgroundSteps(session).registration_warnings(registering)
             if settings.converge_after_up and not (target or to) and not waiting:
                 # the real bulk up would also change indexes and validators: say so rather than preview it partly
                 warnings.append("converge_after_up: this up ends with a converge of the declared collections, not previewed here "

@@ -375,7 +375,8 @@ class Executor:
         """Import every file first: a broken file fails the run before anything is written."""
         for step in steps:
             load(step.file)
-            self.background.align(step.file)
+            if step.file.background is not None:  # the declarations are read (imported) only by a run that needs them
+                self.background.align(step.file)
             if step.direction == "down" and step.file.irreversible:
                 raise IrreversibleMigrationError(
                     f"{step.name} has no down(ctx): it cannot be rolled back", file=step.name
