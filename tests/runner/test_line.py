@@ -554,3 +554,28 @@ async def test_a_plain_line_never_reads_the_declaration_files(project, db) -> No
     assert [r.status for r in (await command.up(s)).results] == ["applied"]
     assert [r.status for r in (await command.redo(s)).results] == ["reverted", "applied"]
     assert [r.status for r in (await command.down(s)).results] == ["reverted"]
+
+
+HOOKS_COUNT_LOCKS = """
+from pymongo import MongoClient
+
+with MongoClient({uri!r}) as _client, open({marker!r}, "a", encoding="utf-8") as _out:
+    _out.write(str(_client[{db!r}]["_mongoshift_locks"].count_documents({{}})) + "\\n")
+
+def before_all(ctx):
+    pass
+"""
+
+
+async def test_the_hooks_module_is_imported_before_the_lock_is_taken(project, db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As the migration files (above): imported under the lock, a slow hooks module starved its renewal."""
+    marker = tmp_path / "imports.txt"
+    (project.root / "hooks.py").write_text(HOOKS_COUNT_LOCKS.format(uri=project.uri, marker=str(marker), db=project.db), encoding="utf-8")
+    project.write_config(hooks="hooks.py")
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    s = project.settings()
+    await command.up(s)
+    await command.redo(s)
+    await command.up(s, "0001_a.py", force=True)
+    await command.down(s)
+    assert marker.read_text(encoding="utf-8").split() == ["0"] * 4  # up, redo, up --force, down: each imported it unlocked

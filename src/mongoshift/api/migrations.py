@@ -36,6 +36,7 @@ from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lo
 if TYPE_CHECKING:
     from ..converge.report import ConvergeReport
     from ..line.executor import MigrationResult
+    from ..line.hooks import Hooks
     from ..project.changelog import ChangelogRecord
     from ..project.loader import MigrationFile
 
@@ -171,8 +172,21 @@ def _bare(settings: Settings, name: str | None) -> str | None:
     return None if name is None else resolve_name(name, settings.migrations_dir)
 
 
+@dataclass
+class _Imported:
+    """What a writing run of the line imported before it took the lock (see :func:`_imports_rolled_back`): the
+    hooks module, handed to its executor, which would otherwise import it under the lock."""
+
+    hooks: Hooks | None = None
+
+    def load_hooks(self, session: Session) -> None:
+        from ..line.hooks import load_hooks  # start-up time: see the note at the top
+
+        self.hooks = load_hooks(session.settings.hooks)
+
+
 async def _execute(
-    session: Session, command: str, plan: Plan, *, batch_per_step: bool = False, batch: int | None = None
+    session: Session, command: str, plan: Plan, *, batch_per_step: bool = False, batch: int | None = None, hooks: Hooks | None = None
 ) -> RunReport:
     from ..line.executor import Executor  # start-up time: see the note at the top
 
@@ -181,7 +195,7 @@ async def _execute(
     stored = RunLogWriter(session.db[session.settings.run_log_collection], session.run.run_id, create_indexes=session.settings.ensure_indexes)
     session.events.observers.append(stored)
     batch = batch or plan.next_batch or await session.changelog.next_batch()
-    executor = Executor(session)
+    executor = Executor(session, hooks)
     try:
         report.results = await executor.execute(plan, batch=batch, batch_per_step=batch_per_step)
     except MongoshiftError as exc:
@@ -274,10 +288,12 @@ async def up_in(
 
     # a bad declaration fails before connecting, and the run reads the declarations only this once
     declarations = declarations_by_name(settings) if converge_after else None
-    async with _writing(project, lock, "up", declarations=declarations, before_writes=_imports_pending(target, to, force=force)) as session:
+    imported = _Imported()
+    before_writes = _imports_pending(target, to, force=force, imported=imported)
+    async with _writing(project, lock, "up", declarations=declarations, before_writes=before_writes) as session:
         plan = await _plan(session, "up", target=target, to=to, force=force, strict=strict, ordered=ordered)
         _check_unchanged(plan, checksums)
-        report = await _execute(session, "up", plan, batch_per_step=step, batch=batch)
+        report = await _execute(session, "up", plan, batch_per_step=step, batch=batch, hooks=imported.hooks)
         if declarations is not None and not report.waiting:
             from ..converge.orchestrator import converge_in_session  # start-up time: see the note at the top
 
@@ -289,39 +305,46 @@ async def up_in(
         return report
 
 
-def _imports_pending(target: str | None, to: str | None, *, force: bool = False) -> Callable[[Session], Awaitable[None]]:
+def _imports_pending(
+    target: str | None, to: str | None, *, force: bool = False, imported: _Imported | None = None
+) -> Callable[[Session], Awaitable[None]]:
     """``up``'s check before its session writes anything (the lock, the changelog's indexes): the files it
     may run are imported, so one that does not import fails with nothing written, as the README says.
     The files recorded applied are left out (the changelog is read, which creates nothing), but for the
-    FILE of ``--force``, which runs again (see :func:`_imports_rolled_back` for why before the lock)."""
+    FILE of ``--force``, which runs again (see :func:`_imports_rolled_back` for why before the lock); then the
+    hooks module, into ``imported``."""
 
-    async def imported(session: Session) -> None:
+    async def imported_first(session: Session) -> None:
         records = await session.changelog.records()
         applied = [] if force else [name for name, record in records.items() if record.status == "applied"]
         import_first(session.files, target=_bare(session.settings, target), to=_bare(session.settings, to), applied=applied)
+        if imported is not None:
+            imported.load_hooks(session)
 
-    return imported
+    return imported_first
 
 
 def _imports_rolled_back(
-    selection: Callable[[list[MigrationFile], dict[str, ChangelogRecord]], Plan],
+    selection: Callable[[list[MigrationFile], dict[str, ChangelogRecord]], Plan], imported: _Imported
 ) -> Callable[[Session], Awaitable[None]]:
     """``down``'s and ``redo``'s check before their session writes anything, as ``up``'s: the files the
     rollback selects are imported before the lock is taken. Imported under it, a file's import ran on the
     event loop that renews the lock, so an import slower than the lock's time-to-live (a heavy module, a
     loaded machine) lost the lock (exit 10), and one that does not import failed after the lock was
     taken. The selection is made again under the lock (a run may have changed the line meanwhile), which
-    imports what this one did not; a refusal of the selection is left to it, so it is said as before."""
+    imports what this one did not; a refusal of the selection is left to it, so it is said as before. The
+    hooks module is imported here too, into ``imported``, for the same reason."""
 
-    async def imported(session: Session) -> None:
+    async def imported_first(session: Session) -> None:
         try:
             plan = selection(session.files, await session.changelog.records())
         except MongoshiftError:
             return
         for step in plan.steps:
             load(step.file)
+        imported.load_hooks(session)
 
-    return imported
+    return imported_first
 
 
 @asynccontextmanager
@@ -383,10 +406,11 @@ async def down_in(
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
         return plan_down(files, records, target=_bare(project.settings, target), batch=batch, steps=steps, to=to, ordered=ordered)
 
-    async with _writing(project, checked_lock(lock), "down", before_writes=_imports_rolled_back(selection)) as session:
+    imported = _Imported()
+    async with _writing(project, checked_lock(lock), "down", before_writes=_imports_rolled_back(selection, imported)) as session:
         plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
         _check_unchanged(plan, checksums)
-        return await _execute(session, "down", plan)
+        return await _execute(session, "down", plan, hooks=imported.hooks)
 
 
 async def redo(
@@ -413,7 +437,8 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
         return plan_down(files, records, target=target) if target else plan_down(files, records, steps=1)
 
-    async with _writing(project, checked_lock(lock), "redo", before_writes=_imports_rolled_back(selection)) as session:
+    imported = _Imported()
+    async with _writing(project, checked_lock(lock), "redo", before_writes=_imports_rolled_back(selection, imported)) as session:
         records = await session.changelog.records()
         plan = selection(session.files, records)
         if not plan.steps:
@@ -422,7 +447,7 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
         reapply = plan_up(session.files, records, target=back.line_name, force=True, strict=False)
         combined = Plan(plan.steps + reapply.steps, reapply.warnings, next_batch=next_batch_after(records))
         _check_unchanged(combined, checksums)
-        return await _execute(session, "redo", combined)
+        return await _execute(session, "redo", combined, hooks=imported.hooks)
 
 
 def _reading(project: Project, *, with_files: bool = True) -> AbstractAsyncContextManager[Session]:
