@@ -50,7 +50,7 @@ from ..project.run import BodyCancel
 from ..project.server_errors import connection_cause, connection_lost, connection_words, transactions_unsupported
 from ..project.session import Session
 from ..project.uri_source import resolve_uri
-from ..project.user_code import call, guard_exit, is_async
+from ..project.user_code import call, call_detached, detached_thread, guard_exit, is_async
 from ..project.wording import plural
 from ..schema.background import Background
 from .context import Direction, MigrationContext
@@ -670,7 +670,7 @@ class Executor:
 
     async def _plain(self, step: Step, fn: Callable[..., Any], batch: int | None, started: float) -> None:
         ctx = self.runtime.context(fn, name=step.name, direction=step.direction)
-        await call(fn, ctx)
+        await call_detached(fn, ctx)  # a sync body past its timeout_seconds never holds the command (detached_thread)
         await self._confirm_lock(step)
         self._check_cancelled(step, ctx)
         try:
@@ -690,7 +690,8 @@ class Executor:
             if is_async(fn):
                 await self._async_transaction(step, fn, batch, started)
             else:
-                await asyncio.to_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
+                # a sync body past its timeout_seconds never holds the command (detached_thread)
+                await detached_thread(self._sync_transaction, step, fn, batch, started, asyncio.get_running_loop())
         except PyMongoError as exc:
             if transactions_unsupported(exc):
                 raise TransactionsUnsupportedError(

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UriUnavailableError
 from .redaction import cap, describe_error, redact
 from .settings import Settings
-from .user_code import call, import_user_module, own_failure
+from .user_code import call_detached, import_user_module, own_failure
 
 SCHEMES = ("mongodb://", "mongodb+srv://")
 
@@ -85,7 +85,7 @@ async def _from_factory(spec: str, timeout: float, where: str) -> Any:  # noqa: 
     if not callable(function):
         raise UriUnavailableError(f"{where}: {attribute} is not a function")
     try:
-        return await asyncio.wait_for(call(function), timeout)
+        return await asyncio.wait_for(call_detached(function), timeout)  # a sync one left running never holds the command
     except TimeoutError:
         raise UriUnavailableError(f"{where} did not return within {timeout:g}s (uri_timeout_seconds)") from None
     except Exception as exc:

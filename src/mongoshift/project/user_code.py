@@ -15,7 +15,6 @@ otherwise need ``PYTHONPATH``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import importlib
@@ -79,45 +78,66 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 - an object whose __call__ is async
 
 
-async def call(fn: Callable[..., Any], *args: Any, abandonable: bool = False) -> Any:
-    """Await an async function; run a sync one in a thread. ``sys.exit`` inside either is a failure.
-
-    ``abandonable``: the sync function runs in a daemon thread of its own, so that a caller that stops
-    waiting for it (Ctrl-C while a tenants provider reads a slow server) does not wait for it at exit either:
-    the executor's threads are joined when the process ends."""
+async def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await an async function; run a sync one in a thread. ``sys.exit`` inside either is a failure."""
     try:
         if is_async(fn):
             return await _settled(await fn(*args))
         # Converted in the thread already: a GeneratorExit that reached the awaiting coroutine would close it.
-        run = _in_daemon_thread if abandonable else asyncio.to_thread
-        return await _settled(await run(guard_exit(fn), *args))  # a sync function may return a coroutine
+        return await _settled(await asyncio.to_thread(guard_exit(fn), *args))  # a sync function may return a coroutine
     except Exception:
         raise
     except BaseException as exc:
         raise failure_of(exc) from None
 
 
-async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """``asyncio.to_thread`` in a daemon thread of its own (see :func:`call`)."""
+async def call_detached(fn: Callable[..., Any], *args: Any) -> Any:
+    """:func:`call` for code a caller may stop waiting for (a migration's ``timeout_seconds``,
+    ``uri_timeout_seconds``, Ctrl-C while a tenants provider reads a slow server): a plain ``def`` runs in a
+    thread of its own that the process does not wait for as it ends (see :func:`detached_thread`)."""
+    if is_async(fn):
+        return await call(fn, *args)
+    try:
+        return await _settled(await detached_thread(guard_exit(fn), *args))
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise failure_of(exc) from None
+
+
+async def detached_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``asyncio.to_thread(fn, *args)`` in a daemon thread of its own, which the process does not wait for.
+
+    A time limit cannot stop a plain ``def``: its caller stops waiting and says so. In the loop's default
+    pool, such a thread still held the command: ``asyncio.run`` and then the interpreter's exit join that
+    pool's threads, so the command ended only when the code returned, forever for a hung call, although its
+    error was said. Left in a daemon thread, it ends with the process instead. What it returns or raises
+    after its caller stopped waiting (or after the loop closed) is dropped."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context variables
 
-    def settle(outcome: Callable[[], None]) -> None:
-        if not future.done():  # the caller may have stopped waiting
-            outcome()
-
-    def work() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # handed to the awaiting side, as to_thread does
-            error = exc
-            outcome = lambda: future.set_exception(error)  # noqa: E731
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller stopped waiting (a timeout, a cancel)
+            return
+        if error is None:
+            future.set_result(result)
         else:
-            outcome = lambda: future.set_result(result)  # noqa: E731
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(settle, outcome)
+            future.set_exception(error)
 
-    threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"mongoshift-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = context.run(fn, *args)
+        except BaseException as exc:  # handed to the awaiting coroutine, which decides
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits for it any more
+            pass
+
+    threading.Thread(target=run, name=f"mongoshift-{getattr(fn, '__name__', 'code')}", daemon=True).start()
     return await future
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import TenantsInvalidError
 from ..project.redaction import describe_error, escape_undecodable
 from ..project.settings import Settings
-from ..project.user_code import call, import_user_module, own_failure
+from ..project.user_code import call_detached, import_user_module, own_failure
 from ..project.wording import plural
 from ..schema.tenants import SERVER_DATABASES, refused_database_name
 from ..schema.validation import shown_name
@@ -149,7 +149,7 @@ async def provided_tenants(spec: str, settings: Settings) -> list[Tenant]:
     if not callable(function):
         raise TenantsInvalidError(f"{where}: {attribute} is not a function", provider=spec)
     try:
-        returned = await call(function, settings, abandonable=True)  # a Ctrl-C meanwhile stops waiting for it
+        returned = await call_detached(function, settings)  # a Ctrl-C meanwhile stops waiting for it
     except Exception as exc:
         raise TenantsInvalidError(f"{where} failed: {describe_error(exc)}", provider=spec) from None
     return checked_provided(returned, where)

@@ -1,0 +1,38 @@
+"""A time limit bounds the command, not only the code under it: a plain ``def`` that outlived its limit kept the
+process from ending (the thread pool it ran in is joined at exit) until it returned, forever for a hung call,
+although the command had said its error. Real processes: what is tested is how the interpreter ends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ..conftest import cli_process
+
+#: Never returns: the process must end without it. The bound of ``cli_process`` only catches the failure.
+HUNG = "import threading\n\n_never = threading.Event()\n"
+
+
+@pytest.mark.parametrize("transaction", [False, True])
+def test_a_sync_migration_past_its_timeout_does_not_keep_the_command_running(project, transaction: bool) -> None:  # type: ignore[no-untyped-def]
+    project.add(
+        "0001_hangs.py",
+        HUNG + f"timeout_seconds = 1\nuse_transaction = {transaction}\n\ndef up(ctx):\n    _never.wait()\n",
+    )
+    result = cli_process(project, "up", "--json", timeout=120)
+    assert result.returncode == 14, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "timeout" and error["details"]["results"][0]["status"] == "failed"
+
+
+def test_a_sync_uri_factory_past_its_timeout_does_not_keep_the_command_running(project) -> None:  # type: ignore[no-untyped-def]
+    (project.root / "hung_source.py").write_text(HUNG + "\ndef mongo_uri():\n    _never.wait()\n", encoding="utf-8")
+    project.config.write_text(
+        f'[mongoshift]\nuri_factory = "hung_source:mongo_uri"\nuri_timeout_seconds = 1\ndb = "{project.db}"\n'
+        'migrations_dir = "migrations"\n',
+        encoding="utf-8",
+    )
+    result = cli_process(project, "status", "--json", timeout=120)
+    assert result.returncode == 41, result.stderr
+    assert "did not return within 1s" in json.loads(result.stdout)["error"]["message"]
