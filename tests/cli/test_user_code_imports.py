@@ -68,3 +68,14 @@ def test_a_tenants_provider_module_that_raises_anything_while_importing_is_exit_
     )
     error = _error(cli(project, "status", "--all-tenants", "--json"), 46, "tenants_invalid")
     assert "failed to import" in error["message"] and NAMES[raised] in error["message"]
+
+
+@pytest.mark.parametrize("raised", sorted(RAISES))
+def test_a_models_package_that_raises_anything_while_importing_is_exit_49(project, cli, raised: str) -> None:  # type: ignore[no-untyped-def]
+    """The models import in a worker thread, where a real Ctrl-C never arrives as ``KeyboardInterrupt`` (it sets the
+    run's cancel, exit 11 before anything is written): one raised there is the package's own."""
+    package = project.root / f"models_{raised}"
+    package.mkdir()
+    (package / "__init__.py").write_text(RAISES[raised], encoding="utf-8")
+    error = _error(cli(project, "collections", "generate", "--models", package.name, "--json"), 49, "models_invalid")
+    assert f"models module '{package.name}' failed to import" in error["message"] and NAMES[raised] in error["message"]

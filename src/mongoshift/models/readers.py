@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -84,7 +85,9 @@ def _import(name: str, package: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except BaseException as exc:  # user code may raise anything while importing, even SystemExit
-        if isinstance(exc, KeyboardInterrupt):
+        # A real Ctrl-C arrives as KeyboardInterrupt only in the main thread (the commands import the models in a
+        # worker thread, where Ctrl-C sets their cancel instead): elsewhere it is the package's own.
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
             raise
         if isinstance(exc, ModuleNotFoundError) and exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise ModelsInvalidError(f"models package {name!r} not found (run from the folder it imports from)", models=package) from None
