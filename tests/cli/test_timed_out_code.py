@@ -36,3 +36,38 @@ def test_a_sync_uri_factory_past_its_timeout_does_not_keep_the_command_running(p
     result = cli_process(project, "status", "--json", timeout=120)
     assert result.returncode == 41, result.stderr
     assert "did not return within 1s" in json.loads(result.stdout)["error"]["message"]
+
+
+# A wrapper (a shell script around a secret manager's client) whose own child still holds its stdout: killing the
+# wrapper alone left the pipe open, and the command waited for that child to end before it said exit 41.
+WRAPPER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open({pid_file!r}, "w").write(str(child.pid))
+time.sleep(600)
+"""
+
+
+def test_a_uri_command_past_its_timeout_is_killed_with_its_children(project, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+    import sys
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "wrapper.py"
+    script.write_text(WRAPPER.format(pid_file=str(pid_file)), encoding="utf-8")
+    project.config.write_text(
+        f'[mongoshift]\nuri_command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\nuri_timeout_seconds = 1\n'
+        f'db = "{project.db}"\nmigrations_dir = "migrations"\n',
+        encoding="utf-8",
+    )
+    try:
+        result = cli_process(project, "status", "--json", timeout=120)
+        assert result.returncode == 41, result.stderr
+        assert "did not finish within 1s" in json.loads(result.stdout)["error"]["message"]
+    finally:
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text(encoding="utf-8")), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -9,6 +9,9 @@ the function, never what it printed or returned: that text is the secret.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 from typing import Any
 
 from ..errors import UriUnavailableError
@@ -17,6 +20,8 @@ from .settings import Settings
 from .user_code import call_detached, import_user_module, own_failure
 
 SCHEMES = ("mongodb://", "mongodb+srv://")
+#: ``uri_command`` runs in a process group of its own where there are process groups (see :func:`_from_command`).
+_OWN_GROUP: dict[str, Any] = {"process_group": 0} if os.name == "posix" else {}
 
 
 async def resolve_uri(settings: Settings) -> Settings:
@@ -48,17 +53,27 @@ def _checked(uri: object, where: str) -> str:
 
 
 async def _from_command(argv: list[str], timeout: float, where: str) -> str:  # noqa: ASYNC109 - it kills the program and says so
-    """Run the program without a shell, stdin closed; its stdout is the URI."""
+    """Run the program without a shell, stdin closed; its stdout is the URI.
+
+    It runs in a process group of its own, killed whole when it runs out of time: a wrapper (a shell script
+    around a secret manager's client) whose child still held its stdout kept the pipe open after the wrapper
+    alone was killed, and the command waited for that child before it said exit 41."""
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **_OWN_GROUP
         )
     except OSError as exc:
         raise UriUnavailableError(f"{where} cannot be run: {exc.strerror or type(exc).__name__}") from None
     try:
         out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
+    except BaseException as exc:  # out of time, or the command itself was cancelled: none of the group outlives it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _OWN_GROUP:
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
+        if not isinstance(exc, TimeoutError):
+            raise
         await process.wait()
         raise UriUnavailableError(f"{where} did not finish within {timeout:g}s (uri_timeout_seconds)") from None
     if process.returncode != 0:
