@@ -79,3 +79,13 @@ def test_a_models_package_that_raises_anything_while_importing_is_exit_49(projec
     (package / "__init__.py").write_text(RAISES[raised], encoding="utf-8")
     error = _error(cli(project, "collections", "generate", "--models", package.name, "--json"), 49, "models_invalid")
     assert f"models module '{package.name}' failed to import" in error["message"] and NAMES[raised] in error["message"]
+
+
+@pytest.mark.parametrize("raised", sorted(RAISES))
+def test_a_declaration_file_that_raises_anything_while_importing_is_exit_6(project, cli, raised: str) -> None:  # type: ignore[no-untyped-def]
+    """``collections/*.py`` as the migration files: a ``KeyboardInterrupt`` it raised ended converge with
+    ``aborted``, exit 11 and no JSON document, as if Ctrl-C had been pressed."""
+    (project.root / "collections").mkdir()
+    (project.root / "collections" / "users.py").write_text(RAISES[raised], encoding="utf-8")
+    error = _error(cli(project, "converge", "--dry-run", "--json"), 6, "config_invalid")
+    assert "users.py: failed to import (line " in error["message"] and NAMES[raised] in error["message"]

@@ -23,7 +23,7 @@ from ..schema.validation import describe_errors
 from .own_collections import refuse_declared
 from .redaction import describe_error
 from .settings import Settings
-from .user_code import run_source, source_module
+from .user_code import own_failure, run_source, source_module
 
 UNREADABLE = (".json", ".yaml", ".yml", ".js", ".ts")
 
@@ -65,7 +65,7 @@ def _read_python(path: Path) -> Any:
     try:
         run_source(module, path)
     except BaseException as exc:  # a declaration file may raise anything while importing, even SystemExit
-        if isinstance(exc, KeyboardInterrupt):
+        if not own_failure(exc):  # a KeyboardInterrupt is its own too, as a migration file's (user_code.own_failure)
             raise
         line = exc.lineno if isinstance(exc, SyntaxError) else next(
             (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if Path(f.filename) == path), None
