@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeIs
 
 import click
 
-from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError
+from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedError, MongoshiftError, RunAbortedError
 from ..project.redaction import elide_long_words, escape_undecodable, redact, uri_secrets
 from .adoption import baseline as baseline_command, import_command
 from .app import (
@@ -679,7 +679,9 @@ def not_utf8(exc: UnicodeEncodeError) -> ConfigInvalidError:
 def _main(args: list[str]) -> None:
     try:
         result = cli.main(args=args, prog_name="mongoshift", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # a "no" at a prompt, or a Ctrl-C before the run's own signal handler is in place
+        if "--json" in args:  # every failure one JSON document
+            Output(json_mode=True).json({"error": RunAbortedError("aborted").to_json()})
         print("aborted", file=sys.stderr)
         sys.exit(ExitCode.ABORTED)
     except click.exceptions.UsageError as exc:
@@ -718,6 +720,10 @@ def _main(args: list[str]) -> None:
             from ..project.server_errors import from_pymongo  # start-up time: loaded only for a driver error
 
             _fail(from_pymongo(exc), args, exc)
+        _unexpected(exc, args)
+    except BaseException as exc:  # no Exception (GeneratorExit, the project's own): past every guard, still one document
+        if isinstance(exc, SystemExit):
+            raise
         _unexpected(exc, args)
     sys.exit(result if isinstance(result, int) else 0)
 

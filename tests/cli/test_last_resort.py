@@ -1,0 +1,42 @@
+"""What reaches the CLI's last line of defence still ends as one JSON document under ``--json`` and a stable code,
+never a bare traceback: a ``BaseException`` that is no ``Exception`` (the project's code can raise one past a
+guard yet unknown), and click's ``Abort`` (a Ctrl-C before the run's own signal handler is in place)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+
+
+class Escaped(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("raised", [Escaped("from somewhere"), GeneratorExit()])
+def test_a_base_exception_that_escapes_is_exit_1_with_one_document(project, cli, monkeypatch, raised: BaseException) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.cli import main as module
+
+    def escapes(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(module.cli, "main", escapes)
+    result = cli(project, "status", "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "error" and error["message"].startswith(f"unexpected {type(raised).__name__}")
+
+
+def test_an_abort_under_json_still_prints_its_document(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from mongoshift.cli import main as module
+
+    def aborts(*args: object, **kwargs: object) -> None:
+        raise click.exceptions.Abort()
+
+    monkeypatch.setattr(module.cli, "main", aborts)
+    result = cli(project, "status", "--json")
+    assert result.returncode == 11 and "aborted" in result.stderr
+    assert json.loads(result.stdout)["error"] == {"code": 11, "kind": "aborted", "message": "aborted"}
+    plain = cli(project, "status")
+    assert plain.returncode == 11 and plain.stdout == ""
