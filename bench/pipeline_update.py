@@ -17,7 +17,10 @@ last ``_id``, up to this one's, as ``planner.range_filter`` writes it for Object
 ``--seed-only`` stops before the updates (the baseline an instruction count subtracts). ``--transaction`` runs each
 range in a transaction of its own, committed after it, as a ``pipeline=`` lane does (the commit's merge and change
 dispatch then count with the update; the lane's checkpoint is not sent), under the server process's collector policy
-(``embedded/collector.py``: young collections at its threshold, the seeded heap frozen). With another
+(``embedded/collector.py``: young collections at its threshold, the seeded heap frozen). ``--history`` makes the
+server's change history (``embedded/change_streams.py: attach_history``, as the server attaches it) the client's change
+sink, so that each write's event is recorded as the server records it (without it, mongoeco's own hub of the client
+takes them: its steps are not the server's). With another
 tree's ``src`` first on ``PYTHONPATH``, it measures that tree's server.
 """
 
@@ -38,7 +41,7 @@ HINT = {"__v": 1, "_id": 1}
 PIPELINE = [*background.ENGINE_PIPELINE, {"$set": {"__v": {"$literal": 2}, "__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}}]
 
 
-async def run(size: int, seed_only: bool, profile: str | None, transaction: bool = False) -> None:
+async def run(size: int, seed_only: bool, profile: str | None, transaction: bool = False, history: bool = False) -> None:
     from bson import ObjectId
     from mongoeco.api import AsyncMongoClient
     from mongoeco.api._async import _collection_modify
@@ -50,6 +53,10 @@ async def run(size: int, seed_only: bool, profile: str | None, transaction: bool
     patches.apply()
     engine = MemoryEngine(**ENGINE_OPTIONS)
     client: Any = AsyncMongoClient(engine)
+    if history:  # the server's change sink, as the server attaches it
+        from mongoshift.embedded.change_streams import DEFAULT_MAX_EVENTS, attach_history
+
+        attach_history(client, DEFAULT_MAX_EVENTS)
     await engine.connect()
     collection = client.bench.docs
     rng = random.Random(1)
@@ -98,8 +105,9 @@ def main() -> int:
     parser.add_argument("--seed-only", action="store_true", help="seed, then stop (an instruction count's baseline)")
     parser.add_argument("--profile", help="write cProfile's stats of the updates to this file")
     parser.add_argument("--transaction", action="store_true", help="each range in its own transaction, committed after it")
+    parser.add_argument("--history", action="store_true", help="the server's change history as the change sink")
     args = parser.parse_args()
-    asyncio.run(run(args.size, args.seed_only, args.profile, args.transaction))
+    asyncio.run(run(args.size, args.seed_only, args.profile, args.transaction, args.history))
     return 0
 
 
