@@ -351,6 +351,38 @@ def test_a_pipeline_update_in_a_transaction_is_seen_at_commit_and_gone_at_abort(
         client.close()
 
 
+def test_a_batch_records_its_changes_through_the_engines_checks_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-a) A pipeline update_many of 200 documents in a transaction, and 200 guarded statements of one
+    ``update`` command outside one, each record their changes through MemoryEngine._record_committed_change
+    once (its checks of the publication scope, then each next change appended to the same scope): 200
+    calls each before. A change stream still sees every update, in order, described."""
+    from mongoeco.engines.memory import MemoryEngine
+    from pymongo import UpdateOne
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.recorded
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(400)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        with collection.watch(max_await_time_ms=50) as stream:
+            calls = count_calls(monkeypatch, (MemoryEngine, "_record_committed_change"))
+            with client.start_session() as session, session.start_transaction():
+                assert collection.update_many({"__v": 1, "_id": {"$lt": ids[200]}}, B0, session=session).modified_count == 200
+            in_transaction = calls["_record_committed_change"]
+            result = collection.bulk_write([UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}}) for i in ids[200:]], ordered=False)
+            monkeypatch.undo()
+            assert result.modified_count == 200
+            events = [stream.next() for _ in range(400)]
+        assert (in_transaction, calls["_record_committed_change"] - in_transaction) == (1, 1)
+        assert [(e["operationType"], e["documentKey"]["_id"]) for e in events] == [("update", i) for i in ids]
+        assert all(e["updateDescription"]["removedFields"] == ["name", "legacy"] for e in events[:200])
+        assert all(e["updateDescription"]["updatedFields"] == {"__v": 2} for e in events[200:])
+    finally:
+        client.close()
+
+
 def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
     """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
     answers, with the write conflict (112, TransientTransactionError) of fix (o)."""

@@ -556,6 +556,7 @@ class Batch:
         self._stack: contextlib.ExitStack | None = None
         self._lock: Any = None
         self._own: Any = None  # the scope's journal, when it is the collection's only one
+        self._frame: Any = None  # the publication scope the batch's changes go to, once the engine found it (:meth:`_record`)
         #: (bs) Set by a caller that judges every statement by :attr:`validator`: a collection with a validator is
         #: then taken too. Unset (any other caller), such a collection is mongoeco's.
         self.validating = False
@@ -730,11 +731,29 @@ class Batch:
         # The history computes the event's updateDescription from the replaced document (noted by
         # fix (q)'s _set_storage_document_locked) and the new one, both kept by reference: nothing
         # changes either afterwards, so nothing is copied.
-        engine._record_committed_change(self.context, _Owned(
+        self._record(_Owned(
             operation_type="update", db_name=db_name, coll_name=coll_name,
             document_key=_Owned(_id=new_document["_id"]), full_document=new_document,
             update_description=m["take_pre_image"](),
         ))
+
+    def _record(self, change: _Owned) -> None:
+        """MemoryEngine._record_committed_change for a change of this batch: the first through the engine's
+        steps, which check the publication scope (there is one, it is the batch's session's storage view)
+        and append the change (itself: a deep copy of an :class:`_Owned` is itself) to the scope on top;
+        each next one is appended to that same scope while it is still on top. The batch holds the
+        collection's lock and does not suspend between its writes, so its session, its scope and what the
+        engine's checks answer do not change between them: they were made once per write before."""
+        engine = self.engine
+        frame = self._frame
+        with engine._meta_lock:
+            stack = engine._publication_stack
+            if frame is not None and stack and stack[-1] is frame:
+                frame.changes.append(change)
+                return
+        engine._record_committed_change(self.context, change)
+        if self.context.publication is _M["policy"].EMIT and stack:
+            self._frame = stack[-1]  # the scope the engine's steps appended this change to
 
     def _index_plan(self, changed: set[str]) -> tuple[list[tuple[Any, str, Any]], dict[str, dict[str, list[Any]]]]:
         """(at) The indexes a change of ``changed`` touches: the lean ones (their map, name and fields), and
@@ -758,7 +777,7 @@ class Batch:
         stack, lock = self._stack, self._lock
         if stack is None:
             return
-        self._stack = self._lock = None
+        self._stack = self._lock = self._frame = None
         try:
             if error is None:
                 stack.close()
