@@ -361,6 +361,36 @@ def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProces
         client.close()
 
 
+def test_a_guarded_statement_looks_its_document_up_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-b) Each of 200 guarded statements of one command, outside a transaction, looks its stored
+    document up once (its guard's read): the write takes the pre-image from there, not from a second
+    lookup (400 lookups before). Its change events still carry the update's description."""
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    client = sync_client(server)
+    try:
+        collection = client.updates.lookups
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(300)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": 2} for i in ids])
+        with collection.watch(max_await_time_ms=50) as stream:
+            calls = count_calls(monkeypatch, (MemoryCollection, "get"))
+            result = collection.bulk_write(
+                [UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}, "$unset": {"qty": ""}, "$inc": {"__rev": 1}}) for i in ids[50:250]],
+                ordered=False,
+            )
+            monkeypatch.undo()
+            events = [stream.next() for _ in range(200)]
+        assert result.modified_count == 200
+        assert calls["get"] <= 200 + 10
+        assert [e["documentKey"]["_id"] for e in events] == ids[50:250]
+        assert all(e["updateDescription"] == {"updatedFields": {"__v": 2, "__rev": 2}, "removedFields": ["qty"], "truncatedArrays": []}
+                   for e in events)
+    finally:
+        client.close()
+
+
 def test_the_engines_updates_of_a_never_versioned_collection_take_the_engine_steps_once(
     server: InProcessServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -383,6 +383,87 @@ def test_a_batch_records_its_changes_through_the_engines_checks_once(server: InP
         client.close()
 
 
+def test_a_pipeline_update_in_a_transaction_looks_each_document_up_once_a_view(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-b) A pipeline update_many of 200 documents in a transaction reads each stored document of the
+    transaction's copy once after its scan (its decision), and of the live collection once (the
+    first-writer-wins check): the transaction's note of the statement's writes is taken at once, before
+    them, and the writes do not look the documents up again for their pre-images, their check and their
+    base (six lookups a document before, with the scan's)."""
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.lookups
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(300)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        with client.start_session() as session, session.start_transaction():
+            calls = count_calls(monkeypatch, (MemoryCollection, "get"))
+            result = collection.update_many({"__v": 1, "_id": {"$gte": ids[50], "$lt": ids[250]}}, B0, session=session)
+            monkeypatch.undo()
+        assert (result.matched_count, result.modified_count) == (200, 200)
+        assert calls["get"] <= 3 * 200 + 10  # the scan's, the decision's, the live one's
+        assert collection.count_documents({"__v": 2, "__rev": 2, "full_name": "n", "domain": "b"}) == 200
+    finally:
+        client.close()
+
+
+EVENT_FIELDS = ("operationType", "documentKey", "updateDescription", "fullDocument", "fullDocumentBeforeChange")
+
+
+@pytest.mark.parametrize("meanwhile", ["nothing", "another open transaction", "a write since the snapshot", "a delete since the snapshot", "its own write"])
+def test_a_pipeline_update_in_a_transaction_notes_its_writes_as_each_write_did(server: InProcessServer, meanwhile: str) -> None:
+    """(h2-b) The transaction's note of a statement's writes taken at once answers as each write's own
+    note: the same reply or write conflict (112, TransientTransactionError), the same documents after
+    both commits, the same change events (pre-images included), whatever wrote the range's documents
+    before it (nothing, another open transaction, a write or a delete outside any since this one's
+    snapshot, this transaction itself)."""
+    from mongoshift.embedded.patches import updates
+
+    def run(name: str) -> Any:
+        collection = client.pipelines[name]
+        collection.drop()
+        client.pipelines.create_collection(name, changeStreamPreAndPostImages={"enabled": True})
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": f"n{i}", "email": "a@b", "legacy": 1} for i in range(8)])
+        with collection.watch(full_document="whenAvailable", full_document_before_change="whenAvailable", max_await_time_ms=50) as stream:
+            with client.start_session() as first, client.start_session() as second:
+                first.start_transaction()
+                second.start_transaction()
+                collection.find_one({"_id": 0}, session=second)  # its snapshot
+                if meanwhile == "another open transaction":
+                    collection.update_one({"_id": 5}, {"$set": {"other": 1}}, session=first)
+                elif meanwhile == "a write since the snapshot":
+                    collection.update_one({"_id": 5}, {"$set": {"other": 2}})
+                elif meanwhile == "a delete since the snapshot":
+                    collection.delete_one({"_id": 5})
+                elif meanwhile == "its own write":
+                    collection.update_one({"_id": 5}, {"$set": {"other": 3}}, session=second)
+                try:
+                    reply: Any = collection.update_many({"__v": 1}, B0, session=second).modified_count
+                    second.commit_transaction()
+                except OperationFailure as error:
+                    reply = (error.code, error.has_error_label("TransientTransactionError"))
+                first.commit_transaction()
+            collection.insert_one({"_id": "end"})
+            events = []
+            while (event := stream.next())["operationType"] != "insert":
+                events.append(encode({key: event.get(key) for key in EVENT_FIELDS}))
+        return reply, [encode(d) for d in collection.find({}, sort=[("_id", 1)])], events
+
+    client = sync_client(server)
+    checks = updates.STATEMENT_CHECKS[:]
+    try:
+        at_once = run("noted_at_once")
+        updates.STATEMENT_CHECKS[:] = []  # each write noted by its own note, as before (h2-b)
+        each = run("noted_each")
+    finally:
+        updates.STATEMENT_CHECKS[:] = checks
+        client.close()
+    assert at_once == each
+    assert (at_once[0] == 8) == (meanwhile in {"nothing", "its own write"})
+
+
 def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
     """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
     answers, with the write conflict (112, TransientTransactionError) of fix (o)."""

@@ -154,6 +154,18 @@ def _take_inserted(document: Any) -> _Inserted | None:
     return _Inserted(noted[1]) if noted is not None and noted[0] is document else None
 
 
+#: (h2-b) The mark of the wrapper of MemoryEngine._set_storage_document_locked that notes the replaced document.
+PRE_IMAGE_LAYER = "pre-image"
+
+
+def replaced(stored: Any) -> _PreImage:
+    """The pre-image of a write made without the noting wrapper, by a caller that holds the stored
+    document it replaces: what that wrapper's note and :func:`take_pre_image` give. A note no payload
+    took (a commit's merge leaves its last one) is dropped, as that write's note would have replaced it."""
+    _overwritten.stored = None
+    return _PreImage(stored)
+
+
 def take_pre_image() -> _PreImage | None:
     """The stored document the engine's last write replaced, as a payload's pre-image, and forget it
     (a change record built outside ``MemoryEngine._change_payload`` must take it too, or the next
@@ -597,6 +609,9 @@ def patch_pre_images() -> None:
     def set_document(self: Any, collection: Any, storage_key: Any, document: Any) -> None:
         _overwritten.stored = collection.get(storage_key)
         original_set(self, collection, storage_key, document)
+
+    set_document.__wrapped__ = original_set  # type: ignore[attr-defined]
+    set_document.mongoshift_layer = PRE_IMAGE_LAYER  # type: ignore[attr-defined]  # what a batch may do instead (patches/updates.py)
 
     def encode_document(self: Any, document: Any) -> Any:
         stored = original_encode(self, document)

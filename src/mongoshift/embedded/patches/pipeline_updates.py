@@ -42,7 +42,7 @@ from typing import Any
 
 from .expressions import Compiler
 from .scans import READ_ITEMS, ReadItems
-from .updates import _MISSING, Batch, _bind, _index_touched, _plain_name, _storable, _stored, _Undecided, operators_of, updated
+from .updates import _MISSING, STATEMENT_CHECKS, Batch, _bind, _index_touched, _plain_name, _storable, _stored, _Undecided, operators_of, updated
 
 #: The update pipeline stages this fast path evaluates (``$set`` is ``$addFields``'s alias).
 _ADD_FIELDS = frozenset({"$set", "$addFields"})
@@ -247,8 +247,12 @@ def patch_pipeline_updates() -> None:
             raise
         try:
             coll = batch.storage[batch.db_name][batch.coll_name]
-            for storage_key, document, new_document, encoded, changed in writes:
-                batch._write(coll, storage_key, document, new_document, encoded, changed)
+            noted = batch.in_transaction and bool(STATEMENT_CHECKS)
+            if noted:  # (h2-b) the transaction's note of every write, before the first (nothing written in between)
+                for check in STATEMENT_CHECKS:
+                    check(batch.engine, coll, [(write[0], write[5]) for write in writes])
+            for storage_key, document, new_document, encoded, changed, data in writes:
+                batch._write(coll, storage_key, document, new_document, encoded, changed, data=data, noted=noted)
         except Exception as error:
             batch.close(error)  # rolled back whole: mongoeco's path meets the same failure after the same writes
             raise _Undecided from error
@@ -265,7 +269,8 @@ def patch_pipeline_updates() -> None:
         validator: Any = None,
     ) -> tuple[int, list[Any]]:
         """How many documents still match, and the writes of those the pipeline (or the operators)
-        change, each (storage key, document, new document, its stored form, the changed fields).
+        change, each (storage key, document, new document, its stored form, the changed fields, the
+        stored value it replaces).
 
         ``read``: each matched document's storage key, in the read's order, with the stored value it
         had when the read matched it when the read was (af)'s walk (``_MISSING`` otherwise). (bd) A
@@ -322,7 +327,7 @@ def patch_pipeline_updates() -> None:
                     encoded = _stored(engine, data, new_document, changed)
                 except Exception as error:
                     raise _Undecided from error
-                writes.append((storage_key, document, new_document, encoded, changed))
+                writes.append((storage_key, document, new_document, encoded, changed, data))
         return matched, writes
 
     async def update_many(collection: Any, filter_spec: Any, update_spec: Any, upsert: bool, **options: Any) -> Any:

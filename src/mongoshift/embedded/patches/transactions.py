@@ -402,14 +402,16 @@ def patch_transaction_conflicts() -> None:
                     roots=_roots(self._storage, self._index_data),
                 )
 
-    def note(self: Any, collection: Any, key: Any) -> None:
+    def noting(self: Any, collection: Any) -> tuple[_TransactionWrites, tuple[str, str]] | None:
+        """The open transaction whose write to ``collection`` is noted, and the collection's namespace
+        (None: no transaction's, or one not tracked: its commit keeps the global rule)."""
         stack = self._publication_stack
         state = stack[-1].state if stack else None
         if state is None:
-            return
+            return None
         entry = _transaction_table(self).get(id(state))
         if entry is None or entry.state is not state:
-            return  # not tracked: its commit keeps the global rule
+            return None  # not tracked: its commit keeps the global rule
         # (by) A transaction's writes go to one or a few collection objects: each one's namespace is
         # found once, then by its id (the object itself checked, as an id outlives a freed object).
         namespace = entry.namespaces.get(id(collection))
@@ -422,10 +424,17 @@ def patch_transaction_conflicts() -> None:
                 )
                 if namespace is None or namespace in entry.collections:
                     entry.untracked = True
-                    return
+                    return None
                 entry.collections[namespace] = collection
                 entry.sizes[namespace] = len(collection)
             entry.namespaces[id(collection)] = namespace
+        return entry, namespace
+
+    def note(self: Any, collection: Any, key: Any) -> None:
+        noted = noting(self, collection)
+        if noted is None:
+            return
+        entry, namespace = noted
         written = entry.base.get(namespace)
         if written is not None and key in written:
             return  # noted already: its base is the value it had when first written
@@ -433,6 +442,29 @@ def patch_transaction_conflicts() -> None:
         if written is None:
             written = entry.base[namespace] = {}
         written[key] = collection.get(key, _ABSENT)
+
+    def note_all(self: Any, collection: Any, stored: list[tuple[Any, Any]]) -> None:
+        """(h2-b) :func:`note` of each (storage key, its stored value in ``collection`` now) in turn, for a
+        statement that writes them all: the transaction, the namespace and the other open transactions'
+        documents are found once, not once a document, and each value is the one its caller holds."""
+        noted = noting(self, collection)
+        if noted is None:
+            return
+        entry, namespace = noted
+        written = entry.base.get(namespace)
+        others = [base for other in _transaction_table(self).values() if other is not entry and (base := other.base.get(namespace))]
+        collections: Any = self._storage.get(namespace[0]) or {}
+        live: Any = collections.get(namespace[1])
+        if live is not None and id(entry.started.get(namespace)) != id(live):
+            live = None  # created, or replaced, since it began: the commit-time rule judges it
+        for key, value in stored:
+            if written is not None and key in written:
+                continue  # noted already: its base is the value it had when first written
+            if any(key in base for base in others) or (live is not None and live.get(key, _ABSENT) is not value):
+                raise _write_conflict_now()  # conflict_at_write's answer
+            if written is None:
+                written = entry.base[namespace] = {}
+            written[key] = value
 
     def conflict_at_write(self: Any, entry: _TransactionWrites, namespace: tuple[str, str], collection: Any, key: Any) -> None:
         """mongod's first-writer-wins: the first write of a document another open transaction
@@ -451,7 +483,10 @@ def patch_transaction_conflicts() -> None:
         note(self, collection, storage_key)
         original_set(self, collection, storage_key, document)
 
+    set_document.__wrapped__ = original_set  # type: ignore[attr-defined]
+    set_document.mongoshift_layer = updates.NOTE_LAYER  # type: ignore[attr-defined]  # a batch notes its writes first (updates.py)
     updates.WRITE_CHECKS[:] = [note]  # (be) a guarded batch's check before a statement's writes
+    updates.STATEMENT_CHECKS[:] = [note_all]  # (h2-b) a pipeline batch's, before its statement's writes
 
     def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
         note(self, collection, storage_key)

@@ -61,7 +61,7 @@ def _bind() -> dict[str, Any]:
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
         from mongoeco.types import ObjectId, UpdateResult
 
-        from ..change_streams import _EVENT_TYPES, ChangeHistory, take_pre_image
+        from ..change_streams import _EVENT_TYPES, PRE_IMAGE_LAYER, ChangeHistory, replaced, take_pre_image
 
         _M.update(
             BsonInt64=BsonInt64, wrapped=(BsonInt64, BsonInt32, BsonDouble), object_ids=(ObjectId, BsonObjectId), BsonObjectId=BsonObjectId,
@@ -71,7 +71,7 @@ def _bind() -> dict[str, Any]:
             take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, ChangeEventSnapshot=ChangeEventSnapshot, event_types=_EVENT_TYPES,
             InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument, Decimal128=Decimal128,
             keyed=(BsonInt64, Binary, bytes, uuid.UUID, datetime.datetime, Timestamp, bool, MinKey, MaxKey),
-            compile_validator=compile_collection_validator,
+            compile_validator=compile_collection_validator, replaced=replaced, pre_image_layer=PRE_IMAGE_LAYER,
         )
     return _M
 
@@ -84,6 +84,22 @@ class _Undecided(Exception):
 #: ``note``, which raises the write conflict and otherwise records the document's base): a batch in a
 #: transaction runs it for a statement before any of that statement's writes.
 WRITE_CHECKS: list[Any] = []
+#: (h2-b) The same check of every write of a statement at once (patches/transactions.py registers its
+#: ``note_all``, given the collection and each (storage key, stored value) the statement replaces).
+STATEMENT_CHECKS: list[Any] = []
+#: (h2-b) The mark of the wrapper of MemoryEngine._set_storage_document_locked that notes a transaction's write.
+NOTE_LAYER = "transaction-note"
+
+
+def _unwrapped_set(engine_class: Any) -> Any:
+    """(h2-b) MemoryEngine._set_storage_document_locked under its two wrappers, when those are exactly
+    change_streams.py's (the replaced document's pre-image) over transactions.py's (the transaction's
+    note: its first-writer-wins check and the document's base), or None (another wrapper, a test's)."""
+    outer = engine_class._set_storage_document_locked
+    inner: Any = getattr(outer, "__wrapped__", None)
+    if getattr(outer, "mongoshift_layer", None) != _M["pre_image_layer"] or getattr(inner, "mongoshift_layer", None) != NOTE_LAYER:
+        return None
+    return inner.__wrapped__
 
 
 class _BatchFailed(RuntimeError):
@@ -557,6 +573,7 @@ class Batch:
         self._lock: Any = None
         self._own: Any = None  # the scope's journal, when it is the collection's only one
         self._frame: Any = None  # the publication scope the batch's changes go to, once the engine found it (:meth:`_record`)
+        self._set: Any = None  # (h2-b) the engine's stored-document write under its wrappers (:func:`_unwrapped_set`)
         #: (bs) Set by a caller that judges every statement by :attr:`validator`: a collection with a validator is
         #: then taken too. Unset (any other caller), such a collection is mongoeco's.
         self.validating = False
@@ -617,6 +634,7 @@ class Batch:
         self.unique = any(index.unique and index.name != "_id_" for index in self.indexes)
         self.index_maps = self.index_data.get(db_name, {}).get(coll_name, {})
         self._plans: dict[frozenset[str], Any] = {}
+        self._set = _unwrapped_set(type(engine))
         self._stack, self._lock, self.count = stack, lock, 0
         # (au) The scope's journal when it is the only one of this collection's (no scope around the
         # batch's: no other one can open while the batch holds the lock): a lean index's undo is then
@@ -679,17 +697,27 @@ class Batch:
         except Exception as error:  # an unencodable value, a duplicate key, a write conflict: the original path reports it
             raise _Undecided from error
         try:
-            self._write(coll, storage_key, document, new_document, encoded, changed)
+            self._write(coll, storage_key, document, new_document, encoded, changed, data=data, noted=self.in_transaction)
         except Exception as error:
             self.close(error)
             raise _BatchFailed("an update batch failed in the engine's write steps and was rolled back") from error
         self.count += 1
         return result(matched_count=1, modified_count=1)
 
-    def _write(self, coll: Any, storage_key: Any, document: Any, new_document: Any, encoded: Any, changed: set[str]) -> None:
+    def _write(
+        self, coll: Any, storage_key: Any, document: Any, new_document: Any, encoded: Any, changed: set[str],
+        *, data: Any = None, noted: bool = False,
+    ) -> None:
         """The steps of MemoryEngine.update_with_operation's write, for the indexes the change touches:
         the old document's index entries out, the stored value in, the new entries in (each entry
-        journaled for the rollback), and the change record into the outbox."""
+        journaled for the rollback), and the change record into the outbox.
+
+        (h2-b) ``data``: the stored value the write replaces, held by the caller (None: not known);
+        ``noted``: in a transaction, the transaction's note of this write was taken already (the
+        batch's :data:`WRITE_CHECKS` or :data:`STATEMENT_CHECKS`, under the same lock, nothing written
+        in between). Both given, the stored value goes in without the two wrappers whose work that is
+        (the replaced document looked up for its pre-image, the transaction's note of a document it
+        noted already, or of a write outside any transaction, which notes nothing)."""
         m = _M
         engine, db_name, coll_name = self.engine, self.db_name, self.coll_name
         lean, view = self._index_plan(changed)
@@ -717,7 +745,13 @@ class Batch:
             engine._update_indexes_locked(
                 db_name, coll_name, storage_key, document, action="delete", index_data_view=self.index_data, indexes_view=view,
             )
-        engine._set_storage_document_locked(coll, storage_key, encoded)
+        unwrapped = self._set
+        if unwrapped is not None and data is not None and (noted or not self.in_transaction):
+            unwrapped(engine, coll, storage_key, encoded)
+            before = m["replaced"](data)
+        else:
+            engine._set_storage_document_locked(coll, storage_key, encoded)
+            before = m["take_pre_image"]()
         ordinal = coll.ordinal_for(storage_key) if type(coll) is m["MemoryCollection"] else None
         for index_map, name, fields in lean:  # _update_indexes_locked(action="insert"), likewise
             for key in keys(new_document, fields):
@@ -734,7 +768,7 @@ class Batch:
         self._record(_Owned(
             operation_type="update", db_name=db_name, coll_name=coll_name,
             document_key=_Owned(_id=new_document["_id"]), full_document=new_document,
-            update_description=m["take_pre_image"](),
+            update_description=before,
         ))
 
     def _record(self, change: _Owned) -> None:
@@ -777,7 +811,7 @@ class Batch:
         stack, lock = self._stack, self._lock
         if stack is None:
             return
-        self._stack = self._lock = self._frame = None
+        self._stack = self._lock = self._frame = self._set = None
         try:
             if error is None:
                 stack.close()
