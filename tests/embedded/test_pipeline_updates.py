@@ -464,6 +464,42 @@ def test_a_pipeline_update_in_a_transaction_notes_its_writes_as_each_write_did(s
     assert (at_once[0] == 8) == (meanwhile in {"nothing", "its own write"})
 
 
+def test_a_batchs_change_records_enter_the_outbox_without_copies(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-c) The change records of a pipeline update_many in a transaction (at its commit) and of a
+    command's guarded statements (at the batch's close) become the engine's CommittedChanges without
+    CommittedChange's own check and copy (200 each before), and the outbox the engine builds is the
+    one its own steps build from the same records: the same sequences, payloads and floor."""
+    from mongoeco.engines.memory import MemoryEngine
+    from mongoeco.engines.results import CommittedChange
+    from pymongo import UpdateOne
+
+    from mongoshift.embedded.patches.updates import _Owned
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.outbox
+        collection.drop()
+        ids = [ObjectId(f"{i:024x}") for i in range(400)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        with collection.watch(max_await_time_ms=50) as stream:
+            calls = count_calls(monkeypatch, (CommittedChange, "__post_init__"))
+            with client.start_session() as session, session.start_transaction():
+                collection.update_many({"__v": 1, "_id": {"$lt": ids[200]}}, B0, session=session)
+            collection.bulk_write([UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}}) for i in ids[200:]], ordered=False)
+            monkeypatch.undo()
+            assert [stream.next()["documentKey"]["_id"] for _ in range(400)] == ids
+        assert calls["__post_init__"] == 0
+    finally:
+        client.close()
+    engine = server.engine
+    prepare = MemoryEngine._prepare_committed_changes_locked
+    payloads = [_Owned(operation_type="update", n=1), {"operation_type": "insert", "n": [2]}, None, _Owned(operation_type="delete")]
+    got, expected = prepare(engine, payloads), prepare.__wrapped__(engine, payloads)  # type: ignore[attr-defined]
+    assert got[0] == expected[0] and got[2] == expected[2]
+    assert [(c.sequence, c.payload) for c in got[1]] == [(c.sequence, c.payload) for c in expected[1]]
+    assert got[1][-4].payload is payloads[0] and got[1][-3].payload is not payloads[1]
+
+
 def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
     """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
     answers, with the write conflict (112, TransientTransactionError) of fix (o)."""

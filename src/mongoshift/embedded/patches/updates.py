@@ -32,6 +32,7 @@ import decimal
 import math
 import uuid
 from collections.abc import Iterator
+from copy import deepcopy
 from typing import Any
 
 _OPERATORS = frozenset({"$set", "$unset", "$inc"})
@@ -1175,6 +1176,39 @@ def patch_guarded_updates() -> None:
             sink.publish(**change.payload)
         return None
 
+    from mongoeco.engines.results import CommittedChange
+
+    memory_engine = m["MemoryEngine"]
+    original_prepare = memory_engine.__dict__["_prepare_committed_changes_locked"]
+    new, assign = object.__new__, object.__setattr__
+
+    def prepare_committed_changes(self: Any, payloads: Any) -> Any:
+        """(h2-c) MemoryEngine._prepare_committed_changes_locked, each change record of the fast paths
+        (:class:`_Owned`) made a CommittedChange as it is: the original deep-copies each payload, then
+        CommittedChange's own check deep-copies it again (each copy of an _Owned is itself) and checks
+        a sequence number that is a positive int by construction here."""
+        if not payloads:
+            return original_prepare(self, payloads)
+        start = self._commit_sequence
+        sequence = start + len(payloads)
+        built = []
+        for ordinal, payload in enumerate(payloads, start=start + 1):
+            if type(payload) is _Owned:
+                change = new(CommittedChange)
+                assign(change, "sequence", ordinal)
+                assign(change, "payload", payload)
+            else:
+                change = CommittedChange(sequence=ordinal, payload=deepcopy(payload))
+            built.append(change)
+        changes = self._committed_changes + built
+        floor = max(
+            self._change_pruned_through, min(self._change_checkpoints.values(), default=sequence), 0,
+            sequence - self._change_log_max_entries,
+        )
+        return sequence, [change for change in changes if change.sequence > floor], floor
+
+    prepare_committed_changes.__wrapped__ = original_prepare  # type: ignore[attr-defined]
+    memory_engine._prepare_committed_changes_locked = prepare_committed_changes
     adapter_dispatch = EngineSpiAdapter.dispatch_committed_changes
     history_class, engine_class = m["ChangeHistory"], m["MemoryEngine"]
 
