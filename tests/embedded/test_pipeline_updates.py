@@ -500,6 +500,45 @@ def test_a_batchs_change_records_enter_the_outbox_without_copies(server: InProce
     assert got[1][-4].payload is payloads[0] and got[1][-3].payload is not payloads[1]
 
 
+def test_a_batchs_events_go_into_the_history_without_a_snapshot_each(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-d) The events of a pipeline update_many in a transaction and of a command's guarded statements
+    reach the server's change history without a ChangeEventSnapshot each (built for the history's
+    append to read its fields back: 400 before), the collection's pre-image option read once a
+    delivery, not once an event; a change stream still reads each, described from its pre-image."""
+    from mongoeco._types.documents import ChangeEventSnapshot
+    from pymongo import UpdateOne
+
+    from mongoshift.embedded.change_streams import ChangeHistory
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.snapshots
+        collection.drop()
+        ids = [ObjectId(f"{i:024x}") for i in range(400)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        recorded: list[Any] = []
+        record = ChangeHistory.record_locked
+
+        def recording(self: Any, *args: Any) -> None:
+            recorded.append(args[-1] if len(args) == 8 else None)
+            record(self, *args)
+
+        with collection.watch(max_await_time_ms=50) as stream:
+            calls = count_calls(monkeypatch, (ChangeEventSnapshot, "__init__"))
+            monkeypatch.setattr(ChangeHistory, "record_locked", recording)
+            with client.start_session() as session, session.start_transaction():
+                collection.update_many({"__v": 1, "_id": {"$lt": ids[200]}}, B0, session=session)
+            collection.bulk_write([UpdateOne({"_id": i, "__v": 1}, {"$set": {"__v": 2}}) for i in ids[200:]], ordered=False)
+            monkeypatch.undo()
+            events = [stream.next() for _ in range(400)]
+        assert calls["__init__"] == 0 and recorded == [False] * 400
+        assert [e["documentKey"]["_id"] for e in events] == ids
+        assert all(e["updateDescription"]["updatedFields"]["__v"] == 2 for e in events)
+        assert all(e["updateDescription"]["removedFields"] == ["name", "legacy"] for e in events[:200])
+    finally:
+        client.close()
+
+
 def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
     """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
     answers, with the write conflict (112, TransientTransactionError) of fix (o)."""

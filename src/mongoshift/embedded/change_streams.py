@@ -266,17 +266,27 @@ class ChangeHistory(ChangeStreamHub):
             super().publish(operation_type=operation_type, **payload)
 
     def _append_committed_event_locked(self, event: Any) -> None:
-        self._next_token = event.token + 1
+        self.record_locked(
+            event.token, event.operation_type, event.db_name, event.coll_name, event.document_key,
+            event.full_document, event.update_description,
+        )
+
+    def record_locked(
+        self, token: int, kind: str, db: str, coll: str, document_key: Any, full_document: Any, carried: Any,
+        images: bool | None = None,
+    ) -> None:
+        """Record the committed event of commit sequence ``token`` (the hub's event's fields, under the
+        hub's lock). ``images``: whether the collection keeps pre-images, when the caller knows it
+        (None: looked up)."""
+        self._next_token = token + 1
         cluster_time, wall_time = self._clock.tick()
         self._last_position += 1
-        kind = event.operation_type
-        images = kind != "insert" and self.images_enabled(event.db_name, event.coll_name)
-        carried = event.update_description
+        if images is None:
+            images = kind != "insert" and self.images_enabled(db, coll)
         before = carried.stored if isinstance(carried, _PreImage) and (kind == "update" or images) else None
-        document = event.full_document if kind in {"insert", "replace", "update"} else None
+        document = full_document if kind in {"insert", "replace", "update"} else None
         self._history.append(ChangeEvent(
-            self._last_position, cluster_time, wall_time, event.db_name, event.coll_name,
-            kind, dict(event.document_key), document, before, images,
+            self._last_position, cluster_time, wall_time, db, coll, kind, dict(document_key), document, before, images,
         ))
         while len(self._history) > self.max_events:
             dropped = self._history.popleft()

@@ -52,7 +52,6 @@ def _bind() -> dict[str, Any]:
     if not _M:
         from bson import MaxKey, MinKey, ObjectId as BsonObjectId
         from mongoeco._types._bson_values import Binary, Decimal128, Timestamp
-        from mongoeco._types.documents import ChangeEventSnapshot
         from mongoeco.core import paths
         from mongoeco.core.bson_scalars import BsonDouble, BsonInt32, BsonInt64, bson_add, is_bson_numeric
         from mongoeco.core.codec import DocumentCodec, _InternalBsonArray, _InternalBsonDocument
@@ -69,7 +68,7 @@ def _bind() -> dict[str, Any]:
             ObjectId=ObjectId, paths=paths, bson_add=bson_add, is_bson_numeric=is_bson_numeric, codec=DocumentCodec,
             policy=ChangePublicationPolicy, MemoryCollection=MemoryCollection, MemoryIndexMap=MemoryIndexMap,
             MemoryEngine=MemoryEngine, StoredDocument=_StoredDocument, UpdateResult=UpdateResult,
-            take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, ChangeEventSnapshot=ChangeEventSnapshot, event_types=_EVENT_TYPES,
+            take_pre_image=take_pre_image, ChangeHistory=ChangeHistory, event_types=_EVENT_TYPES,
             InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument, Decimal128=Decimal128,
             keyed=(BsonInt64, Binary, bytes, uuid.UUID, datetime.datetime, Timestamp, bool, MinKey, MaxKey),
             compile_validator=compile_collection_validator, replaced=replaced, pre_image_layer=PRE_IMAGE_LAYER,
@@ -851,7 +850,8 @@ class _HistoryDelivery:
         itself) goes straight into the history's event steps (ChangeStreamHub.publish's); any other
         change, or a history whose next token is not a number, takes the consumer's own steps."""
         m, sink, deliver = _M, self.sink, self.adapter._deliver_committed_change
-        snapshot, event_types = m["ChangeEventSnapshot"], m["event_types"]
+        event_types = m["event_types"]
+        images: dict[tuple[str, str], bool] = {}  # (h2-d) each namespace's pre-image option, read once a run
         with sink._condition:
             for change in changes:
                 payload = change.payload
@@ -860,13 +860,19 @@ class _HistoryDelivery:
                 elif change.sequence >= sink._next_token:  # an older one was delivered already
                     if change.sequence > sink._next_token:
                         sink.align_commit_sequence(change.sequence)
-                    if payload["operation_type"] in event_types:
+                    kind = payload["operation_type"]
+                    if kind in event_types:
                         sink._raise_if_degraded_locked()
-                        sink._append_committed_event_locked(snapshot(
-                            token=sink._next_token, operation_type=payload["operation_type"], db_name=payload["db_name"],
-                            coll_name=payload["coll_name"], document_key=payload["document_key"],
-                            full_document=payload["full_document"], update_description=payload["update_description"],
-                        ))
+                        # (h2-d) the event's fields straight into the history: not a ChangeEventSnapshot
+                        # built for the history's append to read them back from
+                        namespace = (db, coll) = payload["db_name"], payload["coll_name"]
+                        kept = images.get(namespace)
+                        if kept is None:
+                            kept = images[namespace] = bool(sink.images_enabled(db, coll))
+                        sink.record_locked(
+                            sink._next_token, kind, db, coll, payload["document_key"], payload["full_document"],
+                            payload["update_description"], kept and kind != "insert",
+                        )
                 yield change.sequence
 
 
