@@ -268,3 +268,49 @@ def test_a_commit_installs_the_transactions_copy_when_nobody_wrote_the_collectio
         _check_migrated(collection, documents)
     finally:
         client.close()
+
+
+def test_a_commit_of_a_collection_nobody_wrote_skips_its_documents_checks(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-e) With nothing written to the collection since the transaction began, the commit of a range's
+    pipeline update of 200 documents looks up neither their live values (the conflict check) nor
+    their presence and places in the natural order (whether its copy can be installed): 200 of each
+    kind of lookup fewer (the plan's count of the documents it deleted keeps its own); with a
+    write of another document meanwhile it checks each one as before, and a write of one of its own
+    documents after its update still fails the commit (112, TransientTransactionError), nothing of it
+    committed."""
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    client = sync_client(server)
+    try:
+        collection, documents = _seeded(client, "lookups")
+        counted = ((MemoryCollection, "get"), (MemoryCollection, "__contains__"))
+        with client.start_session() as session:
+            session.start_transaction()
+            collection.update_many({"_id": {"$lt": documents[200]["_id"]}}, PIPELINE, session=session)
+            calls = count_calls(monkeypatch, *counted)
+            session.commit_transaction()
+            monkeypatch.undo()
+        assert calls == {"get": 0, "__contains__": 200}
+
+        def other() -> None:
+            collection.update_one({"_id": documents[400]["_id"]}, {"$set": {"other": 1}})
+
+        with client.start_session() as session:
+            session.start_transaction()
+            collection.update_many({"_id": {"$gte": documents[200]["_id"], "$lt": documents[400]["_id"]}}, PIPELINE, session=session)
+            other()
+            calls = count_calls(monkeypatch, *counted)
+            session.commit_transaction()
+            monkeypatch.undo()
+        assert calls["get"] >= 200
+        _check_migrated(collection, documents)
+        with client.start_session() as session:
+            session.start_transaction()
+            collection.update_many({"_id": documents[400]["_id"]}, [{"$set": {"late": 1}}], session=session)
+            collection.update_one({"_id": documents[400]["_id"]}, {"$set": {"other": 2}})
+            with pytest.raises(OperationFailure) as error:
+                session.commit_transaction()
+        assert error.value.code == 112 and error.value.has_error_label("TransientTransactionError")
+        assert collection.find_one({"_id": documents[400]["_id"]}, {"_id": 0, "other": 1, "late": 1}) == {"other": 2}
+    finally:
+        client.close()
