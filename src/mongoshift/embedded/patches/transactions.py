@@ -463,7 +463,7 @@ def patch_transaction_conflicts() -> None:
         for key, value in stored:
             if written is not None and key in written:
                 continue  # noted already: its base is the value it had when first written
-            if any(key in base for base in others) or (live is not None and live.get(key, _ABSENT) is not value):
+            if (others and any(key in base for base in others)) or (live is not None and live.get(key, _ABSENT) is not value):
                 raise _write_conflict_now()  # conflict_at_write's answer
             if written is None:
                 written = entry.base[namespace] = {}
