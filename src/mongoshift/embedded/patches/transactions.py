@@ -524,8 +524,12 @@ def patch_transaction_conflicts() -> None:
             ):
                 return None
             size = entry.sizes[(db, name)]
-            inserted = sum(1 for k, b in written.items() if b is _ABSENT and k in mine)
-            deleted = sum(1 for k, b in written.items() if b is not _ABSENT and k not in mine)
+            inserted = deleted = 0
+            for k, b in written.items():  # one pass, no generators (h2-e)
+                if b is _ABSENT:
+                    inserted += k in mine
+                elif k not in mine:
+                    deleted += 1
             if len(mine) != size + inserted - deleted:
                 return None  # a change that note() did not see
             live = self._storage.get(db, {}).get(name)
