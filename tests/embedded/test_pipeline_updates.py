@@ -539,6 +539,71 @@ def test_a_batchs_events_go_into_the_history_without_a_snapshot_each(server: InP
         client.close()
 
 
+def test_a_pipeline_statement_rebuilds_each_chunk_of_the_natural_order_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-f) A pipeline update_many of 300 documents (in a transaction, then outside one) stores its
+    values with each chunk of the collection's natural order (128 places) rebuilt once, not once a
+    document (300 chunks each before); the documents read back in natural and in _id order are the
+    updated ones, and the version index finds them."""
+    from mongoeco.engines._memory_collection import _OrderChunk
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.chunks
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        ids = [ObjectId(f"{i:024x}") for i in range(700)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": f"n{i}", "email": "a@b", "legacy": 1} for i in ids])
+        collection.delete_many({"_id": {"$in": ids[::7]}})  # places left empty in the chunks
+        kept = [i for i in ids if i not in set(ids[::7])]
+        calls = count_calls(monkeypatch, (_OrderChunk, "__init__"))
+        with client.start_session() as session, session.start_transaction():
+            assert collection.update_many({"_id": {"$lte": kept[299]}}, B0, session=session).modified_count == 300
+        in_transaction = calls["__init__"]
+        assert collection.update_many({"_id": {"$gt": kept[299]}}, B0).modified_count == len(kept) - 300
+        monkeypatch.undo()
+        assert in_transaction <= 4 and calls["__init__"] - in_transaction <= 4
+        assert [d["_id"] for d in collection.find({})] == kept
+        assert [(d["_id"], d["full_name"], d["__v"]) for d in collection.find({}, sort=[("_id", 1)])] == [(i, f"n{i}", 2) for i in kept]
+        assert [d["_id"] for d in collection.find({"__v": 2}).hint([("__v", 1), ("_id", 1)])] == kept
+    finally:
+        client.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(1, 300), data=st.data())
+def test_replacements_stored_at_once_are_the_collections_own_writes(size: int, data: st.DataObject) -> None:
+    """(h2-f) :func:`_store_replacements` leaves a collection (with fix (ae)'s _id order on) exactly as
+    its own __setitem__ of each (key, value) in turn does: every map and chunk of its state, its items
+    in natural order and its keys in _id order; keys written twice, and chunks with empty places."""
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    from mongoshift.embedded import patches
+    from mongoshift.embedded.patches import scans
+    from mongoshift.embedded.patches.updates import _store_replacements
+
+    patches.apply()
+    keys = [ObjectId(f"{i:024x}") for i in range(size)]
+    deleted = set(data.draw(st.lists(st.sampled_from(keys), max_size=size // 3)))
+    held = [key for key in keys if key not in deleted]
+    writes = data.draw(st.lists(st.tuples(st.sampled_from(held), st.integers()), max_size=2 * size)) if held else []
+    built = []
+    for _ in range(2):
+        collection: Any = MemoryCollection((key, {"_id": key, "n": 0}) for key in keys)
+        scans.id_order(collection)  # kept from now on by (ae)'s hooks
+        for key in deleted:
+            del collection[key]
+        built.append(collection)
+    one, other = built
+    for key, n in writes:
+        one[key] = {"_id": key, "n": n}
+    _store_replacements(other, [(key, {"_id": key, "n": n}) for key, n in writes])
+    assert one._snapshot_state() == other._snapshot_state()
+    assert list(one.items()) == list(other.items())
+    kept = other.__dict__[scans._ATTR]
+    assert kept.ordinals is other._ordinals  # still valid: not built again
+    assert scans.id_order(one).storage_keys == kept.storage_keys
+
+
 def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
     """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
     answers, with the write conflict (112, TransientTransactionError) of fix (o)."""

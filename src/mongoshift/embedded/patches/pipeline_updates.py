@@ -251,8 +251,10 @@ def patch_pipeline_updates() -> None:
             if noted:  # (h2-b) the transaction's note of every write, before the first (nothing written in between)
                 for check in STATEMENT_CHECKS:
                     check(batch.engine, coll, [(write[0], write[5]) for write in writes])
+            batch.defer(coll)  # (h2-f) each written document is a different one the collection holds
             for storage_key, document, new_document, encoded, changed, data in writes:
                 batch._write(coll, storage_key, document, new_document, encoded, changed, data=data, noted=noted)
+            batch.store(coll)
         except Exception as error:
             batch.close(error)  # rolled back whole: mongoeco's path meets the same failure after the same writes
             raise _Undecided from error

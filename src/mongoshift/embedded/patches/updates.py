@@ -57,7 +57,7 @@ def _bind() -> dict[str, Any]:
         from mongoeco.core.codec import DocumentCodec, _InternalBsonArray, _InternalBsonDocument
         from mongoeco.core.operation_context import ChangePublicationPolicy
         from mongoeco.core.schema_validation import compile_collection_validator
-        from mongoeco.engines._memory_collection import MemoryCollection, MemoryIndexMap
+        from mongoeco.engines._memory_collection import MemoryCollection, MemoryIndexMap, _OrderChunk
         from mongoeco.engines.memory import MemoryEngine, _StoredDocument
         from mongoeco.types import ObjectId, UpdateResult
 
@@ -72,6 +72,7 @@ def _bind() -> dict[str, Any]:
             InternalArray=_InternalBsonArray, InternalDocument=_InternalBsonDocument, Decimal128=Decimal128,
             keyed=(BsonInt64, Binary, bytes, uuid.UUID, datetime.datetime, Timestamp, bool, MinKey, MaxKey),
             compile_validator=compile_collection_validator, replaced=replaced, pre_image_layer=PRE_IMAGE_LAYER,
+            OrderChunk=_OrderChunk,
         )
     return _M
 
@@ -538,6 +539,28 @@ def _index_touched(index: Any, changed: set[str]) -> bool:
     return False
 
 
+def _store_replacements(coll: Any, writes: list[tuple[Any, Any]]) -> None:
+    """(h2-f) ``coll[key] = value`` for each (key, value) of ``writes``, in order, every key one ``coll``
+    holds: what mongoeco's MemoryCollection.__setitem__ does for a key it holds (the value into its map
+    of values, the pair into its place in its chunk of the natural order: a new chunk of 128 places), but
+    each chunk the writes touch rebuilt once, not once a write. Fix (ae)'s wrapper of __setitem__ does
+    nothing more for a key held already (its natural order, its _id order and its places do not change)."""
+    values, chunks, locations = coll._values, coll._chunks, coll._locations
+    rebuilt: dict[int, list[Any]] = {}
+    for key, value in writes:
+        chunk_id, offset = locations[key]
+        items = rebuilt.get(chunk_id)
+        if items is None:
+            items = rebuilt[chunk_id] = list(chunks[chunk_id].items)
+        items[offset] = (key, value)
+        values = values.insert(key, value)
+    chunk_class = _M["OrderChunk"]
+    for chunk_id, items in rebuilt.items():
+        chunk = chunks[chunk_id]
+        chunks = chunks.insert(chunk_id, chunk_class(chunk.previous, chunk.following, tuple(items), chunk.live_count))
+    coll._chunks, coll._values = chunks, values
+
+
 def _journaled(journals: list[Any], index_map: Any, name: str, key: Any, storage_key: Any) -> Any:
     """(at) MemoryEngine._record_index_membership_undo_locked for an entry of a MemoryIndexMap, into the
     journals it would write to (the same record: whether the document was in the key's bucket, whether
@@ -574,6 +597,7 @@ class Batch:
         self._own: Any = None  # the scope's journal, when it is the collection's only one
         self._frame: Any = None  # the publication scope the batch's changes go to, once the engine found it (:meth:`_record`)
         self._set: Any = None  # (h2-b) the engine's stored-document write under its wrappers (:func:`_unwrapped_set`)
+        self._deferred: list[tuple[Any, Any]] | None = None  # (h2-f) a statement's stored values not stored yet (:meth:`defer`)
         #: (bs) Set by a caller that judges every statement by :attr:`validator`: a collection with a validator is
         #: then taken too. Unset (any other caller), such a collection is mongoeco's.
         self.validating = False
@@ -747,7 +771,11 @@ class Batch:
             )
         unwrapped = self._set
         if unwrapped is not None and data is not None and (noted or not self.in_transaction):
-            unwrapped(engine, coll, storage_key, encoded)
+            deferred = self._deferred
+            if deferred is not None:
+                deferred.append((storage_key, encoded))  # a key the collection holds: its place does not change
+            else:
+                unwrapped(engine, coll, storage_key, encoded)
             before = m["replaced"](data)
         else:
             engine._set_storage_document_locked(coll, storage_key, encoded)
@@ -789,6 +817,25 @@ class Batch:
         if self.context.publication is _M["policy"].EMIT and stack:
             self._frame = stack[-1]  # the scope the engine's steps appended this change to
 
+    def defer(self, coll: Any) -> None:
+        """(h2-f) The next writes of stored values the caller holds (:meth:`_write`'s ``data``) into ``coll`` are
+        kept until :meth:`store`: a statement that decided all its writes first, each of a different
+        document, reads none of them back before it ends (its index steps read the documents it holds,
+        the ordinal of a held key does not change). Only for mongoeco's collection, with the engine's write
+        (:func:`_unwrapped_set`) and __setitem__ those that :func:`_store_replacements` repeats; a failure
+        before :meth:`store` rolls the whole batch back, as after any write."""
+        m = _M
+        if self._set is not None and type(coll) is m["MemoryCollection"] and m["MemoryCollection"].__setitem__ is m["setitem"] and (
+            type(self.engine)._record_storage_undo_locked is m["record_storage_undo"]
+        ):
+            self._deferred = []
+
+    def store(self, coll: Any) -> None:
+        """(h2-f) Store the values :meth:`defer` kept, each chunk of the natural order rebuilt once."""
+        deferred, self._deferred = self._deferred, None
+        if deferred:
+            _store_replacements(coll, deferred)
+
     def _index_plan(self, changed: set[str]) -> tuple[list[tuple[Any, str, Any]], dict[str, dict[str, list[Any]]]]:
         """(at) The indexes a change of ``changed`` touches: the lean ones (their map, name and fields), and
         the others as the indexes view _update_indexes_locked takes; the same for every statement of
@@ -811,7 +858,7 @@ class Batch:
         stack, lock = self._stack, self._lock
         if stack is None:
             return
-        self._stack = self._lock = self._frame = self._set = None
+        self._stack = self._lock = self._frame = self._set = self._deferred = None
         try:
             if error is None:
                 stack.close()
@@ -1062,6 +1109,10 @@ def patch_guarded_updates() -> None:
     from mongoeco.api._async._database_admin_write_commands import DatabaseAdminWriteCommandService
 
     m = _bind()
+    # (h2-f) MemoryCollection.__setitem__ and the engine's storage undo as they are with every fix installed before
+    # this one (fix (ae)'s wrapper of the first): Batch.defer takes a collection only while they still are
+    m["setitem"] = m["MemoryCollection"].__setitem__
+    m["record_storage_undo"] = m["MemoryEngine"]._record_storage_undo_locked
     commands: Any = _database_admin_write_commands  # its helpers are unannotated
     original: Any = _collection_modify.execute_server_update  # untyped in mongoeco
     original_command = DatabaseAdminWriteCommandService.command_update
