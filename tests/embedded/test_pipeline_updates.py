@@ -604,6 +604,37 @@ def test_replacements_stored_at_once_are_the_collections_own_writes(size: int, d
     assert scans.id_order(one).storage_keys == kept.storage_keys
 
 
+def test_a_pipeline_update_takes_the_values_its_read_walked_when_nothing_was_written_since(
+    server: InProcessServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(h2-g) A pipeline update_many of 200 documents, outside a transaction and in one, looks none of
+    them up again after its read when nothing was written to the collection since (the read's own
+    lookups only, plus, in a transaction, the first-writer-wins check's of the live collection: 400 and
+    600 lookups before); a document written between the read and the batch is still read again and
+    matched again (test_a_document_written_between_the_read_and_the_batch_is_matched_again)."""
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    client = sync_client(server)
+    try:
+        collection = client.pipelines.walked
+        collection.drop()
+        ids = [ObjectId(f"{i:024x}") for i in range(500)]
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        calls = count_calls(monkeypatch, (MemoryCollection, "get"))
+        assert collection.update_many({"__v": 1, "_id": {"$gte": ids[0], "$lt": ids[200]}}, B0).modified_count == 200
+        outside = calls["get"]
+        with client.start_session() as session, session.start_transaction():
+            collection.find_one({"_id": ids[0]}, session=session)  # its snapshot, before the count starts
+            before = calls["get"]
+            assert collection.update_many({"__v": 1, "_id": {"$gte": ids[200], "$lt": ids[400]}}, B0, session=session).modified_count == 200
+            inside = calls["get"] - before
+        monkeypatch.undo()
+        assert outside <= 200 + 10 and inside <= 2 * 200 + 10
+        assert collection.count_documents({"__v": 2, "full_name": "n", "legacy": {"$exists": False}}) == 400
+    finally:
+        client.close()
+
+
 def test_a_pipeline_update_that_conflicts_in_a_transaction_fails_as_the_original(server: InProcessServer) -> None:
     """(an) A document another open transaction wrote: the batch is rolled back and mongoeco's path
     answers, with the write conflict (112, TransientTransactionError) of fix (o)."""

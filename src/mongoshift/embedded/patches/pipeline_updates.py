@@ -154,6 +154,18 @@ def _changed(document: dict[str, Any], new_document: dict[str, Any], written: tu
     return {name for name in written if new_document.get(name, _MISSING) is not document.get(name, _MISSING)}
 
 
+def _viewed(collection: Any, session: Any) -> tuple[Any, Any] | None:
+    """(h2-g) The collection object of the session's storage view and its map of values now, when it is one
+    of mongoeco's (a persistent map: the same object while nothing is written), else None."""
+    engine, m = collection._engine, _bind()
+    try:
+        with engine._meta_lock:
+            stored = engine._storage_view(session).get(collection._db_name, {}).get(collection._collection_name)
+    except Exception:  # the session's checks are the read's to raise
+        return None
+    return (stored, stored._values) if type(stored) is m["MemoryCollection"] else None
+
+
 # (an) update_many's per-document loop, for the pipelines stages() takes. The function replaced is
 # _collection_modify.update_many, which execute_server_update (the `update` command's statements,
 # after (ah)) calls by its module name; a public-API call (not server_command) keeps the original.
@@ -220,6 +232,7 @@ def patch_pipeline_updates() -> None:
         expressions = operation.context.expressions if operation.context is not None else None
         if getattr(expressions, "now", None) is None:
             raise _Undecided
+        viewed = _viewed(collection, session)  # (h2-g) the collection the read reads, and its values, before it
         sink = ReadItems(bare=True)  # (storage key, stored value) of each match; no public copies when the walk answers
         token = READ_ITEMS.set(sink)
         try:
@@ -241,7 +254,7 @@ def patch_pipeline_updates() -> None:
         batch.validating, batch.bypass = True, bool(normalized.get("bypass_document_validation"))
         await batch.open(collection, session, expressions, operation.comment, transactions=True)
         try:
-            matched, writes = decide(batch, read, prepared, operators, semantics, batch.validator)
+            matched, writes = decide(batch, read, prepared, operators, semantics, batch.validator, viewed)
         except BaseException:
             batch.close()
             raise
@@ -269,6 +282,7 @@ def patch_pipeline_updates() -> None:
         operators: list[tuple[str, dict[str, Any]]] | None,
         semantics: Any,
         validator: Any = None,
+        viewed: tuple[Any, Any] | None = None,
     ) -> tuple[int, list[Any]]:
         """How many documents still match, and the writes of those the pipeline (or the operators)
         change, each (storage key, document, new document, its stored form, the changed fields, the
@@ -280,7 +294,11 @@ def patch_pipeline_updates() -> None:
         now: it is not matched again (mongoeco's interpreted matcher, about a third of the update's
         time); any other is. ``validator``: the collection's, compiled (None: none, or bypassed); a
         document it refuses sends the statement to mongoeco's path, which writes the documents before it
-        and refuses it there (a no-op's too, as that path validates every document it matched)."""
+        and refuses it there (a no-op's too, as that path validates every document it matched).
+        ``viewed``: (h2-g) the collection object of the statement's storage view and its map of values,
+        taken just before the read (None: not known). When the batch writes that same object and its
+        values are still that map, nothing was written since: each document the read walked is stored as
+        the value it read, which the batch takes without looking it up again."""
         fields = written_fields(steps, operators)
         written = tuple(fields)
         if any(index.unique and index.name != "_id_" and _index_touched(index, fields) for index in batch.indexes):
@@ -297,8 +315,12 @@ def patch_pipeline_updates() -> None:
             steps = compiled(steps, Compiler(dialect, environment))
         matched = 0
         writes: list[Any] = []
+        unwritten = viewed is not None and coll is viewed[0] and coll._values is viewed[1]
         for storage_key, read_data in read:
-            data = None if coll is None else coll.get(storage_key)
+            if unwritten and read_data is not _MISSING:
+                data = read_data  # (h2-g) what the lookup below gives
+            else:
+                data = None if coll is None else coll.get(storage_key)
             if data is None:
                 raise _Undecided  # gone since it was read: the original's lookup by BSON equality decides
             document = engine._borrow_storage_document(data)
