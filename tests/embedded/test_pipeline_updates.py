@@ -569,6 +569,45 @@ def test_a_pipeline_statement_rebuilds_each_chunk_of_the_natural_order_once(serv
         client.close()
 
 
+def test_a_statement_whose_deferred_store_fails_is_rolled_back_whole(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-f) A failure while a pipeline statement stores its kept values (a fault injected after the values
+    went in) rolls its batch back whole, index entries and change records included, and mongoeco's own
+    path then answers the statement: the same documents, index and events as a statement that never failed."""
+    from mongoshift.embedded.patches import updates
+
+    def run(name: str, failing: bool) -> Any:
+        collection = client.pipelines[name]
+        collection.drop()
+        collection.create_index([("__v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": f"n{i}", "email": "a@b", "legacy": 1} for i in range(300)])
+        store = updates._store_replacements
+        faults = []
+
+        def broken(coll: Any, writes: Any) -> None:
+            store(coll, writes)
+            faults.append(1)
+            raise RuntimeError("injected")
+
+        with collection.watch(max_await_time_ms=50) as stream:
+            if failing:
+                monkeypatch.setattr(updates, "_store_replacements", broken)
+            result = collection.update_many({"_id": {"$lt": 200}}, B0)
+            monkeypatch.undo()
+            events = [encode({k: e.get(k) for k in ("operationType", "documentKey", "updateDescription")}) for e in (stream.next() for _ in range(200))]
+        assert faults == ([1] if failing else [])
+        hint = [("__v", 1), ("_id", 1)]
+        return (
+            result.modified_count, [encode(d) for d in collection.find({})], [d["_id"] for d in collection.find({"__v": 2}).hint(hint)],
+            [d["_id"] for d in collection.find({"__v": 1}).hint(hint)], events,
+        )
+
+    client = sync_client(server)
+    try:
+        assert run("store_fails", True) == run("store_holds", False)
+    finally:
+        client.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(size=st.integers(1, 300), data=st.data())
 def test_replacements_stored_at_once_are_the_collections_own_writes(size: int, data: st.DataObject) -> None:
