@@ -362,7 +362,7 @@ def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProces
 
 
 def test_a_guarded_statement_looks_its_document_up_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-b) Each of 200 guarded statements of one command, outside a transaction, looks its stored
+    """(cc) Each of 200 guarded statements of one command, outside a transaction, looks its stored
     document up once (its guard's read): the write takes the pre-image from there, not from a second
     lookup (400 lookups before). Its change events still carry the update's description."""
     from mongoeco.engines._memory_collection import MemoryCollection

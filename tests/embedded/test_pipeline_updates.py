@@ -352,7 +352,7 @@ def test_a_pipeline_update_in_a_transaction_is_seen_at_commit_and_gone_at_abort(
 
 
 def test_a_batch_records_its_changes_through_the_engines_checks_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-a) A pipeline update_many of 200 documents in a transaction, and 200 guarded statements of one
+    """(cb) A pipeline update_many of 200 documents in a transaction, and 200 guarded statements of one
     ``update`` command outside one, each record their changes through MemoryEngine._record_committed_change
     once (its checks of the publication scope, then each next change appended to the same scope): 200
     calls each before. A change stream still sees every update, in order, described."""
@@ -384,7 +384,7 @@ def test_a_batch_records_its_changes_through_the_engines_checks_once(server: InP
 
 
 def test_a_pipeline_update_in_a_transaction_looks_each_document_up_once_a_view(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-b) A pipeline update_many of 200 documents in a transaction reads each stored document of the
+    """(cc) A pipeline update_many of 200 documents in a transaction reads each stored document of the
     transaction's copy once after its scan (its decision), and of the live collection once (the
     first-writer-wins check): the transaction's note of the statement's writes is taken at once, before
     them, and the writes do not look the documents up again for their pre-images, their check and their
@@ -414,7 +414,7 @@ EVENT_FIELDS = ("operationType", "documentKey", "updateDescription", "fullDocume
 
 @pytest.mark.parametrize("meanwhile", ["nothing", "another open transaction", "a write since the snapshot", "a delete since the snapshot", "its own write"])
 def test_a_pipeline_update_in_a_transaction_notes_its_writes_as_each_write_did(server: InProcessServer, meanwhile: str) -> None:
-    """(h2-b) The transaction's note of a statement's writes taken at once answers as each write's own
+    """(cc) The transaction's note of a statement's writes taken at once answers as each write's own
     note: the same reply or write conflict (112, TransientTransactionError), the same documents after
     both commits, the same change events (pre-images included), whatever wrote the range's documents
     before it (nothing, another open transaction, a write or a delete outside any since this one's
@@ -455,7 +455,7 @@ def test_a_pipeline_update_in_a_transaction_notes_its_writes_as_each_write_did(s
     checks = updates.STATEMENT_CHECKS[:]
     try:
         at_once = run("noted_at_once")
-        updates.STATEMENT_CHECKS[:] = []  # each write noted by its own note, as before (h2-b)
+        updates.STATEMENT_CHECKS[:] = []  # each write noted by its own note, as before (cc)
         each = run("noted_each")
     finally:
         updates.STATEMENT_CHECKS[:] = checks
@@ -465,7 +465,7 @@ def test_a_pipeline_update_in_a_transaction_notes_its_writes_as_each_write_did(s
 
 
 def test_a_batchs_change_records_enter_the_outbox_without_copies(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-c) The change records of a pipeline update_many in a transaction (at its commit) and of a
+    """(cd) The change records of a pipeline update_many in a transaction (at its commit) and of a
     command's guarded statements (at the batch's close) become the engine's CommittedChanges without
     CommittedChange's own check and copy (200 each before), and the outbox the engine builds is the
     one its own steps build from the same records: the same sequences, payloads and floor."""
@@ -501,7 +501,7 @@ def test_a_batchs_change_records_enter_the_outbox_without_copies(server: InProce
 
 
 def test_a_batchs_events_go_into_the_history_without_a_snapshot_each(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-d) The events of a pipeline update_many in a transaction and of a command's guarded statements
+    """(ce) The events of a pipeline update_many in a transaction and of a command's guarded statements
     reach the server's change history without a ChangeEventSnapshot each (built for the history's
     append to read its fields back: 400 before), the collection's pre-image option read once a
     delivery, not once an event; a change stream still reads each, described from its pre-image."""
@@ -540,7 +540,7 @@ def test_a_batchs_events_go_into_the_history_without_a_snapshot_each(server: InP
 
 
 def test_a_pipeline_statement_rebuilds_each_chunk_of_the_natural_order_once(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-f) A pipeline update_many of 300 documents (in a transaction, then outside one) stores its
+    """(cg) A pipeline update_many of 300 documents (in a transaction, then outside one) stores its
     values with each chunk of the collection's natural order (128 places) rebuilt once, not once a
     document (300 chunks each before); the documents read back in natural and in _id order are the
     updated ones, and the version index finds them."""
@@ -570,7 +570,7 @@ def test_a_pipeline_statement_rebuilds_each_chunk_of_the_natural_order_once(serv
 
 
 def test_a_statement_whose_deferred_store_fails_is_rolled_back_whole(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-f) A failure while a pipeline statement stores its kept values (a fault injected after the values
+    """(cg) A failure while a pipeline statement stores its kept values (a fault injected after the values
     went in) rolls its batch back whole, index entries and change records included, and mongoeco's own
     path then answers the statement: the same documents, index and events as a statement that never failed."""
     from mongoshift.embedded.patches import updates
@@ -611,7 +611,7 @@ def test_a_statement_whose_deferred_store_fails_is_rolled_back_whole(server: InP
 @settings(max_examples=60, deadline=None)
 @given(size=st.integers(1, 300), data=st.data())
 def test_replacements_stored_at_once_are_the_collections_own_writes(size: int, data: st.DataObject) -> None:
-    """(h2-f) :func:`_store_replacements` leaves a collection (with fix (ae)'s _id order on) exactly as
+    """(cg) :func:`_store_replacements` leaves a collection (with fix (ae)'s _id order on) exactly as
     its own __setitem__ of each (key, value) in turn does: every map and chunk of its state, its items
     in natural order and its keys in _id order; keys written twice, and chunks with empty places."""
     from mongoeco.engines._memory_collection import MemoryCollection
@@ -646,7 +646,7 @@ def test_replacements_stored_at_once_are_the_collections_own_writes(size: int, d
 def test_a_pipeline_update_takes_the_values_its_read_walked_when_nothing_was_written_since(
     server: InProcessServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """(h2-g) A pipeline update_many of 200 documents, outside a transaction and in one, looks none of
+    """(ch) A pipeline update_many of 200 documents, outside a transaction and in one, looks none of
     them up again after its read when nothing was written to the collection since (the read's own
     lookups only, plus, in a transaction, the first-writer-wins check's of the live collection: 400 and
     600 lookups before); a document written between the read and the batch is still read again and

@@ -271,7 +271,7 @@ def test_a_commit_installs_the_transactions_copy_when_nobody_wrote_the_collectio
 
 
 def test_a_commit_of_a_collection_nobody_wrote_skips_its_documents_checks(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-e) With nothing written to the collection since the transaction began, the commit of a range's
+    """(cf) With nothing written to the collection since the transaction began, the commit of a range's
     pipeline update of 200 documents looks up neither their live values (the conflict check) nor
     their presence and places in the natural order (whether its copy can be installed): 200 of each
     kind of lookup fewer (the plan's count of the documents it deleted keeps its own); with a

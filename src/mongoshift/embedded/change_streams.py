@@ -154,7 +154,7 @@ def _take_inserted(document: Any) -> _Inserted | None:
     return _Inserted(noted[1]) if noted is not None and noted[0] is document else None
 
 
-#: (h2-b) The mark of the wrapper of MemoryEngine._set_storage_document_locked that notes the replaced document.
+#: (cc) The mark of the wrapper of MemoryEngine._set_storage_document_locked that notes the replaced document.
 PRE_IMAGE_LAYER = "pre-image"
 
 

@@ -155,7 +155,7 @@ def _changed(document: dict[str, Any], new_document: dict[str, Any], written: tu
 
 
 def _viewed(collection: Any, session: Any) -> tuple[Any, Any] | None:
-    """(h2-g) The collection object of the session's storage view and its map of values now, when it is one
+    """(ch) The collection object of the session's storage view and its map of values now, when it is one
     of mongoeco's (a persistent map: the same object while nothing is written), else None."""
     engine, m = collection._engine, _bind()
     try:
@@ -232,7 +232,7 @@ def patch_pipeline_updates() -> None:
         expressions = operation.context.expressions if operation.context is not None else None
         if getattr(expressions, "now", None) is None:
             raise _Undecided
-        viewed = _viewed(collection, session)  # (h2-g) the collection the read reads, and its values, before it
+        viewed = _viewed(collection, session)  # (ch) the collection the read reads, and its values, before it
         sink = ReadItems(bare=True)  # (storage key, stored value) of each match; no public copies when the walk answers
         token = READ_ITEMS.set(sink)
         try:
@@ -261,10 +261,10 @@ def patch_pipeline_updates() -> None:
         try:
             coll = batch.storage[batch.db_name][batch.coll_name]
             noted = batch.in_transaction and bool(STATEMENT_CHECKS)
-            if noted:  # (h2-b) the transaction's note of every write, before the first (nothing written in between)
+            if noted:  # (cc) the transaction's note of every write, before the first (nothing written in between)
                 for check in STATEMENT_CHECKS:
                     check(batch.engine, coll, [(write[0], write[5]) for write in writes])
-            batch.defer(coll)  # (h2-f) each written document is a different one the collection holds
+            batch.defer(coll)  # (cg) each written document is a different one the collection holds
             for storage_key, document, new_document, encoded, changed, data in writes:
                 batch._write(coll, storage_key, document, new_document, encoded, changed, data=data, noted=noted)
             batch.store(coll)
@@ -295,7 +295,7 @@ def patch_pipeline_updates() -> None:
         time); any other is. ``validator``: the collection's, compiled (None: none, or bypassed); a
         document it refuses sends the statement to mongoeco's path, which writes the documents before it
         and refuses it there (a no-op's too, as that path validates every document it matched).
-        ``viewed``: (h2-g) the collection object of the statement's storage view and its map of values,
+        ``viewed``: (ch) the collection object of the statement's storage view and its map of values,
         taken just before the read (None: not known). When the batch writes that same object and its
         values are still that map, nothing was written since: each document the read walked is stored as
         the value it read, which the batch takes without looking it up again."""
@@ -318,7 +318,7 @@ def patch_pipeline_updates() -> None:
         unwritten = viewed is not None and coll is viewed[0] and coll._values is viewed[1]
         for storage_key, read_data in read:
             if unwritten and read_data is not _MISSING:
-                data = read_data  # (h2-g) what the lookup below gives
+                data = read_data  # (ch) what the lookup below gives
             else:
                 data = None if coll is None else coll.get(storage_key)
             if data is None:

@@ -272,7 +272,7 @@ def _installable(engine: Any, entry: Any, namespace: tuple[str, str], written: d
         if not _same(index_map._snapshot_state(), started[1][index]):
             return False
     following = live._next_ordinal
-    same_order = mine._ordinals is live._ordinals  # (h2-e) one map of places: every document has its own in both
+    same_order = mine._ordinals is live._ordinals  # (cf) one map of places: every document has its own in both
     for key, before in written.items():
         if same_order and before is not _ABSENT:
             continue  # what the lookups below would answer for it
@@ -447,7 +447,7 @@ def patch_transaction_conflicts() -> None:
         written[key] = collection.get(key, _ABSENT)
 
     def note_all(self: Any, collection: Any, stored: list[tuple[Any, Any]]) -> None:
-        """(h2-b) :func:`note` of each (storage key, its stored value in ``collection`` now) in turn, for a
+        """(cc) :func:`note` of each (storage key, its stored value in ``collection`` now) in turn, for a
         statement that writes them all: the transaction, the namespace and the other open transactions'
         documents are found once, not once a document, and each value is the one its caller holds."""
         noted = noting(self, collection)
@@ -489,7 +489,7 @@ def patch_transaction_conflicts() -> None:
     set_document.__wrapped__ = original_set  # type: ignore[attr-defined]
     set_document.mongoshift_layer = updates.NOTE_LAYER  # type: ignore[attr-defined]  # a batch notes its writes first (updates.py)
     updates.WRITE_CHECKS[:] = [note]  # (be) a guarded batch's check before a statement's writes
-    updates.STATEMENT_CHECKS[:] = [note_all]  # (h2-b) a pipeline batch's, before its statement's writes
+    updates.STATEMENT_CHECKS[:] = [note_all]  # (cc) a pipeline batch's, before its statement's writes
 
     def delete_document(self: Any, collection: Any, storage_key: Any) -> None:
         note(self, collection, storage_key)
@@ -525,7 +525,7 @@ def patch_transaction_conflicts() -> None:
                 return None
             size = entry.sizes[(db, name)]
             inserted = deleted = 0
-            for k, b in written.items():  # one pass, no generators (h2-e)
+            for k, b in written.items():  # one pass, no generators (cf)
                 if b is _ABSENT:
                     inserted += k in mine
                 elif k not in mine:
@@ -613,7 +613,7 @@ def patch_transaction_conflicts() -> None:
     engine_class._mongoshift_merge = merge  # type: ignore[attr-defined]  # the merge step commit calls (the tests swap in merge_whole)
 
     def unwritten_since_start(entry: _TransactionWrites, namespace: tuple[str, str], live: Any) -> bool:
-        """(h2-e) Whether the live collection (the one the transaction began with) has the very roots it had
+        """(cf) Whether the live collection (the one the transaction began with) has the very roots it had
         then: no write reached it since (a write that failed was rolled back whole, within its own
         steps). The note of each document the transaction wrote found its value in the live collection
         (the first-writer-wins check), and recorded that same value as its base: the live value is
@@ -639,7 +639,7 @@ def patch_transaction_conflicts() -> None:
             merged, created = steps
             for (db, name), written, _, live in merged:
                 if unwritten_since_start(entry, (db, name), live):
-                    continue  # (h2-e) each document is as this transaction's note found it: the check below holds
+                    continue  # (cf) each document is as this transaction's note found it: the check below holds
                 for key, before in written.items():
                     if live.get(key, _ABSENT) is not before:
                         raise _write_conflict(f"a document of {db}.{name} that it wrote was written meanwhile")

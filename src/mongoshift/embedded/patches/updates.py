@@ -85,15 +85,15 @@ class _Undecided(Exception):
 #: ``note``, which raises the write conflict and otherwise records the document's base): a batch in a
 #: transaction runs it for a statement before any of that statement's writes.
 WRITE_CHECKS: list[Any] = []
-#: (h2-b) The same check of every write of a statement at once (patches/transactions.py registers its
+#: (cc) The same check of every write of a statement at once (patches/transactions.py registers its
 #: ``note_all``, given the collection and each (storage key, stored value) the statement replaces).
 STATEMENT_CHECKS: list[Any] = []
-#: (h2-b) The mark of the wrapper of MemoryEngine._set_storage_document_locked that notes a transaction's write.
+#: (cc) The mark of the wrapper of MemoryEngine._set_storage_document_locked that notes a transaction's write.
 NOTE_LAYER = "transaction-note"
 
 
 def _unwrapped_set(engine_class: Any) -> Any:
-    """(h2-b) MemoryEngine._set_storage_document_locked under its two wrappers, when those are exactly
+    """(cc) MemoryEngine._set_storage_document_locked under its two wrappers, when those are exactly
     change_streams.py's (the replaced document's pre-image) over transactions.py's (the transaction's
     note: its first-writer-wins check and the document's base), or None (another wrapper, a test's)."""
     outer = engine_class._set_storage_document_locked
@@ -540,7 +540,7 @@ def _index_touched(index: Any, changed: set[str]) -> bool:
 
 
 def _store_replacements(coll: Any, writes: list[tuple[Any, Any]]) -> None:
-    """(h2-f) ``coll[key] = value`` for each (key, value) of ``writes``, in order, every key one ``coll``
+    """(cg) ``coll[key] = value`` for each (key, value) of ``writes``, in order, every key one ``coll``
     holds: what mongoeco's MemoryCollection.__setitem__ does for a key it holds (the value into its map
     of values, the pair into its place in its chunk of the natural order: a new chunk of 128 places), but
     each chunk the writes touch rebuilt once, not once a write. Fix (ae)'s wrapper of __setitem__ does
@@ -596,8 +596,8 @@ class Batch:
         self._lock: Any = None
         self._own: Any = None  # the scope's journal, when it is the collection's only one
         self._frame: Any = None  # the publication scope the batch's changes go to, once the engine found it (:meth:`_record`)
-        self._set: Any = None  # (h2-b) the engine's stored-document write under its wrappers (:func:`_unwrapped_set`)
-        self._deferred: list[tuple[Any, Any]] | None = None  # (h2-f) a statement's stored values not stored yet (:meth:`defer`)
+        self._set: Any = None  # (cc) the engine's stored-document write under its wrappers (:func:`_unwrapped_set`)
+        self._deferred: list[tuple[Any, Any]] | None = None  # (cg) a statement's stored values not stored yet (:meth:`defer`)
         #: (bs) Set by a caller that judges every statement by :attr:`validator`: a collection with a validator is
         #: then taken too. Unset (any other caller), such a collection is mongoeco's.
         self.validating = False
@@ -736,7 +736,7 @@ class Batch:
         the old document's index entries out, the stored value in, the new entries in (each entry
         journaled for the rollback), and the change record into the outbox.
 
-        (h2-b) ``data``: the stored value the write replaces, held by the caller (None: not known);
+        (cc) ``data``: the stored value the write replaces, held by the caller (None: not known);
         ``noted``: in a transaction, the transaction's note of this write was taken already (the
         batch's :data:`WRITE_CHECKS` or :data:`STATEMENT_CHECKS`, under the same lock, nothing written
         in between). Both given, the stored value goes in without the two wrappers whose work that is
@@ -818,7 +818,7 @@ class Batch:
             self._frame = stack[-1]  # the scope the engine's steps appended this change to
 
     def defer(self, coll: Any) -> None:
-        """(h2-f) The next writes of stored values the caller holds (:meth:`_write`'s ``data``) into ``coll`` are
+        """(cg) The next writes of stored values the caller holds (:meth:`_write`'s ``data``) into ``coll`` are
         kept until :meth:`store`: a statement that decided all its writes first, each of a different
         document, reads none of them back before it ends (its index steps read the documents it holds,
         the ordinal of a held key does not change). Only for mongoeco's collection, with the engine's write
@@ -831,7 +831,7 @@ class Batch:
             self._deferred = []
 
     def store(self, coll: Any) -> None:
-        """(h2-f) Store the values :meth:`defer` kept, each chunk of the natural order rebuilt once."""
+        """(cg) Store the values :meth:`defer` kept, each chunk of the natural order rebuilt once."""
         deferred, self._deferred = self._deferred, None
         if deferred:
             _store_replacements(coll, deferred)
@@ -898,7 +898,7 @@ class _HistoryDelivery:
         change, or a history whose next token is not a number, takes the consumer's own steps."""
         m, sink, deliver = _M, self.sink, self.adapter._deliver_committed_change
         event_types = m["event_types"]
-        images: dict[tuple[str, str], bool] = {}  # (h2-d) each namespace's pre-image option, read once a run
+        images: dict[tuple[str, str], bool] = {}  # (ce) each namespace's pre-image option, read once a run
         with sink._condition:
             for change in changes:
                 payload = change.payload
@@ -910,7 +910,7 @@ class _HistoryDelivery:
                     kind = payload["operation_type"]
                     if kind in event_types:
                         sink._raise_if_degraded_locked()
-                        # (h2-d) the event's fields straight into the history: not a ChangeEventSnapshot
+                        # (ce) the event's fields straight into the history: not a ChangeEventSnapshot
                         # built for the history's append to read them back from
                         namespace = (db, coll) = payload["db_name"], payload["coll_name"]
                         kept = images.get(namespace)
@@ -1109,7 +1109,7 @@ def patch_guarded_updates() -> None:
     from mongoeco.api._async._database_admin_write_commands import DatabaseAdminWriteCommandService
 
     m = _bind()
-    # (h2-f) MemoryCollection.__setitem__ and the engine's storage undo as they are with every fix installed before
+    # (cg) MemoryCollection.__setitem__ and the engine's storage undo as they are with every fix installed before
     # this one (fix (ae)'s wrapper of the first): Batch.defer takes a collection only while they still are
     m["setitem"] = m["MemoryCollection"].__setitem__
     m["record_storage_undo"] = m["MemoryEngine"]._record_storage_undo_locked
@@ -1240,7 +1240,7 @@ def patch_guarded_updates() -> None:
     new, assign = object.__new__, object.__setattr__
 
     def prepare_committed_changes(self: Any, payloads: Any) -> Any:
-        """(h2-c) MemoryEngine._prepare_committed_changes_locked, each change record of the fast paths
+        """(cd) MemoryEngine._prepare_committed_changes_locked, each change record of the fast paths
         (:class:`_Owned`) made a CommittedChange as it is: the original deep-copies each payload, then
         CommittedChange's own check deep-copies it again (each copy of an _Owned is itself) and checks
         a sequence number that is a positive int by construction here."""
