@@ -143,3 +143,15 @@ def count_calls(monkeypatch: Any, *targets: tuple[Any, str]) -> dict[str, int]:
         monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
     return calls
 
+
+
+def versioned(collection: Any, count: int, fields: dict[str, Any]) -> list[Any]:
+    """``collection`` emptied, given the version index ``{__v: 1, _id: 1}``, and filled with ``count`` documents
+    at version 1, revision 1, with ``fields``, under ObjectId ``_id``s in order: the ``_id``s."""
+    from bson import ObjectId
+
+    collection.drop()
+    collection.create_index([("__v", 1), ("_id", 1)])
+    ids = [ObjectId(f"{i:024x}") for i in range(count)]
+    collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, **fields} for i in ids])
+    return ids

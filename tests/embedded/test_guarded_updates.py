@@ -21,7 +21,7 @@ from pymongo import InsertOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, original, original_update_path, stale_decodes, sync_client
+from .in_process import InProcessServer, count_calls, original, original_update_path, stale_decodes, sync_client, versioned
 
 FIELDS = ["a", "b", "B", "n", "__v", "__rev", "zz", "é"]
 scalars = (
@@ -340,10 +340,7 @@ def test_a_batch_of_guarded_updates_takes_the_engine_steps_once(server: InProces
     client = sync_client(server)
     try:
         collection = client.updates.steps
-        collection.drop()
-        collection.create_index([("__v", 1), ("_id", 1)])
-        ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
-        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": 2} for i in ids])
+        ids = versioned(collection, 1_000, {"qty": 2})
         calls = count_calls(
             monkeypatch, (MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"),
             (CollectionRuntimeCoordinator, "_dispatch_engine_changes"),
@@ -370,10 +367,7 @@ def test_a_guarded_statement_looks_its_document_up_once(server: InProcessServer,
     client = sync_client(server)
     try:
         collection = client.updates.lookups
-        collection.drop()
-        collection.create_index([("__v", 1), ("_id", 1)])
-        ids = [ObjectId(f"{i:024x}") for i in range(300)]
-        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "qty": 2} for i in ids])
+        ids = versioned(collection, 300, {"qty": 2})
         with collection.watch(max_await_time_ms=50) as stream:
             calls = count_calls(monkeypatch, (MemoryCollection, "get"))
             result = collection.bulk_write(

@@ -21,7 +21,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongoshift.embedded.patches.pipeline_updates import stages
 
 from ..conftest import examples
-from .in_process import InProcessServer, count_calls, original, stale_decodes, sync_client
+from .in_process import InProcessServer, count_calls, original, stale_decodes, sync_client, versioned
 
 FIELDS = ["a", "b", "n", "__v", "__rev", "zz"]
 scalars = (
@@ -192,10 +192,7 @@ def test_a_pipeline_update_takes_the_engine_steps_once(server: InProcessServer, 
     client = sync_client(server)
     try:
         collection = client.pipelines.steps
-        collection.drop()
-        collection.create_index([("__v", 1), ("_id", 1)])
-        ids = [ObjectId(f"{i:024x}") for i in range(1_000)]
-        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": [1, {"x": 2}]} for i in ids])
+        ids = versioned(collection, 1_000, {"name": "n", "email": "a@b", "legacy": [1, {"x": 2}]})
         steps = ((MemoryEngine, "_get_lock"), (MemoryEngine, "_encode_storage_document"), (transform_stages, "deepcopy"))
         calls = count_calls(monkeypatch, *steps, (CollectionRuntimeCoordinator, "_dispatch_engine_changes"), (QueryEngine, "match_plan"))
         result = collection.update_many({"__v": 1, "_id": {"$gte": ids[100], "$lt": ids[300]}}, B0)
@@ -362,10 +359,7 @@ def test_a_batch_records_its_changes_through_the_engines_checks_once(server: InP
     client = sync_client(server)
     try:
         collection = client.pipelines.recorded
-        collection.drop()
-        collection.create_index([("__v", 1), ("_id", 1)])
-        ids = [ObjectId(f"{i:024x}") for i in range(400)]
-        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        ids = versioned(collection, 400, {"name": "n", "email": "a@b", "legacy": 1})
         with collection.watch(max_await_time_ms=50) as stream:
             calls = count_calls(monkeypatch, (MemoryEngine, "_record_committed_change"))
             with client.start_session() as session, session.start_transaction():
@@ -394,10 +388,7 @@ def test_a_pipeline_update_in_a_transaction_looks_each_document_up_once_a_view(s
     client = sync_client(server)
     try:
         collection = client.pipelines.lookups
-        collection.drop()
-        collection.create_index([("__v", 1), ("_id", 1)])
-        ids = [ObjectId(f"{i:024x}") for i in range(300)]
-        collection.insert_many([{"_id": i, "__v": 1, "__rev": 1, "name": "n", "email": "a@b", "legacy": 1} for i in ids])
+        ids = versioned(collection, 300, {"name": "n", "email": "a@b", "legacy": 1})
         with client.start_session() as session, session.start_transaction():
             calls = count_calls(monkeypatch, (MemoryCollection, "get"))
             result = collection.update_many({"__v": 1, "_id": {"$gte": ids[50], "$lt": ids[250]}}, B0, session=session)
