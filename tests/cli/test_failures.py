@@ -259,8 +259,29 @@ def test_ctrl_c_under_log_format_json_keeps_every_stderr_line_one_json_object(pr
     assert proc.returncode == 130, lines
     parsed = [json.loads(line) for line in lines]  # every line, none blank
     messages = [line["message"] for line in parsed if line["level"] == "warning"]
-    assert any(m.startswith("stopping:") for m in messages), messages
+    assert any(m.startswith("stopping: nothing new starts and ctx.cancelled is set") for m in messages), messages
     assert any(m.startswith("second signal, stopping now: a lock this run held stays held") for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("args", "line"), [(("up",), True), (("down",), True), (("redo",), True), (("lint",), False), (("converge",), False), (("status",), False)]
+)
+def test_the_first_stop_speaks_of_ctx_cancelled_only_where_a_migration_runs(project, cli, monkeypatch, args, line: bool) -> None:  # type: ignore[no-untyped-def]
+    """``lint`` and ``converge`` said "ctx.cancelled is set" on their first Ctrl-C: words of the migration line."""
+    from mongoshift.cli import app, converge, lint, main
+
+    said: list[str] = []
+
+    def recorded(make, *, stopping: str = app.STOPPING, left_behind: str = app.LEFT_BEHIND):  # type: ignore[no-untyped-def]
+        said.append(stopping)
+        raise SystemExit(0)
+
+    for module in (main, lint, converge):
+        monkeypatch.setattr(module, "run_async", recorded)
+    project.add("0001_a.py", "def up(ctx):\n    pass\n\n\ndef down(ctx):\n    pass\n")
+    cli(project, *args, "--yes") if args == ("converge",) else cli(project, *args)
+    assert said, args
+    assert ("ctx.cancelled" in said[0]) is line, said
 
 
 @pytest.mark.parametrize(

@@ -196,7 +196,9 @@ def _warn_secrets_in_file(out: Output) -> None:
 
 
 #: What the first Ctrl-C or SIGTERM makes a command do, said on stderr (each command names its own boundary).
-STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
+STOPPING = "stopping: nothing new starts (press Ctrl-C again to stop now)"
+#: The migration line's (``up``, ``down``, ``redo``): the migration running is told through ``ctx.cancelled``.
+LINE_STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
 #: What a second signal leaves behind, said as the process ends at once (each command that holds something else names it).
 LEFT_BEHIND = (
     "a lock this run held stays held: the next run on this host takes it over at once (this process is gone); "

@@ -20,6 +20,7 @@ from ..errors import AddressInUseError, ConfigInvalidError, ExitCode, IOFailedEr
 from ..project.redaction import elide_long_words, escape_undecodable, redact, uri_secrets
 from .adoption import baseline as baseline_command, import_command
 from .app import (
+    LINE_STOPPING,
     WAIT_HELP,
     FloatRange,
     IntRange,
@@ -188,7 +189,8 @@ def up(
         lambda cancel: per_call(s, cancel=cancel).up(
             file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
             converge=converge, confirm=confirmation, batch=label, ordered=ordered,
-        )
+        ),
+        stopping=LINE_STOPPING,
     )
     _render_report(report)
     return 0
@@ -219,7 +221,8 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
             judge=judge_run, result_json=lambda r: r.to_json(), prepare=reversible_for_down(s, file),
         )
     report = run_async(
-        lambda cancel: per_call(s, cancel=cancel).down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered)
+        lambda cancel: per_call(s, cancel=cancel).down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered),
+        stopping=LINE_STOPPING,
     )
     _render_report(report)
     return 0
@@ -244,7 +247,7 @@ def redo(file: str | None, no_lock: bool, wait: float | None) -> int:
             s, tenants, "redo", lambda ms: ms.redo(file, lock=Lock(not no_lock, wait)), judge=judge_run, result_json=lambda r: r.to_json(),
             prepare=reversible_for_down(s, file),
         )
-    report = run_async(lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait)))
+    report = run_async(lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait)), stopping=LINE_STOPPING)
     _render_report(report)
     return 0
 
