@@ -378,7 +378,7 @@ async def test_a_squash_killed_while_moving_the_files_is_refused_until_they_are_
     # status says where the missing files are, in its table, its warning, --check's verdict (8) and --json
     shown = cli(project, "status")
     assert "missing (in _squashed/0003_squashed/)" in shown.stdout
-    assert "0001_a.py, 0002_b.py are in _squashed/0003_squashed/, which no squash file names" in shown.stderr
+    assert "missing: 0001_a.py, 0002_b.py; they are in _squashed/0003_squashed/, which no squash file names" in shown.stderr
     checked = cli(project, "--json", "status", "--check")
     assert checked.returncode == 8
     rows = {row["name"]: row for row in json.loads(checked.stdout)["migrations"]}
@@ -389,3 +389,17 @@ async def test_a_squash_killed_while_moving_the_files_is_refused_until_they_are_
         (archive / name).replace(project.migrations / name)
     archive.rmdir()
     assert cli(project, "squash", "--to", "0003_c", "--yes").returncode == 0
+
+
+def test_the_missing_warning_names_the_files_a_folder_holds_only_when_some_are_elsewhere() -> None:
+    from mongoshift.line.plan import StatusRow, missing_words
+
+    lost = StatusRow("0001_a.py", "missing")
+    held = [StatusRow(name, "missing", found_in="_squashed/0004_squashed/") for name in ("0002_b.py", "0003_c.py")]
+    assert missing_words([StatusRow("0005_e.py", "applied")]) is None
+    mixed = missing_words([lost, *held]) or ""
+    assert mixed.startswith("the files of applied migrations are missing: 0001_a.py, 0002_b.py, 0003_c.py; 0002_b.py, 0003_c.py are in")
+    assert mixed.endswith("move them back into the migrations folder")
+    alone = missing_words(held[:1]) or ""
+    assert alone.startswith("the files of applied migrations are missing: 0002_b.py; it is in _squashed/0004_squashed/")
+    assert alone.endswith("move it back into the migrations folder")

@@ -88,9 +88,13 @@ def missing_words(rows: Sequence[StatusRow]) -> str | None:
     folders = sorted({r.found_in for r in missing if r.found_in})
     for folder in folders:
         held = [r.name for r in missing if r.found_in == folder]
+        if len(held) == len(missing):  # all of them: not named twice
+            who = "it is" if len(held) == 1 else "they are"
+        else:
+            who = f"{', '.join(held)} {'is' if len(held) == 1 else 'are'}"
         said += (
-            f"; {', '.join(held)} {'is' if len(held) == 1 else 'are'} in {folder}, which no squash file names (a squash "
-            "that did not finish, or a squash file deleted by hand): move them back into the migrations folder"
+            f"; {who} in {folder}, which no squash file names (a squash that did not finish, or a squash file "
+            f"deleted by hand): move {'it' if len(held) == 1 else 'them'} back into the migrations folder"
         )
     return said
 
