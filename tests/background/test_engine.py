@@ -518,7 +518,7 @@ async def test_a_slice_that_failed_after_its_lease_lapsed_counts_towards_max_sli
         state = (await engine.coordinator.step("0001_names.py", spec)).state
         partitions = engine.store.partitions
 
-        async def lapses_then_fails(self, work, cursor, size):  # type: ignore[no-untyped-def]
+        async def lapses_then_fails(self, work, cursor, size, **_):  # type: ignore[no-untyped-def]
             lease = {"$set": {"lease.token": "another"}} if taken else {"$unset": {"lease": ""}}
             await partitions.update_one({"_id": work.lease.partition_id}, lease)
             raise RuntimeError("the batch broke")

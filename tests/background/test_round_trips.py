@@ -105,24 +105,34 @@ async def test_a_steady_state_batch_is_a_read_a_write_and_one_checkpoint(
     assert result.outcome == "done" and result.counters["migrated"] == 900
     assert await db.people.count_documents({"__v": 2, "full_name": {"$exists": True}}) == 900
 
+    sample = ("update", "_mongoshift_background")
+    checkpoint = ("findAndModify", "_mongoshift_background_partitions")
+    if transform == "migrate":
+        # Unpaced (pause_ms=0), a lane reads the next batch while the current one is written, so the
+        # reads come early and their order against the write is the event loop's: what is fixed is one
+        # read, one write and one checkpoint a batch, each batch's checkpoint (recording it in flight)
+        # before its write, and its write before the next batch's checkpoint.
+        sent = commands.sent[commands.sent.index(("find", "people")):]  # the slice's start (claim, control read) before it
+        # six full batches, then the read that finds the partition empty, whose checkpoint closes the
+        # partition; then the slice's throughput sample (one update of the state), and nothing else.
+        assert sorted(sent) == sorted([("find", "people")] * 7 + [("update", "people")] * 6 + [checkpoint] * 7 + [sample]), sent
+        assert sent[-2:] == [checkpoint, sample]
+        checkpoints = [i for i, c in enumerate(sent) if c == checkpoint]
+        writes = [i for i, c in enumerate(sent) if c == ("update", "people")]
+        reads = [i for i, c in enumerate(sent) if c == ("find", "people")]
+        assert all(checkpoints[k] < writes[k] < checkpoints[k + 1] for k in range(6)), sent
+        assert all(reads[k] < checkpoints[k] for k in range(7)), sent
+        return
     read = batches(commands.sent, "people")
     assert len(read) == 7  # six full batches, then the read that finds the partition empty
     for batch in read[:-1]:
         assert [c for c in batch if c[1] == "people"] == [("find", "people"), ("update", "people")], batch
-        if transform == "pipeline":
-            # A range: its checkpoint commits with its update, in one transaction (docs/background.md).
-            assert bookkeeping(batch, "people") == [("findAndModify", "_mongoshift_background_partitions"), ("commitTransaction", "admin")], batch
-        else:
-            assert bookkeeping(batch, "people") == [("findAndModify", "_mongoshift_background_partitions")], batch
+        # A range: its checkpoint commits with its update, in one transaction (docs/background.md).
+        assert bookkeeping(batch, "people") == [checkpoint, ("commitTransaction", "admin")], batch
     # The last read finds nothing: its checkpoint closes the partition, then the slice's throughput
     # sample (one update of the state), and nothing else is sent (a pipeline's last range, the rest
     # of the partition, is empty: its update matches nothing).
-    sample = ("update", "_mongoshift_background")
-    if transform == "pipeline":
-        checkpoint = [("findAndModify", "_mongoshift_background_partitions"), ("commitTransaction", "admin")]
-        assert read[-1] == [("find", "people"), ("update", "people"), *checkpoint, sample]
-    else:
-        assert read[-1] == [("find", "people"), ("findAndModify", "_mongoshift_background_partitions"), sample]
+    assert read[-1] == [("find", "people"), ("update", "people"), checkpoint, ("commitTransaction", "admin"), sample]
 
 
 async def slice_with_a_change_at_checkpoint(

@@ -287,6 +287,7 @@ class Lane:
         try:
             outcome = await self._batches(job, state, spec, partition, lost, counters, mode, work, adaptive)
         finally:
+            await mode.drop_ahead()
             if adaptive is not None:
                 self.pace = adaptive.state()
         if outcome.outcome != "lost" and not await mode.finish(work):
@@ -338,6 +339,7 @@ class Lane:
             waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set) if health else 0.0
             if waited:
                 work.throttled("health", waited_ms=waited)
+                await mode.drop_ahead()  # read before the wait: stale, and the server was asked to be spared
             # A stop (or a lost lease) during the waits above ends the slice before its batch:
             # the wait was cut short for that, not to write one more batch sooner.
             if (halt := _interrupted(engine, lost)) is not None:
@@ -349,8 +351,11 @@ class Lane:
             if adaptive is not None:
                 adaptive.waited((engine.now() - cycle_started) * 1000, health_ms=waited)
             failed_before = counters.get("failed", 0)
+            # Unpaced (no pause or hook between batches, and the health signals let this one go at once),
+            # the next batch follows at once: the mode may read it while this one is written.
+            paced = override.get("pause_ms", spec.pause_ms) > 0 or spec.throttle is not None or bool(waited) or bool(adaptive and adaptive.pause_ms())
             try:
-                progress = await mode.advance(work, cursor, size)
+                progress = await mode.advance(work, cursor, size, ahead=not paced)
             except TransactionsUnsupported:
                 await self._fail(state, f"{state.name} asks for transactions, but this server does not support them; run it without transaction")
                 return SliceResult("failed", counters)

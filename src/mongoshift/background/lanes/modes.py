@@ -172,12 +172,20 @@ class Mode(Protocol):
     #: Whether it reads the collection in batches (and so wants the version index as a hint).
     reads_documents: bool
 
-    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
-        """One batch (or step) from ``cursor``; ``size`` is the batch size the throttle settled on."""
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int, *, ahead: bool = False) -> Progress:
+        """One batch (or step) from ``cursor``; ``size`` is the batch size the throttle settled on.
+
+        ``ahead``: the lane will start its next batch at once (no pause, hook or health wait between
+        them), so a mode may read that batch while this one is written (only :class:`PlainBatches` does)."""
         ...
 
     async def finish(self, work: PartitionWork) -> bool:
         """At the slice's end: what the last batch still owes the partition; False when fenced off."""
+        ...
+
+    async def drop_ahead(self) -> None:
+        """Drop what was read ahead: at the slice's end, whatever it ends with (done, yielded, stopped,
+        lost, failed), and when the lane waited before the next batch (the read is stale by then)."""
         ...
 
 
@@ -227,6 +235,50 @@ class _Owed:
         return _Owed(self.cursor, counts, [*earlier.bad_ids, *self.bad_ids], [*earlier.doc_errors, *self.doc_errors], self.throttle)
 
 
+#: The name of a lane's read of its next batch (:meth:`PlainBatches._read_ahead`), for a reader of ``asyncio.all_tasks()``.
+READ_AHEAD_TASK = "mongoshift read-ahead"
+
+
+@dataclass
+class _Ahead:
+    """The next batch's read, started while the current batch is transformed and written."""
+
+    cursor: Checkpoint  # the cursor it reads from: the next batch's, as the lane will pass it (the same object)
+    size: int
+    read: asyncio.Task[list[Any]]
+
+    async def drop(self) -> None:
+        """Cancel the read if it is still in flight; its answer or error is of no use any more."""
+        self.read.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.read
+
+    async def take(self, cursor: Checkpoint, size: int) -> tuple[list[Any], int] | None:
+        """The documents read ahead and the batch size they were read at, when they are the batch
+        ``advance`` asks for (the same cursor); None otherwise, or when the read failed (the batch is then
+        read again, where a lasting error is raised as any read's)."""
+        if cursor is not self.cursor:
+            await self.drop()
+            return None
+        try:
+            docs = await self.read
+        except asyncio.CancelledError:
+            if self.read.cancelled() and not _current_cancelling():
+                return None  # the read alone was cancelled (not this lane): read again
+            raise
+        except Exception:
+            return None
+        if len(docs) > size:  # the throttle settled on a smaller batch since: the rest is read again next time
+            return docs[:size], size
+        return docs, self.size
+
+
+def _current_cancelling() -> bool:
+    """Whether the running task is being cancelled (a stop), as opposed to a task it awaited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 @dataclass
 class PlainBatches:
     """A batch read (decoded by the driver), written through :func:`apply_batch`, around one fenced checkpoint.
@@ -243,8 +295,12 @@ class PlainBatches:
 
     reads_documents = True
     owed: _Owed | None = None
+    #: The next batch's read, when one was started ahead (see :meth:`_read_ahead`).
+    ahead: _Ahead | None = None
+    #: How long the last batch took (engine clock): a read ahead is started only if the slice has that much left.
+    last_batch_s: float = 0.0
 
-    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int, *, ahead: bool = False) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
         began = engine.now()
         # The driver decodes the batch with its reply (one C decode, no object per raw document), and
@@ -252,8 +308,14 @@ class PlainBatches:
         # (lend_decoded); the batch's ids and revisions come from the lent tops. The last document as
         # read is kept before the transforms, for the cursor. (A pipeline batch is read raw: only ids.)
         codec = collection.codec_options.with_options(document_class=dict if job.pipeline is None else RawBSONDocument)
-        find = work.find(collection.with_options(codec_options=codec), cursor, size)
-        docs: list[Any] = await find.to_list(None) if find is not None else []
+        docs: list[Any] | None = None
+        if self.ahead is not None:
+            taken, self.ahead = await self.ahead.take(cursor, size), None
+            if taken is not None:
+                docs, size = taken
+        if docs is None:
+            find = work.find(collection.with_options(codec_options=codec), cursor, size)
+            docs = await find.to_list(None) if find is not None else []
         read_ms = (engine.now() - began) * 1000
         batch: list[Any] | Lent = docs
         last: Any = None
@@ -264,12 +326,14 @@ class PlainBatches:
                 last = as_read(batch.tops[-1], codec)
             else:
                 last = decode(docs[-1].raw, collection.codec_options)
-            ahead = await self._checkpoint(
+            checkpointed = await self._checkpoint(
                 work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs, collection.codec_options)
             )
-            if ahead is None:
+            if checkpointed is None:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
-            control = ahead.control
+            control = checkpointed.control
+            if ahead and len(docs) == size:
+                self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), size)
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
@@ -290,6 +354,8 @@ class PlainBatches:
             if change:
                 work.throttled(change, **adaptive.pace())
         next_cursor, done = work.after(cursor, last, read=len(docs), limit=size, left=[*(e.id for e in result.errors), *result.left])
+        if self.ahead is not None:  # the same position (after the same last document), as the object the read ahead is taken by
+            next_cursor = self.ahead.cursor
         batch_counts = counts_of(result, len(docs))
         add_counts(work.counters, batch_counts)
         self.owed = _Owed(
@@ -303,13 +369,36 @@ class PlainBatches:
         engine.events.emit(
             "batch", job.name, partition=work.partition.seq, size=size, latency_ms=round(latency_ms, 1), duration_ms=_ms_since(engine, began), **batch_counts
         )
+        self.last_batch_s = engine.now() - began
         return Progress(done, next_cursor, True, control)
+
+    def _read_ahead(self, work: PartitionWork, collection: AsyncCollection[Any], cursor: Checkpoint, size: int) -> None:
+        """Start reading the batch after this one, from ``cursor``, while this one is transformed and written.
+
+        The server answers that ``find`` while the client transforms, as it would otherwise idle; B3's
+        loop (read, write, read...) leaves the two to take turns. It is as safe as any read: a document
+        the application changes after it is a conflict of the guarded write, as after any read. Only a
+        keyset range reads ahead (a draining hash range's next read depends on what this batch leaves),
+        only a full batch (a short one ends the partition), and not when the slice will have ended by the
+        time this batch is written (a read for the next slice would be dropped). What is not taken by the
+        next :meth:`advance` (a stop, a pause, a control, a lost lease, the slice's end) is dropped by :meth:`drop_ahead`."""
+        engine = work.engine
+        if work.partition.scope.drains or engine.cancel.is_set() or engine.now() + self.last_batch_s >= work.deadline:
+            return
+        find = work.find(collection, cursor, size)
+        if find is not None:
+            self.ahead = _Ahead(cursor, size, asyncio.get_running_loop().create_task(find.to_list(None), name=READ_AHEAD_TASK))
 
     async def finish(self, work: PartitionWork) -> bool:
         """Checkpoint the slice's last written batch, if it is still owed; False when fenced off."""
         if self.owed is None:
             return True
         return await self._checkpoint(work, self.owed.cursor) is not None
+
+    async def drop_ahead(self) -> None:
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            await ahead.drop()
 
     async def _checkpoint(
         self, work: PartitionWork, cursor: Checkpoint, *, intent: dict[str, Any] | None = None, done: bool = False
@@ -432,7 +521,10 @@ class PipelineRanges:
     async def finish(self, work: PartitionWork) -> bool:
         return await self.ids.finish(work)
 
-    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+    async def drop_ahead(self) -> None:
+        """Nothing: the ``_id`` path is never asked to read ahead here (a range may come next)."""
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int, *, ahead: bool = False) -> Progress:
         scope = work.partition.scope
         if not self.transactions or scope.drains or scope.targeted or work.job.shard_key or size < 2:
             return await self.ids.advance(work, cursor, size)
@@ -536,7 +628,10 @@ class TransactionalBatches:
         """Nothing: each batch's checkpoint commits with it."""
         return True
 
-    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+    async def drop_ahead(self) -> None:
+        """Nothing: a transaction's read is its own, never ahead."""
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int, *, ahead: bool = False) -> Progress:
         engine, job, collection = work.engine, work.job, work.collection
         began = engine.now()
         spec = job.spec
@@ -626,7 +721,10 @@ class StepCalls:
         """Nothing: each step's checkpoint is written with it."""
         return True
 
-    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int) -> Progress:
+    async def drop_ahead(self) -> None:
+        """Nothing: a step reads nothing of the engine's."""
+
+    async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int, *, ahead: bool = False) -> Progress:
         engine = work.engine
         began = engine.now()
         progress, counts = await self._advance(work, cursor)
