@@ -14,13 +14,15 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from bson.codec_options import CodecOptions
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.asynchronous.database import AsyncDatabase
 
 from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.lanes.lane import Lane
-from mongoshift.background.lanes.modes import READ_AHEAD_TASK, _Ahead
+from mongoshift.background.lanes.modes import READ_AHEAD_TASK, _Ahead, _lent, _Read
 from mongoshift.background.state.model import Checkpoint
+from mongoshift.background.write.batch import Lent
 
 from ..conftest import TEST_CLIENT_OPTIONS, Project, fail_command
 from .conftest import background_file, seed
@@ -170,30 +172,38 @@ async def test_a_stop_drops_the_batch_read_ahead_and_counts_only_what_was_writte
     assert await db.people.count_documents({"__v": 2, "full_name": {"$exists": True}}) == 500
 
 
-def finished(docs: list[Any]) -> asyncio.Future[list[Any]]:
-    future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-    future.set_result(docs)
+CODEC: CodecOptions[dict[str, Any]] = CodecOptions(document_class=dict)
+
+
+def finished(docs: list[dict[str, Any]]) -> asyncio.Future[_Read]:
+    future: asyncio.Future[_Read] = asyncio.get_running_loop().create_future()
+    future.set_result(_lent(docs, CODEC))
     return future
 
 
 async def test_a_batch_read_ahead_is_cut_to_a_smaller_size_and_taken_whole_at_a_larger_one() -> None:
     """The throttle (the operator's or the controller's) may settle on another size while the read is in
-    flight: a smaller batch takes the first documents (the rest is read again after it), a larger one
-    takes the batch as read, at the size it was read at (so a full one does not end the partition)."""
+    flight: a smaller batch takes the first documents, lent anew (the rest is read again after it), a
+    larger one takes the batch as read, at the size it was read at (so a full one does not end the partition)."""
     cursor = Checkpoint(last_id=7, started=True)
-    docs = [{"_id": i} for i in range(8, 13)]
-    ahead = _Ahead(cursor, 5, finished(docs))  # type: ignore[arg-type]
-    assert await ahead.take(cursor, 3) == (docs[:3], 3)
-    ahead = _Ahead(cursor, 5, finished(docs))  # type: ignore[arg-type]
-    assert await ahead.take(cursor, 50) == (docs, 5)
+    docs = [{"_id": i, "tags": [i]} for i in range(8, 13)]
+    taken = await _Ahead(cursor, 5, finished(docs)).take(cursor, 3, CODEC)
+    assert taken is not None
+    read, size = taken
+    assert size == 3 and read.docs == docs[:3] and read.last == {"_id": 10, "tags": [10]}
+    assert isinstance(read.batch, Lent) and read.batch.tops == docs[:3]
+    taken = await _Ahead(cursor, 5, finished(docs)).take(cursor, 50, CODEC)
+    assert taken is not None
+    read, size = taken
+    assert size == 5 and read.docs == docs and read.last == {"_id": 12, "tags": [12]}
 
 
 async def test_a_batch_read_ahead_from_another_cursor_or_that_failed_is_not_taken() -> None:
     cursor = Checkpoint(last_id=7, started=True)
-    pending: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-    ahead = _Ahead(cursor, 5, pending)  # type: ignore[arg-type]
-    assert await ahead.take(Checkpoint(last_id=7, started=True), 5) is None  # an equal position is not the one it was read for
+    pending: asyncio.Future[_Read] = asyncio.get_running_loop().create_future()
+    # an equal position is not the one it was read for: the lane passes on the very cursor it was read from
+    assert await _Ahead(cursor, 5, pending).take(Checkpoint(last_id=7, started=True), 5, CODEC) is None
     assert pending.cancelled()
-    failed: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+    failed: asyncio.Future[_Read] = asyncio.get_running_loop().create_future()
     failed.set_exception(RuntimeError("the read failed"))
-    assert await _Ahead(cursor, 5, failed).take(cursor, 5) is None  # type: ignore[arg-type]
+    assert await _Ahead(cursor, 5, failed).take(cursor, 5, CODEC) is None

@@ -239,13 +239,48 @@ class _Owed:
 READ_AHEAD_TASK = "mongoshift read-ahead"
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A batch as read: the documents, the batch handed to :func:`apply_batch` (a ``migrate`` batch lent,
+    :func:`lend_decoded`; a pipeline's raw documents as they are) and its last document as read (None: empty)."""
+
+    docs: list[Any]
+    batch: list[Any] | Lent
+    last: Any
+
+    def cut(self, size: int, codec: CodecOptions[Any]) -> _Read:
+        """The first ``size`` documents (lent anew: a lent batch is never cut)."""
+        return _lent(self.docs[:size], codec)
+
+
+def _lent(docs: list[dict[str, Any]], codec: CodecOptions[Any]) -> _Read:
+    """A ``migrate`` batch read decoded by the driver (one C decode, no object per raw document): the
+    decoded documents, this batch's alone, are lent to the transform as they are; the batch's ids and
+    revisions come from the lent tops, and the last document as read is copied before the transforms,
+    for the cursor."""
+    if not docs:
+        return _Read(docs, docs, None)
+    batch = lend_decoded(docs, codec)
+    return _Read(docs, batch, as_read(batch.tops[-1], codec))
+
+
+async def _read(find: Any, codec: CodecOptions[Any], *, raw: CodecOptions[Any] | None) -> _Read:
+    """The batch ``find`` reads (None: nothing is left), lent (``raw`` None), or raw documents (a pipeline's
+    ``_id`` path: ``raw`` the collection's codec, the last one decoded with it)."""
+    docs: list[Any] = await find.to_list(None) if find is not None else []
+    if raw is None:
+        return _lent(docs, codec)
+    return _Read(docs, docs, decode(docs[-1].raw, raw) if docs else None)
+
+
 @dataclass
 class _Ahead:
-    """The next batch's read, started while the current batch is transformed and written."""
+    """The next batch's read, started while the current batch is transformed and written; lent as it
+    comes in, while the server works on the current batch's write."""
 
     cursor: Checkpoint  # the cursor it reads from: the next batch's, as the lane will pass it (the same object)
     size: int
-    read: asyncio.Task[list[Any]]
+    read: asyncio.Future[_Read]
 
     async def drop(self) -> None:
         """Cancel the read if it is still in flight; its answer or error is of no use any more."""
@@ -253,24 +288,24 @@ class _Ahead:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.read
 
-    async def take(self, cursor: Checkpoint, size: int) -> tuple[list[Any], int] | None:
-        """The documents read ahead and the batch size they were read at, when they are the batch
-        ``advance`` asks for (the same cursor); None otherwise, or when the read failed (the batch is then
-        read again, where a lasting error is raised as any read's)."""
+    async def take(self, cursor: Checkpoint, size: int, codec: CodecOptions[Any]) -> tuple[_Read, int] | None:
+        """The batch read ahead and the batch size it was read at, when it is the batch ``advance`` asks
+        for (the same cursor); None otherwise, or when the read failed (the batch is then read again,
+        where a lasting error is raised as any read's)."""
         if cursor is not self.cursor:
             await self.drop()
             return None
         try:
-            docs = await self.read
+            read = await self.read
         except asyncio.CancelledError:
             if self.read.cancelled() and not _current_cancelling():
                 return None  # the read alone was cancelled (not this lane): read again
             raise
         except Exception:
             return None
-        if len(docs) > size:  # the throttle settled on a smaller batch since: the rest is read again next time
-            return docs[:size], size
-        return docs, self.size
+        if len(read.docs) > size:  # the throttle settled on a smaller batch since: the rest is read again next time
+            return read.cut(size, codec), size
+        return read, self.size
 
 
 def _current_cancelling() -> bool:
@@ -303,36 +338,27 @@ class PlainBatches:
     async def advance(self, work: PartitionWork, cursor: Checkpoint, size: int, *, ahead: bool = False) -> Progress:
         engine, job, collection, adaptive = work.engine, work.job, work.collection, work.adaptive
         began = engine.now()
-        # The driver decodes the batch with its reply (one C decode, no object per raw document), and
-        # the decoded documents, this batch's alone, are lent to the transform as they are
-        # (lend_decoded); the batch's ids and revisions come from the lent tops. The last document as
-        # read is kept before the transforms, for the cursor. (A pipeline batch is read raw: only ids.)
+        # A pipeline batch is read raw: only its ids are used.
         codec = collection.codec_options.with_options(document_class=dict if job.pipeline is None else RawBSONDocument)
-        docs: list[Any] | None = None
+        read: _Read | None = None
         if self.ahead is not None:
-            taken, self.ahead = await self.ahead.take(cursor, size), None
+            taken, self.ahead = await self.ahead.take(cursor, size, codec), None
             if taken is not None:
-                docs, size = taken
-        if docs is None:
+                read, size = taken
+        if read is None:
             find = work.find(collection.with_options(codec_options=codec), cursor, size)
-            docs = await find.to_list(None) if find is not None else []
+            read = await _read(find, codec, raw=None if job.pipeline is None else collection.codec_options)
         read_ms = (engine.now() - began) * 1000
-        batch: list[Any] | Lent = docs
-        last: Any = None
+        docs, batch, last = read.docs, read.batch, read.last
         control: Any = None
         if docs:
-            if job.pipeline is None:
-                batch = lend_decoded(docs, codec)
-                last = as_read(batch.tops[-1], codec)
-            else:
-                last = decode(docs[-1].raw, collection.codec_options)
             checkpointed = await self._checkpoint(
                 work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs, collection.codec_options)
             )
             if checkpointed is None:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
             control = checkpointed.control
-            if ahead and len(docs) == size:
+            if ahead and len(docs) == size and job.pipeline is None:
                 self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), size)
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
@@ -387,7 +413,8 @@ class PlainBatches:
             return
         find = work.find(collection, cursor, size)
         if find is not None:
-            self.ahead = _Ahead(cursor, size, asyncio.get_running_loop().create_task(find.to_list(None), name=READ_AHEAD_TASK))
+            codec = collection.codec_options
+            self.ahead = _Ahead(cursor, size, asyncio.get_running_loop().create_task(_read(find, codec, raw=None), name=READ_AHEAD_TASK))
 
     async def finish(self, work: PartitionWork) -> bool:
         """Checkpoint the slice's last written batch, if it is still owed; False when fenced off."""
