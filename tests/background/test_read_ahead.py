@@ -150,6 +150,30 @@ async def test_a_paced_lane_reads_after_it_writes(project: Project, db: AsyncDat
     assert reads.order == ["find", "update"] * 3 + ["find"] and not leftover
 
 
+async def test_a_batch_read_ahead_before_a_health_wait_is_dropped_and_read_again(
+    project: Project, db: AsyncDatabase[Any], client: Any, reads: Reads
+) -> None:
+    """A health signal that makes the lane wait before the third batch: the third batch, read ahead while
+    the second was written, went stale in the wait, which was asked for to spare the server."""
+    await seed(db.people, 500)
+    busy = (
+        "def busy():\n"
+        "    if probe.reads.updates == 2 and not probe.seen:\n"
+        "        probe.seen.append('waited')\n"
+        "        return 1\n"
+        "    return 0\n\n"
+        "background = Background("
+    )
+    migration = source("health=[busy],").replace("probe.seen.append(probe.reads.next_read_sent())", "pass")
+    project.add(NAME, migration.replace("background = Background(", busy))
+    result, leftover = await one_slice(project, client)
+    assert result.outcome == "done" and result.counters["migrated"] == 500 and result.counters["scanned"] == 500
+    assert sys.modules[PROBE].seen == ["waited"]  # type: ignore[attr-defined]
+    # The reads: the first batch; the second and third read ahead; the third read again after the wait
+    # (which started no read ahead); the fourth; the fifth and the empty one read ahead again.
+    assert reads.finds == 7 and reads.updates == 5 and not leftover
+
+
 async def test_a_stop_drops_the_batch_read_ahead_and_counts_only_what_was_written(
     project: Project, db: AsyncDatabase[Any], client: Any, reads: Reads
 ) -> None:

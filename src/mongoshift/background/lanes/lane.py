@@ -339,7 +339,6 @@ class Lane:
             waited = await wait_while_unhealthy(health, cancelled=engine.cancel.is_set) if health else 0.0
             if waited:
                 work.throttled("health", waited_ms=waited)
-                await mode.drop_ahead()  # read before the wait: stale, and the server was asked to be spared
             # A stop (or a lost lease) during the waits above ends the slice before its batch:
             # the wait was cut short for that, not to write one more batch sooner.
             if (halt := _interrupted(engine, lost)) is not None:
@@ -352,8 +351,12 @@ class Lane:
                 adaptive.waited((engine.now() - cycle_started) * 1000, health_ms=waited)
             failed_before = counters.get("failed", 0)
             # Unpaced (no pause or hook between batches, and the health signals let this one go at once),
-            # the next batch follows at once: the mode may read it while this one is written.
+            # the next batch follows at once: the mode may read it while this one is written. Paced, a batch
+            # read ahead before the pace changed is dropped: it went stale in the wait, which was room left
+            # for the application (or asked for by a health signal), not for reads.
             paced = override.get("pause_ms", spec.pause_ms) > 0 or spec.throttle is not None or bool(waited) or bool(adaptive and adaptive.pause_ms())
+            if paced:
+                await mode.drop_ahead()
             try:
                 progress = await mode.advance(work, cursor, size, ahead=not paced)
             except TransactionsUnsupported:
