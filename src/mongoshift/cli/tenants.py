@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import TenantsInvalidError
+from ..errors import ConfigInvalidError, TenantsInvalidError
 from ..project.redaction import strip_controls
 from .app import LEFT_BEHIND, options, output, run_async
 
@@ -62,6 +62,7 @@ def tenant_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def requested(*, reading: bool = False) -> Tenants | None:
     """The tenants the command line asked for; None without a selection flag (the command acts on ``--db``).
+    ``--db`` given with a selection flag is refused (exit 6), before anything connects.
 
     ``reading``: a read-only command visits every tenant whatever one of them answers."""
     given: dict[str, Any] = options().get(_KEY, {})
@@ -73,6 +74,13 @@ def requested(*, reading: bool = False) -> Tenants | None:
         if rollout_only:
             raise TenantsInvalidError(f"{', '.join(rollout_only)} needs a selection: --tenant NAME, --tenants PATTERN or --all-tenants")
         return None
+    if options().get("db") is not None:
+        # --db names the one database to act on, the selection names others: taking either silently
+        # would run where the user did not ask (the tenants, or only the one database)
+        chosen = "--tenant" if names else "--tenants" if pattern is not None else "--all-tenants"
+        raise ConfigInvalidError(
+            f"--db and {chosen} cannot be combined: --db acts on one database, {chosen} on the selected tenant databases; give one of them"
+        )
     from ..api.tenants import Tenants  # start-up time: the API loads when a command runs
 
     parallel = given.get("parallel")

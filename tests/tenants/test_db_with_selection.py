@@ -1,0 +1,94 @@
+"""``--db`` with a tenant selection flag is refused before anything connects, on every command that takes both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ..conftest import Project
+
+#: Every command with the tenant flags, with the arguments it needs to get as far as the selection.
+COMMANDS = [
+    ("up",),
+    ("down",),
+    ("redo",),
+    ("status",),
+    ("list",),
+    ("dry-run", "up"),
+    ("dry-run", "down"),
+    ("lock",),
+    ("unlock", "--yes"),
+    ("audit",),
+    ("baseline", "--to", "0001_a", "--yes"),
+    ("import", "--from", "migrate-mongo"),
+    ("converge", "--yes"),
+    ("squash", "--to", "0001_a", "--yes"),
+    ("background", "run", "--all"),
+    ("background", "status"),
+    ("background", "watch"),
+    ("background", "dry-run", "0001_a"),
+    ("background", "pause", "0001_a"),
+    ("background", "resume", "0001_a"),
+    ("background", "cancel", "0001_a", "--yes"),
+    ("background", "retry", "0001_a", "--yes"),
+    ("background", "repin", "0001_a", "--yes"),
+    ("background", "throttle", "0001_a", "--batch-size", "10"),
+    ("background", "unlock", "0001_a", "--yes"),
+    ("background", "verify"),
+]
+
+SELECTIONS = [("--tenant", "t1"), ("--tenants", "t*"), ("--all-tenants",)]
+
+
+@pytest.fixture
+def unreachable(tmp_path: Path) -> Project:
+    """A tenant project whose server refuses every connection: a command that connected would fail with 5 or 47."""
+    project = Project(tmp_path, "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=2000", "app")
+    project.config.write_text(
+        "[mongoshift]\n"
+        f"uri = {json.dumps(project.uri)}\n"
+        'db = "app"\nmigrations_dir = "migrations"\n'
+        '[mongoshift.tenants]\ndatabases = ["t1", "t2"]\n',
+        encoding="utf-8",
+    )
+    project.add("0001_a.py", "def up(ctx):\n    pass\n\ndef down(ctx):\n    pass\n")
+    return project
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_db_with_a_tenant_flag_is_refused_before_connecting(unreachable: Project, cli, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    for selection in SELECTIONS:
+        result = cli(unreachable, *command, "--db", "other", *selection, "--json")
+        assert result.returncode == 6, (selection, result.stdout, result.stderr)
+        error = json.loads(result.stdout)["error"]
+        assert error["kind"] == "config_invalid"
+        assert "--db" in error["message"] and selection[0] in error["message"], error["message"]
+
+
+def test_db_before_the_command_is_refused_too_and_the_project_files_db_is_not(unreachable: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(unreachable, "--db", "other", "status", "--all-tenants")
+    assert result.returncode == 6
+    assert "--db and --all-tenants cannot be combined" in result.stderr
+    # the project file's db (and MONGOSHIFT_DB) is a default that the selection replaces: not refused
+    plain = cli(unreachable, "status", "--all-tenants", "--json")
+    assert plain.returncode == 5, plain.stderr  # it went on and tried the server
+
+
+def test_the_list_above_holds_every_command_with_the_tenant_flags() -> None:
+    import click
+
+    from mongoshift.cli.main import cli as root
+
+    def walk(group: click.Group, path: tuple[str, ...]) -> set[tuple[str, ...]]:
+        found: set[tuple[str, ...]] = set()
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                found |= walk(command, (*path, name))
+            elif any(p.name == "all_tenants" for p in command.params):
+                found.add((*path, name))
+        return found
+
+    listed = {tuple(word for word in command if not word.startswith("-") and word not in ("0001_a", "migrate-mongo", "10")) for command in COMMANDS}
+    assert walk(root, ()) == listed
