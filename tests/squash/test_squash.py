@@ -391,6 +391,35 @@ async def test_a_squash_killed_while_moving_the_files_is_refused_until_they_are_
     assert cli(project, "squash", "--to", "0003_c", "--yes").returncode == 0
 
 
+async def test_every_command_that_warns_of_a_missing_file_says_which_folder_a_killed_squash_left_it_in(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``status`` said where a killed squash left the files; ``up`` (its checksum warnings), ``dry-run up``, ``down``'s
+    refusal and ``audit`` said only "missing", with the files' only copy one folder away. They use status's words."""
+    line(project, "0001_a", "0002_b", "0003_c")
+    await up(project.settings())
+    archive = project.migrations / "_squashed" / "0003_squashed"
+    archive.mkdir(parents=True)
+    for name in ("0002_b.py", "0003_c.py"):  # what a kill leaves after the writer's moves
+        (project.migrations / name).replace(archive / name)
+    where = "0002_b.py, 0003_c.py; they are in _squashed/0003_squashed/, which no squash file names"
+    status_said = cli(project, "status").stderr
+    assert where in status_said
+    for command in (("up",), ("dry-run", "up")):
+        plain = cli(project, *command)
+        assert plain.returncode == 0, plain.stderr
+        assert where in plain.stderr and "move them back into the migrations folder" in plain.stderr, plain.stderr
+        as_json = cli(project, *command, "--json")
+        warnings = json.loads(as_json.stdout)["warnings"]
+        assert any(where in w for w in warnings), warnings
+    refused = cli(project, "down", "--json")
+    assert refused.returncode == 8
+    error = json.loads(refused.stdout)["error"]
+    assert "missing: 0003_c.py, 0002_b.py; they are in _squashed/0003_squashed/, which no squash file names" in error["message"]
+    assert error["details"]["found_in"] == {"0002_b.py": "_squashed/0003_squashed/", "0003_c.py": "_squashed/0003_squashed/"}
+    audit = cli(project, "audit", "--json")
+    findings = [f for f in json.loads(audit.stdout)["findings"] if f["check"] == "line.missing"]
+    assert findings and all("_squashed/0003_squashed/" in f["message"] for f in findings), findings
+
+
 def test_the_missing_warning_names_the_files_a_folder_holds_only_when_some_are_elsewhere() -> None:
     from mongoshift.line.plan import StatusRow, missing_words
 

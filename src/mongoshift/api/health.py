@@ -25,6 +25,7 @@ from ..line.plan import StatusRow, applied_out_of_order, fold_squashes, sorts_be
 from ..project.lock import LockHolder
 from ..project.session import Project, Session, open_session
 from ..project.settings import Settings
+from ..project.squashes import stranded_files
 from ..project.wording import plural
 from .options import one_shot
 
@@ -163,7 +164,7 @@ async def _background(session: Session, store: BackgroundStore) -> tuple[list[Ba
 async def _facts(session: Session, *, now: datetime | None, stale_after: float) -> Facts:
     settings = session.settings
     records = await session.changelog.records()
-    rows = status_rows(session.files, records)
+    rows = status_rows(session.files, records, stranded=stranded_files(settings.migrations_dir))
     records, _ = fold_squashes(session.files, records)  # a squash file stands for the files it replaced
     late, latest = sorts_before_applied([r.name for r in rows if r.pending], records)
     holder = await session.new_lock().holder()
@@ -208,7 +209,13 @@ def _line(facts: Facts, state: str) -> list[StatusRow]:
 
 def _missing(facts: Facts) -> Iterable[tuple[str, str]]:
     for row in _line(facts, "missing"):
-        yield row.name, "applied, but its file is not in the migrations folder (it cannot be rolled back)"
+        if row.found_in:  # status's words (line.plan.missing_words)
+            yield row.name, (
+                f"applied, but its file is in {row.found_in}, which no squash file names (a squash that did not finish, "
+                "or a squash file deleted by hand): move it back into the migrations folder"
+            )
+        else:
+            yield row.name, "applied, but its file is not in the migrations folder (it cannot be rolled back)"
 
 
 def _squash_partial(facts: Facts) -> Iterable[tuple[str, str]]:

@@ -30,7 +30,7 @@ from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
 from ..project.server_errors import from_pymongo
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
-from ..project.squashes import unnamed_archives
+from ..project.squashes import stranded_files
 from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lock, confirm_parts, log_entries, one_shot, run_observers
 
 if TYPE_CHECKING:
@@ -130,9 +130,12 @@ async def _plan(
             strict=settings.strict if strict is None else strict,
             out_of_order="allow" if target and not ordered else settings.out_of_order,
             ordered=ordered,
+            stranded=stranded_files(settings.migrations_dir),
         )
     else:
-        plan = plan_down(session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered)
+        plan = plan_down(
+            session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered, stranded=stranded_files(settings.migrations_dir)
+        )
     plan.next_batch = next_batch_after(records)
     return plan
 
@@ -404,7 +407,10 @@ async def down_in(
     checked_flags(ordered=ordered)
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
-        return plan_down(files, records, target=_bare(project.settings, target), batch=batch, steps=steps, to=to, ordered=ordered)
+        return plan_down(
+            files, records, target=_bare(project.settings, target), batch=batch, steps=steps, to=to, ordered=ordered,
+            stranded=stranded_files(project.settings.migrations_dir),
+        )
 
     imported = _Imported()
     async with _writing(project, checked_lock(lock), "down", before_writes=_imports_rolled_back(selection, imported)) as session:
@@ -435,7 +441,8 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
     target = _bare(project.settings, target)
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
-        return plan_down(files, records, target=target) if target else plan_down(files, records, steps=1)
+        stranded = stranded_files(project.settings.migrations_dir)
+        return plan_down(files, records, target=target, stranded=stranded) if target else plan_down(files, records, steps=1, stranded=stranded)
 
     imported = _Imported()
     async with _writing(project, checked_lock(lock), "redo", before_writes=_imports_rolled_back(selection, imported)) as session:
@@ -444,7 +451,9 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
         if not plan.steps:
             return RunReport("redo", session.run.run_id, warnings=["nothing is applied: nothing to redo"])
         back = plan.steps[0]  # a squash file's newest replaced file: the squash is redone whole
-        reapply = plan_up(session.files, records, target=back.line_name, force=True, strict=False)
+        reapply = plan_up(
+            session.files, records, target=back.line_name, force=True, strict=False, stranded=stranded_files(project.settings.migrations_dir)
+        )
         combined = Plan(plan.steps + reapply.steps, reapply.warnings, next_batch=next_batch_after(records))
         _check_unchanged(combined, checksums)
         return await _execute(session, "redo", combined, hooks=imported.hooks)
@@ -464,12 +473,9 @@ async def status_in(project: Project, *, checksums: bool = True) -> list[StatusR
     """Every file with its state; an applied background migration also with its own status, a
     reverted one with its revert while that is not completed."""
     async with _reading(project) as session:
-        rows = status_rows(session.files, await session.changelog.records(), checksums=checksums)
-        if any(row.state == "missing" for row in rows):
-            stranded = {name: folder for folder, held in unnamed_archives(project.settings.migrations_dir).items() for name in held}
-            for row in rows:
-                if row.state == "missing":
-                    row.found_in = stranded.get(row.name)
+        rows = status_rows(
+            session.files, await session.changelog.records(), checksums=checksums, stranded=stranded_files(project.settings.migrations_dir)
+        )
         shown = [row for row in rows if row.kind == "background" and row.state in ("applied", "reverted")]
         if shown:
             from ..background.steps import BackgroundSteps  # start-up time: see the note at the top

@@ -229,8 +229,11 @@ def _squash_note(state: SquashState | None) -> str | None:
 
 
 def status_rows(
-    files: list[MigrationFile], records: dict[str, ChangelogRecord], *, checksums: bool = True
+    files: list[MigrationFile], records: dict[str, ChangelogRecord], *, checksums: bool = True, stranded: Mapping[str, str] | None = None
 ) -> list[StatusRow]:
+    """Every file and applied record with its state. ``stranded``: the files of archive folders that no squash
+    file names, by name, with their folder (:func:`~mongoshift.project.squashes.stranded_files`): a missing
+    row found there says where (``found_in``)."""
     rows: list[StatusRow] = []
     names = {f.name for f in files}
     records, squashes = fold_squashes(files, records)
@@ -255,7 +258,8 @@ def status_rows(
         rows.append(row)
     for record in _applied(records):
         if record.name not in names:
-            rows.append(StatusRow(record.name, "missing", record.batch, record.applied_at, kind=record.kind))
+            found_in = stranded.get(record.name) if stranded else None
+            rows.append(StatusRow(record.name, "missing", record.batch, record.applied_at, kind=record.kind, found_in=found_in))
     rows.sort(key=lambda r: r.name)
     return rows
 
@@ -281,10 +285,13 @@ def applied_out_of_order(records: dict[str, ChangelogRecord]) -> list[str]:
     return sorted(late)
 
 
-def checksum_warnings(files: list[MigrationFile], records: dict[str, ChangelogRecord], *, strict: bool) -> list[str]:
+def checksum_warnings(
+    files: list[MigrationFile], records: dict[str, ChangelogRecord], *, strict: bool, stranded: Mapping[str, str] | None = None
+) -> list[str]:
     """Applied files changed since they ran: an error when strict, warnings otherwise; applied files missing
-    from the folder, a warning (``status --check`` fails on them with 8)."""
-    rows = status_rows(files, records)
+    from the folder, a warning in ``status``'s words (where a squash left them, from ``stranded``;
+    ``status --check`` fails on them with 8)."""
+    rows = status_rows(files, records, stranded=stranded)
     changed = [r.name for r in rows if r.checksum == "mismatch"]
     if changed and strict:
         raise ChecksumMismatchError(
@@ -292,8 +299,8 @@ def checksum_warnings(files: list[MigrationFile], records: dict[str, ChangelogRe
             "(restore them, or run without --strict)",
             files=changed,
         )
-    missing = [r.name for r in rows if r.state == "missing"]
-    said = [f"the files of applied migrations are missing: {', '.join(missing)} (restore them; status --check fails on them)"] if missing else []
+    missing = missing_words(rows)
+    said = [f"{missing} (status --check fails on them)"] if missing else []
     return [f"{name} changed on disk after it was applied (checksum mismatch)" for name in changed] + said
 
 
@@ -307,17 +314,19 @@ def plan_up(
     strict: bool = False,
     out_of_order: Literal["warn", "error", "allow"] = "warn",
     ordered: bool = False,
+    stranded: Mapping[str, str] | None = None,
 ) -> Plan:
     """What ``up`` applies. ``ordered`` (a queue driving one FILE at a time): refuse the file
     while a file that sorts before it is not applied, and judge it by ``out_of_order`` as a
-    bulk run would, so the files of a line still apply in name order."""
+    bulk run would, so the files of a line still apply in name order. ``stranded``: as for
+    :func:`status_rows`, so that the warning about missing files says where they are."""
     if ordered and not target:
         raise ConfigInvalidError("--ordered applies to one named FILE; name it")
     if target and to:
         raise ConfigInvalidError("give either a FILE or --to, not both")
     if force and not target:
         raise ConfigInvalidError("--force re-runs one named FILE; name it")
-    warnings = checksum_warnings(files, records, strict=strict)
+    warnings = checksum_warnings(files, records, strict=strict, stranded=stranded)
     raw = records
     records, squashes = fold_squashes(files, records)
 
@@ -405,9 +414,11 @@ def plan_down(
     steps: int | None = None,
     to: str | None = None,
     ordered: bool = False,
+    stranded: Mapping[str, str] | None = None,
 ) -> Plan:
     """What ``down`` rolls back. ``ordered``: refuse FILE while a migration that sorts after it
-    is still applied, so a queue undoes a line from its end only."""
+    is still applied, so a queue undoes a line from its end only. ``stranded``: as for
+    :func:`status_rows`, so that the refusal of a missing file says where it is."""
     for option, value in (("batch", batch), ("steps", steps)):
         if value is not None and (type(value) is not int):
             raise ConfigInvalidError(f"{option} must be a whole number, not {type(value).__name__}")
@@ -471,10 +482,9 @@ def plan_down(
     by_name.update({p.name: p for f in files for p in f.parts})
     missing = [r.name for r in selected if r.name not in by_name]
     if missing:
-        raise FileNotFoundMigrationError(
-            f"cannot roll back: the files of applied migrations are missing: {', '.join(missing)}",
-            files=missing,
-        )
+        found = {name: stranded[name] for name in missing if stranded and name in stranded}
+        words = missing_words([StatusRow(name, "missing", found_in=found.get(name)) for name in missing])
+        raise FileNotFoundMigrationError(f"cannot roll back: {words}", files=missing, **({"found_in": found} if found else {}))
     return Plan([Step(by_name[r.name], "down", r) for r in selected])
 
 

@@ -61,6 +61,12 @@ def unnamed_archives(directory: Path) -> dict[str, list[str]]:
     return found
 
 
+def stranded_files(directory: Path) -> dict[str, str]:
+    """The files of :func:`unnamed_archives` by name, each with its folder (``_squashed/NAME/``): where an
+    applied migration's missing file is, for every command that warns about it."""
+    return {name: folder for folder, held in unnamed_archives(directory).items() for name in held}
+
+
 def read_manifest(path: Path) -> Manifest | None:
     """The ``squashes`` literal of ``path`` when it has an archive folder; None for any other file.
 
