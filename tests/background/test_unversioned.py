@@ -146,3 +146,46 @@ async def test_up_warns_when_the_collection_does_not_exist(fast_project, db) -> 
     await seed(db.people, 3)
     fast_project.add("0002_more.py", background_file().replace("to_version=2", "to_version=2, description='more'"))
     assert (await command.up(fast_project.settings())).results[0].warnings == []
+
+
+def test_documents_whose_version_is_text_are_counted_when_registered_and_when_a_run_starts(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """Legacy data with ``__v: "1"`` (text): no pass of a 1 -> 2 migration matches it, so the run completed without a
+    word and only ``background verify`` found the documents, stranded. ``up`` (registration), the run's start (stderr)
+    and the run's report (``--json`` ``warnings``, ``background status``) now count them: counts only, no id, no value."""
+    people = sync_client[fast_project.db].people
+    people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1} for i in range(10)])
+    people.insert_many([{"_id": f"SECRET-{i}", "first": "SECRET-NAME", "__v": "1"} for i in range(3)])
+    people.insert_one({"_id": "SECRET-BOOL", "first": "SECRET-NAME", "__v": True})
+    people.create_index([("__v", 1), ("_id", 1)])
+    fast_project.add("0001_names.py", background_file())
+    said = "4 documents of 'people' matching its filter have a __v that is not a number"
+    dry = cli(fast_project, "dry-run", "up", "--json")
+    assert any(said in w for w in json.loads(dry.stdout)["warnings"]), dry.stdout
+    up = cli(fast_project, "up", "--json")
+    assert up.returncode == 0, up.stderr[-2000:]
+    (result,) = json.loads(up.stdout)["results"]
+    assert [w for w in result["warnings"] if said in w], result["warnings"]
+    run = cli(fast_project, "background", "run", "0001_names", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    (report,) = json.loads(run.stdout)["background"]
+    assert report["status"] == "completed" and report["totals"]["migrated"] == 10
+    (warning,) = [w for w in report["warnings"] if "not a number" in w]
+    assert warning.startswith("4 documents") and "'background verify' will report them stranded" in warning
+    assert run.stderr.count(said) == 1, run.stderr  # said once at the start, in the log
+    status = cli(fast_project, "background", "status", "0001_names", "--json")
+    assert any("not a number" in w for w in json.loads(status.stdout)["background"][0]["warnings"])
+    for text in (dry.stdout, up.stdout, up.stderr, run.stdout, run.stderr, status.stdout):
+        assert "SECRET" not in text
+    verify = cli(fast_project, "background", "verify", "--json")
+    assert verify.returncode == 31 and json.loads(verify.stdout)["stranded"] == ["0001_names.py"]  # what the warning foretold
+
+
+async def test_no_word_about_text_versions_when_every_version_is_a_number(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    await seed(db.people, 12, version=1)
+    await db.people.insert_one({"_id": "double", "__v": 1.0})  # 1.0 is version 1
+    fast_project.add("0001_names.py", background_file())
+    s = fast_project.settings()
+    report = await command.up(s)
+    assert report.results[0].warnings == []
+    (result,) = await bg.run(s, ["0001_names.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 13 and result.warnings == []

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from ..project.loader import MigrationFile
 from ..project.session import Session
 from ..schema.background import Background
-from .inspect.input_probe import missing_collection_warning, unversioned_warning
+from .inspect.input_probe import missing_collection_warning, not_a_version_warning, unversioned_warning
 from .inspect.requires import Waiting, unmet
 from .lanes.engine import start_engine
 from .plan.declared import align_file
@@ -81,7 +81,8 @@ class BackgroundSteps:
                 continue
             missing = await missing_collection_warning(self.session.db, name, spec)
             warning = await unversioned_warning(self.session.db, self.store, name, spec, planned_before=earlier)
-            found += [said for said in (missing, warning) if said]
+            odd = await not_a_version_warning(self.session.db, name, spec)
+            found += [said for said in (missing, warning, odd) if said]
             earlier.append(spec)
         return found
 

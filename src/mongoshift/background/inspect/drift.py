@@ -32,6 +32,7 @@ from ..state.controls import control
 from ..state.events import Events
 from ..state.model import State
 from ..state.store import BackgroundStore
+from ..write.document import not_a_version
 from ..write.job import stored_old_shape
 
 #: The probe's time bound (``maxTimeMS``): with the version index it needs one key.
@@ -101,7 +102,7 @@ def stranded_match(state: State, states: Sequence[State]) -> dict[str, Any] | No
     if 0 not in sources:  # a missing or null version counts as 0
         below.append({field: None})
     # a version that is not a number ("1", true) is no valid version: no migration's equality match takes it
-    below.append({field: {"$exists": True, "$not": {"$type": ["number", "null"]}}})
+    below.append(not_a_version(field))
     return {"$or": below}
 
 

@@ -20,7 +20,7 @@ from ...project.server_errors import max_time_expired
 from ...project.wording import plural
 from ...schema.background import Background
 from ..state.store import BackgroundStore
-from ..write.document import version_match
+from ..write.document import not_a_version, version_match
 
 log = logging.getLogger("mongoshift.background")
 
@@ -42,6 +42,40 @@ async def _bounded_count(collection: Any, filter_: dict[str, Any]) -> tuple[int,
     if n >= COUNT_LIMIT:
         return n, f"stopped counting at {COUNT_LIMIT}"
     return n, None
+
+
+async def not_a_version_count(collection: Any, filter_: dict[str, Any], field: str) -> tuple[int, str | None]:
+    """How many documents ``filter_`` matches whose ``field`` is not a number (:func:`not_a_version`), bounded
+    as every count here; (0, None) when none. No pass of any migration takes them: verify later reports them
+    stranded."""
+    odd = not_a_version(field)
+    return await _bounded_count(collection, {"$and": [filter_, odd]} if filter_ else odd)
+
+
+def not_a_version_words(name: str, collection: str, field: str, n: int, stopped: str | None) -> str:
+    """The warning for :func:`not_a_version_count`: counts, the field and the collection, never an id or a value."""
+    amount = f"at least {n:,} documents" if stopped else plural(n, "document")
+    one = n == 1 and not stopped
+    them = "it" if one else "them"
+    return (
+        f"{name}: {amount} of {collection!r} matching its filter {'has' if one else 'have'} a {field} that is not a number "
+        f"(text or another type: no valid version), so no pass will touch {them} and 'background verify' will report {them} "
+        f'stranded; store the version as a number (docs/background.md, "Versions that are not numbers")' + (f" ({stopped})" if stopped else "")
+    )
+
+
+async def not_a_version_warning(db: AsyncDatabase[dict[str, Any]], name: str, spec: Background) -> str | None:
+    """:func:`not_a_version_words` for a document migration, None when there is nothing to say.
+
+    Advisory, as :func:`unversioned_warning`: a server error while looking is logged and the caller goes on."""
+    if spec.mode != "documents":
+        return None
+    try:
+        n, stopped = await not_a_version_count(db[spec.collection], dict(spec.filter), spec.version_field)
+    except PyMongoError as exc:
+        log.warning("%s: could not look for documents whose version is not a number (%s)", name, type(exc).__name__)
+        return None
+    return not_a_version_words(name, spec.collection, spec.version_field, n, stopped) if n else None
 
 
 async def _taken_care_of(store: BackgroundStore, name: str, spec: Background, planned_before: Iterable[Background]) -> bool:

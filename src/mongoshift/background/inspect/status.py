@@ -13,6 +13,7 @@ from ...schema.background import Adaptive
 from ..state.failures import counted, recent
 from ..state.model import COUNTERS, Partition, State, aware
 from ..state.store import BackgroundStore
+from .input_probe import not_a_version_words
 
 #: How many documents the zero-migrated check counts at most: enough to tell, cheap on any size.
 PROBE_LIMIT = 1000
@@ -169,6 +170,10 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
             f"completed with {plural(failed_documents, 'document')} that could not be migrated (within max_document_errors): they stay "
             f"in the old shape; fix the transform, pin it, then 'mongoshift background retry {state.name.removesuffix('.py')} --from-start'"
         )
+    if plan.get("not_a_version"):  # counted when the pass was planned (docs/background.md, "Versions that are not numbers")
+        field_ = str(state.spec.get("version_field") or "__v")
+        said = not_a_version_words(state.name, state.collection, field_, int(plan["not_a_version"]), plan.get("not_a_version_stopped"))
+        warnings.append(said.removeprefix(f"{state.name}: "))
     if state.status == "completed" and counters["migrated"] == 0 and state.mode != "step":
         warning = await zero_migrated_warning(store.db[state.collection], state)
         if warning:

@@ -19,6 +19,7 @@ from pymongo.errors import PyMongoError
 from ...project.lock import LeaseLock
 from ...project.wording import plural
 from ...schema.background import Background
+from ..inspect.input_probe import not_a_version_count, not_a_version_words
 from ..inspect.requires import Waiting, unmet
 from ..plan.planner import PlannedPartition, batch_filter, plan_pass
 from ..plan.shard_pass import plan_sharded_pass
@@ -205,11 +206,17 @@ class Coordinator:
                 min_partition_docs=spec.min_partition_docs,
                 sample_size=spec.sample_size,
             )
+        # Documents whose version is not a number ("2"): the estimate above never counts them, no pass takes them,
+        # and verify reports them stranded once it completes. Counted (bounded) per pass: the report's warning.
+        odd, stopped = (0, None) if spec.mode == "step" else await not_a_version_count(collection, dict(spec.filter), spec.version_field)
+        extra = {"not_a_version": odd, "not_a_version_stopped": stopped} if odd else None
         adopted = await self.engine.store.adopt_plan(
-            state, [p.to_document() for p in planned], estimate=estimate, method=method, new_pass=new_pass, layout=layout
+            state, [p.to_document() for p in planned], estimate=estimate, method=method, new_pass=new_pass, layout=layout, extra=extra
         )
         if adopted:
             self.engine.events.emit("partitioned", state.name, partitions=len(planned), estimate=estimate, generation=state.generation + 1)
+            if odd and state.pass_number == 0:  # said once, when the run starts; the report keeps saying it
+                log.warning("%s", not_a_version_words(state.name, spec.collection, spec.version_field, odd, stopped))
         return adopted
 
     async def _detect(self, spec: Background) -> Detection:

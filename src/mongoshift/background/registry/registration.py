@@ -18,7 +18,7 @@ from ...errors import IrreversibleMigrationError, OutOfOrderError
 from ...project.changelog import Changelog
 from ...project.wording import plural
 from ...schema.background import Background
-from ..inspect.input_probe import missing_collection_warning, unversioned_warning
+from ..inspect.input_probe import missing_collection_warning, not_a_version_warning, unversioned_warning
 from ..inspect.requires import unmet
 from ..state.events import Events
 from ..state.model import State
@@ -45,7 +45,11 @@ async def register(
     Returns the warnings about the collection (it does not exist; documents the migration will never touch), also logged."""
     warnings: list[str] = []
     if direction == "forward":
-        for found in (await missing_collection_warning(store.db, name, spec), await unversioned_warning(store.db, store, name, spec)):
+        for found in (
+            await missing_collection_warning(store.db, name, spec),
+            await unversioned_warning(store.db, store, name, spec),
+            await not_a_version_warning(store.db, name, spec),
+        ):
             if found:
                 log.warning("%s", found)
                 warnings.append(found)

@@ -368,11 +368,20 @@ class BackgroundStore:
     # -- plans ----------------------------------------------------------------
 
     async def adopt_plan(
-        self, state: State, partitions: list[dict[str, Any]], *, estimate: int, method: str, new_pass: bool, layout: dict[str, Any] | None = None
+        self,
+        state: State,
+        partitions: list[dict[str, Any]],
+        *,
+        estimate: int,
+        method: str,
+        new_pass: bool,
+        layout: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> bool:
         """Insert a new generation's partitions and make it current, unless another plan won.
 
-        ``layout``: the shard layout the plan follows (uuid, epoch, key), to notice a reshard."""
+        ``layout``: the shard layout the plan follows (uuid, epoch, key), to notice a reshard; ``extra``:
+        more counts of the plan (documents whose version is not a number)."""
         token = secrets.token_hex(8)
         generation = state.generation + 1
         for seq, doc in enumerate(partitions):
@@ -395,6 +404,7 @@ class BackgroundStore:
         plan = {"token": token, "generation": generation, "partitions": len(partitions), "estimate": estimate, "method": method}
         if layout is not None:
             plan["layout"] = layout
+        plan.update(extra or {})
         result = await self.states.update_one(
             {"_id": state.name, "registration": state.registration, "generation": state.generation},
             {

@@ -49,6 +49,12 @@ def version_match(field: str, version: int) -> dict[str, Any]:
     return {field: version}
 
 
+def not_a_version(field: str) -> dict[str, Any]:
+    """Documents whose version is not a number (``"2"``, ``true``): no valid version, so no migration's
+    :func:`version_match` takes them (``2.0`` and ``Int64(2)`` are version 2; a missing or null one is 0)."""
+    return {field: {"$exists": True, "$not": {"$type": ["number", "null"]}}}
+
+
 def version_of(doc: dict[str, Any], field: str) -> int:
     value = doc.get(field)
     return 0 if value is None else int(value)
