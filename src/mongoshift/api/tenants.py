@@ -167,7 +167,7 @@ async def across_tenants[T](
     base = Project(settings, checked_client(client), listeners, cancel)
     resolved = await base.resolve()
     own = base.client is None
-    main = base.client or await connect(resolved.model_copy(update={"db": resolved.db or "admin"}))
+    main = base.client or await connect(resolved.model_copy(update={"db": resolved.db or "admin"}), cancel=cancel)
     others: dict[str, AsyncMongoClient[Any] | MongoshiftError] = {}  # a client per other cluster, or why it failed
     connecting: dict[str, asyncio.Lock] = {}
     try:
@@ -193,7 +193,7 @@ async def across_tenants[T](
             async with connecting.setdefault(uri, asyncio.Lock()):
                 if uri not in others:
                     try:
-                        others[uri] = await connect(resolved.model_copy(update={"uri": uri, "db": resolved.db or "admin"}))
+                        others[uri] = await connect(resolved.model_copy(update={"uri": uri, "db": resolved.db or "admin"}), cancel=cancel)
                     except MongoshiftError as exc:
                         others[uri] = exc
             found = others[uri]

@@ -45,7 +45,7 @@ def audit(stale_after: float) -> int:
         return across(
             s, tenants, "audit", lambda ms: ms.audit(stale_after=stale_after), judge=judged, result_json=lambda r: r.to_json(), before_table=findings
         )
-    report = run_async(lambda cancel: per_call(s).audit(stale_after=stale_after))
+    report = run_async(lambda cancel: per_call(s, cancel=cancel).audit(stale_after=stale_after))
     out = output()
     if out.json_mode:
         out.json(report.to_json())

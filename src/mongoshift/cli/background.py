@@ -232,7 +232,7 @@ def _nothing_to_run(s: Settings) -> None:
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     out = output()
-    others = run_async(lambda cancel: per_call(s).background.status())
+    others = run_async(lambda cancel: per_call(s, cancel=cancel).background.status())
     if out.json_mode:
         out.json({"background": [], "not_runnable": {r.name: r.status for r in others}})
         return
@@ -309,7 +309,7 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     if show_partitions:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
-        rows = run_async(lambda cancel: per_call(s).background.partitions(name))
+        rows = run_async(lambda cancel: per_call(s, cancel=cancel).background.partitions(name))
         shards = bg.per_shard(rows)
         if out.json_mode:
             out.json({"partitions": [r.__dict__ for r in rows], "shards": [p.__dict__ for p in shards]})
@@ -463,7 +463,7 @@ def _registered_before_asking(s: Settings, name: str, yes: bool, tenants: object
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     if not yes and tenants is None:
-        run_async(lambda cancel: per_call(s).background.status(name))
+        run_async(lambda cancel: per_call(s, cancel=cancel).background.status(name))
 
 
 def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False, repin: bool = False) -> None:
@@ -498,7 +498,7 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
             raise click.exceptions.Exit(code)
         return
     with shown_by_caller("control"):  # the line below says it
-        pinned, result = run_async(lambda cancel: act(per_call(s)))
+        pinned, result = run_async(lambda cancel: act(per_call(s, cancel=cancel)))
     out = output()
     if out.json_mode:
         out.json(as_json((pinned, result)))
@@ -629,7 +629,7 @@ def _repin(name: str, reason: str | None) -> None:
 
     s = settings()
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: per_call(s).background.repin(name, reason=reason))
+        result = run_async(lambda cancel: per_call(s, cancel=cancel).background.repin(name, reason=reason))
     out = output()
     if out.json_mode:
         out.json(_pinned_json(result))
@@ -706,7 +706,7 @@ def throttle(name: str, batch_size: int | None, pause_ms: int | None, clear: boo
             raise click.exceptions.Exit(code)
         return
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: change(per_call(s)))
+        result = run_async(lambda cancel: change(per_call(s, cancel=cancel)))
     out = output()
     if out.json_mode:
         out.json(as_json(result))
@@ -756,7 +756,7 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
                 judge=judged, scan=False, result_json=lambda results: [r.to_json() for r in results],
             )
     with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
-        results = run_async(lambda cancel: per_call(s).background.verify(list(names) or None, reopen=reopen))
+        results = run_async(lambda cancel: per_call(s, cancel=cancel).background.verify(list(names) or None, reopen=reopen))
     out = output()
     drifted = [r.migration for r in results if r.found]
     stranded = [r.migration for r in results if r.stranded]

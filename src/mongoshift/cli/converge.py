@@ -89,7 +89,7 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
     if (tenants := requested(reading=dry_run or check)) is not None:
         return _converge_across(s, tenants, dry_run=dry_run, check=check, prune=prune, yes=yes, lock=Lock(not no_lock, wait), reason=reason)
     if dry_run or check:
-        report = run_async(lambda cancel: per_call(s).collections.plan(prune=prune, check=check))
+        report = run_async(lambda cancel: per_call(s, cancel=cancel).collections.plan(prune=prune, check=check))
         render(report, title="check: nothing was written" if check else "dry run: nothing was written")
         if report.conflicts:
             out.warn(f"{plural(len(report.conflicts), 'conflict')}: converge would refuse to run")

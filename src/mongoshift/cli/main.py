@@ -286,7 +286,7 @@ def status(check: bool, strict: bool | None) -> int:
         s = s.model_copy(update={"strict": True})
     if (tenants := requested(reading=True)) is not None:
         return _status_across(s, tenants, check)
-    rows = run_async(lambda cancel: per_call(s).status())
+    rows = run_async(lambda cancel: per_call(s, cancel=cancel).status())
     _render_rows(rows)
     pending = [r.name for r in rows if r.pending]
     mismatched = [r.name for r in rows if r.checksum == "mismatch"]
@@ -356,7 +356,7 @@ def list_(pending: bool, applied: bool) -> int:
         return across(
             s, tenants, "list", lambda ms: ms.migrations(only), result_json=lambda rows: api.rows_to_json(rows), before_table=per_tenant
         )
-    _render_rows(run_async(lambda cancel: per_call(s).migrations(only)))
+    _render_rows(run_async(lambda cancel: per_call(s, cancel=cancel).migrations(only)))
     return 0
 
 
@@ -414,7 +414,7 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
         )
     _render_dry(
         run_async(
-            lambda cancel: per_call(s).plan(
+            lambda cancel: per_call(s, cancel=cancel).plan(
                 "up", file, to=to, step=step, force=force, strict=strict or None, batch=label, ordered=ordered
             )
         )
@@ -440,7 +440,7 @@ def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | N
             s, tenants, "dry-run down", lambda ms: ms.plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered),
             judge=_judge_dry, result_json=_dry_json,
         )
-    _render_dry(run_async(lambda cancel: per_call(s).plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered)))
+    _render_dry(run_async(lambda cancel: per_call(s, cancel=cancel).plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered)))
     return 0
 
 
@@ -478,7 +478,7 @@ def lock() -> int:
             s, tenants, "lock", lambda ms: ms.lock_status(), scan=False,
             result_json=lambda holder: {"held": True, "holder": _holder_json(holder)}, before_table=holders,
         )
-    holder = run_async(lambda cancel: per_call(s).lock_status())
+    holder = run_async(lambda cancel: per_call(s, cancel=cancel).lock_status())
     out = output()
     if out.json_mode:
         out.json({"held": holder is not None, "holder": _holder_json(holder) if holder else None})
@@ -518,7 +518,7 @@ def unlock(yes: bool) -> int:
             judge=lambda holder: Judged("done" if holder is not None else "already at target", result=holder),
             result_json=lambda holder: {"cleared": True, "holder": holder.__dict__},
         )
-    holder = run_async(lambda cancel: per_call(s).lock_status())
+    holder = run_async(lambda cancel: per_call(s, cancel=cancel).lock_status())
     out = output()
     if holder is None:
         if out.json_mode:
@@ -527,7 +527,7 @@ def unlock(yes: bool) -> int:
             out.say("the lock is free: nothing to clear")
         return 0
     confirm(f"Clear the lock held by {holder.describe()}?", yes)
-    cleared = run_async(lambda cancel: per_call(s).unlock())
+    cleared = run_async(lambda cancel: per_call(s, cancel=cancel).unlock())
     if out.json_mode:
         out.json({"cleared": cleared is not None, "holder": cleared.__dict__ if cleared else None})
     else:
@@ -543,7 +543,7 @@ def run_log(run_id: str) -> int:
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
-    lines = run_async(lambda cancel: per_call(s).run_log(run_id))
+    lines = run_async(lambda cancel: per_call(s, cancel=cancel).run_log(run_id))
     out = output()
     if out.json_mode:
         out.json({"run_id": run_id, "lines": [line.to_json() for line in lines]})

@@ -3,13 +3,15 @@
 A single host that refuses the connection fails at its first attempt: nothing listens on
 that port, and waiting out ``connect_timeout_seconds`` would not change it. Every other
 failure (a host name that does not resolve may yet, a replica set may elect) waits the
-timeout out, and the message says what the driver last saw of each host.
+timeout out, and the message says what the driver last saw of each host. A stop asked meanwhile
+(Ctrl-C) ends the wait at once: nothing has been done yet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -17,12 +19,15 @@ from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 from pymongo.uri_parser import parse_uri, split_options
 
-from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError
+from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError, RunAbortedError
 from .redaction import redact
+from .run import CancelSignal
 from .server_errors import ConnectionCause, auth_failure, connection_cause, says_cause
 from .settings import Settings
 
 __all__ = ["auth_failure", "auth_summary", "client_options", "connect", "hosts_of", "redact", "sync_client"]
+
+log = logging.getLogger("mongoshift")
 
 #: Mechanisms whose users live in ``$external`` unless the URI names another auth source.
 EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC", "PLAIN"})
@@ -58,6 +63,9 @@ def hosts_of(uri: str) -> str:
 #: the requests under way cancelled (``_OperationCancelled``), so it is never below this. How long
 #: an unreachable server is waited for is ``serverSelectionTimeoutMS`` (``connect_timeout_seconds``).
 MIN_CONNECT_TIMEOUT_MS = 60_000
+
+#: How often a connection under way looks whether a stop was asked (as a tenant selection does).
+STOP_POLL_SECONDS = 0.1
 
 
 def names_app(uri: str) -> bool:
@@ -123,6 +131,22 @@ async def _ping(client: AsyncMongoClient[Any], watch: _RefusedWatch | None) -> N
     raise watch.error
 
 
+async def _unless_stopped(pinging: asyncio.Future[None], cancel: CancelSignal | None, hosts: str) -> None:
+    """The ping's answer, or :class:`RunAbortedError` as soon as ``cancel`` is set while it is awaited: the
+    server selection may wait out ``connect_timeout_seconds`` (an unreachable host), and Ctrl-C must not."""
+    try:
+        while not pinging.done():
+            if cancel is not None and cancel.is_set():
+                raise RunAbortedError(f"stopped ({cancel.reason or 'cancelled'}) while connecting to MongoDB at {hosts}; nothing was done")
+            await asyncio.wait({pinging}, timeout=STOP_POLL_SECONDS)
+        pinging.result()
+    finally:
+        if not pinging.done():
+            pinging.cancel()
+            with contextlib.suppress(asyncio.CancelledError, PyMongoError):
+                await pinging
+
+
 def _seeds(uri: str) -> int:
     """How many hosts the URI names (0 for a ``mongodb+srv`` name, which DNS turns into the hosts)."""
     try:
@@ -170,8 +194,9 @@ def check_uri_options(uri: str) -> None:
         raise ConfigInvalidError(f"invalid uri: {redact(said)}") from None
 
 
-async def connect(settings: Settings) -> AsyncMongoClient[Any]:
-    """An async client whose server has answered a ping, or ConnectionFailedError naming the cause."""
+async def connect(settings: Settings, *, cancel: CancelSignal | None = None) -> AsyncMongoClient[Any]:
+    """An async client whose server has answered a ping, or ConnectionFailedError naming the cause;
+    RunAbortedError (exit 11) when ``cancel`` is set before the server answered."""
     uri, _ = settings.require_connection()
     check_uri_options(uri)
     watch = _RefusedWatch(asyncio.get_running_loop()) if _seeds(uri) == 1 else None
@@ -181,8 +206,12 @@ async def connect(settings: Settings) -> AsyncMongoClient[Any]:
         client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **options, event_listeners=listeners)
     except (InvalidURI, ConfigurationError, ValueError) as exc:
         raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
+    log.debug("connecting to MongoDB at %s (waiting up to %gs for a server)", hosts_of(uri), settings.connect_timeout_seconds)
     try:
-        await _ping(client, watch)
+        await _unless_stopped(asyncio.ensure_future(_ping(client, watch)), cancel, hosts_of(uri))
+    except RunAbortedError:
+        await client.close()
+        raise
     except PyMongoError as exc:
         cause, said = _unreachable(client, exc)  # read before the close forgets the servers
         await client.close()

@@ -95,11 +95,12 @@ class Project:
         if self.ended:
             raise ConfigInvalidError("this mongoshift session is closed: make the call inside 'async with mongoshift.connect(...)'")
 
-    async def connected(self) -> AsyncMongoClient[Any]:
-        """The client: the application's, or one connected now and kept until :meth:`close`."""
+    async def connected(self, cancel: CancelSignal | None = None) -> AsyncMongoClient[Any]:
+        """The client: the application's, or one connected now and kept until :meth:`close`. A stop
+        (``cancel``, else the project's) ends the wait for the server with RunAbortedError."""
         self.check_open()
         if self.client is None:
-            self.client = await connect(await self.resolve())
+            self.client = await connect(await self.resolve(), cancel=cancel or self.cancel)
             self._own_client = True
         return self.client
 
@@ -277,7 +278,7 @@ async def _connected(
     """The session of :func:`open_session`: connected, checked, locked; always cleaned up."""
     settings = project.settings
     try:
-        client = await project.connected()
+        client = await project.connected(cancel)
     except BaseException:
         if project.one_shot:
             await project.close()
