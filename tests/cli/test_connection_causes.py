@@ -48,6 +48,19 @@ def test_an_unknown_host_says_the_name_does_not_resolve(project, cli) -> None:  
     assert "ServerSelectionTimeoutError" not in error["message"]
 
 
+def test_tls_against_a_server_without_tls_fails_at_once_and_says_tls(project, cli, mongo_uri: str) -> None:  # type: ignore[no-untyped-def]
+    """``tls=true`` against the embedded server (or a mongod without TLS) hung until the timeout, then said "no answer
+    in time": the server waited for a 33 MB message (the ClientHello read as a header), the client for its answer."""
+    project.write_config(connect_timeout_seconds=30)
+    uri = mongo_uri + ("&" if "?" in mongo_uri else "?") + "tls=true&tlsAllowInvalidCertificates=true"
+    result = cli(project, "status", "--json", "--uri", uri)
+    assert result.returncode == 5, result.stderr
+    error = failure(result)
+    assert error["kind"] == "connection_failed" and error["details"]["cause"] == "tls", error
+    assert "the TLS handshake failed" in error["message"] and "check tls in the URI" in error["message"]
+    assert "within 30s" not in error["message"]  # the first failed handshake ended it: the timeout was not waited out
+
+
 def test_hosts_failing_for_different_causes_are_each_named(project, cli) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     project.write_config(connect_timeout_seconds=1)

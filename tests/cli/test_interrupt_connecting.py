@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from ..conftest import Project, cli_env
+from ..conftest import Project, reaped, start_cli
 
 #: Two hosts where nothing listens: a lone host that refuses fails at once, two are waited for (connect_timeout_seconds).
 UNREACHABLE = "mongodb://127.0.0.1:1,127.0.0.1:2/"
@@ -20,14 +18,10 @@ def test_ctrl_c_during_server_selection_stops_at_once_with_exit_11(tmp_path, com
     project = Project(tmp_path, UNREACHABLE, "app")
     # a wait far beyond the test's own bound: a process that waited it out (exit 5) would not end in time
     project.write_config(connect_timeout_seconds=600)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mongoshift", *command, "-v", "--json"],
-        cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
+    with reaped(start_cli(project, *command, "-v", "--json")) as process:
         assert process.stderr is not None
         seen = []
-        for line in process.stderr:  # wait on the process's own word that it waits for a server
+        for line in process.stderr:  # wait on the process's own word that it waits for a server (-v), not on time
             seen.append(line)
             if "connecting to MongoDB at 127.0.0.1:1, 127.0.0.1:2" in line:
                 break
@@ -35,10 +29,6 @@ def test_ctrl_c_during_server_selection_stops_at_once_with_exit_11(tmp_path, com
             pytest.fail("the process ended before connecting: " + "".join(seen))
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 11, stderr
     error = json.loads(stdout)["error"]
     assert error["kind"] == "aborted" and error["code"] == 11

@@ -301,3 +301,21 @@ async def test_no_reply_carries_more_than_16_mib_of_documents(mongo_uri, db_name
     finally:
         await client.drop_database(db_name)
         await client.close()
+
+
+
+def test_a_tls_handshake_is_closed_at_once_as_a_mongod_without_tls_closes_it(mongo_uri: str) -> None:
+    """(cb) A ClientHello's first 16 bytes read as a message header of some 33 MB: the server waited for that body
+    and the client for its answer, until the client's timeout. mongod without TLS closes the connection at once."""
+    import socket
+    import ssl
+
+    from pymongo.uri_parser import parse_uri
+
+    host, port = parse_uri(mongo_uri)["nodelist"][0]
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    # the timeout only guards against the hang (the defect: TimeoutError); the server's close ends the handshake
+    with socket.create_connection((host, port), timeout=60) as raw, pytest.raises((ssl.SSLError, ConnectionResetError)):
+        context.wrap_socket(raw, server_hostname=host)

@@ -1,7 +1,9 @@
 """Opening a client: bounded in time, the cause of a failure named, never showing a password.
 
-A single host that refuses the connection fails at its first attempt: nothing listens on
-that port, and waiting out ``connect_timeout_seconds`` would not change it. Every other
+A single host that refuses the connection, or whose TLS handshake fails (``tls=true`` against
+a server without TLS, a certificate the CA file does not vouch for), fails at its first attempt:
+nothing listens on that port, or the two ends disagree, and waiting out
+``connect_timeout_seconds`` would not change it. Every other
 failure (a host name that does not resolve may yet, a replica set may elect) waits the
 timeout out, and the message says what the driver last saw of each host. A stop asked meanwhile
 (Ctrl-C) ends the wait at once: nothing has been done yet.
@@ -88,8 +90,12 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+#: The causes a lone host's first failed check fails the connection with, at once.
+FINAL_CAUSES = ("refused", "tls")
+
+
 class _RefusedWatch(monitoring.ServerHeartbeatListener):
-    """Sees the driver's first check of a lone host fail with a refused connection."""
+    """Sees the driver's first check of a lone host fail with a refused connection or a failed TLS handshake."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -104,7 +110,7 @@ class _RefusedWatch(monitoring.ServerHeartbeatListener):
 
     def failed(self, event: monitoring.ServerHeartbeatFailedEvent) -> None:
         reply = event.reply
-        if self.error is None and isinstance(reply, PyMongoError) and connection_cause(reply) == "refused":
+        if self.error is None and isinstance(reply, PyMongoError) and connection_cause(reply) in FINAL_CAUSES:
             self.error = reply
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                 self.loop.call_soon_threadsafe(self.refused.set)

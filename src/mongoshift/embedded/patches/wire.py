@@ -1,10 +1,11 @@
 """Wire-protocol fixes: bulk and single inserts (a, p), renames sent to admin (g), unknown
-commands (h), 64-bit cursor ids (r), the change-stream shim's hook (q) and cursor batches cut as
-mongod cuts them (bo)."""
+commands (h), 64-bit cursor ids (r), the change-stream shim's hook (q), cursor batches cut as
+mongod cuts them (bo) and a TLS handshake refused at once (cb)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from ._support import (
@@ -14,6 +15,8 @@ from ._support import (
     as_int,
     failure,
 )
+
+log = logging.getLogger("mongoshift.embedded.server")
 
 
 def patch_change_streams() -> None:
@@ -250,3 +253,36 @@ def patch_cursor_batches() -> None:
 
     store.materialize_command_result = materialize_command_result
     store.get_more = get_more_batch
+
+
+#: The first bytes of a TLS connection: a handshake record (22) of TLS 1.x (major version 3).
+TLS_HANDSHAKE = b"\x16\x03"
+
+
+def patch_tls_refused() -> None:
+    # (cb) A client asking for TLS (tls=true) hangs. The server reads the TLS ClientHello's first
+    # 16 bytes as a message header whose length (0x16 0x03 0x01 0x02 ...: some 33 MB) is within the
+    # maximum, and waits for a body that never comes, while the client waits for the server's
+    # answer to its hello: the connection times out, with no word of TLS on either side. As mongod
+    # without TLS ("SSL handshake received but server is started without SSL support"), a header
+    # that starts like a TLS handshake and carries no opcode of the protocol closes the connection
+    # at once (a wire message of 790 bytes starts with the same two bytes, but names its opcode).
+    from mongoeco.wire import proxy
+    from mongoeco.wire._framing import WireProtocolError
+    from mongoeco.wire.protocol import OP_MSG, OP_QUERY
+
+    original = proxy.parse_message_header
+    known = {OP_MSG, OP_QUERY, 2012}  # 2012: OP_COMPRESSED
+
+    said = [False]  # the first at WARNING; a driver tries again and again until its timeout
+
+    def parse_message_header(data: bytes) -> Any:
+        header = original(data)
+        if data[:2] == TLS_HANDSHAKE and header.op_code not in known:
+            level = logging.DEBUG if said[0] else logging.WARNING
+            said[0] = True
+            log.log(level, "a client started a TLS handshake, but this server does not speak TLS: connection closed (tls=true in its URI?)")
+            raise WireProtocolError("TLS handshake received, but the server does not speak TLS", fatal=True)
+        return header
+
+    proxy.parse_message_header = parse_message_header
