@@ -305,7 +305,7 @@ async def test_no_reply_carries_more_than_16_mib_of_documents(mongo_uri, db_name
 
 
 def test_a_tls_handshake_is_closed_at_once_as_a_mongod_without_tls_closes_it(mongo_uri: str) -> None:
-    """(cb) A ClientHello's first 16 bytes read as a message header of some 33 MB: the server waited for that body
+    """(ci) A ClientHello's first 16 bytes read as a message header of some 33 MB: the server waited for that body
     and the client for its answer, until the client's timeout. mongod without TLS closes the connection at once."""
     import socket
     import ssl

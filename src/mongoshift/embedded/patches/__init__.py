@@ -16,7 +16,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 
 - :mod:`.wire`: (a) bulk insert, (p) single-insert ``_id`` scan, (g) rename sent to admin,
   (h) unknown commands, (q) the change-stream shim's hook, (r) 64-bit cursor ids, (bo) cursor batches,
-  (cb) a TLS handshake refused at once
+  (ci) a TLS handshake refused at once
 - :mod:`.transactions`: (b, c, e) commit and abort, (j) a failed statement aborts,
   (o) per-document conflicts, (by) a write's namespace found once per collection
 - :mod:`.replica_set`: (u) a replica set's hello and cluster time, (v) fail points
@@ -141,7 +141,7 @@ def apply() -> None:
     indexes.patch_single_field_unique_nulls()  # (bj)
     wire.patch_int64_cursor_ids()  # (r)
     wire.patch_cursor_batches()  # (bo)
-    wire.patch_tls_refused()  # (cb)
+    wire.patch_tls_refused()  # (ci)
     queries.patch_english_locales()  # (z)
     documents.patch_dollar_prefixed_ids()  # (aa)
     documents.patch_schema_additional_properties()  # (bn)

@@ -1,6 +1,6 @@
 """Wire-protocol fixes: bulk and single inserts (a, p), renames sent to admin (g), unknown
 commands (h), 64-bit cursor ids (r), the change-stream shim's hook (q), cursor batches cut as
-mongod cuts them (bo) and a TLS handshake refused at once (cb)."""
+mongod cuts them (bo) and a TLS handshake refused at once (ci)."""
 
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ TLS_HANDSHAKE = b"\x16\x03"
 
 
 def patch_tls_refused() -> None:
-    # (cb) A client asking for TLS (tls=true) hangs. The server reads the TLS ClientHello's first
+    # (ci) A client asking for TLS (tls=true) hangs. The server reads the TLS ClientHello's first
     # 16 bytes as a message header whose length (0x16 0x03 0x01 0x02 ...: some 33 MB) is within the
     # maximum, and waits for a body that never comes, while the client waits for the server's
     # answer to its hello: the connection times out, with no word of TLS on either side. As mongod
