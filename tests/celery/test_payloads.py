@@ -63,3 +63,32 @@ def test_a_lane_payload_counts_its_failures_with_an_integer() -> None:
     for errors in (True, "2", 1.0):
         with pytest.raises(TaskInvalidError, match="errors: int_type"):
             parse(LanePayload, "mongoshift.background.lanes.lane", {"v": 1, "name": "x.py", "chain": "c", "errors": errors})
+
+
+@pytest.mark.parametrize(
+    ("task", "args", "kwargs", "says"),
+    [
+        ("up", (), {}, "missing a required argument: 'payload'"),
+        ("down", (GOOD_2, GOOD_2), {}, "too many positional arguments"),
+        ("up", (GOOD,), {"secret": "hunter2"}, "unexpected keyword argument 'secret'"),
+        ("background.lane", (), {"payload": {"v": 1}, "extra": "hunter2"}, "unexpected keyword argument 'extra'"),
+        ("audit", ("hunter2",), {}, "too many positional arguments"),
+        # Read for its truth, the text "no" would be a destructive converge, and "false" a verify that rewrites.
+        ("converge", (), {"yes": "no"}, "yes must be true or false, not a str"),
+        ("background.verify", (), {"reopen": "false"}, "reopen must be true or false, not a str"),
+    ],
+)
+def test_a_message_whose_arguments_do_not_fit_its_task_is_refused_as_an_invalid_payload(
+    task: str, args: tuple[object, ...], kwargs: dict[str, object], says: str
+) -> None:
+    from celery import Celery
+
+    from mongoshift.celery import register
+
+    app = Celery("payloads", broker="memory://", backend="cache+memory://")
+    register(app, settings=lambda: pytest.fail("a refused message reads no settings"), allow={"up", "down", "converge_destructive"})
+    result = app.tasks[f"mongoshift.{task}"].apply(args=args, kwargs=kwargs)
+    assert isinstance(result.result, TaskInvalidError), result.result
+    assert says in result.result.message
+    assert "hunter2" not in result.result.message
+    assert result.result.exit_code == ExitCode.TASK_INVALID

@@ -242,7 +242,13 @@ class MongoshiftTasks:
             "shared": False,  # on this app only: another app of the process gets its own registration
         }
 
+        accepts = inspect.signature(body)
+
         def run(task: Task, *args: Any, **kwargs: Any) -> Any:  # a plain function: Celery binds the task to it
+            try:
+                accepts.bind(task, *args, **kwargs)
+            except TypeError as exc:  # "typing" is off: a message without its payload, or with more, would be a bare TypeError
+                raise TaskInvalidError(f"{task.name}: the message's arguments do not fit the task ({exc})", task=task.name) from None
             return body(task, *args, **kwargs)
 
         run.__name__ = run.__qualname__ = name.replace(".", "_")
@@ -538,6 +544,7 @@ class MongoshiftTasks:
         return self.converge.apply_async(kwargs=kwargs, **self._routing())
 
     def _converge(self, task: Task, yes: bool = False, wait_until: float | None = None) -> dict[str, Any]:
+        _flag(task, "yes", yes)  # bool("no") is True: a destructive converge nobody asked for
         if isinstance(wait_until, bool) or not isinstance(wait_until, (int, float, type(None))):
             raise TaskInvalidError(f"{task.name}: wait_until must be a Unix time, not a {type(wait_until).__name__}", task=task.name)
         deadline = wait_until if wait_until is not None else time.time() + self.line.line_wait_seconds  # queued by hand
@@ -555,6 +562,7 @@ class MongoshiftTasks:
         return report.to_json()
 
     def _verify(self, task: Task, reopen: bool = False) -> list[dict[str, Any]]:
+        _flag(task, "reopen", reopen)  # bool("false") is True: a pass that rewrites documents
         return [v.to_json() for v in _run(api.verify_background(self.settings(), reopen=bool(reopen), observers=self.observers))]
 
     def _audit(self, task: Task) -> dict[str, Any]:
@@ -589,6 +597,12 @@ class MongoshiftTasks:
 
 def _failure(exc: MongoshiftError, message: str) -> dict[str, Any]:
     return {"success": False, "error": {"code": int(exc.exit_code), "kind": exc.kind, "message": api.redact(message)}}
+
+
+def _flag(task: Task, name: str, value: object) -> None:
+    """A task's true/false keyword as sent: another type is refused (exit 25), never read for its truth."""
+    if not isinstance(value, bool):
+        raise TaskInvalidError(f"{task.name}: {name} must be true or false, not a {type(value).__name__}", task=task.name)
 
 
 def _file_name(name: str) -> str:
