@@ -111,6 +111,28 @@ def test_without_the_opentelemetry_package_nothing_imports_it_and_runs_go_on(tmp
     assert "opentelemetry" not in stderr.lower() and "Traceback" not in stderr  # not an error: nothing to say
 
 
+READ_ONLY = """
+import asyncio, json, sys
+from mongoshift import api
+
+async def main():
+    settings = api.load_settings({"migrations_dir": sys.argv[1]})
+    await api.status(settings)
+    dry = await api.dry_run(settings, "up", observers=[lambda event: None])
+    await api.audit(settings)
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry" or m.startswith("mongoshift.telemetry"))
+    print(json.dumps({"would_run": [row.name for row in dry.rows], "loaded": loaded}))
+
+asyncio.run(main())
+"""
+
+
+def test_the_read_only_calls_and_a_dry_run_never_load_opentelemetry(tmp_path: Path, mongo_uri: str, db_name: str) -> None:
+    """It is installed here: only a writing call loads it (a dry run records nothing, and paid its import)."""
+    found, _ = _run(READ_ONLY, tmp_path, mongo_uri, db_name)
+    assert found == {"would_run": ["0001_items.py"], "loaded": []}
+
+
 def test_without_an_observer_of_the_caller_the_api_records_on_the_global_providers_and_only_for_writing_calls(
     tmp_path: Path, mongo_uri: str, db_name: str
 ) -> None:

@@ -31,7 +31,18 @@ from ..project.server_errors import from_pymongo
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..project.squashes import stranded_files
-from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lock, confirm_parts, log_entries, one_shot, run_observers
+from .options import (
+    DEFAULT_LOCK,
+    Confirmation,
+    Lock,
+    checked_flags,
+    checked_lock,
+    checked_observers,
+    confirm_parts,
+    log_entries,
+    one_shot,
+    run_observers,
+)
 
 if TYPE_CHECKING:
     from ..converge.report import ConvergeReport
@@ -553,8 +564,10 @@ async def dry_run_in(
         raise ConfigInvalidError(f"direction must be 'up' or 'down', not {direction!r}")
     if direction == "up":
         _check_batch_label(batch, step)
+    # checked_observers, not run_observers: a dry run records no span and no metric, so it does not load OpenTelemetry
+    # (start-up time: the read-only commands never do, docs/observability.md).
     async with open_session(
-        settings, take_lock=False, cancel=project.cancel, observers=run_observers(project.observers, settings), project=project
+        settings, take_lock=False, cancel=project.cancel, observers=checked_observers(project.observers), project=project
     ) as session:
         plan = await _plan(session, direction, target=target, to=to, force=force, strict=strict, batch=batch, steps=steps, ordered=ordered)
         next_batch = (batch or plan.next_batch) if direction == "up" else None
