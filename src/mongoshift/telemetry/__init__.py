@@ -48,5 +48,10 @@ def with_telemetry(observers: list[Observer], db: str | None) -> list[Observer]:
 
 def __getattr__(name: str) -> Any:
     if name == "OpenTelemetry":
-        return importlib.import_module(".observer", __name__).OpenTelemetry
+        try:
+            return importlib.import_module(".observer", __name__).OpenTelemetry
+        except ModuleNotFoundError as exc:  # the extra: a clear message instead of a bare "No module named 'opentelemetry'"
+            if (exc.name or "").partition(".")[0] != "opentelemetry":
+                raise
+            raise ModuleNotFoundError("mongoshift.telemetry.OpenTelemetry needs the OpenTelemetry API: pip install 'mongoshift[otel]'", name=exc.name) from exc
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
