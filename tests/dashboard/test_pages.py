@@ -354,6 +354,8 @@ async def test_a_runs_page_shows_its_log_lines_in_order_with_their_level(project
     assert [(int(seq), level) for seq, level, _ in rows] == [(1, "info"), (2, "debug"), (3, "warning"), (4, "error")]
     assert [message for _, _, message in rows] == ["starting the copy", "a detail", "slow batch &lt;b&gt;not markup&lt;/b&gt;", "one row skipped"]
     assert "0001_logs.py" in page.text
+    # Its lines are read when requested, with or without JavaScript: the pages' "Live updates need JavaScript" is not said.
+    assert "Live updates" not in page.text and "Live updates need JavaScript" in overview.text
     silent = await web.get(f"/runs/{quiet.run_id}")  # a known run that logged nothing: its page says so
     assert silent.status_code == 200 and 'data-testid="no-lines"' in silent.text and "0002_quiet.py" in silent.text
 
@@ -364,6 +366,7 @@ async def test_a_page_for_an_unknown_run_is_a_clean_404(registered, counted_clie
     for run_id in ("no-such-run", "x" * 300):
         page = await web.get(f"/runs/{run_id}")
         assert page.status_code == 404 and 'data-testid="error"' in page.text and "no run with this id" in page.text
+        assert "Live updates" not in page.text
         assert page.headers["cache-control"] == "no-store"
 
 
