@@ -124,6 +124,21 @@ async def test_controls_need_the_token_and_a_form_of_this_dashboard(registered, 
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
 
 
+async def test_a_body_that_is_no_readable_form_is_refused_with_the_dashboards_page(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """A malformed multipart body (a script's, a scanner's) is the dashboard's own 400 page, with its headers: Starlette's
+    answer was a bare "Invalid multipart data." without Cache-Control, CSP or X-Frame-Options."""
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    bearer = {"authorization": f"Bearer {TOKEN}", "content-type": "multipart/form-data; boundary=x"}
+    for path in (f"/migrations/{NAME}/control", f"/migrations/{NAME}/throttle", "/unlock", "/sign-in"):
+        answer = await web.post(path, content=b"garbage", headers=bearer)
+        assert answer.status_code == 400, path
+        assert 'data-testid="error"' in answer.text and "form could not be read (Invalid multipart data.)" in answer.text
+        assert answer.headers["cache-control"] == "no-store" and answer.headers["x-frame-options"] == "DENY"
+        assert "content-security-policy" in answer.headers
+    assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["status"] == "pending"
+
+
 async def test_a_bearer_token_steers_too_and_the_mounting_apps_identity_is_the_who(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
     client, _ = counted_client
     web = http(make_app(registered, client))

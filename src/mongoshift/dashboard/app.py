@@ -22,6 +22,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 from starlette.applications import Starlette
 from starlette.datastructures import URL
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -282,11 +283,22 @@ def create_app(
     async def refused(request: Request, why: str, status: int = 403) -> Response:
         return page(request, "error.html", {"message": why}, status)
 
+    async def form_of(request: Request) -> dict[str, str] | Response:
+        """A POST's text fields, or the refusal (400, a page with its headers) of a body that is no readable form
+        (a malformed multipart body, a part too large): Starlette's own answer was a bare text without them."""
+        try:
+            fields = await request.form()
+        except HTTPException as exc:
+            return await refused(request, f"refused: the request's form could not be read ({exc.detail})", 400)
+        return {k: v for k, v in fields.items() if isinstance(v, str)}
+
     async def checked_post(request: Request) -> tuple[dict[str, str], str] | Response:
         """The form of a control POST and its operator, or the refusal (403): read-only, cross-site, CSRF, no operator."""
         if options.read_only:
             return await refused(request, "this dashboard is read-only: controls are refused")
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        form = await form_of(request)
+        if isinstance(form, Response):
+            return form
         if Guard.cross_site(request) or not (guard.bearer(request) or Guard.csrf_ok(request, form.get("csrf"))):
             if not Guard.cross_site(request) and Guard.bearer_sent(request):
                 # a script's wrong token: "reload the page" (the CSRF refusal) sent it looking for a page it never had
@@ -376,7 +388,9 @@ def create_app(
         return page(request, "migration.html", {**migration_context(snap, name), "ids": [str(i) for i in ids], "ids_total": total})
 
     async def sign_in(request: Request) -> Response:
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        form = await form_of(request)
+        if isinstance(form, Response):
+            return form
         if Guard.cross_site(request) or not (guard.bearer(request) or Guard.csrf_ok(request, form.get("csrf"))):
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         if not guard.token_matches(form.get("token")):
