@@ -84,6 +84,14 @@ def test_uvicorns_own_lines_are_mongoshifts_lines(fast_project, log_format: str)
             while chunk := raw.recv(4096):  # uvicorn logs the request, then answers 400 and closes
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 400")
+        # The form parser's own warning on a malformed multipart body was Python's bare text ("Expected boundary ...").
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as raw:
+            raw.sendall(b"POST /sign-in HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                        b"Content-Length: 7\r\nConnection: close\r\n\r\ngarbage")
+            answer = b""
+            while chunk := raw.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400")
         process.send_signal(signal.SIGINT)
         _, rest = process.communicate(timeout=60)
     assert process.returncode == 0, rest
@@ -91,6 +99,8 @@ def test_uvicorns_own_lines_are_mongoshifts_lines(fast_project, log_format: str)
     if log_format == "json":
         parsed = [json.loads(line) for line in lines]
         assert [(p["level"], p["logger"], p["message"]) for p in parsed[:1]] == [("warning", "uvicorn.error", "Invalid HTTP request received.")]
+        assert (parsed[1]["level"], parsed[1]["logger"]) == ("warning", "python_multipart.multipart")
     else:
         assert lines[0] == "mongoshift: WARNING Invalid HTTP request received.", lines
-    assert len(lines) == 2, lines  # then the stop line
+        assert lines[1].startswith("mongoshift: WARNING Expected boundary character"), lines
+    assert len(lines) == 3, lines  # then the stop line

@@ -89,11 +89,12 @@ def _tell(out: Output, message: str) -> None:
 
 def _uvicorn_through_ours() -> None:
     """uvicorn's own lines (a malformed request, an unforeseen error's traceback) through mongoshift's handler, after
-    ``output()`` set it up: ``mongoshift: WARNING ...``, or one JSON object under ``--log-format json`` as every other
+    ``output()`` set it up (python-multipart's too): ``mongoshift: WARNING ...``, or one JSON object under ``--log-format json`` as every other
     stderr line (uvicorn's format was plain text among them), a traceback redacted as mongoshift's own are."""
-    theirs = logging.getLogger("uvicorn")
-    theirs.handlers[:] = logging.getLogger("mongoshift").handlers
-    theirs.propagate = False
+    for name in ("uvicorn", "python_multipart"):  # and the form parser's word on a malformed body, which the dashboard refuses
+        theirs = logging.getLogger(name)
+        theirs.handlers[:] = logging.getLogger("mongoshift").handlers
+        theirs.propagate = False
 
 
 def _bound(host: str, port: int) -> socket.socket:
