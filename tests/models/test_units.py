@@ -94,6 +94,21 @@ def test_a_number_the_converter_cannot_take_fails_the_document_without_its_value
     assert upgrade({"f": True}) == {"f": True} and upgrade({}) == {}  # not a number of the old shape: left as it is
 
 
+def test_a_one_way_migration_imports_only_what_its_upgrade_uses() -> None:
+    """int to double with a field removed is one-way: no revert is written, so the reverse's Decimal128 check is not in
+    the file and ``from bson import Decimal128`` was an unused import a linter (ruff F401) flags in the user's project."""
+    change = compare(
+        Shape(0, "app.M", {"f": {"types": ["int"], "required": True}, "gone": {"types": ["string"], "required": False}}),
+        ModelShape("c", "app.M", "pydantic", {}, {"f": {"types": ["double"], "required": True}}),
+    )
+    text = render(change, "app")
+    assert not change.reversible and "def revert" not in text
+    assert "import" not in text.replace("from mongoshift import Background", "").replace("from mongoshift.versioning import define_shapes", "")
+    both_ways = render(compare(Shape(0, "app.M", {"f": {"types": ["int"], "required": True}}),
+                               ModelShape("c", "app.M", "pydantic", {}, {"f": {"types": ["double"], "required": True}})), "app")
+    assert "def revert" in both_ways and "from bson import Decimal128" in both_ways  # the way back checks a Decimal128
+
+
 @pytest.mark.parametrize(
     ("old", "new", "kept", "refused"),
     [

@@ -229,7 +229,8 @@ def render(change: CollectionChange, package: str) -> str:
         '"""',
         "",
     ]
-    code = [line for c in change.changes for line in [*c.forward, *(c.reverse or [])]]
+    # The code the file holds: a one-way migration writes no revert, so its reverse lines import nothing.
+    code = [line for c in change.changes for line in [*c.forward, *((c.reverse or []) if change.reversible else [])]]
     used = [n for n in BSON_NAMES if any(re.search(rf"\b{n}\b", line) for line in code)]
     if used:
         lines += [f"from bson import {', '.join(used)}", ""]
