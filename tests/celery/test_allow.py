@@ -48,7 +48,8 @@ def test_a_producer_of_a_default_registration_refuses_what_its_workers_would(pro
         with pytest.raises(TaskRefusedError) as caught:
             enqueue()
         assert caught.value.exit_code == ExitCode.TASK_REFUSED == 54 and caught.value.details["refused"] == refused
-        assert "register(app, allow=...)" in caught.value.message and "nothing was run" in caught.value.message
+        assert "register(app, allow=...)" in caught.value.message and "nothing was queued" in caught.value.message
+        assert "this worker" not in caught.value.message  # said by the producer: no worker was asked
 
 
 async def test_a_rollback_a_worker_does_not_allow_is_recorded_failed_and_runs_nothing(project, db, client) -> None:  # type: ignore[no-untyped-def]
@@ -129,9 +130,10 @@ async def test_a_destructive_converge_needs_the_workers_consent_as_a_rollback_do
     with pytest.raises(TaskRefusedError) as caught:
         default.enqueue_converge(yes=True)
     assert caught.value.exit_code == 54 and caught.value.details["refused"] == ["converge_destructive"]
+    assert "this registration's workers do not take" in caught.value.message and "nothing was queued" in caught.value.message
     result = default.converge.apply(kwargs={"yes": True}).get()  # past enqueue: straight to the worker
     assert result["success"] is False and (result["error"]["kind"], result["error"]["code"]) == ("task_refused", 54)
-    assert "add 'converge_destructive'" in result["error"]["message"]
+    assert "add 'converge_destructive'" in result["error"]["message"] and "this worker does not take" in result["error"]["message"]
     assert "sparse" not in (await db.items.index_information())["x_1"]  # nothing rebuilt
 
     consenting = register(_app(), settings=settings, allow={"up", "converge_destructive"})

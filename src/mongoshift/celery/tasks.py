@@ -320,14 +320,16 @@ class MongoshiftTasks:
         """Queue ``redo`` of one migration (``target``, else the newest applied, chosen now): one task."""
         return self._enqueue(direction="redo", target=target)
 
-    def refusal(self, task: str, kinds: Iterable[str]) -> TaskRefusedError | None:
-        """The error of a task whose ``kinds`` this registration does not allow; None when it takes them all."""
+    def refusal(self, task: str, kinds: Iterable[str], *, queuing: bool = False) -> TaskRefusedError | None:
+        """The error of a task whose ``kinds`` this registration does not allow; None when it takes them all.
+        ``queuing``: said to the producer, which queues nothing (no worker was asked: "this worker" was wrong there)."""
         missing = [k for k in kinds if k not in self.allow]
         if not missing:
             return None
         allowed = ", ".join(sorted(self.allow)) or "nothing"
+        who, outcome = ("this registration's workers do", "queued") if queuing else ("this worker does", "run")
         return TaskRefusedError(
-            f"{task}: this worker does not take {' or '.join(_KIND_WORDS[k] for k in missing)}, so nothing was run; "
+            f"{task}: {who} not take {' or '.join(_KIND_WORDS[k] for k in missing)}, so nothing was {outcome}; "
             f"its register(app, allow=...) takes {allowed} (add {', '.join(repr(k) for k in missing)} to take it; docs/celery.md)",
             task=task, refused=missing,
         )
@@ -335,7 +337,7 @@ class MongoshiftTasks:
     def _refuse_early(self, direction: Direction, target: str | None) -> None:
         """What the workers of this registration would refuse is refused when queued, before anything is claimed."""
         kinds = (direction,) if target is None or direction == "redo" else (direction, "unordered")
-        refused = self.refusal(self._line_tasks[direction].name, kinds)
+        refused = self.refusal(self._line_tasks[direction].name, kinds, queuing=True)
         if refused is not None:
             raise refused
 
@@ -474,7 +476,7 @@ class MongoshiftTasks:
         tenants = api.Tenants(all=True) if tenants is None else tenants
         if not isinstance(tenants, api.Tenants):
             raise ConfigInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
-        if command == "down" and (refused := self.refusal(self.tenant.name, ("down",))) is not None:
+        if command == "down" and (refused := self.refusal(self.tenant.name, ("down",), queuing=True)) is not None:
             raise refused
         if tenants.canary:
             raise TenantsInvalidError(
@@ -538,7 +540,7 @@ class MongoshiftTasks:
         Like a line task, it waits for a held migration lock (``lock_wait_seconds`` at a time,
         asking again after ``poll_seconds``) for at most ``line_wait_seconds``. ``yes`` needs the consent
         ``converge_destructive`` in ``allow``, here as on the worker: without it, :class:`TaskRefusedError` (54)."""
-        if yes and (refused := self.refusal(self.converge.name, (CONVERGE_DESTRUCTIVE,))) is not None:
+        if yes and (refused := self.refusal(self.converge.name, (CONVERGE_DESTRUCTIVE,), queuing=True)) is not None:
             raise refused
         kwargs = {"yes": bool(yes), "wait_until": time.time() + self.line.line_wait_seconds}
         return self.converge.apply_async(kwargs=kwargs, **self._routing())
