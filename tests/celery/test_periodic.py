@@ -66,6 +66,13 @@ def test_the_beat_schedule_names_the_registered_tasks() -> None:
     assert all(entry["task"] in app.tasks for entry in schedule.values())
     with pytest.raises(ConfigInvalidError, match="at least 1"):
         tasks.beat_schedule(audit_every=0)
+    # NaN passed "< 1" (every comparison with it is false) and infinity is no period: neither is a schedule.
+    for every in (float("nan"), float("inf")):
+        with pytest.raises(ConfigInvalidError, match="at least 1"):
+            tasks.beat_schedule(audit_every=every)
+    # The worker refuses a verify whose reopen is not True or False (exit 25): a schedule that says "yes" failed every tick.
+    with pytest.raises(ConfigInvalidError, match="reopen is True or False, not a str"):
+        tasks.beat_schedule(reopen="yes")  # type: ignore[arg-type]
 
 
 def test_registration_refuses_what_a_worker_could_not_use() -> None:

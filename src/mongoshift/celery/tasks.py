@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -580,6 +581,8 @@ class MongoshiftTasks:
     ) -> dict[str, dict[str, Any]]:
         """Entries for ``app.conf.beat_schedule``: the background tick, ``background verify`` and ``audit``
         every so many seconds (None leaves one out); ``reopen``: verify gives a drifted migration another pass."""
+        if not isinstance(reopen, bool):  # the worker refuses a verify whose reopen is not true or false: every tick would fail
+            raise ConfigInvalidError(f"background-verify: reopen is True or False, not a {type(reopen).__name__}")
         entries: dict[str, dict[str, Any]] = {}
         for key, task, every, kwargs in (
             ("background-tick", self.background_tick, background_every, {}),
@@ -588,7 +591,8 @@ class MongoshiftTasks:
         ):
             if every is None:
                 continue
-            if isinstance(every, bool) or not isinstance(every, (int, float)) or every < 1:
+            # NaN passes "every < 1" (every comparison with it is false), and infinity is no period either
+            if isinstance(every, bool) or not isinstance(every, (int, float)) or not math.isfinite(every) or every < 1:
                 raise ConfigInvalidError(f"{key}: the schedule takes seconds (at least 1) or None, not {every!r}")
             entry: dict[str, Any] = {"task": task.name, "schedule": float(every), "kwargs": kwargs}
             if self.queue:
