@@ -75,6 +75,28 @@ def test_the_beat_schedule_names_the_registered_tasks() -> None:
         tasks.beat_schedule(reopen="yes")  # type: ignore[arg-type]
 
 
+def test_the_line_and_background_options_refuse_a_value_a_worker_could_not_use() -> None:
+    """They were taken as given: a poll of 0 re-sends a waiting task with no countdown, again and again, and NaN or a
+    negative time reached every countdown, deadline and lease made from them."""
+    from mongoshift.celery import BackgroundOptions, LineOptions
+
+    nan, inf = float("nan"), float("inf")
+    for line in ({"poll_seconds": 0}, {"poll_seconds": inf}, {"lock_wait_seconds": nan}, {"lock_wait_seconds": -1},
+                 {"line_wait_seconds": nan}, {"intent_ttl_seconds": 0}, {"intent_ttl_seconds": "60"}, {"poll_seconds": True}):
+        with pytest.raises(ConfigInvalidError, match=f"LineOptions: {next(iter(line))} must be a number of seconds"):
+            LineOptions(**line)  # type: ignore[arg-type]
+    for background in ({"poll_seconds": nan}, {"poll_seconds": 0}, {"chain_ttl_seconds": inf}, {"chain_ttl_seconds": -5}):
+        with pytest.raises(ConfigInvalidError, match=f"BackgroundOptions: {next(iter(background))} must be a number of seconds"):
+            BackgroundOptions(**background)  # type: ignore[arg-type]
+    for errors in (0, 2.5, "8"):
+        with pytest.raises(ConfigInvalidError, match="max_lane_errors must be a whole number at least 1"):
+            BackgroundOptions(max_lane_errors=errors)  # type: ignore[arg-type]
+    assert LineOptions(lock_wait_seconds=0, line_wait_seconds=0).lock_wait_seconds == 0  # no wait at all is a choice
+    assert BackgroundOptions(poll_seconds=None, max_lane_errors=1).max_lane_errors == 1
+    with pytest.raises(ConfigInvalidError, match="line must be a LineOptions"):
+        register(Celery("x", set_as_current=False), line={"poll_seconds": 1})  # type: ignore[arg-type]
+
+
 def test_registration_refuses_what_a_worker_could_not_use() -> None:
     with pytest.raises(ConfigInvalidError, match="Celery app"):
         register(object())  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .. import api
 from ..errors import MongoshiftError, NotAppliedError
+from .checks import check_number
 from .payloads import CoordinatorPayload, LanePayload
 from .results import BackgroundResult
 
@@ -39,6 +40,12 @@ class BackgroundOptions:
     chain_ttl_seconds: float = 60.0
     #: Failed slices in a row after which a lane gives up (the coordinator starts another later).
     max_lane_errors: int = 8
+
+    def __post_init__(self) -> None:
+        if self.poll_seconds is not None:
+            check_number("BackgroundOptions", "poll_seconds", self.poll_seconds, minimum=0, above=True)
+        check_number("BackgroundOptions", "chain_ttl_seconds", self.chain_ttl_seconds, minimum=0, above=True)
+        check_number("BackgroundOptions", "max_lane_errors", self.max_lane_errors, minimum=1, whole=True)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pymongo import AsyncMongoClient
 
 from .. import api
 from ..errors import ExitCode, LockHeldError, MongoshiftError, NotAppliedError, OutOfOrderError
+from .checks import check_number
 from .payloads import UpPayload
 from .results import LineResult
 
@@ -47,6 +48,12 @@ class LineOptions:
     line_wait_seconds: float = 3600.0
     #: Seconds a queued or running intent holds its migration: a task lost with its message frees it then.
     intent_ttl_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        check_number("LineOptions", "lock_wait_seconds", self.lock_wait_seconds, minimum=0)
+        check_number("LineOptions", "poll_seconds", self.poll_seconds, minimum=0, above=True)
+        check_number("LineOptions", "line_wait_seconds", self.line_wait_seconds, minimum=0)
+        check_number("LineOptions", "intent_ttl_seconds", self.intent_ttl_seconds, minimum=0, above=True)
 
 
 @dataclass(frozen=True)

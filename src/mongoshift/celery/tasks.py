@@ -650,4 +650,7 @@ def register(
     unknown = sorted(set(allow) - TASK_KINDS)
     if unknown:
         raise ConfigInvalidError(f"allow takes {', '.join(sorted(TASK_KINDS))}, not {', '.join(map(repr, unknown))}")
+    for option, value, kind in (("line", line, LineOptions), ("background", background, bg.BackgroundOptions)):
+        if value is not None and not isinstance(value, kind):  # its values are checked when it is made
+            raise ConfigInvalidError(f"{option} must be a {kind.__name__}(...), not {type(value).__name__}")
     return MongoshiftTasks(app, settings, prefix, queue, line or LineOptions(), background or bg.BackgroundOptions(), listed, frozenset(allow))
