@@ -97,6 +97,15 @@ def test_the_line_and_background_options_refuse_a_value_a_worker_could_not_use()
         register(Celery("x", set_as_current=False), line={"poll_seconds": 1})  # type: ignore[arg-type]
 
 
+
+def test_a_converge_is_queued_with_yes_true_or_false_only() -> None:
+    """``enqueue_converge(yes="no")`` was queued as ``bool("no")``, True: the destructive converge where it is allowed."""
+    tasks = register(Celery("x", broker="memory://", set_as_current=False), settings="mongoshift.toml", allow={"up", "converge_destructive"})
+    for yes in ("no", 0, None):
+        with pytest.raises(ConfigInvalidError, match=f"yes must be True or False, not {type(yes).__name__}"):
+            tasks.enqueue_converge(yes=yes)  # type: ignore[arg-type]
+
+
 def test_registration_refuses_what_a_worker_could_not_use() -> None:
     with pytest.raises(ConfigInvalidError, match="Celery app"):
         register(object())  # type: ignore[arg-type]

@@ -541,9 +541,11 @@ class MongoshiftTasks:
         Like a line task, it waits for a held migration lock (``lock_wait_seconds`` at a time,
         asking again after ``poll_seconds``) for at most ``line_wait_seconds``. ``yes`` needs the consent
         ``converge_destructive`` in ``allow``, here as on the worker: without it, :class:`TaskRefusedError` (54)."""
+        if not isinstance(yes, bool):  # as api.converge's flags: "no" would be read as True, a destructive converge
+            raise ConfigInvalidError(f"yes must be True or False, not {type(yes).__name__}")
         if yes and (refused := self.refusal(self.converge.name, (CONVERGE_DESTRUCTIVE,), queuing=True)) is not None:
             raise refused
-        kwargs = {"yes": bool(yes), "wait_until": time.time() + self.line.line_wait_seconds}
+        kwargs = {"yes": yes, "wait_until": time.time() + self.line.line_wait_seconds}
         return self.converge.apply_async(kwargs=kwargs, **self._routing())
 
     def _converge(self, task: Task, yes: bool = False, wait_until: float | None = None) -> dict[str, Any]:
