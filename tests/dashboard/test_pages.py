@@ -433,3 +433,28 @@ async def test_the_event_stream_of_an_unknown_migration_is_a_404_as_its_page(reg
     assert missing.status_code == 404 and "0009_nope.py is not a registered background migration" in missing.text
     (detail,) = await first_events(app, f"/events?name={NAME.removesuffix('.py')}")
     assert detail.startswith("event: update\n") and 'data-testid="status">pending' in detail
+
+
+def test_create_app_refuses_arguments_it_cannot_use_with_exit_6() -> None:
+    """They were taken as given: a poll of 0, a negative one or NaN read the project without a pause, ``read_only="no"``
+    was read for its truth, a text as ``identity`` named nobody, and a client or token of another type failed later."""
+    from mongoshift import api
+    from mongoshift.dashboard import create_app
+    from mongoshift.errors import ConfigInvalidError, ExitCode
+
+    settings = api.load_settings({"uri": "mongodb://127.0.0.1:1", "db": "app"})
+    for options, says in (
+        ({"poll_seconds": 0}, "poll_seconds must be a number of seconds above 0, not 0"),
+        ({"poll_seconds": -1}, "poll_seconds must be a number of seconds above 0"),
+        ({"poll_seconds": float("nan")}, "poll_seconds must be a number of seconds above 0, not nan"),
+        ({"poll_seconds": "1"}, "poll_seconds must be a number of seconds above 0"),
+        ({"read_only": "no"}, "read_only must be True or False, not str"),
+        ({"identity": "admin"}, "identity must be a function of the request (or None), not str"),
+        ({"token": 12345678901234567890}, "token must be a text (or None), not int"),
+        ({"client": "mongodb://127.0.0.1:1"}, "client must be a pymongo AsyncMongoClient (or None), not str"),
+    ):
+        with pytest.raises(ConfigInvalidError) as refused:
+            create_app(settings, **options)  # type: ignore[arg-type]
+        assert says in refused.value.message and refused.value.exit_code == ExitCode.CONFIG_INVALID
+        assert "12345678901234567890" not in refused.value.message  # a token is never shown
+    assert create_app(settings, poll_seconds=2, read_only=True).state.dashboard.options.poll_seconds == 2.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ from starlette.templating import Jinja2Templates
 
 from .. import api
 from ..api.session import per_call
-from ..errors import ExitCode, MongoshiftError, NotAppliedError
+from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, NotAppliedError
 from . import views
 from .poller import TENANTS_EVERY, Poller, Snapshot, described
 from .security import CSRF_COOKIE, HOLDER_COOKIE, Guard, Identity, checked_token
@@ -165,8 +166,9 @@ def create_app(
     and every one is refused. The app is ``app.state.dashboard`` (:class:`Dashboard`); a mounting
     application calls ``await app.state.dashboard.aclose()`` at shutdown.
     """
+    _check_options(client=client, token=token, identity=identity, read_only=read_only, poll_seconds=poll_seconds)
     guard = Guard(checked_token(token), identity, read_only)
-    options = DashboardOptions(read_only=read_only, poll_seconds=poll_seconds)
+    options = DashboardOptions(read_only=read_only, poll_seconds=float(poll_seconds))
     dashboard = Dashboard(settings, client, guard, options)
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True)
     env.globals.update(duration=views.duration, percent=views.percent, when=views.when, plural=api.plural, controls=CONTROLS, url_for=_template_path_for)
@@ -422,6 +424,22 @@ def create_app(
     app.state.dashboard = dashboard
     app.state.templates = templates
     return app
+
+
+def _check_options(*, client: object, token: object, identity: object, read_only: object, poll_seconds: object) -> None:
+    """``create_app``'s arguments, refused at once (exit 6) rather than taken as given: a poll of 0, a negative one or
+    NaN read the project in a loop without a pause, ``read_only="no"`` was read for its truth, a text as ``identity``
+    named nobody (calling it raised on every control), and another ``client`` or ``token`` failed later."""
+    if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)) or not math.isfinite(poll_seconds) or poll_seconds <= 0:
+        raise ConfigInvalidError(f"poll_seconds must be a number of seconds above 0, not {poll_seconds!r}")
+    if not isinstance(read_only, bool):
+        raise ConfigInvalidError(f"read_only must be True or False, not {type(read_only).__name__}")
+    if identity is not None and not callable(identity):
+        raise ConfigInvalidError(f"identity must be a function of the request (or None), not {type(identity).__name__}")
+    if token is not None and not isinstance(token, str):
+        raise ConfigInvalidError(f"token must be a text (or None), not {type(token).__name__}")  # never the value: a secret
+    if client is not None and not isinstance(client, AsyncMongoClient):
+        raise ConfigInvalidError(f"client must be a pymongo AsyncMongoClient (or None), not {type(client).__name__}")
 
 
 def path_for(request: Request, name: str, /, **params: Any) -> URL:
