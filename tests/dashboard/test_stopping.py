@@ -104,3 +104,14 @@ def test_uvicorns_own_lines_are_mongoshifts_lines(fast_project, log_format: str)
         assert lines[0] == "mongoshift: WARNING Invalid HTTP request received.", lines
         assert lines[1].startswith("mongoshift: WARNING Expected boundary character"), lines
     assert len(lines) == 3, lines  # then the stop line
+
+
+def test_a_project_that_names_no_server_is_refused_before_serving(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Started where no project is (no uri, no uri_command or uri_factory, no tenants), it served pages saying
+    "could not connect: no server given ... trying again at each read", for ever: no read could succeed. It is
+    refused as every connecting command refuses it, exit 6, before it listens."""
+    done = cli(tmp_path, "dashboard", "--port", "0")
+    assert done.returncode == 6, done.stderr
+    assert "no server given" in done.stderr and "mongoshift dashboard on" not in done.stderr
+    with_uri = cli(tmp_path, "--json", "dashboard", "--port", "0", "--uri", "mongodb://127.0.0.1:1")  # a server, no db
+    assert with_uri.returncode == 6 and "no database given" in with_uri.stdout

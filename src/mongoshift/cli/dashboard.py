@@ -44,6 +44,13 @@ def dashboard(host: str, port: int, read_only: bool) -> None:
             )
         token, generated = generated_token(), True
     s = settings()
+    if s.tenants is None:
+        # No server or no database: no read could ever succeed (a server that is down may come back; this cannot).
+        # Refused as every command that connects refuses it, instead of pages saying "trying again at each read".
+        if s.uri_command is None and s.uri_factory is None:
+            s.require_connection()
+        else:
+            s.require_db()
     sock = _bound(host, port)
     app = create_app(s, token=token, read_only=read_only)
     # the open pages' event streams end as the shutdown starts (dashboard_server), so the two seconds
