@@ -387,7 +387,7 @@ def test_a_hand_written_declaration_is_completed_not_rewritten(project: Project,
 def test_inherited_documents_are_their_roots_collection(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
     write_models(project, '''
 import mongoengine as me
-from beanie import Document
+from beanie import Document, Indexed
 
 
 class Animal(me.Document):
@@ -397,10 +397,11 @@ class Animal(me.Document):
 
 class Dog(Animal):
     barks = me.BooleanField()
+    meta = {"indexes": ["barks"]}
 
 
 class Vehicle(Document):
-    wheels: int
+    wheels: Indexed(int)
 
     class Settings:
         name = "vehicles"
@@ -409,17 +410,27 @@ class Vehicle(Document):
 
 class Car(Vehicle):
     doors: int = 4
+
+
+class Bike(Vehicle):
+    gears: Indexed(int, unique=True)
 ''')
     result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 0, result.stderr
     rows = {row["collection"]: row for row in json.loads(result.stdout)["collections"]}
     assert sorted(rows) == ["animals", "vehicles"]
     assert rows["animals"]["model"] == f"{PACKAGE}.models.Animal"
-    assert rows["animals"]["unsupported"] == ["shopapp.models.Animal: allow_inheritance: the subclasses' fields are not in the validator"]
-    assert rows["vehicles"]["unsupported"] == [
-        "shopapp.models.Vehicle: is_root (inheritance): the subclasses' fields and _class_id are not in the validator"
+    assert rows["animals"]["unsupported"] == [
+        "shopapp.models.Animal: allow_inheritance: the subclasses' fields are not in the validator (their indexes are declared)"
     ]
-    assert [i["keys"] for i in declared(project, "animals")["indexes"]] == [{"_cls": 1, "name": 1}]
+    assert rows["vehicles"]["unsupported"] == [
+        "shopapp.models.Vehicle: is_root (inheritance): the subclasses' fields and _class_id are not in the validator (their indexes are declared)"
+    ]
+    # The ODMs create a subclass's indexes in its root's collection (Beanie's init_indexes, MongoEngine's ensure_indexes):
+    # left out, they were dropped in silence, and a declaration with prune = true would have converge drop them.
+    assert [i["keys"] for i in declared(project, "animals")["indexes"]] == [{"_cls": 1, "name": 1}, {"_cls": 1, "barks": 1}]
+    vehicles = declared(project, "vehicles")["indexes"]
+    assert [(i["keys"], i.get("unique", False)) for i in vehicles] == [({"wheels": 1}, False), ({"gears": 1}, True)]  # wheels once
 
 
 COMMENTED = '''

@@ -14,7 +14,7 @@ import pkgutil
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -144,11 +144,11 @@ def find_models(package: str) -> list[ModelShape]:
         if beanie is not None and issubclass(cls, beanie.Document):
             if _beanie_base(cls, classes) or _inherits_collection(cls, beanie.Document, _beanie_root):
                 continue
-            shapes.append(read_beanie(cls))
+            shapes.append(read_beanie(cls, _stored_with(cls, classes) if _beanie_root(cls) else []))
         elif mongoengine is not None and issubclass(cls, mongoengine.Document):
             if cls._meta.get("abstract") or _inherits_collection(cls, mongoengine.Document, _mongoengine_root):  # type: ignore[attr-defined]
                 continue
-            shapes.append(read_mongoengine(cls))
+            shapes.append(read_mongoengine(cls, _stored_with(cls, classes) if _mongoengine_root(cls) else []))
         elif issubclass(cls, BaseModel) and registration_of(cls) is not None:
             shapes.append(read_pydantic(cls))
     if not shapes:
@@ -194,6 +194,20 @@ def _inherits_collection(cls: type, document: type, is_root: Any) -> bool:
     return any(base is not document and issubclass(base, document) and is_root(base) for base in cls.__mro__[1:])
 
 
+def _stored_with(root: type, classes: list[type]) -> list[type]:
+    """The package's subclasses stored in ``root``'s collection: the ODM creates their indexes there too."""
+    return [other for other in classes if other is not root and issubclass(other, root)]
+
+
+def _add_indexes(indexes: list[dict[str, Any]], more: list[dict[str, Any]]) -> None:
+    """``more`` after ``indexes``, each name once (a subclass repeats the indexes it inherits)."""
+    names = {index["name"] for index in indexes}
+    for index in more:
+        if index["name"] not in names:
+            names.add(index["name"])
+            indexes.append(index)
+
+
 def _path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -236,13 +250,11 @@ def _beanie_index(model: str, entry: Any, unsupported: list[str]) -> dict[str, A
 
 # ---------------------------------------------------------------- the three kinds
 
-def read_beanie(cls: Any) -> ModelShape:
+def _beanie_indexes(cls: Any, settings: Any, unsupported: list[str]) -> list[dict[str, Any]]:
+    """What Beanie's ``init_indexes`` creates for ``cls``: its ``Indexed`` fields, then ``settings.indexes``."""
     from beanie.odm.utils.typing import get_index_attributes
 
     model = _path(cls)
-    settings = getattr(cls, "Settings", None)
-    name = getattr(settings, "name", None) or cls.__name__
-    unsupported: list[str] = []
     indexes: list[dict[str, Any]] = []
     for field_name, info in cls.model_fields.items():
         attributes = get_index_attributes(info)
@@ -251,8 +263,20 @@ def read_beanie(cls: Any) -> ModelShape:
     for entry in getattr(settings, "indexes", None) or []:
         if (index := _beanie_index(model, entry, unsupported)) is not None:
             indexes.append(index)
+    return indexes
+
+
+def read_beanie(cls: Any, stored_with: Sequence[type] = ()) -> ModelShape:
+    """``stored_with``: the subclasses of an ``is_root`` class, whose indexes Beanie creates in its collection."""
+    model = _path(cls)
+    settings = getattr(cls, "Settings", None)
+    name = getattr(settings, "name", None) or cls.__name__
+    unsupported: list[str] = []
+    indexes = _beanie_indexes(cls, settings, unsupported)
+    for child in stored_with:  # its own Settings only: what it inherits is the root's, read above
+        _add_indexes(indexes, _beanie_indexes(child, child.__dict__.get("Settings"), unsupported))
     if getattr(settings, "is_root", False):
-        unsupported.append(f"{model}: is_root (inheritance): the subclasses' fields and _class_id are not in the validator")
+        unsupported.append(f"{model}: is_root (inheritance): the subclasses' fields and _class_id are not in the validator (their indexes are declared)")
     if getattr(settings, "timeseries", None) is not None:
         unsupported.append(f"{model}: timeseries: converge does not manage time-series collections")
     return _from_pydantic(cls, name, model, "beanie", indexes, unsupported, skip=frozenset({"_id", "revision_id"}))
@@ -365,18 +389,27 @@ def _mongoengine_object(document: Any, where: str, model: str, unsupported: list
     return out
 
 
-def read_mongoengine(cls: Any) -> ModelShape:
-    model = _path(cls)
-    unsupported: list[str] = []
+def _mongoengine_indexes(cls: Any) -> list[dict[str, Any]]:
+    """What MongoEngine's ``ensure_indexes`` creates for ``cls``: its ``index_specs``."""
     indexes = []
     for spec in cls._meta.get("index_specs") or []:
         data = {k: v for k, v in spec.items() if k not in ("fields", "cls", "background", "args")}
         data["keys"] = [list(pair) for pair in spec["fields"]]
         if data.get("sparse") is False:
             data.pop("sparse")
-        indexes.append(_index(model, data))
+        indexes.append(_index(_path(cls), data))
+    return indexes
+
+
+def read_mongoengine(cls: Any, stored_with: Sequence[type] = ()) -> ModelShape:
+    """``stored_with``: the subclasses of an ``allow_inheritance`` class, whose indexes MongoEngine creates in its collection."""
+    model = _path(cls)
+    unsupported: list[str] = []
+    indexes = _mongoengine_indexes(cls)
+    for child in stored_with:
+        _add_indexes(indexes, _mongoengine_indexes(child))
     if cls._meta.get("allow_inheritance"):
-        unsupported.append(f"{model}: allow_inheritance: the subclasses' fields are not in the validator")
+        unsupported.append(f"{model}: allow_inheritance: the subclasses' fields are not in the validator (their indexes are declared)")
     rules = _mongoengine_object(cls, "", cls.__name__, unsupported)
     fields: dict[str, dict[str, Any]] = {}
     for key, field_obj in cls._fields.items():
