@@ -414,11 +414,19 @@ class Car(Vehicle):
 
 class Bike(Vehicle):
     gears: Indexed(int, unique=True)
+
+
+class Plant(me.Document):
+    meta = {"collection": "plants", "allow_inheritance": True}
+
+
+class Tree(Plant):
+    height = me.IntField()
 ''')
     result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 0, result.stderr
     rows = {row["collection"]: row for row in json.loads(result.stdout)["collections"]}
-    assert sorted(rows) == ["animals", "vehicles"]
+    assert sorted(rows) == ["animals", "plants", "vehicles"]
     assert rows["animals"]["model"] == f"{PACKAGE}.models.Animal"
     assert rows["animals"]["unsupported"] == [
         "shopapp.models.Animal: allow_inheritance: the subclasses' fields are not in the validator (their indexes are declared)"
@@ -429,6 +437,8 @@ class Bike(Vehicle):
     # The ODMs create a subclass's indexes in its root's collection (Beanie's init_indexes, MongoEngine's ensure_indexes):
     # left out, they were dropped in silence, and a declaration with prune = true would have converge drop them.
     assert [i["keys"] for i in declared(project, "animals")["indexes"]] == [{"_cls": 1, "name": 1}, {"_cls": 1, "barks": 1}]
+    # With allow_inheritance and no index that begins with _cls, MongoEngine's ensure_indexes creates one on _cls.
+    assert declared(project, "plants")["indexes"] == [{"keys": {"_cls": 1}, "name": "_cls_1"}]
     vehicles = declared(project, "vehicles")["indexes"]
     assert [(i["keys"], i.get("unique", False)) for i in vehicles] == [({"wheels": 1}, False), ({"gears": 1}, True)]  # wheels once
 

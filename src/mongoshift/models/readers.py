@@ -390,7 +390,8 @@ def _mongoengine_object(document: Any, where: str, model: str, unsupported: list
 
 
 def _mongoengine_indexes(cls: Any) -> list[dict[str, Any]]:
-    """What MongoEngine's ``ensure_indexes`` creates for ``cls``: its ``index_specs``."""
+    """What MongoEngine's ``ensure_indexes`` creates for ``cls``: its ``index_specs``, and with ``allow_inheritance``
+    (and ``index_cls``, true by default) an index on ``_cls`` when none of them begins with it."""
     indexes = []
     for spec in cls._meta.get("index_specs") or []:
         data = {k: v for k, v in spec.items() if k not in ("fields", "cls", "background", "args")}
@@ -398,6 +399,8 @@ def _mongoengine_indexes(cls: Any) -> list[dict[str, Any]]:
         if data.get("sparse") is False:
             data.pop("sparse")
         indexes.append(_index(_path(cls), data))
+    if cls._meta.get("allow_inheritance") and cls._meta.get("index_cls", True) and not any(next(iter(i["keys"])) == "_cls" for i in indexes):
+        indexes.append(_index(_path(cls), {"keys": {"_cls": 1}}))
     return indexes
 
 
