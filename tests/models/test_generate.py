@@ -229,6 +229,16 @@ def test_refusals_name_what_is_wrong(project: Project, cli) -> None:  # type: ig
     result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 49 and "failed to import (shopapp/models.py, line 1): RuntimeError" in result.stderr
     assert "secret value" not in result.stderr
+    # @collection without its call: the line of the user's code and what to write, not "(registry.py, line 34): ValueError"
+    head = "from pydantic import BaseModel\nfrom mongoshift.models import collection\n\n\n"
+    write_models(project, head + "@collection\nclass Event(BaseModel):\n    y: int\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49, result.stderr
+    assert ("failed to import (shopapp/models.py, line 5): @collection on Event needs the collection's name: "
+            '@collection("events"), not @collection') in result.stderr
+    write_models(project, head + "@collection('events', indexes='email')\nclass Event(BaseModel):\n    y: int\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49 and "(shopapp/models.py, line 5): collection('events'): indexes must be a list of indexes, not str" in result.stderr
     write_models(project, PYDANTIC + '\n\n@collection("events")\nclass Other(BaseModel):\n    y: int\n')
     result = cli(project, "--json", "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 49

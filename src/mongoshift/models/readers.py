@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 from pymongo.operations import IndexModel
 
-from ..errors import ModelsInvalidError
+from ..errors import ModelsInvalidError, MongoshiftError
 from ..project.redaction import describe_error
 from ..schema.collections import CollectionDeclaration, IndexDeclaration
 from ..schema.validation import describe_errors
@@ -91,7 +91,17 @@ def _import(name: str, package: str) -> ModuleType:
             raise
         if isinstance(exc, ModuleNotFoundError) and exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise ModelsInvalidError(f"models package {name!r} not found (run from the folder it imports from)", models=package) from None
+        if isinstance(exc, MongoshiftError):  # mongoshift's own refusal (a misused @collection): its words are ours
+            raise ModelsInvalidError(f"models module {name!r} failed to import{_where(exc)}: {exc.message}", models=package) from None
         raise ModelsInvalidError(f"models module {name!r} failed to import{_where(exc)}: {type(exc).__name__}{_missing(exc)}", models=package) from None
+
+
+#: mongoshift's own package: its frames are not "your code" in an import error.
+_OWN = Path(__file__).resolve().parent.parent
+
+
+def _own(filename: str) -> bool:
+    return Path(filename).resolve().is_relative_to(_OWN)
 
 
 def _missing(exc: BaseException) -> str:
@@ -112,7 +122,8 @@ def _where(exc: BaseException) -> str:
     ``lineno`` say where the code is, not its traceback (whose frames are ``<frozen importlib._bootstrap>``)."""
     if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
         return f" ({_shown(exc.filename)}, line {exc.lineno})"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    # not a frame of mongoshift itself (the @collection that refused): the line of the user's code that called it
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<") and not _own(f.filename)]
     return f" ({_shown(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
 
 

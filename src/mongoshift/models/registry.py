@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..errors import ModelsInvalidError
+
 ATTRIBUTE = "__mongoshift_collection__"
 
 T = TypeVar("T", bound=type)
@@ -30,8 +32,12 @@ def collection(name: str, *, indexes: Sequence[Any] = ()) -> Callable[[T], T]:
     ``indexes``: what a declaration takes (``{"keys": {"email": 1}, "unique": True}`` or a
     pymongo ``IndexModel``); they are checked when the declaration is generated.
     """
+    if isinstance(name, type):  # "@collection" without its call: the class came as the name
+        raise ModelsInvalidError(f"@collection on {name.__name__} needs the collection's name: @collection(\"events\"), not @collection")
     if not isinstance(name, str) or not name:
-        raise ValueError("collection(name): name must be a non-empty string")
+        raise ModelsInvalidError(f"collection(name): name must be a non-empty string, not {type(name).__name__}")
+    if isinstance(indexes, (str, bytes)) or not isinstance(indexes, Sequence):
+        raise ModelsInvalidError(f"collection({name!r}): indexes must be a list of indexes, not {type(indexes).__name__}")
     registration = Registration(name, tuple(indexes))
 
     def register(cls: T) -> T:
