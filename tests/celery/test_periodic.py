@@ -118,3 +118,29 @@ def test_registration_refuses_what_a_worker_could_not_use() -> None:
 
     with pytest.raises(ConfigInvalidError, match="observers"):
         register(Celery("x", set_as_current=False), observers=[awaited])
+
+
+def test_a_wait_takes_a_number_of_seconds_and_says_a_timeout_with_exit_14() -> None:
+    """``LineGroup.wait(timeout=nan)`` waited for ever (no time is past NaN), a text failed in Celery's arithmetic and
+    -1 read "did not end within -1s"; ``BackgroundStart.wait`` and ``TenantGroup.wait`` let Celery's own TimeoutError
+    out, with no exit code, where ``LineGroup.wait`` says MigrationTimeoutError (exit 14)."""
+    from celery.result import AsyncResult, GroupResult
+
+    from mongoshift.celery.tasks import BackgroundStart, LineGroup, TenantGroup
+    from mongoshift.errors import ExitCode, MigrationTimeoutError
+
+    app = Celery("waits", broker="memory://", backend="cache+memory://", set_as_current=False)
+    never = AsyncResult("no-such-task", app=app)  # PENDING for ever: no worker will run it
+    line = LineGroup(group="g", batch=1, names=["0001_a.py"], result=GroupResult("g", [never], app=app))
+    for timeout in (float("nan"), -1, "5", True):
+        with pytest.raises(ConfigInvalidError, match="wait\\(\\): timeout must be a number of seconds at least 0"):
+            line.wait(timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(ConfigInvalidError, match="interval must be a number of seconds above 0"):
+        line.wait(timeout=1, interval=0)
+    start = BackgroundStart("0002_b.py", True, "chain", never)
+    tenants = TenantGroup("up", "g", ["tenant_a"], ["no-such-task"], GroupResult("g", [never], app=app))
+    for waited, says in ((lambda: start.wait(timeout=0.05), "0002_b.py: its chain did not stop within 0.05s"),
+                         (lambda: tenants.wait(timeout=0.05, interval=0.01), "tenant_a still queued or running")):
+        with pytest.raises(MigrationTimeoutError, match=says) as caught:
+            waited()
+        assert caught.value.exit_code == ExitCode.TIMEOUT == 14

@@ -45,6 +45,7 @@ from ..errors import (
     TenantsInvalidError,
 )
 from . import background as bg
+from .checks import check_number
 from .line import Direction, LineOptions, Planned, Wait, plan_line, refuse_line, release_line, revoke_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, TenantPayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
@@ -104,6 +105,7 @@ class LineGroup:
 
         ``timeout``: seconds in all; past it, :class:`~mongoshift.errors.MigrationTimeoutError` (exit 14)
         naming the migrations still running; the tasks go on."""
+        _check_wait(timeout, interval)
         if self.result is None:
             return []
         try:
@@ -139,9 +141,13 @@ class BackgroundStart:
 
     def wait(self, timeout: float | None = None) -> BackgroundResult:
         """The migration's status when the chain stopped (``completed``, ``failed``, ``paused``, ...)."""
+        _check_wait(timeout)
         if self.result is None:
             raise ConfigInvalidError(f"{self.name}: no chain was started here (another one runs it)")
-        return BackgroundResult(**self.result.get(timeout=timeout))
+        try:
+            return BackgroundResult(**self.result.get(timeout=timeout))
+        except (TimeoutError, CeleryTimeoutError):  # as LineGroup.wait says it (Celery's own error had no exit code)
+            raise MigrationTimeoutError(f"{self.name}: its chain did not stop within {timeout:g}s (it goes on)", unfinished=[self.name]) from None
 
 
 @dataclass
@@ -157,8 +163,25 @@ class TenantGroup:
     def wait(self, timeout: float | None = None, interval: float = 0.2) -> api.RolloutReport:
         """Every tenant's row once its task ended: a :class:`~mongoshift.api.RolloutReport` whose ``exit_code`` is 0,
         or 47 when a tenant failed or stayed locked."""
-        values = self.result.get(timeout=timeout, interval=interval, propagate=False) if self.result is not None else []
+        _check_wait(timeout, interval)
+        try:
+            values = self.result.get(timeout=timeout, interval=interval, propagate=False) if self.result is not None else []
+        except (TimeoutError, CeleryTimeoutError):  # as LineGroup.wait says it (Celery's own error had no exit code)
+            assert self.result is not None
+            unfinished = [n for n, r in zip(self.names, self.result.results, strict=True) if not r.ready()]
+            raise MigrationTimeoutError(
+                f"the tenants' tasks did not all end within {timeout:g}s: {', '.join(unfinished)} still queued or running",
+                group=self.group, unfinished=unfinished,
+            ) from None
         return api.RolloutReport(self.command, [_tenant_row(name, value) for name, value in zip(self.names, values, strict=True)])
+
+
+def _check_wait(timeout: object, interval: object = 0.2) -> None:
+    """A ``wait()``'s seconds: a NaN timeout waited for ever (no time is past it), a text failed in Celery's arithmetic,
+    and a negative one was "did not end within -1s"; refused (exit 6) instead."""
+    if timeout is not None:
+        check_number("wait()", "timeout", timeout, minimum=0)
+    check_number("wait()", "interval", interval, minimum=0, above=True)
 
 
 def _tenant_row(name: str, value: Any) -> api.TenantRow:
