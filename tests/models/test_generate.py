@@ -229,6 +229,11 @@ def test_refusals_name_what_is_wrong(project: Project, cli) -> None:  # type: ig
     result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
     assert result.returncode == 49 and "failed to import (shopapp/models.py, line 1): RuntimeError" in result.stderr
     assert "secret value" not in result.stderr
+    # raised inside Python's own library: the line of the user's code that called it, not "(decoder.py, line 360)"
+    write_models(project, "import json\n\nSETTINGS = json.loads('{secret value')\n")
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49 and "failed to import (shopapp/models.py, line 3): JSONDecodeError" in result.stderr
+    assert "secret value" not in result.stderr
     # @collection without its call: the line of the user's code and what to write, not "(registry.py, line 34): ValueError"
     head = "from pydantic import BaseModel\nfrom mongoshift.models import collection\n\n\n"
     write_models(project, head + "@collection\nclass Event(BaseModel):\n    y: int\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+import sysconfig
 import threading
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -124,7 +125,17 @@ def _where(exc: BaseException) -> str:
         return f" ({_shown(exc.filename)}, line {exc.lineno})"
     # not a frame of mongoshift itself (the @collection that refused): the line of the user's code that called it
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<") and not _own(f.filename)]
-    return f" ({_shown(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
+    # and the deepest line of the project's own code rather than one of Python's or an installed library's
+    # (json.loads of a bad text was "(decoder.py, line 360): JSONDecodeError", a file the user never wrote)
+    theirs = [f for f in frames if _in_project(f.filename)] or frames
+    return f" ({_shown(theirs[-1].filename)}, line {theirs[-1].lineno})" if theirs else ""
+
+
+def _in_project(filename: str) -> bool:
+    """A file under the folder the models are imported from, not in the interpreter's library or site-packages."""
+    path = Path(filename).resolve()
+    installed = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return path.is_relative_to(Path.cwd().resolve()) and not any(path.is_relative_to(Path(p).resolve()) for p in installed if p)
 
 
 def _shown(filename: str) -> str:
