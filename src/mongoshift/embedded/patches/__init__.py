@@ -33,6 +33,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (bx) ObjectIds by their bytes in one call
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
+- :mod:`.type_names`: (h2-a) the BSON type names of ``$type``, in aggregation expressions and in queries
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
 - :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
@@ -68,6 +69,7 @@ from . import (
     replica_set,
     scans,
     transactions,
+    type_names,
     updates,
     values,
     views,
@@ -118,6 +120,7 @@ def apply() -> None:
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
     queries.patch_exact_equality()  # (az)
+    type_names.patch_type_names()  # (h2-a)
     comparisons.patch_type_brackets()  # (aq), before (af): its walks end where a bound's bracket ends
     transactions.patch_transaction_conflicts()  # (o)
     scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
