@@ -30,7 +30,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's,
-  (bx) ObjectIds by their bytes in one call
+  (bx) ObjectIds by their bytes in one call, (h2-b) binaries in mongod's order (length, subtype, bytes)
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.type_names`: (h2-a) the BSON type names of ``$type``, in aggregation expressions and in queries
@@ -122,6 +122,7 @@ def apply() -> None:
     queries.patch_exact_equality()  # (az)
     type_names.patch_type_names()  # (h2-a)
     comparisons.patch_type_brackets()  # (aq), before (af): its walks end where a bound's bracket ends
+    comparisons.patch_binary_order()  # (h2-b)
     transactions.patch_transaction_conflicts()  # (o)
     scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
     scans.patch_id_range_scans()  # (af)

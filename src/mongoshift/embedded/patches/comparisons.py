@@ -29,6 +29,10 @@ takes it).
 
 Untouched, since mongod orders them by the total order too: aggregation expressions
 (``$expr: {$gt: [...]}``, ``$max``...), sorts, the ``$min``/``$max`` update operators, index bounds.
+
+(h2-b) Two binaries compare in mongod's order (the length, then the subtype, then the bytes) both here
+and in that total order (:func:`patch_binary_order`), where mongoeco compared the subtype first, two
+``bytes`` as Python does and a ``bytes`` with a UUID by their printed forms.
 """
 
 from __future__ import annotations
@@ -181,7 +185,66 @@ def _same_type_classes() -> frozenset[type]:
     from bson import ObjectId
     from mongoeco.types import ObjectId as EcoObjectId, Timestamp as EcoTimestamp
 
-    return frozenset({str, bool, int, bytes, datetime.datetime, ObjectId, EcoObjectId, EcoTimestamp})
+    return frozenset({str, bool, int, datetime.datetime, ObjectId, EcoObjectId, EcoTimestamp})
+
+
+_BINARIES: set[type] = set()
+
+
+def binary_classes() -> frozenset[type]:
+    """(h2-b) The classes a binary reaches the matcher and the sorts as: ``bytes`` (subtype 0), a ``uuid.UUID``
+    (subtype 4, as the wire decodes it), mongoeco's binaries (the stored form of other subtypes, and the
+    query operand's) and bson's."""
+    if not _BINARIES:
+        from bson import Binary
+        from mongoeco.core.codec import _InternalBsonBinary
+        from mongoeco.types import Binary as EcoBinary
+
+        _BINARIES.update({bytes, uuid.UUID, Binary, EcoBinary, _InternalBsonBinary})
+    return frozenset(_BINARIES)
+
+
+def binary_key(value: Any) -> tuple[int, int, bytes]:
+    """(h2-b) mongod's order of BinData (``compareElementValues``): the length first, then the subtype, then
+    the bytes. mongoeco compared the subtype first and two subtype-0 binaries as Python's bytes (an empty
+    one after a longer one), and a ``bytes`` with a UUID or another subtype by their printed forms."""
+    if type(value) is uuid.UUID:
+        return (16, 4, value.bytes)
+    data = bytes(value)
+    return (len(data), getattr(value, "subtype", 0), data)
+
+
+def _compared(left: tuple[int, int, bytes], right: tuple[int, int, bytes]) -> int:
+    return -1 if left < right else 1 if left > right else 0
+
+
+def patch_binary_order() -> None:
+    """(h2-b) Binaries in mongod's order (:func:`binary_key`) in the total order (sorts, ``$expr``, ``$max``,
+    ``$min``...) and in the sorts' shortcut for two ``bytes``; the query operators take it in
+    :func:`patch_type_brackets`."""
+    from mongoeco.compat import base
+    from mongoeco.core import sorting
+
+    from ._support import replace_everywhere
+
+    binaries = binary_classes()
+    total_order = base._compare_values_default
+    native = sorting._compare_native_sort_scalars
+
+    def compare_values_default(left: Any, right: Any, bson_type_order: Any) -> int:
+        if type(left) in binaries and type(right) in binaries:
+            return _compared(binary_key(left), binary_key(right))
+        return int(total_order(left, right, bson_type_order))
+
+    def compare_native_sort_scalars(left: Any, right: Any) -> int | None:
+        if type(left) is bytes and type(right) is bytes:
+            return _compared(binary_key(left), binary_key(right))
+        return native(left, right)
+
+    compare_values_default.__wrapped__ = total_order  # type: ignore[attr-defined]
+    compare_native_sort_scalars.__wrapped__ = native  # type: ignore[attr-defined]
+    replace_everywhere(base, "_compare_values_default", compare_values_default)
+    replace_everywhere(sorting, "_compare_native_sort_scalars", compare_native_sort_scalars)
 
 
 #: The operator kinds mongoeco's comparison takes, as Python's.
@@ -218,6 +281,7 @@ def patch_type_brackets() -> None:
 
     same_type = _same_type_classes()
     object_ids = _object_id_classes()
+    binaries = binary_classes()
     from bson import ObjectId
 
     # (bx) bson's own getter of an ObjectId's 12 bytes: mongoeco's ObjectId (a subclass) wraps it in a
@@ -236,6 +300,10 @@ def patch_type_brackets() -> None:
                 if compare is not None:  # (bc) by their bytes, as mongod
                     return compare(object_id_bytes(candidate), object_id_bytes(target)) if kind in by_bytes else compare(candidate, target)
             return compare_one(cls, candidate, target, operator, dialect=dialect, collation=collation)
+        if kind in binaries and type(target) in binaries:
+            compare = _OPERATORS.get(operator)
+            if compare is not None:  # (h2-b) mongod's order, not the original's shortcut for two bytes
+                return compare(binary_key(candidate), binary_key(target))
         answer = decided(candidate, target, operator)
         if answer is not None:
             return answer
@@ -254,6 +322,10 @@ def patch_type_brackets() -> None:
             compare = _OPERATORS.get(operator)
             if compare is not None:
                 return compare(object_id_bytes(value), object_id_bytes(target))
+        elif kind in binaries and type(target) in binaries:
+            compare = _OPERATORS.get(operator)
+            if compare is not None:  # (h2-b) the original answers two bytes itself, by Python's order
+                return compare(binary_key(value), binary_key(target))
         # Its values go through the function above.
         return top_level(cls, doc, field, target, operator, dialect=dialect, collation=collation)
 

@@ -25,7 +25,7 @@ import bisect
 from collections.abc import Iterator
 from typing import Any
 
-from .scans import _conjuncts, _inexact, begin_scan, covered_span, covering_test, has_id_order, id_bounds, id_order, id_type_bracket, loose_binaries
+from .scans import _conjuncts, _inexact, begin_scan, covered_span, covering_test, has_id_order, id_bounds, id_order, id_type_bracket
 
 #: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
 #: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
@@ -93,16 +93,13 @@ def _unmodelled(engine: Any, coll: Any) -> Iterator[Any]:
 
 def _walked(engine: Any, coll: Any, confined: tuple[Any, Any, int | None]) -> Iterator[Any] | None:
     """The stored documents of (af)'s walk between the bounds and inside the bracket, in ``_id`` order
-    (the order does not change a count); None when the bounds cut the binary bracket among binaries
-    the order does not place (:func:`.scans.loose_binaries`)."""
+    (the order does not change a count)."""
     lower, upper, bracket = confined
     order = id_order(coll)
     start, end = order.span(lower, upper)
     if bracket is not None:
         start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
         end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
-    if (lower is not None or upper is not None) and loose_binaries(order, start, end):
-        return None
     storage_keys = order.storage_keys
     borrow = engine._borrow_storage_document
     return (borrow(data) for data in map(coll.get, storage_keys[start:end]) if data is not None)

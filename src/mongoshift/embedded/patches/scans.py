@@ -38,9 +38,9 @@ _MIN_KEY, _NULL, _NUMBER, _STRING, _OBJECT, _ARRAY, _BINARY = -1, 5, 10, 15, 20,
 _OBJECT_ID, _BOOL, _DATE, _TIMESTAMP, _REGEX, _CODE, _MAX_KEY = 35, 40, 45, 47, 50, 60, 127
 #: Brackets whose values this module orders exactly, as mongod and mongoeco's sort both do; a walk
 #: that meets an _id of any other bracket hands the read back to the original path.
-_EXACT = frozenset({_MIN_KEY, _NULL, _NUMBER, _STRING, _OBJECT_ID, _BOOL, _DATE, _TIMESTAMP, _MAX_KEY})
+_EXACT = frozenset({_MIN_KEY, _NULL, _NUMBER, _STRING, _BINARY, _OBJECT_ID, _BOOL, _DATE, _TIMESTAMP, _MAX_KEY})
 #: Brackets a range bound may be in for the walk to be taken (the property tests compare both paths
-#: with bounds of these and of other brackets); a binary bound only when it is a UUID.
+#: with bounds of these and of other brackets).
 _BOUNDS = frozenset({_NUMBER, _STRING, _OBJECT_ID, _DATE, _BINARY})
 
 
@@ -125,22 +125,21 @@ def order_key(value: Any, tiebreak: int = 0) -> tuple[Any, ...]:
     if isinstance(value, dict):
         return (_OBJECT, tiebreak)
     if type(value) is uuid.UUID:
-        # (bh) A UUID (subtype 4, 16 bytes, as the wire decodes it) sorts by its bytes among UUIDs, in
-        # mongod's order (length, subtype, bytes) and mongoeco's (subtype, bytes) alike; other binaries
-        # come before them, unplaced (:func:`loose_binaries`).
-        return (_BINARY, 1, value.bytes)
+        # (bh) A UUID (subtype 4, 16 bytes, as the wire decodes it) has its place; since (h2-b) every binary
+        # has, in mongod's order (length, subtype, bytes), which mongoeco's matcher and sorts now follow.
+        return (_BINARY, 1, 16, 4, value.bytes)
     if isinstance(value, (bytes, bytearray)) or hasattr(value, "subtype"):
-        return (_BINARY, 0, tiebreak)
+        data = bytes(value)
+        return (_BINARY, 1, len(data), getattr(value, "subtype", 0), data)
     if hasattr(value, "pattern") and hasattr(value, "flags"):
         return (_REGEX, tiebreak)
     return (_OBJECT if hasattr(value, "collection") else _ARRAY, tiebreak)  # a DBRef is an object
 
 
 def bound_key(value: Any) -> tuple[Any, ...] | None:
-    """The order key of a range bound the walk takes, or None (NaN, a binary that is not a UUID, or a
-    bracket outside :data:`_BOUNDS`)."""
+    """The order key of a range bound the walk takes, or None (NaN, or a bracket outside :data:`_BOUNDS`)."""
     key = order_key(value)
-    if key[0] not in _BOUNDS or (key[0] == _NUMBER and key[1] == 0) or (key[0] == _BINARY and key[1] == 0):
+    if key[0] not in _BOUNDS or (key[0] == _NUMBER and key[1] == 0):
         return None
     return key
 
@@ -218,30 +217,14 @@ def _key_of(collection: Any, storage_key: Any, data: Any) -> tuple[Any, ...]:
     if kind == "int":
         return (_NUMBER, 1, storage_key[1])
     if kind == "uuid" and type(storage_key[1]) is uuid.UUID:
-        return (_BINARY, 1, storage_key[1].bytes)
+        return (_BINARY, 1, 16, 4, storage_key[1].bytes)
     return order_key(_stored_id(data), collection._ordinals.get(storage_key, 0))
 
 
 def _inexact(key: tuple[Any, ...]) -> bool:
-    """Whether a key's place inside its bracket is not modelled (NaN among numbers, and every binary
-    but a UUID, included)."""
+    """Whether a key's place inside its bracket is not modelled (NaN among numbers included)."""
     bracket = key[0]
-    if bracket == _BINARY:
-        return bool(key[1] == 0)
     return bracket not in _EXACT or (bracket == _NUMBER and key[1] == 0)
-
-
-def loose_binaries(order: IdOrder, start: int, end: int) -> bool:
-    """(bh) Whether the positions ``start``..``end`` reach into the binary bracket while it holds a
-    binary that is not a UUID: those are all kept before the UUIDs, though in mongoeco's order
-    (subtype, bytes) or mongod's (length first) they may fall anywhere among them, so no walk or
-    count over part of the bracket may be trusted then."""
-    keys = order.keys
-    first = bisect.bisect_left(keys, (_BINARY,))
-    if first >= len(keys) or keys[first][0] != _BINARY or keys[first][1] != 0:
-        return False
-    after = bisect.bisect_left(keys, (_BINARY + 1,), lo=first)
-    return start < after and first < end
 
 
 def id_order(collection: Any) -> IdOrder:
@@ -679,8 +662,6 @@ def _walk(
     from mongoeco.engines.semantic_core import iter_filtered_documents
 
     start, end = order.span(lower, upper)
-    if loose_binaries(order, start, end):
-        return None
     positions = range(start, end) if direction == 1 else range(end - 1, start - 1, -1)
     storage_keys, keys = order.storage_keys, order.keys
     borrowed: dict[int, tuple[Any, Any]] = {}
@@ -713,13 +694,12 @@ def _walk(
 
 def covered_span(order: IdOrder, lower: Any, upper: Any, bracket: int | None) -> tuple[int, int] | None:
     """(bz) The positions of the span between the bounds and inside ``bracket``, when every ``_id``
-    in it is placed exactly and it does not reach into a binary bracket holding unplaced binaries
-    (:func:`loose_binaries`): the span then decides the ``_id`` conditions; None otherwise."""
+    in it is placed exactly: the span then decides the ``_id`` conditions; None otherwise."""
     start, end = order.span(lower, upper)
     if bracket is not None:
         start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
         end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
-    if order.inexact and (loose_binaries(order, start, end) or any(map(_inexact, order.keys[start:end]))):
+    if order.inexact and any(map(_inexact, order.keys[start:end])):
         return None
     return start, end
 
@@ -770,16 +750,13 @@ def _natural(
     engine: Any, coll: Any, order: IdOrder, lower: Any, upper: Any, bracket: int | None, semantics: Any
 ) -> tuple[list[Any], list[tuple[Any, Any]]] | None:
     """Every document matching ``semantics`` between the bounds and inside ``bracket`` (None: any),
-    in the collection's natural order (its insertion ordinals), as the original's full list gives them;
-    None when the bounds cut the binary bracket among unplaced binaries (:func:`loose_binaries`)."""
+    in the collection's natural order (its insertion ordinals), as the original's full list gives them."""
     from mongoeco.engines.semantic_core import iter_filtered_documents
 
     start, end = order.span(lower, upper)
     if bracket is not None:
         start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
         end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
-    if (lower is not None or upper is not None) and loose_binaries(order, start, end):
-        return None
     storage_keys = order.storage_keys
     borrowed: dict[int, tuple[Any, Any]] = {}
 
