@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from bson import encode
+from bson import Decimal128, Int64, ObjectId, encode
 from hypothesis import given, settings, strategies as st
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
@@ -36,6 +36,10 @@ GROUPS = [
     {"_id": 1, "n": {"$sum": True}},
     {"_id": 1, "n": {"$sum": 1}, "m": {"$max": "$n"}},
     {"n": {"$sum": 1}, "_id": 1},
+    {"_id": {"$type": "$_id"}, "n": {"$sum": 1}},  # (h2-c): the planner's count per _id type
+    {"_id": {"$type": "$_id"}, "n": {"$sum": 1}},
+    {"_id": {"$type": "$v"}, "n": {"$sum": 1}},
+    {"_id": {"$type": ["$_id"]}, "n": {"$sum": 1}},
 ]
 
 
@@ -245,5 +249,36 @@ def test_a_count_of_an_unplaced_type_reads_only_the_unplaced_ids(server: InProce
             # the object and the DBPointer's DBRef (a binary has its place since (h2-b)); a list with "string"
             # walks everything
             assert counter.seen == (2 if "string" not in str(filter_) else 604), filter_
+    finally:
+        client.close()
+
+
+def test_a_count_per_id_type_reads_the_version_index_keys(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(h2-c) The planner's ``$group`` by the ``_id``'s ``$type`` under a version equality, on a collection
+    with the version index that has been walked in _id order, is counted from the index's keys: no
+    document is matched or fed to the accumulator, and only the numbers' ``_id``s are decoded for their
+    names. Its answer is mongoeco's own. Without the fix every document is matched and accumulated."""
+    from mongoeco.api._async.aggregation_cursor import AsyncAggregationCursor
+    from mongoeco.core.aggregation.grouping_stages import _IncrementalGroup
+
+    client = sync_client(server)
+    try:
+        collection = client.counts.types
+        collection.drop()
+        collection.create_index([("v", 1), ("_id", 1)])
+        collection.insert_many([{"_id": ObjectId(f"{i:024x}"), "v": 1 + i % 2} for i in range(2_000)])
+        collection.insert_many([{"_id": value, "v": 1} for value in (1, Int64(2), 2.5, Decimal128("4"), "s", None, True)])
+        list(collection.find({"v": 1}, sort=[("_id", 1)], limit=1))  # a lane's first read: the _id order is built
+        pipeline = [{"$match": {"v": 1}}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
+        calls = count_calls(monkeypatch, (_IncrementalGroup, "consume_document"))
+        with MatchCounter() as counter:
+            fast = list(collection.aggregate(pipeline))
+        assert (counter.seen, calls["consume_document"]) == (0, 0)
+        with original(AsyncAggregationCursor, "_open_incremental_group_stream"):
+            slow = list(collection.aggregate(pipeline))
+        assert fast == slow
+        assert {row["_id"]: row["n"] for row in fast} == {
+            "objectId": 1_000, "int": 1, "long": 1, "double": 1, "decimal": 1, "string": 1, "null": 1, "bool": 1,
+        }
     finally:
         client.close()

@@ -22,10 +22,30 @@ reply) is untouched, since the hook sits inside mongoeco's aggregation cursor.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .scans import _conjuncts, _inexact, begin_scan, covered_span, covering_test, has_id_order, id_bounds, id_order, id_type_bracket
+from .scans import (
+    _BINARY,
+    _BOOL,
+    _DATE,
+    _MAX_KEY,
+    _MIN_KEY,
+    _NULL,
+    _OBJECT_ID,
+    _STRING,
+    _TIMESTAMP,
+    _conjuncts,
+    _inexact,
+    _stored_id,
+    begin_scan,
+    covered_span,
+    covering_test,
+    has_id_order,
+    id_bounds,
+    id_order,
+    id_type_bracket,
+)
 
 #: ``$type`` aliases of no bracket (ae)'s order places. mongoeco's matcher gives them to no value of a
 #: bracket the order models exactly (numbers, strings, ObjectIds, dates, booleans, null, timestamps,
@@ -39,6 +59,30 @@ def count_field(plan: Any) -> tuple[Any, str] | None:
     """(the group ``_id``, the count's field) when an incremental-group plan is a plain count:
     nothing between the pushed-down find and a ``$group`` of a constant ``_id`` and one ``{$sum: 1}``,
     nothing after it; None otherwise."""
+    shape = _counting_group(plan)
+    if shape is None:
+        return None
+    group_id, name = shape
+    if not (group_id is None or type(group_id) is int or (type(group_id) is str and not group_id.startswith("$"))):
+        return None
+    return group_id, name
+
+
+def type_count_field(plan: Any) -> str | None:
+    """(h2-c) The count's field when an incremental-group plan counts the documents of each ``_id`` type:
+    as :func:`count_field`, with a group ``_id`` of exactly ``{$type: "$_id"}``; None otherwise."""
+    shape = _counting_group(plan)
+    if shape is None:
+        return None
+    group_id, name = shape
+    if not isinstance(group_id, Mapping) or list(group_id.items()) != [("$type", "$_id")]:
+        return None
+    return name
+
+
+def _counting_group(plan: Any) -> tuple[Any, str] | None:
+    """(the group ``_id``, the field) of a plan whose only stage after the pushed-down find is a ``$group``
+    of an ``_id`` and one ``{$sum: 1}``."""
     if plan.prefix or plan.prefix_skip or plan.prefix_limit is not None or plan.suffix:
         return None
     spec = plan.group_spec
@@ -47,13 +91,10 @@ def count_field(plan: Any) -> tuple[Any, str] | None:
     first, name = list(spec)
     if first != "_id" or not isinstance(name, str) or not name or name.startswith("$") or "." in name:
         return None
-    group_id = spec["_id"]
-    if not (group_id is None or type(group_id) is int or (type(group_id) is str and not group_id.startswith("$"))):
-        return None
     accumulator = spec[name]
     if not isinstance(accumulator, dict) or list(accumulator) != ["$sum"] or type(accumulator["$sum"]) is not int or accumulator["$sum"] != 1:
         return None
-    return group_id, name
+    return spec["_id"], name
 
 
 def _confined(semantics: Any) -> tuple[Any, Any, int | None] | None:
@@ -180,6 +221,100 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
     return found if semantics.limit is None else min(found, int(semantics.limit))
 
 
+#: (h2-c) The ``$type`` name of an ``_id`` of each bracket (ae)'s order places exactly, but numbers (four names).
+_PLACED_NAMES = {
+    _MIN_KEY: "minKey", _NULL: "null", _STRING: "string", _BINARY: "binData", _OBJECT_ID: "objectId", _BOOL: "bool",
+    _DATE: "date", _TIMESTAMP: "timestamp", _MAX_KEY: "maxKey",
+}
+
+
+async def count_id_types(engine: Any, db_name: str, coll_name: str, semantics: Any, context: Any) -> list[tuple[str, int]] | None:
+    """(h2-c) The documents ``semantics`` reads per ``$type`` name of their ``_id``, each name with its count,
+    in the order of each name's first document in the collection's natural order (the order mongoeco's
+    ``$group`` meets them in); None where mongoeco's path must answer (as :func:`count_matches`, and a skip,
+    a limit, a filter of undefined or dbPointer ``_id``s)."""
+    from mongoeco.core.aggregation import scalar_expressions
+    from mongoeco.core.operation_limits import enforce_deadline
+    from mongoeco.engines._memory_collection import MemoryCollection
+    from mongoeco.engines.semantic_core import iter_filtered_documents
+
+    if semantics.text_query is not None or semantics.collation is not None or semantics.sort or engine._is_profile_namespace(coll_name):
+        return None
+    if semantics.skip or semantics.limit is not None or _unplaced_only(semantics.query_plan):
+        return None
+    missing = object()
+
+    def name_of(value: Any) -> str:
+        return str(scalar_expressions._aggregation_type_name(value, missing_sentinel=missing))
+
+    enforce_deadline(semantics.deadline)
+    async with engine._get_lock(db_name, coll_name):
+        coll = engine._storage_view(context).get(db_name, {}).get(coll_name, {})
+        options = engine._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
+        if not isinstance(coll, MemoryCollection) or options.get("collation") is not None:
+            return None
+        indexes = begin_scan(engine, context, db_name, coll_name, semantics)
+        ordinals = coll._ordinals
+        found: dict[str, list[int]] = {}  # name: [count, first ordinal]
+
+        def add(name: str, storage_key: Any) -> None:
+            ordinal = ordinals.get(storage_key, 0)
+            entry = found.get(name)
+            if entry is None:
+                found[name] = [1, ordinal]
+            else:
+                entry[0] += 1
+                entry[1] = min(entry[1], ordinal)
+
+        covered = covering_test(engine, context, db_name, coll_name, semantics, indexes)
+        bounds = None if covered is None else id_bounds(semantics.query_plan)
+        span = None
+        if covered is not None and bounds is not None:
+            order = id_order(coll)  # built if need be: the planner's count is followed by the lanes' walks of it
+            span = covered_span(order, bounds[0], bounds[1], covered[1])
+        if covered is not None and span is not None:
+            # (ca)'s count, each document's _id named by its place in the order (a number's decoded)
+            test, deadline = covered[0], semantics.deadline
+            for key, storage_key in zip(order.keys[span[0]:span[1]], order.storage_keys[span[0]:span[1]], strict=True):
+                if deadline is not None:
+                    enforce_deadline(deadline)
+                if test(coll, storage_key):
+                    name = _PLACED_NAMES.get(key[0])
+                    if name is None:  # a number: an int32's or a double's storage key says so, others are decoded
+                        kind = storage_key[0] if type(storage_key) is tuple else None
+                        name = "int" if kind == "int" else "double" if kind == "float" else name_of(_stored_id(coll.get(storage_key)))
+                    add(name, storage_key)
+        else:
+            confined = _confined(semantics)
+            if confined is not None:
+                order = id_order(coll)
+                start, end = order.span(confined[0], confined[1])
+                bracket = confined[2]
+                if bracket is not None:
+                    start = max(start, bisect.bisect_left(order.keys, (bracket,), lo=start, hi=end))
+                    end = min(end, bisect.bisect_left(order.keys, (bracket + 1,), lo=start, hi=end))
+                pairs: Iterator[tuple[Any, Any]] = ((key, coll.get(key)) for key in order.storage_keys[start:end])
+            else:
+                pairs = iter(engine._candidate_items_for_plan_locked(
+                    coll, semantics.query_plan, dialect=semantics.dialect, indexes=indexes,
+                    index_data=engine._index_data_view(context).get(db_name, {}).get(coll_name, {}),
+                    collation=semantics.collation,
+                    natural_order_limit=None,
+                ))
+            current: list[Any] = [None]
+
+            def documents() -> Iterator[Any]:
+                for storage_key, data in pairs:
+                    if data is not None:
+                        current[0] = storage_key  # the matcher yields each document before it takes the next
+                        yield engine._borrow_storage_document(data)
+
+            for document in iter_filtered_documents(documents(), semantics):
+                add(name_of(document.get("_id", missing)), current[0])
+        del coll
+    return [(name, count) for name, (count, _first) in sorted(found.items(), key=lambda item: item[1][1])]
+
+
 # (ap) A count aggregate (pymongo's count_documents) streams every matched document through mongoeco's
 # aggregation cursor to count it: AsyncAggregationCursor._open_incremental_group_stream builds the
 # pushed-down find's cursor and feeds its pages to the $group accumulator. When the plan is a plain
@@ -199,15 +334,23 @@ def patch_count_aggregates() -> None:
 
     async def open_incremental_group_stream(self: Any, plan: Any, *, dialect: Any, deadline: float | None) -> Any:
         shape = count_field(plan)
+        by_type = type_count_field(plan) if shape is None else None
         collection = self._collection
         engine = collection._engine
-        if shape is None or not isinstance(engine, MemoryEngine) or self._cost_policy() is not None:
+        if (shape is None and by_type is None) or not isinstance(engine, MemoryEngine) or self._cost_policy() is not None:
             return await original(self, plan, dialect=dialect, deadline=deadline)
         operation = self._pushdown_find_operation()
         if operation.sort or operation.projection is not None or operation.limit == 0 or operation.context is None:
             return await original(self, plan, dialect=dialect, deadline=deadline)
         _ensure_operation_executable(collection, operation)  # the pushed-down find's planning issues, as its cursor checks them
         semantics = compile_find_semantics_from_operation(operation, dialect=collection._mongodb_dialect)
+        if by_type is not None:
+            named = await count_id_types(engine, collection._db_name, collection._collection_name, semantics, operation.context.session)
+            if named is None:
+                return await original(self, plan, dialect=dialect, deadline=deadline)
+            engine._record_runtime_opcounter("query")
+            return self._stream_group_documents([{"_id": name, by_type: count} for name, count in named])
+        assert shape is not None
         count = await count_matches(engine, collection._db_name, collection._collection_name, semantics, operation.context.session)
         if count is None:
             return await original(self, plan, dialect=dialect, deadline=deadline)
