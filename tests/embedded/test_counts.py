@@ -163,7 +163,7 @@ def test_a_snapshot_count_reads_its_snapshot(server: InProcessServer) -> None:
 
 
 def test_the_planning_counts_take_the_count_path(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(ap) The background engine's planning counts (each _id bracket, a partition's range) are
+    """(ap), (h2-c) The background engine's planning counts (the _id brackets, a partition's range) are
     counted inside the engine: no find cursor is built for them, no matched document is copied or
     fed to the $group accumulator, and the matcher sees only the documents (af)'s walk reaches
     (without the fix: a cursor per count, a copy and an accumulation per matched document)."""
@@ -200,10 +200,9 @@ def test_the_planning_counts_take_the_count_path(server: InProcessServer, monkey
             brackets, partition = asyncio.run(plan())
         assert (brackets, partition) == ({"number": 3_000, "string": 200}, 500)
         assert calls == {"_build_pushdown_cursor": 0, "consume_document": 0, "_public_copy": 0}
-        # Each bracket's documents once ("symbol" walks the string bracket), the partition's range once;
-        # the other brackets cost nothing ("undefined" and "dbPointer" too: no int or string _id has
-        # those types).
-        assert counter.seen == 3_000 + 2 * 200 + 500
+        # Every document once (since (h2-d) the brackets are one $group by the _id's type, counted per type
+        # by (h2-c): no $group stream either), the partition's range once.
+        assert counter.seen == 3_200 + 500
     finally:
         client.close()
 

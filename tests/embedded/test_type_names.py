@@ -70,31 +70,3 @@ async def test_a_group_by_type_counts_what_the_query_type_matches(db) -> None:
             found = sorted([doc["_id"] async for doc in db.types.find({"v": {"$type": spec}}, {"_id": 1})])
             assert found == sorted(wanted), spec
 
-
-async def test_a_group_by_id_type_gives_the_planners_bracket_counts(db) -> None:
-    """(h2-a) On mixed ``_id`` types, one ``$group`` by ``{$type: "$_id"}`` (its number names folded into
-    "number") gives the counts the background planner's 17 ``$type`` counts give, bracket by bracket: the
-    names agree with the query's (before the fix: "int" for a small Int64, "string" for code, "MinKey",
-    "MaxKey", and the counts of the code brackets, minKey and maxKey missing)."""
-    from mongoshift.background.plan.bson_order import BRACKETS
-    from mongoshift.background.plan.planner import bracket_counts
-
-    ids = [
-        MinKey(), MaxKey(), None, 1, Int64(2), Int64(2**40), 2.5, Decimal128("3.5"), "a", "b", {"k": 1},
-        Binary(b"x", 0), Binary(uuid.UUID(int=3).bytes, 4), ObjectId("0123456789ab0123456789ab"), True,
-        datetime.datetime(2020, 1, 2), Timestamp(1, 2), Code("f()"), Code("g()"), Code("f()", {"x": 1}),
-    ]
-    await db.mixed.insert_many([{"_id": value, "__v": 1} for value in ids] + [{"_id": "c", "__v": 2}])
-    numbers = {"double": "number", "int": "number", "long": "number", "decimal": "number"}
-    pipeline = [{"$match": {"__v": 1}}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
-    grouped: dict[str, int] = {}
-    for row in await (await db.mixed.aggregate(pipeline)).to_list():
-        bracket = numbers.get(row["_id"], row["_id"])
-        assert bracket in BRACKETS, row
-        grouped[bracket] = grouped.get(bracket, 0) + row["n"]
-    counted = await bracket_counts(db.mixed, {"__v": 1})
-    assert grouped == counted
-    assert counted == {
-        "minKey": 1, "null": 1, "number": 5, "string": 2, "object": 1, "binData": 2, "objectId": 1, "bool": 1,
-        "date": 1, "timestamp": 1, "javascript": 2, "javascriptWithScope": 1, "maxKey": 1,
-    }

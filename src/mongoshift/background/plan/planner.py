@@ -29,6 +29,8 @@ from .key_filter import conjoin, ranges_filter, tuple_compare
 MIN_OBJECT_ID = ObjectId("0" * 24)
 MAX_OBJECT_ID = ObjectId("f" * 24)
 SPLITTABLE = frozenset({"number", "string", "binData", "objectId", "date"})
+#: The aggregation ``$type`` names of the "number" bracket.
+_NUMBER_TYPES = frozenset({"double", "int", "long", "decimal"})
 
 log = logging.getLogger("mongoshift.background")
 
@@ -178,7 +180,23 @@ async def plan_pass(
 
 
 async def bracket_counts(collection: AsyncCollection[dict[str, Any]], match: dict[str, Any]) -> dict[str, int]:
-    """The documents of each ``_id`` type bracket present, in BSON order."""
+    """The documents of each ``_id`` type bracket present, in BSON order.
+
+    One ``$group`` by the aggregation ``$type`` of ``_id``, whose names are the query ``$type`` names of
+    the brackets (the four number types fold into "number"): one command where a ``count`` per bracket
+    took 17. A name that is no bracket (no server gives one for an ``_id``) takes the counts instead."""
+    pipeline = [{"$match": match}, {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
+    found: dict[str, int] = {}
+    async for row in await collection.aggregate(pipeline):
+        bracket = "number" if row["_id"] in _NUMBER_TYPES else row["_id"]
+        if bracket not in BRACKETS:
+            log.debug("%s: an _id of type %r, no bracket: each bracket counted apart", collection.name, row["_id"])
+            return await _counted_one_by_one(collection, match)
+        found[bracket] = found.get(bracket, 0) + int(row["n"])
+    return {bracket: found[bracket] for bracket in BRACKETS if found.get(bracket)}
+
+
+async def _counted_one_by_one(collection: AsyncCollection[dict[str, Any]], match: dict[str, Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for bracket in BRACKETS:
         n = await collection.count_documents(_and(match, {"_id": {"$type": bracket}}))
