@@ -64,7 +64,8 @@ def counts(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
 
 
 def answer(collection: Any, count: dict[str, Any], session: Any = None) -> Any:
-    """count_documents' count and the aggregate's documents as bytes, or the error's class and code."""
+    """count_documents' count and the aggregate's documents as bytes, or the error's class and code; a group
+    by a ``$type`` in no particular order (MongoDB specifies none; (h2-c)'s follows the walk it takes)."""
     options = {key: count[key] for key in ("skip", "limit", "hint") if count[key] is not None}
     try:
         counted = collection.count_documents(count["filter"], session=session, **options)
@@ -72,6 +73,8 @@ def answer(collection: Any, count: dict[str, Any], session: Any = None) -> Any:
         counted = (type(error).__name__, getattr(error, "code", None))
     try:
         documents = [encode(doc) for doc in collection.aggregate(count["pipeline"], session=session)]
+        if "$type" in str(count["pipeline"][-1]):
+            documents.sort()
     except PyMongoError as error:
         documents = (type(error).__name__, getattr(error, "code", None))
     return counted, documents
@@ -275,7 +278,7 @@ def test_a_count_per_id_type_reads_the_version_index_keys(server: InProcessServe
         assert (counter.seen, calls["consume_document"]) == (0, 0)
         with original(AsyncAggregationCursor, "_open_incremental_group_stream"):
             slow = list(collection.aggregate(pipeline))
-        assert fast == slow
+        assert sorted(fast, key=str) == sorted(slow, key=str)
         assert {row["_id"]: row["n"] for row in fast} == {
             "objectId": 1_000, "int": 1, "long": 1, "double": 1, "decimal": 1, "string": 1, "null": 1, "bool": 1,
         }

@@ -35,7 +35,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
 - :mod:`.type_names`: (h2-a) the BSON type names of ``$type``, in aggregation expressions and in queries
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
-- :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream
+- :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream,
+  (h2-c) and a ``$group`` by the ``_id``'s ``$type``
 - :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes)
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
