@@ -13,7 +13,7 @@ event loop thread: the counts do not depend on a clock) is seeded with bench/bac
 index; one read of every document (what a run's reads leave behind: each stored document decoded once, kept) and
 one ``_id``-ordered read (the order built) come before the baseline. Then, ``--rounds`` times, the reads a one-lane
 pass makes around its ranges on that server: the planner's bracket counts (``planner.bracket_counts``: one ``$group``
-by the ``_id``'s ``$type`` since (h2-d), 17 ``count_documents`` before), each range's boundary read (the source shape after the previous
+by the ``_id``'s ``$type`` since (cm), 17 ``count_documents`` before), each range's boundary read (the source shape after the previous
 boundary, sorted on ``_id``, ``skip`` 499, ``limit`` 1, the ``_id`` alone, hinted to the version index) and the
 pass's closing count. The documents are not updated, so every round reads the same.
 """
@@ -62,7 +62,7 @@ async def run(size: int, rounds: int, seed_only: bool, matcher: bool) -> None:
         scans.covering_test = counts.covering_test = lambda *args: None  # type: ignore[assignment]
     began = time.process_time()
     for _ in range(rounds):
-        await planner.bracket_counts(collection, {"__v": 1})  # one $group by the _id's $type (h2-d)
+        await planner.bracket_counts(collection, {"__v": 1})  # one $group by the _id's $type (cm)
         low: dict[str, Any] = {"$gte": ObjectId("0" * 24)}
         boundaries = 0
         while True:

@@ -56,7 +56,7 @@ IDS: dict[str, list[Any]] = {
     "javascript": [Code("f()"), Code("g()"), Code("h()")],
     "javascriptWithScope": [Code("f()", {"a": 1}), Code("f()", {"a": 2})],
     # binaries of every subtype and DBRefs run here too since the embedded server compares binaries in mongod's
-    # order and types a DBRef as an object (fixes (h2-b), (h2-a) of docs/embedded.md)
+    # order and types a DBRef as an object (fixes (ck), (cj) of docs/embedded.md)
     "binData subtypes": [b"\x00", Binary(b"x", 0x80), Binary.from_uuid(uuid.UUID(int=7)), Binary(b"yy", 5), b""],
     "DBRef": [DBRef("other", 1), DBRef("other", 2)],
 }

@@ -1,4 +1,4 @@
-"""The planner counts a pass's ``_id`` brackets with one ``$group`` by the ``_id``'s ``$type`` (h2-d): one
+"""The planner counts a pass's ``_id`` brackets with one ``$group`` by the ``_id``'s ``$type`` (cm): one
 command where a ``count`` per bracket took 17, and the same counts, bracket by bracket.
 
 Counted with pymongo's command monitoring; unchanged against a real replica set (MONGOSHIFT_TEST_URI).
@@ -51,7 +51,7 @@ class Commands(monitoring.CommandListener):
 
 
 async def _one_by_one(collection: Any, match: dict[str, Any]) -> dict[str, int]:
-    """The planner's counts before (h2-d): a ``count_documents`` per bracket, by the query's ``$type``."""
+    """The planner's counts before (cm): a ``count_documents`` per bracket, by the query's ``$type``."""
     counts: dict[str, int] = {}
     for bracket in BRACKETS:
         n = await collection.count_documents({"$and": [match, {"_id": {"$type": bracket}}]})
@@ -62,7 +62,7 @@ async def _one_by_one(collection: Any, match: dict[str, Any]) -> dict[str, int]:
 
 @pytest.mark.parametrize("version", [1, 0])
 async def test_the_brackets_are_counted_in_one_command_as_the_counts_count_them(mongo_uri: str, db_name: str, version: int) -> None:
-    """(h2-d) On mixed ``_id`` types, ``bracket_counts`` sends one ``aggregate`` and gives what 17 counts give,
+    """(cm) On mixed ``_id`` types, ``bracket_counts`` sends one ``aggregate`` and gives what 17 counts give,
     under a version equality (the version index answers it on the embedded server) and version 0's
     ``$in: [None, 0]``; documents at another version are left out."""
     commands = Commands()

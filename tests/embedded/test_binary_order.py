@@ -1,4 +1,4 @@
-"""Fix (h2-b) of mongoshift.embedded.patches.comparisons: binaries compare in mongod's order (the length first,
+"""Fix (ck) of mongoshift.embedded.patches.comparisons: binaries compare in mongod's order (the length first,
 then the subtype, then the bytes) in query ranges, sorts and expressions.
 
 Through the real pymongo driver and unchanged against a real replica set (MONGOSHIFT_TEST_URI). Before the
@@ -48,7 +48,7 @@ async def _ranges(collection, field: str, hint: str | None = None) -> None:  # t
 
 
 async def test_a_uuid_range_leaves_an_empty_binary_out_on_a_scan_and_by_id(db) -> None:
-    """(h2-b) ``$gt`` a UUID matches neither the empty binary nor a shorter one, through the ``_id`` path
+    """(ck) ``$gt`` a UUID matches neither the empty binary nor a shorter one, through the ``_id`` path
     (with a sort on ``_id`` and a limit, a keyset batch's shape) and on an unindexed field alike."""
     await db.bins.insert_many([{"_id": value, "v": value, "n": n} for n, value in enumerate(ORDERED)])
     for field in ("_id", "v"):
@@ -61,7 +61,7 @@ async def test_a_uuid_range_leaves_an_empty_binary_out_on_a_scan_and_by_id(db) -
 
 
 async def test_binaries_compare_in_mongods_order_through_an_index(db) -> None:
-    """(h2-b) The same answers with an index on the field, hinted, and among UUIDs alone as ``_id``s (the
+    """(ck) The same answers with an index on the field, hinted, and among UUIDs alone as ``_id``s (the
     embedded server's walk of its ``_id`` order)."""
     await db.bins.insert_many([{"_id": n, "v": value, "n": n} for n, value in enumerate(ORDERED)])
     await db.bins.create_index("v")
@@ -72,7 +72,7 @@ async def test_binaries_compare_in_mongods_order_through_an_index(db) -> None:
 
 
 async def test_expressions_and_accumulators_take_mongods_order(db) -> None:
-    """(h2-b) ``$expr`` comparisons and ``$max``/``$min`` use the same order (the total order)."""
+    """(ck) ``$expr`` comparisons and ``$max``/``$min`` use the same order (the total order)."""
     await db.bins.insert_many([{"_id": n, "v": value, "n": n} for n, value in enumerate(ORDERED)])
     found = await db.bins.find({"$expr": {"$gt": ["$v", LOW_UUID]}}).to_list()
     assert sorted(_positions(found)) == [6, 7]

@@ -36,7 +36,7 @@ GROUPS = [
     {"_id": 1, "n": {"$sum": True}},
     {"_id": 1, "n": {"$sum": 1}, "m": {"$max": "$n"}},
     {"n": {"$sum": 1}, "_id": 1},
-    {"_id": {"$type": "$_id"}, "n": {"$sum": 1}},  # (h2-c): the planner's count per _id type
+    {"_id": {"$type": "$_id"}, "n": {"$sum": 1}},  # (cl): the planner's count per _id type
     {"_id": {"$type": "$_id"}, "n": {"$sum": 1}},
     {"_id": {"$type": "$v"}, "n": {"$sum": 1}},
     {"_id": {"$type": ["$_id"]}, "n": {"$sum": 1}},
@@ -65,7 +65,7 @@ def counts(draw: st.DrawFn, ids: list[Any]) -> dict[str, Any]:
 
 def answer(collection: Any, count: dict[str, Any], session: Any = None) -> Any:
     """count_documents' count and the aggregate's documents as bytes, or the error's class and code; a group
-    by a ``$type`` in no particular order (MongoDB specifies none; (h2-c)'s follows the walk it takes)."""
+    by a ``$type`` in no particular order (MongoDB specifies none; (cl)'s follows the walk it takes)."""
     options = {key: count[key] for key in ("skip", "limit", "hint") if count[key] is not None}
     try:
         counted = collection.count_documents(count["filter"], session=session, **options)
@@ -166,7 +166,7 @@ def test_a_snapshot_count_reads_its_snapshot(server: InProcessServer) -> None:
 
 
 def test_the_planning_counts_take_the_count_path(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(ap), (h2-c) The background engine's planning counts (the _id brackets, a partition's range) are
+    """(ap), (cl) The background engine's planning counts (the _id brackets, a partition's range) are
     counted inside the engine: no find cursor is built for them, no matched document is copied or
     fed to the $group accumulator, and the matcher sees only the documents (af)'s walk reaches
     (without the fix: a cursor per count, a copy and an accumulation per matched document)."""
@@ -203,8 +203,8 @@ def test_the_planning_counts_take_the_count_path(server: InProcessServer, monkey
             brackets, partition = asyncio.run(plan())
         assert (brackets, partition) == ({"number": 3_000, "string": 200}, 500)
         assert calls == {"_build_pushdown_cursor": 0, "consume_document": 0, "_public_copy": 0}
-        # Every document once (since (h2-d) the brackets are one $group by the _id's type, counted per type
-        # by (h2-c): no $group stream either), the partition's range once.
+        # Every document once (since (cm) the brackets are one $group by the _id's type, counted per type
+        # by (cl): no $group stream either), the partition's range once.
         assert counter.seen == 3_200 + 500
     finally:
         client.close()
@@ -248,7 +248,7 @@ def test_a_count_of_an_unplaced_type_reads_only_the_unplaced_ids(server: InProce
             with original(AsyncAggregationCursor, "_open_incremental_group_stream"):
                 slow = collection.count_documents(filter_)
             assert fast == slow, filter_
-            # the object and the DBPointer's DBRef (a binary has its place since (h2-b)); a list with "string"
+            # the object and the DBPointer's DBRef (a binary has its place since (ck)); a list with "string"
             # walks everything
             assert counter.seen == (2 if "string" not in str(filter_) else 604), filter_
     finally:
@@ -256,7 +256,7 @@ def test_a_count_of_an_unplaced_type_reads_only_the_unplaced_ids(server: InProce
 
 
 def test_a_count_per_id_type_reads_the_version_index_keys(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(h2-c) The planner's ``$group`` by the ``_id``'s ``$type`` under a version equality, on a collection
+    """(cl) The planner's ``$group`` by the ``_id``'s ``$type`` under a version equality, on a collection
     with the version index that has been walked in _id order, is counted from the index's keys: no
     document is matched or fed to the accumulator, and only the numbers' ``_id``s are decoded for their
     names. Its answer is mongoeco's own. Without the fix every document is matched and accumulated."""

@@ -425,7 +425,7 @@ covered_versions = st.sampled_from(
 )
 
 
-#: The _id values of the suite, binaries of every subtype and length among them since (h2-b) placed them all
+#: The _id values of the suite, binaries of every subtype and length among them since (ck) placed them all
 #: in mongod's order (before it, mongoeco's matcher put an empty subtype 0 binary after a UUID).
 covered_ids = (
     object_ids | strings | numbers | dates

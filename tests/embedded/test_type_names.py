@@ -1,4 +1,4 @@
-"""Fix (h2-a) of mongoshift.embedded.patches.type_names: ``$type`` names every BSON type as mongod does, in
+"""Fix (cj) of mongoshift.embedded.patches.type_names: ``$type`` names every BSON type as mongod does, in
 aggregation expressions and in queries (by name and by number).
 
 Through the real pymongo driver and unchanged against a real replica set (MONGOSHIFT_TEST_URI): the
@@ -45,7 +45,7 @@ async def _seed(collection: Any) -> None:
 
 
 async def test_the_aggregation_type_operator_names_types_as_mongod(db) -> None:
-    """(h2-a) ``{$type: "$v"}`` gives mongod's name for every type, ``"missing"`` for an absent field
+    """(cj) ``{$type: "$v"}`` gives mongod's name for every type, ``"missing"`` for an absent field
     (mongoeco: "int" for a small Int64, "string" for code, "MinKey", "MaxKey", "DBRef")."""
     await _seed(db.types)
     rows = await (await db.types.aggregate([{"$project": {"t": {"$type": "$v"}}}, {"$sort": {"_id": 1}}])).to_list()
@@ -53,7 +53,7 @@ async def test_the_aggregation_type_operator_names_types_as_mongod(db) -> None:
 
 
 async def test_a_group_by_type_counts_what_the_query_type_matches(db) -> None:
-    """(h2-a) A ``$group`` by ``{$type: "$v"}`` names the documents the query's ``$type`` of the same name
+    """(cj) A ``$group`` by ``{$type: "$v"}`` names the documents the query's ``$type`` of the same name
     and of its number matches, and no others (mongoeco's query ``"string"`` matched code, its
     ``"object"`` no DBRef)."""
     await _seed(db.types)

@@ -30,13 +30,13 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's,
-  (bx) ObjectIds by their bytes in one call, (h2-b) binaries in mongod's order (length, subtype, bytes)
+  (bx) ObjectIds by their bytes in one call, (ck) binaries in mongod's order (length, subtype, bytes)
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
 - :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
-- :mod:`.type_names`: (h2-a) the BSON type names of ``$type``, in aggregation expressions and in queries
+- :mod:`.type_names`: (cj) the BSON type names of ``$type``, in aggregation expressions and in queries
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream,
-  (h2-c) and a ``$group`` by the ``_id``'s ``$type``
+  (cl) and a ``$group`` by the ``_id``'s ``$type``
 - :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes)
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
@@ -121,9 +121,9 @@ def apply() -> None:
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
     queries.patch_exact_equality()  # (az)
-    type_names.patch_type_names()  # (h2-a)
+    type_names.patch_type_names()  # (cj)
     comparisons.patch_type_brackets()  # (aq), before (af): its walks end where a bound's bracket ends
-    comparisons.patch_binary_order()  # (h2-b)
+    comparisons.patch_binary_order()  # (ck)
     transactions.patch_transaction_conflicts()  # (o)
     scans.patch_id_order()  # (ae), after (o): it wraps the re-key hook (o) installs
     scans.patch_id_range_scans()  # (af)

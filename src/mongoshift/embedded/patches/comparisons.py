@@ -30,7 +30,7 @@ takes it).
 Untouched, since mongod orders them by the total order too: aggregation expressions
 (``$expr: {$gt: [...]}``, ``$max``...), sorts, the ``$min``/``$max`` update operators, index bounds.
 
-(h2-b) Two binaries compare in mongod's order (the length, then the subtype, then the bytes) both here
+(ck) Two binaries compare in mongod's order (the length, then the subtype, then the bytes) both here
 and in that total order (:func:`patch_binary_order`), where mongoeco compared the subtype first, two
 ``bytes`` as Python does and a ``bytes`` with a UUID by their printed forms.
 """
@@ -192,7 +192,7 @@ _BINARIES: set[type] = set()
 
 
 def binary_classes() -> frozenset[type]:
-    """(h2-b) The classes a binary reaches the matcher and the sorts as: ``bytes`` (subtype 0), a ``uuid.UUID``
+    """(ck) The classes a binary reaches the matcher and the sorts as: ``bytes`` (subtype 0), a ``uuid.UUID``
     (subtype 4, as the wire decodes it), mongoeco's binaries (the stored form of other subtypes, and the
     query operand's) and bson's."""
     if not _BINARIES:
@@ -205,7 +205,7 @@ def binary_classes() -> frozenset[type]:
 
 
 def binary_key(value: Any) -> tuple[int, int, bytes]:
-    """(h2-b) mongod's order of BinData (``compareElementValues``): the length first, then the subtype, then
+    """(ck) mongod's order of BinData (``compareElementValues``): the length first, then the subtype, then
     the bytes. mongoeco compared the subtype first and two subtype-0 binaries as Python's bytes (an empty
     one after a longer one), and a ``bytes`` with a UUID or another subtype by their printed forms."""
     if type(value) is uuid.UUID:
@@ -219,7 +219,7 @@ def _compared(left: tuple[int, int, bytes], right: tuple[int, int, bytes]) -> in
 
 
 def patch_binary_order() -> None:
-    """(h2-b) Binaries in mongod's order (:func:`binary_key`) in the total order (sorts, ``$expr``, ``$max``,
+    """(ck) Binaries in mongod's order (:func:`binary_key`) in the total order (sorts, ``$expr``, ``$max``,
     ``$min``...) and in the sorts' shortcut for two ``bytes``; the query operators take it in
     :func:`patch_type_brackets`."""
     from mongoeco.compat import base
@@ -302,7 +302,7 @@ def patch_type_brackets() -> None:
             return compare_one(cls, candidate, target, operator, dialect=dialect, collation=collation)
         if kind in binaries and type(target) in binaries:
             compare = _OPERATORS.get(operator)
-            if compare is not None:  # (h2-b) mongod's order, not the original's shortcut for two bytes
+            if compare is not None:  # (ck) mongod's order, not the original's shortcut for two bytes
                 return compare(binary_key(candidate), binary_key(target))
         answer = decided(candidate, target, operator)
         if answer is not None:
@@ -324,7 +324,7 @@ def patch_type_brackets() -> None:
                 return compare(object_id_bytes(value), object_id_bytes(target))
         elif kind in binaries and type(target) in binaries:
             compare = _OPERATORS.get(operator)
-            if compare is not None:  # (h2-b) the original answers two bytes itself, by Python's order
+            if compare is not None:  # (ck) the original answers two bytes itself, by Python's order
                 return compare(binary_key(value), binary_key(target))
         # Its values go through the function above.
         return top_level(cls, doc, field, target, operator, dialect=dialect, collation=collation)

@@ -18,7 +18,7 @@ purge, the hint check) and the views of the cursor's session: a transaction's, a
 (ad), or the latest data; the command around it (read concern, cluster time, fail points, the cursor
 reply) is untouched, since the hook sits inside mongoeco's aggregation cursor.
 
-(h2-c) The background planner's ``$group`` of the documents by the ``$type`` of their ``_id`` (one
+(cl) The background planner's ``$group`` of the documents by the ``$type`` of their ``_id`` (one
 ``{$sum: 1}``, nothing else) is counted the same way, per name: from the version index's keys bracket by
 bracket of (ae)'s order where (ca) would count (only a number's name needs more than its bracket, and
 only a long's or a decimal's ``_id`` is decoded for it), else over the documents the find would read,
@@ -75,7 +75,7 @@ def count_field(plan: Any) -> tuple[Any, str] | None:
 
 
 def type_count_field(plan: Any) -> str | None:
-    """(h2-c) The count's field when an incremental-group plan counts the documents of each ``_id`` type:
+    """(cl) The count's field when an incremental-group plan counts the documents of each ``_id`` type:
     as :func:`count_field`, with a group ``_id`` of exactly ``{$type: "$_id"}``; None otherwise."""
     shape = _counting_group(plan)
     if shape is None:
@@ -227,7 +227,7 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
     return found if semantics.limit is None else min(found, int(semantics.limit))
 
 
-#: (h2-c) The ``$type`` name of an ``_id`` of each bracket (ae)'s order places exactly, but numbers (four names).
+#: (cl) The ``$type`` name of an ``_id`` of each bracket (ae)'s order places exactly, but numbers (four names).
 _PLACED_NAMES = {
     _MIN_KEY: "minKey", _NULL: "null", _STRING: "string", _BINARY: "binData", _OBJECT_ID: "objectId", _BOOL: "bool",
     _DATE: "date", _TIMESTAMP: "timestamp", _MAX_KEY: "maxKey",
@@ -235,7 +235,7 @@ _PLACED_NAMES = {
 
 
 async def count_id_types(engine: Any, db_name: str, coll_name: str, semantics: Any, context: Any) -> list[tuple[str, int]] | None:
-    """(h2-c) The documents ``semantics`` reads per ``$type`` name of their ``_id``, each name with its count,
+    """(cl) The documents ``semantics`` reads per ``$type`` name of their ``_id``, each name with its count,
     in the order the names are first met: the ``_id`` order where it is walked, the candidates' order
     otherwise. MongoDB leaves the order of a ``$group``'s output unspecified; mongoeco's follows the natural
     order, which tracking here cost more than the counting (1.2 µs a document). None where mongoeco's path

@@ -125,7 +125,7 @@ def order_key(value: Any, tiebreak: int = 0) -> tuple[Any, ...]:
     if isinstance(value, dict):
         return (_OBJECT, tiebreak)
     if type(value) is uuid.UUID:
-        # (bh) A UUID (subtype 4, 16 bytes, as the wire decodes it) has its place; since (h2-b) every binary
+        # (bh) A UUID (subtype 4, 16 bytes, as the wire decodes it) has its place; since (ck) every binary
         # has, in mongod's order (length, subtype, bytes), which mongoeco's matcher and sorts now follow.
         return (_BINARY, 1, 16, 4, value.bytes)
     if isinstance(value, (bytes, bytearray)) or hasattr(value, "subtype"):

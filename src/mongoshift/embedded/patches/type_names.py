@@ -1,4 +1,4 @@
-"""The BSON type names of ``$type`` as mongod gives them, in aggregation expressions and in queries (h2-a).
+"""The BSON type names of ``$type`` as mongod gives them, in aggregation expressions and in queries (cj).
 
 mongoeco 4.11's aggregation ``{$type: <expression>}`` (``scalar_expressions._aggregation_type_name``)
 tests Python classes in an order that misses pymongo's: an ``Int64`` is an ``int``, so one within the
