@@ -71,6 +71,17 @@ def test_hosts_failing_for_different_causes_are_each_named(project, cli) -> None
     assert f"127.0.0.1:{port}: connection refused" in message
 
 
+def test_the_uris_own_server_selection_timeout_is_the_wait_and_the_words(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``serverSelectionTimeoutMS`` in the URI was overridden by ``connect_timeout_seconds`` (10 s by default), and the
+    message said "within 10s". Two refused hosts: no single-host shortcut, the wait is waited out."""
+    project.write_config(connect_timeout_seconds=20)
+    hosts = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    result = cli(project, "status", "--json", "--uri", f"mongodb://{hosts}/?serverSelectionTimeoutMS=300")
+    assert result.returncode == 5, result.stderr
+    error = failure(result)
+    assert error["details"]["cause"] == "refused" and "within 0.3s" in error["message"], error
+
+
 @pytest.mark.parametrize(
     ("error", "cause"),
     [

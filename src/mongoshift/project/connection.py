@@ -63,7 +63,7 @@ def hosts_of(uri: str) -> str:
 #: The driver's ``connectTimeoutMS`` is also how long its monitor waits for a server's answer to a
 #: heartbeat: a busy server that answers late would be taken for a lost one, its pool cleared and
 #: the requests under way cancelled (``_OperationCancelled``), so it is never below this. How long
-#: an unreachable server is waited for is ``serverSelectionTimeoutMS`` (``connect_timeout_seconds``).
+#: an unreachable server is waited for is ``serverSelectionTimeoutMS`` (:func:`selection_wait_seconds`).
 MIN_CONNECT_TIMEOUT_MS = 60_000
 
 #: How often a connection under way looks whether a stop was asked (as a tenant selection does).
@@ -76,13 +76,32 @@ def names_app(uri: str) -> bool:
     return any(key.lower() == "appname" for key, _ in parse_qsl(uri.partition("?")[2], keep_blank_values=True))
 
 
+def uri_selection_timeout_ms(uri: str) -> int | None:
+    """The URI's own ``serverSelectionTimeoutMS`` (URI options are case-insensitive), when it names a
+    whole number of milliseconds; read from the query string alone (no ``mongodb+srv`` lookup)."""
+    for key, value in parse_qsl(uri.partition("?")[2].partition("#")[0], keep_blank_values=True):
+        if key.lower() == "serverselectiontimeoutms" and value.isascii() and value.isdigit():
+            return int(value)
+    return None
+
+
+def selection_wait_seconds(settings: Settings) -> float:
+    """How long an unreachable server is waited for: the URI's ``serverSelectionTimeoutMS`` when it
+    names one (the more specific setting, as an operator writes it into a URI for one environment),
+    else ``connect_timeout_seconds``."""
+    named = uri_selection_timeout_ms(settings.uri or "")
+    return named / 1000 if named is not None else settings.connect_timeout_seconds
+
+
 def client_options(settings: Settings) -> dict[str, Any]:
     timeout_ms = int(settings.connect_timeout_seconds * 1000)
     options: dict[str, Any] = {
-        "serverSelectionTimeoutMS": timeout_ms,
         "connectTimeoutMS": max(timeout_ms, MIN_CONNECT_TIMEOUT_MS),
         "tz_aware": True,
     }
+    # A keyword option overrides the URI's, so the wait is given as one only when the URI names none.
+    if uri_selection_timeout_ms(settings.uri or "") is None:
+        options["serverSelectionTimeoutMS"] = timeout_ms
     # A keyword option overrides the URI's: the URI's appName (what the operators filter the
     # server's logs and currentOp by, and what a fail point may target) wins over the default.
     if not names_app(settings.uri or ""):
@@ -212,7 +231,7 @@ async def connect(settings: Settings, *, cancel: CancelSignal | None = None) -> 
         client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **options, event_listeners=listeners)
     except (InvalidURI, ConfigurationError, ValueError) as exc:
         raise ConfigInvalidError(f"invalid uri: {redact(str(exc))}") from None
-    log.debug("connecting to MongoDB at %s (waiting up to %gs for a server)", hosts_of(uri), settings.connect_timeout_seconds)
+    log.debug("connecting to MongoDB at %s (waiting up to %gs for a server)", hosts_of(uri), selection_wait_seconds(settings))
     try:
         await _unless_stopped(asyncio.ensure_future(_ping(client, watch)), cancel, hosts_of(uri))
     except RunAbortedError:
@@ -233,7 +252,7 @@ async def connect(settings: Settings, *, cancel: CancelSignal | None = None) -> 
                 mechanism=mechanism,
                 auth_source=source,
             ) from None
-        waited = "" if watch is not None and exc is watch.error else f" within {settings.connect_timeout_seconds:g}s"
+        waited = "" if watch is not None and exc is watch.error else f" within {selection_wait_seconds(settings):g}s"
         raise ConnectionFailedError(
             f"cannot reach MongoDB at {hosts_of(uri)}{waited}: {redact(said)}",
             hosts=hosts_of(uri),
