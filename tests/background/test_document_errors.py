@@ -115,3 +115,24 @@ async def test_a_transforms_python_error_never_stores_the_value_it_quoted(fast_p
     said = sorted(entry["error"] for entry in report.doc_errors)
     assert said == ["'missing_field'", "invalid literal for int() with base 10: '***'"], said
     assert "F3" not in str(report.to_json())
+
+
+async def test_a_key_error_quoting_a_documents_value_is_masked(fast_project: Project, db: AsyncDatabase[Any]) -> None:
+    """A lookup keyed by a document's value (``prices[doc["first"]]``, ``counts[doc["n"]]``) raises a ``KeyError``
+    that quotes the value, not a name: it is masked like any other value, while a missing field keeps its name."""
+    await seed(db.people, 10)
+    await db.people.update_one({"_id": 3}, {"$set": {"n": 7777}})  # a number no other field of the document holds
+    lookups = (
+        "def migrate(doc, ctx):\n"
+        "    if doc['_id'] == 2:\n        {}[doc['first']]\n"
+        "    if doc['_id'] == 3:\n        {}[doc['n']]\n"
+        "    if doc['_id'] == 4:\n        doc['missing_field']\n"
+    )
+    fast_project.add(NAME, background_file(batch_size=100, extra=BUDGET).replace("def migrate(doc, ctx):\n", lookups))
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), [NAME])
+    assert result.status == "completed" and result.failed_documents == 3
+    (report,) = await bg.status(fast_project.settings(), NAME)
+    said = sorted(entry["error"] for entry in report.doc_errors)
+    assert said == ["'***'", "'missing_field'", "***"], said
+    assert "F2" not in str(report.to_json()) and "7777" not in str(report.to_json())

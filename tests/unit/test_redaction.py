@@ -300,3 +300,18 @@ def test_code_334_is_an_auth_failure_only_in_the_handshake() -> None:
     exc = OperationFailure("too large", 334, {"errmsg": "too large", "code": 334})
     assert auth_failure(exc, handshake=True) and not auth_failure(exc)
     assert not isinstance(from_pymongo(exc), AuthFailedError)
+
+
+def test_a_naming_errors_quoted_value_of_the_document_is_masked() -> None:
+    """A name is kept, but not when it is one of the document's values: ``prices[doc["sku"]]`` quotes the value."""
+    doc = {"_id": 1, "sku": "A-17", "inner": {"tags": ["x\ny", 42]}, "quote": "it's"}
+    assert describe_transform_error(KeyError("A-17"), document=doc) == "KeyError: '***'"
+    assert describe_transform_error(KeyError("x\ny"), document=doc) == "KeyError: '***'"  # its repr escapes the newline
+    assert describe_transform_error(KeyError("it's"), document=doc) == "KeyError: '***'"  # its repr is in double quotes
+    assert describe_transform_error(KeyError(42), document=doc) == "KeyError: ***"
+    assert describe_transform_error(KeyError("email"), document=doc) == "KeyError: 'email'"
+    assert describe_transform_error(KeyError(7), document=doc) == "KeyError: 7"
+    assert describe_transform_error(AttributeError("'dict' object has no attribute 'A-17'"), document=doc) == (
+        "AttributeError: 'dict' object has no attribute '***'"
+    )
+    assert describe_transform_error(KeyError("A-17")) == "KeyError: 'A-17'"  # without a document, nothing to compare with

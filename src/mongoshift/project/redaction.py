@@ -204,14 +204,32 @@ _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" + r'|"(?:[^"\\\n]|\\.)*"')
 _NAMING = (KeyError, AttributeError, NameError, ImportError)
 
 
-def describe_transform_error(exc: BaseException, limit: int | None = LIMIT) -> str:
+def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, document: Any = None) -> str:
     """:func:`describe_error` for what a transform raised on a document, with every quoted literal of
     its message masked: Python's own messages quote the value they choke on (``int(doc["email"])``:
     ``invalid literal for int() with base 10: 'u5987@x.com'``), and a document's values are never
     stored or shown. A missing key, attribute or module keeps its name: it is one, not a value; a
-    ``TypeError`` keeps the type names it quotes (:data:`_TYPE_NAMES`)."""
+    ``TypeError`` keeps the type names it quotes (:data:`_TYPE_NAMES`).
+
+    ``document`` is the document the transform was given, as read: a name that is one of its
+    values is masked after all. A lookup keyed by a document's value (``prices[doc["sku"]]``)
+    raises a ``KeyError`` that quotes that value, not a name."""
     if isinstance(exc, _NAMING):
-        return describe_error(exc, limit)
+        text = describe_error(exc, None if document is not None else limit)
+        if document is None:
+            return text
+        values = _document_values(document)
+        if not values:
+            return cap(text, limit)
+        if isinstance(exc, KeyError) and len(exc.args) == 1 and _is_value(exc.args[0], values):
+            masked = f"'{MASK}'" if isinstance(exc.args[0], str) else MASK  # ``counts[doc["age"]]``: ``KeyError: 42``
+            return cap(f"{type(exc).__name__}: {masked}", limit)
+
+        def mask_value(quoted: re.Match[str]) -> str:
+            text = quoted.group(0)
+            return f"{text[0]}{MASK}{text[0]}" if text[1:-1] in values else text
+
+        return cap(_QUOTED.sub(mask_value, text), limit)
     keep_types = isinstance(exc, TypeError)
 
     def mask(quoted: re.Match[str]) -> str:
@@ -221,6 +239,38 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT) -> s
         return f"{text[0]}***{text[0]}"
 
     return cap(_QUOTED.sub(mask, describe_error(exc, None)), limit)
+
+
+def _document_values(document: Any) -> set[Any]:
+    """The scalar values held anywhere in ``document`` (hashable ones), and each one's ``repr`` and
+    ``str``: what a ``KeyError`` or another naming error would quote if it quoted one of them."""
+    found: set[Any] = set()
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif value is not None and not isinstance(value, bool):
+            try:
+                found.add(value)
+            except TypeError:  # an unhashable value of some other kind: compared by its text below
+                pass
+            if isinstance(value, str):
+                continue
+            try:
+                found.add(str(value))
+            except Exception:
+                pass
+    return found
+
+
+def _is_value(key: Any, values: set[Any]) -> bool:
+    try:
+        return key in values or str(key) in values
+    except Exception:
+        return True  # a key that cannot even be compared or shown is masked
 
 
 #: The types a decoded document's values and a transform's own objects have: a TypeError quotes

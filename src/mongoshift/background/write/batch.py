@@ -423,7 +423,7 @@ def _updates(
         for index, (doc, new) in enumerate(zip(originals, news, strict=True)):
             error = raised.get(index)
             if error is not None:
-                failures.append((index, DocumentError(doc["_id"], "transform", describe_transform_error(error))))
+                failures.append((index, DocumentError(doc["_id"], "transform", describe_transform_error(error, document=doc))))
                 continue
             try:
                 update = diff(doc, new)
