@@ -109,6 +109,21 @@ def test_background_status_detail_names_the_recent_messages_in_their_number() ->
         assert said in text and clean(text)
 
 
+def test_background_status_lists_the_recent_messages_newest_first_within_one_second() -> None:
+    """The table shows whole seconds; its order is by the time itself (three messages of one second
+    were listed oldest first under "newest first", between the other seconds' newest-first rows)."""
+    from datetime import UTC, datetime, timedelta
+
+    from mongoshift.cli.background_view import recent_rows
+
+    start = datetime(2026, 12, 5, 17, 25, 57, 100_000, tzinfo=UTC)
+    report = _report(scanned=4, estimate=4, status="completed", failed=4)
+    report.doc_errors = [  # oldest first, as stored
+        {"reason": "transform", "error_class": "ValueError", "error": f"bad {i}", "at": start + timedelta(milliseconds=300 * i)} for i in range(4)
+    ]
+    assert [row[-1] for row in recent_rows(report)] == ["bad 3", "bad 2", "bad 1", "bad 0"]
+
+
 @pytest.mark.parametrize(("found", "said"), [(0, "0 documents (first by _id"), (1, "1 document (first by _id"), (2, "2 documents (first by _id")])
 def test_background_dry_run(found: int, said: str) -> None:
     preview = Preview("0001_names.py", "people", "forward", 0, 1, "first", 5, rows=[PreviewRow(i, {"_id": i}) for i in range(found)])

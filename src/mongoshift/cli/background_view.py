@@ -129,8 +129,14 @@ def recent_rows(r: BackgroundReport) -> list[tuple[str, ...]]:
         key = (e["reason"], _cause(e), e["error"])
         entry = seen.setdefault(key, [None, 0])
         entry[0], entry[1] = e.get("at"), entry[1] + int(e.get("times", 1))
-    rows = [(_when(at), str(n), *key) for key, (at, n) in seen.items()]
-    return sorted(rows, key=lambda row: row[0], reverse=True)
+    # By the time itself, not its text: the text shows whole seconds, and the messages of one second
+    # would keep their oldest-first order under a "newest first" heading.
+    newest = sorted(seen.items(), key=lambda item: _sort_time(item[1][0]), reverse=True)
+    return [(_when(at), str(n), *key) for key, (at, n) in newest]
+
+
+def _sort_time(value: Any) -> float:
+    return value.timestamp() if isinstance(value, datetime) else float("-inf")
 
 
 def render_detail(console: Console, r: BackgroundReport) -> None:
