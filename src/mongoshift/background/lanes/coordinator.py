@@ -162,7 +162,7 @@ class Coordinator:
         free = spec.max_parallel - await self.engine.store.live_leases(name)
         lanes = max(0, min(open_, free))
         reason = None if lanes else (
-            f"{'the one lane is' if spec.max_parallel == 1 else f'all {spec.max_parallel} lanes are'} leased by other runners "
+            f"{'the one lane is leased by another runner' if spec.max_parallel == 1 else f'all {spec.max_parallel} lanes are leased by other runners'} "
             "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds)"
         )
         return Decision("process", state, lanes=lanes, reason=reason)

@@ -131,8 +131,12 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"a lane lost its lease on partition {_number(data, 'partition')} (it lapsed, or another runner took "
         "it over): the lane stops there, and the partition goes on from its last checkpoint under its new holder"
     ),
-    "reclaimed": lambda data: (f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runner stopped or was killed): "
-                               "their partitions go on from their checkpoints"),
+    "reclaimed": lambda data: (
+        "freed 1 lease that had lapsed (its runner stopped or was killed): its partition goes on from its checkpoint"
+        if data.get("leases") == 1 else
+        f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runners stopped or were killed): "
+        "their partitions go on from their checkpoints"
+    ),
     "completed": _completed,
     "failed": lambda data: str(data.get("reason")),
 }
