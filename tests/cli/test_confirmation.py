@@ -81,6 +81,20 @@ def test_a_name_not_registered_is_told_what_to_do_by_whether_its_file_exists(pro
     assert "'mongoshift up'" not in said and "no file of that name in the migrations folder" in said
 
 
+def test_a_baselined_background_file_is_not_sent_to_up_which_passes_over_it(project, no_terminal) -> None:  # type: ignore[no-untyped-def]
+    """``baseline`` records a background file applied without registering it: 'up' then says "nothing to do", so
+    the hint names what registers it after all, ``up FILE --force``, and that does."""
+    project.add("0002_bg.py", BACKGROUND)
+    assert no_terminal(project, "baseline", "--to", "0002_bg", "--yes").returncode == 0
+    refused = no_terminal(project, "background", "run", "0002_bg", "--json")
+    assert refused.returncode == 9
+    said = json.loads(refused.stdout)["error"]["message"]
+    assert "run 'mongoshift up' first" not in said and "recorded applied by baseline" in said, said
+    assert "'mongoshift up 0002_bg.py --force'" in said
+    assert no_terminal(project, "up", "0002_bg.py", "--force", "--yes").returncode == 0
+    assert no_terminal(project, "background", "run", "0002_bg").returncode == 0
+
+
 def test_retry_repin_refused_at_the_prompt_pins_nothing(project, sync_client, no_terminal) -> None:  # type: ignore[no-untyped-def]
     """``retry --from-start --repin`` without ``--yes`` and no terminal: exit 42 and, as it says, nothing changed
     (the file was pinned before the question)."""

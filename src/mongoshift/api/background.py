@@ -34,6 +34,7 @@ from ..errors import (
     MongoshiftError,
     NotAppliedError,
 )
+from ..project.changelog import ChangelogRecord
 from ..project.loader import resolve_name
 from ..project.own_collections import own_collections
 from ..project.redaction import describe_error, redact
@@ -56,13 +57,24 @@ async def _registered(engine: Engine, name: str) -> str:
     name = resolve_name(name, engine.settings.migrations_dir)
     wanted = name if name.endswith(".py") else name + ".py"
     if await engine.store.state(wanted) is None:
-        raise NotAppliedError(f"{wanted} is not a registered background migration ({_unregistered_hint(engine.settings, wanted)})", file=wanted)
+        changelog = engine.context.changelog
+        record = await changelog.record(wanted) if changelog is not None else None
+        hint = _unregistered_hint(engine.settings, wanted, record)
+        raise NotAppliedError(f"{wanted} is not a registered background migration ({hint})", file=wanted)
     return wanted
 
 
-def _unregistered_hint(settings: Settings, wanted: str) -> str:
+def _unregistered_hint(settings: Settings, wanted: str, record: ChangelogRecord | None = None) -> str:
     """What to do about a name that is not registered: 'up' registers a file that exists; for a typo,
-    pointing at 'up' would send the user to run every pending migration for nothing."""
+    pointing at 'up' would send the user to run every pending migration for nothing. A file the
+    changelog already holds applied (``baseline``, an import) is one 'up' passes over: it is never
+    registered, so 'up' would answer "nothing to do"."""
+    if record is not None and record.status == "applied":
+        how = f"recorded applied by {redact(record.origin, limit=60)}" if record.origin else "recorded applied"
+        return (
+            f"it is {how} without being registered, so the engine does not run it and 'mongoshift up' passes over it; "
+            f"'mongoshift up {wanted} --force' registers it, to run it after all"
+        )
     try:
         exists = (settings.migrations_dir / wanted).is_file()
     except (OSError, ValueError):  # a name too long for the file system, a NUL: no such file either way
