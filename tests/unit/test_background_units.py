@@ -127,7 +127,7 @@ def test_events_reach_observers_and_a_failing_observer_is_contained() -> None:
         ({"collection": "people", "found": False, "stranded": True, "action": "reported", "source": "stream", "documents": 3}, "WARNING",
          "3 documents of 'people' at a version no migration upgrades (stranded)"),
         ({"collection": "people", "found": True, "action": "failed", "source": "stream", "documents": 2}, "WARNING",
-         "2 old-shape documents of 'people' could not be upgraded: reopened"),
+         "2 old-shape documents of 'people' could not be upgraded: reopened, so that a pass records why ('mongoshift background status 0001_x' shows it"),
         ({"collection": "people", "found": True, "action": "upgraded", "source": "stream", "documents": 5}, "INFO",
          "upgraded 5 old-shape documents of 'people'"),
         ({"collection": "people", "found": False, "action": "skipped", "reason": "not_completed", "detail": "running", "stranded": False}, "INFO",

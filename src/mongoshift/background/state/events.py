@@ -151,7 +151,8 @@ def describe_drift(data: dict[str, Any], migration: str | None = None) -> str:
     if action == "upgraded":
         return f"upgraded {some} of {where}"
     if action == "failed":
-        return f"{some} of {where} could not be upgraded: reopened, so that a pass records why (background status NAME)"
+        name = (migration or "NAME").removesuffix(".py")
+        return f"{some} of {where} could not be upgraded: reopened, so that a pass records why ('mongoshift background status {name}' shows it then)"
     if data.get("stranded") and not data.get("found"):
         count = "documents" if documents is None else plural(documents, "document")
         return f"{count} of {where} at a version no migration upgrades (stranded): reported (docs/background.md, \"Stranded documents\")"
