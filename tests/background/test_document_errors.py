@@ -136,3 +136,18 @@ async def test_a_key_error_quoting_a_documents_value_is_masked(fast_project: Pro
     said = sorted(entry["error"] for entry in report.doc_errors)
     assert said == ["'***'", "'missing_field'", "***"], said
     assert "F2" not in str(report.to_json()) and "7777" not in str(report.to_json())
+
+
+async def test_an_async_transform_that_calls_sys_exit_fails_its_document_not_the_run(fast_project: Project, db: AsyncDatabase[Any]) -> None:
+    """``sys.exit`` in an ``async def`` transform ended the whole run (exit 1, its message, a document's value,
+    on stderr, the lease held); as in a plain ``def`` one, it is that document's failure."""
+    await seed(db.people, 10)
+    exiting = "async def migrate(doc, ctx):\n    if doc['_id'] == 3:\n        import sys\n        sys.exit(f\"bye {doc['first']}\")\n"
+    fast_project.add(NAME, background_file(batch_size=100, extra=BUDGET).replace("def migrate(doc, ctx):\n", exiting))
+    await command.up(fast_project.settings())
+    (result,) = await bg.run(fast_project.settings(), [NAME])
+    assert result.status == "completed" and result.failed_documents == 1
+    assert await db.people.count_documents({"__v": 2}) == 9
+    (report,) = await bg.status(fast_project.settings(), NAME)
+    (entry,) = report.doc_errors
+    assert entry["error_class"] == "UserCodeExit" and "F3" not in str(report.to_json()), entry

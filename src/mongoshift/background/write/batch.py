@@ -337,7 +337,12 @@ async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ct
     results, failed = done.results, done.failed
     for index, copy in enumerate(copies):
         try:
-            results.append(await fn(copy, ctx))
+            try:
+                results.append(await fn(copy, ctx))
+            except Exception:
+                raise
+            except BaseException as exc:  # sys.exit, KeyboardInterrupt: that document's failure, not the runner's end
+                raise failure_of(exc) from None  # (a cancel of this task from outside goes on as it is)
         except Exception as exc:
             if transient_transaction_error(exc):
                 raise  # a side write's transaction error belongs to the batch: it is retried whole
@@ -377,7 +382,12 @@ async def _settle(done: Transformed) -> None:
     for index, new in enumerate(results):
         if inspect.isawaitable(new):
             try:
-                results[index] = await new
+                try:
+                    results[index] = await new
+                except Exception:
+                    raise
+                except BaseException as exc:  # as in _each_on_loop
+                    raise failure_of(exc) from None
             except Exception as exc:
                 if transient_transaction_error(exc):
                     raise
