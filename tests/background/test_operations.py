@@ -312,3 +312,21 @@ async def test_run_all_with_nothing_runnable_says_so_and_names_the_failed_ones(f
     assert f"{NAME} (failed)" in again.stderr
     as_json = cli(fast_project, "background", "run", "--all", "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == {"background": [], "not_runnable": {NAME: "failed"}}
+
+
+async def test_run_all_that_runs_others_still_names_the_failed_one_it_left_out(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    """docs/background.md: ``--all`` leaves a failed, paused or cancelled migration out "with a warning naming it"
+    and exits 0 when the rest is done. It named it only when nothing else was runnable."""
+    await seed(db.people, 50)
+    await seed(db.others, 20)
+    failing = background_file(batch_size=10).replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('cannot split')")
+    fast_project.add(NAME, failing)
+    await command.up(fast_project.settings())
+    assert cli(fast_project, "background", "run", "--all").returncode == 32
+    fast_project.add("0002_others.py", background_file().replace('collection="people"', 'collection="others"'))
+    await command.up(fast_project.settings())
+    run = cli(fast_project, "background", "run", "--all", "--json")
+    assert run.returncode == 0, run.stderr
+    assert [r["name"] for r in json.loads(run.stdout)["background"]] == ["0002_others.py"]
+    assert f"not run by --all: {NAME} (failed)" in run.stderr, run.stderr
+    assert await db.others.count_documents({"__v": 2}) == 20

@@ -187,6 +187,8 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
             else:
                 await log_progress(ms.background.status, task, progress_interval, list(names) or None)
             reports = await task
+            if all_ and reports and not cancel.is_set():
+                _left_out(reports, await ms.background.status())
         interrupted = cancel.is_set()
         return reports
 
@@ -237,10 +239,17 @@ def _nothing_to_run(s: Settings) -> None:
         out.json({"background": [], "not_runnable": {r.name: r.status for r in others}})
         return
     out.say("nothing to run: no registered background migration is pending, blocked or running")
-    waiting = [r for r in others if r.status in ("failed", "paused", "cancelled")]
+    _left_out([], others)
+
+
+def _left_out(reports: list[BackgroundReport], everything: list[BackgroundReport]) -> None:
+    """``run --all`` names those it left out (failed, paused, cancelled: they wait for a person), whether it ran
+    others (``reports``) or found nothing to run (docs/background.md)."""
+    ran = {r.name for r in reports}
+    waiting = [r for r in everything if r.name not in ran and r.status in ("failed", "paused", "cancelled")]
     if waiting:
         listed = ", ".join(f"{r.name} ({r.status})" for r in waiting)
-        out.warn(f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry")
+        output().warn(f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry")
 
 
 def _each(command: str, names: list[str]) -> str:
