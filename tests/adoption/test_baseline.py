@@ -54,3 +54,18 @@ async def test_import_and_baseline_wait_for_the_migration_lock(project) -> None:
                 await call
         assert [r.name for r in (await baseline(settings, "0001_a", dry_run=True)).adopted] == ["0001_a.py"]
     assert [r.state for r in await status(settings)] == ["pending"]
+
+
+async def test_a_baselined_file_that_up_force_runs_is_mongoshifts_own_and_rolls_back(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """``up FILE --force`` runs a baselined file's ``up``: from then on mongoshift ran it, so the record is no longer
+    ``origin: baseline``, and ``down`` runs its ``down`` instead of refusing it as one "mongoshift never ran"."""
+    project.add("0001_a.py", MARK.format(name="0001_a"))
+    db = sync_client[project.db]
+    assert cli(project, "baseline", "--to", "0001_a", "--yes").returncode == 0
+    assert cli(project, "up", "0001_a", "--force", "--yes").returncode == 0
+    assert db.marks.count_documents({}) == 1  # it ran
+    (row,) = json.loads(cli(project, "status", "--json").stdout)["migrations"]
+    assert (row["state"], row["origin"]) == ("applied", None), row
+    rolled = cli(project, "down")
+    assert rolled.returncode == 0, rolled.stderr
+    assert db.marks.count_documents({}) == 0

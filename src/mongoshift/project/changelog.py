@@ -112,6 +112,8 @@ def _literal(value: Any) -> Any:
 #: What a rollback or a failure wrote on a record: an applied record carries none of it (``first_applied_at`` keeps
 #: when the file was first applied), so it never shows a failure time or a revert's run beside its applied time.
 _NOT_APPLIED_FIELDS = ["reverted_at", "revert_duration_ms", "revert_run_id", "reverted_by", "error", "failed_checksum", "failed_at"]
+#: What ``baseline`` and ``import`` write on a record mongoshift did not run (see :func:`adopted_update`).
+_ADOPTED_FIELDS = ["origin", "source"]
 
 
 def applied_update(
@@ -143,7 +145,9 @@ def applied_update(
         "applied_at": when,
         "first_applied_at": {"$ifNull": ["$first_applied_at", when]},
     }
-    return {"name": name}, [{"$set": fields}, {"$unset": _NOT_APPLIED_FIELDS}]
+    # Applied by mongoshift now: a record ``baseline`` or ``import`` wrote (``up FILE --force`` of it) is no longer
+    # one mongoshift never ran, which ``down`` would refuse.
+    return {"name": name}, [{"$set": fields}, {"$unset": [*_NOT_APPLIED_FIELDS, *_ADOPTED_FIELDS]}]
 
 
 def adopted_update(
