@@ -330,3 +330,16 @@ async def test_run_all_that_runs_others_still_names_the_failed_one_it_left_out(f
     assert [r["name"] for r in json.loads(run.stdout)["background"]] == ["0002_others.py"]
     assert f"not run by --all: {NAME} (failed)" in run.stderr, run.stderr
     assert await db.others.count_documents({"__v": 2}) == 20
+
+
+async def test_a_migration_named_twice_runs_and_reports_once(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    """``background run NAME NAME.py migrations/NAME.py`` (a shell's completion beside a typed name) ran it, and
+    listed it, three times."""
+    await seed(db.people, 20)
+    fast_project.add(NAME, background_file())
+    await command.up(fast_project.settings())
+    stem = NAME.removesuffix(".py")
+    run = cli(fast_project, "background", "run", stem, NAME, f"migrations/{NAME}", "--json")
+    assert run.returncode == 0, run.stderr
+    assert [r["name"] for r in json.loads(run.stdout)["background"]] == [NAME]
+    assert await db.people.count_documents({"__v": 2}) == 20

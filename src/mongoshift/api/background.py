@@ -112,7 +112,8 @@ async def run_in(project: Project, names: list[str] | None = None, *, concurrenc
         if names is None:
             targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
-            targets = [await _registered(engine, n) for n in names]
+            # once each, however it is named (``NAME``, ``NAME.py``, ``migrations/NAME.py``): a name given twice ran twice
+            targets = list(dict.fromkeys([await _registered(engine, n) for n in names]))
         targets.sort(key=engine.absent)  # stable: a file not deployed here yet is waited for last
         reports = []
         unrunnable: list[MongoshiftError] = []
