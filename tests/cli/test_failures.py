@@ -366,3 +366,36 @@ def test_a_retried_transaction_says_so_without_verbose(project, sync_client, cli
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("its transaction runs again after a transient error") == 1, result.stderr
     assert [d["attempt"] for d in sync_client[project.db].marks.find()] == [2]
+
+
+@pytest.mark.parametrize(
+    ("args", "lock"),
+    [
+        (("background", "dry-run", "0002_bg", "--first", "1"), False),
+        (("background", "status"), False),
+        (("background", "verify"), False),
+        (("up",), True),
+    ],
+)
+def test_a_second_stop_speaks_of_a_lock_only_where_the_command_holds_one(project, cli, monkeypatch, args, lock: bool) -> None:  # type: ignore[no-untyped-def]
+    """A second Ctrl-C of ``background dry-run`` said "a lock this run held stays held ... a migration that was running
+    is not recorded": a preview takes no lock and runs no migration (docs/background.md, "Before you run")."""
+    from mongoshift.cli import app, background, main
+
+    said: list[str] = []
+
+    def recorded(make, *, stopping: str = app.STOPPING, left_behind: str = app.LEFT_BEHIND):  # type: ignore[no-untyped-def]
+        said.append(left_behind)
+        raise SystemExit(0)
+
+    for module in (main, background):
+        monkeypatch.setattr(module, "run_async", recorded)
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    project.add(
+        "0002_bg.py",
+        "from mongoshift import Background\n\n\ndef migrate(doc, ctx):\n    return doc\n\n\n"
+        "background = Background(collection='people', from_version=0, to_version=1, migrate=migrate)\n",
+    )
+    cli(project, *args)
+    assert said, args
+    assert ("lock this run held" in said[0]) is lock, said

@@ -53,6 +53,17 @@ RUN_LEFT_BEHIND = (
     "the leases this run held lapse after background_lease_ttl_seconds (or 'mongoshift background unlock NAME' clears them now); "
     "a batch being written is settled by the next lane, and the next 'background run' goes on from the partitions' checkpoints"
 )
+#: What a second signal leaves behind in the commands that only read (``dry-run``, ``status``): no lock, no lease,
+#: no write (not the migration line's words, which speak of its lock and a migration left unrecorded).
+READ_LEFT_BEHIND = (
+    "this command holds no lock and writes nothing, so nothing is left behind (a --validate transaction still open is "
+    "never committed: the server aborts it)"
+)
+#: ``background verify``: no lock either; a migration it reopened stays reopened.
+VERIFY_LEFT_BEHIND = (
+    "verify holds no lock; a migration it reopened before the stop stays reopened, and 'mongoshift background verify' "
+    "looks at every migration again"
+)
 WATCH_LEFT_BEHIND = (
     "the watch leases this process held lapse after their time-to-live; the next 'background watch' resumes from the last "
     "position saved, so events since then are looked at again"
@@ -234,7 +245,7 @@ def _nothing_to_run(s: Settings) -> None:
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     out = output()
-    others = run_async(lambda cancel: per_call(s, cancel=cancel).background.status())
+    others = run_async(lambda cancel: per_call(s, cancel=cancel).background.status(), left_behind=READ_LEFT_BEHIND)
     if out.json_mode:
         out.json({"background": [], "not_runnable": {r.name: r.status for r in others}})
         return
@@ -318,7 +329,7 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     if show_partitions:
         if not name:
             raise ConfigInvalidError("--partitions needs a NAME")
-        rows = run_async(lambda cancel: per_call(s, cancel=cancel).background.partitions(name))
+        rows = run_async(lambda cancel: per_call(s, cancel=cancel).background.partitions(name), left_behind=READ_LEFT_BEHIND)
         shards = bg.per_shard(rows)
         if out.json_mode:
             out.json({"partitions": [r.__dict__ for r in rows], "shards": [p.__dict__ for p in shards]})
@@ -338,7 +349,7 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
         async with connect(s, cancel=cancel) as ms:  # two reads, one connection
             return await ms.background.status(name), await ms.background.watch_status()
 
-    reports, watchers = run_async(both)
+    reports, watchers = run_async(both, left_behind=READ_LEFT_BEHIND)
     if name is not None:
         watchers = [w for w in watchers if any(w.collection == r.collection for r in reports)]
     _render(reports, detail=name is not None, watchers=watchers)
@@ -472,7 +483,7 @@ def _registered_before_asking(s: Settings, name: str, yes: bool, tenants: object
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
 
     if not yes and tenants is None:
-        run_async(lambda cancel: per_call(s, cancel=cancel).background.status(name))
+        run_async(lambda cancel: per_call(s, cancel=cancel).background.status(name), left_behind=READ_LEFT_BEHIND)
 
 
 def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False, repin: bool = False) -> None:
@@ -542,7 +553,7 @@ def dry_run(file: str, sample: int | None, first: int | None, revert: bool, vali
 
     if (tenants := requested(reading=True)) is not None:
         return _dry_run_across(s, tenants, preview)
-    result = run_async(lambda cancel: preview(per_call(s, cancel=cancel)))
+    result = run_async(lambda cancel: preview(per_call(s, cancel=cancel)), left_behind=READ_LEFT_BEHIND)
     out = output()
     if out.json_mode:
         out.json({"preview": result.to_json()})
@@ -765,7 +776,7 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
                 judge=judged, scan=False, result_json=lambda results: [r.to_json() for r in results],
             )
     with shown_by_caller("drift"):  # the table (or the JSON document) and the warning below say it
-        results = run_async(lambda cancel: per_call(s, cancel=cancel).background.verify(list(names) or None, reopen=reopen))
+        results = run_async(lambda cancel: per_call(s, cancel=cancel).background.verify(list(names) or None, reopen=reopen), left_behind=VERIFY_LEFT_BEHIND)
     out = output()
     drifted = [r.migration for r in results if r.found]
     stranded = [r.migration for r in results if r.stranded]
