@@ -250,3 +250,21 @@ def test_after_is_what_the_update_makes_as_mongod_applies_it() -> None:
     assert updated({"_id": 1}, {"$inc": {"__rev": 1}}) == {"_id": 1, "__rev": 1}
     with pytest.raises(TypeError):
         updated({"_id": 1, "__rev": "x"}, {"$inc": {"__rev": 1}})
+    # an int32 grows into a long, as mongod's $inc does; a long at its largest overflows, which mongod refuses
+    assert updated({"_id": 1, "__rev": 2**31 - 1}, {"$inc": {"__rev": 1}})["__rev"] == 2**31
+    for largest in (2**63 - 1, Int64(2**63 - 1)):
+        with pytest.raises(OverflowError):
+            updated({"_id": 1, "__rev": largest}, {"$inc": {"__rev": 1}})
+
+
+async def test_a_revision_at_the_largest_long_is_shown_as_a_write_the_server_refuses(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A legacy document whose revision is 2**63-1: the preview showed 9223372036854775808 in ``after``, a number
+    no BSON integer holds, as a document that would be rewritten."""
+    await seed(db.people, 3)
+    await db.people.update_one({"_id": 1}, {"$set": {"__rev": Int64(2**63 - 1)}})
+    fast_project.add(NAME, transform_file())
+    preview = await api.preview_background(fast_project.settings(), NAME, first=3)
+    row = next(r for r in preview.rows if r.id == 1)
+    assert (row.reason, row.after) == ("write", None), row
+    assert row.error is not None and "largest 64-bit integer" in row.error
+    assert [r.ok for r in preview.rows] == [True, False, True]

@@ -300,6 +300,11 @@ def _update_row(before: dict[str, Any], update: dict[str, Any]) -> PreviewRow:
         return PreviewRow(before["_id"], before, update, updated(before, update))
     except TypeError:
         return PreviewRow(before["_id"], before, update, reason="write", error="the stored revision is not a number: the server would refuse its $inc")
+    except OverflowError:
+        return PreviewRow(
+            before["_id"], before, update, reason="write",
+            error="the stored revision is the largest 64-bit integer: the server would refuse its $inc (it overflows); make it smaller",
+        )
 
 
 async def _pipeline_rows(job: Job, befores: list[dict[str, Any]], collection: AsyncCollection[dict[str, Any]]) -> list[PreviewRow]:
@@ -367,8 +372,9 @@ def updated(before: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 def _add(value: Any, by: int) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal128)):
         raise TypeError(f"$inc of a {type(value).__name__}")
-    if isinstance(value, Int64):
-        return Int64(value + by)
     if isinstance(value, Decimal128):
         return Decimal128(value.to_decimal() + by)
-    return value + by
+    total = value + by
+    if isinstance(value, int) and not -(2**63) <= total < 2**63:  # mongod refuses it (an int32 grows into a long)
+        raise OverflowError(f"$inc past the 64-bit range of a {type(value).__name__}")
+    return Int64(total) if isinstance(value, Int64) else total
