@@ -189,7 +189,7 @@ def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCa
         "0001_x.py pass: pass 2 starts: about 17 documents still in the old shape",
         "0001_x.py lease_lost: a lane lost its lease on partition 3 (it lapsed, or another runner took it over): the lane stops there, "
         "and the partition goes on from its last checkpoint under its new holder",
-        "0001_x.py reclaimed: freed 4 leases that had lapsed (their runners stopped or were killed): their partitions go on from their checkpoints",
+        "0001_x.py reclaimed: freed 4 leases that had lapsed (their runner stopped or was killed): their partitions go on from their checkpoints",
         "0001_x.py reclaimed: freed 1 lease that had lapsed (its runner stopped or was killed): its partition goes on from its checkpoint",
         "0001_x.py completed: 40,000 migrated, 2 skipped, 0 failed documents of 40,002 scanned, in 26 batches; "
         "3 documents re-read after an application write, 3 left to the next pass",

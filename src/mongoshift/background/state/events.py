@@ -134,7 +134,7 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "reclaimed": lambda data: (
         "freed 1 lease that had lapsed (its runner stopped or was killed): its partition goes on from its checkpoint"
         if data.get("leases") == 1 else
-        f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runners stopped or were killed): "
+        f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runner stopped or was killed): "
         "their partitions go on from their checkpoints"
     ),
     "completed": _completed,
