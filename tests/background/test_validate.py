@@ -53,6 +53,19 @@ async def test_the_validator_and_a_unique_index_refuse_their_documents_and_nothi
     assert preview.rows[0].validation is not None and preview.rows[0].validation.to_json()["status"] == "ok"
 
 
+async def test_a_revision_that_is_no_number_is_said_as_the_run_and_the_preview_say_it(project, db) -> None:  # type: ignore[no-untyped-def]
+    """A legacy ``__rev: "seven"``: ``--validate`` said "write error 14" where the run's failed documents and the
+    preview's row say what to do about it (the stored revision is not a number)."""
+    await seed(db.people, 3)
+    await db.people.update_one({"_id": 1}, {"$set": {"__rev": "seven"}})
+    project.add(NAME, transform(PLAIN))
+    preview = await api.preview_background(project.settings(), NAME, first=3, validate=True)
+    row = next(r for r in preview.rows if r.id == 1)
+    assert row.validation is not None and row.validation.status == "failed", row  # the server refused the $inc
+    assert (row.validation.reason or "").startswith("the stored __rev is not a number"), row.validation
+    assert [r.validation.status for r in preview.rows if r.validation] == ["ok", "failed", "ok"]
+
+
 SIDE = '''
 async def migrate(doc, ctx):
     await ctx.db.audit.insert_one({"of": doc["_id"]}, session=ctx.session)

@@ -41,7 +41,7 @@ from ...project.run import CancelSignal
 from ...project.server_errors import transactions_unsupported, transient_transaction_error
 from ...project.user_code import call, is_async
 from ...schema.index_specs import as_json
-from ..write.batch import DocumentError, PlannedUpdates, id_key, planned_updates, write_pipeline, write_planned
+from ..write.batch import DocumentError, PlannedUpdates, id_key, planned_updates, write_error_text, write_pipeline, write_planned
 from ..write.job import Job
 from .sandbox import SandboxRecord, sandbox
 
@@ -118,12 +118,16 @@ async def _excluding(client: Any, attempt: Callable[[Any, dict[bytes, str]], Awa
     raise AssertionError("every document was refused once: the loop ends before this")
 
 
-def _first_failure(keys: Sequence[bytes], failed: dict[int, dict[str, Any]]) -> _Attempt | None:
-    """The first refused write of a bulk (in a transaction only the first one counts: it aborted the rest)."""
+def _first_failure(
+    keys: Sequence[bytes], failed: dict[int, dict[str, Any]], describe: Callable[[int, dict[str, Any]], str] | None = None
+) -> _Attempt | None:
+    """The first refused write of a bulk (in a transaction only the first one counts: it aborted the rest);
+    ``describe(index, error)`` words it as a run would (the guarded updates'), else as the server said it."""
     if not failed:
         return None
     index = min(failed)
-    return _Attempt(refused=keys[index], reason=describe_write_error(failed[index]))
+    reason = describe(index, failed[index]) if describe is not None else describe_write_error(failed[index])
+    return _Attempt(refused=keys[index], reason=reason)
 
 
 def _owned(fn: Callable[..., Any], record: SandboxRecord) -> Callable[..., Any]:
@@ -199,7 +203,10 @@ async def validate_transform(
             keep_refused(owner, planned)
             return _Attempt(refused=owner, reason=reason)
         _, failed = await write_planned(job, PlannedUpdates(planned.owners, planned.updates, []), collection, session=session)
-        refused = _first_failure([id_key(owner["_id"]) for owner in planned.owners], failed)
+        updates = planned.updates
+        refused = _first_failure(
+            [id_key(owner["_id"]) for owner in planned.owners], failed, lambda i, error: write_error_text(job, updates[i], error)
+        )
         if refused is not None and refused.refused is not None:
             keep_refused(refused.refused, planned)
         return refused or _Attempt(value=(found, planned))

@@ -596,9 +596,9 @@ async def write_planned(
     return await _write(collection, ops, session=session)
 
 
-def _write_error(job: Job, update: Mapping[str, Any], error: Mapping[str, Any]) -> str:
+def write_error_text(job: Job, update: Mapping[str, Any], error: Mapping[str, Any]) -> str:
     """A refused guarded update in words. A type mismatch (14) of an update that increments the revision is the stored
-    revision's: ``$set`` and ``$unset`` check no type, so the preview's words are the run's too."""
+    revision's: ``$set`` and ``$unset`` check no type, so the preview's words are the run's too (and ``--validate``'s)."""
     if error.get("code") == 14 and "$inc" in update and job.revision_field is not None:
         return f"the stored {job.revision_field} is not a number, so it cannot be incremented: make it a whole number (TypeMismatch, 14)"
     return describe_write_error(error)
@@ -692,7 +692,7 @@ async def apply_batch(
         if failed and not planned.checked and (bad := unstorable(planned, codec)) is not None:
             raise DocumentFailed(bad)  # the server refused a write, but the check finds a document it would have left out first
         for index, error in failed.items():
-            result.errors.append(DocumentError(owners[index]["_id"], "write", _write_error(job, planned.updates[index], error)))
+            result.errors.append(DocumentError(owners[index]["_id"], "write", write_error_text(job, planned.updates[index], error)))
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
         written = len(owners) - len(failed)
