@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from starlette.applications import Starlette
@@ -34,6 +34,21 @@ async def test_the_overview_and_a_migration_page_render_whole_without_javascript
     assert 'data-testid="partitions"' in page.text and 'data-testid="chart"' in page.text  # samples recorded by the run
     assert 'data-testid="migrated">300</span> migrated' in page.text
     assert (await web.get("/migrations/0009_nope")).status_code == 404
+
+
+async def test_the_charts_rate_of_a_short_run_is_the_headers_rate(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """A run of 0.75 s in one sample bucket: the chart's peak is its documents over 0.75 s, as the header
+    says, not over the bucket's 10 s (the run's window set on the state, so no clock decides the bucket)."""
+    client, _ = counted_client
+    async with connect(registered.settings()) as ms:
+        await ms.background.run([NAME])
+    t0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    sample = {"at": t0, "scanned": 300, "migrated": 300, "failed": 0, "conflicts": 0}
+    window = {"started_at": t0 + timedelta(seconds=3.2), "completed_at": t0 + timedelta(seconds=3.95), "samples": [sample]}
+    await db["_mongoshift_background"].update_one({"_id": NAME}, {"$set": window})
+    page = await http(make_app(registered, client)).get(f"/migrations/{NAME.removesuffix('.py')}")
+    assert "400.0 docs/s ·" in page.text  # the header: 300 scanned over 0.75 s
+    assert ">400.0 docs/s</text>" in page.text  # the chart's peak, the same
 
 
 async def test_a_file_deployed_after_the_dashboard_started_is_shown_pending(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]

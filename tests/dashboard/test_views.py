@@ -18,6 +18,19 @@ def test_the_chart_scales_documents_per_second_into_its_box() -> None:
     assert points[2][1] == views.CHART_H - views.PAD  # zero at the bottom
 
 
+def test_a_buckets_rate_is_over_the_time_the_run_covered_of_it() -> None:
+    """A run of 0.75 s inside one bucket is its count over 0.75 s; a run's first and last buckets count
+    from its start and to its stop; the buckets between count 10 s; no run window: every bucket 10 s."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    short = views.chart([{"at": t0, "scanned": 3025}], started=t0 + timedelta(seconds=3.2), stopped=t0 + timedelta(seconds=3.95))
+    assert short.peak == 4033.3
+    samples = [{"at": t0 + timedelta(seconds=s), "scanned": n} for s, n in ((0, 20), (10, 100), (20, 40))]
+    longer = views.chart(samples, started=t0 + timedelta(seconds=8), stopped=t0 + timedelta(seconds=24))
+    heights = [float(p.split(",")[1]) for p in longer.points.split()]
+    assert longer.peak == 10.0 and heights[0] == heights[1] == heights[2] == views.PAD  # 20 over 2 s, 100 over 10 s, 40 over 4 s
+    assert views.chart(samples).peak == 10.0  # 100 over the bucket's 10 s
+
+
 def test_one_bucket_draws_a_level_line_and_none_draws_nothing() -> None:
     chart = views.chart([{"at": datetime(2026, 1, 1, tzinfo=UTC), "scanned": 50}])
     assert len(chart.points.split()) == 2 and not chart.empty

@@ -207,6 +207,13 @@ def create_app(
             "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],
         }
 
+    def chart_of(snap: Snapshot, name: str) -> views.Chart:
+        """The throughput chart over the run's own time: from its start to its stop, or to this poll's read."""
+        detail, report = snap.details.get(name), snap.report(name)
+        if detail is None or report is None:
+            return views.chart(detail.samples if detail else [])
+        return views.chart(detail.samples, started=report.started_at, stopped=report.stopped_at or snap.read_at)
+
     def migration_context(snap: Snapshot, name: str) -> dict[str, Any]:
         detail = snap.details.get(name)
         return {
@@ -214,7 +221,7 @@ def create_app(
             "name": name,
             "report": snap.report(name),
             "detail": detail,
-            "chart": views.chart(detail.samples if detail else []),
+            "chart": chart_of(snap, name),
             "verdict": views.verdicts(snap.audit).get(name, "ok"),
             # Drift and verify: the audit's read-only probe of this migration (``background.drift``, stranded
             # documents, ...) and the live watcher of its collection.

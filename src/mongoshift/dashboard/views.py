@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import api
@@ -32,15 +32,26 @@ class Chart:
         return self.buckets == 0
 
 
-def chart(samples: list[dict[str, Any]], *, counter: str = "scanned") -> Chart:
-    """Documents per second in each sample bucket, as polyline points (a gap between buckets is a zero)."""
+#: How long one sample bucket is (``BackgroundStore.SAMPLE_BUCKET_SECONDS``, the API's documented 10 s):
+#: a bucket holds the documents of the 10 wall-clock seconds from its ``at``.
+BUCKET_SECONDS = 10.0
+
+
+def chart(
+    samples: list[dict[str, Any]], *, counter: str = "scanned", started: datetime | None = None, stopped: datetime | None = None
+) -> Chart:
+    """Documents per second in each sample bucket, as polyline points (a gap between buckets is a zero).
+
+    A bucket's rate is its count divided by the time of it the run covered: from the later of the
+    bucket's start and ``started`` to the earlier of its end and ``stopped`` (when the run stopped, or
+    now for one still running). A run of 0.75 s in one bucket is its count over 0.75 s, not over 10 s;
+    a bucket the run covered none of (an earlier run's, before a retry's new start) counts whole."""
     if not samples:
         return Chart("", 0.0, "", "", 0)
     start: datetime = samples[0]["at"]
     end: datetime = samples[-1]["at"]
     span = max(1.0, (end - start).total_seconds())
-    bucket = 10.0  # BackgroundStore.SAMPLE_BUCKET_SECONDS, through the API's documented bucket
-    rates = [(row["at"], row.get(counter, 0) / bucket) for row in samples]
+    rates = [(row["at"], row.get(counter, 0) / _covered(row["at"], started, stopped)) for row in samples]
     peak = max(rate for _, rate in rates) or 1.0
     width, height = CHART_W - 2 * PAD, CHART_H - 2 * PAD
     points = []
@@ -52,6 +63,21 @@ def chart(samples: list[dict[str, Any]], *, counter: str = "scanned") -> Chart:
         x = PAD + ((at - start).total_seconds() / span) * width
         points.append(f"{x:.1f},{y:.1f}")
     return Chart(" ".join(points), round(peak, 1), start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%H:%M:%S"), len(rates))
+
+
+def _covered(at: datetime, started: datetime | None, stopped: datetime | None) -> float:
+    """The seconds of the bucket from ``at`` that lie between ``started`` and ``stopped`` (either may be unknown)."""
+    begin, end = at, at + timedelta(seconds=BUCKET_SECONDS)
+    if started is not None:
+        begin = max(begin, _utc(started))
+    if stopped is not None:
+        end = min(end, _utc(stopped))
+    seconds = (end - begin).total_seconds()
+    return seconds if seconds > 0 else BUCKET_SECONDS
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def percent(report: api.BackgroundReport) -> int:

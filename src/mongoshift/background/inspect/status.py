@@ -120,6 +120,9 @@ class BackgroundReport:
     batch_size: dict[str, Any] = field(default_factory=dict)
     #: The operator's pace set by the throttle control (``batch_size``, ``pause_ms``); None: the file's.
     throttle: dict[str, int] | None = None
+    #: When it stopped working (completed, or its move to failed, cancelled or paused); None while it runs
+    #: or waits to. Its elapsed time and rate end there, and so does the dashboard's chart.
+    stopped_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -209,6 +212,7 @@ async def report(store: BackgroundStore, state: State, *, now: datetime | None =
         waits_for=list(state.waits_for),
         batch_size=batch_sizing(state, parts),
         throttle=state.throttle,
+        stopped_at=_stopped_at(state),
     )
 
 
