@@ -89,6 +89,24 @@ async def test_fifty_open_pages_cost_the_reads_of_one(registered, counted_client
     assert fifty <= one * 1.2, (one, fifty)
 
 
+async def test_a_signed_message_shows_only_on_the_page_it_was_signed_for(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """A control's signed ``said``/``sig`` pair, replayed on another migration's page or on the overview, shows
+    nothing there; on its own page it shows by either spelling of the migration's name."""
+    client, _ = counted_client
+    await seed(db.pets, 10)
+    registered.add("0002_pets.py", background_file(batch_size=50).replace('collection="people"', 'collection="pets"'))
+    await command.up(registered.settings())
+    web = http(make_app(registered, client))
+    csrf = await sign_in(web)
+    done = await web.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"})
+    assert done.status_code == 303
+    query = done.headers["location"].partition("?")[2]
+    assert "pause: done" in (await web.get(f"/migrations/{NAME.removesuffix('.py')}?{query}")).text
+    other = await web.get(f"/migrations/0002_pets?{query}")
+    assert other.status_code == 200 and 'data-testid="said"' not in other.text
+    assert 'data-testid="said"' not in (await web.get(f"/?{query}")).text
+
+
 async def test_controls_need_the_token_and_a_form_of_this_dashboard(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
     client, _ = counted_client
     web = http(make_app(registered, client))
@@ -244,6 +262,9 @@ async def test_links_and_forms_work_under_a_mount_prefix(registered, counted_cli
     signed = await web.post("/ops/migrations/sign-in", data={"csrf": csrf, "token": TOKEN})
     assert signed.status_code == 303 and "path=/ops/migrations/" in signed.headers["set-cookie"].lower()
     assert signed.headers["location"] == "/ops/migrations/"
+    unlocked = await web.post("/ops/migrations/unlock", data={"csrf": csrf, "confirm": "yes"})
+    assert unlocked.status_code == 303 and unlocked.headers["location"].startswith("/ops/migrations/?")
+    assert "unlock: nothing to clear" in (await web.get(unlocked.headers["location"])).text  # signed for the overview's path, prefix and all
 
 
 async def test_a_signature_or_a_holder_cookie_that_is_not_ascii_is_refused_not_a_server_error(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]

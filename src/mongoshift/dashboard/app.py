@@ -180,7 +180,7 @@ def create_app(
             request, template,
             {
                 "status": status, "options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None,
-                "said": guard.signed(request.query_params.get("said"), request.query_params.get("sig")), **context,
+                "said": guard.signed(request.query_params.get("said"), request.query_params.get("sig"), _page_of(request)), **context,
             },
             status_code=status,
         )
@@ -466,6 +466,7 @@ async def _acted(
     """Run a control as ``who``; back to its page (303) with what it did, or the page with the API's refusal (its
     one-line message; a session that could not be opened is one: exit 5 when the server is down)."""
     target = path_for(request, "migration", name=name) if name else path_for(request, "overview")
+    page = name or target.path  # what _page_of says of the page the redirect opens
     try:
         said = await act(await dashboard.steer(who))
     except MongoshiftError as exc:
@@ -474,7 +475,14 @@ async def _acted(
         said = f"failed: {described(exc)}"
     poller = await dashboard.poller()
     await poller.refresh(extra=name)  # the page shows the control's effect at once
-    return RedirectResponse(target.include_query_params(said=said, sig=dashboard.guard.sign(said)), status_code=303)
+    return RedirectResponse(target.include_query_params(said=said, sig=dashboard.guard.sign(said, page)), status_code=303)
+
+
+def _page_of(request: Request) -> str:
+    """The page a signed message is for: a migration's file name (its page by either spelling), else the path
+    (the overview's, with the mount's prefix). A path starts with ``/``, a file name never does."""
+    name = request.path_params.get("name")
+    return _file_name(name) if name else request.url.path
 
 
 def _file_name(name: str) -> str:

@@ -111,15 +111,17 @@ class Guard:
             return f"dashboard {host}"[:128]
         return None
 
-    def sign(self, text: str) -> str:
-        """A signature of a message this dashboard put in a redirect's query, so a crafted link cannot make a page say something."""
-        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()[:32]
+    def sign(self, text: str, page: str) -> str:
+        """A signature of a message this dashboard put in a redirect's query for ``page``, so a crafted link cannot
+        make a page say something, nor a message signed for one page (one migration's) be shown on another."""
+        bound = f"{len(page)}:{page}\n{text}"  # the page's length first: no page and text can make another pair's bytes
+        return hmac.new(self._key, bound.encode(), hashlib.sha256).hexdigest()[:32]
 
-    def signed(self, text: str | None, signature: str | None) -> str | None:
-        """``text`` when ``signature`` is this dashboard's for it, else None."""
+    def signed(self, text: str | None, signature: str | None, page: str) -> str | None:
+        """``text`` when ``signature`` is this dashboard's for it on ``page``, else None."""
         if text is None or signature is None:
             return None
-        return text if _same(self.sign(text), signature) else None
+        return text if _same(self.sign(text, page), signature) else None
 
     @staticmethod
     def csrf_value(request: Request) -> str:
