@@ -54,9 +54,9 @@ async def test_a_pause_set_by_throttle_reaches_a_running_lane(fast_project, db) 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [({}, "give a batch size, a pause in milliseconds or both"),
-     ({"batch_size": 0}, "batch_size (--batch-size) must be a whole number from 1 to 10,000, not 0"),
-     ({"pause_ms": -1}, "pause_ms (--pause-ms) must be a whole number from 0 to 3,600,000, not -1"),
-     ({"batch_size": 10_001}, "batch_size (--batch-size) must be"), ({"batch_size": "5"}, "not '5'"), ({"clear": True, "pause_ms": 5}, "alone")],
+     ({"batch_size": 0}, "throttle: batch_size must be a whole number from 1 to 10,000, not 0"),
+     ({"pause_ms": -1}, "throttle: pause_ms must be a whole number from 0 to 3,600,000, not -1"),
+     ({"batch_size": 10_001}, "batch_size must be"), ({"batch_size": "5"}, "not '5'"), ({"clear": True, "pause_ms": 5}, "alone")],
 )
 async def test_a_bad_throttle_is_refused_with_53(fast_project, db, kwargs, words) -> None:  # type: ignore[no-untyped-def]
     fast_project.add(NAME, background_file())
@@ -66,6 +66,7 @@ async def test_a_bad_throttle_is_refused_with_53(fast_project, db, kwargs, words
         with pytest.raises(ThrottleInvalidError) as caught:
             await ms.background.throttle(NAME, **kwargs)
     assert caught.value.exit_code == 53 and words in caught.value.message
+    assert "--" not in caught.value.message  # the Python caller's parameters, never the CLI's flags
 
 
 def test_the_cli_sets_a_throttle_and_refuses_a_bad_one(fast_project, cli) -> None:  # type: ignore[no-untyped-def]
@@ -73,6 +74,7 @@ def test_the_cli_sets_a_throttle_and_refuses_a_bad_one(fast_project, cli) -> Non
     assert cli(fast_project, "up").returncode == 0
     bad = cli(fast_project, "background", "throttle", NAME, "--batch-size", "0", "--json")
     assert bad.returncode == 53 and json.loads(bad.stdout)["error"]["kind"] == "throttle_invalid"
+    assert "throttle: --batch-size must be a whole number from 1 to 10,000, not 0" in json.loads(bad.stdout)["error"]["message"]
     ok = cli(fast_project, "background", "throttle", NAME, "--pause-ms", "250", "--reason", "night", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == {"name": NAME, "action": "throttle", "applied": "applied", "status": "pending", "throttle": {"pause_ms": 250}}

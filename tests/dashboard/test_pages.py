@@ -147,7 +147,9 @@ async def test_controls_need_the_token_and_a_form_of_this_dashboard(registered, 
     assert (await db["_mongoshift_background"].find_one({"_id": NAME}))["throttle"] == {"batch_size": 20}
     assert "throttle: done; pace now batch size 20" in (await web.get(throttled.headers["location"])).text  # not batch_size 20
     bad = await web.post(f"/migrations/{NAME}/throttle", data={"csrf": csrf, "batch_size": "0"})
-    assert "refused (exit 53)" in (await web.get(bad.headers["location"])).text
+    refusal = (await web.get(bad.headers["location"])).text
+    assert "refused (exit 53): throttle: Batch size must be a whole number from 1 to 10,000, not 0" in refusal
+    assert "batch_size" not in refusal.partition('data-testid="said"')[2].partition("</p>")[0]  # the form's label, not a flag or parameter
     for odd in ("\u0661\u0662", "1_000", "\uff15"):  # Arabic-Indic, an underscore, a full-width digit: int() takes all three
         refused = await web.post(f"/migrations/{NAME}/throttle", data={"csrf": csrf, "batch_size": odd})
         assert refused.status_code == 400 and "whole numbers" in refused.text

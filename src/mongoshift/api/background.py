@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
@@ -22,7 +22,7 @@ from ..background.inspect.status import (
 from ..background.inspect.validate import steps_count
 from ..background.lanes.engine import Engine, load_background, open_engine
 from ..background.lanes.throttle import sleep
-from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult, control, pin, throttle
+from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult, checked_pace, control, pin, throttle
 from ..background.state.events import Event, Observer
 from ..background.state.model import WatchRecord
 from ..background.watch.watcher import Watcher, WatchOptions
@@ -208,6 +208,18 @@ async def control_in(project: Project, name: str, action: Action, *, reason: str
         )
         engine.context.events.emit("control", result.name, action=action, applied=result.applied, status=result.status)
         return result
+
+
+def check_throttle(
+    batch_size: int | None = None, pause_ms: int | None = None, *, clear: bool = False, names: Mapping[str, str] | None = None
+) -> None:
+    """Refuse (:class:`~mongoshift.errors.ThrottleInvalidError`, exit 53) a pace that ``throttle`` would refuse,
+    before anything connects. ``names``: how the caller's own fields are called in the refusal, by ``batch_size``
+    and ``pause_ms`` (a form's labels; default: these parameters' names)."""
+    if names is None:
+        checked_pace(batch_size, pause_ms, clear=clear)
+    else:
+        checked_pace(batch_size, pause_ms, clear=clear, names=names)
 
 
 async def apply_throttle(

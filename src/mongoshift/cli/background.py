@@ -702,10 +702,10 @@ def repin(name: str, reason: str | None, yes: bool) -> None:
 def throttle(name: str, batch_size: int | None, pause_ms: int | None, clear: bool, reason: str | None) -> None:
     """Change NAME's pace while it runs: lanes take it before their next batch (exit 53 for a bad value)."""
     from ..api.session import per_call  # start-up time: the engine loads only when a background command runs
-    from ..background.state.controls import checked_pace
+    from ..background.state.controls import PACE_FLAGS, checked_pace
     from ..background.state.events import shown_by_caller
 
-    checked_pace(batch_size, pause_ms, clear=clear)  # refused before any connection
+    checked_pace(batch_size, pause_ms, clear=clear, names=PACE_FLAGS)  # refused before any connection, naming the flags
     s = settings()
     tenants = requested()
 

@@ -45,6 +45,8 @@ CONTROLS: dict[str, bool] = {"pause": False, "resume": False, "cancel": True, "r
 #: How many failed documents' ids a token holder sees when asking.
 IDS_SHOWN = 100
 REASON_CHARS = 200
+#: The throttle form's fields as its labels say them: a refused value is named so (the CLI names its flags).
+THROTTLE_FIELDS = {"batch_size": "Batch size", "pause_ms": "Pause (ms)"}
 
 
 @dataclass(frozen=True)
@@ -355,6 +357,7 @@ def create_app(
         reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
 
         async def act(ms: api.Mongoshift) -> str:
+            api.check_throttle(batch_size, pause_ms, clear=clear, names=THROTTLE_FIELDS)  # its refusal names this form's fields
             result = await ms.background.throttle(name, batch_size=batch_size, pause_ms=pause_ms, clear=clear, reason=reason)
             return f"throttle: {'done' if result.applied == 'applied' else 'unchanged'}; pace now {result.pace}"
 

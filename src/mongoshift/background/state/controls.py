@@ -6,6 +6,7 @@ is already in place answers ``unchanged``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -215,8 +216,17 @@ class ThrottleResult:
         return ", ".join(w for w in said if w) or "the file's"
 
 
-def checked_pace(batch_size: int | None, pause_ms: int | None, *, clear: bool) -> dict[str, int] | None:
-    """The override a throttle change asks for, refused (exit 53) when it asks for nothing or for a value out of bounds."""
+#: How a caller names the pace's two values in a refusal of :func:`checked_pace`: the Python API its
+#: parameters (the default), the CLI its flags; the dashboard passes its form's fields through the API.
+PACE_PARAMETERS: Mapping[str, str] = {"batch_size": "batch_size", "pause_ms": "pause_ms"}
+PACE_FLAGS: Mapping[str, str] = {"batch_size": "--batch-size", "pause_ms": "--pause-ms"}
+
+
+def checked_pace(
+    batch_size: int | None, pause_ms: int | None, *, clear: bool, names: Mapping[str, str] = PACE_PARAMETERS
+) -> dict[str, int] | None:
+    """The override a throttle change asks for, refused (exit 53) when it asks for nothing or for a value out of bounds
+    (the value named as the caller names it: ``names``, by ``batch_size`` and ``pause_ms``)."""
     if clear:
         if batch_size is not None or pause_ms is not None:
             raise ThrottleInvalidError("throttle: clearing goes back to the file's pace; ask for it alone, without a batch size or a pause")
@@ -228,8 +238,7 @@ def checked_pace(batch_size: int | None, pause_ms: int | None, *, clear: bool) -
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            flag = "--" + key.replace("_", "-")  # the CLI's name of it, as batch (--batch) elsewhere
-            raise ThrottleInvalidError(f"throttle: {key} ({flag}) must be a whole number from {low:,} to {high:,}, not {value!r}", field=key)
+            raise ThrottleInvalidError(f"throttle: {names[key]} must be a whole number from {low:,} to {high:,}, not {value!r}", field=key)
         pace[key] = value
     return pace
 
