@@ -13,7 +13,7 @@ from celery import Celery
 from mongoshift import api
 from mongoshift.celery import DEFAULT_ALLOW, LINE_KINDS, LineOptions, LineResult, register
 from mongoshift.celery.line import plan_line
-from mongoshift.errors import ConfigInvalidError, ExitCode, TaskRefusedError
+from mongoshift.errors import ConfigInvalidError, ExitCode, TaskRefusedError, TenantsInvalidError
 
 from .conftest import until
 from .test_line_tasks import STEP
@@ -50,6 +50,16 @@ def test_a_producer_of_a_default_registration_refuses_what_its_workers_would(pro
         assert caught.value.exit_code == ExitCode.TASK_REFUSED == 54 and caught.value.details["refused"] == refused
         assert "register(app, allow=...)" in caught.value.message and "nothing was queued" in caught.value.message
         assert "this worker" not in caught.value.message  # said by the producer: no worker was asked
+
+
+def test_a_fan_out_without_a_tenants_section_names_the_apis_words_not_a_flag(project) -> None:  # type: ignore[no-untyped-def]
+    """``enqueue_tenants("up")`` selects every tenant of ``[tenants]``: without one, the refusal says so in the
+    Python API's words (the CLI's ``--all-tenants`` was never given), and nothing is queued."""
+    tasks = register(_app(), settings=project.settings())
+    with pytest.raises(TenantsInvalidError) as caught:
+        tasks.enqueue_tenants("up")
+    assert caught.value.exit_code == 46 and "Tenants(all=True) needs a [tenants] section" in caught.value.message
+    assert "--" not in caught.value.message
 
 
 async def test_a_rollback_a_worker_does_not_allow_is_recorded_failed_and_runs_nothing(project, db, client) -> None:  # type: ignore[no-untyped-def]

@@ -72,6 +72,8 @@ def test_an_empty_tenant_name_is_shown_as_empty(project, cli) -> None:  # type: 
     project.write_config()
     told = _refused(cli(project, "status", "--tenant", ""), 46)
     assert "error: --tenant '': a database name cannot be empty" in told
+    # the same refusals as the Python API's, in the flags' words (the API names its Tenants parameters)
+    assert "error: --all-tenants needs a [tenants] section" in _refused(cli(project, "status", "--all-tenants"), 46)
 
 
 @pytest.mark.parametrize(

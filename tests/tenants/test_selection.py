@@ -10,7 +10,7 @@ import pytest
 from mongoshift.errors import ConfigInvalidError, ExitCode, TenantsInvalidError
 from mongoshift.project.settings import Settings, load_settings
 from mongoshift.tenants.rollout import Rollout
-from mongoshift.tenants.selection import Tenant, TenantFlags, select
+from mongoshift.tenants.selection import FLAG_WORDS, Tenant, TenantFlags, select
 
 SERVER = ["admin", "local", "config", "tenant_b", "tenant_a", "other", "tenant_c"]
 
@@ -52,7 +52,10 @@ async def test_names_without_a_section_are_taken_as_given_sorted() -> None:
         ({"databases": ["a", "b"]}, TenantFlags(pattern="z*"), "matches none of the [tenants] selection"),
         ({}, TenantFlags(pattern="z*"), "matches none of the server's databases"),
         ({"match": "nothing_*"}, TenantFlags(all=True), "matches none of the server's databases"),
-        ({}, TenantFlags(all=True), "--all-tenants needs a [tenants] section"),
+        ({}, TenantFlags(all=True), "Tenants(all=True) needs a [tenants] section"),  # the API's words by default
+        ({}, TenantFlags(all=True, words=FLAG_WORDS), "--all-tenants needs a [tenants] section"),  # the command line's
+        ({}, TenantFlags(pattern="z*", words=FLAG_WORDS), "--tenants 'z*' matches none of the server's databases"),
+        ({}, TenantFlags(names=("a",), pattern="a*"), "Tenants(names=...) and Tenants(pattern=...) cannot be combined"),
         ({}, TenantFlags(names=("a",), all=True), "cannot be combined"),
         ({}, TenantFlags(names=("a", "a")), "given twice"),
         ({}, TenantFlags(names=("a.b",),), "MongoDB refuses"),

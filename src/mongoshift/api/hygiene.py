@@ -93,14 +93,14 @@ async def squash_across(
     """The squash judged in every selected tenant's database; written once, only when every tenant allows it
     (a tenant in between, or behind, fails its row with the reason and nothing is written). ``cancel`` (Ctrl-C)
     stops the judging: the tenants not judged are not reached, and nothing is written."""
-    from .tenants import Tenants, across_tenants  # start-up time: the tenant machinery loads only across tenants
+    from .tenants import across_tenants, reading_every  # start-up time: the tenant machinery loads only across tenants
 
     refuse_unfinished(settings.migrations_dir)  # once, before any tenant is read
     # what the files alone refuse (one file, a background migration or a requires in the range) is every tenant's
     # refusal: said once, with the single database's code, rather than in every row
     plan_range(discover(settings.migrations_dir), resolve_name(to, settings.migrations_dir))
     # every tenant is judged (no canary, no stop at the first refusal): the report names each one behind
-    reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
+    reading = reading_every(tenants)
     rollout = await across_tenants(settings, lambda ms: ms.squash(to, dry_run=True), reading, command="squash", client=client, cancel=cancel)
     if not rollout.ok:
         return rollout, None

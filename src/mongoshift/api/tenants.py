@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pymongo import AsyncMongoClient
@@ -29,7 +29,7 @@ from ..project.session import Project
 from ..project.settings import Settings
 from ..tenants.report import Judged, RolloutReport, TenantError
 from ..tenants.rollout import DEFAULT_PARALLEL, Rollout, roll_out
-from ..tenants.selection import Tenant, TenantFlags, select
+from ..tenants.selection import PARAMETER_WORDS, SelectionWords, Tenant, TenantFlags, select
 from .options import checked_client, checked_observers
 from .session import Mongoshift
 
@@ -54,14 +54,24 @@ class Tenants:
     parallel: int = DEFAULT_PARALLEL
     canary: int = 0
     continue_on_error: bool = False
+    #: How a refusal of the selection names it: these parameters (default); the command line passes its flags.
+    words: SelectionWords = field(default=PARAMETER_WORDS, kw_only=True, repr=False)
 
     def flags(self) -> TenantFlags:
         if isinstance(self.names, str):
             raise TenantsInvalidError("Tenants.names takes a list of database names, not one string")
-        return TenantFlags(tuple(self.names), self.pattern, bool(self.all))
+        words = self.words if isinstance(self.words, SelectionWords) else PARAMETER_WORDS
+        return TenantFlags(tuple(self.names), self.pattern, bool(self.all), words)
 
     def rollout(self) -> Rollout:
         return Rollout(self.parallel, self.canary, bool(self.continue_on_error))
+
+
+def reading_every(tenants: Tenants) -> Tenants:
+    """``tenants`` for a call that judges every tenant (no canary, no stop at a failure), its words kept."""
+    if not isinstance(tenants, Tenants):
+        raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+    return replace(tenants, canary=0, continue_on_error=True)
 
 
 def judge_run(report: RunReport) -> Judged:
@@ -301,9 +311,8 @@ def reversible_for_down(settings: Settings, target: str | None) -> Callable[[lis
 
 async def status_across(settings: Settings, tenants: Tenants, *, check: bool = False, client: AsyncMongoClient[Any] | None = None) -> RolloutReport:
     """``status`` of each selected tenant (every tenant is read, whatever another's verdict); ``check``: a tenant behind fails."""
-    reading = Tenants(tenants.names, tenants.pattern, tenants.all, tenants.parallel, 0, True)
     return await across_tenants(
-        settings, lambda ms: ms.status(), reading, command="status", judge=judge_status(check, settings), client=client
+        settings, lambda ms: ms.status(), reading_every(tenants), command="status", judge=judge_status(check, settings), client=client
     )
 
 

@@ -82,6 +82,7 @@ def requested(*, reading: bool = False) -> Tenants | None:
             f"--db and {chosen} cannot be combined: --db acts on one database, {chosen} on the selected tenant databases; give one of them"
         )
     from ..api.tenants import Tenants  # start-up time: the API loads when a command runs
+    from ..tenants.selection import FLAG_WORDS  # start-up time: with the API
 
     parallel = given.get("parallel")
     return Tenants(
@@ -91,6 +92,7 @@ def requested(*, reading: bool = False) -> Tenants | None:
         parallel=4 if parallel is None else parallel,
         canary=given.get("canary", 0),
         continue_on_error=reading or bool(given.get("continue_on_error")),
+        words=FLAG_WORDS,  # a refusal names the flags given, not the API's parameters
     )
 
 

@@ -36,12 +36,30 @@ class Tenant:
 
 
 @dataclass(frozen=True)
+class SelectionWords:
+    """How a caller names the three ways of selecting in a refusal: the command line its flags, the Python API
+    its ``Tenants`` parameters (each front end its own words; the checks and their sentences stay here)."""
+
+    names: str
+    pattern: str
+    all: str
+
+
+#: The command line's words: its flags.
+FLAG_WORDS = SelectionWords("--tenant", "--tenants", "--all-tenants")
+#: The Python API's words: the parameters of ``Tenants`` (the default).
+PARAMETER_WORDS = SelectionWords("Tenants(names=...)", "Tenants(pattern=...)", "Tenants(all=True)")
+
+
+@dataclass(frozen=True)
 class TenantFlags:
-    """What the caller asked for: ``names`` (``--tenant``), ``pattern`` (``--tenants``), ``all`` (``--all-tenants``)."""
+    """What the caller asked for: ``names`` (``--tenant``), ``pattern`` (``--tenants``), ``all`` (``--all-tenants``);
+    ``words``: how a refusal names them, as the caller does."""
 
     names: tuple[str, ...] = ()
     pattern: str | None = None
     all: bool = False
+    words: SelectionWords = PARAMETER_WORDS
 
     def given(self) -> bool:
         """Whether any tenant flag was given (without one, a command acts on ``--db`` as always)."""
@@ -49,18 +67,19 @@ class TenantFlags:
 
     def check(self) -> TenantFlags:
         """One way of selecting at a time, each well formed."""
-        ways = [flag for flag, on in (("--tenant", bool(self.names)), ("--tenants", self.pattern is not None), ("--all-tenants", self.all)) if on]
+        said = self.words
+        ways = [way for way, on in ((said.names, bool(self.names)), (said.pattern, self.pattern is not None), (said.all, self.all)) if on]
         if len(ways) > 1:
             raise TenantsInvalidError(f"{' and '.join(ways)} cannot be combined: select the tenants one way")
         if self.pattern is not None and not self.pattern:
-            raise TenantsInvalidError("--tenants needs a pattern (for example 'tenant_*')")
+            raise TenantsInvalidError(f"{said.pattern} needs a pattern (for example 'tenant_*')")
         for name in self.names:
             why = refused_database_name(name)
             if why is not None:
-                raise TenantsInvalidError(f"--tenant {_shown(name)}: {why}", tenant=_shown(name))
+                raise TenantsInvalidError(f"{said.names} {_shown(name)}: {why}", tenant=_shown(name))
         twice = sorted({n for i, n in enumerate(self.names) if n in self.names[:i]})
         if twice:
-            raise TenantsInvalidError(f"--tenant given twice for {', '.join(twice)}", tenants=twice)
+            raise TenantsInvalidError(f"{said.names} given twice for {', '.join(twice)}", tenants=twice)
         return self
 
 
@@ -75,10 +94,10 @@ async def select(settings: Settings, flags: TenantFlags, database_names: Databas
     """The tenants ``flags`` select, in their stable order; :class:`TenantsInvalidError` when none or a bad one."""
     flags.check()
     if not flags.given():  # the API's Tenants() or Tenants(names=[]): it ran on every tenant (or failed an assert)
-        raise TenantsInvalidError("no tenant selected: give names, a pattern or all=True (--tenant, --tenants or --all-tenants)")
+        raise TenantsInvalidError("no tenant selected: give names, a pattern or all=True")  # only the API's words: the CLI never gets here
     declared = settings.tenants
     if flags.all and declared is None:
-        raise TenantsInvalidError("--all-tenants needs a [tenants] section (databases, match or provider) in the project file")
+        raise TenantsInvalidError(f"{flags.words.all} needs a [tenants] section (databases, match or provider) in the project file")
     configured = await configured_tenants(settings, database_names) if declared is not None else None
     if flags.names:
         if configured is None:
@@ -96,8 +115,8 @@ async def select(settings: Settings, flags: TenantFlags, database_names: Databas
         chosen = [t for t in pool if fnmatchcase(t.name, flags.pattern)]
         if not chosen:
             where = "the [tenants] selection" if configured is not None else "the server's databases"
-            raise TenantsInvalidError(f"--tenants {flags.pattern!r} matches none of {where}", pattern=flags.pattern)
-        _usable([t.name for t in chosen], f"--tenants {flags.pattern!r}")
+            raise TenantsInvalidError(f"{flags.words.pattern} {flags.pattern!r} matches none of {where}", pattern=flags.pattern)
+        _usable([t.name for t in chosen], f"{flags.words.pattern} {flags.pattern!r}")
         return chosen
     assert configured is not None  # flags.all with a section
     return configured
