@@ -10,8 +10,9 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mongoshift import api
-from mongoshift.errors import ConfigInvalidError, HookFailedError, LockHeldError
+from mongoshift.errors import ConfigInvalidError, ConnectionFailedError, HookFailedError, LockHeldError
 
+from ..conftest import Project
 from .conftest import Telemetry
 
 BODY = """
@@ -53,6 +54,22 @@ async def test_a_run_without_the_lock_says_so_on_its_span_and_its_duration(proje
     assert [(r.attributes["mongoshift.command"], r.attributes["mongoshift.lock"]) for r in runs] == [("up", "skipped"), ("down", "taken")]
     points = {p.attributes["mongoshift.command"]: p.attributes["mongoshift.lock"] for p in telemetry.points("mongoshift.run.duration")}
     assert points == {"up": "skipped", "down": "taken"}
+
+
+async def test_a_run_that_never_connected_names_no_lock_it_never_took(tmp_path, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]
+    """An ``up`` against a server that refuses every connection fails before any lock is tried: its span and its
+    duration say nothing of a lock (they said ``taken``), and no lock instrument records anything."""
+    unreachable = Project(tmp_path, "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=500", "app")
+    unreachable.add("0001_first.py", BODY % "first")
+
+    with pytest.raises(ConnectionFailedError):
+        await api.up(unreachable.settings(), observers=[telemetry.observer])
+
+    [run] = telemetry.spans("mongoshift.run")
+    assert "mongoshift.lock" not in run.attributes and run.attributes["mongoshift.outcome"] == "failed"
+    [point] = telemetry.points("mongoshift.run.duration")
+    assert "mongoshift.lock" not in point.attributes and point.attributes["error.type"] == "connection_failed"
+    assert telemetry.points("mongoshift.lock.acquire.duration") == []
 
 
 async def test_a_migration_whose_before_each_hook_failed_has_its_failed_span_and_duration(project, db, tmp_path, telemetry: Telemetry) -> None:  # type: ignore[no-untyped-def]

@@ -34,13 +34,14 @@ class Metrics:
             for spec in names.INSTRUMENTS
             if spec.kind == "counter"
         }
-        #: How each open run stands with the lock (``run_start``'s ``lock``, ``refused`` once refused).
+        #: How each open run stands with the lock: ``skipped`` from ``run_start``, then ``taken`` or ``refused`` by its
+        #: lock event; None while it has not tried (a run that never connected records no lock).
         self._lock: dict[str | None, str | None] = {}
 
     def on(self, event: Event) -> None:
         kind, data, migration = event.kind, event.data, event.migration
         if kind == "run_start":
-            self._lock[event.run_id] = data.get("lock")
+            self._lock[event.run_id] = names.LOCK_AT_START.get(str(data.get("lock")))
         elif kind == "run_end":
             lock = self._lock.pop(event.run_id, None)
             if lock != "refused":  # a run refused the lock did not run: lock.refused counts it
@@ -55,8 +56,9 @@ class Metrics:
             self._seconds(names.LOCK_ACQUIRE_DURATION, data.get("waited_ms", 0), outcome)
             if "held_ms" in data:  # the lock was held: the part of the acquisition spent waiting for its holder
                 self._seconds(names.LOCK_WAIT_DURATION, data["held_ms"], outcome)
+            if event.run_id in self._lock:
+                self._lock[event.run_id] = names.LOCK_OUTCOMES[kind]
             if kind == "lock_refused":
-                self._lock[event.run_id] = "refused"
                 self._add(names.LOCK_REFUSED, 1, {})
         elif kind == "lock_lost":
             self._add(names.LOCK_LOST, 1, {})

@@ -28,8 +28,14 @@ DB_SYSTEM = "db.system.name"
 ERROR_TYPE = "error.type"
 RUN_ID = "mongoshift.run_id"
 COMMAND = "mongoshift.command"
-#: How a run stood with the migration lock: ``taken``, ``skipped`` (``--no-lock``) or ``refused``.
+#: How a run stood with the migration lock: ``taken``, ``skipped`` (``--no-lock``) or ``refused``; absent when
+#: it stopped before trying (an unreachable server): set from what happened, never from what the run meant to do.
 LOCK = "mongoshift.lock"
+#: ``run_start``'s ``lock`` as :data:`LOCK` says it then: only ``skipped`` is known; a run that means to take
+#: the lock says nothing until its lock event (:data:`LOCK_OUTCOMES`).
+LOCK_AT_START = {"skipped": "skipped"}
+#: What each lock event makes :data:`LOCK` say.
+LOCK_OUTCOMES = {"lock_acquired": "taken", "lock_refused": "refused"}
 MIGRATION = "mongoshift.migration"
 DIRECTION = "mongoshift.direction"
 BATCH = "mongoshift.batch"

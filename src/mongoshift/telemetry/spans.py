@@ -3,7 +3,8 @@
 ``mongoshift.run`` opens at ``run_start`` (a child of whatever span is current in the
 caller) and closes at ``run_end``, current in between through ``run_scope`` so that the
 driver's spans of the run's set-up and tear-down nest under it; ``mongoshift.lock`` says
-whether the run took the lock, skipped it, or was refused it. ``mongoshift.migration`` and
+whether the run took the lock, skipped it, or was refused it (absent when it stopped before
+trying, as against an unreachable server). ``mongoshift.migration`` and
 ``mongoshift.converge`` are its children. The migration span is made *current* around the body through
 ``migration_scope``, so that the driver's own spans (pymongo's instrumentation) nest under
 it, in a plain ``def`` body too (its thread inherits the context). The coordinate and
@@ -56,7 +57,8 @@ class Spans:
     def on(self, event: Event) -> None:
         kind, data, run = event.kind, event.data, event.run_id
         if kind == "run_start":
-            self._runs[run] = self._start(names.RUN_SPAN, event, None, {names.COMMAND: data.get("command"), names.LOCK: data.get("lock")})
+            lock = names.LOCK_AT_START.get(str(data.get("lock")))  # taken or refused: set by its lock event, when it happens
+            self._runs[run] = self._start(names.RUN_SPAN, event, None, {names.COMMAND: data.get("command"), names.LOCK: lock})
         elif kind == "run_end":
             span = self._runs.pop(run, None)
             if span is not None:
@@ -65,8 +67,8 @@ class Spans:
             span = self._runs.get(run)
             if span is not None:
                 span.add_event(kind, _plain(data))
-                if kind == "lock_refused":
-                    span.set_attribute(names.LOCK, "refused")
+                if kind in names.LOCK_OUTCOMES:
+                    span.set_attribute(names.LOCK, names.LOCK_OUTCOMES[kind])
         elif kind == "migration_start":
             attributes = {
                 names.MIGRATION: event.migration,
