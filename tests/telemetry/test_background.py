@@ -50,6 +50,7 @@ async def test_an_inline_background_migration_nests_its_coordinate_and_slice_spa
     assert "completed" in {e.name for s in coordinates for e in s.events}
     done = [s for s in slices if s.attributes["mongoshift.outcome"] == "done"]
     assert sum(s.attributes["mongoshift.background.migrated"] for s in done) == 119
+    assert all(s.attributes["mongoshift.background.txn_retries"] == 0 for s in done)  # a plain slice has none, and says so
     reads = [c for s in slices for c in telemetry.children(s) if c.kind == SpanKind.CLIENT and "find" in c.name]
     assert reads  # the lanes' own requests nest under their slice
 

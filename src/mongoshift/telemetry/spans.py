@@ -147,9 +147,10 @@ class Spans:
             return
         outcome = data.get("outcome")
         span.set_attribute(names.OUTCOME, str(outcome))
-        for key in SLICE_COUNTS:
-            if isinstance(data.get(key), int):
-                span.set_attribute(names.SLICE_COUNT_PREFIX + key, data[key])
+        for key in SLICE_COUNTS:  # a count the slice's mode does not keep (txn_retries of a plain slice) is 0
+            count = data.get(key, 0)
+            if isinstance(count, int):
+                span.set_attribute(names.SLICE_COUNT_PREFIX + key, count)
         if outcome in SLICE_FAILURES:
             _fail(span, SLICE_FAILURES[str(outcome)], str(data.get("error") or f"the slice ended {outcome}"))
 
