@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import json
+import signal
 from typing import Any
 
 import pytest
@@ -268,3 +270,41 @@ async def test_a_revision_at_the_largest_long_is_shown_as_a_write_the_server_ref
     assert (row.reason, row.after) == ("write", None), row
     assert row.error is not None and "largest 64-bit integer" in row.error
     assert [r.ok for r in preview.rows] == [True, False, True]
+
+
+WAITS_FOR_CTRL_C = '''
+from pathlib import Path
+
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    with Path("transforming").open("a") as seen:  # one line per document whose transform started
+        seen.write(f"{doc['n']}\\n")
+    ctx.cancelled.wait(120)  # this document's transform ends once Ctrl-C arrived
+    doc["full_name"] = doc.pop("first") + " " + doc.pop("last")
+    return doc
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate)
+'''
+
+
+async def test_a_first_ctrl_c_stops_a_preview_after_the_document_in_progress(project, db) -> None:  # type: ignore[no-untyped-def]
+    """One Ctrl-C said "stopping: nothing new starts", yet the sync transform ran on every remaining document
+    of the worker-thread batch and the command exited 0: the signal was not looked at between documents."""
+    from ..conftest import reaped, start_cli
+
+    await seed(db.people, 5)
+    project.add(NAME, WAITS_FOR_CTRL_C)
+    seen = project.root / "transforming"
+    with reaped(start_cli(project, "background", "dry-run", NAME, "--first", "5", "--json")) as process:
+        for _ in range(2400):  # until the first document's transform started (a hang guard, not a time budget)
+            if seen.exists() or process.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert seen.exists(), process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == int(ExitCode.ABORTED), err[-2000:]
+    assert json.loads(out)["error"]["kind"] == "aborted"
+    assert seen.read_text().split() == ["0"]  # the document in progress ended; no other started
+    assert await db.people.count_documents({"__v": 1}) == 5  # and nothing was written

@@ -212,7 +212,7 @@ async def preview(
         result.rows = await _pipeline_rows(job, befores, collection)
     else:
         ctx = job.context("preview", cancel, extra={"preview": True})
-        result.rows = _transform_rows(job, befores, await _planned(job, docs, ctx, codec))
+        result.rows = _transform_rows(job, befores, await _planned(job, docs, ctx, codec, cancel))
     return result
 
 
@@ -264,9 +264,10 @@ async def _read(collection: AsyncCollection[dict[str, Any]], job: Job, method: M
     return await cursor.to_list(None)
 
 
-async def _planned(job: Job, docs: Sequence[RawBSONDocument], ctx: Any, codec: CodecOptions[Any]) -> PlannedUpdates:
+async def _planned(job: Job, docs: Sequence[RawBSONDocument], ctx: Any, codec: CodecOptions[Any], cancel: CancelSignal) -> PlannedUpdates:
+    """The documents' updates; a first Ctrl-C stops after the document in progress (exit 11), not after all of them."""
     with _whole_batch_errors(job):
-        return await planned_updates(job, docs, ctx, codec)
+        return await planned_updates(job, docs, ctx, codec, stop=cancel)
 
 
 @contextmanager

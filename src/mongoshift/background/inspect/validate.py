@@ -188,7 +188,7 @@ async def validate_transform(
         # A refused document's transform does not run again: its own failing write would abort this attempt too.
         todo = [doc for doc in found if id_key(doc["_id"]) not in excluded]
         try:
-            planned = await planned_updates(owned, todo, ctx, codec)
+            planned = await planned_updates(owned, todo, ctx, codec, stop=cancel)
         except PyMongoError:  # a later transform's operation in the aborted transaction (NoSuchTransaction)
             if record.failure is None:
                 raise

@@ -41,7 +41,7 @@ import copy as copy_module
 import importlib
 import inspect
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +54,13 @@ from pymongo.errors import BulkWriteError, PyMongoError, WriteConcernError
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
+from ...errors import RunAbortedError
 from ...project.redaction import describe_transform_error, describe_write_error
 from ...project.server_errors import (
     document_write_error,
     transient_transaction_error,
 )
+from ...project.run import CancelSignal
 from ...project.user_code import call, failure_of, is_async
 from ...project.wording import plural
 from ..plan.bson_order import same_value
@@ -307,8 +309,19 @@ class Transformed:
     failed: dict[int, BaseException] = field(default_factory=dict)
 
 
-async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
-    """Each document's new version or its error; a sync function runs off the loop (see :mod:`.job`)."""
+def _until(copies: list[dict[str, Any]], stop: CancelSignal) -> Iterator[dict[str, Any]]:
+    """``copies`` one by one while ``stop`` is not set; raised out of the loop that takes them (outside
+    its per-document ``try``) once it is, so the document in progress ends and no other starts."""
+    for copy in copies:
+        if stop.is_set():
+            raise RunAbortedError(f"stopped ({stop.reason or 'cancelled'}) between two documents; nothing was written")
+        yield copy
+
+
+async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformContext, stop: CancelSignal | None = None) -> Transformed:
+    """Each document's new version or its error; a sync function runs off the loop (see :mod:`.job`).
+
+    ``stop``: see :func:`planned_updates` (checked between documents; a ``migrate_batch`` is one call)."""
     if job.many is not None:
         out = await call(job.many, list(copies), ctx)
         if not isinstance(out, list) or len(out) != len(copies):
@@ -322,16 +335,17 @@ async def _transform(job: Job, copies: list[dict[str, Any]], ctx: TransformConte
     assert job.one is not None
     if not copies:
         return Transformed([])
+    each: Iterable[dict[str, Any]] = copies if stop is None else _until(copies, stop)
     if is_async(job.one):
-        return await _each_on_loop(job.one, copies, ctx)
-    done = await asyncio.to_thread(_each_in_thread, job.one, copies, ctx)
+        return await _each_on_loop(job.one, each, ctx)
+    done = await asyncio.to_thread(_each_in_thread, job.one, each, ctx)
     returned = set(map(type, done.results)) - _PLAIN_RESULTS  # isawaitable per document only if needed
     if returned and any(inspect.isawaitable(new) for new in done.results):
         await _settle(done)  # a sync function that returned awaitables
     return done
 
 
-async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
+async def _each_on_loop(fn: Callable[..., Any], copies: Iterable[dict[str, Any]], ctx: TransformContext) -> Transformed:
     """An async ``migrate`` for each document in turn: one document's error is its own."""
     done = Transformed([])
     results, failed = done.results, done.failed
@@ -351,7 +365,7 @@ async def _each_on_loop(fn: Callable[..., Any], copies: list[dict[str, Any]], ct
     return done
 
 
-def _each_in_thread(fn: Callable[..., Any], copies: list[dict[str, Any]], ctx: TransformContext) -> Transformed:
+def _each_in_thread(fn: Callable[..., Any], copies: Iterable[dict[str, Any]], ctx: TransformContext) -> Transformed:
     """A sync ``migrate`` for every document of the batch, in one worker-thread call; the same error rules.
 
     ``sys.exit`` inside it fails that document, as everywhere user code runs (:mod:`mongoshift.project.user_code`):
@@ -471,17 +485,25 @@ class PlannedUpdates:
 
 
 async def planned_updates(
-    job: Job, docs: Sequence[Mapping[str, Any]] | Lent, ctx: TransformContext, codec: CodecOptions[Any], *, check: bool = True
+    job: Job,
+    docs: Sequence[Mapping[str, Any]] | Lent,
+    ctx: TransformContext,
+    codec: CodecOptions[Any],
+    *,
+    check: bool = True,
+    stop: CancelSignal | None = None,
 ) -> PlannedUpdates:
     """Transform ``docs`` and build their guarded updates, writing nothing.
 
     The one place a batch's updates come from: :func:`apply_batch` writes them, the preview
     (:mod:`..inspect.preview`) shows them, so what a preview shows is what a run sends.
     ``docs`` may come already lent (:func:`lend`: a lane that read the batch's ids from it).
-    ``check=False``: see :func:`_updates`."""
+    ``check=False``: see :func:`_updates`. ``stop`` (the preview): once it is set, no document's transform
+    starts (the one in progress ends) and :class:`~mongoshift.errors.RunAbortedError` is raised; a lane's
+    batch is never cut short (it finishes and checkpoints)."""
     errors: list[DocumentError] = []
     lent = lend(docs, codec)
-    transformed = await _transform(job, lent.copies, ctx)
+    transformed = await _transform(job, lent.copies, ctx, stop)
     owners, updates = _updates(job, lent.originals(codec), transformed, codec, errors, check=check)
     return PlannedUpdates(owners, updates, errors, check or bool(errors))
 
