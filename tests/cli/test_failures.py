@@ -374,12 +374,20 @@ def test_a_retried_transaction_says_so_without_verbose(project, sync_client, cli
         (("background", "dry-run", "0002_bg", "--first", "1"), False),
         (("background", "status"), False),
         (("background", "verify"), False),
+        (("background", "pause", "0002_bg"), False),
+        (("background", "resume", "0002_bg"), False),
+        (("background", "cancel", "0002_bg", "--yes"), False),
+        (("background", "retry", "0002_bg", "--yes"), False),
+        (("background", "repin", "0002_bg", "--yes"), False),
+        (("background", "unlock", "0002_bg", "--yes"), False),
+        (("background", "throttle", "0002_bg", "--batch-size", "10"), False),
         (("up",), True),
     ],
 )
 def test_a_second_stop_speaks_of_a_lock_only_where_the_command_holds_one(project, cli, monkeypatch, args, lock: bool) -> None:  # type: ignore[no-untyped-def]
     """A second Ctrl-C of ``background dry-run`` said "a lock this run held stays held ... a migration that was running
-    is not recorded": a preview takes no lock and runs no migration (docs/background.md, "Before you run")."""
+    is not recorded": a preview takes no lock and runs no migration (docs/background.md, "Before you run"). The
+    controls (pause ... throttle) said it too: they hold no lock either, and make one change of a migration's state."""
     from mongoshift.cli import app, background, main
 
     said: list[str] = []
@@ -399,3 +407,4 @@ def test_a_second_stop_speaks_of_a_lock_only_where_the_command_holds_one(project
     cli(project, *args)
     assert said, args
     assert ("lock this run held" in said[0]) is lock, said
+    assert ("not recorded" in said[0]) is lock, said

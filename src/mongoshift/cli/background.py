@@ -64,6 +64,17 @@ VERIFY_LEFT_BEHIND = (
     "verify holds no lock; a migration it reopened before the stop stays reopened, and 'mongoshift background verify' "
     "looks at every migration again"
 )
+
+
+def control_left_behind(name: str) -> str:
+    """What a second signal leaves behind in the controls (pause, resume, cancel, retry, repin, unlock, throttle):
+    no lock and no migration of the line, only their change of NAME's state, made or not."""
+    return (
+        "this command holds no lock and leaves nothing to clear; the change it was making may or may not be made: "
+        f"'mongoshift background status {name}' shows the migration as it is now"
+    )
+
+
 WATCH_LEFT_BEHIND = (
     "the watch leases this process held lapse after their time-to-live; the next 'background watch' resumes from the last "
     "position saved, so events since then are looked at again"
@@ -512,13 +523,13 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
         code = across(
             s, tenants, f"background {action}", act,
             judge=lambda done: Judged("done" if done[1].applied == "applied" else "already at target", result=done), scan=False,
-            result_json=as_json,
+            result_json=as_json, left_behind=control_left_behind(name),
         )
         if code:
             raise click.exceptions.Exit(code)
         return
     with shown_by_caller("control"):  # the line below says it
-        pinned, result = run_async(lambda cancel: act(per_call(s, cancel=cancel)))
+        pinned, result = run_async(lambda cancel: act(per_call(s, cancel=cancel)), left_behind=control_left_behind(name))
     out = output()
     if out.json_mode:
         out.json(as_json((pinned, result)))
@@ -649,7 +660,7 @@ def _repin(name: str, reason: str | None) -> None:
 
     s = settings()
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: per_call(s, cancel=cancel).background.repin(name, reason=reason))
+        result = run_async(lambda cancel: per_call(s, cancel=cancel).background.repin(name, reason=reason), left_behind=control_left_behind(name))
     out = output()
     if out.json_mode:
         out.json(_pinned_json(result))
@@ -684,6 +695,7 @@ def repin(name: str, reason: str | None, yes: bool) -> None:
             settings(), tenants, "background repin", lambda ms: ms.background.repin(name, reason=reason),
             judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False,
             result_json=lambda r: {"name": r.name, "applied": r.applied, "checksum": r.checksum, "replan": r.replan},
+            left_behind=control_left_behind(name),
         )
         if code:
             raise click.exceptions.Exit(code)
@@ -721,12 +733,13 @@ def throttle(name: str, batch_size: int | None, pause_ms: int | None, clear: boo
         code = across(
             s, tenants, "background throttle", change,
             judge=lambda r: Judged("done" if r.applied == "applied" else "already at target", result=r), scan=False, result_json=as_json,
+            left_behind=control_left_behind(name),
         )
         if code:
             raise click.exceptions.Exit(code)
         return
     with shown_by_caller("control"):  # the line below says it
-        result = run_async(lambda cancel: change(per_call(s, cancel=cancel)))
+        result = run_async(lambda cancel: change(per_call(s, cancel=cancel)), left_behind=control_left_behind(name))
     out = output()
     if out.json_mode:
         out.json(as_json(result))
