@@ -424,6 +424,22 @@ async def test_the_command_stops_on_sigterm_with_exit_0_and_refuses_a_bad_collec
     assert refused.returncode == 6 and json.loads(refused.stdout)["error"]["kind"] == "config_invalid"
 
 
+
+async def test_a_collection_no_registered_migration_rewrites_is_refused_with_the_known_ones(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """``--collections typo`` sat idle forever (INFO "idle", exit 0 on Ctrl-C), though the docs say a bad
+    ``--collections`` is exit 6: a name no registered background migration rewrites is refused, naming it and
+    the collections that have one. A process, so that a watcher that does not refuse cannot hang the suite."""
+    from ..conftest import reaped
+
+    await completed(fast_project, db)
+    with reaped(start_cli(fast_project, "background", "watch", "--collections", "people,typo", "--json")) as proc:
+        out, err = proc.communicate(timeout=120)  # a hang guard: the refusal comes before any stream
+    assert proc.returncode == 6, err[-2000:]
+    error = json.loads(out)["error"]
+    assert error["kind"] == "config_invalid" and error["details"]["unknown"] == ["typo"], error
+    assert "typo" in error["message"] and "(the collections that have one: people)" in error["message"], error
+
+
 CHAIN_STEP = '''
 from mongoshift import Background
 

@@ -204,6 +204,7 @@ class Watcher:
         A standalone server is refused at once, before any collection is guarded (without this, a watcher
         started before the first migration completes would wait silently, and only refuse at its first stream)."""
         await self._refuse_a_standalone()
+        await self._refuse_unknown_collections()
         tasks: dict[str, asyncio.Task[None]] = {}
         try:
             while not self.cancel.is_set():
@@ -234,6 +235,23 @@ class Watcher:
             return
         if "setName" not in hello and hello.get("msg") != "isdbgrid":
             raise no_change_streams()
+
+    async def _refuse_unknown_collections(self) -> None:
+        """A collection named (``--collections``) that no registered background migration rewrites is a typo:
+        without this, the watcher sat idle on it forever. A registered migration not completed yet is fine
+        (its collection is guarded once it completes); the names known are listed, never a document."""
+        if self.options.collections is None:
+            return
+        known = sorted({s.collection for s in await self.engine.store.states_all()})
+        unknown = [c for c in self.options.collections if c not in known]
+        if not unknown:
+            return
+        shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        raise ConfigInvalidError(
+            f"--collections: no registered background migration rewrites {', '.join(unknown)} "
+            + (f"(the collections that have one: {shown})" if known else "(no background migration is registered yet: 'mongoshift up' registers them)"),
+            unknown=unknown,
+        )
 
     async def _pause(self, tasks: list[asyncio.Task[None]]) -> None:
         """Until the next refresh, a stop, or a collection's task ending: a refusal (a server without
