@@ -89,3 +89,19 @@ def test_a_completed_migration_shows_what_it_scanned_not_the_plans_estimate() ->
     assert progress_line(done, None, None).startswith(f"{NAME}: 9,931/9,931 documents (100%)")
     assert progress(done) == "9,931/9,931 (100%)"
     assert progress(reading(4_000)) == "4,000/10,000 (40%)"  # while it runs: the estimate, less what is left
+
+
+def test_the_eta_has_one_format_piped_in_the_detail_and_in_the_progress_line(capsys) -> None:  # type: ignore[no-untyped-def]
+    """Piped ``background status`` showed ``12m50s`` where the detail view and the progress lines showed ``0:12:50``."""
+    import click
+
+    from mongoshift.cli.background import _render_text
+    from mongoshift.cli.background_view import details
+
+    report = reading(ESTIMATE - 770, average=1.0)  # 770 documents left at 1 a second: 12 min 50 s
+    with click.Context(click.Command("status")):
+        _render_text([report], detail=False)
+    piped = capsys.readouterr().out
+    assert "\t0:12:50\t" in piped and "12m50s" not in piped, piped
+    assert "ETA 0:12:50," in dict(details(report))["rate"]
+    assert "ETA 0:12:50," in progress_line(report, 1.0, 770.0)

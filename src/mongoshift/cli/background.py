@@ -81,13 +81,6 @@ WATCH_LEFT_BEHIND = (
 )
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    value = int(value)
-    return f"{value // 3600}h{value % 3600 // 60:02d}m" if value >= 3600 else f"{value // 60}m{value % 60:02d}s"
-
-
 def _interval(value: float) -> float:
     if not 0.1 <= value <= 86_400:  # also refuses nan
         raise click.BadParameter(f"must be between 0.1 and 86400 seconds, got {value}", param_hint="'--progress-interval'")
@@ -151,7 +144,7 @@ def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
             r.totals["conflicts"],
             r.failed_documents,
             f"{r.rate_per_second:g}/s" if r.rate_per_second else "-",
-            _seconds(r.eta_seconds),
+            view.clock(r.eta_seconds),
             (r.last_error or "")[:80],
         )
         for r in reports

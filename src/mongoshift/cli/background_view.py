@@ -23,6 +23,8 @@ from ..project.wording import plural
 
 
 def clock(seconds: float | None) -> str:
+    """A duration (an ETA, the time elapsed) as ``H:MM:SS`` (``0:12:50``, ``27:03:00``), ``-`` when unknown: the one
+    format of every background view, on a terminal, piped and in the progress lines (docs/background.md)."""
     if seconds is None:
         return "-"
     whole = int(seconds)
