@@ -154,3 +154,21 @@ def test_background_event_lines(n: int, caplog: pytest.LogCaptureFixture) -> Non
     assert clean(describe_throttle({"change": "slow", "changes": n, "overloads": n})).endswith(
         f"{plural(n, 'change')} since the last report, {plural(n, 'overload')}"
     )
+
+
+@pytest.mark.parametrize(
+    ("found", "stranded", "action", "label"),
+    [
+        (True, False, "reported", "drift: reported"),
+        (True, False, "reopened", "drift: reopened"),
+        (False, True, "reported", "stranded: reported"),
+        (True, True, "reopened", "drift: reopened; stranded: reported"),
+    ],
+)
+def test_a_verify_row_is_labelled_by_what_was_found(found: bool, stranded: bool, action: str, label: str) -> None:
+    """A row with only stranded documents said "drift: reported", though no old shape (no drift) was found."""
+    from mongoshift.background.inspect.drift import Verified
+    from mongoshift.cli.background import _verdict
+
+    result, _ = _verdict(Verified("0001_names.py", "people", found, action, stranded=stranded))  # type: ignore[arg-type]
+    assert result == label

@@ -815,6 +815,9 @@ def _verdict(r: Verified) -> tuple[str, str]:
         return f"skipped ({r.reason})", f"{why} ({r.detail})" if r.detail else why
     if r.action == "clean":
         return "clean", ""
+    # What was found decides the label: stranded documents alone are no drift (no pass can rewrite them).
+    labels = [f"drift: {r.action}"] if r.found else []
+    labels += ["stranded: reported"] if r.stranded else []
     found = ["old-shape documents found"] if r.found else []
     found += ["documents at a version no migration upgrades"] if r.stranded else []
-    return f"drift: {r.action}", "; ".join(found)
+    return "; ".join(labels), "; ".join(found)
