@@ -56,11 +56,11 @@ from pymongo.write_concern import WriteConcern
 
 from ...errors import RunAbortedError
 from ...project.redaction import describe_transform_error, describe_write_error
+from ...project.run import CancelSignal
 from ...project.server_errors import (
     document_write_error,
     transient_transaction_error,
 )
-from ...project.run import CancelSignal
 from ...project.user_code import call, failure_of, is_async
 from ...project.wording import plural
 from ..plan.bson_order import same_value
