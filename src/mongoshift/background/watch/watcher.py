@@ -242,6 +242,8 @@ class Watcher:
         (its collection is guarded once it completes); the names known are listed, never a document."""
         if self.options.collections is None:
             return
+        for name in self.options.collections:
+            name.encode()  # a name no BSON string holds is refused as such (UnicodeEncodeError: exit 6, "not UTF-8 text")
         known = sorted({s.collection for s in await self.engine.store.states_all()})
         unknown = [c for c in self.options.collections if c not in known]
         if not unknown:
