@@ -187,3 +187,19 @@ def test_retry_repin_pins_the_file_in_each_tenant(tenant_project: TenantProject,
     for n in tenant_project.tenants:
         state = sync_client[n]["_mongoshift_background"].find_one({"_id": "0002_full_names.py"})
         assert state["checksum"] != pinned[n] and state["status"] == "pending", n
+
+
+def test_verify_across_tenants_says_what_it_found_in_each(tenant_project: TenantProject, cli: Any, sync_client: MongoClient) -> None:
+    """A tenant with only stranded documents (a version no migration upgrades) was said to have "old shapes found",
+    the words of drift, which a pass can rewrite; each row now names what was found in it."""
+    completed_everywhere(tenant_project, cli)
+    drifted, stranded, *_ = tenant_project.tenants
+    sync_client[drifted].users.insert_one({"_id": 100, "first": "Late", "last": "Writer", "__v": 1, "__rev": 1})
+    sync_client[stranded].users.insert_one({"_id": 100, "name": "Old Writer", "__v": 0, "__rev": 1})
+    result = cli(tenant_project, "background", "verify", "--all-tenants", "--json")
+    assert result.returncode != 0, result.stderr
+    by_name = rows(result)
+    said = {name: json.dumps(by_name[name]) for name in (drifted, stranded)}
+    assert "old shapes found: 0002_full_names.py" in said[drifted] and "no migration upgrades" not in said[drifted]
+    assert "documents at a version no migration upgrades: 0002_full_names.py" in said[stranded]
+    assert "old shapes" not in said[stranded], said[stranded]

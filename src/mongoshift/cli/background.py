@@ -772,8 +772,12 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
         from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
 
         def judged(results: list[Verified]) -> Judged:
-            behind = [r.migration for r in results if r.found or r.stranded]
-            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), f"old shapes found: {', '.join(behind)}") if behind else None
+            # What was found, each in its words (as the table's labels): stranded documents alone are no old shapes.
+            drifted = [r.migration for r in results if r.found]
+            stranded = [r.migration for r in results if r.stranded]
+            found = [f"old shapes found: {', '.join(drifted)}"] if drifted else []
+            found += [f"documents at a version no migration upgrades: {', '.join(stranded)}"] if stranded else []
+            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), "; ".join(found)) if found else None
             return Judged("done", error=error, result=results)
 
         with shown_by_caller("drift"):
