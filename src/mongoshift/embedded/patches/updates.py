@@ -1,4 +1,4 @@
-"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au), (av) and (bg).
+"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au), (av) and (bg); and (h7-a), an overflow.
 
 The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
 {$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
@@ -1287,3 +1287,85 @@ def patch_guarded_updates() -> None:
     _collection_modify.execute_server_update = execute_server_update
     DatabaseAdminWriteCommandService.command_update = command_update
     engine_class.dispatch_committed_changes = dispatch_committed_changes
+
+
+class _Overflowed(OverflowError):
+    """(h7-a) An ``$inc`` or ``$mul`` of integers whose result leaves the int64 range: the value it was applied to."""
+
+    def __init__(self, current: Any) -> None:
+        super().__init__("integer exceeds BSON int64 range")
+        self.current = current
+
+
+def _numeric_text(value: Any) -> str:
+    """A number as mongod's ``SafeNum::debugString`` writes it: ``(NumberLong)9223372036854775807``. An int
+    is a NumberInt within the int32 range, as the codec stores it; an Int64 (wrapped or not) a NumberLong."""
+    wide = type(value) is _bind()["BsonInt64"] or (isinstance(value, int) and type(value) is not int)
+    value = getattr(value, "value", value)
+    if type(value) is bool or not isinstance(value, int):
+        return f"(NumberDouble){value}" if isinstance(value, float) else f"({type(value).__name__}){value}"
+    return f"({'NumberLong' if wide or not -(2**31) <= value < 2**31 else 'NumberInt'}){int(value)}"
+
+
+def _id_text(document: Any) -> str:
+    """The ``_id`` element as mongod's ``BSONElement::toString`` writes it into an update's error, or ``no id``."""
+    from mongoeco.core import duplicate_keys
+
+    diagnostic: Any = duplicate_keys._diagnostic_value  # unannotated: the rendering of mongod's duplicate-key messages
+    if not isinstance(document, dict) or "_id" not in document:
+        return "no id"
+    value = document["_id"]
+    if type(value) in _bind()["wrapped"]:
+        value = value.value
+    return f"_id: {diagnostic(value)}"
+
+
+# (h7-a) An $inc or $mul whose integer result leaves the int64 range. mongoeco's update operators
+# (update_scalar_operators.apply_inc / apply_mul) add and multiply with bson_scalars' bson_add and
+# bson_multiply, which raise BsonScalarOverflowError, an OverflowError: no command loop catches one, so
+# the whole command answered `ok: 0` with no code ("integer exceeds BSON int64 range"), after the
+# statements before it had been written, and an unordered command never ran the ones after it. mongod
+# (ArithmeticNode::updateExistingElement) refuses that statement alone: BadValue (2), "Failed to apply
+# $inc operations to current value ((NumberLong)9223372036854775807) for document {_id: 2}", a write
+# error at its index. The overflow is now that OperationFailure, raised while the update is computed on
+# its working copy, before anything of the statement is written: every path that applies operators
+# (the update command's loops, findAndModify, an upsert's, a transaction's) reports it as mongod does.
+# The fast paths ((ah), (ao)) already leave an overflowing statement to mongoeco's path (`incremented`).
+def patch_arithmetic_overflow() -> None:
+    from mongoeco.core import update_scalar_operators as scalar
+
+    from ._support import BAD_VALUE, failure, replace_everywhere
+
+    add, multiply = scalar.bson_add, scalar.bson_multiply
+    apply_inc, apply_mul = scalar.apply_inc, scalar.apply_mul
+
+    def checked_add(left: Any, right: Any) -> Any:
+        try:
+            return add(left, right)
+        except OverflowError as error:
+            raise _Overflowed(left) from error
+
+    def checked_multiply(left: Any, right: Any) -> Any:
+        try:
+            return multiply(left, right)
+        except OverflowError as error:
+            raise _Overflowed(left) from error
+
+    def refusing(apply: Any, operator: str) -> Any:
+        def applied(doc: dict[str, Any], instructions: Any, *, context: Any, helpers: Any) -> Any:
+            try:
+                return apply(doc, instructions, context=context, helpers=helpers)
+            except _Overflowed as error:
+                raise failure(
+                    f"Failed to apply {operator} operations to current value ({_numeric_text(error.current)}) for document {{{_id_text(doc)}}}",
+                    BAD_VALUE, "BadValue",
+                ) from None
+
+        applied.__wrapped__ = apply  # type: ignore[attr-defined]
+        return applied
+
+    checked_add.__wrapped__ = add  # type: ignore[attr-defined]
+    checked_multiply.__wrapped__ = multiply  # type: ignore[attr-defined]
+    scalar.bson_add, scalar.bson_multiply = checked_add, checked_multiply  # the names apply_inc and apply_mul call
+    replace_everywhere(scalar, "apply_inc", refusing(apply_inc, "$inc"))
+    replace_everywhere(scalar, "apply_mul", refusing(apply_mul, "$mul"))
