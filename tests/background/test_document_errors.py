@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bson import Int64
 from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -37,6 +38,12 @@ async def revision_is_a_subdocument(db: AsyncDatabase[Any]) -> str:
     return background_file(batch_size=100, extra=BUDGET)
 
 
+async def revision_at_the_int64_limit(db: AsyncDatabase[Any]) -> str:
+    """Legacy data: a revision at the largest 64-bit integer, which ``$inc`` cannot pass (BadValue, 2)."""
+    await db.people.update_one({"_id": 9}, {"$set": {"__rev": Int64(2**63 - 1)}})
+    return background_file(batch_size=100, extra=BUDGET)
+
+
 async def validator_refuses(db: AsyncDatabase[Any]) -> str:
     """DocumentValidationFailure (121)."""
     await db.command({"collMod": "people", "validator": {"$or": [{"slug": {"$exists": False}}, {"slug": {"$type": "string"}}]}})
@@ -59,7 +66,7 @@ async def pipeline_cannot_evaluate(db: AsyncDatabase[Any]) -> str:
 
 @pytest.mark.parametrize(
     "make_bad",
-    [revision_is_a_string, revision_is_a_subdocument, validator_refuses, duplicate_key, pipeline_cannot_evaluate],
+    [revision_is_a_string, revision_is_a_subdocument, revision_at_the_int64_limit, validator_refuses, duplicate_key, pipeline_cannot_evaluate],
     ids=lambda f: f.__name__,
 )
 async def test_one_bad_document_fails_alone_and_the_counts_are_exact(fast_project: Project, db: AsyncDatabase[Any], make_bad: Any) -> None:
@@ -78,15 +85,18 @@ async def test_one_bad_document_fails_alone_and_the_counts_are_exact(fast_projec
     assert entry["reason"] == "write" and entry["count"] == 1
     if make_bad in (revision_is_a_string, revision_is_a_subdocument):  # said as the preview says it, with its code
         assert entry["code"] == 14 and "the stored __rev is not a number" in report.doc_errors[0]["error"]
+    if make_bad is revision_at_the_int64_limit:
+        assert entry["code"] == 2 and await db.people.find_one({"_id": 9}, {"_id": 0, "__v": 1, "__rev": 1}) == {"__v": 1, "__rev": 2**63 - 1}
 
 
 async def test_each_server_code_of_a_documents_write_is_that_documents(db: AsyncDatabase[Any]) -> None:
     """The write path's own judgement, code by code, on what the server answers: one bulk of
-    six updates, each of the first five refused for its document, the last one written."""
+    seven updates, each of the first six refused for its document, the last one written."""
     await db.create_collection("strict", validator={"$or": [{"a": {"$exists": False}}, {"a": {"$type": "int"}}]})
     await db.strict.create_index("u", unique=True, sparse=True)
     await db.strict.insert_many(
-        [{"_id": 1, "r": "x"}, {"_id": 2, "m": "s"}, {"_id": 3, "m": {}}, {"_id": 4}, {"_id": 5, "u": 1}, {"_id": 6}, {"_id": 7}]
+        [{"_id": 1, "r": "x"}, {"_id": 2, "m": "s"}, {"_id": 3, "m": {}}, {"_id": 4}, {"_id": 5, "u": 1}, {"_id": 6}, {"_id": 7},
+         {"_id": 8, "r": Int64(2**63 - 1)}]
     )
     table = [
         (UpdateOne({"_id": 1}, {"$inc": {"r": 1}}), 14),  # TypeMismatch: $inc on a non-number
@@ -94,6 +104,7 @@ async def test_each_server_code_of_a_documents_write_is_that_documents(db: Async
         (UpdateOne({"_id": 3}, {"$set": {"m": 1, "m.b": 2}}), 40),  # ConflictingUpdateOperators: a path conflict
         (UpdateOne({"_id": 4}, {"$set": {"a": "not an int"}}), 121),  # DocumentValidationFailure
         (UpdateOne({"_id": 6}, {"$set": {"u": 1}}), 11000),  # DuplicateKey
+        (UpdateOne({"_id": 8}, {"$inc": {"r": 1}}), 2),  # BadValue: an $inc past the int64 range
         (UpdateOne({"_id": 7}, {"$set": {"u": 2}}), None),  # written
     ]
     matched, failed = await _write(db.strict, [op for op, _ in table], session=None)
@@ -151,3 +162,25 @@ async def test_an_async_transform_that_calls_sys_exit_fails_its_document_not_the
     (report,) = await bg.status(fast_project.settings(), NAME)
     (entry,) = report.doc_errors
     assert entry["error_class"] == "UserCodeExit" and "F3" not in str(report.to_json()), entry
+
+
+def test_a_revision_at_the_int64_limit_fails_its_document_and_the_run_completes(fast_project: Project, sync_client: Any, cli: Any) -> None:
+    """Legacy data through the command line: the run completes (exit 0) with that one document failed, reported
+    with the server's code and never with the value or the document the server's message quotes."""
+    import json
+
+    people = sync_client[fast_project.db].people
+    people.insert_many([{"_id": i, "first": f"F{i}", "__v": 1, "__rev": Int64(2**63 - 1) if i == 9 else 1} for i in range(10)])
+    people.create_index([("__v", 1), ("_id", 1)])
+    fast_project.add(NAME, background_file(batch_size=100, extra=BUDGET))
+    assert cli(fast_project, "up").returncode == 0
+    code, out, err = cli(fast_project, "background", "run", NAME.removesuffix(".py"), "--json")
+    assert code == 0, err
+    (run,) = json.loads(out)["background"]
+    assert (run["status"], run["last_error"], run["failed_documents"], run["totals"]["migrated"]) == ("completed", None, 1, 9)
+    assert people.count_documents({"__v": 2}) == 9 and people.find_one({"_id": 9}, {"_id": 0, "__v": 1}) == {"__v": 1}
+    code, shown, said = cli(fast_project, "background", "status", NAME.removesuffix(".py"), "--json")
+    assert code == 0, said
+    (report,) = json.loads(shown)["background"]
+    assert [(e["reason"], e["code"], e["count"]) for e in report["doc_error_counts"]] == [("write", 2, 1)]
+    assert str(2**63 - 1) not in out + err + shown + said  # the value the server's message quotes
