@@ -1,4 +1,4 @@
-"""Fix (h7-a) of mongoshift.embedded.patches.updates: an ``$inc`` or ``$mul`` whose integer result leaves the
+"""Fix (cn) of mongoshift.embedded.patches.updates: an ``$inc`` or ``$mul`` whose integer result leaves the
 int64 range is refused as that statement's BadValue (2), as mongod's ``ArithmeticNode`` refuses it: a write
 error at its index, nothing of it stored, the statements around it answered as if it were not there.
 

@@ -39,7 +39,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (cl) and a ``$group`` by the ``_id``'s ``$type``
 - :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes),
-  (h7-a) an ``$inc`` or ``$mul`` past the int64 range refused as that statement's BadValue
+  (cn) an ``$inc`` or ``$mul`` past the int64 range refused as that statement's BadValue
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
@@ -133,7 +133,7 @@ def apply() -> None:
     distinct.patch_distinct()  # (bw)
     updates.patch_guarded_updates()  # (ah)
     updates.patch_index_keys()  # (ai)
-    updates.patch_arithmetic_overflow()  # (h7-a)
+    updates.patch_arithmetic_overflow()  # (cn)
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
     find_and_modify.patch_find_and_modify()  # (ao)
     values.patch_object_id_copies()  # (aj)

@@ -1,4 +1,4 @@
-"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au), (av) and (bg); and (h7-a), an overflow.
+"""Cheap guarded updates for the memory engine: fixes (ah), (ai), (at), (au), (av) and (bg); and (cn), an overflow.
 
 The background engine writes each batch as one ``update`` command of ``UpdateOne({_id, __v, __rev},
 {$set, $unset, $inc})`` statements. mongoeco 4.11 runs each statement through its whole public
@@ -1290,7 +1290,7 @@ def patch_guarded_updates() -> None:
 
 
 class _Overflowed(OverflowError):
-    """(h7-a) An ``$inc`` or ``$mul`` of integers whose result leaves the int64 range: the value it was applied to."""
+    """(cn) An ``$inc`` or ``$mul`` of integers whose result leaves the int64 range: the value it was applied to."""
 
     def __init__(self, current: Any) -> None:
         super().__init__("integer exceeds BSON int64 range")
@@ -1320,7 +1320,7 @@ def _id_text(document: Any) -> str:
     return f"_id: {diagnostic(value)}"
 
 
-# (h7-a) An $inc or $mul whose integer result leaves the int64 range. mongoeco's update operators
+# (cn) An $inc or $mul whose integer result leaves the int64 range. mongoeco's update operators
 # (update_scalar_operators.apply_inc / apply_mul) add and multiply with bson_scalars' bson_add and
 # bson_multiply, which raise BsonScalarOverflowError, an OverflowError: no command loop catches one, so
 # the whole command answered `ok: 0` with no code ("integer exceeds BSON int64 range"), after the
