@@ -181,22 +181,29 @@ def _covered_count(engine: Any, context: Any, db_name: str, coll_name: str, coll
     return counted
 
 
+def _memory_collection(engine: Any, context: Any, db_name: str, coll_name: str) -> Any:
+    """The collection in ``context``'s views (read under its lock) when it is a memory collection without a
+    collation, the only kind these counts answer for; None otherwise."""
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    coll = engine._storage_view(context).get(db_name, {}).get(coll_name, {})
+    options = engine._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
+    return coll if isinstance(coll, MemoryCollection) and options.get("collation") is None else None
+
+
 async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: Any, context: Any) -> int | None:
     """How many documents ``semantics`` (no sort, a limit that is None or positive) reads after its
     skip and limit, in ``context``'s views; None when mongoeco's path must answer (a text query, a
     collation, the profile collection, a collection that does not exist or is not a memory one)."""
     from mongoeco.core.operation_limits import enforce_deadline
     from mongoeco.core.query_plan import EqualsCondition
-    from mongoeco.engines._memory_collection import MemoryCollection
     from mongoeco.engines.semantic_core import iter_filtered_documents
 
     if semantics.text_query is not None or semantics.collation is not None or semantics.sort or engine._is_profile_namespace(coll_name):
         return None
     enforce_deadline(semantics.deadline)
     async with engine._get_lock(db_name, coll_name):
-        coll = engine._storage_view(context).get(db_name, {}).get(coll_name, {})
-        options = engine._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
-        if not isinstance(coll, MemoryCollection) or options.get("collation") is not None:
+        if (coll := _memory_collection(engine, context, db_name, coll_name)) is None:
             return None
         indexes = begin_scan(engine, context, db_name, coll_name, semantics)  # the steps of the scan this count replaces
         covered = _covered_count(engine, context, db_name, coll_name, coll, semantics, indexes)
@@ -242,7 +249,6 @@ async def count_id_types(engine: Any, db_name: str, coll_name: str, semantics: A
     must answer (as :func:`count_matches`, and a skip, a limit, a filter of undefined or dbPointer ``_id``s)."""
     from mongoeco.core.aggregation import scalar_expressions
     from mongoeco.core.operation_limits import enforce_deadline
-    from mongoeco.engines._memory_collection import MemoryCollection
     from mongoeco.engines.semantic_core import iter_filtered_documents
 
     if semantics.text_query is not None or semantics.collation is not None or semantics.sort or engine._is_profile_namespace(coll_name):
@@ -256,9 +262,7 @@ async def count_id_types(engine: Any, db_name: str, coll_name: str, semantics: A
 
     enforce_deadline(semantics.deadline)
     async with engine._get_lock(db_name, coll_name):
-        coll = engine._storage_view(context).get(db_name, {}).get(coll_name, {})
-        options = engine._collection_options_view(context).get(db_name, {}).get(coll_name) or {}
-        if not isinstance(coll, MemoryCollection) or options.get("collation") is not None:
+        if (coll := _memory_collection(engine, context, db_name, coll_name)) is None:
             return None
         indexes = begin_scan(engine, context, db_name, coll_name, semantics)
         found: dict[str, int] = {}  # in the order the names are met
