@@ -302,14 +302,15 @@ def test_bad_input_is_refused_before_anything_is_written(tenant_project: TenantP
     for args, text in [
         (["--tenant", "nobody"], "not a tenant of the [tenants] selection: nobody"),
         (["--tenants", "zz*"], "matches none"),
-        (["--all-tenants", "--parallel", "0"], "parallel (--parallel) must be"),
-        (["--all-tenants", "--canary", "5"], "canary (--canary) 5 is more than the 4 selected tenants"),
+        (["--all-tenants", "--parallel", "0"], "--parallel must be"),
+        (["--all-tenants", "--canary", "5"], "--canary 5 is more than the 4 selected tenants"),
         (["--parallel", "2"], "needs a selection"),
     ]:
         result = cli(tenant_project, "up", *args, "--json")
         assert result.returncode == 46, (args, result.stderr)
         error = json.loads(result.stdout)["error"]
         assert error["kind"] == "tenants_invalid" and text in error["message"]
+        assert "(--" not in error["message"], error  # the flags' words alone, not the API's beside them
     tenant_project.write_config(provider="no_such_package.tenants:names")
     result = cli(tenant_project, "up", "--all-tenants", "--json")
     assert result.returncode == 46 and "no_such_package.tenants:names failed to import" in json.loads(result.stdout)["error"]["message"]

@@ -76,10 +76,10 @@ async def test_bad_selections_are_refused_with_exit_46(section: dict[str, object
 @pytest.mark.parametrize(
     ("rollout", "selected", "text"),
     [
-        (Rollout(parallel=0), 3, "parallel (--parallel) must be"),
-        (Rollout(parallel=-2), 3, "parallel (--parallel) must be"),
-        (Rollout(canary=4), 3, "canary (--canary) 4 is more than the 3 selected tenants"),
-        (Rollout(canary=-1), 3, "canary (--canary) must be"),
+        (Rollout(parallel=0), 3, "Tenants(parallel=...) must be"),
+        (Rollout(parallel=-2), 3, "Tenants(parallel=...) must be"),
+        (Rollout(canary=4), 3, "Tenants(canary=...) 4 is more than the 3 selected tenants"),
+        (Rollout(canary=-1), 3, "Tenants(canary=...) must be"),
     ],
 )
 def test_bad_rollout_options_are_refused_before_anything_runs(rollout: Rollout, selected: int, text: str) -> None:

@@ -64,7 +64,8 @@ class Tenants:
         return TenantFlags(tuple(self.names), self.pattern, bool(self.all), words)
 
     def rollout(self) -> Rollout:
-        return Rollout(self.parallel, self.canary, bool(self.continue_on_error))
+        words = self.words if isinstance(self.words, SelectionWords) else PARAMETER_WORDS
+        return Rollout(self.parallel, self.canary, bool(self.continue_on_error), words=words)
 
 
 def reading_every(tenants: Tenants) -> Tenants:

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
@@ -34,7 +34,7 @@ from ..project.run import CancelSignal, LinkedCancel
 from ..project.server_errors import from_pymongo
 from ..project.wording import plural
 from .report import Judged, RolloutReport, TenantError, TenantRow
-from .selection import Tenant
+from .selection import PARAMETER_WORDS, SelectionWords, Tenant
 
 log = logging.getLogger("mongoshift.tenants")
 
@@ -57,16 +57,19 @@ class Rollout:
     parallel: int = DEFAULT_PARALLEL
     canary: int = 0
     continue_on_error: bool = False
+    #: How a refusal names the bounds: as the caller does (the API's parameters by default, the CLI its flags).
+    words: SelectionWords = field(default=PARAMETER_WORDS, kw_only=True, repr=False)
 
     def check(self, selected: int) -> Rollout:
         """Refuse, before anything runs, a bound that cannot work for ``selected`` tenants."""
+        said = self.words
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
-            raise TenantsInvalidError(f"parallel (--parallel) must be a whole number from 1 to {MAX_PARALLEL}, not {self.parallel!r}")
+            raise TenantsInvalidError(f"{said.parallel} must be a whole number from 1 to {MAX_PARALLEL}, not {self.parallel!r}")
         if isinstance(self.canary, bool) or not isinstance(self.canary, int) or self.canary < 0:
-            raise TenantsInvalidError(f"canary (--canary) must be a whole number of tenants (0 or more), not {self.canary!r}")
+            raise TenantsInvalidError(f"{said.canary} must be a whole number of tenants (0 or more), not {self.canary!r}")
         if self.canary > selected:
             raise TenantsInvalidError(
-                f"canary (--canary) {self.canary} is more than the {plural(selected, 'selected tenant')}",
+                f"{said.canary} {self.canary} is more than the {plural(selected, 'selected tenant')}",
                 canary=self.canary, selected=selected,
             )
         return self

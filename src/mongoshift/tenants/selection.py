@@ -37,18 +37,23 @@ class Tenant:
 
 @dataclass(frozen=True)
 class SelectionWords:
-    """How a caller names the three ways of selecting in a refusal: the command line its flags, the Python API
-    its ``Tenants`` parameters (each front end its own words; the checks and their sentences stay here)."""
+    """How a caller names the three ways of selecting, and the rollout's two bounds, in a refusal: the command line
+    its flags, the Python API its ``Tenants`` parameters (each front end its own words; the checks and their
+    sentences stay here and in :mod:`.rollout`)."""
 
     names: str
     pattern: str
     all: str
+    parallel: str
+    canary: str
 
 
 #: The command line's words: its flags.
-FLAG_WORDS = SelectionWords("--tenant", "--tenants", "--all-tenants")
+FLAG_WORDS = SelectionWords("--tenant", "--tenants", "--all-tenants", "--parallel", "--canary")
 #: The Python API's words: the parameters of ``Tenants`` (the default).
-PARAMETER_WORDS = SelectionWords("Tenants(names=...)", "Tenants(pattern=...)", "Tenants(all=True)")
+PARAMETER_WORDS = SelectionWords(
+    "Tenants(names=...)", "Tenants(pattern=...)", "Tenants(all=True)", "Tenants(parallel=...)", "Tenants(canary=...)"
+)
 
 
 @dataclass(frozen=True)
