@@ -42,6 +42,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (cn) an ``$inc`` or ``$mul`` past the int64 range refused as that statement's BadValue
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
 - :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
+- :mod:`.arithmetic`: (co) aggregation arithmetic past the int64 range gives a double, as mongod's
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
   converted by pymongo's decoder, plain replies encoded as they are, (bv) a sequence document over 16 MiB refused
@@ -58,6 +59,7 @@ import logging
 
 from . import (
     aggregation,
+    arithmetic,
     coll_mod,
     comparisons,
     counts,
@@ -134,6 +136,7 @@ def apply() -> None:
     updates.patch_guarded_updates()  # (ah)
     updates.patch_index_keys()  # (ai)
     updates.patch_arithmetic_overflow()  # (cn)
+    arithmetic.patch_expression_overflow()  # (co), before (an) compiles its $add with the module's bson_add
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
     find_and_modify.patch_find_and_modify()  # (ao)
     values.patch_object_id_copies()  # (aj)

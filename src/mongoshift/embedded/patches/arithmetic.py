@@ -1,0 +1,40 @@
+"""Fix (co): aggregation arithmetic whose integer result leaves the int64 range gives a double, as on mongod.
+
+mongod promotes an expression's integer result that overflows: two longs that ``$add``, ``$subtract`` or
+``$multiply`` past the int64 range give a double (MongoDB's ``arith_overflow`` jstest: ``NumberLong(9e18)``
+plus itself is ``1.8e19``), and so does ``$sum`` of an array. mongoeco 4.11's value functions raise
+``BsonScalarOverflowError`` there, which no command loop catches: the command answered ``ok: 0`` with no
+code, so a pipeline update that increments a revision at the int64 limit (a ``pipeline=`` background
+migration over such legacy data) failed whole. The update operators ``$inc`` and ``$mul`` keep refusing
+the statement, as mongod does (fix (cn)): only the aggregation module's names are wrapped, and (an)'s
+compiled ``$add`` reads its ``bson_add`` from that module, so it promotes the same way.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+
+def _promoting(original: Callable[[Any, Any], Any], on_floats: Callable[[float, float], float]) -> Callable[[Any, Any], Any]:
+    from mongoeco.core.bson_scalars import BsonScalarOverflowError, unwrap_bson_numeric
+
+    def arithmetic(left: Any, right: Any) -> Any:
+        try:
+            return original(left, right)
+        except BsonScalarOverflowError:  # an integer result past int64: mongod's double
+            return on_floats(float(unwrap_bson_numeric(left)), float(unwrap_bson_numeric(right)))  # type: ignore[arg-type]
+
+    arithmetic.__wrapped__ = original  # type: ignore[attr-defined]
+    return arithmetic
+
+
+def patch_expression_overflow() -> None:
+    """(co) ``$add``, ``$subtract``, ``$multiply`` and ``$sum`` expressions promote an int64 overflow to a double."""
+    from mongoeco.core.aggregation import numeric_expressions
+
+    if hasattr(numeric_expressions.bson_add, "__wrapped__"):
+        return
+    for name, on_floats in (("bson_add", operator.add), ("bson_subtract", operator.sub), ("bson_multiply", operator.mul)):
+        setattr(numeric_expressions, name, _promoting(getattr(numeric_expressions, name), on_floats))
