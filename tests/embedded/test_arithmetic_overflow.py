@@ -49,3 +49,12 @@ def test_a_pipeline_update_past_the_int64_range_stores_a_double_and_inc_still_re
         sync_db.arith.update_one({"_id": 2}, {"$inc": {"n": 1}})
     assert refused.value.code == 2
     assert sync_db.arith.find_one({"_id": 2})["n"] == LIMIT
+
+
+def test_a_groups_sum_and_average_past_the_int64_range_are_doubles(sync_db: Any) -> None:
+    sync_db.arith.insert_many([{"_id": 1, "n": Int64(9 * 10**18)}, {"_id": 2, "n": Int64(9 * 10**18)}, {"_id": 3, "n": 1}])
+    (group,) = sync_db.arith.aggregate([{"$group": {"_id": None, "s": {"$sum": "$n"}, "a": {"$avg": "$n"}}}])
+    assert isinstance(group["s"], float) and group["s"] == 1.8e19 + 1
+    assert isinstance(group["a"], float) and group["a"] == pytest.approx(6e18)
+    (small,) = sync_db.arith.aggregate([{"$match": {"_id": 3}}, {"$group": {"_id": None, "s": {"$sum": "$n"}}}])
+    assert small["s"] == 1 and isinstance(small["s"], int)  # within the range: an integer as before

@@ -2,7 +2,7 @@
 
 mongod promotes an expression's integer result that overflows: two longs that ``$add``, ``$subtract`` or
 ``$multiply`` past the int64 range give a double (MongoDB's ``arith_overflow`` jstest: ``NumberLong(9e18)``
-plus itself is ``1.8e19``), and so does ``$sum`` of an array. mongoeco 4.11's value functions raise
+plus itself is ``1.8e19``), and so do ``$sum`` of an array and ``$group``'s ``$sum`` and ``$avg``. mongoeco 4.11's value functions raise
 ``BsonScalarOverflowError`` there, which no command loop catches: the command answered ``ok: 0`` with no
 code, so a pipeline update that increments a revision at the int64 limit (a ``pipeline=`` background
 migration over such legacy data) failed whole. The update operators ``$inc`` and ``$mul`` keep refusing
@@ -31,10 +31,18 @@ def _promoting(original: Callable[[Any, Any], Any], on_floats: Callable[[float, 
 
 
 def patch_expression_overflow() -> None:
-    """(co) ``$add``, ``$subtract``, ``$multiply`` and ``$sum`` expressions promote an int64 overflow to a double."""
-    from mongoeco.core.aggregation import numeric_expressions
+    """(co) ``$add``, ``$subtract``, ``$multiply`` and ``$sum`` expressions, and the ``$sum`` and ``$avg``
+    accumulators of ``$group`` (plain and compiled), promote an int64 overflow to a double."""
+    from mongoeco.core.aggregation import accumulators, compiled_aggregation, numeric_expressions
 
     if hasattr(numeric_expressions.bson_add, "__wrapped__"):
         return
-    for name, on_floats in (("bson_add", operator.add), ("bson_subtract", operator.sub), ("bson_multiply", operator.mul)):
-        setattr(numeric_expressions, name, _promoting(getattr(numeric_expressions, name), on_floats))
+    wrapped = (
+        (numeric_expressions, "bson_add", operator.add),
+        (numeric_expressions, "bson_subtract", operator.sub),
+        (numeric_expressions, "bson_multiply", operator.mul),
+        (accumulators, "bson_add", operator.add),
+        (compiled_aggregation, "bson_add", operator.add),  # read when a $group is compiled, per command
+    )
+    for module, name, on_floats in wrapped:
+        setattr(module, name, _promoting(getattr(module, name), on_floats))
