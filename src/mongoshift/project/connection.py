@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -76,12 +77,17 @@ def names_app(uri: str) -> bool:
     return any(key.lower() == "appname" for key, _ in parse_qsl(uri.partition("?")[2], keep_blank_values=True))
 
 
-def uri_selection_timeout_ms(uri: str) -> int | None:
+def uri_selection_timeout_ms(uri: str) -> float | None:
     """The URI's own ``serverSelectionTimeoutMS`` (URI options are case-insensitive), when it names a
-    whole number of milliseconds; read from the query string alone (no ``mongodb+srv`` lookup)."""
+    number of milliseconds the driver takes (``1500``, ``1.5``); read from the query string alone (no
+    ``mongodb+srv`` lookup). A value the driver refuses is :func:`check_uri_options`'s to refuse."""
     for key, value in parse_qsl(uri.partition("?")[2].partition("#")[0], keep_blank_values=True):
-        if key.lower() == "serverselectiontimeoutms" and value.isascii() and value.isdigit():
-            return int(value)
+        if key.lower() == "serverselectiontimeoutms":
+            try:
+                number = float(value)
+            except ValueError:
+                return None
+            return number if math.isfinite(number) and number >= 0 else None
     return None
 
 
