@@ -296,22 +296,12 @@ class _Ahead:
             await self.drop()
             return None
         try:
-            read = await self.read
-        except asyncio.CancelledError:
-            if self.read.cancelled() and not _current_cancelling():
-                return None  # the read alone was cancelled (not this lane): read again
-            raise
+            read = await self.read  # a stop of the lane meanwhile cancels the read with it
         except Exception:
             return None
         if len(read.docs) > size:  # the throttle settled on a smaller batch since: the rest is read again next time
             return read.cut(size, codec), size
         return read, self.size
-
-
-def _current_cancelling() -> bool:
-    """Whether the running task is being cancelled (a stop), as opposed to a task it awaited."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 @dataclass
