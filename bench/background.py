@@ -185,6 +185,15 @@ def make_doc(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+async def seed_docs(collection: Any, size: int) -> list[dict[str, Any]]:
+    """``size`` of :func:`make_doc`'s documents, the same ones every time (seed 1), inserted 1,000 at a time."""
+    rng = random.Random(1)
+    docs = [make_doc(i, rng) for i in range(size)]
+    for start in range(0, size, 1000):
+        await collection.insert_many(docs[start : start + 1000])
+    return docs
+
+
 def migrate(doc, ctx):  # type: ignore[no-untyped-def]
     """Version 1 -> 2: rename two fields, compute one, drop one (the engine's transform)."""
     doc["full_name"] = doc.pop("name")

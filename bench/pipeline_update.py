@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import random
 import sys
 import time
 from typing import Any
@@ -59,10 +58,7 @@ async def run(size: int, seed_only: bool, profile: str | None, transaction: bool
         attach_history(client, DEFAULT_MAX_EVENTS)
     await engine.connect()
     collection = client.bench.docs
-    rng = random.Random(1)
-    docs = [background.make_doc(i, rng) for i in range(size)]
-    for start in range(0, size, 1000):
-        await collection.insert_many(docs[start : start + 1000])
+    docs = await background.seed_docs(collection, size)
     await collection.create_index(list(HINT.items()))
     if transaction:  # the server process's collector policy (young collections at its threshold, survivors frozen)
         from mongoshift.embedded.collector import Collector

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import sys
 import time
 from typing import Any
@@ -47,10 +46,7 @@ async def run(size: int, rounds: int, seed_only: bool, matcher: bool) -> None:
     client: Any = AsyncMongoClient(engine)
     await engine.connect()
     collection = client.bench.docs
-    rng = random.Random(1)
-    docs = [background.make_doc(i, rng) for i in range(size)]
-    for start in range(0, size, 1000):
-        await collection.insert_many(docs[start : start + 1000])
+    await background.seed_docs(collection, size)
     await collection.create_index(HINT)
     await count(collection, {"n": {"$exists": False}})  # every document read once (none matches)
     await collection.find({"__v": 1}, {"_id": 1}, sort=[("_id", 1)], limit=1).to_list(None)  # the _id order built
