@@ -308,3 +308,42 @@ async def test_a_first_ctrl_c_stops_a_preview_after_the_document_in_progress(pro
     assert json.loads(out)["error"]["kind"] == "aborted"
     assert seen.read_text().split() == ["0"]  # the document in progress ended; no other started
     assert await db.people.count_documents({"__v": 1}) == 5  # and nothing was written
+
+
+STEP_WAITS_FOR_CTRL_C = '''
+from pathlib import Path
+
+from mongoshift import Background
+
+def step(ctx):
+    with Path("stepping").open("a") as seen:  # one line per call that started
+        seen.write(f"{ctx.checkpoint or 0}\\n")
+    ctx.cancelled.wait(120)  # this call ends once Ctrl-C arrived
+    ctx.db.people.update_one({"_id": ctx.checkpoint or 0}, {"$set": {"__v": 2}}, session=ctx.session)
+    return {"checkpoint": (ctx.checkpoint or 0) + 1, "done": False}
+
+background = Background(collection="people", from_version=1, to_version=2, step=step)
+'''
+
+
+async def test_a_first_ctrl_c_stops_a_step_validation_between_calls_and_exits_11(project, db) -> None:  # type: ignore[no-untyped-def]
+    """A step migration's ``dry-run --validate`` stopped by Ctrl-C showed ``stopped: cancelled`` and exited 0, where
+    every other stop exits 11; the calls made are still shown."""
+    from ..conftest import reaped, start_cli
+
+    await seed(db.people, 5)
+    project.add("0001_step.py", STEP_WAITS_FOR_CTRL_C)
+    seen = project.root / "stepping"
+    with reaped(start_cli(project, "background", "dry-run", "0001_step.py", "--validate", "--steps", "3", "--json")) as process:
+        for _ in range(2400):  # until the first call started (a hang guard, not a time budget)
+            if seen.exists() or process.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert seen.exists(), process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == int(ExitCode.ABORTED), err[-2000:]
+    preview = json.loads(out)["preview"]
+    assert preview["stopped"] == "cancelled" and len(preview["steps"]) == 1
+    assert seen.read_text().split() == ["0"]  # the call in progress ended; no other started
+    assert await db.people.count_documents({"__v": 1}) == 5  # and nothing was written (the transaction is aborted)

@@ -563,7 +563,10 @@ def dry_run(file: str, sample: int | None, first: int | None, revert: bool, vali
         out.json({"preview": result.to_json()})
     elif not out.quiet:
         _show_preview(result)
-    return int(ExitCode.SANDBOX_REFUSED) if result.refusals else None
+    if result.refusals:
+        return int(ExitCode.SANDBOX_REFUSED)
+    # A step migration's calls stopped by Ctrl-C are shown (stopped: cancelled), and the exit says it, as any stop's.
+    return int(ExitCode.ABORTED) if result.stopped == "cancelled" else None
 
 
 def _show_preview(result: Preview) -> None:
