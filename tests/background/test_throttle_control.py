@@ -127,3 +127,35 @@ async def test_a_new_registration_starts_at_the_files_pace(fast_project, db) -> 
         assert report.direction == "revert" and report.throttle is None
         state = await db["_mongoshift_background"].find_one({"_id": NAME})
         assert state["previous"]["throttle"] == {"batch_size": 10, "pause_ms": 1000}
+
+
+async def test_a_lanes_samples_go_to_the_bucket_they_were_done_in(db) -> None:  # type: ignore[no-untyped-def]
+    """Samples were stamped at their write: one written just after a bucket began and the next just before it ended
+    both fell in it (two buckets' documents in one, a spike on the dashboard's chart beside an empty bucket)."""
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from mongoshift.background.lanes.context import EngineContext
+    from mongoshift.background.lanes.lane import Lane
+    from mongoshift.background.state.events import Events
+    from mongoshift.background.state.store import BackgroundStore
+    from mongoshift.project.run import CancelSignal
+
+    store = BackgroundStore(db, "_bg")
+    await store.states.insert_one({"_id": "m.py", "registration": "r1"})
+    start = datetime(2026, 1, 1, 12, 0, 0, 100_000, tzinfo=UTC)
+    clock = [start]
+    engine = EngineContext(db=db, store=store, events=Events(), cancel=CancelSignal(), wall=lambda: clock[0])
+    lane = Lane(engine, "lane")
+    state = SimpleNamespace(name="m.py", registration="r1")
+    done = 0
+    # one batch of 100 documents a second from 12:00:00.1: a sample once the clock enters a new bucket, and at the end
+    for second in range(1, 26):
+        clock[0] = start + timedelta(seconds=second)
+        done += 100
+        await lane._sample(state, {"scanned": done})  # type: ignore[arg-type]
+    await lane._sample(state, {"scanned": done}, force=True)  # the slice's end, at 12:00:25.1
+    rows = [(row["at"].second, row["scanned"]) for row in await store.samples("m.py")]
+    # 12:00:00 holds the batches done from 12:00:00.1 to the one that crossed 12:00:10 (at 12:00:10.1), and so on:
+    # each bucket its own ten, never twenty beside an empty one
+    assert rows == [(0, 1000), (10, 1000), (20, 500)], rows

@@ -8,6 +8,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -45,8 +46,11 @@ class EngineContext:
     #: Held by a lane from judging its share to its claim: two lanes of this runner that end their
     #: slices together would otherwise both count the same leases and both claim again.
     claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: How often (engine clock) a lane adds to the throughput samples mid-slice; it always does at a slice's end.
+    #: The throughput samples' bucket (seconds of the wall clock): a lane adds to them mid-slice once the wall clock
+    #: has entered another bucket, and at a slice's end (``inf``: only there).
     sample_seconds: float = SAMPLE_BUCKET_SECONDS
+    #: The wall clock the samples are stamped with (injected by tests).
+    wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     async def reap(self, name: str) -> int:
         """Free the expired leases of ``name`` (:meth:`BackgroundStore.reap`); a ``reclaimed`` event counts them."""

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pymongo.errors import PyMongoError
@@ -87,9 +86,10 @@ class Lane:
         self.pace: dict[str, Any] | None = None
         #: The operator's pace (the throttle control) as last read with the control fields: it wins over the file's.
         self.override: dict[str, int] | None = None
-        #: The slice's counters as last added to the throughput samples, and when (engine clock).
+        #: The slice's counters as last added to the throughput samples, and when (wall clock: the next sample goes
+        #: to this time's bucket).
         self._sampled: dict[str, int] = {}
-        self._sampled_at = engine.now()
+        self._sampled_at = engine.wall()
 
     async def _why_lost(self, state: State) -> dict[str, Any]:
         """``{"registered_anew": True}`` when the lease went with its registration (``down`` registered the revert, or
@@ -139,7 +139,7 @@ class Lane:
         self.activity.touched = started  # the claim renewed the lease
         heartbeat = asyncio.create_task(self._heartbeat(lease, lost, stall_s=spec.slice_ms / 1000 + 3 * engine.lease_ttl_ms / 1000))
         counters: dict[str, int] = {}
-        self._sampled = {}
+        self._sampled, self._sampled_at = {}, engine.wall()
         outcome: SliceResult
         disconnected: PyMongoError | None = None
         try:
@@ -204,16 +204,23 @@ class Lane:
                 log.debug("lease renewal failed: %s", type(exc).__name__)
 
     async def _sample(self, state: State, counters: dict[str, int], *, force: bool = False) -> None:
-        """Add what the slice did since the last sample to the migration's throughput buckets, at most once a bucket
-        (and at the slice's end): the chart of a migration is drawn from these, long after it ran."""
-        if not force and self.engine.now() - self._sampled_at < self.engine.sample_seconds:
+        """Add what the slice did since the last sample to the migration's throughput buckets, once the wall clock has
+        entered another bucket (and at the slice's end): the chart of a migration is drawn from these, long after it ran.
+
+        The documents go to the bucket of the last sample (where they were done, up to the batch that crossed the
+        bucket's end), not the bucket of this write: stamped at their write, a sample taken just after a bucket began
+        and the next one just before it ended both fell in it, two buckets' documents in one (a spike on the chart
+        beside an empty bucket)."""
+        engine = self.engine
+        now = engine.wall()
+        if not force and now.timestamp() // engine.sample_seconds == self._sampled_at.timestamp() // engine.sample_seconds:
             return
         delta = {k: counters.get(k, 0) - self._sampled.get(k, 0) for k in SAMPLE_COUNTERS}
-        self._sampled, self._sampled_at = dict(counters), self.engine.now()
+        at, self._sampled, self._sampled_at = self._sampled_at, dict(counters), now
         if not any(delta.values()):
             return
         try:
-            await self.engine.store.add_sample(state.name, state.registration, datetime.now(UTC), delta)
+            await engine.store.add_sample(state.name, state.registration, at, delta)
         except PyMongoError as exc:  # a missed sample leaves a gap in a chart; the work itself is checkpointed
             log.debug("%s: a throughput sample was not saved: %s", state.name, type(exc).__name__)
 
