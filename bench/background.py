@@ -64,7 +64,7 @@ from bson import ObjectId
 from pymongo import AsyncMongoClient, MongoClient, UpdateOne
 from pymongo.write_concern import WriteConcern
 
-from _server import server_uri  # bench/_server.py (scripts run from bench/)
+from _server import embedded_pid, process_cpu_s, server_uri  # bench/_server.py (scripts run from bench/)
 
 # ---------------------------------------------------------------------------------------------
 # Fixed parameters: the same for every scenario, so that only the write path differs.
@@ -271,10 +271,12 @@ def with_client_options(uri: str) -> str:
 
 @dataclass
 class Measure:
-    """What one child reports (RSS in MB; ``cpu_s`` = user + sys of the timed section)."""
+    """What one child reports (RSS in MB; ``cpu_s`` = user + sys of the timed section; ``server_cpu_s`` the same of
+    the embedded server's process, None for a server given by ``--uri``)."""
 
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    server_cpu_s: float | None = None
     rss_start_mb: float = 0.0
     rss_peak_mb: float = 0.0
     migrated: int = 0
@@ -287,8 +289,12 @@ def _rusage() -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / scale
 
 
-async def _timed(work: Any, profile: str | None) -> Measure:
-    """Run ``work()`` (a coroutine function returning (migrated, extra)) under the meters."""
+async def _timed(work: Any, profile: str | None, server_pid: int | None = None) -> Measure:
+    """Run ``work()`` (a coroutine function returning (migrated, extra)) under the meters.
+
+    ``server_pid``: the embedded server's, whose CPU over the same section is measured too. Against one server a
+    rewrite that keeps it busy goes at its pace: what the server spends a document decides docs/s."""
+    server0 = process_cpu_s(server_pid)
     cpu0, rss0 = _rusage()
     # The process's CPU clock: time a coroutine spends waiting for the server is not client CPU
     # (a wall clock would count it). One clock for every thread (the profiler sees them all, so
@@ -304,7 +310,9 @@ async def _timed(work: Any, profile: str | None) -> Measure:
         profiler.disable()
         profiler.dump_stats(profile)
     cpu1, rss1 = _rusage()
-    return Measure(wall, cpu1 - cpu0, rss0, rss1, migrated, extra)
+    server1 = process_cpu_s(server_pid)
+    server = server1 - server0 if server0 is not None and server1 is not None else None
+    return Measure(wall, cpu1 - cpu0, server, rss0, rss1, migrated, extra)
 
 
 async def _b0(db: Any, size: int) -> tuple[int, dict[str, Any]]:
@@ -398,14 +406,14 @@ async def child_scenario(args: argparse.Namespace) -> Measure:
 async def _child_scenario(args: argparse.Namespace) -> Measure:
     if args.scenario == "engine":
         work = await _engine(Path(args.project), args.parallel)
-        return await _timed(work, args.profile)
+        return await _timed(work, args.profile, args.server_pid)
     client: AsyncMongoClient[Any] = AsyncMongoClient(args.uri, **CLIENT_OPTIONS)
     try:
         await client.admin.command("ping")  # connect before the clock starts, as the engine's run
         db = client[args.db]
         if args.scenario == "b0":
-            return await _timed(lambda: _b0(db, args.size), args.profile)
-        return await _timed(lambda: _keyset(db, args.size, guarded=args.scenario == "b3"), args.profile)
+            return await _timed(lambda: _b0(db, args.size), args.profile, args.server_pid)
+        return await _timed(lambda: _keyset(db, args.size, guarded=args.scenario == "b3"), args.profile, args.server_pid)
     finally:
         await client.close()
 
@@ -529,9 +537,12 @@ class ScenarioFailed(Exception):
 
 
 def run_child(
-    scenario: Scenario, size: int, uri: str, db_name: str, project: Path | None, profile: str | None, stage_clocks: bool = False
+    scenario: Scenario, size: int, uri: str, db_name: str, project: Path | None, profile: str | None, stage_clocks: bool = False,
+    server_pid: int | None = None,
 ) -> Measure:
     args = [sys.executable, __file__, "--scenario", scenario.kind, "--size", str(size), "--uri", uri, "--db", db_name]
+    if server_pid is not None:
+        args += ["--server-pid", str(server_pid)]
     if project is not None:
         args += ["--project", str(project), "--parallel", str(scenario.parallel)]
     if profile:
@@ -579,6 +590,11 @@ class Row:
     def cpu_per_1k(self) -> float:
         return self.measure.cpu_s / self.size * 1000
 
+    @property
+    def server_cpu_per_1k(self) -> float | None:
+        server = self.measure.server_cpu_s
+        return None if server is None else server / self.size * 1000
+
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -613,6 +629,7 @@ def run_all(
     file is rewritten after every scenario, so a long run is never lost to its last step."""
     rows: list[Row] = []
     db_name = f"mongoshift_bench_{uuid.uuid4().hex[:8]}"
+    server_pid = embedded_pid()  # None against a server given by --uri: no server column then
     client: MongoClient[Any] = MongoClient(uri, **CLIENT_OPTIONS)
     scenarios = [s for s in SCENARIOS if only is None or s.kind in only or s.name in only]
     with tempfile.TemporaryDirectory(prefix="mongoshift-bench-") as tmp:
@@ -639,7 +656,9 @@ def run_all(
                     writer = start_writer(uri, db_name, size) if scenario.writer else None
                     failure = None
                     try:
-                        measure = run_child(scenario, size, uri, db_name, project, profile, stages and scenario.kind in ("b3", "engine"))
+                        measure = run_child(
+                            scenario, size, uri, db_name, project, profile, stages and scenario.kind in ("b3", "engine"), server_pid
+                        )
                     except ScenarioFailed as exc:
                         measure, failure = Measure(), f"failed: {exc}"
                     finally:
@@ -709,9 +728,9 @@ def render(rows: list[Row]) -> str:
     repeated = max((r.round for r in rows), default=1) > 1
     header = (
         "| docs | " + ("round | " if repeated else "") + "scenario | wall s | docs/s | CPU s / 1k docs | peak RSS MB | RSS growth MB | "
-        "docs/s ÷ B3 | CPU ÷ B3 | conflicts (B3: left behind) | retried | app writes/s |"
+        "docs/s ÷ B3 | CPU ÷ B3 | server CPU s / 1k docs | server ÷ B3 | conflicts (B3: left behind) | retried | app writes/s |"
     )
-    out += [header, "|---:|" + ("---:|" if repeated else "") + "---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out += [header, "|---:|" + ("---:|" if repeated else "") + "---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for size in sizes:
         for r in (r for r in rows if r.size == size):
             b3 = _b3(rows, size, r.writer, r.round)
@@ -719,14 +738,17 @@ def render(rows: list[Row]) -> str:
             totals = r.measure.extra.get("totals", {})
             conflicts = totals.get("conflicts", "–") if r.kind == "engine" else (r.left if r.kind == "b3" and r.writer else "–")
             if not r.measured:
-                out.append(f"{lead}{r.scenario} **(failed)** |" + " – |" * 10)
+                out.append(f"{lead}{r.scenario} **(failed)** |" + " – |" * 12)
                 continue
             speed = f"{r.docs_per_s / b3.docs_per_s:.2f}" if b3 else "–"
             cpu = f"{r.cpu_per_1k / b3.cpu_per_1k:.2f}" if b3 else "–"
+            server = r.server_cpu_per_1k
+            base = b3.server_cpu_per_1k if b3 else None
+            server_cells = f"{server:.3f} | " + (f"{server / base:.2f}" if base else "–") if server is not None else "– | –"
             name = r.scenario + (" **(invalid)**" if r.error else "")
             out.append(
                 f"{lead}{name} | {r.measure.wall_s:.1f} | {r.docs_per_s:,.0f} | {r.cpu_per_1k:.3f} | "
-                f"{r.measure.rss_peak_mb:.1f} | {r.measure.rss_peak_mb - r.measure.rss_start_mb:.1f} | {speed} | {cpu} | "
+                f"{r.measure.rss_peak_mb:.1f} | {r.measure.rss_peak_mb - r.measure.rss_start_mb:.1f} | {speed} | {cpu} | {server_cells} | "
                 f"{conflicts} | {totals.get('retried', '–') if r.kind == 'engine' else '–'} | "
                 f"{r.writer_stats.get('rate', '–') if r.writer_stats else '–'} |"
             )
@@ -1025,6 +1047,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=WRITER_RATE, help=argparse.SUPPRESS)
     parser.add_argument("--profile", help=argparse.SUPPRESS)
     parser.add_argument("--stage-clocks", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 

@@ -77,3 +77,16 @@ def test_a_round_without_its_b3_gives_no_ratio(bench: ModuleType) -> None:
     speeds, _ = bench.paired_ratios(rows, "engine pipeline p=1", 20_000)
     assert speeds == [1.2]
     assert "**misses**" in bench.render(rows)
+
+
+def test_the_servers_cpu_is_shown_beside_b3s_when_it_was_measured(bench: ModuleType) -> None:
+    """Against one embedded server a rewrite that keeps it busy goes at its pace: the table shows what the
+    server spent a document, and its ratio to B3's; a server given by --uri was not measured (dashes)."""
+    b3 = _row(bench, "B3 B1+guard+majority", 1, 10_000, 0.4)
+    engine = _row(bench, "engine p=1", 1, 9_000, 0.7)
+    b3.measure.server_cpu_s, engine.measure.server_cpu_s = 1.70, 1.87
+    table = bench.render([b3, engine])
+    assert "| 0.085 | 1.00 |" in table and "| 0.094 | 1.10 |" in table
+    b3.measure.server_cpu_s = engine.measure.server_cpu_s = None
+    unmeasured = bench.render([b3, engine])
+    assert "| 1.00 | 1.00 | – | – |" in unmeasured and "| 0.90 | 1.75 | – | – |" in unmeasured
