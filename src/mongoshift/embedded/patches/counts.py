@@ -23,12 +23,18 @@ reply) is untouched, since the hook sits inside mongoeco's aggregation cursor.
 bracket of (ae)'s order where (ca) would count (only a number's name needs more than its bracket, and
 only a long's or a decimal's ``_id`` is decoded for it), else over the documents the find would read,
 each ``_id`` named by the aggregation's own ``$type``.
+
+(h1-a) A count whose filter says, by conjuncts on a top-level field, that the field's value must not be of
+some types (``$not: {$type: [...]}``) or must exist (``$exists``) rejects a stored document whose top-level
+value alone says it cannot match (:func:`rejecting_test`) before mongoeco's matcher is asked; every other
+document goes through the matcher as before. The background engine counts the versions that are not
+numbers this way at the planning of every pass.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .scans import (
@@ -181,6 +187,119 @@ def _covered_count(engine: Any, context: Any, db_name: str, coll_name: str, coll
     return counted
 
 
+# (h1-a) The background engine counts, at the planning of every pass, the documents whose version is not a
+# number: {__v: {$exists: true, $not: {$type: ["number", "null"]}}}, $and-ed with the migration's filter.
+# Neither (ca)'s covered count nor (af)'s walk applies, so count_matches asked mongoeco's compiled matcher
+# about every candidate, whose $exists resolves the field as a path (extract_values): about 2.1 µs a
+# document, 43 ms of the server's CPU at 20,000. A document whose top-level value of such a field decides
+# that it cannot match (a number, null, a missing or a present field, as the conjuncts say) is now skipped
+# before the matcher; any other one (an array, a document, a string...) is matched as before.
+#: (h1-a) The ``$type`` aliases of a number: a ``$type`` set holding all four matches every number.
+_NUMBER_ALIASES = frozenset({"int", "long", "double", "decimal"})
+_INT64 = 2**63
+
+
+def _number_classes() -> frozenset[type]:
+    """The exact classes of a number in a stored document besides ``int`` (checked for its range): a double,
+    mongoeco's wrappers (an Int64 is stored as its ``BsonInt64``), the two Decimal128 classes, bson's Int64."""
+    from bson import Decimal128 as BsonDecimal, Int64
+    from mongoeco.core.bson_scalars import BsonDecimal128, BsonDouble, BsonInt32, BsonInt64
+    from mongoeco.types import Decimal128
+
+    return frozenset({float, BsonInt32, BsonInt64, BsonDouble, BsonDecimal128, Decimal128, BsonDecimal, Int64})
+
+
+def rejecting_test(plan: Any) -> Callable[[Any], bool] | None:
+    """(h1-a) A test that is true of a stored document that cannot match ``plan`` (and false of one that may),
+    from the top-level values of the fields of ``plan``'s conjuncts (its ``$and``s flattened): a value whose
+    class alone decides ``{field: {$not: {$type: [...]}}}`` (a number, int or not, when the set holds the four
+    number types, null when it holds ``null``; a bool is no number, an array or a document is left to the
+    matcher) and the presence ``{field: {$exists: ...}}`` asks for. None when no conjunct allows it.
+
+    The answers are mongoeco's matcher's: a top-level value is the only one its path yields for a field
+    without a dot (an array adds its elements, which is why it is left alone), a number's class is one of
+    the type set's aliases whichever (an int by its range, an Int64 as ``long`` or ``int``), and ``$exists``
+    is whether the path yields anything, i.e. whether the field is there. A document that is not a plain
+    dict is left to the matcher."""
+    from mongoeco.core.query_plan import AndCondition, ExistsCondition, NotCondition, TypeCondition
+
+    numbers: set[str] = set()
+    nulls: set[str] = set()
+    present: set[str] = set()
+    absent: set[str] = set()
+    for node in _conjuncts(plan, AndCondition):
+        if type(node) is NotCondition and type(node.clause) is TypeCondition:
+            field, aliases = node.clause.field, node.clause.aliases
+            if not aliases or not isinstance(field, str) or not field or "." in field:
+                continue
+            if _NUMBER_ALIASES <= aliases:
+                numbers.add(field)
+            if "null" in aliases:
+                nulls.add(field)
+        elif type(node) is ExistsCondition and isinstance(node.field, str) and node.field and "." not in node.field:
+            (present if node.value else absent).add(node.field)
+    rules = [
+        (field, field in present, field in absent, field in numbers, field in nulls)
+        for field in sorted(numbers | nulls | present | absent)
+    ]
+    if not rules:
+        return None
+    classes = _number_classes()
+    missing = object()
+
+    def value_rejects(value: Any, needs: bool, refuses: bool, number: bool, null: bool) -> bool:
+        if value is missing:
+            return needs
+        if refuses:
+            return True
+        kind = type(value)
+        if number and (kind in classes or (kind is int and -_INT64 <= value < _INT64)):
+            return True
+        return null and value is None
+
+    if len(rules) == 1:  # the background engine's count: one field
+        ((field, needs, refuses, number, null),) = rules
+
+        def rejects_one(document: Any) -> bool:  # value_rejects, inlined
+            if type(document) is not dict:
+                return False
+            value = document.get(field, missing)
+            if value is missing:
+                return needs
+            if refuses:
+                return True
+            kind = type(value)
+            if number and (kind in classes or (kind is int and -_INT64 <= value < _INT64)):
+                return True
+            return null and value is None
+
+        return rejects_one
+
+    def rejects(document: Any) -> bool:
+        if type(document) is not dict:
+            return False
+        return any(value_rejects(document.get(field, missing), needs, refuses, number, null) for field, needs, refuses, number, null in rules)
+
+    return rejects
+
+
+def _not_rejected(documents: Iterator[Any], rejects: Callable[[Any], bool], deadline: float | None) -> Iterator[Any]:
+    """(h1-a) The documents ``rejects`` does not reject; each rejected one still checks the deadline, as the
+    matcher's loop checks it for every document."""
+    from mongoeco.core.operation_limits import enforce_deadline
+
+    if deadline is None:
+        for document in documents:
+            if not rejects(document):
+                yield document
+        return
+    for document in documents:
+        if rejects(document):
+            enforce_deadline(deadline)
+        else:
+            yield document
+
+
 def _memory_collection(engine: Any, context: Any, db_name: str, coll_name: str) -> Any:
     """The collection in ``context``'s views (read under its lock) when it is a memory collection without a
     collation, the only kind these counts answer for; None otherwise."""
@@ -226,6 +345,9 @@ async def count_matches(engine: Any, db_name: str, coll_name: str, semantics: An
                 natural_order_limit=semantics.skip + limit if limit is not None and isinstance(semantics.query_plan, EqualsCondition) else None,
             )
             documents = (engine._borrow_storage_document(data) for _storage_key, data in candidates)
+        rejects = rejecting_test(semantics.query_plan)
+        if rejects is not None:
+            documents = _not_rejected(documents, rejects, semantics.deadline)
         matched = 0
         for _document in iter_filtered_documents(documents, semantics):
             matched += 1
