@@ -1,4 +1,4 @@
-"""Fix (h1-a) of mongoshift.embedded.patches.counts: a count whose filter asks for a top-level field that
+"""Fix (cp) of mongoshift.embedded.patches.counts: a count whose filter asks for a top-level field that
 is not of some types (the background engine's count of versions that are not numbers) answers exactly what
 mongoeco's own path answers, and its matcher never sees a document whose top-level value decides that.
 
@@ -133,7 +133,7 @@ def in_transaction(client: Any, collection: Any, filter_: dict[str, Any], option
 
 
 def test_the_matcher_sees_no_document_whose_version_is_a_number(server: InProcessServer) -> None:
-    """(h1-a) The background engine's count of versions that are not numbers (input_probe's, as the planning
+    """(cp) The background engine's count of versions that are not numbers (input_probe's, as the planning
     of a pass sends it, with a migration's filter or without) asks the matcher only about the documents whose
     top-level version is neither a number nor null nor missing; without the fix it sees every document."""
     numbers = [1, 2.5, Int64(3), Decimal128("4"), -0.0, float("nan"), 2**40]

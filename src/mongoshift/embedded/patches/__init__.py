@@ -36,7 +36,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.type_names`: (cj) the BSON type names of ``$type``, in aggregation expressions and in queries
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream,
-  (cl) and a ``$group`` by the ``_id``'s ``$type``, (h1-a) documents whose top-level value rules out a ``$not: {$type}``
+  (cl) and a ``$group`` by the ``_id``'s ``$type``, (cp) documents whose top-level value rules out a ``$not: {$type}``
   or an ``$exists`` skipped before the matcher
 - :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes),

@@ -24,7 +24,7 @@ bracket of (ae)'s order where (ca) would count (only a number's name needs more 
 only a long's or a decimal's ``_id`` is decoded for it), else over the documents the find would read,
 each ``_id`` named by the aggregation's own ``$type``.
 
-(h1-a) A count whose filter says, by conjuncts on a top-level field, that the field's value must not be of
+(cp) A count whose filter says, by conjuncts on a top-level field, that the field's value must not be of
 some types (``$not: {$type: [...]}``) or must exist (``$exists``) rejects a stored document whose top-level
 value alone says it cannot match (:func:`rejecting_test`) before mongoeco's matcher is asked; every other
 document goes through the matcher as before. The background engine counts the versions that are not
@@ -187,14 +187,14 @@ def _covered_count(engine: Any, context: Any, db_name: str, coll_name: str, coll
     return counted
 
 
-# (h1-a) The background engine counts, at the planning of every pass, the documents whose version is not a
+# (cp) The background engine counts, at the planning of every pass, the documents whose version is not a
 # number: {__v: {$exists: true, $not: {$type: ["number", "null"]}}}, $and-ed with the migration's filter.
 # Neither (ca)'s covered count nor (af)'s walk applies, so count_matches asked mongoeco's compiled matcher
 # about every candidate, whose $exists resolves the field as a path (extract_values): about 2.1 µs a
 # document, 43 ms of the server's CPU at 20,000. A document whose top-level value of such a field decides
 # that it cannot match (a number, null, a missing or a present field, as the conjuncts say) is now skipped
 # before the matcher; any other one (an array, a document, a string...) is matched as before.
-#: (h1-a) The ``$type`` aliases of a number: a ``$type`` set holding all four matches every number.
+#: (cp) The ``$type`` aliases of a number: a ``$type`` set holding all four matches every number.
 _NUMBER_ALIASES = frozenset({"int", "long", "double", "decimal"})
 _INT64 = 2**63
 
@@ -210,7 +210,7 @@ def _number_classes() -> frozenset[type]:
 
 
 def rejecting_test(plan: Any) -> Callable[[Any], bool] | None:
-    """(h1-a) A test that is true of a stored document that cannot match ``plan`` (and false of one that may),
+    """(cp) A test that is true of a stored document that cannot match ``plan`` (and false of one that may),
     from the top-level values of the fields of ``plan``'s conjuncts (its ``$and``s flattened): a value whose
     class alone decides ``{field: {$not: {$type: [...]}}}`` (a number, int or not, when the set holds the four
     number types, null when it holds ``null``; a bool is no number, an array or a document is left to the
@@ -284,7 +284,7 @@ def rejecting_test(plan: Any) -> Callable[[Any], bool] | None:
 
 
 def _not_rejected(documents: Iterator[Any], rejects: Callable[[Any], bool], deadline: float | None) -> Iterator[Any]:
-    """(h1-a) The documents ``rejects`` does not reject; each rejected one still checks the deadline, as the
+    """(cp) The documents ``rejects`` does not reject; each rejected one still checks the deadline, as the
     matcher's loop checks it for every document."""
     from mongoeco.core.operation_limits import enforce_deadline
 
