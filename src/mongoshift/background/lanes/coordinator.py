@@ -135,21 +135,30 @@ class Coordinator:
                 return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting))
             state = await store.state(name)
             assert state is not None
+        planned = False  # a plan adopted by this step, whose partitions no lease can have lapsed on yet
         if state.status == "pending":
             if state.generation == 0 or await store.open_partitions(state) == 0:
-                if not await self._plan(state, spec, new_pass=True):
+                adopted = await self._plan(state, spec, new_pass=True)
+                if adopted is None:
                     return Decision("wait", await store.state(name), reason="another plan won")
-                state = await store.state(name)
-                assert state is not None
-            await store.transition(name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",))
-            state = await store.state(name)
+                state, planned = adopted, True
+            # While pending, no lane claims (a runner starts lanes on a running state only): a plan
+            # adopted in this step has no lane to tell, so its start stamps nothing.
+            started = await store.transition(
+                name, allowed=("pending",), to="running", action="start", now_fields=() if state.started_at else ("started_at",),
+                current=state, stamp=not planned,
+            )
+            state = started if started is not None else await store.state(name)
             assert state is not None
         if state.generation > 0 and state.status == "running" and await self._resharded(state, spec):
             log.warning("%s: %s was resharded since the pass was planned: re-splitting the pass", name, spec.collection)
             state = await self._replan(state, spec)
         elif state.replan and state.generation > 0:
             state = await self._replan(state, spec)
-        await self.engine.reap(name)
+        if not planned:
+            # After this step's own plan there is nothing to reap: the older plans' partitions are deleted,
+            # and a lease on one of the new ones was taken since the start, live for a lease TTL.
+            await self.engine.reap(name)
         open_ = await store.open_partitions(state)
         if open_:
             return await self._lanes(name, state, spec, open_)
@@ -185,7 +194,8 @@ class Coordinator:
         for dependent in await self.engine.store.blocked_on(name):
             await self._unblock(dependent)
 
-    async def _plan(self, state: State, spec: Background, *, new_pass: bool) -> bool:
+    async def _plan(self, state: State, spec: Background, *, new_pass: bool) -> State | None:
+        """Plan a pass and adopt it: the state as adopted, or None when another plan won."""
         job = Job.of(state, spec)
         collection = self.engine.db[spec.collection]
         method = "step" if spec.mode == "step" else "id-range"
@@ -213,7 +223,7 @@ class Coordinator:
         adopted = await self.engine.store.adopt_plan(
             state, [p.to_document() for p in planned], estimate=estimate, method=method, new_pass=new_pass, layout=layout, extra=extra
         )
-        if adopted:
+        if adopted is not None:
             self.engine.events.emit("partitioned", state.name, partitions=len(planned), estimate=estimate, generation=state.generation + 1)
             if odd and state.pass_number == 0:  # said once, when the run starts; the report keeps saying it
                 log.warning("%s", not_a_version_words(state.name, spec.collection, spec.version_field, odd, stopped))
@@ -255,20 +265,23 @@ class Coordinator:
             return await self._fail(state, over_budget(state.name, len(state.bad_ids), spec.max_document_errors), judged)
         remaining = 0 if spec.mode == "step" else await self._remaining(state, spec)
         if remaining == 0:
-            if await store.transition(state.name, allowed=("running",), to="completed", action="complete", now_fields=("completed_at",)):
-                fresh = await store.state(state.name)
-                totals = fresh.totals if fresh else state.totals
-                if state.bad_ids:
-                    log.warning("%s completed, but %s could not be migrated", state.name, plural(len(state.bad_ids), "document"))
-                self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **totals)
-                await self._unblock_dependents(state.name)
-            return Decision("done", await store.state(state.name), reason="completed")
+            completed = await store.transition(
+                state.name, allowed=("running",), to="completed", action="complete", now_fields=("completed_at",), current=state
+            )
+            if completed is None:
+                return Decision("done", await store.state(state.name), reason="completed")
+            if state.bad_ids:
+                log.warning("%s completed, but %s could not be migrated", state.name, plural(len(state.bad_ids), "document"))
+            self.engine.events.emit("completed", state.name, failed_documents=len(state.bad_ids), **completed.totals)
+            await self._unblock_dependents(state.name)
+            # As the move returned it: unblocking the dependents writes only theirs.
+            return Decision("done", completed, reason="completed")
         if state.pass_number >= spec.max_passes:
             leftovers = await self._leftovers(state, spec, remaining)
             return await self._fail(state, leftovers.message(state.name, spec.max_conflict_retries), judged)
         self.engine.events.emit("pass", state.name, number=state.pass_number + 1, remaining=remaining)
-        await self._plan(state, spec, new_pass=True)
-        fresh = await store.state(state.name)
+        adopted = await self._plan(state, spec, new_pass=True)
+        fresh = adopted if adopted is not None else await store.state(state.name)
         return Decision("process", fresh, lanes=spec.max_parallel)
 
     async def _remaining(self, state: State, spec: Background) -> int:

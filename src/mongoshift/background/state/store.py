@@ -274,30 +274,40 @@ class BackgroundStore:
         expect: dict[str, Any] | None = None,
         set_: dict[str, Any] | None = None,
         now_fields: Sequence[str] = (),
-    ) -> bool:
-        """Move the state to ``to`` only from an ``allowed`` status; False when another move won.
+        current: State | None = None,
+        stamp: bool = True,
+    ) -> State | None:
+        """Move the state to ``to`` only from an ``allowed`` status: the state as moved, or None when another move won.
+
+        ``current``: the state as the caller just read it (or as its own write returned it), instead of
+        reading it again. The move is conditional on the status and registration it was judged on, so a
+        ``current`` that another process changed since makes it fail, as a fresh read would have.
 
         Every move stamps the migration's open partitions, so that the lanes working them learn it
-        at their next checkpoint (a pause, a cancel, a repin, a failure, ...)."""
-        state = await self.state(name)
+        at their next checkpoint (a pause, a cancel, a repin, a failure, ...). ``stamp=False`` only
+        where no lane can hold one of them (the coordinator's start of a plan it adopted while pending)."""
+        state = current if current is not None else await self.state(name)
         if state is None or state.status not in allowed:
-            return False
+            return None
         entry = {"action": action, "from": state.status, "to": to, "by": by, "reason": reason}
-        result = await self.states.update_one(
+        doc = await self.states.find_one_and_update(
             {"_id": name, "status": state.status, "registration": state.registration, **(expect or {})},
             {
                 "$set": {"status": to, **(set_ or {})},
                 "$currentDate": {"updated_at": True, **dict.fromkeys(now_fields, True)},
                 "$push": {"history": {"$each": [self._stamp(entry)], "$slice": -HISTORY_LIMIT}},
             },
+            projection=WITHOUT_SAMPLES,
+            return_document=ReturnDocument.AFTER,
         )
-        if result.modified_count != 1:
-            return False
-        try:
-            await self.stamp_control(name)
-        except PyMongoError as exc:  # the move is made: lanes read the state again at their next slice
-            log.warning("%s: %s is done, but its lanes may notice it only at their next slice: %s", name, action, type(exc).__name__)
-        return True
+        if doc is None:
+            return None
+        if stamp:
+            try:
+                await self.stamp_control(name)
+            except PyMongoError as exc:  # the move is made: lanes read the state again at their next slice
+                log.warning("%s: %s is done, but its lanes may notice it only at their next slice: %s", name, action, type(exc).__name__)
+        return State.from_document(doc)
 
     async def set_fields(self, name: str, registration: str, fields: dict[str, Any]) -> None:
         await self.states.update_one(
@@ -377,8 +387,8 @@ class BackgroundStore:
         new_pass: bool,
         layout: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
-    ) -> bool:
-        """Insert a new generation's partitions and make it current, unless another plan won.
+    ) -> State | None:
+        """Insert a new generation's partitions and make it current: the state as adopted, or None when another plan won.
 
         ``layout``: the shard layout the plan follows (uuid, epoch, key), to notice a reshard; ``extra``:
         more counts of the plan (documents whose version is not a number)."""
@@ -405,22 +415,24 @@ class BackgroundStore:
         if layout is not None:
             plan["layout"] = layout
         plan.update(extra or {})
-        result = await self.states.update_one(
+        adopted = await self.states.find_one_and_update(
             {"_id": state.name, "registration": state.registration, "generation": state.generation},
             {
                 "$set": {"generation": generation, "plan": plan, "pass": state.pass_number + 1 if new_pass else max(state.pass_number, 1)},
                 "$currentDate": {"updated_at": True, "planned_at": True},
             },
+            projection=WITHOUT_SAMPLES,
+            return_document=ReturnDocument.AFTER,
         )
-        if result.modified_count != 1:
+        if adopted is None:
             await self.partitions.delete_many({"background": state.name, "plan": token})
-            return False
+            return None
         # Older generations are finished (or superseded); keep only the current plan. A planner
         # killed between its insert and its adoption leaves partitions under a token nobody adopted.
         await self.partitions.delete_many(
             {"background": state.name, "$or": [{"generation": {"$lt": generation}}, {"generation": generation, "plan": {"$ne": token}}]}
         )
-        return True
+        return State.from_document(adopted)
 
     @staticmethod
     def current(state: State) -> dict[str, Any]:
@@ -744,15 +756,15 @@ class BackgroundStore:
         """Add the generation's counters into the totals, once, even if two coordinators race or one crashes."""
         if state.rolled_generation >= state.generation:
             return state
-        parts = await self.partitions_of(state)
         totals = zero_counters()
         bad_ids: list[Any] = []
         doc_errors: list[dict[str, Any]] = []
-        for part in parts:
-            for key in COUNTERS:
-                totals[key] += part.counters.get(key, 0)
         error_counts: dict[str, int] = {}
-        async for doc in self.partitions.find(self.current(state), {"bad_ids": 1, "doc_errors": 1, "error_counts": 1}):
+        # One read of the generation's partitions, counters and failed documents together.
+        fields = {"counters": 1, "bad_ids": 1, "doc_errors": 1, "error_counts": 1}
+        async for doc in self.partitions.find(self.current(state), fields, sort=[("seq", ASCENDING)]):
+            for key in COUNTERS:
+                totals[key] += int((doc.get("counters") or {}).get(key, 0))
             bad_ids.extend(doc.get("bad_ids", []))
             doc_errors.extend(doc.get("doc_errors", []))
             for key, n in (doc.get("error_counts") or {}).items():
@@ -769,11 +781,14 @@ class BackgroundStore:
             update["$addToSet"] = {"bad_ids": {"$each": bad_ids}}
         if doc_errors:
             update["$push"] = {"doc_errors": {"$each": doc_errors[-DOC_ERRORS_KEPT:], "$slice": -DOC_ERRORS_KEPT}}
-        await self.states.update_one(
+        rolled = await self.states.find_one_and_update(
             {"_id": state.name, "registration": state.registration, "rolled_generation": {"$lt": state.generation}},
             update,
+            projection=WITHOUT_SAMPLES,
+            return_document=ReturnDocument.AFTER,
         )
-        fresh = await self.state(state.name)
+        # Not ours to roll (another coordinator did, or the migration was registered anew): as it is now.
+        fresh = State.from_document(rolled) if rolled is not None else await self.state(state.name)
         assert fresh is not None
         return fresh
 
