@@ -43,9 +43,9 @@ async def test_a_migration_taken_up_again_as_the_runner_saw_it_end_is_run_to_its
     step = Coordinator.step
     taken_up: list[str] = []
 
-    async def step_then_taken_up(self: Coordinator, name: str, spec: Background) -> Decision:
+    async def step_then_taken_up(self: Coordinator, name: str, spec: Background, **kwargs: Any) -> Decision:
         """The operator's control lands right after the step that saw the migration end."""
-        decision = await step(self, name, spec)
+        decision = await step(self, name, spec, **kwargs)
         if decision.next == "done" and decision.state is not None and decision.state.status == ends and not taken_up:
             await db.people.update_one({"_id": 150}, {"$unset": {"poison": ""}})  # the cause is fixed
             taken_up.append((await control(store, NAME, action, by="operator", from_start=action == "retry")).status)

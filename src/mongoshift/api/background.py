@@ -24,7 +24,7 @@ from ..background.lanes.engine import Engine, load_background, open_engine
 from ..background.lanes.throttle import sleep
 from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult, checked_pace, control, pin, throttle
 from ..background.state.events import Event, Observer
-from ..background.state.model import WatchRecord
+from ..background.state.model import State, WatchRecord
 from ..background.watch.watcher import Watcher, WatchOptions
 from ..errors import (
     BackgroundFileChangedError,
@@ -54,14 +54,20 @@ def _engine(project: Project, observers: Iterable[Observer] = ()) -> AbstractAsy
 async def _registered(engine: Engine, name: str) -> str:
     """The registered migration NAME names: with or without ``.py``, or as a path into the migrations
     folder (as a shell completes it, and as the line's commands take it)."""
+    return (await _registered_state(engine, name)).name
+
+
+async def _registered_state(engine: Engine, name: str) -> State:
+    """:func:`_registered`, with the state that showed it registered."""
     name = resolve_name(name, engine.settings.migrations_dir)
     wanted = name if name.endswith(".py") else name + ".py"
-    if await engine.store.state(wanted) is None:
+    state = await engine.store.state(wanted)
+    if state is None:
         changelog = engine.context.changelog
         record = await changelog.record(wanted) if changelog is not None else None
         hint = _unregistered_hint(engine.settings, wanted, record)
         raise NotAppliedError(f"{wanted} is not a registered background migration ({hint})", file=wanted)
-    return wanted
+    return state
 
 
 def _unregistered_hint(settings: Settings, wanted: str, record: ChangelogRecord | None = None) -> str:
@@ -110,24 +116,28 @@ async def run_in(project: Project, names: list[str] | None = None, *, concurrenc
     _check_concurrency(concurrency)
     async with _engine(project, run_observers(project.observers, project.settings)) as engine:
         if names is None:
-            targets = [s.name for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
+            found = [s for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
         else:
-            # once each, however it is named (``NAME``, ``NAME.py``, ``migrations/NAME.py``): a name given twice ran twice
-            targets = list(dict.fromkeys([await _registered(engine, n) for n in names]))
+            found = [await _registered_state(engine, n) for n in names]
+        # once each, however it is named (``NAME``, ``NAME.py``, ``migrations/NAME.py``): a name given twice ran twice
+        read = {s.name: s for s in reversed(found)}  # the first read of each (dicts keep the first key's place)
+        targets = list(dict.fromkeys(s.name for s in found))
         targets.sort(key=engine.absent)  # stable: a file not deployed here yet is waited for last
         reports = []
         unrunnable: list[MongoshiftError] = []
-        for name in targets:
+        for index, name in enumerate(targets):
             if engine.context.cancel.is_set():
                 break
             try:
-                await engine.run_one(name, concurrency, once=once)
+                # The first runs from the state just read; a later one reads its own, as the runs before it took their time.
+                ended = await engine.run_one(name, concurrency, once=once, state=read[name] if index == 0 else None)
             except (FileNotFoundMigrationError, BackgroundFileChangedError) as exc:
                 if len(targets) > 1:
                     log.warning("%s", exc.message)
                 unrunnable.append(exc)
                 continue
-            state = await engine.store.state(name)
+            # The run ends on a state it has just read (or that its last write returned): the report's.
+            state = ended if ended is not None else await engine.store.state(name)
             if state is not None:
                 reports.append(await report(engine.store, state))
         if unrunnable:

@@ -93,21 +93,25 @@ class Coordinator:
         self.engine = engine
         self.new_lock = new_lock
 
-    async def step(self, name: str, spec: Background) -> Decision:
-        """One step, inside the observers' ``coordinate_scope`` (a tracer's coordinate span)."""
+    async def step(self, name: str, spec: Background, *, state: State | None = None) -> Decision:
+        """One step, inside the observers' ``coordinate_scope`` (a tracer's coordinate span).
+
+        ``state``: the migration's state as the caller has just read it, which the step starts from
+        instead of reading it again (the runner reads it before each step to check its file against it)."""
         events = self.engine.events
         with events.coordinate_scope(Event("coordinate", name, {}, events.run_id)):
-            return await self._locked_step(name, spec)
+            return await self._locked_step(name, spec, state)
 
-    async def _locked_step(self, name: str, spec: Background) -> Decision:
+    async def _locked_step(self, name: str, spec: Background, known: State | None = None) -> Decision:
         """Hand out lanes without writing anything while a pass is under way; lock for the rest.
 
         The fast path matters: polling runners would otherwise write the lock twice per poll,
         and on servers that judge transaction conflicts globally every such write makes a
-        transactional batch retry.
+        transactional batch retry. Only the fast path starts from ``known``: under the lock,
+        the state is read again, as another coordinator may have moved it before it let go.
         """
         store = self.engine.store
-        state = await store.state(name)
+        state = known if known is not None else await store.state(name)
         if state is not None and state.status == "running" and state.generation and not state.replan and not await self._resharded(state, spec):
             open_ = await store.open_partitions(state)
             if open_:

@@ -70,9 +70,13 @@ class MigrationRun:
         checksum: str | None = None,
         reload: Callable[[], Loaded] | None = None,
         once: bool = False,
+        state: State | None = None,
     ) -> State | None:
         """Drive ``name`` to an end state, or with ``once`` through one round: one coordinator step,
         one slice per lane, and one more step, which closes the pass when the round finished it.
+
+        ``state``: the migration's state as the caller has just read it; the run starts from it
+        instead of reading it again (and reads it afresh for every later round).
 
         ``checksum`` is the version of the file this process imported; ``spec`` None says the file
         is not in the migrations folder. While the registration pins another version, or the file is
@@ -86,8 +90,9 @@ class MigrationRun:
         wait = _FileWait(name, self.checksum_wait_seconds)
         try:
             while True:
+                known, state = state, None  # after an outage, the state is read afresh
                 try:
-                    return await self._run(name, spec, concurrency=concurrency, checksum=checksum, reload=reload, once=once, wait=wait)
+                    return await self._run(name, spec, concurrency=concurrency, checksum=checksum, reload=reload, once=once, wait=wait, known=known)
                 except PyMongoError as exc:
                     if not connection_lost(exc):
                         raise
@@ -105,11 +110,12 @@ class MigrationRun:
         reload: Callable[[], Loaded] | None,
         once: bool,
         wait: _FileWait,
+        known: State | None = None,
     ) -> State | None:
         capped = False
         self._said.pop(name, None)  # each run says once why it waits
         while not self.engine.cancel.is_set():
-            state = await self.engine.store.state(name)
+            state, known = known or await self.engine.store.state(name), None
             self._outage.ok()
             if state is None:
                 return None
@@ -130,7 +136,8 @@ class MigrationRun:
                     continue
                 wait.over()
             assert spec is not None
-            decision = await self.coordinator.step(name, spec)
+            # The step starts from the state just read: only the file was looked at since.
+            decision = await self.coordinator.step(name, spec, state=state)
             if decision.next == "done":
                 if once or not await self._taken_up_again(name, decision.state):
                     return decision.state
@@ -145,14 +152,14 @@ class MigrationRun:
                 await self._ask(name)  # every lane is held elsewhere: ask for a share of them
             if once:
                 if decision.next == "process" and decision.lanes:
-                    await asyncio.gather(*(self._lane(name, spec, checksum, once=True) for _ in range(min(lanes, decision.lanes))))
+                    await asyncio.gather(*(self._lane(name, spec, checksum, once=True, state=decision.state) for _ in range(min(lanes, decision.lanes))))
                     decision = await self.coordinator.step(name, spec)
                 return decision.state if decision.next == "done" else await self.engine.store.state(name)
             if decision.next != "process" or decision.lanes == 0:
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
                 continue
             slices = self._slices
-            await asyncio.gather(*(self._lane(name, spec, checksum) for _ in range(lanes)))
+            await asyncio.gather(*(self._lane(name, spec, checksum, state=decision.state) for _ in range(lanes)))
             if self._slices == slices:  # no lane got a partition: look again after a poll, not at once
                 await sleep(self.poll_seconds * 1000, self.engine.cancel)
         return await self.engine.store.state(name)
@@ -171,12 +178,18 @@ class MigrationRun:
         log.info("%s: %s, then taken up again (%s): running it on", name, ended.status, fresh.status)
         return True
 
-    async def _lane(self, name: str, spec: Background, checksum: str | None, *, once: bool = False) -> str:
+    async def _lane(self, name: str, spec: Background, checksum: str | None, *, once: bool = False, state: State | None = None) -> str:
+        """One lane's slices until the migration has no partition left for it (or stops).
+
+        ``state``: the state of the step that started the lane, read a moment before; its first slice
+        starts from it, as the slice reads the control fields again before its first batch anyway.
+        Every later slice reads the state afresh: by then the migration may have been paused, failed, repinned."""
         lane = Lane(self.engine, f"lane-{secrets.token_hex(4)}")
         errors = 0
+        known = state
         while not self.engine.cancel.is_set():
             try:
-                state = await self.engine.store.state(name)
+                state, known = known or await self.engine.store.state(name), None
                 if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
                     return "stale"
                 result = await lane.run_slice(state, spec)

@@ -76,12 +76,15 @@ class Engine:
                 return None
             raise
 
-    async def run_one(self, name: str, concurrency: int, *, once: bool = False) -> State | None:
-        """Run a registered migration to its end (``once``: one round); a missing or changed file is waited for."""
+    async def run_one(self, name: str, concurrency: int, *, once: bool = False, state: State | None = None) -> State | None:
+        """Run a registered migration to its end (``once``: one round); a missing or changed file is waited for.
+
+        ``state``: its state as just read, which the run starts from (see :meth:`MigrationRun.run`). The state
+        the run ended on is returned (None: no longer registered)."""
         loaded = self.present(name)
         spec, checksum = loaded if loaded is not None else (None, None)
         return await self.migration_run().run(
-            name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.present(name), once=once
+            name, spec, concurrency=concurrency, checksum=checksum, reload=lambda: self.present(name), once=once, state=state
         )
 
     def runnable_spec(self, state: State) -> Background | None:
@@ -100,7 +103,7 @@ class Engine:
         spec = self.runnable_spec(state)
         if spec is None:
             return None, state
-        return await self.coordinator.step(name, spec), state
+        return await self.coordinator.step(name, spec, state=state), state
 
     async def slice_once(self, name: str) -> SliceResult:
         """One slice of one new lane: the unit a job system's lane task runs between its re-enqueues."""
