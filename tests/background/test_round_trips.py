@@ -231,3 +231,60 @@ async def test_a_lease_lost_to_a_new_registration_says_so(
     assert result.outcome == "lost"
     (lost,) = [e for e in seen if e.kind == "lease_lost"]
     assert lost.data["registered_anew"] is True and "registered anew" in _SENTENCES["lease_lost"](lost.data)
+
+
+def around_the_batches(sent: list[tuple[str, str]], collection: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What a run sends before its first batch read of ``collection``, and after its last write of it."""
+    first = sent.index(("find", collection))
+    last = max(i for i, c in enumerate(sent) if c == ("update", collection))
+    return sent[:first], sent[last + 1 :]
+
+
+STATES, PARTITIONS, LOCKS = "_mongoshift_background", "_mongoshift_background_partitions", "_mongoshift_locks"
+
+
+async def test_a_one_partition_run_sends_a_fixed_few_commands_around_its_batches(
+    monitored_project: Project, db: AsyncDatabase[Any], monitored: Monitored
+) -> None:
+    """``background run`` of one migration with one partition on one lane: what it sends before its first batch read
+    (connect checks, plan, start, claim) and after its last write (close the partition, the pass, the run) is pinned
+    command by command, so that a state read or a count added back on either side shows here (stop 54, issue 27)."""
+    client, commands = monitored
+    await seed(db.people, 300)
+    monitored_project.add(NAME, background_file(batch_size=100, extra=QUIET))
+    settings = monitored_project.settings()
+    await command.up(settings)
+    commands.sent.clear()
+    (report,) = await bg.run(settings, [NAME], client=client)
+    assert report.status == "completed" and report.totals["migrated"] == 300
+    before, after = around_the_batches(commands.sent, "people")
+    database = db.name
+    assert before == [
+        # the session's check of the own collections (one listing, one sample of each that exists)
+        ("listCollections", database), ("find", STATES), ("find", PARTITIONS), ("find", LOCKS), ("find", "_mongoshift_migrations"),
+        ("createIndexes", STATES), ("createIndexes", PARTITIONS),
+        ("find", STATES),  # the name is a registered migration; the runner's and the coordinator's first look too
+        ("update", LOCKS), ("find", STATES),  # the coordinator's lock, and the state read under it
+        ("aggregate", "people"), ("aggregate", "people"),  # the plan: its bracket counts, the versions that are no number
+        ("insert", PARTITIONS), ("findAndModify", STATES), ("delete", PARTITIONS),  # adopted, older plans deleted
+        ("findAndModify", STATES),  # started (no lane holds a partition of a plan just adopted: nothing to stamp)
+        ("aggregate", PARTITIONS), ("aggregate", PARTITIONS),  # open partitions, live leases
+        ("delete", LOCKS),
+        # the lane's slice: reap, fair share, claim, the version index, the control fields before its first batch
+        ("aggregate", PARTITIONS), ("aggregate", STATES), ("findAndModify", PARTITIONS), ("listIndexes", "people"), ("find", STATES),
+    ], before
+    assert after == [
+        ("findAndModify", PARTITIONS), ("update", STATES),  # the checkpoint closing the partition, the throughput sample
+        # the lane's next slice finds nothing to claim
+        ("find", STATES), ("aggregate", PARTITIONS), ("aggregate", STATES), ("findAndModify", PARTITIONS), ("find", PARTITIONS),
+        # the runner's next step: no open partition, so under the lock: count again, close the pass
+        ("find", STATES), ("aggregate", PARTITIONS), ("update", LOCKS), ("find", STATES),
+        ("aggregate", PARTITIONS), ("aggregate", PARTITIONS),  # reap, open partitions
+        ("aggregate", PARTITIONS), ("find", PARTITIONS), ("findAndModify", STATES),  # failed partitions; the roll-up
+        ("aggregate", "people"),  # what is left to migrate
+        ("findAndModify", STATES), ("update", PARTITIONS),  # completed, and its stamp
+        ("find", STATES),  # the migrations blocked on it
+        ("delete", LOCKS),
+        ("find", PARTITIONS),  # the report's partitions
+    ], after
+    assert (len(before), len(after)) == (24, 22)
