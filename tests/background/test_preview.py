@@ -288,6 +288,18 @@ background = Background(collection="people", from_version=1, to_version=2, migra
 '''
 
 
+async def interrupted_once_begun(process: Any, seen: Any) -> tuple[str, str]:
+    """Ctrl-C once the file ``seen`` shows that the first transform (or step call) began; the process's output."""
+    for _ in range(2400):  # until it began (a hang guard, not a time budget)
+        if seen.exists() or process.poll() is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert seen.exists(), process.communicate()
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    return str(out), str(err)
+
+
 async def test_a_first_ctrl_c_stops_a_preview_after_the_document_in_progress(project, db) -> None:  # type: ignore[no-untyped-def]
     """One Ctrl-C said "stopping: nothing new starts", yet the sync transform ran on every remaining document
     of the worker-thread batch and the command exited 0: the signal was not looked at between documents."""
@@ -297,13 +309,7 @@ async def test_a_first_ctrl_c_stops_a_preview_after_the_document_in_progress(pro
     project.add(NAME, WAITS_FOR_CTRL_C)
     seen = project.root / "transforming"
     with reaped(start_cli(project, "background", "dry-run", NAME, "--first", "5", "--json")) as process:
-        for _ in range(2400):  # until the first document's transform started (a hang guard, not a time budget)
-            if seen.exists() or process.poll() is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert seen.exists(), process.communicate()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=120)
+        out, err = await interrupted_once_begun(process, seen)
     assert process.returncode == int(ExitCode.ABORTED), err[-2000:]
     assert json.loads(out)["error"]["kind"] == "aborted"
     assert seen.read_text().split() == ["0"]  # the document in progress ended; no other started
@@ -335,13 +341,7 @@ async def test_a_first_ctrl_c_stops_a_step_validation_between_calls_and_exits_11
     project.add("0001_step.py", STEP_WAITS_FOR_CTRL_C)
     seen = project.root / "stepping"
     with reaped(start_cli(project, "background", "dry-run", "0001_step.py", "--validate", "--steps", "3", "--json")) as process:
-        for _ in range(2400):  # until the first call started (a hang guard, not a time budget)
-            if seen.exists() or process.poll() is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert seen.exists(), process.communicate()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=120)
+        out, err = await interrupted_once_begun(process, seen)
     assert process.returncode == int(ExitCode.ABORTED), err[-2000:]
     preview = json.loads(out)["preview"]
     assert preview["stopped"] == "cancelled" and len(preview["steps"]) == 1
