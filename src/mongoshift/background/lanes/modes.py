@@ -273,21 +273,6 @@ async def _read(find: Any, codec: CodecOptions[Any], *, raw: CodecOptions[Any] |
     return _Read(docs, docs, decode(docs[-1].raw, raw) if docs else None)
 
 
-class _NotHeld(Exception):
-    """A batch read ahead was not sent: the checkpoint before it found the partition taken."""
-
-
-async def _read_when_held(fence: asyncio.Future[Any], find: Any, codec: CodecOptions[Any]) -> _Read:
-    """:func:`_read` once ``fence`` (a batch's checkpoint) answers that the lease holds.
-
-    It awaits the checkpoint itself, not through ``asyncio.shield`` (whose extra step would let the write path,
-    waiting on the same checkpoint, go first). A read ahead is dropped only after its checkpoint answered, or
-    when the lane itself is cancelled, which cancels that checkpoint too."""
-    if await fence is None:
-        raise _NotHeld
-    return await _read(find, codec, raw=None)
-
-
 @dataclass
 class _Ahead:
     """The next batch's read, started while the current batch is transformed and written; lent as it
@@ -359,14 +344,12 @@ class PlainBatches:
         control: Any = None
         fence: asyncio.Task[Checkpointed | None] | None = None
         if docs:
-            # The batch is transformed while its checkpoint is in flight, and written once the checkpoint says the
-            # lease still holds (apply_batch's fence). The next batch's read goes once the checkpoint is answered,
-            # before the write: sent beside the checkpoint, it was often served first (the server takes a read
-            # whole), and the write waited for the checkpoint behind it.
+            # The checkpoint goes first, the next batch's read after it; the batch is transformed while both are
+            # in flight, and written once the checkpoint says the lease still holds (apply_batch's fence).
             intent = _intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs, collection.codec_options)
             fence = asyncio.ensure_future(self._checkpoint(work, cursor, intent=intent))
             if ahead and len(docs) == size and job.pipeline is None:
-                self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), size, after=fence)
+                self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), size)
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
@@ -425,14 +408,8 @@ class PlainBatches:
         self.last_batch_s = engine.now() - began
         return Progress(done, next_cursor, True, control)
 
-    def _read_ahead(
-        self, work: PartitionWork, collection: AsyncCollection[Any], cursor: Checkpoint, size: int, *, after: asyncio.Future[Any]
-    ) -> None:
+    def _read_ahead(self, work: PartitionWork, collection: AsyncCollection[Any], cursor: Checkpoint, size: int) -> None:
         """Start reading the batch after this one, from ``cursor``, while this one is transformed and written.
-
-        ``after``: this batch's checkpoint; the read is sent once it answers that the lease holds. The read's task
-        waits for it before the write path does, so it is the first to go on: the read reaches the server before
-        the batch's write, and the server answers it while the client transforms or waits for the write.
 
         The server answers that ``find`` while the client transforms, as it would otherwise idle; B3's
         loop (read, write, read...) leaves the two to take turns. It is as safe as any read: a document
@@ -447,8 +424,7 @@ class PlainBatches:
         find = work.find(collection, cursor, size)
         if find is not None:
             codec = collection.codec_options
-            read = _read_when_held(after, find, codec)
-            self.ahead = _Ahead(cursor, size, asyncio.get_running_loop().create_task(read, name=READ_AHEAD_TASK))
+            self.ahead = _Ahead(cursor, size, asyncio.get_running_loop().create_task(_read(find, codec, raw=None), name=READ_AHEAD_TASK))
 
     async def finish(self, work: PartitionWork) -> bool:
         """Checkpoint the slice's last written batch, if it is still owed; False when fenced off."""
