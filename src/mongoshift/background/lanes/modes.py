@@ -1,8 +1,8 @@
 """How a lane moves through its partition: one strategy per kind of migration, chosen once per slice.
 
-* :class:`PlainBatches`: read a batch, send the fenced checkpoint (recording the batch in
-  flight), transform the batch while it is answered, and write it as guarded updates once it
-  says the lease holds (``migrate``, ``migrate_batch`` and ``pipeline`` migrations);
+* :class:`PlainBatches`: read a batch, move the fenced checkpoint (recording the batch in
+  flight), then transform it and write it as guarded updates (``migrate``, ``migrate_batch``
+  and ``pipeline`` migrations);
 * :class:`TransactionalBatches`: all of that in one snapshot transaction (see :mod:`..write.transaction`);
 * :class:`StepCalls`: one call of the user's ``step``, whose result is the checkpoint.
 
@@ -37,7 +37,7 @@ from ...schema.background import MAX_CHECKPOINT_BYTES
 from ..plan.hash_drain import drain_after, drain_read
 from ..plan.planner import batch_filter, batch_sort, cursor_after, range_filter
 from ..state.model import Checkpoint, Checkpointed, Lease, Partition
-from ..write.batch import BatchFailed, BatchResult, DocumentError, FencedOff, Lent, apply_batch, as_read, at_version, id_key, lend_decoded, rewrite_range
+from ..write.batch import BatchFailed, BatchResult, DocumentError, Lent, apply_batch, as_read, at_version, id_key, lend_decoded, rewrite_range
 from ..write.document import bson_problem
 from ..write.job import Job
 from ..write.transaction import (
@@ -308,8 +308,7 @@ class _Ahead:
 class PlainBatches:
     """A batch read (decoded by the driver), written through :func:`apply_batch`, around one fenced checkpoint.
 
-    The checkpoint goes between the read and the write (the transform runs while it is in flight; the
-    write waits for its answer, :func:`apply_batch`'s fence): it records the batch about to be written
+    The checkpoint goes between the read and the write: it records the batch about to be written
     (its ids and revisions as read: the partition's ``inflight``) and carries the previous batch's
     cursor, counters and failed documents. A lane killed between a write and its bookkeeping so
     leaves on the partition what it was writing, and the next lane to claim the partition counts
@@ -342,46 +341,27 @@ class PlainBatches:
         read_ms = (engine.now() - began) * 1000
         docs, batch, last = read.docs, read.batch, read.last
         control: Any = None
-        fence: asyncio.Task[Checkpointed | None] | None = None
         if docs:
-            # The checkpoint goes first, the next batch's read after it; the batch is transformed while both are
-            # in flight, and written once the checkpoint says the lease still holds (apply_batch's fence).
-            intent = _intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs, collection.codec_options)
-            fence = asyncio.ensure_future(self._checkpoint(work, cursor, intent=intent))
+            checkpointed = await self._checkpoint(
+                work, cursor, intent=_intent(job, work.lease, batch.tops if isinstance(batch, Lent) else docs, collection.codec_options)
+            )
+            if checkpointed is None:
+                return Progress(False, cursor, False)  # fenced off: this batch is not written
+            control = checkpointed.control
             if ahead and len(docs) == size and job.pipeline is None:
                 self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), size)
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
-            result = await apply_batch(job, batch, collection, ctx, fence=fence) if docs else BatchResult()
-        except FencedOff:
-            return Progress(False, cursor, False)  # fenced off: this batch is not written
+            result = await apply_batch(job, batch, collection, ctx) if docs else BatchResult()
         except BatchFailed:
-            if fence is not None and await fence is None:  # the checkpoint's answer first, as when it went before the transform
-                return Progress(False, cursor, False)
             raise
         except Exception as exc:
-            if fence is not None and await fence is None:
-                return Progress(False, cursor, False)
             if adaptive is not None and overloaded(exc):
                 change = adaptive.record((engine.now() - started) * 1000, overloaded=True)
                 if change:
                     work.throttled(change, **adaptive.pace())
             raise
-        except asyncio.CancelledError:
-            if fence is not None:
-                fence.cancel()  # the lane itself is cancelled: the checkpoint goes with it, as when it was awaited alone
-            raise
-        except BaseException:
-            if fence is not None:  # the process ends: the checkpoint sent with the batch still lands, as it had before
-                with contextlib.suppress(Exception):
-                    await fence
-            raise
-        if fence is not None:
-            checkpointed = await fence  # answered before the write (apply_batch waited for it), or now when nothing was written
-            if checkpointed is None:
-                return Progress(False, cursor, False)
-            control = checkpointed.control
         latency_ms = (engine.now() - started) * 1000
         if adaptive is not None and docs:
             change = adaptive.record(

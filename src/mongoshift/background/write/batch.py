@@ -41,7 +41,7 @@ import copy as copy_module
 import importlib
 import inspect
 import struct
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +75,6 @@ _UPDATE_OP: int | None = getattr(importlib.import_module("pymongo.message"), "_U
 
 class BatchFailed(Exception):
     """The batch cannot go on (a wrong ``migrate_batch`` result, a server error): fails the slice."""
-
-
-class FencedOff(Exception):
-    """The batch's fence answered None (the lane lost its partition): nothing of the batch was written."""
 
 
 class DocumentFailed(Exception):
@@ -682,7 +678,6 @@ async def apply_batch(
     *,
     session: Any = None,
     strict: bool = False,
-    fence: Awaitable[Any] | None = None,
 ) -> BatchResult:
     """Transform and write ``docs``; see the module docstring for the conflict rules.
 
@@ -690,16 +685,11 @@ async def apply_batch(
     ``strict`` (a transactional batch): the first document error raises
     :class:`DocumentFailed` and a write that matched nothing raises
     :class:`WriteConflict`, so that nothing of the batch commits with them.
-    ``fence`` (a lane's batch): its fenced checkpoint, sent before the transform and in flight while it
-    runs; awaited before anything is written, and a None answer (another lane holds the partition now)
-    raises :class:`FencedOff` with nothing written. The caller awaits it too (a task answers each await).
     """
     spec = job.spec
     if session is None:
         collection = collection.with_options(write_concern=WriteConcern(**spec.write_concern))
     if job.pipeline is not None:  # no transform here: a lent batch (a transaction's) is its documents as read
-        if fence is not None and await fence is None:
-            raise FencedOff
         return await _apply_pipeline(job, docs.tops if isinstance(docs, Lent) else docs, collection, session=session, strict=strict)
     result = BatchResult()
     codec = collection.codec_options.with_options(document_class=dict)
@@ -715,10 +705,6 @@ async def apply_batch(
         result.errors += planned.errors
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
-        if fence is not None:
-            if await fence is None:
-                raise FencedOff
-            fence = None  # held: the conflict rounds write without asking again
         try:
             matched, failed = await write_planned(job, planned, collection, session=session)
         except Exception:
