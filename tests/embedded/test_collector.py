@@ -58,7 +58,10 @@ def test_cyclic_garbage_frozen_alive_is_freed_by_the_full_collection(collector: 
 
 def test_a_full_collection_is_due_once_the_survivors_have_grown_the_heap_by_half(collector: Collector) -> None:
     collector.collect()
-    heap = gc.get_freeze_count()
+    # The heap as the collection counted it: a young collection of another thread of this process (a driver's
+    # monitor left by an earlier test) may freeze a few more objects before a count here (CI once saw 22).
+    heap = collector.heap
+    assert gc.get_freeze_count() >= heap
     assert collector.left in {-(-heap // 2), -(-heap // 2) + 1}  # ceil(0.5 * heap), counted after the collection
     kept = [Node() for _ in range(collector.left // 2)]
     gc.collect(0)  # half the allowance survives, and is counted
