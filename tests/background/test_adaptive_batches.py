@@ -107,3 +107,35 @@ async def test_adaptive_false_keeps_batch_size_whatever_the_batches_take(fast_pr
     assert not [e for e in seen if e.kind == "throttle"]
     assert report.batch_size == {"mode": "fixed", "start": 10}
     assert [value for label, value in details(report) if label == "batch size"] == ["10, fixed (adaptive=False)"]
+
+
+async def test_an_unpaced_lanes_pause_is_its_checkpoints_round_trip(fast_project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With ``pause_ms=0`` and no hook, the checkpoint's round trip is the lane's pause (docs/background.md, "Batch
+    size"): a checkpoint of 200 ms on the engine's clock grows the batches as a 200 ms pause does. Two ways this
+    broke: the next batch read ahead at the size of the one before (stop 53's read ahead: the size never grew), and
+    a round trip hidden inside the batch's work (stop 54 tried one: the transform ran while the checkpoint was in
+    flight), which left the lane working all its cycle and shrank its batches to the minimum."""
+    await seed(db.people, 2000)
+    unpaced = FILE.replace("throttle=throttle,", "").replace("{adaptive}", "")
+    fast_project.add(NAME, unpaced)
+    s = fast_project.settings()
+    await command.up(s)
+    seen: list[Event] = []
+    async with on_the_files_clock(s, seen) as (engine, spec, state):
+        clock = spec.migrate.__globals__["CLOCK"]
+        checkpoint = engine.store.checkpoint
+
+        async def round_trip(lease, **kwargs):  # type: ignore[no-untyped-def]
+            if kwargs.get("intent") is not None:  # a batch's checkpoint, between its read and its write
+                clock[0] += 0.2
+            return await checkpoint(lease, **kwargs)
+
+        monkeypatch.setattr(engine.store, "checkpoint", round_trip)
+        result = await Lane(engine.context, "lane-1").run_slice(state, spec, slice_ms=10**9)
+    assert result.outcome == "done" and result.counters["migrated"] == 2000
+    # As the paced lane's growth, each size a batch longer: the batch read ahead when the size changed was read at
+    # the old one (and is not judged). The read ahead after it takes the new size: it took the old one for ever, so
+    # an unpaced lane's batches never grew.
+    sizes = [e.data["size"] for e in seen if e.kind == "batch"]
+    unpaced_growth = [10] + [s for s in (10, 12, 14, 16, 19, 22, 26, 31, 37, 44, 52, 62, 74, 88) for _ in range(4)]
+    assert sizes[: len(unpaced_growth)] == unpaced_growth, sizes

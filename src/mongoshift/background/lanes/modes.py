@@ -331,6 +331,7 @@ class PlainBatches:
         # A pipeline batch is read raw: only its ids are used.
         codec = collection.codec_options.with_options(document_class=dict if job.pipeline is None else RawBSONDocument)
         read: _Read | None = None
+        wanted = size  # the size the lane asks for now: the next read ahead takes it, whatever this batch was read at
         if self.ahead is not None:
             taken, self.ahead = await self.ahead.take(cursor, size, codec), None
             if taken is not None:
@@ -349,7 +350,9 @@ class PlainBatches:
                 return Progress(False, cursor, False)  # fenced off: this batch is not written
             control = checkpointed.control
             if ahead and len(docs) == size and job.pipeline is None:
-                self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), size)
+                # At ``wanted``, not at the size this batch was read ahead at: the controller grows an unpaced lane's
+                # batches only through the next read (read at the old size, each batch kept it for ever).
+                self._read_ahead(work, collection.with_options(codec_options=codec), cursor_after(work.partition.scope, last), wanted)
         ctx = job.context(str(work.partition.seq), engine.cancel, engine.events)
         started = engine.now()
         try:
