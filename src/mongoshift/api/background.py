@@ -169,8 +169,7 @@ async def status_in(project: Project, name: str | None = None) -> list[Backgroun
     """The report of one registered migration (None: of every one)."""
     async with _engine(project) as engine:
         if name is not None:
-            state = await engine.store.state(await _registered(engine, name))
-            return [await report(engine.store, state)] if state else []
+            return [await report(engine.store, await _registered_state(engine, name))]
         return [await report(engine.store, s) for s in await engine.store.states_all()]
 
 
@@ -182,8 +181,7 @@ async def partitions(settings: Settings, name: str, *, client: AsyncMongoClient[
 async def partitions_in(project: Project, name: str) -> list[PartitionRow]:
     """The partitions of one registered migration."""
     async with _engine(project) as engine:
-        state = await engine.store.state(await _registered(engine, name))
-        assert state is not None
+        state = await _registered_state(engine, name)
         return [PartitionRow.of(p) for p in await engine.store.partitions_of(state)]
 
 
@@ -288,11 +286,7 @@ async def failed_ids_in(project: Project, name: str, *, limit: int = 100) -> tup
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ConfigInvalidError(f"limit must be a whole number, 0 or more, not {limit!r}")
     async with _engine(project, project.observers) as engine:
-        wanted = await _registered(engine, name)
-        state = await engine.store.state(wanted)
-        if state is None:
-            raise NotAppliedError(f"{wanted} is not a registered background migration", file=wanted)
-        return await engine.store.failed_ids(state, limit)
+        return await engine.store.failed_ids(await _registered_state(engine, name), limit)
 
 
 async def repin(
