@@ -170,7 +170,7 @@ def test_documents_whose_version_is_text_are_counted_when_registered_and_when_a_
     (report,) = json.loads(run.stdout)["background"]
     assert report["status"] == "completed" and report["totals"]["migrated"] == 10
     (warning,) = [w for w in report["warnings"] if "not a number" in w]
-    assert warning.startswith("4 documents") and "'background verify' will report them stranded" in warning
+    assert warning.startswith("4 documents") and "'background verify' (through the version index) will report them stranded" in warning
     assert run.stderr.count(said) == 1, run.stderr  # said once at the start, in the log
     status = cli(fast_project, "background", "status", "0001_names", "--json")
     assert any("not a number" in w for w in json.loads(status.stdout)["background"][0]["warnings"])

@@ -59,7 +59,7 @@ def not_a_version_words(name: str, collection: str, field: str, n: int, stopped:
     them = "it" if one else "them"
     return (
         f"{name}: {amount} of {collection!r} matching its filter {'has' if one else 'have'} a {field} that is not a number "
-        f"(text or another type: no valid version), so no pass will touch {them} and 'background verify' will report {them} "
+        f"(text or another type: no valid version), so no pass will touch {them} and 'background verify' (through the version index) will report {them} "
         f'stranded; store the version as a number (docs/background.md, "Versions that are not numbers")' + (f" ({stopped})" if stopped else "")
     )
 
