@@ -51,6 +51,23 @@ async def test_the_charts_rate_of_a_short_run_is_the_headers_rate(registered, co
     assert ">400.0 docs/s</text>" in page.text  # the chart's peak, the same
 
 
+async def test_the_time_left_reads_as_the_clis(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """The ETA beside a running migration's progress is ``H:MM:SS``, as ``background status`` and the progress
+    lines print it (one format, ``project.wording.clock``), on the overview and on the migration's page."""
+    client, _ = counted_client
+    async with connect(registered.settings()) as ms:
+        await ms.background.run([NAME])
+    # 300 scanned over some 100 s, an estimate of a million: hours left, whatever the clock adds
+    running = {"status": "running", "completed_at": None, "started_at": datetime.now(UTC) - timedelta(seconds=100), "plan.estimate": 1_000_000}
+    await db["_mongoshift_background"].update_one({"_id": NAME}, {"$set": running})
+    web = http(make_app(registered, client))
+    page = await web.get(f"/migrations/{NAME.removesuffix('.py')}")
+    assert re.search(r"docs/s · \d+:\d\d:\d\d left", page.text)
+    overview = await web.get("/")
+    assert re.search(r"<td>\d+:\d\d:\d\d</td>", overview.text)
+    assert not re.search(r"\d+h \d\dm|\d+m \d\ds", page.text + overview.text)
+
+
 async def test_a_file_deployed_after_the_dashboard_started_is_shown_pending(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
     """The dashboard's session read the migrations folder once: a file deployed while it ran was never
     shown, while ``mongoshift status`` (and the tenants view) said it was pending."""

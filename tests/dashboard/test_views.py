@@ -1,4 +1,4 @@
-"""The numbers the pages show, computed without a server: the SVG chart's points, progress, durations."""
+"""The numbers the pages show, computed without a server: the SVG chart's points, progress."""
 
 from __future__ import annotations
 
@@ -35,10 +35,6 @@ def test_one_bucket_draws_a_level_line_and_none_draws_nothing() -> None:
     chart = views.chart([{"at": datetime(2026, 1, 1, tzinfo=UTC), "scanned": 50}])
     assert len(chart.points.split()) == 2 and not chart.empty
     assert views.chart([]).empty
-
-
-def test_durations_read_like_a_person_would_say_them() -> None:
-    assert [views.duration(s) for s in (None, 5, 65, 3_700)] == ["–", "5s", "1m 05s", "1h 01m"]
 
 
 def test_the_tenants_view_counts_every_tenant_and_names_only_a_few() -> None:

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from ..project.run import CancelSignal
     from ..project.run_log import RunLogLine
     from ..project.settings import Settings, load_settings
-    from ..project.wording import plural
+    from ..project.wording import clock, plural
     from ..tenants.report import RolloutReport, TenantError, TenantRow
     from ..tenants.selection import Tenant
     from .adoption import AdoptionReport, baseline, import_history
@@ -148,6 +148,7 @@ __all__ = [
     "claim_intents",
     "coordinate_background",
     "describe_error",
+    "clock",
     "plural",
     "redact",
     "open_client",
@@ -279,6 +280,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "settle_intent": (".intents", "settle_intent"),
     "describe_error": ("..project.redaction", "describe_error"),
     "redact": ("..project.redaction", "redact"),
+    "clock": ("..project.wording", "clock"),
     "plural": ("..project.wording", "plural"),
     "converge": (".collections", "converge"),
     "RolloutReport": ("..tenants.report", "RolloutReport"),

@@ -20,7 +20,7 @@ from ..errors import (
     TenantsInvalidError,
 )
 from ..project.run import CancelSignal
-from ..project.wording import plural
+from ..project.wording import clock, plural
 from .app import FloatRange, IntRange, confirm, global_options, output, run_async, settings
 from .tenants import across, given, requested, tenant_options
 
@@ -144,7 +144,7 @@ def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
             r.totals["conflicts"],
             r.failed_documents,
             f"{r.rate_per_second:g}/s" if r.rate_per_second else "-",
-            view.clock(r.eta_seconds),
+            clock(r.eta_seconds),
             (r.last_error or "")[:80],
         )
         for r in reports

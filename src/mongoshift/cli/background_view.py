@@ -19,16 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..background.inspect.status import BackgroundReport, pace_words
-from ..project.wording import plural
-
-
-def clock(seconds: float | None) -> str:
-    """A duration (an ETA, the time elapsed) as ``H:MM:SS`` (``0:12:50``, ``27:03:00``), ``-`` when unknown: the one
-    format of every background view, on a terminal, piped and in the progress lines (docs/background.md)."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+from ..project.wording import clock, plural
 
 
 def progress(r: BackgroundReport) -> str:

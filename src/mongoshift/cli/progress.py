@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..background.inspect.status import BackgroundReport
-from ..project.wording import plural
-from .background_view import clock, done_of
+from ..project.wording import clock, plural
+from .background_view import done_of
 
 log = logging.getLogger("mongoshift.background.progress")
 

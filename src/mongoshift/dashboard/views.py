@@ -89,17 +89,6 @@ def percent(report: api.BackgroundReport) -> int:
     return max(0, min(100, round(100 * (report.estimate - report.remaining) / report.estimate)))
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
-
-
 def verdicts(audit: api.AuditReport | None) -> dict[str, str]:
     """The audit's worst severity per subject (a migration's name, or ``lock``)."""
     out: dict[str, str] = {}
