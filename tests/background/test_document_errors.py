@@ -138,15 +138,19 @@ async def test_a_key_error_quoting_a_documents_value_is_masked(fast_project: Pro
         "    if doc['_id'] == 2:\n        {}[doc['first']]\n"
         "    if doc['_id'] == 3:\n        {}[doc['n']]\n"
         "    if doc['_id'] == 4:\n        doc['missing_field']\n"
+        "    if doc['_id'] == 5:\n        {}[doc['first'].lower() + '-x']\n"  # a key worked out from a value: no value equals it
+        "    if doc['_id'] == 6:\n        doc[ABSENT]\n"  # a module-level name for a field
     )
-    fast_project.add(NAME, background_file(batch_size=100, extra=BUDGET).replace("def migrate(doc, ctx):\n", lookups))
+    source = "ABSENT = 'absent_field'\n" + background_file(batch_size=100, extra=BUDGET).replace("def migrate(doc, ctx):\n", lookups)
+    fast_project.add(NAME, source)
     await command.up(fast_project.settings())
     (result,) = await bg.run(fast_project.settings(), [NAME])
-    assert result.status == "completed" and result.failed_documents == 3
+    assert result.status == "completed" and result.failed_documents == 5
     (report,) = await bg.status(fast_project.settings(), NAME)
     said = sorted(entry["error"] for entry in report.doc_errors)
-    assert said == ["'***'", "'missing_field'", "***"], said
-    assert "F2" not in str(report.to_json()) and "7777" not in str(report.to_json())
+    assert said == ["'***'", "'absent_field'", "'missing_field'", "***"], said  # docs 2 and 5 said the same
+    shown = str(report.to_json())
+    assert "F2" not in shown and "7777" not in shown and "f5" not in shown
 
 
 async def test_an_async_transform_that_calls_sys_exit_fails_its_document_not_the_run(fast_project: Project, db: AsyncDatabase[Any]) -> None:

@@ -302,6 +302,40 @@ def test_code_334_is_an_auth_failure_only_in_the_handshake() -> None:
     assert not isinstance(from_pymongo(exc), AuthFailedError)
 
 
+#: A module-level name for a field, as a migration file may keep one.
+ABSENT_FIELD = "absent_field"
+LOOKUP_FIELDS = ("listed_field",)
+
+
+def _raised(fn: Any) -> BaseException:
+    try:
+        fn()
+    except BaseException as exc:
+        return exc
+    raise AssertionError("it did not raise")
+
+
+def test_a_raised_key_errors_key_stays_only_when_the_code_names_it() -> None:
+    """A key worked out from a value (``prices[doc["sku"].lower()]``) is equal to none of the document's values,
+    yet it is one: a raised ``KeyError`` keeps its key only when the code it passed through names it."""
+    doc: dict[str, Any] = {"_id": 1, "sku": "A-17", "n": 40}
+    prices: dict[Any, int] = {}
+
+    def helper(d: dict[str, Any]) -> Any:
+        return d["helper_field"]
+
+    derived = _raised(lambda: prices[doc["sku"].lower()])
+    assert describe_transform_error(derived, document=doc) == "KeyError: '***'"
+    assert describe_transform_error(derived) == "KeyError: '***'"  # the migration line's up/down: no document
+    assert describe_transform_error(_raised(lambda: prices[doc["n"] * 3]), document=doc) == "KeyError: ***"
+    assert describe_transform_error(_raised(lambda: doc["missing_field"]), document=doc) == "KeyError: 'missing_field'"
+    assert describe_transform_error(_raised(lambda: doc[ABSENT_FIELD]), document=doc) == "KeyError: 'absent_field'"
+    assert describe_transform_error(_raised(lambda: doc[LOOKUP_FIELDS[0]]), document=doc) == "KeyError: 'listed_field'"
+    assert describe_transform_error(_raised(lambda: helper(doc)), document=doc) == "KeyError: 'helper_field'"
+    assert describe_transform_error(_raised(lambda: prices[9]), document=doc) == "KeyError: 9"
+    assert describe_transform_error(_raised(lambda: prices[(1, 2)]), document=doc) == "KeyError: ***"
+
+
 def test_a_naming_errors_quoted_value_of_the_document_is_masked() -> None:
     """A name is kept, but not when it is one of the document's values: ``prices[doc["sku"]]`` quotes the value."""
     doc = {"_id": 1, "sku": "A-17", "inner": {"tags": ["x\ny", 42]}, "quote": "it's"}

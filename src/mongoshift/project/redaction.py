@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import Mapping
+from types import CodeType, TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
@@ -213,8 +214,13 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, docu
 
     ``document`` is the document the transform was given, as read: a name that is one of its
     values is masked after all. A lookup keyed by a document's value (``prices[doc["sku"]]``)
-    raises a ``KeyError`` that quotes that value, not a name."""
+    raises a ``KeyError`` that quotes that value, not a name. So does one keyed by a value worked
+    out from it (``prices[doc["sku"].lower()]``), which no document value equals: a raised
+    ``KeyError`` keeps its key only when the code it passed through names that key
+    (:func:`_named_by_code`: ``doc["email"]``, ``config[7]``)."""
     if isinstance(exc, _NAMING):
+        if isinstance(exc, KeyError) and len(exc.args) == 1 and not _named_by_code(exc.args[0], exc.__traceback__):
+            return _masked_key(exc, limit)
         text = describe_error(exc, None if document is not None else limit)
         if document is None:
             return text
@@ -222,8 +228,7 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, docu
         if not values:
             return cap(text, limit)
         if isinstance(exc, KeyError) and len(exc.args) == 1 and _is_value(exc.args[0], values):
-            masked = f"'{MASK}'" if isinstance(exc.args[0], str) else MASK  # ``counts[doc["age"]]``: ``KeyError: 42``
-            return cap(f"{type(exc).__name__}: {masked}", limit)
+            return _masked_key(exc, limit)
 
         def mask_value(quoted: re.Match[str]) -> str:
             text = quoted.group(0)
@@ -239,6 +244,51 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, docu
         return f"{text[0]}***{text[0]}"
 
     return cap(_QUOTED.sub(mask, describe_error(exc, None)), limit)
+
+
+def _masked_key(exc: KeyError, limit: int | None) -> str:
+    masked = f"'{MASK}'" if isinstance(exc.args[0], str) else MASK  # ``counts[doc["age"]]``: ``KeyError: 42``
+    return cap(f"{type(exc).__name__}: {masked}", limit)
+
+
+def _named_by_code(key: Any, traceback: TracebackType | None) -> bool:
+    """Whether ``key`` is named by the code a raised exception passed through: a constant of a frame of its
+    traceback (or of a function defined inside one), ``doc["email"]``; or a module-level constant of
+    that frame's module (a string or number, or one in a tuple, list or set), ``doc[EMAIL]``. A key
+    worked out at run time from a document's values is named by no code. An exception never raised
+    (no traceback) gives no code to ask: its key is taken as a name."""
+    if traceback is None:
+        return True
+    kind = type(key)
+    if kind not in (str, int):
+        return False  # a tuple, bytes, a float, an ObjectId... as keys: made from values, not names
+    codes: list[CodeType] = []
+    modules: dict[int, dict[str, Any]] = {}
+    while traceback is not None:
+        codes.append(traceback.tb_frame.f_code)
+        modules.setdefault(id(traceback.tb_frame.f_globals), traceback.tb_frame.f_globals)
+        traceback = traceback.tb_next
+    for names in modules.values():
+        for value in list(names.values()):
+            items = value if type(value) in (tuple, list, set, frozenset) else (value,)
+            if any(type(item) is kind and item == key for item in items):
+                return True
+    seen: set[int] = set()
+    while codes:
+        code = codes.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        constants: list[Any] = list(code.co_consts)
+        while constants:
+            constant = constants.pop()
+            if type(constant) is type(key) and constant == key:
+                return True
+            if isinstance(constant, (tuple, frozenset)):
+                constants.extend(constant)  # ``in ("a", "b")``, ``{"a", "b"}``
+            elif isinstance(constant, CodeType):
+                codes.append(constant)  # a lambda's or a nested function's
+    return False
 
 
 def _document_values(document: Any) -> set[Any]:
