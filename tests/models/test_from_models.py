@@ -364,3 +364,29 @@ def test_collections_generate_killed_before_the_snapshot_is_completed_by_a_rerun
     assert [r["action"] for r in json.loads(rerun.stdout)["collections"]] == ["unchanged"]
     assert (project.root / "collections" / "members.toml").read_text(encoding="utf-8") == declared
     assert cli(project, "collections", "generate", "--check").returncode == 0
+
+
+def test_collections_generate_records_the_shape_a_migration_left_for_it(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """After a ``create --from-models`` stopped before its snapshot (the state a kill -9 leaves, restored here), a
+    ``collections generate`` whose declarations did not change said "recorded now" and wrote nothing; ``--check``
+    said it too and passed. Now ``--check`` reports the snapshot out of date (48), and the run writes it."""
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, AFTER)
+    assert cli(project, "collections", "generate").returncode == 0  # the declarations first, as the docs advise
+    snapshot = project.root / "collections" / "_models.json"
+    before = snapshot.read_text(encoding="utf-8")
+    assert cli(project, "create", "shape", "--from-models").returncode == 0
+    snapshot.write_text(before, encoding="utf-8")  # the migration is written, the snapshot is not
+
+    check = cli(project, "collections", "generate", "--check")
+    assert check.returncode == 48, check.stderr
+    assert "a run without --check records it" in check.stderr and "recorded now" not in check.stderr
+    assert snapshot.read_text(encoding="utf-8") == before
+
+    run = cli(project, "collections", "generate")
+    assert run.returncode == 0, run.stderr
+    assert "recorded now" in run.stderr
+    assert json.loads(snapshot.read_text(encoding="utf-8"))["shapes"]["members"]["version"] == 1
+    assert cli(project, "collections", "generate", "--check").returncode == 0
+    assert json.loads(cli(project, "--json", "create", "again", "--from-models").stdout)["files"] == []

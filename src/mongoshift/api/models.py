@@ -85,7 +85,7 @@ async def create_from_models_in(project: Project, name: str, models: str | None 
 def _create(settings: Settings, name: str, models: str | None, stop: Callable[[], None] | None = None) -> FromModelsReport:
     from ..errors import ModelsInvalidError
 
-    package, snapshot = resolve_package(settings, models)
+    package, snapshot, _ = resolve_package(settings, models)
     if snapshot is None or not snapshot.shapes:
         raise ModelsInvalidError(
             f"no models snapshot in {settings.collections_dir}: run 'mongoshift collections generate --models {package}' first "

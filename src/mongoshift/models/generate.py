@@ -137,22 +137,25 @@ def _edited(path: Path, text: str, mine: dict[str, Any], merged: dict[str, Any])
     return new_text
 
 
-def resolve_package(settings: Settings, models: str | None) -> tuple[str, snapshots.Snapshot | None]:
-    """The models package: the one given, else the one the snapshot recorded."""
+def resolve_package(settings: Settings, models: str | None, *, check: bool = False) -> tuple[str, snapshots.Snapshot | None, list[str]]:
+    """The models package (the one given, else the one the snapshot recorded), the snapshot, and the collections
+    whose shape a generated migration records and the snapshot did not (folded into it: the caller writes it)."""
     if models is not None and not models.strip():  # `--models ""` fell back to the snapshot's package, as if unsaid
         raise ModelsInvalidError("--models '' is not a module name (such as myapp.models); leave it out to use the snapshot's")
     if models is not None:
         check_package_name(models)  # before a hint quotes it back as a command to run
     snapshot = snapshots.read(settings.collections_dir)
-    if snapshot is not None and (healed := snapshots.heal(snapshot, settings.migrations_dir)):
+    healed = snapshots.heal(snapshot, settings.migrations_dir) if snapshot is not None else []
+    if healed:
         log.warning(
             "the models snapshot did not record the shape of %s that a migration written from the models does "
-            "(a run stopped before the snapshot was written): recorded now", ", ".join(healed),
+            "(a run stopped before the snapshot was written): %s", ", ".join(healed),
+            "a run without --check records it" if check else "recorded now",
         )
     package = models or (snapshot.models if snapshot else None)
     if not package:
         raise ModelsInvalidError("name the models package: --models PKG (such as myapp.models); later runs take it from the snapshot")
-    return package, snapshot
+    return package, snapshot, healed
 
 
 def generate(settings: Settings, models: str | None = None, *, check: bool = False, stop: Callable[[], None] | None = None) -> GenerateReport:
@@ -160,7 +163,7 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
 
     ``stop`` raises when the run must stop (Ctrl-C while the models imported): called once everything is
     computed, before the first write, so a stopped run writes nothing."""
-    package, snapshot = resolve_package(settings, models)
+    package, snapshot, healed = resolve_package(settings, models, check=check)
     snapshot = snapshot or snapshots.Snapshot()
     shapes = find_models(package)
     folder = settings.collections_dir
@@ -206,7 +209,8 @@ def generate(settings: Settings, models: str | None = None, *, check: bool = Fal
     names = {s.collection for s in shapes}
     orphaned = sorted(n for n in snapshot.declarations if n not in names and n in existing)
     stale = (
-        snapshot.models != package
+        bool(healed)  # the shape a generated migration records is not in the file yet
+        or snapshot.models != package
         or any(canonical(snapshot.declarations.get(s.collection)) != canonical(s.declaration) for s in shapes)
         or any(s.collection not in snapshot.shapes for s in shapes)
         or any(n not in names and n not in existing for n in snapshot.declarations)  # gone with its file too
