@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -390,3 +391,16 @@ def test_collections_generate_records_the_shape_a_migration_left_for_it(project:
     assert json.loads(snapshot.read_text(encoding="utf-8"))["shapes"]["members"]["version"] == 1
     assert cli(project, "collections", "generate", "--check").returncode == 0
     assert json.loads(cli(project, "--json", "create", "again", "--from-models").stdout)["files"] == []
+
+
+def test_create_from_models_with_no_change_writes_nothing(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """It said "no migration written" and rewrote the snapshot all the same (same bytes, a new modification time:
+    a read-only checkout failed on a run with nothing to do)."""
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    snapshot = project.root / "collections" / "_models.json"
+    os.utime(snapshot, ns=(1_000_000_000, 1_000_000_000))
+    result = cli(project, "--json", "create", "nothing", "--from-models")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["files"] == [] and list(project.migrations.glob("*.py")) == []
+    assert snapshot.stat().st_mtime_ns == 1_000_000_000

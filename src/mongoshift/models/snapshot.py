@@ -158,8 +158,15 @@ def _shape(where: str, value: object) -> Shape:
 
 
 def write(folder: Path, snapshot: Snapshot) -> Path:
+    """The snapshot's file, unless it already holds exactly this text: a run that changed nothing writes nothing
+    (its bytes and modification time stay, and a read-only checkout is no error)."""
     path = path_in(folder)
     text = json.dumps(snapshot.to_json(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return path
+    except (OSError, UnicodeDecodeError):
+        pass  # none yet, or unreadable: written whole below
     write_text(path, text, "write the models snapshot")
     return path
 
