@@ -404,3 +404,17 @@ def test_create_from_models_with_no_change_writes_nothing(project: Project, cli)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["files"] == [] and list(project.migrations.glob("*.py")) == []
     assert snapshot.stat().st_mtime_ns == 1_000_000_000
+
+
+def test_a_change_with_notes_only_keeps_its_shape_version(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A new optional field needs no rewrite: no file, and ``--json`` said ``to_version`` 1 while the snapshot stayed at 0."""
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, BEFORE.replace("    legacy: Optional[str] = None\n", "    legacy: Optional[str] = None\n    note: Optional[str] = None\n"))
+    result = cli(project, "--json", "create", "note", "--from-models")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (collection,) = report["collections"]
+    assert report["files"] == [] and collection["changes"] == [] and collection["notes"]
+    assert (collection["from_version"], collection["to_version"]) == (0, 0)
+    assert json.loads((project.root / "collections" / "_models.json").read_text(encoding="utf-8"))["shapes"]["members"]["version"] == 0

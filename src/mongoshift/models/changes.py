@@ -80,7 +80,8 @@ class CollectionChange:
 
     @property
     def to_version(self) -> int:
-        return self.from_version + 1
+        """The shape version the snapshot records: one higher when a migration is written, else unchanged (notes only)."""
+        return self.from_version + 1 if self.changes else self.from_version
 
     @property
     def reversible(self) -> bool:
@@ -300,8 +301,7 @@ def plan(package: str, previous: dict[str, Shape], shapes: list[ModelShape]) -> 
             recorded[shape.collection] = Shape(0, shape.model, shape.fields)
             continue
         change = compare(before, shape)
-        version = change.to_version if change.changes else before.version
-        recorded[shape.collection] = Shape(version, shape.model, shape.fields)
+        recorded[shape.collection] = Shape(change.to_version, shape.model, shape.fields)
         if change.changes or change.notes:
             changes.append(change)
     return FromModelsPlan(package, changes, recorded, new)
