@@ -313,6 +313,16 @@ def test_a_missing_import_names_the_module_that_is_missing(project: Project, cli
     assert "(shopapp/models.py, line 1): ImportError: cannot import 'nowhere_helper' from 'datetime'" in result.stderr, result.stderr
 
 
+def test_a_packages_main_module_is_not_run(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``--models PKG`` imported ``PKG/__main__.py`` with the rest: the application's program ran (a server started
+    there never returned; one that exits failed the run with exit 49). It is the package's program, not a module."""
+    write_models(project, BEANIE)
+    (project.root / PACKAGE / "__main__.py").write_text("raise SystemExit('the application started')\n", encoding="utf-8")
+    result = cli(project, "--json", "collections", "generate", "--models", PACKAGE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [c["collection"] for c in json.loads(result.stdout)["collections"]] == ["customers"]
+
+
 def _broken_declaration(snapshot: dict) -> None:  # type: ignore[type-arg]
     snapshot["declarations"]["events"] = 5  # a hand edit, a merge conflict resolved badly
 

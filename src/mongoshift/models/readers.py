@@ -61,7 +61,8 @@ def check_package_name(package: str) -> None:
 
 
 def import_models(package: str) -> list[ModuleType]:
-    """The package and every module under it, imported as the application imports them.
+    """The package and every module under it (but a ``__main__``: the package's program), imported as the
+    application imports them.
 
     The current folder comes first on ``sys.path`` while importing, as for ``python -c 'import PKG'``
     run there. A module that fails to import is an error naming it and the line (exit 49)."""
@@ -75,7 +76,10 @@ def import_models(package: str) -> list[ModuleType]:
         modules = [root]
         if hasattr(root, "__path__"):
             for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
-                modules.append(_import(info.name, package))
+                # a package's __main__ is its program (`python -m PKG`), never imported as a module: importing it
+                # would run the application (a server that never returns, a CLI that exits)
+                if info.name.rpartition(".")[2] != "__main__":
+                    modules.append(_import(info.name, package))
         return modules
     finally:
         if added:
