@@ -215,6 +215,30 @@ def test_unmatched_names_are_refused_unless_mapped(project, sync_client, tmp_pat
     assert report["left_out"] == ["20230102000000-dropped.js"]
 
 
+def test_a_map_line_naming_a_file_that_is_not_there_is_named(project, sync_client, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """A ``--map`` line whose file the folder does not hold (a typo) was refused with "without a file in the migrations
+    folder ...; list them in a --map file": what the user had just done. The message now names the map's file."""
+    sync_client[project.db].changelog.insert_many([
+        {"fileName": "20230101000000-old-name.js", "appliedAt": datetime.datetime(2023, 1, 1), "migrationBlock": 1},
+        {"fileName": "20230102000000-other.js", "appliedAt": datetime.datetime(2023, 1, 2), "migrationBlock": 1},
+    ])
+    _add_marked(project, "20230101000000_renamed")
+    mapping = tmp_path / "map.toml"
+    mapping.write_text('"20230101000000-old-name.js" = "20230101000000_renamd"\n')
+    refused = cli(project, "import", "--from", "migrate-mongo", "--map", str(mapping), "--json")
+    assert refused.returncode == 8
+    error = _json(refused)["error"]
+    assert error["details"]["unmatched"] == ["20230101000000-old-name.js", "20230102000000-other.js"]
+    assert error["details"]["mapped_missing"] == {"20230101000000-old-name.js": "20230101000000_renamd.py"}
+    assert error["message"] == (
+        "1 applied migrate-mongo migration without a file in the migrations folder: 20230102000000-other.js; add the files, "
+        "or list them in a --map file; the --map file names 1 file the migrations folder does not hold: "
+        "20230101000000-old-name.js → 20230101000000_renamd.py; add the files, or correct their names in the --map file "
+        "(docs/adoption.md)"
+    ), error["message"]
+    assert sync_client[project.db][_changelog()].count_documents({}) == 0
+
+
 def test_an_import_from_a_collection_that_holds_nothing_says_so(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """A misspelt ``--collection`` said 'recorded 0 file(s) applied' and nothing else."""
     _add_marked(project, "20230101000000_first")

@@ -197,6 +197,8 @@ def match(
     matched: list[Matched] = []
     left_out: list[str] = []
     unmatched: list[str] = []
+    #: source name → the file its --map line names, which the folder does not hold
+    mapped_missing: dict[str, str] = {}
     for entry in entries:
         if entry.source_name in mapping:
             target = mapping[entry.source_name]
@@ -204,6 +206,8 @@ def match(
                 left_out.append(entry.source_name)
                 continue
             found = by_name.get(target)
+            if found is None:
+                mapped_missing[entry.source_name] = target
         elif tool_.prefix_only:
             candidates = [f for f in files if f.name.startswith(f"{entry.source_name}_")]
             found = candidates[0] if len(candidates) == 1 else None
@@ -214,10 +218,19 @@ def match(
         else:
             matched.append(Matched(entry, found))
     if unmatched:
+        # a record the --map file sends to a file that is not there: "list them in a --map file" would repeat what
+        # the user did, so the file the map names is said instead
+        unmapped = [n for n in unmatched if n not in mapped_missing]
+        said = [
+            *([f"{plural(len(unmapped), f'applied {tool_.name} migration')} without a file in the migrations folder: "
+               f"{', '.join(unmapped)}; add the files, or list them in a --map file"] if unmapped else []),
+            *([f"the --map file names {plural(len(mapped_missing), 'file')} the migrations folder does not hold: "
+               + ", ".join(f"{source} → {target}" for source, target in mapped_missing.items())
+               + "; add the files, or correct their names in the --map file"] if mapped_missing else []),
+        ]
         raise FileNotFoundMigrationError(
-            f"{plural(len(unmatched), f'applied {tool_.name} migration')} without a file in the migrations folder: "
-            f"{', '.join(unmatched)}; add the files, or list them in a --map file (docs/adoption.md)",
-            unmatched=unmatched,
+            "; ".join(said) + " (docs/adoption.md)",
+            unmatched=unmatched, **({"mapped_missing": mapped_missing} if mapped_missing else {}),
         )
     sources: dict[str, list[str]] = {}
     for m in matched:
