@@ -32,7 +32,7 @@ CONVERTERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("int", "string"): ("str(value)", None),
     ("int", "double"): ("float(value)", "converted == value"),
     ("double", "int"): ("int(value)", "converted == value"),
-    ("string", "double"): ("float(value)", None),
+    ("string", "double"): ("float(value)", "math.isfinite(converted)"),  # '1e400' is not infinity, 'nan' no number
     ("double", "string"): ("str(value)", None),
     ("string", "objectId"): ("ObjectId(value)", None),
     ("objectId", "string"): ("str(value)", None),
@@ -233,6 +233,8 @@ def render(change: CollectionChange, package: str) -> str:
     # The code the file holds: a one-way migration writes no revert, so its reverse lines import nothing.
     code = [line for c in change.changes for line in [*c.forward, *((c.reverse or []) if change.reversible else [])]]
     used = [n for n in BSON_NAMES if any(re.search(rf"\b{n}\b", line) for line in code)]
+    if any(re.search(r"\bmath\.", line) for line in code):
+        lines += ["import math", ""]
     if used:
         lines += [f"from bson import {', '.join(used)}", ""]
     lines += [
