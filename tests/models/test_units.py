@@ -144,3 +144,21 @@ def test_a_conversion_is_reversible_only_when_the_way_back_gives_the_value_back(
     assert back({"f": 2.0}, None) == {"f": 2}
     with pytest.raises(ValueError, match="conversion failed"):
         back({"f": 2.5}, None)  # a double the field took since: not truncated on the way back either
+
+
+def test_a_rename_hint_that_matches_nothing_is_noted() -> None:
+    """``renamed_from`` misspelt: the field was taken as new and the old one removed (its values gone) without a word."""
+    change = compare(
+        Shape(0, "app.M", {"fullname": {"types": ["string"], "required": True}}),
+        ModelShape("c", "app.M", "pydantic", {}, {"full_name": {"types": ["string"], "required": False, "renamed_from": "fulname"}}),
+    )
+    assert [c.text for c in change.changes] == ["removed 'fullname'"]
+    assert change.notes == [
+        "'full_name': renamed_from 'fulname' names no field the snapshot has and the model dropped, so 'full_name' is taken as a new field",
+        "added 'full_name' (optional, no value to set)",
+    ]
+    matched = compare(
+        Shape(0, "app.M", {"fullname": {"types": ["string"], "required": True}}),
+        ModelShape("c", "app.M", "pydantic", {}, {"full_name": {"types": ["string"], "required": True, "renamed_from": "fullname"}}),
+    )
+    assert [c.text for c in matched.changes] == ["renamed 'fullname' to 'full_name'"] and matched.notes == []

@@ -168,6 +168,11 @@ def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
     for name, spec in after.items():
         if name in before or name in renames:
             continue
+        if spec.get("renamed_from"):  # a hint that matched nothing (a typo, say): the old field would be removed
+            notes.append(
+                f"{name!r}: renamed_from {spec['renamed_from']!r} names no field the snapshot has and the model dropped, "
+                f"so {name!r} is taken as a new field"
+            )
         default = spec.get("default")
         if default is not None and not default.get("constant"):
             raise ModelsInvalidError(
