@@ -199,6 +199,27 @@ class Order(Document):
     assert names == ["split_members.py", "split_orders.py"]
 
 
+def test_collections_whose_names_a_file_name_cannot_hold_get_their_files(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``NAME_<collection>`` with a collection named ``orders.v2`` was an invalid migration name: exit 19 after the
+    models were read, and no migration for either collection. The collection's name is reduced to what a file name holds."""
+    two = BEFORE + '''
+
+class Order(Document):
+    total: str
+
+    class Settings:
+        name = "orders.v2"
+'''
+    write_models(project, two)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, two.replace("    total: str\n", "    total: float\n").replace("    legacy: Optional[str] = None\n", ""))
+    result = cli(project, "--json", "create", "split", "--from-models")
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = sorted(Path(p).name.split("_", 1)[1] for p in json.loads(result.stdout)["files"])
+    assert names == ["split_members.py", "split_orders_v2.py"]
+    assert "collection='orders.v2'" in text(str(next(project.migrations.glob("*_split_orders_v2.py"))))
+
+
 async def test_a_field_added_with_a_default_that_is_not_a_constant_is_refused(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
     """A ``default_factory`` (or a default a file cannot spell) keeps the field out of ``required``: it is refused all the same."""
     before = "import datetime\n" + BEFORE

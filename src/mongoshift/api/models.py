@@ -10,6 +10,7 @@ happens in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..models import snapshot as snapshots
 from ..models.changes import FromModelsPlan, plan, render
 from ..models.generate import GenerateReport, generate, resolve_package
 from ..models.readers import find_models
+from ..project.loader import MAX_SLUG, slugify
 from ..project.run import CancelSignal
 from ..project.session import Project
 from ..project.settings import Settings
@@ -82,6 +84,16 @@ async def create_from_models_in(project: Project, name: str, models: str | None 
     return await asyncio.to_thread(_create, project.settings, name, models, _stop_before_writing(cancel, "create --from-models"))
 
 
+def _with_collection(name: str, collection: str) -> str:
+    """``NAME_<collection>`` as a migration name: a collection's name may hold what a file name may not (``orders.v2``,
+    ``ünï cödé``: refused with exit 19 once the models were read), so only its ASCII letters and digits are kept, within
+    the slug's length. The NAME itself is checked as for any ``create`` (exit 19)."""
+    base = slugify(name)
+    room = MAX_SLUG - len(base) - 1
+    suffix = re.sub(r"[^a-z0-9]+", "_", collection.lower()).strip("_")[:room].strip("_") if room > 0 else ""
+    return f"{base}_{suffix}" if suffix else base
+
+
 def _create(settings: Settings, name: str, models: str | None, stop: Callable[[], None] | None = None) -> FromModelsReport:
     from ..errors import ModelsInvalidError
 
@@ -95,7 +107,7 @@ def _create(settings: Settings, name: str, models: str | None, stop: Callable[[]
     written = [c for c in found.changes if c.changes]
     # each file ends with the shape it records: a run killed before the snapshot is completed by the next (snapshot.heal)
     sources = [
-        (name if len(written) == 1 else f"{name}_{c.collection}", render(c, package) + snapshots.marker(c.collection, found.shapes[c.collection]))
+        (name if len(written) == 1 else _with_collection(name, c.collection), render(c, package) + snapshots.marker(c.collection, found.shapes[c.collection]))
         for c in written
     ]
     if stop is not None:

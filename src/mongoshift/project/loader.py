@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 
 TIMESTAMP_NAME = re.compile(r"^\d{14}_[a-z0-9][a-z0-9_]*\.py$")
 SEQUENTIAL_NAME = re.compile(r"^\d{4,}_[a-z0-9][a-z0-9_]*\.py$")
-SLUG = re.compile(r"^[a-z0-9][a-z0-9_]{0,80}$")
+#: The longest slug a migration file name takes.
+MAX_SLUG = 81
+SLUG = re.compile(rf"^[a-z0-9][a-z0-9_]{{0,{MAX_SLUG - 1}}}$")
 
 
 def checksum(path: Path) -> str:
