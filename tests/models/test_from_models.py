@@ -249,6 +249,31 @@ async def test_a_field_added_with_a_default_that_is_not_a_constant_is_refused(pr
     assert json.loads(result.stdout)["collections"][0]["changes"] == ["added 'tags' with default []"]
 
 
+def test_nested_and_enum_defaults_are_constants_and_an_infinite_one_is_not(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A list or dict default holding a list, a dict or an enum member (``[Tier.free]``, ``{"a": [1]}``) was refused as
+    "not a constant" (the docs list list, dict and enum members); ``float("inf")`` was written as ``inf``, a name the
+    migration raised NameError on for every document."""
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    tier = "import enum\n\nfrom beanie import Document\n\n\nclass Tier(str, enum.Enum):\n    free = 'free'\n"
+    nested = BEFORE.replace("from beanie import Document\n", tier).replace(
+        "    age: str\n", "    age: str\n    tiers: list[Tier] = [Tier.free]\n    limits: dict = {'a': [1, None], 'b': {'c': True}}\n")
+    write_models(project, nested)
+    result = cli(project, "--json", "create", "defaults", "--from-models")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["collections"][0]["changes"] == [
+        "added 'tiers' with default ['free']", "added 'limits' with default {'a': [1, None], 'b': {'c': True}}",
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile(text(json.loads(result.stdout)["files"][0]), "generated.py", "exec"), namespace)
+    assert namespace["upgrade"]({}) == {"tiers": ["free"], "limits": {"a": [1, None], "b": {"c": True}}}
+
+    write_models(project, nested.replace("    age: str\n", "    age: str\n    cap: float = float('inf')\n"))
+    refused = cli(project, "create", "cap", "--from-models")
+    assert refused.returncode == 49, refused.stdout
+    assert "field 'cap' is added with a default that is not a constant" in refused.stderr
+
+
 NUMBERS_BEFORE = '''
 from beanie import Document
 

@@ -10,6 +10,7 @@ and only here, so a project with neither loads neither.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import sys
 import sysconfig
@@ -470,12 +471,17 @@ def _literal(value: Any) -> Any:
 
     if isinstance(value, enum.Enum):
         value = value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NOT_LITERAL  # its repr (inf, nan) is no Python literal: the file would raise NameError on every document
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    if isinstance(value, (list, tuple)) and all(_literal(v) is v for v in value):
-        return list(value)
-    if isinstance(value, dict) and all(isinstance(k, str) and _literal(v) is v for k, v in value.items()):
-        return dict(value)
+    # a container's items as plain data too (nested lists and dicts, enum members): each must be one
+    if isinstance(value, (list, tuple)):
+        items = [_literal(v) for v in value]
+        return _NOT_LITERAL if any(i is _NOT_LITERAL for i in items) else items
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        entries = {k: _literal(v) for k, v in value.items()}
+        return _NOT_LITERAL if any(v is _NOT_LITERAL for v in entries.values()) else entries
     return _NOT_LITERAL
 
 
