@@ -464,3 +464,15 @@ def test_a_change_with_notes_only_keeps_its_shape_version(project: Project, cli)
     assert report["files"] == [] and collection["changes"] == [] and collection["notes"]
     assert (collection["from_version"], collection["to_version"]) == (0, 0)
     assert json.loads((project.root / "collections" / "_models.json").read_text(encoding="utf-8"))["shapes"]["members"]["version"] == 0
+
+
+def test_a_name_no_file_can_take_is_refused_whether_or_not_a_change_is_found(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``create 'bad/name' --from-models`` exited 0 when the models had not changed, and 19 only once they had."""
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    for models in (BEFORE, AFTER):
+        write_models(project, models)
+        result = cli(project, "create", "bad/name", "--from-models")
+        assert result.returncode == 19, result.stdout + result.stderr
+        assert "invalid migration name 'bad/name'" in result.stderr
+        assert list(project.migrations.glob("*.py")) == []

@@ -97,6 +97,7 @@ def _with_collection(name: str, collection: str) -> str:
 def _create(settings: Settings, name: str, models: str | None, stop: Callable[[], None] | None = None) -> FromModelsReport:
     from ..errors import ModelsInvalidError
 
+    slugify(name)  # a NAME no file can take is refused first (exit 19), not only once a change is found to write
     package, snapshot, _ = resolve_package(settings, models)
     if snapshot is None or not snapshot.shapes:
         raise ModelsInvalidError(
