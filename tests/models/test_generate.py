@@ -339,10 +339,26 @@ def _types_not_a_list(snapshot: dict) -> None:  # type: ignore[type-arg]
     snapshot["shapes"]["events"]["fields"]["kind"]["types"] = "string"
 
 
+def _version(value: object):  # type: ignore[no-untyped-def]
+    def breaking(snapshot: dict) -> None:  # type: ignore[type-arg]
+        snapshot["shapes"]["events"]["version"] = value  # set by hand, as the docs say, for documents with a version
+    return breaking
+
+
+def _models_not_text(snapshot: dict) -> None:  # type: ignore[type-arg]
+    snapshot["models"] = 5
+
+
 @pytest.mark.parametrize(
     ("breaking", "said"),
     [
         (None, "not UTF-8 text"),
+        (_version(2.7), "shapes.events.version must be a whole number from 0"),  # was read as 2
+        (_version("3"), "shapes.events.version must be a whole number from 0"),
+        (_version(True), "shapes.events.version must be a whole number from 0"),
+        (_version("three"), "shapes.events.version must be a whole number from 0"),  # Python's message quoted the text
+        (_version(-1), "shapes.events.version must be a whole number from 0"),
+        (_models_not_text, "models must be the models package's name"),  # was "name the models package: --models PKG"
         (_broken_declaration, "declarations.events must be an object"),
         (_missing_model, "shapes.events: 'model' is missing"),
         (_field_not_an_object, "shapes.events.fields.kind must be an object"),

@@ -123,7 +123,9 @@ def read(folder: Path) -> Snapshot | None:
         shapes = {str(name): _shape(f"shapes.{name}", s) for name, s in _object(data.get("shapes") or {}, "shapes").items()}
         declarations = {str(name): _object(d, f"declarations.{name}") for name, d in _object(data.get("declarations") or {}, "declarations").items()}
         models = data.get("models")
-        return Snapshot(models if isinstance(models, str) else None, declarations, shapes)
+        if models is not None and not (isinstance(models, str) and models):
+            raise ValueError("models must be the models package's name")  # else: "name the models package" after a hand edit
+        return Snapshot(models, declarations, shapes)
     except (ValueError, TypeError) as exc:  # what a hand edit or a bad merge leaves: said, as nothing else reads it
         raise _unreadable(path, str(exc)) from None
 
@@ -146,9 +148,11 @@ def _shape(where: str, value: object) -> Shape:
     for key in ("version", "model", "fields"):
         if key not in spec:
             raise ValueError(f"{where}: {key!r} is missing")
-    version = int(spec["version"])
-    if version < 0:
-        raise ValueError(f"{where}.version is below 0")
+    version = spec["version"]
+    # set by hand for documents that already carry a version (docs/models.md): 2.7 was read as 2, "3" and true as
+    # numbers, and a word failed with Python's own message; a background migration's versions are BSON int64s
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**62:
+        raise ValueError(f"{where}.version must be a whole number from 0")
     fields = _object(spec["fields"], f"{where}.fields")
     for name, field_spec in fields.items():
         types = _object(field_spec, f"{where}.fields.{name}").get("types", [])
