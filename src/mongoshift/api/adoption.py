@@ -220,25 +220,28 @@ async def _adopt(
     source: dict[str, str] | None,
     dry_run: bool,
 ) -> AdoptionReport:
-    """Record each not-yet-applied file applied, one batch after the current maximum."""
+    """Record each not-yet-applied file applied, one batch after the current maximum, all in one write
+    (:meth:`Changelog.write_all`): stopped or killed, an adoption has recorded every file or none."""
     kept = [name for name, _ in rows if name in records and records[name].status == "applied"]
     todo = [(name, entry) for name, entry in rows if name not in kept]
     batch = await session.changelog.next_batch() if todo else None
     report = AdoptionReport("", origin, batch, dry_run, kept=kept)
     files = {f.name: f for f in unsquashed(session.files)}
+    writes = []
     for name, entry in todo:
         applied_at = entry.applied_at if entry else None
         report.adopted.append(AdoptedRow(name, entry.source_name if entry else None, applied_at))
         if dry_run:
             continue
         assert batch is not None
-        session.check_stop(lambda reason: f"stopped ({reason}) after recording {plural(len(report.adopted) - 1, 'file')}")
         source_fields = {**source, "name": entry.source_name} if source and entry else None
-        write = Changelog.adopted(
+        writes.append(Changelog.adopted(
             name, batch=batch, checksum=files[name].checksum, applied_at=applied_at, origin=origin,
             run=session.run, source=source_fields,
-        )
-        await session.changelog.write(write)
+        ))
+    if writes:
+        session.check_stop(lambda reason: f"stopped ({reason}) before recording {plural(len(writes), 'file')}; nothing was recorded")
+        await session.changelog.write_all(writes)
     if report.adopted and not dry_run:
         # A row without the source's time was stamped with the server's clock: report what was stored.
         stored = await session.changelog.records()

@@ -11,12 +11,12 @@ and the sync path that runs inside a migration's own transaction.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient
+from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
@@ -273,6 +273,13 @@ class Changelog:
 
     async def write(self, entry: RecordWrite, *, session: Any = None) -> None:
         await self.collection.update_one(entry.filter, entry.update, upsert=entry.upsert, session=session)
+
+    async def write_all(self, entries: Sequence[RecordWrite]) -> None:
+        """``entries`` in one ordered bulk write: one command (up to the server's 100,000 writes a batch), so a
+        process killed or stopped while it is on its way leaves all of them recorded or none (``import``,
+        ``baseline``: a part recorded would let an ``up`` run a file the other tool had applied)."""
+        if entries:
+            await self.collection.bulk_write([UpdateOne(e.filter, e.update, upsert=e.upsert) for e in entries], ordered=True)
 
     def write_sync(self, client: MongoClient[Any], entry: RecordWrite, *, session: Any) -> None:
         """The same write through the sync driver, inside a sync migration's own transaction."""
