@@ -176,6 +176,21 @@ async def test_beanie_migration_log_is_adopted(project, tmp_path: Path, sync_cli
     assert cli(project, "down", "--steps", "2").returncode == 13
 
 
+async def test_a_beanie_log_with_no_current_record_says_why_nothing_was_adopted(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Records, none of them ``is_current``: Beanie's "every migration rolled back". It adopted nothing without a word."""
+    sync_client[project.db].migrations_log.insert_many([
+        {"name": "20240101000000_a.py", "ts": datetime.datetime(2024, 1, 1), "is_current": False},
+        {"name": "20240102000000_b.py", "ts": datetime.datetime(2024, 1, 2), "is_current": False},
+    ])
+    _add_marked(project, "20240101000000_a", "20240102000000_b")
+    report = await import_history(project.settings(), "beanie")
+    assert report.adopted == []
+    assert report.warnings == [
+        "2 beanie records but none marked current (is_current: true): Beanie reads that as every migration rolled back, "
+        "so none was adopted"
+    ]
+
+
 @pytest.mark.parametrize(
     ("tool", "collection", "documents"),
     [

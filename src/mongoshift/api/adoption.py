@@ -148,6 +148,11 @@ async def import_history_in(
                 f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name (the field missing, null or not text): "
                 "left out, as no file can match such a record"
             )
+        if source_tool.name == "beanie" and documents and not any(d.get("is_current") is True for d in documents):
+            report.warnings.append(
+                f"{plural(len(documents), 'beanie record')} but none marked current (is_current: true): Beanie reads that as "
+                "every migration rolled back, so none was adopted"
+            )
         if not documents:
             exists = source_collection in await session.db.list_collection_names(filter={"name": source_collection})
             report.warnings.append(
