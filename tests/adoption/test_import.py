@@ -348,14 +348,15 @@ def test_a_record_naming_no_file_is_reported_as_left_out(project, sync_client, c
         {"fileName": None, "appliedAt": datetime.datetime(2024, 1, 3), "migrationBlock": 1},
         {"fileName": 20240104000000, "appliedAt": datetime.datetime(2024, 1, 4), "migrationBlock": 1},  # not text
         {"fileName": True, "appliedAt": datetime.datetime(2024, 1, 5), "migrationBlock": 1},
+        {"fileName": "---", "appliedAt": datetime.datetime(2024, 1, 6), "migrationBlock": 1},  # no letter or digit
     ])
     _add_marked(project, "20240101000000_a")
     report = _json(cli(project, "import", "--from", "migrate-mongo", "--dry-run", "--json"))
     assert [r["name"] for r in report["adopted"]] == ["20240101000000_a.py"]
-    assert report["unnamed"] == 4 and report["left_out"] == []
+    assert report["unnamed"] == 5 and report["left_out"] == []
     told = cli(project, "import", "--from", "migrate-mongo")
-    assert told.returncode == 0 and "4 left out for naming no file" in told.stdout
-    assert "4 migrate-mongo records without a file name (the field missing, null or not text)" in told.stderr
+    assert told.returncode == 0 and "5 left out for naming no file" in told.stdout
+    assert "5 migrate-mongo records without a file name (the field missing, null, not text, or text without a letter or digit)" in told.stderr
 
 
 def test_two_records_that_match_one_file_are_refused_until_mapped(project, sync_client, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
