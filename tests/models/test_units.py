@@ -118,7 +118,8 @@ def test_a_one_way_migration_imports_only_what_its_upgrade_uses() -> None:
         ("int", "bool", [(0, False), (1, True)], [5, -1]),
         ("int", "double", [(2, 2.0), (2**52, float(2**52))], [2**60 + 1]),
         # a text past a double's range became infinity, and 'nan' / 'inf' a value that is no number
-        ("string", "double", [("2.5", 2.5), ("-3", -3.0), ("1e3", 1000.0)], ["1e400", "-1e400", "inf", "-Infinity", "nan", "gold"]),
+        ("string", "double", [("2.5", 2.5), ("-3", -3.0), ("1e3", 1000.0), (".5", 0.5)],
+         ["1e400", "-1e400", "inf", "-Infinity", "nan", "gold", " 12 ", "1_000", "\u0661\u0662"]),
     ],
 )
 def test_a_conversion_never_changes_what_a_value_means(old: str, new: str, kept: list[tuple[Any, Any]], refused: list[Any]) -> None:

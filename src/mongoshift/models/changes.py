@@ -23,7 +23,7 @@ from .snapshot import Shape
 #: (old type, new type) → (the conversion of ``value``, and a condition on ``value`` and its ``converted``
 #: form that must hold, or None). A conversion never changes what a value means: one that would (``2.7``
 #: to the int ``2``, the word ``'active'`` to ``False``, ``5`` to ``True``, ``' 12'`` or ``'1_000'`` read as
-#: an int) fails that document instead. A change is reversible when the opposite pair is here too, with
+#: a number) fails that document instead. A change is reversible when the opposite pair is here too, with
 #: its own condition; the only losses on the way back are in the form of a text (``'10'`` read as a double
 #: comes back as ``'10.0'``, an ObjectId's hex in lower case). Words become booleans one way only: the
 #: word a document held is not kept.
@@ -32,7 +32,8 @@ CONVERTERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("int", "string"): ("str(value)", None),
     ("int", "double"): ("float(value)", "converted == value"),
     ("double", "int"): ("int(value)", "converted == value"),
-    ("string", "double"): ("float(value)", "math.isfinite(converted)"),  # '1e400' is not infinity, 'nan' no number
+    # '1e400' is not infinity, 'nan' no number; ' 12 ', '1_000' and other digits than ASCII's are refused as for an int
+    ("string", "double"): ("float(value)", "value.isascii() and value.strip() == value and '_' not in value and math.isfinite(converted)"),
     ("double", "string"): ("str(value)", None),
     ("string", "objectId"): ("ObjectId(value)", None),
     ("objectId", "string"): ("str(value)", None),
