@@ -115,7 +115,10 @@ def test_import_json_lists_the_warning_about_records_naming_no_file(project, cli
         assert code == 0
         report = json.loads(stdout)
         assert report["unnamed"] == 1
-        said = "1 migrate-mongo record without a file name (the field missing, null, not text, or text without a letter or digit): left out, as no file can match such a record"
+        said = (
+            "1 migrate-mongo record without a file name (the field missing, null, not text, or text without a letter or digit): "
+            "left out, as no file can match such a record"
+        )
         assert report["warnings"] == [said]
         assert stderr.count("without a file name (") == 1
 

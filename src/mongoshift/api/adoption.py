@@ -145,8 +145,8 @@ async def import_history_in(
         report.source = source
         if report.unnamed:
             report.warnings.append(
-                f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name (the field missing, null, not text, or text without a letter or digit): "
-                "left out, as no file can match such a record"
+                f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name "
+                "(the field missing, null, not text, or text without a letter or digit): left out, as no file can match such a record"
             )
         if source_tool.name == "beanie" and documents and not any(d.get("is_current") is True for d in documents):
             report.warnings.append(
