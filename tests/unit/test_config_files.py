@@ -63,6 +63,19 @@ def test_wrong_types_in_a_project_file_are_refused(tmp_path: Path, line: str, ke
     assert f"setting {key!r} from {path}" in info.value.message
 
 
+def test_a_path_setting_of_the_wrong_type_is_told_in_words_not_as_a_python_class(tmp_path: Path) -> None:
+    path = tmp_path / "mongoshift.toml"
+    path.write_text("[mongoshift]\nmigrations_dir = 5\ntemplate_path = 1.5\ncollections_dir = []\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        load_settings({}, environ={}, cwd=tmp_path)
+    problems = dict(p.split(f" from {path}: ") for p in info.value.details["problems"])
+    assert problems == {
+        "setting 'migrations_dir'": "Input should be a path (text), not int",
+        "setting 'template_path'": "Input should be a path (text), not float",
+        "setting 'collections_dir'": "Input should be a path (text), not list",
+    }
+
+
 def test_a_word_that_is_none_of_the_choices_is_not_said_to_be_of_the_wrong_type(tmp_path: Path) -> None:
     (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nout_of_order = "sometimes"\nstrict = "yes"\n')
     with pytest.raises(ConfigInvalidError) as info:

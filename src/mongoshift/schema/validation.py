@@ -105,6 +105,8 @@ def message_of(err: Mapping[str, Any]) -> str:
         return f"must be at most {context.get('max_length')} characters long"
     if kind in ("tuple_type", "list_type"):  # "a valid tuple": a file's author writes an array
         return "Input should be a list (an array in TOML)"
+    if kind == "path_type":  # "a valid path for <class 'pathlib._local.Path'>": a class the author never sees
+        return f"Input should be a path (text), not {type(err.get('input')).__name__}"
     if kind in ("model_type", "dict_type"):  # "... or instance of IndexDeclaration": a class the author never sees
         return "Input should be a table ({...} in TOML, a dict in Python)"
     return str(err["msg"]).removeprefix("Value error, ")
