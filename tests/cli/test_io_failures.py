@@ -60,6 +60,16 @@ def test_create_into_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.Monk
     assert str(written) in error["message"] and "please report" not in stderr
 
 
+@pytest.mark.parametrize("command", [["create", "add users"], ["status"]])
+def test_a_file_where_the_migrations_folder_should_be(tmp_path: Path, cli: Cli, command: list[str]) -> None:
+    """``create`` refuses it as every command does (44, "a file"), not as a folder that is missing (8)."""
+    (tmp_path / "migrations").write_text("")
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\nuri = "mongodb://127.0.0.1:1"\ndb = "a"\n')
+    code, error, _ = run_cli(cli, tmp_path, *command)
+    assert code == 44 and error["details"] == {"path": str(tmp_path / "migrations"), "reason": "not a folder"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["migrations", "mongoshift.toml"]
+
+
 def test_init_cannot_create_the_migrations_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     refuse(monkeypatch, "mkdir", errno.EACCES)
     code, error, _ = run_cli(cli, tmp_path, "init")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import ConfigFileExistsError, ConfigInvalidError, FileNotFoundMigrationError, IOFailedError, MigrationFileExistsError
+from ..errors import ConfigFileExistsError, ConfigInvalidError, IOFailedError, MigrationFileExistsError
 from ..project.connection import check_uri_options
 from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, discover, slugify
 from ..project.redaction import without_secrets
@@ -186,9 +186,9 @@ def create_migration(
     ``source``: the file's whole text, written as it is (``create --from-models`` renders its own;
     no placeholder is substituted, so its ``$set`` and ``$unset`` stay)."""
     slug = slugify(name)
-    if not directory.is_dir():
-        raise FileNotFoundMigrationError(f"migrations folder not found: {directory} (run 'mongoshift init' first)")
-    discover(directory)  # a folder whose order is a guess (two files share a version: 43) gets no new file in it
+    # A missing folder (8), a file where it should be (44), a folder whose order is a guess (two files share a
+    # version: 43): refused as every command refuses them, and no new file is written.
+    discover(directory)
     path = directory / f"{next_prefix(directory, sequential=sequential, now=now)}_{slug}.py"
     if path.exists():
         raise MigrationFileExistsError(f"{path.name} already exists")
