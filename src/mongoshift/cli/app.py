@@ -156,6 +156,7 @@ def settings() -> Settings:
         obj["secrets_checked"] = True
         _export_env_file(env_file)
         _warn_secrets_in_file(out)
+        _warn_hidden_pyproject(out)
     return loaded
 
 
@@ -192,6 +193,22 @@ def _warn_secrets_in_file(out: Output) -> None:
         out.warn(
             f"{path.name} holds secrets in its uri ({', '.join(found)}): move the full URI to MONGOSHIFT_URI "
             "(environment or a .env file kept out of git) and keep the file's uri without them"
+        )
+
+
+def _warn_hidden_pyproject(out: Output) -> None:
+    """mongoshift.toml comes first: a ``[tool.mongoshift]`` section beside it is not read, and its settings
+    (a ``strict``, the ``hooks``) would be dropped without a word."""
+    from ..project.settings import hidden_pyproject  # start-up time: see settings()
+
+    if options().get("config") is not None or os.environ.get("MONGOSHIFT_CONFIG"):  # the file was named: a choice
+        return
+    cwd = Path.cwd()
+    hidden = hidden_pyproject(cwd) if (cwd / "mongoshift.toml").is_file() else None
+    if hidden is not None:
+        out.warn(
+            f"{hidden.name} has a [tool.mongoshift] section that is not read: mongoshift.toml is the project file and "
+            "comes first; move those settings into mongoshift.toml and delete the section"
         )
 
 

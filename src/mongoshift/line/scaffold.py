@@ -14,7 +14,7 @@ from ..errors import ConfigFileExistsError, ConfigInvalidError, IOFailedError, M
 from ..project.connection import check_uri_options
 from ..project.loader import SEQUENTIAL_NAME, TIMESTAMP_NAME, discover, slugify
 from ..project.redaction import without_secrets
-from ..project.settings import Settings
+from ..project.settings import Settings, hidden_pyproject
 from ..schema.validation import loc_path, message_of
 
 MIGRATION_TEMPLATE = '''"""$title"""
@@ -103,6 +103,12 @@ def write_config(directory: Path, *, uri: str | None, db: str | None, migrations
     target = directory / "mongoshift.toml"
     if target.exists() and not force:
         raise ConfigFileExistsError(f"{target.name} already exists (use --force to overwrite it)")
+    hidden = hidden_pyproject(directory)
+    if hidden is not None and not force:
+        raise ConfigFileExistsError(
+            f"{hidden.name} holds the project's settings ([tool.mongoshift]): a {target.name} would be read instead, "
+            f"and they would be ignored (use --force to write {target.name} anyway)"
+        )
     _check_values(uri, db, migrations_dir)
     text = string.Template(CONFIG_TEMPLATE).substitute(
         uri_line=_uri_line(uri),

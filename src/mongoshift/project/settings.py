@@ -219,10 +219,26 @@ def find_project_file(cwd: Path) -> Path | None:
     if pyproject.is_file():
         # A broken pyproject.toml is an error, not "no configuration": skipping it would run
         # against the defaults (or another server) while the project meant its own settings.
-        data = _read_toml(pyproject)
-        if isinstance(data.get("tool"), dict) and "mongoshift" in data["tool"]:
+        if _has_tool_section(_read_toml(pyproject)):
             return pyproject
     return None
+
+
+def _has_tool_section(data: Mapping[str, Any]) -> bool:
+    return isinstance(data.get("tool"), dict) and "mongoshift" in data["tool"]
+
+
+def hidden_pyproject(cwd: Path) -> Path | None:
+    """The pyproject.toml of ``cwd`` when it has a ``[tool.mongoshift]`` section: a mongoshift.toml beside it (there
+    already, or the one ``init`` would write) comes first, and the section would then be dropped without a word.
+    A pyproject.toml that cannot be read tells nothing."""
+    pyproject = cwd / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    try:
+        return pyproject if _has_tool_section(_read_toml(pyproject)) else None
+    except (ConfigInvalidError, IOFailedError):
+        return None
 
 
 #: The largest project file read: ``--config /dev/zero`` must not fill the memory (a pipe, ``<(...)``, is read).
