@@ -503,6 +503,27 @@ async def test_a_record_with_fields_of_the_wrong_type_is_refused_naming_it(proje
     assert await tags(db) == ["a", "b"]
 
 
+async def test_two_records_of_one_file_are_refused_naming_it(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Records copied in twice (a restore, a copy from another database, with the unique index gone): status showed
+    whichever came last (here the failed copy over the applied record) and up failed building the index (exit 1,
+    "the server refused an operation: DuplicateKeyError"), naming nothing to fix."""
+    from mongoshift.errors import CollectionClashError
+
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    await command.up(project.settings())
+    records = db["_mongoshift_migrations"]
+    await records.drop_index("name_unique")
+    copy = await records.find_one({"name": "0001_a.py"}, {"_id": 0})
+    await records.insert_one({**copy, "status": "failed"})
+    project.add("0002_b.py", ASYNC_INSERT.format(tag="b"))
+    for call, flags in ((command.status, {}), (command.up, {}), (command.up, {"ensure_indexes": False}), (command.down, {})):
+        with pytest.raises(CollectionClashError) as refused:
+            await call(project.settings(**flags))
+        assert "more than one record of 0001_a.py" in refused.value.message
+        assert refused.value.details == {"collection": "_mongoshift_migrations", "duplicates": ["0001_a.py"]}
+    assert await tags(db) == ["a"]
+
+
 # Counts the lock documents while the file imports: a file imported under the lock blocks the event loop that
 # renews it, so an import slower than the lock's time-to-live (a heavy module, a loaded machine) lost the lock
 # (exit 10) in a run that was doing nothing wrong.

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from ..errors import CollectionClashError
 from .redaction import redact
@@ -236,12 +238,29 @@ class Changelog:
         self.collection = collection
 
     async def ensure_indexes(self) -> None:
-        await self.collection.create_indexes(INDEXES)
+        try:
+            await self.collection.create_indexes(INDEXES)
+        except OperationFailure as exc:
+            if exc.code == 11000:  # the unique index on name cannot be built over two records of one file
+                await self.records()  # names them (39), where the server's refusal was exit 1
+            raise
 
     async def records(self) -> dict[str, ChangelogRecord]:
+        """Every record by file name; two records of one file (copied or restored twice, by hand) are refused (39):
+        which of them tells what ran would be a guess, and a plain read kept whichever came last."""
         cursor = self.collection.find({}, sort=[("name", ASCENDING)])
         records = [ChangelogRecord.from_document(doc, self.collection.name) async for doc in cursor]
-        return {record.name: record for record in records}
+        named = {record.name: record for record in records}
+        if len(named) < len(records):
+            counts = Counter(record.name for record in records)
+            twice = [redact(name, limit=200) for name, count in counts.items() if count > 1]
+            raise CollectionClashError(
+                f"{self.collection.name}: more than one record of {', '.join(twice)}, where mongoshift keeps one per "
+                "file (records copied or restored twice?); keep the one that tells what ran and delete the others",
+                collection=self.collection.name,
+                duplicates=twice,
+            )
+        return named
 
     async def record(self, name: str) -> ChangelogRecord | None:
         doc = await self.collection.find_one({"name": name})
