@@ -187,6 +187,23 @@ def test_a_sequential_create_refuses_a_folder_of_timestamped_files(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.glob("*.py")) == ["20261205080000_first.py"]  # nothing written
 
 
+def test_a_sequential_create_keeps_the_folders_width_and_never_writes_a_number_that_sorts_first(tmp_path: Path) -> None:
+    """After ``9999_x.py`` create wrote ``10000_y.py``: file names sort as text, so it ran before 9999 (and before
+    every file from 1000 up, in a fresh database). A folder numbered on five digits keeps five."""
+    (tmp_path / "9999_x.py").write_text("def up(ctx): pass\n")
+    with pytest.raises(ConfigInvalidError) as info:
+        create_migration(tmp_path, "y", sequential=True)
+    assert info.value.exit_code == 6 and "10000" in info.value.message and "9999_" in info.value.message
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["9999_x.py"]  # nothing written
+    (tmp_path / "9999_x.py").rename(tmp_path / "09999_x.py")
+    assert create_migration(tmp_path, "y", sequential=True).name == "10000_y.py"
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["09999_x.py", "10000_y.py"]
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    (folder / "00005_a.py").write_text("def up(ctx): pass\n")
+    assert create_migration(folder, "b", sequential=True).name == "00006_b.py"
+
+
 def test_a_file_edited_within_the_same_second_to_the_same_size_runs_its_new_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Python's bytecode cache trusts a cached file whose recorded time (whole seconds) and size
     match: the loader must not, and must leave no ``__pycache__`` among the migrations."""

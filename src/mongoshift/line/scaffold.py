@@ -173,8 +173,17 @@ def next_prefix(directory: Path, *, sequential: bool, now: datetime | None = Non
             f"sequential = true, but the migrations folder's files are named by timestamp ({stamped[-1]}, ...): a "
             f"numbered file would sort before them; create it with sequential = false (MONGOSHIFT_SEQUENTIAL) for this folder"
         )
-    numbers = [int(p.name.split("_", 1)[0]) for p in directory.glob("*.py") if SEQUENTIAL_NAME.match(p.name)]
-    return f"{max(numbers, default=0) + 1:04d}"
+    prefixes = [p.name.split("_", 1)[0] for p in directory.glob("*.py") if SEQUENTIAL_NAME.match(p.name)]
+    width = max((len(prefix) for prefix in prefixes), default=4)
+    number = max((int(prefix) for prefix in prefixes), default=0) + 1
+    if len(str(number)) > width:  # file names sort as text: 10000_x.py would run before 9999_y.py
+        last = max(prefixes, key=int)
+        raise ConfigInvalidError(
+            f"sequential = true, but the next number, {number}, has more digits than the folder's files ({last}_...): "
+            f"file names sort as text, so a file {number}_... would sort before them and run first (a timestamped "
+            "file too); nothing was written"
+        )
+    return f"{number:0{width}d}"
 
 
 def create_migration(
