@@ -11,9 +11,8 @@ and the sync path that runs inside a migration's own transaction.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
