@@ -41,6 +41,17 @@ def test_a_pyproject_without_a_mongoshift_section_is_still_ignored(tmp_path: Pat
     assert load_settings({}, environ={}, cwd=tmp_path).strict is False
 
 
+def test_a_named_pyproject_without_a_mongoshift_table_is_refused(tmp_path: Path) -> None:
+    """``--config pyproject.toml`` (or ``MONGOSHIFT_CONFIG``) naming one without ``[tool.mongoshift]`` was read as no
+    settings at all: the run went on with the defaults, whatever the user meant to set."""
+    named = tmp_path / "pyproject.toml"
+    named.write_text('[project]\nname = "app"\n\n[tool.other]\nstrict = true\n')
+    for kwargs in ({"config_path": named, "environ": {}}, {"environ": {"MONGOSHIFT_CONFIG": str(named)}}):
+        with pytest.raises(ConfigInvalidError) as info:
+            load_settings({}, cwd=tmp_path, **kwargs)  # type: ignore[arg-type]
+        assert info.value.exit_code == 6 and "no [tool.mongoshift] table" in info.value.message
+
+
 @pytest.mark.parametrize(
     ("line", "key"),
     [

@@ -285,7 +285,12 @@ def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
     data = _read_toml(path)
     problems: list[str] = []
     if path.name == "pyproject.toml":
-        section = data.get("tool", {}).get("mongoshift", {})
+        if not _has_tool_section(data):  # named by --config (a found one has it): read as empty, its settings were lost
+            raise ConfigInvalidError(
+                f"config file {path}: no [tool.mongoshift] table, where a pyproject.toml holds mongoshift's settings; "
+                "add the table, or name the project's mongoshift.toml"
+            )
+        section = data["tool"]["mongoshift"]
     else:
         section = data.get("mongoshift", data)
         stray = [key for key in data if key != "mongoshift"] if "mongoshift" in data else []
