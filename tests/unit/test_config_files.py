@@ -64,6 +64,8 @@ def test_a_named_pyproject_without_a_mongoshift_table_is_refused(tmp_path: Path)
         ("db = 12", "db"),
         ("migrations_dir = 3", "migrations_dir"),
         ("background_inline = 0", "background_inline"),
+        ("migration_timeout_seconds = inf", "migration_timeout_seconds"),  # a file's timeout_seconds is at most a day
+        ("migration_timeout_seconds = 86401", "migration_timeout_seconds"),
     ],
 )
 def test_wrong_types_in_a_project_file_are_refused(tmp_path: Path, line: str, key: str) -> None:

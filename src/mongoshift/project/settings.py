@@ -81,7 +81,7 @@ class Settings(BaseModel):
     strict: bool = False
     use_transaction: bool = False
     connect_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
-    migration_timeout_seconds: float | None = Field(default=None, gt=0)
+    migration_timeout_seconds: float | None = Field(default=None, gt=0, le=86_400)  # a file's timeout_seconds' bound too
     out_of_order: Literal["warn", "error", "allow"] = "warn"
     on_lock_lost: Literal["abort", "warn"] = "abort"
     sequential: bool = False
