@@ -36,6 +36,7 @@ async def test_held_lock_refuses_and_names_the_holder(db) -> None:  # type: igno
     await a.acquire()
     with pytest.raises(LockHeldError, match="tester on host") as info:
         await LeaseLock(db["locks"], run(2), ttl_seconds=30).acquire()
+    assert info.value.details["holder"]["gone"] is False  # the fields `lock --json` shows
     assert info.value.details["holder"]["owner"] == "run-1" and "; wait with --wait (Lock(wait=...) in the Python API)," in info.value.message
     with pytest.raises(LockHeldError) as waited:  # --wait given: the advice is not to give it
         await LeaseLock(db["locks"], run(2), ttl_seconds=30).acquire(wait_seconds=0)

@@ -275,7 +275,7 @@ class LeaseLock:
                 raise LockHeldError(
                     f"the migration lock is held by {who}{waited_for}; {advice}, or clear a stuck lock "
                     "with 'mongoshift unlock'",
-                    holder=holder.__dict__ if holder else None,
+                    holder={**holder.__dict__, "gone": holder.gone()} if holder else None,  # as `lock --json` shows it
                 )
             if not waited:
                 holder = await self.holder()  # said once, so a wait of minutes is not silence
