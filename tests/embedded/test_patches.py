@@ -290,6 +290,23 @@ async def test_rename_errors_have_mongodb_codes(db) -> None:
     assert await db.b.find_one() == {"_id": 1}
 
 
+# (cq) a capped collection's size and count sent as doubles -----------------------
+
+
+async def test_a_capped_collection_is_created_as_pymongo_sends_it(db) -> None:
+    # pymongo sends ``size`` as a double (float()); mongod reads any number and lists a whole one
+    await db.create_collection("log", capped=True, size=4096, max=10)
+    await db.command({"create": "events", "capped": True, "size": 8192.0, "max": 5.0})
+    listed = {c["name"]: c["options"] async for c in await db.list_collections()}
+    assert listed["log"] == {"capped": True, "size": 4096, "max": 10}
+    assert listed["events"] == {"capped": True, "size": 8192, "max": 5}
+    assert all(type(listed[name][key]) is int for name in ("log", "events") for key in ("size", "max"))
+    await db.log.insert_one({"_id": 1})
+    assert await db.log.find_one() == {"_id": 1}
+    with pytest.raises(OperationFailure):  # a text is still no size
+        await db.command({"create": "bad", "capped": True, "size": "4096"})
+
+
 # (h) unknown command ---------------------------------------------------------
 
 

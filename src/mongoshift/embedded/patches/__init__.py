@@ -26,6 +26,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds, (ax) unique index builds in one pass,
   (ay) compound unique indexes checked by lookup
 - :mod:`.coll_mod`: (l) collMod
+- :mod:`.create`: (cq) a capped collection's size and count given as doubles
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
@@ -64,6 +65,7 @@ from . import (
     coll_mod,
     comparisons,
     counts,
+    create,
     distinct,
     documents,
     find_and_modify,
@@ -122,6 +124,7 @@ def apply() -> None:
     queries.patch_in_lookup()  # (k)
     queries.patch_kept_answers()  # (ar), outside (k): a value (ar) does not keep takes (k)'s code
     coll_mod.patch_coll_mod()  # (l)
+    create.patch_capped_numbers()  # (cq)
     queries.patch_decimal_set()  # (m)
     queries.patch_in_membership_once()  # (n)
     queries.patch_exact_equality()  # (az)
