@@ -72,6 +72,21 @@ async def test_a_view_is_listed_as_a_read_only_view(db) -> None:
     assert only == ["v"]
 
 
+async def test_a_pipeline_set_of_a_missing_field_leaves_it_out(db) -> None:
+    """A pipeline update's ``{$set: {f: "$missing"}}`` adds no field, as mongod's, on every update path
+    (docs/embedded.md once listed it as storing null)."""
+    await db.t.insert_many([{"_id": i, "v": i} for i in range(5)])
+    unset = [{"$set": {"f": "$missing"}}]
+    await db.t.update_one({"_id": 0}, unset)
+    await db.t.update_many({"_id": {"$in": [1, 2]}}, unset)
+    await db.t.find_one_and_update({"_id": 3}, unset)
+    await db.t.update_one({"_id": 9}, unset, upsert=True)
+    await db.t.update_many({"_id": 4}, [{"$addFields": {"f": "$missing.x", "g": 1}}])
+    assert [d async for d in db.t.find().sort("_id")] == [
+        {"_id": 0, "v": 0}, {"_id": 1, "v": 1}, {"_id": 2, "v": 2}, {"_id": 3, "v": 3}, {"_id": 4, "v": 4, "g": 1}, {"_id": 9},
+    ]
+
+
 async def test_a_single_field_unique_index_takes_missing_and_null_for_one_key(db) -> None:
     """(bj) mongod indexes a missing field as null: {} and {a: null} clash, on insert and on build; sparse skips {}."""
     from pymongo.errors import DuplicateKeyError
