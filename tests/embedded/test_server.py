@@ -268,6 +268,29 @@ async def _saved_snapshot(path: Path) -> bytes:
     return path.read_bytes()  # noqa: ASYNC240 - a test's small file, once
 
 
+async def test_a_save_cut_short_by_a_crash_leaves_no_file_behind_at_the_next_start(tmp_path: Path) -> None:
+    """A kill -9 while the snapshot was written left its temporary file (as large as a snapshot), and every such crash
+    another: the next server of that snapshot removes them once it holds the snapshot, and nothing else."""
+    from mongoshift.embedded import serve
+
+    path = tmp_path / "snap.bson"
+    data = await _saved_snapshot(path)
+    cut_short = [tmp_path / ".snap.bson.ab_c1234.tmp", tmp_path / ".snap.bson.zz9y8x7w.tmp"]
+    others = [tmp_path / ".snap.bson.other.ab_c1234.tmp", tmp_path / "notes.tmp", tmp_path / ".snap.bson.short.tmp"]
+    for leftover in cut_short + others:
+        leftover.write_bytes(data[:10])
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(serve("127.0.0.1", 0, path, on_ready=ready.set_result, stop=stop))
+    async with AsyncMongoClient(await asyncio.wait_for(ready, 30), **CLIENT_OPTIONS) as client:
+        assert [d["_id"] async for d in client.db.c.find()] == [1, 2]
+    assert not any(leftover.exists() for leftover in cut_short)
+    assert all(other.exists() for other in others)
+    stop.set()
+    await asyncio.wait_for(serving, 30)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["snap.bson", *(o.name for o in others)])  # noqa: ASYNC240
+
+
 async def test_a_stop_while_the_snapshot_loads_ends_the_load_and_serves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGTERM while a large snapshot loaded (about 25 s for 100,000 documents) waited for the whole load, then printed
     the URI as if the server were up, and wrote the snapshot back. The load ends at once: no URI, the file left as it was."""

@@ -44,6 +44,7 @@ import contextlib
 import datetime
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -111,6 +112,25 @@ def _lock_file(path: Path) -> Path:
     return path.parent / f".{path.name}.lock"
 
 
+def _remove_unfinished(path: Path) -> None:
+    """Remove what a server of ``path`` killed while it saved left: ``.NAME.XXXXXXXX.tmp`` files.
+
+    :func:`save` writes to such a temporary file and replaces the snapshot with it; a ``kill -9`` (or a power cut)
+    in between leaves it, as large as a snapshot, and every such crash left another. Only this server's own claim
+    makes this safe: no other server writes one for ``path`` while it is held. The name is matched whole (the
+    temporary files of a snapshot named ``NAME.other`` never match)."""
+    unfinished = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    removed = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            if unfinished.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    removed += 1
+    if removed:
+        log.info("removed %d unfinished snapshot file(s) of %s, left by a server stopped while it saved", removed, path)
+
+
 @contextlib.contextmanager
 def claimed(path: Path) -> Iterator[None]:
     """Hold ``path`` for this server while it serves, or raise :class:`SnapshotInUse`.
@@ -120,6 +140,7 @@ def claimed(path: Path) -> Iterator[None]:
     server on one ``dbPath`` for the same reason). The claim is an advisory lock (``flock``) on a
     hidden file next to the snapshot, which names the holder's pid: the system releases it when
     the process ends, even by ``kill -9``, so a crash never leaves it stuck; a clean stop removes it.
+    Once claimed, the temporary files of a save that a crash cut short are removed (:func:`_remove_unfinished`).
     Without ``flock`` (Windows) nothing is claimed.
     """
     try:
@@ -157,6 +178,7 @@ def claimed(path: Path) -> Iterator[None]:
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        _remove_unfinished(Path(path))
         yield
     finally:
         with contextlib.suppress(OSError):
