@@ -78,3 +78,19 @@ def test_embedded_json_is_its_uri_once_it_listens(tmp_path: Path, where: str) ->
         assert client.admin.command("ping")["ok"] == 1  # it listens where it says
     rest, err = served.stop()
     assert rest == [] and "mongoshift embedded: stopping" in err  # nothing after the document; its own log lines on stderr
+
+
+def test_embedded_log_lines_are_json_under_log_format_json(tmp_path: Path) -> None:
+    """``--log-format json`` makes every stderr line one JSON object: the server's own lines (loaded, listening,
+    stopping, saved) were plain ``mongoshift embedded: ...`` text among them, which a log collector could not parse."""
+    args = ["--log-format", "json", "--json", "embedded", "--port", "0", "--path", str(tmp_path / "snap.bson")]
+    served = Served(subprocess.Popen([sys.executable, "-m", "mongoshift", *args], cwd=tmp_path, env=cli_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    assert str(served.document()["uri"]).startswith("mongodb://127.0.0.1:")
+    rest, err = served.stop()
+    lines = [json.loads(line) for line in err.splitlines()]  # each line parses on its own
+    assert rest == [] and lines
+    assert {"time", "level", "logger", "message"} <= set(lines[0])
+    messages = [line["message"] for line in lines]
+    assert any(m.startswith("embedded server") and "listening" in m for m in messages)
+    assert "stopping" in messages and any(m.startswith("snapshot saved to") for m in messages)

@@ -577,7 +577,14 @@ def embedded(host: str, port: int, path: Path | None, change_history: int, stand
     from ..embedded.server import AddressUnavailable, EmbeddedServerUnavailable, print_uri, run
     from ..embedded.snapshot import SnapshotError, SnapshotIOError
 
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mongoshift embedded: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    if options().get("log_format") == "json":  # every stderr line one JSON object, the server's own lines too
+        from .log_format import JsonLineFormatter
+
+        handler.setFormatter(JsonLineFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("mongoshift embedded: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     # --json: its one document is where it serves, written (and flushed) once it listens; the plain URI line otherwise
     # (no Output here: it would set up the "mongoshift" logger's own format over the server's lines)
     ready = (lambda uri: Output.emit_json({"uri": uri})) if options().get("json") else print_uri
