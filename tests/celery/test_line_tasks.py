@@ -52,6 +52,24 @@ async def test_a_task_whose_lock_never_frees_is_failed_not_blocked(project, db, 
     assert intent.state == "failed"  # the tasks behind it end blocked by it
 
 
+async def test_a_task_that_cannot_reach_the_server_says_so_and_waits(project, client, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A worker that could not reach MongoDB re-sent its task every poll for up to line_wait_seconds without a word: at
+    the default log level nothing showed why the line did not move. Each try is a warning, redacted."""
+    add_three(project)
+    settings = project.settings()
+    planned = await plan_line(settings, OPTIONS, client=client)
+    payload, task_id = planned.tasks[0]
+    unreachable = settings.model_copy(update={"uri": "mongodb://bob:hunter2@127.0.0.1:1/?directConnection=true", "connect_timeout_seconds": 0.5})
+
+    with caplog.at_level("WARNING", logger="mongoshift.celery"):
+        outcome = await run_up(unreachable, payload, task_id, OPTIONS)
+
+    assert not isinstance(outcome, LineResult) and outcome.countdown == OPTIONS.poll_seconds  # a wait, nothing ran
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "mongoshift.celery"]
+    assert line.startswith(f"{NAMES[0]}: not run, cannot reach MongoDB at 127.0.0.1:1") and "tries again in 0.2s" in line
+    assert "hunter2" not in line and "bob" not in line
+
+
 async def test_a_file_changed_after_it_was_queued_is_refused_not_run(project, db, client) -> None:  # type: ignore[no-untyped-def]
     add_three(project)
     settings = project.settings()

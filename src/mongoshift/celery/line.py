@@ -325,6 +325,9 @@ async def run_up(
             raise
         # nothing ran: the tasks behind it find this one not applied and its intent live
         if time.time() < payload.wait_until:
+            # said at each try: Celery's own "retry" line is info, and says neither why nor that nothing ran
+            log.warning("%s: not run, %s; the task tries again in %gs, until line_wait_seconds have passed",
+                        payload.name, api.redact(exc.message), options.poll_seconds)
             return Wait(options.poll_seconds, f"cannot connect ({exc.kind})")
         return LineResult(
             payload.name, "failed", payload.group, payload.batch, direction=payload.direction, code=int(exc.exit_code), kind=exc.kind,
