@@ -128,7 +128,8 @@ def _remove_unfinished(path: Path) -> None:
                     os.unlink(entry.path)
                     removed += 1
     if removed:
-        log.info("removed %d unfinished snapshot file(s) of %s, left by a server stopped while it saved", removed, path)
+        files = "file" if removed == 1 else "files"
+        log.info("removed %d unfinished snapshot %s of %s, left by a server stopped while it saved", removed, files, path)
 
 
 @contextlib.contextmanager
