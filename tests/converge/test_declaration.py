@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pymongo import IndexModel
 
-from mongoshift.errors import ConfigInvalidError
+from mongoshift.errors import ConfigInvalidError, IOFailedError
 from mongoshift.project.declarations import declarations_by_name, load_declarations
 from mongoshift.project.settings import Settings, load_settings
 from mongoshift.schema.collections import CollectionDeclaration
@@ -225,6 +225,39 @@ def test_folder_errors_name_the_file(tmp_path: Path, files: dict[str, str], mess
     with pytest.raises(ConfigInvalidError) as info:
         load_declarations(s)
     assert message in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda folder: (folder / "users.toml").symlink_to(folder / "gone.toml"), "users.toml is a symbolic link to a file that does not exist"),
+        (lambda folder: (folder / "users.toml").mkdir(), "users.toml is a folder: a declaration is one .toml or .py file"),
+        (lambda folder: (folder / "users.TOML").write_text("indexes = []\n"), "users.TOML ends in '.TOML', not '.toml': it would never be read"),
+        (lambda folder: (folder / "users.Py").write_text("collection = {'indexes': []}\n"), "users.Py ends in '.Py', not '.py'"),
+        (lambda folder: (folder / "users.JSON").write_text("{}"), "users.JSON: collection declarations are .toml or .py files"),
+    ],
+)
+def test_an_entry_named_like_a_declaration_that_cannot_be_read_is_refused(tmp_path: Path, make: Any, message: str) -> None:
+    """Skipped, it left its collection undeclared while converge (and --check) reported the rest in sync."""
+    s = folder_settings(tmp_path)
+    (s.collections_dir / "orders.toml").write_text("indexes = []\n")
+    (s.collections_dir / "notes").mkdir()  # any other folder or file is not a declaration: still ignored
+    make(s.collections_dir)
+    with pytest.raises(ConfigInvalidError) as info:
+        load_declarations(s)
+    assert message in info.value.message
+
+
+def test_a_file_where_the_collections_folder_should_be_is_an_io_failure(tmp_path: Path) -> None:
+    """It was 'collections folder not found' (exit 6) when named, and silently no declaration at all by default."""
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\n[[mongoshift.collections]]\nname = "a"\nindexes = []\n')
+    (tmp_path / "collections").write_text("")
+    default = load_settings({}, environ={}, cwd=Path("/"), config_path=tmp_path / "mongoshift.toml")
+    named = default.model_copy(update={"collections_dir": tmp_path / "collections"})
+    named.__pydantic_fields_set__.add("collections_dir")
+    for s in (default, named):
+        with pytest.raises(IOFailedError, match=r"cannot read the collections folder .*: it is a file, not a folder"):
+            load_declarations(s)
 
 
 def test_every_collection_declared_more_than_once_is_named_with_each_place(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from .settings import Settings
 from .user_code import own_failure, run_source, source_module
 
 UNREADABLE = (".json", ".yaml", ".yml", ".js", ".ts")
+READ = (".toml", ".py")
 
 #: Declared collections by name, in declaration order.
 Declarations = Mapping[str, CollectionDeclaration]
@@ -82,23 +83,49 @@ def _read_python(path: Path) -> Any:
     return value
 
 
+def _unreadable_entry(path: Path) -> str | None:
+    """Why a folder entry named like a declaration (``.toml`` / ``.py`` in any case) would never be read, or None.
+
+    Skipping it would leave the collection undeclared while converge reports the rest in sync."""
+    if path.suffix not in READ:  # users.TOML: meant as a declaration, never read on a file system that tells case apart
+        return (
+            f"{path} ends in {path.suffix!r}, not {path.suffix.lower()!r}: it would never be read; "
+            "rename it, or prefix it with '_' if it is not a declaration"
+        )
+    if path.is_symlink() and not path.exists():
+        return f"{path} is a symbolic link to a file that does not exist; restore its target or remove the link"
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        return f"{path} is {kind}: a declaration is one .toml or .py file (move it out, or prefix it with '_')"
+    return None
+
+
 def load_folder(directory: Path, *, required: bool = False) -> list[CollectionDeclaration]:
     """One declaration per ``.toml`` / ``.py`` file, in name order; ``_`` and ``.`` files are helpers."""
+    if directory.exists() and not directory.is_dir():  # a file where the folder should be: 44, as for every path
+        raise IOFailedError(f"cannot read the collections folder {directory}: it is a file, not a folder", path=str(directory), reason="not a folder")
     if not directory.is_dir():
         if required:
             raise ConfigInvalidError(f"collections folder not found: {directory} (setting collections_dir)")
         return []
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as exc:
+        raise IOFailedError.from_os(exc, "list the collections folder", directory) from None
     declarations = []
     failures: list[ConfigInvalidError] = []  # every broken file is reported at once, not one per try
-    for path in sorted(directory.iterdir()):
-        if path.name.startswith(("_", ".")) or not path.is_file():
+    for path in entries:
+        suffix = path.suffix.lower()
+        if path.name.startswith(("_", ".")) or (suffix not in READ and not path.is_file()):
             continue
         try:
-            if path.suffix == ".toml":
+            if suffix in READ and (problem := _unreadable_entry(path)) is not None:
+                raise ConfigInvalidError(problem, file=str(path))
+            if suffix == ".toml":
                 declarations.append(_validated(_read_toml(path), path))
-            elif path.suffix == ".py":
+            elif suffix == ".py":
                 declarations.append(_validated(_read_python(path), path))
-            elif path.suffix in UNREADABLE:
+            elif suffix in UNREADABLE:
                 raise ConfigInvalidError(f"{path}: collection declarations are .toml or .py files", file=str(path))
         except ConfigInvalidError as exc:
             failures.append(exc)
