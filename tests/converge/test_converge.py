@@ -320,6 +320,25 @@ def test_a_failed_conversion_to_unique_says_what_to_do() -> None:
     assert said.endswith("the collection holds duplicates of this key: remove them (or declare the index without unique), then converge again")
 
 
+@pytest.mark.parametrize(
+    ("code", "reason", "advice"),
+    [
+        (16755, "Can't extract geo keys: { _id: 7, home: \"Alice's\" }  lng: 200 lat: 100", "a document holds a value this geo index cannot take"),
+        (13027, "point not in interval of [ -180, 180 ] :: caused by :: { _id: 7, home: \"Alice's\" }", "a document holds a value"),
+        (17262, "language override unsupported: Alice's", "declare language_override as a field the documents do not use"),
+    ],
+)
+def test_an_index_build_that_fails_on_a_documents_value_says_what_to_do_without_it(code: int, reason: str, advice: str) -> None:
+    """The server's message quotes the document (or the value) the build failed on; it was shown and logged."""
+    from pymongo.errors import OperationFailure
+
+    from mongoshift.converge.applier import build_failure
+
+    message = f"Index build failed: 6cb4: Collection app.places ( a82 ) :: caused by :: {reason}"
+    said = build_failure(OperationFailure(message, code, {"code": code, "codeName": f"Location{code}", "errmsg": message}))
+    assert advice in said and "Alice" not in said and "200" not in said
+
+
 async def test_converge_takes_the_lock(project, db) -> None:  # type: ignore[no-untyped-def]
     s = settings_with(project, {"name": "locked", "indexes": [{"keys": {"a": 1}}]})
     holder = LeaseLock(db[s.lock_collection], RunInfo("other-run", "someone", "elsewhere", "production"), ttl_seconds=60)

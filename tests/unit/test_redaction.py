@@ -129,6 +129,38 @@ def test_bulk_write_error_is_described_without_its_documents() -> None:
     assert text == "BulkWriteError: 2 write errors: duplicate key on email (index email_1, 11000); document failed validation (121)"
 
 
+INDEX_BUILD = "Index build failed: 6cb4e045: Collection shop.places ( a823cebb ) :: caused by :: "
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "shown"),
+    [
+        # mongod 5.0-8.0 quote the whole document, _id first, then the reason with the coordinates
+        (16755, "Can't extract geo keys: { _id: ObjectId('67c5ba19'), name: \"Alice's } home\", loc: { type: \"Point\", "
+         "coordinates: [ 200.0, 100.0 ] } }  longitude/latitude is out of bounds, lng: 200 lat: 100",
+         "16755 Location16755: a geo value that cannot be indexed (the server's message quotes the document: not shown)"),
+        (13027, "point not in interval of [ -180, 180 ] :: caused by :: { _id: 5, desc: \"Alice's home\", at: [ 500.0, 500.0 ] }",
+         "13027 Location13027: a geo value that cannot be indexed"),
+        # a text index on a collection whose documents hold an unsupported language
+        (17262, "language override unsupported: Alice's tongue", "language override unsupported: <redacted>"),
+        # an error that quotes a document, whatever its code
+        (2, "cannot index { _id: \"alice@example.com\", name: \"Alice's name\" } here", "cannot index { <redacted> } here"),
+        # newer servers name the document by its _id only
+        (2, "Could not extract keys at path 'loc' for document with _id \"alice@example.com\": out of bounds",
+         "for document with _id <redacted>: out of bounds"),
+        (2, "Could not extract keys at path 'loc' for document with _id 42: out of bounds", "for document with _id <redacted>: out of bounds"),
+    ],
+)
+def test_an_index_builds_failure_does_not_show_the_document_it_failed_on(code: int, reason: str, shown: str) -> None:
+    """The server quotes the document (or its id, or a value) that its index build failed on; only its _id was masked."""
+    message = INDEX_BUILD + reason
+    exc = OperationFailure(message, code, {"ok": 0, "errmsg": message, "code": code, "codeName": f"Location{code}"})
+    text = describe_error(exc)
+    assert shown in text
+    for value in ("Alice", "alice", "200", "500", "42", "67c5ba19"):
+        assert value not in text
+
+
 def test_other_server_errors_keep_code_name_and_message() -> None:
     exc = OperationFailure("not allowed", 13, {"ok": 0, "errmsg": "not allowed", "code": 13, "codeName": "Unauthorized"})
     assert describe_error(exc) == "OperationFailure: 13 Unauthorized: not allowed"

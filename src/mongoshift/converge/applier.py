@@ -65,13 +65,20 @@ class ApplyStopped(Exception):
         self.error = error
 
 
+_GEO_VALUE = "a document holds a value this geo index cannot take: fix or remove it, then converge again"
+
 #: What to do when ``createIndexes`` (or ``collMod``'s conversion to unique, 359) fails with one of these server codes.
 BUILD_HINTS: dict[int, str] = {
     11000: "remove the duplicates (or declare the index without unique), then converge again",
     359: "the collection holds duplicates of this key: remove them (or declare the index without unique), then converge again",
     13: "the user needs the createIndex privilege on this collection",
     67: "the server refuses this index definition: check its options",
-    16755: "a document holds a value this geo index cannot take: fix or remove it, then converge again",
+    16755: _GEO_VALUE,  # 2dsphere: the geometry cannot be read
+    16756: _GEO_VALUE,  # 2dsphere: the geometry gives no key
+    13026: _GEO_VALUE,  # 2d: not a coordinate pair
+    13027: _GEO_VALUE,  # 2d: outside the index's min and max
+    17262: "a document's language field holds a language text indexes do not support: declare language_override as a field "
+    "the documents do not use, or fix those documents, then converge again",
 }
 
 

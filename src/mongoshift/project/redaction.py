@@ -44,8 +44,15 @@ _FULL_ERROR = re.compile(r",? full error: .*$", re.MULTILINE)
 # Markers whose following value is document data: the duplicate key, a write's document,
 # a validation failure's details, a document id.
 _VALUE_MARKERS = re.compile(
-    r"(?:dup key:\s*|['\"]?\b(?:keyValue|errInfo|failingDocumentId)['\"]?\s*:\s*|['\"]op['\"]\s*:\s*|\b_id['\"]?\s*:\s*)"
+    r"(?:dup key:\s*|['\"]?\b(?:keyValue|errInfo|failingDocumentId)['\"]?\s*:\s*|['\"]op['\"]\s*:\s*|\b_id['\"]?\s*:\s*"
+    r"|\bdocument with _id\s+)"
 )
+#: The opening of a document the server quotes whole, ``_id`` first as it stores it (an index build that failed on it:
+#: ``Can't extract geo keys: { _id: ObjectId('…'), loc: … }``, ``point not in interval of [ -180, 180 ] :: caused by ::
+#: { _id: … }``): the whole document is masked, not only its id.
+_DOCUMENT_OPENING = re.compile(r"\{\s*['\"]?$")
+#: A document's value that the server quotes to the end of its line: a text index's language override (17262).
+_LINE_VALUE = re.compile(r"(\blanguage override unsupported:\s*)[^\n]+")
 #: The index a duplicate key error names; a collated index's collation comes between its name and ``dup key``.
 _INDEX_NAME = re.compile(r"\bindex: (\S+) (?:collation: \{[^{}]*\} )?dup key")
 _SECRET_KEY = re.compile(r"(?:password|secret|token)$", re.IGNORECASE)
@@ -107,6 +114,7 @@ def redact(text: str, limit: int | None = LIMIT) -> str:
     text = _USERINFO.sub(rf"\1{MASK}@", text)
     text = _SECRET_PAIR.sub(rf"\g<key>{MASK}", text)
     text = _FULL_ERROR.sub("", text)
+    text = _LINE_VALUE.sub(rf"\1{REDACTED}", text)
     text = _mask_values(text)
     return cap(text, limit)
 
@@ -117,7 +125,15 @@ def _mask_values(text: str) -> str:
     for match in _VALUE_MARKERS.finditer(text):
         if match.start() < position:
             continue  # inside a value already masked
+        opening = _DOCUMENT_OPENING.search(text, position, match.start()) if match.group().startswith("_id") else None
+        if opening is not None:  # { _id: ..., the rest of the document }
+            out.append(text[position : opening.start()])
+            out.append("{ " + REDACTED + " }")
+            position = _value_end(text, opening.start())
+            continue
         end = _value_end(text, match.end())
+        if text[end - 1 : end] == ":" and end - 1 > match.end():
+            end -= 1  # "document with _id 5: reason": the colon is the message's, not the id's
         out.append(text[position : match.end()])
         out.append("{ " + REDACTED + " }" if text.startswith("{", match.end()) else REDACTED)
         position = end
@@ -335,12 +351,20 @@ _TYPE_NAMES = frozenset(
 )
 
 
+#: Server errors about a document's geo value that a 2dsphere or 2d index cannot take: their reason quotes the
+#: document or its coordinates (``Can't extract geo keys: { _id: …, loc: … }  longitude/latitude is out of bounds,
+#: lng: 200 lat: 100``), so only the code is shown. From 9.0 the code is named ``GeoKeyExtractionFailed``.
+_GEO_VALUE_CODES = frozenset({16755, 16756, 13026, 13027})
+
+
 def _failure_text(code: Any, details: Mapping[str, Any], fallback: str) -> str:
     if code in (11000, 121):
         return describe_write_error({**details, "code": code})
     errmsg = details.get("errmsg")
     message = errmsg.strip() if isinstance(errmsg, str) and errmsg.strip() else fallback
     label = " ".join(str(part) for part in (code, details.get("codeName")) if part is not None)
+    if code in _GEO_VALUE_CODES or str(details.get("codeName") or "").startswith("GeoKeyExtractionFailed"):
+        return f"{label}: a geo value that cannot be indexed (the server's message quotes the document: not shown)"
     return f"{label}: {message}" if label else str(message)
 
 
