@@ -51,6 +51,10 @@ def declare(**values: Any) -> CollectionDeclaration:
         ({"versioning": {"current": 1}, "validator": {"__rev": {"$gte": 0}}}, "rules on '__rev'"),
         ({"versioning": {"current": 1}, "indexes": [{"keys": {"x": 1}, "name": "__v_1__id_1"}]}, "is the version index's"),
         ({"name": "system.users"}, "not a collection name"),
+        # the plan showed them dropped ("ab" for the "a\u202eb" it creates)
+        ({"name": "a\u202eb", "indexes": []}, "a collection name cannot hold control or bidirectional characters (found U+202E)"),
+        ({"name": "a\nb", "indexes": []}, "(found U+000A)"),
+        ({"indexes": [{"keys": {"a": 1}, "name": "by\x1b[31ma"}]}, "an index name cannot hold control or bidirectional characters (found U+001B)"),
         ({"indexes": [{"keys": {"g": "2d"}, "min": float("nan")}]}, "min"),
         ({"indexes": [{"keys": {"g": "2d"}, "max": float("inf")}]}, "max"),
         ({"indexes": [{"keys": {"g": "2d"}, "min": 10, "max": 10}]}, "min (10) must be below max (10)"),

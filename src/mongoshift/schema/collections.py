@@ -39,7 +39,7 @@ from pydantic import (
 from pymongo.operations import IndexModel
 
 from .index_specs import KEY_TYPES, IndexSpec, ValidatorSpec, default_name
-from .validation import list_errors
+from .validation import control_characters, list_errors
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 INLINE_SOURCE = "[[collections]] in the project config"
@@ -185,6 +185,13 @@ class IndexDeclaration(_Strict):
     #: Ignored by the server since 4.2 (every build is online) and never sent: accepted so that the
     #: ``IndexModel(..., background=True)`` of existing application code loads as written.
     background: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _index_name(cls, value: str | None) -> str | None:
+        if value is not None and (controls := control_characters(value)) is not None:
+            raise ValueError(f"an index name cannot hold control or bidirectional characters (found {controls})")
+        return value
 
     @field_validator("keys", mode="before")
     @classmethod
@@ -336,6 +343,8 @@ class CollectionDeclaration(_Strict):
     def _name(cls, value: str) -> str:
         if value.startswith("system.") or "$" in value or "\0" in value or value.startswith(".") or value.endswith("."):
             raise ValueError(f"{value!r} is not a collection name mongoshift may manage")
+        if (controls := control_characters(value)) is not None:  # the plan would show another name than the one it creates
+            raise ValueError(f"a collection name cannot hold control or bidirectional characters (found {controls})")
         return value
 
     @field_validator("indexes", mode="before")

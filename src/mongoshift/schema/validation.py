@@ -45,6 +45,13 @@ MAX_DATABASE_NAME_BYTES = 63
 _CONTROLS_IN_NAME = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
+def control_characters(name: str) -> str | None:
+    """The control and bidirectional characters ``name`` holds, by code point (``U+001B, U+202E``), or None:
+    a name a message or a table could not show as it is (a terminal drops or obeys them)."""
+    controls = sorted(set(_CONTROLS_IN_NAME.findall(name)))
+    return ", ".join(f"U+{ord(c):04X}" for c in controls[:5]) if controls else None
+
+
 def refused_database_name(name: object) -> str | None:
     """Why ``name`` cannot be the project's database or a tenant's (None: it can): the one rule of
     ``db`` (file, environment, ``--db``, ``init --db``) and of every tenant name. The reason never
@@ -59,10 +66,8 @@ def refused_database_name(name: object) -> str | None:
         return "a database name must be valid UTF-8"
     if size > MAX_DATABASE_NAME_BYTES:
         return f"a database name has at most {MAX_DATABASE_NAME_BYTES} bytes"
-    controls = sorted(set(_CONTROLS_IN_NAME.findall(name)))
-    if controls:
-        shown = ", ".join(f"U+{ord(c):04X}" for c in controls[:5])
-        return f"a database name cannot hold control or bidirectional characters (found {shown})"
+    if (controls := control_characters(name)) is not None:
+        return f"a database name cannot hold control or bidirectional characters (found {controls})"
     bad = sorted({c for c in name if c in _REFUSED_IN_DATABASE_NAME})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
