@@ -74,6 +74,10 @@ def test_destructive_plan_needs_yes_with_json(project, sync_client, cli) -> None
     indexes = db.users.index_information()
     assert "stray_1" not in indexes and indexes["by_email"]["unique"] is True and "_id_" in indexes
 
+    declare(project, '[[mongoshift.collections]]\nname = "users"\nindexes = []\nprune = true\n')
+    empty = cli(project, "converge")  # the plan's warning, as --dry-run and --yes give it, also when it is refused
+    assert empty.returncode == 42 and "indexes = [] with prune drops every index but _id_" in empty.stderr, empty.stderr
+
 
 def test_conflict_exits_27_with_the_plan(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     sync_client[project.db].users.create_index([("email", 1), ("tenant", 1)], name="by_email")

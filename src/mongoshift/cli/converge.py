@@ -113,7 +113,10 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
 
 
 def _render_failed(body: dict[str, Any]) -> None:
-    """A refused or failed run's rows, from the report in the error's details."""
+    """A refused or failed run's warnings and rows, from the report in the error's details (the warnings of a plan
+    refused for want of --yes say what it would have dropped: ``indexes = []`` with prune)."""
+    for warning in body.get("warnings", []):
+        output().warn(warning)
     rows = [
         (r["collection"], r["target"], r["name"] or "", r["action"], r["status"], r.get("error") or r["reason"] or "")
         for r in body.get("actions", [])
