@@ -146,6 +146,18 @@ def test_bulk_up_ends_with_a_converge(project, sync_client, cli) -> None:  # typ
     assert entry is not None and entry["trigger"] == "up" and entry["run_id"] == document["run_id"]
 
 
+def test_a_bulk_up_whose_converge_is_refused_shows_the_migrations_it_applied(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """The error alone ('converge refused, nothing was changed') read as if the migrations had not run either."""
+    project.add("0001_a.py", QUICK)
+    sync_client[project.db].users.create_index([("email", 1), ("tenant", 1)], name="by_email")  # a conflict
+    declare(project)
+    result = cli(project, "up", "--converge")
+    assert result.returncode == 27, result.stderr
+    assert "0001_a.py\tup\tapplied" in result.stdout and "by_email\tconflict\trefused" in result.stdout, result.stdout
+    document = json.loads(cli(project, "status", "--json").stdout)
+    assert [m["state"] for m in document["migrations"]] == ["applied"]
+
+
 def test_a_bulk_up_preview_says_its_converge_is_not_previewed(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", QUICK)
     declare(project, converge_after_up=True)

@@ -106,13 +106,13 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         )
     except MongoshiftError as exc:  # refused, failed, stopped by Ctrl-C or awaiting --yes: the steps and what became of them
         if not out.json_mode and "converge" in exc.details:
-            _render_failed(exc.details["converge"])
+            render_failed(exc.details["converge"])
         raise
     render(report)
     return 0
 
 
-def _render_failed(body: dict[str, Any]) -> None:
+def render_failed(body: dict[str, Any]) -> None:
     """A refused or failed run's warnings and rows, from the report in the error's details (the warnings of a plan
     refused for want of --yes say what it would have dropped: ``indexes = []`` with prune)."""
     for warning in body.get("warnings", []):

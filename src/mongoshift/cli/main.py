@@ -37,7 +37,7 @@ from .app import (
 )
 from .audit import audit as audit_command
 from .background import background as background_group
-from .converge import converge_command, interactive_confirm, render
+from .converge import converge_command, interactive_confirm, render, render_failed
 from .dashboard import dashboard as dashboard_command
 from .lint import lint as lint_command
 from .models import collections_group
@@ -121,6 +121,14 @@ BATCH_LABEL_HELP = "Record the run in batch N (an existing one joins it): single
 ORDERED_UP_HELP = "With FILE: refuse while a file that sorts before it is not applied (a queue driving files one by one)."
 ORDERED_DOWN_HELP = "With FILE: refuse while a migration that sorts after it is still applied."
 
+
+def _render_results(results: list[dict[str, Any]]) -> None:
+    """The migrations a run applied or rolled back (``MigrationResult.to_json`` each), as a table."""
+    rows = [(r["name"], r["direction"], r["status"], r["batch"], f"{r['duration_ms']} ms", r["reason"] or r["error"] or "") for r in results]
+    if rows:
+        output().table(["migration", "direction", "status", "batch", "duration", "note"], rows)
+
+
 def _render_report(report: api.RunReport) -> None:
     out = output()
     for warning in report.warnings:
@@ -135,8 +143,7 @@ def _render_report(report: api.RunReport) -> None:
         if report.converge is not None:
             render(report.converge, title="converge")
         return
-    rows = [(r.name, r.direction, r.status, r.batch, f"{r.duration_ms} ms", r.reason or r.error or "") for r in report.results]
-    out.table(["migration", "direction", "status", "batch", "duration", "note"], rows)
+    _render_results([r.to_json() for r in report.results])
     if report.converge is not None:
         render(report.converge, title="converge")
 
@@ -185,13 +192,19 @@ def up(
             judge=judge_run, result_json=lambda r: r.to_json(), prepare=imports_for_up(s, file, to),
         )
     confirmation = interactive_confirm(yes)
-    report = run_async(
-        lambda cancel: per_call(s, cancel=cancel).up(
-            file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
-            converge=converge, confirm=confirmation, batch=label, ordered=ordered,
-        ),
-        stopping=LINE_STOPPING,
-    )
+    try:
+        report = run_async(
+            lambda cancel: per_call(s, cancel=cancel).up(
+                file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
+                converge=converge, confirm=confirmation, batch=label, ordered=ordered,
+            ),
+            stopping=LINE_STOPPING,
+        )
+    except MongoshiftError as exc:  # the converge ending the run refused or failed: the migrations it ran did apply
+        if not output().json_mode and "converge" in exc.details and "results" in exc.details:
+            _render_results(exc.details["results"])
+            render_failed(exc.details["converge"])
+        raise
     _render_report(report)
     return 0
 
