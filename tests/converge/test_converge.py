@@ -7,6 +7,7 @@ in-place changes run on it as on a real replica set; a server that refuses
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -78,6 +79,24 @@ async def test_converge_creates_everything_then_plans_nothing(project, db) -> No
     assert len(await journal(db)) == 1  # the run that changed nothing is not logged
     check = await cv.plan_converge(s, check=True)
     assert check.in_sync and check.mode == "check"
+
+
+async def test_a_date_in_a_filter_or_validator_is_in_place_once_applied(project, db) -> None:  # type: ignore[no-untyped-def]
+    """The server hands a date back as naive UTC milliseconds: a TOML date with an offset (or microseconds) never
+    compared equal, so --check exited 28 for good and every converge rebuilt the partial index."""
+    since = datetime.datetime(2024, 1, 1, 5, 0, 0, 123456, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
+    s = settings_with(
+        project,
+        {
+            "name": "dated",
+            "indexes": [{"keys": {"a": 1}, "partialFilterExpression": {"created": {"$gt": since}}}],
+            "validator": {"created": {"$gte": since}},
+        },
+    )
+    report = await cv.converge(s)
+    assert report.success and report.unstable == []
+    check = await cv.plan_converge(s, check=True)
+    assert check.in_sync, [a.describe() for a in check.drift]
 
 
 async def test_journal_records_changing_and_failed_runs(project, db) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ rebuild that would repeat on every run.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -66,7 +67,8 @@ Key = tuple[tuple[str, int | str], ...]
 
 
 def canonical(value: Any) -> Any:
-    """A value with BSON number types folded (1 == 1.0 == Int64(1)) and mappings as plain dicts.
+    """A value with BSON number types folded (1 == 1.0 == Int64(1)), dates as the server keeps them (UTC,
+    milliseconds) and mappings as plain dicts.
 
     Dict equality ignores key order, which is what a filter or a ``$jsonSchema``
     means; list order is kept.
@@ -81,6 +83,12 @@ def canonical(value: Any) -> Any:
         return int(value)
     if isinstance(value, float):
         return int(value) if value.is_integer() else value
+    if isinstance(value, datetime.datetime):
+        # BSON keeps a date as UTC milliseconds: the server hands back a naive UTC time without the
+        # microseconds (a TOML 2024-01-01T00:00:00Z is aware; Python's datetime.now() has microseconds)
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
     if isinstance(value, Mapping):
         return {str(k): canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
