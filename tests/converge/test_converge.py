@@ -11,6 +11,7 @@ import datetime
 from typing import Any
 
 import pytest
+from bson import Int64
 from pymongo.errors import WriteError
 
 from mongoshift.api import collections as cv
@@ -263,6 +264,27 @@ async def test_min_guard_refuses_while_old_documents_remain(project, db) -> None
     # a document without a version counts as version 0
     await db.docs.insert_one({"n": 99, "__rev": 0, "__v": None}, bypass_document_validation=True)
     assert [(a.target, a.action) for a in (await cv.plan_converge(v2)).conflicts] == [("validator", "conflict")]
+
+
+MISSING = object()
+
+
+@pytest.mark.parametrize("revision", [MISSING, None, "3", 2.5, -1, [1]])
+async def test_min_guard_refuses_while_a_document_has_no_valid_revision(project, db, revision: object) -> None:  # type: ignore[no-untyped-def]
+    """The rule about to be set requires the revision too (an int or a long, at least 0): only the version was
+    checked, so such a document's next plain write failed validation (121) once min was raised."""
+    await db.revs.insert_one({"n": 1, "__v": 1, "__rev": Int64(4)})  # a long is a valid revision
+    doc: dict[str, Any] = {"n": 2, "__v": 1}
+    if revision is not MISSING:
+        doc["__rev"] = revision
+    await db.revs.insert_one(doc)
+    declared = settings_with(project, {"name": "revs", "validator": {"n": {"$exists": True}}, "versioning": {"current": 1, "min": 1}})
+    with pytest.raises(ConvergeFailedError) as info:
+        await cv.converge(declared)
+    assert "a document has no valid __rev" in info.value.message and "(0 where it is missing)" in info.value.message
+    await db.revs.update_many({}, {"$set": {"__rev": 0}})
+    assert (await cv.converge(declared)).success
+    await db.revs.update_one({"n": 2}, {"$set": {"n": 3}})  # the write that was refused
 
 
 async def test_min_guard_then_applies_after_the_rewrite(project, db) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ function: the collection's kind and options (``listCollections``, one for every
 declared collection of a run), its indexes
 (``listIndexes``), its shard key (``config.collections``, when readable) and,
 when a versioning ``min`` is being raised, whether any document is still below
-it or holds no valid version at all. That probe is bounded in time and returns a yes/no, never a document or an
+it or holds no valid version or revision at all. That probe is bounded in time and returns a yes/no, never a document or an
 ``_id``.
 """
 
@@ -39,6 +39,8 @@ class MinProbe:
     minimum: int
     found: bool | None
     error: str | None = None
+    #: The field the document found fails on: the version, or the revision (the rule requires both).
+    field: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,23 +85,42 @@ async def _shard_key(db: AsyncDatabase[Any], name: str) -> tuple[tuple[str, Any]
     return tuple(doc["key"].items())
 
 
-async def probe_below(db: AsyncDatabase[Any], name: str, field_name: str, minimum: int, *, max_time_ms: int = PROBE_MAX_TIME_MS) -> MinProbe:
-    """Whether one document has ``field < minimum`` or no valid version; ids are never read.
+async def probe_below(
+    db: AsyncDatabase[Any],
+    name: str,
+    field_name: str,
+    minimum: int,
+    *,
+    revision_field: str | None = None,
+    max_time_ms: int = PROBE_MAX_TIME_MS,
+) -> MinProbe:
+    """Whether one document has ``field < minimum``, no valid version or (with ``revision_field``) no valid
+    revision; ids are never read.
 
-    Valid is what the validator about to be set accepts, a 32-bit int: missing or null counts as 0,
-    and a wrong type (``"2"``, ``2.0``, a long, a bool) counts as below too, since the new rule
-    would refuse that document's next write just the same. An array is asked for by itself: ``$type``
-    and ``$lt`` match an array by its elements."""
-    query: dict[str, Any] = {
-        "$or": [{field_name: {"$lt": minimum}}, {field_name: {"$not": {"$type": "int"}}}, {field_name: {"$type": "array"}}]
-    }
+    Valid is what the validator about to be set accepts, which requires both fields: a version is a 32-bit
+    int, so missing or null counts as 0 and a wrong type (``"2"``, ``2.0``, a long, a bool) counts as below
+    too, since the new rule would refuse that document's next write just the same; a revision is an int or
+    a long, at least 0. An array is asked for by itself: ``$type`` and ``$lt`` match an array by its elements."""
+    conditions: list[dict[str, Any]] = [{field_name: {"$lt": minimum}}, {field_name: {"$not": {"$type": "int"}}}, {field_name: {"$type": "array"}}]
+    projection = {"_id": 0, field_name: 1}
+    if revision_field is not None:
+        conditions += [
+            {revision_field: {"$not": {"$type": ["int", "long"]}}},
+            {revision_field: {"$lt": 0}},
+            {revision_field: {"$type": "array"}},
+        ]
+        projection[revision_field] = 1
     try:
-        doc = await db[name].find_one(query, projection={"_id": 0, field_name: 1}, max_time_ms=max_time_ms)
+        doc = await db[name].find_one({"$or": conditions}, projection=projection, max_time_ms=max_time_ms)
     except ExecutionTimeout:
         return MinProbe(minimum, None, f"the check did not finish within {max_time_ms / 1000:g}s")
     except OperationFailure as exc:
         return MinProbe(minimum, None, f"the check failed: {exc.code} {type(exc).__name__}")
-    return MinProbe(minimum, doc is not None)
+    if doc is None:
+        return MinProbe(minimum, False)
+    version = doc.get(field_name)
+    valid_version = type(version) is int and version >= minimum  # an Int64 is decoded as its own type: a long
+    return MinProbe(minimum, True, field=field_name if not valid_version or revision_field is None else revision_field)
 
 
 async def _infos(db: AsyncDatabase[Any], names: Sequence[str]) -> dict[str, Mapping[str, Any]]:
@@ -146,7 +167,7 @@ async def _state(
     if versioning is not None:
         minimum = versioning_minimum(validator.validator, versioning.field)
         if probe and versioning.min > minimum:
-            result = await probe_below(db, name, versioning.field, versioning.min)
+            result = await probe_below(db, name, versioning.field, versioning.min, revision_field=versioning.revision_field)
     key = await _shard_key(db, name)
     return CollectionState(
         name,

@@ -122,7 +122,13 @@ def _validator_actions(declaration: CollectionDeclaration, state: CollectionStat
     probe = state.probe
     if versioning is not None and probe is not None and probe.found is not False:
         field_name = versioning.field
-        if probe.found:
+        if probe.found and probe.field == versioning.revision_field:
+            why = (
+                f"raising min to {versioning.min} is refused: a document has no valid {probe.field} (none, or one that is "
+                f"not a whole number of at least 0), which the rule about to be set requires with {field_name}; set it "
+                f"on those documents first (0 where it is missing), or declare min = 0 until then (both typed, not required)"
+            )
+        elif probe.found:
             why = (
                 f"raising min to {versioning.min} is refused: a document still has {field_name} below "
                 f"{versioning.min} (or none, or one that is not an int); rewrite those documents first (a background migration), or declare "
