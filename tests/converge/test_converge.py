@@ -100,6 +100,21 @@ async def test_a_date_in_a_filter_or_validator_is_in_place_once_applied(project,
     assert check.in_sync, [a.describe() for a in check.drift]
 
 
+async def test_a_nan_in_a_filter_or_validator_is_in_place_once_applied(project, db) -> None:  # type: ignore[no-untyped-def]
+    """NaN equals nothing, itself included: the validator was 'unstable' for good and the index rebuilt every run."""
+    s = settings_with(
+        project,
+        {
+            "name": "rated",
+            "indexes": [{"keys": {"r": 1}, "partialFilterExpression": {"r": {"$gt": float("nan")}}}],
+            "validator": {"r": {"$ne": float("nan")}},
+        },
+    )
+    report = await cv.converge(s)
+    assert report.success and report.unstable == []
+    assert (await cv.plan_converge(s, check=True)).in_sync
+
+
 async def test_journal_records_changing_and_failed_runs(project, db) -> None:  # type: ignore[no-untyped-def]
     s = settings_with(project, {"name": "items", "indexes": [{"keys": {"sku": 1}, "unique": True}]})
     report = await cv.converge(s)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ KEY_TYPES = ("text", "2d", "2dsphere", "hashed")
 Key = tuple[tuple[str, int | str], ...]
 
 
+#: Every NaN in the comparable form (no other value canonicalizes to a tuple).
+NAN = ("NaN",)
+
+
 def canonical(value: Any) -> Any:
     """A value with BSON number types folded (1 == 1.0 == Int64(1)), dates as the server keeps them (UTC,
     milliseconds) and mappings as plain dicts.
@@ -82,6 +87,8 @@ def canonical(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
+        if math.isnan(value):
+            return NAN  # NaN equals nothing, not even itself: a filter holding one never compared equal
         return int(value) if value.is_integer() else value
     if isinstance(value, datetime.datetime):
         # BSON keeps a date as UTC milliseconds: the server hands back a naive UTC time without the
