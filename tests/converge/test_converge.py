@@ -560,6 +560,21 @@ async def test_a_clustered_collections_own_index_is_never_planned(project, db, m
     assert report.success and (await cv.plan_converge(s, prune=True, check=True)).in_sync
 
 
+async def test_min_zero_under_a_strict_validator_takes_a_null_version_and_revision(project, db) -> None:  # type: ignore[no-untyped-def]
+    """``min = 0`` is typed but not required; a null version or revision counts as 0 (docs/versioning.md). The typed
+    rule refused null, so a legacy document holding one could not be written at all under a strict validator (121)."""
+    from pymongo.errors import WriteError
+
+    await db.docs.insert_many([{"email": "a", "__v": None, "__rev": None}, {"email": "b", "__v": 1, "__rev": 3}, {"email": "c"}])
+    strict = {"name": "docs", "validator": {"$jsonSchema": {"required": ["email"]}}, "versioning": {"current": 2, "min": 0}}
+    assert (await cv.converge(settings_with(project, strict))).success
+    for email in ("a", "b", "c"):  # the application's plain write of another field
+        assert (await db.docs.update_one({"email": email}, {"$set": {"seen": True}})).modified_count == 1
+    with pytest.raises(WriteError):  # the rule still types the field
+        await db.docs.update_one({"email": "a"}, {"$set": {"__v": "2"}})
+    assert (await cv.plan_converge(settings_with(project, strict), check=True)).in_sync
+
+
 @pytest.mark.parametrize("stored", ["2", 2.0, True, {"$numberLong": "2"}, [2]], ids=["string", "double", "bool", "long", "array"])
 async def test_min_guard_counts_a_wrong_typed_version_as_below(project, db, stored: Any) -> None:  # type: ignore[no-untyped-def]
     """A version the new rule (``bsonType: "int"``) would refuse is not a valid version: raising min is refused

@@ -286,13 +286,21 @@ class Versioning(_Strict):
         return self
 
     def rules(self) -> tuple[dict[str, Any], list[str]]:
-        """The ``$jsonSchema`` properties and required fields: no maximum, so newer writers are never refused."""
+        """The ``$jsonSchema`` properties and required fields: no maximum, so newer writers are never refused.
+
+        With ``min`` 0 a null version or revision is taken too: it counts as 0 (docs/versioning.md), as a missing one
+        does, so a legacy document that holds one is not refused its next write under a strict validator."""
+        if self.min > 0:
+            properties = {
+                self.field: {"bsonType": "int", "minimum": self.min},
+                self.revision_field: {"bsonType": ["int", "long"], "minimum": 0},
+            }
+            return properties, [self.field, self.revision_field]
         properties = {
-            self.field: {"bsonType": "int", "minimum": self.min},
-            self.revision_field: {"bsonType": ["int", "long"], "minimum": 0},
+            self.field: {"bsonType": ["int", "null"], "minimum": 0},
+            self.revision_field: {"bsonType": ["int", "long", "null"], "minimum": 0},
         }
-        required = [self.field, self.revision_field] if self.min > 0 else []
-        return properties, required
+        return properties, []
 
     def index_declaration(self, shard_key: Sequence[tuple[str, int | str]] = ()) -> IndexDeclaration:
         """``{version: 1, _id: 1}``; on a sharded collection ``{version, ...shard key, _id}``, so that
