@@ -284,6 +284,22 @@ def test_the_first_stop_speaks_of_ctx_cancelled_only_where_a_migration_runs(proj
     assert ("ctx.cancelled" in said[0]) is line, said
 
 
+def test_a_second_ctrl_c_in_converge_says_what_converge_leaves(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``converge``'s second signal said "a migration that was running is not recorded": no migration runs there."""
+    from mongoshift.cli import app, converge
+
+    said: list[str] = []
+
+    def recorded(make, *, stopping: str = app.STOPPING, left_behind: str = app.LEFT_BEHIND):  # type: ignore[no-untyped-def]
+        said.append(left_behind)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(converge, "run_async", recorded)
+    cli(project, "converge", "--yes")
+    assert len(said) == 1 and "migration" not in said[0], said
+    assert "'mongoshift unlock' clears it" in said[0] and "'mongoshift converge --check'" in said[0]
+
+
 @pytest.mark.parametrize(
     "args",
     [

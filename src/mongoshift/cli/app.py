@@ -217,10 +217,15 @@ STOPPING = "stopping: nothing new starts (press Ctrl-C again to stop now)"
 #: The migration line's (``up``, ``down``, ``redo``): the migration running is told through ``ctx.cancelled``.
 LINE_STOPPING = "stopping: nothing new starts and ctx.cancelled is set (press Ctrl-C again to stop now)"
 #: What a second signal leaves behind, said as the process ends at once (each command that holds something else names it).
-LEFT_BEHIND = (
+LOCK_LEFT_BEHIND = (
     "a lock this run held stays held: the next run on this host takes it over at once (this process is gone); "
-    "from another host, wait for its time-to-live (lock_ttl_seconds) or 'mongoshift unlock' clears it; "
-    "a migration that was running is not recorded and runs again with the next run"
+    "from another host, wait for its time-to-live (lock_ttl_seconds) or 'mongoshift unlock' clears it"
+)
+LEFT_BEHIND = f"{LOCK_LEFT_BEHIND}; a migration that was running is not recorded and runs again with the next run"
+#: ``converge``'s: no migration runs there; a step the server had begun goes on without the process.
+CONVERGE_LEFT_BEHIND = (
+    f"{LOCK_LEFT_BEHIND}; a step the server had begun (an index build) goes on there and is not in the converge log: "
+    "'mongoshift converge --check' says where the collections stand"
 )
 
 

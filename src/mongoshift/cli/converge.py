@@ -9,7 +9,7 @@ import click
 
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError
 from ..project.wording import plural
-from .app import WAIT_HELP, FloatRange, can_ask, global_options, output, run_async, settings
+from .app import CONVERGE_LEFT_BEHIND, WAIT_HELP, FloatRange, can_ask, global_options, output, run_async, settings
 from .tenants import across, requested, tenant_options
 
 if TYPE_CHECKING:
@@ -102,7 +102,8 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
     confirm = interactive_confirm(yes)
     try:
         report = run_async(
-            lambda cancel: per_call(s, cancel=cancel).collections.converge(prune=prune, confirm=confirm, lock=Lock(not no_lock, wait), reason=reason)
+            lambda cancel: per_call(s, cancel=cancel).collections.converge(prune=prune, confirm=confirm, lock=Lock(not no_lock, wait), reason=reason),
+            left_behind=CONVERGE_LEFT_BEHIND,
         )
     except MongoshiftError as exc:  # refused, failed, stopped by Ctrl-C or awaiting --yes: the steps and what became of them
         if not out.json_mode and "converge" in exc.details:
