@@ -128,6 +128,16 @@ def test_steps_below_minimum_stay_usable_by_migration_files_after_the_contract()
     assert shapes.migrate_from(1)({"__v": 1}) == {"__v": 2, "a": 1}
 
 
+def test_migrate_from_takes_a_version_stored_as_a_whole_double() -> None:
+    """The engine's ``{__v: 1}`` selects a legacy ``1.0``; the step refused it as no version at all, so every such
+    document failed the run's transform. A whole double at ``from_version`` is that version; any other is refused."""
+    migrate = PEOPLE.migrate_from(1)
+    assert migrate({"__v": 1.0, "name": "Ada Lovelace"})["__v"] == 2
+    for stored in (1.5, 2.0, "1", float("nan")):
+        with pytest.raises(ShapeVersionError):
+            migrate({"__v": stored, "name": "Ada Lovelace"})
+
+
 def test_migrate_from_is_a_background_migrate_function_with_a_fixed_target() -> None:
     migrate = PEOPLE.migrate_from(1)
     assert (migrate.from_version, migrate.to_version) == (1, 2)

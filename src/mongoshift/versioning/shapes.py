@@ -163,7 +163,9 @@ class StepMigration:
 
     Refuses (as a document error) a document that is not at ``from_version``.
     The version it sets in the result is informative only: the engine writes
-    the target version and the revision itself.
+    the target version and the revision itself. A version stored as a whole
+    double (``1.0``, a legacy writer's) is taken as that number here, as the
+    engine's ``{__v: 1}`` filter selects it: the rewrite stores it as an int.
     """
 
     shapes: Shapes = field(repr=False)
@@ -171,6 +173,9 @@ class StepMigration:
     to_version: int
 
     def __call__(self, doc: Mapping[str, Any], ctx: Any = None) -> Document:
+        stored = doc.get(self.shapes.version_field)
+        if type(stored) is float and stored == self.from_version:  # what the engine read as this version
+            return self.shapes._lift(doc, self.from_version, self.to_version)
         version = self.shapes.version_of(doc)
         if version != self.from_version:
             reason: ShapeProblem = "newer" if version > self.from_version else "below_minimum"
