@@ -144,3 +144,17 @@ def test_a_wait_takes_a_number_of_seconds_and_says_a_timeout_with_exit_14() -> N
         with pytest.raises(MigrationTimeoutError, match=says) as caught:
             waited()
         assert caught.value.exit_code == ExitCode.TIMEOUT == 14
+
+
+def test_a_line_task_whose_pool_child_died_is_aborted_not_a_bug() -> None:
+    """A pool child killed in a body (``kill -9``, the OOM killer) ended its task with Celery's WorkerLostError, read as
+    exit 1 ``error``, which docs/exit-codes.md calls a bug to report. It is exit 11 ``aborted``, saying what is left."""
+    from celery.exceptions import WorkerLostError
+
+    from mongoshift.celery.tasks import LineGroup
+    from mongoshift.errors import ExitCode
+
+    line = LineGroup(group="g", batch=1, names=["0001_a.py"])
+    result = line._read("0001_a.py", WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL) Job: 0."))
+    assert (result.outcome, result.code, result.kind) == ("failed", int(ExitCode.ABORTED), "aborted")
+    assert "the worker process running it ended before it did" in (result.error or "") and "intent_ttl_seconds" in (result.error or "")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task, group
-from celery.exceptions import TaskRevokedError, TimeoutError as CeleryTimeoutError
+from celery.exceptions import TaskRevokedError, TimeoutError as CeleryTimeoutError, WorkerLostError
 from celery.result import AsyncResult, GroupResult
 from celery.worker import state as worker_state
 from pymongo import AsyncMongoClient
@@ -125,6 +125,10 @@ class LineGroup:
         if isinstance(value, TaskRevokedError):  # revoked before its worker ran it
             return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted",
                 error="its task was revoked")
+        if isinstance(value, WorkerLostError):  # its pool child died in the body (a kill -9, the OOM killer): no bug of ours
+            return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted",
+                error=f"{api.redact(str(value))}: the worker process running it ended before it did; the changelog says whether "
+                "its body finished, and its intent holds the migration until intent_ttl_seconds have passed")
         kind = getattr(value, "kind", "error")
         code = int(getattr(value, "exit_code", 1))
         return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=code, kind=kind, error=api.redact(str(value)))
