@@ -173,15 +173,20 @@ async def test_the_python_api(project: Project, cli, monkeypatch) -> None:  # ty
     assert report.plan.changes[0].from_version == 1
 
 
-async def test_several_changed_collections_get_one_file_each_or_none_at_all(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
-    two = BEFORE + '''
+def with_orders(collection: str) -> str:
+    """The members' models and an ``Order`` model stored in ``collection``: two collections for one run."""
+    return BEFORE + f'''
 
 class Order(Document):
     total: str
 
     class Settings:
-        name = "orders"
+        name = "{collection}"
 '''
+
+
+async def test_several_changed_collections_get_one_file_each_or_none_at_all(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    two = with_orders("orders")
     write_models(project, two)
     assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
     changed = two.replace("    total: str\n", "    total: float\n").replace("    legacy: Optional[str] = None\n", "")
@@ -202,14 +207,7 @@ class Order(Document):
 def test_collections_whose_names_a_file_name_cannot_hold_get_their_files(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
     """``NAME_<collection>`` with a collection named ``orders.v2`` was an invalid migration name: exit 19 after the
     models were read, and no migration for either collection. The collection's name is reduced to what a file name holds."""
-    two = BEFORE + '''
-
-class Order(Document):
-    total: str
-
-    class Settings:
-        name = "orders.v2"
-'''
+    two = with_orders("orders.v2")
     write_models(project, two)
     assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
     write_models(project, two.replace("    total: str\n", "    total: float\n").replace("    legacy: Optional[str] = None\n", ""))

@@ -76,12 +76,17 @@ def test_wrong_types_in_a_project_file_are_refused(tmp_path: Path, line: str, ke
     assert f"setting {key!r} from {path}" in info.value.message
 
 
-def test_a_path_setting_of_the_wrong_type_is_told_in_words_not_as_a_python_class(tmp_path: Path) -> None:
+def _problems(tmp_path: Path, text: str) -> dict[str, str]:
+    """The problems a mongoshift.toml of ``text`` is refused for (exit 6), each setting's name to what is wrong with it."""
     path = tmp_path / "mongoshift.toml"
-    path.write_text("[mongoshift]\nmigrations_dir = 5\ntemplate_path = 1.5\ncollections_dir = []\n")
+    path.write_text(text)
     with pytest.raises(ConfigInvalidError) as info:
         load_settings({}, environ={}, cwd=tmp_path)
-    problems = dict(p.split(f" from {path}: ") for p in info.value.details["problems"])
+    return dict(p.split(f" from {path}: ") for p in info.value.details["problems"])
+
+
+def test_a_path_setting_of_the_wrong_type_is_told_in_words_not_as_a_python_class(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, "[mongoshift]\nmigrations_dir = 5\ntemplate_path = 1.5\ncollections_dir = []\n")
     assert problems == {
         "setting 'migrations_dir'": "Input should be a path (text), not int",
         "setting 'template_path'": "Input should be a path (text), not float",
@@ -118,21 +123,18 @@ def test_unknown_keys_are_reported_with_the_wrong_values(tmp_path: Path) -> None
 
 
 def test_a_value_of_the_wrong_form_is_told_in_words_not_as_a_regular_expression(tmp_path: Path) -> None:
-    path = tmp_path / "mongoshift.toml"
-    path.write_text(
+    problems = _problems(
+        tmp_path,
         '[mongoshift]\ndb = "shop.v2"\nchangelog_collection = "-log"\nuri_factory = "make uri"\n'
-        '[mongoshift.tenants]\ndatabases = []\n'
+        '[mongoshift.tenants]\ndatabases = []\n',
     )
-    with pytest.raises(ConfigInvalidError) as info:
-        load_settings({}, environ={}, cwd=tmp_path)
-    problems = dict(p.split(f" from {path}: ") for p in info.value.details["problems"])
     assert problems == {
         "setting 'db'": "not a database mongoshift can use: MongoDB refuses '.' in a database name",
         "setting 'changelog_collection'": "must be a collection name: 1 to 120 letters, digits, _ . or -, not starting with . or -",
         "setting 'uri_factory'": "must be an import path such as 'package.module:function'",
         "setting 'tenants.databases'": "must not be empty",
     }
-    path.write_text('[mongoshift]\n[mongoshift.tenants]\nprovider = "tenants.list"\n')
+    (tmp_path / "mongoshift.toml").write_text('[mongoshift]\n[mongoshift.tenants]\nprovider = "tenants.list"\n')
     with pytest.raises(ConfigInvalidError, match=r"tenants\.provider' from .*: must be an import path such as 'package\.module:function'$"):
         load_settings({}, environ={}, cwd=tmp_path)
 
