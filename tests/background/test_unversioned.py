@@ -189,3 +189,28 @@ async def test_no_word_about_text_versions_when_every_version_is_a_number(fast_p
     assert report.results[0].warnings == []
     (result,) = await bg.run(s, ["0001_names.py"])
     assert result.status == "completed" and result.totals["migrated"] == 13 and result.warnings == []
+
+
+async def test_a_step_migration_of_a_collection_that_does_not_exist_yet_is_not_warned_about(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A step migration writes where it likes (often creating its collection): the warning that a run "completes it at
+    once, having rewritten nothing" was false for it (found in a user trial: it ran its steps as usual)."""
+    fast_project.add(
+        "0001_step.py",
+        """
+        from mongoshift import Background
+
+        async def step(ctx):
+            n = (ctx.checkpoint or {}).get("n", 0)
+            await ctx.db.fresh.insert_one({"n": n})
+            return {"checkpoint": {"n": n + 1}, "done": n >= 2, "migrated": 1}
+
+        background = Background(collection="fresh", from_version=0, to_version=1, step=step, pause_ms=0)
+        """,
+    )
+    s = fast_project.settings()
+    assert (await command.dry_run(s, "up")).warnings == []
+    report = await command.up(s)
+    assert report.results[0].warnings == []
+    (result,) = await bg.run(s, ["0001_step.py"])
+    assert result.status == "completed" and result.totals["migrated"] == 3
+    assert await db.fresh.count_documents({}) == 3

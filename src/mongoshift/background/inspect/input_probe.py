@@ -97,7 +97,12 @@ async def _taken_care_of(store: BackgroundStore, name: str, spec: Background, pl
 
 async def missing_collection_warning(db: AsyncDatabase[dict[str, Any]], name: str, spec: Background) -> str | None:
     """A warning when the collection does not exist (yet): the migration will complete at once, having rewritten
-    nothing, which a typo in ``collection=`` looks like too. Advisory, as :func:`unversioned_warning`."""
+    nothing, which a typo in ``collection=`` looks like too. Advisory, as :func:`unversioned_warning`.
+
+    None for a step migration: ``step(ctx)`` does its own reads and writes (often creating the collection), and a run
+    calls it until it says ``done``, whatever the collection holds."""
+    if spec.mode != "documents":
+        return None
     try:
         if await db.list_collection_names(filter={"name": spec.collection}):
             return None
