@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from bson import Int64
 
 from mongoshift import api
 from mongoshift.errors import ExitCode, TransactionsUnsupportedError
@@ -64,6 +65,19 @@ async def test_a_revision_that_is_no_number_is_said_as_the_run_and_the_preview_s
     assert row.validation is not None and row.validation.status == "failed", row  # the server refused the $inc
     assert (row.validation.reason or "").startswith("the stored __rev is not a number"), row.validation
     assert [r.validation.status for r in preview.rows if r.validation] == ["ok", "failed", "ok"]
+
+
+async def test_a_revision_at_the_int64_limit_is_said_as_the_run_and_the_preview_say_it(project, db) -> None:  # type: ignore[no-untyped-def]
+    """A legacy ``__rev`` at the largest 64-bit integer: the preview said its ``$inc`` overflows, while ``--validate``
+    (and the run's failed documents) said only "write error 2" (found in a user trial)."""
+    await seed(db.people, 3)
+    await db.people.update_one({"_id": 1}, {"$set": {"__rev": Int64(2**63 - 1)}})
+    project.add(NAME, transform(PLAIN))
+    preview = await api.preview_background(project.settings(), NAME, first=3, validate=True)
+    row = next(r for r in preview.rows if r.id == 1)
+    assert row.validation is not None and row.validation.status == "failed", row
+    assert (row.validation.reason or "").startswith("the stored __rev is the largest 64-bit integer"), row.validation
+    assert (row.validation.reason or "").endswith("(BadValue, 2)")
 
 
 SIDE = '''

@@ -203,9 +203,9 @@ async def validate_transform(
             keep_refused(owner, planned)
             return _Attempt(refused=owner, reason=reason)
         _, failed = await write_planned(job, PlannedUpdates(planned.owners, planned.updates, []), collection, session=session)
-        updates = planned.updates
+        owners, updates = planned.owners, planned.updates
         refused = _first_failure(
-            [id_key(owner["_id"]) for owner in planned.owners], failed, lambda i, error: write_error_text(job, updates[i], error)
+            [id_key(owner["_id"]) for owner in owners], failed, lambda i, error: write_error_text(job, owners[i], updates[i], error)
         )
         if refused is not None and refused.refused is not None:
             keep_refused(refused.refused, planned)

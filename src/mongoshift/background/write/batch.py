@@ -63,6 +63,7 @@ from ...project.server_errors import (
 )
 from ...project.user_code import call, failure_of, is_async
 from ...project.wording import plural
+from ...schema.background import MAX_BSON_INT
 from ..plan.bson_order import same_value
 from ..plan.planner import key_values
 from .document import IMMUTABLE, MISSING, ShapeError, bson_problems, differ, guard, keyed, version_match
@@ -618,11 +619,19 @@ async def write_planned(
     return await _write(collection, ops, session=session)
 
 
-def write_error_text(job: Job, update: Mapping[str, Any], error: Mapping[str, Any]) -> str:
-    """A refused guarded update in words. A type mismatch (14) of an update that increments the revision is the stored
-    revision's: ``$set`` and ``$unset`` check no type, so the preview's words are the run's too (and ``--validate``'s)."""
-    if error.get("code") == 14 and "$inc" in update and job.revision_field is not None:
-        return f"the stored {job.revision_field} is not a number, so it cannot be incremented: make it a whole number (TypeMismatch, 14)"
+def write_error_text(job: Job, owner: Mapping[str, Any], update: Mapping[str, Any], error: Mapping[str, Any]) -> str:
+    """A refused guarded update of ``owner`` (the document as read) in words, as the preview says them, so that a
+    run's (and ``--validate``'s) words are the preview's. A type mismatch (14) of an update that increments the revision
+    is the stored revision's: ``$set`` and ``$unset`` check no type. A bad value (2) of one whose stored revision is the
+    largest 64-bit integer is its ``$inc`` overflowing (mongod: "Failed to apply $inc operations")."""
+    code = error.get("code")
+    if "$inc" in update and job.revision_field is not None:
+        field = job.revision_field
+        if code == 14:
+            return f"the stored {field} is not a number, so it cannot be incremented: make it a whole number (TypeMismatch, 14)"
+        stored = owner.get(field)
+        if code == 2 and isinstance(stored, int) and stored == MAX_BSON_INT:
+            return f"the stored {field} is the largest 64-bit integer, so incrementing it overflows: make it smaller (BadValue, 2)"
     return describe_write_error(error)
 
 
@@ -714,7 +723,8 @@ async def apply_batch(
         if failed and not planned.checked and (bad := unstorable(planned, codec)) is not None:
             raise DocumentFailed(bad)  # the server refused a write, but the check finds a document it would have left out first
         for index, error in failed.items():
-            result.errors.append(DocumentError(owners[index]["_id"], "write", write_error_text(job, planned.updates[index], error)))
+            owner = owners[index]
+            result.errors.append(DocumentError(owner["_id"], "write", write_error_text(job, owner, planned.updates[index], error)))
         if strict and result.errors:
             raise DocumentFailed(result.errors[0])
         written = len(owners) - len(failed)
