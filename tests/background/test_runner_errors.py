@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from typing import Any
 
@@ -12,6 +13,8 @@ from mongoshift.api import background as bg, migrations as command
 from mongoshift.background.state.events import Event
 from mongoshift.errors import ConfigInvalidError, ExitCode
 from mongoshift.project.settings import load_settings
+
+from .conftest import background_file
 
 NAME = "0001_step.py"
 
@@ -128,3 +131,28 @@ async def test_a_runner_that_cannot_connect_tells_on_error_and_keeps_trying(tmp_
         await runner.stop()  # stopped while waiting to connect again: no error
     assert not runner.running
     assert all(migration is None and "connection refused" in message for migration, message in errors)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"$set": {"totals.migrated": "SECRET-VALUE"}}, {"$set": {"generation": [1]}}, {"$unset": {"collection": ""}}],
+    ids=["counter-as-text", "generation-as-array", "no-collection"],
+)
+def test_a_state_record_edited_by_hand_is_refused_naming_it_not_a_crash(fast_project, sync_client, cli, edit) -> None:  # type: ignore[no-untyped-def]
+    """A background state whose counter was edited by hand into text made ``background status`` (and ``run``, ``up
+    --force``...) exit 1, "unexpected ValueError, please report it" (found in a user trial). It is refused as a changelog
+    record of the wrong type is: exit 39, naming the record and never its value, and audit still reports it."""
+    db = sync_client[fast_project.db]
+    db.people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1} for i in range(3)])
+    fast_project.add("0001_names.py", background_file())
+    assert cli(fast_project, "up").returncode == 0
+    db["_mongoshift_background"].update_one({"_id": "0001_names.py"}, edit)
+    for args in (("background", "status"), ("background", "status", "0001_names"), ("background", "run", "0001_names")):
+        done = cli(fast_project, *args, "--json")
+        assert done.returncode == ExitCode.COLLECTION_CLASH, (args, done.stdout, done.stderr[-2000:])
+        error = json.loads(done.stdout)["error"]
+        assert error["kind"] == "collection_clash" and error["details"] == {"record": "0001_names.py"}
+        assert "the state record of 0001_names.py is not one mongoshift writes" in error["message"]
+        assert "SECRET" not in done.stdout + done.stderr
+    audit = cli(fast_project, "audit", "--json")
+    assert any(f["check"] == "background.no_state" for f in json.loads(audit.stdout)["findings"]), audit.stdout

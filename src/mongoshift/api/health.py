@@ -371,7 +371,10 @@ def _file(kind: Literal["changed", "missing"], message: str) -> Rule:
 
 def _no_state(facts: Facts) -> Iterable[tuple[str, str]]:
     for name in facts.unreadable_states:
-        yield name, f"its background state record lacks a field the engine needs: it cannot run ('mongoshift up --force {name}' registers it again)"
+        yield name, (
+            "its background state record lacks a field the engine needs, or holds one of the wrong type: it cannot run "
+            f"(restore it, or delete it and 'mongoshift up --force {name}' registers it again)"
+        )
     for row in facts.rows:
         if row.kind == "background" and row.state == "applied" and row.name not in facts.registered:
             yield row.name, f"applied as a background migration, but it has no background state ('mongoshift up --force {row.name}' registers it again)"

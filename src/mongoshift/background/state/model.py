@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from ...errors import CollectionClashError
+from ...project.redaction import redact
+
 Status = Literal["blocked", "pending", "running", "paused", "completed", "failed", "cancelled"]
 PartitionStatus = Literal["pending", "running", "done", "failed", "superseded"]
 Direction = Literal["forward", "revert"]
@@ -236,6 +239,21 @@ class State:
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> State:
+        """A stored state. One missing a field the engine needs or holding one of the wrong type (edited by hand) is
+        refused naming the record (exit 39), where a command crashed on it, exit 1 "please report it"."""
+        try:
+            return cls._read(doc)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            name = doc.get("_id")
+            which = f"the state record of {redact(name, limit=200)}" if isinstance(name, str) else "a state record without a name"
+            raise CollectionClashError(
+                f"background migration states: {which} is not one mongoshift writes (a field missing, or of the wrong type "
+                "or value: edited by hand?); restore it, or delete it and register the migration again ('mongoshift up --force NAME')",
+                record=name if isinstance(name, str) else None,
+            ) from None
+
+    @classmethod
+    def _read(cls, doc: dict[str, Any]) -> State:
         return cls(
             name=doc["_id"],
             registration=doc["registration"],

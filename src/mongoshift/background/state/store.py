@@ -23,6 +23,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
+from ...errors import CollectionClashError
 from .failures import count_key
 from .model import COUNTERS, SAMPLE_COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, WatchRecord, aware, zero_counters
 
@@ -146,7 +147,7 @@ class BackgroundStore:
         async for doc in self.states.find({}, WITHOUT_SAMPLES, sort=[("_id", ASCENDING)]):
             try:
                 states.append(State.from_document(doc))
-            except (KeyError, TypeError, ValueError):
+            except CollectionClashError:
                 broken.append(str(doc.get("_id")))
         return states, broken
 
