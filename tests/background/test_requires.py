@@ -218,3 +218,30 @@ async def test_a_dependent_leaves_blocked_the_moment_its_requirements_complete(f
     await _run(s, ["0002_upper.py"])
     assert (await bg.status(s, "0003_pets.py"))[0].status == "pending"
     assert await db.pets.count_documents({"__v": {"$exists": True}}) == 0  # nothing ran it
+
+
+@pytest.mark.parametrize("how", ["failed", "paused", "cancelled"])
+def test_a_run_does_not_wait_for_a_requirement_only_a_person_moves_on(fast_project, sync_client, cli, how: str) -> None:  # type: ignore[no-untyped-def]
+    """``background run A B`` (or ``--all``) where A failed, was paused or cancelled and B requires A waited for B
+    forever (found in a user trial: a CI job that never ends, A's failure hidden until it is killed; the in-app runner
+    stuck on B, the migrations after it never run). The run now reports B blocked and exits 24, naming what it waits for."""
+    db = sync_client[fast_project.db]
+    db.people.insert_many([{"_id": i, "first": "F", "last": "L", "__v": 1, "__rev": 1} for i in range(20)])
+    first = background_file(batch_size=50)
+    if how == "failed":
+        first = first.replace("def migrate(doc, ctx):", "def migrate(doc, ctx):\n    raise ValueError('no')")
+    fast_project.add("0001_names.py", first)
+    second = background_file(batch_size=50).replace("from_version=1", "from_version=2").replace("to_version=2", "to_version=3")
+    fast_project.add("0002_upper.py", 'requires = ["0001_names.py"]\n' + second)
+    assert cli(fast_project, "up").returncode == 0
+    control = {"failed": ("run", "0001_names"), "paused": ("pause", "0001_names"), "cancelled": ("cancel", "0001_names", "--yes")}[how]
+    assert cli(fast_project, "background", *control).returncode == (32 if how == "failed" else 0)
+    named = cli(fast_project, "background", "run", "0002_upper", "--json")
+    assert named.returncode == 24, (named.stdout, named.stderr[-2000:])
+    error = json.loads(named.stdout)["error"]
+    assert error["kind"] == "requirements_pending" and error["details"]["held"] == ["0002_upper.py"]
+    assert error["details"]["waits_for"] == ["0001_names.py"] and "only a person moves on" in error["message"]
+    every = cli(fast_project, "background", "run", "--all", "--json")  # leaves A out (it waits for a person), runs B
+    assert every.returncode == 24, (every.stdout, every.stderr[-2000:])
+    assert json.loads(every.stdout)["error"]["details"]["held"] == ["0002_upper.py"]
+    assert db["_mongoshift_background"].find_one({"_id": "0002_upper.py"})["status"] == "blocked"

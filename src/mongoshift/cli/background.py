@@ -16,6 +16,7 @@ from ..errors import (
     ConfigInvalidError,
     ExitCode,
     MongoshiftError,
+    RequirementsPendingError,
     RunAbortedError,
     TenantsInvalidError,
 )
@@ -211,7 +212,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     if all_ and not reports:
         _nothing_to_run(s)
         return 0
-    verdict = run_verdict(reports, once=once and not interrupted)
+    verdict = run_verdict(reports, once=once and not interrupted, interrupted=interrupted)
     if verdict is None or not out.json_mode:
         _render(reports)
     if verdict is not None:
@@ -274,22 +275,28 @@ def _each(command: str, names: list[str]) -> str:
     return f"for each, 'mongoshift background {command} NAME'"
 
 
-def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> MongoshiftError | None:
+def run_verdict(reports: list[BackgroundReport], *, once: bool = False, interrupted: bool = False) -> MongoshiftError | None:
     """How a ``background run`` ends, by the most serious outcome among its migrations.
 
     A failure (32) needs a person; a run stopped by a signal before the end (11) did not do
     what was asked; a cancelled migration (37) will not go on without ``retry``; a paused one
-    (36) goes on after ``resume``; after a ``--once`` round (``once``, not interrupted), work
-    left (31) only needs the next round. Every migration named still ran; the order of the
-    names plays no part. ``details`` lists the migration names by outcome, and every report.
+    (36) goes on after ``resume``; one still blocked at the end of a run that was not
+    ``interrupted`` waits for a requirement that only a person moves on (24: failed, paused or
+    cancelled); after a ``--once`` round (``once``, not interrupted), work left (31) only needs
+    the next round. Every migration named still ran; the order of the names plays no part.
+    ``details`` lists the migration names by outcome, and every report.
     """
     by: dict[str, list[str]] = {"failed": [], "stopped": [], "cancelled": [], "paused": []}
     unfinished = "stopped"
     if once:
         by["remaining"] = []
         unfinished = "remaining"
+    if not once and not interrupted and any(r.status == "blocked" for r in reports):
+        by["held"] = []  # a run ends on a blocked one only when its requirement waits for a person
     for r in reports:
         outcome = unfinished if r.status in ("pending", "running", "blocked") else r.status
+        if r.status == "blocked" and "held" in by:
+            outcome = "held"
         if outcome in by:
             by[outcome].append(r.name)
     details = {**by, "background": [r.to_json() for r in reports]}
@@ -304,6 +311,15 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False) -> Mongo
     if by["paused"]:
         names = ", ".join(by["paused"])
         return BackgroundPausedError(f"paused: {names}; {_each('resume', by['paused'])} continues it", **details)
+    if by.get("held"):
+        held = [r for r in reports if r.name in by["held"]]
+        waits = sorted({w for r in held for w in r.waits_for})
+        return RequirementsPendingError(
+            f"blocked: {', '.join(by['held'])}, on {', '.join(waits)}, which only a person moves on (failed, paused or "
+            f"cancelled: see 'mongoshift background status NAME', then retry or resume {'it' if len(waits) == 1 else 'them'}); "
+            f"run this again once {'it' if len(waits) == 1 else 'they'} completed",
+            **details, waits_for=waits,
+        )
     if by.get("remaining"):
         left = ", ".join(
             f"{r.name} ({r.status}{', about ' + plural(r.remaining, 'document') + ' left' if r.remaining else ''})"

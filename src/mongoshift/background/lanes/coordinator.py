@@ -37,12 +37,19 @@ log = logging.getLogger("mongoshift.background")
 Next = Literal["process", "wait", "done", "busy"]
 
 
+#: The statuses of a requirement that only a person moves on (``retry``, ``resume``, or ``up`` of an ordinary one).
+NEEDS_A_PERSON = ("failed", "paused", "cancelled")
+
+
 @dataclass
 class Decision:
     next: Next
     state: State | None
     lanes: int = 0
     reason: str | None = None
+    #: A blocked migration's requirements that wait for a person (:data:`NEEDS_A_PERSON`), as ``name (status)``:
+    #: nothing a runner does moves them on, so ``background run`` stops waiting for it.
+    held_by: tuple[str, ...] = ()
 
 
 @dataclass
@@ -136,7 +143,8 @@ class Coordinator:
         if state.status == "blocked":
             waiting = await self._unblock(state)
             if waiting:
-                return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting))
+                held = tuple(w.describe() for w in waiting if w.status in NEEDS_A_PERSON)
+                return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting), held_by=held)
             state = await store.state(name)
             assert state is not None
         planned = False  # a plan adopted by this step, whose partitions no lease can have lapsed on yet

@@ -142,6 +142,10 @@ class MigrationRun:
                 if once or not await self._taken_up_again(name, decision.state):
                     return decision.state
                 continue
+            if decision.held_by and not once:
+                # Only a person moves such a requirement on: waiting would hang a CI job (and hold up the
+                # migrations after this one); the run reports it blocked, and a later run takes it up.
+                return decision.state
             if decision.reason is not None:
                 self._waiting(name, decision.reason)
             lanes = max(1, min(concurrency, spec.max_parallel))
