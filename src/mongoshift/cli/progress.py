@@ -78,6 +78,23 @@ def per_second(rate: float | None) -> str:
     return f"{rate:,.1f} docs/s" if rate < 10 else f"{rate:,.0f} docs/s"
 
 
+async def _reading(status: StatusReader, task: asyncio.Task[Any]) -> list[BackgroundReport] | None:
+    """One status reading, or None when it failed or ``task`` (the run) ended first.
+
+    The run's end never waits for a reading: one made while the server cannot be reached waits out
+    the driver's server selection (``connect_timeout_seconds``), and the run that gave up on it (exit 5)
+    would otherwise exit that much later; it is cancelled instead."""
+    reading = asyncio.ensure_future(status())
+    await asyncio.wait({task, reading}, return_when=asyncio.FIRST_COMPLETED)
+    if not reading.done():
+        reading.cancel()
+        await asyncio.wait({reading})
+        return None
+    if reading.cancelled() or reading.exception() is not None:  # a progress line is never worth failing the run
+        return None
+    return reading.result()
+
+
 async def show_progress(status: StatusReader, task: asyncio.Task[Any], console: Console, names: list[str] | None = None) -> None:
     wanted = {n.removesuffix(".py") for n in names} if names else None
     columns = (
@@ -91,11 +108,7 @@ async def show_progress(status: StatusReader, task: asyncio.Task[Any], console: 
     with Progress(*columns, console=console, transient=False) as progress:
         bars: dict[str, Any] = {}
         while not task.done():
-            try:
-                reports = await status()
-            except Exception:
-                reports = []
-            for r in reports:
+            for r in await _reading(status, task) or []:
                 if wanted is not None and r.name.removesuffix(".py") not in wanted:
                     continue
                 if r.status == "completed" and r.name not in bars:
@@ -131,13 +144,14 @@ async def log_progress(status: StatusReader, task: asyncio.Task[Any], interval: 
     (from the run's own reports when the run ends). The first lines come after at most
     ``FIRST_LINE_AFTER`` seconds, so that a run planning a large collection says so at once
     rather than staying silent for a whole interval.
-    A status read that fails is skipped: the next interval tries again.
+    A status read that fails is skipped: the next interval tries again; one still under way when the
+    run ends is dropped (:func:`_reading`).
     """
     wanted = {n.removesuffix(".py") for n in names} if names else None
     active: set[str] = set()
     recent = RecentRate()
     wait = min(interval, FIRST_LINE_AFTER)
-    while not task.done():
+    while True:
         await asyncio.wait({task}, timeout=wait)
         wait = interval
         if task.done():
@@ -146,9 +160,8 @@ async def log_progress(status: StatusReader, task: asyncio.Task[Any], interval: 
                     if r.name in active:
                         log.info("progress %s", progress_line(r, *recent.observe(r)))
             return
-        try:
-            reports = await status()
-        except Exception:  # a progress line is never worth failing the run
+        reports = await _reading(status, task)
+        if reports is None:
             continue
         for r in reports:
             if wanted is not None and r.name.removesuffix(".py") not in wanted:
