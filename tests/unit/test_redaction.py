@@ -381,3 +381,16 @@ def test_a_naming_errors_quoted_value_of_the_document_is_masked() -> None:
         "AttributeError: 'dict' object has no attribute '***'"
     )
     assert describe_transform_error(KeyError("A-17")) == "KeyError: 'A-17'"  # without a document, nothing to compare with
+
+
+def test_recorded_words_are_one_line_without_controls_or_secrets() -> None:
+    """A ``--reason`` kept its line breaks (the history and the dashboard show one line); ESC was stripped alone."""
+    from mongoshift.errors import ConfigInvalidError
+    from mongoshift.project.redaction import recorded_text
+
+    assert recorded_text("--reason", "  a\x1b[31mred\nline\r\n\tend  ", 512) == "a[31mred line end"
+    assert recorded_text("--reason", "from mongodb://u:p4ss@h/db", 512) == "from mongodb://***@h/db"
+    assert recorded_text("--reason", None, 512) is None
+    for bad, says in (("", "must not be empty"), (" \n ", "must not be empty"), (7, "must be text, not int"), ("x" * 513, "at most 512")):
+        with pytest.raises(ConfigInvalidError, match=says):
+            recorded_text("--reason", bad, 512)

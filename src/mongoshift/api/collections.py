@@ -16,11 +16,11 @@ from ..converge.orchestrator import (
     REQUESTED_BY_LIMIT,
     converge_in_session,
     plan_in_session,
-    request_text,
 )
 from ..converge.report import ConvergeReport
 from ..project.declarations import declarations_by_name
 from ..project.events import Observer
+from ..project.redaction import recorded_text
 from ..project.run import CancelSignal
 from ..project.session import Project, open_session, warn_unlocked
 from ..project.settings import Settings
@@ -99,8 +99,8 @@ async def converge_in(
     settings = project.settings
     lock = checked_lock(lock)
     yes, ask = confirm_parts(confirm)
-    requested_by = request_text("requested_by", requested_by, REQUESTED_BY_LIMIT)  # before connecting
-    reason = request_text("reason", reason, REASON_LIMIT)
+    requested_by = recorded_text("requested_by", requested_by, REQUESTED_BY_LIMIT)  # before connecting
+    reason = recorded_text("reason", reason, REASON_LIMIT)
     declared = declarations_by_name(settings)
     async with open_session(
         settings,

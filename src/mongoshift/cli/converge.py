@@ -81,9 +81,10 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
 
     if dry_run and check:
         raise ConfigInvalidError("--dry-run and --check cannot be combined: both write nothing; --check also exits 28 when the server differs")
-    from ..converge.orchestrator import REASON_LIMIT, request_text  # start-up time: as above
+    from ..converge.orchestrator import REASON_LIMIT  # start-up time: as above
+    from ..project.redaction import recorded_text
 
-    request_text("--reason", reason, REASON_LIMIT)  # refused the same with --dry-run and --check, where it is not recorded
+    recorded_text("--reason", reason, REASON_LIMIT)  # refused the same with --dry-run and --check, where it is not recorded
     s = settings()
     out = output()
     if (tenants := requested(reading=dry_run or check)) is not None:

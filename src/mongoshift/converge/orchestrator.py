@@ -18,14 +18,13 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from ..errors import (
-    ConfigInvalidError,
     ConfirmationRequiredError,
     ConvergeFailedError,
     MongoshiftError,
     RunAbortedError,
 )
 from ..project.events import end_fields
-from ..project.redaction import describe_error, redact
+from ..project.redaction import describe_error, recorded_text
 from ..project.session import Session
 from ..project.wording import plural
 from ..schema.collections import CollectionDeclaration
@@ -73,20 +72,6 @@ REQUESTED_BY_LIMIT = 128
 REASON_LIMIT = 512
 
 
-def request_text(option: str, value: object, limit: int) -> str | None:
-    """``requested_by`` / ``reason`` as recorded: text of at most ``limit`` characters, with no credential
-    and no control character (:func:`redact`). An empty or over-long value is refused, not cut."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ConfigInvalidError(f"{option} must be text, not {type(value).__name__}")
-    if not value.strip():
-        raise ConfigInvalidError(f"{option} must not be empty")
-    if len(value) > limit:
-        raise ConfigInvalidError(f"{option} is {len(value)} characters long: at most {limit}")
-    return redact(value.strip(), limit)
-
-
 async def _inspect_all(db: AsyncDatabase[Any], declarations: list[CollectionDeclaration]) -> dict[str, CollectionState]:
     try:
         return await inspect_all(db, declarations)
@@ -122,7 +107,7 @@ async def converge_in_session(
     """Make the server match the session's declarations, under its lock (``converge``, or a bulk ``up`` that ends with one).
 
     ``requested_by`` (default: who runs it) and ``reason`` go into the converge log, checked
-    with :func:`request_text`. Raises :class:`ConvergeFailedError` on a conflict or a failed
+    with :func:`~mongoshift.project.redaction.recorded_text`. Raises :class:`ConvergeFailedError` on a conflict or a failed
     action (the report is in ``details["converge"]``). Bracketed by ``converge_start`` /
     ``converge_end`` events.
     """
@@ -130,8 +115,8 @@ async def converge_in_session(
         session.run.run_id,
         "apply",
         trigger,
-        requested_by=request_text("requested_by", requested_by, REQUESTED_BY_LIMIT) or session.run.executed_by,
-        reason=request_text("reason", reason, REASON_LIMIT),
+        requested_by=recorded_text("requested_by", requested_by, REQUESTED_BY_LIMIT) or session.run.executed_by,
+        reason=recorded_text("reason", reason, REASON_LIMIT),
     )
     events = session.events
     events.emit("converge_start", None, trigger=trigger, prune=prune)

@@ -3,10 +3,11 @@
 Error text is printed, returned in ``--json`` and stored (the changelog, background
 state), and it often quotes what it must not: a connection string with its password,
 the values a duplicate key error repeats, the documents a bulk write error carries.
-:func:`redact` is the one place that cleans such text and :func:`describe_error` the
-one place that turns an exception into it. Every layer calls them, so this module
-imports only the standard library, the driver's error classes and :mod:`.wording`
-(which imports nothing).
+:func:`redact` is the one place that cleans such text, :func:`describe_error` the
+one place that turns an exception into it, and :func:`recorded_text` the one place that
+checks a person's words a run records. Every layer calls them, so this module imports only
+the standard library, the driver's error classes, :mod:`.wording` (which imports nothing)
+and mongoshift's own errors (the bottom layer).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from types import CodeType, TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
+from ..errors import ConfigInvalidError
 from .wording import plural
 
 #: Default bound of an error text (a migration may raise a message of any size).
@@ -219,6 +221,22 @@ def _message(exc: BaseException) -> str:
 _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" + r'|"(?:[^"\\\n]|\\.)*"')
 #: Errors whose quoted text is a name (a missing key, attribute or module), not a value.
 _NAMING = (KeyError, AttributeError, NameError, ImportError)
+
+
+def recorded_text(option: str, value: object, limit: int) -> str | None:
+    """A person's words a run records (a ``--reason``, a ``requested_by``): text of at most ``limit`` characters,
+    on one line (each run of spaces, tabs and line breaks one space: the history and the dashboard show one
+    line), with no credential and no control character (:func:`redact`). None stays None; an empty, over-long
+    or non-text value is refused (exit 6, naming ``option``), never cut."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigInvalidError(f"{option} must be text, not {type(value).__name__}")
+    if not value.strip():
+        raise ConfigInvalidError(f"{option} must not be empty")
+    if len(value) > limit:
+        raise ConfigInvalidError(f"{option} is {len(value)} characters long: at most {limit}")
+    return redact(" ".join(value.split()), limit)
 
 
 def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, document: Any = None) -> str:

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError, ThrottleInvalidError
-from ...project.redaction import redact
+from ...errors import BackgroundConflictError, NotAppliedError, ThrottleInvalidError
+from ...project.redaction import recorded_text
 from ...schema.background import Background
 from .model import State, pace_override
 from .store import BackgroundStore
@@ -51,17 +51,8 @@ REASON_LIMIT = 512
 
 
 def checked_reason(reason: object) -> str | None:
-    """A control's ``reason`` as recorded: text of at most :data:`REASON_LIMIT` characters, without a
-    credential or a control character. Refused (not cut) when empty, too long or not text."""
-    if reason is None:
-        return None
-    if not isinstance(reason, str):
-        raise ConfigInvalidError(f"--reason (reason) must be text, not {type(reason).__name__}")
-    if not reason.strip():
-        raise ConfigInvalidError("--reason (reason) must not be empty")
-    if len(reason) > REASON_LIMIT:
-        raise ConfigInvalidError(f"--reason (reason) is {len(reason)} characters long: at most {REASON_LIMIT}")
-    return redact(reason.strip(), REASON_LIMIT)
+    """A control's ``reason`` as recorded (:func:`~mongoshift.project.redaction.recorded_text`)."""
+    return recorded_text("--reason (reason)", reason, REASON_LIMIT)
 
 
 def decide(name: str, status: str, action: str, *, waits_for: bool = False) -> str | None:
