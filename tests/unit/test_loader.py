@@ -204,6 +204,21 @@ def test_a_sequential_create_keeps_the_folders_width_and_never_writes_a_number_t
     assert create_migration(folder, "b", sequential=True).name == "00006_b.py"
 
 
+def test_a_higher_number_that_sorts_first_as_text_is_refused(tmp_path: Path) -> None:
+    """A ``10000_y.py`` named by hand beside ``9999_x.py`` sorts first and ran first, silently: names sort as text.
+    Every command that reads the folder refuses it (43), naming the pair; the same width, or a timestamp, is fine."""
+    for name in ("0001_a.py", "9999_x.py", "10000_y.py"):
+        (tmp_path / name).write_text("def up(ctx): pass\n")
+    with pytest.raises(DuplicateVersionError) as info:
+        discover(tmp_path)
+    assert info.value.exit_code == 43 and "10000_y.py sorts before 9999_x.py" in info.value.message
+    assert info.value.details["files"] == ["10000_y.py", "9999_x.py"]
+    (tmp_path / "9999_x.py").rename(tmp_path / "09999_x.py")
+    assert [f.name for f in discover(tmp_path)] == ["0001_a.py", "09999_x.py", "10000_y.py"]
+    (tmp_path / "20240101000000_t.py").write_text("def up(ctx): pass\n")  # a later switch to timestamps sorts after
+    assert [f.name for f in discover(tmp_path)][-1] == "20240101000000_t.py"
+
+
 def test_a_file_edited_within_the_same_second_to_the_same_size_runs_its_new_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Python's bytecode cache trusts a cached file whose recorded time (whole seconds) and size
     match: the loader must not, and must leave no ``__pycache__`` among the migrations."""

@@ -214,6 +214,7 @@ def discover(directory: Path) -> list[MigrationFile]:
             )
         files.append(MigrationFile(name=path.name, path=path))
     _refuse_duplicate_versions(files, directory)
+    _refuse_text_order(files, directory)
     if (directory / ARCHIVE).is_dir():
         for item in files:
             _attach_parts(item)
@@ -297,6 +298,26 @@ def _refuse_duplicate_versions(files: list[MigrationFile], directory: Path) -> N
             f"migration files in {directory} share a version, so their order would be a guess: {listed}; "
             "give one of each a later timestamp or number (rename it, or create it again)",
             files=[name for names in clashes for name in names],
+        )
+
+
+def _refuse_text_order(files: list[MigrationFile], directory: Path) -> None:
+    """Files apply in name order, and names sort as text: ``10000_y.py`` sorts before ``9999_x.py``, so the higher
+    number would run first, an order nobody chose (a number past the folder's width, named by hand; ``create``
+    never writes one). Refused before anything runs, naming each such pair."""
+    swapped: list[tuple[str, str]] = []
+    highest: MigrationFile | None = None
+    for item in files:  # in name order
+        if highest is not None and _version(item.name) < _version(highest.name):
+            swapped.append((highest.name, item.name))
+        if highest is None or _version(item.name) > _version(highest.name):
+            highest = item
+    if swapped:
+        listed = "; ".join(f"{first} sorts before {later}" for first, later in swapped)
+        raise DuplicateVersionError(
+            f"migration files in {directory} run in name order, and names sort as text: {listed}, although its number "
+            "is higher, so it would run first; give the numbers one width (rename the new file, or create it again)",
+            files=sorted({name for pair in swapped for name in pair}),
         )
 
 
