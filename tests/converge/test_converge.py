@@ -561,17 +561,23 @@ async def test_a_clustered_collections_own_index_is_never_planned(project, db, m
 
 
 async def test_min_zero_under_a_strict_validator_takes_a_null_version_and_revision(project, db) -> None:  # type: ignore[no-untyped-def]
-    """``min = 0`` is typed but not required; a null version or revision counts as 0 (docs/versioning.md). The typed
-    rule refused null, so a legacy document holding one could not be written at all under a strict validator (121)."""
+    """``min = 0`` is typed but not required; a null version or revision counts as 0 (docs/versioning.md), and a
+    version stored as ``1.0`` is version 1 to the engine. The typed rule (``int``) refused both, so a legacy document
+    holding one could not be written at all under a strict validator (121)."""
+    from bson import Decimal128, Int64
     from pymongo.errors import WriteError
 
-    await db.docs.insert_many([{"email": "a", "__v": None, "__rev": None}, {"email": "b", "__v": 1, "__rev": 3}, {"email": "c"}])
+    await db.docs.insert_many([
+        {"email": "a", "__v": None, "__rev": None}, {"email": "b", "__v": 1, "__rev": 3}, {"email": "c"},
+        {"email": "d", "__v": 1.0}, {"email": "e", "__v": Int64(1)}, {"email": "f", "__v": Decimal128("1")},
+    ])
     strict = {"name": "docs", "validator": {"$jsonSchema": {"required": ["email"]}}, "versioning": {"current": 2, "min": 0}}
     assert (await cv.converge(settings_with(project, strict))).success
-    for email in ("a", "b", "c"):  # the application's plain write of another field
+    for email in "abcdef":  # the application's plain write of another field
         assert (await db.docs.update_one({"email": email}, {"$set": {"seen": True}})).modified_count == 1
-    with pytest.raises(WriteError):  # the rule still types the field
-        await db.docs.update_one({"email": "a"}, {"$set": {"__v": "2"}})
+    for junk in ("2", True, -1):  # the rule still keeps out what no reader takes for a version
+        with pytest.raises(WriteError):
+            await db.docs.update_one({"email": "a"}, {"$set": {"__v": junk}})
     assert (await cv.plan_converge(settings_with(project, strict), check=True)).in_sync
 
 

@@ -402,7 +402,7 @@ def test_versioning_alone_is_moderate_and_min_zero_requires_nothing() -> None:
     [create, _] = plan_collection(declared(versioning={"current": 1, "min": 0, "field": "sv", "revision_field": "rv"}), MISSING)
     assert create.after is not None and create.after["validationLevel"] == "moderate"
     schema = create.after["validator"]["$jsonSchema"]
-    assert "required" not in schema and schema["properties"]["sv"] == {"bsonType": ["int", "null"], "minimum": 0}
+    assert "required" not in schema and schema["properties"]["sv"] == {"bsonType": ["int", "long", "double", "decimal", "null"], "minimum": 0}
     assert schema["properties"]["rv"] == {"bsonType": ["int", "long", "null"], "minimum": 0}  # null counts as 0
 
 

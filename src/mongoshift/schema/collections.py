@@ -288,8 +288,10 @@ class Versioning(_Strict):
     def rules(self) -> tuple[dict[str, Any], list[str]]:
         """The ``$jsonSchema`` properties and required fields: no maximum, so newer writers are never refused.
 
-        With ``min`` 0 a null version or revision is taken too: it counts as 0 (docs/versioning.md), as a missing one
-        does, so a legacy document that holds one is not refused its next write under a strict validator."""
+        With ``min`` 0 the rule only keeps what no reader takes for a version out (a text, a boolean, a document):
+        a null version or revision counts as 0 (docs/versioning.md), as a missing one does, and a version stored as
+        a long, a double or a decimal (``1.0``, a legacy writer's) is the number the engine selects it as; so no
+        legacy document is refused its next write under a strict validator. Raising ``min`` requires an int."""
         if self.min > 0:
             properties = {
                 self.field: {"bsonType": "int", "minimum": self.min},
@@ -297,7 +299,7 @@ class Versioning(_Strict):
             }
             return properties, [self.field, self.revision_field]
         properties = {
-            self.field: {"bsonType": ["int", "null"], "minimum": 0},
+            self.field: {"bsonType": ["int", "long", "double", "decimal", "null"], "minimum": 0},
             self.revision_field: {"bsonType": ["int", "long", "null"], "minimum": 0},
         }
         return properties, []
