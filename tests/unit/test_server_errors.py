@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pymongo.errors import AutoReconnect, BulkWriteError, OperationFailure
+from pymongo.errors import AutoReconnect, BulkWriteError, NetworkTimeout, OperationFailure, ServerSelectionTimeoutError
 
 from mongoshift.project import server_errors as se
 
@@ -90,6 +90,17 @@ def test_overloaded_codes(code: int) -> None:
 def test_overloaded_labels(label: str) -> None:
     assert se.overloaded(failure(11000, labels=[label]))
     assert se.overloaded(bulk_error(11000, labels=[label]))
+
+
+def test_a_gone_server_is_not_an_overloaded_one() -> None:
+    """Found in a user trial: a batch whose server was killed shrank, logged as "the server reported it is
+    overloaded", since the driver labels a refused or reset connection RetryableWriteError too."""
+    for lost in (AutoReconnect("connection refused"), ServerSelectionTimeoutError("no server")):
+        lost._add_error_label("RetryableWriteError")
+        assert not se.overloaded(lost)
+    late = NetworkTimeout("timed out")
+    late._add_error_label("RetryableWriteError")
+    assert se.overloaded(late)  # a busy server's late answer is one
 
 
 @pytest.mark.parametrize("code", [11000, 121, 2, 20, None])

@@ -157,7 +157,13 @@ def transaction_too_big_or_slow(exc: BaseException) -> bool:
 
 
 def overloaded(exc: BaseException) -> bool:
-    """The server is struggling (a retryable label, or an overload code), not the data being wrong."""
+    """The server is struggling (a retryable label, or an overload code), not the data being wrong.
+
+    A network failure that is not a timeout (refused, reset, no server selected) carries the same
+    retryable label, but says the server is gone, not busy: a smaller batch would not help, and the
+    runner's outage handling waits for it (see ``connection_lost``)."""
+    if isinstance(exc, ConnectionFailure) and not isinstance(exc, NetworkTimeout):
+        return False
     if has_label(exc, "TransientTransactionError") or has_label(exc, "RetryableWriteError"):
         return True
     return error_code(exc) in OVERLOAD_CODES

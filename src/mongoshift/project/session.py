@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import pymongo
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
@@ -44,6 +45,10 @@ from .settings import Settings
 from .uri_source import resolve_uri
 
 log = logging.getLogger("mongoshift")
+
+#: How long closing a client may wait for a server to end its sessions on: the server forgets them on its
+#: own after 30 minutes, and one that is gone would otherwise hold every exit for the server selection.
+CLOSE_WAIT_S = 2.0
 
 
 @dataclass
@@ -131,7 +136,8 @@ class Project:
         self._own_client = False
         if client is not None:
             try:
-                await client.close()
+                with pymongo.timeout(CLOSE_WAIT_S):  # the driver's endSessions waits for a server: not for a gone one
+                    await client.close()
             except PyMongoError as exc:
                 log.debug("closing the connection failed: %s", type(exc).__name__)
 
@@ -350,7 +356,8 @@ async def _close(session: Session, project: Project, failure: BaseException | No
     finally:
         try:
             if session._sync is not None:
-                await asyncio.to_thread(session._sync.close)
+                with pymongo.timeout(CLOSE_WAIT_S):  # copied into the thread's context
+                    await asyncio.to_thread(session._sync.close)
                 session._sync = None
         except PyMongoError as exc:
             log.debug("closing the connection failed: %s", type(exc).__name__)

@@ -96,7 +96,7 @@ class MigrationRun:
                 except PyMongoError as exc:
                     if not connection_lost(exc):
                         raise
-                    await sleep(self._outage.failed(exc), self.engine.cancel)
+                    await self._ride_out(exc)
         finally:
             await self._stop_asking(name)
 
@@ -204,7 +204,7 @@ class MigrationRun:
             except PyMongoError as exc:  # the lane waits the outage out with the rest of this process
                 if not connection_lost(exc):
                     raise
-                await sleep(self._outage.failed(exc), self.engine.cancel)
+                await self._ride_out(exc)
                 continue
             self._outage.ok()
             if result.outcome == "busy":
@@ -225,6 +225,10 @@ class MigrationRun:
                 continue
             return result.outcome
         return "stopped"
+
+    async def _ride_out(self, exc: PyMongoError) -> None:
+        """Wait until a ``ping`` answers (see :mod:`.outage`), or raise ``exc``'s kind past ``reconnect_seconds``."""
+        await self._outage.ride_out(exc, lambda: self.engine.db.command("ping"), self.engine.cancel)
 
     def _waiting(self, name: str, reason: str) -> None:
         """Say why nothing moves yet, once per reason in a row: a run that waits for a killed runner's leases

@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pymongo
 from pymongo.errors import PyMongoError
 
 from ...project.redaction import describe_error
@@ -50,6 +51,8 @@ log = logging.getLogger("mongoshift.background")
 
 #: After a wait this long (pause, throttle hook, health), the lane reads the control fields again before its batch.
 CONTROL_RECHECK_AFTER_WAIT_S = 1.0
+#: How long a slice that lost its connection tries to give its lease back before leaving it to lapse.
+RELEASE_AFTER_LOSS_S = 1.0
 
 Outcome = Literal[
     "exhausted", "busy", "yielded", "done", "paused", "cancelled", "failed", "stale", "stopped", "lost", "error", "disconnected"
@@ -149,10 +152,12 @@ class Lane:
             if isinstance(exc, PyMongoError) and connection_lost(exc):
                 message = connection_words(exc)
                 # Not the partition's failure: the runner waits the outage out, and the slice is
-                # not counted towards max_slice_failures. If the release fails too, the lease lapses.
+                # not counted towards max_slice_failures. The release is tried for a moment only (a
+                # server that is gone would hold it for the whole server selection, and the runner's
+                # give-up with it); if it fails too, the lease lapses.
                 log.warning("%s: a slice lost the connection: %s", state.name, message)
                 disconnected = exc
-                with contextlib.suppress(PyMongoError):
+                with contextlib.suppress(PyMongoError), pymongo.timeout(RELEASE_AFTER_LOSS_S):
                     await engine.store.release(lease)
                 outcome = SliceResult("disconnected", counters, message)
             else:
@@ -197,7 +202,10 @@ class Lane:
                 log.warning("a lane made no progress for %.0fs: letting its lease expire", idle)
                 return
             try:
-                if not await self.engine.store.renew(lease):
+                # A renewal that cannot reach a server within the lease's TTL would come too late anyway.
+                with pymongo.timeout(lease.ttl_ms / 1000):
+                    renewed = await self.engine.store.renew(lease)
+                if not renewed:
                     lost.set()
                     return
             except Exception as exc:  # a blip: the fenced checkpoint is the real guard
