@@ -83,6 +83,29 @@ def process_identity() -> dict[str, Any]:
     return identity
 
 
+def process_gone(host: object, pid: object, process: object) -> bool:
+    """Whether the process that wrote ``host``, ``pid`` and ``process`` (its :func:`process_identity`) provably no
+    longer runs: it ran on this host and its pid is gone, a zombie, or now another process (a later start time).
+    One of another host, boot or pid namespace (a container) is never judged gone: only a TTL ends what it holds."""
+    if host != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    recorded = process if isinstance(process, dict) else {}
+    mine = process_identity()
+    if any(key in recorded and recorded[key] != mine.get(key) for key in ("boot_id", "pid_ns")):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, owned by another user
+        pass
+    stat = _stat(pid)
+    if stat is None:
+        return False
+    state, started = stat
+    return state == "Z" or (isinstance(recorded.get("started"), int) and recorded["started"] != started)
+
+
 @dataclass(frozen=True)
 class LockHolder:
     owner: str
@@ -113,26 +136,8 @@ class LockHolder:
         )
 
     def gone(self) -> bool:
-        """Whether the holder provably no longer runs: it ran on this host and its pid is gone, a
-        zombie, or now another process (a later start time). A holder of another host, boot or pid
-        namespace (a container) is never judged gone: only its TTL ends its lock."""
-        if self.host != socket.gethostname() or not isinstance(self.pid, int) or self.pid <= 0:
-            return False
-        recorded = self.process or {}
-        mine = process_identity()
-        if any(key in recorded and recorded[key] != mine.get(key) for key in ("boot_id", "pid_ns")):
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:  # alive, owned by another user
-            pass
-        stat = _stat(self.pid)
-        if stat is None:
-            return False
-        state, started = stat
-        return state == "Z" or (isinstance(recorded.get("started"), int) and recorded["started"] != started)
+        """Whether the holder provably no longer runs (:func:`process_gone`)."""
+        return process_gone(self.host, self.pid, self.process)
 
     def describe(self) -> str:
         since = self.locked_at.isoformat(timespec="seconds") if self.locked_at else "?"

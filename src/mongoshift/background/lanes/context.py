@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import secrets
 import time
@@ -15,10 +16,13 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from ...project.changelog import Changelog
 from ...project.run import CancelSignal
+from ...project.wording import plural
 from ...schema.background import Background
 from ..state.events import Events
 from ..state.store import SAMPLE_BUCKET_SECONDS, BackgroundStore
 from .health import CallableSignal, HealthSignal, ReplicationLag
+
+log = logging.getLogger("mongoshift.background")
 
 
 @dataclass
@@ -56,6 +60,16 @@ class EngineContext:
         """Free the expired leases of ``name`` (:meth:`BackgroundStore.reap`); a ``reclaimed`` event counts them."""
         freed = await self.store.reap(name)
         if freed:
+            self.events.emit("reclaimed", name, leases=freed)
+        return freed
+
+    async def free_gone(self, name: str) -> int:
+        """Free the leases of ``name`` whose runner died on this host (:meth:`BackgroundStore.free_gone`): a runner
+        started again after a ``kill -9`` goes on at once instead of waiting out their TTL; a ``reclaimed`` event
+        counts them."""
+        freed = await self.store.free_gone(name)
+        if freed:
+            log.info("%s: took over %s that a runner of this host left when it died", name, plural(freed, "partition lease"))
             self.events.emit("reclaimed", name, leases=freed)
         return freed
 

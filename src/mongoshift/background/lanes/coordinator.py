@@ -178,13 +178,18 @@ class Coordinator:
 
     async def _lanes(self, name: str, state: State, spec: Background, open_: int) -> Decision:
         """The lanes a runner may start: one per open partition, within ``max_parallel`` less the leases
-        held. None free: the reason says so, and that a killed runner's lease lapses on its own, so that a
-        run started right after a ``kill -9`` does not sit silent for up to the lease TTL."""
+        held. None free: the leases a runner of this host left when it died are freed first
+        (:meth:`EngineContext.free_gone`); still none: the reason says so, and that a killed runner's lease
+        lapses on its own, so that a run started right after a ``kill -9`` elsewhere does not sit silent
+        for up to the lease TTL."""
         free = spec.max_parallel - await self.engine.store.live_leases(name)
+        if free <= 0 < open_ and await self.engine.free_gone(name):  # leases of a runner of this host that died
+            free = spec.max_parallel - await self.engine.store.live_leases(name)
         lanes = max(0, min(open_, free))
         reason = None if lanes else (
             f"{'the one lane is leased by another runner' if spec.max_parallel == 1 else f'all {spec.max_parallel} lanes are leased by other runners'} "
-            "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds)"
+            "(a stopped or killed runner's lease lapses after background_lease_ttl_seconds; "
+            "one of a process of this host that died is taken over at once)"
         )
         return Decision("process", state, lanes=lanes, reason=reason)
 

@@ -114,25 +114,39 @@ class Lane:
         async with engine.claiming:
             if not await may_claim(engine.store, state.name, engine.runner, spec.max_parallel):
                 return SliceResult("busy")  # this runner holds its share while another waits
-            slots = list(range(spec.max_parallel))
-            offset = engine.rng.randrange(len(slots))
-            claimed = await engine.store.claim(
-                state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
-                shard_concurrency=spec.shard_concurrency,
-            )
+            claimed = await self._claim(state, spec)
+            # Nothing open, or every slot taken: while another runner holds leases, those of one that died on this host
+            # (kill -9, OOM) are freed now and claimed again, not waited out for their TTL. The common end of a lane
+            # (nothing open, no lease elsewhere) costs no more than it did.
+            held_elsewhere = claimed is False or (claimed is None and await self._held_elsewhere(state))
+            if held_elsewhere and await engine.free_gone(state.name):
+                claimed = await self._claim(state, spec)
+                held_elsewhere = claimed is False or (claimed is None and await self._held_elsewhere(state))
         if claimed is None:
             # No open partition. While another runner's lanes hold some, they come back open at their
             # slice ends: ask for a share of them, or that runner re-claims them for ever.
-            held = await engine.store.leases_by_runner(state.name)
-            if any(count for runner, count in held.items() if runner != engine.runner):
-                return SliceResult("busy", waiting=LEASED_ELSEWHERE)
-            return SliceResult("exhausted")
+            return SliceResult("busy", waiting=LEASED_ELSEWHERE) if held_elsewhere else SliceResult("exhausted")
         if claimed is False:
             return SliceResult("busy")
         lease, partition = claimed
         start = engine.events.emit("slice_start", state.name, partition=partition.seq, slot=lease.slot, lane=self.id, runner=engine.runner)
         with engine.events.slice_scope(start):  # a tracer's slice span is current for the slice's own requests
             return await self._slice(state, spec, job, lease, partition, slice_ms)
+
+    async def _held_elsewhere(self, state: State) -> bool:
+        """Whether another runner's lanes hold leases of this migration."""
+        held = await self.engine.store.leases_by_runner(state.name)
+        return any(count for runner, count in held.items() if runner != self.engine.runner)
+
+    async def _claim(self, state: State, spec: Background) -> tuple[Lease, Partition] | Literal[False] | None:
+        """:meth:`BackgroundStore.claim` from a random slot on, so that lanes starting together spread over the slots."""
+        engine = self.engine
+        slots = list(range(spec.max_parallel))
+        offset = engine.rng.randrange(len(slots))
+        return await engine.store.claim(
+            state, slots=slots[offset:] + slots[:offset], owner=self.id, ttl_ms=engine.lease_ttl_ms, runner=engine.runner,
+            shard_concurrency=spec.shard_concurrency,
+        )
 
     async def _slice(self, state: State, spec: Background, job: Job, lease: Lease, partition: Partition, slice_ms: int | None) -> SliceResult:
         """The slice on a claimed partition, from the claim to ``slice_end``."""

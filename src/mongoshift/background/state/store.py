@@ -24,6 +24,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from ...errors import CollectionClashError
+from ...project.lock import process_gone, process_identity
 from .failures import count_key
 from .model import COUNTERS, SAMPLE_COUNTERS, Checkpointed, LaneSigns, Lease, Partition, State, WatchRecord, aware, zero_counters
 
@@ -570,6 +571,7 @@ class BackgroundStore:
             "lease.runner": runner,
             "lease.host": socket.gethostname(),
             "lease.pid": os.getpid(),
+            "lease.process": process_identity(),
             "lease.ttl_ms": ttl_ms,
         }
         if shard_slot is not None:
@@ -591,6 +593,22 @@ class BackgroundStore:
         if doc is None:
             return None  # a free slot, and no open partition for it: the same for every slot
         return Lease(doc["_id"], token, slot, owner, ttl_ms), Partition.from_document(doc)
+
+    async def free_gone(self, name: str) -> int:
+        """Free the leases of ``name`` that a runner of this host left when it died (``kill -9``, the OOM killer):
+        free now, not after their TTL; how many. Only a holder :func:`~mongoshift.project.lock.process_gone` judges
+        provably dead loses its lease (one of another host or container keeps it until its TTL), and only the
+        lease it held (its token): a lane that took the partition meanwhile keeps it."""
+        host, freed = socket.gethostname(), 0
+        held = {"background": name, "lease.slot": {"$exists": True}, "lease.host": host, "lease.pid": {"$ne": os.getpid()}}
+        async for doc in self.partitions.find(held, {"lease.pid": 1, "lease.process": 1, "lease.token": 1}):
+            lease = doc.get("lease") or {}
+            if process_gone(host, lease.get("pid"), lease.get("process")):
+                result = await self.partitions.update_one(
+                    {"_id": doc["_id"], "lease.token": lease.get("token")}, {"$unset": {"lease": ""}, "$inc": {"reclaims": 1}}
+                )
+                freed += result.modified_count
+        return freed
 
     async def leases_by_runner(self, name: str) -> Counter[str | None]:
         """How many live leases each runner holds (None: a lease from a version that did not say)."""
