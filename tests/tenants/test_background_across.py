@@ -203,3 +203,23 @@ def test_verify_across_tenants_says_what_it_found_in_each(tenant_project: Tenant
     assert "old shapes found: 0002_full_names.py" in said[drifted] and "no migration upgrades" not in said[drifted]
     assert "documents at a version no migration upgrades: 0002_full_names.py" in said[stranded]
     assert "old shapes" not in said[stranded], said[stranded]
+
+
+def test_run_all_names_in_each_tenant_the_migration_it_left_out_for_a_person(
+    tenant_project: TenantProject, cli: Any, sync_client: MongoClient
+) -> None:
+    """docs/background.md: ``run --all`` leaves a failed, paused or cancelled migration out "with a warning naming it".
+    Across tenants that tenant's row said "already at target", exit 0, and nothing named what was left there."""
+    tenant_project.add("0001_seed.py", SEED)
+    tenant_project.add("0002_full_names.py", FULL_NAMES)
+    assert cli(tenant_project, "up", "--all-tenants").returncode == 0
+    held, *others = tenant_project.tenants
+    assert cli(tenant_project, "background", "pause", "0002_full_names.py", "--tenant", held).returncode == 0
+    result = cli(tenant_project, "background", "run", "--all", "--all-tenants")
+    assert result.returncode == 0, result.stderr  # as for one database: the rest is done
+    assert f"{held}: not run by --all: 0002_full_names.py (paused)" in result.stderr, result.stderr
+    assert all(f"{n}: not run by --all" not in result.stderr for n in others)
+    as_json = cli(tenant_project, "background", "run", "--all", "--all-tenants", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["not_runnable"] == {held: {"0002_full_names.py": "paused"}}
+    assert rows(as_json)[held]["result"] == []  # each row's result stays that tenant's run reports

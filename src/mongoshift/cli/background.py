@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -231,18 +232,43 @@ def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurre
     if given("parallel"):
         raise TenantsInvalidError("background run shares its --concurrency lanes between tenants (one lane each): use --concurrency, not --parallel")
 
-    def judged(reports: list[BackgroundReport]) -> Judged:
-        verdict = run_verdict(reports, once=once)
+    async def call(ms: Mongoshift) -> _TenantRun:
+        # --all runs what is pending, blocked or running: what waits for a person (failed, paused, cancelled) already
+        # did before the run, and is named as one database's run --all names it
+        before = await ms.background.status() if names is None else []
+        reports = await ms.background.run(names, concurrency=1, once=once)
+        return _TenantRun(reports, _waiting(reports, before))
+
+    def judged(run: _TenantRun) -> Judged:
+        verdict = run_verdict(run.reports, once=once)
         if verdict is not None:
             error = TenantError(verdict.kind, int(verdict.exit_code), verdict.message)
             # Ctrl-C stopped the tenant's lanes at a checkpoint: cancelled (a rerun goes on), not failed.
-            return Judged("cancelled" if isinstance(verdict, RunAbortedError) else "failed", error=error, result=reports)
-        return Judged("done" if reports else "already at target", result=reports)
+            return Judged("cancelled" if isinstance(verdict, RunAbortedError) else "failed", error=error, result=run)
+        return Judged("done" if run.reports else "already at target", result=run)
+
+    def not_runnable(report: RolloutReport) -> dict[str, Any]:
+        if names is not None:
+            return {}
+        return {"not_runnable": {row.name: row.result.left_out for row in report.rows if isinstance(row.result, _TenantRun) and row.result.left_out}}
 
     return across(
-        s, replace(tenants, parallel=concurrency), "background run", lambda ms: ms.background.run(names, concurrency=1, once=once),
-        judge=judged, result_json=lambda reports: [r.to_json() for r in reports], left_behind=RUN_LEFT_BEHIND,
+        s, replace(tenants, parallel=concurrency), "background run", call,
+        judge=judged, result_json=lambda run: [r.to_json() for r in run.reports], extra_json=not_runnable, left_behind=RUN_LEFT_BEHIND,
     )
+
+
+@dataclass
+class _TenantRun:
+    """One tenant's ``background run``: its reports, and (``--all``) what it left out for a person, by name: status."""
+
+    reports: list[BackgroundReport]
+    left_out: dict[str, str]
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the table's tenant lines warn about, as one database's ``run --all`` does."""
+        return [_left_out_words(self.left_out)] if self.left_out else []
 
 
 def _nothing_to_run(s: Settings) -> None:
@@ -261,11 +287,20 @@ def _nothing_to_run(s: Settings) -> None:
 def _left_out(reports: list[BackgroundReport], everything: list[BackgroundReport]) -> None:
     """``run --all`` names those it left out (failed, paused, cancelled: they wait for a person), whether it ran
     others (``reports``) or found nothing to run (docs/background.md)."""
-    ran = {r.name for r in reports}
-    waiting = [r for r in everything if r.name not in ran and r.status in ("failed", "paused", "cancelled")]
+    waiting = _waiting(reports, everything)
     if waiting:
-        listed = ", ".join(f"{r.name} ({r.status})" for r in waiting)
-        output().warn(f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry")
+        output().warn(_left_out_words(waiting))
+
+
+def _waiting(reports: list[BackgroundReport], everything: list[BackgroundReport]) -> dict[str, str]:
+    """The migrations of ``everything`` that ``run --all`` did not run (``reports``) and that wait for a person."""
+    ran = {r.name for r in reports}
+    return {r.name: r.status for r in everything if r.name not in ran and r.status in ("failed", "paused", "cancelled")}
+
+
+def _left_out_words(waiting: dict[str, str]) -> str:
+    listed = ", ".join(f"{name} ({status})" for name, status in waiting.items())
+    return f"not run by --all: {listed}; see 'mongoshift background status NAME', then resume or retry"
 
 
 def _each(command: str, names: list[str]) -> str:
