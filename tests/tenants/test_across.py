@@ -122,6 +122,21 @@ def test_continue_on_error_reaches_every_tenant(tenant_project: TenantProject, c
     assert counters(sync_client, t0) == {} and counters(sync_client, t2) == {"0001": 1}
 
 
+def test_quiet_still_names_each_tenant_that_is_not_done(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
+    """``-q`` leaves the table out; it left only "4 tenants: 1 done, 1 failed, 2 not reached": which tenant failed,
+    and why, was said nowhere (one database's ``up -q`` prints its error)."""
+    two_migrations(tenant_project)
+    t0, t1, t2, t3 = tenant_project.tenants
+    sync_client[t1].fail_here.insert_one({"file": "0002"})
+    result = cli(tenant_project, "up", "--all-tenants", "--parallel", "1", "-q")
+    assert result.returncode == 47 and result.stdout == ""
+    assert f"tenant {t1}: failed: execution_failed: 0002_b.py failed: RuntimeError: told to fail" in result.stderr, result.stderr
+    assert f"not reached: {t2}, {t3}" in result.stderr and f"tenant {t0}:" not in result.stderr
+    sync_client[t1].fail_here.drop()
+    done = cli(tenant_project, "up", "--all-tenants", "-q")
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == ""  # a rollout that succeeds says nothing
+
+
 def test_a_failed_canary_leaves_the_other_tenants_untouched(tenant_project: TenantProject, cli, sync_client: MongoClient) -> None:  # type: ignore[no-untyped-def]
     two_migrations(tenant_project)
     first, *others = tenant_project.tenants

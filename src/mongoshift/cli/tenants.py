@@ -295,7 +295,21 @@ def render(
     ]
     counted = ["would apply", "would roll back"] if report.command.startswith("dry-run") else ["applied", "rolled back"]  # nothing ran
     out.table(["tenant", "outcome", *(counted if counts else ()), "duration", "note"], rows, title=f"{report.command} across tenants")
+    if out.quiet:
+        _quiet_rows(report)
     if report.ok:
         out.say(report.summary())
     else:
         out.warn(report.summary())
+
+
+def _quiet_rows(report: RolloutReport) -> None:
+    """``-q`` prints no table, yet a tenant that is not done is an error of the command: each one's outcome and why,
+    and the tenants not reached, on stderr (as one database's failure is), so that the summary's counts have names."""
+    out = output()
+    for row in report.rows:
+        if not row.ok and row.outcome != "not reached":
+            out.warn(f"tenant {row.name}: {row.outcome}" + (f": {row.error.kind}: {row.error.message}" if row.error else ""))
+    unreached = [row.name for row in report.rows if row.outcome == "not reached"]
+    if unreached:
+        out.warn(f"not reached: {', '.join(unreached)}")
