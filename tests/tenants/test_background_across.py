@@ -223,3 +223,14 @@ def test_run_all_names_in_each_tenant_the_migration_it_left_out_for_a_person(
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["not_runnable"] == {held: {"0002_full_names.py": "paused"}}
     assert rows(as_json)[held]["result"] == []  # each row's result stays that tenant's run reports
+
+
+def test_reading_background_state_creates_no_tenant_database(tenant_project: TenantProject, cli: Any, sync_client: MongoClient) -> None:
+    """``background status`` and ``verify`` only read, yet each made the engine's indexes first: every tenant listed
+    in ``databases`` that did not exist yet (a customer still to be set up) was created by a look at its state."""
+    tenant_project.write_config()
+    for command in (["background", "status"], ["background", "status", "--check"], ["background", "verify"]):
+        result = cli(tenant_project, *command, "--all-tenants", "--json")
+        assert result.returncode == 0, result.stderr
+        assert {r["outcome"] for r in rows(result).values()} == {"done"}
+    assert not [n for n in sync_client.list_database_names() if n.startswith(tenant_project.prefix)]

@@ -46,9 +46,10 @@ from .options import checked_function, one_shot, run_observers
 log = logging.getLogger("mongoshift.background")
 
 
-def _engine(project: Project, observers: Iterable[Observer] = ()) -> AbstractAsyncContextManager[Engine]:
-    """The engine on one run of ``project``; ``observers`` (checked, with OpenTelemetry for a writing call) get its events."""
-    return open_engine(project.settings, cancel=project.cancel, observers=observers, project=project)
+def _engine(project: Project, observers: Iterable[Observer] = (), *, reading: bool = False) -> AbstractAsyncContextManager[Engine]:
+    """The engine on one run of ``project``; ``observers`` (checked, with OpenTelemetry for a writing call) get its events.
+    ``reading``: the call only reads the engine's state, and makes no index (nor a database that did not exist)."""
+    return open_engine(project.settings, cancel=project.cancel, observers=observers, project=project, reading=reading)
 
 
 async def _registered(engine: Engine, name: str) -> str:
@@ -167,7 +168,7 @@ async def status(settings: Settings, name: str | None = None, *, client: AsyncMo
 
 async def status_in(project: Project, name: str | None = None) -> list[BackgroundReport]:
     """The report of one registered migration (None: of every one)."""
-    async with _engine(project) as engine:
+    async with _engine(project, reading=True) as engine:
         if name is not None:
             return [await report(engine.store, await _registered_state(engine, name))]
         return [await report(engine.store, s) for s in await engine.store.states_all()]
@@ -180,7 +181,7 @@ async def partitions(settings: Settings, name: str, *, client: AsyncMongoClient[
 
 async def partitions_in(project: Project, name: str) -> list[PartitionRow]:
     """The partitions of one registered migration."""
-    async with _engine(project) as engine:
+    async with _engine(project, reading=True) as engine:
         state = await _registered_state(engine, name)
         return [PartitionRow.of(p) for p in await engine.store.partitions_of(state)]
 
@@ -272,7 +273,7 @@ async def samples(settings: Settings, name: str, *, client: AsyncMongoClient[Any
 
 async def samples_in(project: Project, name: str) -> list[dict[str, Any]]:
     """The throughput buckets the lanes recorded for ``name`` (see ``BackgroundStore.samples``), oldest first."""
-    async with _engine(project, project.observers) as engine:
+    async with _engine(project, project.observers, reading=True) as engine:
         return await engine.store.samples(await _registered(engine, name))
 
 
@@ -285,7 +286,7 @@ async def failed_ids_in(project: Project, name: str, *, limit: int = 100) -> tup
     """Up to ``limit`` ids of the documents of ``name`` that failed, and their number: for an operator who asks; never logged."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ConfigInvalidError(f"limit must be a whole number, 0 or more, not {limit!r}")
-    async with _engine(project, project.observers) as engine:
+    async with _engine(project, project.observers, reading=True) as engine:
         return await engine.store.failed_ids(await _registered_state(engine, name), limit)
 
 
@@ -324,7 +325,7 @@ async def verify_in(project: Project, names: list[str] | None = None, *, reopen:
 
     ``reopen``: a migration where some are found gets one more pass (a runner does it); otherwise
     it is only reported. Each answer is also a ``drift`` event to the observers. No id is returned."""
-    async with _engine(project, project.observers) as engine:
+    async with _engine(project, project.observers, reading=not reopen) as engine:
         wanted = None if names is None else [await _registered(engine, n) for n in names]
         return await verify_drift(
             engine.session.db,
@@ -366,7 +367,7 @@ async def watch_status(settings: Settings, *, client: AsyncMongoClient[Any] | No
 
 async def watch_status_in(project: Project) -> list[WatchRecord]:
     """Every collection's live watcher as last saved: state, guards, counters, leader (never its position)."""
-    async with _engine(project) as engine:
+    async with _engine(project, reading=True) as engine:
         return await engine.store.watch_records()
 
 

@@ -139,11 +139,16 @@ def load_background(session: Session, name: str) -> tuple[Background, str]:
     return spec, item.checksum
 
 
-async def start_engine(session: Session, *, observers: Iterable[Observer] = ()) -> Engine:
-    """The engine on an open session (its connection, identity, cancel signal and lock collection)."""
+async def start_engine(session: Session, *, observers: Iterable[Observer] = (), reading: bool = False) -> Engine:
+    """The engine on an open session (its connection, identity, cancel signal and lock collection).
+
+    ``reading``: a call that only reads the engine's state (status, partitions, verify without reopening) makes no
+    index, so that it never creates a database it was pointed at (a typo, a tenant not made yet), nor needs the
+    privilege to; a write through its store still makes them first."""
     settings = session.settings
     store = BackgroundStore(session.db, settings.background_collection, create_indexes=settings.ensure_indexes)
-    await store.ensure_indexes()
+    if not reading:
+        await store.ensure_indexes()
     context = EngineContext(
         db=session.db,
         store=store,
@@ -171,10 +176,12 @@ async def open_engine(
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
     project: Project | None = None,
+    reading: bool = False,
 ) -> AsyncIterator[Engine]:
-    """Connect (or use ``client``, left open; or ``project``'s connection) and start the engine; closed on exit."""
+    """Connect (or use ``client``, left open; or ``project``'s connection) and start the engine; closed on exit.
+    ``reading``: see :func:`start_engine`."""
     async with open_session(settings, take_lock=False, with_files=False, cancel=cancel, client=client, project=project) as session:
-        yield await start_engine(session, observers=observers)
+        yield await start_engine(session, observers=observers, reading=reading)
 
 
 def runner_key(run_id: str) -> str:
