@@ -103,6 +103,19 @@ def test_the_section_takes_exactly_one_way_and_valid_names(tmp_path: Path) -> No
     assert load_settings(config_path=config, environ={}).tenants is not None
 
 
+def test_a_list_of_non_names_is_not_also_said_to_be_empty(tmp_path: Path) -> None:
+    """``databases = [1]`` was refused as "Input should be a valid string; ... must not be empty": pydantic counts the
+    list after dropping the item it refused, and the second half blamed a list that has an item."""
+    config = tmp_path / "mongoshift.toml"
+    config.write_text('[mongoshift]\nuri = "mongodb://h"\n[mongoshift.tenants]\ndatabases = [1]\n', encoding="utf-8")
+    with pytest.raises(ConfigInvalidError) as raised:
+        load_settings(config_path=config, environ={})
+    assert "'tenants.databases[0]'" in raised.value.message and "empty" not in raised.value.message, raised.value.message
+    config.write_text('[mongoshift]\nuri = "mongodb://h"\n[mongoshift.tenants]\ndatabases = []\n', encoding="utf-8")
+    with pytest.raises(ConfigInvalidError, match="'tenants.databases' from .*: must not be empty"):
+        load_settings(config_path=config, environ={})
+
+
 # ---------------------------------------------------------------- providers
 
 

@@ -34,7 +34,7 @@ from pydantic import (
 from ..errors import ConfigInvalidError, IOFailedError
 from ..schema.collections import CollectionDeclaration
 from ..schema.tenants import TenantsDeclaration
-from ..schema.validation import COLLECTION_NAME, IMPORT_PATH, declared_name, loc_path, message_of, refused_database_name
+from ..schema.validation import COLLECTION_NAME, IMPORT_PATH, declared_name, loc_path, message_of, own_errors, refused_database_name
 from .env_file import read_env_file
 from .redaction import redact
 
@@ -479,7 +479,7 @@ def load_settings(
             raise ConfigInvalidError("; ".join(problems), problems=problems)
         return settings
     except ValidationError as exc:
-        for err in exc.errors():
+        for err in own_errors(exc):
             key = str(err["loc"][0]) if err["loc"] else "?"
             where = loc_path(err["loc"]) or "?"
             message = "unknown key" if err["type"] == "extra_forbidden" else message_of(err)

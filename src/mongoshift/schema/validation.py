@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 #: ``package.module:function``: a provider, a ``uri_factory``.
 IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
@@ -97,6 +98,23 @@ _PATTERN_WORDS = {
 }
 
 
+def own_errors(exc: ValidationError) -> list[ErrorDetails]:
+    """``exc``'s errors without a list's "too short" that follows from its items' own errors: pydantic counts a
+    list's length after dropping the items it refused, so ``databases = [1]`` was also said to be empty."""
+    errors = exc.errors()
+
+    def counted_refused_items(err: ErrorDetails) -> bool:
+        loc = err["loc"]
+        return (
+            err["type"] == "too_short"
+            and isinstance(err.get("input"), (list, tuple))
+            and len(err["input"]) > 0
+            and any(len(other["loc"]) > len(loc) and other["loc"][: len(loc)] == loc for other in errors)
+        )
+
+    return [err for err in errors if not counted_refused_items(err)]
+
+
 def message_of(err: Mapping[str, Any]) -> str:
     """One pydantic error's message as a user reads it: no regular expression, no pydantic vocabulary."""
     kind, context = err["type"], err.get("ctx") or {}
@@ -147,7 +165,7 @@ def describe_errors(exc: ValidationError, *, prefix: str = "", unknown: str = "u
 def list_errors(exc: ValidationError, *, prefix: str = "", unknown: str = "unknown key") -> list[str]:
     """The problems of ``exc``, one ``where: what`` each (never the value that was refused)."""
     parts = []
-    for err in exc.errors():
+    for err in own_errors(exc):
         where = loc_path(err["loc"])
         if prefix:
             where = f"{prefix}.{where}" if where and not where.startswith("[") else prefix + where
