@@ -92,3 +92,19 @@ def test_the_list_above_holds_every_command_with_the_tenant_flags() -> None:
 
     listed = {tuple(word for word in command if not word.startswith("-") and word not in ("0001_a", "migrate-mongo", "10")) for command in COMMANDS}
     assert walk(root, ()) == listed
+
+
+def test_a_bare_command_in_a_project_of_tenants_points_at_the_tenant_flags(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """A tenant row's note names a plain command ('mongoshift unlock'); typed as is in a project whose databases are
+    its tenants, it answered "put db in mongoshift.toml", as if the project had one database."""
+    project = Project(tmp_path, "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=2000", "")
+    project.config.write_text(
+        f'[mongoshift]\nuri = {json.dumps(project.uri)}\nmigrations_dir = "migrations"\n[mongoshift.tenants]\ndatabases = ["t1", "t2"]\n',
+        encoding="utf-8",
+    )
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    for command in (("unlock", "--yes"), ("status",), ("up",)):
+        result = cli(project, *command)
+        assert result.returncode == 6, result.stderr
+        assert "--tenant NAME, --tenants PATTERN or --all-tenants, or --db for one database" in result.stderr, result.stderr
+        assert "put db in mongoshift.toml" not in result.stderr

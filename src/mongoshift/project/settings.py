@@ -182,10 +182,17 @@ class Settings(BaseModel):
     def require_db(self) -> str:
         """The database, for a run on a client the caller opened (no URI needed)."""
         if not self.db:
-            raise ConfigInvalidError(
-                "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml"
-            )
+            raise ConfigInvalidError(self._no_db())
         return self.db
+
+    def _no_db(self) -> str:
+        """Why there is no database, and how to name one: in a project of tenants, first the tenant flags."""
+        if self.tenants is not None:  # its databases are the tenants: a bare command acts on none of them
+            return (
+                "no database given: this project's databases are its tenants ([tenants]): pass --tenant NAME, --tenants PATTERN "
+                "or --all-tenants, or --db for one database"
+            )
+        return "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml"
 
     def require_connection(self) -> tuple[str, str]:
         """The URI and database, or a clear error for commands that connect."""
@@ -194,9 +201,7 @@ class Settings(BaseModel):
                 "no server given: pass --uri, set MONGOSHIFT_URI, or put uri (or uri_command, uri_factory) in mongoshift.toml"
             )
         if not self.db:
-            raise ConfigInvalidError(
-                "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml"
-            )
+            raise ConfigInvalidError(self._no_db())
         return self.uri, self.db
 
 
