@@ -108,3 +108,20 @@ def test_a_bare_command_in_a_project_of_tenants_points_at_the_tenant_flags(tmp_p
         assert result.returncode == 6, result.stderr
         assert "--tenant NAME, --tenants PATTERN or --all-tenants, or --db for one database" in result.stderr, result.stderr
         assert "put db in mongoshift.toml" not in result.stderr
+
+
+def test_the_docs_name_every_command_with_the_tenant_flags() -> None:
+    """docs/tenants.md and the README list the commands that take the tenant flags; ``background throttle``,
+    ``watch`` and ``dry-run`` take them and were missing from one list or both."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "docs" / "tenants.md").read_text(encoding="utf-8").split("## Commands", 1)[1]
+    sentence = section.split("take the tenant flags", 1)[0]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    said = readme[readme.index("One database per customer?") :].split("act on a selection of tenant", 1)[0]
+    for command in COMMANDS:
+        words = [w for w in command if not w.startswith("-") and w not in ("0001_a", "migrate-mongo", "10")]
+        last = words[-1] if words[0] != "dry-run" else "dry-run"
+        assert re.search(rf"`{re.escape(last)}[` ]", sentence), (command, "docs/tenants.md")
+        assert re.search(rf"`{re.escape(last)}[` ]", said), (command, "README.md")
