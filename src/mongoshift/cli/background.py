@@ -189,7 +189,7 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     s = settings()
     out = output()
     if (tenants := requested()) is not None:
-        return _run_across(s, tenants, None if all_ else list(names), concurrency, once)
+        return _run_across(s, tenants, None if all_ else list(names), concurrency, once, progress_interval)
 
     interrupted = False
 
@@ -221,13 +221,16 @@ def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval
     return 0
 
 
-def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurrency: int, once: bool) -> int:
+def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurrency: int, once: bool, progress_interval: float) -> int:
     """``background run --all-tenants``: this process's ``--concurrency`` lanes shared between the tenants, one
     lane each, so ``--concurrency`` tenants run at once and a tenant with a huge collection never holds more
-    than one lane; each tenant's migrations run to their end (``--once``: one round), then the next tenant starts."""
+    than one lane; each tenant's migrations run to their end (``--once``: one round), then the next tenant starts.
+    Each running tenant logs a progress line per migration every ``progress_interval`` seconds (none with -q),
+    named by its tenant: a tenant's run may take hours, and the board only counts tenants."""
     from dataclasses import replace
 
     from ..tenants.report import Judged, TenantError  # start-up time: loaded only when this command runs
+    from .progress import log_progress  # start-up time: as above
 
     if given("parallel"):
         raise TenantsInvalidError("background run shares its --concurrency lanes between tenants (one lane each): use --concurrency, not --parallel")
@@ -236,7 +239,15 @@ def _run_across(s: Settings, tenants: Tenants, names: list[str] | None, concurre
         # --all runs what is pending, blocked or running: what waits for a person (failed, paused, cancelled) already
         # did before the run, and is named as one database's run --all names it
         before = await ms.background.status() if names is None else []
-        reports = await ms.background.run(names, concurrency=1, once=once)
+        task = asyncio.create_task(ms.background.run(names, concurrency=1, once=once))
+        try:
+            if not output().quiet:
+                await log_progress(ms.background.status, task, progress_interval, names)
+            reports = await task
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
         return _TenantRun(reports, _waiting(reports, before))
 
     def judged(run: _TenantRun) -> Judged:
