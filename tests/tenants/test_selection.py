@@ -112,7 +112,7 @@ def test_a_list_of_non_names_is_not_also_said_to_be_empty(tmp_path: Path) -> Non
         load_settings(config_path=config, environ={})
     assert "'tenants.databases[0]'" in raised.value.message and "empty" not in raised.value.message, raised.value.message
     config.write_text('[mongoshift]\nuri = "mongodb://h"\n[mongoshift.tenants]\ndatabases = []\n', encoding="utf-8")
-    with pytest.raises(ConfigInvalidError, match="'tenants.databases' from .*: must not be empty"):
+    with pytest.raises(ConfigInvalidError, match=r"'tenants\.databases' from .*: must not be empty"):
         load_settings(config_path=config, environ={})
 
 
