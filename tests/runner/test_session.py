@@ -19,7 +19,7 @@ import pytest
 import mongoshift
 from mongoshift import api
 from mongoshift.api.session import Background, Collections, Intents, Mongoshift
-from mongoshift.errors import ConfigInvalidError, LockHeldError
+from mongoshift.errors import ChecksumMismatchError, ConfigInvalidError, LockHeldError
 from mongoshift.project import session as project_session
 from mongoshift.project.events import Event
 
@@ -176,12 +176,25 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.up(strict=1), "strict must be True or False, not int"),
         (lambda ms: ms.down(ordered="yes"), "ordered must be True or False, not str"),
         (lambda ms: ms.plan("up", force=1), "force must be True or False, not int"),
+        # stop 56 (h5): each of these was an AttributeError / TypeError (after the lock was taken), or was read wrongly
+        (lambda ms: ms.up(checksums=["0001_items.py"]), "checksums must be a mapping of migration name to checksum, not list"),
+        (lambda ms: ms.up(checksums={"0001_items.py": 1}), "the checksum of '0001_items.py' must be non-empty text, not int"),
+        (lambda ms: ms.down(checksums="abc"), "checksums must be a mapping"),
+        (lambda ms: ms.lint("0001_items"), "files must be a list of migration names"),  # was read letter by letter: "not found: 0.py"
+        (lambda ms: ms.lint(sizes="yes"), "sizes must be True or False, not str"),
+        (lambda ms: ms.status(checksums="no"), "checksums must be True or False, not str"),
+        (lambda ms: ms.squash("0001_items", dry_run="no"), "dry_run must be True or False, not str"),
+        (lambda ms: ms.collections.plan(declarations="users"), "declarations must be a list of CollectionDeclaration, not str"),
+        (lambda ms: ms.collections.plan(prune="yes"), "prune must be True or False, not str"),
+        (lambda ms: asyncio.sleep(0, ms.collections.declaration(5)), "a collection name is text, not int"),
     ],
     ids=[
         "lock-not-a-Lock", "negative-wait", "nan-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
         "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
         "intent-state", "intent-empty-key", "intent-keys-as-one-string", "failed-ids-negative-limit",
         "step-not-a-bool", "strict-not-a-bool", "ordered-not-a-bool", "dry-run-force-not-a-bool",
+        "checksums-a-list", "checksums-a-number", "down-checksums-text", "lint-one-name-as-text", "lint-sizes-not-a-bool",
+        "status-checksums-not-a-bool", "squash-dry-run-not-a-bool", "plan-declarations-text", "plan-prune-not-a-bool", "declaration-not-text",
     ],
 )
 async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]
@@ -192,6 +205,28 @@ async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, cal
         assert message in refused.value.message and refused.value.exit_code == 6
         assert [row.state for row in await ms.status()] == ["pending"]
     assert await db["_mongoshift_locks"].count_documents({}) == 0
+
+
+async def test_a_queued_checksum_is_compared_whatever_way_its_name_is_spelled(project, db) -> None:  # type: ignore[no-untyped-def]
+    """``checksums`` keys are migration names as every other argument takes them: ``0001_items`` (no ``.py``)
+    was never compared, so a file changed since it was queued ran (stop 56, h5)."""
+    project.add("0001_items.py", LINE)
+    async with mongoshift.connect(project.settings()) as ms:
+        with pytest.raises(ChecksumMismatchError) as refused:
+            await ms.up(checksums={"0001_items": "0" * 64})
+        assert refused.value.exit_code == 4 and "changed since it was queued" in refused.value.message
+        assert [row.state for row in await ms.status()] == ["pending"]
+        (row,) = (await ms.plan("up")).rows
+        assert (await ms.up(checksums={str(project.root / "migrations" / "0001_items.py"): row.checksum})).results[0].status == "applied"
+
+
+async def test_lint_on_a_closed_session_is_refused_as_every_call_is(project) -> None:  # type: ignore[no-untyped-def]
+    """lint reads files only, but a call after the session was left is refused (docs/api.md), not served (stop 56, h5)."""
+    project.add("0001_items.py", LINE)
+    async with mongoshift.connect(project.settings()) as ms:
+        assert (await ms.lint()).files == ["0001_items.py"]
+    with pytest.raises(ConfigInvalidError, match="session is closed"):
+        await ms.lint()
 
 
 async def test_a_session_on_the_applications_client_leaves_it_open(project, db, client) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ from ..converge.orchestrator import (
     plan_in_session,
 )
 from ..converge.report import ConvergeReport
+from ..errors import ConfigInvalidError
 from ..project.declarations import declarations_by_name
 from ..project.events import Observer
 from ..project.redaction import recorded_text
@@ -25,12 +26,14 @@ from ..project.run import CancelSignal
 from ..project.session import Project, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..schema.collections import CollectionDeclaration
-from .options import DEFAULT_LOCK, Confirmation, Lock, checked_lock, confirm_parts, one_shot, run_observers
+from .options import DEFAULT_LOCK, Confirmation, Lock, checked_flags, checked_lock, confirm_parts, one_shot, run_observers
 
 
 def declaration_for(settings: Settings, name: str) -> CollectionDeclaration | None:
     """One declared collection (its indexes, validator, ``versioning.field``), or None: read without connecting,
     so that application code and background migrations use the project's declaration instead of repeating it."""
+    if not isinstance(name, str):
+        raise ConfigInvalidError(f"a collection name is text, not {type(name).__name__}")
     return declarations_by_name(one_shot(settings).settings).get(name)
 
 
@@ -54,11 +57,24 @@ async def plan_converge_in(
     ``declarations``: plan these instead of the project's (they are not checked against the own collections).
     """
     settings = project.settings
-    declared = declarations_by_name(settings) if declarations is None else {d.name: d for d in declarations}
+    checked_flags(prune=prune, check=check)
+    declared = declarations_by_name(settings) if declarations is None else _given(declarations)
     async with open_session(
         settings, take_lock=False, with_files=False, cancel=project.cancel, declarations=declared, project=project
     ) as session:
         return await plan_in_session(session, prune=prune, check=check)
+
+
+def _given(declarations: object) -> dict[str, CollectionDeclaration]:
+    """``declarations=``: a list of :class:`CollectionDeclaration` (``ms.collections.declaration(name)`` gives one),
+    by name; anything else is refused before connecting (a string or a mapping was an AttributeError)."""
+    if isinstance(declarations, (str, bytes)) or not isinstance(declarations, Iterable):
+        raise ConfigInvalidError(f"declarations must be a list of CollectionDeclaration, not {type(declarations).__name__}")
+    listed = list(declarations)
+    for item in listed:
+        if not isinstance(item, CollectionDeclaration):
+            raise ConfigInvalidError(f"declarations must be a list of CollectionDeclaration, not a list holding {type(item).__name__}")
+    return {d.name: d for d in listed}
 
 
 async def converge(
@@ -98,6 +114,7 @@ async def converge_in(
     """
     settings = project.settings
     lock = checked_lock(lock)
+    checked_flags(prune=prune)
     yes, ask = confirm_parts(confirm)
     requested_by = recorded_text("requested_by", requested_by, REQUESTED_BY_LIMIT)  # before connecting
     reason = recorded_text("reason", reason, REASON_LIMIT)

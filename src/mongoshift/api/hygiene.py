@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ..errors import InvalidExportError, IOFailedError, RunAbortedError
+from ..errors import ConfigInvalidError, InvalidExportError, IOFailedError, RunAbortedError
 from ..lint.checker import Finding, lint_source
 from ..lint.rules import RULES
 from ..project.loader import MigrationFile, discover, find, resolve_name
@@ -29,7 +29,7 @@ from ..project.session import Project, open_session
 from ..project.settings import Settings
 from ..squash.planner import SquashPlan, plan_range, plan_squash
 from ..squash.writer import refuse_unfinished, write_squash
-from .options import one_shot
+from .options import checked_flags, one_shot
 
 if TYPE_CHECKING:
     from ..tenants.report import RolloutReport
@@ -69,6 +69,7 @@ async def squash(settings: Settings, to: str, *, dry_run: bool = False, client: 
 async def squash_in(project: Project, to: str, *, dry_run: bool = False) -> SquashReport:
     """Replace the files up to ``to`` (inclusive) with one squash file, when every one of them is applied in
     this project's database; ``dry_run`` judges and names what would be written, writing nothing."""
+    checked_flags(dry_run=dry_run)
     plan = await judge_in(project, to)
     return _report(plan, project.settings, dry_run=dry_run)
 
@@ -157,6 +158,11 @@ async def lint_in(project: Project, files: list[str] | None = None, *, sizes: bo
     files they archived ran already and are left out. ``sizes``: count the documents of the collections
     that unbounded bulk writes name."""
     settings = project.settings
+    checked_flags(sizes=sizes)
+    if files is not None and (isinstance(files, (str, bytes)) or not isinstance(files, (list, tuple))):
+        # one name given as text was read letter by letter ("migration file not found: 0.py")
+        raise ConfigInvalidError(f"files must be a list of migration names (or None for every file), not {type(files).__name__}")
+    project.check_open()  # reading files only, but a closed session takes no call
     line = project.scanned()
     chosen = [find(line, resolve_name(name, settings.migrations_dir)) for name in files] if files else [f for f in line if not f.is_squash]
     report = LintReport([f.name for f in chosen])

@@ -169,6 +169,23 @@ def _check_batch_label(batch: int | None, step: bool) -> None:
         raise ConfigInvalidError("--batch and --step cannot be combined: --step gives each file its own batch")
 
 
+def _checked_checksums(checksums: object, settings: Settings) -> dict[str, str] | None:
+    """``checksums=``: a mapping of migration name to checksum, checked before anything connects (a list or
+    a number was an AttributeError or a TypeError after the lock was taken). A name is taken as every
+    migration name is, with or without ``.py``: a key ``0001_a`` was silently never compared."""
+    if checksums is None:
+        return None
+    if not isinstance(checksums, Mapping):
+        raise ConfigInvalidError(f"checksums must be a mapping of migration name to checksum, not {type(checksums).__name__}")
+    checked: dict[str, str] = {}
+    for name, checksum in checksums.items():
+        if not isinstance(checksum, str) or not checksum:
+            raise ConfigInvalidError(f"checksums: the checksum of {name!r} must be non-empty text, not {type(checksum).__name__}")
+        bare = resolve_name(name, settings.migrations_dir)
+        checked[bare if bare.endswith(".py") else bare + ".py"] = checksum
+    return checked
+
+
 def _check_unchanged(plan: Plan, checksums: Mapping[str, str] | None) -> None:
     """``checksums`` (a job system's, taken when it queued the run): refuse, before anything runs,
     a planned file that changed since, so that a task never runs another file than the one queued."""
@@ -293,6 +310,7 @@ async def up_in(
     settings = project.settings
     lock = checked_lock(lock)
     checked_flags(step=step, force=force, ordered=ordered, **_unless_none(strict=strict, converge=converge))
+    checksums = _checked_checksums(checksums, settings)
     yes, ask = confirm_parts(confirm)
     if converge and (target or to):
         raise ConfigInvalidError("--converge runs only after a bulk up (not with FILE or --to)")
@@ -416,6 +434,7 @@ async def down_in(
 
     ``checksums``: as for :func:`up_in`."""
     checked_flags(ordered=ordered)
+    checksums = _checked_checksums(checksums, project.settings)
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
         return plan_down(
@@ -450,6 +469,7 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
 
     ``checksums``: as for :func:`up_in`."""
     target = _bare(project.settings, target)
+    checksums = _checked_checksums(checksums, project.settings)
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
         stranded = stranded_files(project.settings.migrations_dir)
@@ -483,6 +503,7 @@ async def status(settings: Settings, *, checksums: bool = True, client: AsyncMon
 async def status_in(project: Project, *, checksums: bool = True) -> list[StatusRow]:
     """Every file with its state; an applied background migration also with its own status, a
     reverted one with its revert while that is not completed."""
+    checked_flags(checksums=checksums)
     async with _reading(project) as session:
         rows = status_rows(
             session.files, await session.changelog.records(), checksums=checksums, stranded=stranded_files(project.settings.migrations_dir)

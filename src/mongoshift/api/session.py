@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pymongo import AsyncMongoClient
 
+from ..errors import ConfigInvalidError
 from ..project.events import Observer
 from ..project.run import CancelSignal
 from ..project.session import Project
@@ -292,6 +293,8 @@ class Collections:
         from ..project.declarations import declarations_by_name
 
         self._project.check_open()
+        if not isinstance(name, str):
+            raise ConfigInvalidError(f"a collection name is text, not {type(name).__name__}")
         return declarations_by_name(self._project.settings).get(name)
 
     async def plan(
