@@ -435,3 +435,48 @@ async def test_settings_paths_may_be_text_and_wrong_arguments_are_config_errors(
             pass
     with pytest.raises(ConfigInvalidError, match="cancel must be a mongoshift CancelSignal"):
         await api.up(settings, cancel=True)  # type: ignore[arg-type]
+
+
+HANGS = """
+import asyncio
+
+async def up(ctx):
+    await ctx.db.marks.insert_one({"started": True})
+    ctx.log.info("started")
+    await asyncio.Event().wait()  # until the task awaiting the call is cancelled
+
+async def down(ctx):
+    pass
+"""
+
+
+async def test_a_cancelled_task_records_its_running_migration_failed_and_releases_the_lock(project, db) -> None:  # type: ignore[no-untyped-def]
+    """``asyncio.wait_for(ms.up(), ...)`` or a TaskGroup cancels the task awaiting the call: the body is cut off
+    where it stood. It read ``pending`` (no record) and, the lock being released, the next run said nothing of the
+    half-done work; it is now recorded failed, its events say ``aborted``, and the cancellation goes on (stop 56, h5)."""
+    project.add("0001_items.py", LINE)
+    project.add("0002_hangs.py", HANGS)
+    started = asyncio.Event()
+    seen: list[Event] = []
+
+    def observe(event: Event) -> None:
+        seen.append(event)
+        if event.kind == "log":
+            started.set()
+
+    async with mongoshift.connect(project.settings(), observers=[observe]) as ms:
+        task = asyncio.create_task(ms.up())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        rows = {row.name: row for row in await ms.status()}
+        assert rows["0001_items.py"].state == "applied"
+        assert rows["0002_hangs.py"].state == "failed"
+        assert "the task running it was cancelled" in (rows["0002_hangs.py"].error or "")
+        assert await ms.lock_status() is None
+        ends = [e for e in seen if e.kind in ("migration_end", "run_end") and e.data["outcome"] == "failed"]
+        assert [(e.kind, e.data["error_kind"]) for e in ends] == [("migration_end", "aborted"), ("run_end", "aborted")]
+        project.add("0002_hangs.py", LINE.replace("items", "marks"))  # fixed and deployed: the next up runs it again
+        ms.rescan()
+        assert [r.name for r in (await ms.up()).results] == ["0002_hangs.py"]

@@ -565,6 +565,22 @@ class Executor:
         except (TransactionsUnsupportedError, MigrationTimeoutError, ExecutionFailedError, LockLostError, RunAbortedError, ConnectionFailedError) as exc:
             await self._failed(step, batch, exc, results, started)
             raise
+        except asyncio.CancelledError:
+            # The task awaiting the call was cancelled (asyncio.wait_for, a TaskGroup, an application shutting down):
+            # the body was cut off where it stood. Recorded failed before the lock is released, as a stop that the
+            # body saw is: without a record it read "pending", and the next run, finding the lock released, said
+            # nothing of the work the body may have left half done.
+            stopped = RunAbortedError(
+                f"{step.name}: the task running it was cancelled while it ran; it is recorded failed and runs again "
+                f"with the next '{step.direction}'",
+                file=step.name,
+                reason="cancelled",
+            )
+            try:
+                await self._failed(step, batch, stopped, results, started)
+            except asyncio.CancelledError:  # cancelled once more while it was recorded: the cancellation goes on
+                pass
+            raise
         except Exception as exc:
             lost = self._lock_lost(step)  # a body that stopped on ctx.cancelled after the lock was lost
             if lost is not None:

@@ -26,6 +26,7 @@ logged and skipped, like an observer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -35,7 +36,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MongoshiftError
+from ..errors import MongoshiftError, RunAbortedError
 from .redaction import describe_error, redact
 
 log = logging.getLogger("mongoshift.events")
@@ -124,6 +125,8 @@ def end_fields(started: float, failure: BaseException | None, *, outcome: str = 
         data["outcome"] = "failed"
         if isinstance(failure, MongoshiftError):
             data["error_kind"], data["error"] = failure.kind, redact(failure.message)
+        elif isinstance(failure, asyncio.CancelledError):  # the task awaiting the call was cancelled: a stop, not a bug
+            data["error_kind"], data["error"] = RunAbortedError.kind, "the task running it was cancelled"
         else:
             data["error_kind"], data["error"] = "unexpected", describe_error(failure)
     return data
