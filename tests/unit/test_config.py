@@ -86,3 +86,14 @@ def test_connection_settings_required_only_when_connecting(tmp_path: Path) -> No
     s = load_settings({}, environ={}, cwd=tmp_path)
     with pytest.raises(ConfigInvalidError, match="no server"):
         s.require_connection()
+
+
+def test_a_flag_no_command_line_has_is_named_as_the_python_argument_it_came_in(tmp_path: Path) -> None:
+    """``load_settings({"lock_ttl_seconds": -1})`` said "from --lock-ttl-seconds", a flag that does not exist
+    (stop 56, h5); the three the command line gives keep their flag's name."""
+    with pytest.raises(ConfigInvalidError) as refused:
+        load_settings({"lock_ttl_seconds": -1, "unknown_key": 1, "db": ""}, environ={}, cwd=tmp_path)
+    message = refused.value.message
+    assert "setting 'lock_ttl_seconds' from load_settings(flags):" in message
+    assert "setting 'unknown_key' from load_settings(flags): unknown key" in message
+    assert "setting 'db' from --db:" in message and "--lock-ttl-seconds" not in message and "--unknown-key" not in message

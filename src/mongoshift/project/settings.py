@@ -318,7 +318,9 @@ def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 
 #: The command-line flag of a setting whose flag is not its name (``--dir``), for messages.
-_FLAGS = {"migrations_dir": "--dir"}
+#: The settings the command line gives as flags, by flag; any other key of ``load_settings(flags)`` came from
+#: Python, and is named so: "from --lock-ttl-seconds" sent its caller to a flag that does not exist.
+_FLAGS = {"migrations_dir": "--dir", "uri": "--uri", "db": "--db"}
 
 
 def _suggestion(key: str) -> str:
@@ -463,7 +465,7 @@ def load_settings(
         problems += unknown
         _collect(problems, _layer, merged, sources, env_values, lambda key: f"{env_name(key)} in {dotenv}")
     _collect(problems, _layer, merged, sources, read_environment(environ), env_name)
-    _collect(problems, _layer, merged, sources, flags or {}, lambda key: _FLAGS.get(key, "--" + key.replace("_", "-")))
+    _collect(problems, _layer, merged, sources, flags or {}, lambda key: _FLAGS.get(key, "load_settings(flags)"))
 
     # The default migrations folder sits next to the project file too: with --config (or
     # load_settings(cwd=...)) naming another folder's file, "migrations" was looked for where the
