@@ -432,3 +432,24 @@ def test_the_missing_warning_names_the_files_a_folder_holds_only_when_some_are_e
     alone = missing_words(held[:1]) or ""
     assert alone.startswith("the files of applied migrations are missing: 0002_b.py; it is in _squashed/0004_squashed/")
     assert alone.endswith("move it back into the migrations folder")
+
+
+async def test_a_session_that_squashed_reads_the_folder_again(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """``ms.squash`` moves the files; the session's list of them (read once) still named the moved ones, so its
+    next ``status``, ``plan`` and ``up`` failed with a bare FileNotFoundError, and ``down`` rolled the replaced
+    files back one by one as if there were no squash (stop 56, h5)."""
+    import mongoshift
+
+    line(project, "0001_a", "0002_b", "0003_c", "0004_d")
+    async with mongoshift.connect(project.settings()) as ms:
+        await ms.up(to="0003_c")
+        assert (await ms.squash("0003_c")).file == "0003_squashed.py"
+        assert [(r.name, r.shown_state) for r in await ms.status()] == [
+            ("0003_squashed.py", "applied (squashed files applied)"), ("0004_d.py", "pending")
+        ]
+        assert [row.name for row in (await ms.plan("up")).rows] == ["0004_d.py"]
+        assert [r.name for r in (await ms.up()).results] == ["0004_d.py"]
+        assert (await ms.lint()).files == ["0004_d.py"]
+        back = await ms.down(steps=2)  # the squash file is one migration: its files roll back through it
+        assert [r.name for r in back.results] == ["0004_d.py", "0003_c.py", "0002_b.py", "0001_a.py", "0003_squashed.py"]
+    assert marks(sync_client, project) == []

@@ -71,7 +71,11 @@ async def squash_in(project: Project, to: str, *, dry_run: bool = False) -> Squa
     this project's database; ``dry_run`` judges and names what would be written, writing nothing."""
     checked_flags(dry_run=dry_run)
     plan = await judge_in(project, to)
-    return _report(plan, project.settings, dry_run=dry_run)
+    try:
+        return _report(plan, project.settings, dry_run=dry_run)
+    finally:
+        if not dry_run:  # the files moved: a session's next call reads the folder again (its list named files now archived)
+            project.rescan()
 
 
 async def judge_in(project: Project, to: str) -> SquashPlan:
