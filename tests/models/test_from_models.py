@@ -173,6 +173,21 @@ async def test_the_python_api(project: Project, cli, monkeypatch) -> None:  # ty
     assert report.plan.changes[0].from_version == 1
 
 
+async def test_a_session_sees_the_migration_it_created_from_the_models(project: Project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The session reads the migrations folder once: the file its own ``create_from_models`` wrote was not pending
+    for its next ``plan`` / ``up`` (stop 56, h5)."""
+    import mongoshift
+
+    write_models(project, BEFORE)
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    write_models(project, AFTER)
+    monkeypatch.chdir(project.root)
+    async with mongoshift.api.connect(project.settings()) as ms:
+        assert (await ms.plan("up")).rows == []  # the folder is read (and kept) now
+        report = await ms.create_from_models("member_shape")
+        assert [row.name for row in (await ms.plan("up")).rows] == [p.name for p in report.files]
+
+
 def with_orders(collection: str) -> str:
     """The members' models and an ``Order`` model stored in ``collection``: two collections for one run."""
     return BEFORE + f'''

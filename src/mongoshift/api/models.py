@@ -81,7 +81,10 @@ async def create_from_models_in(project: Project, name: str, models: str | None 
     Refused with nothing written (exit 49) when there is no snapshot yet, or a change cannot be
     written faithfully (a required field without a default, a type change without a converter);
     ``cancel`` set before the files are written: nothing is written, exit 11."""
-    return await asyncio.to_thread(_create, project.settings, name, models, _stop_before_writing(cancel, "create --from-models"))
+    report = await asyncio.to_thread(_create, project.settings, name, models, _stop_before_writing(cancel, "create --from-models"))
+    if report.files:  # a session's next call reads the folder again: the files written here are pending
+        project.rescan()
+    return report
 
 
 def _with_collection(name: str, collection: str) -> str:
