@@ -24,6 +24,18 @@ def test_texts_in_the_data_are_redacted_like_the_message(caplog: pytest.LogCaptu
     assert "hunter2" not in caplog.text and "pw2" not in caplog.text
 
 
+def test_a_value_under_a_secrets_name_is_masked(caplog: pytest.LogCaptureFixture) -> None:
+    """``ctx.log.info("connecting", password="hunter2")`` printed ``password=hunter2`` on the line and in ``--json``'s
+    logs, where a ``password=...`` pair in any text is masked (stop 56, h5)."""
+    seen: list[Event] = []
+    with caplog.at_level(logging.INFO, logger="mongoshift.test"):
+        _log(seen).info("connecting", password="hunter2", options={"clientSecret": "s3cr3t", "api_token": 42}, user="app", count=3)
+    (event,) = seen
+    data = event.data["data"]
+    assert data == {"password": "***", "options": {"clientSecret": "***", "api_token": "***"}, "user": "app", "count": 3}
+    assert "hunter2" not in caplog.text and "s3cr3t" not in caplog.text and "password=***" in caplog.text
+
+
 def test_a_value_that_cannot_be_shown_drops_the_line_and_never_raises() -> None:
     class Hostile:
         def __str__(self) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from bson import Binary, Decimal128, Int64, ObjectId, Regex, Timestamp
 
 from .events import Events
-from .redaction import redact
+from .redaction import MASK, redact, secret_name
 
 #: Bounds of a logged ``data``: nesting depth, items per list or mapping, characters per text.
 MAX_DEPTH = 4
@@ -64,7 +64,8 @@ def bounded(value: Any, depth: int = 0) -> Any:
         return "…"
     if isinstance(value, Mapping):
         items = list(value.items())
-        copy = {str(k): bounded(v, depth + 1) for k, v in items[:MAX_ITEMS]}
+        # a value under a secret's name is masked whole, as ``password=...`` is in a text: the line shows it as a pair
+        copy = {str(k): MASK if secret_name(str(k)) else bounded(v, depth + 1) for k, v in items[:MAX_ITEMS]}
         if len(items) > MAX_ITEMS:
             copy["…"] = f"{len(items) - MAX_ITEMS} more"
         return copy

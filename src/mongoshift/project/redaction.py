@@ -60,6 +60,11 @@ _INDEX_NAME = re.compile(r"\bindex: (\S+) (?:collation: \{[^{}]*\} )?dup key")
 _SECRET_KEY = re.compile(r"(?:password|secret|token)$", re.IGNORECASE)
 
 
+def secret_name(name: str) -> bool:
+    """Whether a key names a secret (``password``, ``dbPassword``, ``client_secret``, ``api_token``): its value is masked."""
+    return bool(_SECRET_KEY.search(name))
+
+
 def strip_controls(text: str) -> str:
     """``text`` without terminal control characters (tab and newline stay), its undecodable bytes
     shown (:func:`escape_undecodable`)."""
