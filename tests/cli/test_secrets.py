@@ -460,3 +460,26 @@ def test_a_secret_in_an_import_failure_stays_out_of_verbose_and_json_logs(projec
     assert "db.example.com" in text  # what is not secret stays readable
     events = [json.loads(line) for r in seen[2:3] + hooked[2:] for line in r.stderr.splitlines() if line.startswith("{")]
     assert any((e.get("data") or {}).get("error") for e in events)  # the end events carry the (masked) error
+
+
+OWN_LOGGER = """
+def up(ctx):
+    ctx.logger.warning("connecting to mongodb://app:ownlogger-pw1@db.internal/prod with password=ownlogger-pw2")
+    ctx.log.info("ready", password="ownlogger-pw3", user="app")
+"""
+
+
+def test_a_migrations_own_logger_lines_show_no_credentials(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``ctx.logger`` is the migration's stdlib logger, printed on stderr by mongoshift: its lines went out as
+    written, a URI's password included, in text and in ``--log-format json`` (stop 56, h5)."""
+    project.add("0001_own.py", OWN_LOGGER)
+    plain = cli(project, "up")
+    assert plain.returncode == 0, plain.stderr
+    assert "connecting to mongodb://***@db.internal/prod with password=***" in plain.stderr
+    project.add("0002_own.py", OWN_LOGGER)
+    as_json = cli(project, "up", "--json", "--log-format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    lines = [json.loads(line) for line in as_json.stderr.splitlines()]
+    assert "connecting to mongodb://***@db.internal/prod with password=***" in [line["message"] for line in lines]
+    for seen in (plain.stdout + plain.stderr, as_json.stdout + as_json.stderr):
+        assert "ownlogger-pw" not in seen

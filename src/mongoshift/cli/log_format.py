@@ -14,7 +14,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from ..project.redaction import redact
+from ..project.redaction import mask_credentials, redact
 
 #: Record attributes copied into the line when present.
 CORRELATION = ("run_id", "tenant", "migration", "direction", "attempt", "event")
@@ -41,4 +41,5 @@ class JsonLineFormatter(logging.Formatter):
         fields = {key: getattr(record, key, None) for key in (*CORRELATION, "data")}
         if record.exc_info:
             fields["traceback"] = redact(self.formatException(record.exc_info), limit=20_000)
-        return json_line(record.levelname, record.getMessage(), logger=record.name, created=record.created, **fields)
+        message = mask_credentials(record.getMessage())  # a migration's own ctx.logger line too (see SafeFormatter)
+        return json_line(record.levelname, message, logger=record.name, created=record.created, **fields)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import MongoshiftError
-from ..project.redaction import elide_long_words, escape_undecodable, redact, strip_controls
+from ..project.redaction import elide_long_words, escape_undecodable, mask_credentials, redact, strip_controls
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -110,7 +110,8 @@ class SafeFormatter(logging.Formatter):
     also through the shared redaction, since its last line is the raw exception text."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return strip_controls(super().format(record))
+        # credentials masked in every line: a migration's own ctx.logger line printed a URI's password as written
+        return mask_credentials(strip_controls(super().format(record)))
 
     def formatException(self, ei: Any) -> str:
         return redact(super().formatException(ei), limit=20_000)

@@ -60,6 +60,13 @@ _INDEX_NAME = re.compile(r"\bindex: (\S+) (?:collation: \{[^{}]*\} )?dup key")
 _SECRET_KEY = re.compile(r"(?:password|secret|token)$", re.IGNORECASE)
 
 
+def mask_credentials(text: str) -> str:
+    """``text`` with a URI's credentials and ``password=...`` / ``token: ...`` pairs masked, nothing else changed: for
+    the lines of loggers mongoshift prints but does not write itself (a migration's ``ctx.logger``), whose other
+    words are their author's."""
+    return _SECRET_PAIR.sub(rf"\g<key>{MASK}", _USERINFO.sub(rf"\1{MASK}@", text))
+
+
 def secret_name(name: str) -> bool:
     """Whether a key names a secret (``password``, ``dbPassword``, ``client_secret``, ``api_token``): its value is masked."""
     return bool(_SECRET_KEY.search(name))
