@@ -379,12 +379,23 @@ class LeaseLock:
                 return
             delay = interval
 
+    def _what(self) -> str:
+        """This lock in a user's words: the run's migration lock, a live watcher's lease, a coordinator's lock."""
+        if self.lock_id == LOCK_ID:
+            return "migration lock"
+        kind, _, name = self.lock_id.partition(":")
+        if kind == "watch" and name:
+            return f"the live watcher's lease of {name}"
+        if kind == "background" and name:
+            return f"the coordinator lock of {name}"
+        return f"lock {self.lock_id}"
+
     def _mark_lost(self, reason: str) -> None:
         if self.lost.is_set():
             return
         self.lost_reason = reason
         self.lost.set()
-        log.error("migration lock lost: %s", reason)
+        log.error("%s lost: %s", self._what(), reason)
         if self._on_lost is not None:
             self._on_lost(reason)
 

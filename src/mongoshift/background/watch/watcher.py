@@ -349,11 +349,12 @@ class CollectionWatcher:
                     else:
                         raise
         finally:
-            if not lock.lost.is_set():
-                try:
-                    await self._save_as("stopped" if cancel.is_set() else self.state, token)
-                except PyMongoError as exc:  # leaving anyway: the next leader resumes from the last save
-                    log.warning("watcher of %s: its last position could not be saved (%s)", self.collection, type(exc).__name__)
+            # Tried even when the lease was marked lost: a renewal late past the TTL marks it so though nobody took
+            # over, and the save is fenced (another leader's fence refuses it, and nothing changes).
+            try:
+                await self._save_as("stopped" if cancel.is_set() else self.state, token)
+            except PyMongoError as exc:  # leaving anyway: the next leader resumes from the last save
+                log.warning("watcher of %s: its last position could not be saved (%s)", self.collection, type(exc).__name__)
             self.lock = None
 
     def _leading(self) -> bool:
