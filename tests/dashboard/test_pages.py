@@ -513,3 +513,24 @@ def test_create_app_refuses_arguments_it_cannot_use_with_exit_6() -> None:
         assert says in refused.value.message and refused.value.exit_code == ExitCode.CONFIG_INVALID
         assert "12345678901234567890" not in refused.value.message  # a token is never shown
     assert create_app(settings, poll_seconds=2, read_only=True).state.dashboard.options.poll_seconds == 2.0
+
+
+async def test_a_path_or_method_the_dashboard_has_no_route_for_is_its_own_page_with_its_headers(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """An unknown path, a name holding a ``/``, a missing static file and a GET of a control's address were Starlette's
+    bare "Not Found" / "Method Not Allowed" texts, without Cache-Control, CSP or X-Frame-Options."""
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    for path, status in (
+        ("/nowhere", 404), ("/favicon.ico", 404), ("/migrations/a%2Fb", 404), ("/static/none.js", 404),
+        (f"/migrations/{NAME}/control", 405), ("/unlock", 405), ("/sign-in", 405),
+    ):
+        answer = await web.get(path)
+        assert answer.status_code == status, path
+        assert 'data-testid="error"' in answer.text and "Back to the overview" in answer.text, path
+        assert answer.headers["cache-control"] == "no-store" and answer.headers["x-frame-options"] == "DENY", path
+        assert "content-security-policy" in answer.headers, path
+    not_allowed = await web.delete("/")
+    assert not_allowed.status_code == 405 and set(not_allowed.headers["allow"].split(", ")) == {"GET", "HEAD"}
+    assert "DELETE is not allowed here" in not_allowed.text
+    # a static file that exists is still served as it is
+    assert (await web.get("/static/dashboard.css")).status_code == 200

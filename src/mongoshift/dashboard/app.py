@@ -430,7 +430,18 @@ def create_app(
         Route("/unlock", unlock, methods=["POST"], name="unlock"),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def no_route(request: Request, exc: Exception) -> Response:
+        """What the router itself refuses (a path with no page, a method the address does not take), as the
+        dashboard's own page with its headers: Starlette's answer was a bare text without them."""
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            response = page(request, "error.html", {"message": f"{request.method} is not allowed here (this address takes {allowed})"}, 405)
+            response.headers["Allow"] = allowed
+            return response
+        return page(request, "error.html", {"message": "the dashboard has no page at this address"}, exc.status_code)
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: no_route, 405: no_route})
     app.state.dashboard = dashboard
     app.state.templates = templates
     return app
