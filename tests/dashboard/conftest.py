@@ -259,12 +259,13 @@ class Served:
     """A dashboard served by uvicorn on a free loopback port, in the test's event loop, as ``mongoshift dashboard``
     serves it (:func:`mongoshift.dashboard.serving.dashboard_server`: the open pages' streams end as the shutdown starts)."""
 
-    def __init__(self, app: Any, **config: Any) -> None:
+    def __init__(self, app: Any, *, port: int = 0, **config: Any) -> None:
         from mongoshift.dashboard.serving import dashboard_server
 
         self.app = app
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port served before (its connections closing)
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(64)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config.setdefault("timeout_graceful_shutdown", 5)
@@ -297,10 +298,10 @@ class Served:
         await self.stop()
 
 
-def served(project: Any, **options: Any) -> Served:
-    """``create_app`` on ``project`` (the token, a 0.2 s poll), served; ``config`` keywords go to uvicorn."""
+def served(project: Any, *, port: int = 0, **options: Any) -> Served:
+    """``create_app`` on ``project`` (the token, a 0.2 s poll), served (on ``port``: 0 picks one); ``config`` keywords go to uvicorn."""
     from mongoshift.dashboard import create_app
 
     config = options.pop("config", {})
     options.setdefault("token", TOKEN)
-    return Served(create_app(project.settings(), poll_seconds=0.2, **options), **config)
+    return Served(create_app(project.settings(), poll_seconds=0.2, **options), port=port, **config)

@@ -128,6 +128,25 @@ async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_pro
         await runner.stop()
 
 
+async def test_a_page_says_when_its_live_stream_is_lost_and_when_it_is_back(registered, browser) -> None:  # type: ignore[no-untyped-def]
+    """A dashboard that stopped (or a network that dropped) left the page showing its last state as if live, with
+    nothing to say that no update came any more; it now says so until the stream is open again."""
+    dash = served(registered)
+    async with dash:
+        page = await bounded(browser.new_page(), "opening a page")
+        await page.goto(f"{dash.url}/migrations/{NAME}")
+        await page.locator('body[data-live="open"]').wait_for(timeout=WAIT_MS)
+        lost = page.locator('[data-testid="stream-lost"]')
+        assert not await lost.is_visible()
+        port = dash.sock.getsockname()[1]
+    await lost.wait_for(state="visible", timeout=WAIT_MS)
+    assert "cannot be reached" in await lost.inner_text()
+    async with served(registered, port=port):  # a dashboard again at the same address: the page's stream opens again
+        await lost.wait_for(state="hidden", timeout=WAIT_MS)
+        await page.locator('body[data-live="open"]').wait_for(timeout=WAIT_MS)
+        await bounded(page.close(), "closing the page")
+
+
 async def test_a_failed_migration_shows_its_error_without_document_values(project, db, browser, shots) -> None:  # type: ignore[no-untyped-def]
     project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
     await seed(db.people, 20)
