@@ -33,5 +33,9 @@ class DashboardServer(uvicorn.Server):
 
 
 def dashboard_server(app: Any, **config: Any) -> DashboardServer:
-    """A :class:`DashboardServer` for ``create_app``'s ``app`` (``config``: uvicorn's ``Config`` keywords)."""
+    """A :class:`DashboardServer` for ``create_app``'s ``app`` (``config``: uvicorn's ``Config`` keywords).
+
+    ``proxy_headers`` is off unless given: uvicorn's default trusts ``X-Forwarded-For`` from 127.0.0.1, so any local
+    client (every client of a loopback dashboard) could write the address the history's "who" names."""
+    config.setdefault("proxy_headers", False)
     return DashboardServer(uvicorn.Config(app, **config), [app.state.dashboard])
