@@ -534,3 +534,23 @@ async def test_a_path_or_method_the_dashboard_has_no_route_for_is_its_own_page_w
     assert "DELETE is not allowed here" in not_allowed.text
     # a static file that exists is still served as it is
     assert (await web.get("/static/dashboard.css")).status_code == 200
+
+
+async def test_a_reason_is_recorded_whole_or_refused_as_the_clis_never_cut(registered, counted_client, http, db) -> None:  # type: ignore[no-untyped-def]
+    """A reason over 200 characters was cut to 200 without a word (the form's limit, and the server's), where the CLI
+    takes 512 and refuses a longer one: a reason is never cut (docs/background.md)."""
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    page = await web.get(f"/migrations/{NAME}")
+    assert 'maxlength="512"' in page.text and 'maxlength="200"' not in page.text
+    long = "why " * 100  # 400 characters
+    answer = await web.post(f"/migrations/{NAME}/control", data={"action": "pause", "reason": long}, headers=bearer)
+    assert answer.status_code == 303
+    history = (await db["_mongoshift_background"].find_one({"_id": NAME}))["history"]
+    assert history[-1]["action"] == "pause" and history[-1]["reason"] == long.strip()
+    for path, data in ((f"/migrations/{NAME}/control", {"action": "resume"}), (f"/migrations/{NAME}/throttle", {"batch_size": "7"})):
+        refused = await web.post(path, data={**data, "reason": "x" * 513}, headers=bearer, follow_redirects=True)
+        assert "refused (exit 6)" in refused.text and "513 characters long: at most 512" in refused.text, path
+    state = await db["_mongoshift_background"].find_one({"_id": NAME})
+    assert state["status"] == "paused" and not state.get("throttle") and len(state["history"]) == len(history)

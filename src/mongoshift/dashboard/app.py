@@ -32,6 +32,7 @@ from starlette.templating import Jinja2Templates
 
 from .. import api
 from ..api.session import per_call
+from ..background.state.controls import REASON_LIMIT
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, NotAppliedError
 from . import views
 from .poller import TENANTS_EVERY, Poller, Snapshot, described
@@ -44,7 +45,8 @@ HERE = Path(__file__).parent
 CONTROLS: dict[str, bool] = {"pause": False, "resume": False, "cancel": True, "retry": False, "retry-from-start": True, "unlock": True}
 #: How many failed documents' ids a token holder sees when asking.
 IDS_SHOWN = 100
-REASON_CHARS = 200
+#: The longest reason the forms take: the API's (a longer one is refused, exit 6, as the CLI refuses it; never cut).
+REASON_CHARS = REASON_LIMIT
 #: The throttle form's fields as its labels say them: a refused value is named so (the CLI names its flags).
 THROTTLE_FIELDS = {"batch_size": "Batch size", "pause_ms": "Pause (ms)"}
 
@@ -173,7 +175,7 @@ def create_app(
     options = DashboardOptions(read_only=read_only, poll_seconds=float(poll_seconds))
     dashboard = Dashboard(settings, client, guard, options)
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True)
-    env.globals.update(clock=api.clock, percent=views.percent, when=views.when, plural=api.plural, controls=CONTROLS, url_for=_template_path_for)
+    env.globals.update(reason_chars=REASON_CHARS, clock=api.clock, percent=views.percent, when=views.when, plural=api.plural, controls=CONTROLS, url_for=_template_path_for)
     templates = Jinja2Templates(env=env)  # keeps the url_for above: it only sets its own where none is
 
     def page(request: Request, template: str, context: Mapping[str, Any], status: int = 200) -> Response:
@@ -331,7 +333,7 @@ def create_app(
             return await refused(request, f"unknown control {action!r}", 400)
         if CONTROLS[action] and form.get("confirm") != "yes":
             return await refused(request, f"{action} asks for a confirmation: tick the box and send it again", 400)
-        reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
+        reason = (form.get("reason") or "").strip() or None
 
         async def act(ms: api.Mongoshift) -> str:
             if action == "retry-from-start":
@@ -354,7 +356,7 @@ def create_app(
             pause_ms = _whole(form.get("pause_ms"))
         except ValueError:
             return await refused(request, "throttle: the batch size and the pause are whole numbers", 400)
-        reason = (form.get("reason") or "").strip()[:REASON_CHARS] or None
+        reason = (form.get("reason") or "").strip() or None
 
         async def act(ms: api.Mongoshift) -> str:
             api.check_throttle(batch_size, pause_ms, clear=clear, names=THROTTLE_FIELDS)  # its refusal names this form's fields
