@@ -82,7 +82,7 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def _migrated(page: Any) -> int:
-    return int(await page.locator('[data-testid="migrated"]').first.inner_text())
+    return int((await page.locator('[data-testid="migrated"]').first.inner_text()).replace(",", ""))  # grouped: 1,500
 
 
 async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_project, db, browser, shots) -> None:  # type: ignore[no-untyped-def]
@@ -101,7 +101,7 @@ async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_pro
         # the count grows on the same page (no reload: the marker survives), from the event stream
         from playwright.async_api import expect
 
-        await expect(page.locator('[data-testid="migrated"]').first).not_to_have_text(str(first), timeout=WAIT_MS)
+        await expect(page.locator('[data-testid="migrated"]').first).not_to_have_text(f"{first:,}", timeout=WAIT_MS)
         assert await _migrated(page) > first
         assert await page.evaluate("window.notReloaded") is True
         await page.screenshot(path=str(shots / "overview.png"), full_page=True)

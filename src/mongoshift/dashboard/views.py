@@ -106,6 +106,14 @@ def line_counts(rows: list[api.StatusRow]) -> dict[str, int]:
     return dict(Counter(row.state for row in rows))
 
 
+def count(n: float | None, digits: int = 1) -> str:
+    """A count grouped by thousands, as every other output of mongoshift (``plural`` too): ``1,500``; a rate with
+    ``digits`` decimals (``2,350.5``); ``–`` when unknown."""
+    if n is None:
+        return "–"
+    return f"{n:,}" if isinstance(n, int) else f"{n:,.{digits}f}"
+
+
 def when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else "–"
 
