@@ -34,7 +34,8 @@ async def test_the_audits_who_is_the_connections_address_not_a_forwarded_header(
     wrote whatever address it liked into the history's "who" (``dashboard alice``); the connection's is recorded."""
     async with served(registered) as dash, httpx.AsyncClient(base_url=dash.url, timeout=WAIT_S) as web:
         answer = await web.post(
-            f"/migrations/{NAME}/control", data={"action": "pause", "reason": "forwarded"},
+            f"/migrations/{NAME}/control",
+            data={"action": "pause", "reason": "forwarded"},
             headers={"authorization": f"Bearer {TOKEN}", "x-forwarded-for": "alice", "x-forwarded-proto": "https"},
         )
         assert answer.status_code == 303 and answer.headers["location"].startswith("/")

@@ -175,7 +175,10 @@ def create_app(
     options = DashboardOptions(read_only=read_only, poll_seconds=float(poll_seconds))
     dashboard = Dashboard(settings, client, guard, options)
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True)
-    env.globals.update(reason_chars=REASON_CHARS, count=views.count, clock=api.clock, percent=views.percent, when=views.when, plural=api.plural, controls=CONTROLS, url_for=_template_path_for)
+    env.globals.update(
+        reason_chars=REASON_CHARS, count=views.count, clock=api.clock, percent=views.percent, when=views.when, plural=api.plural,
+        controls=CONTROLS, url_for=_template_path_for,
+    )
     templates = Jinja2Templates(env=env)  # keeps the url_for above: it only sets its own where none is
 
     def page(request: Request, template: str, context: Mapping[str, Any], status: int = 200) -> Response:
