@@ -22,7 +22,17 @@ from ..background.inspect.status import (
 from ..background.inspect.validate import steps_count
 from ..background.lanes.engine import Engine, load_background, open_engine
 from ..background.lanes.throttle import sleep
-from ..background.state.controls import Action, ControlResult, RepinResult, ThrottleResult, checked_pace, control, pin, throttle
+from ..background.state.controls import (
+    REASON_LIMIT as REASON_LIMIT,  # the longest reason a control takes (the dashboard's forms)
+    Action,
+    ControlResult,
+    RepinResult,
+    ThrottleResult,
+    checked_pace,
+    control,
+    pin,
+    throttle,
+)
 from ..background.state.events import Event, Observer
 from ..background.state.model import State, WatchRecord
 from ..background.watch.watcher import Watcher, WatchOptions

@@ -31,8 +31,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .. import api
+from ..api.background import REASON_LIMIT
 from ..api.session import per_call
-from ..background.state.controls import REASON_LIMIT
 from ..errors import ConfigInvalidError, ExitCode, MongoshiftError, NotAppliedError
 from . import views
 from .poller import TENANTS_EVERY, Poller, Snapshot, described
