@@ -572,3 +572,26 @@ async def test_counts_are_grouped_by_thousands_as_the_rest_of_the_output(fast_pr
     assert 'data-testid="migrated">1,500</span> migrated, 1,500 scanned of ~1,500' in page
     assert re.search(r"<td>1,500 / ~1,500</td>", page)  # the partition's progress
     assert not re.search(r"\b\d{4,}\b(?![:-])", re.sub(r"<[^>]*>|\d{4}-\d\d-\d\d[ T][\d:.]+|[0-9a-f]{32}", " ", page)), "an ungrouped number"
+
+
+async def test_signing_in_goes_back_to_the_page_it_was_given_on_and_nowhere_else(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """Signing in from a migration's page (where its controls are) landed on the overview; it goes back to that page
+    now, and a ``next`` that is not a path of this dashboard (another host, another mount) still lands on the overview."""
+    client, _ = counted_client
+    inner = make_app(registered, client)
+    outer = Starlette(routes=[Mount("/ops/migrations", app=inner)])
+    outer.state.dashboard = inner.state.dashboard
+    web = http(outer)
+    page = (await web.get(f"/ops/migrations/migrations/{NAME}")).text
+    assert f'name="next" value="/ops/migrations/migrations/{NAME}"' in page
+    csrf = csrf_of(page)
+    for given, lands in (
+        (f"/ops/migrations/migrations/{NAME}", f"/ops/migrations/migrations/{NAME}"),
+        ("//evil.example/ops/migrations/", "/ops/migrations/"),
+        ("https://evil.example/ops/migrations/", "/ops/migrations/"),
+        ("/elsewhere/", "/ops/migrations/"),
+        ("/ops/migrations/\\evil", "/ops/migrations/"),
+        ("", "/ops/migrations/"),
+    ):
+        signed = await web.post("/ops/migrations/sign-in", data={"csrf": csrf, "token": TOKEN, "next": given})
+        assert signed.status_code == 303 and signed.headers["location"] == lands, given

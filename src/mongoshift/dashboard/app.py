@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jinja2 import Environment, FileSystemLoader, pass_context
 from pymongo import AsyncMongoClient
@@ -187,6 +188,7 @@ def create_app(
             request, template,
             {
                 "status": status, "options": options, "csrf": csrf, "holder": guard.is_holder(request), "token_set": guard.token is not None,
+                "here": _back_to(request),
                 "said": guard.signed(request.query_params.get("said"), request.query_params.get("sig"), _page_of(request)), **context,
             },
             status_code=status,
@@ -412,7 +414,7 @@ def create_app(
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         if not guard.token_matches(form.get("token")):
             return await refused(request, "refused: that is not the dashboard token")
-        response = RedirectResponse(path_for(request, "overview"), status_code=303)
+        response = RedirectResponse(_local_path(request, form.get("next")) or path_for(request, "overview"), status_code=303)
         response.set_cookie(HOLDER_COOKIE, guard.holder_cookie(), httponly=True, samesite="strict", path=_cookie_path(request))
         return response
 
@@ -517,6 +519,24 @@ def _whole(value: str | None) -> int | None:
     if not (value.lstrip("+-").isascii() and value.lstrip("+-").isdigit()) or len(value) - len(value.lstrip("+-")) > 1:
         raise ValueError(value)
     return int(value)
+
+
+def _back_to(request: Request) -> str | None:
+    """The page a sign-in from this one goes back to: a migration's (its page, or a control refused on it), the page
+    itself when it was a GET, else none (the overview)."""
+    name = request.path_params.get("name")
+    if name:
+        return path_for(request, "migration", name=_file_name(name)).path
+    return request.url.path if request.method == "GET" else None
+
+
+def _local_path(request: Request, path: str | None) -> str | None:
+    """``path`` when it is a path of this dashboard (under its mount), else None: a sign-in never sends the browser
+    to another host (``//host/``, ``https://``) or another application's path."""
+    if not path or not path.startswith(_cookie_path(request)) or path.startswith("//") or "\\" in path:
+        return None
+    parts = urlsplit(path)
+    return path if not parts.scheme and not parts.netloc else None
 
 
 def _cookie_path(request: Request) -> str:
