@@ -595,3 +595,13 @@ async def test_signing_in_goes_back_to_the_page_it_was_given_on_and_nowhere_else
     ):
         signed = await web.post("/ops/migrations/sign-in", data={"csrf": csrf, "token": TOKEN, "next": given})
         assert signed.status_code == 303 and signed.headers["location"] == lands, given
+
+
+async def test_the_throttle_in_force_reads_as_the_clis(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """The page said ``throttled: batch size 2000, pause ms 1500`` (the field names with spaces); the CLI's words are
+    ``batch size 2,000, pause 1,500 ms``."""
+    async with connect(registered.settings()) as ms:
+        await ms.background.throttle(NAME, batch_size=2_000, pause_ms=1_500)
+    client, _ = counted_client
+    page = (await http(make_app(registered, client)).get(f"/migrations/{NAME}")).text
+    assert 'data-testid="throttle">throttled: batch size 2,000, pause 1,500 ms</b>' in page
