@@ -180,6 +180,8 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.up(checksums=["0001_items.py"]), "checksums must be a mapping of migration name to checksum, not list"),
         (lambda ms: ms.up(checksums={"0001_items.py": 1}), "the checksum of '0001_items.py' must be non-empty text, not int"),
         (lambda ms: ms.down(checksums="abc"), "checksums must be a mapping"),
+        (lambda ms: ms.down(batch=-1), "batch (--batch) must be a whole number of at least 1, not -1"),  # was exit 9: "no batch -1"
+        (lambda ms: ms.down(steps=0), "steps (--steps) must be a whole number of at least 1, not 0"),
         (lambda ms: ms.lint("0001_items"), "files must be a list of migration names"),  # was read letter by letter: "not found: 0.py"
         (lambda ms: ms.lint(sizes="yes"), "sizes must be True or False, not str"),
         (lambda ms: ms.status(checksums="no"), "checksums must be True or False, not str"),
@@ -193,7 +195,7 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
         "intent-state", "intent-empty-key", "intent-keys-as-one-string", "failed-ids-negative-limit",
         "step-not-a-bool", "strict-not-a-bool", "ordered-not-a-bool", "dry-run-force-not-a-bool",
-        "checksums-a-list", "checksums-a-number", "down-checksums-text", "lint-one-name-as-text", "lint-sizes-not-a-bool",
+        "checksums-a-list", "checksums-a-number", "down-checksums-text", "down-batch-negative", "down-steps-zero", "lint-one-name-as-text", "lint-sizes-not-a-bool",
         "status-checksums-not-a-bool", "squash-dry-run-not-a-bool", "plan-declarations-text", "plan-prune-not-a-bool", "declaration-not-text",
     ],
 )

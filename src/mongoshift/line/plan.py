@@ -422,6 +422,8 @@ def plan_down(
     for option, value in (("batch", batch), ("steps", steps)):
         if value is not None and (type(value) is not int):
             raise ConfigInvalidError(f"{option} must be a whole number, not {type(value).__name__}")
+        if value is not None and value < 1:  # as the command line's --batch / --steps refuse it (a batch -1 was "not applied")
+            raise ConfigInvalidError(f"{option} (--{option}) must be a whole number of at least 1, not {value}")
     chosen = [x for x in (target, batch, steps, to) if x is not None]
     if len(chosen) > 1:
         raise ConfigInvalidError("FILE, --batch, --steps and --to are mutually exclusive")
