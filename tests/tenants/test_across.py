@@ -160,6 +160,16 @@ def test_a_tenant_whose_lock_is_held_is_reported_locked(tenant_project: TenantPr
     assert by_name[held]["outcome"] == "locked" and by_name[held]["error"]["kind"] == "lock_held" and by_name[held]["exit_code"] == 3
     assert sum(1 for r in by_name.values() if r["outcome"] == "done") == 3  # a locked tenant does not stop the others
     assert counters(sync_client, held) == {}
+    # The command it advises acts on that tenant: a bare 'mongoshift unlock' acts on no database in a project of tenants.
+    assert f"'mongoshift unlock --tenant {held}'" in by_name[held]["error"]["message"], by_name[held]["error"]["message"]
+
+
+def test_an_advised_command_names_the_tenant_unless_it_names_a_database_or_needs_quoting() -> None:
+    from mongoshift.tenants.rollout import for_tenant
+
+    said = "clear it with 'mongoshift unlock' or 'mongoshift up --db other'"
+    assert for_tenant(said, "acme") == "clear it with 'mongoshift unlock --tenant acme' or 'mongoshift up --db other'"
+    assert for_tenant(said, "o'brien") == said  # a name the shell would need quoted is left for the user to add
 
 
 def test_status_across_tenants_counts_each_migration_and_check_fails_when_one_is_behind(

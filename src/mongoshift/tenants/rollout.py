@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import shlex
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
@@ -104,15 +106,15 @@ async def roll_out(
         try:
             _judged(row, await run(tenant, own))
         except LockHeldError as exc:
-            row.outcome, row.error = "locked", _error(exc)
+            row.outcome, row.error = "locked", _error(exc, tenant.name)
         except RunAbortedError as exc:  # a stopped run may have applied migrations before it stopped
-            row.outcome, row.error = ("cancelled" if own.is_set() else "failed"), _error(exc)
+            row.outcome, row.error = ("cancelled" if own.is_set() else "failed"), _error(exc, tenant.name)
             row.applied, row.rolled_back = _done_before(exc)
         except MongoshiftError as exc:
-            row.outcome, row.error = "failed", _error(exc)
+            row.outcome, row.error = "failed", _error(exc, tenant.name)
             row.applied, row.rolled_back = _done_before(exc)
         except PyMongoError as exc:
-            row.outcome, row.error = "failed", _error(from_pymongo(exc))
+            row.outcome, row.error = "failed", _error(from_pymongo(exc), tenant.name)
         except Exception as exc:  # a bug in one tenant's run must not hide the other tenants' rows
             log.debug("tenant %s: unexpected failure", tenant.name, exc_info=True)
             row.outcome, row.error = "failed", TenantError("error", 1, f"unexpected {type(exc).__name__}")
@@ -173,5 +175,26 @@ def _done_before(exc: MongoshiftError) -> tuple[int, int]:
     return statuses.count("applied"), statuses.count("reverted")
 
 
-def _error(exc: MongoshiftError) -> TenantError:
-    return TenantError(exc.kind, int(exc.exit_code), redact(exc.message))
+#: A command a message tells the user to run, as every message quotes one: ``'mongoshift unlock'``.
+_ADVISED = re.compile(r"'mongoshift ([^']*)'")
+
+
+def _error(exc: MongoshiftError, tenant: str) -> TenantError:
+    """The tenant's error for its row: a command its message advises names the tenant (a bare ``'mongoshift unlock'``
+    in a project of tenants acts on no database: the user would copy it and be refused)."""
+    return TenantError(exc.kind, int(exc.exit_code), for_tenant(redact(exc.message), tenant))
+
+
+def for_tenant(message: str, tenant: str) -> str:
+    """``message`` with each ``'mongoshift ...'`` command it advises given ``--tenant TENANT``, where it names no
+    database yet and the name needs no shell quoting (a name that does is left for the user to add)."""
+    if shlex.quote(tenant) != tenant:
+        return message
+
+    def named(match: re.Match[str]) -> str:
+        words = match.group(1)
+        if any(flag in words.split() for flag in ("--db", "--tenant", "--tenants", "--all-tenants")):
+            return match.group(0)
+        return f"'mongoshift {words} --tenant {tenant}'"
+
+    return _ADVISED.sub(named, message)
