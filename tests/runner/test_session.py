@@ -195,7 +195,8 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         "target-not-text", "steps-not-a-number", "stale-after-not-a-number", "now-not-a-datetime", "unknown-control", "unknown-only",
         "intent-state", "intent-empty-key", "intent-keys-as-one-string", "failed-ids-negative-limit",
         "step-not-a-bool", "strict-not-a-bool", "ordered-not-a-bool", "dry-run-force-not-a-bool",
-        "checksums-a-list", "checksums-a-number", "down-checksums-text", "down-batch-negative", "down-steps-zero", "lint-one-name-as-text", "lint-sizes-not-a-bool",
+        "checksums-a-list", "checksums-a-number", "down-checksums-text", "down-batch-negative", "down-steps-zero",
+        "lint-one-name-as-text", "lint-sizes-not-a-bool",
         "status-checksums-not-a-bool", "squash-dry-run-not-a-bool", "plan-declarations-text", "plan-prune-not-a-bool", "declaration-not-text",
     ],
 )
