@@ -40,3 +40,37 @@ def test_an_abort_under_json_still_prints_its_document(project, cli, monkeypatch
     assert json.loads(result.stdout)["error"] == {"code": 11, "kind": "aborted", "message": "aborted"}
     plain = cli(project, "status")
     assert plain.returncode == 11 and plain.stdout == ""
+
+
+def test_a_second_ctrl_c_while_the_first_abort_is_said_is_130_without_a_traceback(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A slow start (a busy host: imports take seconds) takes the first Ctrl-C before ``background run`` has its own
+    handler (click's ``Abort``); a second one landed while that ``aborted`` was being said (rich loading for it) and
+    ended in a traceback, with no JSON document."""
+    from mongoshift.cli import main as module
+    from mongoshift.cli import output
+
+    def aborts(*args: object, **kwargs: object) -> None:
+        raise click.exceptions.Abort()
+
+    said = {"n": 0}
+    emit = output.Output.emit_json
+
+    def second_ctrl_c(document: object) -> None:
+        said["n"] += 1
+        if said["n"] == 1:
+            raise KeyboardInterrupt
+        emit(document)
+
+    monkeypatch.setattr(module.cli, "main", aborts)
+    monkeypatch.setattr(output.Output, "emit_json", staticmethod(second_ctrl_c))
+    result = cli(project, "background", "run", "--all", "--json")
+    assert result.returncode == 130 and "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["error"]["kind"] == "second_signal"
+    monkeypatch.setattr(output.Output, "emit_json", staticmethod(emit))
+
+    def loading_rich(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # where the second Ctrl-C landed: an Output loads rich, which takes a while
+
+    monkeypatch.setattr(output.Output, "__init__", loading_rich)
+    first = cli(project, "background", "run", "--all", "--json")  # the abort's document needs no Output
+    assert first.returncode == 11 and json.loads(first.stdout)["error"]["kind"] == "aborted"

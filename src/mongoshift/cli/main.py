@@ -683,8 +683,11 @@ def _driver_error(exc: BaseException | None) -> TypeIs[PyMongoError]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
     try:
-        _main(sys.argv[1:] if argv is None else argv)
+        _main(args)
+    except KeyboardInterrupt:  # a Ctrl-C past every handler: while starting, or while a first one's failure is said
+        _stopped_at_once(args)
     finally:
         release_stdout()  # --json kept stdout for its document until the very end (the error too)
 
@@ -703,8 +706,8 @@ def _main(args: list[str]) -> None:
     try:
         result = cli.main(args=args, prog_name="mongoshift", standalone_mode=False)
     except click.exceptions.Abort:  # a "no" at a prompt, or a Ctrl-C before the run's own signal handler is in place
-        if "--json" in args:  # every failure one JSON document
-            Output(json_mode=True).json({"error": RunAbortedError("aborted").to_json()})
+        if "--json" in args:  # every failure one JSON document (rich is not loaded for it: a second Ctrl-C may be near)
+            Output.emit_json({"error": RunAbortedError("aborted").to_json()})
         print("aborted", file=sys.stderr)
         sys.exit(ExitCode.ABORTED)
     except click.exceptions.UsageError as exc:
@@ -729,7 +732,7 @@ def _main(args: list[str]) -> None:
     except MongoshiftError as exc:
         _fail(exc, args, exc.__cause__ if _driver_error(exc.__cause__) and not exc.traceback_logged else None)
     except KeyboardInterrupt:
-        sys.exit(ExitCode.SECOND_SIGNAL)
+        _stopped_at_once(args)
     except OSError as exc:  # the system refused a file or folder where no command expected it
         if exc.filename is None:
             _unexpected(exc, args)
@@ -749,6 +752,19 @@ def _main(args: list[str]) -> None:
             raise
         _unexpected(exc, args)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _stopped_at_once(args: list[str]) -> None:
+    """A Ctrl-C that no command's own signal handler took (the process was starting, or was saying how a first
+    one ended): the second signal's exit, 130, without a traceback, and under ``--json`` still one document."""
+    message = "stopped at once by a second SIGINT"
+    try:
+        if "--json" in args:
+            Output.emit_json({"error": {"code": int(ExitCode.SECOND_SIGNAL), "kind": "second_signal", "message": message}})
+        print(f"mongoshift: {message}", file=sys.stderr)
+    except KeyboardInterrupt:  # yet another one: the exit is all that is left to do
+        pass
+    sys.exit(ExitCode.SECOND_SIGNAL)
 
 
 def _unexpected(exc: BaseException, args: list[str]) -> None:
