@@ -69,3 +69,19 @@ def test_a_paused_migration_keeps_exit_36_with_once(fast_project, sync_client, c
     assert cli(fast_project, "background", "pause", "0001_names").returncode == 0
     assert cli(fast_project, "background", "run", "--all", "--once").returncode == 0  # nothing runnable
     assert cli(fast_project, "background", "run", "0001_names", "--once").returncode == 36
+
+
+def test_a_round_goes_on_to_the_next_partition_while_its_slice_has_time(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """A round is one slice's time per lane (``slice_ms``, an hour here: no clock decides), not one partition: a lane that
+    finished its partition in a moment used to end the round there, so a cron job needed a round per partition."""
+    sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(200)])
+    # max_parallel=2 cuts the pass in 2 x 4 partitions; the round runs one lane
+    source = background_file(batch_size=10, max_parallel=2, extra="adaptive=False, slice_ms=3_600_000, partitions=Partitions(over_partition=4, min_partition_docs=10),")
+    fast_project.add("0001_names.py", source.replace("import Background", "import Background, Partitions"))
+    assert cli(fast_project, "up").returncode == 0
+
+    result = cli(fast_project, "background", "run", "0001_names", "--once", "--concurrency", "1", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]  # every partition in one round: nothing left
+    (report,) = json.loads(result.stdout)["background"]
+    assert report["status"] == "completed" and report["partitions_total"] == 8, {k: report[k] for k in ("partitions_total", "pass_number")}
+    assert report["totals"]["migrated"] == 200 == _migrated(sync_client, fast_project)

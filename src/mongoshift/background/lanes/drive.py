@@ -191,12 +191,16 @@ class MigrationRun:
         lane = Lane(self.engine, f"lane-{secrets.token_hex(4)}")
         errors = 0
         known = state
+        # ``once``: the lane's round is one slice's time (``slice_ms``), not one partition: a partition done
+        # before then is followed by another, with the time that is left.
+        budget_ends = self.engine.now() + spec.slice_ms / 1000
+        slice_ms: int | None = None
         while not self.engine.cancel.is_set():
             try:
                 state, known = known or await self.engine.store.state(name), None
                 if state is None or state.status != "running" or (checksum is not None and state.checksum != checksum):
                     return "stale"
-                result = await lane.run_slice(state, spec)
+                result = await lane.run_slice(state, spec, slice_ms=slice_ms)
                 if result.outcome == "busy":  # every slot is held, or this runner holds its fair share while another waits
                     await self._ask(name)
                     if result.waiting is not None:
@@ -215,7 +219,11 @@ class MigrationRun:
             if result.outcome != "exhausted":
                 self._slices += 1
             if once:
-                return result.outcome
+                left_ms = int((budget_ends - self.engine.now()) * 1000)
+                if result.outcome != "done" or left_ms <= 0:
+                    return result.outcome
+                slice_ms = left_ms  # a partition done with time left in the round: the next one, for what is left
+                continue
             if result.outcome in ("yielded", "done"):
                 errors = 0
                 continue
