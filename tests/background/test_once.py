@@ -76,7 +76,8 @@ def test_a_round_goes_on_to_the_next_partition_while_its_slice_has_time(fast_pro
     finished its partition in a moment used to end the round there, so a cron job needed a round per partition."""
     sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(200)])
     # max_parallel=2 cuts the pass in 2 x 4 partitions; the round runs one lane
-    source = background_file(batch_size=10, max_parallel=2, extra="adaptive=False, slice_ms=3_600_000, partitions=Partitions(over_partition=4, min_partition_docs=10),")
+    extra = "adaptive=False, slice_ms=3_600_000, partitions=Partitions(over_partition=4, min_partition_docs=10),"
+    source = background_file(batch_size=10, max_parallel=2, extra=extra)
     fast_project.add("0001_names.py", source.replace("import Background", "import Background, Partitions"))
     assert cli(fast_project, "up").returncode == 0
 

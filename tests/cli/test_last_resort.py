@@ -46,8 +46,7 @@ def test_a_second_ctrl_c_while_the_first_abort_is_said_is_130_without_a_tracebac
     """A slow start (a busy host: imports take seconds) takes the first Ctrl-C before ``background run`` has its own
     handler (click's ``Abort``); a second one landed while that ``aborted`` was being said (rich loading for it) and
     ended in a traceback, with no JSON document."""
-    from mongoshift.cli import main as module
-    from mongoshift.cli import output
+    from mongoshift.cli import main as module, output
 
     def aborts(*args: object, **kwargs: object) -> None:
         raise click.exceptions.Abort()

@@ -118,7 +118,7 @@ async def run(
 async def run_in(project: Project, names: list[str] | None = None, *, concurrency: int = 1, once: bool = False) -> list[BackgroundReport]:
     """Run the named migrations (None: every runnable one) in this process until each ends.
 
-    ``once``: one round each (one coordinator step and one slice per lane) instead; a report whose
+    ``once``: one round each (one coordinator step and one slice's time per lane, slice_ms) instead; a report whose
     status is still ``pending``, ``running`` or ``blocked`` has work left (``remaining`` estimates it).
     A migration whose file is missing or differs from the registered version holds up no other:
     the others run first, and its error (exit 8 or 38, after the wait bound) is raised once they

@@ -170,7 +170,11 @@ def _render_text(reports: list[BackgroundReport], *, detail: bool) -> None:
     callback=lambda ctx, param, value: _interval(value),
     help="Without a terminal (CI, Kubernetes): log one progress line per migration this often (0.1 to 86400).",
 )
-@click.option("--once", is_flag=True, help="One round (a coordinator step and one slice per lane), then exit: 0 when nothing is left, 31 when work remains.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="One round (a coordinator step and one slice's time per lane, slice_ms), then exit: 0 when nothing is left, 31 when work remains.",
+)
 @tenant_options
 @global_options
 def run_(names: tuple[str, ...], all_: bool, concurrency: int, progress_interval: float, once: bool) -> int:

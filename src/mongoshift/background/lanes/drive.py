@@ -73,7 +73,8 @@ class MigrationRun:
         state: State | None = None,
     ) -> State | None:
         """Drive ``name`` to an end state, or with ``once`` through one round: one coordinator step,
-        one slice per lane, and one more step, which closes the pass when the round finished it.
+        one slice's time per lane (a partition done sooner is followed by the next), and one more step,
+        which closes the pass when the round finished it.
 
         ``state``: the migration's state as the caller has just read it; the run starts from it
         instead of reading it again (and reads it afresh for every later round).
