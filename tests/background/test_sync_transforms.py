@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -180,3 +181,22 @@ background = Background(collection="people", from_version=0, to_version=1, step=
     part = await db[f"{settings.background_collection}_partitions"].find_one({"background": "0001_step.py"})
     assert part is not None
     assert part["cursor"]["step"] == {"on_loop": [False, False, False]}
+
+
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_if_ctx_cancelled_is_false_until_a_stop_is_asked(fast_project, sync_client, cli, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """``if ctx.cancelled:`` (the README's own words for a migration) was always true in a background transform:
+    its ``ctx.cancelled`` was the engine's signal object, which has no truth value of its own, so a transform
+    that stopped early on it failed every document of a run nobody stopped."""
+    sync_client[fast_project.db].people.insert_many([{"_id": i, "first": "a", "last": "b", "__v": 1, "__rev": 1} for i in range(20)])
+    source = background_file(batch_size=10).replace(
+        "def migrate(doc, ctx):\n", f'{kind} migrate(doc, ctx):\n    if ctx.cancelled:\n        raise RuntimeError("stopped early")\n'
+    )
+    fast_project.add("0001_names.py", source)
+    assert cli(fast_project, "up").returncode == 0
+    preview = cli(fast_project, "background", "dry-run", "0001_names", "--first", "2", "--json")  # the preview's too
+    assert preview.returncode == 0 and json.loads(preview.stdout)["preview"]["failed"] == 0, preview.stdout[-2000:]
+    result = cli(fast_project, "background", "run", "0001_names", "--json")
+    assert result.returncode == 0, result.stdout[-2000:]
+    (report,) = json.loads(result.stdout)["background"]
+    assert report["totals"]["migrated"] == 20 and report["totals"]["failed"] == 0

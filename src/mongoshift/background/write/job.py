@@ -15,7 +15,7 @@ from typing import Any
 
 from ...project.events import Events
 from ...project.migration_log import MigrationLog, correlated
-from ...project.run import CancelSignal
+from ...project.run import BodyCancel, CancelSignal
 from ...schema.background import Background
 from ..state.model import State
 from .document import version_match
@@ -129,7 +129,7 @@ class Job:
             generation=self.generation,
             partition=partition,
             logger=logger,
-            cancelled=cancel,
+            cancelled=BodyCancel(cancel),  # ``if ctx.cancelled:`` reads it, as in a migration (README)
             log=MigrationLog(events, logger, self.name, self.direction, 1),
             **extra,
         )
