@@ -196,3 +196,21 @@ async def test_a_runner_with_free_lanes_says_why_it_waits_while_every_open_parti
     assert len(busy) >= 3
     assert len(said) == 1 and "every open partition is leased by another runner" in said[0] and "background_lease_ttl_seconds" in said[0], said
     assert await db.people.count_documents({"__v": 2}) == 0
+
+
+async def test_a_stop_before_a_migration_starts_reports_it_not_ended(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A Ctrl-C that came before a migration of the run started (a slow start, or between two named ones) left it out
+    of the reports: ``background run`` then printed ``{"background": []}`` and exited 0, as if it were done."""
+    from mongoshift.cli.background import run_verdict
+    from mongoshift.errors import RunAbortedError
+    from mongoshift.project.run import CancelSignal
+
+    await seed(db.people, 30)
+    fast_project.add("0001_names.py", background_file(batch_size=10))
+    await command.up(fast_project.settings())
+    cancel = CancelSignal()
+    cancel.set("test: before the run")
+    reports = await bg.run(fast_project.settings(), ["0001_names.py"], cancel=cancel, client=db.client)  # connected already
+    assert [(r.name, r.status) for r in reports] == [("0001_names.py", "pending")]
+    assert isinstance(run_verdict(reports, interrupted=True), RunAbortedError)  # exit 11, naming it as stopped
+    assert await db.people.count_documents({"__v": 2}) == 0

@@ -138,7 +138,10 @@ async def run_in(project: Project, names: list[str] | None = None, *, concurrenc
         unrunnable: list[MongoshiftError] = []
         for index, name in enumerate(targets):
             if engine.context.cancel.is_set():
-                break
+                # Stopped before this one started: it is still reported, as it stands, so that the run's verdict
+                # counts it unfinished (exit 11) instead of taking a run that left it out for a finished one.
+                reports.append(await report(engine.store, read[name]))
+                continue
             try:
                 # The first runs from the state just read; a later one reads its own, as the runs before it took their time.
                 ended = await engine.run_one(name, concurrency, once=once, state=read[name] if index == 0 else None)
