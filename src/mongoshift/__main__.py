@@ -1,3 +1,3 @@
-from mongoshift.cli.main import main
+from mongoshift.cli.launch import main
 
 main()

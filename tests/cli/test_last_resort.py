@@ -73,3 +73,47 @@ def test_a_second_ctrl_c_while_the_first_abort_is_said_is_130_without_a_tracebac
     monkeypatch.setattr(output.Output, "__init__", loading_rich)
     first = cli(project, "background", "run", "--all", "--json")  # the abort's document needs no Output
     assert first.returncode == 11 and json.loads(first.stdout)["error"]["kind"] == "aborted"
+
+
+class _InterruptedImport:
+    """A meta path finder under which importing ``name`` is interrupted, as a Ctrl-C during its import would be."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+        if fullname == self.name:
+            raise KeyboardInterrupt
+        return None
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_ctrl_c_while_the_command_line_loads_is_aborted_without_a_traceback(monkeypatch, capsys, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    """Found in a user trial: on a busy host, a Ctrl-C in the seconds the program spends loading (click, the driver, the
+    commands) printed Python's traceback of whatever was being imported, and no document under ``--json``."""
+    import sys
+
+    from mongoshift.cli.launch import main
+
+    monkeypatch.delitem(sys.modules, "mongoshift.cli.main", raising=False)  # put back afterwards: the next import is this test's
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport("mongoshift.cli.main"), *sys.meta_path])
+    with pytest.raises(SystemExit) as ended:
+        main(["status", *(["--json"] if as_json else [])])
+    assert ended.value.code == 11
+    out, err = capsys.readouterr()
+    assert err == "error: stopped (Ctrl-C) while mongoshift was starting; nothing ran\n"
+    if as_json:
+        assert json.loads(out)["error"] == {"code": 11, "kind": "aborted", "message": "stopped (Ctrl-C) while mongoshift was starting; nothing ran"}
+    else:
+        assert out == ""
+
+
+def test_the_program_starts_through_the_launcher() -> None:
+    """The console script and ``python -m mongoshift`` both go through it (a reinstall picks the script up)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["mongoshift"] == "mongoshift.cli.launch:main"
+    assert "from mongoshift.cli.launch import main" in (root / "src" / "mongoshift" / "__main__.py").read_text(encoding="utf-8")
