@@ -41,7 +41,7 @@ from .converge import converge_command, interactive_confirm, render, render_fail
 from .dashboard import dashboard as dashboard_command
 from .lint import lint as lint_command
 from .models import collections_group
-from .output import Output, release_stdout, shown_path
+from .output import Output, guard_stdout, release_stdout, shown_path, unguard_stdout
 from .squash import squash as squash_command
 from .tenants import across, requested, tenant_options
 
@@ -684,12 +684,23 @@ def _driver_error(exc: BaseException | None) -> TypeIs[PyMongoError]:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    guard_stdout()
+    code: str | int | None = 0
     try:
-        _main(args)
-    except KeyboardInterrupt:  # a Ctrl-C past every handler: while starting, or while a first one's failure is said
-        _stopped_at_once(args)
+        try:
+            _main(args)
+        except KeyboardInterrupt:  # a Ctrl-C past every handler: while starting, or while a first one's failure is said
+            _stopped_at_once(args)
+    except SystemExit as done:
+        code = done.code
     finally:
         release_stdout()  # --json kept stdout for its document until the very end (the error too)
+        failure = unguard_stdout()
+    if failure is not None:  # what the command did stands; its report did not reach stdout
+        Output(quiet=True, log_json=_log_json(args)).error(IOFailedError.from_os(failure, "write", "stdout"))
+        if code in (0, None):
+            code = ExitCode.IO_FAILED
+    sys.exit(code)
 
 
 def not_utf8(exc: UnicodeEncodeError) -> ConfigInvalidError:

@@ -10,6 +10,7 @@ keeps them, escaped by ``json.dumps``.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -49,6 +50,80 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+_stdout_failure: OSError | None = None
+
+
+class _GuardedStdout:
+    """stdout as a command writes it: the first failure to write (the reader of a pipe went away,
+    ``| head``; a full disk; a closed descriptor, ``>&-``) is kept for :func:`stdout_failure` and
+    every later write is dropped, so the command ends as it would have and ``main`` reports the
+    failure once, on stderr (exit 44), instead of a traceback."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def _failed(self, error: OSError | ValueError) -> None:
+        global _stdout_failure
+        if _stdout_failure is None:
+            _stdout_failure = error if isinstance(error, OSError) else OSError(errno.EBADF, os.strerror(errno.EBADF))
+        try:  # what is still buffered goes nowhere, rather than failing again when Python exits
+            fd = self._stream.fileno() if self._stream is not None else -1
+            if fd > 2 or fd == 1:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if _stdout_failure is None:
+            if self._stream is None:
+                self._failed(OSError(errno.EBADF, os.strerror(errno.EBADF)))
+            else:
+                try:
+                    return self._stream.write(text)
+                except (OSError, ValueError) as error:
+                    self._failed(error)
+        return len(text)
+
+    def flush(self) -> None:
+        if _stdout_failure is None and self._stream is not None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as error:
+                self._failed(error)
+
+    def close(self) -> None:
+        self.flush()
+        if self._stream is not None:
+            try:
+                self._stream.close()
+            except (OSError, ValueError):
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_stdout() -> None:
+    """Let no failure to write stdout break a command (see :class:`_GuardedStdout`)."""
+    global _stdout_failure
+    _stdout_failure = None
+    if not isinstance(sys.stdout, _GuardedStdout):
+        sys.stdout = _GuardedStdout(sys.stdout)
+
+
+def unguard_stdout() -> OSError | None:
+    """Undo :func:`guard_stdout` (``main`` may run again in-process); the first failure to write stdout, if any."""
+    global _stdout_failure
+    guarded = sys.stdout
+    if isinstance(guarded, _GuardedStdout):
+        guarded.flush()
+        sys.stdout = guarded._stream
+    failure, _stdout_failure = _stdout_failure, None
+    return failure
+
+
 class _Reserved:
     """What :func:`reserve_stdout` replaced: the stream of the JSON document, the previous
     ``sys.stdout``, and a copy of file descriptor 1 when it was redirected too."""
@@ -82,7 +157,7 @@ def reserve_stdout() -> None:
         real = False
     if real:
         saved = os.dup(1)
-        stream: TextIO = os.fdopen(saved, "w", encoding="utf-8", closefd=False)
+        stream: TextIO = _GuardedStdout(os.fdopen(saved, "w", encoding="utf-8", closefd=False))  # type: ignore[assignment]
         os.dup2(2, 1)
         _reserved = _Reserved(stream, previous, saved)
     else:
