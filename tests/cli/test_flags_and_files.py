@@ -116,3 +116,17 @@ def test_the_mongoshift_command_imports_the_projects_code_in_a_migration(project
     result = subprocess.run([str(script), "up", "--json"], cwd=project.root, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [r["status"] for r in json.loads(result.stdout)["results"]] == ["applied"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["background", "--json", "status"], ["dry-run", "--json", "up"], ["collections", "--json", "generate", "--check", "--models", "nosuch_models_pkg"]],
+)
+def test_global_flags_are_taken_between_a_group_and_its_command(project, args: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+    """README: global flags are accepted before or after the command, ``mongoshift background --json status`` too."""
+    project.add("0001_a.py", QUICK)
+    result = cli(project, *args)
+    document = json.loads(result.stdout)
+    assert "No such option" not in result.stderr
+    assert result.returncode == document.get("error", {}).get("code", 0), result.stderr
+    assert document.get("error", {}).get("kind") != "config_invalid", document

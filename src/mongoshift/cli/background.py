@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 
 @click.group(name="background")
+@global_options
 def background() -> None:
     """Background migrations: run them, see their progress, pause, resume, cancel, retry, verify."""
 

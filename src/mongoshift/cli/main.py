@@ -374,6 +374,7 @@ def list_(pending: bool, applied: bool) -> int:
 
 
 @cli.group(name="dry-run")
+@global_options
 def dry_run() -> None:
     """Show what up or down would run: same selection, no lock, no writes."""
 

@@ -27,6 +27,7 @@ def left_behind(command: str) -> str:
 
 
 @click.group(name="collections")
+@global_options
 def collections_group() -> None:
     """Declared collections derived from the application's models (docs/models.md)."""
 
