@@ -463,3 +463,15 @@ def test_a_down_name_no_migration_has_says_what_is_near_as_up_does(project, cli,
     assert result.returncode == 8, result.stdout
     error = json.loads(result.stdout)["error"]
     assert "did you mean 0001_a.py?" in error["message"] and error["details"]["nearby"] == ["0001_a.py"], error["message"]
+
+
+@pytest.mark.parametrize(("host", "named"), [("h\udcffx", "bytes 0xFF"), ("h\x07x", "U+0007"), ("h\x9bx", "U+009B")])
+def test_a_uri_with_bytes_that_are_not_utf8_or_a_control_character_is_refused_with_6(project, host: str, named: str, cli) -> None:  # type: ignore[no-untyped-def]
+    """Before, the driver took such a host and the command waited the timeout out, then said exit 5, "the network
+    connection failed"; now it is refused as the bad value it is, by code point, the URI (and its password) never shown."""
+    project.add("0001_a.py", QUICK)
+    result = cli(project, "status", "--uri", f"mongodb://user:pa55word@{host}:27017/", "--json")
+    assert result.returncode == 6, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "config_invalid" and named in error["message"] and "--uri" in error["message"]
+    assert "pa55word" not in result.stdout + result.stderr

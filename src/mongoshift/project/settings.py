@@ -167,6 +167,14 @@ class Settings(BaseModel):
     def _uri_scheme(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("mongodb://", "mongodb+srv://")):
             raise ValueError("must start with mongodb:// or mongodb+srv://")
+        if value is not None:
+            # Bytes that are not UTF-8 (kept as surrogates) and control characters are in no host, option or
+            # escaped password: left to the driver, a host of them waited the whole timeout out as a network
+            # failure. Named by code point, never shown (the URI may hold a password).
+            if undecodable := sorted({f"0x{ord(c) - 0xDC00:02X}" for c in value if "\udc80" <= c <= "\udcff"}):
+                raise ValueError(f"not UTF-8 text (bytes {', '.join(undecodable)}): percent-encode them")
+            if controls := sorted({f"U+{ord(c):04X}" for c in value if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F}):
+                raise ValueError(f"holds control characters ({', '.join(controls)}): percent-encode them")
         return value
 
     @field_validator("shard_keys")
