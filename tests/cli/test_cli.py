@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ..conftest import cli_env, cli_process, start_cli
+from ..conftest import cli_env, cli_process, reaped, start_cli
 
 SLOW = """
 import time
@@ -144,10 +144,36 @@ def test_strict_refuses_a_changed_file(project, cli) -> None:  # type: ignore[no
     assert cli(project, "up").returncode == 0  # not strict: a warning
 
 
+#: Holds its migration until the test creates the file ``go`` beside the project (a bound of two minutes against a hang).
+HELD = """
+import pathlib, time
+
+def up(ctx):
+    ctx.db.marks.insert_one({"file": "slow", "at": "start"})
+    go = pathlib.Path("go")
+    for _ in range(1200):
+        if go.exists():
+            break
+        time.sleep(0.1)
+    ctx.db.marks.insert_one({"file": "slow", "at": "end"})
+
+def down(ctx):
+    ctx.db.marks.delete_many({"file": "slow"})
+"""
+
+
 def test_two_runs_at_once_never_both_apply(project, sync_client) -> None:  # type: ignore[no-untyped-def]
-    project.add("0001_slow.py", SLOW.format(name="slow", seconds=2))
-    first, second = start_cli(project, "up"), start_cli(project, "up")
-    codes = sorted([first.wait(timeout=60), second.wait(timeout=60)])
+    # The first run holds the lock in its migration until the second has been refused: two runs started together
+    # (a fixed two-second migration) were not at once on a loaded machine, where the second started after the first
+    # had finished (found flaky in a user trial: [0, 0]).
+    project.add("0001_slow.py", HELD)
+    first = start_cli(project, "up")
+    with reaped(first):
+        wait_for(lambda: sync_client[project.db].marks.count_documents({"at": "start"}) == 1 or first.poll() is not None)
+        second = start_cli(project, "up")
+        refused = second.wait(timeout=120)
+        (project.root / "go").touch()
+        codes = sorted([first.wait(timeout=120), refused])
     assert codes == [0, 3]
     marks = list(sync_client[project.db].marks.find({"file": "slow"}))
     assert sorted(m["at"] for m in marks) == ["end", "start"]  # applied exactly once
