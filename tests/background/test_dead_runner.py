@@ -41,7 +41,7 @@ async def test_a_runner_started_after_a_kill_9_takes_over_the_dead_ones_leases_a
     assert await partitions.count_documents({"lease": {"$exists": True}}) == 1  # the dead runner's, live for 600 s
     events: list[Event] = []
     (report,) = await bg.run(project.settings(), [NAME], once=True, observers=[events.append])
-    assert [e.data["leases"] for e in events if e.kind == "reclaimed"] == [1]
+    assert [(e.data["leases"], e.data.get("holder")) for e in events if e.kind == "reclaimed"] == [(1, "died")]
     assert await db.people.count_documents({"__v": 2}) > 0, report
     assert await partitions.count_documents({"reclaims": 1}) == 1
 

@@ -176,6 +176,7 @@ def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCa
         ("lease_lost", {"partition": 3, "lane": "lane-73ca8eb3"}),
         ("reclaimed", {"leases": 4}),
         ("reclaimed", {"leases": 1}),
+        ("reclaimed", {"leases": 2, "holder": "died"}),
         ("completed", {"failed_documents": 0, **totals}),
         ("failed", {"reason": "12 documents failed, over max_document_errors=10"}),
     ]
@@ -189,8 +190,12 @@ def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCa
         "0001_x.py pass: pass 2 starts: about 17 documents still in the old shape",
         "0001_x.py lease_lost: a lane lost its lease on partition 3 (it lapsed, or another runner took it over): the lane stops there, "
         "and the partition goes on from its last checkpoint under its new holder",
-        "0001_x.py reclaimed: freed 4 leases that had lapsed (their runner stopped or was killed): their partitions go on from their checkpoints",
-        "0001_x.py reclaimed: freed 1 lease that had lapsed (its runner stopped or was killed): its partition goes on from its checkpoint",
+        "0001_x.py reclaimed: freed 4 leases that had lapsed (their runner stopped, was killed, or made no progress for the lease's TTL): "
+        "their partitions go on from their checkpoints",
+        "0001_x.py reclaimed: freed 1 lease that had lapsed (its runner stopped, was killed, or made no progress for the lease's TTL): "
+        "its partition goes on from its checkpoint",
+        "0001_x.py reclaimed: took over 2 leases of a runner of this host that died (kill -9, the OOM killer): "
+        "their partitions go on from their checkpoints",
         "0001_x.py completed: 40,000 migrated, 2 skipped, 0 failed documents of 40,002 scanned, in 26 batches; "
         "3 documents re-read after an application write, 3 left to the next pass",
         "0001_x.py failed: 12 documents failed, over max_document_errors=10",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import secrets
 import time
@@ -16,13 +15,10 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from ...project.changelog import Changelog
 from ...project.run import CancelSignal
-from ...project.wording import plural
 from ...schema.background import Background
 from ..state.events import Events
 from ..state.store import SAMPLE_BUCKET_SECONDS, BackgroundStore
 from .health import CallableSignal, HealthSignal, ReplicationLag
-
-log = logging.getLogger("mongoshift.background")
 
 
 @dataclass
@@ -66,11 +62,10 @@ class EngineContext:
     async def free_gone(self, name: str) -> int:
         """Free the leases of ``name`` whose runner died on this host (:meth:`BackgroundStore.free_gone`): a runner
         started again after a ``kill -9`` goes on at once instead of waiting out their TTL; a ``reclaimed`` event
-        counts them."""
+        (``holder: "died"``) counts them."""
         freed = await self.store.free_gone(name)
         if freed:
-            log.info("%s: took over %s that a runner of this host left when it died", name, plural(freed, "partition lease"))
-            self.events.emit("reclaimed", name, leases=freed)
+            self.events.emit("reclaimed", name, leases=freed, holder="died")
         return freed
 
     def health_signals(self, spec: Background) -> list[HealthSignal]:

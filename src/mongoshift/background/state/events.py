@@ -132,10 +132,20 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         "it over): the lane stops there, and the partition goes on from its last checkpoint under its new holder"
     ),
     "reclaimed": lambda data: (
-        "freed 1 lease that had lapsed (its runner stopped or was killed): its partition goes on from its checkpoint"
-        if data.get("leases") == 1 else
-        f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runner stopped or was killed): "
-        "their partitions go on from their checkpoints"
+        (
+            "took over 1 lease of a runner of this host that died (kill -9, the OOM killer): its partition goes on from its checkpoint"
+            if data.get("leases") == 1 else
+            f"took over {_count(data, 'leases', 'lease')} of a runner of this host that died (kill -9, the OOM killer): "
+            "their partitions go on from their checkpoints"
+        )
+        if data.get("holder") == "died" else
+        (
+            "freed 1 lease that had lapsed (its runner stopped, was killed, or made no progress for the lease's TTL): "
+            "its partition goes on from its checkpoint"
+            if data.get("leases") == 1 else
+            f"freed {_count(data, 'leases', 'lease')} that had lapsed (their runner stopped, was killed, or made no progress "
+            "for the lease's TTL): their partitions go on from their checkpoints"
+        )
     ),
     "completed": _completed,
     "failed": lambda data: str(data.get("reason")),
