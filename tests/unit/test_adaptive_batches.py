@@ -219,3 +219,22 @@ def test_a_clock_that_does_not_move_changes_nothing() -> None:
     c = AdaptiveController(Adaptive(), 100)
     batch(c, work_ms=0)
     assert [window(c, work_ms=0) for _ in range(3)] == [[None] * WINDOW] * 3 and c.batch_size() == 100
+
+
+def test_status_says_the_adaptive_sizes_are_set_aside_while_a_throttle_holds_the_batch_size() -> None:
+    """Found in a user trial: under 'background throttle --batch-size 50', the detail view still listed each partition's
+    adaptive size (151) as the batch size, with nothing saying the lanes used 50."""
+    import dataclasses
+
+    from mongoshift.cli.background_view import details
+
+    from .test_progress_rate import reading
+
+    sizing = {"mode": "adaptive", "start": 500, "min": 10, "max": 5000, "target_work_percent": 90, "target_latency_ms": 500, "open": 1,
+              "lanes": [{"partition": 0, "leased": True, "batch_size": 151, "pause_ms": 0, "reason": "shrink", "work_percent": 95}]}
+    held = dataclasses.replace(reading(100), batch_size=sizing, throttle={"batch_size": 50})
+    said = [value for label, value in details(held) if label == "batch size"]
+    assert said[0].endswith("; set aside while 'background throttle' holds batches at 50 (the sizes below are used again once it is cleared)")
+    assert said[1] == "partition 0 (leased): 151 (shrank, the lane worked 95% of its time, over 90%)"
+    paused_only = dataclasses.replace(held, throttle={"pause_ms": 1000})  # a pause alone leaves the sizes in use
+    assert "set aside" not in next(value for label, value in details(paused_only) if label == "batch size")

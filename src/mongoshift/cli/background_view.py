@@ -97,7 +97,7 @@ def details(r: BackgroundReport) -> list[tuple[str, str]]:
                    f"{plural(t['txn_retries'], 'transaction retry', 'transaction retries')}"),
         ("partitions", f"{r.partitions_done} done of {r.partitions_total}, {r.partitions_open} open, {r.partitions_failed} failed, {r.leases} leased"),
         ("rate", f"{rate(r)}, ETA {clock(r.eta_seconds)}, elapsed {clock(r.elapsed_seconds)}"),
-        *(("batch size", line) for line in pace_words(r.batch_size)),
+        *(("batch size", line) for line in pace_words(r.batch_size, (r.throttle or {}).get("batch_size"))),
         *((("throttle", throttle_words(r.throttle)),) if r.throttle else ()),
         ("registered", _when(r.registered_at)),
         ("started", _when(r.started_at)),

@@ -262,8 +262,21 @@ def batch_sizing(state: State, parts: list[Partition]) -> dict[str, Any]:
     }
 
 
-def pace_words(sizing: dict[str, Any]) -> list[str]:
-    """``batch_sizing`` in words: one line for the rule, then one per listed partition, with why."""
+def pace_words(sizing: dict[str, Any], held_at: int | None = None) -> list[str]:
+    """``batch_sizing`` in words: one line for the rule, then one per listed partition, with why.
+
+    ``held_at``: the batch size ``background throttle`` set, which the lanes use instead while it is set: the
+    first line says so, as the sizes listed are not the ones in use then."""
+    lines = _pace_lines(sizing)
+    if lines and held_at is not None:
+        lines[0] += (
+            f"; set aside while 'background throttle' holds batches at {held_at:,} "
+            "(the sizes below are used again once it is cleared)"
+        )
+    return lines
+
+
+def _pace_lines(sizing: dict[str, Any]) -> list[str]:
     mode, start = sizing.get("mode"), sizing.get("start", 0)
     if mode == "step" or not sizing:
         return []
