@@ -214,3 +214,28 @@ async def test_a_verdict_without_an_exception_fails_the_tenant() -> None:
 
     report, _ = await go(run, Rollout(continue_on_error=True), names=["t00", "t01"])
     assert outcomes(report) == {"t00": "done", "t01": "failed"} and report.rows[1].exit_code == 2 and report.exit_code == 47
+
+
+async def test_a_server_that_cannot_be_reached_is_not_tried_again_for_each_of_its_tenants() -> None:
+    """Found in a user trial: with --continue-on-error and the cluster's server gone mid-rollout, every remaining tenant
+    was tried and waited out its own connection timeout (ten seconds each, hundreds of tenants). The tenants on that
+    server are now left not reached after the first finds it gone; those of another server go on."""
+    from mongoshift.errors import ConnectionFailedError
+
+    called: list[str] = []
+
+    async def run(tenant: Tenant, cancel: CancelSignal) -> Judged:
+        called.append(tenant.name)
+        if tenant.name == "t01":
+            raise ConnectionFailedError("cannot reach MongoDB at h:1 within 10s: connection refused")
+        return Judged("done")
+
+    elsewhere = Tenant("z01", uri="mongodb://other-cluster.example")
+    report = await roll_out(
+        "up", [*tenants(NAMES[:5]), elsewhere], run, Rollout(parallel=1, continue_on_error=True), cancel=CancelSignal()
+    )
+    assert called == ["t00", "t01", "z01"]
+    assert outcomes(report) == {"t00": "done", "t01": "failed", "t02": "not reached", "t03": "not reached", "t04": "not reached", "z01": "done"}
+    assert report.stopped == (
+        "the server of t01 could not be reached: the tenants on the same server not started were not reached; run again once it answers"
+    )

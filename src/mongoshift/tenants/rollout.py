@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
-from ..errors import LockHeldError, MongoshiftError, RunAbortedError, TenantsInvalidError
+from ..errors import ExitCode, LockHeldError, MongoshiftError, RunAbortedError, TenantsInvalidError
 from ..project.events import Events
 from ..project.redaction import redact
 from ..project.run import CancelSignal, LinkedCancel
@@ -94,6 +94,10 @@ async def roll_out(
     running = 0
     finished = 0
     stop: list[str] = []
+    #: A cluster (a tenant's ``uri``; None: the project's) whose server could not be reached, by the first tenant
+    #: that found it so: its other tenants are not started (each would wait out the connection's timeout).
+    unreachable: dict[str | None, str] = {}
+    skipped: list[str] = []
 
     async def one(tenant: Tenant) -> None:
         nonlocal running, finished
@@ -129,6 +133,8 @@ async def roll_out(
             total=len(tenants), failed=failed, error_kind=row.error.kind if row.error else None, command=command,
             duration_ms=row.duration_ms,
         )
+        if row.error is not None and row.error.code == int(ExitCode.CONNECTION_FAILED):
+            unreachable.setdefault(tenant.uri, tenant.name)
         # Canaries are judged together; a failure after Ctrl-C (a migration that saw ``ctx.cancelled``) is not why it stopped.
         if row.outcome == "failed" and not row.canary and not rollout.continue_on_error and not stop and not cancel.is_set():
             stop.append(f"stopped after {tenant.name} failed: the tenants not started were not reached")
@@ -141,6 +147,13 @@ async def roll_out(
                 tenant = next(pending, None)
                 if tenant is None:
                     return
+                if tenant.uri in unreachable:  # left "not reached": a later run takes it up once the server is back
+                    if not skipped:
+                        skipped.append(
+                            f"the server of {unreachable[tenant.uri]} could not be reached: the tenants on the same server "
+                            "not started were not reached; run again once it answers"
+                        )
+                    continue
                 await one(tenant)
 
         async with asyncio.TaskGroup() as group:
@@ -159,7 +172,7 @@ async def roll_out(
         if not stop:
             stop.append(f"{cancel.reason or 'cancelled'}: the tenants not started were not reached")
     if any(row.outcome == "not reached" for row in report.rows):
-        report.stopped = stop[0] if stop else None
+        report.stopped = stop[0] if stop else skipped[0] if skipped else None
     return report
 
 
