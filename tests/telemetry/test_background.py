@@ -70,10 +70,11 @@ async def test_a_runner_traces_each_step_and_slice_as_its_own_root_and_counts_re
     await seed(db.people, 120)
     await api.up(project.settings())  # registers it (no observer of ours: nothing recorded)
     settings = project.settings()
-    await api.run_background(settings, once=True, observers=[telemetry.observer])  # plans, one slice
+    # One coordinator step plans the pass (a --once round would now work every partition its slice has time for).
+    await api.coordinate_background(settings, NAME, observers=[telemetry.observer])
     partitions = db["_mongoshift_background_partitions"]
     stale = await partitions.find_one({"background": NAME, "status": {"$ne": "done"}, "lease": {"$exists": False}})
-    assert stale is not None, "the first round left no open partition"
+    assert stale is not None, "the step planned no open partition"
     dead = {"slot": 1, "token": "dead", "owner": "lane-dead", "runner": "dead", "ttl_ms": 1000}
     await partitions.update_one({"_id": stale["_id"]}, {"$set": {"lease": {**dead, "renewed_at": datetime.now(UTC) - timedelta(minutes=5)}}})
 
