@@ -176,6 +176,53 @@ async def test_beanie_migration_log_is_adopted(project, tmp_path: Path, sync_cli
     assert cli(project, "down", "--steps", "2").returncode == 13
 
 
+async def test_a_beanie_history_rolled_back_to_its_start_adopts_nothing(project, tmp_path: Path, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """Beanie rolled back step by step (``--backward -d N``) to before its first migration marks its root node current:
+    a record named ``root``. That was refused as an applied migration without a file (exit 8), and a ``--map`` line
+    ``"root" = false`` then adopted every migration Beanie had rolled back (each name sorts before ``root``)."""
+    pytest.importorskip("beanie", reason="beanie is the optional 'beanie' extra")
+    folder = tmp_path / "beanie-migrations"
+    folder.mkdir()
+    names = ("20240101000000_first_notes", "20240102000000_second_notes")
+    for name in names:
+        (folder / f"{name}.py").write_text(textwrap.dedent(BEANIE_FILE.format(title=name)))
+    beanie = [sys.executable, "-m", "beanie.executors.migrate", "migrate", "-uri", project.uri, "-db", project.db, "-p", str(folder),
+              "--no-use-transaction"]
+    for args in ([], ["--backward", "-d", "2"]):  # both forward, then both back
+        result = await asyncio.to_thread(subprocess.run, [*beanie, *args], env=cli_env(), capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert sync_client[project.db].migrations_log.count_documents({"is_current": True, "name": "root"}) == 1
+    _add_marked(project, *names)
+
+    result = cli(project, "import", "--from", "beanie", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["adopted"] == []
+    assert report["warnings"] == [
+        "4 beanie records, the current one Beanie's start (root): Beanie reads that as every migration rolled back, "
+        "so none was adopted"
+    ]
+    assert [r.state for r in await migration_status(project.settings())] == ["pending", "pending"]
+
+
+async def test_a_beanie_root_record_no_longer_current_is_no_migration(project, sync_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Rolled back to its start and forward again, Beanie's log keeps a ``root`` record; with migration names that sort
+    after it, it was taken for an applied migration without a file (exit 8)."""
+    sync_client[project.db].migrations_log.insert_many([
+        {"name": "add_a.py", "ts": datetime.datetime(2024, 1, 1), "is_current": False},
+        {"name": "root", "ts": datetime.datetime(2024, 1, 2), "is_current": False},
+        {"name": "add_a.py", "ts": datetime.datetime(2024, 1, 3), "is_current": False},
+        {"name": "zeta_b.py", "ts": datetime.datetime(2024, 1, 4), "is_current": True},
+    ])
+    _add_marked(project, "20240101000000_a", "20240102000000_b")
+    (tmp_path / "map.toml").write_text('"add_a.py" = "20240101000000_a"\n"zeta_b.py" = "20240102000000_b"\n')
+    report = await import_history(project.settings(), "beanie", map_file=tmp_path / "map.toml")
+    assert [(r.name, r.source_name) for r in report.adopted] == [
+        ("20240101000000_a.py", "add_a.py"), ("20240102000000_b.py", "zeta_b.py"),
+    ]
+    assert report.warnings == []
+
+
 async def test_a_beanie_log_with_no_current_record_says_why_nothing_was_adopted(project, sync_client) -> None:  # type: ignore[no-untyped-def]
     """Records, none of them ``is_current``: Beanie's "every migration rolled back". It adopted nothing without a word."""
     sync_client[project.db].migrations_log.insert_many([

@@ -22,7 +22,7 @@ from pymongo import ASCENDING, AsyncMongoClient
 from ..errors import TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
 from ..project.events import Observer
-from ..project.foreign_changelogs import ForeignEntry, match, read_map, source_collection as checked_collection, tool as find_tool
+from ..project.foreign_changelogs import BEANIE_ROOT, ForeignEntry, beanie_at_root, match, read_map, source_collection as checked_collection, tool as find_tool
 from ..project.loader import find, resolve_name, unsquashed
 from ..project.own_collections import own_collections
 from ..project.run import CancelSignal
@@ -148,7 +148,12 @@ async def import_history_in(
                 f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name "
                 "(the field missing, null, not text, or text without a letter or digit): left out, as no file can match such a record"
             )
-        if source_tool.name == "beanie" and documents and not any(d.get("is_current") is True for d in documents):
+        if source_tool.name == "beanie" and beanie_at_root(documents):
+            report.warnings.append(
+                f"{plural(len(documents), 'beanie record')}, the current one Beanie's start ({BEANIE_ROOT}): Beanie reads that as "
+                "every migration rolled back, so none was adopted"
+            )
+        elif source_tool.name == "beanie" and documents and not any(d.get("is_current") is True for d in documents):
             report.warnings.append(
                 f"{plural(len(documents), 'beanie record')} but none marked current (is_current: true): Beanie reads that as "
                 "every migration rolled back, so none was adopted"

@@ -111,13 +111,28 @@ def _time(value: Any) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
+#: The name Beanie logs current once a rollback (``--backward -d N``) passed its first migration: its root node,
+#: before every migration (a migration's name is its file's, with ``.py``, so no file is named so).
+BEANIE_ROOT = "root"
+
+
+def beanie_at_root(docs: Iterable[dict[str, Any]]) -> bool:
+    """Whether Beanie's current record is its root node: every migration rolled back."""
+    return any(d.get("is_current") is True and d.get("name") == BEANIE_ROOT for d in docs)
+
+
 def _beanie(docs: list[dict[str, Any]]) -> list[ForeignEntry]:
-    """Beanie logs each migration as it becomes current; what sorts after the current one was rolled back."""
+    """Beanie logs each migration as it becomes current; what sorts after the current one was rolled back, and
+    nothing is applied when the current one is its root node (or none is current)."""
     current = [d["name"] for d in docs if d.get("is_current") is True and _text_name(d.get("name"))]
-    if not current:
+    if not current or beanie_at_root(docs):
         return []
     last = max(current)
-    return [ForeignEntry(d["name"], _time(d.get("ts"))) for d in docs if _text_name(d.get("name")) and d["name"] <= last]
+    return [
+        ForeignEntry(d["name"], _time(d.get("ts")))
+        for d in docs
+        if _text_name(d.get("name")) and d["name"] != BEANIE_ROOT and d["name"] <= last
+    ]
 
 
 def tool(name: str) -> ForeignTool:
