@@ -118,6 +118,33 @@ async def test_add_rename_and_type_change_run_to_completion_and_roll_back(projec
     assert "no stored document needs rewriting" in noted.stdout and "no data-shape change" not in noted.stdout
 
 
+async def test_a_rename_onto_a_field_the_document_already_holds_fails_that_document(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
+    """A legacy document with both the old and the new field (the application wrote the new one early): the rename
+    overwrote the new field's value with the old one, which was lost without a word. It now fails that document (a
+    different value) or keeps the one (the same value), never showing the values."""
+    fast(project)
+    await db.members.insert_many([
+        {"_id": 1, "fullname": "Old", "full_name": "Kept", "age": "30"},
+        {"_id": 2, "fullname": "Same", "full_name": "Same", "age": "31"},
+        {"_id": 3, "fullname": "Plain", "age": "32"},
+    ])
+    path = created_from(project, cli, BEFORE, AFTER, "member_shape")
+    s = project.settings()
+    name = path.rsplit("/", 1)[-1]
+    await command.up(s)
+    (done,) = await bg.run(s, [name])
+    assert done.status == "failed"
+    assert await db.members.find_one({"_id": 1}) == {"_id": 1, "fullname": "Old", "full_name": "Kept", "age": "30"}
+    assert await db.members.find_one({"_id": 2}, {"__rev": 0}) == {"_id": 2, "full_name": "Same", "age": 31, "status": "active", "__v": 1}
+    assert (await db.members.find_one({"_id": 3}, {"__rev": 0}))["full_name"] == "Plain"
+    status = cli(project, "--json", "background", "status", name)
+    (error,) = json.loads(status.stdout)["background"][0]["doc_errors"]
+    assert error["error"] == (
+        "field fullname: renamed to full_name, which the document already holds with another value (the values are not shown)"
+    )
+    assert "Old" not in status.stdout and "Kept" not in status.stdout
+
+
 async def test_a_removed_field_is_a_one_way_migration(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
     fast(project)
     await seed(db, 10)

@@ -144,6 +144,19 @@ def _retyped(name: str, before: dict[str, Any], after: dict[str, Any], model: st
     return old[0], new[0]
 
 
+def _move(source: str, target: str) -> list[str]:
+    """The lines that move field ``source`` to ``target``: a document that holds both with different values fails
+    (one of them would be lost without a word), its message naming the fields, never the values."""
+    s, t = repr(source), repr(target)
+    said = f"field {source}: renamed to {target}, which the document already holds with another value (the values are not shown)"
+    return [
+        f"if {s} in doc:",
+        f"    if {t} in doc and doc[{t}] != doc[{s}]:",
+        f"        raise ValueError({said!r})",
+        f"    doc[{t}] = doc.pop({s})",
+    ]
+
+
 def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
     """The changes from the snapshot's shape to the model's, in the order the migration makes them."""
     model = shape.model
@@ -157,8 +170,8 @@ def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
     notes: list[str] = []
     for new_name, old_name in renames.items():
         n, o = repr(new_name), repr(old_name)
-        forward = [f"if {o} in doc:", f"    doc[{n}] = doc.pop({o})"]
-        reverse: list[str] | None = [f"if {n} in doc:", f"    doc[{o}] = doc.pop({n})"]
+        forward = _move(old_name, new_name)
+        reverse: list[str] | None = _move(new_name, old_name)
         text = f"renamed {old_name!r} to {new_name!r}"
         if (pair := _retyped(new_name, before[old_name], after[new_name], model)) is not None:
             lines, back = _convert(new_name, *pair, model)
