@@ -433,3 +433,26 @@ def test_two_records_that_match_one_file_are_refused_until_mapped(project, sync_
     ]
     assert report["left_out"] == ["20240101000000_add_users.ts"] and report["unnamed"] == 1
     assert db[_changelog()].count_documents({}) == 2
+
+
+def test_a_reimport_names_the_files_the_other_tool_rolled_back_since(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """migrate-mongo's ``down`` deletes its record (and undoes the change); a re-import kept the file applied here and
+    said nothing, so ``up`` would never run it again although the database no longer has its change."""
+    changelog = sync_client[project.db].changelog
+    changelog.insert_many([
+        {"fileName": "20240101000000-a.js", "appliedAt": datetime.datetime(2024, 1, 1), "migrationBlock": 1},
+        {"fileName": "20240102000000-b.js", "appliedAt": datetime.datetime(2024, 1, 2), "migrationBlock": 1},
+    ])
+    _add_marked(project, "20240101000000_a", "20240102000000_b")
+    assert cli(project, "import", "--from", "migrate-mongo").returncode == 0
+    changelog.delete_one({"fileName": "20240102000000-b.js"})  # migrate-mongo down: the record goes
+
+    again = cli(project, "import", "--from", "migrate-mongo", "--json")
+    assert again.returncode == 0, again.stderr
+    said = (
+        "1 file imported earlier from migrate-mongo is no longer applied there (rolled back since?): 20240102000000_b.py "
+        "(20240102000000-b.js); it stays applied here, so 'up' will not run it: check the database, and write a new "
+        "migration if its change is gone"
+    )
+    assert _json(again)["warnings"] == [said]
+    assert said in again.stderr

@@ -148,6 +148,20 @@ async def import_history_in(
                 f"{plural(report.unnamed, f'{source_tool.name} record')} without a file name "
                 "(the field missing, null, not text, or text without a letter or digit): left out, as no file can match such a record"
             )
+        still = {entry.source_name for entry in entries}
+        gone = [
+            f"{name} ({r.extra['source'].get('name')})"
+            for name, r in sorted(records.items())
+            if r.status == "applied" and _imported_from(r, source) and r.extra["source"].get("name") not in still
+        ]
+        if gone:
+            report.warnings.append(
+                f"{plural(len(gone), 'file')} imported earlier from {source_tool.name} "
+                f"{'is' if len(gone) == 1 else 'are'} no longer applied there (rolled back since?): {', '.join(gone)}; "
+                f"{'it stays' if len(gone) == 1 else 'they stay'} applied here, so 'up' will not run "
+                f"{'it' if len(gone) == 1 else 'them'}: check the database, and write a new migration if "
+                f"{'its change is' if len(gone) == 1 else 'their changes are'} gone"
+            )
         if source_tool.name == "beanie" and beanie_at_root(documents):
             report.warnings.append(
                 f"{plural(len(documents), 'beanie record')}, the current one Beanie's start ({BEANIE_ROOT}): Beanie reads that as "
