@@ -169,7 +169,6 @@ def compare(previous: Shape, shape: ModelShape) -> CollectionChange:
     changes: list[Change] = []
     notes: list[str] = []
     for new_name, old_name in renames.items():
-        n, o = repr(new_name), repr(old_name)
         forward = _move(old_name, new_name)
         reverse: list[str] | None = _move(new_name, old_name)
         text = f"renamed {old_name!r} to {new_name!r}"
