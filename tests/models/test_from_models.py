@@ -145,6 +145,22 @@ async def test_a_rename_onto_a_field_the_document_already_holds_fails_that_docum
     assert "Old" not in status.stdout and "Kept" not in status.stdout
 
 
+def test_the_revert_of_a_rename_fails_a_document_that_already_holds_the_old_field(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """The way back moves the new field onto the old name: a document the application gave the old field again (with
+    another value) fails there too, rather than losing one of them; one with the same value goes back."""
+    import runpy
+
+    generated = runpy.run_path(created_from(project, cli, BEFORE, AFTER, "member_shape"))
+    revert = generated["background"].revert
+    with pytest.raises(ValueError) as refused:
+        revert({"_id": 1, "full_name": "New", "fullname": "Again", "age": 30, "status": "active", "__v": 1}, None)
+    assert str(refused.value) == (
+        "field full_name: renamed to fullname, which the document already holds with another value (the values are not shown)"
+    )
+    back = revert({"_id": 2, "full_name": "Same", "fullname": "Same", "age": 31, "status": "active", "__v": 1}, None)
+    assert back["fullname"] == "Same" and "full_name" not in back
+
+
 async def test_a_removed_field_is_a_one_way_migration(project: Project, cli, db) -> None:  # type: ignore[no-untyped-def]
     fast(project)
     await seed(db, 10)
