@@ -334,3 +334,17 @@ def test_a_tls_handshake_is_closed_at_once_as_a_mongod_without_tls_closes_it(mon
     # the timeout only guards against the hang (the defect: TimeoutError); the server's close ends the handshake
     with socket.create_connection((host, port), timeout=60) as raw, pytest.raises((ssl.SSLError, ConnectionResetError)):
         context.wrap_socket(raw, server_hostname=host)
+
+
+async def test_list_indexes_gives_each_index_as_mongod_does(db) -> None:
+    """(cr) {v: 2, key, name} and only the options the index was given: no ``ns``, no ``unique: false``."""
+    await db.t.create_index("a")
+    await db.t.create_index("b", unique=True, sparse=True)
+    listed = {index["name"]: dict(index) async for index in await db.t.list_indexes()}
+    assert listed == {
+        "_id_": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+        "a_1": {"v": 2, "key": {"a": 1}, "name": "a_1"},
+        "b_1": {"v": 2, "key": {"b": 1}, "name": "b_1", "unique": True, "sparse": True},
+    }
+    assert "unique" not in (await db.t.index_information())["a_1"]
+

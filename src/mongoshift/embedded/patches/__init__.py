@@ -24,7 +24,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
   and a standalone's refusals, (ad) snapshot reads
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds, (ax) unique index builds in one pass,
-  (ay) compound unique indexes checked by lookup
+  (ay) compound unique indexes checked by lookup, (cr) listIndexes entries shaped as mongod's
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.create`: (cq) a capped collection's size and count given as doubles
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
@@ -163,6 +163,7 @@ def apply() -> None:
     aggregation.patch_database_aggregate()  # (ac)
     aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out
     views.patch_view_listing()  # (bi)
+    indexes.patch_index_listing()  # (cr)
     replica_set.patch_replica_set()  # (u)-(y), (ad): outside every other fix of execute_prepared, it sees each command whole
     replica_set.patch_close_connection()  # (v)
     # Last: the outermost wrapper of a request's dispatch, so that everything inside it runs on the engine's loop.

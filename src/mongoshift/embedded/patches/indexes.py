@@ -320,3 +320,28 @@ def patch_single_field_unique_nulls() -> None:
 
 #: MemoryEngine._index_keys' key of a document that does not have the field.
 _MISSING_KEY: tuple[Any, ...] = (None,)
+
+
+# (cr) listIndexes answered each index as {name, key, unique, ns}: ``unique: false`` on every
+# non-unique index and ``unique: true`` on ``_id_``, the namespace ``ns`` (mongod dropped it in 4.4)
+# and no index version ``v``. mongod 7.0 lists {v: 2, key, name} and then only the options the index
+# was given, so a client that compares ``index_information()`` with what it declared (or with a
+# real server's) saw options nobody set. mongoeco's
+# AsyncDatabaseAdminService._normalize_list_indexes_document_for_collection shapes each entry of
+# the wire command only (the snapshot and the API read the engine's own list, unchanged); the fix
+# reshapes that entry as mongod's.
+def patch_index_listing() -> None:
+    from mongoeco.api._async.database_admin import AsyncDatabaseAdminService
+
+    original = AsyncDatabaseAdminService._normalize_list_indexes_document_for_collection
+
+    def normalize(self: Any, collection_name: str, document: dict[str, object]) -> dict[str, object]:
+        entry = original(self, collection_name, document)
+        if not isinstance(entry, dict) or "key" not in entry or "name" not in entry:
+            return entry
+        rest = {name: value for name, value in entry.items() if name not in ("v", "key", "name", "ns")}
+        if rest.get("unique") is False or entry["name"] == "_id_":
+            rest.pop("unique", None)
+        return {"v": entry.get("v", 2), "key": entry["key"], "name": entry["name"], **rest}
+
+    AsyncDatabaseAdminService._normalize_list_indexes_document_for_collection = normalize
