@@ -348,3 +348,40 @@ async def test_list_indexes_gives_each_index_as_mongod_does(db) -> None:
     }
     assert "unique" not in (await db.t.index_information())["a_1"]
 
+
+async def test_convert_to_decimal_as_mongod(db) -> None:
+    """(cs) $convert takes to: "decimal" (and a type by its number) under 7.0, in aggregate and pipeline updates."""
+    from bson import Decimal128, Int64
+
+    await db.t.insert_many([
+        {"_id": 1, "amount": "12.50"}, {"_id": 2, "amount": 3}, {"_id": 3, "amount": Int64(4)},
+        {"_id": 4, "amount": "abc"}, {"_id": 5},
+    ])
+    convert = {"$convert": {"input": "$amount", "to": "decimal", "onError": "bad", "onNull": "none"}}
+    rows = await (await db.t.aggregate([{"$sort": {"_id": 1}}, {"$project": {"_id": 0, "d": convert}}])).to_list()
+    assert [row["d"] for row in rows] == [Decimal128("12.50"), Decimal128("3"), Decimal128("4"), "bad", "none"]
+    by_number = {"$convert": {"input": "$amount", "to": 19, "onError": "bad"}}
+    rows = await (await db.t.aggregate([{"$match": {"_id": 1}}, {"$project": {"_id": 0, "d": by_number, "s": {"$convert": {"input": 7, "to": 2}}}}])).to_list()
+    assert rows == [{"d": Decimal128("12.50"), "s": "7"}]
+    await db.t.update_many({"_id": {"$lte": 2}}, [{"$set": {"amount": {"$convert": {"input": "$amount", "to": "decimal"}}}}])
+    assert [d["amount"] async for d in db.t.find({"_id": {"$lte": 2}}).sort("_id", 1)] == [Decimal128("12.50"), Decimal128("3")]
+    with pytest.raises(OperationFailure) as failed:
+        await db.t.aggregate([{"$match": {"_id": 4}}, {"$project": {"d": {"$convert": {"input": "$amount", "to": "decimal"}}}}])
+    assert failed.value.code == 241
+
+
+async def test_a_pipeline_update_that_changes_only_a_type_is_written(db) -> None:
+    """(ct) A pipeline $set of an equal value of another BSON type (int 3 to NumberLong 3) is a change, as on mongod."""
+    from bson import Decimal128, Int64
+
+    await db.t.insert_many([{"_id": i, "n": 3, "f": 2.5, "sub": {"n": 3}} for i in range(1, 5)])
+    many = await db.t.update_many({"_id": {"$in": [1, 2]}}, [{"$set": {"n": {"$toLong": "$n"}}}])
+    assert many.modified_count == 2
+    assert (await db.t.update_one({"_id": 1}, [{"$set": {"f": {"$toDecimal": "$f"}}}])).modified_count == 1
+    dotted = await db.t.update_one({"_id": 3}, [{"$set": {"sub.n": {"$toDouble": "$sub.n"}}}])
+    assert dotted.modified_count == 1
+    same = await db.t.update_one({"_id": 4}, [{"$set": {"n": {"$toInt": "$n"}, "sub.n": {"$toInt": "$sub.n"}}}])
+    assert same.modified_count == 0
+    stored = {d["_id"]: d async for d in db.t.find()}
+    assert type(stored[1]["n"]) is Int64 and stored[1]["f"] == Decimal128("2.5")
+    assert type(stored[3]["sub"]["n"]) is float and type(stored[4]["n"]) is int

@@ -42,9 +42,11 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.distinct`: (bw) ``distinct`` by lookups, not by a comparison with every value kept
 - :mod:`.updates`: (ah) guarded updates by ``_id``, (ai) index keys of top-level fields (and (ay)'s of compound indexes),
   (cn) an ``$inc`` or ``$mul`` past the int64 range refused as that statement's BadValue
-- :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps
+- :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps, (ct) a value's
+  new BSON type written
 - :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
 - :mod:`.arithmetic`: (co) aggregation arithmetic past the int64 range gives a double, as mongod's
+- :mod:`.conversions`: (cs) ``$convert`` to ``"decimal"`` and to a type given by its number
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
   converted by pymongo's decoder, plain replies encoded as they are, (bv) a sequence document over 16 MiB refused
@@ -64,6 +66,7 @@ from . import (
     arithmetic,
     coll_mod,
     comparisons,
+    conversions,
     counts,
     create,
     distinct,
@@ -141,7 +144,9 @@ def apply() -> None:
     updates.patch_index_keys()  # (ai)
     updates.patch_arithmetic_overflow()  # (cn)
     arithmetic.patch_expression_overflow()  # (co), before (an) compiles its $add with the module's bson_add
+    conversions.patch_convert_targets()  # (cs)
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
+    pipeline_updates.patch_pipeline_type_changes()  # (ct)
     find_and_modify.patch_find_and_modify()  # (ao)
     values.patch_object_id_copies()  # (aj)
     values.patch_plain_wire_values()  # (aj)

@@ -136,7 +136,59 @@ def modified(document: dict[str, Any], new_document: dict[str, Any], changed: se
     ``changed`` set, yet it has moved to the end of the document."""
     if list(document) != list(new_document):
         return True  # values_equal compares two documents' fields in order, names first
-    return not all(values_equal(document[name], new_document[name]) for name in changed)
+    return not all(
+        values_equal(document[name], new_document[name]) and bson_kinds(document[name]) == bson_kinds(new_document[name])
+        for name in changed
+    )
+
+
+def bson_kinds(value: Any) -> Any:
+    """(ct) What a value's BSON encoding tells that mongoeco's value equality does not: the numeric type of
+    every number in it (int, long, double, decimal), a decimal's digits and exponent, a zero double's sign.
+
+    mongod's no-op test of an update compares the stored bytes: a pipeline ``$set`` of ``{$toLong: "$n"}``
+    over an int ``3`` stores ``NumberLong(3)`` (nModified 1), where mongoeco's test (``values_equal``: ``3 ==
+    Int64(3)``) left the int in place and reported nothing modified."""
+    import decimal
+    import math
+
+    from mongoeco.core.bson_scalars import bson_numeric_alias, unwrap_bson_numeric
+    from mongoeco.core.codec import DocumentCodec
+
+    def kinds(item: Any) -> Any:
+        if isinstance(item, dict):
+            return tuple((key, kinds(inner)) for key, inner in item.items())
+        if isinstance(item, list):
+            return tuple(kinds(inner) for inner in item)
+        alias = bson_numeric_alias(item)
+        number = unwrap_bson_numeric(item)
+        if alias == "decimal":
+            digits = getattr(number, "value", number)
+            digits = digits.to_decimal() if hasattr(digits, "to_decimal") else digits
+            return (alias, digits.as_tuple()) if isinstance(digits, decimal.Decimal) else (alias, str(number))
+        if alias == "double" and isinstance(number, float):
+            return (alias, math.copysign(1.0, number))
+        return alias
+
+    return kinds(DocumentCodec.to_internal(value))
+
+
+def patch_pipeline_type_changes() -> None:
+    """(ct) mongoeco's own pipeline update (the statements (an) leaves to it: a dotted path, ``$replaceWith``,
+    an upsert...) tests ``document_id_bson_type_changed(original, replacement) or not values_equal(...)``
+    (``CompiledUpdatePipelinePlan.apply``); the type test, which looks at ``_id`` only, now looks at every
+    value (:func:`bson_kinds`), so a type change is written as on mongod."""
+    from mongoeco.core import operators
+
+    original = operators.document_id_bson_type_changed
+    if hasattr(original, "__wrapped__"):
+        return
+
+    def bson_type_changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
+        return bool(original(before, after)) or bson_kinds(before) != bson_kinds(after)
+
+    bson_type_changed.__wrapped__ = original  # type: ignore[attr-defined]
+    operators.document_id_bson_type_changed = bson_type_changed  # type: ignore[assignment]  # the same signature, wrapped
 
 
 def written_fields(steps: list[tuple[str, Any]] | None, operators: list[tuple[str, dict[str, Any]]] | None) -> set[str]:
