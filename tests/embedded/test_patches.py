@@ -574,6 +574,15 @@ async def test_set_of_a_decimal_with_other_digits_is_stored(db) -> None:
     assert await db.dec.count_documents({"d": Decimal128("1")}) == 1
 
 
+async def test_set_of_the_double_a_field_holds_is_a_no_op(db) -> None:
+    """(cu) The same double is no change (nModified 0), as on mongod; -0.0 over 0.0 is one, NaN over NaN is not."""
+    await db.dbl.insert_many([{"_id": 1, "f": 2.5, "z": 0.0, "n": float("nan"), "sub": {"f": 1.5}}, {"_id": 2, "f": 2.5}])
+    assert (await db.dbl.update_one({"_id": 1}, {"$set": {"f": 2.5, "n": float("nan"), "sub.f": 1.5}})).modified_count == 0
+    assert (await db.dbl.update_many({}, {"$set": {"f": 2.5}})).modified_count == 0
+    assert (await db.dbl.update_one({"_id": 1}, {"$set": {"z": -0.0}})).modified_count == 1
+    assert str((await db.dbl.find_one({"_id": 1}))["z"]) == "-0.0"
+
+
 
 # Not a gap: a failed multi-update answers as mongod does (the pipeline form relies on it) ----
 

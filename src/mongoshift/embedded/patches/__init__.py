@@ -27,7 +27,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (ay) compound unique indexes checked by lookup, (cr) listIndexes entries shaped as mongod's
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.create`: (cq) a capped collection's size and count given as doubles
-- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``,
+- :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``, (cu) a double's,
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's,
@@ -128,7 +128,7 @@ def apply() -> None:
     queries.patch_kept_answers()  # (ar), outside (k): a value (ar) does not keep takes (k)'s code
     coll_mod.patch_coll_mod()  # (l)
     create.patch_capped_numbers()  # (cq)
-    queries.patch_decimal_set()  # (m)
+    queries.patch_decimal_set()  # (m), (cu)
     queries.patch_in_membership_once()  # (n)
     queries.patch_exact_equality()  # (az)
     type_names.patch_type_names()  # (cj)

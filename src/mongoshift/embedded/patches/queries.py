@@ -5,6 +5,7 @@ kind or value of a top-level field (ar)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -254,6 +255,11 @@ def patch_decimal_set() -> None:
     def same_value_for_update(left: Any, right: Any) -> bool:
         if type(left) is Decimal128 and type(right) is Decimal128:
             return bool(left.value.as_tuple() == right.value.as_tuple())
+        if type(left) is float and type(right) is float:
+            # (cu) the original calls two doubles the same only when both are NaN, so a $set of the very
+            # double a field holds counted as a change (nModified 1; mongod: 0). Same bytes: equal, with
+            # the same sign (-0.0 is not 0.0), or both NaN.
+            return (left == right and math.copysign(1.0, left) == math.copysign(1.0, right)) or (left != left and right != right)
         return bool(original(left, right))
 
     paths._same_value_for_update = same_value_for_update
