@@ -257,3 +257,12 @@ def test_in_sync_counts_collections_and_items_in_their_number(project, cli) -> N
     assert cli(project, "converge").returncode == 0
     result = cli(project, "converge", "--check")
     assert result.returncode == 0 and "in sync: 2 collections, 2 items as declared" in result.stdout, result.stdout
+
+
+def test_versioning_alone_over_a_legacy_validator_warns_that_its_rules_go(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """The validator is managed once versioning is declared: the server's own rules are replaced, and the plan warns."""
+    sync_client[project.db].create_collection("accounts", validator={"email": {"$type": "string"}})
+    declare(project, '[[mongoshift.collections]]\nname = "accounts"\nversioning = { current = 1, min = 0 }\n')
+    result = cli(project, "converge", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "warning: accounts: modify validator (replace the validator by the versioning rules alone" in result.stderr, result.stderr

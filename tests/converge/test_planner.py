@@ -9,7 +9,7 @@ import pytest
 from bson import Int64, Regex
 
 from mongoshift.converge.inspection import CollectionState, MinProbe
-from mongoshift.converge.planner import plan, plan_collection
+from mongoshift.converge.planner import DROPS_OWN_RULES, plan, plan_collection
 from mongoshift.schema.collections import CollectionDeclaration
 from mongoshift.schema.index_specs import IndexSpec, ValidatorSpec
 
@@ -404,6 +404,22 @@ def test_versioning_alone_is_moderate_and_min_zero_requires_nothing() -> None:
     schema = create.after["validator"]["$jsonSchema"]
     assert "required" not in schema and schema["properties"]["sv"] == {"bsonType": ["int", "long", "double", "decimal", "null"], "minimum": 0}
     assert schema["properties"]["rv"] == {"bsonType": ["int", "long", "null"], "minimum": 0}  # null counts as 0
+
+
+def test_versioning_without_a_validator_says_it_removes_the_servers_own_rules() -> None:
+    """A legacy validator is replaced by the versioning rules alone when no validator is declared: the plan says so."""
+    legacy = {"validator": {"email": {"$type": "string"}}, "validationAction": "warn"}
+    [change, _] = plan_collection(declared(versioning={"current": 1, "min": 0}), state(validator=legacy))
+    assert change.action == "modify" and change.reason == DROPS_OWN_RULES
+    mixed = {"validator": {"$jsonSchema": {"properties": {"__v": {"bsonType": "int"}}, "required": ["email"]}}}
+    assert plan_collection(declared(versioning={"current": 1}), state(validator=mixed))[0].reason == DROPS_OWN_RULES
+    # the server's validator is only the versioning rules (an earlier converge's), or "no validator" is declared: no warning
+    [earlier] = plan_collection(declared(versioning={"current": 1, "min": 0}, indexes=[]), MISSING)[:1]
+    ours = {"validator": earlier.after["validator"], "validationLevel": "moderate"} if earlier.after else {}
+    raised = plan_collection(declared(versioning={"current": 2, "min": 0}, indexes=[]), state(validator=ours))
+    assert [a.reason for a in raised if a.target == "validator"] in ([None], ["change the validator"])
+    explicit = plan_collection(declared(versioning={"current": 1, "min": 0}, validator=False), state(validator=legacy))
+    assert explicit[0].reason == "change the validator"
 
 
 def test_versioning_index_false_and_a_declared_index_on_the_same_keys() -> None:

@@ -31,7 +31,7 @@ from ..schema.collections import CollectionDeclaration
 from .applier import ActionResult, Applier, ApplyFailed, ApplyStopped, Confirm, Status
 from .inspection import CollectionState, inspect_all
 from .journal import ConvergeJournal
-from .planner import Plan, plan
+from .planner import DROPS_OWN_RULES, Plan, plan
 from .report import ConvergeReport, Trigger, listing
 
 log = logging.getLogger("mongoshift.converge")
@@ -44,7 +44,7 @@ def _planned(p: Plan) -> list[ActionResult]:
 
 def _warnings(p: Plan, declarations: list[CollectionDeclaration]) -> list[str]:
     """Notes on the plan: undeclared twins accepted, and an empty index list that prunes everything."""
-    warnings = [a.describe() for a in p.actions if a.action == "unchanged" and a.reason]
+    warnings = [a.describe() for a in p.actions if (a.action == "unchanged" and a.reason) or a.reason == DROPS_OWN_RULES]
     for declaration in declarations:
         if declaration.indexes != () or declaration.index_specs():
             continue

@@ -115,6 +115,25 @@ def _in_place(changes: Iterable[str], declared: IndexSpec) -> bool:
     return True
 
 
+#: The reason of a validator change that removes rules of the server's own (also a plan warning).
+DROPS_OWN_RULES = (
+    "replace the validator by the versioning rules alone: no validator is declared, so the server's other rules "
+    "are removed (declare them as validator to keep them)"
+)
+
+
+def _own_rules(validator: Mapping[str, Any], field_names: tuple[str, str]) -> bool:
+    """Whether a server validator holds rules besides those on the version and revision fields."""
+    rest = dict(validator)
+    schema = rest.pop("$jsonSchema", None)
+    if isinstance(schema, Mapping):
+        properties = {k: v for k, v in (schema.get("properties") or {}).items() if k not in field_names}
+        required = [f for f in (schema.get("required") or []) if f not in field_names]
+        others = {k: v for k, v in schema.items() if k not in ("properties", "required")}
+        return bool(rest or properties or required or others)
+    return bool(rest or schema)
+
+
 def _validator_actions(declaration: CollectionDeclaration, state: CollectionState, wanted: ValidatorSpec) -> list[Action]:
     name = declaration.name
     actions: list[Action] = []
@@ -142,6 +161,10 @@ def _validator_actions(declaration: CollectionDeclaration, state: CollectionStat
         actions.append(Action(name, "validator", "unchanged"))
     else:
         reason = "remove the validator" if wanted.empty else ("add a validator" if state.validator.empty else "change the validator")
+        if versioning is not None and "validator" not in declaration.model_fields_set and _own_rules(
+            state.validator.validator, (versioning.field, versioning.revision_field)
+        ):
+            reason = DROPS_OWN_RULES
         actions.append(Action(name, "validator", "modify", reason=reason, before=state.validator.document(), after=wanted.document()))
     return actions
 
