@@ -96,6 +96,29 @@ def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_cl
     assert "dup-value-7f3a" not in result.stdout + result.stderr  # the key value is never shown
 
 
+async def test_a_stop_during_the_last_step_still_ends_the_run_as_stopped(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C while the last createIndexes ran: the step finishes, and the run is stopped (11), as `up` is, not a success."""
+    s = settings_with(project, {"name": "users", "indexes": [{"keys": {"a": 1}}]})
+    cancel = CancelSignal()
+    real = Applier._create_indexes
+
+    async def create_then_stop(self, collection, creates):  # type: ignore[no-untyped-def]
+        results = await real(self, collection, creates)
+        cancel.set("Ctrl-C")  # arrives while the last step is running
+        return results
+
+    monkeypatch.setattr(Applier, "_create_indexes", create_then_stop)
+    with pytest.raises(RunAbortedError) as info:
+        await cv.converge(s, confirm=True, cancel=cancel)
+    assert "during its last step, which ran to its end" in info.value.message
+    assert "a_1" in await server_indexes(db, "users")
+    body = info.value.details["converge"]
+    assert body["success"] is False and body["changed"] is True
+    assert [(r["name"], r["status"]) for r in body["actions"] if r["action"] == "create"] == [(None, "applied"), ("a_1", "applied")]
+    [logged] = [doc async for doc in db["_mongoshift_converge"].find()]
+    assert logged["success"] is False and "during its last step" in logged["error"]
+
+
 async def test_converge_checks_the_stop_signal_between_steps(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     await db.users.create_index("old", name="old_1")
     s = settings_with(project, {"name": "users", "indexes": [{"keys": {"a": 1}}], "prune": True})

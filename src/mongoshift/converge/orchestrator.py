@@ -163,6 +163,9 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
         failed = [r for r in report.results if r.status in ("failed", "refused")]
         if failed:
             raise ConvergeFailedError(_failure(failed), phase="apply")
+        # a stop asked while the last step ran still ends the run as stopped (11, or 10 for a lost lock), as `up` does:
+        # the step ran to its end and nothing was left to start, but a deploy script must see the Ctrl-C
+        session.check_stop(lambda reason: f"converge stopped ({reason}) during its last step, which ran to its end; nothing was left to start")
         after = plan(declarations, await inspect_all(db, declarations, probe=False), prune=prune)
         report.unstable = [a.describe() for a in after.actions if a.changing or a.action == "conflict"]
         for line in report.unstable:
