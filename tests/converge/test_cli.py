@@ -6,6 +6,7 @@ import json
 import textwrap
 
 from ..cli.test_cli import QUICK
+from ..tenants.conftest import tenant_project  # noqa: F401  (a fixture)
 
 USERS = """
 [[mongoshift.collections]]
@@ -266,3 +267,24 @@ def test_versioning_alone_over_a_legacy_validator_warns_that_its_rules_go(projec
     result = cli(project, "converge", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "warning: accounts: modify validator (replace the validator by the versioning rules alone" in result.stderr, result.stderr
+
+
+def test_converge_across_tenants_counts_what_it_applied_not_the_kept_indexes(tenant_project, cli, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """A tenant whose only rows were undeclared indexes *kept* was reported "done", with every kept index counted as
+    applied; it has nothing to do: "already at target", 0 applied."""
+    tenant_project.write_config()
+    (tenant_project.root / "collections").mkdir()
+    (tenant_project.root / "collections" / "items.toml").write_text('indexes = [{ keys = { x = 1 }, name = "x_1" }]\n')
+    changed, *rest = tenant_project.tenants
+    for name in rest:
+        sync_client[name].items.create_index("x", name="x_1")
+        sync_client[name].items.create_index("legacy", name="legacy_1")  # undeclared: kept without --prune
+    result = cli(tenant_project, "converge", "--all-tenants", "--json")
+    assert result.returncode == 0, result.stderr
+    tenants = {row["name"]: row for row in json.loads(result.stdout)["tenants"]}
+    assert {n: (r["outcome"], r["applied"]) for n, r in tenants.items()} == {
+        n: ("done", 2) if n == changed else ("already at target", 0) for n in tenant_project.tenants
+    }
+    dry = cli(tenant_project, "converge", "--all-tenants", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert {r["outcome"] for r in json.loads(dry.stdout)["tenants"]} == {"already at target"}

@@ -139,8 +139,10 @@ def _converge_across(s: Any, tenants: Any, *, dry_run: bool, check: bool, prune:
             return Judged(error=TenantError("collections_drift", int(ExitCode.COLLECTIONS_DRIFT), plural(len(report.drift), "difference")), result=report)
         if report.conflicts:
             return Judged(error=TenantError("converge_failed", int(ExitCode.CONVERGE_FAILED), plural(len(report.conflicts), "conflict")), result=report)
-        changed = sum(1 for a in report.actions if a.action != "unchanged")
-        return Judged("done" if changed else "already at target", applied=0 if dry_run or check else changed, result=report)
+        if dry_run or check:  # would it change something (an undeclared index kept is no change)
+            return Judged("done" if report.drift else "already at target", applied=0, result=report)
+        applied = sum(1 for r in report.results if r.status == "applied")
+        return Judged("done" if applied else "already at target", applied=applied, result=report)
 
     if dry_run or check:
         return across(s, tenants, "converge --check" if check else "converge --dry-run",
