@@ -6,6 +6,8 @@ from typing import Any
 
 from mongoshift.project.settings import Settings
 
+from ..tenants.conftest import tenant_project  # noqa: F401  (a fixture: converge across tenants)
+
 
 def settings_with(project, *declarations: dict[str, Any], **extra: Any) -> Settings:  # type: ignore[no-untyped-def]
     """The project's settings with these ``[[collections]]`` (validated as a project file would be)."""

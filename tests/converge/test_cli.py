@@ -6,7 +6,6 @@ import json
 import textwrap
 
 from ..cli.test_cli import QUICK
-from ..tenants.conftest import tenant_project  # noqa: F401  (a fixture)
 
 USERS = """
 [[mongoshift.collections]]
