@@ -287,3 +287,53 @@ def test_converge_across_tenants_counts_what_it_applied_not_the_kept_indexes(ten
     dry = cli(tenant_project, "converge", "--all-tenants", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert {r["outcome"] for r in json.loads(dry.stdout)["tenants"]} == {"already at target"}
+
+
+def test_ctrl_c_at_the_destructive_prompt_stops_at_once_with_nothing_changed(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C at "Drop or rebuild ...? [y/N]" said "stopping" and went on waiting for an answer; a second Ctrl-C then
+    ended it (130) with the lock left held. It is a "no" at once: exit 11, nothing changed, the lock released."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    from ..conftest import cli_env
+
+    db = sync_client[project.db]
+    db.users.create_index("seen", name="seen_1")  # undeclared: pruned, so the plan asks first
+    declare(project, '[[mongoshift.collections]]\nname = "users"\nindexes = []\nprune = true\n')
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mongoshift", "converge"], cwd=project.root, env={**cli_env(), "TERM": "dumb", "COLUMNS": "200"},
+        stdin=follower, stdout=follower, stderr=follower,
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        while b"[y/N]" not in seen:  # the question is on the terminal: the run waits for the answer
+            ready, _, _ = select.select([leader], [], [], 120)
+            assert ready and process.poll() is None, seen.decode(errors="replace")
+            seen += os.read(leader, 65536)
+        process.send_signal(signal.SIGINT)
+        while True:
+            ready, _, _ = select.select([leader], [], [], 120)
+            assert ready, "still waiting at the prompt after Ctrl-C: " + seen.decode(errors="replace")
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the process is gone: its terminal closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        code = process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert code == 11, text
+    assert "cancelled at the prompt: nothing was changed" in text, text
+    assert "seen_1" in db.users.index_information()
+    assert db["_mongoshift_locks"].count_documents({}) == 0  # released, not left for a takeover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from ..api.options import Confirmation
     from ..converge.planner import Action
     from ..converge.report import ConvergeReport
+    from ..project.run import CancelSignal
 
 
 def _rows(actions: list[tuple[Action, str, str | None]]) -> list[tuple[str, ...]]:
@@ -46,9 +48,13 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
         out.say(f"{plural(unchanged, 'item')} already as declared")
 
 
-def interactive_confirm(yes: bool) -> Confirmation:
+def interactive_confirm(yes: bool, cancel: CancelSignal | None = None) -> Confirmation:
     """``--yes`` and the terminal as the API's one confirmation: True with ``--yes``, else a callback
-    that asks before destructive steps on a terminal, else False (they are refused)."""
+    that asks before destructive steps on a terminal, else False (they are refused).
+
+    The question waits in a thread of its own, so the lock's heartbeat keeps running while the user reads,
+    and a Ctrl-C (``cancel``) at the prompt is the answer "no" at once (exit 11, nothing changed): the run
+    does not wait for a line that may never come, nor leave its lock behind for a second Ctrl-C."""
     out = output()
     if yes:
         return True
@@ -58,8 +64,23 @@ def interactive_confirm(yes: bool) -> Confirmation:
     async def ask(actions: list[Action]) -> bool:
         out.table(["collection", "name", "action", "why"], [(a.collection, a.name or "", a.action, a.reason or "") for a in actions], title="destructive steps")
         question = f"Drop or rebuild {plural(len(actions), 'index', 'indexes')}? An index is missing while it rebuilds."
-        # In a thread: the lock's heartbeat keeps running while the user reads.
-        return await asyncio.to_thread(click.confirm, question, default=False)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bool] = loop.create_future()
+
+        def prompt() -> None:
+            try:
+                said = bool(click.confirm(question, default=False))
+            except (click.Abort, EOFError, OSError):  # end of input, a closed terminal: no consent
+                said = False
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(said))
+
+        # a daemon thread: one left reading the terminal after a Ctrl-C must not hold the process open
+        threading.Thread(target=prompt, name="mongoshift-prompt", daemon=True).start()
+        while not answer.done():
+            if cancel is not None and cancel.is_set():
+                return False
+            await asyncio.wait({answer}, timeout=0.1)
+        return answer.result()
 
     return ask
 
@@ -100,10 +121,11 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         if report.conflicts:
             return int(ExitCode.CONVERGE_FAILED)
         return 0
-    confirm = interactive_confirm(yes)
     try:
         report = run_async(
-            lambda cancel: per_call(s, cancel=cancel).collections.converge(prune=prune, confirm=confirm, lock=Lock(not no_lock, wait), reason=reason),
+            lambda cancel: per_call(s, cancel=cancel).collections.converge(
+                prune=prune, confirm=interactive_confirm(yes, cancel), lock=Lock(not no_lock, wait), reason=reason
+            ),
             left_behind=CONVERGE_LEFT_BEHIND,
         )
     except MongoshiftError as exc:  # refused, failed, stopped by Ctrl-C or awaiting --yes: the steps and what became of them
