@@ -72,7 +72,14 @@ def interactive_confirm(yes: bool, cancel: CancelSignal | None = None) -> Confir
                 said = bool(click.confirm(question, default=False))
             except (click.Abort, EOFError, OSError):  # end of input, a closed terminal: no consent
                 said = False
-            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(said))
+            def settle() -> None:
+                if not answer.done():
+                    answer.set_result(said)
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # answered after the run ended (stopped at the prompt): nobody waits any more
+                pass
 
         # a daemon thread: one left reading the terminal after a Ctrl-C must not hold the process open
         threading.Thread(target=prompt, name="mongoshift-prompt", daemon=True).start()
