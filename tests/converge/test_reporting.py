@@ -96,6 +96,27 @@ def test_cli_lists_a_failed_batch_once_in_json_and_in_the_table(project, sync_cl
     assert "dup-value-7f3a" not in result.stdout + result.stderr  # the key value is never shown
 
 
+async def test_a_stop_while_the_declared_collections_are_read_ends_the_read(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C while converge read 300 collections said "stopping" and read on to the end; a dry run or check then
+    exited 0. The stop is checked before each collection is read: nothing more is read, nothing written (11)."""
+    from mongoshift.converge import inspection
+
+    s = settings_with(project, *({"name": f"c{i}", "indexes": [{"keys": {"a": 1}}]} for i in range(3)))
+    cancel = CancelSignal()
+    real, read = inspection._state, []
+
+    async def read_then_stop(db, declaration, info, *, probe):  # type: ignore[no-untyped-def]
+        read.append(declaration.name)
+        cancel.set("Ctrl-C")  # arrives while the first collection is read
+        return await real(db, declaration, info, probe=probe)
+
+    monkeypatch.setattr(inspection, "_state", read_then_stop)
+    with pytest.raises(RunAbortedError) as info:
+        await cv.converge(s, confirm=True, cancel=cancel)
+    assert "while reading the declared collections; nothing was written" in info.value.message
+    assert read == ["c0"] and "c0" not in await db.list_collection_names()
+
+
 async def test_a_stop_during_the_last_step_still_ends_the_run_as_stopped(project, db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C while the last createIndexes ran: the step finishes, and the run is stopped (11), as `up` is, not a success."""
     s = settings_with(project, {"name": "users", "indexes": [{"keys": {"a": 1}}]})

@@ -11,7 +11,7 @@ it or holds no valid version or revision at all. That probe is bounded in time a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -135,11 +135,22 @@ async def inspect(db: AsyncDatabase[Any], declaration: CollectionDeclaration, *,
 
 
 async def inspect_all(
-    db: AsyncDatabase[Any], declarations: Sequence[CollectionDeclaration], *, probe: bool = True
+    db: AsyncDatabase[Any],
+    declarations: Sequence[CollectionDeclaration],
+    *,
+    probe: bool = True,
+    check_stop: Callable[[], None] | None = None,
 ) -> dict[str, CollectionState]:
-    """Every declared collection's state, by name, from one ``listCollections`` (then per collection its indexes)."""
+    """Every declared collection's state, by name, from one ``listCollections`` (then per collection its indexes).
+
+    ``check_stop`` is called before each collection is read, so that a Ctrl-C ends a long read of many collections."""
     infos = await _infos(db, [d.name for d in declarations]) if declarations else {}
-    return {d.name: await _state(db, d, infos.get(d.name), probe=probe) for d in declarations}
+    states: dict[str, CollectionState] = {}
+    for d in declarations:
+        if check_stop is not None:
+            check_stop()
+        states[d.name] = await _state(db, d, infos.get(d.name), probe=probe)
+    return states
 
 
 async def _state(

@@ -72,9 +72,14 @@ REQUESTED_BY_LIMIT = 128
 REASON_LIMIT = 512
 
 
-async def _inspect_all(db: AsyncDatabase[Any], declarations: list[CollectionDeclaration]) -> dict[str, CollectionState]:
+def _reading_stop(session: Session) -> Callable[[], None]:
+    """Raises when the run must stop while the declared collections are read (before anything is written)."""
+    return lambda: session.check_stop(lambda reason: f"converge stopped ({reason}) while reading the declared collections; nothing was written")
+
+
+async def _inspect_all(session: Session, declarations: list[CollectionDeclaration]) -> dict[str, CollectionState]:
     try:
-        return await inspect_all(db, declarations)
+        return await inspect_all(session.db, declarations, check_stop=_reading_stop(session))
     except PyMongoError as exc:
         raise ConvergeFailedError(f"could not read the declared collections: {describe_error(exc)}", phase="plan") from None
 
@@ -83,7 +88,7 @@ async def plan_in_session(session: Session, *, prune: bool = False, check: bool 
     """Plan without writing anything (``--dry-run`` and ``--check``); no lock is needed."""
     began = time.monotonic()
     declarations = list(session.declarations().values())
-    p = plan(declarations, await _inspect_all(session.db, declarations), prune=prune)
+    p = plan(declarations, await _inspect_all(session, declarations), prune=prune)
     report = ConvergeReport(
         session.run.run_id, "check" if check else "dry-run", results=_planned(p), warnings=_warnings(p, declarations), declared=len(declarations)
     )
@@ -140,7 +145,7 @@ async def _converge(session: Session, report: ConvergeReport, *, prune: bool, ye
         session.check_stop(lambda reason: f"converge stopped ({reason}); the steps after it were skipped")
 
     try:
-        p = plan(declarations, await _inspect_all(db, declarations), prune=prune)
+        p = plan(declarations, await _inspect_all(session, declarations), prune=prune)
         report.results, report.warnings, report.declared = _planned(p), _warnings(p, declarations), len(declarations)
         if p.conflicts:
             raise ConvergeFailedError(
