@@ -337,3 +337,22 @@ def test_ctrl_c_at_the_destructive_prompt_stops_at_once_with_nothing_changed(pro
     assert "cancelled at the prompt: nothing was changed" in text, text
     assert "seen_1" in db.users.index_information()
     assert db["_mongoshift_locks"].count_documents({}) == 0  # released, not left for a takeover
+
+
+def test_a_ctrl_c_after_the_report_adds_no_second_json_document(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Ctrl-C once the run had ended (its signal handler gone) but before the process exited appended an "aborted"
+    error document after `converge --check --json`'s report: two documents, which no JSON parser reads."""
+    from mongoshift.cli import converge as command
+
+    declare(project)
+    real = command.render
+
+    def render_then_ctrl_c(report, **kwargs):  # type: ignore[no-untyped-def]
+        real(report, **kwargs)
+        raise KeyboardInterrupt  # the user's Ctrl-C, after the document was written
+
+    monkeypatch.setattr(command, "render", render_then_ctrl_c)
+    result = cli(project, "converge", "--check", "--json")
+    assert result.returncode == 11, result.stderr
+    document = json.loads(result.stdout)  # one document: the report
+    assert document["mode"] == "check" and "aborted" in result.stderr

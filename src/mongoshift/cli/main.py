@@ -41,7 +41,7 @@ from .converge import converge_command, interactive_confirm, render, render_fail
 from .dashboard import dashboard as dashboard_command
 from .lint import lint as lint_command
 from .models import collections_group
-from .output import Output, guard_stdout, release_stdout, shown_path, unguard_stdout
+from .output import Output, document_written, guard_stdout, release_stdout, shown_path, unguard_stdout
 from .squash import squash as squash_command
 from .tenants import across, requested, tenant_options
 
@@ -716,8 +716,10 @@ def not_utf8(exc: UnicodeEncodeError) -> ConfigInvalidError:
 def _main(args: list[str]) -> None:
     try:
         result = cli.main(args=args, prog_name="mongoshift", standalone_mode=False)
-    except click.exceptions.Abort:  # a "no" at a prompt, or a Ctrl-C before the run's own signal handler is in place
-        if "--json" in args:  # every failure one JSON document (rich is not loaded for it: a second Ctrl-C may be near)
+    except click.exceptions.Abort:  # a "no" at a prompt, or a Ctrl-C before (or after) the run's own signal handler is in place
+        # every failure one JSON document (rich is not loaded for it: a second Ctrl-C may be near); a Ctrl-C that came
+        # after the command wrote its document (once its run ended, while it was exiting) adds no second one
+        if "--json" in args and not document_written():
             Output.emit_json({"error": RunAbortedError("aborted").to_json()})
         print("aborted", file=sys.stderr)
         sys.exit(ExitCode.ABORTED)
@@ -770,7 +772,7 @@ def _stopped_at_once(args: list[str]) -> None:
     one ended): the second signal's exit, 130, without a traceback, and under ``--json`` still one document."""
     message = "stopped at once by a second SIGINT"
     try:
-        if "--json" in args:
+        if "--json" in args and not document_written():
             Output.emit_json({"error": {"code": int(ExitCode.SECOND_SIGNAL), "kind": "second_signal", "message": message}})
         print(f"mongoshift: {message}", file=sys.stderr)
     except KeyboardInterrupt:  # yet another one: the exit is all that is left to do

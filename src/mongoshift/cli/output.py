@@ -51,6 +51,8 @@ def _default(value: Any) -> Any:
 
 
 _stdout_failure: OSError | None = None
+#: JSON documents written on stdout since :func:`guard_stdout` (a command's run): a late Ctrl-C adds none.
+_documents = 0
 
 
 class _GuardedStdout:
@@ -107,10 +109,15 @@ class _GuardedStdout:
 
 def guard_stdout() -> None:
     """Let no failure to write stdout break a command (see :class:`_GuardedStdout`)."""
-    global _stdout_failure
-    _stdout_failure = None
+    global _stdout_failure, _documents
+    _stdout_failure, _documents = None, 0
     if not isinstance(sys.stdout, _GuardedStdout):
         sys.stdout = _GuardedStdout(sys.stdout)
+
+
+def document_written() -> bool:
+    """Whether this run already wrote its JSON document: under ``--json`` stdout holds one, never two."""
+    return _documents > 0
 
 
 def unguard_stdout() -> OSError | None:
@@ -287,9 +294,11 @@ class Output:
     def emit_json(document: Any) -> None:
         """The one JSON document, written and flushed (also from a signal handler about to exit),
         on the stdout that :func:`reserve_stdout` kept for it."""
+        global _documents
         stream = _reserved.stream if _reserved is not None else sys.stdout
         stream.write(json.dumps(document, default=_default, indent=2) + "\n")
         stream.flush()
+        _documents += 1
 
     def say(self, message: str) -> None:
         """A human line: stdout normally, stderr in JSON mode, nothing when quiet."""
