@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -48,48 +49,52 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
         out.say(f"{plural(unchanged, 'item')} already as declared")
 
 
-def interactive_confirm(yes: bool, cancel: CancelSignal | None = None) -> Confirmation:
-    """``--yes`` and the terminal as the API's one confirmation: True with ``--yes``, else a callback
-    that asks before destructive steps on a terminal, else False (they are refused).
+def interactive_confirm(yes: bool) -> Callable[[CancelSignal], Confirmation]:
+    """``--yes`` and the terminal as the API's one confirmation, given the run's stop signal: True with ``--yes``,
+    else a callback that asks before destructive steps on a terminal, else False (they are refused).
 
-    The question waits in a thread of its own, so the lock's heartbeat keeps running while the user reads,
-    and a Ctrl-C (``cancel``) at the prompt is the answer "no" at once (exit 11, nothing changed): the run
-    does not wait for a line that may never come, nor leave its lock behind for a second Ctrl-C."""
+    Called before the run (it reads the command line's options); the run's ``cancel`` is given to what it returns.
+    The question waits in a thread of its own, so the lock's heartbeat keeps running while the user reads, and a
+    Ctrl-C (``cancel``) at the prompt is the answer "no" at once (exit 11, nothing changed): the run does not wait
+    for a line that may never come, nor leave its lock behind for a second Ctrl-C."""
     out = output()
-    if yes:
-        return True
-    if not can_ask():
-        return False
+    if yes or not can_ask():
+        return lambda _cancel: yes
 
-    async def ask(actions: list[Action]) -> bool:
-        out.table(["collection", "name", "action", "why"], [(a.collection, a.name or "", a.action, a.reason or "") for a in actions], title="destructive steps")
-        question = f"Drop or rebuild {plural(len(actions), 'index', 'indexes')}? An index is missing while it rebuilds."
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[bool] = loop.create_future()
+    def bound(cancel: CancelSignal) -> Confirmation:
+        async def ask(actions: list[Action]) -> bool:
+            rows = [(a.collection, a.name or "", a.action, a.reason or "") for a in actions]
+            out.table(["collection", "name", "action", "why"], rows, title="destructive steps")
+            question = f"Drop or rebuild {plural(len(actions), 'index', 'indexes')}? An index is missing while it rebuilds."
+            loop = asyncio.get_running_loop()
+            answer: asyncio.Future[bool] = loop.create_future()
 
-        def prompt() -> None:
-            try:
-                said = bool(click.confirm(question, default=False))
-            except (click.Abort, EOFError, OSError):  # end of input, a closed terminal: no consent
-                said = False
-            def settle() -> None:
-                if not answer.done():
-                    answer.set_result(said)
+            def prompt() -> None:
+                try:
+                    said = bool(click.confirm(question, default=False))
+                except (click.Abort, EOFError, OSError):  # end of input, a closed terminal: no consent
+                    said = False
 
-            try:
-                loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # answered after the run ended (stopped at the prompt): nobody waits any more
-                pass
+                def settle() -> None:
+                    if not answer.done():
+                        answer.set_result(said)
 
-        # a daemon thread: one left reading the terminal after a Ctrl-C must not hold the process open
-        threading.Thread(target=prompt, name="mongoshift-prompt", daemon=True).start()
-        while not answer.done():
-            if cancel is not None and cancel.is_set():
-                return False
-            await asyncio.wait({answer}, timeout=0.1)
-        return answer.result()
+                try:
+                    loop.call_soon_threadsafe(settle)
+                except RuntimeError:  # answered after the run ended (stopped at the prompt): nobody waits any more
+                    pass
 
-    return ask
+            # a daemon thread: one left reading the terminal after a Ctrl-C must not hold the process open
+            threading.Thread(target=prompt, name="mongoshift-prompt", daemon=True).start()
+            while not answer.done():
+                if cancel.is_set():
+                    return False
+                await asyncio.wait({answer}, timeout=0.1)
+            return answer.result()
+
+        return ask
+
+    return bound
 
 
 @click.command(name="converge")
@@ -128,10 +133,11 @@ def converge_command(dry_run: bool, check: bool, prune: bool, yes: bool, no_lock
         if report.conflicts:
             return int(ExitCode.CONVERGE_FAILED)
         return 0
+    confirm = interactive_confirm(yes)
     try:
         report = run_async(
             lambda cancel: per_call(s, cancel=cancel).collections.converge(
-                prune=prune, confirm=interactive_confirm(yes, cancel), lock=Lock(not no_lock, wait), reason=reason
+                prune=prune, confirm=confirm(cancel), lock=Lock(not no_lock, wait), reason=reason
             ),
             left_behind=CONVERGE_LEFT_BEHIND,
         )

@@ -191,11 +191,12 @@ def up(
             ),
             judge=judge_run, result_json=lambda r: r.to_json(), prepare=imports_for_up(s, file, to),
         )
+    confirmation = interactive_confirm(yes)
     try:
         report = run_async(
             lambda cancel: per_call(s, cancel=cancel).up(
                 file, to=to, step=step, force=force, strict=strict or None, lock=Lock(not no_lock, wait),
-                converge=converge, confirm=interactive_confirm(yes, cancel), batch=label, ordered=ordered,
+                converge=converge, confirm=confirmation(cancel), batch=label, ordered=ordered,
             ),
             stopping=LINE_STOPPING,
         )
