@@ -424,3 +424,30 @@ def test_a_second_stop_speaks_of_a_lock_only_where_the_command_holds_one(project
     assert said, args
     assert ("lock this run held" in said[0]) is lock, said
     assert ("not recorded" in said[0]) is lock, said
+
+
+# Its own real Ctrl-C (a first one: the run stops at this migration's end, exit 11), and a second one from an
+# exit handler: it comes once the outcome is decided, printed and the process is ending (the driver closing
+# its connections), as a second Ctrl-C pressed a moment late does.
+CTRL_C_AT_THE_EXIT = """
+import atexit, os, signal
+
+def up(ctx):
+    atexit.register(os.kill, os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    ctx.cancelled.wait()
+"""
+
+
+def test_a_second_ctrl_c_while_the_process_ends_keeps_the_exit_code_it_printed(project, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """A second Ctrl-C that came after the run's outcome was printed, while the interpreter was exiting,
+    printed a KeyboardInterrupt traceback of the driver's shutdown, or ended the process by the signal
+    (130 in a shell) although the JSON document on stdout said 11: now the process ends with its code."""
+    project.add("0001_a.py", CTRL_C_AT_THE_EXIT)
+    proc = start_cli(project, "up", "--json")
+    stdout, stderr = proc.communicate(timeout=120)
+    error = json.loads(stdout)["error"]
+    assert error["code"] == 11 and error["kind"] == "aborted", stdout
+    assert proc.returncode == 11, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert records(sync_client, project)["0001_a.py"]["status"] == "failed"
