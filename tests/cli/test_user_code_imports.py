@@ -89,3 +89,16 @@ def test_a_declaration_file_that_raises_anything_while_importing_is_exit_6(proje
     (project.root / "collections" / "users.py").write_text(RAISES[raised], encoding="utf-8")
     error = _error(cli(project, "converge", "--dry-run", "--json"), 6, "config_invalid")
     assert "users.py: failed to import (line " in error["message"] and NAMES[raised] in error["message"]
+
+
+def test_a_hooks_module_with_a_syntax_error_names_its_problem_in_details(project, cli, sync_client) -> None:  # type: ignore[no-untyped-def]
+    """docs/exit-codes.md (12): a hooks module that does not import, or defines a hook that cannot be called, is
+    refused before anything runs, with ``details.problems``; a module that did not import had no details at all."""
+    project.add("0001_a.py", "def up(ctx):\n    pass\n")
+    (project.root / "hooks.py").write_text("def before_all(ctx):\n    pass\n\ndef broken(:\n", encoding="utf-8")
+    project.config.write_text(project.config.read_text(encoding="utf-8") + 'hooks = "hooks.py"\n', encoding="utf-8")
+    error = _error(cli(project, "up", "--json"), 12, "hook_failed")
+    assert "hooks.py failed to import: SyntaxError" in error["message"]
+    assert len(error["details"]["problems"]) == 1 and error["details"]["problems"][0].startswith("failed to import: SyntaxError")
+    assert _error(cli(project, "dry-run", "up", "--json"), 12, "hook_failed") == error
+    assert project.db not in sync_client.list_database_names()  # refused before anything was written

@@ -84,6 +84,7 @@ def _import(spec: str) -> ModuleType:
     except BaseException as exc:  # a module may raise anything while importing, even SystemExit
         if not own_failure(exc):
             raise
-        raise HookFailedError(f"hooks module {spec} failed to import: {describe_error(exc)}") from None
+        problem = f"failed to import: {describe_error(exc)}"
+        raise HookFailedError(f"hooks module {spec} {problem}", problems=[problem]) from None
     finally:
         sys.modules.pop("mongoshift_hooks", None)
