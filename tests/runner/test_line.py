@@ -340,6 +340,8 @@ async def test_a_body_that_never_looks_at_the_stop_runs_to_its_end_and_is_record
     assert info.value.exit_code == 11
     [result] = info.value.details["results"]
     assert (result["name"], result["status"]) == ("0001_whole.py", "applied")
+    # a --json reader learns it too: the result carries the warning the log line says (it had none)
+    assert result["warnings"] == ["0001_whole.py ran to its end after the stop was asked (it did not look at ctx.cancelled): recorded applied"]
     assert (await changelog(db))["0001_whole.py"]["status"] == "applied"
     assert "0002_never.py" not in await changelog(db)
     assert sorted(await tags(db)) == ["half", "rest"]

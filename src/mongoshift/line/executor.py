@@ -163,6 +163,8 @@ class Executor:
         self.waiting: list[dict[str, Any]] = []
         #: The step whose time ran out: a sync body still running in its thread never records it.
         self._timed_out: str | None = None
+        #: What was said of a step that ran to its end past a stop it never looked at: a warning of its result too.
+        self._past_stop: dict[tuple[str, str], str] = {}
         #: Warnings of the run as a whole (a migration a dead run left unfinished), for its report.
         self.warnings: list[str] = []
 
@@ -483,12 +485,9 @@ class Executor:
         done = "applied" if step.direction == "up" else "reverted"
         seen = isinstance(ctx.cancelled, BodyCancel) and ctx.cancelled.seen
         if not seen and self._timed_out != step.name:
-            log.warning(
-                "%s ran to its end after the stop was asked (it did not look at ctx.cancelled): recorded %s",
-                step.name,
-                done,
-                extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction},
-            )
+            said = f"{step.name} ran to its end after the stop was asked (it did not look at ctx.cancelled): recorded {done}"
+            self._past_stop[(step.name, step.direction)] = said
+            log.warning("%s", said, extra={"run_id": self.runtime.run.run_id, "migration": step.name, "direction": step.direction})
             return
         raise RunAbortedError(
             f"{step.name}: the run was asked to stop while it ran ({self.runtime.cancel.reason or 'cancelled'}) "
@@ -612,7 +611,8 @@ class Executor:
             raise error from exc
         duration = int((time.monotonic() - started) * 1000)
         status: Outcome = "applied" if step.direction == "up" else "reverted"
-        return MigrationResult(step.name, step.direction, status, batch, duration)
+        said = self._past_stop.pop((step.name, step.direction), None)  # --json: the result says it, not only stderr
+        return MigrationResult(step.name, step.direction, status, batch, duration, warnings=[said] if said else [])
 
     async def _background(self, step: Step, batch: int | None, results: list[MigrationResult]) -> MigrationResult:
         """A background file: up registers it (no document is touched), down registers its revert."""
