@@ -144,6 +144,24 @@ def test_strict_refuses_a_changed_file(project, cli) -> None:  # type: ignore[no
     assert cli(project, "up").returncode == 0  # not strict: a warning
 
 
+@pytest.mark.parametrize("command", [("up",), ("dry-run", "up"), ("up", "--strict")], ids=" ".join)
+def test_strict_from_the_project_file_names_the_setting_as_the_way_out(project, cli, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """With ``strict = true`` in the project file the refusal said "run without --strict": there was no flag to
+    leave out, and a run without one was refused the same way. It names the setting now; the flag alone, the flag."""
+    path = project.add("0001_a.py", QUICK)
+    assert cli(project, "up").returncode == 0
+    path.write_text(QUICK + "# edited\n")
+    assert "(restore them, or run without --strict)" in cli(project, "up", "--strict", "--json").stdout
+    project.write_config(strict=True)
+    result = cli(project, *command, "--json")
+    assert result.returncode == 4
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message == (
+        "applied migration files changed on disk: 0001_a.py (restore them, or turn the strict setting off: "
+        "strict = false in the project file, or MONGOSHIFT_STRICT=false)"
+    )
+
+
 #: Holds its migration until the test creates the file ``go`` beside the project (a bound of two minutes against a hang).
 HELD = """
 import pathlib, time

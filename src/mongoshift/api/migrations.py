@@ -142,6 +142,7 @@ async def _plan(
             out_of_order="allow" if target and not ordered else settings.out_of_order,
             ordered=ordered,
             stranded=stranded_files(settings.migrations_dir),
+            strict_from="setting" if settings.strict else "flag",
         )
     else:
         plan = plan_down(

@@ -285,18 +285,31 @@ def applied_out_of_order(records: dict[str, ChangelogRecord]) -> list[str]:
     return sorted(late)
 
 
+#: How to turn strict off, by where it came from: the flag, or the setting (the project file, the environment).
+STRICT_OFF = {
+    "flag": "run without --strict",
+    "setting": "turn the strict setting off: strict = false in the project file, or MONGOSHIFT_STRICT=false",
+}
+
+
 def checksum_warnings(
-    files: list[MigrationFile], records: dict[str, ChangelogRecord], *, strict: bool, stranded: Mapping[str, str] | None = None
+    files: list[MigrationFile],
+    records: dict[str, ChangelogRecord],
+    *,
+    strict: bool,
+    stranded: Mapping[str, str] | None = None,
+    strict_from: Literal["flag", "setting"] = "flag",
 ) -> list[str]:
     """Applied files changed since they ran: an error when strict, warnings otherwise; applied files missing
     from the folder, a warning in ``status``'s words (where a squash left them, from ``stranded``;
-    ``status --check`` fails on them with 8)."""
+    ``status --check`` fails on them with 8). ``strict_from``: where strict came from, for the way out the
+    error names (``strict = true`` in the project file has no ``--strict`` to leave out)."""
     rows = status_rows(files, records, stranded=stranded)
     changed = [r.name for r in rows if r.checksum == "mismatch"]
     if changed and strict:
         raise ChecksumMismatchError(
             f"applied migration files changed on disk: {', '.join(changed)} "
-            "(restore them, or run without --strict)",
+            f"(restore them, or {STRICT_OFF[strict_from]})",
             files=changed,
         )
     missing = missing_words(rows)
@@ -315,6 +328,7 @@ def plan_up(
     out_of_order: Literal["warn", "error", "allow"] = "warn",
     ordered: bool = False,
     stranded: Mapping[str, str] | None = None,
+    strict_from: Literal["flag", "setting"] = "flag",
 ) -> Plan:
     """What ``up`` applies. ``ordered`` (a queue driving one FILE at a time): refuse the file
     while a file that sorts before it is not applied, and judge it by ``out_of_order`` as a
@@ -326,7 +340,7 @@ def plan_up(
         raise ConfigInvalidError("give either a FILE or --to, not both")
     if force and not target:
         raise ConfigInvalidError("--force re-runs one named FILE; name it")
-    warnings = checksum_warnings(files, records, strict=strict, stranded=stranded)
+    warnings = checksum_warnings(files, records, strict=strict, stranded=stranded, strict_from=strict_from)
     raw = records
     records, squashes = fold_squashes(files, records)
 
