@@ -61,6 +61,14 @@ def test_status_check(pending: int, said: str) -> None:
     assert status_verdict([_row("0001_a.py", "applied")]) is None  # 0 pending: nothing to say
 
 
+def test_status_check_names_the_failed_migrations_among_the_pending() -> None:
+    """A failed migration counts as pending (exit 2), and 'status --check' said only "3 migrations pending": CI's
+    log did not say that one of them had failed, nor which (the table's summary says "(1 failed)")."""
+    rows = [_row("0001_a.py", "applied"), _row("0002_b.py", "failed"), _row("0003_c.py", "pending"), _row("0004_d.py", "pending")]
+    verdict = status_verdict(rows)
+    assert verdict is not None and clean(verdict[1]) == "3 migrations pending (1 failed: 0002_b.py)"
+
+
 @pytest.mark.parametrize(("tenants", "said"), [(0, "0 tenants: "), (1, "1 tenant: 1 done"), (2, "2 tenants: 2 done")])
 def test_tenants_summary(tenants: int, said: str) -> None:
     for command in ("up", "down"):

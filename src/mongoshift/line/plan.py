@@ -116,7 +116,10 @@ def status_verdict(rows: list[StatusRow], settings: Settings | None = None, *, s
         return ExitCode.BACKGROUND_FAILED, f"background migrations failed: {', '.join(failed)} (see 'mongoshift background status')"
     pending = [r.name for r in rows if r.pending]
     if pending:
-        return ExitCode.PENDING, f"{plural(len(pending), 'migration')} pending"
+        # a failed one counts as pending (it runs again with the next 'up'), but CI should name it, not only count it
+        failed_line = [r.name for r in rows if r.pending and r.state == "failed"]
+        named = f" ({len(failed_line)} failed: {', '.join(failed_line)})" if failed_line else ""
+        return ExitCode.PENDING, f"{plural(len(pending), 'migration')} pending{named}"
     unfinished = [r.name for r in rows if r.background not in (None, "completed")]
     if unfinished:
         return ExitCode.BACKGROUND_PENDING, (
