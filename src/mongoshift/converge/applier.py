@@ -144,7 +144,7 @@ class Applier:
                 results.append(ActionResult(action, "skipped", "an earlier action of this collection failed"))
             elif stopped := self._stop_now():
                 listed = {id(r.action) for r in results}
-                why = f"converge stopped before this step ({stopped})"
+                why = stopped  # the stop's own words (converge stopped (...); the steps after it were skipped)
                 results += [
                     ActionResult(a, "skipped", why) if a.changing else ActionResult(a, "ok")
                     for a in actions
