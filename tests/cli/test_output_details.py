@@ -134,3 +134,15 @@ def test_demo_refuses_connection_and_project_flags_it_would_ignore(tmp_path, cli
     assert code == 6 and stdout == "" and started == []
     flag = next(f for f in flags if f.startswith("--"))
     assert f"{flag} would be ignored" in stderr
+
+
+def test_the_demo_shows_the_status_before_up_before_ups_own_lines(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The "before" table came after the lines `up` logs while it applies (taken before, printed after)."""
+    both = io.StringIO()  # stdout and stderr in one stream, as a terminal shows them
+    monkeypatch.setattr("sys.stdout", both)
+    monkeypatch.setattr("sys.stderr", both)
+    run_demo(Output(), orders_count=400)
+    lines = both.getvalue().splitlines()
+    before = lines.index("before 'mongoshift up'")
+    applying = next(i for i, line in enumerate(lines) if "applying 20260101000000_create_users.py" in line)
+    assert before < applying < lines.index("mongoshift up")

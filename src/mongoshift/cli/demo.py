@@ -179,19 +179,20 @@ def run_demo(out: Output, orders_count: int = ORDERS) -> None:
             try:
                 await seed_orders(client, orders_count)
                 before = await api.status(settings)
+                if not out.json_mode:  # before 'up' prints its own lines, so that they follow this table
+                    _show_status(out, before, "before 'mongoshift up'")
                 report = await api.up(settings)
                 after = await api.status(settings)
                 user = await client[DEMO_DB].users.find_one({"email": "ada@example.com"}, {"_id": 0})
             finally:
                 await client.close()
-            return {"before": before, "report": report, "after": after, "user": user}
+            return {"report": report, "after": after, "user": user}
 
         out.say(f"seeding {orders_count:,} orders for the background migration ...")
         result = asyncio.run(scenario())
         report = result["report"]
         assert isinstance(report, api.RunReport)
         if not out.json_mode:
-            _show_status(out, result["before"], "before 'mongoshift up'")
             out.table(
                 ["migration", "status", "batch", "duration", "note"],
                 [(r.name, r.status, r.batch, f"{r.duration_ms} ms", r.reason or "") for r in report.results],

@@ -309,11 +309,13 @@ class Output:
             return
         message = strip_controls(message)
         if self.json_mode:
-            print(message, file=sys.stderr)
+            print(message, file=sys.stderr, flush=True)
         elif self.out.is_terminal:
             self.out.print(escape(message))
         else:
-            print(message)
+            # Flushed: stdout into a file or a pipe is block-buffered, so a line held back would land after
+            # the log lines printed (to stderr) after it when both go to one file (``> log 2>&1``).
+            print(message, flush=True)
 
     def progress(self, message: str, **fields: Any) -> None:
         """A line about work under way, on stderr (stdout keeps the table or the JSON document): a JSON line
@@ -379,3 +381,4 @@ class Output:
         print("\t".join(columns))
         for row in cells:
             print("\t".join(row))
+        sys.stdout.flush()  # before the next line on stderr, as :meth:`say` does
