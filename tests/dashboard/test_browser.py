@@ -147,6 +147,24 @@ async def test_a_page_says_when_its_live_stream_is_lost_and_when_it_is_back(regi
         await bounded(page.close(), "closing the page")
 
 
+async def test_a_page_whose_migration_is_gone_says_so_not_that_the_dashboard_cannot_be_reached(registered, db, browser) -> None:  # type: ignore[no-untyped-def]
+    """A migration whose state went while its page was open left the live part empty; and when the stream came back
+    to a 404, the page said the dashboard could not be reached, though it answered."""
+    dash = served(registered)
+    async with dash:
+        page = await bounded(browser.new_page(), "opening a page")
+        await page.goto(f"{dash.url}/migrations/{NAME}")
+        await page.locator('body[data-live="open"]').wait_for(timeout=WAIT_MS)
+        await bounded(db["_mongoshift_background"].delete_one({"_id": NAME}), "removing the migration's state")
+        await page.locator('#live [data-testid="not-registered"]').wait_for(timeout=WAIT_MS)
+        port = dash.sock.getsockname()[1]
+    async with served(registered, port=port):  # the page's stream comes back to this name's 404
+        await page.locator('body[data-live="gone"]').wait_for(timeout=WAIT_MS)
+        assert NAME in await page.locator('[data-testid="stream-gone"]').inner_text()
+        assert not await page.locator('[data-testid="stream-lost"]').is_visible()
+        await bounded(page.close(), "closing the page")
+
+
 async def test_a_failed_migration_shows_its_error_without_document_values(project, db, browser, shots) -> None:  # type: ignore[no-untyped-def]
     project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
     await seed(db.people, 20)
