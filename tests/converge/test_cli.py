@@ -212,9 +212,9 @@ def test_a_step_that_still_differs_after_converge_is_said_once(project, cli, mon
     real = orchestrator.inspect_all
     states: dict[str, object] = {}
 
-    async def before_the_steps(db, declarations, *, probe: bool = True, check_stop=None):  # type: ignore[no-untyped-def]
+    async def before_the_steps(db, declarations, *, probe: bool = True, check_stop=None, violations: bool = False):  # type: ignore[no-untyped-def]
         if not states:
-            states.update(await real(db, declarations, probe=probe, check_stop=check_stop))
+            states.update(await real(db, declarations, probe=probe, check_stop=check_stop, violations=violations))
         return states
 
     monkeypatch.setattr(orchestrator, "inspect_all", before_the_steps)

@@ -596,3 +596,28 @@ async def test_min_guard_counts_a_wrong_typed_version_as_below(project, db, stor
 
     await db.docs.update_one({"n": 3}, {"$set": {"__v": 2}}, bypass_document_validation=True)
     assert (await cv.plan_converge(v2)).conflicts == []
+
+
+async def test_a_new_strict_validator_that_existing_documents_fail_is_a_warning(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Converging a strict validator onto legacy data said nothing of the documents that fail it: collMod does not
+    check them, and each one's next update was then refused (121) in production. The plan now warns, naming the
+    collection, never a document or its id; a validator that every document passes, or a moderate one, does not."""
+    await db.users.insert_many([{"_id": 1, "email": "a@x"}, {"_id": "s2", "email": None}, {"_id": 3}])
+    validator = {"$jsonSchema": {"bsonType": "object", "required": ["email"], "properties": {"email": {"bsonType": "string"}}}}
+    strict = settings_with(project, {"name": "users", "validator": validator})
+    plan = await cv.plan_converge(strict)
+    [warning] = [w for w in plan.warnings if "does not match" in w]
+    assert warning.startswith("users: ") and "next update" in warning and "validation_level" in warning, warning
+    assert "s2" not in str(plan.to_json()) and "a@x" not in str(plan.to_json())
+
+    moderate = settings_with(project, {"name": "users", "validator": validator, "validation_level": "moderate"})
+    assert not [w for w in (await cv.plan_converge(moderate)).warnings if "does not match" in w]
+    warn = settings_with(project, {"name": "users", "validator": validator, "validation_action": "warn"})
+    assert not [w for w in (await cv.plan_converge(warn)).warnings if "does not match" in w]
+
+    report = await cv.converge(strict)  # a warning, not a refusal: the validator is set
+    assert report.success and any("does not match" in w for w in report.warnings)
+    await db.users.update_many({}, {"$set": {"email": "fixed"}}, bypass_document_validation=True)
+    assert (await cv.plan_converge(strict)).in_sync
+    other = {"$jsonSchema": {"bsonType": "object", "required": ["email"]}}
+    assert not [w for w in (await cv.plan_converge(settings_with(project, {"name": "users", "validator": other}))).warnings if "does not match" in w]

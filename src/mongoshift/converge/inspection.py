@@ -5,8 +5,8 @@ function: the collection's kind and options (``listCollections``, one for every
 declared collection of a run), its indexes
 (``listIndexes``), its shard key (``config.collections``, when readable) and,
 when a versioning ``min`` is being raised, whether any document is still below
-it or holds no valid version or revision at all. That probe is bounded in time and returns a yes/no, never a document or an
-``_id``.
+it or holds no valid version or revision at all; when a plan is made, whether a document fails a strict validator
+about to be set. Those probes are bounded in time and return a yes/no, never a document or an ``_id``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ Kind = Literal["missing", "collection", "view", "timeseries"]
 
 #: How long the "is any document below the new min?" probe may run.
 PROBE_MAX_TIME_MS = 60_000
+#: How long the "does a document fail the new validator?" check may run: it only warns, so it is kept short.
+VIOLATION_MAX_TIME_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,14 @@ class MinProbe:
     error: str | None = None
     #: The field the document found fails on: the version, or the revision (the rule requires both).
     field: str | None = None
+
+
+@dataclass(frozen=True)
+class ViolationProbe:
+    """Whether a document fails the validator about to be set: found, none, or unknown (``error``)."""
+
+    found: bool | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class CollectionState:
     #: The minimum version the server's validator enforces now (0: none).
     version_minimum: int = 0
     probe: MinProbe | None = None
+    #: Set when the declared validator would refuse existing documents' next updates (strict, not warn).
+    violations: ViolationProbe | None = None
 
     @property
     def exists(self) -> bool:
@@ -123,6 +135,30 @@ async def probe_below(
     return MinProbe(minimum, True, field=field_name if not valid_version or revision_field is None else revision_field)
 
 
+async def probe_violation(
+    db: AsyncDatabase[Any], name: str, validator: Mapping[str, Any], *, max_time_ms: int = VIOLATION_MAX_TIME_MS
+) -> ViolationProbe:
+    """Whether one document fails ``validator``; counted on the server (at most one), so no document or id is read."""
+    try:
+        found = await db[name].count_documents({"$nor": [dict(validator)]}, limit=1, maxTimeMS=max_time_ms)
+    except ExecutionTimeout:
+        return ViolationProbe(None, f"the check did not finish within {max_time_ms / 1000:g}s")
+    except OperationFailure as exc:
+        return ViolationProbe(None, f"the check failed: {exc.code} {type(exc).__name__}")
+    return ViolationProbe(found > 0)
+
+
+def _refuses_updates(declaration: CollectionDeclaration, server: ValidatorSpec) -> ValidatorSpec | None:
+    """The declared validator when it changes and would refuse an update of a document that fails it, else None.
+
+    Only ``strict`` checks every update (``moderate`` lets a document that already fails it be updated), and only
+    an action other than ``warn`` refuses the write."""
+    wanted = declaration.validator_spec()
+    if wanted is None or wanted.empty or wanted.same_as(server) or wanted.level != "strict" or wanted.action == "warn":
+        return None
+    return wanted
+
+
 async def _infos(db: AsyncDatabase[Any], names: Sequence[str]) -> dict[str, Mapping[str, Any]]:
     """What ``listCollections`` reports for these collections, by name: one command, however many."""
     return {info["name"]: info async for info in await db.list_collections(filter={"name": {"$in": list(names)}})}
@@ -140,21 +176,23 @@ async def inspect_all(
     *,
     probe: bool = True,
     check_stop: Callable[[], None] | None = None,
+    violations: bool = False,
 ) -> dict[str, CollectionState]:
     """Every declared collection's state, by name, from one ``listCollections`` (then per collection its indexes).
 
-    ``check_stop`` is called before each collection is read, so that a Ctrl-C ends a long read of many collections."""
+    ``check_stop`` is called before each collection is read, so that a Ctrl-C ends a long read of many collections.
+    ``violations``: also ask whether a document fails a strict validator about to be set (the plan warns of it)."""
     infos = await _infos(db, [d.name for d in declarations]) if declarations else {}
     states: dict[str, CollectionState] = {}
     for d in declarations:
         if check_stop is not None:
             check_stop()
-        states[d.name] = await _state(db, d, infos.get(d.name), probe=probe)
+        states[d.name] = await _state(db, d, infos.get(d.name), probe=probe, violations=violations)
     return states
 
 
 async def _state(
-    db: AsyncDatabase[Any], declaration: CollectionDeclaration, info: Mapping[str, Any] | None, *, probe: bool
+    db: AsyncDatabase[Any], declaration: CollectionDeclaration, info: Mapping[str, Any] | None, *, probe: bool, violations: bool = False
 ) -> CollectionState:
     name = declaration.name
     if info is None:
@@ -179,6 +217,9 @@ async def _state(
         minimum = versioning_minimum(validator.validator, versioning.field)
         if probe and versioning.min > minimum:
             result = await probe_below(db, name, versioning.field, versioning.min, revision_field=versioning.revision_field)
+    violation: ViolationProbe | None = None
+    if violations and (result is None or result.found is False) and (wanted := _refuses_updates(declaration, validator)) is not None:
+        violation = await probe_violation(db, name, wanted.validator)
     key = await _shard_key(db, name)
     return CollectionState(
         name,
@@ -190,4 +231,5 @@ async def _state(
         shard_key_spec=key or (),
         version_minimum=minimum,
         probe=result,
+        violations=violation,
     )

@@ -43,8 +43,10 @@ def _planned(p: Plan) -> list[ActionResult]:
 
 
 def _warnings(p: Plan, declarations: list[CollectionDeclaration]) -> list[str]:
-    """Notes on the plan: undeclared twins accepted, and an empty index list that prunes everything."""
+    """Notes on the plan: undeclared twins accepted, stored documents that fail a new validator, and an empty index
+    list that prunes everything."""
     warnings = [a.describe() for a in p.actions if (a.action == "unchanged" and a.reason) or a.reason == DROPS_OWN_RULES]
+    warnings += [f"{a.collection}: {a.warning}" for a in p.actions if a.warning]
     for declaration in declarations:
         if declaration.indexes != () or declaration.index_specs():
             continue
@@ -79,7 +81,7 @@ def _reading_stop(session: Session) -> Callable[[], None]:
 
 async def _inspect_all(session: Session, declarations: list[CollectionDeclaration]) -> dict[str, CollectionState]:
     try:
-        return await inspect_all(session.db, declarations, check_stop=_reading_stop(session))
+        return await inspect_all(session.db, declarations, check_stop=_reading_stop(session), violations=True)
     except PyMongoError as exc:
         raise ConvergeFailedError(f"could not read the declared collections: {describe_error(exc)}", phase="plan") from None
 

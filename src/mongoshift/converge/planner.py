@@ -58,6 +58,8 @@ class Action:
     changes: tuple[str, ...] = ()
     #: A rebuild that replaces a server index of another name: the one dropped first.
     replaces: str | None = None
+    #: What the plan warns of about this step (it goes ahead): documents that fail a validator about to be set.
+    warning: str | None = field(default=None, compare=False)
 
     @property
     def changing(self) -> bool:
@@ -165,8 +167,25 @@ def _validator_actions(declaration: CollectionDeclaration, state: CollectionStat
             state.validator.validator, (versioning.field, versioning.revision_field)
         ):
             reason = DROPS_OWN_RULES
-        actions.append(Action(name, "validator", "modify", reason=reason, before=state.validator.document(), after=wanted.document()))
+        actions.append(
+            Action(name, "validator", "modify", reason=reason, before=state.validator.document(), after=wanted.document(),
+                   warning=_violation_warning(state, wanted))
+        )
     return actions
+
+
+def _violation_warning(state: CollectionState, wanted: ValidatorSpec) -> str | None:
+    """What to say when documents already stored fail the validator about to be set (collMod does not check them)."""
+    probe = state.violations
+    if probe is None or probe.found is False:
+        return None
+    settings = f'validation_level "{wanted.level}", validation_action "{wanted.action}"'
+    if probe.found is None:
+        return f"could not tell whether a stored document fails the new validator ({probe.error}); under {settings} its next update would be refused"
+    return (
+        f"at least one stored document does not match the new validator: under {settings} the next update of such a "
+        'document is refused until it matches; fix those documents first, or declare validation_level = "moderate" (or validation_action = "warn") until then'
+    )
 
 
 def _index_actions(declaration: CollectionDeclaration, state: CollectionState, *, prune: bool) -> list[Action]:
