@@ -621,3 +621,17 @@ async def test_a_new_strict_validator_that_existing_documents_fail_is_a_warning(
     assert (await cv.plan_converge(strict)).in_sync
     other = {"$jsonSchema": {"bsonType": "object", "required": ["email"]}}
     assert not [w for w in (await cv.plan_converge(settings_with(project, {"name": "users", "validator": other}))).warnings if "does not match" in w]
+
+
+async def test_a_missing_collection_whose_name_differs_in_case_only_from_one_stored_is_a_warning(project, db) -> None:  # type: ignore[no-untyped-def]
+    """Declaring ``users`` on a legacy database whose data is in ``Users`` created a second, empty collection beside it,
+    with the indexes and validator meant for the data, without a word. The plan now names the stored collection."""
+    await db.Users.insert_one({"email": "a@x"})
+    s = settings_with(project, {"name": "users", "indexes": [{"keys": {"email": 1}}]})
+    plan = await cv.plan_converge(s)
+    [warning] = [w for w in plan.warnings if "case" in w]
+    assert warning.startswith("users: ") and "'Users'" in warning, warning
+    assert [(a.target, a.action) for a in plan.drift] == [("collection", "create"), ("index", "create")]
+    report = await cv.converge(s)  # a warning, not a refusal: the names are two collections to the server
+    assert report.success and any("case" in w for w in report.warnings)
+    assert not [w for w in (await cv.plan_converge(s)).warnings if "case" in w]  # 'users' exists now: it is the one declared

@@ -105,10 +105,10 @@ async def test_a_stop_while_the_declared_collections_are_read_ends_the_read(proj
     cancel = CancelSignal()
     real, read = inspection._state, []
 
-    async def read_then_stop(db, declaration, info, *, probe, violations=False):  # type: ignore[no-untyped-def]
+    async def read_then_stop(db, declaration, info, **kwargs):  # type: ignore[no-untyped-def]
         read.append(declaration.name)
         cancel.set("Ctrl-C")  # arrives while the first collection is read
-        return await real(db, declaration, info, probe=probe, violations=violations)
+        return await real(db, declaration, info, **kwargs)
 
     monkeypatch.setattr(inspection, "_state", read_then_stop)
     with pytest.raises(RunAbortedError) as info:

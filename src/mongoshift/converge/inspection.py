@@ -11,10 +11,12 @@ about to be set. Those probes are bounded in time and return a yes/no, never a d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bson.regex import Regex
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
 
@@ -70,6 +72,8 @@ class CollectionState:
     probe: MinProbe | None = None
     #: Set when the declared validator would refuse existing documents' next updates (strict, not warn).
     violations: ViolationProbe | None = None
+    #: Other collections whose names differ from this one's in case only (to the server, other collections).
+    case_twins: tuple[str, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -159,15 +163,25 @@ def _refuses_updates(declaration: CollectionDeclaration, server: ValidatorSpec) 
     return wanted
 
 
+def _same_but_case(name: str, other: str) -> bool:
+    return other != name and re.fullmatch(re.escape(name), other, re.IGNORECASE) is not None
+
+
 async def _infos(db: AsyncDatabase[Any], names: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-    """What ``listCollections`` reports for these collections, by name: one command, however many."""
-    return {info["name"]: info async for info in await db.list_collections(filter={"name": {"$in": list(names)}})}
+    """What ``listCollections`` reports for these collections, by name, and for those whose names differ from
+    theirs in case only (a legacy ``Users`` beside a declared ``users``): one command, however many."""
+    patterns = [Regex(f"^{re.escape(name)}$", "i") for name in names]
+    return {info["name"]: info async for info in await db.list_collections(filter={"name": {"$in": patterns}})}
+
+
+def _twins(name: str, infos: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    return tuple(sorted(other for other in infos if _same_but_case(name, other)))
 
 
 async def inspect(db: AsyncDatabase[Any], declaration: CollectionDeclaration, *, probe: bool = True) -> CollectionState:
     """Read one declared collection's state; probe for old documents only when ``min`` goes up."""
     infos = await _infos(db, [declaration.name])
-    return await _state(db, declaration, infos.get(declaration.name), probe=probe)
+    return await _state(db, declaration, infos.get(declaration.name), probe=probe, twins=_twins(declaration.name, infos))
 
 
 async def inspect_all(
@@ -187,16 +201,22 @@ async def inspect_all(
     for d in declarations:
         if check_stop is not None:
             check_stop()
-        states[d.name] = await _state(db, d, infos.get(d.name), probe=probe, violations=violations)
+        states[d.name] = await _state(db, d, infos.get(d.name), probe=probe, violations=violations, twins=_twins(d.name, infos))
     return states
 
 
 async def _state(
-    db: AsyncDatabase[Any], declaration: CollectionDeclaration, info: Mapping[str, Any] | None, *, probe: bool, violations: bool = False
+    db: AsyncDatabase[Any],
+    declaration: CollectionDeclaration,
+    info: Mapping[str, Any] | None,
+    *,
+    probe: bool,
+    violations: bool = False,
+    twins: tuple[str, ...] = (),
 ) -> CollectionState:
     name = declaration.name
     if info is None:
-        return CollectionState(name, "missing")
+        return CollectionState(name, "missing", case_twins=twins)
     kind = _kind(info)
     options = info.get("options") or {}
     validator = ValidatorSpec.from_options(options)

@@ -58,7 +58,8 @@ class Action:
     changes: tuple[str, ...] = ()
     #: A rebuild that replaces a server index of another name: the one dropped first.
     replaces: str | None = None
-    #: What the plan warns of about this step (it goes ahead): documents that fail a validator about to be set.
+    #: What the plan warns of about this step (it goes ahead): stored documents that fail a validator about to be
+    #: set, a collection to create beside one whose name differs in case only.
     warning: str | None = field(default=None, compare=False)
 
     @property
@@ -279,7 +280,16 @@ def plan_collection(declaration: CollectionDeclaration, state: CollectionState, 
         after: dict[str, Any] = {}
         if wanted_validator is not None and not wanted_validator.empty:
             after = wanted_validator.document()
-        actions = [Action(name, "collection", "create", after=after)]
+        twin = None
+        if state.case_twins:
+            stored = " and ".join(repr(t) for t in state.case_twins)
+            one = len(state.case_twins) == 1
+            twin = (
+                f"no collection {name!r} exists, but {stored} {'does' if one else 'do'} (names that differ in case only are "
+                f"other collections): converge creates {name!r} beside {'it' if one else 'them'}; if the declaration means "
+                f"{'that one' if one else 'one of them'}, write its name as stored"
+            )
+        actions = [Action(name, "collection", "create", after=after, warning=twin)]
         actions += [Action(name, "index", "create", spec.name, after=_index_document(spec)) for spec in declaration.index_specs(state.shard_key_spec)]
         return actions
     actions = []
