@@ -356,3 +356,17 @@ def test_a_ctrl_c_after_the_report_adds_no_second_json_document(project, cli, mo
     assert result.returncode == 11, result.stderr
     document = json.loads(result.stdout)  # one document: the report
     assert document["mode"] == "check" and "aborted" in result.stderr
+
+
+def test_the_prompt_names_what_the_destructive_steps_do() -> None:
+    """A plan that only drops asked "Drop or rebuild 1 index? An index is missing while it rebuilds.": there is no
+    rebuild, and no gap. The question names the steps it is about."""
+    from mongoshift.cli.converge import question
+    from mongoshift.converge.planner import Action
+
+    drop = Action("audit", "index", "drop", "x_1")
+    rebuild = Action("users", "index", "rebuild", "seen_1")
+    assert question([drop]) == "Drop 1 index?"
+    assert question([drop, drop]) == "Drop 2 indexes?"
+    assert question([rebuild]) == "Rebuild 1 index? It is missing while it rebuilds."
+    assert question([drop, rebuild]) == "Drop or rebuild 2 indexes? An index is missing while it rebuilds."

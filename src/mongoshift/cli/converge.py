@@ -49,6 +49,16 @@ def render(report: ConvergeReport, *, title: str | None = None) -> None:
         out.say(f"{plural(unchanged, 'item')} already as declared")
 
 
+def question(actions: list[Action]) -> str:
+    """What the prompt asks before destructive steps: it names what they do (a drop leaves no gap to mention)."""
+    rebuilds = sum(1 for a in actions if a.action == "rebuild")
+    count = plural(len(actions), "index", "indexes")
+    if not rebuilds:
+        return f"Drop {count}?"
+    gap = "An index is missing while it rebuilds." if len(actions) > 1 else "It is missing while it rebuilds."
+    return f"{'Rebuild' if rebuilds == len(actions) else 'Drop or rebuild'} {count}? {gap}"
+
+
 def interactive_confirm(yes: bool) -> Callable[[CancelSignal], Confirmation]:
     """``--yes`` and the terminal as the API's one confirmation, given the run's stop signal: True with ``--yes``,
     else a callback that asks before destructive steps on a terminal, else False (they are refused).
@@ -65,13 +75,13 @@ def interactive_confirm(yes: bool) -> Callable[[CancelSignal], Confirmation]:
         async def ask(actions: list[Action]) -> bool:
             rows = [(a.collection, a.name or "", a.action, a.reason or "") for a in actions]
             out.table(["collection", "name", "action", "why"], rows, title="destructive steps")
-            question = f"Drop or rebuild {plural(len(actions), 'index', 'indexes')}? An index is missing while it rebuilds."
+            asked = question(actions)
             loop = asyncio.get_running_loop()
             answer: asyncio.Future[bool] = loop.create_future()
 
             def prompt() -> None:
                 try:
-                    said = bool(click.confirm(question, default=False))
+                    said = bool(click.confirm(asked, default=False))
                 except (click.Abort, EOFError, OSError):  # end of input, a closed terminal: no consent
                     said = False
 
