@@ -484,6 +484,27 @@ class Tree(Plant):
     assert [(i["keys"], i.get("unique", False)) for i in vehicles] == [({"wheels": 1}, False), ({"gears": 1}, True)]  # wheels once
 
 
+def test_a_ttl_index_mongoengine_puts_cls_in_front_of_says_how_to_leave_it_out(project: Project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A one-field TTL index in a class that allows inheritance was refused as "expireAfterSeconds (TTL) needs a
+    single-field ... index", naming no keys: MongoEngine had put _cls first, which the user never wrote. The error
+    now shows the keys and the way out ("cls": False in the index's meta entry), and that entry generates."""
+    source = '''
+import mongoengine as me
+
+
+class Event(me.Document):
+    at = me.DateTimeField()
+    meta = {"collection": "events", "allow_inheritance": True, "indexes": [{"fields": ["at"], "expireAfterSeconds": 60, "name": "ttl"}]}
+'''
+    write_models(project, source)
+    result = cli(project, "collections", "generate", "--models", f"{PACKAGE}.models")
+    assert result.returncode == 49, result.stderr
+    assert "index ttl" in result.stderr and "_cls" in result.stderr and '"cls": False' in result.stderr, result.stderr
+    write_models(project, source.replace('"name": "ttl"}', '"name": "ttl", "cls": False}'))
+    assert cli(project, "collections", "generate", "--models", f"{PACKAGE}.models").returncode == 0
+    assert {"keys": {"at": 1}, "name": "ttl", "expireAfterSeconds": 60} in declared(project, "events")["indexes"]
+
+
 COMMENTED = '''
 import datetime
 from typing import Optional

@@ -425,7 +425,16 @@ def _mongoengine_indexes(cls: Any) -> list[dict[str, Any]]:
         data["keys"] = [list(pair) for pair in spec["fields"]]
         if data.get("sparse") is False:
             data.pop("sparse")
-        indexes.append(_index(_path(cls), data))
+        try:
+            indexes.append(_index(_path(cls), data))
+        except ModelsInvalidError as exc:
+            if not (cls._meta.get("allow_inheritance") and data["keys"] and data["keys"][0][0] == "_cls"):
+                raise
+            keys = ", ".join(f"{name}: {direction}" for name, direction in data["keys"])
+            raise ModelsInvalidError(
+                f"{exc.message} (its keys are {{{keys}}}: MongoEngine puts _cls first in an index of a class that allows "
+                'inheritance; "cls": False in the index\'s meta entry leaves it out)'
+            ) from None
     if cls._meta.get("allow_inheritance") and cls._meta.get("index_cls", True) and not any(next(iter(i["keys"])) == "_cls" for i in indexes):
         indexes.append(_index(_path(cls), {"keys": {"_cls": 1}}))
     return indexes
