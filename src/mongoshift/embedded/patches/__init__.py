@@ -50,6 +50,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
   converted by pymongo's decoder, plain replies encoded as they are, (bv) a sequence document over 16 MiB refused
+- :mod:`.views`: (bi) a view listed as a view, (cv) reads through a view run its pipeline on its source,
+  writes to it are refused
 - :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown
 
 (ak), the server process's garbage-collector threshold, is set by ``server.run``: it is no patch.
@@ -158,6 +160,7 @@ def apply() -> None:
     indexes.patch_unique_index_builds()  # (ax), outside (s): it takes only plain 1/-1 keys, which (s) passes through
     indexes.patch_compound_unique_checks()  # (ay), over (ai)'s compound index keys
     indexes.patch_single_field_unique_nulls()  # (bj)
+    views.patch_view_reads_and_writes()  # (cv), before (r): its cursors' ids are widened there too
     wire.patch_int64_cursor_ids()  # (r)
     wire.patch_cursor_batches()  # (bo)
     wire.patch_tls_refused()  # (ci)
