@@ -93,6 +93,34 @@ async def test_a_view_on_a_view_runs_both_pipelines_innermost_first(people) -> N
     assert sorted(await people.adults.distinct("initial")) == ["a", "e"]
 
 
+async def test_a_view_read_by_lookup_union_with_and_facet_is_resolved(people) -> None:
+    await people.orders.insert_many(
+        [{"_id": "o1", "who": 1, "total": 5}, {"_id": "o2", "who": OID, "total": 7}, {"_id": "o3", "who": 6, "total": None}, {"_id": "o4"}]
+    )
+    # By fields, from a view of $match stages; by a pipeline, from the view that sets fields.
+    await people.create_collection("open_orders", viewOn="orders", pipeline=[{"$match": {"total": {"$ne": None}}}])
+    joined = people.orders.aggregate(
+        [
+            {"$lookup": {"from": "active", "let": {"w": "$who"}, "pipeline": [{"$match": {"$expr": {"$eq": ["$_id", "$$w"]}}}], "as": "by"}},
+            {"$lookup": {"from": "open_orders", "localField": "who", "foreignField": "who", "as": "same"}},
+            {"$project": {"by": "$by.initial", "same": "$same._id"}},
+            {"$sort": {"_id": 1}},
+        ]
+    )
+    assert [doc async for doc in await joined] == [
+        {"_id": "o1", "by": ["a"], "same": ["o1"]},
+        {"_id": "o2", "by": [], "same": ["o2"]},  # cy is not active
+        {"_id": "o3", "by": ["f"], "same": []},  # its own total is null: not an open order
+        {"_id": "o4", "by": [], "same": []},
+    ]
+    union = people.open_orders.aggregate([{"$unionWith": "active"}, {"$unionWith": {"coll": "active", "pipeline": [{"$count": "n"}]}}])
+    assert [doc["initial"] if "initial" in doc else doc.get("n", doc.get("_id")) async for doc in await union] == [
+        "o1", "o2", "a", "b", "d", "e", "f", 5,
+    ]
+    facet = people.orders.aggregate([{"$limit": 1}, {"$facet": {"n": [{"$unionWith": "active"}, {"$count": "n"}]}}])
+    assert [doc async for doc in await facet] == [{"n": [{"n": 6}]}]
+
+
 async def test_every_write_to_a_view_is_refused_and_nothing_is_written(people) -> None:
     refusal = f"Namespace {people.name}.active is a view, not a collection"
     # insert, update and delete: a write error (166) for the statement tried, which stops an ordered command.

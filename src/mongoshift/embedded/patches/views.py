@@ -44,6 +44,8 @@ _FIND_CURSOR = ("batchSize", "singleBatch")
 #: The find options an aggregate has no place for: mongod refuses them on a view (168 InvalidPipelineOperator).
 _FIND_ONLY = ("min", "max", "returnKey", "showRecordId", "tailable", "awaitData", "noCursorTimeout", "allowPartialResults", "oplogReplay")
 INVALID_PIPELINE_OPERATOR = 168
+#: The stages that read another collection, or hold pipelines that may.
+_NESTING = frozenset({"$lookup", "$unionWith", "$facet"})
 
 
 # (cv) A view was an ordinary collection: mongoeco keeps a view's viewOn and pipeline as options
@@ -60,6 +62,8 @@ INVALID_PIPELINE_OPERATOR = 168
 # $match, an $unwind of each prefix of its key's path, an $exists $match and an $addToSet. The aggregate is run as
 # mongoeco runs any command (the request's session, transaction and read concern), and a
 # cursor's namespace is the view's, so getMore and killCursors name the view as on mongod. The
+# A view that a $lookup or a $unionWith reads (in any pipeline, a view's own and a $facet's included) is
+# replaced by its source and its stages, as mongod resolves it (inner_views). The
 # refusals are answered before anything is written; drop is untouched (it drops only the
 # view). A chain deeper than 20 views (a cycle) answers 165 ViewDepthLimitExceeded.
 def patch_view_reads_and_writes() -> None:
@@ -77,6 +81,9 @@ def patch_view_reads_and_writes() -> None:
         views: dict[str, Any] = engine._collection_options.get(context.db_name) or {}
         options = views.get(name)
         if not options or "viewOn" not in options:
+            if context.command_name == "aggregate" and _nests_a_view(views, context.command_document.get("pipeline")):
+                resolved = {**context.command_document, "pipeline": inner_views(views, context.command_document["pipeline"])}
+                return await original(self, dataclasses.replace(context, command_document=resolved))
             return await original(self, context)
         if context.command_name in _STATEMENTS:
             return _refused_statements(context.command_document, _STATEMENTS[context.command_name], f"{context.db_name}.{name}")
@@ -89,6 +96,8 @@ def patch_view_reads_and_writes() -> None:
         source, pipeline = resolve(views, name)
         body = context.command_document
         command = _aggregate(context.command_name, body, source, pipeline)
+        if _nests_a_view(views, command["pipeline"]):
+            command["pipeline"] = inner_views(views, command["pipeline"])
         database = self._client.get_database(context.db_name)
         # As mongoeco runs a find or an aggregate: the request's session, transaction and execution context.
         result = await _execute_database_command(database, _as_aggregate(context, command))  # type: ignore[no-untyped-call]
@@ -120,11 +129,65 @@ def resolve(views: dict[str, Any], name: str) -> tuple[str, list[Any]]:
             return name, pipeline
         pipeline = list(options.get("pipeline") or []) + pipeline
         name = str(options["viewOn"])
+    raise _too_deep()
+
+
+def _too_deep() -> Exception:
     from ._support import failure
 
-    raise failure(
+    return failure(
         f"View depth too deep or view cycle detected. Maximum depth is {MAX_VIEW_DEPTH}", VIEW_DEPTH_LIMIT_EXCEEDED, "ViewDepthLimitExceeded"
     )
+
+
+def _is_view(views: dict[str, Any], name: object) -> bool:
+    return isinstance(name, str) and "viewOn" in (views.get(name) or {})
+
+
+def _nests_a_view(views: dict[str, Any], stages: object) -> bool:
+    """Whether ``stages`` may read another collection ($lookup, $unionWith, $facet) in a database that has a view."""
+    if not isinstance(stages, list) or not any(isinstance(o, dict) and "viewOn" in o for o in views.values()):
+        return False
+    return any(isinstance(stage, dict) and not _NESTING.isdisjoint(stage) for stage in stages)
+
+
+def inner_views(views: dict[str, Any], stages: list[Any], depth: int = 0) -> list[Any]:
+    """``stages`` with each view that a $lookup or $unionWith reads (in a $facet too, at any depth) replaced by
+    its source and its pipeline, as mongod resolves it. A $lookup by localField/foreignField from a view whose
+    stages are not all $match is left as it is: mongoeco matches the fields before a $lookup's pipeline, and
+    only $match stages may run after that match and give mongod's answer."""
+    if depth > MAX_VIEW_DEPTH:
+        raise _too_deep()
+    out: list[Any] = []
+    for stage in stages:
+        if not isinstance(stage, dict) or len(stage) != 1:
+            out.append(stage)
+            continue
+        ((operator, spec),) = stage.items()
+        if operator == "$lookup" and isinstance(spec, dict):
+            spec = dict(spec)
+            if isinstance(spec.get("pipeline"), list):
+                spec["pipeline"] = inner_views(views, spec["pipeline"], depth + 1)
+            if _is_view(views, spec.get("from")):
+                source, viewed = resolve(views, spec["from"])
+                viewed = inner_views(views, viewed, depth + 1)
+                by_fields = "localField" in spec or "foreignField" in spec
+                if not by_fields or all(isinstance(s, dict) and list(s) == ["$match"] for s in viewed):
+                    spec["from"], spec["pipeline"] = source, viewed + list(spec.get("pipeline") or [])
+            out.append({operator: spec})
+        elif operator == "$unionWith" and isinstance(spec, (str, dict)):
+            spec = {"coll": spec} if isinstance(spec, str) else dict(spec)
+            if isinstance(spec.get("pipeline"), list):
+                spec["pipeline"] = inner_views(views, spec["pipeline"], depth + 1)
+            if _is_view(views, spec.get("coll")):
+                source, viewed = resolve(views, spec["coll"])
+                spec["coll"], spec["pipeline"] = source, inner_views(views, viewed, depth + 1) + list(spec.get("pipeline") or [])
+            out.append({operator: spec})
+        elif operator == "$facet" and isinstance(spec, dict):
+            out.append({operator: {k: inner_views(views, v, depth + 1) if isinstance(v, list) else v for k, v in spec.items()}})
+        else:
+            out.append(stage)
+    return out
 
 
 def _refusal(db_name: str, name: str) -> Exception:
