@@ -385,3 +385,29 @@ async def test_a_pipeline_update_that_changes_only_a_type_is_written(db) -> None
     stored = {d["_id"]: d async for d in db.t.find()}
     assert type(stored[1]["n"]) is Int64 and stored[1]["f"] == Decimal128("2.5")
     assert type(stored[3]["sub"]["n"]) is float and type(stored[4]["n"]) is int
+
+
+async def test_push_and_add_to_set_leave_out_a_missing_value(db) -> None:
+    """(cw) mongod's $push and $addToSet skip a document whose field is missing; a stored null is pushed."""
+    await db.t.insert_many(
+        [
+            {"_id": 1, "k": "a"},
+            {"_id": "2", "k": "a", "note": "x"},
+            {"_id": 3.0, "k": "a", "note": None},
+            {"_id": 4, "k": "b", "sub": {"y": 1}},
+            {"_id": 5, "k": "b", "sub": [{"y": 2}, {}]},
+            {"_id": 6, "k": "b", "sub": "flat"},
+        ]
+    )
+    rows = db.t.aggregate(
+        [
+            {"$sort": {"k": 1, "_id": 1}},
+            {"$group": {"_id": "$k", "p": {"$push": "$note"}, "s": {"$addToSet": "$note"}, "y": {"$push": "$sub.y"}, "n": {"$sum": 1}}},
+            {"$set": {"s": {"$sortArray": {"input": "$s", "sortBy": 1}}}},
+            {"$sort": {"_id": 1}},
+        ]
+    )
+    assert [doc async for doc in await rows] == [
+        {"_id": "a", "p": [None, "x"], "s": [None, "x"], "y": [], "n": 3},
+        {"_id": "b", "p": [], "s": [], "y": [1, [2]], "n": 3},
+    ]

@@ -33,7 +33,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's,
   (bx) ObjectIds by their bytes in one call, (ck) binaries in mongod's order (length, subtype, bytes)
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
-- :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``
+- :mod:`.aggregation`: (ac) ``$out`` and database-level ``aggregate``, (cw) a missing value left out of ``$push`` and ``$addToSet``
 - :mod:`.type_names`: (cj) the BSON type names of ``$type``, in aggregation expressions and in queries
 - :mod:`.scans`: (ae) the ``_id`` order, (af) ``_id`` range scans, (ag) ``_id`` ``$in`` by lookup
 - :mod:`.counts`: (ap) ``count_documents``' aggregate counted inside the engine, without a ``$group`` stream,
@@ -170,6 +170,7 @@ def apply() -> None:
     queries.patch_let_evaluated()  # (ab)
     aggregation.patch_database_aggregate()  # (ac)
     aggregation.patch_out_stage()  # (ac), outside (q): the change-stream shim never sees $out
+    aggregation.patch_accumulated_missing_values()  # (cw)
     views.patch_view_listing()  # (bi)
     indexes.patch_index_listing()  # (cr)
     replica_set.patch_replica_set()  # (u)-(y), (ad): outside every other fix of execute_prepared, it sees each command whole

@@ -1,4 +1,5 @@
-"""Aggregation fixes: ``$out`` and database-level ``aggregate`` (ac)."""
+"""Aggregation fixes: ``$out`` and database-level ``aggregate`` (ac); a missing value left out of ``$push`` and
+``$addToSet`` (cw)."""
 
 from __future__ import annotations
 
@@ -154,3 +155,39 @@ def patch_out_stage() -> None:
 
     WireSpecialCommandHandlers.dispatch = dispatch
 
+
+
+# (cw) A $push or $addToSet of a field a document lacks added null: {$group: {_id: "$k", v: {$push: "$note"}}}
+# gave [null, "x"] for {k: 1} and {k: 1, note: "x"}, where mongod skips a missing value and gives ["x"]
+# (a migration collecting an optional field, or checking which documents hold it, saw nulls that no
+# document stores). accumulators._apply_accumulators evaluates each accumulator's expression with the
+# evaluator that turns a missing value into null. A $push or $addToSet whose expression is a field
+# path ("$a", "$a.b") now leaves out the documents where that path is missing, as mongod's
+# accumulators do; a null stored in the document is still pushed. Other expressions are untouched.
+def patch_accumulated_missing_values() -> None:
+    from mongoeco.core.aggregation import accumulators, runtime
+
+    from ._support import replace_everywhere
+
+    original = accumulators._apply_accumulators
+    coerce = accumulators._coerce_accumulator_specs
+    resolve_path, missing = runtime._resolve_aggregation_field_path, runtime._MISSING
+    collecting = ("$push", "$addToSet")
+
+    def apply_accumulators(bucket: Any, accumulator_specs: Any, document: Any, *args: Any, **kwargs: Any) -> None:
+        specs = coerce(accumulator_specs)
+        absent = [
+            field
+            for field, operator, expression in specs
+            if operator in collecting
+            and isinstance(expression, str)
+            and expression.startswith("$")
+            and not expression.startswith("$$")
+            and resolve_path(document, expression[1:]) is missing
+        ]
+        if absent:
+            specs = tuple(spec for spec in specs if spec[0] not in absent)
+        original(bucket, specs, document, *args, **kwargs)
+
+    apply_accumulators.__wrapped__ = original  # type: ignore[attr-defined]
+    replace_everywhere(accumulators, "_apply_accumulators", apply_accumulators)
