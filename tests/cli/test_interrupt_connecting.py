@@ -33,3 +33,20 @@ def test_ctrl_c_during_server_selection_stops_at_once_with_exit_11(tmp_path, com
     error = json.loads(stdout)["error"]
     assert error["kind"] == "aborted" and error["code"] == 11
     assert "while connecting to MongoDB at 127.0.0.1:1, 127.0.0.1:2; nothing was done" in error["message"]
+
+
+def test_a_ctrl_c_before_the_command_handles_it_says_so(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Ctrl-C before a command's own handler was in place printed a bare "aborted" (no "error:", no cause), and
+    the JSON document's message said only "aborted"."""
+    from mongoshift.cli import app
+
+    def ctrl_c(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt  # the user's Ctrl-C while the settings are read
+
+    monkeypatch.setattr(app, "load_settings", ctrl_c, raising=False)
+    monkeypatch.setattr("mongoshift.project.settings.load_settings", ctrl_c)
+    result = cli(project, "status", "--json")
+    assert result.returncode == 11, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "aborted" and error["message"] == "aborted (SIGINT)"
+    assert "error: aborted (SIGINT)" in result.stderr.splitlines()

@@ -717,12 +717,13 @@ def not_utf8(exc: UnicodeEncodeError) -> ConfigInvalidError:
 def _main(args: list[str]) -> None:
     try:
         result = cli.main(args=args, prog_name="mongoshift", standalone_mode=False)
-    except click.exceptions.Abort:  # a "no" at a prompt, or a Ctrl-C before (or after) the run's own signal handler is in place
+    except click.exceptions.Abort as exc:  # a "no" at a prompt, or a Ctrl-C before (or after) the run's own signal handler is in place
         # every failure one JSON document (rich is not loaded for it: a second Ctrl-C may be near); a Ctrl-C that came
         # after the command wrote its document (once its run ended, while it was exiting) adds no second one
+        said = "aborted (SIGINT)" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted"
         if "--json" in args and not document_written():
-            Output.emit_json({"error": RunAbortedError("aborted").to_json()})
-        print("aborted", file=sys.stderr)
+            Output.emit_json({"error": RunAbortedError(said).to_json()})
+        print(f"error: {said}", file=sys.stderr)
         sys.exit(ExitCode.ABORTED)
     except click.exceptions.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
