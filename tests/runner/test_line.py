@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -112,6 +113,28 @@ async def test_broken_file_fails_before_anything_is_written(project, db) -> None
         await command.up(project.settings())
     assert await tags(db) == []
     assert await changelog(db) == {}
+
+
+async def test_every_broken_file_is_named_not_only_the_first(project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    """Exit 20 names each broken file a run would import (one edit per file, not one run per file), in the
+    message and in ``details``, from ``up``, ``dry-run up`` and the Python API alike; nothing is written."""
+    project.add("0001_ok.py", ASYNC_INSERT.format(tag="ok"))
+    project.add("0002_syntax.py", "def up(ctx)\n    pass\n")
+    project.add("0003_import.py", "import mongoshift_no_such_module\ndef up(ctx):\n    pass\n")
+    project.add("0004_no_up.py", "description = 'nothing'\n")
+    broken = ["0002_syntax.py", "0003_import.py", "0004_no_up.py"]
+    with pytest.raises(InvalidExportError) as info:
+        await command.up(project.settings())
+    assert info.value.details["files"] == broken
+    assert [p.split(":")[0] for p in info.value.details["problems"]] == broken
+    assert all(name in info.value.message for name in broken)
+    for args in (("up",), ("dry-run", "up")):
+        result = cli(project, "--json", *args)
+        assert result.returncode == 20, result.stderr
+        error = json.loads(result.stdout)["error"]
+        assert error["details"]["files"] == broken and "must define a function up(ctx)" in error["message"]
+        assert all(name in result.stderr for name in broken)
+    assert await tags(db) == [] and await changelog(db) == {}
 
 
 async def test_down_without_down_is_irreversible(project, db) -> None:  # type: ignore[no-untyped-def]

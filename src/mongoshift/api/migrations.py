@@ -23,7 +23,7 @@ from ..line.plan import Plan, StatusRow, plan_down, plan_up, status_rows
 from ..project.changelog import next_batch_after
 from ..project.declarations import Declarations
 from ..project.events import Event, Observer
-from ..project.loader import import_first, load, resolve_name
+from ..project.loader import import_first, load_all, resolve_name
 from ..project.lock import LockHolder
 from ..project.run import CancelSignal
 from ..project.run_log import RunLogLine, RunLogWriter, read_run_log
@@ -373,8 +373,7 @@ def _imports_rolled_back(
             plan = selection(session.files, await session.changelog.records())
         except MongoshiftError:
             return
-        for step in plan.steps:
-            load(step.file)
+        load_all(step.file for step in plan.steps)
         imported.load_hooks(session)
 
     return imported_first

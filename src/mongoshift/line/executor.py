@@ -43,7 +43,7 @@ from ..errors import (
 )
 from ..project.changelog import Changelog, RecordWrite
 from ..project.events import end_fields
-from ..project.loader import load
+from ..project.loader import load_all
 from ..project.migration_log import MigrationLog, correlated
 from ..project.redaction import describe_error, describe_transform_error, redact
 from ..project.run import BodyCancel
@@ -374,9 +374,9 @@ class Executor:
         )
 
     def _prepare(self, steps: list[Step]) -> None:
-        """Import every file first: a broken file fails the run before anything is written."""
+        """Import every file first: a broken file fails the run before anything is written (every broken one named)."""
+        load_all(step.file for step in steps)
         for step in steps:
-            load(step.file)
             if step.file.background is not None:  # the declarations are read (imported) only by a run that needs them
                 self.background.align(step.file)
             if step.direction == "down" and step.file.irreversible:

@@ -403,7 +403,8 @@ def load(item: MigrationFile) -> MigrationFile:
     try:
         module = source_module(module_name, item.path)
     except ImportError:
-        raise InvalidExportError(f"{item.name}: cannot be imported as a Python module", file=item.name) from None
+        problem = "cannot be imported as a Python module"
+        raise InvalidExportError(f"{item.name}: {problem}", file=item.name, problems=[problem]) from None
     try:
         run_source(module, item.path)
     except ValidationError as exc:
@@ -413,9 +414,8 @@ def load(item: MigrationFile) -> MigrationFile:
         if not own_failure(exc):
             raise
         where = _where(exc, item.path)
-        raise InvalidExportError(
-            f"{item.name}: failed to import{where}: {_what(exc)}", file=item.name
-        ) from None
+        problem = f"failed to import{where}: {_what(exc)}"
+        raise InvalidExportError(f"{item.name}: {problem}", file=item.name, problems=[problem]) from None
     finally:
         sys.modules.pop(module_name, None)
     if item.is_squash:
@@ -555,14 +555,43 @@ def refuse_irreversible(files: list[MigrationFile], target: str) -> None:
             raise IrreversibleMigrationError(f"{name} has no down(ctx): it cannot be rolled back", file=name)
 
 
+def load_all(items: Iterable[MigrationFile]) -> None:
+    """Import every one of ``items``, going on past a broken one: a run refused for a broken file (exit 20)
+    names every broken file it would run, not only the first, so that one look fixes them all. One broken
+    file keeps its own error; several make one, with each file's problems in ``details.problems``."""
+    broken: list[InvalidExportError] = []
+    seen: set[str] = set()
+    for item in items:
+        if item.name in seen:  # redo runs one file twice, down then up: named once
+            continue
+        seen.add(item.name)
+        try:
+            load(item)
+        except InvalidExportError as exc:
+            broken.append(exc)
+    if len(broken) == 1:
+        raise broken[0]
+    if broken:
+        names = [str(exc.details.get("file")) for exc in broken]
+        problems = [
+            f"{exc.details.get('file')}: {problem}" for exc in broken for problem in exc.details.get("problems") or [exc.message]
+        ]
+        raise InvalidExportError(
+            f"{len(broken)} migration files are broken: {'; '.join(exc.message for exc in broken)}",
+            file=names[0],
+            files=names,
+            problems=problems,
+        )
+
+
 def import_first(files: list[MigrationFile], *, target: str | None = None, to: str | None = None, applied: Iterable[str] = ()) -> None:
     """Import every file an ``up`` may run (``target`` alone, or those up to ``to``; none in ``applied``)
-    before the run writes anything: a file that does not import fails the command (exit 20, naming it)
-    before the lock or the changelog exist, and across tenants once, not in every tenant."""
+    before the run writes anything: a file that does not import fails the command (exit 20, naming every
+    such file) before the lock or the changelog exist, and across tenants once, not in every tenant."""
     done = set(applied)
     only = None if target is None else (target if target.endswith(".py") else target + ".py")
     last = None if to is None else (to if to.endswith(".py") else to + ".py")
-    for item in files:
-        if item.name in done or (only is not None and item.name != only) or (last is not None and item.name > last):
-            continue
-        load(item)
+    load_all(
+        item for item in files
+        if not (item.name in done or (only is not None and item.name != only) or (last is not None and item.name > last))
+    )
