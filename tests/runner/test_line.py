@@ -305,6 +305,32 @@ def test_a_server_without_transactions_exits_15(standalone_project, cli) -> None
     assert "replica set" in result.stderr
 
 
+async def test_a_server_without_transactions_is_refused_before_anything_runs(standalone_project, standalone_db, cli) -> None:  # type: ignore[no-untyped-def]
+    """Every transactional file of the run is named up front (exit 15), by ``up`` and ``dry-run up`` alike: the
+    files before the first one are not applied (the run used to apply them, then stop half way at it)."""
+    from mongoshift.errors import TransactionsUnsupportedError
+
+    standalone_project.add("0001_plain.py", ASYNC_INSERT.format(tag="plain"))
+    standalone_project.add("0002_txn.py", TRANSACTIONAL)
+    standalone_project.add("0003_plain.py", ASYNC_INSERT.format(tag="later"))
+    standalone_project.add("0004_txn.py", TRANSACTIONAL.replace("async def", "def").replace("await ", ""))
+    with pytest.raises(TransactionsUnsupportedError) as info:
+        await command.up(standalone_project.settings())
+    assert info.value.details["files"] == ["0002_txn.py", "0004_txn.py"]
+    assert "0002_txn.py, 0004_txn.py" in info.value.message and "nothing was run" in info.value.message
+    for args in (("up",), ("dry-run", "up")):
+        result = cli(standalone_project, "--json", *args)
+        assert result.returncode == 15, result.stderr
+        assert json.loads(result.stdout)["error"]["details"]["files"] == ["0002_txn.py", "0004_txn.py"]
+    assert await tags(standalone_db) == [] and await changelog(standalone_db) == {}
+    # the setting asks for them too: the message names it as a way out
+    standalone_project.write_config(use_transaction=True)
+    result = cli(standalone_project, "dry-run", "up", "0001_plain")
+    assert result.returncode == 15 and "use_transaction setting" in result.stderr
+    assert cli(standalone_project, "up", "0001_plain").returncode == 15
+    assert await tags(standalone_db) == []
+
+
 @pytest.mark.parametrize("policy", ["abort", "warn"])
 async def test_lost_lock_stops_or_warns(project, db, policy: str, lock_lost_seen) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.errors import LockLostError

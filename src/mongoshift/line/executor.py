@@ -174,6 +174,7 @@ class Executor:
         await self._left_unfinished(plan)
         self._prepare(plan.steps)
         await self._refuse_one_way(plan.steps)
+        await self._refuse_without_transactions(plan.steps)
         await self._fetch_sync_uri(plan.steps)
         await self._note_plan(plan.steps)
         if not plan.steps:
@@ -316,6 +317,7 @@ class Executor:
         """
         self._prepare(plan.steps)
         await self._refuse_one_way(plan.steps)
+        await self._refuse_without_transactions(plan.steps)
         planned: dict[str, str] = {}
         for index, step in enumerate(plan.steps):
             stop = await self._requirements(step, planned=planned)
@@ -424,6 +426,24 @@ class Executor:
         for step in steps:
             if step.direction == "down" and step.file.background is not None:
                 await self.background.refuse_one_way(step.name, step.file.background, leaving)
+
+    async def _refuse_without_transactions(self, steps: list[Step]) -> None:
+        """A file that runs in a transaction (its ``use_transaction``, or the setting) on a server without them
+        (a standalone server) is refused before the first step runs, naming every such file of the plan: met
+        only when the run reached it, the files before it were applied and the run stopped half way (exit 15)."""
+        wanting = [step for step in steps if step.file.background is None and not step.file.is_squash and self._transactional_step(step)]
+        if not wanting or await self.session.transactions_supported():
+            return
+        names = list(dict.fromkeys(step.name for step in wanting))  # redo runs one file down, then up
+        by_setting = [step.name for step in wanting if step.file.use_transaction is None]
+        way_out = "set use_transaction = False in " + ("it" if len(names) == 1 else "them")
+        if by_setting:
+            way_out += " or turn the use_transaction setting off (use_transaction = false in the project file, or MONGOSHIFT_USE_TRANSACTION=false)"
+        raise TransactionsUnsupportedError(
+            f"this server does not support transactions (a standalone server), and {plural(len(names), 'migration')} of this run "
+            f"{'asks' if len(names) == 1 else 'ask'} for one: {', '.join(names)}; nothing was run: use a replica set, or {way_out}",
+            files=names,
+        )
 
     def _note_lock_lost(self) -> None:
         """``on_lock_lost = "warn"``: the lost lock said once, in the log and in the run's warnings (``--json``)."""

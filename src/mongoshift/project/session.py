@@ -40,7 +40,7 @@ from .loader import MigrationFile, discover
 from .lock import LeaseLock
 from .own_collections import check_own_collections
 from .run import CancelSignal, RunInfo, run_info
-from .server_errors import from_pymongo
+from .server_errors import from_pymongo, transactions_unsupported
 from .settings import Settings
 from .uri_source import resolve_uri
 
@@ -187,6 +187,23 @@ class Session:
             lock_id=lock_id,
             on_lost=on_lost,
         )
+
+    async def transactions_supported(self) -> bool:
+        """Whether the server runs transactions, asked the way a migration's transaction would find out: one read of
+        the changelog in a transaction, aborted (nothing is written). Only a refusal of the transaction itself (a
+        standalone server) says no; any other failure says yes, leaving it to the run to meet as before."""
+        try:
+            async with self.client.start_session() as session:
+                await session.start_transaction()
+                try:
+                    await self.db[self.settings.changelog_collection].find_one({}, session=session)
+                finally:
+                    await session.abort_transaction()
+        except PyMongoError as exc:
+            if transactions_unsupported(exc):
+                return False
+            log.debug("the probe for transactions failed (%s): the run finds out", type(exc).__name__)
+        return True
 
     def lock_lost(self) -> bool:
         """The run's lock was lost and ``on_lock_lost = "abort"``: nothing more may be recorded as done."""
