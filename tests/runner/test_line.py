@@ -137,6 +137,35 @@ async def test_every_broken_file_is_named_not_only_the_first(project, db, cli) -
     assert await tags(db) == [] and await changelog(db) == {}
 
 
+async def test_strict_refuses_to_roll_back_or_redo_a_changed_file(project, db, cli) -> None:  # type: ignore[no-untyped-def]
+    """Strict (the flag or the setting) holds for ``down``, ``redo`` and ``dry-run down`` as for ``up``: a file changed
+    since it was applied is neither undone nor run again on a guess (exit 4, naming it); without strict, a warning."""
+    from mongoshift.errors import ChecksumMismatchError
+
+    project.add("0001_a.py", ASYNC_INSERT.format(tag="a"))
+    project.add("0002_b.py", ASYNC_INSERT.format(tag="b"))
+    await command.up(project.settings())
+    project.add("0002_b.py", ASYNC_INSERT.format(tag="b") + "# edited after it was applied\n")
+    before = await changelog(db)
+    for call in (lambda s: command.down(s, strict=True), lambda s: command.redo(s, strict=True), lambda s: command.dry_run(s, "down", strict=True)):
+        with pytest.raises(ChecksumMismatchError) as info:
+            await call(project.settings())
+        assert info.value.details["files"] == ["0002_b.py"] and "without --strict" in info.value.message
+    for args in (("down", "--strict"), ("redo", "--strict"), ("dry-run", "down", "--strict"), ("redo", "0001_a", "--strict")):
+        result = cli(project, "--json", *args)
+        assert result.returncode == 4, (args, result.stderr)
+        assert json.loads(result.stdout)["error"]["details"]["files"] == ["0002_b.py"]
+    project.write_config(strict=True)
+    for args in (("down",), ("redo",), ("dry-run", "down")):
+        result = cli(project, *args)
+        assert result.returncode == 4 and "strict setting off" in result.stderr, (args, result.stderr)
+    assert await changelog(db) == before and await tags(db) == ["a", "b"]
+    project.write_config()
+    report = await command.redo(project.settings())  # without strict: redo is how a changed file runs again, said
+    assert report.warnings == ["0002_b.py changed on disk after it was applied (checksum mismatch)"]
+    assert [(r.name, r.status) for r in report.results] == [("0002_b.py", "reverted"), ("0002_b.py", "applied")]
+
+
 async def test_down_without_down_is_irreversible(project, db) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_oneway.py", "async def up(ctx):\n    pass\n")
     s = project.settings()

@@ -146,7 +146,8 @@ async def _plan(
         )
     else:
         plan = plan_down(
-            session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered, stranded=stranded_files(settings.migrations_dir)
+            session.files, records, target=target, batch=batch, steps=steps, to=to, ordered=ordered, stranded=stranded_files(settings.migrations_dir),
+            strict=settings.strict if strict is None else strict, strict_from="setting" if settings.strict else "flag",
         )
     plan.next_batch = next_batch_after(records)
     return plan
@@ -410,13 +411,14 @@ async def down(
     lock: Lock = DEFAULT_LOCK,
     ordered: bool = False,
     checksums: Mapping[str, str] | None = None,
+    strict: bool | None = None,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
     """One-shot :meth:`Mongoshift.down <mongoshift.api.session.Mongoshift.down>` (:func:`down_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
-    return await down_in(project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums)
+    return await down_in(project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums, strict=strict)
 
 
 async def down_in(
@@ -429,11 +431,13 @@ async def down_in(
     lock: Lock = DEFAULT_LOCK,
     ordered: bool = False,
     checksums: Mapping[str, str] | None = None,
+    strict: bool | None = None,
 ) -> RunReport:
     """Roll back the last batch, or what a selector names; ``ordered``: FILE only when nothing after it is applied.
 
-    ``checksums``: as for :func:`up_in`."""
-    checked_flags(ordered=ordered)
+    ``checksums``: as for :func:`up_in`. ``strict`` (default: the setting): refuse while an applied file changed
+    on disk (:class:`~mongoshift.errors.ChecksumMismatchError`), as ``up`` does."""
+    checked_flags(ordered=ordered, **_unless_none(strict=strict))
     checksums = _checked_checksums(checksums, project.settings)
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
@@ -444,7 +448,7 @@ async def down_in(
 
     imported = _Imported()
     async with _writing(project, checked_lock(lock), "down", before_writes=_imports_rolled_back(selection, imported)) as session:
-        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered)
+        plan = await _plan(session, "down", target=target, batch=batch, steps=steps, to=to, ordered=ordered, strict=strict)
         _check_unchanged(plan, checksums)
         return await _execute(session, "down", plan, hooks=imported.hooks)
 
@@ -455,25 +459,34 @@ async def redo(
     *,
     lock: Lock = DEFAULT_LOCK,
     checksums: Mapping[str, str] | None = None,
+    strict: bool | None = None,
     cancel: CancelSignal | None = None,
     observers: Iterable[Observer] = (),
     client: AsyncMongoClient[Any] | None = None,
 ) -> RunReport:
     """One-shot :meth:`Mongoshift.redo <mongoshift.api.session.Mongoshift.redo>` (:func:`redo_in`)."""
     project = one_shot(settings, client=client, observers=observers, cancel=cancel)
-    return await redo_in(project, target=target, lock=lock, checksums=checksums)
+    return await redo_in(project, target=target, lock=lock, checksums=checksums, strict=strict)
 
 
-async def redo_in(project: Project, *, target: str | None = None, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
+async def redo_in(
+    project: Project, *, target: str | None = None, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None, strict: bool | None = None
+) -> RunReport:
     """Roll back and re-apply one migration (default: the newest applied) under one lock.
 
-    ``checksums``: as for :func:`up_in`."""
+    ``checksums``: as for :func:`up_in`. ``strict``: as for :func:`down_in` (a changed file is neither rolled back
+    nor run again under strict: without it, redo is how a changed file runs again, with a warning)."""
+    checked_flags(**_unless_none(strict=strict))
     target = _bare(project.settings, target)
     checksums = _checked_checksums(checksums, project.settings)
+    settings = project.settings
+    strict_on = settings.strict if strict is None else strict
+    strict_from: Literal["flag", "setting"] = "setting" if settings.strict else "flag"
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
         stranded = stranded_files(project.settings.migrations_dir)
-        return plan_down(files, records, target=target, stranded=stranded) if target else plan_down(files, records, steps=1, stranded=stranded)
+        which: dict[str, Any] = {"target": target} if target else {"steps": 1}
+        return plan_down(files, records, **which, stranded=stranded, strict=strict_on, strict_from=strict_from)
 
     imported = _Imported()
     async with _writing(project, checked_lock(lock), "redo", before_writes=_imports_rolled_back(selection, imported)) as session:
@@ -485,7 +498,8 @@ async def redo_in(project: Project, *, target: str | None = None, lock: Lock = D
         reapply = plan_up(
             session.files, records, target=back.line_name, force=True, strict=False, stranded=stranded_files(project.settings.migrations_dir)
         )
-        combined = Plan(plan.steps + reapply.steps, reapply.warnings, next_batch=next_batch_after(records))
+        warnings = list(dict.fromkeys(plan.warnings + reapply.warnings))  # both read the same changed files
+        combined = Plan(plan.steps + reapply.steps, warnings, next_batch=next_batch_after(records))
         _check_unchanged(combined, checksums)
         return await _execute(session, "redo", combined, hooks=imported.hooks)
 

@@ -158,17 +158,23 @@ class Mongoshift:
         lock: Lock = DEFAULT_LOCK,
         ordered: bool = False,
         checksums: Mapping[str, str] | None = None,
+        strict: bool | None = None,
     ) -> RunReport:
-        """Roll back the last batch, or what ``target`` / ``batch`` / ``steps`` / ``to`` selects."""
+        """Roll back the last batch, or what ``target`` / ``batch`` / ``steps`` / ``to`` selects; ``strict`` (default:
+        the setting) refuses while an applied file changed on disk, as ``up`` does."""
         from .migrations import down_in
 
-        return await down_in(self._project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums)
+        return await down_in(
+            self._project, target=target, batch=batch, steps=steps, to=to, lock=lock, ordered=ordered, checksums=checksums, strict=strict
+        )
 
-    async def redo(self, target: str | None = None, *, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None) -> RunReport:
-        """Roll back and re-apply one migration (default: the newest applied) under one lock."""
+    async def redo(
+        self, target: str | None = None, *, lock: Lock = DEFAULT_LOCK, checksums: Mapping[str, str] | None = None, strict: bool | None = None
+    ) -> RunReport:
+        """Roll back and re-apply one migration (default: the newest applied) under one lock; ``strict`` as for :meth:`down`."""
         from .migrations import redo_in
 
-        return await redo_in(self._project, target=target, lock=lock, checksums=checksums)
+        return await redo_in(self._project, target=target, lock=lock, checksums=checksums, strict=strict)
 
     async def plan(
         self,

@@ -120,6 +120,7 @@ def create(name: str, template: Path | None, background_: bool, from_models: boo
 BATCH_LABEL_HELP = "Record the run in batch N (an existing one joins it): single-file runs that share N roll back together."
 ORDERED_UP_HELP = "With FILE: refuse while a file that sorts before it is not applied (a queue driving files one by one)."
 ORDERED_DOWN_HELP = "With FILE: refuse while a migration that sorts after it is still applied."
+STRICT_BACK_HELP = "Refuse to run if an applied file changed on disk (a changed file is never rolled back on a guess)."
 
 
 def _render_results(results: list[dict[str, Any]]) -> None:
@@ -215,11 +216,14 @@ def up(
 @click.option("--steps", type=IntRange(min=1), help="Roll back the N most recently applied migrations.")
 @click.option("--to", "to", metavar="NAME", help="Roll back everything applied after NAME (exclusive).")
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
+@click.option("--strict", is_flag=True, default=None, help=STRICT_BACK_HELP)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @tenant_options
 @global_options
-def down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, no_lock: bool, wait: float | None) -> int:
+def down(
+    file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, strict: bool | None, no_lock: bool, wait: float | None
+) -> int:
     """Roll back the last batch, or what FILE / --batch / --steps / --to selects."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
@@ -230,11 +234,13 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 
         return across(
             s, tenants, "down",
-            lambda ms: ms.down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered),
+            lambda ms: ms.down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered, strict=strict or None),
             judge=judge_run, result_json=lambda r: r.to_json(), prepare=reversible_for_down(s, file),
         )
     report = run_async(
-        lambda cancel: per_call(s, cancel=cancel).down(file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered),
+        lambda cancel: per_call(s, cancel=cancel).down(
+            file, batch=batch, steps=steps, to=to, lock=Lock(not no_lock, wait), ordered=ordered, strict=strict or None
+        ),
         stopping=LINE_STOPPING,
     )
     _render_report(report)
@@ -243,11 +249,12 @@ def down(file: str | None, batch: int | None, steps: int | None, to: str | None,
 
 @cli.command()
 @click.argument("file", required=False)
+@click.option("--strict", is_flag=True, default=None, help=STRICT_BACK_HELP)
 @click.option("--no-lock", is_flag=True, help="Do not take the lock (local work only).")
 @click.option("--wait", type=FloatRange(min=0), is_flag=False, flag_value=600.0, default=None, metavar="[SECONDS]", help=WAIT_HELP)
 @tenant_options
 @global_options
-def redo(file: str | None, no_lock: bool, wait: float | None) -> int:
+def redo(file: str | None, strict: bool | None, no_lock: bool, wait: float | None) -> int:
     """Roll back and re-apply FILE (default: the most recently applied migration)."""
     from ..api.options import Lock  # start-up time: the API loads when a command runs
     from ..api.session import per_call
@@ -257,10 +264,12 @@ def redo(file: str | None, no_lock: bool, wait: float | None) -> int:
         from ..api.tenants import judge_run, reversible_for_down  # start-up time: the API loads when a command runs
 
         return across(
-            s, tenants, "redo", lambda ms: ms.redo(file, lock=Lock(not no_lock, wait)), judge=judge_run, result_json=lambda r: r.to_json(),
-            prepare=reversible_for_down(s, file),
+            s, tenants, "redo", lambda ms: ms.redo(file, lock=Lock(not no_lock, wait), strict=strict or None), judge=judge_run,
+            result_json=lambda r: r.to_json(), prepare=reversible_for_down(s, file),
         )
-    report = run_async(lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait)), stopping=LINE_STOPPING)
+    report = run_async(
+        lambda cancel: per_call(s, cancel=cancel).redo(file, lock=Lock(not no_lock, wait), strict=strict or None), stopping=LINE_STOPPING
+    )
     _render_report(report)
     return 0
 
@@ -442,19 +451,24 @@ def dry_up(file: str | None, to: str | None, step: bool, force: bool, strict: bo
 @click.option("--steps", type=IntRange(min=1))
 @click.option("--to", "to", metavar="NAME")
 @click.option("--ordered", is_flag=True, help=ORDERED_DOWN_HELP)
+@click.option("--strict", is_flag=True, default=None, help="Refuse, as 'down --strict' would, if an applied file changed on disk.")
 @tenant_options
 @global_options
-def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool) -> int:
+def dry_down(file: str | None, batch: int | None, steps: int | None, to: str | None, ordered: bool, strict: bool | None) -> int:
     """What 'down' would roll back."""
     from ..api.session import per_call  # start-up time: the API loads when a command runs
 
     s = settings()
     if (tenants := requested(reading=True)) is not None:
         return across(
-            s, tenants, "dry-run down", lambda ms: ms.plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered),
+            s, tenants, "dry-run down", lambda ms: ms.plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered, strict=strict or None),
             judge=_judge_dry, result_json=_dry_json,
         )
-    _render_dry(run_async(lambda cancel: per_call(s, cancel=cancel).plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered)))
+    _render_dry(
+        run_async(
+            lambda cancel: per_call(s, cancel=cancel).plan("down", file, batch=batch, steps=steps, to=to, ordered=ordered, strict=strict or None)
+        )
+    )
     return 0
 
 

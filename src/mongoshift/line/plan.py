@@ -432,10 +432,14 @@ def plan_down(
     to: str | None = None,
     ordered: bool = False,
     stranded: Mapping[str, str] | None = None,
+    strict: bool = False,
+    strict_from: Literal["flag", "setting"] = "flag",
 ) -> Plan:
     """What ``down`` rolls back. ``ordered``: refuse FILE while a migration that sorts after it
     is still applied, so a queue undoes a line from its end only. ``stranded``: as for
-    :func:`status_rows`, so that the refusal of a missing file says where it is."""
+    :func:`status_rows`, so that the refusal of a missing file says where it is. ``strict``: refuse
+    (exit 4) while an applied file changed on disk, as ``up`` does: a changed file's ``down`` may not
+    undo what its ``up`` did when it ran, and strict asks for no such guess (else a warning)."""
     for option, value in (("batch", batch), ("steps", steps)):
         if value is not None and (type(value) is not int):
             raise ConfigInvalidError(f"{option} must be a whole number, not {type(value).__name__}")
@@ -446,6 +450,7 @@ def plan_down(
         raise ConfigInvalidError("FILE, --batch, --steps and --to are mutually exclusive")
     if ordered and target is None:
         raise ConfigInvalidError("--ordered applies to one named FILE; name it")
+    warnings = checksum_warnings(files, records, strict=strict, stranded=stranded, strict_from=strict_from)
     raw = records
     records, squashes = fold_squashes(files, records)
     applied = _applied(records)
@@ -482,7 +487,7 @@ def plan_down(
         if batch is None:
             batches = [r.batch for r in applied if r.batch is not None]
             if not batches:
-                return Plan([])
+                return Plan([], warnings)
             batch = max(batches)
         selected = sorted((r for r in applied if r.batch == batch), key=lambda r: r.name, reverse=True)
         if not selected:
@@ -504,7 +509,7 @@ def plan_down(
         found = {name: stranded[name] for name in missing if stranded and name in stranded}
         words = missing_words([StatusRow(name, "missing", found_in=found.get(name)) for name in missing])
         raise FileNotFoundMigrationError(f"cannot roll back: {words}", files=missing, **({"found_in": found} if found else {}))
-    return Plan([Step(by_name[r.name], "down", r) for r in selected])
+    return Plan([Step(by_name[r.name], "down", r) for r in selected], warnings)
 
 
 def _known(files: list[MigrationFile], records: Mapping[str, ChangelogRecord], name: str, flag: str, given: str) -> None:
