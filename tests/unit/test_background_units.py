@@ -202,6 +202,21 @@ def test_the_engines_notable_events_are_logged_as_sentences(caplog: pytest.LogCa
     ]
 
 
+def test_a_pass_with_nothing_to_rewrite_says_so_rather_than_cutting_zero_partitions(caplog: pytest.LogCaptureFixture) -> None:
+    """``retry --from-start`` of a completed migration (or a reopen whose documents moved on meanwhile) plans a
+    pass over nothing: its line says there is nothing left in the old shape, not "cut into 0 partitions over
+    about 0 documents"."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="mongoshift")
+    Events([]).emit("partitioned", "0001_x.py", partitions=0, estimate=0, generation=2)
+    Events([]).emit("partitioned", "0001_x.py", partitions=1, estimate=3, generation=3)
+    assert [r.getMessage() for r in caplog.records] == [
+        "0001_x.py partitioned: nothing to rewrite, no document of the old shape was found, so the pass has no partition",
+        "0001_x.py partitioned: the pass is cut into 1 partition over about 3 documents",
+    ]
+
+
 def test_batch_filters_stay_inside_their_type_bracket() -> None:
     from mongoshift.background.plan.planner import (
         MAX_OBJECT_ID,

@@ -121,8 +121,11 @@ def _registered(data: dict[str, Any]) -> str:
 _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "registered": _registered,
     "unblocked": lambda data: "every migration it requires has completed: it may run now",
-    "partitioned": lambda data: (f"the pass is cut into {_count(data, 'partitions', 'partition')} over about "
-                                 f"{_count(data, 'estimate', 'document')}"),
+    "partitioned": lambda data: (
+        "nothing to rewrite, no document of the old shape was found, so the pass has no partition"
+        if data.get("partitions") == 0 else
+        f"the pass is cut into {_count(data, 'partitions', 'partition')} over about {_count(data, 'estimate', 'document')}"
+    ),
     "pass": lambda data: f"pass {_number(data, 'number')} starts: about {_count(data, 'remaining', 'document')} still in the old shape",
     "lease_lost": lambda data: (
         f"a lane lost its lease on partition {_number(data, 'partition')}: the migration was registered anew while it worked "
