@@ -211,3 +211,28 @@ def test_a_document_at_a_version_no_migration_upgrades_is_reported_as_stranded(f
         assert db["_mongoshift_background"].find_one({"_id": NAME})["status"] == "completed"  # a pass would not help: not reopened
         db.people.delete_one({"_id": SECRET_ID})
     assert cli(fast_project, "background", "verify")[0] == 0
+
+
+def test_a_version_stored_as_text_is_stranded_and_the_warning_names_the_cure(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """Legacy data with ``__v: "1"`` is stranded too; the warning must not send its reader to "a migration from
+    their version" alone, which no text version can have: it says to store the version as a number."""
+    db = sync_client[fast_project.db]
+    fast_project.add(NAME, background_file())
+    s = fast_project.settings()
+
+    async def complete() -> Any:
+        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
+        try:
+            await seed(client[fast_project.db].people, 10)
+        finally:
+            await client.close()
+        await command.up(s)
+        return await bg.run(s, [NAME])
+
+    (done,) = asyncio.run(complete())
+    assert done.status == "completed"
+    db.people.insert_one({"_id": SECRET_ID, "first": "Secret Value", "__v": "1"})
+    code, out, err = cli(fast_project, "background", "verify")
+    assert code == 31, err
+    assert "store it as a number" in err and "not a number" in err, err
+    assert SECRET_ID not in out + err and "Secret Value" not in out + err

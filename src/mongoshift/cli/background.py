@@ -872,8 +872,9 @@ def verify(names: tuple[str, ...], reopen: bool, report: bool) -> int:
         out.warn(f"old-shape documents written after completion: {', '.join(drifted)}; {action}")
     if stranded:
         out.warn(
-            f"documents below the version of {', '.join(stranded)} at a version no migration upgrades: "
-            "no pass can rewrite them (a migration from their version can)"
+            f"documents below the version of {', '.join(stranded)} at a version no migration upgrades, or whose version "
+            "is not a number: no pass can rewrite them (a migration from their version can; a version that is not a "
+            "number, such as text, cannot be migrated from: store it as a number)"
         )
     if drifted or stranded:
         return int(ExitCode.BACKGROUND_PENDING)
