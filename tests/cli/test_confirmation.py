@@ -111,3 +111,22 @@ def test_retry_repin_refused_at_the_prompt_pins_nothing(project, sync_client, no
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("0002_bg.py: pinned ") and done.stdout.strip().endswith("retry done; now pending")
     assert "control action=repin" not in done.stderr  # said once, by the line above
+
+
+@pytest.mark.parametrize(
+    ("args", "asked"),
+    [
+        (("background", "cancel", "0002_bg"), "Cancel 0002_bg? Its lanes stop at their next batch"),
+        (("background", "unlock", "0002_bg"), "Unlock 0002_bg? Its leases and coordinator lock are cleared"),
+        (("background", "retry", "--from-start", "0002_bg"), "Retry 0002_bg from the start? Its checkpoints, passes and failed documents are forgotten"),
+    ],
+    ids=["cancel", "unlock", "retry --from-start"],
+)
+def test_a_background_prompt_is_a_question_that_says_what_it_does(project, args: tuple[str, ...], asked: str, no_terminal) -> None:  # type: ignore[no-untyped-def]
+    """They read "cancel 0002_bg?", "retry from the start 0002_bg?": a command word, not a question, and
+    nothing of what a yes would do."""
+    project.add("0001_a.py", QUICK)
+    project.add("0002_bg.py", BACKGROUND)
+    assert no_terminal(project, "up", "--to", "0002_bg").returncode == 0
+    result = no_terminal(project, *args)
+    assert result.returncode == 42 and f"error: {asked}" in result.stderr, result.stderr

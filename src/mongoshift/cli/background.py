@@ -557,6 +557,17 @@ def _registered_before_asking(s: Settings, name: str, yes: bool, tenants: object
         run_async(lambda cancel: per_call(s, cancel=cancel).background.status(name), left_behind=READ_LEFT_BEHIND)
 
 
+def _question(action: Action, name: str, from_start: bool, tenants: bool) -> str:
+    """What a control that asks first asks: the question, then what a yes does."""
+    where = " in every selected tenant" if tenants else ""
+    if from_start:
+        return (f"Retry {name} from the start{where}? Its checkpoints, passes and failed documents are forgotten "
+                "and the pass is planned anew.")
+    if action == "cancel":
+        return f"Cancel {name}{where}? Its lanes stop at their next batch, and it stays cancelled until 'background retry'."
+    return f"Unlock {name}{where}? Its leases and coordinator lock are cleared: do it only when their runner is gone."
+
+
 def _control(action: Action, name: str, reason: str | None, yes: bool, from_start: bool = False, repin: bool = False) -> None:
     """One control of NAME (here or in each selected tenant); ``repin`` (retry --repin) pins the file
     first, after the confirmation, so that a refused confirmation changes nothing."""
@@ -567,7 +578,7 @@ def _control(action: Action, name: str, reason: str | None, yes: bool, from_star
     tenants = requested()
     if action in ("cancel", "unlock") or from_start:
         _registered_before_asking(s, name, yes, tenants)
-        confirm(f"{action}{' from the start' if from_start else ''} {name}{' in every selected tenant' if tenants else ''}?", yes)
+        confirm(_question(action, name, from_start, tenants is not None), yes)
 
     async def act(ms: Mongoshift) -> tuple[Any, Any]:
         pinned = await ms.background.repin(name, reason=reason) if repin else None
