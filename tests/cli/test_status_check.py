@@ -150,3 +150,22 @@ def test_the_summary_line_says_how_many_pending_files_failed(project, cli) -> No
     project.add("0001_a.py", QUICK)
     assert cli(project, "up").returncode == 0
     assert cli(project, "status").stdout.splitlines()[-1] == "2 applied, 0 pending"
+
+
+def test_a_paused_or_cancelled_background_migration_is_sent_to_resume_or_retry_not_to_run(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """``status --check`` told a paused or cancelled migration to 'background run' it, which exits 36 or 37
+    and does nothing: it names the control that takes it up again."""
+    seed(sync_client, project)
+    project.add("0001_names.py", WORKS)
+    assert cli(project, "up").returncode == 0
+    assert cli(project, "background", "pause", "0001_names").returncode == 0
+    result = cli(project, "status", "--check")
+    assert result.returncode == 31
+    assert "0001_names.py paused ('mongoshift background resume 0001_names' continues it)" in result.stderr, result.stderr
+    assert "background run" not in result.stderr, result.stderr
+    assert cli(project, "background", "cancel", "0001_names", "--yes").returncode == 0
+    result = cli(project, "status", "--check", "--json")
+    assert result.returncode == 31 and json.loads(result.stdout)
+    result = cli(project, "status", "--check")
+    assert "0001_names.py cancelled ('mongoshift background retry 0001_names' takes it up again)" in result.stderr, result.stderr
+    assert "background run" not in result.stderr, result.stderr

@@ -120,12 +120,28 @@ def status_verdict(rows: list[StatusRow], settings: Settings | None = None, *, s
         failed_line = [r.name for r in rows if r.pending and r.state == "failed"]
         named = f" ({len(failed_line)} failed: {', '.join(failed_line)})" if failed_line else ""
         return ExitCode.PENDING, f"{plural(len(pending), 'migration')} pending{named}"
-    unfinished = [r.name for r in rows if r.background not in (None, "completed")]
+    unfinished = [r for r in rows if r.background not in (None, "completed")]
     if unfinished:
-        return ExitCode.BACKGROUND_PENDING, (
-            f"background migrations not completed: {', '.join(unfinished)} (run {background_run_hint(settings, unfinished)})"
-        )
+        # A paused or cancelled one waits for a person: 'background run' would exit 36 or 37 and do nothing.
+        held = {"paused": ("resume", "continues it"), "cancelled": ("retry", "takes it up again")}
+        said = []
+        runnable = [r.name for r in unfinished if (r.background or "").split()[-1] not in held]
+        if runnable:
+            said.append(f"{', '.join(runnable)} (run {background_run_hint(settings, runnable)})")
+        for r in unfinished:
+            if (status := (r.background or "").split()[-1]) in held:
+                verb, does = held[status]
+                said.append(f"{r.name} {r.background} ({_control_hint(settings, verb, r.name)} {does})")
+        return ExitCode.BACKGROUND_PENDING, f"background migrations not completed: {'; '.join(said)}"
     return None
+
+
+def _control_hint(settings: Settings | None, verb: str, name: str) -> str:
+    """``'mongoshift background resume NAME'``, quoted, with the database to act on in a project of tenants."""
+    command = f"mongoshift background {verb} {name.removesuffix('.py')}"
+    if settings is not None and settings.tenants is not None:
+        return f"'{command} --db {settings.db}'" if settings.db else f"'{command} --all-tenants'"
+    return f"'{command}'"
 
 
 @dataclass
