@@ -342,8 +342,9 @@ def _stranded(facts: Facts) -> Iterable[tuple[str, str]]:
         if b.stranded:
             yield b.state.name, (
                 f"documents of {b.state.collection} are below version {b.state.spec.get('to_version')} at a version no "
-                "migration upgrades (written by an older application, or never versioned): no pass can rewrite them; "
-                "a migration from their version can"
+                "migration upgrades (written by an older application, or never versioned), or with a version that is not "
+                "a number: no pass can rewrite them; a migration from their version can (a version that is not a number, "
+                "such as text, cannot be migrated from: store it as a number)"
             )
 
 
