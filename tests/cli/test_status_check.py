@@ -169,3 +169,22 @@ def test_a_paused_or_cancelled_background_migration_is_sent_to_resume_or_retry_n
     result = cli(project, "status", "--check")
     assert "0001_names.py cancelled ('mongoshift background retry 0001_names' takes it up again)" in result.stderr, result.stderr
     assert "background run" not in result.stderr, result.stderr
+
+
+def test_background_status_check_names_the_migrations_it_fails_on(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """It said "background migrations are not all completed" / "a background migration failed": a CI log then
+    has to be read again with another command to learn which."""
+    seed(sync_client, project)
+    project.add("0001_names.py", WORKS)
+    assert cli(project, "up").returncode == 0
+    result = cli(project, "background", "status", "--check")
+    assert result.returncode == 31
+    assert "warning: background migrations not completed: 0001_names.py (pending)" in result.stderr, result.stderr
+    document = cli(project, "background", "status", "--check", "--json")  # its normal document, with the verdict
+    assert document.returncode == 31 and json.loads(document.stdout)["background"][0]["status"] == "pending"
+    project.add("0001_names.py", BREAKS)
+    assert cli(project, "background", "repin", "0001_names", "--yes").returncode == 0
+    assert cli(project, "background", "run", "0001_names").returncode == 32
+    result = cli(project, "background", "status", "--check")
+    assert result.returncode == 32
+    assert "background migrations failed: 0001_names.py ('mongoshift background status 0001_names' says why)" in result.stderr, result.stderr

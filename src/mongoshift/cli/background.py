@@ -424,14 +424,26 @@ def status_(name: str | None, show_partitions: bool, check: bool) -> int:
     if name is not None:
         watchers = [w for w in watchers if any(w.collection == r.collection for r in reports)]
     _render(reports, detail=name is not None, watchers=watchers)
-    if check:
-        if any(r.status == "failed" for r in reports):
-            out.warn("a background migration failed")
-            return int(ExitCode.BACKGROUND_FAILED)
-        if any(r.status != "completed" for r in reports):
-            out.warn("background migrations are not all completed")
-            return int(ExitCode.BACKGROUND_PENDING)
+    if check and (verdict := _check_verdict(reports)) is not None:
+        code, said = verdict
+        out.warn(said)
+        return code
     return 0
+
+
+def _check_verdict(reports: list[BackgroundReport]) -> tuple[int, str] | None:
+    """What ``background status --check`` fails with, naming the migrations: a failed one (32), else one
+    not completed (31, with its status); None when every one completed."""
+    failed = [r.name for r in reports if r.status == "failed"]
+    if failed:
+        first = failed[0].removesuffix(".py")
+        return int(ExitCode.BACKGROUND_FAILED), (
+            f"background migrations failed: {', '.join(failed)} ('mongoshift background status {first}' says why)"
+        )
+    unfinished = [f"{r.name} ({r.status})" for r in reports if r.status != "completed"]
+    if unfinished:
+        return int(ExitCode.BACKGROUND_PENDING), f"background migrations not completed: {', '.join(unfinished)}"
+    return None
 
 
 def _status_across(s: Settings, tenants: Tenants, name: str | None, check: bool) -> int:
@@ -441,10 +453,10 @@ def _status_across(s: Settings, tenants: Tenants, name: str | None, check: bool)
 
     def judged(reports: list[BackgroundReport]) -> Judged:
         error = None
-        if check and any(r.status == "failed" for r in reports):
-            error = TenantError("background_failed", int(ExitCode.BACKGROUND_FAILED), "a background migration failed")
-        elif check and any(r.status != "completed" for r in reports):
-            error = TenantError("background_pending", int(ExitCode.BACKGROUND_PENDING), "background migrations are not all completed")
+        if check and (verdict := _check_verdict(reports)) is not None:
+            code, said = verdict
+            kind = "background_failed" if code == int(ExitCode.BACKGROUND_FAILED) else "background_pending"
+            error = TenantError(kind, code, said)
         return Judged("done", error=error, result=reports)
 
     def per_tenant(report: RolloutReport) -> None:
