@@ -119,3 +119,27 @@ def test_embedded_leaves_what_the_server_held_to_the_process_end(cli, tmp_path: 
         assert gc.get_freeze_count() >= before + 1_000
     finally:
         gc.unfreeze()
+
+
+def test_the_embedded_module_leaves_what_the_server_held_to_the_process_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for ``python -m mongoshift.embedded``, the server the demo and the tests start."""
+    import gc
+
+    from mongoshift.embedded import __main__ as module
+
+    held: list[list[object]] = []
+
+    def served(*args: object, **options: object) -> int:
+        for _ in range(1_000):
+            cycle: list[object] = []
+            cycle.append(cycle)
+            held.append(cycle)
+        return 0
+
+    monkeypatch.setattr(module, "run", served)
+    before = gc.get_freeze_count()
+    try:
+        assert module.main(["--port", "0"]) == 0
+        assert gc.get_freeze_count() >= before + 1_000
+    finally:
+        gc.unfreeze()

@@ -11,6 +11,7 @@ system refuses to read or write 44; an address that cannot be listened on exits 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -76,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return run(
+        code = run(
             args.host, args.port, args.path, change_history=args.change_history, standalone=args.standalone, parent_pid=args.parent_pid
         )
+        # The process ends next: frozen, what the server held is left to its end, not walked by the last collection.
+        gc.freeze()
+        return code
     except EmbeddedServerUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
