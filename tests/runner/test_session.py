@@ -189,6 +189,21 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.collections.plan(declarations="users"), "declarations must be a list of CollectionDeclaration, not str"),
         (lambda ms: ms.collections.plan(prune="yes"), "prune must be True or False, not str"),
         (lambda ms: asyncio.sleep(0, ms.collections.declaration(5)), "a collection name is text, not int"),
+        # stop 57 (h5): a name as text was read letter by letter ("0.py is not a registered background migration"), and a
+        # flag given as text was taken for True by its truth: reopen="no" reopened, clear="no" cleared the pace
+        (lambda ms: ms.background.run("0001_items"), "names must be a list of migration names"),
+        (lambda ms: ms.background.verify("0001_items"), "names must be a list of migration names"),
+        (lambda ms: ms.background.run(once="no"), "once must be True or False, not str"),
+        (lambda ms: ms.background.verify(reopen="no"), "reopen must be True or False, not str"),
+        (lambda ms: ms.background.control("0001_items.py", "retry", from_start="no"), "from_start must be True or False, not str"),
+        (lambda ms: ms.background.throttle("0001_items.py", clear="no"), "clear must be True or False, not str"),
+        (lambda ms: ms.background.preview("0001_items.py", revert="no"), "revert must be True or False, not str"),
+        (lambda ms: ms.background.preview("0001_items.py", validate=1), "validate must be True or False, not int"),
+        (lambda ms: ms.background.watch("users"), "options must be a WatchOptions or None, not str"),  # was an AttributeError
+        (lambda ms: ms.import_history("migrate-mongo", dry_run="no"), "dry_run must be True or False, not str"),
+        (lambda ms: ms.import_history("migrate-mongo", force=1), "force must be True or False, not int"),
+        (lambda ms: ms.baseline("0001_items", dry_run="no"), "dry_run must be True or False, not str"),
+        (lambda ms: ms.collections.generate(check="no"), "check must be True or False, not str"),
     ],
     ids=[
         "lock-not-a-Lock", "negative-wait", "nan-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
@@ -198,6 +213,9 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         "checksums-a-list", "checksums-a-number", "down-checksums-text", "down-batch-negative", "down-steps-zero",
         "lint-one-name-as-text", "lint-sizes-not-a-bool",
         "status-checksums-not-a-bool", "squash-dry-run-not-a-bool", "plan-declarations-text", "plan-prune-not-a-bool", "declaration-not-text",
+        "background-run-one-name-as-text", "verify-one-name-as-text", "run-once-not-a-bool", "verify-reopen-not-a-bool",
+        "retry-from-start-not-a-bool", "throttle-clear-not-a-bool", "preview-revert-not-a-bool", "preview-validate-not-a-bool",
+        "watch-options-text", "import-dry-run-not-a-bool", "import-force-not-a-bool", "baseline-dry-run-not-a-bool", "generate-check-not-a-bool",
     ],
 )
 async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pymongo import MongoClient
 
-from mongoshift.api.tenants import Tenants, across_tenants, up_across
+from mongoshift.api.tenants import Tenants, across_tenants, down_across, status_across, up_across
 from mongoshift.project.events import Event
 
 from ..conftest import cli_process, reaped, start_cli
@@ -376,6 +376,32 @@ async def test_up_across_refuses_a_name_no_file_has_before_any_tenant(tenant_pro
     for options in ({"to": "0002_bb"}, {"target": "0009_z"}):
         with pytest.raises(FileNotFoundMigrationError):
             await up_across(tenant_project.settings(), Tenants(all=True), **options)
+    assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        # each of these failed every tenant's row with "unexpected TypeError" (exit 47), or read a text flag as True
+        (lambda s: up_across(s, Tenants(all=True), bogus=1), "config_invalid", "up_across takes no option bogus: it takes target, to, step"),
+        (lambda s: down_across(s, Tenants(all=True), step=1), "config_invalid", "down_across takes no option step:"),
+        (lambda s: across_tenants(s, "status", Tenants(all=True)), "config_invalid", "call must be a function given the tenant's session"),
+        (lambda s: across_tenants(s, lambda ms: ms.status(), Tenants(all=True), judge=None), "config_invalid", "judge must be a function"),
+        (lambda s: status_across(s, Tenants(all=True), check="no"), "config_invalid", "check must be True or False, not str"),
+        (lambda s: up_across(s, Tenants(all=True, continue_on_error="no")), "tenants_invalid", "Tenants(continue_on_error=...) must be True or False"),
+        (lambda s: status_across(s, Tenants(all="no")), "tenants_invalid", "Tenants(all=...) must be True or False, not str"),
+    ],
+    ids=["up-unknown-option", "down-unknown-option", "call-not-a-function", "judge-not-a-function", "check-text", "continue-text", "all-text"],
+)
+async def test_a_wrong_argument_across_tenants_is_refused_once_before_any_tenant(  # type: ignore[no-untyped-def]
+    tenant_project: TenantProject, sync_client: MongoClient, call, error, message
+) -> None:
+    from mongoshift.errors import MongoshiftError
+
+    two_migrations(tenant_project)
+    with pytest.raises(MongoshiftError) as refused:
+        await call(tenant_project.settings())
+    assert refused.value.kind == error and message in refused.value.message
     assert not set(sync_client.list_database_names()) & set(tenant_project.tenants)
 
 

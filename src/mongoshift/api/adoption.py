@@ -29,7 +29,7 @@ from ..project.run import CancelSignal
 from ..project.session import Project, Session, open_session, warn_unlocked
 from ..project.settings import Settings
 from ..project.wording import plural
-from .options import DEFAULT_LOCK, Lock, checked_lock, one_shot, run_observers
+from .options import DEFAULT_LOCK, Lock, checked_flags, checked_lock, one_shot, run_observers
 
 BASELINE = "baseline"
 
@@ -120,6 +120,7 @@ async def import_history_in(
     name = mongoshift file (``false``: leave it out). A dry run takes no lock and writes nothing.
     """
     lock = checked_lock(lock)
+    checked_flags(dry_run=dry_run, force=force)
     source_tool = find_tool(tool)  # an unknown tool or a bad map fails before connecting
     mapping = read_map(map_file) if map_file is not None else {}
     source_collection = checked_collection(source_tool, collection, own_collections(project.settings))
@@ -225,6 +226,7 @@ async def baseline_in(project: Project, to: str, *, dry_run: bool = False, lock:
     The project's observers get the run's events as for ``up`` (a ``baseline`` run, no migration
     events: no body runs); a dry run takes no lock and emits nothing."""
     lock = checked_lock(lock)
+    checked_flags(dry_run=dry_run)
     async with _adopting(project, lock, "baseline", dry_run=dry_run) as session:
         limit = find(session.files, resolve_name(to, project.settings.migrations_dir)).name
         records = await session.changelog.records()

@@ -51,7 +51,7 @@ from ..project.redaction import describe_error, redact
 from ..project.run import CancelSignal, LinkedCancel
 from ..project.session import Project, open_session
 from ..project.settings import Settings
-from .options import checked_function, one_shot, run_observers
+from .options import checked_flags, checked_function, checked_names, one_shot, run_observers
 
 log = logging.getLogger("mongoshift.background")
 
@@ -125,6 +125,8 @@ async def run_in(project: Project, names: list[str] | None = None, *, concurrenc
     did, with their reports in ``details["background"]``.
     """
     _check_concurrency(concurrency)
+    checked_flags(once=once)
+    names = checked_names(names)
     async with _engine(project, run_observers(project.observers, project.settings)) as engine:
         if names is None:
             found = [s for s in await engine.store.states_all() if s.status in ("blocked", "pending", "running")]
@@ -217,6 +219,7 @@ async def control_in(project: Project, name: str, action: Action, *, reason: str
     """Pause, resume, cancel or retry a registered migration (``from_start``: retry from the beginning)."""
     if action not in get_args(Action):
         raise ConfigInvalidError(f"action must be one of {', '.join(get_args(Action))}, not {action!r}")
+    checked_flags(from_start=from_start)
     settings = project.settings
     async with _engine(project, project.observers) as engine:
         result = await control(
@@ -238,6 +241,7 @@ def check_throttle(
     """Refuse (:class:`~mongoshift.errors.ThrottleInvalidError`, exit 53) a pace that ``throttle`` would refuse,
     before anything connects. ``names``: how the caller's own fields are called in the refusal, by ``batch_size``
     and ``pause_ms`` (a form's labels; default: these parameters' names)."""
+    checked_flags(clear=clear)
     if names is None:
         checked_pace(batch_size, pause_ms, clear=clear)
     else:
@@ -270,6 +274,7 @@ async def throttle_in(
     reason: str | None = None,
 ) -> ThrottleResult:
     """Set the operator's pace of a registered migration (``clear``: back to the file's), as a control: who, why, an event."""
+    checked_flags(clear=clear)
     async with _engine(project, project.observers) as engine:
         result = await throttle(
             engine.store, await _registered(engine, name), batch_size=batch_size, pause_ms=pause_ms, clear=clear,
@@ -338,6 +343,8 @@ async def verify_in(project: Project, names: list[str] | None = None, *, reopen:
 
     ``reopen``: a migration where some are found gets one more pass (a runner does it); otherwise
     it is only reported. Each answer is also a ``drift`` event to the observers. No id is returned."""
+    checked_flags(reopen=reopen)
+    names = checked_names(names)
     async with _engine(project, project.observers, reading=not reopen) as engine:
         wanted = None if names is None else [await _registered(engine, n) for n in names]
         return await verify_drift(
@@ -368,6 +375,8 @@ async def watch_in(project: Project, *, options: WatchOptions | None = None) -> 
 
     It never ends on its own: a collection is followed while another process leads it, led
     (streamed, upgraded, saved) otherwise. See docs/background.md, "The live watcher"."""
+    if options is not None and not isinstance(options, WatchOptions):
+        raise ConfigInvalidError(f"options must be a WatchOptions or None, not {type(options).__name__}")
     options = (options or WatchOptions()).check()
     async with _engine(project, project.observers) as engine:
         return await Watcher(engine, options).run()
@@ -421,6 +430,7 @@ async def preview_in(
     always aborted, with the transform in the sandbox; a step migration makes up to ``steps`` calls
     (1 by default, at most 100). ``Preview.refusals`` lists what the sandbox refused (the CLI exits
     34); a server without transactions raises ``TransactionsUnsupportedError`` (15)."""
+    checked_flags(revert=revert, validate=validate)
     method, size = preview_size(sample, first)
     if steps is not None and not validate:
         raise ConfigInvalidError("--steps is for --validate of a step migration")

@@ -100,6 +100,7 @@ async def squash_across(
     stops the judging: the tenants not judged are not reached, and nothing is written."""
     from .tenants import across_tenants, reading_every  # start-up time: the tenant machinery loads only across tenants
 
+    checked_flags(dry_run=dry_run)
     refuse_unfinished(settings.migrations_dir)  # once, before any tenant is read
     # what the files alone refuse (one file, a background migration or a requires in the range) is every tenant's
     # refusal: said once, with the single database's code, rather than in every row

@@ -26,7 +26,7 @@ from ..project.loader import MAX_SLUG, slugify
 from ..project.run import CancelSignal
 from ..project.session import Project
 from ..project.settings import Settings
-from .options import one_shot
+from .options import checked_flags, one_shot
 
 
 async def generate_collections(
@@ -44,6 +44,7 @@ async def generate_collections_in(
     ``models`` defaults to the package the snapshot recorded. The report's ``in_sync`` is False when
     a file would change or a model changed since the last generate (``--check`` exits 48 then).
     ``cancel`` set before the files are written (Ctrl-C while the models import): nothing is written, exit 11."""
+    checked_flags(check=check)
     return await asyncio.to_thread(generate, project.settings, models, check=check, stop=_stop_before_writing(cancel, "collections generate"))
 
 

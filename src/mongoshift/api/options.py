@@ -66,6 +66,16 @@ def checked_flags(**flags: object) -> None:
             raise ConfigInvalidError(f"{name} must be True or False, not {type(value).__name__}")
 
 
+def checked_names(names: object, what: str = "names") -> list[str] | None:
+    """A list of migration names (None: every one), checked before connecting: one name given as text would
+    otherwise be read letter by letter (``"0002_x"`` as the names ``0``, ``0``, ...)."""
+    if names is None:
+        return None
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise ConfigInvalidError(f"{what} must be a list of migration names (or None for every one), not {type(names).__name__}")
+    return list(names)
+
+
 def checked_lock(lock: object) -> Lock:
     """``lock=``: a :class:`Lock`, checked before connecting."""
     if not isinstance(lock, Lock):

@@ -12,6 +12,7 @@ helpers judge the common calls' results (applied counts, ``status --check``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ..errors import MongoshiftError, RunAbortedError, TenantsInvalidError
+from ..errors import ConfigInvalidError, MongoshiftError, RunAbortedError, TenantsInvalidError
 from ..project.connection import connect
 from ..project.events import Event, Events, Observer
 from ..project.loader import MigrationFile, find, import_first, refuse_irreversible, resolve_name
@@ -30,7 +31,7 @@ from ..project.settings import Settings
 from ..tenants.report import Judged, RolloutReport, TenantError
 from ..tenants.rollout import DEFAULT_PARALLEL, Rollout, roll_out
 from ..tenants.selection import PARAMETER_WORDS, SelectionWords, Tenant, TenantFlags, select
-from .options import checked_client, checked_observers
+from .options import checked_client, checked_flags, checked_observers
 from .session import Mongoshift
 
 if TYPE_CHECKING:
@@ -60,12 +61,20 @@ class Tenants:
     def flags(self) -> TenantFlags:
         if isinstance(self.names, str):
             raise TenantsInvalidError("Tenants.names takes a list of database names, not one string")
+        _true_or_false("all", self.all)
         words = self.words if isinstance(self.words, SelectionWords) else PARAMETER_WORDS
         return TenantFlags(tuple(self.names), self.pattern, bool(self.all), words)
 
     def rollout(self) -> Rollout:
+        _true_or_false("continue_on_error", self.continue_on_error)
         words = self.words if isinstance(self.words, SelectionWords) else PARAMETER_WORDS
         return Rollout(self.parallel, self.canary, bool(self.continue_on_error), words=words)
+
+
+def _true_or_false(name: str, value: object) -> None:
+    """A flag of :class:`Tenants`: ``all="no"`` would otherwise be taken for True by the truth of any value."""
+    if not isinstance(value, bool):
+        raise TenantsInvalidError(f"Tenants({name}=...) must be True or False, not {type(value).__name__}")
 
 
 def reading_every(tenants: Tenants) -> Tenants:
@@ -169,6 +178,13 @@ async def across_tenants[T](
     """
     if not isinstance(tenants, Tenants):
         raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
+    # said once, before anything runs: in each tenant it was only an "unexpected TypeError" row
+    if not callable(call):
+        raise ConfigInvalidError(f"call must be a function given the tenant's session (lambda ms: ms.status()), not {type(call).__name__}")
+    if not callable(judge):
+        raise ConfigInvalidError(f"judge must be a function given the call's result, not {type(judge).__name__}")
+    if not isinstance(command, str) or not command:
+        raise ConfigInvalidError(f"command must be the non-empty text the report names the call by, not {command!r}")
     flags = tenants.flags()
     rollout = tenants.rollout()
     flags.check()
@@ -265,9 +281,22 @@ def _stamped(observers: list[Observer], tenant: str) -> list[Observer]:
     return [stamp(o) for o in observers]
 
 
+def _known_options(call: Callable[..., Any], options: dict[str, Any], function: str) -> None:
+    """Refuse, before anything runs, an option the session's call does not take (a typo would otherwise fail every
+    tenant's row with an unexplained ``TypeError``)."""
+    known = [name for name in inspect.signature(call).parameters if name != "self"]
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        raise ConfigInvalidError(
+            f"{function} takes no option {', '.join(unknown)}: it takes {', '.join(known)}, client, observers and cancel",
+            unknown=unknown,
+        )
+
+
 async def up_across(settings: Settings, tenants: Tenants, **options: Any) -> RolloutReport:
     """``up`` on each selected tenant (``options``: those of :meth:`Mongoshift.up`); rows judged by :func:`judge_run`."""
     client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
+    _known_options(Mongoshift.up, options, "up_across")
     return await across_tenants(
         settings, lambda ms: ms.up(**options), tenants, command="up", judge=judge_run, client=client, observers=observers, cancel=cancel,
         prepare=imports_for_up(settings, options.get("target"), options.get("to")),
@@ -290,6 +319,7 @@ def imports_for_up(settings: Settings, target: str | None, to: str | None) -> Ca
 async def down_across(settings: Settings, tenants: Tenants, **options: Any) -> RolloutReport:
     """``down`` on each selected tenant (``options``: those of :meth:`Mongoshift.down`)."""
     client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
+    _known_options(Mongoshift.down, options, "down_across")
     return await across_tenants(
         settings, lambda ms: ms.down(**options), tenants, command="down", judge=judge_run, client=client, observers=observers, cancel=cancel,
         prepare=reversible_for_down(settings, options.get("target")),
@@ -312,6 +342,7 @@ def reversible_for_down(settings: Settings, target: str | None) -> Callable[[lis
 
 async def status_across(settings: Settings, tenants: Tenants, *, check: bool = False, client: AsyncMongoClient[Any] | None = None) -> RolloutReport:
     """``status`` of each selected tenant (every tenant is read, whatever another's verdict); ``check``: a tenant behind fails."""
+    checked_flags(check=check)
     return await across_tenants(
         settings, lambda ms: ms.status(), reading_every(tenants), command="status", judge=judge_status(check, settings), client=client
     )
