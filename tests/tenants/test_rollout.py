@@ -239,3 +239,31 @@ async def test_a_server_that_cannot_be_reached_is_not_tried_again_for_each_of_it
     assert report.stopped == (
         "the server of t01 could not be reached: the tenants on the same server not started were not reached; run again once it answers"
     )
+
+
+async def test_a_cancelled_task_still_tells_the_end_of_each_tenant_it_cut() -> None:
+    """Cancelling the task that awaits the rollout (``asyncio.wait_for``, an application shutting down) cuts the
+    running tenants at once: each still gets its ``tenant_end`` (outcome ``cancelled``, ``aborted``), so an observer
+    counting the tenants running sees them end, and the ``CancelledError`` goes on (stop 57, h5: there was none)."""
+    seen: list[Event] = []
+    all_started = asyncio.Event()
+
+    def observe(event: Event) -> None:
+        seen.append(event)
+        if event.kind == "tenant_start" and event.data["running"] == 3:
+            all_started.set()
+
+    async def run(tenant: Tenant, cancel: CancelSignal) -> Judged:
+        await asyncio.Event().wait()  # never ends on its own
+        raise AssertionError("unreachable")
+
+    rolling = asyncio.create_task(roll_out("up", tenants(), run, Rollout(parallel=3), cancel=CancelSignal(), events=Events([observe])))
+    await all_started.wait()
+    rolling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await rolling
+    ends = [e for e in seen if e.kind == "tenant_end"]
+    assert sorted(e.data["tenant"] for e in ends) == NAMES[:3]
+    assert {(e.data["outcome"], e.data["error_kind"]) for e in ends} == {("cancelled", "aborted")}
+    assert ends[-1].data["running"] == 0 and ends[-1].data["finished"] == 3
+    assert [e.data["tenant"] for e in seen if e.kind == "tenant_start"] == NAMES[:3]  # no tenant started after the cut

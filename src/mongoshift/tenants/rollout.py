@@ -107,8 +107,13 @@ async def roll_out(
         started = time.monotonic()
         scope = current_tenant.set(tenant.name)  # this worker task's own context: its log lines name the tenant
         own = LinkedCancel(cancel)  # a tenant's lost lock stops that tenant only
+        cut: asyncio.CancelledError | None = None
         try:
             _judged(row, await run(tenant, own))
+        except asyncio.CancelledError as exc:  # the task awaiting the rollout was cancelled: a stop at once
+            cut = exc
+            row.outcome = "cancelled"
+            row.error = TenantError(RunAbortedError.kind, int(ExitCode.ABORTED), "stopped at once: the task awaiting the rollout was cancelled")
         except LockHeldError as exc:
             row.outcome, row.error = "locked", _error(exc, tenant.name)
         except RunAbortedError as exc:  # a stopped run may have applied migrations before it stopped
@@ -133,6 +138,8 @@ async def roll_out(
             total=len(tenants), failed=failed, error_kind=row.error.kind if row.error else None, command=command,
             duration_ms=row.duration_ms,
         )
+        if cut is not None:  # its end is told (an observer counting the tenants running sees it end), then the cancel goes on
+            raise cut
         if row.error is not None and row.error.code == int(ExitCode.CONNECTION_FAILED):
             unreachable.setdefault(tenant.uri, tenant.name)
         # Canaries are judged together; a failure after Ctrl-C (a migration that saw ``ctx.cancelled``) is not why it stopped.
