@@ -450,6 +450,21 @@ async def test_the_bound_holds_on_real_runs_observed_through_events(tenant_proje
     assert all(e.data["db"] == e.data["tenant"] for e in events if e.kind == "run_start")
 
 
+async def test_a_python_call_without_a_database_is_told_the_python_way_to_name_one(tenant_project: TenantProject) -> None:
+    """The refusal named only the command line's flags (``--tenant``, ``--db``) to a Python caller (stop 57, h5)."""
+    from mongoshift import api
+    from mongoshift.errors import ConfigInvalidError
+
+    two_migrations(tenant_project)
+    with pytest.raises(ConfigInvalidError) as tenants:
+        await api.status(tenant_project.settings())
+    assert "(in Python: a *_across call with api.Tenants(...), or load_settings({'db': ...}))" in tenants.value.message
+    alone = tenant_project.settings().model_copy(update={"tenants": None})
+    with pytest.raises(ConfigInvalidError) as one:
+        await api.status(alone)
+    assert "mongoshift.toml (in Python: load_settings({'db': ...}))" in one.value.message
+
+
 async def test_the_api_runs_any_session_call_per_tenant(tenant_project: TenantProject) -> None:
     two_migrations(tenant_project)
     report = await across_tenants(

@@ -198,9 +198,9 @@ class Settings(BaseModel):
         if self.tenants is not None:  # its databases are the tenants: a bare command acts on none of them
             return (
                 "no database given: this project's databases are its tenants ([tenants]): pass --tenant NAME, --tenants PATTERN "
-                "or --all-tenants, or --db for one database"
+                "or --all-tenants, or --db for one database (in Python: a *_across call with api.Tenants(...), or load_settings({'db': ...}))"
             )
-        return "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml"
+        return "no database given: pass --db, set MONGOSHIFT_DB, or put db in mongoshift.toml (in Python: load_settings({'db': ...}))"
 
     def require_connection(self) -> tuple[str, str]:
         """The URI and database, or a clear error for commands that connect."""
