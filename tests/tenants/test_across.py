@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pymongo import MongoClient
 
-from mongoshift.api.tenants import Tenants, across_tenants, down_across, status_across, up_across
+from mongoshift.api.tenants import Tenants, across_tenants, down_across, select_tenants, status_across, up_across
 from mongoshift.project.events import Event
 
 from ..conftest import cli_process, reaped, start_cli
@@ -390,8 +390,15 @@ async def test_up_across_refuses_a_name_no_file_has_before_any_tenant(tenant_pro
         (lambda s: status_across(s, Tenants(all=True), check="no"), "config_invalid", "check must be True or False, not str"),
         (lambda s: up_across(s, Tenants(all=True, continue_on_error="no")), "tenants_invalid", "Tenants(continue_on_error=...) must be True or False"),
         (lambda s: status_across(s, Tenants(all="no")), "tenants_invalid", "Tenants(all=...) must be True or False, not str"),
+        # a TypeError from deep in the selection, or a mapping read by its keys
+        (lambda s: select_tenants(s, Tenants(pattern=5)), "tenants_invalid", "Tenants(pattern=...) takes a glob as text (for example 'tenant_*'), not int"),
+        (lambda s: select_tenants(s, Tenants(names=None)), "tenants_invalid", "Tenants.names takes a list of database names, not NoneType"),
+        (lambda s: up_across(s, Tenants(names={"t": 1})), "tenants_invalid", "Tenants.names takes a list of database names, not dict"),
     ],
-    ids=["up-unknown-option", "down-unknown-option", "call-not-a-function", "judge-not-a-function", "check-text", "continue-text", "all-text"],
+    ids=[
+        "up-unknown-option", "down-unknown-option", "call-not-a-function", "judge-not-a-function", "check-text", "continue-text", "all-text",
+        "pattern-not-text", "names-none", "names-a-mapping",
+    ],
 )
 async def test_a_wrong_argument_across_tenants_is_refused_once_before_any_tenant(  # type: ignore[no-untyped-def]
     tenant_project: TenantProject, sync_client: MongoClient, call, error, message

@@ -61,6 +61,10 @@ class Tenants:
     def flags(self) -> TenantFlags:
         if isinstance(self.names, str):
             raise TenantsInvalidError("Tenants.names takes a list of database names, not one string")
+        if not isinstance(self.names, (list, tuple)):  # an int, None or a mapping was a TypeError, or read by its keys
+            raise TenantsInvalidError(f"Tenants.names takes a list of database names, not {type(self.names).__name__}")
+        if self.pattern is not None and not isinstance(self.pattern, str):
+            raise TenantsInvalidError(f"Tenants(pattern=...) takes a glob as text (for example 'tenant_*'), not {type(self.pattern).__name__}")
         _true_or_false("all", self.all)
         words = self.words if isinstance(self.words, SelectionWords) else PARAMETER_WORDS
         return TenantFlags(tuple(self.names), self.pattern, bool(self.all), words)
