@@ -204,6 +204,14 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         (lambda ms: ms.import_history("migrate-mongo", force=1), "force must be True or False, not int"),
         (lambda ms: ms.baseline("0001_items", dry_run="no"), "dry_run must be True or False, not str"),
         (lambda ms: ms.collections.generate(check="no"), "check must be True or False, not str"),
+        # stop 57 (h5): each of these was a bare TypeError or AttributeError
+        (lambda ms: ms.intents.claim([api.Claim("up:0001_items.py", "task-1", ttl_seconds=60, data=["g1"])]), "an intent's data must be a mapping"),
+        (lambda ms: ms.intents.settle("up:0001_items.py", "task-1", "running", ttl_seconds=60, data=["g1"]), "an intent's data must be a mapping"),
+        (lambda ms: ms.import_history("migrate-mongo", map_file="no-such-map.toml"), "--map file not found: no-such-map.toml"),  # text is a path
+        (lambda ms: ms.import_history("migrate-mongo", map_file=5), "map_file must be a path (text or a Path) or None, not int"),
+        (lambda ms: ms.create_from_models(5), "name must be the migration's name as text, not int"),
+        (lambda ms: ms.collections.generate(5), "models must be a package's name as text (such as 'myapp.models') or None, not int"),
+        (lambda ms: ms.down(to=5), "a migration name is text, not int"),
     ],
     ids=[
         "lock-not-a-Lock", "negative-wait", "nan-wait", "confirm-not-bool-or-function", "baseline-lock", "import-wait", "intent-ttl", "runner-concurrency",
@@ -216,6 +224,8 @@ async def test_a_session_call_refused_the_lock_says_so_and_the_session_goes_on(p
         "background-run-one-name-as-text", "verify-one-name-as-text", "run-once-not-a-bool", "verify-reopen-not-a-bool",
         "retry-from-start-not-a-bool", "throttle-clear-not-a-bool", "preview-revert-not-a-bool", "preview-validate-not-a-bool",
         "watch-options-text", "import-dry-run-not-a-bool", "import-force-not-a-bool", "baseline-dry-run-not-a-bool", "generate-check-not-a-bool",
+        "claim-data-a-list", "settle-data-a-list", "import-map-file-as-text", "import-map-file-a-number", "from-models-name-a-number",
+        "generate-models-a-number", "down-to-a-number",
     ],
 )
 async def test_a_wrong_argument_is_refused_before_anything_runs(project, db, call, message) -> None:  # type: ignore[no-untyped-def]

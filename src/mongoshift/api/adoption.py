@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient
 
-from ..errors import TargetNotEmptyError
+from ..errors import ConfigInvalidError, TargetNotEmptyError
 from ..project.changelog import Changelog, ChangelogRecord
 from ..project.events import Observer
 from ..project.foreign_changelogs import BEANIE_ROOT, ForeignEntry, beanie_at_root, match, read_map, source_collection as checked_collection, tool as find_tool
@@ -89,7 +89,7 @@ async def import_history(
     tool: str,
     *,
     collection: str | None = None,
-    map_file: Path | None = None,
+    map_file: Path | str | None = None,
     dry_run: bool = False,
     force: bool = False,
     lock: Lock = DEFAULT_LOCK,
@@ -107,7 +107,7 @@ async def import_history_in(
     tool: str,
     *,
     collection: str | None = None,
-    map_file: Path | None = None,
+    map_file: Path | str | None = None,
     dry_run: bool = False,
     force: bool = False,
     lock: Lock = DEFAULT_LOCK,
@@ -122,7 +122,9 @@ async def import_history_in(
     lock = checked_lock(lock)
     checked_flags(dry_run=dry_run, force=force)
     source_tool = find_tool(tool)  # an unknown tool or a bad map fails before connecting
-    mapping = read_map(map_file) if map_file is not None else {}
+    if map_file is not None and not isinstance(map_file, (str, PurePath)):
+        raise ConfigInvalidError(f"map_file must be a path (text or a Path) or None, not {type(map_file).__name__}")
+    mapping = read_map(Path(map_file)) if map_file is not None else {}  # a path given as text was an AttributeError
     source_collection = checked_collection(source_tool, collection, own_collections(project.settings))
     async with _adopting(project, lock, "import", dry_run=dry_run) as session:
         cursor = session.db[source_collection].find({}, sort=[("_id", ASCENDING)])

@@ -66,6 +66,13 @@ def _checked_text(option: str, value: object) -> str:
     return value
 
 
+def _checked_data(data: object) -> dict[str, Any]:
+    """What is stored beside an intent: a mapping with text keys (a list was a bare ``TypeError`` from ``dict()``)."""
+    if not isinstance(data, Mapping) or not all(isinstance(key, str) for key in data):
+        raise ConfigInvalidError(f"an intent's data must be a mapping of text keys to values, not {type(data).__name__}")
+    return dict(data)
+
+
 def _checked_ttl(ttl_seconds: float) -> int:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or not 0 < ttl_seconds <= 7 * 86_400:
         raise ConfigInvalidError(f"an intent's ttl_seconds must be above 0 and at most 604800, not {ttl_seconds!r}")
@@ -95,6 +102,7 @@ async def claim_intents_in(project: Project, claims: Iterable[Claim]) -> list[bo
             raise ConfigInvalidError(f"claims are mongoshift Claim values, not {type(claim).__name__}")
         _checked_text("key", claim.key)
         _checked_text("owner", claim.owner)
+        _checked_data(claim.data)
     ttls = [_checked_ttl(c.ttl_seconds) for c in listed]
     taken: list[bool] = []
     async with _reading(project) as session:
@@ -103,7 +111,7 @@ async def claim_intents_in(project: Project, claims: Iterable[Claim]) -> list[bo
             fields = {
                 "owner": {"$literal": claim.owner},
                 "state": "queued",
-                "data": {"$literal": dict(claim.data)},
+                "data": {"$literal": _checked_data(claim.data)},
                 "ttl_ms": ttl_ms,
                 "locked_at": "$$NOW",
                 "expires_at": {"$add": ["$$NOW", ttl_ms]},
@@ -173,6 +181,7 @@ async def settle_intent_in(
     if state is not None and state not in get_args(IntentState):
         raise ConfigInvalidError(f"an intent's state is one of {', '.join(get_args(IntentState))} or None, not {state!r}")
     scope: dict[str, Any] = {"_id": PREFIX + _checked_text("key", key), "owner": _checked_text("owner", owner)}
+    stored = None if data is None else _checked_data(data)
     async with _reading(project) as session:
         collection = session.db[project.settings.lock_collection]
         if state in LIVE:
@@ -180,6 +189,6 @@ async def settle_intent_in(
         if state is None:
             return (await collection.delete_one(scope)).deleted_count == 1
         fields: dict[str, Any] = {"state": state, "ttl_ms": ttl_ms, "renewed_at": "$$NOW", "expires_at": {"$add": ["$$NOW", ttl_ms]}}
-        if data is not None:
-            fields["data"] = {"$literal": dict(data)}
+        if stored is not None:
+            fields["data"] = {"$literal": stored}
         return (await collection.update_one(scope, [{"$set": fields}])).matched_count == 1

@@ -439,6 +439,7 @@ async def down_in(
     on disk (:class:`~mongoshift.errors.ChecksumMismatchError`), as ``up`` does."""
     checked_flags(ordered=ordered, **_unless_none(strict=strict))
     checksums = _checked_checksums(checksums, project.settings)
+    to = _bare(project.settings, to)  # a name of another type is refused before anything connects (it was an AttributeError)
 
     def selection(files: list[MigrationFile], records: dict[str, ChangelogRecord]) -> Plan:
         return plan_down(

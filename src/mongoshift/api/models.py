@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunAbortedError
+from ..errors import ConfigInvalidError, RunAbortedError
 from ..line.scaffold import create_migration
 from ..models import snapshot as snapshots
 from ..models.changes import FromModelsPlan, plan, render
@@ -45,6 +45,7 @@ async def generate_collections_in(
     a file would change or a model changed since the last generate (``--check`` exits 48 then).
     ``cancel`` set before the files are written (Ctrl-C while the models import): nothing is written, exit 11."""
     checked_flags(check=check)
+    _checked_models(models)
     return await asyncio.to_thread(generate, project.settings, models, check=check, stop=_stop_before_writing(cancel, "collections generate"))
 
 
@@ -82,10 +83,19 @@ async def create_from_models_in(project: Project, name: str, models: str | None 
     Refused with nothing written (exit 49) when there is no snapshot yet, or a change cannot be
     written faithfully (a required field without a default, a type change without a converter);
     ``cancel`` set before the files are written: nothing is written, exit 11."""
+    if not isinstance(name, str):
+        raise ConfigInvalidError(f"name must be the migration's name as text, not {type(name).__name__}")
+    _checked_models(models)
     report = await asyncio.to_thread(_create, project.settings, name, models, _stop_before_writing(cancel, "create --from-models"))
     if report.files:  # a session's next call reads the folder again: the files written here are pending
         project.rescan()
     return report
+
+
+def _checked_models(models: object) -> None:
+    """``models``: a package's dotted name as text, or None for the snapshot's (a number was an ``AttributeError``)."""
+    if models is not None and not isinstance(models, str):
+        raise ConfigInvalidError(f"models must be a package's name as text (such as 'myapp.models') or None, not {type(models).__name__}")
 
 
 def _with_collection(name: str, collection: str) -> str:

@@ -242,7 +242,7 @@ class Mongoshift:
         tool: str,
         *,
         collection: str | None = None,
-        map_file: Path | None = None,
+        map_file: Path | str | None = None,
         dry_run: bool = False,
         force: bool = False,
         lock: Lock = DEFAULT_LOCK,
