@@ -466,6 +466,19 @@ async def test_settings_paths_may_be_text_and_wrong_arguments_are_config_errors(
             pass
     with pytest.raises(ConfigInvalidError, match="cancel must be a mongoshift CancelSignal"):
         await api.up(settings, cancel=True)  # type: ignore[arg-type]
+    # stop 57 (h5): these took the mapping for settings and failed with an AttributeError
+    tenants = api.Tenants(names=[project.db])
+    for call in (
+        lambda: api.open_client({"uri": project.uri}),
+        lambda: api.select_tenants({"db": project.db}, tenants),
+        lambda: api.up_across({"db": project.db}, tenants),
+        lambda: api.down_across({"db": project.db}, tenants, target="0001_items"),
+        lambda: api.status_across({"db": project.db}, tenants),
+        lambda: api.across_tenants({"db": project.db}, lambda ms: ms.status(), tenants),
+        lambda: api.squash_across({"db": project.db}, tenants, "0001_items"),
+    ):
+        with pytest.raises(ConfigInvalidError, match="settings must be a mongoshift Settings"):
+            await call()
 
 
 HANGS = """

@@ -12,9 +12,10 @@ from pymongo import AsyncMongoClient
 from ..project.connection import connect
 from ..project.settings import Settings
 from ..project.uri_source import resolve_uri
+from .options import checked_settings
 
 
 async def open_client(settings: Settings) -> AsyncMongoClient[Any]:
     """A connected client for ``settings`` (``uri_command`` / ``uri_factory`` fetched now), or the
     connection error every command raises (exit 5, 35 or 41). Close it with ``await client.close()``."""
-    return await connect(await resolve_uri(settings))
+    return await connect(await resolve_uri(checked_settings(settings)))

@@ -29,7 +29,7 @@ from ..project.session import Project, open_session
 from ..project.settings import Settings
 from ..squash.planner import SquashPlan, plan_range, plan_squash
 from ..squash.writer import refuse_unfinished, write_squash
-from .options import checked_flags, one_shot
+from .options import checked_flags, checked_settings, one_shot
 
 if TYPE_CHECKING:
     from ..tenants.report import RolloutReport
@@ -100,6 +100,7 @@ async def squash_across(
     stops the judging: the tenants not judged are not reached, and nothing is written."""
     from .tenants import across_tenants, reading_every  # start-up time: the tenant machinery loads only across tenants
 
+    checked_settings(settings)
     checked_flags(dry_run=dry_run)
     refuse_unfinished(settings.migrations_dir)  # once, before any tenant is read
     # what the files alone refuse (one file, a background migration or a requires in the range) is every tenant's

@@ -31,7 +31,7 @@ from ..project.settings import Settings
 from ..tenants.report import Judged, RolloutReport, TenantError
 from ..tenants.rollout import DEFAULT_PARALLEL, Rollout, roll_out
 from ..tenants.selection import PARAMETER_WORDS, SelectionWords, Tenant, TenantFlags, select
-from .options import checked_client, checked_flags, checked_observers
+from .options import checked_client, checked_flags, checked_observers, checked_settings
 from .session import Mongoshift
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ async def select_tenants(
     if not isinstance(tenants, Tenants):
         raise TenantsInvalidError(f"tenants must be a mongoshift Tenants(...), not {type(tenants).__name__}")
     flags = tenants.flags().check()
-    base = Project(settings, checked_client(client))
+    base = Project(checked_settings(settings), checked_client(client))
     resolved = await base.resolve()
     opened: list[AsyncMongoClient[Any]] = []  # connected only when the selection reads the server's databases
 
@@ -195,7 +195,7 @@ async def across_tenants[T](
     rollout.check(max(rollout.canary, 1))  # the bound itself; the canary against the selection below
     listeners = checked_observers(observers)
     cancel = cancel or CancelSignal()
-    base = Project(settings, checked_client(client), listeners, cancel)
+    base = Project(checked_settings(settings), checked_client(client), listeners, cancel)
     resolved = await base.resolve()
     own = base.client is None
     main = base.client or await connect(resolved.model_copy(update={"db": resolved.db or "admin"}), cancel=cancel)
@@ -301,6 +301,7 @@ async def up_across(settings: Settings, tenants: Tenants, **options: Any) -> Rol
     """``up`` on each selected tenant (``options``: those of :meth:`Mongoshift.up`); rows judged by :func:`judge_run`."""
     client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
     _known_options(Mongoshift.up, options, "up_across")
+    checked_settings(settings)
     return await across_tenants(
         settings, lambda ms: ms.up(**options), tenants, command="up", judge=judge_run, client=client, observers=observers, cancel=cancel,
         prepare=imports_for_up(settings, options.get("target"), options.get("to")),
@@ -324,6 +325,7 @@ async def down_across(settings: Settings, tenants: Tenants, **options: Any) -> R
     """``down`` on each selected tenant (``options``: those of :meth:`Mongoshift.down`)."""
     client, observers, cancel = options.pop("client", None), options.pop("observers", ()), options.pop("cancel", None)
     _known_options(Mongoshift.down, options, "down_across")
+    checked_settings(settings)  # before the files are judged: a mapping of settings was an AttributeError
     return await across_tenants(
         settings, lambda ms: ms.down(**options), tenants, command="down", judge=judge_run, client=client, observers=observers, cancel=cancel,
         prepare=reversible_for_down(settings, options.get("target")),
@@ -347,6 +349,7 @@ def reversible_for_down(settings: Settings, target: str | None) -> Callable[[lis
 async def status_across(settings: Settings, tenants: Tenants, *, check: bool = False, client: AsyncMongoClient[Any] | None = None) -> RolloutReport:
     """``status`` of each selected tenant (every tenant is read, whatever another's verdict); ``check``: a tenant behind fails."""
     checked_flags(check=check)
+    checked_settings(settings)
     return await across_tenants(
         settings, lambda ms: ms.status(), reading_every(tenants), command="status", judge=judge_status(check, settings), client=client
     )
