@@ -180,3 +180,12 @@ def test_a_verify_row_is_labelled_by_what_was_found(found: bool, stranded: bool,
 
     result, _ = _verdict(Verified("0001_names.py", "people", found, action, stranded=stranded))  # type: ignore[arg-type]
     assert result == label
+
+
+def test_a_duration_that_is_not_a_time_is_unknown_and_a_negative_one_is_none() -> None:
+    """``api.clock``: NaN and infinity (an ETA from a rate of 0) raised ValueError, and -5 (two clocks apart) read
+    ``-1:59:55`` (stop 57, h5)."""
+    from mongoshift import api
+
+    assert [api.clock(s) for s in (None, float("nan"), float("inf"), float("-inf"))] == ["-"] * 4
+    assert [api.clock(s) for s in (-5, -0.5, 0, 59.9, 3_700, 97_380)] == ["0:00:00", "0:00:00", "0:00:00", "0:00:59", "1:01:40", "27:03:00"]

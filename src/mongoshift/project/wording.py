@@ -18,8 +18,10 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
 
 def clock(seconds: float | None) -> str:
     """A duration (an ETA, the time elapsed) as ``H:MM:SS`` (``0:12:50``, ``27:03:00``), ``-`` when unknown: the one
-    format of every background view, on a terminal, piped, in the progress lines and on the dashboard."""
-    if seconds is None:
+    format of every background view, on a terminal, piped, in the progress lines and on the dashboard. A value that is
+    no finite number (an ETA from a rate of 0) is unknown too, and a negative one (two clocks apart) is ``0:00:00``:
+    ``int()`` raised on the first and the second read ``-1:59:55``."""
+    if seconds is None or seconds != seconds or seconds in (float("inf"), float("-inf")):
         return "-"
-    whole = int(seconds)
+    whole = max(int(seconds), 0)
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
