@@ -9,10 +9,14 @@ from hypothesis import given, strategies as st
 
 from mongoshift.versioning import (
     Backoff,
+    InvalidRevisionError,
     RevisionConflictError,
+    ShapeVersionError,
     UnguardedWriteError,
+    VersioningError,
     retry_on_conflict,
     retry_on_conflict_sync,
+    revision_of,
 )
 from mongoshift.versioning.guard import guard_bump, guard_replacement, guard_update
 
@@ -121,8 +125,24 @@ def test_replacement_refusals() -> None:
         guard_replacement({"_id": 1}, {"$set": {"a": 1}}, expected_revision=5, **FIELDS)
     with pytest.raises(UnguardedWriteError, match="upsert"):
         guard_replacement({"_id": 1}, {"__v": 1}, expected_revision=5, upsert=True, **FIELDS)
-    with pytest.raises(ValueError, match="__v"):
+    with pytest.raises(ShapeVersionError, match="__v"):
         guard_replacement({"_id": 1}, {"__v": "1"}, expected_revision=5, **FIELDS)
+
+
+@pytest.mark.parametrize(("stored", "said"), [("s3cret-2", "a value of type str"), (2.0, "a value of type float"), (True, "a value of type bool"),
+    (-4, "a negative integer"), (["s3cret-2"], "a value of type list")])
+def test_a_corrupt_revision_or_version_read_from_the_server_is_a_typed_error_naming_its_type_never_its_value(stored: Any, said: str) -> None:
+    """``revision_of`` raised a bare ValueError ("__rev is not an integer >= 0 in this document"): code catching
+    ``VersioningError`` around the documented read-decide-write cycle missed it, and it did not say what was
+    stored. A read document written back with a corrupt ``__v`` gave a bare ValueError too."""
+    with pytest.raises(InvalidRevisionError) as caught:
+        revision_of({"_id": "s3cret-id", "__rev": stored})
+    assert isinstance(caught.value, VersioningError) and isinstance(caught.value, ValueError)
+    assert str(caught.value) == f"__rev holds {said}, not an integer >= 0"
+    with pytest.raises(ShapeVersionError) as shaped:
+        guard_replacement({"_id": 1}, {"_id": "s3cret-id", "__v": stored, "name": "s3cret"}, expected_revision=0, **FIELDS)
+    assert shaped.value.reason == "invalid" and str(shaped.value) == f"the replacement's __v holds {said}, not an integer >= 0"
+    assert revision_of({"__rev": None}) == revision_of({}) == 0
 
 
 def test_unguarded_bump_counts_a_missing_revision_as_zero() -> None:

@@ -11,6 +11,7 @@ This package imports nothing else from mongoshift, so applications can use it al
 """
 
 from .errors import (
+    InvalidRevisionError,
     RevisionConflictError,
     ShapeVersionError,
     UnguardedWriteError,
@@ -37,6 +38,7 @@ __all__ = [
     "REVISION_FIELD",
     "VERSION_FIELD",
     "Backoff",
+    "InvalidRevisionError",
     "RevisionConflictError",
     "RevisionResult",
     "ShapeVersionError",

@@ -30,6 +30,12 @@ class ShapeVersionError(VersioningError, ValueError):
         self.version = version
 
 
+class InvalidRevisionError(VersioningError, ValueError):
+    """A read document whose revision is not a non-negative integer (text, a float, a bool, a
+    negative number): :func:`revision_of` cannot say which revision to guard a write with.
+    The message names the value's type, never the value."""
+
+
 class UnguardedWriteError(VersioningError, ValueError):
     """A write the revision helpers refuse before any I/O, because its outcome could not be checked:
     an upsert, an unacknowledged write concern, or an update that sets the revision itself."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import InvalidRevisionError
+
 VERSION_FIELD = "__v"
 REVISION_FIELD = "__rev"
 
@@ -32,6 +34,13 @@ def check_number(value: object, what: str) -> int:
     return int(value)
 
 
+def corrupt(doc: Mapping[str, Any], field: str) -> str:
+    """What a stored value that is not an integer >= 0 is, in words that hold no document value."""
+    stored = doc.get(field)
+    what = "a negative integer" if isinstance(stored, int) and not isinstance(stored, bool) else f"a value of type {type(stored).__name__}"
+    return f"{field} holds {what}, not an integer >= 0"
+
+
 def stored_number(doc: Mapping[str, Any], field: str) -> int | None:
     """The field as a version or revision: 0 when missing or null, None when it is not a non-negative integer."""
     value = doc.get(field)
@@ -48,8 +57,9 @@ def number_match(field: str, value: int) -> dict[str, Any]:
 
 
 def revision_of(doc: Mapping[str, Any], field: str = REVISION_FIELD) -> int:
-    """The revision a read document carries, to pass back as ``expected_revision``."""
+    """The revision a read document carries, to pass back as ``expected_revision`` (0 when missing or null);
+    :class:`InvalidRevisionError` (a ``ValueError``) when the stored value is not an integer >= 0."""
     number = stored_number(doc, field)
     if number is None:
-        raise ValueError(f"{field} is not an integer >= 0 in this document")
+        raise InvalidRevisionError(corrupt(doc, field))
     return number

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RevisionConflictError, UnguardedWriteError
-from .fields import check_fields, check_number, number_match, stored_number
+from .errors import RevisionConflictError, ShapeVersionError, UnguardedWriteError
+from .fields import check_fields, check_number, corrupt, number_match, stored_number
 
 Update = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 _PATH_STAGES = ("$set", "$addFields", "$project")
@@ -121,8 +121,8 @@ def guard_replacement(
         raise UnguardedWriteError(f"the replacement sets {revision_field} itself: the helper writes it (leave it out or keep the value read)")
     document = dict(replacement)
     if version_field in document:
-        if document[version_field] is not None:
-            check_number(document[version_field], f"the replacement's {version_field}")
+        if stored_number(document, version_field) is None:  # a read document written back as it was stored
+            raise ShapeVersionError("invalid", f"the replacement's {corrupt(document, version_field)}")
     elif expected_version is None:
         raise ValueError(f"the replacement has no {version_field} and no expected_version is given: it would drop the shape version")
     elif expected_version > 0:

@@ -22,6 +22,7 @@ from .fields import (
     VERSION_FIELD,
     check_fields,
     check_number,
+    corrupt,
     number_match,
     stored_number,
 )
@@ -91,9 +92,7 @@ class Shapes:
         """The stored shape version (missing or null: 0); ``ShapeVersionError("invalid")`` when it is not one."""
         version = stored_number(doc, self.version_field)
         if version is None:
-            stored = doc.get(self.version_field)
-            what = "a negative integer" if isinstance(stored, int) and not isinstance(stored, bool) else f"a value of type {type(stored).__name__}"
-            raise ShapeVersionError("invalid", f"{self.version_field} holds {what}, not an integer >= 0")
+            raise ShapeVersionError("invalid", corrupt(doc, self.version_field))
         return version
 
     def is_version(self, doc: Mapping[str, Any], version: int) -> bool:
