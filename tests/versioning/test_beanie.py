@@ -16,12 +16,14 @@ from beanie import init_beanie
 from mongoshift.api import background as bg, migrations as command
 from mongoshift.versioning import (
     RevisionConflictError,
+    ShapeVersionError,
     UnguardedWriteError,
+    define_shapes,
     retry_on_conflict,
 )
 from mongoshift.versioning.beanie import VersionedDocument
 
-from .conftest import PEOPLE
+from .conftest import PEOPLE, split_name
 from .test_background_reuse import MIGRATION
 
 
@@ -100,6 +102,38 @@ async def test_a_save_with_a_new_id_inserts_but_a_deleted_document_is_not_recrea
     with pytest.raises(RevisionConflictError) as caught:
         await read.save()
     assert caught.value.reason == "not_found" and await people.count_documents({"_id": legacy}) == 0
+
+
+class OlderPerson(VersionedDocument):
+    """The previous release's model of ``people``: shapes up to 2 (no ``status``), still running during the expand phase."""
+
+    shapes = define_shapes(2, {1: split_name})
+    first: str | None = None
+    last: str | None = None
+    n: int = 0
+
+    class Settings:
+        name = "people"
+        keep_nulls = False
+
+
+async def test_older_code_does_not_replace_a_document_newer_code_wrote(db: Any) -> None:
+    """Old code still running during an expand phase ("that is fine", docs/versioning.md) read a document the new
+    release wrote at version 3 and saved it: the replacement held only the old model's fields, so ``status`` was
+    dropped without a word, and the document still said version 3. The helpers' ``upcast`` refuses such a document
+    ("newer"); the Beanie class now refuses to replace it, before anything is sent."""
+    await init_beanie(database=db, document_models=[OlderPerson])
+    await db.people.insert_one(PEOPLE.stamp({"_id": ObjectId(b"3" * 12), "first": "Ada", "last": "Lovelace", "status": "s3cret"}))
+    old = await OlderPerson.get(ObjectId(b"3" * 12))
+    assert old is not None and old.shape_version == 3
+    old.n = 1
+    for write in (old.save, old.replace):
+        with pytest.raises(ShapeVersionError) as caught:
+            await write()
+        assert caught.value.reason == "newer" and caught.value.version == 3 and "s3cret" not in str(caught.value)
+    assert await db.people.find_one({}, {"_id": 0}) == {"__v": 3, "__rev": 1, "first": "Ada", "last": "Lovelace", "status": "s3cret"}
+    await old.set({OlderPerson.n: 2})  # a partial update keeps the fields it does not name: still allowed
+    assert await db.people.find_one({}, {"_id": 0}) == {"__v": 3, "__rev": 2, "first": "Ada", "last": "Lovelace", "status": "s3cret", "n": 2}
 
 
 async def test_unguardable_writes_are_refused(people: Any) -> None:

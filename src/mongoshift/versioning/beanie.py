@@ -20,7 +20,7 @@ from beanie.odm.utils.state import save_state_after
 from pydantic import Field, PrivateAttr
 from pymongo.asynchronous.client_session import AsyncClientSession
 
-from .errors import RevisionConflictError, UnguardedWriteError
+from .errors import RevisionConflictError, ShapeVersionError, UnguardedWriteError
 from .fields import REVISION_FIELD, VERSION_FIELD
 from .revision import find_one_and_update_with_revision, replace_with_revision
 from .shapes import Shapes
@@ -129,6 +129,11 @@ class VersionedDocument(Document):
         self.revision = stamped[REVISION_FIELD]
 
     async def _guarded_replace(self, session: AsyncClientSession | None) -> None:
+        current = type(self).shapes.current
+        if self.shape_version is not None and self.shape_version > current:
+            # written by newer code: its fields are not this model's, and a replacement keeps only the model's
+            raise ShapeVersionError("newer", f"document version {self.shape_version} is newer than this code's version {current}: replacing it would drop "
+                "the fields this model does not know (deploy the newer code everywhere)", version=self.shape_version)
         document = get_dict(self, to_db=True, keep_nulls=self.get_settings().keep_nulls)
         result = await replace_with_revision(
             self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0, expected_version=self.shape_version or 0,
