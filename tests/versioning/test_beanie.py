@@ -12,6 +12,7 @@ from bson import ObjectId
 pytest.importorskip("beanie", reason="Beanie is not installed (pip install 'mongoshift[beanie]')")
 
 from beanie import init_beanie
+from pydantic import ValidationError
 
 from mongoshift.api import background as bg, migrations as command
 from mongoshift.versioning import (
@@ -134,6 +135,15 @@ async def test_older_code_does_not_replace_a_document_newer_code_wrote(db: Any) 
     assert await db.people.find_one({}, {"_id": 0}) == {"__v": 3, "__rev": 1, "first": "Ada", "last": "Lovelace", "status": "s3cret"}
     await old.set({OlderPerson.n: 2})  # a partial update keeps the fields it does not name: still allowed
     assert await db.people.find_one({}, {"_id": 0}) == {"__v": 3, "__rev": 2, "first": "Ada", "last": "Lovelace", "status": "s3cret", "n": 2}
+
+
+@pytest.mark.parametrize("stored", [{"__v": "s3cret-v"}, {"__v": 1, "__rev": "s3cret-rev"}, {"__v": ["s3cret-v"]}, {"__v": -7}])
+async def test_a_corrupt_stored_version_or_revision_fails_the_read_without_quoting_it(people: Any, stored: dict[str, Any]) -> None:
+    """pydantic's error read "input_value='s3cret-v'": the stored value in an error an application logs."""
+    await people.insert_one({"_id": ObjectId(b"c" * 12), "first": "Ada", **stored})
+    with pytest.raises(ValidationError) as caught:
+        await Person.get(ObjectId(b"c" * 12))
+    assert "s3cret" not in str(caught.value) and "-7" not in str(caught.value) and "input_value" not in str(caught.value)
 
 
 async def test_unguardable_writes_are_refused(people: Any) -> None:

@@ -112,6 +112,18 @@ def test_unguardable_writes_are_refused(people: Any) -> None:
     assert people.find_one({}, {"_id": 0, "__rev": 1}) == {"__rev": 1}
 
 
+@pytest.mark.parametrize("stored", [{"__v": "s3cret-v"}, {"__v": 1, "__rev": "s3cret-rev"}, {"__v": ["s3cret-v"]}])
+def test_a_corrupt_stored_version_or_revision_is_refused_without_quoting_it(people: Any, stored: dict[str, Any]) -> None:
+    """MongoEngine's IntField said "s3cret-v could not be converted to int": the stored value in the error."""
+    people.insert_one({"_id": ObjectId(b"c" * 12), "first": "Ada", "n": 0, **stored})
+    person = Person.objects.get(pk=ObjectId(b"c" * 12))
+    person.n = 1
+    with pytest.raises(mongoengine.ValidationError) as caught:
+        person.save()
+    assert "s3cret" not in str(caught.value) and "holds a value of type" in str(caught.value)
+    assert people.find_one({}, {"_id": 0, "n": 1}) == {"n": 0}
+
+
 async def test_a_background_migration_beside_mongoengine_writes_loses_none(people: Any, project: Any) -> None:
     ids = [ObjectId(f"{i:024x}") for i in range(60)]
     people.insert_many([{"_id": id_, "__v": 1, "__rev": 1, "name": f"F{i} L{i}", "n": 0} for i, id_ in enumerate(ids)])

@@ -17,7 +17,7 @@ from beanie.odm.utils.dump import get_dict
 from beanie.odm.utils.parsing import merge_models, parse_obj
 from beanie.odm.utils.self_validation import validate_self_before
 from beanie.odm.utils.state import save_state_after
-from pydantic import Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from .errors import RevisionConflictError, ShapeVersionError, UnguardedWriteError
@@ -36,6 +36,11 @@ class VersionedDocument(Document):
     (``retry_on_conflict``). The version is kept as read: the model writes the shape its
     fields hold, and code that lifts a document sets ``shape_version`` itself.
     """
+
+    # A stored value Beanie cannot parse (a corrupt __v or __rev, or any field) fails the read with pydantic's
+    # ValidationError; that error names the field and the expected type, never the stored value (merged into
+    # the subclass's own model_config, which may set it back).
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     shapes: ClassVar[Shapes]
     shape_version: int | None = Field(default=None, alias=VERSION_FIELD, ge=0)

@@ -18,9 +18,18 @@ from mongoengine.context_managers import set_write_concern
 from mongoengine.queryset import QuerySet, transform
 
 from .errors import UnguardedWriteError
-from .fields import REVISION_FIELD, VERSION_FIELD
+from .fields import REVISION_FIELD, VERSION_FIELD, corrupt
 from .revision_sync import update_with_revision_sync
 from .shapes import Shapes
+
+
+class _StoredNumber(IntField):
+    """``__v`` / ``__rev``: an ``IntField`` whose refusal of a stored value that is no integer >= 0 names the
+    value's type, never the value (``IntField`` says "<value> could not be converted to int")."""
+
+    def validate(self, value: Any) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            self.error(corrupt({self.db_field: value}, self.db_field))
 
 
 class VersionedQuerySet(QuerySet):
@@ -45,8 +54,8 @@ class VersionedDocument(Document):
     meta: ClassVar[dict[str, Any]] = {"abstract": True, "queryset_class": VersionedQuerySet}
     shapes: ClassVar[Shapes]
 
-    shape_version = IntField(db_field=VERSION_FIELD, min_value=0, null=True)
-    revision = IntField(db_field=REVISION_FIELD, min_value=0, null=True)
+    shape_version = _StoredNumber(db_field=VERSION_FIELD, min_value=0, null=True)
+    revision = _StoredNumber(db_field=REVISION_FIELD, min_value=0, null=True)
 
     def _save_update(self, doc: dict[str, Any], save_condition: dict[str, Any] | None, write_concern: dict[str, Any]) -> tuple[Any, bool]:
         """The update half of ``save()``: the changed fields, guarded and bumping the revision.
