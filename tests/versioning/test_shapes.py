@@ -212,3 +212,14 @@ def test_a_negative_number_is_said_to_be_one(call, said: str) -> None:  # type: 
     with pytest.raises(ValueError) as info:
         call()
     assert str(info.value) == said
+
+
+def test_a_document_that_was_not_found_is_said_to_be_none() -> None:
+    """``PEOPLE.upcast(await coll.find_one(...))`` for a vanished document raised "'NoneType' object has no
+    attribute 'get'" from inside mongoshift.versioning; ``revision_of`` too."""
+    from mongoshift.versioning import revision_of
+
+    for call in (lambda: PEOPLE.upcast(None), lambda: PEOPLE.version_of(None), lambda: revision_of(None)):  # type: ignore[arg-type]
+        with pytest.raises(TypeError) as caught:
+            call()
+        assert str(caught.value) == "a document is a mapping, not NoneType (a find that matches nothing returns None)"

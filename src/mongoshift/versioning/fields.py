@@ -43,6 +43,8 @@ def corrupt(doc: Mapping[str, Any], field: str) -> str:
 
 def stored_number(doc: Mapping[str, Any], field: str) -> int | None:
     """The field as a version or revision: 0 when missing or null, None when it is not a non-negative integer."""
+    if not isinstance(doc, Mapping):  # None.get said "'NoneType' object has no attribute 'get'", from inside this package
+        raise TypeError(f"a document is a mapping, not {type(doc).__name__} (a find that matches nothing returns None)")
     value = doc.get(field)
     if value is None:
         return 0
