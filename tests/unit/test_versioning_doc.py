@@ -135,3 +135,23 @@ async def test_the_readmes_versioning_sample_runs_on_data_written_before_version
     await run_block(block, {"db": db})
     legacy = await db.users.find_one({"__v": 1})
     assert (legacy["name"], legacy["__rev"]) == ("Ada L.", 1)
+
+
+async def test_the_upsert_by_hand_works_on_legacy_documents_with_a_null_revision(db) -> None:  # type: ignore[no-untyped-def]
+    """The guide's upsert recipe ``$inc``s the revision, which the server refuses on ``__rev: null`` (a revision
+    0 the contract allows): the write failed on such legacy documents and the guide did not say so."""
+    from pymongo.errors import WriteError
+
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    recipe = {"$set": {"email": "x"}, "$setOnInsert": {"__v": 2}, "$inc": {"__rev": 1}}
+    assert '`{"$set": {...}, "$setOnInsert": {"__v": PEOPLE.current}, "$inc": {"__rev": 1}}`' in text
+    await db.people.insert_many([{"_id": 1, "name": "Ada", "__rev": None}, {"_id": 2, "name": "Bob"}])
+    with pytest.raises(WriteError):
+        await db.people.update_one({"_id": 1}, recipe, upsert=True)
+    backfill = re.search(r"`coll\.(update_many\(.*?\))`", text)
+    assert backfill is not None, "the guide says how to give legacy null revisions 0"
+    await eval(f"coll.{backfill.group(1)}", {"coll": db.people})
+    for id_ in (1, 2, 3):
+        await db.people.update_one({"_id": id_}, recipe, upsert=True)
+    stored = await db.people.find({}, {"name": 0}).sort("_id", 1).to_list()
+    assert stored == [{"_id": 1, "__rev": 1, "email": "x"}, {"_id": 2, "__rev": 1, "email": "x"}, {"_id": 3, "__v": 2, "__rev": 1, "email": "x"}]
