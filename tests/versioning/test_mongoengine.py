@@ -112,6 +112,24 @@ def test_unguardable_writes_are_refused(people: Any) -> None:
     assert people.find_one({}, {"_id": 0, "__rev": 1}) == {"__rev": 1}
 
 
+def test_a_new_instance_with_the_id_of_a_stored_document_does_not_overwrite_it_unguarded(people: Any) -> None:
+    """MongoEngine saves a new instance that has an ``_id`` with ``find_one_and_replace``: a document stored at
+    revision 4 (written by the engine or another writer) was replaced whole, unguarded, its revision set back
+    to 1, so a writer still holding revision 1 would have matched again."""
+    ADA, BOB, CY = ObjectId(b"a" * 12), ObjectId(b"b" * 12), ObjectId(b"y" * 12)
+    people.insert_one({"_id": ADA, "__v": 3, "__rev": 4, "first": "Ada", "last": "Lovelace", "n": 7})
+    with pytest.raises(RevisionConflictError) as caught:
+        Person(id=ADA, first="Augusta").save()
+    assert (caught.value.reason, caught.value.expected_revision, caught.value.actual_revision) == ("conflict", 0, 4)
+    assert people.find_one({"_id": ADA}, {"_id": 0}) == {"__v": 3, "__rev": 4, "first": "Ada", "last": "Lovelace", "n": 7}
+    # at revision 0 (written before versioning), the new instance replaces it, as MongoEngine does, with revision 1
+    people.insert_one({"_id": BOB, "name": "Bob Legacy"})
+    Person(id=BOB, first="Bob").save()
+    assert people.find_one({"_id": BOB}, {"_id": 0}) == {"__v": 3, "__rev": 1, "first": "Bob", "n": 0}
+    Person(id=CY, first="Cy").save()  # not stored: inserted
+    assert people.find_one({"_id": CY}, {"_id": 0}) == {"__v": 3, "__rev": 1, "first": "Cy", "n": 0}
+
+
 @pytest.mark.parametrize("stored", [{"__v": "s3cret-v"}, {"__v": 1, "__rev": "s3cret-rev"}, {"__v": ["s3cret-v"]}])
 def test_a_corrupt_stored_version_or_revision_is_refused_without_quoting_it(people: Any, stored: dict[str, Any]) -> None:
     """MongoEngine's IntField said "s3cret-v could not be converted to int": the stored value in the error."""

@@ -17,9 +17,9 @@ from mongoengine import Document, IntField, signals
 from mongoengine.context_managers import set_write_concern
 from mongoengine.queryset import QuerySet, transform
 
-from .errors import UnguardedWriteError
+from .errors import RevisionConflictError, UnguardedWriteError
 from .fields import REVISION_FIELD, VERSION_FIELD, corrupt
-from .revision_sync import update_with_revision_sync
+from .revision_sync import replace_with_revision_sync, update_with_revision_sync
 from .shapes import Shapes
 
 
@@ -56,6 +56,24 @@ class VersionedDocument(Document):
 
     shape_version = _StoredNumber(db_field=VERSION_FIELD, min_value=0, null=True)
     revision = _StoredNumber(db_field=REVISION_FIELD, min_value=0, null=True)
+
+    def _save_create(self, doc: dict[str, Any], force_insert: bool, write_concern: dict[str, Any]) -> Any:
+        """The insert half of ``save()``. A new instance given the ``_id`` of a stored document replaced that
+        document unguarded (MongoEngine's ``find_one_and_replace``), its revision set back to 1; it now replaces
+        it only at revision 0 (nobody wrote it since versioning, as the new instance has read nothing), and a
+        document that is not stored is inserted."""
+        if force_insert or "_id" not in doc:
+            return super()._save_create(doc, force_insert, write_concern)
+        where = self._integrate_shard_key(doc, {"_id": doc["_id"]})
+        replacement = {k: v for k, v in doc.items() if k != REVISION_FIELD}  # stamped 1 on insert: the guard writes 0 + 1
+        with set_write_concern(self._get_collection(), write_concern) as collection:
+            try:
+                replace_with_revision_sync(collection, where, replacement, expected_revision=0)
+            except RevisionConflictError as error:
+                if error.reason != "not_found":
+                    raise
+                return collection.insert_one(doc).inserted_id
+        return doc["_id"]
 
     def _save_update(self, doc: dict[str, Any], save_condition: dict[str, Any] | None, write_concern: dict[str, Any]) -> tuple[Any, bool]:
         """The update half of ``save()``: the changed fields, guarded and bumping the revision.
