@@ -105,6 +105,23 @@ async def test_a_save_with_a_new_id_inserts_but_a_deleted_document_is_not_recrea
     assert caught.value.reason == "not_found" and await people.count_documents({"_id": legacy}) == 0
 
 
+async def test_a_new_instance_that_replaces_a_legacy_document_is_stamped_with_the_current_version(people: Any) -> None:
+    """``Person(id=pid, ...).save()`` over a document written before versioning (revision 0) replaced it with
+    this code's fields but no ``__v``: version 0, so ``upcast`` and a rewrite from 0 ran the steps from shape 0
+    on them (``split_name`` set ``first`` and ``last`` to "")."""
+    await people.insert_one({"_id": ObjectId(b"4" * 12), "name": "Bob Legacy"})
+    await Person(id=ObjectId(b"4" * 12), first="Bob", last="Builder").save()
+    stored = await people.find_one({}, {"_id": 0})
+    assert stored == {"__v": 3, "__rev": 1, "first": "Bob", "last": "Builder", "n": 0}
+    assert (PEOPLE.upcast(stored)["first"], PEOPLE.upcast(stored)["last"]) == ("Bob", "Builder")
+    read = await Person.get(ObjectId(b"4" * 12))  # read from the server: its version is kept as read
+    assert read is not None
+    await people.update_one({}, {"$unset": {"__v": ""}})
+    read.shape_version = None
+    await read.save()
+    assert "__v" not in await people.find_one({})
+
+
 class OlderPerson(VersionedDocument):
     """The previous release's model of ``people``: shapes up to 2 (no ``status``), still running during the expand phase."""
 

@@ -139,10 +139,16 @@ class VersionedDocument(Document):
             # written by newer code: its fields are not this model's, and a replacement keeps only the model's
             raise ShapeVersionError("newer", f"document version {self.shape_version} is newer than this code's version {current}: replacing it would drop "
                 "the fields this model does not know (deploy the newer code everywhere)", version=self.shape_version)
+        # Built by this code, not read: it has read no revision (0) and no version, and its fields hold the current
+        # shape unless it says otherwise. Unstamped, a legacy document it replaced at revision 0 kept no version,
+        # and the steps from shape 0 later ran over the new fields.
+        fresh = not self._stored and self.revision is None
+        if fresh and self.shape_version is None:
+            self.shape_version = current
         document = get_dict(self, to_db=True, keep_nulls=self.get_settings().keep_nulls)
         result = await replace_with_revision(
-            self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0, expected_version=self.shape_version or 0,
-                session=session
+            self.get_pymongo_collection(), {"_id": self.id}, document, expected_revision=self.revision or 0,
+            expected_version=None if fresh else self.shape_version or 0, session=session
         )
         self.revision = result.revision
 
