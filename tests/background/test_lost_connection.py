@@ -137,6 +137,8 @@ def test_a_busy_servers_late_heartbeat_is_not_taken_for_a_lost_server(fast_proje
 _SELECTION_WAITED = re.compile(r"Timeout: ([0-9.]+)s")
 #: The driver's log of a server selection that waits: how long it may (``"remainingTimeMS": 1998``).
 _GIVEN = re.compile(r'"remainingTimeMS": (\d+)')
+_OPERATION_ID = re.compile(r'"operationId": (-?\d+)')
+_OPERATION = re.compile(r'"operation": "(\w+)"')
 
 #: The second batch's first document waits in the worker thread until the test has taken the server away.
 HELD_AT_SECOND_BATCH = background_file(batch_size=40).replace(
@@ -189,9 +191,10 @@ async def test_a_runner_gives_up_within_its_bound_not_a_server_selection_later(s
     (``connect_timeout_seconds``) before failing; the runner now probes the server within what is left of its bound.
 
     Mid-run the server goes away (the runner reaches it through a proxy the test closes), and the driver does not
-    retry on its own, so the batch's write fails at once. The request that ends the run must have waited no
-    longer than the bound (at least the probe's floor), not the selection's 60 s; and no request made after the
-    server went (the lease's renewal and release, the client's endSessions at close) may wait the 60 s either: the driver's
+    retry on its own, so the batch's write usually fails at once (on a loaded machine it may wait the selection out:
+    the one request the docs allow that). The request that ends the run must have waited no longer than the bound
+    (at least the probe's floor), not the selection's 60 s; and no other request made after the server went (the
+    lease's renewal and release, the client's endSessions at close) may wait the 60 s either: the driver's
     server-selection log says how long each was given."""
     side = types.SimpleNamespace(waiting=threading.Event(), go=threading.Event())
     monkeypatch.setitem(sys.modules, "mongoshift_test_gone", side)
@@ -221,5 +224,18 @@ async def test_a_runner_gives_up_within_its_bound_not_a_server_selection_later(s
     assert isinstance(cause, ServerSelectionTimeoutError), repr(cause)
     waited = _SELECTION_WAITED.search(str(cause))
     assert waited is not None and float(waited.group(1)) <= max(PROBE_FLOOR_S, 0.5), str(cause)[:200]
-    given = [int(m.group(1)) for r in caplog.records if r.name == "pymongo.serverSelection" and (m := _GIVEN.search(r.getMessage()))]
-    assert given and max(given) <= 1000 * max(PROBE_FLOOR_S, 0.5, RELEASE_AFTER_LOSS_S, CLOSE_WAIT_S, 2), given  # 2: the lease's TTL
+    given: dict[tuple[str, str], int] = {}  # the most each request (by its operation id) was given to find a server
+    for record in caplog.records:
+        if record.name == "pymongo.serverSelection" and (m := _GIVEN.search(text := record.getMessage())):
+            operation = _OPERATION_ID.search(text)  # none for some requests: each such record its own
+            kind = _OPERATION.search(text)
+            key = (operation.group(1) if operation is not None else f"record {id(record)}", kind.group(1) if kind else "")
+            given[key] = max(given.get(key, 0), int(m.group(1)))
+    bound = 1000 * max(PROBE_FLOOR_S, 0.5, RELEASE_AFTER_LOSS_S, CLOSE_WAIT_S, 2)  # 2: the lease's TTL
+    # The request that meets the outage may wait out the selection (docs/background.md, "Riding out a lost
+    # connection"): on a loaded machine the driver's monitor can take the server for lost before the batch's write
+    # is sent, which then waits connect_timeout_seconds instead of failing on its cut connection. Every other one
+    # (made once the runner saw the failure, or bounded by what it is: the lease's renewal) keeps to the bound.
+    # (pymongo names a bulk_write's request "insert", whatever its operations are.)
+    over = [(kind, ms) for (_, kind), ms in given.items() if ms > bound]
+    assert given and len(over) <= 1 and all(kind == "insert" and ms <= 60_000 for kind, ms in over), sorted(given.items())
