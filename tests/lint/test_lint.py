@@ -148,3 +148,29 @@ async def test_a_file_in_a_declared_encoding_is_linted_as_up_imports_it(project,
     (finding,) = json.loads(result.stdout)["findings"]
     assert (finding["rule"], finding["file"], finding["line"]) == ("MS101", "0001_legacy.py", 4)
     assert cli(project, "up").returncode == 0  # the same file, run
+
+
+async def test_a_file_with_a_null_byte_names_no_line_it_does_not_have(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """Python refuses a null byte before reading any line: the message said "does not parse (line None)"."""
+    (project.migrations / "0001_nul.py").write_bytes(b"async def up(ctx):\n    x = '\x00'\n")
+    result = cli(project, "lint", "--json")
+    assert result.returncode == 20, result.stderr
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message == "0001_nul.py: does not parse: source code string cannot contain null bytes", message
+
+
+async def test_an_unknown_declared_encoding_is_named_not_called_no_declaration(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A file that declares an encoding Python does not know was said to "declare no other encoding"; ``up`` names it."""
+    (project.migrations / "0001_enc.py").write_bytes(b"# -*- coding: bogus-9 -*-\nasync def up(ctx):\n    x = 'caf\xe9'\n")
+    result = cli(project, "lint", "--json")
+    assert result.returncode == 20, result.stderr
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message == "0001_enc.py: failed to parse: unknown encoding: bogus-9", message
+
+
+async def test_a_suppression_of_ms100_says_it_cannot_be_suppressed(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``allow MS100`` was told "the suppression names MS100: name rules by id or name (...)", as if MS100 were unknown."""
+    project.add("0001_a.py", "# mongoshift-lint: allow MS100, MS101 -- the reviewer agreed to it\n" + CASES["MS101"][0])
+    document = json.loads(cli(project, "lint", "--json").stdout)
+    assert [(f["line"], f["rule"]) for f in document["findings"]] == [(1, "MS100"), (3, "MS101"), (4, "MS101")]
+    assert "MS100, which cannot be suppressed" in document["findings"][0]["message"]

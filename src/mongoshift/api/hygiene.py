@@ -198,6 +198,8 @@ def _python_text(item: MigrationFile) -> str:
         said = "UTF-8" if encoding.startswith("utf-8") else encoding
         raise InvalidExportError(f"{item.name}: failed to parse: it is not {said} text (at byte {exc.start})", file=item.name) from None
     except SyntaxError as exc:  # an encoding declaration Python does not know, or undecodable first lines
+        if exc.msg.startswith("unknown encoding"):  # it declares one, which Python does not know: say so, as import does
+            raise InvalidExportError(f"{item.name}: failed to parse: {exc.msg}", file=item.name) from None
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as undecodable:

@@ -57,7 +57,9 @@ def lint_source(name: str, source: str, *, use_transaction_default: bool = False
     try:
         tree = ast.parse(source, filename=name)
     except SyntaxError as exc:
-        raise InvalidExportError(f"{name}: does not parse (line {exc.lineno}): {exc.msg}", file=name) from None
+        # a null byte is refused before any line is read: no line to name ("line None")
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        raise InvalidExportError(f"{name}: does not parse{where}: {exc.msg}", file=name) from None
     found = list(_Checker(name, tree, use_transaction_default).findings())
     good, bad = read_suppressions(source)
     found += [Finding("MS100", name, b.line, b.problem) for b in bad]
