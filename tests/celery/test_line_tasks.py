@@ -228,3 +228,24 @@ def test_another_worker_told_of_a_revoke_leaves_a_running_tasks_result_alone(red
         assert first.outcome == "failed" and "stopped: the task was revoked" in (first.error or ""), first
     finally:
         forget_redis_queue(elsewhere)
+
+
+async def test_a_task_whose_credentials_are_refused_fails_at_once(project, client, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Refused credentials were waited out as a server out of reach: the task re-sent itself every poll for up to
+    line_wait_seconds (an hour by default) before the producer learnt "auth_failed". They stay refused until a person
+    acts: the task fails at once with exit 35, redacted."""
+    add_three(project)
+    settings = project.settings()
+    if "@" in settings.uri:
+        pytest.skip("the test server's URI carries credentials of its own")
+    planned = await plan_line(settings, OPTIONS, client=client)
+    payload, task_id = planned.tasks[0]
+    refused = settings.model_copy(update={"uri": settings.uri.replace("mongodb://", "mongodb://bob:hunter2@", 1)})
+
+    with caplog.at_level("WARNING", logger="mongoshift.celery"):
+        outcome = await run_up(refused, payload, task_id, OPTIONS)  # its wait (line_wait_seconds) is far from over
+
+    assert isinstance(outcome, LineResult), outcome
+    assert (outcome.outcome, outcome.code, outcome.kind) == ("failed", 35, "auth_failed"), outcome
+    assert "hunter2" not in (outcome.error or "") and "bob" not in (outcome.error or "")
+    assert not [r for r in caplog.records if r.name == "mongoshift.celery" and "tries again" in r.getMessage()]

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pymongo import AsyncMongoClient
 
 from .. import api
-from ..errors import ExitCode, LockHeldError, MongoshiftError, NotAppliedError, OutOfOrderError
+from ..errors import ConnectionFailedError, ExitCode, LockHeldError, MongoshiftError, NotAppliedError, OutOfOrderError, UriUnavailableError
 from .checks import check_number
 from .payloads import UpPayload
 from .results import LineResult
@@ -323,8 +323,11 @@ async def run_up(
     except MongoshiftError as exc:
         if run._ms is not None:  # the session opened: not a failure to connect
             raise
-        # nothing ran: the tasks behind it find this one not applied and its intent live
-        if time.time() < payload.wait_until:
+        # nothing ran: the tasks behind it find this one not applied and its intent live. Only a server out of reach
+        # (or a connection string not given yet) is waited out: refused credentials (35), a bad URI or a clash of the
+        # own collections stay so until a person acts, and the producer learns it now rather than after the wait
+        transient = isinstance(exc, (ConnectionFailedError, UriUnavailableError))
+        if transient and time.time() < payload.wait_until:
             # said at each try: Celery's own "retry" line is info, and says neither why nor that nothing ran
             log.warning("%s: not run, %s; the task tries again in %gs, until line_wait_seconds have passed",
                         payload.name, api.redact(exc.message), options.poll_seconds)
