@@ -127,3 +127,47 @@ async def test_a_group_the_broker_refuses_leaves_no_intent_behind(project, clien
     with pytest.raises(Exception):  # noqa: B017 - the broker's own error, as above
         tasks.start_background("20260101000009_names")
     assert await api.read_intents(project.settings(), ["background:20260101000009_names.py"], client=client) == {}
+
+
+HANGS = '''
+import os
+import time
+
+def up(ctx):
+    with open({path!r}, "w") as out:
+        out.write(str(os.getpid()))
+    while True:  # until its process is killed
+        time.sleep(0.1)
+'''
+
+
+def test_a_pool_child_killed_in_a_body_blocks_the_tasks_behind_it_at_once(redis_harness, project, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pool child killed in a body (kill -9, the OOM killer) left its task's intent ``running``: its message is not
+    redelivered, yet the tasks behind it waited for it until intent_ttl_seconds had passed (an hour by default), and
+    ``wait()`` with them. The worker's main process, which saw the child die, settles the intent: they end blocked now."""
+    import asyncio
+    import os
+    import signal
+
+    from mongoshift import api
+
+    from .conftest import until
+
+    names = add_line(project)
+    for name in names[2:]:
+        (project.migrations / name).unlink()
+    names = names[:2]
+    pid_file = tmp_path / "body.pid"
+    project.add(names[0], HANGS.format(path=str(pid_file)))
+    redis_harness.worker("-P", "prefork", "-c", "2")
+    line = redis_harness.tasks.enqueue_up()
+    until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", 60, "the first body started", redis_harness)
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    first, second = line.wait(timeout=60)  # the intents' TTL here is 300 s, the line's wait 120 s
+
+    assert (first.outcome, first.code, first.kind) == ("failed", 11, "aborted"), first
+    assert (second.outcome, second.kind, second.blocked_by) == ("blocked", "blocked", [names[0]]), second
+    assert f"{names[0]} did not apply" in (second.error or ""), second.error
+    intent = asyncio.run(api.read_intents(project.settings(), [f"up:{names[0]}"]))[f"up:{names[0]}"]
+    assert (intent.state, intent.data.get("kind")) == ("failed", "aborted")  # a failed intent does not hold the migration

@@ -157,4 +157,4 @@ def test_a_line_task_whose_pool_child_died_is_aborted_not_a_bug() -> None:
     line = LineGroup(group="g", batch=1, names=["0001_a.py"])
     result = line._read("0001_a.py", WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL) Job: 0."))
     assert (result.outcome, result.code, result.kind) == ("failed", int(ExitCode.ABORTED), "aborted")
-    assert "the worker process running it ended before it did" in (result.error or "") and "intent_ttl_seconds" in (result.error or "")
+    assert "the worker process running it ended before it did" in (result.error or "") and "end blocked by it" in (result.error or "")

@@ -354,5 +354,13 @@ async def refuse_line(settings: api.Settings, payload: UpPayload, task_id: str, 
     return result
 
 
+async def abandon_line(settings: api.Settings, payload: UpPayload, task_id: str, options: LineOptions) -> None:
+    """A task whose worker process died in it: its intent, when this task still holds it, is settled ``failed``
+    (``aborted``), so that the tasks behind it end ``blocked`` at once; the changelog says whether its body finished."""
+    async with api.connect(settings) as ms:
+        data = {"group": payload.group, "kind": "aborted"}
+        await ms.intents.settle(intent_key(payload.name, payload.direction), task_id, "failed", ttl_seconds=options.intent_ttl_seconds, data=data)
+
+
 def _ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery import Celery, Task, group
+from celery import Celery, Task, group, signals
 from celery.exceptions import TaskRevokedError, TimeoutError as CeleryTimeoutError, WorkerLostError
 from celery.result import AsyncResult, GroupResult
 from celery.worker import state as worker_state
@@ -46,7 +46,7 @@ from ..errors import (
 )
 from . import background as bg
 from .checks import check_number
-from .line import Direction, LineOptions, Planned, Wait, plan_line, refuse_line, release_line, revoke_line, run_up
+from .line import Direction, LineOptions, Planned, Wait, abandon_line, plan_line, refuse_line, release_line, revoke_line, run_up
 from .payloads import CoordinatorPayload, LanePayload, TenantPayload, UpPayload, parse
 from .results import BackgroundResult, LineResult
 
@@ -128,7 +128,7 @@ class LineGroup:
         if isinstance(value, WorkerLostError):  # its pool child died in the body (a kill -9, the OOM killer): no bug of ours
             return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=int(ExitCode.ABORTED), kind="aborted",
                 error=f"{api.redact(str(value))}: the worker process running it ended before it did; the changelog says whether "
-                "its body finished, and its intent holds the migration until intent_ttl_seconds have passed")
+                "its body finished, and the tasks behind it end blocked by it")
         kind = getattr(value, "kind", "error")
         code = int(getattr(value, "exit_code", 1))
         return LineResult(name, "failed", self.group, self.batch, direction=self.direction, code=code, kind=kind, error=api.redact(str(value)))
@@ -237,6 +237,8 @@ class MongoshiftTasks:
         self.verify = self._task("background.verify", self._verify)
         self.audit = self._task("audit", self._audit)
         self.tenant = self._task("tenant", self._tenant, reject_on_worker_lost=False)
+        # sent by the worker's main process when a pool child died in a line task (not redelivered, see _lost)
+        signals.task_failure.connect(self._lost, weak=False)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -437,6 +439,21 @@ class MongoshiftTasks:
         if isinstance(outcome, Wait):
             raise task.retry(args=(payload,), countdown=outcome.countdown, max_retries=None)
         return outcome.to_json()
+
+    def _lost(self, sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, args: Any = None, **_: Any) -> None:
+        """A pool child died in a line task (``kill -9``, the OOM killer): its message is not redelivered
+        (``reject_on_worker_lost`` is off), so the task is over. Its intent, left ``running``, held the migration
+        for ``intent_ttl_seconds``, and the tasks behind it waited as long (an hour by default) before ending
+        ``blocked``: it is settled ``failed`` (``aborted``) now, by the worker's main process, which saw it die."""
+        if not isinstance(exception, WorkerLostError) or task_id is None or getattr(sender, "app", None) is not self.app:
+            return
+        if getattr(sender, "name", None) not in {t.name for t in self._line_tasks.values()} or not isinstance(args, (list, tuple)) or len(args) != 1:
+            return
+        try:
+            parsed = parse(UpPayload, sender.name, args[0])
+            _run(abandon_line(self.settings(), parsed, task_id, self.line))
+        except Exception as exc:  # the intent lapses after intent_ttl_seconds, as before; a signal handler never raises
+            log.warning("%s: the intent of a task whose worker process died could not be settled (%s)", sender.name, getattr(exc, "kind", type(exc).__name__))
 
     # -- background ---------------------------------------------------------------------------
 
