@@ -453,3 +453,19 @@ async def test_a_session_that_squashed_reads_the_folder_again(project, sync_clie
         back = await ms.down(steps=2)  # the squash file is one migration: its files roll back through it
         assert [r.name for r in back.results] == ["0004_d.py", "0003_c.py", "0002_b.py", "0001_a.py", "0003_squashed.py"]
     assert marks(sync_client, project) == []
+
+
+async def test_a_failed_file_in_the_range_is_named_failed_not_only_not_applied(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A file whose run failed was listed with the pending ones, and the advice was "apply up to NAME first", which
+    an up cannot do before the file is fixed. The refusal says which failed, and to fix it."""
+    line(project, "0001_a", "0002_b", "0004_d")
+    project.add("0003_c.py", "async def up(ctx):\n    raise RuntimeError('boom')\n")
+    assert cli(project, "up").returncode == 7
+
+    refused = cli(project, "squash", "--to", "0004_d", "--dry-run", "--json")
+
+    assert refused.returncode == 50, refused.stderr
+    (problem,) = json.loads(refused.stdout)["error"]["details"]["problems"]
+    assert problem == (
+        "not applied in this database: 0003_c.py (failed), 0004_d.py (fix 0003_c.py and apply up to 0004_d.py first: a squash records what ran)"
+    ), problem

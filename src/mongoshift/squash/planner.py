@@ -86,9 +86,13 @@ def plan_range(files: list[MigrationFile], to: str, *, records: dict[str, Change
 
 def _database_problems(chosen: list[MigrationFile], records: dict[str, ChangelogRecord], limit: str) -> list[str]:
     problems: list[str] = []
-    not_applied = [f.name for f in chosen if not _applied(f, records)]
+    not_applied = [f for f in chosen if not _applied(f, records)]
     if not_applied:
-        problems.append(f"not applied in this database: {', '.join(not_applied)} (apply up to {limit} first: a squash records what ran)")
+        # a failed file is not one to "apply up to": it needs a fix first, so the list says which failed
+        failed = [f.name for f in not_applied if (r := records.get(f.name)) is not None and r.status == "failed"]
+        listed = ", ".join(f"{f.name} (failed)" if f.name in failed else f.name for f in not_applied)
+        fix = f"fix {', '.join(failed)} and " if failed else ""
+        problems.append(f"not applied in this database: {listed} ({fix}apply up to {limit} first: a squash records what ran)")
     changed = [name for f in chosen for name in _changed(f, records)]
     if changed:
         problems.append(f"changed on disk since they were applied: {', '.join(changed)} (restore them: the squash keeps the files that ran)")
