@@ -35,7 +35,9 @@ def test_a_version_2_payload_carries_the_files_checksum_and_its_direction() -> N
         ({**GOOD_2, "direction": "sideways"}, "direction: literal_error"),
         ({**GOOD_2, "checksum": "hunter2"}, "checksum: string_pattern_mismatch"),
         ({k: v for k, v in GOOD.items() if k != "v"}, "no version 'v'"),
-        ({**GOOD, "v": True}, "no version 'v'"),
+        # a version of another type is there, of the wrong type: it was said to be missing ("has no version 'v'")
+        ({**GOOD, "v": True}, "the payload's version 'v' is a bool, not a whole number"),
+        ({**GOOD, "v": "hunter2"}, "the payload's version 'v' is a str, not a whole number"),
         ({**GOOD, "secret": "hunter2"}, "secret: extra_forbidden"),
         ({**GOOD, "batch": 0}, "batch: greater_than_equal"),
         ({**GOOD, "name": "../../etc/passwd-hunter2"}, "name: string_pattern_mismatch"),

@@ -101,8 +101,10 @@ def parse[P: Payload](model: type[P], task: str, data: Any) -> P:
     if not isinstance(data, dict):
         raise TaskInvalidError(f"{task}: the payload is a {type(data).__name__}, not a mapping", task=task)
     version = data.get("v")
-    if isinstance(version, bool) or not isinstance(version, int):
+    if "v" not in data:
         raise TaskInvalidError(f"{task}: the payload has no version 'v'", task=task)
+    if isinstance(version, bool) or not isinstance(version, int):  # "2", 2.0, true: named by type, never by value
+        raise TaskInvalidError(f"{task}: the payload's version 'v' is a {type(version).__name__}, not a whole number", task=task)
     if version not in VERSIONS:
         raise TaskInvalidError(
             f"{task}: payload version {version} is not one this worker reads ({', '.join(map(str, VERSIONS))}): "
