@@ -73,6 +73,11 @@ def test_the_beat_schedule_names_the_registered_tasks() -> None:
     # The worker refuses a verify whose reopen is not True or False (exit 25): a schedule that says "yes" failed every tick.
     with pytest.raises(ConfigInvalidError, match="reopen is True or False, not a str"):
         tasks.beat_schedule(reopen="yes")  # type: ignore[arg-type]
+    # the refusal named the entry ("background-verify: the schedule takes ..."), not the argument the caller wrote
+    with pytest.raises(ConfigInvalidError, match=r"^beat_schedule\(\): verify_every takes seconds \(at least 1\) or None, not 0$"):
+        tasks.beat_schedule(verify_every=0)
+    with pytest.raises(ConfigInvalidError, match=r"^beat_schedule\(\): background_every takes seconds"):
+        tasks.beat_schedule(background_every=-5)
 
 
 def test_the_line_and_background_options_refuse_a_value_a_worker_could_not_use() -> None:

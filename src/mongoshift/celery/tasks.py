@@ -628,18 +628,19 @@ class MongoshiftTasks:
         """Entries for ``app.conf.beat_schedule``: the background tick, ``background verify`` and ``audit``
         every so many seconds (None leaves one out); ``reopen``: verify gives a drifted migration another pass."""
         if not isinstance(reopen, bool):  # the worker refuses a verify whose reopen is not true or false: every tick would fail
-            raise ConfigInvalidError(f"background-verify: reopen is True or False, not a {type(reopen).__name__}")
+            raise ConfigInvalidError(f"beat_schedule(): reopen is True or False, not a {type(reopen).__name__}")
         entries: dict[str, dict[str, Any]] = {}
-        for key, task, every, kwargs in (
-            ("background-tick", self.background_tick, background_every, {}),
-            ("background-verify", self.verify, verify_every, {"reopen": reopen}),
-            ("audit", self.audit, audit_every, {}),
+        # each refusal names the argument the caller wrote (the entry's key, "background-verify", is no argument)
+        for key, option, task, every, kwargs in (
+            ("background-tick", "background_every", self.background_tick, background_every, {}),
+            ("background-verify", "verify_every", self.verify, verify_every, {"reopen": reopen}),
+            ("audit", "audit_every", self.audit, audit_every, {}),
         ):
             if every is None:
                 continue
             # NaN passes "every < 1" (every comparison with it is false), and infinity is no period either
             if isinstance(every, bool) or not isinstance(every, (int, float)) or not math.isfinite(every) or every < 1:
-                raise ConfigInvalidError(f"{key}: the schedule takes seconds (at least 1) or None, not {every!r}")
+                raise ConfigInvalidError(f"beat_schedule(): {option} takes seconds (at least 1) or None, not {every!r}")
             entry: dict[str, Any] = {"task": task.name, "schedule": float(every), "kwargs": kwargs}
             if self.queue:
                 entry["options"] = {"queue": self.queue}
