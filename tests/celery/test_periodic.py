@@ -103,6 +103,24 @@ def test_the_line_and_background_options_refuse_a_value_a_worker_could_not_use()
 
 
 
+def test_a_lease_longer_than_an_intent_takes_and_a_queue_that_is_no_name_are_refused_when_made() -> None:
+    """``LineOptions(intent_ttl_seconds=30 days)`` (``BackgroundOptions(chain_ttl_seconds=...)`` too) was accepted, then every
+    ``enqueue_up()`` refused it ("an intent's ttl_seconds must be ... at most 604800"); ``register(queue=5)`` was accepted,
+    then a plain ``audit.delay()`` raised AttributeError. Both are exit 6 when made, naming the option."""
+    from mongoshift.celery import BackgroundOptions, LineOptions
+
+    week = 7 * 86_400
+    assert LineOptions(intent_ttl_seconds=week).intent_ttl_seconds == week and BackgroundOptions(chain_ttl_seconds=week).chain_ttl_seconds == week
+    with pytest.raises(ConfigInvalidError, match="LineOptions: intent_ttl_seconds must be a number of seconds above 0 and at most 604800, not 2592000"):
+        LineOptions(intent_ttl_seconds=30 * 86_400)
+    with pytest.raises(ConfigInvalidError, match="BackgroundOptions: chain_ttl_seconds must be a number of seconds above 0 and at most 604800"):
+        BackgroundOptions(chain_ttl_seconds=week + 1)
+    for queue in (5, "", "  ", b"migrations"):
+        with pytest.raises(ConfigInvalidError, match="queue must be a queue name"):
+            register(Celery("x", set_as_current=False), settings="mongoshift.toml", queue=queue)  # type: ignore[arg-type]
+
+
+
 def test_a_converge_is_queued_with_yes_true_or_false_only() -> None:
     """``enqueue_converge(yes="no")`` was queued as ``bool("no")``, True: the destructive converge where it is allowed."""
     tasks = register(Celery("x", broker="memory://", set_as_current=False), settings="mongoshift.toml", allow={"up", "converge_destructive"})

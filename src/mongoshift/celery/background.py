@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .. import api
 from ..errors import MongoshiftError, NotAppliedError
-from .checks import check_number
+from .checks import LEASE_MAX_SECONDS, check_number
 from .payloads import CoordinatorPayload, LanePayload
 from .results import BackgroundResult
 
@@ -44,7 +44,7 @@ class BackgroundOptions:
     def __post_init__(self) -> None:
         if self.poll_seconds is not None:
             check_number("BackgroundOptions", "poll_seconds", self.poll_seconds, minimum=0, above=True)
-        check_number("BackgroundOptions", "chain_ttl_seconds", self.chain_ttl_seconds, minimum=0, above=True)
+        check_number("BackgroundOptions", "chain_ttl_seconds", self.chain_ttl_seconds, minimum=0, above=True, maximum=LEASE_MAX_SECONDS)
         check_number("BackgroundOptions", "max_lane_errors", self.max_lane_errors, minimum=1, whole=True)
 
 

@@ -26,7 +26,7 @@ from pymongo import AsyncMongoClient
 
 from .. import api
 from ..errors import ConnectionFailedError, ExitCode, LockHeldError, MongoshiftError, NotAppliedError, OutOfOrderError, UriUnavailableError
-from .checks import check_number
+from .checks import LEASE_MAX_SECONDS, check_number
 from .payloads import UpPayload
 from .results import LineResult
 
@@ -53,7 +53,8 @@ class LineOptions:
         check_number("LineOptions", "lock_wait_seconds", self.lock_wait_seconds, minimum=0)
         check_number("LineOptions", "poll_seconds", self.poll_seconds, minimum=0, above=True)
         check_number("LineOptions", "line_wait_seconds", self.line_wait_seconds, minimum=0)
-        check_number("LineOptions", "intent_ttl_seconds", self.intent_ttl_seconds, minimum=0, above=True)
+        # an intent is a lease of at most a week: a longer one was accepted here and refused by every enqueue
+        check_number("LineOptions", "intent_ttl_seconds", self.intent_ttl_seconds, minimum=0, above=True, maximum=LEASE_MAX_SECONDS)
 
 
 @dataclass(frozen=True)

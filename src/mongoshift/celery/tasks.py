@@ -687,6 +687,8 @@ def register(
         raise ConfigInvalidError(f"register() takes a Celery app, not {type(app).__name__}")
     if not isinstance(prefix, str) or not prefix or not all(part.isidentifier() for part in prefix.split(".")):
         raise ConfigInvalidError(f"prefix must be a dotted name such as 'mongoshift', not {prefix!r}")
+    if queue is not None and (not isinstance(queue, str) or not queue.strip()):  # 5 failed at the first send, "" routed nothing
+        raise ConfigInvalidError(f"queue must be a queue name (non-empty text) or None, not {queue!r}")
     if settings is not None and not isinstance(settings, (api.Settings, str, Path)) and not callable(settings):
         raise ConfigInvalidError(f"settings must be Settings, a function returning them, or a project file path, not {type(settings).__name__}")
     listed = list(observers) if isinstance(observers, (list, tuple)) else None
