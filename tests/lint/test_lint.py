@@ -174,3 +174,13 @@ async def test_a_suppression_of_ms100_says_it_cannot_be_suppressed(project, cli)
     document = json.loads(cli(project, "lint", "--json").stdout)
     assert [(f["line"], f["rule"]) for f in document["findings"]] == [(1, "MS100"), (3, "MS101"), (4, "MS101")]
     assert "MS100, which cannot be suppressed" in document["findings"][0]["message"]
+
+
+async def test_a_file_named_twice_is_linted_once(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``lint 0001_a 0001_a.py`` linted the file twice: each finding listed twice, and "2 files" counted."""
+    project.add("0001_a.py", CASES["MS102"][0])
+    result = cli(project, "lint", "--json", "0001_a", "0001_a.py", str(project.migrations / "0001_a.py"))
+    assert result.returncode == 51, result.stderr
+    document = json.loads(result.stdout)
+    assert document["files"] == ["0001_a.py"]
+    assert [(f["file"], f["rule"]) for f in document["findings"]] == [("0001_a.py", "MS102")]

@@ -171,6 +171,8 @@ async def lint_in(project: Project, files: list[str] | None = None, *, sizes: bo
     project.check_open()  # reading files only, but a closed session takes no call
     line = project.scanned()
     chosen = [find(line, resolve_name(name, settings.migrations_dir)) for name in files] if files else [f for f in line if not f.is_squash]
+    # one file named twice ("0007_x", "0007_x.py", "migrations/0007_x.py") is one file: its findings once, counted once
+    chosen = list({item.name: item for item in chosen}.values())
     report = LintReport([f.name for f in chosen])
     for item in chosen:
         verdict = lint_source(item.name, _python_text(item), use_transaction_default=settings.use_transaction)
