@@ -184,3 +184,16 @@ async def test_a_file_named_twice_is_linted_once(project, cli) -> None:  # type:
     document = json.loads(result.stdout)
     assert document["files"] == ["0001_a.py"]
     assert [(f["file"], f["rule"]) for f in document["findings"]] == [("0001_a.py", "MS102")]
+
+
+async def test_a_name_with_a_tab_or_a_line_break_keeps_the_findings_table_one_row_each(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """A collection named by a literal holding a tab or a line break (``db["a\\tb"]``) split the finding's row of the
+    tab-separated table in two. The message writes the name's escapes; ``--json`` keeps the name as the source says."""
+    project.add("0001_a.py", 'async def up(ctx):\n    await ctx.db["a\\tb\\nc"].update_many({"x": 1}, {"$set": {"y": 2}})\n')
+    text = cli(project, "lint")
+    assert text.returncode == 51
+    rows = [line for line in text.stdout.splitlines() if line.startswith("0001_a.py")]
+    assert len(rows) == 1 and rows[0].count("\t") == 3, text.stdout
+    assert "update_many on a\\tb\\nc has no _id-bounded filter" in rows[0]
+    (finding,) = json.loads(cli(project, "lint", "--json").stdout)["findings"]
+    assert finding["collection"] == "a\tb\nc"

@@ -106,7 +106,7 @@ class _Checker:
                         collection,
                     )
                 if method in BULK_WRITES and not _id_bounded(call, fn):
-                    where = f" on {collection}" if collection else ""
+                    where = f" on {_shown(collection)}" if collection else ""
                     yield Finding(
                         "MS102", self.name, call.lineno,
                         f"{method}{where} has no _id-bounded filter: it {'deletes' if method.startswith('delete') else 'rewrites'} "
@@ -123,7 +123,7 @@ class _Checker:
                         collection,
                     )
                 if _unique_index(call, method) and not _duplicate_check(fn) and not _created_here(fn, collection):
-                    on = f" on {collection}" if collection else ""
+                    on = f" on {_shown(collection)}" if collection else ""
                     yield Finding(
                         "MS103", self.name, call.lineno,
                         f"a unique index{on} built over existing data with no duplicate check before it: one duplicate fails "
@@ -194,6 +194,12 @@ def _collection(call: ast.Call, method: str) -> str | None:
     return None
 
 
+def _shown(name: str) -> str:
+    """A collection or index name as a message shows it: a tab, a line break or another unprintable character of the
+    source's string literal is written as its escape (``a\\tb``), so a table row stays one row (``--json`` has it as is)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
 def _string(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
@@ -201,11 +207,11 @@ def _string(node: ast.AST) -> str | None:
 def _what_dropped(call: ast.Call, method: str, collection: str | None) -> str:
     if method in ("drop_index", "drop_indexes"):
         index = _string(call.args[0]) if call.args else None
-        target = f"index {index}" if index else ("every index" if method == "drop_indexes" else "an index")
-        return f"{target} of {collection}" if collection else target
+        target = f"index {_shown(index)}" if index else ("every index" if method == "drop_indexes" else "an index")
+        return f"{target} of {_shown(collection)}" if collection else target
     if method == "drop_database":
         return "a database"
-    return f"collection {collection}" if collection else "a collection"
+    return f"collection {_shown(collection)}" if collection else "a collection"
 
 
 def _filter(call: ast.Call) -> ast.AST | None:
