@@ -103,3 +103,43 @@ async def test_a_chain_lost_with_its_worker_is_started_again_by_the_tick(redis_h
     assert sync_client[project.db].people.count_documents({"__v": 2, "__rev": 2}) == 100
     locks = sync_client[project.db]["_mongoshift_locks"]
     until(lambda: locks.count_documents({"_id": f"queue:background:{NAME}"}) == 0, 30, "the chain let go at its end", redis_harness)
+
+
+FAILING_FILE = '''
+from mongoshift import Background
+
+def migrate(doc, ctx):
+    raise ValueError("cannot read the address " + repr(doc.get("first")))
+
+background = Background(collection="people", from_version=1, to_version=2, migrate=migrate, batch_size=10, pause_ms=0)
+'''
+
+
+async def test_a_chain_whose_migration_failed_says_why_not_only_failed(project, db) -> None:  # type: ignore[no-untyped-def]
+    """The chain's last result read ``{"status": "failed", "reason": "failed"}``: a caller of ``BackgroundStart.wait()``
+    learnt nothing it could act on. Its reason is the migration's last error, as ``background status`` says it (redacted)."""
+    from mongoshift.celery import BackgroundOptions, background as bg
+    from mongoshift.celery.payloads import CoordinatorPayload, LanePayload
+
+    project.write_config(background_poll_seconds=0.2)
+    await seed(db.people, 5)
+    project.add(NAME, FAILING_FILE)
+    settings = project.settings()
+    await api.up(settings)
+    options = BackgroundOptions(poll_seconds=0.2)
+    payload = CoordinatorPayload(name=NAME, chain="c1", lanes=1)
+    assert await bg.claim_chain(settings, NAME, api.Claim(bg.chain_key(NAME), "c1", 60))
+    result = None
+    for _ in range(50):  # each step either hands out a lane (run here, slice by slice) or ends the chain
+        tick = await bg.coordinate(settings, payload, options)
+        if isinstance(tick.next, bg.BackgroundResult):
+            result = tick.next
+            break
+        for _ in range(tick.lanes):
+            outcome = await bg.lane(settings, LanePayload(name=NAME, chain="c1"), options)
+            while isinstance(outcome, bg.Again):
+                assert isinstance(outcome.payload, LanePayload)
+                outcome = await bg.lane(settings, outcome.payload, options)
+    assert result is not None and result.status == "failed", result
+    assert result.reason and result.reason != "failed", result
+    assert "could not be migrated" in result.reason and "F0" not in result.reason, result.reason

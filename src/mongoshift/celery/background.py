@@ -108,7 +108,11 @@ async def coordinate(
                 return Tick(0, BackgroundResult(payload.name, None, api.redact(exc.message)))
             if step.next == "done":
                 await ms.intents.settle(chain_key(payload.name), payload.chain, None, ttl_seconds=1)
-                return Tick(0, BackgroundResult(step.name, step.status, step.reason))
+                reason = step.reason
+                if step.status == "failed":  # its reason was the status again ("failed"): the caller learns why, as status says it
+                    (report,) = await ms.background.status(step.name)
+                    reason = api.redact(report.last_error) if report.last_error else reason
+                return Tick(0, BackgroundResult(step.name, step.status, reason))
             if step.next == "wait" and step.reason:
                 log.info("%s: waiting: %s", step.name, step.reason)
             return Tick(min(step.lanes, payload.lanes) if step.next == "process" else 0, again)
