@@ -394,3 +394,15 @@ def test_recorded_words_are_one_line_without_controls_or_secrets() -> None:
     for bad, says in (("", "must not be empty"), (" \n ", "must not be empty"), (7, "must be text, not int"), ("x" * 513, "at most 512")):
         with pytest.raises(ConfigInvalidError, match=says):
             recorded_text("--reason", bad, 512)
+
+
+def test_a_transforms_own_message_loses_the_documents_values_it_holds_unquoted() -> None:
+    """``raise ValueError(f"bad email {doc['email']}")`` in a background transform was stored and shown as
+    "bad email secret@example.com" (``background status``, the dashboard): only quoted literals were masked.
+    A value of the document that the message holds as a word of its own is masked too; short values and parts of
+    words (a value "None" inside "NoneType") stay."""
+    doc: dict[str, Any] = {"_id": 7, "email": "secret@example.com", "state": "None", "code": "en", "seen": 20261231}
+    said = describe_transform_error(ValueError(f"bad email {doc['email']} (seen {doc['seen']}, {doc['code']})"), document=doc)
+    assert said == "ValueError: bad email *** (seen ***, en)", said
+    typed = describe_transform_error(TypeError("'NoneType' object is not subscriptable"), document=doc)
+    assert typed == "TypeError: 'NoneType' object is not subscriptable", typed

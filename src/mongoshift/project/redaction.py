@@ -289,7 +289,24 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, docu
             return text
         return f"{text[0]}***{text[0]}"
 
-    return cap(_QUOTED.sub(mask, describe_error(exc, None)), limit)
+    described = _QUOTED.sub(mask, describe_error(exc, None))
+    if document is not None:  # the transform's own words may hold a value unquoted: f"bad email {doc['email']}"
+        described = _mask_unquoted(described, _document_values(document))
+    return cap(described, limit)
+
+
+#: A document value shorter than this is left in a message unquoted: "1" or "en" would mask parts of its words.
+_UNQUOTED_MIN = 4
+
+
+def _mask_unquoted(text: str, values: set[Any]) -> str:
+    """``text`` with every document value of at least :data:`_UNQUOTED_MIN` characters (its text: a string, or the
+    ``str`` of a number, date or id) that it holds as a word of its own replaced by ``***``, the longest first (a
+    value ``"None"`` leaves ``NoneType`` alone)."""
+    texts = sorted({v for v in values if isinstance(v, str) and len(v) >= _UNQUOTED_MIN}, key=len, reverse=True)
+    for value in texts:
+        text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", MASK, text)
+    return text
 
 
 def _masked_key(exc: KeyError, limit: int | None) -> str:
