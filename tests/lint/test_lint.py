@@ -197,3 +197,17 @@ async def test_a_name_with_a_tab_or_a_line_break_keeps_the_findings_table_one_ro
     assert "update_many on a\\tb\\nc has no _id-bounded filter" in rows[0]
     (finding,) = json.loads(cli(project, "lint", "--json").stdout)["findings"]
     assert finding["collection"] == "a\tb\nc"
+
+
+async def test_an_aggregate_in_a_transaction_is_flagged_for_its_writing_stage(project) -> None:  # type: ignore[no-untyped-def]
+    """The finding said "aggregate in a file with use_transaction = True: MongoDB refuses it", which an aggregate
+    without $out or $merge is not; it names the stage that is refused."""
+    project.add(
+        "0001_a.py",
+        "use_transaction = True\n\nasync def up(ctx):\n"
+        "    await ctx.db.users.aggregate([{'$match': {'a': 1}}], session=ctx.session)\n"
+        "    await ctx.db.users.aggregate([{'$match': {'a': 1}}, {'$merge': {'into': 'copy'}}], session=ctx.session)\n",
+    )
+    (finding,) = (await lint(project.settings())).findings
+    assert (finding.rule, finding.line) == ("MS104", 5)
+    assert finding.message.startswith("aggregate with $merge in a file with use_transaction = True"), finding.message

@@ -116,9 +116,11 @@ class _Checker:
                         collection,
                     )
                 if self.use_transaction and _refused_in_transaction(call, method):
+                    # an aggregate is refused only for its $out / $merge stage: "aggregate ... refuses it" misled
+                    what = f"aggregate with {_writing_stage(call)}" if method == "aggregate" else method
                     yield Finding(
                         "MS104", self.name, call.lineno,
-                        f"{method} in a file with use_transaction = True: MongoDB refuses it inside a transaction; "
+                        f"{what} in a file with use_transaction = True: MongoDB refuses it inside a transaction; "
                         "move it to a file without a transaction",
                         collection,
                     )
@@ -259,6 +261,16 @@ def _refused_in_transaction(call: ast.Call, method: str) -> bool:
     if method == "aggregate" and call.args:
         return any(_string(k) in ("$out", "$merge") for d in ast.walk(call.args[0]) if isinstance(d, ast.Dict) for k in d.keys if k is not None)
     return False
+
+
+def _writing_stage(call: ast.Call) -> str:
+    """The ``$out`` or ``$merge`` stage an aggregate's literal pipeline holds (the first one found)."""
+    for node in ast.walk(call.args[0]):
+        if isinstance(node, ast.Dict):
+            for key in node.keys:
+                if key is not None and _string(key) in ("$out", "$merge"):
+                    return str(_string(key))
+    return "$out"
 
 
 def _unique_index(call: ast.Call, method: str) -> bool:
