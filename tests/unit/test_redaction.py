@@ -406,3 +406,14 @@ def test_a_transforms_own_message_loses_the_documents_values_it_holds_unquoted()
     assert said == "ValueError: bad email *** (seen ***, en)", said
     typed = describe_transform_error(TypeError("'NoneType' object is not subscriptable"), document=doc)
     assert typed == "TypeError: 'NoneType' object is not subscriptable", typed
+
+
+def test_a_type_error_keeps_the_name_of_any_class_it_says_an_object_of() -> None:
+    """``ctx.log("...")`` in a migration failed as "TypeError: '***' object is not callable": only builtin and BSON
+    type names were kept. A quoted name followed by " object" in a TypeError is a type's, whatever its class."""
+    class MigrationLog:
+        pass
+
+    assert describe_transform_error(_raised(lambda: MigrationLog()())) == "TypeError: 'MigrationLog' object is not callable"
+    assert describe_transform_error(TypeError("'hunter2 x' object is not callable")) == "TypeError: '***' object is not callable"
+    assert describe_transform_error(TypeError("no use for 'secret' here")) == "TypeError: no use for '***' here"

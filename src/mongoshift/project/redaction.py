@@ -287,6 +287,10 @@ def describe_transform_error(exc: BaseException, limit: int | None = LIMIT, docu
         text = quoted.group(0)
         if keep_types and text[1:-1] in _TYPE_NAMES:
             return text
+        # Python's "'MigrationLog' object is not callable": the quoted name before " object" is a type's, whatever
+        # class it is (a project's, mongoshift's), never a value; it read "'***' object is not callable"
+        if keep_types and text[1:-1].isidentifier() and quoted.string.startswith(" object", quoted.end()):
+            return text
         return f"{text[0]}***{text[0]}"
 
     described = _QUOTED.sub(mask, describe_error(exc, None))
