@@ -206,8 +206,10 @@ async def test_an_aggregate_in_a_transaction_is_flagged_for_its_writing_stage(pr
         "0001_a.py",
         "use_transaction = True\n\nasync def up(ctx):\n"
         "    await ctx.db.users.aggregate([{'$match': {'a': 1}}], session=ctx.session)\n"
-        "    await ctx.db.users.aggregate([{'$match': {'a': 1}}, {'$merge': {'into': 'copy'}}], session=ctx.session)\n",
+        "    await ctx.db.users.aggregate([{'$match': {'a': 1}}, {'$merge': {'into': 'copy'}}], session=ctx.session)\n"
+        "    await ctx.db.users.aggregate(pipeline=[{'$out': 'copy'}], session=ctx.session)\n",  # a keyword was not read
     )
-    (finding,) = (await lint(project.settings())).findings
-    assert (finding.rule, finding.line) == ("MS104", 5)
-    assert finding.message.startswith("aggregate with $merge in a file with use_transaction = True"), finding.message
+    first, second = (await lint(project.settings())).findings
+    assert (first.rule, first.line, second.rule, second.line) == ("MS104", 5, "MS104", 6)
+    assert first.message.startswith("aggregate with $merge in a file with use_transaction = True"), first.message
+    assert second.message.startswith("aggregate with $out in a file"), second.message

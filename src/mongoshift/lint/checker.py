@@ -258,14 +258,24 @@ def _assigned(fn: FunctionNode, name: str) -> ast.AST | None:
 def _refused_in_transaction(call: ast.Call, method: str) -> bool:
     if method in REFUSED_IN_TRANSACTION:
         return True
-    if method == "aggregate" and call.args:
-        return any(_string(k) in ("$out", "$merge") for d in ast.walk(call.args[0]) if isinstance(d, ast.Dict) for k in d.keys if k is not None)
+    pipeline = _pipeline(call) if method == "aggregate" else None
+    if pipeline is not None:
+        return any(_string(k) in ("$out", "$merge") for d in ast.walk(pipeline) if isinstance(d, ast.Dict) for k in d.keys if k is not None)
     return False
+
+
+def _pipeline(call: ast.Call) -> ast.AST | None:
+    """An aggregate's pipeline as the source gives it: first argument, or ``pipeline=`` (missed before)."""
+    for keyword in call.keywords:
+        if keyword.arg == "pipeline":
+            return keyword.value
+    return call.args[0] if call.args else None
 
 
 def _writing_stage(call: ast.Call) -> str:
     """The ``$out`` or ``$merge`` stage an aggregate's literal pipeline holds (the first one found)."""
-    for node in ast.walk(call.args[0]):
+    pipeline = _pipeline(call)
+    for node in ast.walk(pipeline) if pipeline is not None else ():
         if isinstance(node, ast.Dict):
             for key in node.keys:
                 if key is not None and _string(key) in ("$out", "$merge"):
