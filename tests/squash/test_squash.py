@@ -469,3 +469,19 @@ async def test_a_failed_file_in_the_range_is_named_failed_not_only_not_applied(p
     assert problem == (
         "not applied in this database: 0003_c.py (failed), 0004_d.py (fix 0003_c.py and apply up to 0004_d.py first: a squash records what ran)"
     ), problem
+
+
+async def test_a_squash_up_to_the_first_squash_file_says_it_is_one_already(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """``squash --to 0002_squashed`` (the line's first file, standing for two) was told "is the first file of the line
+    (a squash replaces two files or more)", which it does; the refusal says it is a squash file already."""
+    line(project, "0001_a", "0002_b", "0003_c")
+    await up(project.settings())
+    await squash(project.settings(), "0002_b")
+
+    refused = cli(project, "squash", "--to", "0002_squashed", "--dry-run", "--json")
+
+    assert refused.returncode == 50, refused.stderr
+    message = json.loads(refused.stdout)["error"]["message"]
+    assert message == (
+        "nothing to squash: 0002_squashed.py is a squash file already, the first of the line; squash up to a later file to take it in"
+    ), message

@@ -62,6 +62,11 @@ def plan_range(files: list[MigrationFile], to: str, *, records: dict[str, Change
     limit = find(files, to).name
     chosen = [f for f in files if f.name <= limit]
     if len(chosen) < 2:
+        if chosen and chosen[0].is_squash:  # "the first file of the line" said nothing of why: it is a squash already
+            raise SquashRefusedError(
+                f"nothing to squash: {limit} is a squash file already, the first of the line; squash up to a later file to take it in",
+                to=limit,
+            )
         raise SquashRefusedError(f"nothing to squash: {limit} is the first file of the line (a squash replaces two files or more)", to=limit)
     problems = _database_problems(chosen, records, limit) if records is not None else []
     for item in files:
