@@ -88,6 +88,7 @@ async def test_suppressions_need_a_reason_and_a_known_rule(project, cli) -> None
     short = json.loads(cli(project, "lint", "--json", "0002_b").stdout)["findings"][0]["message"]
     assert "gives too short a reason (at least" in short, short
     assert set(document["rules"]) == {"MS100", "MS101", "MS102", "MS103", "MS104", "MS105"}
+    assert "migrate or revert" in document["rules"]["MS105"]["summary"]  # it checks both (it said "a background migrate")
 
     (project.migrations / "0002_b.py").write_text("# mongoshift-lint: allow MS102 -- users has forty rows, by contract\n" + CASES["MS102"][0])
     (project.migrations / "0003_c.py").unlink()

@@ -20,7 +20,7 @@ RULES: dict[str, Rule] = {
         Rule("MS102", "unbounded-bulk-write", "update_many / delete_many without an _id-bounded filter inside the line"),
         Rule("MS103", "unique-index-unchecked", "a unique index built over existing data with no duplicate check before it"),
         Rule("MS104", "transaction-refused-operation", "use_transaction = True with an operation MongoDB refuses inside a transaction"),
-        Rule("MS105", "version-field-removed", "a background migrate that removes the version field"),
+        Rule("MS105", "version-field-removed", "a background migrate or revert that removes the version field"),
     )
 }
 
