@@ -81,8 +81,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-async def _migrated(page: Any) -> int:
-    return int((await page.locator('[data-testid="migrated"]').first.inner_text()).replace(",", ""))  # grouped: 1,500
+async def _done(page: Any) -> int:
+    return int((await page.locator('[data-testid="done"]').first.inner_text()).replace(",", ""))  # grouped: 1,500
 
 
 async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_project, db, browser, shots) -> None:  # type: ignore[no-untyped-def]
@@ -97,12 +97,12 @@ async def test_progress_advances_live_and_pause_resume_steer_the_runner(fast_pro
         await page.goto(dash.url + "/")
         await page.evaluate("window.notReloaded = true")
         await page.locator('tr[data-name="0001_names.py"] [data-testid="status"]').filter(has_text="running").wait_for(timeout=WAIT_MS)
-        first = await _migrated(page)
+        first = await _done(page)
         # the count grows on the same page (no reload: the marker survives), from the event stream
         from playwright.async_api import expect
 
-        await expect(page.locator('[data-testid="migrated"]').first).not_to_have_text(f"{first:,}", timeout=WAIT_MS)
-        assert await _migrated(page) > first
+        await expect(page.locator('[data-testid="done"]').first).not_to_have_text(f"{first:,}", timeout=WAIT_MS)
+        assert await _done(page) > first
         assert await page.evaluate("window.notReloaded") is True
         await page.screenshot(path=str(shots / "overview.png"), full_page=True)
         # sign in, then pause from the migration's page

@@ -567,9 +567,9 @@ async def test_counts_are_grouped_by_thousands_as_the_rest_of_the_output(fast_pr
     client, _ = counted_client
     web = http(make_app(fast_project, client))
     overview = (await web.get("/")).text
-    assert 'data-testid="migrated">1,500</span> of ~1,500' in overview
+    assert 'data-testid="done">1,500</span> of 1,500' in overview  # completed: what it scanned, exact
     page = (await web.get(f"/migrations/{NAME}")).text
-    assert 'data-testid="migrated">1,500</span> migrated, 1,500 scanned of ~1,500' in page
+    assert 'data-testid="done">1,500</span> of 1,500 · ' in page and 'data-testid="migrated">1,500</span> migrated, 1,500 scanned' in page
     assert re.search(r"<td>1,500 / ~1,500</td>", page)  # the partition's progress
     assert not re.search(r"\b\d{4,}\b(?![:-])", re.sub(r"<[^>]*>|\d{4}-\d\d-\d\d[ T][\d:.]+|[0-9a-f]{32}", " ", page)), "an ungrouped number"
 
@@ -605,3 +605,28 @@ async def test_the_throttle_in_force_reads_as_the_clis(registered, counted_clien
     client, _ = counted_client
     page = (await http(make_app(registered, client)).get(f"/migrations/{NAME}")).text
     assert 'data-testid="throttle">throttled: batch size 2,000, pause 1,500 ms</b>' in page
+
+
+async def test_progress_after_a_retry_counts_this_pass_as_the_cli_does(registered, db, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """The overview showed the documents migrated in every pass of the estimate of this one: after a retry of a
+    completed migration whose second pass failed, ``300 of ~40`` beside a bar that counted this pass. It shows this pass's progress now,
+    as ``background status`` prints it (documents done of the pass's estimate), and the migration's page both."""
+    async with connect(registered.settings()) as ms:
+        (first,) = await ms.background.run([NAME])
+        assert first.status == "completed"
+        # 40 documents written since at the source version, which the transform cannot migrate (a number as "first")
+        await db.people.insert_many([{"_id": 1_000 + i, "first": i, "last": "x", "__v": 1, "__rev": 1} for i in range(40)])
+        await ms.background.control(NAME, "retry")
+        (second,) = await ms.background.run([NAME])
+    assert second.status == "failed" and second.pass_number == 2 and second.totals["migrated"] == 300
+    done = second.estimate - second.remaining  # the pass's documents done, as `background status` counts them
+    assert second.estimate == 40 and done <= 40
+    client, _ = counted_client
+    web = http(make_app(registered, client))
+    overview = (await web.get("/")).text
+    assert f'data-testid="done">{done}</span> of ~40</td>' in overview
+    assert f'<progress max="100" value="{round(100 * done / 40)}" aria-label="progress of {NAME}">' in overview
+    assert "300</span> of ~40" not in overview
+    page = (await web.get(f"/migrations/{NAME}")).text
+    assert f'data-testid="done">{done}</span> of ~40 in pass 2' in page
+    assert f'data-testid="migrated">300</span> migrated, {second.totals['scanned']:,} scanned in all passes' in page

@@ -30,12 +30,8 @@ def progress(r: BackgroundReport) -> str:
 
 
 def done_of(r: BackgroundReport) -> tuple[int, int]:
-    """Documents done and the total they count towards: while it runs, the pass's estimate less what is left
-    (an estimate); once completed, what every pass scanned, which is exact (the estimate was the plan's guess)."""
-    scanned = int(r.totals.get("scanned", 0))
-    if r.status == "completed" and scanned:
-        return scanned, scanned
-    return ((r.estimate - r.remaining) if r.estimate else scanned), r.estimate
+    """Documents done and the total they count towards (:meth:`BackgroundReport.progress`)."""
+    return r.progress()
 
 
 def rate(r: BackgroundReport) -> str:

@@ -81,12 +81,14 @@ def _utc(at: datetime) -> datetime:
 
 
 def percent(report: api.BackgroundReport) -> int:
-    """How far a migration is, 0-100 (a completed one is 100 whatever its estimate said)."""
+    """How far a migration is, 0-100, as its progress (:meth:`~mongoshift.api.BackgroundReport.progress`) says: this
+    pass's documents done of its estimate (a completed one is 100 whatever its estimate said)."""
     if report.status == "completed":
         return 100
-    if report.estimate <= 0:
+    done, total = report.progress()
+    if total <= 0:
         return 0
-    return max(0, min(100, round(100 * (report.estimate - report.remaining) / report.estimate)))
+    return max(0, min(100, round(100 * done / total)))
 
 
 def verdicts(audit: api.AuditReport | None) -> dict[str, str]:

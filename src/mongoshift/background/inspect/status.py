@@ -124,6 +124,15 @@ class BackgroundReport:
     #: or waits to. Its elapsed time and rate end there, and so does the dashboard's chart.
     stopped_at: datetime | None = None
 
+    def progress(self) -> tuple[int, int]:
+        """Documents done and the total they count towards: while it runs, the pass's estimate less what is left
+        (an estimate); once completed, what every pass scanned, which is exact (the estimate was the plan's guess).
+        ``totals`` count every pass: after a retry they are more than this pass's estimate, so they are no progress."""
+        scanned = int(self.totals.get("scanned", 0))
+        if self.status == "completed" and scanned:
+            return scanned, scanned
+        return ((self.estimate - self.remaining) if self.estimate else scanned), self.estimate
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for key, value in data.items():
