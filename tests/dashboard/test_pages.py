@@ -630,3 +630,29 @@ async def test_progress_after_a_retry_counts_this_pass_as_the_cli_does(registere
     page = (await web.get(f"/migrations/{NAME}")).text
     assert f'data-testid="done">{done}</span> of ~40 in pass 2' in page
     assert f'data-testid="migrated">300</span> migrated, {second.totals['scanned']:,} scanned in all passes' in page
+
+
+async def test_times_are_shown_in_utc_from_an_applications_client_of_another_zone(registered, mongo_uri, http) -> None:  # type: ignore[no-untyped-def]
+    """A mounting application's client made with ``tz_aware=True, tzinfo=...`` reads every stored time in its zone:
+    the pages showed those local times beside "Read at ... UTC" (and a run's "At (UTC)" column). They are UTC now."""
+    from zoneinfo import ZoneInfo
+
+    from pymongo import AsyncMongoClient
+
+    async with connect(registered.settings()) as ms:
+        await ms.background.control(NAME, "pause", reason="zone test")
+        (row,) = [r for r in await ms.status() if r.name == NAME]
+        (report,) = await ms.background.status(NAME)
+    applied = row.applied_at.astimezone(UTC) if row.applied_at.tzinfo else row.applied_at
+    paused = report.history[-1]["at"]
+    paused = paused.astimezone(UTC) if paused.tzinfo else paused
+    tokyo: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(mongo_uri, tz_aware=True, tzinfo=ZoneInfo("Asia/Tokyo"))
+    try:
+        web = http(make_app(registered, tokyo))
+        overview = (await web.get("/")).text
+        assert f"<td>{applied:%Y-%m-%d %H:%M:%S}</td>" in overview, "the applied time in UTC"
+        assert f"{applied + timedelta(hours=9):%Y-%m-%d %H:%M:%S}" not in overview
+        page = (await web.get(f"/migrations/{NAME}")).text
+        assert f"<td>{paused:%Y-%m-%d %H:%M:%S}</td><td>pause</td>" in page, "the history's time in UTC"
+    finally:
+        await tokyo.close()

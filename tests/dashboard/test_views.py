@@ -60,3 +60,11 @@ def test_the_tenants_view_counts_every_tenant_and_names_only_a_few() -> None:
     assert summary.failed[1] == views.TenantNote("t1", "0002_b.py")
     assert summary.behind[0] == views.TenantNote("t2", "1 to go: 0002_b.py")
     assert summary.behind[1] == views.TenantNote("t3", "1 to go: 0002_b.py")
+
+
+def test_the_charts_time_labels_are_utc_whatever_zone_the_samples_were_read_in() -> None:
+    from zoneinfo import ZoneInfo
+
+    t0 = datetime(2026, 1, 1, 9, 0, tzinfo=ZoneInfo("Asia/Tokyo"))  # 00:00 UTC
+    chart = views.chart([{"at": t0, "scanned": 10}, {"at": t0 + timedelta(seconds=10), "scanned": 10}])
+    assert (chart.first, chart.last) == ("2026-01-01 00:00:00", "00:00:10")

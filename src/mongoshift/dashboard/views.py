@@ -62,7 +62,7 @@ def chart(
             break
         x = PAD + ((at - start).total_seconds() / span) * width
         points.append(f"{x:.1f},{y:.1f}")
-    return Chart(" ".join(points), round(peak, 1), start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%H:%M:%S"), len(rates))
+    return Chart(" ".join(points), round(peak, 1), when(start), when(end)[-8:], len(rates))
 
 
 def _covered(at: datetime, started: datetime | None, stopped: datetime | None) -> float:
@@ -117,7 +117,9 @@ def count(n: float | None, digits: int = 1) -> str:
 
 
 def when(at: datetime | None) -> str:
-    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "–"
+    """A time as the pages show it, in UTC (as they say): a zone-aware one (an application's client made with
+    ``tz_aware=True, tzinfo=...`` reads every stored time in its zone) is converted; a naive one is UTC already."""
+    return _utc(at).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if at else "–"
 
 
 #: How many tenants behind (and how many failed) the overview names; the others are counted only,
