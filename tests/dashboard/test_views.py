@@ -68,3 +68,18 @@ def test_the_charts_time_labels_are_utc_whatever_zone_the_samples_were_read_in()
     t0 = datetime(2026, 1, 1, 9, 0, tzinfo=ZoneInfo("Asia/Tokyo"))  # 00:00 UTC
     chart = views.chart([{"at": t0, "scanned": 10}, {"at": t0 + timedelta(seconds=10), "scanned": 10}])
     assert (chart.first, chart.last) == ("2026-01-01 00:00:00", "00:00:10")
+
+
+def test_a_stretch_without_samples_draws_at_zero_not_a_line_across_it() -> None:
+    """Buckets at 0 s and 10 s, then none until 60 s (a completed pass, then a retry's): the line drew straight from
+    10 s to 60 s, as if documents were migrated meanwhile. It drops to zero for the buckets that recorded nothing."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    samples = [{"at": t0 + timedelta(seconds=s), "scanned": 100} for s in (0, 10, 60)]
+    chart = views.chart(samples)
+    points = [tuple(map(float, p.split(","))) for p in chart.points.split()]
+    x_of = {round((x - views.PAD) / (views.CHART_W - 2 * views.PAD) * 60): y for x, y in points}
+    bottom, top = views.CHART_H - views.PAD, views.PAD
+    assert x_of == {0: top, 10: top, 20: bottom, 50: bottom, 60: top}
+    assert chart.buckets == 3 and chart.peak == 10.0
+    one_gap = views.chart([{"at": t0 + timedelta(seconds=s), "scanned": 100} for s in (0, 20)])
+    assert [float(p.split(",")[1]) for p in one_gap.points.split()] == [top, bottom, top]  # the one empty bucket at 10 s

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from .. import api
@@ -53,6 +54,7 @@ def chart(
     span = max(1.0, (end - start).total_seconds())
     rates = [(row["at"], row.get(counter, 0) / _covered(row["at"], started, stopped)) for row in samples]
     peak = max(rate for _, rate in rates) or 1.0
+    rates = _with_gaps(rates)
     width, height = CHART_W - 2 * PAD, CHART_H - 2 * PAD
     points = []
     for at, rate in rates:
@@ -62,7 +64,21 @@ def chart(
             break
         x = PAD + ((at - start).total_seconds() / span) * width
         points.append(f"{x:.1f},{y:.1f}")
-    return Chart(" ".join(points), round(peak, 1), when(start), when(end)[-8:], len(rates))
+    return Chart(" ".join(points), round(peak, 1), when(start), when(end)[-8:], len(samples))
+
+
+def _with_gaps(rates: list[tuple[datetime, float]]) -> list[tuple[datetime, float]]:
+    """``rates`` with a zero at each end of a stretch of buckets that recorded nothing (between a completed pass
+    and a retry's, while paused): a line drawn straight from one bucket to the next said it worked meanwhile."""
+    step = timedelta(seconds=BUCKET_SECONDS)
+    out = rates[:1]
+    for (before, _), (at, rate) in pairwise(rates):
+        if at - before > step:
+            out.append((before + step, 0.0))
+            if at - step > before + step:
+                out.append((at - step, 0.0))
+        out.append((at, rate))
+    return out
 
 
 def _covered(at: datetime, started: datetime | None, stopped: datetime | None) -> float:
