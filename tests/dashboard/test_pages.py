@@ -656,3 +656,27 @@ async def test_times_are_shown_in_utc_from_an_applications_client_of_another_zon
         assert f"<td>{paused:%Y-%m-%d %H:%M:%S}</td><td>pause</td>" in page, "the history's time in UTC"
     finally:
         await tokyo.close()
+
+
+async def test_the_ids_of_failed_documents_say_their_type(project, db, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """Legacy data with mixed ``_id`` types: the ids were shown with ``str``, so the number 5 and the text "5" both read
+    ``5`` and a date ``2020-02-12 00:00:00``, which no filter finds. They are relaxed Extended JSON now."""
+    from bson import ObjectId
+
+    project.write_config(background_lease_ttl_seconds=2, background_poll_seconds=0.2)
+    oid = ObjectId()
+    ids = [5, "5", datetime(2020, 2, 12), oid]
+    await db.people.insert_many([{"_id": i, "first": 1, "last": "x", "__v": 1, "__rev": 1} for i in ids])  # a number as "first": fails
+    project.add(NAME, background_file(batch_size=10, extra="adaptive=False, max_document_errors=10,"))
+    await command.up(project.settings())
+    async with connect(project.settings()) as ms:
+        (done,) = await ms.background.run([NAME])
+    assert done.failed_documents == 4
+    client, _ = counted_client
+    web = http(make_app(project, client))
+    csrf = await sign_in(web)
+    shown = (await web.post(f"/migrations/{NAME}/failed-ids", data={"csrf": csrf})).text
+    listed = re.findall(r"<li><code>(.*?)</code></li>", shown)
+    assert sorted(listed) == sorted(
+        ["5", "&#34;5&#34;", "{&#34;$date&#34;: &#34;2020-02-12T00:00:00Z&#34;}", f"{{&#34;$oid&#34;: &#34;{oid}&#34;}}"]
+    ), listed

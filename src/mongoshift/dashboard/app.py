@@ -404,7 +404,7 @@ def create_app(
         except MongoshiftError as exc:
             return await refused(request, exc.message, 409)
         snap = await poller.current(name)
-        return page(request, "migration.html", {**migration_context(snap, name), "ids": [str(i) for i in ids], "ids_total": total})
+        return page(request, "migration.html", {**migration_context(snap, name), "ids": [views.shown_id(i) for i in ids], "ids_total": total})
 
     async def sign_in(request: Request) -> Response:
         form = await form_of(request)

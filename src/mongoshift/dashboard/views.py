@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
+from bson import json_util
+
 from .. import api
 
 #: The chart's drawing box, in SVG units.
@@ -130,6 +132,13 @@ def count(n: float | None, digits: int = 1) -> str:
     if n is None:
         return "–"
     return f"{n:,}" if isinstance(n, int) else f"{n:,.{digits}f}"
+
+
+def shown_id(value: Any) -> str:
+    """A failed document's ``_id`` as relaxed Extended JSON, the form a filter takes it in (``find({"_id": ...})``): the
+    number ``5`` and the text ``"5"`` differ, and an ``ObjectId`` or a date says what it is (``str`` showed ``5`` for
+    both, and a date as ``2020-02-12 00:00:00``)."""
+    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
 
 
 def when(at: datetime | None) -> str:
