@@ -680,3 +680,18 @@ async def test_the_ids_of_failed_documents_say_their_type(project, db, counted_c
     assert sorted(listed) == sorted(
         ["5", "&#34;5&#34;", "{&#34;$date&#34;: &#34;2020-02-12T00:00:00Z&#34;}", f"{{&#34;$oid&#34;: &#34;{oid}&#34;}}"]
     ), listed
+
+
+async def test_each_controls_fields_are_named_for_a_screen_reader(registered, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """Seven "why (optional)" fields and three "sure" boxes, named only by a placeholder or that one word: a screen
+    reader going from field to field could not tell which control each belonged to. Each is named for its control."""
+    client, _ = counted_client
+    page = (await http(make_app(registered, client)).get(f"/migrations/{NAME}")).text
+    forms = re.findall(r"<form method=\"post\" action=\"[^\"]*/(?:control|throttle)\">(.*?)</form>", page, re.DOTALL)
+    reasons = [re.search(r'<input type="text" name="reason"[^>]*aria-label="([^"]+)"', form) for form in forms]
+    assert all(reasons) and len(forms) == 7
+    names = [m.group(1) for m in reasons if m]
+    assert names == ["why pause (optional)", "why resume (optional)", "why cancel (optional)", "why retry (optional)",
+                     "why retry from start (optional)", "why unlock (optional)", "why throttle (optional)"]
+    sure = re.findall(r'name="confirm" value="yes" required aria-label="([^"]+)"', page)
+    assert sure == ["sure: cancel", "sure: retry from start", "sure: unlock"]
