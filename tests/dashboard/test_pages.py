@@ -695,3 +695,24 @@ async def test_each_controls_fields_are_named_for_a_screen_reader(registered, co
                      "why retry from start (optional)", "why unlock (optional)", "why throttle (optional)"]
     sure = re.findall(r'name="confirm" value="yes" required aria-label="([^"]+)"', page)
     assert sure == ["sure: cancel", "sure: retry from start", "sure: unlock"]
+
+
+async def test_a_stale_lock_says_why_beside_its_holder(registered, db, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """The overview showed a stale lock as ``held by ci on HOST since ... warn``: a badge, with nothing to say what it
+    warned of (a lease run out, a holder gone), which is what decides an unlock. The audit's words are shown now."""
+    import socket
+
+    now = datetime.now(UTC)
+    await db["_mongoshift_locks"].insert_one(
+        {"_id": "migration_lock", "owner": "run-1", "nonce": "n", "host": socket.gethostname(), "pid": 4242,
+         "executed_by": "ci", "ttl_ms": 60_000, "locked_at": now - timedelta(minutes=5), "expires_at": now - timedelta(minutes=4)}
+    )
+    client, _ = counted_client
+    overview = (await http(make_app(registered, client)).get("/")).text
+    found = re.search(r'<ul data-testid="lock-findings"><li>(.*?)</li>', overview)
+    assert found, "the lock's audit finding"
+    import html
+
+    shown = html.unescape(re.sub(r"<[^>]+>", "", found.group(1)))
+    assert shown.startswith("warn the migration lock of ci on ") and "'mongoshift unlock --yes' clears it" in shown
+    assert 'data-testid="unlock"' in overview

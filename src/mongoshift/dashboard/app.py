@@ -213,6 +213,8 @@ def create_app(
             "tenants_every": f"{TENANTS_EVERY * options.poll_seconds:g}",
             "counts": views.line_counts(snap.rows),
             "verdicts": views.verdicts(snap.audit),
+            # what the audit said of the lock (a stale one: its holder gone, its lease run out), in its words
+            "lock_findings": [f for f in snap.audit.findings if f.subject == "lock"] if snap.audit is not None else [],
             "recent": [r for r in snap.rows if r.applied_at][-10:][::-1],
         }
 
