@@ -219,10 +219,16 @@ async def test_an_identity_that_raises_names_no_operator_and_the_token_still_ste
     csrf = csrf_of((await anonymous.get(f"/migrations/{NAME}")).text)
     with caplog.at_level("WARNING", logger="mongoshift.dashboard"):
         refused = await anonymous.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"})
-    assert refused.status_code == 403 and "controls need the dashboard token" in refused.text
+    # the refusal names the sign-in this dashboard has: no token here (it said "the dashboard token (sign in)")
+    assert refused.status_code == 403 and "controls need the mounting application&#39;s sign-in (this dashboard takes no token)" in refused.text
     assert [r.getMessage() for r in caplog.records if "identity" in r.getMessage()] == [
         "the mounting application's identity(request) raised AttributeError: it names no operator for this request"
     ]
+    token_only = http(make_app(registered, client))  # as `mongoshift dashboard`: a token, nothing mounted
+    csrf = csrf_of((await token_only.get(f"/migrations/{NAME}")).text)
+    refused = await token_only.post(f"/migrations/{NAME}/control", data={"csrf": csrf, "action": "pause"})
+    assert refused.status_code == 403 and "controls need the dashboard token: sign in with it" in refused.text
+    assert "mounting application" not in refused.text
     with_token = http(make_app(registered, client, identity=identity))
     steered = await with_token.post(f"/migrations/{NAME}/control", data={"action": "pause"}, headers={"authorization": f"Bearer {TOKEN}"})
     assert steered.status_code == 303  # "None: you do not vouch for this request (the token may still)"

@@ -326,7 +326,7 @@ def create_app(
             return await refused(request, "refused: the form did not come from this dashboard (CSRF check); reload the page and try again")
         who = await guard.operator(request)
         if who is None:
-            return await refused(request, "refused: controls need the dashboard token (sign in) or the mounting application's sign-in")
+            return await refused(request, f"refused: {_who_may_steer(guard)}")
         return form, who
 
     async def control(request: Request) -> Response:
@@ -454,6 +454,18 @@ def create_app(
     app.state.dashboard = dashboard
     app.state.templates = templates
     return app
+
+
+def _who_may_steer(guard: Guard) -> str:
+    """What a control needs on this dashboard, in the refusal of one sent without it: the sign-in it offers, not one
+    it does not have (a dashboard without a token shows no sign-in form; ``mongoshift dashboard`` mounts nothing)."""
+    if guard.token is not None and guard.identity is not None:
+        return "controls need the dashboard token (sign in) or the mounting application's sign-in"
+    if guard.token is not None:
+        return "controls need the dashboard token: sign in with it (the Token field at the top of the page)"
+    if guard.identity is not None:
+        return "controls need the mounting application's sign-in (this dashboard takes no token)"
+    return "this dashboard was made with neither a token nor an identity, so nobody may steer from it"
 
 
 def _check_options(*, client: object, token: object, identity: object, read_only: object, poll_seconds: object) -> None:
