@@ -611,6 +611,8 @@ async def test_the_throttle_in_force_reads_as_the_clis(registered, counted_clien
     client, _ = counted_client
     page = (await http(make_app(registered, client)).get(f"/migrations/{NAME}")).text
     assert 'data-testid="throttle">throttled: batch size 2,000, pause 1,500 ms</b>' in page
+    # a fixed size does not start anywhere (it read "Batches: fixed, starting at 50")
+    assert "<p>Batches: fixed at 50; " in page and "starting at" not in page
 
 
 async def test_progress_after_a_retry_counts_this_pass_as_the_cli_does(registered, db, counted_client, http) -> None:  # type: ignore[no-untyped-def]
