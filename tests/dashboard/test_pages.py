@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -335,6 +336,12 @@ async def test_a_failure_shows_its_error_without_document_values_and_ids_only_to
     page = await web.get(f"/migrations/{NAME}")
     assert 'data-testid="status">failed' in page.text and "max_document_errors" in page.text
     assert 'data-testid="doc-errors"' in page.text and "11000" in page.text
+    # the history's reason for the failure: the last error cut at a word, and saying so (it ended "counts t")
+    why = re.search(r"<td>fail</td><td>running → failed</td><td>[^<]*</td><td>([^<]*)</td>", page.text)
+    assert why, "the failure's history entry"
+    reason = html.unescape(why.group(1))
+    assert reason.endswith("…") and len(reason) <= 200 and failed.last_error, reason
+    assert failed.last_error.startswith(reason.removesuffix("…")) and failed.last_error[len(reason) - 1] in " ;,", reason
     assert "secret-value" not in page.text and "F1 L1" not in page.text
     csrf = csrf_of(page.text)
     assert (await web.post(f"/migrations/{NAME}/failed-ids", data={"csrf": csrf})).status_code == 403
@@ -719,8 +726,6 @@ async def test_a_stale_lock_says_why_beside_its_holder(registered, db, counted_c
     overview = (await http(make_app(registered, client)).get("/")).text
     found = re.search(r'<ul data-testid="lock-findings"><li>(.*?)</li>', overview)
     assert found, "the lock's audit finding"
-    import html
-
     shown = html.unescape(re.sub(r"<[^>]+>", "", found.group(1)))
     assert shown.startswith("warn the migration lock of ci on ") and "'mongoshift unlock --yes' clears it" in shown
     assert 'data-testid="unlock"' in overview

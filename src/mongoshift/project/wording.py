@@ -25,3 +25,13 @@ def clock(seconds: float | None) -> str:
         return "-"
     whole = max(int(seconds), 0)
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` whole when it fits in ``limit`` characters, else cut at the last word that fits and ended with ``…``:
+    a history entry's reason cut at a fixed length ended mid-word with nothing to say more was said."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut.rstrip(" ,;:(") + "…"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pymongo.errors import PyMongoError
 
 from ...project.lock import LeaseLock
-from ...project.wording import plural
+from ...project.wording import clipped, plural
 from ...schema.background import Background
 from ..inspect.input_probe import not_a_version_count, not_a_version_words
 from ..inspect.requires import Waiting, unmet
@@ -334,7 +334,7 @@ class Coordinator:
         failed by a lane and retried while this step closed the pass is the operator's again, not
         failed a second time on a verdict about the state before the retry."""
         if await self.engine.store.transition(
-            state.name, allowed=(judged,), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
+            state.name, allowed=(judged,), to="failed", action="fail", reason=clipped(message, 200), set_={"last_error": message}, now_fields=("failed_at",)
         ):
             self.engine.events.emit("failed", state.name, reason=message)
         return Decision("done", await self.engine.store.state(state.name), reason="failed")

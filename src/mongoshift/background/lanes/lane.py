@@ -33,6 +33,7 @@ from pymongo.errors import PyMongoError
 
 from ...project.redaction import describe_error
 from ...project.server_errors import connection_lost, connection_words
+from ...project.wording import clipped
 from ...schema.background import Adaptive, Background
 from ..plan.key_filter import version_index_key
 from ..plan.shard_pass import has_index
@@ -417,7 +418,7 @@ class Lane:
 
     async def _fail(self, state: State, message: str) -> None:
         if await self.engine.store.transition(
-            state.name, allowed=("running",), to="failed", action="fail", reason=message[:200], set_={"last_error": message}, now_fields=("failed_at",)
+            state.name, allowed=("running",), to="failed", action="fail", reason=clipped(message, 200), set_={"last_error": message}, now_fields=("failed_at",)
         ):
             self.engine.events.emit("failed", state.name, reason=message)
 
