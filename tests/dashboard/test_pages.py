@@ -729,3 +729,18 @@ async def test_a_stale_lock_says_why_beside_its_holder(registered, db, counted_c
     shown = html.unescape(re.sub(r"<[^>]+>", "", found.group(1)))
     assert shown.startswith("warn the migration lock of ci on ") and "'mongoshift unlock --yes' clears it" in shown
     assert 'data-testid="unlock"' in overview
+
+
+async def test_a_failed_file_says_why_on_the_overview_with_its_values_masked(project, counted_client, http) -> None:  # type: ignore[no-untyped-def]
+    """The overview named a failed file and linked its run's log, which holds its ``ctx.log`` lines only: why it failed
+    was on no page. Its recorded error (what ``status --json`` gives, a value quoted by Python masked) is beside it."""
+    project.add("0001_a.py", "def up(ctx):\n    ctx.log.info('starting')\n    int('secret-value-123')\n")
+    with pytest.raises(Exception, match=r"0001_a\.py"):
+        await command.up(project.settings())
+    client, _ = counted_client
+    overview = (await http(make_app(project, client)).get("/")).text
+    failed = re.search(r'<p class="error" data-testid="failed-files">(.*?)</p>', overview)
+    assert failed, "the failed files"
+    shown = html.unescape(re.sub(r"<[^>]+>", "", failed.group(1)))
+    assert shown.startswith("Failed files: 0001_a.py (ValueError: invalid literal for int() with base 10: ") and "(its run's log)" in shown
+    assert "secret-value" not in overview
