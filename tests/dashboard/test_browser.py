@@ -147,6 +147,23 @@ async def test_a_page_says_when_its_live_stream_is_lost_and_when_it_is_back(regi
         await bounded(page.close(), "closing the page")
 
 
+async def test_keyboard_focus_on_a_link_stays_there_across_live_updates(registered, browser) -> None:  # type: ignore[no-untyped-def]
+    """The overview's live part is replaced at every poll: a keyboard user who tabbed to a migration's link (or a run's)
+    lost the focus to the page's start about once a second. htmx gives it back to the element of the same id, which
+    the links had none of; they have one now."""
+    async with served(registered) as dash:
+        page = await bounded(browser.new_page(), "opening a page")
+        await page.goto(dash.url + "/")
+        await page.locator('body[data-live="open"]').wait_for(timeout=WAIT_MS)
+        for link in (f'#live a[href="/migrations/{NAME}"]', '#live [data-testid="run-link"]'):
+            await page.locator(link).focus()
+            await page.evaluate("document.querySelector('#live .at').setAttribute('data-replaced', 'no')")
+            await page.locator("#live .at:not([data-replaced])").wait_for(timeout=WAIT_MS)  # the next update swapped the part
+            focused = await page.evaluate("(sel) => document.activeElement.matches(sel)", link)
+            assert focused, f"the focus left {link} at a live update"
+        await bounded(page.close(), "closing the page")
+
+
 async def test_a_page_whose_migration_is_gone_says_so_not_that_the_dashboard_cannot_be_reached(registered, db, browser) -> None:  # type: ignore[no-untyped-def]
     """A migration whose state went while its page was open left the live part empty; and when the stream came back
     to a 404, the page said the dashboard could not be reached, though it answered."""
