@@ -83,3 +83,11 @@ def test_a_stretch_without_samples_draws_at_zero_not_a_line_across_it() -> None:
     assert chart.buckets == 3 and chart.peak == 10.0
     one_gap = views.chart([{"at": t0 + timedelta(seconds=s), "scanned": 100} for s in (0, 20)])
     assert [float(p.split(",")[1]) for p in one_gap.points.split()] == [top, bottom, top]  # the one empty bucket at 10 s
+
+
+def test_an_unknown_rate_reads_as_an_unknown_time_beside_it() -> None:
+    """A migration not started read ``–`` docs/s and ``-`` left in one row: an en dash and a hyphen for one meaning."""
+    from mongoshift.api import clock
+
+    assert views.count(None) == clock(None) == "-"
+    assert views.count(2350.54) == "2,350.5" and views.count(1500) == "1,500"

@@ -128,9 +128,10 @@ def line_counts(rows: list[api.StatusRow]) -> dict[str, int]:
 
 def count(n: float | None, digits: int = 1) -> str:
     """A count grouped by thousands, as every other output of mongoshift (``plural`` too): ``1,500``; a rate with
-    ``digits`` decimals (``2,350.5``); ``–`` when unknown."""
+    ``digits`` decimals (``2,350.5``); ``-`` when unknown, as ``clock`` says an unknown time beside it (and the CLI
+    an unknown rate): a row read ``–`` docs/s then ``-`` left, two different dashes for the same "not known"."""
     if n is None:
-        return "–"
+        return "-"
     return f"{n:,}" if isinstance(n, int) else f"{n:,.{digits}f}"
 
 
