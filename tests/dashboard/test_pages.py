@@ -669,6 +669,8 @@ async def test_times_are_shown_in_utc_from_an_applications_client_of_another_zon
         assert f"{applied + timedelta(hours=9):%Y-%m-%d %H:%M:%S}" not in overview
         page = (await web.get(f"/migrations/{NAME}")).text
         assert f"<td>{paused:%Y-%m-%d %H:%M:%S}</td><td>pause</td>" in page, "the history's time in UTC"
+        # and each table of times says so, as the run's page did ("At (UTC)"): the overview's and the history's did not
+        assert "<th>At (UTC)</th><th>Run</th>" in overview and "<th>At (UTC)</th><th>Action</th>" in page
     finally:
         await tokyo.close()
 
