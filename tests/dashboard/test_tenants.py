@@ -28,7 +28,7 @@ async def test_the_overview_counts_tenants_at_each_state_and_names_the_ones_behi
     named = dict(re.findall(r'<tr data-tenant="([^"]+)"><td>[^<]+</td><td><span class="badge tenant-(\w+)">', page.text))
     assert named == {failed: "failed", behind: "behind"}
     assert not any(f'data-tenant="{name}"' in page.text for name in up_to_date)  # counted, not listed
-    assert f'<td>{failed}</td><td><span class="badge tenant-failed">failed</span></td><td>0002_b.py</td>' in page.text
+    assert f'<td>{failed}</td><td><span class="badge tenant-failed">failed</span></td><td>0002_b.py failed</td>' in page.text
     assert f'<td>{behind}</td><td><span class="badge tenant-behind">behind</span></td><td>2 to go: 0001_a.py, 0002_b.py</td>' in page.text
     assert "Migration line" not in page.text  # the project has no database of its own: only its tenants
 

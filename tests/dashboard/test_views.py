@@ -57,9 +57,20 @@ def test_the_tenants_view_counts_every_tenant_and_names_only_a_few() -> None:
     assert len(summary.behind) == len(summary.failed) == views.TENANTS_NAMED
     assert summary.more_behind == 180 and summary.more_failed == 180
     assert summary.failed[0] == views.TenantNote("t0", "status not read (connection_failed)")
-    assert summary.failed[1] == views.TenantNote("t1", "0002_b.py")
+    assert summary.failed[1] == views.TenantNote("t1", "0002_b.py failed")
     assert summary.behind[0] == views.TenantNote("t2", "1 to go: 0002_b.py")
     assert summary.behind[1] == views.TenantNote("t3", "1 to go: 0002_b.py")
+
+
+def test_a_failed_tenant_says_what_failed_of_each_file() -> None:
+    """A failed tenant's "why" was a bare list of names: a file that failed, one gone from the folder and a background
+    migration that failed all read alike. Each name says which now."""
+    from mongoshift.api import StatusRow, TenantRow
+
+    rows = [StatusRow("0001_a.py", "failed"), StatusRow("0002_b.py", "missing"), StatusRow("0003_c.py", "applied", background="failed")]
+    assert views.tenant_state(TenantRow("t", "done", result=rows)) == (
+        "failed", "0001_a.py failed, 0002_b.py missing, 0003_c.py (background) failed"
+    )
 
 
 def test_the_charts_time_labels_are_utc_whatever_zone_the_samples_were_read_in() -> None:

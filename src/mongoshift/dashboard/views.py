@@ -189,7 +189,11 @@ def tenant_state(row: api.TenantRow) -> tuple[str, str]:
     if not row.ok:
         return "failed", f"status not read ({row.error.kind})" if row.error else f"status {row.outcome}"
     rows: list[api.StatusRow] = row.result if isinstance(row.result, list) else []
-    failed = [r.name for r in rows if r.state in ("failed", "missing") or r.background == "failed"]
+    # each with what went wrong: a bare name could be a file that failed, one gone from the folder or a background migration
+    failed = [
+        f"{r.name} {'missing' if r.state == 'missing' else 'failed' if r.state == 'failed' else '(background) failed'}"
+        for r in rows if r.state in ("failed", "missing") or r.background == "failed"
+    ]
     if failed:
         return "failed", _files(failed)
     behind = [r.name for r in rows if r.pending or r.background not in (None, "completed")]
