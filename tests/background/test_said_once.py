@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from pymongo import AsyncMongoClient
-
-from mongoshift.api import background as bg, migrations as command
-
-from ..conftest import TEST_CLIENT_OPTIONS
-from .conftest import background_file, seed
-from .test_verify import old_shape
+from .conftest import background_file
+from .test_verify import completed, old_shape
 
 NAME = "0001_names.py"
 
 
 def _completed(fast_project: Any) -> None:
-    fast_project.add(NAME, background_file())
-    s = fast_project.settings()
-
-    async def complete() -> Any:
-        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
-        try:
-            await seed(client[fast_project.db].people, 20)
-        finally:
-            await client.close()
-        await command.up(s)
-        return await bg.run(s, [NAME])
-
-    (done,) = asyncio.run(complete())
-    assert done.status == "completed"
+    completed(fast_project, 20)
 
 
 def test_verify_prints_its_table_and_logs_no_line_per_migration(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]

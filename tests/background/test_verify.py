@@ -19,6 +19,24 @@ from ..conftest import TEST_CLIENT_OPTIONS
 from .conftest import background_file, seed
 
 NAME = "0001_names.py"
+
+
+def completed(project: Any, count: int) -> None:
+    """``project`` with :data:`NAME` registered and run to completion over ``count`` seeded people."""
+    project.add(NAME, background_file())
+    s = project.settings()
+
+    async def complete() -> Any:
+        client: AsyncMongoClient[Any] = AsyncMongoClient(project.uri, **TEST_CLIENT_OPTIONS)
+        try:
+            await seed(client[project.db].people, count)
+        finally:
+            await client.close()
+        await command.up(s)
+        return await bg.run(s, [NAME])
+
+    (done,) = asyncio.run(complete())
+    assert done.status == "completed"
 #: An id no output may show.
 SECRET_ID = "drift-id-7731"
 
@@ -183,20 +201,7 @@ def test_an_unknown_name_and_both_modes_at_once_are_refused(fast_project, cli) -
 
 def test_a_document_at_a_version_no_migration_upgrades_is_reported_as_stranded(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     db = sync_client[fast_project.db]
-    fast_project.add(NAME, background_file())
-    s = fast_project.settings()
-
-    async def complete() -> Any:
-        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
-        try:
-            await seed(client[fast_project.db].people, 10)
-        finally:
-            await client.close()
-        await command.up(s)
-        return await bg.run(s, [NAME])
-
-    (done,) = asyncio.run(complete())
-    assert done.status == "completed"
+    completed(fast_project, 10)
     for stranded in ({"_id": SECRET_ID, "first": "old", "__v": 0}, {"_id": SECRET_ID, "first": "never versioned"}):
         db.people.insert_one(stranded)  # below 1 -> 2, and no migration starts from 0: no pass can take it
         code, out, err = cli(fast_project, "background", "verify", "--json")
@@ -217,20 +222,7 @@ def test_a_version_stored_as_text_is_stranded_and_the_warning_names_the_cure(fas
     """Legacy data with ``__v: "1"`` is stranded too; the warning must not send its reader to "a migration from
     their version" alone, which no text version can have: it says to store the version as a number."""
     db = sync_client[fast_project.db]
-    fast_project.add(NAME, background_file())
-    s = fast_project.settings()
-
-    async def complete() -> Any:
-        client: AsyncMongoClient[Any] = AsyncMongoClient(fast_project.uri, **TEST_CLIENT_OPTIONS)
-        try:
-            await seed(client[fast_project.db].people, 10)
-        finally:
-            await client.close()
-        await command.up(s)
-        return await bg.run(s, [NAME])
-
-    (done,) = asyncio.run(complete())
-    assert done.status == "completed"
+    completed(fast_project, 10)
     db.people.insert_one({"_id": SECRET_ID, "first": "Secret Value", "__v": "1"})
     code, out, err = cli(fast_project, "background", "verify")
     assert code == 31, err

@@ -96,6 +96,18 @@ def test_embedded_log_lines_are_json_under_log_format_json(tmp_path: Path) -> No
     assert "stopping" in messages and any(m.startswith("snapshot saved to") for m in messages)
 
 
+def _held_much(*args: object, **options: object) -> int:
+    """A server that held many containers (cycles, as a document store's are), then stopped cleanly."""
+    for _ in range(1_000):
+        cycle: list[object] = []
+        cycle.append(cycle)
+        _HELD.append(cycle)
+    return 0
+
+
+_HELD: list[list[object]] = []
+
+
 def test_embedded_leaves_what_the_server_held_to_the_process_end(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """After "stopping", the interpreter's last collection walked every object the server had held: 2-3 s at
     100,000 documents before the process ended. They are frozen once the server stopped, which that collection skips."""
@@ -103,22 +115,14 @@ def test_embedded_leaves_what_the_server_held_to_the_process_end(cli, tmp_path: 
 
     from mongoshift.embedded import server
 
-    held: list[list[object]] = []
-
-    def served(**options: object) -> int:  # a server that held many containers, then stopped cleanly
-        for _ in range(1_000):
-            cycle: list[object] = []
-            cycle.append(cycle)
-            held.append(cycle)
-        return 0
-
-    monkeypatch.setattr(server, "run", served)
+    monkeypatch.setattr(server, "run", _held_much)
     before = gc.get_freeze_count()
     try:
         assert cli(tmp_path, "embedded", "--port", "0").returncode == 0
         assert gc.get_freeze_count() >= before + 1_000
     finally:
         gc.unfreeze()
+        _HELD.clear()
 
 
 def test_the_embedded_module_leaves_what_the_server_held_to_the_process_end(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,19 +131,11 @@ def test_the_embedded_module_leaves_what_the_server_held_to_the_process_end(monk
 
     from mongoshift.embedded import __main__ as module
 
-    held: list[list[object]] = []
-
-    def served(*args: object, **options: object) -> int:
-        for _ in range(1_000):
-            cycle: list[object] = []
-            cycle.append(cycle)
-            held.append(cycle)
-        return 0
-
-    monkeypatch.setattr(module, "run", served)
+    monkeypatch.setattr(module, "run", _held_much)
     before = gc.get_freeze_count()
     try:
         assert module.main(["--port", "0"]) == 0
         assert gc.get_freeze_count() >= before + 1_000
     finally:
         gc.unfreeze()
+        _HELD.clear()
