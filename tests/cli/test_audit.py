@@ -65,6 +65,10 @@ async def _paused(states, partitions, project, at):  # type: ignore[no-untyped-d
     await states.update_one({"_id": NAME}, {"$set": {"status": "paused"}})
 
 
+async def _cancelled(states, partitions, project, at):  # type: ignore[no-untyped-def]
+    await states.update_one({"_id": NAME}, {"$set": {"status": "cancelled"}})
+
+
 async def _nothing(states, partitions, project, at):  # type: ignore[no-untyped-def]
     pass
 
@@ -142,6 +146,7 @@ BACKGROUND_CASES = {
     "running, a live lane": (_running_with_a_lane, set(), LATER),
     "running, its lane stopped 16 min ago": (_running_with_a_dead_lane, {"background.running_idle"}, LATER),
     "paused": (_paused, {"background.paused"}, SOON),
+    "cancelled": (_cancelled, {"background.cancelled"}, SOON),
     "failed partition": (_failed_partition, {"background.failed_partitions"}, SOON),
     "old-plan partitions": (_old_plan, {"background.old_plan"}, SOON),
     "completed with document errors": (_document_errors, {"background.document_errors"}, SOON),

@@ -304,6 +304,14 @@ def _paused(facts: Facts) -> Iterable[tuple[str, str]]:
         yield b.state.name, f"paused ('mongoshift background resume {b.state.name}' continues it)"
 
 
+def _cancelled(facts: Facts) -> Iterable[tuple[str, str]]:
+    for b in _with_status(facts, "cancelled"):
+        yield b.state.name, (
+            "cancelled before it completed: documents it did not reach keep the old shape "
+            f"('mongoshift background retry {b.state.name}' takes it up again)"
+        )
+
+
 def _failed_partitions(facts: Facts) -> Iterable[tuple[str, str]]:
     for b in facts.background:
         if b.report.partitions_failed and b.state.status != "failed":
@@ -408,6 +416,7 @@ CHECKS: tuple[Check, ...] = (
     Check("background.pending_idle", "warn", _pending_idle),
     Check("background.running_idle", "warn", _running_idle),
     Check("background.paused", "warn", _paused),
+    Check("background.cancelled", "warn", _cancelled),
     Check("background.failed_partitions", "warn", _failed_partitions),
     Check("background.old_plan", "warn", _old_plans),
     Check("background.document_errors", "warn", _document_errors),
