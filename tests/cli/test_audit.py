@@ -313,6 +313,15 @@ def test_warnings_only_exit_40_and_a_bad_threshold_is_refused(project, cli) -> N
     assert code == 6 and "from 0 to 31,536,000" in json.loads(out)["error"]["message"]
 
 
+def test_quiet_says_a_failing_verdict_on_stderr_and_nothing_when_healthy(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """With -q the table goes, but an exit 40 or 22 is never the only word (as 'status --check -q' says its own)."""
+    code, out, err = cli(project, "-q", "audit")
+    assert (code, out, err) == (0, "", "")  # nothing to judge: healthy, and silent
+    project.add("0001_a.py", QUICK)
+    code, out, err = cli(project, "-q", "audit")
+    assert code == 40 and out == "" and "warning: audit: 0 failed, 1 warning" in err
+
+
 def test_old_shapes_written_after_completion_warn_without_their_id(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     seed(sync_client, project)
     project.add(NAME, WORKS)

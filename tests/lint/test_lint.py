@@ -107,6 +107,14 @@ async def test_sizes_come_from_the_database(project, sync_client, cli) -> None: 
     assert cli(project, "lint", "0001_a").returncode == 51
 
 
+async def test_quiet_still_says_why_it_exits_51(project, cli) -> None:  # type: ignore[no-untyped-def]
+    project.add("0001_a.py", CASES["MS102"][0])
+    result = cli(project, "-q", "lint")
+    assert result.returncode == 51 and result.stdout == "" and "1 file: 1 finding" in result.stderr
+    project.add("0001_a.py", CASES["MS102"][1])
+    assert tuple(cli(project, "-q", "lint")) == (0, "", "")
+
+
 async def test_files_that_share_a_version_are_refused_before_any_lint(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.add("0001_a.py", "async def up(ctx):\n    pass\n")
     project.add("00001_b.py", "async def up(ctx):\n    pass\n")

@@ -55,5 +55,5 @@ def audit(stale_after: float) -> int:
     fails = sum(1 for f in report.findings if f.severity == "fail")
     warns = len(report.findings) - fails
     summary = "healthy" if not report.findings else f"{fails} failed, {plural(warns, 'warning')}"
-    out.say(f"audit: {summary} ({plural(len(report.checks), 'check')}; exit {int(report.exit_code)})")
+    out.verdict(f"audit: {summary} ({plural(len(report.checks), 'check')}; exit {int(report.exit_code)})", failed=bool(report.exit_code))
     return int(report.exit_code)

@@ -40,4 +40,4 @@ def _render(report: LintReport) -> None:
     summary = f"{plural(len(report.files), 'file')}: {plural(len(report.findings), 'finding')}"
     if report.suppressed:
         summary += f", {len(report.suppressed)} accepted by a suppression comment"
-    out.say(summary)
+    out.verdict(summary, failed=not report.ok)

@@ -317,6 +317,15 @@ class Output:
             # the log lines printed (to stderr) after it when both go to one file (``> log 2>&1``).
             print(message, flush=True)
 
+    def verdict(self, message: str, *, failed: bool) -> None:
+        """A checking command's closing line (``audit``, ``lint``): a human line as :meth:`say`; when quiet
+        and the check failed, still said on stderr, as ``status --check`` says its own, so that an exit
+        code is never the only word a ``-q`` run prints about its failure."""
+        if self.quiet and failed:
+            self.warn(message)
+        else:
+            self.say(message)
+
     def progress(self, message: str, **fields: Any) -> None:
         """A line about work under way, on stderr (stdout keeps the table or the JSON document): a JSON line
         under ``--log-format json``, nothing when quiet."""
