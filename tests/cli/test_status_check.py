@@ -66,6 +66,16 @@ def test_missing_applied_file_fails_the_check_with_8(project, cli) -> None:  # t
     assert "0001_a.py" in result.stderr
 
 
+def test_a_missing_file_keeps_the_run_that_applied_it(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """Its row names the run id that 'run-log' reads, as the row of a file still there does."""
+    path = project.add("0001_a.py", QUICK)
+    run_id = json.loads(cli(project, "up", "--json").stdout)["run_id"]
+    assert status(cli, project)[1]["0001_a.py"]["run_id"] == run_id
+    path.unlink()
+    row = status(cli, project)[1]["0001_a.py"]
+    assert row["state"] == "missing" and row["run_id"] == run_id
+
+
 def test_check_reports_the_first_problem_in_a_fixed_order(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """missing (8), then background failed (32), then pending (2), then background not completed (31)."""
     seed(sync_client, project)

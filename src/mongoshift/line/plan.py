@@ -278,7 +278,9 @@ def status_rows(
     for record in _applied(records):
         if record.name not in names:
             found_in = stranded.get(record.name) if stranded else None
-            rows.append(StatusRow(record.name, "missing", record.batch, record.applied_at, kind=record.kind, found_in=found_in))
+            rows.append(
+                StatusRow(record.name, "missing", record.batch, record.applied_at, kind=record.kind, found_in=found_in, run_id=record.run_id)
+            )
     rows.sort(key=lambda r: r.name)
     return rows
 
