@@ -312,6 +312,7 @@ async def test_run_all_with_nothing_runnable_says_so_and_names_the_failed_ones(f
     assert f"{NAME} (failed)" in again.stderr
     as_json = cli(fast_project, "background", "run", "--all", "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == {"background": [], "not_runnable": {NAME: "failed"}}
+    assert f"{NAME} (failed)" in as_json.stderr  # the warning as without --json, which only moves the report to stdout
 
 
 async def test_run_all_that_runs_others_still_names_the_failed_one_it_left_out(fast_project, db, cli) -> None:  # type: ignore[no-untyped-def]

@@ -295,9 +295,9 @@ def _nothing_to_run(s: Settings) -> None:
     others = run_async(lambda cancel: per_call(s, cancel=cancel).background.status(), left_behind=READ_LEFT_BEHIND)
     if out.json_mode:
         out.json({"background": [], "not_runnable": {r.name: r.status for r in others}})
-        return
-    out.say("nothing to run: no registered background migration is pending, blocked or running")
-    _left_out([], others)
+    else:
+        out.say("nothing to run: no registered background migration is pending, blocked or running")
+    _left_out([], others)  # on stderr with --json too, as when it ran others: a job's log names what waits for a person
 
 
 def _left_out(reports: list[BackgroundReport], everything: list[BackgroundReport]) -> None:
