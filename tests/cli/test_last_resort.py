@@ -117,3 +117,49 @@ def test_the_program_starts_through_the_launcher() -> None:
     scripts = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert scripts["mongoshift"] == "mongoshift.cli.launch:main"
     assert "from mongoshift.cli.launch import main" in (root / "src" / "mongoshift" / "__main__.py").read_text(encoding="utf-8")
+
+
+def _json_lines(err: str) -> list[dict[str, object]]:
+    lines = [json.loads(line) for line in err.splitlines()]  # each line one JSON object, or this fails
+    assert lines, "no line on stderr"
+    return lines
+
+
+def test_a_ctrl_c_past_every_handler_is_a_json_line_under_log_format_json(project, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Click's ``Abort`` (a first Ctrl-C before the run's handler) and a Ctrl-C that nothing took (said as a second
+    one's 130) printed a plain ``error:`` / ``mongoshift:`` line, where every other failure's line is JSON."""
+    from mongoshift.cli import main as module
+
+    def aborts(*args: object, **kwargs: object) -> None:
+        raise click.exceptions.Abort()
+
+    monkeypatch.setattr(module.cli, "main", aborts)
+    result = cli(project, "status", "--log-format", "json")
+    assert result.returncode == 11
+    (line,) = _json_lines(result.stderr)
+    assert (line["level"], line["kind"], line["code"], line["message"]) == ("error", "aborted", 11, "aborted")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module.cli, "main", interrupted)
+    result = cli(project, "status", "--log-format=json", "--json")
+    assert result.returncode == 130 and json.loads(result.stdout)["error"]["kind"] == "second_signal"
+    (line,) = _json_lines(result.stderr)
+    assert (line["kind"], line["code"]) == ("second_signal", 130)
+
+
+def test_a_ctrl_c_while_the_command_line_loads_is_a_json_line_under_log_format_json(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from mongoshift.cli.launch import main
+
+    monkeypatch.delitem(sys.modules, "mongoshift.cli.main", raising=False)  # put back afterwards: the next import is this test's
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport("mongoshift.cli.main"), *sys.meta_path])
+    with pytest.raises(SystemExit) as ended:
+        main(["status", "--log-format", "json"])
+    assert ended.value.code == 11
+    out, err = capsys.readouterr()
+    (line,) = _json_lines(err)
+    assert out == "" and (line["level"], line["kind"], line["code"]) == ("error", "aborted", 11)
+    assert line["message"] == "stopped (Ctrl-C) while mongoshift was starting; nothing ran"

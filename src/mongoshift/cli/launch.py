@@ -10,6 +10,7 @@ imports nothing heavy itself, so that the window it cannot cover is Python's own
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if "--json" in args:
                 print(json.dumps({"error": stopped.to_json()}, indent=2), flush=True)
-            print(f"error: {stopped.message}", file=sys.stderr)
+            print(_error_line(args, stopped), file=sys.stderr)
         except KeyboardInterrupt:  # another one: the exit is all that is left to do
             pass
         sys.exit(stopped.exit_code)
@@ -39,6 +40,18 @@ def main(argv: list[str] | None = None) -> None:
         if argv is None:
             _ending(done.code)
         raise
+
+
+def _error_line(args: list[str], stopped: RunAbortedError) -> str:
+    """The stderr line: under ``--log-format json`` one JSON object, as every failure's (the fields of
+    ``cli.log_format.json_line``, which is not loaded yet)."""
+    if "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in itertools.pairwise(args)):
+        from datetime import UTC, datetime
+
+        when = datetime.now(UTC).isoformat(timespec="milliseconds")
+        line = {"time": when, "level": "error", "logger": "mongoshift", "message": stopped.message, "kind": stopped.kind, "code": int(stopped.exit_code)}
+        return json.dumps(line)
+    return f"error: {stopped.message}"
 
 
 def _ending(code: object) -> None:

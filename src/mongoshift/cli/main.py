@@ -742,7 +742,7 @@ def _main(args: list[str]) -> None:
         said = "aborted (SIGINT)" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted"
         if "--json" in args and not document_written():
             Output.emit_json({"error": RunAbortedError(said).to_json()})
-        print(f"error: {said}", file=sys.stderr)
+        print(_error_line(args, said, "aborted", ExitCode.ABORTED), file=sys.stderr)
         sys.exit(ExitCode.ABORTED)
     except click.exceptions.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
@@ -788,6 +788,16 @@ def _main(args: list[str]) -> None:
     sys.exit(result if isinstance(result, int) else 0)
 
 
+def _error_line(args: list[str], message: str, kind: str, code: int, *, plain: str | None = None) -> str:
+    """The stderr line of a failure said without :class:`Output` (rich is not loaded for it: a second Ctrl-C
+    may be near): under ``--log-format json`` one JSON object, as every other failure's line."""
+    if _log_json(args):
+        from .log_format import json_line
+
+        return json_line("error", message, kind=kind, code=int(code))
+    return plain if plain is not None else f"error: {message}"
+
+
 def _stopped_at_once(args: list[str]) -> None:
     """A Ctrl-C that no command's own signal handler took (the process was starting, or was saying how a first
     one ended): the second signal's exit, 130, without a traceback, and under ``--json`` still one document."""
@@ -795,7 +805,7 @@ def _stopped_at_once(args: list[str]) -> None:
     try:
         if "--json" in args and not document_written():
             Output.emit_json({"error": {"code": int(ExitCode.SECOND_SIGNAL), "kind": "second_signal", "message": message}})
-        print(f"mongoshift: {message}", file=sys.stderr)
+        print(_error_line(args, message, "second_signal", ExitCode.SECOND_SIGNAL, plain=f"mongoshift: {message}"), file=sys.stderr)
     except KeyboardInterrupt:  # yet another one: the exit is all that is left to do
         pass
     sys.exit(ExitCode.SECOND_SIGNAL)
