@@ -76,6 +76,15 @@ def test_a_missing_file_keeps_the_run_that_applied_it(project, cli) -> None:  # 
     assert row["state"] == "missing" and row["run_id"] == run_id
 
 
+def test_a_filtered_list_that_is_empty_says_which_filter(project, cli) -> None:  # type: ignore[no-untyped-def]
+    """'list --pending' with every file applied said "no migrations", as for an empty folder."""
+    project.add("0001_a.py", QUICK)
+    assert cli(project, "list", "--applied").stdout == "no applied migrations\n"
+    assert cli(project, "up").returncode == 0
+    assert cli(project, "list", "--pending").stdout == "no pending migrations\n"
+    assert "0001_a.py" in cli(project, "list", "--applied").stdout
+
+
 def test_check_reports_the_first_problem_in_a_fixed_order(project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
     """missing (8), then background failed (32), then pending (2), then background not completed (31)."""
     seed(sync_client, project)

@@ -274,15 +274,15 @@ def redo(file: str | None, strict: bool | None, no_lock: bool, wait: float | Non
     return 0
 
 
-def _render_rows(rows: list[Any], *, title: str | None = None) -> None:
+def _render_rows(rows: list[Any], *, title: str | None = None, only: str | None = None) -> None:
     from ..api import migrations as api  # start-up time: the API loads when a command runs
 
     out = output()
     if out.json_mode:
         out.json({"migrations": api.rows_to_json(rows)})
         return
-    if not rows:
-        out.say("no migrations")
+    if not rows:  # "no migrations" for a filter that left none out of many read as an empty folder
+        out.say(f"no {only} migrations" if only else "no migrations")
         return
     table = [(r.name, r.shown_state, r.batch, r.applied_at, r.checksum or "") for r in rows]
     out.table(["migration", "state", "batch", "applied at", "checksum"], table, title=title)
@@ -378,7 +378,7 @@ def list_(pending: bool, applied: bool) -> int:
         return across(
             s, tenants, "list", lambda ms: ms.migrations(only), result_json=lambda rows: api.rows_to_json(rows), before_table=per_tenant
         )
-    _render_rows(run_async(lambda cancel: per_call(s, cancel=cancel).migrations(only)))
+    _render_rows(run_async(lambda cancel: per_call(s, cancel=cancel).migrations(only)), only=only)
     return 0
 
 
