@@ -7,7 +7,10 @@ mongoeco 4.11 without its fix.
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from bson import Regex
 from pymongo import AsyncMongoClient, UpdateOne, monitoring
 from pymongo.errors import OperationFailure, WriteError
 
@@ -411,3 +414,38 @@ async def test_push_and_add_to_set_leave_out_a_missing_value(db) -> None:
         {"_id": "a", "p": [None, "x"], "s": [None, "x"], "y": [], "n": 3},
         {"_id": "b", "p": [], "s": [], "y": [1, [2]], "n": 3},
     ]
+
+
+async def test_a_query_regex_matches_a_stored_regex_and_eq_of_one_is_an_equality(db) -> None:
+    """(cx) A regex condition matches strings by its pattern and a stored regex equal to it; $eq of a regex is equality."""
+    await db.t.insert_many([
+        {"_id": 1, "v": Regex("^a", "i")},
+        {"_id": 2, "v": "Abc"},
+        {"_id": 3, "v": Regex("^a")},
+        {"_id": 4, "v": ["x", Regex("^a", "i")]},
+        {"_id": 5, "v": re.compile("^a", re.IGNORECASE)},
+        {"_id": 6, "v": "b"},
+    ])
+    answers = {
+        "implicit": {"v": Regex("^a", "i")},
+        "regex": {"v": {"$regex": "^a", "$options": "i"}},
+        "in": {"v": {"$in": [Regex("^a", "i"), "b"]}},
+        "eq": {"v": {"$eq": Regex("^a", "i")}},
+        "eq and exists": {"v": {"$eq": Regex("^a", "i"), "$exists": True}},
+        "ne": {"v": {"$ne": Regex("^a", "i")}},
+        "nin": {"v": {"$nin": [Regex("^a", "i")]}},
+    }
+    found = {name: sorted([d["_id"] async for d in db.t.find(query)]) for name, query in answers.items()}
+    assert found == {
+        "implicit": [1, 2, 4, 5],
+        "regex": [1, 2, 4, 5],
+        "in": [1, 2, 4, 5, 6],
+        "eq": [1, 4, 5],
+        "eq and exists": [1, 4, 5],
+        "ne": [2, 3, 6],
+        "nin": [3, 6],
+    }
+    # The matcher of updates and deletes answers alike.
+    assert (await db.t.update_many({"v": {"$nin": [Regex("^a", "i")]}}, {"$set": {"n": 1}})).matched_count == 2
+    assert (await db.t.delete_many({"v": Regex("^a", "i")})).deleted_count == 4
+    assert sorted([d["_id"] async for d in db.t.find()]) == [3, 6]

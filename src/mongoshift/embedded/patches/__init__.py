@@ -30,6 +30,7 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``, (cu) a double's,
   (z) English's regional collations, (ab) ``let`` variables evaluated,
   (az) a double beside a decimal and binaries compared as mongod's
+- :mod:`.regexes`: (cx) a query's regular expression matches a stored one, ``$eq`` of one is an equality
 - :mod:`.comparisons`: (aq) ``$gt``/``$gte``/``$lt``/``$lte`` compare only within a type bracket, as mongod's,
   (bx) ObjectIds by their bytes in one call, (ck) binaries in mongod's order (length, subtype, bytes)
 - :mod:`.documents`: (aa) ``$``-prefixed ``_id`` fields, (bn) a ``$jsonSchema`` ``additionalProperties`` that is a schema
@@ -78,6 +79,7 @@ from . import (
     loops,
     pipeline_updates,
     queries,
+    regexes,
     replica_set,
     scans,
     transactions,
@@ -133,6 +135,7 @@ def apply() -> None:
     queries.patch_decimal_set()  # (m), (cu)
     queries.patch_in_membership_once()  # (n)
     queries.patch_exact_equality()  # (az)
+    regexes.patch_regex_matches()  # (cx)
     type_names.patch_type_names()  # (cj)
     comparisons.patch_type_brackets()  # (aq), before (af): its walks end where a bound's bracket ends
     comparisons.patch_binary_order()  # (ck)
