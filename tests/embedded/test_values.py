@@ -517,3 +517,36 @@ def test_small_int_index_keys_kept_once_are_the_originals() -> None:
         expected = key.__wrapped__(value)
         assert key(value) is kept
         assert kept == expected and kept[1].as_tuple() == expected[1].as_tuple()
+
+
+def test_a_date_out_of_the_servers_range_is_refused_in_words_naming_no_value(server: InProcessServer) -> None:
+    """(cy) A date before year 1 or after 9999 fails the request with 22, saying why, naming no value; nothing runs."""
+    from bson.codec_options import DatetimeConversion
+    from bson.datetime_ms import DatetimeMS
+    from pymongo import MongoClient
+    from pymongo.errors import OperationFailure
+
+    client: MongoClient[Any] = MongoClient(server.uri, serverSelectionTimeoutMS=30_000, datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+    try:
+        dates = client.t_date_range.dates
+        dates.drop()
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+        last_ms = (datetime.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=datetime.UTC) - epoch) // datetime.timedelta(milliseconds=1)
+        first_ms = (datetime.datetime(1, 1, 1, tzinfo=datetime.UTC) - epoch) // datetime.timedelta(milliseconds=1)
+        for ms in (last_ms + 1, first_ms - 1):
+            with pytest.raises(OperationFailure) as refused:
+                dates.insert_many([{"_id": 1}, {"_id": 2, "at": DatetimeMS(ms)}])
+            assert refused.value.code == 22
+            message = str(refused.value)
+            assert "before year 1 or after year 9999 is not supported by the embedded server" in message
+            assert "10000" not in message and "year 0" not in message and "datetime_conversion" not in message
+            with pytest.raises(OperationFailure) as refused:
+                dates.find_one({"at": {"$lt": DatetimeMS(ms)}})
+            assert refused.value.code == 22 and "9999 is not supported" in str(refused.value)
+        assert dates.count_documents({}) == 0
+        # The first and the last millisecond of the range are stored and read back.
+        dates.insert_many([{"_id": 1, "at": DatetimeMS(first_ms)}, {"_id": 2, "at": DatetimeMS(last_ms)}])
+        assert [d["at"] for d in dates.find().sort("_id", 1)] == [datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31, 23, 59, 59, 999000)]
+    finally:
+        client.t_date_range.dates.drop()
+        client.close()

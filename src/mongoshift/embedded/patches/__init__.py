@@ -50,7 +50,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.conversions`: (cs) ``$convert`` to ``"decimal"`` and to a type given by its number
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
-  converted by pymongo's decoder, plain replies encoded as they are, (bv) a sequence document over 16 MiB refused
+  converted by pymongo's decoder, plain replies encoded as they are, (bv) a sequence document over 16 MiB refused,
+  (cy) a date out of the server's range refused in words naming no value
 - :mod:`.views`: (bi) a view listed as a view, (cv) reads through a view run its pipeline on its source,
   writes to it are refused
 - :mod:`.loops`: (al) commands on the engine thread's loop, heartbeats on the network loop, (am) its shutdown

@@ -144,7 +144,7 @@ def patch_wire_decoding() -> None:
     from bson import decode, decode_all
     from bson.binary import Binary
     from bson.code import Code
-    from bson.codec_options import CodecOptions, TypeRegistry
+    from bson.codec_options import CodecOptions, DatetimeConversion, TypeRegistry
     from bson.dbref import DBRef
     from bson.decimal128 import Decimal128
     from bson.int64 import Int64
@@ -162,7 +162,7 @@ def patch_wire_decoding() -> None:
     )
     unchecked = protocol.OP_MSG_CHECKSUM_PRESENT | 0xFFFF & ~3  # a checksum, or flags op_msg_flags refuses
 
-    def decoded(header: Any, payload: bytes) -> Any:
+    def decoded(header: Any, payload: bytes, options: CodecOptions[dict[str, Any]] = options) -> Any:
         """The request, or None when mongoeco's decode_op_msg must answer."""
         if header.op_code != protocol.OP_MSG or len(payload) < 5:
             return None
@@ -206,7 +206,22 @@ def patch_wire_decoding() -> None:
             raise  # a document too large: refused, as mongod refuses it
         except Exception:
             request = None
+            if _holds_a_date_out_of_range(header, payload):
+                raise WireProtocolError(OUT_OF_RANGE_DATE) from None
         return original(header, payload) if request is None else request
+
+    # (cy) A request holding a date before year 1 or after year 9999 fails pymongo's decoding, and mongoeco's
+    # (its datetime cannot hold it, and its engine, its comparisons and its snapshot know no other date);
+    # mongod stores it. Whether that is why the decoding failed is asked only then: the request is
+    # decoded again with such dates as milliseconds, and it is refused in words that name no value
+    # (the decoder's own message names the year and tells the client to change its codec options).
+    ranged = options.with_options(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+
+    def _holds_a_date_out_of_range(header: Any, payload: bytes) -> bool:
+        try:
+            return decoded(header, payload, ranged) is not None
+        except Exception:
+            return False
 
     decode_op_msg.__wrapped__ = original  # type: ignore[attr-defined]
     # proxy imported the function by name.
@@ -221,6 +236,12 @@ def patch_wire_decoding() -> None:
 #: document it makes is a megabytes-long field name away). A transactional batch's write relies on it:
 #: it sends its updates unchecked (mongoshift.background.write.batch.apply_batch, strict mode).
 MAX_SEQUENCE_DOCUMENT_BYTES = 16 * 1024 * 1024
+#: The refusal of a request holding a date the embedded server cannot store (cy): code 22 InvalidBSON, as
+#: the decoder's own failure was, in words that name no value of the request.
+OUT_OF_RANGE_DATE = (
+    "a date before year 1 or after year 9999 is not supported by the embedded server (mongod supports it); "
+    "nothing of this request was run"
+)
 #: mongod's code for a document over its size limit.
 BSON_OBJECT_TOO_LARGE = 10334
 
