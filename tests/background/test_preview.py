@@ -110,7 +110,6 @@ async def test_a_preview_writes_nothing_and_shows_what_the_engine_then_writes(fa
             assert stored["__v"] == 1
 
 
-@pytest.mark.real_mongodb  # mongoeco 4.11's $inc of an Int64 by 1 stores an int32 (docs/embedded.md); mongod keeps the long
 async def test_the_revision_keeps_its_long_type_as_mongod_does(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     await seed_people(db, long_revision=True)
     fast_project.add(NAME, transform_file())

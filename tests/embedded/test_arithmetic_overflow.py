@@ -58,3 +58,25 @@ def test_a_groups_sum_and_average_past_the_int64_range_are_doubles(sync_db: Any)
     assert isinstance(group["a"], float) and group["a"] == pytest.approx(6e18)
     (small,) = sync_db.arith.aggregate([{"$match": {"_id": 3}}, {"$group": {"_id": None, "s": {"$sum": "$n"}}}])
     assert small["s"] == 1 and isinstance(small["s"], int)  # within the range: an integer as before
+
+
+def test_an_integer_result_with_a_long_operand_stays_a_long(sync_db: Any) -> None:
+    """(cz) long + int is a long whatever its value, in expressions, $group's $sum, pipeline updates, $inc and $mul;
+    int + int stays an int until it leaves the int32 range."""
+    t = sync_db.longs
+    t.insert_many([{"_id": 1, "r": Int64(7), "i": 5}, {"_id": 2, "r": Int64(2**40), "i": 2**31 - 1}])
+    rows = list(t.aggregate([
+        {"$sort": {"_id": 1}},
+        {"$project": {"a": {"$add": ["$r", 1]}, "s": {"$subtract": ["$r", "$r"]}, "m": {"$multiply": ["$r", 1]}, "ii": {"$add": ["$i", 1]}}},
+    ]))
+    assert [[type(row[k]) for k in ("a", "s", "m", "ii")] for row in rows] == [[Int64, Int64, Int64, int], [Int64, Int64, Int64, Int64]]
+    assert rows[0]["a"] == 8 and rows[1]["ii"] == 2**31
+    (sums,) = t.aggregate([{"$group": {"_id": None, "r": {"$sum": "$r"}, "one": {"$sum": 1}, "small": {"$sum": {"$literal": 2}}}}])
+    assert type(sums["r"]) is Int64 and sums["r"] == 2**40 + 7 and type(sums["one"]) is int and type(sums["small"]) is int
+    t.update_one({"_id": 1}, {"$inc": {"r": 1, "i": 1}})
+    t.update_one({"_id": 2}, [{"$set": {"r": {"$add": ["$r", 1]}, "z": {"$multiply": ["$i", 0]}}}])
+    one, two = t.find().sort("_id", 1)
+    assert (type(one["r"]), one["r"], type(one["i"])) == (Int64, 8, int)
+    t.update_one({"_id": 1}, {"$mul": {"r": 2}})
+    assert type(t.find_one({"_id": 1})["r"]) is Int64
+    assert (type(two["r"]), two["r"], type(two["z"])) == (Int64, 2**40 + 1, int)

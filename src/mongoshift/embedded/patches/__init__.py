@@ -46,7 +46,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
 - :mod:`.pipeline_updates`: (an) pipeline updates of top-level fields, with (ah)'s write steps, (ct) a value's
   new BSON type written
 - :mod:`.expressions`: (an)'s ``$set`` expressions compiled once per command (issue 27, item 2)
-- :mod:`.arithmetic`: (co) aggregation arithmetic past the int64 range gives a double, as mongod's
+- :mod:`.arithmetic`: (co) aggregation arithmetic past the int64 range gives a double, as mongod's,
+  (cz) an integer result with a 64-bit operand stays 64-bit
 - :mod:`.conversions`: (cs) ``$convert`` to ``"decimal"`` and to a type given by its number
 - :mod:`.find_and_modify`: (ao) ``findAndModify`` by ``_id`` with (ah)'s write steps
 - :mod:`.values`: (aj) ObjectIds not deep-copied, plain wire values converted at once, (as) requests
@@ -150,6 +151,7 @@ def apply() -> None:
     updates.patch_index_keys()  # (ai)
     updates.patch_arithmetic_overflow()  # (cn)
     arithmetic.patch_expression_overflow()  # (co), before (an) compiles its $add with the module's bson_add
+    arithmetic.patch_long_results()  # (cz)
     conversions.patch_convert_targets()  # (cs)
     pipeline_updates.patch_pipeline_updates()  # (an), under (ah)'s execute_server_update: it replaces the update_many that one calls
     pipeline_updates.patch_pipeline_type_changes()  # (ct)
