@@ -449,3 +449,16 @@ async def test_a_query_regex_matches_a_stored_regex_and_eq_of_one_is_an_equality
     assert (await db.t.update_many({"v": {"$nin": [Regex("^a", "i")]}}, {"$set": {"n": 1}})).matched_count == 2
     assert (await db.t.delete_many({"v": Regex("^a", "i")})).deleted_count == 4
     assert sorted([d["_id"] async for d in db.t.find()]) == [3, 6]
+
+
+async def test_an_existing_index_under_another_name_is_refused_85(db) -> None:
+    """(da) The keys and options of an existing index under another name: 85 IndexOptionsConflict, nothing created."""
+    await db.t.create_index("at", expireAfterSeconds=3600)
+    await db.t.create_index([("a", 1), ("b", -1)], unique=True, name="ab")
+    for keys, options in (("at", {"expireAfterSeconds": 3600, "name": "other_at"}), ([("a", 1), ("b", -1)], {"unique": True})):
+        with pytest.raises(OperationFailure) as refused:
+            await db.t.create_index(keys, **options)
+        assert refused.value.code == 85
+    assert "already exists with a different name" in str(refused.value) and "ab" in str(refused.value)
+    assert await db.t.create_index("at", expireAfterSeconds=3600) == "at_1"  # the same index by its own name: a no-op
+    assert sorted([index["name"] async for index in await db.t.list_indexes()]) == ["_id_", "ab", "at_1"]

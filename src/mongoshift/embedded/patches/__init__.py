@@ -24,7 +24,8 @@ One module per area; each fix keeps the letter of its row in docs/embedded.md:
   (y) getParameter, buildinfo, search-index commands, killSessions, transaction lifetimes
   and a standalone's refusals, (ad) snapshot reads
 - :mod:`.indexes`: (s) compound hashed indexes, (t) a find's min/max bounds, (ax) unique index builds in one pass,
-  (ay) compound unique indexes checked by lookup, (cr) listIndexes entries shaped as mongod's
+  (ay) compound unique indexes checked by lookup, (cr) listIndexes entries shaped as mongod's, (da) an existing index
+  under another name refused
 - :mod:`.coll_mod`: (l) collMod
 - :mod:`.create`: (cq) a capped collection's size and count given as doubles
 - :mod:`.queries`: (i) collStats sizes, (k, n) ``$in`` and ``$nin`` membership, (m) Decimal128 ``$set``, (cu) a double's,
@@ -162,6 +163,7 @@ def apply() -> None:
     values.patch_plain_materialization()  # (as)
     wire.patch_change_streams()  # (q)
     indexes.patch_compound_hashed_indexes()  # (s)
+    indexes.patch_equivalent_index_names()  # (da), outside (s)
     indexes.patch_find_min_max()  # (t), before (r): its replies' cursor ids are widened there too
     indexes.patch_unique_index_builds()  # (ax), outside (s): it takes only plain 1/-1 keys, which (s) passes through
     indexes.patch_compound_unique_checks()  # (ay), over (ai)'s compound index keys

@@ -345,3 +345,39 @@ def patch_index_listing() -> None:
         return {"v": entry.get("v", 2), "key": entry["key"], "name": entry["name"], **rest}
 
     AsyncDatabaseAdminService._normalize_list_indexes_document_for_collection = normalize
+
+
+#: mongod's code for an index that exists under another name (createIndexes).
+INDEX_OPTIONS_CONFLICT = 85
+
+
+# (da) An index on the very keys and options of an existing one, under another name, was created beside it: two
+# indexes on one key pattern, both maintained on every write, listed twice, and dropping one by name left the other.
+# mongod refuses it with 85 IndexOptionsConflict ("Index already exists with a different name: <name>"). In
+# MemoryEngine.create_index, an index of the same keys and another name whose options are the same is skipped over
+# (`continue`) and the new one recorded; whether the options are the same is asked of mongoeco itself: the request
+# is tried under the existing index's name, which mongoeco answers with that name (the same index: nothing is
+# written) or with 86 (other options). Only then, in the first case, is the request refused with 85; in the second,
+# mongoeco's own answer to the request stands ("One index per key pattern" in docs/embedded.md).
+def patch_equivalent_index_names() -> None:
+    from mongoeco.engines import memory
+    from mongoeco.errors import OperationFailure
+
+    create = memory.MemoryEngine.create_index
+
+    async def create_index(self: Any, db_name: str, coll_name: str, keys: Any, **options: Any) -> str:
+        normalized = memory.normalize_index_keys(keys)
+        name = options.get("name") or memory.default_index_name(normalized)
+        listed = self._indexes_view(options.get("context")).get(db_name, {}).get(coll_name, [])
+        names = {index["name"] for index in listed}
+        same_keys = [index["name"] for index in listed if index["key"] == normalized and index["name"] != name]
+        if same_keys and name not in names and not self._is_builtin_id_index(normalized):
+            try:
+                await create(self, db_name, coll_name, keys, **{**options, "name": same_keys[0]})
+            except OperationFailure:
+                pass  # other options: mongoeco's answer below
+            else:
+                raise failure(f"Index already exists with a different name: {same_keys[0]}", INDEX_OPTIONS_CONFLICT, "IndexOptionsConflict")
+        return str(await create(self, db_name, coll_name, keys, **options))
+
+    memory.MemoryEngine.create_index = create_index
