@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import os
 import signal
 import subprocess
@@ -325,3 +326,31 @@ async def test_a_stop_before_the_snapshot_is_loaded_serves_nothing_and_writes_no
     stop.set()
     await asyncio.wait_for(serve("127.0.0.1", 0, path, on_ready=ready.append, stop=stop), 60)
     assert ready == [] and path.read_bytes() == data  # no URI announced for a server that is stopping; not rewritten
+
+
+async def test_a_long_load_says_how_far_it_has_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A snapshot of 60,000 documents loaded for over a minute on a busy machine with nothing printed before the URI:
+    a line every 10 s says how many documents are in and how much of the file is read (here every batch of 1,000)."""
+    from mongoshift.embedded import serve, snapshot
+
+    path = tmp_path / "snap.bson"
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve("127.0.0.1", 0, path, on_ready=ready.set_result, stop=stop))
+    async with AsyncMongoClient(await asyncio.wait_for(ready, 30), **CLIENT_OPTIONS) as client:
+        await client.db.c.insert_many([{"_id": i, "s": "x" * 20} for i in range(2_500)])
+    stop.set()
+    await asyncio.wait_for(task, 60)
+
+    monkeypatch.setattr(snapshot, "_PROGRESS_EVERY", 0.0)
+    caplog.set_level(logging.INFO, logger="mongoshift.embedded.snapshot")
+    stop = asyncio.Event()
+    ready = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve("127.0.0.1", 0, path, on_ready=ready.set_result, stop=stop))
+    await asyncio.wait_for(ready, 60)
+    stop.set()
+    await asyncio.wait_for(task, 60)
+    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("loading snapshot")]
+    assert [line.split(": ", 1)[1].split(" documents")[0] for line in lines] == ["1000", "2000"]
+    percents = [int(line.rsplit(", ", 1)[1].split("%")[0]) for line in lines]
+    assert 0 < percents[0] < percents[1] < 100
