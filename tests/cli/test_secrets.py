@@ -187,6 +187,35 @@ def test_init_without_a_password_writes_the_uri_as_given(project, cli) -> None: 
     assert "MONGOSHIFT_URI" not in result.stderr
 
 
+def test_init_keeps_a_password_holding_a_hash_out_of_the_config_file(project, cli) -> None:  # type: ignore[no-untyped-def]
+    # The driver takes "pa#ss" as the password ("#" ends nothing before the hosts); it was read as the URI's end
+    # there, so the file got the password and init said nothing had been removed.
+    project.config.unlink()
+    result = cli(project, "init", "--uri", "mongodb://deploy:init#hunter10@db.internal.example:27017/?authSource=admin", "--db", "app", "--json")
+    assert result.returncode == 0, result.stderr
+    text = project.config.read_text(encoding="utf-8")
+    assert "hunter10" not in text and "init#" not in text
+    assert 'uri = "mongodb://db.internal.example:27017/?authSource=admin"' in text
+    assert json.loads(result.stdout)["uri_secrets_removed"] == ["password"]
+
+
+def test_a_password_that_the_driver_would_cut_in_two_is_refused_unnamed(project, cli) -> None:  # type: ignore[no-untyped-def]
+    # A "?" or "/" in a password makes the driver read its end as an option's name or the database: the
+    # "unknown option" error quoted that part of the password, and init wrote it into the committed file.
+    project.config.unlink()
+    for password in ("cut?hunter11", "cut/hunter11", "cut@hunter11", "cut%hunter11"):
+        uri = f"mongodb://deploy:{password}@127.0.0.1:1/?directConnection=true"
+        result = cli(project, "init", "--uri", uri, "--db", "app", "--json")
+        assert result.returncode == 6, (password, result.stdout)
+        assert "percent-encoded" in json.loads(result.stdout)["error"]["message"]
+        assert "hunter11" not in result.stdout + result.stderr
+        assert not project.config.exists()
+    project.write_config()
+    result = cli_process(project, "status", "--json", env={**cli_env(), "MONGOSHIFT_URI": "mongodb://deploy:cut?hunter11@127.0.0.1:1/?directConnection=true"})
+    assert result.returncode == 6 and "percent-encoded" in result.stdout
+    assert "hunter11" not in result.stdout + result.stderr
+
+
 def test_a_password_in_the_config_file_is_warned_about_once(project, cli) -> None:  # type: ignore[no-untyped-def]
     project.uri = "mongodb://deploy:cfg-hunter8@127.0.0.1:1/?directConnection=true"
     project.write_config(connect_timeout_seconds=0.5)

@@ -241,6 +241,15 @@ def test_without_secrets_keeps_hosts_and_harmless_options() -> None:
     assert without_secrets("mongodb://localhost:27017") == "mongodb://localhost:27017"
 
 
+def test_a_password_holding_a_hash_is_a_password_to_every_helper() -> None:
+    # the driver reads "user:pa#ss@host" as the password "pa#ss": "#" ends nothing before the hosts
+    uri = "mongodb://u:pa#hunter12@h1:27017/app?w=1"
+    assert without_secrets(uri) == "mongodb://h1:27017/app?w=1"
+    assert uri_secrets(uri) == ["password"]
+    assert redact(f"failed: {uri}") == "failed: mongodb://***@h1:27017/app?w=1"
+    assert redact("mongodb://u:pa#hunter12@h") == "mongodb://***@h"
+
+
 def test_uri_secrets_names_what_is_secret() -> None:
     assert uri_secrets("mongodb://u:p@h/?proxyPassword=x") == ["password", "proxyPassword"]
     assert uri_secrets("mongodb://x509user@h/?authMechanism=MONGODB-X509") == []

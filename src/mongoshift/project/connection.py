@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
-from pymongo.uri_parser import parse_uri, split_options
+from pymongo.uri_parser import parse_uri, parse_userinfo, split_options
 
 from ..errors import AuthFailedError, ConfigInvalidError, ConnectionFailedError, RunAbortedError
 from .redaction import redact
@@ -198,11 +198,39 @@ def _unreachable(client: AsyncMongoClient[Any], exc: PyMongoError) -> tuple[Conn
     return "network", "; ".join(f"{host}: {says_cause(cause, text)}" for host, cause, text in causes)
 
 
+#: Why the driver would refuse, or misread, a URI's user information; it never shows the user or password.
+_ESCAPE_USERINFO = (
+    "invalid uri: its user name or password holds a character that must be percent-encoded "
+    "(@ : / ? % as %40 %3A %2F %3F %25; urllib.parse.quote_plus does it)"
+)
+
+
+def _check_userinfo(uri: str) -> None:
+    """Refuse (exit 6) a user name or password the driver would refuse or cut in two, naming neither.
+
+    The driver reads the user information up to the last ``@`` before the first ``?`` and ``/``:
+    an ``@`` after them (in an option's name, or in what would be the database) is the rest of a
+    password holding ``?`` or ``/``, and left to the driver, that rest was quoted as an option's name."""
+    rest = uri.split("://", 1)[-1]
+    before_query, _, query = rest.partition("?")
+    authority, _, database = before_query.partition("/")
+    if "@" in authority:
+        try:
+            parse_userinfo(authority.rpartition("@")[0])
+        except (InvalidURI, ValueError):
+            raise ConfigInvalidError(_ESCAPE_USERINFO) from None
+    elif "@" in database or any("@" in key or "/" in key for key, _ in parse_qsl(query, keep_blank_values=True)):
+        raise ConfigInvalidError(_ESCAPE_USERINFO)
+
+
 def check_uri_options(uri: str) -> None:
     """Refuse (exit 6) a URI option the driver does not know, or a value it refuses: left to the
     driver, an unknown option (a typo) is a Python warning on stderr and then dropped, and a bad
     value of some options (``tls=maybe``) is ignored. Only the query is read (no DNS lookup for
-    ``mongodb+srv``); each unknown option is named, never a value."""
+    ``mongodb+srv``); each unknown option is named, never a value. The user information is checked
+    first: a password holding a ``?`` or ``/`` that is not percent-encoded makes the driver read its
+    end as an option's name or the database, which no message may quote."""
+    _check_userinfo(uri)
     query = uri.split("?", 1)[1].split("#", 1)[0] if "?" in uri else ""
     if not query:
         return

@@ -32,8 +32,9 @@ REDACTED = "<redacted>"
 # could make a message read as something else).
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SURROGATES = re.compile(r"[\ud800-\udfff]")
-# (a password may hold an apostrophe: the URI syntax allows it unescaped, and the driver takes it)
-_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?#\s\"<>]{0,512}@", re.IGNORECASE)
+# (a password may hold an apostrophe or a ``#``: the driver takes both unescaped, and ends the user information at
+# the last ``@`` before the first ``/`` or ``?``, never at a ``#``)
+_USERINFO = re.compile(r"(mongodb(?:\+srv)?://)[^/?\s\"<>]{0,512}@", re.IGNORECASE)
 # key=value / key:value / 'key': 'value' pairs whose key names a secret: proxyPassword,
 # tlsCertificateKeyFilePassword, sslPEMKeyPassword, AWS_SESSION_TOKEN (its ':' percent-encoded too), ... (bounded
 # repetitions: the text may be anything a migration raised)
@@ -436,7 +437,7 @@ def uri_secrets(uri: str) -> list[str]:
     """What in ``uri`` is secret (``password``, option names), to warn about it."""
     found: list[str] = []
     rest = uri.split("://", 1)[-1]
-    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    authority = _authority(rest)
     if "@" in authority and ":" in authority.rsplit("@", 1)[0]:
         found.append("password")
     query = rest.split("?", 1)[1] if "?" in rest else ""
@@ -444,6 +445,12 @@ def uri_secrets(uri: str) -> list[str]:
         if _SECRET_KEY.search(key) or (key.lower() == "authmechanismproperties" and _secret_properties(value)):
             found.append(key)
     return found
+
+
+def _authority(rest: str) -> str:
+    """The hosts and user information of a URI without its scheme, as the driver reads them: up to the first
+    ``/`` or ``?``. A ``#`` ends nothing there: the driver takes ``user:pa#ss@host`` as the password ``pa#ss``."""
+    return re.split(r"[/?]", rest, maxsplit=1)[0]
 
 
 def _secret_properties(value: str) -> list[str]:
@@ -456,7 +463,7 @@ def without_secrets(uri: str) -> str:
     scheme, sep, rest = uri.partition("://")
     if not sep:
         return uri
-    parts = re.match(r"([^/?#]*)(.*)", rest, re.DOTALL)
+    parts = re.match(r"([^/?]*)(.*)", rest, re.DOTALL)  # the authority as the driver reads it (_authority)
     assert parts is not None  # both groups match the empty string: any text matches
     authority, tail = parts.groups()
     authority = authority.rsplit("@", 1)[-1]
