@@ -1,9 +1,10 @@
+import re
 from pathlib import Path
 
 import pytest
 
 from mongoshift.errors import ConfigInvalidError
-from mongoshift.project.settings import load_settings
+from mongoshift.project.settings import Settings, env_name, load_settings
 
 
 def write(path: Path, text: str) -> Path:
@@ -97,3 +98,30 @@ def test_a_flag_no_command_line_has_is_named_as_the_python_argument_it_came_in(t
     assert "setting 'lock_ttl_seconds' from load_settings(flags):" in message
     assert "setting 'unknown_key' from load_settings(flags): unknown key" in message
     assert "setting 'db' from --db:" in message and "--lock-ttl-seconds" not in message and "--unknown-key" not in message
+
+
+def test_a_table_setting_from_the_environment_is_refused_as_the_files_alone(tmp_path: Path) -> None:
+    # No variable can hold a table: MONGOSHIFT_TENANTS=x was refused as "should be a table ({...} in TOML)".
+    write(tmp_path / ".env", "MONGOSHIFT_SHARD_KEYS=x\n")
+    env = {"MONGOSHIFT_TENANTS": "acme", "MONGOSHIFT_COLLECTIONS": "users"}
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_settings({}, environ=env, cwd=tmp_path)
+    problems = caught.value.details["problems"]
+    assert len(problems) == 3, problems
+    assert any(p.startswith("setting 'tenants' from MONGOSHIFT_TENANTS: a table") and "[mongoshift.tenants]" in p for p in problems)
+    assert any("MONGOSHIFT_COLLECTIONS" in p and "[[mongoshift.collections]]" in p for p in problems)
+    assert any(f"MONGOSHIFT_SHARD_KEYS in {tmp_path / '.env'}" in p and "[mongoshift.shard_keys]" in p for p in problems)
+    assert not any("should be" in p for p in problems)
+
+
+def test_the_readmes_configuration_table_lists_every_setting_with_its_variable() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Configuration", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]  # "\|" is a pipe inside a cell
+        if line.startswith("| `") and len(cells) == 4:
+            rows[cells[0].strip("`")] = cells[2]
+    assert sorted(rows) == sorted(Settings.model_fields), "settings missing from (or unknown to) README's table"
+    for key, variable in rows.items():
+        assert variable == ("—" if key in {"shard_keys", "collections", "tenants"} else f"`{env_name(key)}`"), key

@@ -368,6 +368,23 @@ def file_type_problems(values: Mapping[str, Any]) -> dict[str, str]:
     return problems
 
 
+#: Settings that are tables (or arrays of tables): only a project file can give them; an environment variable
+#: of that name was read as text and refused as "should be a table", which no variable can be.
+FILE_ONLY = {"shard_keys": "[mongoshift.shard_keys]", "collections": "[[mongoshift.collections]]", "tenants": "[mongoshift.tenants]"}
+
+
+def _file_only(values: dict[str, Any], where: Callable[[str], str]) -> list[str]:
+    """A problem for each table setting a variable tried to give, which is left out of ``values``."""
+    given = [key for key in FILE_ONLY if key in values]
+    for key in given:
+        del values[key]
+    return [
+        f"setting {key!r} from {where(key)}: a table, which only the project file gives ({FILE_ONLY[key]}); "
+        "no environment variable sets it"
+        for key in given
+    ]
+
+
 def read_environment(environ: Mapping[str, str]) -> dict[str, str]:
     values: dict[str, str] = {}
     for key in FIELDS:
@@ -471,8 +488,11 @@ def load_settings(
     if dotenv is not None:
         env_values, unknown = _collect(problems, read_env_settings, dotenv) or ({}, [])
         problems += unknown
+        problems += _file_only(env_values, lambda key: f"{env_name(key)} in {dotenv}")
         _collect(problems, _layer, merged, sources, env_values, lambda key: f"{env_name(key)} in {dotenv}")
-    _collect(problems, _layer, merged, sources, read_environment(environ), env_name)
+    environment = read_environment(environ)
+    problems += _file_only(environment, env_name)
+    _collect(problems, _layer, merged, sources, environment, env_name)
     _collect(problems, _layer, merged, sources, flags or {}, lambda key: _FLAGS.get(key, "load_settings(flags)"))
 
     # The default migrations folder sits next to the project file too: with --config (or
