@@ -125,3 +125,18 @@ def test_the_readmes_configuration_table_lists_every_setting_with_its_variable()
     assert sorted(rows) == sorted(Settings.model_fields), "settings missing from (or unknown to) README's table"
     for key, variable in rows.items():
         assert variable == ("—" if key in {"shard_keys", "collections", "tenants"} else f"`{env_name(key)}`"), key
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+def test_a_value_that_is_no_finite_number_is_refused_as_such(tmp_path: Path, value: str) -> None:
+    # "nan" was refused as "Input should be less than or equal to 600", which it is not about
+    write(tmp_path / "mongoshift.toml", "[mongoshift]\nbackground_poll_seconds = nan\n")
+    env = {"MONGOSHIFT_CONNECT_TIMEOUT_SECONDS": value, "MONGOSHIFT_MIGRATION_TIMEOUT_SECONDS": value}
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_settings({}, environ=env, cwd=tmp_path)
+    problems = caught.value.details["problems"]
+    assert sorted(problems) == [
+        f"setting 'background_poll_seconds' from {tmp_path / 'mongoshift.toml'}: Input should be a finite number",
+        "setting 'connect_timeout_seconds' from MONGOSHIFT_CONNECT_TIMEOUT_SECONDS: Input should be a finite number",
+        "setting 'migration_timeout_seconds' from MONGOSHIFT_MIGRATION_TIMEOUT_SECONDS: Input should be a finite number",
+    ]

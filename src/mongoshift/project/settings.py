@@ -59,7 +59,7 @@ URI_SOURCES = ("uri", "uri_command", "uri_factory")
 class Settings(BaseModel):
     """Resolved, validated settings of one project."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # "nan" was refused as "not <= 600"
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         """The URI without its secrets: settings end up in tracebacks (pytest shows arguments), logs and prints."""
