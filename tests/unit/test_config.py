@@ -140,3 +140,12 @@ def test_a_value_that_is_no_finite_number_is_refused_as_such(tmp_path: Path, val
         "setting 'connect_timeout_seconds' from MONGOSHIFT_CONNECT_TIMEOUT_SECONDS: Input should be a finite number",
         "setting 'migration_timeout_seconds' from MONGOSHIFT_MIGRATION_TIMEOUT_SECONDS: Input should be a finite number",
     ]
+
+
+def test_a_uri_command_whose_program_is_empty_is_refused_before_it_runs(tmp_path: Path) -> None:
+    # it was run, and failed as "uri_command '' cannot be run: Permission denied" (exit 41)
+    write(tmp_path / "mongoshift.toml", '[mongoshift]\nuri_command = ["", "-field=uri"]\n')
+    with pytest.raises(ConfigInvalidError, match=r"'uri_command' from .*mongoshift.toml: its first word, the program to run, is empty"):
+        load_settings({}, environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError, match=r"'uri_command' from MONGOSHIFT_URI_COMMAND: its first word"):
+        load_settings({}, environ={"MONGOSHIFT_URI_COMMAND": "'  ' get"}, cwd=tmp_path / "nowhere")

@@ -162,6 +162,14 @@ class Settings(BaseModel):
                 raise ValueError(f"not a valid list of words ({exc})") from None
         return value
 
+    @field_validator("uri_command")
+    @classmethod
+    def _command_program(cls, value: list[str] | None) -> list[str] | None:
+        """An empty first word names no program: run, it failed as "cannot be run: Permission denied" (exit 41)."""
+        if value and not value[0].strip():
+            raise ValueError("its first word, the program to run, is empty")
+        return value
+
     @field_validator("uri")
     @classmethod
     def _uri_scheme(cls, value: str | None) -> str | None:
