@@ -149,3 +149,12 @@ def test_a_uri_command_whose_program_is_empty_is_refused_before_it_runs(tmp_path
         load_settings({}, environ={}, cwd=tmp_path)
     with pytest.raises(ConfigInvalidError, match=r"'uri_command' from MONGOSHIFT_URI_COMMAND: its first word"):
         load_settings({}, environ={"MONGOSHIFT_URI_COMMAND": "'  ' get"}, cwd=tmp_path / "nowhere")
+
+
+def test_a_project_file_that_is_not_utf8_names_the_byte_and_its_line(tmp_path: Path) -> None:
+    # it was "is not valid TOML: 'utf-8' codec can't decode byte 0xe9 in position 31: invalid continuation byte"
+    (tmp_path / "mongoshift.toml").write_bytes(b'[mongoshift]\n# the db\ndb = "caf\xe9"\n')
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert caught.value.message == f"config file {tmp_path / 'mongoshift.toml'} is not UTF-8 text (byte 0xE9 on line 3): save it as UTF-8"
+    assert caught.value.details["line"] == 3

@@ -275,7 +275,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(data.decode("utf-8-sig"))  # a byte order mark (Windows editors) is no content, as in .env
     except FileNotFoundError:
         raise ConfigInvalidError(f"config file not found: {path}", file=str(path)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # the codec's words ("position 22", "invalid continuation byte") name no line
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigInvalidError(
+            f"config file {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02X} on line {line}): save it as UTF-8",
+            file=str(path), line=line,
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
         # TOMLDecodeError names the line and column: "Invalid value (at line 5, column 10)".
         raise ConfigInvalidError(f"config file {path} is not valid TOML: {exc}", file=str(path)) from None
     except OSError as exc:
