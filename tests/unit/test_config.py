@@ -158,3 +158,14 @@ def test_a_project_file_that_is_not_utf8_names_the_byte_and_its_line(tmp_path: P
         load_settings({}, environ={}, cwd=tmp_path)
     assert caught.value.message == f"config file {tmp_path / 'mongoshift.toml'} is not UTF-8 text (byte 0xE9 on line 3): save it as UTF-8"
     assert caught.value.details["line"] == 3
+
+
+def test_a_tool_mongoshift_table_in_mongoshift_toml_is_named_for_what_it_is(tmp_path: Path) -> None:
+    # it was "setting 'tool' from ...: unknown setting (known: uri, uri_command, ... every setting)"
+    write(tmp_path / "mongoshift.toml", '[tool.mongoshift]\ndb = "app"\n')
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert caught.value.message == (
+        f"config file {tmp_path / 'mongoshift.toml'}: [tool.mongoshift] is how a pyproject.toml names mongoshift's "
+        "table; in mongoshift.toml write it [mongoshift]"
+    )

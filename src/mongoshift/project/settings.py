@@ -318,6 +318,13 @@ def read_project_section(path: Path) -> tuple[dict[str, Any], list[str]]:
                 "add the table, or name the project's mongoshift.toml"
             )
         section = data["tool"]["mongoshift"]
+    elif "mongoshift" not in data and isinstance(data.get("tool"), dict) and "mongoshift" in data["tool"]:
+        # pyproject.toml's way of naming the table: read as top-level keys, 'tool' was an unknown setting
+        raise ConfigInvalidError(
+            f"config file {path}: [tool.mongoshift] is how a pyproject.toml names mongoshift's table; in {path.name} "
+            "write it [mongoshift]",
+            file=str(path),
+        )
     else:
         section = data.get("mongoshift", data)
         stray = [key for key in data if key != "mongoshift"] if "mongoshift" in data else []
