@@ -113,3 +113,17 @@ async def test_a_command_that_hangs_is_stopped_and_a_sync_factory_runs(tmp_path:
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("uri_source_sync_probe", None)
+
+
+def test_unknown_names_are_counted_right_and_a_near_miss_is_named(tmp_path: Path) -> None:
+    # two unknown names "is not a mongoshift setting"; a typo got no hint, while the project file's unknown key has one
+    (tmp_path / ".env").write_text("MONGOSHIFT_STRIKT=1\nMONGOSHIFT_LOCK_TTL=3\nMONGOSHIFT_ZZZZ=1\n", encoding="utf-8")
+    with pytest.raises(ConfigInvalidError) as raised:
+        load_settings({}, environ={}, cwd=tmp_path)
+    assert raised.value.message == (
+        f"env file {tmp_path / '.env'}: MONGOSHIFT_LOCK_TTL, MONGOSHIFT_STRIKT, MONGOSHIFT_ZZZZ are not mongoshift settings "
+        "(did you mean MONGOSHIFT_LOCK_TTL_SECONDS for MONGOSHIFT_LOCK_TTL; MONGOSHIFT_STRICT for MONGOSHIFT_STRIKT?)"
+    )
+    (tmp_path / ".env").write_text("MONGOSHIFT_STRIKT=1\n", encoding="utf-8")
+    with pytest.raises(ConfigInvalidError, match=r"MONGOSHIFT_STRIKT is not a mongoshift setting \(did you mean MONGOSHIFT_STRICT\?\)$"):
+        load_settings({}, environ={}, cwd=tmp_path)

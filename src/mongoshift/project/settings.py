@@ -434,8 +434,14 @@ def read_env_settings(path: Path) -> tuple[dict[str, str], list[str]]:
 
     def unknown_names(values: dict[str, str]) -> list[str]:
         unknown = sorted(n for n in values if n.startswith("MONGOSHIFT_") and n not in known)
+        # a near miss is named, as an unknown key of the project file is ("MONGOSHIFT_STRIKT": MONGOSHIFT_STRICT)
+        # (compared without the prefix they all share, which alone made any name "close")
+        close = {n: f"MONGOSHIFT_{m[0]}" for n in unknown if n != "MONGOSHIFT_CONFIG"
+                 and (m := difflib.get_close_matches(n.removeprefix("MONGOSHIFT_"), [k.removeprefix("MONGOSHIFT_") for k in known], n=1))}
+        meant = "; ".join(close[n] if len(unknown) == 1 else f"{close[n]} for {n}" for n in close)
         return [
-            f"{', '.join(unknown)} is not a mongoshift setting"
+            f"{', '.join(unknown)} {'is not a mongoshift setting' if len(unknown) == 1 else 'are not mongoshift settings'}"
+            + (f" (did you mean {meant}?)" if meant else "")
             + (" (the project file is chosen before the .env is read: use --config)" if "MONGOSHIFT_CONFIG" in unknown else "")
         ] if unknown else []
 
