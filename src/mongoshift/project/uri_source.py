@@ -67,14 +67,25 @@ async def _from_command(argv: list[str], timeout: float, where: str) -> str:  # 
     try:
         out, err = await asyncio.wait_for(process.communicate(), timeout)
     except BaseException as exc:  # out of time, or the command itself was cancelled: none of the group outlives it
+        exited = process.returncode is not None  # the program ended; what it started still held its output
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if _OWN_GROUP:
                 os.killpg(process.pid, signal.SIGKILL)
             else:
                 process.kill()
+        # The pipes are closed now, not when the process object is collected: after the loop had closed, that
+        # printed "Exception ignored ... RuntimeError: Event loop is closed" with a traceback under the error.
+        transport = getattr(process, "_transport", None)  # asyncio keeps no public handle on them
+        if isinstance(transport, asyncio.SubprocessTransport):
+            transport.close()
         if not isinstance(exc, TimeoutError):
             raise
         await process.wait()
+        if exited:
+            raise UriUnavailableError(
+                f"{where} ended, but a process it started kept its output open past {timeout:g}s (uri_timeout_seconds): "
+                "the output is read to its end, so start no background process that keeps it"
+            ) from None
         raise UriUnavailableError(f"{where} did not finish within {timeout:g}s (uri_timeout_seconds)") from None
     if process.returncode != 0:
         said = err.decode("utf-8", "replace").strip().splitlines()
