@@ -169,3 +169,17 @@ def test_a_tool_mongoshift_table_in_mongoshift_toml_is_named_for_what_it_is(tmp_
         f"config file {tmp_path / 'mongoshift.toml'}: [tool.mongoshift] is how a pyproject.toml names mongoshift's "
         "table; in mongoshift.toml write it [mongoshift]"
     )
+
+
+def test_a_project_file_named_by_the_environment_that_fails_names_the_variable(tmp_path: Path) -> None:
+    # "config file not found: /x/mongoshift.toml" did not say that MONGOSHIFT_CONFIG named it
+    missing = tmp_path / "deploy" / "mongoshift.toml"
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_settings({}, environ={"MONGOSHIFT_CONFIG": str(missing)}, cwd=tmp_path)
+    assert caught.value.message == f"config file not found: {missing} (named by MONGOSHIFT_CONFIG)"
+    assert caught.value.details == {"file": str(missing)}
+    write(tmp_path / "broken.toml", "[mongoshift\n")
+    with pytest.raises(ConfigInvalidError, match=r"is not valid TOML: .* \(named by MONGOSHIFT_CONFIG\)$"):
+        load_settings({}, environ={"MONGOSHIFT_CONFIG": str(tmp_path / "broken.toml")}, cwd=tmp_path)
+    with pytest.raises(ConfigInvalidError, match=r"^config file not found: [^(]*$"):  # --config names itself
+        load_settings({}, config_path=missing, environ={"MONGOSHIFT_CONFIG": str(missing)}, cwd=tmp_path)

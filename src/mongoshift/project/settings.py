@@ -507,7 +507,12 @@ def load_settings(
     # fixes them all; a value that is wrong is left out and the rest is still validated.
     problems: list[str] = []
     if path is not None:
-        values, unknown = read_project_section(path)
+        try:
+            values, unknown = read_project_section(path)
+        except ConfigInvalidError as exc:  # "config file not found: x.toml" sent no one to the variable that named it
+            if config_path is not None or not environ.get("MONGOSHIFT_CONFIG"):
+                raise
+            raise ConfigInvalidError(f"{exc.message} (named by MONGOSHIFT_CONFIG)", **exc.details) from None
         wrong = file_type_problems(values)
         problems += unknown + [f"setting {key!r} from {path}: {message}" for key, message in wrong.items()]
         _collect(problems, _layer, merged, sources, {k: v for k, v in values.items() if k not in wrong}, lambda key: str(path))
