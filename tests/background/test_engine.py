@@ -340,6 +340,38 @@ async def test_step_migration_checkpoints_and_resumes(fast_project, db) -> None:
     assert result.totals["migrated"] == 230
 
 
+async def test_a_step_that_reports_only_migrated_shows_progress_and_a_rate(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """A step returning the documented ``migrated`` alone counts it as scanned too: a stopped run's
+    progress, rate and progress line were ``0/? documents, 0.0 docs/s`` after 150 documents."""
+    from mongoshift.cli.progress import progress_line
+
+    fast_project.add(
+        "0001_step.py",
+        """
+        from mongoshift import Background
+
+        async def step(ctx):
+            after = (ctx.checkpoint or {}).get("after", 0)
+            if after == 150:
+                ctx.cancelled.set("simulated stop")
+            counts = {"scanned": 7} if after >= 200 else {}
+            return {"checkpoint": {"after": after + 50}, "done": after + 50 >= 250, "migrated": 50, **counts}
+
+        background = Background(collection="people", from_version=0, to_version=1, step=step, pause_ms=0)
+        """,
+    )
+    s = fast_project.settings()
+    await command.up(s)
+    (stopped,) = await bg.run(s, ["0001_step.py"])
+    assert stopped.status == "running" and stopped.totals["migrated"] == 200
+    assert stopped.totals["scanned"] == 200 and stopped.progress() == (200, 0)
+    assert stopped.rate_per_second is not None and stopped.rate_per_second > 0
+    assert progress_line(stopped, None, None).startswith("0001_step.py: 200/? documents")
+    (done,) = await bg.run(s, ["0001_step.py"])
+    assert done.status == "completed" and done.totals["migrated"] == 250
+    assert done.totals["scanned"] == 207  # a step that says what it scanned keeps its own count
+
+
 async def test_controls_through_the_api(fast_project, db) -> None:  # type: ignore[no-untyped-def]
     from mongoshift.errors import BackgroundConflictError, NotAppliedError
 

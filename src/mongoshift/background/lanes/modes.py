@@ -799,6 +799,10 @@ class StepCalls:
             value = out.get(key, out.get("processed") if key == "scanned" else None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 step_counts[key] = value
+        if "migrated" in step_counts and not ("scanned" in out or "processed" in out):
+            # A step that says only what it migrated went through at least that: the progress, the rate and
+            # the ETA count ``scanned``, and would otherwise read 0 documents at 0 docs/s while it works.
+            step_counts["scanned"] = step_counts["migrated"]
         next_cursor = Checkpoint(last_id=None, started=True, step=checkpoint)
         done: bool = out["done"]
         checkpointed = await engine.store.checkpoint(work.lease, cursor=next_cursor.to_document(), counters=step_counts, done=done, session=session)
