@@ -77,3 +77,25 @@ async def test_a_rollback_that_would_strand_a_later_migrations_documents_is_refu
     assert [r.state for r in await command.status(s)] == ["applied", "applied"]
     report = await command.down(s, to=None, steps=2)
     assert [r.reason for r in report.results] == ["revert registered", "revert registered"]
+
+
+async def test_a_revert_waits_for_the_revert_of_the_later_migration_of_its_collection(fast_project, db) -> None:  # type: ignore[no-untyped-def]
+    """Both rolled back in one ``down``: 0001's revert, run first, found no document at 2 (they were all at 3),
+    completed with nothing reverted, and 0002's revert then left all 30 at 2 for good. It now starts blocked on
+    0002's revert and runs once that completed, taking every document back to 1."""
+    await seed(db.people, 30)
+    fast_project.add(NAME, background_file(extra="revert=revert,").replace("background = Background(", REVERT))
+    fast_project.add("0002_initials.py", NEXT)
+    s = fast_project.settings()
+    await command.up(s)
+    await bg.run(s, [NAME, "0002_initials.py"])
+    await command.down(s, to=None, steps=2)
+    (first,) = await bg.run(s, [NAME], once=True)
+    assert (first.status, first.direction, first.totals["migrated"]) == ("blocked", "revert", 0)
+    state = await db["_mongoshift_background"].find_one({"_id": NAME})
+    assert state["waits_for"] == ["0002_initials.py"]
+    assert await db.people.count_documents({"__v": 3}) == 30  # nothing moved yet
+    reports = await bg.run(s, [NAME, "0002_initials.py"])
+    assert [(r.status, r.direction) for r in reports] == [("completed", "revert")] * 2
+    assert await db.people.count_documents({"__v": 1}) == 30
+    assert {r.name: r.totals["migrated"] for r in reports} == {NAME: 30, "0002_initials.py": 30}

@@ -134,7 +134,7 @@ async def run_in(project: Project, names: list[str] | None = None, *, concurrenc
             found = [await _registered_state(engine, n) for n in names]
         # once each, however it is named (``NAME``, ``NAME.py``, ``migrations/NAME.py``): a name given twice ran twice
         read = {s.name: s for s in reversed(found)}  # the first read of each (dicts keep the first key's place)
-        targets = list(dict.fromkeys(s.name for s in found))
+        targets = _after_what_they_wait_for(list(dict.fromkeys(s.name for s in found)), read)
         targets.sort(key=engine.absent)  # stable: a file not deployed here yet is waited for last
         reports = []
         unrunnable: list[MongoshiftError] = []
@@ -159,6 +159,18 @@ async def run_in(project: Project, names: list[str] | None = None, *, concurrenc
         if unrunnable:
             raise _unrunnable(unrunnable, reports)
         return reports
+
+
+def _after_what_they_wait_for(names: list[str], states: dict[str, Any]) -> list[str]:
+    """``names`` in their order, but each after the ones of the run it waits for: run in turn, a migration blocked
+    on one that comes later in the run would wait for it for ever (a revert waits for the reverts of the later
+    migrations of its collection, which sort after it)."""
+    left, ordered = list(names), []
+    while left:
+        ready = next((n for n in left if not set(states[n].waits_for) & (set(left) - {n})), left[0])  # a cycle: as given
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
 
 
 def _unrunnable(errors: list[MongoshiftError], reports: list[BackgroundReport]) -> MongoshiftError:

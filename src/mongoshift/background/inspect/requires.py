@@ -43,16 +43,25 @@ async def unmet(
     files: list[MigrationFile] | None = None,
     by: str = "mongoshift",
     reopen: bool = True,
+    reverting: bool = False,
 ) -> list[Waiting]:
     """The requirements not met; ``reopen=False`` (a dry run) reports old shapes without reopening anything.
 
     A name without a background state is looked up in ``changelog`` (an ordinary migration), then in
     ``files`` (one still to apply, or ``unknown``); without them it counts as a background migration
     not registered yet, which is all a coordinator needs: ``up`` refused the rest before registering.
+
+    ``reverting``: the requirements of a revert, the reverts of the later migrations of its collection
+    (:func:`later_reverts`); one is met once its revert completed (or it is withdrawn), never by a forward run.
     """
     waiting: list[Waiting] = []
     for name in required:
         state = await store.state(name)
+        if reverting:
+            if state is not None and not (state.direction == "revert" and state.status == "completed"):
+                reason = f"its revert is {state.status}" if state.direction == "revert" else "registered forward again"
+                waiting.append(Waiting(name, state.status, reason))
+            continue
         if state is None:
             waiting.extend(await _unregistered(name, changelog, files))
         elif state.direction != "forward":
@@ -80,3 +89,20 @@ async def _unregistered(name: str, changelog: Changelog | None, files: list[Migr
         if load(item).background is None:
             return [Waiting(name, "pending", "not applied yet", "migration")]
     return [Waiting(name, "unregistered", "not registered yet")]
+
+
+async def later_reverts(store: BackgroundStore, name: str, collection: str, version_field: str, to_version: int) -> list[str]:
+    """The migrations a revert of ``name`` must wait for: the later ones of the same collection (and version
+    field), starting at or past its ``to_version``, whose own revert is registered and not completed yet.
+    Run first, this revert would find their documents still past its target, take back nothing of them,
+    and complete: their revert would then leave them at this one's ``to_version`` for good."""
+    return sorted(
+        state.name
+        for state in await store.states_all()
+        if state.name != name
+        and state.direction == "revert"
+        and state.status != "completed"
+        and state.collection == collection
+        and state.spec.get("version_field") == version_field
+        and int(state.spec.get("from_version", -1)) >= to_version
+    )

@@ -196,7 +196,7 @@ class Coordinator:
     async def _unblock(self, state: State) -> list[Waiting]:
         """Move a blocked migration to pending once all it requires is done; else record what it still waits for."""
         store = self.engine.store
-        waiting = await unmet(store, state.requires, changelog=self.engine.changelog)
+        waiting = await unmet(store, state.requires, changelog=self.engine.changelog, reverting=state.direction == "revert")
         if waiting:
             await store.set_fields(state.name, state.registration, {"waits_for": [w.name for w in waiting]})
         elif await store.transition(state.name, allowed=("blocked",), to="pending", action="unblock", set_={"waits_for": []}):

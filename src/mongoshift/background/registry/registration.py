@@ -19,7 +19,7 @@ from ...project.changelog import Changelog
 from ...project.wording import plural
 from ...schema.background import Background
 from ..inspect.input_probe import missing_collection_warning, not_a_version_warning, unversioned_warning
-from ..inspect.requires import unmet
+from ..inspect.requires import later_reverts, unmet
 from ..state.events import Events
 from ..state.model import State
 from ..state.store import BackgroundStore
@@ -40,7 +40,8 @@ async def register(
     events: Events | None = None,
 ) -> list[str]:
     """Register; with unmet ``requires`` (forward only) the state starts blocked until they complete
-    (an ordinary migration among them is met once ``changelog`` has it applied).
+    (an ordinary migration among them is met once ``changelog`` has it applied). A revert starts blocked
+    until the reverts of the later migrations of its collection completed (:func:`later_reverts`).
 
     Returns the warnings about the collection (it does not exist; documents the migration will never touch), also logged."""
     warnings: list[str] = []
@@ -53,8 +54,12 @@ async def register(
             if found:
                 log.warning("%s", found)
                 warnings.append(found)
-    required = list(requires or []) if direction == "forward" else []
-    waits = [w.name for w in await unmet(store, required, changelog=changelog, by=by)] if required else []
+    reverting = direction == "revert"
+    if reverting:  # after the reverts of the later migrations of its collection ("Rolling back", docs/background.md)
+        required = await later_reverts(store, name, spec.collection, spec.version_field, spec.to_version)
+    else:
+        required = list(requires or [])
+    waits = [w.name for w in await unmet(store, required, changelog=changelog, by=by, reverting=reverting)] if required else []
     state = await store.register(
         name, collection=spec.collection, spec=spec.settings(), checksum=checksum, direction=direction, by=by,
         requires=required, waits_for=waits,
