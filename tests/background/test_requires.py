@@ -245,3 +245,29 @@ def test_a_run_does_not_wait_for_a_requirement_only_a_person_moves_on(fast_proje
     assert every.returncode == 24, (every.stdout, every.stderr[-2000:])
     assert json.loads(every.stdout)["error"]["details"]["held"] == ["0002_upper.py"]
     assert db["_mongoshift_background"].find_one({"_id": "0002_upper.py"})["status"] == "blocked"
+
+
+def test_a_run_does_not_wait_for_a_requirement_that_was_rolled_back(fast_project, sync_client, cli) -> None:  # type: ignore[no-untyped-def]
+    """B requires A, and A was rolled back (``down``: its revert registered, then run): ``up 0002_upper`` registers B
+    blocked, and ``background run 0002_upper`` waited for A for ever, though only a person (``up`` of A) meets it
+    again. The run now reports B blocked on A and exits 24, as for a failed, paused or cancelled requirement."""
+    db = sync_client[fast_project.db]
+    db.people.insert_many([{"_id": i, "first": "F", "last": "L", "__v": 1, "__rev": 1} for i in range(20)])
+    revert = "def revert(doc, ctx):\n    doc['first'], doc['last'] = doc.pop('full_name').split(' ')\n    return doc\n\nbackground = Background("
+    fast_project.add("0001_names.py", background_file(batch_size=50, extra="revert=revert,").replace("background = Background(", revert))
+    assert cli(fast_project, "up").returncode == 0
+    assert cli(fast_project, "background", "run", "0001_names").returncode == 0
+    assert cli(fast_project, "down").returncode == 0
+    second = background_file(batch_size=50).replace("from_version=1", "from_version=2").replace("to_version=2", "to_version=3")
+    fast_project.add("0002_upper.py", 'requires = ["0001_names.py"]\n' + second)
+    for reverted in (False, True):
+        if reverted:
+            assert cli(fast_project, "background", "run", "0001_names").returncode == 0  # the revert ran: still not met
+        assert cli(fast_project, "up", "0002_upper").returncode == 0
+        named = cli(fast_project, "background", "run", "0002_upper", "--json")
+        assert named.returncode == 24, (named.stdout, named.stderr[-2000:])
+        error = json.loads(named.stdout)["error"]
+        assert error["details"]["held"] == ["0002_upper.py"] and error["details"]["waits_for"] == ["0001_names.py"]
+        assert "rolled back: 'mongoshift up' it again" in error["message"]
+        assert db["_mongoshift_background"].find_one({"_id": "0002_upper.py"})["status"] == "blocked"
+    assert db.people.count_documents({"__v": 1}) == 20  # the revert took every document back, nothing rewrote them since

@@ -367,7 +367,8 @@ def run_verdict(reports: list[BackgroundReport], *, once: bool = False, interrup
         waits = sorted({w for r in held for w in r.waits_for})
         return RequirementsPendingError(
             f"blocked: {', '.join(by['held'])}, on {', '.join(waits)}, which only a person moves on (failed, paused or "
-            f"cancelled: see 'mongoshift background status NAME', then retry or resume {'it' if len(waits) == 1 else 'them'}); "
+            f"cancelled: see 'mongoshift background status NAME', then retry or resume {'it' if len(waits) == 1 else 'them'}; "
+            "rolled back: 'mongoshift up' it again); "
             f"run this again once {'it' if len(waits) == 1 else 'they'} completed",
             **details, waits_for=waits,
         )

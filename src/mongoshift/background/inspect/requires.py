@@ -30,6 +30,9 @@ class Waiting:
     reason: str
     #: What the name turned out to be: ``unknown`` when nothing has it (a typo, a deleted file).
     kind: Literal["background", "migration", "unknown"] = "background"
+    #: Only a person moves it on whatever its status: a requirement rolled back (its revert registered, run or
+    #: not) is met again only by ``up``, and a revert's requirement registered forward again only by ``down``.
+    held: bool = False
 
     def describe(self) -> str:
         return f"{self.name} ({self.reason})"
@@ -60,12 +63,12 @@ async def unmet(
         if reverting:
             if state is not None and not (state.direction == "revert" and state.status == "completed"):
                 reason = f"its revert is {state.status}" if state.direction == "revert" else "registered forward again"
-                waiting.append(Waiting(name, state.status, reason))
+                waiting.append(Waiting(name, state.status, reason, held=state.direction != "revert"))
             continue
         if state is None:
             waiting.extend(await _unregistered(name, changelog, files))
         elif state.direction != "forward":
-            waiting.append(Waiting(name, state.status, "its revert is registered"))
+            waiting.append(Waiting(name, state.status, "its revert is registered", held=True))
         elif state.status != "completed":
             waiting.append(Waiting(name, state.status, state.status))
         elif state.mode != "step" and await old_shape_left(store.db, state, unindexed="scan"):

@@ -143,7 +143,7 @@ class Coordinator:
         if state.status == "blocked":
             waiting = await self._unblock(state)
             if waiting:
-                held = tuple(w.describe() for w in waiting if w.status in NEEDS_A_PERSON)
+                held = tuple(w.describe() for w in waiting if w.status in NEEDS_A_PERSON or w.held)
                 return Decision("wait", state, reason="blocked on " + ", ".join(w.describe() for w in waiting), held_by=held)
             state = await store.state(name)
             assert state is not None
