@@ -208,3 +208,22 @@ async def test_a_background_migration_beside_beanie_writes_loses_none(people: An
     assert [d["n"] for d in stored] == [2] + [1] * 59  # every application write is there
     assert all(d["__v"] == 2 and "name" not in d for d in stored)
     assert (stored[7]["first"], stored[7]["last"]) == ("F7", "L7")
+
+
+async def test_a_model_defined_after_init_beanie_inserts_with_its_own_id(people: Any, db: Any) -> None:
+    """``init_beanie`` initialised ``VersionedDocument`` as Person's parent, leaving query expressions on it; a model
+    defined after that (imported later, or in another test) took them for its defaults and inserted ``_id: "_id"``."""
+
+    class Late(VersionedDocument):
+        shapes = PEOPLE
+        first: str | None = None
+
+        class Settings:
+            name = "late"
+            keep_nulls = False
+
+    await init_beanie(database=db, document_models=[Late])
+    late = await Late(first="Ada").insert()
+    stored = await db.late.find_one({})
+    assert isinstance(stored["_id"], ObjectId) and stored["_id"] == late.id
+    assert (stored["__v"], stored["__rev"]) == (PEOPLE.current, 1)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Self
 
 from beanie import Document
 from beanie.odm.actions import ActionDirections, ActionRegistry, EventTypes, wrap_with_actions
+from beanie.odm.fields import ExpressionField
 from beanie.odm.utils.dump import get_dict
 from beanie.odm.utils.parsing import merge_models, parse_obj
 from beanie.odm.utils.self_validation import validate_self_before
@@ -49,6 +50,13 @@ class VersionedDocument(Document):
     _stored: bool = PrivateAttr(default=False)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        # ``init_beanie`` initialises a model's parents too, so this base gets Beanie's query expressions as class
+        # attributes (``VersionedDocument.id`` is ``ExpressionField("_id")``); pydantic, building a subclass made
+        # after that, took them for the inherited fields' defaults, and a new instance was inserted with
+        # ``_id: "_id"``. Nobody queries this base: they go before the subclass's fields are collected.
+        for name, value in list(VersionedDocument.__dict__.items()):
+            if isinstance(value, ExpressionField):
+                delattr(VersionedDocument, name)
         super().__init_subclass__(**kwargs)
         shapes = cls.__dict__.get("shapes")
         if shapes is not None and (shapes.version_field, shapes.revision_field) != (VERSION_FIELD, REVISION_FIELD):
