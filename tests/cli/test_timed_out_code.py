@@ -48,29 +48,35 @@ time.sleep(600)
 """
 
 
-def test_a_uri_command_past_its_timeout_is_killed_with_its_children(project, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _status_with_uri_command(project, tmp_path, program: str):  # type: ignore[no-untyped-def]
+    """``status --json`` in a real process with ``program`` (a Python script writing its child's pid to ``{pid_file}``)
+    as the project's ``uri_command`` and a 1 s ``uri_timeout_seconds``; the child is killed afterwards."""
     import os
     import signal
     import sys
 
     pid_file = tmp_path / "child.pid"
-    script = tmp_path / "wrapper.py"
-    script.write_text(WRAPPER.format(pid_file=str(pid_file)), encoding="utf-8")
+    script = tmp_path / "uri_command.py"
+    script.write_text(program.format(pid_file=str(pid_file)), encoding="utf-8")
     project.config.write_text(
         f'[mongoshift]\nuri_command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\nuri_timeout_seconds = 1\n'
         f'db = "{project.db}"\nmigrations_dir = "migrations"\n',
         encoding="utf-8",
     )
     try:
-        result = cli_process(project, "status", "--json", timeout=120)
-        assert result.returncode == 41, result.stderr
-        assert "did not finish within 1s" in json.loads(result.stdout)["error"]["message"]
+        return cli_process(project, "status", "--json", timeout=120)
     finally:
         if pid_file.exists():
             try:
                 os.kill(int(pid_file.read_text(encoding="utf-8")), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_uri_command_past_its_timeout_is_killed_with_its_children(project, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = _status_with_uri_command(project, tmp_path, WRAPPER)
+    assert result.returncode == 41, result.stderr
+    assert "did not finish within 1s" in json.loads(result.stdout)["error"]["message"]
 
 
 # A program that prints the URI and ends, leaving a child that still holds its stdout (a credential agent it starts).
@@ -85,27 +91,8 @@ print("mongodb://127.0.0.1:1/?directConnection=true", flush=True)
 def test_a_uri_command_that_ends_but_leaves_its_output_open_says_so_without_a_traceback(project, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # It was "did not finish within 1s", though it had ended, and under the error stderr showed "Exception ignored
     # in: <function BaseSubprocessTransport.__del__ ...>" with a traceback: its pipes were closed after the loop.
-    import os
-    import signal
-    import sys
-
-    pid_file = tmp_path / "child.pid"
-    script = tmp_path / "leaves.py"
-    script.write_text(LEAVES_A_CHILD.format(pid_file=str(pid_file)), encoding="utf-8")
-    project.config.write_text(
-        f'[mongoshift]\nuri_command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\nuri_timeout_seconds = 1\n'
-        f'db = "{project.db}"\nmigrations_dir = "migrations"\n',
-        encoding="utf-8",
-    )
-    try:
-        result = cli_process(project, "status", "--json", timeout=120)
-        assert result.returncode == 41, result.stderr
-        message = json.loads(result.stdout)["error"]["message"]
-        assert "ended, but a process it started kept its output open past 1s (uri_timeout_seconds)" in message
-        assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
-    finally:
-        if pid_file.exists():
-            try:
-                os.kill(int(pid_file.read_text(encoding="utf-8")), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    result = _status_with_uri_command(project, tmp_path, LEAVES_A_CHILD)
+    assert result.returncode == 41, result.stderr
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "ended, but a process it started kept its output open past 1s (uri_timeout_seconds)" in message
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
